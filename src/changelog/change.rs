@@ -1,0 +1,360 @@
+//! Changes: what happened to which rows, column-oriented in Arrow.
+//!
+//! A [`TableChanges`] is a run of changes to one table in source order. Values sit in an Arrow
+//! [`RecordBatch`] (one row per change), and a per-column presence bitmap tells a value (possibly
+//! NULL) from an *absent* column. Absent is how Postgres sends an unchanged TOASTed value and how a
+//! MySQL MINIMAL/NOBLOB image leaves columns out; the sink completes absent columns from the row's
+//! current values. Absent is never NULL.
+
+use std::sync::Arc;
+
+use arrow_array::builder::{make_builder, ArrayBuilder};
+use arrow_array::{Array, ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow_buffer::{BooleanBuffer, BooleanBufferBuilder};
+use arrow_schema::{ArrowError, Field, Schema, SchemaRef};
+
+use super::schema::TableSchema;
+
+/// What a change did to its row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Op {
+    Insert = 0,
+    Update = 1,
+    Delete = 2,
+    /// Every row of the table is gone. The change's columns are all absent.
+    Truncate = 3,
+}
+
+impl Op {
+    /// The label used in `cdcd_changes_total{op}`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Insert => "insert",
+            Op::Update => "update",
+            Op::Delete => "delete",
+            Op::Truncate => "truncate",
+        }
+    }
+}
+
+/// Changes to one table, in source order.
+///
+/// Row `i` of [`rows`](Self::rows) is the row after change `i` for inserts and updates, and the
+/// deleted row's key (other columns absent, or present when the source sent the whole old row) for
+/// deletes. For an update that changed the primary key, row `i` of
+/// [`old_keys`](Self::old_keys) holds the previous key.
+#[derive(Debug, Clone)]
+pub struct TableChanges {
+    pub schema: Arc<TableSchema>,
+    pub ops: Vec<Op>,
+    /// One column per schema column, all nullable (a delete carries only its key).
+    pub rows: RecordBatch,
+    /// Per column: which rows carry the column. `None`: every row does.
+    pub present: Vec<Option<BooleanBuffer>>,
+    /// Key columns only. Row `i` is meaningful where `key_changed[i]`.
+    pub old_keys: RecordBatch,
+    pub key_changed: Vec<bool>,
+}
+
+impl TableChanges {
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Whether row `row` carries column `column` (a value or NULL), as opposed to absent.
+    pub fn is_present(&self, column: usize, row: usize) -> bool {
+        match self.present.get(column) {
+            Some(Some(bits)) => bits.value(row),
+            Some(None) => true,
+            None => false,
+        }
+    }
+
+    /// Whether any row of this run lacks any column.
+    pub fn has_absent(&self) -> bool {
+        self.present.iter().any(|p| p.is_some())
+    }
+
+    /// The Arrow schema of [`rows`](Self::rows): the table's columns, all nullable.
+    pub fn rows_schema(schema: &TableSchema) -> SchemaRef {
+        let fields: Vec<Field> = schema
+            .columns
+            .iter()
+            .map(|c| Field::new(&c.name, c.data_type.clone(), true))
+            .collect();
+        Arc::new(Schema::new(fields))
+    }
+
+    /// The Arrow schema of [`old_keys`](Self::old_keys): the key columns, nullable.
+    pub fn keys_schema(schema: &TableSchema) -> SchemaRef {
+        let fields: Vec<Field> = schema
+            .primary_key
+            .iter()
+            .filter_map(|&i| schema.columns.get(i))
+            .map(|c| Field::new(&c.name, c.data_type.clone(), true))
+            .collect();
+        Arc::new(Schema::new(fields))
+    }
+}
+
+/// Builds a [`TableChanges`] one change at a time, straight into Arrow builders.
+///
+/// For each change: [`begin`](Self::begin) with the op, then for every column exactly one of
+/// [`value`](Self::value) (append one value or null to the returned builder) or
+/// [`absent`](Self::absent), then for every key column either [`old_key`](Self::old_key) or none at
+/// all (call [`no_old_key`](Self::no_old_key) once).
+pub struct TableChangesBuilder {
+    schema: Arc<TableSchema>,
+    ops: Vec<Op>,
+    columns: Vec<Box<dyn ArrayBuilder>>,
+    present: Vec<BooleanBufferBuilder>,
+    any_absent: Vec<bool>,
+    old_keys: Vec<Box<dyn ArrayBuilder>>,
+    key_changed: Vec<bool>,
+}
+
+impl TableChangesBuilder {
+    pub fn new(schema: Arc<TableSchema>, capacity: usize) -> Self {
+        let columns = schema
+            .columns
+            .iter()
+            .map(|c| make_builder(&c.data_type, capacity))
+            .collect();
+        let old_keys = schema
+            .primary_key
+            .iter()
+            .filter_map(|&i| schema.columns.get(i))
+            .map(|c| make_builder(&c.data_type, 0))
+            .collect();
+        let n = schema.columns.len();
+        TableChangesBuilder {
+            present: (0..n)
+                .map(|_| BooleanBufferBuilder::new(capacity))
+                .collect(),
+            any_absent: vec![false; n],
+            columns,
+            old_keys,
+            key_changed: Vec::with_capacity(capacity),
+            ops: Vec::with_capacity(capacity),
+            schema,
+        }
+    }
+
+    pub fn schema(&self) -> &Arc<TableSchema> {
+        &self.schema
+    }
+
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Starts a change.
+    pub fn begin(&mut self, op: Op) {
+        self.ops.push(op);
+    }
+
+    /// The builder of column `index`: append exactly one value (or null) to it.
+    pub fn value(&mut self, index: usize) -> Option<&mut dyn ArrayBuilder> {
+        self.present.get_mut(index)?.append(true);
+        self.columns.get_mut(index).map(|b| b.as_mut())
+    }
+
+    /// Column `index` is absent from the current change.
+    pub fn absent(&mut self, index: usize) -> Result<(), ArrowError> {
+        let (Some(bits), Some(builder)) =
+            (self.present.get_mut(index), self.columns.get_mut(index))
+        else {
+            return Err(ArrowError::InvalidArgumentError(format!(
+                "column {index} out of range"
+            )));
+        };
+        bits.append(false);
+        self.any_absent[index] = true;
+        append_null(builder.as_mut())
+    }
+
+    /// The builder of key column `key_index` (an index into the primary key) for the old key of an
+    /// update that changed its key. Call for every key column, then nothing else.
+    pub fn old_key(&mut self, key_index: usize) -> Option<&mut dyn ArrayBuilder> {
+        if key_index == 0 {
+            self.key_changed.push(true);
+        }
+        self.old_keys.get_mut(key_index).map(|b| b.as_mut())
+    }
+
+    /// The current change kept its key.
+    pub fn no_old_key(&mut self) -> Result<(), ArrowError> {
+        self.key_changed.push(false);
+        for b in &mut self.old_keys {
+            append_null(b.as_mut())?;
+        }
+        Ok(())
+    }
+
+    /// Finishes the run. Errors if a change did not fill every column.
+    pub fn finish(mut self) -> Result<TableChanges, ArrowError> {
+        let n = self.ops.len();
+        let columns: Vec<ArrayRef> = self.columns.iter_mut().map(|b| b.finish()).collect();
+        if let Some(bad) = columns.iter().position(|c| c.len() != n) {
+            return Err(ArrowError::InvalidArgumentError(format!(
+                "column {bad} of {} has {} values for {n} changes",
+                self.schema.id,
+                columns[bad].len()
+            )));
+        }
+        let rows = RecordBatch::try_new_with_options(
+            TableChanges::rows_schema(&self.schema),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(n)),
+        )?;
+        let old: Vec<ArrayRef> = self.old_keys.iter_mut().map(|b| b.finish()).collect();
+        let old_keys = RecordBatch::try_new_with_options(
+            TableChanges::keys_schema(&self.schema),
+            old,
+            &RecordBatchOptions::new().with_row_count(Some(n)),
+        )?;
+        if self.key_changed.len() != n {
+            return Err(ArrowError::InvalidArgumentError(format!(
+                "{} old-key entries for {n} changes of {}",
+                self.key_changed.len(),
+                self.schema.id
+            )));
+        }
+        let present = self
+            .present
+            .iter_mut()
+            .zip(&self.any_absent)
+            .map(|(bits, &absent)| absent.then(|| bits.finish()))
+            .collect();
+        Ok(TableChanges {
+            schema: self.schema,
+            ops: self.ops,
+            rows,
+            present,
+            old_keys,
+            key_changed: self.key_changed,
+        })
+    }
+}
+
+/// Appends a null to any builder `make_builder` can return.
+pub fn append_null(builder: &mut dyn ArrayBuilder) -> Result<(), ArrowError> {
+    use arrow_array::builder::*;
+    macro_rules! try_null {
+        ($($t:ty),*) => {
+            $(if let Some(b) = builder.as_any_mut().downcast_mut::<$t>() {
+                b.append_null();
+                return Ok(());
+            })*
+        };
+    }
+    try_null!(
+        BooleanBuilder,
+        Int8Builder,
+        Int16Builder,
+        Int32Builder,
+        Int64Builder,
+        UInt8Builder,
+        UInt16Builder,
+        UInt32Builder,
+        UInt64Builder,
+        Float32Builder,
+        Float64Builder,
+        Decimal128Builder,
+        StringBuilder,
+        LargeStringBuilder,
+        BinaryBuilder,
+        LargeBinaryBuilder,
+        FixedSizeBinaryBuilder,
+        Date32Builder,
+        Time64MicrosecondBuilder,
+        TimestampMicrosecondBuilder,
+        ListBuilder<Box<dyn ArrayBuilder>>
+    );
+    Err(ArrowError::NotYetImplemented(
+        "append_null: unsupported builder type".into(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::changelog::schema::{Column, TableId};
+    use arrow_array::builder::{Int64Builder, StringBuilder};
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use arrow_schema::DataType;
+
+    fn schema() -> Arc<TableSchema> {
+        Arc::new(TableSchema {
+            id: TableId::new("public", "t"),
+            columns: vec![
+                Column {
+                    name: "id".into(),
+                    data_type: DataType::Int64,
+                    nullable: false,
+                    source_type: "int8".into(),
+                },
+                Column {
+                    name: "body".into(),
+                    data_type: DataType::Utf8,
+                    nullable: true,
+                    source_type: "text".into(),
+                },
+            ],
+            primary_key: vec![0],
+        })
+    }
+
+    fn int(b: Option<&mut dyn ArrayBuilder>, v: i64) {
+        b.unwrap()
+            .as_any_mut()
+            .downcast_mut::<Int64Builder>()
+            .unwrap()
+            .append_value(v);
+    }
+
+    #[test]
+    fn absent_is_not_null() {
+        let mut b = TableChangesBuilder::new(schema(), 4);
+        b.begin(Op::Insert);
+        int(b.value(0), 1);
+        b.value(1)
+            .unwrap()
+            .as_any_mut()
+            .downcast_mut::<StringBuilder>()
+            .unwrap()
+            .append_null();
+        b.no_old_key().unwrap();
+        b.begin(Op::Update);
+        int(b.value(0), 2);
+        b.absent(1).unwrap();
+        int(b.old_key(0), 1);
+        let c = b.finish().unwrap();
+        assert_eq!(c.len(), 2);
+        assert!(c.is_present(1, 0), "NULL is a present value");
+        assert!(!c.is_present(1, 1), "absent");
+        assert!(c.is_present(0, 1));
+        assert_eq!(c.key_changed, vec![false, true]);
+        assert_eq!(c.old_keys.column(0).as_primitive::<Int64Type>().value(1), 1);
+        assert!(c.has_absent());
+    }
+
+    #[test]
+    fn a_missing_column_value_is_an_error() {
+        let mut b = TableChangesBuilder::new(schema(), 1);
+        b.begin(Op::Insert);
+        int(b.value(0), 1);
+        b.no_old_key().unwrap();
+        assert!(b.finish().is_err());
+    }
+}

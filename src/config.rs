@@ -1,0 +1,687 @@
+//! Configuration: one TOML file, every key overridable by `CDCD_<SECTION>__<KEY>` (e.g.
+//! `CDCD_SOURCE__PASSWORD`).
+//!
+//! Two layers, as in ripgrep's low/high args: [`RawConfig`] is what the file says (serde structs
+//! with `deny_unknown_fields`; each field's doc is the user doc), and [`Config`] is the validated
+//! form the rest of cdcd uses. Every error names the key and the file.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use figment::providers::{Env, Format, Toml};
+use figment::Figment;
+use serde::Deserialize;
+
+/// A configuration problem, naming the key and where it came from.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}: {detail}")]
+    Parse { file: String, detail: String },
+    #[error("{file}: key `{key}`: {detail}")]
+    Invalid {
+        file: String,
+        key: &'static str,
+        detail: String,
+    },
+}
+
+/// `[pipeline]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPipeline {
+    /// Names the checkpoints and the default slot and publication (`cdcd_<name>`). Required.
+    pub name: String,
+    /// Commit what is buffered at least this often (milliseconds).
+    #[serde(default = "default_commit_interval_ms")]
+    pub commit_interval_ms: u64,
+    /// Commit as soon as this many changes are buffered.
+    #[serde(default = "default_commit_max_rows")]
+    pub commit_max_rows: usize,
+    /// Directory for spill files of large streamed transactions (default: the system temp dir).
+    #[serde(default)]
+    pub spill_dir: Option<PathBuf>,
+}
+
+fn default_commit_interval_ms() -> u64 {
+    1000
+}
+fn default_commit_max_rows() -> usize {
+    100_000
+}
+
+/// `[source]`
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSource {
+    /// "postgres" (MySQL comes later).
+    pub kind: String,
+    /// `postgres://user@host:port/db`.
+    pub url: String,
+    /// Optional; may be in the URL instead.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// `schema.table` patterns; `*` matches any run of characters.
+    pub tables: Vec<String>,
+    /// Postgres replication slot (default `cdcd_<pipeline>`); created if missing.
+    #[serde(default)]
+    pub slot: Option<String>,
+    /// Postgres publication (default `cdcd_<pipeline>`); created if missing.
+    #[serde(default)]
+    pub publication: Option<String>,
+    /// MySQL replica id.
+    #[serde(default)]
+    pub server_id: Option<u32>,
+    /// "initial" (copy existing rows first) or "never".
+    #[serde(default)]
+    pub snapshot: Option<String>,
+    /// Memory bound (bytes) for one streamed transaction before it spills to disk.
+    #[serde(default)]
+    pub stream_memory_bytes: Option<usize>,
+}
+
+impl fmt::Debug for RawSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawSource")
+            .field("kind", &self.kind)
+            .field("url", &redact_url(&self.url))
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("tables", &self.tables)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `[sink.s3]`
+#[derive(Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawS3 {
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+    pub allow_http: Option<bool>,
+}
+
+impl fmt::Debug for RawS3 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawS3")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("access_key_id", &self.access_key_id.as_ref().map(|_| "***"))
+            .field(
+                "secret_access_key",
+                &self.secret_access_key.as_ref().map(|_| "***"),
+            )
+            .finish()
+    }
+}
+
+/// `[sink]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSink {
+    /// "iceberg" (LSM comes later).
+    #[serde(default = "default_sink_kind")]
+    pub kind: String,
+    /// `file:///path`, a bare path, or `s3://bucket/prefix`.
+    #[serde(default = "default_warehouse")]
+    pub warehouse: String,
+    /// Namespace for every table; default: the source schema.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// "equality" (format v2) or "deletion-vectors" (format v3).
+    #[serde(default)]
+    pub delete_mode: Option<String>,
+    /// LSM buckets.
+    #[serde(default)]
+    pub buckets: Option<u32>,
+    #[serde(default)]
+    pub s3: Option<RawS3>,
+}
+
+fn default_sink_kind() -> String {
+    "iceberg".into()
+}
+fn default_warehouse() -> String {
+    "./warehouse".into()
+}
+
+/// `[metrics]`
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMetrics {
+    pub listen: Option<String>,
+}
+
+/// The file as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub pipeline: RawPipeline,
+    pub source: RawSource,
+    #[serde(default = "default_sink")]
+    pub sink: RawSink,
+    #[serde(default)]
+    pub metrics: RawMetrics,
+}
+
+fn default_sink() -> RawSink {
+    RawSink {
+        kind: default_sink_kind(),
+        warehouse: default_warehouse(),
+        namespace: None,
+        delete_mode: None,
+        buckets: None,
+        s3: None,
+    }
+}
+
+/// How existing rows are handled when a pipeline starts on a table for the first time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotMode {
+    /// Copy the rows that exist, then stream from exactly the point the copy saw.
+    Initial,
+    /// Stream changes only.
+    Never,
+}
+
+/// How Iceberg deletes are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteMode {
+    /// Format v2: equality deletes for rows of earlier snapshots, position deletes within a commit.
+    Equality,
+    /// Format v3: deletion vectors.
+    DeletionVectors,
+}
+
+/// Validated Postgres source settings.
+#[derive(Clone)]
+pub struct PostgresConfig {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: Option<String>,
+    pub database: String,
+    pub tables: Vec<String>,
+    pub slot: String,
+    pub publication: String,
+    pub snapshot: SnapshotMode,
+    pub stream_memory_bytes: usize,
+    pub spill_dir: PathBuf,
+}
+
+impl PostgresConfig {
+    /// `host:port/database` as user@… without the password, for messages.
+    pub fn display_target(&self) -> String {
+        format!(
+            "postgres://{}@{}:{}/{}",
+            self.user, self.host, self.port, self.database
+        )
+    }
+}
+
+impl fmt::Debug for PostgresConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresConfig")
+            .field("target", &self.display_target())
+            .field("tables", &self.tables)
+            .field("slot", &self.slot)
+            .field("publication", &self.publication)
+            .field("snapshot", &self.snapshot)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum SourceConfig {
+    Postgres(PostgresConfig),
+}
+
+/// Validated Iceberg sink settings.
+#[derive(Debug, Clone)]
+pub struct IcebergConfig {
+    /// The warehouse URL, normalized (`file:///abs/path` or `s3://bucket/prefix`).
+    pub warehouse: String,
+    pub namespace: Option<String>,
+    pub delete_mode: DeleteMode,
+}
+
+#[derive(Debug, Clone)]
+pub enum SinkConfig {
+    Iceberg(IcebergConfig),
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub file: String,
+    pub pipeline: String,
+    pub commit_interval_ms: u64,
+    pub commit_max_rows: usize,
+    pub source: SourceConfig,
+    pub sink: SinkConfig,
+    pub metrics_listen: Option<String>,
+}
+
+impl Config {
+    /// Reads `path` and the `CDCD_*` environment, then validates.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        if !path.exists() {
+            return Err(ConfigError::Parse {
+                file,
+                detail: "file not found".into(),
+            });
+        }
+        let raw: RawConfig = Figment::new()
+            .merge(Toml::file(path))
+            .merge(Env::prefixed("CDCD_").split("__"))
+            .extract()
+            .map_err(|e| ConfigError::Parse {
+                file: file.clone(),
+                detail: describe_figment_error(e),
+            })?;
+        raw.validate(&file)
+    }
+
+    /// Parses TOML text (tests, `check`), with no environment.
+    pub fn from_toml(text: &str, file: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = Figment::new()
+            .merge(Toml::string(text))
+            .extract()
+            .map_err(|e| ConfigError::Parse {
+                file: file.to_owned(),
+                detail: describe_figment_error(e),
+            })?;
+        raw.validate(file)
+    }
+}
+
+fn describe_figment_error(e: figment::Error) -> String {
+    e.into_iter()
+        .map(|e| {
+            let key = e.path.join(".");
+            let kind = e.kind.to_string();
+            if key.is_empty() {
+                kind
+            } else {
+                format!("key `{key}`: {kind}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl RawConfig {
+    /// Checks every value and builds the typed [`Config`].
+    pub fn validate(self, file: &str) -> Result<Config, ConfigError> {
+        let bad = |key: &'static str, detail: String| ConfigError::Invalid {
+            file: file.to_owned(),
+            key,
+            detail,
+        };
+        let name = self.pipeline.name.trim().to_owned();
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(bad(
+                "pipeline.name",
+                format!("{name:?} must be non-empty and use only letters, digits, '_' or '-'"),
+            ));
+        }
+        if self.pipeline.commit_interval_ms == 0 {
+            return Err(bad(
+                "pipeline.commit_interval_ms",
+                "must be at least 1".into(),
+            ));
+        }
+        if self.pipeline.commit_max_rows == 0 {
+            return Err(bad("pipeline.commit_max_rows", "must be at least 1".into()));
+        }
+        let source = match self.source.kind.as_str() {
+            "postgres" => SourceConfig::Postgres(self.postgres(&name, file)?),
+            "mysql" => {
+                return Err(bad(
+                    "source.kind",
+                    "\"mysql\" is not supported by this build yet; use \"postgres\"".into(),
+                ))
+            }
+            other => {
+                return Err(bad(
+                    "source.kind",
+                    format!("{other:?} is not a source kind; use \"postgres\""),
+                ))
+            }
+        };
+        let sink = match self.sink.kind.as_str() {
+            "iceberg" => {
+                let delete_mode = match self.sink.delete_mode.as_deref() {
+                    None | Some("equality") => DeleteMode::Equality,
+                    Some("deletion-vectors") => {
+                        return Err(bad(
+                            "sink.delete_mode",
+                            "\"deletion-vectors\" is not supported by this build yet; use \"equality\"".into(),
+                        ))
+                    }
+                    Some(other) => {
+                        return Err(bad(
+                            "sink.delete_mode",
+                            format!("{other:?} is not a delete mode; use \"equality\" or \"deletion-vectors\""),
+                        ))
+                    }
+                };
+                if self.sink.s3.is_some() {
+                    return Err(bad(
+                        "sink.s3",
+                        "S3 warehouses are not supported by this build yet; use a local path"
+                            .into(),
+                    ));
+                }
+                let warehouse = normalize_warehouse(&self.sink.warehouse)
+                    .map_err(|d| bad("sink.warehouse", d))?;
+                if let Some(ns) = &self.sink.namespace {
+                    if !valid_ident(ns) {
+                        return Err(bad(
+                            "sink.namespace",
+                            format!("{ns:?} must be non-empty without '/' or '.'"),
+                        ));
+                    }
+                }
+                SinkConfig::Iceberg(IcebergConfig {
+                    warehouse,
+                    namespace: self.sink.namespace.clone(),
+                    delete_mode,
+                })
+            }
+            "lsm" => {
+                return Err(bad(
+                    "sink.kind",
+                    "\"lsm\" is not supported by this build yet; use \"iceberg\"".into(),
+                ))
+            }
+            other => {
+                return Err(bad(
+                    "sink.kind",
+                    format!("{other:?} is not a sink kind; use \"iceberg\""),
+                ))
+            }
+        };
+        Ok(Config {
+            file: file.to_owned(),
+            pipeline: name,
+            commit_interval_ms: self.pipeline.commit_interval_ms,
+            commit_max_rows: self.pipeline.commit_max_rows,
+            source,
+            sink,
+            metrics_listen: self.metrics.listen.clone(),
+        })
+    }
+
+    fn postgres(&self, pipeline: &str, file: &str) -> Result<PostgresConfig, ConfigError> {
+        let bad = |key: &'static str, detail: String| ConfigError::Invalid {
+            file: file.to_owned(),
+            key,
+            detail,
+        };
+        let s = &self.source;
+        let url = url::Url::parse(&s.url).map_err(|e| {
+            bad(
+                "source.url",
+                format!(
+                    "{:?} is not a URL ({e}); expected postgres://user@host:port/db",
+                    redact_url(&s.url)
+                ),
+            )
+        })?;
+        if url.scheme() != "postgres" && url.scheme() != "postgresql" {
+            return Err(bad(
+                "source.url",
+                format!(
+                    "scheme {:?}: expected postgres://user@host:port/db",
+                    url.scheme()
+                ),
+            ));
+        }
+        let host = url.host_str().unwrap_or("localhost").to_owned();
+        let port = url.port().unwrap_or(5432);
+        let user = match url.username() {
+            "" => "postgres".to_owned(),
+            u => percent_decode(u),
+        };
+        let password = s
+            .password
+            .clone()
+            .or_else(|| url.password().map(percent_decode));
+        let database = url.path().trim_start_matches('/').to_owned();
+        if database.is_empty() {
+            return Err(bad(
+                "source.url",
+                "names no database: expected postgres://user@host:port/db".into(),
+            ));
+        }
+        if s.tables.is_empty() {
+            return Err(bad(
+                "source.tables",
+                "is empty: list schema.table patterns such as \"public.orders\" or \"public.*\""
+                    .into(),
+            ));
+        }
+        for t in &s.tables {
+            match t.split_once('.') {
+                Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains('.') => {}
+                _ => {
+                    return Err(bad(
+                        "source.tables",
+                        format!(
+                            "{t:?} is not schema.table (e.g. \"public.orders\" or \"public.*\")"
+                        ),
+                    ))
+                }
+            }
+        }
+        let default_name = format!("cdcd_{}", pipeline.replace('-', "_"));
+        let slot = s.slot.clone().unwrap_or_else(|| default_name.clone());
+        if !slot
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            || slot.is_empty()
+            || slot.len() > 63
+        {
+            return Err(bad(
+                "source.slot",
+                format!("{slot:?}: Postgres slot names use only lower-case letters, digits and '_' (at most 63)"),
+            ));
+        }
+        let publication = s.publication.clone().unwrap_or(default_name);
+        if publication.is_empty() || publication.contains(['\'', '"', ',', ' ']) {
+            return Err(bad(
+                "source.publication",
+                format!("{publication:?} is not a usable publication name"),
+            ));
+        }
+        let snapshot = match s.snapshot.as_deref() {
+            None | Some("initial") => SnapshotMode::Initial,
+            Some("never") => SnapshotMode::Never,
+            Some(other) => {
+                return Err(bad(
+                    "source.snapshot",
+                    format!("{other:?}: use \"initial\" or \"never\""),
+                ))
+            }
+        };
+        if s.server_id.is_some() {
+            return Err(bad(
+                "source.server_id",
+                "applies to mysql sources only".into(),
+            ));
+        }
+        let stream_memory_bytes = s.stream_memory_bytes.unwrap_or(64 << 20);
+        if stream_memory_bytes == 0 {
+            return Err(bad(
+                "source.stream_memory_bytes",
+                "must be at least 1".into(),
+            ));
+        }
+        Ok(PostgresConfig {
+            host,
+            port,
+            user,
+            password,
+            database,
+            tables: s.tables.clone(),
+            slot,
+            publication,
+            snapshot,
+            stream_memory_bytes,
+            spill_dir: self
+                .pipeline
+                .spill_dir
+                .clone()
+                .unwrap_or_else(std::env::temp_dir),
+        })
+    }
+}
+
+fn valid_ident(s: &str) -> bool {
+    !s.is_empty() && !s.contains(['/', '.', '\\'])
+}
+
+fn percent_decode(s: &str) -> String {
+    url::form_urlencoded::parse(format!("x={s}").as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_else(|| s.to_owned())
+}
+
+/// A warehouse URL in canonical form: `file:///absolute/path` (a bare path is made absolute) or
+/// `s3://bucket/prefix`.
+pub fn normalize_warehouse(w: &str) -> Result<String, String> {
+    let w = w.trim().trim_end_matches('/');
+    if w.is_empty() {
+        return Err("is empty".into());
+    }
+    if let Some(rest) = w.strip_prefix("file://") {
+        if !rest.starts_with('/') {
+            return Err(format!(
+                "{w:?}: a file URL needs an absolute path (file:///…)"
+            ));
+        }
+        return Ok(format!("file://{rest}"));
+    }
+    if w.starts_with("s3://") {
+        return Ok(w.to_owned());
+    }
+    if w.contains("://") {
+        return Err(format!(
+            "{w:?}: use file:///path, a local path, or s3://bucket/prefix"
+        ));
+    }
+    let path = Path::new(w);
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| format!("cannot resolve {w:?}: {e}"))?
+            .join(path)
+    };
+    let text = abs.display().to_string();
+    let text = text.trim_end_matches('/').replace("/./", "/");
+    Ok(format!("file://{text}"))
+}
+
+/// The URL with any password replaced by `***`, for messages.
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        Ok(u) => u.to_string(),
+        Err(_) => "<unparsable url>".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+[pipeline]
+name = "shop"
+[source]
+kind = "postgres"
+url = "postgres://cdc:s3cret@127.0.0.1:55432/cdc"
+tables = ["public.*"]
+[sink]
+warehouse = "/tmp/wh"
+"#;
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
+        assert_eq!(c.pipeline, "shop");
+        assert_eq!(c.commit_interval_ms, 1000);
+        assert_eq!(c.commit_max_rows, 100_000);
+        let SourceConfig::Postgres(pg) = &c.source;
+        assert_eq!(pg.slot, "cdcd_shop");
+        assert_eq!(pg.publication, "cdcd_shop");
+        assert_eq!(pg.port, 55432);
+        assert_eq!(pg.user, "cdc");
+        assert_eq!(pg.password.as_deref(), Some("s3cret"));
+        let SinkConfig::Iceberg(ice) = &c.sink;
+        assert_eq!(ice.warehouse, "file:///tmp/wh");
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let text = MINIMAL.replace("[sink]", "[sink]\nwarehous = \"x\"");
+        let e = Config::from_toml(&text, "p.toml").unwrap_err().to_string();
+        assert!(e.contains("p.toml") && e.contains("warehous"), "{e}");
+    }
+
+    #[test]
+    fn missing_required_key_is_named() {
+        let text = MINIMAL.replace("name = \"shop\"", "");
+        let e = Config::from_toml(&text, "p.toml").unwrap_err().to_string();
+        assert!(e.contains("name"), "{e}");
+    }
+
+    #[test]
+    fn bad_value_is_named() {
+        let text = MINIMAL.replace("[sink]", "[sink]\ndelete_mode = \"sometimes\"");
+        let e = Config::from_toml(&text, "p.toml").unwrap_err().to_string();
+        assert!(
+            e.contains("sink.delete_mode") && e.contains("sometimes"),
+            "{e}"
+        );
+        let text = MINIMAL.replace(
+            "name = \"shop\"",
+            "name = \"shop\"\ncommit_interval_ms = \"soon\"",
+        );
+        let e = Config::from_toml(&text, "p.toml").unwrap_err().to_string();
+        assert!(e.contains("commit_interval_ms"), "{e}");
+    }
+
+    #[test]
+    fn password_never_in_debug_or_errors() {
+        let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
+        assert!(!format!("{c:?}").contains("s3cret"));
+        let text = MINIMAL.replace("tables = [\"public.*\"]", "tables = [\"orders\"]");
+        let e = Config::from_toml(&text, "p.toml").unwrap_err().to_string();
+        assert!(!e.contains("s3cret"));
+        assert_eq!(
+            redact_url("postgres://cdc:s3cret@h/db"),
+            "postgres://cdc:***@h/db"
+        );
+    }
+
+    #[test]
+    fn warehouse_forms() {
+        assert_eq!(normalize_warehouse("/a/b/").unwrap(), "file:///a/b");
+        assert_eq!(normalize_warehouse("file:///a").unwrap(), "file:///a");
+        assert!(normalize_warehouse("file://rel").is_err());
+        assert!(normalize_warehouse("gs://x").is_err());
+        assert!(normalize_warehouse("rel").unwrap().starts_with("file:///"));
+    }
+}

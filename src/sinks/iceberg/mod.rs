@@ -1,0 +1,1 @@
+//! Iceberg sink (in progress).

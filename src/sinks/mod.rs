@@ -1,0 +1,141 @@
+//! Sinks: table writers. A sink turns a buffer of ordered changes to one table into files and
+//! commits them as one table snapshot that carries the pipeline's [`Checkpoint`].
+//!
+//! - `iceberg/`: Apache Iceberg tables (equality deletes, format v2; deletion vectors later).
+//!
+//! Sinks never import sources: they see only the changelog and checkpoints.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::changelog::{TableChanges, TableId, TableSchema};
+use crate::checkpoint::Checkpoint;
+
+pub mod iceberg;
+
+/// What a committed snapshot holds, for logs, metrics and `cdcd status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableStatus {
+    /// The newest snapshot id (0: the table has no snapshot yet).
+    pub snapshot_id: i64,
+    /// The newest checkpoint of this pipeline, if any.
+    pub checkpoint: Option<Checkpoint>,
+    /// Live rows in the table (data rows minus deleted rows, as far as the metadata tells).
+    pub rows: Option<u64>,
+    /// Where the table lives.
+    pub location: String,
+}
+
+/// What one commit wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    pub snapshot_id: i64,
+    pub data_rows: u64,
+    pub deleted_rows: u64,
+    pub files_written: usize,
+}
+
+/// A table writer for one warehouse.
+///
+/// Ordering: `commit` is called per table with that table's changes in source order; commits of
+/// one table are sequential. Durability: when `commit` returns `Ok`, the snapshot (data, deletes
+/// and checkpoint) is durable and visible to readers; when it returns `Err`, no snapshot was
+/// published (files it wrote may remain as orphans, never referenced). Duplicates: the caller
+/// never passes a change twice once its commit returned `Ok`; the checkpoint is how it knows.
+/// Cancel safety: dropping a `commit` future publishes nothing unless the final atomic
+/// create-if-absent of the metadata already happened, in which case the snapshot is complete.
+#[async_trait]
+pub trait Sink: Send + Sync {
+    /// The newest checkpoint of this pipeline in `table`, or `None` when the table does not exist
+    /// or holds no checkpoint of this pipeline.
+    async fn checkpoint(&self, table: &TableId) -> Result<Option<Checkpoint>, SinkError>;
+
+    /// Applies `changes` (all for the table `schema` describes, in order) and commits them with
+    /// `checkpoint` in one snapshot. Creates the table on first use. Absent columns are completed
+    /// from the row's current values before anything is written.
+    async fn commit(
+        &self,
+        schema: &Arc<TableSchema>,
+        changes: &[TableChanges],
+        checkpoint: &Checkpoint,
+    ) -> Result<CommitStats, SinkError>;
+
+    /// The state of `table` for `cdcd status`; `None` when it does not exist.
+    async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError>;
+}
+
+/// A sink failed. Each variant names the table or path involved.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    #[error("table {table} has no primary key: cdcd needs one to apply updates and deletes; add a PRIMARY KEY or remove the table from source.tables")]
+    NoPrimaryKey { table: TableId },
+    #[error("schema of {table} changed ({detail}); cdcd does not apply schema changes yet: stop writes to the table, recreate the replica, or remove the table from source.tables")]
+    SchemaChanged { table: TableId, detail: String },
+    #[error("column {column} of {table}: type {data_type} cannot be stored in {sink}")]
+    UnsupportedType {
+        table: TableId,
+        column: String,
+        data_type: String,
+        sink: &'static str,
+    },
+    #[error("{table}: {detail}")]
+    Data { table: TableId, detail: String },
+    #[error("storage error at {path}: {source}")]
+    Storage {
+        path: String,
+        #[source]
+        source: object_store::Error,
+    },
+    #[error("{context}: {source}")]
+    Iceberg {
+        context: String,
+        #[source]
+        source: ::iceberg::Error,
+    },
+    #[error("{context}: {source}")]
+    Parquet {
+        context: String,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    #[error("{context}: {source}")]
+    Arrow {
+        context: String,
+        #[source]
+        source: arrow_schema::ArrowError,
+    },
+    #[error("{path} is not valid table metadata: {detail}")]
+    Corrupt { path: String, detail: String },
+    #[error("another writer committed version {version} of {table} first; is a second cdcd running on this pipeline?")]
+    CommitConflict { table: TableId, version: u64 },
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
+}
+
+impl SinkError {
+    /// A short label for `cdcd_errors_total{kind}`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SinkError::NoPrimaryKey { .. } => "no_primary_key",
+            SinkError::SchemaChanged { .. } => "schema_changed",
+            SinkError::UnsupportedType { .. } => "unsupported_type",
+            SinkError::Data { .. } => "data",
+            SinkError::Storage { .. } => "storage",
+            SinkError::Iceberg { .. } => "iceberg",
+            SinkError::Parquet { .. } => "parquet",
+            SinkError::Arrow { .. } => "arrow",
+            SinkError::Corrupt { .. } => "corrupt",
+            SinkError::CommitConflict { .. } => "commit_conflict",
+            SinkError::Checkpoint(_) => "checkpoint",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[allow(dead_code)]
+    fn _sink_is_object_safe(_: Box<dyn Sink>) {}
+}
