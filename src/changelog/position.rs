@@ -63,6 +63,20 @@ impl PartialOrd for Position {
 }
 
 impl Position {
+    /// The checkpoint of a table whose initial copy is under way: not a place to resume from.
+    pub fn snapshot_incomplete(like: &Position) -> Position {
+        match like {
+            Position::Postgres(_) => Position::Postgres(Lsn::ZERO),
+        }
+    }
+
+    /// Whether this is [`Position::snapshot_incomplete`].
+    pub fn is_snapshot_incomplete(&self) -> bool {
+        match self {
+            Position::Postgres(lsn) => lsn.is_zero(),
+        }
+    }
+
     /// True when this position is at or past `other` (same kind).
     pub fn covers(&self, other: &Position) -> bool {
         matches!(

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::changelog::{Position, TableId, Transaction};
+use crate::changelog::{Position, TableChanges, TableId, Transaction};
 
 pub mod postgres;
 
@@ -18,6 +18,13 @@ pub mod postgres;
 pub enum SourceEvent {
     /// A committed transaction with changes to captured tables.
     Transaction(Transaction),
+    /// Rows of a table's initial copy (all inserts; the first batch of a table starts with a
+    /// `Truncate` so a retried copy replaces what an interrupted one left). Commits of these rows
+    /// carry [`Position::snapshot_incomplete`] until `SnapshotDone`.
+    SnapshotRows(TableChanges),
+    /// The copy of `table` is complete; the table is consistent at `position` (the slot's
+    /// consistent point) and must be committed with it even if no rows were copied.
+    SnapshotDone { table: TableId, position: Position },
     /// Every transaction before `Position` has been delivered and none is open: once everything
     /// delivered is committed, this position may be acknowledged (keeps an idle source's log from
     /// growing).
@@ -33,19 +40,38 @@ pub enum SourceEvent {
 /// on `shutdown`, `run` stops reading, sends the latest ack it has, and returns `Ok`.
 #[async_trait]
 pub trait Source: Send {
-    /// Checks the server, creates what is missing (Postgres: publication, slot), and returns the
-    /// tables this source captures.
-    async fn prepare(&mut self) -> Result<Vec<TableId>, SourceError>;
+    /// Checks the server, creates what is missing except the slot (Postgres: publication), and
+    /// returns the tables this source captures and whether its slot exists.
+    async fn prepare(&mut self) -> Result<Prepared, SourceError>;
 
-    /// Streams transactions after `start` (`None`: from where the server's slot stands) into
-    /// `events` until `shutdown` is cancelled or the stream fails.
+    /// With `resume.snapshot`, (re)creates the slot, copies every captured table as
+    /// `SnapshotRows`/`SnapshotDone`, then streams from the copy's consistent point; otherwise streams
+    /// transactions after `resume.start` (`None`: from where the slot stands). Runs until
+    /// `shutdown` is cancelled or the stream fails.
     async fn run(
         self: Box<Self>,
-        start: Option<Position>,
+        resume: Resume,
         events: mpsc::Sender<SourceEvent>,
         acks: watch::Receiver<Option<Position>>,
         shutdown: CancellationToken,
     ) -> Result<(), SourceError>;
+}
+
+/// What [`Source::prepare`] found.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub tables: Vec<TableId>,
+    /// Whether the replication slot (Postgres) already exists.
+    pub slot_exists: bool,
+}
+
+/// Where [`Source::run`] starts.
+#[derive(Debug, Clone)]
+pub struct Resume {
+    /// Stream transactions after this position (`None`: where the slot stands).
+    pub start: Option<Position>,
+    /// Copy every captured table first, from a new slot's exported snapshot.
+    pub snapshot: bool,
 }
 
 /// A source failed. Each variant names what it was doing.
