@@ -17,9 +17,13 @@
 //! in the Postgres documentation (protocol-logicalrep-message-formats.html,
 //! protocol-logical-replication.html). Integers are big-endian; strings are NUL-terminated.
 
-use std::fmt;
-
 use crate::changelog::Lsn;
+
+mod reader;
+mod tuple;
+
+use reader::Reader;
+pub use tuple::{ColumnValue, TupleData, TupleIter};
 
 /// Microseconds from the Unix epoch to the Postgres epoch (2000-01-01 00:00:00 UTC), the origin
 /// of every timestamp in pgoutput messages.
@@ -248,139 +252,6 @@ impl<'a> OldTuple<'a> {
     }
 }
 
-/// One column value of a tuple.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ColumnValue<'a> {
-    /// `'n'`: SQL NULL.
-    Null,
-    /// `'u'`: a TOASTed value that did not change; its bytes are not sent (the column is absent,
-    /// not NULL).
-    UnchangedToast,
-    /// `'t'`: the value in the type's text format (not NUL-terminated).
-    Text(&'a [u8]),
-    /// `'b'`: the value in the type's binary format (only with the `binary` option).
-    Binary(&'a [u8]),
-}
-
-/// A tuple's columns, validated while decoding and read lazily through [`TupleData::iter`].
-#[derive(Clone, PartialEq, Eq)]
-pub struct TupleData<'a> {
-    /// Column count from the message.
-    columns: u16,
-    /// The column entries (after the count), already checked to hold exactly `columns` entries.
-    data: &'a [u8],
-}
-
-impl<'a> TupleData<'a> {
-    /// Number of columns in the tuple (the relation's column count at the time of the change).
-    pub fn len(&self) -> usize {
-        usize::from(self.columns)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.columns == 0
-    }
-
-    /// The column values, in relation column order. Allocates nothing.
-    pub fn iter(&self) -> TupleIter<'a> {
-        TupleIter {
-            rest: self.data,
-            remaining: self.columns,
-        }
-    }
-}
-
-impl fmt::Debug for TupleData<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.iter()).finish()
-    }
-}
-
-impl<'a> IntoIterator for &TupleData<'a> {
-    type Item = ColumnValue<'a>;
-    type IntoIter = TupleIter<'a>;
-
-    fn into_iter(self) -> TupleIter<'a> {
-        self.iter()
-    }
-}
-
-/// Iterator over a [`TupleData`]'s values.
-#[derive(Debug, Clone)]
-pub struct TupleIter<'a> {
-    rest: &'a [u8],
-    remaining: u16,
-}
-
-impl<'a> Iterator for TupleIter<'a> {
-    type Item = ColumnValue<'a>;
-
-    fn next(&mut self) -> Option<ColumnValue<'a>> {
-        if self.remaining == 0 {
-            return None;
-        }
-        // The entries were validated by `read_tuple`; should they not parse (impossible), the
-        // iterator ends rather than panicking.
-        let (value, rest) = split_column(self.rest).ok()?;
-        self.rest = rest;
-        self.remaining -= 1;
-        Some(value)
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = usize::from(self.remaining);
-        (n, Some(n))
-    }
-}
-
-impl ExactSizeIterator for TupleIter<'_> {}
-
-/// Why a column entry did not parse, relative to the entry's start.
-enum ColumnFault {
-    Truncated {
-        field: &'static str,
-        at: usize,
-        needed: usize,
-    },
-    BadKind(u8),
-    NegativeLength(i32),
-}
-
-/// Splits one column entry (`'n'`, `'u'`, or `'t'`/`'b'` + Int32 length + bytes) off `buf`.
-fn split_column(buf: &[u8]) -> Result<(ColumnValue<'_>, &[u8]), ColumnFault> {
-    let (&kind, rest) = buf.split_first().ok_or(ColumnFault::Truncated {
-        field: "column kind",
-        at: 0,
-        needed: 1,
-    })?;
-    match kind {
-        b'n' => Ok((ColumnValue::Null, rest)),
-        b'u' => Ok((ColumnValue::UnchangedToast, rest)),
-        b't' | b'b' => {
-            let (len, rest) = rest.split_first_chunk::<4>().ok_or(ColumnFault::Truncated {
-                field: "column length",
-                at: 1,
-                needed: 4,
-            })?;
-            let len = i32::from_be_bytes(*len);
-            let n = usize::try_from(len).map_err(|_| ColumnFault::NegativeLength(len))?;
-            let value = rest.get(..n).ok_or(ColumnFault::Truncated {
-                field: "column value",
-                at: 5,
-                needed: n,
-            })?;
-            let rest = rest.get(n..).unwrap_or_default();
-            let value = if kind == b't' {
-                ColumnValue::Text(value)
-            } else {
-                ColumnValue::Binary(value)
-            };
-            Ok((value, rest))
-        }
-        other => Err(ColumnFault::BadKind(other)),
-    }
-}
-
 /// The payload could not be decoded. Offsets are bytes from the start of the payload (the tag).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
@@ -433,11 +304,7 @@ impl DecodeError {
 pub fn decode(payload: &[u8], opts: DecodeOptions) -> Result<PgOutputMessage<'_>, DecodeError> {
     let (&tag, _) = payload.split_first().ok_or(DecodeError::Empty)?;
     let message = message_name(tag).ok_or(DecodeError::UnknownMessage { tag })?;
-    let mut r = Reader {
-        buf: payload,
-        pos: 1,
-        message,
-    };
+    let mut r = Reader::after_tag(payload, message);
     let xid = |r: &mut Reader<'_>| -> Result<Option<u32>, DecodeError> {
         if opts.xid_prefixed() {
             r.u32("xid").map(Some)
@@ -496,7 +363,9 @@ pub fn decode(payload: &[u8], opts: DecodeOptions) -> Result<PgOutputMessage<'_>
                     r.expect_tag("new tuple marker", b'N')?;
                     Some(old)
                 }
-                other => return Err(r.invalid_byte_before("tuple marker", other, "'N', 'K' or 'O'")),
+                other => {
+                    return Err(r.invalid_byte_before("tuple marker", other, "'N', 'K' or 'O'"))
+                }
             };
             PgOutputMessage::Update {
                 xid,
@@ -511,13 +380,11 @@ pub fn decode(payload: &[u8], opts: DecodeOptions) -> Result<PgOutputMessage<'_>
             let old = match r.u8("old tuple marker")? {
                 b'K' => OldTuple::Key(r.tuple()?),
                 b'O' => OldTuple::Full(r.tuple()?),
-                other => return Err(r.invalid_byte_before("old tuple marker", other, "'K' or 'O'")),
+                other => {
+                    return Err(r.invalid_byte_before("old tuple marker", other, "'K' or 'O'"))
+                }
             };
-            PgOutputMessage::Delete {
-                xid,
-                relation,
-                old,
-            }
+            PgOutputMessage::Delete { xid, relation, old }
         }
         b'T' => {
             let xid = xid(&mut r)?;
@@ -697,178 +564,14 @@ fn read_relation(r: &mut Reader<'_>, xid: Option<u32>) -> Result<Relation, Decod
     })
 }
 
-/// A cursor over one payload that names the message and field in every error.
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-    message: &'static str,
-}
-
-impl<'a> Reader<'a> {
-    fn remaining(&self) -> usize {
-        self.buf.len().saturating_sub(self.pos)
-    }
-
-    fn truncated(&self, field: &'static str, needed: usize) -> DecodeError {
-        DecodeError::Truncated {
-            message: self.message,
-            field,
-            offset: self.pos,
-            needed,
-            available: self.remaining(),
-        }
-    }
-
-    fn invalid(&self, field: &'static str, offset: usize, detail: String) -> DecodeError {
-        DecodeError::Invalid {
-            message: self.message,
-            field,
-            offset,
-            detail,
-        }
-    }
-
-    /// An error for the byte just read.
-    fn invalid_byte_before(&self, field: &'static str, byte: u8, expected: &str) -> DecodeError {
-        self.invalid(
-            field,
-            self.pos.saturating_sub(1),
-            format!("0x{byte:02x}, expected {expected}"),
-        )
-    }
-
-    fn bytes(&mut self, field: &'static str, n: usize) -> Result<&'a [u8], DecodeError> {
-        let end = self.pos.checked_add(n).ok_or_else(|| self.truncated(field, n))?;
-        let out = self
-            .buf
-            .get(self.pos..end)
-            .ok_or_else(|| self.truncated(field, n))?;
-        self.pos = end;
-        Ok(out)
-    }
-
-    fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], DecodeError> {
-        let rest = self.buf.get(self.pos..).unwrap_or_default();
-        let (head, _) = rest
-            .split_first_chunk::<N>()
-            .ok_or_else(|| self.truncated(field, N))?;
-        self.pos += N;
-        Ok(*head)
-    }
-
-    fn u8(&mut self, field: &'static str) -> Result<u8, DecodeError> {
-        self.array::<1>(field).map(|[b]| b)
-    }
-
-    fn u16(&mut self, field: &'static str) -> Result<u16, DecodeError> {
-        self.array(field).map(u16::from_be_bytes)
-    }
-
-    fn u32(&mut self, field: &'static str) -> Result<u32, DecodeError> {
-        self.array(field).map(u32::from_be_bytes)
-    }
-
-    fn i32(&mut self, field: &'static str) -> Result<i32, DecodeError> {
-        self.array(field).map(i32::from_be_bytes)
-    }
-
-    fn i64(&mut self, field: &'static str) -> Result<i64, DecodeError> {
-        self.array(field).map(i64::from_be_bytes)
-    }
-
-    fn lsn(&mut self, field: &'static str) -> Result<Lsn, DecodeError> {
-        self.array(field).map(|b| Lsn(u64::from_be_bytes(b)))
-    }
-
-    /// An Int32 count or length, which must be non-negative and, at `unit` bytes per item, fit in
-    /// what is left of the payload.
-    fn count32(&mut self, field: &'static str, unit: usize) -> Result<usize, DecodeError> {
-        let at = self.pos;
-        let raw = self.i32(field)?;
-        let n = usize::try_from(raw).map_err(|_| self.invalid(field, at, format!("{raw} < 0")))?;
-        if n.saturating_mul(unit) > self.remaining() {
-            return Err(self.truncated(field, n.saturating_mul(unit)));
-        }
-        Ok(n)
-    }
-
-    /// A NUL-terminated UTF-8 string (the replication connection's client_encoding is UTF8).
-    fn cstr(&mut self, field: &'static str) -> Result<&'a str, DecodeError> {
-        let start = self.pos;
-        let rest = self.buf.get(start..).unwrap_or_default();
-        let len = rest
-            .iter()
-            .position(|&b| b == 0)
-            .ok_or_else(|| self.truncated(field, rest.len() + 1))?;
-        let raw = rest.get(..len).unwrap_or_default();
-        let s = std::str::from_utf8(raw)
-            .map_err(|e| self.invalid(field, start + e.valid_up_to(), "not UTF-8".to_owned()))?;
-        self.pos = start + len + 1;
-        Ok(s)
-    }
-
-    fn expect_tag(&mut self, field: &'static str, want: u8) -> Result<(), DecodeError> {
-        match self.u8(field)? {
-            b if b == want => Ok(()),
-            other => Err(self.invalid_byte_before(field, other, &format!("{:?}", char::from(want)))),
-        }
-    }
-
-    /// A TupleData: Int16 column count, then one entry per column. Walks every entry once so the
-    /// returned [`TupleData`] iterates without failing, and so the next field's offset is known.
-    fn tuple(&mut self) -> Result<TupleData<'a>, DecodeError> {
-        let columns = self.u16("tuple column count")?;
-        let start = self.pos;
-        let mut rest = self.buf.get(start..).unwrap_or_default();
-        for column in 0..columns {
-            let at = self.buf.len() - rest.len();
-            match split_column(rest) {
-                Ok((_, next)) => rest = next,
-                Err(fault) => return Err(self.column_fault(column, at, rest.len(), fault)),
-            }
-        }
-        let end = self.buf.len() - rest.len();
-        self.pos = end;
-        Ok(TupleData {
-            columns,
-            data: self.buf.get(start..end).unwrap_or_default(),
-        })
-    }
-
-    fn column_fault(&self, column: u16, at: usize, left: usize, fault: ColumnFault) -> DecodeError {
-        let (field, offset, detail) = match fault {
-            ColumnFault::Truncated { field, at: rel, needed } => (
-                field,
-                at + rel,
-                format!("truncated: need {needed} bytes, {} left", left.saturating_sub(rel)),
-            ),
-            ColumnFault::BadKind(b) => (
-                "column kind",
-                at,
-                format!("0x{b:02x}, expected 'n', 'u', 't' or 'b'"),
-            ),
-            ColumnFault::NegativeLength(n) => ("column length", at + 1, format!("{n} < 0")),
-        };
-        DecodeError::InvalidColumn {
-            message: self.message,
-            column,
-            field,
-            offset,
-            detail,
-        }
-    }
-
-    fn finish(&self) -> Result<(), DecodeError> {
-        match self.remaining() {
-            0 => Ok(()),
-            extra => Err(DecodeError::TrailingBytes {
-                message: self.message,
-                offset: self.pos,
-                extra,
-            }),
-        }
-    }
-}
-
+/// Real pgoutput messages captured from Postgres, for tests here and in `stream.rs`.
 #[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "test fixtures")]
+pub(crate) mod captured;
+#[cfg(test)]
+#[expect(
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "tests fail loudly on anything unexpected"
+)]
 mod tests;
