@@ -40,7 +40,10 @@ pub struct DecodeOptions {
     /// The `proto_version` the stream was started with (1–4).
     pub proto_version: u32,
     /// Whether the payload sits between a Stream Start and a Stream Stop. From protocol 2 on,
-    /// Relation, Type, Insert, Update, Delete, Truncate and Message then carry a leading xid.
+    /// Relation, Type, Insert, Update, Delete, Truncate and Message then carry a leading xid:
+    /// that of the *subtransaction* that made the change (seen on PG 15: after a savepoint the
+    /// changes carry the subxact's xid while Stream Start carries the top-level one), which is
+    /// what a Stream Abort's `subxid` refers to.
     pub in_stream: bool,
 }
 
