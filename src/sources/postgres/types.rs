@@ -27,7 +27,7 @@
 //! | `date` | `Date32` | BC dates exact (proleptic Gregorian); `infinity`/`-infinity` → `i32::MAX`/`-i32::MAX` days |
 //! | `time` | `Time64(µs)` | `24:00:00` is 86 400 000 000 µs |
 //! | `timetz` | `Utf8` | the text, e.g. `03:04:05+05:30` |
-//! | `timestamp` | `Timestamp(µs, None)` | BC exact; `infinity`/`-infinity` → `i64::MAX`/`-i64::MAX` µs |
+//! | `timestamp` | `Timestamp(µs, None)` | BC exact; `infinity`/`-infinity` → `i64::MAX`/`-i64::MAX` µs; after 294247-01-10 (the end of i64 µs since 1970; Postgres goes to 294276) an error |
 //! | `timestamptz` | `Timestamp(µs, "+00:00")` | converted to UTC from whatever offset the text carries; infinities as `timestamp` |
 //! | `uuid` | `FixedSizeBinary(16)` | |
 //! | `json`, `jsonb` | `Utf8` | the text as sent |
