@@ -377,3 +377,16 @@ fn check_row_two(b: &TableChanges, r: usize) {
     assert_eq!(c(24).as_list::<i32>().value(r).len(), 0);
     assert_eq!(c(25).as_list::<i32>().value(r).len(), 0);
 }
+
+/// The source runs the copy inside a spawned task, so its future must be `Send`.
+#[allow(dead_code)]
+fn _copy_table_is_send(
+    client: &tokio_postgres::Client,
+    schema: Arc<TableSchema>,
+    types: &[ColumnType],
+) {
+    fn is_send<T: Send>(_: T) {}
+    is_send(copy_table(client, schema, types, Some("s"), 1, |_| async {
+        Ok(())
+    }));
+}
