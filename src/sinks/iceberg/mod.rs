@@ -1,1 +1,3 @@
 //! Iceberg sink (in progress).
+pub mod plan;
+pub(crate) mod schema;
