@@ -165,11 +165,6 @@ pub(crate) fn position_delete_schema() -> SchemaRef {
     ]))
 }
 
-/// Iceberg field ids of the key columns, in key order.
-pub(crate) fn key_field_ids(key: &[usize]) -> Vec<i32> {
-    key.iter().map(|&k| k as i32 + 1).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
