@@ -113,6 +113,7 @@ impl Warehouse {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
     use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};

@@ -31,10 +31,7 @@ pub(crate) fn new_table(
     location: &str,
     schema: Schema,
 ) -> Result<TableMetadata, SinkError> {
-    let properties = HashMap::from([(
-        "write.format.default".to_owned(),
-        "parquet".to_owned(),
-    )]);
+    let properties = HashMap::from([("write.format.default".to_owned(), "parquet".to_owned())]);
     TableMetadataBuilder::new(
         schema,
         UnboundPartitionSpec::builder().build(),

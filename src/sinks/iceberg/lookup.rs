@@ -55,7 +55,11 @@ pub(crate) async fn lookup(
     let wanted_rows = converter
         .convert_columns(wanted_batch.columns())
         .map_err(arrow("encoding keys".into()))?;
-    let wanted: HashMap<_, usize> = wanted_rows.iter().enumerate().map(|(i, r)| (r, i)).collect();
+    let wanted: HashMap<_, usize> = wanted_rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r, i))
+        .collect();
 
     // Newest equality delete per wanted key.
     let mut deleted_at = vec![i64::MIN; keys.len()];
@@ -124,7 +128,9 @@ pub(crate) async fn lookup(
         for f in &files.position_deletes {
             for batch in read_parquet(warehouse, f.file.file_path()).await? {
                 let (Some(paths), Some(pos)) = (
-                    batch.column_by_name("file_path").and_then(|c| c.as_string_opt::<i32>()),
+                    batch
+                        .column_by_name("file_path")
+                        .and_then(|c| c.as_string_opt::<i32>()),
                     batch
                         .column_by_name("pos")
                         .and_then(|c| c.as_primitive_opt::<arrow_array::types::Int64Type>()),

@@ -57,10 +57,7 @@ pub(crate) async fn load_latest(
 }
 
 /// The hinted version when the hint and its file exist, else the newest listed one.
-async fn newest_version_hint(
-    warehouse: &Warehouse,
-    table: &str,
-) -> Result<Option<u64>, SinkError> {
+async fn newest_version_hint(warehouse: &Warehouse, table: &str) -> Result<Option<u64>, SinkError> {
     let hint = hint_location(table);
     match read(warehouse, &hint).await {
         Ok(bytes) => {
@@ -119,6 +116,7 @@ async fn exists(warehouse: &Warehouse, location: &str) -> Result<bool, SinkError
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 

@@ -253,7 +253,10 @@ impl<'a> Planner<'a> {
                     Op::Update => {
                         let changed = c.key_changed.get(r).copied().unwrap_or(false);
                         let prior = if changed {
-                            let old_ref = KeyRef { old: true, ..key_ref };
+                            let old_ref = KeyRef {
+                                old: true,
+                                ..key_ref
+                            };
                             if c.old_keys.columns().iter().any(|a| a.is_null(r)) {
                                 return Err(PlanError::NullKey { key: old_ref });
                             }
@@ -432,4 +435,5 @@ impl<'a> Planner<'a> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests;

@@ -37,14 +37,13 @@ pub(crate) fn iceberg_schema(table: &TableSchema) -> Result<Schema, SinkError> {
     let mut next_id = n + 1;
     let mut fields: Vec<NestedFieldRef> = Vec::with_capacity(table.columns.len());
     for (i, col) in (1..).zip(&table.columns) {
-        let ty = to_iceberg(&col.data_type, &mut next_id).ok_or_else(|| {
-            SinkError::UnsupportedType {
+        let ty =
+            to_iceberg(&col.data_type, &mut next_id).ok_or_else(|| SinkError::UnsupportedType {
                 table: table.id.clone(),
                 column: col.name.clone(),
                 data_type: col.data_type.to_string(),
                 sink: SINK,
-            }
-        })?;
+            })?;
         let required = table.primary_key.contains(&((i - 1) as usize));
         fields.push(Arc::new(NestedField::new(i, &col.name, ty, required)));
     }
@@ -166,6 +165,7 @@ pub(crate) fn position_delete_schema() -> SchemaRef {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
     use crate::changelog::{Column, TableId};
@@ -195,7 +195,10 @@ mod tests {
                 col("id", DataType::Int64),
                 col("tags", list),
                 col("u", DataType::FixedSizeBinary(16)),
-                col("ts", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))),
+                col(
+                    "ts",
+                    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                ),
                 col("small", DataType::Int16),
             ],
             vec![0],
@@ -208,11 +211,11 @@ mod tests {
         let Type::List(l) = f[1].field_type.as_ref() else {
             panic!("list")
         };
-        assert_eq!(l.element_field.id, 6, "element id after the 5 top-level ids");
         assert_eq!(
-            *f[2].field_type,
-            Type::Primitive(PrimitiveType::Uuid)
+            l.element_field.id, 6,
+            "element id after the 5 top-level ids"
         );
+        assert_eq!(*f[2].field_type, Type::Primitive(PrimitiveType::Uuid));
         assert_eq!(
             *f[3].field_type,
             Type::Primitive(PrimitiveType::Timestamptz)
@@ -228,7 +231,10 @@ mod tests {
 
     #[test]
     fn rejects_unsupported_types_and_missing_keys() {
-        let t = table(vec![col("id", DataType::Int64), col("x", DataType::UInt64)], vec![0]);
+        let t = table(
+            vec![col("id", DataType::Int64), col("x", DataType::UInt64)],
+            vec![0],
+        );
         match iceberg_schema(&t) {
             Err(SinkError::UnsupportedType { column, .. }) => assert_eq!(column, "x"),
             other => panic!("{other:?}"),
@@ -248,7 +254,11 @@ mod tests {
         ))
         .unwrap();
         let b = iceberg_schema(&table(
-            vec![col("id", DataType::Int64), col("x", DataType::Int64), col("y", DataType::Utf8)],
+            vec![
+                col("id", DataType::Int64),
+                col("x", DataType::Int64),
+                col("y", DataType::Utf8),
+            ],
             vec![0],
         ))
         .unwrap();

@@ -151,7 +151,11 @@ async fn inserts_updates_deletes_read_back_in_duckdb() {
     assert_eq!(s.checkpoint(&t.id).await.unwrap(), None);
 
     let st = s
-        .commit(&t, &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])], &cp(100))
+        .commit(
+            &t,
+            &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])],
+            &cp(100),
+        )
         .await
         .unwrap();
     assert_eq!((st.data_rows, st.deleted_rows, st.files_written), (3, 0, 2));
@@ -179,7 +183,10 @@ async fn inserts_updates_deletes_read_back_in_duckdb() {
         )
         .await
         .unwrap();
-    assert_eq!(st.deleted_rows, 4, "eq deletes 1, 2, 3 and one position delete");
+    assert_eq!(
+        st.deleted_rows, 4,
+        "eq deletes 1, 2, 3 and one position delete"
+    );
     if let Some(rows) = duck(&td, "id, a, b") {
         assert_eq!(
             rows,
@@ -190,14 +197,19 @@ async fn inserts_updates_deletes_read_back_in_duckdb() {
 
     // A fresh sink (no cache) finds the newest metadata and continues.
     let s2 = sink(dir.path());
-    s2.commit(&t, &[changes(&[del(5)])], &cp(300)).await.unwrap();
+    s2.commit(&t, &[changes(&[del(5)])], &cp(300))
+        .await
+        .unwrap();
     if let Some(rows) = duck(&td, "id") {
         assert_eq!(rows, "[(1,), (2,), (4,), (30,)]");
     }
     let status = s2.status(&t.id).await.unwrap().unwrap();
     assert_eq!(status.checkpoint, Some(cp(300)));
     assert!(status.location.ends_with("/public/t"));
-    assert!(dir.path().join("public/t/metadata/v4.metadata.json").exists());
+    assert!(dir
+        .path()
+        .join("public/t/metadata/v4.metadata.json")
+        .exists());
     let hint = std::fs::read_to_string(dir.path().join("public/t/metadata/version-hint.text"));
     assert_eq!(hint.unwrap(), "4");
 }
@@ -229,9 +241,13 @@ async fn partial_updates_are_completed_from_the_table() {
     let dir = tempfile::tempdir().unwrap();
     let s = sink(dir.path());
     let t = schema();
-    s.commit(&t, &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])], &cp(1))
-        .await
-        .unwrap();
+    s.commit(
+        &t,
+        &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])],
+        &cp(1),
+    )
+    .await
+    .unwrap();
     // Row 2's current value comes from a later snapshot than its insert.
     s.commit(&t, &[changes(&[upd(2, Some("b2"), 22)])], &cp(2))
         .await
@@ -256,7 +272,10 @@ async fn partial_updates_are_completed_from_the_table() {
         .await
         .unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("row not in table") && msg.contains('9'), "{msg}");
+    assert!(
+        msg.contains("row not in table") && msg.contains('9'),
+        "{msg}"
+    );
     assert_eq!(s.checkpoint(&t.id).await.unwrap(), Some(cp(3)));
 }
 
@@ -288,13 +307,18 @@ async fn schema_change_and_missing_key_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let s = sink(dir.path());
     let t = schema();
-    s.commit(&t, &[changes(&[ins(1, "a")])], &cp(1)).await.unwrap();
+    s.commit(&t, &[changes(&[ins(1, "a")])], &cp(1))
+        .await
+        .unwrap();
     let mut changed = (*t).clone();
     changed.columns[1].data_type = DataType::Int64;
     changed.columns.push(col("extra", DataType::Utf8));
     match s.commit(&Arc::new(changed), &[], &cp(2)).await {
         Err(SinkError::SchemaChanged { detail, .. }) => {
-            assert!(detail.contains("column a") && detail.contains("extra"), "{detail}")
+            assert!(
+                detail.contains("column a") && detail.contains("extra"),
+                "{detail}"
+            )
         }
         other => panic!("{other:?}"),
     }
@@ -318,14 +342,22 @@ async fn stale_or_missing_hint_still_finds_the_newest_version() {
     }
     let hint = dir.path().join("public/t/metadata/version-hint.text");
     std::fs::write(&hint, "2").unwrap();
-    assert_eq!(sink(dir.path()).checkpoint(&t.id).await.unwrap(), Some(cp(3)));
+    assert_eq!(
+        sink(dir.path()).checkpoint(&t.id).await.unwrap(),
+        Some(cp(3))
+    );
     std::fs::remove_file(&hint).unwrap();
-    assert_eq!(sink(dir.path()).checkpoint(&t.id).await.unwrap(), Some(cp(3)));
+    assert_eq!(
+        sink(dir.path()).checkpoint(&t.id).await.unwrap(),
+        Some(cp(3))
+    );
     // A second writer that loaded an older version conflicts instead of overwriting.
     std::fs::write(&hint, "4").unwrap();
     let stale = sink(dir.path());
     stale.checkpoint(&t.id).await.unwrap();
-    s.commit(&t, &[changes(&[ins(10, "y")])], &cp(4)).await.unwrap();
+    s.commit(&t, &[changes(&[ins(10, "y")])], &cp(4))
+        .await
+        .unwrap();
     assert!(matches!(
         stale.commit(&t, &[changes(&[ins(11, "z")])], &cp(5)).await,
         Err(SinkError::CommitConflict { version: 5, .. })

@@ -42,11 +42,7 @@ pub(crate) fn data_batch(
             arrays.push(l.column(col).as_ref());
         }
         indices.clear();
-        indices.extend(
-            file.rows
-                .iter()
-                .map(|r| (r.batch as usize, r.row as usize)),
-        );
+        indices.extend(file.rows.iter().map(|r| (r.batch as usize, r.row as usize)));
         for fill in file.fills.iter().filter(|f| f.column as usize == col) {
             let source = match fill.source {
                 CellSource::Change(r) => (r.batch as usize, r.row as usize),
@@ -158,6 +154,7 @@ pub(crate) async fn write_file(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
     use crate::sinks::iceberg::schema::position_delete_schema;
@@ -165,7 +162,10 @@ mod tests {
 
     #[test]
     fn position_deletes_carry_reserved_field_ids() {
-        let paths = vec!["file:///a/0.parquet".to_owned(), "file:///a/1.parquet".to_owned()];
+        let paths = vec![
+            "file:///a/0.parquet".to_owned(),
+            "file:///a/1.parquet".to_owned(),
+        ];
         let b = position_batch(&paths, &[(0, 3), (1, 0)], &position_delete_schema()).unwrap();
         let bytes = encode_parquet(&b).unwrap();
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();

@@ -167,7 +167,13 @@ fn superseded_row_in_a_closed_file_gets_a_position_delete() {
         max_rows: 2,
         max_bytes: usize::MAX,
     };
-    let cs = [ins(1, "a"), ins(2, "b"), ins(3, "c"), upd(1, Some("z")), del(2)];
+    let cs = [
+        ins(1, "a"),
+        ins(2, "b"),
+        ins(3, "c"),
+        upd(1, Some("z")),
+        del(2),
+    ];
     let p = plan(&[batch(&cs)], &[0], limits).unwrap();
     assert_eq!(p.files.len(), 2);
     assert_eq!(p.files[0].rows, vec![rr(0), rr(1)]);
@@ -215,7 +221,10 @@ fn truncate_discards_everything_before_it() {
     let p = run(&[ins(1, "x"), del(9), trunc(), ins(2, "y"), del(3)]);
     assert!(p.truncate);
     assert_eq!(p.files[0].rows, vec![rr(3)]);
-    assert!(p.equality_deletes.is_empty(), "nothing older survives a truncate");
+    assert!(
+        p.equality_deletes.is_empty(),
+        "nothing older survives a truncate"
+    );
 }
 
 #[test]
@@ -247,7 +256,11 @@ fn partial_update_from_this_commit() {
         }]
     );
     let p = run(&[rekey(1, 2, None)]);
-    assert_eq!(p.lookups, vec![kr(0, true)], "completed from the old key's row");
+    assert_eq!(
+        p.lookups,
+        vec![kr(0, true)],
+        "completed from the old key's row"
+    );
 }
 
 #[test]
@@ -282,5 +295,8 @@ fn spans_batches() {
 
 #[test]
 fn empty_changes_plan_nothing() {
-    assert_eq!(plan(&[], &[0], FileLimits::default()).unwrap(), Plan::default());
+    assert_eq!(
+        plan(&[], &[0], FileLimits::default()).unwrap(),
+        Plan::default()
+    );
 }
