@@ -111,6 +111,23 @@ pub(crate) fn schema_difference(existing: &Schema, wanted: &Schema) -> Option<St
             problems.push(format!("column {} removed", o.name));
         }
     }
+    let mut old_key: Vec<&str> = existing
+        .identifier_field_ids()
+        .filter_map(|id| existing.field_by_id(id).map(|f| f.name.as_str()))
+        .collect();
+    let mut new_key: Vec<&str> = wanted
+        .identifier_field_ids()
+        .filter_map(|id| wanted.field_by_id(id).map(|f| f.name.as_str()))
+        .collect();
+    old_key.sort_unstable();
+    new_key.sort_unstable();
+    if old_key != new_key {
+        problems.push(format!(
+            "primary key changed from ({}) to ({})",
+            old_key.join(", "),
+            new_key.join(", ")
+        ));
+    }
     (!problems.is_empty()).then(|| problems.join(", "))
 }
 
@@ -266,5 +283,12 @@ mod tests {
         let d = schema_difference(&a, &b).unwrap();
         assert!(d.contains("column x changed type"), "{d}");
         assert!(d.contains("column y added"), "{d}");
+        let rekeyed = iceberg_schema(&table(
+            vec![col("id", DataType::Int64), col("x", DataType::Utf8)],
+            vec![1],
+        ))
+        .unwrap();
+        let d = schema_difference(&a, &rekeyed).unwrap();
+        assert!(d.contains("primary key changed from (id) to (x)"), "{d}");
     }
 }

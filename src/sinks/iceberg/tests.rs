@@ -392,5 +392,25 @@ async fn pyiceberg_reads_position_deletes() {
     }
 }
 
+#[tokio::test]
+async fn memory_warehouse_round_trips() {
+    let config = IcebergConfig {
+        warehouse: "memory://".into(),
+        namespace: Some("lake".into()),
+        delete_mode: DeleteMode::Equality,
+    };
+    let s = IcebergSink::new(&config, "shop").unwrap();
+    let t = schema();
+    s.commit(&t, &[changes(&[ins(1, "a")])], &cp(1))
+        .await
+        .unwrap();
+    s.commit(&t, &[changes(&[upd(1, None, 2)])], &cp(2))
+        .await
+        .unwrap();
+    let st = s.status(&t.id).await.unwrap().unwrap();
+    assert_eq!(st.checkpoint, Some(cp(2)));
+    assert!(st.location.ends_with("/lake/t"), "{}", st.location);
+}
+
 #[path = "types_tests.rs"]
 mod types_tests;
