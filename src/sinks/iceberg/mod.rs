@@ -153,6 +153,7 @@ impl IcebergSink {
                 detail,
             });
         }
+        check_batches(schema, changes)?;
         let plan = plan::plan(changes, &schema.primary_key, self.limits)
             .map_err(|e| plan_error(schema, changes, e))?;
 
@@ -455,6 +456,48 @@ fn summary(
         operation,
         additional_properties: p,
     }
+}
+
+/// Every batch must have the columns and types of `schema` (the writer gathers across batches).
+fn check_batches(schema: &TableSchema, changes: &[TableChanges]) -> Result<(), SinkError> {
+    let rows = TableChanges::rows_schema(schema);
+    let keys = TableChanges::keys_schema(schema);
+    let same = |a: &arrow_schema::Schema, b: &arrow_schema::Schema| {
+        a.fields().len() == b.fields().len()
+            && a.fields()
+                .iter()
+                .zip(b.fields())
+                .all(|(x, y)| x.data_type() == y.data_type())
+    };
+    for c in changes {
+        if !same(&c.rows.schema(), &rows) || !same(&c.old_keys.schema(), &keys) {
+            return Err(SinkError::SchemaChanged {
+                table: schema.id.clone(),
+                detail: format!(
+                    "a change batch has columns ({}) but the table has ({})",
+                    c.schema
+                        .columns
+                        .iter()
+                        .map(|c| format!("{} {}", c.name, c.data_type))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    schema
+                        .columns
+                        .iter()
+                        .map(|c| format!("{} {}", c.name, c.data_type))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
+        }
+        if c.ops.len() != c.rows.num_rows() || c.key_changed.len() != c.rows.num_rows() {
+            return Err(SinkError::Data {
+                table: schema.id.clone(),
+                detail: "a change batch's ops, rows and key flags differ in length".into(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A planning error as a sink error naming the table and key.

@@ -111,6 +111,9 @@ pub(crate) fn schema_difference(existing: &Schema, wanted: &Schema) -> Option<St
             problems.push(format!("column {} removed", o.name));
         }
     }
+    if problems.is_empty() && old.iter().zip(new).any(|(o, f)| o.name != f.name) {
+        problems.push("columns reordered".to_owned());
+    }
     let mut old_key: Vec<&str> = existing
         .identifier_field_ids()
         .filter_map(|id| existing.field_by_id(id).map(|f| f.name.as_str()))
@@ -283,6 +286,15 @@ mod tests {
         let d = schema_difference(&a, &b).unwrap();
         assert!(d.contains("column x changed type"), "{d}");
         assert!(d.contains("column y added"), "{d}");
+        let swapped = iceberg_schema(&table(
+            vec![col("x", DataType::Utf8), col("id", DataType::Int64)],
+            vec![1],
+        ))
+        .unwrap();
+        assert_eq!(
+            schema_difference(&a, &swapped).unwrap(),
+            "columns reordered"
+        );
         let rekeyed = iceberg_schema(&table(
             vec![col("id", DataType::Int64), col("x", DataType::Utf8)],
             vec![1],
