@@ -5,7 +5,8 @@
 //! names its key, or a position delete names (file, pos) (Iceberg spec, "Scan Planning"). A key
 //! with no current row is an error: an absent value is never replaced by a placeholder.
 //!
-//! Cost: every live data file is read (no key-range pruning yet); partial updates are rare
+//! Cost: every live data file is fetched and its key columns decoded (no key-range pruning yet);
+//! whole rows are decoded only for files holding a wanted key. Partial updates are rare
 //! (unchanged TOASTed values), and all keys of one commit share the pass.
 
 use std::collections::{HashMap, HashSet};
@@ -17,6 +18,7 @@ use arrow_row::{RowConverter, SortField};
 use arrow_schema::{ArrowError, SchemaRef};
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
 
 use super::manifest::{read, LiveFiles};
 use super::plan::KeyRef;
@@ -82,38 +84,60 @@ pub(crate) async fn lookup(
     // Candidate rows: (wanted index, data file index, position, found batch, row in it).
     let mut candidates: Vec<(usize, usize, u64, usize, usize)> = Vec::new();
     let mut found: Vec<RecordBatch> = Vec::new();
+    let key_names: Vec<&str> = keys_schema
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect();
     for (fi, f) in files.data.iter().enumerate() {
+        let path = f.file.file_path();
+        let bytes = read(warehouse, path).await?;
+        // First pass decodes only the key columns: most files hold none of the wanted keys.
+        let mut positions: Vec<(usize, u64)> = Vec::new();
         let mut offset = 0u64;
-        for batch in read_parquet(warehouse, f.file.file_path()).await? {
-            let context = || f.file.file_path().to_owned();
-            let cols = project(&batch, &rows_schema).map_err(arrow(context()))?;
-            let key_cols: Vec<ArrayRef> = schema
-                .primary_key
-                .iter()
-                .filter_map(|&k| cols.get(k).cloned())
-                .collect();
+        for batch in decode(&bytes, path, Some(&key_names))? {
+            let cols = project(&batch, &keys_schema).map_err(arrow(path.to_owned()))?;
             let rows = converter
-                .convert_columns(&key_cols)
-                .map_err(arrow(context()))?;
-            let mut take = Vec::new();
+                .convert_columns(&cols)
+                .map_err(arrow(path.to_owned()))?;
             for (r, row) in rows.iter().enumerate() {
                 if let Some(&i) = wanted.get(&row) {
-                    candidates.push((i, fi, offset + r as u64, found.len(), take.len()));
-                    take.push(r as u32);
+                    positions.push((i, offset + r as u64));
                 }
             }
+            offset += batch.num_rows() as u64;
+        }
+        if positions.is_empty() {
+            continue;
+        }
+        // Second pass: whole rows, only for files with a match.
+        let mut offset = 0u64;
+        let mut next = 0usize;
+        for batch in decode(&bytes, path, None)? {
+            let end = offset + batch.num_rows() as u64;
+            let mut take = Vec::new();
+            while let Some(&(i, pos)) = positions.get(next) {
+                if pos >= end {
+                    break;
+                }
+                candidates.push((i, fi, pos, found.len(), take.len()));
+                take.push((pos - offset) as u32);
+                next += 1;
+            }
             if !take.is_empty() {
+                let cols = project(&batch, &rows_schema).map_err(arrow(path.to_owned()))?;
                 let idx = UInt32Array::from(take);
                 let taken = cols
                     .iter()
                     .map(|c| arrow_select::take::take(c.as_ref(), &idx, None))
                     .collect::<Result<Vec<_>, _>>()
-                    .map_err(arrow(context()))?;
+                    .map_err(arrow(path.to_owned()))?;
                 found.push(
-                    RecordBatch::try_new(rows_schema.clone(), taken).map_err(arrow(context()))?,
+                    RecordBatch::try_new(rows_schema.clone(), taken)
+                        .map_err(arrow(path.to_owned()))?,
                 );
             }
-            offset += batch.num_rows() as u64;
+            offset = end;
         }
     }
 
@@ -209,16 +233,32 @@ async fn read_parquet(
     warehouse: &Warehouse,
     location: &str,
 ) -> Result<Vec<RecordBatch>, SinkError> {
-    let bytes: Bytes = read(warehouse, location).await?;
+    let bytes = read(warehouse, location).await?;
+    decode(&bytes, location, None)
+}
+
+/// Decodes a Parquet file, only the top-level `columns` when given.
+fn decode(
+    bytes: &Bytes,
+    location: &str,
+    columns: Option<&[&str]>,
+) -> Result<Vec<RecordBatch>, SinkError> {
     let parquet = |source| SinkError::Parquet {
         context: format!("reading {location}"),
         source,
     };
-    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-        .map_err(parquet)?
+    let mut builder = ParquetRecordBatchReaderBuilder::try_new(bytes.clone()).map_err(parquet)?;
+    if let Some(columns) = columns {
+        let roots: Vec<usize> = columns
+            .iter()
+            .filter_map(|c| builder.schema().index_of(c).ok())
+            .collect();
+        let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+        builder = builder.with_projection(mask);
+    }
+    builder
         .build()
-        .map_err(parquet)?;
-    reader
+        .map_err(parquet)?
         .collect::<Result<Vec<_>, _>>()
         .map_err(|source| SinkError::Arrow {
             context: format!("reading {location}"),
