@@ -280,6 +280,33 @@ async fn partial_updates_are_completed_from_the_table() {
 }
 
 #[tokio::test]
+async fn lookup_skips_rows_removed_by_position_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sink(dir.path()).with_file_limits(FileLimits {
+        max_rows: 1,
+        max_bytes: usize::MAX,
+    });
+    let t = schema();
+    // Both versions of row 1 carry the same sequence number; only the position delete tells
+    // which one is current.
+    let st = s
+        .commit(
+            &t,
+            &[changes(&[ins(1, "old"), upd(1, Some("new"), 2)])],
+            &cp(1),
+        )
+        .await
+        .unwrap();
+    assert_eq!(st.deleted_rows, 1);
+    s.commit(&t, &[changes(&[upd(1, None, 3)])], &cp(2))
+        .await
+        .unwrap();
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, "[(1, 'new', 3)]");
+    }
+}
+
+#[tokio::test]
 async fn empty_commit_publishes_the_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let s = sink(dir.path());
