@@ -8,8 +8,9 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::changelog::TableId;
-use crate::config::{Config, SourceConfig};
+use crate::config::{Config, SinkConfig, SourceConfig};
 use crate::pipeline::{self, PipelineError, Settings};
+use crate::sinks::iceberg::IcebergSink;
 use crate::sinks::{Sink, SinkError};
 use crate::sources::{Source, SourceError};
 
@@ -51,10 +52,10 @@ fn build_source(_config: &Config) -> Result<Box<dyn Source>, CommandError> {
     )))
 }
 
-fn build_sink(_config: &Config) -> Result<Arc<dyn Sink>, CommandError> {
-    Err(CommandError::Source(SourceError::Config(
-        "the Iceberg sink is not integrated yet".into(),
-    )))
+fn build_sink(config: &Config) -> Result<Arc<dyn Sink>, CommandError> {
+    let SinkConfig::Iceberg(iceberg) = &config.sink;
+    let sink = IcebergSink::new(iceberg, &config.pipeline).map_err(Box::new)?;
+    Ok(Arc::new(sink))
 }
 
 /// Runs the pipeline until `shutdown`.
