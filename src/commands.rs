@@ -13,6 +13,7 @@ use crate::pipeline::{self, PipelineError, Settings};
 use crate::sinks::iceberg::IcebergSink;
 use crate::sinks::{Sink, SinkError};
 use crate::sources::{Source, SourceError};
+use crate::storage::Warehouse;
 
 /// One table in `cdcd status`.
 #[derive(Debug, Clone, Serialize)]
@@ -72,10 +73,33 @@ pub async fn check(config: &Config) -> Vec<String> {
     if let Err(e) = build_source(config) {
         problems.push(e.to_string());
     }
-    if let Err(e) = build_sink(config) {
-        problems.push(e.to_string());
+    if let Err(e) = probe_warehouse(config).await {
+        problems.push(e);
     }
     problems
+}
+
+/// Writes and removes a small object under `<warehouse>/_cdcd/<pipeline>/` to prove the warehouse
+/// is reachable and writable.
+async fn probe_warehouse(config: &Config) -> Result<(), String> {
+    use object_store::ObjectStoreExt;
+    let SinkConfig::Iceberg(iceberg) = &config.sink;
+    let warehouse = Warehouse::from_url(&iceberg.warehouse).map_err(|e| e.to_string())?;
+    let location = warehouse.location(&["_cdcd", &config.pipeline, "check-probe"]);
+    let path = warehouse.path(&location).map_err(|e| e.to_string())?;
+    let unwritable = |e: object_store::Error| {
+        format!(
+            "warehouse {} is not writable ({e}): check the path and its permissions (sink.warehouse)",
+            warehouse.url()
+        )
+    };
+    warehouse
+        .store()
+        .put(&path, bytes::Bytes::from_static(b"cdcd check").into())
+        .await
+        .map_err(unwritable)?;
+    warehouse.store().delete(&path).await.map_err(unwritable)?;
+    Ok(())
 }
 
 /// The committed state of every captured table.
