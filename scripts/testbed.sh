@@ -42,7 +42,8 @@ apt_install() {
 python_apt() { apt_want python3-venv ca-certificates; }
 python_up() {
   # Pinned, verified to resolve together (DuckDB must stay at 1.5.5: the offline extension wheels stop there
-  # and are version-locked; autoinstall would need the network).
+  # and are version-locked; autoinstall would need the network). pytz: DuckDB's Python client imports it to
+  # return timestamptz values, and nothing else here pulls it in.
   local req=$CDCD_TB/requirements.txt
   cat > "$req.new" <<'EOF'
 duckdb==1.5.5
@@ -53,6 +54,7 @@ duckdb-extension-httpfs==1.5.5
 pyiceberg[pyarrow]==0.12.0
 pyarrow==19.0.1
 psycopg2-binary==2.9.13
+pytz==2026.6
 EOF
   # Debian's own python3 (python3-venv belongs to it), not whatever `python3` a PATH shim points at.
   local base=/usr/bin/python3
@@ -90,7 +92,7 @@ if __name__ == "__main__":
     print(con.sql("select extension_name, extension_version, install_path from duckdb_extensions() where loaded and install_path like '/%'").fetchall())
 EOF
   "$PY" "$CDCD_TB/duck_load.py" >/dev/null || die "DuckDB cannot load the iceberg extension from the wheels (see above)"
-  "$PY" -c 'import pyiceberg, pyarrow, psycopg2' || die "python readers do not import (see above)"
+  "$PY" -c 'import pyiceberg, pyarrow, psycopg2, pytz' || die "python readers do not import (see above)"
 }
 python_stop() { :; }
 python_env() {
