@@ -173,7 +173,7 @@ impl Pipeline {
         let warehouse = dir.path().join("wh");
         let config = dir.path().join("pipeline.toml");
         let stderr_log = dir.path().join("cdcd.stderr");
-        let mut p = Pipeline {
+        let p = Pipeline {
             env: env.clone(),
             name: name.to_string(),
             slot: format!("cdcd_{name}"),
