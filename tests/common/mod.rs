@@ -26,8 +26,11 @@ use tokio_postgres::{Client, NoTls};
 
 /// The oracle: exit 0 equal, 1 different, 2 usage or I/O error; the last line is the summary.
 pub const LAKECHECK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/lakecheck.py");
-/// The binary under test, built by cargo for this test run.
-pub const CDCD: &str = env!("CARGO_BIN_EXE_cdcd");
+/// The binary cargo built for this test run; `CDCD_TEST_BIN` replaces it (another build, or a stand-in
+/// when working on the tests themselves).
+pub fn cdcd_bin() -> String {
+    std::env::var("CDCD_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_cdcd").to_string())
+}
 /// Namespace every test pipeline writes its tables to.
 pub const NAMESPACE: &str = "shop";
 
@@ -106,6 +109,9 @@ impl Rng {
                     .unwrap_or(1)
             });
         eprintln!("{test}: CDCD_TEST_SEED={seed}");
+        Rng(seed | 1)
+    }
+    pub fn from_seed(seed: u64) -> Rng {
         Rng(seed | 1)
     }
     pub fn next(&mut self) -> u64 {
@@ -239,14 +245,15 @@ impl Pipeline {
             .open(&self.stderr_log)
             .unwrap();
         writeln!(log, "===== cdcd start #{} =====", self.starts).unwrap();
-        let child = Command::new(CDCD)
+        let bin = cdcd_bin();
+        let child = Command::new(&bin)
             .arg("--config")
             .arg(&self.config)
             .stdin(Stdio::null())
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))
             .spawn()
-            .unwrap_or_else(|e| panic!("spawn {CDCD}: {e}"));
+            .unwrap_or_else(|e| panic!("spawn {bin}: {e}"));
         self.daemon = Some(child);
     }
 
