@@ -130,7 +130,11 @@ async fn kill_dash_nine_at_random_moments() {
     };
     let mut rng = Rng::from_env_or_clock("kill_dash_nine_at_random_moments");
     let name = unique("k9");
-    let tables = [format!("{name}_a"), format!("{name}_b"), format!("{name}_c")];
+    let tables = [
+        format!("{name}_a"),
+        format!("{name}_b"),
+        format!("{name}_c"),
+    ];
     let client = connect(&env.pg_url).await;
     exec(&client, &create_tables(&name)).await;
     let refs: Vec<&str> = tables.iter().map(String::as_str).collect();

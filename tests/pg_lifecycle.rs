@@ -7,7 +7,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{connect, exec, parse_lsn, test_env, unique, Pipeline, Settings, cdcd_bin};
+use common::{cdcd_bin, connect, exec, parse_lsn, test_env, unique, Pipeline, Settings};
 use tokio_postgres::Client;
 
 /// Waits until the walsender of `slot` has sent everything written so far (cdcd then has the changes in
@@ -172,7 +172,10 @@ async fn check_reports_problems() {
     p.on_cleanup(format!("DROP TABLE IF EXISTS {good}, {nopk}"));
     let (ok, out) = check(&p);
     assert!(ok, "cdcd check on a good config failed:\n{out}");
-    assert!(!out.contains(&secret), "cdcd check printed the password:\n{out}");
+    assert!(
+        !out.contains(&secret),
+        "cdcd check printed the password:\n{out}"
+    );
 
     // The daemon with that config: runs, replicates, and never logs the password.
     p.start();
@@ -195,7 +198,10 @@ async fn check_reports_problems() {
         ..Settings::default()
     });
     let (ok, out) = check(&p);
-    assert!(!ok, "cdcd check passed a table without a primary key:\n{out}");
+    assert!(
+        !ok,
+        "cdcd check passed a table without a primary key:\n{out}"
+    );
     assert!(
         out.lines().any(|l| l.contains(&nopk)),
         "no line of cdcd check names {nopk}:\n{out}"

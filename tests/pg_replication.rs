@@ -31,6 +31,7 @@ fn create_types_table(table: &str, mood: &str) -> String {
 
 /// Hand-picked rows: extremes, special floats, empty vs NULL, quoting, unicode, arrays with NULLs.
 fn insert_edge_rows(t: &str) -> String {
+    let mood = format!("{t}_mood");
     format!(
         r#"INSERT INTO {t} VALUES
  (1, true, -32768, -2147483648, -9223372036854775808, 1.5, 3.141592653589793, 123456789.123,
@@ -61,7 +62,6 @@ newline', 'varchar ünï', 'ab', '\x00ff10'::bytea, '1999-12-31', '23:59:59.9999
  -- a TOASTed row: 400 md5 chunks = 12,800 bytes, stored out of line
  INSERT INTO {t} (id, i4, t, mood) VALUES
    (500, 1, (SELECT string_agg(md5(i::text), '') FROM generate_series(1, 400) i), 'ok');"#,
-        mood = format!("{t}_mood"),
     )
 }
 

@@ -51,7 +51,9 @@ pub fn test_env(test: &str) -> Option<TestEnv> {
         return None;
     };
     let python = std::env::var("CDCD_TEST_PYTHON").unwrap_or_else(|_| {
-        panic!("CDCD_TEST_PG is set but CDCD_TEST_PYTHON is not: eval \"$(scripts/testbed.sh env)\"")
+        panic!(
+            "CDCD_TEST_PG is set but CDCD_TEST_PYTHON is not: eval \"$(scripts/testbed.sh env)\""
+        )
     });
     Some(TestEnv { pg_url, python })
 }
@@ -83,14 +85,21 @@ pub async fn exec(client: &Client, sql: &str) {
 
 /// A Postgres LSN `X/Y` (hex halves) as a number, for ordering.
 pub fn parse_lsn(text: &str) -> u64 {
-    let (hi, lo) = text.split_once('/').unwrap_or_else(|| panic!("not an LSN: {text:?}"));
+    let (hi, lo) = text
+        .split_once('/')
+        .unwrap_or_else(|| panic!("not an LSN: {text:?}"));
     (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
 }
 
 /// Sends SIGTERM (std only knows SIGKILL; the `kill` utility saves a libc dependency).
 pub fn sigterm(pid: u32) {
-    let st = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
-    assert!(matches!(st, Ok(s) if s.success()), "kill -TERM {pid}: {st:?}");
+    let st = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    assert!(
+        matches!(st, Ok(s) if s.success()),
+        "kill -TERM {pid}: {st:?}"
+    );
 }
 
 /// A small deterministic generator (xorshift64*) for the random moments of crash tests. The seed is
@@ -393,7 +402,10 @@ impl Pipeline {
             Some(0),
             "lakecheck public.{table}: replica differs from the source:\n{out}"
         );
-        eprintln!("lakecheck public.{table}: {}", out.lines().last().unwrap_or(""));
+        eprintln!(
+            "lakecheck public.{table}: {}",
+            out.lines().last().unwrap_or("")
+        );
     }
 
     /// Runs lakecheck with `extra` arguments; returns its exit code and combined output.
