@@ -52,7 +52,7 @@ rc=${PIPESTATUS[0]}
 set -e
 
 step "summary ($(elapsed))"
-awk '/^ *Running /{bin=$2} /^test result:/{sub(/^test result: /, ""); print "  " bin ": " $0}' "$LOG_DIR/test.log"
+awk '/^ *Running /{bin=$0; sub(/^ *Running /, "", bin); sub(/ \(.*$/, "", bin)} /^test result:/{sub(/^test result: /, ""); print "  " bin ": " $0}' "$LOG_DIR/test.log"
 failed=$(sed -nE 's/^test (.*) \.\.\. FAILED$/\1/p' "$LOG_DIR/test.log")
 if [ "$rc" != 0 ]; then
   [ "$rc" = 124 ] && echo "  timed out after ${CDCD_TEST_TIMEOUT:-1800}s"
