@@ -22,6 +22,7 @@
 
 pub mod changelog;
 pub mod checkpoint;
+pub mod commands;
 pub mod config;
 pub mod metrics;
 pub mod pipeline;

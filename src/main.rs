@@ -1,1 +1,137 @@
-fn main() {}
+//! The `cdcd` command line: parse, load the config, run. Everything else lives in the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+
+/// Change-data-capture daemon: keeps lakehouse tables equal to Postgres tables, exactly once.
+#[derive(Debug, Parser)]
+#[command(name = "cdcd", version, about)]
+struct Cli {
+    /// The pipeline's TOML file (every key can be overridden by CDCD_<SECTION>__<KEY>).
+    #[arg(long, short, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Preflight: source settings, privileges, sink reachability. One line per problem.
+    Check,
+    /// Per table: committed position, snapshot id, rows.
+    Status {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CDCD_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cdcd: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            error!("{e:#}");
+            eprintln!("cdcd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let path = cli
+        .config
+        .context("missing --config FILE (see config/pipeline.example.toml)")?;
+    let config = cdcd::config::Config::load(&path)?;
+    match cli.command {
+        None => {
+            let shutdown = CancellationToken::new();
+            tokio::spawn(stop_on_signal(shutdown.clone()));
+            cdcd::commands::run(&config, shutdown).await?;
+            info!("stopped");
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::Check) => {
+            let problems = cdcd::commands::check(&config).await;
+            if problems.is_empty() {
+                println!("ok: {} is ready", config.pipeline);
+                Ok(ExitCode::SUCCESS)
+            } else {
+                for p in &problems {
+                    println!("{p}");
+                }
+                Ok(ExitCode::FAILURE)
+            }
+        }
+        Some(Command::Status { json }) => {
+            let rows = cdcd::commands::status(&config).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                println!(
+                    "{:<40} {:<20} {:>20} {:>12}",
+                    "TABLE", "POSITION", "SNAPSHOT", "ROWS"
+                );
+                for r in rows {
+                    println!(
+                        "{:<40} {:<20} {:>20} {:>12}",
+                        r.table,
+                        r.position.as_deref().unwrap_or("-"),
+                        r.snapshot_id
+                            .map(|s| s.to_string())
+                            .unwrap_or_else(|| "-".into()),
+                        r.rows.map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// SIGTERM or SIGINT: stop reading, commit what is buffered, exit 0.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => info!("SIGTERM"),
+                    _ = tokio::signal::ctrl_c() => info!("SIGINT"),
+                }
+            }
+            Err(e) => {
+                error!("cannot listen for SIGTERM ({e}); only SIGINT stops cdcd cleanly");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    shutdown.cancel();
+}

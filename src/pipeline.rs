@@ -1,1 +1,508 @@
-//! Pipeline (in progress).
+//! The pipeline: source events in, table commits out, acknowledgements back to the source.
+//!
+//! ```text
+//! Source::run ──events (bounded)──► Pipeline ──commit per table──► Sink
+//!      ▲                                │
+//!      └──────── acks (watch) ◄─────────┘  only positions every table has committed
+//! ```
+//!
+//! The pipeline buffers changes per table and commits when the oldest buffered change is
+//! `commit_interval_ms` old, when `commit_max_rows` changes are buffered, at the end of a table's
+//! initial copy, and at shutdown. Each commit is one table snapshot carrying the table's checkpoint.
+//! Only after every table holding buffered changes has committed does the source learn the new
+//! durable position (STYLE rule 6). While a commit runs the pipeline reads nothing, so the bounded
+//! event channel fills and the source stops reading: that is the backpressure.
+//!
+//! Exactly-once: on start each table's checkpoint is read back; a transaction at or below it is
+//! already in the table and is skipped for that table. The source resumes from the oldest
+//! checkpoint, never from later, so no table misses a change.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::changelog::{Position, TableChanges, TableId, TableSchema, Transaction};
+use crate::checkpoint::Checkpoint;
+use crate::config::SnapshotMode;
+use crate::metrics as m;
+use crate::sinks::{Sink, SinkError};
+use crate::sources::{Prepared, Resume, Source, SourceError, SourceEvent};
+
+/// Events buffered between the source and the pipeline. Each event is a whole transaction or a
+/// snapshot batch, so this bounds memory in transactions, not rows.
+const EVENT_CHANNEL_CAPACITY: usize = 16;
+
+/// Rows of one table's initial copy committed together.
+pub const SNAPSHOT_BATCH_ROWS: usize = 50_000;
+
+/// The pipeline stopped with an error. Nothing was acknowledged past what is committed.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Sink(Box<SinkError>),
+    #[error("replication slot {slot} does not exist but tables already hold checkpoints ({tables}): changes made since then are lost to cdcd. Set source.snapshot = \"initial\" to copy the tables again")]
+    SlotLost { slot: String, tables: String },
+    #[error("the source task ended unexpectedly: {0}")]
+    SourceTask(String),
+}
+
+impl From<SinkError> for PipelineError {
+    fn from(e: SinkError) -> Self {
+        PipelineError::Sink(Box::new(e))
+    }
+}
+
+impl PipelineError {
+    /// A short label for `cdcd_errors_total{kind}`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PipelineError::Source(e) => e.kind(),
+            PipelineError::Sink(e) => e.kind(),
+            PipelineError::SlotLost { .. } => "slot_lost",
+            PipelineError::SourceTask(_) => "source_task",
+        }
+    }
+}
+
+/// The knobs the pipeline needs, from [`crate::config::Config`].
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub pipeline: String,
+    pub commit_interval: Duration,
+    pub commit_max_rows: usize,
+    pub snapshot: SnapshotMode,
+    /// The slot name, for messages.
+    pub slot: String,
+}
+
+/// Buffered changes of one table, not yet committed.
+struct TableBuffer {
+    schema: Arc<TableSchema>,
+    changes: Vec<TableChanges>,
+    rows: usize,
+    /// The checkpoint to commit with: the position of the newest buffered change.
+    position: Position,
+    /// Commit even with no rows (the end of an initial copy records the consistent point).
+    force: bool,
+    since: Instant,
+}
+
+/// What the pipeline knows about each table while it runs.
+#[derive(Default)]
+struct Tables {
+    /// Committed checkpoint per table (`None`: nothing committed yet).
+    committed: BTreeMap<TableId, Option<Position>>,
+    buffers: BTreeMap<TableId, TableBuffer>,
+    buffered_rows: usize,
+    /// The newest schema seen per table.
+    schemas: BTreeMap<TableId, Arc<TableSchema>>,
+}
+
+impl Tables {
+    fn is_committed(&self, table: &TableId, position: &Position) -> bool {
+        match self.committed.get(table) {
+            Some(Some(done)) => !done.is_snapshot_incomplete() && done.covers(position),
+            _ => false,
+        }
+    }
+
+    fn oldest(&self) -> Option<Instant> {
+        self.buffers.values().map(|b| b.since).min()
+    }
+
+    fn push(&mut self, changes: TableChanges, position: &Position) {
+        let table = changes.schema.id.clone();
+        let rows = changes.len();
+        self.schemas.insert(table.clone(), changes.schema.clone());
+        let buffer = self.buffers.entry(table).or_insert_with(|| TableBuffer {
+            schema: changes.schema.clone(),
+            changes: Vec::new(),
+            rows: 0,
+            position: position.clone(),
+            force: false,
+            since: Instant::now(),
+        });
+        buffer.schema = changes.schema.clone();
+        buffer.rows += rows;
+        buffer.position = position.clone();
+        buffer.changes.push(changes);
+        self.buffered_rows += rows;
+    }
+}
+
+/// Runs a pipeline until `shutdown` is cancelled (then commits what is buffered and returns `Ok`)
+/// or something fails.
+pub async fn run(
+    mut source: Box<dyn Source>,
+    sink: Arc<dyn Sink>,
+    settings: Settings,
+    shutdown: CancellationToken,
+) -> Result<(), PipelineError> {
+    let prepared = source.prepare().await?;
+    let mut tables = Tables::default();
+    for table in &prepared.tables {
+        let cp = sink.checkpoint(table).await?;
+        tables
+            .committed
+            .insert(table.clone(), cp.map(|c| c.position));
+    }
+    let resume = decide_resume(&prepared, &tables, &settings)?;
+    info!(
+        pipeline = %settings.pipeline,
+        tables = prepared.tables.len(),
+        start = %resume.start.as_ref().map(ToString::to_string).unwrap_or_else(|| "slot".into()),
+        snapshot = resume.snapshot,
+        "starting"
+    );
+
+    let (event_tx, mut events) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
+    let (ack_tx, ack_rx) = watch::channel(None);
+    let source_stop = CancellationToken::new();
+    let mut source_task = tokio::spawn(source.run(resume, event_tx, ack_rx, source_stop.clone()));
+
+    let mut committer = Committer {
+        sink,
+        settings: settings.clone(),
+        tables,
+        received: None,
+        acked: None,
+        acks: ack_tx,
+    };
+    let mut tick = tokio::time::interval(settings.commit_interval.min(Duration::from_millis(250)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+
+    let outcome: Result<(), PipelineError> = loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => {
+                info!("shutdown requested: committing what is buffered");
+                break Ok(());
+            }
+            _ = tick.tick() => {
+                let due = committer
+                    .tables
+                    .oldest()
+                    .is_some_and(|t| t.elapsed() >= settings.commit_interval);
+                if due {
+                    if let Err(e) = committer.flush().await {
+                        break Err(e);
+                    }
+                } else if committer.tables.buffers.is_empty() {
+                    committer.ack_received();
+                }
+            }
+            event = events.recv() => {
+                let Some(event) = event else {
+                    // The source ended on its own: its result says why.
+                    break Err(match (&mut source_task).await {
+                        Ok(Ok(())) => PipelineError::SourceTask("the source stopped without an error".into()),
+                        Ok(Err(e)) => PipelineError::Source(e),
+                        Err(e) => PipelineError::SourceTask(e.to_string()),
+                    });
+                };
+                if let Err(e) = committer.handle(event).await {
+                    break Err(e);
+                }
+                if committer.tables.buffered_rows >= settings.commit_max_rows {
+                    if let Err(e) = committer.flush().await {
+                        break Err(e);
+                    }
+                }
+            }
+        }
+    };
+
+    let outcome = match outcome {
+        Ok(()) => committer.flush().await,
+        Err(e) => Err(e),
+    };
+    // Stop the source after the final ack is out; drain so a source blocked on a full channel
+    // sees the cancellation. Drained events are not acknowledged: the source resends them.
+    source_stop.cancel();
+    if !source_task.is_finished() {
+        let drain = async { while events.recv().await.is_some() {} };
+        if tokio::time::timeout(Duration::from_secs(10), drain)
+            .await
+            .is_err()
+        {
+            warn!("the source did not stop within 10 s");
+        }
+    }
+    outcome
+}
+
+/// Where to start the source, from the slot's existence and the tables' checkpoints.
+fn decide_resume(
+    prepared: &Prepared,
+    tables: &Tables,
+    settings: &Settings,
+) -> Result<Resume, PipelineError> {
+    let checkpoints: Vec<&Position> = tables.committed.values().flatten().collect();
+    let incomplete = tables
+        .committed
+        .iter()
+        .filter(|(_, cp)| cp.as_ref().is_none_or(|p| p.is_snapshot_incomplete()))
+        .map(|(t, _)| t.to_string())
+        .collect::<Vec<_>>();
+    let start = checkpoints
+        .iter()
+        .filter(|p| !p.is_snapshot_incomplete())
+        .min_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal))
+        .map(|p| (*p).clone());
+    match settings.snapshot {
+        SnapshotMode::Initial => {
+            let snapshot = !prepared.slot_exists || !incomplete.is_empty();
+            if snapshot && prepared.slot_exists {
+                warn!(
+                    tables = %incomplete.join(", "),
+                    "tables without a completed initial copy: copying every table again from a new slot"
+                );
+            }
+            Ok(Resume {
+                start: if snapshot { None } else { start },
+                snapshot,
+            })
+        }
+        SnapshotMode::Never => {
+            if !prepared.slot_exists && !checkpoints.is_empty() {
+                let tables = tables
+                    .committed
+                    .iter()
+                    .filter(|(_, cp)| cp.is_some())
+                    .map(|(t, _)| t.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Err(PipelineError::SlotLost {
+                    slot: settings.slot.clone(),
+                    tables,
+                });
+            }
+            Ok(Resume {
+                start,
+                snapshot: false,
+            })
+        }
+    }
+}
+
+/// Owns the buffers and the commit/ack bookkeeping.
+struct Committer {
+    sink: Arc<dyn Sink>,
+    settings: Settings,
+    tables: Tables,
+    /// Every transaction at or before this position has been received (and is buffered,
+    /// committed, or was skipped).
+    received: Option<Position>,
+    acked: Option<Position>,
+    acks: watch::Sender<Option<Position>>,
+}
+
+impl Committer {
+    async fn handle(&mut self, event: SourceEvent) -> Result<(), PipelineError> {
+        match event {
+            SourceEvent::Transaction(tx) => self.transaction(tx).await?,
+            SourceEvent::Heartbeat(position) => {
+                self.advance_received(position);
+                if self.tables.buffers.is_empty() {
+                    self.ack_received();
+                }
+            }
+            SourceEvent::SnapshotRows(changes) => {
+                let table = changes.schema.id.clone();
+                let incomplete = self
+                    .received
+                    .as_ref()
+                    .map(Position::snapshot_incomplete)
+                    .unwrap_or(Position::Postgres(crate::changelog::Lsn::ZERO));
+                metrics::counter!(m::SNAPSHOT_ROWS_TOTAL, m::LABEL_PIPELINE => self.settings.pipeline.clone(), m::LABEL_TABLE => table.to_string())
+                    .increment(changes.len() as u64);
+                self.schema_switch(&changes).await?;
+                self.tables.push(changes, &incomplete);
+                let rows = self.tables.buffers.get(&table).map_or(0, |b| b.rows);
+                if rows >= SNAPSHOT_BATCH_ROWS {
+                    self.commit_table(&table).await?;
+                }
+            }
+            SourceEvent::SnapshotDone { table, position } => {
+                let schema = self.tables.schemas.get(&table).cloned();
+                match (self.tables.buffers.get_mut(&table), schema) {
+                    (Some(buffer), _) => {
+                        buffer.position = position.clone();
+                        buffer.force = true;
+                    }
+                    (None, Some(schema)) => {
+                        // Earlier batches are committed already; the table must still record
+                        // that its copy is complete at `position`.
+                        self.tables.buffers.insert(
+                            table.clone(),
+                            TableBuffer {
+                                schema,
+                                changes: Vec::new(),
+                                rows: 0,
+                                position: position.clone(),
+                                force: true,
+                                since: Instant::now(),
+                            },
+                        );
+                    }
+                    (None, None) => {
+                        return Err(PipelineError::SourceTask(format!(
+                            "the copy of {table} finished without any batch (a source sends at least the truncate marker)"
+                        )));
+                    }
+                }
+                self.commit_table(&table).await?;
+                self.advance_received(position);
+            }
+        }
+        Ok(())
+    }
+
+    async fn transaction(&mut self, tx: Transaction) -> Result<(), PipelineError> {
+        metrics::counter!(m::TRANSACTIONS_TOTAL, m::LABEL_PIPELINE => self.settings.pipeline.clone())
+            .increment(1);
+        for changes in tx.changes {
+            if changes.is_empty() {
+                continue;
+            }
+            if self.tables.is_committed(&changes.schema.id, &tx.position) {
+                debug!(table = %changes.schema.id, position = %tx.position, "already committed: skipped");
+                continue;
+            }
+            self.schema_switch(&changes).await?;
+            self.tables.push(changes, &tx.position);
+        }
+        self.advance_received(tx.position);
+        metrics::gauge!(m::BUFFERED_ROWS, m::LABEL_PIPELINE => self.settings.pipeline.clone())
+            .set(self.tables.buffered_rows as f64);
+        Ok(())
+    }
+
+    /// A table's schema changed mid-buffer: commit what was buffered under the old schema first.
+    async fn schema_switch(&mut self, changes: &TableChanges) -> Result<(), PipelineError> {
+        let table = &changes.schema.id;
+        let differs = self
+            .tables
+            .buffers
+            .get(table)
+            .is_some_and(|b| b.schema != changes.schema);
+        if differs {
+            let table = table.clone();
+            self.commit_table(&table).await?;
+        }
+        Ok(())
+    }
+
+    fn advance_received(&mut self, position: Position) {
+        if position.is_snapshot_incomplete() {
+            return;
+        }
+        let newer = self
+            .received
+            .as_ref()
+            .is_none_or(|r| position.covers(r) && position != *r);
+        if newer {
+            self.received = Some(position);
+        }
+    }
+
+    /// Acknowledges everything received: call only when nothing is buffered.
+    fn ack_received(&mut self) {
+        let Some(received) = self.received.clone() else {
+            return;
+        };
+        if self.acked.as_ref().is_some_and(|a| a.covers(&received)) {
+            return;
+        }
+        debug!(position = %received, "acknowledging");
+        self.acked = Some(received.clone());
+        // A closed receiver means the source already stopped; there is no one left to tell.
+        let _ = self.acks.send(Some(received));
+    }
+
+    /// Commits every buffered table, then acknowledges what was received.
+    async fn flush(&mut self) -> Result<(), PipelineError> {
+        let tables: Vec<TableId> = self.tables.buffers.keys().cloned().collect();
+        for table in tables {
+            self.commit_table(&table).await?;
+        }
+        self.ack_received();
+        Ok(())
+    }
+
+    async fn commit_table(&mut self, table: &TableId) -> Result<(), PipelineError> {
+        let Some(buffer) = self.tables.buffers.remove(table) else {
+            return Ok(());
+        };
+        self.tables.buffered_rows -= buffer.rows;
+        if buffer.rows == 0 && !buffer.force {
+            return Ok(());
+        }
+        let checkpoint = Checkpoint {
+            pipeline: self.settings.pipeline.clone(),
+            position: buffer.position.clone(),
+        };
+        let started = Instant::now();
+        let stats = self
+            .sink
+            .commit(&buffer.schema, &buffer.changes, &checkpoint)
+            .await
+            .inspect_err(|e| {
+                metrics::counter!(m::ERRORS_TOTAL, m::LABEL_PIPELINE => self.settings.pipeline.clone(), m::LABEL_KIND => e.kind())
+                    .increment(1);
+            })?;
+        let elapsed = started.elapsed();
+        let labels = [
+            (m::LABEL_PIPELINE, self.settings.pipeline.clone()),
+            (m::LABEL_TABLE, table.to_string()),
+        ];
+        metrics::counter!(m::COMMITS_TOTAL, &labels).increment(1);
+        metrics::histogram!(m::COMMIT_DURATION_SECONDS, m::LABEL_PIPELINE => self.settings.pipeline.clone())
+            .record(elapsed.as_secs_f64());
+        for changes in &buffer.changes {
+            count_ops(&self.settings.pipeline, table, changes);
+        }
+        info!(
+            table = %table,
+            rows = buffer.rows,
+            position = %checkpoint.position,
+            snapshot_id = stats.snapshot_id,
+            ms = elapsed.as_millis() as u64,
+            "committed"
+        );
+        self.tables
+            .committed
+            .insert(table.clone(), Some(checkpoint.position));
+        Ok(())
+    }
+}
+
+/// `cdcd_changes_total{table,op}`, counted per batch.
+fn count_ops(pipeline: &str, table: &TableId, changes: &TableChanges) {
+    let mut counts = [0u64; 4];
+    for op in &changes.ops {
+        counts[*op as usize] += 1;
+    }
+    for op in [
+        crate::changelog::Op::Insert,
+        crate::changelog::Op::Update,
+        crate::changelog::Op::Delete,
+        crate::changelog::Op::Truncate,
+    ] {
+        let n = counts[op as usize];
+        if n > 0 {
+            metrics::counter!(m::CHANGES_TOTAL, m::LABEL_PIPELINE => pipeline.to_owned(), m::LABEL_TABLE => table.to_string(), m::LABEL_OP => op.as_str())
+                .increment(n);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "pipeline_tests.rs"]
+mod tests;

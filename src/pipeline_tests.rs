@@ -1,0 +1,362 @@
+//! Pipeline tests with a scripted source and a recording sink: commit policy, skipping what a
+//! table already holds, acknowledgements, the initial-copy checkpoints, shutdown.
+
+use std::sync::Mutex;
+
+use arrow_array::builder::Int64Builder;
+use async_trait::async_trait;
+
+use super::*;
+use crate::changelog::{Column, Lsn, Op, TableChangesBuilder};
+use crate::sinks::{CommitStats, TableStatus};
+
+fn schema(name: &str) -> Arc<TableSchema> {
+    Arc::new(TableSchema {
+        id: TableId::new("public", name),
+        columns: vec![Column {
+            name: "id".into(),
+            data_type: arrow_schema::DataType::Int64,
+            nullable: false,
+            source_type: "int8".into(),
+        }],
+        primary_key: vec![0],
+    })
+}
+
+fn changes(table: &str, op: Op, ids: &[i64]) -> TableChanges {
+    let mut b = TableChangesBuilder::new(schema(table), ids.len());
+    for &id in ids {
+        b.begin(op);
+        if let Some(col) = b.value(0) {
+            if let Some(col) = col.as_any_mut().downcast_mut::<Int64Builder>() {
+                col.append_value(id);
+            }
+        }
+        b.no_old_key().unwrap();
+    }
+    b.finish().unwrap()
+}
+
+fn pos(n: u64) -> Position {
+    Position::Postgres(Lsn(n))
+}
+
+fn tx(n: u64, parts: Vec<TableChanges>) -> SourceEvent {
+    SourceEvent::Transaction(Transaction {
+        position: pos(n),
+        commit_time_micros: 0,
+        changes: parts,
+    })
+}
+
+#[derive(Default)]
+struct Record {
+    resume: Option<Resume>,
+    acks: Vec<Position>,
+    /// (table, rows, position) per commit
+    commits: Vec<(String, usize, String)>,
+}
+
+struct ScriptedSource {
+    slot_exists: bool,
+    tables: Vec<TableId>,
+    events: Vec<SourceEvent>,
+    record: Arc<Mutex<Record>>,
+    /// Cancel this when the script is done (ends the pipeline like SIGTERM).
+    done: CancellationToken,
+}
+
+#[async_trait]
+impl Source for ScriptedSource {
+    async fn prepare(&mut self) -> Result<Prepared, SourceError> {
+        Ok(Prepared {
+            tables: self.tables.clone(),
+            slot_exists: self.slot_exists,
+        })
+    }
+
+    async fn run(
+        self: Box<Self>,
+        resume: Resume,
+        events: mpsc::Sender<SourceEvent>,
+        mut acks: watch::Receiver<Option<Position>>,
+        shutdown: CancellationToken,
+    ) -> Result<(), SourceError> {
+        self.record.lock().unwrap().resume = Some(resume);
+        for e in self.events {
+            events.send(e).await.map_err(|_| SourceError::Closed)?;
+        }
+        // Let the pipeline see everything, then ask it to stop.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        self.done.cancel();
+        loop {
+            tokio::select! {
+                biased;
+                changed = acks.changed() => {
+                    if changed.is_err() { break; }
+                    if let Some(p) = acks.borrow_and_update().clone() {
+                        self.record.lock().unwrap().acks.push(p);
+                    }
+                }
+                _ = shutdown.cancelled() => break,
+            }
+        }
+        if let Some(p) = acks.borrow().clone() {
+            let mut r = self.record.lock().unwrap();
+            if r.acks.last() != Some(&p) {
+                r.acks.push(p);
+            }
+        }
+        Ok(())
+    }
+}
+
+struct RecordingSink {
+    checkpoints: BTreeMap<TableId, Position>,
+    record: Arc<Mutex<Record>>,
+}
+
+#[async_trait]
+impl Sink for RecordingSink {
+    async fn checkpoint(&self, table: &TableId) -> Result<Option<Checkpoint>, SinkError> {
+        Ok(self.checkpoints.get(table).map(|p| Checkpoint {
+            pipeline: "p".into(),
+            position: p.clone(),
+        }))
+    }
+
+    async fn commit(
+        &self,
+        schema: &Arc<TableSchema>,
+        changes: &[TableChanges],
+        checkpoint: &Checkpoint,
+    ) -> Result<CommitStats, SinkError> {
+        let rows = changes.iter().map(TableChanges::len).sum();
+        self.record.lock().unwrap().commits.push((
+            schema.id.name.clone(),
+            rows,
+            checkpoint.position.to_string(),
+        ));
+        Ok(CommitStats::default())
+    }
+
+    async fn status(&self, _: &TableId) -> Result<Option<TableStatus>, SinkError> {
+        Ok(None)
+    }
+}
+
+fn settings(max_rows: usize, snapshot: SnapshotMode) -> Settings {
+    Settings {
+        pipeline: "p".into(),
+        commit_interval: Duration::from_secs(3600),
+        commit_max_rows: max_rows,
+        snapshot,
+        slot: "cdcd_p".into(),
+    }
+}
+
+async fn run_script(
+    slot_exists: bool,
+    checkpoints: &[(&str, u64)],
+    events: Vec<SourceEvent>,
+    settings: Settings,
+) -> Record {
+    let record = Arc::new(Mutex::new(Record::default()));
+    let shutdown = CancellationToken::new();
+    let source = ScriptedSource {
+        slot_exists,
+        tables: vec![TableId::new("public", "a"), TableId::new("public", "b")],
+        events,
+        record: record.clone(),
+        done: shutdown.clone(),
+    };
+    let sink = RecordingSink {
+        checkpoints: checkpoints
+            .iter()
+            .map(|(t, p)| (TableId::new("public", *t), pos(*p)))
+            .collect(),
+        record: record.clone(),
+    };
+    run(Box::new(source), Arc::new(sink), settings, shutdown)
+        .await
+        .unwrap();
+    Arc::try_unwrap(record).ok().unwrap().into_inner().unwrap()
+}
+
+#[tokio::test]
+async fn shutdown_commits_buffered_changes_then_acks() {
+    let r = run_script(
+        true,
+        &[("a", 5), ("b", 5)],
+        vec![
+            tx(10, vec![changes("a", Op::Insert, &[1, 2])]),
+            tx(
+                20,
+                vec![
+                    changes("a", Op::Update, &[1]),
+                    changes("b", Op::Insert, &[7]),
+                ],
+            ),
+        ],
+        settings(1000, SnapshotMode::Never),
+    )
+    .await;
+    assert_eq!(
+        r.commits,
+        vec![
+            ("a".into(), 3, "0/14".into()),
+            ("b".into(), 1, "0/14".into())
+        ]
+    );
+    assert_eq!(r.acks.last(), Some(&pos(20)));
+    let resume = r.resume.unwrap();
+    assert_eq!(resume.start, Some(pos(5)));
+    assert!(!resume.snapshot);
+}
+
+#[tokio::test]
+async fn transactions_a_table_already_holds_are_skipped_for_that_table() {
+    let r = run_script(
+        true,
+        &[("a", 15), ("b", 5)],
+        vec![
+            tx(
+                10,
+                vec![
+                    changes("a", Op::Insert, &[1]),
+                    changes("b", Op::Insert, &[1]),
+                ],
+            ),
+            tx(20, vec![changes("a", Op::Insert, &[2])]),
+        ],
+        settings(1000, SnapshotMode::Never),
+    )
+    .await;
+    assert_eq!(
+        r.commits,
+        vec![
+            ("a".into(), 1, "0/14".into()),
+            ("b".into(), 1, "0/A".into())
+        ]
+    );
+    assert_eq!(
+        r.resume.unwrap().start,
+        Some(pos(5)),
+        "resume from the oldest"
+    );
+}
+
+#[tokio::test]
+async fn commit_max_rows_commits_before_more_is_read() {
+    let r = run_script(
+        true,
+        &[],
+        vec![
+            tx(10, vec![changes("a", Op::Insert, &[1, 2])]),
+            tx(20, vec![changes("a", Op::Insert, &[3, 4])]),
+            tx(30, vec![changes("a", Op::Insert, &[5])]),
+        ],
+        settings(2, SnapshotMode::Never),
+    )
+    .await;
+    assert_eq!(
+        r.commits,
+        vec![
+            ("a".into(), 2, "0/A".into()),
+            ("a".into(), 2, "0/14".into()),
+            ("a".into(), 1, "0/1E".into())
+        ]
+    );
+    // A watch channel keeps only the newest ack: the source may skip intermediate ones.
+    assert!(r
+        .acks
+        .windows(2)
+        .all(|w| w[1].covers(&w[0]) && w[0] != w[1]));
+    assert_eq!(r.acks.last(), Some(&pos(30)));
+}
+
+#[tokio::test]
+async fn heartbeat_is_acked_only_when_nothing_is_buffered() {
+    let r = run_script(
+        true,
+        &[],
+        vec![
+            SourceEvent::Heartbeat(pos(5)),
+            tx(10, vec![changes("a", Op::Insert, &[1])]),
+            SourceEvent::Heartbeat(pos(12)),
+        ],
+        settings(1000, SnapshotMode::Never),
+    )
+    .await;
+    assert_eq!(r.acks.first(), Some(&pos(5)));
+    assert!(!r.acks.contains(&pos(10)) || r.commits.len() == 1);
+    assert_eq!(r.acks.last(), Some(&pos(12)), "after the final commit");
+    assert_eq!(r.commits, vec![("a".into(), 1, "0/A".into())]);
+}
+
+#[tokio::test]
+async fn initial_copy_commits_incomplete_then_the_consistent_point() {
+    let r = run_script(
+        false,
+        &[],
+        vec![
+            SourceEvent::SnapshotRows(changes("a", Op::Insert, &[1, 2, 3])),
+            SourceEvent::SnapshotDone {
+                table: TableId::new("public", "a"),
+                position: pos(100),
+            },
+            SourceEvent::SnapshotRows(changes("b", Op::Truncate, &[0])),
+            SourceEvent::SnapshotDone {
+                table: TableId::new("public", "b"),
+                position: pos(100),
+            },
+            tx(110, vec![changes("a", Op::Insert, &[4])]),
+        ],
+        settings(1000, SnapshotMode::Initial),
+    )
+    .await;
+    assert!(r.resume.as_ref().unwrap().snapshot);
+    assert_eq!(
+        r.commits,
+        vec![
+            ("a".into(), 3, "0/64".into()),
+            ("b".into(), 1, "0/64".into()),
+            ("a".into(), 1, "0/6E".into())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn an_incomplete_copy_is_redone_and_a_lost_slot_is_an_error() {
+    let r = run_script(
+        true,
+        &[("a", 0), ("b", 50)],
+        vec![],
+        settings(1000, SnapshotMode::Initial),
+    )
+    .await;
+    assert!(r.resume.unwrap().snapshot);
+
+    let shutdown = CancellationToken::new();
+    let record = Arc::new(Mutex::new(Record::default()));
+    let source = ScriptedSource {
+        slot_exists: false,
+        tables: vec![TableId::new("public", "a")],
+        events: vec![],
+        record: record.clone(),
+        done: shutdown.clone(),
+    };
+    let sink = RecordingSink {
+        checkpoints: [(TableId::new("public", "a"), pos(50))].into(),
+        record,
+    };
+    let err = run(
+        Box::new(source),
+        Arc::new(sink),
+        settings(10, SnapshotMode::Never),
+        shutdown,
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("cdcd_p"), "{err}");
+}
