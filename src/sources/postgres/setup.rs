@@ -14,6 +14,7 @@ use std::fmt;
 
 use tokio_postgres::{Client, NoTls};
 
+use super::relation::ColumnDef;
 use super::replication::{quote_ident, SESSION_OPTIONS};
 use crate::changelog::{Lsn, TableId};
 use crate::config::PostgresConfig;
@@ -448,6 +449,34 @@ pub async fn primary_key(client: &Client, table: &TableId) -> Result<Vec<String>
         .await
         .map_err(|e| server(&format!("reading the primary key of {table}"), &e))?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// The replicated columns of `table` in order, as pgoutput sends them: dropped and generated
+/// columns are left out (pgoutput before Postgres 18 does not send generated columns, and COPY
+/// without a column list leaves them out too).
+pub async fn table_columns(client: &Client, table: &TableId) -> Result<Vec<ColumnDef>, SourceError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text, a.atttypid, a.atttypmod
+             FROM pg_attribute a
+             JOIN pg_class c ON c.oid = a.attrelid
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relname = $2
+               AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+             ORDER BY a.attnum",
+            &[&table.namespace, &table.name],
+        )
+        .await
+        .map_err(|e| server(&format!("reading the columns of {table}"), &e))?;
+    Ok(rows
+        .iter()
+        .map(|r| ColumnDef {
+            name: r.get(0),
+            type_oid: r.get(1),
+            type_modifier: r.get(2),
+            key_flag: false,
+        })
+        .collect())
 }
 
 /// `"schema"."table"`.
