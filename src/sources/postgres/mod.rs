@@ -8,6 +8,7 @@
 //! - `snapshot.rs`: the initial copy of existing rows.
 
 pub mod decoder;
+pub mod relation;
 pub mod replication;
 pub mod setup;
 pub mod snapshot;

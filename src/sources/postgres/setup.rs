@@ -9,13 +9,14 @@
 //! Why checks return a list: `cdcd check` prints every problem with its fix at once instead of
 //! making the operator fix them one restart at a time.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
 use tokio_postgres::{Client, NoTls};
 
 use super::relation::ColumnDef;
 use super::replication::{quote_ident, SESSION_OPTIONS};
+use super::types::TypeInfo;
 use crate::changelog::{Lsn, TableId};
 use crate::config::PostgresConfig;
 use crate::sources::SourceError;
@@ -475,6 +476,44 @@ pub async fn table_columns(client: &Client, table: &TableId) -> Result<Vec<Colum
             type_oid: r.get(1),
             type_modifier: r.get(2),
             key_flag: false,
+        })
+        .collect())
+}
+
+/// `pg_type` rows for `oids` (types the built-in mapping does not know: domains, enums, arrays of
+/// those, extension types).
+pub async fn lookup_types(
+    client: &Client,
+    oids: &[u32],
+) -> Result<HashMap<u32, TypeInfo>, SourceError> {
+    if oids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let oids: Vec<u32> = oids.to_vec();
+    let rows = client
+        .query(
+            "SELECT t.oid, n.nspname::text, t.typname::text, t.typtype::text, t.typelem, t.typbasetype
+             FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+             WHERE t.oid = ANY($1)",
+            &[&oids],
+        )
+        .await
+        .map_err(|e| server("reading type definitions", &e))?;
+    let nonzero = |v: u32| (v != 0).then_some(v);
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let oid: u32 = r.get(0);
+            let typtype: String = r.get(3);
+            let info = TypeInfo {
+                oid,
+                namespace: r.get(1),
+                name: r.get(2),
+                typtype: typtype.bytes().next().unwrap_or(b'b'),
+                element: nonzero(r.get(4)),
+                base: nonzero(r.get(5)),
+            };
+            (oid, info)
         })
         .collect())
 }

@@ -83,14 +83,8 @@ struct Catalog {
     keys: HashMap<TableId, Vec<String>>,
     /// Non-builtin types by OID; `None`: looked up and not found.
     types: HashMap<u32, Option<TypeInfo>>,
-    relations: HashMap<u32, Rel>,
-}
-
-/// A relation as last described by a Relation message.
-struct Rel {
-    table: TableId,
-    /// `None`: not captured; its changes are skipped.
-    captured: Option<CapturedRel>,
+    /// Relations as last described by Relation messages; `None`: not captured (changes skipped).
+    relations: HashMap<u32, Option<CapturedRel>>,
 }
 
 struct CapturedRel {
@@ -375,13 +369,7 @@ impl Catalog {
     fn apply_relation(&mut self, rel: &Relation) -> Result<(), SourceError> {
         let table = TableId::new(rel.namespace.clone(), rel.name.clone());
         if !self.captured.contains(&table) {
-            self.relations.insert(
-                rel.oid,
-                Rel {
-                    table,
-                    captured: None,
-                },
-            );
+            self.relations.insert(rel.oid, None);
             return Ok(());
         }
         let defs = column_defs(rel);
@@ -393,19 +381,11 @@ impl Catalog {
             &lookup,
         )?;
         let schema = match self.relations.get(&rel.oid) {
-            Some(Rel {
-                captured: Some(old),
-                ..
-            }) if *old.schema == schema => old.schema.clone(),
+            Some(Some(old)) if *old.schema == schema => old.schema.clone(),
             _ => Arc::new(schema),
         };
-        self.relations.insert(
-            rel.oid,
-            Rel {
-                table,
-                captured: Some(CapturedRel { schema, types }),
-            },
-        );
+        self.relations
+            .insert(rel.oid, Some(CapturedRel { schema, types }));
         Ok(())
     }
 
@@ -470,7 +450,7 @@ impl Catalog {
     /// described it.
     fn captured(&self, oid: u32, at: Lsn) -> Result<Option<&CapturedRel>, SourceError> {
         match self.relations.get(&oid) {
-            Some(rel) => Ok(rel.captured.as_ref()),
+            Some(rel) => Ok(rel.as_ref()),
             None => Err(SourceError::Protocol(format!(
                 "change of relation {oid} before its Relation message (transaction at {at})"
             ))),

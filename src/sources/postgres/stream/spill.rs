@@ -52,6 +52,7 @@ impl StreamBuffers {
         }
     }
 
+    #[cfg(test)]
     /// Whether any streamed transaction is open (received but neither committed nor aborted).
     pub fn is_empty(&self) -> bool {
         self.xids.is_empty()
@@ -62,6 +63,7 @@ impl StreamBuffers {
         self.in_memory
     }
 
+    #[cfg(test)]
     /// Whether `xid` has been spilled to a file.
     pub fn is_spilled(&self, xid: u32) -> bool {
         self.xids.get(&xid).is_some_and(|b| b.spill.is_some())
