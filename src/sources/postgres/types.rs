@@ -60,6 +60,16 @@ mod text;
 #[cfg(test)]
 mod tests;
 
+/// The session settings every connection that produces text values must use, so the text is in
+/// the formats parsed here: replication startup options, and `SET` on the copy connection.
+pub const TEXT_FORMAT_SETTINGS: &[(&str, &str)] = &[
+    ("DateStyle", "ISO"),
+    ("IntervalStyle", "iso_8601"),
+    ("TimeZone", "UTC"),
+    ("extra_float_digits", "3"),
+    ("bytea_output", "hex"),
+];
+
 /// The largest Decimal128 precision.
 const MAX_DECIMAL_PRECISION: i32 = 38;
 /// Domains over domains are followed this deep; deeper (or a cycle in a bad catalog) falls back
