@@ -31,15 +31,21 @@ use pgwire_replication::PgWireError;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
+use super::types::TEXT_FORMAT_SETTINGS;
 use crate::changelog::Lsn;
 use crate::config::PostgresConfig;
 use crate::sources::SourceError;
 
-/// Session settings that fix the text form of values: the walsender formats tuple values with
-/// these GUCs, and `types.rs` parses exactly these forms (ISO dates, ISO 8601 intervals, UTC, exact
-/// floats, hex bytea).
-pub const SESSION_OPTIONS: &str = "-c DateStyle=ISO -c IntervalStyle=iso_8601 -c TimeZone=UTC \
-                                   -c extra_float_digits=3 -c bytea_output=hex";
+/// The startup `options` (`-c name=value …`) that fix the text form of values: the walsender
+/// formats tuple values with these GUCs, and `types.rs` parses exactly these forms
+/// ([`TEXT_FORMAT_SETTINGS`]: ISO dates, ISO 8601 intervals, UTC, exact floats, hex bytea).
+pub fn session_options() -> String {
+    TEXT_FORMAT_SETTINGS
+        .iter()
+        .map(|(k, v)| format!("-c {k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
 /// Protocol 3.0 (`196608`), the only frontend/backend version Postgres speaks.
 const PROTOCOL_VERSION: i32 = 196_608;
@@ -128,11 +134,11 @@ impl ReplicationConnection {
             target: target.clone(),
             streaming: false,
         };
-        let options = if extra_options.is_empty() {
-            SESSION_OPTIONS.to_owned()
-        } else {
-            format!("{SESSION_OPTIONS} {extra_options}")
-        };
+        let mut options = session_options();
+        if !extra_options.is_empty() {
+            options.push(' ');
+            options.push_str(extra_options);
+        }
         let params = [
             ("user", cfg.user.as_str()),
             ("database", cfg.database.as_str()),

@@ -15,7 +15,7 @@ use std::fmt;
 use tokio_postgres::{Client, NoTls};
 
 use super::relation::ColumnDef;
-use super::replication::{quote_ident, SESSION_OPTIONS};
+use super::replication::{quote_ident, session_options};
 use super::types::TypeInfo;
 use crate::changelog::{Lsn, TableId};
 use crate::config::PostgresConfig;
@@ -64,7 +64,7 @@ pub async fn connect(cfg: &PostgresConfig) -> Result<Client, SourceError> {
         .user(&cfg.user)
         .dbname(&cfg.database)
         .application_name("cdcd")
-        .options(SESSION_OPTIONS);
+        .options(&session_options());
     if let Some(p) = &cfg.password {
         pg.password(p);
     }
