@@ -167,7 +167,8 @@ impl Source for PostgresSource {
         };
         let cfg = self.cfg;
         let mut types: HashMap<u32, Option<TypeInfo>> = HashMap::new();
-        let mut conn = ReplicationConnection::connect_with_options(&cfg, &self.extra_options).await?;
+        let mut conn =
+            ReplicationConnection::connect_with_options(&cfg, &self.extra_options).await?;
         let start = if resume.snapshot {
             let copied =
                 initial_copy(&cfg, &state, &mut types, &mut conn, &events, &shutdown).await?;
@@ -176,7 +177,10 @@ impl Source for PostgresSource {
                 None => return conn.finish().await,
             }
         } else {
-            if setup::slot_exists(&state.client, &cfg.slot).await?.is_none() {
+            if setup::slot_exists(&state.client, &cfg.slot)
+                .await?
+                .is_none()
+            {
                 let point = conn.create_slot_without_snapshot(&cfg.slot).await?;
                 tracing::info!(slot = %cfg.slot, consistent_point = %point, "created replication slot");
             }
@@ -206,7 +210,10 @@ impl Source for PostgresSource {
         let known: Vec<u32> = types.keys().copied().collect();
         assembler.add_types(
             &known,
-            types.into_iter().filter_map(|(k, v)| Some((k, v?))).collect(),
+            types
+                .into_iter()
+                .filter_map(|(k, v)| Some((k, v?)))
+                .collect(),
         );
         let mut stream = Streaming {
             conn,
@@ -235,7 +242,10 @@ async fn initial_copy(
     events: &mpsc::Sender<SourceEvent>,
     shutdown: &CancellationToken,
 ) -> Result<Option<Lsn>, SourceError> {
-    if setup::slot_exists(&state.client, &cfg.slot).await?.is_some() {
+    if setup::slot_exists(&state.client, &cfg.slot)
+        .await?
+        .is_some()
+    {
         conn.drop_slot(&cfg.slot).await?;
         tracing::info!(slot = %cfg.slot, "dropped replication slot for a new initial copy");
     }

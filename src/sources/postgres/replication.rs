@@ -94,6 +94,13 @@ pub enum ReplicationMessage {
     },
 }
 
+/// A SCRAM exchange in progress: the client state, then the auth message and salted password
+/// that verify the server's final message.
+struct ScramState {
+    client: ScramClient,
+    proof: Option<(String, Vec<u8>)>,
+}
+
 /// A walsender session.
 pub struct ReplicationConnection {
     /// Buffered so that many small CopyData frames cost one syscall; `BufReader` passes writes
@@ -156,12 +163,13 @@ impl ReplicationConnection {
 
     /// Runs the startup exchange until ReadyForQuery (protocol §55.2.1 "Start-up").
     async fn authenticate(&mut self, cfg: &PostgresConfig) -> Result<(), SourceError> {
-        let mut scram: Option<(ScramClient, Option<(String, Vec<u8>)>)> = None;
+        let mut scram: Option<ScramState> = None;
         loop {
             let msg = self.read().await?;
             match msg.tag {
                 b'R' => {
-                    let (code, data) = parse_auth_request(&msg.payload).map_err(|e| self.lost(e))?;
+                    let (code, data) =
+                        parse_auth_request(&msg.payload).map_err(|e| self.lost(e))?;
                     match code {
                         auth::OK => {}
                         auth::CLEARTEXT_PASSWORD => {
@@ -193,24 +201,31 @@ impl ReplicationConnection {
                             write_password_message(&mut self.stream, &init)
                                 .await
                                 .map_err(|e| self.lost(e))?;
-                            scram = Some((client, None));
+                            scram = Some(ScramState {
+                                client,
+                                proof: None,
+                            });
                         }
                         auth::SASL_CONTINUE => {
                             let password = self.password(cfg)?.to_owned();
-                            let Some((client, state)) = scram.as_mut() else {
+                            let Some(ScramState { client, proof }) = scram.as_mut() else {
                                 return Err(self.auth_failed("SASLContinue without SASL start"));
                             };
                             let server_first = String::from_utf8_lossy(data);
                             let (client_final, auth_message, salted) = client
                                 .client_final(&password, &server_first)
                                 .map_err(|e| self.auth_failed(&describe(&e)))?;
-                            *state = Some((auth_message, salted));
+                            *proof = Some((auth_message, salted));
                             write_password_message(&mut self.stream, client_final.as_bytes())
                                 .await
                                 .map_err(|e| self.lost(e))?;
                         }
                         auth::SASL_FINAL => {
-                            let Some((_, Some((auth_message, salted)))) = scram.as_ref() else {
+                            let Some(ScramState {
+                                proof: Some((auth_message, salted)),
+                                ..
+                            }) = scram.as_ref()
+                            else {
                                 return Err(self.auth_failed("SASLFinal before SASLContinue"));
                             };
                             let server_final = String::from_utf8_lossy(data);
@@ -235,9 +250,9 @@ impl ReplicationConnection {
     /// `IDENTIFY_SYSTEM` (protocol §55.4).
     pub async fn identify_system(&mut self) -> Result<SystemId, SourceError> {
         let rows = self.simple_query("IDENTIFY_SYSTEM").await?;
-        let row = rows.first().ok_or_else(|| {
-            SourceError::Protocol("IDENTIFY_SYSTEM returned no row".to_owned())
-        })?;
+        let row = rows
+            .first()
+            .ok_or_else(|| SourceError::Protocol("IDENTIFY_SYSTEM returned no row".to_owned()))?;
         let timeline = text_column(row, 1, "IDENTIFY_SYSTEM timeline")?
             .parse::<u32>()
             .map_err(|e| SourceError::Protocol(format!("IDENTIFY_SYSTEM timeline: {e}")))?;
@@ -642,60 +657,4 @@ fn parse_lsn(text: &str) -> Result<Lsn, SourceError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn start_sql_asks_for_streaming_only_when_the_protocol_has_it() {
-        let mut opts = StartOptions {
-            proto_version: 3,
-            publication: "cdcd_shop".into(),
-            streaming: true,
-            messages: false,
-        };
-        assert_eq!(
-            start_replication_sql("cdcd_shop", Lsn(0x16B3748), &opts),
-            "START_REPLICATION SLOT \"cdcd_shop\" LOGICAL 0/16B3748 (proto_version '3', publication_names '\"cdcd_shop\"', streaming 'on')"
-        );
-        opts.proto_version = 1;
-        opts.messages = true;
-        assert_eq!(
-            start_replication_sql("s", Lsn::ZERO, &opts),
-            "START_REPLICATION SLOT \"s\" LOGICAL 0/0 (proto_version '1', publication_names '\"cdcd_shop\"', messages 'true')"
-        );
-    }
-
-    #[test]
-    fn status_update_layout() {
-        let b = encode_status(Lsn(1), Lsn(2), Lsn(3), 4, true);
-        assert_eq!(b[0], b'r');
-        assert_eq!(&b[1..9], &1u64.to_be_bytes());
-        assert_eq!(&b[9..17], &2u64.to_be_bytes());
-        assert_eq!(&b[17..25], &3u64.to_be_bytes());
-        assert_eq!(&b[25..33], &4i64.to_be_bytes());
-        assert_eq!(b[33], 1);
-    }
-
-    #[test]
-    fn data_rows_parse_and_reject_truncation() {
-        let mut p = vec![0u8, 2];
-        p.extend_from_slice(&3i32.to_be_bytes());
-        p.extend_from_slice(b"abc");
-        p.extend_from_slice(&(-1i32).to_be_bytes());
-        let row = parse_data_row(Bytes::from(p.clone())).unwrap();
-        assert_eq!(row, vec![Some(Bytes::from_static(b"abc")), None]);
-        p.truncate(5);
-        assert!(parse_data_row(Bytes::from(p)).is_err());
-    }
-
-    #[test]
-    fn sasl_mechanisms() {
-        assert!(sasl_offers_scram(b"SCRAM-SHA-256-PLUS\0SCRAM-SHA-256\0\0"));
-        assert!(!sasl_offers_scram(b"SCRAM-SHA-256-PLUS\0\0"));
-    }
-
-    #[test]
-    fn identifiers_are_quoted() {
-        assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
-    }
-}
+mod tests;

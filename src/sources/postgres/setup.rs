@@ -64,7 +64,7 @@ pub async fn connect(cfg: &PostgresConfig) -> Result<Client, SourceError> {
         .user(&cfg.user)
         .dbname(&cfg.database)
         .application_name("cdcd")
-        .options(&session_options());
+        .options(session_options());
     if let Some(p) = &cfg.password {
         pg.password(p);
     }
@@ -220,7 +220,12 @@ async fn resolve_report(
         .map_err(|e| server("listing tables", &e))?;
     let candidates: Vec<(TableId, bool)> = rows
         .iter()
-        .map(|r| (TableId::new(r.get::<_, String>(0), r.get::<_, String>(1)), r.get(2)))
+        .map(|r| {
+            (
+                TableId::new(r.get::<_, String>(0), r.get::<_, String>(1)),
+                r.get(2),
+            )
+        })
         .collect();
     let mut problems = Vec::new();
     let mut matched = BTreeSet::new();
@@ -287,7 +292,8 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
             },
         }
     }
-    p.get(pi..).is_some_and(|rest| rest.iter().all(|&c| c == '*'))
+    p.get(pi..)
+        .is_some_and(|rest| rest.iter().all(|&c| c == '*'))
 }
 
 /// Creates the publication for `tables` if it is missing; if it exists, verifies it publishes
@@ -455,7 +461,10 @@ pub async fn primary_key(client: &Client, table: &TableId) -> Result<Vec<String>
 /// The replicated columns of `table` in order, as pgoutput sends them: dropped and generated
 /// columns are left out (pgoutput before Postgres 18 does not send generated columns, and COPY
 /// without a column list leaves them out too).
-pub async fn table_columns(client: &Client, table: &TableId) -> Result<Vec<ColumnDef>, SourceError> {
+pub async fn table_columns(
+    client: &Client,
+    table: &TableId,
+) -> Result<Vec<ColumnDef>, SourceError> {
     let rows = client
         .query(
             "SELECT a.attname::text, a.atttypid, a.atttypmod
@@ -585,6 +594,9 @@ mod tests {
     #[test]
     fn problems_print_as_one_line() {
         let p = CheckProblem::new("wal_level is replica", "set wal_level = logical");
-        assert_eq!(p.to_string(), "wal_level is replica: set wal_level = logical");
+        assert_eq!(
+            p.to_string(),
+            "wal_level is replica: set wal_level = logical"
+        );
     }
 }

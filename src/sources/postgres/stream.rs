@@ -34,8 +34,8 @@ use super::decoder::{
 use super::relation::{build_schema, unresolved_types, ColumnDef};
 use super::types::{ColumnType, TypeInfo};
 use crate::changelog::{
-    append_null, Lsn, Op, Position, TableChanges, TableChangesBuilder, TableId,
-    TableSchema, Transaction,
+    append_null, Lsn, Op, Position, TableChanges, TableChangesBuilder, TableId, TableSchema,
+    Transaction,
 };
 use crate::sources::SourceError;
 use spill::StreamBuffers;
@@ -171,9 +171,8 @@ impl Assembler {
 
     /// Feeds one XLogData payload (`wal_start` is used only in messages).
     pub fn feed(&mut self, wal_start: Lsn, data: Bytes) -> Result<Option<Assembled>, SourceError> {
-        let msg = decode(&data, self.decode_options()).map_err(|e| {
-            SourceError::Protocol(format!("{e} (XLogData at {wal_start})"))
-        })?;
+        let msg = decode(&data, self.decode_options())
+            .map_err(|e| SourceError::Protocol(format!("{e} (XLogData at {wal_start})")))?;
         if let Some(top) = self.stream_xid {
             let subxid = match &msg {
                 PgOutputMessage::StreamStop => {
@@ -193,9 +192,9 @@ impl Assembler {
                 | PgOutputMessage::Message { xid, .. } => *xid,
                 other => {
                     return Err(SourceError::Protocol(format!(
-                        "unexpected {} inside the stream block of xid {top} (XLogData at {wal_start})",
-                        name(other)
-                    )))
+                    "unexpected {} inside the stream block of xid {top} (XLogData at {wal_start})",
+                    name(other)
+                )))
                 }
             };
             self.streams.push(top, subxid.unwrap_or(top), data)?;
@@ -328,7 +327,10 @@ fn complete(changes: Vec<TableChanges>, end_lsn: Lsn, commit_time: i64) -> Assem
 
 impl Changes {
     /// The builder for `schema`, finishing the open run if it is of another table or layout.
-    fn builder(&mut self, schema: &Arc<TableSchema>) -> Result<&mut TableChangesBuilder, SourceError> {
+    fn builder(
+        &mut self,
+        schema: &Arc<TableSchema>,
+    ) -> Result<&mut TableChangesBuilder, SourceError> {
         let same = self
             .open
             .as_ref()

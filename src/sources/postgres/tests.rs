@@ -17,14 +17,18 @@ use crate::config::{Config, SourceConfig};
 /// Drops the test's slot, publication and tables with psql, however the test ends.
 struct Cleanup {
     url: String,
-    sql: String,
+    /// Run one by one (`-c` each), so one failing statement does not undo the others.
+    sql: Vec<String>,
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("psql")
-            .args(["-X", "-q", &self.url, "-c", &self.sql])
-            .output();
+        let mut cmd = std::process::Command::new("psql");
+        cmd.args(["-X", "-q", &self.url]);
+        for sql in &self.sql {
+            cmd.args(["-c", sql]);
+        }
+        let _ = cmd.output();
     }
 }
 
@@ -106,10 +110,13 @@ async fn source_against_postgres() {
     let (a, b) = (format!("{tag}_a"), format!("{tag}_b"));
     let _cleanup = Cleanup {
         url: url.clone(),
-        sql: format!(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '{tag}' AND NOT active; \
-             DROP PUBLICATION IF EXISTS {tag}; DROP TABLE IF EXISTS {a}, {b};"
-        ),
+        sql: vec![
+            format!("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = '{tag}' AND active"),
+            "SELECT pg_sleep(0.5)".to_owned(),
+            format!("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '{tag}'"),
+            format!("DROP PUBLICATION IF EXISTS {tag}"),
+            format!("DROP TABLE IF EXISTS {a}, {b}"),
+        ],
     };
     let pg = client(&url).await;
     pg.batch_execute(&format!(
@@ -215,10 +222,7 @@ async fn source_against_postgres() {
     // Key change 1 → 5 carries the old key.
     let c = &t[2].changes[0];
     assert_eq!((ids32(c), c.key_changed.clone()), (vec![5], vec![true]));
-    assert_eq!(
-        c.old_keys.column(0).as_primitive::<Int32Type>().value(0),
-        1
-    );
+    assert_eq!(c.old_keys.column(0).as_primitive::<Int32Type>().value(0), 1);
     // Delete: key present, the rest absent.
     let c = &t[3].changes[0];
     assert_eq!(c.ops, vec![Op::Delete]);
@@ -234,7 +238,10 @@ async fn source_against_postgres() {
         let ids = c.rows.column(0).as_primitive::<Int64Type>();
         max_id = max_id.max(ids.values().iter().copied().max().unwrap_or(0));
     }
-    assert_eq!(max_id, 3000, "rolled-back subtransaction rows must not appear");
+    assert_eq!(
+        max_id, 3000,
+        "rolled-back subtransaction rows must not appear"
+    );
 
     let row = pg
         .query_one(

@@ -95,7 +95,11 @@ fn relation(xid: Option<u32>, oid: u32, name: &str) -> Bytes {
         .cstr(name)
         .u8(b'd')
         .u16(3);
-    for (col, ty, key) in [("id", INT4, true), ("body", TEXT, false), ("n", INT4, false)] {
+    for (col, ty, key) in [
+        ("id", INT4, true),
+        ("body", TEXT, false),
+        ("n", INT4, false),
+    ] {
         b = b.u8(u8::from(key)).cstr(col).u32(ty).i32(-1);
     }
     b.done()
@@ -302,7 +306,11 @@ fn delete_carries_the_key_and_leaves_the_rest_absent() {
     assert_eq!(c.ops, vec![Op::Delete, Op::Delete]);
     assert_eq!(ints(c, 0), vec![Some(4), Some(5)]);
     assert_eq!(present(c, 1), vec![false, true]);
-    assert_eq!(present(c, 2), vec![false, true], "a full old row's NULL is a value");
+    assert_eq!(
+        present(c, 2),
+        vec![false, true],
+        "a full old row's NULL is a value"
+    );
     assert_eq!(texts(c, 1)[1].as_deref(), Some("z"));
 }
 
@@ -315,7 +323,10 @@ fn delete_without_a_key_value_is_an_error() {
         .feed(Lsn(1), delete(None, T1, b'K', &[None, None, None]))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("public.t1") && e.contains("REPLICA IDENTITY"), "{e}");
+    assert!(
+        e.contains("public.t1") && e.contains("REPLICA IDENTITY"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -397,7 +408,11 @@ fn a_new_relation_layout_starts_a_new_run() {
             .cstr("t1")
             .u8(b'd')
             .u16(3);
-        for (col, ty, key) in [("id", INT4, true), ("text", TEXT, false), ("n", INT4, false)] {
+        for (col, ty, key) in [
+            ("id", INT4, true),
+            ("text", TEXT, false),
+            ("n", INT4, false),
+        ] {
             b = b.u8(u8::from(key)).cstr(col).u32(ty).i32(-1);
         }
         b.done()
@@ -512,7 +527,11 @@ fn streamed_transaction_spills_past_a_tiny_memory_bound() {
     assert!(ids.iter().all(|v| v.unwrap() % 10 != 3));
     assert_eq!(ids[0], Some(0));
     assert_eq!(ids[89], Some(99));
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "spill removed");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "spill removed"
+    );
 }
 
 #[test]
@@ -520,7 +539,10 @@ fn relation_zero_lsn_and_protocol_errors() {
     let dir = tempfile::tempdir().unwrap();
     let mut a = assembler_with(1 << 20, dir.path());
     // Relation messages carry no position; feeding one at WAL 0/0 is fine.
-    assert!(a.feed(Lsn::ZERO, relation(None, T1, "t1")).unwrap().is_none());
+    assert!(a
+        .feed(Lsn::ZERO, relation(None, T1, "t1"))
+        .unwrap()
+        .is_none());
     let e = a.feed(Lsn(5), commit(10)).unwrap_err().to_string();
     assert!(e.contains("without Begin"), "{e}");
     let e = a
@@ -582,5 +604,7 @@ fn unknown_types_are_reported_then_resolved() {
     a.feed(Lsn(1), row).unwrap();
     let tx = one_tx(feed(&mut a, &[commit(20)]));
     assert_eq!(texts(&tx.changes[0], 1), vec![Some("happy".into())]);
-    assert!(tx.changes[0].schema.columns[1].source_type.starts_with("mood"));
+    assert!(tx.changes[0].schema.columns[1]
+        .source_type
+        .starts_with("mood"));
 }
