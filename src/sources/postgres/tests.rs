@@ -279,4 +279,34 @@ async fn source_against_postgres() {
         .unwrap()
         .unwrap()
         .unwrap();
+
+    // A restart without snapshot resumes after the acknowledged position: only what came since.
+    pg.batch_execute(&format!("INSERT INTO {a} VALUES (6, 'six', 6)"))
+        .await
+        .unwrap();
+    let mut source = PostgresSource::new(cfg);
+    assert!(source.prepare().await.unwrap().slot_exists);
+    let (tx, mut rx) = mpsc::channel(16);
+    let (_ack_tx, ack_rx) = watch::channel(None);
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(Box::new(source).run(
+        Resume {
+            start: Some(Position::Postgres(acked)),
+            snapshot: false,
+        },
+        tx,
+        ack_rx,
+        shutdown.clone(),
+    ));
+    let resumed = collect(&mut rx, |g| !g.is_empty()).await;
+    let t = txs(&resumed);
+    assert_eq!(t.len(), 1, "{:?}", summary(&resumed));
+    assert!(t[0].position > Position::Postgres(acked));
+    assert_eq!(ids32(&t[0].changes[0]), vec![6]);
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
 }
