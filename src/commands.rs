@@ -8,10 +8,12 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::changelog::TableId;
-use crate::config::{Config, SourceConfig};
+use crate::config::{Config, SinkConfig, SourceConfig};
 use crate::pipeline::{self, PipelineError, Settings};
+use crate::sinks::iceberg::IcebergSink;
 use crate::sinks::{Sink, SinkError};
 use crate::sources::{Source, SourceError};
+use crate::storage::Warehouse;
 
 /// One table in `cdcd status`.
 #[derive(Debug, Clone, Serialize)]
@@ -51,10 +53,10 @@ fn build_source(_config: &Config) -> Result<Box<dyn Source>, CommandError> {
     )))
 }
 
-fn build_sink(_config: &Config) -> Result<Arc<dyn Sink>, CommandError> {
-    Err(CommandError::Source(SourceError::Config(
-        "the Iceberg sink is not integrated yet".into(),
-    )))
+fn build_sink(config: &Config) -> Result<Arc<dyn Sink>, CommandError> {
+    let SinkConfig::Iceberg(iceberg) = &config.sink;
+    let sink = IcebergSink::new(iceberg, &config.pipeline).map_err(Box::new)?;
+    Ok(Arc::new(sink))
 }
 
 /// Runs the pipeline until `shutdown`.
@@ -71,10 +73,33 @@ pub async fn check(config: &Config) -> Vec<String> {
     if let Err(e) = build_source(config) {
         problems.push(e.to_string());
     }
-    if let Err(e) = build_sink(config) {
-        problems.push(e.to_string());
+    if let Err(e) = probe_warehouse(config).await {
+        problems.push(e);
     }
     problems
+}
+
+/// Writes and removes a small object under `<warehouse>/_cdcd/<pipeline>/` to prove the warehouse
+/// is reachable and writable.
+async fn probe_warehouse(config: &Config) -> Result<(), String> {
+    use object_store::ObjectStoreExt;
+    let SinkConfig::Iceberg(iceberg) = &config.sink;
+    let warehouse = Warehouse::from_url(&iceberg.warehouse).map_err(|e| e.to_string())?;
+    let location = warehouse.location(&["_cdcd", &config.pipeline, "check-probe"]);
+    let path = warehouse.path(&location).map_err(|e| e.to_string())?;
+    let unwritable = |e: object_store::Error| {
+        format!(
+            "warehouse {} is not writable ({e}): check the path and its permissions (sink.warehouse)",
+            warehouse.url()
+        )
+    };
+    warehouse
+        .store()
+        .put(&path, bytes::Bytes::from_static(b"cdcd check").into())
+        .await
+        .map_err(unwritable)?;
+    warehouse.store().delete(&path).await.map_err(unwritable)?;
+    Ok(())
 }
 
 /// The committed state of every captured table.

@@ -111,6 +111,8 @@ pub enum SinkError {
     CommitConflict { table: TableId, version: u64 },
     #[error(transparent)]
     Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    #[error(transparent)]
+    Warehouse(#[from] crate::storage::StorageError),
 }
 
 impl SinkError {
@@ -128,6 +130,7 @@ impl SinkError {
             SinkError::Corrupt { .. } => "corrupt",
             SinkError::CommitConflict { .. } => "commit_conflict",
             SinkError::Checkpoint(_) => "checkpoint",
+            SinkError::Warehouse(_) => "storage",
         }
     }
 }

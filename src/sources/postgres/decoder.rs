@@ -569,12 +569,6 @@ fn read_relation(r: &mut Reader<'_>, xid: Option<u32>) -> Result<Relation, Decod
 
 /// Real pgoutput messages captured from Postgres, for tests here and in `stream.rs`.
 #[cfg(test)]
-#[expect(clippy::unwrap_used, reason = "test fixtures")]
 pub(crate) mod captured;
 #[cfg(test)]
-#[expect(
-    clippy::unwrap_used,
-    clippy::panic,
-    reason = "tests fail loudly on anything unexpected"
-)]
 mod tests;

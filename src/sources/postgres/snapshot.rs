@@ -49,7 +49,7 @@ pub enum SnapshotError {
         row: u64,
         column: String,
         #[source]
-        source: ValueError,
+        source: Box<ValueError>,
     },
     #[error("initial copy of {table}, row {row}: {detail}")]
     Format {
@@ -392,7 +392,7 @@ impl<'t> CopyReader<'t> {
                         table: table.clone(),
                         row,
                         column,
-                        source,
+                        source: Box::new(source),
                     }
                 })
             };

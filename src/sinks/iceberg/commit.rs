@@ -1,0 +1,112 @@
+//! Publishing table metadata: `v<N>.metadata.json` written create-if-absent, then
+//! `version-hint.text`.
+//!
+//! The create-if-absent put (object_store `PutMode::Create`, atomic on local disk and S3) is the
+//! commit point: once it succeeds the snapshot is durable and visible; if the file already exists
+//! another writer won version N and this commit fails with `CommitConflict` (nothing of it is
+//! referenced). The hint is rewritten afterwards and may lag after a crash; `metadata.rs` probes
+//! past it.
+
+use std::collections::HashMap;
+
+use iceberg::spec::{
+    FormatVersion, Schema, Snapshot, SortOrder, TableMetadata, TableMetadataBuilder,
+    UnboundPartitionSpec,
+};
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+
+use super::metadata::{hint_location, metadata_location, Loaded};
+use crate::changelog::TableId;
+use crate::sinks::SinkError;
+use crate::storage::Warehouse;
+
+fn ice(table: &TableId, what: &str) -> impl FnOnce(iceberg::Error) -> SinkError {
+    let context = format!("{what} of {table}");
+    move |source| SinkError::Iceberg { context, source }
+}
+
+/// Metadata of a new, empty table at `location` (format v2, unpartitioned, Parquet).
+pub(crate) fn new_table(
+    table: &TableId,
+    location: &str,
+    schema: Schema,
+) -> Result<TableMetadata, SinkError> {
+    let properties = HashMap::from([("write.format.default".to_owned(), "parquet".to_owned())]);
+    TableMetadataBuilder::new(
+        schema,
+        UnboundPartitionSpec::builder().build(),
+        SortOrder::unsorted_order(),
+        location.to_owned(),
+        FormatVersion::V2,
+        properties,
+    )
+    .and_then(|b| b.build())
+    .map(|r| r.metadata)
+    .map_err(ice(table, "creating the metadata"))
+}
+
+/// The metadata after `prev` with `snapshot` as the new head of `main`.
+pub(crate) fn with_snapshot(
+    table: &TableId,
+    prev: &Loaded,
+    snapshot: Snapshot,
+) -> Result<TableMetadata, SinkError> {
+    TableMetadataBuilder::new_from_metadata(prev.metadata.clone(), Some(prev.location()))
+        .set_branch_snapshot(snapshot, "main")
+        .and_then(|b| b.build())
+        .map(|r| r.metadata)
+        .map_err(ice(table, "adding the snapshot"))
+}
+
+/// Writes `metadata` as version `version` create-if-absent, then the version hint.
+pub(crate) async fn publish(
+    warehouse: &Warehouse,
+    table: &TableId,
+    version: u64,
+    metadata: &TableMetadata,
+) -> Result<(), SinkError> {
+    let location = metadata_location(metadata.location(), version);
+    let json = serde_json::to_vec_pretty(metadata).map_err(|e| SinkError::Data {
+        table: table.clone(),
+        detail: format!("serializing {location}: {e}"),
+    })?;
+    let path = warehouse.path(&location)?;
+    match warehouse
+        .store()
+        .put_opts(
+            &path,
+            PutPayload::from(json),
+            PutOptions::from(PutMode::Create),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(object_store::Error::AlreadyExists { .. }) => {
+            return Err(SinkError::CommitConflict {
+                table: table.clone(),
+                version,
+            })
+        }
+        Err(source) => {
+            return Err(SinkError::Storage {
+                path: location,
+                source,
+            })
+        }
+    }
+    // The commit is durable now: a failed hint only slows the next load (it probes past a stale
+    // hint), so it is logged, not returned as a failed commit.
+    let hint = hint_location(metadata.location());
+    let written = match warehouse.path(&hint) {
+        Ok(hint_path) => warehouse
+            .store()
+            .put(&hint_path, PutPayload::from(version.to_string()))
+            .await
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    if let Err(e) = written {
+        tracing::warn!(table = %table, path = %hint, error = %e, "could not update the version hint");
+    }
+    Ok(())
+}

@@ -1,0 +1,285 @@
+//! Table lookup: the current values of the rows whose keys a commit needs to complete partial
+//! updates (absent columns), read from the live files of the current snapshot in one pass.
+//!
+//! A data file's row is current unless an equality delete with a higher data sequence number
+//! names its key, or a position delete names (file, pos) (Iceberg spec, "Scan Planning"). A key
+//! with no current row is an error: an absent value is never replaced by a placeholder.
+//!
+//! Cost: every live data file is fetched and its key columns decoded (no key-range pruning yet);
+//! whole rows are decoded only for files holding a wanted key. Partial updates are rare
+//! (unchanged TOASTed values), and all keys of one commit share the pass.
+
+use std::collections::{HashMap, HashSet};
+
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, RecordBatch, UInt32Array};
+use arrow_cast::display::{ArrayFormatter, FormatOptions};
+use arrow_row::{RowConverter, SortField};
+use arrow_schema::{ArrowError, SchemaRef};
+use bytes::Bytes;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
+
+use super::manifest::{read, LiveFiles};
+use super::plan::KeyRef;
+use super::writer::key_batch;
+use crate::changelog::{TableChanges, TableSchema};
+use crate::sinks::SinkError;
+use crate::storage::Warehouse;
+
+/// Reads the current rows of `keys` (in that order), typed like the change rows.
+pub(crate) async fn lookup(
+    warehouse: &Warehouse,
+    schema: &TableSchema,
+    files: &LiveFiles,
+    changes: &[TableChanges],
+    keys: &[KeyRef],
+) -> Result<RecordBatch, SinkError> {
+    let arrow = |context: String| {
+        let table = schema.id.clone();
+        move |e: ArrowError| SinkError::Arrow {
+            context: format!("{context} of {table}"),
+            source: e,
+        }
+    };
+    let rows_schema = TableChanges::rows_schema(schema);
+    let keys_schema = TableChanges::keys_schema(schema);
+    let wanted_batch = key_batch(changes, keys, &schema.primary_key, &keys_schema)
+        .map_err(arrow("gathering lookup keys".into()))?;
+    let converter = RowConverter::new(
+        keys_schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect(),
+    )
+    .map_err(arrow("encoding keys".into()))?;
+    let wanted_rows = converter
+        .convert_columns(wanted_batch.columns())
+        .map_err(arrow("encoding keys".into()))?;
+    let wanted: HashMap<_, usize> = wanted_rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r, i))
+        .collect();
+
+    // Newest equality delete per wanted key.
+    let mut deleted_at = vec![i64::MIN; keys.len()];
+    for f in &files.equality_deletes {
+        for batch in read_parquet(warehouse, f.file.file_path()).await? {
+            let cols = project(&batch, &keys_schema).map_err(arrow(f.file.file_path().into()))?;
+            let rows = converter
+                .convert_columns(&cols)
+                .map_err(arrow(f.file.file_path().into()))?;
+            for r in rows.iter() {
+                if let Some(&i) = wanted.get(&r) {
+                    if let Some(d) = deleted_at.get_mut(i) {
+                        *d = (*d).max(f.sequence);
+                    }
+                }
+            }
+        }
+    }
+
+    // Candidate rows: (wanted index, data file index, position, found batch, row in it).
+    let mut candidates: Vec<(usize, usize, u64, usize, usize)> = Vec::new();
+    let mut found: Vec<RecordBatch> = Vec::new();
+    let key_names: Vec<&str> = keys_schema
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect();
+    for (fi, f) in files.data.iter().enumerate() {
+        let path = f.file.file_path();
+        let bytes = read(warehouse, path).await?;
+        // First pass decodes only the key columns: most files hold none of the wanted keys.
+        let mut positions: Vec<(usize, u64)> = Vec::new();
+        let mut offset = 0u64;
+        for batch in decode(&bytes, path, Some(&key_names))? {
+            let cols = project(&batch, &keys_schema).map_err(arrow(path.to_owned()))?;
+            let rows = converter
+                .convert_columns(&cols)
+                .map_err(arrow(path.to_owned()))?;
+            for (r, row) in rows.iter().enumerate() {
+                if let Some(&i) = wanted.get(&row) {
+                    positions.push((i, offset + r as u64));
+                }
+            }
+            offset += batch.num_rows() as u64;
+        }
+        if positions.is_empty() {
+            continue;
+        }
+        // Second pass: whole rows, only for files with a match.
+        let mut offset = 0u64;
+        let mut next = 0usize;
+        for batch in decode(&bytes, path, None)? {
+            let end = offset + batch.num_rows() as u64;
+            let mut take = Vec::new();
+            while let Some(&(i, pos)) = positions.get(next) {
+                if pos >= end {
+                    break;
+                }
+                candidates.push((i, fi, pos, found.len(), take.len()));
+                take.push((pos - offset) as u32);
+                next += 1;
+            }
+            if !take.is_empty() {
+                let cols = project(&batch, &rows_schema).map_err(arrow(path.to_owned()))?;
+                let idx = UInt32Array::from(take);
+                let taken = cols
+                    .iter()
+                    .map(|c| arrow_select::take::take(c.as_ref(), &idx, None))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(arrow(path.to_owned()))?;
+                found.push(
+                    RecordBatch::try_new(rows_schema.clone(), taken)
+                        .map_err(arrow(path.to_owned()))?,
+                );
+            }
+            offset = end;
+        }
+    }
+
+    // Position deletes of the files that hold candidates.
+    let candidate_files: HashSet<usize> = candidates.iter().map(|c| c.1).collect();
+    let by_path: HashMap<&str, usize> = candidate_files
+        .iter()
+        .filter_map(|&fi| files.data.get(fi).map(|f| (f.file.file_path(), fi)))
+        .collect();
+    let mut pos_deleted: HashSet<(usize, u64)> = HashSet::new();
+    if !by_path.is_empty() {
+        for f in &files.position_deletes {
+            for batch in read_parquet(warehouse, f.file.file_path()).await? {
+                let (Some(paths), Some(pos)) = (
+                    batch
+                        .column_by_name("file_path")
+                        .and_then(|c| c.as_string_opt::<i32>()),
+                    batch
+                        .column_by_name("pos")
+                        .and_then(|c| c.as_primitive_opt::<arrow_array::types::Int64Type>()),
+                ) else {
+                    return Err(SinkError::Corrupt {
+                        path: f.file.file_path().to_owned(),
+                        detail: "position delete file without file_path/pos".into(),
+                    });
+                };
+                for (p, n) in paths.iter().zip(pos.iter()) {
+                    if let (Some(p), Some(n)) = (p, n) {
+                        if let Some(&fi) = by_path.get(p) {
+                            pos_deleted.insert((fi, n as u64));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    // The live candidate per key (the newest, should a key somehow have two).
+    let mut best: Vec<Option<(i64, usize, usize)>> = vec![None; keys.len()];
+    for &(i, fi, pos, b, r) in &candidates {
+        let seq = files.data.get(fi).map_or(i64::MIN, |f| f.sequence);
+        let eq_deleted = deleted_at.get(i).is_some_and(|&d| d > seq);
+        if eq_deleted || pos_deleted.contains(&(fi, pos)) {
+            continue;
+        }
+        if let Some(slot) = best.get_mut(i) {
+            if slot.is_none_or(|(s, _, _)| seq >= s) {
+                *slot = Some((seq, b, r));
+            }
+        }
+    }
+    let mut indices = Vec::with_capacity(keys.len());
+    for (i, b) in best.iter().enumerate() {
+        match b {
+            Some((_, b, r)) => indices.push((*b, *r)),
+            None => {
+                return Err(SinkError::Data {
+                    table: schema.id.clone(),
+                    detail: format!(
+                        "cannot complete a partial update: row not in table (key {})",
+                        key_text(&wanted_batch, i)
+                    ),
+                })
+            }
+        }
+    }
+    let mut columns = Vec::with_capacity(rows_schema.fields().len());
+    for c in 0..rows_schema.fields().len() {
+        let arrays: Vec<&dyn Array> = found.iter().map(|b| b.column(c).as_ref()).collect();
+        columns.push(
+            arrow_select::interleave::interleave(&arrays, &indices)
+                .map_err(arrow("gathering looked-up rows".into()))?,
+        );
+    }
+    RecordBatch::try_new(rows_schema, columns).map_err(arrow("gathering looked-up rows".into()))
+}
+
+/// The columns of `batch` named like `schema`'s fields, cast to their types.
+fn project(batch: &RecordBatch, schema: &SchemaRef) -> Result<Vec<ArrayRef>, ArrowError> {
+    schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let col = batch.column_by_name(f.name()).ok_or_else(|| {
+                ArrowError::SchemaError(format!("file has no column {}", f.name()))
+            })?;
+            arrow_cast::cast(col, f.data_type())
+        })
+        .collect()
+}
+
+async fn read_parquet(
+    warehouse: &Warehouse,
+    location: &str,
+) -> Result<Vec<RecordBatch>, SinkError> {
+    let bytes = read(warehouse, location).await?;
+    decode(&bytes, location, None)
+}
+
+/// Decodes a Parquet file, only the top-level `columns` when given.
+fn decode(
+    bytes: &Bytes,
+    location: &str,
+    columns: Option<&[&str]>,
+) -> Result<Vec<RecordBatch>, SinkError> {
+    let parquet = |source| SinkError::Parquet {
+        context: format!("reading {location}"),
+        source,
+    };
+    let mut builder = ParquetRecordBatchReaderBuilder::try_new(bytes.clone()).map_err(parquet)?;
+    if let Some(columns) = columns {
+        let roots: Vec<usize> = columns
+            .iter()
+            .filter_map(|c| builder.schema().index_of(c).ok())
+            .collect();
+        let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+        builder = builder.with_projection(mask);
+    }
+    builder
+        .build()
+        .map_err(parquet)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|source| SinkError::Arrow {
+            context: format!("reading {location}"),
+            source,
+        })
+}
+
+/// Row `row` of a key batch as text, e.g. `(42, "a")`, for error messages.
+pub(crate) fn key_text(keys: &RecordBatch, row: usize) -> String {
+    let options = FormatOptions::default();
+    let parts: Vec<String> = keys
+        .columns()
+        .iter()
+        .map(|c| match ArrayFormatter::try_new(c.as_ref(), &options) {
+            Ok(f) if row < c.len() => f.value(row).to_string(),
+            _ => "?".to_owned(),
+        })
+        .collect();
+    if parts.len() == 1 {
+        parts.concat()
+    } else {
+        format!("({})", parts.join(", "))
+    }
+}

@@ -1,0 +1,203 @@
+//! Manifests and manifest lists: writes a commit's data manifest, delete manifest and manifest
+//! list (Avro, via iceberg's writers), and reads a snapshot's manifests and live files back.
+//!
+//! iceberg's `ManifestWriter` writes through an `OutputFile`, which needs an iceberg `Storage`;
+//! that trait is `typetag`-serialized, so rather than implement it on object_store, manifests are
+//! written into iceberg's in-memory `FileIO` and the bytes are then put through the warehouse store
+//! (one extra copy of a small file). The manifest list writer takes any `FileWrite`, which
+//! [`StoreWrite`] implements directly on object_store.
+//!
+//! Reading: a manifest entry's data sequence number may be null, meaning "inherit the manifest's"
+//! (Iceberg spec, "Sequence Number Inheritance"); [`load_files`] resolves that.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use iceberg::io::{FileIO, FileWrite};
+use iceberg::spec::{
+    DataContentType, DataFile, FormatVersion, Manifest, ManifestFile, ManifestList,
+    ManifestListWriter, ManifestWriterBuilder, PartitionSpecRef, SchemaRef,
+};
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+use crate::sinks::SinkError;
+use crate::storage::Warehouse;
+
+fn ice(context: impl Into<String>) -> impl FnOnce(iceberg::Error) -> SinkError {
+    let context = context.into();
+    move |source| SinkError::Iceberg { context, source }
+}
+
+/// Reads a whole object; `location` is its absolute location (for messages).
+pub(crate) async fn read(warehouse: &Warehouse, location: &str) -> Result<Bytes, SinkError> {
+    let path = warehouse.path(location)?;
+    let storage = |source| SinkError::Storage {
+        path: location.to_owned(),
+        source,
+    };
+    let got = warehouse.store().get(&path).await.map_err(storage)?;
+    got.bytes().await.map_err(storage)
+}
+
+/// Writes one manifest holding `files` as ADDED entries of `snapshot_id` with data sequence
+/// number `sequence`; `deletes` selects a delete manifest.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn write_manifest(
+    warehouse: &Warehouse,
+    location: String,
+    schema: SchemaRef,
+    spec: PartitionSpecRef,
+    snapshot_id: i64,
+    sequence: i64,
+    files: Vec<DataFile>,
+    deletes: bool,
+) -> Result<ManifestFile, SinkError> {
+    let io = FileIO::new_with_memory();
+    let output = io
+        .new_output(&location)
+        .map_err(ice(format!("opening {location}")))?;
+    let builder =
+        ManifestWriterBuilder::new(output, Some(snapshot_id), schema, spec.as_ref().clone());
+    let mut writer = if deletes {
+        builder.build_v2_deletes()
+    } else {
+        builder.build_v2_data()
+    };
+    for f in files {
+        writer
+            .add_file(f, sequence)
+            .map_err(ice(format!("adding a file to {location}")))?;
+    }
+    let manifest = writer
+        .write_manifest_file()
+        .await
+        .map_err(ice(format!("writing {location}")))?;
+    let bytes = io
+        .new_input(&location)
+        .map_err(ice(format!("reading back {location}")))?
+        .read()
+        .await
+        .map_err(ice(format!("reading back {location}")))?;
+    put(warehouse, &location, bytes).await?;
+    Ok(manifest)
+}
+
+async fn put(warehouse: &Warehouse, location: &str, bytes: Bytes) -> Result<(), SinkError> {
+    let path = warehouse.path(location)?;
+    warehouse
+        .store()
+        .put(&path, PutPayload::from_bytes(bytes))
+        .await
+        .map_err(|source| SinkError::Storage {
+            path: location.to_owned(),
+            source,
+        })?;
+    Ok(())
+}
+
+/// Writes the manifest list of a new snapshot.
+pub(crate) async fn write_manifest_list(
+    warehouse: &Warehouse,
+    location: &str,
+    snapshot_id: i64,
+    parent: Option<i64>,
+    sequence: i64,
+    manifests: Vec<ManifestFile>,
+) -> Result<(), SinkError> {
+    let out = StoreWrite {
+        store: warehouse.store().clone(),
+        path: warehouse.path(location)?,
+        buf: Vec::new(),
+    };
+    let mut writer = ManifestListWriter::v2(Box::new(out), snapshot_id, parent, sequence);
+    writer
+        .add_manifests(manifests.into_iter())
+        .map_err(ice(format!("adding manifests to {location}")))?;
+    writer
+        .close()
+        .await
+        .map_err(ice(format!("writing {location}")))
+}
+
+/// An iceberg `FileWrite` that buffers and puts the whole object on close.
+struct StoreWrite {
+    store: Arc<dyn ObjectStore>,
+    path: Path,
+    buf: Vec<u8>,
+}
+
+#[async_trait::async_trait]
+impl FileWrite for StoreWrite {
+    async fn write(&mut self, bs: Bytes) -> iceberg::Result<()> {
+        self.buf.extend_from_slice(&bs);
+        Ok(())
+    }
+
+    async fn close(&mut self) -> iceberg::Result<()> {
+        let bytes = Bytes::from(std::mem::take(&mut self.buf));
+        self.store
+            .put(&self.path, PutPayload::from_bytes(bytes))
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                iceberg::Error::new(
+                    iceberg::ErrorKind::Unexpected,
+                    format!("writing {}", self.path),
+                )
+                .with_source(e)
+            })
+    }
+}
+
+/// The manifests of a snapshot's manifest list.
+pub(crate) async fn load_manifests(
+    warehouse: &Warehouse,
+    manifest_list: &str,
+    version: FormatVersion,
+) -> Result<Vec<ManifestFile>, SinkError> {
+    let bytes = read(warehouse, manifest_list).await?;
+    let list = ManifestList::parse_with_version(&bytes, version)
+        .map_err(ice(format!("parsing {manifest_list}")))?;
+    Ok(list.consume_entries().into_iter().collect())
+}
+
+/// A live file of a snapshot with its data sequence number.
+#[derive(Debug, Clone)]
+pub(crate) struct LiveFile {
+    pub file: DataFile,
+    pub sequence: i64,
+}
+
+/// The live data files and delete files of a snapshot.
+#[derive(Debug, Default)]
+pub(crate) struct LiveFiles {
+    pub data: Vec<LiveFile>,
+    pub position_deletes: Vec<LiveFile>,
+    pub equality_deletes: Vec<LiveFile>,
+}
+
+/// Reads every manifest and collects the live (ADDED or EXISTING) files.
+pub(crate) async fn load_files(
+    warehouse: &Warehouse,
+    manifests: &[ManifestFile],
+) -> Result<LiveFiles, SinkError> {
+    let mut out = LiveFiles::default();
+    for m in manifests {
+        let bytes = read(warehouse, &m.manifest_path).await?;
+        let manifest =
+            Manifest::parse_avro(&bytes).map_err(ice(format!("parsing {}", m.manifest_path)))?;
+        for e in manifest.entries().iter().filter(|e| e.is_alive()) {
+            let live = LiveFile {
+                sequence: e.sequence_number().unwrap_or(m.sequence_number),
+                file: e.data_file().clone(),
+            };
+            match e.content_type() {
+                DataContentType::Data => out.data.push(live),
+                DataContentType::PositionDeletes => out.position_deletes.push(live),
+                DataContentType::EqualityDeletes => out.equality_deletes.push(live),
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,302 @@
+use std::sync::Arc;
+
+use arrow_array::builder::{Int64Builder, StringBuilder};
+use arrow_schema::DataType;
+
+use super::*;
+use crate::changelog::{Column, TableChangesBuilder, TableId, TableSchema};
+
+fn schema() -> Arc<TableSchema> {
+    let col = |n: &str, dt: DataType| Column {
+        name: n.into(),
+        data_type: dt,
+        nullable: true,
+        source_type: String::new(),
+    };
+    Arc::new(TableSchema {
+        id: TableId::new("s", "t"),
+        columns: vec![
+            col("id", DataType::Int64),
+            col("a", DataType::Utf8),
+            col("b", DataType::Int64),
+        ],
+        primary_key: vec![0],
+    })
+}
+
+/// One change: op, key, optional old key, and `a`/`b` (None = absent).
+#[derive(Clone, Copy)]
+struct C {
+    op: Op,
+    id: i64,
+    old: Option<i64>,
+    a: Option<&'static str>,
+    b: Option<i64>,
+}
+
+fn ins(id: i64, a: &'static str) -> C {
+    C {
+        op: Op::Insert,
+        id,
+        old: None,
+        a: Some(a),
+        b: Some(id),
+    }
+}
+fn upd(id: i64, a: Option<&'static str>) -> C {
+    C {
+        op: Op::Update,
+        id,
+        old: None,
+        a,
+        b: Some(id),
+    }
+}
+fn rekey(old: i64, id: i64, a: Option<&'static str>) -> C {
+    C {
+        old: Some(old),
+        ..upd(id, a)
+    }
+}
+fn del(id: i64) -> C {
+    C {
+        op: Op::Delete,
+        id,
+        old: None,
+        a: None,
+        b: None,
+    }
+}
+fn trunc() -> C {
+    C {
+        op: Op::Truncate,
+        id: 0,
+        old: None,
+        a: None,
+        b: None,
+    }
+}
+
+fn batch(cs: &[C]) -> TableChanges {
+    let mut b = TableChangesBuilder::new(schema(), cs.len());
+    let i64b = |b: &mut TableChangesBuilder, col: usize, v: i64| {
+        b.value(col)
+            .unwrap()
+            .as_any_mut()
+            .downcast_mut::<Int64Builder>()
+            .unwrap()
+            .append_value(v)
+    };
+    for c in cs {
+        b.begin(c.op);
+        if c.op == Op::Truncate {
+            for col in 0..3 {
+                b.absent(col).unwrap();
+            }
+            b.no_old_key().unwrap();
+            continue;
+        }
+        i64b(&mut b, 0, c.id);
+        match c.a {
+            Some(a) => b
+                .value(1)
+                .unwrap()
+                .as_any_mut()
+                .downcast_mut::<StringBuilder>()
+                .unwrap()
+                .append_value(a),
+            None => b.absent(1).unwrap(),
+        }
+        match c.b {
+            Some(v) => i64b(&mut b, 2, v),
+            None => b.absent(2).unwrap(),
+        }
+        match c.old {
+            Some(o) => b
+                .old_key(0)
+                .unwrap()
+                .as_any_mut()
+                .downcast_mut::<Int64Builder>()
+                .unwrap()
+                .append_value(o),
+            None => b.no_old_key().unwrap(),
+        }
+    }
+    b.finish().unwrap()
+}
+
+fn run(cs: &[C]) -> Plan {
+    plan(&[batch(cs)], &[0], FileLimits::default()).unwrap()
+}
+
+fn rr(row: u32) -> RowRef {
+    RowRef { batch: 0, row }
+}
+fn kr(row: u32, old: bool) -> KeyRef {
+    KeyRef { batch: 0, row, old }
+}
+
+#[test]
+fn inserts_only_append() {
+    let p = run(&[ins(1, "x"), ins(2, "y")]);
+    assert_eq!(p.files.len(), 1);
+    assert_eq!(p.files[0].rows, vec![rr(0), rr(1)]);
+    assert!(p.equality_deletes.is_empty() && p.position_deletes.is_empty());
+    assert!(!p.truncate);
+}
+
+#[test]
+fn update_of_an_earlier_row_is_an_equality_delete_plus_append() {
+    let p = run(&[upd(7, Some("new"))]);
+    assert_eq!(p.equality_deletes, vec![kr(0, false)]);
+    assert_eq!(p.files[0].rows, vec![rr(0)]);
+    assert!(p.lookups.is_empty(), "a whole row needs no lookup");
+}
+
+#[test]
+fn update_within_the_commit_drops_the_open_row() {
+    let p = run(&[ins(1, "x"), upd(1, Some("y"))]);
+    assert_eq!(p.files[0].rows, vec![rr(1)]);
+    assert!(p.equality_deletes.is_empty(), "key 1 was not in the table");
+    assert!(p.position_deletes.is_empty());
+}
+
+#[test]
+fn superseded_row_in_a_closed_file_gets_a_position_delete() {
+    let limits = FileLimits {
+        max_rows: 2,
+        max_bytes: usize::MAX,
+    };
+    let cs = [
+        ins(1, "a"),
+        ins(2, "b"),
+        ins(3, "c"),
+        upd(1, Some("z")),
+        del(2),
+    ];
+    let p = plan(&[batch(&cs)], &[0], limits).unwrap();
+    assert_eq!(p.files.len(), 2);
+    assert_eq!(p.files[0].rows, vec![rr(0), rr(1)]);
+    assert_eq!(p.files[1].rows, vec![rr(2), rr(3)]);
+    assert_eq!(p.position_deletes, vec![(0, 0), (0, 1)]);
+    assert!(p.equality_deletes.is_empty());
+}
+
+#[test]
+fn rolls_by_estimated_bytes() {
+    let limits = FileLimits {
+        max_rows: usize::MAX,
+        max_bytes: 1,
+    };
+    let p = plan(&[batch(&[ins(1, "a"), ins(2, "b")])], &[0], limits).unwrap();
+    assert_eq!(p.files.len(), 2);
+}
+
+#[test]
+fn delete_of_an_earlier_row_is_one_equality_delete() {
+    let p = run(&[del(5), del(5), upd(6, Some("x")), del(6)]);
+    assert_eq!(p.equality_deletes, vec![kr(0, false), kr(2, false)]);
+    assert!(p.files.is_empty(), "the update's row was dropped");
+}
+
+#[test]
+fn reinsert_after_delete() {
+    let p = run(&[del(5), ins(5, "again")]);
+    assert_eq!(p.equality_deletes, vec![kr(0, false)]);
+    assert_eq!(p.files[0].rows, vec![rr(1)]);
+}
+
+#[test]
+fn key_change_deletes_the_old_key() {
+    let p = run(&[rekey(1, 2, Some("x"))]);
+    assert_eq!(p.equality_deletes, vec![kr(0, true)]);
+    assert_eq!(p.files[0].rows, vec![rr(0)]);
+    let p = run(&[ins(1, "x"), rekey(1, 2, Some("y")), upd(2, Some("z"))]);
+    assert!(p.equality_deletes.is_empty());
+    assert_eq!(p.files[0].rows, vec![rr(2)]);
+}
+
+#[test]
+fn truncate_discards_everything_before_it() {
+    let p = run(&[ins(1, "x"), del(9), trunc(), ins(2, "y"), del(3)]);
+    assert!(p.truncate);
+    assert_eq!(p.files[0].rows, vec![rr(3)]);
+    assert!(
+        p.equality_deletes.is_empty(),
+        "nothing older survives a truncate"
+    );
+}
+
+#[test]
+fn partial_update_from_the_table_is_looked_up_once() {
+    let p = run(&[upd(4, None), upd(4, None)]);
+    assert_eq!(p.lookups, vec![kr(0, false)]);
+    assert_eq!(p.equality_deletes, vec![kr(0, false)]);
+    assert_eq!(p.files[0].rows, vec![rr(1)]);
+    assert_eq!(
+        p.files[0].fills,
+        vec![Fill {
+            pos: 0,
+            column: 1,
+            source: CellSource::Table(0)
+        }]
+    );
+}
+
+#[test]
+fn partial_update_from_this_commit() {
+    let p = run(&[ins(1, "x"), upd(1, None), upd(1, None)]);
+    assert!(p.lookups.is_empty());
+    assert_eq!(
+        p.files[0].fills,
+        vec![Fill {
+            pos: 0,
+            column: 1,
+            source: CellSource::Change(rr(0))
+        }]
+    );
+    let p = run(&[rekey(1, 2, None)]);
+    assert_eq!(
+        p.lookups,
+        vec![kr(0, true)],
+        "completed from the old key's row"
+    );
+}
+
+#[test]
+fn partial_update_of_a_missing_row_is_an_error() {
+    for cs in [
+        vec![del(1), upd(1, None)],
+        vec![trunc(), upd(1, None)],
+        vec![ins(1, "x"), del(1), upd(1, None)],
+    ] {
+        let err = plan(&[batch(&cs)], &[0], FileLimits::default()).unwrap_err();
+        assert!(
+            matches!(err, PlanError::Incomplete { column: 1, .. }),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn spans_batches() {
+    let p = plan(
+        &[batch(&[ins(1, "x")]), batch(&[upd(1, None)])],
+        &[0],
+        FileLimits::default(),
+    )
+    .unwrap();
+    assert_eq!(p.files[0].rows, vec![RowRef { batch: 1, row: 0 }]);
+    assert_eq!(
+        p.files[0].fills[0].source,
+        CellSource::Change(RowRef { batch: 0, row: 0 })
+    );
+}
+
+#[test]
+fn empty_changes_plan_nothing() {
+    assert_eq!(
+        plan(&[], &[0], FileLimits::default()).unwrap(),
+        Plan::default()
+    );
+}

@@ -1,0 +1,306 @@
+//! Schema mapping: a changelog [`TableSchema`] (Arrow-typed columns plus primary key) becomes an
+//! Iceberg schema with field ids, and the Arrow schemas of the Parquet files cdcd writes carry those
+//! ids as `PARQUET:field_id` so every engine resolves columns by id (Iceberg spec, "Column
+//! Projection").
+//!
+//! Field ids: top-level columns get 1..=n in source order, then nested fields (list elements) get
+//! n+1… — the same order Iceberg's fresh-id assignment uses, so a table created from this schema
+//! keeps these ids. The primary key becomes `identifier-field-ids`; key columns are required, the
+//! others optional.
+
+use std::sync::Arc;
+
+use arrow_schema::{DataType, Field, Schema as ArrowSchema, SchemaRef, TimeUnit};
+use iceberg::spec::{ListType, NestedField, NestedFieldRef, PrimitiveType, Schema, Type};
+
+use crate::changelog::TableSchema;
+use crate::sinks::SinkError;
+
+/// Field id of `file_path` in a position delete file (Iceberg spec, "Position Delete Files").
+pub(crate) const POS_DELETE_FILE_PATH_ID: i32 = 2147483546;
+/// Field id of `pos` in a position delete file.
+pub(crate) const POS_DELETE_POS_ID: i32 = 2147483545;
+
+const SINK: &str = "iceberg";
+
+/// The Iceberg schema for `table`: ids as described in the module doc.
+pub(crate) fn iceberg_schema(table: &TableSchema) -> Result<Schema, SinkError> {
+    if table.primary_key.is_empty() {
+        return Err(SinkError::NoPrimaryKey {
+            table: table.id.clone(),
+        });
+    }
+    let n = i32::try_from(table.columns.len()).map_err(|_| SinkError::Data {
+        table: table.id.clone(),
+        detail: "too many columns".into(),
+    })?;
+    let mut next_id = n + 1;
+    let mut fields: Vec<NestedFieldRef> = Vec::with_capacity(table.columns.len());
+    for (i, col) in (1..).zip(&table.columns) {
+        let ty =
+            to_iceberg(&col.data_type, &mut next_id).ok_or_else(|| SinkError::UnsupportedType {
+                table: table.id.clone(),
+                column: col.name.clone(),
+                data_type: col.data_type.to_string(),
+                sink: SINK,
+            })?;
+        let required = table.primary_key.contains(&((i - 1) as usize));
+        fields.push(Arc::new(NestedField::new(i, &col.name, ty, required)));
+    }
+    let key_ids = table.primary_key.iter().map(|&k| k as i32 + 1);
+    Schema::builder()
+        .with_schema_id(0)
+        .with_fields(fields)
+        .with_identifier_field_ids(key_ids)
+        .build()
+        .map_err(|source| SinkError::Iceberg {
+            context: format!("building the Iceberg schema of {}", table.id),
+            source,
+        })
+}
+
+/// Arrow → Iceberg type (the mapping table of the sink's contract); `None`: not storable.
+fn to_iceberg(dt: &DataType, next_id: &mut i32) -> Option<Type> {
+    let p = match dt {
+        DataType::Boolean => PrimitiveType::Boolean,
+        DataType::Int16 | DataType::Int32 => PrimitiveType::Int,
+        DataType::Int64 => PrimitiveType::Long,
+        DataType::Float32 => PrimitiveType::Float,
+        DataType::Float64 => PrimitiveType::Double,
+        DataType::Decimal128(p, s) if *s >= 0 => PrimitiveType::Decimal {
+            precision: u32::from(*p),
+            scale: *s as u32,
+        },
+        DataType::Utf8 => PrimitiveType::String,
+        DataType::Binary => PrimitiveType::Binary,
+        DataType::Date32 => PrimitiveType::Date,
+        DataType::Time64(TimeUnit::Microsecond) => PrimitiveType::Time,
+        DataType::Timestamp(TimeUnit::Microsecond, None) => PrimitiveType::Timestamp,
+        DataType::Timestamp(TimeUnit::Microsecond, Some(_)) => PrimitiveType::Timestamptz,
+        DataType::FixedSizeBinary(16) => PrimitiveType::Uuid,
+        DataType::List(element) => {
+            let id = *next_id;
+            *next_id += 1;
+            let inner = to_iceberg(element.data_type(), next_id)?;
+            let field = NestedField::list_element(id, inner, !element.is_nullable());
+            return Some(Type::List(ListType::new(Arc::new(field))));
+        }
+        _ => return None,
+    };
+    Some(Type::Primitive(p))
+}
+
+/// Why `existing` (the table's current schema) does not fit `wanted`, naming the columns; `None`
+/// when names and types agree (field ids and optionality are not compared).
+pub(crate) fn schema_difference(existing: &Schema, wanted: &Schema) -> Option<String> {
+    let mut problems = Vec::new();
+    let old = existing.as_struct().fields();
+    let new = wanted.as_struct().fields();
+    for f in new {
+        match old.iter().find(|o| o.name == f.name) {
+            None => problems.push(format!("column {} added", f.name)),
+            Some(o) if !same_shape(&o.field_type, &f.field_type) => problems.push(format!(
+                "column {} changed type from {} to {}",
+                f.name, o.field_type, f.field_type
+            )),
+            Some(_) => {}
+        }
+    }
+    for o in old {
+        if !new.iter().any(|f| f.name == o.name) {
+            problems.push(format!("column {} removed", o.name));
+        }
+    }
+    if problems.is_empty() && old.iter().zip(new).any(|(o, f)| o.name != f.name) {
+        problems.push("columns reordered".to_owned());
+    }
+    let mut old_key: Vec<&str> = existing
+        .identifier_field_ids()
+        .filter_map(|id| existing.field_by_id(id).map(|f| f.name.as_str()))
+        .collect();
+    let mut new_key: Vec<&str> = wanted
+        .identifier_field_ids()
+        .filter_map(|id| wanted.field_by_id(id).map(|f| f.name.as_str()))
+        .collect();
+    old_key.sort_unstable();
+    new_key.sort_unstable();
+    if old_key != new_key {
+        problems.push(format!(
+            "primary key changed from ({}) to ({})",
+            old_key.join(", "),
+            new_key.join(", ")
+        ));
+    }
+    (!problems.is_empty()).then(|| problems.join(", "))
+}
+
+fn same_shape(a: &Type, b: &Type) -> bool {
+    match (a, b) {
+        (Type::List(x), Type::List(y)) => {
+            same_shape(&x.element_field.field_type, &y.element_field.field_type)
+        }
+        (Type::Primitive(x), Type::Primitive(y)) => x == y,
+        _ => false,
+    }
+}
+
+/// The Arrow schema of data files: the table's columns with Iceberg types and field ids.
+pub(crate) fn data_file_schema(schema: &Schema) -> Result<SchemaRef, SinkError> {
+    iceberg::arrow::schema_to_arrow_schema(schema)
+        .map(Arc::new)
+        .map_err(|source| SinkError::Iceberg {
+            context: "mapping the Iceberg schema to Arrow".into(),
+            source,
+        })
+}
+
+/// The Arrow schema of equality delete files: the key fields of `file_schema`, in key order.
+pub(crate) fn key_file_schema(file_schema: &ArrowSchema, key: &[usize]) -> SchemaRef {
+    let fields: Vec<Field> = key
+        .iter()
+        .filter_map(|&k| file_schema.fields().get(k))
+        .map(|f| f.as_ref().clone())
+        .collect();
+    Arc::new(ArrowSchema::new(fields))
+}
+
+/// The Arrow schema of position delete files (`file_path`, `pos`, with their reserved ids).
+pub(crate) fn position_delete_schema() -> SchemaRef {
+    let id = |f: Field, id: i32| {
+        f.with_metadata(
+            [(
+                parquet::arrow::PARQUET_FIELD_ID_META_KEY.to_owned(),
+                id.to_string(),
+            )]
+            .into(),
+        )
+    };
+    Arc::new(ArrowSchema::new(vec![
+        id(
+            Field::new("file_path", DataType::Utf8, false),
+            POS_DELETE_FILE_PATH_ID,
+        ),
+        id(Field::new("pos", DataType::Int64, false), POS_DELETE_POS_ID),
+    ]))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::changelog::{Column, TableId};
+
+    fn col(name: &str, dt: DataType) -> Column {
+        Column {
+            name: name.into(),
+            data_type: dt,
+            nullable: true,
+            source_type: String::new(),
+        }
+    }
+
+    fn table(cols: Vec<Column>, key: Vec<usize>) -> TableSchema {
+        TableSchema {
+            id: TableId::new("s", "t"),
+            columns: cols,
+            primary_key: key,
+        }
+    }
+
+    #[test]
+    fn maps_types_and_ids() {
+        let list = DataType::List(Arc::new(Field::new("item", DataType::Int32, true)));
+        let t = table(
+            vec![
+                col("id", DataType::Int64),
+                col("tags", list),
+                col("u", DataType::FixedSizeBinary(16)),
+                col(
+                    "ts",
+                    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                ),
+                col("small", DataType::Int16),
+            ],
+            vec![0],
+        );
+        let s = iceberg_schema(&t).unwrap();
+        let f = s.as_struct().fields();
+        assert_eq!(f[0].id, 1);
+        assert!(f[0].required);
+        assert!(!f[1].required);
+        let Type::List(l) = f[1].field_type.as_ref() else {
+            panic!("list")
+        };
+        assert_eq!(
+            l.element_field.id, 6,
+            "element id after the 5 top-level ids"
+        );
+        assert_eq!(*f[2].field_type, Type::Primitive(PrimitiveType::Uuid));
+        assert_eq!(
+            *f[3].field_type,
+            Type::Primitive(PrimitiveType::Timestamptz)
+        );
+        assert_eq!(*f[4].field_type, Type::Primitive(PrimitiveType::Int));
+        assert_eq!(s.identifier_field_ids().collect::<Vec<_>>(), vec![1]);
+        let arrow = data_file_schema(&s).unwrap();
+        assert_eq!(
+            arrow.field(0).metadata()[parquet::arrow::PARQUET_FIELD_ID_META_KEY],
+            "1"
+        );
+    }
+
+    #[test]
+    fn rejects_unsupported_types_and_missing_keys() {
+        let t = table(
+            vec![col("id", DataType::Int64), col("x", DataType::UInt64)],
+            vec![0],
+        );
+        match iceberg_schema(&t) {
+            Err(SinkError::UnsupportedType { column, .. }) => assert_eq!(column, "x"),
+            other => panic!("{other:?}"),
+        }
+        let t = table(vec![col("id", DataType::Int64)], vec![]);
+        assert!(matches!(
+            iceberg_schema(&t),
+            Err(SinkError::NoPrimaryKey { .. })
+        ));
+    }
+
+    #[test]
+    fn names_changed_columns() {
+        let a = iceberg_schema(&table(
+            vec![col("id", DataType::Int64), col("x", DataType::Utf8)],
+            vec![0],
+        ))
+        .unwrap();
+        let b = iceberg_schema(&table(
+            vec![
+                col("id", DataType::Int64),
+                col("x", DataType::Int64),
+                col("y", DataType::Utf8),
+            ],
+            vec![0],
+        ))
+        .unwrap();
+        assert_eq!(schema_difference(&a, &a), None);
+        let d = schema_difference(&a, &b).unwrap();
+        assert!(d.contains("column x changed type"), "{d}");
+        assert!(d.contains("column y added"), "{d}");
+        let swapped = iceberg_schema(&table(
+            vec![col("x", DataType::Utf8), col("id", DataType::Int64)],
+            vec![1],
+        ))
+        .unwrap();
+        assert_eq!(
+            schema_difference(&a, &swapped).unwrap(),
+            "columns reordered"
+        );
+        let rekeyed = iceberg_schema(&table(
+            vec![col("id", DataType::Int64), col("x", DataType::Utf8)],
+            vec![1],
+        ))
+        .unwrap();
+        let d = schema_difference(&a, &rekeyed).unwrap();
+        assert!(d.contains("primary key changed from (id) to (x)"), "{d}");
+    }
+}
