@@ -2,14 +2,464 @@
 //!
 //! - `decoder.rs`: pgoutput messages from bytes (pure; protocol v1–v4).
 //! - `types.rs`: Postgres types to Arrow, and text values into Arrow builders (pure).
+//! - `relation.rs`: table schemas from Relation messages or the catalog, built one way.
 //! - `replication.rs`: the replication connection (pgwire-replication's framing and auth).
 //! - `setup.rs`: publication, slot and server checks over a regular connection.
 //! - `stream.rs`: decoded messages to changelog transactions (streamed transactions, spill).
 //! - `snapshot.rs`: the initial copy of existing rows.
+//!
+//! This file is [`PostgresSource`], the [`Source`] the pipeline runs: it prepares the server
+//! (`setup.rs`), optionally copies the tables from a fresh slot's exported snapshot
+//! (`snapshot.rs`), then streams from the slot, feeding frames to the assembler and answering with
+//! standby status updates that carry only acknowledged (committed) positions.
 
 pub mod decoder;
+pub mod relation;
 pub mod replication;
 pub mod setup;
 pub mod snapshot;
 pub mod stream;
 pub mod types;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_postgres::Client;
+use tokio_util::sync::CancellationToken;
+
+use crate::changelog::{Lsn, Position, TableId, TableSchema};
+use crate::config::PostgresConfig;
+use crate::sources::{Prepared, Resume, Source, SourceError, SourceEvent};
+use relation::{build_schema, unresolved_types};
+use replication::{ReplicationConnection, ReplicationMessage, StartOptions};
+use setup::CheckProblem;
+use snapshot::SnapshotError;
+use stream::{Assembled, Assembler, AssemblerConfig};
+use types::{ColumnType, TypeInfo};
+
+/// Status updates go out at least this often, well within the default `wal_sender_timeout` (60 s).
+const STATUS_INTERVAL: Duration = Duration::from_secs(10);
+/// Rows per `SnapshotRows` batch of the initial copy.
+const SNAPSHOT_BATCH_ROWS: usize = 10_000;
+/// How long to wait for a previous walsender (e.g. of a killed cdcd) to release the slot.
+const SLOT_RELEASE_WAIT: Duration = Duration::from_secs(30);
+
+/// The Postgres [`Source`].
+pub struct PostgresSource {
+    cfg: PostgresConfig,
+    extra_options: String,
+    prepared: Option<PreparedState>,
+}
+
+/// What `prepare` learned, kept for `run`.
+struct PreparedState {
+    client: Client,
+    tables: Vec<TableId>,
+    keys: HashMap<TableId, Vec<String>>,
+    proto_version: u32,
+}
+
+impl PostgresSource {
+    pub fn new(cfg: PostgresConfig) -> Self {
+        PostgresSource {
+            cfg,
+            extra_options: String::new(),
+            prepared: None,
+        }
+    }
+
+    /// Extra startup options for the replication connection (`-c name=value …`); tests lower
+    /// `logical_decoding_work_mem` with it to force streamed transactions.
+    pub fn with_replication_options(mut self, options: impl Into<String>) -> Self {
+        self.extra_options = options.into();
+        self
+    }
+
+    /// Everything `cdcd check` reports for this source: connection, settings, privileges, table
+    /// patterns, primary keys, and a slot of the wrong kind. Empty when ready.
+    pub async fn check(cfg: &PostgresConfig) -> Vec<CheckProblem> {
+        let client = match setup::connect(cfg).await {
+            Ok(c) => c,
+            Err(e) => {
+                return vec![CheckProblem {
+                    problem: e.to_string(),
+                    fix: "check source.url, source.password, and that Postgres accepts the connection (pg_hba.conf)".to_owned(),
+                }]
+            }
+        };
+        let mut problems = match setup::check(&client, cfg).await {
+            Ok((_, problems)) => problems,
+            Err(e) => vec![CheckProblem {
+                problem: e.to_string(),
+                fix: "check that the user may read the catalog".to_owned(),
+            }],
+        };
+        match setup::slot_exists(&client, &cfg.slot).await {
+            Ok(Some(info)) => {
+                if let Err(e) = setup::verify_slot(&cfg.slot, &info, &cfg.database) {
+                    problems.push(CheckProblem {
+                        problem: e.to_string(),
+                        fix: "choose another source.slot".to_owned(),
+                    });
+                }
+            }
+            Ok(None) => {}
+            Err(e) => problems.push(CheckProblem {
+                problem: e.to_string(),
+                fix: "check that the user may read pg_replication_slots".to_owned(),
+            }),
+        }
+        problems
+    }
+}
+
+#[async_trait]
+impl Source for PostgresSource {
+    async fn prepare(&mut self) -> Result<Prepared, SourceError> {
+        let cfg = &self.cfg;
+        let client = setup::connect(cfg).await?;
+        let (tables, problems) = setup::check(&client, cfg).await?;
+        if let Some(p) = problems.first() {
+            return Err(SourceError::Config(p.to_string()));
+        }
+        setup::ensure_publication(&client, &cfg.publication, &tables).await?;
+        let slot = setup::slot_exists(&client, &cfg.slot).await?;
+        if let Some(info) = &slot {
+            setup::verify_slot(&cfg.slot, info, &cfg.database)?;
+        }
+        let proto_version = setup::proto_version(setup::server_version(&client).await?);
+        let mut keys = HashMap::new();
+        for t in &tables {
+            keys.insert(t.clone(), setup::primary_key(&client, t).await?);
+        }
+        tracing::info!(tables = tables.len(), proto_version, slot = %cfg.slot, slot_exists = slot.is_some(), "postgres source prepared");
+        self.prepared = Some(PreparedState {
+            client,
+            tables: tables.clone(),
+            keys,
+            proto_version,
+        });
+        Ok(Prepared {
+            tables,
+            slot_exists: slot.is_some(),
+        })
+    }
+
+    async fn run(
+        mut self: Box<Self>,
+        resume: Resume,
+        events: mpsc::Sender<SourceEvent>,
+        acks: watch::Receiver<Option<Position>>,
+        shutdown: CancellationToken,
+    ) -> Result<(), SourceError> {
+        if self.prepared.is_none() {
+            self.prepare().await?;
+        }
+        let Some(state) = self.prepared.take() else {
+            return Err(SourceError::Config("source was not prepared".to_owned()));
+        };
+        let cfg = self.cfg;
+        let mut types: HashMap<u32, Option<TypeInfo>> = HashMap::new();
+        let mut conn =
+            ReplicationConnection::connect_with_options(&cfg, &self.extra_options).await?;
+        let start = if resume.snapshot {
+            let copied =
+                initial_copy(&cfg, &state, &mut types, &mut conn, &events, &shutdown).await?;
+            match copied {
+                Some(point) => point,
+                None => return conn.finish().await,
+            }
+        } else {
+            if setup::slot_exists(&state.client, &cfg.slot)
+                .await?
+                .is_none()
+            {
+                let point = conn.create_slot_without_snapshot(&cfg.slot).await?;
+                tracing::info!(slot = %cfg.slot, consistent_point = %point, "created replication slot");
+            }
+            match resume.start {
+                Some(Position::Postgres(lsn)) => lsn,
+                None => Lsn::ZERO,
+            }
+        };
+        wait_slot_released(&state.client, &cfg.slot).await?;
+        let opts = StartOptions {
+            proto_version: state.proto_version,
+            publication: cfg.publication.clone(),
+            streaming: state.proto_version >= 2,
+            messages: false,
+        };
+        conn.start(&cfg.slot, start, &opts).await?;
+        tracing::info!(slot = %cfg.slot, start = %start, proto_version = opts.proto_version, "replication started");
+        let mut assembler = Assembler::new(
+            AssemblerConfig {
+                proto_version: state.proto_version,
+                stream_memory_bytes: cfg.stream_memory_bytes,
+                spill_dir: cfg.spill_dir.clone(),
+            },
+            state.tables.iter().cloned(),
+            state.keys.clone(),
+        );
+        let known: Vec<u32> = types.keys().copied().collect();
+        assembler.add_types(
+            &known,
+            types
+                .into_iter()
+                .filter_map(|(k, v)| Some((k, v?)))
+                .collect(),
+        );
+        let mut stream = Streaming {
+            conn,
+            client: &state.client,
+            assembler,
+            events,
+            acks,
+            acked: Lsn::ZERO,
+            delivered: start,
+        };
+        let result = stream.run(&shutdown).await;
+        match result {
+            Ok(()) => stream.conn.finish().await,
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Drops and re-creates the slot with an exported snapshot, copies every table as of it, and
+/// returns the consistent point to stream from (`None`: shutdown during the copy).
+async fn initial_copy(
+    cfg: &PostgresConfig,
+    state: &PreparedState,
+    types: &mut HashMap<u32, Option<TypeInfo>>,
+    conn: &mut ReplicationConnection,
+    events: &mpsc::Sender<SourceEvent>,
+    shutdown: &CancellationToken,
+) -> Result<Option<Lsn>, SourceError> {
+    if setup::slot_exists(&state.client, &cfg.slot)
+        .await?
+        .is_some()
+    {
+        conn.drop_slot(&cfg.slot).await?;
+        tracing::info!(slot = %cfg.slot, "dropped replication slot for a new initial copy");
+    }
+    // Schemas first: the exported snapshot lives only until the next command on `conn`, and
+    // nothing here uses `conn`, but catalog reads are better done before the copy starts.
+    let mut schemas = Vec::with_capacity(state.tables.len());
+    for t in &state.tables {
+        schemas.push(table_schema(&state.client, t, state.keys.get(t), types).await?);
+    }
+    let (point, snapshot_name) = conn.create_slot(&cfg.slot).await?;
+    tracing::info!(slot = %cfg.slot, consistent_point = %point, snapshot = %snapshot_name, "created replication slot; copying tables");
+    // copy_table keeps a transaction open on the snapshot: a connection of its own.
+    let copy_client = setup::connect(cfg).await?;
+    for (schema, col_types) in schemas {
+        let table = schema.id.clone();
+        let emit = |batch| {
+            let events = events.clone();
+            async move {
+                events
+                    .send(SourceEvent::SnapshotRows(batch))
+                    .await
+                    .map_err(|_| SnapshotError::Closed)
+            }
+        };
+        let copy = snapshot::copy_table(
+            &copy_client,
+            schema,
+            &col_types,
+            Some(&snapshot_name),
+            SNAPSHOT_BATCH_ROWS,
+            emit,
+        );
+        let rows = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return Ok(None),
+            r = copy => r?,
+        };
+        tracing::info!(table = %table, rows, "copied");
+        let done = SourceEvent::SnapshotDone {
+            table,
+            position: Position::Postgres(point),
+        };
+        if !deliver(events, done, shutdown).await? {
+            return Ok(None);
+        }
+    }
+    Ok(Some(point))
+}
+
+/// The schema and column types of `table` from the catalog, looking up non-builtin types.
+async fn table_schema(
+    client: &Client,
+    table: &TableId,
+    keys: Option<&Vec<String>>,
+    types: &mut HashMap<u32, Option<TypeInfo>>,
+) -> Result<(Arc<TableSchema>, Vec<ColumnType>), SourceError> {
+    let columns = setup::table_columns(client, table).await?;
+    loop {
+        let missing = unresolved_types(&columns, &|oid| types.get(&oid).cloned());
+        if missing.is_empty() {
+            break;
+        }
+        let found = setup::lookup_types(client, &missing).await?;
+        for oid in &missing {
+            types.insert(*oid, found.get(oid).cloned());
+        }
+    }
+    let lookup = |oid: u32| types.get(&oid).cloned().flatten();
+    let (schema, col_types) =
+        build_schema(table.clone(), &columns, keys.map(Vec::as_slice), &lookup)?;
+    Ok((Arc::new(schema), col_types))
+}
+
+/// Waits until no walsender holds `slot` (a killed predecessor's session lingers until Postgres
+/// notices the closed socket); gives up after [`SLOT_RELEASE_WAIT`] and lets START fail clearly.
+async fn wait_slot_released(client: &Client, slot: &str) -> Result<(), SourceError> {
+    let deadline = Instant::now() + SLOT_RELEASE_WAIT;
+    while let Some(info) = setup::slot_exists(client, slot).await? {
+        if !info.active || Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Ok(())
+}
+
+/// Sends `event` unless shutdown comes first (`Ok(false)`); the bounded channel is the
+/// backpressure.
+async fn deliver(
+    events: &mpsc::Sender<SourceEvent>,
+    event: SourceEvent,
+    shutdown: &CancellationToken,
+) -> Result<bool, SourceError> {
+    tokio::select! {
+        biased;
+        _ = shutdown.cancelled() => Ok(false),
+        r = events.send(event) => r.map(|_| true).map_err(|_| SourceError::Closed),
+    }
+}
+
+/// The streaming phase's state.
+struct Streaming<'a> {
+    conn: ReplicationConnection,
+    client: &'a Client,
+    assembler: Assembler,
+    events: mpsc::Sender<SourceEvent>,
+    acks: watch::Receiver<Option<Position>>,
+    /// The newest acknowledged position, the only one ever reported as flushed.
+    acked: Lsn,
+    /// Everything before this has been delivered (transactions or heartbeats).
+    delivered: Lsn,
+}
+
+impl Streaming<'_> {
+    async fn run(&mut self, shutdown: &CancellationToken) -> Result<(), SourceError> {
+        let mut status_timer = tokio::time::interval(STATUS_INTERVAL);
+        status_timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut acks_open = true;
+        loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                changed = self.acks.changed(), if acks_open => {
+                    if changed.is_err() {
+                        acks_open = false;
+                        continue;
+                    }
+                    if self.take_ack() {
+                        self.send_status(false).await?;
+                        status_timer.reset();
+                    }
+                }
+                _ = status_timer.tick() => self.send_status(false).await?,
+                msg = self.conn.recv() => {
+                    if !self.handle(msg?, shutdown).await? {
+                        break;
+                    }
+                }
+            }
+        }
+        self.take_ack();
+        self.send_status(false).await
+    }
+
+    /// Takes a newer acknowledged position; true if `acked` moved. Never backwards, never 0.
+    fn take_ack(&mut self) -> bool {
+        let ack = self.acks.borrow_and_update().clone();
+        match ack {
+            Some(Position::Postgres(lsn)) if !lsn.is_zero() && lsn > self.acked => {
+                self.acked = lsn;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Reports `acked` as written, flushed and applied. Before the first ack this is 0/0, which
+    /// Postgres ignores for the slot but counts as a sign of life.
+    async fn send_status(&mut self, reply: bool) -> Result<(), SourceError> {
+        let a = self.acked;
+        self.conn.send_status(a, a, a, reply).await
+    }
+
+    /// One message from the server; false when shutdown interrupted a delivery.
+    async fn handle(
+        &mut self,
+        msg: ReplicationMessage,
+        shutdown: &CancellationToken,
+    ) -> Result<bool, SourceError> {
+        match msg {
+            ReplicationMessage::XLogData {
+                wal_start, data, ..
+            } => {
+                loop {
+                    let missing = self.assembler.missing_types(&data)?;
+                    if missing.is_empty() {
+                        break;
+                    }
+                    let found = setup::lookup_types(self.client, &missing).await?;
+                    self.assembler.add_types(&missing, found);
+                }
+                let event = match self.assembler.feed(wal_start, data)? {
+                    None => return Ok(true),
+                    Some(Assembled::Transaction(tx)) => {
+                        let Position::Postgres(end) = tx.position;
+                        self.delivered = self.delivered.max(end);
+                        SourceEvent::Transaction(tx)
+                    }
+                    Some(Assembled::Skipped(end)) => {
+                        if end <= self.delivered {
+                            return Ok(true);
+                        }
+                        self.delivered = end;
+                        SourceEvent::Heartbeat(Position::Postgres(end))
+                    }
+                };
+                deliver(&self.events, event, shutdown).await
+            }
+            ReplicationMessage::KeepAlive {
+                wal_end,
+                reply_requested,
+                ..
+            } => {
+                if reply_requested {
+                    self.take_ack();
+                    self.send_status(false).await?;
+                }
+                if self.assembler.is_idle() && !wal_end.is_zero() && wal_end > self.delivered {
+                    self.delivered = wal_end;
+                    let beat = SourceEvent::Heartbeat(Position::Postgres(wal_end));
+                    return deliver(&self.events, beat, shutdown).await;
+                }
+                Ok(true)
+            }
+        }
+    }
+}

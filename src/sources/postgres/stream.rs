@@ -1,1 +1,630 @@
-//! (in progress)
+//! pgoutput messages to changelog transactions: the assembler fed every XLogData payload in
+//! order, producing one [`Transaction`] per committed transaction with captured changes.
+//!
+//! Where it sits: `mod.rs` receives frames from `replication.rs` and calls [`Assembler::feed`];
+//! what comes out goes to the pipeline as `SourceEvent::Transaction` (or, for a transaction that
+//! touched no captured table, as a position the source may report in a heartbeat). Values are
+//! appended straight into Arrow builders through `types.rs` (no per-row allocation); decoding is
+//! `decoder.rs`. The only I/O is the spill file of large streamed transactions (`stream/spill.rs`).
+//!
+//! Protocol facts relied on (Postgres docs, "Logical Streaming Replication Protocol" and "Logical
+//! Replication Message Formats"):
+//! - A Relation message precedes the first change of a relation in a session and follows any
+//!   change of its layout; it may arrive with WAL position 0, so no position is taken from it.
+//! - Between Stream Start and Stream Stop, data messages carry the xid of the (sub)transaction
+//!   that made them; Stream Commit / Stream Abort end a top-level xid (Abort with `subxid != xid`
+//!   ends only a subtransaction). Non-streamed transactions never interleave with a stream block.
+//! - Key columns are flagged in Relation messages only under REPLICA IDENTITY DEFAULT, so the
+//!   primary key comes from the catalog (`setup::primary_key`), prefetched per captured table.
+
+mod spill;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::decoder::{
+    decode, pg_time_to_unix_micros, ColumnValue, DecodeOptions, OldTuple, PgOutputMessage,
+    Relation, TupleData,
+};
+use super::relation::{build_schema, unresolved_types, ColumnDef};
+use super::types::{ColumnType, TypeInfo};
+use crate::changelog::{
+    append_null, Lsn, Op, Position, TableChanges, TableChangesBuilder, TableId, TableSchema,
+    Transaction,
+};
+use crate::sources::SourceError;
+use spill::StreamBuffers;
+
+/// What the assembler needs to know about the stream and its limits.
+#[derive(Debug, Clone)]
+pub struct AssemblerConfig {
+    /// The `proto_version` replication was started with.
+    pub proto_version: u32,
+    /// Payload bytes of streamed in-progress transactions held in memory before spilling.
+    pub stream_memory_bytes: usize,
+    pub spill_dir: PathBuf,
+}
+
+/// What one payload completed.
+#[derive(Debug)]
+pub enum Assembled {
+    /// A committed transaction with captured changes.
+    Transaction(Transaction),
+    /// A transaction committed at this end LSN without any captured change: everything before it
+    /// has been delivered.
+    Skipped(Lsn),
+}
+
+/// Turns pgoutput payloads into transactions. See the module doc.
+pub struct Assembler {
+    proto_version: u32,
+    catalog: Catalog,
+    /// The open non-streamed transaction (after Begin).
+    open: Option<OpenTxn>,
+    changes: Changes,
+    /// The xid of the stream block being received (between Stream Start and Stream Stop).
+    stream_xid: Option<u32>,
+    streams: StreamBuffers,
+}
+
+struct OpenTxn {
+    final_lsn: Lsn,
+}
+
+/// Relations, their schemas and the type information they were built with.
+struct Catalog {
+    captured: HashSet<TableId>,
+    /// Primary-key column names per captured table, in key order.
+    keys: HashMap<TableId, Vec<String>>,
+    /// Non-builtin types by OID; `None`: looked up and not found.
+    types: HashMap<u32, Option<TypeInfo>>,
+    /// Relations as last described by Relation messages; `None`: not captured (changes skipped).
+    relations: HashMap<u32, Option<CapturedRel>>,
+}
+
+struct CapturedRel {
+    schema: Arc<TableSchema>,
+    types: Vec<ColumnType>,
+}
+
+/// Changes of one transaction being assembled: finished runs plus the open run.
+#[derive(Default)]
+struct Changes {
+    done: Vec<TableChanges>,
+    open: Option<TableChangesBuilder>,
+}
+
+impl Assembler {
+    /// `captured`: the tables whose changes are kept; `keys`: their primary-key column names
+    /// (from `setup::primary_key`). A captured table missing from `keys` falls back to the key
+    /// flags of its Relation message.
+    pub fn new(
+        cfg: AssemblerConfig,
+        captured: impl IntoIterator<Item = TableId>,
+        keys: HashMap<TableId, Vec<String>>,
+    ) -> Self {
+        Assembler {
+            proto_version: cfg.proto_version,
+            catalog: Catalog {
+                captured: captured.into_iter().collect(),
+                keys,
+                types: HashMap::new(),
+                relations: HashMap::new(),
+            },
+            open: None,
+            changes: Changes::default(),
+            stream_xid: None,
+            streams: StreamBuffers::new(cfg.stream_memory_bytes, cfg.spill_dir),
+        }
+    }
+
+    /// Whether a heartbeat position may be reported now: no transaction or stream block open.
+    /// (In-progress streamed transactions are fine: they commit after any position seen now.)
+    pub fn is_idle(&self) -> bool {
+        self.open.is_none() && self.stream_xid.is_none()
+    }
+
+    /// Payload bytes of streamed transactions held in memory.
+    pub fn stream_memory_bytes(&self) -> usize {
+        self.streams.memory_bytes()
+    }
+
+    /// Type OIDs a Relation message in `payload` uses that the assembler cannot resolve without
+    /// `pg_type` rows; fetch them (`setup::lookup_types`) and pass them to
+    /// [`add_types`](Self::add_types) before [`feed`](Self::feed). Empty for anything else.
+    pub fn missing_types(&self, payload: &[u8]) -> Result<Vec<u32>, SourceError> {
+        if payload.first() != Some(&b'R') {
+            return Ok(Vec::new());
+        }
+        let Ok(PgOutputMessage::Relation(rel)) = decode(payload, self.decode_options()) else {
+            // Decode errors surface from `feed`.
+            return Ok(Vec::new());
+        };
+        let defs = column_defs(&rel);
+        Ok(unresolved_types(&defs, &|oid| {
+            self.catalog.types.get(&oid).cloned()
+        }))
+    }
+
+    /// Records `pg_type` rows for `requested` OIDs; those absent from `found` are remembered as
+    /// unknown so they are not asked for again.
+    pub fn add_types(&mut self, requested: &[u32], found: HashMap<u32, TypeInfo>) {
+        for oid in requested {
+            self.catalog.types.entry(*oid).or_insert(None);
+        }
+        for (oid, info) in found {
+            self.catalog.types.insert(oid, Some(info));
+        }
+    }
+
+    fn decode_options(&self) -> DecodeOptions {
+        DecodeOptions {
+            proto_version: self.proto_version,
+            in_stream: self.stream_xid.is_some(),
+        }
+    }
+
+    /// Feeds one XLogData payload (`wal_start` is used only in messages).
+    pub fn feed(&mut self, wal_start: Lsn, data: Bytes) -> Result<Option<Assembled>, SourceError> {
+        let msg = decode(&data, self.decode_options())
+            .map_err(|e| SourceError::Protocol(format!("{e} (XLogData at {wal_start})")))?;
+        if let Some(top) = self.stream_xid {
+            let subxid = match &msg {
+                PgOutputMessage::StreamStop => {
+                    self.stream_xid = None;
+                    return Ok(None);
+                }
+                PgOutputMessage::Relation(rel) => {
+                    // Applied now as well as on replay, so no later change finds it missing.
+                    self.catalog.apply_relation(rel)?;
+                    rel.xid
+                }
+                PgOutputMessage::Insert { xid, .. }
+                | PgOutputMessage::Update { xid, .. }
+                | PgOutputMessage::Delete { xid, .. }
+                | PgOutputMessage::Truncate { xid, .. }
+                | PgOutputMessage::Type { xid, .. }
+                | PgOutputMessage::Message { xid, .. } => *xid,
+                other => {
+                    return Err(SourceError::Protocol(format!(
+                    "unexpected {} inside the stream block of xid {top} (XLogData at {wal_start})",
+                    name(other)
+                )))
+                }
+            };
+            self.streams.push(top, subxid.unwrap_or(top), data)?;
+            return Ok(None);
+        }
+        match msg {
+            PgOutputMessage::Begin { final_lsn, xid, .. } => {
+                if self.open.is_some() {
+                    return Err(SourceError::Protocol(format!(
+                        "Begin of xid {xid} inside an open transaction (XLogData at {wal_start})"
+                    )));
+                }
+                self.open = Some(OpenTxn { final_lsn });
+                Ok(None)
+            }
+            PgOutputMessage::Commit {
+                end_lsn,
+                commit_time,
+                ..
+            } => {
+                if self.open.take().is_none() {
+                    return Err(SourceError::Protocol(format!(
+                        "Commit at {end_lsn} without Begin"
+                    )));
+                }
+                let changes = std::mem::take(&mut self.changes).finish()?;
+                Ok(Some(complete(changes, end_lsn, commit_time)))
+            }
+            PgOutputMessage::Relation(rel) => {
+                self.catalog.apply_relation(&rel)?;
+                Ok(None)
+            }
+            PgOutputMessage::Insert { .. }
+            | PgOutputMessage::Update { .. }
+            | PgOutputMessage::Delete { .. }
+            | PgOutputMessage::Truncate { .. } => {
+                let Some(open) = &self.open else {
+                    return Err(SourceError::Protocol(format!(
+                        "{} outside a transaction (XLogData at {wal_start})",
+                        name(&msg)
+                    )));
+                };
+                self.catalog
+                    .apply_change(&mut self.changes, &msg, open.final_lsn)?;
+                Ok(None)
+            }
+            PgOutputMessage::StreamStart { xid, .. } => {
+                if self.open.is_some() {
+                    return Err(SourceError::Protocol(format!(
+                        "Stream Start of xid {xid} inside an open transaction"
+                    )));
+                }
+                self.stream_xid = Some(xid);
+                Ok(None)
+            }
+            PgOutputMessage::StreamCommit {
+                xid,
+                end_lsn,
+                commit_time,
+                ..
+            } => {
+                let mut changes = Changes::default();
+                if let Some(buffered) = self.streams.take(xid) {
+                    let opts = DecodeOptions {
+                        proto_version: self.proto_version,
+                        in_stream: true,
+                    };
+                    let catalog = &mut self.catalog;
+                    buffered.replay(|payload| {
+                        let msg = decode(payload, opts).map_err(|e| {
+                            SourceError::Protocol(format!(
+                                "{e} (streamed transaction {xid}, commit at {end_lsn})"
+                            ))
+                        })?;
+                        match &msg {
+                            PgOutputMessage::Relation(rel) => catalog.apply_relation(rel),
+                            PgOutputMessage::Insert { .. }
+                            | PgOutputMessage::Update { .. }
+                            | PgOutputMessage::Delete { .. }
+                            | PgOutputMessage::Truncate { .. } => {
+                                catalog.apply_change(&mut changes, &msg, end_lsn)
+                            }
+                            _ => Ok(()),
+                        }
+                    })?;
+                }
+                Ok(Some(complete(changes.finish()?, end_lsn, commit_time)))
+            }
+            PgOutputMessage::StreamAbort { xid, subxid, .. } => {
+                self.streams.abort(xid, subxid);
+                Ok(None)
+            }
+            PgOutputMessage::Type { .. }
+            | PgOutputMessage::Origin { .. }
+            | PgOutputMessage::Message { .. } => Ok(None),
+            PgOutputMessage::StreamStop => Err(SourceError::Protocol(format!(
+                "Stream Stop without Stream Start (XLogData at {wal_start})"
+            ))),
+            other => Err(SourceError::Protocol(format!(
+                "unexpected {} (two-phase decoding was not requested; XLogData at {wal_start})",
+                name(&other)
+            ))),
+        }
+    }
+}
+
+/// The columns of a Relation message as [`ColumnDef`]s.
+pub fn column_defs(rel: &Relation) -> Vec<ColumnDef> {
+    rel.columns
+        .iter()
+        .map(|c| ColumnDef {
+            name: c.name.clone(),
+            type_oid: c.type_oid,
+            type_modifier: c.type_modifier,
+            key_flag: c.is_key(),
+        })
+        .collect()
+}
+
+fn complete(changes: Vec<TableChanges>, end_lsn: Lsn, commit_time: i64) -> Assembled {
+    if changes.is_empty() {
+        return Assembled::Skipped(end_lsn);
+    }
+    Assembled::Transaction(Transaction {
+        position: Position::Postgres(end_lsn),
+        commit_time_micros: pg_time_to_unix_micros(commit_time),
+        changes,
+    })
+}
+
+impl Changes {
+    /// The builder for `schema`, finishing the open run if it is of another table or layout.
+    fn builder(
+        &mut self,
+        schema: &Arc<TableSchema>,
+    ) -> Result<&mut TableChangesBuilder, SourceError> {
+        let same = self
+            .open
+            .as_ref()
+            .is_some_and(|b| Arc::ptr_eq(b.schema(), schema));
+        if !same {
+            if let Some(done) = self.open.take() {
+                self.done.push(finish_run(done)?);
+            }
+        }
+        Ok(self
+            .open
+            .get_or_insert_with(|| TableChangesBuilder::new(schema.clone(), 16)))
+    }
+
+    fn finish(mut self) -> Result<Vec<TableChanges>, SourceError> {
+        if let Some(open) = self.open.take() {
+            self.done.push(finish_run(open)?);
+        }
+        Ok(self.done)
+    }
+}
+
+fn finish_run(b: TableChangesBuilder) -> Result<TableChanges, SourceError> {
+    let table = b.schema().id.clone();
+    b.finish().map_err(|e| SourceError::Table {
+        table,
+        detail: format!("assembling changes: {e}"),
+    })
+}
+
+impl Catalog {
+    fn lookup(&self, oid: u32) -> Option<TypeInfo> {
+        self.types.get(&oid).cloned().flatten()
+    }
+
+    /// Caches a Relation message. A captured relation whose layout did not change keeps its
+    /// schema `Arc`, so consecutive changes still share one run.
+    fn apply_relation(&mut self, rel: &Relation) -> Result<(), SourceError> {
+        let table = TableId::new(rel.namespace.clone(), rel.name.clone());
+        if !self.captured.contains(&table) {
+            self.relations.insert(rel.oid, None);
+            return Ok(());
+        }
+        let defs = column_defs(rel);
+        let lookup = |oid: u32| self.lookup(oid);
+        let (schema, types) = build_schema(
+            table.clone(),
+            &defs,
+            self.keys.get(&table).map(Vec::as_slice),
+            &lookup,
+        )?;
+        let schema = match self.relations.get(&rel.oid) {
+            Some(Some(old)) if *old.schema == schema => old.schema.clone(),
+            _ => Arc::new(schema),
+        };
+        self.relations
+            .insert(rel.oid, Some(CapturedRel { schema, types }));
+        Ok(())
+    }
+
+    /// Appends one Insert/Update/Delete/Truncate to `changes`. `at` names the transaction in
+    /// errors (its final or commit LSN).
+    fn apply_change(
+        &self,
+        changes: &mut Changes,
+        msg: &PgOutputMessage<'_>,
+        at: Lsn,
+    ) -> Result<(), SourceError> {
+        match msg {
+            PgOutputMessage::Insert { relation, new, .. } => {
+                if let Some(rel) = self.captured(*relation, at)? {
+                    let b = changes.builder(&rel.schema)?;
+                    b.begin(Op::Insert);
+                    put_tuple(b, rel, new, at)?;
+                    no_old_key(b, rel)?;
+                }
+            }
+            PgOutputMessage::Update {
+                relation, old, new, ..
+            } => {
+                if let Some(rel) = self.captured(*relation, at)? {
+                    let b = changes.builder(&rel.schema)?;
+                    b.begin(Op::Update);
+                    put_tuple(b, rel, new, at)?;
+                    match old {
+                        Some(old) if key_changed(old.tuple(), new, &rel.schema.primary_key) => {
+                            put_old_key(b, rel, old.tuple(), at)?
+                        }
+                        _ => no_old_key(b, rel)?,
+                    }
+                }
+            }
+            PgOutputMessage::Delete { relation, old, .. } => {
+                if let Some(rel) = self.captured(*relation, at)? {
+                    let b = changes.builder(&rel.schema)?;
+                    b.begin(Op::Delete);
+                    put_deleted(b, rel, old, at)?;
+                    no_old_key(b, rel)?;
+                }
+            }
+            PgOutputMessage::Truncate { relations, .. } => {
+                for oid in relations {
+                    if let Some(rel) = self.captured(*oid, at)? {
+                        let b = changes.builder(&rel.schema)?;
+                        b.begin(Op::Truncate);
+                        for i in 0..rel.schema.columns.len() {
+                            b.absent(i).map_err(|e| arrow_error(rel, e))?;
+                        }
+                        no_old_key(b, rel)?;
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The captured relation `oid`, `None` if it is not captured; an error if no Relation message
+    /// described it.
+    fn captured(&self, oid: u32, at: Lsn) -> Result<Option<&CapturedRel>, SourceError> {
+        match self.relations.get(&oid) {
+            Some(rel) => Ok(rel.as_ref()),
+            None => Err(SourceError::Protocol(format!(
+                "change of relation {oid} before its Relation message (transaction at {at})"
+            ))),
+        }
+    }
+}
+
+/// Appends a new row image: `'u'` (unchanged TOAST) becomes absent.
+fn put_tuple(
+    b: &mut TableChangesBuilder,
+    rel: &CapturedRel,
+    tuple: &TupleData<'_>,
+    at: Lsn,
+) -> Result<(), SourceError> {
+    check_width(rel, tuple, at)?;
+    for (i, v) in tuple.iter().enumerate() {
+        put_value(b, rel, i, v, at)?;
+    }
+    Ok(())
+}
+
+/// Appends a deleted row: key columns always, other columns only from a full old row ('O').
+fn put_deleted(
+    b: &mut TableChangesBuilder,
+    rel: &CapturedRel,
+    old: &OldTuple<'_>,
+    at: Lsn,
+) -> Result<(), SourceError> {
+    let full = matches!(old, OldTuple::Full(_));
+    let tuple = old.tuple();
+    check_width(rel, tuple, at)?;
+    for (i, v) in tuple.iter().enumerate() {
+        let is_key = rel.schema.primary_key.contains(&i);
+        if is_key && matches!(v, ColumnValue::Null | ColumnValue::UnchangedToast) {
+            return Err(value_error(
+                rel,
+                i,
+                at,
+                "a delete without its primary key value: the table's REPLICA IDENTITY must be DEFAULT (primary key) or FULL",
+            ));
+        }
+        if is_key || full {
+            put_value(b, rel, i, v, at)?;
+        } else {
+            b.absent(i).map_err(|e| arrow_error(rel, e))?;
+        }
+    }
+    Ok(())
+}
+
+fn put_value(
+    b: &mut TableChangesBuilder,
+    rel: &CapturedRel,
+    i: usize,
+    v: ColumnValue<'_>,
+    at: Lsn,
+) -> Result<(), SourceError> {
+    match v {
+        ColumnValue::UnchangedToast => b.absent(i).map_err(|e| arrow_error(rel, e)),
+        ColumnValue::Null => {
+            let col = b
+                .value(i)
+                .ok_or_else(|| value_error(rel, i, at, "no such column"))?;
+            append_null(col).map_err(|e| arrow_error(rel, e))
+        }
+        ColumnValue::Text(text) => {
+            let (Some(col), Some(ty)) = (b.value(i), rel.types.get(i)) else {
+                return Err(value_error(rel, i, at, "no such column"));
+            };
+            ty.append_text(col, text)
+                .map_err(|e| value_error(rel, i, at, &e.to_string()))
+        }
+        ColumnValue::Binary(_) => Err(value_error(
+            rel,
+            i,
+            at,
+            "binary value, but the stream was started in text mode",
+        )),
+    }
+}
+
+/// Whether the old image's key differs from the new row's. A key column the old image lacks
+/// (NULL in a 'K' image of another replica identity index) or that is unchanged TOAST counts as
+/// unchanged.
+fn key_changed(old: &TupleData<'_>, new: &TupleData<'_>, key: &[usize]) -> bool {
+    key.iter()
+        .any(|&i| match (old.iter().nth(i), new.iter().nth(i)) {
+            (Some(ColumnValue::Text(a)), Some(ColumnValue::Text(b))) => a != b,
+            (Some(ColumnValue::Binary(a)), Some(ColumnValue::Binary(b))) => a != b,
+            _ => false,
+        })
+}
+
+fn put_old_key(
+    b: &mut TableChangesBuilder,
+    rel: &CapturedRel,
+    old: &TupleData<'_>,
+    at: Lsn,
+) -> Result<(), SourceError> {
+    for (k, &col) in rel.schema.primary_key.iter().enumerate() {
+        let value = old.iter().nth(col);
+        let (Some(builder), Some(ty)) = (b.old_key(k), rel.types.get(col)) else {
+            return Err(value_error(rel, col, at, "no such key column"));
+        };
+        match value {
+            Some(ColumnValue::Text(text)) => ty
+                .append_text(builder, text)
+                .map_err(|e| value_error(rel, col, at, &e.to_string()))?,
+            _ => append_null(builder).map_err(|e| arrow_error(rel, e))?,
+        }
+    }
+    Ok(())
+}
+
+fn no_old_key(b: &mut TableChangesBuilder, rel: &CapturedRel) -> Result<(), SourceError> {
+    b.no_old_key().map_err(|e| arrow_error(rel, e))
+}
+
+fn check_width(rel: &CapturedRel, tuple: &TupleData<'_>, at: Lsn) -> Result<(), SourceError> {
+    if tuple.len() == rel.schema.columns.len() {
+        return Ok(());
+    }
+    Err(SourceError::Table {
+        table: rel.schema.id.clone(),
+        detail: format!(
+            "a row with {} columns, but the relation has {} (transaction at {at})",
+            tuple.len(),
+            rel.schema.columns.len()
+        ),
+    })
+}
+
+fn value_error(rel: &CapturedRel, i: usize, at: Lsn, detail: &str) -> SourceError {
+    let column = rel
+        .schema
+        .columns
+        .get(i)
+        .map(|c| c.name.as_str())
+        .unwrap_or("?");
+    SourceError::Table {
+        table: rel.schema.id.clone(),
+        detail: format!("column {column} (transaction at {at}): {detail}"),
+    }
+}
+
+fn arrow_error(rel: &CapturedRel, e: arrow_schema::ArrowError) -> SourceError {
+    SourceError::Table {
+        table: rel.schema.id.clone(),
+        detail: format!("assembling changes: {e}"),
+    }
+}
+
+fn name(msg: &PgOutputMessage<'_>) -> &'static str {
+    match msg {
+        PgOutputMessage::Begin { .. } => "Begin",
+        PgOutputMessage::Commit { .. } => "Commit",
+        PgOutputMessage::Origin { .. } => "Origin",
+        PgOutputMessage::Relation(_) => "Relation",
+        PgOutputMessage::Type { .. } => "Type",
+        PgOutputMessage::Insert { .. } => "Insert",
+        PgOutputMessage::Update { .. } => "Update",
+        PgOutputMessage::Delete { .. } => "Delete",
+        PgOutputMessage::Truncate { .. } => "Truncate",
+        PgOutputMessage::Message { .. } => "Message",
+        PgOutputMessage::StreamStart { .. } => "Stream Start",
+        PgOutputMessage::StreamStop => "Stream Stop",
+        PgOutputMessage::StreamCommit { .. } => "Stream Commit",
+        PgOutputMessage::StreamAbort { .. } => "Stream Abort",
+        PgOutputMessage::BeginPrepare { .. } => "Begin Prepare",
+        PgOutputMessage::Prepare { .. } => "Prepare",
+        PgOutputMessage::CommitPrepared { .. } => "Commit Prepared",
+        PgOutputMessage::RollbackPrepared { .. } => "Rollback Prepared",
+        PgOutputMessage::StreamPrepare { .. } => "Stream Prepare",
+    }
+}

@@ -1,0 +1,610 @@
+//! Assembler tests on synthetic pgoutput bytes (layouts per the Postgres docs, "Logical
+//! Replication Message Formats"), protocol 3 as Postgres 15 sends it.
+
+use super::*;
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int32Type;
+use arrow_array::Array;
+
+const INT4: u32 = 23;
+const TEXT: u32 = 25;
+const T1: u32 = 16384;
+const T2: u32 = 16390;
+const OTHER: u32 = 16400;
+
+/// A pgoutput message under construction.
+struct B(Vec<u8>);
+
+impl B {
+    fn new(tag: u8) -> Self {
+        B(vec![tag])
+    }
+    fn u8(mut self, v: u8) -> Self {
+        self.0.push(v);
+        self
+    }
+    fn u16(mut self, v: u16) -> Self {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+    fn u32(mut self, v: u32) -> Self {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+    fn i32(mut self, v: i32) -> Self {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+    fn u64(mut self, v: u64) -> Self {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+    fn xid(self, xid: Option<u32>) -> Self {
+        match xid {
+            Some(x) => self.u32(x),
+            None => self,
+        }
+    }
+    fn cstr(mut self, s: &str) -> Self {
+        self.0.extend_from_slice(s.as_bytes());
+        self.0.push(0);
+        self
+    }
+    /// A TupleData: `None` = NULL, `Some("\u{0}u")` = unchanged TOAST, else text.
+    fn tuple(mut self, values: &[Option<&str>]) -> Self {
+        self = self.u16(values.len() as u16);
+        for v in values {
+            match v {
+                None => self.0.push(b'n'),
+                Some("\u{0}u") => self.0.push(b'u'),
+                Some(t) => {
+                    self.0.push(b't');
+                    self = self.i32(t.len() as i32);
+                    self.0.extend_from_slice(t.as_bytes());
+                }
+            }
+        }
+        self
+    }
+    fn done(self) -> Bytes {
+        Bytes::from(self.0)
+    }
+}
+
+const TOAST: Option<&str> = Some("\u{0}u");
+
+fn begin(final_lsn: u64, xid: u32) -> Bytes {
+    B::new(b'B').u64(final_lsn).u64(1_000_000).u32(xid).done()
+}
+
+fn commit(end_lsn: u64) -> Bytes {
+    B::new(b'C')
+        .u8(0)
+        .u64(end_lsn - 8)
+        .u64(end_lsn)
+        .u64(1_000_000)
+        .done()
+}
+
+/// `public.<name>(id int4 key, body text, n int4)`.
+fn relation(xid: Option<u32>, oid: u32, name: &str) -> Bytes {
+    let mut b = B::new(b'R')
+        .xid(xid)
+        .u32(oid)
+        .cstr("public")
+        .cstr(name)
+        .u8(b'd')
+        .u16(3);
+    for (col, ty, key) in [
+        ("id", INT4, true),
+        ("body", TEXT, false),
+        ("n", INT4, false),
+    ] {
+        b = b.u8(u8::from(key)).cstr(col).u32(ty).i32(-1);
+    }
+    b.done()
+}
+
+fn insert(xid: Option<u32>, oid: u32, row: &[Option<&str>]) -> Bytes {
+    B::new(b'I').xid(xid).u32(oid).u8(b'N').tuple(row).done()
+}
+
+fn update(
+    xid: Option<u32>,
+    oid: u32,
+    old: Option<(u8, &[Option<&str>])>,
+    new: &[Option<&str>],
+) -> Bytes {
+    let mut b = B::new(b'U').xid(xid).u32(oid);
+    if let Some((kind, row)) = old {
+        b = b.u8(kind).tuple(row);
+    }
+    b.u8(b'N').tuple(new).done()
+}
+
+fn delete(xid: Option<u32>, oid: u32, kind: u8, row: &[Option<&str>]) -> Bytes {
+    B::new(b'D').xid(xid).u32(oid).u8(kind).tuple(row).done()
+}
+
+fn truncate(xid: Option<u32>, oids: &[u32]) -> Bytes {
+    let mut b = B::new(b'T').xid(xid).u32(oids.len() as u32).u8(0);
+    for o in oids {
+        b = b.u32(*o);
+    }
+    b.done()
+}
+
+fn stream_start(xid: u32) -> Bytes {
+    B::new(b'S').u32(xid).u8(1).done()
+}
+
+fn stream_stop() -> Bytes {
+    B::new(b'E').done()
+}
+
+fn stream_commit(xid: u32, end_lsn: u64) -> Bytes {
+    B::new(b'c')
+        .u32(xid)
+        .u8(0)
+        .u64(end_lsn - 8)
+        .u64(end_lsn)
+        .u64(2_000_000)
+        .done()
+}
+
+fn stream_abort(xid: u32, subxid: u32) -> Bytes {
+    B::new(b'A').u32(xid).u32(subxid).done()
+}
+
+fn assembler_with(memory: usize, dir: &std::path::Path) -> Assembler {
+    let captured = [TableId::new("public", "t1"), TableId::new("public", "t2")];
+    let keys = captured
+        .iter()
+        .map(|t| (t.clone(), vec!["id".to_owned()]))
+        .collect();
+    Assembler::new(
+        AssemblerConfig {
+            proto_version: 3,
+            stream_memory_bytes: memory,
+            spill_dir: dir.to_path_buf(),
+        },
+        captured,
+        keys,
+    )
+}
+
+/// Feeds all messages; returns what came out.
+fn feed(a: &mut Assembler, msgs: &[Bytes]) -> Vec<Assembled> {
+    msgs.iter()
+        .filter_map(|m| a.feed(Lsn(1), m.clone()).unwrap())
+        .collect()
+}
+
+fn one_tx(out: Vec<Assembled>) -> Transaction {
+    assert_eq!(out.len(), 1, "{out:?}");
+    match out.into_iter().next().unwrap() {
+        Assembled::Transaction(t) => t,
+        other => panic!("expected a transaction, got {other:?}"),
+    }
+}
+
+fn ints(c: &TableChanges, col: usize) -> Vec<Option<i32>> {
+    let a = c.rows.column(col).as_primitive::<Int32Type>();
+    (0..a.len())
+        .map(|i| (!a.is_null(i)).then(|| a.value(i)))
+        .collect()
+}
+
+fn texts(c: &TableChanges, col: usize) -> Vec<Option<String>> {
+    let a = c.rows.column(col).as_string::<i32>();
+    (0..a.len())
+        .map(|i| (!a.is_null(i)).then(|| a.value(i).to_owned()))
+        .collect()
+}
+
+fn present(c: &TableChanges, col: usize) -> Vec<bool> {
+    (0..c.len()).map(|r| c.is_present(col, r)).collect()
+}
+
+#[test]
+fn plain_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = assembler_with(1 << 20, dir.path());
+    let out = feed(
+        &mut a,
+        &[
+            relation(None, T1, "t1"),
+            begin(100, 7),
+            insert(None, T1, &[Some("1"), Some("a"), None]),
+            insert(None, T1, &[Some("2"), Some("b"), Some("5")]),
+            commit(120),
+        ],
+    );
+    let tx = one_tx(out);
+    assert_eq!(tx.position, Position::Postgres(Lsn(120)));
+    assert_eq!(tx.commit_time_micros, 946_684_800_000_000 + 1_000_000);
+    assert_eq!(tx.changes.len(), 1);
+    let c = &tx.changes[0];
+    assert_eq!(c.ops, vec![Op::Insert, Op::Insert]);
+    assert_eq!(ints(c, 0), vec![Some(1), Some(2)]);
+    assert_eq!(texts(c, 1), vec![Some("a".into()), Some("b".into())]);
+    assert_eq!(ints(c, 2), vec![None, Some(5)]);
+    assert!(!c.has_absent(), "NULL is a value, not absent");
+    assert_eq!(c.key_changed, vec![false, false]);
+    assert_eq!(c.schema.primary_key, vec![0]);
+    assert!(a.is_idle());
+}
+
+#[test]
+fn unchanged_toast_is_absent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = assembler_with(1 << 20, dir.path());
+    let tx = one_tx(feed(
+        &mut a,
+        &[
+            relation(None, T1, "t1"),
+            begin(100, 7),
+            update(None, T1, None, &[Some("1"), TOAST, Some("9")]),
+            commit(120),
+        ],
+    ));
+    let c = &tx.changes[0];
+    assert_eq!(c.ops, vec![Op::Update]);
+    assert_eq!(present(c, 1), vec![false]);
+    assert_eq!(present(c, 2), vec![true]);
+    assert_eq!(ints(c, 2), vec![Some(9)]);
+    assert_eq!(c.key_changed, vec![false]);
+}
+
+#[test]
+fn key_change_carries_the_old_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = assembler_with(1 << 20, dir.path());
+    let tx = one_tx(feed(
+        &mut a,
+        &[
+            relation(None, T1, "t1"),
+            begin(100, 7),
+            update(
+                None,
+                T1,
+                Some((b'K', &[Some("1"), None, None])),
+                &[Some("2"), Some("x"), Some("3")],
+            ),
+            // A full old row whose key did not change: no old key.
+            update(
+                None,
+                T1,
+                Some((b'O', &[Some("2"), Some("x"), Some("3")])),
+                &[Some("2"), Some("y"), Some("3")],
+            ),
+            commit(120),
+        ],
+    ));
+    let c = &tx.changes[0];
+    assert_eq!(c.key_changed, vec![true, false]);
+    let old = c.old_keys.column(0).as_primitive::<Int32Type>();
+    assert_eq!(old.value(0), 1);
+    assert_eq!(ints(c, 0), vec![Some(2), Some(2)]);
+}
+
+#[test]
+fn delete_carries_the_key_and_leaves_the_rest_absent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = assembler_with(1 << 20, dir.path());
+    let tx = one_tx(feed(
+        &mut a,
+        &[
+            relation(None, T1, "t1"),
+            begin(100, 7),
+            delete(None, T1, b'K', &[Some("4"), None, None]),
+            delete(None, T1, b'O', &[Some("5"), Some("z"), None]),
+            commit(120),
+        ],
+    ));
+    let c = &tx.changes[0];
+    assert_eq!(c.ops, vec![Op::Delete, Op::Delete]);
+    assert_eq!(ints(c, 0), vec![Some(4), Some(5)]);
+    assert_eq!(present(c, 1), vec![false, true]);
+    assert_eq!(
+        present(c, 2),
+        vec![false, true],
+        "a full old row's NULL is a value"
+    );
+    assert_eq!(texts(c, 1)[1].as_deref(), Some("z"));
+}
+
+#[test]
+fn delete_without_a_key_value_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = assembler_with(1 << 20, dir.path());
+    feed(&mut a, &[relation(None, T1, "t1"), begin(100, 7)]);
+    let e = a
+        .feed(Lsn(1), delete(None, T1, b'K', &[None, None, None]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("public.t1") && e.contains("REPLICA IDENTITY"),
+        "{e}"
+    );
+}
+
+#[test]
+fn truncate_of_captured_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = assembler_with(1 << 20, dir.path());
+    let tx = one_tx(feed(
+        &mut a,
+        &[
+            relation(None, T1, "t1"),
+            relation(None, OTHER, "other"),
+            begin(100, 7),
+            truncate(None, &[T1, OTHER]),
+            commit(120),
+        ],
+    ));
+    assert_eq!(tx.changes.len(), 1);
+    let c = &tx.changes[0];
+    assert_eq!(c.schema.id, TableId::new("public", "t1"));
+    assert_eq!(c.ops, vec![Op::Truncate]);
+    assert!((0..3).all(|col| !c.is_present(col, 0)));
+}
+
+#[test]
+fn two_tables_in_one_transaction_make_runs_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = assembler_with(1 << 20, dir.path());
+    let tx = one_tx(feed(
+        &mut a,
+        &[
+            relation(None, T1, "t1"),
+            relation(None, T2, "t2"),
+            relation(None, OTHER, "other"),
+            begin(100, 7),
+            insert(None, T1, &[Some("1"), None, None]),
+            insert(None, T1, &[Some("2"), None, None]),
+            insert(None, OTHER, &[Some("9"), None, None]),
+            insert(None, T2, &[Some("3"), None, None]),
+            insert(None, T1, &[Some("4"), None, None]),
+            commit(120),
+        ],
+    ));
+    let tables: Vec<(String, usize)> = tx
+        .changes
+        .iter()
+        .map(|c| (c.schema.id.name.clone(), c.len()))
+        .collect();
+    assert_eq!(
+        tables,
+        vec![("t1".into(), 2), ("t2".into(), 1), ("t1".into(), 1)]
+    );
+    assert_eq!(tx.change_count(), 4);
+}
+
+#[test]
+fn a_transaction_without_captured_changes_is_skipped_at_its_end_lsn() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = assembler_with(1 << 20, dir.path());
+    let out = feed(
+        &mut a,
+        &[
+            relation(None, OTHER, "other"),
+            begin(100, 7),
+            insert(None, OTHER, &[Some("1"), None, None]),
+            commit(130),
+        ],
+    );
+    assert!(matches!(out.as_slice(), [Assembled::Skipped(Lsn(130))]));
+}
+
+#[test]
+fn a_new_relation_layout_starts_a_new_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = assembler_with(1 << 20, dir.path());
+    let renamed = {
+        let mut b = B::new(b'R')
+            .u32(T1)
+            .cstr("public")
+            .cstr("t1")
+            .u8(b'd')
+            .u16(3);
+        for (col, ty, key) in [
+            ("id", INT4, true),
+            ("text", TEXT, false),
+            ("n", INT4, false),
+        ] {
+            b = b.u8(u8::from(key)).cstr(col).u32(ty).i32(-1);
+        }
+        b.done()
+    };
+    let tx = one_tx(feed(
+        &mut a,
+        &[
+            relation(None, T1, "t1"),
+            begin(100, 7),
+            insert(None, T1, &[Some("1"), None, None]),
+            relation(None, T1, "t1"),
+            insert(None, T1, &[Some("2"), None, None]),
+            renamed,
+            insert(None, T1, &[Some("3"), None, None]),
+            commit(120),
+        ],
+    ));
+    let lens: Vec<usize> = tx.changes.iter().map(TableChanges::len).collect();
+    assert_eq!(lens, vec![2, 1], "an identical Relation keeps the run");
+    assert_eq!(tx.changes[1].schema.columns[1].name, "text");
+}
+
+#[test]
+fn streamed_transaction_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = assembler_with(1 << 20, dir.path());
+    let out = feed(
+        &mut a,
+        &[
+            stream_start(50),
+            relation(Some(50), T1, "t1"),
+            insert(Some(50), T1, &[Some("1"), None, None]),
+            stream_stop(),
+            // A whole other transaction between two blocks of the streamed one.
+            begin(90, 60),
+            insert(None, T1, &[Some("7"), None, None]),
+            commit(100),
+            stream_start(50),
+            insert(Some(51), T1, &[Some("2"), None, None]),
+            update(Some(50), T1, None, &[Some("1"), TOAST, Some("4")]),
+            stream_stop(),
+        ],
+    );
+    assert_eq!(out.len(), 1, "only the regular transaction so far");
+    assert!(a.is_idle());
+    let tx = one_tx(feed(&mut a, &[stream_commit(50, 200)]));
+    assert_eq!(tx.position, Position::Postgres(Lsn(200)));
+    let c = &tx.changes[0];
+    assert_eq!(c.ops, vec![Op::Insert, Op::Insert, Op::Update]);
+    assert_eq!(ints(c, 0), vec![Some(1), Some(2), Some(1)]);
+    assert_eq!(present(c, 1), vec![true, true, false]);
+}
+
+#[test]
+fn streamed_transaction_aborted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = assembler_with(1 << 20, dir.path());
+    let out = feed(
+        &mut a,
+        &[
+            relation(None, T1, "t1"),
+            stream_start(50),
+            insert(Some(50), T1, &[Some("1"), None, None]),
+            stream_stop(),
+            stream_abort(50, 50),
+            // A commit of an xid with nothing buffered produces nothing to write.
+            stream_commit(50, 300),
+        ],
+    );
+    assert!(matches!(out.as_slice(), [Assembled::Skipped(Lsn(300))]));
+    assert_eq!(a.stream_memory_bytes(), 0);
+}
+
+#[test]
+fn streamed_subtransaction_aborted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = assembler_with(1 << 20, dir.path());
+    feed(
+        &mut a,
+        &[
+            relation(None, T1, "t1"),
+            stream_start(50),
+            insert(Some(50), T1, &[Some("1"), None, None]),
+            insert(Some(51), T1, &[Some("2"), None, None]),
+            insert(Some(52), T1, &[Some("3"), None, None]),
+            stream_stop(),
+            stream_abort(50, 51),
+        ],
+    );
+    let tx = one_tx(feed(&mut a, &[stream_commit(50, 200)]));
+    assert_eq!(ints(&tx.changes[0], 0), vec![Some(1), Some(3)]);
+}
+
+#[test]
+fn streamed_transaction_spills_past_a_tiny_memory_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = assembler_with(64, dir.path());
+    let mut msgs = vec![relation(None, T1, "t1"), stream_start(50)];
+    for i in 0..100 {
+        let id = i.to_string();
+        let sub = if i % 10 == 3 { 51 } else { 50 };
+        msgs.push(insert(Some(sub), T1, &[Some(&id), Some("payload"), None]));
+    }
+    msgs.push(stream_stop());
+    feed(&mut a, &msgs);
+    assert!(a.stream_memory_bytes() <= 64);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "spilled");
+    feed(&mut a, &[stream_abort(50, 51)]);
+    let tx = one_tx(feed(&mut a, &[stream_commit(50, 400)]));
+    let ids = ints(&tx.changes[0], 0);
+    assert_eq!(ids.len(), 90);
+    assert!(ids.iter().all(|v| v.unwrap() % 10 != 3));
+    assert_eq!(ids[0], Some(0));
+    assert_eq!(ids[89], Some(99));
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "spill removed"
+    );
+}
+
+#[test]
+fn relation_zero_lsn_and_protocol_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = assembler_with(1 << 20, dir.path());
+    // Relation messages carry no position; feeding one at WAL 0/0 is fine.
+    assert!(a
+        .feed(Lsn::ZERO, relation(None, T1, "t1"))
+        .unwrap()
+        .is_none());
+    let e = a.feed(Lsn(5), commit(10)).unwrap_err().to_string();
+    assert!(e.contains("without Begin"), "{e}");
+    let e = a
+        .feed(Lsn(5), insert(None, 999, &[Some("1")]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("outside a transaction"), "{e}");
+    a.feed(Lsn(5), begin(10, 1)).unwrap();
+    let e = a
+        .feed(Lsn(5), insert(None, 999, &[Some("1")]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("relation 999"), "{e}");
+    let e = a
+        .feed(Lsn(5), insert(None, T1, &[Some("x"), None, None]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("public.t1") && e.contains("column id"), "{e}");
+    assert!(a.feed(Lsn(5), Bytes::from_static(b"Z")).is_err());
+}
+
+#[test]
+fn unknown_types_are_reported_then_resolved() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = assembler_with(1 << 20, dir.path());
+    let rel = B::new(b'R')
+        .u32(T1)
+        .cstr("public")
+        .cstr("t1")
+        .u8(b'd')
+        .u16(2)
+        .u8(1)
+        .cstr("id")
+        .u32(INT4)
+        .i32(-1)
+        .u8(0)
+        .cstr("mood")
+        .u32(70000)
+        .i32(-1)
+        .done();
+    assert_eq!(a.missing_types(&rel).unwrap(), vec![70000]);
+    let info = TypeInfo {
+        oid: 70000,
+        namespace: "public".into(),
+        name: "mood".into(),
+        typtype: b'e',
+        element: None,
+        base: None,
+    };
+    a.add_types(&[70000], HashMap::from([(70000, info)]));
+    assert!(a.missing_types(&rel).unwrap().is_empty());
+    a.feed(Lsn(1), rel).unwrap();
+    a.feed(Lsn(1), begin(10, 1)).unwrap();
+    let row = B::new(b'I')
+        .u32(T1)
+        .u8(b'N')
+        .tuple(&[Some("1"), Some("happy")])
+        .done();
+    a.feed(Lsn(1), row).unwrap();
+    let tx = one_tx(feed(&mut a, &[commit(20)]));
+    assert_eq!(texts(&tx.changes[0], 1), vec![Some("happy".into())]);
+    assert!(tx.changes[0].schema.columns[1]
+        .source_type
+        .starts_with("mood"));
+}
