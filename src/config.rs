@@ -274,7 +274,7 @@ impl Config {
         }
         let raw: RawConfig = Figment::new()
             .merge(Toml::file(path))
-            .merge(Env::prefixed("CDCD_").split("__"))
+            .merge(section_env())
             .extract()
             .map_err(|e| ConfigError::Parse {
                 file: file.clone(),
@@ -294,6 +294,19 @@ impl Config {
             })?;
         raw.validate(file)
     }
+}
+
+/// `CDCD_<SECTION>__<KEY>` variables only: other `CDCD_*` variables (`CDCD_LOG`, a test bed's
+/// settings) are not configuration keys.
+fn section_env() -> Env {
+    Env::prefixed("CDCD_")
+        .filter(|key| {
+            let key = key.as_str().to_ascii_lowercase();
+            ["pipeline__", "source__", "sink__", "metrics__"]
+                .iter()
+                .any(|section| key.starts_with(section))
+        })
+        .split("__")
 }
 
 fn describe_figment_error(e: figment::Error) -> String {
@@ -674,6 +687,24 @@ warehouse = "/tmp/wh"
             redact_url("postgres://cdc:s3cret@h/db"),
             "postgres://cdc:***@h/db"
         );
+    }
+
+    #[test]
+    fn env_overrides_keys_and_ignores_other_cdcd_variables() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.toml");
+        std::fs::write(&path, MINIMAL).unwrap();
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("CDCD_SOURCE__PASSWORD", "from-env");
+            jail.set_env("CDCD_PIPELINE__COMMIT_MAX_ROWS", "7");
+            jail.set_env("CDCD_LOG", "debug");
+            jail.set_env("CDCD_TB", "/tmp/x");
+            let c = Config::load(&path).map_err(|e| e.to_string())?;
+            let SourceConfig::Postgres(pg) = &c.source;
+            assert_eq!(pg.password.as_deref(), Some("from-env"));
+            assert_eq!(c.commit_max_rows, 7);
+            Ok(())
+        });
     }
 
     #[test]
