@@ -147,11 +147,36 @@ fn same_shape(a: &Type, b: &Type) -> bool {
 /// The Arrow schema of data files: the table's columns with Iceberg types and field ids.
 pub(crate) fn data_file_schema(schema: &Schema) -> Result<SchemaRef, SinkError> {
     iceberg::arrow::schema_to_arrow_schema(schema)
-        .map(Arc::new)
+        .map(|s| {
+            let fields: Vec<Field> = s.fields().iter().map(|f| annotate_uuid(f)).collect();
+            Arc::new(ArrowSchema::new_with_metadata(fields, s.metadata().clone()))
+        })
         .map_err(|source| SinkError::Iceberg {
             context: "mapping the Iceberg schema to Arrow".into(),
             source,
         })
+}
+
+/// Marks 16-byte binaries as the canonical `arrow.uuid` extension type, so Parquet files carry the
+/// UUID logical type as Iceberg requires for `uuid` columns (Iceberg spec, "Parquet" type mapping:
+/// uuid → fixed_len_byte_array(16) with logical type UUID). Without it DuckDB reads the column of an
+/// equality delete file as a blob and fails comparing it with the table's uuid column.
+fn annotate_uuid(field: &Field) -> Field {
+    match field.data_type() {
+        DataType::FixedSizeBinary(16) => {
+            let mut metadata = field.metadata().clone();
+            metadata.insert(
+                "ARROW:extension:name".to_owned(),
+                "arrow.uuid".to_owned(),
+            );
+            field.clone().with_metadata(metadata)
+        }
+        DataType::List(element) => {
+            let element = Arc::new(annotate_uuid(element));
+            field.clone().with_data_type(DataType::List(element))
+        }
+        _ => field.clone(),
+    }
 }
 
 /// The Arrow schema of equality delete files: the key fields of `file_schema`, in key order.
