@@ -110,6 +110,8 @@ pub struct ReplicationConnection {
     reader: MessageReader,
     target: String,
     streaming: bool,
+    /// Major version from the `server_version` ParameterStatus (0: not reported).
+    server_major: u32,
 }
 
 impl ReplicationConnection {
@@ -140,6 +142,7 @@ impl ReplicationConnection {
             reader: MessageReader::new().with_max_message_size(MAX_MESSAGE_BYTES),
             target: target.clone(),
             streaming: false,
+            server_major: 0,
         };
         let mut options = session_options();
         if !extra_options.is_empty() {
@@ -241,7 +244,12 @@ impl ReplicationConnection {
                 }
                 b'E' => return Err(self.auth_failed(&server_error(&msg.payload))),
                 b'Z' => return Ok(()),
-                // ParameterStatus, BackendKeyData, NoticeResponse.
+                b'S' => {
+                    if let Some(major) = server_major_version(&msg.payload) {
+                        self.server_major = major;
+                    }
+                }
+                // BackendKeyData, NoticeResponse.
                 _ => {}
             }
         }
@@ -272,10 +280,7 @@ impl ReplicationConnection {
     /// Returns the consistent point and the exported snapshot name, which stays valid until the
     /// next command on this connection.
     pub async fn create_slot(&mut self, slot: &str) -> Result<(Lsn, String), SourceError> {
-        let sql = format!(
-            "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'export')",
-            quote_ident(slot)
-        );
+        let sql = create_slot_sql(slot, self.server_major, true);
         let (lsn, snapshot) = self.create(slot, &sql).await?;
         let snapshot = snapshot.ok_or_else(|| SourceError::Server {
             context: format!("creating replication slot {slot}"),
@@ -287,10 +292,7 @@ impl ReplicationConnection {
     /// `CREATE_REPLICATION_SLOT <slot> LOGICAL pgoutput (SNAPSHOT 'nothing')`: a slot for
     /// streaming only; returns its consistent point.
     pub async fn create_slot_without_snapshot(&mut self, slot: &str) -> Result<Lsn, SourceError> {
-        let sql = format!(
-            "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'nothing')",
-            quote_ident(slot)
-        );
+        let sql = create_slot_sql(slot, self.server_major, false);
         Ok(self.create(slot, &sql).await?.0)
     }
 
@@ -544,6 +546,36 @@ pub fn start_replication_sql(slot: &str, start: Lsn, opts: &StartOptions) -> Str
     }
     sql.push(')');
     sql
+}
+
+/// `CREATE_REPLICATION_SLOT` in the syntax of the server: the option list of Postgres 15+, or the
+/// `[NO]EXPORT_SNAPSHOT` keyword of older servers (protocol §55.4).
+pub fn create_slot_sql(slot: &str, server_major: u32, export: bool) -> String {
+    let slot = quote_ident(slot);
+    match (server_major >= 15 || server_major == 0, export) {
+        (true, true) => {
+            format!("CREATE_REPLICATION_SLOT {slot} LOGICAL pgoutput (SNAPSHOT 'export')")
+        }
+        (true, false) => {
+            format!("CREATE_REPLICATION_SLOT {slot} LOGICAL pgoutput (SNAPSHOT 'nothing')")
+        }
+        (false, true) => format!("CREATE_REPLICATION_SLOT {slot} LOGICAL pgoutput EXPORT_SNAPSHOT"),
+        (false, false) => {
+            format!("CREATE_REPLICATION_SLOT {slot} LOGICAL pgoutput NOEXPORT_SNAPSHOT")
+        }
+    }
+}
+
+/// The major version in a `server_version` ParameterStatus (`name\0value\0`), e.g. 15 from
+/// `15.18 (Debian 15.18-0+deb12u1)`.
+fn server_major_version(payload: &[u8]) -> Option<u32> {
+    let mut parts = payload.split(|&b| b == 0);
+    if parts.next()? != b"server_version" {
+        return None;
+    }
+    let value = std::str::from_utf8(parts.next()?).ok()?;
+    let digits: String = value.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// A standby status update: `'r'`, write, flush, apply, client time (µs since 2000-01-01), reply.
