@@ -12,6 +12,7 @@ use crate::config::{Config, SinkConfig, SourceConfig};
 use crate::pipeline::{self, PipelineError, Settings};
 use crate::sinks::iceberg::IcebergSink;
 use crate::sinks::{Sink, SinkError};
+use crate::sources::postgres::{setup, PostgresSource};
 use crate::sources::{Source, SourceError};
 use crate::storage::Warehouse;
 
@@ -47,10 +48,9 @@ fn settings(config: &Config) -> Settings {
     }
 }
 
-fn build_source(_config: &Config) -> Result<Box<dyn Source>, CommandError> {
-    Err(CommandError::Source(SourceError::Config(
-        "the Postgres source is not integrated yet".into(),
-    )))
+fn build_source(config: &Config) -> Box<dyn Source> {
+    let SourceConfig::Postgres(pg) = &config.source;
+    Box::new(PostgresSource::new(pg.clone()))
 }
 
 fn build_sink(config: &Config) -> Result<Arc<dyn Sink>, CommandError> {
@@ -61,7 +61,7 @@ fn build_sink(config: &Config) -> Result<Arc<dyn Sink>, CommandError> {
 
 /// Runs the pipeline until `shutdown`.
 pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), CommandError> {
-    let source = build_source(config)?;
+    let source = build_source(config);
     let sink = build_sink(config)?;
     pipeline::run(source, sink, settings(config), shutdown).await?;
     Ok(())
@@ -69,10 +69,12 @@ pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), Com
 
 /// Every problem found, one line each with how to fix it; empty when ready.
 pub async fn check(config: &Config) -> Vec<String> {
-    let mut problems = Vec::new();
-    if let Err(e) = build_source(config) {
-        problems.push(e.to_string());
-    }
+    let SourceConfig::Postgres(pg) = &config.source;
+    let mut problems: Vec<String> = PostgresSource::check(pg)
+        .await
+        .into_iter()
+        .map(|p| p.to_string())
+        .collect();
     if let Err(e) = probe_warehouse(config).await {
         problems.push(e);
     }
@@ -105,7 +107,9 @@ async fn probe_warehouse(config: &Config) -> Result<(), String> {
 /// The committed state of every captured table.
 pub async fn status(config: &Config) -> Result<Vec<StatusRow>, CommandError> {
     let sink = build_sink(config)?;
-    let tables: Vec<TableId> = Vec::new();
+    let SourceConfig::Postgres(pg) = &config.source;
+    let client = setup::connect(pg).await?;
+    let tables: Vec<TableId> = setup::resolve_tables(&client, &pg.tables).await?;
     let mut rows = Vec::new();
     for table in tables {
         let status = sink.status(&table).await.map_err(Box::new)?;

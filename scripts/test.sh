@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The test command: starts the test bed (Postgres + lake readers, scripts/testbed.sh), builds, and runs
+# every test (unit tests, and the end-to-end tests in tests/ against the real servers). Exit 0 only if
+# all passed. CI runs it through .ci/run; it needs no stdin and runs as root on Debian 12.
+#
+#   scripts/test.sh                 everything
+#   scripts/test.sh <filter>        extra arguments go to the test binaries (e.g. a test name)
+# Env: CDCD_TB, PG_PORT (see testbed.sh); CDCD_TEST_THREADS (default 2); CDCD_NO_TESTBED=1 skips the
+# test bed (the end-to-end tests then skip themselves).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+THREADS=${CDCD_TEST_THREADS:-2}
+LOG_DIR=${CDCD_TEST_LOGS:-target/test-logs}
+mkdir -p "$LOG_DIR"
+start=$(date +%s)
+step() { printf '\n=== [%(%H:%M:%S)T] %s\n' -1 "$*"; }
+elapsed() { echo "$(( $(date +%s) - start ))s"; }
+
+if [ "${CDCD_NO_TESTBED:-0}" != 1 ]; then
+  step "test bed"
+  scripts/testbed.sh up
+  eval "$(scripts/testbed.sh env)"
+  export CDCD_TB CDCD_TEST_PG CDCD_TEST_PYTHON
+  # A test run that was killed (timeout, ^C) never ran its drop guards: drop the slots and publications
+  # of test processes that are gone (names end in _<pid>, see tests/common), as an idle slot holds WAL.
+  "$CDCD_TEST_PG_BIN/psql" "$CDCD_TEST_PG" -qAtX -c "select slot_name from pg_replication_slots where not active
+      union select pubname from pg_publication" | while read -r name; do
+    pid=${name##*_}
+    case $pid in ''|*[!0-9]*) continue;; esac
+    [ -d "/proc/$pid" ] && continue
+    echo "dropping leftover $name of a test run that is gone"
+    "$CDCD_TEST_PG_BIN/psql" "$CDCD_TEST_PG" -qAtX -c "select pg_drop_replication_slot(slot_name) from pg_replication_slots
+        where slot_name = '$name' and not active" -c "drop publication if exists \"$name\"" >/dev/null || true
+  done
+else
+  echo "CDCD_NO_TESTBED=1: the end-to-end tests skip themselves"
+fi
+
+step "build"
+locked=()
+[ -f Cargo.lock ] && locked=(--locked)
+cargo build "${locked[@]}" --all-targets
+
+step "test (--test-threads=$THREADS)"
+# The end-to-end tests in one binary run in parallel (each has its own slot, publication, tables and
+# warehouse); the binaries run one after another. The timeout stops a hung test from holding CI.
+set +e
+timeout --kill-after=30 "${CDCD_TEST_TIMEOUT:-1800}" \
+  cargo test "${locked[@]}" --all-targets --no-fail-fast -- --test-threads="$THREADS" "$@" 2>&1 | tee "$LOG_DIR/test.log"
+rc=${PIPESTATUS[0]}
+set -e
+
+step "summary ($(elapsed))"
+awk '/^ *Running /{bin=$0; sub(/^ *Running /, "", bin); sub(/ \(.*$/, "", bin)} /^test result:/{sub(/^test result: /, ""); print "  " bin ": " $0}' "$LOG_DIR/test.log"
+failed=$(sed -nE 's/^test (.*) \.\.\. FAILED$/\1/p' "$LOG_DIR/test.log")
+if [ "$rc" != 0 ]; then
+  [ "$rc" = 124 ] && echo "  timed out after ${CDCD_TEST_TIMEOUT:-1800}s"
+  if [ -n "$failed" ]; then echo "  FAILED:"; printf '    %s\n' $failed; fi
+  echo "FAIL (cargo test exit $rc; full log $LOG_DIR/test.log)"
+  exit "$rc"
+fi
+echo "PASS ($(elapsed))"

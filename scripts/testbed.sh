@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# cdcd's test bed: the servers and independent lake readers its integration tests need, on one fresh
+# Debian 12 machine, as root. Idempotent: re-running does only what is not done or not running.
+#
+#   scripts/testbed.sh [up]   install what is missing, start what is not running (first run ~2-3 min)
+#   scripts/testbed.sh env    print `export CDCD_TEST_…=…` lines for the tests:  eval "$(scripts/testbed.sh env)"
+#   scripts/testbed.sh stop   stop the servers this script started
+#
+# Env: CDCD_TB (default /tmp/cdcd-tb: data, logs, venv), PG_PORT (default 55440).
+#
+# Components are functions named <name>_up / <name>_stop / <name>_env, listed in COMPONENTS;
+# MariaDB and S3 (moto) slot in the same way when the tests need them.
+set -euo pipefail
+
+CDCD_TB=${CDCD_TB:-/tmp/cdcd-tb}
+PG_PORT=${PG_PORT:-55440}
+PG_DB=cdcd_test
+PGBIN=/usr/lib/postgresql/15/bin
+VENV=$CDCD_TB/venv
+PY=$VENV/bin/python
+RUN=$CDCD_TB/run
+LOGS=$CDCD_TB/logs
+COMPONENTS=(postgres python)
+
+log() { printf '[testbed %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# ------------------------------------------------------------------ Debian packages
+# Collects what every component needs, then one apt-get update + install, only when something is missing.
+APT_NEED=()
+apt_want() { local p; for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || APT_NEED+=("$p"); done; }
+apt_install() {
+  [ ${#APT_NEED[@]} -eq 0 ] && return 0
+  log "apt-get install ${APT_NEED[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null
+  apt-get install -y -q --no-install-recommends "${APT_NEED[@]}" >/dev/null
+}
+
+# ------------------------------------------------------------------ python: the lake readers lakecheck.py uses
+python_apt() { apt_want python3-venv ca-certificates; }
+python_up() {
+  # Pinned, verified to resolve together (DuckDB must stay at 1.5.5: the offline extension wheels stop there
+  # and are version-locked; autoinstall would need the network). pytz: DuckDB's Python client imports it to
+  # return timestamptz values, and nothing else here pulls it in.
+  local req=$CDCD_TB/requirements.txt
+  cat > "$req.new" <<'EOF'
+duckdb==1.5.5
+duckdb-extensions==1.5.5
+duckdb-extension-iceberg==1.5.5
+duckdb-extension-avro==1.5.5
+duckdb-extension-httpfs==1.5.5
+pyiceberg[pyarrow]==0.12.0
+pyarrow==19.0.1
+psycopg2-binary==2.9.13
+pytz==2026.6
+EOF
+  # Debian's own python3 (python3-venv belongs to it), not whatever `python3` a PATH shim points at.
+  local base=/usr/bin/python3
+  [ -x $base ] || base=$(command -v python3)
+  if [ ! -x "$PY" ]; then
+    log "creating venv $VENV"
+    "$base" -m venv "$VENV"
+    "$VENV/bin/pip" install -q -U pip
+  fi
+  if ! cmp -s "$req.new" "$req" || [ ! -f "$VENV/.req-ok" ]; then
+    log "pip install -r $req"
+    rm -f "$VENV/.req-ok"
+    "$VENV/bin/pip" install -q -r "$req.new"
+    mv "$req.new" "$req"
+    touch "$VENV/.req-ok"
+  else
+    rm -f "$req.new"
+  fi
+  # Offline DuckDB with iceberg+avro+httpfs installed from the PyPI extension wheels: iceberg alone fails
+  # asking for avro, and INSTALL from the network is not available in CI.
+  cat > "$CDCD_TB/duck_load.py" <<'EOF'
+import duckdb, os, time
+def connect(database=":memory:", extension_directory=None):
+    """Offline DuckDB with iceberg+avro+httpfs installed from PyPI wheels (no network). duckdb must be 1.5.5."""
+    ext = extension_directory or os.path.join(os.path.dirname(os.path.abspath(__file__)), "duckdb_ext")
+    con = duckdb.connect(database, config={"autoinstall_known_extensions": False, "autoload_known_extensions": True,
+                                           "extension_directory": ext})
+    from duckdb_extensions import import_extension
+    for e in ("avro", "httpfs", "iceberg"):
+        import_extension(e, con=con)   # = INSTALL '<site-packages>/duckdb_extension_<e>/extensions/v1.5.5/<e>.duckdb_extension'
+        con.sql(f"LOAD {e}")
+    return con
+if __name__ == "__main__":
+    t = time.time(); con = connect(); print("loaded in %.2fs" % (time.time() - t))
+    print(con.sql("select extension_name, extension_version, install_path from duckdb_extensions() where loaded and install_path like '/%'").fetchall())
+EOF
+  "$PY" "$CDCD_TB/duck_load.py" >/dev/null || die "DuckDB cannot load the iceberg extension from the wheels (see above)"
+  "$PY" -c 'import pyiceberg, pyarrow, psycopg2, pytz' || die "python readers do not import (see above)"
+}
+python_stop() { :; }
+python_env() {
+  echo "export CDCD_TEST_PYTHON=$PY"
+  echo "export CDCD_TEST_DUCK_LOAD=$CDCD_TB/duck_load.py"
+}
+
+# ------------------------------------------------------------------ Postgres 15: logical replication source
+PGDATA=$CDCD_TB/pg/data
+as_pg() { su postgres -s /bin/sh -c "$*"; }
+pg_running() { as_pg "$PGBIN/pg_ctl -D $PGDATA status" >/dev/null 2>&1; }
+postgres_apt() { apt_want postgresql-15 postgresql-contrib; }
+postgres_up() {
+  if [ ! -f "$PGDATA/PG_VERSION" ]; then
+    log "initdb $PGDATA"
+    # initdb refuses to run as root; the postgres user (created by the Debian package) owns the cluster.
+    mkdir -p "$CDCD_TB/pg"; chown postgres:postgres "$CDCD_TB/pg"
+    as_pg "$PGBIN/initdb -D $PGDATA -U postgres --auth=trust -E UTF8 --locale=C.UTF-8" >"$LOGS/initdb.log" 2>&1 \
+      || die "initdb failed: $(tail -3 "$LOGS/initdb.log")"
+    # Trust on loopback only: the tests connect as postgres without a password. wal_level=logical is what
+    # pgoutput needs; each test holds one slot and one walsender, and tests run in parallel.
+    cat > "$PGDATA/pg_hba.conf" <<'EOF'
+local   all             all                     trust
+host    all             all     127.0.0.1/32    trust
+host    replication     all     127.0.0.1/32    trust
+EOF
+    cat >> "$PGDATA/postgresql.conf" <<EOF
+# --- cdcd test bed
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = '$RUN'
+wal_level = logical
+max_replication_slots = 20
+max_wal_senders = 20
+max_wal_size = 2GB
+fsync = off
+EOF
+  fi
+  if pg_running; then
+    local port; port=$(sed -n 4p "$PGDATA/postmaster.pid" 2>/dev/null || true)
+    [ "$port" = "$PG_PORT" ] || die "the test bed's postgres is running on port $port, not PG_PORT=$PG_PORT; run '$0 stop' first"
+  else
+    port_busy "$PG_PORT" && die "port $PG_PORT is in use by another program (another test bed?); set PG_PORT to a free port"
+    log "starting postgres on 127.0.0.1:$PG_PORT"
+    # -p: PG_PORT may differ from the one written at initdb time.
+    as_pg "$PGBIN/pg_ctl -D $PGDATA -l $LOGS/pg.log -o '-p $PG_PORT' -w -t 60 start" >/dev/null \
+      || die "postgres did not start: $(tail -5 "$LOGS/pg.log")"
+  fi
+  local psql="$PGBIN/psql -h 127.0.0.1 -p $PG_PORT -U postgres -qAtX"
+  $psql -d postgres -c "select 1 from pg_database where datname='$PG_DB'" | grep -q 1 \
+    || $psql -d postgres -c "create database $PG_DB" >/dev/null
+}
+postgres_stop() {
+  if [ -f "$PGDATA/postmaster.pid" ]; then as_pg "$PGBIN/pg_ctl -D $PGDATA -m fast stop" >/dev/null || true; fi
+}
+postgres_env() {
+  echo "export CDCD_TEST_PG=postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB"
+  echo "export CDCD_TEST_PG_BIN=$PGBIN"
+}
+
+# ------------------------------------------------------------------ main
+each() { local c; for c in "${COMPONENTS[@]}"; do "${c}_$1"; done; }
+case "${1:-up}" in
+  up)
+    [ "$(id -u)" = 0 ] || die "run as root (apt-get, and su to postgres for the server)"
+    start=$(date +%s)
+    mkdir -p "$CDCD_TB" "$RUN" "$LOGS"
+    chmod 755 "$CDCD_TB"; chmod 1777 "$RUN" "$LOGS"   # the postgres user writes its socket and log here
+    each apt; apt_install
+    each up
+    log "test bed up in $(( $(date +%s) - start ))s ($CDCD_TB); for the tests: eval \"\$($0 env)\""
+    ;;
+  env)
+    echo "export CDCD_TB=$CDCD_TB"
+    each env
+    ;;
+  stop)
+    each stop
+    log "stopped"
+    ;;
+  *) echo "usage: $0 [up|env|stop]" >&2; exit 2;;
+esac

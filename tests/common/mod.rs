@@ -1,0 +1,563 @@
+//! Shared helpers for the end-to-end tests: they drive the built `cdcd` binary against a real Postgres and
+//! check the Iceberg tables it writes with `tests/support/lakecheck.py` (DuckDB, which shares no code with
+//! cdcd).
+//!
+//! Where this sits: outside the data flow. A test creates source tables, starts cdcd with a generated
+//! config ([`Pipeline::start`]), changes rows, and asks the oracle whether the replica equals the source
+//! ([`Pipeline::assert_equal`]).
+//!
+//! Why this shape: tests run in parallel (`--test-threads=2`) and against a shared server, so every name a
+//! test creates (tables, slot, publication, warehouse) carries the test's tag and the process id. A
+//! [`Pipeline`] is a drop guard: however the test ends it kills cdcd, then drops the slot (an unused slot
+//! holds WAL forever), the publication and the test's tables, and on failure prints cdcd's stderr.
+//!
+//! The servers come from `scripts/testbed.sh`: `CDCD_TEST_PG` (a Postgres URL) and `CDCD_TEST_PYTHON` (the
+//! venv with the readers). Without `CDCD_TEST_PG` the tests print a note and pass, so `cargo test` works on
+//! a machine with no servers.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio_postgres::{Client, NoTls};
+
+/// The oracle: exit 0 equal, 1 different, 2 usage or I/O error; the last line is the summary.
+pub const LAKECHECK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/lakecheck.py");
+/// The binary cargo built for this test run; `CDCD_TEST_BIN` replaces it (another build, or a stand-in
+/// when working on the tests themselves).
+pub fn cdcd_bin() -> String {
+    std::env::var("CDCD_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_cdcd").to_string())
+}
+/// Namespace every test pipeline writes its tables to.
+pub const NAMESPACE: &str = "shop";
+
+/// Where the test servers are.
+#[derive(Clone, Debug)]
+pub struct TestEnv {
+    pub pg_url: String,
+    pub python: String,
+}
+
+/// The test bed's addresses, or `None` (after printing why) when `CDCD_TEST_PG` is unset.
+pub fn test_env(test: &str) -> Option<TestEnv> {
+    let Ok(pg_url) = std::env::var("CDCD_TEST_PG") else {
+        eprintln!(
+            "skipping {test}: CDCD_TEST_PG is unset (start the servers with `scripts/testbed.sh up` and \
+             `eval \"$(scripts/testbed.sh env)\"`, or run scripts/test.sh)"
+        );
+        return None;
+    };
+    let python = std::env::var("CDCD_TEST_PYTHON").unwrap_or_else(|_| {
+        panic!(
+            "CDCD_TEST_PG is set but CDCD_TEST_PYTHON is not: eval \"$(scripts/testbed.sh env)\""
+        )
+    });
+    Some(TestEnv { pg_url, python })
+}
+
+/// `<tag>_<pid>`: unique per test and per concurrent test run, and a valid slot name (`[a-z0-9_]`, < 64).
+pub fn unique(tag: &str) -> String {
+    format!("{tag}_{}", std::process::id())
+}
+
+/// A query connection (the driver task runs in the background until the client is dropped).
+pub async fn connect(url: &str) -> Client {
+    let (client, conn) = tokio_postgres::connect(url, NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            eprintln!("postgres connection ended: {e}");
+        }
+    });
+    client
+}
+
+/// Runs `sql` (several statements allowed), panicking with the statement text on error.
+pub async fn exec(client: &Client, sql: &str) {
+    if let Err(e) = client.batch_execute(sql).await {
+        panic!("SQL failed: {e:?}\n--- statement:\n{sql}");
+    }
+}
+
+/// A Postgres LSN `X/Y` (hex halves) as a number, for ordering.
+pub fn parse_lsn(text: &str) -> u64 {
+    let (hi, lo) = text
+        .split_once('/')
+        .unwrap_or_else(|| panic!("not an LSN: {text:?}"));
+    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
+}
+
+/// Sends SIGTERM (std only knows SIGKILL; the `kill` utility saves a libc dependency).
+pub fn sigterm(pid: u32) {
+    let st = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    assert!(
+        matches!(st, Ok(s) if s.success()),
+        "kill -TERM {pid}: {st:?}"
+    );
+}
+
+/// A small deterministic generator (xorshift64*) for the random moments of crash tests. The seed is
+/// printed, and `CDCD_TEST_SEED` replays a run.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn from_env_or_clock(test: &str) -> Rng {
+        let seed = std::env::var("CDCD_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(1)
+            });
+        eprintln!("{test}: CDCD_TEST_SEED={seed}");
+        Rng(seed | 1)
+    }
+    pub fn from_seed(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in `lo..hi` (hi > lo).
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo)
+    }
+}
+
+/// Settings a test may change in the generated config.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub snapshot: &'static str,
+    pub commit_interval_ms: u64,
+    pub commit_max_rows: u64,
+    /// `[source] password = …` (trust auth on the test bed ignores it; tests check it is never echoed).
+    pub password: Option<String>,
+    /// Replaces the source URL (e.g. one with a password in it).
+    pub url: Option<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            snapshot: "initial",
+            commit_interval_ms: 200,
+            commit_max_rows: 100_000,
+            password: None,
+            url: None,
+        }
+    }
+}
+
+/// One cdcd pipeline under test: its config, warehouse, the running process, and the cleanup of
+/// everything it made in Postgres. Drop guard (see the module doc).
+pub struct Pipeline {
+    pub env: TestEnv,
+    pub name: String,
+    pub slot: String,
+    pub publication: String,
+    /// `schema.table` names replicated (explicit, so parallel tests never pick up each other's tables).
+    pub tables: Vec<String>,
+    pub dir: Option<tempfile::TempDir>,
+    pub config: PathBuf,
+    pub warehouse: PathBuf,
+    pub stderr_log: PathBuf,
+    daemon: Option<Child>,
+    starts: u32,
+    /// SQL run at cleanup after the slot and publication are gone (drops the test's tables and types).
+    cleanup_sql: Vec<String>,
+}
+
+impl Pipeline {
+    /// A pipeline named `name` (already unique) replicating `tables` (bare names, schema `public`).
+    pub fn new(env: &TestEnv, name: &str, tables: &[&str], settings: &Settings) -> Pipeline {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("cdcd-{name}-"))
+            .tempdir()
+            .unwrap();
+        let warehouse = dir.path().join("wh");
+        let config = dir.path().join("pipeline.toml");
+        let stderr_log = dir.path().join("cdcd.stderr");
+        let p = Pipeline {
+            env: env.clone(),
+            name: name.to_string(),
+            slot: format!("cdcd_{name}"),
+            publication: format!("cdcd_{name}"),
+            tables: tables.iter().map(|t| format!("public.{t}")).collect(),
+            dir: Some(dir),
+            config,
+            warehouse,
+            stderr_log,
+            daemon: None,
+            starts: 0,
+            cleanup_sql: Vec::new(),
+        };
+        p.write_config(settings);
+        // A leftover of an earlier run under the same pid would make cdcd resume from it.
+        p.cleanup_postgres();
+        p
+    }
+
+    /// (Re)writes the config file with `settings`.
+    pub fn write_config(&self, s: &Settings) {
+        let list = self
+            .tables
+            .iter()
+            .map(|t| format!("{t:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let url = s.url.as_deref().unwrap_or(&self.env.pg_url);
+        let password = s
+            .password
+            .as_ref()
+            .map(|p| format!("password = {p:?}\n"))
+            .unwrap_or_default();
+        let text = format!(
+            "[pipeline]\nname = {name:?}\ncommit_interval_ms = {ci}\ncommit_max_rows = {cm}\n\n\
+             [source]\nkind = \"postgres\"\nurl = {url:?}\n{password}tables = [{list}]\n\
+             slot = {slot:?}\npublication = {publication:?}\nsnapshot = {snap:?}\n\n\
+             [sink]\nkind = \"iceberg\"\nwarehouse = {wh:?}\nnamespace = {NAMESPACE:?}\n\
+             delete_mode = \"equality\"\n",
+            name = self.name,
+            ci = s.commit_interval_ms,
+            cm = s.commit_max_rows,
+            slot = self.slot,
+            publication = self.publication,
+            snap = s.snapshot,
+            wh = self.warehouse.display().to_string(),
+        );
+        fs::write(&self.config, text).unwrap();
+    }
+
+    /// SQL to run at cleanup (after cdcd is gone and the slot dropped), e.g. `DROP TABLE IF EXISTS x`.
+    pub fn on_cleanup(&mut self, sql: impl Into<String>) {
+        self.cleanup_sql.push(sql.into());
+    }
+
+    /// Starts `cdcd --config <file>`; stderr is appended to [`Self::stderr_log`] with a marker per start.
+    pub fn start(&mut self) {
+        assert!(self.daemon.is_none(), "cdcd is already running");
+        self.starts += 1;
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.stderr_log)
+            .unwrap();
+        writeln!(log, "===== cdcd start #{} =====", self.starts).unwrap();
+        let bin = cdcd_bin();
+        let child = Command::new(&bin)
+            .arg("--config")
+            .arg(&self.config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {bin}: {e}"));
+        self.daemon = Some(child);
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.daemon.as_ref().expect("cdcd is not running").id()
+    }
+
+    /// Panics (with cdcd's stderr, printed by the guard) if cdcd has exited on its own.
+    pub fn assert_running(&mut self) {
+        if let Some(child) = self.daemon.as_mut() {
+            if let Some(st) = child.try_wait().unwrap() {
+                self.daemon = None;
+                panic!("cdcd exited on its own: {st}");
+            }
+        } else {
+            panic!("cdcd is not running");
+        }
+    }
+
+    /// SIGKILL and reap; no chance to commit or clean up.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.daemon.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then waits up to `timeout` for the exit; kills it (and panics) if it does not exit.
+    pub async fn sigterm_and_wait(&mut self, timeout: Duration) -> ExitStatus {
+        let mut child = self.daemon.take().expect("cdcd is not running");
+        sigterm(child.id());
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                return st;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("cdcd did not exit within {timeout:?} of SIGTERM");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Everything cdcd wrote to stdout/stderr so far, over all starts.
+    pub fn output(&self) -> String {
+        fs::read_to_string(&self.stderr_log).unwrap_or_default()
+    }
+
+    /// `<warehouse>/<namespace>/<table>` for a bare table name.
+    pub fn table_dir(&self, table: &str) -> PathBuf {
+        self.warehouse.join(NAMESPACE).join(table)
+    }
+
+    /// How many `v<N>.metadata.json` the table has (0 before its first commit).
+    pub fn metadata_versions(&self, table: &str) -> usize {
+        let Ok(rd) = fs::read_dir(self.table_dir(table).join("metadata")) else {
+            return 0;
+        };
+        rd.filter_map(|e| e.ok())
+            .filter(|e| {
+                let n = e.file_name();
+                let n = n.to_string_lossy();
+                n.strip_prefix('v')
+                    .and_then(|r| r.strip_suffix(".metadata.json"))
+                    .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+            })
+            .count()
+    }
+
+    /// Waits (at most `timeout`) until cdcd has created its slot and holds it open.
+    pub async fn wait_slot_active(&mut self, client: &Client, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let row = client
+                .query_opt(
+                    "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
+                    &[&self.slot],
+                )
+                .await
+                .unwrap();
+            if row.is_some_and(|r| r.get::<_, bool>(0)) {
+                return;
+            }
+            self.assert_running();
+            assert!(
+                Instant::now() < deadline,
+                "slot {} not active after {timeout:?}",
+                self.slot
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until no walsender holds the slot (after a kill, Postgres notices the closed socket).
+    pub async fn wait_slot_inactive(&self, client: &Client, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let row = client
+                .query_opt(
+                    "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
+                    &[&self.slot],
+                )
+                .await
+                .unwrap();
+            if !row.is_some_and(|r| r.get::<_, bool>(0)) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "slot {} still active {timeout:?} after cdcd died",
+                self.slot
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The slot's `confirmed_flush_lsn` (what cdcd acknowledged as durable), if the slot exists.
+    pub async fn confirmed_flush_lsn(&self, client: &Client) -> Option<u64> {
+        let row = client
+            .query_opt(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+                &[&self.slot],
+            )
+            .await
+            .unwrap()?;
+        row.get::<_, Option<String>>(0).map(|s| parse_lsn(&s))
+    }
+
+    /// Runs lakecheck on `public.<table>` against the lake, polling up to `wait_secs`; panics with its
+    /// output unless equal. While it polls, a cdcd that dies fails the test at once.
+    pub async fn assert_equal(&mut self, table: &str, wait_secs: u32) {
+        let (code, out) = self.lakecheck(table, wait_secs, &[]).await;
+        assert_eq!(
+            code,
+            Some(0),
+            "lakecheck public.{table}: replica differs from the source:\n{out}"
+        );
+        eprintln!(
+            "lakecheck public.{table}: {}",
+            out.lines().last().unwrap_or("")
+        );
+    }
+
+    /// Runs lakecheck with `extra` arguments; returns its exit code and combined output.
+    pub async fn lakecheck(
+        &mut self,
+        table: &str,
+        wait_secs: u32,
+        extra: &[&str],
+    ) -> (Option<i32>, String) {
+        let mut cmd = tokio::process::Command::new(&self.env.python);
+        cmd.arg(LAKECHECK)
+            .args(["--source", &self.env.pg_url])
+            .args(["--source-table", &format!("public.{table}")])
+            .arg("--iceberg")
+            .arg(self.table_dir(table))
+            .args(["--wait", &wait_secs.to_string()])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let run = cmd.output();
+        tokio::pin!(run);
+        let out = loop {
+            tokio::select! {
+                out = &mut run => break out.unwrap_or_else(|e| panic!("run {LAKECHECK}: {e}")),
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                    if self.daemon.is_some() {
+                        self.assert_running();
+                    }
+                }
+            }
+        };
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        (out.status.code(), text)
+    }
+
+    /// `lakecheck --position` on the table: the newest snapshot's `cdcd.pipeline` / `cdcd.position` line.
+    pub async fn position_line(&mut self, table: &str) -> String {
+        let out = std::process::Command::new(&self.env.python)
+            .arg(LAKECHECK)
+            .arg("--iceberg")
+            .arg(self.table_dir(table))
+            .arg("--position")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "no cdcd.position in {}: {text}{}",
+            table,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    }
+
+    /// Drops the slot (terminating a walsender still holding it), the publication and the test's
+    /// objects. Blocking: it runs on its own thread and runtime, as it is called from `Drop`.
+    fn cleanup_postgres(&self) {
+        let url = self.env.pg_url.clone();
+        let slot = self.slot.clone();
+        let publication = self.publication.clone();
+        let extra = self.cleanup_sql.clone();
+        let res = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            rt.block_on(async move {
+                let (client, conn) = tokio_postgres::connect(&url, NoTls)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                tokio::spawn(conn);
+                drop_slot(&client, &slot).await?;
+                client
+                    .batch_execute(&format!("DROP PUBLICATION IF EXISTS \"{publication}\""))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                for sql in extra {
+                    client
+                        .batch_execute(&sql)
+                        .await
+                        .map_err(|e| format!("{sql}: {e}"))?;
+                }
+                Ok::<(), String>(())
+            })
+        })
+        .join();
+        match res {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("cleanup of pipeline {}: {e}", self.name),
+            Err(_) => eprintln!("cleanup of pipeline {}: panicked", self.name),
+        }
+    }
+}
+
+/// Drops `slot` if it exists; a walsender still attached (cdcd just died) is terminated first.
+pub async fn drop_slot(client: &Client, slot: &str) -> Result<(), String> {
+    for _ in 0..50 {
+        let r = client
+            .query_opt(
+                "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        let Some(row) = r else { return Ok(()) };
+        if let Some(pid) = row.get::<_, Option<i32>>(0) {
+            let _ = client
+                .execute("SELECT pg_terminate_backend($1)", &[&pid])
+                .await;
+        } else if client
+            .execute("SELECT pg_drop_replication_slot($1)", &[&slot])
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Err(format!("could not drop replication slot {slot}"))
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        self.kill9();
+        self.cleanup_postgres();
+        if std::thread::panicking() {
+            let out = self.output();
+            let tail: Vec<&str> = out.lines().rev().take(300).collect();
+            eprintln!(
+                "----- cdcd output ({}, last {} lines) -----",
+                self.stderr_log.display(),
+                tail.len()
+            );
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+            if let Some(dir) = self.dir.take() {
+                eprintln!("----- kept for inspection: {}", dir.keep().display());
+            }
+        }
+    }
+}
+
+/// Writes `text` to `path` (helper for tests that hand-edit a config).
+pub fn write_file(path: &Path, text: &str) {
+    File::create(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .unwrap();
+}
