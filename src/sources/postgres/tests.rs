@@ -1,7 +1,8 @@
 //! The Postgres source against a real server: set `CDCD_TEST_PG` (e.g.
 //! `postgres://postgres@127.0.0.1:55432/cdc`, a superuser on a `wal_level = logical` server);
-//! without it the test prints a note and passes. Everything it creates is named `tr_<pid>_…` and
-//! dropped at the end, also when the test fails.
+//! without it the test prints a note and passes. Everything it creates is named `tr_<m|s>_<pid>…` and
+//! dropped at the end, also when the test fails (slot and publication names end in the pid, as
+//! `scripts/test.sh` expects of leftovers).
 
 use std::time::Duration;
 
@@ -106,7 +107,7 @@ async fn source_against_postgres() {
         eprintln!("note: CDCD_TEST_PG is not set; skipping the Postgres source test");
         return;
     };
-    let tag = format!("tr_{}_m", std::process::id());
+    let tag = format!("tr_m_{}", std::process::id());
     let (a, b) = (format!("{tag}_a"), format!("{tag}_b"));
     let _cleanup = Cleanup {
         url: url.clone(),
@@ -317,12 +318,8 @@ async fn setup_checks_against_postgres() {
         eprintln!("note: CDCD_TEST_PG is not set; skipping the Postgres setup test");
         return;
     };
-    let tag = format!("tr_{}_s", std::process::id());
-    let (k, nk, p) = (
-        format!("{tag}_keyed"),
-        format!("{tag}_nokey"),
-        format!("{tag}_pub"),
-    );
+    let tag = format!("tr_s_{}", std::process::id());
+    let (k, nk, p) = (format!("{tag}_keyed"), format!("{tag}_nokey"), tag.clone());
     let _cleanup = Cleanup {
         url: url.clone(),
         sql: vec![
