@@ -48,6 +48,9 @@ use types::{ColumnType, TypeInfo};
 const STATUS_INTERVAL: Duration = Duration::from_secs(10);
 /// Rows per `SnapshotRows` batch of the initial copy.
 const SNAPSHOT_BATCH_ROWS: usize = 10_000;
+/// Heartbeats for transactions without captured changes go out at most this often (before PG 15,
+/// pgoutput sends an empty Begin/Commit for every transaction in the database).
+const SKIPPED_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
 /// How long to wait for a previous walsender (e.g. of a killed cdcd) to release the slot.
 const SLOT_RELEASE_WAIT: Duration = Duration::from_secs(30);
 
@@ -94,12 +97,19 @@ impl PostgresSource {
                 }]
             }
         };
+        let catalog_problem = |e: SourceError| CheckProblem {
+            problem: e.to_string(),
+            fix: "check that the user may read the catalog".to_owned(),
+        };
         let mut problems = match setup::check(&client, cfg).await {
-            Ok((_, problems)) => problems,
-            Err(e) => vec![CheckProblem {
-                problem: e.to_string(),
-                fix: "check that the user may read the catalog".to_owned(),
-            }],
+            Ok((tables, mut problems)) => {
+                match setup::check_publication(&client, &cfg.publication, &tables).await {
+                    Ok(p) => problems.extend(p),
+                    Err(e) => problems.push(catalog_problem(e)),
+                }
+                problems
+            }
+            Err(e) => vec![catalog_problem(e)],
         };
         match setup::slot_exists(&client, &cfg.slot).await {
             Ok(Some(info)) => {
@@ -223,6 +233,7 @@ impl Source for PostgresSource {
             acks,
             acked: Lsn::ZERO,
             delivered: start,
+            last_skipped_beat: None,
         };
         let result = stream.run(&shutdown).await;
         match result {
@@ -357,6 +368,8 @@ struct Streaming<'a> {
     acked: Lsn,
     /// Everything before this has been delivered (transactions or heartbeats).
     delivered: Lsn,
+    /// When the last heartbeat for a skipped transaction went out.
+    last_skipped_beat: Option<Instant>,
 }
 
 impl Streaming<'_> {
@@ -435,9 +448,14 @@ impl Streaming<'_> {
                         SourceEvent::Transaction(tx)
                     }
                     Some(Assembled::Skipped(end)) => {
-                        if end <= self.delivered {
+                        let recent = self
+                            .last_skipped_beat
+                            .is_some_and(|t| t.elapsed() < SKIPPED_HEARTBEAT_INTERVAL);
+                        // A throttled one is covered by the next keepalive's heartbeat.
+                        if end <= self.delivered || recent {
                             return Ok(true);
                         }
+                        self.last_skipped_beat = Some(Instant::now());
                         self.delivered = end;
                         SourceEvent::Heartbeat(Position::Postgres(end))
                     }

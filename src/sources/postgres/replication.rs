@@ -15,9 +15,9 @@
 //! (pgwire-replication keeps its md5 helper private and cdcd has no md5 implementation). The
 //! password never appears in an error or a log line.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use pgwire_replication::auth::ScramClient;
 use pgwire_replication::protocol::framing::{
     write_copy_data, write_copy_done, write_password_message, write_query, write_startup_message,
@@ -35,6 +35,13 @@ use super::types::TEXT_FORMAT_SETTINGS;
 use crate::changelog::Lsn;
 use crate::config::PostgresConfig;
 use crate::sources::SourceError;
+
+mod wire;
+pub use wire::{create_slot_sql, encode_status, quote_ident, start_replication_sql};
+use wire::{
+    describe, first_word, len_i32, now_pg_micros, parse_data_row, parse_lsn, sasl_offers_scram,
+    server_error, server_major_version, text_column, with_context,
+};
 
 /// The startup `options` (`-c name=value …`) that fix the text form of values: the walsender
 /// formats tuple values with these GUCs, and `types.rs` parses exactly these forms
@@ -110,6 +117,8 @@ pub struct ReplicationConnection {
     reader: MessageReader,
     target: String,
     streaming: bool,
+    /// Major version from the `server_version` ParameterStatus (0: not reported).
+    server_major: u32,
 }
 
 impl ReplicationConnection {
@@ -140,6 +149,7 @@ impl ReplicationConnection {
             reader: MessageReader::new().with_max_message_size(MAX_MESSAGE_BYTES),
             target: target.clone(),
             streaming: false,
+            server_major: 0,
         };
         let mut options = session_options();
         if !extra_options.is_empty() {
@@ -241,7 +251,12 @@ impl ReplicationConnection {
                 }
                 b'E' => return Err(self.auth_failed(&server_error(&msg.payload))),
                 b'Z' => return Ok(()),
-                // ParameterStatus, BackendKeyData, NoticeResponse.
+                b'S' => {
+                    if let Some(major) = server_major_version(&msg.payload) {
+                        self.server_major = major;
+                    }
+                }
+                // BackendKeyData, NoticeResponse.
                 _ => {}
             }
         }
@@ -272,10 +287,7 @@ impl ReplicationConnection {
     /// Returns the consistent point and the exported snapshot name, which stays valid until the
     /// next command on this connection.
     pub async fn create_slot(&mut self, slot: &str) -> Result<(Lsn, String), SourceError> {
-        let sql = format!(
-            "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'export')",
-            quote_ident(slot)
-        );
+        let sql = create_slot_sql(slot, self.server_major, true);
         let (lsn, snapshot) = self.create(slot, &sql).await?;
         let snapshot = snapshot.ok_or_else(|| SourceError::Server {
             context: format!("creating replication slot {slot}"),
@@ -287,10 +299,7 @@ impl ReplicationConnection {
     /// `CREATE_REPLICATION_SLOT <slot> LOGICAL pgoutput (SNAPSHOT 'nothing')`: a slot for
     /// streaming only; returns its consistent point.
     pub async fn create_slot_without_snapshot(&mut self, slot: &str) -> Result<Lsn, SourceError> {
-        let sql = format!(
-            "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'nothing')",
-            quote_ident(slot)
-        );
+        let sql = create_slot_sql(slot, self.server_major, false);
         Ok(self.create(slot, &sql).await?.0)
     }
 
@@ -525,135 +534,6 @@ impl ReplicationConnection {
             },
         }
     }
-}
-
-/// The `START_REPLICATION` command for `opts` (protocol §55.4; pgoutput options in §55.5).
-pub fn start_replication_sql(slot: &str, start: Lsn, opts: &StartOptions) -> String {
-    let mut sql = format!(
-        "START_REPLICATION SLOT {} LOGICAL {} (proto_version '{}', publication_names '{}'",
-        quote_ident(slot),
-        start,
-        opts.proto_version,
-        quote_ident(&opts.publication).replace('\'', "''"),
-    );
-    if opts.streaming && opts.proto_version >= 2 {
-        sql.push_str(", streaming 'on'");
-    }
-    if opts.messages {
-        sql.push_str(", messages 'true'");
-    }
-    sql.push(')');
-    sql
-}
-
-/// A standby status update: `'r'`, write, flush, apply, client time (µs since 2000-01-01), reply.
-pub fn encode_status(
-    write: Lsn,
-    flush: Lsn,
-    apply: Lsn,
-    client_time_pg_micros: i64,
-    reply_requested: bool,
-) -> [u8; 34] {
-    let mut out = [0u8; 34];
-    out[0] = b'r';
-    out[1..9].copy_from_slice(&write.0.to_be_bytes());
-    out[9..17].copy_from_slice(&flush.0.to_be_bytes());
-    out[17..25].copy_from_slice(&apply.0.to_be_bytes());
-    out[25..33].copy_from_slice(&client_time_pg_micros.to_be_bytes());
-    out[33] = u8::from(reply_requested);
-    out
-}
-
-/// A double-quoted SQL identifier (`"` doubled), as the replication grammar accepts.
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-fn now_pg_micros() -> i64 {
-    let unix = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
-        .unwrap_or(0);
-    unix - PG_EPOCH_MICROS
-}
-
-fn len_i32(n: usize) -> i32 {
-    i32::try_from(n).unwrap_or(i32::MAX)
-}
-
-fn sasl_offers_scram(data: &[u8]) -> bool {
-    data.split(|&b| b == 0).any(|m| m == b"SCRAM-SHA-256")
-}
-
-fn server_error(payload: &[u8]) -> String {
-    let f = ErrorFields::parse(payload);
-    let mut s = f.to_error_string();
-    if let Some(d) = f.detail {
-        s.push_str(": ");
-        s.push_str(&d);
-    }
-    if let Some(h) = f.hint {
-        s.push_str(" (hint: ");
-        s.push_str(&h);
-        s.push(')');
-    }
-    s
-}
-
-fn describe(e: &PgWireError) -> String {
-    e.to_string()
-}
-
-fn with_context(e: SourceError, context: &str) -> SourceError {
-    match e {
-        SourceError::Server { detail, .. } => SourceError::Server {
-            context: context.to_owned(),
-            detail,
-        },
-        other => other,
-    }
-}
-
-fn first_word(sql: &str) -> &str {
-    sql.split_whitespace().next().unwrap_or(sql)
-}
-
-/// Parses a DataRow ('D'): Int16 column count, then per column Int32 length (-1 = NULL) and bytes.
-fn parse_data_row(mut p: Bytes) -> Result<Vec<Option<Bytes>>, SourceError> {
-    let malformed = || SourceError::Protocol("malformed DataRow".to_owned());
-    if p.remaining() < 2 {
-        return Err(malformed());
-    }
-    let n = p.get_i16();
-    let mut row = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
-    for _ in 0..n {
-        if p.remaining() < 4 {
-            return Err(malformed());
-        }
-        let len = p.get_i32();
-        match usize::try_from(len) {
-            Err(_) => row.push(None),
-            Ok(len) if len <= p.remaining() => row.push(Some(p.split_to(len))),
-            Ok(_) => return Err(malformed()),
-        }
-    }
-    Ok(row)
-}
-
-fn text_column<'r>(
-    row: &'r [Option<Bytes>],
-    index: usize,
-    what: &str,
-) -> Result<&'r str, SourceError> {
-    row.get(index)
-        .and_then(|v| v.as_ref())
-        .and_then(|b| std::str::from_utf8(b).ok())
-        .ok_or_else(|| SourceError::Protocol(format!("{what} missing or not text")))
-}
-
-fn parse_lsn(text: &str) -> Result<Lsn, SourceError> {
-    text.parse::<Lsn>()
-        .map_err(|e| SourceError::Protocol(e.to_string()))
 }
 
 #[cfg(test)]

@@ -303,16 +303,8 @@ pub async fn ensure_publication(
     publication: &str,
     tables: &[TableId],
 ) -> Result<(), SourceError> {
-    let row = client
-        .query_opt(
-            "SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot
-             FROM pg_publication WHERE pubname = $1",
-            &[&publication],
-        )
-        .await
-        .map_err(|e| server(&format!("reading publication {publication}"), &e))?;
     let pub_ident = quote_ident(publication);
-    let Some(row) = row else {
+    let Some(row) = read_publication(client, publication).await? else {
         if tables.is_empty() {
             return Err(SourceError::Config(format!(
                 "publication {publication}: no tables to publish"
@@ -331,12 +323,55 @@ pub async fn ensure_publication(
         tracing::info!(publication, tables = tables.len(), "created publication");
         return Ok(());
     };
+    match publication_problem(client, publication, tables, &row).await? {
+        None => Ok(()),
+        Some(p) => Err(SourceError::Config(p.to_string())),
+    }
+}
+
+/// For `cdcd check`: what is wrong with an existing publication (a missing one is created at
+/// start, so it is no problem).
+pub async fn check_publication(
+    client: &Client,
+    publication: &str,
+    tables: &[TableId],
+) -> Result<Option<CheckProblem>, SourceError> {
+    match read_publication(client, publication).await? {
+        None => Ok(None),
+        Some(row) => publication_problem(client, publication, tables, &row).await,
+    }
+}
+
+async fn read_publication(
+    client: &Client,
+    publication: &str,
+) -> Result<Option<tokio_postgres::Row>, SourceError> {
+    client
+        .query_opt(
+            "SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot
+             FROM pg_publication WHERE pubname = $1",
+            &[&publication],
+        )
+        .await
+        .map_err(|e| server(&format!("reading publication {publication}"), &e))
+}
+
+/// Whether the existing publication (`row` from [`read_publication`]) publishes every table and
+/// every operation the way cdcd reads them; if not, the statement that fixes it.
+async fn publication_problem(
+    client: &Client,
+    publication: &str,
+    tables: &[TableId],
+    row: &tokio_postgres::Row,
+) -> Result<Option<CheckProblem>, SourceError> {
+    let pub_ident = quote_ident(publication);
     let all_tables: bool = row.get(0);
     let ops = [row.get::<_, bool>(1), row.get(2), row.get(3), row.get(4)];
     let via_root: bool = row.get(5);
     if ops.iter().any(|o| !o) {
-        return Err(SourceError::Config(format!(
-            "publication {publication} does not publish every operation: run ALTER PUBLICATION {pub_ident} SET (publish = 'insert, update, delete, truncate')"
+        return Ok(Some(CheckProblem::new(
+            format!("publication {publication} does not publish every operation"),
+            format!("run ALTER PUBLICATION {pub_ident} SET (publish = 'insert, update, delete, truncate')"),
         )));
     }
     let published: BTreeSet<TableId> = client
@@ -355,21 +390,29 @@ pub async fn ensure_publication(
         .map(qualified)
         .collect();
     if !missing.is_empty() {
-        return Err(SourceError::Config(format!(
-            "publication {publication} does not publish {}: run ALTER PUBLICATION {pub_ident} ADD TABLE {}",
-            missing.join(", "),
-            missing.join(", ")
+        return Ok(Some(CheckProblem::new(
+            format!(
+                "publication {publication} does not publish {}",
+                missing.join(", ")
+            ),
+            format!(
+                "run ALTER PUBLICATION {pub_ident} ADD TABLE {}",
+                missing.join(", ")
+            ),
         )));
     }
     if !via_root {
         let partitioned = partitioned_tables(client, tables).await?;
         if let Some(t) = partitioned.first() {
-            return Err(SourceError::Config(format!(
-                "publication {publication} publishes partitioned table {t} per partition: run ALTER PUBLICATION {pub_ident} SET (publish_via_partition_root = true)"
+            return Ok(Some(CheckProblem::new(
+                format!("publication {publication} publishes partitioned table {t} per partition"),
+                format!(
+                    "run ALTER PUBLICATION {pub_ident} SET (publish_via_partition_root = true)"
+                ),
             )));
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 async fn partitioned_tables(

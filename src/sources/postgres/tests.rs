@@ -1,7 +1,8 @@
 //! The Postgres source against a real server: set `CDCD_TEST_PG` (e.g.
 //! `postgres://postgres@127.0.0.1:55432/cdc`, a superuser on a `wal_level = logical` server);
-//! without it the test prints a note and passes. Everything it creates is named `tr_<pid>_…` and
-//! dropped at the end, also when the test fails.
+//! without it the test prints a note and passes. Everything it creates is named `tr_<m|s>_<pid>…` and
+//! dropped at the end, also when the test fails (slot and publication names end in the pid, as
+//! `scripts/test.sh` expects of leftovers).
 
 use std::time::Duration;
 
@@ -106,7 +107,7 @@ async fn source_against_postgres() {
         eprintln!("note: CDCD_TEST_PG is not set; skipping the Postgres source test");
         return;
     };
-    let tag = format!("tr_{}", std::process::id());
+    let tag = format!("tr_m_{}", std::process::id());
     let (a, b) = (format!("{tag}_a"), format!("{tag}_b"));
     let _cleanup = Cleanup {
         url: url.clone(),
@@ -309,4 +310,68 @@ async fn source_against_postgres() {
         .unwrap()
         .unwrap()
         .unwrap();
+}
+
+#[tokio::test]
+async fn setup_checks_against_postgres() {
+    let Some(url) = pg_url() else {
+        eprintln!("note: CDCD_TEST_PG is not set; skipping the Postgres setup test");
+        return;
+    };
+    let tag = format!("tr_s_{}", std::process::id());
+    let (k, nk, p) = (format!("{tag}_keyed"), format!("{tag}_nokey"), tag.clone());
+    let _cleanup = Cleanup {
+        url: url.clone(),
+        sql: vec![
+            format!("DROP PUBLICATION IF EXISTS {p}"),
+            format!("DROP TABLE IF EXISTS {k}, {nk}"),
+        ],
+    };
+    let pg = client(&url).await;
+    pg.batch_execute(&format!(
+        "CREATE TABLE {k} (b text, a int4, PRIMARY KEY (a, b));
+         CREATE TABLE {nk} (x int4);
+         CREATE PUBLICATION {p} FOR TABLE {nk} WITH (publish = 'insert, update, delete, truncate');"
+    ))
+    .await
+    .unwrap();
+
+    let toml = format!(
+        "[pipeline]\nname = \"{tag}\"\n[source]\nkind = \"postgres\"\nurl = \"{url}\"\n\
+         tables = [\"public.{tag}_*\", \"public.{tag}_none\"]\npublication = \"{p}\"\n\
+         [sink]\nwarehouse = \"/tmp/{tag}\"\n"
+    );
+    let config = Config::from_toml(&toml, "test.toml").unwrap();
+    let SourceConfig::Postgres(cfg) = config.source;
+    let (tables, problems) = setup::check(&pg, &cfg).await.unwrap();
+    assert_eq!(tables, vec![TableId::new("public", &k)]);
+    let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].contains(&format!("{tag}_none")) && lines[0].contains("matches no table"));
+    assert!(lines[1].contains(&nk) && lines[1].contains("add a PRIMARY KEY"));
+
+    assert_eq!(
+        setup::primary_key(&pg, &tables[0]).await.unwrap(),
+        vec!["a", "b"]
+    );
+    let problem = setup::check_publication(&pg, &p, &tables)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        problem.fix,
+        format!("run ALTER PUBLICATION \"{p}\" ADD TABLE \"public\".\"{k}\"")
+    );
+    assert!(setup::ensure_publication(&pg, &p, &tables).await.is_err());
+    pg.batch_execute(&format!("ALTER PUBLICATION {p} ADD TABLE {k}"))
+        .await
+        .unwrap();
+    setup::ensure_publication(&pg, &p, &tables).await.unwrap();
+
+    let version = setup::server_version(&pg).await.unwrap();
+    assert!(setup::proto_version(version) >= 1);
+    assert!(setup::slot_exists(&pg, &format!("{tag}_noslot"))
+        .await
+        .unwrap()
+        .is_none());
 }

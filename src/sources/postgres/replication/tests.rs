@@ -55,3 +55,20 @@ fn sasl_mechanisms() {
 fn identifiers_are_quoted() {
     assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
 }
+
+#[test]
+fn slot_creation_syntax_follows_the_server() {
+    assert_eq!(
+        create_slot_sql("s", 15, true),
+        "CREATE_REPLICATION_SLOT \"s\" LOGICAL pgoutput (SNAPSHOT 'export')"
+    );
+    assert_eq!(
+        create_slot_sql("s", 14, false),
+        "CREATE_REPLICATION_SLOT \"s\" LOGICAL pgoutput NOEXPORT_SNAPSHOT"
+    );
+    assert_eq!(
+        server_major_version(b"server_version\x0015.18 (Debian 15.18-0+deb12u1)\x00"),
+        Some(15)
+    );
+    assert_eq!(server_major_version(b"TimeZone\x00UTC\x00"), None);
+}
