@@ -690,6 +690,7 @@ warehouse = "/tmp/wh"
     }
 
     #[test]
+    #[allow(clippy::result_large_err)]
     fn env_overrides_keys_and_ignores_other_cdcd_variables() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.toml");

@@ -165,10 +165,7 @@ fn annotate_uuid(field: &Field) -> Field {
     match field.data_type() {
         DataType::FixedSizeBinary(16) => {
             let mut metadata = field.metadata().clone();
-            metadata.insert(
-                "ARROW:extension:name".to_owned(),
-                "arrow.uuid".to_owned(),
-            );
+            metadata.insert("ARROW:extension:name".to_owned(), "arrow.uuid".to_owned());
             field.clone().with_metadata(metadata)
         }
         DataType::List(element) => {
