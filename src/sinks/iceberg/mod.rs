@@ -336,13 +336,21 @@ impl Sink for IcebergSink {
         let Some(loaded) = self.load(table).await? else {
             return Ok(None);
         };
-        let Some(snapshot) = loaded.metadata.current_snapshot() else {
-            return Ok(None);
-        };
-        Ok(Checkpoint::from_properties(
-            &self.pipeline,
-            &snapshot.summary().additional_properties,
-        )?)
+        // Walk back from the current snapshot: another writer (a compaction, a maintenance job)
+        // may have committed on top of cdcd's newest snapshot without the checkpoint keys, and
+        // the newest checkpoint of this pipeline is still the truth about what the table holds.
+        let meta = &loaded.metadata;
+        let mut next = meta.current_snapshot();
+        while let Some(snapshot) = next {
+            let props = &snapshot.summary().additional_properties;
+            if let Some(cp) = Checkpoint::from_properties(&self.pipeline, props)? {
+                return Ok(Some(cp));
+            }
+            next = snapshot
+                .parent_snapshot_id()
+                .and_then(|id| meta.snapshot_by_id(id));
+        }
+        Ok(None)
     }
 
     async fn commit(
