@@ -1,0 +1,1 @@
+//! Puffin files (stub).
