@@ -16,12 +16,17 @@
 //! and the blob metadata fields are crate-private; here the file is a `Vec<u8>` the commit path
 //! uploads create-if-absent, as it does manifests. A test checks that iceberg's reader reads what
 //! this writer produces. The footer JSON follows Iceberg-Java's `FileMetadataParser` (compact,
-//! same key names, `fields: [2147483645]` for `_pos`, `snapshot-id` and `sequence-number` -1).
+//! same keys in the same order, `fields: [2147483645]` for `_pos`, `snapshot-id` and
+//! `sequence-number` -1): given the same `created-by`, a file equals Java's byte for byte
+//! (tested on the Iceberg-Java fixture in `puffin/tests.rs`).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
+use std::fmt;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
+use serde::de::{MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::deletion_vector::{DeletionVector, DeletionVectorError, DELETION_VECTOR_V1};
 
@@ -61,16 +66,81 @@ pub struct BlobMetadata {
     pub length: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression_codec: Option<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub properties: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Properties::is_empty")]
+    pub properties: Properties,
 }
 
 /// The footer payload (Puffin spec, "FileMetadata").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileMetadata {
     pub blobs: Vec<BlobMetadata>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub properties: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Properties::is_empty")]
+    pub properties: Properties,
+}
+
+/// A JSON object of string properties that keeps its order, so that a footer is written in the
+/// order Iceberg-Java writes it (`referenced-data-file`, then `cardinality`) and a file can be
+/// compared with Java's byte for byte. Order carries no meaning in the spec.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Properties(Vec<(String, String)>);
+
+impl Properties {
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Sets `key`, in place if present, else at the end.
+    pub fn insert(&mut self, key: impl Into<String>, value: impl Into<String>) {
+        let (key, value) = (key.into(), value.into());
+        match self.0.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = value,
+            None => self.0.push((key, value)),
+        }
+    }
+
+    /// Whether there is no property.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Properties in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+}
+
+impl Serialize for Properties {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Properties {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct InOrder;
+        impl<'de> Visitor<'de> for InOrder {
+            type Value = Properties;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object of string properties")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Properties, A::Error> {
+                let mut out = Properties::default();
+                while let Some((k, v)) = map.next_entry::<String, String>()? {
+                    out.insert(k, v);
+                }
+                Ok(out)
+            }
+        }
+        deserializer.deserialize_map(InOrder)
+    }
 }
 
 /// Where one deletion vector landed in a Puffin file: what its delete manifest entry must say
@@ -158,7 +228,7 @@ pub struct PuffinWriter {
     buf: Vec<u8>,
     blobs: Vec<BlobMetadata>,
     data_files: HashSet<String>,
-    properties: BTreeMap<String, String>,
+    properties: Properties,
 }
 
 impl Default for PuffinWriter {
@@ -170,11 +240,8 @@ impl Default for PuffinWriter {
 impl PuffinWriter {
     /// An empty file, `created-by` = `cdcd <version>`.
     pub fn new() -> PuffinWriter {
-        let mut properties = BTreeMap::new();
-        properties.insert(
-            CREATED_BY.to_owned(),
-            concat!("cdcd ", env!("CARGO_PKG_VERSION")).to_owned(),
-        );
+        let mut properties = Properties::default();
+        properties.insert(CREATED_BY, concat!("cdcd ", env!("CARGO_PKG_VERSION")));
         PuffinWriter {
             buf: MAGIC.to_vec(),
             blobs: Vec::new(),
@@ -204,12 +271,9 @@ impl PuffinWriter {
             })?;
         let length = self.buf.len() as u64 - offset;
         let cardinality = dv.cardinality();
-        let mut properties = BTreeMap::new();
-        properties.insert(
-            REFERENCED_DATA_FILE.to_owned(),
-            referenced_data_file.to_owned(),
-        );
-        properties.insert(CARDINALITY.to_owned(), cardinality.to_string());
+        let mut properties = Properties::default();
+        properties.insert(REFERENCED_DATA_FILE, referenced_data_file);
+        properties.insert(CARDINALITY, cardinality.to_string());
         // snapshot-id and sequence-number are not known before the commit: -1 (Puffin spec).
         self.blobs.push(BlobMetadata {
             blob_type: DELETION_VECTOR_V1.to_owned(),
@@ -228,6 +292,12 @@ impl PuffinWriter {
             content_size_in_bytes: length,
             cardinality,
         })
+    }
+
+    /// Replaces the file's `created-by` property (default `cdcd <version>`).
+    pub fn with_created_by(mut self, created_by: &str) -> PuffinWriter {
+        self.properties.insert(CREATED_BY, created_by);
+        self
     }
 
     /// Number of blobs added so far.
@@ -368,7 +438,7 @@ impl PuffinReader {
                     problem: "is missing".to_owned(),
                 })
         };
-        let data_file = property(REFERENCED_DATA_FILE)?.clone();
+        let data_file = property(REFERENCED_DATA_FILE)?.to_owned();
         let declared_text = property(CARDINALITY)?;
         let declared: u64 = declared_text.parse().map_err(|_| PuffinError::Property {
             offset,
@@ -401,8 +471,7 @@ impl PuffinReader {
     ) -> Result<Option<DeletionVector>, PuffinError> {
         let blob = self.metadata.blobs.iter().find(|b| {
             b.blob_type == DELETION_VECTOR_V1
-                && b.properties.get(REFERENCED_DATA_FILE).map(String::as_str)
-                    == Some(referenced_data_file)
+                && b.properties.get(REFERENCED_DATA_FILE) == Some(referenced_data_file)
         });
         match blob {
             Some(b) => Ok(Some(self.read_deletion_vector(b)?.1)),

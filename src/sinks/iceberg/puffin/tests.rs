@@ -11,7 +11,8 @@
 //!   `expected.json`), and the positions of those ids in the Parquet file read here;
 //! * (b) re-encoding those positions gives blob bytes identical to Java's, and our writer's footer
 //!   entry for the same data file equals Java's (type, fields `[2147483645]`, snapshot-id and
-//!   sequence-number -1, offset 4, length, both properties);
+//!   sequence-number -1, offset 4, length, both properties in Java's order); given Java's
+//!   `created-by`, our whole Puffin file equals Java's byte for byte;
 //! * (c) in every snapshot's delete manifest, the live DV entry's `referenced_data_file`,
 //!   `content_offset`, `content_size_in_bytes`, `record_count` and `file_size_in_bytes` equal the
 //!   Puffin footer's `referenced-data-file`, blob offset, blob length, `cardinality` and the file's
@@ -92,7 +93,7 @@ fn writer_then_reader_round_trip() {
     let r = PuffinReader::new(Bytes::from(file)).unwrap();
     assert_eq!(r.blobs().len(), 2);
     assert_eq!(
-        r.metadata().properties.get(CREATED_BY).map(String::as_str),
+        r.metadata().properties.get(CREATED_BY),
         Some(concat!("cdcd ", env!("CARGO_PKG_VERSION")))
     );
     for (meta, placed) in r.blobs().iter().zip(&blobs) {
@@ -139,6 +140,21 @@ fn footer_json_uses_spec_keys() {
         "s3://b/t/data/a.parquet"
     );
     assert_eq!(blob["properties"]["cardinality"], "4");
+}
+
+#[test]
+fn properties_keep_their_json_order() {
+    let json = r#"{"z":"1","a":"2","m":"3","a":"4"}"#;
+    let p: Properties = serde_json::from_str(json).unwrap();
+    assert_eq!(
+        p.iter().collect::<Vec<_>>(),
+        vec![("z", "1"), ("a", "4"), ("m", "3")]
+    );
+    assert_eq!(
+        serde_json::to_string(&p).unwrap(),
+        r#"{"z":"1","a":"4","m":"3"}"#
+    );
+    assert!(serde_json::from_str::<Properties>(r#"{"n":1}"#).is_err());
 }
 
 #[test]
@@ -415,6 +431,12 @@ fn java_fixture_b_reencoding_is_byte_identical() {
         assert_eq!(ours[..4 + java_blob.len()], file[..4 + java_blob.len()]);
         let ours = PuffinReader::new(Bytes::from(ours)).unwrap();
         assert_eq!(ours.blobs(), reader.blobs());
+        // With Java's `created-by`, the whole file is Java's, byte for byte.
+        let java_created_by = reader.metadata().properties.get(CREATED_BY).unwrap();
+        assert!(java_created_by.starts_with("Apache Iceberg 1.10.2"));
+        let mut w = PuffinWriter::new().with_created_by(java_created_by);
+        w.add_deletion_vector(&referenced, &fresh).unwrap();
+        assert_eq!(w.finish().unwrap(), file);
         assert_eq!(
             (placed.content_offset, placed.content_size_in_bytes),
             (java.offset, java.length)
@@ -469,15 +491,13 @@ fn java_fixture_c_delete_manifest_entries_match_the_footers() {
         assert_eq!(entry.file_size_in_bytes(), file.len() as u64);
         assert_eq!(
             entry.referenced_data_file().as_deref(),
-            blob.properties
-                .get(REFERENCED_DATA_FILE)
-                .map(String::as_str)
+            blob.properties.get(REFERENCED_DATA_FILE)
         );
         assert_eq!(entry.content_offset(), Some(blob.offset as i64));
         assert_eq!(entry.content_size_in_bytes(), Some(blob.length as i64));
         assert_eq!(
             Some(entry.record_count().to_string()),
-            blob.properties.get(CARDINALITY).cloned()
+            blob.properties.get(CARDINALITY).map(str::to_owned)
         );
         if i == 2 {
             // The merged vector replaced the first one in the same commit.
