@@ -13,6 +13,7 @@
 # with each other and read the files by their base names from the fixture directory.
 #
 # Output: tests/fixtures/iceberg-java-dv/table/{metadata,data}/... (hadoop .crc side files dropped) and
+# tests/fixtures/iceberg-java-dv/many-deletes.puffin (the vector of a second, 200,000-row table; see MANY_RULE);
 # tests/fixtures/iceberg-java-dv/expected.json: what Spark, DuckDB and pyiceberg saw.
 set -euo pipefail
 
@@ -78,6 +79,23 @@ for ids in ([3, 7, 8, 9, 15], list(range(12, 20))):
     print("delete file:", d)
     steps.append(d)
 after = steps[-1]["ids_after"]
+
+# A second table, kept only for its Puffin file: 200,000 rows in one file and a delete whose vector
+# has four 16-bit containers (bitmap, run from a bitmap, run, array), so the standard format's
+# offset header and every container kind are compared with Java's bytes.
+MANY_RULE = "(id < 70000 AND id % 3 = 0) OR (id >= 100000 AND id < 150000) OR id IN (190001, 190003, 199999)"
+spark.sql("""CREATE TABLE local.db.many (id BIGINT NOT NULL) USING iceberg
+             TBLPROPERTIES ('format-version'='3', 'write.delete.mode'='merge-on-read')""")
+spark.range(200000).coalesce(1).sortWithinPartitions("id").writeTo("local.db.many").append()
+misplaced = spark.sql("SELECT count(*) AS n FROM local.db.many WHERE _pos != id").collect()[0]["n"]
+assert misplaced == 0, misplaced   # so the deleted positions are the ids the rule picks
+spark.sql("DELETE FROM local.db.many WHERE " + MANY_RULE)
+many = spark.sql("SELECT file_path, file_format, record_count, referenced_data_file, content_offset, "
+                 "content_size_in_bytes FROM local.db.many.delete_files").collect()
+assert len(many) == 1 and many[0]["file_format"] == "PUFFIN", many
+many = many[0].asDict()
+many["rule"] = MANY_RULE
+many["spark_rows_after"] = spark.sql("SELECT count(*) AS n FROM local.db.many").collect()[0]["n"]
 spark.stop()
 
 table = os.path.join(wh, "db", "events")
@@ -106,8 +124,16 @@ expected = {
 }
 assert after == duck[1] == py_ids, expected
 
+many_table = os.path.join(wh, "db", "many")
+many_meta = sorted(glob.glob(many_table + "/metadata/v*.metadata.json"), key=lambda p: int(os.path.basename(p)[1:].split(".")[0]))[-1]
+many["duckdb_rows_after"] = connect().sql("SELECT count(*) FROM iceberg_scan('%s')" % many_meta).fetchone()[0]
+many["pyiceberg_rows_after"] = StaticTable.from_metadata(many_meta).scan().to_arrow().num_rows
+assert many["spark_rows_after"] == many["duckdb_rows_after"] == many["pyiceberg_rows_after"] == 200000 - many["record_count"], many
+expected["many"] = many
+
 shutil.rmtree(out, ignore_errors=True)
 shutil.copytree(table, os.path.join(out, "table"), ignore=shutil.ignore_patterns(".*.crc"))
+shutil.copy(many["file_path"], os.path.join(out, "many-deletes.puffin"))
 with open(os.path.join(out, "expected.json"), "w") as f:
     json.dump(expected, f, indent=2)
     f.write("\n")
