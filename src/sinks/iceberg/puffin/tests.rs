@@ -16,8 +16,7 @@
 //! * (c) in every snapshot's delete manifest, the live DV entry's `referenced_data_file`,
 //!   `content_offset`, `content_size_in_bytes`, `record_count` and `file_size_in_bytes` equal the
 //!   Puffin footer's `referenced-data-file`, blob offset, blob length, `cardinality` and the file's
-//!   size; in snapshot 3 the first vector's entry is DELETED and the second ADDED.
-//!
+//!   size; in snapshot 3 the first vector's entry is DELETED and the second ADDED;
 //! * `many-deletes.puffin`, from a second table of 200,000 rows: 73,337 positions in four 16-bit
 //!   containers (bitmap, run made from a bitmap, run, array) decode to exactly the rule's ids, and
 //!   re-encode to Java's blob and (with Java's `created-by`) Java's whole file.
@@ -523,7 +522,7 @@ fn java_fixture_many_containers_are_byte_identical() {
     let exp = expected();
     let many = &exp["many"];
     let rule = |id: u64| {
-        (id < 70_000 && id % 3 == 0)
+        (id < 70_000 && id.is_multiple_of(3))
             || (100_000..150_000).contains(&id)
             || [190_001, 190_003, 199_999].contains(&id)
     };
