@@ -31,7 +31,8 @@
 //! does it (`runLengthEncode()`): containers are first made array/bitmap as if freshly built, then
 //! run-length encoded where that is smaller, with the same size rules as Java's `runOptimize`
 //! (roaring-rs `optimize`). So a vector holding the same positions as one Java built by inserting
-//! them serializes to the same bytes.
+//! them serializes to the same bytes: `puffin/tests.rs` checks this on vectors Spark wrote (array,
+//! bitmap and run containers, with and without the offset header).
 
 use roaring::{RoaringBitmap, RoaringTreemap};
 
@@ -179,15 +180,11 @@ impl DeletionVector {
             }
         }
         let content = out.len() - start - 4;
-        let Ok(declared) = u32::try_from(content) else {
+        // Java reads the length as a signed int.
+        let Ok(declared) = i32::try_from(content) else {
             out.truncate(start);
             return Err(DeletionVectorError::TooLarge { len: content });
         };
-        // Java reads the length as a signed int.
-        if declared > i32::MAX as u32 {
-            out.truncate(start);
-            return Err(DeletionVectorError::TooLarge { len: content });
-        }
         out[start..start + 4].copy_from_slice(&declared.to_be_bytes());
         let crc = crc32fast::hash(&out[start + 4..]);
         out.extend_from_slice(&crc.to_be_bytes());
