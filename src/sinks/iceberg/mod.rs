@@ -30,10 +30,12 @@ use crate::sinks::{CommitStats, Sink, SinkError, TableStatus};
 use crate::storage::Warehouse;
 
 mod commit;
+pub mod deletion_vector;
 mod lookup;
 mod manifest;
 mod metadata;
 pub mod plan;
+pub mod puffin;
 mod schema;
 mod writer;
 
