@@ -17,7 +17,8 @@ use std::collections::{BTreeMap, HashMap};
 use iceberg::spec::{DataContentType, DataFile, DataFileBuilder, DataFileFormat, Struct};
 use object_store::{ObjectStoreExt, PutPayload};
 
-use super::dv_stub::{DeletionVector, PuffinWriter};
+use super::deletion_vector::DeletionVector;
+use super::puffin::PuffinWriter;
 use super::manifest::{LiveFile, LiveFiles};
 use crate::changelog::TableId;
 use crate::sinks::SinkError;
@@ -106,18 +107,27 @@ pub(crate) struct NewDvs {
 }
 
 impl NewDvs {
-    /// Marks `pos` of `file` deleted; false when it already was.
-    pub fn delete(&mut self, file: &str, pos: u64, live: &LiveDvs) -> bool {
+    /// Marks `pos` of `file` deleted (a no-op when it already was).
+    pub fn delete(
+        &mut self,
+        table: &TableId,
+        file: &str,
+        pos: u64,
+        live: &LiveDvs,
+    ) -> Result<(), SinkError> {
         if live.get(file).is_some_and(|d| d.dv.contains(pos)) {
-            return false;
+            return Ok(());
         }
         let dv = match self.dvs.get_mut(file) {
             Some(dv) => dv,
             None => self.dvs.entry(file.to_owned()).or_default(),
         };
-        let added = dv.insert(pos);
+        let added = dv.insert(pos).map_err(|e| SinkError::Data {
+            table: table.clone(),
+            detail: format!("deleting row {pos} of {file}: {e}"),
+        })?;
         self.deleted += u64::from(added);
-        added
+        Ok(())
     }
 
     /// Unions each new DV with its file's live DV.
@@ -137,13 +147,16 @@ pub(crate) async fn write_puffin(
     location: &str,
     dvs: &BTreeMap<String, DeletionVector>,
 ) -> Result<Vec<DataFile>, SinkError> {
+    let puffin = |e: super::puffin::PuffinError| SinkError::Data {
+        table: table.clone(),
+        detail: format!("writing deletion vectors to {location}: {e}"),
+    };
     let mut writer = PuffinWriter::new();
     let mut blobs = Vec::with_capacity(dvs.len());
     for (data_file, dv) in dvs {
-        let (offset, length) = writer.add_deletion_vector(data_file, dv);
-        blobs.push((data_file, dv.cardinality(), offset, length));
+        blobs.push(writer.add_deletion_vector(data_file, dv).map_err(puffin)?);
     }
-    let bytes = writer.finish();
+    let bytes = writer.finish().map_err(puffin)?;
     let size = bytes.len() as u64;
     let path = warehouse.path(location)?;
     warehouse
@@ -160,8 +173,11 @@ pub(crate) async fn write_puffin(
     };
     blobs
         .into_iter()
-        .map(|(data_file, cardinality, offset, length)| {
-            let (Ok(offset), Ok(length)) = (i64::try_from(offset), i64::try_from(length)) else {
+        .map(|b| {
+            let (Ok(offset), Ok(length)) = (
+                i64::try_from(b.content_offset),
+                i64::try_from(b.content_size_in_bytes),
+            ) else {
                 return Err(describe("blob offset out of range".into()));
             };
             DataFileBuilder::default()
@@ -170,9 +186,9 @@ pub(crate) async fn write_puffin(
                 .file_format(DataFileFormat::Puffin)
                 .partition(Struct::empty())
                 .partition_spec_id(0)
-                .record_count(cardinality)
+                .record_count(b.cardinality)
                 .file_size_in_bytes(size)
-                .referenced_data_file(Some(data_file.clone()))
+                .referenced_data_file(Some(b.referenced_data_file))
                 .content_offset(Some(offset))
                 .content_size_in_bytes(Some(length))
                 .build()

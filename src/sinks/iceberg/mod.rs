@@ -30,13 +30,14 @@ use crate::sinks::{CommitStats, Sink, SinkError, TableStatus};
 use crate::storage::Warehouse;
 
 mod commit;
+pub mod deletion_vector;
 mod dv;
-mod dv_stub;
 mod locator;
 mod lookup;
 mod manifest;
 mod metadata;
 pub mod plan;
+pub mod puffin;
 mod schema;
 mod summary;
 mod writer;
@@ -258,11 +259,11 @@ impl IcebergSink {
         if v3 {
             let mut new_dvs = dv::NewDvs::default();
             for addr in located.iter().flatten() {
-                new_dvs.delete(&addr.file, addr.pos, &live_dvs);
+                new_dvs.delete(table, &addr.file, addr.pos, &live_dvs)?;
             }
             for &(f, pos) in &plan.position_deletes {
                 if let Some(path) = paths.get(f as usize) {
-                    new_dvs.delete(path, u64::from(pos), &live_dvs);
+                    new_dvs.delete(table, path, u64::from(pos), &live_dvs)?;
                 }
             }
             new_dvs.merge_live(&live_dvs);
