@@ -18,8 +18,8 @@ use iceberg::spec::{DataContentType, DataFile, DataFileBuilder, DataFileFormat, 
 use object_store::{ObjectStoreExt, PutPayload};
 
 use super::deletion_vector::DeletionVector;
-use super::puffin::PuffinWriter;
 use super::manifest::{LiveFile, LiveFiles};
+use super::puffin::PuffinWriter;
 use crate::changelog::TableId;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;

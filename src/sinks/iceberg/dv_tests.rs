@@ -8,10 +8,9 @@ fn dv_sink(dir: &Path) -> IcebergSink {
 }
 
 fn metadata(dir: &Path, version: u64) -> serde_json::Value {
-    let text = std::fs::read_to_string(dir.join(format!(
-        "public/t/metadata/v{version}.metadata.json"
-    )))
-    .unwrap();
+    let text =
+        std::fs::read_to_string(dir.join(format!("public/t/metadata/v{version}.metadata.json")))
+            .unwrap();
     serde_json::from_str(&text).unwrap()
 }
 
@@ -28,7 +27,10 @@ async fn live_deletes(s: &IcebergSink) -> Vec<iceberg::spec::DataFile> {
     .await
     .unwrap();
     let files = manifest::load_files(&s.warehouse, &ms).await.unwrap();
-    assert!(files.equality_deletes.is_empty(), "v3 writes no equality deletes");
+    assert!(
+        files.equality_deletes.is_empty(),
+        "v3 writes no equality deletes"
+    );
     files.position_deletes.into_iter().map(|f| f.file).collect()
 }
 
@@ -47,7 +49,12 @@ async fn existing_dv_is_merged_and_its_entry_removed() {
     let td = table_dir(dir.path());
     s.commit(
         &t,
-        &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c"), ins(4, "d")])],
+        &[changes(&[
+            ins(1, "a"),
+            ins(2, "b"),
+            ins(3, "c"),
+            ins(4, "d"),
+        ])],
         &cp(1),
     )
     .await
@@ -63,17 +70,17 @@ async fn existing_dv_is_merged_and_its_entry_removed() {
     assert_eq!(dvs.len(), 1);
     assert_eq!(dvs[0].record_count(), 2);
     // Second DV on the same file: merged (3 positions), the old entry is gone.
-    let st = s
-        .commit(&t, &[changes(&[del(3)])], &cp(3))
-        .await
-        .unwrap();
+    let st = s.commit(&t, &[changes(&[del(3)])], &cp(3)).await.unwrap();
     assert_eq!(st.deleted_rows, 1);
     let dvs = live_deletes(&s).await;
     assert_eq!(dvs.len(), 1, "one DV per data file: {dvs:?}");
     let dv = &dvs[0];
     assert_eq!(dv.record_count(), 3);
     assert_eq!(dv.file_format(), iceberg::spec::DataFileFormat::Puffin);
-    assert!(dv.referenced_data_file().unwrap().ends_with("-00000.parquet"));
+    assert!(dv
+        .referenced_data_file()
+        .unwrap()
+        .ends_with("-00000.parquet"));
     // content_offset/size point at a valid blob (PFA1 magic before it, DV magic inside it).
     let bytes = std::fs::read(dv.file_path().strip_prefix("file://").unwrap()).unwrap();
     let off = dv.content_offset().unwrap() as usize;
@@ -142,8 +149,12 @@ async fn delete_reinsert_key_change_and_partial_update_over_a_dv() {
     )
     .await
     .unwrap();
-    assert!(live_deletes(&s).await.iter().all(|f| f.referenced_data_file().is_some()));
-    let want = "[(1, 'a', 100), (2, 'b-again', 20), (4, 'd2', 400), (5, 'e', 50), (30, 'c-moved', 300)]";
+    assert!(live_deletes(&s)
+        .await
+        .iter()
+        .all(|f| f.referenced_data_file().is_some()));
+    let want =
+        "[(1, 'a', 100), (2, 'b-again', 20), (4, 'd2', 400), (5, 'e', 50), (30, 'c-moved', 300)]";
     if let Some(rows) = duck(&td, "id, a, b") {
         assert_eq!(rows, want);
     }
@@ -174,10 +185,7 @@ async fn deleting_a_key_that_is_not_there_writes_no_dv() {
     s.commit(&t, &[changes(&[ins(1, "a")])], &cp(1))
         .await
         .unwrap();
-    let st = s
-        .commit(&t, &[changes(&[del(9)])], &cp(2))
-        .await
-        .unwrap();
+    let st = s.commit(&t, &[changes(&[del(9)])], &cp(2)).await.unwrap();
     assert_eq!((st.deleted_rows, st.files_written), (0, 0));
     assert_eq!(s.checkpoint(&t.id).await.unwrap(), Some(cp(2)));
 }

@@ -231,7 +231,10 @@ pub(crate) async fn lookup(
 }
 
 /// The columns of `batch` named like `schema`'s fields, cast to their types.
-pub(crate) fn project(batch: &RecordBatch, schema: &SchemaRef) -> Result<Vec<ArrayRef>, ArrowError> {
+pub(crate) fn project(
+    batch: &RecordBatch,
+    schema: &SchemaRef,
+) -> Result<Vec<ArrayRef>, ArrowError> {
     schema
         .fields()
         .iter()

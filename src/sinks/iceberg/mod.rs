@@ -175,7 +175,9 @@ impl IcebergSink {
         let version = meta.format_version();
         let v3 = version >= FormatVersion::V3;
         let manifests = match &parent {
-            Some(s) => manifest::load_manifests(&self.warehouse, s.manifest_list(), version).await?,
+            Some(s) => {
+                manifest::load_manifests(&self.warehouse, s.manifest_list(), version).await?
+            }
             None => Vec::new(),
         };
         // Live files are needed to complete partial updates and, for DVs, to locate rows.
@@ -317,18 +319,13 @@ impl IcebergSink {
                     continue;
                 }
                 let path = format!("{location}/metadata/{commit_id}-r{i}.avro");
-                let (rewritten, removed) = manifest::rewrite_manifest(
-                    &self.warehouse,
-                    path,
-                    &target(true),
-                    &m,
-                    |f| {
+                let (rewritten, removed) =
+                    manifest::rewrite_manifest(&self.warehouse, path, &target(true), &m, |f| {
                         f.content_type() == DataContentType::PositionDeletes
                             && f.referenced_data_file()
                                 .is_some_and(|r| replaced.contains(&r))
-                    },
-                )
-                .await?;
+                    })
+                    .await?;
                 removed_deletes.extend(removed);
                 new_manifests.push(rewritten);
             }

@@ -448,7 +448,17 @@ macro_rules! both_modes {
     };
 }
 
-both_modes!(inserts_updates_deletes_read_back_in_duckdb, truncate_drops_earlier_rows, partial_updates_are_completed_from_the_table, lookup_skips_rows_removed_by_position_deletes, empty_commit_publishes_the_checkpoint, schema_change_and_missing_key_are_refused, stale_or_missing_hint_still_finds_the_newest_version, pyiceberg_reads_position_deletes, memory_warehouse_round_trips);
+both_modes!(
+    inserts_updates_deletes_read_back_in_duckdb,
+    truncate_drops_earlier_rows,
+    partial_updates_are_completed_from_the_table,
+    lookup_skips_rows_removed_by_position_deletes,
+    empty_commit_publishes_the_checkpoint,
+    schema_change_and_missing_key_are_refused,
+    stale_or_missing_hint_still_finds_the_newest_version,
+    pyiceberg_reads_position_deletes,
+    memory_warehouse_round_trips
+);
 
 #[path = "dv_tests.rs"]
 mod dv_tests;
