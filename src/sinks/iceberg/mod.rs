@@ -21,7 +21,6 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use iceberg::spec::{DataContentType, FormatVersion, Snapshot};
-use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
@@ -284,7 +283,8 @@ impl IcebergSink {
             }
         } else {
             deleted_rows = (plan.position_deletes.len() + plan.equality_deletes.len()) as u64;
-            self.write_v2_deletes(
+            writer::write_v2_deletes(
+                &self.warehouse,
                 &mut delete_files,
                 schema,
                 changes,
@@ -408,75 +408,6 @@ impl IcebergSink {
             deleted_rows,
             files_written,
         })
-    }
-
-    /// Format v2: the position delete file (rows superseded in this commit) and the equality
-    /// delete file (keys of earlier snapshots).
-    #[allow(clippy::too_many_arguments)]
-    async fn write_v2_deletes(
-        &self,
-        delete_files: &mut Vec<iceberg::spec::DataFile>,
-        schema: &TableSchema,
-        changes: &[TableChanges],
-        plan: &plan::Plan,
-        paths: &[String],
-        file_schema: &arrow_schema::SchemaRef,
-        location: &str,
-        commit_id: uuid::Uuid,
-    ) -> Result<(), SinkError> {
-        let table = &schema.id;
-        let arrow = |what: &str| {
-            let context = format!("{what} of {table}");
-            move |source| SinkError::Arrow { context, source }
-        };
-        if !plan.position_deletes.is_empty() {
-            let batch = writer::position_batch(
-                paths,
-                &plan.position_deletes,
-                &schema::position_delete_schema(),
-            )
-            .map_err(arrow("gathering position deletes"))?;
-            let path = format!("{location}/data/{commit_id}-pos-deletes.parquet");
-            delete_files.push(
-                writer::write_file(
-                    &self.warehouse,
-                    table,
-                    path,
-                    &batch,
-                    DataContentType::PositionDeletes,
-                    None,
-                )
-                .await?,
-            );
-        }
-        if !plan.equality_deletes.is_empty() {
-            let key_schema = schema::key_file_schema(file_schema, &schema.primary_key);
-            let ids: Vec<i32> = key_schema
-                .fields()
-                .iter()
-                .filter_map(|f| f.metadata().get(PARQUET_FIELD_ID_META_KEY)?.parse().ok())
-                .collect();
-            let batch = writer::key_batch(
-                changes,
-                &plan.equality_deletes,
-                &schema.primary_key,
-                &key_schema,
-            )
-            .map_err(arrow("gathering equality deletes"))?;
-            let path = format!("{location}/data/{commit_id}-eq-deletes.parquet");
-            delete_files.push(
-                writer::write_file(
-                    &self.warehouse,
-                    table,
-                    path,
-                    &batch,
-                    DataContentType::EqualityDeletes,
-                    Some(ids),
-                )
-                .await?,
-            );
-        }
-        Ok(())
     }
 }
 
