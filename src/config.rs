@@ -371,12 +371,7 @@ impl RawConfig {
             "iceberg" => {
                 let delete_mode = match self.sink.delete_mode.as_deref() {
                     None | Some("equality") => DeleteMode::Equality,
-                    Some("deletion-vectors") => {
-                        return Err(bad(
-                            "sink.delete_mode",
-                            "\"deletion-vectors\" is not supported by this build yet; use \"equality\"".into(),
-                        ))
-                    }
+                    Some("deletion-vectors") => DeleteMode::DeletionVectors,
                     Some(other) => {
                         return Err(bad(
                             "sink.delete_mode",

@@ -25,11 +25,12 @@ fn ice(table: &TableId, what: &str) -> impl FnOnce(iceberg::Error) -> SinkError 
     move |source| SinkError::Iceberg { context, source }
 }
 
-/// Metadata of a new, empty table at `location` (format v2, unpartitioned, Parquet).
+/// Metadata of a new, empty table at `location` (format v2 or v3, unpartitioned, Parquet).
 pub(crate) fn new_table(
     table: &TableId,
     location: &str,
     schema: Schema,
+    version: FormatVersion,
 ) -> Result<TableMetadata, SinkError> {
     let properties = HashMap::from([("write.format.default".to_owned(), "parquet".to_owned())]);
     TableMetadataBuilder::new(
@@ -37,7 +38,7 @@ pub(crate) fn new_table(
         UnboundPartitionSpec::builder().build(),
         SortOrder::unsorted_order(),
         location.to_owned(),
-        FormatVersion::V2,
+        version,
         properties,
     )
     .and_then(|b| b.build())

@@ -2,8 +2,9 @@
 //! updates (absent columns), read from the live files of the current snapshot in one pass.
 //!
 //! A data file's row is current unless an equality delete with a higher data sequence number
-//! names its key, or a position delete names (file, pos) (Iceberg spec, "Scan Planning"). A key
-//! with no current row is an error: an absent value is never replaced by a placeholder.
+//! names its key, or a position delete or deletion vector names (file, pos) (Iceberg spec, "Scan
+//! Planning"). A key with no current row is an error: an absent value is never replaced by a
+//! placeholder.
 //!
 //! Cost: every live data file is fetched and its key columns decoded (no key-range pruning yet);
 //! whole rows are decoded only for files holding a wanted key. Partial updates are rare
@@ -20,6 +21,9 @@ use bytes::Bytes;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
 
+use iceberg::spec::DataFileFormat;
+
+use super::dv::LiveDvs;
 use super::manifest::{read, LiveFiles};
 use super::plan::KeyRef;
 use super::writer::key_batch;
@@ -32,6 +36,7 @@ pub(crate) async fn lookup(
     warehouse: &Warehouse,
     schema: &TableSchema,
     files: &LiveFiles,
+    dvs: &LiveDvs,
     changes: &[TableChanges],
     keys: &[KeyRef],
 ) -> Result<RecordBatch, SinkError> {
@@ -149,7 +154,12 @@ pub(crate) async fn lookup(
         .collect();
     let mut pos_deleted: HashSet<(usize, u64)> = HashSet::new();
     if !by_path.is_empty() {
-        for f in &files.position_deletes {
+        // Deletion vectors (v3) are checked per candidate below, from `dvs`.
+        for f in files
+            .position_deletes
+            .iter()
+            .filter(|f| f.file.file_format() != DataFileFormat::Puffin)
+        {
             for batch in read_parquet(warehouse, f.file.file_path()).await? {
                 let (Some(paths), Some(pos)) = (
                     batch
@@ -180,7 +190,12 @@ pub(crate) async fn lookup(
     for &(i, fi, pos, b, r) in &candidates {
         let seq = files.data.get(fi).map_or(i64::MIN, |f| f.sequence);
         let eq_deleted = deleted_at.get(i).is_some_and(|&d| d > seq);
-        if eq_deleted || pos_deleted.contains(&(fi, pos)) {
+        let dv_deleted = files
+            .data
+            .get(fi)
+            .and_then(|f| dvs.get(f.file.file_path()))
+            .is_some_and(|d| d.dv.contains(pos));
+        if eq_deleted || dv_deleted || pos_deleted.contains(&(fi, pos)) {
             continue;
         }
         if let Some(slot) = best.get_mut(i) {
@@ -216,7 +231,10 @@ pub(crate) async fn lookup(
 }
 
 /// The columns of `batch` named like `schema`'s fields, cast to their types.
-fn project(batch: &RecordBatch, schema: &SchemaRef) -> Result<Vec<ArrayRef>, ArrowError> {
+pub(crate) fn project(
+    batch: &RecordBatch,
+    schema: &SchemaRef,
+) -> Result<Vec<ArrayRef>, ArrowError> {
     schema
         .fields()
         .iter()
@@ -238,7 +256,7 @@ async fn read_parquet(
 }
 
 /// Decodes a Parquet file, only the top-level `columns` when given.
-fn decode(
+pub(crate) fn decode(
     bytes: &Bytes,
     location: &str,
     columns: Option<&[&str]>,

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use iceberg::io::{FileIO, FileWrite};
 use iceberg::spec::{
     DataContentType, DataFile, FormatVersion, Manifest, ManifestFile, ManifestList,
-    ManifestListWriter, ManifestWriterBuilder, PartitionSpecRef, SchemaRef,
+    ManifestListWriter, ManifestWriter, ManifestWriterBuilder, PartitionSpecRef, SchemaRef,
 };
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
@@ -40,35 +40,103 @@ pub(crate) async fn read(warehouse: &Warehouse, location: &str) -> Result<Bytes,
     got.bytes().await.map_err(storage)
 }
 
-/// Writes one manifest holding `files` as ADDED entries of `snapshot_id` with data sequence
-/// number `sequence`; `deletes` selects a delete manifest.
-#[allow(clippy::too_many_arguments)]
+/// What a new manifest is for: the table's format version, the snapshot writing it, and whether
+/// it lists delete files.
+#[derive(Debug, Clone)]
+pub(crate) struct ManifestTarget {
+    pub version: FormatVersion,
+    pub schema: SchemaRef,
+    pub spec: PartitionSpecRef,
+    pub snapshot_id: i64,
+    pub deletes: bool,
+}
+
+impl ManifestTarget {
+    fn writer(&self, output: iceberg::io::OutputFile) -> ManifestWriter {
+        let builder = ManifestWriterBuilder::new(
+            output,
+            Some(self.snapshot_id),
+            self.schema.clone(),
+            self.spec.as_ref().clone(),
+        );
+        match (self.version, self.deletes) {
+            (FormatVersion::V3, true) => builder.build_v3_deletes(),
+            (FormatVersion::V3, false) => builder.build_v3_data(),
+            (_, true) => builder.build_v2_deletes(),
+            (_, false) => builder.build_v2_data(),
+        }
+    }
+}
+
+/// Writes one manifest holding `files` as ADDED entries of `target.snapshot_id` with data
+/// sequence number `sequence`.
 pub(crate) async fn write_manifest(
     warehouse: &Warehouse,
     location: String,
-    schema: SchemaRef,
-    spec: PartitionSpecRef,
-    snapshot_id: i64,
+    target: &ManifestTarget,
     sequence: i64,
     files: Vec<DataFile>,
-    deletes: bool,
 ) -> Result<ManifestFile, SinkError> {
     let io = FileIO::new_with_memory();
     let output = io
         .new_output(&location)
         .map_err(ice(format!("opening {location}")))?;
-    let builder =
-        ManifestWriterBuilder::new(output, Some(snapshot_id), schema, spec.as_ref().clone());
-    let mut writer = if deletes {
-        builder.build_v2_deletes()
-    } else {
-        builder.build_v2_data()
-    };
+    let mut writer = target.writer(output);
     for f in files {
         writer
             .add_file(f, sequence)
             .map_err(ice(format!("adding a file to {location}")))?;
     }
+    finish_manifest(warehouse, &io, location, writer).await
+}
+
+/// Rewrites manifest `old` for a new snapshot: the live entries whose file `remove` accepts become
+/// DELETED entries, the other live entries EXISTING (keeping their snapshot and sequence numbers,
+/// resolved from the manifest where inherited); earlier DELETED entries are dropped. Returns the
+/// new manifest and the removed files.
+pub(crate) async fn rewrite_manifest(
+    warehouse: &Warehouse,
+    location: String,
+    target: &ManifestTarget,
+    old: &ManifestFile,
+    remove: impl Fn(&DataFile) -> bool,
+) -> Result<(ManifestFile, Vec<DataFile>), SinkError> {
+    let bytes = read(warehouse, &old.manifest_path).await?;
+    let parsed =
+        Manifest::parse_avro(&bytes).map_err(ice(format!("parsing {}", old.manifest_path)))?;
+    let io = FileIO::new_with_memory();
+    let output = io
+        .new_output(&location)
+        .map_err(ice(format!("opening {location}")))?;
+    let mut writer = target.writer(output);
+    let mut removed = Vec::new();
+    for e in parsed.entries().iter().filter(|e| e.is_alive()) {
+        let sequence = e.sequence_number().unwrap_or(old.sequence_number);
+        let file_sequence = Some(e.file_sequence_number.unwrap_or(old.sequence_number));
+        let file = e.data_file().clone();
+        let added = ice(format!("adding an entry to {location}"));
+        if remove(&file) {
+            removed.push(file.clone());
+            writer
+                .add_delete_file(file, sequence, file_sequence)
+                .map_err(added)?;
+        } else {
+            let snapshot = e.snapshot_id().unwrap_or(old.added_snapshot_id);
+            writer
+                .add_existing_file(file, snapshot, sequence, file_sequence)
+                .map_err(added)?;
+        }
+    }
+    let manifest = finish_manifest(warehouse, &io, location, writer).await?;
+    Ok((manifest, removed))
+}
+
+async fn finish_manifest(
+    warehouse: &Warehouse,
+    io: &FileIO,
+    location: String,
+    writer: ManifestWriter,
+) -> Result<ManifestFile, SinkError> {
     let manifest = writer
         .write_manifest_file()
         .await
@@ -96,28 +164,46 @@ async fn put(warehouse: &Warehouse, location: &str, bytes: Bytes) -> Result<(), 
     Ok(())
 }
 
-/// Writes the manifest list of a new snapshot.
+/// Writes the manifest list of a new snapshot. For v3, `first_row_id` is the table's
+/// `next-row-id`: new data manifests get row ids from it (Iceberg spec, "Row Lineage"), and the
+/// returned value is the number of row ids assigned (the snapshot's `added-rows`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn write_manifest_list(
     warehouse: &Warehouse,
     location: &str,
+    version: FormatVersion,
     snapshot_id: i64,
     parent: Option<i64>,
     sequence: i64,
+    first_row_id: u64,
     manifests: Vec<ManifestFile>,
-) -> Result<(), SinkError> {
+) -> Result<u64, SinkError> {
     let out = StoreWrite {
         store: warehouse.store().clone(),
         path: warehouse.path(location)?,
         buf: Vec::new(),
     };
-    let mut writer = ManifestListWriter::v2(Box::new(out), snapshot_id, parent, sequence);
+    let mut writer = match version {
+        FormatVersion::V3 => ManifestListWriter::v3(
+            Box::new(out),
+            snapshot_id,
+            parent,
+            sequence,
+            Some(first_row_id),
+        ),
+        _ => ManifestListWriter::v2(Box::new(out), snapshot_id, parent, sequence),
+    };
     writer
         .add_manifests(manifests.into_iter())
         .map_err(ice(format!("adding manifests to {location}")))?;
+    let added_rows = writer
+        .next_row_id()
+        .map_or(0, |next| next.saturating_sub(first_row_id));
     writer
         .close()
         .await
-        .map_err(ice(format!("writing {location}")))
+        .map_err(ice(format!("writing {location}")))?;
+    Ok(added_rows)
 }
 
 /// An iceberg `FileWrite` that buffers and puts the whole object on close.
@@ -162,11 +248,13 @@ pub(crate) async fn load_manifests(
     Ok(list.consume_entries().into_iter().collect())
 }
 
-/// A live file of a snapshot with its data sequence number.
+/// A live file of a snapshot with its data sequence number and the manifest listing it.
 #[derive(Debug, Clone)]
 pub(crate) struct LiveFile {
     pub file: DataFile,
     pub sequence: i64,
+    /// Index into the manifests given to [`load_files`].
+    pub manifest: usize,
 }
 
 /// The live data files and delete files of a snapshot.
@@ -183,7 +271,7 @@ pub(crate) async fn load_files(
     manifests: &[ManifestFile],
 ) -> Result<LiveFiles, SinkError> {
     let mut out = LiveFiles::default();
-    for m in manifests {
+    for (mi, m) in manifests.iter().enumerate() {
         let bytes = read(warehouse, &m.manifest_path).await?;
         let manifest =
             Manifest::parse_avro(&bytes).map_err(ice(format!("parsing {}", m.manifest_path)))?;
@@ -191,6 +279,7 @@ pub(crate) async fn load_files(
             let live = LiveFile {
                 sequence: e.sequence_number().unwrap_or(m.sequence_number),
                 file: e.data_file().clone(),
+                manifest: mi,
             };
             match e.content_type() {
                 DataContentType::Data => out.data.push(live),

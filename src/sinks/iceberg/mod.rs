@@ -16,29 +16,33 @@
 // there would change the shared seam, so the lint is allowed for this sink.
 #![allow(clippy::result_large_err)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use iceberg::spec::{DataContentType, Operation, Snapshot, Summary};
-use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
+use iceberg::spec::{DataContentType, FormatVersion, Snapshot};
 
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
-use crate::config::IcebergConfig;
+use crate::config::{DeleteMode, IcebergConfig};
 use crate::sinks::{CommitStats, Sink, SinkError, TableStatus};
 use crate::storage::Warehouse;
 
 mod commit;
 pub mod deletion_vector;
+mod dv;
+mod locator;
 mod lookup;
 mod manifest;
 mod metadata;
 pub mod plan;
 pub mod puffin;
 mod schema;
+mod summary;
 mod writer;
 
+use dv::LiveDvs;
+use locator::{RowLocator, ScanLocator};
 use metadata::Loaded;
 use plan::{FileLimits, KeyRef, PlanError};
 
@@ -55,6 +59,9 @@ pub struct IcebergSink {
     namespace: Option<String>,
     pipeline: String,
     limits: FileLimits,
+    /// Format of tables this sink creates: v3 (deletion vectors) or v2 (equality deletes). An
+    /// existing table keeps its format: the commit path follows the table's, not the config's.
+    format: FormatVersion,
     tables: Mutex<HashMap<TableId, Arc<Loaded>>>,
 }
 
@@ -66,6 +73,10 @@ impl IcebergSink {
             namespace: config.namespace.clone(),
             pipeline: pipeline.to_owned(),
             limits: FileLimits::default(),
+            format: match config.delete_mode {
+                DeleteMode::DeletionVectors => FormatVersion::V3,
+                DeleteMode::Equality => FormatVersion::V2,
+            },
             tables: Mutex::new(HashMap::new()),
         })
     }
@@ -117,7 +128,7 @@ impl IcebergSink {
             return Ok(l);
         }
         let location = self.table_location(table);
-        let metadata = commit::new_table(table, &location, schema)?;
+        let metadata = commit::new_table(table, &location, schema, self.format)?;
         match commit::publish(&self.warehouse, table, 1, &metadata).await {
             Ok(()) => {
                 tracing::info!(table = %table, location = %location, "created Iceberg table");
@@ -160,28 +171,68 @@ impl IcebergSink {
             .map_err(|e| plan_error(schema, changes, e))?;
 
         let parent = meta.current_snapshot().cloned();
+        let version = meta.format_version();
+        let v3 = version >= FormatVersion::V3;
         let manifests = match &parent {
             Some(s) => {
-                manifest::load_manifests(&self.warehouse, s.manifest_list(), meta.format_version())
-                    .await?
+                manifest::load_manifests(&self.warehouse, s.manifest_list(), version).await?
             }
             None => Vec::new(),
+        };
+        // Live files are needed to complete partial updates and, for DVs, to locate rows.
+        let needs_files = !plan.lookups.is_empty() || (v3 && !plan.equality_deletes.is_empty());
+        let (files, live_dvs) = if needs_files {
+            let files = manifest::load_files(&self.warehouse, &manifests).await?;
+            let dvs = if v3 {
+                dv::load_dvs(&self.warehouse, table, &files).await?
+            } else {
+                LiveDvs::new()
+            };
+            (files, dvs)
+        } else {
+            (manifest::LiveFiles::default(), LiveDvs::new())
         };
         let lookup = if plan.lookups.is_empty() {
             None
         } else {
-            let files = manifest::load_files(&self.warehouse, &manifests).await?;
-            Some(lookup::lookup(&self.warehouse, schema, &files, changes, &plan.lookups).await?)
+            Some(
+                lookup::lookup(
+                    &self.warehouse,
+                    schema,
+                    &files,
+                    &live_dvs,
+                    changes,
+                    &plan.lookups,
+                )
+                .await?,
+            )
+        };
+        let arrow = |what: &str| {
+            let context = format!("{what} of {table}");
+            move |source| SinkError::Arrow { context, source }
+        };
+        let located = if v3 && !plan.equality_deletes.is_empty() {
+            let keys = writer::key_batch(
+                changes,
+                &plan.equality_deletes,
+                &schema.primary_key,
+                &TableChanges::keys_schema(schema),
+            )
+            .map_err(arrow("gathering keys to locate"))?;
+            let locator = ScanLocator {
+                warehouse: &self.warehouse,
+                data: &files.data,
+                dvs: &live_dvs,
+            };
+            locator.locate(&keys).await?
+        } else {
+            Vec::new()
         };
 
         let sequence = meta.last_sequence_number() + 1;
         let snapshot_id = fresh_snapshot_id(meta);
         let commit_id = uuid::Uuid::new_v4();
         let location = meta.location().to_owned();
-        let arrow = |what: &str| {
-            let context = format!("{what} of {table}");
-            move |source| SinkError::Arrow { context, source }
-        };
         let file_schema = schema::data_file_schema(meta.current_schema())?;
 
         let mut data_files = Vec::with_capacity(plan.files.len());
@@ -203,64 +254,94 @@ impl IcebergSink {
             paths.push(path);
         }
         let mut delete_files = Vec::new();
-        if !plan.position_deletes.is_empty() {
-            let batch = writer::position_batch(
-                &paths,
-                &plan.position_deletes,
-                &schema::position_delete_schema(),
-            )
-            .map_err(arrow("gathering position deletes"))?;
-            let path = format!("{location}/data/{commit_id}-pos-deletes.parquet");
-            delete_files.push(
-                writer::write_file(
-                    &self.warehouse,
-                    table,
-                    path,
-                    &batch,
-                    DataContentType::PositionDeletes,
-                    None,
-                )
-                .await?,
+        let deleted_rows;
+        // Data files whose live DV this commit replaces with a merged one.
+        let mut replaced: HashSet<String> = HashSet::new();
+        if v3 {
+            let mut new_dvs = dv::NewDvs::default();
+            for addr in located.iter().flatten() {
+                new_dvs.delete(table, &addr.file, addr.pos, &live_dvs)?;
+            }
+            for &(f, pos) in &plan.position_deletes {
+                if let Some(path) = paths.get(f as usize) {
+                    new_dvs.delete(table, path, u64::from(pos), &live_dvs)?;
+                }
+            }
+            new_dvs.merge_live(&live_dvs);
+            deleted_rows = new_dvs.deleted;
+            replaced.extend(
+                new_dvs
+                    .dvs
+                    .keys()
+                    .filter(|f| live_dvs.contains_key(*f))
+                    .cloned(),
             );
-        }
-        if !plan.equality_deletes.is_empty() {
-            let key_schema = schema::key_file_schema(&file_schema, &schema.primary_key);
-            let ids: Vec<i32> = key_schema
-                .fields()
-                .iter()
-                .filter_map(|f| f.metadata().get(PARQUET_FIELD_ID_META_KEY)?.parse().ok())
-                .collect();
-            let batch = writer::key_batch(
+            if !new_dvs.dvs.is_empty() {
+                let path = format!("{location}/data/{commit_id}-dvs.puffin");
+                delete_files =
+                    dv::write_puffin(&self.warehouse, table, &path, &new_dvs.dvs).await?;
+            }
+        } else {
+            deleted_rows = (plan.position_deletes.len() + plan.equality_deletes.len()) as u64;
+            writer::write_v2_deletes(
+                &self.warehouse,
+                &mut delete_files,
+                schema,
                 changes,
-                &plan.equality_deletes,
-                &schema.primary_key,
-                &key_schema,
+                &plan,
+                &paths,
+                &file_schema,
+                &location,
+                commit_id,
             )
-            .map_err(arrow("gathering equality deletes"))?;
-            let path = format!("{location}/data/{commit_id}-eq-deletes.parquet");
-            delete_files.push(
-                writer::write_file(
-                    &self.warehouse,
-                    table,
-                    path,
-                    &batch,
-                    DataContentType::EqualityDeletes,
-                    Some(ids),
-                )
-                .await?,
-            );
+            .await?;
         }
 
-        let summary = summary(
-            &plan,
+        let files_written = data_files.len() + delete_files.len();
+        let target = |deletes: bool| manifest::ManifestTarget {
+            version,
+            schema: meta.current_schema().clone(),
+            spec: meta.default_partition_spec().clone(),
+            snapshot_id,
+            deletes,
+        };
+        let mut new_manifests = Vec::new();
+        let mut removed_deletes = Vec::new();
+        // Manifests that list a replaced DV are rewritten with that entry DELETED.
+        let rewrite: HashSet<usize> = replaced
+            .iter()
+            .filter_map(|f| live_dvs.get(f).map(|d| d.entry.manifest))
+            .collect();
+        if !plan.truncate {
+            for (i, m) in manifests.into_iter().enumerate() {
+                if !rewrite.contains(&i) {
+                    new_manifests.push(m);
+                    continue;
+                }
+                let path = format!("{location}/metadata/{commit_id}-r{i}.avro");
+                let (rewritten, removed) =
+                    manifest::rewrite_manifest(&self.warehouse, path, &target(true), &m, |f| {
+                        f.content_type() == DataContentType::PositionDeletes
+                            && f.referenced_data_file()
+                                .is_some_and(|r| replaced.contains(&r))
+                    })
+                    .await?;
+                removed_deletes.extend(removed);
+                new_manifests.push(rewritten);
+            }
+        }
+        let summary = summary::summary(
+            &summary::Changes {
+                truncate: plan.truncate,
+                data: &data_files,
+                deletes: &delete_files,
+                removed_deletes: &removed_deletes,
+            },
             parent.as_deref(),
-            &data_files,
-            &delete_files,
             checkpoint,
         );
-        let files_written = data_files.len() + delete_files.len();
-        let deleted_rows = (plan.position_deletes.len() + plan.equality_deletes.len()) as u64;
-        let mut new_manifests = Vec::new();
+        // New manifests first: readers see this commit's files before the carried-over ones.
+        let mut added = Vec::new();
         for (n, (files, deletes)) in [(data_files, false), (delete_files, true)]
             .into_iter()
             .enumerate()
@@ -269,43 +350,41 @@ impl IcebergSink {
                 continue;
             }
             let path = format!("{location}/metadata/{commit_id}-m{n}.avro");
-            new_manifests.push(
-                manifest::write_manifest(
-                    &self.warehouse,
-                    path,
-                    meta.current_schema().clone(),
-                    meta.default_partition_spec().clone(),
-                    snapshot_id,
-                    sequence,
-                    files,
-                    deletes,
-                )
-                .await?,
+            added.push(
+                manifest::write_manifest(&self.warehouse, path, &target(deletes), sequence, files)
+                    .await?,
             );
         }
-        if !plan.truncate {
-            new_manifests.extend(manifests);
-        }
+        added.extend(new_manifests);
         let list = format!("{location}/metadata/snap-{snapshot_id}-1-{commit_id}.avro");
-        manifest::write_manifest_list(
+        let first_row_id = meta.next_row_id();
+        let added_rows = manifest::write_manifest_list(
             &self.warehouse,
             &list,
+            version,
             snapshot_id,
             parent.as_ref().map(|s| s.snapshot_id()),
             sequence,
-            new_manifests,
+            first_row_id,
+            added,
         )
         .await?;
 
-        let snapshot = Snapshot::builder()
+        let base = Snapshot::builder()
             .with_snapshot_id(snapshot_id)
             .with_parent_snapshot_id(parent.as_ref().map(|s| s.snapshot_id()))
             .with_sequence_number(sequence)
             .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
             .with_manifest_list(list)
             .with_summary(summary)
-            .with_schema_id(meta.current_schema_id())
-            .build();
+            .with_schema_id(meta.current_schema_id());
+        // v3 row lineage: this snapshot assigns row ids [first_row_id, first_row_id + added_rows)
+        // (Iceberg spec, "Row Lineage"); the metadata builder advances `next-row-id`.
+        let snapshot = if v3 {
+            base.with_row_range(first_row_id, added_rows).build()
+        } else {
+            base.build()
+        };
         let next = commit::with_snapshot(table, &loaded, snapshot)?;
         let version = loaded.version + 1;
         match commit::publish(&self.warehouse, table, version, &next).await {
@@ -398,73 +477,6 @@ fn fresh_snapshot_id(meta: &iceberg::spec::TableMetadata) -> i64 {
         if id != 0 && meta.snapshot_by_id(id).is_none() {
             return id;
         }
-    }
-}
-
-/// The snapshot summary: operation, the usual counters, and the checkpoint.
-fn summary(
-    plan: &plan::Plan,
-    parent: Option<&Snapshot>,
-    data: &[iceberg::spec::DataFile],
-    deletes: &[iceberg::spec::DataFile],
-    checkpoint: &Checkpoint,
-) -> Summary {
-    let previous = |k: &str| -> u64 {
-        if plan.truncate {
-            return 0;
-        }
-        parent
-            .and_then(|s| s.summary().additional_properties.get(k))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    let count = |files: &[iceberg::spec::DataFile], content: Option<DataContentType>| {
-        files
-            .iter()
-            .filter(|f| content.is_none_or(|c| f.content_type() == c))
-            .fold((0u64, 0u64), |(n, r), f| (n + 1, r + f.record_count()))
-    };
-    let (data_files, records) = count(data, None);
-    let (eq_files, eq_rows) = count(deletes, Some(DataContentType::EqualityDeletes));
-    let (pos_files, pos_rows) = count(deletes, Some(DataContentType::PositionDeletes));
-    let mut p: HashMap<String, String> = HashMap::new();
-    let mut put = |k: &str, v: u64| {
-        p.insert(k.to_owned(), v.to_string());
-    };
-    put("added-data-files", data_files);
-    put("added-records", records);
-    put("added-delete-files", eq_files + pos_files);
-    put("added-equality-delete-files", eq_files);
-    put("added-position-delete-files", pos_files);
-    put("added-equality-deletes", eq_rows);
-    put("added-position-deletes", pos_rows);
-    put(
-        "total-data-files",
-        previous("total-data-files") + data_files,
-    );
-    put("total-records", previous("total-records") + records);
-    put(
-        "total-delete-files",
-        previous("total-delete-files") + eq_files + pos_files,
-    );
-    put(
-        "total-equality-deletes",
-        previous("total-equality-deletes") + eq_rows,
-    );
-    put(
-        "total-position-deletes",
-        previous("total-position-deletes") + pos_rows,
-    );
-    p.extend(checkpoint.to_properties());
-    let has_deletes = !deletes.is_empty();
-    let operation = match (plan.truncate, data_files > 0, has_deletes) {
-        (true, true, _) | (false, true, true) => Operation::Overwrite,
-        (true, false, _) | (false, false, true) => Operation::Delete,
-        (false, _, false) => Operation::Append,
-    };
-    Summary {
-        operation,
-        additional_properties: p,
     }
 }
 

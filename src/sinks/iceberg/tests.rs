@@ -13,7 +13,7 @@ use super::*;
 use crate::changelog::{Column, Lsn, Op, Position, TableChangesBuilder};
 use crate::config::DeleteMode;
 
-const PYTHON: &str = "/tmp/cdcd-testbed/venv/bin/python";
+const PYTHON: &str = "/tmp/cdcd-tb/venv/bin/python";
 
 fn col(name: &str, dt: DataType) -> Column {
     Column {
@@ -101,11 +101,11 @@ fn cp(lsn: u64) -> Checkpoint {
     }
 }
 
-fn sink(dir: &Path) -> IcebergSink {
+fn sink(dir: &Path, mode: DeleteMode) -> IcebergSink {
     let config = IcebergConfig {
         warehouse: format!("file://{}", dir.display()),
         namespace: None,
-        delete_mode: DeleteMode::Equality,
+        delete_mode: mode,
     };
     IcebergSink::new(&config, "shop").unwrap()
 }
@@ -117,7 +117,7 @@ fn python(code: &str) -> Option<String> {
         return None;
     }
     let script = format!(
-        "import sys, json\nsys.path.insert(0, '/tmp/cdcd-testbed')\nfrom duck_load import connect\n{code}\n"
+        "import sys, json\nsys.path.insert(0, '/tmp/cdcd-tb')\nfrom duck_load import connect\n{code}\n"
     );
     let out = Command::new(PYTHON).arg("-c").arg(script).output().unwrap();
     assert!(
@@ -139,11 +139,10 @@ fn table_dir(dir: &Path) -> String {
     dir.join("public/t").display().to_string()
 }
 
-#[tokio::test]
-async fn inserts_updates_deletes_read_back_in_duckdb() {
+async fn inserts_updates_deletes_read_back_in_duckdb(mode: DeleteMode) {
     let dir = tempfile::tempdir().unwrap();
     // Two rows per data file, so a change to an already-written row needs a position delete.
-    let s = sink(dir.path()).with_file_limits(FileLimits {
+    let s = sink(dir.path(), mode).with_file_limits(FileLimits {
         max_rows: 2,
         max_bytes: usize::MAX,
     });
@@ -196,7 +195,7 @@ async fn inserts_updates_deletes_read_back_in_duckdb() {
     assert_eq!(s.checkpoint(&t.id).await.unwrap(), Some(cp(200)));
 
     // A fresh sink (no cache) finds the newest metadata and continues.
-    let s2 = sink(dir.path());
+    let s2 = sink(dir.path(), mode);
     s2.commit(&t, &[changes(&[del(5)])], &cp(300))
         .await
         .unwrap();
@@ -214,10 +213,9 @@ async fn inserts_updates_deletes_read_back_in_duckdb() {
     assert_eq!(hint.unwrap(), "4");
 }
 
-#[tokio::test]
-async fn truncate_drops_earlier_rows() {
+async fn truncate_drops_earlier_rows(mode: DeleteMode) {
     let dir = tempfile::tempdir().unwrap();
-    let s = sink(dir.path());
+    let s = sink(dir.path(), mode);
     let t = schema();
     s.commit(&t, &[changes(&[ins(1, "a"), ins(2, "b")])], &cp(1))
         .await
@@ -236,10 +234,9 @@ async fn truncate_drops_earlier_rows() {
     assert_eq!(st.rows, Some(1));
 }
 
-#[tokio::test]
-async fn partial_updates_are_completed_from_the_table() {
+async fn partial_updates_are_completed_from_the_table(mode: DeleteMode) {
     let dir = tempfile::tempdir().unwrap();
-    let s = sink(dir.path());
+    let s = sink(dir.path(), mode);
     let t = schema();
     s.commit(
         &t,
@@ -279,10 +276,9 @@ async fn partial_updates_are_completed_from_the_table() {
     assert_eq!(s.checkpoint(&t.id).await.unwrap(), Some(cp(3)));
 }
 
-#[tokio::test]
-async fn lookup_skips_rows_removed_by_position_deletes() {
+async fn lookup_skips_rows_removed_by_position_deletes(mode: DeleteMode) {
     let dir = tempfile::tempdir().unwrap();
-    let s = sink(dir.path()).with_file_limits(FileLimits {
+    let s = sink(dir.path(), mode).with_file_limits(FileLimits {
         max_rows: 1,
         max_bytes: usize::MAX,
     });
@@ -306,10 +302,9 @@ async fn lookup_skips_rows_removed_by_position_deletes() {
     }
 }
 
-#[tokio::test]
-async fn empty_commit_publishes_the_checkpoint() {
+async fn empty_commit_publishes_the_checkpoint(mode: DeleteMode) {
     let dir = tempfile::tempdir().unwrap();
-    let s = sink(dir.path());
+    let s = sink(dir.path(), mode);
     let t = schema();
     let st = s.commit(&t, &[], &cp(42)).await.unwrap();
     assert_eq!(st.files_written, 0);
@@ -318,7 +313,7 @@ async fn empty_commit_publishes_the_checkpoint() {
         &IcebergConfig {
             warehouse: format!("file://{}", dir.path().display()),
             namespace: None,
-            delete_mode: DeleteMode::Equality,
+            delete_mode: mode,
         },
         "other",
     )
@@ -329,10 +324,9 @@ async fn empty_commit_publishes_the_checkpoint() {
     }
 }
 
-#[tokio::test]
-async fn schema_change_and_missing_key_are_refused() {
+async fn schema_change_and_missing_key_are_refused(mode: DeleteMode) {
     let dir = tempfile::tempdir().unwrap();
-    let s = sink(dir.path());
+    let s = sink(dir.path(), mode);
     let t = schema();
     s.commit(&t, &[changes(&[ins(1, "a")])], &cp(1))
         .await
@@ -357,11 +351,10 @@ async fn schema_change_and_missing_key_are_refused() {
     ));
 }
 
-#[tokio::test]
-async fn stale_or_missing_hint_still_finds_the_newest_version() {
+async fn stale_or_missing_hint_still_finds_the_newest_version(mode: DeleteMode) {
     let dir = tempfile::tempdir().unwrap();
     let t = schema();
-    let s = sink(dir.path());
+    let s = sink(dir.path(), mode);
     for lsn in 1..=3 {
         s.commit(&t, &[changes(&[ins(lsn as i64, "x")])], &cp(lsn))
             .await
@@ -370,17 +363,17 @@ async fn stale_or_missing_hint_still_finds_the_newest_version() {
     let hint = dir.path().join("public/t/metadata/version-hint.text");
     std::fs::write(&hint, "2").unwrap();
     assert_eq!(
-        sink(dir.path()).checkpoint(&t.id).await.unwrap(),
+        sink(dir.path(), mode).checkpoint(&t.id).await.unwrap(),
         Some(cp(3))
     );
     std::fs::remove_file(&hint).unwrap();
     assert_eq!(
-        sink(dir.path()).checkpoint(&t.id).await.unwrap(),
+        sink(dir.path(), mode).checkpoint(&t.id).await.unwrap(),
         Some(cp(3))
     );
     // A second writer that loaded an older version conflicts instead of overwriting.
     std::fs::write(&hint, "4").unwrap();
-    let stale = sink(dir.path());
+    let stale = sink(dir.path(), mode);
     stale.checkpoint(&t.id).await.unwrap();
     s.commit(&t, &[changes(&[ins(10, "y")])], &cp(4))
         .await
@@ -391,10 +384,9 @@ async fn stale_or_missing_hint_still_finds_the_newest_version() {
     ));
 }
 
-#[tokio::test]
-async fn pyiceberg_reads_position_deletes() {
+async fn pyiceberg_reads_position_deletes(mode: DeleteMode) {
     let dir = tempfile::tempdir().unwrap();
-    let s = sink(dir.path()).with_file_limits(FileLimits {
+    let s = sink(dir.path(), mode).with_file_limits(FileLimits {
         max_rows: 1,
         max_bytes: usize::MAX,
     });
@@ -419,12 +411,11 @@ async fn pyiceberg_reads_position_deletes() {
     }
 }
 
-#[tokio::test]
-async fn memory_warehouse_round_trips() {
+async fn memory_warehouse_round_trips(mode: DeleteMode) {
     let config = IcebergConfig {
         warehouse: "memory://".into(),
         namespace: Some("lake".into()),
-        delete_mode: DeleteMode::Equality,
+        delete_mode: mode,
     };
     let s = IcebergSink::new(&config, "shop").unwrap();
     let t = schema();
@@ -438,6 +429,39 @@ async fn memory_warehouse_round_trips() {
     assert_eq!(st.checkpoint, Some(cp(2)));
     assert!(st.location.ends_with("/lake/t"), "{}", st.location);
 }
+
+/// Runs each round trip in both delete modes: `equality::x` (v2) and `dv::x` (v3).
+macro_rules! both_modes {
+    ($($name:ident),* $(,)?) => {
+        mod equality {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(super::DeleteMode::Equality).await
+            })*
+        }
+        mod dv {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(super::DeleteMode::DeletionVectors).await
+            })*
+        }
+    };
+}
+
+both_modes!(
+    inserts_updates_deletes_read_back_in_duckdb,
+    truncate_drops_earlier_rows,
+    partial_updates_are_completed_from_the_table,
+    lookup_skips_rows_removed_by_position_deletes,
+    empty_commit_publishes_the_checkpoint,
+    schema_change_and_missing_key_are_refused,
+    stale_or_missing_hint_still_finds_the_newest_version,
+    pyiceberg_reads_position_deletes,
+    memory_warehouse_round_trips
+);
+
+#[path = "dv_tests.rs"]
+mod dv_tests;
 
 #[path = "types_tests.rs"]
 mod types_tests;

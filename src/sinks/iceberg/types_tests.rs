@@ -70,8 +70,17 @@ fn batch(
 
 #[tokio::test]
 async fn every_type_reads_back_in_duckdb() {
+    every_type(DeleteMode::Equality).await
+}
+
+#[tokio::test]
+async fn every_type_reads_back_in_duckdb_with_deletion_vectors() {
+    every_type(DeleteMode::DeletionVectors).await
+}
+
+async fn every_type(mode: DeleteMode) {
     let dir = tempfile::tempdir().unwrap();
-    let s = sink(dir.path());
+    let s = sink(dir.path(), mode);
     let t = typed_schema();
     let uuid: Vec<u8> = (0u8..16).collect();
     let first: Vec<ArrayRef> = vec![

@@ -14,12 +14,13 @@ use arrow_schema::{ArrowError, SchemaRef};
 use bytes::Bytes;
 use iceberg::spec::{DataContentType, DataFile, DataFileBuilder, DataFileFormat, Struct};
 use object_store::{ObjectStoreExt, PutPayload};
-use parquet::arrow::ArrowWriter;
+use parquet::arrow::{ArrowWriter, PARQUET_FIELD_ID_META_KEY};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
-use super::plan::{CellSource, KeyRef, PlannedFile};
-use crate::changelog::{TableChanges, TableId};
+use super::plan::{CellSource, KeyRef, Plan, PlannedFile};
+use super::schema;
+use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
@@ -151,6 +152,75 @@ pub(crate) async fn write_file(
             table: table.clone(),
             detail: format!("describing a written file: {e}"),
         })
+}
+
+/// Format v2: the position delete file (rows superseded in this commit) and the equality
+/// delete file (keys of earlier snapshots).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn write_v2_deletes(
+    warehouse: &Warehouse,
+    delete_files: &mut Vec<DataFile>,
+    schema: &TableSchema,
+    changes: &[TableChanges],
+    plan: &Plan,
+    paths: &[String],
+    file_schema: &arrow_schema::SchemaRef,
+    location: &str,
+    commit_id: uuid::Uuid,
+) -> Result<(), SinkError> {
+    let table = &schema.id;
+    let arrow = |what: &str| {
+        let context = format!("{what} of {table}");
+        move |source| SinkError::Arrow { context, source }
+    };
+    if !plan.position_deletes.is_empty() {
+        let batch = position_batch(
+            paths,
+            &plan.position_deletes,
+            &schema::position_delete_schema(),
+        )
+        .map_err(arrow("gathering position deletes"))?;
+        let path = format!("{location}/data/{commit_id}-pos-deletes.parquet");
+        delete_files.push(
+            write_file(
+                warehouse,
+                table,
+                path,
+                &batch,
+                DataContentType::PositionDeletes,
+                None,
+            )
+            .await?,
+        );
+    }
+    if !plan.equality_deletes.is_empty() {
+        let key_schema = schema::key_file_schema(file_schema, &schema.primary_key);
+        let ids: Vec<i32> = key_schema
+            .fields()
+            .iter()
+            .filter_map(|f| f.metadata().get(PARQUET_FIELD_ID_META_KEY)?.parse().ok())
+            .collect();
+        let batch = key_batch(
+            changes,
+            &plan.equality_deletes,
+            &schema.primary_key,
+            &key_schema,
+        )
+        .map_err(arrow("gathering equality deletes"))?;
+        let path = format!("{location}/data/{commit_id}-eq-deletes.parquet");
+        delete_files.push(
+            write_file(
+                warehouse,
+                table,
+                path,
+                &batch,
+                DataContentType::EqualityDeletes,
+                Some(ids),
+            )
+            .await?,
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

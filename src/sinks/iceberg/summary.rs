@@ -1,0 +1,106 @@
+//! The snapshot summary of a commit: operation, the usual counters, and the pipeline checkpoint
+//! (`cdcd.pipeline` / `cdcd.position`), which is how the position is committed inside the same
+//! snapshot as the data (DESIGN.md).
+//!
+//! Totals carry over from the parent (reset by a truncate). Deletion vectors count as position
+//! delete files (`added-dvs` / `removed-dvs` as well, like Java's `SnapshotSummary`); a DV that
+//! replaces an older one removes the old one's files and records, so `total-position-deletes`
+//! stays the number of deleted rows and `status()` can count live rows.
+
+use std::collections::HashMap;
+
+use iceberg::spec::{DataContentType, DataFile, DataFileFormat, Operation, Snapshot, Summary};
+
+use crate::checkpoint::Checkpoint;
+
+/// The files a commit adds and removes.
+pub(crate) struct Changes<'a> {
+    pub truncate: bool,
+    pub data: &'a [DataFile],
+    pub deletes: &'a [DataFile],
+    /// Delete files this snapshot removes (DVs replaced by merged ones).
+    pub removed_deletes: &'a [DataFile],
+}
+
+pub(crate) fn summary(
+    c: &Changes<'_>,
+    parent: Option<&Snapshot>,
+    checkpoint: &Checkpoint,
+) -> Summary {
+    let previous = |k: &str| -> u64 {
+        if c.truncate {
+            return 0;
+        }
+        parent
+            .and_then(|s| s.summary().additional_properties.get(k))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let count = |files: &[DataFile], content: Option<DataContentType>, dv: bool| {
+        files
+            .iter()
+            .filter(|f| content.is_none_or(|c| f.content_type() == c))
+            .filter(|f| !dv || f.file_format() == DataFileFormat::Puffin)
+            .fold((0u64, 0u64), |(n, r), f| (n + 1, r + f.record_count()))
+    };
+    let (data_files, records) = count(c.data, None, false);
+    let (eq_files, eq_rows) = count(c.deletes, Some(DataContentType::EqualityDeletes), false);
+    let (pos_files, pos_rows) = count(c.deletes, Some(DataContentType::PositionDeletes), false);
+    let (dvs, _) = count(c.deletes, Some(DataContentType::PositionDeletes), true);
+    let (rm_pos_files, rm_pos_rows) = count(
+        c.removed_deletes,
+        Some(DataContentType::PositionDeletes),
+        false,
+    );
+    let (rm_dvs, _) = count(
+        c.removed_deletes,
+        Some(DataContentType::PositionDeletes),
+        true,
+    );
+    let mut p: HashMap<String, String> = HashMap::new();
+    let mut put = |k: &str, v: u64| {
+        p.insert(k.to_owned(), v.to_string());
+    };
+    put("added-data-files", data_files);
+    put("added-records", records);
+    put("added-delete-files", eq_files + pos_files);
+    put("added-equality-delete-files", eq_files);
+    put("added-position-delete-files", pos_files);
+    put("added-equality-deletes", eq_rows);
+    put("added-position-deletes", pos_rows);
+    if dvs + rm_dvs > 0 {
+        put("added-dvs", dvs);
+        put("removed-dvs", rm_dvs);
+        put("removed-delete-files", rm_pos_files);
+        put("removed-position-delete-files", rm_pos_files);
+        put("removed-position-deletes", rm_pos_rows);
+    }
+    put(
+        "total-data-files",
+        previous("total-data-files") + data_files,
+    );
+    put("total-records", previous("total-records") + records);
+    put(
+        "total-delete-files",
+        (previous("total-delete-files") + eq_files + pos_files).saturating_sub(rm_pos_files),
+    );
+    put(
+        "total-equality-deletes",
+        previous("total-equality-deletes") + eq_rows,
+    );
+    put(
+        "total-position-deletes",
+        (previous("total-position-deletes") + pos_rows).saturating_sub(rm_pos_rows),
+    );
+    p.extend(checkpoint.to_properties());
+    let has_deletes = !c.deletes.is_empty();
+    let operation = match (c.truncate, data_files > 0, has_deletes) {
+        (true, true, _) | (false, true, true) => Operation::Overwrite,
+        (true, false, _) | (false, false, true) => Operation::Delete,
+        (false, _, false) => Operation::Append,
+    };
+    Summary {
+        operation,
+        additional_properties: p,
+    }
+}
