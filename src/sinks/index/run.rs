@@ -149,10 +149,6 @@ impl RunMeta {
         self.blocks.get(block).map(|b| b.offset..b.offset + b.len)
     }
 
-    pub(crate) fn block_count(&self) -> usize {
-        self.blocks.len()
-    }
-
     /// Bytes this run keeps in memory.
     pub(crate) fn memory_bytes(&self) -> usize {
         self.first_keys.capacity()
