@@ -120,7 +120,11 @@ mod tests {
         assert_eq!(pinned, PINNED);
     }
 
-    const PINNED: [u64; 3] = [0, 0, 0];
+    const PINNED: [u64; 3] = [
+        16852473371444490038,
+        8871782265804384867,
+        4828811993765939569,
+    ];
 
     #[test]
     fn no_false_negatives_and_few_false_positives() {

@@ -384,9 +384,18 @@ impl PrimaryKeyIndex {
         self.memtable.memory_bytes() >= self.memtable_budget
     }
 
-    /// Writes the memtable as a new run (not yet durable as part of the index: the next
-    /// `persist` names it in a manifest; a crash before that leaves an orphan that open removes).
+    /// Writes the memtable as a new run, then merges runs if the policy says so. The new run is
+    /// durable as part of the index once a manifest names it: the next `persist`, or a merge's
+    /// manifest (which still names the old covered snapshot; replaying the changes after it is
+    /// idempotent, so holding some of them already is harmless). A crash before either leaves an
+    /// orphan run that open removes.
     pub async fn flush(&mut self) -> Result<(), IndexError> {
+        self.write_memtable().await?;
+        self.compact_logged().await;
+        Ok(())
+    }
+
+    async fn write_memtable(&mut self) -> Result<(), IndexError> {
         if self.memtable.is_empty() {
             return Ok(());
         }
@@ -408,13 +417,17 @@ impl PrimaryKeyIndex {
     /// so; a merge failure is logged, not returned (the index is already durable; the merge is
     /// retried at the next persist).
     pub async fn persist(&mut self, covers_snapshot: i64) -> Result<(), IndexError> {
-        self.flush().await?;
+        self.write_memtable().await?;
         self.write_manifest(Some(covers_snapshot)).await?;
         self.delete_obsolete().await;
-        if let Err(e) = self.compact().await {
-            tracing::warn!(error = %e, root = %self.root, "primary-key index compaction failed; retrying at the next persist");
-        }
+        self.compact_logged().await;
         Ok(())
+    }
+
+    async fn compact_logged(&mut self) {
+        if let Err(e) = self.compact().await {
+            tracing::warn!(error = %e, root = %self.root, "primary-key index compaction failed; retrying at the next flush");
+        }
     }
 
     /// Forgets every key located in `files` (data files rewritten by compaction or expired).
@@ -516,11 +529,17 @@ impl PrimaryKeyIndex {
         }
     }
 
-    /// Merges the runs the policy picks into one, then persists the new run set.
+    /// Merges the runs the policy picks into one, then persists the new run set. Repeats while
+    /// the policy finds more to merge.
     async fn compact(&mut self) -> Result<(), IndexError> {
+        while self.compact_once().await? {}
+        Ok(())
+    }
+
+    async fn compact_once(&mut self) -> Result<bool, IndexError> {
         let sizes: Vec<u64> = self.runs.iter().map(|r| r.size).collect();
         let Some(take) = compaction::choose(&sizes) else {
-            return Ok(());
+            return Ok(false);
         };
         let inputs: Vec<Arc<RunMeta>> = self.runs.iter().take(take).cloned().collect();
         let drop_tombstones = take == self.runs.len();
@@ -568,7 +587,7 @@ impl PrimaryKeyIndex {
         self.obsolete.extend(inputs.iter().map(|r| r.path.clone()));
         self.write_manifest(self.covered).await?;
         self.delete_obsolete().await;
-        Ok(())
+        Ok(true)
     }
 }
 

@@ -51,7 +51,7 @@ async fn check(index: &PrimaryKeyIndex, model: &Model, keyspace: u64) {
 
 #[tokio::test]
 async fn matches_a_hashmap_model_under_random_operations() {
-    for seed in [1u64, 7, 42] {
+    for seed in [1u64, 42] {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         let root = Path::from("wh/_cdcd/p/index/ns/t");
         // A tiny budget so flushes, evictions and compactions all happen.
@@ -64,7 +64,7 @@ async fn matches_a_hashmap_model_under_random_operations() {
         let mut next_file = 0;
         let mut model = Model::new();
         let mut snapshot = 0;
-        for step in 0..300 {
+        for step in 0..150 {
             if files.is_empty() || rng.below(4) == 0 {
                 files.push(Arc::from(format!("s3://wh/ns/t/data/{next_file}.parquet")));
                 next_file += 1;
