@@ -53,7 +53,11 @@ fn reset_hwm() {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
-    let rows: u64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(10_000_000);
+    let rows: u64 = args
+        .next()
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(10_000_000);
     let budget_mib: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(64);
     let budget = budget_mib << 20;
     println!("rows={rows} budget={budget_mib} MiB commit={COMMIT_ROWS} rows");
@@ -79,13 +83,16 @@ async fn main() -> anyhow::Result<()> {
                 key(j, key_len, &mut k);
                 keys_buf.extend_from_slice(&k);
             }
-            let changes = keys_buf.chunks_exact(key_len).zip(i..end).map(|(k, j)| IndexChange {
-                key: k,
-                op: IndexOp::Upsert(RowLocation {
-                    file: Arc::clone(&files[(j / ROWS_PER_FILE) as usize]),
-                    position: j % ROWS_PER_FILE,
-                }),
-            });
+            let changes = keys_buf
+                .chunks_exact(key_len)
+                .zip(i..end)
+                .map(|(k, j)| IndexChange {
+                    key: k,
+                    op: IndexOp::Upsert(RowLocation {
+                        file: Arc::clone(&files[(j / ROWS_PER_FILE) as usize]),
+                        position: j % ROWS_PER_FILE,
+                    }),
+                });
             index.apply(changes)?;
             snapshot += 1;
             index.persist(snapshot).await?;

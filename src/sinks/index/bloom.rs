@@ -116,7 +116,11 @@ mod tests {
         assert_eq!(key_hash(b""), key_hash(b""));
         assert_ne!(key_hash(b"a"), key_hash(b"b"));
         assert_ne!(key_hash(b"abcdefgh"), key_hash(b"abcdefgh\0"));
-        let pinned = [key_hash(b""), key_hash(b"k1"), key_hash(b"0123456789abcdef!")];
+        let pinned = [
+            key_hash(b""),
+            key_hash(b"k1"),
+            key_hash(b"0123456789abcdef!"),
+        ];
         assert_eq!(pinned, PINNED);
     }
 

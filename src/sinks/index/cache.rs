@@ -106,6 +106,9 @@ mod tests {
         assert!(c.get((1, 0)).is_none());
         assert_eq!(c.used(), 4);
         c.insert((3, 0), &[0; 11]);
-        assert!(c.get((3, 0)).is_none(), "a block larger than the cache is not kept");
+        assert!(
+            c.get((3, 0)).is_none(),
+            "a block larger than the cache is not kept"
+        );
     }
 }

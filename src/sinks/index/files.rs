@@ -51,7 +51,7 @@ impl FileTable {
             Some(id) => *id,
             None => {
                 let id = self.next_id;
-                if id >= TOMBSTONE {
+                if id == TOMBSTONE {
                     return Err(IndexError::FileIdsExhausted);
                 }
                 self.next_id += 1;

@@ -53,7 +53,8 @@ pub(crate) fn manifest_path(root: &Path, seq: u64) -> Path {
 }
 
 pub(crate) fn run_path(root: &Path, id: u64) -> Path {
-    root.clone().join(format!("{RUN_PREFIX}{id:020}{RUN_SUFFIX}"))
+    root.clone()
+        .join(format!("{RUN_PREFIX}{id:020}{RUN_SUFFIX}"))
 }
 
 /// What a file name under the index root is.

@@ -194,7 +194,11 @@ impl PrimaryKeyIndex {
             .map_err(storage(&root))?;
         let mut names = Vec::with_capacity(listed.len());
         for meta in listed {
-            let name = meta.location.filename().map(classify).unwrap_or(Name::Other);
+            let name = meta
+                .location
+                .filename()
+                .map(classify)
+                .unwrap_or(Name::Other);
             names.push((meta.location, name));
         }
         let latest = names
@@ -224,9 +228,10 @@ impl PrimaryKeyIndex {
         };
         let mut live: HashSet<u64> = HashSet::new();
         if let Some(m) = manifest {
-            let loads = m.runs.iter().map(|r| {
-                RunMeta::load(&store, run_path(&root, r.id), r.id, r.size, r.meta_offset)
-            });
+            let loads = m
+                .runs
+                .iter()
+                .map(|r| RunMeta::load(&store, run_path(&root, r.id), r.id, r.size, r.meta_offset));
             index.runs = futures::stream::iter(loads)
                 .buffered(8)
                 .map_ok(Arc::new)
@@ -301,9 +306,15 @@ impl PrimaryKeyIndex {
                         continue;
                     };
                     match cache.get((run.id, block)) {
-                        Some(bytes) => {
-                            self.resolve_in(run, &bytes, group, keys, &mut out, &mut next, &mut scratch)?
-                        }
+                        Some(bytes) => self.resolve_in(
+                            run,
+                            &bytes,
+                            group,
+                            keys,
+                            &mut out,
+                            &mut next,
+                            &mut scratch,
+                        )?,
                         None => misses.push(group),
                     }
                 }
@@ -311,7 +322,9 @@ impl PrimaryKeyIndex {
             // Misses: consecutive blocks are read with one GET per span, a wave of spans at a time.
             let spans = spans(run, &misses);
             for wave in spans.chunks(LOOKUP_PARALLEL) {
-                let reads = wave.iter().map(|span| self.store.get_range(&run.path, span.bytes.clone()));
+                let reads = wave
+                    .iter()
+                    .map(|span| self.store.get_range(&run.path, span.bytes.clone()));
                 let fetched = futures::future::try_join_all(reads)
                     .await
                     .map_err(|source| IndexError::Storage {
@@ -325,7 +338,15 @@ impl PrimaryKeyIndex {
                         };
                         let block_bytes = slice_block(run, block, span.bytes.start, &bytes)?;
                         self.cache().insert((run.id, block), &block_bytes);
-                        self.resolve_in(run, &block_bytes, group, keys, &mut out, &mut next, &mut scratch)?;
+                        self.resolve_in(
+                            run,
+                            &block_bytes,
+                            group,
+                            keys,
+                            &mut out,
+                            &mut next,
+                            &mut scratch,
+                        )?;
                     }
                 }
             }
@@ -347,10 +368,11 @@ impl PrimaryKeyIndex {
     ) -> Result<(), IndexError> {
         for &(_, i) in group {
             let key = keys.get(i).copied().unwrap_or_default();
-            let found = search_block(block, key, scratch).map_err(|detail| IndexError::Corrupt {
-                path: run.path.to_string(),
-                detail: detail.to_owned(),
-            })?;
+            let found =
+                search_block(block, key, scratch).map_err(|detail| IndexError::Corrupt {
+                    path: run.path.to_string(),
+                    detail: detail.to_owned(),
+                })?;
             match found {
                 Some(slot) => set(out, i, self.files.resolve(slot)),
                 None => next.push(i),
@@ -495,7 +517,11 @@ impl PrimaryKeyIndex {
         })?;
         let put = self
             .store
-            .put_opts(&path, PutPayload::from(body), PutOptions::from(PutMode::Create))
+            .put_opts(
+                &path,
+                PutPayload::from(body),
+                PutOptions::from(PutMode::Create),
+            )
             .await;
         match put {
             Ok(_) => {}
@@ -512,7 +538,8 @@ impl PrimaryKeyIndex {
             }
         }
         if self.manifest_seq > 0 {
-            self.obsolete.push(manifest_path(&self.root, self.manifest_seq));
+            self.obsolete
+                .push(manifest_path(&self.root, self.manifest_seq));
         }
         self.manifest_seq = seq;
         self.covered = covers;
@@ -524,7 +551,9 @@ impl PrimaryKeyIndex {
         for path in std::mem::take(&mut self.obsolete) {
             match self.store.delete(&path).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => tracing::warn!(path = %path, error = %e, "cannot delete an obsolete primary-key index file"),
+                Err(e) => {
+                    tracing::warn!(path = %path, error = %e, "cannot delete an obsolete primary-key index file")
+                }
             }
         }
     }
@@ -625,9 +654,17 @@ fn spans(run: &RunMeta, misses: &[&[(usize, usize)]]) -> Vec<Span> {
     out
 }
 
-fn slice_block(run: &RunMeta, block: usize, span_start: u64, bytes: &Bytes) -> Result<Bytes, IndexError> {
+fn slice_block(
+    run: &RunMeta,
+    block: usize,
+    span_start: u64,
+    bytes: &Bytes,
+) -> Result<Bytes, IndexError> {
     let range = run.block_range(block).unwrap_or(0..0);
-    let (s, e) = (range.start.saturating_sub(span_start) as usize, range.end.saturating_sub(span_start) as usize);
+    let (s, e) = (
+        range.start.saturating_sub(span_start) as usize,
+        range.end.saturating_sub(span_start) as usize,
+    );
     if e > bytes.len() || s > e {
         return Err(IndexError::Corrupt {
             path: run.path.to_string(),
@@ -660,7 +697,10 @@ async fn read_manifest(
     };
     let m: Manifest = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
     if m.format != FORMAT {
-        return Err(corrupt(format!("format {} (this cdcd reads {FORMAT})", m.format)));
+        return Err(corrupt(format!(
+            "format {} (this cdcd reads {FORMAT})",
+            m.format
+        )));
     }
     if m.seq != seq {
         return Err(corrupt(format!("names sequence {} in file {seq}", m.seq)));

@@ -244,7 +244,11 @@ fn decode_meta(meta: &[u8], meta_offset: u64, run: &mut RunMeta) -> Result<(), &
     run.entries = get_varint(meta, &mut pos)?;
     let probes = u32::try_from(get_varint(meta, &mut pos)?).map_err(|_| "bad probe count")?;
     let words = get_varint(meta, &mut pos)?;
-    let raw = get_bytes(meta, &mut pos, words.checked_mul(8).ok_or("bad bloom size")?)?;
+    let raw = get_bytes(
+        meta,
+        &mut pos,
+        words.checked_mul(8).ok_or("bad bloom size")?,
+    )?;
     let words = raw
         .chunks_exact(8)
         .map(|c| {
@@ -421,12 +425,13 @@ impl RunCursor {
         loop {
             if self.pos < self.block.len() {
                 let path = &self.run.path;
-                self.slot = decode_entry(&self.block, &mut self.pos, &mut self.key).map_err(
-                    |detail| IndexError::Corrupt {
-                        path: path.to_string(),
-                        detail: detail.to_owned(),
-                    },
-                )?;
+                self.slot =
+                    decode_entry(&self.block, &mut self.pos, &mut self.key).map_err(|detail| {
+                        IndexError::Corrupt {
+                            path: path.to_string(),
+                            detail: detail.to_owned(),
+                        }
+                    })?;
                 return Ok(true);
             }
             if let Some(next) = self.queued.pop_front() {
@@ -464,7 +469,10 @@ impl RunCursor {
             })?;
         for b in self.next_block..=last {
             let r = self.run.block_range(b).unwrap_or(0..0);
-            let (s, e) = ((r.start - first.start) as usize, (r.end - first.start) as usize);
+            let (s, e) = (
+                (r.start - first.start) as usize,
+                (r.end - first.start) as usize,
+            );
             if e > bytes.len() || s > e {
                 return Err(IndexError::Corrupt {
                     path: self.run.path.to_string(),

@@ -209,7 +209,10 @@ async fn open_removes_crash_leftovers() {
         .await
         .unwrap();
     store
-        .put(&root.clone().join("README"), PutPayload::from_static(b"kept"))
+        .put(
+            &root.clone().join("README"),
+            PutPayload::from_static(b"kept"),
+        )
         .await
         .unwrap();
     let reopened = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
@@ -222,7 +225,10 @@ async fn open_removes_crash_leftovers() {
     let left = names(&store, &root).await;
     assert!(!left.iter().any(|n| n.contains("99")), "{left:?}");
     assert!(!left.contains(&"manifest-00000000000000000000.json".to_owned()));
-    assert!(left.contains(&"README".to_owned()), "foreign files are left alone");
+    assert!(
+        left.contains(&"README".to_owned()),
+        "foreign files are left alone"
+    );
     // New runs never reuse the orphan's id.
     assert!(reopened.next_run_id > 99);
 }
@@ -231,8 +237,12 @@ async fn open_removes_crash_leftovers() {
 async fn a_second_writer_conflicts() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let root = Path::from("idx");
-    let mut a = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0).await.unwrap();
-    let mut b = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0).await.unwrap();
+    let mut a = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
+        .await
+        .unwrap();
+    let mut b = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
+        .await
+        .unwrap();
     a.persist(1).await.unwrap();
     let err = b.persist(1).await.unwrap_err();
     assert!(matches!(err, IndexError::Conflict { .. }), "{err}");
@@ -244,17 +254,27 @@ async fn clear_forgets_everything_durably() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let root = Path::from("idx");
     let file: Arc<str> = Arc::from("f");
-    let mut index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0).await.unwrap();
+    let mut index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
+        .await
+        .unwrap();
     index
-        .apply([IndexChange { key: b"a", op: IndexOp::Upsert(loc(&file, 0)) }])
+        .apply([IndexChange {
+            key: b"a",
+            op: IndexOp::Upsert(loc(&file, 0)),
+        }])
         .unwrap();
     index.persist(1).await.unwrap();
     index.clear();
     index
-        .apply([IndexChange { key: b"b", op: IndexOp::Upsert(loc(&file, 1)) }])
+        .apply([IndexChange {
+            key: b"b",
+            op: IndexOp::Upsert(loc(&file, 1)),
+        }])
         .unwrap();
     index.persist(2).await.unwrap();
-    let index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0).await.unwrap();
+    let index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
+        .await
+        .unwrap();
     assert_eq!(
         index.get_many(&[b"a", b"b"]).await.unwrap(),
         vec![None, Some(loc(&file, 1))]
@@ -267,14 +287,25 @@ async fn a_corrupt_run_is_reported_not_trusted() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let root = Path::from("idx");
     let file: Arc<str> = Arc::from("f");
-    let mut index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0).await.unwrap();
+    let mut index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
+        .await
+        .unwrap();
     index
-        .apply([IndexChange { key: b"a", op: IndexOp::Upsert(loc(&file, 0)) }])
+        .apply([IndexChange {
+            key: b"a",
+            op: IndexOp::Upsert(loc(&file, 0)),
+        }])
         .unwrap();
     index.persist(1).await.unwrap();
     let run = index.runs[0].path.clone();
-    store.put(&run, PutPayload::from_static(b"garbage garbage garbage")).await.unwrap();
-    let err = PrimaryKeyIndex::open(Arc::clone(&store), root, 0).await.err().unwrap();
+    store
+        .put(&run, PutPayload::from_static(b"garbage garbage garbage"))
+        .await
+        .unwrap();
+    let err = PrimaryKeyIndex::open(Arc::clone(&store), root, 0)
+        .await
+        .err()
+        .unwrap();
     assert!(matches!(err, IndexError::Corrupt { .. }), "{err}");
 }
 
@@ -293,7 +324,10 @@ async fn memory_stays_within_the_budget() {
         key.extend_from_slice(&i.to_be_bytes());
         key.extend_from_slice(&(i * 31).to_be_bytes());
         index
-            .apply([IndexChange { key: &key, op: IndexOp::Upsert(loc(&file, i)) }])
+            .apply([IndexChange {
+                key: &key,
+                op: IndexOp::Upsert(loc(&file, i)),
+            }])
             .unwrap();
         peak_memtable = peak_memtable.max(index.memory_usage().memtable);
         if index.needs_flush() {
@@ -302,7 +336,10 @@ async fn memory_stays_within_the_budget() {
     }
     index.persist(1).await.unwrap();
     // A memtable grows by doubling its buffers: one step past the budget is the most it reaches.
-    assert!(peak_memtable <= 3 * budget / 2 + 4096, "memtable peaked at {peak_memtable}");
+    assert!(
+        peak_memtable <= 3 * budget / 2 + 4096,
+        "memtable peaked at {peak_memtable}"
+    );
     let mut rng = Rng(5);
     for _ in 0..20 {
         let keys: Vec<Vec<u8>> = (0..2_000)
