@@ -123,7 +123,20 @@ impl MemTable {
         self.heads.clear();
     }
 
-    /// Bytes held, counting capacity: what the memory budget is compared with.
+    /// Entries applied since the last clear (counting a key written twice twice).
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Bytes in use: what decides a flush. Capacity kept after a clear is not counted, or one
+    /// full memtable would ask for a flush after every commit from then on.
+    pub(crate) fn used_bytes(&self) -> usize {
+        self.arena.len()
+            + self.entries.len() * std::mem::size_of::<Entry>()
+            + self.heads.len() * (std::mem::size_of::<(u64, usize)>() + 1)
+    }
+
+    /// Bytes held, counting capacity: what the memory usage reports.
     pub(crate) fn memory_bytes(&self) -> usize {
         self.arena.capacity()
             + self.entries.capacity() * std::mem::size_of::<Entry>()

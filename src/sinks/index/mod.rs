@@ -245,11 +245,13 @@ impl PrimaryKeyIndex {
         }
         for (path, name) in names {
             let leftover = match name {
-                Name::Manifest(seq) => Some(seq) != latest,
-                Name::Run(id) => {
+                Name::Manifest(seq) if path == manifest_path(&root, seq) => Some(seq) != latest,
+                Name::Manifest(_) => false,
+                Name::Run(id) if path == run_path(&root, id) => {
                     index.next_run_id = index.next_run_id.max(id.saturating_add(1));
                     !live.contains(&id)
                 }
+                Name::Run(_) => false,
                 Name::Other => false,
             };
             if leftover {
@@ -403,7 +405,7 @@ impl PrimaryKeyIndex {
     /// True when the memtable has reached its half of the budget: call [`flush`](Self::flush)
     /// (or `persist`) before applying more.
     pub fn needs_flush(&self) -> bool {
-        self.memtable.memory_bytes() >= self.memtable_budget
+        self.memtable.used_bytes() >= self.memtable_budget
     }
 
     /// Writes the memtable as a new run, then merges runs if the policy says so. The new run is
@@ -422,7 +424,7 @@ impl PrimaryKeyIndex {
             return Ok(());
         }
         let id = self.next_run_id;
-        let expected = self.memtable.sorted().count() as u64;
+        let expected = self.memtable.len() as u64;
         let mut writer = RunWriter::new(&self.store, run_path(&self.root, id), id, expected);
         for (key, slot) in self.memtable.sorted() {
             writer.add(key, self.files.live_or_tombstone(slot)).await?;
