@@ -60,27 +60,26 @@ mod bloom;
 mod cache;
 mod compaction;
 mod files;
+mod lookup;
 mod manifest;
 mod memtable;
+mod merge;
 mod run;
 #[cfg(test)]
 mod tests;
 
 use std::collections::HashSet;
-use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
-use self::bloom::key_hash;
 use self::cache::BlockCache;
 use self::files::FileTable;
 use self::manifest::{classify, manifest_path, run_path, Manifest, Name, RunEntry, FORMAT};
 use self::memtable::{MemTable, Slot};
-use self::run::{search_block, RunCursor, RunMeta, RunWriter};
+use self::run::{RunMeta, RunWriter};
 
 /// Where a row lives: a data file (as the sink named it) and the row's 0-based position in it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -270,119 +269,6 @@ impl PrimaryKeyIndex {
         self.covered
     }
 
-    /// The current locations of `keys`, in order (`None`: the key has no row).
-    /// Reads at most one block per run per distinct block wanted; cancel safe (reads only).
-    pub async fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<RowLocation>>, IndexError> {
-        let mut out = vec![None; keys.len()];
-        let hashes: Vec<u64> = keys.iter().map(|k| key_hash(k)).collect();
-        let mut pending = Vec::new();
-        for (i, (key, hash)) in keys.iter().zip(&hashes).enumerate() {
-            match self.memtable.get(key, *hash) {
-                Some(slot) => set(&mut out, i, self.files.resolve(slot)),
-                None => pending.push(i),
-            }
-        }
-        let mut scratch = Vec::new();
-        for run in &self.runs {
-            if pending.is_empty() {
-                break;
-            }
-            // (block, key index) of every key this run may hold.
-            let mut need = Vec::new();
-            let mut next = Vec::new();
-            for &i in &pending {
-                let (Some(key), Some(hash)) = (keys.get(i), hashes.get(i)) else {
-                    continue;
-                };
-                match run.candidate_block(key).filter(|_| run.may_contain(*hash)) {
-                    Some(block) => need.push((block, i)),
-                    None => next.push(i),
-                }
-            }
-            need.sort_unstable();
-            let mut misses = Vec::new();
-            {
-                let mut cache = self.cache();
-                for group in need.chunk_by(|a, b| a.0 == b.0) {
-                    let Some(&(block, _)) = group.first() else {
-                        continue;
-                    };
-                    match cache.get((run.id, block)) {
-                        Some(bytes) => self.resolve_in(
-                            run,
-                            &bytes,
-                            group,
-                            keys,
-                            &mut out,
-                            &mut next,
-                            &mut scratch,
-                        )?,
-                        None => misses.push(group),
-                    }
-                }
-            }
-            // Misses: consecutive blocks are read with one GET per span, a wave of spans at a time.
-            let spans = spans(run, &misses);
-            for wave in spans.chunks(LOOKUP_PARALLEL) {
-                let reads = wave
-                    .iter()
-                    .map(|span| self.store.get_range(&run.path, span.bytes.clone()));
-                let fetched = futures::future::try_join_all(reads)
-                    .await
-                    .map_err(|source| IndexError::Storage {
-                        path: run.path.to_string(),
-                        source,
-                    })?;
-                for (span, bytes) in wave.iter().zip(fetched) {
-                    for group in misses.get(span.groups.clone()).unwrap_or_default() {
-                        let Some(&(block, _)) = group.first() else {
-                            continue;
-                        };
-                        let block_bytes = slice_block(run, block, span.bytes.start, &bytes)?;
-                        self.cache().insert((run.id, block), &block_bytes);
-                        self.resolve_in(
-                            run,
-                            &block_bytes,
-                            group,
-                            keys,
-                            &mut out,
-                            &mut next,
-                            &mut scratch,
-                        )?;
-                    }
-                }
-            }
-            pending = next;
-        }
-        Ok(out)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn resolve_in(
-        &self,
-        run: &RunMeta,
-        block: &[u8],
-        group: &[(usize, usize)],
-        keys: &[&[u8]],
-        out: &mut [Option<RowLocation>],
-        next: &mut Vec<usize>,
-        scratch: &mut Vec<u8>,
-    ) -> Result<(), IndexError> {
-        for &(_, i) in group {
-            let key = keys.get(i).copied().unwrap_or_default();
-            let found =
-                search_block(block, key, scratch).map_err(|detail| IndexError::Corrupt {
-                    path: run.path.to_string(),
-                    detail: detail.to_owned(),
-                })?;
-            match found {
-                Some(slot) => set(out, i, self.files.resolve(slot)),
-                None => next.push(i),
-            }
-        }
-        Ok(())
-    }
-
     /// Records committed changes, in commit order (a later change to a key wins). In memory only
     /// until the next [`flush`](Self::flush) or [`persist`](Self::persist).
     pub fn apply<'a>(
@@ -559,121 +445,6 @@ impl PrimaryKeyIndex {
             }
         }
     }
-
-    /// Merges the runs the policy picks into one, then persists the new run set. Repeats while
-    /// the policy finds more to merge.
-    async fn compact(&mut self) -> Result<(), IndexError> {
-        while self.compact_once().await? {}
-        Ok(())
-    }
-
-    async fn compact_once(&mut self) -> Result<bool, IndexError> {
-        let sizes: Vec<u64> = self.runs.iter().map(|r| r.size).collect();
-        let Some(take) = compaction::choose(&sizes) else {
-            return Ok(false);
-        };
-        let inputs: Vec<Arc<RunMeta>> = self.runs.iter().take(take).cloned().collect();
-        let drop_tombstones = take == self.runs.len();
-        let id = self.next_run_id;
-        let expected = inputs.iter().map(|r| r.entries).sum();
-        let mut writer = RunWriter::new(&self.store, run_path(&self.root, id), id, expected);
-        let mut cursors: Vec<RunCursor> = Vec::with_capacity(inputs.len());
-        let mut alive = Vec::with_capacity(inputs.len());
-        for run in &inputs {
-            let mut c = RunCursor::new(Arc::clone(&self.store), Arc::clone(run));
-            alive.push(c.advance().await?);
-            cursors.push(c);
-        }
-        let mut key = Vec::new();
-        loop {
-            // The smallest key; on ties the newest run (lowest index) wins.
-            let mut best: Option<&RunCursor> = None;
-            for (c, _) in cursors.iter().zip(&alive).filter(|(_, a)| **a) {
-                if best.is_none_or(|b| c.key() < b.key()) {
-                    best = Some(c);
-                }
-            }
-            let Some(best) = best else { break };
-            let slot = self.files.live_or_tombstone(best.slot());
-            key.clear();
-            key.extend_from_slice(best.key());
-            if !(drop_tombstones && slot.is_tombstone()) {
-                writer.add(&key, slot).await?;
-            }
-            for (c, a) in cursors.iter_mut().zip(alive.iter_mut()) {
-                if *a && c.key() == key.as_slice() {
-                    *a = c.advance().await?;
-                }
-            }
-        }
-        let merged = writer.finish().await?;
-        self.next_run_id += 1;
-        self.runs.splice(0..take, [Arc::new(merged)]);
-        {
-            let mut cache = self.cache();
-            for run in &inputs {
-                cache.forget_run(run.id);
-            }
-        }
-        self.obsolete.extend(inputs.iter().map(|r| r.path.clone()));
-        self.write_manifest(self.covered).await?;
-        self.delete_obsolete().await;
-        Ok(true)
-    }
-}
-
-fn set(out: &mut [Option<RowLocation>], i: usize, value: Option<RowLocation>) {
-    if let Some(slot) = out.get_mut(i) {
-        *slot = value;
-    }
-}
-
-/// One GET of consecutive wanted blocks: its byte range and the `misses` groups it serves.
-struct Span {
-    bytes: Range<u64>,
-    groups: Range<usize>,
-}
-
-/// Groups wanted blocks (sorted) into GETs of at most [`LOOKUP_SPAN`] bytes; a gap between two
-/// wanted blocks is read too only if the span stays within that size.
-fn spans(run: &RunMeta, misses: &[&[(usize, usize)]]) -> Vec<Span> {
-    let mut out: Vec<Span> = Vec::new();
-    for (g, group) in misses.iter().enumerate() {
-        let Some(range) = group.first().and_then(|(b, _)| run.block_range(*b)) else {
-            continue;
-        };
-        match out.last_mut() {
-            Some(span) if range.end.saturating_sub(span.bytes.start) <= LOOKUP_SPAN => {
-                span.bytes.end = range.end;
-                span.groups.end = g + 1;
-            }
-            _ => out.push(Span {
-                bytes: range,
-                groups: g..g + 1,
-            }),
-        }
-    }
-    out
-}
-
-fn slice_block(
-    run: &RunMeta,
-    block: usize,
-    span_start: u64,
-    bytes: &Bytes,
-) -> Result<Bytes, IndexError> {
-    let range = run.block_range(block).unwrap_or(0..0);
-    let (s, e) = (
-        range.start.saturating_sub(span_start) as usize,
-        range.end.saturating_sub(span_start) as usize,
-    );
-    if e > bytes.len() || s > e {
-        return Err(IndexError::Corrupt {
-            path: run.path.to_string(),
-            detail: format!("short read of block {block}"),
-        });
-    }
-    Ok(bytes.slice(s..e))
 }
 
 async fn read_manifest(
