@@ -4,7 +4,8 @@
 //! A run is `[block]* [meta] [footer]`. Blocks hold entries in key order, ~16 KiB each, with the
 //! key prefix shared with the previous entry elided (LevelDB's "prefix compression"; it resets
 //! at each block so any block decodes alone). An entry is `varint shared, varint suffix_len,
-//! suffix, varint file+1 (0 = tombstone), varint position (absent for tombstones)`. The meta
+//! suffix, varint file+1 (0 = tombstone), varint position (absent for tombstones)`; a block
+//! ends with its restart points (see `RESTART_INTERVAL`). The meta
 //! section is what stays in memory while the run is live: each block's first key and length (a
 //! sparse index: one key per block, not per row), the run's last key and its bloom filter. The
 //! 16-byte footer (`meta offset u64, magic "CPKIRUN1"`) lets a run be checked alone; the manifest
@@ -83,16 +84,64 @@ pub(crate) fn decode_entry(
     Ok(Slot { file, position })
 }
 
+/// Every this many entries a block stores a full key (shared prefix 0) and records its offset
+/// (a "restart point", as in LevelDB's block format), so a lookup binary-searches the restarts
+/// and decodes at most this many entries instead of scanning the whole block.
+const RESTART_INTERVAL: usize = 16;
+
+fn read_u32(buf: &[u8], at: usize) -> Option<u32> {
+    let b = buf.get(at..at.checked_add(4)?)?;
+    let mut w = [0u8; 4];
+    w.copy_from_slice(b);
+    Some(u32::from_le_bytes(w))
+}
+
+/// Splits a block into its entries and its restart offsets (trailer: `u32 offset * n, u32 n`).
+pub(crate) fn split_block(block: &[u8]) -> Result<(&[u8], &[u8]), &'static str> {
+    let n = read_u32(block, block.len().checked_sub(4).ok_or("block too short")?)
+        .ok_or("block too short")? as usize;
+    let trailer = n
+        .checked_mul(4)
+        .and_then(|t| t.checked_add(4))
+        .ok_or("bad restart count")?;
+    let data_len = block
+        .len()
+        .checked_sub(trailer)
+        .ok_or("bad restart count")?;
+    let (data, rest) = block.split_at(data_len);
+    Ok((data, rest.get(..n * 4).unwrap_or_default()))
+}
+
 /// Scans one block for `key`; `scratch` is reused across calls.
 pub(crate) fn search_block(
     block: &[u8],
     key: &[u8],
     scratch: &mut Vec<u8>,
 ) -> Result<Option<Slot>, &'static str> {
+    let (data, restarts) = split_block(block)?;
+    let count = restarts.len() / 4;
+    let restart_at = |i: usize| read_u32(restarts, i * 4).map(|v| v as usize);
+    // The last restart whose (full) key is <= key.
+    let (mut lo, mut hi) = (0usize, count);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        let mut pos = restart_at(mid).ok_or("bad restart")?;
+        scratch.clear();
+        decode_entry(data, &mut pos, scratch)?;
+        if scratch.as_slice() <= key {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let mut pos = if count == 0 {
+        0
+    } else {
+        restart_at(lo).ok_or("bad restart")?
+    };
     scratch.clear();
-    let mut pos = 0;
-    while pos < block.len() {
-        let slot = decode_entry(block, &mut pos, scratch)?;
+    while pos < data.len() {
+        let slot = decode_entry(data, &mut pos, scratch)?;
         match scratch.as_slice().cmp(key) {
             std::cmp::Ordering::Less => {}
             std::cmp::Ordering::Equal => return Ok(Some(slot)),
@@ -267,6 +316,9 @@ pub(crate) struct RunWriter {
     out: BufWriter,
     pending: Vec<u8>,
     block: Vec<u8>,
+    /// Restart offsets of the block being built, and its entry count.
+    restarts: Vec<u32>,
+    block_entries: usize,
     prev_key: Vec<u8>,
     written: u64,
     meta: RunMeta,
@@ -283,6 +335,8 @@ impl RunWriter {
             out: BufWriter::with_capacity(Arc::clone(store), path.clone(), 2 * UPLOAD_CHUNK),
             pending: Vec::with_capacity(UPLOAD_CHUNK + BLOCK_BYTES),
             block: Vec::with_capacity(BLOCK_BYTES + 256),
+            restarts: Vec::new(),
+            block_entries: 0,
             prev_key: Vec::new(),
             written: 0,
             meta: RunMeta {
@@ -311,12 +365,17 @@ impl RunWriter {
             self.meta.first_keys.extend_from_slice(key);
             self.prev_key.clear();
         }
-        let shared = self
-            .prev_key
-            .iter()
-            .zip(key)
-            .take_while(|(a, b)| a == b)
-            .count();
+        let shared = if self.block_entries % RESTART_INTERVAL == 0 {
+            self.restarts.push(self.block.len() as u32);
+            0
+        } else {
+            self.prev_key
+                .iter()
+                .zip(key)
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        self.block_entries += 1;
         put_varint(&mut self.block, shared as u64);
         let suffix = key.get(shared..).unwrap_or_default();
         put_varint(&mut self.block, suffix.len() as u64);
@@ -338,6 +397,13 @@ impl RunWriter {
     }
 
     async fn end_block(&mut self) -> Result<(), IndexError> {
+        for r in &self.restarts {
+            self.block.extend_from_slice(&r.to_le_bytes());
+        }
+        self.block
+            .extend_from_slice(&(self.restarts.len() as u32).to_le_bytes());
+        self.restarts.clear();
+        self.block_entries = 0;
         if let Some(b) = self.meta.blocks.last_mut() {
             b.len = self.block.len() as u64;
         }
@@ -435,7 +501,14 @@ impl RunCursor {
                 return Ok(true);
             }
             if let Some(next) = self.queued.pop_front() {
-                self.block = next;
+                let data_len = split_block(&next)
+                    .map_err(|detail| IndexError::Corrupt {
+                        path: self.run.path.to_string(),
+                        detail: detail.to_owned(),
+                    })?
+                    .0
+                    .len();
+                self.block = next.slice(..data_len);
                 self.pos = 0;
                 self.key.clear();
                 continue;

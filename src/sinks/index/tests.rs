@@ -332,6 +332,10 @@ async fn memory_stays_within_the_budget() {
         peak_memtable = peak_memtable.max(index.memory_usage().memtable);
         if index.needs_flush() {
             index.flush().await.unwrap();
+            assert!(
+                !index.needs_flush(),
+                "buffers kept for reuse do not count as used"
+            );
         }
     }
     index.persist(1).await.unwrap();
