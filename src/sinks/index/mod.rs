@@ -51,7 +51,23 @@
 //!
 //! # Measured (examples/pk_index_bench.rs, release, 2 shared cores, local disk)
 //!
-//! MEASUREMENTS
+//! 10,000,000 keys in random order, applied as 100 commits of 100,000 rows (each `apply` then
+//! `persist`, compactions included), 10 data files, memory budget 64 MiB:
+//!
+//! | key   | apply+persist | random get_many (10k/batch) | on disk            | runs | reopen  |
+//! |-------|---------------|-----------------------------|--------------------|------|---------|
+//! | 8 B   | 623k rows/s   | 154k keys/s                 | 129 MiB (13.5 B/key) | 5  | 9 ms    |
+//! | 16 B  | 565k rows/s   | 108k keys/s                 | 205 MiB (21.5 B/key) | 4  | 4 ms    |
+//!
+//! Memory of a 10M-row table: run metas 12.4 MiB (8 B keys) / 12.9 MiB (16 B keys), i.e. the
+//! 1.25 B/key bloom filters plus ~0.5 MiB of sparse index; the rest is the budget (memtable ≤ 32
+//! MiB, block cache ≤ 32 MiB, both full at the end of the run). Process peak RSS (VmHWM, whole
+//! benchmark) was 145 MiB for 8 B keys and 180 MiB after the 16 B pass: beyond the index's own
+//! ~53 MiB come transient merge and lookup buffers (≤ 1 MiB per merged run, ≤ 8 MiB per lookup
+//! wave, 2 MiB upload buffer) and glibc arenas that keep freed memory. The restart cost is the
+//! reopen (milliseconds, independent of data files) plus a cold block cache: the first 10,000
+//! random lookups after reopen took 67 ms (8 B) / 81 ms (16 B) on local disk. Not measured: S3,
+//! where each block miss is a ranged GET (~10-30 ms) and waves of 8 GETs run in parallel.
 //!
 //! Where a restart spends: one LIST, one GET of the manifest, one ranged GET per run for its
 //! meta (blooms + sparse index); no data file and no run block is read.
