@@ -365,7 +365,7 @@ impl RunWriter {
             self.meta.first_keys.extend_from_slice(key);
             self.prev_key.clear();
         }
-        let shared = if self.block_entries % RESTART_INTERVAL == 0 {
+        let shared = if self.block_entries.is_multiple_of(RESTART_INTERVAL) {
             self.restarts.push(self.block.len() as u32);
             0
         } else {
