@@ -64,7 +64,9 @@
 //! MiB, block cache ≤ 32 MiB, both full at the end of the run). Process peak RSS (VmHWM, whole
 //! benchmark) was 145 MiB for 8 B keys and 180 MiB after the 16 B pass: beyond the index's own
 //! ~53 MiB come transient merge and lookup buffers (≤ 1 MiB per merged run, ≤ 8 MiB per lookup
-//! wave, 2 MiB upload buffer) and glibc arenas that keep freed memory. The restart cost is the
+//! wave, 2 MiB upload buffer) and glibc arenas that keep freed memory: rerun with
+//! `MALLOC_ARENA_MAX=1`, peak RSS was 69.5 MiB (8 B keys) and 84.5 MiB (16 B, after the 8 B
+//! pass), lookups ~15-25% slower (clippy ran alongside). The restart cost is the
 //! reopen (milliseconds, independent of data files) plus a cold block cache: the first 10,000
 //! random lookups after reopen took 67 ms (8 B) / 81 ms (16 B) on local disk. Not measured: S3,
 //! where each block miss is a ranged GET (~10-30 ms) and waves of 8 GETs run in parallel.
