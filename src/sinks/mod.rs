@@ -13,6 +13,7 @@ use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
 
 pub mod iceberg;
+pub mod index;
 
 /// What a committed snapshot holds, for logs, metrics and `cdcd status`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

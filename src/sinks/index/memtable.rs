@@ -1,0 +1,185 @@
+//! The memtable: the index changes applied since the last flush, in memory.
+//!
+//! Keys are appended to one byte arena and entries to one vector, so applying a change allocates
+//! nothing per row (amortized growth only). A hash map from [`key_hash`] to the newest entry with
+//! that hash, plus a `prev` link per entry, forms exact chains: a lookup walks the chain comparing
+//! full key bytes, so hash collisions never alias two keys. A key written twice keeps both entries
+//! (the newer shadows the older); [`MemTable::sorted`] keeps the newest per key when flushing.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use super::bloom::key_hash;
+
+/// The file id a removed key maps to (a tombstone): it shadows older runs until compaction of the
+/// oldest run drops it.
+pub(crate) const TOMBSTONE: u32 = u32::MAX;
+
+/// Where a key lives: an interned file id (or [`TOMBSTONE`]) and a row position in that file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slot {
+    pub(crate) file: u32,
+    pub(crate) position: u64,
+}
+
+impl Slot {
+    pub(crate) const REMOVED: Slot = Slot {
+        file: TOMBSTONE,
+        position: 0,
+    };
+
+    pub(crate) fn is_tombstone(&self) -> bool {
+        self.file == TOMBSTONE
+    }
+}
+
+const NONE: usize = usize::MAX;
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    key_off: usize,
+    key_len: usize,
+    /// The previous entry whose key has the same hash (possibly the same key), or `NONE`.
+    prev: usize,
+    slot: Slot,
+}
+
+/// The keys are already hashes: hashing them again would only cost time.
+#[derive(Default)]
+struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct MemTable {
+    arena: Vec<u8>,
+    entries: Vec<Entry>,
+    heads: HashMap<u64, usize, BuildHasherDefault<PassThrough>>,
+}
+
+impl MemTable {
+    pub(crate) fn insert(&mut self, key: &[u8], slot: Slot) {
+        let idx = self.entries.len();
+        let prev = self.heads.insert(key_hash(key), idx).unwrap_or(NONE);
+        self.entries.push(Entry {
+            key_off: self.arena.len(),
+            key_len: key.len(),
+            prev,
+            slot,
+        });
+        self.arena.extend_from_slice(key);
+    }
+
+    fn key(&self, e: &Entry) -> &[u8] {
+        self.arena
+            .get(e.key_off..e.key_off + e.key_len)
+            .unwrap_or_default()
+    }
+
+    /// The newest slot of `key`, if the memtable has one.
+    pub(crate) fn get(&self, key: &[u8], hash: u64) -> Option<Slot> {
+        let mut idx = *self.heads.get(&hash)?;
+        while let Some(e) = self.entries.get(idx) {
+            if self.key(e) == key {
+                return Some(e.slot);
+            }
+            idx = e.prev;
+        }
+        None
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The newest entry of every key, in key order: what a flush writes.
+    pub(crate) fn sorted(&self) -> impl Iterator<Item = (&[u8], Slot)> {
+        let mut order: Vec<usize> = (0..self.entries.len()).collect();
+        let key_at = |i: usize| self.entries.get(i).map(|e| self.key(e)).unwrap_or_default();
+        // Equal keys: the newer (higher index) first, so dedup keeps it.
+        order.sort_unstable_by(|&a, &b| key_at(a).cmp(key_at(b)).then(b.cmp(&a)));
+        order.dedup_by(|later, first| key_at(*later) == key_at(*first));
+        order
+            .into_iter()
+            .filter_map(move |i| self.entries.get(i).map(|e| (self.key(e), e.slot)))
+    }
+
+    /// Empties the memtable, keeping its buffers for reuse (the next commit refills them).
+    pub(crate) fn clear(&mut self) {
+        self.arena.clear();
+        self.entries.clear();
+        self.heads.clear();
+    }
+
+    /// Entries applied since the last clear (counting a key written twice twice).
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Bytes in use: what decides a flush. Capacity kept after a clear is not counted, or one
+    /// full memtable would ask for a flush after every commit from then on.
+    pub(crate) fn used_bytes(&self) -> usize {
+        self.arena.len()
+            + self.entries.len() * std::mem::size_of::<Entry>()
+            + self.heads.len() * (std::mem::size_of::<(u64, usize)>() + 1)
+    }
+
+    /// Bytes held, counting capacity: what the memory usage reports.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.arena.capacity()
+            + self.entries.capacity() * std::mem::size_of::<Entry>()
+            // hashbrown: one control byte per bucket plus the (hash, index) pair.
+            + self.heads.capacity() * (std::mem::size_of::<(u64, usize)>() + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(file: u32, position: u64) -> Slot {
+        Slot { file, position }
+    }
+
+    #[test]
+    fn newest_wins_and_sorted_dedups() {
+        let mut m = MemTable::default();
+        m.insert(b"b", at(0, 1));
+        m.insert(b"a", at(0, 2));
+        m.insert(b"b", at(1, 3));
+        m.insert(b"c", Slot::REMOVED);
+        assert_eq!(m.get(b"b", key_hash(b"b")), Some(at(1, 3)));
+        assert_eq!(m.get(b"z", key_hash(b"z")), None);
+        let all: Vec<_> = m.sorted().map(|(k, s)| (k.to_vec(), s)).collect();
+        assert_eq!(
+            all,
+            vec![
+                (b"a".to_vec(), at(0, 2)),
+                (b"b".to_vec(), at(1, 3)),
+                (b"c".to_vec(), Slot::REMOVED)
+            ]
+        );
+    }
+
+    #[test]
+    fn colliding_hashes_resolve_exactly() {
+        // Force two keys into one chain by looking them up under one hash.
+        let mut m = MemTable::default();
+        m.insert(b"x", at(0, 1));
+        let h = key_hash(b"x");
+        assert_eq!(m.get(b"y", h), None);
+        assert_eq!(m.get(b"x", h), Some(at(0, 1)));
+    }
+}

@@ -1,0 +1,365 @@
+//! Index tests: a HashMap model under seeded random operations, persistence and reopen on local
+//! disk, crash leftovers, conflicts and the memory bound.
+
+use std::collections::HashMap;
+
+use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+
+use super::*;
+
+/// xorshift64*: deterministic, no extra crate.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Keys of varying length sharing prefixes, like `arrow_row` encodings of composite keys.
+fn key_of(i: u64) -> Vec<u8> {
+    let mut k = vec![1u8];
+    k.extend_from_slice(&(i / 7).to_be_bytes());
+    k.extend(std::iter::repeat_n(b'x', (i % 7) as usize));
+    k
+}
+
+fn loc(file: &Arc<str>, position: u64) -> RowLocation {
+    RowLocation {
+        file: Arc::clone(file),
+        position,
+    }
+}
+
+type Model = HashMap<Vec<u8>, RowLocation>;
+
+async fn check(index: &PrimaryKeyIndex, model: &Model, keyspace: u64) {
+    let keys: Vec<Vec<u8>> = (0..keyspace).map(key_of).collect();
+    let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let got = index.get_many(&refs).await.unwrap();
+    for (k, g) in keys.iter().zip(got) {
+        assert_eq!(g.as_ref(), model.get(k), "key {k:?}");
+    }
+}
+
+#[tokio::test]
+async fn matches_a_hashmap_model_under_random_operations() {
+    for seed in [1u64, 42] {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let root = Path::from("wh/_cdcd/p/index/ns/t");
+        // A tiny budget so flushes, evictions and compactions all happen.
+        let mut index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
+            .await
+            .unwrap();
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let keyspace = 3_000;
+        let mut files: Vec<Arc<str>> = Vec::new();
+        let mut next_file = 0;
+        let mut model = Model::new();
+        let mut snapshot = 0;
+        for step in 0..150 {
+            if files.is_empty() || rng.below(4) == 0 {
+                files.push(Arc::from(format!("s3://wh/ns/t/data/{next_file}.parquet")));
+                next_file += 1;
+            }
+            let batch: Vec<(Vec<u8>, IndexOp)> = (0..rng.below(200))
+                .map(|_| {
+                    let k = key_of(rng.below(keyspace));
+                    let op = if rng.below(5) == 0 {
+                        IndexOp::Remove
+                    } else {
+                        let f = &files[rng.below(files.len() as u64) as usize];
+                        IndexOp::Upsert(loc(f, rng.below(1 << 40)))
+                    };
+                    (k, op)
+                })
+                .collect();
+            for (k, op) in &batch {
+                match op {
+                    IndexOp::Upsert(l) => model.insert(k.clone(), l.clone()),
+                    IndexOp::Remove => model.remove(k),
+                };
+            }
+            index
+                .apply(batch.iter().map(|(k, op)| IndexChange {
+                    key: k,
+                    op: op.clone(),
+                }))
+                .unwrap();
+            match rng.below(10) {
+                0..=4 => {
+                    snapshot += 1;
+                    index.persist(snapshot).await.unwrap();
+                }
+                5 => index.flush().await.unwrap(),
+                6 if files.len() > 2 => {
+                    let gone = files.remove(rng.below(files.len() as u64) as usize);
+                    index.remove_files([&*gone]);
+                    model.retain(|_, l| l.file != gone);
+                }
+                7 => {
+                    snapshot += 1;
+                    index.persist(snapshot).await.unwrap();
+                    index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
+                        .await
+                        .unwrap();
+                    assert_eq!(index.covered_snapshot(), Some(snapshot));
+                }
+                _ => {}
+            }
+            if step % 25 == 0 {
+                check(&index, &model, keyspace).await;
+            }
+        }
+        check(&index, &model, keyspace).await;
+        let (runs, _) = index.stats();
+        assert!(runs <= 16, "compaction keeps runs logarithmic: {runs}");
+    }
+}
+
+fn local(dir: &tempfile::TempDir) -> Arc<dyn ObjectStore> {
+    Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap())
+}
+
+async fn names(store: &Arc<dyn ObjectStore>, root: &Path) -> Vec<String> {
+    let mut out: Vec<String> = store
+        .list(Some(root))
+        .map_ok(|m| m.location.filename().unwrap().to_owned())
+        .try_collect()
+        .await
+        .unwrap();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn persists_and_reopens_on_local_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = local(&dir);
+    let root = Path::from("ns/t/metadata/cdcd-index");
+    let file: Arc<str> = Arc::from("file:///wh/ns/t/data/a.parquet");
+    let keys: Vec<Vec<u8>> = (0..10_000u64).map(key_of).collect();
+    {
+        let mut index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 1 << 20)
+            .await
+            .unwrap();
+        assert_eq!(index.covered_snapshot(), None);
+        index
+            .apply(keys.iter().enumerate().map(|(i, k)| IndexChange {
+                key: k,
+                op: IndexOp::Upsert(loc(&file, i as u64)),
+            }))
+            .unwrap();
+        index.persist(11).await.unwrap();
+        // Applied after the last persist: not durable, must not survive the "crash".
+        index
+            .apply([IndexChange {
+                key: &keys[0],
+                op: IndexOp::Remove,
+            }])
+            .unwrap();
+        index.flush().await.unwrap();
+    }
+    let index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 1 << 20)
+        .await
+        .unwrap();
+    assert_eq!(index.covered_snapshot(), Some(11));
+    let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let got = index.get_many(&refs).await.unwrap();
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(g.as_ref(), Some(&loc(&file, i as u64)));
+    }
+    assert_eq!(index.get_many(&[b"nope"]).await.unwrap(), vec![None]);
+    let on_disk = names(&store, &root).await;
+    assert_eq!(on_disk.len(), 2, "one manifest and one run: {on_disk:?}");
+}
+
+#[tokio::test]
+async fn open_removes_crash_leftovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = local(&dir);
+    let root = Path::from("idx");
+    let file: Arc<str> = Arc::from("f1");
+    let mut index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
+        .await
+        .unwrap();
+    index
+        .apply([IndexChange {
+            key: b"k",
+            op: IndexOp::Upsert(loc(&file, 3)),
+        }])
+        .unwrap();
+    index.persist(1).await.unwrap();
+    // A run written before a crash (no manifest names it) and a superseded manifest.
+    let orphan = run_path(&root, 99);
+    store
+        .put(&orphan, PutPayload::from_static(b"partial"))
+        .await
+        .unwrap();
+    let old = manifest_path(&root, 0);
+    store
+        .put(&old, PutPayload::from_static(b"{}"))
+        .await
+        .unwrap();
+    store
+        .put(
+            &root.clone().join("README"),
+            PutPayload::from_static(b"kept"),
+        )
+        .await
+        .unwrap();
+    let reopened = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
+        .await
+        .unwrap();
+    assert_eq!(
+        reopened.get_many(&[b"k"]).await.unwrap(),
+        vec![Some(loc(&file, 3))]
+    );
+    let left = names(&store, &root).await;
+    assert!(!left.iter().any(|n| n.contains("99")), "{left:?}");
+    assert!(!left.contains(&"manifest-00000000000000000000.json".to_owned()));
+    assert!(
+        left.contains(&"README".to_owned()),
+        "foreign files are left alone"
+    );
+    // New runs never reuse the orphan's id.
+    assert!(reopened.next_run_id > 99);
+}
+
+#[tokio::test]
+async fn a_second_writer_conflicts() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let root = Path::from("idx");
+    let mut a = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
+        .await
+        .unwrap();
+    let mut b = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
+        .await
+        .unwrap();
+    a.persist(1).await.unwrap();
+    let err = b.persist(1).await.unwrap_err();
+    assert!(matches!(err, IndexError::Conflict { .. }), "{err}");
+    assert_eq!(err.kind(), "commit_conflict");
+}
+
+#[tokio::test]
+async fn clear_forgets_everything_durably() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let root = Path::from("idx");
+    let file: Arc<str> = Arc::from("f");
+    let mut index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
+        .await
+        .unwrap();
+    index
+        .apply([IndexChange {
+            key: b"a",
+            op: IndexOp::Upsert(loc(&file, 0)),
+        }])
+        .unwrap();
+    index.persist(1).await.unwrap();
+    index.clear();
+    index
+        .apply([IndexChange {
+            key: b"b",
+            op: IndexOp::Upsert(loc(&file, 1)),
+        }])
+        .unwrap();
+    index.persist(2).await.unwrap();
+    let index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
+        .await
+        .unwrap();
+    assert_eq!(
+        index.get_many(&[b"a", b"b"]).await.unwrap(),
+        vec![None, Some(loc(&file, 1))]
+    );
+    assert_eq!(names(&store, &root).await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_corrupt_run_is_reported_not_trusted() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let root = Path::from("idx");
+    let file: Arc<str> = Arc::from("f");
+    let mut index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
+        .await
+        .unwrap();
+    index
+        .apply([IndexChange {
+            key: b"a",
+            op: IndexOp::Upsert(loc(&file, 0)),
+        }])
+        .unwrap();
+    index.persist(1).await.unwrap();
+    let run = index.runs[0].path.clone();
+    store
+        .put(&run, PutPayload::from_static(b"garbage garbage garbage"))
+        .await
+        .unwrap();
+    let err = PrimaryKeyIndex::open(Arc::clone(&store), root, 0)
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(err, IndexError::Corrupt { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn memory_stays_within_the_budget() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let budget = 2 * MIN_HALF_BUDGET;
+    let mut index = PrimaryKeyIndex::open(Arc::clone(&store), Path::from("idx"), budget)
+        .await
+        .unwrap();
+    let file: Arc<str> = Arc::from("f");
+    let mut peak_memtable = 0;
+    let mut key = Vec::new();
+    for i in 0..200_000u64 {
+        key.clear();
+        key.extend_from_slice(&i.to_be_bytes());
+        key.extend_from_slice(&(i * 31).to_be_bytes());
+        index
+            .apply([IndexChange {
+                key: &key,
+                op: IndexOp::Upsert(loc(&file, i)),
+            }])
+            .unwrap();
+        peak_memtable = peak_memtable.max(index.memory_usage().memtable);
+        if index.needs_flush() {
+            index.flush().await.unwrap();
+            assert!(
+                !index.needs_flush(),
+                "buffers kept for reuse do not count as used"
+            );
+        }
+    }
+    index.persist(1).await.unwrap();
+    // A memtable grows by doubling its buffers: one step past the budget is the most it reaches.
+    assert!(
+        peak_memtable <= 3 * budget / 2 + 4096,
+        "memtable peaked at {peak_memtable}"
+    );
+    let mut rng = Rng(5);
+    for _ in 0..20 {
+        let keys: Vec<Vec<u8>> = (0..2_000)
+            .map(|_| {
+                let i = rng.below(200_000);
+                let mut k = i.to_be_bytes().to_vec();
+                k.extend_from_slice(&(i * 31).to_be_bytes());
+                k
+            })
+            .collect();
+        let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+        let got = index.get_many(&refs).await.unwrap();
+        assert!(got.iter().all(Option::is_some));
+        assert!(index.memory_usage().block_cache <= budget / 2);
+    }
+    let usage = index.memory_usage();
+    // Bloom filters: 1.25 bytes per key, plus a sparse index entry per block.
+    assert!(usage.runs < 200_000 * 2, "{usage:?}");
+}
