@@ -90,17 +90,22 @@ pub(crate) async fn write_manifest(
     finish_manifest(warehouse, &io, location, writer).await
 }
 
-/// Rewrites manifest `old` for a new snapshot: the live entries whose file `remove` accepts become
-/// DELETED entries, the other live entries EXISTING (keeping their snapshot and sequence numbers,
+/// Rewrites manifest `old` for a new snapshot: the live entries whose file `remove` accepts are
+/// left out, the other live entries stay EXISTING (keeping their snapshot and sequence numbers,
 /// resolved from the manifest where inherited); earlier DELETED entries are dropped. Returns the
-/// new manifest and the removed files.
+/// new manifest (`None` when nothing is left) and the removed files.
+///
+/// Removed entries are omitted rather than written as DELETED: DuckDB 1.5.5 does not skip DELETED
+/// deletion-vector entries, and with two vectors for one data file it read wrong rows (a kill -9
+/// test showed lost and duplicated keys that pyiceberg did not see). Omitting them is what a
+/// manifest rewrite does; scans are unaffected.
 pub(crate) async fn rewrite_manifest(
     warehouse: &Warehouse,
     location: String,
     target: &ManifestTarget,
     old: &ManifestFile,
     remove: impl Fn(&DataFile) -> bool,
-) -> Result<(ManifestFile, Vec<DataFile>), SinkError> {
+) -> Result<(Option<ManifestFile>, Vec<DataFile>), SinkError> {
     let bytes = read(warehouse, &old.manifest_path).await?;
     let parsed =
         Manifest::parse_avro(&bytes).map_err(ice(format!("parsing {}", old.manifest_path)))?;
@@ -110,25 +115,27 @@ pub(crate) async fn rewrite_manifest(
         .map_err(ice(format!("opening {location}")))?;
     let mut writer = target.writer(output);
     let mut removed = Vec::new();
+    let mut kept = 0usize;
     for e in parsed.entries().iter().filter(|e| e.is_alive()) {
         let sequence = e.sequence_number().unwrap_or(old.sequence_number);
         let file_sequence = Some(e.file_sequence_number.unwrap_or(old.sequence_number));
         let file = e.data_file().clone();
         let added = ice(format!("adding an entry to {location}"));
         if remove(&file) {
-            removed.push(file.clone());
-            writer
-                .add_delete_file(file, sequence, file_sequence)
-                .map_err(added)?;
+            removed.push(file);
         } else {
+            kept += 1;
             let snapshot = e.snapshot_id().unwrap_or(old.added_snapshot_id);
             writer
                 .add_existing_file(file, snapshot, sequence, file_sequence)
                 .map_err(added)?;
         }
     }
+    if kept == 0 {
+        return Ok((None, removed));
+    }
     let manifest = finish_manifest(warehouse, &io, location, writer).await?;
-    Ok((manifest, removed))
+    Ok((Some(manifest), removed))
 }
 
 async fn finish_manifest(

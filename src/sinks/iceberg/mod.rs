@@ -315,7 +315,10 @@ impl IcebergSink {
         if !plan.truncate {
             for (i, m) in manifests.into_iter().enumerate() {
                 if !rewrite.contains(&i) {
-                    new_manifests.push(m);
+                    // A manifest left with no live entry is dropped, not carried forward.
+                    if m.has_added_files() || m.has_existing_files() {
+                        new_manifests.push(m);
+                    }
                     continue;
                 }
                 let path = format!("{location}/metadata/{commit_id}-r{i}.avro");
@@ -327,7 +330,7 @@ impl IcebergSink {
                     })
                     .await?;
                 removed_deletes.extend(removed);
-                new_manifests.push(rewritten);
+                new_manifests.extend(rewritten);
             }
         }
         let summary = summary::summary(
