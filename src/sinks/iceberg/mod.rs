@@ -276,10 +276,14 @@ impl IcebergSink {
                     .filter(|f| live_dvs.contains_key(*f))
                     .cloned(),
             );
-            if !new_dvs.dvs.is_empty() {
-                let path = format!("{location}/data/{commit_id}-dvs.puffin");
-                delete_files =
-                    dv::write_puffin(&self.warehouse, table, &path, &new_dvs.dvs).await?;
+            // One Puffin file per vector. With several blobs in one Puffin file (as Iceberg-Java
+            // writes), DuckDB 1.5.5 applied a neighbouring blob to the wrong data file after a
+            // commit that added one vector and replaced others (Spark and pyiceberg read the same
+            // table right); one blob per file sidesteps it at the cost of more small files.
+            for (i, (file, vector)) in new_dvs.dvs.iter().enumerate() {
+                let path = format!("{location}/data/{commit_id}-dv-{i:05}.puffin");
+                let one = std::collections::BTreeMap::from([(file.clone(), vector.clone())]);
+                delete_files.extend(dv::write_puffin(&self.warehouse, table, &path, &one).await?);
             }
         } else {
             deleted_rows = (plan.position_deletes.len() + plan.equality_deletes.len()) as u64;
