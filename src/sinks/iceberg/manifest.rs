@@ -95,10 +95,9 @@ pub(crate) async fn write_manifest(
 /// resolved from the manifest where inherited); earlier DELETED entries are dropped. Returns the
 /// new manifest (`None` when nothing is left) and the removed files.
 ///
-/// Removed entries are omitted rather than written as DELETED: DuckDB 1.5.5 does not skip DELETED
-/// deletion-vector entries, and with two vectors for one data file it read wrong rows (a kill -9
-/// test showed lost and duplicated keys that pyiceberg did not see). Omitting them is what a
-/// manifest rewrite does; scans are unaffected.
+/// Removed entries are omitted rather than kept as DELETED (as a manifest rewrite does), so
+/// readers never have to skip them and a manifest emptied by replacements disappears instead of
+/// riding along in every later manifest list; scans are unaffected.
 pub(crate) async fn rewrite_manifest(
     warehouse: &Warehouse,
     location: String,
