@@ -13,7 +13,10 @@ use super::*;
 use crate::changelog::{Column, Lsn, Op, Position, TableChangesBuilder};
 use crate::config::DeleteMode;
 
-const PYTHON: &str = "/tmp/cdcd-tb/venv/bin/python";
+/// The test bed (`scripts/testbed.sh`): its venv holds the independent readers.
+fn test_bed() -> String {
+    std::env::var("CDCD_TB").unwrap_or_else(|_| "/tmp/cdcd-tb".into())
+}
 
 fn col(name: &str, dt: DataType) -> Column {
     Column {
@@ -112,14 +115,22 @@ fn sink(dir: &Path, mode: DeleteMode) -> IcebergSink {
 
 /// Runs `code` in the testbed venv with `con` (DuckDB) ready; `None` when the venv is missing.
 fn python(code: &str) -> Option<String> {
-    if !Path::new(PYTHON).exists() {
-        eprintln!("note: {PYTHON} missing, skipping the independent-reader check");
+    let bed = test_bed();
+    let python = format!("{bed}/venv/bin/python");
+    if !Path::new(&python).exists() {
+        eprintln!(
+            "note: {python} missing (scripts/testbed.sh up), skipping the independent-reader check"
+        );
         return None;
     }
     let script = format!(
-        "import sys, json\nsys.path.insert(0, '/tmp/cdcd-tb')\nfrom duck_load import connect\n{code}\n"
+        "import sys, json\nsys.path.insert(0, '{bed}')\nfrom duck_load import connect\n{code}\n"
     );
-    let out = Command::new(PYTHON).arg("-c").arg(script).output().unwrap();
+    let out = Command::new(&python)
+        .arg("-c")
+        .arg(script)
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "python failed: {}",
