@@ -55,6 +55,10 @@ pyiceberg[pyarrow]==0.12.0
 pyarrow==19.0.1
 psycopg2-binary==2.9.13
 pytz==2026.6
+pypaimon==2.1.0
+pymysql==1.2.4
+moto[server]==5.2.5
+boto3==1.44.8
 EOF
   # Debian's own python3 (python3-venv belongs to it), not whatever `python3` a PATH shim points at.
   local base=/usr/bin/python3
@@ -92,7 +96,7 @@ if __name__ == "__main__":
     print(con.sql("select extension_name, extension_version, install_path from duckdb_extensions() where loaded and install_path like '/%'").fetchall())
 EOF
   "$PY" "$CDCD_TB/duck_load.py" >/dev/null || die "DuckDB cannot load the iceberg extension from the wheels (see above)"
-  "$PY" -c 'import pyiceberg, pyarrow, psycopg2, pytz' || die "python readers do not import (see above)"
+  "$PY" -c 'import pyiceberg, pyarrow, psycopg2, pytz, pypaimon, pymysql, boto3' || die "python readers do not import (see above)"
 }
 python_stop() { :; }
 python_env() {
@@ -125,8 +129,8 @@ listen_addresses = '127.0.0.1'
 port = $PG_PORT
 unix_socket_directories = '$RUN'
 wal_level = logical
-max_replication_slots = 20
-max_wal_senders = 20
+max_replication_slots = 40
+max_wal_senders = 40
 max_wal_size = 2GB
 fsync = off
 EOF
