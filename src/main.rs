@@ -16,7 +16,13 @@ struct Cli {
     #[arg(long, short, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Log lines on stderr: `text` (readable on a terminal) or `json` (one object per line).
-    #[arg(long, global = true, value_enum, default_value = "text", env = "CDCD_LOG_FORMAT")]
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "CDCD_LOG_FORMAT"
+    )]
     log_format: LogFormat,
     #[command(subcommand)]
     command: Option<Command>,

@@ -79,12 +79,7 @@ impl State {
         }
         match self.source_seen {
             Some(t) if age(t) <= self.stall_after => {}
-            Some(t) => {
-                return not(format!(
-                    "source silent for {} s",
-                    age(t).as_secs()
-                ))
-            }
+            Some(t) => return not(format!("source silent for {} s", age(t).as_secs())),
             None => return not("source not heard from yet".into()),
         }
         if let Some(t) = self.pipeline_seen {
@@ -204,9 +199,7 @@ impl Health {
     /// Whether the pipeline loop turned within `within` (or has not started: startup has its own
     /// timeout). The watchdog pets systemd only then.
     pub fn alive(&self, within: Duration) -> bool {
-        self.with(|s| {
-            !s.started || s.pipeline_seen.is_some_and(|t| t.elapsed() <= within)
-        })
+        self.with(|s| !s.started || s.pipeline_seen.is_some_and(|t| t.elapsed() <= within))
     }
 
     pub fn readiness(&self) -> Readiness {
@@ -239,7 +232,9 @@ mod tests {
     #[test]
     fn not_ready_before_start() {
         let s = State::new();
-        assert!(matches!(s.readiness(Instant::now()), Readiness::NotReady(m) if m.contains("starting")));
+        assert!(
+            matches!(s.readiness(Instant::now()), Readiness::NotReady(m) if m.contains("starting"))
+        );
     }
 
     #[test]
@@ -253,7 +248,9 @@ mod tests {
         let now = Instant::now();
         let s = ready_state(now);
         let later = now + Duration::from_secs(61);
-        assert!(matches!(s.readiness(later), Readiness::NotReady(m) if m.contains("source silent")));
+        assert!(
+            matches!(s.readiness(later), Readiness::NotReady(m) if m.contains("source silent"))
+        );
     }
 
     #[test]

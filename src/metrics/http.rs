@@ -43,7 +43,10 @@ pub fn route(head: &[u8]) -> (Route, bool) {
         .windows(2)
         .position(|w| w == b"\r\n")
         .unwrap_or(head.len());
-    let Some(line) = head.get(..line_end).and_then(|l| std::str::from_utf8(l).ok()) else {
+    let Some(line) = head
+        .get(..line_end)
+        .and_then(|l| std::str::from_utf8(l).ok())
+    else {
         return (Route::BadRequest, false);
     };
     let mut parts = line.split(' ');
@@ -83,7 +86,12 @@ pub fn response(status: &str, content_type: &str, body: &str, head_only: bool) -
 }
 
 /// The response to `route`.
-pub fn answer(route: Route, head_only: bool, prometheus: &PrometheusHandle, health: &Health) -> Vec<u8> {
+pub fn answer(
+    route: Route,
+    head_only: bool,
+    prometheus: &PrometheusHandle,
+    health: &Health,
+) -> Vec<u8> {
     const TEXT: &str = "text/plain; charset=utf-8";
     match route {
         Route::Metrics => response(
@@ -186,13 +194,28 @@ mod tests {
 
     #[test]
     fn routes() {
-        assert_eq!(route(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"), (Route::Metrics, false));
-        assert_eq!(route(b"HEAD /healthz HTTP/1.0\r\n\r\n"), (Route::Healthz, true));
-        assert_eq!(route(b"GET /readyz?verbose=1 HTTP/1.1\r\n\r\n"), (Route::Readyz, false));
+        assert_eq!(
+            route(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+            (Route::Metrics, false)
+        );
+        assert_eq!(
+            route(b"HEAD /healthz HTTP/1.0\r\n\r\n"),
+            (Route::Healthz, true)
+        );
+        assert_eq!(
+            route(b"GET /readyz?verbose=1 HTTP/1.1\r\n\r\n"),
+            (Route::Readyz, false)
+        );
         assert_eq!(route(b"GET / HTTP/1.1\r\n\r\n"), (Route::NotFound, false));
-        assert_eq!(route(b"POST /metrics HTTP/1.1\r\n\r\n"), (Route::MethodNotAllowed, false));
+        assert_eq!(
+            route(b"POST /metrics HTTP/1.1\r\n\r\n"),
+            (Route::MethodNotAllowed, false)
+        );
         assert_eq!(route(b"GET /metrics\r\n\r\n"), (Route::BadRequest, false));
-        assert_eq!(route(b"GET /metrics SPDY/3\r\n\r\n"), (Route::BadRequest, false));
+        assert_eq!(
+            route(b"GET /metrics SPDY/3\r\n\r\n"),
+            (Route::BadRequest, false)
+        );
         assert_eq!(route(b"\xff\xfe"), (Route::BadRequest, false));
         assert_eq!(route(b""), (Route::BadRequest, false));
     }
@@ -234,7 +257,10 @@ mod tests {
         assert!(m.contains("cdcd_test_total 3"), "{m}");
         assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
         let r = get("/readyz").await;
-        assert!(r.starts_with("HTTP/1.1 503") && r.contains("starting"), "{r}");
+        assert!(
+            r.starts_with("HTTP/1.1 503") && r.contains("starting"),
+            "{r}"
+        );
         health.set_started();
         assert!(get("/readyz").await.starts_with("HTTP/1.1 200"));
         stop.cancel();

@@ -213,7 +213,10 @@ mod tests {
     fn lost_slot_says_what_to_do() {
         let line = slot_lost_problem("cdcd_shop").to_string();
         assert!(line.contains("wal_status = lost"), "{line}");
-        assert!(line.contains("pg_drop_replication_slot('cdcd_shop')"), "{line}");
+        assert!(
+            line.contains("pg_drop_replication_slot('cdcd_shop')"),
+            "{line}"
+        );
         assert!(line.contains("max_slot_wal_keep_size"), "{line}");
         assert!(!line.contains('\n'));
     }

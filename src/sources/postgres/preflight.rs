@@ -29,7 +29,10 @@ pub struct Identity {
 
 /// The problem with a table's replica identity, if any.
 pub fn identity_problem(table: &TableId, identity: &Identity) -> Option<CheckProblem> {
-    let fix = format!("run ALTER TABLE {} REPLICA IDENTITY DEFAULT", qualified(table));
+    let fix = format!(
+        "run ALTER TABLE {} REPLICA IDENTITY DEFAULT",
+        qualified(table)
+    );
     match identity.relreplident {
         'n' => Some(CheckProblem {
             problem: format!(
