@@ -194,14 +194,14 @@ async fn metrics_are_served_and_lag_falls_to_zero() {
     assert_eq!(st.code(), Some(0), "exit after SIGTERM: {st}");
     let out = p.output();
     assert!(!out.contains(&secret), "the password reached the logs");
-    let json_lines: Vec<&str> = out
-        .lines()
-        .filter(|l| !l.starts_with("====="))
-        .collect();
+    let json_lines: Vec<&str> = out.lines().filter(|l| !l.starts_with("=====")).collect();
     assert!(!json_lines.is_empty());
     for line in json_lines {
         let v: serde_json::Value = serde_json::from_str(line)
             .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
-        assert!(v.get("level").is_some() && v.get("timestamp").is_some(), "{line}");
+        assert!(
+            v.get("level").is_some() && v.get("timestamp").is_some(),
+            "{line}"
+        );
     }
 }
