@@ -59,11 +59,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let json = matches!(cli.log_format, LogFormat::Json);
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
             error!("{e:#}");
-            eprintln!("cdcd: {e:#}");
+            // JSON logs stay one object per line; on a terminal, also a plain last line.
+            if !json {
+                eprintln!("cdcd: {e:#}");
+            }
             ExitCode::FAILURE
         }
     }

@@ -128,7 +128,14 @@ fn describe() {
     metrics::gauge!(BUFFERED_ROWS).set(0.0);
 }
 
-/// Seconds since the Unix epoch, for timestamp gauges and lag.
+/// `cdcd_source_lag_bytes`: how far the source's log is ahead of what cdcd confirmed. The hook
+/// for every source: Postgres sets it from the slot (`sources/postgres/monitor.rs`); a binlog
+/// source sets the bytes between the server's current binlog position and the confirmed one.
+pub fn set_source_lag_bytes(bytes: u64) {
+    metrics::gauge!(SOURCE_LAG_BYTES).set(bytes as f64);
+}
+
+/// Microseconds since the Unix epoch, for timestamp gauges and lag.
 pub fn unix_now_micros() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -165,7 +165,7 @@ pub async fn run(cfg: PostgresConfig, shutdown: CancellationToken) -> Result<(),
         match slot_stats(c, &cfg.slot).await {
             Ok(Some(stats)) => {
                 if let Some(b) = stats.lag_bytes {
-                    metrics::gauge!(m::SOURCE_LAG_BYTES).set(b.max(0) as f64);
+                    m::set_source_lag_bytes(u64::try_from(b).unwrap_or(0));
                 }
                 if let Some(b) = stats.retained_bytes {
                     metrics::gauge!(m::REPLICATION_SLOT_RETAINED_BYTES).set(b.max(0) as f64);
