@@ -177,6 +177,15 @@ async fn metrics_are_served_and_lag_falls_to_zero() {
             .all(|l| l.contains(&pipeline)),
         "a series without the pipeline label:\n{metrics}"
     );
+    // One series per name and label set (a series recorded with and without an explicit
+    // `pipeline` label would collide), and it counted the streamed transactions.
+    let transactions: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("cdcd_transactions_total"))
+        .collect();
+    assert_eq!(transactions.len(), 1, "{transactions:?}");
+    let tx = sample(&metrics, "cdcd_transactions_total", &pipeline).unwrap();
+    assert!(tx >= 1.0, "cdcd_transactions_total = {tx}");
     let lag_bytes = sample(&metrics, "cdcd_source_lag_bytes", "").unwrap();
     assert!(lag_bytes < 1e6, "lag bytes {lag_bytes} after catching up");
 

@@ -76,13 +76,13 @@ pub fn install(pipeline: &str) -> Result<PrometheusHandle, MetricsError> {
         .map_err(|e| MetricsError::Install(e.to_string()))?
         .install_recorder()
         .map_err(|e| MetricsError::Install(e.to_string()))?;
-    describe();
+    describe(pipeline);
     Ok(handle)
 }
 
 /// HELP texts, and zero values for the counters and gauges that exist from the start, so a
 /// scrape shows every name before the first change arrives.
-fn describe() {
+fn describe(pipeline: &str) {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_gauge!(
         SOURCE_LAG_SECONDS,
@@ -124,8 +124,10 @@ fn describe() {
         "Estimated rows of the table's initial copy"
     );
     describe_counter!(HEARTBEATS_TOTAL, "Heartbeats written to the source");
-    metrics::counter!(TRANSACTIONS_TOTAL).absolute(0);
-    metrics::gauge!(BUFFERED_ROWS).set(0.0);
+    // With the same labels the pipeline records them with: a series recorded both with and
+    // without an explicit `pipeline` label would render twice with one label set.
+    metrics::counter!(TRANSACTIONS_TOTAL, LABEL_PIPELINE => pipeline.to_owned()).absolute(0);
+    metrics::gauge!(BUFFERED_ROWS, LABEL_PIPELINE => pipeline.to_owned()).set(0.0);
 }
 
 /// `cdcd_source_lag_bytes`: how far the source's log is ahead of what cdcd confirmed. The hook

@@ -82,11 +82,11 @@ pub fn slot_lost_problem(slot: &str) -> CheckProblem {
     }
 }
 
-/// The error that stops cdcd on a lost slot; also counted and flagged in metrics.
+/// The error that stops cdcd on a lost slot (counted by the pipeline as
+/// `cdcd_errors_total{kind="slot_lost"}`); also sets `cdcd_replication_slot_lost`.
 pub fn slot_lost_error(slot: &str) -> SourceError {
-    metrics::counter!(m::ERRORS_TOTAL, m::LABEL_KIND => m::ERROR_KIND_SLOT_LOST).increment(1);
     metrics::gauge!(m::REPLICATION_SLOT_LOST).set(1.0);
-    SourceError::Config(slot_lost_problem(slot).to_string())
+    SourceError::SlotLost(slot_lost_problem(slot).to_string())
 }
 
 /// What `cdcd check` says about an existing slot's `wal_status`.
@@ -219,6 +219,11 @@ mod tests {
         );
         assert!(line.contains("max_slot_wal_keep_size"), "{line}");
         assert!(!line.contains('\n'));
+    }
+
+    #[test]
+    fn lost_slot_error_kind() {
+        assert_eq!(slot_lost_error("s").kind(), m::ERROR_KIND_SLOT_LOST);
     }
 
     #[test]
