@@ -93,14 +93,14 @@ async fn check_names_replica_identity_and_status_hides_passwords() {
     }
 }
 
-/// A throwaway Postgres 15 with `wal_level = replica`, run as user postgres; stopped on drop.
+/// A throwaway Postgres 15 with extra `-c` settings, run as user postgres; stopped on drop.
 struct Throwaway {
     dir: tempfile::TempDir,
     port: u16,
 }
 
 impl Throwaway {
-    fn start() -> Option<Throwaway> {
+    fn start(settings: &str) -> Option<Throwaway> {
         let bin = Path::new("/usr/lib/postgresql/15/bin");
         if !bin.join("initdb").exists() {
             eprintln!(
@@ -149,7 +149,7 @@ impl Throwaway {
             .unwrap()
             .port();
         let opts = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c wal_level=replica",
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 {settings}",
             dir.path().display()
         );
         as_postgres(&[
@@ -189,12 +189,26 @@ async fn check_names_wal_level_replica() {
     if test_env("check_names_wal_level_replica").is_none() {
         return;
     }
-    let Some(pg) = Throwaway::start() else {
+    let Some(pg) = Throwaway::start("-c wal_level=replica") else {
         return;
     };
     let url = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
     let client = connect(&url).await;
     exec(&client, "CREATE TABLE orders (id int8 PRIMARY KEY, v text)").await;
+    let config = throwaway_config(&pg, &url);
+    let (ok, out) = tokio::task::spawn_blocking(move || cdcd(&["check"], &config))
+        .await
+        .unwrap();
+    assert!(!ok, "check passed wal_level=replica:\n{out}");
+    assert!(
+        out.lines()
+            .any(|l| l == "wal_level is replica: set wal_level = logical in postgresql.conf and restart Postgres"),
+        "no wal_level line:\n{out}"
+    );
+}
+
+/// A pipeline config for the throwaway cluster at `url`, capturing `public.orders`.
+fn throwaway_config(pg: &Throwaway, url: &str) -> std::path::PathBuf {
     let config = pg.dir.path().join("pipeline.toml");
     std::fs::write(
         &config,
@@ -205,13 +219,69 @@ async fn check_names_wal_level_replica() {
         ),
     )
     .unwrap();
-    let (ok, out) = tokio::task::spawn_blocking(move || cdcd(&["check"], &config))
+    config
+}
+
+/// A slot invalidated by `max_slot_wal_keep_size` is reported by `cdcd check` and stops `cdcd`
+/// with the way out, instead of a bare START_REPLICATION error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_slot_is_reported() {
+    if test_env("lost_slot_is_reported").is_none() {
+        return;
+    }
+    let Some(pg) = Throwaway::start("-c wal_level=logical -c max_slot_wal_keep_size=1MB") else {
+        return;
+    };
+    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
+    let client = connect(&url).await;
+    exec(&client, "CREATE TABLE orders (id int8 PRIMARY KEY, v text)").await;
+    // Its own statement: a slot cannot be created in a transaction that wrote.
+    exec(
+        &client,
+        "SELECT pg_create_logical_replication_slot('cdcd_walrep', 'pgoutput')",
+    )
+    .await;
+    // Push the slot's restart_lsn out of the kept WAL; the checkpoint invalidates it.
+    for i in 0..4 {
+        exec(
+            &client,
+            &format!("INSERT INTO orders VALUES ({i}, repeat('x', 1000)); SELECT pg_switch_wal();"),
+        )
+        .await;
+    }
+    exec(&client, "CHECKPOINT").await;
+    let status: Option<String> = client
+        .query_one(
+            "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'cdcd_walrep'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        status.as_deref(),
+        Some("lost"),
+        "the slot was not invalidated"
+    );
+
+    let config = throwaway_config(&pg, &url);
+    let c2 = config.clone();
+    let (ok, out) = tokio::task::spawn_blocking(move || cdcd(&["check"], &c2))
         .await
         .unwrap();
-    assert!(!ok, "check passed wal_level=replica:\n{out}");
+    assert!(!ok, "check passed a lost slot:\n{out}");
     assert!(
         out.lines()
-            .any(|l| l == "wal_level is replica: set wal_level = logical in postgresql.conf and restart Postgres"),
-        "no wal_level line:\n{out}"
+            .any(|l| l.contains("cdcd_walrep was invalidated")
+                && l.contains("pg_drop_replication_slot('cdcd_walrep')")),
+        "no lost-slot line:\n{out}"
+    );
+    let (ok, out) = tokio::task::spawn_blocking(move || cdcd(&[], &config))
+        .await
+        .unwrap();
+    assert!(!ok, "cdcd ran on a lost slot:\n{out}");
+    assert!(
+        out.contains("wal_status = lost") && out.contains("max_slot_wal_keep_size"),
+        "cdcd's error does not explain the lost slot:\n{out}"
     );
 }
