@@ -55,10 +55,14 @@ impl SlotStats {
 pub async fn slot_stats(client: &Client, slot: &str) -> Result<Option<SlotStats>, SourceError> {
     let row = client
         .query_opt(
-            "SELECT to_jsonb(s) ->> 'wal_status',
-                    (pg_current_wal_lsn() - s.confirmed_flush_lsn)::int8,
-                    (pg_current_wal_lsn() - s.restart_lsn)::int8
-             FROM pg_replication_slots s WHERE s.slot_name = $1",
+            // `to_jsonb(s)`: `wal_status` exists from PG 13 on. On a standby (logical decoding
+            // there is PG ≥ 16) the current position is the replayed one.
+            "WITH w AS (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+                                    ELSE pg_current_wal_lsn() END AS lsn)
+             SELECT to_jsonb(s) ->> 'wal_status',
+                    (w.lsn - s.confirmed_flush_lsn)::int8,
+                    (w.lsn - s.restart_lsn)::int8
+             FROM pg_replication_slots s, w WHERE s.slot_name = $1",
             &[&slot],
         )
         .await
