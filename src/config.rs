@@ -656,6 +656,20 @@ warehouse = "/tmp/wh"
     }
 
     #[test]
+    fn heartbeat_interval_defaults_and_turns_off() {
+        let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
+        let SourceConfig::Postgres(pg) = &c.source;
+        assert_eq!(
+            pg.heartbeat_interval,
+            Some(std::time::Duration::from_secs(10))
+        );
+        let off = MINIMAL.replace("[source]", "[source]\nheartbeat_interval_ms = 0");
+        let c = Config::from_toml(&off, "p.toml").unwrap();
+        let SourceConfig::Postgres(pg) = &c.source;
+        assert_eq!(pg.heartbeat_interval, None);
+    }
+
+    #[test]
     fn unknown_key_is_named() {
         let text = MINIMAL.replace("[sink]", "[sink]\nwarehous = \"x\"");
         let e = Config::from_toml(&text, "p.toml").unwrap_err().to_string();
