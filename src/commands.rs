@@ -35,6 +35,8 @@ pub enum CommandError {
     Source(#[from] SourceError),
     #[error(transparent)]
     Sink(#[from] Box<SinkError>),
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::MetricsError),
 }
 
 fn settings(config: &Config) -> Settings {
@@ -59,12 +61,51 @@ fn build_sink(config: &Config) -> Result<Arc<dyn Sink>, CommandError> {
     Ok(Arc::new(sink))
 }
 
-/// Runs the pipeline until `shutdown`.
+/// Runs the pipeline until `shutdown`, with the metrics endpoint (`[metrics] listen`) and systemd
+/// notification beside it.
 pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), CommandError> {
+    let (ops, notifier) = start_operations(config, &shutdown).await?;
     let source = build_source(config);
     let sink = build_sink(config)?;
-    pipeline::run(source, sink, settings(config), shutdown).await?;
+    let result = pipeline::run(source, sink, settings(config), shutdown).await;
+    // The endpoint and notifier end with the pipeline, also when it failed.
+    ops.cancel();
+    // Let STOPPING=1 out before the process exits.
+    let _ = tokio::time::timeout(Duration::from_secs(1), notifier).await;
+    result?;
     Ok(())
+}
+
+/// Configures [`Health`]'s stall limits, serves `/metrics` `/healthz` `/readyz` when
+/// `[metrics] listen` is set, and starts systemd notification. Returns the token that stops both.
+async fn start_operations(
+    config: &Config,
+    shutdown: &CancellationToken,
+) -> Result<(CancellationToken, tokio::task::JoinHandle<()>), CommandError> {
+    use crate::metrics::{self as m, Health};
+    let health = Health::global();
+    let SourceConfig::Postgres(pg) = &config.source;
+    let commit_interval = Duration::from_millis(config.commit_interval_ms);
+    // Silence is normal for up to a heartbeat or status period; three of them is a stall.
+    let beat = pg.heartbeat_interval.unwrap_or(Duration::from_secs(10));
+    health.configure(beat * 3, commit_interval);
+    let ops = shutdown.child_token();
+    if let Some(addr) = &config.metrics_listen {
+        let handle = m::install(&config.pipeline)?;
+        let listener = tokio::net::TcpListener::bind(addr.as_str())
+            .await
+            .map_err(|source| m::MetricsError::Listen {
+                addr: addr.clone(),
+                source,
+            })?;
+        let bound = listener
+            .local_addr()
+            .map_or_else(|_| addr.clone(), |a| a.to_string());
+        tracing::info!(listen = %bound, "serving /metrics, /healthz and /readyz");
+        tokio::spawn(m::http::serve(listener, handle, health, ops.clone()));
+    }
+    let notifier = tokio::spawn(m::notify::supervise(health, ops.clone()));
+    Ok((ops, notifier))
 }
 
 /// Every problem found, one line each with how to fix it; empty when ready.

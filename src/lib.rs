@@ -17,7 +17,7 @@
 //!   row-delta snapshots).
 //! - [`checkpoint`]: the `cdcd.pipeline` / `cdcd.position` keys every snapshot carries.
 //! - [`storage`]: `object_store` from a warehouse URL, and the adapter iceberg's `FileIO` needs.
-//! - [`metrics`]: metric names.
+//! - [`metrics`]: metric names, the Prometheus endpoint, health/readiness, systemd notification.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod changelog;

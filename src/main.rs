@@ -15,8 +15,23 @@ struct Cli {
     /// The pipeline's TOML file (every key can be overridden by CDCD_<SECTION>__<KEY>).
     #[arg(long, short, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Log lines on stderr: `text` (readable on a terminal) or `json` (one object per line).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "CDCD_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -33,14 +48,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CDCD_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    init_logs(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -51,11 +59,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let json = matches!(cli.log_format, LogFormat::Json);
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
             error!("{e:#}");
-            eprintln!("cdcd: {e:#}");
+            // JSON logs stay one object per line; on a terminal, also a plain last line.
+            if !json {
+                eprintln!("cdcd: {e:#}");
+            }
             ExitCode::FAILURE
         }
     }
@@ -109,6 +121,26 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// Logs go to stderr, filtered by `CDCD_LOG` (default `info`). Secrets never reach them: the
+/// config types print passwords as `***` and URLs without their password.
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CDCD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(false)
+            .flatten_event(true)
+            .init(),
     }
 }
 

@@ -165,6 +165,8 @@ pub async fn run(
     let (ack_tx, ack_rx) = watch::channel(None);
     let source_stop = CancellationToken::new();
     let mut source_task = tokio::spawn(source.run(resume, event_tx, ack_rx, source_stop.clone()));
+    let health = m::Health::global();
+    health.set_started();
 
     let mut committer = Committer {
         sink,
@@ -173,6 +175,8 @@ pub async fn run(
         received: None,
         acked: None,
         acks: ack_tx,
+        received_time: None,
+        durable_time: None,
     };
     let mut tick = tokio::time::interval(settings.commit_interval.min(Duration::from_millis(250)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -185,6 +189,7 @@ pub async fn run(
                 break Ok(());
             }
             _ = tick.tick() => {
+                committer.report(health);
                 let due = committer
                     .tables
                     .oldest()
@@ -206,6 +211,7 @@ pub async fn run(
                         Err(e) => PipelineError::SourceTask(e.to_string()),
                     });
                 };
+                health.source_ok();
                 if let Err(e) = committer.handle(event).await {
                     break Err(e);
                 }
@@ -218,10 +224,19 @@ pub async fn run(
         }
     };
 
+    health.set_stopping();
     let outcome = match outcome {
         Ok(()) => committer.flush().await,
         Err(e) => Err(e),
     };
+    committer.report(health);
+    if let Err(e) = &outcome {
+        // Sink errors were counted where the commit failed.
+        if !matches!(e, PipelineError::Sink(_)) {
+            metrics::counter!(m::ERRORS_TOTAL, m::LABEL_PIPELINE => settings.pipeline.clone(), m::LABEL_KIND => e.kind())
+                .increment(1);
+        }
+    }
     // Stop the source after the final ack is out; drain so a source blocked on a full channel
     // sees the cancellation. Drained events are not acknowledged: the source resends them.
     source_stop.cancel();
@@ -301,6 +316,12 @@ struct Committer {
     received: Option<Position>,
     acked: Option<Position>,
     acks: watch::Sender<Option<Position>>,
+    /// Source time (µs since the epoch) up to which `received` is complete: a transaction's commit
+    /// time, or for a heartbeat the time it arrived (the source had nothing newer then).
+    received_time: Option<i64>,
+    /// `received_time` as of the newest acknowledgement: everything the source had by then is
+    /// in the tables. `cdcd_source_lag_seconds` is now minus this.
+    durable_time: Option<i64>,
 }
 
 impl Committer {
@@ -308,6 +329,7 @@ impl Committer {
         match event {
             SourceEvent::Transaction(tx) => self.transaction(tx).await?,
             SourceEvent::Heartbeat(position) => {
+                self.received_time = Some(m::unix_now_micros());
                 self.advance_received(position);
                 if self.tables.buffers.is_empty() {
                     self.ack_received();
@@ -378,6 +400,10 @@ impl Committer {
             self.schema_switch(&changes).await?;
             self.tables.push(changes, &tx.position);
         }
+        self.received_time = Some(
+            self.received_time
+                .map_or(tx.commit_time_micros, |t| t.max(tx.commit_time_micros)),
+        );
         self.advance_received(tx.position);
         metrics::gauge!(m::BUFFERED_ROWS, m::LABEL_PIPELINE => self.settings.pipeline.clone())
             .set(self.tables.buffered_rows as f64);
@@ -414,6 +440,9 @@ impl Committer {
 
     /// Acknowledges everything received: call only when nothing is buffered.
     fn ack_received(&mut self) {
+        if self.received_time.is_some() {
+            self.durable_time = self.received_time;
+        }
         let Some(received) = self.received.clone() else {
             return;
         };
@@ -424,6 +453,19 @@ impl Committer {
         self.acked = Some(received.clone());
         // A closed receiver means the source already stopped; there is no one left to tell.
         let _ = self.acks.send(Some(received));
+    }
+
+    /// Reports the loop's turn to [`m::Health`] and refreshes the gauges that change with time
+    /// (lag) or with commits (buffered rows). Called per tick, not per event.
+    fn report(&self, health: &m::Health) {
+        health.pipeline_turn(self.tables.oldest());
+        let pipeline = || self.settings.pipeline.clone();
+        if let Some(durable) = self.durable_time {
+            metrics::gauge!(m::SOURCE_LAG_SECONDS, m::LABEL_PIPELINE => pipeline())
+                .set(m::lag_seconds(m::unix_now_micros(), durable));
+        }
+        metrics::gauge!(m::BUFFERED_ROWS, m::LABEL_PIPELINE => pipeline())
+            .set(self.tables.buffered_rows as f64);
     }
 
     /// Commits every buffered table, then acknowledges what was received.
@@ -456,13 +498,17 @@ impl Committer {
             .inspect_err(|e| {
                 metrics::counter!(m::ERRORS_TOTAL, m::LABEL_PIPELINE => self.settings.pipeline.clone(), m::LABEL_KIND => e.kind())
                     .increment(1);
+                m::Health::global().sink_failed(e.to_string());
             })?;
+        m::Health::global().sink_ok();
         let elapsed = started.elapsed();
         let labels = [
             (m::LABEL_PIPELINE, self.settings.pipeline.clone()),
             (m::LABEL_TABLE, table.to_string()),
         ];
         metrics::counter!(m::COMMITS_TOTAL, &labels).increment(1);
+        metrics::gauge!(m::LAST_COMMIT_TIMESTAMP_SECONDS, &labels)
+            .set(m::unix_now_micros() as f64 / 1e6);
         metrics::histogram!(m::COMMIT_DURATION_SECONDS, m::LABEL_PIPELINE => self.settings.pipeline.clone())
             .record(elapsed.as_secs_f64());
         for changes in &buffer.changes {

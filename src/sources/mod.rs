@@ -95,6 +95,10 @@ pub enum SourceError {
     },
     #[error("the pipeline stopped receiving changes")]
     Closed,
+    /// The source's replication position is gone on the server (a Postgres slot invalidated by
+    /// `max_slot_wal_keep_size`); the message says what to do.
+    #[error("{0}")]
+    SlotLost(String),
 }
 
 impl SourceError {
@@ -108,6 +112,7 @@ impl SourceError {
             SourceError::Config(_) => "config",
             SourceError::Spill { .. } => "spill",
             SourceError::Closed => "closed",
+            SourceError::SlotLost(_) => "slot_lost",
         }
     }
 }

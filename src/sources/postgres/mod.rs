@@ -7,6 +7,8 @@
 //! - `setup.rs`: publication, slot and server checks over a regular connection.
 //! - `stream.rs`: decoded messages to changelog transactions (streamed transactions, spill).
 //! - `snapshot.rs`: the initial copy of existing rows.
+//! - `monitor.rs`: heartbeats, slot lag and retained WAL, an invalidated slot.
+//! - `preflight.rs`: further `cdcd check` lines (replica identity, publication rights).
 //!
 //! This file is [`PostgresSource`], the [`Source`] the pipeline runs: it prepares the server
 //! (`setup.rs`), optionally copies the tables from a fresh slot's exported snapshot
@@ -14,6 +16,8 @@
 //! standby status updates that carry only acknowledged (committed) positions.
 
 pub mod decoder;
+pub mod monitor;
+pub mod preflight;
 pub mod relation;
 pub mod replication;
 pub mod setup;
@@ -107,6 +111,10 @@ impl PostgresSource {
                     Ok(p) => problems.extend(p),
                     Err(e) => problems.push(catalog_problem(e)),
                 }
+                match preflight::check(&client, cfg, &tables).await {
+                    Ok(p) => problems.extend(p),
+                    Err(e) => problems.push(catalog_problem(e)),
+                }
                 problems
             }
             Err(e) => vec![catalog_problem(e)],
@@ -143,6 +151,11 @@ impl Source for PostgresSource {
         let slot = setup::slot_exists(&client, &cfg.slot).await?;
         if let Some(info) = &slot {
             setup::verify_slot(&cfg.slot, info, &cfg.database)?;
+            let stats = monitor::slot_stats(&client, &cfg.slot).await?;
+            if stats.is_some_and(|s| s.is_lost()) {
+                tracing::error!(slot = %cfg.slot, "{}", monitor::slot_lost_problem(&cfg.slot));
+                return Err(monitor::slot_lost_error(&cfg.slot));
+            }
         }
         let proto_version = setup::proto_version(setup::server_version(&client).await?);
         let mut keys = HashMap::new();
@@ -206,7 +219,9 @@ impl Source for PostgresSource {
             streaming: state.proto_version >= 2,
             messages: false,
         };
-        conn.start(&cfg.slot, start, &opts).await?;
+        if let Err(e) = conn.start(&cfg.slot, start, &opts).await {
+            return Err(monitor::explain_start_error(&state.client, &cfg.slot, e).await);
+        }
         tracing::info!(slot = %cfg.slot, start = %start, proto_version = opts.proto_version, "replication started");
         let mut assembler = Assembler::new(
             AssemblerConfig {
@@ -235,7 +250,20 @@ impl Source for PostgresSource {
             delivered: start,
             last_skipped_beat: None,
         };
-        let result = stream.run(&shutdown).await;
+        // The slot watch ends the stream only for a lost slot; it stops with the stream.
+        let watch_stop = shutdown.child_token();
+        let _watch_guard = watch_stop.clone().drop_guard();
+        let mut watch = tokio::spawn(monitor::run(cfg.clone(), watch_stop));
+        let lost = async {
+            match (&mut watch).await {
+                Ok(Err(e)) => e,
+                _ => std::future::pending().await,
+            }
+        };
+        let result = tokio::select! {
+            r = stream.run(&shutdown) => r,
+            e = lost => Err(e),
+        };
         match result {
             Ok(()) => stream.conn.finish().await,
             Err(e) => Err(e),

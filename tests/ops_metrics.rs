@@ -1,0 +1,216 @@
+//! End to end, the operations contract (DESIGN "Metrics", issue 8): while a pipeline runs,
+//! `/metrics` serves the DESIGN names, each with the `pipeline` label; `cdcd_source_lag_seconds`
+//! falls to about 0 once cdcd has caught up and the source is idle (heartbeats); `/healthz` and
+//! `/readyz` answer 200; JSON logs are one object per line and carry no password.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{connect, exec, test_env, unique, Pipeline, Settings};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A port nothing listens on right now (bound and released; a race with another bind is unlikely).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// `GET path` → (status line, body); `None` while nothing listens.
+async fn get(port: u16, path: &str) -> Option<(String, String)> {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: cdcd\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    Some((head.lines().next()?.to_string(), body.to_string()))
+}
+
+/// The value of the first sample of `name` whose labels contain `labels` (e.g. `table="x"`).
+fn sample(metrics: &str, name: &str, labels: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .find(|l| l.contains(labels))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Adds `heartbeat_interval_ms` to `[source]`, `[metrics] listen` on `port`.
+fn add_ops_config(p: &Pipeline, port: u16, heartbeat_ms: u64) {
+    let text = std::fs::read_to_string(&p.config).unwrap();
+    let text = text.replacen(
+        "[source]\n",
+        &format!("[source]\nheartbeat_interval_ms = {heartbeat_ms}\n"),
+        1,
+    );
+    let text = format!("{text}\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n");
+    std::fs::write(&p.config, text).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_served_and_lag_falls_to_zero() {
+    let Some(env) = test_env("metrics_are_served_and_lag_falls_to_zero") else {
+        return;
+    };
+    let name = unique("opsm");
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {t};
+             CREATE TABLE {t} (id int8 PRIMARY KEY, v text);
+             INSERT INTO {t} SELECT g, 'v' || g FROM generate_series(1, 100) g;"
+        ),
+    )
+    .await;
+    let secret = format!("opsekrit-{}", std::process::id());
+    let settings = Settings {
+        password: Some(secret.clone()),
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let port = free_port();
+    add_ops_config(&p, port, 500);
+    std::env::set_var("CDCD_LOG_FORMAT", "json");
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+
+    exec(
+        &client,
+        &format!(
+            "INSERT INTO {t} SELECT g, 'n' || g FROM generate_series(101, 600) g;
+             UPDATE {t} SET v = 'u' WHERE id % 7 = 0;
+             DELETE FROM {t} WHERE id % 11 = 0;"
+        ),
+    )
+    .await;
+    p.assert_equal(&t, 60).await;
+
+    let (status, _) = get(port, "/healthz").await.expect("no /healthz");
+    assert!(status.contains("200"), "/healthz: {status}");
+
+    // Caught up and idle: heartbeats every 500 ms keep the lag near 0.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let metrics = loop {
+        p.assert_running();
+        let (status, body) = get(port, "/metrics").await.expect("no /metrics");
+        assert!(status.contains("200"), "/metrics: {status}");
+        let lag = sample(&body, "cdcd_source_lag_seconds", "");
+        let heartbeats = sample(&body, "cdcd_heartbeats_total", "").unwrap_or(0.0);
+        if lag.is_some_and(|l| l < 3.0) && heartbeats >= 2.0 {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "lag did not fall below 3 s within 60 s of catching up:\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let pipeline = format!("pipeline=\"{name}\"");
+    let table = format!("table=\"public.{t}\"");
+    for name in [
+        "cdcd_source_lag_seconds",
+        "cdcd_source_lag_bytes",
+        "cdcd_replication_slot_retained_bytes",
+        "cdcd_transactions_total",
+        "cdcd_buffered_rows",
+        "cdcd_heartbeats_total",
+    ] {
+        assert!(
+            sample(&metrics, name, &pipeline).is_some(),
+            "{name} with {pipeline} missing:\n{metrics}"
+        );
+    }
+    for name in [
+        "cdcd_commits_total",
+        "cdcd_last_commit_timestamp_seconds",
+        "cdcd_snapshot_rows_total",
+    ] {
+        let labels = format!("{pipeline},{table}");
+        let labels_rev = format!("{table},{pipeline}");
+        assert!(
+            sample(&metrics, name, &labels).is_some()
+                || sample(&metrics, name, &labels_rev).is_some()
+                || metrics
+                    .lines()
+                    .any(|l| l.starts_with(name) && l.contains(&pipeline) && l.contains(&table)),
+            "{name} for {t} missing:\n{metrics}"
+        );
+    }
+    let inserted = metrics
+        .lines()
+        .filter(|l| l.starts_with("cdcd_changes_total{"))
+        .filter(|l| l.contains(&table) && l.contains("op=\"insert\"") && l.contains(&pipeline))
+        .find_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    // 100 copied rows and 500 inserted ones.
+    assert!(
+        inserted.is_some_and(|n| n >= 500.0),
+        "changes_total insert:\n{metrics}"
+    );
+    assert!(
+        metrics.contains("cdcd_commit_duration_seconds_bucket{"),
+        "commit duration histogram missing:\n{metrics}"
+    );
+    let snapshot = metrics
+        .lines()
+        .find(|l| l.starts_with("cdcd_snapshot_rows_total{") && l.contains(&table))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    assert!(
+        snapshot.is_some_and(|n| n >= 100.0),
+        "snapshot rows:\n{metrics}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("cdcd_"))
+            .all(|l| l.contains(&pipeline)),
+        "a series without the pipeline label:\n{metrics}"
+    );
+    // One series per name and label set (a series recorded with and without an explicit
+    // `pipeline` label would collide), and it counted the streamed transactions.
+    let transactions: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("cdcd_transactions_total"))
+        .collect();
+    assert_eq!(transactions.len(), 1, "{transactions:?}");
+    let tx = sample(&metrics, "cdcd_transactions_total", &pipeline).unwrap();
+    assert!(tx >= 1.0, "cdcd_transactions_total = {tx}");
+    let lag_bytes = sample(&metrics, "cdcd_source_lag_bytes", "").unwrap();
+    assert!(lag_bytes < 1e6, "lag bytes {lag_bytes} after catching up");
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = get(port, "/readyz").await.expect("no /readyz");
+        if status.contains("200") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "/readyz: {status} {body}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0), "exit after SIGTERM: {st}");
+    let out = p.output();
+    assert!(!out.contains(&secret), "the password reached the logs");
+    let json_lines: Vec<&str> = out.lines().filter(|l| !l.starts_with("=====")).collect();
+    assert!(!json_lines.is_empty());
+    for line in json_lines {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert!(
+            v.get("level").is_some() && v.get("timestamp").is_some(),
+            "{line}"
+        );
+    }
+}
