@@ -37,7 +37,7 @@ pub async fn lookup(
         move |source| SinkError::Arrow { context, source }
     };
     let keys = plan
-        .key_batch(schemas, &plan.lookups)
+        .key_batch(schemas)
         .map_err(arrow("gathering keys to look up"))?;
     let converter = RowConverter::new(
         schemas
@@ -53,12 +53,7 @@ pub async fn lookup(
     let index: HashMap<&[u8], usize> = (0..wanted.num_rows())
         .map(|i| (wanted.row(i).data(), i))
         .collect();
-    let buckets: BTreeSet<i32> = plan
-        .lookups
-        .iter()
-        .filter_map(|&l| plan.rows.get(l))
-        .map(|r| r.bucket as i32)
-        .collect();
+    let buckets: BTreeSet<i32> = plan.lookups.iter().map(|l| l.bucket as i32).collect();
     let nk = schemas.key.len();
     // Per wanted key: (batch, row, sequence, is delete).
     let mut best: Vec<Option<(usize, usize, i64, bool)>> = vec![None; wanted.num_rows()];

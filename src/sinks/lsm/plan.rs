@@ -10,6 +10,7 @@
 //! deduplicate merge. Keys compare in `arrow-row` order, which for cdcd's key types (integers,
 //! strings and bytes bytewise, decimals, dates, timestamps, booleans) is Paimon's key order.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::{new_null_array, Array, ArrayRef, Int64Array, Int8Array, RecordBatch};
@@ -57,12 +58,23 @@ pub struct Plan {
     pub columns: usize,
     /// Changes consumed (the sequence number advance).
     pub changes: u64,
-    /// Indexes into `rows` whose absent columns must come from the table.
-    pub lookups: Vec<usize>,
+    /// Rows whose absent columns must come from the table.
+    pub lookups: Vec<Lookup>,
     /// The changes' columns cast to their stored types: `cast[batch][column]`.
     pub cast: Vec<Vec<ArrayRef>>,
     /// `old_cast[batch][key column]`.
     pub old_cast: Vec<Vec<ArrayRef>>,
+}
+
+/// A row completed from the table: the key whose current row holds its absent values (the old
+/// key when the change moved the row to a new key).
+#[derive(Debug, Clone, Copy)]
+pub struct Lookup {
+    /// Index into `Plan::rows`.
+    pub row: usize,
+    /// `Src::Row` or `Src::Old`.
+    pub key: Src,
+    pub bucket: u32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -187,9 +199,57 @@ pub fn plan(
                 .and_then(|c| c.ops.get(r.row as usize))
                 == Some(&Op::Delete)
     };
+    let key_changed = |r: &Rec| {
+        !r.old
+            && changes
+                .get(r.batch as usize)
+                .and_then(|c| c.key_changed.get(r.row as usize))
+                == Some(&true)
+    };
+    // Where each key's run of records starts, and where the old-key record of a key change sits.
+    let mut group_start = vec![0usize; recs.len()];
+    let mut old_at: HashMap<(u32, u32), usize> = HashMap::new();
+    for i in 0..recs.len() {
+        let same = i > 0 && key_of(&recs[i - 1]) == key_of(&recs[i]);
+        group_start[i] = if same { group_start[i - 1] } else { i };
+        if recs[i].old {
+            old_at.insert((recs[i].batch, recs[i].row), i);
+        }
+    }
+    // The value of `col` for the row record `k` wrote: from `k` itself, else from the row's state
+    // before it, following key changes back to the old key, else `Pending(key to look up)`.
+    let resolve = |k: usize, col: usize| -> Result<Src, Src> {
+        let mut cur = k;
+        loop {
+            let Some(r) = recs.get(cur) else {
+                return Ok(Src::Null);
+            };
+            if present(changes, r, col) {
+                return Ok(Src::Row(r.batch, r.row));
+            }
+            let (anchor, lookup_key) = if key_changed(r) {
+                match old_at.get(&(r.batch, r.row)) {
+                    Some(&o) => (o, Src::Old(r.batch, r.row)),
+                    None => return Err(Src::Old(r.batch, r.row)),
+                }
+            } else {
+                (cur, Src::Row(r.batch, r.row))
+            };
+            if group_start.get(anchor).is_none_or(|&g| g == anchor) {
+                return Err(lookup_key);
+            }
+            let pred = anchor - 1;
+            match recs.get(pred) {
+                // Deleted (or moved away) before: nothing earlier to take the value from.
+                Some(p) if is_delete(p) => return Err(lookup_key),
+                Some(_) => cur = pred,
+                None => return Err(lookup_key),
+            }
+        }
+    };
     let mut rows = Vec::new();
     let mut sources = Vec::new();
-    let mut lookups = Vec::new();
+    let mut lookups: Vec<(usize, Src)> = Vec::new();
     let mut key_buf = Vec::new();
     let mut i = 0;
     while i < recs.len() {
@@ -197,33 +257,15 @@ pub fn plan(
         while j < recs.len() && key_of(&recs[j]) == key_of(&recs[i]) {
             j += 1;
         }
-        let group = &recs[i..j];
-        let Some(last) = group.last() else { break };
+        let Some(last) = recs.get(j - 1) else { break };
         let delete = is_delete(last);
-        let (key_src, key_cols) = if last.old {
-            (
-                Src::Old(last.batch, last.row),
-                old_cast.get(last.batch as usize),
-            )
+        let key_src = if last.old {
+            Src::Old(last.batch, last.row)
         } else {
-            (
-                Src::Row(last.batch, last.row),
-                cast.get(last.batch as usize),
-            )
+            Src::Row(last.batch, last.row)
         };
-        let key_arrays: Vec<&dyn Array> = match (last.old, key_cols) {
-            (true, Some(cols)) => cols.iter().map(|a| a.as_ref()).collect(),
-            (false, Some(cols)) => schemas
-                .key
-                .iter()
-                .filter_map(|&k| cols.get(k).map(|a| a.as_ref()))
-                .collect(),
-            _ => Vec::new(),
-        };
-        binary_row::encode(&mut key_buf, &key_arrays, last.row as usize)
-            .map_err(|e| PlanError::Key(e.to_string()))?;
-        let bucket = binary_row::bucket(&key_buf, buckets);
-        let mut pending = false;
+        let bucket = key_bucket(&mut key_buf, schemas, &cast, &old_cast, key_src, buckets)?;
+        let mut pending = None;
         for col in 0..columns {
             let src = if schemas.key.contains(&col) {
                 key_src
@@ -234,24 +276,18 @@ pub fn plan(
             } else if delete || !complete {
                 Src::Null
             } else {
-                // Walk back through this commit's earlier changes to the key, up to a delete.
-                let mut found = Src::Pending;
-                for r in group.iter().rev().skip(1) {
-                    if is_delete(r) {
-                        break;
-                    }
-                    if present(changes, r, col) {
-                        found = Src::Row(r.batch, r.row);
-                        break;
+                match resolve(j - 1, col) {
+                    Ok(src) => src,
+                    Err(key) => {
+                        pending = Some(key);
+                        Src::Pending
                     }
                 }
-                found
             };
-            pending |= src == Src::Pending;
             sources.push(src);
         }
-        if pending {
-            lookups.push(rows.len());
+        if let Some(key) = pending {
+            lookups.push((rows.len(), key));
         }
         rows.push(Out {
             bucket,
@@ -264,25 +300,28 @@ pub fn plan(
     // Stable: rows keep key order within each bucket.
     let mut idx: Vec<usize> = (0..rows.len()).collect();
     idx.sort_by_key(|&i| rows.get(i).map_or(0, |r| r.bucket));
+    let mut new_pos = vec![0usize; rows.len()];
     let mut sorted_rows = Vec::with_capacity(rows.len());
     let mut sorted_sources = Vec::with_capacity(sources.len());
-    let mut sorted_lookups = Vec::new();
-    let mut was_lookup = vec![false; rows.len()];
-    for &l in &lookups {
-        if let Some(w) = was_lookup.get_mut(l) {
-            *w = true;
-        }
-    }
     for (new, &old) in idx.iter().enumerate() {
+        if let Some(p) = new_pos.get_mut(old) {
+            *p = new;
+        }
         if let Some(r) = rows.get(old) {
             sorted_rows.push(*r);
         }
         if let Some(s) = sources.get(old * columns..(old + 1) * columns) {
             sorted_sources.extend_from_slice(s);
         }
-        if was_lookup.get(old) == Some(&true) {
-            sorted_lookups.push(new);
-        }
+    }
+    let mut sorted_lookups = Vec::with_capacity(lookups.len());
+    for (row, key) in lookups {
+        let bucket = key_bucket(&mut key_buf, schemas, &cast, &old_cast, key, buckets)?;
+        sorted_lookups.push(Lookup {
+            row: new_pos.get(row).copied().unwrap_or(0),
+            key,
+            bucket,
+        });
     }
     Ok(Plan {
         truncate,
@@ -296,6 +335,44 @@ pub fn plan(
     })
 }
 
+/// The bucket of the key at `src`.
+fn key_bucket(
+    buf: &mut Vec<u8>,
+    schemas: &FileSchemas,
+    cast: &[Vec<ArrayRef>],
+    old_cast: &[Vec<ArrayRef>],
+    src: Src,
+    buckets: u32,
+) -> Result<u32, PlanError> {
+    let (arrays, row): (Vec<&dyn Array>, u32) = match src {
+        Src::Old(b, r) => (
+            old_cast
+                .get(b as usize)
+                .map(|cols| cols.iter().map(|a| a.as_ref()).collect())
+                .unwrap_or_default(),
+            r,
+        ),
+        Src::Row(b, r) => (
+            cast.get(b as usize)
+                .map(|cols| {
+                    schemas
+                        .key
+                        .iter()
+                        .filter_map(|&k| cols.get(k).map(|a| a.as_ref()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            r,
+        ),
+        _ => return Err(PlanError::Key("no key source".into())),
+    };
+    if arrays.len() != schemas.key.len() {
+        return Err(PlanError::Key("key columns missing".into()));
+    }
+    binary_row::encode(buf, &arrays, row as usize).map_err(|e| PlanError::Key(e.to_string()))?;
+    Ok(binary_row::bucket(buf, buckets))
+}
+
 fn present(changes: &[TableChanges], r: &Rec, col: usize) -> bool {
     changes
         .get(r.batch as usize)
@@ -303,12 +380,8 @@ fn present(changes: &[TableChanges], r: &Rec, col: usize) -> bool {
 }
 
 impl Plan {
-    /// Key columns (stored types) of the rows at `rows` (for the table lookup).
-    pub fn key_batch(
-        &self,
-        schemas: &FileSchemas,
-        rows: &[usize],
-    ) -> Result<Vec<ArrayRef>, ArrowError> {
+    /// Key columns (stored types) of the lookup keys (for the table lookup).
+    pub fn key_batch(&self, schemas: &FileSchemas) -> Result<Vec<ArrayRef>, ArrowError> {
         let mut out = Vec::with_capacity(schemas.key.len());
         for (kp, &k) in schemas.key.iter().enumerate() {
             let mut arrays: Vec<&dyn Array> = Vec::new();
@@ -323,10 +396,10 @@ impl Plan {
                     arrays.push(a.as_ref());
                 }
             }
-            let idx: Vec<(usize, usize)> = rows
+            let idx: Vec<(usize, usize)> = self
+                .lookups
                 .iter()
-                .filter_map(|&i| self.rows.get(i))
-                .map(|r| match r.key {
+                .map(|l| match l.key {
                     Src::Old(b, row) => (nb + b as usize, row as usize),
                     Src::Row(b, row) => (b as usize, row as usize),
                     _ => (0, 0),
@@ -347,7 +420,8 @@ impl Plan {
         found: &[Option<u32>],
     ) -> Result<RecordBatch, PlanError> {
         let mut sources = self.sources.clone();
-        for (i, &row) in self.lookups.iter().enumerate() {
+        for (i, l) in self.lookups.iter().enumerate() {
+            let row = l.row;
             let Some(slots) = sources.get_mut(row * self.columns..(row + 1) * self.columns) else {
                 continue;
             };

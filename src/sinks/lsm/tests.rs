@@ -310,3 +310,32 @@ async fn background_compaction_and_expiry_keep_the_table_equal() {
         assert_eq!(rows.get(39).map(String::as_str), Some("39|x|390"));
     }
 }
+
+#[tokio::test]
+async fn a_key_change_with_absent_columns_takes_them_from_the_old_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sink(dir.path());
+    let schema = schema();
+    s.commit(
+        &schema,
+        &[changes(&[ins(500, "toast"), ins(1, "x")])],
+        &cp(1),
+    )
+    .await
+    .unwrap();
+    // 500 -> 1500 from the table; 7 -> 8 from an insert earlier in the same commit.
+    s.commit(
+        &schema,
+        &[changes(&[
+            (Op::Update, 1500, Some(500), None, Some(7)),
+            ins(7, "seven"),
+            (Op::Update, 8, Some(7), None, Some(80)),
+        ])],
+        &cp(2),
+    )
+    .await
+    .unwrap();
+    if let Some(rows) = paimon_rows(dir.path()) {
+        assert_eq!(rows, vec!["1|x|10", "8|seven|80", "1500|toast|7"]);
+    }
+}
