@@ -108,6 +108,7 @@ async fn main() -> anyhow::Result<()> {
         compaction_trigger: 5,
         snapshots_retained: 30,
         snapshot_time_retained_ms: None,
+        deletion_vectors: false,
     };
     let sink = LsmSink::new(&config, "bench")?;
     let schema = schema();

@@ -147,6 +147,10 @@ pub struct RawSink {
     /// LSM: also keep snapshots younger than this many milliseconds.
     #[serde(default)]
     pub snapshot_time_retained_ms: Option<u64>,
+    /// LSM: Paimon `deletion-vectors.enabled` tables (readers skip level 0; rows appear after
+    /// the background compaction).
+    #[serde(default)]
+    pub deletion_vectors: Option<bool>,
     #[serde(default)]
     pub s3: Option<RawS3>,
 }
@@ -188,6 +192,7 @@ fn default_sink() -> RawSink {
         compaction_trigger: None,
         snapshots_retained: None,
         snapshot_time_retained_ms: None,
+        deletion_vectors: None,
         s3: None,
     }
 }
@@ -282,6 +287,8 @@ pub struct LsmConfig {
     pub compaction_trigger: usize,
     pub snapshots_retained: usize,
     pub snapshot_time_retained_ms: Option<u64>,
+    /// Paimon `deletion-vectors.enabled`: readers read only compacted files.
+    pub deletion_vectors: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -534,6 +541,7 @@ impl RawConfig {
             compaction_trigger,
             snapshots_retained,
             snapshot_time_retained_ms: s.snapshot_time_retained_ms,
+            deletion_vectors: s.deletion_vectors.unwrap_or(false),
         })
     }
 

@@ -119,6 +119,7 @@ async fn streams_into_paimon_and_reads_equal_after_compaction() {
             compaction_trigger: 3,
             snapshots_retained: 10,
             snapshot_time_retained_ms: None,
+            deletion_vectors: false,
         },
         &p.name,
     )

@@ -102,7 +102,9 @@ pub(super) async fn run(
                     continue;
                 }
                 let runs = compaction::runs(files);
-                let unit = if full {
+                // Deletion-vector tables keep one bottom run per bucket (see mod.rs).
+                let dv = inner.config.deletion_vectors && files.iter().any(|f| f.level == 0);
+                let unit = if full || dv {
                     compaction::full(&runs, files, &inner.compaction)
                 } else {
                     compaction::pick(&runs, &inner.compaction)

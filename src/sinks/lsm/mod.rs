@@ -19,6 +19,12 @@
 //! Layout (`<warehouse>/<namespace>.db/<table>/`, Paimon's filesystem catalog): `schema/schema-0`,
 //! `snapshot/snapshot-N` + `LATEST` + `EARLIEST`, `manifest/`, `bucket-<n>/data-*.parquet`.
 //!
+//! Deletion-vector mode (`deletion_vectors = true`, Paimon `deletion-vectors.enabled`): readers
+//! skip level 0 and read the higher levels without merging. cdcd keeps that valid without
+//! writing deletion-vector index files: every compaction merges a bucket's level-0 runs with its
+//! single bottom run into a new bottom run (deletes dropped), so each key is in one file. Rows
+//! become visible to readers when the background compaction after their commit has published.
+//!
 //! Concurrency: each table has one handle whose state sits behind a tokio mutex, held across the
 //! awaits of one commit (a commit is read-modify-write of the table's newest snapshot; the
 //! writer and the compactor take turns). The compactor does its reading and merging without the
@@ -238,10 +244,7 @@ impl LsmSink {
             }
         };
         state.next_sequence = state.next_sequence.max(base + plan.changes as i64 + 1);
-        let needs_compaction = state
-            .files
-            .values()
-            .any(|f| compaction::pick(&compaction::runs(f), &inner.compaction).is_some());
+        let needs_compaction = inner.needs_compaction(state);
         let expire_due = expire::due(state, &inner.config);
         drop(guard);
         if needs_compaction {
@@ -314,6 +317,9 @@ impl Inner {
             ),
             ("num-levels".to_owned(), (o.max_level + 1).to_string()),
         ]);
+        if self.config.deletion_vectors {
+            m.insert("deletion-vectors.enabled".into(), "true".into());
+        }
         match self.config.merge_engine {
             MergeEngine::Deduplicate => {
                 m.insert("merge-engine".into(), "deduplicate".into());
@@ -377,12 +383,36 @@ impl Inner {
         let inner = self.clone();
         let handle = handle.clone();
         tokio::spawn(async move {
-            if let Err(e) = compactor::run(&inner, &handle, false).await {
-                tracing::warn!(table = %handle.table, error = %e, "compaction failed; retried after the next commit");
+            loop {
+                if let Err(e) = compactor::run(&inner, &handle, false).await {
+                    tracing::warn!(table = %handle.table, error = %e, "compaction failed; retried after the next commit");
+                    handle.compacting.store(false, Ordering::Release);
+                    break;
+                }
+                handle.compacting.store(false, Ordering::Release);
+                // A commit that landed between the last pick and the store above saw the flag
+                // set and started nothing: look again before leaving.
+                let more = {
+                    let guard = handle.state.lock().await;
+                    guard.as_ref().is_some_and(|s| inner.needs_compaction(s))
+                };
+                if !more || handle.compacting.swap(true, Ordering::AcqRel) {
+                    break;
+                }
             }
-            handle.compacting.store(false, Ordering::Release);
             handle.progress.notify_waiters();
         });
+    }
+
+    /// Whether any bucket of `state` has compaction work.
+    fn needs_compaction(&self, state: &TableState) -> bool {
+        state.files.values().any(|f| {
+            if self.config.deletion_vectors {
+                f.iter().any(|f| f.level == 0)
+            } else {
+                compaction::pick(&compaction::runs(f), &self.compaction).is_some()
+            }
+        })
     }
 }
 

@@ -112,6 +112,7 @@ fn config(dir: &Path) -> LsmConfig {
         compaction_trigger: 5,
         snapshots_retained: 30,
         snapshot_time_retained_ms: None,
+        deletion_vectors: false,
     }
 }
 
@@ -337,5 +338,32 @@ async fn a_key_change_with_absent_columns_takes_them_from_the_old_key() {
     .unwrap();
     if let Some(rows) = paimon_rows(dir.path()) {
         assert_eq!(rows, vec!["1|x|10", "8|seven|80", "1500|toast|7"]);
+    }
+}
+
+#[tokio::test]
+async fn deletion_vector_tables_read_equal_after_the_background_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path());
+    c.deletion_vectors = true;
+    let s = LsmSink::new(&c, "shop").unwrap();
+    let schema = schema();
+    s.commit(
+        &schema,
+        &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])],
+        &cp(1),
+    )
+    .await
+    .unwrap();
+    s.commit(&schema, &[changes(&[upd(1, None, 11), del(2)])], &cp(2))
+        .await
+        .unwrap();
+    s.wait_compaction(&schema.id).await;
+    let files = s.files_per_bucket(&schema.id).await.unwrap();
+    assert!(files.values().all(|&n| n == 1), "{files:?}");
+    let opts = std::fs::read_to_string(dir.path().join("public.db/t/schema/schema-0")).unwrap();
+    assert!(opts.contains("deletion-vectors.enabled"), "{opts}");
+    if let Some(rows) = paimon_rows(dir.path()) {
+        assert_eq!(rows, vec!["1|a|11", "3|c|30"]);
     }
 }
