@@ -367,3 +367,50 @@ async fn deletion_vector_tables_read_equal_after_the_background_compaction() {
         assert_eq!(rows, vec!["1|a|11", "3|c|30"]);
     }
 }
+
+/// The opt-in partial-update engine: absent columns are written NULL (Paimon keeps the old value
+/// on read), which is also why it is not the default: an explicit NULL would be lost. pypaimon 2.1
+/// refuses `partial-update.remove-record-on-delete` (which deletes need), so the files are checked
+/// directly.
+#[tokio::test]
+async fn partial_update_engine_writes_absent_columns_as_null() {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path());
+    c.merge_engine = MergeEngine::PartialUpdate;
+    let s = LsmSink::new(&c, "shop").unwrap();
+    let schema = schema();
+    s.commit(&schema, &[changes(&[ins(1, "a"), ins(2, "b")])], &cp(1))
+        .await
+        .unwrap();
+    s.commit(&schema, &[changes(&[upd(1, None, 11)])], &cp(2))
+        .await
+        .unwrap();
+    let loc = s.table_location(&schema.id);
+    let opts = std::fs::read_to_string(dir.path().join("public.db/t/schema/schema-0")).unwrap();
+    assert!(opts.contains("partial-update"), "{opts}");
+    let w = Warehouse::from_url(&format!("file://{}", dir.path().display())).unwrap();
+    let state = commit::load(&w, &loc).await.unwrap().unwrap();
+    let schemas = FileSchemas::new(&schema);
+    let mut newest: Option<(i64, bool)> = None;
+    for (b, files) in &state.files {
+        for f in files {
+            let batch = compactor::read_file_at(&w, &schema.id, &loc, &schemas, *b, f)
+                .await
+                .unwrap();
+            let ids = batch.column(0).as_primitive::<Int64Type>();
+            let seq = batch.column(1).as_primitive::<Int64Type>();
+            for r in 0..batch.num_rows() {
+                if ids.value(r) == 1 && newest.is_none_or(|(s, _)| seq.value(r) > s) {
+                    newest = Some((seq.value(r), batch.column(4).is_null(r)));
+                }
+            }
+        }
+    }
+    assert_eq!(
+        newest.map(|n| n.1),
+        Some(true),
+        "absent `a` is written NULL"
+    );
+}
