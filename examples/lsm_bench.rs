@@ -141,7 +141,7 @@ async fn main() -> anyhow::Result<()> {
         in_sink += took;
         slowest = slowest.max(took);
         written += n;
-        if commits % 10 == 0 || written >= total {
+        if commits.is_multiple_of(10) || written >= total {
             let files = sink.files_per_bucket(&schema.id).await?;
             let rate = written as f64 / start.elapsed().as_secs_f64();
             println!(
