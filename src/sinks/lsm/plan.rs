@@ -96,7 +96,8 @@ struct Rec {
 
 /// Plans one commit. `complete`: fill absent columns (deduplicate engine); when false
 /// (partial-update engine) absent columns are written NULL, which that engine reads as
-/// "unchanged".
+/// "unchanged" — except after a key change, where the engine has no earlier row under the new key
+/// and the values are taken from the old key's row as in the deduplicate mode.
 pub fn plan(
     changes: &[TableChanges],
     schemas: &FileSchemas,
@@ -273,7 +274,7 @@ pub fn plan(
                 Src::Null
             } else if present(changes, last, col) {
                 Src::Row(last.batch, last.row)
-            } else if delete || !complete {
+            } else if delete || (!complete && !key_changed(last)) {
                 Src::Null
             } else {
                 match resolve(j - 1, col) {
