@@ -47,7 +47,13 @@ pub(super) async fn write_file(
     file_source: i32,
 ) -> Result<DataFileMeta, SinkError> {
     let name = format!("data-{}-0.parquet", uuid::Uuid::new_v4());
-    let bytes = writer::encode(batch).map_err(file_error(table, "encoding a data file"))?;
+    let mut w =
+        writer::RunWriter::new(schemas).map_err(file_error(table, "encoding a data file"))?;
+    w.write(batch)
+        .map_err(file_error(table, "encoding a data file"))?;
+    let (bytes, run) = w
+        .finish()
+        .map_err(file_error(table, "encoding a data file"))?;
     let size = bytes.len();
     commit::put(
         &inner.warehouse,
@@ -55,7 +61,7 @@ pub(super) async fn write_file(
         bytes,
     )
     .await?;
-    writer::describe(batch, schemas, name, size, level, file_source)
+    run.describe(name, size, level, file_source)
         .map_err(file_error(table, "describing a data file"))
 }
 
@@ -132,33 +138,47 @@ pub(super) async fn run(
         if full {
             done.push(bucket);
         }
-        let mut batches = Vec::with_capacity(inputs.len());
+        let mut encoded = Vec::with_capacity(inputs.len());
         for f in &inputs {
-            batches
-                .push(read_file_at(&inner.warehouse, table, &location, &schemas, bucket, f).await?);
-            stats.bytes_in += f.file_size.max(0) as u64;
+            let loc = format!("{location}/bucket-{bucket}/{}", f.file_name);
+            let data =
+                commit::read(&inner.warehouse, &loc)
+                    .await?
+                    .ok_or_else(|| SinkError::Corrupt {
+                        path: loc.clone(),
+                        detail: "a live data file is missing".into(),
+                    })?;
+            stats.bytes_in += data.len() as u64;
+            encoded.push(data);
         }
-        let merged =
-            compaction::merge(&batches, &schemas, unit.drop_deletes).map_err(|source| {
-                SinkError::Arrow {
-                    context: format!("merging bucket {bucket} of {table}"),
-                    source,
-                }
-            })?;
-        drop(batches);
-        let output = if merged.num_rows() > 0 {
+        // CPU-bound: off the async workers.
+        let merge_schemas = schemas.clone();
+        let drop_deletes = unit.drop_deletes;
+        let merged = tokio::task::spawn_blocking(move || {
+            let mut out = writer::RunWriter::new(&merge_schemas)?;
+            compaction::merge_runs(encoded, &merge_schemas, drop_deletes, &mut out)?;
+            out.finish()
+        })
+        .await
+        .map_err(|e| SinkError::Data {
+            table: table.clone(),
+            detail: format!("compaction task of bucket {bucket}: {e}"),
+        })?
+        .map_err(file_error(table, &format!("merging bucket {bucket}")))?;
+        let (bytes, run) = merged;
+        let rows_out = run.rows();
+        let output = if rows_out > 0 {
+            let name = format!("data-{}-0.parquet", uuid::Uuid::new_v4());
+            let size = bytes.len();
+            commit::put(
+                &inner.warehouse,
+                &format!("{location}/bucket-{bucket}/{name}"),
+                bytes,
+            )
+            .await?;
             Some(
-                write_file(
-                    inner,
-                    table,
-                    &location,
-                    &schemas,
-                    bucket,
-                    &merged,
-                    unit.output_level,
-                    1,
-                )
-                .await?,
+                run.describe(name, size, unit.output_level, 1)
+                    .map_err(file_error(table, "describing a data file"))?,
             )
         } else {
             None
@@ -191,7 +211,7 @@ pub(super) async fn run(
         let buckets = state.buckets(inner.config.buckets) as i32;
         stats.files_in += inputs.len() as u64;
         stats.files_out += u64::from(output.is_some());
-        stats.rows_out += merged.num_rows() as u64;
+        stats.rows_out += rows_out as u64;
         let change = Change {
             added: output.into_iter().map(|f| (bucket, f)).collect(),
             deleted: inputs.into_iter().map(|f| (bucket, f)).collect(),
