@@ -1,6 +1,6 @@
 //! Snapshot expiry: drops snapshots older than the newest `snapshots_retained` (and, when a time
-//! window is set, older than it too), and deletes the data files, manifests and manifest lists
-//! that no remaining snapshot references.
+//! window is set, older than it too), and deletes the data files no remaining snapshot holds live
+//! and the manifests and manifest lists no remaining snapshot names.
 //!
 //! Order makes a crash harmless: `EARLIEST` moves first (readers stop looking at the expired
 //! snapshots), then the snapshot files go, then the files only they referenced; a crash leaves
@@ -28,16 +28,21 @@ struct Refs {
     files: HashSet<(i32, String)>,
 }
 
+/// Adds what snapshot `id` references to `refs`: its lists and manifests, and its data files —
+/// only the live ones (ADD not undone by a DELETE) when `live_only`, else every file it ever
+/// listed. Returns `None` when the snapshot is gone.
 async fn collect(
     inner: &Inner,
     location: &str,
     id: i64,
+    live_only: bool,
     refs: &mut Refs,
     cache: &mut HashMap<String, Vec<ManifestEntry>>,
-) -> Result<Option<i64>, SinkError> {
+) -> Result<Option<()>, SinkError> {
     let Some(s) = commit::read_snapshot(&inner.warehouse, location, id).await? else {
         return Ok(None);
     };
+    let mut live: HashSet<(i32, String)> = HashSet::new();
     for list in [&s.base_manifest_list, &s.delta_manifest_list] {
         refs.lists.insert(list.clone());
         for m in commit::read_manifest_list(&inner.warehouse, location, list).await? {
@@ -48,13 +53,21 @@ async fn collect(
                 cache.insert(m.file_name.clone(), entries);
             }
             for e in cache.get(&m.file_name).into_iter().flatten() {
-                if e.kind == FileKind::Add {
-                    refs.files.insert((e.bucket, e.file.file_name.clone()));
+                let key = (e.bucket, e.file.file_name.clone());
+                match e.kind {
+                    FileKind::Add => {
+                        live.insert(key);
+                    }
+                    FileKind::Delete if live_only => {
+                        live.remove(&key);
+                    }
+                    FileKind::Delete => {}
                 }
             }
         }
     }
-    Ok(Some(s.time_millis))
+    refs.files.extend(live);
+    Ok(Some(()))
 }
 
 /// Expires old snapshots of `handle`'s table. Returns how many were removed.
@@ -92,11 +105,11 @@ pub(super) async fn expire(inner: &Inner, handle: &Handle) -> Result<usize, Sink
     }
     let mut retained = Refs::default();
     for id in cut..=latest {
-        collect(inner, &location, id, &mut retained, &mut cache).await?;
+        collect(inner, &location, id, true, &mut retained, &mut cache).await?;
     }
     let mut expired = Refs::default();
     for id in earliest..cut {
-        collect(inner, &location, id, &mut expired, &mut cache).await?;
+        collect(inner, &location, id, false, &mut expired, &mut cache).await?;
     }
     commit::put(
         w,

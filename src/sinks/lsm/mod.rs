@@ -143,6 +143,17 @@ impl LsmSink {
         compactor::run(&self.inner, &handle, full).await
     }
 
+    /// Expires old snapshots of `table` now (commits also do it every 10 snapshots); returns how
+    /// many were removed.
+    pub async fn expire(&self, table: &TableId) -> Result<usize, SinkError> {
+        let handle = self.inner.handle(table);
+        {
+            let mut guard = handle.state.lock().await;
+            self.inner.ensure_loaded(table, &mut guard).await?;
+        }
+        expire::expire(&self.inner, &handle).await
+    }
+
     /// Waits until no background compaction of `table` is running.
     pub async fn wait_compaction(&self, table: &TableId) {
         let handle = self.inner.handle(table);
