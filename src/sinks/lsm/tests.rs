@@ -180,6 +180,10 @@ async fn one_commit_reads_back_in_pypaimon() {
         assert!(table.join(f).exists(), "{f}");
     }
     assert_eq!(s.checkpoint(&schema.id).await.unwrap(), Some(cp(100)));
+    // A commit with no changes only moves the checkpoint.
+    let stats = s.commit(&schema, &[], &cp(200)).await.unwrap();
+    assert_eq!((stats.snapshot_id, stats.files_written), (2, 0));
+    assert_eq!(s.checkpoint(&schema.id).await.unwrap(), Some(cp(200)));
     if let Some(rows) = paimon_rows(dir.path()) {
         assert_eq!(rows, vec!["1|a|10", "2|b|20", "3|c|30"]);
     }
