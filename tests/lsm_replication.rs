@@ -14,8 +14,8 @@ use cdcd::config::{LsmConfig, MergeEngine};
 use cdcd::sinks::lsm::LsmSink;
 use common::{connect, exec, test_env, unique, Pipeline, Settings, NAMESPACE};
 
-/// The types the LSM sink stores (arrays are rejected; `time` is kept to milliseconds, as Paimon's
-/// TIME is, so the rows use no finer times).
+/// The types the LSM sink stores (`time` is kept to milliseconds, as Paimon's TIME is, so the rows
+/// use no finer times).
 fn create_table(t: &str) -> String {
     format!(
         "DROP TABLE IF EXISTS {t};
@@ -23,15 +23,17 @@ fn create_table(t: &str) -> String {
            id int8 PRIMARY KEY,
            b bool, i2 int2, i4 int4, i8 int8, f4 float4, f8 float8,
            n12 numeric(12,3), n numeric, t text, vc varchar(20), bin bytea,
-           d date, tm time, ts timestamp, tz timestamptz, u uuid, jb jsonb, iv interval);
+           d date, tm time, ts timestamp, tz timestamptz, u uuid, jb jsonb, iv interval,
+           ia int4[], ta text[]);
          ALTER TABLE {t} ALTER COLUMN t SET STORAGE EXTERNAL;
          INSERT INTO {t} VALUES
           (1, true, -32768, -2147483648, -9223372036854775808, 1.5, 3.141592653589793, 123456789.123,
            1234567890.0123456789, 'héllo ✓ \"q\"', 'ünï', '\\x00ff10'::bytea, '1999-12-31', '23:59:59.999',
            '2024-02-29 12:34:56.789012', '2024-02-29 12:34:56.789012+05:30',
-           'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{{\"a\": [1, null]}}', '1 year 2 mons'),
+           'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{{\"a\": [1, null]}}', '1 year 2 mons',
+           '{{1,NULL,-3}}', '{{\"a\",\"b,c\",NULL,\"\"}}'),
           (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, NULL, NULL);
+           NULL, NULL, NULL, NULL, '{{}}');
          INSERT INTO {t} (id, b, i4, f8, n12, t, vc, d, ts, tz, u)
          SELECT g, g % 2 = 0, g * 7, g / 7.0, g * 1.001, 'text ' || g, 'vc' || g, date '2020-01-01' + g,
                 timestamp '2020-01-01' + g * interval '1 hour', timestamptz '2020-01-01 00:00+00' + g * interval '1 second',
@@ -45,7 +47,8 @@ fn change_everything(t: &str) -> String {
     format!(
         "UPDATE {t} SET i4 = i4 + 1, vc = 'upd' WHERE id IN (1, 100);
          UPDATE {t} SET i4 = 42 WHERE id = 500;
-         UPDATE {t} SET t = NULL, tz = NULL, jb = NULL, bin = NULL WHERE id = 1;
+         UPDATE {t} SET t = NULL, tz = NULL, jb = NULL, bin = NULL, ia = NULL WHERE id = 1;
+         UPDATE {t} SET ia = ARRAY[id::int4, 2] WHERE id BETWEEN 200 AND 210;
          UPDATE {t} SET b = NOT b, f8 = f8 * 2 WHERE id BETWEEN 100 AND 149;
          DELETE FROM {t} WHERE id IN (2, 150, 151);
          INSERT INTO {t} (id, t, iv) VALUES (2, 'reborn', '3 hours');

@@ -99,9 +99,48 @@ fn arrow_type(text: &str) -> Option<DataType> {
     })
 }
 
+/// The Paimon type of a column as schema JSON: a type name, or `{"type": "ARRAY", "element": …}`
+/// for a list of atomic values (Paimon `DataTypeJsonParser`).
+fn paimon_json(dt: &DataType, not_null: bool) -> Option<serde_json::Value> {
+    let suffix = if not_null { " NOT NULL" } else { "" };
+    match dt {
+        DataType::List(element) if !not_null => Some(serde_json::json!({
+            "type": "ARRAY",
+            "element": paimon_type(element.data_type())?,
+        })),
+        DataType::List(_) => None,
+        other => Some(serde_json::Value::String(format!(
+            "{}{suffix}",
+            paimon_type(other)?
+        ))),
+    }
+}
+
+/// The stored Arrow type of a schema JSON type [`paimon_json`] wrote.
+fn arrow_type_json(v: &serde_json::Value) -> Option<DataType> {
+    match v {
+        serde_json::Value::String(s) => arrow_type(s),
+        serde_json::Value::Object(o) => {
+            let kind = o.get("type")?.as_str()?;
+            if !kind.starts_with("ARRAY") {
+                return None;
+            }
+            let element = arrow_type(o.get("element")?.as_str()?)?;
+            Some(DataType::List(Arc::new(Field::new("item", element, true))))
+        }
+        _ => None,
+    }
+}
+
 /// The Arrow type a column is stored as in data files.
 fn file_type(dt: &DataType) -> DataType {
     match dt {
+        // pypaimon reads ARRAY as `list<item>` (`PyarrowFieldParser.from_paimon_type`).
+        DataType::List(element) => DataType::List(Arc::new(Field::new(
+            "item",
+            file_type(element.data_type()),
+            true,
+        ))),
         DataType::FixedSizeBinary(_) => DataType::Binary,
         DataType::Time64(_) => DataType::Time32(TimeUnit::Millisecond),
         DataType::Timestamp(TimeUnit::Microsecond, Some(_)) => {
@@ -123,7 +162,10 @@ pub fn paimon_schema(
     }
     let mut fields = Vec::with_capacity(table.columns.len());
     for (i, c) in table.columns.iter().enumerate() {
-        let Some(name) = paimon_type(&c.data_type) else {
+        // Non-key columns are nullable whatever the source says: a delete row carries only its
+        // key, and Paimon stores it as a whole row with the value columns NULL.
+        let is_key = table.primary_key.contains(&i);
+        let Some(ty) = paimon_json(&c.data_type, is_key) else {
             return Err(SinkError::UnsupportedType {
                 table: table.id.clone(),
                 column: c.name.clone(),
@@ -131,18 +173,10 @@ pub fn paimon_schema(
                 sink: "lsm (Paimon)",
             });
         };
-        // Non-key columns are nullable whatever the source says: a delete row carries only its
-        // key, and Paimon stores it as a whole row with the value columns NULL.
-        let is_key = table.primary_key.contains(&i);
-        let ty = if is_key {
-            format!("{name} NOT NULL")
-        } else {
-            name
-        };
         fields.push(PaimonField {
             id: i as i32,
             name: c.name.clone(),
-            data_type: serde_json::Value::String(ty),
+            data_type: ty,
         });
     }
     Ok(PaimonSchema {
@@ -163,7 +197,10 @@ pub fn difference(existing: &PaimonSchema, wanted: &PaimonSchema) -> Option<Stri
     let show = |s: &PaimonSchema| {
         s.fields
             .iter()
-            .map(|f| format!("{} {}", f.name, f.data_type.as_str().unwrap_or("?")))
+            .map(|f| match f.data_type.as_str() {
+                Some(t) => format!("{} {t}", f.name),
+                None => format!("{} {}", f.name, f.data_type),
+            })
             .collect::<Vec<_>>()
             .join(", ")
     };
@@ -228,15 +265,14 @@ impl FileSchemas {
     pub fn from_paimon(schema: &PaimonSchema) -> Result<FileSchemas, String> {
         let mut columns = Vec::with_capacity(schema.fields.len());
         for f in &schema.fields {
-            let text = f.data_type.as_str().unwrap_or_default();
-            let dt = arrow_type(text).ok_or_else(|| {
-                format!("column {}: type {text:?} is not one cdcd writes", f.name)
-            })?;
+            let text = f.data_type.to_string();
+            let dt = arrow_type_json(&f.data_type)
+                .ok_or_else(|| format!("column {}: type {text} is not one cdcd writes", f.name))?;
             columns.push(crate::changelog::Column {
                 name: f.name.clone(),
+                nullable: !text.contains("NOT NULL"),
                 data_type: dt,
-                nullable: !text.ends_with("NOT NULL"),
-                source_type: text.to_owned(),
+                source_type: text,
             });
         }
         let primary_key = schema
@@ -346,6 +382,18 @@ mod tests {
             ]
         );
         assert!(difference(&s, &s).is_none());
+        let list = DataType::List(Arc::new(Field::new("element", DataType::Int32, true)));
+        let t = TableSchema {
+            columns: vec![col("id", DataType::Int64), col("ia", list)],
+            ..t
+        };
+        let s = paimon_schema(&t, BTreeMap::new()).unwrap();
+        assert_eq!(
+            s.fields[1].data_type,
+            serde_json::json!({"type": "ARRAY", "element": "INT"})
+        );
+        let back = FileSchemas::from_paimon(&s).unwrap();
+        assert_eq!(back.file, FileSchemas::new(&t).file);
     }
 
     #[test]
