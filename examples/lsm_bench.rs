@@ -160,6 +160,17 @@ async fn main() -> anyhow::Result<()> {
         slowest.as_secs_f64() * 1e3
     );
     sink.wait_compaction(&schema.id).await;
+    let (bg, bg_time) = sink.background_compaction(&schema.id);
+    println!(
+        "background compaction: {} COMPACT snapshots, {} files ({:.1} MiB) -> {} files, {} rows in {:.2} s = {:.1} MiB/s",
+        bg.snapshots,
+        bg.files_in,
+        bg.bytes_in as f64 / 1048576.0,
+        bg.files_out,
+        bg.rows_out,
+        bg_time.as_secs_f64(),
+        bg.bytes_in as f64 / 1048576.0 / bg_time.as_secs_f64().max(1e-9)
+    );
     let before = sink.files_per_bucket(&schema.id).await?;
     let t = Instant::now();
     let stats = sink.compact(&schema.id, true).await?;

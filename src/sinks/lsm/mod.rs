@@ -72,6 +72,8 @@ struct Handle {
     compacting: AtomicBool,
     /// Signalled whenever the compactor publishes or stops.
     progress: Notify,
+    /// What the background compactor did so far, and the time it spent.
+    totals: Mutex<(CompactStats, Duration)>,
 }
 
 struct Inner {
@@ -96,6 +98,16 @@ pub struct CompactStats {
     pub files_out: u64,
     pub bytes_in: u64,
     pub rows_out: u64,
+}
+
+impl CompactStats {
+    fn add(&mut self, o: &CompactStats) {
+        self.snapshots += o.snapshots;
+        self.files_in += o.files_in;
+        self.files_out += o.files_out;
+        self.bytes_in += o.bytes_in;
+        self.rows_out += o.rows_out;
+    }
 }
 
 impl LsmSink {
@@ -152,6 +164,13 @@ impl LsmSink {
             self.inner.ensure_loaded(table, &mut guard).await?;
         }
         expire::expire(&self.inner, &handle).await
+    }
+
+    /// What the background compactor of `table` did so far, and the time it spent.
+    pub fn background_compaction(&self, table: &TableId) -> (CompactStats, Duration) {
+        let handle = self.inner.handle(table);
+        let totals = handle.totals.lock().map(|t| t.clone());
+        totals.unwrap_or_default()
     }
 
     /// Waits until no background compaction of `table` is running.
@@ -307,6 +326,7 @@ impl Inner {
                     state: tokio::sync::Mutex::new(None),
                     compacting: AtomicBool::new(false),
                     progress: Notify::new(),
+                    totals: Mutex::new((CompactStats::default(), Duration::ZERO)),
                 })
             })
             .clone()
@@ -395,10 +415,19 @@ impl Inner {
         let handle = handle.clone();
         tokio::spawn(async move {
             loop {
-                if let Err(e) = compactor::run(&inner, &handle, false).await {
-                    tracing::warn!(table = %handle.table, error = %e, "compaction failed; retried after the next commit");
-                    handle.compacting.store(false, Ordering::Release);
-                    break;
+                let started = std::time::Instant::now();
+                match compactor::run(&inner, &handle, false).await {
+                    Ok(stats) => {
+                        if let Ok(mut t) = handle.totals.lock() {
+                            t.0.add(&stats);
+                            t.1 += started.elapsed();
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(table = %handle.table, error = %e, "compaction failed; retried after the next commit");
+                        handle.compacting.store(false, Ordering::Release);
+                        break;
+                    }
                 }
                 handle.compacting.store(false, Ordering::Release);
                 // A commit that landed between the last pick and the store above saw the flag
