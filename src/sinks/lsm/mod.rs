@@ -19,6 +19,15 @@
 //! Layout (`<warehouse>/<namespace>.db/<table>/`, Paimon's filesystem catalog): `schema/schema-0`,
 //! `snapshot/snapshot-N` + `LATEST` + `EARLIEST`, `manifest/`, `bucket-<n>/data-*.parquet`.
 //!
+//! Files by role: `schema.rs` (types, schema JSON, data file shape), `binary_row.rs` (Paimon's
+//! `BinaryRow` and bucket hash), `plan.rs` (pure: changes → one row per key), `lookup.rs`
+//! (current rows for partial updates), `writer.rs` (Parquet runs and their `DataFileMeta`),
+//! `manifest.rs` (Avro), `commit.rs` (load and publish snapshots), `compaction.rs` (pure:
+//! pick and merge), `compactor.rs` (the worker), `expire.rs`. The Iceberg sink's planner and row
+//! lookup are not shared on purpose: Iceberg deletes rows by key across files, whereas an LSM
+//! commit folds the changes of a key into one upsert or delete, so the two planners have little
+//! in common beyond Arrow `interleave`, and the Parquet writing shared would be a few lines.
+//!
 //! Deletion-vector mode (`deletion_vectors = true`, Paimon `deletion-vectors.enabled`): readers
 //! skip level 0 and read the higher levels without merging. cdcd keeps that valid without
 //! writing deletion-vector index files: every compaction merges a bucket's level-0 runs with its
