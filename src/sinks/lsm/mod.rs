@@ -83,6 +83,8 @@ struct Handle {
     progress: Notify,
     /// What the background compactor did so far, and the time it spent.
     totals: Mutex<(CompactStats, Duration)>,
+    /// The background compactor's last failure, for a commit stalled on it.
+    failure: Mutex<Option<String>>,
 }
 
 struct Inner {
@@ -336,6 +338,7 @@ impl Inner {
                     compacting: AtomicBool::new(false),
                     progress: Notify::new(),
                     totals: Mutex::new((CompactStats::default(), Duration::ZERO)),
+                    failure: Mutex::new(None),
                 })
             })
             .clone()
@@ -405,6 +408,17 @@ impl Inner {
             if worst < self.compaction.stop_trigger {
                 return Ok(());
             }
+            // A stalled commit cannot wait for a compactor that fails: fail the commit instead
+            // (the pipeline retries from its checkpoint) rather than hang.
+            let failed = handle.failure.lock().ok().and_then(|mut f| f.take());
+            if let Some(detail) = failed.filter(|_| warned) {
+                return Err(SinkError::Data {
+                    table: handle.table.clone(),
+                    detail: format!(
+                        "{worst} sorted runs in a bucket and compaction fails: {detail}"
+                    ),
+                });
+            }
             if !warned {
                 tracing::info!(table = %handle.table, runs = worst, "write stall: waiting for compaction");
                 warned = true;
@@ -434,6 +448,9 @@ impl Inner {
                     }
                     Err(e) => {
                         tracing::warn!(table = %handle.table, error = %e, "compaction failed; retried after the next commit");
+                        if let Ok(mut f) = handle.failure.lock() {
+                            *f = Some(e.to_string());
+                        }
                         handle.compacting.store(false, Ordering::Release);
                         break;
                     }
