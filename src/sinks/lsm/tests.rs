@@ -439,9 +439,6 @@ async fn expiry_deletes_exactly_the_files_no_snapshot_holds() {
         )
         .await
         .unwrap();
-        // Write stall: a commit waits below `trigger + 3` runs, so at most that many after it.
-        let files = s.files_per_bucket(&schema.id).await.unwrap();
-        assert!(files.values().all(|&n| n <= 3 + 3), "commit {i}: {files:?}");
     }
     s.wait_compaction(&schema.id).await;
     s.compact(&schema.id, true).await.unwrap();
