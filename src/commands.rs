@@ -11,6 +11,7 @@ use crate::changelog::TableId;
 use crate::config::{Config, SinkConfig, SourceConfig};
 use crate::pipeline::{self, PipelineError, Settings};
 use crate::sinks::iceberg::IcebergSink;
+use crate::sinks::lsm::LsmSink;
 use crate::sinks::{Sink, SinkError};
 use crate::sources::postgres::{setup, PostgresSource};
 use crate::sources::{Source, SourceError};
@@ -56,9 +57,12 @@ fn build_source(config: &Config) -> Box<dyn Source> {
 }
 
 fn build_sink(config: &Config) -> Result<Arc<dyn Sink>, CommandError> {
-    let SinkConfig::Iceberg(iceberg) = &config.sink;
-    let sink = IcebergSink::new(iceberg, &config.pipeline).map_err(Box::new)?;
-    Ok(Arc::new(sink))
+    Ok(match &config.sink {
+        SinkConfig::Iceberg(iceberg) => {
+            Arc::new(IcebergSink::new(iceberg, &config.pipeline).map_err(Box::new)?)
+        }
+        SinkConfig::Lsm(lsm) => Arc::new(LsmSink::new(lsm, &config.pipeline).map_err(Box::new)?),
+    })
 }
 
 /// Runs the pipeline until `shutdown`, with the metrics endpoint (`[metrics] listen`) and systemd
@@ -126,8 +130,7 @@ pub async fn check(config: &Config) -> Vec<String> {
 /// is reachable and writable.
 async fn probe_warehouse(config: &Config) -> Result<(), String> {
     use object_store::ObjectStoreExt;
-    let SinkConfig::Iceberg(iceberg) = &config.sink;
-    let warehouse = Warehouse::from_url(&iceberg.warehouse).map_err(|e| e.to_string())?;
+    let warehouse = Warehouse::from_url(config.sink.warehouse()).map_err(|e| e.to_string())?;
     let location = warehouse.location(&["_cdcd", &config.pipeline, "check-probe"]);
     let path = warehouse.path(&location).map_err(|e| e.to_string())?;
     let unwritable = |e: object_store::Error| {

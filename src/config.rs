@@ -136,9 +136,26 @@ pub struct RawSink {
     /// "equality" (format v2) or "deletion-vectors" (format v3).
     #[serde(default)]
     pub delete_mode: Option<String>,
-    /// LSM buckets.
+    /// LSM: fixed buckets per table (default 4).
     #[serde(default)]
     pub buckets: Option<u32>,
+    /// LSM: "deduplicate" (default; cdcd completes partial rows) or "partial-update" (Paimon's
+    /// engine fills absent columns on read, but then a column can never be set to NULL).
+    #[serde(default)]
+    pub merge_engine: Option<String>,
+    /// LSM: sorted runs per bucket that trigger a compaction (default 5; commits wait at +3).
+    #[serde(default)]
+    pub compaction_trigger: Option<usize>,
+    /// LSM: snapshots kept by expiry (default 30).
+    #[serde(default)]
+    pub snapshots_retained: Option<usize>,
+    /// LSM: also keep snapshots younger than this many milliseconds.
+    #[serde(default)]
+    pub snapshot_time_retained_ms: Option<u64>,
+    /// LSM: Paimon `deletion-vectors.enabled` tables (readers skip level 0; rows appear after
+    /// the background compaction).
+    #[serde(default)]
+    pub deletion_vectors: Option<bool>,
     #[serde(default)]
     pub s3: Option<RawS3>,
 }
@@ -176,6 +193,11 @@ fn default_sink() -> RawSink {
         namespace: None,
         delete_mode: None,
         buckets: None,
+        merge_engine: None,
+        compaction_trigger: None,
+        snapshots_retained: None,
+        snapshot_time_retained_ms: None,
+        deletion_vectors: None,
         s3: None,
     }
 }
@@ -252,9 +274,44 @@ pub struct IcebergConfig {
     pub delete_mode: DeleteMode,
 }
 
+/// How an LSM (Paimon) table merges the versions of a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergeEngine {
+    /// The newest version wins; cdcd writes whole rows (completing partial ones itself).
+    Deduplicate,
+    /// Paimon's `partial-update`: NULL fields keep the previous value (so NULL cannot be set).
+    PartialUpdate,
+}
+
+/// Validated LSM (Apache Paimon) sink settings.
+#[derive(Debug, Clone)]
+pub struct LsmConfig {
+    /// The warehouse URL, normalized (`file:///abs/path`).
+    pub warehouse: String,
+    pub namespace: Option<String>,
+    pub buckets: u32,
+    pub merge_engine: MergeEngine,
+    pub compaction_trigger: usize,
+    pub snapshots_retained: usize,
+    pub snapshot_time_retained_ms: Option<u64>,
+    /// Paimon `deletion-vectors.enabled`: readers read only compacted files.
+    pub deletion_vectors: bool,
+}
+
 #[derive(Debug, Clone)]
 pub enum SinkConfig {
     Iceberg(IcebergConfig),
+    Lsm(LsmConfig),
+}
+
+impl SinkConfig {
+    /// The warehouse URL of either sink.
+    pub fn warehouse(&self) -> &str {
+        match self {
+            SinkConfig::Iceberg(c) => &c.warehouse,
+            SinkConfig::Lsm(c) => &c.warehouse,
+        }
+    }
 }
 
 /// The validated configuration.
@@ -411,16 +468,11 @@ impl RawConfig {
                     delete_mode,
                 })
             }
-            "lsm" => {
-                return Err(bad(
-                    "sink.kind",
-                    "\"lsm\" is not supported by this build yet; use \"iceberg\"".into(),
-                ))
-            }
+            "lsm" => SinkConfig::Lsm(self.lsm(file)?),
             other => {
                 return Err(bad(
                     "sink.kind",
-                    format!("{other:?} is not a sink kind; use \"iceberg\""),
+                    format!("{other:?} is not a sink kind; use \"iceberg\" or \"lsm\""),
                 ))
             }
         };
@@ -432,6 +484,71 @@ impl RawConfig {
             source,
             sink,
             metrics_listen: self.metrics.listen.clone(),
+        })
+    }
+
+    fn lsm(&self, file: &str) -> Result<LsmConfig, ConfigError> {
+        let bad = |key: &'static str, detail: String| ConfigError::Invalid {
+            file: file.to_owned(),
+            key,
+            detail,
+        };
+        let s = &self.sink;
+        if s.delete_mode.is_some() {
+            return Err(bad(
+                "sink.delete_mode",
+                "applies to iceberg sinks only".into(),
+            ));
+        }
+        if s.s3.is_some() {
+            return Err(bad(
+                "sink.s3",
+                "S3 warehouses are not supported by this build yet; use a local path".into(),
+            ));
+        }
+        let warehouse = normalize_warehouse(&s.warehouse).map_err(|d| bad("sink.warehouse", d))?;
+        if let Some(ns) = &s.namespace {
+            if !valid_ident(ns) {
+                return Err(bad(
+                    "sink.namespace",
+                    format!("{ns:?} must be non-empty without '/' or '.'"),
+                ));
+            }
+        }
+        let buckets = s.buckets.unwrap_or(4);
+        if !(1..=1024).contains(&buckets) {
+            return Err(bad("sink.buckets", format!("{buckets}: use 1 to 1024")));
+        }
+        let merge_engine = match s.merge_engine.as_deref() {
+            None | Some("deduplicate") => MergeEngine::Deduplicate,
+            Some("partial-update") => MergeEngine::PartialUpdate,
+            Some(other) => {
+                return Err(bad(
+                    "sink.merge_engine",
+                    format!("{other:?}: use \"deduplicate\" or \"partial-update\""),
+                ))
+            }
+        };
+        let compaction_trigger = s.compaction_trigger.unwrap_or(5);
+        if !(2..=100).contains(&compaction_trigger) {
+            return Err(bad(
+                "sink.compaction_trigger",
+                format!("{compaction_trigger}: use 2 to 100"),
+            ));
+        }
+        let snapshots_retained = s.snapshots_retained.unwrap_or(30);
+        if snapshots_retained == 0 {
+            return Err(bad("sink.snapshots_retained", "must be at least 1".into()));
+        }
+        Ok(LsmConfig {
+            warehouse,
+            namespace: s.namespace.clone(),
+            buckets,
+            merge_engine,
+            compaction_trigger,
+            snapshots_retained,
+            snapshot_time_retained_ms: s.snapshot_time_retained_ms,
+            deletion_vectors: s.deletion_vectors.unwrap_or(false),
         })
     }
 
@@ -651,7 +768,9 @@ warehouse = "/tmp/wh"
         assert_eq!(pg.port, 55432);
         assert_eq!(pg.user, "cdc");
         assert_eq!(pg.password.as_deref(), Some("s3cret"));
-        let SinkConfig::Iceberg(ice) = &c.sink;
+        let SinkConfig::Iceberg(ice) = &c.sink else {
+            panic!("iceberg is the default sink")
+        };
         assert_eq!(ice.warehouse, "file:///tmp/wh");
     }
 
@@ -729,6 +848,23 @@ warehouse = "/tmp/wh"
             assert_eq!(c.commit_max_rows, 7);
             Ok(())
         });
+    }
+
+    #[test]
+    fn lsm_sink_keys() {
+        let text = MINIMAL.replace("[sink]", "[sink]\nkind = \"lsm\"\nbuckets = 2");
+        let c = Config::from_toml(&text, "p.toml").unwrap();
+        let SinkConfig::Lsm(lsm) = &c.sink else {
+            panic!("lsm")
+        };
+        assert_eq!(lsm.buckets, 2);
+        assert_eq!(lsm.merge_engine, MergeEngine::Deduplicate);
+        let text = MINIMAL.replace(
+            "[sink]",
+            "[sink]\nkind = \"lsm\"\nmerge_engine = \"first-row\"",
+        );
+        let e = Config::from_toml(&text, "p.toml").unwrap_err().to_string();
+        assert!(e.contains("sink.merge_engine"), "{e}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! commits them as one table snapshot that carries the pipeline's [`Checkpoint`].
 //!
 //! - `iceberg/`: Apache Iceberg tables (equality deletes, format v2; deletion vectors later).
+//! - `lsm/`: Apache Paimon primary-key tables (LSM per bucket, universal compaction).
 //!
 //! Sinks never import sources: they see only the changelog and checkpoints.
 
@@ -14,6 +15,7 @@ use crate::checkpoint::Checkpoint;
 
 pub mod iceberg;
 pub mod index;
+pub mod lsm;
 
 /// What a committed snapshot holds, for logs, metrics and `cdcd status`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

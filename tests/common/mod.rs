@@ -174,6 +174,8 @@ pub struct Pipeline {
     pub stderr_log: PathBuf,
     daemon: Option<Child>,
     starts: u32,
+    /// `Some(buckets)`: the pipeline writes LSM (Paimon) tables instead of Iceberg ones.
+    lsm_buckets: Option<u32>,
     /// SQL run at cleanup after the slot and publication are gone (drops the test's tables and types).
     cleanup_sql: Vec<String>,
 }
@@ -200,11 +202,27 @@ impl Pipeline {
             stderr_log,
             daemon: None,
             starts: 0,
+            lsm_buckets: None,
             cleanup_sql: Vec::new(),
         };
         p.write_config(settings);
         // A leftover of an earlier run under the same pid would make cdcd resume from it.
         p.cleanup_postgres();
+        p
+    }
+
+    /// Like [`Pipeline::new`], writing LSM (Apache Paimon) tables with `buckets` buckets; the
+    /// oracle then reads them with pypaimon.
+    pub fn new_lsm(
+        env: &TestEnv,
+        name: &str,
+        tables: &[&str],
+        settings: &Settings,
+        buckets: u32,
+    ) -> Pipeline {
+        let mut p = Pipeline::new(env, name, tables, settings);
+        p.lsm_buckets = Some(buckets);
+        p.write_config(settings);
         p
     }
 
@@ -238,6 +256,18 @@ impl Pipeline {
             // Default unchanged; CDCD_TEST_DELETE_MODE=deletion-vectors runs the suite on v3.
             mode = std::env::var("CDCD_TEST_DELETE_MODE").unwrap_or_else(|_| "equality".into()),
         );
+        let text = match self.lsm_buckets {
+            Some(buckets) => {
+                let iceberg_sink = text.find("[sink]").unwrap_or(text.len());
+                format!(
+                    "{}[sink]\nkind = \"lsm\"\nwarehouse = {wh:?}\nnamespace = {NAMESPACE:?}\nbuckets = {buckets}\n\
+                     compaction_trigger = 3\nsnapshots_retained = 10\n",
+                    &text[..iceberg_sink],
+                    wh = self.warehouse.display().to_string(),
+                )
+            }
+            None => text,
+        };
         fs::write(&self.config, text).unwrap();
     }
 
@@ -420,10 +450,15 @@ impl Pipeline {
         let mut cmd = tokio::process::Command::new(&self.env.python);
         cmd.arg(LAKECHECK)
             .args(["--source", &self.env.pg_url])
-            .args(["--source-table", &format!("public.{table}")])
-            .arg("--iceberg")
-            .arg(self.table_dir(table))
-            .args(["--wait", &wait_secs.to_string()])
+            .args(["--source-table", &format!("public.{table}")]);
+        if self.lsm_buckets.is_some() {
+            cmd.arg("--paimon")
+                .arg(&self.warehouse)
+                .args(["--paimon-table", &format!("{NAMESPACE}.{table}")]);
+        } else {
+            cmd.arg("--iceberg").arg(self.table_dir(table));
+        }
+        cmd.args(["--wait", &wait_secs.to_string()])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -451,13 +486,16 @@ impl Pipeline {
 
     /// `lakecheck --position` on the table: the newest snapshot's `cdcd.pipeline` / `cdcd.position` line.
     pub async fn position_line(&mut self, table: &str) -> String {
-        let out = std::process::Command::new(&self.env.python)
-            .arg(LAKECHECK)
-            .arg("--iceberg")
-            .arg(self.table_dir(table))
-            .arg("--position")
-            .output()
-            .unwrap();
+        let mut cmd = std::process::Command::new(&self.env.python);
+        cmd.arg(LAKECHECK);
+        if self.lsm_buckets.is_some() {
+            cmd.arg("--paimon")
+                .arg(&self.warehouse)
+                .args(["--paimon-table", &format!("{NAMESPACE}.{table}")]);
+        } else {
+            cmd.arg("--iceberg").arg(self.table_dir(table));
+        }
+        let out = cmd.arg("--position").output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         assert!(
             out.status.success(),

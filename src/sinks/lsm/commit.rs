@@ -1,0 +1,441 @@
+//! Snapshots: loading a table's newest state and publishing a new snapshot.
+//!
+//! A Paimon snapshot (`snapshot/snapshot-N`, JSON, Paimon `Snapshot.java`) names two manifest
+//! lists: `baseManifestList` (every manifest of the previous snapshot) and `deltaManifestList`
+//! (this commit's manifest). Publishing writes the manifest, both lists, then `snapshot-N`
+//! create-if-absent (object_store `PutMode::Create`, atomic on local disk and S3): that single
+//! put is the commit point, so a crash before it leaves only unreferenced files, and a second
+//! writer loses with a conflict instead of overwriting. `LATEST` (and `EARLIEST` on the first
+//! snapshot) are hints written afterwards; readers verify them (pypaimon `SnapshotManager`).
+//! The checkpoint rides in the snapshot's `properties` (DESIGN.md, "Checkpoint keys").
+
+use std::collections::{BTreeMap, HashMap};
+
+use bytes::Bytes;
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use serde::{Deserialize, Serialize};
+
+use super::binary_row;
+use super::manifest::{self, DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta};
+use super::schema::PaimonSchema;
+use crate::changelog::TableId;
+use crate::sinks::SinkError;
+use crate::storage::Warehouse;
+
+/// Above this many manifests the base list is rewritten as one manifest of the live files
+/// (Paimon's `manifest.merge-min-count` default is 30).
+const MANIFEST_MERGE_COUNT: usize = 30;
+
+/// `snapshot/snapshot-N`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Snapshot {
+    pub version: i32,
+    pub id: i64,
+    pub schema_id: i64,
+    pub base_manifest_list: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_manifest_list_size: Option<i64>,
+    pub delta_manifest_list: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta_manifest_list_size: Option<i64>,
+    #[serde(default)]
+    pub changelog_manifest_list: Option<String>,
+    #[serde(default)]
+    pub index_manifest: Option<String>,
+    pub commit_user: String,
+    pub commit_identifier: i64,
+    /// `APPEND`, `COMPACT` or `OVERWRITE`.
+    pub commit_kind: String,
+    pub time_millis: i64,
+    pub total_record_count: i64,
+    pub delta_record_count: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changelog_record_count: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub properties: Option<BTreeMap<String, String>>,
+}
+
+/// What a table holds as of its newest snapshot: the schema, the live files per bucket and the
+/// manifests that list them.
+#[derive(Debug, Clone)]
+pub struct TableState {
+    pub location: String,
+    pub schema: PaimonSchema,
+    pub snapshot: Option<Snapshot>,
+    /// Every manifest of the newest snapshot (its base list, then its delta list).
+    pub manifests: Vec<ManifestFileMeta>,
+    /// Live data files by bucket.
+    pub files: BTreeMap<i32, Vec<DataFileMeta>>,
+    /// The next unused sequence number.
+    pub next_sequence: i64,
+    pub commit_user: String,
+}
+
+impl TableState {
+    pub fn live_rows(&self) -> i64 {
+        self.files.values().flatten().map(|f| f.row_count).sum()
+    }
+
+    pub fn snapshot_id(&self) -> i64 {
+        self.snapshot.as_ref().map_or(0, |s| s.id)
+    }
+}
+
+/// One commit's file changes.
+#[derive(Debug, Default)]
+pub struct Change {
+    pub added: Vec<(i32, DataFileMeta)>,
+    pub deleted: Vec<(i32, DataFileMeta)>,
+}
+
+pub fn storage(path: &str) -> impl FnOnce(object_store::Error) -> SinkError + '_ {
+    move |source| SinkError::Storage {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Reads an object; `Ok(None)` when it does not exist.
+pub async fn read(w: &Warehouse, location: &str) -> Result<Option<Bytes>, SinkError> {
+    let path = w.path(location)?;
+    match w.store().get(&path).await {
+        Ok(r) => Ok(Some(r.bytes().await.map_err(storage(location))?)),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(storage(location)(e)),
+    }
+}
+
+pub async fn put(w: &Warehouse, location: &str, data: Vec<u8>) -> Result<(), SinkError> {
+    let path = w.path(location)?;
+    w.store()
+        .put(&path, PutPayload::from(data))
+        .await
+        .map_err(storage(location))?;
+    Ok(())
+}
+
+pub async fn delete(w: &Warehouse, location: &str) -> Result<(), SinkError> {
+    let path = w.path(location)?;
+    match w.store().delete(&path).await {
+        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+        Err(e) => Err(storage(location)(e)),
+    }
+}
+
+fn corrupt(location: &str, detail: impl ToString) -> SinkError {
+    SinkError::Corrupt {
+        path: location.to_owned(),
+        detail: detail.to_string(),
+    }
+}
+
+pub fn snapshot_location(table: &str, id: i64) -> String {
+    format!("{table}/snapshot/snapshot-{id}")
+}
+
+pub async fn read_snapshot(
+    w: &Warehouse,
+    table: &str,
+    id: i64,
+) -> Result<Option<Snapshot>, SinkError> {
+    let loc = snapshot_location(table, id);
+    match read(w, &loc).await? {
+        Some(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| corrupt(&loc, e)),
+        None => Ok(None),
+    }
+}
+
+async fn read_hint(w: &Warehouse, table: &str, name: &str) -> Result<Option<i64>, SinkError> {
+    let loc = format!("{table}/snapshot/{name}");
+    Ok(read(w, &loc)
+        .await?
+        .and_then(|b| std::str::from_utf8(&b).ok()?.trim().parse().ok()))
+}
+
+/// The oldest snapshot id still present (the `EARLIEST` hint, checked), if any.
+pub async fn earliest_id(
+    w: &Warehouse,
+    table: &str,
+    latest: i64,
+) -> Result<Option<i64>, SinkError> {
+    let mut id = read_hint(w, table, "EARLIEST").await?.unwrap_or(1).max(1);
+    while id <= latest {
+        if read(w, &snapshot_location(table, id)).await?.is_some() {
+            return Ok(Some(id));
+        }
+        id += 1;
+    }
+    Ok(None)
+}
+
+/// The newest snapshot id: the `LATEST` hint, then forward while newer snapshots exist; without
+/// a hint, a listing of `snapshot/`.
+pub async fn latest_id(w: &Warehouse, table: &str) -> Result<Option<i64>, SinkError> {
+    let mut id = match read_hint(w, table, "LATEST").await? {
+        Some(id) => id,
+        None => {
+            use futures::TryStreamExt;
+            let dir = format!("{table}/snapshot");
+            let prefix = w.path(&dir)?;
+            let listed: Vec<_> = w
+                .store()
+                .list(Some(&prefix))
+                .try_collect()
+                .await
+                .map_err(storage(&dir))?;
+            match listed
+                .iter()
+                .filter_map(|m| {
+                    m.location
+                        .filename()?
+                        .strip_prefix("snapshot-")?
+                        .parse::<i64>()
+                        .ok()
+                })
+                .max()
+            {
+                Some(id) => id,
+                None => return Ok(None),
+            }
+        }
+    };
+    while read(w, &snapshot_location(table, id + 1)).await?.is_some() {
+        id += 1;
+    }
+    Ok(Some(id))
+}
+
+pub async fn read_manifest_list(
+    w: &Warehouse,
+    table: &str,
+    name: &str,
+) -> Result<Vec<ManifestFileMeta>, SinkError> {
+    let loc = format!("{table}/manifest/{name}");
+    let data = read(w, &loc)
+        .await?
+        .ok_or_else(|| corrupt(&loc, "missing"))?;
+    manifest::decode_list(&data).map_err(|e| corrupt(&loc, e))
+}
+
+pub async fn read_manifest(
+    w: &Warehouse,
+    table: &str,
+    name: &str,
+) -> Result<Vec<ManifestEntry>, SinkError> {
+    let loc = format!("{table}/manifest/{name}");
+    let data = read(w, &loc)
+        .await?
+        .ok_or_else(|| corrupt(&loc, "missing"))?;
+    manifest::decode_entries(&data).map_err(|e| corrupt(&loc, e))
+}
+
+/// Loads the table at `location`; `Ok(None)` when it has no schema yet.
+pub async fn load(w: &Warehouse, location: &str) -> Result<Option<TableState>, SinkError> {
+    let schema_loc = format!("{location}/schema/schema-0");
+    let Some(schema) = read(w, &schema_loc).await? else {
+        return Ok(None);
+    };
+    let schema: PaimonSchema =
+        serde_json::from_slice(&schema).map_err(|e| corrupt(&schema_loc, e))?;
+    let mut state = TableState {
+        location: location.to_owned(),
+        schema,
+        snapshot: None,
+        manifests: Vec::new(),
+        files: BTreeMap::new(),
+        next_sequence: 0,
+        commit_user: uuid::Uuid::new_v4().to_string(),
+    };
+    let Some(id) = latest_id(w, location).await? else {
+        return Ok(Some(state));
+    };
+    let snapshot = read_snapshot(w, location, id)
+        .await?
+        .ok_or_else(|| corrupt(&snapshot_location(location, id), "vanished while loading"))?;
+    let mut manifests = read_manifest_list(w, location, &snapshot.base_manifest_list).await?;
+    manifests.extend(read_manifest_list(w, location, &snapshot.delta_manifest_list).await?);
+    let mut live: HashMap<(i32, String), DataFileMeta> = HashMap::new();
+    for m in &manifests {
+        for e in read_manifest(w, location, &m.file_name).await? {
+            let id = (e.bucket, e.file.file_name.clone());
+            match e.kind {
+                FileKind::Add => {
+                    live.insert(id, e.file);
+                }
+                FileKind::Delete => {
+                    live.remove(&id);
+                }
+            }
+        }
+    }
+    for ((bucket, _), f) in live {
+        state.next_sequence = state.next_sequence.max(f.max_sequence + 1);
+        state.files.entry(bucket).or_default().push(f);
+    }
+    state.manifests = manifests;
+    state.snapshot = Some(snapshot);
+    Ok(Some(state))
+}
+
+/// Creates the table's schema file (create-if-absent: a concurrent creator's schema wins and is
+/// loaded instead).
+pub async fn create(w: &Warehouse, location: &str, schema: &PaimonSchema) -> Result<(), SinkError> {
+    let loc = format!("{location}/schema/schema-0");
+    let body = serde_json::to_vec_pretty(schema).map_err(|e| corrupt(&loc, e))?;
+    let path = w.path(&loc)?;
+    match w
+        .store()
+        .put_opts(
+            &path,
+            PutPayload::from(body),
+            PutOptions::from(PutMode::Create),
+        )
+        .await
+    {
+        Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
+        Err(e) => Err(storage(&loc)(e)),
+    }
+}
+
+/// Publishes `change` as snapshot `state.snapshot_id() + 1` of kind `kind`, carrying
+/// `properties`, and applies it to `state`. On `Err` nothing was published (or a conflict: another
+/// writer took the id) and `state` is unchanged.
+pub async fn publish(
+    w: &Warehouse,
+    table: &TableId,
+    state: &mut TableState,
+    change: Change,
+    kind: &str,
+    properties: BTreeMap<String, String>,
+    buckets: i32,
+) -> Result<i64, SinkError> {
+    let loc = state.location.clone();
+    let empty = binary_row::empty_row();
+    let commit = uuid::Uuid::new_v4();
+    let enc = |e: manifest::ManifestError| corrupt(&format!("{loc}/manifest"), e);
+    let entries: Vec<ManifestEntry> = change
+        .deleted
+        .iter()
+        .map(|(b, f)| (FileKind::Delete, *b, f))
+        .chain(change.added.iter().map(|(b, f)| (FileKind::Add, *b, f)))
+        .map(|(kind, bucket, f)| ManifestEntry {
+            kind,
+            bucket,
+            total_buckets: buckets,
+            file: f.clone(),
+        })
+        .collect();
+    let mut delta = Vec::new();
+    if !entries.is_empty() {
+        let name = format!("manifest-{commit}-0");
+        let bytes = manifest::encode_entries(&entries, &empty).map_err(enc)?;
+        let meta = manifest::describe(name.clone(), bytes.len(), &entries);
+        put(w, &format!("{loc}/manifest/{name}"), bytes).await?;
+        delta.push(meta);
+    }
+    // The base list: the previous snapshot's manifests, merged into one manifest of the live
+    // files once there are many (otherwise every commit would make every reader open more).
+    let mut base = state.manifests.clone();
+    if base.len() > MANIFEST_MERGE_COUNT {
+        let live: Vec<ManifestEntry> = state
+            .files
+            .iter()
+            .flat_map(|(b, fs)| {
+                fs.iter().map(move |f| ManifestEntry {
+                    kind: FileKind::Add,
+                    bucket: *b,
+                    total_buckets: buckets,
+                    file: f.clone(),
+                })
+            })
+            .collect();
+        base.clear();
+        if !live.is_empty() {
+            let name = format!("manifest-{commit}-1");
+            let bytes = manifest::encode_entries(&live, &empty).map_err(enc)?;
+            base.push(manifest::describe(name.clone(), bytes.len(), &live));
+            put(w, &format!("{loc}/manifest/{name}"), bytes).await?;
+        }
+    }
+    let base_name = format!("manifest-list-{commit}-0");
+    let delta_name = format!("manifest-list-{commit}-1");
+    let base_bytes = manifest::encode_list(&base, &empty).map_err(enc)?;
+    let delta_bytes = manifest::encode_list(&delta, &empty).map_err(enc)?;
+    let (base_size, delta_size) = (base_bytes.len() as i64, delta_bytes.len() as i64);
+    put(w, &format!("{loc}/manifest/{base_name}"), base_bytes).await?;
+    put(w, &format!("{loc}/manifest/{delta_name}"), delta_bytes).await?;
+
+    let added_rows: i64 = change.added.iter().map(|(_, f)| f.row_count).sum();
+    let deleted_rows: i64 = change.deleted.iter().map(|(_, f)| f.row_count).sum();
+    let id = state.snapshot_id() + 1;
+    let snapshot = Snapshot {
+        version: 3,
+        id,
+        schema_id: 0,
+        base_manifest_list: base_name,
+        base_manifest_list_size: Some(base_size),
+        delta_manifest_list: delta_name,
+        delta_manifest_list_size: Some(delta_size),
+        changelog_manifest_list: None,
+        index_manifest: None,
+        commit_user: state.commit_user.clone(),
+        commit_identifier: id,
+        commit_kind: kind.to_owned(),
+        time_millis: chrono::Utc::now().timestamp_millis(),
+        total_record_count: state.live_rows() + added_rows - deleted_rows,
+        delta_record_count: added_rows - deleted_rows,
+        changelog_record_count: None,
+        properties: Some(properties),
+    };
+    let snap_loc = snapshot_location(&loc, id);
+    let body = serde_json::to_vec_pretty(&snapshot).map_err(|e| corrupt(&snap_loc, e))?;
+    let path = w.path(&snap_loc)?;
+    match w
+        .store()
+        .put_opts(
+            &path,
+            PutPayload::from(body),
+            PutOptions::from(PutMode::Create),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(object_store::Error::AlreadyExists { .. }) => {
+            return Err(SinkError::CommitConflict {
+                table: table.clone(),
+                version: id as u64,
+            })
+        }
+        Err(e) => return Err(storage(&snap_loc)(e)),
+    }
+    // Hints: failures here do not undo the commit (readers verify hints).
+    if let Err(e) = put(
+        w,
+        &format!("{loc}/snapshot/LATEST"),
+        id.to_string().into_bytes(),
+    )
+    .await
+    {
+        tracing::warn!(table = %table, error = %e, "could not update snapshot/LATEST");
+    }
+    if id == 1 {
+        let _ = put(w, &format!("{loc}/snapshot/EARLIEST"), b"1".to_vec()).await;
+    }
+    for (b, f) in &change.deleted {
+        if let Some(files) = state.files.get_mut(b) {
+            files.retain(|x| x.file_name != f.file_name);
+        }
+    }
+    for (b, f) in change.added {
+        state.next_sequence = state.next_sequence.max(f.max_sequence + 1);
+        state.files.entry(b).or_default().push(f);
+    }
+    state.files.retain(|_, fs| !fs.is_empty());
+    base.extend(delta);
+    state.manifests = base;
+    state.snapshot = Some(snapshot);
+    Ok(id)
+}

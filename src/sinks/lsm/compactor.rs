@@ -1,0 +1,239 @@
+//! The compaction worker: carries out what `compaction.rs` picks, one bucket at a time, and
+//! publishes each result as a `COMPACT` snapshot.
+//!
+//! Reading and merging happen without the table lock, so commits keep flowing. Before publishing
+//! it re-takes the lock and checks that every input file is still live (a TRUNCATE may have
+//! removed them); if not, the output is deleted and nothing is published. Files added meanwhile
+//! are level-0 runs with higher sequence numbers, so merging without them is correct. A
+//! `COMPACT` snapshot carries the checkpoint of the snapshot it follows: the table's content, and
+//! so its position, is unchanged.
+
+use bytes::Bytes;
+
+use super::commit::{self, Change, TableState};
+
+use super::compaction::{self, Unit};
+use super::manifest::DataFileMeta;
+use super::schema::FileSchemas;
+use super::writer::{self, FileError};
+use super::{CompactStats, Handle, Inner};
+use crate::changelog::TableId;
+use crate::sinks::SinkError;
+
+fn file_error(table: &TableId, what: &str) -> impl FnOnce(FileError) -> SinkError {
+    let table = table.clone();
+    let what = what.to_owned();
+    move |e| SinkError::Data {
+        table,
+        detail: format!("{what}: {e}"),
+    }
+}
+
+/// `bucket-<n>/<name>` under the table.
+fn file_location(state: &TableState, bucket: i32, name: &str) -> String {
+    format!("{}/bucket-{bucket}/{name}", state.location)
+}
+
+/// Encodes `batch` (sorted, one row per key) and puts it as a new data file of `bucket`.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn write_file(
+    inner: &Inner,
+    table: &TableId,
+    location: &str,
+    schemas: &FileSchemas,
+    bucket: i32,
+    batch: &arrow_array::RecordBatch,
+    level: i32,
+    file_source: i32,
+) -> Result<DataFileMeta, SinkError> {
+    let name = format!("data-{}-0.parquet", uuid::Uuid::new_v4());
+    let mut w =
+        writer::RunWriter::new(schemas).map_err(file_error(table, "encoding a data file"))?;
+    w.write(batch)
+        .map_err(file_error(table, "encoding a data file"))?;
+    let (bytes, run) = w
+        .finish()
+        .map_err(file_error(table, "encoding a data file"))?;
+    let size = bytes.len();
+    commit::put(
+        &inner.warehouse,
+        &format!("{location}/bucket-{bucket}/{name}"),
+        bytes,
+    )
+    .await?;
+    run.describe(name, size, level, file_source)
+        .map_err(file_error(table, "describing a data file"))
+}
+
+/// Reads a live data file of `bucket`.
+pub(super) async fn read_file_at(
+    w: &crate::storage::Warehouse,
+    table: &TableId,
+    state_location: &str,
+    schemas: &FileSchemas,
+    bucket: i32,
+    file: &DataFileMeta,
+) -> Result<arrow_array::RecordBatch, SinkError> {
+    let loc = format!("{state_location}/bucket-{bucket}/{}", file.file_name);
+    let data: Bytes = commit::read(w, &loc)
+        .await?
+        .ok_or_else(|| SinkError::Corrupt {
+            path: loc.clone(),
+            detail: "a live data file is missing".into(),
+        })?;
+    writer::decode(data, schemas).map_err(file_error(table, &format!("reading {loc}")))
+}
+
+/// Compacts buckets of `handle`'s table until the picker (or, when `full`, the full-compaction
+/// rule) finds nothing more to do.
+pub(super) async fn run(
+    inner: &Inner,
+    handle: &Handle,
+    full: bool,
+) -> Result<CompactStats, SinkError> {
+    let table = &handle.table;
+    let mut stats = CompactStats::default();
+    // Buckets a full pass already did (a full pass visits each once).
+    let mut done: Vec<i32> = Vec::new();
+    loop {
+        let job = {
+            let mut guard = handle.state.lock().await;
+            inner.ensure_loaded(table, &mut guard).await?;
+            let Some(state) = guard.as_ref() else {
+                return Ok(stats);
+            };
+            let mut job: Option<(i32, Unit, Vec<DataFileMeta>, String)> = None;
+            for (bucket, files) in &state.files {
+                if done.contains(bucket) {
+                    continue;
+                }
+                let runs = compaction::runs(files);
+                // Deletion-vector tables keep one bottom run per bucket (see mod.rs).
+                let dv = inner.config.deletion_vectors && files.iter().any(|f| f.level == 0);
+                let unit = if full || dv {
+                    compaction::full(&runs, files, &inner.compaction)
+                } else {
+                    compaction::pick(&runs, &inner.compaction)
+                };
+                if let Some(u) = unit {
+                    let inputs = u
+                        .files
+                        .iter()
+                        .filter_map(|&i| files.get(i).cloned())
+                        .collect();
+                    job = Some((*bucket, u, inputs, state.location.clone()));
+                    break;
+                }
+            }
+            match job {
+                Some(j) => (j, FileSchemas::from_paimon(&state.schema)),
+                None => return Ok(stats),
+            }
+        };
+        let ((bucket, unit, inputs, location), schemas) = job;
+        let schemas = schemas.map_err(|detail| SinkError::Corrupt {
+            path: format!("{location}/schema/schema-0"),
+            detail,
+        })?;
+        if full {
+            done.push(bucket);
+        }
+        let mut encoded = Vec::with_capacity(inputs.len());
+        for f in &inputs {
+            let loc = format!("{location}/bucket-{bucket}/{}", f.file_name);
+            let data =
+                commit::read(&inner.warehouse, &loc)
+                    .await?
+                    .ok_or_else(|| SinkError::Corrupt {
+                        path: loc.clone(),
+                        detail: "a live data file is missing".into(),
+                    })?;
+            stats.bytes_in += data.len() as u64;
+            encoded.push(data);
+        }
+        // CPU-bound: off the async workers.
+        let merge_schemas = schemas.clone();
+        let drop_deletes = unit.drop_deletes;
+        let merged = tokio::task::spawn_blocking(move || {
+            let mut out = writer::RunWriter::new(&merge_schemas)?;
+            compaction::merge_runs(encoded, &merge_schemas, drop_deletes, &mut out)?;
+            out.finish()
+        })
+        .await
+        .map_err(|e| SinkError::Data {
+            table: table.clone(),
+            detail: format!("compaction task of bucket {bucket}: {e}"),
+        })?
+        .map_err(file_error(table, &format!("merging bucket {bucket}")))?;
+        let (bytes, run) = merged;
+        let rows_out = run.rows();
+        let output = if rows_out > 0 {
+            let name = format!("data-{}-0.parquet", uuid::Uuid::new_v4());
+            let size = bytes.len();
+            commit::put(
+                &inner.warehouse,
+                &format!("{location}/bucket-{bucket}/{name}"),
+                bytes,
+            )
+            .await?;
+            Some(
+                run.describe(name, size, unit.output_level, 1)
+                    .map_err(file_error(table, "describing a data file"))?,
+            )
+        } else {
+            None
+        };
+        let mut guard = handle.state.lock().await;
+        inner.ensure_loaded(table, &mut guard).await?;
+        let Some(state) = guard.as_mut() else {
+            return Ok(stats);
+        };
+        let live = state.files.get(&bucket);
+        let all_live = inputs
+            .iter()
+            .all(|f| live.is_some_and(|l| l.iter().any(|x| x.file_name == f.file_name)));
+        if !all_live {
+            if let Some(o) = &output {
+                commit::delete(
+                    &inner.warehouse,
+                    &file_location(state, bucket, &o.file_name),
+                )
+                .await?;
+            }
+            tracing::info!(table = %table, bucket, "compaction inputs changed meanwhile; result dropped");
+            continue;
+        }
+        let properties = state
+            .snapshot
+            .as_ref()
+            .and_then(|s| s.properties.clone())
+            .unwrap_or_default();
+        let buckets = state.buckets(inner.config.buckets) as i32;
+        stats.files_in += inputs.len() as u64;
+        stats.files_out += u64::from(output.is_some());
+        stats.rows_out += rows_out as u64;
+        let change = Change {
+            added: output.into_iter().map(|f| (bucket, f)).collect(),
+            deleted: inputs.into_iter().map(|f| (bucket, f)).collect(),
+        };
+        match commit::publish(
+            &inner.warehouse,
+            table,
+            state,
+            change,
+            "COMPACT",
+            properties,
+            buckets,
+        )
+        .await
+        {
+            Ok(_) => stats.snapshots += 1,
+            Err(e) => {
+                *guard = None;
+                return Err(e);
+            }
+        }
+        drop(guard);
+        handle.progress.notify_waiters();
+    }
+}

@@ -1,0 +1,130 @@
+//! Current rows for completing partial updates: the newest version of each looked-up key in
+//! the table's live files.
+//!
+//! Only updates with absent columns (Postgres sends an unchanged TOASTed value as "unchanged")
+//! whose key was not written earlier in the same commit need this, so it is rare. It reads the
+//! data files of the buckets those keys hash to and keeps, per key, the row with the highest
+//! sequence number, exactly as the deduplicate merge would. The files of one bucket are held in
+//! memory while it runs; compaction keeps that to a few sorted runs.
+
+use std::collections::{BTreeSet, HashMap};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int64Type, Int8Type};
+use arrow_array::{Array, RecordBatch};
+use arrow_row::{RowConverter, SortField};
+
+use super::commit::TableState;
+use super::plan::Plan;
+use super::schema::{FileSchemas, KIND_DELETE};
+use crate::changelog::TableId;
+use crate::sinks::SinkError;
+use crate::storage::Warehouse;
+
+/// The looked-up rows (data file shape) and, per `plan.lookups` entry, its row in that batch.
+pub async fn lookup(
+    w: &Warehouse,
+    table: &TableId,
+    state: &TableState,
+    schemas: &FileSchemas,
+    plan: &Plan,
+) -> Result<(Option<RecordBatch>, Vec<Option<u32>>), SinkError> {
+    if plan.lookups.is_empty() {
+        return Ok((None, Vec::new()));
+    }
+    let arrow = |what: &str| {
+        let context = format!("{what} of {table}");
+        move |source| SinkError::Arrow { context, source }
+    };
+    let keys = plan
+        .key_batch(schemas)
+        .map_err(arrow("gathering keys to look up"))?;
+    let converter = RowConverter::new(
+        schemas
+            .key_types
+            .iter()
+            .map(|t| SortField::new(t.clone()))
+            .collect(),
+    )
+    .map_err(arrow("key encoding"))?;
+    let wanted = converter
+        .convert_columns(&keys)
+        .map_err(arrow("key encoding"))?;
+    let index: HashMap<&[u8], usize> = (0..wanted.num_rows())
+        .map(|i| (wanted.row(i).data(), i))
+        .collect();
+    let buckets: BTreeSet<i32> = plan.lookups.iter().map(|l| l.bucket as i32).collect();
+    let nk = schemas.key.len();
+    // Per wanted key: (batch, row, sequence, is delete).
+    let mut best: Vec<Option<(usize, usize, i64, bool)>> = vec![None; wanted.num_rows()];
+    let mut batches: Vec<RecordBatch> = Vec::new();
+    for bucket in buckets {
+        let Some(files) = state.files.get(&bucket) else {
+            continue;
+        };
+        for f in files {
+            let batch =
+                super::compactor::read_file_at(w, table, &state.location, schemas, bucket, f)
+                    .await?;
+            let rows = converter
+                .convert_columns(batch.columns().get(..nk).unwrap_or_default())
+                .map_err(arrow("key encoding"))?;
+            let (Some(seq), Some(kind)) = (
+                batch.column(nk).as_primitive_opt::<Int64Type>(),
+                batch.column(nk + 1).as_primitive_opt::<Int8Type>(),
+            ) else {
+                continue;
+            };
+            let mut hit = false;
+            for r in 0..batch.num_rows() {
+                let Some(&i) = index.get(rows.row(r).data()) else {
+                    continue;
+                };
+                let s = seq.value(r);
+                if let Some(slot) = best.get_mut(i) {
+                    if slot.is_none_or(|(_, _, old, _)| s > old) {
+                        *slot = Some((batches.len(), r, s, kind.value(r) == KIND_DELETE));
+                        hit = true;
+                    }
+                }
+            }
+            if hit {
+                batches.push(batch);
+            }
+        }
+    }
+    let mut idx = Vec::new();
+    let mut found = Vec::with_capacity(best.len());
+    for (i, b) in best.iter().enumerate() {
+        match b {
+            Some((batch, row, _, false)) => {
+                found.push(Some(idx.len() as u32));
+                idx.push((*batch, *row));
+            }
+            _ => {
+                let key = keys
+                    .iter()
+                    .map(|k| arrow_cast::display::array_value_to_string(k, i).unwrap_or_default())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Err(SinkError::Data {
+                    table: table.clone(),
+                    detail: format!(
+                        "an update of key ({key}) leaves columns unchanged (absent) but the table holds no row with that key to take them from"
+                    ),
+                });
+            }
+        }
+    }
+    let mut cols = Vec::with_capacity(schemas.file.fields().len());
+    for c in 0..schemas.file.fields().len() {
+        let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
+        cols.push(
+            arrow_select::interleave::interleave(&arrays, &idx)
+                .map_err(arrow("gathering current rows"))?,
+        );
+    }
+    let batch = RecordBatch::try_new(schemas.file.clone(), cols)
+        .map_err(arrow("gathering current rows"))?;
+    Ok((Some(batch), found))
+}

@@ -1,0 +1,550 @@
+//! LSM sink: Apache Paimon primary-key tables (fixed buckets, `deduplicate` merge engine), with
+//! universal compaction in the background and snapshot expiry.
+//!
+//! Sits at the end of the flow: pipeline → [`LsmSink::commit`] → (durable) → ack to source. Each
+//! commit writes, per touched bucket, one level-0 Parquet file holding the last state of every key
+//! the commit changed (`plan.rs`), and publishes it as one `APPEND` snapshot whose `properties`
+//! carry the checkpoint (`commit.rs`). A background task per table merges sorted runs
+//! (`compaction.rs` decides, `compactor.rs` does it) and publishes `COMPACT` snapshots that carry
+//! the same checkpoint; readers see either the runs before or the merged file after. Commits wait
+//! while a bucket has `stop_trigger` runs or more, so compaction can never fall behind for good.
+//! Old snapshots and the files only they reference are deleted (`expire.rs`).
+//!
+//! Why cdcd completes partial rows itself instead of relying on Paimon's `partial-update` merge
+//! engine: that engine reads a NULL field as "unchanged", so an UPDATE that sets a column to NULL
+//! would be lost. With `deduplicate`, cdcd fills absent columns (unchanged TOAST values) from the
+//! row's current value and every file holds whole rows. `merge_engine = "partial-update"` is
+//! offered for users who accept that: absent columns are then written NULL without a lookup.
+//!
+//! Layout (`<warehouse>/<namespace>.db/<table>/`, Paimon's filesystem catalog): `schema/schema-0`,
+//! `snapshot/snapshot-N` + `LATEST` + `EARLIEST`, `manifest/`, `bucket-<n>/data-*.parquet`.
+//!
+//! Files by role: `schema.rs` (types, schema JSON, data file shape), `binary_row.rs` (Paimon's
+//! `BinaryRow` and bucket hash), `plan.rs` (pure: changes → one row per key), `lookup.rs`
+//! (current rows for partial updates), `writer.rs` (Parquet runs and their `DataFileMeta`),
+//! `manifest.rs` (Avro), `commit.rs` (load and publish snapshots), `compaction.rs` (pure:
+//! pick and merge), `compactor.rs` (the worker), `expire.rs`. The Iceberg sink's planner and row
+//! lookup are not shared on purpose: Iceberg deletes rows by key across files, whereas an LSM
+//! commit folds the changes of a key into one upsert or delete, so the two planners have little
+//! in common beyond Arrow `interleave`, and the Parquet writing shared would be a few lines.
+//!
+//! Deletion-vector mode (`deletion_vectors = true`, Paimon `deletion-vectors.enabled`): readers
+//! skip level 0 and read the higher levels without merging. cdcd keeps that valid without
+//! writing deletion-vector index files: every compaction merges a bucket's level-0 runs with its
+//! single bottom run into a new bottom run (deletes dropped), so each key is in one file. Rows
+//! become visible to readers when the background compaction after their commit has published.
+//!
+//! Concurrency: each table has one handle whose state sits behind a tokio mutex, held across the
+//! awaits of one commit (a commit is read-modify-write of the table's newest snapshot; the
+//! writer and the compactor take turns). The compactor does its reading and merging without the
+//! lock and re-checks, under it, that its inputs are still live before publishing.
+
+// `SinkError` is large (it carries `iceberg::Error`); see sinks/iceberg/mod.rs.
+#![allow(clippy::result_large_err)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+
+use crate::changelog::{TableChanges, TableId, TableSchema};
+use crate::checkpoint::Checkpoint;
+use crate::config::{LsmConfig, MergeEngine};
+use crate::sinks::{CommitStats, Sink, SinkError, TableStatus};
+use crate::storage::Warehouse;
+
+pub mod binary_row;
+mod commit;
+pub mod compaction;
+mod compactor;
+mod expire;
+mod lookup;
+pub mod manifest;
+pub mod plan;
+pub mod schema;
+mod writer;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests;
+
+use commit::{Change, TableState};
+use schema::FileSchemas;
+
+/// One table: its state as of the newest snapshot, and its compactor's flags.
+struct Handle {
+    table: TableId,
+    state: tokio::sync::Mutex<Option<TableState>>,
+    compacting: AtomicBool,
+    /// Signalled whenever the compactor publishes or stops.
+    progress: Notify,
+    /// What the background compactor did so far, and the time it spent.
+    totals: Mutex<(CompactStats, Duration)>,
+    /// The background compactor's last failure, for a commit stalled on it.
+    failure: Mutex<Option<String>>,
+}
+
+struct Inner {
+    warehouse: Warehouse,
+    config: LsmConfig,
+    pipeline: String,
+    compaction: compaction::Options,
+    tables: Mutex<HashMap<TableId, Arc<Handle>>>,
+}
+
+/// Writes Paimon primary-key tables under one warehouse for one pipeline.
+#[derive(Clone)]
+pub struct LsmSink {
+    inner: Arc<Inner>,
+}
+
+/// How one compaction pass went.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompactStats {
+    pub snapshots: u64,
+    pub files_in: u64,
+    pub files_out: u64,
+    pub bytes_in: u64,
+    pub rows_out: u64,
+}
+
+impl CompactStats {
+    fn add(&mut self, o: &CompactStats) {
+        self.snapshots += o.snapshots;
+        self.files_in += o.files_in;
+        self.files_out += o.files_out;
+        self.bytes_in += o.bytes_in;
+        self.rows_out += o.rows_out;
+    }
+}
+
+impl LsmSink {
+    pub fn new(config: &LsmConfig, pipeline: &str) -> Result<LsmSink, SinkError> {
+        let trigger = config.compaction_trigger.max(2);
+        Ok(LsmSink {
+            inner: Arc::new(Inner {
+                warehouse: Warehouse::from_url(&config.warehouse)?,
+                config: config.clone(),
+                pipeline: pipeline.to_owned(),
+                compaction: compaction::Options {
+                    trigger,
+                    stop_trigger: trigger + 3,
+                    max_level: trigger as i32,
+                    ..compaction::Options::default()
+                },
+                tables: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// `<warehouse>/<namespace>.db/<table>`; namespace = the configured one or the source schema.
+    pub fn table_location(&self, table: &TableId) -> String {
+        self.inner.table_location(table)
+    }
+
+    /// Live data files per bucket (for the benchmark and tests).
+    pub async fn files_per_bucket(
+        &self,
+        table: &TableId,
+    ) -> Result<BTreeMap<i32, usize>, SinkError> {
+        let handle = self.inner.handle(table);
+        let mut guard = handle.state.lock().await;
+        self.inner.ensure_loaded(table, &mut guard).await?;
+        Ok(guard
+            .as_ref()
+            .map(|s| s.files.iter().map(|(b, f)| (*b, f.len())).collect())
+            .unwrap_or_default())
+    }
+
+    /// Compacts `table` now, in the caller's task: `full` merges every bucket into one bottom
+    /// run (deletes dropped); otherwise only what the universal picker asks for.
+    pub async fn compact(&self, table: &TableId, full: bool) -> Result<CompactStats, SinkError> {
+        let handle = self.inner.handle(table);
+        compactor::run(&self.inner, &handle, full).await
+    }
+
+    /// Expires old snapshots of `table` now (commits also do it every 10 snapshots); returns how
+    /// many were removed.
+    pub async fn expire(&self, table: &TableId) -> Result<usize, SinkError> {
+        let handle = self.inner.handle(table);
+        {
+            let mut guard = handle.state.lock().await;
+            self.inner.ensure_loaded(table, &mut guard).await?;
+        }
+        expire::expire(&self.inner, &handle).await
+    }
+
+    /// What the background compactor of `table` did so far, and the time it spent.
+    pub fn background_compaction(&self, table: &TableId) -> (CompactStats, Duration) {
+        let handle = self.inner.handle(table);
+        let totals = handle.totals.lock().map(|t| t.clone());
+        totals.unwrap_or_default()
+    }
+
+    /// Waits until no background compaction of `table` is running.
+    pub async fn wait_compaction(&self, table: &TableId) {
+        let handle = self.inner.handle(table);
+        while handle.compacting.load(Ordering::Acquire) {
+            let _ =
+                tokio::time::timeout(Duration::from_millis(200), handle.progress.notified()).await;
+        }
+    }
+
+    async fn commit_inner(
+        &self,
+        schema: &TableSchema,
+        changes: &[TableChanges],
+        checkpoint: &Checkpoint,
+    ) -> Result<CommitStats, SinkError> {
+        let inner = &self.inner;
+        let table = &schema.id;
+        let handle = inner.handle(table);
+        inner.stall(&handle).await?;
+        let schemas = FileSchemas::new(schema);
+        let wanted = schema::paimon_schema(schema, inner.table_options())?;
+        let mut guard = handle.state.lock().await;
+        inner.ensure_loaded(table, &mut guard).await?;
+        if guard.is_none() {
+            let location = inner.table_location(table);
+            commit::create(&inner.warehouse, &location, &wanted).await?;
+            tracing::info!(table = %table, location = %location, "created Paimon table");
+            inner.ensure_loaded(table, &mut guard).await?;
+        }
+        let Some(state) = guard.as_mut() else {
+            return Err(SinkError::Corrupt {
+                path: inner.table_location(table),
+                detail: "schema/schema-0 exists but cannot be loaded".into(),
+            });
+        };
+        if let Some(detail) = schema::difference(&state.schema, &wanted) {
+            return Err(SinkError::SchemaChanged {
+                table: table.clone(),
+                detail,
+            });
+        }
+        let buckets = state.buckets(inner.config.buckets);
+        let complete = inner.config.merge_engine == MergeEngine::Deduplicate;
+        let plan =
+            plan::plan(changes, &schemas, buckets, complete).map_err(|e| SinkError::Data {
+                table: table.clone(),
+                detail: format!("planning the commit: {e}"),
+            })?;
+        let (lookup_batch, found) =
+            lookup::lookup(&inner.warehouse, table, state, &schemas, &plan).await?;
+        let base = state.next_sequence;
+        let batch = plan
+            .build(&schemas, base, lookup_batch.as_ref(), &found)
+            .map_err(|e| SinkError::Data {
+                table: table.clone(),
+                detail: format!("building data files: {e}"),
+            })?;
+        let mut change = Change::default();
+        for (bucket, first, len) in plan.bucket_ranges() {
+            let part = batch.slice(first, len);
+            let file = compactor::write_file(
+                inner,
+                table,
+                &state.location,
+                &schemas,
+                bucket as i32,
+                &part,
+                0,
+                0,
+            )
+            .await?;
+            change.added.push((bucket as i32, file));
+        }
+        let mut deleted_rows = plan.rows.iter().filter(|r| r.delete).count() as u64;
+        if plan.truncate {
+            for (b, files) in &state.files {
+                deleted_rows += files.iter().map(|f| f.row_count as u64).sum::<u64>();
+                change.deleted.extend(files.iter().map(|f| (*b, f.clone())));
+            }
+        }
+        let files_written = change.added.len();
+        let kind = if plan.truncate { "OVERWRITE" } else { "APPEND" };
+        let props: BTreeMap<String, String> = checkpoint.to_properties().into_iter().collect();
+        let result = commit::publish(
+            &inner.warehouse,
+            table,
+            state,
+            change,
+            kind,
+            props,
+            buckets as i32,
+        )
+        .await;
+        let snapshot_id = match result {
+            Ok(id) => id,
+            Err(e) => {
+                *guard = None;
+                return Err(e);
+            }
+        };
+        state.next_sequence = state.next_sequence.max(base + plan.changes as i64 + 1);
+        let needs_compaction = inner.needs_compaction(state);
+        let expire_due = expire::due(state, &inner.config);
+        drop(guard);
+        if needs_compaction {
+            inner.spawn_compaction(&handle);
+        }
+        if expire_due {
+            if let Err(e) = expire::expire(inner, &handle).await {
+                tracing::warn!(table = %table, error = %e, "snapshot expiry failed; retried after a later commit");
+            }
+        }
+        Ok(CommitStats {
+            snapshot_id,
+            data_rows: plan.rows.len() as u64
+                - plan.rows.iter().filter(|r| r.delete).count() as u64,
+            deleted_rows,
+            files_written,
+        })
+    }
+}
+
+impl TableState {
+    /// The table's bucket count (its `bucket` option), else the configured one.
+    fn buckets(&self, configured: u32) -> u32 {
+        self.schema
+            .options
+            .get("bucket")
+            .and_then(|b| b.parse::<u32>().ok())
+            .filter(|&b| b > 0)
+            .unwrap_or(configured.max(1))
+    }
+}
+
+impl Inner {
+    fn table_location(&self, table: &TableId) -> String {
+        let ns = self.config.namespace.as_deref().unwrap_or(&table.namespace);
+        self.warehouse.location(&[&format!("{ns}.db"), &table.name])
+    }
+
+    fn handle(&self, table: &TableId) -> Arc<Handle> {
+        let mut tables = match self.tables.lock() {
+            Ok(t) => t,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        tables
+            .entry(table.clone())
+            .or_insert_with(|| {
+                Arc::new(Handle {
+                    table: table.clone(),
+                    state: tokio::sync::Mutex::new(None),
+                    compacting: AtomicBool::new(false),
+                    progress: Notify::new(),
+                    totals: Mutex::new((CompactStats::default(), Duration::ZERO)),
+                    failure: Mutex::new(None),
+                })
+            })
+            .clone()
+    }
+
+    /// Paimon table options cdcd sets on tables it creates.
+    fn table_options(&self) -> BTreeMap<String, String> {
+        let o = &self.compaction;
+        let mut m = BTreeMap::from([
+            ("bucket".to_owned(), self.config.buckets.max(1).to_string()),
+            ("file.format".to_owned(), "parquet".to_owned()),
+            (
+                "num-sorted-run.compaction-trigger".to_owned(),
+                o.trigger.to_string(),
+            ),
+            (
+                "num-sorted-run.stop-trigger".to_owned(),
+                o.stop_trigger.to_string(),
+            ),
+            ("num-levels".to_owned(), (o.max_level + 1).to_string()),
+        ]);
+        if self.config.deletion_vectors {
+            m.insert("deletion-vectors.enabled".into(), "true".into());
+        }
+        match self.config.merge_engine {
+            MergeEngine::Deduplicate => {
+                m.insert("merge-engine".into(), "deduplicate".into());
+            }
+            MergeEngine::PartialUpdate => {
+                m.insert("merge-engine".into(), "partial-update".into());
+                m.insert(
+                    "partial-update.remove-record-on-delete".into(),
+                    "true".into(),
+                );
+            }
+        }
+        m
+    }
+
+    /// Loads the table into `slot` when it is not cached.
+    async fn ensure_loaded(
+        &self,
+        table: &TableId,
+        slot: &mut Option<TableState>,
+    ) -> Result<(), SinkError> {
+        if slot.is_none() {
+            *slot = commit::load(&self.warehouse, &self.table_location(table)).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits while any bucket has `stop_trigger` sorted runs or more (write stall).
+    async fn stall(self: &Arc<Self>, handle: &Arc<Handle>) -> Result<(), SinkError> {
+        let mut warned = false;
+        loop {
+            let worst = {
+                let mut guard = handle.state.lock().await;
+                self.ensure_loaded(&handle.table, &mut guard).await?;
+                guard.as_ref().map_or(0, |s| {
+                    s.files
+                        .values()
+                        .map(|f| compaction::runs(f).len())
+                        .max()
+                        .unwrap_or(0)
+                })
+            };
+            if worst < self.compaction.stop_trigger {
+                return Ok(());
+            }
+            // A stalled commit cannot wait for a compactor that fails: fail the commit instead
+            // (the pipeline retries from its checkpoint) rather than hang.
+            let failed = handle.failure.lock().ok().and_then(|mut f| f.take());
+            if let Some(detail) = failed.filter(|_| warned) {
+                return Err(SinkError::Data {
+                    table: handle.table.clone(),
+                    detail: format!(
+                        "{worst} sorted runs in a bucket and compaction fails: {detail}"
+                    ),
+                });
+            }
+            if !warned {
+                tracing::info!(table = %handle.table, runs = worst, "write stall: waiting for compaction");
+                warned = true;
+            }
+            self.spawn_compaction(handle);
+            let _ =
+                tokio::time::timeout(Duration::from_millis(500), handle.progress.notified()).await;
+        }
+    }
+
+    /// Starts the table's background compactor unless it is running.
+    fn spawn_compaction(self: &Arc<Self>, handle: &Arc<Handle>) {
+        if handle.compacting.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let inner = self.clone();
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            loop {
+                let started = std::time::Instant::now();
+                match compactor::run(&inner, &handle, false).await {
+                    Ok(stats) => {
+                        if let Ok(mut t) = handle.totals.lock() {
+                            t.0.add(&stats);
+                            t.1 += started.elapsed();
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(table = %handle.table, error = %e, "compaction failed; retried after the next commit");
+                        if let Ok(mut f) = handle.failure.lock() {
+                            *f = Some(e.to_string());
+                        }
+                        handle.compacting.store(false, Ordering::Release);
+                        break;
+                    }
+                }
+                handle.compacting.store(false, Ordering::Release);
+                // A commit that landed between the last pick and the store above saw the flag
+                // set and started nothing: look again before leaving.
+                let more = {
+                    let guard = handle.state.lock().await;
+                    guard.as_ref().is_some_and(|s| inner.needs_compaction(s))
+                };
+                if !more || handle.compacting.swap(true, Ordering::AcqRel) {
+                    break;
+                }
+            }
+            handle.progress.notify_waiters();
+        });
+    }
+
+    /// Whether any bucket of `state` has compaction work.
+    fn needs_compaction(&self, state: &TableState) -> bool {
+        state.files.values().any(|f| {
+            if self.config.deletion_vectors {
+                f.iter().any(|f| f.level == 0)
+            } else {
+                compaction::pick(&compaction::runs(f), &self.compaction).is_some()
+            }
+        })
+    }
+}
+
+#[async_trait]
+impl Sink for LsmSink {
+    async fn checkpoint(&self, table: &TableId) -> Result<Option<Checkpoint>, SinkError> {
+        let handle = self.inner.handle(table);
+        let mut guard = handle.state.lock().await;
+        // Always from storage: a restart must see what is durable, not a cache.
+        *guard = commit::load(&self.inner.warehouse, &self.inner.table_location(table)).await?;
+        let Some(state) = guard.as_ref() else {
+            return Ok(None);
+        };
+        // Walk back: a snapshot by another writer carries no checkpoint of this pipeline.
+        let mut next = state.snapshot.clone();
+        let location = state.location.clone();
+        let earliest = match &next {
+            Some(s) => commit::earliest_id(&self.inner.warehouse, &location, s.id)
+                .await?
+                .unwrap_or(1),
+            None => 1,
+        };
+        while let Some(s) = next {
+            if let Some(props) = &s.properties {
+                let props: HashMap<String, String> = props.clone().into_iter().collect();
+                if let Some(cp) = Checkpoint::from_properties(&self.inner.pipeline, &props)? {
+                    return Ok(Some(cp));
+                }
+            }
+            if s.id <= earliest {
+                break;
+            }
+            next = commit::read_snapshot(&self.inner.warehouse, &location, s.id - 1).await?;
+        }
+        Ok(None)
+    }
+
+    async fn commit(
+        &self,
+        schema: &Arc<TableSchema>,
+        changes: &[TableChanges],
+        checkpoint: &Checkpoint,
+    ) -> Result<CommitStats, SinkError> {
+        self.commit_inner(schema, changes, checkpoint).await
+    }
+
+    async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError> {
+        let handle = self.inner.handle(table);
+        let mut guard = handle.state.lock().await;
+        *guard = commit::load(&self.inner.warehouse, &self.inner.table_location(table)).await?;
+        let Some(state) = guard.as_ref() else {
+            return Ok(None);
+        };
+        let checkpoint = match state.snapshot.as_ref().and_then(|s| s.properties.as_ref()) {
+            Some(p) => {
+                let p: HashMap<String, String> = p.clone().into_iter().collect();
+                Checkpoint::from_properties(&self.inner.pipeline, &p)?
+            }
+            None => None,
+        };
+        Ok(Some(TableStatus {
+            snapshot_id: state.snapshot_id(),
+            checkpoint,
+            // Rows in live files: counts a key once per sorted run holding it until compaction.
+            rows: Some(state.live_rows().max(0) as u64),
+            location: state.location.clone(),
+        }))
+    }
+}

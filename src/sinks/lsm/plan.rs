@@ -1,0 +1,495 @@
+//! Commit planning (pure): one table's ordered changes → one row per touched key, sorted by
+//! (bucket, key), each column naming where its value comes from.
+//!
+//! An LSM commit is a level-0 sorted run per bucket holding the *last* state of each key the
+//! commit touched: an upsert (`_VALUE_KIND` 0) with the whole row, or a delete (3). Earlier
+//! changes to the same key in the same commit are folded away here, as Paimon's write buffer
+//! does. A partial row (absent columns: unchanged TOAST values) is completed from earlier
+//! changes to the key in this commit, else from the table (`lookup` marks those rows; `mod.rs`
+//! reads them). Sequence numbers follow source order, so a later commit always wins the
+//! deduplicate merge. Keys compare in `arrow-row` order, which for cdcd's key types (integers,
+//! strings and bytes bytewise, decimals, dates, timestamps, booleans) is Paimon's key order.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::{new_null_array, Array, ArrayRef, Int64Array, Int8Array, RecordBatch};
+use arrow_row::{RowConverter, Rows, SortField};
+use arrow_schema::ArrowError;
+
+use super::binary_row;
+use super::schema::{FileSchemas, KIND_DELETE, KIND_INSERT};
+use crate::changelog::{Op, TableChanges};
+
+/// Where one output column value comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Src {
+    /// `changes[batch].rows`, row.
+    Row(u32, u32),
+    /// `changes[batch].old_keys` (key columns only), row.
+    Old(u32, u32),
+    /// Row `i` of the lookup batch (current table rows).
+    Lookup(u32),
+    /// Not yet known: the row must be looked up in the table.
+    Pending,
+    Null,
+}
+
+/// One key's final state in this commit.
+#[derive(Debug, Clone, Copy)]
+pub struct Out {
+    pub bucket: u32,
+    pub delete: bool,
+    /// Source-order rank of the change, added to the commit's base sequence number.
+    pub order: u64,
+    /// Where the key columns come from.
+    pub key: Src,
+}
+
+/// What one commit writes.
+#[derive(Debug)]
+pub struct Plan {
+    /// A TRUNCATE came first: every existing file is removed by this commit.
+    pub truncate: bool,
+    /// Sorted by (bucket, key).
+    pub rows: Vec<Out>,
+    /// `rows.len() * columns` sources, row-major.
+    pub sources: Vec<Src>,
+    pub columns: usize,
+    /// Changes consumed (the sequence number advance).
+    pub changes: u64,
+    /// Rows whose absent columns must come from the table.
+    pub lookups: Vec<Lookup>,
+    /// The changes' columns cast to their stored types: `cast[batch][column]`.
+    pub cast: Vec<Vec<ArrayRef>>,
+    /// `old_cast[batch][key column]`.
+    pub old_cast: Vec<Vec<ArrayRef>>,
+}
+
+/// A row completed from the table: the key whose current row holds its absent values (the old
+/// key when the change moved the row to a new key).
+#[derive(Debug, Clone, Copy)]
+pub struct Lookup {
+    /// Index into `Plan::rows`.
+    pub row: usize,
+    /// `Src::Row` or `Src::Old`.
+    pub key: Src,
+    pub bucket: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("a change has a NULL primary key column")]
+    NullKey,
+    #[error(transparent)]
+    Arrow(#[from] ArrowError),
+    #[error("{0}")]
+    Key(String),
+}
+
+struct Rec {
+    batch: u32,
+    row: u32,
+    old: bool,
+    order: u64,
+}
+
+/// Plans one commit. `complete`: fill absent columns (deduplicate engine); when false
+/// (partial-update engine) absent columns are written NULL, which that engine reads as
+/// "unchanged" — except after a key change, where the engine has no earlier row under the new key
+/// and the values are taken from the old key's row as in the deduplicate mode.
+pub fn plan(
+    changes: &[TableChanges],
+    schemas: &FileSchemas,
+    buckets: u32,
+    complete: bool,
+) -> Result<Plan, PlanError> {
+    let columns = schemas.columns;
+    // Only changes after the last TRUNCATE matter; the truncate removes every earlier row.
+    let mut start = (0usize, 0usize);
+    let mut truncate = false;
+    for (b, c) in changes.iter().enumerate() {
+        for (r, op) in c.ops.iter().enumerate() {
+            if *op == Op::Truncate {
+                start = (b, r + 1);
+                truncate = true;
+            }
+        }
+    }
+    let mut cast = Vec::with_capacity(changes.len());
+    let mut old_cast = Vec::with_capacity(changes.len());
+    for c in changes {
+        let cols = c
+            .rows
+            .columns()
+            .iter()
+            .map(|a| schemas.cast(a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let old = c
+            .old_keys
+            .columns()
+            .iter()
+            .map(|a| schemas.cast(a))
+            .collect::<Result<Vec<_>, _>>()?;
+        cast.push(cols);
+        old_cast.push(old);
+    }
+    let fields = schemas
+        .key_types
+        .iter()
+        .map(|t| SortField::new(t.clone()))
+        .collect();
+    let converter = RowConverter::new(fields)?;
+    let mut keys: Vec<Rows> = Vec::with_capacity(changes.len());
+    let mut old_keys: Vec<Rows> = Vec::with_capacity(changes.len());
+    for (b, cols) in cast.iter().enumerate() {
+        let kc: Vec<ArrayRef> = schemas
+            .key
+            .iter()
+            .filter_map(|&k| cols.get(k).cloned())
+            .collect();
+        keys.push(converter.convert_columns(&kc)?);
+        let oc = old_cast.get(b).cloned().unwrap_or_default();
+        old_keys.push(converter.convert_columns(&oc)?);
+    }
+
+    let mut recs = Vec::new();
+    let mut order = 0u64;
+    for (b, c) in changes.iter().enumerate().skip(start.0) {
+        let first = if b == start.0 { start.1 } else { 0 };
+        let cols = cast.get(b).map(Vec::as_slice).unwrap_or_default();
+        for r in first..c.ops.len() {
+            order += 1;
+            if c.ops.get(r) == Some(&Op::Truncate) {
+                continue;
+            }
+            if schemas
+                .key
+                .iter()
+                .any(|&k| cols.get(k).is_none_or(|a| a.is_null(r)))
+            {
+                return Err(PlanError::NullKey);
+            }
+            if c.key_changed.get(r) == Some(&true) {
+                recs.push(Rec {
+                    batch: b as u32,
+                    row: r as u32,
+                    old: true,
+                    order: order * 2,
+                });
+            }
+            recs.push(Rec {
+                batch: b as u32,
+                row: r as u32,
+                old: false,
+                order: order * 2 + 1,
+            });
+        }
+    }
+    let key_of = |r: &Rec| {
+        let rows = if r.old { &old_keys } else { &keys };
+        rows.get(r.batch as usize)
+            .map(|rows| rows.row(r.row as usize))
+    };
+    recs.sort_by(|a, b| key_of(a).cmp(&key_of(b)).then(a.order.cmp(&b.order)));
+
+    let is_delete = |r: &Rec| {
+        r.old
+            || changes
+                .get(r.batch as usize)
+                .and_then(|c| c.ops.get(r.row as usize))
+                == Some(&Op::Delete)
+    };
+    let key_changed = |r: &Rec| {
+        !r.old
+            && changes
+                .get(r.batch as usize)
+                .and_then(|c| c.key_changed.get(r.row as usize))
+                == Some(&true)
+    };
+    // Where each key's run of records starts, and where the old-key record of a key change sits.
+    let mut group_start = vec![0usize; recs.len()];
+    let mut old_at: HashMap<(u32, u32), usize> = HashMap::new();
+    for i in 0..recs.len() {
+        let same = i > 0 && key_of(&recs[i - 1]) == key_of(&recs[i]);
+        group_start[i] = if same { group_start[i - 1] } else { i };
+        if recs[i].old {
+            old_at.insert((recs[i].batch, recs[i].row), i);
+        }
+    }
+    // The value of `col` for the row record `k` wrote: from `k` itself, else from the row's state
+    // before it, following key changes back to the old key, else `Pending(key to look up)`.
+    let resolve = |k: usize, col: usize| -> Result<Src, Src> {
+        let mut cur = k;
+        loop {
+            let Some(r) = recs.get(cur) else {
+                return Ok(Src::Null);
+            };
+            if present(changes, r, col) {
+                return Ok(Src::Row(r.batch, r.row));
+            }
+            let (anchor, lookup_key) = if key_changed(r) {
+                match old_at.get(&(r.batch, r.row)) {
+                    Some(&o) => (o, Src::Old(r.batch, r.row)),
+                    None => return Err(Src::Old(r.batch, r.row)),
+                }
+            } else {
+                (cur, Src::Row(r.batch, r.row))
+            };
+            if group_start.get(anchor).is_none_or(|&g| g == anchor) {
+                return Err(lookup_key);
+            }
+            let pred = anchor - 1;
+            match recs.get(pred) {
+                // Deleted (or moved away) before: nothing earlier to take the value from.
+                Some(p) if is_delete(p) => return Err(lookup_key),
+                Some(_) => cur = pred,
+                None => return Err(lookup_key),
+            }
+        }
+    };
+    let mut rows = Vec::new();
+    let mut sources = Vec::new();
+    let mut lookups: Vec<(usize, Src)> = Vec::new();
+    let mut key_buf = Vec::new();
+    let mut i = 0;
+    while i < recs.len() {
+        let mut j = i + 1;
+        while j < recs.len() && key_of(&recs[j]) == key_of(&recs[i]) {
+            j += 1;
+        }
+        let Some(last) = recs.get(j - 1) else { break };
+        let delete = is_delete(last);
+        let key_src = if last.old {
+            Src::Old(last.batch, last.row)
+        } else {
+            Src::Row(last.batch, last.row)
+        };
+        let bucket = key_bucket(&mut key_buf, schemas, &cast, &old_cast, key_src, buckets)?;
+        let mut pending = None;
+        for col in 0..columns {
+            let src = if schemas.key.contains(&col) {
+                key_src
+            } else if last.old {
+                Src::Null
+            } else if present(changes, last, col) {
+                Src::Row(last.batch, last.row)
+            } else if delete || (!complete && !key_changed(last)) {
+                Src::Null
+            } else {
+                match resolve(j - 1, col) {
+                    Ok(src) => src,
+                    Err(key) => {
+                        pending = Some(key);
+                        Src::Pending
+                    }
+                }
+            };
+            sources.push(src);
+        }
+        if let Some(key) = pending {
+            lookups.push((rows.len(), key));
+        }
+        rows.push(Out {
+            bucket,
+            delete,
+            order: last.order / 2,
+            key: key_src,
+        });
+        i = j;
+    }
+    // Stable: rows keep key order within each bucket.
+    let mut idx: Vec<usize> = (0..rows.len()).collect();
+    idx.sort_by_key(|&i| rows.get(i).map_or(0, |r| r.bucket));
+    let mut new_pos = vec![0usize; rows.len()];
+    let mut sorted_rows = Vec::with_capacity(rows.len());
+    let mut sorted_sources = Vec::with_capacity(sources.len());
+    for (new, &old) in idx.iter().enumerate() {
+        if let Some(p) = new_pos.get_mut(old) {
+            *p = new;
+        }
+        if let Some(r) = rows.get(old) {
+            sorted_rows.push(*r);
+        }
+        if let Some(s) = sources.get(old * columns..(old + 1) * columns) {
+            sorted_sources.extend_from_slice(s);
+        }
+    }
+    let mut sorted_lookups = Vec::with_capacity(lookups.len());
+    for (row, key) in lookups {
+        let bucket = key_bucket(&mut key_buf, schemas, &cast, &old_cast, key, buckets)?;
+        sorted_lookups.push(Lookup {
+            row: new_pos.get(row).copied().unwrap_or(0),
+            key,
+            bucket,
+        });
+    }
+    Ok(Plan {
+        truncate,
+        rows: sorted_rows,
+        sources: sorted_sources,
+        columns,
+        changes: order,
+        lookups: sorted_lookups,
+        cast,
+        old_cast,
+    })
+}
+
+/// The bucket of the key at `src`.
+fn key_bucket(
+    buf: &mut Vec<u8>,
+    schemas: &FileSchemas,
+    cast: &[Vec<ArrayRef>],
+    old_cast: &[Vec<ArrayRef>],
+    src: Src,
+    buckets: u32,
+) -> Result<u32, PlanError> {
+    let (arrays, row): (Vec<&dyn Array>, u32) = match src {
+        Src::Old(b, r) => (
+            old_cast
+                .get(b as usize)
+                .map(|cols| cols.iter().map(|a| a.as_ref()).collect())
+                .unwrap_or_default(),
+            r,
+        ),
+        Src::Row(b, r) => (
+            cast.get(b as usize)
+                .map(|cols| {
+                    schemas
+                        .key
+                        .iter()
+                        .filter_map(|&k| cols.get(k).map(|a| a.as_ref()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            r,
+        ),
+        _ => return Err(PlanError::Key("no key source".into())),
+    };
+    if arrays.len() != schemas.key.len() {
+        return Err(PlanError::Key("key columns missing".into()));
+    }
+    binary_row::encode(buf, &arrays, row as usize).map_err(|e| PlanError::Key(e.to_string()))?;
+    Ok(binary_row::bucket(buf, buckets))
+}
+
+fn present(changes: &[TableChanges], r: &Rec, col: usize) -> bool {
+    changes
+        .get(r.batch as usize)
+        .is_some_and(|c| c.is_present(col, r.row as usize))
+}
+
+impl Plan {
+    /// Key columns (stored types) of the lookup keys (for the table lookup).
+    pub fn key_batch(&self, schemas: &FileSchemas) -> Result<Vec<ArrayRef>, ArrowError> {
+        let mut out = Vec::with_capacity(schemas.key.len());
+        for (kp, &k) in schemas.key.iter().enumerate() {
+            let mut arrays: Vec<&dyn Array> = Vec::new();
+            for b in &self.cast {
+                if let Some(a) = b.get(k) {
+                    arrays.push(a.as_ref());
+                }
+            }
+            let nb = arrays.len();
+            for b in &self.old_cast {
+                if let Some(a) = b.get(kp) {
+                    arrays.push(a.as_ref());
+                }
+            }
+            let idx: Vec<(usize, usize)> = self
+                .lookups
+                .iter()
+                .map(|l| match l.key {
+                    Src::Old(b, row) => (nb + b as usize, row as usize),
+                    Src::Row(b, row) => (b as usize, row as usize),
+                    _ => (0, 0),
+                })
+                .collect();
+            out.push(arrow_select::interleave::interleave(&arrays, &idx)?);
+        }
+        Ok(out)
+    }
+
+    /// The data file batch of all planned rows (every bucket, in `rows` order), sequence
+    /// numbers from `base`. `found[i]` is the lookup batch row for `lookups[i]`.
+    pub fn build(
+        &self,
+        schemas: &FileSchemas,
+        base: i64,
+        lookup: Option<&RecordBatch>,
+        found: &[Option<u32>],
+    ) -> Result<RecordBatch, PlanError> {
+        let mut sources = self.sources.clone();
+        for (i, l) in self.lookups.iter().enumerate() {
+            let row = l.row;
+            let Some(slots) = sources.get_mut(row * self.columns..(row + 1) * self.columns) else {
+                continue;
+            };
+            for s in slots.iter_mut().filter(|s| **s == Src::Pending) {
+                *s = match found.get(i).copied().flatten() {
+                    Some(r) => Src::Lookup(r),
+                    None => Src::Null,
+                };
+            }
+        }
+        let nb = self.cast.len();
+        let off = schemas.values_offset();
+        let mut values = Vec::with_capacity(self.columns);
+        for col in 0..self.columns {
+            let Some(field) = schemas.file.fields().get(off + col) else {
+                return Err(PlanError::Key(format!("column {col} missing")));
+            };
+            let null = new_null_array(field.data_type(), 1);
+            let key_pos = schemas.key.iter().position(|&k| k == col);
+            let lookup_col = lookup.and_then(|l| l.columns().get(off + col).cloned());
+            let mut arrays: Vec<&dyn Array> = Vec::with_capacity(2 * nb + 2);
+            for b in &self.cast {
+                arrays.push(b.get(col).map_or(null.as_ref(), |a| a.as_ref()));
+            }
+            for b in &self.old_cast {
+                let a = key_pos.and_then(|kp| b.get(kp));
+                arrays.push(a.map_or(null.as_ref(), |a| a.as_ref()));
+            }
+            arrays.push(lookup_col.as_deref().unwrap_or(null.as_ref()));
+            arrays.push(null.as_ref());
+            let idx: Vec<(usize, usize)> = (0..self.rows.len())
+                .map(|r| match sources.get(r * self.columns + col) {
+                    Some(Src::Row(b, row)) => (*b as usize, *row as usize),
+                    Some(Src::Old(b, row)) => (nb + *b as usize, *row as usize),
+                    Some(Src::Lookup(i)) => (2 * nb, *i as usize),
+                    _ => (2 * nb + 1, 0),
+                })
+                .collect();
+            values.push(arrow_select::interleave::interleave(&arrays, &idx)?);
+        }
+        let keys: Vec<ArrayRef> = schemas
+            .key
+            .iter()
+            .filter_map(|&k| values.get(k).cloned())
+            .collect();
+        let seq: ArrayRef = Arc::new(Int64Array::from_iter_values(
+            self.rows.iter().map(|r| base + r.order as i64),
+        ));
+        let kind: ArrayRef = Arc::new(Int8Array::from_iter_values(self.rows.iter().map(|r| {
+            if r.delete {
+                KIND_DELETE
+            } else {
+                KIND_INSERT
+            }
+        })));
+        Ok(schemas.batch(keys, seq, kind, values)?)
+    }
+
+    /// `(bucket, first row, row count)` for each bucket with rows.
+    pub fn bucket_ranges(&self) -> Vec<(u32, usize, usize)> {
+        let mut out: Vec<(u32, usize, usize)> = Vec::new();
+        for (i, r) in self.rows.iter().enumerate() {
+            match out.last_mut() {
+                Some(last) if last.0 == r.bucket => last.2 += 1,
+                _ => out.push((r.bucket, i, 1)),
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,419 @@
+//! Table schema for Paimon: the `schema/schema-0` JSON file, Arrow → Paimon type mapping, and the
+//! Arrow schema of the key-value data files.
+//!
+//! A primary-key table's data file holds, in order (Paimon `KeyValue.schema`, pypaimon
+//! `KeyValueDataWriter`): the key columns renamed `_KEY_<name>`, `_SEQUENCE_NUMBER` (BIGINT),
+//! `_VALUE_KIND` (TINYINT row kind: 0 insert, 1 update-before, 2 update-after, 3 delete), then
+//! every table column. Arrow types are the ones pypaimon's `PyarrowFieldParser.from_paimon_type`
+//! expects, so values written by cdcd read back without a cast: TIME is `time32[ms]` (Paimon's
+//! TIME is millisecond-based in Parquet), timestamps with a zone use `UTC`, UUIDs are BYTES.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
+use serde::{Deserialize, Serialize};
+
+use crate::changelog::TableSchema;
+use crate::sinks::SinkError;
+
+pub const KEY_PREFIX: &str = "_KEY_";
+pub const SEQUENCE_NUMBER: &str = "_SEQUENCE_NUMBER";
+pub const VALUE_KIND: &str = "_VALUE_KIND";
+
+/// Row kinds as stored in `_VALUE_KIND` (Paimon `RowKind.toByteValue`).
+pub const KIND_INSERT: i8 = 0;
+pub const KIND_DELETE: i8 = 3;
+
+/// `schema/schema-N`, as Paimon's `TableSchema` serializes it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PaimonSchema {
+    pub version: i32,
+    pub id: i64,
+    pub fields: Vec<PaimonField>,
+    pub highest_field_id: i32,
+    pub partition_keys: Vec<String>,
+    pub primary_keys: Vec<String>,
+    pub options: BTreeMap<String, String>,
+    #[serde(default)]
+    pub comment: Option<String>,
+    pub time_millis: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PaimonField {
+    pub id: i32,
+    pub name: String,
+    /// Atomic types only (`BIGINT NOT NULL`, `DECIMAL(12, 2)`, …).
+    #[serde(rename = "type")]
+    pub data_type: serde_json::Value,
+}
+
+/// The Paimon type name of an Arrow column type; `None` when cdcd cannot store it.
+fn paimon_type(dt: &DataType) -> Option<String> {
+    Some(match dt {
+        DataType::Boolean => "BOOLEAN".into(),
+        DataType::Int16 => "SMALLINT".into(),
+        DataType::Int32 => "INT".into(),
+        DataType::Int64 => "BIGINT".into(),
+        DataType::Float32 => "FLOAT".into(),
+        DataType::Float64 => "DOUBLE".into(),
+        DataType::Decimal128(p, s) if *s >= 0 && *p <= 38 => format!("DECIMAL({p}, {s})"),
+        DataType::Utf8 => "STRING".into(),
+        DataType::Binary | DataType::FixedSizeBinary(16) => "BYTES".into(),
+        DataType::Date32 => "DATE".into(),
+        DataType::Time64(TimeUnit::Microsecond) => "TIME(3)".into(),
+        DataType::Timestamp(TimeUnit::Microsecond, None) => "TIMESTAMP(6)".into(),
+        DataType::Timestamp(TimeUnit::Microsecond, Some(_)) => {
+            "TIMESTAMP(6) WITH LOCAL TIME ZONE".into()
+        }
+        _ => return None,
+    })
+}
+
+/// The stored Arrow type of a Paimon type name written by [`paimon_type`].
+fn arrow_type(text: &str) -> Option<DataType> {
+    let t = text.trim_end_matches("NOT NULL").trim();
+    Some(match t {
+        "BOOLEAN" => DataType::Boolean,
+        "SMALLINT" => DataType::Int16,
+        "INT" => DataType::Int32,
+        "BIGINT" => DataType::Int64,
+        "FLOAT" => DataType::Float32,
+        "DOUBLE" => DataType::Float64,
+        "STRING" => DataType::Utf8,
+        "BYTES" => DataType::Binary,
+        "DATE" => DataType::Date32,
+        "TIME(3)" => DataType::Time32(TimeUnit::Millisecond),
+        "TIMESTAMP(6)" => DataType::Timestamp(TimeUnit::Microsecond, None),
+        "TIMESTAMP(6) WITH LOCAL TIME ZONE" => {
+            DataType::Timestamp(TimeUnit::Microsecond, Some(Arc::from("UTC")))
+        }
+        other => {
+            let inner = other.strip_prefix("DECIMAL(")?.strip_suffix(')')?;
+            let (p, s) = inner.split_once(',')?;
+            DataType::Decimal128(p.trim().parse().ok()?, s.trim().parse().ok()?)
+        }
+    })
+}
+
+/// The Paimon type of a column as schema JSON: a type name, or `{"type": "ARRAY", "element": …}`
+/// for a list of atomic values (Paimon `DataTypeJsonParser`).
+fn paimon_json(dt: &DataType, not_null: bool) -> Option<serde_json::Value> {
+    let suffix = if not_null { " NOT NULL" } else { "" };
+    match dt {
+        DataType::List(element) if !not_null => Some(serde_json::json!({
+            "type": "ARRAY",
+            "element": paimon_type(element.data_type())?,
+        })),
+        DataType::List(_) => None,
+        other => Some(serde_json::Value::String(format!(
+            "{}{suffix}",
+            paimon_type(other)?
+        ))),
+    }
+}
+
+/// The stored Arrow type of a schema JSON type [`paimon_json`] wrote.
+fn arrow_type_json(v: &serde_json::Value) -> Option<DataType> {
+    match v {
+        serde_json::Value::String(s) => arrow_type(s),
+        serde_json::Value::Object(o) => {
+            let kind = o.get("type")?.as_str()?;
+            if !kind.starts_with("ARRAY") {
+                return None;
+            }
+            let element = arrow_type(o.get("element")?.as_str()?)?;
+            Some(DataType::List(Arc::new(Field::new("item", element, true))))
+        }
+        _ => None,
+    }
+}
+
+/// The Arrow type a column is stored as in data files.
+fn file_type(dt: &DataType) -> DataType {
+    match dt {
+        // pypaimon reads ARRAY as `list<item>` (`PyarrowFieldParser.from_paimon_type`).
+        DataType::List(element) => DataType::List(Arc::new(Field::new(
+            "item",
+            file_type(element.data_type()),
+            true,
+        ))),
+        DataType::FixedSizeBinary(_) => DataType::Binary,
+        DataType::Time64(_) => DataType::Time32(TimeUnit::Millisecond),
+        DataType::Timestamp(TimeUnit::Microsecond, Some(_)) => {
+            DataType::Timestamp(TimeUnit::Microsecond, Some(Arc::from("UTC")))
+        }
+        other => other.clone(),
+    }
+}
+
+/// The schema file content for a new table.
+pub fn paimon_schema(
+    table: &TableSchema,
+    options: BTreeMap<String, String>,
+) -> Result<PaimonSchema, SinkError> {
+    if table.primary_key.is_empty() {
+        return Err(SinkError::NoPrimaryKey {
+            table: table.id.clone(),
+        });
+    }
+    let mut fields = Vec::with_capacity(table.columns.len());
+    for (i, c) in table.columns.iter().enumerate() {
+        // Non-key columns are nullable whatever the source says: a delete row carries only its
+        // key, and Paimon stores it as a whole row with the value columns NULL.
+        let is_key = table.primary_key.contains(&i);
+        let Some(ty) = paimon_json(&c.data_type, is_key) else {
+            return Err(SinkError::UnsupportedType {
+                table: table.id.clone(),
+                column: c.name.clone(),
+                data_type: c.data_type.to_string(),
+                sink: "lsm (Paimon)",
+            });
+        };
+        fields.push(PaimonField {
+            id: i as i32,
+            name: c.name.clone(),
+            data_type: ty,
+        });
+    }
+    Ok(PaimonSchema {
+        version: 3,
+        id: 0,
+        highest_field_id: fields.len() as i32 - 1,
+        fields,
+        partition_keys: Vec::new(),
+        primary_keys: table.key_names().into_iter().map(String::from).collect(),
+        options,
+        comment: None,
+        time_millis: chrono::Utc::now().timestamp_millis(),
+    })
+}
+
+/// Why an existing table's schema differs from the source's, if it does.
+pub fn difference(existing: &PaimonSchema, wanted: &PaimonSchema) -> Option<String> {
+    let show = |s: &PaimonSchema| {
+        s.fields
+            .iter()
+            .map(|f| match f.data_type.as_str() {
+                Some(t) => format!("{} {t}", f.name),
+                None => format!("{} {}", f.name, f.data_type),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if existing.fields.len() != wanted.fields.len()
+        || existing
+            .fields
+            .iter()
+            .zip(&wanted.fields)
+            .any(|(a, b)| a.name != b.name || a.data_type != b.data_type)
+        || existing.primary_keys != wanted.primary_keys
+    {
+        return Some(format!(
+            "the Paimon table has ({}) key ({}), the source ({}) key ({})",
+            show(existing),
+            existing.primary_keys.join(", "),
+            show(wanted),
+            wanted.primary_keys.join(", ")
+        ));
+    }
+    None
+}
+
+/// Arrow schemas of one table's data files.
+#[derive(Debug, Clone)]
+pub struct FileSchemas {
+    /// `_KEY_*`, `_SEQUENCE_NUMBER`, `_VALUE_KIND`, then the columns.
+    pub file: SchemaRef,
+    /// The key columns as stored (for `BinaryRow` keys).
+    pub key_types: Vec<DataType>,
+    /// Index of each key column among the table columns.
+    pub key: Vec<usize>,
+    pub columns: usize,
+}
+
+impl FileSchemas {
+    pub fn new(table: &TableSchema) -> FileSchemas {
+        let mut fields = Vec::with_capacity(table.columns.len() + table.primary_key.len() + 2);
+        let mut key_types = Vec::new();
+        for &k in &table.primary_key {
+            if let Some(c) = table.columns.get(k) {
+                let dt = file_type(&c.data_type);
+                key_types.push(dt.clone());
+                fields.push(Field::new(format!("{KEY_PREFIX}{}", c.name), dt, false));
+            }
+        }
+        fields.push(Field::new(SEQUENCE_NUMBER, DataType::Int64, false));
+        fields.push(Field::new(VALUE_KIND, DataType::Int8, false));
+        for (i, c) in table.columns.iter().enumerate() {
+            let key = table.primary_key.contains(&i);
+            fields.push(Field::new(&c.name, file_type(&c.data_type), !key));
+        }
+        FileSchemas {
+            file: Arc::new(Schema::new(fields)),
+            key_types,
+            key: table.primary_key.clone(),
+            columns: table.columns.len(),
+        }
+    }
+
+    /// The data file schemas of an existing table, from its schema file (the compactor has no
+    /// source schema at hand).
+    pub fn from_paimon(schema: &PaimonSchema) -> Result<FileSchemas, String> {
+        let mut columns = Vec::with_capacity(schema.fields.len());
+        for f in &schema.fields {
+            let text = f.data_type.to_string();
+            let dt = arrow_type_json(&f.data_type)
+                .ok_or_else(|| format!("column {}: type {text} is not one cdcd writes", f.name))?;
+            columns.push(crate::changelog::Column {
+                name: f.name.clone(),
+                nullable: !text.contains("NOT NULL"),
+                data_type: dt,
+                source_type: text,
+            });
+        }
+        let primary_key = schema
+            .primary_keys
+            .iter()
+            .map(|k| {
+                columns
+                    .iter()
+                    .position(|c| &c.name == k)
+                    .ok_or_else(|| format!("primary key {k} is not a column"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(FileSchemas::new(&TableSchema {
+            id: crate::changelog::TableId::new("", ""),
+            columns,
+            primary_key,
+        }))
+    }
+
+    /// Index of the first table column in a data file.
+    pub fn values_offset(&self) -> usize {
+        self.key.len() + 2
+    }
+
+    /// Casts one changelog column to its stored type.
+    pub fn cast(&self, column: &ArrayRef) -> Result<ArrayRef, ArrowError> {
+        let target = file_type(column.data_type());
+        if &target == column.data_type() {
+            return Ok(column.clone());
+        }
+        arrow_cast::cast(column, &target)
+    }
+
+    /// A data file batch from its parts: key columns, sequence numbers, kinds, values.
+    pub fn batch(
+        &self,
+        keys: Vec<ArrayRef>,
+        seq: ArrayRef,
+        kind: ArrayRef,
+        values: Vec<ArrayRef>,
+    ) -> Result<RecordBatch, ArrowError> {
+        let mut cols = keys;
+        cols.push(seq);
+        cols.push(kind);
+        cols.extend(values);
+        RecordBatch::try_new(self.file.clone(), cols)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::changelog::{Column, TableId};
+
+    fn col(name: &str, dt: DataType) -> Column {
+        Column {
+            name: name.into(),
+            data_type: dt,
+            nullable: true,
+            source_type: String::new(),
+        }
+    }
+
+    #[test]
+    fn maps_types_and_marks_keys_not_null() {
+        let t = TableSchema {
+            id: TableId::new("public", "t"),
+            columns: vec![
+                col("id", DataType::Int64),
+                col("amount", DataType::Decimal128(12, 2)),
+                col(
+                    "at",
+                    DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+                ),
+            ],
+            primary_key: vec![0],
+        };
+        let s = paimon_schema(&t, BTreeMap::new()).unwrap();
+        let types: Vec<&str> = s
+            .fields
+            .iter()
+            .map(|f| f.data_type.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            types,
+            vec![
+                "BIGINT NOT NULL",
+                "DECIMAL(12, 2)",
+                "TIMESTAMP(6) WITH LOCAL TIME ZONE"
+            ]
+        );
+        assert_eq!(s.primary_keys, vec!["id"]);
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["highestFieldId"], 2);
+        let f = FileSchemas::new(&t);
+        let names: Vec<&str> = f.file.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(
+            names,
+            vec![
+                "_KEY_id",
+                "_SEQUENCE_NUMBER",
+                "_VALUE_KIND",
+                "id",
+                "amount",
+                "at"
+            ]
+        );
+        assert!(difference(&s, &s).is_none());
+        let list = DataType::List(Arc::new(Field::new("element", DataType::Int32, true)));
+        let t = TableSchema {
+            columns: vec![col("id", DataType::Int64), col("ia", list)],
+            ..t
+        };
+        let s = paimon_schema(&t, BTreeMap::new()).unwrap();
+        assert_eq!(
+            s.fields[1].data_type,
+            serde_json::json!({"type": "ARRAY", "element": "INT"})
+        );
+        let back = FileSchemas::from_paimon(&s).unwrap();
+        assert_eq!(back.file, FileSchemas::new(&t).file);
+    }
+
+    #[test]
+    fn rejects_tables_without_key_or_with_unknown_types() {
+        let t = TableSchema {
+            id: TableId::new("public", "t"),
+            columns: vec![col("id", DataType::Int64), col("x", DataType::UInt64)],
+            primary_key: vec![0],
+        };
+        assert!(matches!(
+            paimon_schema(&t, BTreeMap::new()),
+            Err(SinkError::UnsupportedType { .. })
+        ));
+        let t = TableSchema {
+            primary_key: vec![],
+            ..t
+        };
+        assert!(matches!(
+            paimon_schema(&t, BTreeMap::new()),
+            Err(SinkError::NoPrimaryKey { .. })
+        ));
+    }
+}

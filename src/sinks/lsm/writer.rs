@@ -1,0 +1,233 @@
+//! Data files: one sorted run of key-value rows (`_KEY_*`, `_SEQUENCE_NUMBER`, `_VALUE_KIND`,
+//! columns) encoded as Parquet, and the `DataFileMeta` that describes it in a manifest.
+//!
+//! Pure: batches in, bytes and metadata out (`commit.rs` and `compaction.rs` put them through the
+//! warehouse). Rows must arrive sorted by key with one row per key: Paimon's readers merge the
+//! sorted runs of a bucket (pypaimon `SortMergeReader`) and rely on both.
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int64Type, Int8Type};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_ord::ord::make_comparator;
+use arrow_schema::{ArrowError, SortOptions};
+use bytes::Bytes;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::errors::ParquetError;
+use parquet::file::properties::WriterProperties;
+
+use super::binary_row;
+use super::manifest::{DataFileMeta, Stats};
+use super::schema::{FileSchemas, KIND_DELETE};
+
+/// A data file could not be encoded, decoded or described.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error(transparent)]
+    Parquet(#[from] ParquetError),
+    #[error(transparent)]
+    Arrow(#[from] ArrowError),
+    #[error("{0}")]
+    Shape(String),
+}
+
+/// Writes one sorted run as Parquet (zstd, as Paimon's default `file.compression`) batch by batch, keeping what its `DataFileMeta` needs, so a compaction
+/// never holds the whole run decoded.
+pub struct RunWriter {
+    writer: ArrowWriter<Vec<u8>>,
+    /// Number of `_KEY_*` columns (they come first).
+    keys: usize,
+    rows: usize,
+    /// First key row, last key row, per-column minimum and maximum (one-row arrays).
+    first: Vec<ArrayRef>,
+    last: Vec<ArrayRef>,
+    lo: Vec<ArrayRef>,
+    hi: Vec<ArrayRef>,
+    min_sequence: i64,
+    max_sequence: i64,
+    deletes: usize,
+}
+
+impl RunWriter {
+    pub fn new(schemas: &FileSchemas) -> Result<RunWriter, FileError> {
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(1)?))
+            .build();
+        Ok(RunWriter {
+            writer: ArrowWriter::try_new(Vec::new(), schemas.file.clone(), Some(props))?,
+            keys: schemas.key.len(),
+            rows: 0,
+            first: Vec::new(),
+            last: Vec::new(),
+            lo: Vec::new(),
+            hi: Vec::new(),
+            min_sequence: i64::MAX,
+            max_sequence: i64::MIN,
+            deletes: 0,
+        })
+    }
+
+    /// Appends rows that sort after every row written so far.
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<(), FileError> {
+        let n = batch.num_rows();
+        if n == 0 {
+            return Ok(());
+        }
+        self.writer.write(batch)?;
+        // Key columns come first; `_SEQUENCE_NUMBER` and `_VALUE_KIND` follow them.
+        let nk = self.keys;
+        let keys = batch.columns().get(..nk).unwrap_or_default();
+        if self.rows == 0 {
+            self.first = keys.iter().map(|c| c.slice(0, 1)).collect();
+            self.lo = self.first.clone();
+            self.hi = self.first.clone();
+        }
+        self.last = keys.iter().map(|c| c.slice(n - 1, 1)).collect();
+        // Per-column extremes: with a composite key the first and last rows bound only the first
+        // column, and readers prune files by these statistics.
+        for (k, col) in keys.iter().enumerate() {
+            let (mut a, mut b) = (0, 0);
+            let cmp = make_comparator(col.as_ref(), col.as_ref(), SortOptions::default())?;
+            for i in 1..n {
+                if cmp(i, a).is_lt() {
+                    a = i;
+                }
+                if cmp(i, b).is_gt() {
+                    b = i;
+                }
+            }
+            if let (Some(lo), Some(hi)) = (self.lo.get_mut(k), self.hi.get_mut(k)) {
+                if make_comparator(col.as_ref(), lo.as_ref(), SortOptions::default())?(a, 0).is_lt()
+                {
+                    *lo = col.slice(a, 1);
+                }
+                if make_comparator(col.as_ref(), hi.as_ref(), SortOptions::default())?(b, 0).is_gt()
+                {
+                    *hi = col.slice(b, 1);
+                }
+            }
+        }
+        let seq = batch
+            .column(nk)
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| FileError::Shape("_SEQUENCE_NUMBER is not BIGINT".into()))?;
+        let kind = batch
+            .column(nk + 1)
+            .as_primitive_opt::<Int8Type>()
+            .ok_or_else(|| FileError::Shape("_VALUE_KIND is not TINYINT".into()))?;
+        for &v in seq.values() {
+            self.min_sequence = self.min_sequence.min(v);
+            self.max_sequence = self.max_sequence.max(v);
+        }
+        self.deletes += kind.values().iter().filter(|&&k| k == KIND_DELETE).count();
+        self.rows += n;
+        Ok(())
+    }
+
+    /// The encoded file and a description of it as `file_name` (the run must not be empty).
+    pub fn finish(self) -> Result<(Vec<u8>, RunStats), FileError> {
+        let stats = RunStats {
+            rows: self.rows,
+            first: self.first,
+            last: self.last,
+            lo: self.lo,
+            hi: self.hi,
+            min_sequence: self.min_sequence,
+            max_sequence: self.max_sequence,
+            deletes: self.deletes,
+        };
+        Ok((self.writer.into_inner()?, stats))
+    }
+}
+
+/// What a finished [`RunWriter`] saw.
+#[derive(Debug)]
+pub struct RunStats {
+    rows: usize,
+    first: Vec<ArrayRef>,
+    last: Vec<ArrayRef>,
+    lo: Vec<ArrayRef>,
+    hi: Vec<ArrayRef>,
+    min_sequence: i64,
+    max_sequence: i64,
+    deletes: usize,
+}
+
+fn row_of(out: &mut Vec<u8>, cols: &[ArrayRef]) -> Result<(), FileError> {
+    let refs: Vec<&dyn Array> = cols.iter().map(|c| c.as_ref()).collect();
+    binary_row::encode(out, &refs, 0).map_err(|e| FileError::Shape(e.to_string()))
+}
+
+impl RunStats {
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The manifest description of the run stored as `file_name`.
+    pub fn describe(
+        &self,
+        file_name: String,
+        file_size: usize,
+        level: i32,
+        file_source: i32,
+    ) -> Result<DataFileMeta, FileError> {
+        if self.rows == 0 {
+            return Err(FileError::Shape(
+                "an empty data file has no key range".into(),
+            ));
+        }
+        let (mut min_key, mut max_key, mut lo, mut hi) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        row_of(&mut min_key, &self.first)?;
+        row_of(&mut max_key, &self.last)?;
+        row_of(&mut lo, &self.lo)?;
+        row_of(&mut hi, &self.hi)?;
+        Ok(DataFileMeta {
+            file_name,
+            file_size: file_size as i64,
+            row_count: self.rows as i64,
+            min_key,
+            max_key,
+            key_stats: Stats {
+                min: lo,
+                max: hi,
+                null_counts: vec![0; self.first.len()],
+            },
+            min_sequence: self.min_sequence,
+            max_sequence: self.max_sequence,
+            schema_id: 0,
+            level,
+            creation_time_ms: chrono::Utc::now().timestamp_millis(),
+            delete_row_count: self.deletes as i64,
+            file_source,
+        })
+    }
+}
+
+/// Decodes a whole data file into one batch of `schemas.file`'s shape.
+pub fn decode(data: Bytes, schemas: &FileSchemas) -> Result<RecordBatch, FileError> {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(data)?
+        .with_batch_size(64 * 1024)
+        .build()?;
+    let mut batches = Vec::new();
+    for b in reader {
+        let b = b?;
+        if b.num_columns() != schemas.file.fields().len() {
+            return Err(FileError::Shape(format!(
+                "{} columns, the table's data files have {}",
+                b.num_columns(),
+                schemas.file.fields().len()
+            )));
+        }
+        // Re-label with the table's schema (field nullability may differ after a round trip).
+        batches.push(RecordBatch::try_new(
+            schemas.file.clone(),
+            b.columns().to_vec(),
+        )?);
+    }
+    Ok(arrow_select::concat::concat_batches(
+        &schemas.file,
+        &batches,
+    )?)
+}
