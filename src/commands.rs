@@ -91,20 +91,22 @@ pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), Com
     let source = build_source(config);
     let sink = build_sink(config)?;
     let renewing = CancellationToken::new();
-    let pipeline = pipeline::run(source, sink, settings(config), shutdown);
-    let keep = lease.keep(&renewing);
-    tokio::pin!(pipeline, keep);
-    let outcome = tokio::select! {
-        // Lost or expired: drop the pipeline future mid-flight. A commit is one create-if-absent
-        // put, so dropping never leaves half a commit; files written for it become orphans.
-        kept = &mut keep => match kept {
-            Err(e) => return Err(e.into()),
-            Ok(()) => Ok(()),
-        },
-        done = &mut pipeline => done,
+    let outcome = {
+        let pipeline = pipeline::run(source, sink, settings(config), shutdown);
+        let keep = lease.keep(&renewing);
+        tokio::pin!(pipeline, keep);
+        tokio::select! {
+            // Lost or expired: drop the pipeline future mid-flight. A commit is one
+            // create-if-absent put, so dropping never leaves half a commit; files written for
+            // it become orphans for `cdcd cleanup`.
+            kept = &mut keep => match kept {
+                Err(e) => return Err(e.into()),
+                Ok(()) => Ok(()),
+            },
+            done = &mut pipeline => done,
+        }
     };
     renewing.cancel();
-    drop(keep);
     lease.release().await;
     outcome?;
     Ok(())

@@ -146,6 +146,25 @@ pub async fn clean_table(
     Ok(report)
 }
 
+/// Store paths of every file some metadata version of the table at `table` references, plus the
+/// metadata files themselves (tests check each exists: no snapshot may reference a missing file).
+pub async fn referenced_files(
+    warehouse: &Warehouse,
+    table: &str,
+) -> Result<HashSet<String>, CleanupError> {
+    let dir = warehouse.path(table)?;
+    let objects: Vec<ObjectMeta> = warehouse
+        .store()
+        .list(Some(&dir))
+        .try_collect()
+        .await
+        .map_err(|source| CleanupError::Storage {
+            path: table.to_owned(),
+            source,
+        })?;
+    live_files(warehouse, table, &objects).await
+}
+
 /// Store paths of every file some metadata version of the table references, plus the metadata
 /// files themselves.
 async fn live_files(

@@ -10,24 +10,26 @@
 //! reclaims. Conditional puts (`PutMode::Create`/`Update`) stay single requests: they are small
 //! (metadata, lease) and S3 has no conditional multipart completion in object_store 0.13.
 //!
-//! Crash points (`CDCD_FAILPOINT=<name>`, checked here because every byte passes here; the
-//! process aborts like a `kill -9`, nothing is flushed):
+//! Crash points (`CDCD_FAILPOINT=<name>[:<n>]`: abort at the n-th time, default the first;
+//! checked here because every byte passes here; the process aborts like a `kill -9`, nothing is
+//! flushed). Tests also set `CDCD_MULTIPART_THRESHOLD=<bytes>` to reach multipart with small files.
 //! - `multipart-after-first-part`: a multipart upload has sent one part and is not complete;
 //! - `commit-before-create`: about to put a `*.metadata.json` create-if-absent (the commit);
 //! - `commit-after-create`: that put succeeded, the version hint is not yet written.
 
 use std::fmt;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream::BoxStream;
+use futures::stream::{BoxStream, FuturesOrdered};
+use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
-    WriteMultipart,
 };
 
 /// Plain puts larger than this go multipart.
@@ -37,19 +39,36 @@ pub const PART_SIZE: usize = 8 * 1024 * 1024;
 /// Parts in flight at once.
 const PARTS_IN_FLIGHT: usize = 2;
 
-/// The crash point named by `CDCD_FAILPOINT`, read once.
-fn failpoint() -> Option<&'static str> {
-    static NAME: OnceLock<Option<String>> = OnceLock::new();
-    NAME.get_or_init(|| std::env::var("CDCD_FAILPOINT").ok())
-        .as_deref()
+/// The crash point named by `CDCD_FAILPOINT` and at which hit it fires, read once.
+fn failpoint() -> Option<&'static (String, u64)> {
+    static POINT: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    POINT
+        .get_or_init(|| {
+            let v = std::env::var("CDCD_FAILPOINT").ok()?;
+            Some(match v.split_once(':') {
+                Some((name, n)) => (name.to_owned(), n.parse().unwrap_or(1)),
+                None => (v, 1),
+            })
+        })
+        .as_ref()
 }
 
 /// Aborts the process at `name` when `CDCD_FAILPOINT` names it (tests only set it).
 pub fn crash_point(name: &str) {
-    if failpoint() == Some(name) {
-        eprintln!("cdcd: failpoint {name}: aborting");
-        std::process::abort();
+    static HITS: AtomicU64 = AtomicU64::new(0);
+    if let Some((point, nth)) = failpoint() {
+        if point == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == *nth {
+            eprintln!("cdcd: failpoint {name} (hit {nth}): aborting");
+            std::process::abort();
+        }
     }
+}
+
+fn default_threshold() -> usize {
+    std::env::var("CDCD_MULTIPART_THRESHOLD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(MULTIPART_THRESHOLD)
 }
 
 /// Wraps a store; see the module doc.
@@ -63,7 +82,7 @@ impl<S: ObjectStore> LargePuts<S> {
     pub fn new(inner: S) -> LargePuts<S> {
         LargePuts {
             inner,
-            threshold: MULTIPART_THRESHOLD,
+            threshold: default_threshold(),
         }
     }
 
@@ -79,7 +98,7 @@ impl<S: ObjectStore> LargePuts<S> {
         payload: PutPayload,
         opts: PutOptions,
     ) -> Result<PutResult> {
-        let upload = self
+        let mut upload = self
             .inner
             .put_multipart_opts(
                 location,
@@ -90,24 +109,42 @@ impl<S: ObjectStore> LargePuts<S> {
                 },
             )
             .await?;
-        let part = PART_SIZE.min(self.threshold.max(1));
-        let mut writer = WriteMultipart::new_with_chunk_size(upload, part);
-        let mut sent = 0usize;
-        for chunk in payload {
-            // `put` slices the Bytes into parts without copying.
-            writer.put(chunk);
-            if let Err(e) = writer.wait_for_capacity(PARTS_IN_FLIGHT).await {
+        // Writers hand over one Bytes; several are joined once (never per row).
+        let body: Bytes = match payload.as_ref() {
+            [one] => one.clone(),
+            many => Bytes::from(many.concat()),
+        };
+        match send_parts(upload.as_mut(), &body).await {
+            Ok(()) => upload.complete().await,
+            Err(e) => {
                 // Best effort: the upload is useless now; a lifecycle rule reclaims what stays.
-                let _ = writer.abort().await;
-                return Err(e);
-            }
-            sent += 1;
-            if sent == 1 {
-                crash_point("multipart-after-first-part");
+                let _ = upload.abort().await;
+                Err(e)
             }
         }
-        writer.finish().await
     }
+}
+
+/// Uploads `body` in [`PART_SIZE`] slices, [`PARTS_IN_FLIGHT`] at a time.
+async fn send_parts(upload: &mut dyn MultipartUpload, body: &Bytes) -> Result<()> {
+    let mut in_flight = FuturesOrdered::new();
+    let mut done = 0usize;
+    let mut offset = 0usize;
+    while offset < body.len() {
+        let end = (offset + PART_SIZE).min(body.len());
+        in_flight.push_back(upload.put_part(PutPayload::from_bytes(body.slice(offset..end))));
+        offset = end;
+        while in_flight.len() >= PARTS_IN_FLIGHT || (offset >= body.len() && !in_flight.is_empty()) {
+            if let Some(r) = in_flight.next().await {
+                r?;
+                done += 1;
+                if done == 1 {
+                    crash_point("multipart-after-first-part");
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 impl<S: ObjectStore> fmt::Display for LargePuts<S> {
