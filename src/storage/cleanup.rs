@@ -51,7 +51,7 @@ pub struct TableCleanup {
     pub table: String,
     /// Files referenced by some metadata version.
     pub live: usize,
-    /// Unreferenced files older than the grace period: deleted unless a dry run.
+    /// Unreferenced files older than the grace period (locations): deleted unless a dry run.
     pub orphans: Vec<String>,
     /// Unreferenced files younger than the grace period: kept (a commit may be in flight).
     pub young: usize,
@@ -81,15 +81,9 @@ pub async fn find_tables(warehouse: &Warehouse) -> Result<Vec<String>, CleanupEr
         .collect();
     tables.sort();
     tables.dedup();
-    // Back from store paths to locations: the warehouse URL covers `root`.
-    let base = warehouse.url();
-    let root = root.as_ref();
     Ok(tables
         .into_iter()
-        .map(|dir| match dir.strip_prefix(root) {
-            Some(rest) if !root.is_empty() => format!("{base}{rest}"),
-            _ => format!("{base}/{dir}"),
-        })
+        .map(|dir| warehouse.location_of(&Path::from(dir)))
         .collect())
 }
 
@@ -127,7 +121,7 @@ pub async fn clean_table(
             report.young += 1;
             continue;
         }
-        report.orphans.push(o.location.to_string());
+        report.orphans.push(warehouse.location_of(&o.location));
         doomed.push(o.location.clone());
     }
     if !dry_run {

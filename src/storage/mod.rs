@@ -121,6 +121,15 @@ impl Warehouse {
         s
     }
 
+    /// The absolute location of a store path (the inverse of [`Warehouse::path`]).
+    pub fn location_of(&self, path: &Path) -> String {
+        match &self.bucket {
+            Some(bucket) => format!("{}://{bucket}/{path}", self.scheme),
+            None if self.scheme == "memory" => format!("memory://{path}"),
+            None => format!("{}:///{path}", self.scheme),
+        }
+    }
+
     /// The local file of a location in a `file://` warehouse; `None` for other stores.
     pub fn local_file(&self, location: &str) -> Option<std::path::PathBuf> {
         if self.scheme != "file" {
@@ -190,6 +199,7 @@ mod tests {
             "pre/fix/ns/t/metadata/v1.metadata.json"
         );
         assert!(w.path("s3://other/pre/fix/x").is_err());
+        assert_eq!(w.location_of(&w.path(&loc).unwrap()), loc);
         assert!(w.path("file:///pre/fix/x").is_err());
     }
 
@@ -200,6 +210,7 @@ mod tests {
         let loc = w.location(&["ns", "t", "metadata"]);
         assert_eq!(loc, "file:///tmp/wh/ns/t/metadata");
         assert_eq!(w.path(&loc).unwrap().as_ref(), "tmp/wh/ns/t/metadata");
+        assert_eq!(w.location_of(&w.path(&loc).unwrap()), loc);
         assert!(w.path("s3://x/y").is_err());
     }
 
