@@ -166,6 +166,7 @@ async fn s3_survives_a_faulty_network() {
     let st = s.p.sigterm_and_wait(Duration::from_secs(120)).await;
     assert!(st.success(), "{st}\n{}", s.p.output());
     drop(proxy);
+    s.write_config(&common::Settings::default(), &endpoint);
     assert_no_missing_files(&s, &n).await;
     // Nothing is old enough to be an orphan yet with the default grace; with grace 0 every
     // unreferenced file goes, and the table must still read back equal.
