@@ -8,13 +8,13 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::changelog::TableId;
+use crate::checkpoint::lease::{Lease, LeaseError, LeaseSettings};
 use crate::config::{Config, SinkConfig, SourceConfig};
 use crate::pipeline::{self, PipelineError, Settings};
 use crate::sinks::iceberg::IcebergSink;
 use crate::sinks::{Sink, SinkError};
 use crate::sources::postgres::{setup, PostgresSource};
 use crate::sources::{Source, SourceError};
-use crate::checkpoint::lease::{Lease, LeaseError, LeaseSettings};
 use crate::storage::cleanup::{self, CleanupError, TableCleanup};
 use crate::storage::{StorageError, Warehouse};
 

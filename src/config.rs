@@ -810,7 +810,10 @@ warehouse = "/tmp/wh"
         assert_eq!(c.s3.region.as_deref(), Some("eu-west-1"));
         assert_eq!(c.s3.allow_http, Some(true));
         let shown = format!("{c:?}");
-        assert!(!shown.contains("topsecretkey") && !shown.contains("AKIDSECRETID"), "{shown}");
+        assert!(
+            !shown.contains("topsecretkey") && !shown.contains("AKIDSECRETID"),
+            "{shown}"
+        );
         assert_eq!(c.lease_ttl_ms, 30_000);
         assert!(c.standby);
 

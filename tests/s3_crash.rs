@@ -44,14 +44,20 @@ async fn crash_at(s: &mut S3Pipeline, failpoint: &str, client: &tokio_postgres::
         )
         .await;
         tokio::time::sleep(Duration::from_millis(500)).await;
-        if s.p.output().contains(&format!("failpoint {}", failpoint.split(':').next().unwrap_or(""))) {
+        if s.p.output().contains(&format!(
+            "failpoint {}",
+            failpoint.split(':').next().unwrap_or("")
+        )) {
             // Give the abort a moment, then reap.
             tokio::time::sleep(Duration::from_millis(300)).await;
             s.p.kill9();
             return;
         }
     }
-    panic!("cdcd never reached failpoint {failpoint}:\n{}", s.p.output());
+    panic!(
+        "cdcd never reached failpoint {failpoint}:\n{}",
+        s.p.output()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,14 +97,16 @@ async fn s3_recovers_from_crashes_and_cleans_orphans() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     exec(
         &client,
-        &format!(
-            "UPDATE {n} SET v = v + 1 WHERE id % 3 = 0; DELETE FROM {n} WHERE id % 17 = 0;"
-        ),
+        &format!("UPDATE {n} SET v = v + 1 WHERE id % 3 = 0; DELETE FROM {n} WHERE id % 17 = 0;"),
     )
     .await;
     s.assert_equal(&n, 120, "duckdb").await;
     // And a plain SIGKILL while streaming.
-    exec(&client, &format!("UPDATE {n} SET t = 'k' || id WHERE id % 5 = 0")).await;
+    exec(
+        &client,
+        &format!("UPDATE {n} SET t = 'k' || id WHERE id % 5 = 0"),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(700)).await;
     s.p.kill9();
     s.p.start();
@@ -109,7 +117,10 @@ async fn s3_recovers_from_crashes_and_cleans_orphans() {
     assert_no_missing_files(&s, &n).await;
     let (code, out) = s.cleanup(&["--grace-secs", "0", "--dry-run"]);
     assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains("would delete s3://"), "the crash before a commit left no orphans?\n{out}");
+    assert!(
+        out.contains("would delete s3://"),
+        "the crash before a commit left no orphans?\n{out}"
+    );
     let (code, out) = s.cleanup(&["--grace-secs", "0"]);
     assert_eq!(code, Some(0), "{out}");
     eprintln!("{out}");

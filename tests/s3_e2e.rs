@@ -35,7 +35,10 @@ async fn s3_warehouse_reads_back_equal() {
     s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
     // Deletion vectors: pyiceberg refuses equality deletes, and both readers must read this table.
     let cfg = std::fs::read_to_string(&s.p.config).unwrap();
-    let cfg = cfg.replace("delete_mode = \"equality\"", "delete_mode = \"deletion-vectors\"");
+    let cfg = cfg.replace(
+        "delete_mode = \"equality\"",
+        "delete_mode = \"deletion-vectors\"",
+    );
     std::fs::write(&s.p.config, cfg).unwrap();
     s.p.start();
     s.p.wait_slot_active(&client, Duration::from_secs(60)).await;
@@ -52,12 +55,13 @@ async fn s3_warehouse_reads_back_equal() {
 
     // The lease is under <warehouse>/_cdcd/<pipeline>/ while cdcd runs.
     let wh = s.warehouse();
-    let lease = wh
-        .path(&wh.location(&["_cdcd", &n, "lease.json"]))
-        .unwrap();
+    let lease = wh.path(&wh.location(&["_cdcd", &n, "lease.json"])).unwrap();
     let body = wh.store().get(&lease).await.unwrap().bytes().await.unwrap();
     let text = String::from_utf8_lossy(&body).to_string();
-    assert!(text.contains("\"holder\"") && text.contains("\"released\":false"), "{text}");
+    assert!(
+        text.contains("\"holder\"") && text.contains("\"released\":false"),
+        "{text}"
+    );
 
     // A second daemon on the same pipeline that may not wait refuses, naming the holder.
     let mut second_cfg = std::fs::read_to_string(&s.p.config).unwrap();
@@ -71,7 +75,10 @@ async fn s3_warehouse_reads_back_equal() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "second cdcd ran: {err}");
-    assert!(err.contains("already running") && err.contains("lease"), "{err}");
+    assert!(
+        err.contains("already running") && err.contains("lease"),
+        "{err}"
+    );
     assert!(!err.contains("secret_access_key = "), "{err}");
 
     let st = s.p.sigterm_and_wait(Duration::from_secs(60)).await;

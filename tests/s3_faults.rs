@@ -86,7 +86,9 @@ impl Proxy {
             .unwrap();
         let stdout = child.stdout.take().unwrap();
         let mut line = String::new();
-        std::io::BufReader::new(stdout).read_line(&mut line).unwrap();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .unwrap();
         let port = line
             .trim()
             .strip_prefix("listening ")

@@ -108,7 +108,11 @@ fn holder_id() -> String {
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "unknown-host".into());
     let nonce = uuid::Uuid::new_v4().simple().to_string();
-    format!("{host}:{}:{}", std::process::id(), nonce.get(..8).unwrap_or(&nonce))
+    format!(
+        "{host}:{}:{}",
+        std::process::id(),
+        nonce.get(..8).unwrap_or(&nonce)
+    )
 }
 
 fn version_of(r: &object_store::PutResult) -> UpdateVersion {
@@ -147,15 +151,16 @@ impl Lease {
                     let bytes = got.bytes().await.map_err(storage)?;
                     // An unreadable lease (hand-edited, truncated) is treated like a dead one
                     // whose holder is unknown: it is still replaced only by conditional put.
-                    let record = serde_json::from_slice::<LeaseRecord>(&bytes).unwrap_or_else(|_| {
-                        LeaseRecord {
-                            holder: "<unreadable lease>".into(),
-                            counter: 0,
-                            ttl_ms,
-                            written_at: String::new(),
-                            released: true,
-                        }
-                    });
+                    let record =
+                        serde_json::from_slice::<LeaseRecord>(&bytes).unwrap_or_else(|_| {
+                            LeaseRecord {
+                                holder: "<unreadable lease>".into(),
+                                counter: 0,
+                                ttl_ms,
+                                written_at: String::new(),
+                                released: true,
+                            }
+                        });
                     Some((record, version))
                 }
                 Err(object_store::Error::NotFound { .. }) => None,
@@ -310,13 +315,22 @@ impl Lease {
                 self.version = version;
                 tracing::info!(lease = %self.location, "lease released");
             }
-            Err(e) => tracing::warn!(lease = %self.location, error = %e, "could not release the lease"),
+            Err(e) => {
+                tracing::warn!(lease = %self.location, error = %e, "could not release the lease")
+            }
         }
     }
 
     async fn write(&self, record: &LeaseRecord) -> Result<UpdateVersion, LeaseError> {
         let body = serde_json::to_vec(record).unwrap_or_default();
-        put_update(&self.warehouse, &self.location, &self.path, body, &self.version).await
+        put_update(
+            &self.warehouse,
+            &self.location,
+            &self.path,
+            body,
+            &self.version,
+        )
+        .await
     }
 
     async fn current_holder(&self) -> String {

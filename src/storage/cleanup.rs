@@ -61,15 +61,16 @@ pub struct TableCleanup {
 pub async fn find_tables(warehouse: &Warehouse) -> Result<Vec<String>, CleanupError> {
     let root = warehouse.path(&warehouse.location(&[]))?;
     let prefix = (!root.as_ref().is_empty()).then_some(&root);
-    let objects: Vec<ObjectMeta> = warehouse
-        .store()
-        .list(prefix)
-        .try_collect()
-        .await
-        .map_err(|source| CleanupError::Storage {
-            path: warehouse.url().to_owned(),
-            source,
-        })?;
+    let objects: Vec<ObjectMeta> =
+        warehouse
+            .store()
+            .list(prefix)
+            .try_collect()
+            .await
+            .map_err(|source| CleanupError::Storage {
+                path: warehouse.url().to_owned(),
+                source,
+            })?;
     let mut tables: Vec<String> = objects
         .iter()
         .filter_map(|o| {

@@ -134,7 +134,8 @@ async fn send_parts(upload: &mut dyn MultipartUpload, body: &Bytes) -> Result<()
         let end = (offset + PART_SIZE).min(body.len());
         in_flight.push_back(upload.put_part(PutPayload::from_bytes(body.slice(offset..end))));
         offset = end;
-        while in_flight.len() >= PARTS_IN_FLIGHT || (offset >= body.len() && !in_flight.is_empty()) {
+        while in_flight.len() >= PARTS_IN_FLIGHT || (offset >= body.len() && !in_flight.is_empty())
+        {
             if let Some(r) = in_flight.next().await {
                 r?;
                 done += 1;
@@ -259,6 +260,9 @@ mod tests {
         let again = store
             .put_opts(&path, PutPayload::from_static(b"second body"), create())
             .await;
-        assert!(matches!(again, Err(object_store::Error::AlreadyExists { .. })));
+        assert!(matches!(
+            again,
+            Err(object_store::Error::AlreadyExists { .. })
+        ));
     }
 }

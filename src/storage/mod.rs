@@ -91,8 +91,8 @@ impl Warehouse {
                 detail: "a file URL needs an absolute path: file:///abs/path".into(),
             });
         }
-        let bucket = (parsed.scheme() == "s3")
-            .then(|| parsed.host_str().unwrap_or_default().to_owned());
+        let bucket =
+            (parsed.scheme() == "s3").then(|| parsed.host_str().unwrap_or_default().to_owned());
         Ok(Warehouse {
             store,
             url: url.trim_end_matches('/').to_owned(),

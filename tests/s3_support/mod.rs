@@ -16,7 +16,11 @@ use crate::common::{Pipeline, Settings, TestEnv, LAKECHECK, NAMESPACE};
 
 /// moto's address for this test, or `None` (after printing why).
 pub fn moto(test: &str, serial: bool) -> Option<String> {
-    let var = if serial { "CDCD_TEST_S3_SERIAL" } else { "CDCD_TEST_S3" };
+    let var = if serial {
+        "CDCD_TEST_S3_SERIAL"
+    } else {
+        "CDCD_TEST_S3"
+    };
     match std::env::var(var) {
         Ok(v) => Some(v),
         Err(_) => {
@@ -94,7 +98,11 @@ impl S3Pipeline {
         let mut text = text.replace(&wh_line, &format!("warehouse = {:?}", self.warehouse_url));
         // [pipeline] keys go right after the name line.
         let name_line = format!("name = {:?}\n", self.p.name);
-        text = text.replacen(&name_line, &format!("{name_line}{}", self.extra_pipeline), 1);
+        text = text.replacen(
+            &name_line,
+            &format!("{name_line}{}", self.extra_pipeline),
+            1,
+        );
         text.push_str(&format!(
             "\n[sink.s3]\nendpoint = {endpoint:?}\nregion = \"us-east-1\"\naccess_key_id = \"test\"\n\
              secret_access_key = \"test\"\nallow_http = true\n"
@@ -141,7 +149,10 @@ impl S3Pipeline {
             "lakecheck ({reader}) public.{table} over S3 differs:\n{text}\n--- cdcd:\n{}",
             self.p.output()
         );
-        eprintln!("lakecheck ({reader}) public.{table}: {}", text.lines().last().unwrap_or(""));
+        eprintln!(
+            "lakecheck ({reader}) public.{table}: {}",
+            text.lines().last().unwrap_or("")
+        );
     }
 
     /// Runs `cdcd cleanup` with `args`; returns (exit code, output).

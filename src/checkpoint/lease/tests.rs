@@ -19,7 +19,10 @@ async fn both_stores_behave(w: Warehouse) {
         .await
         .unwrap_err();
     let text = err.to_string();
-    assert!(text.contains(first.holder()) && text.contains("already running"), "{text}");
+    assert!(
+        text.contains(first.holder()) && text.contains("already running"),
+        "{text}"
+    );
 
     // A standby waits while the holder renews, and takes over right after a release.
     let stop = CancellationToken::new();
@@ -93,7 +96,11 @@ async fn a_dead_holder_is_taken_over_after_the_ttl() {
         .await
         .unwrap()
         .unwrap();
-    assert!(t.elapsed() >= Duration::from_millis(1000), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() >= Duration::from_millis(1000),
+        "{:?}",
+        t.elapsed()
+    );
     assert_ne!(dead.holder(), next.holder());
 }
 
@@ -107,6 +114,8 @@ async fn shutdown_stops_a_standby() {
         .unwrap();
     let stop = CancellationToken::new();
     stop.cancel();
-    let got = Lease::acquire(&w, settings(true, 60_000), &stop).await.unwrap();
+    let got = Lease::acquire(&w, settings(true, 60_000), &stop)
+        .await
+        .unwrap();
     assert!(got.is_none());
 }

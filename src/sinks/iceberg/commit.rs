@@ -96,7 +96,9 @@ pub(crate) async fn publish(
         // object_store retries a put that timed out or got a 5xx; if the first attempt did land,
         // the retry's If-None-Match fails although the commit is ours. Our metadata carries a
         // fresh snapshot id and timestamp, so equal bytes mean this very commit.
-        Err(object_store::Error::AlreadyExists { .. }) if is_ours(warehouse, &path, &json).await => {
+        Err(object_store::Error::AlreadyExists { .. })
+            if is_ours(warehouse, &path, &json).await =>
+        {
             tracing::info!(table = %table, path = %location, "commit landed on an earlier attempt");
         }
         Err(object_store::Error::AlreadyExists { .. }) => {
