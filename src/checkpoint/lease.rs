@@ -21,6 +21,9 @@
 //!   keep failing (network) for `3/4 ttl` since the last successful one, the holder stops too,
 //!   before any standby can consider the lease dead (it needs a full `ttl` without change).
 //! - clean stop: write `released: true` so a standby takes over without waiting for `ttl`.
+//! - a holder on the same machine and pid namespace (same `/proc/sys/kernel/random/boot_id` and
+//!   `/proc/self/ns/pid`) whose process is gone (no `/proc/<pid>`, or a pid reused by another
+//!   program) is dead at once: a restart after `kill -9` on the same host need not wait `ttl`.
 
 use std::time::Duration;
 
@@ -76,6 +79,34 @@ pub struct LeaseRecord {
     pub written_at: String,
     #[serde(default)]
     pub released: bool,
+    /// `<boot id>/<pid namespace>` of the holder's machine, and its pid: see the module doc.
+    #[serde(default)]
+    pub machine: Option<String>,
+    #[serde(default)]
+    pub pid: u32,
+}
+
+/// `<boot id>/<pid namespace>`, or `None` off Linux.
+fn machine_id() -> Option<String> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let ns = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    Some(format!("{}/{}", boot.trim(), ns.display()))
+}
+
+/// Whether `record`'s holder is a process of this machine and pid namespace that no longer runs.
+fn holder_gone_locally(record: &LeaseRecord) -> bool {
+    let (Some(theirs), Some(ours)) = (&record.machine, machine_id()) else {
+        return false;
+    };
+    if *theirs != ours || record.pid == 0 || record.pid == std::process::id() {
+        return false;
+    }
+    let ours_comm = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+    match std::fs::read_to_string(format!("/proc/{}/comm", record.pid)) {
+        Err(_) => true,
+        // A reused pid runs another program.
+        Ok(comm) => comm.trim() != ours_comm.trim(),
+    }
 }
 
 /// Settings of a lease.
@@ -159,6 +190,8 @@ impl Lease {
                                 ttl_ms,
                                 written_at: String::new(),
                                 released: true,
+                                machine: None,
+                                pid: 0,
                             }
                         });
                     Some((record, version))
@@ -172,6 +205,8 @@ impl Lease {
                 ttl_ms,
                 written_at: chrono::Utc::now().to_rfc3339(),
                 released: false,
+                machine: machine_id(),
+                pid: std::process::id(),
             };
             let take = match &current {
                 None => Some(PutMode::Create),
@@ -184,7 +219,10 @@ impl Lease {
                     watched = Some((record.clone(), version.clone(), unchanged_since));
                     // The holder's own ttl counts: it renews at its ttl / 3.
                     let their_ttl = Duration::from_millis(record.ttl_ms.max(ttl_ms));
-                    if record.released || now.duration_since(unchanged_since) >= their_ttl {
+                    if record.released
+                        || holder_gone_locally(record)
+                        || now.duration_since(unchanged_since) >= their_ttl
+                    {
                         Some(PutMode::Update(version.clone()))
                     } else if !settings.standby {
                         return Err(LeaseError::Held {

@@ -119,3 +119,31 @@ async fn shutdown_stops_a_standby() {
         .unwrap();
     assert!(got.is_none());
 }
+
+#[tokio::test]
+async fn a_dead_local_holder_is_taken_over_at_once() {
+    use object_store::ObjectStoreExt;
+    let w = Warehouse::from_url("memory://").unwrap();
+    let path = w.path(&lease_location(&w, "shop")).unwrap();
+    // A holder on this machine whose pid does not run (pid_max is at most 2^22).
+    let record = LeaseRecord {
+        holder: "here:4194304:x".into(),
+        counter: 3,
+        ttl_ms: 600_000,
+        written_at: String::new(),
+        released: false,
+        machine: machine_id(),
+        pid: 4_194_304,
+    };
+    w.store()
+        .put(&path, serde_json::to_vec(&record).unwrap().into())
+        .await
+        .unwrap();
+    let t = Instant::now();
+    let got = Lease::acquire(&w, settings(false, 600_000), &CancellationToken::new())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert_ne!(got.holder(), "here:4194304:x");
+}
