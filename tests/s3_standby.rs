@@ -63,9 +63,17 @@ async fn s3_standby_takes_over() {
         "the second cdcd did not wait as a standby:\n{}",
         log()
     );
-    exec(&client, &format!("UPDATE {n} SET v = v + 1 WHERE id % 2 = 0")).await;
+    exec(
+        &client,
+        &format!("UPDATE {n} SET v = v + 1 WHERE id % 2 = 0"),
+    )
+    .await;
     s.assert_equal(&n, 60, "duckdb").await;
-    assert!(standby.try_wait().unwrap().is_none(), "standby exited:\n{}", log());
+    assert!(
+        standby.try_wait().unwrap().is_none(),
+        "standby exited:\n{}",
+        log()
+    );
     assert!(!log().contains("lease acquired"), "{}", log());
 
     // The active one stops cleanly: the standby takes over and replicates what follows.
