@@ -21,6 +21,8 @@
 //!   keep failing (network) for `3/4 ttl` since the last successful one, the holder stops too,
 //!   before any standby can consider the lease dead (it needs a full `ttl` without change).
 //! - clean stop: write `released: true` so a standby takes over without waiting for `ttl`.
+//! - a conditional write retried by object_store after a lost response fails its precondition
+//!   against its own first attempt; reading back our own holder and counter counts as success.
 //! - a holder on the same machine and pid namespace (same `/proc/sys/kernel/random/boot_id` and
 //!   `/proc/self/ns/pid`) whose process is gone (no `/proc/<pid>`, or a pid reused by another
 //!   program) is dead at once: a restart after `kill -9` on the same host need not wait `ttl`.
@@ -208,6 +210,19 @@ impl Lease {
                 machine: machine_id(),
                 pid: std::process::id(),
             };
+            // Our own create or takeover landed although its response was lost (then retried).
+            if let Some((record, version)) = &current {
+                if record.holder == me && !record.released {
+                    return Ok(Some(Lease {
+                        warehouse: warehouse.clone(),
+                        path,
+                        location,
+                        settings,
+                        record: record.clone(),
+                        version: version.clone(),
+                    }));
+                }
+            }
             let take = match &current {
                 None => Some(PutMode::Create),
                 Some((record, version)) => {
@@ -318,6 +333,15 @@ impl Lease {
                     source: object_store::Error::Precondition { .. },
                     ..
                 }) => {
+                    // A renewal retried after a lost response finds its own first attempt.
+                    if let Some((current, version)) = self.read().await {
+                        if current == next {
+                            self.record = next;
+                            self.version = version;
+                            last_ok = started;
+                            continue;
+                        }
+                    }
                     let holder = self.current_holder().await;
                     return Err(LeaseError::Lost {
                         pipeline: self.settings.pipeline.clone(),
@@ -369,6 +393,16 @@ impl Lease {
             &self.version,
         )
         .await
+    }
+
+    async fn read(&self) -> Option<(LeaseRecord, UpdateVersion)> {
+        let got = self.warehouse.store().get(&self.path).await.ok()?;
+        let version = UpdateVersion {
+            e_tag: got.meta.e_tag.clone(),
+            version: got.meta.version.clone(),
+        };
+        let bytes = got.bytes().await.ok()?;
+        Some((serde_json::from_slice(&bytes).ok()?, version))
     }
 
     async fn current_holder(&self) -> String {
