@@ -6,7 +6,8 @@
 #   scripts/testbed.sh env    print `export CDCD_TEST_…=…` lines for the tests:  eval "$(scripts/testbed.sh env)"
 #   scripts/testbed.sh stop   stop the servers this script started
 #
-# Env: CDCD_TB (default /tmp/cdcd-tb: data, logs, venv), PG_PORT (default 55440).
+# Env: CDCD_TB (default /tmp/cdcd-tb: data, logs, venv), PG_PORT (default 55440),
+# MOTO_PORT (default 59010), MOTO_SERIAL_PORT (default 59011).
 #
 # Components are functions named <name>_up / <name>_stop / <name>_env, listed in COMPONENTS;
 # MariaDB and S3 (moto) slot in the same way when the tests need them.
@@ -14,13 +15,15 @@ set -euo pipefail
 
 CDCD_TB=${CDCD_TB:-/tmp/cdcd-tb}
 PG_PORT=${PG_PORT:-55440}
+MOTO_PORT=${MOTO_PORT:-59010}
+MOTO_SERIAL_PORT=${MOTO_SERIAL_PORT:-59011}
 PG_DB=cdcd_test
 PGBIN=/usr/lib/postgresql/15/bin
 VENV=$CDCD_TB/venv
 PY=$VENV/bin/python
 RUN=$CDCD_TB/run
 LOGS=$CDCD_TB/logs
-COMPONENTS=(postgres python)
+COMPONENTS=(postgres python moto)
 
 log() { printf '[testbed %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -155,6 +158,52 @@ postgres_stop() {
 postgres_env() {
   echo "export CDCD_TEST_PG=postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB"
   echo "export CDCD_TEST_PG_BIN=$PGBIN"
+}
+
+# ------------------------------------------------------------------ moto: S3 stand-in (needs the python venv)
+# Two servers: the threaded one (:MOTO_PORT) for ordinary S3 tests, and a serial one (:MOTO_SERIAL_PORT) that
+# handles one request at a time. moto's conditional put (If-None-Match: *, If-Match) is check-then-act without
+# a lock, so only the serial server makes it atomic: commit-race and fencing tests must use it.
+# moto keeps objects in memory; any key/secret, region us-east-1, path-style; tests create their buckets.
+moto_alive() { [ -f "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
+moto_apt() { apt_want curl; }
+moto_up() {
+  cat > "$CDCD_TB/moto_serial.py" <<'EOF'
+"""moto S3 server handling one request at a time (threaded=False), so that its check-then-put
+conditional writes (If-None-Match / If-Match) behave atomically. Usage: moto_serial.py HOST PORT"""
+import sys
+from werkzeug.serving import run_simple
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+run_simple(sys.argv[1], int(sys.argv[2]), DomainDispatcherApplication(create_backend_app), threaded=False, use_reloader=False)
+EOF
+  if ! moto_alive moto; then
+    port_busy "$MOTO_PORT" && die "port $MOTO_PORT is in use by another program; set MOTO_PORT"
+    log "starting moto on 127.0.0.1:$MOTO_PORT"
+    nohup "$VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >"$LOGS/moto.log" 2>&1 &
+    echo $! > "$RUN/moto.pid"
+  fi
+  if ! moto_alive moto_serial; then
+    port_busy "$MOTO_SERIAL_PORT" && die "port $MOTO_SERIAL_PORT is in use by another program; set MOTO_SERIAL_PORT"
+    log "starting serial moto on 127.0.0.1:$MOTO_SERIAL_PORT"
+    nohup "$PY" "$CDCD_TB/moto_serial.py" 127.0.0.1 "$MOTO_SERIAL_PORT" >"$LOGS/moto_serial.log" 2>&1 &
+    echo $! > "$RUN/moto_serial.pid"
+  fi
+  local port
+  for port in "$MOTO_PORT" "$MOTO_SERIAL_PORT"; do
+    for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
+    curl -s -o /dev/null "http://127.0.0.1:$port/" || die "moto on :$port did not start (see $LOGS)"
+  done
+}
+moto_stop() {
+  local p
+  for p in moto moto_serial; do
+    if moto_alive $p; then kill "$(cat "$RUN/$p.pid")" || true; fi
+    rm -f "$RUN/$p.pid"
+  done
+}
+moto_env() {
+  echo "export CDCD_TEST_S3=http://127.0.0.1:$MOTO_PORT"
+  echo "export CDCD_TEST_S3_SERIAL=http://127.0.0.1:$MOTO_SERIAL_PORT"
 }
 
 # ------------------------------------------------------------------ main

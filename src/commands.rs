@@ -1,5 +1,5 @@
-//! What the CLI's commands do: `run` (the daemon), `check` (preflight) and `status`, built from the
-//! configured source and sink.
+//! What the CLI's commands do: `run` (the daemon, under the pipeline's lease), `check`
+//! (preflight), `status` and `cleanup` (orphan files), built from the configured source and sink.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +8,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::changelog::TableId;
+use crate::checkpoint::lease::{Lease, LeaseError, LeaseSettings};
 use crate::config::{Config, SinkConfig, SourceConfig};
 use crate::pipeline::{self, PipelineError, Settings};
 use crate::sinks::iceberg::IcebergSink;
@@ -15,7 +16,8 @@ use crate::sinks::lsm::LsmSink;
 use crate::sinks::{Sink, SinkError};
 use crate::sources::postgres::{setup, PostgresSource};
 use crate::sources::{Source, SourceError};
-use crate::storage::Warehouse;
+use crate::storage::cleanup::{self, CleanupError, TableCleanup};
+use crate::storage::{StorageError, Warehouse};
 
 /// One table in `cdcd status`.
 #[derive(Debug, Clone, Serialize)]
@@ -38,6 +40,12 @@ pub enum CommandError {
     Sink(#[from] Box<SinkError>),
     #[error(transparent)]
     Metrics(#[from] crate::metrics::MetricsError),
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    #[error(transparent)]
+    Cleanup(#[from] CleanupError),
+    #[error(transparent)]
+    Warehouse(#[from] StorageError),
 }
 
 fn settings(config: &Config) -> Settings {
@@ -57,26 +65,67 @@ fn build_source(config: &Config) -> Box<dyn Source> {
 }
 
 fn build_sink(config: &Config) -> Result<Arc<dyn Sink>, CommandError> {
+    let warehouse = open_warehouse(config)?;
     Ok(match &config.sink {
-        SinkConfig::Iceberg(iceberg) => {
-            Arc::new(IcebergSink::new(iceberg, &config.pipeline).map_err(Box::new)?)
-        }
-        SinkConfig::Lsm(lsm) => Arc::new(LsmSink::new(lsm, &config.pipeline).map_err(Box::new)?),
+        SinkConfig::Iceberg(iceberg) => Arc::new(
+            IcebergSink::new(iceberg, &config.pipeline)
+                .map_err(Box::new)?
+                .with_warehouse(warehouse),
+        ),
+        SinkConfig::Lsm(lsm) => Arc::new(LsmSink::with_warehouse(lsm, &config.pipeline, warehouse)),
     })
 }
 
+/// The configured warehouse with `[sink.s3]` applied.
+pub fn open_warehouse(config: &Config) -> Result<Warehouse, StorageError> {
+    Warehouse::open(config.sink.warehouse(), &config.s3)
+}
+
 /// Runs the pipeline until `shutdown`, with the metrics endpoint (`[metrics] listen`) and systemd
-/// notification beside it.
+/// notification beside it, holding the pipeline's lease (`checkpoint::lease`): waits as a standby
+/// while another cdcd holds it, and stops at once, without committing what is buffered, if the
+/// lease is lost.
 pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), CommandError> {
     let (ops, notifier) = start_operations(config, &shutdown).await?;
-    let source = build_source(config);
-    let sink = build_sink(config)?;
-    let result = pipeline::run(source, sink, settings(config), shutdown).await;
+    let result = run_leased(config, shutdown).await;
     // The endpoint and notifier end with the pipeline, also when it failed.
     ops.cancel();
     // Let STOPPING=1 out before the process exits.
     let _ = tokio::time::timeout(Duration::from_secs(1), notifier).await;
-    result?;
+    result
+}
+
+async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), CommandError> {
+    let warehouse = open_warehouse(config)?;
+    let lease_settings = LeaseSettings {
+        pipeline: config.pipeline.clone(),
+        ttl: Duration::from_millis(config.lease_ttl_ms),
+        standby: config.standby,
+    };
+    let Some(mut lease) = Lease::acquire(&warehouse, lease_settings, &shutdown).await? else {
+        return Ok(());
+    };
+    let source = build_source(config);
+    let sink = build_sink(config)?;
+    let renewing = CancellationToken::new();
+    let outcome = {
+        let pipeline = pipeline::run(source, sink, settings(config), shutdown);
+        let keep = lease.keep(&renewing);
+        tokio::pin!(pipeline, keep);
+        tokio::select! {
+            // Lost or expired: drop the pipeline future mid-flight. A commit is one
+            // create-if-absent put, so dropping never leaves half a commit; files written for
+            // it become orphans for `cdcd cleanup`.
+            kept = &mut keep => match kept {
+                Err(e) => return Err(e.into()),
+                Ok(()) => Ok(()),
+            },
+            done = &mut pipeline => done,
+        }
+    };
+    renewing.cancel();
+    lease.release().await;
+    outcome?;
     Ok(())
 }
 
@@ -112,6 +161,21 @@ async fn start_operations(
     Ok((ops, notifier))
 }
 
+/// Finds orphan files in every table of the warehouse (files no metadata version references,
+/// older than `grace`) and deletes them unless `dry_run`.
+pub async fn cleanup(
+    config: &Config,
+    grace: Duration,
+    dry_run: bool,
+) -> Result<Vec<TableCleanup>, CommandError> {
+    let warehouse = open_warehouse(config)?;
+    let mut reports = Vec::new();
+    for table in cleanup::find_tables(&warehouse).await? {
+        reports.push(cleanup::clean_table(&warehouse, &table, grace, dry_run).await?);
+    }
+    Ok(reports)
+}
+
 /// Every problem found, one line each with how to fix it; empty when ready.
 pub async fn check(config: &Config) -> Vec<String> {
     let SourceConfig::Postgres(pg) = &config.source;
@@ -130,7 +194,7 @@ pub async fn check(config: &Config) -> Vec<String> {
 /// is reachable and writable.
 async fn probe_warehouse(config: &Config) -> Result<(), String> {
     use object_store::ObjectStoreExt;
-    let warehouse = Warehouse::from_url(config.sink.warehouse()).map_err(|e| e.to_string())?;
+    let warehouse = open_warehouse(config).map_err(|e| e.to_string())?;
     let location = warehouse.location(&["_cdcd", &config.pipeline, "check-probe"]);
     let path = warehouse.path(&location).map_err(|e| e.to_string())?;
     let unwritable = |e: object_store::Error| {

@@ -40,6 +40,20 @@ pub struct RawPipeline {
     /// Directory for spill files of large streamed transactions (default: the system temp dir).
     #[serde(default)]
     pub spill_dir: Option<PathBuf>,
+    /// Lease under `<warehouse>/_cdcd/<name>/lease.json` (milliseconds): a standby takes over when
+    /// the active daemon has not renewed it for this long.
+    #[serde(default = "default_lease_ttl_ms")]
+    pub lease_ttl_ms: u64,
+    /// When another cdcd holds the lease: `true` waits as a standby, `false` exits with a message.
+    #[serde(default = "default_standby")]
+    pub standby: bool,
+}
+
+fn default_lease_ttl_ms() -> u64 {
+    30_000
+}
+fn default_standby() -> bool {
+    true
 }
 
 fn default_commit_interval_ms() -> u64 {
@@ -116,6 +130,34 @@ impl fmt::Debug for RawS3 {
                 "secret_access_key",
                 &self.secret_access_key.as_ref().map(|_| "***"),
             )
+            .field("allow_http", &self.allow_http)
+            .finish()
+    }
+}
+
+/// Validated `[sink.s3]`; every unset key falls back to the standard `AWS_*` environment
+/// (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, …) and then the instance/container
+/// credential chain.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct S3Config {
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+    pub allow_http: Option<bool>,
+}
+
+impl fmt::Debug for S3Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3Config")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("access_key_id", &self.access_key_id.as_ref().map(|_| "***"))
+            .field(
+                "secret_access_key",
+                &self.secret_access_key.as_ref().map(|_| "***"),
+            )
+            .field("allow_http", &self.allow_http)
             .finish()
     }
 }
@@ -324,6 +366,12 @@ pub struct Config {
     pub source: SourceConfig,
     pub sink: SinkConfig,
     pub metrics_listen: Option<String>,
+    /// `[sink.s3]`: how to reach an `s3://` warehouse (unset keys come from `AWS_*`).
+    pub s3: S3Config,
+    /// See [`RawPipeline::lease_ttl_ms`].
+    pub lease_ttl_ms: u64,
+    /// See [`RawPipeline::standby`].
+    pub standby: bool,
 }
 
 impl Config {
@@ -413,6 +461,14 @@ impl RawConfig {
                 "must be at least 1".into(),
             ));
         }
+        if self.pipeline.lease_ttl_ms < 1000 {
+            return Err(bad(
+                "pipeline.lease_ttl_ms",
+                "must be at least 1000 (a lease renewed more often than every 330 ms would \
+                 spend more requests on the lease than on the data)"
+                    .into(),
+            ));
+        }
         if self.pipeline.commit_max_rows == 0 {
             return Err(bad("pipeline.commit_max_rows", "must be at least 1".into()));
         }
@@ -445,13 +501,6 @@ impl RawConfig {
                         ))
                     }
                 };
-                if self.sink.s3.is_some() {
-                    return Err(bad(
-                        "sink.s3",
-                        "S3 warehouses are not supported by this build yet; use a local path"
-                            .into(),
-                    ));
-                }
                 let warehouse = normalize_warehouse(&self.sink.warehouse)
                     .map_err(|d| bad("sink.warehouse", d))?;
                 if let Some(ns) = &self.sink.namespace {
@@ -484,6 +533,40 @@ impl RawConfig {
             source,
             sink,
             metrics_listen: self.metrics.listen.clone(),
+            s3: self.s3(file)?,
+            lease_ttl_ms: self.pipeline.lease_ttl_ms,
+            standby: self.pipeline.standby,
+        })
+    }
+
+    fn s3(&self, file: &str) -> Result<S3Config, ConfigError> {
+        let Some(raw) = &self.sink.s3 else {
+            return Ok(S3Config::default());
+        };
+        if let Some(endpoint) = &raw.endpoint {
+            let ok = url::Url::parse(endpoint)
+                .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+            if !ok {
+                return Err(ConfigError::Invalid {
+                    file: file.to_owned(),
+                    key: "sink.s3.endpoint",
+                    detail: format!("{endpoint:?} must be an http:// or https:// URL"),
+                });
+            }
+        }
+        if raw.access_key_id.is_some() != raw.secret_access_key.is_some() {
+            return Err(ConfigError::Invalid {
+                file: file.to_owned(),
+                key: "sink.s3.secret_access_key",
+                detail: "set both access_key_id and secret_access_key, or neither".into(),
+            });
+        }
+        Ok(S3Config {
+            endpoint: raw.endpoint.clone(),
+            region: raw.region.clone(),
+            access_key_id: raw.access_key_id.clone(),
+            secret_access_key: raw.secret_access_key.clone(),
+            allow_http: raw.allow_http,
         })
     }
 
@@ -874,5 +957,32 @@ warehouse = "/tmp/wh"
         assert!(normalize_warehouse("file://rel").is_err());
         assert!(normalize_warehouse("gs://x").is_err());
         assert!(normalize_warehouse("rel").unwrap().starts_with("file:///"));
+    }
+
+    #[test]
+    fn s3_section_is_validated_and_redacted() {
+        let text = format!(
+            "{MINIMAL}[sink.s3]\nendpoint = \"http://127.0.0.1:9000\"\nregion = \"eu-west-1\"\n\
+             access_key_id = \"AKIDSECRETID\"\nsecret_access_key = \"topsecretkey\"\nallow_http = true\n"
+        )
+        .replace("warehouse = \"/tmp/wh\"", "warehouse = \"s3://bucket/wh/\"");
+        let c = Config::from_toml(&text, "p.toml").unwrap();
+        assert_eq!(c.sink.warehouse(), "s3://bucket/wh");
+        assert_eq!(c.s3.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(c.s3.allow_http, Some(true));
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("topsecretkey") && !shown.contains("AKIDSECRETID"),
+            "{shown}"
+        );
+        assert_eq!(c.lease_ttl_ms, 30_000);
+        assert!(c.standby);
+
+        let half = format!("{MINIMAL}[sink.s3]\naccess_key_id = \"x\"\n");
+        let e = Config::from_toml(&half, "p.toml").unwrap_err().to_string();
+        assert!(e.contains("sink.s3.secret_access_key"), "{e}");
+        let bad = format!("{MINIMAL}[sink.s3]\nendpoint = \"localhost:9000\"\n");
+        let e = Config::from_toml(&bad, "p.toml").unwrap_err().to_string();
+        assert!(e.contains("sink.s3.endpoint"), "{e}");
     }
 }

@@ -44,6 +44,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Delete orphan files: files under a table that no metadata version references (left by
+    /// crashed or lost commits), older than the grace period.
+    Cleanup {
+        /// Keep unreferenced files younger than this (seconds): a running cdcd's commit in flight
+        /// writes its files before its metadata.
+        #[arg(long, default_value_t = 3600)]
+        grace_secs: u64,
+        /// List what would be deleted without deleting.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print JSON instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -97,6 +111,32 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
                 Ok(ExitCode::FAILURE)
             }
+        }
+        Some(Command::Cleanup {
+            grace_secs,
+            dry_run,
+            json,
+        }) => {
+            let grace = std::time::Duration::from_secs(grace_secs);
+            let reports = cdcd::commands::cleanup(&config, grace, dry_run).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&reports)?);
+            } else {
+                let verb = if dry_run { "would delete" } else { "deleted" };
+                for r in &reports {
+                    for o in &r.orphans {
+                        println!("{verb} {o}");
+                    }
+                    println!(
+                        "{}: {} live files, {verb} {} orphans, kept {} younger than {grace_secs}s",
+                        r.table,
+                        r.live,
+                        r.orphans.len(),
+                        r.young
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Some(Command::Status { json }) => {
             let rows = cdcd::commands::status(&config).await?;

@@ -16,6 +16,8 @@ use std::collections::HashMap;
 
 use crate::changelog::{ParsePositionError, Position};
 
+pub mod lease;
+
 /// Snapshot property naming the pipeline that wrote the snapshot.
 pub const PIPELINE_KEY: &str = "cdcd.pipeline";
 /// Snapshot property holding the position up to which the table is complete.

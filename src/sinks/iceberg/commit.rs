@@ -4,7 +4,8 @@
 //! The create-if-absent put (object_store `PutMode::Create`, atomic on local disk and S3) is the
 //! commit point: once it succeeds the snapshot is durable and visible; if the file already exists
 //! another writer won version N and this commit fails with `CommitConflict` (nothing of it is
-//! referenced). The hint is rewritten afterwards and may lag after a crash; `metadata.rs` probes
+//! referenced). A create that object_store retried after a timeout may find its own first
+//! attempt: equal bytes count as success. The hint is rewritten afterwards and may lag after a crash; `metadata.rs` probes
 //! past it.
 
 use std::collections::HashMap;
@@ -59,6 +60,15 @@ pub(crate) fn with_snapshot(
         .map_err(ice(table, "adding the snapshot"))
 }
 
+/// Whether the object at `path` holds exactly `ours` (unreadable counts as not ours: the caller
+/// then reports a conflict and the pipeline stops, which is safe either way).
+async fn is_ours(warehouse: &Warehouse, path: &object_store::path::Path, ours: &[u8]) -> bool {
+    match warehouse.store().get(path).await {
+        Ok(got) => got.bytes().await.is_ok_and(|b| b.as_ref() == ours),
+        Err(_) => false,
+    }
+}
+
 /// Writes `metadata` as version `version` create-if-absent, then the version hint.
 pub(crate) async fn publish(
     warehouse: &Warehouse,
@@ -72,16 +82,25 @@ pub(crate) async fn publish(
         detail: format!("serializing {location}: {e}"),
     })?;
     let path = warehouse.path(&location)?;
+    let json = bytes::Bytes::from(json);
     match warehouse
         .store()
         .put_opts(
             &path,
-            PutPayload::from(json),
+            PutPayload::from_bytes(json.clone()),
             PutOptions::from(PutMode::Create),
         )
         .await
     {
         Ok(_) => {}
+        // object_store retries a put that timed out or got a 5xx; if the first attempt did land,
+        // the retry's If-None-Match fails although the commit is ours. Our metadata carries a
+        // fresh snapshot id and timestamp, so equal bytes mean this very commit.
+        Err(object_store::Error::AlreadyExists { .. })
+            if is_ours(warehouse, &path, &json).await =>
+        {
+            tracing::info!(table = %table, path = %location, "commit landed on an earlier attempt");
+        }
         Err(object_store::Error::AlreadyExists { .. }) => {
             return Err(SinkError::CommitConflict {
                 table: table.clone(),

@@ -81,6 +81,13 @@ impl IcebergSink {
         })
     }
 
+    /// Writes through `warehouse` (opened with `[sink.s3]` settings) instead of the store opened
+    /// from the URL alone.
+    pub fn with_warehouse(mut self, warehouse: Warehouse) -> IcebergSink {
+        self.warehouse = warehouse;
+        self
+    }
+
     /// Rolls data files at other limits than ~128 MiB / 1M rows.
     pub fn with_file_limits(mut self, limits: FileLimits) -> IcebergSink {
         self.limits = limits;

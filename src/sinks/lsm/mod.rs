@@ -123,10 +123,20 @@ impl CompactStats {
 
 impl LsmSink {
     pub fn new(config: &LsmConfig, pipeline: &str) -> Result<LsmSink, SinkError> {
+        Ok(LsmSink::with_warehouse(
+            config,
+            pipeline,
+            Warehouse::from_url(&config.warehouse)?,
+        ))
+    }
+
+    /// Writes through `warehouse` (opened with `[sink.s3]` settings) instead of the store opened
+    /// from the URL alone.
+    pub fn with_warehouse(config: &LsmConfig, pipeline: &str, warehouse: Warehouse) -> LsmSink {
         let trigger = config.compaction_trigger.max(2);
-        Ok(LsmSink {
+        LsmSink {
             inner: Arc::new(Inner {
-                warehouse: Warehouse::from_url(&config.warehouse)?,
+                warehouse,
                 config: config.clone(),
                 pipeline: pipeline.to_owned(),
                 compaction: compaction::Options {
@@ -137,7 +147,7 @@ impl LsmSink {
                 },
                 tables: Mutex::new(HashMap::new()),
             }),
-        })
+        }
     }
 
     /// `<warehouse>/<namespace>.db/<table>`; namespace = the configured one or the source schema.

@@ -1,16 +1,22 @@
 //! Storage: one `object_store` for a warehouse URL, and the mapping between the absolute locations
-//! written into table metadata (`file:///wh/ns/t/data/x.parquet`) and object_store paths.
+//! written into table metadata (`s3://bucket/wh/ns/t/data/x.parquet`) and object_store paths.
 //!
-//! Sits under the sinks: table writers read and write every file (data, deletes, manifests,
-//! metadata) through a [`Warehouse`]. cdcd has one storage stack (DESIGN.md, "One storage stack"):
-//! object_store 0.13, which parquet already uses. iceberg's own `Storage` trait is `typetag`-serde
-//! (an implementation must be serializable and registered), so instead of implementing it the
-//! Iceberg sink lets iceberg's Avro writers write into iceberg's in-memory `FileIO` and puts the
-//! bytes through object_store (see `sinks/iceberg/manifest.rs`).
+//! Sits under the sinks and the checkpoint lease: table writers read and write every file (data,
+//! deletes, manifests, metadata) and the lease lives through a [`Warehouse`]. cdcd has one storage
+//! stack (DESIGN.md, "One storage stack"): object_store 0.13, which parquet already uses.
 //!
-//! Supported URLs: `file:///abs/path` (local disk; directories are created as needed) and
-//! `memory://` (in-process, unit tests only). `s3://` is rejected with a clear message until S3
-//! support lands.
+//! Why iceberg's `FileIO` is not served by an object_store adapter: iceberg 0.10's `Storage`
+//! trait is `typetag`-serde (an implementation must be serializable and registered globally, and
+//! `FileIO` rebuilds it from a scheme + properties map, so it cannot carry our configured client).
+//! Instead the Iceberg sink lets iceberg's Avro writers write into iceberg's in-memory `FileIO`
+//! and puts the bytes through this store (see `sinks/iceberg/manifest.rs`); iceberg never opens
+//! a network connection, and every byte cdcd writes goes through the one store built here, with
+//! its retries, timeouts and credentials.
+//!
+//! Supported URLs: `file:///abs/path` (local disk; directories are created as needed),
+//! `s3://bucket/prefix` (see [`s3`]: `[sink.s3]`, then the `AWS_*` environment) and `memory://`
+//! (in-process, unit tests only). Every store is wrapped in [`LargePuts`], which turns a large
+//! single put into a multipart upload.
 
 use std::sync::Arc;
 
@@ -20,11 +26,21 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 use url::Url;
 
+use crate::config::S3Config;
+
+pub mod cleanup;
+mod large;
+pub mod s3;
+
+pub use large::LargePuts;
+
 /// A warehouse URL could not be turned into a store, or a location lies outside the warehouse.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
-    #[error("warehouse {url}: {scheme}:// warehouses are not supported yet; use a local path (file:///…)")]
+    #[error("warehouse {url}: {scheme}:// warehouses are not supported; use file:///path or s3://bucket/prefix")]
     Unsupported { url: String, scheme: String },
+    #[error("warehouse {url}: cannot set up the S3 client: {detail}")]
+    S3 { url: String, detail: String },
     #[error("warehouse {url} is not a valid URL: {detail}")]
     BadUrl { url: String, detail: String },
     #[error("location {location} is not inside warehouse {warehouse}")]
@@ -37,13 +53,21 @@ pub struct Warehouse {
     store: Arc<dyn ObjectStore>,
     /// The warehouse URL without a trailing slash, e.g. `file:///var/lib/cdcd/warehouse`.
     url: String,
-    /// `file` or `memory`: every location handed to [`Warehouse::path`] must use it.
+    /// `file`, `s3` or `memory`: every location handed to [`Warehouse::path`] must use it.
     scheme: String,
+    /// `s3`: the bucket; a location's host must be it, and it is not part of the store path.
+    bucket: Option<String>,
 }
 
 impl Warehouse {
-    /// Opens the store for `url` (`file:///abs/path` or `memory://[name]`).
+    /// Opens the store for `url` (`file:///abs/path`, `s3://bucket/prefix` with settings from the
+    /// `AWS_*` environment only, or `memory://[name]`).
     pub fn from_url(url: &str) -> Result<Warehouse, StorageError> {
+        Warehouse::open(url, &S3Config::default())
+    }
+
+    /// Opens the store for `url`; an `s3://` warehouse uses `s3` (`[sink.s3]`) before `AWS_*`.
+    pub fn open(url: &str, s3_config: &S3Config) -> Result<Warehouse, StorageError> {
         let parsed = Url::parse(url).map_err(|e| StorageError::BadUrl {
             url: url.to_owned(),
             detail: e.to_string(),
@@ -51,8 +75,9 @@ impl Warehouse {
         let store: Arc<dyn ObjectStore> = match parsed.scheme() {
             // Root "/" so that the path of every absolute location is the location's URL path;
             // LocalFileSystem creates missing parent directories on put.
-            "file" => Arc::new(LocalFileSystem::new()),
-            "memory" => Arc::new(InMemory::new()),
+            "file" => Arc::new(LargePuts::new(LocalFileSystem::new())),
+            "memory" => Arc::new(LargePuts::new(InMemory::new())),
+            "s3" => Arc::new(LargePuts::new(s3::build(&parsed, s3_config)?)),
             other => {
                 return Err(StorageError::Unsupported {
                     url: url.to_owned(),
@@ -66,10 +91,13 @@ impl Warehouse {
                 detail: "a file URL needs an absolute path: file:///abs/path".into(),
             });
         }
+        let bucket =
+            (parsed.scheme() == "s3").then(|| parsed.host_str().unwrap_or_default().to_owned());
         Ok(Warehouse {
             store,
             url: url.trim_end_matches('/').to_owned(),
             scheme: parsed.scheme().to_owned(),
+            bucket,
         })
     }
 
@@ -84,12 +112,31 @@ impl Warehouse {
 
     /// The absolute location of `parts` joined under the warehouse, e.g. `file:///wh/ns/t`.
     pub fn location(&self, parts: &[&str]) -> String {
+        // Callers pass names (namespace, table, file), never URLs: joining keeps them inside.
         let mut s = self.url.clone();
         for p in parts {
             s.push('/');
             s.push_str(p.trim_matches('/'));
         }
         s
+    }
+
+    /// The absolute location of a store path (the inverse of [`Warehouse::path`]).
+    pub fn location_of(&self, path: &Path) -> String {
+        match &self.bucket {
+            Some(bucket) => format!("{}://{bucket}/{path}", self.scheme),
+            None if self.scheme == "memory" => format!("memory://{path}"),
+            None => format!("{}:///{path}", self.scheme),
+        }
+    }
+
+    /// The local file of a location in a `file://` warehouse; `None` for other stores.
+    pub fn local_file(&self, location: &str) -> Option<std::path::PathBuf> {
+        if self.scheme != "file" {
+            return None;
+        }
+        let path = self.path(location).ok()?;
+        Some(std::path::PathBuf::from(format!("/{}", path.as_ref())))
     }
 
     /// The object_store path of an absolute location inside this warehouse.
@@ -102,10 +149,20 @@ impl Warehouse {
         if parsed.scheme() != self.scheme {
             return Err(outside());
         }
-        // memory://name/a/b has host "name": keep it as the first segment.
         let mut url_path = String::new();
-        if let Some(host) = parsed.host_str() {
-            url_path.push_str(host);
+        match &self.bucket {
+            // s3://bucket/a/b: the store is the bucket's, so the path is `a/b`.
+            Some(bucket) => {
+                if parsed.host_str() != Some(bucket.as_str()) {
+                    return Err(outside());
+                }
+            }
+            // memory://name/a/b has host "name": keep it as the first segment.
+            None => {
+                if let Some(host) = parsed.host_str() {
+                    url_path.push_str(host);
+                }
+            }
         }
         url_path.push_str(parsed.path());
         Path::from_url_path(url_path.trim_start_matches('/')).map_err(|_| outside())
@@ -119,10 +176,31 @@ mod tests {
     use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
     #[test]
-    fn rejects_s3_with_a_clear_message() {
-        let err = Warehouse::from_url("s3://bucket/wh").unwrap_err();
-        assert!(err.to_string().contains("not supported yet"), "{err}");
+    fn rejects_unknown_schemes_with_a_clear_message() {
+        let err = Warehouse::from_url("gs://bucket/wh").unwrap_err();
+        assert!(err.to_string().contains("not supported"), "{err}");
         assert!(Warehouse::from_url("not a url").is_err());
+    }
+
+    #[test]
+    fn maps_s3_locations_to_bucket_relative_paths() {
+        let cfg = S3Config {
+            endpoint: Some("http://127.0.0.1:1".into()),
+            region: Some("us-east-1".into()),
+            access_key_id: Some("k".into()),
+            secret_access_key: Some("s".into()),
+            allow_http: None,
+        };
+        let w = Warehouse::open("s3://bkt/pre/fix/", &cfg).unwrap();
+        assert_eq!(w.url(), "s3://bkt/pre/fix");
+        let loc = w.location(&["ns", "t", "metadata", "v1.metadata.json"]);
+        assert_eq!(
+            w.path(&loc).unwrap().as_ref(),
+            "pre/fix/ns/t/metadata/v1.metadata.json"
+        );
+        assert!(w.path("s3://other/pre/fix/x").is_err());
+        assert_eq!(w.location_of(&w.path(&loc).unwrap()), loc);
+        assert!(w.path("file:///pre/fix/x").is_err());
     }
 
     #[test]
@@ -132,6 +210,7 @@ mod tests {
         let loc = w.location(&["ns", "t", "metadata"]);
         assert_eq!(loc, "file:///tmp/wh/ns/t/metadata");
         assert_eq!(w.path(&loc).unwrap().as_ref(), "tmp/wh/ns/t/metadata");
+        assert_eq!(w.location_of(&w.path(&loc).unwrap()), loc);
         assert!(w.path("s3://x/y").is_err());
     }
 

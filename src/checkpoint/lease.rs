@@ -1,0 +1,487 @@
+//! Fencing: one active cdcd per pipeline and warehouse, through a lease object at
+//! `<warehouse>/_cdcd/<pipeline>/lease.json` renewed by conditional put.
+//!
+//! Where it sits: around the whole pipeline (`commands::run`): acquire before reading the
+//! source, renew while running, release on a clean stop. Why a lease as well as conditional
+//! commits: a commit by create-if-absent already guarantees that two writers never both publish
+//! version N of a table (the loser gets a conflict, nothing of it becomes visible), so a second
+//! daemon can never corrupt or duplicate data. But two daemons would fight over the replication
+//! slot and fail each other's commits forever; the lease makes the second one wait as a standby
+//! (or refuse, `pipeline.standby = false`) and take over only when the active one is gone.
+//!
+//! Protocol (every write is conditional, so two candidates cannot both win):
+//! - absent → create it (`PutMode::Create`, S3 `If-None-Match: *`);
+//! - present → watch it. It is dead when its content has not changed for `ttl` as measured by the
+//!   watcher's own monotonic clock (no wall-clock comparison between hosts, so clock skew does
+//!   not matter), or when it says `released`. Then take it over with `PutMode::Update` on the
+//!   etag that was read (S3 `If-Match`): if someone else renewed or took it meanwhile, the put
+//!   fails and we keep watching;
+//! - holder renews every `ttl / 3` with `PutMode::Update` on its last etag. A precondition
+//!   failure means another daemon took the lease: stop at once without committing. If renewals
+//!   keep failing (network) for `3/4 ttl` since the last successful one, the holder stops too,
+//!   before any standby can consider the lease dead (it needs a full `ttl` without change).
+//! - clean stop: write `released: true` so a standby takes over without waiting for `ttl`.
+//! - a conditional write retried by object_store after a lost response fails its precondition
+//!   against its own first attempt; reading back our own holder and counter counts as success.
+//! - a holder on the same machine and pid namespace (same `/proc/sys/kernel/random/boot_id` and
+//!   `/proc/self/ns/pid`) whose process is gone (no `/proc/<pid>`, or a pid reused by another
+//!   program) is dead at once: a restart after `kill -9` on the same host need not wait `ttl`.
+
+use std::time::Duration;
+
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::storage::Warehouse;
+
+/// The lease could not be taken or was lost.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("pipeline {pipeline} is already running: {holder} holds the lease {path} (renewed within the last {ttl_ms} ms); stop it first, or set pipeline.standby = true to wait as a standby")]
+    Held {
+        pipeline: String,
+        holder: String,
+        path: String,
+        ttl_ms: u64,
+    },
+    #[error("lost the lease {path}: {holder} took over pipeline {pipeline}; this daemon stopped without committing further")]
+    Lost {
+        pipeline: String,
+        holder: String,
+        path: String,
+    },
+    #[error("could not renew the lease {path} for {elapsed_ms} ms (last error: {detail}); stopped before a standby could take over")]
+    Expired {
+        path: String,
+        elapsed_ms: u64,
+        detail: String,
+    },
+    #[error("lease {path}: storage error: {source}")]
+    Storage {
+        path: String,
+        #[source]
+        source: object_store::Error,
+    },
+    #[error(transparent)]
+    Location(#[from] crate::storage::StorageError),
+}
+
+/// The lease object's content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    /// `host:pid:random`: unique per daemon start.
+    pub holder: String,
+    /// Increases with every renewal, so each renewal changes the content (and the etag).
+    pub counter: u64,
+    pub ttl_ms: u64,
+    /// Wall-clock time of the write (for people reading the file; not used to decide).
+    pub written_at: String,
+    #[serde(default)]
+    pub released: bool,
+    /// `<boot id>/<pid namespace>` of the holder's machine, and its pid: see the module doc.
+    #[serde(default)]
+    pub machine: Option<String>,
+    #[serde(default)]
+    pub pid: u32,
+}
+
+/// `<boot id>/<pid namespace>`, or `None` off Linux.
+fn machine_id() -> Option<String> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let ns = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    Some(format!("{}/{}", boot.trim(), ns.display()))
+}
+
+/// Whether `record`'s holder is a process of this machine and pid namespace that no longer runs.
+fn holder_gone_locally(record: &LeaseRecord) -> bool {
+    let (Some(theirs), Some(ours)) = (&record.machine, machine_id()) else {
+        return false;
+    };
+    if *theirs != ours || record.pid == 0 || record.pid == std::process::id() {
+        return false;
+    }
+    let ours_comm = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+    match std::fs::read_to_string(format!("/proc/{}/comm", record.pid)) {
+        Err(_) => true,
+        // A reused pid runs another program.
+        Ok(comm) => comm.trim() != ours_comm.trim(),
+    }
+}
+
+/// Settings of a lease.
+#[derive(Debug, Clone)]
+pub struct LeaseSettings {
+    pub pipeline: String,
+    pub ttl: Duration,
+    /// Wait while another daemon holds it (true) or fail with [`LeaseError::Held`] (false).
+    pub standby: bool,
+}
+
+/// A held lease. Call [`Lease::keep`] to renew it until shutdown, then [`Lease::release`].
+#[derive(Debug)]
+pub struct Lease {
+    warehouse: Warehouse,
+    path: Path,
+    location: String,
+    settings: LeaseSettings,
+    record: LeaseRecord,
+    version: UpdateVersion,
+}
+
+/// `<warehouse>/_cdcd/<pipeline>/lease.json`.
+pub fn lease_location(warehouse: &Warehouse, pipeline: &str) -> String {
+    warehouse.location(&["_cdcd", pipeline, "lease.json"])
+}
+
+fn holder_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "unknown-host".into());
+    let nonce = uuid::Uuid::new_v4().simple().to_string();
+    format!(
+        "{host}:{}:{}",
+        std::process::id(),
+        nonce.get(..8).unwrap_or(&nonce)
+    )
+}
+
+fn version_of(r: &object_store::PutResult) -> UpdateVersion {
+    UpdateVersion {
+        e_tag: r.e_tag.clone(),
+        version: r.version.clone(),
+    }
+}
+
+impl Lease {
+    /// Takes the lease, waiting as a standby while another live daemon holds it (if
+    /// `settings.standby`). Returns `Ok(None)` when `shutdown` fires first.
+    pub async fn acquire(
+        warehouse: &Warehouse,
+        settings: LeaseSettings,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<Lease>, LeaseError> {
+        let location = lease_location(warehouse, &settings.pipeline);
+        let path = warehouse.path(&location)?;
+        let me = holder_id();
+        let ttl_ms = u64::try_from(settings.ttl.as_millis()).unwrap_or(u64::MAX);
+        let storage = |source| LeaseError::Storage {
+            path: location.clone(),
+            source,
+        };
+        // (content, etag) last seen and when it was first seen unchanged.
+        let mut watched: Option<(LeaseRecord, UpdateVersion, Instant)> = None;
+        let mut announced = false;
+        loop {
+            let current = match warehouse.store().get(&path).await {
+                Ok(got) => {
+                    let version = UpdateVersion {
+                        e_tag: got.meta.e_tag.clone(),
+                        version: got.meta.version.clone(),
+                    };
+                    let bytes = got.bytes().await.map_err(storage)?;
+                    // An unreadable lease (hand-edited, truncated) is treated like a dead one
+                    // whose holder is unknown: it is still replaced only by conditional put.
+                    let record =
+                        serde_json::from_slice::<LeaseRecord>(&bytes).unwrap_or_else(|_| {
+                            LeaseRecord {
+                                holder: "<unreadable lease>".into(),
+                                counter: 0,
+                                ttl_ms,
+                                written_at: String::new(),
+                                released: true,
+                                machine: None,
+                                pid: 0,
+                            }
+                        });
+                    Some((record, version))
+                }
+                Err(object_store::Error::NotFound { .. }) => None,
+                Err(e) => return Err(storage(e)),
+            };
+            let mine = LeaseRecord {
+                holder: me.clone(),
+                counter: current.as_ref().map_or(0, |(r, _)| r.counter + 1),
+                ttl_ms,
+                written_at: chrono::Utc::now().to_rfc3339(),
+                released: false,
+                machine: machine_id(),
+                pid: std::process::id(),
+            };
+            // Our own create or takeover landed although its response was lost (then retried).
+            if let Some((record, version)) = &current {
+                if record.holder == me && !record.released {
+                    return Ok(Some(Lease {
+                        warehouse: warehouse.clone(),
+                        path,
+                        location,
+                        settings,
+                        record: record.clone(),
+                        version: version.clone(),
+                    }));
+                }
+            }
+            let take = match &current {
+                None => Some(PutMode::Create),
+                Some((record, version)) => {
+                    let now = Instant::now();
+                    let unchanged_since = match &watched {
+                        Some((r, v, since)) if r == record && v == version => *since,
+                        _ => now,
+                    };
+                    watched = Some((record.clone(), version.clone(), unchanged_since));
+                    // The holder's own ttl counts: it renews at its ttl / 3.
+                    let their_ttl = Duration::from_millis(record.ttl_ms.max(ttl_ms));
+                    if record.released
+                        || holder_gone_locally(record)
+                        || now.duration_since(unchanged_since) >= their_ttl
+                    {
+                        Some(PutMode::Update(version.clone()))
+                    } else if !settings.standby {
+                        return Err(LeaseError::Held {
+                            pipeline: settings.pipeline.clone(),
+                            holder: record.holder.clone(),
+                            path: location.clone(),
+                            ttl_ms: record.ttl_ms,
+                        });
+                    } else {
+                        if !announced {
+                            tracing::info!(pipeline = %settings.pipeline, holder = %record.holder, lease = %location,
+                                "standby: another cdcd holds the lease; waiting until it stops renewing it");
+                            announced = true;
+                        }
+                        None
+                    }
+                }
+            };
+            if let Some(mode) = take {
+                let body = serde_json::to_vec(&mine).unwrap_or_default();
+                let put = match mode {
+                    PutMode::Update(v) => put_update(warehouse, &location, &path, body, &v).await,
+                    mode => warehouse
+                        .store()
+                        .put_opts(&path, PutPayload::from(body), PutOptions::from(mode))
+                        .await
+                        .map(|r| version_of(&r))
+                        .map_err(storage),
+                };
+                match put {
+                    Ok(version) => {
+                        tracing::info!(pipeline = %settings.pipeline, holder = %me, lease = %location,
+                            previous = ?current.as_ref().map(|(r, _)| r.holder.as_str()), "lease acquired");
+                        return Ok(Some(Lease {
+                            warehouse: warehouse.clone(),
+                            path,
+                            location,
+                            settings,
+                            record: mine,
+                            version,
+                        }));
+                    }
+                    // Someone else created or renewed it between our read and our put.
+                    Err(LeaseError::Storage {
+                        source:
+                            object_store::Error::AlreadyExists { .. }
+                            | object_store::Error::Precondition { .. },
+                        ..
+                    }) => {
+                        watched = None;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let poll = (settings.ttl / 3).max(Duration::from_millis(200));
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(None),
+                _ = tokio::time::sleep(poll) => {}
+            }
+        }
+    }
+
+    /// Who holds it (this daemon).
+    pub fn holder(&self) -> &str {
+        &self.record.holder
+    }
+
+    /// Renews the lease until `stop` fires (then returns `Ok`), or until it is lost or cannot be
+    /// renewed in time (then returns the error; the caller must stop without committing).
+    pub async fn keep(&mut self, stop: &CancellationToken) -> Result<(), LeaseError> {
+        let every = self.settings.ttl / 3;
+        let give_up = self.settings.ttl * 3 / 4;
+        let mut last_ok = Instant::now();
+        let mut last_error = String::new();
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return Ok(()),
+                _ = tokio::time::sleep(every) => {}
+            }
+            let started = Instant::now();
+            let mut next = self.record.clone();
+            next.counter += 1;
+            next.written_at = chrono::Utc::now().to_rfc3339();
+            match self.write(&next).await {
+                Ok(version) => {
+                    self.record = next;
+                    self.version = version;
+                    // Measured from the start of the successful request: the renewal may have
+                    // landed at any point during it.
+                    last_ok = started;
+                }
+                Err(LeaseError::Storage {
+                    source: object_store::Error::Precondition { .. },
+                    ..
+                }) => {
+                    // A renewal retried after a lost response finds its own first attempt.
+                    if let Some((current, version)) = self.read().await {
+                        if current == next {
+                            self.record = next;
+                            self.version = version;
+                            last_ok = started;
+                            continue;
+                        }
+                    }
+                    let holder = self.current_holder().await;
+                    return Err(LeaseError::Lost {
+                        pipeline: self.settings.pipeline.clone(),
+                        holder,
+                        path: self.location.clone(),
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(lease = %self.location, error = %e, "could not renew the lease; retrying");
+                    last_error = e.to_string();
+                }
+            }
+            let elapsed = last_ok.elapsed();
+            if elapsed >= give_up {
+                return Err(LeaseError::Expired {
+                    path: self.location.clone(),
+                    elapsed_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+                    detail: last_error,
+                });
+            }
+        }
+    }
+
+    /// Marks the lease released so a standby takes over at once. Best effort: a failure only
+    /// makes the standby wait for the ttl.
+    pub async fn release(mut self) {
+        let mut next = self.record.clone();
+        next.counter += 1;
+        next.released = true;
+        next.written_at = chrono::Utc::now().to_rfc3339();
+        match self.write(&next).await {
+            Ok(version) => {
+                self.version = version;
+                tracing::info!(lease = %self.location, "lease released");
+            }
+            Err(e) => {
+                tracing::warn!(lease = %self.location, error = %e, "could not release the lease")
+            }
+        }
+    }
+
+    async fn write(&self, record: &LeaseRecord) -> Result<UpdateVersion, LeaseError> {
+        let body = serde_json::to_vec(record).unwrap_or_default();
+        put_update(
+            &self.warehouse,
+            &self.location,
+            &self.path,
+            body,
+            &self.version,
+        )
+        .await
+    }
+
+    async fn read(&self) -> Option<(LeaseRecord, UpdateVersion)> {
+        let got = self.warehouse.store().get(&self.path).await.ok()?;
+        let version = UpdateVersion {
+            e_tag: got.meta.e_tag.clone(),
+            version: got.meta.version.clone(),
+        };
+        let bytes = got.bytes().await.ok()?;
+        Some((serde_json::from_slice(&bytes).ok()?, version))
+    }
+
+    async fn current_holder(&self) -> String {
+        let read = async {
+            let got = self.warehouse.store().get(&self.path).await.ok()?;
+            let bytes = got.bytes().await.ok()?;
+            serde_json::from_slice::<LeaseRecord>(&bytes).ok()
+        };
+        read.await
+            .map(|r| r.holder)
+            .unwrap_or_else(|| "another cdcd".into())
+    }
+}
+
+/// `PutMode::Update` (S3 `If-Match`). object_store's local file system has no conditional
+/// update, so on `file://` warehouses the compare-and-swap runs under an exclusive `flock` on
+/// `lease.json.lock` (every cdcd on that disk takes the same lock), comparing the etag first.
+async fn put_update(
+    warehouse: &Warehouse,
+    location: &str,
+    path: &Path,
+    body: Vec<u8>,
+    expected: &UpdateVersion,
+) -> Result<UpdateVersion, LeaseError> {
+    let storage = |source| LeaseError::Storage {
+        path: location.to_owned(),
+        source,
+    };
+    let Some(file) = warehouse.local_file(location) else {
+        return warehouse
+            .store()
+            .put_opts(
+                path,
+                PutPayload::from(body),
+                PutOptions::from(PutMode::Update(expected.clone())),
+            )
+            .await
+            .map(|r| version_of(&r))
+            .map_err(storage);
+    };
+    let lock_path = file.with_extension("json.lock");
+    let lock = tokio::task::spawn_blocking(move || {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)?;
+        f.lock()?;
+        Ok::<_, std::io::Error>(f)
+    })
+    .await
+    .map_err(|e| std::io::Error::other(e.to_string()))
+    .and_then(|r| r)
+    .map_err(|e| {
+        storage(object_store::Error::Generic {
+            store: "lease lock",
+            source: Box::new(e),
+        })
+    })?;
+    let result = async {
+        let head = warehouse.store().head(path).await.map_err(storage)?;
+        if head.e_tag != expected.e_tag {
+            return Err(storage(object_store::Error::Precondition {
+                path: location.to_owned(),
+                source: "the lease changed since it was read".into(),
+            }));
+        }
+        warehouse
+            .store()
+            .put(path, PutPayload::from(body))
+            .await
+            .map(|r| version_of(&r))
+            .map_err(storage)
+    }
+    .await;
+    drop(lock);
+    result
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests;

@@ -1,0 +1,268 @@
+//! [`LargePuts`]: an `ObjectStore` wrapper that sends a large plain put as a multipart upload,
+//! plus the named crash points the fault tests use.
+//!
+//! Sits between every writer and the real store ([`super::Warehouse`] wraps each store in it), so
+//! table writers keep calling `put` with a whole file and need not know the backend's limits.
+//! Why: a single S3 PUT is capped at 5 GiB and a failed one restarts from byte 0; a multipart
+//! upload sends [`PART_SIZE`] parts (retried one by one by object_store's retry policy, two in
+//! flight) and only becomes visible on completion, so a crash mid-upload leaves no object, only
+//! an incomplete upload that the bucket's lifecycle rule (`AbortIncompleteMultipartUpload`)
+//! reclaims. Conditional puts (`PutMode::Create`/`Update`) stay single requests: they are small
+//! (metadata, lease) and S3 has no conditional multipart completion in object_store 0.13.
+//!
+//! Crash points (`CDCD_FAILPOINT=<name>[:<n>]`: abort at the n-th time, default the first;
+//! checked here because every byte passes here; the process aborts like a `kill -9`, nothing is
+//! flushed). Tests also set `CDCD_MULTIPART_THRESHOLD=<bytes>` to reach multipart with small files.
+//! - `multipart-after-first-part`: a multipart upload has sent one part and is not complete;
+//! - `commit-before-create`: about to put a `*.metadata.json` create-if-absent (the commit);
+//! - `commit-after-create`: that put succeeded, the version hint is not yet written.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::{BoxStream, FuturesOrdered};
+use futures::StreamExt;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
+};
+
+/// Plain puts larger than this go multipart.
+pub const MULTIPART_THRESHOLD: usize = 16 * 1024 * 1024;
+/// Part size of those uploads (S3: at least 5 MiB except the last part).
+pub const PART_SIZE: usize = 8 * 1024 * 1024;
+/// Parts in flight at once.
+const PARTS_IN_FLIGHT: usize = 2;
+
+/// The crash point named by `CDCD_FAILPOINT` and at which hit it fires, read once.
+fn failpoint() -> Option<&'static (String, u64)> {
+    static POINT: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    POINT
+        .get_or_init(|| {
+            let v = std::env::var("CDCD_FAILPOINT").ok()?;
+            Some(match v.split_once(':') {
+                Some((name, n)) => (name.to_owned(), n.parse().unwrap_or(1)),
+                None => (v, 1),
+            })
+        })
+        .as_ref()
+}
+
+/// Aborts the process at `name` when `CDCD_FAILPOINT` names it (tests only set it).
+pub fn crash_point(name: &str) {
+    static HITS: AtomicU64 = AtomicU64::new(0);
+    if let Some((point, nth)) = failpoint() {
+        if point == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == *nth {
+            eprintln!("cdcd: failpoint {name} (hit {nth}): aborting");
+            std::process::abort();
+        }
+    }
+}
+
+fn default_threshold() -> usize {
+    std::env::var("CDCD_MULTIPART_THRESHOLD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(MULTIPART_THRESHOLD)
+}
+
+/// Wraps a store; see the module doc.
+#[derive(Debug)]
+pub struct LargePuts<S> {
+    inner: S,
+    threshold: usize,
+}
+
+impl<S: ObjectStore> LargePuts<S> {
+    pub fn new(inner: S) -> LargePuts<S> {
+        LargePuts {
+            inner,
+            threshold: default_threshold(),
+        }
+    }
+
+    /// Another threshold (tests exercise multipart with small payloads).
+    pub fn with_threshold(mut self, threshold: usize) -> LargePuts<S> {
+        self.threshold = threshold;
+        self
+    }
+
+    async fn put_multipart_payload(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        let mut upload = self
+            .inner
+            .put_multipart_opts(
+                location,
+                PutMultipartOptions {
+                    tags: opts.tags,
+                    attributes: opts.attributes,
+                    extensions: opts.extensions,
+                },
+            )
+            .await?;
+        // Writers hand over one Bytes; several are joined once (never per row).
+        let body: Bytes = match payload.as_ref() {
+            [one] => one.clone(),
+            many => Bytes::from(many.concat()),
+        };
+        match send_parts(upload.as_mut(), &body).await {
+            Ok(()) => upload.complete().await,
+            Err(e) => {
+                // Best effort: the upload is useless now; a lifecycle rule reclaims what stays.
+                let _ = upload.abort().await;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Uploads `body` in [`PART_SIZE`] slices, [`PARTS_IN_FLIGHT`] at a time.
+async fn send_parts(upload: &mut dyn MultipartUpload, body: &Bytes) -> Result<()> {
+    let mut in_flight = FuturesOrdered::new();
+    let mut done = 0usize;
+    let mut offset = 0usize;
+    while offset < body.len() {
+        let end = (offset + PART_SIZE).min(body.len());
+        in_flight.push_back(upload.put_part(PutPayload::from_bytes(body.slice(offset..end))));
+        offset = end;
+        while in_flight.len() >= PARTS_IN_FLIGHT || (offset >= body.len() && !in_flight.is_empty())
+        {
+            if let Some(r) = in_flight.next().await {
+                r?;
+                done += 1;
+                if done == 1 {
+                    crash_point("multipart-after-first-part");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+impl<S: ObjectStore> fmt::Display for LargePuts<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LargePuts({})", self.inner)
+    }
+}
+
+fn is_commit(location: &Path, opts: &PutOptions) -> bool {
+    matches!(opts.mode, PutMode::Create) && location.as_ref().ends_with(".metadata.json")
+}
+
+#[async_trait]
+impl<S: ObjectStore> ObjectStore for LargePuts<S> {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        if matches!(opts.mode, PutMode::Overwrite) && payload.content_length() > self.threshold {
+            return self.put_multipart_payload(location, payload, opts).await;
+        }
+        let commit = is_commit(location, &opts);
+        if commit {
+            crash_point("commit-before-create");
+        }
+        let result = self.inner.put_opts(location, payload, opts).await;
+        if commit && result.is_ok() {
+            crash_point("commit-after-create");
+        }
+        result
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        self.inner.get_ranges(location, ranges).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.inner.list_with_offset(prefix, offset)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+
+    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
+        self.inner.rename_opts(from, to, options).await
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+    use object_store::ObjectStoreExt;
+
+    #[tokio::test]
+    async fn large_put_goes_multipart_and_reads_back_whole() {
+        let store = LargePuts::new(InMemory::new()).with_threshold(1024);
+        let body: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let path = Path::from("a/big.parquet");
+        store
+            .put(&path, PutPayload::from(body.clone()))
+            .await
+            .unwrap();
+        let got = store.get(&path).await.unwrap().bytes().await.unwrap();
+        assert_eq!(&got[..], &body[..]);
+    }
+
+    #[tokio::test]
+    async fn conditional_puts_stay_single_and_conditional() {
+        let store = LargePuts::new(InMemory::new()).with_threshold(4);
+        let path = Path::from("t/metadata/v1.metadata.json");
+        let create = || PutOptions::from(PutMode::Create);
+        store
+            .put_opts(&path, PutPayload::from_static(b"first body"), create())
+            .await
+            .unwrap();
+        let again = store
+            .put_opts(&path, PutPayload::from_static(b"second body"), create())
+            .await;
+        assert!(matches!(
+            again,
+            Err(object_store::Error::AlreadyExists { .. })
+        ));
+    }
+}

@@ -1,0 +1,131 @@
+//! Crashes on S3 (serial moto): cdcd aborts (like `kill -9`, via the named crash points in
+//! `storage/large.rs`) in the middle of a multipart upload, just before a commit's create-if-absent
+//! put and just after it, and is then killed with SIGKILL while streaming. Each time it is restarted
+//! (the lease of the dead daemon expires after `lease_ttl_ms`). At the end: the table equals the
+//! source, no snapshot references a missing file, `cdcd cleanup` deletes the orphans the crashes
+//! left, and the table still reads back equal (DuckDB) afterwards.
+//!
+//! One test per file: the crash points are set through the environment cdcd inherits.
+
+mod common;
+mod s3_support;
+
+use std::time::Duration;
+
+use common::{connect, exec, test_env, unique};
+use object_store::path::Path;
+use object_store::ObjectStoreExt;
+use s3_support::{moto, S3Pipeline};
+
+async fn assert_no_missing_files(s: &S3Pipeline, table: &str) {
+    let wh = s.warehouse();
+    let files = cdcd::storage::cleanup::referenced_files(&wh, &s.table_url(table))
+        .await
+        .unwrap();
+    for f in &files {
+        wh.store()
+            .head(&Path::from(f.as_str()))
+            .await
+            .unwrap_or_else(|e| panic!("referenced file {f} is missing: {e}"));
+    }
+}
+
+/// Starts cdcd with `failpoint` and waits until it aborts there.
+async fn crash_at(s: &mut S3Pipeline, failpoint: &str, client: &tokio_postgres::Client, n: &str) {
+    // Only this test runs in this binary, so the variable reaches just the cdcd started next.
+    std::env::set_var("CDCD_FAILPOINT", failpoint);
+    s.p.start();
+    std::env::remove_var("CDCD_FAILPOINT");
+    for round in 0..60 {
+        let base = 100_000 + round * 10;
+        exec(
+            client,
+            &format!("INSERT INTO {n} SELECT g, g, md5(g::text) FROM generate_series({base} + 0, {base} + 9) g ON CONFLICT DO NOTHING"),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if s.p.output().contains(&format!(
+            "failpoint {}",
+            failpoint.split(':').next().unwrap_or("")
+        )) {
+            // Give the abort a moment, then reap.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            s.p.kill9();
+            return;
+        }
+    }
+    panic!(
+        "cdcd never reached failpoint {failpoint}:\n{}",
+        s.p.output()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_recovers_from_crashes_and_cleans_orphans() {
+    let Some(env) = test_env("s3_recovers_from_crashes_and_cleans_orphans") else {
+        return;
+    };
+    let Some(endpoint) = moto("s3_recovers_from_crashes_and_cleans_orphans", true) else {
+        return;
+    };
+    let n = unique("s3crash");
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {n};
+             CREATE TABLE {n} (id int8 PRIMARY KEY, v int4, t text);
+             INSERT INTO {n} SELECT g, g, md5(g::text) FROM generate_series(1, 5000) g;"
+        ),
+    )
+    .await;
+    let mut s = S3Pipeline::new(&env, &n, &[&n], &endpoint);
+    s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
+    // A short lease so each restart takes over from the dead daemon quickly.
+    s.extra_pipeline = "lease_ttl_ms = 2000\n".into();
+    s.write_config(&common::Settings::default(), &endpoint);
+    // Every plain put goes multipart: the first data file's upload is interrupted.
+    std::env::set_var("CDCD_MULTIPART_THRESHOLD", "1");
+    crash_at(&mut s, "multipart-after-first-part", &client, &n).await;
+    std::env::remove_var("CDCD_MULTIPART_THRESHOLD");
+    // The 3rd metadata create: data files and manifests are written, the commit is not.
+    crash_at(&mut s, "commit-before-create:3", &client, &n).await;
+    // The commit landed; the version hint was not updated.
+    crash_at(&mut s, "commit-after-create:3", &client, &n).await;
+
+    s.p.start();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    exec(
+        &client,
+        &format!("UPDATE {n} SET v = v + 1 WHERE id % 3 = 0; DELETE FROM {n} WHERE id % 17 = 0;"),
+    )
+    .await;
+    s.assert_equal(&n, 120, "duckdb").await;
+    // And a plain SIGKILL while streaming.
+    exec(
+        &client,
+        &format!("UPDATE {n} SET t = 'k' || id WHERE id % 5 = 0"),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    s.p.kill9();
+    s.p.start();
+    s.assert_equal(&n, 120, "duckdb").await;
+    let st = s.p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert!(st.success(), "{st}\n{}", s.p.output());
+
+    assert_no_missing_files(&s, &n).await;
+    let (code, out) = s.cleanup(&["--grace-secs", "0", "--dry-run"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("would delete s3://"),
+        "the crash before a commit left no orphans?\n{out}"
+    );
+    let (code, out) = s.cleanup(&["--grace-secs", "0"]);
+    assert_eq!(code, Some(0), "{out}");
+    eprintln!("{out}");
+    let (_, again) = s.cleanup(&["--grace-secs", "0", "--dry-run"]);
+    assert!(again.contains(" 0 orphans"), "{again}");
+    assert_no_missing_files(&s, &n).await;
+    s.assert_equal(&n, 5, "duckdb").await;
+}

@@ -1,0 +1,125 @@
+"""Fault-injecting HTTP proxy for the S3 fault tests (tests/s3_faults.rs): sits between cdcd and moto.
+
+Usage: faultproxy.py UPSTREAM_URL [--fail 0.10] [--delay 0.2] [--max-delay-ms 800] [--seed N]
+Prints `listening <port>` on stdout once it accepts connections (it binds 127.0.0.1:0), then runs
+until killed. Counters go to stderr every 5 s.
+
+Per request, at random (seeded):
+- with probability --fail, a fault, one of
+  * `503 SlowDown` without forwarding (S3 throttling: the client must back off and retry);
+  * `500 InternalError` without forwarding;
+  * forward, then answer `500` instead of the real answer (the request took effect but the client
+    does not know: a retried create-if-absent then finds its own object: 412);
+  * close the connection without answering (a timeout/reset as seen by the client);
+- otherwise, with probability --delay, a pause of up to --max-delay-ms before forwarding.
+The Host header is forwarded unchanged, so SigV4 signatures stay valid.
+"""
+import argparse
+import http.client
+import random
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ap = argparse.ArgumentParser()
+ap.add_argument("upstream")
+ap.add_argument("--fail", type=float, default=0.10)
+ap.add_argument("--delay", type=float, default=0.2)
+ap.add_argument("--max-delay-ms", type=int, default=800)
+ap.add_argument("--seed", type=int, default=None)
+args = ap.parse_args()
+up = urllib.parse.urlparse(args.upstream)
+rng = random.Random(args.seed)
+lock = threading.Lock()
+stats = {"requests": 0, "slowdown": 0, "error": 0, "lost_response": 0, "dropped": 0, "delayed": 0}
+
+SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+            b'<Message>Please reduce your request rate.</Message></Error>')
+INTERNAL = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'
+            b'<Message>We encountered an internal error. Please try again.</Message></Error>')
+
+
+def decide():
+    with lock:
+        stats["requests"] += 1
+        r = rng.random()
+        if r < args.fail:
+            kind = rng.choice(["slowdown", "error", "lost_response", "dropped"])
+            stats[kind] += 1
+            return kind, 0
+        if rng.random() < args.delay:
+            stats["delayed"] += 1
+            return "delay", rng.randint(1, args.max_delay_ms)
+        return "ok", 0
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def reply(self, status, body, headers=(), length=None):
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        # HEAD answers carry the object's length without a body.
+        self.send_header("Content-Length", str(len(body) if length is None else length))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def forward(self, body):
+        conn = http.client.HTTPConnection(up.hostname, up.port, timeout=120)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "transfer-encoding")}
+        conn.request(self.command, self.path, body=body, headers=headers)
+        resp = conn.getresponse()
+        data = resp.read()
+        out = [(k, v) for k, v in resp.getheaders()
+               if k.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date")]
+        length = resp.getheader("Content-Length") if self.command == "HEAD" else None
+        conn.close()
+        return resp.status, data, out, length
+
+    def handle_any(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        kind, delay_ms = decide()
+        if kind == "slowdown":
+            return self.reply(503, SLOWDOWN, [("Content-Type", "application/xml")])
+        if kind == "error":
+            return self.reply(500, INTERNAL, [("Content-Type", "application/xml")])
+        if kind == "dropped":
+            self.close_connection = True
+            try:
+                self.connection.shutdown(2)
+            except OSError:
+                pass
+            return
+        if delay_ms:
+            time.sleep(delay_ms / 1000.0)
+        try:
+            status, data, headers, length = self.forward(body)
+        except Exception as e:  # upstream down: a 502 the client retries
+            return self.reply(502, str(e).encode(), [])
+        if kind == "lost_response":
+            return self.reply(500, INTERNAL, [("Content-Type", "application/xml")])
+        self.reply(status, data, headers, length)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
+
+
+def report():
+    while True:
+        time.sleep(5)
+        with lock:
+            print("faultproxy", dict(stats), file=sys.stderr, flush=True)
+
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+server.daemon_threads = True
+threading.Thread(target=report, daemon=True).start()
+print("listening", server.server_address[1], flush=True)
+server.serve_forever()
