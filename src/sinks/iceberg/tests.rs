@@ -476,3 +476,6 @@ mod dv_tests;
 
 #[path = "types_tests.rs"]
 mod types_tests;
+
+#[path = "index_tests.rs"]
+mod index_tests;
