@@ -50,7 +50,10 @@ async fn index_is_persisted_beside_the_table_covering_each_commit() {
     assert_eq!(covered(&s).await, Some(b.snapshot_id));
     // Nothing of the index is under the table (orphan-file removal would delete it).
     let under_table = walk(&dir.path().join("public/t"));
-    assert!(under_table.iter().all(|p| !p.contains("cdcd")), "{under_table:?}");
+    assert!(
+        under_table.iter().all(|p| !p.contains("cdcd")),
+        "{under_table:?}"
+    );
 }
 
 fn walk(dir: &Path) -> Vec<String> {
@@ -76,7 +79,12 @@ async fn restart_with_the_index_behind_the_table_replays_the_difference() {
     let s = dv_sink(dir.path());
     s.commit(
         &t,
-        &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c"), ins(4, "d")])],
+        &[changes(&[
+            ins(1, "a"),
+            ins(2, "b"),
+            ins(3, "c"),
+            ins(4, "d"),
+        ])],
         &cp(1),
     )
     .await
@@ -103,7 +111,10 @@ async fn restart_with_the_index_behind_the_table_replays_the_difference() {
         )
         .await
         .unwrap();
-    assert_eq!(st.deleted_rows, 3, "rows of 1, 2 (second commit's file) and 4");
+    assert_eq!(
+        st.deleted_rows, 3,
+        "rows of 1, 2 (second commit's file) and 4"
+    );
     let current = s.status(&t.id).await.unwrap().unwrap().snapshot_id;
     assert_eq!(covered(&s).await, Some(current));
     if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {

@@ -44,8 +44,8 @@ mod writer;
 
 use dv::LiveDvs;
 use locator::{IndexLocator, RowLocator};
-use pk_index::TableIndex;
 use metadata::Loaded;
+use pk_index::TableIndex;
 use plan::{FileLimits, KeyRef, PlanError};
 
 #[cfg(test)]
@@ -211,8 +211,8 @@ impl IcebergSink {
             None => Vec::new(),
         };
         // Live files are needed to complete partial updates and, for DVs, to locate rows.
-        let needs_files = !plan.lookups.is_empty()
-            || (v3 && (!plan.equality_deletes.is_empty() || index_closed));
+        let needs_files =
+            !plan.lookups.is_empty() || (v3 && (!plan.equality_deletes.is_empty() || index_closed));
         let (files, live_dvs) = if needs_files {
             let files = manifest::load_files(&self.warehouse, &manifests).await?;
             let dvs = if v3 {

@@ -191,19 +191,23 @@ impl TableIndex {
             };
             let cols = project(&batch, &self.keys_schema).map_err(arrow)?;
             let keys = self.codec.convert_columns(&cols).map_err(arrow)?;
-            let live: Vec<IndexChange> = keys.iter().enumerate().filter_map(|(r, key)| {
-                let position = offset + r as u64;
-                if dv.is_some_and(|d| d.contains(position)) {
-                    return None;
-                }
-                Some(IndexChange {
-                    key: key.data(),
-                    op: IndexOp::Upsert(RowLocation {
-                        file: Arc::clone(&file),
-                        position,
-                    }),
+            let live: Vec<IndexChange> = keys
+                .iter()
+                .enumerate()
+                .filter_map(|(r, key)| {
+                    let position = offset + r as u64;
+                    if dv.is_some_and(|d| d.contains(position)) {
+                        return None;
+                    }
+                    Some(IndexChange {
+                        key: key.data(),
+                        op: IndexOp::Upsert(RowLocation {
+                            file: Arc::clone(&file),
+                            position,
+                        }),
+                    })
                 })
-            }).collect();
+                .collect();
             upserted += apply_chunked(&mut self.index, &self.table, &live).await?;
             offset += batch.num_rows() as u64;
         }
@@ -212,7 +216,10 @@ impl TableIndex {
 
     /// The index's answer for each key row of `keys` (a batch in the key schema), unchecked
     /// against the snapshot (`IndexLocator` does that).
-    pub async fn get_many(&self, keys: &RecordBatch) -> Result<Vec<Option<RowLocation>>, SinkError> {
+    pub async fn get_many(
+        &self,
+        keys: &RecordBatch,
+    ) -> Result<Vec<Option<RowLocation>>, SinkError> {
         let rows = self
             .codec
             .convert_columns(keys.columns())
@@ -269,29 +276,32 @@ impl TableIndex {
             let file: Arc<str> = Arc::from(path.as_str());
             // A written row a later change superseded (position-deleted) no longer locates its
             // key; the superseding row, later in this or a following file, does.
-            let rows: Vec<IndexChange> = f.rows.iter().enumerate().filter_map(|(pos, r)| {
-                let keys = encoded.get(r.batch as usize)?;
-                let row = r.row as usize;
-                if row >= keys.num_rows() {
-                    return None;
-                }
-                let superseded = u32::try_from(pos).ok().is_some_and(|p| {
-                    plan.position_deletes
-                        .binary_search(&(i as u32, p))
-                        .is_ok()
-                });
-                Some(IndexChange {
-                    key: keys.row(row).data(),
-                    op: if superseded {
-                        IndexOp::Remove
-                    } else {
-                        IndexOp::Upsert(RowLocation {
-                            file: Arc::clone(&file),
-                            position: pos as u64,
-                        })
-                    },
+            let rows: Vec<IndexChange> = f
+                .rows
+                .iter()
+                .enumerate()
+                .filter_map(|(pos, r)| {
+                    let keys = encoded.get(r.batch as usize)?;
+                    let row = r.row as usize;
+                    if row >= keys.num_rows() {
+                        return None;
+                    }
+                    let superseded = u32::try_from(pos).ok().is_some_and(|p| {
+                        plan.position_deletes.binary_search(&(i as u32, p)).is_ok()
+                    });
+                    Some(IndexChange {
+                        key: keys.row(row).data(),
+                        op: if superseded {
+                            IndexOp::Remove
+                        } else {
+                            IndexOp::Upsert(RowLocation {
+                                file: Arc::clone(&file),
+                                position: pos as u64,
+                            })
+                        },
+                    })
                 })
-            }).collect();
+                .collect();
             apply_chunked(&mut self.index, &self.table, &rows).await?;
         }
         self.index
