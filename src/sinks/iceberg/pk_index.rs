@@ -309,12 +309,6 @@ impl TableIndex {
             .await
             .map_err(|e| index_error(&self.table, e))
     }
-
-    /// The index's memory use and live runs, for logs and tests.
-    #[cfg(test)]
-    pub fn inner(&self) -> &PrimaryKeyIndex {
-        &self.index
-    }
 }
 
 /// Applies `changes` a chunk at a time, flushing the memtable whenever it reaches its budget, so
