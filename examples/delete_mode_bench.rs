@@ -186,7 +186,7 @@ fn duck_scan(warehouse: &Path) -> anyhow::Result<(f64, String)> {
         "import sys, time\nsys.path.insert(0, '{bed}')\nfrom duck_load import connect\ncon = connect()\n\
          q = \"select count(*), sum(id), sum(b), sum(length(a)), round(sum(c), 1) from iceberg_scan('{}')\"\n\
          best = None\nfor _ in range(3):\n    t = time.perf_counter(); r = con.sql(q).fetchall(); e = time.perf_counter() - t\n    best = e if best is None else min(best, e)\n\
-         print(best); print(r)\n",
+         print('SCAN', best, r)\n",
         table.display()
     );
     let out = Command::new(format!("{bed}/venv/bin/python"))
@@ -199,9 +199,12 @@ fn duck_scan(warehouse: &Path) -> anyhow::Result<(f64, String)> {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout)?;
-    let mut lines = text.lines();
-    let secs: f64 = lines.next().unwrap_or("nan").parse()?;
-    Ok((secs, lines.next().unwrap_or_default().to_owned()))
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("SCAN "))
+        .ok_or_else(|| anyhow::anyhow!("no scan result in {text:?}"))?;
+    let (secs, answer) = line.split_once(' ').unwrap_or((line, ""));
+    Ok((secs.parse()?, answer.to_owned()))
 }
 
 fn rss_mib(field: &str) -> f64 {

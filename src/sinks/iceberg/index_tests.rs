@@ -228,3 +228,33 @@ async fn partial_update_after_restart_is_completed_through_the_index() {
         .unwrap_err();
     assert!(err.to_string().contains("row not in table"), "{err}");
 }
+
+/// An open index that no longer covers the table's snapshot (another writer, or a publish whose
+/// outcome was unknown) is reopened and caught up before it locates anything.
+#[tokio::test]
+async fn open_index_behind_another_writers_commit_is_caught_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = schema();
+    let a = dv_sink(dir.path());
+    a.commit(&t, &[changes(&[ins(1, "a"), ins(2, "b")])], &cp(1))
+        .await
+        .unwrap();
+    let b = dv_sink(dir.path());
+    b.commit(&t, &[changes(&[upd(1, Some("from-b"), 5)])], &cp(2))
+        .await
+        .unwrap();
+    // `a`'s cached metadata is stale: its publish conflicts, then the retry builds on `b`'s.
+    let stale = a
+        .commit(&t, &[changes(&[upd(1, None, 6)])], &cp(3))
+        .await
+        .unwrap_err();
+    assert!(matches!(stale, SinkError::CommitConflict { .. }), "{stale}");
+    let st = a
+        .commit(&t, &[changes(&[upd(1, None, 6)])], &cp(3))
+        .await
+        .unwrap();
+    assert_eq!(st.deleted_rows, 1, "b's row of 1");
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, "[(1, 'from-b', 6), (2, 'b', 20)]");
+    }
+}

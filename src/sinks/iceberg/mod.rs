@@ -1,13 +1,15 @@
-//! Iceberg sink (format v2, equality deletes): turns one table's ordered changes into Parquet data
-//! files plus equality and position delete files and publishes them as one row-delta snapshot
-//! that carries the pipeline's checkpoint.
+//! Iceberg sink: turns one table's ordered changes into Parquet data files plus deletes and
+//! publishes them as one row-delta snapshot that carries the pipeline's checkpoint. Deletes are
+//! deletion vectors (format v3, the default `delete_mode`), located through the table's
+//! primary-key index, or equality + position delete files (format v2, `delete_mode = "equality"`).
 //!
 //! Sits at the end of the flow: pipeline → [`IcebergSink::commit`] → (durable) → ack to source.
 //! iceberg-rust's `Transaction` can only fast-append, so cdcd owns the commit (DESIGN.md): it
 //! writes manifests, the manifest list and `v<N+1>.metadata.json` itself, create-if-absent.
 //!
 //! Layout by role: `schema.rs` (types and field ids), `plan.rs` (pure: what to write),
-//! `lookup.rs` (current rows to complete partial updates), `writer.rs` (Parquet files),
+//! `lookup.rs` (current rows to complete partial updates), `pk_index.rs` + `locator.rs` (v3:
+//! where each key's row is), `dv.rs` (deletion vectors), `writer.rs` (Parquet files),
 //! `manifest.rs` (Avro manifests and lists), `metadata.rs` (find the newest metadata),
 //! `commit.rs` (publish). Tables live at `<warehouse>/<namespace>/<table>/` so any engine finds
 //! them without cdcd (DESIGN.md, "Where tables live").
@@ -203,6 +205,15 @@ impl IcebergSink {
             Some(s) => Some(s.lock().await),
             None => None,
         };
+        // An open index that does not cover the snapshot this commit builds on (a publish whose
+        // outcome was unknown landed after all, or another writer committed) is reopened from
+        // storage and caught up, like after a restart.
+        let current = meta.current_snapshot().map(|s| s.snapshot_id());
+        if let Some(slot) = index.as_mut() {
+            if slot.as_ref().is_some_and(|i| i.covers() != current) {
+                **slot = None;
+            }
+        }
         let index_closed = index.as_ref().is_some_and(|i| i.is_none());
         let manifests = match &parent {
             Some(s) => {

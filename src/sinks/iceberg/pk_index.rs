@@ -214,6 +214,11 @@ impl TableIndex {
         Ok(upserted)
     }
 
+    /// The table snapshot the index reflects (`None`: a table without snapshots).
+    pub fn covers(&self) -> Option<i64> {
+        self.index.covered_snapshot()
+    }
+
     /// The index's answer for each key row of `keys` (a batch in the key schema), unchecked
     /// against the snapshot (`IndexLocator` does that).
     pub async fn get_many(
