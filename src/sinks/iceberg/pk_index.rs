@@ -277,24 +277,28 @@ impl TableIndex {
             .map(|c| encode_keys(&self.codec, &c.rows, &schema.primary_key))
             .collect::<Result<_, _>>()
             .map_err(arrow)?;
+        // One chunk of changes at a time (reused), so a 1M-row commit does not hold 1M of them.
+        let mut chunk: Vec<IndexChange> = Vec::with_capacity(APPLY_CHUNK);
         for (i, (f, path)) in plan.files.iter().zip(paths).enumerate() {
             let file: Arc<str> = Arc::from(path.as_str());
-            // A written row a later change superseded (position-deleted) no longer locates its
-            // key; the superseding row, later in this or a following file, does.
-            let rows: Vec<IndexChange> = f
-                .rows
-                .iter()
-                .enumerate()
-                .filter_map(|(pos, r)| {
-                    let keys = encoded.get(r.batch as usize)?;
+            for (n, rows) in f.rows.chunks(APPLY_CHUNK).enumerate() {
+                chunk.clear();
+                for (j, r) in rows.iter().enumerate() {
+                    let pos = n * APPLY_CHUNK + j;
+                    let Some(keys) = encoded.get(r.batch as usize) else {
+                        continue;
+                    };
                     let row = r.row as usize;
                     if row >= keys.num_rows() {
-                        return None;
+                        continue;
                     }
+                    // A written row a later change superseded (position-deleted) no longer
+                    // locates its key; the superseding row, later in this or a following file,
+                    // does.
                     let superseded = u32::try_from(pos).ok().is_some_and(|p| {
                         plan.position_deletes.binary_search(&(i as u32, p)).is_ok()
                     });
-                    Some(IndexChange {
+                    chunk.push(IndexChange {
                         key: keys.row(row).data(),
                         op: if superseded {
                             IndexOp::Remove
@@ -304,10 +308,10 @@ impl TableIndex {
                                 position: pos as u64,
                             })
                         },
-                    })
-                })
-                .collect();
-            apply_chunked(&mut self.index, &self.table, &rows).await?;
+                    });
+                }
+                apply_chunked(&mut self.index, &self.table, &chunk).await?;
+            }
         }
         self.index
             .persist(snapshot_id)
