@@ -183,7 +183,7 @@ fn duck_scan(warehouse: &Path) -> anyhow::Result<(f64, String)> {
     let bed = std::env::var("CDCD_TB").unwrap_or_else(|_| "/tmp/cdcd-tb".into());
     let table = warehouse.join("bench/t");
     let script = format!(
-        "import sys, time\nsys.path.insert(0, '{bed}')\nfrom duck_load import connect\ncon = connect()\n\
+        "import sys, time\nsys.path.insert(0, '{bed}')\nfrom duck_load import connect\ncon = connect()\ncon.sql('SET enable_progress_bar = false')\n\
          q = \"select count(*), sum(id), sum(b), sum(length(a)), round(sum(c), 1) from iceberg_scan('{}')\"\n\
          best = None\nfor _ in range(3):\n    t = time.perf_counter(); r = con.sql(q).fetchall(); e = time.perf_counter() - t\n    best = e if best is None else min(best, e)\n\
          print('SCAN', best, r)\n",
