@@ -50,10 +50,10 @@ timeout --kill-after=30 "${CDCD_TEST_TIMEOUT:-1800}" \
   cargo test "${locked[@]}" --all-targets --no-fail-fast -- --test-threads="$THREADS" "$@" 2>&1 | tee "$LOG_DIR/test.log"
 rc=${PIPESTATUS[0]}
 if [ "$rc" = 0 ] && [ "${CDCD_NO_TESTBED:-0}" != 1 ] && [ $# = 0 ]; then
-  # The end-to-end tests once more with Iceberg deletion vectors (format v3) instead of equality
-  # deletes, so both delete modes are proven against the real server and DuckDB.
-  step "end-to-end tests with delete_mode = deletion-vectors"
-  CDCD_TEST_DELETE_MODE=deletion-vectors timeout --kill-after=30 "${CDCD_TEST_TIMEOUT:-1800}" \
+  # The end-to-end tests once more with Iceberg equality deletes (format v2) instead of the
+  # default deletion vectors, so both delete modes are proven against the real server and DuckDB.
+  step "end-to-end tests with delete_mode = equality"
+  CDCD_TEST_DELETE_MODE=equality timeout --kill-after=30 "${CDCD_TEST_TIMEOUT:-1800}" \
     cargo test "${locked[@]}" --test pg_replication --test pg_crash --test pg_lifecycle --no-fail-fast \
     -- --test-threads="$THREADS" 2>&1 | tee -a "$LOG_DIR/test.log"
   rc=${PIPESTATUS[0]}

@@ -175,7 +175,7 @@ pub struct RawSink {
     /// Namespace for every table; default: the source schema.
     #[serde(default)]
     pub namespace: Option<String>,
-    /// "equality" (format v2) or "deletion-vectors" (format v3).
+    /// "deletion-vectors" (format v3, the default) or "equality" (format v2).
     #[serde(default)]
     pub delete_mode: Option<String>,
     /// LSM: fixed buckets per table (default 4).
@@ -490,10 +490,10 @@ impl RawConfig {
         let sink = match self.sink.kind.as_str() {
             "iceberg" => {
                 let delete_mode = match self.sink.delete_mode.as_deref() {
-                    None | Some("equality") => DeleteMode::Equality,
-                    // Opt-in until the primary-key index replaces the per-commit scan that
-                    // locates rows (issue 3); then it becomes the default.
-                    Some("deletion-vectors") => DeleteMode::DeletionVectors,
+                    Some("equality") => DeleteMode::Equality,
+                    // The default (DESIGN.md): engines that refuse or slow down on equality
+                    // deletes read deletion vectors well; the primary-key index locates rows.
+                    None | Some("deletion-vectors") => DeleteMode::DeletionVectors,
                     Some(other) => {
                         return Err(bad(
                             "sink.delete_mode",
@@ -883,6 +883,21 @@ warehouse = "/tmp/wh"
         let text = MINIMAL.replace("name = \"shop\"", "");
         let e = Config::from_toml(&text, "p.toml").unwrap_err().to_string();
         assert!(e.contains("name"), "{e}");
+    }
+
+    #[test]
+    fn delete_mode_defaults_to_deletion_vectors() {
+        let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
+        let SinkConfig::Iceberg(ice) = &c.sink else {
+            panic!("iceberg")
+        };
+        assert_eq!(ice.delete_mode, DeleteMode::DeletionVectors);
+        let text = MINIMAL.replace("[sink]", "[sink]\ndelete_mode = \"equality\"");
+        let c = Config::from_toml(&text, "p.toml").unwrap();
+        let SinkConfig::Iceberg(ice) = &c.sink else {
+            panic!("iceberg")
+        };
+        assert_eq!(ice.delete_mode, DeleteMode::Equality);
     }
 
     #[test]

@@ -245,7 +245,7 @@ impl Pipeline {
              [source]\nkind = \"postgres\"\nurl = {url:?}\n{password}tables = [{list}]\n\
              slot = {slot:?}\npublication = {publication:?}\nsnapshot = {snap:?}\n\n\
              [sink]\nkind = \"iceberg\"\nwarehouse = {wh:?}\nnamespace = {NAMESPACE:?}\n\
-             delete_mode = {mode:?}\n",
+             {mode}",
             name = self.name,
             ci = s.commit_interval_ms,
             cm = s.commit_max_rows,
@@ -253,8 +253,11 @@ impl Pipeline {
             publication = self.publication,
             snap = s.snapshot,
             wh = self.warehouse.display().to_string(),
-            // Default unchanged; CDCD_TEST_DELETE_MODE=deletion-vectors runs the suite on v3.
-            mode = std::env::var("CDCD_TEST_DELETE_MODE").unwrap_or_else(|_| "equality".into()),
+            // Unset: the config's default (deletion vectors); CDCD_TEST_DELETE_MODE=equality runs
+            // the suite on format v2 (scripts/test.sh's second pass).
+            mode = std::env::var("CDCD_TEST_DELETE_MODE")
+                .map(|m| format!("delete_mode = {m:?}\n"))
+                .unwrap_or_default(),
         );
         let text = match self.lsm_buckets {
             Some(buckets) => {

@@ -4,27 +4,28 @@
 //!
 //! Sits between the planner and the DV writer: the planner names keys whose row lives in an
 //! earlier snapshot (`Plan::equality_deletes`), a [`RowLocator`] turns them into positions, and
-//! `dv.rs` groups those per file. The seam is a trait because the scan below reads every live
-//! data file's key columns; the primary-key index (`sinks/index/`) will implement it without
-//! rereading files.
+//! `dv.rs` groups those per file. The same answer lets `lookup::fetch` read the current row of a
+//! partial update by position. The locator is the primary-key index (`sinks/index/`, wired in
+//! `pk_index.rs`), checked against the snapshot: an entry the index still holds for a row that
+//! left the table (a file dropped by a truncate or another writer's rewrite, or a position in
+//! the file's deletion vector) reads as no row. That check is what makes a replay after a crash
+//! need only the files added since the index was persisted (see `pk_index.rs`).
 
-use std::collections::HashMap;
+use std::collections::HashSet;
+use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use arrow_row::{RowConverter, SortField};
-use arrow_schema::{ArrowError, SchemaRef};
 use async_trait::async_trait;
 
 use super::dv::LiveDvs;
-use super::lookup::{decode, project};
-use super::manifest::{read, LiveFile};
+use super::manifest::LiveFiles;
+use super::pk_index::TableIndex;
 use crate::sinks::SinkError;
-use crate::storage::Warehouse;
 
 /// Where a row is: the data file's location and the row's position in it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct RowAddress {
-    pub file: String,
+    pub file: Arc<str>,
     pub pos: u64,
 }
 
@@ -40,78 +41,44 @@ pub(crate) trait RowLocator: Send + Sync {
     async fn locate(&self, keys: &RecordBatch) -> Result<Vec<Option<RowAddress>>, SinkError>;
 }
 
-/// Locates keys by scanning the key columns of every live data file of a snapshot.
-pub(crate) struct ScanLocator<'a> {
-    pub warehouse: &'a Warehouse,
-    pub data: &'a [LiveFile],
-    pub dvs: &'a LiveDvs,
+/// Locates keys through the table's primary-key index, keeping only rows live in the snapshot.
+pub(crate) struct IndexLocator<'a> {
+    index: &'a TableIndex,
+    live: HashSet<&'a str>,
+    dvs: &'a LiveDvs,
+}
+
+impl<'a> IndexLocator<'a> {
+    /// A locator for the snapshot whose live files are `files` and live DVs `dvs`.
+    pub fn new(index: &'a TableIndex, files: &'a LiveFiles, dvs: &'a LiveDvs) -> Self {
+        IndexLocator {
+            index,
+            live: files.data.iter().map(|f| f.file.file_path()).collect(),
+            dvs,
+        }
+    }
 }
 
 #[async_trait]
-impl RowLocator for ScanLocator<'_> {
+impl RowLocator for IndexLocator<'_> {
     async fn locate(&self, keys: &RecordBatch) -> Result<Vec<Option<RowAddress>>, SinkError> {
-        let mut out = vec![None; keys.num_rows()];
-        if keys.num_rows() == 0 {
-            return Ok(out);
-        }
-        let key_schema: SchemaRef = keys.schema();
-        let arrow = |context: &str| {
-            let context = context.to_owned();
-            move |source: ArrowError| SinkError::Arrow { context, source }
-        };
-        let converter = RowConverter::new(
-            key_schema
-                .fields()
-                .iter()
-                .map(|f| SortField::new(f.data_type().clone()))
-                .collect(),
-        )
-        .map_err(arrow("encoding keys to locate"))?;
-        let wanted_rows = converter
-            .convert_columns(keys.columns())
-            .map_err(arrow("encoding keys to locate"))?;
-        let wanted: HashMap<_, usize> = wanted_rows
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (r, i))
-            .collect();
-        let names: Vec<&str> = key_schema
-            .fields()
-            .iter()
-            .map(|f| f.name().as_str())
-            .collect();
-        // Newest data sequence number wins should a key somehow be live twice.
-        let mut best: Vec<i64> = vec![i64::MIN; keys.num_rows()];
-        for f in self.data {
-            let path = f.file.file_path();
-            let bytes = read(self.warehouse, path).await?;
-            let dv = self.dvs.get(path).map(|d| &d.dv);
-            let mut offset = 0u64;
-            for batch in decode(&bytes, path, Some(&names))? {
-                let cols = project(&batch, &key_schema).map_err(arrow(path))?;
-                let rows = converter.convert_columns(&cols).map_err(arrow(path))?;
-                for (r, row) in rows.iter().enumerate() {
-                    let pos = offset + r as u64;
-                    let Some(&i) = wanted.get(&row) else {
-                        continue;
-                    };
-                    if dv.is_some_and(|d| d.contains(pos)) {
-                        continue;
-                    }
-                    if let (Some(slot), Some(seq)) = (out.get_mut(i), best.get_mut(i)) {
-                        if f.sequence >= *seq {
-                            *seq = f.sequence;
-                            *slot = Some(RowAddress {
-                                file: path.to_owned(),
-                                pos,
-                            });
-                        }
-                    }
-                }
-                offset += batch.num_rows() as u64;
-            }
-        }
-        Ok(out)
+        let found = self.index.get_many(keys).await?;
+        Ok(found
+            .into_iter()
+            .map(|at| {
+                at.filter(|l| self.live.contains(&*l.file))
+                    .filter(|l| {
+                        !self
+                            .dvs
+                            .get(&*l.file)
+                            .is_some_and(|d| d.dv.contains(l.position))
+                    })
+                    .map(|l| RowAddress {
+                        file: l.file,
+                        pos: l.position,
+                    })
+            })
+            .collect())
     }
 }
 
@@ -119,7 +86,7 @@ impl RowLocator for ScanLocator<'_> {
 mod tests {
     use super::*;
 
-    /// The seam stays usable as a trait object (the index will be one).
+    /// The seam stays usable as a trait object.
     #[allow(dead_code)]
     fn object_safe(_: &dyn RowLocator) {}
 }

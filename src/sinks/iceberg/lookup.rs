@@ -6,11 +6,12 @@
 //! Planning"). A key with no current row is an error: an absent value is never replaced by a
 //! placeholder.
 //!
-//! Cost: every live data file is fetched and its key columns decoded (no key-range pruning yet);
-//! whole rows are decoded only for files holding a wanted key. Partial updates are rare
-//! (unchanged TOASTed values), and all keys of one commit share the pass.
+//! Two ways: [`fetch`] (format v3) reads rows at the positions the primary-key index gives,
+//! only the files that hold them, one read per file with a Parquet row selection; [`lookup`]
+//! (format v2, no index) fetches every live data file and decodes its key columns, then whole
+//! rows only of the files holding a wanted key. All keys of one commit share the pass.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch, UInt32Array};
@@ -18,12 +19,13 @@ use arrow_cast::display::{ArrayFormatter, FormatOptions};
 use arrow_row::{RowConverter, SortField};
 use arrow_schema::{ArrowError, SchemaRef};
 use bytes::Bytes;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReaderBuilder, RowSelection, RowSelector};
 use parquet::arrow::ProjectionMask;
 
 use iceberg::spec::DataFileFormat;
 
 use super::dv::LiveDvs;
+use super::locator::RowAddress;
 use super::manifest::{read, LiveFiles};
 use super::plan::KeyRef;
 use super::writer::key_batch;
@@ -228,6 +230,118 @@ pub(crate) async fn lookup(
         );
     }
     RecordBatch::try_new(rows_schema, columns).map_err(arrow("gathering looked-up rows".into()))
+}
+
+/// Reads the rows at `at` (one per key of `keys`, the located current rows), typed like the
+/// change rows, in that order. A key without a row is an error naming it.
+pub(crate) async fn fetch(
+    warehouse: &Warehouse,
+    schema: &TableSchema,
+    keys: &RecordBatch,
+    at: &[Option<RowAddress>],
+) -> Result<RecordBatch, SinkError> {
+    let rows_schema = TableChanges::rows_schema(schema);
+    if at.is_empty() {
+        return Ok(RecordBatch::new_empty(rows_schema));
+    }
+    // Wanted rows by file: (position, key index), sorted by position below.
+    let mut by_file: BTreeMap<&str, Vec<(u64, usize)>> = BTreeMap::new();
+    for (i, a) in at.iter().enumerate() {
+        let Some(a) = a else {
+            return Err(SinkError::Data {
+                table: schema.id.clone(),
+                detail: format!(
+                    "cannot complete a partial update: row not in table (key {})",
+                    key_text(keys, i)
+                ),
+            });
+        };
+        by_file.entry(&a.file).or_default().push((a.pos, i));
+    }
+    let mut found = Vec::with_capacity(by_file.len());
+    let mut indices = vec![(0usize, 0usize); at.len()];
+    for (path, mut wanted) in by_file {
+        wanted.sort_unstable();
+        let arrow = |source| SinkError::Arrow {
+            context: format!("reading rows of {path}"),
+            source,
+        };
+        let bytes = read(warehouse, path).await?;
+        let parquet = |source| SinkError::Parquet {
+            context: format!("reading {path}"),
+            source,
+        };
+        let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(parquet)?;
+        let total = u64::try_from(builder.metadata().file_metadata().num_rows()).unwrap_or(0);
+        // Select the wanted positions (deduplicated, ascending) and skip the gaps between them.
+        let mut selectors = Vec::new();
+        let mut next = 0u64;
+        let mut out_row = 0usize;
+        for &(pos, i) in &wanted {
+            if pos >= total {
+                return Err(SinkError::Corrupt {
+                    path: path.to_owned(),
+                    detail: format!(
+                        "the primary-key index places a row of {} at position {pos}, but the file has {total} rows",
+                        schema.id
+                    ),
+                });
+            }
+            if pos + 1 == next {
+                // Same position as the previous key (cannot happen for unique keys).
+                if let Some(slot) = indices.get_mut(i) {
+                    *slot = (found.len(), out_row.saturating_sub(1));
+                }
+                continue;
+            }
+            if pos > next {
+                selectors.push(RowSelector::skip((pos - next) as usize));
+            }
+            selectors.push(RowSelector::select(1));
+            next = pos + 1;
+            if let Some(slot) = indices.get_mut(i) {
+                *slot = (found.len(), out_row);
+            }
+            out_row += 1;
+        }
+        let batches = builder
+            .with_row_selection(RowSelection::from(selectors))
+            .build()
+            .map_err(parquet)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(arrow)?;
+        let all = arrow_select::concat::concat_batches(
+            &batches
+                .first()
+                .map_or_else(|| rows_schema.clone(), |b| b.schema()),
+            &batches,
+        )
+        .map_err(arrow)?;
+        let cols = project(&all, &rows_schema).map_err(arrow)?;
+        if cols.first().map_or(0, |c| c.len()) != out_row {
+            return Err(SinkError::Corrupt {
+                path: path.to_owned(),
+                detail: format!("asked for {out_row} rows, read {}", all.num_rows()),
+            });
+        }
+        found.push(RecordBatch::try_new(rows_schema.clone(), cols).map_err(arrow)?);
+    }
+    let mut columns = Vec::with_capacity(rows_schema.fields().len());
+    for c in 0..rows_schema.fields().len() {
+        let arrays: Vec<&dyn Array> = found.iter().map(|b| b.column(c).as_ref()).collect();
+        columns.push(
+            arrow_select::interleave::interleave(&arrays, &indices).map_err(|source| {
+                SinkError::Arrow {
+                    context: format!("gathering looked-up rows of {}", schema.id),
+                    source,
+                }
+            })?,
+        );
+    }
+    RecordBatch::try_new(rows_schema, columns).map_err(|source| SinkError::Arrow {
+        context: format!("gathering looked-up rows of {}", schema.id),
+        source,
+    })
 }
 
 /// The columns of `batch` named like `schema`'s fields, cast to their types.

@@ -259,6 +259,8 @@ pub(crate) async fn load_manifests(
 pub(crate) struct LiveFile {
     pub file: DataFile,
     pub sequence: i64,
+    /// The snapshot that added the file (inherited from the manifest when the entry has none).
+    pub snapshot_id: i64,
     /// Index into the manifests given to [`load_files`].
     pub manifest: usize,
 }
@@ -284,6 +286,7 @@ pub(crate) async fn load_files(
         for e in manifest.entries().iter().filter(|e| e.is_alive()) {
             let live = LiveFile {
                 sequence: e.sequence_number().unwrap_or(m.sequence_number),
+                snapshot_id: e.snapshot_id().unwrap_or(m.added_snapshot_id),
                 file: e.data_file().clone(),
                 manifest: mi,
             };

@@ -1,13 +1,15 @@
-//! Iceberg sink (format v2, equality deletes): turns one table's ordered changes into Parquet data
-//! files plus equality and position delete files and publishes them as one row-delta snapshot
-//! that carries the pipeline's checkpoint.
+//! Iceberg sink: turns one table's ordered changes into Parquet data files plus deletes and
+//! publishes them as one row-delta snapshot that carries the pipeline's checkpoint. Deletes are
+//! deletion vectors (format v3, the default `delete_mode`), located through the table's
+//! primary-key index, or equality + position delete files (format v2, `delete_mode = "equality"`).
 //!
 //! Sits at the end of the flow: pipeline → [`IcebergSink::commit`] → (durable) → ack to source.
 //! iceberg-rust's `Transaction` can only fast-append, so cdcd owns the commit (DESIGN.md): it
 //! writes manifests, the manifest list and `v<N+1>.metadata.json` itself, create-if-absent.
 //!
 //! Layout by role: `schema.rs` (types and field ids), `plan.rs` (pure: what to write),
-//! `lookup.rs` (current rows to complete partial updates), `writer.rs` (Parquet files),
+//! `lookup.rs` (current rows to complete partial updates), `pk_index.rs` + `locator.rs` (v3:
+//! where each key's row is), `dv.rs` (deletion vectors), `writer.rs` (Parquet files),
 //! `manifest.rs` (Avro manifests and lists), `metadata.rs` (find the newest metadata),
 //! `commit.rs` (publish). Tables live at `<warehouse>/<namespace>/<table>/` so any engine finds
 //! them without cdcd (DESIGN.md, "Where tables live").
@@ -35,6 +37,7 @@ mod locator;
 mod lookup;
 mod manifest;
 mod metadata;
+mod pk_index;
 pub mod plan;
 pub mod puffin;
 mod schema;
@@ -42,8 +45,9 @@ mod summary;
 mod writer;
 
 use dv::LiveDvs;
-use locator::{RowLocator, ScanLocator};
+use locator::{IndexLocator, RowLocator};
 use metadata::Loaded;
+use pk_index::TableIndex;
 use plan::{FileLimits, KeyRef, PlanError};
 
 #[cfg(test)]
@@ -63,7 +67,13 @@ pub struct IcebergSink {
     /// existing table keeps its format: the commit path follows the table's, not the config's.
     format: FormatVersion,
     tables: Mutex<HashMap<TableId, Arc<Loaded>>>,
+    /// Primary-key index of each v3 table, opened at its first commit. The async mutex is held
+    /// for a whole commit of that table (commits of one table are sequential anyway); `None`
+    /// until opened, and again after an index error (the next commit reopens and replays).
+    indexes: Mutex<HashMap<TableId, IndexSlot>>,
 }
+
+type IndexSlot = Arc<tokio::sync::Mutex<Option<TableIndex>>>;
 
 impl IcebergSink {
     /// A sink for `config`'s warehouse, writing checkpoints of `pipeline`.
@@ -78,6 +88,7 @@ impl IcebergSink {
                 DeleteMode::Equality => FormatVersion::V2,
             },
             tables: Mutex::new(HashMap::new()),
+            indexes: Mutex::new(HashMap::new()),
         })
     }
 
@@ -111,6 +122,17 @@ impl IcebergSink {
                 None => t.remove(table),
             };
         }
+    }
+
+    fn index_slot(&self, table: &TableId) -> IndexSlot {
+        let mut slots = self.indexes.lock().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(slots.entry(table.clone()).or_default())
+    }
+
+    /// Where the primary-key index of `table` lives (pk_index.rs says why there).
+    pub fn index_location(&self, table: &TableId) -> String {
+        let ns = self.namespace.as_deref().unwrap_or(&table.namespace);
+        pk_index::location(&self.warehouse, &self.pipeline, ns, &table.name)
     }
 
     /// The newest metadata from storage (refreshing the cache).
@@ -180,6 +202,26 @@ impl IcebergSink {
         let parent = meta.current_snapshot().cloned();
         let version = meta.format_version();
         let v3 = version >= FormatVersion::V3;
+        // v3 tables locate rows through the primary-key index, held for the whole commit.
+        let slot = if v3 {
+            Some(self.index_slot(table))
+        } else {
+            None
+        };
+        let mut index = match &slot {
+            Some(s) => Some(s.lock().await),
+            None => None,
+        };
+        // An open index that does not cover the snapshot this commit builds on (a publish whose
+        // outcome was unknown landed after all, or another writer committed) is reopened from
+        // storage and caught up, like after a restart.
+        let current = meta.current_snapshot().map(|s| s.snapshot_id());
+        if let Some(slot) = index.as_mut() {
+            if slot.as_ref().is_some_and(|i| i.covers() != current) {
+                **slot = None;
+            }
+        }
+        let index_closed = index.as_ref().is_some_and(|i| i.is_none());
         let manifests = match &parent {
             Some(s) => {
                 manifest::load_manifests(&self.warehouse, s.manifest_list(), version).await?
@@ -187,7 +229,8 @@ impl IcebergSink {
             None => Vec::new(),
         };
         // Live files are needed to complete partial updates and, for DVs, to locate rows.
-        let needs_files = !plan.lookups.is_empty() || (v3 && !plan.equality_deletes.is_empty());
+        let needs_files =
+            !plan.lookups.is_empty() || (v3 && (!plan.equality_deletes.is_empty() || index_closed));
         let (files, live_dvs) = if needs_files {
             let files = manifest::load_files(&self.warehouse, &manifests).await?;
             let dvs = if v3 {
@@ -199,10 +242,33 @@ impl IcebergSink {
         } else {
             (manifest::LiveFiles::default(), LiveDvs::new())
         };
-        let lookup = if plan.lookups.is_empty() {
-            None
-        } else {
-            Some(
+        if let Some(slot) = index.as_mut() {
+            if slot.is_none() {
+                let location = self.index_location(table);
+                let opened =
+                    TableIndex::open(&self.warehouse, &location, schema, meta, &files, &live_dvs)
+                        .await?;
+                **slot = Some(opened);
+            }
+        }
+        let table_index = index.as_ref().and_then(|i| i.as_ref());
+        let arrow = |what: &str| {
+            let context = format!("{what} of {table}");
+            move |source| SinkError::Arrow { context, source }
+        };
+        let keys_schema = TableChanges::keys_schema(schema);
+        let lookup = match (plan.lookups.is_empty(), table_index) {
+            (true, _) => None,
+            (false, Some(ti)) => {
+                let keys =
+                    writer::key_batch(changes, &plan.lookups, &schema.primary_key, &keys_schema)
+                        .map_err(arrow("gathering lookup keys"))?;
+                let at = IndexLocator::new(ti, &files, &live_dvs)
+                    .locate(&keys)
+                    .await?;
+                Some(lookup::fetch(&self.warehouse, schema, &keys, &at).await?)
+            }
+            (false, None) => Some(
                 lookup::lookup(
                     &self.warehouse,
                     schema,
@@ -212,28 +278,29 @@ impl IcebergSink {
                     &plan.lookups,
                 )
                 .await?,
-            )
+            ),
         };
-        let arrow = |what: &str| {
-            let context = format!("{what} of {table}");
-            move |source| SinkError::Arrow { context, source }
+        // Keys whose row in an earlier snapshot this commit removes (v3: located, then told to
+        // the index after the commit).
+        let removed_keys = match table_index {
+            Some(_) if !plan.equality_deletes.is_empty() => Some(
+                writer::key_batch(
+                    changes,
+                    &plan.equality_deletes,
+                    &schema.primary_key,
+                    &keys_schema,
+                )
+                .map_err(arrow("gathering keys to locate"))?,
+            ),
+            _ => None,
         };
-        let located = if v3 && !plan.equality_deletes.is_empty() {
-            let keys = writer::key_batch(
-                changes,
-                &plan.equality_deletes,
-                &schema.primary_key,
-                &TableChanges::keys_schema(schema),
-            )
-            .map_err(arrow("gathering keys to locate"))?;
-            let locator = ScanLocator {
-                warehouse: &self.warehouse,
-                data: &files.data,
-                dvs: &live_dvs,
-            };
-            locator.locate(&keys).await?
-        } else {
-            Vec::new()
+        let located = match (table_index, &removed_keys) {
+            (Some(ti), Some(keys)) => {
+                IndexLocator::new(ti, &files, &live_dvs)
+                    .locate(keys)
+                    .await?
+            }
+            _ => Vec::new(),
         };
 
         let sequence = meta.last_sequence_number() + 1;
@@ -416,6 +483,27 @@ impl IcebergSink {
                 metadata: next,
             })),
         );
+        // The snapshot is durable: a failure from here on must not fail the commit (the caller
+        // would retry changes the table already holds). The index is dropped instead, and the
+        // next commit reopens it and replays this snapshot (pk_index.rs, recovery).
+        if let Some(slot) = index.as_mut() {
+            if let Some(ti) = slot.as_mut() {
+                let recorded = ti
+                    .record(
+                        schema,
+                        changes,
+                        &plan,
+                        &paths,
+                        removed_keys.as_ref(),
+                        snapshot_id,
+                    )
+                    .await;
+                if let Err(e) = recorded {
+                    tracing::warn!(table = %table, error = %e, "cannot update the primary-key index; it will be caught up from the table at the next commit");
+                    **slot = None;
+                }
+            }
+        }
         Ok(CommitStats {
             snapshot_id,
             data_rows: plan.data_rows() as u64,

@@ -107,6 +107,11 @@ impl FileTable {
         out
     }
 
+    /// The paths of the files the table knows, in no order.
+    pub(crate) fn paths(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.by_id.values()
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.by_id.len()
     }

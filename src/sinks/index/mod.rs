@@ -245,10 +245,13 @@ impl PrimaryKeyIndex {
         };
         let mut live: HashSet<u64> = HashSet::new();
         if let Some(m) = manifest {
-            let loads = m
+            // Collected first: a stream over a closure-carrying `Map` held across `.await` makes
+            // the caller's future fail a generic `Send` bound (rust-lang/rust#102211).
+            let loads: Vec<_> = m
                 .runs
                 .iter()
-                .map(|r| RunMeta::load(&store, run_path(&root, r.id), r.id, r.size, r.meta_offset));
+                .map(|r| RunMeta::load(&store, run_path(&root, r.id), r.id, r.size, r.meta_offset))
+                .collect();
             index.runs = futures::stream::iter(loads)
                 .buffered(8)
                 .map_ok(Arc::new)
@@ -364,6 +367,12 @@ impl PrimaryKeyIndex {
         for f in files {
             self.files.remove(f);
         }
+    }
+
+    /// The data files entries may name (those not removed), so a caller can drop the ones that
+    /// left the table while the index was not running (see the recovery contract).
+    pub fn data_files(&self) -> Vec<Arc<str>> {
+        self.files.paths().cloned().collect()
     }
 
     /// Forgets every key (table truncated, or a rebuild from scratch). Durable at the next persist.

@@ -1,0 +1,399 @@
+//! The primary-key index of a format-v3 table, wired into the commit: opened (and caught up with
+//! the table) before a commit locates rows, told after the commit which rows it wrote and which
+//! keys it removed, then persisted naming the snapshot it covers.
+//!
+//! Where it sits: `mod.rs` commit → [`TableIndex::open`] (first commit of the table in this
+//! process) → `IndexLocator` (locator.rs) for DV positions and `lookup::fetch` for partial rows →
+//! table commit → [`TableIndex::record`]. The index itself (an LSM of sorted runs with bounded
+//! memory) is `sinks/index/`; this file only maps Iceberg commits onto its changes.
+//!
+//! Where it lives: `<warehouse>/_cdcd/<pipeline>/index/<namespace>/<table>/`, with the pipeline's
+//! other state (DESIGN.md, "Where tables live"), not under the table's own folder: Iceberg's
+//! orphan-file removal (Spark `remove_orphan_files`, pyiceberg maintenance) deletes every file
+//! under a table location that no metadata names, and would delete the index.
+//!
+//! Recovery (the contract in `sinks/index/mod.rs`): the table commit is the truth, and the index
+//! is persisted after it. On open, if the index covers an older snapshot that is an ancestor of
+//! the current one, the key columns of the data files added by the snapshots after it are read
+//! and upserted (rows already in a deletion vector skipped), and data files that left the table
+//! are forgotten; otherwise (no index, a corrupt one, a recreated table) it is rebuilt from every
+//! live data file. Keys the index still maps to a row deleted after the covered snapshot are not
+//! removed by the replay: the locator checks every answer against the snapshot's live files and
+//! deletion vectors, so such an entry reads as no row.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_row::{RowConverter, Rows, SortField};
+use arrow_schema::{ArrowError, SchemaRef};
+use futures::TryStreamExt;
+use iceberg::spec::TableMetadata;
+use object_store::path::Path;
+use object_store::ObjectStoreExt;
+
+use super::dv::LiveDvs;
+use super::lookup::{decode, project};
+use super::manifest::{read, LiveFile, LiveFiles};
+use super::plan::{encode_keys, Plan};
+use crate::changelog::{TableChanges, TableId, TableSchema};
+use crate::sinks::index::{IndexChange, IndexError, IndexOp, PrimaryKeyIndex, RowLocation};
+use crate::sinks::SinkError;
+use crate::storage::Warehouse;
+
+/// Memory budget of one table's index (memtable + block cache; run metas come on top, ~1.3 B
+/// per key: README "Deletion vectors").
+pub(crate) const MEMORY_BUDGET: usize = 64 * 1024 * 1024;
+/// Changes handed to the index between checks of its memtable budget.
+const APPLY_CHUNK: usize = 16 * 1024;
+
+/// The index of one table and the key encoding it was built with.
+pub(crate) struct TableIndex {
+    index: PrimaryKeyIndex,
+    /// `arrow_row` encoding of the key columns in the change rows' types; the same types are
+    /// used when reading keys back from data files (cast), so the bytes match.
+    codec: RowConverter,
+    keys_schema: SchemaRef,
+    table: TableId,
+}
+
+/// `<warehouse>/_cdcd/<pipeline>/index/<namespace>/<table>` as a location.
+pub(crate) fn location(warehouse: &Warehouse, pipeline: &str, ns: &str, table: &str) -> String {
+    warehouse.location(&["_cdcd", pipeline, "index", ns, table])
+}
+
+impl TableIndex {
+    /// Opens the index stored at `location` and catches it up with the current snapshot of
+    /// `meta`, whose live files are `files` (and DVs `dvs`), persisting it if anything changed.
+    pub async fn open(
+        warehouse: &Warehouse,
+        location: &str,
+        schema: &TableSchema,
+        meta: &TableMetadata,
+        files: &LiveFiles,
+        dvs: &LiveDvs,
+    ) -> Result<TableIndex, SinkError> {
+        let table = schema.id.clone();
+        let root = warehouse.path(location)?;
+        let store = Arc::clone(warehouse.store());
+        let index = match PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), MEMORY_BUDGET)
+            .await
+        {
+            Ok(index) => index,
+            Err(IndexError::Corrupt { path, detail }) => {
+                tracing::warn!(table = %table, path = %path, detail = %detail, "primary-key index is corrupt; rebuilding it from the table");
+                wipe(warehouse, &root).await?;
+                PrimaryKeyIndex::open(store, root, MEMORY_BUDGET)
+                    .await
+                    .map_err(|e| index_error(&table, e))?
+            }
+            Err(e) => return Err(index_error(&table, e)),
+        };
+        let keys_schema = TableChanges::keys_schema(schema);
+        let codec = converter(&keys_schema).map_err(|source| SinkError::Arrow {
+            context: format!("encoding the keys of {table}"),
+            source,
+        })?;
+        let mut this = TableIndex {
+            index,
+            codec,
+            keys_schema,
+            table,
+        };
+        this.catch_up(warehouse, meta, files, dvs).await?;
+        Ok(this)
+    }
+
+    async fn catch_up(
+        &mut self,
+        warehouse: &Warehouse,
+        meta: &TableMetadata,
+        files: &LiveFiles,
+        dvs: &LiveDvs,
+    ) -> Result<(), SinkError> {
+        let covered = self.index.covered_snapshot();
+        let Some(current) = meta.current_snapshot() else {
+            if covered.is_some() {
+                // The table was recreated: nothing the index holds is in it.
+                self.index.clear();
+            }
+            return Ok(());
+        };
+        if covered == Some(current.snapshot_id()) {
+            return Ok(());
+        }
+        let after = covered.and_then(|c| snapshots_after(meta, current.snapshot_id(), c));
+        let replay: Vec<&LiveFile> = match &after {
+            Some(ids) => {
+                let live: HashSet<&str> = files.data.iter().map(|f| f.file.file_path()).collect();
+                let gone: Vec<Arc<str>> = self
+                    .index
+                    .data_files()
+                    .into_iter()
+                    .filter(|f| !live.contains(&**f))
+                    .collect();
+                self.index.remove_files(gone.iter().map(|f| &**f));
+                files
+                    .data
+                    .iter()
+                    .filter(|f| ids.contains(&f.snapshot_id))
+                    .collect()
+            }
+            None => {
+                self.index.clear();
+                files.data.iter().collect()
+            }
+        };
+        let started = std::time::Instant::now();
+        let mut rows = 0u64;
+        for f in &replay {
+            rows += self.replay_file(warehouse, f, dvs).await?;
+        }
+        tracing::info!(
+            table = %self.table,
+            covered = ?covered,
+            snapshot = current.snapshot_id(),
+            rebuilt = after.is_none(),
+            files = replay.len(),
+            rows,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "primary-key index caught up with the table"
+        );
+        self.index
+            .persist(current.snapshot_id())
+            .await
+            .map_err(|e| index_error(&self.table, e))
+    }
+
+    /// Upserts the live rows of one data file; returns how many.
+    async fn replay_file(
+        &mut self,
+        warehouse: &Warehouse,
+        f: &LiveFile,
+        dvs: &LiveDvs,
+    ) -> Result<u64, SinkError> {
+        let path = f.file.file_path();
+        let file: Arc<str> = Arc::from(path);
+        let dv = dvs.get(path).map(|d| &d.dv);
+        let bytes = read(warehouse, path).await?;
+        let names: Vec<&str> = self
+            .keys_schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        let mut offset = 0u64;
+        let mut upserted = 0u64;
+        for batch in decode(&bytes, path, Some(&names))? {
+            let arrow = |source| SinkError::Arrow {
+                context: format!("reading the keys of {path}"),
+                source,
+            };
+            let cols = project(&batch, &self.keys_schema).map_err(arrow)?;
+            let keys = self.codec.convert_columns(&cols).map_err(arrow)?;
+            let live: Vec<IndexChange> = keys
+                .iter()
+                .enumerate()
+                .filter_map(|(r, key)| {
+                    let position = offset + r as u64;
+                    if dv.is_some_and(|d| d.contains(position)) {
+                        return None;
+                    }
+                    Some(IndexChange {
+                        key: key.data(),
+                        op: IndexOp::Upsert(RowLocation {
+                            file: Arc::clone(&file),
+                            position,
+                        }),
+                    })
+                })
+                .collect();
+            upserted += apply_chunked(&mut self.index, &self.table, &live).await?;
+            offset += batch.num_rows() as u64;
+        }
+        Ok(upserted)
+    }
+
+    /// The table snapshot the index reflects (`None`: a table without snapshots).
+    pub fn covers(&self) -> Option<i64> {
+        self.index.covered_snapshot()
+    }
+
+    /// The index's answer for each key row of `keys` (a batch in the key schema), unchecked
+    /// against the snapshot (`IndexLocator` does that).
+    pub async fn get_many(
+        &self,
+        keys: &RecordBatch,
+    ) -> Result<Vec<Option<RowLocation>>, SinkError> {
+        let rows = self
+            .codec
+            .convert_columns(keys.columns())
+            .map_err(|source| SinkError::Arrow {
+                context: format!("encoding keys of {} to locate", self.table),
+                source,
+            })?;
+        let wanted: Vec<&[u8]> = rows.iter().map(|r| r.data()).collect();
+        self.index
+            .get_many(&wanted)
+            .await
+            .map_err(|e| index_error(&self.table, e))
+    }
+
+    /// Records committed snapshot `snapshot_id`: `removed` holds the keys whose earlier row it
+    /// deleted (`Plan::equality_deletes`, key schema), `paths` the locations of `plan.files`.
+    /// Then persists. On error the in-memory index may be ahead of what is persisted but never
+    /// ahead of the table; the caller drops it and the next open replays.
+    pub async fn record(
+        &mut self,
+        schema: &TableSchema,
+        changes: &[TableChanges],
+        plan: &Plan,
+        paths: &[String],
+        removed: Option<&RecordBatch>,
+        snapshot_id: i64,
+    ) -> Result<(), SinkError> {
+        let arrow = |source: ArrowError| SinkError::Arrow {
+            context: format!("encoding keys of {} for the index", self.table),
+            source,
+        };
+        if plan.truncate {
+            self.index.clear();
+        }
+        // Removals first: a key removed from an earlier snapshot is only ever written again
+        // later in the same commit (the planner sees it first), so the upsert below wins.
+        if let Some(keys) = removed {
+            let rows = self.codec.convert_columns(keys.columns()).map_err(arrow)?;
+            let removals: Vec<IndexChange> = rows
+                .iter()
+                .map(|r| IndexChange {
+                    key: r.data(),
+                    op: IndexOp::Remove,
+                })
+                .collect();
+            apply_chunked(&mut self.index, &self.table, &removals).await?;
+        }
+        let encoded: Vec<Rows> = changes
+            .iter()
+            .map(|c| encode_keys(&self.codec, &c.rows, &schema.primary_key))
+            .collect::<Result<_, _>>()
+            .map_err(arrow)?;
+        // One chunk of changes at a time (reused), so a 1M-row commit does not hold 1M of them.
+        let mut chunk: Vec<IndexChange> = Vec::with_capacity(APPLY_CHUNK);
+        for (i, (f, path)) in plan.files.iter().zip(paths).enumerate() {
+            let file: Arc<str> = Arc::from(path.as_str());
+            for (n, rows) in f.rows.chunks(APPLY_CHUNK).enumerate() {
+                chunk.clear();
+                for (j, r) in rows.iter().enumerate() {
+                    let pos = n * APPLY_CHUNK + j;
+                    let Some(keys) = encoded.get(r.batch as usize) else {
+                        continue;
+                    };
+                    let row = r.row as usize;
+                    if row >= keys.num_rows() {
+                        continue;
+                    }
+                    // A written row a later change superseded (position-deleted) no longer
+                    // locates its key; the superseding row, later in this or a following file,
+                    // does.
+                    let superseded = u32::try_from(pos).ok().is_some_and(|p| {
+                        plan.position_deletes.binary_search(&(i as u32, p)).is_ok()
+                    });
+                    chunk.push(IndexChange {
+                        key: keys.row(row).data(),
+                        op: if superseded {
+                            IndexOp::Remove
+                        } else {
+                            IndexOp::Upsert(RowLocation {
+                                file: Arc::clone(&file),
+                                position: pos as u64,
+                            })
+                        },
+                    });
+                }
+                apply_chunked(&mut self.index, &self.table, &chunk).await?;
+            }
+        }
+        self.index
+            .persist(snapshot_id)
+            .await
+            .map_err(|e| index_error(&self.table, e))
+    }
+}
+
+/// Applies `changes` a chunk at a time, flushing the memtable whenever it reaches its budget, so
+/// a large commit or a rebuild does not grow memory past it. Returns how many were applied.
+/// (A slice, not an iterator: a closure-carrying iterator held across the flush's `.await`
+/// makes the commit future fail the `Send` bound the `Sink` trait needs.)
+async fn apply_chunked(
+    index: &mut PrimaryKeyIndex,
+    table: &TableId,
+    changes: &[IndexChange<'_>],
+) -> Result<u64, SinkError> {
+    for chunk in changes.chunks(APPLY_CHUNK) {
+        index
+            .apply(chunk.iter().cloned())
+            .map_err(|e| index_error(table, e))?;
+        if index.needs_flush() {
+            index.flush().await.map_err(|e| index_error(table, e))?;
+        }
+    }
+    Ok(changes.len() as u64)
+}
+
+/// The ids of the snapshots after `covered` up to and including `current`, if `covered` is an
+/// ancestor of `current` (else the index must be rebuilt).
+fn snapshots_after(meta: &TableMetadata, current: i64, covered: i64) -> Option<HashSet<i64>> {
+    let mut ids = HashSet::new();
+    let mut next = meta.snapshot_by_id(current);
+    while let Some(s) = next {
+        if s.snapshot_id() == covered {
+            return Some(ids);
+        }
+        ids.insert(s.snapshot_id());
+        next = s.parent_snapshot_id().and_then(|p| meta.snapshot_by_id(p));
+    }
+    None
+}
+
+fn converter(keys_schema: &SchemaRef) -> Result<RowConverter, ArrowError> {
+    RowConverter::new(
+        keys_schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect(),
+    )
+}
+
+/// Deletes every object under `root` (a corrupt index, before a rebuild).
+async fn wipe(warehouse: &Warehouse, root: &Path) -> Result<(), SinkError> {
+    let store = warehouse.store();
+    let storage = |path: &Path| {
+        let path = path.to_string();
+        move |source| SinkError::Storage { path, source }
+    };
+    let listed: Vec<_> = store
+        .list(Some(root))
+        .try_collect()
+        .await
+        .map_err(storage(root))?;
+    for meta in listed {
+        match store.delete(&meta.location).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(storage(&meta.location)(e)),
+        }
+    }
+    Ok(())
+}
+
+/// An index error as a sink error naming the table or the index object.
+pub(crate) fn index_error(table: &TableId, e: IndexError) -> SinkError {
+    match e {
+        IndexError::Storage { path, source } => SinkError::Storage { path, source },
+        IndexError::Corrupt { path, detail } => SinkError::Corrupt { path, detail },
+        other => SinkError::Data {
+            table: table.clone(),
+            detail: other.to_string(),
+        },
+    }
+}
