@@ -13,6 +13,15 @@
 //! durable position (STYLE rule 6). While a commit runs the pipeline reads nothing, so the bounded
 //! event channel fills and the source stops reading: that is the backpressure.
 //!
+//! Initial copies (source-neutral): a copy's rows are committed at the incomplete position with the
+//! copy's progress (`cdcd.snapshot`: the chunk plan, chunks started, chunks done), so a restart
+//! hands the source only what is left ([`Resume::copy`]) and keeps the slot. A table copied at a
+//! snapshot newer than where streaming starts (a resumed copy, a table added to `tables`) gets an
+//! upsert window (`cdcd.upsert_until`): its changes up to that position are replayed over rows
+//! that may already reflect them, so inserts become updates (upserts); every change is keyed and
+//! carries whole rows, so the replay converges (the argument is in
+//! `sources/postgres/snapshot.rs`).
+//!
 //! Exactly-once: on start each table's checkpoint is read back; a transaction at or below it is
 //! already in the table and is skipped for that table. The source resumes from the oldest
 //! checkpoint, never from later, so no table misses a change.
@@ -25,12 +34,14 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::changelog::{Position, TableChanges, TableId, TableSchema, Transaction};
+use crate::changelog::{Op, Position, TableChanges, TableId, TableSchema, Transaction};
 use crate::checkpoint::Checkpoint;
 use crate::config::SnapshotMode;
 use crate::metrics as m;
 use crate::sinks::{Sink, SinkError};
-use crate::sources::{Prepared, Resume, Source, SourceError, SourceEvent};
+use crate::sources::{
+    Prepared, Resume, SnapshotProgress, Source, SourceError, SourceEvent, TableCopy,
+};
 
 /// Events buffered between the source and the pipeline. Each event is a whole transaction or a
 /// snapshot batch, so this bounds memory in transactions, not rows.
@@ -102,6 +113,10 @@ struct Tables {
     buffered_rows: usize,
     /// The newest schema seen per table.
     schemas: BTreeMap<TableId, Arc<TableSchema>>,
+    /// Initial copies under way: what each commit of the table records as `cdcd.snapshot`.
+    progress: BTreeMap<TableId, SnapshotProgress>,
+    /// Open upsert windows: the table's changes at or below this position are upserts.
+    upsert_until: BTreeMap<TableId, Position>,
 }
 
 impl Tables {
@@ -109,6 +124,19 @@ impl Tables {
         match self.committed.get(table) {
             Some(Some(done)) => !done.is_snapshot_incomplete() && done.covers(position),
             _ => false,
+        }
+    }
+
+    /// Inserts of `changes` become updates when its table's upsert window covers `position`.
+    fn upsert_in_window(&self, changes: &mut TableChanges, position: &Position) {
+        let in_window = self
+            .upsert_until
+            .get(&changes.schema.id)
+            .is_some_and(|until| until.covers(position));
+        if in_window {
+            for op in changes.ops.iter_mut().filter(|op| **op == Op::Insert) {
+                *op = Op::Update;
+            }
         }
     }
 
@@ -148,16 +176,31 @@ pub async fn run(
     let mut tables = Tables::default();
     for table in &prepared.tables {
         let cp = sink.checkpoint(table).await?;
+        if let Some(cp) = &cp {
+            if let Some(until) = &cp.upsert_until {
+                tables.upsert_until.insert(table.clone(), until.clone());
+            }
+            let progress = cp.snapshot.as_deref().and_then(SnapshotProgress::from_json);
+            if let (true, Some(progress)) = (cp.position.is_snapshot_incomplete(), progress) {
+                tables.progress.insert(table.clone(), progress);
+            }
+        }
         tables
             .committed
             .insert(table.clone(), cp.map(|c| c.position));
     }
     let resume = decide_resume(&prepared, &tables, &settings)?;
+    if resume.snapshot {
+        // A new slot: every table is copied again from scratch at its exported snapshot.
+        tables.progress.clear();
+        tables.upsert_until.clear();
+    }
     info!(
         pipeline = %settings.pipeline,
         tables = prepared.tables.len(),
         start = %resume.start.as_ref().map(ToString::to_string).unwrap_or_else(|| "slot".into()),
         snapshot = resume.snapshot,
+        copy = resume.copy.len(),
         "starting"
     );
 
@@ -244,29 +287,39 @@ fn decide_resume(
     settings: &Settings,
 ) -> Result<Resume, PipelineError> {
     let checkpoints: Vec<&Position> = tables.committed.values().flatten().collect();
-    let incomplete = tables
-        .committed
-        .iter()
-        .filter(|(_, cp)| cp.as_ref().is_none_or(|p| p.is_snapshot_incomplete()))
-        .map(|(t, _)| t.to_string())
-        .collect::<Vec<_>>();
     let start = checkpoints
         .iter()
         .filter(|p| !p.is_snapshot_incomplete())
         .min_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal))
         .map(|p| (*p).clone());
     match settings.snapshot {
+        SnapshotMode::Initial if !prepared.slot_exists => Ok(Resume {
+            start: None,
+            snapshot: true,
+            copy: Vec::new(),
+        }),
         SnapshotMode::Initial => {
-            let snapshot = !prepared.slot_exists || !incomplete.is_empty();
-            if snapshot && prepared.slot_exists {
-                warn!(
-                    tables = %incomplete.join(", "),
-                    "tables without a completed initial copy: copying every table again from a new slot"
-                );
+            // The slot stays: only the tables without a completed copy are copied, each from
+            // where its last commit left it, at a new snapshot.
+            let copy: Vec<TableCopy> = tables
+                .committed
+                .iter()
+                .filter(|(_, cp)| cp.as_ref().is_none_or(|p| p.is_snapshot_incomplete()))
+                .map(|(t, _)| TableCopy {
+                    table: t.clone(),
+                    progress: tables.progress.get(t).cloned(),
+                })
+                .collect();
+            for c in &copy {
+                match &c.progress {
+                    Some(p) => info!(table = %c.table, chunks = p.chunks.len(), done = p.done.len(), "resuming an interrupted initial copy"),
+                    None => info!(table = %c.table, "copying a table without a completed initial copy"),
+                }
             }
             Ok(Resume {
-                start: if snapshot { None } else { start },
-                snapshot,
+                start,
+                snapshot: false,
+                copy,
             })
         }
         SnapshotMode::Never => {
@@ -286,6 +339,7 @@ fn decide_resume(
             Ok(Resume {
                 start,
                 snapshot: false,
+                copy: Vec::new(),
             })
         }
     }
@@ -320,8 +374,9 @@ impl Committer {
                     .as_ref()
                     .map(Position::snapshot_incomplete)
                     .unwrap_or(Position::Postgres(crate::changelog::Lsn::ZERO));
+                let rows = changes.ops.iter().filter(|op| **op != Op::Truncate).count();
                 metrics::counter!(m::SNAPSHOT_ROWS_TOTAL, m::LABEL_PIPELINE => self.settings.pipeline.clone(), m::LABEL_TABLE => table.to_string())
-                    .increment(changes.len() as u64);
+                    .increment(rows as u64);
                 self.schema_switch(&changes).await?;
                 self.tables.push(changes, &incomplete);
                 let rows = self.tables.buffers.get(&table).map_or(0, |b| b.rows);
@@ -329,7 +384,36 @@ impl Committer {
                     self.commit_table(&table).await?;
                 }
             }
+            SourceEvent::SnapshotPlan {
+                table,
+                chunks,
+                estimated_rows,
+            } => {
+                metrics::gauge!(m::SNAPSHOT_ROWS_ESTIMATED, m::LABEL_PIPELINE => self.settings.pipeline.clone(), m::LABEL_TABLE => table.to_string())
+                    .set(estimated_rows as f64);
+                let progress = SnapshotProgress {
+                    chunks,
+                    ..SnapshotProgress::default()
+                };
+                self.tables.progress.insert(table, progress);
+            }
+            SourceEvent::SnapshotChunk {
+                table,
+                chunk,
+                state,
+            } => match self.tables.progress.get_mut(&table) {
+                Some(progress) => progress.apply(chunk, state),
+                None => {
+                    return Err(PipelineError::SourceTask(format!(
+                        "chunk {chunk} of the copy of {table} without a plan"
+                    )))
+                }
+            },
+            SourceEvent::SnapshotUpsertUntil { table, until } => {
+                self.tables.upsert_until.insert(table, until);
+            }
             SourceEvent::SnapshotDone { table, position } => {
+                self.tables.progress.remove(&table);
                 let schema = self.tables.schemas.get(&table).cloned();
                 match (self.tables.buffers.get_mut(&table), schema) {
                     (Some(buffer), _) => {
@@ -367,7 +451,7 @@ impl Committer {
     async fn transaction(&mut self, tx: Transaction) -> Result<(), PipelineError> {
         metrics::counter!(m::TRANSACTIONS_TOTAL, m::LABEL_PIPELINE => self.settings.pipeline.clone())
             .increment(1);
-        for changes in tx.changes {
+        for mut changes in tx.changes {
             if changes.is_empty() {
                 continue;
             }
@@ -375,6 +459,7 @@ impl Committer {
                 debug!(table = %changes.schema.id, position = %tx.position, "already committed: skipped");
                 continue;
             }
+            self.tables.upsert_in_window(&mut changes, &tx.position);
             self.schema_switch(&changes).await?;
             self.tables.push(changes, &tx.position);
         }
@@ -444,9 +529,22 @@ impl Committer {
         if buffer.rows == 0 && !buffer.force {
             return Ok(());
         }
+        let incomplete = buffer.position.is_snapshot_incomplete();
+        let window = self
+            .tables
+            .upsert_until
+            .get(table)
+            .filter(|until| incomplete || !buffer.position.covers(until))
+            .cloned();
         let checkpoint = Checkpoint {
             pipeline: self.settings.pipeline.clone(),
             position: buffer.position.clone(),
+            snapshot: if incomplete {
+                self.tables.progress.get(table).map(SnapshotProgress::to_json)
+            } else {
+                None
+            },
+            upsert_until: window.clone(),
         };
         let started = Instant::now();
         let stats = self
@@ -476,6 +574,10 @@ impl Committer {
             ms = elapsed.as_millis() as u64,
             "committed"
         );
+        if window.is_none() {
+            // Every later change is past the window.
+            self.tables.upsert_until.remove(table);
+        }
         self.tables
             .committed
             .insert(table.clone(), Some(checkpoint.position));

@@ -119,10 +119,10 @@ struct RecordingSink {
 #[async_trait]
 impl Sink for RecordingSink {
     async fn checkpoint(&self, table: &TableId) -> Result<Option<Checkpoint>, SinkError> {
-        Ok(self.checkpoints.get(table).map(|p| Checkpoint {
-            pipeline: "p".into(),
-            position: p.clone(),
-        }))
+        Ok(self
+            .checkpoints
+            .get(table)
+            .map(|p| Checkpoint::new("p", p.clone())))
     }
 
     async fn commit(

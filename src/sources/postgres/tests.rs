@@ -155,6 +155,7 @@ async fn source_against_postgres() {
         Resume {
             start: None,
             snapshot: true,
+            copy: Vec::new(),
         },
         tx,
         ack_rx,
@@ -294,6 +295,7 @@ async fn source_against_postgres() {
         Resume {
             start: Some(Position::Postgres(acked)),
             snapshot: false,
+            copy: Vec::new(),
         },
         tx,
         ack_rx,
