@@ -77,6 +77,13 @@ pub struct RawSource {
     /// Memory bound (bytes) for one streamed transaction before it spills to disk.
     #[serde(default)]
     pub stream_memory_bytes: Option<usize>,
+    /// Postgres initial copy: connections copying chunks in parallel (default 4).
+    #[serde(default)]
+    pub snapshot_parallelism: Option<usize>,
+    /// Postgres initial copy: target rows per chunk, the unit of parallelism and of resuming
+    /// after a crash (default 250000).
+    #[serde(default)]
+    pub snapshot_chunk_rows: Option<u64>,
 }
 
 impl fmt::Debug for RawSource {
@@ -207,6 +214,10 @@ pub struct PostgresConfig {
     pub snapshot: SnapshotMode,
     pub stream_memory_bytes: usize,
     pub spill_dir: PathBuf,
+    /// Connections copying chunks of the initial copy in parallel (≥ 1).
+    pub snapshot_parallelism: usize,
+    /// Target rows per chunk of the initial copy (≥ 1).
+    pub snapshot_chunk_rows: u64,
 }
 
 impl PostgresConfig {
@@ -533,7 +544,23 @@ impl RawConfig {
                 "must be at least 1".into(),
             ));
         }
+        let snapshot_parallelism = s.snapshot_parallelism.unwrap_or(4);
+        if snapshot_parallelism == 0 {
+            return Err(bad(
+                "source.snapshot_parallelism",
+                "must be at least 1".into(),
+            ));
+        }
+        let snapshot_chunk_rows = s.snapshot_chunk_rows.unwrap_or(250_000);
+        if snapshot_chunk_rows == 0 {
+            return Err(bad(
+                "source.snapshot_chunk_rows",
+                "must be at least 1".into(),
+            ));
+        }
         Ok(PostgresConfig {
+            snapshot_parallelism,
+            snapshot_chunk_rows,
             host,
             port,
             user,

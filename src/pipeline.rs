@@ -312,8 +312,12 @@ fn decide_resume(
                 .collect();
             for c in &copy {
                 match &c.progress {
-                    Some(p) => info!(table = %c.table, chunks = p.chunks.len(), done = p.done.len(), "resuming an interrupted initial copy"),
-                    None => info!(table = %c.table, "copying a table without a completed initial copy"),
+                    Some(p) => {
+                        info!(table = %c.table, chunks = p.chunks.len(), done = p.done.len(), "resuming an interrupted initial copy")
+                    }
+                    None => {
+                        info!(table = %c.table, "copying a table without a completed initial copy")
+                    }
                 }
             }
             Ok(Resume {
@@ -391,11 +395,19 @@ impl Committer {
             } => {
                 metrics::gauge!(m::SNAPSHOT_ROWS_ESTIMATED, m::LABEL_PIPELINE => self.settings.pipeline.clone(), m::LABEL_TABLE => table.to_string())
                     .set(estimated_rows as f64);
-                let progress = SnapshotProgress {
-                    chunks,
-                    ..SnapshotProgress::default()
-                };
-                self.tables.progress.insert(table, progress);
+                // A resumed copy announces the plan it was given: keep what is started and done.
+                let same = self
+                    .tables
+                    .progress
+                    .get(&table)
+                    .is_some_and(|p| p.chunks == chunks);
+                if !same {
+                    let progress = SnapshotProgress {
+                        chunks,
+                        ..SnapshotProgress::default()
+                    };
+                    self.tables.progress.insert(table, progress);
+                }
             }
             SourceEvent::SnapshotChunk {
                 table,
@@ -540,7 +552,10 @@ impl Committer {
             pipeline: self.settings.pipeline.clone(),
             position: buffer.position.clone(),
             snapshot: if incomplete {
-                self.tables.progress.get(table).map(SnapshotProgress::to_json)
+                self.tables
+                    .progress
+                    .get(table)
+                    .map(SnapshotProgress::to_json)
             } else {
                 None
             },

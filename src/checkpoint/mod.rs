@@ -100,13 +100,16 @@ impl Checkpoint {
                     source,
                 })?;
         let upsert_until = match properties.get(UPSERT_UNTIL_KEY) {
-            Some(v) => Some(v.parse::<Position>().map_err(|source| {
-                CheckpointError::BadPosition {
-                    key: UPSERT_UNTIL_KEY,
-                    value: v.clone(),
-                    source,
-                }
-            })?),
+            Some(v) => {
+                Some(
+                    v.parse::<Position>()
+                        .map_err(|source| CheckpointError::BadPosition {
+                            key: UPSERT_UNTIL_KEY,
+                            value: v.clone(),
+                            source,
+                        })?,
+                )
+            }
             None => None,
         };
         Ok(Some(Checkpoint {

@@ -532,6 +532,61 @@ pub async fn table_columns(
         .collect())
 }
 
+/// `format_type` of each of `columns` of `table` (e.g. `integer`, `character varying(10)`), in
+/// the order given: the casts a key range's text bounds need.
+pub async fn column_type_names(
+    client: &Client,
+    table: &TableId,
+    columns: &[String],
+) -> Result<Vec<String>, SourceError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod)
+             FROM pg_attribute a
+             JOIN pg_class c ON c.oid = a.attrelid
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped",
+            &[&table.namespace, &table.name],
+        )
+        .await
+        .map_err(|e| server(&format!("reading the column types of {table}"), &e))?;
+    let types: HashMap<String, String> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    columns
+        .iter()
+        .map(|c| {
+            types.get(c).cloned().ok_or_else(|| SourceError::Table {
+                table: table.clone(),
+                detail: format!("key column {c} not found in the catalog"),
+            })
+        })
+        .collect()
+}
+
+/// The planner's row estimate for `table` (`pg_class.reltuples`; for a table never vacuumed or
+/// analyzed, where that is -1, its size at an assumed 100 bytes a row). Partitioned tables sum
+/// their partitions.
+pub async fn estimated_rows(client: &Client, table: &TableId) -> Result<u64, SourceError> {
+    let row = client
+        .query_one(
+            "WITH RECURSIVE t AS (
+                 SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname = $1 AND c.relname = $2
+                 UNION ALL SELECT i.inhrelid FROM pg_inherits i JOIN t ON i.inhparent = t.oid)
+             SELECT COALESCE(sum(CASE WHEN c.reltuples >= 0 THEN c.reltuples
+                                      ELSE pg_relation_size(c.oid) / 100 END), 0)::float8
+             FROM pg_class c JOIN t ON t.oid = c.oid WHERE c.relkind = 'r'",
+            &[&table.namespace, &table.name],
+        )
+        .await
+        .map_err(|e| server(&format!("estimating the rows of {table}"), &e))?;
+    let rows: f64 = row.get(0);
+    Ok(if rows.is_finite() && rows > 0.0 {
+        rows as u64
+    } else {
+        0
+    })
+}
+
 /// `pg_type` rows for `oids` (types the built-in mapping does not know: domains, enums, arrays of
 /// those, extension types).
 pub async fn lookup_types(
