@@ -49,6 +49,8 @@ const EVENT_CHANNEL_CAPACITY: usize = 16;
 
 /// Rows of one table's initial copy committed together.
 pub const SNAPSHOT_BATCH_ROWS: usize = 50_000;
+/// Arrow bytes of one table's initial copy committed together (wide rows reach this first).
+pub const SNAPSHOT_BATCH_BYTES: usize = 128 << 20;
 
 /// The pipeline stopped with an error. Nothing was acknowledged past what is committed.
 #[derive(Debug, thiserror::Error)]
@@ -97,6 +99,8 @@ struct TableBuffer {
     schema: Arc<TableSchema>,
     changes: Vec<TableChanges>,
     rows: usize,
+    /// Arrow memory of `changes`.
+    bytes: usize,
     /// The checkpoint to commit with: the position of the newest buffered change.
     position: Position,
     /// Commit even with no rows (the end of an initial copy records the consistent point).
@@ -152,12 +156,14 @@ impl Tables {
             schema: changes.schema.clone(),
             changes: Vec::new(),
             rows: 0,
+            bytes: 0,
             position: position.clone(),
             force: false,
             since: Instant::now(),
         });
         buffer.schema = changes.schema.clone();
         buffer.rows += rows;
+        buffer.bytes += changes.rows.get_array_memory_size();
         buffer.position = position.clone();
         buffer.changes.push(changes);
         self.buffered_rows += rows;
@@ -383,8 +389,10 @@ impl Committer {
                     .increment(rows as u64);
                 self.schema_switch(&changes).await?;
                 self.tables.push(changes, &incomplete);
-                let rows = self.tables.buffers.get(&table).map_or(0, |b| b.rows);
-                if rows >= SNAPSHOT_BATCH_ROWS {
+                let full = self.tables.buffers.get(&table).is_some_and(|b| {
+                    b.rows >= SNAPSHOT_BATCH_ROWS || b.bytes >= SNAPSHOT_BATCH_BYTES
+                });
+                if full {
                     self.commit_table(&table).await?;
                 }
             }
@@ -441,6 +449,7 @@ impl Committer {
                                 schema,
                                 changes: Vec::new(),
                                 rows: 0,
+                                bytes: 0,
                                 position: position.clone(),
                                 force: true,
                                 since: Instant::now(),

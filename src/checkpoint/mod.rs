@@ -133,7 +133,7 @@ mod tests {
         assert_eq!(props["cdcd.position"], "0/16B3748");
         assert_eq!(
             Checkpoint::from_properties("shop", &props).unwrap(),
-            Some(cp)
+            Some(cp.clone())
         );
         assert_eq!(Checkpoint::from_properties("other", &props).unwrap(), None);
         cp.snapshot = Some("{}".into());
