@@ -506,3 +506,7 @@ impl<'t> BinaryCopyReader<'t> {
         Ok(Some(end))
     }
 }
+
+#[cfg(test)]
+#[path = "binary_tests.rs"]
+mod tests;
