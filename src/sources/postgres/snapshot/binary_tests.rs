@@ -226,6 +226,8 @@ INSERT INTO binary_types VALUES
   '\xdeadbeef', '2000-01-01', '00:00:00.000001', '1999-12-31 23:59:59.999999', '1970-01-01 00:00:00+00',
   '00000000-0000-0000-0000-000000000000', '[]', 'null', 'happy', 1);
 INSERT INTO binary_types (id, nu) SELECT g, g * 1.5 FROM generate_series(4, 1000) g;
+-- Keys of 1 to 6 digits: their text order is not their numeric order.
+INSERT INTO binary_types (id, nu) SELECT g * 997, 0 FROM generate_series(2, 1000) g;
 "#;
 
 #[tokio::test]
@@ -300,7 +302,7 @@ async fn binary_equals_text_and_chunks_cover_the_table_once() {
     let order = " ORDER BY id".to_owned();
     let text = copy(false, order.clone()).await;
     let binary = copy(true, order).await;
-    assert_eq!(text.num_rows(), 1000);
+    assert_eq!(text.num_rows(), 1999);
     for (i, (t, b)) in text.columns().iter().zip(binary.columns()).enumerate() {
         assert_eq!(t, b, "column {} differs", schema.columns[i].name);
     }
@@ -322,8 +324,14 @@ async fn binary_equals_text_and_chunks_cover_the_table_once() {
                 .copied(),
         );
     }
+    let copied = ids.len();
     ids.sort_unstable();
-    assert_eq!(ids, (1..=1000).collect::<Vec<i32>>());
+    ids.dedup();
+    assert_eq!(copied, ids.len(), "a row in two chunks");
+    let mut want: Vec<i32> = (1..=1000).chain((2..=1000).map(|g| g * 997)).collect();
+    want.sort_unstable();
+    want.dedup();
+    assert_eq!(ids, want);
     client
         .batch_execute(&format!("DROP SCHEMA {ns} CASCADE"))
         .await

@@ -142,13 +142,21 @@ async fn sample_keys(
     chunks: u64,
 ) -> Result<Vec<Vec<String>>, SourceError> {
     let pct = sample_percent(estimated_rows, chunks * SAMPLES_PER_CHUNK);
-    let text: Vec<String> = key.names.iter().map(|n| format!("{n}::text")).collect();
+    // Aliased, and ORDER BY the qualified columns: an output column named like the key would
+    // make ORDER BY sort the text, whose order is not the key's.
+    let text: Vec<String> = key
+        .names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!("s.{n}::text AS k{i}"))
+        .collect();
+    let order: Vec<String> = key.names.iter().map(|n| format!("s.{n}")).collect();
     let sql = format!(
-        "SELECT {} FROM {}.{} TABLESAMPLE SYSTEM ({pct}) ORDER BY {}",
+        "SELECT {} FROM {}.{} AS s TABLESAMPLE SYSTEM ({pct}) ORDER BY {}",
         text.join(", "),
         quote_ident(&schema.id.namespace),
         quote_ident(&schema.id.name),
-        key.names.join(", ")
+        order.join(", ")
     );
     let rows = client
         .query(sql.as_str(), &[])
