@@ -131,17 +131,25 @@ impl Tables {
         }
     }
 
-    /// Inserts of `changes` become updates when its table's upsert window covers `position`.
-    fn upsert_in_window(&self, changes: &mut TableChanges, position: &Position) {
+    /// Rewrites `changes` as upserts when its table's upsert window covers `position`.
+    fn upsert_in_window(
+        &self,
+        changes: &mut TableChanges,
+        position: &Position,
+    ) -> Result<(), PipelineError> {
         let in_window = self
             .upsert_until
             .get(&changes.schema.id)
             .is_some_and(|until| until.covers(position));
         if in_window {
-            for op in changes.ops.iter_mut().filter(|op| **op == Op::Insert) {
-                *op = Op::Update;
-            }
+            upsert::upsert(changes).map_err(|e| {
+                PipelineError::SourceTask(format!(
+                    "rewriting changes to {} at {position} as upserts: {e}",
+                    changes.schema.id
+                ))
+            })?;
         }
+        Ok(())
     }
 
     fn oldest(&self) -> Option<Instant> {
@@ -480,7 +488,7 @@ impl Committer {
                 debug!(table = %changes.schema.id, position = %tx.position, "already committed: skipped");
                 continue;
             }
-            self.tables.upsert_in_window(&mut changes, &tx.position);
+            self.tables.upsert_in_window(&mut changes, &tx.position)?;
             self.schema_switch(&changes).await?;
             self.tables.push(changes, &tx.position);
         }
@@ -628,6 +636,9 @@ fn count_ops(pipeline: &str, table: &TableId, changes: &TableChanges) {
         }
     }
 }
+
+#[path = "pipeline_upsert.rs"]
+mod upsert;
 
 #[cfg(test)]
 #[path = "pipeline_tests.rs"]

@@ -30,8 +30,9 @@
 //! - Key ranges: R's chunk is fixed by its key, and every chunk of the table is either done (at
 //!   C, or committed at S2 before a second crash: both exact or converging) or copied now; a row
 //!   never falls between two chunks copied at different snapshots. An update that changes R's key
-//!   from k1 to k2 is a delete of k1 plus an upsert of k2 in the replay, whichever chunks they
-//!   belong to.
+//!   from k1 to k2 is replayed as a delete of k2 (the copy may already hold it) followed by the
+//!   update, which removes k1 and writes k2, whichever chunks they belong to
+//!   (`pipeline_upsert.rs`).
 //! - Partial rows (unchanged TOASTed columns arrive absent): the sink completes an absent column
 //!   from the row it holds. Column c of R ends as the last replayed change that carried c, or, if
 //!   none did, the copied value, which is then also c's current value (c did not change after
