@@ -323,9 +323,53 @@ pub async fn ensure_publication(
         tracing::info!(publication, tables = tables.len(), "created publication");
         return Ok(());
     };
+    let all_tables: bool = row.get(0);
+    if !all_tables {
+        add_missing_tables(client, publication, tables).await;
+    }
     match publication_problem(client, publication, tables, &row).await? {
         None => Ok(()),
         Some(p) => Err(SourceError::Config(p.to_string())),
+    }
+}
+
+/// A table added to `source.tables` joins the existing publication, so that it can be copied
+/// alone and then streamed. Best effort: without ownership of the publication the ALTER fails and
+/// [`publication_problem`] reports the statement to run.
+async fn add_missing_tables(client: &Client, publication: &str, tables: &[TableId]) {
+    let published: BTreeSet<TableId> = match client
+        .query(
+            "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1",
+            &[&publication],
+        )
+        .await
+    {
+        Ok(rows) => rows
+            .iter()
+            .map(|r| TableId::new(r.get::<_, String>(0), r.get::<_, String>(1)))
+            .collect(),
+        Err(_) => return,
+    };
+    let missing: Vec<String> = tables
+        .iter()
+        .filter(|t| !published.contains(*t))
+        .map(qualified)
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    let sql = format!(
+        "ALTER PUBLICATION {} ADD TABLE {}",
+        quote_ident(publication),
+        missing.join(", ")
+    );
+    match client.batch_execute(&sql).await {
+        Ok(()) => {
+            tracing::info!(publication, tables = %missing.join(", "), "added tables to the publication")
+        }
+        Err(e) => {
+            tracing::warn!(publication, error = %db_error(&e), "could not add tables to the publication")
+        }
     }
 }
 
