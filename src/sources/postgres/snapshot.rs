@@ -16,7 +16,7 @@
 //! *Resumed copy* (a crash mid-copy) and *added table* (a table without a checkpoint while the
 //! slot exists): the exported snapshot died with its connection, so the remaining chunks (or the
 //! new table) are copied at a new snapshot S2, exported by a plain `REPEATABLE READ` transaction,
-//! and `L = pg_current_wal_lsn()` is read after S2 was taken, so every transaction in S2 ends at or
+//! and `L = pg_current_wal_insert_lsn()` is read after S2 was taken, so every transaction in S2 ends at or
 //! below L. Streaming starts at P, where the slot stands (P ≤ S2, and every change after P is
 //! streamed). The table is committed "complete at P" with an upsert window up to L
 //! (`cdcd.upsert_until`): the pipeline turns its inserts at or below L into updates. Why this

@@ -198,14 +198,16 @@ impl NewSnapshot {
             .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .await
             .map_err(err("opening the snapshot transaction"))?;
-        // The first query takes the transaction's snapshot; the LSN is read after it.
+        // The first query takes the transaction's snapshot; the LSN is read after it. The insert
+        // position, not the write position: with synchronous_commit = off a commit is visible
+        // before its WAL is written.
         let name: String = client
             .query_one("SELECT pg_export_snapshot()", &[])
             .await
             .map_err(err("exporting a snapshot"))?
             .get(0);
         let lsn: String = client
-            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
             .await
             .map_err(err("reading the WAL position"))?
             .get(0);
