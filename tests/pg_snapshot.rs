@@ -56,8 +56,15 @@ fn writes(t: &str, round: u64, rows: u64) -> String {
     sql
 }
 
-async fn write_until(client: Client, t: String, rows: u64, stop: Arc<AtomicBool>) -> u64 {
-    let mut round = 0;
+/// Write transactions numbered from `first` (each number once per table: its inserts use it).
+async fn write_until(
+    client: Client,
+    t: String,
+    rows: u64,
+    first: u64,
+    stop: Arc<AtomicBool>,
+) -> u64 {
+    let mut round = first - 1;
     while !stop.load(Ordering::Relaxed) {
         round += 1;
         exec(&client, &writes(&t, round, rows)).await;
@@ -129,6 +136,7 @@ async fn writes_during_a_parallel_copy_converge() {
         connect(&env.pg_url).await,
         t.clone(),
         rows,
+        1,
         stop.clone(),
     ));
     wait_for(
@@ -174,6 +182,7 @@ async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
         connect(&env.pg_url).await,
         t.clone(),
         rows,
+        1,
         stop.clone(),
     ));
     // Two commits of copied rows (position 0/0) are in: some chunks are done.
