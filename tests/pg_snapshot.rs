@@ -271,12 +271,14 @@ async fn a_table_added_later_is_copied_alone() {
         connect(&env.pg_url).await,
         a.clone(),
         5_000,
+        2,
         stop.clone(),
     ));
     let wb = tokio::spawn(write_until(
         connect(&env.pg_url).await,
         b.clone(),
         30_000,
+        2,
         stop.clone(),
     ));
     wait_for(&mut p, "the copy of b", Duration::from_secs(240), |o| {
