@@ -9,7 +9,6 @@ use crate::changelog::{Column, TableId};
 use crate::sources::postgres::snapshot::{copy_chunk, set_formats, ChunkCopy};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Decimal128Type, Int32Type};
-use arrow_array::Array;
 
 fn numeric(weight: i16, sign: u16, dscale: u16, digits: &[i16]) -> Vec<u8> {
     let mut v = Vec::new();
@@ -131,7 +130,7 @@ fn stream() -> Vec<u8> {
     for (id, text) in [(1, Some("a")), (2, None), (3, Some("ccc"))] {
         v.extend(2i16.to_be_bytes());
         v.extend(4i32.to_be_bytes());
-        v.extend((id as i32).to_be_bytes());
+        v.extend(i32::to_be_bytes(id));
         match text {
             Some(t) => {
                 v.extend((t.len() as i32).to_be_bytes());
