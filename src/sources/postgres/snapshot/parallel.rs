@@ -151,28 +151,37 @@ async fn sample_keys(
         .map(|(i, n)| format!("s.{n}::text AS k{i}"))
         .collect();
     let order: Vec<String> = key.names.iter().map(|n| format!("s.{n}")).collect();
-    let sql = format!(
-        "SELECT {} FROM {}.{} AS s TABLESAMPLE SYSTEM ({pct}) ORDER BY {}",
-        text.join(", "),
-        quote_ident(&schema.id.namespace),
-        quote_ident(&schema.id.name),
-        order.join(", ")
-    );
-    let rows = client
-        .query(sql.as_str(), &[])
-        .await
-        .map_err(|e| SourceError::Server {
-            context: format!("sampling the keys of {}", schema.id),
-            detail: e.to_string(),
-        })?;
-    Ok(rows
-        .iter()
-        .map(|r| {
-            (0..key.names.len())
-                .map(|i| r.get::<_, String>(i))
-                .collect()
-        })
-        .collect())
+    // SYSTEM samples whole pages (cheap) but may hit very few of a small table's pages;
+    // BERNOULLI samples rows (reads every page) and is the fallback when SYSTEM found too few.
+    let mut samples = Vec::new();
+    for method in ["SYSTEM", "BERNOULLI"] {
+        let sql = format!(
+            "SELECT {} FROM {}.{} AS s TABLESAMPLE {method} ({pct}) ORDER BY {}",
+            text.join(", "),
+            quote_ident(&schema.id.namespace),
+            quote_ident(&schema.id.name),
+            order.join(", ")
+        );
+        let rows = client
+            .query(sql.as_str(), &[])
+            .await
+            .map_err(|e| SourceError::Server {
+                context: format!("sampling the keys of {}", schema.id),
+                detail: e.to_string(),
+            })?;
+        samples = rows
+            .iter()
+            .map(|r| {
+                (0..key.names.len())
+                    .map(|i| r.get::<_, String>(i))
+                    .collect()
+            })
+            .collect();
+        if samples.len() as u64 >= chunks * SAMPLES_PER_CHUNK / 4 {
+            break;
+        }
+    }
+    Ok(samples)
 }
 
 /// A snapshot exported by a plain transaction (when the slot exists already), and the WAL
