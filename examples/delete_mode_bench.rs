@@ -86,10 +86,7 @@ fn sink(warehouse: &Path, mode: DeleteMode) -> anyhow::Result<IcebergSink> {
 }
 
 fn checkpoint(n: u64) -> Checkpoint {
-    Checkpoint {
-        pipeline: "bench".into(),
-        position: Position::Postgres(Lsn(n)),
-    }
+    Checkpoint::new("bench", Position::Postgres(Lsn(n)))
 }
 
 /// xorshift64: the same "random" keys for both modes.

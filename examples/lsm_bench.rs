@@ -131,10 +131,7 @@ async fn main() -> anyhow::Result<()> {
         let n = per_commit.min(total - written);
         let changes = batch(&schema, &mut next_key, n, &mut rng);
         commits += 1;
-        let cp = Checkpoint {
-            pipeline: "bench".into(),
-            position: Position::Postgres(Lsn(commits)),
-        };
+        let cp = Checkpoint::new("bench", Position::Postgres(Lsn(commits)));
         let t = Instant::now();
         sink.commit(&schema, &[changes], &cp).await?;
         let took = t.elapsed();

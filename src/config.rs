@@ -96,6 +96,13 @@ pub struct RawSource {
     /// or filtered slot advance and keeps `cdcd_source_lag_seconds` near 0 when idle.
     #[serde(default)]
     pub heartbeat_interval_ms: Option<u64>,
+    /// Postgres initial copy: connections copying chunks in parallel (default 4).
+    #[serde(default)]
+    pub snapshot_parallelism: Option<usize>,
+    /// Postgres initial copy: target rows per chunk, the unit of parallelism and of resuming
+    /// after a crash (default 250000).
+    #[serde(default)]
+    pub snapshot_chunk_rows: Option<u64>,
 }
 
 impl fmt::Debug for RawSource {
@@ -278,6 +285,10 @@ pub struct PostgresConfig {
     pub spill_dir: PathBuf,
     /// Heartbeat and slot-watch period; `None`: no heartbeats (`source.heartbeat_interval_ms = 0`).
     pub heartbeat_interval: Option<std::time::Duration>,
+    /// Connections copying chunks of the initial copy in parallel (≥ 1).
+    pub snapshot_parallelism: usize,
+    /// Target rows per chunk of the initial copy (≥ 1).
+    pub snapshot_chunk_rows: u64,
 }
 
 impl PostgresConfig {
@@ -744,8 +755,24 @@ impl RawConfig {
             0 => None,
             ms => Some(std::time::Duration::from_millis(ms)),
         };
+        let snapshot_parallelism = s.snapshot_parallelism.unwrap_or(4);
+        if snapshot_parallelism == 0 {
+            return Err(bad(
+                "source.snapshot_parallelism",
+                "must be at least 1".into(),
+            ));
+        }
+        let snapshot_chunk_rows = s.snapshot_chunk_rows.unwrap_or(250_000);
+        if snapshot_chunk_rows == 0 {
+            return Err(bad(
+                "source.snapshot_chunk_rows",
+                "must be at least 1".into(),
+            ));
+        }
         Ok(PostgresConfig {
             heartbeat_interval,
+            snapshot_parallelism,
+            snapshot_chunk_rows,
             host,
             port,
             user,

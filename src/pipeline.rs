@@ -13,6 +13,15 @@
 //! durable position (STYLE rule 6). While a commit runs the pipeline reads nothing, so the bounded
 //! event channel fills and the source stops reading: that is the backpressure.
 //!
+//! Initial copies (source-neutral): a copy's rows are committed at the incomplete position with the
+//! copy's progress (`cdcd.snapshot`: the chunk plan, chunks started, chunks done), so a restart
+//! hands the source only what is left ([`Resume::copy`]) and keeps the slot. A table copied at a
+//! snapshot newer than where streaming starts (a resumed copy, a table added to `tables`) gets an
+//! upsert window (`cdcd.upsert_until`): its changes up to that position are replayed over rows
+//! that may already reflect them, so inserts become updates (upserts); every change is keyed and
+//! carries whole rows, so the replay converges (the argument is in
+//! `sources/postgres/snapshot.rs`).
+//!
 //! Exactly-once: on start each table's checkpoint is read back; a transaction at or below it is
 //! already in the table and is skipped for that table. The source resumes from the oldest
 //! checkpoint, never from later, so no table misses a change.
@@ -25,12 +34,14 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::changelog::{Position, TableChanges, TableId, TableSchema, Transaction};
+use crate::changelog::{Op, Position, TableChanges, TableId, TableSchema, Transaction};
 use crate::checkpoint::Checkpoint;
 use crate::config::SnapshotMode;
 use crate::metrics as m;
 use crate::sinks::{Sink, SinkError};
-use crate::sources::{Prepared, Resume, Source, SourceError, SourceEvent};
+use crate::sources::{
+    Prepared, Resume, SnapshotProgress, Source, SourceError, SourceEvent, TableCopy,
+};
 
 /// Events buffered between the source and the pipeline. Each event is a whole transaction or a
 /// snapshot batch, so this bounds memory in transactions, not rows.
@@ -38,6 +49,8 @@ const EVENT_CHANNEL_CAPACITY: usize = 16;
 
 /// Rows of one table's initial copy committed together.
 pub const SNAPSHOT_BATCH_ROWS: usize = 50_000;
+/// Arrow bytes of one table's initial copy committed together (wide rows reach this first).
+pub const SNAPSHOT_BATCH_BYTES: usize = 128 << 20;
 
 /// The pipeline stopped with an error. Nothing was acknowledged past what is committed.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +99,8 @@ struct TableBuffer {
     schema: Arc<TableSchema>,
     changes: Vec<TableChanges>,
     rows: usize,
+    /// Arrow memory of `changes`.
+    bytes: usize,
     /// The checkpoint to commit with: the position of the newest buffered change.
     position: Position,
     /// Commit even with no rows (the end of an initial copy records the consistent point).
@@ -102,6 +117,10 @@ struct Tables {
     buffered_rows: usize,
     /// The newest schema seen per table.
     schemas: BTreeMap<TableId, Arc<TableSchema>>,
+    /// Initial copies under way: what each commit of the table records as `cdcd.snapshot`.
+    progress: BTreeMap<TableId, SnapshotProgress>,
+    /// Open upsert windows: the table's changes at or below this position are upserts.
+    upsert_until: BTreeMap<TableId, Position>,
 }
 
 impl Tables {
@@ -110,6 +129,27 @@ impl Tables {
             Some(Some(done)) => !done.is_snapshot_incomplete() && done.covers(position),
             _ => false,
         }
+    }
+
+    /// Rewrites `changes` as upserts when its table's upsert window covers `position`.
+    fn upsert_in_window(
+        &self,
+        changes: &mut TableChanges,
+        position: &Position,
+    ) -> Result<(), PipelineError> {
+        let in_window = self
+            .upsert_until
+            .get(&changes.schema.id)
+            .is_some_and(|until| until.covers(position));
+        if in_window {
+            upsert::upsert(changes).map_err(|e| {
+                PipelineError::SourceTask(format!(
+                    "rewriting changes to {} at {position} as upserts: {e}",
+                    changes.schema.id
+                ))
+            })?;
+        }
+        Ok(())
     }
 
     fn oldest(&self) -> Option<Instant> {
@@ -124,12 +164,14 @@ impl Tables {
             schema: changes.schema.clone(),
             changes: Vec::new(),
             rows: 0,
+            bytes: 0,
             position: position.clone(),
             force: false,
             since: Instant::now(),
         });
         buffer.schema = changes.schema.clone();
         buffer.rows += rows;
+        buffer.bytes += changes.rows.get_array_memory_size();
         buffer.position = position.clone();
         buffer.changes.push(changes);
         self.buffered_rows += rows;
@@ -148,16 +190,31 @@ pub async fn run(
     let mut tables = Tables::default();
     for table in &prepared.tables {
         let cp = sink.checkpoint(table).await?;
+        if let Some(cp) = &cp {
+            if let Some(until) = &cp.upsert_until {
+                tables.upsert_until.insert(table.clone(), until.clone());
+            }
+            let progress = cp.snapshot.as_deref().and_then(SnapshotProgress::from_json);
+            if let (true, Some(progress)) = (cp.position.is_snapshot_incomplete(), progress) {
+                tables.progress.insert(table.clone(), progress);
+            }
+        }
         tables
             .committed
             .insert(table.clone(), cp.map(|c| c.position));
     }
     let resume = decide_resume(&prepared, &tables, &settings)?;
+    if resume.snapshot {
+        // A new slot: every table is copied again from scratch at its exported snapshot.
+        tables.progress.clear();
+        tables.upsert_until.clear();
+    }
     info!(
         pipeline = %settings.pipeline,
         tables = prepared.tables.len(),
         start = %resume.start.as_ref().map(ToString::to_string).unwrap_or_else(|| "slot".into()),
         snapshot = resume.snapshot,
+        copy = resume.copy.len(),
         "starting"
     );
 
@@ -259,29 +316,43 @@ fn decide_resume(
     settings: &Settings,
 ) -> Result<Resume, PipelineError> {
     let checkpoints: Vec<&Position> = tables.committed.values().flatten().collect();
-    let incomplete = tables
-        .committed
-        .iter()
-        .filter(|(_, cp)| cp.as_ref().is_none_or(|p| p.is_snapshot_incomplete()))
-        .map(|(t, _)| t.to_string())
-        .collect::<Vec<_>>();
     let start = checkpoints
         .iter()
         .filter(|p| !p.is_snapshot_incomplete())
         .min_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal))
         .map(|p| (*p).clone());
     match settings.snapshot {
+        SnapshotMode::Initial if !prepared.slot_exists => Ok(Resume {
+            start: None,
+            snapshot: true,
+            copy: Vec::new(),
+        }),
         SnapshotMode::Initial => {
-            let snapshot = !prepared.slot_exists || !incomplete.is_empty();
-            if snapshot && prepared.slot_exists {
-                warn!(
-                    tables = %incomplete.join(", "),
-                    "tables without a completed initial copy: copying every table again from a new slot"
-                );
+            // The slot stays: only the tables without a completed copy are copied, each from
+            // where its last commit left it, at a new snapshot.
+            let copy: Vec<TableCopy> = tables
+                .committed
+                .iter()
+                .filter(|(_, cp)| cp.as_ref().is_none_or(|p| p.is_snapshot_incomplete()))
+                .map(|(t, _)| TableCopy {
+                    table: t.clone(),
+                    progress: tables.progress.get(t).cloned(),
+                })
+                .collect();
+            for c in &copy {
+                match &c.progress {
+                    Some(p) => {
+                        info!(table = %c.table, chunks = p.chunks.len(), done = p.done.len(), "resuming an interrupted initial copy")
+                    }
+                    None => {
+                        info!(table = %c.table, "copying a table without a completed initial copy")
+                    }
+                }
             }
             Ok(Resume {
-                start: if snapshot { None } else { start },
-                snapshot,
+                start,
+                snapshot: false,
+                copy,
             })
         }
         SnapshotMode::Never => {
@@ -301,6 +372,7 @@ fn decide_resume(
             Ok(Resume {
                 start,
                 snapshot: false,
+                copy: Vec::new(),
             })
         }
     }
@@ -342,16 +414,56 @@ impl Committer {
                     .as_ref()
                     .map(Position::snapshot_incomplete)
                     .unwrap_or(Position::Postgres(crate::changelog::Lsn::ZERO));
+                let rows = changes.ops.iter().filter(|op| **op != Op::Truncate).count();
                 metrics::counter!(m::SNAPSHOT_ROWS_TOTAL, m::LABEL_PIPELINE => self.settings.pipeline.clone(), m::LABEL_TABLE => table.to_string())
-                    .increment(changes.len() as u64);
+                    .increment(rows as u64);
                 self.schema_switch(&changes).await?;
                 self.tables.push(changes, &incomplete);
-                let rows = self.tables.buffers.get(&table).map_or(0, |b| b.rows);
-                if rows >= SNAPSHOT_BATCH_ROWS {
+                let full = self.tables.buffers.get(&table).is_some_and(|b| {
+                    b.rows >= SNAPSHOT_BATCH_ROWS || b.bytes >= SNAPSHOT_BATCH_BYTES
+                });
+                if full {
                     self.commit_table(&table).await?;
                 }
             }
+            SourceEvent::SnapshotPlan {
+                table,
+                chunks,
+                estimated_rows,
+            } => {
+                metrics::gauge!(m::SNAPSHOT_ROWS_ESTIMATED, m::LABEL_PIPELINE => self.settings.pipeline.clone(), m::LABEL_TABLE => table.to_string())
+                    .set(estimated_rows as f64);
+                // A resumed copy announces the plan it was given: keep what is started and done.
+                let same = self
+                    .tables
+                    .progress
+                    .get(&table)
+                    .is_some_and(|p| p.chunks == chunks);
+                if !same {
+                    let progress = SnapshotProgress {
+                        chunks,
+                        ..SnapshotProgress::default()
+                    };
+                    self.tables.progress.insert(table, progress);
+                }
+            }
+            SourceEvent::SnapshotChunk {
+                table,
+                chunk,
+                state,
+            } => match self.tables.progress.get_mut(&table) {
+                Some(progress) => progress.apply(chunk, state),
+                None => {
+                    return Err(PipelineError::SourceTask(format!(
+                        "chunk {chunk} of the copy of {table} without a plan"
+                    )))
+                }
+            },
+            SourceEvent::SnapshotUpsertUntil { table, until } => {
+                self.tables.upsert_until.insert(table, until);
+            }
             SourceEvent::SnapshotDone { table, position } => {
+                self.tables.progress.remove(&table);
                 let schema = self.tables.schemas.get(&table).cloned();
                 match (self.tables.buffers.get_mut(&table), schema) {
                     (Some(buffer), _) => {
@@ -367,6 +479,7 @@ impl Committer {
                                 schema,
                                 changes: Vec::new(),
                                 rows: 0,
+                                bytes: 0,
                                 position: position.clone(),
                                 force: true,
                                 since: Instant::now(),
@@ -389,7 +502,7 @@ impl Committer {
     async fn transaction(&mut self, tx: Transaction) -> Result<(), PipelineError> {
         metrics::counter!(m::TRANSACTIONS_TOTAL, m::LABEL_PIPELINE => self.settings.pipeline.clone())
             .increment(1);
-        for changes in tx.changes {
+        for mut changes in tx.changes {
             if changes.is_empty() {
                 continue;
             }
@@ -397,6 +510,7 @@ impl Committer {
                 debug!(table = %changes.schema.id, position = %tx.position, "already committed: skipped");
                 continue;
             }
+            self.tables.upsert_in_window(&mut changes, &tx.position)?;
             self.schema_switch(&changes).await?;
             self.tables.push(changes, &tx.position);
         }
@@ -486,9 +600,25 @@ impl Committer {
         if buffer.rows == 0 && !buffer.force {
             return Ok(());
         }
+        let incomplete = buffer.position.is_snapshot_incomplete();
+        let window = self
+            .tables
+            .upsert_until
+            .get(table)
+            .filter(|until| incomplete || !buffer.position.covers(until))
+            .cloned();
         let checkpoint = Checkpoint {
             pipeline: self.settings.pipeline.clone(),
             position: buffer.position.clone(),
+            snapshot: if incomplete {
+                self.tables
+                    .progress
+                    .get(table)
+                    .map(SnapshotProgress::to_json)
+            } else {
+                None
+            },
+            upsert_until: window.clone(),
         };
         let started = Instant::now();
         let stats = self
@@ -522,6 +652,10 @@ impl Committer {
             ms = elapsed.as_millis() as u64,
             "committed"
         );
+        if window.is_none() {
+            // Every later change is past the window.
+            self.tables.upsert_until.remove(table);
+        }
         self.tables
             .committed
             .insert(table.clone(), Some(checkpoint.position));
@@ -548,6 +682,9 @@ fn count_ops(pipeline: &str, table: &TableId, changes: &TableChanges) {
         }
     }
 }
+
+#[path = "pipeline_upsert.rs"]
+mod upsert;
 
 #[cfg(test)]
 #[path = "pipeline_tests.rs"]

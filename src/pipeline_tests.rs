@@ -55,6 +55,9 @@ struct Record {
     acks: Vec<Position>,
     /// (table, rows, position) per commit
     commits: Vec<(String, usize, String)>,
+    /// The checkpoint and the ops of each commit.
+    checkpoints: Vec<Checkpoint>,
+    ops: Vec<Vec<Op>>,
 }
 
 struct ScriptedSource {
@@ -112,17 +115,14 @@ impl Source for ScriptedSource {
 }
 
 struct RecordingSink {
-    checkpoints: BTreeMap<TableId, Position>,
+    checkpoints: BTreeMap<TableId, Checkpoint>,
     record: Arc<Mutex<Record>>,
 }
 
 #[async_trait]
 impl Sink for RecordingSink {
     async fn checkpoint(&self, table: &TableId) -> Result<Option<Checkpoint>, SinkError> {
-        Ok(self.checkpoints.get(table).map(|p| Checkpoint {
-            pipeline: "p".into(),
-            position: p.clone(),
-        }))
+        Ok(self.checkpoints.get(table).cloned())
     }
 
     async fn commit(
@@ -132,11 +132,15 @@ impl Sink for RecordingSink {
         checkpoint: &Checkpoint,
     ) -> Result<CommitStats, SinkError> {
         let rows = changes.iter().map(TableChanges::len).sum();
-        self.record.lock().unwrap().commits.push((
+        let mut r = self.record.lock().unwrap();
+        r.commits.push((
             schema.id.name.clone(),
             rows,
             checkpoint.position.to_string(),
         ));
+        r.checkpoints.push(checkpoint.clone());
+        r.ops
+            .push(changes.iter().flat_map(|c| c.ops.iter().copied()).collect());
         Ok(CommitStats::default())
     }
 
@@ -161,6 +165,19 @@ async fn run_script(
     events: Vec<SourceEvent>,
     settings: Settings,
 ) -> Record {
+    let checkpoints = checkpoints
+        .iter()
+        .map(|(t, p)| (*t, Checkpoint::new("p", pos(*p))))
+        .collect();
+    run_with(slot_exists, checkpoints, events, settings).await
+}
+
+async fn run_with(
+    slot_exists: bool,
+    checkpoints: Vec<(&str, Checkpoint)>,
+    events: Vec<SourceEvent>,
+    settings: Settings,
+) -> Record {
     let record = Arc::new(Mutex::new(Record::default()));
     let shutdown = CancellationToken::new();
     let source = ScriptedSource {
@@ -172,8 +189,8 @@ async fn run_script(
     };
     let sink = RecordingSink {
         checkpoints: checkpoints
-            .iter()
-            .map(|(t, p)| (TableId::new("public", *t), pos(*p)))
+            .into_iter()
+            .map(|(t, cp)| (TableId::new("public", t), cp))
             .collect(),
         record: record.clone(),
     };
@@ -327,15 +344,44 @@ async fn initial_copy_commits_incomplete_then_the_consistent_point() {
 }
 
 #[tokio::test]
-async fn an_incomplete_copy_is_redone_and_a_lost_slot_is_an_error() {
-    let r = run_script(
+async fn an_incomplete_copy_is_resumed_and_a_lost_slot_is_an_error() {
+    let progress = SnapshotProgress {
+        chunks: vec!["x".into(), "y".into(), "z".into()],
+        started: [1].into(),
+        done: [0].into(),
+    };
+    let mut a = Checkpoint::new("p", pos(0));
+    a.snapshot = Some(progress.to_json());
+    let r = run_with(
         true,
-        &[("a", 0), ("b", 50)],
+        vec![("a", a), ("b", Checkpoint::new("p", pos(50)))],
         vec![],
         settings(1000, SnapshotMode::Initial),
     )
     .await;
-    assert!(r.resume.unwrap().snapshot);
+    let resume = r.resume.unwrap();
+    assert!(!resume.snapshot, "the slot stays");
+    assert_eq!(resume.start, Some(pos(50)));
+    assert_eq!(
+        resume.copy,
+        vec![TableCopy {
+            table: TableId::new("public", "a"),
+            progress: Some(progress),
+        }]
+    );
+    // A table without any checkpoint (added to `tables`) is copied alone, from scratch.
+    let r = run_script(
+        true,
+        &[("b", 50)],
+        vec![],
+        settings(1000, SnapshotMode::Initial),
+    )
+    .await;
+    let resume = r.resume.unwrap();
+    assert!(!resume.snapshot);
+    assert_eq!(resume.copy.len(), 1);
+    assert_eq!(resume.copy[0].table.name, "a");
+    assert_eq!(resume.copy[0].progress, None);
 
     let shutdown = CancellationToken::new();
     let record = Arc::new(Mutex::new(Record::default()));
@@ -347,7 +393,7 @@ async fn an_incomplete_copy_is_redone_and_a_lost_slot_is_an_error() {
         done: shutdown.clone(),
     };
     let sink = RecordingSink {
-        checkpoints: [(TableId::new("public", "a"), pos(50))].into(),
+        checkpoints: [(TableId::new("public", "a"), Checkpoint::new("p", pos(50)))].into(),
         record,
     };
     let err = run(
@@ -359,4 +405,102 @@ async fn an_incomplete_copy_is_redone_and_a_lost_slot_is_an_error() {
     .await
     .unwrap_err();
     assert!(err.to_string().contains("cdcd_p"), "{err}");
+}
+
+fn table(name: &str) -> TableId {
+    TableId::new("public", name)
+}
+
+fn chunk(name: &str, chunk: u32, state: crate::sources::ChunkState) -> SourceEvent {
+    SourceEvent::SnapshotChunk {
+        table: table(name),
+        chunk,
+        state,
+    }
+}
+
+#[tokio::test]
+async fn copy_progress_is_committed_with_the_rows() {
+    use crate::sources::ChunkState::{Done, Started};
+    let r = run_script(
+        false,
+        &[],
+        vec![
+            SourceEvent::SnapshotPlan {
+                table: table("a"),
+                chunks: vec!["c0".into(), "c1".into()],
+                estimated_rows: 4,
+            },
+            SourceEvent::SnapshotRows(changes("a", Op::Truncate, &[0])),
+            chunk("a", 0, Started),
+            SourceEvent::SnapshotRows(changes("a", Op::Insert, &[1, 2])),
+            chunk("a", 0, Done),
+            chunk("a", 1, Started),
+            SourceEvent::SnapshotRows(changes("a", Op::Insert, &[3])),
+        ],
+        settings(1000, SnapshotMode::Initial),
+    )
+    .await;
+    assert_eq!(r.commits, vec![("a".into(), 4, "0/0".into())]);
+    let progress = SnapshotProgress::from_json(r.checkpoints[0].snapshot.as_deref().unwrap());
+    assert_eq!(
+        progress,
+        Some(SnapshotProgress {
+            chunks: vec!["c0".into(), "c1".into()],
+            started: [1].into(),
+            done: [0].into(),
+        })
+    );
+}
+
+#[tokio::test]
+async fn inserts_in_the_upsert_window_become_updates() {
+    let r = run_script(
+        true,
+        &[("b", 5)],
+        vec![
+            SourceEvent::SnapshotPlan {
+                table: table("a"),
+                chunks: vec!["c0".into()],
+                estimated_rows: 1,
+            },
+            SourceEvent::SnapshotRows(changes("a", Op::Insert, &[1])),
+            SourceEvent::SnapshotUpsertUntil {
+                table: table("a"),
+                until: pos(30),
+            },
+            SourceEvent::SnapshotDone {
+                table: table("a"),
+                position: pos(5),
+            },
+            tx(20, vec![changes("a", Op::Insert, &[1])]),
+        ],
+        settings(1000, SnapshotMode::Initial),
+    )
+    .await;
+    assert_eq!(r.commits[0], ("a".into(), 1, "0/5".into()));
+    assert_eq!(r.checkpoints[0].upsert_until, Some(pos(30)));
+    assert_eq!(r.checkpoints[0].snapshot, None, "the copy is complete");
+    assert_eq!(r.ops[1], vec![Op::Update], "an insert inside the window");
+    assert_eq!(
+        r.checkpoints[1].upsert_until,
+        Some(pos(30)),
+        "still open at 0/14"
+    );
+
+    // Past the window: plain inserts, and the window is no longer recorded.
+    let mut a = Checkpoint::new("p", pos(5));
+    a.upsert_until = Some(pos(30));
+    let r = run_with(
+        true,
+        vec![("a", a), ("b", Checkpoint::new("p", pos(5)))],
+        vec![
+            tx(20, vec![changes("a", Op::Insert, &[2])]),
+            tx(40, vec![changes("a", Op::Insert, &[3])]),
+        ],
+        settings(1000, SnapshotMode::Initial),
+    )
+    .await;
+    assert_eq!(r.ops[0], vec![Op::Update, Op::Insert]);
+    assert_eq!(r.checkpoints[0].upsert_until, None);
 }

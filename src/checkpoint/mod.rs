@@ -7,6 +7,12 @@
 //! - `cdcd.position`: the source position up to which the table is complete, in the text form of
 //!   [`Position`].
 //!
+//! - `cdcd.snapshot` (only while a table's initial copy is under way, with `cdcd.position = 0/0`):
+//!   which chunks of the copy are started and done, so a restart copies only the rest;
+//! - `cdcd.upsert_until` (only after a copy taken at a snapshot newer than the stream's start):
+//!   changes at or below this position may already be in the copied rows, so they are applied as
+//!   upserts (see `sources/postgres/snapshot.rs` for why that converges).
+//!
 //! On start the pipeline reads each table's checkpoint back; a transaction whose position is at or
 //! below its table's checkpoint is already in the table and is skipped. The source is acknowledged
 //! only up to positions every table has committed, so a crash at any instant neither loses nor
@@ -22,12 +28,20 @@ pub mod lease;
 pub const PIPELINE_KEY: &str = "cdcd.pipeline";
 /// Snapshot property holding the position up to which the table is complete.
 pub const POSITION_KEY: &str = "cdcd.position";
+/// Snapshot property holding the progress of an unfinished initial copy (JSON, source-defined).
+pub const SNAPSHOT_KEY: &str = "cdcd.snapshot";
+/// Snapshot property: changes at or below this position are applied as upserts.
+pub const UPSERT_UNTIL_KEY: &str = "cdcd.upsert_until";
 
 /// A pipeline's position as stored in one table snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
     pub pipeline: String,
     pub position: Position,
+    /// Progress of an unfinished initial copy ([`SNAPSHOT_KEY`]), as the pipeline encoded it.
+    pub snapshot: Option<String>,
+    /// [`UPSERT_UNTIL_KEY`]: changes at or below it may already be in the table.
+    pub upsert_until: Option<Position>,
 }
 
 /// A snapshot's properties did not hold a readable checkpoint.
@@ -42,12 +56,29 @@ pub enum CheckpointError {
 }
 
 impl Checkpoint {
+    /// A checkpoint with no copy in progress and no upsert window.
+    pub fn new(pipeline: impl Into<String>, position: Position) -> Self {
+        Checkpoint {
+            pipeline: pipeline.into(),
+            position,
+            snapshot: None,
+            upsert_until: None,
+        }
+    }
+
     /// The properties to store in a snapshot.
-    pub fn to_properties(&self) -> [(String, String); 2] {
-        [
+    pub fn to_properties(&self) -> Vec<(String, String)> {
+        let mut p = vec![
             (PIPELINE_KEY.to_owned(), self.pipeline.clone()),
             (POSITION_KEY.to_owned(), self.position.to_string()),
-        ]
+        ];
+        if let Some(s) = &self.snapshot {
+            p.push((SNAPSHOT_KEY.to_owned(), s.clone()));
+        }
+        if let Some(u) = &self.upsert_until {
+            p.push((UPSERT_UNTIL_KEY.to_owned(), u.to_string()));
+        }
+        p
     }
 
     /// Reads the checkpoint of `pipeline` from snapshot properties. `Ok(None)` when the snapshot was
@@ -70,9 +101,24 @@ impl Checkpoint {
                     value: value.clone(),
                     source,
                 })?;
+        let upsert_until = match properties.get(UPSERT_UNTIL_KEY) {
+            Some(v) => {
+                Some(
+                    v.parse::<Position>()
+                        .map_err(|source| CheckpointError::BadPosition {
+                            key: UPSERT_UNTIL_KEY,
+                            value: v.clone(),
+                            source,
+                        })?,
+                )
+            }
+            None => None,
+        };
         Ok(Some(Checkpoint {
             pipeline: pipeline.to_owned(),
             position,
+            snapshot: properties.get(SNAPSHOT_KEY).cloned(),
+            upsert_until,
         }))
     }
 }
@@ -84,16 +130,21 @@ mod tests {
 
     #[test]
     fn round_trips_through_properties() {
-        let cp = Checkpoint {
-            pipeline: "shop".into(),
-            position: Position::Postgres(Lsn(0x16B3748)),
-        };
+        let mut cp = Checkpoint::new("shop", Position::Postgres(Lsn(0x16B3748)));
         let props: HashMap<String, String> = cp.to_properties().into_iter().collect();
         assert_eq!(props["cdcd.position"], "0/16B3748");
         assert_eq!(
             Checkpoint::from_properties("shop", &props).unwrap(),
-            Some(cp)
+            Some(cp.clone())
         );
         assert_eq!(Checkpoint::from_properties("other", &props).unwrap(), None);
+        cp.snapshot = Some("{}".into());
+        cp.upsert_until = Some(Position::Postgres(Lsn(7)));
+        let props: HashMap<String, String> = cp.to_properties().into_iter().collect();
+        assert_eq!(props["cdcd.upsert_until"], "0/7");
+        assert_eq!(
+            Checkpoint::from_properties("shop", &props).unwrap(),
+            Some(cp)
+        );
     }
 }

@@ -5,7 +5,10 @@
 //!
 //! Sources never import sinks: they learn what is durable only through the acknowledged position.
 
+use std::collections::BTreeSet;
+
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -25,10 +28,90 @@ pub enum SourceEvent {
     /// The copy of `table` is complete; the table is consistent at `position` (the slot's
     /// consistent point) and must be committed with it even if no rows were copied.
     SnapshotDone { table: TableId, position: Position },
+    /// The copy of `table` is split into `chunks` (each a source-defined description, e.g. a
+    /// primary-key range), copied in any order and possibly in parallel. Sent once per copy plan,
+    /// before any [`SourceEvent::SnapshotChunk`] of the table.
+    SnapshotPlan {
+        table: TableId,
+        chunks: Vec<String>,
+        /// The source's row estimate (Postgres: `pg_class.reltuples`), for progress and the
+        /// `cdcd_snapshot_rows_estimated` metric.
+        estimated_rows: u64,
+    },
+    /// Chunk `chunk` of `table`'s plan changed state. `Started` comes before any of the chunk's
+    /// rows, `Done` after all of them, so a commit that records the progress never holds rows of
+    /// a chunk it does not call started.
+    SnapshotChunk {
+        table: TableId,
+        chunk: u32,
+        state: ChunkState,
+    },
+    /// Changes to `table` at or below `until` may already be in its copied rows (the copy was
+    /// taken at a snapshot newer than where the stream starts): apply inserts as upserts. Sent
+    /// before the table's `SnapshotDone`.
+    SnapshotUpsertUntil { table: TableId, until: Position },
     /// Every transaction before `Position` has been delivered and none is open: once everything
     /// delivered is committed, this position may be acknowledged (keeps an idle source's log from
     /// growing).
     Heartbeat(Position),
+}
+
+/// Where a chunk of an initial copy stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkState {
+    /// Its rows may follow (and may be partly committed if the copy is interrupted).
+    Started,
+    /// All its rows have been sent.
+    Done,
+}
+
+/// A table's initial copy as far as it got: the plan and which chunks are started or done.
+/// Stored with every commit of the copy (checkpoint key `cdcd.snapshot`, JSON), handed back in
+/// [`Resume::copy`] after a restart.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotProgress {
+    /// Each chunk's source-defined description; chunk ids index this list.
+    pub chunks: Vec<String>,
+    /// Chunks whose rows may be partly in the table (copy them again as upserts).
+    pub started: BTreeSet<u32>,
+    /// Chunks entirely in the table.
+    pub done: BTreeSet<u32>,
+}
+
+impl SnapshotProgress {
+    pub fn to_json(&self) -> String {
+        // Serializing strings and integers cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    pub fn from_json(text: &str) -> Option<Self> {
+        serde_json::from_str(text).ok()
+    }
+
+    /// Records a chunk event.
+    pub fn apply(&mut self, chunk: u32, state: ChunkState) {
+        match state {
+            ChunkState::Started => {
+                if !self.done.contains(&chunk) {
+                    self.started.insert(chunk);
+                }
+            }
+            ChunkState::Done => {
+                self.started.remove(&chunk);
+                self.done.insert(chunk);
+            }
+        }
+    }
+}
+
+/// A table to copy while the slot (and the other tables' positions) stay: its copy was
+/// interrupted, or it was added to `source.tables`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableCopy {
+    pub table: TableId,
+    /// What an interrupted copy finished (`None`: copy from scratch, replacing what the table
+    /// holds).
+    pub progress: Option<SnapshotProgress>,
 }
 
 /// A replication reader.
@@ -45,8 +128,9 @@ pub trait Source: Send {
     async fn prepare(&mut self) -> Result<Prepared, SourceError>;
 
     /// With `resume.snapshot`, (re)creates the slot, copies every captured table as
-    /// `SnapshotRows`/`SnapshotDone`, then streams from the copy's consistent point; otherwise streams
-    /// transactions after `resume.start` (`None`: from where the slot stands). Runs until
+    /// `SnapshotRows`/`SnapshotDone`, then streams from the copy's consistent point; otherwise
+    /// copies the tables of `resume.copy` (if any) and streams transactions after `resume.start`
+    /// (`None`: from where the slot stands). Runs until
     /// `shutdown` is cancelled or the stream fails.
     async fn run(
         self: Box<Self>,
@@ -66,12 +150,15 @@ pub struct Prepared {
 }
 
 /// Where [`Source::run`] starts.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Resume {
     /// Stream transactions after this position (`None`: where the slot stands).
     pub start: Option<Position>,
     /// Copy every captured table first, from a new slot's exported snapshot.
     pub snapshot: bool,
+    /// Without `snapshot`: tables to copy first at a new snapshot (not the slot's), each ending
+    /// with `SnapshotUpsertUntil` and `SnapshotDone` at the position streaming starts from.
+    pub copy: Vec<TableCopy>,
 }
 
 /// A source failed. Each variant names what it was doing.

@@ -98,10 +98,7 @@ fn changes(cs: &[C]) -> TableChanges {
 }
 
 fn cp(lsn: u64) -> Checkpoint {
-    Checkpoint {
-        pipeline: "shop".into(),
-        position: Position::Postgres(Lsn(lsn)),
-    }
+    Checkpoint::new("shop", Position::Postgres(Lsn(lsn)))
 }
 
 fn sink(dir: &Path, mode: DeleteMode) -> IcebergSink {

@@ -97,10 +97,7 @@ fn changes(cs: &[C]) -> TableChanges {
 }
 
 fn cp(lsn: u64) -> Checkpoint {
-    Checkpoint {
-        pipeline: "shop".into(),
-        position: Position::Postgres(Lsn(lsn)),
-    }
+    Checkpoint::new("shop", Position::Postgres(Lsn(lsn)))
 }
 
 fn config(dir: &Path) -> LsmConfig {

@@ -6,13 +6,15 @@
 //! - `replication.rs`: the replication connection (pgwire-replication's framing and auth).
 //! - `setup.rs`: publication, slot and server checks over a regular connection.
 //! - `stream.rs`: decoded messages to changelog transactions (streamed transactions, spill).
-//! - `snapshot.rs`: the initial copy of existing rows.
+//! - `snapshot.rs` and `snapshot/`: the initial copy of existing rows (parallel key ranges,
+//!   binary COPY, resumable).
 //! - `monitor.rs`: heartbeats, slot lag and retained WAL, an invalidated slot.
 //! - `preflight.rs`: further `cdcd check` lines (replica identity, publication rights).
 //!
 //! This file is [`PostgresSource`], the [`Source`] the pipeline runs: it prepares the server
-//! (`setup.rs`), optionally copies the tables from a fresh slot's exported snapshot
-//! (`snapshot.rs`), then streams from the slot, feeding frames to the assembler and answering with
+//! (`setup.rs`), optionally copies the tables from a fresh slot's exported snapshot, or copies the
+//! tables the pipeline names (an interrupted copy, an added table) at a new snapshot while the
+//! slot stays (`snapshot.rs`), then streams from the slot, feeding frames to the assembler and answering with
 //! standby status updates that carry only acknowledged (committed) positions.
 
 pub mod decoder;
@@ -40,18 +42,23 @@ use tokio_util::sync::CancellationToken;
 
 use crate::changelog::{Lsn, Position, TableId, TableSchema};
 use crate::config::PostgresConfig;
-use crate::sources::{Prepared, Resume, Source, SourceError, SourceEvent};
+use crate::sources::{Prepared, Resume, Source, SourceError, SourceEvent, TableCopy};
 use relation::{build_schema, unresolved_types};
 use replication::{ReplicationConnection, ReplicationMessage, StartOptions};
 use setup::CheckProblem;
-use snapshot::SnapshotError;
+use snapshot::parallel::{copy_tables, plan_table, CopyRun, NewSnapshot, TablePlan};
+use snapshot::BatchLimits;
 use stream::{Assembled, Assembler, AssemblerConfig};
 use types::{ColumnType, TypeInfo};
 
 /// Status updates go out at least this often, well within the default `wal_sender_timeout` (60 s).
 const STATUS_INTERVAL: Duration = Duration::from_secs(10);
-/// Rows per `SnapshotRows` batch of the initial copy.
-const SNAPSHOT_BATCH_ROWS: usize = 10_000;
+/// Where `SnapshotRows` batches of the initial copy are cut: rows, or bytes of COPY data (bounds
+/// memory for wide rows: the event channel holds at most a few such batches).
+const SNAPSHOT_BATCH: BatchLimits = BatchLimits {
+    rows: 10_000,
+    bytes: 8 << 20,
+};
 /// Heartbeats for transactions without captured changes go out at most this often (before PG 15,
 /// pgoutput sends an empty Begin/Commit for every transaction in the database).
 const SKIPPED_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
@@ -207,10 +214,26 @@ impl Source for PostgresSource {
                 let point = conn.create_slot_without_snapshot(&cfg.slot).await?;
                 tracing::info!(slot = %cfg.slot, consistent_point = %point, "created replication slot");
             }
-            match resume.start {
+            let start = match resume.start {
                 Some(Position::Postgres(lsn)) => lsn,
                 None => Lsn::ZERO,
+            };
+            if !resume.copy.is_empty() {
+                let copied = copy_at_new_snapshot(
+                    &cfg,
+                    &state,
+                    &mut types,
+                    start,
+                    &resume.copy,
+                    &events,
+                    &shutdown,
+                )
+                .await?;
+                if !copied {
+                    return conn.finish().await;
+                }
             }
+            start
         };
         wait_slot_released(&state.client, &cfg.slot).await?;
         let opts = StartOptions {
@@ -288,43 +311,32 @@ async fn initial_copy(
         conn.drop_slot(&cfg.slot).await?;
         tracing::info!(slot = %cfg.slot, "dropped replication slot for a new initial copy");
     }
-    // Schemas first: the exported snapshot lives only until the next command on `conn`, and
-    // nothing here uses `conn`, but catalog reads are better done before the copy starts.
-    let mut schemas = Vec::with_capacity(state.tables.len());
-    for t in &state.tables {
-        schemas.push(table_schema(&state.client, t, state.keys.get(t), types).await?);
-    }
+    // Plans first (catalog reads and key samples): the exported snapshot lives only until the
+    // next command on `conn`, and the copy should start right after it.
+    let copies: Vec<TableCopy> = state
+        .tables
+        .iter()
+        .map(|t| TableCopy {
+            table: t.clone(),
+            progress: None,
+        })
+        .collect();
+    let plans = plan_tables(cfg, state, types, &copies).await?;
     let (point, snapshot_name) = conn.create_slot(&cfg.slot).await?;
     tracing::info!(slot = %cfg.slot, consistent_point = %point, snapshot = %snapshot_name, "created replication slot; copying tables");
-    // copy_table keeps a transaction open on the snapshot: a connection of its own.
-    let copy_client = setup::connect(cfg).await?;
-    for (schema, col_types) in schemas {
-        let table = schema.id.clone();
-        let emit = |batch| {
-            let events = events.clone();
-            async move {
-                events
-                    .send(SourceEvent::SnapshotRows(batch))
-                    .await
-                    .map_err(|_| SnapshotError::Closed)
-            }
-        };
-        let copy = snapshot::copy_table(
-            &copy_client,
-            schema,
-            &col_types,
-            Some(&snapshot_name),
-            SNAPSHOT_BATCH_ROWS,
-            emit,
-        );
-        let rows = tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => return Ok(None),
-            r = copy => r?,
-        };
-        tracing::info!(table = %table, rows, "copied");
+    let run = CopyRun {
+        cfg,
+        snapshot: &snapshot_name,
+        events,
+        shutdown,
+        limits: SNAPSHOT_BATCH,
+    };
+    let Some(plans) = copy_tables(plans, run).await? else {
+        return Ok(None);
+    };
+    for plan in plans {
         let done = SourceEvent::SnapshotDone {
-            table,
+            table: plan.schema.id.clone(),
             position: Position::Postgres(point),
         };
         if !deliver(events, done, shutdown).await? {
@@ -332,6 +344,89 @@ async fn initial_copy(
         }
     }
     Ok(Some(point))
+}
+
+/// Copies `copies` (an interrupted copy's remaining chunks, added tables) at a snapshot exported
+/// now, while the slot stays. Each table ends "complete at" the position streaming starts from,
+/// with an upsert window up to the WAL position read after the snapshot (the argument is in
+/// `snapshot.rs`). False: shutdown during the copy.
+async fn copy_at_new_snapshot(
+    cfg: &PostgresConfig,
+    state: &PreparedState,
+    types: &mut HashMap<u32, Option<TypeInfo>>,
+    start: Lsn,
+    copies: &[TableCopy],
+    events: &mpsc::Sender<SourceEvent>,
+    shutdown: &CancellationToken,
+) -> Result<bool, SourceError> {
+    // Streaming starts at `start`, or where the slot stands.
+    let from = if start.is_zero() {
+        setup::slot_exists(&state.client, &cfg.slot)
+            .await?
+            .and_then(|s| s.confirmed_flush)
+            .ok_or_else(|| SourceError::Server {
+                context: format!("replication slot {}", cfg.slot),
+                detail: "has no confirmed position to stream from".into(),
+            })?
+    } else {
+        start
+    };
+    let plans = plan_tables(cfg, state, types, copies).await?;
+    let snapshot = NewSnapshot::export(cfg).await?;
+    tracing::info!(tables = copies.len(), stream_from = %from, upsert_until = %snapshot.lsn, "copying tables at a new snapshot while the slot stays");
+    let run = CopyRun {
+        cfg,
+        snapshot: &snapshot.name,
+        events,
+        shutdown,
+        limits: SNAPSHOT_BATCH,
+    };
+    let copied = copy_tables(plans, run).await;
+    let until = snapshot.lsn;
+    snapshot.close().await;
+    let Some(plans) = copied? else {
+        return Ok(false);
+    };
+    for plan in plans {
+        let table = plan.schema.id.clone();
+        let window = SourceEvent::SnapshotUpsertUntil {
+            table: table.clone(),
+            until: Position::Postgres(until),
+        };
+        let done = SourceEvent::SnapshotDone {
+            table,
+            position: Position::Postgres(from),
+        };
+        if !deliver(events, window, shutdown).await? || !deliver(events, done, shutdown).await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The copy plan of each table in `copies`.
+async fn plan_tables(
+    cfg: &PostgresConfig,
+    state: &PreparedState,
+    types: &mut HashMap<u32, Option<TypeInfo>>,
+    copies: &[TableCopy],
+) -> Result<Vec<TablePlan>, SourceError> {
+    let mut plans = Vec::with_capacity(copies.len());
+    for c in copies {
+        let (schema, col_types) =
+            table_schema(&state.client, &c.table, state.keys.get(&c.table), types).await?;
+        let plan = plan_table(
+            &state.client,
+            schema,
+            col_types,
+            c.progress.as_ref(),
+            cfg.snapshot_chunk_rows,
+        )
+        .await?;
+        tracing::info!(table = %c.table, chunks = plan.chunks.len(), to_copy = plan.todo.len(), estimated_rows = plan.estimated_rows, binary = plan.binary, "planned initial copy");
+        plans.push(plan);
+    }
+    Ok(plans)
 }
 
 /// The schema and column types of `table` from the catalog, looking up non-builtin types.

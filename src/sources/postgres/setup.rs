@@ -323,9 +323,53 @@ pub async fn ensure_publication(
         tracing::info!(publication, tables = tables.len(), "created publication");
         return Ok(());
     };
+    let all_tables: bool = row.get(0);
+    if !all_tables {
+        add_missing_tables(client, publication, tables).await;
+    }
     match publication_problem(client, publication, tables, &row).await? {
         None => Ok(()),
         Some(p) => Err(SourceError::Config(p.to_string())),
+    }
+}
+
+/// A table added to `source.tables` joins the existing publication, so that it can be copied
+/// alone and then streamed. Best effort: without ownership of the publication the ALTER fails and
+/// [`publication_problem`] reports the statement to run.
+async fn add_missing_tables(client: &Client, publication: &str, tables: &[TableId]) {
+    let published: BTreeSet<TableId> = match client
+        .query(
+            "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1",
+            &[&publication],
+        )
+        .await
+    {
+        Ok(rows) => rows
+            .iter()
+            .map(|r| TableId::new(r.get::<_, String>(0), r.get::<_, String>(1)))
+            .collect(),
+        Err(_) => return,
+    };
+    let missing: Vec<String> = tables
+        .iter()
+        .filter(|t| !published.contains(*t))
+        .map(qualified)
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    let sql = format!(
+        "ALTER PUBLICATION {} ADD TABLE {}",
+        quote_ident(publication),
+        missing.join(", ")
+    );
+    match client.batch_execute(&sql).await {
+        Ok(()) => {
+            tracing::info!(publication, tables = %missing.join(", "), "added tables to the publication")
+        }
+        Err(e) => {
+            tracing::warn!(publication, error = %db_error(&e), "could not add tables to the publication")
+        }
     }
 }
 
@@ -530,6 +574,61 @@ pub async fn table_columns(
             key_flag: false,
         })
         .collect())
+}
+
+/// `format_type` of each of `columns` of `table` (e.g. `integer`, `character varying(10)`), in
+/// the order given: the casts a key range's text bounds need.
+pub async fn column_type_names(
+    client: &Client,
+    table: &TableId,
+    columns: &[String],
+) -> Result<Vec<String>, SourceError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod)
+             FROM pg_attribute a
+             JOIN pg_class c ON c.oid = a.attrelid
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped",
+            &[&table.namespace, &table.name],
+        )
+        .await
+        .map_err(|e| server(&format!("reading the column types of {table}"), &e))?;
+    let types: HashMap<String, String> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    columns
+        .iter()
+        .map(|c| {
+            types.get(c).cloned().ok_or_else(|| SourceError::Table {
+                table: table.clone(),
+                detail: format!("key column {c} not found in the catalog"),
+            })
+        })
+        .collect()
+}
+
+/// The planner's row estimate for `table` (`pg_class.reltuples`; for a table never vacuumed or
+/// analyzed, where that is -1, its size at an assumed 100 bytes a row). Partitioned tables sum
+/// their partitions.
+pub async fn estimated_rows(client: &Client, table: &TableId) -> Result<u64, SourceError> {
+    let row = client
+        .query_one(
+            "WITH RECURSIVE t AS (
+                 SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname = $1 AND c.relname = $2
+                 UNION ALL SELECT i.inhrelid FROM pg_inherits i JOIN t ON i.inhparent = t.oid)
+             SELECT COALESCE(sum(CASE WHEN c.reltuples >= 0 THEN c.reltuples
+                                      ELSE pg_relation_size(c.oid) / 100 END), 0)::float8
+             FROM pg_class c JOIN t ON t.oid = c.oid WHERE c.relkind = 'r'",
+            &[&table.namespace, &table.name],
+        )
+        .await
+        .map_err(|e| server(&format!("estimating the rows of {table}"), &e))?;
+    let rows: f64 = row.get(0);
+    Ok(if rows.is_finite() && rows > 0.0 {
+        rows as u64
+    } else {
+        0
+    })
 }
 
 /// `pg_type` rows for `oids` (types the built-in mapping does not know: domains, enums, arrays of

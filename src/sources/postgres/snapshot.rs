@@ -1,20 +1,51 @@
-//! The initial copy: a table's existing rows, read with `COPY … TO STDOUT` and parsed straight into
-//! changelog batches.
+//! The initial copy: a table's existing rows, read with `COPY … TO STDOUT` (binary format where
+//! every column has a binary decoder, text otherwise) and parsed straight into changelog batches.
 //!
-//! Where it sits: with `snapshot = "initial"`, the Postgres source creates its slot, which exports
-//! a snapshot consistent with the slot's start; [`copy_table`] reads each captured table as of that
-//! snapshot and hands the rows on as inserts (`SourceEvent::SnapshotRows`), before streaming starts
-//! at the slot's consistent point. Rows therefore are neither lost nor doubled between copy and
-//! stream.
+//! Where it sits: with `snapshot = "initial"`, the Postgres source copies each captured table
+//! before it streams. `parallel.rs` plans each table as primary-key ranges (`plan.rs`), copies the
+//! ranges on several connections that share one snapshot, and reports progress to the pipeline,
+//! which commits it with the rows (`cdcd.snapshot`). [`copy_chunk`] copies one range; the readers
+//! (`text.rs`, `binary.rs`) are pure.
 //!
-//! Why COPY in text format: it streams without a cursor and its text fields are exactly the types'
-//! output functions, the same text pgoutput sends, so one parser ([`ColumnType::append_text`])
-//! serves both paths. The session is pinned to the same settings as the replication connection
-//! ([`TEXT_FORMAT_SETTINGS`]) so the text matches.
+//! # Why the result equals the source
 //!
-//! The parsing half ([`CopyReader`]) is pure: it takes CopyData chunks as they come (a row may be
-//! split across chunks) and fills a [`TableChangesBuilder`], unescaping fields into one reused
-//! buffer.
+//! *Fresh copy* (no slot): the slot is created with an exported snapshot S = its consistent point
+//! C; every chunk is copied at S (`SET TRANSACTION SNAPSHOT`), and streaming starts at C. Every
+//! transaction is either in S (committed before C) or streamed (after C), never both.
+//!
+//! *Resumed copy* (a crash mid-copy) and *added table* (a table without a checkpoint while the
+//! slot exists): the exported snapshot died with its connection, so the remaining chunks (or the
+//! new table) are copied at a new snapshot S2, exported by a plain `REPEATABLE READ` transaction,
+//! and `L = pg_current_wal_insert_lsn()` is read after S2 was taken, so every transaction in S2 ends at or
+//! below L. Streaming starts at P, where the slot stands (P ≤ S2, and every change after P is
+//! streamed). The table is committed "complete at P" with an upsert window up to L
+//! (`cdcd.upsert_until`): the pipeline turns its inserts at or below L into updates. Why this
+//! converges, per row R of a chunk copied at S2 (chunks copied at C are exact, as above):
+//! - The chunk holds R as of S2; every change to R after P is replayed, in order, on top of it.
+//!   Each change is keyed and idempotent as an upsert: an insert or update writes R's row
+//!   whatever was there, a delete removes it whether or not it is there. After the replay the
+//!   last change wins, which is R's current state; a change the copy already saw is overwritten
+//!   by the later ones, and the last one was not seen by anything newer. A change past L cannot
+//!   be in S2, so it is a plain insert again.
+//! - Key ranges: R's chunk is fixed by its key, and every chunk of the table is either done (at
+//!   C, or committed at S2 before a second crash: both exact or converging) or copied now; a row
+//!   never falls between two chunks copied at different snapshots. An update that changes R's key
+//!   from k1 to k2 is replayed as a delete of k2 (the copy may already hold it) followed by the
+//!   update, which removes k1 and writes k2, whichever chunks they belong to
+//!   (`pipeline_upsert.rs`).
+//! - Partial rows (unchanged TOASTed columns arrive absent): the sink completes an absent column
+//!   from the row it holds. Column c of R ends as the last replayed change that carried c, or, if
+//!   none did, the copied value, which is then also c's current value (c did not change after
+//!   P). The gap: a partial update to R replayed while R is not in the table, because R was
+//!   deleted after it and before S2, makes the Iceberg sink stop with "no current row" (it never
+//!   invents a value). It needs a TOASTed column, a delete, and both inside the window; the fix
+//!   is to copy again (drop the table), see README.
+//! - A chunk that was started but not done at the crash may hold some of its rows: it is copied
+//!   again as updates (upserts), so those rows are replaced, not doubled.
+//!
+//! Text COPY pins the session to the replication connection's settings ([`TEXT_FORMAT_SETTINGS`]),
+//! so its text is what pgoutput sends and one parser serves both; binary values are decoded to
+//! the same Arrow values (tested against the text path on a real server).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -23,14 +54,31 @@ use arrow_schema::ArrowError;
 use futures::{pin_mut, TryStreamExt};
 
 use super::types::{ColumnType, ValueError, TEXT_FORMAT_SETTINGS};
-use crate::changelog::{append_null, Op, TableChanges, TableChangesBuilder, TableId, TableSchema};
+use crate::changelog::{Op, TableChanges, TableChangesBuilder, TableId, TableSchema};
 use crate::sources::SourceError;
+
+pub mod binary;
+pub mod parallel;
+pub mod plan;
+mod progress;
+pub mod text;
+
+pub use binary::{supports_binary, BinaryCopyReader};
+pub use text::{unescape_copy, CopyReader};
 
 #[cfg(test)]
 mod tests;
 
 /// Builders are preallocated for at most this many rows, whatever `batch_rows` says.
 const MAX_PREALLOCATED_ROWS: usize = 8192;
+
+/// Where a batch is cut: at `rows` rows or `bytes` bytes of COPY data, whichever comes first.
+/// Bytes bound memory for wide rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchLimits {
+    pub rows: usize,
+    pub bytes: usize,
+}
 
 /// The copy of a table failed.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +98,16 @@ pub enum SnapshotError {
         column: String,
         #[source]
         source: Box<ValueError>,
+    },
+    #[error(
+        "initial copy of {table}, row {row}, column {column}: binary {type_name} value {reason}"
+    )]
+    Binary {
+        table: TableId,
+        row: u64,
+        column: String,
+        type_name: String,
+        reason: &'static str,
     },
     #[error("initial copy of {table}, row {row}: {detail}")]
     Format {
@@ -74,7 +132,7 @@ impl SnapshotError {
     pub fn kind(&self) -> &'static str {
         match self {
             SnapshotError::Query { .. } => "snapshot_query",
-            SnapshotError::Value { .. } => "snapshot_value",
+            SnapshotError::Value { .. } | SnapshotError::Binary { .. } => "snapshot_value",
             SnapshotError::Format { .. } => "snapshot_format",
             SnapshotError::Schema { .. } => "snapshot_schema",
             SnapshotError::Arrow { .. } => "snapshot_arrow",
@@ -89,6 +147,7 @@ impl From<SnapshotError> for SourceError {
             SnapshotError::Closed => SourceError::Closed,
             SnapshotError::Query { ref table, .. }
             | SnapshotError::Value { ref table, .. }
+            | SnapshotError::Binary { ref table, .. }
             | SnapshotError::Format { ref table, .. }
             | SnapshotError::Schema { ref table, .. }
             | SnapshotError::Arrow { ref table, .. } => SourceError::Table {
@@ -99,14 +158,55 @@ impl From<SnapshotError> for SourceError {
     }
 }
 
+/// Sets the session to [`TEXT_FORMAT_SETTINGS`] (text COPY must match pgoutput's text).
+pub async fn set_formats(
+    client: &tokio_postgres::Client,
+    table: &TableId,
+) -> Result<(), SnapshotError> {
+    let settings: String = TEXT_FORMAT_SETTINGS
+        .iter()
+        .map(|(name, value)| format!("SET {name} = '{value}';"))
+        .collect();
+    client
+        .batch_execute(&settings)
+        .await
+        .map_err(|source| SnapshotError::Query {
+            table: table.clone(),
+            context: "setting the session's output formats",
+            source,
+        })
+}
+
+/// Opens a `REPEATABLE READ READ ONLY` transaction on the exported snapshot `name`. `SET
+/// TRANSACTION SNAPSHOT` must be the transaction's first statement (Postgres docs, "SET
+/// TRANSACTION"), and the importing transaction must be REPEATABLE READ or stricter.
+pub async fn import_snapshot(
+    client: &tokio_postgres::Client,
+    name: &str,
+    table: &TableId,
+) -> Result<(), SnapshotError> {
+    let begin = format!(
+        "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
+        quote_literal(name)
+    );
+    client
+        .batch_execute(&begin)
+        .await
+        .map_err(|source| SnapshotError::Query {
+            table: table.clone(),
+            context: "importing the exported snapshot",
+            source,
+        })
+}
+
 /// Copies `table` as seen by `snapshot_name` (a snapshot exported by the slot's creation; `None`:
-/// the statement's own snapshot) and calls `emit` with a batch every `batch_rows` rows and once at
-/// the end, awaiting it (that await is the backpressure). Returns the number of rows copied.
+/// the statement's own snapshot) in text format and calls `emit` with a batch every `batch_rows`
+/// rows and once at the end, awaiting it (that await is the backpressure). Returns the number of
+/// rows copied.
 ///
 /// Every row is an [`Op::Insert`] with every column present and no old key. The first batch
-/// starts with one [`Op::Truncate`] change (all columns absent), as `SourceEvent::SnapshotRows`
-/// requires, so a retried copy replaces what an interrupted one left; an empty table yields just
-/// that batch.
+/// starts with one [`Op::Truncate`] change (all columns absent), so a retried copy replaces what
+/// an interrupted one left; an empty table yields just that batch.
 ///
 /// The client's session settings are changed to [`TEXT_FORMAT_SETTINGS`], and with a snapshot
 /// name a transaction is open on it until the copy ends: give this function a connection of its
@@ -125,41 +225,35 @@ where
     Fut: Future<Output = Result<(), SnapshotError>>,
 {
     let table = schema.id.clone();
-    let query_err = |context| {
-        let table = table.clone();
-        move |source| SnapshotError::Query {
-            table,
-            context,
-            source,
-        }
-    };
-    let settings: String = TEXT_FORMAT_SETTINGS
-        .iter()
-        .map(|(name, value)| format!("SET {name} = '{value}';"))
-        .collect();
-    client
-        .batch_execute(&settings)
-        .await
-        .map_err(query_err("setting the session's output formats"))?;
+    set_formats(client, &table).await?;
     if let Some(name) = snapshot_name {
-        // SET TRANSACTION SNAPSHOT must be the transaction's first statement (Postgres docs,
-        // "SET TRANSACTION"), and the importing transaction must be REPEATABLE READ or stricter.
-        let begin = format!(
-            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
-            quote_literal(name)
-        );
-        client
-            .batch_execute(&begin)
-            .await
-            .map_err(query_err("importing the exported snapshot"))?;
+        import_snapshot(client, name, &table).await?;
     }
-    let copied = copy_rows(client, schema, types, batch_rows, emit).await;
+    let chunk = ChunkCopy {
+        schema,
+        types,
+        filter: String::new(),
+        binary: false,
+        op: Op::Insert,
+        marker: true,
+        limits: BatchLimits {
+            rows: batch_rows,
+            bytes: usize::MAX,
+        },
+    };
+    let copied = copy_chunk(client, chunk, emit).await;
     if snapshot_name.is_some() {
         match &copied {
-            Ok(_) => client
-                .batch_execute("COMMIT")
-                .await
-                .map_err(query_err("ending the snapshot transaction"))?,
+            Ok(_) => {
+                client
+                    .batch_execute("COMMIT")
+                    .await
+                    .map_err(|source| SnapshotError::Query {
+                        table,
+                        context: "ending the snapshot transaction",
+                        source,
+                    })?
+            }
             // The copy already failed; a failed rollback only means the connection is gone.
             Err(_) => {
                 let _ = client.batch_execute("ROLLBACK").await;
@@ -169,37 +263,136 @@ where
     copied
 }
 
-async fn copy_rows<F, Fut>(
+/// One COPY: which rows of which table, in which format, as which changes.
+pub struct ChunkCopy<'a> {
+    pub schema: Arc<TableSchema>,
+    pub types: &'a [ColumnType],
+    /// ` WHERE …` selecting the chunk (`plan::KeyRange::where_clause`), or empty.
+    pub filter: String,
+    /// Binary format; every column must satisfy [`supports_binary`].
+    pub binary: bool,
+    /// `Insert`, or `Update` to upsert rows a previous attempt may have committed.
+    pub op: Op,
+    /// Start the first batch with the Truncate marker.
+    pub marker: bool,
+    pub limits: BatchLimits,
+}
+
+/// Runs one COPY on `client` (inside whatever transaction the caller opened) and calls `emit` with
+/// each batch, awaiting it. Returns the rows copied.
+pub async fn copy_chunk<F, Fut>(
     client: &tokio_postgres::Client,
-    schema: Arc<TableSchema>,
-    types: &[ColumnType],
-    batch_rows: usize,
+    chunk: ChunkCopy<'_>,
+    emit: F,
+) -> Result<u64, SnapshotError>
+where
+    F: FnMut(TableChanges) -> Fut,
+    Fut: Future<Output = Result<(), SnapshotError>>,
+{
+    let mut statement = copy_statement_where(&chunk.schema, &chunk.filter);
+    if chunk.binary {
+        statement.push_str(" (FORMAT binary)");
+        let reader = BinaryCopyReader::new(chunk.schema, chunk.types, chunk.limits, chunk.op)?;
+        // The marker is a batch of its own in binary mode.
+        let mut emit = emit;
+        if chunk.marker {
+            emit(marker_batch(reader.schema())?).await?;
+        }
+        drive(client, &statement, Reader::Binary(reader), emit).await
+    } else {
+        let reader = CopyReader::with_options(
+            chunk.schema,
+            chunk.types,
+            chunk.limits,
+            chunk.marker,
+            chunk.op,
+        )?;
+        drive(client, &statement, Reader::Text(reader), emit).await
+    }
+}
+
+/// A batch holding only the Truncate marker.
+pub fn marker_batch(schema: &Arc<TableSchema>) -> Result<TableChanges, SnapshotError> {
+    new_builder(schema, 0, true)?
+        .finish()
+        .map_err(|source| SnapshotError::Arrow {
+            table: schema.id.clone(),
+            source,
+        })
+}
+
+enum Reader<'t> {
+    Text(CopyReader<'t>),
+    Binary(BinaryCopyReader<'t>),
+}
+
+impl Reader<'_> {
+    fn feed(&mut self, chunk: &[u8]) -> Result<usize, SnapshotError> {
+        match self {
+            Reader::Text(r) => r.feed(chunk),
+            Reader::Binary(r) => r.feed(chunk),
+        }
+    }
+    fn is_full(&self) -> bool {
+        match self {
+            Reader::Text(r) => r.is_full(),
+            Reader::Binary(r) => r.is_full(),
+        }
+    }
+    fn take_batch(&mut self) -> Result<TableChanges, SnapshotError> {
+        match self {
+            Reader::Text(r) => r.take_batch(),
+            Reader::Binary(r) => r.take_batch(),
+        }
+    }
+    fn rows(&self) -> u64 {
+        match self {
+            Reader::Text(r) => r.rows(),
+            Reader::Binary(r) => r.rows(),
+        }
+    }
+    fn finish(self) -> Result<Option<TableChanges>, SnapshotError> {
+        match self {
+            Reader::Text(r) => r.finish(),
+            Reader::Binary(r) => r.finish(),
+        }
+    }
+    fn table(&self) -> TableId {
+        match self {
+            Reader::Text(r) => r.schema().id.clone(),
+            Reader::Binary(r) => r.schema().id.clone(),
+        }
+    }
+}
+
+async fn drive<F, Fut>(
+    client: &tokio_postgres::Client,
+    statement: &str,
+    mut reader: Reader<'_>,
     mut emit: F,
 ) -> Result<u64, SnapshotError>
 where
     F: FnMut(TableChanges) -> Fut,
     Fut: Future<Output = Result<(), SnapshotError>>,
 {
-    let statement = copy_statement(&schema);
-    let mut reader = CopyReader::new(schema, types, batch_rows)?;
-    let table = reader.schema.id.clone();
-    let stream = client
-        .copy_out(statement.as_str())
-        .await
-        .map_err(|source| SnapshotError::Query {
-            table: table.clone(),
-            context: "starting COPY",
+    let table = reader.table();
+    let query_err = |context| {
+        let table = table.clone();
+        move |source| SnapshotError::Query {
+            table,
+            context,
             source,
-        })?;
+        }
+    };
+    let stream = client
+        .copy_out(statement)
+        .await
+        .map_err(query_err("starting COPY"))?;
     pin_mut!(stream);
     while let Some(chunk) = stream
         .try_next()
         .await
-        .map_err(|source| SnapshotError::Query {
-            table: table.clone(),
-            context: "reading COPY data",
-            source,
-        })?
+        .map_err(query_err("reading COPY data"))?
     {
         let mut rest: &[u8] = &chunk;
         while !rest.is_empty() {
@@ -218,200 +411,36 @@ where
 }
 
 /// `COPY (SELECT "c1", "c2" FROM "schema"."table") TO STDOUT`: the columns in schema order.
+#[cfg(test)]
 fn copy_statement(schema: &TableSchema) -> String {
+    copy_statement_where(schema, "")
+}
+
+/// [`copy_statement`] with a ` WHERE …` filter.
+fn copy_statement_where(schema: &TableSchema, filter: &str) -> String {
     let columns: Vec<String> = schema
         .columns
         .iter()
         .map(|c| quote_ident(&c.name))
         .collect();
     format!(
-        "COPY (SELECT {} FROM {}.{}) TO STDOUT",
+        "COPY (SELECT {} FROM {}.{}{filter}) TO STDOUT",
         columns.join(", "),
         quote_ident(&schema.id.namespace),
         quote_ident(&schema.id.name)
     )
 }
 
-fn quote_ident(name: &str) -> String {
+pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-fn quote_literal(text: &str) -> String {
+pub fn quote_literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }
 
-/// Parses COPY text-format data (tab-separated fields, `\N` for NULL, backslash escapes, rows
-/// ending in `\n`; Postgres docs "COPY", "Text Format") into changelog batches. Pure: CopyData
-/// chunks go in, batches come out.
-pub struct CopyReader<'t> {
-    schema: Arc<TableSchema>,
-    types: &'t [ColumnType],
-    batch_rows: usize,
-    builder: TableChangesBuilder,
-    /// The start of a row whose end has not arrived yet.
-    carry: Vec<u8>,
-    /// Unescaped field text, reused for every field that has escapes.
-    field: Vec<u8>,
-    rows: u64,
-    /// The current batch starts with the Truncate marker (only the first batch does).
-    marker_in_batch: bool,
-}
-
-impl<'t> CopyReader<'t> {
-    /// A reader for rows of `schema`, whose columns decode as `types` (same length and order).
-    pub fn new(
-        schema: Arc<TableSchema>,
-        types: &'t [ColumnType],
-        batch_rows: usize,
-    ) -> Result<Self, SnapshotError> {
-        if types.len() != schema.columns.len() {
-            return Err(SnapshotError::Schema {
-                table: schema.id.clone(),
-                detail: format!(
-                    "{} column types for {} columns",
-                    types.len(),
-                    schema.columns.len()
-                ),
-            });
-        }
-        let batch_rows = batch_rows.max(1);
-        Ok(CopyReader {
-            builder: new_builder(&schema, batch_rows, true)?,
-            schema,
-            types,
-            batch_rows,
-            carry: Vec::new(),
-            field: Vec::new(),
-            rows: 0,
-            marker_in_batch: true,
-        })
-    }
-
-    /// Rows parsed so far.
-    pub fn rows(&self) -> u64 {
-        self.rows
-    }
-
-    /// Whether the current batch holds `batch_rows` rows (take it before feeding more).
-    pub fn is_full(&self) -> bool {
-        self.builder.len() >= self.batch_rows + usize::from(self.marker_in_batch)
-    }
-
-    /// Parses complete rows from the start of `chunk` until the batch is full or the chunk ends,
-    /// keeping a trailing partial row for the next chunk. Returns the bytes consumed.
-    pub fn feed(&mut self, chunk: &[u8]) -> Result<usize, SnapshotError> {
-        let mut used = 0;
-        while !self.is_full() {
-            let rest = chunk.get(used..).unwrap_or_default();
-            let Some(end) = rest.iter().position(|&b| b == b'\n') else {
-                self.carry.extend_from_slice(rest);
-                return Ok(chunk.len());
-            };
-            let line = rest.get(..end).unwrap_or_default();
-            if self.carry.is_empty() {
-                self.append_row(line)?;
-            } else {
-                let mut row = std::mem::take(&mut self.carry);
-                row.extend_from_slice(line);
-                let appended = self.append_row(&row);
-                row.clear();
-                self.carry = row;
-                appended?;
-            }
-            used += end + 1;
-        }
-        Ok(used)
-    }
-
-    /// The rows parsed so far as a batch; the reader continues with an empty one.
-    pub fn take_batch(&mut self) -> Result<TableChanges, SnapshotError> {
-        let next = new_builder(&self.schema, self.batch_rows, false)?;
-        self.marker_in_batch = false;
-        let full = std::mem::replace(&mut self.builder, next);
-        full.finish().map_err(|source| SnapshotError::Arrow {
-            table: self.schema.id.clone(),
-            source,
-        })
-    }
-
-    /// Ends the data: the last batch, if it holds anything (the first batch always does: its
-    /// Truncate). A row without its final newline is an error.
-    pub fn finish(mut self) -> Result<Option<TableChanges>, SnapshotError> {
-        if !self.carry.is_empty() {
-            return Err(SnapshotError::Format {
-                table: self.schema.id.clone(),
-                row: self.rows + 1,
-                detail: "COPY data ended inside a row".into(),
-            });
-        }
-        if self.builder.is_empty() {
-            return Ok(None);
-        }
-        self.take_batch().map(Some)
-    }
-
-    fn append_row(&mut self, line: &[u8]) -> Result<(), SnapshotError> {
-        // The end-of-data marker of the old protocol; never data (a data backslash is `\\`).
-        if line == b"\\." {
-            return Ok(());
-        }
-        self.rows += 1;
-        let row = self.rows;
-        let table = &self.schema.id;
-        let format_err = |detail: String| SnapshotError::Format {
-            table: table.clone(),
-            row,
-            detail,
-        };
-        self.builder.begin(Op::Insert);
-        let mut fields = line.split(|&b| b == b'\t');
-        for (i, ty) in self.types.iter().enumerate() {
-            let field = fields.next().ok_or_else(|| {
-                format_err(format!("{i} fields for {} columns", self.types.len()))
-            })?;
-            let builder = self
-                .builder
-                .value(i)
-                .ok_or_else(|| format_err(format!("no builder for column {i}")))?;
-            let appended = if field == b"\\N" {
-                append_null(builder).map_err(|e| format_err(e.to_string()))
-            } else {
-                let text = if field.contains(&b'\\') {
-                    unescape_copy(field, &mut self.field);
-                    self.field.as_slice()
-                } else {
-                    field
-                };
-                ty.append_text(builder, text).map_err(|source| {
-                    let column = self
-                        .schema
-                        .columns
-                        .get(i)
-                        .map_or_else(|| i.to_string(), |c| c.name.clone());
-                    SnapshotError::Value {
-                        table: table.clone(),
-                        row,
-                        column,
-                        source: Box::new(source),
-                    }
-                })
-            };
-            appended?;
-        }
-        if fields.next().is_some() {
-            return Err(format_err(format!(
-                "more fields than the {} columns",
-                self.types.len()
-            )));
-        }
-        self.builder
-            .no_old_key()
-            .map_err(|e| format_err(e.to_string()))
-    }
-}
-
 /// An empty batch builder; `with_marker`: starting with the Truncate marker (absent columns).
-fn new_builder(
+pub(crate) fn new_builder(
     schema: &Arc<TableSchema>,
     batch_rows: usize,
     with_marker: bool,
@@ -430,70 +459,4 @@ fn new_builder(
         builder.no_old_key().map_err(arrow)?;
     }
     Ok(builder)
-}
-
-/// Undoes COPY text escaping into `out` (cleared first): `\b \f \n \r \t \v`, `\NNN` (1–3 octal
-/// digits), `\xHH` (1–2 hex digits), and `\c` for any other `c` is `c` (Postgres docs "COPY",
-/// "Text Format").
-pub fn unescape_copy(field: &[u8], out: &mut Vec<u8>) {
-    out.clear();
-    let mut i = 0;
-    while let Some(&b) = field.get(i) {
-        i += 1;
-        if b != b'\\' {
-            out.push(b);
-            continue;
-        }
-        let Some(&c) = field.get(i) else {
-            // A lone trailing backslash: keep it (the server never sends one).
-            out.push(b'\\');
-            break;
-        };
-        i += 1;
-        match c {
-            b'b' => out.push(0x08),
-            b'f' => out.push(0x0c),
-            b'n' => out.push(b'\n'),
-            b'r' => out.push(b'\r'),
-            b't' => out.push(b'\t'),
-            b'v' => out.push(0x0b),
-            b'0'..=b'7' => {
-                let mut v = u32::from(c - b'0');
-                for _ in 0..2 {
-                    match field.get(i) {
-                        Some(&d @ b'0'..=b'7') => {
-                            v = v * 8 + u32::from(d - b'0');
-                            i += 1;
-                        }
-                        _ => break,
-                    }
-                }
-                // Postgres keeps the low byte of an octal escape above \377.
-                out.push((v & 0xff) as u8);
-            }
-            b'x' if field.get(i).is_some_and(u8::is_ascii_hexdigit) => {
-                let mut v = 0u8;
-                for _ in 0..2 {
-                    match field.get(i) {
-                        Some(&d) if d.is_ascii_hexdigit() => {
-                            v = v * 16 + hex_digit(d);
-                            i += 1;
-                        }
-                        _ => break,
-                    }
-                }
-                out.push(v);
-            }
-            other => out.push(other),
-        }
-    }
-}
-
-fn hex_digit(d: u8) -> u8 {
-    match d {
-        b'0'..=b'9' => d - b'0',
-        b'a'..=b'f' => d - b'a' + 10,
-        b'A'..=b'F' => d - b'A' + 10,
-        _ => 0,
-    }
 }

@@ -1,0 +1,423 @@
+//! Runs an initial copy: plans each table as key ranges, copies the ranges on several connections
+//! that import one snapshot, and tells the pipeline what is started and done.
+//!
+//! Where it sits: `PostgresSource::run` calls [`plan_table`] for each table to copy, then
+//! [`copy_tables`] with a snapshot name (the new slot's exported snapshot, or one exported by
+//! [`NewSnapshot`] when the slot already exists), then streams. Events go out on the pipeline's
+//! bounded channel, so a slow sink stops the workers (memory stays bounded: at most the channel's
+//! batches plus one batch per worker, each cut at [`BatchLimits`]).
+//!
+//! Why one queue of chunks across tables: small tables finish while a big one is still split
+//! among all workers, and a resumed copy simply has fewer chunks in the queue.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_postgres::Client;
+use tokio_util::sync::CancellationToken;
+
+use super::plan::{chunk_count, ranges_from_samples, sample_percent, KeyColumns, KeyRange};
+use super::progress::Meter;
+use super::{
+    copy_chunk, import_snapshot, marker_batch, quote_ident, set_formats, supports_binary,
+    BatchLimits, ChunkCopy, SnapshotError,
+};
+use crate::changelog::{Lsn, Op, TableSchema};
+use crate::config::PostgresConfig;
+use crate::sources::postgres::setup;
+use crate::sources::postgres::types::ColumnType;
+use crate::sources::{ChunkState, SnapshotProgress, SourceError, SourceEvent};
+
+/// Samples taken per planned chunk to place the range bounds.
+const SAMPLES_PER_CHUNK: u64 = 32;
+/// Progress is logged (or the bar redrawn) this often.
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
+
+/// One table's copy: what to copy and how.
+pub struct TablePlan {
+    pub schema: Arc<TableSchema>,
+    pub types: Vec<ColumnType>,
+    pub key: KeyColumns,
+    /// Binary COPY (every column has a binary decoder).
+    pub binary: bool,
+    pub chunks: Vec<KeyRange>,
+    /// Chunks to copy now, each with its op (Update: it may be partly committed already).
+    pub todo: Vec<(u32, Op)>,
+    /// Starts from scratch: the first batch truncates what the table holds.
+    pub fresh: bool,
+    pub estimated_rows: u64,
+}
+
+impl TablePlan {
+    /// The event announcing this plan.
+    pub fn plan_event(&self) -> SourceEvent {
+        SourceEvent::SnapshotPlan {
+            table: self.schema.id.clone(),
+            chunks: self.chunks.iter().map(KeyRange::to_description).collect(),
+            estimated_rows: self.estimated_rows,
+        }
+    }
+}
+
+/// Plans the copy of `schema`'s table: from `progress` (a resumed copy: the same ranges, the
+/// chunks not done) or from a sample of the table's keys.
+pub async fn plan_table(
+    client: &Client,
+    schema: Arc<TableSchema>,
+    types: Vec<ColumnType>,
+    progress: Option<&SnapshotProgress>,
+    chunk_rows: u64,
+) -> Result<TablePlan, SourceError> {
+    let table = schema.id.clone();
+    let key_names: Vec<String> = schema.key_names().into_iter().map(str::to_owned).collect();
+    let key = KeyColumns {
+        names: key_names.iter().map(|n| quote_ident(n)).collect(),
+        types: setup::column_type_names(client, &table, &key_names).await?,
+    };
+    let estimated_rows = setup::estimated_rows(client, &table).await?;
+    let binary = types.iter().all(supports_binary);
+    let resumed = progress.and_then(|p| {
+        let chunks: Option<Vec<KeyRange>> = p
+            .chunks
+            .iter()
+            .map(|d| KeyRange::from_description(d))
+            .collect();
+        chunks.filter(|c| !c.is_empty()).map(|c| (c, p))
+    });
+    if let Some((chunks, p)) = resumed {
+        let todo = (0..chunks.len() as u32)
+            .filter(|i| !p.done.contains(i))
+            .map(|i| {
+                (
+                    i,
+                    if p.started.contains(&i) {
+                        Op::Update
+                    } else {
+                        Op::Insert
+                    },
+                )
+            })
+            .collect();
+        return Ok(TablePlan {
+            schema,
+            types,
+            key,
+            binary,
+            chunks,
+            todo,
+            fresh: false,
+            estimated_rows,
+        });
+    }
+    let n = chunk_count(estimated_rows, chunk_rows);
+    let chunks = if n > 1 && !key.names.is_empty() {
+        let samples = sample_keys(client, &schema, &key, estimated_rows, n as u64).await?;
+        ranges_from_samples(&samples, n)
+    } else {
+        vec![KeyRange::default()]
+    };
+    let todo = (0..chunks.len() as u32).map(|i| (i, Op::Insert)).collect();
+    Ok(TablePlan {
+        schema,
+        types,
+        key,
+        binary,
+        chunks,
+        todo,
+        fresh: true,
+        estimated_rows,
+    })
+}
+
+/// About `SAMPLES_PER_CHUNK × chunks` keys as text, in key order.
+async fn sample_keys(
+    client: &Client,
+    schema: &TableSchema,
+    key: &KeyColumns,
+    estimated_rows: u64,
+    chunks: u64,
+) -> Result<Vec<Vec<String>>, SourceError> {
+    let pct = sample_percent(estimated_rows, chunks * SAMPLES_PER_CHUNK);
+    // Aliased, and ORDER BY the qualified columns: an output column named like the key would
+    // make ORDER BY sort the text, whose order is not the key's.
+    let text: Vec<String> = key
+        .names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!("s.{n}::text AS k{i}"))
+        .collect();
+    let order: Vec<String> = key.names.iter().map(|n| format!("s.{n}")).collect();
+    // SYSTEM samples whole pages (cheap) but may hit very few of a small table's pages;
+    // BERNOULLI samples rows (reads every page) and is the fallback when SYSTEM found too few.
+    let mut samples = Vec::new();
+    for method in ["SYSTEM", "BERNOULLI"] {
+        let sql = format!(
+            "SELECT {} FROM {}.{} AS s TABLESAMPLE {method} ({pct}) ORDER BY {}",
+            text.join(", "),
+            quote_ident(&schema.id.namespace),
+            quote_ident(&schema.id.name),
+            order.join(", ")
+        );
+        let rows = client
+            .query(sql.as_str(), &[])
+            .await
+            .map_err(|e| SourceError::Server {
+                context: format!("sampling the keys of {}", schema.id),
+                detail: e.to_string(),
+            })?;
+        samples = rows
+            .iter()
+            .map(|r| {
+                (0..key.names.len())
+                    .map(|i| r.get::<_, String>(i))
+                    .collect()
+            })
+            .collect();
+        if samples.len() as u64 >= chunks * SAMPLES_PER_CHUNK / 4 {
+            break;
+        }
+    }
+    Ok(samples)
+}
+
+/// A snapshot exported by a plain transaction (when the slot exists already), and the WAL
+/// position read after it was taken: every transaction it sees ends at or below `lsn`. Keep it
+/// until the copy ends.
+pub struct NewSnapshot {
+    client: Client,
+    pub name: String,
+    pub lsn: Lsn,
+}
+
+impl NewSnapshot {
+    pub async fn export(cfg: &PostgresConfig) -> Result<Self, SourceError> {
+        let client = setup::connect(cfg).await?;
+        let err = |context: &str| {
+            let context = context.to_owned();
+            move |e: tokio_postgres::Error| SourceError::Server {
+                context,
+                detail: e.to_string(),
+            }
+        };
+        client
+            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await
+            .map_err(err("opening the snapshot transaction"))?;
+        // The first query takes the transaction's snapshot; the LSN is read after it. The insert
+        // position, not the write position: with synchronous_commit = off a commit is visible
+        // before its WAL is written.
+        let name: String = client
+            .query_one("SELECT pg_export_snapshot()", &[])
+            .await
+            .map_err(err("exporting a snapshot"))?
+            .get(0);
+        let lsn: String = client
+            .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+            .await
+            .map_err(err("reading the WAL position"))?
+            .get(0);
+        let lsn = lsn.parse::<Lsn>().map_err(|e| SourceError::Server {
+            context: "reading the WAL position".into(),
+            detail: e.to_string(),
+        })?;
+        Ok(NewSnapshot { client, name, lsn })
+    }
+
+    pub async fn close(self) {
+        // The copy is done; the transaction only held the snapshot.
+        let _ = self.client.batch_execute("COMMIT").await;
+    }
+}
+
+/// What [`copy_tables`] needs besides the plans.
+pub struct CopyRun<'a> {
+    pub cfg: &'a PostgresConfig,
+    pub snapshot: &'a str,
+    pub events: &'a mpsc::Sender<SourceEvent>,
+    pub shutdown: &'a CancellationToken,
+    pub limits: BatchLimits,
+}
+
+struct Job {
+    table: usize,
+    chunk: u32,
+    op: Op,
+}
+
+struct Shared {
+    cfg: PostgresConfig,
+    snapshot: String,
+    tables: Vec<TablePlan>,
+    jobs: Mutex<VecDeque<Job>>,
+    events: mpsc::Sender<SourceEvent>,
+    limits: BatchLimits,
+    /// Rows copied per table (same order as `tables`), for progress.
+    copied: Vec<AtomicU64>,
+}
+
+/// Copies every chunk in `plans` at `run.snapshot` on up to `cfg.snapshot_parallelism`
+/// connections. Sends each plan, the Truncate marker of fresh tables, and chunk events with the
+/// rows; not `SnapshotDone` (the caller knows the position). Returns the plans (for their ids)
+/// and false if shutdown interrupted the copy.
+pub async fn copy_tables(
+    plans: Vec<TablePlan>,
+    run: CopyRun<'_>,
+) -> Result<Option<Vec<TablePlan>>, SourceError> {
+    for plan in &plans {
+        send(run.events, plan.plan_event()).await?;
+        if plan.fresh {
+            send(
+                run.events,
+                SourceEvent::SnapshotRows(marker_batch(&plan.schema)?),
+            )
+            .await?;
+        }
+    }
+    let jobs: VecDeque<Job> = plans
+        .iter()
+        .enumerate()
+        .flat_map(|(t, p)| {
+            p.todo.iter().map(move |&(chunk, op)| Job {
+                table: t,
+                chunk,
+                op,
+            })
+        })
+        .collect();
+    let workers = run.cfg.snapshot_parallelism.clamp(1, jobs.len().max(1));
+    tracing::info!(
+        tables = plans.len(),
+        chunks = jobs.len(),
+        workers,
+        binary = plans.iter().filter(|p| p.binary).count(),
+        "initial copy starting"
+    );
+    let shared = Arc::new(Shared {
+        cfg: run.cfg.clone(),
+        snapshot: run.snapshot.to_owned(),
+        copied: plans.iter().map(|_| AtomicU64::new(0)).collect(),
+        tables: plans,
+        jobs: Mutex::new(jobs),
+        events: run.events.clone(),
+        limits: run.limits,
+    });
+    let mut meter = Meter::new(
+        shared
+            .tables
+            .iter()
+            .map(|t| (t.schema.id.to_string(), t.estimated_rows))
+            .collect(),
+    );
+    let mut set = JoinSet::new();
+    for _ in 0..workers {
+        set.spawn(worker(shared.clone()));
+    }
+    let mut tick = tokio::time::interval(PROGRESS_INTERVAL);
+    tick.tick().await;
+    let started = Instant::now();
+    loop {
+        tokio::select! {
+            biased;
+            _ = run.shutdown.cancelled() => {
+                set.abort_all();
+                meter.clear();
+                return Ok(None);
+            }
+            _ = tick.tick() => meter.report(&counts(&shared), started.elapsed()),
+            joined = set.join_next() => match joined {
+                None => break,
+                Some(Ok(Ok(()))) => {}
+                Some(Ok(Err(e))) => {
+                    set.abort_all();
+                    meter.clear();
+                    return Err(e);
+                }
+                Some(Err(e)) => {
+                    set.abort_all();
+                    meter.clear();
+                    return Err(SourceError::Protocol(format!("initial copy worker failed: {e}")));
+                }
+            },
+        }
+    }
+    meter.finish(&counts(&shared), started.elapsed());
+    let shared = Arc::try_unwrap(shared)
+        .map_err(|_| SourceError::Protocol("initial copy workers still running".into()))?;
+    Ok(Some(shared.tables))
+}
+
+fn counts(shared: &Shared) -> Vec<u64> {
+    shared
+        .copied
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed))
+        .collect()
+}
+
+async fn send(events: &mpsc::Sender<SourceEvent>, event: SourceEvent) -> Result<(), SourceError> {
+    events.send(event).await.map_err(|_| SourceError::Closed)
+}
+
+/// One connection: imports the snapshot, then copies chunks from the queue until it is empty.
+async fn worker(shared: Arc<Shared>) -> Result<(), SourceError> {
+    let client = setup::connect(&shared.cfg).await?;
+    let Some(first) = shared.tables.first() else {
+        return Ok(());
+    };
+    set_formats(&client, &first.schema.id).await?;
+    import_snapshot(&client, &shared.snapshot, &first.schema.id).await?;
+    loop {
+        let job = shared
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop_front();
+        let Some(job) = job else { break };
+        let Some(plan) = shared.tables.get(job.table) else {
+            continue;
+        };
+        let Some(range) = plan.chunks.get(job.chunk as usize) else {
+            continue;
+        };
+        let table = plan.schema.id.clone();
+        let chunk_event = |state| SourceEvent::SnapshotChunk {
+            table: table.clone(),
+            chunk: job.chunk,
+            state,
+        };
+        send(&shared.events, chunk_event(ChunkState::Started)).await?;
+        let copied = shared.copied.get(job.table);
+        let emit = |batch: crate::changelog::TableChanges| {
+            let events = shared.events.clone();
+            if let Some(c) = copied {
+                c.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            }
+            async move {
+                events
+                    .send(SourceEvent::SnapshotRows(batch))
+                    .await
+                    .map_err(|_| SnapshotError::Closed)
+            }
+        };
+        let started = Instant::now();
+        let spec = ChunkCopy {
+            schema: plan.schema.clone(),
+            types: &plan.types,
+            filter: range.where_clause(&plan.key),
+            binary: plan.binary,
+            op: job.op,
+            marker: false,
+            limits: shared.limits,
+        };
+        let rows = copy_chunk(&client, spec, emit).await?;
+        send(&shared.events, chunk_event(ChunkState::Done)).await?;
+        tracing::debug!(table = %table, chunk = job.chunk, of = plan.chunks.len(), rows, ms = started.elapsed().as_millis() as u64, upsert = job.op == Op::Update, "chunk copied");
+    }
+    // The transaction only read; ending it releases the snapshot.
+    let _ = client.batch_execute("COMMIT").await;
+    Ok(())
+}

@@ -1,0 +1,308 @@
+//! End to end, the initial copy (issue 7): parallel key-range chunks in binary COPY while the source
+//! is written to, a kill -9 in the middle of the copy that resumes from the committed chunks (not
+//! from zero), and a table added to `tables` later that is copied alone while the slot stays.
+//!
+//! The writes hit every kind of change the convergence argument in
+//! `src/sources/postgres/snapshot.rs` covers: inserts, updates, deletes, primary-key changes that
+//! move a row to another chunk, and updates that leave a TOASTed value unchanged (absent).
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{connect, exec, test_env, unique, Pipeline, Settings};
+use tokio_postgres::Client;
+
+/// A table of `rows` rows; every 100th row holds a TOASTed `t` (stored out of line).
+fn create_table(t: &str, rows: u64) -> String {
+    format!(
+        "DROP TABLE IF EXISTS {t};
+         CREATE TABLE {t} (id int8 PRIMARY KEY, v int4, d date, n numeric(12,2), t text);
+         ALTER TABLE {t} ALTER COLUMN t SET STORAGE EXTERNAL;
+         INSERT INTO {t} SELECT g, g % 1000, DATE '2020-01-01' + (g % 3000)::int, g / 7.0,
+             CASE WHEN g % 100 = 0 THEN repeat(md5(g::text), 300) ELSE 'row ' || g END
+           FROM generate_series(1, {rows}) g;
+         ANALYZE {t};"
+    )
+}
+
+/// One transaction of assorted changes spread over the key space.
+fn writes(t: &str, round: u64, rows: u64) -> String {
+    let at = |k: u64| (round * 7919 + k * 104_729) % rows + 1;
+    let mut sql = String::from("BEGIN;\n");
+    // Inserts far above the copied keys, and into gaps left by key changes.
+    sql += &format!(
+        "INSERT INTO {t} SELECT {base} + g, g, DATE '2024-01-01', 1.5, 'new' FROM generate_series(1, 20) g;\n",
+        base = 10_000_000 + round * 100
+    );
+    for k in 0..10 {
+        let id = at(k);
+        if id % 100 == 0 {
+            // TOASTed row: only its small columns change, so `t` arrives absent.
+            sql += &format!("UPDATE {t} SET v = v + 1 WHERE id = {id};\n");
+        } else {
+            match k % 4 {
+                0 => sql += &format!("UPDATE {t} SET v = v + 1, t = t || 'u' WHERE id = {id};\n"),
+                1 => sql += &format!("DELETE FROM {t} WHERE id = {id};\n"),
+                // A key change to the far end of the key space (another chunk).
+                2 => sql += &format!("UPDATE {t} SET id = id + 20000000 WHERE id = {id};\n"),
+                _ => sql += &format!("UPDATE {t} SET n = n + 1 WHERE id = {id};\n"),
+            }
+        }
+    }
+    sql += "COMMIT;";
+    sql
+}
+
+/// Write transactions numbered from `first` (each number once per table: its inserts use it).
+async fn write_until(
+    client: Client,
+    t: String,
+    rows: u64,
+    first: u64,
+    stop: Arc<AtomicBool>,
+) -> u64 {
+    let mut round = first - 1;
+    while !stop.load(Ordering::Relaxed) {
+        round += 1;
+        exec(&client, &writes(&t, round, rows)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    round
+}
+
+/// Adds copy tuning to the generated config's `[source]` section.
+fn tune(p: &Pipeline, chunk_rows: u64, parallelism: usize) {
+    let text = std::fs::read_to_string(&p.config).unwrap();
+    let text = text.replacen(
+        "[source]\n",
+        &format!(
+            "[source]\nsnapshot_chunk_rows = {chunk_rows}\nsnapshot_parallelism = {parallelism}\n"
+        ),
+        1,
+    );
+    std::fs::write(&p.config, text).unwrap();
+}
+
+/// The output of the `n`-th start (1-based).
+fn start_output(p: &Pipeline, n: u32) -> String {
+    let out = p.output();
+    let marker = format!("===== cdcd start #{n} =====");
+    let from = out.find(&marker).map_or(out.len(), |i| i + marker.len());
+    let rest = &out[from..];
+    let to = rest.find("===== cdcd start #").unwrap_or(rest.len());
+    rest[..to].to_owned()
+}
+
+/// Waits until the output of the current run satisfies `ready`.
+async fn wait_for(p: &mut Pipeline, what: &str, timeout: Duration, ready: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !ready(&p.output()) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        p.assert_running();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `key=value` from a tracing line.
+fn field(line: &str, key: &str) -> Option<u64> {
+    let at = line.find(&format!(" {key}="))? + key.len() + 2;
+    line[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_during_a_parallel_copy_converge() {
+    let Some(env) = test_env("writes_during_a_parallel_copy_converge") else {
+        return;
+    };
+    let name = unique("snapw");
+    let t = format!("{name}_t");
+    let rows = 100_000;
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t, rows)).await;
+    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    tune(&p, 10_000, 3);
+
+    p.start();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = tokio::spawn(write_until(
+        connect(&env.pg_url).await,
+        t.clone(),
+        rows,
+        1,
+        stop.clone(),
+    ));
+    wait_for(
+        &mut p,
+        "the copy to finish",
+        Duration::from_secs(240),
+        |o| o.contains("initial copy finished"),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let rounds = load.await.unwrap();
+    eprintln!("{rounds} write transactions during and after the copy");
+    let out = start_output(&p, 1);
+    let planned = out
+        .lines()
+        .find(|l| l.contains("planned initial copy"))
+        .expect("a plan line");
+    assert!(field(planned, "chunks").unwrap() >= 5, "{planned}");
+    assert!(planned.contains("binary=true"), "{planned}");
+    p.assert_equal(&t, 240).await;
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
+    let Some(env) = test_env("a_kill_mid_copy_resumes_from_the_committed_chunks") else {
+        return;
+    };
+    let name = unique("snapk");
+    let t = format!("{name}_t");
+    let rows = 400_000;
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t, rows)).await;
+    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    tune(&p, 10_000, 2);
+
+    p.start();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = tokio::spawn(write_until(
+        connect(&env.pg_url).await,
+        t.clone(),
+        rows,
+        1,
+        stop.clone(),
+    ));
+    // Two commits of copied rows (position 0/0) are in: some chunks are done.
+    wait_for(&mut p, "two copy commits", Duration::from_secs(240), |o| {
+        o.matches("position=0/0").count() >= 2
+    })
+    .await;
+    assert!(
+        !p.output().contains("initial copy finished"),
+        "the copy ended before the kill; make the table bigger"
+    );
+    eprintln!("kill -9 in the middle of the copy");
+    p.kill9();
+    p.wait_slot_inactive(&client, Duration::from_secs(30)).await;
+    // Changes while cdcd is down land in done and in pending chunks alike.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    p.start();
+    wait_for(
+        &mut p,
+        "the resumed copy to finish",
+        Duration::from_secs(240),
+        |o| o.contains("initial copy finished"),
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let rounds = load.await.unwrap();
+    eprintln!("{rounds} write transactions");
+
+    let out = start_output(&p, 2);
+    assert!(
+        out.contains("resuming an interrupted initial copy"),
+        "second start did not resume:\n{out}"
+    );
+    assert!(
+        !out.contains("created replication slot"),
+        "the slot was recreated:\n{out}"
+    );
+    let planned = out
+        .lines()
+        .find(|l| l.contains("planned initial copy"))
+        .expect("a plan line");
+    let (chunks, to_copy) = (
+        field(planned, "chunks").unwrap(),
+        field(planned, "to_copy").unwrap(),
+    );
+    eprintln!("resumed: {to_copy} of {chunks} chunks copied again");
+    assert!(to_copy < chunks, "restarted from zero: {planned}");
+    p.assert_equal(&t, 240).await;
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_added_later_is_copied_alone() {
+    let Some(env) = test_env("a_table_added_later_is_copied_alone") else {
+        return;
+    };
+    let name = unique("snapa");
+    let (a, b) = (format!("{name}_a"), format!("{name}_b"));
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&a, 5_000)).await;
+    exec(&client, &create_table(&b, 30_000)).await;
+    let mut p = Pipeline::new(&env, &name, &[&a], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    tune(&p, 5_000, 2);
+    p.start();
+    p.assert_equal(&a, 120).await;
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0));
+
+    // While cdcd is down, both tables change; then `b` joins the pipeline. The publication must
+    // publish it: cdcd prints the statement, as an operator would run it.
+    exec(&client, &writes(&a, 1, 5_000)).await;
+    exec(&client, &writes(&b, 1, 30_000)).await;
+    exec(
+        &client,
+        &format!("ALTER PUBLICATION {} ADD TABLE {b}", p.publication),
+    )
+    .await;
+    p.tables.push(format!("public.{b}"));
+    p.write_config(&Settings::default());
+    tune(&p, 5_000, 2);
+    p.start();
+    let stop = Arc::new(AtomicBool::new(false));
+    let wa = tokio::spawn(write_until(
+        connect(&env.pg_url).await,
+        a.clone(),
+        5_000,
+        2,
+        stop.clone(),
+    ));
+    let wb = tokio::spawn(write_until(
+        connect(&env.pg_url).await,
+        b.clone(),
+        30_000,
+        2,
+        stop.clone(),
+    ));
+    wait_for(&mut p, "the copy of b", Duration::from_secs(240), |o| {
+        o.contains("initial copy finished")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.store(true, Ordering::Relaxed);
+    wa.await.unwrap();
+    wb.await.unwrap();
+
+    let out = start_output(&p, 2);
+    assert!(
+        !out.contains("created replication slot"),
+        "the slot was recreated:\n{out}"
+    );
+    let plans: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("planned initial copy"))
+        .collect();
+    assert_eq!(plans.len(), 1, "only b is copied: {plans:?}");
+    assert!(plans[0].contains(&b), "{plans:?}");
+    p.assert_equal(&a, 240).await;
+    p.assert_equal(&b, 240).await;
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0));
+}
