@@ -134,7 +134,9 @@ async fn source_against_postgres() {
          [sink]\nwarehouse = \"/tmp/{tag}\"\n"
     );
     let config = Config::from_toml(&toml, "test.toml").unwrap();
-    let SourceConfig::Postgres(cfg) = config.source;
+    let SourceConfig::Postgres(cfg) = config.source else {
+        panic!("postgres source expected")
+    };
 
     let problems = PostgresSource::check(&cfg).await;
     assert!(problems.is_empty(), "{problems:?}");
@@ -342,7 +344,9 @@ async fn setup_checks_against_postgres() {
          [sink]\nwarehouse = \"/tmp/{tag}\"\n"
     );
     let config = Config::from_toml(&toml, "test.toml").unwrap();
-    let SourceConfig::Postgres(cfg) = config.source;
+    let SourceConfig::Postgres(cfg) = config.source else {
+        panic!("postgres source expected")
+    };
     let (tables, problems) = setup::check(&pg, &cfg).await.unwrap();
     assert_eq!(tables, vec![TableId::new("public", &k)]);
     let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
