@@ -23,7 +23,7 @@ use crate::config::MySqlConfig;
 use crate::sources::{SourceError, SourceEvent};
 
 use super::schema::TableEntry;
-use super::setup::{self, server_err, Flavor};
+use super::setup::{server_err, Flavor};
 use super::types::{append, Origin};
 
 /// Rows per `SnapshotRows` batch.

@@ -225,12 +225,18 @@ impl Assembler {
                                         return Ok(Step::NeedTable(id));
                                     };
                                     let schema = entry.schema.clone();
+                                    let position = self.position.to_string();
+                                    let err = |e: arrow_schema::ArrowError| StreamError::Table {
+                                        table: id.clone(),
+                                        detail: e.to_string(),
+                                        position: position.clone(),
+                                    };
                                     let b = self.builder_for(&schema)?;
                                     b.begin(Op::Truncate);
                                     for i in 0..schema.columns.len() {
-                                        b.absent(i).map_err(|e| self.table_err(&id, e))?;
+                                        b.absent(i).map_err(err)?;
                                     }
-                                    b.no_old_key().map_err(|e| self.table_err(&id, e))?;
+                                    b.no_old_key().map_err(err)?;
                                 }
                                 DdlVerb::Alter | DdlVerb::Drop | DdlVerb::Rename => {
                                     return Err(StreamError::Ddl {
