@@ -258,7 +258,9 @@ async fn source_against_postgres() {
 
     // Acknowledge the last transaction: the slot's confirmed position follows.
     ack_tx.send(Some(big.position.clone())).unwrap();
-    let Position::Postgres(acked) = big.position;
+    let Position::Postgres(acked) = big.position else {
+        panic!("postgres position expected")
+    };
     let mut confirmed = Lsn::ZERO;
     for _ in 0..50 {
         let row = pg
