@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::changelog::{Column, TableId, TableSchema};
 
-use super::types::{map_column, ColumnInfo, Kind, TypeError};
+use super::types::{map_column, parse_default, ColumnDefault, ColumnInfo, Kind, TypeError};
 
 /// A table as cdcd decodes it.
 #[derive(Debug, Clone)]
@@ -19,6 +19,8 @@ pub struct TableEntry {
     pub schema: Arc<TableSchema>,
     /// Per column, how its values convert.
     pub kinds: Vec<Kind>,
+    /// Per column, its default: what an INSERT's MINIMAL image that leaves it out means.
+    pub defaults: Vec<ColumnDefault>,
 }
 
 /// Builds the entry from `information_schema.columns` rows (in ordinal order) and the primary
@@ -40,6 +42,10 @@ pub fn build_entry(
         });
         kinds.push(kind);
     }
+    let defaults = columns
+        .iter()
+        .map(|c| parse_default(c.default.as_deref(), c.nullable))
+        .collect();
     let primary_key = key
         .iter()
         .filter_map(|k| columns.iter().position(|c| &c.name == k))
@@ -51,6 +57,7 @@ pub fn build_entry(
             primary_key,
         }),
         kinds,
+        defaults,
     })
 }
 

@@ -134,12 +134,13 @@ pub async fn load_table(
         Option<u64>,
         Option<String>,
         String,
+        Option<String>,
     );
     let ctx = || format!("reading the columns of {table}");
     let rows: Vec<Row> = conn
         .exec(
             "SELECT column_name, data_type, column_type, numeric_precision, numeric_scale, \
-             character_set_name, is_nullable FROM information_schema.columns \
+             character_set_name, is_nullable, column_default FROM information_schema.columns \
              WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position",
             (&table.namespace, &table.name),
         )
@@ -168,7 +169,7 @@ pub async fn load_table(
         .unwrap_or_default();
     let columns: Vec<ColumnInfo> = rows
         .into_iter()
-        .map(|(name, data_type, column_type, p, s, charset, nullable)| {
+        .map(|(name, data_type, column_type, p, s, charset, nullable, default)| {
             let json_check = checks
                 .iter()
                 .any(|c| c.contains(&format!("json_valid(`{name}`)")));
@@ -181,6 +182,7 @@ pub async fn load_table(
                 charset,
                 nullable: nullable == "YES",
                 json_check,
+                default,
             }
         })
         .collect();

@@ -29,7 +29,7 @@ use crate::config::ZeroDate;
 
 use super::decoder::{self, DdlVerb, Statement};
 use super::schema::{matches_patterns, TableEntry};
-use super::types::{append, Origin};
+use super::types::{append, ColumnDefault, Origin};
 
 /// Rows a table's builder is sized for.
 const BUILDER_CAPACITY: usize = 64;
@@ -427,6 +427,27 @@ impl Assembler {
                                 .ok_or_else(|| err(format!("no builder for column {i}")))?;
                             append(builder, kind, &v, Origin::Binlog, zero_date)
                                 .map_err(|e| column_err(&entry, i, e.0, &position))?;
+                        }
+                        // MariaDB's MINIMAL image of an INSERT holds only the columns the
+                        // statement named; the others took their defaults.
+                        None if op == Op::Insert => {
+                            let builder = b
+                                .value(i)
+                                .ok_or_else(|| err(format!("no builder for column {i}")))?;
+                            match entry.defaults.get(i) {
+                                Some(ColumnDefault::Value(v)) => {
+                                    append(builder, kind, v, Origin::Query, zero_date)
+                                        .map_err(|e| column_err(&entry, i, format!("default: {}", e.0), &position))?
+                                }
+                                other => {
+                                    return Err(column_err(
+                                        &entry,
+                                        i,
+                                        format!("an INSERT's row image leaves the column out and its default {other:?} is not a constant cdcd can apply; use binlog_row_image = FULL"),
+                                        &position,
+                                    ))
+                                }
+                            }
                         }
                         None => b.absent(i).map_err(|e| err(e.to_string()))?,
                     }

@@ -92,6 +92,39 @@ pub struct ColumnInfo {
     pub nullable: bool,
     /// MariaDB's JSON is LONGTEXT with a `json_valid()` check.
     pub json_check: bool,
+    /// `COLUMN_DEFAULT` as the server shows it (MariaDB quotes strings and writes `NULL`).
+    pub default: Option<String>,
+}
+
+/// A column's default, for INSERTs whose MINIMAL image leaves the column out.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ColumnDefault {
+    /// A constant (NULL, a number, a string), converted like a queried value.
+    Value(Value),
+    /// An expression (`current_timestamp()`, …) cdcd cannot evaluate.
+    Expr(String),
+}
+
+/// Reads `COLUMN_DEFAULT`: SQL NULL or `NULL` → NULL, `'text'` → text, numbers as they are,
+/// anything else an expression.
+pub fn parse_default(raw: Option<&str>, nullable: bool) -> ColumnDefault {
+    let Some(raw) = raw else {
+        return if nullable {
+            ColumnDefault::Value(Value::NULL)
+        } else {
+            ColumnDefault::Expr("(no default)".into())
+        };
+    };
+    if raw.eq_ignore_ascii_case("null") {
+        return ColumnDefault::Value(Value::NULL);
+    }
+    if let Some(inner) = raw.strip_prefix('\'').and_then(|r| r.strip_suffix('\'')) {
+        return ColumnDefault::Value(Value::Bytes(inner.replace("''", "'").into_bytes()));
+    }
+    if !raw.is_empty() && raw.chars().all(|c| c.is_ascii_digit() || matches!(c, '-' | '+' | '.' | 'e' | 'E')) {
+        return ColumnDefault::Value(Value::Bytes(raw.as_bytes().to_vec()));
+    }
+    ColumnDefault::Expr(raw.to_owned())
 }
 
 /// The Arrow type and converter of a column.
@@ -291,11 +324,19 @@ pub fn append(
         }
         Kind::Float => match value {
             Value::Float(f) => push!(Float32Builder, *f),
+            Value::Bytes(b) => push!(
+                Float32Builder,
+                std::str::from_utf8(b).ok().and_then(|t| t.parse().ok()).ok_or_else(|| text_err(b))?
+            ),
             Value::Double(d) => push!(Float32Builder, *d as f32),
             v => bad(kind, v),
         },
         Kind::Double => match value {
             Value::Double(d) => push!(Float64Builder, *d),
+            Value::Bytes(b) => push!(
+                Float64Builder,
+                std::str::from_utf8(b).ok().and_then(|t| t.parse().ok()).ok_or_else(|| text_err(b))?
+            ),
             Value::Float(f) => push!(Float64Builder, f64::from(*f)),
             v => bad(kind, v),
         },
