@@ -401,7 +401,9 @@ pub fn append(
         }
         Kind::Text { latin1 } => match value {
             Value::Bytes(b) => {
-                if *latin1 {
+                // Queries run with SET NAMES utf8mb4, so the server already converted; the binlog
+                // holds the column's own bytes.
+                if *latin1 && origin == Origin::Binlog {
                     let s: String = b.iter().map(|&c| char::from(c)).collect();
                     push!(StringBuilder, s)
                 } else {
@@ -505,6 +507,10 @@ fn int_value(value: &Value, unsigned: bool, bits: u32) -> Option<i64> {
     };
     if unsigned && v < 0 && bits < 64 {
         Some(v & ((1i64 << bits) - 1))
+    } else if !unsigned && bits < 64 && v >= 1i64 << (bits - 1) {
+        // mysql_common reads a MEDIUMINT unsigned when the row metadata's signedness does not
+        // line up with the column; a signed column never holds 2^(bits-1) or more.
+        Some(v - (1i64 << bits))
     } else {
         Some(v)
     }

@@ -33,6 +33,8 @@ fn integers_keep_their_unsigned_range() {
     assert_eq!(a.as_primitive::<arrow_array::types::Int64Type>().value(0), 4_294_967_295);
     let a = convert("mediumint", "mediumint(9)", &[Value::Int(-5)], Origin::Binlog);
     assert_eq!(a.as_primitive::<Int32Type>().value(0), -5);
+    let a = convert("mediumint", "mediumint(9)", &[Value::Int(8_388_608)], Origin::Binlog);
+    assert_eq!(a.as_primitive::<Int32Type>().value(0), -8_388_608);
     let a = convert("bigint", "bigint(20) unsigned", &[Value::Int(-1)], Origin::Binlog);
     assert_eq!(
         a.as_primitive::<Decimal128Type>().value(0),
