@@ -690,12 +690,11 @@ impl RawConfig {
                 ))
             }
             Some(id) => id,
-            None => {
-                return Err(bad(
-                    "source.server_id",
-                    "is required for mysql: a replica id no server or other replica uses, e.g. 4242".into(),
-                ))
-            }
+            None => return Err(bad(
+                "source.server_id",
+                "is required for mysql: a replica id no server or other replica uses, e.g. 4242"
+                    .into(),
+            )),
         };
         let snapshot = match s.snapshot.as_deref() {
             None | Some("initial") => SnapshotMode::Initial,
@@ -720,7 +719,10 @@ impl RawConfig {
         for (key, set) in [
             ("source.slot", s.slot.is_some()),
             ("source.publication", s.publication.is_some()),
-            ("source.stream_memory_bytes", s.stream_memory_bytes.is_some()),
+            (
+                "source.stream_memory_bytes",
+                s.stream_memory_bytes.is_some(),
+            ),
         ] {
             if set {
                 return Err(bad(key, "applies to postgres sources only".into()));
@@ -835,7 +837,9 @@ zero_date = "error"
         assert_eq!(my.password.as_deref(), Some("pw"));
         assert_eq!(my.zero_date, ZeroDate::Error);
         let missing = text.replace("server_id = 4242\n", "");
-        let err = Config::from_toml(&missing, "p.toml").unwrap_err().to_string();
+        let err = Config::from_toml(&missing, "p.toml")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("source.server_id"), "{err}");
     }
 
@@ -913,8 +917,8 @@ zero_date = "error"
             jail.set_env("CDCD_TB", "/tmp/x");
             let c = Config::load(&path).map_err(|e| e.to_string())?;
             let SourceConfig::Postgres(pg) = &c.source else {
-            panic!("postgres source expected")
-        };
+                panic!("postgres source expected")
+            };
             assert_eq!(pg.password.as_deref(), Some("from-env"));
             assert_eq!(c.commit_max_rows, 7);
             Ok(())

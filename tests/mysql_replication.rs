@@ -85,7 +85,11 @@ async fn every_type_and_row_image_replicates() {
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     let mut c = my_connect(&env.url_for(&p.db)).await;
     my_exec(&mut c, &create_types("types")).await;
-    my_exec(&mut c, "CREATE TABLE other (id INT PRIMARY KEY, v VARCHAR(20))").await;
+    my_exec(
+        &mut c,
+        "CREATE TABLE other (id INT PRIMARY KEY, v VARCHAR(20))",
+    )
+    .await;
     // Rows before cdcd starts come through the initial snapshot.
     my_exec(&mut c, &edge_rows("types")).await;
     p.start();
@@ -94,7 +98,11 @@ async fn every_type_and_row_image_replicates() {
     my_exec(&mut c, &changes("types", "other", 1000)).await;
     my_exec(&mut c, "SET SESSION binlog_row_image = 'MINIMAL'").await;
     my_exec(&mut c, &changes("types", "other", 2000)).await;
-    my_exec(&mut c, "INSERT INTO types (id, vc) VALUES (3000, 'minimal insert')").await;
+    my_exec(
+        &mut c,
+        "INSERT INTO types (id, vc) VALUES (3000, 'minimal insert')",
+    )
+    .await;
     my_exec(&mut c, "SET SESSION binlog_row_image = 'NOBLOB'").await;
     my_exec(&mut c, &changes("types", "other", 4000)).await;
     my_exec(&mut c, "UPDATE types SET i = 5 WHERE id = 1").await;
@@ -102,7 +110,10 @@ async fn every_type_and_row_image_replicates() {
     p.assert_equal("types", 120).await;
     p.assert_equal("other", 60).await;
     let pos = p.position("types");
-    assert!(pos.contains("cdcd.position=0-1-"), "MariaDB GTID position: {pos}");
+    assert!(
+        pos.contains("cdcd.position=0-1-"),
+        "MariaDB GTID position: {pos}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,7 +171,10 @@ async fn truncate_replicates_and_alter_stops_with_the_statement() {
     p.assert_equal("t", 60).await;
     my_exec(&mut c, "ALTER TABLE t ADD COLUMN w INT").await;
     let st = p.wait_exit(Duration::from_secs(30)).await;
-    assert!(matches!(st, Some(s) if !s.success()), "cdcd must stop: {st:?}");
+    assert!(
+        matches!(st, Some(s) if !s.success()),
+        "cdcd must stop: {st:?}"
+    );
     let out = p.output();
     assert!(
         out.contains("ALTER TABLE t ADD COLUMN w INT"),

@@ -124,7 +124,10 @@ impl FromStr for Position {
         if s.contains('/') {
             return s.parse::<Lsn>().map(Position::Postgres);
         }
-        if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit() || c == '-' || c == ',') {
+        if !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_digit() || c == '-' || c == ',')
+        {
             return s.parse::<GtidList>().map(Position::MariaDbGtid);
         }
         if s.split(':').next().is_some_and(super::gtid::is_uuid) {
@@ -166,8 +169,14 @@ mod tests {
             let p: Position = text.parse().unwrap();
             assert_eq!(p.to_string(), text);
         }
-        assert!(matches!("0-1-42".parse().unwrap(), Position::MariaDbGtid(_)));
-        assert!(matches!("binlog.000003:4711".parse().unwrap(), Position::MySqlFile(_)));
+        assert!(matches!(
+            "0-1-42".parse().unwrap(),
+            Position::MariaDbGtid(_)
+        ));
+        assert!(matches!(
+            "binlog.000003:4711".parse().unwrap(),
+            Position::MySqlFile(_)
+        ));
         let like: Position = "0-1-1".parse().unwrap();
         let incomplete = Position::snapshot_incomplete(&like);
         assert!(incomplete.is_snapshot_incomplete());

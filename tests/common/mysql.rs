@@ -39,7 +39,10 @@ pub fn my_env(test: &str) -> Option<MyEnv> {
 impl MyEnv {
     /// The URL with `db` as its database.
     pub fn url_for(&self, db: &str) -> String {
-        let base = self.url.rsplit_once('/').map_or(self.url.as_str(), |(b, _)| b);
+        let base = self
+            .url
+            .rsplit_once('/')
+            .map_or(self.url.as_str(), |(b, _)| b);
         format!("{base}/{db}")
     }
 }
@@ -228,8 +231,17 @@ impl MyPipeline {
 
     pub async fn assert_equal(&mut self, table: &str, wait_secs: u32) {
         let (code, out) = self.lakecheck(table, wait_secs).await;
-        assert_eq!(code, Some(0), "lakecheck {}.{table}: differs:\n{out}", self.db);
-        eprintln!("lakecheck {}.{table}: {}", self.db, out.lines().last().unwrap_or(""));
+        assert_eq!(
+            code,
+            Some(0),
+            "lakecheck {}.{table}: differs:\n{out}",
+            self.db
+        );
+        eprintln!(
+            "lakecheck {}.{table}: {}",
+            self.db,
+            out.lines().last().unwrap_or("")
+        );
     }
 
     /// The newest snapshot's `cdcd.position` of `table`.
@@ -257,7 +269,9 @@ impl Drop for MyPipeline {
                 .ok()?;
             rt.block_on(async move {
                 let mut c = my_connect(&url).await;
-                let _ = c.query_drop(format!("DROP DATABASE IF EXISTS `{db}`")).await;
+                let _ = c
+                    .query_drop(format!("DROP DATABASE IF EXISTS `{db}`"))
+                    .await;
             });
             Some(())
         })

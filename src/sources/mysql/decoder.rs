@@ -99,7 +99,10 @@ pub enum Statement {
     Commit,
     Rollback,
     /// DDL on `tables` (`db.table`, as written or qualified with the event's database).
-    Ddl { verb: DdlVerb, tables: Vec<(String, String)> },
+    Ddl {
+        verb: DdlVerb,
+        tables: Vec<(String, String)>,
+    },
     /// Anything else (SAVEPOINT, GRANT, statements on other objects, …).
     Other,
 }
@@ -160,7 +163,11 @@ pub fn classify(sql: &str, default_db: &str) -> Statement {
     i += 1;
     if matches!(upper(i).as_deref(), Some("IF")) {
         // IF [NOT] EXISTS
-        i += if upper(i + 1).as_deref() == Some("NOT") { 3 } else { 2 };
+        i += if upper(i + 1).as_deref() == Some("NOT") {
+            3
+        } else {
+            2
+        };
     }
     let mut tables = Vec::new();
     let mut expect_name = true;
@@ -200,12 +207,16 @@ fn split_name(name: &str) -> Vec<String> {
         match c {
             '`' if quoted && chars.peek() == Some(&'`') => {
                 chars.next();
-                parts.last_mut().map(|p| p.push('`'));
+                if let Some(p) = parts.last_mut() {
+                    p.push('`');
+                }
             }
             '`' => quoted = !quoted,
             '.' if !quoted => parts.push(String::new()),
             c => {
-                parts.last_mut().map(|p| p.push(c));
+                if let Some(p) = parts.last_mut() {
+                    p.push(c);
+                }
             }
         }
     }
@@ -305,7 +316,10 @@ mod tests {
             data.extend(s.to_le_bytes());
             data.extend(q.to_le_bytes());
         }
-        assert_eq!(mariadb_gtid_list(&data).unwrap().to_string(), "0-1-42,1-2-7");
+        assert_eq!(
+            mariadb_gtid_list(&data).unwrap().to_string(),
+            "0-1-42,1-2-7"
+        );
         assert!(mariadb_gtid_list(&data[..20]).is_err());
     }
 
@@ -340,18 +354,29 @@ mod tests {
             ddl("RENAME TABLE a TO b, c TO d"),
             (
                 DdlVerb::Rename,
-                vec![t("shop", "a"), t("shop", "b"), t("shop", "c"), t("shop", "d")]
+                vec![
+                    t("shop", "a"),
+                    t("shop", "b"),
+                    t("shop", "c"),
+                    t("shop", "d")
+                ]
             )
         );
         assert_eq!(ddl("truncate x"), (DdlVerb::Truncate, vec![t("shop", "x")]));
-        assert_eq!(ddl("TRUNCATE TABLE s.x"), (DdlVerb::Truncate, vec![t("s", "x")]));
+        assert_eq!(
+            ddl("TRUNCATE TABLE s.x"),
+            (DdlVerb::Truncate, vec![t("s", "x")])
+        );
         assert_eq!(
             ddl("create table if not exists n (id int primary key)"),
             (DdlVerb::Create, vec![t("shop", "n")])
         );
         assert_eq!(classify("BEGIN", "x"), Statement::Begin);
         assert_eq!(classify("COMMIT", "x"), Statement::Commit);
-        assert_eq!(classify("CREATE TEMPORARY TABLE t (a int)", "x"), Statement::Other);
+        assert_eq!(
+            classify("CREATE TEMPORARY TABLE t (a int)", "x"),
+            Statement::Other
+        );
         assert_eq!(classify("CREATE USER u", "x"), Statement::Other);
         assert_eq!(classify("ROLLBACK TO SAVEPOINT s", "x"), Statement::Other);
     }

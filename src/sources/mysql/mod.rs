@@ -103,7 +103,10 @@ impl Source for MySqlSource {
         let mut conn = setup::connect(&self.cfg).await?;
         let (tables, problems) = setup::check(&mut conn, &self.cfg).await?;
         // Settings that make streaming impossible stop here; advice (GTID mode) does not.
-        if let Some(p) = problems.iter().find(|p| !p.problem.starts_with("gtid_mode")) {
+        if let Some(p) = problems
+            .iter()
+            .find(|p| !p.problem.starts_with("gtid_mode"))
+        {
             return Err(SourceError::Config(p.to_string()));
         }
         let flavor = setup::flavor(&mut conn).await?;
@@ -127,11 +130,7 @@ impl Source for MySqlSource {
         let cfg = self.cfg;
         let (flavor, tables) = match self.prepared {
             Some(p) => p,
-            None => {
-                return Err(SourceError::Config(
-                    "run before prepare".into(),
-                ))
-            }
+            None => return Err(SourceError::Config("run before prepare".into())),
         };
         let mut conn = setup::connect(&cfg).await?;
         let mut entries = Vec::with_capacity(tables.len());
@@ -172,7 +171,8 @@ impl Source for MySqlSource {
         }
         let mut backoff = BACKOFF_MIN;
         loop {
-            let outcome = stream_once(&cfg, flavor, &mut conn, &mut assembler, &events, &shutdown).await;
+            let outcome =
+                stream_once(&cfg, flavor, &mut conn, &mut assembler, &events, &shutdown).await;
             match outcome {
                 Ok(()) => return Ok(()),
                 Err(Failure::Fatal(e)) => return Err(e),
@@ -223,7 +223,11 @@ async fn stream_once(
             next = tokio::time::timeout(READ_TIMEOUT, binlog.next()) => next,
         };
         let event: Event = match next {
-            Err(_) => return Err(Failure::Retry(format!("no binlog event for {READ_TIMEOUT:?}"))),
+            Err(_) => {
+                return Err(Failure::Retry(format!(
+                    "no binlog event for {READ_TIMEOUT:?}"
+                )))
+            }
             Ok(None) => return Err(Failure::Retry("the server closed the binlog stream".into())),
             Ok(Some(Err(e))) => return Err(classify_error(e, assembler.position())),
             Ok(Some(Ok(ev))) => ev,
@@ -249,7 +253,9 @@ async fn stream_once(
                     }
                 }
                 Step::NeedTable(id) => {
-                    let entry = setup::load_table(conn, &id).await.map_err(|e| Failure::Retry(e.to_string()))?;
+                    let entry = setup::load_table(conn, &id)
+                        .await
+                        .map_err(|e| Failure::Retry(e.to_string()))?;
                     match entry {
                         Some(e) => {
                             assembler.set_table(e);
@@ -302,7 +308,11 @@ fn classify_error(e: mysql_async::Error, position: &Position) -> Failure {
 }
 
 /// Opens a replication connection at `position`.
-async fn open(cfg: &MySqlConfig, flavor: Flavor, position: &Position) -> Result<BinlogStream, Failure> {
+async fn open(
+    cfg: &MySqlConfig,
+    flavor: Flavor,
+    position: &Position,
+) -> Result<BinlogStream, Failure> {
     let retry = |e: mysql_async::Error| Failure::Retry(e.to_string());
     let mut conn = Conn::new(setup::opts(cfg)).await.map_err(retry)?;
     let period = HEARTBEAT.as_nanos();
@@ -335,7 +345,9 @@ async fn open(cfg: &MySqlConfig, flavor: Flavor, position: &Position) -> Result<
                     None => (sid.as_str(), None),
                 };
                 let Ok(uuid) = uuid::Uuid::parse_str(uuid) else {
-                    return Err(Failure::Fatal(SourceError::Protocol(format!("GTID set member {sid:?}"))));
+                    return Err(Failure::Fatal(SourceError::Protocol(format!(
+                        "GTID set member {sid:?}"
+                    ))));
                 };
                 // The protocol's interval end is exclusive.
                 let intervals = ivs

@@ -102,12 +102,7 @@ mod tests {
             column_type: "int(11)".into(),
             ..Default::default()
         };
-        let e = build_entry(
-            TableId::new("s", "t"),
-            &[c("a"), c("b")],
-            &["b".to_owned()],
-        )
-        .unwrap();
+        let e = build_entry(TableId::new("s", "t"), &[c("a"), c("b")], &["b".to_owned()]).unwrap();
         assert_eq!(e.schema.primary_key, vec![1]);
     }
 }

@@ -86,7 +86,11 @@ pub async fn flavor(conn: &mut Conn) -> Result<Flavor, SourceError> {
         .query_first("SELECT VERSION()")
         .await
         .map_err(server_err("reading the server version"))?;
-    if version.unwrap_or_default().to_ascii_lowercase().contains("mariadb") {
+    if version
+        .unwrap_or_default()
+        .to_ascii_lowercase()
+        .contains("mariadb")
+    {
         return Ok(Flavor::MariaDb);
     }
     let mode: Option<String> = conn
@@ -169,22 +173,24 @@ pub async fn load_table(
         .unwrap_or_default();
     let columns: Vec<ColumnInfo> = rows
         .into_iter()
-        .map(|(name, data_type, column_type, p, s, charset, nullable, default)| {
-            let json_check = checks
-                .iter()
-                .any(|c| c.contains(&format!("json_valid(`{name}`)")));
-            ColumnInfo {
-                name,
-                data_type,
-                column_type,
-                numeric_precision: p,
-                numeric_scale: s,
-                charset,
-                nullable: nullable == "YES",
-                json_check,
-                default,
-            }
-        })
+        .map(
+            |(name, data_type, column_type, p, s, charset, nullable, default)| {
+                let json_check = checks
+                    .iter()
+                    .any(|c| c.contains(&format!("json_valid(`{name}`)")));
+                ColumnInfo {
+                    name,
+                    data_type,
+                    column_type,
+                    numeric_precision: p,
+                    numeric_scale: s,
+                    charset,
+                    nullable: nullable == "YES",
+                    json_check,
+                    default,
+                }
+            },
+        )
         .collect();
     build_entry(table.clone(), &columns, &key)
         .map(Some)
@@ -287,7 +293,10 @@ pub async fn check(
     }
     if !(has("REPLICATION CLIENT") || has("BINLOG MONITOR") || has("SUPER")) {
         p(
-            format!("user {} lacks REPLICATION CLIENT (MariaDB: BINLOG MONITOR)", cfg.user),
+            format!(
+                "user {} lacks REPLICATION CLIENT (MariaDB: BINLOG MONITOR)",
+                cfg.user
+            ),
             &format!(
                 "GRANT REPLICATION CLIENT ON *.* TO '{}'@'…' (MariaDB: BINLOG MONITOR)",
                 cfg.user
@@ -308,7 +317,10 @@ pub async fn check(
                 "add a primary key, or remove the table from source.tables",
             ),
             Ok(_) => {}
-            Err(e) => p(e.to_string(), "change the column type or remove the table from source.tables"),
+            Err(e) => p(
+                e.to_string(),
+                "change the column type or remove the table from source.tables",
+            ),
         }
     }
     Ok((tables, problems))

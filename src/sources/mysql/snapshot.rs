@@ -48,7 +48,8 @@ pub async fn begin(conn: &mut Conn, flavor: Flavor) -> Result<Position, SourceEr
                 .find(|(k, _)| k.eq_ignore_ascii_case(n))
                 .map(|(_, v)| v.clone())
         };
-        let (Some(file), Some(pos)) = (get("binlog_snapshot_file"), get("binlog_snapshot_position"))
+        let (Some(file), Some(pos)) =
+            (get("binlog_snapshot_file"), get("binlog_snapshot_position"))
         else {
             return Err(SourceError::Server {
                 context: "reading the snapshot's binlog position".into(),
@@ -58,7 +59,9 @@ pub async fn begin(conn: &mut Conn, flavor: Flavor) -> Result<Position, SourceEr
         let gtid: Option<Option<String>> = conn
             .exec_first("SELECT BINLOG_GTID_POS(?, ?)", (&file, &pos))
             .await
-            .map_err(server_err("translating the snapshot's binlog position to a GTID"))?;
+            .map_err(server_err(
+                "translating the snapshot's binlog position to a GTID",
+            ))?;
         let text = gtid.flatten().unwrap_or_default();
         return text
             .parse()
@@ -67,7 +70,9 @@ pub async fn begin(conn: &mut Conn, flavor: Flavor) -> Result<Position, SourceEr
     }
     conn.query_drop("FLUSH TABLES WITH READ LOCK")
         .await
-        .map_err(server_err("FLUSH TABLES WITH READ LOCK for the snapshot (needs RELOAD)"))?;
+        .map_err(server_err(
+            "FLUSH TABLES WITH READ LOCK for the snapshot (needs RELOAD)",
+        ))?;
     let started = async {
         conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
             .await
@@ -189,7 +194,9 @@ async fn copy_table(
             let row = row.map_err(server_err(format!("copying {id}")))?;
             batch.begin(Op::Insert);
             for (i, kind) in entry.kinds.iter().enumerate() {
-                let value = row.as_ref(i).ok_or_else(|| table_err(format!("row lacks column {i}")))?;
+                let value = row
+                    .as_ref(i)
+                    .ok_or_else(|| table_err(format!("row lacks column {i}")))?;
                 let builder = batch
                     .value(i)
                     .ok_or_else(|| table_err(format!("no builder for column {i}")))?;

@@ -22,8 +22,7 @@ use mysql_common::binlog::value::BinlogValue;
 use mysql_common::value::Value;
 
 use crate::changelog::{
-    BinlogFile, MariaGtid, Op, Position, TableChanges, TableChangesBuilder,
-    TableId, Transaction,
+    BinlogFile, MariaGtid, Op, Position, TableChanges, TableChangesBuilder, TableId, Transaction,
 };
 use crate::config::ZeroDate;
 
@@ -249,9 +248,7 @@ impl Assembler {
                         }
                         self.after_statement(header.log_pos(), header.timestamp())
                     }
-                    Statement::Other => {
-                        self.after_statement(header.log_pos(), header.timestamp())
-                    }
+                    Statement::Other => self.after_statement(header.log_pos(), header.timestamp()),
                 }
             }
             EventData::XidEvent(_) => self.finish(u64::from(header.log_pos()), header.timestamp()),
@@ -261,7 +258,8 @@ impl Assembler {
             }),
             EventData::RowsEvent(rows) => self.on_rows(&rows, tme),
             EventData::TransactionPayloadEvent(_) => Err(self.protocol(
-                "TRANSACTION_PAYLOAD event reached the assembler (mysql_async decompresses them)".into(),
+                "TRANSACTION_PAYLOAD event reached the assembler (mysql_async decompresses them)"
+                    .into(),
             )),
             _ => Ok(Step::Nothing),
         }
@@ -384,8 +382,16 @@ impl Assembler {
                 })
             }
         };
-        fill_slots(&mut self.before_slots, rows.columns_before_image().map(|b| b.iter_ones()), ncols);
-        fill_slots(&mut self.after_slots, rows.columns_after_image().map(|b| b.iter_ones()), ncols);
+        fill_slots(
+            &mut self.before_slots,
+            rows.columns_before_image().map(|b| b.iter_ones()),
+            ncols,
+        );
+        fill_slots(
+            &mut self.after_slots,
+            rows.columns_after_image().map(|b| b.iter_ones()),
+            ncols,
+        );
         let entry = entry.clone();
         let position = self.position.to_string();
         let zero_date = self.zero_date;
@@ -415,13 +421,12 @@ impl Assembler {
                         (op == Op::Update && is_key)
                             .then_some(())
                             .and(before.as_ref())
-                            .and_then(|bi| {
-                                before_slots.get(i).copied().flatten().map(|s| (bi, s))
-                            })
+                            .and_then(|bi| before_slots.get(i).copied().flatten().map(|s| (bi, s)))
                     });
                     match source {
                         Some((img, s)) => {
-                            let v = value_of(img, s).map_err(|d| column_err(&entry, i, d, &position))?;
+                            let v = value_of(img, s)
+                                .map_err(|d| column_err(&entry, i, d, &position))?;
                             let builder = b
                                 .value(i)
                                 .ok_or_else(|| err(format!("no builder for column {i}")))?;
@@ -460,8 +465,12 @@ impl Assembler {
                             let s = before_slots.get(col).copied().flatten().ok_or_else(|| {
                                 err("key column missing from the before image".into())
                             })?;
-                            let v = value_of(bi, s).map_err(|d| column_err(&entry, col, d, &position))?;
-                            let kind = entry.kinds.get(col).ok_or_else(|| err("key column out of range".into()))?;
+                            let v = value_of(bi, s)
+                                .map_err(|d| column_err(&entry, col, d, &position))?;
+                            let kind = entry
+                                .kinds
+                                .get(col)
+                                .ok_or_else(|| err("key column out of range".into()))?;
                             let builder = b
                                 .old_key(k)
                                 .ok_or_else(|| err("no old-key builder".into()))?;
@@ -510,10 +519,19 @@ fn column_err(entry: &TableEntry, col: usize, detail: String, position: &str) ->
 
 /// Column `i` is the `slots[i]`-th value of the image (`ones`: the image's column bitmap's set
 /// bits), or absent from it.
-fn fill_slots(slots: &mut Vec<Option<usize>>, ones: Option<impl Iterator<Item = usize>>, ncols: usize) {
+fn fill_slots(
+    slots: &mut Vec<Option<usize>>,
+    ones: Option<impl Iterator<Item = usize>>,
+    ncols: usize,
+) {
     slots.clear();
     slots.resize(ncols, None);
-    for (n, i) in ones.into_iter().flatten().filter(|&i| i < ncols).enumerate() {
+    for (n, i) in ones
+        .into_iter()
+        .flatten()
+        .filter(|&i| i < ncols)
+        .enumerate()
+    {
         if let Some(s) = slots.get_mut(i) {
             *s = Some(n);
         }
@@ -524,11 +542,13 @@ fn value_of(image: &BinlogRow, slot: usize) -> Result<Value, String> {
     match image.as_ref(slot) {
         Some(BinlogValue::Value(v)) => Ok(v.clone()),
         Some(BinlogValue::Jsonb(j)) => {
-            let json = serde_json::Value::try_from(j.clone())
-                .map_err(|e| format!("binary JSON: {e}"))?;
+            let json =
+                serde_json::Value::try_from(j.clone()).map_err(|e| format!("binary JSON: {e}"))?;
             Ok(Value::Bytes(json.to_string().into_bytes()))
         }
-        Some(BinlogValue::JsonDiff(_)) => Err("partial JSON diff (PARTIAL_JSON) is not supported".into()),
+        Some(BinlogValue::JsonDiff(_)) => {
+            Err("partial JSON diff (PARTIAL_JSON) is not supported".into())
+        }
         None => Err(format!("image has no value {slot}")),
     }
 }

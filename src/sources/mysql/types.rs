@@ -45,10 +45,16 @@ pub enum Origin {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
     /// A signed or unsigned integer `bits` wide.
-    Int { unsigned: bool, bits: u32 },
+    Int {
+        unsigned: bool,
+        bits: u32,
+    },
     /// BIGINT UNSIGNED, as Decimal(20,0).
     BigUnsigned,
-    Decimal { precision: u8, scale: i8 },
+    Decimal {
+        precision: u8,
+        scale: i8,
+    },
     /// DECIMAL wider than 38 digits, as its text.
     DecimalText,
     Float,
@@ -60,7 +66,9 @@ pub enum Kind {
     Timestamp,
     Year,
     /// Character data; `latin1` is transcoded to UTF-8.
-    Text { latin1: bool },
+    Text {
+        latin1: bool,
+    },
     Binary,
     /// BINARY(n): the binlog drops trailing 0x00 bytes, which are padded back to `n`.
     FixedBinary(usize),
@@ -121,7 +129,11 @@ pub fn parse_default(raw: Option<&str>, nullable: bool) -> ColumnDefault {
     if let Some(inner) = raw.strip_prefix('\'').and_then(|r| r.strip_suffix('\'')) {
         return ColumnDefault::Value(Value::Bytes(inner.replace("''", "'").into_bytes()));
     }
-    if !raw.is_empty() && raw.chars().all(|c| c.is_ascii_digit() || matches!(c, '-' | '+' | '.' | 'e' | 'E')) {
+    if !raw.is_empty()
+        && raw
+            .chars()
+            .all(|c| c.is_ascii_digit() || matches!(c, '-' | '+' | '.' | 'e' | 'E'))
+    {
         return ColumnDefault::Value(Value::Bytes(raw.as_bytes().to_vec()));
     }
     ColumnDefault::Expr(raw.to_owned())
@@ -142,7 +154,11 @@ pub fn map_column(info: &ColumnInfo) -> Result<(Kind, DataType), TypeError> {
         };
         (Kind::Int { unsigned, bits }, dt)
     };
-    let charset = info.charset.as_deref().unwrap_or("binary").to_ascii_lowercase();
+    let charset = info
+        .charset
+        .as_deref()
+        .unwrap_or("binary")
+        .to_ascii_lowercase();
     let text = || -> Result<(Kind, DataType), TypeError> {
         match charset.as_str() {
             "binary" => Ok((Kind::Binary, DataType::Binary)),
@@ -210,8 +226,14 @@ pub fn map_column(info: &ColumnInfo) -> Result<(Kind, DataType), TypeError> {
         "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob" => {
             (Kind::Binary, DataType::Binary)
         }
-        "enum" => (Kind::Enum(parse_members(&info.column_type).into()), DataType::Utf8),
-        "set" => (Kind::Set(parse_members(&info.column_type).into()), DataType::Utf8),
+        "enum" => (
+            Kind::Enum(parse_members(&info.column_type).into()),
+            DataType::Utf8,
+        ),
+        "set" => (
+            Kind::Set(parse_members(&info.column_type).into()),
+            DataType::Utf8,
+        ),
         "geometry" | "point" | "linestring" | "polygon" | "multipoint" | "multilinestring"
         | "multipolygon" | "geometrycollection" | "geomcollection" => {
             (Kind::Geometry, DataType::Binary)
@@ -291,9 +313,8 @@ pub fn append(
     }
     match kind {
         Kind::Int { unsigned, bits } => {
-            let v = int_value(value, *unsigned, *bits).ok_or_else(|| {
-                ValueError(format!("unexpected value {value:?} for {kind:?}"))
-            })?;
+            let v = int_value(value, *unsigned, *bits)
+                .ok_or_else(|| ValueError(format!("unexpected value {value:?} for {kind:?}")))?;
             if let Some(b) = any.downcast_mut::<Int16Builder>() {
                 b.append_value(narrow(v)?);
             } else if let Some(b) = any.downcast_mut::<Int32Builder>() {
@@ -326,7 +347,10 @@ pub fn append(
             Value::Float(f) => push!(Float32Builder, *f),
             Value::Bytes(b) => push!(
                 Float32Builder,
-                std::str::from_utf8(b).ok().and_then(|t| t.parse().ok()).ok_or_else(|| text_err(b))?
+                std::str::from_utf8(b)
+                    .ok()
+                    .and_then(|t| t.parse().ok())
+                    .ok_or_else(|| text_err(b))?
             ),
             Value::Double(d) => push!(Float32Builder, *d as f32),
             v => bad(kind, v),
@@ -335,7 +359,10 @@ pub fn append(
             Value::Double(d) => push!(Float64Builder, *d),
             Value::Bytes(b) => push!(
                 Float64Builder,
-                std::str::from_utf8(b).ok().and_then(|t| t.parse().ok()).ok_or_else(|| text_err(b))?
+                std::str::from_utf8(b)
+                    .ok()
+                    .and_then(|t| t.parse().ok())
+                    .ok_or_else(|| text_err(b))?
             ),
             Value::Float(f) => push!(Float64Builder, f64::from(*f)),
             v => bad(kind, v),
@@ -351,7 +378,8 @@ pub fn append(
             let micros = match (value, origin) {
                 (Value::Date(y, mo, d, h, mi, s, us), _) => {
                     days_from_civil(*y, *mo, *d).map(|days| {
-                        ((i64::from(days) * 24 + i64::from(*h)) * 60 + i64::from(*mi)) * 60
+                        ((i64::from(days) * 24 + i64::from(*h)) * 60 + i64::from(*mi))
+                            * 60
                             * 1_000_000
                             + i64::from(*s) * 1_000_000
                             + i64::from(*us)
@@ -369,11 +397,10 @@ pub fn append(
         }
         Kind::Time => match value {
             Value::Time(neg, days, h, m, s, us) => {
-                let micros = ((i64::from(*days) * 24 + i64::from(*h)) * 60 + i64::from(*m))
-                    * 60
-                    * 1_000_000
-                    + i64::from(*s) * 1_000_000
-                    + i64::from(*us);
+                let micros =
+                    ((i64::from(*days) * 24 + i64::from(*h)) * 60 + i64::from(*m)) * 60 * 1_000_000
+                        + i64::from(*s) * 1_000_000
+                        + i64::from(*us);
                 if *neg || micros >= 86_400_000_000 {
                     return Err(ValueError(format!(
                         "TIME value {}{}:{m:02}:{s:02} is outside 00:00:00-23:59:59.999999, which an Iceberg time cannot hold",
@@ -454,7 +481,11 @@ pub fn append(
                 let name = match usize::try_from(*i).ok().and_then(|i| i.checked_sub(1)) {
                     None => "",
                     Some(i) => names.get(i).map(String::as_str).ok_or_else(|| {
-                        ValueError(format!("ENUM index {} beyond {} members", i + 1, names.len()))
+                        ValueError(format!(
+                            "ENUM index {} beyond {} members",
+                            i + 1,
+                            names.len()
+                        ))
                     })?,
                 };
                 push!(StringBuilder, name)

@@ -135,8 +135,16 @@ fn mysql8_gtid_v2_rows_and_xid_make_a_transaction() {
     update.extend(3i64.to_le_bytes());
     update.push(1);
     update.extend(b"x");
-    for bytes in [gtid(5), table_map(), event(30, 300, &insert), event(31, 400, &update)] {
-        assert!(matches!(feed(&mut a, &mut esr, &bytes).unwrap(), Step::Nothing));
+    for bytes in [
+        gtid(5),
+        table_map(),
+        event(30, 300, &insert),
+        event(31, 400, &update),
+    ] {
+        assert!(matches!(
+            feed(&mut a, &mut esr, &bytes).unwrap(),
+            Step::Nothing
+        ));
     }
     let Step::Transaction(t) = feed(&mut a, &mut esr, &xid(500)).unwrap() else {
         panic!("XID ends the transaction");
@@ -148,7 +156,10 @@ fn mysql8_gtid_v2_rows_and_xid_make_a_transaction() {
     assert_eq!(c.rows.column(1).as_string::<i32>().value(0), "héllo");
     assert!(c.rows.column(1).is_null(1));
     assert_eq!(c.rows.column(2).as_string::<i32>().value(0), "true");
-    assert!(!c.is_present(2, 2), "column outside the after image is absent");
+    assert!(
+        !c.is_present(2, 2),
+        "column outside the after image is absent"
+    );
     assert_eq!(c.key_changed, vec![false, false, true]);
     assert_eq!(c.old_keys.column(0).as_primitive::<Int64Type>().value(2), 2);
     assert_eq!(c.rows.column(0).as_primitive::<Int64Type>().value(2), 3);
@@ -186,7 +197,10 @@ fn ddl_on_a_captured_table_stops_and_standalone_ddl_advances() {
     };
     feed(&mut a, &mut esr, &gtid(7)).unwrap();
     let step = feed(&mut a, &mut esr, &query("CREATE TABLE other.x (a int)")).unwrap();
-    assert!(matches!(step, Step::Idle(_)), "a DDL group ends at its statement: {step:?}");
+    assert!(
+        matches!(step, Step::Idle(_)),
+        "a DDL group ends at its statement: {step:?}"
+    );
     assert_eq!(a.position().to_string(), format!("{UUID}:7"));
     feed(&mut a, &mut esr, &gtid(8)).unwrap();
     let e = feed(&mut a, &mut esr, &query("ALTER TABLE t DROP COLUMN j")).unwrap_err();
