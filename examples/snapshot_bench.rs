@@ -82,7 +82,9 @@ async fn main() -> Result<(), Error> {
          [sink]\nkind = \"iceberg\"\nwarehouse = \"/tmp/cdcd-bench-unused\"\n"
     );
     let config = Config::from_toml(&toml, "bench.toml")?;
-    let SourceConfig::Postgres(pg) = config.source;
+    let SourceConfig::Postgres(pg) = config.source else {
+        return Err("the bench config is a Postgres one".into());
+    };
     let slot = pg.slot.clone();
     let publication = pg.publication.clone();
     let mut source = PostgresSource::new(pg);

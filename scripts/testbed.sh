@@ -6,7 +6,7 @@
 #   scripts/testbed.sh env    print `export CDCD_TEST_…=…` lines for the tests:  eval "$(scripts/testbed.sh env)"
 #   scripts/testbed.sh stop   stop the servers this script started
 #
-# Env: CDCD_TB (default /tmp/cdcd-tb: data, logs, venv), PG_PORT (default 55440),
+# Env: CDCD_TB (default /tmp/cdcd-tb: data, logs, venv), PG_PORT (default 55440), MY_PORT (default 53316),
 # MOTO_PORT (default 59010), MOTO_SERIAL_PORT (default 59011).
 #
 # Components are functions named <name>_up / <name>_stop / <name>_env, listed in COMPONENTS;
@@ -17,13 +17,14 @@ CDCD_TB=${CDCD_TB:-/tmp/cdcd-tb}
 PG_PORT=${PG_PORT:-55440}
 MOTO_PORT=${MOTO_PORT:-59010}
 MOTO_SERIAL_PORT=${MOTO_SERIAL_PORT:-59011}
+MY_PORT=${MY_PORT:-53316}
 PG_DB=cdcd_test
 PGBIN=/usr/lib/postgresql/15/bin
 VENV=$CDCD_TB/venv
 PY=$VENV/bin/python
 RUN=$CDCD_TB/run
 LOGS=$CDCD_TB/logs
-COMPONENTS=(postgres python moto)
+COMPONENTS=(postgres python mariadb moto)
 
 log() { printf '[testbed %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -204,6 +205,72 @@ moto_stop() {
 moto_env() {
   echo "export CDCD_TEST_S3=http://127.0.0.1:$MOTO_PORT"
   echo "export CDCD_TEST_S3_SERIAL=http://127.0.0.1:$MOTO_SERIAL_PORT"
+}
+# ------------------------------------------------------------------ MariaDB 10.11: binlog source
+MYDIR=$CDCD_TB/mysql
+MYCNF=$MYDIR/my.cnf
+my_running() { mariadb-admin --defaults-file="$MYCNF" -uroot ping >/dev/null 2>&1; }
+mariadb_apt() { apt_want mariadb-server mariadb-client; }
+mariadb_up() {
+  mkdir -p "$MYDIR/binlog"
+  # Row events with FULL images and FULL row metadata (column names in TABLE_MAP) are what cdcd expects by
+  # default; tests switch binlog_row_image per session. As root, mariadbd needs user=mysql. With
+  # skip-name-resolve, TCP logins match 'user'@'127.0.0.1'.
+  cat > "$MYCNF" <<EOF
+[mariadbd]
+datadir=$MYDIR/data
+socket=$RUN/mysqld.sock
+pid-file=$RUN/mysqld.pid
+bind-address=127.0.0.1
+port=$MY_PORT
+user=mysql
+log_error=$LOGS/mariadb.err
+server_id=1
+log_bin=$MYDIR/binlog/mariadb-bin
+binlog_format=ROW
+binlog_row_image=FULL
+binlog_row_metadata=FULL
+max_binlog_size=256M
+innodb_buffer_pool_size=256M
+innodb_flush_log_at_trx_commit=2
+max_connections=300
+skip-name-resolve
+character-set-server=utf8mb4
+collation-server=utf8mb4_general_ci
+[client]
+socket=$RUN/mysqld.sock
+port=$MY_PORT
+EOF
+  chown -R mysql:mysql "$MYDIR"
+  if [ ! -d "$MYDIR/data/mysql" ]; then
+    log "mariadb-install-db $MYDIR/data"
+    mariadb-install-db --defaults-file="$MYCNF" --user=mysql --auth-root-authentication-method=normal \
+      --skip-test-db >"$LOGS/mariadb-install.log" 2>&1 || die "mariadb-install-db failed: $(tail -3 "$LOGS/mariadb-install.log")"
+  fi
+  if ! my_running; then
+    port_busy "$MY_PORT" && die "port $MY_PORT is in use by another program (another test bed?); set MY_PORT"
+    log "starting mariadbd on 127.0.0.1:$MY_PORT"
+    nohup mariadbd --defaults-file="$MYCNF" >"$LOGS/mariadbd.out" 2>&1 &
+    local i; for i in $(seq 150); do my_running && break; sleep 0.2; done
+    my_running || die "mariadbd did not start: $(tail -5 "$LOGS/mariadb.err")"
+  fi
+  # cdc: what tests use to write and replicate; cdc_ro: the least privileges cdcd needs.
+  mariadb --defaults-file="$MYCNF" -uroot <<'EOF'
+create database if not exists cdcd_test;
+create user if not exists 'cdc'@'127.0.0.1' identified by 'cdcpw';
+create user if not exists 'cdc'@'localhost' identified by 'cdcpw';
+grant all on *.* to 'cdc'@'127.0.0.1' with grant option;
+grant all on *.* to 'cdc'@'localhost' with grant option;
+create user if not exists 'cdc_ro'@'127.0.0.1' identified by 'cdcpw';
+grant select, replication slave, binlog monitor, replication client on *.* to 'cdc_ro'@'127.0.0.1';
+EOF
+}
+mariadb_stop() {
+  if my_running; then mariadb-admin --defaults-file="$MYCNF" -uroot shutdown >/dev/null 2>&1 || true; fi
+}
+mariadb_env() {
+  echo "export CDCD_TEST_MYSQL=mysql://cdc:cdcpw@127.0.0.1:$MY_PORT/cdcd_test"
+  echo "export CDCD_TEST_MYSQL_CNF=$MYCNF"
 }
 
 # ------------------------------------------------------------------ main

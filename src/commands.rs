@@ -14,6 +14,7 @@ use crate::pipeline::{self, PipelineError, Settings};
 use crate::sinks::iceberg::IcebergSink;
 use crate::sinks::lsm::LsmSink;
 use crate::sinks::{Sink, SinkError};
+use crate::sources::mysql::MySqlSource;
 use crate::sources::postgres::{setup, PostgresSource};
 use crate::sources::{Source, SourceError};
 use crate::storage::cleanup::{self, CleanupError, TableCleanup};
@@ -49,19 +50,24 @@ pub enum CommandError {
 }
 
 fn settings(config: &Config) -> Settings {
-    let SourceConfig::Postgres(pg) = &config.source;
+    let (snapshot, slot) = match &config.source {
+        SourceConfig::Postgres(pg) => (pg.snapshot, pg.slot.clone()),
+        SourceConfig::MySql(my) => (my.snapshot, format!("server_id {}", my.server_id)),
+    };
     Settings {
         pipeline: config.pipeline.clone(),
         commit_interval: Duration::from_millis(config.commit_interval_ms),
         commit_max_rows: config.commit_max_rows,
-        snapshot: pg.snapshot,
-        slot: pg.slot.clone(),
+        snapshot,
+        slot,
     }
 }
 
 fn build_source(config: &Config) -> Box<dyn Source> {
-    let SourceConfig::Postgres(pg) = &config.source;
-    Box::new(PostgresSource::new(pg.clone()))
+    match &config.source {
+        SourceConfig::Postgres(pg) => Box::new(PostgresSource::new(pg.clone())),
+        SourceConfig::MySql(my) => Box::new(MySqlSource::new(my.clone())),
+    }
 }
 
 fn build_sink(config: &Config) -> Result<Arc<dyn Sink>, CommandError> {
@@ -137,10 +143,13 @@ async fn start_operations(
 ) -> Result<(CancellationToken, tokio::task::JoinHandle<()>), CommandError> {
     use crate::metrics::{self as m, Health};
     let health = Health::global();
-    let SourceConfig::Postgres(pg) = &config.source;
     let commit_interval = Duration::from_millis(config.commit_interval_ms);
     // Silence is normal for up to a heartbeat or status period; three of them is a stall.
-    let beat = pg.heartbeat_interval.unwrap_or(Duration::from_secs(10));
+    let beat = match &config.source {
+        SourceConfig::Postgres(pg) => pg.heartbeat_interval.unwrap_or(Duration::from_secs(10)),
+        // The binlog source asks the server for a heartbeat every 5 s (MASTER_HEARTBEAT_PERIOD).
+        SourceConfig::MySql(_) => Duration::from_secs(10),
+    };
     health.configure(beat * 3, commit_interval);
     let ops = shutdown.child_token();
     if let Some(addr) = &config.metrics_listen {
@@ -178,12 +187,18 @@ pub async fn cleanup(
 
 /// Every problem found, one line each with how to fix it; empty when ready.
 pub async fn check(config: &Config) -> Vec<String> {
-    let SourceConfig::Postgres(pg) = &config.source;
-    let mut problems: Vec<String> = PostgresSource::check(pg)
-        .await
-        .into_iter()
-        .map(|p| p.to_string())
-        .collect();
+    let mut problems: Vec<String> = match &config.source {
+        SourceConfig::Postgres(pg) => PostgresSource::check(pg)
+            .await
+            .into_iter()
+            .map(|p| p.to_string())
+            .collect(),
+        SourceConfig::MySql(my) => MySqlSource::check(my)
+            .await
+            .into_iter()
+            .map(|p| p.to_string())
+            .collect(),
+    };
     if let Err(e) = probe_warehouse(config).await {
         problems.push(e);
     }
@@ -215,9 +230,13 @@ async fn probe_warehouse(config: &Config) -> Result<(), String> {
 /// The committed state of every captured table.
 pub async fn status(config: &Config) -> Result<Vec<StatusRow>, CommandError> {
     let sink = build_sink(config)?;
-    let SourceConfig::Postgres(pg) = &config.source;
-    let client = setup::connect(pg).await?;
-    let tables: Vec<TableId> = setup::resolve_tables(&client, &pg.tables).await?;
+    let tables: Vec<TableId> = match &config.source {
+        SourceConfig::Postgres(pg) => {
+            let client = setup::connect(pg).await?;
+            setup::resolve_tables(&client, &pg.tables).await?
+        }
+        SourceConfig::MySql(my) => MySqlSource::tables(my).await?,
+    };
     let mut rows = Vec::new();
     for table in tables {
         let status = sink.status(&table).await.map_err(Box::new)?;

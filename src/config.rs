@@ -67,9 +67,10 @@ fn default_commit_max_rows() -> usize {
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawSource {
-    /// "postgres" (MySQL comes later).
+    /// "postgres" or "mysql" (MySQL 8 and MariaDB 10.x+).
     pub kind: String,
-    /// `postgres://user@host:port/db`.
+    /// `postgres://user@host:port/db` or `mysql://user@host:port/db` (`?ssl-mode=required` or
+    /// `verify_identity` for TLS).
     pub url: String,
     /// Optional; may be in the URL instead.
     #[serde(default)]
@@ -103,6 +104,10 @@ pub struct RawSource {
     /// after a crash (default 250000).
     #[serde(default)]
     pub snapshot_chunk_rows: Option<u64>,
+    /// MySQL: how zero dates (`0000-00-00`, and dates with a zero month or day) are written:
+    /// "null" (default) or "error" (stop the pipeline, naming the table and column).
+    #[serde(default)]
+    pub zero_date: Option<String>,
 }
 
 impl fmt::Debug for RawSource {
@@ -316,6 +321,55 @@ impl fmt::Debug for PostgresConfig {
 #[derive(Debug, Clone)]
 pub enum SourceConfig {
     Postgres(PostgresConfig),
+    MySql(MySqlConfig),
+}
+
+/// What a MySQL zero date (`0000-00-00`, or a zero month or day) becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZeroDate {
+    /// NULL (what most MySQL connectors do with `zeroDateTimeBehavior=convertToNull`).
+    Null,
+    /// Stop the pipeline with an error naming the table and column.
+    Error,
+}
+
+/// Validated MySQL/MariaDB source settings.
+#[derive(Clone)]
+pub struct MySqlConfig {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: Option<String>,
+    pub database: String,
+    pub tables: Vec<String>,
+    /// The replica id cdcd registers with (must differ from every server and replica).
+    pub server_id: u32,
+    pub snapshot: SnapshotMode,
+    pub zero_date: ZeroDate,
+    /// TLS: `None` off; `Some(verify)` on, verifying the server's certificate and name when true.
+    pub tls: Option<bool>,
+}
+
+impl MySqlConfig {
+    /// `mysql://user@host:port/db` without the password, for messages.
+    pub fn display_target(&self) -> String {
+        format!(
+            "mysql://{}@{}:{}/{}",
+            self.user, self.host, self.port, self.database
+        )
+    }
+}
+
+impl fmt::Debug for MySqlConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlConfig")
+            .field("target", &self.display_target())
+            .field("tables", &self.tables)
+            .field("server_id", &self.server_id)
+            .field("snapshot", &self.snapshot)
+            .field("zero_date", &self.zero_date)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Validated Iceberg sink settings.
@@ -485,16 +539,11 @@ impl RawConfig {
         }
         let source = match self.source.kind.as_str() {
             "postgres" => SourceConfig::Postgres(self.postgres(&name, file)?),
-            "mysql" => {
-                return Err(bad(
-                    "source.kind",
-                    "\"mysql\" is not supported by this build yet; use \"postgres\"".into(),
-                ))
-            }
+            "mysql" => SourceConfig::MySql(self.mysql(file)?),
             other => {
                 return Err(bad(
                     "source.kind",
-                    format!("{other:?} is not a source kind; use \"postgres\""),
+                    format!("{other:?} is not a source kind; use \"postgres\" or \"mysql\""),
                 ))
             }
         };
@@ -744,6 +793,12 @@ impl RawConfig {
                 "applies to mysql sources only".into(),
             ));
         }
+        if s.zero_date.is_some() {
+            return Err(bad(
+                "source.zero_date",
+                "applies to mysql sources only".into(),
+            ));
+        }
         let stream_memory_bytes = s.stream_memory_bytes.unwrap_or(64 << 20);
         if stream_memory_bytes == 0 {
             return Err(bad(
@@ -788,6 +843,141 @@ impl RawConfig {
                 .spill_dir
                 .clone()
                 .unwrap_or_else(std::env::temp_dir),
+        })
+    }
+
+    fn mysql(&self, file: &str) -> Result<MySqlConfig, ConfigError> {
+        let bad = |key: &'static str, detail: String| ConfigError::Invalid {
+            file: file.to_owned(),
+            key,
+            detail,
+        };
+        let s = &self.source;
+        let url = url::Url::parse(&s.url).map_err(|e| {
+            bad(
+                "source.url",
+                format!(
+                    "{:?} is not a URL ({e}); expected mysql://user@host:port/db",
+                    redact_url(&s.url)
+                ),
+            )
+        })?;
+        if url.scheme() != "mysql" && url.scheme() != "mariadb" {
+            return Err(bad(
+                "source.url",
+                format!(
+                    "scheme {:?}: expected mysql://user@host:port/db",
+                    url.scheme()
+                ),
+            ));
+        }
+        let host = url.host_str().unwrap_or("localhost").to_owned();
+        let port = url.port().unwrap_or(3306);
+        let user = match url.username() {
+            "" => "root".to_owned(),
+            u => percent_decode(u),
+        };
+        let password = s
+            .password
+            .clone()
+            .or_else(|| url.password().map(percent_decode));
+        let database = url.path().trim_start_matches('/').to_owned();
+        if database.is_empty() {
+            return Err(bad(
+                "source.url",
+                "names no database: expected mysql://user@host:port/db".into(),
+            ));
+        }
+        let mut tls = None;
+        for (k, v) in url.query_pairs() {
+            match (k.as_ref(), v.to_ascii_lowercase().as_str()) {
+                ("ssl-mode" | "sslmode", "disabled" | "disable" | "preferred" | "prefer") => {}
+                ("ssl-mode" | "sslmode", "required" | "require") => tls = Some(false),
+                ("ssl-mode" | "sslmode", "verify_ca" | "verify_identity" | "verify-full") => {
+                    tls = Some(true)
+                }
+                (other, v) => {
+                    return Err(bad(
+                        "source.url",
+                        format!("query parameter {other}={v:?}: only ssl-mode=disabled|required|verify_identity is understood"),
+                    ))
+                }
+            }
+        }
+        if s.tables.is_empty() {
+            return Err(bad(
+                "source.tables",
+                "is empty: list db.table patterns such as \"shop.orders\" or \"shop.*\"".into(),
+            ));
+        }
+        for t in &s.tables {
+            match t.split_once('.') {
+                Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains('.') => {}
+                _ => {
+                    return Err(bad(
+                        "source.tables",
+                        format!("{t:?} is not db.table (e.g. \"shop.orders\" or \"shop.*\")"),
+                    ))
+                }
+            }
+        }
+        let server_id = match s.server_id {
+            Some(0) => {
+                return Err(bad(
+                    "source.server_id",
+                    "0 is not a valid replica id; pick a number no server or replica uses".into(),
+                ))
+            }
+            Some(id) => id,
+            None => return Err(bad(
+                "source.server_id",
+                "is required for mysql: a replica id no server or other replica uses, e.g. 4242"
+                    .into(),
+            )),
+        };
+        let snapshot = match s.snapshot.as_deref() {
+            None | Some("initial") => SnapshotMode::Initial,
+            Some("never") => SnapshotMode::Never,
+            Some(other) => {
+                return Err(bad(
+                    "source.snapshot",
+                    format!("{other:?}: use \"initial\" or \"never\""),
+                ))
+            }
+        };
+        let zero_date = match s.zero_date.as_deref() {
+            None | Some("null") => ZeroDate::Null,
+            Some("error") => ZeroDate::Error,
+            Some(other) => {
+                return Err(bad(
+                    "source.zero_date",
+                    format!("{other:?}: use \"null\" or \"error\""),
+                ))
+            }
+        };
+        for (key, set) in [
+            ("source.slot", s.slot.is_some()),
+            ("source.publication", s.publication.is_some()),
+            (
+                "source.stream_memory_bytes",
+                s.stream_memory_bytes.is_some(),
+            ),
+        ] {
+            if set {
+                return Err(bad(key, "applies to postgres sources only".into()));
+            }
+        }
+        Ok(MySqlConfig {
+            host,
+            port,
+            user,
+            password,
+            database,
+            tables: s.tables.clone(),
+            server_id,
+            snapshot,
+            zero_date,
+            tls,
         })
     }
 }
@@ -867,12 +1057,40 @@ warehouse = "/tmp/wh"
 "#;
 
     #[test]
+    fn mysql_source_validates() {
+        let text = r#"
+[pipeline]
+name = "shop"
+[source]
+kind = "mysql"
+url = "mysql://cdc:pw@127.0.0.1:53316/shop?ssl-mode=required"
+tables = ["shop.*"]
+server_id = 4242
+zero_date = "error"
+"#;
+        let c = Config::from_toml(text, "p.toml").unwrap();
+        let SourceConfig::MySql(my) = &c.source else {
+            panic!("mysql source expected")
+        };
+        assert_eq!((my.port, my.server_id, my.tls), (53316, 4242, Some(false)));
+        assert_eq!(my.password.as_deref(), Some("pw"));
+        assert_eq!(my.zero_date, ZeroDate::Error);
+        let missing = text.replace("server_id = 4242\n", "");
+        let err = Config::from_toml(&missing, "p.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("source.server_id"), "{err}");
+    }
+
+    #[test]
     fn minimal_config_gets_defaults() {
         let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
         assert_eq!(c.pipeline, "shop");
         assert_eq!(c.commit_interval_ms, 1000);
         assert_eq!(c.commit_max_rows, 100_000);
-        let SourceConfig::Postgres(pg) = &c.source;
+        let SourceConfig::Postgres(pg) = &c.source else {
+            panic!("postgres source expected")
+        };
         assert_eq!(pg.slot, "cdcd_shop");
         assert_eq!(pg.publication, "cdcd_shop");
         assert_eq!(pg.port, 55432);
@@ -887,14 +1105,18 @@ warehouse = "/tmp/wh"
     #[test]
     fn heartbeat_interval_defaults_and_turns_off() {
         let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
-        let SourceConfig::Postgres(pg) = &c.source;
+        let SourceConfig::Postgres(pg) = &c.source else {
+            panic!("postgres")
+        };
         assert_eq!(
             pg.heartbeat_interval,
             Some(std::time::Duration::from_secs(10))
         );
         let off = MINIMAL.replace("[source]", "[source]\nheartbeat_interval_ms = 0");
         let c = Config::from_toml(&off, "p.toml").unwrap();
-        let SourceConfig::Postgres(pg) = &c.source;
+        let SourceConfig::Postgres(pg) = &c.source else {
+            panic!("postgres")
+        };
         assert_eq!(pg.heartbeat_interval, None);
     }
 
@@ -968,7 +1190,9 @@ warehouse = "/tmp/wh"
             jail.set_env("CDCD_LOG", "debug");
             jail.set_env("CDCD_TB", "/tmp/x");
             let c = Config::load(&path).map_err(|e| e.to_string())?;
-            let SourceConfig::Postgres(pg) = &c.source;
+            let SourceConfig::Postgres(pg) = &c.source else {
+                panic!("postgres source expected")
+            };
             assert_eq!(pg.password.as_deref(), Some("from-env"));
             assert_eq!(c.commit_max_rows, 7);
             Ok(())

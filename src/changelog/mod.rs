@@ -5,10 +5,12 @@
 //! transaction is complete.
 
 mod change;
+mod gtid;
 mod position;
 mod schema;
 
 pub use change::{append_null, Op, TableChanges, TableChangesBuilder};
+pub use gtid::{BinlogFile, GtidList, GtidSet, MariaGtid};
 pub use position::{Lsn, ParsePositionError, Position};
 pub use schema::{Column, TableId, TableSchema};
 

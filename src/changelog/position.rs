@@ -7,6 +7,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use super::gtid::{BinlogFile, GtidList, GtidSet};
+
 /// A Postgres WAL location (`XLogRecPtr`), written `hi/lo` in hex as Postgres does (`0/16B3748`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Lsn(pub u64);
@@ -27,7 +29,7 @@ impl fmt::Display for Lsn {
 
 /// The text could not be read as a position.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid position {text:?}: expected a Postgres LSN such as 0/16B3748")]
+#[error("invalid position {text:?}: expected a Postgres LSN such as 0/16B3748, a MySQL GTID set (uuid:1-42), a MariaDB GTID list (0-1-42) or binlog.000003:4711")]
 pub struct ParsePositionError {
     pub text: String,
 }
@@ -52,12 +54,23 @@ impl FromStr for Lsn {
 pub enum Position {
     /// Postgres: the end LSN of a committed transaction (everything before it is applied).
     Postgres(Lsn),
+    /// MySQL with GTIDs: every transaction applied (`gtid_executed` syntax).
+    MySqlGtid(GtidSet),
+    /// MariaDB with GTIDs: the last transaction applied per replication domain.
+    MariaDbGtid(GtidList),
+    /// MySQL or MariaDB by binlog file and offset (GTIDs off). `pos` 0 (binlog offsets start at 4)
+    /// with an empty file marks an incomplete initial copy.
+    MySqlFile(BinlogFile),
 }
 
 impl PartialOrd for Position {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         match (self, other) {
             (Position::Postgres(a), Position::Postgres(b)) => Some(a.cmp(b)),
+            (Position::MySqlGtid(a), Position::MySqlGtid(b)) => a.partial_cmp(b),
+            (Position::MariaDbGtid(a), Position::MariaDbGtid(b)) => a.partial_cmp(b),
+            (Position::MySqlFile(a), Position::MySqlFile(b)) => a.partial_cmp(b),
+            _ => None,
         }
     }
 }
@@ -67,6 +80,9 @@ impl Position {
     pub fn snapshot_incomplete(like: &Position) -> Position {
         match like {
             Position::Postgres(_) => Position::Postgres(Lsn::ZERO),
+            Position::MySqlGtid(_) | Position::MariaDbGtid(_) | Position::MySqlFile(_) => {
+                Position::MySqlFile(BinlogFile::default())
+            }
         }
     }
 
@@ -74,6 +90,8 @@ impl Position {
     pub fn is_snapshot_incomplete(&self) -> bool {
         match self {
             Position::Postgres(lsn) => lsn.is_zero(),
+            Position::MySqlFile(f) => f.pos == 0 && f.file.is_empty(),
+            Position::MySqlGtid(_) | Position::MariaDbGtid(_) => false,
         }
     }
 
@@ -90,6 +108,9 @@ impl fmt::Display for Position {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Position::Postgres(lsn) => lsn.fmt(f),
+            Position::MySqlGtid(set) => set.fmt(f),
+            Position::MariaDbGtid(list) => list.fmt(f),
+            Position::MySqlFile(file) => file.fmt(f),
         }
     }
 }
@@ -98,7 +119,21 @@ impl FromStr for Position {
     type Err = ParsePositionError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        s.parse::<Lsn>().map(Position::Postgres)
+        // The kinds' texts do not overlap: an LSN has a '/', a MariaDB list only digits, '-' and
+        // ',', a GTID set starts with a UUID, and anything else with a ':' is `file:pos`.
+        if s.contains('/') {
+            return s.parse::<Lsn>().map(Position::Postgres);
+        }
+        if !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_digit() || c == '-' || c == ',')
+        {
+            return s.parse::<GtidList>().map(Position::MariaDbGtid);
+        }
+        if s.split(':').next().is_some_and(super::gtid::is_uuid) {
+            return s.parse::<GtidSet>().map(Position::MySqlGtid);
+        }
+        s.parse::<BinlogFile>().map(Position::MySqlFile)
     }
 }
 
@@ -121,6 +156,33 @@ mod tests {
         for text in ["", "16B3748", "0/xyz", "0/1/2", "100000000/0"] {
             assert!(text.parse::<Lsn>().is_err(), "{text}");
         }
+    }
+
+    #[test]
+    fn mysql_positions_round_trip_by_kind() {
+        for text in [
+            "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-42,4e11fa47-71ca-11e1-9e33-c80aa9429562:7",
+            "0-1-42,1-2-7",
+            "binlog.000003:4711",
+            "mariadb-bin.000001:4",
+        ] {
+            let p: Position = text.parse().unwrap();
+            assert_eq!(p.to_string(), text);
+        }
+        assert!(matches!(
+            "0-1-42".parse().unwrap(),
+            Position::MariaDbGtid(_)
+        ));
+        assert!(matches!(
+            "binlog.000003:4711".parse().unwrap(),
+            Position::MySqlFile(_)
+        ));
+        let like: Position = "0-1-1".parse().unwrap();
+        let incomplete = Position::snapshot_incomplete(&like);
+        assert!(incomplete.is_snapshot_incomplete());
+        let back: Position = incomplete.to_string().parse().unwrap();
+        assert!(back.is_snapshot_incomplete());
+        assert_eq!(like.partial_cmp(&incomplete), None);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! committed [`Transaction`]s in commit order, each with the position at which it is complete.
 //!
 //! - `postgres/`: logical replication with the pgoutput plugin.
+//! - `mysql/`: the MySQL/MariaDB binlog, as a replica.
 //!
 //! Sources never import sinks: they learn what is durable only through the acknowledged position.
 
@@ -14,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::changelog::{Position, TableChanges, TableId, Transaction};
 
+pub mod mysql;
 pub mod postgres;
 
 /// What a source hands the pipeline.

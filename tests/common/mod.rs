@@ -16,6 +16,8 @@
 //! a machine with no servers.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod mysql;
+
 use std::fs::{self, File, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

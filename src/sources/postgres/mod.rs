@@ -216,6 +216,11 @@ impl Source for PostgresSource {
             }
             let start = match resume.start {
                 Some(Position::Postgres(lsn)) => lsn,
+                Some(other) => {
+                    return Err(SourceError::Config(format!(
+                        "checkpoint {other} is not a Postgres position"
+                    )))
+                }
                 None => Lsn::ZERO,
             };
             if !resume.copy.is_empty() {
@@ -566,8 +571,9 @@ impl Streaming<'_> {
                 let event = match self.assembler.feed(wal_start, data)? {
                     None => return Ok(true),
                     Some(Assembled::Transaction(tx)) => {
-                        let Position::Postgres(end) = tx.position;
-                        self.delivered = self.delivered.max(end);
+                        if let Position::Postgres(end) = tx.position {
+                            self.delivered = self.delivered.max(end);
+                        }
                         SourceEvent::Transaction(tx)
                     }
                     Some(Assembled::Skipped(end)) => {

@@ -134,7 +134,9 @@ async fn source_against_postgres() {
          [sink]\nwarehouse = \"/tmp/{tag}\"\n"
     );
     let config = Config::from_toml(&toml, "test.toml").unwrap();
-    let SourceConfig::Postgres(cfg) = config.source;
+    let SourceConfig::Postgres(cfg) = config.source else {
+        panic!("postgres source expected")
+    };
 
     let problems = PostgresSource::check(&cfg).await;
     assert!(problems.is_empty(), "{problems:?}");
@@ -257,7 +259,9 @@ async fn source_against_postgres() {
 
     // Acknowledge the last transaction: the slot's confirmed position follows.
     ack_tx.send(Some(big.position.clone())).unwrap();
-    let Position::Postgres(acked) = big.position;
+    let Position::Postgres(acked) = big.position else {
+        panic!("postgres position expected")
+    };
     let mut confirmed = Lsn::ZERO;
     for _ in 0..50 {
         let row = pg
@@ -344,7 +348,9 @@ async fn setup_checks_against_postgres() {
          [sink]\nwarehouse = \"/tmp/{tag}\"\n"
     );
     let config = Config::from_toml(&toml, "test.toml").unwrap();
-    let SourceConfig::Postgres(cfg) = config.source;
+    let SourceConfig::Postgres(cfg) = config.source else {
+        panic!("postgres source expected")
+    };
     let (tables, problems) = setup::check(&pg, &cfg).await.unwrap();
     assert_eq!(tables, vec![TableId::new("public", &k)]);
     let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();

@@ -1,0 +1,108 @@
+//! A captured table's schema and per-column converters, built one way from
+//! `information_schema` rows (pure), for both the binlog stream and the initial copy.
+//!
+//! The binlog's TABLE_MAP event carries column types but, unless `binlog_row_metadata=FULL`, no
+//! names, signedness, ENUM/SET members or primary key; `information_schema` has them all on every
+//! server version, so cdcd reads it once per table and checks each TABLE_MAP against it (column
+//! count, and names when FULL metadata sends them). A mismatch means the table changed after the
+//! event was written: DDL seen in the binlog stops the pipeline before that happens (`stream.rs`).
+
+use std::sync::Arc;
+
+use crate::changelog::{Column, TableId, TableSchema};
+
+use super::types::{map_column, parse_default, ColumnDefault, ColumnInfo, Kind, TypeError};
+
+/// A table as cdcd decodes it.
+#[derive(Debug, Clone)]
+pub struct TableEntry {
+    pub schema: Arc<TableSchema>,
+    /// Per column, how its values convert.
+    pub kinds: Vec<Kind>,
+    /// Per column, its default: what an INSERT's MINIMAL image that leaves it out means.
+    pub defaults: Vec<ColumnDefault>,
+}
+
+/// Builds the entry from `information_schema.columns` rows (in ordinal order) and the primary
+/// key's column names (in key order).
+pub fn build_entry(
+    id: TableId,
+    columns: &[ColumnInfo],
+    key: &[String],
+) -> Result<TableEntry, TypeError> {
+    let mut cols = Vec::with_capacity(columns.len());
+    let mut kinds = Vec::with_capacity(columns.len());
+    for info in columns {
+        let (kind, data_type) = map_column(info)?;
+        cols.push(Column {
+            name: info.name.clone(),
+            data_type,
+            nullable: info.nullable,
+            source_type: info.column_type.clone(),
+        });
+        kinds.push(kind);
+    }
+    let defaults = columns
+        .iter()
+        .map(|c| parse_default(c.default.as_deref(), c.nullable))
+        .collect();
+    let primary_key = key
+        .iter()
+        .filter_map(|k| columns.iter().position(|c| &c.name == k))
+        .collect();
+    Ok(TableEntry {
+        schema: Arc::new(TableSchema {
+            id,
+            columns: cols,
+            primary_key,
+        }),
+        kinds,
+        defaults,
+    })
+}
+
+/// Whether `table` matches one of the `db.table` patterns (`*` matches any run of characters).
+pub fn matches_patterns(patterns: &[String], table: &TableId) -> bool {
+    patterns.iter().any(|p| match p.split_once('.') {
+        Some((db, name)) => glob(db, &table.namespace) && glob(name, &table.name),
+        None => false,
+    })
+}
+
+fn glob(pattern: &str, text: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == text,
+        Some((head, rest)) => {
+            let Some(tail) = text.strip_prefix(head) else {
+                return false;
+            };
+            (0..=tail.len()).any(|i| tail.get(i..).is_some_and(|t| glob(rest, t)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_match_with_wildcards() {
+        let pats = vec!["shop.*".to_owned(), "crm.cust*".to_owned()];
+        assert!(matches_patterns(&pats, &TableId::new("shop", "orders")));
+        assert!(matches_patterns(&pats, &TableId::new("crm", "customers")));
+        assert!(!matches_patterns(&pats, &TableId::new("crm", "leads")));
+        assert!(!matches_patterns(&pats, &TableId::new("shopx", "orders")));
+    }
+
+    #[test]
+    fn key_columns_are_found_by_name() {
+        let c = |name: &str| ColumnInfo {
+            name: name.into(),
+            data_type: "int".into(),
+            column_type: "int(11)".into(),
+            ..Default::default()
+        };
+        let e = build_entry(TableId::new("s", "t"), &[c("a"), c("b")], &["b".to_owned()]).unwrap();
+        assert_eq!(e.schema.primary_key, vec![1]);
+    }
+}

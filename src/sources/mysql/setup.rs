@@ -1,0 +1,327 @@
+//! Regular (non-replication) connections to MySQL/MariaDB: connecting (TLS when the URL asks),
+//! learning the server's flavor and GTID mode, resolving table patterns, reading a table's columns
+//! from `information_schema`, and the `cdcd check` preflight.
+//!
+//! This is one of the source's I/O edges; what it reads is handed to the pure `schema.rs`.
+
+use std::fmt;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, OptsBuilder, SslOpts};
+
+use crate::changelog::TableId;
+use crate::config::MySqlConfig;
+use crate::sources::SourceError;
+
+use super::schema::{build_entry, matches_patterns, TableEntry};
+use super::types::ColumnInfo;
+
+/// Which server and how it numbers transactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// MariaDB: GTID lists, always on.
+    MariaDb,
+    /// MySQL with `gtid_mode=ON`.
+    MySqlGtid,
+    /// MySQL without GTIDs: `file:pos`.
+    MySqlFile,
+}
+
+/// One `cdcd check` finding and how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckProblem {
+    pub problem: String,
+    pub fix: String,
+}
+
+impl fmt::Display for CheckProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.problem, self.fix)
+    }
+}
+
+/// A server error as a [`SourceError`] naming what was being done.
+pub fn server_err(context: impl Into<String>) -> impl FnOnce(mysql_async::Error) -> SourceError {
+    let context = context.into();
+    move |e| SourceError::Server {
+        context,
+        detail: e.to_string(),
+    }
+}
+
+/// Connection options for `cfg`; `init` statements run on every new connection.
+pub fn opts(cfg: &MySqlConfig) -> OptsBuilder {
+    let mut b = OptsBuilder::default()
+        .ip_or_hostname(cfg.host.clone())
+        .tcp_port(cfg.port)
+        .user(Some(cfg.user.clone()))
+        .pass(cfg.password.clone())
+        .db_name(Some(cfg.database.clone()))
+        .prefer_socket(false)
+        // UTC: the initial copy reads TIMESTAMP columns as UTC wall time.
+        .init(vec!["SET time_zone = '+00:00', NAMES utf8mb4"]);
+    if let Some(verify) = cfg.tls {
+        b = b.ssl_opts(Some(
+            SslOpts::default()
+                .with_danger_accept_invalid_certs(!verify)
+                .with_danger_skip_domain_validation(!verify),
+        ));
+    }
+    b
+}
+
+/// Opens a regular connection.
+pub async fn connect(cfg: &MySqlConfig) -> Result<Conn, SourceError> {
+    Conn::new(opts(cfg))
+        .await
+        .map_err(|e| SourceError::Connect {
+            target: cfg.display_target(),
+            detail: e.to_string(),
+        })
+}
+
+/// The server's flavor.
+pub async fn flavor(conn: &mut Conn) -> Result<Flavor, SourceError> {
+    let version: Option<String> = conn
+        .query_first("SELECT VERSION()")
+        .await
+        .map_err(server_err("reading the server version"))?;
+    if version
+        .unwrap_or_default()
+        .to_ascii_lowercase()
+        .contains("mariadb")
+    {
+        return Ok(Flavor::MariaDb);
+    }
+    let mode: Option<String> = conn
+        .query_first("SELECT @@GLOBAL.gtid_mode")
+        .await
+        .map_err(server_err("reading gtid_mode"))?;
+    Ok(match mode.as_deref() {
+        Some("ON") => Flavor::MySqlGtid,
+        _ => Flavor::MySqlFile,
+    })
+}
+
+/// Base tables matching `patterns`, sorted.
+pub async fn resolve_tables(
+    conn: &mut Conn,
+    patterns: &[String],
+) -> Result<Vec<TableId>, SourceError> {
+    let rows: Vec<(String, String)> = conn
+        .query(
+            "SELECT table_schema, table_name FROM information_schema.tables \
+             WHERE table_type = 'BASE TABLE' \
+             AND table_schema NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')",
+        )
+        .await
+        .map_err(server_err("listing tables"))?;
+    let mut tables: Vec<TableId> = rows
+        .into_iter()
+        .map(|(db, t)| TableId::new(db, t))
+        .filter(|t| matches_patterns(patterns, t))
+        .collect();
+    tables.sort();
+    Ok(tables)
+}
+
+/// Reads `table`'s columns and primary key. `None` when the table does not exist.
+pub async fn load_table(
+    conn: &mut Conn,
+    table: &TableId,
+) -> Result<Option<TableEntry>, SourceError> {
+    type Row = (
+        String,
+        String,
+        String,
+        Option<u64>,
+        Option<u64>,
+        Option<String>,
+        String,
+        Option<String>,
+    );
+    let ctx = || format!("reading the columns of {table}");
+    let rows: Vec<Row> = conn
+        .exec(
+            "SELECT column_name, data_type, column_type, numeric_precision, numeric_scale, \
+             character_set_name, is_nullable, column_default FROM information_schema.columns \
+             WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position",
+            (&table.namespace, &table.name),
+        )
+        .await
+        .map_err(server_err(ctx()))?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let key: Vec<String> = conn
+        .exec(
+            "SELECT column_name FROM information_schema.key_column_usage \
+             WHERE table_schema = ? AND table_name = ? AND constraint_name = 'PRIMARY' \
+             ORDER BY ordinal_position",
+            (&table.namespace, &table.name),
+        )
+        .await
+        .map_err(server_err(ctx()))?;
+    // MariaDB's JSON is LONGTEXT with a json_valid() check; MySQL < 8.0.16 has no such view.
+    let checks: Vec<String> = conn
+        .exec(
+            "SELECT check_clause FROM information_schema.check_constraints \
+             WHERE constraint_schema = ? AND table_name = ?",
+            (&table.namespace, &table.name),
+        )
+        .await
+        .unwrap_or_default();
+    let columns: Vec<ColumnInfo> = rows
+        .into_iter()
+        .map(
+            |(name, data_type, column_type, p, s, charset, nullable, default)| {
+                let json_check = checks
+                    .iter()
+                    .any(|c| c.contains(&format!("json_valid(`{name}`)")));
+                ColumnInfo {
+                    name,
+                    data_type,
+                    column_type,
+                    numeric_precision: p,
+                    numeric_scale: s,
+                    charset,
+                    nullable: nullable == "YES",
+                    json_check,
+                    default,
+                }
+            },
+        )
+        .collect();
+    build_entry(table.clone(), &columns, &key)
+        .map(Some)
+        .map_err(|e| SourceError::Table {
+            table: table.clone(),
+            detail: e.to_string(),
+        })
+}
+
+async fn variable(conn: &mut Conn, name: &str) -> Result<Option<String>, SourceError> {
+    let row: Option<(String, String)> = conn
+        .query_first(format!("SHOW VARIABLES LIKE '{name}'"))
+        .await
+        .map_err(server_err(format!("reading {name}")))?;
+    Ok(row.map(|(_, v)| v))
+}
+
+/// Server settings and privileges the binlog stream needs, one problem per line with its fix.
+/// Session-level values count: `binlog_format` and `binlog_row_image` are per session, and a
+/// session default that differs from the global one is what cdcd will see from new clients.
+pub async fn check(
+    conn: &mut Conn,
+    cfg: &MySqlConfig,
+) -> Result<(Vec<TableId>, Vec<CheckProblem>), SourceError> {
+    let mut problems = Vec::new();
+    let mut p = |problem: String, fix: &str| {
+        problems.push(CheckProblem {
+            problem,
+            fix: fix.to_owned(),
+        })
+    };
+    match variable(conn, "log_bin").await?.as_deref() {
+        Some("ON") => {}
+        other => p(
+            format!("log_bin is {}", other.unwrap_or("unset")),
+            "enable the binary log: log_bin in the server's config, then restart",
+        ),
+    }
+    let global_format: Option<String> = conn
+        .query_first("SELECT @@GLOBAL.binlog_format")
+        .await
+        .map_err(server_err("reading binlog_format"))?;
+    let session_format = variable(conn, "binlog_format").await?;
+    for (scope, value) in [("global", global_format), ("session", session_format)] {
+        match value.as_deref() {
+            Some("ROW") | None => {}
+            Some(other) => p(
+                format!("{scope} binlog_format is {other}, not ROW"),
+                "SET GLOBAL binlog_format = 'ROW' (and binlog_format=ROW in the server's config); writers must reconnect",
+            ),
+        }
+    }
+    match variable(conn, "binlog_row_image").await?.as_deref() {
+        Some("FULL") | Some("MINIMAL") | Some("NOBLOB") | None => {}
+        Some(other) => p(
+            format!("binlog_row_image is {other}"),
+            "SET GLOBAL binlog_row_image = 'FULL' (MINIMAL and NOBLOB work too)",
+        ),
+    }
+    let server_id: Option<u32> = conn
+        .query_first("SELECT @@GLOBAL.server_id")
+        .await
+        .map_err(server_err("reading server_id"))?;
+    match server_id {
+        Some(0) | None => p(
+            "the server's server_id is 0".into(),
+            "set server_id to a non-zero value in the server's config",
+        ),
+        Some(id) if id == cfg.server_id => p(
+            format!("source.server_id {id} is the server's own server_id"),
+            "choose a source.server_id no server or replica uses",
+        ),
+        Some(_) => {}
+    }
+    let fl = flavor(conn).await?;
+    if fl == Flavor::MySqlFile {
+        if let Some(mode) = variable(conn, "gtid_mode").await? {
+            p(
+                format!("gtid_mode is {mode}: positions will be binlog file:offset"),
+                "optional: enable gtid_mode=ON and enforce_gtid_consistency=ON for positions that survive a failover",
+            );
+        }
+    }
+    let grants: Vec<String> = conn
+        .query("SHOW GRANTS")
+        .await
+        .map_err(server_err("reading grants"))?;
+    let all = grants.join(" ").to_ascii_uppercase();
+    let has = |g: &str| all.contains("ALL PRIVILEGES") || all.contains(g);
+    for (needed, what) in [
+        ("REPLICATION SLAVE", "REPLICATION SLAVE"),
+        ("SELECT", "SELECT"),
+    ] {
+        if !has(needed) {
+            p(
+                format!("user {} lacks {what}", cfg.user),
+                &format!("GRANT {what} ON *.* TO '{}'@'…'", cfg.user),
+            );
+        }
+    }
+    if !(has("REPLICATION CLIENT") || has("BINLOG MONITOR") || has("SUPER")) {
+        p(
+            format!(
+                "user {} lacks REPLICATION CLIENT (MariaDB: BINLOG MONITOR)",
+                cfg.user
+            ),
+            &format!(
+                "GRANT REPLICATION CLIENT ON *.* TO '{}'@'…' (MariaDB: BINLOG MONITOR)",
+                cfg.user
+            ),
+        );
+    }
+    let tables = resolve_tables(conn, &cfg.tables).await?;
+    if tables.is_empty() {
+        p(
+            format!("source.tables {:?} match no table", cfg.tables),
+            "check the db.table patterns and that the tables exist",
+        );
+    }
+    for t in &tables {
+        match load_table(conn, t).await {
+            Ok(Some(entry)) if entry.schema.primary_key.is_empty() => p(
+                format!("table {t} has no primary key"),
+                "add a primary key, or remove the table from source.tables",
+            ),
+            Ok(_) => {}
+            Err(e) => p(
+                e.to_string(),
+                "change the column type or remove the table from source.tables",
+            ),
+        }
+    }
+    Ok((tables, problems))
+}

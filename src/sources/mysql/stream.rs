@@ -1,0 +1,576 @@
+//! Binlog events to changelog transactions (no I/O): the assembler between the binlog connection
+//! (`mod.rs`) and the pipeline.
+//!
+//! A transaction (an "event group") starts at a GTID event (MySQL `GTID_LOG_EVENT`, MariaDB 0xa2)
+//! or a `BEGIN` query, holds TABLE_MAP + rows events, and ends at an XID event, a `COMMIT` query,
+//! or, for a DDL statement (MariaDB `FL_STANDALONE`, MySQL's implicit commit), right after its
+//! QUERY event. The position of a transaction is the server state *after* it: the GTID set or
+//! list including its GTID, or `file:end_of_event` of its last event. That is a transaction
+//! boundary, so a restart from a committed position never replays part of a transaction.
+//!
+//! Row images: each rows event carries a column bitmap per image; a column outside the after image
+//! (MINIMAL, NOBLOB) is *absent*, except primary-key columns of an update, which are taken from the
+//! before image so the sink can find the row. PARTIAL_JSON updates (MySQL 8,
+//! `binlog_row_value_options=PARTIAL_JSON`) stop the pipeline with an error naming the setting:
+//! applying JSON diffs needs the current document, which only the sink has.
+
+use std::collections::HashMap;
+
+use mysql_common::binlog::events::{Event, EventData, RowsEventData, TableMapEvent};
+use mysql_common::binlog::row::BinlogRow;
+use mysql_common::binlog::value::BinlogValue;
+use mysql_common::value::Value;
+
+use crate::changelog::{
+    BinlogFile, MariaGtid, Op, Position, TableChanges, TableChangesBuilder, TableId, Transaction,
+};
+use crate::config::ZeroDate;
+
+use super::decoder::{self, DdlVerb, Statement};
+use super::schema::{matches_patterns, TableEntry};
+use super::types::{append, ColumnDefault, Origin};
+
+/// Rows a table's builder is sized for.
+const BUILDER_CAPACITY: usize = 64;
+
+/// What one event produced.
+#[derive(Debug)]
+pub enum Step {
+    Nothing,
+    /// A transaction with captured changes is complete.
+    Transaction(Transaction),
+    /// A transaction without captured changes, or a heartbeat outside a transaction: everything
+    /// up to this position is delivered.
+    Idle(Position),
+    /// The event needs `table`'s schema: load it, [`Assembler::set_table`], and feed the event
+    /// again.
+    NeedTable(TableId),
+}
+
+/// An event could not be turned into changes.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error("{table}: {detail} (at {position})")]
+    Table {
+        table: TableId,
+        detail: String,
+        position: String,
+    },
+    #[error("DDL on captured table {table} cannot be applied by cdcd yet: {statement:?} (at {position}). Remove the table from source.tables, or recreate the replica after the change")]
+    Ddl {
+        table: TableId,
+        statement: String,
+        position: String,
+    },
+    #[error("{detail} (at {position})")]
+    Protocol { detail: String, position: String },
+}
+
+/// The open transaction.
+#[derive(Default)]
+struct Txn {
+    changes: Vec<TableChanges>,
+    current: Option<TableChangesBuilder>,
+    maria: Option<MariaGtid>,
+    mysql: Option<(String, u64)>,
+    /// Opened by `BEGIN`, closed by XID/COMMIT; otherwise the next statement is the whole group.
+    explicit: bool,
+    standalone: bool,
+}
+
+/// Turns binlog events into transactions.
+pub struct Assembler {
+    patterns: Vec<String>,
+    zero_date: ZeroDate,
+    tables: HashMap<TableId, TableEntry>,
+    position: Position,
+    file: String,
+    txn: Option<Txn>,
+    /// Per rows event: column index → index in the before/after image (reused).
+    before_slots: Vec<Option<usize>>,
+    after_slots: Vec<Option<usize>>,
+}
+
+impl Assembler {
+    /// `start` is the position streaming resumes from (the state before the first event).
+    pub fn new(patterns: Vec<String>, zero_date: ZeroDate, start: Position) -> Self {
+        let file = match &start {
+            Position::MySqlFile(f) => f.file.clone(),
+            _ => String::new(),
+        };
+        Assembler {
+            patterns,
+            zero_date,
+            tables: HashMap::new(),
+            position: start,
+            file,
+            txn: None,
+            before_slots: Vec::new(),
+            after_slots: Vec::new(),
+        }
+    }
+
+    /// The position after the last complete transaction.
+    pub fn position(&self) -> &Position {
+        &self.position
+    }
+
+    pub fn in_transaction(&self) -> bool {
+        self.txn.is_some()
+    }
+
+    /// Drops a transaction cut off by a lost connection; the stream restarts at
+    /// [`position`](Self::position), before it.
+    pub fn reset(&mut self) {
+        self.txn = None;
+    }
+
+    pub fn set_table(&mut self, entry: TableEntry) {
+        self.tables.insert(entry.schema.id.clone(), entry);
+    }
+
+    pub fn table(&self, id: &TableId) -> Option<&TableEntry> {
+        self.tables.get(id)
+    }
+
+    /// Feeds one event; `tme` is the TABLE_MAP of a rows event's table id.
+    pub fn on_event(
+        &mut self,
+        event: &Event,
+        tme: Option<&TableMapEvent<'_>>,
+    ) -> Result<Step, StreamError> {
+        let header = event.header();
+        let raw_type = header.event_type_raw();
+        match raw_type {
+            decoder::MARIADB_GTID => {
+                let ev = decoder::mariadb_gtid(event.data(), header.server_id())
+                    .map_err(|e| self.protocol(e.to_string()))?;
+                self.txn = Some(Txn {
+                    maria: Some(ev.gtid),
+                    standalone: ev.standalone,
+                    ..Txn::default()
+                });
+                return Ok(Step::Nothing);
+            }
+            decoder::MARIADB_GTID_LIST => {
+                let list = decoder::mariadb_gtid_list(event.data())
+                    .map_err(|e| self.protocol(e.to_string()))?;
+                if let Position::MariaDbGtid(current) = &mut self.position {
+                    for g in list.gtids {
+                        if current.seq(g.domain) < g.seq && self.txn.is_none() {
+                            current.apply(g);
+                        }
+                    }
+                }
+                return Ok(Step::Nothing);
+            }
+            _ => {}
+        }
+        let data = match event.read_data() {
+            Ok(Some(d)) => d,
+            Ok(None) => return Ok(Step::Nothing),
+            Err(e) => return Err(self.protocol(format!("event type {raw_type}: {e}"))),
+        };
+        match data {
+            EventData::RotateEvent(r) => {
+                self.file = r.name().into_owned();
+                if let Position::MySqlFile(f) = &mut self.position {
+                    if self.txn.is_none() {
+                        *f = BinlogFile {
+                            file: self.file.clone(),
+                            pos: r.position(),
+                        };
+                    }
+                }
+                Ok(Step::Nothing)
+            }
+            EventData::GtidEvent(g) => {
+                // Tagged GTIDs (MySQL 8.3+, GTID_TAGGED_LOG_EVENT) count under `uuid:tag`.
+                let mut sid = uuid::Uuid::from_bytes(g.sid()).to_string();
+                if let Some(tag) = g.tag() {
+                    sid.push(':');
+                    sid.push_str(&tag.as_str().to_ascii_lowercase());
+                }
+                self.txn = Some(Txn {
+                    mysql: Some((sid, g.gno())),
+                    ..Txn::default()
+                });
+                Ok(Step::Nothing)
+            }
+            EventData::QueryEvent(q) => {
+                let sql = q.query();
+                let schema = q.schema();
+                match decoder::classify(&sql, &schema) {
+                    Statement::Begin => {
+                        let txn = self.txn.get_or_insert_with(Txn::default);
+                        txn.explicit = true;
+                        Ok(Step::Nothing)
+                    }
+                    Statement::Commit | Statement::Rollback => {
+                        self.finish(u64::from(header.log_pos()), header.timestamp())
+                    }
+                    Statement::Ddl { verb, tables } => {
+                        for (db, name) in tables {
+                            let id = TableId::new(db, name);
+                            if !matches_patterns(&self.patterns, &id) {
+                                continue;
+                            }
+                            match verb {
+                                DdlVerb::Create => {
+                                    self.tables.remove(&id);
+                                }
+                                DdlVerb::Truncate => {
+                                    let Some(entry) = self.tables.get(&id) else {
+                                        return Ok(Step::NeedTable(id));
+                                    };
+                                    let schema = entry.schema.clone();
+                                    let position = self.position.to_string();
+                                    let err = |e: arrow_schema::ArrowError| StreamError::Table {
+                                        table: id.clone(),
+                                        detail: e.to_string(),
+                                        position: position.clone(),
+                                    };
+                                    let b = self.builder_for(&schema)?;
+                                    b.begin(Op::Truncate);
+                                    for i in 0..schema.columns.len() {
+                                        b.absent(i).map_err(err)?;
+                                    }
+                                    b.no_old_key().map_err(err)?;
+                                }
+                                DdlVerb::Alter | DdlVerb::Drop | DdlVerb::Rename => {
+                                    return Err(StreamError::Ddl {
+                                        table: id,
+                                        statement: sql.chars().take(300).collect(),
+                                        position: self.position.to_string(),
+                                    });
+                                }
+                            }
+                        }
+                        self.after_statement(header.log_pos(), header.timestamp())
+                    }
+                    Statement::Other => self.after_statement(header.log_pos(), header.timestamp()),
+                }
+            }
+            EventData::XidEvent(_) => self.finish(u64::from(header.log_pos()), header.timestamp()),
+            EventData::HeartbeatEvent => Ok(match self.txn {
+                None => Step::Idle(self.position.clone()),
+                Some(_) => Step::Nothing,
+            }),
+            EventData::RowsEvent(rows) => self.on_rows(&rows, tme),
+            EventData::TransactionPayloadEvent(_) => Err(self.protocol(
+                "TRANSACTION_PAYLOAD event reached the assembler (mysql_async decompresses them)"
+                    .into(),
+            )),
+            _ => Ok(Step::Nothing),
+        }
+    }
+
+    /// A statement outside BEGIN…COMMIT is its own group (DDL's implicit commit, MariaDB
+    /// standalone groups).
+    fn after_statement(&mut self, log_pos: u32, timestamp: u32) -> Result<Step, StreamError> {
+        match &self.txn {
+            Some(t) if t.explicit && !t.standalone => Ok(Step::Nothing),
+            _ => self.finish(u64::from(log_pos), timestamp),
+        }
+    }
+
+    fn finish(&mut self, log_pos: u64, timestamp: u32) -> Result<Step, StreamError> {
+        let Some(mut txn) = self.txn.take() else {
+            return Ok(Step::Nothing);
+        };
+        if let Some(b) = txn.current.take() {
+            let id = b.schema().id.clone();
+            txn.changes
+                .push(b.finish().map_err(|e| self.table_err(&id, e))?);
+        }
+        match &mut self.position {
+            Position::MariaDbGtid(list) => {
+                if let Some(g) = txn.maria {
+                    list.apply(g);
+                }
+            }
+            Position::MySqlGtid(set) => {
+                if let Some((sid, gno)) = &txn.mysql {
+                    set.add(sid, *gno);
+                }
+            }
+            Position::MySqlFile(f) => {
+                *f = BinlogFile {
+                    file: self.file.clone(),
+                    pos: log_pos,
+                };
+            }
+            Position::Postgres(_) => {}
+        }
+        if txn.changes.is_empty() {
+            return Ok(Step::Idle(self.position.clone()));
+        }
+        Ok(Step::Transaction(Transaction {
+            position: self.position.clone(),
+            commit_time_micros: i64::from(timestamp) * 1_000_000,
+            changes: txn.changes,
+        }))
+    }
+
+    fn builder_for(
+        &mut self,
+        schema: &std::sync::Arc<crate::changelog::TableSchema>,
+    ) -> Result<&mut TableChangesBuilder, StreamError> {
+        let position = self.position.to_string();
+        let txn = self.txn.get_or_insert_with(Txn::default);
+        if txn
+            .current
+            .as_ref()
+            .is_some_and(|b| b.schema().id != schema.id)
+        {
+            if let Some(b) = txn.current.take() {
+                let id = b.schema().id.clone();
+                txn.changes.push(b.finish().map_err(|e| StreamError::Table {
+                    table: id,
+                    detail: e.to_string(),
+                    position: position.clone(),
+                })?);
+            }
+        }
+        Ok(txn
+            .current
+            .get_or_insert_with(|| TableChangesBuilder::new(schema.clone(), BUILDER_CAPACITY)))
+    }
+
+    fn on_rows(
+        &mut self,
+        rows: &RowsEventData<'_>,
+        tme: Option<&TableMapEvent<'_>>,
+    ) -> Result<Step, StreamError> {
+        let Some(tme) = tme else {
+            return Err(self.protocol(format!(
+                "rows event for table id {} without a TABLE_MAP",
+                rows.table_id()
+            )));
+        };
+        let id = TableId::new(tme.database_name(), tme.table_name());
+        if !matches_patterns(&self.patterns, &id) {
+            return Ok(Step::Nothing);
+        }
+        let Some(entry) = self.tables.get(&id) else {
+            return Ok(Step::NeedTable(id));
+        };
+        let ncols = entry.schema.columns.len();
+        if tme.columns_count() != ncols as u64 {
+            // The catalog is newer or older than this event: reload once; a second mismatch
+            // means the table changed under cdcd without DDL it understood.
+            let detail = format!(
+                "the binlog has {} columns but the table has {ncols}; the table changed without DDL cdcd saw",
+                tme.columns_count()
+            );
+            self.tables.remove(&id);
+            return Err(StreamError::Table {
+                table: id,
+                detail,
+                position: self.position.to_string(),
+            });
+        }
+        let op = match rows {
+            RowsEventData::WriteRowsEventV1(_) | RowsEventData::WriteRowsEvent(_) => Op::Insert,
+            RowsEventData::UpdateRowsEventV1(_) | RowsEventData::UpdateRowsEvent(_) => Op::Update,
+            RowsEventData::DeleteRowsEventV1(_) | RowsEventData::DeleteRowsEvent(_) => Op::Delete,
+            RowsEventData::PartialUpdateRowsEvent(_) => {
+                return Err(StreamError::Table {
+                    table: id,
+                    detail: "PARTIAL_JSON update rows events are not supported: SET GLOBAL binlog_row_value_options = '' on the server".into(),
+                    position: self.position.to_string(),
+                })
+            }
+        };
+        fill_slots(
+            &mut self.before_slots,
+            rows.columns_before_image().map(|b| b.iter_ones()),
+            ncols,
+        );
+        fill_slots(
+            &mut self.after_slots,
+            rows.columns_after_image().map(|b| b.iter_ones()),
+            ncols,
+        );
+        let entry = entry.clone();
+        let position = self.position.to_string();
+        let zero_date = self.zero_date;
+        let before_slots = std::mem::take(&mut self.before_slots);
+        let after_slots = std::mem::take(&mut self.after_slots);
+        let result = (|| {
+            let b = self.builder_for(&entry.schema)?;
+            let err = |detail: String| StreamError::Table {
+                table: entry.schema.id.clone(),
+                detail,
+                position: position.clone(),
+            };
+            for row in rows.rows(tme) {
+                let (before, after) = row.map_err(|e| err(format!("rows event: {e}")))?;
+                let (image, slots) = match (op, &after, &before) {
+                    (Op::Delete, _, Some(b)) => (b, &before_slots),
+                    (_, Some(a), _) => (a, &after_slots),
+                    _ => return Err(err("rows event without an image".into())),
+                };
+                b.begin(op);
+                for (i, kind) in entry.kinds.iter().enumerate() {
+                    let from_after = slots.get(i).copied().flatten().map(|s| (image, s));
+                    // A key column missing from an update's after image (MINIMAL) comes from the
+                    // before image, which holds the key.
+                    let is_key = entry.schema.primary_key.contains(&i);
+                    let source = from_after.or_else(|| {
+                        (op == Op::Update && is_key)
+                            .then_some(())
+                            .and(before.as_ref())
+                            .and_then(|bi| before_slots.get(i).copied().flatten().map(|s| (bi, s)))
+                    });
+                    match source {
+                        Some((img, s)) => {
+                            let v = value_of(img, s)
+                                .map_err(|d| column_err(&entry, i, d, &position))?;
+                            let builder = b
+                                .value(i)
+                                .ok_or_else(|| err(format!("no builder for column {i}")))?;
+                            append(builder, kind, &v, Origin::Binlog, zero_date)
+                                .map_err(|e| column_err(&entry, i, e.0, &position))?;
+                        }
+                        // MariaDB's MINIMAL image of an INSERT holds only the columns the
+                        // statement named; the others took their defaults.
+                        None if op == Op::Insert => {
+                            let builder = b
+                                .value(i)
+                                .ok_or_else(|| err(format!("no builder for column {i}")))?;
+                            match entry.defaults.get(i) {
+                                Some(ColumnDefault::Value(v)) => {
+                                    append(builder, kind, v, Origin::Query, zero_date)
+                                        .map_err(|e| column_err(&entry, i, format!("default: {}", e.0), &position))?
+                                }
+                                other => {
+                                    return Err(column_err(
+                                        &entry,
+                                        i,
+                                        format!("an INSERT's row image leaves the column out and its default {other:?} is not a constant cdcd can apply; use binlog_row_image = FULL"),
+                                        &position,
+                                    ))
+                                }
+                            }
+                        }
+                        None => b.absent(i).map_err(|e| err(e.to_string()))?,
+                    }
+                }
+                match (op, &before, &after) {
+                    (Op::Update, Some(bi), Some(ai))
+                        if key_changed(&entry, bi, &before_slots, ai, &after_slots) =>
+                    {
+                        for (k, &col) in entry.schema.primary_key.iter().enumerate() {
+                            let s = before_slots.get(col).copied().flatten().ok_or_else(|| {
+                                err("key column missing from the before image".into())
+                            })?;
+                            let v = value_of(bi, s)
+                                .map_err(|d| column_err(&entry, col, d, &position))?;
+                            let kind = entry
+                                .kinds
+                                .get(col)
+                                .ok_or_else(|| err("key column out of range".into()))?;
+                            let builder = b
+                                .old_key(k)
+                                .ok_or_else(|| err("no old-key builder".into()))?;
+                            append(builder, kind, &v, Origin::Binlog, zero_date)
+                                .map_err(|e| column_err(&entry, col, e.0, &position))?;
+                        }
+                    }
+                    _ => b.no_old_key().map_err(|e| err(e.to_string()))?,
+                }
+            }
+            Ok(Step::Nothing)
+        })();
+        self.before_slots = before_slots;
+        self.after_slots = after_slots;
+        result
+    }
+
+    fn protocol(&self, detail: String) -> StreamError {
+        StreamError::Protocol {
+            detail,
+            position: self.position.to_string(),
+        }
+    }
+
+    fn table_err(&self, table: &TableId, e: impl std::fmt::Display) -> StreamError {
+        StreamError::Table {
+            table: table.clone(),
+            detail: e.to_string(),
+            position: self.position.to_string(),
+        }
+    }
+}
+
+fn column_err(entry: &TableEntry, col: usize, detail: String, position: &str) -> StreamError {
+    let name = entry
+        .schema
+        .columns
+        .get(col)
+        .map_or("?", |c| c.name.as_str());
+    StreamError::Table {
+        table: entry.schema.id.clone(),
+        detail: format!("column {name}: {detail}"),
+        position: position.to_owned(),
+    }
+}
+
+/// Column `i` is the `slots[i]`-th value of the image (`ones`: the image's column bitmap's set
+/// bits), or absent from it.
+fn fill_slots(
+    slots: &mut Vec<Option<usize>>,
+    ones: Option<impl Iterator<Item = usize>>,
+    ncols: usize,
+) {
+    slots.clear();
+    slots.resize(ncols, None);
+    for (n, i) in ones
+        .into_iter()
+        .flatten()
+        .filter(|&i| i < ncols)
+        .enumerate()
+    {
+        if let Some(s) = slots.get_mut(i) {
+            *s = Some(n);
+        }
+    }
+}
+
+fn value_of(image: &BinlogRow, slot: usize) -> Result<Value, String> {
+    match image.as_ref(slot) {
+        Some(BinlogValue::Value(v)) => Ok(v.clone()),
+        Some(BinlogValue::Jsonb(j)) => {
+            let json =
+                serde_json::Value::try_from(j.clone()).map_err(|e| format!("binary JSON: {e}"))?;
+            Ok(Value::Bytes(json.to_string().into_bytes()))
+        }
+        Some(BinlogValue::JsonDiff(_)) => {
+            Err("partial JSON diff (PARTIAL_JSON) is not supported".into())
+        }
+        None => Err(format!("image has no value {slot}")),
+    }
+}
+
+fn key_changed(
+    entry: &TableEntry,
+    before: &BinlogRow,
+    before_slots: &[Option<usize>],
+    after: &BinlogRow,
+    after_slots: &[Option<usize>],
+) -> bool {
+    !entry.schema.primary_key.is_empty()
+        && entry.schema.primary_key.iter().any(|&col| {
+            match (
+                before_slots.get(col).copied().flatten(),
+                after_slots.get(col).copied().flatten(),
+            ) {
+                (Some(b), Some(a)) => before.as_ref(b) != after.as_ref(a),
+                _ => false,
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,291 @@
+//! Helpers for the MySQL/MariaDB end-to-end tests: a MariaDB connection, a cdcd pipeline whose
+//! source is `CDCD_TEST_MYSQL` (a drop guard like [`super::Pipeline`]: kills cdcd, drops the test's
+//! database, prints cdcd's output on failure), and lakecheck with `--source mysql://…`.
+//!
+//! Every test works in its own database `<tag>_<pid>`, so parallel tests never see each other's
+//! tables, and each pipeline registers with its own `server_id`.
+#![allow(dead_code)]
+
+use std::fs::{self, OpenOptions};
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts};
+
+use super::{cdcd_bin, LAKECHECK, NAMESPACE};
+
+/// The MariaDB test server and the Python readers.
+#[derive(Clone, Debug)]
+pub struct MyEnv {
+    /// `mysql://cdc:cdcpw@127.0.0.1:53316/cdcd_test`
+    pub url: String,
+    pub python: String,
+}
+
+/// The test bed's MariaDB, or `None` (after printing why) when `CDCD_TEST_MYSQL` is unset.
+pub fn my_env(test: &str) -> Option<MyEnv> {
+    let Ok(url) = std::env::var("CDCD_TEST_MYSQL") else {
+        eprintln!("skipping {test}: CDCD_TEST_MYSQL is unset (scripts/testbed.sh up; eval \"$(scripts/testbed.sh env)\")");
+        return None;
+    };
+    let python = std::env::var("CDCD_TEST_PYTHON")
+        .unwrap_or_else(|_| panic!("CDCD_TEST_MYSQL is set but CDCD_TEST_PYTHON is not"));
+    Some(MyEnv { url, python })
+}
+
+impl MyEnv {
+    /// The URL with `db` as its database.
+    pub fn url_for(&self, db: &str) -> String {
+        let base = self
+            .url
+            .rsplit_once('/')
+            .map_or(self.url.as_str(), |(b, _)| b);
+        format!("{base}/{db}")
+    }
+}
+
+/// A connection to `url`.
+pub async fn my_connect(url: &str) -> Conn {
+    let opts = Opts::from_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+    Conn::new(opts)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+}
+
+/// Runs `sql` (statements separated by `;` on their own — the text protocol runs them all).
+pub async fn my_exec(conn: &mut Conn, sql: &str) {
+    if let Err(e) = conn.query_drop(sql).await {
+        panic!("SQL failed: {e}\n--- statement:\n{sql}");
+    }
+}
+
+/// One cdcd pipeline on a MariaDB database. Drop guard.
+pub struct MyPipeline {
+    pub env: MyEnv,
+    pub name: String,
+    pub db: String,
+    pub server_id: u32,
+    pub dir: Option<tempfile::TempDir>,
+    pub config: PathBuf,
+    pub warehouse: PathBuf,
+    pub stderr_log: PathBuf,
+    daemon: Option<Child>,
+    starts: u32,
+}
+
+impl MyPipeline {
+    /// A pipeline `name` capturing `<db>.*`, where `db` = `name` is created empty.
+    pub async fn new(env: &MyEnv, name: &str, snapshot: &str, extra_source: &str) -> MyPipeline {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("cdcd-{name}-"))
+            .tempdir()
+            .unwrap();
+        let p = MyPipeline {
+            env: env.clone(),
+            name: name.to_owned(),
+            db: name.to_owned(),
+            server_id: 10_000 + std::process::id() % 50_000 + (name.len() as u32) * 7,
+            config: dir.path().join("pipeline.toml"),
+            warehouse: dir.path().join("wh"),
+            stderr_log: dir.path().join("cdcd.stderr"),
+            dir: Some(dir),
+            daemon: None,
+            starts: 0,
+        };
+        let mut c = my_connect(&env.url).await;
+        my_exec(
+            &mut c,
+            &format!("DROP DATABASE IF EXISTS `{0}`; CREATE DATABASE `{0}`", p.db),
+        )
+        .await;
+        p.write_config(snapshot, extra_source);
+        p
+    }
+
+    pub fn write_config(&self, snapshot: &str, extra_source: &str) {
+        let text = format!(
+            "[pipeline]\nname = {name:?}\ncommit_interval_ms = 200\n\n\
+             [source]\nkind = \"mysql\"\nurl = {url:?}\ntables = [\"{db}.*\"]\nserver_id = {sid}\n\
+             snapshot = {snapshot:?}\n{extra_source}\n\n\
+             [sink]\nkind = \"iceberg\"\nwarehouse = {wh:?}\nnamespace = {NAMESPACE:?}\n",
+            name = self.name,
+            url = self.env.url_for(&self.db),
+            db = self.db,
+            sid = self.server_id,
+            wh = self.warehouse.display().to_string(),
+        );
+        fs::write(&self.config, text).unwrap();
+    }
+
+    pub fn start(&mut self) {
+        assert!(self.daemon.is_none(), "cdcd is already running");
+        self.starts += 1;
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.stderr_log)
+            .unwrap();
+        writeln!(log, "===== cdcd start #{} =====", self.starts).unwrap();
+        let child = Command::new(cdcd_bin())
+            .arg("--config")
+            .arg(&self.config)
+            .env("CDCD_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap();
+        self.daemon = Some(child);
+    }
+
+    /// Runs `cdcd check` on this pipeline's config; returns exit code and output.
+    pub fn check(&self) -> (Option<i32>, String) {
+        let out = Command::new(cdcd_bin())
+            .arg("check")
+            .arg("--config")
+            .arg(&self.config)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.daemon.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Waits for cdcd to exit on its own (e.g. after an error); returns its status.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(c) = self.daemon.as_mut() {
+                if let Some(st) = c.try_wait().unwrap() {
+                    self.daemon = None;
+                    return Some(st);
+                }
+            }
+            if std::time::Instant::now() > deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    pub fn output(&self) -> String {
+        fs::read_to_string(&self.stderr_log).unwrap_or_default()
+    }
+
+    pub fn table_dir(&self, table: &str) -> PathBuf {
+        self.warehouse.join(NAMESPACE).join(table)
+    }
+
+    fn assert_running(&mut self) {
+        if let Some(c) = self.daemon.as_mut() {
+            if let Some(st) = c.try_wait().unwrap() {
+                self.daemon = None;
+                panic!("cdcd exited on its own: {st}");
+            }
+        }
+    }
+
+    /// lakecheck `<db>.<table>` against the lake, polling up to `wait_secs`.
+    pub async fn lakecheck(&mut self, table: &str, wait_secs: u32) -> (Option<i32>, String) {
+        let mut cmd = tokio::process::Command::new(&self.env.python);
+        cmd.arg(LAKECHECK)
+            .args(["--source", &self.env.url_for(&self.db)])
+            .args(["--source-table", &format!("{}.{table}", self.db)])
+            .arg("--iceberg")
+            .arg(self.table_dir(table))
+            .args(["--wait", &wait_secs.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let run = cmd.output();
+        tokio::pin!(run);
+        let out = loop {
+            tokio::select! {
+                out = &mut run => break out.unwrap(),
+                _ = tokio::time::sleep(Duration::from_millis(500)) => self.assert_running(),
+            }
+        };
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        (out.status.code(), text)
+    }
+
+    pub async fn assert_equal(&mut self, table: &str, wait_secs: u32) {
+        let (code, out) = self.lakecheck(table, wait_secs).await;
+        assert_eq!(
+            code,
+            Some(0),
+            "lakecheck {}.{table}: differs:\n{out}",
+            self.db
+        );
+        eprintln!(
+            "lakecheck {}.{table}: {}",
+            self.db,
+            out.lines().last().unwrap_or("")
+        );
+    }
+
+    /// The newest snapshot's `cdcd.position` of `table`.
+    pub fn position(&self, table: &str) -> String {
+        let out = Command::new(&self.env.python)
+            .arg(LAKECHECK)
+            .arg("--iceberg")
+            .arg(self.table_dir(table))
+            .arg("--position")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+}
+
+impl Drop for MyPipeline {
+    fn drop(&mut self) {
+        self.kill9();
+        let url = self.env.url.clone();
+        let db = self.db.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async move {
+                let mut c = my_connect(&url).await;
+                let _ = c
+                    .query_drop(format!("DROP DATABASE IF EXISTS `{db}`"))
+                    .await;
+            });
+            Some(())
+        })
+        .join();
+        if std::thread::panicking() {
+            let out = self.output();
+            let tail: Vec<&str> = out.lines().rev().take(200).collect();
+            eprintln!("----- cdcd output ({}) -----", self.stderr_log.display());
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+            if let Some(dir) = self.dir.take() {
+                eprintln!("----- kept for inspection: {}", dir.keep().display());
+            }
+        }
+    }
+}

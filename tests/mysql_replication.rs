@@ -1,0 +1,207 @@
+//! End to end, MariaDB 10.11 → cdcd → Iceberg: every mapped type, FULL / MINIMAL / NOBLOB row
+//! images, inserts, updates, deletes, primary-key changes, multi-table transactions, the initial
+//! snapshot, resume after kill -9, DDL handling and `cdcd check`.
+//!
+//! The oracle is `tests/support/lakecheck.py --source mysql://…` (DuckDB reading the lake, pymysql
+//! reading the source). Needs the test bed (`scripts/testbed.sh`, component `mariadb`); without
+//! `CDCD_TEST_MYSQL` each test prints a note and passes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::mysql::{my_connect, my_env, my_exec, MyPipeline};
+use common::{unique, Rng};
+
+/// `check_names_statement_binlog_format` flips a server-global setting: the other tests of this
+/// binary hold the read side so no cdcd of theirs starts while it is flipped.
+static SERVER_GLOBALS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+fn create_types(t: &str) -> String {
+    format!(
+        "CREATE TABLE {t} (
+           id BIGINT PRIMARY KEY,
+           ti TINYINT, tiu TINYINT UNSIGNED, si SMALLINT, siu SMALLINT UNSIGNED,
+           mi MEDIUMINT, miu MEDIUMINT UNSIGNED, i INT, iu INT UNSIGNED, bi BIGINT, biu BIGINT UNSIGNED,
+           d DECIMAL(12,3), f FLOAT, db DOUBLE, bt BIT(10),
+           dt DATE, tm TIME(3), dtm DATETIME(6), ts TIMESTAMP(6) NULL, yr YEAR,
+           c CHAR(5), vc VARCHAR(50), tx TEXT, l1 VARCHAR(20) CHARACTER SET latin1,
+           bn BINARY(4), vb VARBINARY(20), bl BLOB,
+           j JSON, e ENUM('sad','ok','happy'), st SET('a','b','c')
+         ) DEFAULT CHARSET = utf8mb4"
+    )
+}
+
+fn edge_rows(t: &str) -> String {
+    format!(
+        r#"INSERT INTO {t} VALUES
+ (1, -128, 255, -32768, 65535, -8388608, 16777215, -2147483648, 4294967295, -9223372036854775808,
+  18446744073709551615, -123456789.123, 1.5, 3.141592653589793, b'1010101010',
+  '1999-12-31', '23:59:59.999', '2024-02-29 12:34:56.789012', '2038-01-19 03:14:07.499999', 2155,
+  'ab', 'héllo ✓ "q" \\ back', 'long text ünï 😀', 'café', 'ab', x'00ff10', x'deadbeef',
+  '{{"a": [1, 2.5, null], "b": "x"}}', 'happy', 'a,c'),
+ (2, 127, 0, 32767, 0, 8388607, 0, 2147483647, 0, 9223372036854775807, 0, 0.001, -0.0, -1e300,
+  b'0', '1000-01-01', '00:00:00', '1000-01-01 00:00:00', '1970-01-01 00:00:01', 1901,
+  '', '', '', '', x'', x'', x'', '[]', 'sad', ''),
+ (3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+  NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+ INSERT INTO {t} (id, i, vc, tx, j, e, st, dtm, ts)
+ SELECT 100 + seq, seq * 7, CONCAT('vc', seq), REPEAT('x', seq), JSON_OBJECT('g', seq),
+        ELT(1 + seq % 3, 'sad', 'ok', 'happy'), IF(seq % 2 = 0, 'b', 'a,b,c'),
+        TIMESTAMP('2020-01-01') + INTERVAL seq HOUR, TIMESTAMP('2021-01-01') + INTERVAL seq SECOND
+ FROM seq_1_to_100"#
+    )
+}
+
+/// The same kinds of change, to run under each row image.
+fn changes(t: &str, o: &str, base: i64) -> String {
+    format!(
+        "UPDATE {t} SET ti = 0, vc = 'upd' WHERE id IN (1, 2);
+         UPDATE {t} SET tx = NULL, j = NULL, e = NULL WHERE id = 1;
+         UPDATE {t} SET d = d * 2 WHERE id BETWEEN 100 AND 149;
+         DELETE FROM {t} WHERE id IN (150, 151);
+         INSERT INTO {t} (id, vc) VALUES ({n1}, 'new');
+         UPDATE {t} SET id = {n2} WHERE id = {n1};
+         BEGIN;
+           INSERT INTO {o} VALUES ({n1}, 'o1'), ({n3}, 'o2');
+           UPDATE {t} SET vc = 'two-table' WHERE id = 3;
+           DELETE FROM {o} WHERE id = {n3};
+           UPDATE {o} SET id = {n4} WHERE id = {n1};
+         COMMIT",
+        n1 = base + 1,
+        n2 = base + 2,
+        n3 = base + 3,
+        n4 = base + 4,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_type_and_row_image_replicates() {
+    let Some(env) = my_env("every_type_and_row_image_replicates") else {
+        return;
+    };
+    let _globals = SERVER_GLOBALS.read().await;
+    let name = unique("myev");
+    let mut p = MyPipeline::new(&env, &name, "initial", "").await;
+    let mut c = my_connect(&env.url_for(&p.db)).await;
+    my_exec(&mut c, &create_types("types")).await;
+    my_exec(
+        &mut c,
+        "CREATE TABLE other (id INT PRIMARY KEY, v VARCHAR(20))",
+    )
+    .await;
+    // Rows before cdcd starts come through the initial snapshot.
+    my_exec(&mut c, &edge_rows("types")).await;
+    p.start();
+    p.assert_equal("types", 120).await;
+
+    my_exec(&mut c, &changes("types", "other", 1000)).await;
+    my_exec(&mut c, "SET SESSION binlog_row_image = 'MINIMAL'").await;
+    my_exec(&mut c, &changes("types", "other", 2000)).await;
+    my_exec(
+        &mut c,
+        "INSERT INTO types (id, vc) VALUES (3000, 'minimal insert')",
+    )
+    .await;
+    my_exec(&mut c, "SET SESSION binlog_row_image = 'NOBLOB'").await;
+    my_exec(&mut c, &changes("types", "other", 4000)).await;
+    my_exec(&mut c, "UPDATE types SET i = 5 WHERE id = 1").await;
+    my_exec(&mut c, "SET SESSION binlog_row_image = 'FULL'").await;
+    p.assert_equal("types", 120).await;
+    p.assert_equal("other", 60).await;
+    let pos = p.position("types");
+    assert!(
+        pos.contains("cdcd.position=0-1-"),
+        "MariaDB GTID position: {pos}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resumes_exactly_after_kill9() {
+    let Some(env) = my_env("resumes_exactly_after_kill9") else {
+        return;
+    };
+    let _globals = SERVER_GLOBALS.read().await;
+    let name = unique("mykill");
+    let mut p = MyPipeline::new(&env, &name, "initial", "").await;
+    let mut c = my_connect(&env.url_for(&p.db)).await;
+    my_exec(
+        &mut c,
+        "CREATE TABLE acct (id INT PRIMARY KEY, n BIGINT, note VARCHAR(40))",
+    )
+    .await;
+    let mut rng = Rng::from_env_or_clock("resumes_exactly_after_kill9");
+    let mut next_id = 0;
+    for round in 0..4 {
+        p.start();
+        for _ in 0..20 {
+            let k = rng.range(0, 40);
+            let sql = match rng.range(0, 4) {
+                0 | 1 => {
+                    next_id += 1;
+                    format!("INSERT INTO acct VALUES ({next_id}, {k}, 'r{round}')")
+                }
+                2 => format!("UPDATE acct SET n = n + 1, note = 'u{round}' WHERE id % 40 = {k}"),
+                _ => format!("DELETE FROM acct WHERE id % 40 = {k}"),
+            };
+            my_exec(&mut c, &sql).await;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.range(50, 1500))).await;
+        p.kill9();
+    }
+    p.start();
+    p.assert_equal("acct", 120).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncate_replicates_and_alter_stops_with_the_statement() {
+    let Some(env) = my_env("truncate_replicates_and_alter_stops_with_the_statement") else {
+        return;
+    };
+    let _globals = SERVER_GLOBALS.read().await;
+    let name = unique("myddl");
+    let mut p = MyPipeline::new(&env, &name, "initial", "").await;
+    let mut c = my_connect(&env.url_for(&p.db)).await;
+    my_exec(&mut c, "CREATE TABLE t (id INT PRIMARY KEY, v INT)").await;
+    my_exec(&mut c, "INSERT INTO t VALUES (1, 1), (2, 2)").await;
+    p.start();
+    p.assert_equal("t", 60).await;
+    my_exec(&mut c, "TRUNCATE TABLE t").await;
+    my_exec(&mut c, "INSERT INTO t VALUES (3, 3)").await;
+    p.assert_equal("t", 60).await;
+    my_exec(&mut c, "ALTER TABLE t ADD COLUMN w INT").await;
+    let st = p.wait_exit(Duration::from_secs(30)).await;
+    assert!(
+        matches!(st, Some(s) if !s.success()),
+        "cdcd must stop: {st:?}"
+    );
+    let out = p.output();
+    assert!(
+        out.contains("ALTER TABLE t ADD COLUMN w INT"),
+        "error names the statement:\n{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_names_statement_binlog_format() {
+    let Some(env) = my_env("check_names_statement_binlog_format") else {
+        return;
+    };
+    let _globals = SERVER_GLOBALS.write().await;
+    let name = unique("mychk");
+    let p = MyPipeline::new(&env, &name, "never", "").await;
+    let mut c = my_connect(&env.url_for(&p.db)).await;
+    my_exec(&mut c, "CREATE TABLE t (id INT PRIMARY KEY)").await;
+    let (code, out) = p.check();
+    assert_eq!(code, Some(0), "a ready server passes:\n{out}");
+    // Global, so cdcd's new session sees it; restored at once (only new sessions pick it up).
+    my_exec(&mut c, "SET GLOBAL binlog_format = 'STATEMENT'").await;
+    let (code, out) = p.check();
+    my_exec(&mut c, "SET GLOBAL binlog_format = 'ROW'").await;
+    assert_ne!(code, Some(0), "{out}");
+    assert!(
+        out.contains("global binlog_format is STATEMENT, not ROW")
+            && out.contains("SET GLOBAL binlog_format = 'ROW'"),
+        "{out}"
+    );
+}
