@@ -37,6 +37,7 @@ use tracing::{info, warn};
 use crate::changelog::{Position, TableId};
 use crate::config::MySqlConfig;
 use crate::sources::{Prepared, Resume, Source, SourceError, SourceEvent};
+use schema::TableEntry;
 use setup::{CheckProblem, Flavor};
 use stream::{Assembler, Step, StreamError};
 
@@ -139,17 +140,21 @@ impl Source for MySqlSource {
                 entries.push(e);
             }
         }
-        let start = if resume.snapshot {
-            let position = snapshot::begin(&mut conn, flavor).await?;
-            info!(%position, tables = entries.len(), "initial copy from a consistent snapshot");
-            snapshot::copy(&mut conn, &cfg, &entries, &events, &shutdown).await?;
-            if shutdown.is_cancelled() {
+        // Tables to copy: all of them for a fresh pipeline; else those without a completed copy
+        // (an interrupted copy, or a table added to `tables`), which the pipeline names.
+        let wanted: std::collections::HashSet<&TableId> =
+            resume.copy.iter().map(|c| &c.table).collect();
+        let start = if resume.snapshot || (!wanted.is_empty() && resume.start.is_none()) {
+            let copied: Vec<&TableEntry> = entries
+                .iter()
+                .filter(|e| resume.snapshot || wanted.contains(&e.schema.id))
+                .collect();
+            let position =
+                copy_at_new_snapshot(&mut conn, flavor, &cfg, &copied, &events, &shutdown).await?;
+            let Some(position) = position else {
                 return Ok(());
-            }
-            conn.query_drop("COMMIT")
-                .await
-                .map_err(setup::server_err("ending the snapshot"))?;
-            for e in &entries {
+            };
+            for e in &copied {
                 events
                     .send(SourceEvent::SnapshotDone {
                         table: e.schema.id.clone(),
@@ -159,6 +164,37 @@ impl Source for MySqlSource {
                     .map_err(|_| SourceError::Closed)?;
             }
             position
+        } else if let (false, Some(start)) = (wanted.is_empty(), resume.start.clone()) {
+            // The others stream from `start`; these are copied at a newer snapshot, and their
+            // changes between `start` and that snapshot are replayed as upserts (the pipeline's
+            // upsert window), which converges because every change is keyed.
+            let copied: Vec<&TableEntry> = entries
+                .iter()
+                .filter(|e| wanted.contains(&e.schema.id))
+                .collect();
+            let position =
+                copy_at_new_snapshot(&mut conn, flavor, &cfg, &copied, &events, &shutdown).await?;
+            let Some(until) = position else {
+                return Ok(());
+            };
+            for e in &copied {
+                let table = e.schema.id.clone();
+                events
+                    .send(SourceEvent::SnapshotUpsertUntil {
+                        table: table.clone(),
+                        until: until.clone(),
+                    })
+                    .await
+                    .map_err(|_| SourceError::Closed)?;
+                events
+                    .send(SourceEvent::SnapshotDone {
+                        table,
+                        position: start.clone(),
+                    })
+                    .await
+                    .map_err(|_| SourceError::Closed)?;
+            }
+            start
         } else {
             match resume.start {
                 Some(p) => p,
@@ -191,6 +227,28 @@ impl Source for MySqlSource {
             }
         }
     }
+}
+
+/// Copies `tables` inside one consistent-snapshot transaction and returns its binlog position,
+/// or `None` when shut down mid-copy.
+async fn copy_at_new_snapshot(
+    conn: &mut Conn,
+    flavor: Flavor,
+    cfg: &MySqlConfig,
+    tables: &[&TableEntry],
+    events: &mpsc::Sender<SourceEvent>,
+    shutdown: &CancellationToken,
+) -> Result<Option<Position>, SourceError> {
+    let position = snapshot::begin(conn, flavor).await?;
+    info!(%position, tables = tables.len(), "initial copy from a consistent snapshot");
+    snapshot::copy(conn, cfg, tables, events, shutdown).await?;
+    if shutdown.is_cancelled() {
+        return Ok(None);
+    }
+    conn.query_drop("COMMIT")
+        .await
+        .map_err(setup::server_err("ending the snapshot"))?;
+    Ok(Some(position))
 }
 
 enum Failure {

@@ -134,7 +134,7 @@ pub async fn current_position(conn: &mut Conn, flavor: Flavor) -> Result<Positio
 pub async fn copy(
     conn: &mut Conn,
     cfg: &MySqlConfig,
-    tables: &[TableEntry],
+    tables: &[&TableEntry],
     events: &mpsc::Sender<SourceEvent>,
     shutdown: &CancellationToken,
 ) -> Result<(), SourceError> {
