@@ -72,6 +72,8 @@ pub struct MyPipeline {
     pub config: PathBuf,
     pub warehouse: PathBuf,
     pub stderr_log: PathBuf,
+    /// `Some(buckets)`: the LSM sink (Paimon tables, checked with pypaimon) instead of Iceberg.
+    pub lsm_buckets: Option<u32>,
     daemon: Option<Child>,
     starts: u32,
 }
@@ -92,6 +94,7 @@ impl MyPipeline {
             warehouse: dir.path().join("wh"),
             stderr_log: dir.path().join("cdcd.stderr"),
             dir: Some(dir),
+            lsm_buckets: None,
             daemon: None,
             starts: 0,
         };
@@ -105,12 +108,22 @@ impl MyPipeline {
         p
     }
 
+    /// Switches this pipeline to the LSM sink with `buckets` and rewrites its config.
+    pub fn use_lsm(&mut self, buckets: u32, snapshot: &str, extra_source: &str) {
+        self.lsm_buckets = Some(buckets);
+        self.write_config(snapshot, extra_source);
+    }
+
     pub fn write_config(&self, snapshot: &str, extra_source: &str) {
+        let sink = match self.lsm_buckets {
+            Some(b) => format!("kind = \"lsm\"\nbuckets = {b}"),
+            None => "kind = \"iceberg\"".to_owned(),
+        };
         let text = format!(
             "[pipeline]\nname = {name:?}\ncommit_interval_ms = 200\n\n\
              [source]\nkind = \"mysql\"\nurl = {url:?}\ntables = [\"{db}.*\"]\nserver_id = {sid}\n\
              snapshot = {snapshot:?}\n{extra_source}\n\n\
-             [sink]\nkind = \"iceberg\"\nwarehouse = {wh:?}\nnamespace = {NAMESPACE:?}\n",
+             [sink]\n{sink}\nwarehouse = {wh:?}\nnamespace = {NAMESPACE:?}\n",
             name = self.name,
             url = self.env.url_for(&self.db),
             db = self.db,
@@ -188,7 +201,10 @@ impl MyPipeline {
     }
 
     pub fn table_dir(&self, table: &str) -> PathBuf {
-        self.warehouse.join(NAMESPACE).join(table)
+        match self.lsm_buckets {
+            Some(_) => self.warehouse.join(format!("{NAMESPACE}.db")).join(table),
+            None => self.warehouse.join(NAMESPACE).join(table),
+        }
     }
 
     fn assert_running(&mut self) {
@@ -205,10 +221,15 @@ impl MyPipeline {
         let mut cmd = tokio::process::Command::new(&self.env.python);
         cmd.arg(LAKECHECK)
             .args(["--source", &self.env.url_for(&self.db)])
-            .args(["--source-table", &format!("{}.{table}", self.db)])
-            .arg("--iceberg")
-            .arg(self.table_dir(table))
-            .args(["--wait", &wait_secs.to_string()])
+            .args(["--source-table", &format!("{}.{table}", self.db)]);
+        match self.lsm_buckets {
+            Some(_) => cmd
+                .arg("--paimon")
+                .arg(&self.warehouse)
+                .args(["--paimon-table", &format!("{NAMESPACE}.{table}")]),
+            None => cmd.arg("--iceberg").arg(self.table_dir(table)),
+        };
+        cmd.args(["--wait", &wait_secs.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
