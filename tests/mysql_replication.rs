@@ -27,7 +27,7 @@ fn create_types(t: &str) -> String {
            dt DATE, tm TIME(3), dtm DATETIME(6), ts TIMESTAMP(6) NULL, yr YEAR,
            c CHAR(5), vc VARCHAR(50), tx TEXT, l1 VARCHAR(20) CHARACTER SET latin1,
            bn BINARY(4), vb VARBINARY(20), bl BLOB,
-           j JSON, e ENUM('sad','ok','happy'), st SET('a','b','c')
+           j JSON, e ENUM('sad','ok','happy'), st SET('a','b','c'), g GEOMETRY
          ) DEFAULT CHARSET = utf8mb4"
     )
 }
@@ -39,12 +39,12 @@ fn edge_rows(t: &str) -> String {
   18446744073709551615, -123456789.123, 1.5, 3.141592653589793, b'1010101010',
   '1999-12-31', '23:59:59.999', '2024-02-29 12:34:56.789012', '2038-01-19 03:14:07.499999', 2155,
   'ab', 'héllo ✓ "q" \\ back', 'long text ünï 😀', 'café', 'ab', x'00ff10', x'deadbeef',
-  '{{"a": [1, 2.5, null], "b": "x"}}', 'happy', 'a,c'),
+  '{{"a": [1, 2.5, null], "b": "x"}}', 'happy', 'a,c', ST_GeomFromText('POLYGON((0 0,1 0,1 1,0 0))')),
  (2, 127, 0, 32767, 0, 8388607, 0, 2147483647, 0, 9223372036854775807, 0, 0.001, -0.0, -1e300,
   b'0', '1000-01-01', '00:00:00', '1000-01-01 00:00:00', '1970-01-01 00:00:01', 1901,
-  '', '', '', '', x'', x'', x'', '[]', 'sad', ''),
+  '', '', '', '', x'', x'', x'', '[]', 'sad', '', ST_GeomFromText('POINT(1.5 -2)')),
  (3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-  NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+  NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
  INSERT INTO {t} (id, i, vc, tx, j, e, st, dtm, ts)
  SELECT 100 + seq, seq * 7, CONCAT('vc', seq), REPEAT('x', seq), JSON_OBJECT('g', seq),
         ELT(1 + seq % 3, 'sad', 'ok', 'happy'), IF(seq % 2 = 0, 'b', 'a,b,c'),
@@ -57,6 +57,7 @@ fn edge_rows(t: &str) -> String {
 fn changes(t: &str, o: &str, base: i64) -> String {
     format!(
         "UPDATE {t} SET ti = 0, vc = 'upd' WHERE id IN (1, 2);
+         UPDATE {t} SET g = ST_GeomFromText('LINESTRING(0 0,3 4)') WHERE id = 2;
          UPDATE {t} SET tx = NULL, j = NULL, e = NULL WHERE id = 1;
          UPDATE {t} SET d = d * 2 WHERE id BETWEEN 100 AND 149;
          DELETE FROM {t} WHERE id IN (150, 151);
