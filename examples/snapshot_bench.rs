@@ -53,9 +53,12 @@ async fn main() -> Result<(), Error> {
                  CREATE TABLE {TABLE} (id int8 PRIMARY KEY, v int4, d date, n numeric(12,2), t text, ts timestamptz);
                  INSERT INTO {TABLE} SELECT g, g % 100000, DATE '2020-01-01' + (g % 2000)::int, (g % 1000000) / 100.0,
                      md5(g::text), TIMESTAMPTZ '2024-01-01' + g * INTERVAL '1 second'
-                   FROM generate_series(1, {rows}) g;
-                 VACUUM ANALYZE {TABLE};"
+                   FROM generate_series(1, {rows}) g;"
             ))
+            .await?;
+        // VACUUM cannot run inside the implicit transaction of a multi-statement batch.
+        client
+            .batch_execute(&format!("VACUUM ANALYZE {TABLE}"))
             .await?;
         eprintln!("created in {:.1} s", t.elapsed().as_secs_f64());
     }
