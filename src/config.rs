@@ -695,6 +695,51 @@ impl RawConfig {
         })
     }
 
+    /// Parses `source.url` (`<scheme>://user[:password]@host:port/db`), the part both sources
+    /// share; `source.password` wins over a password in the URL.
+    fn source_url(
+        &self,
+        file: &str,
+        schemes: [&str; 2],
+        default_port: u16,
+        default_user: &str,
+    ) -> Result<SourceUrl, ConfigError> {
+        let bad = |detail: String| ConfigError::Invalid {
+            file: file.to_owned(),
+            key: "source.url",
+            detail,
+        };
+        let expected = format!("expected {}://user@host:port/db", schemes[0]);
+        let s = &self.source;
+        let url = url::Url::parse(&s.url).map_err(|e| {
+            bad(format!(
+                "{:?} is not a URL ({e}); {expected}",
+                redact_url(&s.url)
+            ))
+        })?;
+        if !schemes.contains(&url.scheme()) {
+            return Err(bad(format!("scheme {:?}: {expected}", url.scheme())));
+        }
+        let database = url.path().trim_start_matches('/').to_owned();
+        if database.is_empty() {
+            return Err(bad(format!("names no database: {expected}")));
+        }
+        Ok(SourceUrl {
+            host: url.host_str().unwrap_or("localhost").to_owned(),
+            port: url.port().unwrap_or(default_port),
+            user: match url.username() {
+                "" => default_user.to_owned(),
+                u => percent_decode(u),
+            },
+            password: s
+                .password
+                .clone()
+                .or_else(|| url.password().map(percent_decode)),
+            database,
+            url,
+        })
+    }
+
     fn postgres(&self, pipeline: &str, file: &str) -> Result<PostgresConfig, ConfigError> {
         let bad = |key: &'static str, detail: String| ConfigError::Invalid {
             file: file.to_owned(),
@@ -702,41 +747,14 @@ impl RawConfig {
             detail,
         };
         let s = &self.source;
-        let url = url::Url::parse(&s.url).map_err(|e| {
-            bad(
-                "source.url",
-                format!(
-                    "{:?} is not a URL ({e}); expected postgres://user@host:port/db",
-                    redact_url(&s.url)
-                ),
-            )
-        })?;
-        if url.scheme() != "postgres" && url.scheme() != "postgresql" {
-            return Err(bad(
-                "source.url",
-                format!(
-                    "scheme {:?}: expected postgres://user@host:port/db",
-                    url.scheme()
-                ),
-            ));
-        }
-        let host = url.host_str().unwrap_or("localhost").to_owned();
-        let port = url.port().unwrap_or(5432);
-        let user = match url.username() {
-            "" => "postgres".to_owned(),
-            u => percent_decode(u),
-        };
-        let password = s
-            .password
-            .clone()
-            .or_else(|| url.password().map(percent_decode));
-        let database = url.path().trim_start_matches('/').to_owned();
-        if database.is_empty() {
-            return Err(bad(
-                "source.url",
-                "names no database: expected postgres://user@host:port/db".into(),
-            ));
-        }
+        let SourceUrl {
+            url: _,
+            host,
+            port,
+            user,
+            password,
+            database,
+        } = self.source_url(file, ["postgres", "postgresql"], 5432, "postgres")?;
         if s.tables.is_empty() {
             return Err(bad(
                 "source.tables",
@@ -853,41 +871,14 @@ impl RawConfig {
             detail,
         };
         let s = &self.source;
-        let url = url::Url::parse(&s.url).map_err(|e| {
-            bad(
-                "source.url",
-                format!(
-                    "{:?} is not a URL ({e}); expected mysql://user@host:port/db",
-                    redact_url(&s.url)
-                ),
-            )
-        })?;
-        if url.scheme() != "mysql" && url.scheme() != "mariadb" {
-            return Err(bad(
-                "source.url",
-                format!(
-                    "scheme {:?}: expected mysql://user@host:port/db",
-                    url.scheme()
-                ),
-            ));
-        }
-        let host = url.host_str().unwrap_or("localhost").to_owned();
-        let port = url.port().unwrap_or(3306);
-        let user = match url.username() {
-            "" => "root".to_owned(),
-            u => percent_decode(u),
-        };
-        let password = s
-            .password
-            .clone()
-            .or_else(|| url.password().map(percent_decode));
-        let database = url.path().trim_start_matches('/').to_owned();
-        if database.is_empty() {
-            return Err(bad(
-                "source.url",
-                "names no database: expected mysql://user@host:port/db".into(),
-            ));
-        }
+        let SourceUrl {
+            url,
+            host,
+            port,
+            user,
+            password,
+            database,
+        } = self.source_url(file, ["mysql", "mariadb"], 3306, "root")?;
         let mut tls = None;
         for (k, v) in url.query_pairs() {
             match (k.as_ref(), v.to_ascii_lowercase().as_str()) {
@@ -984,6 +975,16 @@ impl RawConfig {
 
 fn valid_ident(s: &str) -> bool {
     !s.is_empty() && !s.contains(['/', '.', '\\'])
+}
+
+/// What [`RawConfig::source_url`] takes from `source.url`.
+struct SourceUrl {
+    url: url::Url,
+    host: String,
+    port: u16,
+    user: String,
+    password: Option<String>,
+    database: String,
 }
 
 fn percent_decode(s: &str) -> String {
