@@ -108,7 +108,10 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
         ttl: Duration::from_millis(config.lease_ttl_ms),
         standby: config.standby,
     };
-    let Some(mut lease) = Lease::acquire(&warehouse, lease_settings, &shutdown).await? else {
+    let standing_by = || crate::metrics::Health::global().set_standby();
+    let Some(mut lease) =
+        Lease::acquire_or_stand_by(&warehouse, lease_settings, &shutdown, standing_by).await?
+    else {
         return Ok(());
     };
     let source = build_source(config);

@@ -163,6 +163,18 @@ impl Lease {
         settings: LeaseSettings,
         shutdown: &CancellationToken,
     ) -> Result<Option<Lease>, LeaseError> {
+        Lease::acquire_or_stand_by(warehouse, settings, shutdown, || {}).await
+    }
+
+    /// [`Lease::acquire`], calling `on_standby` once when it starts waiting as a standby (the
+    /// binary tells systemd and `/readyz`).
+    pub async fn acquire_or_stand_by(
+        warehouse: &Warehouse,
+        settings: LeaseSettings,
+        shutdown: &CancellationToken,
+        on_standby: impl FnOnce(),
+    ) -> Result<Option<Lease>, LeaseError> {
+        let mut on_standby = Some(on_standby);
         let location = lease_location(warehouse, &settings.pipeline);
         let path = warehouse.path(&location)?;
         let me = holder_id();
@@ -251,6 +263,9 @@ impl Lease {
                             tracing::info!(pipeline = %settings.pipeline, holder = %record.holder, lease = %location,
                                 "standby: another cdcd holds the lease; waiting until it stops renewing it");
                             announced = true;
+                            if let Some(f) = on_standby.take() {
+                                f();
+                            }
                         }
                         None
                     }

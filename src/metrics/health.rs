@@ -31,6 +31,8 @@ pub enum Readiness {
 pub struct State {
     /// The pipeline prepared its source and read the sink's checkpoints.
     pub started: bool,
+    /// Waiting as a lease standby while another cdcd runs the pipeline.
+    pub standby: bool,
     pub stopping: bool,
     pub source_seen: Option<Instant>,
     pub source_error: Option<String>,
@@ -49,6 +51,7 @@ impl State {
     fn new() -> State {
         State {
             started: false,
+            standby: false,
             stopping: false,
             source_seen: None,
             source_error: None,
@@ -67,6 +70,9 @@ impl State {
         let age = |t: Instant| now.saturating_duration_since(t);
         if self.stopping {
             return not("stopping".into());
+        }
+        if !self.started && self.standby {
+            return not("standby: another cdcd holds the pipeline's lease".into());
         }
         if !self.started {
             return not("starting: source not prepared or sink checkpoints not read yet".into());
@@ -140,11 +146,33 @@ impl Health {
     pub fn set_started(&self) {
         self.with(|s| {
             s.started = true;
+            s.standby = false;
             let now = Instant::now();
             s.source_seen = Some(now);
             s.pipeline_seen = Some(now);
         });
         self.started.notify_waiters();
+    }
+
+    /// The process waits as a lease standby: it is up (for systemd) but runs no pipeline yet.
+    pub fn set_standby(&self) {
+        self.with(|s| s.standby = true);
+        self.started.notify_waiters();
+    }
+
+    /// Waits until [`Health::set_started`] or [`Health::set_standby`]: the process is up, and
+    /// systemd may consider the service started. Returns whether it is a standby.
+    pub async fn wait_up(&self) -> bool {
+        loop {
+            let notified = self.started.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (started, standby) = self.with(|s| (s.started, s.standby));
+            if started || standby {
+                return !started;
+            }
+            notified.await;
+        }
     }
 
     /// Waits until [`Health::set_started`].

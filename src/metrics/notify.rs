@@ -95,7 +95,7 @@ fn send(notifier: &Notifier, message: &str) {
     }
 }
 
-/// Sends `READY=1` once `health` has started, `WATCHDOG=1` at half the watchdog period while the
+/// Sends `READY=1` once `health` has started or waits as a lease standby, `WATCHDOG=1` at half the watchdog period while the
 /// pipeline loop turns (a hung loop stops the petting and systemd restarts cdcd), and
 /// `STOPPING=1` at `shutdown`. Returns at shutdown; at once when not run by systemd.
 pub async fn supervise(health: &'static Health, shutdown: CancellationToken) {
@@ -105,7 +105,8 @@ pub async fn supervise(health: &'static Health, shutdown: CancellationToken) {
     let usec = std::env::var("WATCHDOG_USEC").ok();
     let pid = std::env::var("WATCHDOG_PID").ok();
     let interval = watchdog_interval(usec.as_deref(), pid.as_deref(), std::process::id());
-    let mut ready = false;
+    // Nothing sent yet → READY=1 sent as a standby → READY=1 sent for a running pipeline.
+    let (mut ready, mut running) = (false, false);
     // Without a watchdog, the tick only paces the wait for READY.
     let period = interval.unwrap_or(Duration::from_secs(3600));
     let mut tick = tokio::time::interval(period);
@@ -117,9 +118,20 @@ pub async fn supervise(health: &'static Health, shutdown: CancellationToken) {
                 send(&notifier, "STOPPING=1");
                 return;
             }
-            _ = health.wait_started(), if !ready => {
+            standby = health.wait_up(), if !ready => {
                 ready = true;
-                send(&notifier, "READY=1");
+                running = !standby;
+                // A standby is a started service too: without READY=1 systemd would fail it
+                // at TimeoutStartSec while it waits, legitimately, for the lease.
+                if standby {
+                    send(&notifier, "READY=1\nSTATUS=standby: waiting for the pipeline's lease");
+                } else {
+                    send(&notifier, "READY=1");
+                }
+            }
+            _ = health.wait_started(), if ready && !running => {
+                running = true;
+                send(&notifier, "STATUS=running: holds the pipeline's lease");
             }
             _ = tick.tick(), if interval.is_some() => {
                 // A loop silent for a whole watchdog period is hung; let systemd act.
