@@ -15,7 +15,7 @@ use crate::sinks::iceberg::IcebergSink;
 use crate::sinks::lsm::LsmSink;
 use crate::sinks::{Sink, SinkError};
 use crate::sources::mysql::MySqlSource;
-use crate::sources::postgres::{setup, PostgresSource};
+use crate::sources::postgres::{publication, setup, PostgresSource};
 use crate::sources::{Source, SourceError};
 use crate::storage::cleanup::{self, CleanupError, TableCleanup};
 use crate::storage::{StorageError, Warehouse};
@@ -236,7 +236,7 @@ pub async fn status(config: &Config) -> Result<Vec<StatusRow>, CommandError> {
     let tables: Vec<TableId> = match &config.source {
         SourceConfig::Postgres(pg) => {
             let client = setup::connect(pg).await?;
-            setup::resolve_tables(&client, &pg.tables).await?
+            publication::resolve_tables(&client, &pg.tables).await?
         }
         SourceConfig::MySql(my) => MySqlSource::tables(my).await?,
     };

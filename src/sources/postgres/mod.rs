@@ -17,9 +17,11 @@
 //! slot stays (`snapshot.rs`), then streams from the slot, feeding frames to the assembler and answering with
 //! standby status updates that carry only acknowledged (committed) positions.
 
+pub mod catalog;
 pub mod decoder;
 pub mod monitor;
 pub mod preflight;
+pub mod publication;
 pub mod relation;
 pub mod replication;
 pub mod setup;
@@ -114,7 +116,7 @@ impl PostgresSource {
         };
         let mut problems = match setup::check(&client, cfg).await {
             Ok((tables, mut problems)) => {
-                match setup::check_publication(&client, &cfg.publication, &tables).await {
+                match publication::check_publication(&client, &cfg.publication, &tables).await {
                     Ok(p) => problems.extend(p),
                     Err(e) => problems.push(catalog_problem(e)),
                 }
@@ -154,7 +156,7 @@ impl Source for PostgresSource {
         if let Some(p) = problems.first() {
             return Err(SourceError::Config(p.to_string()));
         }
-        setup::ensure_publication(&client, &cfg.publication, &tables).await?;
+        publication::ensure_publication(&client, &cfg.publication, &tables).await?;
         let slot = setup::slot_exists(&client, &cfg.slot).await?;
         if let Some(info) = &slot {
             setup::verify_slot(&cfg.slot, info, &cfg.database)?;
@@ -167,7 +169,7 @@ impl Source for PostgresSource {
         let proto_version = setup::proto_version(setup::server_version(&client).await?);
         let mut keys = HashMap::new();
         for t in &tables {
-            keys.insert(t.clone(), setup::primary_key(&client, t).await?);
+            keys.insert(t.clone(), catalog::primary_key(&client, t).await?);
         }
         tracing::info!(tables = tables.len(), proto_version, slot = %cfg.slot, slot_exists = slot.is_some(), "postgres source prepared");
         self.prepared = Some(PreparedState {
@@ -441,13 +443,13 @@ async fn table_schema(
     keys: Option<&Vec<String>>,
     types: &mut HashMap<u32, Option<TypeInfo>>,
 ) -> Result<(Arc<TableSchema>, Vec<ColumnType>), SourceError> {
-    let columns = setup::table_columns(client, table).await?;
+    let columns = catalog::table_columns(client, table).await?;
     loop {
         let missing = unresolved_types(&columns, &|oid| types.get(&oid).cloned());
         if missing.is_empty() {
             break;
         }
-        let found = setup::lookup_types(client, &missing).await?;
+        let found = catalog::lookup_types(client, &missing).await?;
         for oid in &missing {
             types.insert(*oid, found.get(oid).cloned());
         }
@@ -565,7 +567,7 @@ impl Streaming<'_> {
                     if missing.is_empty() {
                         break;
                     }
-                    let found = setup::lookup_types(self.client, &missing).await?;
+                    let found = catalog::lookup_types(self.client, &missing).await?;
                     self.assembler.add_types(&missing, found);
                 }
                 let event = match self.assembler.feed(wal_start, data)? {

@@ -13,9 +13,10 @@
 
 use tokio_postgres::Client;
 
+use super::catalog::qualified;
 use super::monitor;
 use super::replication::quote_ident;
-use super::setup::{qualified, CheckProblem};
+use super::setup::CheckProblem;
 use crate::changelog::TableId;
 use crate::config::PostgresConfig;
 use crate::sources::SourceError;

@@ -1,22 +1,21 @@
-//! Checks and setup over a regular (non-replication) connection: server settings and privileges,
-//! which tables `source.tables` captures, the publication, the slot's state, type and key lookups.
+//! Checks and setup over a regular (non-replication) connection: the connection itself, server
+//! settings and privileges, and the slot's state. Which tables are captured and the publication
+//! are in `publication.rs`; key, column and type lookups in `catalog.rs`.
 //!
 //! Where it sits: `cdcd check` and `PostgresSource::prepare` run these before any replication
-//! starts; `stream.rs` uses [`primary_key`] and [`lookup_types`] when a Relation message names a
-//! table or type it has not seen. Everything here is catalog SQL through tokio-postgres; the
-//! replication protocol itself lives in `replication.rs`.
+//! starts. Everything here is catalog SQL through tokio-postgres; the replication protocol itself
+//! lives in `replication.rs`.
 //!
 //! Why checks return a list: `cdcd check` prints every problem with its fix at once instead of
 //! making the operator fix them one restart at a time.
 
-use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
 use tokio_postgres::{Client, NoTls};
 
-use super::relation::ColumnDef;
+use super::catalog::qualified;
+use super::publication::resolve_report;
 use super::replication::{quote_ident, session_options};
-use super::types::TypeInfo;
 use crate::changelog::{Lsn, TableId};
 use crate::config::PostgresConfig;
 use crate::sources::SourceError;
@@ -29,7 +28,7 @@ pub struct CheckProblem {
 }
 
 impl CheckProblem {
-    fn new(problem: impl Into<String>, fix: impl Into<String>) -> Self {
+    pub(super) fn new(problem: impl Into<String>, fix: impl Into<String>) -> Self {
         CheckProblem {
             problem: problem.into(),
             fix: fix.into(),
@@ -185,301 +184,6 @@ pub async fn check(
     problems.extend(check_server(client, cfg, &tables).await?);
     Ok((tables, problems))
 }
-
-/// Resolves `schema.table` patterns (`*` matches any run of characters in either part) against
-/// ordinary and partitioned tables outside system schemas. Partitions are left out: a partitioned
-/// table is captured through its root (`publish_via_partition_root`). Errors on a pattern that
-/// matches nothing or a matched table without a primary key.
-pub async fn resolve_tables(
-    client: &Client,
-    patterns: &[String],
-) -> Result<Vec<TableId>, SourceError> {
-    let (tables, problems) = resolve_report(client, patterns).await?;
-    match problems.into_iter().next() {
-        None => Ok(tables),
-        Some(p) => Err(SourceError::Config(p.to_string())),
-    }
-}
-
-async fn resolve_report(
-    client: &Client,
-    patterns: &[String],
-) -> Result<(Vec<TableId>, Vec<CheckProblem>), SourceError> {
-    let rows = client
-        .query(
-            "SELECT n.nspname::text, c.relname::text,
-                    EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
-             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-             WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
-               AND n.nspname NOT IN ('pg_catalog', 'information_schema')
-               AND n.nspname NOT LIKE 'pg\\_toast%' AND n.nspname NOT LIKE 'pg\\_temp\\_%'
-             ORDER BY 1, 2",
-            &[],
-        )
-        .await
-        .map_err(|e| server("listing tables", &e))?;
-    let candidates: Vec<(TableId, bool)> = rows
-        .iter()
-        .map(|r| {
-            (
-                TableId::new(r.get::<_, String>(0), r.get::<_, String>(1)),
-                r.get(2),
-            )
-        })
-        .collect();
-    let mut problems = Vec::new();
-    let mut matched = BTreeSet::new();
-    let mut without_key = BTreeSet::new();
-    for pattern in patterns {
-        let Some((ps, pt)) = pattern.split_once('.') else {
-            problems.push(CheckProblem::new(
-                format!("source.tables: {pattern:?} is not schema.table"),
-                "write it as \"schema.table\" (e.g. \"public.orders\" or \"public.*\")",
-            ));
-            continue;
-        };
-        let mut any = false;
-        for (id, has_key) in &candidates {
-            if glob_match(ps, &id.namespace) && glob_match(pt, &id.name) {
-                any = true;
-                if *has_key {
-                    matched.insert(id.clone());
-                } else {
-                    without_key.insert(id.clone());
-                }
-            }
-        }
-        if !any {
-            problems.push(CheckProblem::new(
-                format!("source.tables: {pattern:?} matches no table"),
-                "check the schema and table names, or remove the pattern",
-            ));
-        }
-    }
-    for id in without_key {
-        problems.push(CheckProblem::new(
-            format!("table {id} has no primary key"),
-            "add a PRIMARY KEY or remove it from source.tables",
-        ));
-    }
-    Ok((matched.into_iter().collect(), problems))
-}
-
-/// `*` matches any run of characters (possibly empty); everything else matches itself.
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    // Iterative wildcard matching with backtracking to the last star.
-    let (mut pi, mut ti) = (0usize, 0usize);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        match p.get(pi) {
-            Some('*') => {
-                star = Some((pi, ti));
-                pi += 1;
-            }
-            Some(&c) if Some(&c) == t.get(ti) => {
-                pi += 1;
-                ti += 1;
-            }
-            _ => match star {
-                Some((sp, st)) => {
-                    pi = sp + 1;
-                    ti = st + 1;
-                    star = Some((sp, st + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    p.get(pi..)
-        .is_some_and(|rest| rest.iter().all(|&c| c == '*'))
-}
-
-/// Creates the publication for `tables` if it is missing; if it exists, verifies it publishes
-/// every table and every operation, and otherwise errors with the exact statement to run.
-pub async fn ensure_publication(
-    client: &Client,
-    publication: &str,
-    tables: &[TableId],
-) -> Result<(), SourceError> {
-    let pub_ident = quote_ident(publication);
-    let Some(row) = read_publication(client, publication).await? else {
-        if tables.is_empty() {
-            return Err(SourceError::Config(format!(
-                "publication {publication}: no tables to publish"
-            )));
-        }
-        let list: Vec<String> = tables.iter().map(qualified).collect();
-        // Partitions' changes are published as their root table's, which is what cdcd captures.
-        let sql = format!(
-            "CREATE PUBLICATION {pub_ident} FOR TABLE {} WITH (publish = 'insert, update, delete, truncate', publish_via_partition_root = true)",
-            list.join(", ")
-        );
-        client
-            .batch_execute(&sql)
-            .await
-            .map_err(|e| server(&format!("creating publication {publication}"), &e))?;
-        tracing::info!(publication, tables = tables.len(), "created publication");
-        return Ok(());
-    };
-    let all_tables: bool = row.get(0);
-    if !all_tables {
-        add_missing_tables(client, publication, tables).await;
-    }
-    match publication_problem(client, publication, tables, &row).await? {
-        None => Ok(()),
-        Some(p) => Err(SourceError::Config(p.to_string())),
-    }
-}
-
-/// A table added to `source.tables` joins the existing publication, so that it can be copied
-/// alone and then streamed. Best effort: without ownership of the publication the ALTER fails and
-/// [`publication_problem`] reports the statement to run.
-async fn add_missing_tables(client: &Client, publication: &str, tables: &[TableId]) {
-    let published: BTreeSet<TableId> = match client
-        .query(
-            "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1",
-            &[&publication],
-        )
-        .await
-    {
-        Ok(rows) => rows
-            .iter()
-            .map(|r| TableId::new(r.get::<_, String>(0), r.get::<_, String>(1)))
-            .collect(),
-        Err(_) => return,
-    };
-    let missing: Vec<String> = tables
-        .iter()
-        .filter(|t| !published.contains(*t))
-        .map(qualified)
-        .collect();
-    if missing.is_empty() {
-        return;
-    }
-    let sql = format!(
-        "ALTER PUBLICATION {} ADD TABLE {}",
-        quote_ident(publication),
-        missing.join(", ")
-    );
-    match client.batch_execute(&sql).await {
-        Ok(()) => {
-            tracing::info!(publication, tables = %missing.join(", "), "added tables to the publication")
-        }
-        Err(e) => {
-            tracing::warn!(publication, error = %db_error(&e), "could not add tables to the publication")
-        }
-    }
-}
-
-/// For `cdcd check`: what is wrong with an existing publication (a missing one is created at
-/// start, so it is no problem).
-pub async fn check_publication(
-    client: &Client,
-    publication: &str,
-    tables: &[TableId],
-) -> Result<Option<CheckProblem>, SourceError> {
-    match read_publication(client, publication).await? {
-        None => Ok(None),
-        Some(row) => publication_problem(client, publication, tables, &row).await,
-    }
-}
-
-async fn read_publication(
-    client: &Client,
-    publication: &str,
-) -> Result<Option<tokio_postgres::Row>, SourceError> {
-    client
-        .query_opt(
-            "SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot
-             FROM pg_publication WHERE pubname = $1",
-            &[&publication],
-        )
-        .await
-        .map_err(|e| server(&format!("reading publication {publication}"), &e))
-}
-
-/// Whether the existing publication (`row` from [`read_publication`]) publishes every table and
-/// every operation the way cdcd reads them; if not, the statement that fixes it.
-async fn publication_problem(
-    client: &Client,
-    publication: &str,
-    tables: &[TableId],
-    row: &tokio_postgres::Row,
-) -> Result<Option<CheckProblem>, SourceError> {
-    let pub_ident = quote_ident(publication);
-    let all_tables: bool = row.get(0);
-    let ops = [row.get::<_, bool>(1), row.get(2), row.get(3), row.get(4)];
-    let via_root: bool = row.get(5);
-    if ops.iter().any(|o| !o) {
-        return Ok(Some(CheckProblem::new(
-            format!("publication {publication} does not publish every operation"),
-            format!("run ALTER PUBLICATION {pub_ident} SET (publish = 'insert, update, delete, truncate')"),
-        )));
-    }
-    let published: BTreeSet<TableId> = client
-        .query(
-            "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1",
-            &[&publication],
-        )
-        .await
-        .map_err(|e| server(&format!("reading tables of publication {publication}"), &e))?
-        .iter()
-        .map(|r| TableId::new(r.get::<_, String>(0), r.get::<_, String>(1)))
-        .collect();
-    let missing: Vec<String> = tables
-        .iter()
-        .filter(|t| !all_tables && !published.contains(*t))
-        .map(qualified)
-        .collect();
-    if !missing.is_empty() {
-        return Ok(Some(CheckProblem::new(
-            format!(
-                "publication {publication} does not publish {}",
-                missing.join(", ")
-            ),
-            format!(
-                "run ALTER PUBLICATION {pub_ident} ADD TABLE {}",
-                missing.join(", ")
-            ),
-        )));
-    }
-    if !via_root {
-        let partitioned = partitioned_tables(client, tables).await?;
-        if let Some(t) = partitioned.first() {
-            return Ok(Some(CheckProblem::new(
-                format!("publication {publication} publishes partitioned table {t} per partition"),
-                format!(
-                    "run ALTER PUBLICATION {pub_ident} SET (publish_via_partition_root = true)"
-                ),
-            )));
-        }
-    }
-    Ok(None)
-}
-
-async fn partitioned_tables(
-    client: &Client,
-    tables: &[TableId],
-) -> Result<Vec<TableId>, SourceError> {
-    let mut out = Vec::new();
-    for t in tables {
-        let row = client
-            .query_opt(
-                "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                 WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind = 'p'",
-                &[&t.namespace, &t.name],
-            )
-            .await
-            .map_err(|e| server(&format!("reading {t}"), &e))?;
-        if row.is_some() {
-            out.push(t.clone());
-        }
-    }
-    Ok(out)
-}
-
 /// The replication slot `slot`, if it exists.
 pub async fn slot_exists(client: &Client, slot: &str) -> Result<Option<SlotInfo>, SourceError> {
     let row = client
@@ -525,156 +229,7 @@ pub fn verify_slot(slot: &str, info: &SlotInfo, database: &str) -> Result<(), So
     Ok(())
 }
 
-/// Key column names of `table`'s primary key, in key order (empty: no primary key). Needed because
-/// Relation messages flag key columns only under REPLICA IDENTITY DEFAULT.
-pub async fn primary_key(client: &Client, table: &TableId) -> Result<Vec<String>, SourceError> {
-    let rows = client
-        .query(
-            "SELECT a.attname::text
-             FROM pg_index i
-             JOIN pg_class c ON c.oid = i.indrelid
-             JOIN pg_namespace n ON n.oid = c.relnamespace
-             CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
-             JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
-             WHERE i.indisprimary AND n.nspname = $1 AND c.relname = $2
-             ORDER BY k.ord",
-            &[&table.namespace, &table.name],
-        )
-        .await
-        .map_err(|e| server(&format!("reading the primary key of {table}"), &e))?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
-}
-
-/// The replicated columns of `table` in order, as pgoutput sends them: dropped and generated
-/// columns are left out (pgoutput before Postgres 18 does not send generated columns, and COPY
-/// without a column list leaves them out too).
-pub async fn table_columns(
-    client: &Client,
-    table: &TableId,
-) -> Result<Vec<ColumnDef>, SourceError> {
-    let rows = client
-        .query(
-            "SELECT a.attname::text, a.atttypid, a.atttypmod
-             FROM pg_attribute a
-             JOIN pg_class c ON c.oid = a.attrelid
-             JOIN pg_namespace n ON n.oid = c.relnamespace
-             WHERE n.nspname = $1 AND c.relname = $2
-               AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
-             ORDER BY a.attnum",
-            &[&table.namespace, &table.name],
-        )
-        .await
-        .map_err(|e| server(&format!("reading the columns of {table}"), &e))?;
-    Ok(rows
-        .iter()
-        .map(|r| ColumnDef {
-            name: r.get(0),
-            type_oid: r.get(1),
-            type_modifier: r.get(2),
-            key_flag: false,
-        })
-        .collect())
-}
-
-/// `format_type` of each of `columns` of `table` (e.g. `integer`, `character varying(10)`), in
-/// the order given: the casts a key range's text bounds need.
-pub async fn column_type_names(
-    client: &Client,
-    table: &TableId,
-    columns: &[String],
-) -> Result<Vec<String>, SourceError> {
-    let rows = client
-        .query(
-            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod)
-             FROM pg_attribute a
-             JOIN pg_class c ON c.oid = a.attrelid
-             JOIN pg_namespace n ON n.oid = c.relnamespace
-             WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped",
-            &[&table.namespace, &table.name],
-        )
-        .await
-        .map_err(|e| server(&format!("reading the column types of {table}"), &e))?;
-    let types: HashMap<String, String> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
-    columns
-        .iter()
-        .map(|c| {
-            types.get(c).cloned().ok_or_else(|| SourceError::Table {
-                table: table.clone(),
-                detail: format!("key column {c} not found in the catalog"),
-            })
-        })
-        .collect()
-}
-
-/// The planner's row estimate for `table` (`pg_class.reltuples`; for a table never vacuumed or
-/// analyzed, where that is -1, its size at an assumed 100 bytes a row). Partitioned tables sum
-/// their partitions.
-pub async fn estimated_rows(client: &Client, table: &TableId) -> Result<u64, SourceError> {
-    let row = client
-        .query_one(
-            "WITH RECURSIVE t AS (
-                 SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                 WHERE n.nspname = $1 AND c.relname = $2
-                 UNION ALL SELECT i.inhrelid FROM pg_inherits i JOIN t ON i.inhparent = t.oid)
-             SELECT COALESCE(sum(CASE WHEN c.reltuples >= 0 THEN c.reltuples
-                                      ELSE pg_relation_size(c.oid) / 100 END), 0)::float8
-             FROM pg_class c JOIN t ON t.oid = c.oid WHERE c.relkind = 'r'",
-            &[&table.namespace, &table.name],
-        )
-        .await
-        .map_err(|e| server(&format!("estimating the rows of {table}"), &e))?;
-    let rows: f64 = row.get(0);
-    Ok(if rows.is_finite() && rows > 0.0 {
-        rows as u64
-    } else {
-        0
-    })
-}
-
-/// `pg_type` rows for `oids` (types the built-in mapping does not know: domains, enums, arrays of
-/// those, extension types).
-pub async fn lookup_types(
-    client: &Client,
-    oids: &[u32],
-) -> Result<HashMap<u32, TypeInfo>, SourceError> {
-    if oids.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let oids: Vec<u32> = oids.to_vec();
-    let rows = client
-        .query(
-            "SELECT t.oid, n.nspname::text, t.typname::text, t.typtype::text, t.typelem, t.typbasetype
-             FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
-             WHERE t.oid = ANY($1)",
-            &[&oids],
-        )
-        .await
-        .map_err(|e| server("reading type definitions", &e))?;
-    let nonzero = |v: u32| (v != 0).then_some(v);
-    Ok(rows
-        .iter()
-        .map(|r| {
-            let oid: u32 = r.get(0);
-            let typtype: String = r.get(3);
-            let info = TypeInfo {
-                oid,
-                namespace: r.get(1),
-                name: r.get(2),
-                typtype: typtype.bytes().next().unwrap_or(b'b'),
-                element: nonzero(r.get(4)),
-                base: nonzero(r.get(5)),
-            };
-            (oid, info)
-        })
-        .collect())
-}
-
-/// `"schema"."table"`.
-pub fn qualified(t: &TableId) -> String {
-    format!("{}.{}", quote_ident(&t.namespace), quote_ident(&t.name))
-}
-
-fn server(context: &str, e: &tokio_postgres::Error) -> SourceError {
+pub(super) fn server(context: &str, e: &tokio_postgres::Error) -> SourceError {
     SourceError::Server {
         context: context.to_owned(),
         detail: db_error(e),
@@ -682,7 +237,7 @@ fn server(context: &str, e: &tokio_postgres::Error) -> SourceError {
 }
 
 /// The server's message when there is one (tokio-postgres' Display says only "db error").
-fn db_error(e: &tokio_postgres::Error) -> String {
+pub(super) fn db_error(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => match db.hint() {
             Some(h) => format!("{} (hint: {h})", db.message()),
@@ -695,19 +250,6 @@ fn db_error(e: &tokio_postgres::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn globs() {
-        assert!(glob_match("*", "orders"));
-        assert!(glob_match("*", ""));
-        assert!(glob_match("ord*", "orders"));
-        assert!(glob_match("*ers", "orders"));
-        assert!(glob_match("o*d*s", "orders"));
-        assert!(glob_match("orders", "orders"));
-        assert!(!glob_match("orders", "orders2"));
-        assert!(!glob_match("ord*x", "orders"));
-        assert!(glob_match("a*b*c", "aXbYbZc"));
-    }
 
     #[test]
     fn protocol_by_version() {

@@ -15,7 +15,7 @@
 //!   that made them; Stream Commit / Stream Abort end a top-level xid (Abort with `subxid != xid`
 //!   ends only a subtransaction). Non-streamed transactions never interleave with a stream block.
 //! - Key columns are flagged in Relation messages only under REPLICA IDENTITY DEFAULT, so the
-//!   primary key comes from the catalog (`setup::primary_key`), prefetched per captured table.
+//!   primary key comes from the catalog (`catalog::primary_key`), prefetched per captured table.
 
 mod spill;
 #[cfg(test)]
@@ -101,7 +101,7 @@ struct Changes {
 
 impl Assembler {
     /// `captured`: the tables whose changes are kept; `keys`: their primary-key column names
-    /// (from `setup::primary_key`). A captured table missing from `keys` falls back to the key
+    /// (from `catalog::primary_key`). A captured table missing from `keys` falls back to the key
     /// flags of its Relation message.
     pub fn new(
         cfg: AssemblerConfig,
@@ -135,7 +135,7 @@ impl Assembler {
     }
 
     /// Type OIDs a Relation message in `payload` uses that the assembler cannot resolve without
-    /// `pg_type` rows; fetch them (`setup::lookup_types`) and pass them to
+    /// `pg_type` rows; fetch them (`catalog::lookup_types`) and pass them to
     /// [`add_types`](Self::add_types) before [`feed`](Self::feed). Empty for anything else.
     pub fn missing_types(&self, payload: &[u8]) -> Result<Vec<u32>, SourceError> {
         if payload.first() != Some(&b'R') {

@@ -359,10 +359,10 @@ async fn setup_checks_against_postgres() {
     assert!(lines[1].contains(&nk) && lines[1].contains("add a PRIMARY KEY"));
 
     assert_eq!(
-        setup::primary_key(&pg, &tables[0]).await.unwrap(),
+        catalog::primary_key(&pg, &tables[0]).await.unwrap(),
         vec!["a", "b"]
     );
-    let problem = setup::check_publication(&pg, &p, &tables)
+    let problem = publication::check_publication(&pg, &p, &tables)
         .await
         .unwrap()
         .unwrap();
@@ -371,9 +371,13 @@ async fn setup_checks_against_postgres() {
         format!("run ALTER PUBLICATION \"{p}\" ADD TABLE \"public\".\"{k}\"")
     );
     // A table added to `source.tables` joins the publication (issue 7: it is copied alone).
-    setup::ensure_publication(&pg, &p, &tables).await.unwrap();
+    publication::ensure_publication(&pg, &p, &tables)
+        .await
+        .unwrap();
     assert_eq!(
-        setup::check_publication(&pg, &p, &tables).await.unwrap(),
+        publication::check_publication(&pg, &p, &tables)
+            .await
+            .unwrap(),
         None
     );
 

@@ -248,11 +248,11 @@ async fn binary_equals_text_and_chunks_cover_the_table_once() {
         .await
         .unwrap();
     let table = TableId::new(ns.clone(), "binary_types");
-    let cols = crate::sources::postgres::setup::table_columns(&client, &table)
+    let cols = crate::sources::postgres::catalog::table_columns(&client, &table)
         .await
         .unwrap();
     let oids: Vec<u32> = cols.iter().map(|c| c.type_oid).collect();
-    let catalog = crate::sources::postgres::setup::lookup_types(&client, &oids)
+    let catalog = crate::sources::postgres::catalog::lookup_types(&client, &oids)
         .await
         .unwrap();
     let lookup = |oid: u32| catalog.get(&oid).cloned();

@@ -28,8 +28,8 @@ use super::{
 };
 use crate::changelog::{Lsn, Op, TableSchema};
 use crate::config::PostgresConfig;
-use crate::sources::postgres::setup;
 use crate::sources::postgres::types::ColumnType;
+use crate::sources::postgres::{catalog, setup};
 use crate::sources::{ChunkState, SnapshotProgress, SourceError, SourceEvent};
 
 /// Samples taken per planned chunk to place the range bounds.
@@ -76,9 +76,9 @@ pub async fn plan_table(
     let key_names: Vec<String> = schema.key_names().into_iter().map(str::to_owned).collect();
     let key = KeyColumns {
         names: key_names.iter().map(|n| quote_ident(n)).collect(),
-        types: setup::column_type_names(client, &table, &key_names).await?,
+        types: catalog::column_type_names(client, &table, &key_names).await?,
     };
-    let estimated_rows = setup::estimated_rows(client, &table).await?;
+    let estimated_rows = catalog::estimated_rows(client, &table).await?;
     let binary = types.iter().all(supports_binary);
     let resumed = progress.and_then(|p| {
         let chunks: Option<Vec<KeyRange>> = p

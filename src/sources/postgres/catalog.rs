@@ -1,0 +1,166 @@
+//! Catalog lookups for one table: its primary key, columns, type names and OIDs, and the
+//! planner's row estimate.
+//!
+//! Where it sits: `stream.rs` asks for keys and types when a Relation message names a table or
+//! type it has not seen; the initial copy (`snapshot/`) plans its chunks from the key and the
+//! estimate. Plain catalog SQL over a regular connection.
+
+use std::collections::HashMap;
+
+use tokio_postgres::Client;
+
+use super::relation::ColumnDef;
+use super::replication::quote_ident;
+use super::setup::server;
+use super::types::TypeInfo;
+use crate::changelog::TableId;
+use crate::sources::SourceError;
+
+/// Key column names of `table`'s primary key, in key order (empty: no primary key). Needed because
+/// Relation messages flag key columns only under REPLICA IDENTITY DEFAULT.
+pub async fn primary_key(client: &Client, table: &TableId) -> Result<Vec<String>, SourceError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text
+             FROM pg_index i
+             JOIN pg_class c ON c.oid = i.indrelid
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+             JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+             WHERE i.indisprimary AND n.nspname = $1 AND c.relname = $2
+             ORDER BY k.ord",
+            &[&table.namespace, &table.name],
+        )
+        .await
+        .map_err(|e| server(&format!("reading the primary key of {table}"), &e))?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// The replicated columns of `table` in order, as pgoutput sends them: dropped and generated
+/// columns are left out (pgoutput before Postgres 18 does not send generated columns, and COPY
+/// without a column list leaves them out too).
+pub async fn table_columns(
+    client: &Client,
+    table: &TableId,
+) -> Result<Vec<ColumnDef>, SourceError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text, a.atttypid, a.atttypmod
+             FROM pg_attribute a
+             JOIN pg_class c ON c.oid = a.attrelid
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relname = $2
+               AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+             ORDER BY a.attnum",
+            &[&table.namespace, &table.name],
+        )
+        .await
+        .map_err(|e| server(&format!("reading the columns of {table}"), &e))?;
+    Ok(rows
+        .iter()
+        .map(|r| ColumnDef {
+            name: r.get(0),
+            type_oid: r.get(1),
+            type_modifier: r.get(2),
+            key_flag: false,
+        })
+        .collect())
+}
+
+/// `format_type` of each of `columns` of `table` (e.g. `integer`, `character varying(10)`), in
+/// the order given: the casts a key range's text bounds need.
+pub async fn column_type_names(
+    client: &Client,
+    table: &TableId,
+    columns: &[String],
+) -> Result<Vec<String>, SourceError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod)
+             FROM pg_attribute a
+             JOIN pg_class c ON c.oid = a.attrelid
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped",
+            &[&table.namespace, &table.name],
+        )
+        .await
+        .map_err(|e| server(&format!("reading the column types of {table}"), &e))?;
+    let types: HashMap<String, String> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    columns
+        .iter()
+        .map(|c| {
+            types.get(c).cloned().ok_or_else(|| SourceError::Table {
+                table: table.clone(),
+                detail: format!("key column {c} not found in the catalog"),
+            })
+        })
+        .collect()
+}
+
+/// The planner's row estimate for `table` (`pg_class.reltuples`; for a table never vacuumed or
+/// analyzed, where that is -1, its size at an assumed 100 bytes a row). Partitioned tables sum
+/// their partitions.
+pub async fn estimated_rows(client: &Client, table: &TableId) -> Result<u64, SourceError> {
+    let row = client
+        .query_one(
+            "WITH RECURSIVE t AS (
+                 SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname = $1 AND c.relname = $2
+                 UNION ALL SELECT i.inhrelid FROM pg_inherits i JOIN t ON i.inhparent = t.oid)
+             SELECT COALESCE(sum(CASE WHEN c.reltuples >= 0 THEN c.reltuples
+                                      ELSE pg_relation_size(c.oid) / 100 END), 0)::float8
+             FROM pg_class c JOIN t ON t.oid = c.oid WHERE c.relkind = 'r'",
+            &[&table.namespace, &table.name],
+        )
+        .await
+        .map_err(|e| server(&format!("estimating the rows of {table}"), &e))?;
+    let rows: f64 = row.get(0);
+    Ok(if rows.is_finite() && rows > 0.0 {
+        rows as u64
+    } else {
+        0
+    })
+}
+
+/// `pg_type` rows for `oids` (types the built-in mapping does not know: domains, enums, arrays of
+/// those, extension types).
+pub async fn lookup_types(
+    client: &Client,
+    oids: &[u32],
+) -> Result<HashMap<u32, TypeInfo>, SourceError> {
+    if oids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let oids: Vec<u32> = oids.to_vec();
+    let rows = client
+        .query(
+            "SELECT t.oid, n.nspname::text, t.typname::text, t.typtype::text, t.typelem, t.typbasetype
+             FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+             WHERE t.oid = ANY($1)",
+            &[&oids],
+        )
+        .await
+        .map_err(|e| server("reading type definitions", &e))?;
+    let nonzero = |v: u32| (v != 0).then_some(v);
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let oid: u32 = r.get(0);
+            let typtype: String = r.get(3);
+            let info = TypeInfo {
+                oid,
+                namespace: r.get(1),
+                name: r.get(2),
+                typtype: typtype.bytes().next().unwrap_or(b'b'),
+                element: nonzero(r.get(4)),
+                base: nonzero(r.get(5)),
+            };
+            (oid, info)
+        })
+        .collect())
+}
+
+/// `"schema"."table"`.
+pub fn qualified(t: &TableId) -> String {
+    format!("{}.{}", quote_ident(&t.namespace), quote_ident(&t.name))
+}

@@ -1,0 +1,327 @@
+//! Which tables `source.tables` captures and the publication that carries them: glob patterns
+//! resolved against the catalog, the publication created or extended (tables added to an
+//! existing pipeline are added to it), and `cdcd check`'s publication problems.
+//!
+//! Where it sits: `PostgresSource::prepare` and `cdcd check` call these over a regular
+//! connection before replication starts (`setup.rs` has the connection and the server checks).
+
+use std::collections::BTreeSet;
+
+use tokio_postgres::Client;
+
+use super::catalog::qualified;
+use super::replication::quote_ident;
+use super::setup::{db_error, server, CheckProblem};
+use crate::changelog::TableId;
+use crate::sources::SourceError;
+/// Resolves `schema.table` patterns (`*` matches any run of characters in either part) against
+/// ordinary and partitioned tables outside system schemas. Partitions are left out: a partitioned
+/// table is captured through its root (`publish_via_partition_root`). Errors on a pattern that
+/// matches nothing or a matched table without a primary key.
+pub async fn resolve_tables(
+    client: &Client,
+    patterns: &[String],
+) -> Result<Vec<TableId>, SourceError> {
+    let (tables, problems) = resolve_report(client, patterns).await?;
+    match problems.into_iter().next() {
+        None => Ok(tables),
+        Some(p) => Err(SourceError::Config(p.to_string())),
+    }
+}
+
+pub(super) async fn resolve_report(
+    client: &Client,
+    patterns: &[String],
+) -> Result<(Vec<TableId>, Vec<CheckProblem>), SourceError> {
+    let rows = client
+        .query(
+            "SELECT n.nspname::text, c.relname::text,
+                    EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+               AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+               AND n.nspname NOT LIKE 'pg\\_toast%' AND n.nspname NOT LIKE 'pg\\_temp\\_%'
+             ORDER BY 1, 2",
+            &[],
+        )
+        .await
+        .map_err(|e| server("listing tables", &e))?;
+    let candidates: Vec<(TableId, bool)> = rows
+        .iter()
+        .map(|r| {
+            (
+                TableId::new(r.get::<_, String>(0), r.get::<_, String>(1)),
+                r.get(2),
+            )
+        })
+        .collect();
+    let mut problems = Vec::new();
+    let mut matched = BTreeSet::new();
+    let mut without_key = BTreeSet::new();
+    for pattern in patterns {
+        let Some((ps, pt)) = pattern.split_once('.') else {
+            problems.push(CheckProblem::new(
+                format!("source.tables: {pattern:?} is not schema.table"),
+                "write it as \"schema.table\" (e.g. \"public.orders\" or \"public.*\")",
+            ));
+            continue;
+        };
+        let mut any = false;
+        for (id, has_key) in &candidates {
+            if glob_match(ps, &id.namespace) && glob_match(pt, &id.name) {
+                any = true;
+                if *has_key {
+                    matched.insert(id.clone());
+                } else {
+                    without_key.insert(id.clone());
+                }
+            }
+        }
+        if !any {
+            problems.push(CheckProblem::new(
+                format!("source.tables: {pattern:?} matches no table"),
+                "check the schema and table names, or remove the pattern",
+            ));
+        }
+    }
+    for id in without_key {
+        problems.push(CheckProblem::new(
+            format!("table {id} has no primary key"),
+            "add a PRIMARY KEY or remove it from source.tables",
+        ));
+    }
+    Ok((matched.into_iter().collect(), problems))
+}
+
+/// `*` matches any run of characters (possibly empty); everything else matches itself.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    // Iterative wildcard matching with backtracking to the last star.
+    let (mut pi, mut ti) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        match p.get(pi) {
+            Some('*') => {
+                star = Some((pi, ti));
+                pi += 1;
+            }
+            Some(&c) if Some(&c) == t.get(ti) => {
+                pi += 1;
+                ti += 1;
+            }
+            _ => match star {
+                Some((sp, st)) => {
+                    pi = sp + 1;
+                    ti = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    p.get(pi..)
+        .is_some_and(|rest| rest.iter().all(|&c| c == '*'))
+}
+
+/// Creates the publication for `tables` if it is missing; if it exists, verifies it publishes
+/// every table and every operation, and otherwise errors with the exact statement to run.
+pub async fn ensure_publication(
+    client: &Client,
+    publication: &str,
+    tables: &[TableId],
+) -> Result<(), SourceError> {
+    let pub_ident = quote_ident(publication);
+    let Some(row) = read_publication(client, publication).await? else {
+        if tables.is_empty() {
+            return Err(SourceError::Config(format!(
+                "publication {publication}: no tables to publish"
+            )));
+        }
+        let list: Vec<String> = tables.iter().map(qualified).collect();
+        // Partitions' changes are published as their root table's, which is what cdcd captures.
+        let sql = format!(
+            "CREATE PUBLICATION {pub_ident} FOR TABLE {} WITH (publish = 'insert, update, delete, truncate', publish_via_partition_root = true)",
+            list.join(", ")
+        );
+        client
+            .batch_execute(&sql)
+            .await
+            .map_err(|e| server(&format!("creating publication {publication}"), &e))?;
+        tracing::info!(publication, tables = tables.len(), "created publication");
+        return Ok(());
+    };
+    let all_tables: bool = row.get(0);
+    if !all_tables {
+        add_missing_tables(client, publication, tables).await;
+    }
+    match publication_problem(client, publication, tables, &row).await? {
+        None => Ok(()),
+        Some(p) => Err(SourceError::Config(p.to_string())),
+    }
+}
+
+/// A table added to `source.tables` joins the existing publication, so that it can be copied
+/// alone and then streamed. Best effort: without ownership of the publication the ALTER fails and
+/// [`publication_problem`] reports the statement to run.
+async fn add_missing_tables(client: &Client, publication: &str, tables: &[TableId]) {
+    let published: BTreeSet<TableId> = match client
+        .query(
+            "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1",
+            &[&publication],
+        )
+        .await
+    {
+        Ok(rows) => rows
+            .iter()
+            .map(|r| TableId::new(r.get::<_, String>(0), r.get::<_, String>(1)))
+            .collect(),
+        Err(_) => return,
+    };
+    let missing: Vec<String> = tables
+        .iter()
+        .filter(|t| !published.contains(*t))
+        .map(qualified)
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    let sql = format!(
+        "ALTER PUBLICATION {} ADD TABLE {}",
+        quote_ident(publication),
+        missing.join(", ")
+    );
+    match client.batch_execute(&sql).await {
+        Ok(()) => {
+            tracing::info!(publication, tables = %missing.join(", "), "added tables to the publication")
+        }
+        Err(e) => {
+            tracing::warn!(publication, error = %db_error(&e), "could not add tables to the publication")
+        }
+    }
+}
+
+/// For `cdcd check`: what is wrong with an existing publication (a missing one is created at
+/// start, so it is no problem).
+pub async fn check_publication(
+    client: &Client,
+    publication: &str,
+    tables: &[TableId],
+) -> Result<Option<CheckProblem>, SourceError> {
+    match read_publication(client, publication).await? {
+        None => Ok(None),
+        Some(row) => publication_problem(client, publication, tables, &row).await,
+    }
+}
+
+async fn read_publication(
+    client: &Client,
+    publication: &str,
+) -> Result<Option<tokio_postgres::Row>, SourceError> {
+    client
+        .query_opt(
+            "SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot
+             FROM pg_publication WHERE pubname = $1",
+            &[&publication],
+        )
+        .await
+        .map_err(|e| server(&format!("reading publication {publication}"), &e))
+}
+
+/// Whether the existing publication (`row` from [`read_publication`]) publishes every table and
+/// every operation the way cdcd reads them; if not, the statement that fixes it.
+async fn publication_problem(
+    client: &Client,
+    publication: &str,
+    tables: &[TableId],
+    row: &tokio_postgres::Row,
+) -> Result<Option<CheckProblem>, SourceError> {
+    let pub_ident = quote_ident(publication);
+    let all_tables: bool = row.get(0);
+    let ops = [row.get::<_, bool>(1), row.get(2), row.get(3), row.get(4)];
+    let via_root: bool = row.get(5);
+    if ops.iter().any(|o| !o) {
+        return Ok(Some(CheckProblem::new(
+            format!("publication {publication} does not publish every operation"),
+            format!("run ALTER PUBLICATION {pub_ident} SET (publish = 'insert, update, delete, truncate')"),
+        )));
+    }
+    let published: BTreeSet<TableId> = client
+        .query(
+            "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1",
+            &[&publication],
+        )
+        .await
+        .map_err(|e| server(&format!("reading tables of publication {publication}"), &e))?
+        .iter()
+        .map(|r| TableId::new(r.get::<_, String>(0), r.get::<_, String>(1)))
+        .collect();
+    let missing: Vec<String> = tables
+        .iter()
+        .filter(|t| !all_tables && !published.contains(*t))
+        .map(qualified)
+        .collect();
+    if !missing.is_empty() {
+        return Ok(Some(CheckProblem::new(
+            format!(
+                "publication {publication} does not publish {}",
+                missing.join(", ")
+            ),
+            format!(
+                "run ALTER PUBLICATION {pub_ident} ADD TABLE {}",
+                missing.join(", ")
+            ),
+        )));
+    }
+    if !via_root {
+        let partitioned = partitioned_tables(client, tables).await?;
+        if let Some(t) = partitioned.first() {
+            return Ok(Some(CheckProblem::new(
+                format!("publication {publication} publishes partitioned table {t} per partition"),
+                format!(
+                    "run ALTER PUBLICATION {pub_ident} SET (publish_via_partition_root = true)"
+                ),
+            )));
+        }
+    }
+    Ok(None)
+}
+
+async fn partitioned_tables(
+    client: &Client,
+    tables: &[TableId],
+) -> Result<Vec<TableId>, SourceError> {
+    let mut out = Vec::new();
+    for t in tables {
+        let row = client
+            .query_opt(
+                "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind = 'p'",
+                &[&t.namespace, &t.name],
+            )
+            .await
+            .map_err(|e| server(&format!("reading {t}"), &e))?;
+        if row.is_some() {
+            out.push(t.clone());
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("*", "orders"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("ord*", "orders"));
+        assert!(glob_match("*ers", "orders"));
+        assert!(glob_match("o*d*s", "orders"));
+        assert!(glob_match("orders", "orders"));
+        assert!(!glob_match("orders", "orders2"));
+        assert!(!glob_match("ord*x", "orders"));
+        assert!(glob_match("a*b*c", "aXbYbZc"));
+    }
+}
