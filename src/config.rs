@@ -971,7 +971,8 @@ impl RawConfig {
             snapshot,
             zero_date,
             tls,
-            snapshot_chunk_rows: mysql_chunk_rows(s.snapshot_chunk_rows).map_err(|d| bad("source.snapshot_chunk_rows", d))?,
+            snapshot_chunk_rows: mysql_chunk_rows(s.snapshot_chunk_rows)
+                .map_err(|d| bad("source.snapshot_chunk_rows", d))?,
         })
     }
 }

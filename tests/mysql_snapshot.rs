@@ -53,9 +53,7 @@ fn writes(t: &str, round: u64, rows: u64) -> (String, String) {
     minimal += "COMMIT;";
     // A key change to the far end of the key space (the last chunk), in a FULL image.
     let id = at(9);
-    let full = format!(
-        "UPDATE {t} SET id = id + 20000000 WHERE id = {id} AND id < 20000000",
-    );
+    let full = format!("UPDATE {t} SET id = id + 20000000 WHERE id = {id} AND id < 20000000",);
     (minimal, full)
 }
 
@@ -135,9 +133,12 @@ async fn writes_during_a_chunked_copy_converge() {
     p.start();
     let stop = Arc::new(AtomicBool::new(false));
     let load = tokio::spawn(write_until(url, "t".into(), rows, 1, stop.clone()));
-    wait_for(&mut p, "the copy to finish", Duration::from_secs(240), |o| {
-        o.contains("initial copy finished")
-    })
+    wait_for(
+        &mut p,
+        "the copy to finish",
+        Duration::from_secs(240),
+        |o| o.contains("initial copy finished"),
+    )
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
@@ -178,12 +179,17 @@ async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
         stop.clone(),
     ));
     // Two commits of `t`'s copied rows are in (each holds whole chunks): some chunks are done.
-    wait_for(&mut p, "two copy commits of t", Duration::from_secs(240), |o| {
-        o.lines()
-            .filter(|l| l.contains("committed") && l.contains("table=") && l.contains(".t "))
-            .count()
-            >= 2
-    })
+    wait_for(
+        &mut p,
+        "two copy commits of t",
+        Duration::from_secs(240),
+        |o| {
+            o.lines()
+                .filter(|l| l.contains("committed") && l.contains("table=") && l.contains(".t "))
+                .count()
+                >= 2
+        },
+    )
     .await;
     assert!(
         !p.output().contains("initial copy finished"),
@@ -225,7 +231,10 @@ async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
         .find(|l| l.contains("table copied") && l.contains(".t "))
         .and_then(|l| field(l, "rows"))
         .expect("a 'table copied' line for t");
-    assert!(copied < rows, "the resumed copy read {copied} rows of {rows}");
+    assert!(
+        copied < rows,
+        "the resumed copy read {copied} rows of {rows}"
+    );
     // A table whose copy finished before the kill is not copied again.
     let small_done = start_output(&p, 1)
         .lines()

@@ -217,8 +217,8 @@ pub(crate) async fn lookup(
             Some((_, b, r)) => indices.push((*b, *r)),
             None if droppable.get(i).copied().unwrap_or(false) => {
                 missing[i] = true;
-                let null = null_row(&mut found, &rows_schema)
-                    .map_err(arrow("a stand-in row".into()))?;
+                let null =
+                    null_row(&mut found, &rows_schema).map_err(arrow("a stand-in row".into()))?;
                 indices.push((null, 0));
             }
             None => {

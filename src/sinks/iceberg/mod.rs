@@ -287,7 +287,9 @@ impl IcebergSink {
             Some((rows, missing)) if missing.contains(&true) => {
                 let dropped = window::drop_unfillable(&mut plan, changes, &missing)
                     .map_err(|row| window_key_change_error(schema, changes, row))?;
-                tracing::info!(table = %table, rows = dropped, "dropped partial updates of rows deleted later inside the upsert window");
+                if dropped > 0 {
+                    tracing::info!(table = %table, rows = dropped, "dropped partial updates of rows deleted later inside the upsert window");
+                }
                 Some(rows)
             }
             other => other.map(|(rows, _)| rows),

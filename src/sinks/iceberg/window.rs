@@ -93,7 +93,11 @@ pub(crate) fn drop_unfillable(
         .into_iter()
         .filter_map(|(f, pos)| {
             let new_file = file_index.get(f as usize).copied().flatten()?;
-            let new_pos = moved.get(f as usize)?.get(pos as usize).copied().flatten()?;
+            let new_pos = moved
+                .get(f as usize)?
+                .get(pos as usize)
+                .copied()
+                .flatten()?;
             Some((new_file, new_pos))
         })
         .collect();

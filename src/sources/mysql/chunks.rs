@@ -2,8 +2,8 @@
 //! `SELECT … WHERE <range>` inside the consistent snapshot. Pure: bound values in, ranges and SQL
 //! text with their parameters out.
 //!
-//! Where it sits: `copy.rs` finds the bounds (integer keys: `MIN`/`MAX` split evenly; any other
-//! key: `ORDER BY key LIMIT 1 OFFSET n` walked along the primary key), announces the plan as
+//! Where it sits: `copy.rs` finds the bounds (`ORDER BY key LIMIT 1 OFFSET n` walked along the
+//! primary key), announces the plan as
 //! `SnapshotPlan` and copies chunk after chunk; the pipeline commits which chunks are done in
 //! `cdcd.snapshot`, and a restart hands the same descriptions back.
 //!
@@ -151,31 +151,6 @@ pub fn chunk_count(estimated_rows: u64, chunk_rows: u64) -> u64 {
     estimated_rows.div_ceil(chunk_rows.max(1)).max(1)
 }
 
-/// `chunks` ranges of about equal width over the integer keys `min..=max`, covering every key
-/// (the first and last open). Fewer when the span is narrower than `chunks`.
-pub fn split_integers(min: i128, max: i128, chunks: u64) -> Vec<KeyRange> {
-    let span = (max - min).max(0) + 1;
-    let n = i128::from(chunks.max(1)).min(span);
-    let mut ranges = Vec::with_capacity(n as usize);
-    let mut lo = None;
-    for i in 1..n {
-        let b = min + span * i / n;
-        let v = integer_value(b);
-        ranges.push(KeyRange {
-            lo: lo.take(),
-            hi: Some(vec![v.clone()]),
-            from: None,
-        });
-        lo = Some(vec![v]);
-    }
-    ranges.push(KeyRange {
-        lo,
-        hi: None,
-        from: None,
-    });
-    ranges
-}
-
 /// Ranges between consecutive `bounds` (each a key, ascending): `(.., b0), [b0, b1), …, [bn, ..)`.
 pub fn ranges_from_bounds(bounds: Vec<Vec<KeyValue>>) -> Vec<KeyRange> {
     let mut ranges = Vec::with_capacity(bounds.len() + 1);
@@ -196,22 +171,6 @@ pub fn ranges_from_bounds(bounds: Vec<Vec<KeyValue>>) -> Vec<KeyRange> {
     ranges
 }
 
-/// The integer of a signed or unsigned key value.
-pub fn as_integer(v: &KeyValue) -> Option<i128> {
-    match v {
-        KeyValue::Int(i) => Some(i128::from(*i)),
-        KeyValue::UInt(u) => Some(i128::from(*u)),
-        _ => None,
-    }
-}
-
-fn integer_value(v: i128) -> KeyValue {
-    match i64::try_from(v) {
-        Ok(i) => KeyValue::Int(i),
-        Err(_) => KeyValue::UInt(u64::try_from(v).unwrap_or(u64::MAX)),
-    }
-}
-
 fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
@@ -223,7 +182,11 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {
-    let digit = |c: u8| char::from(c).to_digit(16).and_then(|d| u8::try_from(d).ok());
+    let digit = |c: u8| {
+        char::from(c)
+            .to_digit(16)
+            .and_then(|d| u8::try_from(d).ok())
+    };
     text.as_bytes()
         .chunks(2)
         .map(|pair| match pair {
@@ -241,7 +204,10 @@ mod tests {
     fn descriptions_round_trip_typed_values() {
         let r = KeyRange {
             lo: Some(vec![KeyValue::Int(-5), KeyValue::Bytes(hex(b"a'b\xff"))]),
-            hi: Some(vec![KeyValue::UInt(u64::MAX), KeyValue::Date(2024, 1, 2, 3, 4, 5, 6)]),
+            hi: Some(vec![
+                KeyValue::UInt(u64::MAX),
+                KeyValue::Date(2024, 1, 2, 3, 4, 5, 6),
+            ]),
             from: Some("0-1-42".into()),
         };
         let d = r.to_description();
@@ -287,29 +253,13 @@ mod tests {
     }
 
     #[test]
-    fn integer_splits_cover_the_span_once() {
-        let r = split_integers(1, 100, 4);
-        assert_eq!(r.len(), 4);
-        assert_eq!(r[0].lo, None);
-        assert_eq!(r[0].hi, Some(vec![KeyValue::Int(26)]));
-        assert_eq!(r[3].hi, None);
-        for w in r.windows(2) {
-            assert_eq!(w[0].hi, w[1].lo);
-        }
-        assert_eq!(split_integers(5, 6, 10).len(), 2, "no empty ranges");
-        assert_eq!(split_integers(7, 7, 3), vec![KeyRange::default()]);
-        let big = split_integers(0, i128::from(u64::MAX), 2);
-        assert_eq!(big[0].hi, Some(vec![KeyValue::UInt(1 << 63)]));
-        assert_eq!(chunk_count(0, 10), 1);
-        assert_eq!(chunk_count(25, 10), 3);
-    }
-
-    #[test]
     fn bounds_become_adjacent_ranges() {
         let r = ranges_from_bounds(vec![vec![KeyValue::Int(5)], vec![KeyValue::Int(9)]]);
         assert_eq!(r.len(), 3);
         assert_eq!(r[1].lo, Some(vec![KeyValue::Int(5)]));
         assert_eq!(r[1].hi, Some(vec![KeyValue::Int(9)]));
         assert_eq!(ranges_from_bounds(vec![]), vec![KeyRange::default()]);
+        assert_eq!(chunk_count(0, 10), 1);
+        assert_eq!(chunk_count(25, 10), 3);
     }
 }

@@ -173,10 +173,9 @@ impl Source for MySqlSource {
                     ),
                 ),
             };
-            let position = copy_at_new_snapshot(
-                &mut conn, flavor, &cfg, &copied, origin, &events, &shutdown,
-            )
-            .await?;
+            let position =
+                copy_at_new_snapshot(&mut conn, flavor, &cfg, &copied, origin, &events, &shutdown)
+                    .await?;
             let Some(position) = position else {
                 return Ok(());
             };
