@@ -272,11 +272,20 @@ async fn added_table_window_gap(sink: &str) {
         let text = std::fs::read_to_string(&p.config).unwrap();
         let mut text: String = text
             .lines()
-            .map(|l| if l.starts_with("tables = ") { tables } else { l })
+            .map(|l| {
+                if l.starts_with("tables = ") {
+                    tables
+                } else {
+                    l
+                }
+            })
             .collect::<Vec<_>>()
             .join("\n");
         if sink == "equality" && !text.contains("delete_mode") {
-            text = text.replace("kind = \"iceberg\"", "kind = \"iceberg\"\ndelete_mode = \"equality\"");
+            text = text.replace(
+                "kind = \"iceberg\"",
+                "kind = \"iceberg\"\ndelete_mode = \"equality\"",
+            );
         }
         std::fs::write(&p.config, text).unwrap();
     };

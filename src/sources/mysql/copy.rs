@@ -320,3 +320,36 @@ pub async fn copy_tables(
 async fn send(events: &mpsc::Sender<SourceEvent>, event: SourceEvent) -> Result<(), SourceError> {
     events.send(event).await.map_err(|_| SourceError::Closed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_origin_comes_from_chunk_zero() {
+        let first = KeyRange {
+            hi: Some(vec![KeyValue::Int(10)]),
+            from: Some("0-1-42".into()),
+            ..KeyRange::default()
+        };
+        let rest = KeyRange {
+            lo: Some(vec![KeyValue::Int(10)]),
+            ..KeyRange::default()
+        };
+        let progress = SnapshotProgress {
+            chunks: vec![first.to_description(), rest.to_description()],
+            ..SnapshotProgress::default()
+        };
+        assert_eq!(
+            resume_origin(&progress),
+            Some("0-1-42".parse::<Position>().unwrap())
+        );
+        // A plan this source did not write (no origin) cannot be resumed.
+        let foreign = SnapshotProgress {
+            chunks: vec![r#"{"lo":["1"]}"#.into()],
+            ..SnapshotProgress::default()
+        };
+        assert_eq!(resume_origin(&foreign), None);
+        assert_eq!(resume_origin(&SnapshotProgress::default()), None);
+    }
+}

@@ -28,6 +28,9 @@ use super::types::{append, Origin};
 
 /// Rows per `SnapshotRows` batch.
 pub const BATCH_ROWS: usize = 10_000;
+/// Bytes of string/binary values per batch: wide rows (BLOBs) cut a batch before `BATCH_ROWS`,
+/// so a batch's memory stays bounded whatever the row size.
+pub const BATCH_BYTES: usize = 8 << 20;
 
 /// Starts the consistent-snapshot transaction on `conn` and returns its binlog position.
 pub async fn begin(conn: &mut Conn, flavor: Flavor) -> Result<Position, SourceError> {
@@ -146,7 +149,7 @@ pub struct RowsQuery<'a> {
 }
 
 /// Runs one `SELECT` of the table's columns (inside whatever transaction `conn` has open) and
-/// sends the rows as `SnapshotRows` batches of [`BATCH_ROWS`], awaiting each send (the
+/// sends the rows as `SnapshotRows` batches of [`BATCH_ROWS`] or [`BATCH_BYTES`], awaiting each send (the
 /// backpressure: the result set is streamed, so memory holds one batch). Returns the rows sent,
 /// or `None` when shut down part way.
 pub async fn copy_rows(
@@ -185,6 +188,7 @@ pub async fn copy_rows(
         .await
         .map_err(server_err(format!("copying {id}")))?;
     let mut batch = TableChangesBuilder::new(schema.clone(), BATCH_ROWS);
+    let mut batch_bytes = 0usize;
     let mut rows_sent = 0u64;
     let mut stream = result
         .stream::<Row>()
@@ -198,6 +202,9 @@ pub async fn copy_rows(
                 let value = row
                     .as_ref(i)
                     .ok_or_else(|| table_err(format!("row lacks column {i}")))?;
+                if let Value::Bytes(b) = value {
+                    batch_bytes += b.len();
+                }
                 let builder = batch
                     .value(i)
                     .ok_or_else(|| table_err(format!("no builder for column {i}")))?;
@@ -207,7 +214,8 @@ pub async fn copy_rows(
                 })?;
             }
             batch.no_old_key().map_err(|e| table_err(e.to_string()))?;
-            if batch.len() >= BATCH_ROWS {
+            if batch.len() >= BATCH_ROWS || batch_bytes >= BATCH_BYTES {
+                batch_bytes = 0;
                 let full = std::mem::replace(
                     &mut batch,
                     TableChangesBuilder::new(schema.clone(), BATCH_ROWS),
