@@ -74,6 +74,18 @@ async fn write_until(url: String, t: String, rows: u64, first: u64, stop: Arc<At
     round
 }
 
+/// A pipeline on a fresh database `name`, with a replica id of its own: the common helper derives
+/// it from the pid and the name's length, the same for the tests of this binary.
+async fn pipeline(env: &common::mysql::MyEnv, name: &str) -> MyPipeline {
+    let mut p = MyPipeline::new(env, name, "initial", "").await;
+    let hash = name
+        .bytes()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    p.server_id = 100_000 + hash % 1_000_000;
+    p.write_config("initial", "");
+    p
+}
+
 /// Adds `snapshot_chunk_rows` to the generated config's `[source]` section.
 fn tune(p: &MyPipeline, chunk_rows: u64) {
     let text = std::fs::read_to_string(&p.config).unwrap();
@@ -124,7 +136,7 @@ async fn writes_during_a_chunked_copy_converge() {
     };
     let name = unique("mysnapw");
     let rows = 60_000;
-    let mut p = MyPipeline::new(&env, &name, "initial", "").await;
+    let mut p = pipeline(&env, &name).await;
     let url = env.url_for(&p.db);
     let mut c = my_connect(&url).await;
     my_exec(&mut c, &create_table("t", rows)).await;
@@ -160,7 +172,7 @@ async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
     };
     let name = unique("mysnapk");
     let rows = 200_000;
-    let mut p = MyPipeline::new(&env, &name, "initial", "").await;
+    let mut p = pipeline(&env, &name).await;
     let url = env.url_for(&p.db);
     let mut c = my_connect(&url).await;
     // A second table copied before `t`'s chunks: complete when the kill comes.
@@ -260,7 +272,7 @@ async fn added_table_window_gap(sink: &str) {
         return;
     };
     let name = unique(&format!("mygap{}", &sink[..2]));
-    let mut p = MyPipeline::new(&env, &name, "initial", "").await;
+    let mut p = pipeline(&env, &name).await;
     if sink == "lsm" {
         p.use_lsm(2, "initial", "");
     }
