@@ -286,7 +286,7 @@ impl IcebergSink {
         let lookup = match lookup {
             Some((rows, missing)) if missing.contains(&true) => {
                 let dropped = window::drop_unfillable(&mut plan, changes, &missing)
-                    .map_err(|row| window_key_change_error(schema, changes, row))?;
+                    .map_err(|row| window::key_change_error(schema, changes, row))?;
                 if dropped > 0 {
                     tracing::info!(table = %table, rows = dropped, "dropped partial updates of rows deleted later inside the upsert window");
                 }
@@ -662,31 +662,5 @@ fn plan_error(schema: &TableSchema, changes: &[TableChanges], e: PlanError) -> S
     SinkError::Data {
         table: schema.id.clone(),
         detail,
-    }
-}
-
-/// A key change inside an upsert window whose old row the table does not hold (`window.rs`).
-fn window_key_change_error(
-    schema: &TableSchema,
-    changes: &[TableChanges],
-    row: plan::RowRef,
-) -> SinkError {
-    let key = writer::key_batch(
-        changes,
-        &[KeyRef {
-            batch: row.batch,
-            row: row.row,
-            old: false,
-        }],
-        &schema.primary_key,
-        &TableChanges::keys_schema(schema),
-    )
-    .map(|b| lookup::key_text(&b, 0))
-    .unwrap_or_else(|_| "?".into());
-    SinkError::Data {
-        table: schema.id.clone(),
-        detail: format!(
-            "cannot complete a partial update: a key change to {key} inside the upsert window of a resumed copy leaves columns unchanged, but the row it moves is in no copied chunk (copy the table again: drop it, or use binlog_row_image = FULL)"
-        ),
     }
 }

@@ -13,7 +13,8 @@
 //! Pure: it edits the plan (rows, fills, position deletes) before anything is written.
 
 use super::plan::{CellSource, KeyRef, Plan, PlannedFile, RowRef};
-use crate::changelog::TableChanges;
+use crate::changelog::{TableChanges, TableSchema};
+use crate::sinks::SinkError;
 
 /// Per lookup key: whether the table may lack its row (a partial update with its key unchanged,
 /// inside an upsert window).
@@ -103,6 +104,32 @@ pub(crate) fn drop_unfillable(
         .collect();
     plan.position_deletes.sort_unstable();
     Ok(dropped)
+}
+
+/// A key change inside an upsert window whose old row the table does not hold (`window.rs`).
+pub(crate) fn key_change_error(
+    schema: &TableSchema,
+    changes: &[TableChanges],
+    row: RowRef,
+) -> SinkError {
+    let key = super::writer::key_batch(
+        changes,
+        &[KeyRef {
+            batch: row.batch,
+            row: row.row,
+            old: false,
+        }],
+        &schema.primary_key,
+        &TableChanges::keys_schema(schema),
+    )
+    .map(|b| super::lookup::key_text(&b, 0))
+    .unwrap_or_else(|_| "?".into());
+    SinkError::Data {
+        table: schema.id.clone(),
+        detail: format!(
+            "cannot complete a partial update: a key change to {key} inside the upsert window of a resumed copy leaves columns unchanged, but the row it moves is in no copied chunk (copy the table again: drop it, or use binlog_row_image = FULL)"
+        ),
+    }
 }
 
 #[cfg(test)]
