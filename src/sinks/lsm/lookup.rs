@@ -123,6 +123,10 @@ pub async fn lookup(
             }
         }
     }
+    if idx.is_empty() {
+        // Every looked-up key was missing (and droppable): no rows to gather.
+        return Ok((None, found));
+    }
     let mut cols = Vec::with_capacity(schemas.file.fields().len());
     for c in 0..schemas.file.fields().len() {
         let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
