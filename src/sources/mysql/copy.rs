@@ -40,10 +40,17 @@
 //! - MINIMAL/NOBLOB images (columns absent, not NULL): the sink completes an absent column from
 //!   the row it holds. Column c of R ends as the last replayed change that carried c, or, if none
 //!   did, the value read at X, which is then c's value since `from` (c did not change).
-//!   Inside the window a partial update can find no row: R existed before the update but not at
-//!   X, so a later change at or below X deleted R or moved its key away. The sink drops such an
-//!   update (a delete then removes what it would have written); a key change of a missing row
-//!   still stops the sink, since the values it carries over exist in no chunk (see README).
+//!   Inside the window a partial update U of R at position p can find no row. Every change that
+//!   wrote R after `from` and before p was replayed, and R's chunk holds R as of X, so the row is
+//!   missing only if R was last written before `from`, p ≤ X, and R does not exist at X: a later
+//!   change in (p, X] deletes R or moves its key away. The sinks drop U and every row of the
+//!   commit that takes a value from it (`sinks/iceberg/window.rs`, `sinks/lsm/lookup.rs`): a
+//!   delete then removes what U would have written, so the end state is the same. A key change
+//!   R → R2 of such a missing row still stops the sink: R's unchanged values exist in no chunk,
+//!   and R2's chunk may have been read at P, before R2 existed. (When R2's chunk was read at
+//!   the newest snapshot, e.g. a table added later, dropping it would be safe as well: the copy
+//!   holds R2; the sink cannot tell the two cases apart yet.) With FULL images no change is
+//!   partial and none of this arises.
 //! - A chunk started but not done at the crash may be partly committed: it is read again as
 //!   updates (upserts), which replace those rows instead of doubling them.
 
