@@ -137,6 +137,90 @@ mod tests {
     use super::super::plan::Fill;
     use super::*;
 
+    /// One update of `public.t (id int8 key, t text)` to id 3 with `t` absent; `rekey`: from id 2.
+    fn partial_update(rekey: bool) -> TableChanges {
+        use arrow_array::builder::Int64Builder;
+        use std::sync::Arc;
+
+        use crate::changelog::{Column, Op, TableChangesBuilder, TableId};
+        let column = |name: &str, data_type| Column {
+            name: name.into(),
+            data_type,
+            nullable: true,
+            source_type: "x".into(),
+        };
+        let schema = Arc::new(TableSchema {
+            id: TableId::new("public", "t"),
+            columns: vec![
+                column("id", arrow_schema::DataType::Int64),
+                column("t", arrow_schema::DataType::Utf8),
+            ],
+            primary_key: vec![0],
+        });
+        let mut b = TableChangesBuilder::new(schema, 1);
+        b.begin(Op::Update);
+        let int = |b: &mut dyn arrow_array::builder::ArrayBuilder, v| {
+            b.as_any_mut()
+                .downcast_mut::<Int64Builder>()
+                .unwrap()
+                .append_value(v)
+        };
+        int(b.value(0).unwrap(), 3);
+        b.absent(1).unwrap();
+        if rekey {
+            int(b.old_key(0).unwrap(), 2);
+        } else {
+            b.no_old_key().unwrap();
+        }
+        let mut c = b.finish().unwrap();
+        c.upsert_window = true;
+        c
+    }
+
+    #[test]
+    fn only_window_updates_with_their_key_unchanged_may_miss_their_row() {
+        let kept = partial_update(false);
+        let mut outside = partial_update(false);
+        outside.upsert_window = false;
+        let changes = [kept, outside];
+        let key = |batch, old| KeyRef { batch, row: 0, old };
+        assert_eq!(
+            droppable(&changes, &[key(0, false), key(0, true), key(1, false)]),
+            [true, false, false]
+        );
+    }
+
+    #[test]
+    fn a_key_change_filled_from_a_missing_row_is_refused() {
+        let changes = [partial_update(true)];
+        let mut plan = Plan {
+            files: vec![PlannedFile {
+                rows: vec![r(0, 0)],
+                fills: vec![Fill {
+                    pos: 0,
+                    column: 1,
+                    source: CellSource::Table(0),
+                }],
+            }],
+            ..Plan::default()
+        };
+        assert_eq!(drop_unfillable(&mut plan, &changes, &[true]), Err(r(0, 0)));
+        let changes = [partial_update(false)];
+        let mut plan = Plan {
+            files: vec![PlannedFile {
+                rows: vec![r(0, 0)],
+                fills: vec![Fill {
+                    pos: 0,
+                    column: 1,
+                    source: CellSource::Table(0),
+                }],
+            }],
+            ..Plan::default()
+        };
+        assert_eq!(drop_unfillable(&mut plan, &changes, &[true]), Ok(1));
+        assert!(plan.files.is_empty());
+    }
+
     fn r(batch: u32, row: u32) -> RowRef {
         RowRef { batch, row }
     }
