@@ -175,8 +175,10 @@ async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
     let mut p = pipeline(&env, &name).await;
     let url = env.url_for(&p.db);
     let mut c = my_connect(&url).await;
-    // A second table copied before `t`'s chunks: complete when the kill comes.
-    my_exec(&mut c, &create_table("a_small", 3_000)).await;
+    // A second table copied after `t` (tables go in name order): at the kill it has no
+    // checkpoint, so the restart streams from the position `t`'s plan recorded (chunk 0's
+    // `from`) and copies `z_small` whole at the new snapshot, inside the same upsert window.
+    my_exec(&mut c, &create_table("z_small", 3_000)).await;
     my_exec(&mut c, &create_table("t", rows)).await;
     tune(&p, 10_000);
 
@@ -185,7 +187,7 @@ async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
     let load = tokio::spawn(write_until(url.clone(), "t".into(), rows, 1, stop.clone()));
     let small = tokio::spawn(write_until(
         url.clone(),
-        "a_small".into(),
+        "z_small".into(),
         3_000,
         1,
         stop.clone(),
@@ -237,6 +239,28 @@ async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
         out.contains("resuming an interrupted initial copy"),
         "second start did not resume:\n{out}"
     );
+    // Streaming restarts at the first snapshot (from `t`'s plan), older than the new one.
+    let begun = out
+        .lines()
+        .find(|l| l.contains("initial copy from a consistent snapshot"))
+        .expect("a snapshot line");
+    let value = |key: &str| {
+        let at = begun.find(&format!(" {key}=")).unwrap() + key.len() + 2;
+        begun[at..].split(' ').next().unwrap().to_owned()
+    };
+    assert_ne!(value("snapshot"), value("from"), "{begun}");
+    assert_eq!(
+        value("from"),
+        start_output(&p, 1)
+            .lines()
+            .find(|l| l.contains("initial copy from a consistent snapshot"))
+            .map(|l| {
+                let at = l.find(" snapshot=").unwrap() + 10;
+                l[at..].split(' ').next().unwrap().to_owned()
+            })
+            .unwrap(),
+        "the restart does not stream from the first copy's position"
+    );
     // The rows the second start copied: only the chunks not done.
     let copied = out
         .lines()
@@ -250,16 +274,16 @@ async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
     // A table whose copy finished before the kill is not copied again.
     let small_done = start_output(&p, 1)
         .lines()
-        .any(|l| l.contains("table copied") && l.contains("a_small"));
+        .any(|l| l.contains("table copied") && l.contains("z_small"));
     if small_done {
         assert!(
             !out.lines()
-                .any(|l| l.contains("planned initial copy") && l.contains("a_small")),
-            "a_small was copied again:\n{out}"
+                .any(|l| l.contains("planned initial copy") && l.contains("z_small")),
+            "z_small was copied again:\n{out}"
         );
     }
     p.assert_equal("t", 240).await;
-    p.assert_equal("a_small", 240).await;
+    p.assert_equal("z_small", 240).await;
 }
 
 /// The upsert-window gap, deterministically: table `b` joins a running pipeline after a MINIMAL
