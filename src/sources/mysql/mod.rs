@@ -155,23 +155,24 @@ impl Source for MySqlSource {
         let start = if resume.snapshot || !wanted.is_empty() {
             let copied: Vec<(&TableEntry, Option<&SnapshotProgress>)> = entries
                 .iter()
-                .filter_map(|e| match resume.snapshot {
-                    true => Some((e, None)),
-                    false => wanted.get(&e.schema.id).map(|p| (e, *p)),
+                .filter_map(|e| {
+                    if resume.snapshot {
+                        Some((e, None))
+                    } else {
+                        wanted.get(&e.schema.id).map(|p| (e, *p))
+                    }
                 })
                 .collect();
             // Streaming starts at the oldest of the other tables' checkpoints and of the
             // positions interrupted copies declared their tables complete at; with neither, the
             // copy is fresh and streaming starts at its snapshot.
-            let origin = match resume.snapshot {
-                true => None,
-                false => oldest(
-                    resume.start.iter().cloned().chain(
-                        copied
-                            .iter()
-                            .filter_map(|(_, p)| p.and_then(copy::resume_origin)),
-                    ),
-                ),
+            let origin = if resume.snapshot {
+                None
+            } else {
+                let interrupted = copied
+                    .iter()
+                    .filter_map(|(_, p)| p.and_then(copy::resume_origin));
+                oldest(resume.start.iter().cloned().chain(interrupted))
             };
             let position =
                 copy_at_new_snapshot(&mut conn, flavor, &cfg, &copied, origin, &events, &shutdown)
@@ -214,8 +215,9 @@ impl Source for MySqlSource {
     }
 }
 
-/// The oldest of `positions` (GTID lists of different domains compare as equal: any is fine,
-/// each domain's own order is what the binlog resume uses).
+/// The oldest of `positions`, ordered as the pipeline orders checkpoints (`decide_resume`).
+/// Limit shared with it: two MariaDB GTID lists that are each ahead in a different domain do not
+/// compare, and the first is taken.
 fn oldest(positions: impl Iterator<Item = Position>) -> Option<Position> {
     positions.min_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal))
 }
