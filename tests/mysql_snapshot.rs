@@ -372,3 +372,77 @@ async fn a_partial_update_of_a_row_deleted_inside_the_window_is_dropped() {
         added_table_window_gap(sink).await;
     }
 }
+
+/// Commits of `t`'s copied rows in the output of start `n`.
+fn copy_commits(p: &MyPipeline, n: u32) -> usize {
+    start_output(p, n)
+        .lines()
+        .filter(|l| {
+            l.contains("committed")
+                && l.contains(".t ")
+                && (l.contains("position=0/0") || l.contains("position=:0"))
+        })
+        .count()
+}
+
+/// Two crashes: the second in the middle of the resumed copy, whose chunks were read at a newer
+/// snapshot with its own upsert window. The third start keeps the chunks of both earlier starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_kill_during_the_resumed_copy_converges() {
+    let Some(env) = my_env("a_second_kill_during_the_resumed_copy_converges") else {
+        return;
+    };
+    let name = unique("mysnap2k");
+    let rows = 200_000;
+    let mut p = pipeline(&env, &name).await;
+    let url = env.url_for(&p.db);
+    let mut c = my_connect(&url).await;
+    my_exec(&mut c, &create_table("t", rows)).await;
+    tune(&p, 10_000);
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = tokio::spawn(write_until(url, "t".into(), rows, 1, stop.clone()));
+    let mut kills = 0;
+    for start in 1..=3u32 {
+        p.start();
+        let deadline = Instant::now() + Duration::from_secs(240);
+        loop {
+            assert!(Instant::now() < deadline, "start {start} made no progress");
+            assert!(
+                p.wait_exit(Duration::from_millis(50)).await.is_none(),
+                "cdcd exited in start {start}"
+            );
+            let out = start_output(&p, start);
+            if out.contains("initial copy finished") {
+                break;
+            }
+            if start < 3 && copy_commits(&p, start) >= 1 {
+                eprintln!("kill -9 in start {start}");
+                p.kill9();
+                kills += 1;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                break;
+            }
+        }
+        if start_output(&p, start).contains("initial copy finished") {
+            break;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    load.await.unwrap();
+    eprintln!("{kills} kills");
+    assert!(kills >= 1, "the copy finished before any kill");
+    if kills == 2 {
+        let out = start_output(&p, 3);
+        let planned = out
+            .lines()
+            .find(|l| l.contains("planned initial copy"))
+            .unwrap_or_else(|| panic!("no plan line in the third start:\n{out}"));
+        eprintln!("third start: {planned}");
+        assert!(
+            field(planned, "to_copy").unwrap() < field(planned, "chunks").unwrap(),
+            "{planned}"
+        );
+    }
+    p.assert_equal("t", 240).await;
+}
