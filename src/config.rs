@@ -100,8 +100,8 @@ pub struct RawSource {
     /// Postgres initial copy: connections copying chunks in parallel (default 4).
     #[serde(default)]
     pub snapshot_parallelism: Option<usize>,
-    /// Postgres initial copy: target rows per chunk, the unit of parallelism and of resuming
-    /// after a crash (default 250000).
+    /// Initial copy: target rows per chunk, the unit of resuming after a crash (default 250000;
+    /// Postgres: also of parallelism).
     #[serde(default)]
     pub snapshot_chunk_rows: Option<u64>,
     /// MySQL: how zero dates (`0000-00-00`, and dates with a zero month or day) are written:
@@ -348,6 +348,8 @@ pub struct MySqlConfig {
     pub zero_date: ZeroDate,
     /// TLS: `None` off; `Some(verify)` on, verifying the server's certificate and name when true.
     pub tls: Option<bool>,
+    /// Target rows per chunk of the initial copy (≥ 1): the unit of resuming after a crash.
+    pub snapshot_chunk_rows: u64,
 }
 
 impl MySqlConfig {
@@ -969,7 +971,17 @@ impl RawConfig {
             snapshot,
             zero_date,
             tls,
+            snapshot_chunk_rows: mysql_chunk_rows(s.snapshot_chunk_rows)
+                .map_err(|d| bad("source.snapshot_chunk_rows", d))?,
         })
+    }
+}
+
+/// `source.snapshot_chunk_rows` for MySQL (default 250000, at least 1).
+fn mysql_chunk_rows(value: Option<u64>) -> Result<u64, String> {
+    match value.unwrap_or(250_000) {
+        0 => Err("must be at least 1".into()),
+        n => Ok(n),
     }
 }
 

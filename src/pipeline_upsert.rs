@@ -8,6 +8,13 @@
 //! - An update that changes the key (k1 → k2) gets a delete of k2 right before it: the copy may
 //!   hold k2 already, and the sink assumes a new key is free (the source's key is unique).
 //!   The update itself still removes k1 and completes absent columns from k1's row.
+//! - The run is marked [`TableChanges::upsert_window`]: a partial update (absent columns, key
+//!   unchanged) of a key the table does not hold is dropped by the sink instead of stopping it.
+//!   Inside the window that only happens to a row that existed before the update but not at the
+//!   snapshot its chunk was copied at, so a later change at or below that snapshot deletes it or
+//!   moves its key away, and dropping the update leaves the same end state (`sources/mysql/copy.rs`
+//!   has the argument). A key change of a missing row still stops the sink: the values it would
+//!   carry to the new key are in no copied chunk.
 //!
 //! Pure: one Arrow `take` per run that has a key change, none otherwise.
 
@@ -20,6 +27,7 @@ use crate::changelog::{Op, TableChanges};
 
 /// Rewrites `changes` for the upsert window (see the module doc).
 pub fn upsert(changes: &mut TableChanges) -> Result<(), ArrowError> {
+    changes.upsert_window = true;
     for op in changes.ops.iter_mut().filter(|op| **op == Op::Insert) {
         *op = Op::Update;
     }
@@ -141,6 +149,7 @@ mod tests {
         b.no_old_key().unwrap();
         let mut c = b.finish().unwrap();
         upsert(&mut c).unwrap();
+        assert!(c.upsert_window);
         assert_eq!(c.ops, [Op::Update, Op::Delete, Op::Update, Op::Delete]);
         assert_eq!(c.key_changed, [false, false, true, false]);
         let ids = c.rows.column(0).as_primitive::<Int64Type>();

@@ -55,6 +55,10 @@ pub struct TableChanges {
     /// Key columns only. Row `i` is meaningful where `key_changed[i]`.
     pub old_keys: RecordBatch,
     pub key_changed: Vec<bool>,
+    /// These changes are replayed inside an upsert window (`pipeline_upsert.rs`): a partial
+    /// update of a key the table does not hold is dropped instead of stopping the sink (why that
+    /// is safe: `sources/mysql/copy.rs`). False unless the pipeline sets it.
+    pub upsert_window: bool,
 }
 
 impl TableChanges {
@@ -242,6 +246,7 @@ impl TableChangesBuilder {
             present,
             old_keys,
             key_changed: self.key_changed,
+            upsert_window: false,
         })
     }
 }

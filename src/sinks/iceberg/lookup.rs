@@ -4,7 +4,9 @@
 //! A data file's row is current unless an equality delete with a higher data sequence number
 //! names its key, or a position delete or deletion vector names (file, pos) (Iceberg spec, "Scan
 //! Planning"). A key with no current row is an error: an absent value is never replaced by a
-//! placeholder.
+//! placeholder. The one exception is a key the caller marks droppable (a partial update inside an
+//! upsert window, `window.rs`): its row is all NULL and reported missing, and the caller drops
+//! every planned row that takes a value from it.
 //!
 //! Two ways: [`fetch`] (format v3) reads rows at the positions the primary-key index gives,
 //! only the files that hold them, one read per file with a Parquet row selection; [`lookup`]
@@ -33,7 +35,8 @@ use crate::changelog::{TableChanges, TableSchema};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
-/// Reads the current rows of `keys` (in that order), typed like the change rows.
+/// Reads the current rows of `keys` (in that order), typed like the change rows, and which keys
+/// have none (only keys `droppable` marks may lack one; any other is an error).
 pub(crate) async fn lookup(
     warehouse: &Warehouse,
     schema: &TableSchema,
@@ -41,7 +44,8 @@ pub(crate) async fn lookup(
     dvs: &LiveDvs,
     changes: &[TableChanges],
     keys: &[KeyRef],
-) -> Result<RecordBatch, SinkError> {
+    droppable: &[bool],
+) -> Result<(RecordBatch, Vec<bool>), SinkError> {
     let arrow = |context: String| {
         let table = schema.id.clone();
         move |e: ArrowError| SinkError::Arrow {
@@ -207,9 +211,16 @@ pub(crate) async fn lookup(
         }
     }
     let mut indices = Vec::with_capacity(keys.len());
+    let mut missing = vec![false; keys.len()];
     for (i, b) in best.iter().enumerate() {
         match b {
             Some((_, b, r)) => indices.push((*b, *r)),
+            None if droppable.get(i).copied().unwrap_or(false) => {
+                missing[i] = true;
+                let null =
+                    null_row(&mut found, &rows_schema).map_err(arrow("a stand-in row".into()))?;
+                indices.push((null, 0));
+            }
             None => {
                 return Err(SinkError::Data {
                     table: schema.id.clone(),
@@ -229,25 +240,52 @@ pub(crate) async fn lookup(
                 .map_err(arrow("gathering looked-up rows".into()))?,
         );
     }
-    RecordBatch::try_new(rows_schema, columns).map_err(arrow("gathering looked-up rows".into()))
+    let rows = RecordBatch::try_new(rows_schema, columns)
+        .map_err(arrow("gathering looked-up rows".into()))?;
+    Ok((rows, missing))
+}
+
+/// The index in `found` of a one-row all-NULL batch (added on first use): the stand-in row of a
+/// missing droppable key, whose dependent rows are never written. A looked-up row is never all
+/// NULL: its key is not.
+fn null_row(found: &mut Vec<RecordBatch>, rows_schema: &SchemaRef) -> Result<usize, ArrowError> {
+    let is_null_row =
+        |b: &RecordBatch| b.num_rows() == 1 && b.columns().iter().all(|c| c.null_count() == 1);
+    if let Some(i) = found.iter().position(is_null_row) {
+        return Ok(i);
+    }
+    let columns = rows_schema
+        .fields()
+        .iter()
+        .map(|f| arrow_array::new_null_array(f.data_type(), 1))
+        .collect();
+    found.push(RecordBatch::try_new(rows_schema.clone(), columns)?);
+    Ok(found.len() - 1)
 }
 
 /// Reads the rows at `at` (one per key of `keys`, the located current rows), typed like the
-/// change rows, in that order. A key without a row is an error naming it.
+/// change rows, in that order, and which keys have none. A key without a row is an error naming
+/// it, unless `droppable` marks it.
 pub(crate) async fn fetch(
     warehouse: &Warehouse,
     schema: &TableSchema,
     keys: &RecordBatch,
     at: &[Option<RowAddress>],
-) -> Result<RecordBatch, SinkError> {
+    droppable: &[bool],
+) -> Result<(RecordBatch, Vec<bool>), SinkError> {
     let rows_schema = TableChanges::rows_schema(schema);
+    let mut missing = vec![false; at.len()];
     if at.is_empty() {
-        return Ok(RecordBatch::new_empty(rows_schema));
+        return Ok((RecordBatch::new_empty(rows_schema), missing));
     }
     // Wanted rows by file: (position, key index), sorted by position below.
     let mut by_file: BTreeMap<&str, Vec<(u64, usize)>> = BTreeMap::new();
     for (i, a) in at.iter().enumerate() {
         let Some(a) = a else {
+            if droppable.get(i).copied().unwrap_or(false) {
+                missing[i] = true;
+                continue;
+            }
             return Err(SinkError::Data {
                 table: schema.id.clone(),
                 detail: format!(
@@ -326,6 +364,15 @@ pub(crate) async fn fetch(
         }
         found.push(RecordBatch::try_new(rows_schema.clone(), cols).map_err(arrow)?);
     }
+    if missing.contains(&true) {
+        let null = null_row(&mut found, &rows_schema).map_err(|source| SinkError::Arrow {
+            context: format!("a stand-in row of {}", schema.id),
+            source,
+        })?;
+        for (slot, _) in indices.iter_mut().zip(&missing).filter(|(_, m)| **m) {
+            *slot = (null, 0);
+        }
+    }
     let mut columns = Vec::with_capacity(rows_schema.fields().len());
     for c in 0..rows_schema.fields().len() {
         let arrays: Vec<&dyn Array> = found.iter().map(|b| b.column(c).as_ref()).collect();
@@ -338,10 +385,11 @@ pub(crate) async fn fetch(
             })?,
         );
     }
-    RecordBatch::try_new(rows_schema, columns).map_err(|source| SinkError::Arrow {
+    let rows = RecordBatch::try_new(rows_schema, columns).map_err(|source| SinkError::Arrow {
         context: format!("gathering looked-up rows of {}", schema.id),
         source,
-    })
+    })?;
+    Ok((rows, missing))
 }
 
 /// The columns of `batch` named like `schema`'s fields, cast to their types.

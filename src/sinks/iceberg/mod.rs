@@ -42,6 +42,7 @@ pub mod plan;
 pub mod puffin;
 mod schema;
 mod summary;
+mod window;
 mod writer;
 
 use dv::LiveDvs;
@@ -196,7 +197,7 @@ impl IcebergSink {
             });
         }
         check_batches(schema, changes)?;
-        let plan = plan::plan(changes, &schema.primary_key, self.limits)
+        let mut plan = plan::plan(changes, &schema.primary_key, self.limits)
             .map_err(|e| plan_error(schema, changes, e))?;
 
         let parent = meta.current_snapshot().cloned();
@@ -257,6 +258,7 @@ impl IcebergSink {
             move |source| SinkError::Arrow { context, source }
         };
         let keys_schema = TableChanges::keys_schema(schema);
+        let droppable = window::droppable(changes, &plan.lookups);
         let lookup = match (plan.lookups.is_empty(), table_index) {
             (true, _) => None,
             (false, Some(ti)) => {
@@ -266,7 +268,7 @@ impl IcebergSink {
                 let at = IndexLocator::new(ti, &files, &live_dvs)
                     .locate(&keys)
                     .await?;
-                Some(lookup::fetch(&self.warehouse, schema, &keys, &at).await?)
+                Some(lookup::fetch(&self.warehouse, schema, &keys, &at, &droppable).await?)
             }
             (false, None) => Some(
                 lookup::lookup(
@@ -276,9 +278,21 @@ impl IcebergSink {
                     &live_dvs,
                     changes,
                     &plan.lookups,
+                    &droppable,
                 )
                 .await?,
             ),
+        };
+        let lookup = match lookup {
+            Some((rows, missing)) if missing.contains(&true) => {
+                let dropped = window::drop_unfillable(&mut plan, changes, &missing)
+                    .map_err(|row| window::key_change_error(schema, changes, row))?;
+                if dropped > 0 {
+                    tracing::info!(table = %table, rows = dropped, "dropped partial updates of rows deleted later inside the upsert window");
+                }
+                Some(rows)
+            }
+            other => other.map(|(rows, _)| rows),
         };
         // Keys whose row in an earlier snapshot this commit removes (v3: located, then told to
         // the index after the commit).

@@ -65,6 +65,7 @@ fn batch(
         present,
         old_keys,
         key_changed: vec![false; n],
+        upsert_window: false,
     }
 }
 

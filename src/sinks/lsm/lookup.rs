@@ -15,19 +15,25 @@ use arrow_array::{Array, RecordBatch};
 use arrow_row::{RowConverter, SortField};
 
 use super::commit::TableState;
-use super::plan::Plan;
+use super::plan::{Plan, Src};
 use super::schema::{FileSchemas, KIND_DELETE};
-use crate::changelog::TableId;
+use crate::changelog::{TableChanges, TableId};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
 /// The looked-up rows (data file shape) and, per `plan.lookups` entry, its row in that batch.
+///
+/// A key without a current row is an error, except for a partial update with its key unchanged
+/// replayed inside an upsert window (`TableChanges::upsert_window`): its entry is `None`, and
+/// the caller writes the key's row as a delete (the row is deleted later inside the window; the
+/// argument is in `sources/mysql/copy.rs` and `sinks/iceberg/window.rs`).
 pub async fn lookup(
     w: &Warehouse,
     table: &TableId,
     state: &TableState,
     schemas: &FileSchemas,
     plan: &Plan,
+    changes: &[TableChanges],
 ) -> Result<(Option<RecordBatch>, Vec<Option<u32>>), SinkError> {
     if plan.lookups.is_empty() {
         return Ok((None, Vec::new()));
@@ -101,6 +107,7 @@ pub async fn lookup(
                 found.push(Some(idx.len() as u32));
                 idx.push((*batch, *row));
             }
+            _ if droppable(plan, changes, i) => found.push(None),
             _ => {
                 let key = keys
                     .iter()
@@ -116,6 +123,10 @@ pub async fn lookup(
             }
         }
     }
+    if idx.is_empty() {
+        // Every looked-up key was missing (and droppable): no rows to gather.
+        return Ok((None, found));
+    }
     let mut cols = Vec::with_capacity(schemas.file.fields().len());
     for c in 0..schemas.file.fields().len() {
         let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
@@ -127,4 +138,18 @@ pub async fn lookup(
     let batch = RecordBatch::try_new(schemas.file.clone(), cols)
         .map_err(arrow("gathering current rows"))?;
     Ok((Some(batch), found))
+}
+
+/// Whether lookup `i` may find no row: it completes a partial update inside an upsert window
+/// whose key did not change (neither the looked-up change nor the key's final row moved a key).
+fn droppable(plan: &Plan, changes: &[TableChanges], i: usize) -> bool {
+    let unchanged_key = |src: Src| match src {
+        Src::Row(b, r) => changes.get(b as usize).is_some_and(|c| {
+            c.upsert_window && !c.key_changed.get(r as usize).copied().unwrap_or(true)
+        }),
+        _ => false,
+    };
+    plan.lookups.get(i).is_some_and(|l| {
+        unchanged_key(l.key) && plan.rows.get(l.row).is_some_and(|r| unchanged_key(r.key))
+    })
 }

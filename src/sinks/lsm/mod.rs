@@ -237,13 +237,21 @@ impl LsmSink {
         }
         let buckets = state.buckets(inner.config.buckets);
         let complete = inner.config.merge_engine == MergeEngine::Deduplicate;
-        let plan =
+        let mut plan =
             plan::plan(changes, &schemas, buckets, complete).map_err(|e| SinkError::Data {
                 table: table.clone(),
                 detail: format!("planning the commit: {e}"),
             })?;
         let (lookup_batch, found) =
-            lookup::lookup(&inner.warehouse, table, state, &schemas, &plan).await?;
+            lookup::lookup(&inner.warehouse, table, state, &schemas, &plan, changes).await?;
+        // A key whose partial updates found no row inside an upsert window ends deleted
+        // (lookup.rs): the row is deleted later inside the window anyway.
+        for (i, f) in found.iter().enumerate() {
+            let row = plan.lookups.get(i).map(|l| l.row).filter(|_| f.is_none());
+            if let Some(out) = row.and_then(|r| plan.rows.get_mut(r)) {
+                out.delete = true;
+            }
+        }
         let base = state.next_sequence;
         let batch = plan
             .build(&schemas, base, lookup_batch.as_ref(), &found)

@@ -5,7 +5,9 @@
 //! - `schema.rs`: a table's schema and converters from `information_schema` rows (pure).
 //! - `stream.rs`: binlog events to changelog transactions (the assembler; pure).
 //! - `setup.rs`: regular connections, catalog reads, `cdcd check`.
-//! - `snapshot.rs`: the initial copy from one consistent snapshot.
+//! - `snapshot.rs`: the consistent snapshot and its binlog position; reading rows into batches.
+//! - `chunks.rs`: a table's copy plan as primary-key ranges (pure).
+//! - `copy.rs`: the initial copy, chunk by chunk, resumable after a crash (and why it converges).
 //!
 //! This file is [`MySqlSource`], the [`Source`] the pipeline runs: it resolves the tables, copies
 //! them when asked, then opens the binlog stream at the resume position (MariaDB: GTID list with
@@ -15,6 +17,8 @@
 //! matter to the pipeline; binlog retention is the server's (`binlog_expire_logs_seconds`), and
 //! a purged binlog stops the source with an error naming the position.
 
+pub mod chunks;
+pub mod copy;
 pub mod decoder;
 pub mod schema;
 pub mod setup;
@@ -22,6 +26,7 @@ pub mod snapshot;
 pub mod stream;
 pub mod types;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -36,7 +41,7 @@ use tracing::{info, warn};
 
 use crate::changelog::{Position, TableId};
 use crate::config::MySqlConfig;
-use crate::sources::{Prepared, Resume, Source, SourceError, SourceEvent};
+use crate::sources::{Prepared, Resume, SnapshotProgress, Source, SourceError, SourceEvent};
 use schema::TableEntry;
 use setup::{CheckProblem, Flavor};
 use stream::{Assembler, Step, StreamError};
@@ -142,59 +147,40 @@ impl Source for MySqlSource {
         }
         // Tables to copy: all of them for a fresh pipeline; else those without a completed copy
         // (an interrupted copy, or a table added to `tables`), which the pipeline names.
-        let wanted: std::collections::HashSet<&TableId> =
-            resume.copy.iter().map(|c| &c.table).collect();
-        let start = if resume.snapshot || (!wanted.is_empty() && resume.start.is_none()) {
-            let copied: Vec<&TableEntry> = entries
+        let wanted: HashMap<&TableId, Option<&SnapshotProgress>> = resume
+            .copy
+            .iter()
+            .map(|c| (&c.table, c.progress.as_ref()))
+            .collect();
+        let start = if resume.snapshot || !wanted.is_empty() {
+            let copied: Vec<(&TableEntry, Option<&SnapshotProgress>)> = entries
                 .iter()
-                .filter(|e| resume.snapshot || wanted.contains(&e.schema.id))
+                .filter_map(|e| {
+                    if resume.snapshot {
+                        Some((e, None))
+                    } else {
+                        wanted.get(&e.schema.id).map(|p| (e, *p))
+                    }
+                })
                 .collect();
+            // Streaming starts at the oldest of the other tables' checkpoints and of the
+            // positions interrupted copies declared their tables complete at; with neither, the
+            // copy is fresh and streaming starts at its snapshot.
+            let origin = if resume.snapshot {
+                None
+            } else {
+                let interrupted = copied
+                    .iter()
+                    .filter_map(|(_, p)| p.and_then(copy::resume_origin));
+                oldest(resume.start.iter().cloned().chain(interrupted))
+            };
             let position =
-                copy_at_new_snapshot(&mut conn, flavor, &cfg, &copied, &events, &shutdown).await?;
+                copy_at_new_snapshot(&mut conn, flavor, &cfg, &copied, origin, &events, &shutdown)
+                    .await?;
             let Some(position) = position else {
                 return Ok(());
             };
-            for e in &copied {
-                events
-                    .send(SourceEvent::SnapshotDone {
-                        table: e.schema.id.clone(),
-                        position: position.clone(),
-                    })
-                    .await
-                    .map_err(|_| SourceError::Closed)?;
-            }
             position
-        } else if let (false, Some(start)) = (wanted.is_empty(), resume.start.clone()) {
-            // The others stream from `start`; these are copied at a newer snapshot, and their
-            // changes between `start` and that snapshot are replayed as upserts (the pipeline's
-            // upsert window), which converges because every change is keyed.
-            let copied: Vec<&TableEntry> = entries
-                .iter()
-                .filter(|e| wanted.contains(&e.schema.id))
-                .collect();
-            let position =
-                copy_at_new_snapshot(&mut conn, flavor, &cfg, &copied, &events, &shutdown).await?;
-            let Some(until) = position else {
-                return Ok(());
-            };
-            for e in &copied {
-                let table = e.schema.id.clone();
-                events
-                    .send(SourceEvent::SnapshotUpsertUntil {
-                        table: table.clone(),
-                        until: until.clone(),
-                    })
-                    .await
-                    .map_err(|_| SourceError::Closed)?;
-                events
-                    .send(SourceEvent::SnapshotDone {
-                        table,
-                        position: start.clone(),
-                    })
-                    .await
-                    .map_err(|_| SourceError::Closed)?;
-            }
-            start
         } else {
             match resume.start {
                 Some(p) => p,
@@ -229,26 +215,65 @@ impl Source for MySqlSource {
     }
 }
 
-/// Copies `tables` inside one consistent-snapshot transaction and returns its binlog position,
-/// or `None` when shut down mid-copy.
+/// The oldest of `positions`, ordered as the pipeline orders checkpoints (`decide_resume`).
+/// Limit shared with it: two MariaDB GTID lists that are each ahead in a different domain do not
+/// compare, and the first is taken.
+fn oldest(positions: impl Iterator<Item = Position>) -> Option<Position> {
+    positions.min_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal))
+}
+
+/// Copies `tables` chunk by chunk inside one new consistent-snapshot transaction and returns the
+/// position streaming starts from, or `None` when shut down mid-copy.
+///
+/// `origin`: `None` for a fresh copy (the tables are complete at the snapshot, where streaming
+/// starts); otherwise the tables are declared complete at `origin` with an upsert window up to
+/// the snapshot, and interrupted copies keep their done chunks (the argument is in `copy.rs`).
 async fn copy_at_new_snapshot(
     conn: &mut Conn,
     flavor: Flavor,
     cfg: &MySqlConfig,
-    tables: &[&TableEntry],
+    tables: &[(&TableEntry, Option<&SnapshotProgress>)],
+    origin: Option<Position>,
     events: &mpsc::Sender<SourceEvent>,
     shutdown: &CancellationToken,
 ) -> Result<Option<Position>, SourceError> {
-    let position = snapshot::begin(conn, flavor).await?;
-    info!(%position, tables = tables.len(), "initial copy from a consistent snapshot");
-    snapshot::copy(conn, cfg, tables, events, shutdown).await?;
-    if shutdown.is_cancelled() {
+    let snapshot = snapshot::begin(conn, flavor).await?;
+    info!(%snapshot, from = %origin.as_ref().unwrap_or(&snapshot), tables = tables.len(), "initial copy from a consistent snapshot");
+    let finish = match &origin {
+        None => copy::Finish {
+            upsert_until: None,
+            done_at: snapshot.clone(),
+        },
+        Some(from) => copy::Finish {
+            upsert_until: Some(snapshot.clone()),
+            done_at: from.clone(),
+        },
+    };
+    let mut plans = Vec::with_capacity(tables.len());
+    for (entry, progress) in tables {
+        // A fresh copy replaces whatever an interrupted one left: without an origin, done chunks
+        // read at an unknown position cannot be kept.
+        let progress = progress.filter(|_| origin.is_some());
+        let plan = copy::plan_table(
+            conn,
+            entry,
+            progress,
+            cfg.snapshot_chunk_rows,
+            &finish.done_at,
+        )
+        .await?;
+        if !plan.fresh {
+            info!(table = %entry.schema.id, chunks = plan.chunks.len(), to_copy = plan.todo.len(), "resuming an interrupted initial copy at a new snapshot");
+        }
+        plans.push(plan);
+    }
+    if !copy::copy_tables(conn, cfg, &plans, &finish, events, shutdown).await? {
         return Ok(None);
     }
     conn.query_drop("COMMIT")
         .await
         .map_err(setup::server_err("ending the snapshot"))?;
-    Ok(Some(position))
+    Ok(Some(finish.done_at))
 }
 
 enum Failure {

@@ -7,14 +7,14 @@
 //! so cdcd holds `FLUSH TABLES WITH READ LOCK` just while it starts the transaction and reads
 //! `gtid_executed` / `SHOW MASTER STATUS` (needs RELOAD; writes pause for that moment).
 //!
-//! Rows go out as `SourceEvent::SnapshotRows` batches (the first batch of each table starts with
-//! a `Truncate`, so a retried copy replaces an interrupted one), then `SnapshotDone` per table
-//! with the snapshot's position, as the Postgres source does. Values are read over the binary
-//! protocol (typed, `Origin::Query`).
+//! Inside that transaction `copy.rs` copies each table chunk by chunk (primary-key ranges,
+//! `chunks.rs`) with [`copy_rows`]; why that makes the copy resumable and still exact is argued in
+//! `copy.rs`. Values are read over the binary protocol (typed, `Origin::Query`) and appended
+//! straight into Arrow builders.
 
 use futures::StreamExt;
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Row};
+use mysql_async::{Conn, Params, Row, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -28,6 +28,9 @@ use super::types::{append, Origin};
 
 /// Rows per `SnapshotRows` batch.
 pub const BATCH_ROWS: usize = 10_000;
+/// Bytes of string/binary values per batch: wide rows (BLOBs) cut a batch before `BATCH_ROWS`,
+/// so a batch's memory stays bounded whatever the row size.
+pub const BATCH_BYTES: usize = 8 << 20;
 
 /// Starts the consistent-snapshot transaction on `conn` and returns its binlog position.
 pub async fn begin(conn: &mut Conn, flavor: Flavor) -> Result<Position, SourceError> {
@@ -130,34 +133,33 @@ pub async fn current_position(conn: &mut Conn, flavor: Flavor) -> Result<Positio
     }
 }
 
-/// Copies `tables` inside the transaction [`begin`] started, sending batches on `events`.
-pub async fn copy(
-    conn: &mut Conn,
-    cfg: &MySqlConfig,
-    tables: &[&TableEntry],
-    events: &mpsc::Sender<SourceEvent>,
-    shutdown: &CancellationToken,
-) -> Result<(), SourceError> {
-    for entry in tables {
-        copy_table(conn, cfg, entry, events, shutdown).await?;
-        if shutdown.is_cancelled() {
-            return Ok(());
-        }
-    }
-    Ok(())
-}
-
-fn quote(ident: &str) -> String {
+/// A backquoted identifier.
+pub fn quote(ident: &str) -> String {
     format!("`{}`", ident.replace('`', "``"))
 }
 
-async fn copy_table(
+/// What [`copy_rows`] reads and how it hands the rows on.
+pub struct RowsQuery<'a> {
+    pub entry: &'a TableEntry,
+    /// ` WHERE …` with `?` placeholders, or empty.
+    pub filter: String,
+    pub params: Vec<Value>,
+    /// `Insert`, or `Update` for a chunk a crashed attempt may have committed in part (upserts).
+    pub op: Op,
+}
+
+/// Runs one `SELECT` of the table's columns (inside whatever transaction `conn` has open) and
+/// sends the rows as `SnapshotRows` batches of [`BATCH_ROWS`] or [`BATCH_BYTES`], awaiting each send (the
+/// backpressure: the result set is streamed, so memory holds one batch). Returns the rows sent,
+/// or `None` when shut down part way.
+pub async fn copy_rows(
     conn: &mut Conn,
     cfg: &MySqlConfig,
-    entry: &TableEntry,
+    query: RowsQuery<'_>,
     events: &mpsc::Sender<SourceEvent>,
     shutdown: &CancellationToken,
-) -> Result<(), SourceError> {
+) -> Result<Option<u64>, SourceError> {
+    let entry = query.entry;
     let schema = &entry.schema;
     let id: &TableId = &schema.id;
     let table_err = |detail: String| SourceError::Table {
@@ -171,20 +173,23 @@ async fn copy_table(
         .collect::<Vec<_>>()
         .join(", ");
     let sql = format!(
-        "SELECT {columns} FROM {}.{}",
+        "SELECT {columns} FROM {}.{}{}",
         quote(&id.namespace),
-        quote(&id.name)
+        quote(&id.name),
+        query.filter
     );
+    let params = if query.params.is_empty() {
+        Params::Empty
+    } else {
+        Params::Positional(query.params)
+    };
     let mut result = conn
-        .exec_iter(sql, ())
+        .exec_iter(sql, params)
         .await
         .map_err(server_err(format!("copying {id}")))?;
     let mut batch = TableChangesBuilder::new(schema.clone(), BATCH_ROWS);
-    batch.begin(Op::Truncate);
-    for i in 0..schema.columns.len() {
-        batch.absent(i).map_err(|e| table_err(e.to_string()))?;
-    }
-    batch.no_old_key().map_err(|e| table_err(e.to_string()))?;
+    let mut batch_bytes = 0usize;
+    let mut rows_sent = 0u64;
     let mut stream = result
         .stream::<Row>()
         .await
@@ -192,11 +197,14 @@ async fn copy_table(
     if let Some(rows) = stream.as_mut() {
         while let Some(row) = rows.next().await {
             let row = row.map_err(server_err(format!("copying {id}")))?;
-            batch.begin(Op::Insert);
+            batch.begin(query.op);
             for (i, kind) in entry.kinds.iter().enumerate() {
                 let value = row
                     .as_ref(i)
                     .ok_or_else(|| table_err(format!("row lacks column {i}")))?;
+                if let Value::Bytes(b) = value {
+                    batch_bytes += b.len();
+                }
                 let builder = batch
                     .value(i)
                     .ok_or_else(|| table_err(format!("no builder for column {i}")))?;
@@ -206,23 +214,46 @@ async fn copy_table(
                 })?;
             }
             batch.no_old_key().map_err(|e| table_err(e.to_string()))?;
-            if batch.len() >= BATCH_ROWS {
+            if batch.len() >= BATCH_ROWS || batch_bytes >= BATCH_BYTES {
+                batch_bytes = 0;
                 let full = std::mem::replace(
                     &mut batch,
                     TableChangesBuilder::new(schema.clone(), BATCH_ROWS),
                 );
+                rows_sent += full.len() as u64;
                 send(events, full, &table_err).await?;
                 if shutdown.is_cancelled() {
-                    return Ok(());
+                    return Ok(None);
                 }
             }
         }
     }
     drop(stream);
     if !batch.is_empty() {
+        rows_sent += batch.len() as u64;
         send(events, batch, &table_err).await?;
     }
-    Ok(())
+    Ok(Some(rows_sent))
+}
+
+/// Sends the batch that starts a fresh copy: one `Truncate` (all columns absent), so a copy
+/// started again from scratch replaces whatever an earlier attempt left.
+pub async fn send_truncate_marker(
+    entry: &TableEntry,
+    events: &mpsc::Sender<SourceEvent>,
+) -> Result<(), SourceError> {
+    let schema = &entry.schema;
+    let table_err = |detail: String| SourceError::Table {
+        table: schema.id.clone(),
+        detail,
+    };
+    let mut batch = TableChangesBuilder::new(schema.clone(), 1);
+    batch.begin(Op::Truncate);
+    for i in 0..schema.columns.len() {
+        batch.absent(i).map_err(|e| table_err(e.to_string()))?;
+    }
+    batch.no_old_key().map_err(|e| table_err(e.to_string()))?;
+    send(events, batch, &table_err).await
 }
 
 async fn send(

@@ -36,10 +36,13 @@
 //! - Partial rows (unchanged TOASTed columns arrive absent): the sink completes an absent column
 //!   from the row it holds. Column c of R ends as the last replayed change that carried c, or, if
 //!   none did, the copied value, which is then also c's current value (c did not change after
-//!   P). The gap: a partial update to R replayed while R is not in the table, because R was
-//!   deleted after it and before S2, makes the Iceberg sink stop with "no current row" (it never
-//!   invents a value). It needs a TOASTed column, a delete, and both inside the window; the fix
-//!   is to copy again (drop the table), see README.
+//!   P). A partial update to R replayed while R is not in the table can only happen when R
+//!   existed before the update but not at S2 (R's chunk holds R as of S2, and every earlier
+//!   change that wrote R was replayed), so a change after the update and before S2 deletes R or
+//!   moves its key away. The sinks drop such an update inside the window
+//!   (`TableChanges::upsert_window`, `sinks/iceberg/window.rs`): the delete removes what it
+//!   would have written. A key change of such a row still stops the sink: the unchanged values
+//!   it would carry to the new key are in no chunk (copy the table again: drop it, see README).
 //! - A chunk that was started but not done at the crash may hold some of its rows: it is copied
 //!   again as updates (upserts), so those rows are replaced, not doubled.
 //!
