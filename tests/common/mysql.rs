@@ -89,7 +89,13 @@ impl MyPipeline {
             env: env.clone(),
             name: name.to_owned(),
             db: name.to_owned(),
-            server_id: 10_000 + std::process::id() % 50_000 + (name.len() as u32) * 7,
+            // Two replicas with one server_id kick each other off the server: derive it from the
+            // whole name (FNV-1a), not only the process, since tests of one binary run together.
+            server_id: 10_000
+                + (name.bytes().fold(0x811c_9dc5u32, |h, b| {
+                    (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+                }) ^ std::process::id())
+                    % 1_000_000_000,
             config: dir.path().join("pipeline.toml"),
             warehouse: dir.path().join("wh"),
             stderr_log: dir.path().join("cdcd.stderr"),
