@@ -9,7 +9,9 @@ What it measures (issue 7):
   3. cdcd end to end, per target (Iceberg with deletion vectors, Iceberg with equality deletes, the LSM sink):
      the release binary with a fresh slot and a fresh local warehouse, from process start until the table's
      newest checkpoint says the copy is complete (`cdcd.position` set past 0/0, no `cdcd.snapshot` left);
-  4. cdcd's peak RSS (VmHWM) over the run, and the row count the lake table reports (a sanity check, untimed).
+  4. cdcd's peak RSS (VmHWM) and CPU time (user + system, all threads) over the run, and the row count the lake
+     table reports (a sanity check, untimed). CPU seconds are the figure to compare on a busy machine: wall time
+     there measures the neighbours.
 
 Usage (the test bed must be up: scripts/testbed.sh up; eval "$(scripts/testbed.sh env)"):
   cargo build --release
@@ -87,6 +89,16 @@ def newest_paimon_properties(table_dir):
             return props
         n -= 1
     return None
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of a running process, all threads (/proc/<pid>/stat fields 14 and 15)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def copy_complete(props):
@@ -195,6 +207,7 @@ namespace = "bench"
                 sys.exit("cdcd did not finish the copy within %ss; log: %s" % (self.args.timeout, log_path))
             elapsed = time.time() - started
             peak = rss_peak_kib(proc.pid)
+            cpu = cpu_seconds(proc.pid)
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -214,12 +227,13 @@ namespace = "bench"
         else:
             shutil.rmtree(workdir, ignore_errors=True)
         records = props.get("total-records") or props.get("totalRecordCount")
-        return elapsed, peak, records
+        return elapsed, peak, cpu, records
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=os.path.join(os.path.dirname(ROOT), "target", "release", "cdcd"))
+    ap.add_argument("--skip-copy", action="store_true", help="skip the COPY baseline (comparing cdcd builds)")
     ap.add_argument("--rows", type=int, default=5_000_000)
     ap.add_argument("--targets", default="dv", help="comma-separated: dv, equality, lsm")
     ap.add_argument("--parallelism", type=int, default=4, help="source.snapshot_parallelism")
@@ -234,7 +248,7 @@ def main():
 
     b = Bench(args)
     b.ensure_table(args.rows)
-    base_s, size = b.copy_binary()
+    base_s, size = (1.0, 0) if args.skip_copy else b.copy_binary()
     mb = size / 1e6
     print("table: %d rows, %.0f MB of binary COPY data; load average %s" % (args.rows, mb, load()))
     print(
@@ -242,9 +256,10 @@ def main():
         % ("COPY (FORMAT binary) → wc", base_s, args.rows / base_s, mb / base_s)
     )
     for target in targets:
-        elapsed, peak, records = b.run_cdcd(target)
+        elapsed, peak, cpu, records = b.run_cdcd(target)
         print(
-            "%-28s %7.2f s %10.0f rows/s %7.1f MB/s  ratio %.2f×  peak RSS %s MiB  (%s rows in the table; load %s)"
+            "%-28s %7.2f s %10.0f rows/s %7.1f MB/s  ratio %.2f×  peak RSS %s MiB  cdcd CPU %s s"
+            "  (%s rows in the table; load %s)"
             % (
                 "cdcd → " + TARGETS[target][1],
                 elapsed,
@@ -252,6 +267,7 @@ def main():
                 mb / elapsed,
                 base_s / elapsed,
                 "?" if peak is None else "%.0f" % (peak / 1024),
+                "?" if cpu is None else "%.1f" % cpu,
                 records,
                 load(),
             )
