@@ -11,6 +11,9 @@
 //!
 //! The table `cdcd_bench_snapshot` is created once (kept for the next run; `CDCD_BENCH_DROP=1`
 //! drops it at the end). The slot and publication are the bench's own and are dropped.
+//!
+//! This measures the source side alone; `bench/pg_snapshot.py` times the `cdcd` binary end to end
+//! (copy, Parquet, commits, primary-key index) on the same table.
 
 use std::time::Instant;
 

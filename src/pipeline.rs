@@ -15,7 +15,9 @@
 //!
 //! Initial copies (source-neutral): a copy's rows are committed at the incomplete position with the
 //! copy's progress (`cdcd.snapshot`: the chunk plan, chunks started, chunks done), so a restart
-//! hands the source only what is left ([`Resume::copy`]) and keeps the slot. A table copied at a
+//! hands the source only what is left ([`Resume::copy`]) and keeps the slot. Copy batches are
+//! large ([`SNAPSHOT_BATCH_ROWS`], [`SNAPSHOT_BATCH_BYTES`]: few snapshots, few index runs) and
+//! are committed in the background while the next one is read (`pipeline_pending.rs`). A table copied at a
 //! snapshot newer than where streaming starts (a resumed copy, a table added to `tables`) gets an
 //! upsert window (`cdcd.upsert_until`): its changes up to that position are replayed over rows
 //! that may already reflect them, so inserts become updates (upserts); every change is keyed and
@@ -35,7 +37,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::changelog::{Op, Position, TableChanges, TableId, TableSchema, Transaction};
-use crate::checkpoint::Checkpoint;
 use crate::config::SnapshotMode;
 use crate::metrics as m;
 use crate::sinks::{Sink, SinkError};
@@ -47,10 +48,32 @@ use crate::sources::{
 /// snapshot batch, so this bounds memory in transactions, not rows.
 const EVENT_CHANNEL_CAPACITY: usize = 16;
 
-/// Rows of one table's initial copy committed together.
-pub const SNAPSHOT_BATCH_ROWS: usize = 50_000;
-/// Arrow bytes of one table's initial copy committed together (wide rows reach this first).
-pub const SNAPSHOT_BATCH_BYTES: usize = 128 << 20;
+/// Rows of one table's initial copy committed together: one data file (the sink rolls files at
+/// 1M rows), one snapshot, one primary-key index run. Each commit costs a manifest list, a
+/// metadata file and an index run whatever its size, so the copy commits few, large batches;
+/// a crash re-copies at most the chunks not yet committed.
+pub const SNAPSHOT_BATCH_ROWS: usize = 1_000_000;
+/// Arrow bytes of initial-copy rows buffered, over all tables, before one is committed (wide
+/// rows reach this first). With one batch committing in the background while the next fills,
+/// the copy holds at most about twice this in rows, whatever the table size.
+pub const SNAPSHOT_BATCH_BYTES: usize = 64 << 20;
+
+/// When buffered initial-copy rows are committed: [`SNAPSHOT_BATCH_ROWS`] and
+/// [`SNAPSHOT_BATCH_BYTES`], smaller in tests.
+#[derive(Debug, Clone, Copy)]
+struct SnapshotBatch {
+    rows: usize,
+    bytes: usize,
+}
+
+impl Default for SnapshotBatch {
+    fn default() -> Self {
+        SnapshotBatch {
+            rows: SNAPSHOT_BATCH_ROWS,
+            bytes: SNAPSHOT_BATCH_BYTES,
+        }
+    }
+}
 
 /// The pipeline stopped with an error. Nothing was acknowledged past what is committed.
 #[derive(Debug, thiserror::Error)]
@@ -156,6 +179,26 @@ impl Tables {
         self.buffers.values().map(|b| b.since).min()
     }
 
+    /// The oldest buffered change that the commit interval applies to: initial-copy rows are
+    /// not visible as complete before the copy ends, so they are committed by size (and with
+    /// the rest when a commit is due), not by age.
+    fn oldest_streamed(&self) -> Option<Instant> {
+        self.buffers
+            .values()
+            .filter(|b| !b.position.is_snapshot_incomplete())
+            .map(|b| b.since)
+            .min()
+    }
+
+    /// Arrow bytes of buffered initial-copy rows, over all tables.
+    fn snapshot_bytes(&self) -> usize {
+        self.buffers
+            .values()
+            .filter(|b| b.position.is_snapshot_incomplete())
+            .map(|b| b.bytes)
+            .sum()
+    }
+
     fn push(&mut self, changes: TableChanges, position: &Position) {
         let table = changes.schema.id.clone();
         let rows = changes.len();
@@ -181,10 +224,21 @@ impl Tables {
 /// Runs a pipeline until `shutdown` is cancelled (then commits what is buffered and returns `Ok`)
 /// or something fails.
 pub async fn run(
+    source: Box<dyn Source>,
+    sink: Arc<dyn Sink>,
+    settings: Settings,
+    shutdown: CancellationToken,
+) -> Result<(), PipelineError> {
+    run_batched(source, sink, settings, shutdown, SnapshotBatch::default()).await
+}
+
+/// [`run`], committing initial-copy rows at `snapshot_batch`.
+async fn run_batched(
     mut source: Box<dyn Source>,
     sink: Arc<dyn Sink>,
     settings: Settings,
     shutdown: CancellationToken,
+    snapshot_batch: SnapshotBatch,
 ) -> Result<(), PipelineError> {
     let prepared = source.prepare().await?;
     let mut tables = Tables::default();
@@ -234,6 +288,8 @@ pub async fn run(
         acks: ack_tx,
         received_time: None,
         durable_time: None,
+        in_flight: InFlight::default(),
+        snapshot_batch,
     };
     let mut tick = tokio::time::interval(settings.commit_interval.min(Duration::from_millis(250)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -245,17 +301,23 @@ pub async fn run(
                 info!("shutdown requested: committing what is buffered");
                 break Ok(());
             }
+            // A background commit's result comes before more reading (STYLE rule 5).
+            Some(done) = committer.in_flight.finish(), if committer.in_flight.is_running() => {
+                if let Err(e) = committer.settled(done) {
+                    break Err(e);
+                }
+            }
             _ = tick.tick() => {
                 committer.report(health);
                 let due = committer
                     .tables
-                    .oldest()
+                    .oldest_streamed()
                     .is_some_and(|t| t.elapsed() >= settings.commit_interval);
                 if due {
                     if let Err(e) = committer.flush().await {
                         break Err(e);
                     }
-                } else if committer.tables.buffers.is_empty() {
+                } else if committer.idle() {
                     committer.ack_received();
                 }
             }
@@ -284,7 +346,12 @@ pub async fn run(
     health.set_stopping();
     let outcome = match outcome {
         Ok(()) => committer.flush().await,
-        Err(e) => Err(e),
+        Err(e) => {
+            // A background commit still running ends like any commit; its result no longer
+            // matters (nothing is acknowledged after an error).
+            let _ = committer.in_flight.finish().await;
+            Err(e)
+        }
     };
     committer.report(health);
     if let Err(e) = &outcome {
@@ -394,6 +461,9 @@ struct Committer {
     /// `received_time` as of the newest acknowledgement: everything the source had by then is
     /// in the tables. `cdcd_source_lag_seconds` is now minus this.
     durable_time: Option<i64>,
+    /// An initial-copy batch being committed in the background.
+    in_flight: InFlight,
+    snapshot_batch: SnapshotBatch,
 }
 
 impl Committer {
@@ -403,7 +473,7 @@ impl Committer {
             SourceEvent::Heartbeat(position) => {
                 self.received_time = Some(m::unix_now_micros());
                 self.advance_received(position);
-                if self.tables.buffers.is_empty() {
+                if self.idle() {
                     self.ack_received();
                 }
             }
@@ -419,11 +489,14 @@ impl Committer {
                     .increment(rows as u64);
                 self.schema_switch(&changes).await?;
                 self.tables.push(changes, &incomplete);
-                let full = self.tables.buffers.get(&table).is_some_and(|b| {
-                    b.rows >= SNAPSHOT_BATCH_ROWS || b.bytes >= SNAPSHOT_BATCH_BYTES
-                });
+                let full = self
+                    .tables
+                    .buffers
+                    .get(&table)
+                    .is_some_and(|b| b.rows >= self.snapshot_batch.rows)
+                    || self.tables.snapshot_bytes() >= self.snapshot_batch.bytes;
                 if full {
-                    self.commit_table(&table).await?;
+                    self.commit_in_background(&table).await?;
                 }
             }
             SourceEvent::SnapshotPlan {
@@ -581,86 +654,6 @@ impl Committer {
         metrics::gauge!(m::BUFFERED_ROWS, m::LABEL_PIPELINE => pipeline())
             .set(self.tables.buffered_rows as f64);
     }
-
-    /// Commits every buffered table, then acknowledges what was received.
-    async fn flush(&mut self) -> Result<(), PipelineError> {
-        let tables: Vec<TableId> = self.tables.buffers.keys().cloned().collect();
-        for table in tables {
-            self.commit_table(&table).await?;
-        }
-        self.ack_received();
-        Ok(())
-    }
-
-    async fn commit_table(&mut self, table: &TableId) -> Result<(), PipelineError> {
-        let Some(buffer) = self.tables.buffers.remove(table) else {
-            return Ok(());
-        };
-        self.tables.buffered_rows -= buffer.rows;
-        if buffer.rows == 0 && !buffer.force {
-            return Ok(());
-        }
-        let incomplete = buffer.position.is_snapshot_incomplete();
-        let window = self
-            .tables
-            .upsert_until
-            .get(table)
-            .filter(|until| incomplete || !buffer.position.covers(until))
-            .cloned();
-        let checkpoint = Checkpoint {
-            pipeline: self.settings.pipeline.clone(),
-            position: buffer.position.clone(),
-            snapshot: if incomplete {
-                self.tables
-                    .progress
-                    .get(table)
-                    .map(SnapshotProgress::to_json)
-            } else {
-                None
-            },
-            upsert_until: window.clone(),
-        };
-        let started = Instant::now();
-        let stats = self
-            .sink
-            .commit(&buffer.schema, &buffer.changes, &checkpoint)
-            .await
-            .inspect_err(|e| {
-                metrics::counter!(m::ERRORS_TOTAL, m::LABEL_PIPELINE => self.settings.pipeline.clone(), m::LABEL_KIND => e.kind())
-                    .increment(1);
-                m::Health::global().sink_failed(e.to_string());
-            })?;
-        m::Health::global().sink_ok();
-        let elapsed = started.elapsed();
-        let labels = [
-            (m::LABEL_PIPELINE, self.settings.pipeline.clone()),
-            (m::LABEL_TABLE, table.to_string()),
-        ];
-        metrics::counter!(m::COMMITS_TOTAL, &labels).increment(1);
-        metrics::gauge!(m::LAST_COMMIT_TIMESTAMP_SECONDS, &labels)
-            .set(m::unix_now_micros() as f64 / 1e6);
-        metrics::histogram!(m::COMMIT_DURATION_SECONDS, m::LABEL_PIPELINE => self.settings.pipeline.clone())
-            .record(elapsed.as_secs_f64());
-        for changes in &buffer.changes {
-            count_ops(&self.settings.pipeline, table, changes);
-        }
-        info!(
-            table = %table,
-            rows = buffer.rows,
-            position = %checkpoint.position,
-            snapshot_id = stats.snapshot_id,
-            ms = elapsed.as_millis() as u64,
-            "committed"
-        );
-        if window.is_none() {
-            // Every later change is past the window.
-            self.tables.upsert_until.remove(table);
-        }
-        self.tables
-            .committed
-            .insert(table.clone(), Some(checkpoint.position));
-        Ok(())
-    }
 }
 
 /// `cdcd_changes_total{table,op}`, counted per batch.
@@ -685,6 +678,10 @@ fn count_ops(pipeline: &str, table: &TableId, changes: &TableChanges) {
 
 #[path = "pipeline_upsert.rs"]
 mod upsert;
+
+#[path = "pipeline_pending.rs"]
+mod pending;
+use pending::InFlight;
 
 #[cfg(test)]
 #[path = "pipeline_tests.rs"]

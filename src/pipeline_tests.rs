@@ -8,6 +8,7 @@ use async_trait::async_trait;
 
 use super::*;
 use crate::changelog::{Column, Lsn, Op, TableChangesBuilder};
+use crate::checkpoint::Checkpoint;
 use crate::sinks::{CommitStats, TableStatus};
 
 fn schema(name: &str) -> Arc<TableSchema> {
@@ -503,4 +504,81 @@ async fn inserts_in_the_upsert_window_become_updates() {
     .await;
     assert_eq!(r.ops[0], vec![Op::Update, Op::Insert]);
     assert_eq!(r.checkpoints[0].upsert_until, None);
+}
+
+/// Issue 7: copy batches are committed in the background while the copy goes on; commits stay in
+/// order, each records the progress that its rows cover, and the end of the copy waits for them.
+#[tokio::test]
+async fn copy_batches_commit_in_the_background_in_order() {
+    use crate::sources::ChunkState::{Done, Started};
+    let record = Arc::new(Mutex::new(Record::default()));
+    let shutdown = CancellationToken::new();
+    let source = ScriptedSource {
+        slot_exists: false,
+        tables: vec![table("a")],
+        events: vec![
+            SourceEvent::SnapshotPlan {
+                table: table("a"),
+                chunks: vec!["c0".into(), "c1".into()],
+                estimated_rows: 5,
+            },
+            SourceEvent::SnapshotRows(changes("a", Op::Truncate, &[0])),
+            chunk("a", 0, Started),
+            SourceEvent::SnapshotRows(changes("a", Op::Insert, &[1, 2])),
+            SourceEvent::SnapshotRows(changes("a", Op::Insert, &[3, 4])),
+            chunk("a", 0, Done),
+            chunk("a", 1, Started),
+            SourceEvent::SnapshotRows(changes("a", Op::Insert, &[5, 6, 7])),
+            chunk("a", 1, Done),
+            SourceEvent::SnapshotDone {
+                table: table("a"),
+                position: pos(100),
+            },
+            tx(110, vec![changes("a", Op::Insert, &[8])]),
+        ],
+        record: record.clone(),
+        done: shutdown.clone(),
+    };
+    let sink = RecordingSink {
+        checkpoints: BTreeMap::new(),
+        record: record.clone(),
+    };
+    let batch = SnapshotBatch {
+        rows: 3,
+        bytes: usize::MAX,
+    };
+    run_batched(
+        Box::new(source),
+        Arc::new(sink),
+        settings(1000, SnapshotMode::Initial),
+        shutdown,
+        batch,
+    )
+    .await
+    .unwrap();
+    let r = Arc::try_unwrap(record).ok().unwrap().into_inner().unwrap();
+    assert_eq!(
+        r.commits,
+        vec![
+            ("a".into(), 3, "0/0".into()),
+            ("a".into(), 5, "0/0".into()),
+            ("a".into(), 0, "0/64".into()),
+            ("a".into(), 1, "0/6E".into()),
+        ]
+    );
+    let progress = |i: usize| {
+        SnapshotProgress::from_json(r.checkpoints[i].snapshot.as_deref().unwrap()).unwrap()
+    };
+    assert!(
+        progress(0).done.is_empty(),
+        "no chunk was done when the first batch was cut"
+    );
+    assert_eq!(
+        progress(1).done,
+        [0].into(),
+        "chunk 0 ended before the second cut"
+    );
+    assert_eq!(progress(1).started, [1].into());
+    assert_eq!(r.checkpoints[2].snapshot, None, "the copy is complete");
+    assert_eq!(r.acks.last(), Some(&pos(110)));
 }

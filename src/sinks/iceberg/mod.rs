@@ -327,13 +327,13 @@ impl IcebergSink {
         let mut paths = Vec::with_capacity(plan.files.len());
         for (i, f) in plan.files.iter().enumerate() {
             let path = format!("{location}/data/{commit_id}-{i:05}.parquet");
-            let batch = writer::data_batch(changes, f, lookup.as_ref(), &file_schema)
+            let batches = writer::data_batches(changes, f, lookup.as_ref(), &file_schema)
                 .map_err(arrow("gathering data rows"))?;
             let file = writer::write_file(
                 &self.warehouse,
                 table,
                 path.clone(),
-                &batch,
+                batches,
                 DataContentType::Data,
                 None,
             )

@@ -1,0 +1,241 @@
+//! One table commit, taken out of the pipeline's buffers and carried out on its own: either
+//! awaited in place ([`Committer::commit_table`](super::Committer)) or, for a batch of an initial
+//! copy, run as a background task while the pipeline keeps reading the copy ([`InFlight`]).
+//!
+//! Why in the background: a copy batch is large (up to [`super::SNAPSHOT_BATCH_ROWS`] rows), and
+//! encoding it to Parquet and committing takes a second or more. Awaited in place, the source's
+//! connections would stop at the full event channel for that long and Postgres would idle with
+//! them; as a task, the next batch is read and decoded while this one is written. At most one
+//! commit is in flight, and any other commit, acknowledgement or shutdown waits for it first
+//! ([`Committer::settle`](super::Committer)), so per-table commit order and the ack rule (STYLE
+//! rule 6) are as if it had been awaited. Only copy batches go to the background: their
+//! checkpoint is the incomplete position, which no acknowledgement depends on.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::task::JoinHandle;
+use tracing::info;
+
+use super::{Committer, PipelineError};
+use crate::changelog::{Position, TableChanges, TableId, TableSchema};
+use crate::checkpoint::Checkpoint;
+use crate::metrics as m;
+use crate::sinks::{CommitStats, Sink, SinkError};
+use crate::sources::SnapshotProgress;
+
+/// A commit taken out of the buffers: everything the sink needs, owned, so it can run on a task.
+pub(super) struct PendingCommit {
+    pub table: TableId,
+    pub schema: Arc<TableSchema>,
+    pub changes: Vec<TableChanges>,
+    pub rows: usize,
+    pub checkpoint: Checkpoint,
+    /// The upsert window recorded in `checkpoint` (`None`: the window is closed by this commit).
+    pub window: Option<Position>,
+}
+
+/// What the pipeline records once a commit is durable.
+pub(super) struct Committed {
+    pub table: TableId,
+    pub checkpoint: Checkpoint,
+    pub window: Option<Position>,
+}
+
+impl PendingCommit {
+    /// Commits through `sink` and emits the commit's metrics and log line.
+    pub async fn run(self, sink: Arc<dyn Sink>, pipeline: String) -> Result<Committed, SinkError> {
+        let started = Instant::now();
+        let stats: CommitStats = sink
+            .commit(&self.schema, &self.changes, &self.checkpoint)
+            .await
+            .inspect_err(|e| {
+                metrics::counter!(m::ERRORS_TOTAL, m::LABEL_PIPELINE => pipeline.clone(), m::LABEL_KIND => e.kind())
+                    .increment(1);
+                m::Health::global().sink_failed(e.to_string());
+            })?;
+        m::Health::global().sink_ok();
+        let elapsed = started.elapsed();
+        let labels = [
+            (m::LABEL_PIPELINE, pipeline.clone()),
+            (m::LABEL_TABLE, self.table.to_string()),
+        ];
+        metrics::counter!(m::COMMITS_TOTAL, &labels).increment(1);
+        metrics::gauge!(m::LAST_COMMIT_TIMESTAMP_SECONDS, &labels)
+            .set(m::unix_now_micros() as f64 / 1e6);
+        metrics::histogram!(m::COMMIT_DURATION_SECONDS, m::LABEL_PIPELINE => pipeline.clone())
+            .record(elapsed.as_secs_f64());
+        for changes in &self.changes {
+            super::count_ops(&pipeline, &self.table, changes);
+        }
+        info!(
+            table = %self.table,
+            rows = self.rows,
+            position = %self.checkpoint.position,
+            snapshot_id = stats.snapshot_id,
+            ms = elapsed.as_millis() as u64,
+            "committed"
+        );
+        Ok(Committed {
+            table: self.table,
+            checkpoint: self.checkpoint,
+            window: self.window,
+        })
+    }
+}
+
+/// The one commit running in the background, if any.
+#[derive(Default)]
+pub(super) struct InFlight {
+    task: Option<JoinHandle<Result<Committed, SinkError>>>,
+}
+
+/// How a background commit ended.
+pub(super) enum Outcome {
+    Committed(Committed),
+    Failed(SinkError),
+    /// The task panicked or was cancelled: the commit's outcome is unknown.
+    Lost(String),
+}
+
+impl InFlight {
+    pub fn is_running(&self) -> bool {
+        self.task.is_some()
+    }
+
+    /// Starts `pending` on a task. The caller has settled the previous one.
+    pub fn start(&mut self, pending: PendingCommit, sink: Arc<dyn Sink>, pipeline: String) {
+        self.task = Some(tokio::spawn(pending.run(sink, pipeline)));
+    }
+
+    /// Waits for the running commit (immediately `None` when there is none). Cancel safe: the
+    /// task stays in place until it has finished and its outcome is returned.
+    pub async fn finish(&mut self) -> Option<Outcome> {
+        let task = self.task.as_mut()?;
+        let joined = task.await;
+        self.task = None;
+        Some(match joined {
+            Ok(Ok(committed)) => Outcome::Committed(committed),
+            Ok(Err(e)) => Outcome::Failed(e),
+            Err(e) => Outcome::Lost(e.to_string()),
+        })
+    }
+}
+
+/// Committing: buffers out, commits run in place or in the background, outcomes recorded.
+impl Committer {
+    /// Nothing buffered and no commit running: everything received is durable.
+    pub(super) fn idle(&self) -> bool {
+        self.tables.buffers.is_empty() && !self.in_flight.is_running()
+    }
+
+    /// Commits every buffered table, then acknowledges what was received.
+    pub(super) async fn flush(&mut self) -> Result<(), PipelineError> {
+        self.settle().await?;
+        let tables: Vec<TableId> = self.tables.buffers.keys().cloned().collect();
+        for table in tables {
+            self.commit_table(&table).await?;
+        }
+        self.ack_received();
+        Ok(())
+    }
+
+    /// Waits for the background commit, if one runs, and records its outcome.
+    pub(super) async fn settle(&mut self) -> Result<(), PipelineError> {
+        match self.in_flight.finish().await {
+            Some(done) => self.settled(done),
+            None => Ok(()),
+        }
+    }
+
+    /// Records how a background commit ended.
+    pub(super) fn settled(&mut self, done: Outcome) -> Result<(), PipelineError> {
+        match done {
+            Outcome::Committed(c) => {
+                self.committed(c);
+                Ok(())
+            }
+            Outcome::Failed(e) => Err(e.into()),
+            Outcome::Lost(e) => Err(PipelineError::SourceTask(format!(
+                "a background commit of the initial copy ended without a result: {e}"
+            ))),
+        }
+    }
+
+    /// Commits `table`'s buffer and waits for it.
+    pub(super) async fn commit_table(&mut self, table: &TableId) -> Result<(), PipelineError> {
+        self.settle().await?;
+        let Some(pending) = self.take_commit(table) else {
+            return Ok(());
+        };
+        let committed = pending
+            .run(self.sink.clone(), self.settings.pipeline.clone())
+            .await?;
+        self.committed(committed);
+        Ok(())
+    }
+
+    /// Starts committing `table`'s buffer (initial-copy rows) on a task, after the previous
+    /// background commit is done.
+    pub(super) async fn commit_in_background(
+        &mut self,
+        table: &TableId,
+    ) -> Result<(), PipelineError> {
+        self.settle().await?;
+        if let Some(pending) = self.take_commit(table) {
+            self.in_flight
+                .start(pending, self.sink.clone(), self.settings.pipeline.clone());
+        }
+        Ok(())
+    }
+
+    /// Takes `table`'s buffer out with the checkpoint to commit it with (`None`: nothing to
+    /// commit).
+    fn take_commit(&mut self, table: &TableId) -> Option<PendingCommit> {
+        let buffer = self.tables.buffers.remove(table)?;
+        self.tables.buffered_rows -= buffer.rows;
+        if buffer.rows == 0 && !buffer.force {
+            return None;
+        }
+        let incomplete = buffer.position.is_snapshot_incomplete();
+        let window = self
+            .tables
+            .upsert_until
+            .get(table)
+            .filter(|until| incomplete || !buffer.position.covers(until))
+            .cloned();
+        let checkpoint = Checkpoint {
+            pipeline: self.settings.pipeline.clone(),
+            position: buffer.position.clone(),
+            snapshot: if incomplete {
+                self.tables
+                    .progress
+                    .get(table)
+                    .map(SnapshotProgress::to_json)
+            } else {
+                None
+            },
+            upsert_until: window.clone(),
+        };
+        Some(PendingCommit {
+            table: table.clone(),
+            schema: buffer.schema,
+            changes: buffer.changes,
+            rows: buffer.rows,
+            checkpoint,
+            window,
+        })
+    }
+
+    /// Records a durable commit.
+    fn committed(&mut self, c: Committed) {
+        // A commit at a complete position past the window closes it: every later change is past
+        // the window. (A copy batch never closes one: a window announced while it ran stays.)
+        if c.window.is_none() && !c.checkpoint.position.is_snapshot_incomplete() {
+            self.tables.upsert_until.remove(&c.table);
+        }
+        self.tables
+            .committed
+            .insert(c.table, Some(c.checkpoint.position));
+    }
+}
