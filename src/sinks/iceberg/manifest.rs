@@ -261,8 +261,8 @@ pub(crate) struct LiveFile {
     pub sequence: i64,
     /// The snapshot that added the file (inherited from the manifest when the entry has none).
     pub snapshot_id: i64,
-    /// Index into the manifests given to [`load_files`].
-    pub manifest: usize,
+    /// Path of the manifest that lists it (a rewrite of that manifest moves the entry).
+    pub manifest: Arc<str>,
 }
 
 /// The live data files and delete files of a snapshot.
@@ -279,7 +279,8 @@ pub(crate) async fn load_files(
     manifests: &[ManifestFile],
 ) -> Result<LiveFiles, SinkError> {
     let mut out = LiveFiles::default();
-    for (mi, m) in manifests.iter().enumerate() {
+    for m in manifests {
+        let manifest_path: Arc<str> = Arc::from(m.manifest_path.as_str());
         let bytes = read(warehouse, &m.manifest_path).await?;
         let manifest =
             Manifest::parse_avro(&bytes).map_err(ice(format!("parsing {}", m.manifest_path)))?;
@@ -288,7 +289,7 @@ pub(crate) async fn load_files(
                 sequence: e.sequence_number().unwrap_or(m.sequence_number),
                 snapshot_id: e.snapshot_id().unwrap_or(m.added_snapshot_id),
                 file: e.data_file().clone(),
-                manifest: mi,
+                manifest: Arc::clone(&manifest_path),
             };
             match e.content_type() {
                 DataContentType::Data => out.data.push(live),
