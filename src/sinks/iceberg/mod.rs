@@ -441,10 +441,9 @@ impl IcebergSink {
             );
         }
         added.extend(new_manifests);
-        let list_manifests = added.clone();
         let list = format!("{location}/metadata/snap-{snapshot_id}-1-{commit_id}.avro");
         let first_row_id = meta.next_row_id();
-        let added_rows = manifest::write_manifest_list(
+        let (added_rows, list_manifests) = manifest::write_manifest_list(
             &self.warehouse,
             &list,
             version,
