@@ -13,7 +13,8 @@
 //! the time to drain it after the last commit is printed separately.
 //!
 //! `cargo run --release --example sink_bench [-- [--transactions 1000] [--commit-rows 100000]
-//! [--sinks dv,equality,lsm] [--big-tx ROWS] [--dir DIR]]`. `--big-tx ROWS` instead commits one
+//! [--sinks dv,equality,lsm] [--big-tx ROWS] [--dir DIR] [--compaction-trigger N]]` (LSM's
+//! `compaction_trigger`, default 5 as in the daemon). `--big-tx ROWS` instead commits one
 //! transaction of ROWS inserts (the "one 1M-row transaction" goal). Asserts only the row count.
 
 use std::path::{Path, PathBuf};
@@ -149,7 +150,7 @@ fn rss_mib(field: &str) -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
-fn open_sink(kind: &str, dir: &Path) -> anyhow::Result<(Arc<dyn Sink>, Option<Arc<LsmSink>>)> {
+fn open_sink(kind: &str, dir: &Path, compaction_trigger: usize) -> anyhow::Result<(Arc<dyn Sink>, Option<Arc<LsmSink>>)> {
     let warehouse = format!("file://{}", dir.display());
     let iceberg = |delete_mode| -> anyhow::Result<Arc<dyn Sink>> {
         let config = IcebergConfig {
@@ -168,7 +169,7 @@ fn open_sink(kind: &str, dir: &Path) -> anyhow::Result<(Arc<dyn Sink>, Option<Ar
                 namespace: None,
                 buckets: 4,
                 merge_engine: MergeEngine::Deduplicate,
-                compaction_trigger: 5,
+                compaction_trigger,
                 snapshots_retained: 30,
                 snapshot_time_retained_ms: None,
                 deletion_vectors: false,
@@ -187,6 +188,7 @@ struct Args {
     big_tx: Option<i64>,
     dir: Option<PathBuf>,
     child: Option<String>,
+    compaction_trigger: usize,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -197,6 +199,7 @@ fn args() -> anyhow::Result<Args> {
         big_tx: None,
         dir: None,
         child: None,
+        compaction_trigger: 5,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -208,6 +211,7 @@ fn args() -> anyhow::Result<Args> {
             "--big-tx" => a.big_tx = Some(value()?.parse()?),
             "--dir" => a.dir = Some(PathBuf::from(value()?)),
             "--child" => a.child = Some(value()?),
+            "--compaction-trigger" => a.compaction_trigger = value()?.parse()?,
             other => anyhow::bail!("unknown argument {other}"),
         }
     }
@@ -217,7 +221,7 @@ fn args() -> anyhow::Result<Args> {
 /// Runs one sink in this process and prints one result line.
 async fn child(kind: &str, a: &Args, dir: &Path) -> anyhow::Result<()> {
     let schema = schema();
-    let (sink, lsm) = open_sink(kind, dir)?;
+    let (sink, lsm) = open_sink(kind, dir, a.compaction_trigger)?;
     let mut in_sink = Duration::ZERO;
     let mut slowest = Duration::ZERO;
     let mut commits = 0u64;
@@ -282,8 +286,16 @@ async fn child(kind: &str, a: &Args, dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // As the daemon does (src/malloc.rs).
+    cdcd::malloc::limit_arenas();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run())
+}
+
+async fn run() -> anyhow::Result<()> {
     let a = args()?;
     let tmp = tempfile::tempdir()?;
     let root = a.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
@@ -307,6 +319,7 @@ async fn main() -> anyhow::Result<()> {
         cmd.args(["--child", kind, "--dir"]).arg(&root);
         cmd.args(["--transactions", &a.transactions.to_string()]);
         cmd.args(["--commit-rows", &a.commit_rows.to_string()]);
+        cmd.args(["--compaction-trigger", &a.compaction_trigger.to_string()]);
         if let Some(rows) = a.big_tx {
             cmd.args(["--big-tx", &rows.to_string()]);
         }
