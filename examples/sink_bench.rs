@@ -58,7 +58,10 @@ fn schema() -> Arc<TableSchema> {
             col("c", DataType::Utf8),
             col("d", DataType::Decimal128(12, 2)),
             col("e", DataType::Float64),
-            col("f", DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()))),
+            col(
+                "f",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+            ),
             col("g", DataType::Boolean),
             col("h", DataType::Date32),
             col("i", DataType::Utf8),
@@ -67,10 +70,7 @@ fn schema() -> Arc<TableSchema> {
     })
 }
 
-fn typed<'a, T: 'static>(
-    b: &'a mut TableChangesBuilder,
-    col: usize,
-) -> anyhow::Result<&'a mut T> {
+fn typed<'a, T: 'static>(b: &'a mut TableChangesBuilder, col: usize) -> anyhow::Result<&'a mut T> {
     b.value(col)
         .and_then(|v| v.as_any_mut().downcast_mut::<T>())
         .ok_or_else(|| anyhow::anyhow!("column {col} has another builder"))
@@ -78,7 +78,12 @@ fn typed<'a, T: 'static>(
 
 /// Appends row `id` as pg_e2e.py's INSERT computes it; `updated` applies its UPDATE
 /// (`a + 1, c || 'u', e * 2`).
-fn row(b: &mut TableChangesBuilder, id: i64, updated: bool, text: &mut String) -> anyhow::Result<()> {
+fn row(
+    b: &mut TableChangesBuilder,
+    id: i64,
+    updated: bool,
+    text: &mut String,
+) -> anyhow::Result<()> {
     use std::fmt::Write;
     let bump = i32::from(updated);
     typed::<Int64Builder>(b, 0)?.append_value(id);
@@ -94,7 +99,11 @@ fn row(b: &mut TableChangesBuilder, id: i64, updated: bool, text: &mut String) -
     typed::<BooleanBuilder>(b, 7)?.append_value(id % 2 == 0);
     typed::<Date32Builder>(b, 8)?.append_value(DAY_2024 + (id % 365) as i32);
     text.clear();
-    write!(text, "{:032x}", (id as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835))?;
+    write!(
+        text,
+        "{:032x}",
+        (id as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835)
+    )?;
     typed::<StringBuilder>(b, 9)?.append_value(&*text);
     b.no_old_key()?;
     Ok(())
@@ -104,7 +113,11 @@ fn row(b: &mut TableChangesBuilder, id: i64, updated: bool, text: &mut String) -
 /// and deletes of the previous transaction's rows (of its own rows for the first). As in
 /// pg_e2e.py, the second transaction's deletes name rows the first already deleted: Postgres
 /// deletes nothing and sends nothing, so they are left out here too.
-fn transaction(schema: &Arc<TableSchema>, t: i64, text: &mut String) -> anyhow::Result<TableChanges> {
+fn transaction(
+    schema: &Arc<TableSchema>,
+    t: i64,
+    text: &mut String,
+) -> anyhow::Result<TableChanges> {
     let first = 1 + t * INSERTS;
     let lo = if t > 0 { first - INSERTS } else { first };
     let mut b = TableChangesBuilder::new(schema.clone(), (INSERTS + UPDATES + DELETES) as usize);
@@ -150,7 +163,11 @@ fn rss_mib(field: &str) -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
-fn open_sink(kind: &str, dir: &Path, compaction_trigger: usize) -> anyhow::Result<(Arc<dyn Sink>, Option<Arc<LsmSink>>)> {
+fn open_sink(
+    kind: &str,
+    dir: &Path,
+    compaction_trigger: usize,
+) -> anyhow::Result<(Arc<dyn Sink>, Option<Arc<LsmSink>>)> {
     let warehouse = format!("file://{}", dir.display());
     let iceberg = |delete_mode| -> anyhow::Result<Arc<dyn Sink>> {
         let config = IcebergConfig {
@@ -203,7 +220,10 @@ fn args() -> anyhow::Result<Args> {
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or_else(|| anyhow::anyhow!("{flag} needs a value"));
+        let mut value = || {
+            it.next()
+                .ok_or_else(|| anyhow::anyhow!("{flag} needs a value"))
+        };
         match flag.as_str() {
             "--transactions" => a.transactions = value()?.parse()?,
             "--commit-rows" => a.commit_rows = value()?.parse()?,
@@ -257,7 +277,8 @@ async fn child(kind: &str, a: &Args, dir: &Path) -> anyhow::Result<()> {
             slowest = slowest.max(took);
             t = end;
         }
-        expected_rows = (a.transactions * (INSERTS - DELETES) + DELETES.min(a.transactions - 1).max(0)) as u64;
+        expected_rows =
+            (a.transactions * (INSERTS - DELETES) + DELETES.min(a.transactions - 1).max(0)) as u64;
     }
     let peak = rss_mib("VmHWM:");
     let drained = match &lsm {

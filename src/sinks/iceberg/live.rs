@@ -197,8 +197,14 @@ mod tests {
     /// rewritten manifest point at it.
     #[test]
     fn advance_replaces_vectors_and_follows_rewrites() {
-        let dv_a = live(file("p1", DataContentType::PositionDeletes, Some("a")), "m-del");
-        let dv_b = live(file("p1", DataContentType::PositionDeletes, Some("b")), "m-del");
+        let dv_a = live(
+            file("p1", DataContentType::PositionDeletes, Some("a")),
+            "m-del",
+        );
+        let dv_b = live(
+            file("p1", DataContentType::PositionDeletes, Some("b")),
+            "m-del",
+        );
         let mut state = LiveState {
             snapshot_id: Some(1),
             manifests: Vec::new(),
