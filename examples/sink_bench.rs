@@ -70,7 +70,7 @@ fn schema() -> Arc<TableSchema> {
     })
 }
 
-fn typed<'a, T: 'static>(b: &'a mut TableChangesBuilder, col: usize) -> anyhow::Result<&'a mut T> {
+fn typed<T: 'static>(b: &mut TableChangesBuilder, col: usize) -> anyhow::Result<&mut T> {
     b.value(col)
         .and_then(|v| v.as_any_mut().downcast_mut::<T>())
         .ok_or_else(|| anyhow::anyhow!("column {col} has another builder"))
@@ -163,11 +163,11 @@ fn rss_mib(field: &str) -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
-fn open_sink(
-    kind: &str,
-    dir: &Path,
-    compaction_trigger: usize,
-) -> anyhow::Result<(Arc<dyn Sink>, Option<Arc<LsmSink>>)> {
+/// The sink to commit through, and the same sink as `LsmSink` when it is one (to wait for its
+/// compaction).
+type Opened = (Arc<dyn Sink>, Option<Arc<LsmSink>>);
+
+fn open_sink(kind: &str, dir: &Path, compaction_trigger: usize) -> anyhow::Result<Opened> {
     let warehouse = format!("file://{}", dir.display());
     let iceberg = |delete_mode| -> anyhow::Result<Arc<dyn Sink>> {
         let config = IcebergConfig {

@@ -105,10 +105,11 @@ impl LiveState {
             self.dvs.clear();
         }
         // Entries carried into a rewritten manifest now live there.
-        let moved = |f: &mut LiveFile| match p.rewritten.get(&*f.manifest) {
-            Some(Some(new)) => f.manifest = Arc::clone(new),
-            // A manifest rewritten to nothing held only removed entries (dropped below).
-            Some(None) | None => {}
+        // (A manifest rewritten to nothing held only entries this commit removed.)
+        let moved = |f: &mut LiveFile| {
+            if let Some(Some(new)) = p.rewritten.get(&*f.manifest) {
+                f.manifest = Arc::clone(new);
+            }
         };
         self.files.data.iter_mut().for_each(moved);
         self.files.equality_deletes.iter_mut().for_each(moved);

@@ -257,17 +257,15 @@ impl IcebergSink {
                 let keys =
                     writer::key_batch(changes, &plan.lookups, &schema.primary_key, &keys_schema)
                         .map_err(arrow("gathering lookup keys"))?;
-                let at = IndexLocator::new(ti, &files, &live_dvs)
-                    .locate(&keys)
-                    .await?;
+                let at = IndexLocator::new(ti, files, live_dvs).locate(&keys).await?;
                 Some(lookup::fetch(&self.warehouse, schema, &keys, &at).await?)
             }
             (false, None) => Some(
                 lookup::lookup(
                     &self.warehouse,
                     schema,
-                    &files,
-                    &live_dvs,
+                    files,
+                    live_dvs,
                     changes,
                     &plan.lookups,
                 )
@@ -289,11 +287,7 @@ impl IcebergSink {
             _ => None,
         };
         let located = match (table_index, &removed_keys) {
-            (Some(ti), Some(keys)) => {
-                IndexLocator::new(ti, &files, &live_dvs)
-                    .locate(keys)
-                    .await?
-            }
+            (Some(ti), Some(keys)) => IndexLocator::new(ti, files, live_dvs).locate(keys).await?,
             _ => Vec::new(),
         };
 
