@@ -24,6 +24,7 @@ pub mod changelog;
 pub mod checkpoint;
 pub mod commands;
 pub mod config;
+pub mod malloc;
 pub mod metrics;
 pub mod pipeline;
 pub mod sinks;

@@ -63,6 +63,8 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.log_format);
+    // Before any worker thread exists (src/malloc.rs says why).
+    cdcd::malloc::limit_arenas();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -171,8 +171,10 @@ async fn put(warehouse: &Warehouse, location: &str, bytes: Bytes) -> Result<(), 
 }
 
 /// Writes the manifest list of a new snapshot. For v3, `first_row_id` is the table's
-/// `next-row-id`: new data manifests get row ids from it (Iceberg spec, "Row Lineage"), and the
-/// returned value is the number of row ids assigned (the snapshot's `added-rows`).
+/// `next-row-id`: new data manifests get row ids from it (Iceberg spec, "Row Lineage"). Returns
+/// the number of row ids assigned (the snapshot's `added-rows`) and the manifests as the list
+/// holds them, with the sequence numbers and first row ids the writer assigned (parsed back from
+/// the bytes written, so a cached copy equals what a reader of the list sees).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn write_manifest_list(
     warehouse: &Warehouse,
@@ -183,11 +185,13 @@ pub(crate) async fn write_manifest_list(
     sequence: i64,
     first_row_id: u64,
     manifests: Vec<ManifestFile>,
-) -> Result<u64, SinkError> {
+) -> Result<(u64, Vec<ManifestFile>), SinkError> {
+    let written = Arc::new(std::sync::Mutex::new(Bytes::new()));
     let out = StoreWrite {
         store: warehouse.store().clone(),
         path: warehouse.path(location)?,
         buf: Vec::new(),
+        written: Arc::clone(&written),
     };
     let mut writer = match version {
         FormatVersion::V3 => ManifestListWriter::v3(
@@ -209,14 +213,19 @@ pub(crate) async fn write_manifest_list(
         .close()
         .await
         .map_err(ice(format!("writing {location}")))?;
-    Ok(added_rows)
+    let bytes = written.lock().map(|b| b.clone()).unwrap_or_default();
+    let list = ManifestList::parse_with_version(&bytes, version)
+        .map_err(ice(format!("parsing back {location}")))?;
+    Ok((added_rows, list.consume_entries().into_iter().collect()))
 }
 
-/// An iceberg `FileWrite` that buffers and puts the whole object on close.
+/// An iceberg `FileWrite` that buffers, puts the whole object on close, and leaves the bytes in
+/// `written`.
 struct StoreWrite {
     store: Arc<dyn ObjectStore>,
     path: Path,
     buf: Vec<u8>,
+    written: Arc<std::sync::Mutex<Bytes>>,
 }
 
 #[async_trait::async_trait]
@@ -228,6 +237,9 @@ impl FileWrite for StoreWrite {
 
     async fn close(&mut self) -> iceberg::Result<()> {
         let bytes = Bytes::from(std::mem::take(&mut self.buf));
+        if let Ok(mut w) = self.written.lock() {
+            *w = bytes.clone();
+        }
         self.store
             .put(&self.path, PutPayload::from_bytes(bytes))
             .await
@@ -261,8 +273,8 @@ pub(crate) struct LiveFile {
     pub sequence: i64,
     /// The snapshot that added the file (inherited from the manifest when the entry has none).
     pub snapshot_id: i64,
-    /// Index into the manifests given to [`load_files`].
-    pub manifest: usize,
+    /// Path of the manifest that lists it (a rewrite of that manifest moves the entry).
+    pub manifest: Arc<str>,
 }
 
 /// The live data files and delete files of a snapshot.
@@ -279,7 +291,8 @@ pub(crate) async fn load_files(
     manifests: &[ManifestFile],
 ) -> Result<LiveFiles, SinkError> {
     let mut out = LiveFiles::default();
-    for (mi, m) in manifests.iter().enumerate() {
+    for m in manifests {
+        let manifest_path: Arc<str> = Arc::from(m.manifest_path.as_str());
         let bytes = read(warehouse, &m.manifest_path).await?;
         let manifest =
             Manifest::parse_avro(&bytes).map_err(ice(format!("parsing {}", m.manifest_path)))?;
@@ -288,7 +301,7 @@ pub(crate) async fn load_files(
                 sequence: e.sequence_number().unwrap_or(m.sequence_number),
                 snapshot_id: e.snapshot_id().unwrap_or(m.added_snapshot_id),
                 file: e.data_file().clone(),
-                manifest: mi,
+                manifest: Arc::clone(&manifest_path),
             };
             match e.content_type() {
                 DataContentType::Data => out.data.push(live),

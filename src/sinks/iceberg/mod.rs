@@ -7,10 +7,11 @@
 //! iceberg-rust's `Transaction` can only fast-append, so cdcd owns the commit (DESIGN.md): it
 //! writes manifests, the manifest list and `v<N+1>.metadata.json` itself, create-if-absent.
 //!
-//! Layout by role: `schema.rs` (types and field ids), `plan.rs` (pure: what to write),
-//! `lookup.rs` (current rows to complete partial updates), `pk_index.rs` + `locator.rs` (v3:
-//! where each key's row is), `dv.rs` (deletion vectors), `writer.rs` (Parquet files),
-//! `manifest.rs` (Avro manifests and lists), `metadata.rs` (find the newest metadata),
+//! Layout by role: `schema.rs` (types and field ids), `input.rs` (checks of a commit's batches),
+//! `plan.rs` (pure: what to write), `live.rs` (the snapshot's files and vectors, cached between
+//! commits), `lookup.rs` (current rows to complete partial updates), `pk_index.rs` +
+//! `locator.rs` (v3: where each key's row is), `dv.rs` (deletion vectors), `writer.rs` (Parquet
+//! files), `manifest.rs` (Avro manifests and lists), `metadata.rs` (find the newest metadata),
 //! `commit.rs` (publish). Tables live at `<warehouse>/<namespace>/<table>/` so any engine finds
 //! them without cdcd (DESIGN.md, "Where tables live").
 
@@ -18,7 +19,7 @@
 // there would change the shared seam, so the lint is allowed for this sink.
 #![allow(clippy::result_large_err)]
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -33,6 +34,8 @@ use crate::storage::Warehouse;
 mod commit;
 pub mod deletion_vector;
 mod dv;
+mod input;
+mod live;
 mod locator;
 mod lookup;
 mod manifest;
@@ -45,11 +48,12 @@ mod summary;
 mod window;
 mod writer;
 
-use dv::LiveDvs;
+use input::{check_batches, plan_error};
+use live::{LiveState, Published};
 use locator::{IndexLocator, RowLocator};
 use metadata::Loaded;
 use pk_index::TableIndex;
-use plan::{FileLimits, KeyRef, PlanError};
+use plan::FileLimits;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -68,13 +72,23 @@ pub struct IcebergSink {
     /// existing table keeps its format: the commit path follows the table's, not the config's.
     format: FormatVersion,
     tables: Mutex<HashMap<TableId, Arc<Loaded>>>,
-    /// Primary-key index of each v3 table, opened at its first commit. The async mutex is held
-    /// for a whole commit of that table (commits of one table are sequential anyway); `None`
-    /// until opened, and again after an index error (the next commit reopens and replays).
-    indexes: Mutex<HashMap<TableId, IndexSlot>>,
+    /// What each table's commits keep between them (live.rs, pk_index.rs). The async mutex is
+    /// held for a whole commit of that table (commits of one table are sequential anyway).
+    slots: Mutex<HashMap<TableId, Slot>>,
 }
 
-type IndexSlot = Arc<tokio::sync::Mutex<Option<TableIndex>>>;
+type Slot = Arc<tokio::sync::Mutex<TableSlot>>;
+
+/// A table's state cached between commits; each part is reread when it does not describe the
+/// snapshot a commit builds on.
+#[derive(Default)]
+struct TableSlot {
+    /// Primary-key index of a v3 table, opened at its first commit; `None` until then, and again
+    /// after an index error (the next commit reopens and replays).
+    index: Option<TableIndex>,
+    /// Manifests, live files and vectors of the snapshot the last commit made or read.
+    live: Option<LiveState>,
+}
 
 impl IcebergSink {
     /// A sink for `config`'s warehouse, writing checkpoints of `pipeline`.
@@ -89,7 +103,7 @@ impl IcebergSink {
                 DeleteMode::Equality => FormatVersion::V2,
             },
             tables: Mutex::new(HashMap::new()),
-            indexes: Mutex::new(HashMap::new()),
+            slots: Mutex::new(HashMap::new()),
         })
     }
 
@@ -125,8 +139,8 @@ impl IcebergSink {
         }
     }
 
-    fn index_slot(&self, table: &TableId) -> IndexSlot {
-        let mut slots = self.indexes.lock().unwrap_or_else(|e| e.into_inner());
+    fn table_slot(&self, table: &TableId) -> Slot {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         Arc::clone(slots.entry(table.clone()).or_default())
     }
 
@@ -203,56 +217,37 @@ impl IcebergSink {
         let parent = meta.current_snapshot().cloned();
         let version = meta.format_version();
         let v3 = version >= FormatVersion::V3;
-        // v3 tables locate rows through the primary-key index, held for the whole commit.
-        let slot = if v3 {
-            Some(self.index_slot(table))
-        } else {
-            None
-        };
-        let mut index = match &slot {
-            Some(s) => Some(s.lock().await),
-            None => None,
-        };
+        // The table's cached state (live files, vectors, index), held for the whole commit.
+        let slot = self.table_slot(table);
+        let mut guard = slot.lock().await;
+        let TableSlot { index, live } = &mut *guard;
         // An open index that does not cover the snapshot this commit builds on (a publish whose
         // outcome was unknown landed after all, or another writer committed) is reopened from
-        // storage and caught up, like after a restart.
+        // storage and caught up, like after a restart; the live state is reread likewise.
         let current = meta.current_snapshot().map(|s| s.snapshot_id());
-        if let Some(slot) = index.as_mut() {
-            if slot.as_ref().is_some_and(|i| i.covers() != current) {
-                **slot = None;
-            }
+        if index.as_ref().is_some_and(|i| i.covers() != current) {
+            *index = None;
         }
-        let index_closed = index.as_ref().is_some_and(|i| i.is_none());
-        let manifests = match &parent {
-            Some(s) => {
-                manifest::load_manifests(&self.warehouse, s.manifest_list(), version).await?
-            }
-            None => Vec::new(),
+        let state = match live {
+            Some(state) if state.describes(meta) => state,
+            _ => live.insert(LiveState::load(&self.warehouse, table, meta).await?),
         };
-        // Live files are needed to complete partial updates and, for DVs, to locate rows.
-        let needs_files =
-            !plan.lookups.is_empty() || (v3 && (!plan.equality_deletes.is_empty() || index_closed));
-        let (files, live_dvs) = if needs_files {
-            let files = manifest::load_files(&self.warehouse, &manifests).await?;
-            let dvs = if v3 {
-                dv::load_dvs(&self.warehouse, table, &files).await?
-            } else {
-                LiveDvs::new()
-            };
-            (files, dvs)
-        } else {
-            (manifest::LiveFiles::default(), LiveDvs::new())
-        };
-        if let Some(slot) = index.as_mut() {
-            if slot.is_none() {
-                let location = self.index_location(table);
-                let opened =
-                    TableIndex::open(&self.warehouse, &location, schema, meta, &files, &live_dvs)
-                        .await?;
-                **slot = Some(opened);
-            }
+        if v3 && index.is_none() {
+            let location = self.index_location(table);
+            let opened = TableIndex::open(
+                &self.warehouse,
+                &location,
+                schema,
+                meta,
+                &state.files,
+                &state.dvs,
+            )
+            .await?;
+            *index = Some(opened);
         }
-        let table_index = index.as_ref().and_then(|i| i.as_ref());
+        let files = &state.files;
+        let live_dvs = &state.dvs;
+        let table_index = index.as_ref();
         let arrow = |what: &str| {
             let context = format!("{what} of {table}");
             move |source| SinkError::Arrow { context, source }
@@ -265,17 +260,15 @@ impl IcebergSink {
                 let keys =
                     writer::key_batch(changes, &plan.lookups, &schema.primary_key, &keys_schema)
                         .map_err(arrow("gathering lookup keys"))?;
-                let at = IndexLocator::new(ti, &files, &live_dvs)
-                    .locate(&keys)
-                    .await?;
+                let at = IndexLocator::new(ti, files, live_dvs).locate(&keys).await?;
                 Some(lookup::fetch(&self.warehouse, schema, &keys, &at, &droppable).await?)
             }
             (false, None) => Some(
                 lookup::lookup(
                     &self.warehouse,
                     schema,
-                    &files,
-                    &live_dvs,
+                    files,
+                    live_dvs,
                     changes,
                     &plan.lookups,
                     &droppable,
@@ -309,11 +302,7 @@ impl IcebergSink {
             _ => None,
         };
         let located = match (table_index, &removed_keys) {
-            (Some(ti), Some(keys)) => {
-                IndexLocator::new(ti, &files, &live_dvs)
-                    .locate(keys)
-                    .await?
-            }
+            (Some(ti), Some(keys)) => IndexLocator::new(ti, files, live_dvs).locate(keys).await?,
             _ => Vec::new(),
         };
 
@@ -345,17 +334,18 @@ impl IcebergSink {
         let deleted_rows;
         // Data files whose live DV this commit replaces with a merged one.
         let mut replaced: HashSet<String> = HashSet::new();
+        let mut vectors = BTreeMap::new();
         if v3 {
             let mut new_dvs = dv::NewDvs::default();
             for addr in located.iter().flatten() {
-                new_dvs.delete(table, &addr.file, addr.pos, &live_dvs)?;
+                new_dvs.delete(table, &addr.file, addr.pos, live_dvs)?;
             }
             for &(f, pos) in &plan.position_deletes {
                 if let Some(path) = paths.get(f as usize) {
-                    new_dvs.delete(table, path, u64::from(pos), &live_dvs)?;
+                    new_dvs.delete(table, path, u64::from(pos), live_dvs)?;
                 }
             }
-            new_dvs.merge_live(&live_dvs);
+            new_dvs.merge_live(live_dvs);
             deleted_rows = new_dvs.deleted;
             replaced.extend(
                 new_dvs
@@ -364,15 +354,15 @@ impl IcebergSink {
                     .filter(|f| live_dvs.contains_key(*f))
                     .cloned(),
             );
-            // One Puffin file per vector. With several blobs in one Puffin file (as Iceberg-Java
-            // writes), DuckDB 1.5.5 applied a neighbouring blob to the wrong data file after a
-            // commit that added one vector and replaced others (Spark and pyiceberg read the same
-            // table right); one blob per file sidesteps it at the cost of more small files.
-            for (i, (file, vector)) in new_dvs.dvs.iter().enumerate() {
-                let path = format!("{location}/data/{commit_id}-dv-{i:05}.puffin");
-                let one = std::collections::BTreeMap::from([(file.clone(), vector.clone())]);
-                delete_files.extend(dv::write_puffin(&self.warehouse, table, &path, &one).await?);
+            // All of a commit's vectors go into one Puffin file, as Iceberg-Java writes them:
+            // each delete-manifest entry names its blob by `content_offset` and
+            // `content_size_in_bytes` (spec, "Deletion Vectors"), so one file serves many.
+            if !new_dvs.dvs.is_empty() {
+                let path = format!("{location}/data/{commit_id}-dv.puffin");
+                delete_files
+                    .extend(dv::write_puffin(&self.warehouse, table, &path, &new_dvs.dvs).await?);
             }
+            vectors = new_dvs.dvs;
         } else {
             deleted_rows = (plan.position_deletes.len() + plan.equality_deletes.len()) as u64;
             writer::write_v2_deletes(
@@ -399,30 +389,35 @@ impl IcebergSink {
         };
         let mut new_manifests = Vec::new();
         let mut removed_deletes = Vec::new();
-        // Manifests that list a replaced DV are rewritten with that entry DELETED.
-        let rewrite: HashSet<usize> = replaced
+        // Manifests that list a replaced DV are rewritten without that entry.
+        let rewrite: HashSet<&str> = replaced
             .iter()
-            .filter_map(|f| live_dvs.get(f).map(|d| d.entry.manifest))
+            .filter_map(|f| live_dvs.get(f).map(|d| &*d.entry.manifest))
             .collect();
+        let mut rewritten = HashMap::new();
         if !plan.truncate {
-            for (i, m) in manifests.into_iter().enumerate() {
-                if !rewrite.contains(&i) {
+            for (i, m) in state.manifests.iter().enumerate() {
+                if !rewrite.contains(m.manifest_path.as_str()) {
                     // A manifest left with no live entry is dropped, not carried forward.
                     if m.has_added_files() || m.has_existing_files() {
-                        new_manifests.push(m);
+                        new_manifests.push(m.clone());
                     }
                     continue;
                 }
                 let path = format!("{location}/metadata/{commit_id}-r{i}.avro");
-                let (rewritten, removed) =
-                    manifest::rewrite_manifest(&self.warehouse, path, &target(true), &m, |f| {
+                let (kept, removed) =
+                    manifest::rewrite_manifest(&self.warehouse, path, &target(true), m, |f| {
                         f.content_type() == DataContentType::PositionDeletes
                             && f.referenced_data_file()
                                 .is_some_and(|r| replaced.contains(&r))
                     })
                     .await?;
                 removed_deletes.extend(removed);
-                new_manifests.extend(rewritten);
+                rewritten.insert(
+                    m.manifest_path.clone(),
+                    kept.as_ref().map(|k| Arc::from(k.manifest_path.as_str())),
+                );
+                new_manifests.extend(kept);
             }
         }
         let summary = summary::summary(
@@ -435,6 +430,9 @@ impl IcebergSink {
             parent.as_deref(),
             checkpoint,
         );
+        // What the cached state needs after the publish (a few entries per commit).
+        let (added_data, added_deletes) = (data_files.clone(), delete_files.clone());
+        let mut added_paths: [Option<Arc<str>>; 2] = [None, None];
         // New manifests first: readers see this commit's files before the carried-over ones.
         let mut added = Vec::new();
         for (n, (files, deletes)) in [(data_files, false), (delete_files, true)]
@@ -445,6 +443,9 @@ impl IcebergSink {
                 continue;
             }
             let path = format!("{location}/metadata/{commit_id}-m{n}.avro");
+            if let Some(p) = added_paths.get_mut(n) {
+                *p = Some(Arc::from(path.as_str()));
+            }
             added.push(
                 manifest::write_manifest(&self.warehouse, path, &target(deletes), sequence, files)
                     .await?,
@@ -453,7 +454,7 @@ impl IcebergSink {
         added.extend(new_manifests);
         let list = format!("{location}/metadata/snap-{snapshot_id}-1-{commit_id}.avro");
         let first_row_id = meta.next_row_id();
-        let added_rows = manifest::write_manifest_list(
+        let (added_rows, list_manifests) = manifest::write_manifest_list(
             &self.warehouse,
             &list,
             version,
@@ -497,11 +498,25 @@ impl IcebergSink {
                 metadata: next,
             })),
         );
+        let [data_manifest, delete_manifest] = added_paths;
+        state.advance(Published {
+            snapshot_id,
+            sequence,
+            truncate: plan.truncate,
+            manifests: list_manifests,
+            data: added_data,
+            data_manifest,
+            deletes: added_deletes,
+            delete_manifest,
+            rewritten,
+            replaced: &replaced,
+            vectors,
+        });
         // The snapshot is durable: a failure from here on must not fail the commit (the caller
         // would retry changes the table already holds). The index is dropped instead, and the
         // next commit reopens it and replays this snapshot (pk_index.rs, recovery).
-        if let Some(slot) = index.as_mut() {
-            if let Some(ti) = slot.as_mut() {
+        {
+            if let Some(ti) = index.as_mut() {
                 let recorded = ti
                     .record(
                         schema,
@@ -514,7 +529,7 @@ impl IcebergSink {
                     .await;
                 if let Err(e) = recorded {
                     tracing::warn!(table = %table, error = %e, "cannot update the primary-key index; it will be caught up from the table at the next commit");
-                    **slot = None;
+                    *index = None;
                 }
             }
         }
@@ -593,74 +608,5 @@ fn fresh_snapshot_id(meta: &iceberg::spec::TableMetadata) -> i64 {
         if id != 0 && meta.snapshot_by_id(id).is_none() {
             return id;
         }
-    }
-}
-
-/// Every batch must have the columns and types of `schema` (the writer gathers across batches).
-fn check_batches(schema: &TableSchema, changes: &[TableChanges]) -> Result<(), SinkError> {
-    let rows = TableChanges::rows_schema(schema);
-    let keys = TableChanges::keys_schema(schema);
-    let same = |a: &arrow_schema::Schema, b: &arrow_schema::Schema| {
-        a.fields().len() == b.fields().len()
-            && a.fields()
-                .iter()
-                .zip(b.fields())
-                .all(|(x, y)| x.data_type() == y.data_type())
-    };
-    for c in changes {
-        if !same(&c.rows.schema(), &rows) || !same(&c.old_keys.schema(), &keys) {
-            return Err(SinkError::SchemaChanged {
-                table: schema.id.clone(),
-                detail: format!(
-                    "a change batch has columns ({}) but the table has ({})",
-                    c.schema
-                        .columns
-                        .iter()
-                        .map(|c| format!("{} {}", c.name, c.data_type))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    schema
-                        .columns
-                        .iter()
-                        .map(|c| format!("{} {}", c.name, c.data_type))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            });
-        }
-        if c.ops.len() != c.rows.num_rows() || c.key_changed.len() != c.rows.num_rows() {
-            return Err(SinkError::Data {
-                table: schema.id.clone(),
-                detail: "a change batch's ops, rows and key flags differ in length".into(),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// A planning error as a sink error naming the table and key.
-fn plan_error(schema: &TableSchema, changes: &[TableChanges], e: PlanError) -> SinkError {
-    let key_text = |k: KeyRef| {
-        writer::key_batch(
-            changes,
-            &[k],
-            &schema.primary_key,
-            &TableChanges::keys_schema(schema),
-        )
-        .map(|b| lookup::key_text(&b, 0))
-        .unwrap_or_else(|_| "?".into())
-    };
-    let detail = match &e {
-        PlanError::NullKey { key } => format!("{e} (key {})", key_text(*key)),
-        PlanError::Incomplete { key, column } => format!(
-            "{e} (key {}, column {})",
-            key_text(*key),
-            schema.columns.get(*column).map_or("?", |c| c.name.as_str())
-        ),
-        PlanError::Arrow(_) | PlanError::TooLarge => e.to_string(),
-    };
-    SinkError::Data {
-        table: schema.id.clone(),
-        detail,
     }
 }

@@ -189,7 +189,8 @@ pub fn plan(
             .iter()
             .map(|c| c.rows.get_array_memory_size() / c.len().max(1))
             .collect(),
-        slots: HashMap::new(),
+        // Sized for one key per change up front: growing it rehashed every key several times.
+        slots: HashMap::with_capacity(changes.iter().map(TableChanges::len).sum()),
         appended: Vec::new(),
         cells: Vec::new(),
         open: Vec::new(),

@@ -1,0 +1,262 @@
+//! What a commit needs to know about the snapshot it builds on — the snapshot's manifests, its
+//! live data and delete files, and the live deletion vector of each data file — kept between
+//! commits instead of being reread by each one.
+//!
+//! Where it sits: `mod.rs` takes a table's [`LiveState`] at the start of a commit (with the
+//! primary-key index, under the same per-table lock), hands its files and vectors to the locator,
+//! the lookup and the DV merge, and after a successful publish [`LiveState::advance`]s it to the
+//! new snapshot from what the commit itself wrote, without reading anything back.
+//!
+//! Why it stays correct: a state names the snapshot it describes. It is used only when that is
+//! the current snapshot of the metadata the commit builds on; otherwise (first commit in this
+//! process, a crash and restart, another writer's commit, a publish whose outcome was unknown)
+//! [`LiveState::load`] reads the manifest list, every manifest and every live vector, as every
+//! commit used to. The metadata a commit builds on is itself checked at publish time: the
+//! create-if-absent of `v<N+1>.metadata.json` fails if anyone else committed version N+1, and the
+//! sink then reloads the metadata, whose new current snapshot no longer matches the state.
+//!
+//! Cost of a cold load (per table, once per process): one GET of the manifest list, one per
+//! manifest, one ranged GET per live deletion vector. Memory: one `DataFile` per live file and
+//! each live vector (a Roaring bitmap: a few bytes per deleted row at worst).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use iceberg::spec::{DataContentType, DataFile, ManifestFile, TableMetadata};
+
+use super::deletion_vector::DeletionVector;
+use super::dv::{self, LiveDv, LiveDvs};
+use super::manifest::{self, LiveFile, LiveFiles};
+use crate::changelog::TableId;
+use crate::sinks::SinkError;
+use crate::storage::Warehouse;
+
+/// A snapshot's manifests, live files and live deletion vectors.
+#[derive(Debug, Default)]
+pub(crate) struct LiveState {
+    /// The snapshot described (`None`: the table has no snapshot yet).
+    pub snapshot_id: Option<i64>,
+    /// The snapshot's manifest list, in order.
+    pub manifests: Vec<ManifestFile>,
+    pub files: LiveFiles,
+    /// Format v3 only (empty for v2 tables).
+    pub dvs: LiveDvs,
+}
+
+/// What a published commit changed, as `mod.rs` wrote it.
+pub(crate) struct Published<'a> {
+    pub snapshot_id: i64,
+    /// The commit's data sequence number.
+    pub sequence: i64,
+    /// The commit dropped every earlier data and delete file.
+    pub truncate: bool,
+    /// The new snapshot's manifest list, in order.
+    pub manifests: Vec<ManifestFile>,
+    /// Data files added, and the manifest listing them.
+    pub data: Vec<DataFile>,
+    pub data_manifest: Option<Arc<str>>,
+    /// Delete files added (DVs or v2 delete files), and the manifest listing them.
+    pub deletes: Vec<DataFile>,
+    pub delete_manifest: Option<Arc<str>>,
+    /// Manifests rewritten by this commit: old path → new path (`None`: nothing was left).
+    pub rewritten: HashMap<String, Option<Arc<str>>>,
+    /// Data files whose deletion vector this commit replaced.
+    pub replaced: &'a HashSet<String>,
+    /// The vectors this commit wrote (already merged with the ones they replace), by data file.
+    pub vectors: BTreeMap<String, DeletionVector>,
+}
+
+impl LiveState {
+    /// Reads the state of `meta`'s current snapshot from storage.
+    pub async fn load(
+        warehouse: &Warehouse,
+        table: &TableId,
+        meta: &TableMetadata,
+    ) -> Result<LiveState, SinkError> {
+        let Some(snapshot) = meta.current_snapshot() else {
+            return Ok(LiveState::default());
+        };
+        let version = meta.format_version();
+        let manifests =
+            manifest::load_manifests(warehouse, snapshot.manifest_list(), version).await?;
+        let files = manifest::load_files(warehouse, &manifests).await?;
+        let dvs = if version >= iceberg::spec::FormatVersion::V3 {
+            dv::load_dvs(warehouse, table, &files).await?
+        } else {
+            LiveDvs::new()
+        };
+        Ok(LiveState {
+            snapshot_id: Some(snapshot.snapshot_id()),
+            manifests,
+            files,
+            dvs,
+        })
+    }
+
+    /// Whether this state describes the current snapshot of `meta`.
+    pub fn describes(&self, meta: &TableMetadata) -> bool {
+        self.snapshot_id == meta.current_snapshot().map(|s| s.snapshot_id())
+    }
+
+    /// Moves the state to the snapshot `p` describes, which was built on this one.
+    pub fn advance(&mut self, p: Published<'_>) {
+        if p.truncate {
+            self.files = LiveFiles::default();
+            self.dvs.clear();
+        }
+        // Entries carried into a rewritten manifest now live there.
+        // (A manifest rewritten to nothing held only entries this commit removed.)
+        let moved = |f: &mut LiveFile| {
+            if let Some(Some(new)) = p.rewritten.get(&*f.manifest) {
+                f.manifest = Arc::clone(new);
+            }
+        };
+        self.files.data.iter_mut().for_each(moved);
+        self.files.equality_deletes.iter_mut().for_each(moved);
+        let replaced = |f: &LiveFile| {
+            f.file
+                .referenced_data_file()
+                .is_some_and(|r| p.replaced.contains(&r))
+        };
+        self.files.position_deletes.retain(|f| !replaced(f));
+        self.files.position_deletes.iter_mut().for_each(moved);
+        for d in self.dvs.values_mut() {
+            moved(&mut d.entry);
+        }
+        let live = |file: DataFile, manifest: &Option<Arc<str>>| LiveFile {
+            file,
+            sequence: p.sequence,
+            snapshot_id: p.snapshot_id,
+            manifest: manifest.clone().unwrap_or_else(|| Arc::from("")),
+        };
+        for f in p.data {
+            self.files.data.push(live(f, &p.data_manifest));
+        }
+        let mut vectors = p.vectors;
+        for f in p.deletes {
+            let entry = live(f, &p.delete_manifest);
+            match entry.file.content_type() {
+                DataContentType::EqualityDeletes => self.files.equality_deletes.push(entry),
+                DataContentType::PositionDeletes => {
+                    let vector = entry
+                        .file
+                        .referenced_data_file()
+                        .and_then(|r| vectors.remove(&r).map(|v| (r, v)));
+                    if let Some((data_file, dv)) = vector {
+                        self.dvs.insert(
+                            data_file,
+                            LiveDv {
+                                entry: entry.clone(),
+                                dv,
+                            },
+                        );
+                    }
+                    self.files.position_deletes.push(entry);
+                }
+                DataContentType::Data => self.files.data.push(entry),
+            }
+        }
+        self.manifests = p.manifests;
+        self.snapshot_id = Some(p.snapshot_id);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use iceberg::spec::{DataFileBuilder, DataFileFormat, Struct};
+
+    fn file(path: &str, content: DataContentType, referenced: Option<&str>) -> DataFile {
+        DataFileBuilder::default()
+            .content(content)
+            .file_path(path.to_owned())
+            .file_format(if referenced.is_some() {
+                DataFileFormat::Puffin
+            } else {
+                DataFileFormat::Parquet
+            })
+            .partition(Struct::empty())
+            .partition_spec_id(0)
+            .record_count(1)
+            .file_size_in_bytes(10)
+            .referenced_data_file(referenced.map(str::to_owned))
+            .build()
+            .unwrap()
+    }
+
+    fn live(f: DataFile, manifest: &str) -> LiveFile {
+        LiveFile {
+            file: f,
+            sequence: 1,
+            snapshot_id: 1,
+            manifest: Arc::from(manifest),
+        }
+    }
+
+    /// A replaced vector leaves, the merged one takes its place, and entries carried into a
+    /// rewritten manifest point at it.
+    #[test]
+    fn advance_replaces_vectors_and_follows_rewrites() {
+        let dv_a = live(
+            file("p1", DataContentType::PositionDeletes, Some("a")),
+            "m-del",
+        );
+        let dv_b = live(
+            file("p1", DataContentType::PositionDeletes, Some("b")),
+            "m-del",
+        );
+        let mut state = LiveState {
+            snapshot_id: Some(1),
+            manifests: Vec::new(),
+            files: LiveFiles {
+                data: vec![live(file("a", DataContentType::Data, None), "m-data")],
+                position_deletes: vec![dv_a.clone(), dv_b.clone()],
+                equality_deletes: Vec::new(),
+            },
+            dvs: LiveDvs::from([
+                (
+                    "a".to_owned(),
+                    LiveDv {
+                        entry: dv_a,
+                        dv: DeletionVector::from_positions([1]).unwrap(),
+                    },
+                ),
+                (
+                    "b".to_owned(),
+                    LiveDv {
+                        entry: dv_b,
+                        dv: DeletionVector::from_positions([2]).unwrap(),
+                    },
+                ),
+            ]),
+        };
+        let replaced = HashSet::from(["a".to_owned()]);
+        let merged = DeletionVector::from_positions([1, 5]).unwrap();
+        state.advance(Published {
+            snapshot_id: 2,
+            sequence: 2,
+            truncate: false,
+            manifests: Vec::new(),
+            data: vec![file("c", DataContentType::Data, None)],
+            data_manifest: Some(Arc::from("m0")),
+            deletes: vec![file("p2", DataContentType::PositionDeletes, Some("a"))],
+            delete_manifest: Some(Arc::from("m1")),
+            rewritten: HashMap::from([("m-del".to_owned(), Some(Arc::from("m-del-r")))]),
+            replaced: &replaced,
+            vectors: BTreeMap::from([("a".to_owned(), merged.clone())]),
+        });
+        assert_eq!(state.snapshot_id, Some(2));
+        assert_eq!(state.files.data.len(), 2);
+        let paths: Vec<(&str, &str)> = state
+            .files
+            .position_deletes
+            .iter()
+            .map(|f| (f.file.file_path(), &*f.manifest))
+            .collect();
+        assert_eq!(paths, vec![("p1", "m-del-r"), ("p2", "m1")]);
+        assert_eq!(state.dvs["a"].dv, merged);
+        assert_eq!(state.dvs["a"].entry.file.file_path(), "p2");
+        assert_eq!(&*state.dvs["b"].entry.manifest, "m-del-r");
+    }
+}
