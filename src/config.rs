@@ -108,6 +108,12 @@ pub struct RawSource {
     /// "null" (default) or "error" (stop the pipeline, naming the table and column).
     #[serde(default)]
     pub zero_date: Option<String>,
+    /// MySQL, with `snapshot = "never"`: where a pipeline whose tables have no checkpoint yet
+    /// starts streaming (a MariaDB GTID list `0-1-42`, a MySQL GTID set `uuid:1-42`, or
+    /// `binlog.000003:4711`), instead of the server's current position. A committed checkpoint
+    /// always wins. Used to replay a known binlog range (bench/mysql_e2e.py).
+    #[serde(default)]
+    pub start_position: Option<String>,
 }
 
 impl fmt::Debug for RawSource {
@@ -348,6 +354,8 @@ pub struct MySqlConfig {
     pub zero_date: ZeroDate,
     /// TLS: `None` off; `Some(verify)` on, verifying the server's certificate and name when true.
     pub tls: Option<bool>,
+    /// `source.start_position`: where to stream from when no table has a checkpoint.
+    pub start_position: Option<crate::changelog::Position>,
 }
 
 impl MySqlConfig {
@@ -817,6 +825,12 @@ impl RawConfig {
                 "applies to mysql sources only".into(),
             ));
         }
+        if s.start_position.is_some() {
+            return Err(bad(
+                "source.start_position",
+                "applies to mysql sources only".into(),
+            ));
+        }
         let stream_memory_bytes = s.stream_memory_bytes.unwrap_or(64 << 20);
         if stream_memory_bytes == 0 {
             return Err(bad(
@@ -946,6 +960,26 @@ impl RawConfig {
                 ))
             }
         };
+        let start_position = match s.start_position.as_deref() {
+            None => None,
+            Some(_) if snapshot != SnapshotMode::Never => {
+                return Err(bad(
+                    "source.start_position",
+                    "needs snapshot = \"never\" (an initial copy starts at its own snapshot)"
+                        .into(),
+                ))
+            }
+            Some(text) => match text.parse::<crate::changelog::Position>() {
+                Ok(p @ crate::changelog::Position::Postgres(_)) => {
+                    return Err(bad(
+                        "source.start_position",
+                        format!("{p} is a Postgres LSN, not a binlog position"),
+                    ))
+                }
+                Ok(p) => Some(p),
+                Err(e) => return Err(bad("source.start_position", e.to_string())),
+            },
+        };
         for (key, set) in [
             ("source.slot", s.slot.is_some()),
             ("source.publication", s.publication.is_some()),
@@ -969,6 +1003,7 @@ impl RawConfig {
             snapshot,
             zero_date,
             tls,
+            start_position,
         })
     }
 }

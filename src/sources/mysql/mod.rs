@@ -16,6 +16,7 @@
 //! a purged binlog stops the source with an error naming the position.
 
 pub mod decoder;
+pub mod image;
 pub mod schema;
 pub mod setup;
 pub mod snapshot;
@@ -198,7 +199,12 @@ impl Source for MySqlSource {
         } else {
             match resume.start {
                 Some(p) => p,
-                None => snapshot::current_position(&mut conn, flavor).await?,
+                // source.start_position (snapshot = "never" only): a pipeline without checkpoints
+                // replays from there instead of the server's current position.
+                None => match cfg.start_position.clone() {
+                    Some(p) => p,
+                    None => snapshot::current_position(&mut conn, flavor).await?,
+                },
             }
         };
         let mut assembler = Assembler::new(cfg.tables.clone(), cfg.zero_date, start);
