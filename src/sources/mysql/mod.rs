@@ -2,6 +2,7 @@
 //!
 //! - `decoder.rs`: MariaDB GTID/GTID_LIST events and DDL statements from bytes (pure).
 //! - `types.rs`: column types to Arrow, values into Arrow builders (pure).
+//! - `image.rs`: row images read in place, straight into Arrow builders (pure; the fast path).
 //! - `schema.rs`: a table's schema and converters from `information_schema` rows (pure).
 //! - `stream.rs`: binlog events to changelog transactions (the assembler; pure).
 //! - `setup.rs`: regular connections, catalog reads, `cdcd check`.
