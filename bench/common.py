@@ -70,3 +70,15 @@ def percentile_ms(sorted_seconds, q):
     if not sorted_seconds:
         return float("nan")
     return sorted_seconds[min(len(sorted_seconds) - 1, int(q * len(sorted_seconds)))] * 1000
+
+
+def cpu_seconds(pid):
+    """User + system CPU time a live process has used, in seconds (None once it is gone): on a busy
+    machine this is steadier than the wall clock."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # Fields 14 and 15 of stat(5) (utime, stime), counted after the command name's ")".
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

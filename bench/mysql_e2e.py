@@ -6,8 +6,10 @@ What it measures (issue 9, the MariaDB half of bench/pg_e2e.py):
      on a 10-column table (1000 × 1000 = 1,000,000 row changes by default), noting the binlog coordinates
      (file:offset and @@gtid_binlog_pos) before and after, and the GTID of its last transaction;
   2. the source's limits over that binlog range: `mariadb-binlog --read-from-remote-server --raw` (the server
-     handing out its binlog, written to a tmpfs directory), and `mariadb-binlog -v --base64-output=decode-rows`
-     (MariaDB's own row decoder, text into /dev/null);
+     handing out its binlog, written to a tmpfs directory; --raw ignores --stop-position, so it reads to the end
+     of the last file), and `mariadb-binlog -v --base64-output=decode-rows` (MariaDB's own row decoder, text into
+     /dev/null); and, when built, examples/mysql_decode_bench.rs on the saved files: cdcd's binlog → Arrow
+     decoding alone, no server and no sink, with the planned row path and with mysql_common's rows;
   3. cdcd end to end: started with `snapshot = "never"` and `start_position` = the GTID list before the workload,
      timed from process start until the table's committed `cdcd.position` covers the workload's last GTID (then
      the replica is checked equal to the source with tests/support/lakecheck.py, untimed);
@@ -132,7 +134,10 @@ class Bench:
             lo = next_id - 600 if t > 0 else next_id
             extra = ", c = CONCAT(c, 'u'), e = e * 2" if t > 0 else ""
             cur.execute("UPDATE `%s` SET a = a + 1%s WHERE id BETWEEN %d AND %d" % (self.table, extra, lo, lo + 299))
-            cur.execute("DELETE FROM `%s` WHERE id BETWEEN %d AND %d" % (self.table, lo + 300, lo + 399))
+            # The first transaction deletes ids 401-500, so the second (which works on the same rows) still finds
+            # 301-400 to delete: every transaction has exactly 1000 changes.
+            gone = lo + 400 if t == 0 else lo + 300
+            cur.execute("DELETE FROM `%s` WHERE id BETWEEN %d AND %d" % (self.table, gone, gone + 99))
             cur.execute("COMMIT")
             next_id += 600
         (last,), = self.sql("SELECT @@last_gtid")
@@ -157,11 +162,23 @@ class Bench:
             cmd += ["--raw", "--result-file=" + out_dir + "/"]
         started = time.time()
         with open(os.devnull, "w") as null:
-            subprocess.run(cmd + files, check=True, stdout=null)
+            subprocess.run(cmd + files, check=True, stdout=null, stderr=subprocess.DEVNULL)
         took = time.time() - started
         if out_dir:
+            self.decode_bench([os.path.join(out_dir, f) for f in files])
             shutil.rmtree(out_dir, ignore_errors=True)
         return took
+
+    def decode_bench(self, paths):
+        """cdcd's own decoder on the saved binlog files, without server or sink (both row paths), when
+        examples/mysql_decode_bench.rs is built."""
+        exe = os.path.join(ROOT, "target", "release", "examples", "mysql_decode_bench")
+        if not os.access(exe, os.X_OK):
+            print("(cargo build --release --example mysql_decode_bench to also time cdcd's decoder alone)")
+            return
+        out = subprocess.run([exe, self.db] + paths, capture_output=True, text=True)
+        for line in (out.stdout + out.stderr).strip().splitlines():
+            print("cdcd decoder alone (examples/mysql_decode_bench), " + line.strip())
 
     def write_config(self, start_gtid):
         path = os.path.join(self.workdir, "pipeline.toml")
@@ -320,9 +337,11 @@ def main():
         cdcd_s = reached - started
         rate = changes / cdcd_s
         rss_stream = common.rss_peak_kib(b.cdcd.pid)
-        print("cdcd → %s%s: %.2f s, %.0f rows/s = %.2f× mariadb-binlog decode-rows, %.2f× --raw; peak RSS %.0f MiB"
+        cpu = common.cpu_seconds(b.cdcd.pid) or 0.0
+        print("cdcd → %s%s: %.2f s, %.0f rows/s = %.2f× mariadb-binlog decode-rows, %.2f× --raw; peak RSS %.0f MiB; "
+              "CPU %.2f s (%.0f rows per CPU-second)"
               % (args.sink, " (%s)" % args.delete_mode if args.sink == "iceberg" else "", cdcd_s, rate,
-                 rate / dec_rate, rate / raw_rate, (rss_stream or 0) / 1024))
+                 rate / dec_rate, rate / raw_rate, (rss_stream or 0) / 1024, cpu, changes / cpu if cpu else 0))
         if args.freshness_seconds > 0:
             offered, p50, p99, n = b.freshness(args.freshness_seconds, args.offered_rows)
             print("freshness at %.0f rows/s offered (commit_interval_ms=%d): p50 %.0f ms, p99 %.0f ms (%d commits)"

@@ -99,6 +99,9 @@ pub struct Assembler {
     before_cells: Vec<Cell>,
     after_cells: Vec<Cell>,
     scratch: Scratch,
+    /// Whether rows events of fully planned tables take the planned path (always, except to
+    /// compare the two paths: [`Assembler::general_rows_only`]).
+    planned: bool,
 }
 
 impl Assembler {
@@ -123,7 +126,15 @@ impl Assembler {
             before_cells: Vec::new(),
             after_cells: Vec::new(),
             scratch: Scratch::default(),
+            planned: true,
         }
+    }
+
+    /// Decodes every rows event through `mysql_common`'s rows, never the planned path (for
+    /// comparisons: `examples/mysql_decode_bench.rs` and the tests).
+    pub fn general_rows_only(mut self) -> Self {
+        self.planned = false;
+        self
     }
 
     /// The position after the last complete transaction.
@@ -398,7 +409,7 @@ impl Assembler {
                 })
             }
         };
-        if self.plan.plan(tme, &entry.kinds) {
+        if self.planned && self.plan.plan(tme, &entry.kinds) {
             let entry = entry.clone();
             return self.on_rows_planned(rows, op, &entry);
         }
