@@ -47,7 +47,7 @@ fn pack_decimal(negative: bool, int: &str, frac: &str, precision: usize, scale: 
     let intg = precision - scale;
     let int = format!("{int:0>intg$}");
     let frac = format!("{frac:0<scale$}");
-    let mut out = Vec::new();
+    let mut out: Vec<u8> = Vec::new();
     let mut group = |digits: &str| {
         let n = digits.len();
         let width = DIG2BYTES[n];
