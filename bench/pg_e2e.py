@@ -127,8 +127,9 @@ class Bench:
                 cur.execute(
                     "update %s set a = a + 1 where id between %%s and %%s" % self.table, (next_id, next_id + 299)
                 )
+                # 401-500, so the second transaction (on the same rows) still finds 301-400: 1000 changes each.
                 cur.execute(
-                    "delete from %s where id between %%s and %%s" % self.table, (next_id + 300, next_id + 399)
+                    "delete from %s where id between %%s and %%s" % self.table, (next_id + 400, next_id + 499)
                 )
             cur.execute("commit")
             next_id += 600

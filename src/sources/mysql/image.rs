@@ -36,25 +36,42 @@ pub enum Layout {
     Float,
     Double,
     /// Packed DECIMAL(precision, scale).
-    Decimal { precision: u8, scale: u8 },
+    Decimal {
+        precision: u8,
+        scale: u8,
+    },
     /// DATE: 3 bytes, day | month << 5 | year << 9.
     Date,
     /// DATETIME2 with `fsp` fractional digits: 5 big-endian bytes, then (fsp + 1) / 2 bytes.
-    DateTime2 { fsp: u8 },
+    DateTime2 {
+        fsp: u8,
+    },
     /// TIMESTAMP2: 4 big-endian bytes of epoch seconds, then (fsp + 1) / 2 bytes.
-    Timestamp2 { fsp: u8 },
+    Timestamp2 {
+        fsp: u8,
+    },
     /// YEAR: one byte, 1900 + byte (0 is YEAR 0000).
     Year,
     /// A length (1 or 2 bytes, little-endian) and that many bytes: VARCHAR, CHAR, BINARY.
-    Var { len_bytes: u8 },
+    Var {
+        len_bytes: u8,
+    },
     /// A length of 1 to 4 bytes and that many bytes: BLOB, TEXT, GEOMETRY, MariaDB's JSON.
-    Blob { len_bytes: u8 },
+    Blob {
+        len_bytes: u8,
+    },
     /// BIT(n): (n + 7) / 8 bytes.
-    Bit { bytes: u8 },
+    Bit {
+        bytes: u8,
+    },
     /// ENUM: its 1-based index in 1 or 2 bytes.
-    Enum { bytes: u8 },
+    Enum {
+        bytes: u8,
+    },
     /// SET: a bitmask of 1 to 8 bytes.
-    Set { bytes: u8 },
+    Set {
+        bytes: u8,
+    },
 }
 
 /// Bytes of a packed DECIMAL group of `n` leftover digits (MySQL's `dig2bytes`).
@@ -76,7 +93,10 @@ pub enum Cell {
     Absent,
     Null,
     /// The value's bytes are `data[start..end]` of the rows event's row data.
-    At { start: usize, end: usize },
+    At {
+        start: usize,
+        end: usize,
+    },
 }
 
 /// Per column of one table's TABLE_MAP, the layout of its values; reused across rows events.
@@ -135,7 +155,10 @@ impl ImagePlan {
                 .ok_or_else(|| format!("value of column {col} cut short at byte {at}"))?;
             let end = at + len;
             if end > data.len() {
-                return Err(format!("value of column {col} runs past the event ({end} > {})", data.len()));
+                return Err(format!(
+                    "value of column {col} runs past the event ({end} > {})",
+                    data.len()
+                ));
             }
             *cell = Cell::At { start: at, end };
             at = end;
@@ -187,7 +210,10 @@ fn layout_of(tme: &TableMapEvent<'_>, i: usize) -> Option<Layout> {
                 len_bytes: if max < 256 { 1 } else { 2 },
             }
         }
-        MYSQL_TYPE_TINY_BLOB | MYSQL_TYPE_MEDIUM_BLOB | MYSQL_TYPE_LONG_BLOB | MYSQL_TYPE_BLOB
+        MYSQL_TYPE_TINY_BLOB
+        | MYSQL_TYPE_MEDIUM_BLOB
+        | MYSQL_TYPE_LONG_BLOB
+        | MYSQL_TYPE_BLOB
         | MYSQL_TYPE_GEOMETRY => match m0? {
             n @ 1..=4 => Layout::Blob { len_bytes: n },
             _ => return None,
@@ -215,14 +241,19 @@ fn fits(kind: &Kind, layout: Layout) -> bool {
     match (kind, layout) {
         (Kind::Int { bits, .. }, Layout::Int(w)) => u32::from(w) * 8 == *bits,
         (Kind::BigUnsigned, Layout::Int(8)) => true,
-        (Kind::Decimal { precision, scale }, Layout::Decimal { precision: p, scale: s }) => {
-            *precision <= 38 && p <= 38 && i16::from(*scale) >= i16::from(s)
-        }
+        (
+            Kind::Decimal { precision, scale },
+            Layout::Decimal {
+                precision: p,
+                scale: s,
+            },
+        ) => *precision <= 38 && p <= 38 && i16::from(*scale) >= i16::from(s),
         (Kind::Float, Layout::Float) | (Kind::Double, Layout::Double) => true,
         (Kind::Date, Layout::Date) => true,
-        (Kind::DateTime | Kind::Timestamp, Layout::DateTime2 { fsp } | Layout::Timestamp2 { fsp }) => {
-            fsp <= 6
-        }
+        (
+            Kind::DateTime | Kind::Timestamp,
+            Layout::DateTime2 { fsp } | Layout::Timestamp2 { fsp },
+        ) => fsp <= 6,
         (Kind::Year, Layout::Year) => true,
         (
             Kind::Text { .. } | Kind::Json | Kind::Binary | Kind::FixedBinary(_),
@@ -254,7 +285,10 @@ fn decimal_len(precision: u8, scale: u8) -> usize {
     let (p, s) = (usize::from(precision), usize::from(scale));
     let intg = p.saturating_sub(s);
     let pick = |n: usize| DIG2BYTES.get(n).copied().unwrap_or(4);
-    (intg / DIG_PER_DEC) * 4 + pick(intg % DIG_PER_DEC) + (s / DIG_PER_DEC) * 4 + pick(s % DIG_PER_DEC)
+    (intg / DIG_PER_DEC) * 4
+        + pick(intg % DIG_PER_DEC)
+        + (s / DIG_PER_DEC) * 4
+        + pick(s % DIG_PER_DEC)
 }
 
 /// The length of the value at the start of `b`.
@@ -331,7 +365,12 @@ pub fn append_cell(
     scratch: &mut Scratch,
 ) -> Result<(), ValueError> {
     let any = builder.as_any_mut();
-    let short = || ValueError(format!("{layout:?} value of {} bytes is too short", b.len()));
+    let short = || {
+        ValueError(format!(
+            "{layout:?} value of {} bytes is too short",
+            b.len()
+        ))
+    };
     macro_rules! push {
         ($b:ty, $v:expr) => {
             match any.downcast_mut::<$b>() {
@@ -365,14 +404,25 @@ pub fn append_cell(
             } else if let Some(builder) = any.downcast_mut::<Int64Builder>() {
                 builder.append_value(v);
             } else {
-                return Err(ValueError(format!("no integer builder for {kind:?} ({bits} bits)")));
+                return Err(ValueError(format!(
+                    "no integer builder for {kind:?} ({bits} bits)"
+                )));
             }
             Ok(())
         }
         (Kind::BigUnsigned, Layout::Int(8)) => {
-            push!(Decimal128Builder, i128::from(le_uint(b, 8).ok_or_else(short)?))
+            push!(
+                Decimal128Builder,
+                i128::from(le_uint(b, 8).ok_or_else(short)?)
+            )
         }
-        (Kind::Decimal { scale, .. }, Layout::Decimal { precision: p, scale: s }) => {
+        (
+            Kind::Decimal { scale, .. },
+            Layout::Decimal {
+                precision: p,
+                scale: s,
+            },
+        ) => {
             let v = decimal_from_bin(b, p, s).ok_or_else(short)?;
             let up = u32::try_from(i16::from(*scale) - i16::from(s)).unwrap_or(0);
             let v = v
@@ -385,7 +435,10 @@ pub fn append_cell(
             push!(Float32Builder, f32::from_bits(raw))
         }
         (Kind::Double, Layout::Double) => {
-            push!(Float64Builder, f64::from_bits(le_uint(b, 8).ok_or_else(short)?))
+            push!(
+                Float64Builder,
+                f64::from_bits(le_uint(b, 8).ok_or_else(short)?)
+            )
         }
         (Kind::Date, Layout::Date) => {
             let v = le_uint(b, 3).ok_or_else(short)?;
@@ -399,7 +452,9 @@ pub fn append_cell(
             // 1 sign bit (set for non-negative), 17 bits year*13+month, 5 day, 5 hour, 6 minute,
             // 6 second; then the fraction.
             let packed = be_uint(b.get(..5).ok_or_else(short)?) as i64 - 0x80_0000_0000;
-            let frac = b.get(5..5 + usize::from(fsp).div_ceil(2)).ok_or_else(short)?;
+            let frac = b
+                .get(5..5 + usize::from(fsp).div_ceil(2))
+                .ok_or_else(short)?;
             let ymd = packed >> 17;
             let (ym, d) = (ymd >> 5, (ymd & 31) as u8);
             let (y, m) = ((ym / 13) as u16, (ym % 13) as u8);
@@ -417,7 +472,9 @@ pub fn append_cell(
         }
         (Kind::DateTime | Kind::Timestamp, Layout::Timestamp2 { fsp }) => {
             let secs = be_uint(b.get(..4).ok_or_else(short)?) as i64;
-            let frac = b.get(4..4 + usize::from(fsp).div_ceil(2)).ok_or_else(short)?;
+            let frac = b
+                .get(4..4 + usize::from(fsp).div_ceil(2))
+                .ok_or_else(short)?;
             let us = fraction_micros(frac);
             if secs == 0 && us == 0 {
                 // MySQL's zero timestamp.
@@ -440,7 +497,11 @@ pub fn append_cell(
             let name = match usize::try_from(i).ok().and_then(|i| i.checked_sub(1)) {
                 None => "",
                 Some(i) => names.get(i).map(String::as_str).ok_or_else(|| {
-                    ValueError(format!("ENUM index {} beyond {} members", i + 1, names.len()))
+                    ValueError(format!(
+                        "ENUM index {} beyond {} members",
+                        i + 1,
+                        names.len()
+                    ))
                 })?,
             };
             push!(StringBuilder, name)
@@ -458,7 +519,9 @@ pub fn append_cell(
             }
             push!(StringBuilder, text.as_str())
         }
-        (kind, layout) => Err(ValueError(format!("{layout:?} is not planned for {kind:?}"))),
+        (kind, layout) => Err(ValueError(format!(
+            "{layout:?} is not planned for {kind:?}"
+        ))),
     }
 }
 

@@ -10,7 +10,12 @@ use mysql_common::binlog::value::BinlogValue;
 use mysql_common::io::ParseBuf;
 use mysql_common::proto::MyDeserialize;
 
-fn info(data_type: &str, column_type: &str, precision: Option<u64>, scale: Option<u64>) -> ColumnInfo {
+fn info(
+    data_type: &str,
+    column_type: &str,
+    precision: Option<u64>,
+    scale: Option<u64>,
+) -> ColumnInfo {
     ColumnInfo {
         name: "c".into(),
         data_type: data_type.into(),
@@ -31,12 +36,27 @@ fn same(col: &ColumnInfo, ty: ColumnType, meta: &[u8], layout: Layout, values: &
     let mut planned = make_builder(&dt, 4);
     let mut scratch = Scratch::default();
     for bytes in values {
-        assert_eq!(value_len(layout, bytes), Some(bytes.len()), "{layout:?} {bytes:?}");
+        assert_eq!(
+            value_len(layout, bytes),
+            Some(bytes.len()),
+            "{layout:?} {bytes:?}"
+        );
         let unsigned = col.column_type.contains("unsigned");
-        let v = BinlogValue::deserialize((ty, meta, unsigned, false), &mut ParseBuf(bytes)).unwrap();
-        let BinlogValue::Value(v) = v else { panic!("{v:?}") };
+        let v =
+            BinlogValue::deserialize((ty, meta, unsigned, false), &mut ParseBuf(bytes)).unwrap();
+        let BinlogValue::Value(v) = v else {
+            panic!("{v:?}")
+        };
         append(general.as_mut(), &kind, &v, Origin::Binlog, ZeroDate::Null).unwrap();
-        append_cell(planned.as_mut(), &kind, layout, bytes, ZeroDate::Null, &mut scratch).unwrap();
+        append_cell(
+            planned.as_mut(),
+            &kind,
+            layout,
+            bytes,
+            ZeroDate::Null,
+            &mut scratch,
+        )
+        .unwrap();
     }
     let (g, p) = (general.finish(), planned.finish());
     assert_eq!(g.to_data(), p.to_data(), "{kind:?}: {g:?} vs {p:?}");
@@ -97,31 +117,98 @@ fn integers_and_floats_match_mysql_common() {
             .iter()
             .map(|v| v.to_le_bytes()[..w].to_vec())
             .collect();
-        same(&info(dt, ct, None, None), ty, &[], Layout::Int(w as u8), &values);
+        same(
+            &info(dt, ct, None, None),
+            ty,
+            &[],
+            Layout::Int(w as u8),
+            &values,
+        );
     }
-    let big: Vec<Vec<u8>> = [0u64, 1, u64::MAX, 1 << 63].iter().map(|v| v.to_le_bytes().to_vec()).collect();
-    same(&info("bigint", "bigint(20) unsigned", None, None), MYSQL_TYPE_LONGLONG, &[], Layout::Int(8), &big);
-    let f: Vec<Vec<u8>> = [0.0f32, -1.5, 3.25e10].iter().map(|v| v.to_le_bytes().to_vec()).collect();
-    same(&info("float", "float", None, None), MYSQL_TYPE_FLOAT, &[4], Layout::Float, &f);
-    let d: Vec<Vec<u8>> = [0.0f64, -1.0 / 3.0, 1e300].iter().map(|v| v.to_le_bytes().to_vec()).collect();
-    same(&info("double", "double", None, None), MYSQL_TYPE_DOUBLE, &[8], Layout::Double, &d);
+    let big: Vec<Vec<u8>> = [0u64, 1, u64::MAX, 1 << 63]
+        .iter()
+        .map(|v| v.to_le_bytes().to_vec())
+        .collect();
+    same(
+        &info("bigint", "bigint(20) unsigned", None, None),
+        MYSQL_TYPE_LONGLONG,
+        &[],
+        Layout::Int(8),
+        &big,
+    );
+    let f: Vec<Vec<u8>> = [0.0f32, -1.5, 3.25e10]
+        .iter()
+        .map(|v| v.to_le_bytes().to_vec())
+        .collect();
+    same(
+        &info("float", "float", None, None),
+        MYSQL_TYPE_FLOAT,
+        &[4],
+        Layout::Float,
+        &f,
+    );
+    let d: Vec<Vec<u8>> = [0.0f64, -1.0 / 3.0, 1e300]
+        .iter()
+        .map(|v| v.to_le_bytes().to_vec())
+        .collect();
+    same(
+        &info("double", "double", None, None),
+        MYSQL_TYPE_DOUBLE,
+        &[8],
+        Layout::Double,
+        &d,
+    );
 }
 
 #[test]
 fn decimals_match_mysql_common() {
     for (p, s, cases) in [
-        (12usize, 2usize, vec![(false, "0", "0"), (false, "1234567890", "99"), (true, "42", "5"), (true, "0", "01")]),
-        (30, 10, vec![(false, "12345678901234567890", "1234567891"), (true, "1", "0000000001")]),
-        (38, 0, vec![(false, "99999999999999999999999999999999999999", ""), (true, "7", "")]),
+        (
+            12usize,
+            2usize,
+            vec![
+                (false, "0", "0"),
+                (false, "1234567890", "99"),
+                (true, "42", "5"),
+                (true, "0", "01"),
+            ],
+        ),
+        (
+            30,
+            10,
+            vec![
+                (false, "12345678901234567890", "1234567891"),
+                (true, "1", "0000000001"),
+            ],
+        ),
+        (
+            38,
+            0,
+            vec![
+                (false, "99999999999999999999999999999999999999", ""),
+                (true, "7", ""),
+            ],
+        ),
         (10, 10, vec![(false, "", "0123456789"), (true, "", "9")]),
         (5, 3, vec![(false, "12", "345"), (true, "0", "5")]),
     ] {
-        let values: Vec<Vec<u8>> = cases.iter().map(|(neg, i, f)| pack_decimal(*neg, i, f, p, s)).collect();
+        let values: Vec<Vec<u8>> = cases
+            .iter()
+            .map(|(neg, i, f)| pack_decimal(*neg, i, f, p, s))
+            .collect();
         same(
-            &info("decimal", &format!("decimal({p},{s})"), Some(p as u64), Some(s as u64)),
+            &info(
+                "decimal",
+                &format!("decimal({p},{s})"),
+                Some(p as u64),
+                Some(s as u64),
+            ),
             ColumnType::MYSQL_TYPE_NEWDECIMAL,
             &[p as u8, s as u8],
-            Layout::Decimal { precision: p as u8, scale: s as u8 },
+            Layout::Decimal {
+                precision: p as u8,
+                scale: s as u8,
+            },
             &values,
         );
     }
@@ -136,7 +223,13 @@ fn temporal_values_match_mysql_common() {
         MYSQL_TYPE_NEWDATE,
         &[],
         Layout::Date,
-        &[date(2024, 2, 29), date(1970, 1, 1), date(1, 1, 1), date(9999, 12, 31), date(0, 0, 0)],
+        &[
+            date(2024, 2, 29),
+            date(1970, 1, 1),
+            date(1, 1, 1),
+            date(9999, 12, 31),
+            date(0, 0, 0),
+        ],
     );
     // DATETIME2(fsp): 40 bits (sign, year*13+month, day, hour, minute, second), then the fraction.
     let dt = |y: u64, mo: u64, d: u64, h: u64, mi: u64, s: u64, frac: &[u8]| {
@@ -146,13 +239,22 @@ fn temporal_values_match_mysql_common() {
         b.extend(frac);
         b
     };
-    for (fsp, frac) in [(0u8, vec![]), (3, vec![0x03, 0xe7]), (6, vec![0x0f, 0x42, 0x3f]), (2, vec![99])] {
+    for (fsp, frac) in [
+        (0u8, vec![]),
+        (3, vec![0x03, 0xe7]),
+        (6, vec![0x0f, 0x42, 0x3f]),
+        (2, vec![99]),
+    ] {
         same(
             &info("datetime", &format!("datetime({fsp})"), None, None),
             MYSQL_TYPE_DATETIME2,
             &[fsp],
             Layout::DateTime2 { fsp },
-            &[dt(2024, 2, 29, 23, 59, 58, &frac), dt(1970, 1, 1, 0, 0, 0, &frac), dt(0, 0, 0, 0, 0, 0, &frac)],
+            &[
+                dt(2024, 2, 29, 23, 59, 58, &frac),
+                dt(1970, 1, 1, 0, 0, 0, &frac),
+                dt(0, 0, 0, 0, 0, 0, &frac),
+            ],
         );
     }
     let ts = |secs: u32, frac: &[u8]| {
@@ -160,7 +262,11 @@ fn temporal_values_match_mysql_common() {
         b.extend(frac);
         b
     };
-    for (fsp, frac) in [(0u8, vec![]), (6, vec![0x00, 0x00, 0x07]), (4, vec![0x27, 0x0f])] {
+    for (fsp, frac) in [
+        (0u8, vec![]),
+        (6, vec![0x00, 0x00, 0x07]),
+        (4, vec![0x27, 0x0f]),
+    ] {
         same(
             &info("timestamp", &format!("timestamp({fsp})"), None, None),
             MYSQL_TYPE_TIMESTAMP2,
@@ -169,7 +275,13 @@ fn temporal_values_match_mysql_common() {
             &[ts(1_700_000_000, &frac), ts(1, &frac)],
         );
     }
-    same(&info("year", "year(4)", None, None), MYSQL_TYPE_YEAR, &[], Layout::Year, &[vec![0], vec![124], vec![255]]);
+    same(
+        &info("year", "year(4)", None, None),
+        MYSQL_TYPE_YEAR,
+        &[],
+        Layout::Year,
+        &[vec![0], vec![124], vec![255]],
+    );
 }
 
 #[test]
@@ -201,20 +313,56 @@ fn strings_enums_sets_and_bits_match_mysql_common() {
     );
     let mut latin1 = info("char", "char(4)", None, None);
     latin1.charset = Some("latin1".into());
-    same(&latin1, MYSQL_TYPE_STRING, &[0xfe, 4], Layout::Var { len_bytes: 1 }, &[short(&[0xe9, b'a'])]);
+    same(
+        &latin1,
+        MYSQL_TYPE_STRING,
+        &[0xfe, 4],
+        Layout::Var { len_bytes: 1 },
+        &[short(&[0xe9, b'a'])],
+    );
     let mut binary = info("binary", "binary(4)", None, None);
     binary.charset = None;
-    same(&binary, MYSQL_TYPE_STRING, &[0xfe, 4], Layout::Var { len_bytes: 1 }, &[short(&[1, 2]), short(&[1, 2, 3, 4])]);
+    same(
+        &binary,
+        MYSQL_TYPE_STRING,
+        &[0xfe, 4],
+        Layout::Var { len_bytes: 1 },
+        &[short(&[1, 2]), short(&[1, 2, 3, 4])],
+    );
     let mut blob = info("blob", "blob", None, None);
     blob.charset = None;
-    same(&blob, MYSQL_TYPE_BLOB, &[2], Layout::Blob { len_bytes: 2 }, &[long(&[0, 1, 2, 255])]);
+    same(
+        &blob,
+        MYSQL_TYPE_BLOB,
+        &[2],
+        Layout::Blob { len_bytes: 2 },
+        &[long(&[0, 1, 2, 255])],
+    );
     let en = info("enum", "enum('a','b''c')", None, None);
-    same(&en, MYSQL_TYPE_ENUM, &[0xf7, 1], Layout::Enum { bytes: 1 }, &[vec![0], vec![1], vec![2]]);
+    same(
+        &en,
+        MYSQL_TYPE_ENUM,
+        &[0xf7, 1],
+        Layout::Enum { bytes: 1 },
+        &[vec![0], vec![1], vec![2]],
+    );
     let set = info("set", "set('x','y','z')", None, None);
-    same(&set, MYSQL_TYPE_SET, &[0xf8, 1], Layout::Set { bytes: 1 }, &[vec![0], vec![0b101], vec![0b111]]);
+    same(
+        &set,
+        MYSQL_TYPE_SET,
+        &[0xf8, 1],
+        Layout::Set { bytes: 1 },
+        &[vec![0], vec![0b101], vec![0b111]],
+    );
     let mut bit = info("bit", "bit(10)", None, None);
     bit.charset = None;
-    same(&bit, MYSQL_TYPE_BIT, &[2, 1], Layout::Bit { bytes: 2 }, &[vec![3, 255]]);
+    same(
+        &bit,
+        MYSQL_TYPE_BIT,
+        &[2, 1],
+        Layout::Bit { bytes: 2 },
+        &[vec![3, 255]],
+    );
 }
 
 #[test]
@@ -232,11 +380,16 @@ fn scan_finds_values_nulls_and_absent_columns() {
     let mut cells = Vec::new();
     let mut pos = 0;
     plan.scan(&data, &mut pos, &[0, 1], &mut cells).unwrap();
-    assert_eq!(cells, vec![Cell::At { start: 1, end: 9 }, Cell::Null, Cell::Absent]);
+    assert_eq!(
+        cells,
+        vec![Cell::At { start: 1, end: 9 }, Cell::Null, Cell::Absent]
+    );
     plan.scan(&data, &mut pos, &[0, 1, 2], &mut cells).unwrap();
     assert_eq!(cells[1], Cell::At { start: 18, end: 21 });
     assert_eq!(pos, data.len());
     // A value running past the event is an error, not a panic.
     let mut pos = 9;
-    assert!(plan.scan(&data[..20], &mut pos, &[0, 1, 2], &mut cells).is_err());
+    assert!(plan
+        .scan(&data[..20], &mut pos, &[0, 1, 2], &mut cells)
+        .is_err());
 }

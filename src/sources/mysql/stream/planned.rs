@@ -181,7 +181,9 @@ fn append_rows(
         }
         if op == Op::Update && has_before && key_changed(key, data, before, after) {
             for (k, &col) in key.iter().enumerate() {
-                let old = b.old_key(k).ok_or_else(|| err("no old-key builder".into()))?;
+                let old = b
+                    .old_key(k)
+                    .ok_or_else(|| err("no old-key builder".into()))?;
                 match before.get(col).copied() {
                     Some(Cell::At { start, end }) => {
                         let kind = entry
@@ -209,15 +211,18 @@ fn append_rows(
 /// Whether an update changed its primary key: a key column in both images with different bytes
 /// (or NULL on one side).
 fn key_changed(key: &[usize], data: &[u8], before: &[Cell], after: &[Cell]) -> bool {
-    key.iter().any(|&col| {
-        match (before.get(col).copied(), after.get(col).copied()) {
-            (Some(Cell::At { start: bs, end: be }), Some(Cell::At { start: a_s, end: ae })) => {
-                data.get(bs..be) != data.get(a_s..ae)
-            }
-            (Some(Cell::Null), Some(Cell::At { .. })) | (Some(Cell::At { .. }), Some(Cell::Null)) => {
-                true
-            }
+    key.iter().any(
+        |&col| match (before.get(col).copied(), after.get(col).copied()) {
+            (
+                Some(Cell::At { start: bs, end: be }),
+                Some(Cell::At {
+                    start: a_s,
+                    end: ae,
+                }),
+            ) => data.get(bs..be) != data.get(a_s..ae),
+            (Some(Cell::Null), Some(Cell::At { .. }))
+            | (Some(Cell::At { .. }), Some(Cell::Null)) => true,
             _ => false,
-        }
-    })
+        },
+    )
 }
