@@ -12,13 +12,14 @@
 //! The layouts are MySQL's binary row format (`sql/log_event.cc`, `Field::pack`): little-endian
 //! integers and floats, DECIMAL in its packed base-10⁹ form, DATETIME2/TIMESTAMP2/TIME2 big-endian
 //! with fractional bytes by precision, strings and blobs behind a 1–4 byte length. Only the
-//! common layouts are planned; a table with any other column type (TIME, pre-5.6 temporal types,
+//! common layouts are planned; a table with any other column type (pre-5.6 temporal types,
 //! MySQL's binary JSON, DECIMAL wider than 38 digits) or whose TABLE_MAP disagrees with the
 //! catalog has no plan, and its events go through `mysql_common` as before (`stream.rs`).
 
 use arrow_array::builder::{
     ArrayBuilder, BinaryBuilder, Date32Builder, Decimal128Builder, Float32Builder, Float64Builder,
-    Int16Builder, Int32Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
+    Int16Builder, Int32Builder, Int64Builder, StringBuilder, Time64MicrosecondBuilder,
+    TimestampMicrosecondBuilder,
 };
 use mysql_common::binlog::events::TableMapEvent;
 use mysql_common::constants::ColumnType;
@@ -48,6 +49,11 @@ pub enum Layout {
     },
     /// TIMESTAMP2: 4 big-endian bytes of epoch seconds, then (fsp + 1) / 2 bytes.
     Timestamp2 {
+        fsp: u8,
+    },
+    /// TIME2: 3 big-endian bytes (sign, hour, minute, second, offset by 0x800000), then
+    /// (fsp + 1) / 2 bytes of fraction.
+    Time2 {
         fsp: u8,
     },
     /// YEAR: one byte, 1900 + byte (0 is YEAR 0000).
@@ -190,6 +196,7 @@ fn layout_of(tme: &TableMapEvent<'_>, i: usize) -> Option<Layout> {
         MYSQL_TYPE_NEWDATE | MYSQL_TYPE_DATE => Layout::Date,
         MYSQL_TYPE_DATETIME2 => Layout::DateTime2 { fsp: m0? },
         MYSQL_TYPE_TIMESTAMP2 => Layout::Timestamp2 { fsp: m0? },
+        MYSQL_TYPE_TIME2 => Layout::Time2 { fsp: m0? },
         MYSQL_TYPE_YEAR => Layout::Year,
         MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING => {
             let max = u16::from(m0?) | (u16::from(m1?) << 8);
@@ -254,6 +261,7 @@ fn fits(kind: &Kind, layout: Layout) -> bool {
             Kind::DateTime | Kind::Timestamp,
             Layout::DateTime2 { fsp } | Layout::Timestamp2 { fsp },
         ) => fsp <= 6,
+        (Kind::Time, Layout::Time2 { fsp }) => fsp <= 6,
         (Kind::Year, Layout::Year) => true,
         (
             Kind::Text { .. } | Kind::Json | Kind::Binary | Kind::FixedBinary(_),
@@ -301,6 +309,7 @@ fn value_len(layout: Layout, b: &[u8]) -> Option<usize> {
         Layout::Date => 3,
         Layout::DateTime2 { fsp } => 5 + usize::from(fsp).div_ceil(2),
         Layout::Timestamp2 { fsp } => 4 + usize::from(fsp).div_ceil(2),
+        Layout::Time2 { fsp } => 3 + usize::from(fsp).div_ceil(2),
         Layout::Year => 1,
         Layout::Var { len_bytes } | Layout::Blob { len_bytes } => {
             let n = usize::from(len_bytes);
@@ -481,6 +490,22 @@ pub fn append_cell(
                 return zero(builder, zero_date, format_args!("0000-00-00 00:00:00"));
             }
             push!(TimestampMicrosecondBuilder, secs * 1_000_000 + us)
+        }
+        (Kind::Time, Layout::Time2 { fsp }) => {
+            // Below the offset is a negative time; Iceberg's time is a time of day.
+            let packed = be_uint(b.get(..3).ok_or_else(short)?) as i64 - 0x80_0000;
+            let frac = b
+                .get(3..3 + usize::from(fsp).div_ceil(2))
+                .ok_or_else(short)?;
+            let (h, m, s) = ((packed >> 12) & 0x3FF, (packed >> 6) & 63, packed & 63);
+            let micros = ((h * 60 + m) * 60 + s) * 1_000_000 + fraction_micros(frac);
+            if packed < 0 || micros >= 86_400_000_000 {
+                return Err(ValueError(format!(
+                    "TIME value {}{h}:{m:02}:{s:02} is outside 00:00:00-23:59:59.999999, which an Iceberg time cannot hold",
+                    if packed < 0 { "-" } else { "" },
+                )));
+            }
+            push!(Time64MicrosecondBuilder, micros)
         }
         (Kind::Year, Layout::Year) => {
             let y = b.first().copied().ok_or_else(short)?;

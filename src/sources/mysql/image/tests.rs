@@ -282,6 +282,30 @@ fn temporal_values_match_mysql_common() {
         Layout::Year,
         &[vec![0], vec![124], vec![255]],
     );
+    // TIME2(fsp): 24 bits (sign, 10 bits hour, 6 minute, 6 second) offset by 0x800000, then the
+    // fraction.
+    let time = |h: u32, m: u32, s: u32, frac: &[u8]| {
+        let mut b = (((h << 12) | (m << 6) | s) + 0x80_0000).to_be_bytes()[1..].to_vec();
+        b.extend(frac);
+        b
+    };
+    for (fsp, frac) in [
+        (0u8, vec![]),
+        (3, vec![0x27, 0x0f]),
+        (6, vec![0x0f, 0x42, 0x3f]),
+    ] {
+        same(
+            &info("time", &format!("time({fsp})"), None, None),
+            MYSQL_TYPE_TIME2,
+            &[fsp],
+            Layout::Time2 { fsp },
+            &[
+                time(23, 59, 59, &frac),
+                time(0, 0, 0, &frac),
+                time(12, 30, 1, &frac),
+            ],
+        );
+    }
 }
 
 #[test]
