@@ -85,7 +85,7 @@ fn pack_decimal(negative: bool, int: &str, frac: &str, precision: usize, scale: 
     for c in frac.as_bytes()[..full].chunks(9) {
         group(std::str::from_utf8(c).unwrap());
     }
-    if scale % 9 > 0 {
+    if !scale.is_multiple_of(9) {
         group(&frac[full..]);
     }
     out[0] ^= 0x80;
@@ -391,8 +391,9 @@ fn strings_enums_sets_and_bits_match_mysql_common() {
 
 #[test]
 fn scan_finds_values_nulls_and_absent_columns() {
-    let mut plan = ImagePlan::default();
-    plan.layouts = vec![Layout::Int(8), Layout::Var { len_bytes: 1 }, Layout::Double];
+    let plan = ImagePlan {
+        layouts: vec![Layout::Int(8), Layout::Var { len_bytes: 1 }, Layout::Double],
+    };
     // Image of columns 0 and 1 (2 absent); column 1 NULL.
     let mut data = vec![0b10];
     data.extend(7i64.to_le_bytes());
