@@ -22,7 +22,6 @@ Why a Python driver: generating the load and polling the table are I/O that Pyth
 the benchmark out of the measured process. Nothing here is asserted: it prints figures for README.
 """
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -34,6 +33,10 @@ import threading
 import time
 
 import psycopg2
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+from common import rss_peak_kib  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAKECHECK = os.path.join(ROOT, "tests", "support", "lakecheck.py")
@@ -48,62 +51,14 @@ def lsn_text(value):
     return "%X/%X" % (value >> 32, value & 0xFFFFFFFF)
 
 
-def rss_peak_kib(pid):
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
 def iceberg_position(table_dir):
-    """The newest committed cdcd.position of an Iceberg table written by cdcd, or None."""
-    meta = os.path.join(table_dir, "metadata")
-    try:
-        with open(os.path.join(meta, "version-hint.text")) as f:
-            version = int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-    # The hint is written after the metadata: look one or two versions further.
-    while os.path.exists(os.path.join(meta, "v%d.metadata.json" % (version + 1))):
-        version += 1
-    try:
-        with open(os.path.join(meta, "v%d.metadata.json" % version)) as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
-        return None
-    current = doc.get("current-snapshot-id")
-    for snap in doc.get("snapshots", []):
-        if snap.get("snapshot-id") == current:
-            pos = snap.get("summary", {}).get("cdcd.position")
-            return lsn_int(pos) if pos else None
-    return None
+    pos = common.iceberg_position(table_dir)
+    return lsn_int(pos) if pos else None
 
 
 def paimon_position(table_dir):
-    snap_dir = os.path.join(table_dir, "snapshot")
-    try:
-        with open(os.path.join(snap_dir, "LATEST")) as f:
-            n = int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-    while os.path.exists(os.path.join(snap_dir, "snapshot-%d" % (n + 1))):
-        n += 1
-    # A COMPACT snapshot may carry no properties: walk back to the newest that has the position.
-    while n > 0:
-        try:
-            with open(os.path.join(snap_dir, "snapshot-%d" % n)) as f:
-                doc = json.load(f)
-        except (OSError, ValueError):
-            return None
-        pos = (doc.get("properties") or {}).get("cdcd.position")
-        if pos:
-            return lsn_int(pos)
-        n -= 1
-    return None
+    pos = common.paimon_position(table_dir)
+    return lsn_int(pos) if pos else None
 
 
 class Bench:
@@ -172,8 +127,9 @@ class Bench:
                 cur.execute(
                     "update %s set a = a + 1 where id between %%s and %%s" % self.table, (next_id, next_id + 299)
                 )
+                # 401-500, so the second transaction (on the same rows) still finds 301-400: 1000 changes each.
                 cur.execute(
-                    "delete from %s where id between %%s and %%s" % self.table, (next_id + 300, next_id + 399)
+                    "delete from %s where id between %%s and %%s" % self.table, (next_id + 400, next_id + 499)
                 )
             cur.execute("commit")
             next_id += 600

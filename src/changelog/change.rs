@@ -116,8 +116,9 @@ pub struct TableChangesBuilder {
     schema: Arc<TableSchema>,
     ops: Vec<Op>,
     columns: Vec<Box<dyn ArrayBuilder>>,
-    present: Vec<BooleanBufferBuilder>,
-    any_absent: Vec<bool>,
+    /// Per column, which changes carry it; `None` while every change so far does (the common
+    /// case costs nothing per value; the bitmap starts at the column's first absent value).
+    present: Vec<Option<BooleanBufferBuilder>>,
     old_keys: Vec<Box<dyn ArrayBuilder>>,
     key_changed: Vec<bool>,
 }
@@ -137,10 +138,7 @@ impl TableChangesBuilder {
             .collect();
         let n = schema.columns.len();
         TableChangesBuilder {
-            present: (0..n)
-                .map(|_| BooleanBufferBuilder::new(capacity))
-                .collect(),
-            any_absent: vec![false; n],
+            present: (0..n).map(|_| None).collect(),
             columns,
             old_keys,
             key_changed: Vec::with_capacity(capacity),
@@ -168,7 +166,9 @@ impl TableChangesBuilder {
 
     /// The builder of column `index`: append exactly one value (or null) to it.
     pub fn value(&mut self, index: usize) -> Option<&mut dyn ArrayBuilder> {
-        self.present.get_mut(index)?.append(true);
+        if let Some(bits) = self.present.get_mut(index)?.as_mut() {
+            bits.append(true);
+        }
         self.columns.get_mut(index).map(|b| b.as_mut())
     }
 
@@ -181,8 +181,15 @@ impl TableChangesBuilder {
                 "column {index} out of range"
             )));
         };
-        bits.append(false);
-        self.any_absent[index] = true;
+        // Every earlier change of this run carried the column; the current one (the last op) is
+        // the first without it when the bitmap does not exist yet.
+        let earlier = self.ops.len().saturating_sub(1);
+        bits.get_or_insert_with(|| {
+            let mut b = BooleanBufferBuilder::new(earlier.max(64));
+            b.append_n(earlier, true);
+            b
+        })
+        .append(false);
         append_null(builder.as_mut())
     }
 
@@ -236,8 +243,7 @@ impl TableChangesBuilder {
         let present = self
             .present
             .iter_mut()
-            .zip(&self.any_absent)
-            .map(|(bits, &absent)| absent.then(|| bits.finish()))
+            .map(|bits| bits.as_mut().map(|b| b.finish()))
             .collect();
         Ok(TableChanges {
             schema: self.schema,

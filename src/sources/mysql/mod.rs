@@ -2,6 +2,7 @@
 //!
 //! - `decoder.rs`: MariaDB GTID/GTID_LIST events and DDL statements from bytes (pure).
 //! - `types.rs`: column types to Arrow, values into Arrow builders (pure).
+//! - `image.rs`: row images read in place, straight into Arrow builders (pure; the fast path).
 //! - `schema.rs`: a table's schema and converters from `information_schema` rows (pure).
 //! - `stream.rs`: binlog events to changelog transactions (the assembler; pure).
 //! - `setup.rs`: regular connections, catalog reads, `cdcd check`.
@@ -20,6 +21,7 @@
 pub mod chunks;
 pub mod copy;
 pub mod decoder;
+pub mod image;
 pub mod schema;
 pub mod setup;
 pub mod snapshot;
@@ -184,7 +186,12 @@ impl Source for MySqlSource {
         } else {
             match resume.start {
                 Some(p) => p,
-                None => snapshot::current_position(&mut conn, flavor).await?,
+                // source.start_position (snapshot = "never" only): a pipeline without checkpoints
+                // replays from there instead of the server's current position.
+                None => match cfg.start_position.clone() {
+                    Some(p) => p,
+                    None => snapshot::current_position(&mut conn, flavor).await?,
+                },
             }
         };
         let mut assembler = Assembler::new(cfg.tables.clone(), cfg.zero_date, start);

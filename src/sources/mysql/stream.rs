@@ -15,6 +15,7 @@
 //! applying JSON diffs needs the current document, which only the sink has.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use mysql_common::binlog::events::{Event, EventData, RowsEventData, TableMapEvent};
 use mysql_common::binlog::row::BinlogRow;
@@ -27,6 +28,7 @@ use crate::changelog::{
 use crate::config::ZeroDate;
 
 use super::decoder::{self, DdlVerb, Statement};
+use super::image::{Cell, ImagePlan, Scratch};
 use super::schema::{matches_patterns, TableEntry};
 use super::types::{append, ColumnDefault, Origin};
 
@@ -82,13 +84,24 @@ struct Txn {
 pub struct Assembler {
     patterns: Vec<String>,
     zero_date: ZeroDate,
-    tables: HashMap<TableId, TableEntry>,
+    tables: HashMap<TableId, Arc<TableEntry>>,
     position: Position,
     file: String,
     txn: Option<Txn>,
     /// Per rows event: column index → index in the before/after image (reused).
     before_slots: Vec<Option<usize>>,
     after_slots: Vec<Option<usize>>,
+    /// The planned path ([`super::image`]): column layouts of the current rows event, each
+    /// image's columns, where each value sits, and conversion buffers (all reused).
+    plan: ImagePlan,
+    before_present: Vec<usize>,
+    after_present: Vec<usize>,
+    before_cells: Vec<Cell>,
+    after_cells: Vec<Cell>,
+    scratch: Scratch,
+    /// Whether rows events of fully planned tables take the planned path (always, except to
+    /// compare the two paths: [`Assembler::general_rows_only`]).
+    planned: bool,
 }
 
 impl Assembler {
@@ -107,7 +120,21 @@ impl Assembler {
             txn: None,
             before_slots: Vec::new(),
             after_slots: Vec::new(),
+            plan: ImagePlan::default(),
+            before_present: Vec::new(),
+            after_present: Vec::new(),
+            before_cells: Vec::new(),
+            after_cells: Vec::new(),
+            scratch: Scratch::default(),
+            planned: true,
         }
+    }
+
+    /// Decodes every rows event through `mysql_common`'s rows, never the planned path (for
+    /// comparisons: `examples/mysql_decode_bench.rs` and the tests).
+    pub fn general_rows_only(mut self) -> Self {
+        self.planned = false;
+        self
     }
 
     /// The position after the last complete transaction.
@@ -126,11 +153,11 @@ impl Assembler {
     }
 
     pub fn set_table(&mut self, entry: TableEntry) {
-        self.tables.insert(entry.schema.id.clone(), entry);
+        self.tables.insert(entry.schema.id.clone(), Arc::new(entry));
     }
 
     pub fn table(&self, id: &TableId) -> Option<&TableEntry> {
-        self.tables.get(id)
+        self.tables.get(id).map(|e| e.as_ref())
     }
 
     /// Feeds one event; `tme` is the TABLE_MAP of a rows event's table id.
@@ -382,6 +409,10 @@ impl Assembler {
                 })
             }
         };
+        if self.planned && self.plan.plan(tme, &entry.kinds) {
+            let entry = entry.clone();
+            return self.on_rows_planned(rows, op, &entry);
+        }
         fill_slots(
             &mut self.before_slots,
             rows.columns_before_image().map(|b| b.iter_ones()),
@@ -571,6 +602,8 @@ fn key_changed(
             }
         })
 }
+
+mod planned;
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,84 @@
+"""Helpers shared by the end-to-end benchmarks (pg_e2e.py, mysql_e2e.py): reading a table's newest committed
+`cdcd.position` straight from its files (no engine in the timed loop), cdcd's peak RSS, percentiles.
+
+Positions are returned as the checkpoint's text; each benchmark parses its own kind (a Postgres LSN, a MariaDB
+GTID list)."""
+import json
+import os
+
+
+def rss_peak_kib(pid):
+    """VmHWM of a live process, in KiB (None once it is gone)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def iceberg_position(table_dir):
+    """The newest committed cdcd.position (text) of an Iceberg table written by cdcd, or None."""
+    meta = os.path.join(table_dir, "metadata")
+    try:
+        with open(os.path.join(meta, "version-hint.text")) as f:
+            version = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    # The hint is written after the metadata: look one or two versions further.
+    while os.path.exists(os.path.join(meta, "v%d.metadata.json" % (version + 1))):
+        version += 1
+    try:
+        with open(os.path.join(meta, "v%d.metadata.json" % version)) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    current = doc.get("current-snapshot-id")
+    for snap in doc.get("snapshots", []):
+        if snap.get("snapshot-id") == current:
+            return snap.get("summary", {}).get("cdcd.position") or None
+    return None
+
+
+def paimon_position(table_dir):
+    """The newest cdcd.position (text) of a Paimon table written by cdcd, or None."""
+    snap_dir = os.path.join(table_dir, "snapshot")
+    try:
+        with open(os.path.join(snap_dir, "LATEST")) as f:
+            n = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    while os.path.exists(os.path.join(snap_dir, "snapshot-%d" % (n + 1))):
+        n += 1
+    # A COMPACT snapshot may carry no properties: walk back to the newest that has the position.
+    while n > 0:
+        try:
+            with open(os.path.join(snap_dir, "snapshot-%d" % n)) as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            return None
+        pos = (doc.get("properties") or {}).get("cdcd.position")
+        if pos:
+            return pos
+        n -= 1
+    return None
+
+
+def percentile_ms(sorted_seconds, q):
+    if not sorted_seconds:
+        return float("nan")
+    return sorted_seconds[min(len(sorted_seconds) - 1, int(q * len(sorted_seconds)))] * 1000
+
+
+def cpu_seconds(pid):
+    """User + system CPU time a live process has used, in seconds (None once it is gone): on a busy
+    machine this is steadier than the wall clock."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # Fields 14 and 15 of stat(5) (utime, stime), counted after the command name's ")".
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
