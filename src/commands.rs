@@ -58,6 +58,7 @@ fn settings(config: &Config) -> Settings {
         pipeline: config.pipeline.clone(),
         commit_interval: Duration::from_millis(config.commit_interval_ms),
         commit_max_rows: config.commit_max_rows,
+        snapshot_commit_rows: config.snapshot_commit_rows,
         snapshot,
         slot,
     }

@@ -37,6 +37,10 @@ pub struct RawPipeline {
     /// Commit as soon as this many changes are buffered.
     #[serde(default = "default_commit_max_rows")]
     pub commit_max_rows: usize,
+    /// Initial copy: commit a table's copied rows every this many rows (fewer, larger commits
+    /// copy faster; a crash re-copies at most the chunks not yet committed).
+    #[serde(default = "default_snapshot_commit_rows")]
+    pub snapshot_commit_rows: usize,
     /// Directory for spill files of large streamed transactions (default: the system temp dir).
     #[serde(default)]
     pub spill_dir: Option<PathBuf>,
@@ -59,6 +63,10 @@ fn default_standby() -> bool {
 fn default_commit_interval_ms() -> u64 {
     1000
 }
+fn default_snapshot_commit_rows() -> usize {
+    1_000_000
+}
+
 fn default_commit_max_rows() -> usize {
     100_000
 }
@@ -438,6 +446,8 @@ pub struct Config {
     pub pipeline: String,
     pub commit_interval_ms: u64,
     pub commit_max_rows: usize,
+    /// See [`RawPipeline::snapshot_commit_rows`].
+    pub snapshot_commit_rows: usize,
     pub source: SourceConfig,
     pub sink: SinkConfig,
     pub metrics_listen: Option<String>,
@@ -547,6 +557,12 @@ impl RawConfig {
         if self.pipeline.commit_max_rows == 0 {
             return Err(bad("pipeline.commit_max_rows", "must be at least 1".into()));
         }
+        if self.pipeline.snapshot_commit_rows == 0 {
+            return Err(bad(
+                "pipeline.snapshot_commit_rows",
+                "must be at least 1".into(),
+            ));
+        }
         let source = match self.source.kind.as_str() {
             "postgres" => SourceConfig::Postgres(self.postgres(&name, file)?),
             "mysql" => SourceConfig::MySql(self.mysql(file)?),
@@ -600,6 +616,7 @@ impl RawConfig {
             pipeline: name,
             commit_interval_ms: self.pipeline.commit_interval_ms,
             commit_max_rows: self.pipeline.commit_max_rows,
+            snapshot_commit_rows: self.pipeline.snapshot_commit_rows,
             source,
             sink,
             metrics_listen: self.metrics.listen.clone(),

@@ -112,6 +112,8 @@ pub struct Settings {
     pub pipeline: String,
     pub commit_interval: Duration,
     pub commit_max_rows: usize,
+    /// Rows of one table's initial copy per commit (`pipeline.snapshot_commit_rows`).
+    pub snapshot_commit_rows: usize,
     pub snapshot: SnapshotMode,
     /// The slot name, for messages.
     pub slot: String,
@@ -229,7 +231,11 @@ pub async fn run(
     settings: Settings,
     shutdown: CancellationToken,
 ) -> Result<(), PipelineError> {
-    run_batched(source, sink, settings, shutdown, SnapshotBatch::default()).await
+    let batch = SnapshotBatch {
+        rows: settings.snapshot_commit_rows,
+        ..SnapshotBatch::default()
+    };
+    run_batched(source, sink, settings, shutdown, batch).await
 }
 
 /// [`run`], committing initial-copy rows at `snapshot_batch`.

@@ -155,6 +155,7 @@ fn settings(max_rows: usize, snapshot: SnapshotMode) -> Settings {
         pipeline: "p".into(),
         commit_interval: Duration::from_secs(3600),
         commit_max_rows: max_rows,
+        snapshot_commit_rows: crate::pipeline::SNAPSHOT_BATCH_ROWS,
         snapshot,
         slot: "cdcd_p".into(),
     }

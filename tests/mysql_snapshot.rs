@@ -94,6 +94,12 @@ fn tune(p: &MyPipeline, chunk_rows: u64) {
         &format!("[source]\nsnapshot_chunk_rows = {chunk_rows}\n"),
         1,
     );
+    // A commit per chunk, so a kill lands between commits of one table's copy.
+    let text = text.replacen(
+        "[pipeline]\n",
+        &format!("[pipeline]\nsnapshot_commit_rows = {chunk_rows}\n"),
+        1,
+    );
     std::fs::write(&p.config, text).unwrap();
 }
 

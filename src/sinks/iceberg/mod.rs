@@ -354,13 +354,16 @@ impl IcebergSink {
                     .filter(|f| live_dvs.contains_key(*f))
                     .cloned(),
             );
-            // All of a commit's vectors go into one Puffin file, as Iceberg-Java writes them:
-            // each delete-manifest entry names its blob by `content_offset` and
-            // `content_size_in_bytes` (spec, "Deletion Vectors"), so one file serves many.
-            if !new_dvs.dvs.is_empty() {
-                let path = format!("{location}/data/{commit_id}-dv.puffin");
-                delete_files
-                    .extend(dv::write_puffin(&self.warehouse, table, &path, &new_dvs.dvs).await?);
+            // One Puffin file per vector. With several blobs in one Puffin file (as Iceberg-Java
+            // writes, and as the spec allows: each entry names its blob by `content_offset` and
+            // `content_size_in_bytes`), DuckDB 1.5.5 applies a neighbouring blob to the wrong
+            // data file after some commits (seen again in tests/s3_crash and s3_standby; Spark
+            // and pyiceberg read the same tables right). One blob per file sidesteps it at the
+            // cost of more small files.
+            for (i, (file, vector)) in new_dvs.dvs.iter().enumerate() {
+                let path = format!("{location}/data/{commit_id}-dv-{i:05}.puffin");
+                let one = std::collections::BTreeMap::from([(file.clone(), vector.clone())]);
+                delete_files.extend(dv::write_puffin(&self.warehouse, table, &path, &one).await?);
             }
             vectors = new_dvs.dvs;
         } else {
