@@ -19,11 +19,15 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use tokio::io::AsyncWriteExt;
 
-use super::bloom::{key_hash, Bloom};
+use super::bloom::{key_hash, Bloom, Layout};
 use super::memtable::{Slot, TOMBSTONE};
 use super::IndexError;
 
-const MAGIC: &[u8; 8] = b"CPKIRUN1";
+/// Runs written with [`Layout::Blocked`] bloom filters. An older cdcd finds a bad footer in them
+/// and rebuilds the index (a downgrade costs a rebuild, never a wrong answer).
+const MAGIC: &[u8; 8] = b"CPKIRUN2";
+/// Runs written before, with [`Layout::Spread`] filters: still read.
+const MAGIC_SPREAD: &[u8; 8] = b"CPKIRUN1";
 const FOOTER_LEN: u64 = 16;
 /// Target uncompressed block size: a point lookup reads and scans one block.
 const BLOCK_BYTES: usize = 16 * 1024;
@@ -247,9 +251,12 @@ impl RunMeta {
             })?;
         let footer_at = bytes.len().saturating_sub(FOOTER_LEN as usize);
         let (meta, footer) = bytes.split_at(footer_at);
-        if footer.get(8..16) != Some(MAGIC.as_slice())
-            || footer.get(..8) != Some(meta_offset.to_le_bytes().as_slice())
-        {
+        let layout = match footer.get(8..16) {
+            Some(m) if m == MAGIC.as_slice() => Layout::Blocked,
+            Some(m) if m == MAGIC_SPREAD.as_slice() => Layout::Spread,
+            _ => return Err(corrupt("bad footer (not a cdcd index run, or truncated)")),
+        };
+        if footer.get(..8) != Some(meta_offset.to_le_bytes().as_slice()) {
             return Err(corrupt("bad footer (not a cdcd index run, or truncated)"));
         }
         let mut run = RunMeta {
@@ -261,7 +268,7 @@ impl RunMeta {
             first_keys: Vec::new(),
             blocks: Vec::new(),
             last_key: Vec::new(),
-            bloom: Bloom::from_parts(Vec::new(), 0),
+            bloom: Bloom::from_parts(Vec::new(), 0, layout),
         };
         decode_meta(meta, meta_offset, &mut run).map_err(corrupt)?;
         Ok(run)
@@ -306,7 +313,7 @@ fn decode_meta(meta: &[u8], meta_offset: u64, run: &mut RunMeta) -> Result<(), &
             u64::from_le_bytes(w)
         })
         .collect();
-    run.bloom = Bloom::from_parts(words, probes);
+    run.bloom = Bloom::from_parts(words, probes, run.bloom.layout());
     Ok(())
 }
 
