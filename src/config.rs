@@ -1148,6 +1148,28 @@ zero_date = "error"
     }
 
     #[test]
+    fn snapshot_commit_rows_defaults_and_must_be_positive() {
+        let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
+        assert_eq!(c.snapshot_commit_rows, 1_000_000);
+        let set = MINIMAL.replace(
+            "name = \"shop\"\n",
+            "name = \"shop\"\nsnapshot_commit_rows = 5000\n",
+        );
+        assert_eq!(
+            Config::from_toml(&set, "p.toml")
+                .unwrap()
+                .snapshot_commit_rows,
+            5000
+        );
+        let zero = MINIMAL.replace(
+            "name = \"shop\"\n",
+            "name = \"shop\"\nsnapshot_commit_rows = 0\n",
+        );
+        let err = Config::from_toml(&zero, "p.toml").unwrap_err().to_string();
+        assert!(err.contains("pipeline.snapshot_commit_rows"), "{err}");
+    }
+
+    #[test]
     fn minimal_config_gets_defaults() {
         let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
         assert_eq!(c.pipeline, "shop");
