@@ -19,8 +19,8 @@ def rss_peak_kib(pid):
     return None
 
 
-def iceberg_position(table_dir):
-    """The newest committed cdcd.position (text) of an Iceberg table written by cdcd, or None."""
+def iceberg_summary(table_dir):
+    """The summary of the current snapshot of an Iceberg table written by cdcd, or None."""
     meta = os.path.join(table_dir, "metadata")
     try:
         with open(os.path.join(meta, "version-hint.text")) as f:
@@ -36,14 +36,17 @@ def iceberg_position(table_dir):
     except (OSError, ValueError):
         return None
     current = doc.get("current-snapshot-id")
-    for snap in doc.get("snapshots", []):
-        if snap.get("snapshot-id") == current:
-            return snap.get("summary", {}).get("cdcd.position") or None
-    return None
+    return next((s.get("summary", {}) for s in doc.get("snapshots", []) if s.get("snapshot-id") == current), None)
 
 
-def paimon_position(table_dir):
-    """The newest cdcd.position (text) of a Paimon table written by cdcd, or None."""
+def iceberg_position(table_dir):
+    """The newest committed cdcd.position (text) of an Iceberg table written by cdcd, or None."""
+    return (iceberg_summary(table_dir) or {}).get("cdcd.position") or None
+
+
+def paimon_properties(table_dir):
+    """The properties of the newest Paimon snapshot that carries a checkpoint (plus its
+    totalRecordCount), or None."""
     snap_dir = os.path.join(table_dir, "snapshot")
     try:
         with open(os.path.join(snap_dir, "LATEST")) as f:
@@ -59,11 +62,16 @@ def paimon_position(table_dir):
                 doc = json.load(f)
         except (OSError, ValueError):
             return None
-        pos = (doc.get("properties") or {}).get("cdcd.position")
-        if pos:
-            return pos
+        props = doc.get("properties") or {}
+        if props.get("cdcd.position"):
+            return dict(props, totalRecordCount=doc.get("totalRecordCount"))
         n -= 1
     return None
+
+
+def paimon_position(table_dir):
+    """The newest cdcd.position (text) of a Paimon table written by cdcd, or None."""
+    return (paimon_properties(table_dir) or {}).get("cdcd.position")
 
 
 def percentile_ms(sorted_seconds, q):

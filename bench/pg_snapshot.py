@@ -23,7 +23,6 @@ Nothing is asserted: it prints figures for README. Run it on a quiet machine: bo
 CPU, so the load average is printed beside the figures.
 """
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -36,7 +35,7 @@ import psycopg2
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)
-from pg_e2e import rss_peak_kib  # noqa: E402  (the same VmHWM reader as the streaming benchmark)
+from common import cpu_seconds, iceberg_summary, paimon_properties, rss_peak_kib  # noqa: E402
 
 TABLE = "cdcd_bench_snapshot"
 COLUMNS = "id, v, d, n, t, ts"
@@ -45,60 +44,6 @@ TARGETS = {
     "equality": ('kind = "iceberg"\ndelete_mode = "equality"\n', "Iceberg, equality deletes"),
     "lsm": ('kind = "lsm"\nbuckets = 4\n', "LSM (Paimon, 4 buckets)"),
 }
-
-
-def newest_iceberg_summary(table_dir):
-    """The summary of the current snapshot of an Iceberg table written by cdcd, or None."""
-    meta = os.path.join(table_dir, "metadata")
-    try:
-        with open(os.path.join(meta, "version-hint.text")) as f:
-            version = int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-    # The hint is written after the metadata: look further.
-    while os.path.exists(os.path.join(meta, "v%d.metadata.json" % (version + 1))):
-        version += 1
-    try:
-        with open(os.path.join(meta, "v%d.metadata.json" % version)) as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
-        return None
-    current = doc.get("current-snapshot-id")
-    return next((s.get("summary", {}) for s in doc.get("snapshots", []) if s.get("snapshot-id") == current), None)
-
-
-def newest_paimon_properties(table_dir):
-    """The properties of the newest Paimon snapshot that carries a checkpoint, or None."""
-    snap_dir = os.path.join(table_dir, "snapshot")
-    try:
-        with open(os.path.join(snap_dir, "LATEST")) as f:
-            n = int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-    while os.path.exists(os.path.join(snap_dir, "snapshot-%d" % (n + 1))):
-        n += 1
-    while n > 0:
-        try:
-            with open(os.path.join(snap_dir, "snapshot-%d" % n)) as f:
-                doc = json.load(f)
-        except (OSError, ValueError):
-            return None
-        props = doc.get("properties") or {}
-        if "cdcd.position" in props:
-            props = dict(props, totalRecordCount=doc.get("totalRecordCount"))
-            return props
-        n -= 1
-    return None
-
-
-def cpu_seconds(pid):
-    """User + system CPU time of a running process, all threads (/proc/<pid>/stat fields 14 and 15)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def copy_complete(props):
@@ -184,10 +129,10 @@ namespace = "bench"
             )
         if target == "lsm":
             table_dir = os.path.join(warehouse, "bench.db", TABLE)
-            read = newest_paimon_properties
+            read = paimon_properties
         else:
             table_dir = os.path.join(warehouse, "bench", TABLE)
-            read = newest_iceberg_summary
+            read = iceberg_summary
         log_path = os.path.join(workdir, "cdcd.log")
         env = dict(os.environ, CDCD_LOG=os.environ.get("CDCD_LOG", "warn"))
         started = time.time()
