@@ -105,12 +105,7 @@ fn tune(p: &MyPipeline, chunk_rows: u64) {
 
 /// The output of the `n`-th start (1-based).
 fn start_output(p: &MyPipeline, n: u32) -> String {
-    let out = p.output();
-    let marker = format!("===== cdcd start #{n} =====");
-    let from = out.find(&marker).map_or(out.len(), |i| i + marker.len());
-    let rest = &out[from..];
-    let to = rest.find("===== cdcd start #").unwrap_or(rest.len());
-    rest[..to].to_owned()
+    common::start_output(&p.output(), n)
 }
 
 /// Waits until the whole output satisfies `ready`.
@@ -123,16 +118,6 @@ async fn wait_for(p: &mut MyPipeline, what: &str, timeout: Duration, ready: impl
             "cdcd exited while waiting for {what}"
         );
     }
-}
-
-/// `key=value` from a tracing line.
-fn field(line: &str, key: &str) -> Option<u64> {
-    let at = line.find(&format!(" {key}="))? + key.len() + 2;
-    line[at..]
-        .split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,7 +152,10 @@ async fn writes_during_a_chunked_copy_converge() {
         .lines()
         .find(|l| l.contains("planned initial copy"))
         .expect("a plan line");
-    assert!(field(planned, "chunks").unwrap() >= 5, "{planned}");
+    assert!(
+        common::log_field(planned, "chunks").unwrap() >= 5,
+        "{planned}"
+    );
     p.assert_equal("t", 240).await;
 }
 
@@ -236,8 +224,8 @@ async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
         .find(|l| l.contains("planned initial copy") && l.contains(".t "))
         .unwrap_or_else(|| panic!("no plan line for t in the second start:\n{out}"));
     let (chunks, to_copy) = (
-        field(planned, "chunks").unwrap(),
-        field(planned, "to_copy").unwrap(),
+        common::log_field(planned, "chunks").unwrap(),
+        common::log_field(planned, "to_copy").unwrap(),
     );
     eprintln!("resumed: {to_copy} of {chunks} chunks copied again");
     assert!(to_copy < chunks, "restarted from zero: {planned}");
@@ -271,7 +259,7 @@ async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
     let copied = out
         .lines()
         .find(|l| l.contains("table copied") && l.contains(".t "))
-        .and_then(|l| field(l, "rows"))
+        .and_then(|l| common::log_field(l, "rows"))
         .expect("a 'table copied' line for t");
     assert!(
         copied < rows,
@@ -446,7 +434,8 @@ async fn a_second_kill_during_the_resumed_copy_converges() {
             .unwrap_or_else(|| panic!("no plan line in the third start:\n{out}"));
         eprintln!("third start: {planned}");
         assert!(
-            field(planned, "to_copy").unwrap() < field(planned, "chunks").unwrap(),
+            common::log_field(planned, "to_copy").unwrap()
+                < common::log_field(planned, "chunks").unwrap(),
             "{planned}"
         );
     }

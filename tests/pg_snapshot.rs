@@ -88,12 +88,7 @@ fn tune(p: &Pipeline, chunk_rows: u64, parallelism: usize) {
 
 /// The output of the `n`-th start (1-based).
 fn start_output(p: &Pipeline, n: u32) -> String {
-    let out = p.output();
-    let marker = format!("===== cdcd start #{n} =====");
-    let from = out.find(&marker).map_or(out.len(), |i| i + marker.len());
-    let rest = &out[from..];
-    let to = rest.find("===== cdcd start #").unwrap_or(rest.len());
-    rest[..to].to_owned()
+    common::start_output(&p.output(), n)
 }
 
 /// Waits until the output of the current run satisfies `ready`.
@@ -104,16 +99,6 @@ async fn wait_for(p: &mut Pipeline, what: &str, timeout: Duration, ready: impl F
         p.assert_running();
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// `key=value` from a tracing line.
-fn field(line: &str, key: &str) -> Option<u64> {
-    let at = line.find(&format!(" {key}="))? + key.len() + 2;
-    line[at..]
-        .split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,7 +140,10 @@ async fn writes_during_a_parallel_copy_converge() {
         .lines()
         .find(|l| l.contains("planned initial copy"))
         .expect("a plan line");
-    assert!(field(planned, "chunks").unwrap() >= 5, "{planned}");
+    assert!(
+        common::log_field(planned, "chunks").unwrap() >= 5,
+        "{planned}"
+    );
     assert!(planned.contains("binary=true"), "{planned}");
     p.assert_equal(&t, 240).await;
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
@@ -225,8 +213,8 @@ async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
         .find(|l| l.contains("planned initial copy"))
         .expect("a plan line");
     let (chunks, to_copy) = (
-        field(planned, "chunks").unwrap(),
-        field(planned, "to_copy").unwrap(),
+        common::log_field(planned, "chunks").unwrap(),
+        common::log_field(planned, "to_copy").unwrap(),
     );
     eprintln!("resumed: {to_copy} of {chunks} chunks copied again");
     assert!(to_copy < chunks, "restarted from zero: {planned}");

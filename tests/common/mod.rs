@@ -606,3 +606,23 @@ pub fn write_file(path: &Path, text: &str) {
         .and_then(|mut f| f.write_all(text.as_bytes()))
         .unwrap();
 }
+
+/// The part of a pipeline's output (`Pipeline::output`, `MyPipeline::output`) written by its
+/// `n`-th start (1-based).
+pub fn start_output(out: &str, n: u32) -> String {
+    let marker = format!("===== cdcd start #{n} =====");
+    let from = out.find(&marker).map_or(out.len(), |i| i + marker.len());
+    let rest = &out[from..];
+    let to = rest.find("===== cdcd start #").unwrap_or(rest.len());
+    rest[..to].to_owned()
+}
+
+/// The number in `key=value` of a tracing line.
+pub fn log_field(line: &str, key: &str) -> Option<u64> {
+    let at = line.find(&format!(" {key}="))? + key.len() + 2;
+    line[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
