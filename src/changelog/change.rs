@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use arrow_array::builder::{make_builder, ArrayBuilder};
-use arrow_array::{Array, ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow_array::{new_null_array, Array, ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow_buffer::{BooleanBuffer, BooleanBufferBuilder};
 use arrow_schema::{ArrowError, Field, Schema, SchemaRef};
 
@@ -120,6 +120,10 @@ pub struct TableChangesBuilder {
     /// case costs nothing per value; the bitmap starts at the column's first absent value).
     present: Vec<Option<BooleanBufferBuilder>>,
     old_keys: Vec<Box<dyn ArrayBuilder>>,
+    /// NULL old keys owed to `old_keys`: appended only when a key change follows, or made as one
+    /// null array by `finish` (most runs change no key, and a null per row per key column through
+    /// `append_null`'s downcasts was measurable in the initial copy).
+    old_key_nulls: usize,
     key_changed: Vec<bool>,
 }
 
@@ -141,6 +145,7 @@ impl TableChangesBuilder {
             present: (0..n).map(|_| None).collect(),
             columns,
             old_keys,
+            old_key_nulls: 0,
             key_changed: Vec::with_capacity(capacity),
             ops: Vec::with_capacity(capacity),
             schema,
@@ -164,10 +169,24 @@ impl TableChangesBuilder {
         self.ops.push(op);
     }
 
+    /// Starts `rows` changes at once that all keep their key (`begin` and `no_old_key` for
+    /// each); then fill every column with [`values`](Self::values).
+    pub fn begin_rows(&mut self, op: Op, rows: usize) {
+        self.ops.extend(std::iter::repeat_n(op, rows));
+        self.key_changed.extend(std::iter::repeat_n(false, rows));
+        self.old_key_nulls += rows;
+    }
+
     /// The builder of column `index`: append exactly one value (or null) to it.
     pub fn value(&mut self, index: usize) -> Option<&mut dyn ArrayBuilder> {
+        self.values(index, 1)
+    }
+
+    /// The builder of column `index` for the last `rows` changes begun: append exactly `rows`
+    /// values (or nulls) to it.
+    pub fn values(&mut self, index: usize, rows: usize) -> Option<&mut dyn ArrayBuilder> {
         if let Some(bits) = self.present.get_mut(index)?.as_mut() {
-            bits.append(true);
+            bits.append_n(rows, true);
         }
         self.columns.get_mut(index).map(|b| b.as_mut())
     }
@@ -198,6 +217,9 @@ impl TableChangesBuilder {
     pub fn old_key(&mut self, key_index: usize) -> Option<&mut dyn ArrayBuilder> {
         if key_index == 0 {
             self.key_changed.push(true);
+            if self.pay_old_key_nulls().is_err() {
+                return None;
+            }
         }
         self.old_keys.get_mut(key_index).map(|b| b.as_mut())
     }
@@ -205,9 +227,17 @@ impl TableChangesBuilder {
     /// The current change kept its key.
     pub fn no_old_key(&mut self) -> Result<(), ArrowError> {
         self.key_changed.push(false);
+        self.old_key_nulls += 1;
+        Ok(())
+    }
+
+    fn pay_old_key_nulls(&mut self) -> Result<(), ArrowError> {
         for b in &mut self.old_keys {
-            append_null(b.as_mut())?;
+            for _ in 0..self.old_key_nulls {
+                append_null(b.as_mut())?;
+            }
         }
+        self.old_key_nulls = 0;
         Ok(())
     }
 
@@ -227,9 +257,20 @@ impl TableChangesBuilder {
             columns,
             &RecordBatchOptions::new().with_row_count(Some(n)),
         )?;
-        let old: Vec<ArrayRef> = self.old_keys.iter_mut().map(|b| b.finish()).collect();
+        let keys_schema = TableChanges::keys_schema(&self.schema);
+        let old: Vec<ArrayRef> = if self.old_keys.iter().all(|b| b.is_empty()) {
+            // No change of the run changed its key: all-null columns, without a value each.
+            keys_schema
+                .fields()
+                .iter()
+                .map(|f| new_null_array(f.data_type(), n))
+                .collect()
+        } else {
+            self.pay_old_key_nulls()?;
+            self.old_keys.iter_mut().map(|b| b.finish()).collect()
+        };
         let old_keys = RecordBatch::try_new_with_options(
-            TableChanges::keys_schema(&self.schema),
+            keys_schema,
             old,
             &RecordBatchOptions::new().with_row_count(Some(n)),
         )?;
@@ -358,6 +399,51 @@ mod tests {
         assert_eq!(c.key_changed, vec![false, true]);
         assert_eq!(c.old_keys.column(0).as_primitive::<Int64Type>().value(1), 1);
         assert!(c.has_absent());
+    }
+
+    #[test]
+    fn old_keys_are_null_where_no_key_changed() {
+        let body = |b: &mut TableChangesBuilder, rows: usize| {
+            let s = b.values(1, rows).unwrap();
+            let s = s.as_any_mut().downcast_mut::<StringBuilder>().unwrap();
+            (0..rows).for_each(|_| s.append_null());
+        };
+        // Bulk rows only: the old-key column is one null array.
+        let mut b = TableChangesBuilder::new(schema(), 4);
+        b.begin_rows(Op::Insert, 3);
+        let ids = b.values(0, 3).unwrap();
+        let ids = ids.as_any_mut().downcast_mut::<Int64Builder>().unwrap();
+        ids.append_slice(&[1, 2, 3]);
+        body(&mut b, 3);
+        let c = b.finish().unwrap();
+        assert_eq!(c.old_keys.num_rows(), 3);
+        assert_eq!(c.old_keys.column(0).null_count(), 3);
+        assert_eq!(c.key_changed, vec![false; 3]);
+        // Nulls owed before a key change land before its old key, and after it too.
+        let mut b = TableChangesBuilder::new(schema(), 4);
+        b.begin_rows(Op::Insert, 2);
+        let ids = b.values(0, 2).unwrap();
+        let ids = ids.as_any_mut().downcast_mut::<Int64Builder>().unwrap();
+        ids.append_slice(&[1, 2]);
+        body(&mut b, 2);
+        b.begin(Op::Update);
+        int(b.value(0), 5);
+        body(&mut b, 1);
+        int(b.old_key(0), 4);
+        b.begin(Op::Delete);
+        int(b.value(0), 5);
+        body(&mut b, 1);
+        b.no_old_key().unwrap();
+        let c = b.finish().unwrap();
+        let old = c.old_keys.column(0).as_primitive::<Int64Type>();
+        assert_eq!(old.len(), 4);
+        assert_eq!(
+            (0..4)
+                .map(|i| old.is_valid(i).then(|| old.value(i)))
+                .collect::<Vec<_>>(),
+            vec![None, None, Some(4), None]
+        );
+        assert_eq!(c.key_changed, vec![false, false, true, false]);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use arrow_array::builder::{
 };
 
 use super::{new_builder, BatchLimits, SnapshotError};
-use crate::changelog::{append_null, Op, TableChanges, TableChangesBuilder, TableSchema};
+use crate::changelog::{Op, TableChanges, TableChangesBuilder, TableSchema};
 use crate::sources::postgres::types::ColumnType;
 
 const SIGNATURE: &[u8; 11] = b"PGCOPY\n\xff\r\n\0";
@@ -71,78 +71,147 @@ type Bad = &'static str;
 /// `make_builder(&ty.data_type(), n)` returns). Values equal what `ColumnType::append_text` makes
 /// of the same value's text, including the date/timestamp infinity sentinels.
 pub fn append_binary(ty: &ColumnType, builder: &mut dyn ArrayBuilder, v: &[u8]) -> Result<(), Bad> {
-    fn b<B: ArrayBuilder>(builder: &mut dyn ArrayBuilder) -> Result<&mut B, Bad> {
-        builder
-            .as_any_mut()
-            .downcast_mut::<B>()
-            .ok_or("does not match the column's Arrow builder")
-    }
+    append_column(ty, builder, std::iter::once(Some(v))).map_err(|(_, bad)| bad)
+}
+
+/// Appends a column of binary values of `ty` (`None`: NULL) to `builder`: one downcast and one
+/// type dispatch per column rather than per value. On a bad value: its index in `values` and why.
+fn append_column<'v>(
+    ty: &ColumnType,
+    builder: &mut dyn ArrayBuilder,
+    values: impl Iterator<Item = Option<&'v [u8]>>,
+) -> Result<(), (usize, Bad)> {
     match ty {
-        ColumnType::Bool => b::<BooleanBuilder>(builder)?.append_value(be::<1>(v)?[0] != 0),
-        ColumnType::Int16 => b::<Int16Builder>(builder)?.append_value(i16::from_be_bytes(be(v)?)),
-        ColumnType::Int32 => b::<Int32Builder>(builder)?.append_value(i32::from_be_bytes(be(v)?)),
-        ColumnType::Int64 => b::<Int64Builder>(builder)?.append_value(i64::from_be_bytes(be(v)?)),
-        ColumnType::Oid => {
-            b::<Int64Builder>(builder)?.append_value(i64::from(u32::from_be_bytes(be(v)?)))
-        }
-        ColumnType::Float32 => {
-            b::<Float32Builder>(builder)?.append_value(f32::from_be_bytes(be(v)?))
-        }
-        ColumnType::Float64 => {
-            b::<Float64Builder>(builder)?.append_value(f64::from_be_bytes(be(v)?))
-        }
+        ColumnType::Bool => fill(builder, values, BooleanBuilder::append_null, |b, v| {
+            b.append_value(be::<1>(v)?[0] != 0);
+            Ok(())
+        }),
+        ColumnType::Int16 => fill(builder, values, Int16Builder::append_null, |b, v| {
+            b.append_value(i16::from_be_bytes(be(v)?));
+            Ok(())
+        }),
+        ColumnType::Int32 => fill(builder, values, Int32Builder::append_null, |b, v| {
+            b.append_value(i32::from_be_bytes(be(v)?));
+            Ok(())
+        }),
+        ColumnType::Int64 => fill(builder, values, Int64Builder::append_null, |b, v| {
+            b.append_value(i64::from_be_bytes(be(v)?));
+            Ok(())
+        }),
+        ColumnType::Oid => fill(builder, values, Int64Builder::append_null, |b, v| {
+            b.append_value(i64::from(u32::from_be_bytes(be(v)?)));
+            Ok(())
+        }),
+        ColumnType::Float32 => fill(builder, values, Float32Builder::append_null, |b, v| {
+            b.append_value(f32::from_be_bytes(be(v)?));
+            Ok(())
+        }),
+        ColumnType::Float64 => fill(builder, values, Float64Builder::append_null, |b, v| {
+            b.append_value(f64::from_be_bytes(be(v)?));
+            Ok(())
+        }),
         ColumnType::Decimal { precision, scale } => {
-            let n = Numeric::parse(v)?;
-            let unscaled = n.to_decimal(*precision, *scale)?;
-            b::<Decimal128Builder>(builder)?.append_value(unscaled);
+            fill(builder, values, Decimal128Builder::append_null, |b, v| {
+                b.append_value(Numeric::parse(v)?.to_decimal(*precision, *scale)?);
+                Ok(())
+            })
         }
         ColumnType::NumericText { .. } => {
-            let n = Numeric::parse(v)?;
-            let sb = b::<StringBuilder>(builder)?;
-            n.write_text(sb);
+            fill(builder, values, StringBuilder::append_null, |b, v| {
+                Numeric::parse(v)?.write_text(b);
+                Ok(())
+            })
         }
-        ColumnType::Bytea => b::<BinaryBuilder>(builder)?.append_value(v),
-        ColumnType::Date => {
+        ColumnType::Bytea => fill(builder, values, BinaryBuilder::append_null, |b, v| {
+            b.append_value(v);
+            Ok(())
+        }),
+        ColumnType::Date => fill(builder, values, Date32Builder::append_null, |b, v| {
             let days = match i32::from_be_bytes(be(v)?) {
                 i32::MAX => i32::MAX,
                 i32::MIN => -i32::MAX,
                 d => d.checked_add(PG_EPOCH_DAYS).ok_or("is out of range")?,
             };
-            b::<Date32Builder>(builder)?.append_value(days);
-        }
-        ColumnType::Time => {
-            b::<Time64MicrosecondBuilder>(builder)?.append_value(i64::from_be_bytes(be(v)?))
-        }
-        ColumnType::Timestamp | ColumnType::TimestampTz => {
-            let micros = match i64::from_be_bytes(be(v)?) {
-                i64::MAX => i64::MAX,
-                i64::MIN => -i64::MAX,
-                m => m
-                    .checked_add(PG_EPOCH_MICROS)
-                    .filter(|m| *m != i64::MAX)
-                    .ok_or("is after 294247-01-10, the end of Arrow's microsecond timestamps")?,
-            };
-            b::<TimestampMicrosecondBuilder>(builder)?.append_value(micros);
-        }
-        ColumnType::Uuid => b::<FixedSizeBinaryBuilder>(builder)?
-            .append_value(be::<16>(v)?)
-            .map_err(|_| "does not fit FixedSizeBinary(16)")?,
-        ColumnType::Jsonb => {
+            b.append_value(days);
+            Ok(())
+        }),
+        ColumnType::Time => fill(
+            builder,
+            values,
+            Time64MicrosecondBuilder::append_null,
+            |b, v| {
+                b.append_value(i64::from_be_bytes(be(v)?));
+                Ok(())
+            },
+        ),
+        ColumnType::Timestamp | ColumnType::TimestampTz => fill(
+            builder,
+            values,
+            TimestampMicrosecondBuilder::append_null,
+            |b, v| {
+                let micros = match i64::from_be_bytes(be(v)?) {
+                    i64::MAX => i64::MAX,
+                    i64::MIN => -i64::MAX,
+                    m => m
+                        .checked_add(PG_EPOCH_MICROS)
+                        .filter(|m| *m != i64::MAX)
+                        .ok_or(
+                            "is after 294247-01-10, the end of Arrow's microsecond timestamps",
+                        )?,
+                };
+                b.append_value(micros);
+                Ok(())
+            },
+        ),
+        ColumnType::Uuid => fill(
+            builder,
+            values,
+            FixedSizeBinaryBuilder::append_null,
+            |b, v| {
+                b.append_value(be::<16>(v)?)
+                    .map_err(|_| "does not fit FixedSizeBinary(16)")
+            },
+        ),
+        ColumnType::Jsonb => fill(builder, values, StringBuilder::append_null, |b, v| {
             // jsonb_send: a version byte (1), then the text.
             let text = match v.split_first() {
                 Some((1, text)) => text,
                 _ => return Err("is not version-1 jsonb"),
             };
-            b::<StringBuilder>(builder)?.append_value(utf8(text)?);
-        }
+            b.append_value(utf8(text)?);
+            Ok(())
+        }),
         ColumnType::Text { .. } | ColumnType::Json | ColumnType::Enum { .. } => {
-            b::<StringBuilder>(builder)?.append_value(utf8(v)?)
+            fill(builder, values, StringBuilder::append_null, |b, v| {
+                b.append_value(utf8(v)?);
+                Ok(())
+            })
         }
-        ColumnType::Domain { base, .. } => append_binary(base, builder, v)?,
+        ColumnType::Domain { base, .. } => append_column(base, builder, values),
         ColumnType::TimeTz
         | ColumnType::Interval
         | ColumnType::List(_)
-        | ColumnType::TextFallback { .. } => return Err("has no binary decoder"),
+        | ColumnType::TextFallback { .. } => Err((0, "has no binary decoder")),
+    }
+}
+
+/// Appends `values` to `builder`, which must be a `B`: NULLs with `null`, the others through
+/// `value`.
+fn fill<'v, B: ArrayBuilder>(
+    builder: &mut dyn ArrayBuilder,
+    values: impl Iterator<Item = Option<&'v [u8]>>,
+    null: fn(&mut B),
+    mut value: impl FnMut(&mut B, &'v [u8]) -> Result<(), Bad>,
+) -> Result<(), (usize, Bad)> {
+    let b = builder
+        .as_any_mut()
+        .downcast_mut::<B>()
+        .ok_or((0, "does not match the column's Arrow builder"))?;
+    for (i, v) in values.enumerate() {
+        match v {
+            None => null(b),
+            Some(v) => value(b, v).map_err(|bad| (i, bad))?,
+        }
     }
     Ok(())
 }
@@ -290,6 +359,8 @@ pub struct BinaryCopyReader<'t> {
     builder: TableChangesBuilder,
     /// Unparsed bytes: the header, or a row split across CopyData chunks.
     carry: Vec<u8>,
+    /// (offset, length) of every field of the rows found by the current parse, row by row.
+    fields: Vec<(usize, i32)>,
     header_done: bool,
     ended: bool,
     rows: u64,
@@ -322,6 +393,7 @@ impl<'t> BinaryCopyReader<'t> {
             limits,
             op,
             carry: Vec::new(),
+            fields: Vec::new(),
             header_done: false,
             ended: false,
             rows: 0,
@@ -421,17 +493,38 @@ impl<'t> BinaryCopyReader<'t> {
             at = 19 + ext;
             self.header_done = true;
         }
-        while !self.ended && (overfill || !self.is_full()) {
-            match self.row(data, at)? {
-                Some(next) => at = next,
+        // Two passes: find the whole rows (and every field's place) first, then decode column by
+        // column, so each column's builder is downcast once per pass, not once per value.
+        self.fields.clear();
+        let mut rows = 0usize;
+        while !self.ended && (overfill || !self.is_full_with(rows)) {
+            match self.scan_row(data, at, rows)? {
+                Some(next) => {
+                    self.batch_bytes += next - at;
+                    at = next;
+                    rows += usize::from(!self.ended);
+                }
                 None => break,
             }
         }
+        self.decode_rows(data, rows)?;
         Ok(at)
     }
 
-    /// Parses the row at `start` if it is complete: the offset after it, or `None`.
-    fn row(&mut self, data: &[u8], start: usize) -> Result<Option<usize>, SnapshotError> {
+    /// Whether the batch is full once `pending` scanned rows are decoded into it.
+    fn is_full_with(&self, pending: usize) -> bool {
+        self.builder.len() + pending >= self.limits.rows || self.batch_bytes >= self.limits.bytes
+    }
+
+    /// Finds the row at `start` if it is complete, recording each field's (offset, length) in
+    /// `fields` (length -1: NULL): the offset after the row, or `None`. `pending` rows were
+    /// found before it in this pass.
+    fn scan_row(
+        &mut self,
+        data: &[u8],
+        start: usize,
+        pending: usize,
+    ) -> Result<Option<usize>, SnapshotError> {
         let Some(count) = data.get(start..start + 2) else {
             return Ok(None);
         };
@@ -441,47 +534,54 @@ impl<'t> BinaryCopyReader<'t> {
             return Ok(Some(start + 2));
         }
         if usize::try_from(count).ok() != Some(self.types.len()) {
-            return Err(
-                self.format_err(&format!("{count} fields for {} columns", self.types.len()))
-            );
+            return Err(SnapshotError::Format {
+                table: self.schema.id.clone(),
+                row: self.rows + pending as u64 + 1,
+                detail: format!("{count} fields for {} columns", self.types.len()),
+            });
         }
-        // Check the row is complete before touching the builders.
+        let first = self.fields.len();
         let mut at = start + 2;
         for _ in 0..self.types.len() {
             let Some(len) = data.get(at..at + 4) else {
+                self.fields.truncate(first);
                 return Ok(None);
             };
             let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
+            self.fields.push((at + 4, len));
             at += 4 + usize::try_from(len).unwrap_or(0);
             if at > data.len() {
+                self.fields.truncate(first);
                 return Ok(None);
             }
         }
-        let end = at;
-        self.rows += 1;
-        let row = self.rows;
-        self.builder.begin(self.op);
-        let mut at = start + 2;
+        Ok(Some(at))
+    }
+
+    /// Appends the `rows` rows `scan_row` found in `data` to the batch.
+    fn decode_rows(&mut self, data: &[u8], rows: usize) -> Result<(), SnapshotError> {
+        if rows == 0 {
+            return Ok(());
+        }
+        let first_row = self.rows;
+        self.rows += rows as u64;
+        self.builder.begin_rows(self.op, rows);
+        let columns = self.types.len();
         for (i, ty) in self.types.iter().enumerate() {
-            let len = data
-                .get(at..at + 4)
-                .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-                .unwrap_or(-1);
-            at += 4;
-            let Some(builder) = self.builder.value(i) else {
+            let Some(builder) = self.builder.values(i, rows) else {
                 return Err(self.format_err(&format!("no builder for column {i}")));
             };
-            if len < 0 {
-                append_null(builder).map_err(|source| SnapshotError::Arrow {
-                    table: self.schema.id.clone(),
-                    source,
-                })?;
-                continue;
-            }
-            let n = len as usize;
-            let value = data.get(at..at + n).unwrap_or_default();
-            at += n;
-            append_binary(ty, builder, value).map_err(|reason| {
+            let values = self
+                .fields
+                .get(i..)
+                .unwrap_or_default()
+                .iter()
+                .step_by(columns)
+                .map(|&(at, len)| {
+                    let len = usize::try_from(len).ok()?;
+                    Some(data.get(at..at + len).unwrap_or_default())
+                });
+            append_column(ty, builder, values).map_err(|(r, reason)| {
                 let column = self
                     .schema
                     .columns
@@ -489,21 +589,14 @@ impl<'t> BinaryCopyReader<'t> {
                     .map_or_else(|| i.to_string(), |c| c.name.clone());
                 SnapshotError::Binary {
                     table: self.schema.id.clone(),
-                    row,
+                    row: first_row + r as u64 + 1,
                     column,
                     type_name: ty.source_name(),
                     reason,
                 }
             })?;
         }
-        self.builder
-            .no_old_key()
-            .map_err(|source| SnapshotError::Arrow {
-                table: self.schema.id.clone(),
-                source,
-            })?;
-        self.batch_bytes += end - start;
-        Ok(Some(end))
+        Ok(())
     }
 }
 
