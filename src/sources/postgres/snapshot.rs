@@ -54,7 +54,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use arrow_schema::ArrowError;
-use futures::{pin_mut, TryStreamExt};
+use futures::{pin_mut, FutureExt, TryStreamExt};
 
 use super::types::{ColumnType, ValueError, TEXT_FORMAT_SETTINGS};
 use crate::changelog::{Op, TableChanges, TableChangesBuilder, TableId, TableSchema};
@@ -368,6 +368,9 @@ impl Reader<'_> {
     }
 }
 
+/// How many bytes of already-received COPY messages [`drive`] joins before parsing them.
+const GATHER_BYTES: usize = 256 * 1024;
+
 async fn drive<F, Fut>(
     client: &tokio_postgres::Client,
     statement: &str,
@@ -392,12 +395,33 @@ where
         .await
         .map_err(query_err("starting COPY"))?;
     pin_mut!(stream);
-    while let Some(chunk) = stream
-        .try_next()
-        .await
-        .map_err(query_err("reading COPY data"))?
-    {
-        let mut rest: &[u8] = &chunk;
+    let mut gathered: Vec<u8> = Vec::with_capacity(GATHER_BYTES);
+    let mut done = false;
+    while !done {
+        let Some(chunk) = stream
+            .try_next()
+            .await
+            .map_err(query_err("reading COPY data"))?
+        else {
+            break;
+        };
+        // Postgres sends one CopyData message per row: the messages already received are joined
+        // and parsed together, so the reader decodes many rows per pass (column by column)
+        // instead of one.
+        gathered.clear();
+        gathered.extend_from_slice(&chunk);
+        while gathered.len() < GATHER_BYTES {
+            match stream.try_next().now_or_never() {
+                Some(Ok(Some(more))) => gathered.extend_from_slice(&more),
+                Some(Ok(None)) => {
+                    done = true;
+                    break;
+                }
+                Some(Err(e)) => return Err(query_err("reading COPY data")(e)),
+                None => break,
+            }
+        }
+        let mut rest: &[u8] = &gathered;
         while !rest.is_empty() {
             let used = reader.feed(rest)?;
             rest = rest.get(used..).unwrap_or_default();
