@@ -192,6 +192,15 @@ impl Tables {
             .min()
     }
 
+    /// Buffered changes that `commit_max_rows` applies to: all but initial-copy rows.
+    fn streamed_rows(&self) -> usize {
+        self.buffers
+            .values()
+            .filter(|b| !b.position.is_snapshot_incomplete())
+            .map(|b| b.rows)
+            .sum()
+    }
+
     /// Arrow bytes of buffered initial-copy rows, over all tables.
     fn snapshot_bytes(&self) -> usize {
         self.buffers
@@ -340,7 +349,9 @@ async fn run_batched(
                 if let Err(e) = committer.handle(event).await {
                     break Err(e);
                 }
-                if committer.tables.buffered_rows >= settings.commit_max_rows {
+                // Initial-copy rows are committed by `snapshot_batch`, in the background; counted
+                // here they made every copy commit `commit_max_rows` rows, awaited in place.
+                if committer.tables.streamed_rows() >= settings.commit_max_rows {
                     if let Err(e) = committer.flush().await {
                         break Err(e);
                     }

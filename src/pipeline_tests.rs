@@ -346,6 +346,34 @@ async fn initial_copy_commits_incomplete_then_the_consistent_point() {
 }
 
 #[tokio::test]
+async fn commit_max_rows_does_not_cut_copy_batches() {
+    // Copy rows are committed by the snapshot batch size (default 1M rows): a streaming limit of
+    // 2 rows must not turn the copy into commits of 2 rows awaited in place.
+    let r = run_script(
+        false,
+        &[],
+        vec![
+            SourceEvent::SnapshotRows(changes("a", Op::Insert, &[1, 2, 3])),
+            SourceEvent::SnapshotRows(changes("a", Op::Insert, &[4, 5, 6])),
+            SourceEvent::SnapshotDone {
+                table: TableId::new("public", "a"),
+                position: pos(100),
+            },
+            tx(110, vec![changes("a", Op::Insert, &[7, 8, 9])]),
+        ],
+        settings(2, SnapshotMode::Initial),
+    )
+    .await;
+    assert_eq!(
+        r.commits,
+        vec![
+            ("a".into(), 6, "0/64".into()),
+            ("a".into(), 3, "0/6E".into())
+        ]
+    );
+}
+
+#[tokio::test]
 async fn an_incomplete_copy_is_resumed_and_a_lost_slot_is_an_error() {
     let progress = SnapshotProgress {
         chunks: vec!["x".into(), "y".into(), "z".into()],
