@@ -83,6 +83,12 @@ fn tune(p: &Pipeline, chunk_rows: u64, parallelism: usize) {
         ),
         1,
     );
+    // Several commits per copy, so a kill lands between commits of one table's copy.
+    let text = text.replacen(
+        "[pipeline]\n",
+        &format!("[pipeline]\nsnapshot_commit_rows = {}\n", chunk_rows * 5),
+        1,
+    );
     std::fs::write(&p.config, text).unwrap();
 }
 
