@@ -9,9 +9,11 @@
 //! what the copy's shape already shows. Distinctness here comes from order: each batch's encoded
 //! keys strictly increase (one memcmp per row), and the batches' `[first, last]` key ranges,
 //! sorted, do not overlap (a copy reads key ranges, each range's rows in key order as long as
-//! the heap is). When any condition fails — another op, an absent cell, a NULL key, keys out of
-//! order, overlapping batches — the general path plans the commit, so a duplicate key, a truncate
-//! or a partial row is handled (and reported) exactly as before. The plan is the one the general
+//! the heap is). When order shows nothing (a heap out of key order), the keys' bytes are sorted
+//! and neighbours compared instead, still without a hash map or per-key state. When any
+//! condition fails — another op, an absent cell, a NULL key, a repeated key — the general path
+//! plans the commit, so a duplicate key, a truncate or a partial row is handled (and reported)
+//! exactly as before. The plan is the one the general
 //! path makes for the same input (tested in `tests.rs`).
 
 use arrow_row::Rows;
@@ -33,6 +35,7 @@ pub(super) fn plan_distinct_inserts(
         return None;
     }
     let mut ranges = Vec::with_capacity(changes.len());
+    let mut ordered = true;
     for (c, keys) in changes.iter().zip(new_keys) {
         if c.has_absent() || !c.ops.iter().all(|op| *op == Op::Insert) {
             return None;
@@ -46,6 +49,9 @@ pub(super) fn plan_distinct_inserts(
         if !no_null_keys || keys.num_rows() != c.len() {
             return None;
         }
+        if !ordered {
+            continue;
+        }
         let mut rows = keys.iter();
         let Some(first) = rows.next() else {
             continue;
@@ -53,20 +59,39 @@ pub(super) fn plan_distinct_inserts(
         let mut last = first;
         for row in rows {
             if row <= last {
-                return None;
+                ordered = false;
+                break;
             }
             last = row;
         }
         ranges.push((first, last));
     }
-    ranges.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    if ranges.windows(2).any(|w| match w {
-        [(_, last), (next_first, _)] => next_first <= last,
-        _ => false,
-    }) {
+    if ordered {
+        ranges.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        ordered = !ranges.windows(2).any(|w| match w {
+            [(_, last), (next_first, _)] => next_first <= last,
+            _ => false,
+        });
+    }
+    if !ordered && !distinct_by_sorting(new_keys) {
         return None;
     }
     plan_in_order(changes, row_bytes, limits)
+}
+
+/// Whether all `keys` differ, shown by sorting them (bytes, not hashes): for inserts whose order
+/// proves nothing, such as a copy of a table whose heap order is not its key order. The sort
+/// merges the runs already in order, so a mostly ordered copy costs little more than the scan.
+fn distinct_by_sorting(keys: &[Rows]) -> bool {
+    let mut all: Vec<&[u8]> = Vec::with_capacity(keys.iter().map(Rows::num_rows).sum());
+    for rows in keys {
+        all.extend(rows.iter().map(|r| r.data()));
+    }
+    all.sort();
+    !all.windows(2).any(|w| match w {
+        [a, b] => a == b,
+        _ => false,
+    })
 }
 
 /// Every row of `changes` in order, in files cut where the general path cuts them: after the row
