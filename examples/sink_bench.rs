@@ -19,7 +19,8 @@
 //! transaction of ROWS inserts (the "one 1M-row transaction" goal); with `--copy`, the same rows
 //! arrive as one initial-copy commit does (issue 7): batches of 10,000 rows
 //! (`sources/postgres/mod.rs`, `SNAPSHOT_BATCH`) from 4 chunk readers of consecutive key ranges,
-//! interleaved. Asserts only the row count.
+//! interleaved; `--shuffle` also permutes the rows inside each batch (a heap out of key order).
+//! Asserts only the row count.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -146,14 +147,10 @@ fn transaction(
 }
 
 /// One run of inserts of `ids`.
-fn big_transaction(
-    schema: &Arc<TableSchema>,
-    ids: std::ops::RangeInclusive<i64>,
-) -> anyhow::Result<TableChanges> {
-    let rows = ids.end().saturating_sub(*ids.start()) + 1;
-    let mut b = TableChangesBuilder::new(schema.clone(), rows.max(0) as usize);
+fn big_transaction(schema: &Arc<TableSchema>, ids: &[i64]) -> anyhow::Result<TableChanges> {
+    let mut b = TableChangesBuilder::new(schema.clone(), ids.len());
     let mut text = String::new();
-    for id in ids {
+    for &id in ids {
         b.begin(Op::Insert);
         row(&mut b, id, false, &mut text)?;
     }
@@ -185,7 +182,11 @@ const COPY_READERS: i64 = 4;
 /// `rows` inserts (ids from 1) as one initial-copy commit receives them: each reader copies a
 /// consecutive quarter of the keys in batches of [`COPY_BATCH_ROWS`], and the readers' batches
 /// arrive in turn.
-fn copy_batches(schema: &Arc<TableSchema>, rows: i64) -> anyhow::Result<Vec<TableChanges>> {
+fn copy_batches(
+    schema: &Arc<TableSchema>,
+    rows: i64,
+    shuffle: bool,
+) -> anyhow::Result<Vec<TableChanges>> {
     let per_reader = (rows + COPY_READERS - 1) / COPY_READERS;
     let mut next: Vec<i64> = (0..COPY_READERS).map(|r| 1 + r * per_reader).collect();
     let mut batches = Vec::new();
@@ -197,7 +198,18 @@ fn copy_batches(schema: &Arc<TableSchema>, rows: i64) -> anyhow::Result<Vec<Tabl
                 continue;
             }
             let to = (*from + COPY_BATCH_ROWS - 1).min(end);
-            batches.push(big_transaction(schema, *from..=to)?);
+            let mut ids: Vec<i64> = (*from..=to).collect();
+            if shuffle {
+                // A fixed permutation (multiplying by a large odd number modulo a power of two
+                // is a bijection), so runs are comparable.
+                let n = ids.len();
+                let bits = n.next_power_of_two().max(2);
+                let slot = |i: usize| i.wrapping_mul(0x9E37_79B1) & (bits - 1);
+                let mut order: Vec<usize> = (0..bits).map(slot).filter(|&j| j < n).collect();
+                order.truncate(n);
+                ids = order.into_iter().map(|j| *from + j as i64).collect();
+            }
+            batches.push(big_transaction(schema, &ids)?);
             *from = to + 1;
             any = true;
         }
@@ -259,6 +271,7 @@ struct Args {
     sinks: Vec<String>,
     big_tx: Option<i64>,
     copy: bool,
+    shuffle: bool,
     dir: Option<PathBuf>,
     child: Option<String>,
     compaction_trigger: usize,
@@ -271,6 +284,7 @@ fn args() -> anyhow::Result<Args> {
         sinks: vec!["dv".into(), "equality".into(), "lsm".into()],
         big_tx: None,
         copy: false,
+        shuffle: false,
         dir: None,
         child: None,
         compaction_trigger: 5,
@@ -287,6 +301,7 @@ fn args() -> anyhow::Result<Args> {
             "--sinks" => a.sinks = value()?.split(',').map(str::to_owned).collect(),
             "--big-tx" => a.big_tx = Some(value()?.parse()?),
             "--copy" => a.copy = true,
+            "--shuffle" => a.shuffle = true,
             "--dir" => a.dir = Some(PathBuf::from(value()?)),
             "--child" => a.child = Some(value()?),
             "--compaction-trigger" => a.compaction_trigger = value()?.parse()?,
@@ -308,9 +323,9 @@ async fn child(kind: &str, a: &Args, dir: &Path) -> anyhow::Result<()> {
     let expected_rows: u64;
     if let Some(rows) = a.big_tx {
         let batches = if a.copy {
-            copy_batches(&schema, rows)?
+            copy_batches(&schema, rows, a.shuffle)?
         } else {
-            vec![big_transaction(&schema, 1..=rows)?]
+            vec![big_transaction(&schema, &(1..=rows).collect::<Vec<_>>())?]
         };
         let cp = Checkpoint::new("bench", Position::Postgres(Lsn(1)));
         let began = Instant::now();
@@ -421,6 +436,9 @@ async fn run() -> anyhow::Result<()> {
         }
         if a.copy {
             cmd.arg("--copy");
+        }
+        if a.shuffle {
+            cmd.arg("--shuffle");
         }
         let status = cmd.status()?;
         anyhow::ensure!(status.success(), "{kind}: the child failed ({status})");
