@@ -6,16 +6,21 @@
 //! `commit_max_rows`, which is what cuts commits whenever the source delivers more than that per
 //! `commit_interval_ms`), into a local warehouse.
 //!
-//! Prints, per sink: rows/s through `commit` (generation excluded), the slowest commit, and the
+//! Prints, per sink: rows/s through `commit` (generation excluded), the CPU seconds spent inside
+//! `commit` (all threads; the figure to compare on a busy machine), the slowest commit, and the
 //! process's peak RSS (VmHWM). Each sink runs in a child process of its own so the peaks do not
 //! mix. The table is then checked: its live row count must equal the workload's (500 per
 //! transaction). LSM: the background compaction keeps running between commits as in the daemon;
 //! the time to drain it after the last commit is printed separately.
 //!
 //! `cargo run --release --example sink_bench [-- [--transactions 1000] [--commit-rows 100000]
-//! [--sinks dv,equality,lsm] [--big-tx ROWS] [--dir DIR] [--compaction-trigger N]]` (LSM's
-//! `compaction_trigger`, default 5 as in the daemon). `--big-tx ROWS` instead commits one
-//! transaction of ROWS inserts (the "one 1M-row transaction" goal). Asserts only the row count.
+//! [--sinks dv,equality,lsm] [--big-tx ROWS] [--copy] [--dir DIR] [--compaction-trigger N]]`
+//! (LSM's `compaction_trigger`, default 5 as in the daemon). `--big-tx ROWS` instead commits one
+//! transaction of ROWS inserts (the "one 1M-row transaction" goal); with `--copy`, the same rows
+//! arrive as one initial-copy commit does (issue 7): batches of 10,000 rows
+//! (`sources/postgres/mod.rs`, `SNAPSHOT_BATCH`) from 4 chunk readers of consecutive key ranges,
+//! interleaved; `--shuffle` also permutes the rows inside each batch (a heap out of key order).
+//! Asserts only the row count.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -141,15 +146,77 @@ fn transaction(
     Ok(b.finish()?)
 }
 
-/// One transaction of `rows` inserts (ids from 1).
-fn big_transaction(schema: &Arc<TableSchema>, rows: i64) -> anyhow::Result<TableChanges> {
-    let mut b = TableChangesBuilder::new(schema.clone(), rows as usize);
+/// One run of inserts of `ids`.
+fn big_transaction(schema: &Arc<TableSchema>, ids: &[i64]) -> anyhow::Result<TableChanges> {
+    let mut b = TableChangesBuilder::new(schema.clone(), ids.len());
     let mut text = String::new();
-    for id in 1..=rows {
+    for &id in ids {
         b.begin(Op::Insert);
         row(&mut b, id, false, &mut text)?;
     }
     Ok(b.finish()?)
+}
+
+/// CPU seconds (user + system, every thread) this process has used, from `/proc/self/stat`
+/// (clock ticks: 10 ms resolution, plenty for commits of a second). A busy machine stretches a
+/// commit's wall time but not its CPU time, so this is the figure to compare there.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces, so split after its closing paren):
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the paren.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks: f64 = after
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse::<f64>().ok())
+        .sum();
+    ticks / 100.0
+}
+
+/// Rows of one initial-copy batch (`sources/postgres/mod.rs`, `SNAPSHOT_BATCH`).
+const COPY_BATCH_ROWS: i64 = 10_000;
+/// Chunk readers of the copy (`source.snapshot_parallelism`, bench/pg_snapshot.py's default).
+const COPY_READERS: i64 = 4;
+
+/// `rows` inserts (ids from 1) as one initial-copy commit receives them: each reader copies a
+/// consecutive quarter of the keys in batches of [`COPY_BATCH_ROWS`], and the readers' batches
+/// arrive in turn.
+fn copy_batches(
+    schema: &Arc<TableSchema>,
+    rows: i64,
+    shuffle: bool,
+) -> anyhow::Result<Vec<TableChanges>> {
+    let per_reader = (rows + COPY_READERS - 1) / COPY_READERS;
+    let mut next: Vec<i64> = (0..COPY_READERS).map(|r| 1 + r * per_reader).collect();
+    let mut batches = Vec::new();
+    loop {
+        let mut any = false;
+        for (r, from) in next.iter_mut().enumerate() {
+            let end = ((r as i64 + 1) * per_reader).min(rows);
+            if *from > end {
+                continue;
+            }
+            let to = (*from + COPY_BATCH_ROWS - 1).min(end);
+            let mut ids: Vec<i64> = (*from..=to).collect();
+            if shuffle {
+                // A fixed permutation (multiplying by a large odd number modulo a power of two
+                // is a bijection), so runs are comparable.
+                let n = ids.len();
+                let bits = n.next_power_of_two().max(2);
+                let slot = |i: usize| i.wrapping_mul(0x9E37_79B1) & (bits - 1);
+                let mut order: Vec<usize> = (0..bits).map(slot).filter(|&j| j < n).collect();
+                order.truncate(n);
+                ids = order.into_iter().map(|j| *from + j as i64).collect();
+            }
+            batches.push(big_transaction(schema, &ids)?);
+            *from = to + 1;
+            any = true;
+        }
+        if !any {
+            return Ok(batches);
+        }
+    }
 }
 
 fn rss_mib(field: &str) -> f64 {
@@ -203,6 +270,8 @@ struct Args {
     commit_rows: usize,
     sinks: Vec<String>,
     big_tx: Option<i64>,
+    copy: bool,
+    shuffle: bool,
     dir: Option<PathBuf>,
     child: Option<String>,
     compaction_trigger: usize,
@@ -214,6 +283,8 @@ fn args() -> anyhow::Result<Args> {
         commit_rows: 100_000,
         sinks: vec!["dv".into(), "equality".into(), "lsm".into()],
         big_tx: None,
+        copy: false,
+        shuffle: false,
         dir: None,
         child: None,
         compaction_trigger: 5,
@@ -229,6 +300,8 @@ fn args() -> anyhow::Result<Args> {
             "--commit-rows" => a.commit_rows = value()?.parse()?,
             "--sinks" => a.sinks = value()?.split(',').map(str::to_owned).collect(),
             "--big-tx" => a.big_tx = Some(value()?.parse()?),
+            "--copy" => a.copy = true,
+            "--shuffle" => a.shuffle = true,
             "--dir" => a.dir = Some(PathBuf::from(value()?)),
             "--child" => a.child = Some(value()?),
             "--compaction-trigger" => a.compaction_trigger = value()?.parse()?,
@@ -243,15 +316,22 @@ async fn child(kind: &str, a: &Args, dir: &Path) -> anyhow::Result<()> {
     let schema = schema();
     let (sink, lsm) = open_sink(kind, dir, a.compaction_trigger)?;
     let mut in_sink = Duration::ZERO;
+    let mut cpu_in_sink = 0.0;
     let mut slowest = Duration::ZERO;
     let mut commits = 0u64;
     let mut changes_total = 0u64;
     let expected_rows: u64;
     if let Some(rows) = a.big_tx {
-        let tx = big_transaction(&schema, rows)?;
+        let batches = if a.copy {
+            copy_batches(&schema, rows, a.shuffle)?
+        } else {
+            vec![big_transaction(&schema, &(1..=rows).collect::<Vec<_>>())?]
+        };
         let cp = Checkpoint::new("bench", Position::Postgres(Lsn(1)));
         let began = Instant::now();
-        sink.commit(&schema, std::slice::from_ref(&tx), &cp).await?;
+        let cpu = cpu_seconds();
+        sink.commit(&schema, &batches, &cp).await?;
+        cpu_in_sink = cpu_seconds() - cpu;
         in_sink = began.elapsed();
         slowest = in_sink;
         commits = 1;
@@ -271,7 +351,9 @@ async fn child(kind: &str, a: &Args, dir: &Path) -> anyhow::Result<()> {
             commits += 1;
             let cp = Checkpoint::new("bench", Position::Postgres(Lsn(end as u64)));
             let began = Instant::now();
+            let cpu = cpu_seconds();
             sink.commit(&schema, &buffer, &cp).await?;
+            cpu_in_sink += cpu_seconds() - cpu;
             let took = began.elapsed();
             in_sink += took;
             slowest = slowest.max(took);
@@ -292,7 +374,7 @@ async fn child(kind: &str, a: &Args, dir: &Path) -> anyhow::Result<()> {
     let status = sink.status(&schema.id).await?;
     let rows = status.as_ref().and_then(|s| s.rows);
     println!(
-        "| {kind} | {changes_total} | {commits} | {:.0} | {:.0} ms | {peak:.0} MiB | {} | {} |",
+        "| {kind} | {changes_total} | {commits} | {:.0} | {cpu_in_sink:.2} s | {:.0} ms | {peak:.0} MiB | {} | {} |",
         changes_total as f64 / in_sink.as_secs_f64(),
         slowest.as_secs_f64() * 1000.0,
         drained.map_or("–".into(), |d| format!("{:.2} s", d.as_secs_f64())),
@@ -324,7 +406,15 @@ async fn run() -> anyhow::Result<()> {
         return child(kind, &a, &root.join(kind)).await;
     }
     match a.big_tx {
-        Some(rows) => println!("sink_bench: one transaction of {rows} inserts"),
+        Some(rows) => println!(
+            "sink_bench: {rows} inserts in one commit ({}); load average {}",
+            if a.copy {
+                "initial-copy batches"
+            } else {
+                "one transaction"
+            },
+            std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+        ),
         None => println!(
             "sink_bench: {} transactions × ({INSERTS} ins / {UPDATES} upd / {DELETES} del), commits of ~{} changes; load average {}",
             a.transactions,
@@ -332,8 +422,8 @@ async fn run() -> anyhow::Result<()> {
             std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
         ),
     }
-    println!("| sink | changes | commits | rows/s | slowest commit | peak RSS | compaction drain | live rows |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| sink | changes | commits | rows/s | commit CPU | slowest commit | peak RSS | compaction drain | live rows |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let exe = std::env::current_exe()?;
     for kind in &a.sinks {
         let mut cmd = Command::new(&exe);
@@ -343,6 +433,12 @@ async fn run() -> anyhow::Result<()> {
         cmd.args(["--compaction-trigger", &a.compaction_trigger.to_string()]);
         if let Some(rows) = a.big_tx {
             cmd.args(["--big-tx", &rows.to_string()]);
+        }
+        if a.copy {
+            cmd.arg("--copy");
+        }
+        if a.shuffle {
+            cmd.arg("--shuffle");
         }
         let status = cmd.status()?;
         anyhow::ensure!(status.success(), "{kind}: the child failed ({status})");

@@ -14,6 +14,9 @@
 //! Rows are planned the way a streaming writer would write them: appended to an open file that
 //! rolls at [`FileLimits`]; a superseded row still in the open file is dropped, one in a closed
 //! file gets a position delete.
+//!
+//! A commit of whole-row inserts whose keys are distinct by order (an initial copy's batch) skips
+//! the per-key bookkeeping: `plan/inserts.rs` plans it as the general path would, without hashing.
 
 use std::collections::HashMap;
 
@@ -22,6 +25,8 @@ use arrow_row::{Row, RowConverter, Rows, SortField};
 use arrow_schema::ArrowError;
 
 use crate::changelog::{Op, TableChanges};
+
+mod inserts;
 
 /// When a data file rolls over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,6 +171,24 @@ pub fn plan(
     key: &[usize],
     limits: FileLimits,
 ) -> Result<Plan, PlanError> {
+    plan_with(changes, key, limits, Route::Any)
+}
+
+/// Which planner may plan a commit (tests compare the two on the same input).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// The insert fast path when it applies (`inserts.rs`), else the general one.
+    Any,
+    #[cfg(test)]
+    General,
+}
+
+fn plan_with(
+    changes: &[TableChanges],
+    key: &[usize],
+    limits: FileLimits,
+    route: Route,
+) -> Result<Plan, PlanError> {
     let Some(first) = changes.first() else {
         return Ok(Plan::default());
     };
@@ -176,19 +199,29 @@ pub fn plan(
         .collect::<Vec<_>>();
     let converter = RowConverter::new(fields)?;
     let mut new_keys = Vec::with_capacity(changes.len());
-    let mut old_keys = Vec::with_capacity(changes.len());
     for c in changes {
         new_keys.push(encode_keys(&converter, &c.rows, key)?);
+    }
+    let row_bytes = changes
+        .iter()
+        .map(|c| c.rows.get_array_memory_size() / c.len().max(1))
+        .collect::<Vec<_>>();
+    if route == Route::Any {
+        if let Some(plan) =
+            inserts::plan_distinct_inserts(changes, key, &new_keys, &row_bytes, limits)
+        {
+            return Ok(plan);
+        }
+    }
+    let mut old_keys = Vec::with_capacity(changes.len());
+    for c in changes {
         let all: Vec<usize> = (0..c.old_keys.num_columns()).collect();
         old_keys.push(encode_keys(&converter, &c.old_keys, &all)?);
     }
     let planner = Planner {
         changes,
         limits,
-        row_bytes: changes
-            .iter()
-            .map(|c| c.rows.get_array_memory_size() / c.len().max(1))
-            .collect(),
+        row_bytes,
         // Sized for one key per change up front: growing it rehashed every key several times.
         slots: HashMap::with_capacity(changes.iter().map(TableChanges::len).sum()),
         appended: Vec::new(),

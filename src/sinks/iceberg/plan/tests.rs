@@ -300,3 +300,156 @@ fn empty_changes_plan_nothing() {
         Plan::default()
     );
 }
+
+// The insert fast path (plan/inserts.rs): taken only when distinctness is shown by order, and
+// then the same plan as the general path; every other input goes to the general path.
+
+fn ids(range: std::ops::RangeInclusive<i64>) -> Vec<C> {
+    range.map(|id| ins(id, "x")).collect()
+}
+
+/// Whether the fast path takes `changes`, and the plan `plan` makes, checked equal to the
+/// general path's.
+fn fast_and_general(changes: &[TableChanges], limits: FileLimits) -> (bool, Plan) {
+    let converter = RowConverter::new(vec![SortField::new(DataType::Int64)]).unwrap();
+    let keys: Vec<Rows> = changes
+        .iter()
+        .map(|c| encode_keys(&converter, &c.rows, &[0]).unwrap())
+        .collect();
+    let bytes: Vec<usize> = changes
+        .iter()
+        .map(|c| c.rows.get_array_memory_size() / c.len().max(1))
+        .collect();
+    let fast = inserts::plan_distinct_inserts(changes, &[0], &keys, &bytes, limits).is_some();
+    let planned = plan(changes, &[0], limits).unwrap();
+    let general = plan_with(changes, &[0], limits, Route::General).unwrap();
+    assert_eq!(planned, general, "the fast path planned otherwise");
+    (fast, planned)
+}
+
+#[test]
+fn distinct_inserts_in_disjoint_batches_take_the_fast_path() {
+    // Batches out of key order (parallel chunk readers), an empty one, files cut at 4 rows.
+    let changes = [
+        batch(&ids(1..=5)),
+        batch(&ids(20..=22)),
+        batch(&[]),
+        batch(&ids(6..=8)),
+    ];
+    let limits = FileLimits {
+        max_rows: 4,
+        max_bytes: usize::MAX,
+    };
+    let (fast, p) = fast_and_general(&changes, limits);
+    assert!(fast);
+    assert_eq!(p.files.len(), 3);
+    assert_eq!(p.data_rows(), 11);
+    assert_eq!(p.files[1].rows[0], RowRef { batch: 0, row: 4 });
+    let last: Vec<RowRef> = (0..3).map(|row| RowRef { batch: 3, row }).collect();
+    assert_eq!(p.files[2].rows, last, "the empty batch is skipped");
+    assert!(p.position_deletes.is_empty() && p.equality_deletes.is_empty());
+    assert!(p.lookups.is_empty() && !p.truncate);
+}
+
+#[test]
+fn fast_path_rolls_by_estimated_bytes_like_the_general_path() {
+    let changes = [batch(&ids(1..=10)), batch(&ids(11..=13))];
+    let row = changes[0].rows.get_array_memory_size() / 10;
+    let limits = FileLimits {
+        max_rows: usize::MAX,
+        max_bytes: row * 3 + 1,
+    };
+    let (fast, p) = fast_and_general(&changes, limits);
+    assert!(fast);
+    assert!(p.files.len() >= 3, "{} files", p.files.len());
+}
+
+#[test]
+fn duplicate_keys_go_to_the_general_path() {
+    // Across batches: the later insert replaces the earlier, still open, row.
+    let (fast, p) = fast_and_general(
+        &[batch(&ids(1..=3)), batch(&ids(3..=4))],
+        FileLimits::default(),
+    );
+    assert!(!fast);
+    assert_eq!(p.data_rows(), 4);
+    assert!(!p.files[0].rows.contains(&RowRef { batch: 0, row: 2 }));
+    // Within a batch (not strictly increasing).
+    let (fast, p) = fast_and_general(&[batch(&[ins(1, "a"), ins(1, "b")])], FileLimits::default());
+    assert!(!fast);
+    assert_eq!(p.files[0].rows, vec![rr(1)]);
+}
+
+#[test]
+fn distinct_keys_out_of_order_are_shown_distinct_by_sorting() {
+    let (fast, p) = fast_and_general(
+        &[batch(&[ins(3, "a"), ins(1, "b"), ins(2, "c")])],
+        FileLimits::default(),
+    );
+    assert!(fast, "descending step");
+    assert_eq!(p.data_rows(), 3);
+    let (fast, p) = fast_and_general(
+        &[batch(&[ins(1, "a"), ins(5, "b")]), batch(&[ins(3, "c")])],
+        FileLimits::default(),
+    );
+    assert!(
+        fast,
+        "ranges [1,5] and [3,3] overlap though the keys are distinct"
+    );
+    assert_eq!(p.data_rows(), 3);
+    // Out of order and repeated: the general path.
+    let (fast, p) = fast_and_general(
+        &[
+            batch(&[ins(4, "a"), ins(2, "b")]),
+            batch(&[ins(3, "c"), ins(4, "d")]),
+        ],
+        FileLimits::default(),
+    );
+    assert!(!fast);
+    assert_eq!(p.data_rows(), 3);
+}
+
+#[test]
+fn other_ops_go_to_the_general_path() {
+    for cs in [
+        vec![ins(1, "a"), del(7)],
+        vec![ins(1, "a"), upd(2, Some("b"))],
+        vec![ins(1, "a"), trunc(), ins(2, "b")],
+    ] {
+        let (fast, p) = fast_and_general(&[batch(&cs)], FileLimits::default());
+        assert!(!fast);
+        assert!(!p.equality_deletes.is_empty() || p.truncate);
+    }
+}
+
+#[test]
+fn absent_cells_and_null_keys_are_still_reported() {
+    let partial = C {
+        a: None,
+        ..ins(2, "a")
+    };
+    let changes = [batch(&[ins(1, "a"), partial])];
+    let err = plan(&changes, &[0], FileLimits::default()).unwrap_err();
+    assert!(
+        matches!(err, PlanError::Incomplete { column: 1, .. }),
+        "{err}"
+    );
+
+    let mut b = TableChangesBuilder::new(schema(), 2);
+    for id in [Some(1), None] {
+        b.begin(Op::Insert);
+        let key = b.value(0).unwrap().as_any_mut();
+        let key = key.downcast_mut::<Int64Builder>().unwrap();
+        match id {
+            Some(id) => key.append_value(id),
+            None => key.append_null(),
+        }
+        let a = b.value(1).unwrap().as_any_mut();
+        a.downcast_mut::<StringBuilder>().unwrap().append_value("a");
+        let v = b.value(2).unwrap().as_any_mut();
+        v.downcast_mut::<Int64Builder>().unwrap().append_value(0);
+        b.no_old_key().unwrap();
+    }
+    let err = plan(&[b.finish().unwrap()], &[0], FileLimits::default()).unwrap_err();
+    assert!(matches!(err, PlanError::NullKey { .. }), "{err}");
+}
