@@ -171,10 +171,13 @@ fn unit(runs: &[Run], mut count: usize, o: &Options) -> Unit {
     }
 }
 
-/// Merges every run of a bucket into the bottom level (`None` when it already is one run there
-/// without deletes to drop).
+/// Merges every run of a bucket into one file at the bottom level (`None` when it already is one
+/// file there without deletes to drop; an initial copy leaves several bottom files per bucket).
 pub fn full(runs: &[Run], files: &[DataFileMeta], o: &Options) -> Option<Unit> {
     if let [only] = runs {
+        if only.files.len() > 1 {
+            return Some(unit(runs, runs.len(), o));
+        }
         let has_deletes = only
             .files
             .iter()

@@ -34,7 +34,9 @@ fn file_location(state: &TableState, bucket: i32, name: &str) -> String {
     format!("{}/bucket-{bucket}/{name}", state.location)
 }
 
-/// Encodes `batch` (sorted, one row per key) and puts it as a new data file of `bucket`.
+/// Encodes `batch` (sorted, one row per key) on the blocking pool (a large file is CPU work of
+/// a second or more, which the source's connections on the runtime workers must not wait for)
+/// and puts it as a new data file of `bucket`.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn write_file(
     inner: &Inner,
@@ -42,18 +44,23 @@ pub(super) async fn write_file(
     location: &str,
     schemas: &FileSchemas,
     bucket: i32,
-    batch: &arrow_array::RecordBatch,
+    batch: arrow_array::RecordBatch,
     level: i32,
     file_source: i32,
 ) -> Result<DataFileMeta, SinkError> {
     let name = format!("data-{}-0.parquet", uuid::Uuid::new_v4());
-    let mut w =
-        writer::RunWriter::new(schemas).map_err(file_error(table, "encoding a data file"))?;
-    w.write(batch)
-        .map_err(file_error(table, "encoding a data file"))?;
-    let (bytes, run) = w
-        .finish()
-        .map_err(file_error(table, "encoding a data file"))?;
+    let encode_schemas = schemas.clone();
+    let (bytes, run) = tokio::task::spawn_blocking(move || {
+        let mut w = writer::RunWriter::new(&encode_schemas)?;
+        w.write(&batch)?;
+        w.finish()
+    })
+    .await
+    .map_err(|e| SinkError::Data {
+        table: table.clone(),
+        detail: format!("encoding a data file of bucket {bucket}: {e}"),
+    })?
+    .map_err(file_error(table, "encoding a data file"))?;
     let size = bytes.len();
     commit::put(
         &inner.warehouse,

@@ -63,6 +63,7 @@ mod compactor;
 mod expire;
 mod lookup;
 pub mod manifest;
+mod placement;
 pub mod plan;
 pub mod schema;
 mod writer;
@@ -259,22 +260,54 @@ impl LsmSink {
                 table: table.clone(),
                 detail: format!("building data files: {e}"),
             })?;
-        let mut change = Change::default();
+        // An initial copy's key blocks go straight to the bottom level (placement.rs), unless
+        // a compaction is running: its output, placed by the inputs it read, could then
+        // overlap them on its level.
+        let copying = checkpoint.snapshot.is_some() || plan.truncate;
+        let to_bottom = copying && !handle.compacting.load(Ordering::Acquire);
+        let mut files = Vec::new();
         for (bucket, first, len) in plan.bucket_ranges() {
             let part = batch.slice(first, len);
-            let file = compactor::write_file(
-                inner,
-                table,
-                &state.location,
-                &schemas,
-                bucket as i32,
-                &part,
-                0,
-                0,
-            )
-            .await?;
-            change.added.push((bucket as i32, file));
+            let bottom = if to_bottom {
+                let live = if plan.truncate {
+                    &[][..]
+                } else {
+                    state
+                        .files
+                        .get(&(bucket as i32))
+                        .map_or(&[][..], Vec::as_slice)
+                };
+                bottom_files(&plan, &schemas, first, &part, live)
+            } else {
+                None
+            };
+            match bottom {
+                Some(cuts) => {
+                    let level = inner.compaction.max_level;
+                    for (start, rows) in cuts {
+                        files.push((bucket as i32, part.slice(start, rows), level));
+                    }
+                }
+                None => files.push((bucket as i32, part, 0)),
+            }
         }
+        let written =
+            futures::future::try_join_all(files.into_iter().map(|(bucket, part, level)| {
+                let location = &state.location;
+                let schemas = &schemas;
+                async move {
+                    let file = compactor::write_file(
+                        inner, table, location, schemas, bucket, part, level, 0,
+                    )
+                    .await?;
+                    Ok::<_, SinkError>((bucket, file))
+                }
+            }))
+            .await?;
+        let mut change = Change {
+            added: written,
+            ..Change::default()
+        };
         let mut deleted_rows = plan.rows.iter().filter(|r| r.delete).count() as u64;
         if plan.truncate {
             for (b, files) in &state.files {
@@ -322,6 +355,48 @@ impl LsmSink {
             files_written,
         })
     }
+}
+
+/// Where the rows `first..` of `plan` (one bucket's, `part`) go when an initial copy writes
+/// them: `(offset in part, rows)` per bottom-level file, or `None` for one level-0 run.
+fn bottom_files(
+    plan: &plan::Plan,
+    schemas: &FileSchemas,
+    first: usize,
+    part: &arrow_array::RecordBatch,
+    live: &[manifest::DataFileMeta],
+) -> Option<Vec<(usize, usize)>> {
+    let rows = plan.rows.get(first..first + part.num_rows())?;
+    let mut batch = Vec::with_capacity(rows.len());
+    for r in rows {
+        match r.key {
+            plan::Src::Row(b, _) if !r.delete => batch.push(b),
+            // Deletes and key changes: not a copy's rows.
+            _ => return None,
+        }
+    }
+    let converter = arrow_row::RowConverter::new(
+        schemas
+            .key_types
+            .iter()
+            .map(|t| arrow_row::SortField::new(t.clone()))
+            .collect(),
+    )
+    .ok()?;
+    let occupied = match placement::occupied(live, &schemas.key_types, &converter) {
+        Ok(o) => o,
+        Err(detail) => {
+            tracing::warn!(
+                detail,
+                "a live file's key range does not decode; writing level 0"
+            );
+            return None;
+        }
+    };
+    let keys = converter
+        .convert_columns(part.columns().get(..schemas.key.len())?)
+        .ok()?;
+    placement::bottom_files(&keys, &batch, &occupied)
 }
 
 impl TableState {

@@ -248,8 +248,9 @@ pub fn plan(
             }
         }
     };
-    let mut rows = Vec::new();
-    let mut sources = Vec::new();
+    let key_columns = KeyColumns::new(schemas, &cast, &old_cast);
+    let mut rows = Vec::with_capacity(recs.len());
+    let mut sources = Vec::with_capacity(recs.len() * columns);
     let mut lookups: Vec<(usize, Src)> = Vec::new();
     let mut key_buf = Vec::new();
     let mut i = 0;
@@ -265,7 +266,7 @@ pub fn plan(
         } else {
             Src::Row(last.batch, last.row)
         };
-        let bucket = key_bucket(&mut key_buf, schemas, &cast, &old_cast, key_src, buckets)?;
+        let bucket = key_bucket(&mut key_buf, schemas, &key_columns, key_src, buckets)?;
         let mut pending = None;
         for col in 0..columns {
             let src = if schemas.key.contains(&col) {
@@ -317,7 +318,7 @@ pub fn plan(
     }
     let mut sorted_lookups = Vec::with_capacity(lookups.len());
     for (row, key) in lookups {
-        let bucket = key_bucket(&mut key_buf, schemas, &cast, &old_cast, key, buckets)?;
+        let bucket = key_bucket(&mut key_buf, schemas, &key_columns, key, buckets)?;
         sorted_lookups.push(Lookup {
             row: new_pos.get(row).copied().unwrap_or(0),
             key,
@@ -336,25 +337,21 @@ pub fn plan(
     })
 }
 
-/// The bucket of the key at `src`.
-fn key_bucket(
-    buf: &mut Vec<u8>,
-    schemas: &FileSchemas,
-    cast: &[Vec<ArrayRef>],
-    old_cast: &[Vec<ArrayRef>],
-    src: Src,
-    buckets: u32,
-) -> Result<u32, PlanError> {
-    let (arrays, row): (Vec<&dyn Array>, u32) = match src {
-        Src::Old(b, r) => (
-            old_cast
-                .get(b as usize)
-                .map(|cols| cols.iter().map(|a| a.as_ref()).collect())
-                .unwrap_or_default(),
-            r,
-        ),
-        Src::Row(b, r) => (
-            cast.get(b as usize)
+/// Each batch's key columns (stored types), for [`key_bucket`]: `rows[batch]`, `old[batch]`.
+struct KeyColumns<'a> {
+    rows: Vec<Vec<&'a dyn Array>>,
+    old: Vec<Vec<&'a dyn Array>>,
+}
+
+impl<'a> KeyColumns<'a> {
+    fn new(
+        schemas: &FileSchemas,
+        cast: &'a [Vec<ArrayRef>],
+        old_cast: &'a [Vec<ArrayRef>],
+    ) -> Self {
+        KeyColumns {
+            rows: cast
+                .iter()
                 .map(|cols| {
                     schemas
                         .key
@@ -362,15 +359,33 @@ fn key_bucket(
                         .filter_map(|&k| cols.get(k).map(|a| a.as_ref()))
                         .collect()
                 })
-                .unwrap_or_default(),
-            r,
-        ),
+                .collect(),
+            old: old_cast
+                .iter()
+                .map(|cols| cols.iter().map(|a| a.as_ref()).collect())
+                .collect(),
+        }
+    }
+}
+
+/// The bucket of the key at `src`.
+fn key_bucket(
+    buf: &mut Vec<u8>,
+    schemas: &FileSchemas,
+    keys: &KeyColumns<'_>,
+    src: Src,
+    buckets: u32,
+) -> Result<u32, PlanError> {
+    let (arrays, row) = match src {
+        Src::Old(b, r) => (keys.old.get(b as usize), r),
+        Src::Row(b, r) => (keys.rows.get(b as usize), r),
         _ => return Err(PlanError::Key("no key source".into())),
     };
+    let arrays = arrays.map_or(&[][..], Vec::as_slice);
     if arrays.len() != schemas.key.len() {
         return Err(PlanError::Key("key columns missing".into()));
     }
-    binary_row::encode(buf, &arrays, row as usize).map_err(|e| PlanError::Key(e.to_string()))?;
+    binary_row::encode(buf, arrays, row as usize).map_err(|e| PlanError::Key(e.to_string()))?;
     Ok(binary_row::bucket(buf, buckets))
 }
 
