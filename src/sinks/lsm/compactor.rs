@@ -146,6 +146,7 @@ pub(super) async fn run(
             done.push(bucket);
         }
         let mut encoded = Vec::with_capacity(inputs.len());
+        let chains = compaction::chains(&inputs, &schemas.key_types);
         for f in &inputs {
             let loc = format!("{location}/bucket-{bucket}/{}", f.file_name);
             let data =
@@ -163,7 +164,17 @@ pub(super) async fn run(
         let drop_deletes = unit.drop_deletes;
         let merged = tokio::task::spawn_blocking(move || {
             let mut out = writer::RunWriter::new(&merge_schemas)?;
-            compaction::merge_runs(encoded, &merge_schemas, drop_deletes, &mut out)?;
+            let mut encoded: Vec<Option<Bytes>> = encoded.into_iter().map(Some).collect();
+            let runs = chains
+                .iter()
+                .map(|chain| {
+                    chain
+                        .iter()
+                        .filter_map(|&i| encoded.get_mut(i).and_then(Option::take))
+                        .collect()
+                })
+                .collect();
+            compaction::merge_runs(runs, &merge_schemas, drop_deletes, &mut out)?;
             out.finish()
         })
         .await

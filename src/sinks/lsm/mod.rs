@@ -4,7 +4,9 @@
 //! Sits at the end of the flow: pipeline → [`LsmSink::commit`] → (durable) → ack to source. Each
 //! commit writes, per touched bucket, one level-0 Parquet file holding the last state of every key
 //! the commit changed (`plan.rs`), and publishes it as one `APPEND` snapshot whose `properties`
-//! carry the checkpoint (`commit.rs`). A background task per table merges sorted runs
+//! carry the checkpoint (`commit.rs`). An initial copy's commits (checkpoint with copy progress,
+//! or after a TRUNCATE) put blocks of keys no live file's range holds straight into the bottom
+//! level instead, so the copy is not rewritten by compaction (`placement.rs` says when and why). A background task per table merges sorted runs
 //! (`compaction.rs` decides, `compactor.rs` does it) and publishes `COMPACT` snapshots that carry
 //! the same checkpoint; readers see either the runs before or the merged file after. Commits wait
 //! while a bucket has `stop_trigger` runs or more, so compaction can never fall behind for good.
@@ -20,7 +22,8 @@
 //! `snapshot/snapshot-N` + `LATEST` + `EARLIEST`, `manifest/`, `bucket-<n>/data-*.parquet`.
 //!
 //! Files by role: `schema.rs` (types, schema JSON, data file shape), `binary_row.rs` (Paimon's
-//! `BinaryRow` and bucket hash), `plan.rs` (pure: changes → one row per key), `lookup.rs`
+//! `BinaryRow` and bucket hash), `plan.rs` (pure: changes → one row per key), `placement.rs`
+//! (pure: level 0 or bottom-level files for a copy commit's rows), `lookup.rs`
 //! (current rows for partial updates), `writer.rs` (Parquet runs and their `DataFileMeta`),
 //! `manifest.rs` (Avro), `commit.rs` (load and publish snapshots), `compaction.rs` (pure:
 //! pick and merge), `compactor.rs` (the worker), `expire.rs`. The Iceberg sink's planner and row
@@ -32,12 +35,16 @@
 //! skip level 0 and read the higher levels without merging. cdcd keeps that valid without
 //! writing deletion-vector index files: every compaction merges a bucket's level-0 runs with its
 //! single bottom run into a new bottom run (deletes dropped), so each key is in one file. Rows
-//! become visible to readers when the background compaction after their commit has published.
+//! become visible to readers when the background compaction after their commit has published
+//! (an initial copy's bottom-level files at once: each holds keys no other file has).
 //!
 //! Concurrency: each table has one handle whose state sits behind a tokio mutex, held across the
 //! awaits of one commit (a commit is read-modify-write of the table's newest snapshot; the
 //! writer and the compactor take turns). The compactor does its reading and merging without the
-//! lock and re-checks, under it, that its inputs are still live before publishing.
+//! lock and re-checks, under it, that its inputs are still live before publishing. A copy commit
+//! puts files at the bottom level only while no compaction runs (`Handle::compacting`, read under
+//! the lock): a compaction's output goes to a level chosen from the inputs it read, and could
+//! otherwise overlap the new files' key ranges there.
 
 // `SinkError` is large (it carries `iceberg::Error`); see sinks/iceberg/mod.rs.
 #![allow(clippy::result_large_err)]
@@ -174,7 +181,14 @@ impl LsmSink {
     /// run (deletes dropped); otherwise only what the universal picker asks for.
     pub async fn compact(&self, table: &TableId, full: bool) -> Result<CompactStats, SinkError> {
         let handle = self.inner.handle(table);
-        compactor::run(&self.inner, &handle, full).await
+        // Marked as running, so commits meanwhile write level 0 only (see "Concurrency").
+        let marked = !handle.compacting.swap(true, Ordering::AcqRel);
+        let result = compactor::run(&self.inner, &handle, full).await;
+        if marked {
+            handle.compacting.store(false, Ordering::Release);
+            handle.progress.notify_waiters();
+        }
+        result
     }
 
     /// Expires old snapshots of `table` now (commits also do it every 10 snapshots); returns how

@@ -58,31 +58,42 @@ impl Occupied {
     }
 }
 
-/// The key ranges of `files` (their manifest `min_key`/`max_key`), in `converter`'s row form.
-/// `Err`: a key that does not decode as `key_types` (the caller then writes level 0).
+/// The key range of `file` (its manifest `min_key`/`max_key`) in `converter`'s row form.
+/// `Err`: a key that does not decode as `key_types`.
+pub fn key_range(
+    file: &DataFileMeta,
+    key_types: &[DataType],
+    converter: &RowConverter,
+) -> Result<(OwnedRow, OwnedRow), String> {
+    let mut ends = Vec::with_capacity(2);
+    for key in [&file.min_key, &file.max_key] {
+        let columns =
+            binary_row::decode(key, key_types).map_err(|e| format!("{}: {e}", file.file_name))?;
+        let rows = converter
+            .convert_columns(&columns)
+            .map_err(|e| format!("{}: {e}", file.file_name))?;
+        if rows.num_rows() != 1 {
+            return Err(format!("{}: a key is not one row", file.file_name));
+        }
+        ends.push(rows.row(0).owned());
+    }
+    match (ends.pop(), ends.pop()) {
+        (Some(hi), Some(lo)) => Ok((lo, hi)),
+        _ => Err(format!("{}: no key range", file.file_name)),
+    }
+}
+
+/// The key ranges of `files`, joined. `Err`: a key that does not decode as `key_types` (the
+/// caller then writes level 0).
 pub fn occupied(
     files: &[DataFileMeta],
     key_types: &[DataType],
     converter: &RowConverter,
 ) -> Result<Occupied, String> {
-    let mut ranges = Vec::with_capacity(files.len());
-    for f in files {
-        let mut ends = Vec::with_capacity(2);
-        for key in [&f.min_key, &f.max_key] {
-            let columns =
-                binary_row::decode(key, key_types).map_err(|e| format!("{}: {e}", f.file_name))?;
-            let rows = converter
-                .convert_columns(&columns)
-                .map_err(|e| format!("{}: {e}", f.file_name))?;
-            if rows.num_rows() != 1 {
-                return Err(format!("{}: a key is not one row", f.file_name));
-            }
-            ends.push(rows.row(0).owned());
-        }
-        if let (Some(hi), Some(lo)) = (ends.pop(), ends.pop()) {
-            ranges.push((lo, hi));
-        }
-    }
+    let ranges = files
+        .iter()
+        .map(|f| key_range(f, key_types, converter))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Occupied::new(ranges))
 }
 
