@@ -50,7 +50,7 @@
 #![allow(clippy::result_large_err)]
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -93,6 +93,8 @@ struct Handle {
     totals: Mutex<(CompactStats, Duration)>,
     /// The background compactor's last failure, for a commit stalled on it.
     failure: Mutex<Option<String>>,
+    /// The snapshot id after which expiry was last tried (0: not yet).
+    expiry_tried: AtomicI64,
 }
 
 struct Inner {
@@ -351,7 +353,14 @@ impl LsmSink {
         };
         state.next_sequence = state.next_sequence.max(base + plan.changes as i64 + 1);
         let needs_compaction = inner.needs_compaction(state);
-        let expire_due = expire::due(state, &inner.config);
+        let expire_due = expire::due(
+            state,
+            &inner.config,
+            handle.expiry_tried.load(Ordering::Acquire),
+        );
+        if expire_due {
+            handle.expiry_tried.store(snapshot_id, Ordering::Release);
+        }
         drop(guard);
         if needs_compaction {
             inner.spawn_compaction(&handle);
@@ -446,6 +455,7 @@ impl Inner {
                     progress: Notify::new(),
                     totals: Mutex::new((CompactStats::default(), Duration::ZERO)),
                     failure: Mutex::new(None),
+                    expiry_tried: AtomicI64::new(0),
                 })
             })
             .clone()

@@ -132,14 +132,18 @@ impl RunWriter {
         // Per-column extremes: with a composite key the first and last rows bound only the first
         // column, and readers prune files by these statistics.
         for (k, col) in keys.iter().enumerate() {
-            let (mut a, mut b) = (0, 0);
-            let cmp = make_comparator(col.as_ref(), col.as_ref(), SortOptions::default())?;
-            for i in 1..n {
-                if cmp(i, a).is_lt() {
-                    a = i;
-                }
-                if cmp(i, b).is_gt() {
-                    b = i;
+            // Rows are sorted by key, so the first key column's extremes are the batch's ends.
+            let (mut a, mut b) = (0, n - 1);
+            if k > 0 {
+                b = 0;
+                let cmp = make_comparator(col.as_ref(), col.as_ref(), SortOptions::default())?;
+                for i in 1..n {
+                    if cmp(i, a).is_lt() {
+                        a = i;
+                    }
+                    if cmp(i, b).is_gt() {
+                        b = i;
+                    }
                 }
             }
             if let (Some(lo), Some(hi)) = (self.lo.get_mut(k), self.hi.get_mut(k)) {
