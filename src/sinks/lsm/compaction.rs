@@ -10,7 +10,10 @@
 //! 3. run count: above `trigger` runs, merge the newest `runs - trigger + 1` (plus neighbours by
 //!    size ratio).
 //!
-//! Both only decide; `compactor.rs` reads, merges with [`merge_runs`] and commits a `COMPACT`
+//! [`consolidate`] rewrites a bottom run an initial copy left in many files as one, once the
+//! copy is done.
+//!
+//! These only decide; `compactor.rs` reads, merges with [`merge_runs`] and commits a `COMPACT`
 //! snapshot. Deletes are dropped only when the output is the bottom of the tree (no older run is
 //! left below to resurrect).
 
@@ -171,6 +174,27 @@ fn unit(runs: &[Run], mut count: usize, o: &Options) -> Unit {
         output_level,
         drop_deletes: count >= runs.len(),
     }
+}
+
+/// Files of the bottom run above which [`consolidate`] rewrites it as one file.
+pub const MAX_BOTTOM_FILES: usize = 8;
+
+/// Rewrites a bottom run of more than [`MAX_BOTTOM_FILES`] files as one file. An initial copy
+/// leaves one bottom file per reader's key block per commit (`placement.rs`): many small files
+/// that readers would each open. The caller asks only once the copy is done: a file spanning
+/// the gaps between blocks would put the rows a copy reader still has to write inside its key
+/// range, and so in level 0. The files are disjoint, so the merge is one chained run: a
+/// concatenation, without key comparisons.
+pub fn consolidate(runs: &[Run], o: &Options) -> Option<Unit> {
+    let bottom = runs
+        .last()
+        .filter(|r| r.level == o.max_level && r.files.len() > MAX_BOTTOM_FILES)?;
+    Some(Unit {
+        files: bottom.files.clone(),
+        output_level: o.max_level,
+        // The oldest run: no older version of a key lies below it.
+        drop_deletes: true,
+    })
 }
 
 /// Merges every run of a bucket into one file at the bottom level (`None` when it already is one
@@ -548,6 +572,21 @@ mod tests {
             vec![vec![1], vec![3], vec![4], vec![2, 0]],
             "level 0 alone; level 4 overlaps; level 5 chained by key"
         );
+    }
+
+    #[test]
+    fn consolidates_a_bottom_run_of_many_files_alone() {
+        let mut files: Vec<_> = (0..9).map(|s| file(5, 10, s)).collect();
+        assert_eq!(
+            consolidate(&runs(&files), &Options::default()).map(|u| u.files.len()),
+            Some(9)
+        );
+        files.push(file(0, 10, 100));
+        let u = consolidate(&runs(&files), &Options::default()).unwrap();
+        assert!(!u.files.contains(&9), "level 0 stays: {u:?}");
+        assert_eq!((u.output_level, u.drop_deletes), (5, true));
+        files.truncate(8);
+        assert_eq!(consolidate(&runs(&files), &Options::default()), None);
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! `COMPACT` snapshot carries the checkpoint of the snapshot it follows: the table's content, and
 //! so its position, is unchanged.
 
+use std::sync::atomic::Ordering;
+
 use bytes::Bytes;
 
 use super::commit::{self, Change, TableState};
@@ -122,6 +124,13 @@ pub(super) async fn run(
                 } else {
                     compaction::pick(&runs, &inner.compaction)
                 };
+                // An initial copy's many bottom files, once the copy is done.
+                let copying = handle.copying.load(Ordering::Acquire);
+                let unit = unit.or_else(|| {
+                    (!copying)
+                        .then(|| compaction::consolidate(&runs, &inner.compaction))
+                        .flatten()
+                });
                 if let Some(u) = unit {
                     let inputs = u
                         .files

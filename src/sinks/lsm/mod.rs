@@ -95,6 +95,9 @@ struct Handle {
     failure: Mutex<Option<String>>,
     /// The snapshot id after which expiry was last tried (0: not yet).
     expiry_tried: AtomicI64,
+    /// The last commit carried initial-copy progress: its bottom files stay as they are until
+    /// the copy is done (`compaction::consolidate`).
+    copying: AtomicBool,
 }
 
 struct Inner {
@@ -352,7 +355,10 @@ impl LsmSink {
             }
         };
         state.next_sequence = state.next_sequence.max(base + plan.changes as i64 + 1);
-        let needs_compaction = inner.needs_compaction(state);
+        handle
+            .copying
+            .store(checkpoint.snapshot.is_some(), Ordering::Release);
+        let needs_compaction = inner.needs_compaction(state, &handle);
         let expire_due = expire::due(
             state,
             &inner.config,
@@ -456,6 +462,7 @@ impl Inner {
                     totals: Mutex::new((CompactStats::default(), Duration::ZERO)),
                     failure: Mutex::new(None),
                     expiry_tried: AtomicI64::new(0),
+                    copying: AtomicBool::new(false),
                 })
             })
             .clone()
@@ -577,7 +584,9 @@ impl Inner {
                 // set and started nothing: look again before leaving.
                 let more = {
                     let guard = handle.state.lock().await;
-                    guard.as_ref().is_some_and(|s| inner.needs_compaction(s))
+                    guard
+                        .as_ref()
+                        .is_some_and(|s| inner.needs_compaction(s, &handle))
                 };
                 if !more || handle.compacting.swap(true, Ordering::AcqRel) {
                     break;
@@ -588,13 +597,16 @@ impl Inner {
     }
 
     /// Whether any bucket of `state` has compaction work.
-    fn needs_compaction(&self, state: &TableState) -> bool {
+    fn needs_compaction(&self, state: &TableState, handle: &Handle) -> bool {
+        let copying = handle.copying.load(Ordering::Acquire);
         state.files.values().any(|f| {
-            if self.config.deletion_vectors {
+            let runs = compaction::runs(f);
+            let merge = if self.config.deletion_vectors {
                 f.iter().any(|f| f.level == 0)
             } else {
-                compaction::pick(&compaction::runs(f), &self.compaction).is_some()
-            }
+                compaction::pick(&runs, &self.compaction).is_some()
+            };
+            merge || (!copying && compaction::consolidate(&runs, &self.compaction).is_some())
         })
     }
 }

@@ -21,7 +21,9 @@
 //! batch index only grows along the key order; a step back to a lower batch index is where one
 //! reader's block ends and another's begins. Rows that do not fit (a key inside a live file's
 //! range, a table whose physical order is not its key order: too many cuts) fall back to one
-//! level-0 run, which is always correct.
+//! level-0 run, which is always correct. The bottom files a copy leaves (a few per commit and
+//! bucket) are rewritten as one per bucket once the copy is done (`compaction::consolidate`):
+//! one rewrite after the copy instead of merges during it, which no longer holds up the copy.
 
 use arrow_row::{OwnedRow, Row, RowConverter, Rows};
 use arrow_schema::DataType;
