@@ -6,7 +6,8 @@
 //! the commit changed (`plan.rs`), and publishes it as one `APPEND` snapshot whose `properties`
 //! carry the checkpoint (`commit.rs`). An initial copy's commits (checkpoint with copy progress,
 //! or after a TRUNCATE) put blocks of keys no live file's range holds straight into the bottom
-//! level instead, so the copy is not rewritten by compaction (`placement.rs` says when and why). A background task per table merges sorted runs
+//! level instead, so the copy is not rewritten by compaction (`placement.rs` says when and why).
+//! A background task per table merges sorted runs
 //! (`compaction.rs` decides, `compactor.rs` does it) and publishes `COMPACT` snapshots that carry
 //! the same checkpoint; readers see either the runs before or the merged file after. Commits wait
 //! while a bucket has `stop_trigger` runs or more, so compaction can never fall behind for good.
@@ -296,7 +297,7 @@ impl LsmSink {
                         .get(&(bucket as i32))
                         .map_or(&[][..], Vec::as_slice)
                 };
-                bottom_files(&plan, &schemas, first, &part, live)
+                placement::for_bucket(&plan, &schemas, first, &part, live)
             } else {
                 None
             };
@@ -386,48 +387,6 @@ impl LsmSink {
     }
 }
 
-/// Where the rows `first..` of `plan` (one bucket's, `part`) go when an initial copy writes
-/// them: `(offset in part, rows)` per bottom-level file, or `None` for one level-0 run.
-fn bottom_files(
-    plan: &plan::Plan,
-    schemas: &FileSchemas,
-    first: usize,
-    part: &arrow_array::RecordBatch,
-    live: &[manifest::DataFileMeta],
-) -> Option<Vec<(usize, usize)>> {
-    let rows = plan.rows.get(first..first + part.num_rows())?;
-    let mut batch = Vec::with_capacity(rows.len());
-    for r in rows {
-        match r.key {
-            plan::Src::Row(b, _) if !r.delete => batch.push(b),
-            // Deletes and key changes: not a copy's rows.
-            _ => return None,
-        }
-    }
-    let converter = arrow_row::RowConverter::new(
-        schemas
-            .key_types
-            .iter()
-            .map(|t| arrow_row::SortField::new(t.clone()))
-            .collect(),
-    )
-    .ok()?;
-    let occupied = match placement::occupied(live, &schemas.key_types, &converter) {
-        Ok(o) => o,
-        Err(detail) => {
-            tracing::warn!(
-                detail,
-                "a live file's key range does not decode; writing level 0"
-            );
-            return None;
-        }
-    };
-    let keys = converter
-        .convert_columns(part.columns().get(..schemas.key.len())?)
-        .ok()?;
-    placement::bottom_files(&keys, &batch, &occupied)
-}
-
 impl TableState {
     /// The table's bucket count (its `bucket` option), else the configured one.
     fn buckets(&self, configured: u32) -> u32 {
@@ -514,101 +473,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Waits while any bucket has `stop_trigger` sorted runs or more (write stall).
-    async fn stall(self: &Arc<Self>, handle: &Arc<Handle>) -> Result<(), SinkError> {
-        let mut warned = false;
-        loop {
-            let worst = {
-                let mut guard = handle.state.lock().await;
-                self.ensure_loaded(&handle.table, &mut guard).await?;
-                guard.as_ref().map_or(0, |s| {
-                    s.files
-                        .values()
-                        .map(|f| compaction::runs(f).len())
-                        .max()
-                        .unwrap_or(0)
-                })
-            };
-            if worst < self.compaction.stop_trigger {
-                return Ok(());
-            }
-            // A stalled commit cannot wait for a compactor that fails: fail the commit instead
-            // (the pipeline retries from its checkpoint) rather than hang.
-            let failed = handle.failure.lock().ok().and_then(|mut f| f.take());
-            if let Some(detail) = failed.filter(|_| warned) {
-                return Err(SinkError::Data {
-                    table: handle.table.clone(),
-                    detail: format!(
-                        "{worst} sorted runs in a bucket and compaction fails: {detail}"
-                    ),
-                });
-            }
-            if !warned {
-                tracing::info!(table = %handle.table, runs = worst, "write stall: waiting for compaction");
-                warned = true;
-            }
-            self.spawn_compaction(handle);
-            let _ =
-                tokio::time::timeout(Duration::from_millis(500), handle.progress.notified()).await;
-        }
-    }
-
-    /// Starts the table's background compactor unless it is running.
-    fn spawn_compaction(self: &Arc<Self>, handle: &Arc<Handle>) {
-        if handle.compacting.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let inner = self.clone();
-        let handle = handle.clone();
-        tokio::spawn(async move {
-            loop {
-                let started = std::time::Instant::now();
-                match compactor::run(&inner, &handle, false).await {
-                    Ok(stats) => {
-                        if let Ok(mut t) = handle.totals.lock() {
-                            t.0.add(&stats);
-                            t.1 += started.elapsed();
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(table = %handle.table, error = %e, "compaction failed; retried after the next commit");
-                        if let Ok(mut f) = handle.failure.lock() {
-                            *f = Some(e.to_string());
-                        }
-                        handle.compacting.store(false, Ordering::Release);
-                        break;
-                    }
-                }
-                handle.compacting.store(false, Ordering::Release);
-                // A commit that landed between the last pick and the store above saw the flag
-                // set and started nothing: look again before leaving.
-                let more = {
-                    let guard = handle.state.lock().await;
-                    guard
-                        .as_ref()
-                        .is_some_and(|s| inner.needs_compaction(s, &handle))
-                };
-                if !more || handle.compacting.swap(true, Ordering::AcqRel) {
-                    break;
-                }
-            }
-            handle.progress.notify_waiters();
-        });
-    }
-
-    /// Whether any bucket of `state` has compaction work.
-    fn needs_compaction(&self, state: &TableState, handle: &Handle) -> bool {
-        let copying = handle.copying.load(Ordering::Acquire);
-        state.files.values().any(|f| {
-            let runs = compaction::runs(f);
-            let merge = if self.config.deletion_vectors {
-                f.iter().any(|f| f.level == 0)
-            } else {
-                compaction::pick(&runs, &self.compaction).is_some()
-            };
-            merge || (!copying && compaction::consolidate(&runs, &self.compaction).is_some())
-        })
-    }
 }
 
 #[async_trait]

@@ -30,6 +30,8 @@ use arrow_schema::DataType;
 
 use super::binary_row;
 use super::manifest::DataFileMeta;
+use super::plan::{Plan, Src};
+use super::schema::FileSchemas;
 
 /// More cuts than this in one bucket of one commit: the rows are not in key blocks (a heap
 /// order unrelated to the key), and files this small would only be merged later: level 0.
@@ -142,6 +144,48 @@ pub fn bottom_files(
     }
     files.push((start, n - start));
     Some(files)
+}
+
+/// Where the rows `first..` of `plan` (one bucket's, `part`) go when an initial copy writes
+/// them: `(offset in part, rows)` per bottom-level file, or `None` for one level-0 run.
+pub fn for_bucket(
+    plan: &Plan,
+    schemas: &FileSchemas,
+    first: usize,
+    part: &arrow_array::RecordBatch,
+    live: &[DataFileMeta],
+) -> Option<Vec<(usize, usize)>> {
+    let rows = plan.rows.get(first..first + part.num_rows())?;
+    let mut batch = Vec::with_capacity(rows.len());
+    for r in rows {
+        match r.key {
+            Src::Row(b, _) if !r.delete => batch.push(b),
+            // Deletes and key changes: not a copy's rows.
+            _ => return None,
+        }
+    }
+    let converter = arrow_row::RowConverter::new(
+        schemas
+            .key_types
+            .iter()
+            .map(|t| arrow_row::SortField::new(t.clone()))
+            .collect(),
+    )
+    .ok()?;
+    let occupied = match occupied(live, &schemas.key_types, &converter) {
+        Ok(o) => o,
+        Err(detail) => {
+            tracing::warn!(
+                detail,
+                "a live file's key range does not decode; writing level 0"
+            );
+            return None;
+        }
+    };
+    let keys = converter
+        .convert_columns(part.columns().get(..schemas.key.len())?)
+        .ok()?;
+    bottom_files(&keys, &batch, &occupied)
 }
 
 #[cfg(test)]
