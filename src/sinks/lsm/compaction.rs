@@ -21,12 +21,10 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Int64Type, Int8Type};
 use arrow_array::{Int64Array, Int8Array, RecordBatch};
 use arrow_row::{RowConverter, Rows, SortField};
-use arrow_schema::DataType;
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 
 use super::manifest::DataFileMeta;
-use super::placement;
 use super::schema::{FileSchemas, KIND_DELETE};
 use super::writer::{FileError, RunWriter};
 
@@ -219,60 +217,6 @@ pub fn full(runs: &[Run], files: &[DataFileMeta], o: &Options) -> Option<Unit> {
     Some(unit(runs, runs.len(), o))
 }
 
-/// The inputs of a merge as sorted runs: indexes into `files`, each inner list a run's files in
-/// key order. A level-0 file is a run of its own; the files of a higher level (an initial copy
-/// leaves many at the bottom) are chained into one run when their key ranges are disjoint, so
-/// the merge compares one cursor per run instead of one per file. Files whose ranges overlap or
-/// do not decode stay runs of their own, which is always correct.
-pub fn chains(files: &[DataFileMeta], key_types: &[DataType]) -> Vec<Vec<usize>> {
-    let mut out: Vec<Vec<usize>> = Vec::new();
-    let mut levels: Vec<i32> = files.iter().map(|f| f.level).filter(|&l| l > 0).collect();
-    levels.sort_unstable();
-    levels.dedup();
-    out.extend(
-        (0..files.len())
-            .filter(|&i| files.get(i).is_some_and(|f| f.level == 0))
-            .map(|i| vec![i]),
-    );
-    let converter = RowConverter::new(
-        key_types
-            .iter()
-            .map(|t| SortField::new(t.clone()))
-            .collect(),
-    );
-    for level in levels {
-        let members: Vec<usize> = (0..files.len())
-            .filter(|&i| files.get(i).is_some_and(|f| f.level == level))
-            .collect();
-        let ranges: Option<Vec<_>> = converter.as_ref().ok().and_then(|conv| {
-            members
-                .iter()
-                .map(|&i| {
-                    let f = files.get(i)?;
-                    placement::key_range(f, key_types, conv)
-                        .ok()
-                        .map(|r| (i, r))
-                })
-                .collect()
-        });
-        match ranges {
-            Some(mut ranges) => {
-                ranges.sort_by(|a, b| a.1 .0.cmp(&b.1 .0));
-                let disjoint = ranges
-                    .windows(2)
-                    .all(|w| matches!(w, [a, b] if a.1 .1 < b.1 .0));
-                if disjoint {
-                    out.push(ranges.into_iter().map(|(i, _)| i).collect());
-                } else {
-                    out.extend(ranges.into_iter().map(|(i, _)| vec![i]));
-                }
-            }
-            None => out.extend(members.into_iter().map(|i| vec![i])),
-        }
-    }
-    out
-}
-
 /// Rows per output batch of [`merge_runs`].
 const MERGE_BATCH_ROWS: usize = 8192;
 
@@ -338,7 +282,7 @@ fn open(data: Bytes) -> Result<ParquetRecordBatchReader, FileError> {
 }
 
 /// Merges sorted runs (each a list of encoded data files in key order, together sorted with one
-/// row per key, as [`chains`] groups them) into `out`, a batch at a time: per key the row with
+/// row per key, as `placement::chains` groups them) into `out`, a batch at a time: per key the row with
 /// the highest sequence number wins (the deduplicate merge engine), deletes dropped when
 /// `drop_deletes`. Memory: the encoded inputs plus one decoded batch per run, never a whole
 /// decoded run.
@@ -548,30 +492,6 @@ mod tests {
         }
         let meta = stats.describe("f".into(), 1, 5, 1).unwrap();
         assert_eq!((meta.min_sequence, meta.max_sequence), (1, 119_998));
-    }
-
-    #[test]
-    fn chains_disjoint_files_of_a_level_in_key_order() {
-        let keyed = |level: i32, lo: i64, hi: i64| {
-            let keys = Int64Array::from(vec![lo, hi]);
-            let mut f = file(level, 10, lo);
-            crate::sinks::lsm::binary_row::encode(&mut f.min_key, &[&keys], 0).unwrap();
-            crate::sinks::lsm::binary_row::encode(&mut f.max_key, &[&keys], 1).unwrap();
-            f
-        };
-        let types = [DataType::Int64];
-        let files = vec![
-            keyed(5, 10, 20),
-            keyed(0, 1, 30),
-            keyed(5, 1, 5),
-            keyed(4, 1, 10),
-            keyed(4, 5, 20),
-        ];
-        assert_eq!(
-            chains(&files, &types),
-            vec![vec![1], vec![3], vec![4], vec![2, 0]],
-            "level 0 alone; level 4 overlaps; level 5 chained by key"
-        );
     }
 
     #[test]

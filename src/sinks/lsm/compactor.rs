@@ -157,7 +157,7 @@ pub(super) async fn run(
             done.push(bucket);
         }
         let mut encoded = Vec::with_capacity(inputs.len());
-        let chains = compaction::chains(&inputs, &schemas.key_types);
+        let chains = super::placement::chains(&inputs, &schemas.key_types);
         for f in &inputs {
             let loc = format!("{location}/bucket-{bucket}/{}", f.file_name);
             let data =

@@ -472,7 +472,6 @@ impl Inner {
         }
         Ok(())
     }
-
 }
 
 #[async_trait]

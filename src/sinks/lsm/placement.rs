@@ -24,8 +24,9 @@
 //! level-0 run, which is always correct. The bottom files a copy leaves (a few per commit and
 //! bucket) are rewritten as one per bucket once the copy is done (`compaction::consolidate`):
 //! one rewrite after the copy instead of merges during it, which no longer holds up the copy.
+//! [`chains`] lets that rewrite, and any merge, read a level's disjoint files as one sorted run.
 
-use arrow_row::{OwnedRow, Row, RowConverter, Rows};
+use arrow_row::{OwnedRow, Row, RowConverter, Rows, SortField};
 use arrow_schema::DataType;
 
 use super::binary_row;
@@ -188,6 +189,58 @@ pub fn for_bucket(
     bottom_files(&keys, &batch, &occupied)
 }
 
+/// The inputs of a merge as sorted runs: indexes into `files`, each inner list a run's files in
+/// key order. A level-0 file is a run of its own; the files of a higher level (an initial copy
+/// leaves many at the bottom) are chained into one run when their key ranges are disjoint, so
+/// the merge compares one cursor per run instead of one per file. Files whose ranges overlap or
+/// do not decode stay runs of their own, which is always correct.
+pub fn chains(files: &[DataFileMeta], key_types: &[DataType]) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    let mut levels: Vec<i32> = files.iter().map(|f| f.level).filter(|&l| l > 0).collect();
+    levels.sort_unstable();
+    levels.dedup();
+    out.extend(
+        (0..files.len())
+            .filter(|&i| files.get(i).is_some_and(|f| f.level == 0))
+            .map(|i| vec![i]),
+    );
+    let converter = RowConverter::new(
+        key_types
+            .iter()
+            .map(|t| SortField::new(t.clone()))
+            .collect(),
+    );
+    for level in levels {
+        let members: Vec<usize> = (0..files.len())
+            .filter(|&i| files.get(i).is_some_and(|f| f.level == level))
+            .collect();
+        let ranges: Option<Vec<_>> = converter.as_ref().ok().and_then(|conv| {
+            members
+                .iter()
+                .map(|&i| {
+                    let f = files.get(i)?;
+                    key_range(f, key_types, conv).ok().map(|r| (i, r))
+                })
+                .collect()
+        });
+        match ranges {
+            Some(mut ranges) => {
+                ranges.sort_by(|a, b| a.1 .0.cmp(&b.1 .0));
+                let disjoint = ranges
+                    .windows(2)
+                    .all(|w| matches!(w, [a, b] if a.1 .1 < b.1 .0));
+                if disjoint {
+                    out.push(ranges.into_iter().map(|(i, _)| i).collect());
+                } else {
+                    out.extend(ranges.into_iter().map(|(i, _)| vec![i]));
+                }
+            }
+            None => out.extend(members.into_iter().map(|i| vec![i])),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -196,6 +249,24 @@ mod tests {
     use arrow_row::{RowConverter, SortField};
     use arrow_schema::DataType;
     use std::sync::Arc;
+
+    fn compaction_file(level: i32, seq: i64) -> DataFileMeta {
+        DataFileMeta {
+            file_name: format!("f{level}-{seq}"),
+            file_size: 10,
+            row_count: 1,
+            min_key: vec![],
+            max_key: vec![],
+            key_stats: crate::sinks::lsm::manifest::Stats::default(),
+            min_sequence: seq,
+            max_sequence: seq,
+            schema_id: 0,
+            level,
+            creation_time_ms: 0,
+            delete_row_count: 0,
+            file_source: 0,
+        }
+    }
 
     fn rows(keys: &[i64]) -> Rows {
         let conv = RowConverter::new(vec![SortField::new(DataType::Int64)]).unwrap();
@@ -258,6 +329,30 @@ mod tests {
         assert_eq!(
             bottom_files(&rows(&keys), &batch, &Occupied::default()),
             None
+        );
+    }
+
+    #[test]
+    fn chains_disjoint_files_of_a_level_in_key_order() {
+        let keyed = |level: i32, lo: i64, hi: i64| {
+            let keys = Int64Array::from(vec![lo, hi]);
+            let mut f = compaction_file(level, lo);
+            binary_row::encode(&mut f.min_key, &[&keys], 0).unwrap();
+            binary_row::encode(&mut f.max_key, &[&keys], 1).unwrap();
+            f
+        };
+        let types = [DataType::Int64];
+        let files = vec![
+            keyed(5, 10, 20),
+            keyed(0, 1, 30),
+            keyed(5, 1, 5),
+            keyed(4, 1, 10),
+            keyed(4, 5, 20),
+        ];
+        assert_eq!(
+            chains(&files, &types),
+            vec![vec![1], vec![3], vec![4], vec![2, 0]],
+            "level 0 alone; level 4 overlaps; level 5 chained by key"
         );
     }
 }
