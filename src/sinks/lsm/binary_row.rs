@@ -23,8 +23,13 @@ use arrow_array::types::{
     Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type,
     Int8Type, Time32MillisecondType, TimestampMicrosecondType,
 };
-use arrow_array::Array;
+use arrow_array::{
+    new_null_array, Array, ArrayRef, BinaryArray, BooleanArray, Date32Array, Decimal128Array,
+    Float32Array, Float64Array, Int16Array, Int32Array, Int64Array, Int8Array, StringArray,
+    Time32MillisecondArray, TimestampMicrosecondArray,
+};
 use arrow_schema::{DataType, TimeUnit};
+use std::sync::Arc;
 
 /// A value type `BinaryRow` cannot hold (the schema mapping rejects these first).
 #[derive(Debug, thiserror::Error)]
@@ -162,6 +167,113 @@ fn var_len(out: &mut Vec<u8>, base: usize, slot: usize, data: &[u8]) {
     }
 }
 
+/// A serialized `BinaryRow` that [`decode`] cannot read as the given types.
+#[derive(Debug, thiserror::Error)]
+#[error("BinaryRow of {len} bytes does not hold {types} values of these types: {detail}")]
+pub struct MalformedRow {
+    len: usize,
+    types: usize,
+    detail: &'static str,
+}
+
+/// Reads a serialized `BinaryRow` (arity prefix included), as [`encode`] writes it, back into
+/// one-row arrays of `types` (a data file's key columns as stored). Used to compare a file's
+/// `min_key`/`max_key` from a manifest with keys being written.
+pub fn decode(serialized: &[u8], types: &[DataType]) -> Result<Vec<ArrayRef>, MalformedRow> {
+    let bad = |detail| MalformedRow {
+        len: serialized.len(),
+        types: types.len(),
+        detail,
+    };
+    let arity = serialized
+        .get(..4)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(i32::from_be_bytes)
+        .ok_or_else(|| bad("no arity prefix"))?;
+    if usize::try_from(arity).ok() != Some(types.len()) {
+        return Err(bad("arity differs"));
+    }
+    let row = serialized.get(4..).unwrap_or_default();
+    let nulls = null_bits_width(types.len());
+    let mut out = Vec::with_capacity(types.len());
+    for (i, dt) in types.iter().enumerate() {
+        let bit = i + HEADER_BITS;
+        let null = row.get(bit / 8).ok_or_else(|| bad("short null bits"))? & (1 << (bit % 8)) != 0;
+        let slot: [u8; 8] = row
+            .get(nulls + i * 8..nulls + i * 8 + 8)
+            .and_then(|s| s.try_into().ok())
+            .ok_or_else(|| bad("short fixed part"))?;
+        let word = u64::from_le_bytes(slot);
+        // Out-of-line data: `offset << 32 | len` from the row start.
+        let var = |len: usize| {
+            let at = (word >> 32) as usize;
+            row.get(at..at + len)
+                .ok_or_else(|| bad("variable part out of range"))
+        };
+        let array: ArrayRef = match dt {
+            _ if null => new_null_array(dt, 1),
+            DataType::Boolean => Arc::new(BooleanArray::from(vec![word & 1 == 1])),
+            DataType::Int8 => Arc::new(Int8Array::from(vec![word as u8 as i8])),
+            DataType::Int16 => Arc::new(Int16Array::from(vec![word as u16 as i16])),
+            DataType::Int32 => Arc::new(Int32Array::from(vec![word as u32 as i32])),
+            DataType::Date32 => Arc::new(Date32Array::from(vec![word as u32 as i32])),
+            DataType::Time32(TimeUnit::Millisecond) => {
+                Arc::new(Time32MillisecondArray::from(vec![word as u32 as i32]))
+            }
+            DataType::Int64 => Arc::new(Int64Array::from(vec![word as i64])),
+            DataType::Float32 => Arc::new(Float32Array::from(vec![f32::from_bits(word as u32)])),
+            DataType::Float64 => Arc::new(Float64Array::from(vec![f64::from_bits(word)])),
+            DataType::Timestamp(TimeUnit::Microsecond, zone) => {
+                let millis: [u8; 8] = var(8)?.try_into().map_err(|_| bad("timestamp"))?;
+                let micros = i64::from_le_bytes(millis)
+                    .saturating_mul(1000)
+                    .saturating_add((word & 0xFFFF_FFFF) as i64 / 1000);
+                Arc::new(
+                    TimestampMicrosecondArray::from(vec![micros]).with_timezone_opt(zone.clone()),
+                )
+            }
+            DataType::Decimal128(p, s) => {
+                let unscaled = if *p <= 18 {
+                    i128::from(word as i64)
+                } else {
+                    let bytes = var((word & 0xFFFF_FFFF) as usize)?;
+                    if bytes.is_empty() || bytes.len() > 16 {
+                        return Err(bad("decimal width"));
+                    }
+                    let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
+                    let mut full = [if negative { 0xFF } else { 0 }; 16];
+                    if let Some(tail) = full.get_mut(16 - bytes.len()..) {
+                        tail.copy_from_slice(bytes);
+                    }
+                    i128::from_be_bytes(full)
+                };
+                Arc::new(
+                    Decimal128Array::from(vec![unscaled])
+                        .with_precision_and_scale(*p, *s)
+                        .map_err(|_| bad("decimal precision"))?,
+                )
+            }
+            DataType::Utf8 | DataType::Binary => {
+                let data = if slot[7] & 0x80 != 0 {
+                    slot.get(..usize::from(slot[7] & 0x7F))
+                        .ok_or_else(|| bad("inline length"))?
+                } else {
+                    var((word & 0xFFFF_FFFF) as usize)?
+                };
+                if *dt == DataType::Utf8 {
+                    let text = std::str::from_utf8(data).map_err(|_| bad("string is not UTF-8"))?;
+                    Arc::new(StringArray::from(vec![text]))
+                } else {
+                    Arc::new(BinaryArray::from(vec![data]))
+                }
+            }
+            _ => return Err(bad("unsupported type")),
+        };
+        out.push(array);
+    }
+    Ok(out)
+}
+
 /// The empty row (no partition keys): what `_PARTITION` and partition statistics hold.
 pub fn empty_row() -> Vec<u8> {
     let mut out = Vec::with_capacity(12);
@@ -243,6 +355,32 @@ mod tests {
         let got = enc(&[&ts], 0);
         assert_eq!(&got[12..20], &((16u64 << 32) | 250_000).to_le_bytes());
         assert_eq!(&got[20..28], &1500i64.to_le_bytes());
+    }
+
+    #[test]
+    fn decode_reads_back_what_encode_wrote() {
+        use arrow_array::{BinaryArray, Decimal128Array, Int32Array};
+        let ids = Int64Array::from(vec![Some(-7), None]);
+        let short = StringArray::from(vec!["abc", "x"]);
+        let long = BinaryArray::from(vec![b"a longer value".as_ref(), b"".as_ref()]);
+        let ts = TimestampMicrosecondArray::from(vec![-1_500_250, 3]).with_timezone("UTC");
+        let small = Decimal128Array::from(vec![-12345, 0])
+            .with_precision_and_scale(12, 2)
+            .unwrap();
+        let wide = Decimal128Array::from(vec![-(10i128.pow(30)) - 1, 255])
+            .with_precision_and_scale(38, 4)
+            .unwrap();
+        let day = Int32Array::from(vec![i32::MIN, 5]);
+        let cols: Vec<&dyn Array> = vec![&ids, &short, &long, &ts, &small, &wide, &day];
+        let types: Vec<DataType> = cols.iter().map(|c| c.data_type().clone()).collect();
+        for row in 0..2 {
+            let back = decode(&enc(&cols, row), &types).unwrap();
+            for (c, b) in cols.iter().zip(&back) {
+                assert_eq!(&c.slice(row, 1).to_data(), &b.to_data(), "row {row}");
+            }
+        }
+        assert!(decode(&enc(&cols, 0), &types[..2]).is_err(), "arity");
+        assert!(decode(&enc(&cols, 0)[..30], &types).is_err(), "truncated");
     }
 
     #[test]

@@ -10,7 +10,10 @@
 //! 3. run count: above `trigger` runs, merge the newest `runs - trigger + 1` (plus neighbours by
 //!    size ratio).
 //!
-//! Both only decide; `compactor.rs` reads, merges with [`merge_runs`] and commits a `COMPACT`
+//! [`consolidate`] rewrites a bottom run an initial copy left in many files as one, once the
+//! copy is done.
+//!
+//! These only decide; `compactor.rs` reads, merges with [`merge_runs`] and commits a `COMPACT`
 //! snapshot. Deletes are dropped only when the output is the bottom of the tree (no older run is
 //! left below to resurrect).
 
@@ -171,10 +174,34 @@ fn unit(runs: &[Run], mut count: usize, o: &Options) -> Unit {
     }
 }
 
-/// Merges every run of a bucket into the bottom level (`None` when it already is one run there
-/// without deletes to drop).
+/// Files of the bottom run above which [`consolidate`] rewrites it as one file.
+pub const MAX_BOTTOM_FILES: usize = 8;
+
+/// Rewrites a bottom run of more than [`MAX_BOTTOM_FILES`] files as one file. An initial copy
+/// leaves one bottom file per reader's key block per commit (`placement.rs`): many small files
+/// that readers would each open. The caller asks only once the copy is done: a file spanning
+/// the gaps between blocks would put the rows a copy reader still has to write inside its key
+/// range, and so in level 0. The files are disjoint, so the merge is one chained run: a
+/// concatenation, without key comparisons.
+pub fn consolidate(runs: &[Run], o: &Options) -> Option<Unit> {
+    let bottom = runs
+        .last()
+        .filter(|r| r.level == o.max_level && r.files.len() > MAX_BOTTOM_FILES)?;
+    Some(Unit {
+        files: bottom.files.clone(),
+        output_level: o.max_level,
+        // The oldest run: no older version of a key lies below it.
+        drop_deletes: true,
+    })
+}
+
+/// Merges every run of a bucket into one file at the bottom level (`None` when it already is one
+/// file there without deletes to drop; an initial copy leaves several bottom files per bucket).
 pub fn full(runs: &[Run], files: &[DataFileMeta], o: &Options) -> Option<Unit> {
     if let [only] = runs {
+        if only.files.len() > 1 {
+            return Some(unit(runs, runs.len(), o));
+        }
         let has_deletes = only
             .files
             .iter()
@@ -196,6 +223,8 @@ const MERGE_BATCH_ROWS: usize = 8192;
 /// One input run being merged: its reader, the current batch and position.
 struct Cursor {
     reader: ParquetRecordBatchReader,
+    /// The run's files after the one being read, in key order.
+    rest: std::vec::IntoIter<Bytes>,
     batch: RecordBatch,
     keys: Rows,
     seq: Int64Array,
@@ -212,8 +241,16 @@ impl Cursor {
         let nk = schemas.key.len();
         loop {
             let Some(b) = self.reader.next() else {
-                self.done = true;
-                return Ok(());
+                match self.rest.next() {
+                    Some(data) => {
+                        self.reader = open(data)?;
+                        continue;
+                    }
+                    None => {
+                        self.done = true;
+                        return Ok(());
+                    }
+                }
             };
             let b = b?;
             if b.num_rows() == 0 {
@@ -238,12 +275,19 @@ impl Cursor {
     }
 }
 
-/// Merges sorted runs (encoded data files, each sorted with one row per key) into `out`, a batch
-/// at a time: per key the row with the highest sequence number wins (the deduplicate merge
-/// engine), deletes dropped when `drop_deletes`. Memory: the encoded inputs plus one decoded
-/// batch per input, never a whole decoded run.
+fn open(data: Bytes) -> Result<ParquetRecordBatchReader, FileError> {
+    Ok(ParquetRecordBatchReaderBuilder::try_new(data)?
+        .with_batch_size(MERGE_BATCH_ROWS)
+        .build()?)
+}
+
+/// Merges sorted runs (each a list of encoded data files in key order, together sorted with one
+/// row per key, as `placement::chains` groups them) into `out`, a batch at a time: per key the row with
+/// the highest sequence number wins (the deduplicate merge engine), deletes dropped when
+/// `drop_deletes`. Memory: the encoded inputs plus one decoded batch per run, never a whole
+/// decoded run.
 pub fn merge_runs(
-    inputs: Vec<Bytes>,
+    inputs: Vec<Vec<Bytes>>,
     schemas: &FileSchemas,
     drop_deletes: bool,
     out: &mut RunWriter,
@@ -256,12 +300,14 @@ pub fn merge_runs(
             .collect(),
     )?;
     let mut cursors = Vec::with_capacity(inputs.len());
-    for data in inputs {
-        let reader = ParquetRecordBatchReaderBuilder::try_new(data)?
-            .with_batch_size(MERGE_BATCH_ROWS)
-            .build()?;
+    for run in inputs {
+        let mut rest = run.into_iter();
+        let Some(data) = rest.next() else {
+            continue;
+        };
         let mut c = Cursor {
-            reader,
+            reader: open(data)?,
+            rest,
             batch: RecordBatch::new_empty(schemas.file.clone()),
             keys: conv.empty_rows(0, 0),
             seq: Int64Array::from(Vec::<i64>::new()),
@@ -281,6 +327,7 @@ pub fn merge_runs(
         held.push(c.batch.clone());
     }
     let mut picks: Vec<(usize, usize)> = Vec::with_capacity(MERGE_BATCH_ROWS);
+    let mut same: Vec<usize> = Vec::with_capacity(cursors.len());
     loop {
         // The smallest key; among equal keys the highest sequence number.
         let mut best: Option<usize> = None;
@@ -303,14 +350,14 @@ pub fn merge_runs(
             picks.push((winner.held, winner.pos));
         }
         // Every cursor at the winning key moves on (older versions are dropped).
-        let mut same = Vec::new();
+        same.clear();
         for (i, c) in cursors.iter().enumerate() {
             if !c.done && c.keys.row(c.pos) == winner.keys.row(winner.pos) {
                 same.push(i);
             }
         }
         let mut reloaded = false;
-        for i in same {
+        for &i in &same {
             let Some(c) = cursors.get_mut(i) else {
                 continue;
             };
@@ -421,7 +468,12 @@ mod tests {
         });
         let old: Vec<i64> = (0..20_000).collect();
         let new: Vec<i64> = (0..20_000).filter(|k| k % 2 == 0).collect();
-        let inputs = vec![run(&schemas, &new, 100_000, 4), run(&schemas, &old, 0, 0)];
+        // The old run in two files (a chained bottom run), the new one in one.
+        let (low, high) = old.split_at(7_000);
+        let inputs = vec![
+            vec![run(&schemas, &new, 100_000, 4)],
+            vec![run(&schemas, low, 0, 0), run(&schemas, high, 0, 0)],
+        ];
         let mut out = RunWriter::new(&schemas).unwrap();
         merge_runs(inputs, &schemas, true, &mut out).unwrap();
         let (bytes, stats) = out.finish().unwrap();
@@ -440,6 +492,21 @@ mod tests {
         }
         let meta = stats.describe("f".into(), 1, 5, 1).unwrap();
         assert_eq!((meta.min_sequence, meta.max_sequence), (1, 119_998));
+    }
+
+    #[test]
+    fn consolidates_a_bottom_run_of_many_files_alone() {
+        let mut files: Vec<_> = (0..9).map(|s| file(5, 10, s)).collect();
+        assert_eq!(
+            consolidate(&runs(&files), &Options::default()).map(|u| u.files.len()),
+            Some(9)
+        );
+        files.push(file(0, 10, 100));
+        let u = consolidate(&runs(&files), &Options::default()).unwrap();
+        assert!(!u.files.contains(&9), "level 0 stays: {u:?}");
+        assert_eq!((u.output_level, u.drop_deletes), (5, true));
+        files.truncate(8);
+        assert_eq!(consolidate(&runs(&files), &Options::default()), None);
     }
 
     #[test]

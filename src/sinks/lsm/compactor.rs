@@ -8,6 +8,10 @@
 //! `COMPACT` snapshot carries the checkpoint of the snapshot it follows: the table's content, and
 //! so its position, is unchanged.
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
 use bytes::Bytes;
 
 use super::commit::{self, Change, TableState};
@@ -34,7 +38,9 @@ fn file_location(state: &TableState, bucket: i32, name: &str) -> String {
     format!("{}/bucket-{bucket}/{name}", state.location)
 }
 
-/// Encodes `batch` (sorted, one row per key) and puts it as a new data file of `bucket`.
+/// Encodes `batch` (sorted, one row per key) on the blocking pool (a large file is CPU work of
+/// a second or more, which the source's connections on the runtime workers must not wait for)
+/// and puts it as a new data file of `bucket`.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn write_file(
     inner: &Inner,
@@ -42,18 +48,23 @@ pub(super) async fn write_file(
     location: &str,
     schemas: &FileSchemas,
     bucket: i32,
-    batch: &arrow_array::RecordBatch,
+    batch: arrow_array::RecordBatch,
     level: i32,
     file_source: i32,
 ) -> Result<DataFileMeta, SinkError> {
     let name = format!("data-{}-0.parquet", uuid::Uuid::new_v4());
-    let mut w =
-        writer::RunWriter::new(schemas).map_err(file_error(table, "encoding a data file"))?;
-    w.write(batch)
-        .map_err(file_error(table, "encoding a data file"))?;
-    let (bytes, run) = w
-        .finish()
-        .map_err(file_error(table, "encoding a data file"))?;
+    let encode_schemas = schemas.clone();
+    let (bytes, run) = tokio::task::spawn_blocking(move || {
+        let mut w = writer::RunWriter::new(&encode_schemas)?;
+        w.write(&batch)?;
+        w.finish()
+    })
+    .await
+    .map_err(|e| SinkError::Data {
+        table: table.clone(),
+        detail: format!("encoding a data file of bucket {bucket}: {e}"),
+    })?
+    .map_err(file_error(table, "encoding a data file"))?;
     let size = bytes.len();
     commit::put(
         &inner.warehouse,
@@ -115,6 +126,13 @@ pub(super) async fn run(
                 } else {
                     compaction::pick(&runs, &inner.compaction)
                 };
+                // An initial copy's many bottom files, once the copy is done.
+                let copying = handle.copying.load(Ordering::Acquire);
+                let unit = unit.or_else(|| {
+                    (!copying)
+                        .then(|| compaction::consolidate(&runs, &inner.compaction))
+                        .flatten()
+                });
                 if let Some(u) = unit {
                     let inputs = u
                         .files
@@ -139,6 +157,7 @@ pub(super) async fn run(
             done.push(bucket);
         }
         let mut encoded = Vec::with_capacity(inputs.len());
+        let chains = super::placement::chains(&inputs, &schemas.key_types);
         for f in &inputs {
             let loc = format!("{location}/bucket-{bucket}/{}", f.file_name);
             let data =
@@ -156,7 +175,17 @@ pub(super) async fn run(
         let drop_deletes = unit.drop_deletes;
         let merged = tokio::task::spawn_blocking(move || {
             let mut out = writer::RunWriter::new(&merge_schemas)?;
-            compaction::merge_runs(encoded, &merge_schemas, drop_deletes, &mut out)?;
+            let mut encoded: Vec<Option<Bytes>> = encoded.into_iter().map(Some).collect();
+            let runs = chains
+                .iter()
+                .map(|chain| {
+                    chain
+                        .iter()
+                        .filter_map(|&i| encoded.get_mut(i).and_then(Option::take))
+                        .collect()
+                })
+                .collect();
+            compaction::merge_runs(runs, &merge_schemas, drop_deletes, &mut out)?;
             out.finish()
         })
         .await
@@ -235,5 +264,104 @@ pub(super) async fn run(
         }
         drop(guard);
         handle.progress.notify_waiters();
+    }
+}
+
+/// Scheduling: the write stall and the background compactor of a table.
+impl Inner {
+    /// Waits while any bucket has `stop_trigger` sorted runs or more (write stall).
+    pub(super) async fn stall(self: &Arc<Self>, handle: &Arc<Handle>) -> Result<(), SinkError> {
+        let mut warned = false;
+        loop {
+            let worst = {
+                let mut guard = handle.state.lock().await;
+                self.ensure_loaded(&handle.table, &mut guard).await?;
+                guard.as_ref().map_or(0, |s| {
+                    s.files
+                        .values()
+                        .map(|f| compaction::runs(f).len())
+                        .max()
+                        .unwrap_or(0)
+                })
+            };
+            if worst < self.compaction.stop_trigger {
+                return Ok(());
+            }
+            // A stalled commit cannot wait for a compactor that fails: fail the commit instead
+            // (the pipeline retries from its checkpoint) rather than hang.
+            let failed = handle.failure.lock().ok().and_then(|mut f| f.take());
+            if let Some(detail) = failed.filter(|_| warned) {
+                return Err(SinkError::Data {
+                    table: handle.table.clone(),
+                    detail: format!(
+                        "{worst} sorted runs in a bucket and compaction fails: {detail}"
+                    ),
+                });
+            }
+            if !warned {
+                tracing::info!(table = %handle.table, runs = worst, "write stall: waiting for compaction");
+                warned = true;
+            }
+            self.spawn_compaction(handle);
+            let _ =
+                tokio::time::timeout(Duration::from_millis(500), handle.progress.notified()).await;
+        }
+    }
+
+    /// Starts the table's background compactor unless it is running.
+    pub(super) fn spawn_compaction(self: &Arc<Self>, handle: &Arc<Handle>) {
+        if handle.compacting.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let inner = self.clone();
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            loop {
+                let started = std::time::Instant::now();
+                match run(&inner, &handle, false).await {
+                    Ok(stats) => {
+                        if let Ok(mut t) = handle.totals.lock() {
+                            t.0.add(&stats);
+                            t.1 += started.elapsed();
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(table = %handle.table, error = %e, "compaction failed; retried after the next commit");
+                        if let Ok(mut f) = handle.failure.lock() {
+                            *f = Some(e.to_string());
+                        }
+                        handle.compacting.store(false, Ordering::Release);
+                        break;
+                    }
+                }
+                handle.compacting.store(false, Ordering::Release);
+                // A commit that landed between the last pick and the store above saw the flag
+                // set and started nothing: look again before leaving.
+                let more = {
+                    let guard = handle.state.lock().await;
+                    guard
+                        .as_ref()
+                        .is_some_and(|s| inner.needs_compaction(s, &handle))
+                };
+                if !more || handle.compacting.swap(true, Ordering::AcqRel) {
+                    break;
+                }
+            }
+            handle.progress.notify_waiters();
+        });
+    }
+
+    /// Whether any bucket of `state` has compaction work.
+    pub(super) fn needs_compaction(&self, state: &TableState, handle: &Handle) -> bool {
+        let copying = handle.copying.load(Ordering::Acquire);
+        state.files.values().any(|f| {
+            let runs = compaction::runs(f);
+            let merge = if self.config.deletion_vectors {
+                f.iter().any(|f| f.level == 0)
+            } else {
+                compaction::pick(&runs, &self.compaction).is_some()
+            };
+            merge || (!copying && compaction::consolidate(&runs, &self.compaction).is_some())
+        })
     }
 }

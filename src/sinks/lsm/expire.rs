@@ -15,9 +15,12 @@ use super::{Handle, Inner};
 use crate::config::LsmConfig;
 use crate::sinks::SinkError;
 
-/// Whether to try expiring after this commit (every 10th snapshot, to batch the work).
-pub fn due(state: &TableState, config: &LsmConfig) -> bool {
-    state.snapshot_id() > config.snapshots_retained as i64 && state.snapshot_id() % 10 == 0
+/// Whether to try expiring after this commit: 10 snapshots or more after the last try (to batch
+/// the work), counting the compactor's snapshots, which can make a commit skip every multiple of
+/// 10. `last_try` is the snapshot id of the last try (0: none yet).
+pub fn due(state: &TableState, config: &LsmConfig, last_try: i64) -> bool {
+    let id = state.snapshot_id();
+    id > config.snapshots_retained as i64 && id - last_try >= 10
 }
 
 #[derive(Default)]

@@ -4,7 +4,10 @@
 //! Sits at the end of the flow: pipeline → [`LsmSink::commit`] → (durable) → ack to source. Each
 //! commit writes, per touched bucket, one level-0 Parquet file holding the last state of every key
 //! the commit changed (`plan.rs`), and publishes it as one `APPEND` snapshot whose `properties`
-//! carry the checkpoint (`commit.rs`). A background task per table merges sorted runs
+//! carry the checkpoint (`commit.rs`). An initial copy's commits (checkpoint with copy progress,
+//! or after a TRUNCATE) put blocks of keys no live file's range holds straight into the bottom
+//! level instead, so the copy is not rewritten by compaction (`placement.rs` says when and why).
+//! A background task per table merges sorted runs
 //! (`compaction.rs` decides, `compactor.rs` does it) and publishes `COMPACT` snapshots that carry
 //! the same checkpoint; readers see either the runs before or the merged file after. Commits wait
 //! while a bucket has `stop_trigger` runs or more, so compaction can never fall behind for good.
@@ -20,7 +23,8 @@
 //! `snapshot/snapshot-N` + `LATEST` + `EARLIEST`, `manifest/`, `bucket-<n>/data-*.parquet`.
 //!
 //! Files by role: `schema.rs` (types, schema JSON, data file shape), `binary_row.rs` (Paimon's
-//! `BinaryRow` and bucket hash), `plan.rs` (pure: changes → one row per key), `lookup.rs`
+//! `BinaryRow` and bucket hash), `plan.rs` (pure: changes → one row per key), `placement.rs`
+//! (pure: level 0 or bottom-level files for a copy commit's rows), `lookup.rs`
 //! (current rows for partial updates), `writer.rs` (Parquet runs and their `DataFileMeta`),
 //! `manifest.rs` (Avro), `commit.rs` (load and publish snapshots), `compaction.rs` (pure:
 //! pick and merge), `compactor.rs` (the worker), `expire.rs`. The Iceberg sink's planner and row
@@ -32,18 +36,22 @@
 //! skip level 0 and read the higher levels without merging. cdcd keeps that valid without
 //! writing deletion-vector index files: every compaction merges a bucket's level-0 runs with its
 //! single bottom run into a new bottom run (deletes dropped), so each key is in one file. Rows
-//! become visible to readers when the background compaction after their commit has published.
+//! become visible to readers when the background compaction after their commit has published
+//! (an initial copy's bottom-level files at once: each holds keys no other file has).
 //!
 //! Concurrency: each table has one handle whose state sits behind a tokio mutex, held across the
 //! awaits of one commit (a commit is read-modify-write of the table's newest snapshot; the
 //! writer and the compactor take turns). The compactor does its reading and merging without the
-//! lock and re-checks, under it, that its inputs are still live before publishing.
+//! lock and re-checks, under it, that its inputs are still live before publishing. A copy commit
+//! puts files at the bottom level only while no compaction runs (`Handle::compacting`, read under
+//! the lock): a compaction's output goes to a level chosen from the inputs it read, and could
+//! otherwise overlap the new files' key ranges there.
 
 // `SinkError` is large (it carries `iceberg::Error`); see sinks/iceberg/mod.rs.
 #![allow(clippy::result_large_err)]
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -63,6 +71,7 @@ mod compactor;
 mod expire;
 mod lookup;
 pub mod manifest;
+mod placement;
 pub mod plan;
 pub mod schema;
 mod writer;
@@ -85,6 +94,11 @@ struct Handle {
     totals: Mutex<(CompactStats, Duration)>,
     /// The background compactor's last failure, for a commit stalled on it.
     failure: Mutex<Option<String>>,
+    /// The snapshot id after which expiry was last tried (0: not yet).
+    expiry_tried: AtomicI64,
+    /// The last commit carried initial-copy progress: its bottom files stay as they are until
+    /// the copy is done (`compaction::consolidate`).
+    copying: AtomicBool,
 }
 
 struct Inner {
@@ -173,7 +187,14 @@ impl LsmSink {
     /// run (deletes dropped); otherwise only what the universal picker asks for.
     pub async fn compact(&self, table: &TableId, full: bool) -> Result<CompactStats, SinkError> {
         let handle = self.inner.handle(table);
-        compactor::run(&self.inner, &handle, full).await
+        // Marked as running, so commits meanwhile write level 0 only (see "Concurrency").
+        let marked = !handle.compacting.swap(true, Ordering::AcqRel);
+        let result = compactor::run(&self.inner, &handle, full).await;
+        if marked {
+            handle.compacting.store(false, Ordering::Release);
+            handle.progress.notify_waiters();
+        }
+        result
     }
 
     /// Expires old snapshots of `table` now (commits also do it every 10 snapshots); returns how
@@ -259,22 +280,54 @@ impl LsmSink {
                 table: table.clone(),
                 detail: format!("building data files: {e}"),
             })?;
-        let mut change = Change::default();
+        // An initial copy's key blocks go straight to the bottom level (placement.rs), unless
+        // a compaction is running: its output, placed by the inputs it read, could then
+        // overlap them on its level.
+        let copying = checkpoint.snapshot.is_some() || plan.truncate;
+        let to_bottom = copying && !handle.compacting.load(Ordering::Acquire);
+        let mut files = Vec::new();
         for (bucket, first, len) in plan.bucket_ranges() {
             let part = batch.slice(first, len);
-            let file = compactor::write_file(
-                inner,
-                table,
-                &state.location,
-                &schemas,
-                bucket as i32,
-                &part,
-                0,
-                0,
-            )
-            .await?;
-            change.added.push((bucket as i32, file));
+            let bottom = if to_bottom {
+                let live = if plan.truncate {
+                    &[][..]
+                } else {
+                    state
+                        .files
+                        .get(&(bucket as i32))
+                        .map_or(&[][..], Vec::as_slice)
+                };
+                placement::for_bucket(&plan, &schemas, first, &part, live)
+            } else {
+                None
+            };
+            match bottom {
+                Some(cuts) => {
+                    let level = inner.compaction.max_level;
+                    for (start, rows) in cuts {
+                        files.push((bucket as i32, part.slice(start, rows), level));
+                    }
+                }
+                None => files.push((bucket as i32, part, 0)),
+            }
         }
+        let written =
+            futures::future::try_join_all(files.into_iter().map(|(bucket, part, level)| {
+                let location = &state.location;
+                let schemas = &schemas;
+                async move {
+                    let file = compactor::write_file(
+                        inner, table, location, schemas, bucket, part, level, 0,
+                    )
+                    .await?;
+                    Ok::<_, SinkError>((bucket, file))
+                }
+            }))
+            .await?;
+        let mut change = Change {
+            added: written,
+            ..Change::default()
+        };
         let mut deleted_rows = plan.rows.iter().filter(|r| r.delete).count() as u64;
         if plan.truncate {
             for (b, files) in &state.files {
@@ -303,8 +356,18 @@ impl LsmSink {
             }
         };
         state.next_sequence = state.next_sequence.max(base + plan.changes as i64 + 1);
-        let needs_compaction = inner.needs_compaction(state);
-        let expire_due = expire::due(state, &inner.config);
+        handle
+            .copying
+            .store(checkpoint.snapshot.is_some(), Ordering::Release);
+        let needs_compaction = inner.needs_compaction(state, &handle);
+        let expire_due = expire::due(
+            state,
+            &inner.config,
+            handle.expiry_tried.load(Ordering::Acquire),
+        );
+        if expire_due {
+            handle.expiry_tried.store(snapshot_id, Ordering::Release);
+        }
         drop(guard);
         if needs_compaction {
             inner.spawn_compaction(&handle);
@@ -357,6 +420,8 @@ impl Inner {
                     progress: Notify::new(),
                     totals: Mutex::new((CompactStats::default(), Duration::ZERO)),
                     failure: Mutex::new(None),
+                    expiry_tried: AtomicI64::new(0),
+                    copying: AtomicBool::new(false),
                 })
             })
             .clone()
@@ -406,97 +471,6 @@ impl Inner {
             *slot = commit::load(&self.warehouse, &self.table_location(table)).await?;
         }
         Ok(())
-    }
-
-    /// Waits while any bucket has `stop_trigger` sorted runs or more (write stall).
-    async fn stall(self: &Arc<Self>, handle: &Arc<Handle>) -> Result<(), SinkError> {
-        let mut warned = false;
-        loop {
-            let worst = {
-                let mut guard = handle.state.lock().await;
-                self.ensure_loaded(&handle.table, &mut guard).await?;
-                guard.as_ref().map_or(0, |s| {
-                    s.files
-                        .values()
-                        .map(|f| compaction::runs(f).len())
-                        .max()
-                        .unwrap_or(0)
-                })
-            };
-            if worst < self.compaction.stop_trigger {
-                return Ok(());
-            }
-            // A stalled commit cannot wait for a compactor that fails: fail the commit instead
-            // (the pipeline retries from its checkpoint) rather than hang.
-            let failed = handle.failure.lock().ok().and_then(|mut f| f.take());
-            if let Some(detail) = failed.filter(|_| warned) {
-                return Err(SinkError::Data {
-                    table: handle.table.clone(),
-                    detail: format!(
-                        "{worst} sorted runs in a bucket and compaction fails: {detail}"
-                    ),
-                });
-            }
-            if !warned {
-                tracing::info!(table = %handle.table, runs = worst, "write stall: waiting for compaction");
-                warned = true;
-            }
-            self.spawn_compaction(handle);
-            let _ =
-                tokio::time::timeout(Duration::from_millis(500), handle.progress.notified()).await;
-        }
-    }
-
-    /// Starts the table's background compactor unless it is running.
-    fn spawn_compaction(self: &Arc<Self>, handle: &Arc<Handle>) {
-        if handle.compacting.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let inner = self.clone();
-        let handle = handle.clone();
-        tokio::spawn(async move {
-            loop {
-                let started = std::time::Instant::now();
-                match compactor::run(&inner, &handle, false).await {
-                    Ok(stats) => {
-                        if let Ok(mut t) = handle.totals.lock() {
-                            t.0.add(&stats);
-                            t.1 += started.elapsed();
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(table = %handle.table, error = %e, "compaction failed; retried after the next commit");
-                        if let Ok(mut f) = handle.failure.lock() {
-                            *f = Some(e.to_string());
-                        }
-                        handle.compacting.store(false, Ordering::Release);
-                        break;
-                    }
-                }
-                handle.compacting.store(false, Ordering::Release);
-                // A commit that landed between the last pick and the store above saw the flag
-                // set and started nothing: look again before leaving.
-                let more = {
-                    let guard = handle.state.lock().await;
-                    guard.as_ref().is_some_and(|s| inner.needs_compaction(s))
-                };
-                if !more || handle.compacting.swap(true, Ordering::AcqRel) {
-                    break;
-                }
-            }
-            handle.progress.notify_waiters();
-        });
-    }
-
-    /// Whether any bucket of `state` has compaction work.
-    fn needs_compaction(&self, state: &TableState) -> bool {
-        state.files.values().any(|f| {
-            if self.config.deletion_vectors {
-                f.iter().any(|f| f.level == 0)
-            } else {
-                compaction::pick(&compaction::runs(f), &self.compaction).is_some()
-            }
-        })
     }
 }
 

@@ -53,7 +53,10 @@ pub struct Plan {
     pub truncate: bool,
     /// Sorted by (bucket, key).
     pub rows: Vec<Out>,
-    /// `rows.len() * columns` sources, row-major.
+    /// `rows.len() * columns` sources, row-major; empty when every column of every row comes
+    /// from the row's key source (`Out::key`), as in an insert-only commit such as an initial
+    /// copy: 6 million entries for a copy commit of a million rows of 6 columns are not worth
+    /// building to say the same thing.
     pub sources: Vec<Src>,
     pub columns: usize,
     /// Changes consumed (the sequence number advance).
@@ -248,8 +251,11 @@ pub fn plan(
             }
         }
     };
-    let mut rows = Vec::new();
-    let mut sources = Vec::new();
+    let key_columns = KeyColumns::new(schemas, &cast, &old_cast);
+    let mut rows = Vec::with_capacity(recs.len());
+    // Row-major sources, kept only once a row needs them (see `Plan::sources`).
+    let mut sources: Vec<Src> = Vec::new();
+    let mut row_sources: Vec<Src> = Vec::with_capacity(columns);
     let mut lookups: Vec<(usize, Src)> = Vec::new();
     let mut key_buf = Vec::new();
     let mut i = 0;
@@ -265,8 +271,9 @@ pub fn plan(
         } else {
             Src::Row(last.batch, last.row)
         };
-        let bucket = key_bucket(&mut key_buf, schemas, &cast, &old_cast, key_src, buckets)?;
+        let bucket = key_bucket(&mut key_buf, schemas, &key_columns, key_src, buckets)?;
         let mut pending = None;
+        row_sources.clear();
         for col in 0..columns {
             let src = if schemas.key.contains(&col) {
                 key_src
@@ -285,7 +292,20 @@ pub fn plan(
                     }
                 }
             };
-            sources.push(src);
+            row_sources.push(src);
+        }
+        let uniform = row_sources.iter().all(|&s| s == key_src);
+        if !uniform && sources.is_empty() {
+            // The first row that needs its sources: earlier rows take every column from their key
+            // source.
+            sources.reserve(recs.len() * columns);
+            for r in &rows {
+                let r: &Out = r;
+                sources.extend(std::iter::repeat_n(r.key, columns));
+            }
+        }
+        if !uniform || !sources.is_empty() {
+            sources.extend_from_slice(&row_sources);
         }
         if let Some(key) = pending {
             lookups.push((rows.len(), key));
@@ -311,13 +331,16 @@ pub fn plan(
         if let Some(r) = rows.get(old) {
             sorted_rows.push(*r);
         }
-        if let Some(s) = sources.get(old * columns..(old + 1) * columns) {
+        if let Some(s) = sources
+            .get(old * columns..(old + 1) * columns)
+            .filter(|_| !sources.is_empty())
+        {
             sorted_sources.extend_from_slice(s);
         }
     }
     let mut sorted_lookups = Vec::with_capacity(lookups.len());
     for (row, key) in lookups {
-        let bucket = key_bucket(&mut key_buf, schemas, &cast, &old_cast, key, buckets)?;
+        let bucket = key_bucket(&mut key_buf, schemas, &key_columns, key, buckets)?;
         sorted_lookups.push(Lookup {
             row: new_pos.get(row).copied().unwrap_or(0),
             key,
@@ -336,25 +359,21 @@ pub fn plan(
     })
 }
 
-/// The bucket of the key at `src`.
-fn key_bucket(
-    buf: &mut Vec<u8>,
-    schemas: &FileSchemas,
-    cast: &[Vec<ArrayRef>],
-    old_cast: &[Vec<ArrayRef>],
-    src: Src,
-    buckets: u32,
-) -> Result<u32, PlanError> {
-    let (arrays, row): (Vec<&dyn Array>, u32) = match src {
-        Src::Old(b, r) => (
-            old_cast
-                .get(b as usize)
-                .map(|cols| cols.iter().map(|a| a.as_ref()).collect())
-                .unwrap_or_default(),
-            r,
-        ),
-        Src::Row(b, r) => (
-            cast.get(b as usize)
+/// Each batch's key columns (stored types), for [`key_bucket`]: `rows[batch]`, `old[batch]`.
+struct KeyColumns<'a> {
+    rows: Vec<Vec<&'a dyn Array>>,
+    old: Vec<Vec<&'a dyn Array>>,
+}
+
+impl<'a> KeyColumns<'a> {
+    fn new(
+        schemas: &FileSchemas,
+        cast: &'a [Vec<ArrayRef>],
+        old_cast: &'a [Vec<ArrayRef>],
+    ) -> Self {
+        KeyColumns {
+            rows: cast
+                .iter()
                 .map(|cols| {
                     schemas
                         .key
@@ -362,15 +381,33 @@ fn key_bucket(
                         .filter_map(|&k| cols.get(k).map(|a| a.as_ref()))
                         .collect()
                 })
-                .unwrap_or_default(),
-            r,
-        ),
+                .collect(),
+            old: old_cast
+                .iter()
+                .map(|cols| cols.iter().map(|a| a.as_ref()).collect())
+                .collect(),
+        }
+    }
+}
+
+/// The bucket of the key at `src`.
+fn key_bucket(
+    buf: &mut Vec<u8>,
+    schemas: &FileSchemas,
+    keys: &KeyColumns<'_>,
+    src: Src,
+    buckets: u32,
+) -> Result<u32, PlanError> {
+    let (arrays, row) = match src {
+        Src::Old(b, r) => (keys.old.get(b as usize), r),
+        Src::Row(b, r) => (keys.rows.get(b as usize), r),
         _ => return Err(PlanError::Key("no key source".into())),
     };
+    let arrays = arrays.map_or(&[][..], Vec::as_slice);
     if arrays.len() != schemas.key.len() {
         return Err(PlanError::Key("key columns missing".into()));
     }
-    binary_row::encode(buf, &arrays, row as usize).map_err(|e| PlanError::Key(e.to_string()))?;
+    binary_row::encode(buf, arrays, row as usize).map_err(|e| PlanError::Key(e.to_string()))?;
     Ok(binary_row::bucket(buf, buckets))
 }
 
@@ -436,6 +473,8 @@ impl Plan {
         let nb = self.cast.len();
         let off = schemas.values_offset();
         let mut values = Vec::with_capacity(self.columns);
+        let mut idx: Vec<(usize, usize)> = Vec::new();
+        let mut uniform_idx: Vec<(usize, usize)> = Vec::new();
         for col in 0..self.columns {
             let Some(field) = schemas.file.fields().get(off + col) else {
                 return Err(PlanError::Key(format!("column {col} missing")));
@@ -453,15 +492,27 @@ impl Plan {
             }
             arrays.push(lookup_col.as_deref().unwrap_or(null.as_ref()));
             arrays.push(null.as_ref());
-            let idx: Vec<(usize, usize)> = (0..self.rows.len())
-                .map(|r| match sources.get(r * self.columns + col) {
-                    Some(Src::Row(b, row)) => (*b as usize, *row as usize),
-                    Some(Src::Old(b, row)) => (nb + *b as usize, *row as usize),
-                    Some(Src::Lookup(i)) => (2 * nb, *i as usize),
-                    _ => (2 * nb + 1, 0),
-                })
-                .collect();
-            values.push(arrow_select::interleave::interleave(&arrays, &idx)?);
+            let at = |src: Option<&Src>| match src {
+                Some(Src::Row(b, row)) => (*b as usize, *row as usize),
+                Some(Src::Old(b, row)) => (nb + *b as usize, *row as usize),
+                Some(Src::Lookup(i)) => (2 * nb, *i as usize),
+                _ => (2 * nb + 1, 0),
+            };
+            if sources.is_empty() {
+                // Every column from the key source: one index for all columns.
+                if uniform_idx.is_empty() {
+                    uniform_idx.extend(self.rows.iter().map(|r| at(Some(&r.key))));
+                }
+            } else {
+                idx.clear();
+                idx.extend((0..self.rows.len()).map(|r| at(sources.get(r * self.columns + col))));
+            }
+            let idx = if sources.is_empty() {
+                &uniform_idx
+            } else {
+                &idx
+            };
+            values.push(arrow_select::interleave::interleave(&arrays, idx)?);
         }
         let keys: Vec<ArrayRef> = schemas
             .key
