@@ -77,11 +77,13 @@
 mod bloom;
 mod cache;
 mod compaction;
+mod cursor;
 mod files;
 mod lookup;
 mod manifest;
 mod memtable;
 mod merge;
+mod meta;
 mod run;
 #[cfg(test)]
 mod tests;
@@ -97,7 +99,8 @@ use self::cache::BlockCache;
 use self::files::FileTable;
 use self::manifest::{classify, manifest_path, run_path, Manifest, Name, RunEntry, FORMAT};
 use self::memtable::{MemTable, Slot};
-use self::run::{RunMeta, RunWriter};
+use self::meta::RunMeta;
+use self::run::RunWriter;
 
 /// Where a row lives: a data file (as the sink named it) and the row's 0-based position in it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -309,6 +312,25 @@ impl PrimaryKeyIndex {
         Ok(())
     }
 
+    /// Records that data file `file` now holds each key of `rows` at the given position, or
+    /// (position `None`) that the key has no row: [`apply`](Self::apply) for the rows of one
+    /// file, in commit order, without a [`RowLocation`] (and its path) per row.
+    pub fn apply_file<'a>(
+        &mut self,
+        file: &str,
+        rows: impl IntoIterator<Item = (&'a [u8], Option<u64>)>,
+    ) -> Result<(), IndexError> {
+        let id = self.files.intern_str(file)?;
+        for (key, position) in rows {
+            let slot = match position {
+                Some(position) => Slot { file: id, position },
+                None => Slot::REMOVED,
+            };
+            self.memtable.insert(key, slot);
+        }
+        Ok(())
+    }
+
     /// True when the memtable has reached its half of the budget: call [`flush`](Self::flush)
     /// (or `persist`) before applying more.
     pub fn needs_flush(&self) -> bool {
@@ -331,8 +353,7 @@ impl PrimaryKeyIndex {
             return Ok(());
         }
         let id = self.next_run_id;
-        let expected = self.memtable.len() as u64;
-        let mut writer = RunWriter::new(&self.store, run_path(&self.root, id), id, expected);
+        let mut writer = RunWriter::new(&self.store, run_path(&self.root, id), id);
         for (key, slot) in self.memtable.sorted() {
             writer.add(key, self.files.live_or_tombstone(slot)).await?;
         }
