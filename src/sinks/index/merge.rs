@@ -56,6 +56,13 @@ impl PrimaryKeyIndex {
         let Some(take) = compaction::choose(&sizes) else {
             return Ok(false);
         };
+        self.merge_newest(take).await?;
+        Ok(true)
+    }
+
+    /// Merges the `take` newest runs into one and persists the new run set.
+    pub(super) async fn merge_newest(&mut self, take: usize) -> Result<(), IndexError> {
+        let take = take.min(self.runs.len());
         let inputs: Vec<Arc<RunMeta>> = self.runs.iter().take(take).cloned().collect();
         let drop_tombstones = take == self.runs.len();
         let id = self.next_run_id;
@@ -117,6 +124,9 @@ impl PrimaryKeyIndex {
             }
         }
         let merged = writer.finish().await?;
+        self.merged.blocks_copied += stats.blocks_copied;
+        self.merged.entries_copied += stats.entries_copied;
+        self.merged.entries_merged += stats.entries_merged;
         tracing::debug!(
             root = %self.root,
             runs = take,
@@ -136,6 +146,6 @@ impl PrimaryKeyIndex {
         self.obsolete.extend(inputs.iter().map(|r| r.path.clone()));
         self.write_manifest(self.covered).await?;
         self.delete_obsolete().await;
-        Ok(true)
+        Ok(())
     }
 }

@@ -79,6 +79,8 @@ mod cache;
 mod compaction;
 mod cursor;
 mod files;
+#[cfg(test)]
+mod format_tests;
 mod lookup;
 mod manifest;
 mod memtable;
@@ -193,6 +195,8 @@ pub struct PrimaryKeyIndex {
     covered: Option<i64>,
     /// Files to delete once a manifest that no longer names them is durable.
     obsolete: Vec<Path>,
+    /// What merges did since open (copied blocks vs merged entries).
+    merged: merge::MergeStats,
 }
 
 impl PrimaryKeyIndex {
@@ -245,6 +249,7 @@ impl PrimaryKeyIndex {
             next_run_id: 1,
             covered: None,
             obsolete: Vec::new(),
+            merged: merge::MergeStats::default(),
         };
         let mut live: HashSet<u64> = HashSet::new();
         if let Some(m) = manifest {
