@@ -173,7 +173,6 @@ impl TableIndex {
         dvs: &LiveDvs,
     ) -> Result<u64, SinkError> {
         let path = f.file.file_path();
-        let file: Arc<str> = Arc::from(path);
         let dv = dvs.get(path).map(|d| &d.dv);
         let bytes = read(warehouse, path).await?;
         let names: Vec<&str> = self
@@ -191,24 +190,27 @@ impl TableIndex {
             };
             let cols = project(&batch, &self.keys_schema).map_err(arrow)?;
             let keys = self.codec.convert_columns(&cols).map_err(arrow)?;
-            let live: Vec<IndexChange> = keys
+            let live: Vec<(&[u8], Option<u64>)> = keys
                 .iter()
                 .enumerate()
                 .filter_map(|(r, key)| {
                     let position = offset + r as u64;
-                    if dv.is_some_and(|d| d.contains(position)) {
-                        return None;
-                    }
-                    Some(IndexChange {
-                        key: key.data(),
-                        op: IndexOp::Upsert(RowLocation {
-                            file: Arc::clone(&file),
-                            position,
-                        }),
-                    })
+                    let deleted = dv.is_some_and(|d| d.contains(position));
+                    (!deleted).then_some((key.data(), Some(position)))
                 })
                 .collect();
-            upserted += apply_chunked(&mut self.index, &self.table, &live).await?;
+            for chunk in live.chunks(APPLY_CHUNK) {
+                self.index
+                    .apply_file(path, chunk.iter().copied())
+                    .map_err(|e| index_error(&self.table, e))?;
+                if self.index.needs_flush() {
+                    self.index
+                        .flush()
+                        .await
+                        .map_err(|e| index_error(&self.table, e))?;
+                }
+            }
+            upserted += live.len() as u64;
             offset += batch.num_rows() as u64;
         }
         Ok(upserted)
