@@ -14,24 +14,30 @@
 //! table with 16-byte keys would need ~500 MB as a hash map, and tables grow without bound.
 //! Instead:
 //! - a **memtable** (`memtable.rs`) holds the changes applied since the last flush, in one byte
-//!   arena (no allocation per row), bounded by half the memory budget ([`PrimaryKeyIndex::needs_flush`]);
+//!   arena (no allocation and no hashing per row), bounded by half the memory budget
+//!   ([`PrimaryKeyIndex::needs_flush`]);
 //! - a flush writes it as an immutable **sorted run** (`run.rs`) through `object_store`: ~16 KiB
-//!   prefix-compressed blocks of (key, file id, position | tombstone), then a meta section with
-//!   one first-key per block (sparse index) and a bloom filter (`bloom.rs`, 10 bits/key);
-//! - only run metas stay in memory; a lookup checks the memtable, then runs newest → oldest: bloom
-//!   probe, binary search of the sparse index, one block read (through an LRU **block cache**,
-//!   `cache.rs`, bounded by the other half of the budget). Keys are compared in full, never by
-//!   hash, so there are no false matches;
+//!   prefix-compressed blocks of (key, file id, position | tombstone), then a meta section
+//!   (`meta.rs`) with, per block, its first and last key (a sparse index), stats (entries, file
+//!   id range, tombstones) and its own bloom filter (`bloom.rs`, 10 bits/key, built when the
+//!   block closes: run format `CPKIRUN3`; runs of the two older formats are still read);
+//! - only run metas stay in memory; a lookup checks the memtable, then runs newest → oldest:
+//!   binary search of the sparse index, a probe of that block's filter, one block read (through
+//!   an LRU **block cache**, `cache.rs`, bounded by the other half of the budget). Keys are
+//!   compared in full, never by hash, so there are no false matches;
 //! - data file paths are interned as `u32` ids (`files.rs`);
 //! - **compaction** (`compaction.rs`) merges runs size-tiered, so there are O(log n) runs, and
-//!   drops tombstones when the oldest run takes part;
+//!   drops tombstones when the oldest run takes part; the merge (`merge.rs`) copies whole blocks
+//!   with their filters where runs do not overlap (most of an initial copy's runs), and decodes
+//!   and re-encodes entries only where they do;
 //! - a **manifest** (`manifest.rs`), written create-if-absent with a rising sequence number, names
 //!   the live runs, the file table and the covered table snapshot. Crash leftovers (runs no
 //!   manifest names, superseded manifests) are deleted by [`PrimaryKeyIndex::open`].
 //!
 //! Memory = memtable (≤ budget/2 if the caller flushes when told) + block cache (≤ budget/2) +
-//! per run meta (1.25 bytes per key of bloom filter, ~25 bytes per 16 KiB block of sparse index)
-//! + the file table. Only the bloom filters grow with the table; see the numbers below.
+//! per run meta (1.25-1.3 bytes per key of bloom filters, ~100 bytes plus two keys per 16 KiB
+//! block of sparse index) + the file table. Only the filters and the sparse index grow with the
+//! table; see the numbers below.
 //!
 //! Alternatives rejected: a full in-memory map (unbounded); 8-byte key hashes (collisions would
 //! silently delete the wrong row); a per-file key column read at restart (a restart would reread
