@@ -63,6 +63,9 @@ impl PrimaryKeyIndex {
     /// Merges the `take` newest runs into one and persists the new run set.
     pub(super) async fn merge_newest(&mut self, take: usize) -> Result<(), IndexError> {
         let take = take.min(self.runs.len());
+        if take == 0 {
+            return Ok(());
+        }
         let inputs: Vec<Arc<RunMeta>> = self.runs.iter().take(take).cloned().collect();
         let drop_tombstones = take == self.runs.len();
         let id = self.next_run_id;
