@@ -4,6 +4,13 @@
 //! Prints; asserts nothing.
 //!
 //! `cargo run --release --example pk_index_bench [-- ROWS [BUDGET_MIB]]` (default 10,000,000, 64).
+//!
+//! `cargo run --release --example pk_index_bench -- copy [ROWS]` (default 5,000,000) instead
+//! replays what an initial copy (issue 7, `bench/pg_snapshot.py`) does to the index: int8 keys
+//! (`arrow_row` encoding, 9 bytes) from 4 chunk readers, each walking its quarter of the key
+//! range in order, arriving as interleaved batches of 8,192 rows; commits of 1,000,000 rows (one
+//! data file each) applied in chunks of 16,384 rows with a flush whenever the memtable is full,
+//! then persisted, with the sink's 64 MiB budget. Prints wall and CPU seconds of the whole copy.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -50,9 +57,109 @@ fn reset_hwm() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
+const COPY_COMMIT_ROWS: u64 = 1_000_000;
+const COPY_READERS: u64 = 4;
+const COPY_BATCH: u64 = 8_192;
+const COPY_APPLY_CHUNK: usize = 16 * 1024;
+
+/// User + system CPU seconds of this process so far (proc(5): fields 14 and 15, in ticks).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or_default();
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // Fields 14 and 15 counted from 1 with the first two (pid, comm) cut off.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The `arrow_row` encoding of a non-null int8: a validity byte, then the value big-endian with
+/// the sign bit flipped (so the bytes sort like the numbers).
+fn int8_key(v: i64, out: &mut Vec<u8>) {
+    out.push(1);
+    out.extend_from_slice(&((v as u64) ^ (1 << 63)).to_be_bytes());
+}
+
+async fn copy(rows: u64) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let store: Arc<dyn ObjectStore> = Arc::new(LocalFileSystem::new_with_prefix(dir.path())?);
+    let root = Path::from("_cdcd/p/index/ns/t");
+    let mut index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 64 << 20).await?;
+    let per_reader = rows.div_ceil(COPY_READERS);
+    // Each reader's next key; batches are taken round-robin, as the copy's channel delivers them.
+    let mut next: Vec<u64> = (0..COPY_READERS).map(|r| r * per_reader).collect();
+    let ends: Vec<u64> = (0..COPY_READERS)
+        .map(|r| ((r + 1) * per_reader).min(rows))
+        .collect();
+    let (wall, cpu) = (Instant::now(), cpu_seconds());
+    let mut keys: Vec<u8> = Vec::new();
+    let mut snapshot = 0i64;
+    let mut reader = 0usize;
+    let mut done = 0u64;
+    while done < rows {
+        keys.clear();
+        let mut n = 0u64;
+        while n < COPY_COMMIT_ROWS && done + n < rows {
+            let r = reader % COPY_READERS as usize;
+            reader += 1;
+            let take = COPY_BATCH.min(ends[r] - next[r]).min(COPY_COMMIT_ROWS - n);
+            for v in next[r]..next[r] + take {
+                int8_key(v as i64, &mut keys);
+            }
+            next[r] += take;
+            n += take;
+        }
+        snapshot += 1;
+        let file = format!("file:///wh/ns/t/data/{snapshot:05}-00000.parquet");
+        let rows_of: Vec<&[u8]> = keys.chunks_exact(9).collect();
+        for (c, chunk) in rows_of.chunks(COPY_APPLY_CHUNK).enumerate() {
+            let first = (c * COPY_APPLY_CHUNK) as u64;
+            index.apply_file(
+                &file,
+                chunk
+                    .iter()
+                    .enumerate()
+                    .map(|(j, k)| (*k, Some(first + j as u64))),
+            )?;
+            if index.needs_flush() {
+                index.flush().await?;
+            }
+        }
+        index.persist(snapshot).await?;
+        done += n;
+    }
+    let (wall, cpu) = (wall.elapsed().as_secs_f64(), cpu_seconds() - cpu);
+    let (runs, files) = index.stats();
+    let disk: u64 = store
+        .list(Some(&root))
+        .map_ok(|m| m.size)
+        .try_fold(0, |a, s| async move { Ok(a + s) })
+        .await?;
+    println!(
+        "[copy] {rows} int8 keys, {snapshot} commits: {wall:.2}s wall, {cpu:.2} CPU-s ({:.0} rows/CPU-s); {runs} runs, {files} files, {:.1} MiB on disk, runs in memory {:.2} MiB",
+        rows as f64 / cpu.max(1e-9),
+        mib(disk as usize),
+        mib(index.memory_usage().runs)
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    if args.peek().map(String::as_str) == Some("copy") {
+        args.next();
+        let rows = args
+            .next()
+            .map(|a| a.parse())
+            .transpose()?
+            .unwrap_or(5_000_000);
+        return copy(rows).await;
+    }
     let rows: u64 = args
         .next()
         .map(|a| a.parse())

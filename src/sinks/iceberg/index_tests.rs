@@ -258,3 +258,22 @@ async fn open_index_behind_another_writers_commit_is_caught_up() {
         assert_eq!(rows, "[(1, 'from-b', 6), (2, 'b', 20)]");
     }
 }
+
+#[tokio::test]
+async fn index_runs_are_written_with_per_block_filters() {
+    // CPKIRUN3 (sinks/index/meta.rs): what lets merges of an initial copy's runs copy blocks.
+    let dir = tempfile::tempdir().unwrap();
+    let s = dv_sink(dir.path());
+    let t = schema();
+    s.commit(&t, &[changes(&[ins(1, "a"), ins(2, "b")])], &cp(1))
+        .await
+        .unwrap();
+    let runs: Vec<_> = std::fs::read_dir(index_dir(dir.path()))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pki"))
+        .collect();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let bytes = std::fs::read(&runs[0]).unwrap();
+    assert!(bytes.ends_with(b"CPKIRUN3"));
+}

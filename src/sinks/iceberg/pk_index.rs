@@ -173,7 +173,6 @@ impl TableIndex {
         dvs: &LiveDvs,
     ) -> Result<u64, SinkError> {
         let path = f.file.file_path();
-        let file: Arc<str> = Arc::from(path);
         let dv = dvs.get(path).map(|d| &d.dv);
         let bytes = read(warehouse, path).await?;
         let names: Vec<&str> = self
@@ -191,24 +190,27 @@ impl TableIndex {
             };
             let cols = project(&batch, &self.keys_schema).map_err(arrow)?;
             let keys = self.codec.convert_columns(&cols).map_err(arrow)?;
-            let live: Vec<IndexChange> = keys
+            let live: Vec<(&[u8], Option<u64>)> = keys
                 .iter()
                 .enumerate()
                 .filter_map(|(r, key)| {
                     let position = offset + r as u64;
-                    if dv.is_some_and(|d| d.contains(position)) {
-                        return None;
-                    }
-                    Some(IndexChange {
-                        key: key.data(),
-                        op: IndexOp::Upsert(RowLocation {
-                            file: Arc::clone(&file),
-                            position,
-                        }),
-                    })
+                    let deleted = dv.is_some_and(|d| d.contains(position));
+                    (!deleted).then_some((key.data(), Some(position)))
                 })
                 .collect();
-            upserted += apply_chunked(&mut self.index, &self.table, &live).await?;
+            for chunk in live.chunks(APPLY_CHUNK) {
+                self.index
+                    .apply_file(path, chunk.iter().copied())
+                    .map_err(|e| index_error(&self.table, e))?;
+                if self.index.needs_flush() {
+                    self.index
+                        .flush()
+                        .await
+                        .map_err(|e| index_error(&self.table, e))?;
+                }
+            }
+            upserted += live.len() as u64;
             offset += batch.num_rows() as u64;
         }
         Ok(upserted)
@@ -277,10 +279,10 @@ impl TableIndex {
             .map(|c| encode_keys(&self.codec, &c.rows, &schema.primary_key))
             .collect::<Result<_, _>>()
             .map_err(arrow)?;
-        // One chunk of changes at a time (reused), so a 1M-row commit does not hold 1M of them.
-        let mut chunk: Vec<IndexChange> = Vec::with_capacity(APPLY_CHUNK);
+        // One chunk of rows at a time (reused), so a 1M-row commit does not hold 1M of them,
+        // and the memtable is flushed whenever it reaches its budget.
+        let mut chunk: Vec<(&[u8], Option<u64>)> = Vec::with_capacity(APPLY_CHUNK);
         for (i, (f, path)) in plan.files.iter().zip(paths).enumerate() {
-            let file: Arc<str> = Arc::from(path.as_str());
             for (n, rows) in f.rows.chunks(APPLY_CHUNK).enumerate() {
                 chunk.clear();
                 for (j, r) in rows.iter().enumerate() {
@@ -298,19 +300,17 @@ impl TableIndex {
                     let superseded = u32::try_from(pos).ok().is_some_and(|p| {
                         plan.position_deletes.binary_search(&(i as u32, p)).is_ok()
                     });
-                    chunk.push(IndexChange {
-                        key: keys.row(row).data(),
-                        op: if superseded {
-                            IndexOp::Remove
-                        } else {
-                            IndexOp::Upsert(RowLocation {
-                                file: Arc::clone(&file),
-                                position: pos as u64,
-                            })
-                        },
-                    });
+                    chunk.push((keys.row(row).data(), (!superseded).then_some(pos as u64)));
                 }
-                apply_chunked(&mut self.index, &self.table, &chunk).await?;
+                self.index
+                    .apply_file(path, chunk.iter().copied())
+                    .map_err(|e| index_error(&self.table, e))?;
+                if self.index.needs_flush() {
+                    self.index
+                        .flush()
+                        .await
+                        .map_err(|e| index_error(&self.table, e))?;
+                }
             }
         }
         self.index

@@ -36,7 +36,7 @@ pub(crate) fn key_hash(key: &[u8]) -> u64 {
 /// Bits per key: 10 bits with 7 probes give a ~0.8% false-positive rate (Bloom 1970; the usual
 /// `(1 - e^{-kn/m})^k` estimate), i.e. 1.25 bytes of memory per key of a run.
 const BITS_PER_KEY: u64 = 10;
-const PROBES: u32 = 7;
+pub(crate) const PROBES: u32 = 7;
 
 /// Words (of 64 bits) in one block of a [`Layout::Blocked`] filter: 512 bits, one cache line.
 const BLOCK_WORDS: usize = 8;
@@ -54,6 +54,61 @@ pub(crate) enum Layout {
     Blocked,
 }
 
+/// Words of a [`Layout::Blocked`] filter for `keys` keys: 10 bits per key, whole 512-bit blocks.
+pub(crate) fn blocked_words(keys: u64) -> usize {
+    let bits = keys.saturating_mul(BITS_PER_KEY).max(64);
+    let words = usize::try_from(bits.div_ceil(64)).unwrap_or(usize::MAX / 16);
+    words.next_multiple_of(BLOCK_WORDS)
+}
+
+/// The block of `hash` in a filter of `words` words and the bit masks of its probes, or `None`
+/// for a filter too small to hold a block (read from a damaged run: it then filters nothing).
+/// The block comes from the hash's high half by multiply-shift; the probes' 9-bit positions from
+/// a remix of the whole hash, so the two are not correlated.
+fn blocked(
+    words: usize,
+    probes: u32,
+    hash: u64,
+) -> Option<(usize, impl Iterator<Item = (usize, u64)>)> {
+    let blocks = (words / BLOCK_WORDS) as u64;
+    if blocks == 0 {
+        return None;
+    }
+    let block = ((hash >> 32).wrapping_mul(blocks) >> 32) as usize * BLOCK_WORDS;
+    let mut bits = (hash ^ (hash >> 33)).wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+    bits ^= bits >> 33;
+    let probes = probes.min(7);
+    Some((
+        block,
+        (0..probes).map(move |i| {
+            let bit = (bits >> (9 * i)) & 511;
+            ((bit / 64) as usize, 1u64 << (bit % 64))
+        }),
+    ))
+}
+
+/// Sets the bits of `hash` in a [`Layout::Blocked`] filter held in `words`: a whole run's
+/// filter (`CPKIRUN2`) or one block's (`CPKIRUN3`, where each data block has its own).
+pub(crate) fn insert_blocked(words: &mut [u64], probes: u32, hash: u64) {
+    if let Some((block, probes)) = blocked(words.len(), probes, hash) {
+        for (word, mask) in probes {
+            if let Some(w) = words.get_mut(block + word) {
+                *w |= mask;
+            }
+        }
+    }
+}
+
+/// False means `hash` was never inserted into the [`Layout::Blocked`] filter `words`.
+pub(crate) fn may_contain_blocked(words: &[u64], probes: u32, hash: u64) -> bool {
+    match blocked(words.len(), probes, hash) {
+        Some((block, mut probes)) => {
+            probes.all(|(word, mask)| words.get(block + word).is_none_or(|w| w & mask == mask))
+        }
+        None => true,
+    }
+}
+
 /// A bloom filter over [`key_hash`] values.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Bloom {
@@ -63,12 +118,12 @@ pub(crate) struct Bloom {
 }
 
 impl Bloom {
-    /// An empty filter sized for `keys` keys, in the [`Layout::Blocked`] layout new runs use.
+    /// An empty whole-run filter sized for `keys` keys, in the [`Layout::Blocked`] layout of
+    /// `CPKIRUN2` runs (tests write such runs to check they are still read).
+    #[cfg(test)]
     pub(crate) fn with_capacity(keys: u64) -> Bloom {
-        let bits = keys.saturating_mul(BITS_PER_KEY).max(64);
-        let words = usize::try_from(bits.div_ceil(64)).unwrap_or(usize::MAX / 16);
         Bloom {
-            words: vec![0; words.next_multiple_of(BLOCK_WORDS)],
+            words: vec![0; blocked_words(keys)],
             probes: PROBES,
             layout: Layout::Blocked,
         }
@@ -82,30 +137,9 @@ impl Bloom {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn layout(&self) -> Layout {
         self.layout
-    }
-
-    /// The block of `hash` and the bit masks of its probes, or `None` for a filter too small to
-    /// hold a block (read from a damaged run: it then filters nothing). The block comes from the
-    /// hash's high half by multiply-shift; the probes' 9-bit positions from a remix of the whole
-    /// hash, so the two are not correlated.
-    fn blocked(&self, hash: u64) -> Option<(usize, impl Iterator<Item = (usize, u64)>)> {
-        let blocks = (self.words.len() / BLOCK_WORDS) as u64;
-        if blocks == 0 {
-            return None;
-        }
-        let block = ((hash >> 32).wrapping_mul(blocks) >> 32) as usize * BLOCK_WORDS;
-        let mut bits = (hash ^ (hash >> 33)).wrapping_mul(0xFF51_AFD7_ED55_8CCD);
-        bits ^= bits >> 33;
-        let probes = self.probes.min(7);
-        Some((
-            block,
-            (0..probes).map(move |i| {
-                let bit = (bits >> (9 * i)) & 511;
-                ((bit / 64) as usize, 1u64 << (bit % 64))
-            }),
-        ))
     }
 
     pub(crate) fn words(&self) -> &[u64] {
@@ -120,15 +154,10 @@ impl Bloom {
         self.words.len() as u64 * 64
     }
 
+    #[cfg(test)]
     pub(crate) fn insert(&mut self, hash: u64) {
         if self.layout == Layout::Blocked {
-            if let Some((block, probes)) = self.blocked(hash) {
-                for (word, mask) in probes {
-                    if let Some(w) = self.words.get_mut(block + word) {
-                        *w |= mask;
-                    }
-                }
-            }
+            insert_blocked(&mut self.words, self.probes, hash);
             return;
         }
         let m = self.bits();
@@ -147,14 +176,7 @@ impl Bloom {
     /// False means the key is certainly not in the run.
     pub(crate) fn may_contain(&self, hash: u64) -> bool {
         if self.layout == Layout::Blocked {
-            return match self.blocked(hash) {
-                Some((block, mut probes)) => probes.all(|(word, mask)| {
-                    self.words
-                        .get(block + word)
-                        .is_none_or(|w| w & mask == mask)
-                }),
-                None => true,
-            };
+            return may_contain_blocked(&self.words, self.probes, hash);
         }
         let m = self.bits();
         if m == 0 {

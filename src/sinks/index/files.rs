@@ -43,24 +43,35 @@ impl FileTable {
 
     pub(crate) fn intern(&mut self, path: &Arc<str>) -> Result<u32, IndexError> {
         if let Some((last, id)) = &self.last {
-            if Arc::ptr_eq(last, path) || **last == **path {
+            if Arc::ptr_eq(last, path) {
                 return Ok(*id);
             }
         }
-        let id = match self.by_path.get(&**path) {
-            Some(id) => *id,
+        self.intern_str(path)
+    }
+
+    /// [`intern`](Self::intern) for a path not yet shared: allocates only for a new file.
+    pub(crate) fn intern_str(&mut self, path: &str) -> Result<u32, IndexError> {
+        if let Some((last, id)) = &self.last {
+            if **last == *path {
+                return Ok(*id);
+            }
+        }
+        let (path, id) = match self.by_path.get_key_value(path) {
+            Some((p, id)) => (Arc::clone(p), *id),
             None => {
                 let id = self.next_id;
                 if id == TOMBSTONE {
                     return Err(IndexError::FileIdsExhausted);
                 }
                 self.next_id += 1;
-                self.by_path.insert(Arc::clone(path), id);
-                self.by_id.insert(id, Arc::clone(path));
-                id
+                let path: Arc<str> = Arc::from(path);
+                self.by_path.insert(Arc::clone(&path), id);
+                self.by_id.insert(id, Arc::clone(&path));
+                (path, id)
             }
         };
-        self.last = Some((Arc::clone(path), id));
+        self.last = Some((path, id));
         Ok(id)
     }
 
@@ -79,6 +90,13 @@ impl FileTable {
         } else {
             Slot::REMOVED
         }
+    }
+
+    /// The live file ids, sorted (a merge checks block file-id ranges against them).
+    pub(crate) fn live_ids(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = self.by_id.keys().copied().collect();
+        ids.sort_unstable();
+        ids
     }
 
     pub(crate) fn remove(&mut self, path: &str) {

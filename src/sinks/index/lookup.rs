@@ -11,7 +11,8 @@ use bytes::Bytes;
 use object_store::ObjectStoreExt;
 
 use super::bloom::key_hash;
-use super::run::{search_block, RunMeta};
+use super::meta::RunMeta;
+use super::run::search_block;
 use super::{IndexError, PrimaryKeyIndex, RowLocation, LOOKUP_PARALLEL, LOOKUP_SPAN};
 
 impl PrimaryKeyIndex {
@@ -39,7 +40,7 @@ impl PrimaryKeyIndex {
                 let (Some(key), Some(hash)) = (keys.get(i), hashes.get(i)) else {
                     continue;
                 };
-                match run.candidate_block(key).filter(|_| run.may_contain(*hash)) {
+                match run.candidate(key, *hash) {
                     Some(block) => need.push((block, i)),
                     None => next.push(i),
                 }

@@ -1,13 +1,17 @@
 //! The memtable: the index changes applied since the last flush, in memory.
 //!
-//! Keys are appended to one byte arena and entries to one vector, so applying a change allocates
-//! nothing per row (amortized growth only). A hash map from [`key_hash`] to the newest entry with
-//! that hash, plus a `prev` link per entry, forms exact chains: a lookup walks the chain comparing
-//! full key bytes, so hash collisions never alias two keys. A key written twice keeps both entries
-//! (the newer shadows the older); [`MemTable::sorted`] keeps the newest per key when flushing.
+//! Keys are appended to one byte arena and entries (arena offset, slot) to one vector, so
+//! applying a change allocates nothing per row (amortized growth only) and hashes nothing: the
+//! sink only looks keys up in the memtable when a persist failed (it is flushed at every
+//! persist), so the lookup structure is built on the first [`MemTable::get`] after a change. It
+//! is a map from [`key_hash`] to the newest entry with that hash, plus a `prev` link per entry,
+//! forming exact chains: a lookup walks the chain comparing full key bytes, so hash collisions
+//! never alias two keys. A key written twice keeps both entries (the newer shadows the older);
+//! [`MemTable::sorted`] keeps the newest per key when flushing.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::OnceLock;
 
 use super::bloom::key_hash;
 
@@ -35,12 +39,11 @@ impl Slot {
 
 const NONE: usize = usize::MAX;
 
+/// One applied change: its key is `arena[key_off..]` up to the next entry's `key_off` (keys are
+/// appended in entry order), which saves a length per entry.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     key_off: usize,
-    key_len: usize,
-    /// The previous entry whose key has the same hash (possibly the same key), or `NONE`.
-    prev: usize,
     slot: Slot,
 }
 
@@ -62,40 +65,68 @@ impl Hasher for PassThrough {
     }
 }
 
+/// Hash chains over the entries, built on demand.
+#[derive(Default)]
+struct Chains {
+    heads: HashMap<u64, usize, BuildHasherDefault<PassThrough>>,
+    /// Per entry: the previous entry whose key has the same hash (possibly the same key).
+    prev: Vec<usize>,
+}
+
 #[derive(Default)]
 pub(crate) struct MemTable {
     arena: Vec<u8>,
     entries: Vec<Entry>,
-    heads: HashMap<u64, usize, BuildHasherDefault<PassThrough>>,
+    chains: OnceLock<Chains>,
 }
 
 impl MemTable {
     pub(crate) fn insert(&mut self, key: &[u8], slot: Slot) {
-        let idx = self.entries.len();
-        let prev = self.heads.insert(key_hash(key), idx).unwrap_or(NONE);
+        if self.chains.get().is_some() {
+            self.chains = OnceLock::new();
+        }
         self.entries.push(Entry {
             key_off: self.arena.len(),
-            key_len: key.len(),
-            prev,
             slot,
         });
         self.arena.extend_from_slice(key);
     }
 
-    fn key(&self, e: &Entry) -> &[u8] {
-        self.arena
-            .get(e.key_off..e.key_off + e.key_len)
-            .unwrap_or_default()
+    fn key(&self, i: usize) -> &[u8] {
+        let start = self.entries.get(i).map_or(0, |e| e.key_off);
+        let end = self
+            .entries
+            .get(i + 1)
+            .map_or(self.arena.len(), |e| e.key_off);
+        self.arena.get(start..end).unwrap_or_default()
+    }
+
+    fn chains(&self) -> &Chains {
+        self.chains.get_or_init(|| {
+            let mut chains = Chains {
+                heads: HashMap::with_capacity_and_hasher(self.entries.len(), Default::default()),
+                prev: Vec::with_capacity(self.entries.len()),
+            };
+            for i in 0..self.entries.len() {
+                let prev = chains.heads.insert(key_hash(self.key(i)), i);
+                chains.prev.push(prev.unwrap_or(NONE));
+            }
+            chains
+        })
     }
 
     /// The newest slot of `key`, if the memtable has one.
     pub(crate) fn get(&self, key: &[u8], hash: u64) -> Option<Slot> {
-        let mut idx = *self.heads.get(&hash)?;
+        if self.entries.is_empty() {
+            return None;
+        }
+        let chains = self.chains();
+        let mut idx = *chains.heads.get(&hash)?;
         while let Some(e) = self.entries.get(idx) {
-            if self.key(e) == key {
+            if self.key(idx) == key {
                 return Some(e.slot);
             }
-            idx = e.prev;
+            idx = chains.prev.get(idx).copied().unwrap_or(NONE);
         }
         None
     }
@@ -107,41 +138,48 @@ impl MemTable {
     /// The newest entry of every key, in key order: what a flush writes.
     pub(crate) fn sorted(&self) -> impl Iterator<Item = (&[u8], Slot)> {
         let mut order: Vec<usize> = (0..self.entries.len()).collect();
-        let key_at = |i: usize| self.entries.get(i).map(|e| self.key(e)).unwrap_or_default();
-        // Equal keys: the newer (higher index) first, so dedup keeps it.
-        order.sort_unstable_by(|&a, &b| key_at(a).cmp(key_at(b)).then(b.cmp(&a)));
-        order.dedup_by(|later, first| key_at(*later) == key_at(*first));
+        // Stable: a commit's keys arrive as long ascending stretches (each source chunk reader
+        // walks its key range in order), which the stable sort detects and merges instead of
+        // sorting from scratch. Equal keys keep their order, so the last of each is the newest.
+        order.sort_by(|&a, &b| self.key(a).cmp(self.key(b)));
+        order.dedup_by(|later, first| {
+            let same = self.key(*later) == self.key(*first);
+            if same {
+                // Keep the later (newer) entry in the surviving position.
+                *first = *later;
+            }
+            same
+        });
         order
             .into_iter()
-            .filter_map(move |i| self.entries.get(i).map(|e| (self.key(e), e.slot)))
+            .filter_map(move |i| self.entries.get(i).map(|e| (self.key(i), e.slot)))
     }
 
     /// Empties the memtable, keeping its buffers for reuse (the next commit refills them).
     pub(crate) fn clear(&mut self) {
         self.arena.clear();
         self.entries.clear();
-        self.heads.clear();
-    }
-
-    /// Entries applied since the last clear (counting a key written twice twice).
-    pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+        self.chains = OnceLock::new();
     }
 
     /// Bytes in use: what decides a flush. Capacity kept after a clear is not counted, or one
     /// full memtable would ask for a flush after every commit from then on.
     pub(crate) fn used_bytes(&self) -> usize {
-        self.arena.len()
-            + self.entries.len() * std::mem::size_of::<Entry>()
-            + self.heads.len() * (std::mem::size_of::<(u64, usize)>() + 1)
+        self.arena.len() + self.entries.len() * std::mem::size_of::<Entry>() + self.chains_bytes()
+    }
+
+    fn chains_bytes(&self) -> usize {
+        self.chains.get().map_or(0, |c| {
+            // hashbrown: one control byte per bucket plus the (hash, index) pair.
+            c.heads.capacity() * (std::mem::size_of::<(u64, usize)>() + 1) + c.prev.capacity() * 8
+        })
     }
 
     /// Bytes held, counting capacity: what the memory usage reports.
     pub(crate) fn memory_bytes(&self) -> usize {
         self.arena.capacity()
             + self.entries.capacity() * std::mem::size_of::<Entry>()
-            // hashbrown: one control byte per bucket plus the (hash, index) pair.
-            + self.heads.capacity() * (std::mem::size_of::<(u64, usize)>() + 1)
+            + self.chains_bytes()
     }
 }
 

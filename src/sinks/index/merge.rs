@@ -1,13 +1,47 @@
 //! Compaction, carried out: a k-way merge of the runs `compaction::choose` picked into one new
 //! run, streamed block by block (bounded memory whatever the run sizes), then a manifest that
 //! names the new run set, then deletion of the inputs.
+//!
+//! Most of a merge is a copy: the runs of an initial copy cover nearly disjoint key ranges (each
+//! chunk reader of the source walks its own key range in order, and each commit continues where
+//! the last one stopped), so whole blocks of one run sort below everything the other runs have
+//! left. When a cursor stands at the start of such a block (its last key is below every other
+//! cursor's current key), and the block needs no rewriting (no tombstone to drop, no entry naming
+//! a removed data file: its stats say), the block, its filter and stats are appended as they are,
+//! without decoding an entry or hashing a key. Otherwise entries are merged one by one.
 
 use std::sync::Arc;
 
+use super::bloom::PROBES;
 use super::compaction;
+use super::cursor::RunCursor;
 use super::manifest::run_path;
-use super::run::{RunCursor, RunMeta, RunWriter};
+use super::meta::{BlockRef, Filter, RunMeta};
+use super::run::RunWriter;
 use super::{IndexError, PrimaryKeyIndex};
+
+/// Merge statistics, for the log line of a compaction.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct MergeStats {
+    pub(crate) blocks_copied: u64,
+    pub(crate) entries_copied: u64,
+    pub(crate) entries_merged: u64,
+}
+
+/// Whether a block of `run` may be copied as it is into the merged run.
+fn copyable(run: &RunMeta, b: &BlockRef, drop_tombstones: bool, live: &[u32]) -> bool {
+    let probes_match = matches!(run.filter, Filter::PerBlock { probes, .. } if probes == PROBES);
+    let files_live = match b.files {
+        None => true,
+        // Every id in lo..=hi is live: the count of live ids in that range says so.
+        Some((lo, hi)) => {
+            let from = live.partition_point(|id| *id < lo);
+            let to = live.partition_point(|id| *id <= hi);
+            hi >= lo && (to - from) as u64 == u64::from(hi - lo) + 1
+        }
+    };
+    probes_match && files_live && !(drop_tombstones && b.tombstones)
+}
 
 impl PrimaryKeyIndex {
     /// Merges the runs the policy picks into one, then persists the new run set. Repeats while
@@ -22,11 +56,22 @@ impl PrimaryKeyIndex {
         let Some(take) = compaction::choose(&sizes) else {
             return Ok(false);
         };
+        self.merge_newest(take).await?;
+        Ok(true)
+    }
+
+    /// Merges the `take` newest runs into one and persists the new run set.
+    pub(super) async fn merge_newest(&mut self, take: usize) -> Result<(), IndexError> {
+        let take = take.min(self.runs.len());
+        if take == 0 {
+            return Ok(());
+        }
         let inputs: Vec<Arc<RunMeta>> = self.runs.iter().take(take).cloned().collect();
         let drop_tombstones = take == self.runs.len();
         let id = self.next_run_id;
-        let expected = inputs.iter().map(|r| r.entries).sum();
-        let mut writer = RunWriter::new(&self.store, run_path(&self.root, id), id, expected);
+        let mut writer = RunWriter::new(&self.store, run_path(&self.root, id), id);
+        let live = self.files.live_ids();
+        let mut stats = MergeStats::default();
         let mut cursors: Vec<RunCursor> = Vec::with_capacity(inputs.len());
         let mut alive = Vec::with_capacity(inputs.len());
         for run in &inputs {
@@ -37,13 +82,38 @@ impl PrimaryKeyIndex {
         let mut key = Vec::new();
         loop {
             // The smallest key; on ties the newest run (lowest index) wins.
-            let mut best: Option<&RunCursor> = None;
-            for (c, _) in cursors.iter().zip(&alive).filter(|(_, a)| **a) {
-                if best.is_none_or(|b| c.key() < b.key()) {
-                    best = Some(c);
+            let mut best: Option<usize> = None;
+            for (i, c) in cursors.iter().enumerate() {
+                if alive.get(i) == Some(&true)
+                    && best
+                        .and_then(|b| cursors.get(b))
+                        .is_none_or(|b| c.key() < b.key())
+                {
+                    best = Some(i);
                 }
             }
-            let Some(best) = best else { break };
+            let Some((b, best)) = best.and_then(|b| cursors.get(b).map(|c| (b, c))) else {
+                break;
+            };
+            if let Some((block, bytes)) = best.whole_block() {
+                let run = Arc::clone(best.run());
+                let last = run.last_key_of(&block);
+                let below_others = cursors
+                    .iter()
+                    .zip(&alive)
+                    .enumerate()
+                    .all(|(i, (c, a))| i == b || !*a || last < c.key());
+                if below_others && copyable(&run, &block, drop_tombstones, &live) {
+                    writer.add_block(&run, &block, &bytes).await?;
+                    stats.blocks_copied += 1;
+                    stats.entries_copied += block.entries;
+                    if let (Some(c), Some(a)) = (cursors.get_mut(b), alive.get_mut(b)) {
+                        *a = c.skip_block().await?;
+                    }
+                    continue;
+                }
+            }
+            stats.entries_merged += 1;
             let slot = self.files.live_or_tombstone(best.slot());
             key.clear();
             key.extend_from_slice(best.key());
@@ -57,6 +127,17 @@ impl PrimaryKeyIndex {
             }
         }
         let merged = writer.finish().await?;
+        self.merged.blocks_copied += stats.blocks_copied;
+        self.merged.entries_copied += stats.entries_copied;
+        self.merged.entries_merged += stats.entries_merged;
+        tracing::debug!(
+            root = %self.root,
+            runs = take,
+            blocks_copied = stats.blocks_copied,
+            entries_copied = stats.entries_copied,
+            entries_merged = stats.entries_merged,
+            "merged primary-key index runs"
+        );
         self.next_run_id += 1;
         self.runs.splice(0..take, [Arc::new(merged)]);
         {
@@ -68,6 +149,6 @@ impl PrimaryKeyIndex {
         self.obsolete.extend(inputs.iter().map(|r| r.path.clone()));
         self.write_manifest(self.covered).await?;
         self.delete_obsolete().await;
-        Ok(true)
+        Ok(())
     }
 }

@@ -1,42 +1,40 @@
-//! Sorted runs: the immutable files of the index, their format, writer, point search and the
-//! sequential cursor compaction merges with.
+//! Sorted runs: the immutable files of the index, their block format, the writer and the point
+//! search within a block. The meta section is `meta.rs`; the sequential cursor merges read runs
+//! with is `cursor.rs`.
 //!
 //! A run is `[block]* [meta] [footer]`. Blocks hold entries in key order, ~16 KiB each, with the
 //! key prefix shared with the previous entry elided (LevelDB's "prefix compression"; it resets
 //! at each block so any block decodes alone). An entry is `varint shared, varint suffix_len,
 //! suffix, varint file+1 (0 = tombstone), varint position (absent for tombstones)`; a block
 //! ends with its restart points (see `RESTART_INTERVAL`). The meta
-//! section is what stays in memory while the run is live: each block's first key and length (a
-//! sparse index: one key per block, not per row), the run's last key and its bloom filter. The
-//! 16-byte footer (`meta offset u64, magic "CPKIRUN1"`) lets a run be checked alone; the manifest
-//! also records the meta offset so open reads meta and footer with one ranged GET.
+//! section is what stays in memory while the run is live: per block its first and last key,
+//! length, stats and its own bloom filter (a sparse index: one entry per block, not per row),
+//! see `meta.rs`. The 16-byte footer (`meta offset u64, magic "CPKIRUN3"`) lets a run be checked
+//! alone; the manifest also records the meta offset so open reads meta and footer with one
+//! ranged GET.
+//!
+//! A block's filter is built when the block closes, from the hashes of its keys collected while
+//! it filled: a filter of a few KiB stays in cache while it is written, where one whole-run
+//! filter of several MiB cost a cache miss per key. And a block plus its filter and stats is
+//! self-contained, so [`RunWriter::add_block`] can append one copied from another run as is.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use object_store::buffered::BufWriter;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
+use object_store::ObjectStore;
 use tokio::io::AsyncWriteExt;
 
-use super::bloom::{key_hash, Bloom, Layout};
+use super::bloom::{blocked_words, insert_blocked, key_hash, PROBES};
 use super::memtable::{Slot, TOMBSTONE};
+use super::meta::{BlockRef, Filter, RunMeta, MAGIC};
 use super::IndexError;
-
-/// Runs written with [`Layout::Blocked`] bloom filters. An older cdcd finds a bad footer in them
-/// and rebuilds the index (a downgrade costs a rebuild, never a wrong answer).
-const MAGIC: &[u8; 8] = b"CPKIRUN2";
-/// Runs written before, with [`Layout::Spread`] filters: still read.
-const MAGIC_SPREAD: &[u8; 8] = b"CPKIRUN1";
-const FOOTER_LEN: u64 = 16;
 /// Target uncompressed block size: a point lookup reads and scans one block.
 const BLOCK_BYTES: usize = 16 * 1024;
 /// Encoded blocks are handed to the upload in chunks of this size (bounded write memory).
 const UPLOAD_CHUNK: usize = 1024 * 1024;
-/// A compaction cursor reads this many bytes of consecutive blocks per GET.
-const READ_CHUNK: u64 = 1024 * 1024;
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -44,7 +42,7 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn get_varint(buf: &[u8], pos: &mut usize) -> Result<u64, &'static str> {
+pub(crate) fn get_varint(buf: &[u8], pos: &mut usize) -> Result<u64, &'static str> {
     let mut v = 0u64;
     for shift in (0..64).step_by(7) {
         let b = *buf.get(*pos).ok_or("truncated varint")?;
@@ -57,7 +55,11 @@ fn get_varint(buf: &[u8], pos: &mut usize) -> Result<u64, &'static str> {
     Err("varint longer than 10 bytes")
 }
 
-fn get_bytes<'a>(buf: &'a [u8], pos: &mut usize, len: u64) -> Result<&'a [u8], &'static str> {
+pub(crate) fn get_bytes<'a>(
+    buf: &'a [u8],
+    pos: &mut usize,
+    len: u64,
+) -> Result<&'a [u8], &'static str> {
     let len = usize::try_from(len).map_err(|_| "length overflows")?;
     let end = pos.checked_add(len).ok_or("length overflows")?;
     let out = buf.get(*pos..end).ok_or("truncated bytes")?;
@@ -155,168 +157,6 @@ pub(crate) fn search_block(
     Ok(None)
 }
 
-#[derive(Debug, Clone, Copy)]
-struct BlockRef {
-    key_off: usize,
-    key_len: usize,
-    offset: u64,
-    len: u64,
-}
-
-/// What is kept in memory of a live run: sparse block index, last key, bloom filter.
-#[derive(Debug)]
-pub(crate) struct RunMeta {
-    pub(crate) id: u64,
-    pub(crate) path: Path,
-    pub(crate) entries: u64,
-    /// Bytes of the whole file.
-    pub(crate) size: u64,
-    pub(crate) meta_offset: u64,
-    first_keys: Vec<u8>,
-    blocks: Vec<BlockRef>,
-    last_key: Vec<u8>,
-    bloom: Bloom,
-}
-
-impl RunMeta {
-    fn first_key(&self, b: &BlockRef) -> &[u8] {
-        self.first_keys
-            .get(b.key_off..b.key_off + b.key_len)
-            .unwrap_or_default()
-    }
-
-    pub(crate) fn may_contain(&self, hash: u64) -> bool {
-        self.bloom.may_contain(hash)
-    }
-
-    /// The only block that can hold `key`, if any.
-    pub(crate) fn candidate_block(&self, key: &[u8]) -> Option<usize> {
-        if self.blocks.is_empty() || key > self.last_key.as_slice() {
-            return None;
-        }
-        let after = self.blocks.partition_point(|b| self.first_key(b) <= key);
-        after.checked_sub(1)
-    }
-
-    pub(crate) fn block_range(&self, block: usize) -> Option<std::ops::Range<u64>> {
-        self.blocks.get(block).map(|b| b.offset..b.offset + b.len)
-    }
-
-    /// Bytes this run keeps in memory.
-    pub(crate) fn memory_bytes(&self) -> usize {
-        self.first_keys.capacity()
-            + self.blocks.capacity() * std::mem::size_of::<BlockRef>()
-            + self.last_key.capacity()
-            + self.bloom.memory_bytes()
-    }
-
-    fn encode_meta(&self, out: &mut Vec<u8>) {
-        put_varint(out, self.blocks.len() as u64);
-        for b in &self.blocks {
-            put_varint(out, b.key_len as u64);
-            out.extend_from_slice(self.first_key(b));
-            put_varint(out, b.len);
-        }
-        put_varint(out, self.last_key.len() as u64);
-        out.extend_from_slice(&self.last_key);
-        put_varint(out, self.entries);
-        put_varint(out, u64::from(self.bloom.probes()));
-        put_varint(out, self.bloom.words().len() as u64);
-        for w in self.bloom.words() {
-            out.extend_from_slice(&w.to_le_bytes());
-        }
-    }
-
-    /// Reads the meta section of a run written by [`RunWriter`].
-    pub(crate) async fn load(
-        store: &Arc<dyn ObjectStore>,
-        path: Path,
-        id: u64,
-        size: u64,
-        meta_offset: u64,
-    ) -> Result<RunMeta, IndexError> {
-        let corrupt = |detail: &str| IndexError::Corrupt {
-            path: path.to_string(),
-            detail: detail.to_owned(),
-        };
-        if meta_offset.saturating_add(FOOTER_LEN) > size {
-            return Err(corrupt("meta offset beyond the end of the run"));
-        }
-        let bytes = store
-            .get_range(&path, meta_offset..size)
-            .await
-            .map_err(|source| IndexError::Storage {
-                path: path.to_string(),
-                source,
-            })?;
-        let footer_at = bytes.len().saturating_sub(FOOTER_LEN as usize);
-        let (meta, footer) = bytes.split_at(footer_at);
-        let layout = match footer.get(8..16) {
-            Some(m) if m == MAGIC.as_slice() => Layout::Blocked,
-            Some(m) if m == MAGIC_SPREAD.as_slice() => Layout::Spread,
-            _ => return Err(corrupt("bad footer (not a cdcd index run, or truncated)")),
-        };
-        if footer.get(..8) != Some(meta_offset.to_le_bytes().as_slice()) {
-            return Err(corrupt("bad footer (not a cdcd index run, or truncated)"));
-        }
-        let mut run = RunMeta {
-            id,
-            path: path.clone(),
-            entries: 0,
-            size,
-            meta_offset,
-            first_keys: Vec::new(),
-            blocks: Vec::new(),
-            last_key: Vec::new(),
-            bloom: Bloom::from_parts(Vec::new(), 0, layout),
-        };
-        decode_meta(meta, meta_offset, &mut run).map_err(corrupt)?;
-        Ok(run)
-    }
-}
-
-fn decode_meta(meta: &[u8], meta_offset: u64, run: &mut RunMeta) -> Result<(), &'static str> {
-    let mut pos = 0;
-    let count = get_varint(meta, &mut pos)?;
-    let mut offset = 0u64;
-    for _ in 0..count {
-        let key_len = get_varint(meta, &mut pos)?;
-        let key = get_bytes(meta, &mut pos, key_len)?;
-        let len = get_varint(meta, &mut pos)?;
-        run.blocks.push(BlockRef {
-            key_off: run.first_keys.len(),
-            key_len: key.len(),
-            offset,
-            len,
-        });
-        run.first_keys.extend_from_slice(key);
-        offset = offset.checked_add(len).ok_or("block lengths overflow")?;
-    }
-    if offset != meta_offset {
-        return Err("block lengths do not add up to the meta offset");
-    }
-    let last_len = get_varint(meta, &mut pos)?;
-    run.last_key = get_bytes(meta, &mut pos, last_len)?.to_vec();
-    run.entries = get_varint(meta, &mut pos)?;
-    let probes = u32::try_from(get_varint(meta, &mut pos)?).map_err(|_| "bad probe count")?;
-    let words = get_varint(meta, &mut pos)?;
-    let raw = get_bytes(
-        meta,
-        &mut pos,
-        words.checked_mul(8).ok_or("bad bloom size")?,
-    )?;
-    let words = raw
-        .chunks_exact(8)
-        .map(|c| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            u64::from_le_bytes(w)
-        })
-        .collect();
-    run.bloom = Bloom::from_parts(words, probes, run.bloom.layout());
-    Ok(())
-}
-
 /// Writes one run, streaming: at most one block plus one upload chunk is buffered, so a merge of
 /// runs of any size writes in bounded memory (multipart upload behind object_store's `BufWriter`).
 pub(crate) struct RunWriter {
@@ -326,24 +166,30 @@ pub(crate) struct RunWriter {
     /// Restart offsets of the block being built, and its entry count.
     restarts: Vec<u32>,
     block_entries: usize,
+    /// Key hashes of the block being built (its filter is sized and filled when it closes),
+    /// the range of file ids it names, and whether it holds a tombstone.
+    block_hashes: Vec<u64>,
+    block_files: Option<(u32, u32)>,
+    block_tombstones: bool,
+    /// The filters of the blocks written so far, concatenated (moved into `meta` at finish).
+    filter: Vec<u64>,
     prev_key: Vec<u8>,
     written: u64,
     meta: RunMeta,
 }
 
 impl RunWriter {
-    pub(crate) fn new(
-        store: &Arc<dyn ObjectStore>,
-        path: Path,
-        id: u64,
-        expected_keys: u64,
-    ) -> RunWriter {
+    pub(crate) fn new(store: &Arc<dyn ObjectStore>, path: Path, id: u64) -> RunWriter {
         RunWriter {
             out: BufWriter::with_capacity(Arc::clone(store), path.clone(), 2 * UPLOAD_CHUNK),
             pending: Vec::with_capacity(UPLOAD_CHUNK + BLOCK_BYTES),
             block: Vec::with_capacity(BLOCK_BYTES + 256),
             restarts: Vec::new(),
             block_entries: 0,
+            block_hashes: Vec::new(),
+            block_files: None,
+            block_tombstones: false,
+            filter: Vec::new(),
             prev_key: Vec::new(),
             written: 0,
             meta: RunMeta {
@@ -352,24 +198,31 @@ impl RunWriter {
                 entries: 0,
                 size: 0,
                 meta_offset: 0,
-                first_keys: Vec::new(),
+                keys: Vec::new(),
                 blocks: Vec::new(),
                 last_key: Vec::new(),
-                bloom: Bloom::with_capacity(expected_keys),
+                filter: Filter::PerBlock {
+                    words: Vec::new(),
+                    probes: PROBES,
+                },
             },
         }
+    }
+
+    fn offset(&self) -> u64 {
+        self.written + self.pending.len() as u64
     }
 
     /// Appends an entry; keys must come in strictly increasing order.
     pub(crate) async fn add(&mut self, key: &[u8], slot: Slot) -> Result<(), IndexError> {
         if self.block.is_empty() {
             self.meta.blocks.push(BlockRef {
-                key_off: self.meta.first_keys.len(),
+                key_off: self.meta.keys.len(),
                 key_len: key.len(),
-                offset: self.written + self.pending.len() as u64,
-                len: 0,
+                offset: self.offset(),
+                ..BlockRef::default()
             });
-            self.meta.first_keys.extend_from_slice(key);
+            self.meta.keys.extend_from_slice(key);
             self.prev_key.clear();
         }
         let shared = if self.block_entries.is_multiple_of(RESTART_INTERVAL) {
@@ -389,13 +242,18 @@ impl RunWriter {
         self.block.extend_from_slice(suffix);
         if slot.file == TOMBSTONE {
             put_varint(&mut self.block, 0);
+            self.block_tombstones = true;
         } else {
             put_varint(&mut self.block, u64::from(slot.file) + 1);
             put_varint(&mut self.block, slot.position);
+            self.block_files = Some(match self.block_files {
+                Some((lo, hi)) => (lo.min(slot.file), hi.max(slot.file)),
+                None => (slot.file, slot.file),
+            });
         }
         self.prev_key.clear();
         self.prev_key.extend_from_slice(key);
-        self.meta.bloom.insert(key_hash(key));
+        self.block_hashes.push(key_hash(key));
         self.meta.entries += 1;
         if self.block.len() >= BLOCK_BYTES {
             self.end_block().await?;
@@ -411,9 +269,29 @@ impl RunWriter {
             .extend_from_slice(&(self.restarts.len() as u32).to_le_bytes());
         self.restarts.clear();
         self.block_entries = 0;
-        if let Some(b) = self.meta.blocks.last_mut() {
-            b.len = self.block.len() as u64;
+        let last_off = self.meta.keys.len();
+        self.meta.keys.extend_from_slice(&self.prev_key);
+        let filter_off = self.filter.len();
+        let filter_len = blocked_words(self.block_hashes.len() as u64);
+        self.filter.resize(filter_off + filter_len, 0);
+        if let Some(filter) = self.filter.get_mut(filter_off..) {
+            for h in &self.block_hashes {
+                insert_blocked(filter, PROBES, *h);
+            }
         }
+        if let Some(b) = self.meta.blocks.last_mut() {
+            b.last_off = last_off;
+            b.last_len = self.prev_key.len();
+            b.len = self.block.len() as u64;
+            b.entries = self.block_hashes.len() as u64;
+            b.filter_off = filter_off;
+            b.filter_len = filter_len;
+            b.files = self.block_files;
+            b.tombstones = self.block_tombstones;
+        }
+        self.block_hashes.clear();
+        self.block_files = None;
+        self.block_tombstones = false;
         self.pending.extend_from_slice(&self.block);
         self.block.clear();
         if self.pending.len() >= UPLOAD_CHUNK {
@@ -422,10 +300,56 @@ impl RunWriter {
         Ok(())
     }
 
+    /// Appends block `b` of run `src`, whose bytes are `bytes`, as it is: its entries, filter and
+    /// stats do not depend on anything else in the run. Its keys must all sort after every key
+    /// added so far (the merge checks that through the block's last key).
+    pub(crate) async fn add_block(
+        &mut self,
+        src: &RunMeta,
+        b: &BlockRef,
+        bytes: &[u8],
+    ) -> Result<(), IndexError> {
+        if !self.block.is_empty() {
+            self.end_block().await?;
+        }
+        let key_off = self.meta.keys.len();
+        let first = src.first_key(b);
+        let last = src.last_key_of(b);
+        self.meta.keys.extend_from_slice(first);
+        self.meta.keys.extend_from_slice(last);
+        let filter = src.block_filter(b);
+        let filter_off = self.filter.len();
+        self.filter.extend_from_slice(filter);
+        self.meta.blocks.push(BlockRef {
+            key_off,
+            key_len: first.len(),
+            last_off: key_off + first.len(),
+            last_len: last.len(),
+            offset: self.offset(),
+            len: bytes.len() as u64,
+            entries: b.entries,
+            filter_off,
+            filter_len: filter.len(),
+            files: b.files,
+            tombstones: b.tombstones,
+        });
+        self.meta.entries += b.entries;
+        self.prev_key.clear();
+        self.prev_key.extend_from_slice(last);
+        self.pending.extend_from_slice(bytes);
+        if self.pending.len() >= UPLOAD_CHUNK {
+            self.upload_pending().await?;
+        }
+        Ok(())
+    }
+
     async fn upload_pending(&mut self) -> Result<(), IndexError> {
-        let chunk = Bytes::copy_from_slice(&self.pending);
+        // Handed over, not copied: a fresh buffer costs one allocation per MiB written.
+        let chunk = Bytes::from(std::mem::replace(
+            &mut self.pending,
+            Vec::with_capacity(UPLOAD_CHUNK + BLOCK_BYTES),
+        ));
         self.written += chunk.len() as u64;
-        self.pending.clear();
         let path = self.meta.path.to_string();
         self.out
             .put(chunk)
@@ -439,9 +363,17 @@ impl RunWriter {
             self.end_block().await?;
         }
         self.meta.last_key = std::mem::take(&mut self.prev_key);
-        self.meta.meta_offset = self.written + self.pending.len() as u64;
+        // Held while the run is live: no growth slack.
+        self.filter.shrink_to_fit();
+        self.meta.keys.shrink_to_fit();
+        self.meta.blocks.shrink_to_fit();
+        self.meta.filter = Filter::PerBlock {
+            words: std::mem::take(&mut self.filter),
+            probes: PROBES,
+        };
+        self.meta.meta_offset = self.offset();
         let mut tail = std::mem::take(&mut self.pending);
-        self.meta.encode_meta(&mut tail);
+        self.meta.encode(&mut tail);
         tail.extend_from_slice(&self.meta.meta_offset.to_le_bytes());
         tail.extend_from_slice(MAGIC);
         self.pending = tail;
@@ -455,113 +387,5 @@ impl RunWriter {
         })?;
         self.meta.size = self.written;
         Ok(self.meta)
-    }
-}
-
-/// Reads a run's entries in key order, a chunk of consecutive blocks per GET.
-pub(crate) struct RunCursor {
-    store: Arc<dyn ObjectStore>,
-    run: Arc<RunMeta>,
-    next_block: usize,
-    /// Blocks fetched and not yet decoded, as (bytes of one block).
-    queued: std::collections::VecDeque<Bytes>,
-    block: Bytes,
-    pos: usize,
-    key: Vec<u8>,
-    slot: Slot,
-}
-
-impl RunCursor {
-    pub(crate) fn new(store: Arc<dyn ObjectStore>, run: Arc<RunMeta>) -> RunCursor {
-        RunCursor {
-            store,
-            run,
-            next_block: 0,
-            queued: Default::default(),
-            block: Bytes::new(),
-            pos: 0,
-            key: Vec::new(),
-            slot: Slot::REMOVED,
-        }
-    }
-
-    pub(crate) fn key(&self) -> &[u8] {
-        &self.key
-    }
-
-    pub(crate) fn slot(&self) -> Slot {
-        self.slot
-    }
-
-    /// Moves to the next entry; false at the end of the run.
-    pub(crate) async fn advance(&mut self) -> Result<bool, IndexError> {
-        loop {
-            if self.pos < self.block.len() {
-                let path = &self.run.path;
-                self.slot =
-                    decode_entry(&self.block, &mut self.pos, &mut self.key).map_err(|detail| {
-                        IndexError::Corrupt {
-                            path: path.to_string(),
-                            detail: detail.to_owned(),
-                        }
-                    })?;
-                return Ok(true);
-            }
-            if let Some(next) = self.queued.pop_front() {
-                let data_len = split_block(&next)
-                    .map_err(|detail| IndexError::Corrupt {
-                        path: self.run.path.to_string(),
-                        detail: detail.to_owned(),
-                    })?
-                    .0
-                    .len();
-                self.block = next.slice(..data_len);
-                self.pos = 0;
-                self.key.clear();
-                continue;
-            }
-            if !self.fetch().await? {
-                return Ok(false);
-            }
-        }
-    }
-
-    async fn fetch(&mut self) -> Result<bool, IndexError> {
-        let Some(first) = self.run.block_range(self.next_block) else {
-            return Ok(false);
-        };
-        let mut end = first.end;
-        let mut last = self.next_block;
-        while let Some(r) = self.run.block_range(last + 1) {
-            if r.end - first.start > READ_CHUNK {
-                break;
-            }
-            end = r.end;
-            last += 1;
-        }
-        let bytes = self
-            .store
-            .get_range(&self.run.path, first.start..end)
-            .await
-            .map_err(|source| IndexError::Storage {
-                path: self.run.path.to_string(),
-                source,
-            })?;
-        for b in self.next_block..=last {
-            let r = self.run.block_range(b).unwrap_or(0..0);
-            let (s, e) = (
-                (r.start - first.start) as usize,
-                (r.end - first.start) as usize,
-            );
-            if e > bytes.len() || s > e {
-                return Err(IndexError::Corrupt {
-                    path: self.run.path.to_string(),
-                    detail: "short read of a block".into(),
-                });
-            }
-            self.queued.push_back(bytes.slice(s..e));
-        }
-        self.next_block = last + 1;
-        Ok(true)
     }
 }
