@@ -64,7 +64,7 @@ fn default_commit_interval_ms() -> u64 {
     1000
 }
 fn default_snapshot_commit_rows() -> usize {
-    1_000_000
+    250_000
 }
 
 fn default_commit_max_rows() -> usize {
@@ -1150,7 +1150,7 @@ zero_date = "error"
     #[test]
     fn snapshot_commit_rows_defaults_and_must_be_positive() {
         let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
-        assert_eq!(c.snapshot_commit_rows, 1_000_000);
+        assert_eq!(c.snapshot_commit_rows, 250_000);
         let set = MINIMAL.replace(
             "name = \"shop\"\n",
             "name = \"shop\"\nsnapshot_commit_rows = 5000\n",

@@ -200,15 +200,7 @@ impl TableIndex {
                 })
                 .collect();
             for chunk in live.chunks(APPLY_CHUNK) {
-                self.index
-                    .apply_file(path, chunk.iter().copied())
-                    .map_err(|e| index_error(&self.table, e))?;
-                if self.index.needs_flush() {
-                    self.index
-                        .flush()
-                        .await
-                        .map_err(|e| index_error(&self.table, e))?;
-                }
+                apply_file_rows(&mut self.index, &self.table, path, chunk).await?;
             }
             upserted += live.len() as u64;
             offset += batch.num_rows() as u64;
@@ -302,15 +294,7 @@ impl TableIndex {
                     });
                     chunk.push((keys.row(row).data(), (!superseded).then_some(pos as u64)));
                 }
-                self.index
-                    .apply_file(path, chunk.iter().copied())
-                    .map_err(|e| index_error(&self.table, e))?;
-                if self.index.needs_flush() {
-                    self.index
-                        .flush()
-                        .await
-                        .map_err(|e| index_error(&self.table, e))?;
-                }
+                apply_file_rows(&mut self.index, &self.table, path, &chunk).await?;
             }
         }
         self.index
@@ -338,6 +322,23 @@ async fn apply_chunked(
         }
     }
     Ok(changes.len() as u64)
+}
+
+/// [`PrimaryKeyIndex::apply_file`] for one chunk of a data file's rows, then a flush if the
+/// memtable reached its budget.
+async fn apply_file_rows(
+    index: &mut PrimaryKeyIndex,
+    table: &TableId,
+    path: &str,
+    rows: &[(&[u8], Option<u64>)],
+) -> Result<(), SinkError> {
+    index
+        .apply_file(path, rows.iter().copied())
+        .map_err(|e| index_error(table, e))?;
+    if index.needs_flush() {
+        index.flush().await.map_err(|e| index_error(table, e))?;
+    }
+    Ok(())
 }
 
 /// The ids of the snapshots after `covered` up to and including `current`, if `covered` is an
