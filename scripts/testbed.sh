@@ -136,6 +136,9 @@ wal_level = logical
 max_replication_slots = 40
 max_wal_senders = 40
 max_wal_size = 2GB
+# A slot a killed test leaves behind holds WAL forever; past this it is invalidated instead of
+# filling the disk (one leaked slot held 10 GB here). No test or bench retains nearly this much.
+max_slot_wal_keep_size = 8GB
 fsync = off
 EOF
   fi
