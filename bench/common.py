@@ -3,6 +3,7 @@
 
 Positions are returned as the checkpoint's text; each benchmark parses its own kind (a Postgres LSN, a MariaDB
 GTID list)."""
+import argparse
 import json
 import os
 
@@ -90,3 +91,20 @@ def cpu_seconds(pid):
         return None
     # Fields 14 and 15 of stat(5) (utime, stime), counted after the command name's ")".
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def streaming_bench_args(doc, root):
+    """The options pg_e2e.py and mysql_e2e.py share: the same workload, sinks and freshness phase."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default=os.path.join(root, "target", "release", "cdcd"))
+    ap.add_argument("--transactions", type=int, default=1000)
+    ap.add_argument("--sink", choices=["iceberg", "lsm"], default="iceberg")
+    ap.add_argument("--delete-mode", default="deletion-vectors")
+    ap.add_argument("--buckets", type=int, default=4)
+    ap.add_argument("--commit-interval-ms", type=int, default=1000)
+    ap.add_argument("--commit-max-rows", type=int, default=100000)
+    ap.add_argument("--freshness-seconds", type=int, default=20)
+    ap.add_argument("--offered-rows", type=int, default=2000, help="rows/s offered in the freshness phase")
+    ap.add_argument("--big-tx", type=int, default=0, help="also replicate one transaction of this many inserts")
+    ap.add_argument("--keep", action="store_true", help="keep the warehouse and log")
+    return ap

@@ -28,7 +28,6 @@ The MariaDB server is shared: other clients' transactions in the same binlog ran
 and skipped by cdcd (their tables are not captured), so both sides see the same bytes. Nothing here is asserted:
 it prints figures for README.
 """
-import argparse
 import os
 import shutil
 import signal
@@ -301,19 +300,8 @@ namespace = "bench"
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "cdcd"))
-    ap.add_argument("--transactions", type=int, default=1000)
-    ap.add_argument("--sink", choices=["iceberg", "lsm"], default="iceberg")
-    ap.add_argument("--delete-mode", default="deletion-vectors")
-    ap.add_argument("--buckets", type=int, default=4)
-    ap.add_argument("--commit-interval-ms", type=int, default=1000)
-    ap.add_argument("--commit-max-rows", type=int, default=100000)
-    ap.add_argument("--freshness-seconds", type=int, default=20)
-    ap.add_argument("--offered-rows", type=int, default=2000, help="rows/s offered in the freshness phase")
-    ap.add_argument("--big-tx", type=int, default=0, help="also replicate one transaction of this many inserts")
+    ap = common.streaming_bench_args(__doc__, ROOT)
     ap.add_argument("--no-check", action="store_true", help="skip the (untimed) lakecheck comparison")
-    ap.add_argument("--keep", action="store_true", help="keep the warehouse and log")
     args = ap.parse_args()
     if not os.access(args.bin, os.X_OK):
         sys.exit("%s is not built: cargo build --release" % args.bin)

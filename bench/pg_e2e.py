@@ -21,7 +21,6 @@ Usage (the test bed must be up: scripts/testbed.sh up; eval "$(scripts/testbed.s
 Why a Python driver: generating the load and polling the table are I/O that Python does well enough, and it keeps
 the benchmark out of the measured process. Nothing here is asserted: it prints figures for README.
 """
-import argparse
 import os
 import shutil
 import signal
@@ -275,18 +274,7 @@ namespace = "bench"
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "cdcd"))
-    ap.add_argument("--transactions", type=int, default=1000)
-    ap.add_argument("--sink", choices=["iceberg", "lsm"], default="iceberg")
-    ap.add_argument("--delete-mode", default="deletion-vectors")
-    ap.add_argument("--buckets", type=int, default=4)
-    ap.add_argument("--commit-interval-ms", type=int, default=1000)
-    ap.add_argument("--commit-max-rows", type=int, default=100000)
-    ap.add_argument("--freshness-seconds", type=int, default=20)
-    ap.add_argument("--offered-rows", type=int, default=2000, help="rows/s offered in the freshness phase")
-    ap.add_argument("--big-tx", type=int, default=0, help="also replicate one transaction of this many inserts")
-    ap.add_argument("--keep", action="store_true", help="keep the warehouse and log")
+    ap = common.streaming_bench_args(__doc__, ROOT)
     args = ap.parse_args()
     if not os.access(args.bin, os.X_OK):
         sys.exit("%s is not built: cargo build --release" % args.bin)
