@@ -18,8 +18,7 @@
 
 use arrow_array::builder::{
     ArrayBuilder, BinaryBuilder, Date32Builder, Decimal128Builder, Float32Builder, Float64Builder,
-    Int16Builder, Int32Builder, Int64Builder, StringBuilder, Time64MicrosecondBuilder,
-    TimestampMicrosecondBuilder,
+    Int16Builder, StringBuilder, Time64MicrosecondBuilder, TimestampMicrosecondBuilder,
 };
 use mysql_common::binlog::events::TableMapEvent;
 use mysql_common::constants::ColumnType;
@@ -27,7 +26,7 @@ use mysql_common::constants::ColumnType;
 use crate::changelog::append_null;
 use crate::config::ZeroDate;
 
-use super::types::{days_from_civil, Kind, ValueError};
+use super::types::{append_int, days_from_civil, push_as, Kind, ValueError};
 
 /// How one column's value is laid out in a row image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -382,20 +381,11 @@ pub fn append_cell(
     };
     macro_rules! push {
         ($b:ty, $v:expr) => {
-            match any.downcast_mut::<$b>() {
-                Some(builder) => {
-                    builder.append_value($v);
-                    Ok(())
-                }
-                None => Err(ValueError(format!(
-                    "builder is not {} for {kind:?}",
-                    stringify!($b)
-                ))),
-            }
+            push_as!(any, kind, $b, $v)
         };
     }
     match (kind, layout) {
-        (Kind::Int { unsigned, bits }, Layout::Int(w)) => {
+        (Kind::Int { unsigned, .. }, Layout::Int(w)) => {
             let n = usize::from(w);
             let raw = le_uint(b, n).ok_or_else(short)?;
             let v = if *unsigned || n == 8 {
@@ -405,19 +395,7 @@ pub fn append_cell(
                 let shift = 64 - 8 * n as u32;
                 ((raw << shift) as i64) >> shift
             };
-            let narrow = |v: i64| ValueError(format!("integer {v} out of range for {kind:?}"));
-            if let Some(builder) = any.downcast_mut::<Int16Builder>() {
-                builder.append_value(i16::try_from(v).map_err(|_| narrow(v))?);
-            } else if let Some(builder) = any.downcast_mut::<Int32Builder>() {
-                builder.append_value(i32::try_from(v).map_err(|_| narrow(v))?);
-            } else if let Some(builder) = any.downcast_mut::<Int64Builder>() {
-                builder.append_value(v);
-            } else {
-                return Err(ValueError(format!(
-                    "no integer builder for {kind:?} ({bits} bits)"
-                )));
-            }
-            Ok(())
+            append_int(any, v, kind)
         }
         (Kind::BigUnsigned, Layout::Int(8)) => {
             push!(

@@ -21,6 +21,7 @@
 //! names (`a,b` for a SET); GEOMETRY → Binary WKB (MySQL's 4-byte SRID prefix is dropped).
 //! Zero dates (`0000-00-00`, zero month or day) follow `source.zero_date`: NULL or an error.
 
+use std::any::Any;
 use std::sync::Arc;
 
 use arrow_array::builder::{
@@ -285,6 +286,40 @@ fn bad<T>(kind: &Kind, v: &Value) -> Result<T, ValueError> {
     Err(ValueError(format!("unexpected value {v:?} for {kind:?}")))
 }
 
+/// Appends `$v` to `$any` (a builder's `as_any_mut`), which must be a `$b`; else an error naming
+/// the column's `$kind`. Shared by both row decoders ([`append`] and `image::append_cell`).
+macro_rules! push_as {
+    ($any:expr, $kind:expr, $b:ty, $v:expr) => {
+        match $any.downcast_mut::<$b>() {
+            Some(b) => {
+                b.append_value($v);
+                Ok(())
+            }
+            None => Err(ValueError(format!(
+                "builder is not {} for {:?}",
+                stringify!($b),
+                $kind
+            ))),
+        }
+    };
+}
+pub(crate) use push_as;
+
+/// Appends the integer `v` of a column of `kind` to the Int16, Int32 or Int64 builder
+/// [`map_column`] chose for it, refusing a value the builder's width cannot hold.
+pub(crate) fn append_int(any: &mut dyn Any, v: i64, kind: &Kind) -> Result<(), ValueError> {
+    if let Some(b) = any.downcast_mut::<Int16Builder>() {
+        b.append_value(narrow(v)?);
+    } else if let Some(b) = any.downcast_mut::<Int32Builder>() {
+        b.append_value(narrow(v)?);
+    } else if let Some(b) = any.downcast_mut::<Int64Builder>() {
+        b.append_value(v);
+    } else {
+        return Err(ValueError(format!("no integer builder for {kind:?}")));
+    }
+    Ok(())
+}
+
 /// Appends `value` (of a column of `kind`) to `builder`, whose type [`map_column`] chose.
 pub fn append(
     builder: &mut dyn ArrayBuilder,
@@ -299,32 +334,14 @@ pub fn append(
     let any = builder.as_any_mut();
     macro_rules! push {
         ($b:ty, $v:expr) => {
-            match any.downcast_mut::<$b>() {
-                Some(b) => {
-                    b.append_value($v);
-                    Ok(())
-                }
-                None => Err(ValueError(format!(
-                    "builder is not {} for {kind:?}",
-                    stringify!($b)
-                ))),
-            }
+            push_as!(any, kind, $b, $v)
         };
     }
     match kind {
         Kind::Int { unsigned, bits } => {
             let v = int_value(value, *unsigned, *bits)
                 .ok_or_else(|| ValueError(format!("unexpected value {value:?} for {kind:?}")))?;
-            if let Some(b) = any.downcast_mut::<Int16Builder>() {
-                b.append_value(narrow(v)?);
-            } else if let Some(b) = any.downcast_mut::<Int32Builder>() {
-                b.append_value(narrow(v)?);
-            } else if let Some(b) = any.downcast_mut::<Int64Builder>() {
-                b.append_value(v);
-            } else {
-                return Err(ValueError(format!("no integer builder for {kind:?}")));
-            }
-            Ok(())
+            append_int(any, v, kind)
         }
         Kind::BigUnsigned => {
             let v: i128 = match value {
@@ -524,7 +541,7 @@ fn text_err(b: &[u8]) -> ValueError {
 }
 
 fn narrow<T: TryFrom<i64>>(v: i64) -> Result<T, ValueError> {
-    T::try_from(v).map_err(|_| ValueError(format!("integer {v} out of range")))
+    T::try_from(v).map_err(|_| ValueError(format!("integer {v} out of range for the column")))
 }
 
 /// Binlog rows images carry integers as their bit pattern read signed; `unsigned` columns are
