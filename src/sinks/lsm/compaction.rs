@@ -406,11 +406,13 @@ fn flush(
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::sinks::lsm::manifest::Stats;
 
-    fn file(level: i32, size: i64, seq: i64) -> DataFileMeta {
+    /// A data file of `level` and `size` bytes written at sequence `seq` (no keys): what the
+    /// compaction pickers look at.
+    pub(in crate::sinks::lsm) fn file(level: i32, size: i64, seq: i64) -> DataFileMeta {
         DataFileMeta {
             file_name: format!("f{level}-{seq}"),
             file_size: size,

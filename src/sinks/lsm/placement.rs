@@ -245,28 +245,11 @@ pub fn chains(files: &[DataFileMeta], key_types: &[DataType]) -> Vec<Vec<usize>>
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::sinks::lsm::compaction::tests::file;
     use arrow_array::{ArrayRef, Int64Array};
     use arrow_row::{RowConverter, SortField};
     use arrow_schema::DataType;
     use std::sync::Arc;
-
-    fn compaction_file(level: i32, seq: i64) -> DataFileMeta {
-        DataFileMeta {
-            file_name: format!("f{level}-{seq}"),
-            file_size: 10,
-            row_count: 1,
-            min_key: vec![],
-            max_key: vec![],
-            key_stats: crate::sinks::lsm::manifest::Stats::default(),
-            min_sequence: seq,
-            max_sequence: seq,
-            schema_id: 0,
-            level,
-            creation_time_ms: 0,
-            delete_row_count: 0,
-            file_source: 0,
-        }
-    }
 
     fn rows(keys: &[i64]) -> Rows {
         let conv = RowConverter::new(vec![SortField::new(DataType::Int64)]).unwrap();
@@ -336,7 +319,7 @@ mod tests {
     fn chains_disjoint_files_of_a_level_in_key_order() {
         let keyed = |level: i32, lo: i64, hi: i64| {
             let keys = Int64Array::from(vec![lo, hi]);
-            let mut f = compaction_file(level, lo);
+            let mut f = file(level, 10, lo);
             binary_row::encode(&mut f.min_key, &[&keys], 0).unwrap();
             binary_row::encode(&mut f.max_key, &[&keys], 1).unwrap();
             f
