@@ -138,15 +138,16 @@ impl RunCursor {
                 source,
             })?;
         for b in self.next_block..=last {
-            let r = self.run.block_range(b).unwrap_or(0..0);
-            let (s, e) = (
-                (r.start - first.start) as usize,
-                (r.end - first.start) as usize,
-            );
-            if e > bytes.len() || s > e {
+            // The meta is read from storage: a bad block range is corruption, not a panic.
+            let within = self.run.block_range(b).and_then(|r| {
+                let s = usize::try_from(r.start.checked_sub(first.start)?).ok()?;
+                let e = usize::try_from(r.end.checked_sub(first.start)?).ok()?;
+                (s <= e && e <= bytes.len()).then_some(s..e)
+            });
+            let Some(within) = within else {
                 return Err(self.corrupt("short read of a block"));
-            }
-            self.queued.push_back((b, bytes.slice(s..e)));
+            };
+            self.queued.push_back((b, bytes.slice(within)));
         }
         self.next_block = last + 1;
         Ok(true)
