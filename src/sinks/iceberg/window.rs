@@ -193,36 +193,31 @@ mod tests {
     #[test]
     fn a_key_change_filled_from_a_missing_row_is_refused() {
         let changes = [partial_update(true)];
-        let mut plan = Plan {
-            files: vec![PlannedFile {
-                rows: vec![r(0, 0)],
-                fills: vec![Fill {
-                    pos: 0,
-                    column: 1,
-                    source: CellSource::Table(0),
-                }],
-            }],
-            ..Plan::default()
-        };
+        let mut plan = one_row_filled_from_the_table();
         assert_eq!(drop_unfillable(&mut plan, &changes, &[true]), Err(r(0, 0)));
         let changes = [partial_update(false)];
-        let mut plan = Plan {
-            files: vec![PlannedFile {
-                rows: vec![r(0, 0)],
-                fills: vec![Fill {
-                    pos: 0,
-                    column: 1,
-                    source: CellSource::Table(0),
-                }],
-            }],
-            ..Plan::default()
-        };
+        let mut plan = one_row_filled_from_the_table();
         assert_eq!(drop_unfillable(&mut plan, &changes, &[true]), Ok(1));
         assert!(plan.files.is_empty());
     }
 
     fn r(batch: u32, row: u32) -> RowRef {
         RowRef { batch, row }
+    }
+
+    /// A plan of one row whose column 1 comes from table lookup 0.
+    fn one_row_filled_from_the_table() -> Plan {
+        Plan {
+            files: vec![PlannedFile {
+                rows: vec![r(0, 0)],
+                fills: vec![Fill {
+                    pos: 0,
+                    column: 1,
+                    source: CellSource::Table(0),
+                }],
+            }],
+            ..Plan::default()
+        }
     }
 
     #[test]
