@@ -182,6 +182,27 @@ pub async fn set_formats(
         })
 }
 
+/// Keeps a copy session's chunk queries off plain index scans. A chunk is a primary-key range,
+/// which the planner reads with an index scan when the key follows the physical order: one heap
+/// fetch per row, 8% more server CPU than a bitmap heap scan on the `bench/pg_snapshot.py` table
+/// (1.93 vs 1.78 CPU-s for 2M rows in 250k-row chunks), and random heap reads when the table's
+/// order has drifted from the key's. A bitmap heap scan finds the pages through the same index
+/// and reads each page once, in order; a range covering most of the table still gets a
+/// sequential scan.
+pub async fn prefer_page_order(
+    client: &tokio_postgres::Client,
+    table: &TableId,
+) -> Result<(), SnapshotError> {
+    client
+        .batch_execute("SET enable_indexscan = off")
+        .await
+        .map_err(|source| SnapshotError::Query {
+            table: table.clone(),
+            context: "setting the copy session's scan preference",
+            source,
+        })
+}
+
 /// Opens a `REPEATABLE READ READ ONLY` transaction on the exported snapshot `name`. `SET
 /// TRANSACTION SNAPSHOT` must be the transaction's first statement (Postgres docs, "SET
 /// TRANSACTION"), and the importing transaction must be REPEATABLE READ or stricter.

@@ -23,8 +23,8 @@ use tokio_util::sync::CancellationToken;
 use super::plan::{chunk_count, ranges_from_samples, sample_percent, KeyColumns, KeyRange};
 use super::progress::Meter;
 use super::{
-    copy_chunk, import_snapshot, marker_batch, quote_ident, set_formats, supports_binary,
-    BatchLimits, ChunkCopy, SnapshotError,
+    copy_chunk, import_snapshot, marker_batch, prefer_page_order, quote_ident, set_formats,
+    supports_binary, BatchLimits, ChunkCopy, SnapshotError,
 };
 use crate::changelog::{Lsn, Op, TableSchema};
 use crate::config::PostgresConfig;
@@ -369,6 +369,7 @@ async fn worker(shared: Arc<Shared>) -> Result<(), SourceError> {
         return Ok(());
     };
     set_formats(&client, &first.schema.id).await?;
+    prefer_page_order(&client, &first.schema.id).await?;
     import_snapshot(&client, &shared.snapshot, &first.schema.id).await?;
     loop {
         let job = shared
