@@ -374,6 +374,7 @@ async fn run_batched(
         }
     };
     committer.report(health);
+    committer.sink.settle().await;
     if let Err(e) = &outcome {
         // Sink errors were counted where the commit failed.
         if !matches!(e, PipelineError::Sink(_)) {

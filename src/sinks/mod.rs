@@ -66,6 +66,11 @@ pub trait Sink: Send + Sync {
 
     /// The state of `table` for `cdcd status`; `None` when it does not exist.
     async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError>;
+
+    /// Waits for work a commit left running in the background (the Iceberg sink's update of a
+    /// table's primary-key index), so a clean stop leaves nothing for the next start to catch
+    /// up. Commits are durable without it; its failures are logged where they happen.
+    async fn settle(&self) {}
 }
 
 /// A sink failed. Each variant names the table or path involved.

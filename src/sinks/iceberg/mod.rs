@@ -34,6 +34,7 @@ use crate::storage::Warehouse;
 mod commit;
 pub mod deletion_vector;
 mod dv;
+mod encode;
 mod input;
 mod live;
 mod locator;
@@ -84,8 +85,12 @@ type Slot = Arc<tokio::sync::Mutex<TableSlot>>;
 #[derive(Default)]
 struct TableSlot {
     /// Primary-key index of a v3 table, opened at its first commit; `None` until then, and again
-    /// after an index error (the next commit reopens and replays).
+    /// after an index error (the next commit reopens and replays). Taken by `recording` while
+    /// the last commit's update of it runs.
     index: Option<TableIndex>,
+    /// The last commit's index update, running in the background; it hands the index back
+    /// (`None` after an error). See [`IcebergSink::ready_index`].
+    recording: Option<tokio::task::JoinHandle<Option<TableIndex>>>,
     /// Manifests, live files and vectors of the snapshot the last commit made or read.
     live: Option<LiveState>,
 }
@@ -144,6 +149,58 @@ impl IcebergSink {
         Arc::clone(slots.entry(table.clone()).or_default())
     }
 
+    /// Makes `slot`'s index ready for a commit building on `meta`, whose live state is `state`:
+    /// waits for the last commit's index update, drops an index that does not cover `meta`'s
+    /// current snapshot (a publish whose outcome was unknown landed after all, or another writer
+    /// committed), and opens (and catches up) a missing one, like after a restart.
+    ///
+    /// Why the update runs in the background: recording a commit's keys and persisting the
+    /// index is ~20% of a commit of inserts, and nothing needs the index until the next commit
+    /// locates keys or publishes. A commit that only inserts calls this after writing its data
+    /// files, so the two overlap; an initial copy is such commits back to back. The index is
+    /// persisted after the table commit either way, so a crash finds it behind and catches up
+    /// (pk_index.rs, recovery), as before.
+    async fn ready_index(
+        &self,
+        index: &mut Option<TableIndex>,
+        recording: &mut Option<tokio::task::JoinHandle<Option<TableIndex>>>,
+        schema: &TableSchema,
+        meta: &iceberg::spec::TableMetadata,
+        state: &LiveState,
+    ) -> Result<(), SinkError> {
+        if let Some(task) = recording.take() {
+            // A task that panicked or was cancelled leaves no index: reopened below.
+            *index = task.await.unwrap_or(None);
+        }
+        let current = meta.current_snapshot().map(|s| s.snapshot_id());
+        if index.as_ref().is_some_and(|i| i.covers() != current) {
+            *index = None;
+        }
+        if index.is_none() {
+            let location = self.index_location(&schema.id);
+            let opened = TableIndex::open(
+                &self.warehouse,
+                &location,
+                schema,
+                meta,
+                &state.files,
+                &state.dvs,
+            )
+            .await?;
+            *index = Some(opened);
+        }
+        Ok(())
+    }
+
+    /// Waits for `table`'s background index update, if one runs.
+    async fn settle_index(&self, table: &TableId) {
+        let slot = self.table_slot(table);
+        let mut guard = slot.lock().await;
+        if let Some(task) = guard.recording.take() {
+            guard.index = task.await.unwrap_or(None);
+        }
+    }
+
     /// Where the primary-key index of `table` lives (pk_index.rs says why there).
     pub fn index_location(&self, table: &TableId) -> String {
         let ns = self.namespace.as_deref().unwrap_or(&table.namespace);
@@ -196,7 +253,7 @@ impl IcebergSink {
 
     async fn commit_inner(
         &self,
-        schema: &TableSchema,
+        schema: &Arc<TableSchema>,
         changes: &[TableChanges],
         checkpoint: &Checkpoint,
     ) -> Result<CommitStats, SinkError> {
@@ -220,30 +277,22 @@ impl IcebergSink {
         // The table's cached state (live files, vectors, index), held for the whole commit.
         let slot = self.table_slot(table);
         let mut guard = slot.lock().await;
-        let TableSlot { index, live } = &mut *guard;
-        // An open index that does not cover the snapshot this commit builds on (a publish whose
-        // outcome was unknown landed after all, or another writer committed) is reopened from
-        // storage and caught up, like after a restart; the live state is reread likewise.
-        let current = meta.current_snapshot().map(|s| s.snapshot_id());
-        if index.as_ref().is_some_and(|i| i.covers() != current) {
-            *index = None;
-        }
+        let TableSlot {
+            index,
+            recording,
+            live,
+        } = &mut *guard;
         let state = match live {
             Some(state) if state.describes(meta) => state,
             _ => live.insert(LiveState::load(&self.warehouse, table, meta).await?),
         };
-        if v3 && index.is_none() {
-            let location = self.index_location(table);
-            let opened = TableIndex::open(
-                &self.warehouse,
-                &location,
-                schema,
-                meta,
-                &state.files,
-                &state.dvs,
-            )
-            .await?;
-            *index = Some(opened);
+        // The index is needed before the files are written only to locate keys: rows to
+        // complete (lookups) or to delete from earlier snapshots. Otherwise it is readied after
+        // the files, overlapping the last commit's index update with this commit's encoding.
+        let index_first = v3 && (!plan.lookups.is_empty() || !plan.equality_deletes.is_empty());
+        if index_first {
+            self.ready_index(index, recording, schema, meta, state)
+                .await?;
         }
         let files = &state.files;
         let live_dvs = &state.dvs;
@@ -382,6 +431,10 @@ impl IcebergSink {
             .await?;
         }
 
+        if v3 && !index_first {
+            self.ready_index(index, recording, schema, meta, state)
+                .await?;
+        }
         let files_written = data_files.len() + delete_files.len();
         let target = |deletes: bool| manifest::ManifestTarget {
             version,
@@ -517,28 +570,35 @@ impl IcebergSink {
         });
         // The snapshot is durable: a failure from here on must not fail the commit (the caller
         // would retry changes the table already holds). The index is dropped instead, and the
-        // next commit reopens it and replays this snapshot (pk_index.rs, recovery).
-        {
-            if let Some(ti) = index.as_mut() {
+        // next commit reopens it and replays this snapshot (pk_index.rs, recovery). The update
+        // runs in the background until the next commit readies the index (`ready_index`).
+        let data_rows = plan.data_rows() as u64;
+        if let Some(mut ti) = index.take() {
+            let (schema, changes) = (Arc::clone(schema), changes.to_vec());
+            let table = table.clone();
+            *recording = Some(tokio::spawn(async move {
                 let recorded = ti
                     .record(
-                        schema,
-                        changes,
+                        &schema,
+                        &changes,
                         &plan,
                         &paths,
                         removed_keys.as_ref(),
                         snapshot_id,
                     )
                     .await;
-                if let Err(e) = recorded {
-                    tracing::warn!(table = %table, error = %e, "cannot update the primary-key index; it will be caught up from the table at the next commit");
-                    *index = None;
+                match recorded {
+                    Ok(()) => Some(ti),
+                    Err(e) => {
+                        tracing::warn!(table = %table, error = %e, "cannot update the primary-key index; it will be caught up from the table at the next commit");
+                        None
+                    }
                 }
-            }
+            }));
         }
         Ok(CommitStats {
             snapshot_id,
-            data_rows: plan.data_rows() as u64,
+            data_rows,
             deleted_rows,
             files_written,
         })
@@ -575,6 +635,16 @@ impl Sink for IcebergSink {
         checkpoint: &Checkpoint,
     ) -> Result<CommitStats, SinkError> {
         self.commit_inner(schema, changes, checkpoint).await
+    }
+
+    async fn settle(&self) {
+        let tables: Vec<TableId> = {
+            let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            slots.keys().cloned().collect()
+        };
+        for table in &tables {
+            self.settle_index(table).await;
+        }
     }
 
     async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError> {

@@ -10,36 +10,18 @@
 //! is a zero-copy slice handed to the Parquet encoder as it is ([`data_batches`]).
 //!
 //! Encoding is CPU work of a second or more for a large file, so it runs on tokio's blocking pool
-//! ([`write_file`]), not on a runtime worker the source's connections need at the same time.
-//! Parquet settings ([`writer_properties`]) favour write speed, since an initial copy competes
-//! with the source database for the CPU: ZSTD at level 1, dictionary pages only for columns whose
-//! first values repeat (hashing every value of a key or hash column into a dictionary that then
-//! overflows cost ~7% of the copy's commit thread), and statistics per column chunk (what
-//! readers prune row groups with), not per page.
-//!
-//! Left as they are, measured for issue 7 (1M rows of the `bench/pg_snapshot.py` table, pyarrow
-//! on the same zstd library): ZSTD level 1 costs ~0.15 CPU-s per 1M rows over no compression and
-//! halves the files (62 → 28 MB); Snappy and LZ4 are no faster on this data and ~1.8× larger,
-//! ZSTD level -1 saves ~0.08 s for files 40% larger. Most of the compression time goes to
-//! high-entropy text (an md5 column), which no codec makes cheap. DELTA_BINARY_PACKED for integer
-//! and timestamp columns would spare compressing them (~0.05 s per 1M rows), but Iceberg's
-//! vectorized Spark reader only reads that encoding since Iceberg 1.10 (apache/iceberg#13391),
-//! so the files keep PLAIN encoding that every reader takes.
+//! ([`write_file`]), not on a runtime worker the source's connections need at the same time; how
+//! a file is encoded (its Parquet settings, columns in parallel) is in `encode.rs`.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
-use arrow_row::{RowConverter, SortField};
 use arrow_schema::{ArrowError, SchemaRef};
-use bytes::Bytes;
 use iceberg::spec::{DataContentType, DataFile, DataFileBuilder, DataFileFormat, Struct};
 use object_store::{ObjectStoreExt, PutPayload};
-use parquet::arrow::{ArrowWriter, PARQUET_FIELD_ID_META_KEY};
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
-use parquet::schema::types::ColumnPath;
+use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 
+use super::encode;
 use super::plan::{CellSource, KeyRef, Plan, PlannedFile};
 use super::schema;
 use crate::changelog::{TableChanges, TableId, TableSchema};
@@ -207,58 +189,6 @@ pub(crate) fn position_batch(
     )
 }
 
-/// Values sampled per column to decide on a dictionary.
-const DICTIONARY_SAMPLE_ROWS: usize = 2048;
-
-/// Parquet settings for a file of `sample`'s schema (the module doc says why these).
-fn writer_properties(sample: &RecordBatch) -> WriterProperties {
-    let mut props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()))
-        .set_statistics_enabled(EnabledStatistics::Chunk);
-    for (field, column) in sample.schema().fields().iter().zip(sample.columns()) {
-        if !field.data_type().is_nested() && mostly_distinct(column) {
-            props =
-                props.set_column_dictionary_enabled(ColumnPath::from(field.name().as_str()), false);
-        }
-    }
-    props.build()
-}
-
-/// Whether more than half of the first values of `column` are distinct. A dictionary for such a
-/// column (keys, timestamps, hashes, free text) costs a hash per value until it overflows and the
-/// writer falls back to plain encoding anyway; one that repeats (a status, a small range) keeps it.
-fn mostly_distinct(column: &ArrayRef) -> bool {
-    let sample = column.slice(0, column.len().min(DICTIONARY_SAMPLE_ROWS));
-    if sample.len() < 2 {
-        return false;
-    }
-    let Ok(converter) = RowConverter::new(vec![SortField::new(sample.data_type().clone())]) else {
-        return false;
-    };
-    let Ok(rows) = converter.convert_columns(&[sample]) else {
-        return false;
-    };
-    let distinct: HashSet<&[u8]> = rows.iter().map(|r| r.data()).collect();
-    distinct.len() * 2 > rows.num_rows()
-}
-
-/// Encodes `batches` (one schema) as one Parquet file.
-pub(crate) fn encode_parquet(
-    batches: &[RecordBatch],
-) -> Result<Bytes, parquet::errors::ParquetError> {
-    let Some(first) = batches.first() else {
-        return Err(parquet::errors::ParquetError::General(
-            "a Parquet file needs at least one batch".into(),
-        ));
-    };
-    let props = writer_properties(first);
-    let mut writer = ArrowWriter::try_new(Vec::new(), first.schema(), Some(props))?;
-    for batch in batches {
-        writer.write(batch)?;
-    }
-    Ok(Bytes::from(writer.into_inner()?))
-}
-
 /// Writes `batches` (one schema, in order) to `location` as one file and describes it as an
 /// Iceberg file of `content`. Encoding runs on the blocking pool.
 pub(crate) async fn write_file(
@@ -270,7 +200,7 @@ pub(crate) async fn write_file(
     equality_ids: Option<Vec<i32>>,
 ) -> Result<DataFile, SinkError> {
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    let encoded = tokio::task::spawn_blocking(move || encode_parquet(&batches)).await;
+    let encoded = tokio::task::spawn_blocking(move || encode::encode_parquet(&batches)).await;
     let bytes = match encoded {
         Ok(result) => result,
         Err(join) => Err(parquet::errors::ParquetError::General(format!(
@@ -440,7 +370,7 @@ mod tests {
         let joined = arrow_select::concat::concat_batches(&file_schema, &sliced).unwrap();
         assert_eq!(joined, gathered);
 
-        let bytes = encode_parquet(&sliced).unwrap();
+        let bytes = encode::encode_parquet(&sliced).unwrap();
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
         let meta = reader.metadata().clone();
         let read: Vec<RecordBatch> = reader.build().unwrap().map(|b| b.unwrap()).collect();
@@ -459,7 +389,7 @@ mod tests {
             "file:///a/1.parquet".to_owned(),
         ];
         let b = position_batch(&paths, &[(0, 3), (1, 0)], &position_delete_schema()).unwrap();
-        let bytes = encode_parquet(&[b]).unwrap();
+        let bytes = encode::encode_parquet(&[b]).unwrap();
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
         let fields = reader.parquet_schema().root_schema().get_fields();
         assert_eq!(fields[0].get_basic_info().id(), 2147483546);
