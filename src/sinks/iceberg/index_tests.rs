@@ -245,10 +245,13 @@ async fn open_index_behind_another_writers_commit_is_caught_up() {
     a.commit(&t, &[changes(&[ins(1, "a"), ins(2, "b")])], &cp(1))
         .await
         .unwrap();
+    // One index writer at a time (in the daemon the lease sees to it).
+    a.settle_index(&t.id).await;
     let b = dv_sink(dir.path());
     b.commit(&t, &[changes(&[upd(1, Some("from-b"), 5)])], &cp(2))
         .await
         .unwrap();
+    b.settle_index(&t.id).await;
     // `a`'s cached metadata is stale: its publish conflicts, then the retry builds on `b`'s.
     let stale = a
         .commit(&t, &[changes(&[upd(1, None, 6)])], &cp(3))

@@ -203,7 +203,9 @@ async fn inserts_updates_deletes_read_back_in_duckdb(mode: DeleteMode) {
     }
     assert_eq!(s.checkpoint(&t.id).await.unwrap(), Some(cp(200)));
 
-    // A fresh sink (no cache) finds the newest metadata and continues.
+    // A fresh sink (no cache) finds the newest metadata and continues (after the first one's
+    // background index update: one index writer at a time, as the lease keeps it in the daemon).
+    s.settle().await;
     let s2 = sink(dir.path(), mode);
     s2.commit(&t, &[changes(&[del(5)])], &cp(300))
         .await
@@ -387,6 +389,7 @@ async fn stale_or_missing_hint_still_finds_the_newest_version(mode: DeleteMode) 
     s.commit(&t, &[changes(&[ins(10, "y")])], &cp(4))
         .await
         .unwrap();
+    s.settle().await;
     assert!(matches!(
         stale.commit(&t, &[changes(&[ins(11, "z")])], &cp(5)).await,
         Err(SinkError::CommitConflict { version: 5, .. })

@@ -375,8 +375,17 @@ impl PrimaryKeyIndex {
         }
         let id = self.next_run_id;
         let mut writer = RunWriter::new(&self.store, run_path(&self.root, id), id);
+        // Neighbouring keys mostly live in one file: its liveness is looked up once per stretch.
+        let mut live_file = None;
         for (key, slot) in self.memtable.sorted() {
-            writer.add(key, self.files.live_or_tombstone(slot)).await?;
+            let slot = if live_file == Some(slot.file) {
+                slot
+            } else {
+                let checked = self.files.live_or_tombstone(slot);
+                live_file = (!checked.is_tombstone()).then_some(slot.file);
+                checked
+            };
+            writer.add(key, slot).await?;
         }
         let meta = writer.finish().await?;
         self.next_run_id += 1;

@@ -238,6 +238,17 @@ const NUMERIC_NAN: u16 = 0xC000;
 const NUMERIC_PINF: u16 = 0xD000;
 const NUMERIC_NINF: u16 = 0xF000;
 
+/// 10^0 ..= 10^38: every power a Decimal128 value or precision uses.
+const POW10: [i128; 39] = {
+    let mut p = [1i128; 39];
+    let mut i = 1;
+    while i < p.len() {
+        p[i] = p[i - 1] * 10;
+        i += 1;
+    }
+    p
+};
+
 impl<'a> Numeric<'a> {
     fn parse(v: &'a [u8]) -> Result<Self, Bad> {
         let head: [u8; 8] = v
@@ -285,20 +296,28 @@ impl<'a> Numeric<'a> {
         }
         // The last digit's power of ten, shifted by the scale.
         let last = i32::from(self.weight) - (self.ndigits() as i32 - 1);
-        let mut exp = last * 4 + i32::from(scale);
-        while exp > 0 {
-            acc = acc.checked_mul(10).ok_or(overflow)?;
-            exp -= 1;
+        let exp = last * 4 + i32::from(scale);
+        let power = |n: i32| POW10.get(n.unsigned_abs() as usize).copied();
+        if exp > 0 {
+            acc = power(exp)
+                .and_then(|p| acc.checked_mul(p))
+                .ok_or(overflow)?;
+        } else if exp < 0 {
+            let inexact = "has more fractional digits than the column's scale";
+            acc = match power(exp) {
+                // One division, in u64 when it fits (an i128 division is a library call).
+                Some(p) => match (u64::try_from(acc), u64::try_from(p)) {
+                    (Ok(a), Ok(p)) if a % p == 0 => i128::from(a / p),
+                    (Ok(_), Ok(_)) => return Err(inexact),
+                    _ if acc % p == 0 => acc / p,
+                    _ => return Err(inexact),
+                },
+                None if acc == 0 => 0,
+                None => return Err(inexact),
+            };
         }
-        while exp < 0 {
-            if acc % 10 != 0 {
-                return Err("has more fractional digits than the column's scale");
-            }
-            acc /= 10;
-            exp += 1;
-        }
-        let limit = 10i128.checked_pow(u32::from(precision)).ok_or(overflow)?;
-        if acc >= limit {
+        let limit = POW10.get(usize::from(precision)).ok_or(overflow)?;
+        if acc >= *limit {
             return Err(overflow);
         }
         Ok(if self.sign == NUMERIC_NEG { -acc } else { acc })

@@ -51,6 +51,25 @@ fn numeric_to_decimal_and_text() {
         decode(&dec, &numeric(3, 0, 0, &[1])).is_err(),
         "10^12 overflows 12 digits"
     );
+    assert!(
+        decode(&dec, &numeric(0, 0, 3, &[1, 2340])).is_err(),
+        "1.234 has a digit past scale 2"
+    );
+    // Past u64 (the i128 path): 10^20 + 0.5 at scale 2.
+    let wide = ColumnType::Decimal {
+        precision: 38,
+        scale: 2,
+    };
+    let big = numeric(5, 0, 1, &[1, 0, 0, 0, 0, 0, 5000]);
+    assert_eq!(
+        decode(&wide, &big)
+            .unwrap()
+            .as_primitive::<Decimal128Type>()
+            .value(0),
+        10i128.pow(22) + 50
+    );
+    // 10^-40 is no decimal(38, 2) value; 0 with a huge negative weight still is.
+    assert!(decode(&wide, &numeric(-10, 0, 40, &[1])).is_err());
     let zero = numeric(0, 0, 0, &[]);
     assert_eq!(
         decode(&dec, &zero)
