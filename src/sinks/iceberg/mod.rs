@@ -580,7 +580,7 @@ impl IcebergSink {
                 let recorded = ti
                     .record(
                         &schema,
-                        &changes,
+                        changes,
                         &plan,
                         &paths,
                         removed_keys.as_ref(),

@@ -236,11 +236,12 @@ impl TableIndex {
     /// Records committed snapshot `snapshot_id`: `removed` holds the keys whose earlier row it
     /// deleted (`Plan::equality_deletes`, key schema), `paths` the locations of `plan.files`.
     /// Then persists. On error the in-memory index may be ahead of what is persisted but never
-    /// ahead of the table; the caller drops it and the next open replays.
+    /// ahead of the table; the caller drops it and the next open replays. `changes` are dropped
+    /// once their keys are encoded: this runs beside the next commit, which holds its own rows.
     pub async fn record(
         &mut self,
         schema: &TableSchema,
-        changes: &[TableChanges],
+        changes: Vec<TableChanges>,
         plan: &Plan,
         paths: &[String],
         removed: Option<&RecordBatch>,
@@ -271,6 +272,7 @@ impl TableIndex {
             .map(|c| encode_keys(&self.codec, &c.rows, &schema.primary_key))
             .collect::<Result<_, _>>()
             .map_err(arrow)?;
+        drop(changes);
         // One chunk of rows at a time (reused), so a 1M-row commit does not hold 1M of them,
         // and the memtable is flushed whenever it reaches its budget.
         let mut chunk: Vec<(&[u8], Option<u64>)> = Vec::with_capacity(APPLY_CHUNK);
