@@ -59,6 +59,11 @@ pub struct TableChanges {
     /// update of a key the table does not hold is dropped instead of stopping the sink (why that
     /// is safe: `sources/mysql/copy.rs`). False unless the pipeline sets it.
     pub upsert_window: bool,
+    /// The initial-copy chunk these rows were read from (`None`: streamed changes, or a source
+    /// that does not say). One chunk's rows in one commit are a contiguous stretch of its key
+    /// range, which is how the LSM sink's copy placement tells one reader's rows from another's
+    /// (`sinks/lsm/placement.rs`).
+    pub copy_chunk: Option<u32>,
 }
 
 impl TableChanges {
@@ -294,6 +299,7 @@ impl TableChangesBuilder {
             old_keys,
             key_changed: self.key_changed,
             upsert_window: false,
+            copy_chunk: None,
         })
     }
 }

@@ -15,6 +15,7 @@ use crate::checkpoint::Checkpoint;
 
 pub mod iceberg;
 pub mod index;
+mod key_prefix;
 pub mod lsm;
 
 /// What a committed snapshot holds, for logs, metrics and `cdcd status`.

@@ -66,6 +66,7 @@ fn batch(
         old_keys,
         key_changed: vec![false; n],
         upsert_window: false,
+        copy_chunk: None,
     }
 }
 

@@ -14,6 +14,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::OnceLock;
 
 use super::bloom::key_hash;
+use crate::sinks::key_prefix::key_prefix;
 
 /// The file id a removed key maps to (a tombstone): it shadows older runs until compaction of the
 /// oldest run drops it.
@@ -38,24 +39,6 @@ impl Slot {
 }
 
 const NONE: usize = usize::MAX;
-
-/// `key`'s first 16 bytes as two big-endian words, zero-padded: ordered like the keys
-/// themselves wherever they differ (a shorter key padded with zeros never sorts after a longer
-/// one it is a prefix of), and equal words leave the order to the full keys.
-fn key_prefix(key: &[u8]) -> [u64; 2] {
-    let mut bytes = [0u8; 16];
-    let n = key.len().min(16);
-    if let (Some(dst), Some(src)) = (bytes.get_mut(..n), key.get(..n)) {
-        dst.copy_from_slice(src);
-    }
-    let (hi, lo) = bytes.split_at(8);
-    let word = |b: &[u8]| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(b);
-        u64::from_be_bytes(w)
-    };
-    [word(hi), word(lo)]
-}
 
 /// One applied change: its key is `arena[key_off..]` up to the next entry's `key_off` (keys are
 /// appended in entry order), which saves a length per entry.
@@ -155,9 +138,8 @@ impl MemTable {
 
     /// The newest entry of every key, in key order: what a flush writes.
     pub(crate) fn sorted(&self) -> impl Iterator<Item = (&[u8], Slot)> {
-        // Each entry carries its key's first 16 bytes as two big-endian words, so most
-        // comparisons are two integer compares instead of a `memcmp` call through the arena
-        // (an encoded int8 key is 9 bytes: the words decide it alone).
+        // Each entry carries its key's prefix (sinks/key_prefix.rs): most comparisons are two
+        // integer compares instead of a `memcmp` through the arena.
         let mut order: Vec<([u64; 2], usize)> = (0..self.entries.len())
             .map(|i| (key_prefix(self.key(i)), i))
             .collect();

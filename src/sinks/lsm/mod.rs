@@ -285,6 +285,7 @@ impl LsmSink {
         // overlap them on its level.
         let copying = checkpoint.snapshot.is_some() || plan.truncate;
         let to_bottom = copying && !handle.compacting.load(Ordering::Acquire);
+        let chunks: Vec<Option<u32>> = changes.iter().map(|c| c.copy_chunk).collect();
         let mut files = Vec::new();
         for (bucket, first, len) in plan.bucket_ranges() {
             let part = batch.slice(first, len);
@@ -297,7 +298,7 @@ impl LsmSink {
                         .get(&(bucket as i32))
                         .map_or(&[][..], Vec::as_slice)
                 };
-                placement::for_bucket(&plan, &schemas, first, &part, live)
+                placement::for_bucket(&plan, &chunks, &schemas, first, &part, live)
             } else {
                 None
             };

@@ -19,8 +19,13 @@
 //! first reader has yet to read, and the next commit's rows would fall inside its range. The
 //! readers' batches reach the sink interleaved in arrival order, so within one reader's block the
 //! batch index only grows along the key order; a step back to a lower batch index is where one
-//! reader's block ends and another's begins. Rows that do not fit (a key inside a live file's
-//! range, a table whose physical order is not its key order: too many cuts) fall back to one
+//! reader's block ends and another's begins. Where the source tags its batches with their copy
+//! chunk (`TableChanges::copy_chunk`; Postgres does), a change of chunk is a cut too, which also
+//! catches a reader whose block arrived wholly after another's (no step back: before the tag,
+//! such a file spanned an unread chunk, every later commit of that chunk fell to level 0, and
+//! the compactions that followed tripled the copy's CPU). Rows that do not fit (a key inside a
+//! live file's range, a table whose physical order is not its key order: too many cuts) fall
+//! back to one
 //! level-0 run, which is always correct. The bottom files a copy leaves (a few per commit and
 //! bucket) are rewritten as one per bucket once the copy is done (`compaction::consolidate`):
 //! one rewrite after the copy instead of merges during it, which no longer holds up the copy.
@@ -104,10 +109,13 @@ pub fn occupied(
 
 /// Cuts `keys` (one bucket's rows of a commit, sorted by key, one row per key) into files for the
 /// bottom level: `(first row, row count)` per file, or `None` when the rows belong in level 0.
-/// `batch[i]` is the index of the source batch row `i` came from.
+/// `batch[i]` is the index of the source batch row `i` came from, `chunk[b]` the copy chunk of
+/// batch `b` (`None` where the source does not say: then only the batch order tells readers
+/// apart, which misses a reader whose block arrived wholly after another's).
 pub fn bottom_files(
     keys: &Rows,
     batch: &[u32],
+    chunk: &[Option<u32>],
     occupied: &Occupied,
 ) -> Option<Vec<(usize, usize)>> {
     let n = keys.num_rows();
@@ -131,7 +139,10 @@ pub fn bottom_files(
         let b = batch.get(i).copied().unwrap_or(0);
         let cut = match previous {
             None => false,
-            Some((prev, prev_batch)) => next != gap || b < prev_batch || prev >= key,
+            Some((prev, prev_batch)) => {
+                let chunk_of = |b: u32| chunk.get(b as usize).copied().flatten();
+                next != gap || b < prev_batch || chunk_of(b) != chunk_of(prev_batch) || prev >= key
+            }
         };
         if cut {
             files.push((start, i - start));
@@ -151,6 +162,7 @@ pub fn bottom_files(
 /// them: `(offset in part, rows)` per bottom-level file, or `None` for one level-0 run.
 pub fn for_bucket(
     plan: &Plan,
+    chunk: &[Option<u32>],
     schemas: &FileSchemas,
     first: usize,
     part: &arrow_array::RecordBatch,
@@ -186,7 +198,7 @@ pub fn for_bucket(
     let keys = converter
         .convert_columns(part.columns().get(..schemas.key.len())?)
         .ok()?;
-    bottom_files(&keys, &batch, &occupied)
+    bottom_files(&keys, &batch, chunk, &occupied)
 }
 
 /// The inputs of a merge as sorted runs: indexes into `files`, each inner list a run's files in
@@ -270,7 +282,7 @@ mod tests {
     fn one_reader_into_an_empty_bucket_is_one_file() {
         let keys = rows(&[1, 2, 3, 4]);
         assert_eq!(
-            bottom_files(&keys, &[0, 0, 4, 8], &Occupied::default()),
+            bottom_files(&keys, &[0, 0, 4, 8], &[], &Occupied::default()),
             Some(vec![(0, 4)])
         );
     }
@@ -281,25 +293,49 @@ mod tests {
         let keys = rows(&[1, 2, 3, 4, 10, 11, 12, 13]);
         let batch = [0, 0, 2, 2, 1, 1, 3, 3];
         assert_eq!(
-            bottom_files(&keys, &batch, &Occupied::default()),
+            bottom_files(&keys, &batch, &[], &Occupied::default()),
             Some(vec![(0, 4), (4, 4)])
         );
         // A live file [5, 6] between the blocks; another [20, 30] above them.
         let occ = occupied(&[(20, 30), (5, 6)]);
         let batch = [0; 8];
         assert_eq!(
-            bottom_files(&keys, &batch, &occ),
+            bottom_files(&keys, &batch, &[], &occ),
             Some(vec![(0, 4), (4, 4)])
+        );
+    }
+
+    #[test]
+    fn cuts_where_chunks_meet_even_when_batches_arrive_in_order() {
+        // Chunk 7 (batches 0, 1) ended before chunk 9's batches (2, 3) arrived: the batch order
+        // never steps back, yet keys 5..=9 between the blocks are unread (another chunk's).
+        let keys = rows(&[1, 2, 3, 4, 10, 11, 12, 13]);
+        let batch = [0, 0, 1, 1, 2, 2, 3, 3];
+        let chunk = [Some(7), Some(7), Some(9), Some(9)];
+        assert_eq!(
+            bottom_files(&keys, &batch, &chunk, &Occupied::default()),
+            Some(vec![(0, 4), (4, 4)])
+        );
+        assert_eq!(
+            bottom_files(&keys, &batch, &[], &Occupied::default()),
+            Some(vec![(0, 8)]),
+            "without chunks the blocks look like one reader's"
         );
     }
 
     #[test]
     fn a_key_inside_a_live_range_goes_to_level_zero() {
         let keys = rows(&[1, 2, 7, 40]);
-        assert_eq!(bottom_files(&keys, &[0; 4], &occupied(&[(5, 9)])), None);
-        assert_eq!(bottom_files(&keys, &[0; 4], &occupied(&[(40, 40)])), None);
         assert_eq!(
-            bottom_files(&keys, &[0; 4], &occupied(&[(3, 6), (5, 6), (8, 39)])),
+            bottom_files(&keys, &[0; 4], &[], &occupied(&[(5, 9)])),
+            None
+        );
+        assert_eq!(
+            bottom_files(&keys, &[0; 4], &[], &occupied(&[(40, 40)])),
+            None
+        );
+        assert_eq!(
+            bottom_files(&keys, &[0; 4], &[], &occupied(&[(3, 6), (5, 6), (8, 39)])),
             Some(vec![(0, 2), (2, 1), (3, 1)]),
             "joined ranges [3, 6] and [8, 39] leave gaps below 3, at 7 and above 39"
         );
@@ -310,7 +346,7 @@ mod tests {
         let keys: Vec<i64> = (0..100).collect();
         let batch: Vec<u32> = (0..100).map(|i| (i % 2 == 0) as u32).collect();
         assert_eq!(
-            bottom_files(&rows(&keys), &batch, &Occupied::default()),
+            bottom_files(&rows(&keys), &batch, &[], &Occupied::default()),
             None
         );
     }

@@ -20,6 +20,7 @@ use arrow_schema::ArrowError;
 use super::binary_row;
 use super::schema::{FileSchemas, KIND_DELETE, KIND_INSERT};
 use crate::changelog::{Op, TableChanges};
+use crate::sinks::key_prefix::key_prefix;
 
 /// Where one output column value comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +92,8 @@ pub enum PlanError {
 }
 
 struct Rec {
+    /// The key's [`key_prefix`], which decides most comparisons of the sort.
+    prefix: [u64; 2],
     batch: u32,
     row: u32,
     old: bool,
@@ -173,8 +176,11 @@ pub fn plan(
             {
                 return Err(PlanError::NullKey);
             }
+            let prefix =
+                |rows: &[Rows]| rows.get(b).map_or([0; 2], |k| key_prefix(k.row(r).data()));
             if c.key_changed.get(r) == Some(&true) {
                 recs.push(Rec {
+                    prefix: prefix(&old_keys),
                     batch: b as u32,
                     row: r as u32,
                     old: true,
@@ -182,6 +188,7 @@ pub fn plan(
                 });
             }
             recs.push(Rec {
+                prefix: prefix(&keys),
                 batch: b as u32,
                 row: r as u32,
                 old: false,
@@ -194,7 +201,12 @@ pub fn plan(
         rows.get(r.batch as usize)
             .map(|rows| rows.row(r.row as usize))
     };
-    recs.sort_by(|a, b| key_of(a).cmp(&key_of(b)).then(a.order.cmp(&b.order)));
+    recs.sort_by(|a, b| {
+        a.prefix
+            .cmp(&b.prefix)
+            .then_with(|| key_of(a).cmp(&key_of(b)))
+            .then(a.order.cmp(&b.order))
+    });
 
     let is_delete = |r: &Rec| {
         r.old

@@ -392,7 +392,8 @@ async fn worker(shared: Arc<Shared>) -> Result<(), SourceError> {
         };
         send(&shared.events, chunk_event(ChunkState::Started)).await?;
         let copied = shared.copied.get(job.table);
-        let emit = |batch: crate::changelog::TableChanges| {
+        let emit = |mut batch: crate::changelog::TableChanges| {
+            batch.copy_chunk = Some(job.chunk);
             let events = shared.events.clone();
             if let Some(c) = copied {
                 c.fetch_add(batch.len() as u64, Ordering::Relaxed);
