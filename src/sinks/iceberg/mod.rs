@@ -80,6 +80,23 @@ pub struct IcebergSink {
 
 type Slot = Arc<tokio::sync::Mutex<TableSlot>>;
 
+/// Waits for the last commit's background index update (if one runs) and puts back the index it
+/// hands over: `None` after an error, which the next commit reopens and catches up.
+async fn take_back_index(
+    index: &mut Option<TableIndex>,
+    recording: &mut Option<tokio::task::JoinHandle<Option<TableIndex>>>,
+) {
+    if let Some(task) = recording.take() {
+        *index = match task.await {
+            Ok(index) => index,
+            Err(e) => {
+                tracing::warn!(error = %e, "the primary-key index update stopped; the next commit catches the index up from the table");
+                None
+            }
+        };
+    }
+}
+
 /// A table's state cached between commits; each part is reread when it does not describe the
 /// snapshot a commit builds on.
 #[derive(Default)]
@@ -168,10 +185,7 @@ impl IcebergSink {
         meta: &iceberg::spec::TableMetadata,
         state: &LiveState,
     ) -> Result<(), SinkError> {
-        if let Some(task) = recording.take() {
-            // A task that panicked or was cancelled leaves no index: reopened below.
-            *index = task.await.unwrap_or(None);
-        }
+        take_back_index(index, recording).await;
         let current = meta.current_snapshot().map(|s| s.snapshot_id());
         if index.as_ref().is_some_and(|i| i.covers() != current) {
             *index = None;
@@ -196,9 +210,10 @@ impl IcebergSink {
     async fn settle_index(&self, table: &TableId) {
         let slot = self.table_slot(table);
         let mut guard = slot.lock().await;
-        if let Some(task) = guard.recording.take() {
-            guard.index = task.await.unwrap_or(None);
-        }
+        let TableSlot {
+            index, recording, ..
+        } = &mut *guard;
+        take_back_index(index, recording).await;
     }
 
     /// Where the primary-key index of `table` lives (pk_index.rs says why there).
