@@ -208,6 +208,8 @@ pub fn plan(
             .then(a.order.cmp(&b.order))
     });
 
+    // Different prefixes are different keys; only equal ones need the whole keys compared.
+    let same_key = |a: &Rec, b: &Rec| a.prefix == b.prefix && key_of(a) == key_of(b);
     let is_delete = |r: &Rec| {
         r.old
             || changes
@@ -226,7 +228,7 @@ pub fn plan(
     let mut group_start = vec![0usize; recs.len()];
     let mut old_at: HashMap<(u32, u32), usize> = HashMap::new();
     for i in 0..recs.len() {
-        let same = i > 0 && key_of(&recs[i - 1]) == key_of(&recs[i]);
+        let same = i > 0 && same_key(&recs[i - 1], &recs[i]);
         group_start[i] = if same { group_start[i - 1] } else { i };
         if recs[i].old {
             old_at.insert((recs[i].batch, recs[i].row), i);
@@ -273,7 +275,7 @@ pub fn plan(
     let mut i = 0;
     while i < recs.len() {
         let mut j = i + 1;
-        while j < recs.len() && key_of(&recs[j]) == key_of(&recs[i]) {
+        while j < recs.len() && same_key(&recs[j], &recs[i]) {
             j += 1;
         }
         let Some(last) = recs.get(j - 1) else { break };
