@@ -35,6 +35,7 @@ mod commit;
 pub mod deletion_vector;
 mod dv;
 mod encode;
+mod index_slot;
 mod input;
 mod live;
 mod locator;
@@ -49,11 +50,11 @@ mod summary;
 mod window;
 mod writer;
 
+use index_slot::IndexSlot;
 use input::{check_batches, plan_error};
 use live::{LiveState, Published};
 use locator::{IndexLocator, RowLocator};
 use metadata::Loaded;
-use pk_index::TableIndex;
 use plan::FileLimits;
 
 #[cfg(test)]
@@ -80,34 +81,12 @@ pub struct IcebergSink {
 
 type Slot = Arc<tokio::sync::Mutex<TableSlot>>;
 
-/// Waits for the last commit's background index update (if one runs) and puts back the index it
-/// hands over: `None` after an error, which the next commit reopens and catches up.
-async fn take_back_index(
-    index: &mut Option<TableIndex>,
-    recording: &mut Option<tokio::task::JoinHandle<Option<TableIndex>>>,
-) {
-    if let Some(task) = recording.take() {
-        *index = match task.await {
-            Ok(index) => index,
-            Err(e) => {
-                tracing::warn!(error = %e, "the primary-key index update stopped; the next commit catches the index up from the table");
-                None
-            }
-        };
-    }
-}
-
 /// A table's state cached between commits; each part is reread when it does not describe the
 /// snapshot a commit builds on.
 #[derive(Default)]
 struct TableSlot {
-    /// Primary-key index of a v3 table, opened at its first commit; `None` until then, and again
-    /// after an index error (the next commit reopens and replays). Taken by `recording` while
-    /// the last commit's update of it runs.
-    index: Option<TableIndex>,
-    /// The last commit's index update, running in the background; it hands the index back
-    /// (`None` after an error). See [`IcebergSink::ready_index`].
-    recording: Option<tokio::task::JoinHandle<Option<TableIndex>>>,
+    /// Primary-key index of a v3 table (index_slot.rs: ready, or updated in the background).
+    index: IndexSlot,
     /// Manifests, live files and vectors of the snapshot the last commit made or read.
     live: Option<LiveState>,
 }
@@ -166,54 +145,10 @@ impl IcebergSink {
         Arc::clone(slots.entry(table.clone()).or_default())
     }
 
-    /// Makes `slot`'s index ready for a commit building on `meta`, whose live state is `state`:
-    /// waits for the last commit's index update, drops an index that does not cover `meta`'s
-    /// current snapshot (a publish whose outcome was unknown landed after all, or another writer
-    /// committed), and opens (and catches up) a missing one, like after a restart.
-    ///
-    /// Why the update runs in the background: recording a commit's keys and persisting the
-    /// index is ~20% of a commit of inserts, and nothing needs the index until the next commit
-    /// locates keys or publishes. A commit that only inserts calls this after writing its data
-    /// files, so the two overlap; an initial copy is such commits back to back. The index is
-    /// persisted after the table commit either way, so a crash finds it behind and catches up
-    /// (pk_index.rs, recovery), as before.
-    async fn ready_index(
-        &self,
-        index: &mut Option<TableIndex>,
-        recording: &mut Option<tokio::task::JoinHandle<Option<TableIndex>>>,
-        schema: &TableSchema,
-        meta: &iceberg::spec::TableMetadata,
-        state: &LiveState,
-    ) -> Result<(), SinkError> {
-        take_back_index(index, recording).await;
-        let current = meta.current_snapshot().map(|s| s.snapshot_id());
-        if index.as_ref().is_some_and(|i| i.covers() != current) {
-            *index = None;
-        }
-        if index.is_none() {
-            let location = self.index_location(&schema.id);
-            let opened = TableIndex::open(
-                &self.warehouse,
-                &location,
-                schema,
-                meta,
-                &state.files,
-                &state.dvs,
-            )
-            .await?;
-            *index = Some(opened);
-        }
-        Ok(())
-    }
-
     /// Waits for `table`'s background index update, if one runs.
     async fn settle_index(&self, table: &TableId) {
         let slot = self.table_slot(table);
-        let mut guard = slot.lock().await;
-        let TableSlot {
-            index, recording, ..
-        } = &mut *guard;
-        take_back_index(index, recording).await;
+        slot.lock().await.index.settle().await;
     }
 
     /// Where the primary-key index of `table` lives (pk_index.rs says why there).
@@ -292,11 +227,7 @@ impl IcebergSink {
         // The table's cached state (live files, vectors, index), held for the whole commit.
         let slot = self.table_slot(table);
         let mut guard = slot.lock().await;
-        let TableSlot {
-            index,
-            recording,
-            live,
-        } = &mut *guard;
+        let TableSlot { index, live } = &mut *guard;
         let state = match live {
             Some(state) if state.describes(meta) => state,
             _ => live.insert(LiveState::load(&self.warehouse, table, meta).await?),
@@ -305,13 +236,16 @@ impl IcebergSink {
         // complete (lookups) or to delete from earlier snapshots. Otherwise it is readied after
         // the files, overlapping the last commit's index update with this commit's encoding.
         let index_first = v3 && (!plan.lookups.is_empty() || !plan.equality_deletes.is_empty());
+        let index_location = self.index_location(table);
         if index_first {
-            self.ready_index(index, recording, schema, meta, state)
+            let (files, dvs) = (&state.files, &state.dvs);
+            index
+                .ready(&self.warehouse, &index_location, schema, meta, files, dvs)
                 .await?;
         }
         let files = &state.files;
         let live_dvs = &state.dvs;
-        let table_index = index.as_ref();
+        let table_index = index.get();
         let arrow = |what: &str| {
             let context = format!("{what} of {table}");
             move |source| SinkError::Arrow { context, source }
@@ -447,7 +381,9 @@ impl IcebergSink {
         }
 
         if v3 && !index_first {
-            self.ready_index(index, recording, schema, meta, state)
+            let (files, dvs) = (&state.files, &state.dvs);
+            index
+                .ready(&self.warehouse, &index_location, schema, meta, files, dvs)
                 .await?;
         }
         let files_written = data_files.len() + delete_files.len();
@@ -586,31 +522,16 @@ impl IcebergSink {
         // The snapshot is durable: a failure from here on must not fail the commit (the caller
         // would retry changes the table already holds). The index is dropped instead, and the
         // next commit reopens it and replays this snapshot (pk_index.rs, recovery). The update
-        // runs in the background until the next commit readies the index (`ready_index`).
+        // runs in the background until the next commit readies the index (index_slot.rs).
         let data_rows = plan.data_rows() as u64;
-        if let Some(mut ti) = index.take() {
-            let (schema, changes) = (Arc::clone(schema), changes.to_vec());
-            let table = table.clone();
-            *recording = Some(tokio::spawn(async move {
-                let recorded = ti
-                    .record(
-                        &schema,
-                        changes,
-                        &plan,
-                        &paths,
-                        removed_keys.as_ref(),
-                        snapshot_id,
-                    )
-                    .await;
-                match recorded {
-                    Ok(()) => Some(ti),
-                    Err(e) => {
-                        tracing::warn!(table = %table, error = %e, "cannot update the primary-key index; it will be caught up from the table at the next commit");
-                        None
-                    }
-                }
-            }));
-        }
+        index.record_in_background(
+            Arc::clone(schema),
+            changes.to_vec(),
+            plan,
+            paths,
+            removed_keys,
+            snapshot_id,
+        );
         Ok(CommitStats {
             snapshot_id,
             data_rows,

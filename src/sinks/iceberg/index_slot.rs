@@ -1,0 +1,117 @@
+//! A v3 table's primary-key index as the sink keeps it between commits: ready, or being updated
+//! in the background by the last commit.
+//!
+//! Why in the background: recording a commit's keys and persisting the index is ~20% of a commit
+//! of inserts, and nothing needs the index until the next commit locates keys or publishes. A
+//! commit that only inserts readies the index after writing its data files, so the last commit's
+//! update overlaps this commit's encoding; an initial copy is such commits back to back (measured
+//! in README, "Performance → Initial copy"). The index is persisted after the table commit either
+//! way, so a crash finds it behind and catches it up from the table (pk_index.rs, recovery).
+//! One index writer at a time: the sink's table slot lock orders commits, the lease orders
+//! processes, and [`IndexSlot::settle`] lets a clean stop (or a test) wait for the last update.
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use iceberg::spec::TableMetadata;
+use tokio::task::JoinHandle;
+
+use super::dv::LiveDvs;
+use super::manifest::LiveFiles;
+use super::pk_index::TableIndex;
+use super::plan::Plan;
+use crate::changelog::{TableChanges, TableSchema};
+use crate::sinks::SinkError;
+use crate::storage::Warehouse;
+
+#[derive(Default)]
+pub(crate) struct IndexSlot {
+    /// The index, opened at the table's first v3 commit; `None` until then, while `recording`
+    /// holds it, and after an index error (the next commit reopens and replays).
+    index: Option<TableIndex>,
+    /// The last commit's update, handing the index back (`None` after an error).
+    recording: Option<JoinHandle<Option<TableIndex>>>,
+}
+
+impl IndexSlot {
+    /// The index if it is ready (opened and not being updated).
+    pub(crate) fn get(&self) -> Option<&TableIndex> {
+        self.index.as_ref()
+    }
+
+    /// Waits for the last commit's update, if one runs, and takes back the index it hands over.
+    pub(crate) async fn settle(&mut self) {
+        if let Some(task) = self.recording.take() {
+            self.index = match task.await {
+                Ok(index) => index,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the primary-key index update stopped; the next commit catches the index up from the table");
+                    None
+                }
+            };
+        }
+    }
+
+    /// Makes the index ready for a commit building on `meta` (live files `files`, vectors
+    /// `dvs`): settles the last update, drops an index that does not cover `meta`'s current
+    /// snapshot (a publish whose outcome was unknown landed after all, or another writer
+    /// committed), and opens (and catches up) a missing one from `location`, like after a
+    /// restart.
+    pub(crate) async fn ready(
+        &mut self,
+        warehouse: &Warehouse,
+        location: &str,
+        schema: &TableSchema,
+        meta: &TableMetadata,
+        files: &LiveFiles,
+        dvs: &LiveDvs,
+    ) -> Result<(), SinkError> {
+        self.settle().await;
+        let current = meta.current_snapshot().map(|s| s.snapshot_id());
+        if self.index.as_ref().is_some_and(|i| i.covers() != current) {
+            self.index = None;
+        }
+        if self.index.is_none() {
+            let opened = TableIndex::open(warehouse, location, schema, meta, files, dvs).await?;
+            self.index = Some(opened);
+        }
+        Ok(())
+    }
+
+    /// Records published snapshot `snapshot_id` (see [`TableIndex::record`]) in a background
+    /// task, if the index is ready; the next [`ready`](Self::ready) or [`settle`](Self::settle)
+    /// waits for it. A failure is logged and leaves no index: the snapshot is durable, so the
+    /// commit must not fail, and the next commit reopens the index and replays it.
+    pub(crate) fn record_in_background(
+        &mut self,
+        schema: Arc<TableSchema>,
+        changes: Vec<TableChanges>,
+        plan: Plan,
+        paths: Vec<String>,
+        removed: Option<RecordBatch>,
+        snapshot_id: i64,
+    ) {
+        let Some(mut index) = self.index.take() else {
+            return;
+        };
+        self.recording = Some(tokio::spawn(async move {
+            let recorded = index
+                .record(
+                    &schema,
+                    changes,
+                    &plan,
+                    &paths,
+                    removed.as_ref(),
+                    snapshot_id,
+                )
+                .await;
+            match recorded {
+                Ok(()) => Some(index),
+                Err(e) => {
+                    tracing::warn!(table = %schema.id, error = %e, "cannot update the primary-key index; it will be caught up from the table at the next commit");
+                    None
+                }
+            }
+        }));
+    }
+}
