@@ -10,10 +10,11 @@
 //! Layout by role: `schema.rs` (types and field ids), `input.rs` (checks of a commit's batches),
 //! `plan.rs` (pure: what to write), `live.rs` (the snapshot's files and vectors, cached between
 //! commits), `lookup.rs` (current rows to complete partial updates), `pk_index.rs` +
-//! `index_slot.rs` + `locator.rs` (v3: where each key's row is, updated in the background), `dv.rs` (deletion vectors), `writer.rs` (the
-//! files' rows), `encode.rs` (Parquet settings, columns encoded in parallel), `manifest.rs` (Avro manifests and lists), `metadata.rs` (find the newest metadata),
-//! `commit.rs` (publish). Tables live at `<warehouse>/<namespace>/<table>/` so any engine finds
-//! them without cdcd (DESIGN.md, "Where tables live").
+//! `index_slot.rs` + `locator.rs` (v3: where each key's row is, updated in the background),
+//! `dv.rs` (deletion vectors), `writer.rs` (the files' rows), `encode.rs` (Parquet settings,
+//! columns encoded in parallel), `manifest.rs` (Avro manifests and lists), `metadata.rs` (find
+//! the newest metadata), `commit.rs` (publish). Tables live at `<warehouse>/<namespace>/<table>/`
+//! so any engine finds them without cdcd (DESIGN.md, "Where tables live").
 
 // `SinkError` is large because it carries `iceberg::Error` by value (sinks/mod.rs); boxing it
 // there would change the shared seam, so the lint is allowed for this sink.
