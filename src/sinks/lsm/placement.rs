@@ -129,6 +129,7 @@ pub fn bottom_files(
     let mut start = 0usize;
     let mut gap = usize::MAX;
     let mut previous: Option<(Row<'_>, u32)> = None;
+    let chunk_of = |b: u32| chunk.get(b as usize).copied().flatten();
     for (i, key) in keys.iter().enumerate() {
         while ranges.get(next).is_some_and(|(_, hi)| hi.row() < key) {
             next += 1;
@@ -140,7 +141,6 @@ pub fn bottom_files(
         let cut = match previous {
             None => false,
             Some((prev, prev_batch)) => {
-                let chunk_of = |b: u32| chunk.get(b as usize).copied().flatten();
                 next != gap || b < prev_batch || chunk_of(b) != chunk_of(prev_batch) || prev >= key
             }
         };
