@@ -224,14 +224,23 @@ pub fn plan(
                 .and_then(|c| c.key_changed.get(r.row as usize))
                 == Some(&true)
     };
+    // An insert-only commit with every column present (an initial copy's) takes every column of
+    // a key's row from its last insert: the per-column resolution below, and the groups and
+    // key-change anchors it walks, are not needed.
+    let whole_rows = !truncate
+        && changes
+            .iter()
+            .all(|c| !c.has_absent() && c.ops.iter().all(|op| *op == Op::Insert));
     // Where each key's run of records starts, and where the old-key record of a key change sits.
-    let mut group_start = vec![0usize; recs.len()];
+    let mut group_start = vec![0usize; if whole_rows { 0 } else { recs.len() }];
     let mut old_at: HashMap<(u32, u32), usize> = HashMap::new();
-    for i in 0..recs.len() {
-        let same = i > 0 && same_key(&recs[i - 1], &recs[i]);
-        group_start[i] = if same { group_start[i - 1] } else { i };
-        if recs[i].old {
-            old_at.insert((recs[i].batch, recs[i].row), i);
+    if !whole_rows {
+        for i in 0..recs.len() {
+            let same = i > 0 && same_key(&recs[i - 1], &recs[i]);
+            group_start[i] = if same { group_start[i - 1] } else { i };
+            if recs[i].old {
+                old_at.insert((recs[i].batch, recs[i].row), i);
+            }
         }
     }
     // The value of `col` for the row record `k` wrote: from `k` itself, else from the row's state
@@ -288,26 +297,29 @@ pub fn plan(
         let bucket = key_bucket(&mut key_buf, schemas, &key_columns, key_src, buckets)?;
         let mut pending = None;
         row_sources.clear();
-        for col in 0..columns {
-            let src = if schemas.key.contains(&col) {
-                key_src
-            } else if last.old {
-                Src::Null
-            } else if present(changes, last, col) {
-                Src::Row(last.batch, last.row)
-            } else if delete || (!complete && !key_changed(last)) {
-                Src::Null
-            } else {
-                match resolve(j - 1, col) {
-                    Ok(src) => src,
-                    Err(key) => {
-                        pending = Some(key);
-                        Src::Pending
+        if !whole_rows {
+            for col in 0..columns {
+                let src = if schemas.key.contains(&col) {
+                    key_src
+                } else if last.old {
+                    Src::Null
+                } else if present(changes, last, col) {
+                    Src::Row(last.batch, last.row)
+                } else if delete || (!complete && !key_changed(last)) {
+                    Src::Null
+                } else {
+                    match resolve(j - 1, col) {
+                        Ok(src) => src,
+                        Err(key) => {
+                            pending = Some(key);
+                            Src::Pending
+                        }
                     }
-                }
-            };
-            row_sources.push(src);
+                };
+                row_sources.push(src);
+            }
         }
+        // (With `whole_rows`, `row_sources` stays empty: uniform.)
         let uniform = row_sources.iter().all(|&s| s == key_src);
         if !uniform && sources.is_empty() {
             // The first row that needs its sources: earlier rows take every column from their key
@@ -332,9 +344,7 @@ pub fn plan(
         });
         i = j;
     }
-    // Stable: rows keep key order within each bucket.
-    let mut idx: Vec<usize> = (0..rows.len()).collect();
-    idx.sort_by_key(|&i| rows.get(i).map_or(0, |r| r.bucket));
+    let idx = by_bucket(&rows, buckets);
     let mut new_pos = vec![0usize; rows.len()];
     let mut sorted_rows = Vec::with_capacity(rows.len());
     let mut sorted_sources = Vec::with_capacity(sources.len());
@@ -371,6 +381,28 @@ pub fn plan(
         cast,
         old_cast,
     })
+}
+
+/// Row indexes ordered by bucket, stably (rows keep key order within each bucket): a counting
+/// sort, as buckets are few and rows many.
+fn by_bucket(rows: &[Out], buckets: u32) -> Vec<usize> {
+    let mut starts = vec![0usize; buckets.max(1) as usize + 1];
+    for r in rows {
+        let b = (r.bucket as usize).min(starts.len() - 2);
+        starts[b + 1] += 1;
+    }
+    for b in 1..starts.len() {
+        starts[b] += starts[b - 1];
+    }
+    let mut idx = vec![0usize; rows.len()];
+    for (i, r) in rows.iter().enumerate() {
+        let b = (r.bucket as usize).min(starts.len() - 2);
+        if let Some(slot) = idx.get_mut(starts[b]) {
+            *slot = i;
+        }
+        starts[b] += 1;
+    }
+    idx
 }
 
 /// Each batch's key columns (stored types), for [`key_bucket`]: `rows[batch]`, `old[batch]`.
