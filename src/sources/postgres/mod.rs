@@ -26,6 +26,7 @@ pub mod relation;
 pub mod replication;
 pub mod setup;
 pub mod snapshot;
+mod startup;
 pub mod stream;
 pub mod types;
 

@@ -10,20 +10,15 @@
 //! needs both under its control (ack only what is durable, STYLE rule 6), so it speaks the protocol
 //! itself with the crate's public building blocks.
 //!
-//! Transport: plain TCP. `PostgresConfig` carries no `sslmode` yet, so TLS is not offered.
-//! Auth: trust, cleartext and SCRAM-SHA-256; md5 is refused with a message saying how to switch
-//! (pgwire-replication keeps its md5 helper private and cdcd has no md5 implementation). The
-//! password never appears in an error or a log line.
+//! Connecting and authenticating is `startup.rs`'s (plain TCP; trust, cleartext or SCRAM-SHA-256).
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use pgwire_replication::auth::ScramClient;
 use pgwire_replication::protocol::framing::{
-    write_copy_data, write_copy_done, write_password_message, write_query, write_startup_message,
-    MessageReader,
+    write_copy_data, write_copy_done, write_query, MessageReader,
 };
-use pgwire_replication::protocol::messages::{auth, parse_auth_request, ErrorFields};
+use pgwire_replication::protocol::messages::ErrorFields;
 use pgwire_replication::protocol::replication::{
     parse_copy_data, ReplicationCopyData, PG_EPOCH_MICROS,
 };
@@ -31,16 +26,17 @@ use pgwire_replication::PgWireError;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
+use super::startup::{self, SessionKind};
 use super::types::TEXT_FORMAT_SETTINGS;
 use crate::changelog::Lsn;
 use crate::config::PostgresConfig;
 use crate::sources::SourceError;
 
-mod wire;
+pub(super) mod wire;
 pub use wire::{create_slot_sql, encode_status, quote_ident, start_replication_sql};
 use wire::{
-    describe, first_word, len_i32, now_pg_micros, parse_data_row, parse_lsn, sasl_offers_scram,
-    server_error, server_major_version, text_column, with_context,
+    describe, first_word, now_pg_micros, parse_data_row, parse_lsn, server_error, text_column,
+    with_context,
 };
 
 /// The startup `options` (`-c name=value …`) that fix the text form of values: the walsender
@@ -53,12 +49,6 @@ pub fn session_options() -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
-
-/// Protocol 3.0 (`196608`), the only frontend/backend version Postgres speaks.
-const PROTOCOL_VERSION: i32 = 196_608;
-
-/// Bound on one backend message; a bigger one ends the session (the reader cannot resync).
-const MAX_MESSAGE_BYTES: usize = 1 << 30;
 
 /// What `IDENTIFY_SYSTEM` reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,13 +91,6 @@ pub enum ReplicationMessage {
     },
 }
 
-/// A SCRAM exchange in progress: the client state, then the auth message and salted password
-/// that verify the server's final message.
-struct ScramState {
-    client: ScramClient,
-    proof: Option<(String, Vec<u8>)>,
-}
-
 /// A walsender session.
 pub struct ReplicationConnection {
     /// Buffered so that many small CopyData frames cost one syscall; `BufReader` passes writes
@@ -133,133 +116,14 @@ impl ReplicationConnection {
         cfg: &PostgresConfig,
         extra_options: &str,
     ) -> Result<Self, SourceError> {
-        let target = cfg.display_target();
-        let connect_err = |detail: String| SourceError::Connect {
-            target: target.clone(),
-            detail,
-        };
-        let tcp = TcpStream::connect((cfg.host.as_str(), cfg.port))
-            .await
-            .map_err(|e| connect_err(e.to_string()))?;
-        // Status updates are small and latency matters more than batching.
-        tcp.set_nodelay(true)
-            .map_err(|e| connect_err(e.to_string()))?;
-        let mut conn = ReplicationConnection {
-            stream: BufReader::with_capacity(128 * 1024, tcp),
-            reader: MessageReader::new().with_max_message_size(MAX_MESSAGE_BYTES),
-            target: target.clone(),
+        let opened = startup::open(cfg, SessionKind::Walsender, extra_options).await?;
+        Ok(ReplicationConnection {
+            stream: opened.stream,
+            reader: opened.reader,
+            target: cfg.display_target(),
             streaming: false,
-            server_major: 0,
-        };
-        let mut options = session_options();
-        if !extra_options.is_empty() {
-            options.push(' ');
-            options.push_str(extra_options);
-        }
-        let params = [
-            ("user", cfg.user.as_str()),
-            ("database", cfg.database.as_str()),
-            ("replication", "database"),
-            ("client_encoding", "UTF8"),
-            ("application_name", "cdcd"),
-            ("options", options.as_str()),
-        ];
-        write_startup_message(&mut conn.stream, PROTOCOL_VERSION, &params)
-            .await
-            .map_err(|e| connect_err(describe(&e)))?;
-        conn.authenticate(cfg).await?;
-        Ok(conn)
-    }
-
-    /// Runs the startup exchange until ReadyForQuery (protocol §55.2.1 "Start-up").
-    async fn authenticate(&mut self, cfg: &PostgresConfig) -> Result<(), SourceError> {
-        let mut scram: Option<ScramState> = None;
-        loop {
-            let msg = self.read().await?;
-            match msg.tag {
-                b'R' => {
-                    let (code, data) =
-                        parse_auth_request(&msg.payload).map_err(|e| self.lost(e))?;
-                    match code {
-                        auth::OK => {}
-                        auth::CLEARTEXT_PASSWORD => {
-                            let password = self.password(cfg)?;
-                            let mut payload = Vec::with_capacity(password.len() + 1);
-                            payload.extend_from_slice(password.as_bytes());
-                            payload.push(0);
-                            write_password_message(&mut self.stream, &payload)
-                                .await
-                                .map_err(|e| self.lost(e))?;
-                        }
-                        auth::MD5_PASSWORD => {
-                            return Err(self.auth_failed(
-                                "the server asks for md5 password authentication, which cdcd does not support: use scram-sha-256 (password_encryption = scram-sha-256, reset the password, and set the pg_hba.conf method to scram-sha-256)",
-                            ));
-                        }
-                        auth::SASL => {
-                            if !sasl_offers_scram(data) {
-                                return Err(self.auth_failed(
-                                    "the server offers no SASL mechanism cdcd supports (SCRAM-SHA-256)",
-                                ));
-                            }
-                            let client = ScramClient::new(&cfg.user);
-                            let first = client.client_first.as_bytes();
-                            let mut init = Vec::with_capacity(first.len() + 20);
-                            init.extend_from_slice(b"SCRAM-SHA-256\0");
-                            init.extend_from_slice(&len_i32(first.len()).to_be_bytes());
-                            init.extend_from_slice(first);
-                            write_password_message(&mut self.stream, &init)
-                                .await
-                                .map_err(|e| self.lost(e))?;
-                            scram = Some(ScramState {
-                                client,
-                                proof: None,
-                            });
-                        }
-                        auth::SASL_CONTINUE => {
-                            let password = self.password(cfg)?.to_owned();
-                            let Some(ScramState { client, proof }) = scram.as_mut() else {
-                                return Err(self.auth_failed("SASLContinue without SASL start"));
-                            };
-                            let server_first = String::from_utf8_lossy(data);
-                            let (client_final, auth_message, salted) = client
-                                .client_final(&password, &server_first)
-                                .map_err(|e| self.auth_failed(&describe(&e)))?;
-                            *proof = Some((auth_message, salted));
-                            write_password_message(&mut self.stream, client_final.as_bytes())
-                                .await
-                                .map_err(|e| self.lost(e))?;
-                        }
-                        auth::SASL_FINAL => {
-                            let Some(ScramState {
-                                proof: Some((auth_message, salted)),
-                                ..
-                            }) = scram.as_ref()
-                            else {
-                                return Err(self.auth_failed("SASLFinal before SASLContinue"));
-                            };
-                            let server_final = String::from_utf8_lossy(data);
-                            ScramClient::verify_server_final(&server_final, salted, auth_message)
-                                .map_err(|e| self.auth_failed(&describe(&e)))?;
-                        }
-                        other => {
-                            return Err(self.auth_failed(&format!(
-                                "unsupported authentication request {other}: use trust, password or scram-sha-256"
-                            )));
-                        }
-                    }
-                }
-                b'E' => return Err(self.auth_failed(&server_error(&msg.payload))),
-                b'Z' => return Ok(()),
-                b'S' => {
-                    if let Some(major) = server_major_version(&msg.payload) {
-                        self.server_major = major;
-                    }
-                }
-                // BackendKeyData, NoticeResponse.
-                _ => {}
-            }
-        }
+            server_major: opened.server_major,
+        })
     }
 
     /// `IDENTIFY_SYSTEM` (protocol §55.4).
@@ -503,21 +367,6 @@ impl ReplicationConnection {
         match self.reader.read(&mut self.stream).await {
             Ok(m) => Ok(m),
             Err(e) => Err(self.lost(e)),
-        }
-    }
-
-    fn password<'c>(&self, cfg: &'c PostgresConfig) -> Result<&'c str, SourceError> {
-        cfg.password.as_deref().ok_or_else(|| {
-            self.auth_failed(
-                "the server asks for a password but none is configured (source.password or the URL)",
-            )
-        })
-    }
-
-    fn auth_failed(&self, detail: &str) -> SourceError {
-        SourceError::Connect {
-            target: self.target.clone(),
-            detail: format!("authentication: {detail}"),
         }
     }
 

@@ -46,7 +46,8 @@
 //! - A chunk that was started but not done at the crash may hold some of its rows: it is copied
 //!   again as updates (upserts), so those rows are replaced, not doubled.
 //!
-//! Text COPY pins the session to the replication connection's settings ([`TEXT_FORMAT_SETTINGS`]),
+//! Text COPY pins the session to the replication connection's settings
+//! ([`TEXT_FORMAT_SETTINGS`](super::types::TEXT_FORMAT_SETTINGS), as start-up options),
 //! so its text is what pgoutput sends and one parser serves both; binary values are decoded to
 //! the same Arrow values (tested against the text path on a real server).
 
@@ -54,9 +55,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use arrow_schema::ArrowError;
-use futures::{pin_mut, FutureExt, TryStreamExt};
 
-use super::types::{ColumnType, ValueError, TEXT_FORMAT_SETTINGS};
+use super::types::{ColumnType, ValueError};
 use crate::changelog::{Op, TableChanges, TableChangesBuilder, TableId, TableSchema};
 use crate::sources::SourceError;
 
@@ -64,9 +64,11 @@ pub mod binary;
 pub mod parallel;
 pub mod plan;
 mod progress;
+pub mod session;
 pub mod text;
 
 pub use binary::{supports_binary, BinaryCopyReader};
+pub use session::{CopySession, SessionError};
 pub use text::{unescape_copy, CopyReader};
 
 #[cfg(test)]
@@ -93,7 +95,7 @@ pub enum SnapshotError {
         table: TableId,
         context: &'static str,
         #[source]
-        source: tokio_postgres::Error,
+        source: SessionError,
     },
     #[error("initial copy of {table}, row {row}, column {column}: {source}")]
     Value {
@@ -163,25 +165,6 @@ impl From<SnapshotError> for SourceError {
     }
 }
 
-/// Sets the session to [`TEXT_FORMAT_SETTINGS`] (text COPY must match pgoutput's text).
-pub async fn set_formats(
-    client: &tokio_postgres::Client,
-    table: &TableId,
-) -> Result<(), SnapshotError> {
-    let settings: String = TEXT_FORMAT_SETTINGS
-        .iter()
-        .map(|(name, value)| format!("SET {name} = '{value}';"))
-        .collect();
-    client
-        .batch_execute(&settings)
-        .await
-        .map_err(|source| SnapshotError::Query {
-            table: table.clone(),
-            context: "setting the session's output formats",
-            source,
-        })
-}
-
 /// Keeps a copy session's chunk queries off plain index scans. A chunk is a primary-key range,
 /// which the planner reads with an index scan when the key follows the physical order: one heap
 /// fetch per row, 8% more server CPU than a bitmap heap scan on the `bench/pg_snapshot.py` table
@@ -190,11 +173,11 @@ pub async fn set_formats(
 /// and reads each page once, in order; a range covering most of the table still gets a
 /// sequential scan.
 pub async fn prefer_page_order(
-    client: &tokio_postgres::Client,
+    session: &mut CopySession,
     table: &TableId,
 ) -> Result<(), SnapshotError> {
-    client
-        .batch_execute("SET enable_indexscan = off")
+    session
+        .execute("SET enable_indexscan = off")
         .await
         .map_err(|source| SnapshotError::Query {
             table: table.clone(),
@@ -207,7 +190,7 @@ pub async fn prefer_page_order(
 /// TRANSACTION SNAPSHOT` must be the transaction's first statement (Postgres docs, "SET
 /// TRANSACTION"), and the importing transaction must be REPEATABLE READ or stricter.
 pub async fn import_snapshot(
-    client: &tokio_postgres::Client,
+    session: &mut CopySession,
     name: &str,
     table: &TableId,
 ) -> Result<(), SnapshotError> {
@@ -215,8 +198,8 @@ pub async fn import_snapshot(
         "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
         quote_literal(name)
     );
-    client
-        .batch_execute(&begin)
+    session
+        .execute(&begin)
         .await
         .map_err(|source| SnapshotError::Query {
             table: table.clone(),
@@ -234,12 +217,10 @@ pub async fn import_snapshot(
 /// starts with one [`Op::Truncate`] change (all columns absent), so a retried copy replaces what
 /// an interrupted one left; an empty table yields just that batch.
 ///
-/// The client's session settings are changed to [`TEXT_FORMAT_SETTINGS`], and with a snapshot
-/// name a transaction is open on it until the copy ends: give this function a connection of its
-/// own. On error the transaction is rolled back (best effort) and the error names the table, and
+/// With a snapshot name a transaction is open on `session` until the copy ends. On error the transaction is rolled back (best effort) and the error names the table, and
 /// for a bad value the row and column.
 pub async fn copy_table<F, Fut>(
-    client: &tokio_postgres::Client,
+    session: &mut CopySession,
     schema: Arc<TableSchema>,
     types: &[ColumnType],
     snapshot_name: Option<&str>,
@@ -251,9 +232,8 @@ where
     Fut: Future<Output = Result<(), SnapshotError>>,
 {
     let table = schema.id.clone();
-    set_formats(client, &table).await?;
     if let Some(name) = snapshot_name {
-        import_snapshot(client, name, &table).await?;
+        import_snapshot(session, name, &table).await?;
     }
     let chunk = ChunkCopy {
         schema,
@@ -267,22 +247,20 @@ where
             bytes: usize::MAX,
         },
     };
-    let copied = copy_chunk(client, chunk, emit).await;
+    let copied = copy_chunk(session, chunk, emit).await;
     if snapshot_name.is_some() {
         match &copied {
-            Ok(_) => {
-                client
-                    .batch_execute("COMMIT")
-                    .await
-                    .map_err(|source| SnapshotError::Query {
-                        table,
-                        context: "ending the snapshot transaction",
-                        source,
-                    })?
-            }
+            Ok(_) => session
+                .execute("COMMIT")
+                .await
+                .map_err(|source| SnapshotError::Query {
+                    table,
+                    context: "ending the snapshot transaction",
+                    source,
+                })?,
             // The copy already failed; a failed rollback only means the connection is gone.
             Err(_) => {
-                let _ = client.batch_execute("ROLLBACK").await;
+                let _ = session.execute("ROLLBACK").await;
             }
         }
     }
@@ -304,10 +282,10 @@ pub struct ChunkCopy<'a> {
     pub limits: BatchLimits,
 }
 
-/// Runs one COPY on `client` (inside whatever transaction the caller opened) and calls `emit` with
+/// Runs one COPY on `session` (inside whatever transaction the caller opened) and calls `emit` with
 /// each batch, awaiting it. Returns the rows copied.
 pub async fn copy_chunk<F, Fut>(
-    client: &tokio_postgres::Client,
+    session: &mut CopySession,
     chunk: ChunkCopy<'_>,
     emit: F,
 ) -> Result<u64, SnapshotError>
@@ -324,7 +302,7 @@ where
         if chunk.marker {
             emit(marker_batch(reader.schema())?).await?;
         }
-        drive(client, &statement, Reader::Binary(reader), emit).await
+        drive(session, &statement, Reader::Binary(reader), emit).await
     } else {
         let reader = CopyReader::with_options(
             chunk.schema,
@@ -333,7 +311,7 @@ where
             chunk.marker,
             chunk.op,
         )?;
-        drive(client, &statement, Reader::Text(reader), emit).await
+        drive(session, &statement, Reader::Text(reader), emit).await
     }
 }
 
@@ -391,11 +369,13 @@ impl Reader<'_> {
     }
 }
 
-/// How many bytes of already-received COPY messages [`drive`] joins before parsing them.
+/// How many bytes of COPY data [`drive`] gathers before parsing them. Postgres sends one
+/// CopyData message per row: the rows already received are parsed together, so the reader
+/// decodes many rows per pass (column by column) instead of one.
 const GATHER_BYTES: usize = 256 * 1024;
 
 async fn drive<F, Fut>(
-    client: &tokio_postgres::Client,
+    session: &mut CopySession,
     statement: &str,
     mut reader: Reader<'_>,
     mut emit: F,
@@ -413,37 +393,17 @@ where
             source,
         }
     };
-    let stream = client
+    session
         .copy_out(statement)
         .await
         .map_err(query_err("starting COPY"))?;
-    pin_mut!(stream);
-    let mut gathered: Vec<u8> = Vec::with_capacity(GATHER_BYTES);
-    let mut done = false;
-    while !done {
-        let Some(chunk) = stream
-            .try_next()
-            .await
-            .map_err(query_err("reading COPY data"))?
-        else {
-            break;
-        };
-        // Postgres sends one CopyData message per row: the messages already received are joined
-        // and parsed together, so the reader decodes many rows per pass (column by column)
-        // instead of one.
+    let mut gathered: Vec<u8> = Vec::with_capacity(GATHER_BYTES + READ_SLACK);
+    loop {
         gathered.clear();
-        gathered.extend_from_slice(&chunk);
-        while gathered.len() < GATHER_BYTES {
-            match stream.try_next().now_or_never() {
-                Some(Ok(Some(more))) => gathered.extend_from_slice(&more),
-                Some(Ok(None)) => {
-                    done = true;
-                    break;
-                }
-                Some(Err(e)) => return Err(query_err("reading COPY data")(e)),
-                None => break,
-            }
-        }
+        let more = session
+            .read_copy(&mut gathered, GATHER_BYTES)
+            .await
+            .map_err(query_err("reading COPY data"))?;
         let mut rest: &[u8] = &gathered;
         while !rest.is_empty() {
             let used = reader.feed(rest)?;
@@ -452,6 +412,9 @@ where
                 emit(reader.take_batch()?).await?;
             }
         }
+        if !more {
+            break;
+        }
     }
     let rows = reader.rows();
     if let Some(last) = reader.finish()? {
@@ -459,6 +422,9 @@ where
     }
     Ok(rows)
 }
+
+/// Room past [`GATHER_BYTES`] for the row that crosses it, so the buffer rarely regrows.
+const READ_SLACK: usize = 16 * 1024;
 
 /// `COPY (SELECT "c1", "c2" FROM "schema"."table") TO STDOUT`: the columns in schema order.
 #[cfg(test)]

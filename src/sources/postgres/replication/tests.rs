@@ -1,5 +1,6 @@
 //! Pure parts of the replication connection: command text, status layout, DataRow parsing.
 
+use super::wire::{sasl_offers_scram, server_major_version};
 use super::*;
 
 #[test]

@@ -50,7 +50,7 @@ pub fn create_slot_sql(slot: &str, server_major: u32, export: bool) -> String {
 
 /// The major version in a `server_version` ParameterStatus (`name\0value\0`), e.g. 15 from
 /// `15.18 (Debian 15.18-0+deb12u1)`.
-pub(super) fn server_major_version(payload: &[u8]) -> Option<u32> {
+pub(crate) fn server_major_version(payload: &[u8]) -> Option<u32> {
     let mut parts = payload.split(|&b| b == 0);
     if parts.next()? != b"server_version" {
         return None;
@@ -91,15 +91,15 @@ pub(super) fn now_pg_micros() -> i64 {
     unix - PG_EPOCH_MICROS
 }
 
-pub(super) fn len_i32(n: usize) -> i32 {
+pub(crate) fn len_i32(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
-pub(super) fn sasl_offers_scram(data: &[u8]) -> bool {
+pub(crate) fn sasl_offers_scram(data: &[u8]) -> bool {
     data.split(|&b| b == 0).any(|m| m == b"SCRAM-SHA-256")
 }
 
-pub(super) fn server_error(payload: &[u8]) -> String {
+pub(crate) fn server_error(payload: &[u8]) -> String {
     let f = ErrorFields::parse(payload);
     let mut s = f.to_error_string();
     if let Some(d) = f.detail {
@@ -114,7 +114,7 @@ pub(super) fn server_error(payload: &[u8]) -> String {
     s
 }
 
-pub(super) fn describe(e: &PgWireError) -> String {
+pub(crate) fn describe(e: &PgWireError) -> String {
     e.to_string()
 }
 

@@ -6,7 +6,8 @@
 
 use super::*;
 use crate::changelog::{Column, TableId};
-use crate::sources::postgres::snapshot::{copy_chunk, set_formats, ChunkCopy};
+use crate::sources::postgres::snapshot::session::test_session;
+use crate::sources::postgres::snapshot::{copy_chunk, ChunkCopy};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Decimal128Type, Int32Type};
 
@@ -285,14 +286,14 @@ async fn binary_equals_text_and_chunks_cover_the_table_once() {
     .unwrap();
     let schema = Arc::new(schema);
     assert!(types.iter().all(supports_binary), "{types:?}");
-    set_formats(&client, &table).await.unwrap();
 
     let copy = |binary: bool, filter: String| {
         let schema = schema.clone();
         let rows_schema = schema.clone();
         let types = &types;
-        let client = &client;
+        let url = &url;
         async move {
+            let mut session = test_session(url).await;
             let mut batches = Vec::new();
             let spec = ChunkCopy {
                 schema,
@@ -306,7 +307,7 @@ async fn binary_equals_text_and_chunks_cover_the_table_once() {
                     bytes: usize::MAX,
                 },
             };
-            copy_chunk(client, spec, |b| {
+            copy_chunk(&mut session, spec, |b| {
                 batches.push(b);
                 async { Ok(()) }
             })

@@ -23,8 +23,8 @@ use tokio_util::sync::CancellationToken;
 use super::plan::{chunk_count, ranges_from_samples, sample_percent, KeyColumns, KeyRange};
 use super::progress::Meter;
 use super::{
-    copy_chunk, import_snapshot, marker_batch, prefer_page_order, quote_ident, set_formats,
-    supports_binary, BatchLimits, ChunkCopy, SnapshotError,
+    copy_chunk, import_snapshot, marker_batch, prefer_page_order, quote_ident, supports_binary,
+    BatchLimits, ChunkCopy, CopySession, SnapshotError,
 };
 use crate::changelog::{Lsn, Op, TableSchema};
 use crate::config::PostgresConfig;
@@ -364,13 +364,12 @@ async fn send(events: &mpsc::Sender<SourceEvent>, event: SourceEvent) -> Result<
 
 /// One connection: imports the snapshot, then copies chunks from the queue until it is empty.
 async fn worker(shared: Arc<Shared>) -> Result<(), SourceError> {
-    let client = setup::connect(&shared.cfg).await?;
     let Some(first) = shared.tables.first() else {
         return Ok(());
     };
-    set_formats(&client, &first.schema.id).await?;
-    prefer_page_order(&client, &first.schema.id).await?;
-    import_snapshot(&client, &shared.snapshot, &first.schema.id).await?;
+    let mut session = CopySession::connect(&shared.cfg).await?;
+    prefer_page_order(&mut session, &first.schema.id).await?;
+    import_snapshot(&mut session, &shared.snapshot, &first.schema.id).await?;
     loop {
         let job = shared
             .jobs
@@ -415,11 +414,12 @@ async fn worker(shared: Arc<Shared>) -> Result<(), SourceError> {
             marker: false,
             limits: shared.limits,
         };
-        let rows = copy_chunk(&client, spec, emit).await?;
+        let rows = copy_chunk(&mut session, spec, emit).await?;
         send(&shared.events, chunk_event(ChunkState::Done)).await?;
         tracing::debug!(table = %table, chunk = job.chunk, of = plan.chunks.len(), rows, ms = started.elapsed().as_millis() as u64, upsert = job.op == Op::Update, "chunk copied");
     }
     // The transaction only read; ending it releases the snapshot.
-    let _ = client.batch_execute("COMMIT").await;
+    let _ = session.execute("COMMIT").await;
+    session.close().await;
     Ok(())
 }

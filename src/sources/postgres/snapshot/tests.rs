@@ -276,8 +276,9 @@ async fn copies_every_type_from_a_real_server() {
         .await
         .unwrap();
 
+    let mut session = super::session::test_session(&url).await;
     let mut batches = Vec::new();
-    let copied = copy_table(&client, schema.clone(), &types, Some(&snap), 1, |b| {
+    let copied = copy_table(&mut session, schema.clone(), &types, Some(&snap), 1, |b| {
         batches.push(b);
         async { Ok(()) }
     })
@@ -292,7 +293,7 @@ async fn copies_every_type_from_a_real_server() {
 
     // Without a snapshot: the current state.
     let mut count = 0;
-    let copied = copy_table(&client, schema, &types, None, 100, |b| {
+    let copied = copy_table(&mut session, schema, &types, None, 100, |b| {
         count += b.len();
         async { Ok(()) }
     })
@@ -381,12 +382,17 @@ fn check_row_two(b: &TableChanges, r: usize) {
 /// The source runs the copy inside a spawned task, so its future must be `Send`.
 #[allow(dead_code)]
 fn _copy_table_is_send(
-    client: &tokio_postgres::Client,
+    session: &mut super::CopySession,
     schema: Arc<TableSchema>,
     types: &[ColumnType],
 ) {
     fn is_send<T: Send>(_: T) {}
-    is_send(copy_table(client, schema, types, Some("s"), 1, |_| async {
-        Ok(())
-    }));
+    is_send(copy_table(
+        session,
+        schema,
+        types,
+        Some("s"),
+        1,
+        |_| async { Ok(()) },
+    ));
 }

@@ -1,0 +1,241 @@
+//! The frontend/backend start-up exchange (protocol §55.2.1 "Start-up"): the StartupMessage, then
+//! authentication until ReadyForQuery. Shared by the walsender session (`replication.rs`) and the
+//! initial copy's sessions (`snapshot/session.rs`), which differ only in the `replication`
+//! parameter and in what they do after.
+//!
+//! Transport: plain TCP. `PostgresConfig` carries no `sslmode` yet, so TLS is not offered.
+//! Auth: trust, cleartext and SCRAM-SHA-256; md5 is refused with a message saying how to switch
+//! (pgwire-replication keeps its md5 helper private and cdcd has no md5 implementation). The
+//! password never appears in an error or a log line.
+
+use pgwire_replication::auth::ScramClient;
+use pgwire_replication::protocol::framing::{
+    write_password_message, write_startup_message, MessageReader,
+};
+use pgwire_replication::protocol::messages::{auth, parse_auth_request};
+use pgwire_replication::protocol::BackendMessage;
+use pgwire_replication::PgWireError;
+use tokio::io::BufReader;
+use tokio::net::TcpStream;
+
+use super::replication::session_options;
+use super::replication::wire::{
+    describe, len_i32, sasl_offers_scram, server_error, server_major_version,
+};
+use crate::config::PostgresConfig;
+use crate::sources::SourceError;
+
+/// Protocol 3.0 (`196608`), the only frontend/backend version Postgres speaks.
+const PROTOCOL_VERSION: i32 = 196_608;
+
+/// Bound on one backend message; a bigger one ends the session (the reader cannot resync).
+pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
+
+/// Which kind of session to open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionKind {
+    /// A walsender (`replication=database`): replication commands and simple SQL. Counts
+    /// against `max_wal_senders`.
+    Walsender,
+    /// An ordinary backend.
+    Plain,
+}
+
+/// An authenticated session, ready for a query.
+pub struct Opened {
+    /// Buffered so that many small frames cost one syscall; `BufReader` passes writes through.
+    /// Nothing is buffered when [`open`] returns: the server sends nothing after ReadyForQuery
+    /// until it is asked something.
+    pub stream: BufReader<TcpStream>,
+    pub reader: MessageReader,
+    /// Major version from the `server_version` ParameterStatus (0: not reported).
+    pub server_major: u32,
+}
+
+/// Connects to `cfg`'s server and authenticates, with the standard session options
+/// ([`session_options`]) followed by `extra_options` (`-c name=value …`).
+pub async fn open(
+    cfg: &PostgresConfig,
+    kind: SessionKind,
+    extra_options: &str,
+) -> Result<Opened, SourceError> {
+    let target = cfg.display_target();
+    let connect_err = |detail: String| SourceError::Connect {
+        target: target.clone(),
+        detail,
+    };
+    let tcp = TcpStream::connect((cfg.host.as_str(), cfg.port))
+        .await
+        .map_err(|e| connect_err(e.to_string()))?;
+    // Status updates and queries are small and latency matters more than batching.
+    tcp.set_nodelay(true)
+        .map_err(|e| connect_err(e.to_string()))?;
+    let mut options = session_options();
+    if !extra_options.is_empty() {
+        options.push(' ');
+        options.push_str(extra_options);
+    }
+    let mut params = vec![
+        ("user", cfg.user.as_str()),
+        ("database", cfg.database.as_str()),
+    ];
+    if kind == SessionKind::Walsender {
+        params.push(("replication", "database"));
+    }
+    params.extend([
+        ("client_encoding", "UTF8"),
+        ("application_name", "cdcd"),
+        ("options", options.as_str()),
+    ]);
+    let mut session = Startup {
+        stream: BufReader::with_capacity(128 * 1024, tcp),
+        reader: MessageReader::new().with_max_message_size(MAX_MESSAGE_BYTES),
+        target: &target,
+        server_major: 0,
+    };
+    write_startup_message(&mut session.stream, PROTOCOL_VERSION, &params)
+        .await
+        .map_err(|e| connect_err(describe(&e)))?;
+    session.authenticate(cfg).await?;
+    Ok(Opened {
+        stream: session.stream,
+        reader: session.reader,
+        server_major: session.server_major,
+    })
+}
+
+/// A SCRAM exchange in progress: the client state, then the auth message and salted password
+/// that verify the server's final message.
+struct ScramState {
+    client: ScramClient,
+    proof: Option<(String, Vec<u8>)>,
+}
+
+struct Startup<'t> {
+    stream: BufReader<TcpStream>,
+    reader: MessageReader,
+    target: &'t str,
+    server_major: u32,
+}
+
+impl Startup<'_> {
+    /// Runs the exchange until ReadyForQuery.
+    async fn authenticate(&mut self, cfg: &PostgresConfig) -> Result<(), SourceError> {
+        let mut scram: Option<ScramState> = None;
+        loop {
+            let msg = self.read().await?;
+            match msg.tag {
+                b'R' => {
+                    let (code, data) =
+                        parse_auth_request(&msg.payload).map_err(|e| self.lost(e))?;
+                    match code {
+                        auth::OK => {}
+                        auth::CLEARTEXT_PASSWORD => {
+                            let password = self.password(cfg)?;
+                            let mut payload = Vec::with_capacity(password.len() + 1);
+                            payload.extend_from_slice(password.as_bytes());
+                            payload.push(0);
+                            write_password_message(&mut self.stream, &payload)
+                                .await
+                                .map_err(|e| self.lost(e))?;
+                        }
+                        auth::MD5_PASSWORD => {
+                            return Err(self.auth_failed(
+                                "the server asks for md5 password authentication, which cdcd does not support: use scram-sha-256 (password_encryption = scram-sha-256, reset the password, and set the pg_hba.conf method to scram-sha-256)",
+                            ));
+                        }
+                        auth::SASL => {
+                            if !sasl_offers_scram(data) {
+                                return Err(self.auth_failed(
+                                    "the server offers no SASL mechanism cdcd supports (SCRAM-SHA-256)",
+                                ));
+                            }
+                            let client = ScramClient::new(&cfg.user);
+                            let first = client.client_first.as_bytes();
+                            let mut init = Vec::with_capacity(first.len() + 20);
+                            init.extend_from_slice(b"SCRAM-SHA-256\0");
+                            init.extend_from_slice(&len_i32(first.len()).to_be_bytes());
+                            init.extend_from_slice(first);
+                            write_password_message(&mut self.stream, &init)
+                                .await
+                                .map_err(|e| self.lost(e))?;
+                            scram = Some(ScramState {
+                                client,
+                                proof: None,
+                            });
+                        }
+                        auth::SASL_CONTINUE => {
+                            let password = self.password(cfg)?.to_owned();
+                            let Some(ScramState { client, proof }) = scram.as_mut() else {
+                                return Err(self.auth_failed("SASLContinue without SASL start"));
+                            };
+                            let server_first = String::from_utf8_lossy(data);
+                            let (client_final, auth_message, salted) = client
+                                .client_final(&password, &server_first)
+                                .map_err(|e| self.auth_failed(&describe(&e)))?;
+                            *proof = Some((auth_message, salted));
+                            write_password_message(&mut self.stream, client_final.as_bytes())
+                                .await
+                                .map_err(|e| self.lost(e))?;
+                        }
+                        auth::SASL_FINAL => {
+                            let Some(ScramState {
+                                proof: Some((auth_message, salted)),
+                                ..
+                            }) = scram.as_ref()
+                            else {
+                                return Err(self.auth_failed("SASLFinal before SASLContinue"));
+                            };
+                            let server_final = String::from_utf8_lossy(data);
+                            ScramClient::verify_server_final(&server_final, salted, auth_message)
+                                .map_err(|e| self.auth_failed(&describe(&e)))?;
+                        }
+                        other => {
+                            return Err(self.auth_failed(&format!(
+                                "unsupported authentication request {other}: use trust, password or scram-sha-256"
+                            )));
+                        }
+                    }
+                }
+                b'E' => return Err(self.auth_failed(&server_error(&msg.payload))),
+                b'Z' => return Ok(()),
+                b'S' => {
+                    if let Some(major) = server_major_version(&msg.payload) {
+                        self.server_major = major;
+                    }
+                }
+                // BackendKeyData, NoticeResponse.
+                _ => {}
+            }
+        }
+    }
+
+    async fn read(&mut self) -> Result<BackendMessage, SourceError> {
+        match self.reader.read(&mut self.stream).await {
+            Ok(m) => Ok(m),
+            Err(e) => Err(self.lost(e)),
+        }
+    }
+
+    fn password<'c>(&self, cfg: &'c PostgresConfig) -> Result<&'c str, SourceError> {
+        cfg.password.as_deref().ok_or_else(|| {
+            self.auth_failed(
+                "the server asks for a password but none is configured (source.password or the URL)",
+            )
+        })
+    }
+
+    fn auth_failed(&self, detail: &str) -> SourceError {
+        SourceError::Connect {
+            target: self.target.to_owned(),
+            detail: format!("authentication: {detail}"),
+        }
+    }
+
+    fn lost(&self, e: PgWireError) -> SourceError {
+        SourceError::Connect {
+            target: self.target.to_owned(),
+            detail: format!("connection lost during start-up: {}", describe(&e)),
+        }
+    }
+}
