@@ -97,10 +97,16 @@ pub async fn column_type_names(
         .collect()
 }
 
-/// The planner's row estimate for `table` (`pg_class.reltuples`; for a table never vacuumed or
-/// analyzed, where that is -1, its size at an assumed 100 bytes a row). Partitioned tables sum
-/// their partitions.
-pub async fn estimated_rows(client: &Client, table: &TableId) -> Result<u64, SourceError> {
+/// A table's size as the catalog has it (partitions and inheritance children included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableSize {
+    /// Estimated rows: `reltuples`, or ~100 bytes a row where the table was never analyzed.
+    pub rows: u64,
+    /// Heap pages now (`pg_relation_size` over the block size).
+    pub pages: u64,
+}
+
+pub async fn table_size(client: &Client, table: &TableId) -> Result<TableSize, SourceError> {
     let row = client
         .query_one(
             "WITH RECURSIVE t AS (
@@ -108,17 +114,23 @@ pub async fn estimated_rows(client: &Client, table: &TableId) -> Result<u64, Sou
                  WHERE n.nspname = $1 AND c.relname = $2
                  UNION ALL SELECT i.inhrelid FROM pg_inherits i JOIN t ON i.inhparent = t.oid)
              SELECT COALESCE(sum(CASE WHEN c.reltuples >= 0 THEN c.reltuples
-                                      ELSE pg_relation_size(c.oid) / 100 END), 0)::float8
+                                      ELSE pg_relation_size(c.oid) / 100 END), 0)::float8,
+                    (COALESCE(sum(pg_relation_size(c.oid)), 0)
+                     / current_setting('block_size')::int8)::int8
              FROM pg_class c JOIN t ON t.oid = c.oid WHERE c.relkind = 'r'",
             &[&table.namespace, &table.name],
         )
         .await
         .map_err(|e| server(&format!("estimating the rows of {table}"), &e))?;
     let rows: f64 = row.get(0);
-    Ok(if rows.is_finite() && rows > 0.0 {
-        rows as u64
-    } else {
-        0
+    let pages: i64 = row.get(1);
+    Ok(TableSize {
+        rows: if rows.is_finite() && rows > 0.0 {
+            rows as u64
+        } else {
+            0
+        },
+        pages: u64::try_from(pages).unwrap_or(0),
     })
 }
 

@@ -356,3 +356,66 @@ async fn binary_equals_text_and_chunks_cover_the_table_once() {
         .await
         .unwrap();
 }
+
+/// A plan's chunks hold similar row counts: the sample behind the bounds is one key from each of
+/// many pages, not many keys from a few pages (which left chunks of a few dozen rows beside
+/// chunks of many thousands).
+#[tokio::test]
+async fn sampled_chunks_are_even() {
+    let Ok(url) = std::env::var("CDCD_TEST_PG") else {
+        eprintln!("skipped: set CDCD_TEST_PG to run");
+        return;
+    };
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let ns = format!("chunks_{}", std::process::id());
+    client
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {ns} CASCADE; CREATE SCHEMA {ns};
+             CREATE TABLE {ns}.t (id int8 PRIMARY KEY, pad text);
+             INSERT INTO {ns}.t SELECT g, md5(g::text) FROM generate_series(1, 200000) g;
+             ANALYZE {ns}.t;"
+        ))
+        .await
+        .unwrap();
+    let col = |name: &str, data_type| Column {
+        name: name.into(),
+        data_type,
+        nullable: name != "id",
+        source_type: String::new(),
+    };
+    let schema = Arc::new(TableSchema {
+        id: TableId::new(ns.clone(), "t"),
+        columns: vec![
+            col("id", arrow_schema::DataType::Int64),
+            col("pad", arrow_schema::DataType::Utf8),
+        ],
+        primary_key: vec![0],
+    });
+    let types = vec![
+        ColumnType::Int64,
+        ColumnType::Text {
+            type_name: "text".into(),
+        },
+    ];
+    let chunk_rows = 10_000;
+    let plan = super::super::parallel::plan_table(&client, schema, types, None, chunk_rows)
+        .await
+        .unwrap();
+    assert!(plan.chunks.len() >= 15, "{} chunks", plan.chunks.len());
+    for range in &plan.chunks {
+        let sql = format!("SELECT count(*) FROM {ns}.t{}", range.where_clause(&plan.key));
+        let rows: i64 = client.query_one(sql.as_str(), &[]).await.unwrap().get(0);
+        assert!(
+            (2_500..=30_000).contains(&rows),
+            "a chunk of {rows} rows ({:?}); chunks of ~{chunk_rows} expected",
+            range
+        );
+    }
+    client
+        .batch_execute(&format!("DROP SCHEMA {ns} CASCADE"))
+        .await
+        .unwrap();
+}

@@ -78,7 +78,8 @@ pub async fn plan_table(
         names: key_names.iter().map(|n| quote_ident(n)).collect(),
         types: catalog::column_type_names(client, &table, &key_names).await?,
     };
-    let estimated_rows = catalog::estimated_rows(client, &table).await?;
+    let size = catalog::table_size(client, &table).await?;
+    let estimated_rows = size.rows;
     let binary = types.iter().all(supports_binary);
     let resumed = progress.and_then(|p| {
         let chunks: Option<Vec<KeyRange>> = p
@@ -115,7 +116,7 @@ pub async fn plan_table(
     }
     let n = chunk_count(estimated_rows, chunk_rows);
     let chunks = if n > 1 && !key.names.is_empty() {
-        let samples = sample_keys(client, &schema, &key, estimated_rows, n as u64).await?;
+        let samples = sample_keys(client, &schema, &key, size, n as u64).await?;
         ranges_from_samples(&samples, n)
     } else {
         vec![KeyRange::default()]
@@ -133,35 +134,66 @@ pub async fn plan_table(
     })
 }
 
-/// About `SAMPLES_PER_CHUNK × chunks` keys as text, in key order.
+/// About `SAMPLES_PER_CHUNK × chunks` keys as text, in key order, each from a different page.
+///
+/// One key per sampled page, because SYSTEM sampling picks whole pages: a sample of `n` rows from
+/// pages of ~90 rows each came from a handful of pages, so the bounds picked from it bunched up
+/// there, and a plan of 21 chunks held several of a few dozen rows beside some of 600,000. Tiny
+/// chunks cost a cut in every LSM copy commit (too many fall back to level 0) and uneven ones
+/// leave readers idle; with `SAMPLES_PER_CHUNK` pages behind each chunk, chunk sizes vary by
+/// about a fifth.
 async fn sample_keys(
     client: &Client,
     schema: &TableSchema,
     key: &KeyColumns,
-    estimated_rows: u64,
+    size: catalog::TableSize,
     chunks: u64,
 ) -> Result<Vec<Vec<String>>, SourceError> {
-    let pct = sample_percent(estimated_rows, chunks * SAMPLES_PER_CHUNK);
-    // Aliased, and ORDER BY the qualified columns: an output column named like the key would
-    // make ORDER BY sort the text, whose order is not the key's.
+    let wanted = chunks * SAMPLES_PER_CHUNK;
+    // Aliased, and ORDER BY the key columns' own values: an output column named like the key
+    // would make ORDER BY sort the text, whose order is not the key's.
     let text: Vec<String> = key
         .names
         .iter()
         .enumerate()
         .map(|(i, n)| format!("s.{n}::text AS k{i}"))
         .collect();
-    let order: Vec<String> = key.names.iter().map(|n| format!("s.{n}")).collect();
-    // SYSTEM samples whole pages (cheap) but may hit very few of a small table's pages;
-    // BERNOULLI samples rows (reads every page) and is the fallback when SYSTEM found too few.
+    let typed: Vec<String> = key
+        .names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!("s.{n} AS o{i}"))
+        .collect();
+    let out: Vec<String> = (0..key.names.len()).map(|i| format!("d.k{i}")).collect();
+    let order: Vec<String> = (0..key.names.len()).map(|i| format!("d.o{i}")).collect();
+    let table = format!(
+        "{}.{}",
+        quote_ident(&schema.id.namespace),
+        quote_ident(&schema.id.name)
+    );
+    // SYSTEM samples whole pages (cheap; one key kept per page: its partition and block number)
+    // but may hit very few of a small table's pages; BERNOULLI samples rows (reads every page)
+    // and is the fallback when SYSTEM found too few.
+    let system = format!(
+        "SELECT {out} FROM (SELECT DISTINCT ON (s.tableoid, (s.ctid::text::point)[0]) {text}, {typed} \
+         FROM {table} AS s TABLESAMPLE SYSTEM ({pct})) AS d ORDER BY {order}",
+        out = out.join(", "),
+        text = text.join(", "),
+        typed = typed.join(", "),
+        pct = sample_percent(size.pages, wanted),
+        order = order.join(", "),
+    );
+    let bernoulli = format!(
+        "SELECT {out} FROM (SELECT {text}, {typed} FROM {table} AS s \
+         TABLESAMPLE BERNOULLI ({pct})) AS d ORDER BY {order}",
+        out = out.join(", "),
+        text = text.join(", "),
+        typed = typed.join(", "),
+        pct = sample_percent(size.rows, wanted),
+        order = order.join(", "),
+    );
     let mut samples = Vec::new();
-    for method in ["SYSTEM", "BERNOULLI"] {
-        let sql = format!(
-            "SELECT {} FROM {}.{} AS s TABLESAMPLE {method} ({pct}) ORDER BY {}",
-            text.join(", "),
-            quote_ident(&schema.id.namespace),
-            quote_ident(&schema.id.name),
-            order.join(", ")
-        );
+    for sql in [system, bernoulli] {
         let rows = client
             .query(sql.as_str(), &[])
             .await
@@ -177,7 +209,7 @@ async fn sample_keys(
                     .collect()
             })
             .collect();
-        if samples.len() as u64 >= chunks * SAMPLES_PER_CHUNK / 4 {
+        if samples.len() as u64 >= wanted / 4 {
             break;
         }
     }

@@ -104,12 +104,13 @@ pub fn ranges_from_samples(samples: &[Vec<String>], chunks: usize) -> Vec<KeyRan
     ranges
 }
 
-/// The TABLESAMPLE percentage that yields about `wanted` rows of `estimated_rows`.
-pub fn sample_percent(estimated_rows: u64, wanted: u64) -> f64 {
-    if estimated_rows == 0 {
+/// The TABLESAMPLE percentage that yields about `wanted` of `total` (rows for BERNOULLI, pages
+/// for SYSTEM).
+pub fn sample_percent(total: u64, wanted: u64) -> f64 {
+    if total == 0 {
         return 100.0;
     }
-    (100.0 * wanted as f64 / estimated_rows as f64).clamp(0.001, 100.0)
+    (100.0 * wanted as f64 / total as f64).clamp(0.001, 100.0)
 }
 
 #[cfg(test)]
