@@ -3,11 +3,13 @@
 //! - `decoder.rs`: pgoutput messages from bytes (pure; protocol v1–v4).
 //! - `types.rs`: Postgres types to Arrow, and text values into Arrow builders (pure).
 //! - `relation.rs`: table schemas from Relation messages or the catalog, built one way.
-//! - `replication.rs`: the replication connection (pgwire-replication's framing and auth).
+//! - `startup.rs`: connecting and authenticating (StartupMessage, trust/cleartext/SCRAM).
+//! - `replication.rs`: the replication connection (a walsender session, pgwire-replication's
+//!   framing).
 //! - `setup.rs`: publication, slot and server checks over a regular connection.
 //! - `stream.rs`: decoded messages to changelog transactions (streamed transactions, spill).
 //! - `snapshot.rs` and `snapshot/`: the initial copy of existing rows (parallel key ranges,
-//!   binary COPY, resumable).
+//!   binary COPY read off the socket by `snapshot/session.rs`, resumable).
 //! - `monitor.rs`: heartbeats, slot lag and retained WAL, an invalidated slot.
 //! - `preflight.rs`: further `cdcd check` lines (replica identity, publication rights).
 //!

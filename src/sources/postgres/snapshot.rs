@@ -4,8 +4,9 @@
 //! Where it sits: with `snapshot = "initial"`, the Postgres source copies each captured table
 //! before it streams. `parallel.rs` plans each table as primary-key ranges (`plan.rs`), copies the
 //! ranges on several connections that share one snapshot, and reports progress to the pipeline,
-//! which commits it with the rows (`cdcd.snapshot`). [`copy_chunk`] copies one range; the readers
-//! (`text.rs`, `binary.rs`) are pure.
+//! which commits it with the rows (`cdcd.snapshot`). [`copy_chunk`] copies one range on a copy
+//! session (`session.rs`: a plain connection that reads the COPY data off the socket); the
+//! readers (`text.rs`, `binary.rs`) are pure.
 //!
 //! # Why the result equals the source
 //!

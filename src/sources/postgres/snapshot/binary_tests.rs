@@ -406,7 +406,10 @@ async fn sampled_chunks_are_even() {
         .unwrap();
     assert!(plan.chunks.len() >= 15, "{} chunks", plan.chunks.len());
     for range in &plan.chunks {
-        let sql = format!("SELECT count(*) FROM {ns}.t{}", range.where_clause(&plan.key));
+        let sql = format!(
+            "SELECT count(*) FROM {ns}.t{}",
+            range.where_clause(&plan.key)
+        );
         let rows: i64 = client.query_one(sql.as_str(), &[]).await.unwrap().get(0);
         assert!(
             (2_500..=30_000).contains(&rows),
