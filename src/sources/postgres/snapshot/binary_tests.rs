@@ -249,16 +249,24 @@ INSERT INTO binary_types (id, nu) SELECT g, g * 1.5 FROM generate_series(4, 1000
 INSERT INTO binary_types (id, nu) SELECT g * 997, 0 FROM generate_series(2, 1000) g;
 "#;
 
-#[tokio::test]
-async fn binary_equals_text_and_chunks_cover_the_table_once() {
+/// The test server's URL and a client to it, or `None` (the test is skipped) without one.
+async fn test_client() -> Option<(String, tokio_postgres::Client)> {
     let Ok(url) = std::env::var("CDCD_TEST_PG") else {
         eprintln!("skipped: set CDCD_TEST_PG to run");
-        return;
+        return None;
     };
     let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
         .await
         .unwrap();
     tokio::spawn(conn);
+    Some((url, client))
+}
+
+#[tokio::test]
+async fn binary_equals_text_and_chunks_cover_the_table_once() {
+    let Some((url, client)) = test_client().await else {
+        return;
+    };
     // Other tests share the server: a schema of our own.
     let ns = format!("binary_{}", std::process::id());
     client
@@ -362,14 +370,9 @@ async fn binary_equals_text_and_chunks_cover_the_table_once() {
 /// chunks of many thousands).
 #[tokio::test]
 async fn sampled_chunks_are_even() {
-    let Ok(url) = std::env::var("CDCD_TEST_PG") else {
-        eprintln!("skipped: set CDCD_TEST_PG to run");
+    let Some((_, client)) = test_client().await else {
         return;
     };
-    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
     let ns = format!("chunks_{}", std::process::id());
     client
         .batch_execute(&format!(
