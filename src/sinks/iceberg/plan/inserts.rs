@@ -13,8 +13,9 @@
 //! and neighbours compared instead, still without a hash map or per-key state. When any
 //! condition fails — another op, an absent cell, a NULL key, a repeated key — the general path
 //! plans the commit, so a duplicate key, a truncate or a partial row is handled (and reported)
-//! exactly as before. The plan is the one the general
-//! path makes for the same input (tested in `tests.rs`).
+//! exactly as before; a leading Truncate marker (a fresh table's first copy commit) becomes
+//! `Plan::truncate`. The plan is the one the general path makes for the same input (tested in
+//! `tests.rs`).
 
 use arrow_row::Rows;
 
@@ -34,6 +35,18 @@ pub(super) fn plan_distinct_inserts(
     if new_keys.len() != changes.len() || row_bytes.len() != changes.len() {
         return None;
     }
+    // A fresh table's copy starts with the Truncate marker, a batch of its own
+    // (`snapshot::marker_batch`): with nothing before it in the commit, it only drops every
+    // earlier file, which is `Plan::truncate`.
+    let lead = changes
+        .iter()
+        .take_while(|c| !c.is_empty() && c.ops.iter().all(|op| *op == Op::Truncate))
+        .count();
+    let (changes, new_keys, row_bytes) = (
+        changes.get(lead..)?,
+        new_keys.get(lead..)?,
+        row_bytes.get(lead..)?,
+    );
     let mut ranges = Vec::with_capacity(changes.len());
     let mut ordered = true;
     for (c, keys) in changes.iter().zip(new_keys) {
@@ -76,7 +89,9 @@ pub(super) fn plan_distinct_inserts(
     if !ordered && !distinct_by_sorting(new_keys) {
         return None;
     }
-    plan_in_order(changes, row_bytes, limits)
+    let mut plan = plan_in_order(changes, lead, row_bytes, limits)?;
+    plan.truncate = lead > 0;
+    Some(plan)
 }
 
 /// Whether all `keys` differ, shown by sorting them (bytes, not hashes): for inserts whose order
@@ -95,10 +110,12 @@ fn distinct_by_sorting(keys: &[Rows]) -> bool {
 }
 
 /// Every row of `changes` in order, in files cut where the general path cuts them: after the row
-/// that brings the open file to `max_rows` rows or `max_bytes` estimated bytes. `None` when a
-/// batch or row number does not fit a [`RowRef`] (the general path reports it).
+/// that brings the open file to `max_rows` rows or `max_bytes` estimated bytes. `changes[0]` is
+/// the commit's batch `first_batch`. `None` when a batch or row number does not fit a [`RowRef`]
+/// (the general path reports it).
 fn plan_in_order(
     changes: &[TableChanges],
+    first_batch: usize,
     row_bytes: &[usize],
     limits: FileLimits,
 ) -> Option<Plan> {
@@ -107,7 +124,7 @@ fn plan_in_order(
     let mut open_bytes = 0usize;
     let mut left: usize = changes.iter().map(TableChanges::len).sum();
     for (batch, (c, &bytes)) in changes.iter().zip(row_bytes).enumerate() {
-        let batch = u32::try_from(batch).ok()?;
+        let batch = u32::try_from(first_batch + batch).ok()?;
         u32::try_from(c.len()).ok()?;
         for row in 0..c.len() as u32 {
             if open.rows.capacity() == 0 {

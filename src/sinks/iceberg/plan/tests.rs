@@ -352,6 +352,25 @@ fn distinct_inserts_in_disjoint_batches_take_the_fast_path() {
 }
 
 #[test]
+fn a_leading_truncate_marker_takes_the_fast_path_as_a_truncate() {
+    // A fresh table's first copy commit: the marker batch, then the copy's batches.
+    let changes = [batch(&[trunc()]), batch(&ids(10..=12)), batch(&ids(1..=2))];
+    let (fast, p) = fast_and_general(&changes, FileLimits::default());
+    assert!(fast);
+    assert!(p.truncate);
+    assert_eq!(p.data_rows(), 5);
+    assert_eq!(p.files[0].rows[0], RowRef { batch: 1, row: 0 });
+    // A truncate after rows is not a marker: the general path.
+    let (fast, p) = fast_and_general(
+        &[batch(&ids(1..=2)), batch(&[trunc()]), batch(&ids(3..=4))],
+        FileLimits::default(),
+    );
+    assert!(!fast);
+    assert!(p.truncate);
+    assert_eq!(p.data_rows(), 2);
+}
+
+#[test]
 fn fast_path_rolls_by_estimated_bytes_like_the_general_path() {
     let changes = [batch(&ids(1..=10)), batch(&ids(11..=13))];
     let row = changes[0].rows.get_array_memory_size() / 10;
