@@ -224,13 +224,15 @@ pub fn plan(
                 .and_then(|c| c.key_changed.get(r.row as usize))
                 == Some(&true)
     };
-    // An insert-only commit with every column present (an initial copy's) takes every column of
-    // a key's row from its last insert: the per-column resolution below, and the groups and
-    // key-change anchors it walks, are not needed.
-    let whole_rows = !truncate
-        && changes
-            .iter()
-            .all(|c| !c.has_absent() && c.ops.iter().all(|op| *op == Op::Insert));
+    // An insert-only commit with every column present (an initial copy's; only the changes after
+    // a truncate count, such as a fresh copy's marker) takes every column of a key's row from its
+    // last insert: the per-column resolution below, and the groups and key-change anchors it
+    // walks, are not needed.
+    let whole_rows = changes.iter().enumerate().skip(start.0).all(|(b, c)| {
+        let first = if b == start.0 { start.1 } else { 0 };
+        let ops = c.ops.get(first..).unwrap_or_default();
+        ops.iter().all(|op| *op == Op::Insert) && (ops.is_empty() || !c.has_absent())
+    });
     // Where each key's run of records starts, and where the old-key record of a key change sits.
     let mut group_start = vec![0usize; if whole_rows { 0 } else { recs.len() }];
     let mut old_at: HashMap<(u32, u32), usize> = HashMap::new();

@@ -275,6 +275,20 @@ async fn truncate_removes_every_earlier_row() {
     if let Some(rows) = paimon_rows(dir.path()) {
         assert_eq!(rows, vec!["4|d|40"]);
     }
+    // A copy's shape: the marker alone in the first batch, then whole-row inserts.
+    s.commit(
+        &schema,
+        &[
+            changes(&[(Op::Truncate, 0, None, None, None)]),
+            changes(&[ins(6, "f"), ins(5, "e")]),
+        ],
+        &cp(3),
+    )
+    .await
+    .unwrap();
+    if let Some(rows) = paimon_rows(dir.path()) {
+        assert_eq!(rows, vec!["5|e|50", "6|f|60"]);
+    }
 }
 
 #[tokio::test]
