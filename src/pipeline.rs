@@ -24,11 +24,13 @@
 //! carries whole rows, so the replay converges (the argument is in
 //! `sources/postgres/snapshot.rs`).
 //!
+//! The per-table books (buffers, committed checkpoints, copy progress, upsert windows) are
+//! `pipeline_tables.rs`.
+//!
 //! Exactly-once: on start each table's checkpoint is read back; a transaction at or below it is
 //! already in the table and is skipped for that table. The source resumes from the oldest
 //! checkpoint, never from later, so no table misses a change.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,7 +38,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::changelog::{Op, Position, TableChanges, TableId, TableSchema, Transaction};
+use crate::changelog::{Op, Position, TableChanges, TableId, Transaction};
 use crate::config::SnapshotMode;
 use crate::metrics as m;
 use crate::sinks::{Sink, SinkError};
@@ -120,119 +122,6 @@ pub struct Settings {
     pub snapshot: SnapshotMode,
     /// The slot name, for messages.
     pub slot: String,
-}
-
-/// Buffered changes of one table, not yet committed.
-struct TableBuffer {
-    schema: Arc<TableSchema>,
-    changes: Vec<TableChanges>,
-    rows: usize,
-    /// Arrow memory of `changes`.
-    bytes: usize,
-    /// The checkpoint to commit with: the position of the newest buffered change.
-    position: Position,
-    /// Commit even with no rows (the end of an initial copy records the consistent point).
-    force: bool,
-    since: Instant,
-}
-
-/// What the pipeline knows about each table while it runs.
-#[derive(Default)]
-struct Tables {
-    /// Committed checkpoint per table (`None`: nothing committed yet).
-    committed: BTreeMap<TableId, Option<Position>>,
-    buffers: BTreeMap<TableId, TableBuffer>,
-    buffered_rows: usize,
-    /// The newest schema seen per table.
-    schemas: BTreeMap<TableId, Arc<TableSchema>>,
-    /// Initial copies under way: what each commit of the table records as `cdcd.snapshot`.
-    progress: BTreeMap<TableId, SnapshotProgress>,
-    /// Open upsert windows: the table's changes at or below this position are upserts.
-    upsert_until: BTreeMap<TableId, Position>,
-}
-
-impl Tables {
-    fn is_committed(&self, table: &TableId, position: &Position) -> bool {
-        match self.committed.get(table) {
-            Some(Some(done)) => !done.is_snapshot_incomplete() && done.covers(position),
-            _ => false,
-        }
-    }
-
-    /// Rewrites `changes` as upserts when its table's upsert window covers `position`.
-    fn upsert_in_window(
-        &self,
-        changes: &mut TableChanges,
-        position: &Position,
-    ) -> Result<(), PipelineError> {
-        let in_window = self
-            .upsert_until
-            .get(&changes.schema.id)
-            .is_some_and(|until| until.covers(position));
-        if in_window {
-            upsert::upsert(changes).map_err(|e| {
-                PipelineError::SourceTask(format!(
-                    "rewriting changes to {} at {position} as upserts: {e}",
-                    changes.schema.id
-                ))
-            })?;
-        }
-        Ok(())
-    }
-
-    fn oldest(&self) -> Option<Instant> {
-        self.buffers.values().map(|b| b.since).min()
-    }
-
-    /// The oldest buffered change that the commit interval applies to: initial-copy rows are
-    /// not visible as complete before the copy ends, so they are committed by size (and with
-    /// the rest when a commit is due), not by age.
-    fn oldest_streamed(&self) -> Option<Instant> {
-        self.buffers
-            .values()
-            .filter(|b| !b.position.is_snapshot_incomplete())
-            .map(|b| b.since)
-            .min()
-    }
-
-    /// Buffered changes that `commit_max_rows` applies to: all but initial-copy rows.
-    fn streamed_rows(&self) -> usize {
-        self.buffers
-            .values()
-            .filter(|b| !b.position.is_snapshot_incomplete())
-            .map(|b| b.rows)
-            .sum()
-    }
-
-    /// Arrow bytes of buffered initial-copy rows, over all tables.
-    fn snapshot_bytes(&self) -> usize {
-        self.buffers
-            .values()
-            .filter(|b| b.position.is_snapshot_incomplete())
-            .map(|b| b.bytes)
-            .sum()
-    }
-
-    fn push(&mut self, changes: TableChanges, position: &Position) {
-        let table = changes.schema.id.clone();
-        let rows = changes.len();
-        self.schemas.insert(table.clone(), changes.schema.clone());
-        let buffer = self.buffers.entry(table).or_insert_with(|| TableBuffer {
-            schema: changes.schema.clone(),
-            changes: Vec::new(),
-            rows: 0,
-            bytes: 0,
-            position: position.clone(),
-            force: false,
-            since: Instant::now(),
-        });
-        buffer.schema = changes.schema.clone();
-        buffer.rows += rows;
-        buffer.bytes += changes.rows.get_array_memory_size();
-        buffer.position = position.clone();
-        buffer.changes.push(changes);
-        self.buffered_rows += rows;
-    }
 }
 
 /// Runs a pipeline until `shutdown` is cancelled (then commits what is buffered and returns `Ok`)
@@ -703,6 +592,10 @@ mod upsert;
 #[path = "pipeline_pending.rs"]
 mod pending;
 use pending::InFlight;
+
+#[path = "pipeline_tables.rs"]
+mod tables;
+use tables::{TableBuffer, Tables};
 
 #[cfg(test)]
 #[path = "pipeline_tests.rs"]

@@ -1,13 +1,14 @@
 //! Pipeline tests with a scripted source and a recording sink: commit policy, skipping what a
 //! table already holds, acknowledgements, the initial-copy checkpoints, shutdown.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use arrow_array::builder::Int64Builder;
 use async_trait::async_trait;
 
 use super::*;
-use crate::changelog::{Column, Lsn, Op, TableChangesBuilder};
+use crate::changelog::{Column, Lsn, Op, TableChangesBuilder, TableSchema};
 use crate::checkpoint::Checkpoint;
 use crate::sinks::{CommitStats, TableStatus};
 

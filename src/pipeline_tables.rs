@@ -1,0 +1,125 @@
+//! What the pipeline holds per table while it runs: the changes buffered for the next commit,
+//! the committed checkpoints, initial-copy progress and upsert windows. `pipeline.rs` decides
+//! when to commit; this file only keeps the books.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::upsert;
+use super::PipelineError;
+use crate::changelog::{Position, TableChanges, TableId, TableSchema};
+use crate::sources::SnapshotProgress;
+
+/// Buffered changes of one table, not yet committed.
+pub(super) struct TableBuffer {
+    pub(super) schema: Arc<TableSchema>,
+    pub(super) changes: Vec<TableChanges>,
+    pub(super) rows: usize,
+    /// Arrow memory of `changes`.
+    pub(super) bytes: usize,
+    /// The checkpoint to commit with: the position of the newest buffered change.
+    pub(super) position: Position,
+    /// Commit even with no rows (the end of an initial copy records the consistent point).
+    pub(super) force: bool,
+    pub(super) since: Instant,
+}
+
+/// What the pipeline knows about each table while it runs.
+#[derive(Default)]
+pub(super) struct Tables {
+    /// Committed checkpoint per table (`None`: nothing committed yet).
+    pub(super) committed: BTreeMap<TableId, Option<Position>>,
+    pub(super) buffers: BTreeMap<TableId, TableBuffer>,
+    pub(super) buffered_rows: usize,
+    /// The newest schema seen per table.
+    pub(super) schemas: BTreeMap<TableId, Arc<TableSchema>>,
+    /// Initial copies under way: what each commit of the table records as `cdcd.snapshot`.
+    pub(super) progress: BTreeMap<TableId, SnapshotProgress>,
+    /// Open upsert windows: the table's changes at or below this position are upserts.
+    pub(super) upsert_until: BTreeMap<TableId, Position>,
+}
+
+impl Tables {
+    pub(super) fn is_committed(&self, table: &TableId, position: &Position) -> bool {
+        match self.committed.get(table) {
+            Some(Some(done)) => !done.is_snapshot_incomplete() && done.covers(position),
+            _ => false,
+        }
+    }
+
+    /// Rewrites `changes` as upserts when its table's upsert window covers `position`.
+    pub(super) fn upsert_in_window(
+        &self,
+        changes: &mut TableChanges,
+        position: &Position,
+    ) -> Result<(), PipelineError> {
+        let in_window = self
+            .upsert_until
+            .get(&changes.schema.id)
+            .is_some_and(|until| until.covers(position));
+        if in_window {
+            upsert::upsert(changes).map_err(|e| {
+                PipelineError::SourceTask(format!(
+                    "rewriting changes to {} at {position} as upserts: {e}",
+                    changes.schema.id
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn oldest(&self) -> Option<Instant> {
+        self.buffers.values().map(|b| b.since).min()
+    }
+
+    /// The oldest buffered change that the commit interval applies to: initial-copy rows are
+    /// not visible as complete before the copy ends, so they are committed by size (and with
+    /// the rest when a commit is due), not by age.
+    pub(super) fn oldest_streamed(&self) -> Option<Instant> {
+        self.buffers
+            .values()
+            .filter(|b| !b.position.is_snapshot_incomplete())
+            .map(|b| b.since)
+            .min()
+    }
+
+    /// Buffered changes that `commit_max_rows` applies to: all but initial-copy rows.
+    pub(super) fn streamed_rows(&self) -> usize {
+        self.buffers
+            .values()
+            .filter(|b| !b.position.is_snapshot_incomplete())
+            .map(|b| b.rows)
+            .sum()
+    }
+
+    /// Arrow bytes of buffered initial-copy rows, over all tables.
+    pub(super) fn snapshot_bytes(&self) -> usize {
+        self.buffers
+            .values()
+            .filter(|b| b.position.is_snapshot_incomplete())
+            .map(|b| b.bytes)
+            .sum()
+    }
+
+    pub(super) fn push(&mut self, changes: TableChanges, position: &Position) {
+        let table = changes.schema.id.clone();
+        let rows = changes.len();
+        self.schemas.insert(table.clone(), changes.schema.clone());
+        let buffer = self.buffers.entry(table).or_insert_with(|| TableBuffer {
+            schema: changes.schema.clone(),
+            changes: Vec::new(),
+            rows: 0,
+            bytes: 0,
+            position: position.clone(),
+            force: false,
+            since: Instant::now(),
+        });
+        buffer.schema = changes.schema.clone();
+        buffer.rows += rows;
+        buffer.bytes += changes.rows.get_array_memory_size();
+        buffer.position = position.clone();
+        buffer.changes.push(changes);
+        self.buffered_rows += rows;
+    }
+}
