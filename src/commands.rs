@@ -186,6 +186,11 @@ pub async fn cleanup(
     for table in cleanup::find_tables(&warehouse).await? {
         reports.push(cleanup::clean_table(&warehouse, &table, grace, dry_run).await?);
     }
+    for table in crate::sinks::lsm::cleanup::find_tables(&warehouse).await? {
+        reports.push(
+            crate::sinks::lsm::cleanup::clean_table(&warehouse, &table, grace, dry_run).await?,
+        );
+    }
     Ok(reports)
 }
 

@@ -95,18 +95,39 @@ pub async fn clean_table(
     grace: Duration,
     dry_run: bool,
 ) -> Result<TableCleanup, CleanupError> {
+    let objects = list_table(warehouse, table).await?;
+    let live = live_files(warehouse, table, &objects).await?;
+    remove_unreferenced(warehouse, table, &objects, &live, |_| true, grace, dry_run).await
+}
+
+/// Every object under the table at `table` (its location).
+pub async fn list_table(
+    warehouse: &Warehouse,
+    table: &str,
+) -> Result<Vec<ObjectMeta>, CleanupError> {
     let dir = warehouse.path(table)?;
-    let storage = |path: &str| {
-        let path = path.to_owned();
-        move |source| CleanupError::Storage { path, source }
-    };
-    let objects: Vec<ObjectMeta> = warehouse
+    warehouse
         .store()
         .list(Some(&dir))
         .try_collect()
         .await
-        .map_err(storage(table))?;
-    let live = live_files(warehouse, table, &objects).await?;
+        .map_err(|source| CleanupError::Storage {
+            path: table.to_owned(),
+            source,
+        })
+}
+
+/// Deletes (unless `dry_run`) the `objects` of `table` that `live` does not hold, that
+/// `candidate` accepts (by store path) and that are older than `grace`, and reports them.
+pub async fn remove_unreferenced(
+    warehouse: &Warehouse,
+    table: &str,
+    objects: &[ObjectMeta],
+    live: &HashSet<String>,
+    candidate: impl Fn(&str) -> bool,
+    grace: Duration,
+    dry_run: bool,
+) -> Result<TableCleanup, CleanupError> {
     let cutoff = chrono::Utc::now() - chrono::Duration::from_std(grace).unwrap_or_default();
     let mut report = TableCleanup {
         table: table.to_owned(),
@@ -114,8 +135,8 @@ pub async fn clean_table(
         ..TableCleanup::default()
     };
     let mut doomed = Vec::new();
-    for o in &objects {
-        if live.contains(o.location.as_ref()) {
+    for o in objects {
+        if live.contains(o.location.as_ref()) || !candidate(o.location.as_ref()) {
             continue;
         }
         if o.last_modified > cutoff {
@@ -147,16 +168,7 @@ pub async fn referenced_files(
     warehouse: &Warehouse,
     table: &str,
 ) -> Result<HashSet<String>, CleanupError> {
-    let dir = warehouse.path(table)?;
-    let objects: Vec<ObjectMeta> = warehouse
-        .store()
-        .list(Some(&dir))
-        .try_collect()
-        .await
-        .map_err(|source| CleanupError::Storage {
-            path: table.to_owned(),
-            source,
-        })?;
+    let objects = list_table(warehouse, table).await?;
     live_files(warehouse, table, &objects).await
 }
 

@@ -14,6 +14,7 @@ use super::manifest::{FileKind, ManifestEntry};
 use super::{Handle, Inner};
 use crate::config::LsmConfig;
 use crate::sinks::SinkError;
+use crate::storage::Warehouse;
 
 /// Whether to try expiring after this commit: 10 snapshots or more after the last try (to batch
 /// the work), counting the compactor's snapshots, which can make a commit skip every multiple of
@@ -24,35 +25,34 @@ pub fn due(state: &TableState, config: &LsmConfig, last_try: i64) -> bool {
 }
 
 #[derive(Default)]
-struct Refs {
-    lists: HashSet<String>,
-    manifests: HashSet<String>,
+pub(super) struct Refs {
+    pub(super) lists: HashSet<String>,
+    pub(super) manifests: HashSet<String>,
     /// (bucket, file name)
-    files: HashSet<(i32, String)>,
+    pub(super) files: HashSet<(i32, String)>,
 }
 
 /// Adds what snapshot `id` references to `refs`: its lists and manifests, and its data files —
 /// only the live ones (ADD not undone by a DELETE) when `live_only`, else every file it ever
 /// listed. Returns `None` when the snapshot is gone.
-async fn collect(
-    inner: &Inner,
+pub(super) async fn collect(
+    w: &Warehouse,
     location: &str,
     id: i64,
     live_only: bool,
     refs: &mut Refs,
     cache: &mut HashMap<String, Vec<ManifestEntry>>,
 ) -> Result<Option<()>, SinkError> {
-    let Some(s) = commit::read_snapshot(&inner.warehouse, location, id).await? else {
+    let Some(s) = commit::read_snapshot(w, location, id).await? else {
         return Ok(None);
     };
     let mut live: HashSet<(i32, String)> = HashSet::new();
     for list in [&s.base_manifest_list, &s.delta_manifest_list] {
         refs.lists.insert(list.clone());
-        for m in commit::read_manifest_list(&inner.warehouse, location, list).await? {
+        for m in commit::read_manifest_list(w, location, list).await? {
             refs.manifests.insert(m.file_name.clone());
             if !cache.contains_key(&m.file_name) {
-                let entries =
-                    commit::read_manifest(&inner.warehouse, location, &m.file_name).await?;
+                let entries = commit::read_manifest(w, location, &m.file_name).await?;
                 cache.insert(m.file_name.clone(), entries);
             }
             for e in cache.get(&m.file_name).into_iter().flatten() {
@@ -108,11 +108,11 @@ pub(super) async fn expire(inner: &Inner, handle: &Handle) -> Result<usize, Sink
     }
     let mut retained = Refs::default();
     for id in cut..=latest {
-        collect(inner, &location, id, true, &mut retained, &mut cache).await?;
+        collect(w, &location, id, true, &mut retained, &mut cache).await?;
     }
     let mut expired = Refs::default();
     for id in earliest..cut {
-        collect(inner, &location, id, false, &mut expired, &mut cache).await?;
+        collect(w, &location, id, false, &mut expired, &mut cache).await?;
     }
     commit::put(
         w,

@@ -65,6 +65,7 @@ use crate::sinks::{CommitStats, Sink, SinkError, TableStatus};
 use crate::storage::Warehouse;
 
 pub mod binary_row;
+pub mod cleanup;
 mod commit;
 pub mod compaction;
 mod compactor;

@@ -1,0 +1,121 @@
+//! Orphan cleanup for Paimon tables (`cdcd cleanup`; `storage/cleanup.rs` does Iceberg's).
+//!
+//! Orphans come from commits that did not complete: a crash after a commit's data files or
+//! manifests were written but before its snapshot was, a compaction whose snapshot lost a race,
+//! or an expiry interrupted between deleting a snapshot and deleting the files only it held.
+//!
+//! What is live: every snapshot present from `EARLIEST` to the newest, and everything each one
+//! references: its base and delta manifest lists, every manifest in them, and every data file of
+//! every entry (added or deleted: conservative, like Iceberg's). Only files under `manifest/` and
+//! `bucket-N/` can be orphans; `snapshot/`, `schema/` and anything else are never touched. A
+//! file younger than the grace period is kept (a commit writes its files before its snapshot).
+//! If a snapshot, list or manifest cannot be read, nothing of the table is deleted. Files that a
+//! snapshot published during the pass references are live in the snapshot before it or new,
+//! hence young.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use object_store::ObjectMeta;
+
+use super::commit;
+use super::expire::{collect, Refs};
+use crate::storage::cleanup::{list_table, remove_unreferenced, CleanupError, TableCleanup};
+use crate::storage::Warehouse;
+
+/// The Paimon tables of a warehouse: every directory holding `schema/schema-0`.
+pub async fn find_tables(warehouse: &Warehouse) -> Result<Vec<String>, CleanupError> {
+    let root = warehouse.path(&warehouse.location(&[]))?;
+    let prefix = (!root.as_ref().is_empty()).then_some(&root);
+    let objects: Vec<ObjectMeta> =
+        warehouse
+            .store()
+            .list(prefix)
+            .try_collect()
+            .await
+            .map_err(|source| CleanupError::Storage {
+                path: warehouse.url().to_owned(),
+                source,
+            })?;
+    let mut tables: Vec<String> = objects
+        .iter()
+        .filter_map(|o| {
+            let dir = o.location.as_ref().strip_suffix("/schema/schema-0")?;
+            Some(warehouse.location_of(&object_store::path::Path::from(dir)))
+        })
+        .collect();
+    tables.sort();
+    tables.dedup();
+    Ok(tables)
+}
+
+/// Finds (and unless `dry_run` deletes) the orphans of the Paimon table at `table`.
+pub async fn clean_table(
+    warehouse: &Warehouse,
+    table: &str,
+    grace: Duration,
+    dry_run: bool,
+) -> Result<TableCleanup, CleanupError> {
+    let objects = list_table(warehouse, table).await?;
+    let refs = referenced(warehouse, table).await?;
+    let mut live = HashSet::new();
+    for name in refs.lists.iter().chain(&refs.manifests) {
+        live.insert(
+            warehouse
+                .path(&format!("{table}/manifest/{name}"))?
+                .to_string(),
+        );
+    }
+    for (bucket, name) in &refs.files {
+        live.insert(
+            warehouse
+                .path(&format!("{table}/bucket-{bucket}/{name}"))?
+                .to_string(),
+        );
+    }
+    let dir = warehouse.path(table)?.to_string();
+    let candidate = |path: &str| {
+        let rel = path
+            .strip_prefix(dir.as_str())
+            .unwrap_or_default()
+            .trim_start_matches('/');
+        rel.split_once('/').is_some_and(|(top, rest)| {
+            !rest.contains('/')
+                && (top == "manifest"
+                    || top
+                        .strip_prefix("bucket-")
+                        .is_some_and(|b| b.parse::<u32>().is_ok()))
+        })
+    };
+    remove_unreferenced(warehouse, table, &objects, &live, candidate, grace, dry_run).await
+}
+
+/// What the table's snapshots reference.
+async fn referenced(warehouse: &Warehouse, table: &str) -> Result<Refs, CleanupError> {
+    let unreadable = |e: crate::sinks::SinkError| CleanupError::Unreadable {
+        path: table.to_owned(),
+        what: "a Paimon table",
+        detail: e.to_string(),
+    };
+    let mut refs = Refs::default();
+    let Some(latest) = commit::latest_id(warehouse, table)
+        .await
+        .map_err(unreadable)?
+    else {
+        return Ok(refs);
+    };
+    let Some(earliest) = commit::earliest_id(warehouse, table, latest)
+        .await
+        .map_err(unreadable)?
+    else {
+        return Ok(refs);
+    };
+    let mut cache = HashMap::new();
+    for id in earliest..=latest {
+        collect(warehouse, table, id, false, &mut refs, &mut cache)
+            .await
+            .map_err(unreadable)?;
+    }
+    Ok(refs)
+}
