@@ -155,6 +155,16 @@ EOF
   local psql="$PGBIN/psql -h 127.0.0.1 -p $PG_PORT -U postgres -qAtX"
   $psql -d postgres -c "select 1 from pg_database where datname='$PG_DB'" | grep -q 1 \
     || $psql -d postgres -c "create database $PG_DB" >/dev/null
+  # One role must authenticate with SCRAM-SHA-256 (the startup tests; everything else is trust).
+  # Added on every start, so a test bed made before this line gets it too.
+  if ! grep -q '^host all cdcd_scram ' "$PGDATA/pg_hba.conf"; then
+    { echo 'host all cdcd_scram 127.0.0.1/32 scram-sha-256'
+      echo 'host replication cdcd_scram 127.0.0.1/32 scram-sha-256'
+      cat "$PGDATA/pg_hba.conf"; } > "$PGDATA/pg_hba.conf.new"
+    chown postgres:postgres "$PGDATA/pg_hba.conf.new"
+    mv "$PGDATA/pg_hba.conf.new" "$PGDATA/pg_hba.conf"
+    $psql -d postgres -c "select pg_reload_conf()" >/dev/null
+  fi
 }
 postgres_stop() {
   if [ -f "$PGDATA/postmaster.pid" ]; then as_pg "$PGBIN/pg_ctl -D $PGDATA -m fast stop" >/dev/null || true; fi

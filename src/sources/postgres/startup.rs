@@ -239,3 +239,77 @@ impl Startup<'_> {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use super::super::replication::ReplicationConnection;
+    use super::super::snapshot::session::test_config;
+    use super::super::snapshot::CopySession;
+
+    /// SCRAM-SHA-256 against the test bed, whose `pg_hba.conf` makes the role `cdcd_scram` (and
+    /// only it) authenticate that way: a copy session and a walsender log in with the password,
+    /// a wrong or missing password fails with an error that says so and does not hold it.
+    #[tokio::test]
+    async fn scram_sessions_on_a_real_server() {
+        let Ok(url) = std::env::var("CDCD_TEST_PG") else {
+            eprintln!("skipped: set CDCD_TEST_PG to run");
+            return;
+        };
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let forced: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_hba_file_rules \
+                 WHERE 'cdcd_scram' = ANY(user_name) AND auth_method = 'scram-sha-256'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if forced == 0 {
+            eprintln!(
+                "skipped: no scram-sha-256 line for cdcd_scram (scripts/testbed.sh up adds it)"
+            );
+            return;
+        }
+        let secret = "scram-pw-4711-x";
+        client
+            .batch_execute(&format!(
+                "DO $$ BEGIN CREATE ROLE cdcd_scram LOGIN REPLICATION; \
+                 EXCEPTION WHEN duplicate_object THEN NULL; END $$; \
+                 SET password_encryption = 'scram-sha-256'; \
+                 ALTER ROLE cdcd_scram LOGIN REPLICATION PASSWORD '{secret}';"
+            ))
+            .await
+            .unwrap();
+        let as_scram = |password: Option<&str>| {
+            let mut cfg = test_config(&url);
+            cfg.user = "cdcd_scram".into();
+            cfg.password = password.map(str::to_owned);
+            cfg
+        };
+
+        let good = as_scram(Some(secret));
+        let mut session = CopySession::connect(&good).await.unwrap();
+        session.execute("SELECT 1").await.unwrap();
+        session.close().await;
+        let mut walsender = ReplicationConnection::connect(&good).await.unwrap();
+        walsender.identify_system().await.unwrap();
+        walsender.finish().await.unwrap();
+
+        let wrong = "not-the-pw-0815";
+        let Err(e) = CopySession::connect(&as_scram(Some(wrong))).await else {
+            panic!("a wrong password was accepted");
+        };
+        let text = e.to_string();
+        assert!(text.contains("authentication"), "{text}");
+        assert!(!text.contains(wrong) && !text.contains(secret), "{text}");
+        let Err(e) = ReplicationConnection::connect(&as_scram(None)).await else {
+            panic!("no password was accepted");
+        };
+        assert!(e.to_string().contains("none is configured"), "{e}");
+    }
+}

@@ -278,9 +278,9 @@ impl CopySession {
     }
 }
 
-/// A session to the test server at `url` (tests only).
+/// The source config of the test server at `url` (tests only).
 #[cfg(test)]
-pub(crate) async fn test_session(url: &str) -> CopySession {
+pub(crate) fn test_config(url: &str) -> PostgresConfig {
     let toml = format!(
         "[pipeline]\nname = \"t\"\n[source]\nkind = \"postgres\"\nurl = \"{url}\"\n\
          tables = [\"public.t\"]\n[sink]\nwarehouse = \"/tmp/t\"\n"
@@ -289,7 +289,13 @@ pub(crate) async fn test_session(url: &str) -> CopySession {
     let crate::config::SourceConfig::Postgres(cfg) = config.source else {
         panic!("postgres source expected")
     };
-    CopySession::connect(&cfg).await.unwrap()
+    cfg
+}
+
+/// A session to the test server at `url` (tests only).
+#[cfg(test)]
+pub(crate) async fn test_session(url: &str) -> CopySession {
+    CopySession::connect(&test_config(url)).await.unwrap()
 }
 
 #[cfg(test)]
