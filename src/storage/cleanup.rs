@@ -59,6 +59,20 @@ pub struct TableCleanup {
 
 /// The Iceberg tables of a warehouse: every directory holding `metadata/v<N>.metadata.json`.
 pub async fn find_tables(warehouse: &Warehouse) -> Result<Vec<String>, CleanupError> {
+    table_dirs(warehouse, |p| {
+        let (dir, file) = p.rsplit_once("/metadata/")?;
+        (file.starts_with('v') && file.ends_with(".metadata.json") && !file.contains('/'))
+            .then_some(dir)
+    })
+    .await
+}
+
+/// The locations of the tables of a warehouse: the directories `table_dir` names for some
+/// object (by store path), each once, sorted.
+pub async fn table_dirs(
+    warehouse: &Warehouse,
+    table_dir: impl Fn(&str) -> Option<&str>,
+) -> Result<Vec<String>, CleanupError> {
     let root = warehouse.path(&warehouse.location(&[]))?;
     let prefix = (!root.as_ref().is_empty()).then_some(&root);
     let objects: Vec<ObjectMeta> =
@@ -73,12 +87,7 @@ pub async fn find_tables(warehouse: &Warehouse) -> Result<Vec<String>, CleanupEr
             })?;
     let mut tables: Vec<String> = objects
         .iter()
-        .filter_map(|o| {
-            let p = o.location.as_ref();
-            let (dir, file) = p.rsplit_once("/metadata/")?;
-            (file.starts_with('v') && file.ends_with(".metadata.json") && !file.contains('/'))
-                .then(|| dir.to_owned())
-        })
+        .filter_map(|o| table_dir(o.location.as_ref()).map(str::to_owned))
         .collect();
     tables.sort();
     tables.dedup();

@@ -16,38 +16,16 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use futures::TryStreamExt;
-use object_store::ObjectMeta;
-
 use super::commit;
 use super::expire::{collect, Refs};
-use crate::storage::cleanup::{list_table, remove_unreferenced, CleanupError, TableCleanup};
+use crate::storage::cleanup::{
+    list_table, remove_unreferenced, table_dirs, CleanupError, TableCleanup,
+};
 use crate::storage::Warehouse;
 
 /// The Paimon tables of a warehouse: every directory holding `schema/schema-0`.
 pub async fn find_tables(warehouse: &Warehouse) -> Result<Vec<String>, CleanupError> {
-    let root = warehouse.path(&warehouse.location(&[]))?;
-    let prefix = (!root.as_ref().is_empty()).then_some(&root);
-    let objects: Vec<ObjectMeta> =
-        warehouse
-            .store()
-            .list(prefix)
-            .try_collect()
-            .await
-            .map_err(|source| CleanupError::Storage {
-                path: warehouse.url().to_owned(),
-                source,
-            })?;
-    let mut tables: Vec<String> = objects
-        .iter()
-        .filter_map(|o| {
-            let dir = o.location.as_ref().strip_suffix("/schema/schema-0")?;
-            Some(warehouse.location_of(&object_store::path::Path::from(dir)))
-        })
-        .collect();
-    tables.sort();
-    tables.dedup();
-    Ok(tables)
+    table_dirs(warehouse, |p| p.strip_suffix("/schema/schema-0")).await
 }
 
 /// Finds (and unless `dry_run` deletes) the orphans of the Paimon table at `table`.
@@ -105,17 +83,26 @@ async fn referenced(warehouse: &Warehouse, table: &str) -> Result<Refs, CleanupE
     else {
         return Ok(refs);
     };
-    let Some(earliest) = commit::earliest_id(warehouse, table, latest)
+    let earliest = commit::earliest_id(warehouse, table, latest)
         .await
         .map_err(unreadable)?
-    else {
-        return Ok(refs);
-    };
+        .unwrap_or(latest);
     let mut cache = HashMap::new();
+    let mut read = 0usize;
     for id in earliest..=latest {
-        collect(warehouse, table, id, false, &mut refs, &mut cache)
+        let found = collect(warehouse, table, id, false, &mut refs, &mut cache)
             .await
             .map_err(unreadable)?;
+        read += usize::from(found.is_some());
+    }
+    if read == 0 {
+        // The hints name snapshots that are not there: an empty live set would make every data
+        // file an orphan.
+        return Err(CleanupError::Unreadable {
+            path: table.to_owned(),
+            what: "a Paimon table",
+            detail: format!("no snapshot between {earliest} and {latest} could be read"),
+        });
     }
     Ok(refs)
 }

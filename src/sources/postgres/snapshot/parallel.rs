@@ -161,46 +161,35 @@ async fn sample_keys(
         .max(chunks.saturating_mul(MIN_SAMPLES_PER_CHUNK));
     // Aliased, and ORDER BY the key columns' own values: an output column named like the key
     // would make ORDER BY sort the text, whose order is not the key's.
-    let text: Vec<String> = key
-        .names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| format!("s.{n}::text AS k{i}"))
-        .collect();
-    let typed: Vec<String> = key
-        .names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| format!("s.{n} AS o{i}"))
-        .collect();
-    let out: Vec<String> = (0..key.names.len()).map(|i| format!("d.k{i}")).collect();
-    let order: Vec<String> = (0..key.names.len()).map(|i| format!("d.o{i}")).collect();
+    let mut inner = Vec::new();
+    let mut out = Vec::new();
+    let mut order = Vec::new();
+    for (i, n) in key.names.iter().enumerate() {
+        inner.push(format!("s.{n}::text AS k{i}, s.{n} AS o{i}"));
+        out.push(format!("d.k{i}"));
+        order.push(format!("d.o{i}"));
+    }
+    let (inner, out, order) = (inner.join(", "), out.join(", "), order.join(", "));
     let table = format!(
         "{}.{}",
         quote_ident(&schema.id.namespace),
         quote_ident(&schema.id.name)
     );
+    let sample = |distinct: &str, method: &str, pct: f64| {
+        format!(
+            "SELECT {out} FROM (SELECT {distinct}{inner} FROM {table} AS s \
+             TABLESAMPLE {method} ({pct})) AS d ORDER BY {order}"
+        )
+    };
     // SYSTEM samples whole pages (cheap; one key kept per page: its partition and block number)
     // but may hit very few of a small table's pages; BERNOULLI samples rows (reads every page)
     // and is the fallback when SYSTEM found too few.
-    let system = format!(
-        "SELECT {out} FROM (SELECT DISTINCT ON (s.tableoid, (s.ctid::text::point)[0]) {text}, {typed} \
-         FROM {table} AS s TABLESAMPLE SYSTEM ({pct})) AS d ORDER BY {order}",
-        out = out.join(", "),
-        text = text.join(", "),
-        typed = typed.join(", "),
-        pct = sample_percent(size.pages, wanted),
-        order = order.join(", "),
+    let system = sample(
+        "DISTINCT ON (s.tableoid, (s.ctid::text::point)[0]) ",
+        "SYSTEM",
+        sample_percent(size.pages, wanted),
     );
-    let bernoulli = format!(
-        "SELECT {out} FROM (SELECT {text}, {typed} FROM {table} AS s \
-         TABLESAMPLE BERNOULLI ({pct})) AS d ORDER BY {order}",
-        out = out.join(", "),
-        text = text.join(", "),
-        typed = typed.join(", "),
-        pct = sample_percent(size.rows, wanted),
-        order = order.join(", "),
-    );
+    let bernoulli = sample("", "BERNOULLI", sample_percent(size.rows, wanted));
     let mut samples = Vec::new();
     for sql in [system, bernoulli] {
         let rows = client

@@ -180,29 +180,31 @@ impl CopySession {
     /// The next whole message in the buffer, if one is there (protocol §55.7: a type byte, then
     /// an Int32 length that counts itself but not the type byte).
     fn buffered_frame(&self) -> Result<Option<Frame>, SessionError> {
-        if self.end - self.start < 5 {
-            return Ok(None);
-        }
-        let Some(header) = self.buf.get(self.start..self.start + 5) else {
+        let Some((tag, len)) = self.header() else {
             return Ok(None);
         };
-        let len = i32::from_be_bytes([header[1], header[2], header[3], header[4]]);
         let len = usize::try_from(len)
             .ok()
             .filter(|&l| (4..=MAX_MESSAGE_BYTES).contains(&l))
             .ok_or_else(|| {
                 SessionError::Protocol(format!(
                     "backend message '{}' has length {len}",
-                    char::from(header[0])
+                    char::from(tag)
                 ))
             })?;
         if self.end - self.start < 1 + len {
             return Ok(None);
         }
         Ok(Some(Frame {
-            tag: header[0],
+            tag,
             body: (self.start + 5, self.start + 1 + len),
         }))
+    }
+
+    /// The type byte and declared length of the next message, once its header is buffered.
+    fn header(&self) -> Option<(u8, i32)> {
+        let h = self.buf.get(self.start..self.end)?.get(..5)?;
+        Some((h[0], i32::from_be_bytes([h[1], h[2], h[3], h[4]])))
     }
 
     fn body(&self, frame: Frame) -> &[u8] {
@@ -222,11 +224,8 @@ impl CopySession {
     fn make_room(&mut self) {
         let pending = self.end - self.start;
         let wanted = self
-            .buf
-            .get(self.start..self.end)
-            .filter(|p| p.len() >= 5)
-            .map(|p| 1 + i32::from_be_bytes([p[1], p[2], p[3], p[4]]).max(0) as usize)
-            .unwrap_or(0)
+            .header()
+            .map_or(0, |(_, len)| 1 + len.max(0) as usize)
             .max(pending + 1);
         if self.buf.len() - self.end < READ_BYTES / 4 || self.start + wanted > self.buf.len() {
             self.buf.copy_within(self.start..self.end, 0);
