@@ -31,6 +31,7 @@
 //! already in the table and is skipped for that table. The source resumes from the oldest
 //! checkpoint, never from later, so no table misses a change.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -91,6 +92,13 @@ pub enum PipelineError {
     SlotLost { slot: String, tables: String },
     #[error("the source task ended unexpectedly: {0}")]
     SourceTask(String),
+    #[error("schema of {table} changed inside the transaction that ends at {position} (columns ({before}) became ({after})); cdcd commits a transaction whole or not at all and cannot store both shapes in one commit, so it stopped before that transaction: everything before it is committed, nothing of it is. Stop writes to the table, recreate the replica, or remove the table from source.tables")]
+    SchemaChangedInTransaction {
+        table: TableId,
+        position: Position,
+        before: String,
+        after: String,
+    },
 }
 
 impl From<SinkError> for PipelineError {
@@ -107,6 +115,7 @@ impl PipelineError {
             PipelineError::Sink(e) => e.kind(),
             PipelineError::SlotLost { .. } => "slot_lost",
             PipelineError::SourceTask(_) => "source_task",
+            PipelineError::SchemaChangedInTransaction { .. } => "schema_changed",
         }
     }
 }
@@ -397,7 +406,7 @@ impl Committer {
                 let rows = changes.ops.iter().filter(|op| **op != Op::Truncate).count();
                 metrics::counter!(m::SNAPSHOT_ROWS_TOTAL, m::LABEL_PIPELINE => self.settings.pipeline.clone(), m::LABEL_TABLE => table.to_string())
                     .increment(rows as u64);
-                self.schema_switch(&changes).await?;
+                self.schema_switch(&changes, None).await?;
                 self.tables.push(changes, &incomplete);
                 let full = self
                     .tables
@@ -485,6 +494,12 @@ impl Committer {
     async fn transaction(&mut self, tx: Transaction) -> Result<(), PipelineError> {
         metrics::counter!(m::TRANSACTIONS_TOTAL, m::LABEL_PIPELINE => self.settings.pipeline.clone())
             .increment(1);
+        if let Some(stop) = self.reshaped_inside(&tx) {
+            // Everything buffered belongs to earlier, whole transactions: commit it, so the stop
+            // lands exactly at this transaction's start.
+            self.flush().await?;
+            return Err(stop);
+        }
         for mut changes in tx.changes {
             if changes.is_empty() {
                 continue;
@@ -494,7 +509,7 @@ impl Committer {
                 continue;
             }
             self.tables.upsert_in_window(&mut changes, &tx.position)?;
-            self.schema_switch(&changes).await?;
+            self.schema_switch(&changes, Some(&tx.position)).await?;
             self.tables.push(changes, &tx.position);
         }
         self.received_time = Some(
@@ -507,19 +522,66 @@ impl Committer {
         Ok(())
     }
 
-    /// A table's schema changed mid-buffer: commit what was buffered under the old schema first.
-    async fn schema_switch(&mut self, changes: &TableChanges) -> Result<(), PipelineError> {
-        let table = &changes.schema.id;
-        let differs = self
-            .tables
-            .buffers
-            .get(table)
-            .is_some_and(|b| b.schema != changes.schema);
-        if differs {
-            let table = table.clone();
-            self.commit_table(&table).await?;
+    /// The first schema change inside `tx` that its rows cannot cross, if any: two runs of one
+    /// table whose rows do not fit one commit ([`crate::changelog::TableSchema::rows_fit`]).
+    ///
+    /// Why a transaction is never split at a schema change: a commit's checkpoint says "this
+    /// table holds every change up to this position", and a position names a whole transaction.
+    /// Committing the runs before a mid-transaction DDL at the transaction's position made the
+    /// table claim changes it did not hold yet; its later changes of the same transaction were
+    /// then skipped as committed, and a crash in between lost them too. So every commit ends at
+    /// a transaction boundary: runs whose rows fit are committed together under the newest
+    /// schema, and a transaction whose runs do not fit stops the pipeline before any of it is
+    /// committed.
+    fn reshaped_inside(&self, tx: &Transaction) -> Option<PipelineError> {
+        let mut last: BTreeMap<&TableId, &TableChanges> = BTreeMap::new();
+        for changes in tx.changes.iter().filter(|c| !c.is_empty()) {
+            let table = &changes.schema.id;
+            if self.tables.is_committed(table, &tx.position) {
+                continue;
+            }
+            if let Some(before) = last.insert(table, changes) {
+                if !before.schema.rows_fit(&changes.schema) {
+                    return Some(PipelineError::SchemaChangedInTransaction {
+                        table: table.clone(),
+                        position: tx.position.clone(),
+                        before: before.schema.describe_columns(),
+                        after: changes.schema.describe_columns(),
+                    });
+                }
+            }
         }
-        Ok(())
+        None
+    }
+
+    /// A table's schema changed between its buffered changes and `changes`: commit what was
+    /// buffered under the old schema first, unless its rows fit the new one. For a streamed
+    /// transaction (`open`: its position) the buffer then holds only whole transactions before
+    /// it ([`Self::reshaped_inside`] has ruled out a change inside this one); committing a buffer
+    /// at the position of the transaction being read is refused, never done. Initial-copy rows
+    /// (`open` = `None`) sit at the incomplete position, which no acknowledgement depends on.
+    async fn schema_switch(
+        &mut self,
+        changes: &TableChanges,
+        open: Option<&Position>,
+    ) -> Result<(), PipelineError> {
+        let table = &changes.schema.id;
+        let Some(buffer) = self.tables.buffers.get(table) else {
+            return Ok(());
+        };
+        if buffer.schema.rows_fit(&changes.schema) {
+            return Ok(());
+        }
+        if let Some(position) = open.filter(|p| buffer.position == **p) {
+            return Err(PipelineError::SchemaChangedInTransaction {
+                table: table.clone(),
+                position: position.clone(),
+                before: buffer.schema.describe_columns(),
+                after: changes.schema.describe_columns(),
+            });
+        }
+        let table = table.clone();
+        self.commit_table(&table).await
     }
 
     fn advance_received(&mut self, position: Position) {

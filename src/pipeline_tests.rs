@@ -13,20 +13,29 @@ use crate::checkpoint::Checkpoint;
 use crate::sinks::{CommitStats, TableStatus};
 
 fn schema(name: &str) -> Arc<TableSchema> {
+    schema_as(name, "id", "int8")
+}
+
+/// A one-column schema of `table` whose key column is `column` of source type `source_type`.
+fn schema_as(table: &str, column: &str, source_type: &str) -> Arc<TableSchema> {
     Arc::new(TableSchema {
-        id: TableId::new("public", name),
+        id: TableId::new("public", table),
         columns: vec![Column {
-            name: "id".into(),
+            name: column.into(),
             data_type: arrow_schema::DataType::Int64,
             nullable: false,
-            source_type: "int8".into(),
+            source_type: source_type.into(),
         }],
         primary_key: vec![0],
     })
 }
 
 fn changes(table: &str, op: Op, ids: &[i64]) -> TableChanges {
-    let mut b = TableChangesBuilder::new(schema(table), ids.len());
+    changes_as(schema(table), op, ids)
+}
+
+fn changes_as(schema: Arc<TableSchema>, op: Op, ids: &[i64]) -> TableChanges {
+    let mut b = TableChangesBuilder::new(schema, ids.len());
     for &id in ids {
         b.begin(op);
         if let Some(col) = b.value(0) {
@@ -181,6 +190,18 @@ async fn run_with(
     events: Vec<SourceEvent>,
     settings: Settings,
 ) -> Record {
+    let (record, outcome) = run_to_end(slot_exists, checkpoints, events, settings).await;
+    outcome.unwrap();
+    record
+}
+
+/// [`run_with`], returning how the pipeline ended beside what it did.
+async fn run_to_end(
+    slot_exists: bool,
+    checkpoints: Vec<(&str, Checkpoint)>,
+    events: Vec<SourceEvent>,
+    settings: Settings,
+) -> (Record, Result<(), PipelineError>) {
     let record = Arc::new(Mutex::new(Record::default()));
     let shutdown = CancellationToken::new();
     let source = ScriptedSource {
@@ -197,10 +218,133 @@ async fn run_with(
             .collect(),
         record: record.clone(),
     };
-    run(Box::new(source), Arc::new(sink), settings, shutdown)
-        .await
-        .unwrap();
-    Arc::try_unwrap(record).ok().unwrap().into_inner().unwrap()
+    let outcome = run(Box::new(source), Arc::new(sink), settings, shutdown).await;
+    let record = Arc::try_unwrap(record).ok().unwrap().into_inner().unwrap();
+    (record, outcome)
+}
+
+// A DDL inside a transaction sends a new Relation message between the transaction's changes of
+// that table. Committing the runs before it at the transaction's position made the table claim
+// the whole transaction, and its later changes were skipped as committed (issue 17).
+#[tokio::test]
+async fn a_schema_change_inside_a_transaction_keeps_the_transaction_in_one_commit() {
+    let widened = schema_as("a", "id", "int8 /* widened */");
+    let r = run_script(
+        true,
+        &[("a", 5), ("b", 5)],
+        vec![
+            tx(10, vec![changes("a", Op::Insert, &[1])]),
+            tx(
+                20,
+                vec![
+                    changes("a", Op::Insert, &[2]),
+                    changes_as(widened.clone(), Op::Insert, &[3]),
+                    changes("b", Op::Insert, &[1]),
+                    changes_as(widened, Op::Insert, &[4]),
+                ],
+            ),
+        ],
+        settings(1000, SnapshotMode::Never),
+    )
+    .await;
+    assert_eq!(
+        r.commits,
+        vec![
+            ("a".into(), 4, "0/14".into()),
+            ("b".into(), 1, "0/14".into())
+        ]
+    );
+    assert_eq!(r.acks.last(), Some(&pos(20)));
+}
+
+#[tokio::test]
+async fn a_schema_change_between_transactions_commits_the_earlier_ones_first() {
+    let renamed = schema_as("a", "key", "int8");
+    let r = run_script(
+        true,
+        &[("a", 5)],
+        vec![
+            tx(10, vec![changes("a", Op::Insert, &[1])]),
+            tx(20, vec![changes_as(renamed, Op::Insert, &[2])]),
+        ],
+        settings(1000, SnapshotMode::Never),
+    )
+    .await;
+    assert_eq!(
+        r.commits,
+        vec![
+            ("a".into(), 1, "0/A".into()),
+            ("a".into(), 1, "0/14".into())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_schema_change_rows_cannot_cross_inside_a_transaction_stops_before_it() {
+    let renamed = schema_as("a", "key", "int8");
+    let (r, outcome) = run_to_end(
+        true,
+        vec![
+            ("a", Checkpoint::new("p", pos(5))),
+            ("b", Checkpoint::new("p", pos(5))),
+        ],
+        vec![
+            tx(
+                10,
+                vec![
+                    changes("a", Op::Insert, &[1]),
+                    changes("b", Op::Insert, &[1]),
+                ],
+            ),
+            tx(
+                20,
+                vec![
+                    changes("a", Op::Insert, &[2]),
+                    changes("b", Op::Insert, &[2]),
+                    changes_as(renamed, Op::Insert, &[3]),
+                ],
+            ),
+            tx(30, vec![changes("b", Op::Insert, &[3])]),
+        ],
+        settings(1000, SnapshotMode::Never),
+    )
+    .await;
+    match outcome {
+        Err(PipelineError::SchemaChangedInTransaction {
+            table, position, ..
+        }) => {
+            assert_eq!(table, TableId::new("public", "a"));
+            assert_eq!(position, pos(20));
+        }
+        other => panic!("expected a stop at the transaction, got {other:?}"),
+    }
+    // Everything before the transaction is committed and acknowledged, nothing of it or after.
+    assert_eq!(
+        r.commits,
+        vec![("a".into(), 1, "0/A".into()), ("b".into(), 1, "0/A".into())]
+    );
+    assert_eq!(r.acks.last(), Some(&pos(10)));
+}
+
+// A replayed transaction the table already holds is skipped whole, schema change and all.
+#[tokio::test]
+async fn a_committed_transaction_with_a_schema_change_inside_is_skipped() {
+    let renamed = schema_as("a", "key", "int8");
+    let r = run_script(
+        true,
+        &[("a", 20), ("b", 5)],
+        vec![tx(
+            20,
+            vec![
+                changes("a", Op::Insert, &[2]),
+                changes("b", Op::Insert, &[2]),
+                changes_as(renamed, Op::Insert, &[3]),
+            ],
+        )],
+        settings(1000, SnapshotMode::Never),
+    )
+    .await;
+    assert_eq!(r.commits, vec![("b".into(), 1, "0/14".into())]);
 }
 
 #[tokio::test]

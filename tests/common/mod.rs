@@ -345,6 +345,23 @@ impl Pipeline {
         }
     }
 
+    /// Waits up to `timeout` for cdcd to exit on its own; kills it (and panics) if it does not.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let mut child = self.daemon.take().expect("cdcd is not running");
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                return st;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("cdcd did not exit on its own within {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Everything cdcd wrote to stdout/stderr so far, over all starts.
     pub fn output(&self) -> String {
         fs::read_to_string(&self.stderr_log).unwrap_or_default()
