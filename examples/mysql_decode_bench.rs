@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use cdcd::changelog::{GtidList, Position};
 use cdcd::config::ZeroDate;
+use cdcd::sources::mysql::assembler::{Assembler, Step};
 use cdcd::sources::mysql::schema::build_entry;
-use cdcd::sources::mysql::stream::{Assembler, Step};
 use cdcd::sources::mysql::types::ColumnInfo;
 use mysql_common::binlog::consts::BinlogVersion;
 use mysql_common::binlog::events::EventData;

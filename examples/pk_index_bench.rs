@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use cdcd::sinks::index::{IndexChange, IndexOp, PrimaryKeyIndex, RowLocation};
+use cdcd::sinks::pk_index::{IndexChange, IndexOp, PrimaryKeyIndex, RowLocation};
 use futures::TryStreamExt;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;

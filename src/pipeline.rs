@@ -17,7 +17,7 @@
 //! copy's progress (`cdcd.snapshot`: the chunk plan, chunks started, chunks done), so a restart
 //! hands the source only what is left ([`Resume::copy`]) and keeps the slot. Copy batches are
 //! large ([`SNAPSHOT_BATCH_ROWS`], [`SNAPSHOT_BATCH_BYTES`]: few snapshots, few index runs) and
-//! are committed in the background while the next one is read (`pipeline_pending.rs`). A table copied at a
+//! are committed in the background while the next one is read (`pipeline/commit.rs`). A table copied at a
 //! snapshot newer than where streaming starts (a resumed copy, a table added to `tables`) gets an
 //! upsert window (`cdcd.upsert_until`): its changes up to that position are replayed over rows
 //! that may already reflect them, so inserts become updates (upserts); every change is keyed and
@@ -25,7 +25,7 @@
 //! `sources/postgres/snapshot.rs`).
 //!
 //! The per-table books (buffers, committed checkpoints, copy progress, upsert windows) are
-//! `pipeline_tables.rs`.
+//! `pipeline/tables.rs`.
 //!
 //! Exactly-once: on start each table's checkpoint is read back; a transaction at or below it is
 //! already in the table and is skipped for that table. The source resumes from the oldest
@@ -648,17 +648,13 @@ fn count_ops(pipeline: &str, table: &TableId, changes: &TableChanges) {
     }
 }
 
-#[path = "pipeline_upsert.rs"]
 mod upsert;
 
-#[path = "pipeline_pending.rs"]
-mod pending;
-use pending::InFlight;
+mod commit;
+use commit::InFlight;
 
-#[path = "pipeline_tables.rs"]
 mod tables;
 use tables::{TableBuffer, Tables};
 
 #[cfg(test)]
-#[path = "pipeline_tests.rs"]
 mod tests;

@@ -55,7 +55,7 @@ pub struct TableChanges {
     /// Key columns only. Row `i` is meaningful where `key_changed[i]`.
     pub old_keys: RecordBatch,
     pub key_changed: Vec<bool>,
-    /// These changes are replayed inside an upsert window (`pipeline_upsert.rs`): a partial
+    /// These changes are replayed inside an upsert window (`pipeline/upsert.rs`): a partial
     /// update of a key the table does not hold is dropped instead of stopping the sink (why that
     /// is safe: `sources/mysql/copy.rs`). False unless the pipeline sets it.
     pub upsert_window: bool,

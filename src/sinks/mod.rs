@@ -14,9 +14,9 @@ use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
 
 pub mod iceberg;
-pub mod index;
 mod key_prefix;
 pub mod lsm;
+pub mod pk_index;
 
 /// What a committed snapshot holds, for logs, metrics and `cdcd status`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -24,8 +24,8 @@ use std::sync::Arc;
 
 use iceberg::spec::{DataContentType, DataFile, ManifestFile, TableMetadata};
 
-use super::deletion_vector::DeletionVector;
-use super::dv::{self, LiveDv, LiveDvs};
+use super::deletes::commit_vectors::{self, LiveDv, LiveDvs};
+use super::deletes::deletion_vector::DeletionVector;
 use super::manifest::{self, LiveFile, LiveFiles};
 use crate::changelog::TableId;
 use crate::sinks::SinkError;
@@ -81,7 +81,7 @@ impl LiveState {
             manifest::load_manifests(warehouse, snapshot.manifest_list(), version).await?;
         let files = manifest::load_files(warehouse, &manifests).await?;
         let dvs = if version >= iceberg::spec::FormatVersion::V3 {
-            dv::load_dvs(warehouse, table, &files).await?
+            commit_vectors::load_dvs(warehouse, table, &files).await?
         } else {
             LiveDvs::new()
         };

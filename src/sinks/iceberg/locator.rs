@@ -5,7 +5,7 @@
 //! Sits between the planner and the DV writer: the planner names keys whose row lives in an
 //! earlier snapshot (`Plan::equality_deletes`), a [`RowLocator`] turns them into positions, and
 //! `dv.rs` groups those per file. The same answer lets `lookup::fetch` read the current row of a
-//! partial update by position. The locator is the primary-key index (`sinks/index/`, wired in
+//! partial update by position. The locator is the primary-key index (`sinks/pk_index/`, wired in
 //! `pk_index.rs`), checked against the snapshot: an entry the index still holds for a row that
 //! left the table (a file dropped by a truncate or another writer's rewrite, or a position in
 //! the file's deletion vector) reads as no row. That check is what makes a replay after a crash
@@ -17,9 +17,9 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use async_trait::async_trait;
 
-use super::dv::LiveDvs;
+use super::deletes::commit_vectors::LiveDvs;
+use super::index::TableIndex;
 use super::manifest::LiveFiles;
-use super::pk_index::TableIndex;
 use crate::sinks::SinkError;
 
 /// Where a row is: the data file's location and the row's position in it.

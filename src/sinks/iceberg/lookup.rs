@@ -26,7 +26,7 @@ use parquet::arrow::ProjectionMask;
 
 use iceberg::spec::DataFileFormat;
 
-use super::dv::LiveDvs;
+use super::deletes::commit_vectors::LiveDvs;
 use super::locator::RowAddress;
 use super::manifest::{read, LiveFiles};
 use super::plan::KeyRef;

@@ -9,9 +9,9 @@
 //!
 //! Layout by role: `schema.rs` (types and field ids), `input.rs` (checks of a commit's batches),
 //! `plan.rs` (pure: what to write), `live.rs` (the snapshot's files and vectors, cached between
-//! commits), `lookup.rs` (current rows to complete partial updates), `pk_index.rs` +
-//! `index_slot.rs` + `locator.rs` (v3: where each key's row is, updated in the background),
-//! `dv.rs` (deletion vectors), `writer.rs` (the files' rows), `encode.rs` (Parquet settings,
+//! commits), `lookup.rs` (current rows to complete partial updates), `index.rs` +
+//! `index/slot.rs` + `locator.rs` (v3: where each key's row is, updated in the background),
+//! `deletes/` (deletion vectors, their Puffin files), `writer.rs` (the files' rows), `encode.rs` (Parquet settings,
 //! columns encoded in parallel), `manifest.rs` (Avro manifests and lists), `metadata.rs` (find
 //! the newest metadata), `commit.rs` (publish). Tables live at `<warehouse>/<namespace>/<table>/`
 //! so any engine finds them without cdcd (DESIGN.md, "Where tables live").
@@ -33,25 +33,23 @@ use crate::sinks::{CommitStats, Sink, SinkError, TableStatus};
 use crate::storage::Warehouse;
 
 mod commit;
-pub mod deletion_vector;
-mod dv;
+pub mod deletes;
 mod encode;
-mod index_slot;
+mod index;
 mod input;
 mod live;
 mod locator;
 mod lookup;
 mod manifest;
 mod metadata;
-mod pk_index;
 pub mod plan;
-pub mod puffin;
 mod schema;
 mod summary;
 mod window;
 mod writer;
 
-use index_slot::IndexSlot;
+use deletes::commit_vectors;
+use index::IndexSlot;
 use input::{check_batches, plan_error};
 use live::{LiveState, Published};
 use locator::{IndexLocator, RowLocator};
@@ -86,7 +84,7 @@ type Slot = Arc<tokio::sync::Mutex<TableSlot>>;
 /// snapshot a commit builds on.
 #[derive(Default)]
 struct TableSlot {
-    /// Primary-key index of a v3 table (index_slot.rs: ready, or updated in the background).
+    /// Primary-key index of a v3 table (index/slot.rs: ready, or updated in the background).
     index: IndexSlot,
     /// Manifests, live files and vectors of the snapshot the last commit made or read.
     live: Option<LiveState>,
@@ -155,7 +153,7 @@ impl IcebergSink {
     /// Where the primary-key index of `table` lives (pk_index.rs says why there).
     pub fn index_location(&self, table: &TableId) -> String {
         let ns = self.namespace.as_deref().unwrap_or(&table.namespace);
-        pk_index::location(&self.warehouse, &self.pipeline, ns, &table.name)
+        index::location(&self.warehouse, &self.pipeline, ns, &table.name)
     }
 
     /// The newest metadata from storage (refreshing the cache).
@@ -335,7 +333,7 @@ impl IcebergSink {
         let mut replaced: HashSet<String> = HashSet::new();
         let mut vectors = BTreeMap::new();
         if v3 {
-            let mut new_dvs = dv::NewDvs::default();
+            let mut new_dvs = commit_vectors::NewDvs::default();
             for addr in located.iter().flatten() {
                 new_dvs.delete(table, &addr.file, addr.pos, live_dvs)?;
             }
@@ -362,7 +360,9 @@ impl IcebergSink {
             for (i, (file, vector)) in new_dvs.dvs.iter().enumerate() {
                 let path = format!("{location}/data/{commit_id}-dv-{i:05}.puffin");
                 let one = std::collections::BTreeMap::from([(file.clone(), vector.clone())]);
-                delete_files.extend(dv::write_puffin(&self.warehouse, table, &path, &one).await?);
+                delete_files.extend(
+                    commit_vectors::write_puffin(&self.warehouse, table, &path, &one).await?,
+                );
             }
             vectors = new_dvs.dvs;
         } else {
@@ -523,7 +523,7 @@ impl IcebergSink {
         // The snapshot is durable: a failure from here on must not fail the commit (the caller
         // would retry changes the table already holds). The index is dropped instead, and the
         // next commit reopens it and replays this snapshot (pk_index.rs, recovery). The update
-        // runs in the background until the next commit readies the index (index_slot.rs).
+        // runs in the background until the next commit readies the index (index/slot.rs).
         let data_rows = plan.data_rows() as u64;
         index.record_in_background(
             Arc::clone(schema),

@@ -472,11 +472,8 @@ both_modes!(
     memory_warehouse_round_trips
 );
 
-#[path = "dv_tests.rs"]
-mod dv_tests;
+mod format_v3;
 
-#[path = "types_tests.rs"]
-mod types_tests;
+mod types;
 
-#[path = "index_tests.rs"]
-mod index_tests;
+mod index;

@@ -2,7 +2,7 @@
 //!
 //! Where it sits: between the commit's lookup of current rows (`lookup.rs`) and writing the data
 //! files. The pipeline marks changes replayed over a copy that may already reflect them
-//! (`TableChanges::upsert_window`, `pipeline_upsert.rs`). Inside the window a partial update
+//! (`TableChanges::upsert_window`, `pipeline/upsert.rs`). Inside the window a partial update
 //! (absent columns, key unchanged) can find no row: the row existed before the update but not at
 //! the snapshot its chunk was copied at, so a later change inside the window deletes it or moves
 //! its key away (the argument: `sources/mysql/copy.rs`). Such an update, and every row of the

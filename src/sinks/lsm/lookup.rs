@@ -69,9 +69,15 @@ pub async fn lookup(
             continue;
         };
         for f in files {
-            let batch =
-                super::compactor::read_file_at(w, table, &state.location, schemas, bucket, f)
-                    .await?;
+            let batch = super::compaction::worker::read_file_at(
+                w,
+                table,
+                &state.location,
+                schemas,
+                bucket,
+                f,
+            )
+            .await?;
             let rows = converter
                 .convert_columns(batch.columns().get(..nk).unwrap_or_default())
                 .map_err(arrow("key encoding"))?;

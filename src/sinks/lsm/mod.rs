@@ -8,7 +8,7 @@
 //! or after a TRUNCATE) put blocks of keys no live file's range holds straight into the bottom
 //! level instead, so the copy is not rewritten by compaction (`placement.rs` says when and why).
 //! A background task per table merges sorted runs
-//! (`compaction.rs` decides, `compactor.rs` does it) and publishes `COMPACT` snapshots that carry
+//! (`compaction/pick.rs` decides, `compaction/worker.rs` does it) and publishes `COMPACT` snapshots that carry
 //! the same checkpoint; readers see either the runs before or the merged file after. Commits wait
 //! while a bucket has `stop_trigger` runs or more, so compaction can never fall behind for good.
 //! Old snapshots and the files only they reference are deleted (`expire.rs`).
@@ -26,8 +26,8 @@
 //! `BinaryRow` and bucket hash), `plan.rs` (pure: changes → one row per key), `placement.rs`
 //! (pure: level 0 or bottom-level files for a copy commit's rows), `lookup.rs`
 //! (current rows for partial updates), `writer.rs` (Parquet runs and their `DataFileMeta`),
-//! `manifest.rs` (Avro), `commit.rs` (load and publish snapshots), `compaction.rs` (pure:
-//! pick and merge), `compactor.rs` (the worker), `expire.rs`. The Iceberg sink's planner and row
+//! `manifest.rs` (Avro), `commit.rs` (load and publish snapshots), `compaction/pick.rs` (pure:
+//! pick and merge), `compaction/worker.rs` (the worker), `expire.rs`. The Iceberg sink's planner and row
 //! lookup are not shared on purpose: Iceberg deletes rows by key across files, whereas an LSM
 //! commit folds the changes of a key into one upsert or delete, so the two planners have little
 //! in common beyond Arrow `interleave`, and the Parquet writing shared would be a few lines.
@@ -68,7 +68,7 @@ pub mod binary_row;
 pub mod cleanup;
 mod commit;
 pub mod compaction;
-mod compactor;
+
 mod expire;
 mod lookup;
 pub mod manifest;
@@ -190,7 +190,7 @@ impl LsmSink {
         let handle = self.inner.handle(table);
         // Marked as running, so commits meanwhile write level 0 only (see "Concurrency").
         let marked = !handle.compacting.swap(true, Ordering::AcqRel);
-        let result = compactor::run(&self.inner, &handle, full).await;
+        let result = compaction::worker::run(&self.inner, &handle, full).await;
         if marked {
             handle.compacting.store(false, Ordering::Release);
             handle.progress.notify_waiters();
@@ -318,7 +318,7 @@ impl LsmSink {
                 let location = &state.location;
                 let schemas = &schemas;
                 async move {
-                    let file = compactor::write_file(
+                    let file = compaction::worker::write_file(
                         inner, table, location, schemas, bucket, part, level, 0,
                     )
                     .await?;

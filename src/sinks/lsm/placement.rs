@@ -257,7 +257,7 @@ pub fn chains(files: &[DataFileMeta], key_types: &[DataType]) -> Vec<Vec<usize>>
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::sinks::lsm::compaction::tests::file;
+    use crate::sinks::lsm::compaction::pick::tests::file;
     use arrow_array::{ArrayRef, Int64Array};
     use arrow_row::{RowConverter, SortField};
     use arrow_schema::DataType;

@@ -28,7 +28,7 @@
 //! position. Streaming starts at the position the table is declared complete at, `from` (chunk
 //! 0's description: P for a fresh copy, the other tables' position for an added table), which
 //! is at or before every snapshot any chunk was read at, and the table gets an upsert window up
-//! to S2 (`SnapshotUpsertUntil`): its inserts at or below S2 become upserts (`pipeline_upsert.rs`).
+//! to S2 (`SnapshotUpsertUntil`): its inserts at or below S2 become upserts (`pipeline/upsert.rs`).
 //! Per row R, whose chunk was read at snapshot X (P ≤ X ≤ S2, fixed by R's key):
 //! - Every change to R after `from` is replayed in order on top of R as of X. Changes are keyed
 //!   and idempotent as upserts: an insert or full update writes R whatever was there, a delete

@@ -4,7 +4,7 @@
 //! - `types.rs`: column types to Arrow, values into Arrow builders (pure).
 //! - `image.rs`: row images read in place, straight into Arrow builders (pure; the fast path).
 //! - `schema.rs`: a table's schema and converters from `information_schema` rows (pure).
-//! - `stream.rs`: binlog events to changelog transactions (the assembler; pure).
+//! - `assembler.rs`: binlog events to changelog transactions (the assembler; pure).
 //! - `setup.rs`: regular connections, catalog reads, `cdcd check`.
 //! - `snapshot.rs`: the consistent snapshot and its binlog position; reading rows into batches.
 //! - `chunks.rs`: a table's copy plan as primary-key ranges (pure).
@@ -18,6 +18,7 @@
 //! matter to the pipeline; binlog retention is the server's (`binlog_expire_logs_seconds`), and
 //! a purged binlog stops the source with an error naming the position.
 
+pub mod assembler;
 pub mod chunks;
 pub mod copy;
 pub mod decoder;
@@ -25,7 +26,6 @@ pub mod image;
 pub mod schema;
 pub mod setup;
 pub mod snapshot;
-pub mod stream;
 pub mod types;
 
 use std::collections::HashMap;
@@ -44,9 +44,9 @@ use tracing::{info, warn};
 use crate::changelog::{Position, TableId};
 use crate::config::MySqlConfig;
 use crate::sources::{Prepared, Resume, SnapshotProgress, Source, SourceError, SourceEvent};
+use assembler::{Assembler, Step, StreamError};
 use schema::TableEntry;
 use setup::{CheckProblem, Flavor};
-use stream::{Assembler, Step, StreamError};
 
 /// The server sends a heartbeat event after this much binlog silence (MASTER_HEARTBEAT_PERIOD).
 const HEARTBEAT: Duration = Duration::from_secs(5);

@@ -1,7 +1,7 @@
 //! Catalog lookups for one table: its primary key, columns, type names and OIDs, and the
 //! planner's row estimate.
 //!
-//! Where it sits: `stream.rs` asks for keys and types when a Relation message names a table or
+//! Where it sits: `assembler.rs` asks for keys and types when a Relation message names a table or
 //! type it has not seen; the initial copy (`snapshot/`) plans its chunks from the key and the
 //! estimate. Plain catalog SQL over a regular connection.
 

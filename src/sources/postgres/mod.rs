@@ -7,7 +7,7 @@
 //! - `replication.rs`: the replication connection (a walsender session, pgwire-replication's
 //!   framing).
 //! - `setup.rs`: publication, slot and server checks over a regular connection.
-//! - `stream.rs`: decoded messages to changelog transactions (streamed transactions, spill).
+//! - `assembler.rs`: decoded messages to changelog transactions (streamed transactions, spill).
 //! - `snapshot.rs` and `snapshot/`: the initial copy of existing rows (parallel key ranges,
 //!   binary COPY read off the socket by `snapshot/session.rs`, resumable).
 //! - `monitor.rs`: heartbeats, slot lag and retained WAL, an invalidated slot.
@@ -19,6 +19,7 @@
 //! slot stays (`snapshot.rs`), then streams from the slot, feeding frames to the assembler and answering with
 //! standby status updates that carry only acknowledged (committed) positions.
 
+pub mod assembler;
 pub mod catalog;
 pub mod decoder;
 pub mod monitor;
@@ -29,7 +30,6 @@ pub mod replication;
 pub mod setup;
 pub mod snapshot;
 mod startup;
-pub mod stream;
 pub mod types;
 
 #[cfg(test)]
@@ -48,12 +48,12 @@ use tokio_util::sync::CancellationToken;
 use crate::changelog::{Lsn, Position, TableId, TableSchema};
 use crate::config::PostgresConfig;
 use crate::sources::{Prepared, Resume, Source, SourceError, SourceEvent, TableCopy};
+use assembler::{Assembled, Assembler, AssemblerConfig};
 use relation::{build_schema, unresolved_types};
 use replication::{ReplicationConnection, ReplicationMessage, StartOptions};
 use setup::CheckProblem;
 use snapshot::parallel::{copy_tables, plan_table, CopyRun, NewSnapshot, TablePlan};
 use snapshot::BatchLimits;
-use stream::{Assembled, Assembler, AssemblerConfig};
 use types::{ColumnType, TypeInfo};
 
 /// Status updates go out at least this often, well within the default `wal_sender_timeout` (60 s).

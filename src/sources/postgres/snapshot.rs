@@ -33,7 +33,7 @@
 //!   never falls between two chunks copied at different snapshots. An update that changes R's key
 //!   from k1 to k2 is replayed as a delete of k2 (the copy may already hold it) followed by the
 //!   update, which removes k1 and writes k2, whichever chunks they belong to
-//!   (`pipeline_upsert.rs`).
+//!   (`pipeline/upsert.rs`).
 //! - Partial rows (unchanged TOASTed columns arrive absent): the sink completes an absent column
 //!   from the row it holds. Column c of R ends as the last replayed change that carried c, or, if
 //!   none did, the copied value, which is then also c's current value (c did not change after

@@ -26,7 +26,7 @@
 //!   an LRU **block cache**, `cache.rs`, bounded by the other half of the budget). Keys are
 //!   compared in full, never by hash, so there are no false matches;
 //! - data file paths are interned as `u32` ids (`files.rs`);
-//! - **compaction** (`compaction.rs`) merges runs size-tiered, so there are O(log n) runs, and
+//! - **compaction** (`compaction/`: `pick.rs` chooses, `worker.rs` merges) merges runs size-tiered, so there are O(log n) runs, and
 //!   drops tombstones when the oldest run takes part; the merge (`merge.rs`) copies whole blocks
 //!   with their filters where runs do not overlap (most of an initial copy's runs), and decodes
 //!   and re-encodes entries only where they do;
@@ -100,7 +100,7 @@ mod format_tests;
 mod lookup;
 mod manifest;
 mod memtable;
-mod merge;
+
 mod meta;
 mod run;
 #[cfg(test)]
@@ -212,7 +212,7 @@ pub struct PrimaryKeyIndex {
     /// Files to delete once a manifest that no longer names them is durable.
     obsolete: Vec<Path>,
     /// What merges did since open (copied blocks vs merged entries).
-    merged: merge::MergeStats,
+    merged: compaction::worker::MergeStats,
 }
 
 impl PrimaryKeyIndex {
@@ -265,7 +265,7 @@ impl PrimaryKeyIndex {
             next_run_id: 1,
             covered: None,
             obsolete: Vec::new(),
-            merged: merge::MergeStats::default(),
+            merged: compaction::worker::MergeStats::default(),
         };
         let mut live: HashSet<u64> = HashSet::new();
         if let Some(m) = manifest {

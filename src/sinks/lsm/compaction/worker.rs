@@ -1,4 +1,4 @@
-//! The compaction worker: carries out what `compaction.rs` picks, one bucket at a time, and
+//! The compaction worker: carries out what `pick.rs` picks, one bucket at a time, and
 //! publishes each result as a `COMPACT` snapshot.
 //!
 //! Reading and merging happen without the table lock, so commits keep flowing. Before publishing
@@ -14,14 +14,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::commit::{self, Change, TableState};
+use crate::sinks::lsm::commit::{self, Change, TableState};
 
-use super::compaction::{self, Unit};
-use super::manifest::DataFileMeta;
-use super::schema::FileSchemas;
-use super::writer::{self, FileError};
-use super::{CompactStats, Handle, Inner};
 use crate::changelog::TableId;
+use crate::sinks::lsm::compaction::{self, Unit};
+use crate::sinks::lsm::manifest::DataFileMeta;
+use crate::sinks::lsm::schema::FileSchemas;
+use crate::sinks::lsm::writer::{self, FileError};
+use crate::sinks::lsm::{CompactStats, Handle, Inner};
 use crate::sinks::SinkError;
 
 fn file_error(table: &TableId, what: &str) -> impl FnOnce(FileError) -> SinkError {
@@ -42,7 +42,7 @@ fn file_location(state: &TableState, bucket: i32, name: &str) -> String {
 /// a second or more, which the source's connections on the runtime workers must not wait for)
 /// and puts it as a new data file of `bucket`.
 #[allow(clippy::too_many_arguments)]
-pub(super) async fn write_file(
+pub(in crate::sinks::lsm) async fn write_file(
     inner: &Inner,
     table: &TableId,
     location: &str,
@@ -77,7 +77,7 @@ pub(super) async fn write_file(
 }
 
 /// Reads a live data file of `bucket`.
-pub(super) async fn read_file_at(
+pub(in crate::sinks::lsm) async fn read_file_at(
     w: &crate::storage::Warehouse,
     table: &TableId,
     state_location: &str,
@@ -97,7 +97,7 @@ pub(super) async fn read_file_at(
 
 /// Compacts buckets of `handle`'s table until the picker (or, when `full`, the full-compaction
 /// rule) finds nothing more to do.
-pub(super) async fn run(
+pub(in crate::sinks::lsm) async fn run(
     inner: &Inner,
     handle: &Handle,
     full: bool,
@@ -157,7 +157,7 @@ pub(super) async fn run(
             done.push(bucket);
         }
         let mut encoded = Vec::with_capacity(inputs.len());
-        let chains = super::placement::chains(&inputs, &schemas.key_types);
+        let chains = crate::sinks::lsm::placement::chains(&inputs, &schemas.key_types);
         for f in &inputs {
             let loc = format!("{location}/bucket-{bucket}/{}", f.file_name);
             let data =
@@ -270,7 +270,10 @@ pub(super) async fn run(
 /// Scheduling: the write stall and the background compactor of a table.
 impl Inner {
     /// Waits while any bucket has `stop_trigger` sorted runs or more (write stall).
-    pub(super) async fn stall(self: &Arc<Self>, handle: &Arc<Handle>) -> Result<(), SinkError> {
+    pub(in crate::sinks::lsm) async fn stall(
+        self: &Arc<Self>,
+        handle: &Arc<Handle>,
+    ) -> Result<(), SinkError> {
         let mut warned = false;
         loop {
             let worst = {
@@ -309,7 +312,7 @@ impl Inner {
     }
 
     /// Starts the table's background compactor unless it is running.
-    pub(super) fn spawn_compaction(self: &Arc<Self>, handle: &Arc<Handle>) {
+    pub(in crate::sinks::lsm) fn spawn_compaction(self: &Arc<Self>, handle: &Arc<Handle>) {
         if handle.compacting.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -352,7 +355,11 @@ impl Inner {
     }
 
     /// Whether any bucket of `state` has compaction work.
-    pub(super) fn needs_compaction(&self, state: &TableState, handle: &Handle) -> bool {
+    pub(in crate::sinks::lsm) fn needs_compaction(
+        &self,
+        state: &TableState,
+        handle: &Handle,
+    ) -> bool {
         let copying = handle.copying.load(Ordering::Acquire);
         state.files.values().any(|f| {
             let runs = compaction::runs(f);

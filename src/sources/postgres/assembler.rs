@@ -5,7 +5,7 @@
 //! what comes out goes to the pipeline as `SourceEvent::Transaction` (or, for a transaction that
 //! touched no captured table, as a position the source may report in a heartbeat). Values are
 //! appended straight into Arrow builders through `types.rs` (no per-row allocation); decoding is
-//! `decoder.rs`. The only I/O is the spill file of large streamed transactions (`stream/spill.rs`).
+//! `decoder.rs`. The only I/O is the spill file of large streamed transactions (`assembler/spill.rs`).
 //!
 //! Protocol facts relied on (Postgres docs, "Logical Streaming Replication Protocol" and "Logical
 //! Replication Message Formats"):

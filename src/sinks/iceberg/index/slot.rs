@@ -16,11 +16,11 @@ use arrow_array::RecordBatch;
 use iceberg::spec::TableMetadata;
 use tokio::task::JoinHandle;
 
-use super::dv::LiveDvs;
-use super::manifest::LiveFiles;
-use super::pk_index::TableIndex;
-use super::plan::Plan;
+use super::TableIndex;
 use crate::changelog::{TableChanges, TableSchema};
+use crate::sinks::iceberg::deletes::commit_vectors::LiveDvs;
+use crate::sinks::iceberg::manifest::LiveFiles;
+use crate::sinks::iceberg::plan::Plan;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 

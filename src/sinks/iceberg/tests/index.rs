@@ -3,7 +3,7 @@
 //! index persist), rebuilt when it is missing, and used to complete partial updates.
 
 use super::*;
-use crate::sinks::index::PrimaryKeyIndex;
+use crate::sinks::pk_index::PrimaryKeyIndex;
 
 fn dv_sink(dir: &Path) -> IcebergSink {
     sink(dir, DeleteMode::DeletionVectors)
@@ -270,7 +270,7 @@ async fn open_index_behind_another_writers_commit_is_caught_up() {
 
 #[tokio::test]
 async fn index_runs_are_written_with_per_block_filters() {
-    // CPKIRUN3 (sinks/index/meta.rs): what lets merges of an initial copy's runs copy blocks.
+    // CPKIRUN3 (sinks/pk_index/meta.rs): what lets merges of an initial copy's runs copy blocks.
     let dir = tempfile::tempdir().unwrap();
     let s = dv_sink(dir.path());
     let t = schema();

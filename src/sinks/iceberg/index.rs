@@ -5,14 +5,14 @@
 //! Where it sits: `mod.rs` commit → [`TableIndex::open`] (first commit of the table in this
 //! process) → `IndexLocator` (locator.rs) for DV positions and `lookup::fetch` for partial rows →
 //! table commit → [`TableIndex::record`]. The index itself (an LSM of sorted runs with bounded
-//! memory) is `sinks/index/`; this file only maps Iceberg commits onto its changes.
+//! memory) is `sinks/pk_index/`; this file only maps Iceberg commits onto its changes.
 //!
 //! Where it lives: `<warehouse>/_cdcd/<pipeline>/index/<namespace>/<table>/`, with the pipeline's
 //! other state (DESIGN.md, "Where tables live"), not under the table's own folder: Iceberg's
 //! orphan-file removal (Spark `remove_orphan_files`, pyiceberg maintenance) deletes every file
 //! under a table location that no metadata names, and would delete the index.
 //!
-//! Recovery (the contract in `sinks/index/mod.rs`): the table commit is the truth, and the index
+//! Recovery (the contract in `sinks/pk_index/mod.rs`): the table commit is the truth, and the index
 //! is persisted after it. On open, if the index covers an older snapshot that is an ancestor of
 //! the current one, the key columns of the data files added by the snapshots after it are read
 //! and upserted (rows already in a deletion vector skipped), and data files that left the table
@@ -32,17 +32,20 @@ use iceberg::spec::TableMetadata;
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
 
-use super::dv::LiveDvs;
+use super::deletes::commit_vectors::LiveDvs;
 use super::lookup::{decode, project};
 use super::manifest::{read, LiveFile, LiveFiles};
 use super::plan::{encode_keys, Plan};
 use crate::changelog::{TableChanges, TableId, TableSchema};
-use crate::sinks::index::{IndexChange, IndexError, IndexOp, PrimaryKeyIndex, RowLocation};
+use crate::sinks::pk_index::{IndexChange, IndexError, IndexOp, PrimaryKeyIndex, RowLocation};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
 /// Memory budget of one table's index (memtable + block cache; run metas come on top, ~1.3 B
 /// per key: README "Deletion vectors").
+mod slot;
+pub(super) use slot::IndexSlot;
+
 pub(crate) const MEMORY_BUDGET: usize = 64 * 1024 * 1024;
 /// Changes handed to the index between checks of its memtable budget.
 const APPLY_CHUNK: usize = 16 * 1024;

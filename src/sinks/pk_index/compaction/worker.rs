@@ -1,4 +1,4 @@
-//! Compaction, carried out: a k-way merge of the runs `compaction::choose` picked into one new
+//! Compaction, carried out: a k-way merge of the runs `pick::choose` picked into one new
 //! run, streamed block by block (bounded memory whatever the run sizes), then a manifest that
 //! names the new run set, then deletion of the inputs.
 //!
@@ -12,13 +12,13 @@
 
 use std::sync::Arc;
 
-use super::bloom::PROBES;
-use super::compaction;
-use super::cursor::RunCursor;
-use super::manifest::run_path;
-use super::meta::{BlockRef, Filter, RunMeta};
-use super::run::RunWriter;
-use super::{IndexError, PrimaryKeyIndex};
+use super::pick;
+use crate::sinks::pk_index::bloom::PROBES;
+use crate::sinks::pk_index::cursor::RunCursor;
+use crate::sinks::pk_index::manifest::run_path;
+use crate::sinks::pk_index::meta::{BlockRef, Filter, RunMeta};
+use crate::sinks::pk_index::run::RunWriter;
+use crate::sinks::pk_index::{IndexError, PrimaryKeyIndex};
 
 /// Merge statistics, for the log line of a compaction.
 #[derive(Debug, Default, Clone, Copy)]
@@ -46,14 +46,14 @@ fn copyable(run: &RunMeta, b: &BlockRef, drop_tombstones: bool, live: &[u32]) ->
 impl PrimaryKeyIndex {
     /// Merges the runs the policy picks into one, then persists the new run set. Repeats while
     /// the policy finds more to merge.
-    pub(super) async fn compact(&mut self) -> Result<(), IndexError> {
+    pub(in crate::sinks::pk_index) async fn compact(&mut self) -> Result<(), IndexError> {
         while self.compact_once().await? {}
         Ok(())
     }
 
     async fn compact_once(&mut self) -> Result<bool, IndexError> {
         let sizes: Vec<u64> = self.runs.iter().map(|r| r.size).collect();
-        let Some(take) = compaction::choose(&sizes) else {
+        let Some(take) = pick::choose(&sizes) else {
             return Ok(false);
         };
         self.merge_newest(take).await?;
@@ -61,7 +61,10 @@ impl PrimaryKeyIndex {
     }
 
     /// Merges the `take` newest runs into one and persists the new run set.
-    pub(super) async fn merge_newest(&mut self, take: usize) -> Result<(), IndexError> {
+    pub(in crate::sinks::pk_index) async fn merge_newest(
+        &mut self,
+        take: usize,
+    ) -> Result<(), IndexError> {
         let take = take.min(self.runs.len());
         if take == 0 {
             return Ok(());

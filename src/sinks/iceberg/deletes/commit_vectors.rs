@@ -1,7 +1,7 @@
 //! Deletion vectors of a commit (format v3): reads the live DVs of a snapshot, merges this
 //! commit's deleted positions into them, and writes them as one Puffin file.
 //!
-//! Sits after the planner and the [`RowLocator`](super::locator::RowLocator): positions come from
+//! Sits after the planner and the [`RowLocator`](crate::sinks::iceberg::locator::RowLocator): positions come from
 //! located keys (rows of earlier snapshots) and from `Plan::position_deletes` (rows this commit
 //! wrote and superseded). The spec allows at most one DV per data file per snapshot (Iceberg spec,
 //! "Deletion Vectors"), so a file that already has one gets the union, and the old entry is
@@ -18,9 +18,9 @@ use iceberg::spec::{DataContentType, DataFile, DataFileBuilder, DataFileFormat, 
 use object_store::{ObjectStoreExt, PutPayload};
 
 use super::deletion_vector::DeletionVector;
-use super::manifest::{LiveFile, LiveFiles};
 use super::puffin::PuffinWriter;
 use crate::changelog::TableId;
+use crate::sinks::iceberg::manifest::{LiveFile, LiveFiles};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
