@@ -26,31 +26,6 @@ DB=cdcd_demo
 log() { printf '\n[demo %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { printf '[demo] ERROR: %s\n' "$*" >&2; exit 1; }
 
-# ------------------------------------------------------------------ Rust
-# Cargo.toml's rust-version; Debian's own rustc is older, so the toolchain comes from rustup.
-rust_up() {
-  export PATH="$HOME/.cargo/bin:$PATH"
-  local need have
-  need=$(sed -n 's/^rust-version *= *"\([0-9.]*\)".*/\1/p' Cargo.toml)
-  if ! command -v cargo >/dev/null; then
-    log "installing Rust $need or newer with rustup (https://rustup.rs)"
-    local apt=()
-    command -v curl >/dev/null || apt+=(curl ca-certificates)
-    command -v cc >/dev/null || apt+=(build-essential)
-    if [ ${#apt[@]} -gt 0 ]; then
-      DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${apt[@]}" >/dev/null
-    fi
-    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y -q --profile minimal
-  fi
-  have=$(rustc --version | awk '{print $2}')
-  if [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1)" != "$need" ]; then
-    command -v rustup >/dev/null || die "rustc $have is older than $need; install a newer toolchain (https://rustup.rs)"
-    log "rustc $have is older than $need: rustup update stable"
-    rustup update stable
-  fi
-}
-
 # ------------------------------------------------------------------ Postgres and the readers
 testbed_up() {
   export CDCD_TB_COMPONENTS="postgres python"
@@ -186,7 +161,8 @@ esac
 
 [ "$(id -u)" = 0 ] || die "run as root (apt-get, and su to postgres to start the server)"
 log "toolchain and test bed (first run: a few minutes)"
-rust_up
+scripts/toolchain.sh
+export PATH="$HOME/.cargo/bin:$PATH"
 testbed_up
 reset
 mkdir -p "$DIR"
