@@ -5,8 +5,10 @@
 # are tested against it (src/sinks/iceberg/deletion_vector.rs, puffin.rs), so that what cdcd writes is
 # byte-compatible with the reference implementation.
 #
-# Needs the test bed with Spark: `WITH_SPARK=1 bash /work/shared/testbed/setup.sh` (pyspark 3.5.8,
-# iceberg-spark-runtime 1.10.2, OpenJDK 17; DuckDB 1.5.5 and pyiceberg 0.12 are read back as well).
+# Needs the shared test bed with Spark, from the `shared/` folder beside this repository (not part of
+# it; scripts/testbed.sh does not install Spark): `WITH_SPARK=1 bash ../shared/testbed/setup.sh` run
+# from the repository root (pyspark 3.5.8, iceberg-spark-runtime 1.10.2, OpenJDK 17; DuckDB 1.5.5 and
+# pyiceberg 0.12 read the table back as well). TB names its directory (default /tmp/cdcd-testbed).
 #
 # The table lives at a fixed path (WH below) because Iceberg metadata stores absolute locations: the
 # fixture's manifest and Puffin footer name `file:$WH/db/events/data/...`. The tests only compare those names
@@ -22,9 +24,14 @@ PY=$TB/venv/bin/python
 WH=/tmp/cdcd-java-dv-fixture/warehouse
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=$ROOT/tests/fixtures/iceberg-java-dv
+SETUP=../shared/testbed/setup.sh   # relative to the repository root
 
-[ -x "$PY" ] || { echo "no venv at $TB: run WITH_SPARK=1 bash /work/shared/testbed/setup.sh" >&2; exit 2; }
-[ -s "$TB/jars/iceberg-shaded-jackson.jar" ] || { echo "no Spark in $TB: rerun setup.sh with WITH_SPARK=1" >&2; exit 2; }
+setup_hint() {
+  if [ -f "$ROOT/$SETUP" ]; then echo "run from $ROOT: WITH_SPARK=1 TB=$TB bash $SETUP"
+  else echo "this needs the shared test bed ($SETUP beside the repository, not found from $ROOT)"; fi
+}
+[ -x "$PY" ] || { echo "no venv at $TB: $(setup_hint)" >&2; exit 2; }
+[ -s "$TB/jars/iceberg-shaded-jackson.jar" ] || { echo "no Spark in $TB: $(setup_hint)" >&2; exit 2; }
 
 rm -rf "$WH"
 mkdir -p "$WH"

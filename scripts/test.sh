@@ -38,6 +38,8 @@ else
 fi
 
 step "build"
+scripts/toolchain.sh                      # Rust at Cargo.toml's rust-version, via rustup when missing
+export PATH="$HOME/.cargo/bin:$PATH"
 locked=()
 [ -f Cargo.lock ] && locked=(--locked)
 cargo build "${locked[@]}" --all-targets

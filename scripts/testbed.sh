@@ -7,10 +7,10 @@
 #   scripts/testbed.sh stop   stop the servers this script started
 #
 # Env: CDCD_TB (default /tmp/cdcd-tb: data, logs, venv), PG_PORT (default 55440), MY_PORT (default 53316),
-# MOTO_PORT (default 59010), MOTO_SERIAL_PORT (default 59011).
+# MOTO_PORT (default 59010), MOTO_SERIAL_PORT (default 59011), CDCD_TB_COMPONENTS (default all:
+# "postgres python mariadb moto"; scripts/demo.sh asks for "postgres python" only).
 #
-# Components are functions named <name>_up / <name>_stop / <name>_env, listed in COMPONENTS;
-# MariaDB and S3 (moto) slot in the same way when the tests need them.
+# Components are functions named <name>_apt / <name>_up / <name>_stop / <name>_env, listed in COMPONENTS.
 set -euo pipefail
 
 CDCD_TB=${CDCD_TB:-/tmp/cdcd-tb}
@@ -24,7 +24,7 @@ VENV=$CDCD_TB/venv
 PY=$VENV/bin/python
 RUN=$CDCD_TB/run
 LOGS=$CDCD_TB/logs
-COMPONENTS=(postgres python mariadb moto)
+read -ra COMPONENTS <<< "${CDCD_TB_COMPONENTS:-postgres python mariadb moto}"
 
 log() { printf '[testbed %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }

@@ -11,13 +11,19 @@
 //! - [`config`]: the TOML file plus `CDCD_<SECTION>__<KEY>` overrides, validated into typed settings.
 //! - [`changelog`]: the one normalized model every source produces and every sink consumes:
 //!   transactions of per-table change batches in Arrow, where a column can be *absent* (not NULL).
-//! - [`sources`]: replication readers (`postgres/`: pgoutput over logical replication).
+//! - [`sources`]: replication readers (`postgres/`: pgoutput over logical replication; `mysql/`:
+//!   the MySQL/MariaDB binlog, as a replica).
 //! - [`pipeline`]: routes changes per table, buffers them, decides when to commit, acks the source.
-//! - [`sinks`]: table writers (`iceberg/`: Parquet data files, equality and position deletes,
-//!   row-delta snapshots).
-//! - [`checkpoint`]: the `cdcd.pipeline` / `cdcd.position` keys every snapshot carries.
-//! - [`storage`]: `object_store` from a warehouse URL, and the adapter iceberg's `FileIO` needs.
+//! - [`sinks`]: table writers (`iceberg/`: Parquet data files with deletion vectors or equality
+//!   deletes, row-delta snapshots; `lsm/`: Apache Paimon primary-key tables; `index/`: the
+//!   primary-key index that locates rows for deletion vectors).
+//! - [`checkpoint`]: the `cdcd.*` keys every snapshot carries, and the pipeline's lease.
+//! - [`storage`]: one `object_store` from a warehouse URL (local or S3), multipart uploads, crash
+//!   points, Iceberg orphan cleanup.
 //! - [`metrics`]: metric names, the Prometheus endpoint, health/readiness, systemd notification.
+//! - [`commands`]: what `run`, `check`, `status` and `cleanup` do; [`malloc`]: the arena cap.
+//!
+//! The house in more detail: `docs/architecture.md`.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod changelog;

@@ -8,7 +8,8 @@ use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
-/// Change-data-capture daemon: keeps lakehouse tables equal to Postgres tables, exactly once.
+/// Change-data-capture daemon: keeps Iceberg or Paimon tables equal to Postgres or MySQL/MariaDB
+/// tables, exactly once.
 #[derive(Debug, Parser)]
 #[command(name = "cdcd", version, about)]
 struct Cli {

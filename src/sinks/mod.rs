@@ -1,7 +1,9 @@
 //! Sinks: table writers. A sink turns a buffer of ordered changes to one table into files and
 //! commits them as one table snapshot that carries the pipeline's [`Checkpoint`].
 //!
-//! - `iceberg/`: Apache Iceberg tables (equality deletes, format v2; deletion vectors later).
+//! - `iceberg/`: Apache Iceberg tables (deletion vectors, format v3, by default; equality deletes,
+//!   format v2, with `delete_mode = "equality"`).
+//! - `index/`: the primary-key index that tells the Iceberg sink where a key's row is.
 //! - `lsm/`: Apache Paimon primary-key tables (LSM per bucket, universal compaction).
 //!
 //! Sinks never import sources: they see only the changelog and checkpoints.
