@@ -29,7 +29,9 @@
 //!
 //! Exactly-once: on start each table's checkpoint is read back; a transaction at or below it is
 //! already in the table and is skipped for that table. The source resumes from the oldest
-//! checkpoint, never from later, so no table misses a change.
+//! checkpoint, never from later, so no table misses a change; for MySQL/MariaDB a table's
+//! checkpoint is first raised to the pipeline's stored progress where that is sound, so an idle
+//! table does not hold the start back (`pipeline_progress.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -40,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::changelog::{Op, Position, TableChanges, TableId, Transaction};
+use crate::checkpoint::progress::{Progress, ProgressError, ProgressStore};
 use crate::config::SnapshotMode;
 use crate::metrics as m;
 use crate::sinks::{Sink, SinkError};
@@ -99,6 +102,8 @@ pub enum PipelineError {
         before: String,
         after: String,
     },
+    #[error(transparent)]
+    Progress(#[from] ProgressError),
 }
 
 impl From<SinkError> for PipelineError {
@@ -116,6 +121,7 @@ impl PipelineError {
             PipelineError::SlotLost { .. } => "slot_lost",
             PipelineError::SourceTask(_) => "source_task",
             PipelineError::SchemaChangedInTransaction { .. } => "schema_changed",
+            PipelineError::Progress(_) => "progress",
         }
     }
 }
@@ -131,6 +137,8 @@ pub struct Settings {
     pub snapshot: SnapshotMode,
     /// The slot name, for messages.
     pub slot: String,
+    /// `_cdcd/<pipeline>/progress.json` (`checkpoint::progress`); `None`: not kept.
+    pub progress: Option<ProgressStore>,
 }
 
 /// Runs a pipeline until `shutdown` is cancelled (then commits what is buffered and returns `Ok`)
@@ -173,7 +181,11 @@ async fn run_batched(
             .committed
             .insert(table.clone(), cp.map(|c| c.position));
     }
-    let resume = decide_resume(&prepared, &tables, &settings)?;
+    let stored_progress = match &settings.progress {
+        Some(store) => store.read().await?,
+        None => None,
+    };
+    let resume = decide_resume(&prepared, &tables, &settings, stored_progress.as_ref())?;
     if resume.snapshot {
         // A new slot: every table is copied again from scratch at its exported snapshot.
         tables.progress.clear();
@@ -206,6 +218,7 @@ async fn run_batched(
         durable_time: None,
         in_flight: InFlight::default(),
         snapshot_batch,
+        progress: ProgressWriter::start(settings.progress.clone()),
     };
     let mut tick = tokio::time::interval(settings.commit_interval.min(Duration::from_millis(250)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -272,6 +285,7 @@ async fn run_batched(
         }
     };
     committer.report(health);
+    committer.progress.finish().await;
     committer.sink.settle().await;
     if let Err(e) = &outcome {
         // Sink errors were counted where the commit failed.
@@ -295,18 +309,16 @@ async fn run_batched(
     outcome
 }
 
-/// Where to start the source, from the slot's existence and the tables' checkpoints.
+/// Where to start the source, from the slot's existence, the tables' checkpoints and the stored
+/// pipeline progress.
 fn decide_resume(
     prepared: &Prepared,
     tables: &Tables,
     settings: &Settings,
+    stored_progress: Option<&Progress>,
 ) -> Result<Resume, PipelineError> {
     let checkpoints: Vec<&Position> = tables.committed.values().flatten().collect();
-    let start = checkpoints
-        .iter()
-        .filter(|p| !p.is_snapshot_incomplete())
-        .min_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal))
-        .map(|p| (*p).clone());
+    let start = progress::start_position(&tables.committed, stored_progress);
     match settings.snapshot {
         SnapshotMode::Initial if !prepared.slot_exists => Ok(Resume {
             start: None,
@@ -383,6 +395,7 @@ struct Committer {
     /// An initial-copy batch being committed in the background.
     in_flight: InFlight,
     snapshot_batch: SnapshotBatch,
+    progress: ProgressWriter,
 }
 
 impl Committer {
@@ -610,6 +623,7 @@ impl Committer {
         }
         debug!(position = %received, "acknowledging");
         self.acked = Some(received.clone());
+        self.progress.acked(&received, &self.tables.committed);
         // A closed receiver means the source already stopped; there is no one left to tell.
         let _ = self.acks.send(Some(received));
     }
@@ -654,6 +668,10 @@ mod upsert;
 #[path = "pipeline_pending.rs"]
 mod pending;
 use pending::InFlight;
+
+#[path = "pipeline_progress.rs"]
+mod progress;
+use progress::ProgressWriter;
 
 #[path = "pipeline_tables.rs"]
 mod tables;

@@ -168,6 +168,7 @@ fn settings(max_rows: usize, snapshot: SnapshotMode) -> Settings {
         snapshot_commit_rows: crate::pipeline::SNAPSHOT_BATCH_ROWS,
         snapshot,
         slot: "cdcd_p".into(),
+        progress: None,
     }
 }
 
