@@ -258,7 +258,7 @@ async fn idle_table_does_not_pin_the_restart_after_binlogs_are_purged() {
         .unwrap_or_else(|e| panic!("PURGE BINARY LOGS: {e}"));
     let after = server.binlogs();
     assert!(
-        after.len() == 1 && !before.contains(&after[0]),
+        before.len() > 1 && after.len() == 1 && !after.contains(&before[0]),
         "only the binlog opened by FLUSH is left: {before:?} -> {after:?}"
     );
 
