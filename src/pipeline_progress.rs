@@ -23,8 +23,10 @@ use tracing::{debug, warn};
 use crate::changelog::{Position, TableId};
 use crate::checkpoint::progress::{Progress, ProgressStore};
 
-/// The file is rewritten at most this often (one small put; acknowledgements come every second).
-const WRITE_INTERVAL: Duration = Duration::from_secs(5);
+/// The file is rewritten at most this often: one small put, where acknowledgements come every
+/// second or so (an S3 put per second would cost more than the re-read it saves); a crash loses at
+/// most this much progress, which a restart re-reads.
+const WRITE_INTERVAL: Duration = Duration::from_secs(30);
 /// How long a stop waits for the last write.
 const FINAL_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 

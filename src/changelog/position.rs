@@ -36,7 +36,7 @@ impl fmt::Display for Lsn {
 
 /// The text could not be read as a position.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid position {text:?}: expected a Postgres LSN such as 0/16B3748, a MySQL GTID set (uuid:1-42), a MariaDB GTID list (0-1-42) or binlog.000003:4711")]
+#[error("invalid position {text:?}: expected a Postgres LSN such as 0/16B3748, a MySQL GTID set (uuid:1-42, or empty-gtid-set), a MariaDB GTID list (0-1-42, or empty-gtid-list) or binlog.000003:4711")]
 pub struct ParsePositionError {
     pub text: String,
 }
