@@ -487,3 +487,40 @@ async fn open(
     };
     stream.map_err(|e| classify_error(e, position))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_gtid_state_takes_the_servers_kind() {
+        // `""`, as earlier versions wrote it, reads as a MariaDB list.
+        let legacy: Position = "".parse().unwrap();
+        assert_eq!(
+            in_flavor(legacy.clone(), Flavor::MySqlGtid),
+            Position::MySqlGtid(GtidSet::default())
+        );
+        assert_eq!(
+            in_flavor(legacy, Flavor::MariaDb),
+            Position::MariaDbGtid(GtidList::default())
+        );
+        let set = Position::MySqlGtid(GtidSet::default());
+        assert_eq!(
+            in_flavor(set, Flavor::MariaDb),
+            Position::MariaDbGtid(GtidList::default())
+        );
+        let some: Position = "0-1-5".parse().unwrap();
+        assert_eq!(in_flavor(some.clone(), Flavor::MySqlGtid), some);
+    }
+
+    #[test]
+    fn oldest_is_the_meet() {
+        let a: Position = "0-1-10,1-1-5".parse().unwrap();
+        let b: Position = "0-1-5,1-1-8".parse().unwrap();
+        assert_eq!(
+            oldest([a, b].into_iter()),
+            Some("0-1-5,1-1-5".parse().unwrap())
+        );
+        assert_eq!(oldest(std::iter::empty()), None);
+    }
+}
