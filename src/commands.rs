@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::changelog::TableId;
 use crate::checkpoint::lease::{Lease, LeaseError, LeaseSettings};
+use crate::checkpoint::progress::ProgressStore;
 use crate::config::{Config, SinkConfig, SourceConfig};
 use crate::pipeline::{self, PipelineError, Settings};
 use crate::sinks::iceberg::IcebergSink;
@@ -61,6 +62,7 @@ fn settings(config: &Config) -> Settings {
         snapshot_commit_rows: config.snapshot_commit_rows,
         snapshot,
         slot,
+        progress: None,
     }
 }
 
@@ -118,8 +120,11 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
     let source = build_source(config);
     let sink = build_sink(config)?;
     let renewing = CancellationToken::new();
+    let mut settings = settings(config);
+    settings.progress =
+        Some(ProgressStore::new(&warehouse, &config.pipeline).map_err(PipelineError::from)?);
     let outcome = {
-        let pipeline = pipeline::run(source, sink, settings(config), shutdown);
+        let pipeline = pipeline::run(source, sink, settings, shutdown);
         let keep = lease.keep(&renewing);
         tokio::pin!(pipeline, keep);
         tokio::select! {

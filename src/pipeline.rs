@@ -29,7 +29,9 @@
 //!
 //! Exactly-once: on start each table's checkpoint is read back; a transaction at or below it is
 //! already in the table and is skipped for that table. The source resumes from the oldest
-//! checkpoint, never from later, so no table misses a change.
+//! checkpoint, never from later, so no table misses a change; for MySQL/MariaDB a table's
+//! checkpoint is first raised to the pipeline's stored progress where that is sound, so an idle
+//! table does not hold the start back (`pipeline/progress.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -40,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::changelog::{Op, Position, TableChanges, TableId, Transaction};
+use crate::checkpoint::progress::{Progress, ProgressError, ProgressStore};
 use crate::config::SnapshotMode;
 use crate::metrics as m;
 use crate::sinks::{Sink, SinkError};
@@ -92,13 +95,21 @@ pub enum PipelineError {
     SlotLost { slot: String, tables: String },
     #[error("the source task ended unexpectedly: {0}")]
     SourceTask(String),
-    #[error("schema of {table} changed inside the transaction that ends at {position} (columns ({before}) became ({after})); cdcd commits a transaction whole or not at all and cannot store both shapes in one commit, so it stopped before that transaction: everything before it is committed, nothing of it is. Stop writes to the table, recreate the replica, or remove the table from source.tables")]
-    SchemaChangedInTransaction {
-        table: TableId,
-        position: Position,
-        before: String,
-        after: String,
-    },
+    #[error("{0}")]
+    SchemaChangedInTransaction(Box<SchemaChangeStop>),
+    #[error(transparent)]
+    Progress(#[from] ProgressError),
+}
+
+/// Where and why a schema change inside a transaction stopped the pipeline
+/// ([`PipelineError::SchemaChangedInTransaction`]).
+#[derive(Debug, thiserror::Error)]
+#[error("schema of {table} changed inside the transaction that ends at {position} (columns ({before}) became ({after})); cdcd commits a transaction whole or not at all and cannot store both shapes in one commit, so it stopped before that transaction: everything before it is committed, nothing of it is. Stop writes to the table, recreate the replica, or remove the table from source.tables")]
+pub struct SchemaChangeStop {
+    pub table: TableId,
+    pub position: Position,
+    pub before: String,
+    pub after: String,
 }
 
 impl From<SinkError> for PipelineError {
@@ -115,7 +126,8 @@ impl PipelineError {
             PipelineError::Sink(e) => e.kind(),
             PipelineError::SlotLost { .. } => "slot_lost",
             PipelineError::SourceTask(_) => "source_task",
-            PipelineError::SchemaChangedInTransaction { .. } => "schema_changed",
+            PipelineError::SchemaChangedInTransaction(_) => "schema_changed",
+            PipelineError::Progress(_) => "progress",
         }
     }
 }
@@ -131,6 +143,8 @@ pub struct Settings {
     pub snapshot: SnapshotMode,
     /// The slot name, for messages.
     pub slot: String,
+    /// `_cdcd/<pipeline>/progress.json` (`checkpoint::progress`); `None`: not kept.
+    pub progress: Option<ProgressStore>,
 }
 
 /// Runs a pipeline until `shutdown` is cancelled (then commits what is buffered and returns `Ok`)
@@ -173,7 +187,11 @@ async fn run_batched(
             .committed
             .insert(table.clone(), cp.map(|c| c.position));
     }
-    let resume = decide_resume(&prepared, &tables, &settings)?;
+    let stored_progress = match &settings.progress {
+        Some(store) => store.read().await?,
+        None => None,
+    };
+    let resume = decide_resume(&prepared, &tables, &settings, stored_progress.as_ref())?;
     if resume.snapshot {
         // A new slot: every table is copied again from scratch at its exported snapshot.
         tables.progress.clear();
@@ -206,6 +224,7 @@ async fn run_batched(
         durable_time: None,
         in_flight: InFlight::default(),
         snapshot_batch,
+        progress: ProgressWriter::start(settings.progress.clone()),
     };
     let mut tick = tokio::time::interval(settings.commit_interval.min(Duration::from_millis(250)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -272,6 +291,7 @@ async fn run_batched(
         }
     };
     committer.report(health);
+    committer.progress.finish().await;
     committer.sink.settle().await;
     if let Err(e) = &outcome {
         // Sink errors were counted where the commit failed.
@@ -295,18 +315,16 @@ async fn run_batched(
     outcome
 }
 
-/// Where to start the source, from the slot's existence and the tables' checkpoints.
+/// Where to start the source, from the slot's existence, the tables' checkpoints and the stored
+/// pipeline progress.
 fn decide_resume(
     prepared: &Prepared,
     tables: &Tables,
     settings: &Settings,
+    stored_progress: Option<&Progress>,
 ) -> Result<Resume, PipelineError> {
     let checkpoints: Vec<&Position> = tables.committed.values().flatten().collect();
-    let start = checkpoints
-        .iter()
-        .filter(|p| !p.is_snapshot_incomplete())
-        .min_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal))
-        .map(|p| (*p).clone());
+    let start = progress::start_position(&tables.committed, stored_progress);
     match settings.snapshot {
         SnapshotMode::Initial if !prepared.slot_exists => Ok(Resume {
             start: None,
@@ -383,6 +401,7 @@ struct Committer {
     /// An initial-copy batch being committed in the background.
     in_flight: InFlight,
     snapshot_batch: SnapshotBatch,
+    progress: ProgressWriter,
 }
 
 impl Committer {
@@ -542,12 +561,14 @@ impl Committer {
             }
             if let Some(before) = last.insert(table, changes) {
                 if !before.schema.rows_fit(&changes.schema) {
-                    return Some(PipelineError::SchemaChangedInTransaction {
-                        table: table.clone(),
-                        position: tx.position.clone(),
-                        before: before.schema.describe_columns(),
-                        after: changes.schema.describe_columns(),
-                    });
+                    return Some(PipelineError::SchemaChangedInTransaction(Box::new(
+                        SchemaChangeStop {
+                            table: table.clone(),
+                            position: tx.position.clone(),
+                            before: before.schema.describe_columns(),
+                            after: changes.schema.describe_columns(),
+                        },
+                    )));
                 }
             }
         }
@@ -573,12 +594,14 @@ impl Committer {
             return Ok(());
         }
         if let Some(position) = open.filter(|p| buffer.position == **p) {
-            return Err(PipelineError::SchemaChangedInTransaction {
-                table: table.clone(),
-                position: position.clone(),
-                before: buffer.schema.describe_columns(),
-                after: changes.schema.describe_columns(),
-            });
+            return Err(PipelineError::SchemaChangedInTransaction(Box::new(
+                SchemaChangeStop {
+                    table: table.clone(),
+                    position: position.clone(),
+                    before: buffer.schema.describe_columns(),
+                    after: changes.schema.describe_columns(),
+                },
+            )));
         }
         let table = table.clone();
         self.commit_table(&table).await
@@ -610,6 +633,7 @@ impl Committer {
         }
         debug!(position = %received, "acknowledging");
         self.acked = Some(received.clone());
+        self.progress.acked(&received, &self.tables.committed);
         // A closed receiver means the source already stopped; there is no one left to tell.
         let _ = self.acks.send(Some(received));
     }
@@ -652,6 +676,9 @@ mod upsert;
 
 mod commit;
 use commit::InFlight;
+
+mod progress;
+use progress::ProgressWriter;
 
 mod tables;
 use tables::{TableBuffer, Tables};

@@ -1,6 +1,7 @@
 //! End to end, MariaDB 10.11 → cdcd → Iceberg: every mapped type, FULL / MINIMAL / NOBLOB row
 //! images, inserts, updates, deletes, primary-key changes, multi-table transactions, the initial
-//! snapshot, resume after kill -9, DDL handling and `cdcd check`.
+//! snapshot, resume after kill -9, DDL handling and `cdcd check`; on a private server, restarts
+//! after the binlogs are purged or reset.
 //!
 //! The oracle is `tests/support/lakecheck.py --source mysql://…` (DuckDB reading the lake, pymysql
 //! reading the source). Needs the test bed (`scripts/testbed.sh`, component `mariadb`); without
@@ -10,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::mysql::{my_connect, my_env, my_exec, MyPipeline};
+use common::mysql::{my_connect, my_env, my_exec, MyPipeline, PrivateMaria};
 use common::{unique, Rng};
 
 /// `check_names_statement_binlog_format` flips a server-global setting: the other tests of this
@@ -204,5 +205,128 @@ async fn check_names_statement_binlog_format() {
         out.contains("global binlog_format is STATEMENT, not ROW")
             && out.contains("SET GLOBAL binlog_format = 'ROW'"),
         "{out}"
+    );
+}
+
+/// The output of cdcd's `n`th start (1-based) and after.
+fn output_from_start(p: &MyPipeline, n: u32) -> String {
+    let out = p.output();
+    let marker = format!("===== cdcd start #{n} =====");
+    out.split_once(&marker)
+        .map(|(_, rest)| rest.to_owned())
+        .unwrap_or_default()
+}
+
+/// Issue 17 part 2: a table nobody writes must not pin the restart point. Its checkpoint stays at
+/// the initial copy while the other table moves on; once the binlogs holding that checkpoint are
+/// purged, cdcd still resumes (from the pipeline's stored progress), copies nothing again, and
+/// both tables stay equal to the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_table_does_not_pin_the_restart_after_binlogs_are_purged() {
+    let test = "idle_table_does_not_pin_the_restart_after_binlogs_are_purged";
+    let Some(mut server) = PrivateMaria::start(test).await else {
+        return;
+    };
+    let name = unique("myidle");
+    let mut p = MyPipeline::new(&server.env, &name, "initial", "").await;
+    let mut c = my_connect(&server.env.url_for(&p.db)).await;
+    my_exec(
+        &mut c,
+        "CREATE TABLE busy (id INT PRIMARY KEY, v VARCHAR(20));
+         CREATE TABLE idle (id INT PRIMARY KEY, v VARCHAR(20));
+         INSERT INTO busy VALUES (1, 'b1');
+         INSERT INTO idle VALUES (1, 'i1'), (2, 'i2')",
+    )
+    .await;
+    p.start();
+    p.assert_equal("busy", 120).await;
+    p.assert_equal("idle", 60).await;
+    let idle_at = p.position("idle");
+    for i in 2..=30 {
+        my_exec(&mut c, &format!("INSERT INTO busy VALUES ({i}, 'b{i}')")).await;
+    }
+    my_exec(&mut c, "UPDATE busy SET v = 'changed' WHERE id <= 10").await;
+    my_exec(&mut c, "FLUSH BINARY LOGS").await;
+    p.assert_equal("busy", 60).await;
+    p.stop(Duration::from_secs(30)).await;
+    assert_eq!(p.position("idle"), idle_at, "nobody wrote the idle table");
+    let before = server.binlogs();
+    // PURGE … BEFORE compares file times at one-second resolution.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    server
+        .root_sql("PURGE BINARY LOGS BEFORE NOW()")
+        .unwrap_or_else(|e| panic!("PURGE BINARY LOGS: {e}"));
+    let after = server.binlogs();
+    assert!(
+        before.len() > 1 && after.len() == 1 && !after.contains(&before[0]),
+        "only the binlog opened by FLUSH is left: {before:?} -> {after:?}"
+    );
+
+    p.start();
+    my_exec(
+        &mut c,
+        "INSERT INTO busy VALUES (100, 'after');
+         UPDATE idle SET v = 'woke' WHERE id = 1;
+         INSERT INTO idle VALUES (3, 'i3')",
+    )
+    .await;
+    p.assert_equal("busy", 120).await;
+    p.assert_equal("idle", 60).await;
+    let second = output_from_start(&p, 2);
+    assert!(
+        !second.contains("initial copy") && !second.contains("copying a table"),
+        "nothing is copied again:\n{second}"
+    );
+    assert!(
+        p.warehouse
+            .join("_cdcd")
+            .join(&p.name)
+            .join("progress.json")
+            .exists(),
+        "the pipeline progress lives under <warehouse>/_cdcd/<pipeline>/"
+    );
+}
+
+/// Issue 17 part 4: a copy taken on a fresh binlog (`RESET MASTER`: an empty GTID state) commits a
+/// checkpoint that the next start reads back; streaming resumes from the empty state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_of_an_empty_gtid_state_reads_back() {
+    let test = "checkpoint_of_an_empty_gtid_state_reads_back";
+    let Some(mut server) = PrivateMaria::start(test).await else {
+        return;
+    };
+    let name = unique("myreset");
+    let mut p = MyPipeline::new(&server.env, &name, "initial", "").await;
+    let mut c = my_connect(&server.env.url_for(&p.db)).await;
+    my_exec(
+        &mut c,
+        "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20));
+         INSERT INTO t VALUES (1, 'a'), (2, 'b')",
+    )
+    .await;
+    server
+        .root_sql("RESET MASTER")
+        .unwrap_or_else(|e| panic!("RESET MASTER: {e}"));
+    let gtid = server.root_sql("SELECT @@GLOBAL.gtid_binlog_pos").unwrap();
+    assert_eq!(gtid.trim(), "", "RESET MASTER empties the GTID state");
+    p.start();
+    p.assert_equal("t", 120).await;
+    p.stop(Duration::from_secs(30)).await;
+    let at = p.position("t");
+    assert!(
+        at.contains("cdcd.position=empty-gtid-list"),
+        "the empty state has its own text: {at}"
+    );
+    p.start();
+    my_exec(
+        &mut c,
+        "INSERT INTO t VALUES (3, 'c'); UPDATE t SET v = 'z' WHERE id = 1; DELETE FROM t WHERE id = 2",
+    )
+    .await;
+    p.assert_equal("t", 120).await;
+    let second = output_from_start(&p, 2);
+    assert!(
+        !second.contains("initial copy"),
+        "the checkpoint was read back, nothing copied again:\n{second}"
     );
 }

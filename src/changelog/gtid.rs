@@ -36,6 +36,43 @@ impl GtidSet {
         add_interval(ivs, gno, gno);
     }
 
+    /// The transactions in both (the newest set both are at or past).
+    pub fn intersection(&self, other: &GtidSet) -> GtidSet {
+        let mut out = GtidSet::default();
+        for (sid, mine) in &self.sids {
+            let Some(theirs) = other.sids.get(sid) else {
+                continue;
+            };
+            let mut ivs = Vec::new();
+            for &(s, e) in mine {
+                for &(ts, te) in theirs {
+                    let (lo, hi) = (s.max(ts), e.min(te));
+                    if lo <= hi {
+                        ivs.push((lo, hi));
+                    }
+                }
+            }
+            if !ivs.is_empty() {
+                ivs.sort_unstable();
+                out.sids.insert(sid.clone(), ivs);
+            }
+        }
+        out
+    }
+
+    /// The transactions in either.
+    pub fn union(&self, other: &GtidSet) -> GtidSet {
+        let mut out = self.clone();
+        for (sid, ivs) in &other.sids {
+            let mine = out.sids.entry(sid.clone()).or_default();
+            for &(s, e) in ivs {
+                add_interval(mine, s, e);
+            }
+        }
+        out.sids.retain(|_, ivs| !ivs.is_empty());
+        out
+    }
+
     /// Whether every transaction of `other` is in `self`.
     pub fn contains(&self, other: &GtidSet) -> bool {
         other.sids.iter().all(|(sid, ivs)| {
@@ -176,6 +213,33 @@ impl GtidList {
             }
             Err(i) => self.gtids.insert(i, gtid),
         }
+    }
+
+    /// No domain has a transaction (`gtid_binlog_pos` after `RESET MASTER`).
+    pub fn is_empty(&self) -> bool {
+        self.gtids.iter().all(|g| g.seq == 0)
+    }
+
+    /// Per domain, the older of the two (a domain missing from either is left out).
+    pub fn meet(&self, other: &GtidList) -> GtidList {
+        let mut out = GtidList::default();
+        for g in &self.gtids {
+            if let Some(o) = other.gtids.iter().find(|o| o.domain == g.domain) {
+                out.apply(if o.seq < g.seq { *o } else { *g });
+            }
+        }
+        out
+    }
+
+    /// Per domain, the newer of the two.
+    pub fn join(&self, other: &GtidList) -> GtidList {
+        let mut out = self.clone();
+        for o in &other.gtids {
+            if out.seq(o.domain) < o.seq {
+                out.apply(*o);
+            }
+        }
+        out
     }
 
     /// The sequence number of `domain` (0: nothing from it).
@@ -321,6 +385,31 @@ mod tests {
         assert_eq!(c.partial_cmp(&a), None);
         assert!("0-1".parse::<GtidList>().is_err());
         assert!("0-1-2,0-1-3".parse::<GtidList>().is_err());
+    }
+
+    #[test]
+    fn gtid_set_intersection_and_union_bound_both() {
+        let a: GtidSet = format!("{U1}:1-10:20-30,{U2}:1-5").parse().unwrap();
+        let b: GtidSet = format!("{U1}:5-25").parse().unwrap();
+        let meet = a.intersection(&b);
+        assert_eq!(meet.to_string(), format!("{U1}:5-10:20-25"));
+        assert!(a.contains(&meet) && b.contains(&meet));
+        let join = a.union(&b);
+        assert_eq!(join.to_string(), format!("{U1}:1-30,{U2}:1-5"));
+        assert!(join.contains(&a) && join.contains(&b));
+        assert!(a.intersection(&GtidSet::default()).is_empty());
+    }
+
+    #[test]
+    fn gtid_list_meet_and_join_per_domain() {
+        let a: GtidList = "0-1-10,1-1-5".parse().unwrap();
+        let b: GtidList = "0-1-5,1-1-8,2-3-1".parse().unwrap();
+        assert_eq!(a.meet(&b).to_string(), "0-1-5,1-1-5");
+        assert_eq!(a.join(&b).to_string(), "0-1-10,1-1-8,2-3-1");
+        assert!(a.meet(&b) <= a && a.meet(&b) <= b);
+        assert!(a.join(&b) >= a && a.join(&b) >= b);
+        assert!(GtidList::default().is_empty());
+        assert!(!a.is_empty());
     }
 
     #[test]

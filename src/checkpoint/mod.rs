@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use crate::changelog::{ParsePositionError, Position};
 
 pub mod lease;
+pub mod progress;
 
 /// Snapshot property naming the pipeline that wrote the snapshot.
 pub const PIPELINE_KEY: &str = "cdcd.pipeline";

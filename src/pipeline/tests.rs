@@ -168,6 +168,7 @@ fn settings(max_rows: usize, snapshot: SnapshotMode) -> Settings {
         snapshot_commit_rows: crate::pipeline::SNAPSHOT_BATCH_ROWS,
         snapshot,
         slot: "cdcd_p".into(),
+        progress: None,
     }
 }
 
@@ -310,11 +311,9 @@ async fn a_schema_change_rows_cannot_cross_inside_a_transaction_stops_before_it(
     )
     .await;
     match outcome {
-        Err(PipelineError::SchemaChangedInTransaction {
-            table, position, ..
-        }) => {
-            assert_eq!(table, TableId::new("public", "a"));
-            assert_eq!(position, pos(20));
+        Err(PipelineError::SchemaChangedInTransaction(stop)) => {
+            assert_eq!(stop.table, TableId::new("public", "a"));
+            assert_eq!(stop.position, pos(20));
         }
         other => panic!("expected a stop at the transaction, got {other:?}"),
     }
@@ -755,4 +754,50 @@ async fn copy_batches_commit_in_the_background_in_order() {
     assert_eq!(progress(1).started, [1].into());
     assert_eq!(r.checkpoints[2].snapshot, None, "the copy is complete");
     assert_eq!(r.acks.last(), Some(&pos(110)));
+}
+
+/// Issue 17 part 2: the acknowledged MariaDB position reaches `_cdcd/<pipeline>/progress.json`
+/// after every table committed through it, and the next start raises the idle table's checkpoint
+/// to it; without the file the idle table holds the start back.
+#[tokio::test]
+async fn acknowledged_progress_raises_an_idle_tables_start() {
+    let g = |s: &str| -> Position { s.parse().unwrap() };
+    let cp = |t, p: &str| (t, Checkpoint::new("p", g(p)));
+    let wh = crate::storage::Warehouse::from_url("memory://").unwrap();
+    let store = ProgressStore::new(&wh, "p").unwrap();
+    let mut s = settings(1000, SnapshotMode::Never);
+    s.progress = Some(store.clone());
+    let events = vec![
+        SourceEvent::Transaction(Transaction {
+            position: g("0-1-10"),
+            commit_time_micros: 0,
+            changes: vec![changes("a", Op::Insert, &[1])],
+        }),
+        // While `a` is buffered nothing is acknowledged (nor recorded) past the committed tables.
+        SourceEvent::Heartbeat(g("0-1-12")),
+    ];
+    let r = run_with(
+        true,
+        vec![cp("a", "0-1-5"), cp("b", "0-1-5")],
+        events,
+        s.clone(),
+    )
+    .await;
+    assert_eq!(r.commits, vec![("a".into(), 1, "0-1-10".into())]);
+    assert_eq!(r.acks.last(), Some(&g("0-1-12")));
+    let stored = store.read().await.unwrap().unwrap();
+    assert_eq!(stored.position, g("0-1-12"));
+    assert_eq!(stored.tables.len(), 2);
+
+    let restart = vec![cp("a", "0-1-10"), cp("b", "0-1-5")];
+    let r = run_with(true, restart.clone(), Vec::new(), s).await;
+    assert_eq!(r.resume.unwrap().start, Some(g("0-1-12")));
+    let r = run_with(
+        true,
+        restart,
+        Vec::new(),
+        settings(1000, SnapshotMode::Never),
+    )
+    .await;
+    assert_eq!(r.resume.unwrap().start, Some(g("0-1-5")));
 }

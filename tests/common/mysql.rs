@@ -4,6 +4,10 @@
 //!
 //! Every test works in its own database `<tag>_<pid>`, so parallel tests never see each other's
 //! tables, and each pipeline registers with its own `server_id`.
+//!
+//! Tests that change a server's binlogs (`PURGE BINARY LOGS`, `RESET MASTER`) would take binlogs
+//! from under the other tests' pipelines on the shared server; they run on a [`PrivateMaria`]: a
+//! mariadbd of the same installation on its own port and data directory, started for the test.
 #![allow(dead_code)]
 
 use std::fs::{self, OpenOptions};
@@ -185,6 +189,17 @@ impl MyPipeline {
         }
     }
 
+    /// SIGTERM (a clean stop: cdcd commits what is buffered), then waits up to `timeout` for the
+    /// exit; panics if it does not exit or exits non-zero.
+    pub async fn stop(&mut self, timeout: Duration) {
+        let child = self.daemon.as_ref().expect("cdcd is not running");
+        super::sigterm(child.id());
+        match self.wait_exit(timeout).await {
+            Some(st) => assert!(st.success(), "cdcd exited with {st} after SIGTERM"),
+            None => panic!("cdcd did not exit within {timeout:?} of SIGTERM"),
+        }
+    }
+
     /// Waits for cdcd to exit on its own (e.g. after an error); returns its status.
     pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let deadline = std::time::Instant::now() + timeout;
@@ -312,6 +327,181 @@ impl Drop for MyPipeline {
             }
             if let Some(dir) = self.dir.take() {
                 eprintln!("----- kept for inspection: {}", dir.keep().display());
+            }
+        }
+    }
+}
+
+/// A MariaDB server of the test bed's installation, on its own port and data directory, for tests
+/// that purge or reset binlogs. Drop guard: the server is killed and its directory removed.
+pub struct PrivateMaria {
+    pub env: MyEnv,
+    /// The unix socket root logs in through (`mariadb --socket … -uroot`).
+    pub socket: PathBuf,
+    server: Option<Child>,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl PrivateMaria {
+    /// Starts one, or `None` (after printing why) without the test bed or its MariaDB binaries.
+    pub async fn start(test: &str) -> Option<PrivateMaria> {
+        let base = my_env(test)?;
+        let found = |bin: &str| {
+            Command::new(bin)
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !found("mariadbd") || !found("mariadb-install-db") {
+            eprintln!("skipping {test}: mariadbd / mariadb-install-db are not installed");
+            return None;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("cdcd-maria-")
+            .tempdir()
+            .unwrap();
+        let root = dir.path().to_path_buf();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let socket = root.join("mysqld.sock");
+        // The test bed's settings (scripts/testbed.sh), small: tests hold a few rows.
+        let cnf = root.join("my.cnf");
+        fs::create_dir_all(root.join("binlog")).unwrap();
+        fs::write(
+            &cnf,
+            format!(
+                "[mariadbd]\ndatadir={r}/data\nsocket={sock}\npid-file={r}/mysqld.pid\n\
+                 bind-address=127.0.0.1\nport={port}\nlog_error={r}/mariadb.err\nserver_id=1\n\
+                 log_bin={r}/binlog/mariadb-bin\nbinlog_format=ROW\nbinlog_row_image=FULL\n\
+                 binlog_row_metadata=FULL\ninnodb_buffer_pool_size=32M\n\
+                 innodb_flush_log_at_trx_commit=2\nperformance_schema=OFF\nskip-name-resolve\n\
+                 character-set-server=utf8mb4\ncollation-server=utf8mb4_general_ci\n{user}",
+                r = root.display(),
+                sock = socket.display(),
+                // As root, mariadbd runs as the mysql user (the owner of the directory).
+                user = if is_root() { "user=mysql\n" } else { "" },
+            ),
+        )
+        .unwrap();
+        if is_root() {
+            let st = Command::new("chown")
+                .args(["-R", "mysql:mysql"])
+                .arg(&root)
+                .status()
+                .unwrap();
+            assert!(st.success(), "chown mysql {}", root.display());
+        }
+        let defaults = format!("--defaults-file={}", cnf.display());
+        let out = Command::new("mariadb-install-db")
+            .arg(&defaults)
+            .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+            .args(if is_root() {
+                &["--user=mysql"][..]
+            } else {
+                &[]
+            })
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mariadb-install-db: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let server = Command::new("mariadbd")
+            .arg(&defaults)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let url = format!("mysql://cdc:cdcpw@127.0.0.1:{port}/mysql");
+        let mut me = PrivateMaria {
+            env: MyEnv {
+                url,
+                python: base.python,
+            },
+            socket,
+            server: Some(server),
+            dir: Some(dir),
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let ok = me
+                .root_sql(
+                    "CREATE USER IF NOT EXISTS 'cdc'@'127.0.0.1' IDENTIFIED BY 'cdcpw';\
+                     GRANT ALL ON *.* TO 'cdc'@'127.0.0.1' WITH GRANT OPTION",
+                )
+                .is_ok();
+            if ok {
+                break;
+            }
+            let err = fs::read_to_string(root.join("mariadb.err")).unwrap_or_default();
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the private mariadbd did not start:\n{err}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Some(me)
+    }
+
+    /// Runs `sql` as root through the socket; `Err(output)` when it fails.
+    pub fn root_sql(&mut self, sql: &str) -> Result<String, String> {
+        if let Some(st) = self
+            .server
+            .as_mut()
+            .and_then(|s| s.try_wait().ok().flatten())
+        {
+            return Err(format!("mariadbd exited: {st}"));
+        }
+        let out = Command::new("mariadb")
+            .arg(format!("--socket={}", self.socket.display()))
+            .args(["-uroot", "--batch", "--skip-column-names", "-e", sql])
+            .output()
+            .map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() {
+            Ok(text)
+        } else {
+            Err(format!("{text}{}", String::from_utf8_lossy(&out.stderr)))
+        }
+    }
+
+    /// The binlog files the server still has (`SHOW BINARY LOGS`).
+    pub fn binlogs(&mut self) -> Vec<String> {
+        self.root_sql("SHOW BINARY LOGS")
+            .unwrap_or_else(|e| panic!("SHOW BINARY LOGS: {e}"))
+            .lines()
+            .filter_map(|l| l.split('\t').next().map(str::to_owned))
+            .collect()
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+impl Drop for PrivateMaria {
+    fn drop(&mut self) {
+        if let Some(mut server) = self.server.take() {
+            let _ = server.kill();
+            let _ = server.wait();
+        }
+        if std::thread::panicking() {
+            if let Some(dir) = self.dir.take() {
+                let err = dir.path().join("mariadb.err");
+                eprintln!("----- private mariadbd log: {}", err.display());
+                eprintln!("{}", fs::read_to_string(&err).unwrap_or_default());
+                let _ = dir.keep();
             }
         }
     }

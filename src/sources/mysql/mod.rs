@@ -41,7 +41,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::changelog::{Position, TableId};
+use crate::changelog::{GtidList, GtidSet, Position, TableId};
 use crate::config::MySqlConfig;
 use crate::sources::{Prepared, Resume, SnapshotProgress, Source, SourceError, SourceEvent};
 use assembler::{Assembler, Step, StreamError};
@@ -140,6 +140,10 @@ impl Source for MySqlSource {
             Some(p) => p,
             None => return Err(SourceError::Config("run before prepare".into())),
         };
+        let resume = Resume {
+            start: resume.start.map(|p| in_flavor(p, flavor)),
+            ..resume
+        };
         let mut conn = setup::connect(&cfg).await?;
         let mut entries = Vec::with_capacity(tables.len());
         for t in &tables {
@@ -194,6 +198,7 @@ impl Source for MySqlSource {
                 },
             }
         };
+        let start = in_flavor(start, flavor);
         let mut assembler = Assembler::new(cfg.tables.clone(), cfg.zero_date, start);
         for e in entries {
             assembler.set_table(e);
@@ -222,11 +227,24 @@ impl Source for MySqlSource {
     }
 }
 
-/// The oldest of `positions`, ordered as the pipeline orders checkpoints (`decide_resume`).
-/// Limit shared with it: two MariaDB GTID lists that are each ahead in a different domain do not
-/// compare, and the first is taken.
+/// The newest position all of `positions` are at or past (their meet, as the pipeline computes
+/// the start: for GTID sets and lists, which do not always compare, the intersection).
 fn oldest(positions: impl Iterator<Item = Position>) -> Option<Position> {
-    positions.min_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal))
+    positions.reduce(|a, b| a.meet(&b).unwrap_or(a))
+}
+
+/// `position` in the kind of the server's positions: an empty GTID state read back from a
+/// checkpoint may be of either kind (`""`, written by earlier versions, reads as a MariaDB list),
+/// and the assembler advances only positions of its server's kind.
+fn in_flavor(position: Position, flavor: Flavor) -> Position {
+    if !position.is_empty_gtid() {
+        return position;
+    }
+    match flavor {
+        Flavor::MariaDb => Position::MariaDbGtid(GtidList::default()),
+        Flavor::MySqlGtid => Position::MySqlGtid(GtidSet::default()),
+        Flavor::MySqlFile => position,
+    }
 }
 
 /// Copies `tables` chunk by chunk inside one new consistent-snapshot transaction and returns the
@@ -468,4 +486,41 @@ async fn open(
         }
     };
     stream.map_err(|e| classify_error(e, position))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_gtid_state_takes_the_servers_kind() {
+        // `""`, as earlier versions wrote it, reads as a MariaDB list.
+        let legacy: Position = "".parse().unwrap();
+        assert_eq!(
+            in_flavor(legacy.clone(), Flavor::MySqlGtid),
+            Position::MySqlGtid(GtidSet::default())
+        );
+        assert_eq!(
+            in_flavor(legacy, Flavor::MariaDb),
+            Position::MariaDbGtid(GtidList::default())
+        );
+        let set = Position::MySqlGtid(GtidSet::default());
+        assert_eq!(
+            in_flavor(set, Flavor::MariaDb),
+            Position::MariaDbGtid(GtidList::default())
+        );
+        let some: Position = "0-1-5".parse().unwrap();
+        assert_eq!(in_flavor(some.clone(), Flavor::MySqlGtid), some);
+    }
+
+    #[test]
+    fn oldest_is_the_meet() {
+        let a: Position = "0-1-10,1-1-5".parse().unwrap();
+        let b: Position = "0-1-5,1-1-8".parse().unwrap();
+        assert_eq!(
+            oldest([a, b].into_iter()),
+            Some("0-1-5,1-1-5".parse().unwrap())
+        );
+        assert_eq!(oldest(std::iter::empty()), None);
+    }
 }
