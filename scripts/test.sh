@@ -56,8 +56,8 @@ if [ "$rc" = 0 ] && [ "${CDCD_NO_TESTBED:-0}" != 1 ] && [ $# = 0 ]; then
   # default deletion vectors, so both delete modes are proven against the real server and DuckDB.
   step "end-to-end tests with delete_mode = equality"
   CDCD_TEST_DELETE_MODE=equality timeout --kill-after=30 "${CDCD_TEST_TIMEOUT:-1800}" \
-    cargo test "${locked[@]}" --test pg_replication --test pg_crash --test pg_lifecycle --test pg_ddl --no-fail-fast \
-    -- --test-threads="$THREADS" 2>&1 | tee -a "$LOG_DIR/test.log"
+    cargo test "${locked[@]}" --test e2e --no-fail-fast -- --test-threads="$THREADS" \
+    postgres::replication:: postgres::crash:: postgres::lifecycle:: postgres::ddl:: 2>&1 | tee -a "$LOG_DIR/test.log"
   rc=${PIPESTATUS[0]}
 fi
 set -e

@@ -1,4 +1,4 @@
-//! Helpers for the S3 end-to-end tests (`tests/s3_*.rs`): a [`common::Pipeline`] whose warehouse
+//! Helpers for the S3 end-to-end tests (`tests/s3_*.rs`): a [`crate::support::Pipeline`] whose warehouse
 //! is `s3://<bucket>/wh` on the test bed's moto, a bucket per test (named with the pid, so parallel
 //! runs never share one), lakecheck over S3, and the object listing the fault tests check.
 //!
@@ -12,7 +12,7 @@ use std::time::Duration;
 use cdcd::config::S3Config;
 use cdcd::storage::Warehouse;
 
-use crate::common::{Pipeline, Settings, TestEnv, LAKECHECK, NAMESPACE};
+use crate::support::{Pipeline, Settings, TestEnv, LAKECHECK, NAMESPACE};
 
 /// moto's address for this test, or `None` (after printing why).
 pub fn moto(test: &str, serial: bool) -> Option<String> {
@@ -157,7 +157,7 @@ impl S3Pipeline {
 
     /// Runs `cdcd cleanup` with `args`; returns (exit code, output).
     pub fn cleanup(&self, args: &[&str]) -> (Option<i32>, String) {
-        let out = std::process::Command::new(crate::common::cdcd_bin())
+        let out = std::process::Command::new(crate::support::cdcd_bin())
             .arg("cleanup")
             .arg("--config")
             .arg(&self.p.config)

@@ -2,13 +2,11 @@
 //! `WATCHDOG_USEC`), cdcd sends `READY=1` once replicating, `WATCHDOG=1` at half the period, and
 //! `STOPPING=1` on SIGTERM, to a datagram socket the test binds.
 
-mod common;
-
 use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{cdcd_bin, connect, exec, sigterm, test_env, unique, Pipeline, Settings};
+use crate::support::{cdcd_bin, connect, exec, sigterm, test_env, unique, Pipeline, Settings};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notifies_ready_watchdog_and_stopping() {

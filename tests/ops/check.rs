@@ -2,12 +2,10 @@
 //! its line and fix; a Postgres with `wal_level = replica` (a throwaway cluster started here) gets
 //! the wal_level line; `cdcd status` (text and `--json`) never prints a password.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::{cdcd_bin, connect, exec, test_env, unique, Pipeline, Settings};
+use crate::support::{cdcd_bin, connect, exec, test_env, unique, Pipeline, Settings};
 
 /// `cdcd <args> --config <file>`: (exit 0, stdout + stderr).
 fn cdcd(args: &[&str], config: &Path) -> (bool, String) {

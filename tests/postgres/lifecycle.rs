@@ -2,12 +2,10 @@
 //! a restart with nothing new writes no snapshot and never moves the slot backwards; `cdcd check` finds a
 //! table without a primary key; a password never reaches the logs.
 
-mod common;
-
 use std::process::Command;
 use std::time::Duration;
 
-use common::{cdcd_bin, connect, exec, parse_lsn, test_env, unique, Pipeline, Settings};
+use crate::support::{cdcd_bin, connect, exec, parse_lsn, test_env, unique, Pipeline, Settings};
 use tokio_postgres::Client;
 
 /// Waits until the walsender of `slot` has sent everything written so far (cdcd then has the changes in

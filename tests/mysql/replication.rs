@@ -7,12 +7,10 @@
 //! reading the source). Needs the test bed (`scripts/testbed.sh`, component `mariadb`); without
 //! `CDCD_TEST_MYSQL` each test prints a note and passes.
 
-mod common;
-
 use std::time::Duration;
 
-use common::mysql::{my_connect, my_env, my_exec, MyPipeline, PrivateMaria};
-use common::{unique, Rng};
+use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline, PrivateMaria};
+use crate::support::{unique, Rng};
 
 /// `check_names_statement_binlog_format` flips a server-global setting: the other tests of this
 /// binary hold the read side so no cdcd of theirs starts while it is flipped.

@@ -7,12 +7,10 @@
 //!
 //! Read back by DuckDB through `tests/support/lakecheck.py` (Iceberg) and pypaimon (LSM).
 
-mod common;
-
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{connect, exec, test_env, unique, Pipeline, Settings, LAKECHECK, NAMESPACE};
+use crate::support::{connect, exec, test_env, unique, Pipeline, Settings, LAKECHECK, NAMESPACE};
 
 fn create_tables(a: &str, b: &str) -> String {
     format!(

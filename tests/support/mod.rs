@@ -14,9 +14,10 @@
 //! The servers come from `scripts/testbed.sh`: `CDCD_TEST_PG` (a Postgres URL) and `CDCD_TEST_PYTHON` (the
 //! venv with the readers). Without `CDCD_TEST_PG` the tests print a note and pass, so `cargo test` works on
 //! a machine with no servers.
-#![allow(dead_code)] // each test binary uses a different subset
+#![allow(dead_code)] // not every area uses every helper
 
 pub mod mysql;
+pub mod s3;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write as _;

@@ -9,14 +9,12 @@
 //! another chunk (in FULL images: a MINIMAL key change of a row that is in no chunk is the
 //! documented limit). The replica is read back with lakecheck (DuckDB against pymysql).
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::mysql::{my_connect, my_env, my_exec, MyPipeline};
-use common::unique;
+use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
+use crate::support::unique;
 
 /// `rows` rows; `b` is a BLOB (NOBLOB/MINIMAL images leave it out when unchanged).
 fn create_table(t: &str, rows: u64) -> String {
@@ -76,7 +74,7 @@ async fn write_until(url: String, t: String, rows: u64, first: u64, stop: Arc<At
 
 /// A pipeline on a fresh database `name`, with a replica id of its own: the common helper derives
 /// it from the pid and the name's length, the same for the tests of this binary.
-async fn pipeline(env: &common::mysql::MyEnv, name: &str) -> MyPipeline {
+async fn pipeline(env: &crate::support::mysql::MyEnv, name: &str) -> MyPipeline {
     let mut p = MyPipeline::new(env, name, "initial", "").await;
     let hash = name
         .bytes()
@@ -105,7 +103,7 @@ fn tune(p: &MyPipeline, chunk_rows: u64) {
 
 /// The output of the `n`-th start (1-based).
 fn start_output(p: &MyPipeline, n: u32) -> String {
-    common::start_output(&p.output(), n)
+    crate::support::start_output(&p.output(), n)
 }
 
 /// Waits until the whole output satisfies `ready`.
@@ -153,7 +151,7 @@ async fn writes_during_a_chunked_copy_converge() {
         .find(|l| l.contains("planned initial copy"))
         .expect("a plan line");
     assert!(
-        common::log_field(planned, "chunks").unwrap() >= 5,
+        crate::support::log_field(planned, "chunks").unwrap() >= 5,
         "{planned}"
     );
     p.assert_equal("t", 240).await;
@@ -224,8 +222,8 @@ async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
         .find(|l| l.contains("planned initial copy") && l.contains(".t "))
         .unwrap_or_else(|| panic!("no plan line for t in the second start:\n{out}"));
     let (chunks, to_copy) = (
-        common::log_field(planned, "chunks").unwrap(),
-        common::log_field(planned, "to_copy").unwrap(),
+        crate::support::log_field(planned, "chunks").unwrap(),
+        crate::support::log_field(planned, "to_copy").unwrap(),
     );
     eprintln!("resumed: {to_copy} of {chunks} chunks copied again");
     assert!(to_copy < chunks, "restarted from zero: {planned}");
@@ -259,7 +257,7 @@ async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
     let copied = out
         .lines()
         .find(|l| l.contains("table copied") && l.contains(".t "))
-        .and_then(|l| common::log_field(l, "rows"))
+        .and_then(|l| crate::support::log_field(l, "rows"))
         .expect("a 'table copied' line for t");
     assert!(
         copied < rows,
@@ -434,8 +432,8 @@ async fn a_second_kill_during_the_resumed_copy_converges() {
             .unwrap_or_else(|| panic!("no plan line in the third start:\n{out}"));
         eprintln!("third start: {planned}");
         assert!(
-            common::log_field(planned, "to_copy").unwrap()
-                < common::log_field(planned, "chunks").unwrap(),
+            crate::support::log_field(planned, "to_copy").unwrap()
+                < crate::support::log_field(planned, "chunks").unwrap(),
             "{planned}"
         );
     }

@@ -6,13 +6,11 @@
 //! `src/sources/postgres/snapshot.rs` covers: inserts, updates, deletes, primary-key changes that
 //! move a row to another chunk, and updates that leave a TOASTed value unchanged (absent).
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{connect, exec, test_env, unique, Pipeline, Settings};
+use crate::support::{connect, exec, test_env, unique, Pipeline, Settings};
 use tokio_postgres::Client;
 
 /// A table of `rows` rows; every 100th row holds a TOASTed `t` (stored out of line).
@@ -94,7 +92,7 @@ fn tune(p: &Pipeline, chunk_rows: u64, parallelism: usize) {
 
 /// The output of the `n`-th start (1-based).
 fn start_output(p: &Pipeline, n: u32) -> String {
-    common::start_output(&p.output(), n)
+    crate::support::start_output(&p.output(), n)
 }
 
 /// Waits until the output of the current run satisfies `ready`.
@@ -147,7 +145,7 @@ async fn writes_during_a_parallel_copy_converge() {
         .find(|l| l.contains("planned initial copy"))
         .expect("a plan line");
     assert!(
-        common::log_field(planned, "chunks").unwrap() >= 5,
+        crate::support::log_field(planned, "chunks").unwrap() >= 5,
         "{planned}"
     );
     assert!(planned.contains("binary=true"), "{planned}");
@@ -219,8 +217,8 @@ async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
         .find(|l| l.contains("planned initial copy"))
         .expect("a plan line");
     let (chunks, to_copy) = (
-        common::log_field(planned, "chunks").unwrap(),
-        common::log_field(planned, "to_copy").unwrap(),
+        crate::support::log_field(planned, "chunks").unwrap(),
+        crate::support::log_field(planned, "to_copy").unwrap(),
     );
     eprintln!("resumed: {to_copy} of {chunks} chunks copied again");
     assert!(to_copy < chunks, "restarted from zero: {planned}");

@@ -3,15 +3,12 @@
 //! again when its successor is killed with SIGKILL (same machine: the dead holder is detected), and
 //! the table stays equal to the source with no duplicate keys.
 
-mod common;
-mod s3_support;
-
 use std::fs::OpenOptions;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{connect, exec, test_env, unique};
-use s3_support::{moto, wait_until, S3Pipeline};
+use crate::support::s3::{moto, wait_until, S3Pipeline};
+use crate::support::{connect, exec, test_env, unique};
 
 fn spawn(config: &std::path::Path, log: &std::path::Path) -> Child {
     let out = OpenOptions::new()
@@ -19,7 +16,7 @@ fn spawn(config: &std::path::Path, log: &std::path::Path) -> Child {
         .append(true)
         .open(log)
         .unwrap();
-    Command::new(common::cdcd_bin())
+    Command::new(crate::support::cdcd_bin())
         .arg("--config")
         .arg(config)
         .stdin(Stdio::null())
@@ -51,7 +48,7 @@ async fn s3_standby_takes_over() {
     let mut s = S3Pipeline::new(&env, &n, &[&n], &endpoint);
     s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
     s.extra_pipeline = "lease_ttl_ms = 3000\n".into();
-    s.write_config(&common::Settings::default(), &endpoint);
+    s.write_config(&crate::support::Settings::default(), &endpoint);
     s.p.start();
     s.p.wait_slot_active(&client, Duration::from_secs(60)).await;
 

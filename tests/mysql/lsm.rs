@@ -6,12 +6,10 @@
 //! Needs the test bed (`scripts/testbed.sh`, components `mariadb` and `python`); without
 //! `CDCD_TEST_MYSQL` each test prints a note and passes.
 
-mod common;
-
 use std::time::Duration;
 
-use common::mysql::{my_connect, my_env, my_exec, MyPipeline};
-use common::{unique, Rng};
+use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
+use crate::support::{unique, Rng};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row_images_replicate_into_paimon() {

@@ -3,14 +3,11 @@
 //! runs, a second cdcd with `standby = false` refuses with a clear message, and `cdcd cleanup` finds
 //! nothing to delete in a healthy warehouse.
 
-mod common;
-mod s3_support;
-
 use std::time::Duration;
 
-use common::{connect, exec, test_env, unique};
+use crate::support::s3::{moto, S3Pipeline};
+use crate::support::{connect, exec, test_env, unique};
 use object_store::ObjectStoreExt;
-use s3_support::{moto, S3Pipeline};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_warehouse_reads_back_equal() {
@@ -68,7 +65,7 @@ async fn s3_warehouse_reads_back_equal() {
     second_cfg = second_cfg.replacen("[pipeline]\n", "[pipeline]\nstandby = false\n", 1);
     let second_path = s.p.config.with_file_name("second.toml");
     std::fs::write(&second_path, second_cfg).unwrap();
-    let out = std::process::Command::new(common::cdcd_bin())
+    let out = std::process::Command::new(crate::support::cdcd_bin())
         .arg("--config")
         .arg(&second_path)
         .output()

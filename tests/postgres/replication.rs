@@ -4,11 +4,9 @@
 //! The oracle is `tests/support/lakecheck.py` reading the lake with DuckDB (see `common`). Needs the test
 //! bed (`scripts/testbed.sh`); without `CDCD_TEST_PG` each test prints a note and passes.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{connect, exec, test_env, unique, Pipeline, Settings};
+use crate::support::{connect, exec, test_env, unique, Pipeline, Settings};
 
 /// Every type of cdcd's mapping (DESIGN "Type mapping"), NULL-able everywhere but the key.
 fn create_types_table(table: &str, mood: &str) -> String {

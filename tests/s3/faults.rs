@@ -5,18 +5,15 @@
 //!   the end the table equals the source, no snapshot references a missing file, and
 //!   `cdcd cleanup` keeps every referenced file.
 
-mod common;
-mod s3_support;
-
 use std::io::BufRead as _;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{connect, exec, test_env, unique};
+use crate::support::s3::{create_bucket, moto, s3_config, S3Pipeline};
+use crate::support::{connect, exec, test_env, unique};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
-use s3_support::{create_bucket, moto, s3_config, S3Pipeline};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s3_conditional_create_has_exactly_one_winner() {
@@ -26,7 +23,7 @@ async fn s3_conditional_create_has_exactly_one_winner() {
     let Some(endpoint) = moto("s3_conditional_create_has_exactly_one_winner", true) else {
         return;
     };
-    let bucket = s3_support::bucket_name(&unique("race"));
+    let bucket = crate::support::s3::bucket_name(&unique("race"));
     create_bucket(&env, &endpoint, &bucket);
     let wh = Arc::new(
         cdcd::storage::Warehouse::open(&format!("s3://{bucket}/wh"), &s3_config(&endpoint))
@@ -144,7 +141,7 @@ async fn s3_survives_a_faulty_network() {
     .await;
     let mut s = S3Pipeline::new(&env, &n, &[&n], &endpoint);
     s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
-    s.write_config(&common::Settings::default(), &proxy.url);
+    s.write_config(&crate::support::Settings::default(), &proxy.url);
     s.p.start();
     s.p.wait_slot_active(&client, Duration::from_secs(90)).await;
     // ~20 s of streaming: many small commits, each one a dozen requests through the proxy.
@@ -168,7 +165,7 @@ async fn s3_survives_a_faulty_network() {
     let st = s.p.sigterm_and_wait(Duration::from_secs(120)).await;
     assert!(st.success(), "{st}\n{}", s.p.output());
     drop(proxy);
-    s.write_config(&common::Settings::default(), &endpoint);
+    s.write_config(&crate::support::Settings::default(), &endpoint);
     assert_no_missing_files(&s, &n).await;
     // Nothing is old enough to be an orphan yet with the default grace; with grace 0 every
     // unreferenced file goes, and the table must still read back equal.

@@ -3,11 +3,9 @@
 //! falls to about 0 once cdcd has caught up and the source is idle (heartbeats); `/healthz` and
 //! `/readyz` answer 200; JSON logs are one object per line and carry no password.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{connect, exec, test_env, unique, Pipeline, Settings};
+use crate::support::{connect, exec, test_env, unique, Pipeline, Settings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A port nothing listens on right now (bound and released; a race with another bind is unlikely).

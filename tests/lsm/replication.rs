@@ -5,14 +5,12 @@
 //!
 //! Needs the test bed (`scripts/testbed.sh`); without `CDCD_TEST_PG` each test prints a note and passes.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::support::{connect, exec, test_env, unique, Pipeline, Settings, NAMESPACE};
 use cdcd::changelog::TableId;
 use cdcd::config::{LsmConfig, MergeEngine};
 use cdcd::sinks::lsm::LsmSink;
-use common::{connect, exec, test_env, unique, Pipeline, Settings, NAMESPACE};
 
 /// The types the LSM sink stores (`time` is kept to milliseconds, as Paimon's TIME is, so the rows
 /// use no finer times).

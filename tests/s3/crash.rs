@@ -7,15 +7,12 @@
 //!
 //! One test per file: the crash points are set through the environment cdcd inherits.
 
-mod common;
-mod s3_support;
-
 use std::time::Duration;
 
-use common::{connect, exec, test_env, unique};
+use crate::support::s3::{moto, S3Pipeline};
+use crate::support::{connect, exec, test_env, unique};
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
-use s3_support::{moto, S3Pipeline};
 
 async fn assert_no_missing_files(s: &S3Pipeline, table: &str) {
     let wh = s.warehouse();
@@ -83,7 +80,7 @@ async fn s3_recovers_from_crashes_and_cleans_orphans() {
     s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
     // A short lease so each restart takes over from the dead daemon quickly.
     s.extra_pipeline = "lease_ttl_ms = 2000\n".into();
-    s.write_config(&common::Settings::default(), &endpoint);
+    s.write_config(&crate::support::Settings::default(), &endpoint);
     // Every plain put goes multipart: the first data file's upload is interrupted.
     std::env::set_var("CDCD_MULTIPART_THRESHOLD", "1");
     crash_at(&mut s, "multipart-after-first-part", &client, &n).await;
