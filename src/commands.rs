@@ -10,15 +10,11 @@ use tokio_util::sync::CancellationToken;
 use crate::changelog::TableId;
 use crate::checkpoint::lease::{Lease, LeaseError, LeaseSettings};
 use crate::checkpoint::progress::ProgressStore;
-use crate::config::{Config, SinkConfig, SourceConfig};
+use crate::config::Config;
 use crate::pipeline::{self, PipelineError, Settings};
-use crate::sinks::iceberg::IcebergSink;
-use crate::sinks::lsm::LsmSink;
 use crate::sinks::{Sink, SinkError};
-use crate::sources::mysql::MySqlSource;
-use crate::sources::postgres::{publication, setup, PostgresSource};
 use crate::sources::{Source, SourceError};
-use crate::storage::cleanup::{self, CleanupError, TableCleanup};
+use crate::storage::cleanup::{CleanupError, TableCleanup};
 use crate::storage::{StorageError, Warehouse};
 
 /// One table in `cdcd status`.
@@ -50,39 +46,21 @@ pub enum CommandError {
     Warehouse(#[from] StorageError),
 }
 
-fn settings(config: &Config) -> Settings {
-    let (snapshot, slot) = match &config.source {
-        SourceConfig::Postgres(pg) => (pg.snapshot, pg.slot.clone()),
-        SourceConfig::MySql(my) => (my.snapshot, format!("server_id {}", my.server_id)),
-    };
+fn settings(config: &Config, source: &dyn Source) -> Settings {
     Settings {
         pipeline: config.pipeline.clone(),
         commit_interval: Duration::from_millis(config.commit_interval_ms),
         commit_max_rows: config.commit_max_rows,
         snapshot_commit_rows: config.snapshot_commit_rows,
-        snapshot,
-        slot,
+        snapshot: source.snapshot_mode(),
+        slot: source.stream_name(),
         progress: None,
-    }
-}
-
-fn build_source(config: &Config) -> Box<dyn Source> {
-    match &config.source {
-        SourceConfig::Postgres(pg) => Box::new(PostgresSource::new(pg.clone())),
-        SourceConfig::MySql(my) => Box::new(MySqlSource::new(my.clone())),
     }
 }
 
 fn build_sink(config: &Config) -> Result<Arc<dyn Sink>, CommandError> {
     let warehouse = open_warehouse(config)?;
-    Ok(match &config.sink {
-        SinkConfig::Iceberg(iceberg) => Arc::new(
-            IcebergSink::new(iceberg, &config.pipeline)
-                .map_err(Box::new)?
-                .with_warehouse(warehouse),
-        ),
-        SinkConfig::Lsm(lsm) => Arc::new(LsmSink::with_warehouse(lsm, &config.pipeline, warehouse)),
-    })
+    crate::sinks::build(&config.sink, &config.pipeline, warehouse).map_err(|e| Box::new(e).into())
 }
 
 /// The configured warehouse with `[sink.s3]` applied.
@@ -117,10 +95,10 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
     else {
         return Ok(());
     };
-    let source = build_source(config);
+    let source = crate::sources::build(&config.source);
     let sink = build_sink(config)?;
     let renewing = CancellationToken::new();
-    let mut settings = settings(config);
+    let mut settings = settings(config, source.as_ref());
     settings.progress =
         Some(ProgressStore::new(&warehouse, &config.pipeline).map_err(PipelineError::from)?);
     let outcome = {
@@ -154,11 +132,7 @@ async fn start_operations(
     let health = Health::global();
     let commit_interval = Duration::from_millis(config.commit_interval_ms);
     // Silence is normal for up to a heartbeat or status period; three of them is a stall.
-    let beat = match &config.source {
-        SourceConfig::Postgres(pg) => pg.heartbeat_interval.unwrap_or(Duration::from_secs(10)),
-        // The binlog source asks the server for a heartbeat every 5 s (MASTER_HEARTBEAT_PERIOD).
-        SourceConfig::MySql(_) => Duration::from_secs(10),
-    };
+    let beat = crate::sources::build(&config.source).heartbeat_period();
     health.configure(beat * 3, commit_interval);
     let ops = shutdown.child_token();
     if let Some(addr) = &config.metrics_listen {
@@ -179,40 +153,26 @@ async fn start_operations(
     Ok((ops, notifier))
 }
 
-/// Finds orphan files in every table of the warehouse (files no metadata version references,
-/// older than `grace`) and deletes them unless `dry_run`.
+/// Finds orphan files in every table of the configured sink's format in the warehouse (files no
+/// metadata references, older than `grace`) and deletes them unless `dry_run`.
 pub async fn cleanup(
     config: &Config,
     grace: Duration,
     dry_run: bool,
 ) -> Result<Vec<TableCleanup>, CommandError> {
-    let warehouse = open_warehouse(config)?;
-    let mut reports = Vec::new();
-    for table in cleanup::find_tables(&warehouse).await? {
-        reports.push(cleanup::clean_table(&warehouse, &table, grace, dry_run).await?);
-    }
-    for table in crate::sinks::lsm::cleanup::find_tables(&warehouse).await? {
-        reports.push(
-            crate::sinks::lsm::cleanup::clean_table(&warehouse, &table, grace, dry_run).await?,
-        );
-    }
-    Ok(reports)
+    let sink = build_sink(config)?;
+    Ok(sink.cleanup(grace, dry_run).await.map_err(Box::new)?)
 }
 
 /// Every problem found, one line each with how to fix it; empty when ready.
 pub async fn check(config: &Config) -> Vec<String> {
-    let mut problems: Vec<String> = match &config.source {
-        SourceConfig::Postgres(pg) => PostgresSource::check(pg)
-            .await
-            .into_iter()
-            .map(|p| p.to_string())
-            .collect(),
-        SourceConfig::MySql(my) => MySqlSource::check(my)
-            .await
-            .into_iter()
-            .map(|p| p.to_string())
-            .collect(),
-    };
+    let source = crate::sources::build(&config.source);
+    let mut problems: Vec<String> = source
+        .check()
+        .await
+        .into_iter()
+        .map(|p| p.to_string())
+        .collect();
     if let Err(e) = probe_warehouse(config).await {
         problems.push(e);
     }
@@ -244,13 +204,7 @@ async fn probe_warehouse(config: &Config) -> Result<(), String> {
 /// The committed state of every captured table.
 pub async fn status(config: &Config) -> Result<Vec<StatusRow>, CommandError> {
     let sink = build_sink(config)?;
-    let tables: Vec<TableId> = match &config.source {
-        SourceConfig::Postgres(pg) => {
-            let client = setup::connect(pg).await?;
-            publication::resolve_tables(&client, &pg.tables).await?
-        }
-        SourceConfig::MySql(my) => MySqlSource::tables(my).await?,
-    };
+    let tables: Vec<TableId> = crate::sources::build(&config.source).tables().await?;
     let mut rows = Vec::new();
     for table in tables {
         let status = sink.status(&table).await.map_err(Box::new)?;

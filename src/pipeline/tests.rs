@@ -123,6 +123,26 @@ impl Source for ScriptedSource {
         }
         Ok(())
     }
+
+    async fn check(&self) -> Vec<crate::sources::CheckProblem> {
+        Vec::new()
+    }
+
+    async fn tables(&self) -> Result<Vec<TableId>, SourceError> {
+        Ok(self.tables.clone())
+    }
+
+    fn snapshot_mode(&self) -> SnapshotMode {
+        SnapshotMode::Never
+    }
+
+    fn stream_name(&self) -> String {
+        "scripted".into()
+    }
+
+    fn heartbeat_period(&self) -> Duration {
+        Duration::from_secs(10)
+    }
 }
 
 struct RecordingSink {
@@ -157,6 +177,14 @@ impl Sink for RecordingSink {
 
     async fn status(&self, _: &TableId) -> Result<Option<TableStatus>, SinkError> {
         Ok(None)
+    }
+
+    async fn cleanup(
+        &self,
+        _: Duration,
+        _: bool,
+    ) -> Result<Vec<crate::storage::cleanup::TableCleanup>, SinkError> {
+        Ok(Vec::new())
     }
 }
 

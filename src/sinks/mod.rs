@@ -9,11 +9,15 @@
 //! Sinks never import sources: they see only the changelog and checkpoints.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
+use crate::config::SinkConfig;
+use crate::storage::cleanup::{CleanupError, TableCleanup};
+use crate::storage::Warehouse;
 
 pub mod iceberg;
 mod key_prefix;
@@ -40,6 +44,23 @@ pub struct CommitStats {
     pub data_rows: u64,
     pub deleted_rows: u64,
     pub files_written: usize,
+}
+
+/// The sink `config` describes, writing checkpoints of `pipeline` into `warehouse` (the one
+/// place that knows every kind).
+// `SinkError` carries `iceberg::Error` by value (see the Iceberg sink's module doc).
+#[allow(clippy::result_large_err)]
+pub fn build(
+    config: &SinkConfig,
+    pipeline: &str,
+    warehouse: Warehouse,
+) -> Result<Arc<dyn Sink>, SinkError> {
+    Ok(match config {
+        SinkConfig::Iceberg(iceberg) => {
+            Arc::new(iceberg::IcebergSink::new(iceberg, pipeline)?.with_warehouse(warehouse))
+        }
+        SinkConfig::Lsm(lsm) => Arc::new(lsm::LsmSink::with_warehouse(lsm, pipeline, warehouse)),
+    })
 }
 
 /// A table writer for one warehouse.
@@ -69,6 +90,13 @@ pub trait Sink: Send + Sync {
 
     /// The state of `table` for `cdcd status`; `None` when it does not exist.
     async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError>;
+
+    /// Finds the orphan files of every table of this sink's format in the warehouse (files no
+    /// live metadata references, older than `grace`) and deletes them unless `dry_run`
+    /// (`cdcd cleanup`). A table whose metadata cannot be read is refused whole: nothing of it
+    /// is deleted.
+    async fn cleanup(&self, grace: Duration, dry_run: bool)
+        -> Result<Vec<TableCleanup>, SinkError>;
 
     /// Waits for work a commit left running in the background (the Iceberg sink's update of a
     /// table's primary-key index), so a clean stop leaves nothing for the next start to catch
@@ -124,6 +152,8 @@ pub enum SinkError {
     Checkpoint(#[from] crate::checkpoint::CheckpointError),
     #[error(transparent)]
     Warehouse(#[from] crate::storage::StorageError),
+    #[error(transparent)]
+    Cleanup(#[from] CleanupError),
 }
 
 impl SinkError {
@@ -142,6 +172,7 @@ impl SinkError {
             SinkError::CommitConflict { .. } => "commit_conflict",
             SinkError::Checkpoint(_) => "checkpoint",
             SinkError::Warehouse(_) => "storage",
+            SinkError::Cleanup(_) => "cleanup",
         }
     }
 }

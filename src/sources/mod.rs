@@ -13,7 +13,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use std::time::Duration;
+
 use crate::changelog::{Position, TableChanges, TableId, Transaction};
+use crate::config::{SnapshotMode, SourceConfig};
 
 pub mod mysql;
 pub mod postgres;
@@ -123,6 +126,36 @@ pub struct TableCopy {
 /// committed; it never acknowledges a position it was not given, and never moves backwards.
 /// Errors: a protocol or server error ends `run` with `Err`; the pipeline stops. Cancel safety:
 /// on `shutdown`, `run` stops reading, sends the latest ack it has, and returns `Ok`.
+/// One `cdcd check` finding: what is wrong and how to fix it, printed as one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckProblem {
+    pub problem: String,
+    pub fix: String,
+}
+
+impl CheckProblem {
+    pub fn new(problem: impl Into<String>, fix: impl Into<String>) -> Self {
+        CheckProblem {
+            problem: problem.into(),
+            fix: fix.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for CheckProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.problem, self.fix)
+    }
+}
+
+/// The source `config` describes (the one place that knows every kind).
+pub fn build(config: &SourceConfig) -> Box<dyn Source> {
+    match config {
+        SourceConfig::Postgres(pg) => Box::new(postgres::PostgresSource::new(pg.clone())),
+        SourceConfig::MySql(my) => Box::new(mysql::MySqlSource::new(my.clone())),
+    }
+}
+
 #[async_trait]
 pub trait Source: Send {
     /// Checks the server, creates what is missing except the slot (Postgres: publication), and
@@ -141,6 +174,24 @@ pub trait Source: Send {
         acks: watch::Receiver<Option<Position>>,
         shutdown: CancellationToken,
     ) -> Result<(), SourceError>;
+
+    /// `cdcd check`: every problem with the server's settings, the user's privileges and the
+    /// captured tables, each with how to fix it; empty when the source is ready. Changes
+    /// nothing on the server; a failure to connect is itself a problem.
+    async fn check(&self) -> Vec<CheckProblem>;
+
+    /// The captured tables: `source.tables` resolved on the server now (`cdcd status`).
+    async fn tables(&self) -> Result<Vec<TableId>, SourceError>;
+
+    /// Whether the pipeline copies existing rows first (`source.snapshot`).
+    fn snapshot_mode(&self) -> SnapshotMode;
+
+    /// The replication stream's name, for messages: the slot, or the replica's server id.
+    fn stream_name(&self) -> String;
+
+    /// How long a healthy source may send nothing: its heartbeat period. Three of them without
+    /// a word is a stall (`/healthz`).
+    fn heartbeat_period(&self) -> Duration;
 }
 
 /// What [`Source::prepare`] found.

@@ -16,7 +16,7 @@ use object_store::ObjectStoreExt;
 
 async fn assert_no_missing_files(s: &S3Pipeline, table: &str) {
     let wh = s.warehouse();
-    let files = cdcd::storage::cleanup::referenced_files(&wh, &s.table_url(table))
+    let files = cdcd::sinks::iceberg::cleanup::referenced_files(&wh, &s.table_url(table))
         .await
         .unwrap();
     for f in &files {

@@ -107,7 +107,7 @@ impl Drop for Proxy {
 /// Every file any metadata version of the table references exists.
 pub async fn assert_no_missing_files(s: &S3Pipeline, table: &str) {
     let wh = s.warehouse();
-    let files = cdcd::storage::cleanup::referenced_files(&wh, &s.table_url(table))
+    let files = cdcd::sinks::iceberg::cleanup::referenced_files(&wh, &s.table_url(table))
         .await
         .unwrap();
     assert!(files.len() > 3, "{files:?}");

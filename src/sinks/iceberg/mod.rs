@@ -30,8 +30,10 @@ use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
 use crate::config::{DeleteMode, IcebergConfig};
 use crate::sinks::{CommitStats, Sink, SinkError, TableStatus};
+use crate::storage::cleanup::TableCleanup;
 use crate::storage::Warehouse;
 
+pub mod cleanup;
 mod commit;
 pub mod deletes;
 mod encode;
@@ -607,6 +609,18 @@ impl Sink for IcebergSink {
             rows,
             location: loaded.metadata.location().to_owned(),
         }))
+    }
+
+    async fn cleanup(
+        &self,
+        grace: std::time::Duration,
+        dry_run: bool,
+    ) -> Result<Vec<TableCleanup>, SinkError> {
+        let mut reports = Vec::new();
+        for table in cleanup::find_tables(&self.warehouse).await? {
+            reports.push(cleanup::clean_table(&self.warehouse, &table, grace, dry_run).await?);
+        }
+        Ok(reports)
     }
 }
 

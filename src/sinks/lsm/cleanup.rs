@@ -1,4 +1,4 @@
-//! Orphan cleanup for Paimon tables (`cdcd cleanup`; `storage/cleanup.rs` does Iceberg's).
+//! Orphan cleanup for Paimon tables (`cdcd cleanup`, [`crate::sinks::Sink::cleanup`]; `sinks/iceberg/cleanup.rs` does Iceberg's).
 //!
 //! Orphans come from commits that did not complete: a crash after a commit's data files or
 //! manifests were written but before its snapshot was, a compaction whose snapshot lost a race,

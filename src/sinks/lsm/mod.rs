@@ -62,6 +62,7 @@ use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
 use crate::config::{LsmConfig, MergeEngine};
 use crate::sinks::{CommitStats, Sink, SinkError, TableStatus};
+use crate::storage::cleanup::TableCleanup;
 use crate::storage::Warehouse;
 
 pub mod binary_row;
@@ -540,5 +541,18 @@ impl Sink for LsmSink {
             rows: Some(state.live_rows().max(0) as u64),
             location: state.location.clone(),
         }))
+    }
+
+    async fn cleanup(
+        &self,
+        grace: std::time::Duration,
+        dry_run: bool,
+    ) -> Result<Vec<TableCleanup>, SinkError> {
+        let warehouse = &self.inner.warehouse;
+        let mut reports = Vec::new();
+        for table in cleanup::find_tables(warehouse).await? {
+            reports.push(cleanup::clean_table(warehouse, &table, grace, dry_run).await?);
+        }
+        Ok(reports)
     }
 }

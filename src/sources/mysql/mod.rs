@@ -42,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::changelog::{GtidList, GtidSet, Position, TableId};
-use crate::config::MySqlConfig;
+use crate::config::{MySqlConfig, SnapshotMode};
 use crate::sources::{Prepared, Resume, SnapshotProgress, Source, SourceError, SourceEvent};
 use assembler::{Assembler, Step, StreamError};
 use schema::TableEntry;
@@ -75,7 +75,7 @@ impl MySqlSource {
     }
 
     /// Everything `cdcd check` reports for this source. Empty when ready.
-    pub async fn check(cfg: &MySqlConfig) -> Vec<CheckProblem> {
+    async fn check_source(cfg: &MySqlConfig) -> Vec<CheckProblem> {
         let mut conn = match setup::connect(cfg).await {
             Ok(c) => c,
             Err(e) => {
@@ -97,7 +97,7 @@ impl MySqlSource {
     }
 
     /// The tables `cfg` captures (for `cdcd status`).
-    pub async fn tables(cfg: &MySqlConfig) -> Result<Vec<TableId>, SourceError> {
+    async fn resolve_tables(cfg: &MySqlConfig) -> Result<Vec<TableId>, SourceError> {
         let mut conn = setup::connect(cfg).await?;
         let tables = setup::resolve_tables(&mut conn, &cfg.tables).await;
         let _ = conn.disconnect().await;
@@ -107,6 +107,28 @@ impl MySqlSource {
 
 #[async_trait]
 impl Source for MySqlSource {
+    async fn check(&self) -> Vec<CheckProblem> {
+        Self::check_source(&self.cfg).await
+    }
+
+    async fn tables(&self) -> Result<Vec<TableId>, SourceError> {
+        Self::resolve_tables(&self.cfg).await
+    }
+
+    fn snapshot_mode(&self) -> SnapshotMode {
+        self.cfg.snapshot
+    }
+
+    fn stream_name(&self) -> String {
+        format!("server_id {}", self.cfg.server_id)
+    }
+
+    /// The binlog source asks the server for a heartbeat every 5 s (`MASTER_HEARTBEAT_PERIOD`);
+    /// twice that covers a late one.
+    fn heartbeat_period(&self) -> Duration {
+        Duration::from_secs(10)
+    }
+
     async fn prepare(&mut self) -> Result<Prepared, SourceError> {
         let mut conn = setup::connect(&self.cfg).await?;
         let (tables, problems) = setup::check(&mut conn, &self.cfg).await?;

@@ -4,8 +4,6 @@
 //!
 //! This is one of the source's I/O edges; what it reads is handed to the pure `schema.rs`.
 
-use std::fmt;
-
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, SslOpts};
 
@@ -27,18 +25,7 @@ pub enum Flavor {
     MySqlFile,
 }
 
-/// One `cdcd check` finding and how to fix it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckProblem {
-    pub problem: String,
-    pub fix: String,
-}
-
-impl fmt::Display for CheckProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.problem, self.fix)
-    }
-}
+pub use crate::sources::CheckProblem;
 
 /// A server error as a [`SourceError`] naming what was being done.
 pub fn server_err(context: impl Into<String>) -> impl FnOnce(mysql_async::Error) -> SourceError {

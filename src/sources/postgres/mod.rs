@@ -46,7 +46,7 @@ use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::changelog::{Lsn, Position, TableId, TableSchema};
-use crate::config::PostgresConfig;
+use crate::config::{PostgresConfig, SnapshotMode};
 use crate::sources::{Prepared, Resume, Source, SourceError, SourceEvent, TableCopy};
 use assembler::{Assembled, Assembler, AssemblerConfig};
 use relation::{build_schema, unresolved_types};
@@ -103,7 +103,7 @@ impl PostgresSource {
 
     /// Everything `cdcd check` reports for this source: connection, settings, privileges, table
     /// patterns, primary keys, and a slot of the wrong kind. Empty when ready.
-    pub async fn check(cfg: &PostgresConfig) -> Vec<CheckProblem> {
+    async fn check_source(cfg: &PostgresConfig) -> Vec<CheckProblem> {
         let client = match setup::connect(cfg).await {
             Ok(c) => c,
             Err(e) => {
@@ -152,6 +152,29 @@ impl PostgresSource {
 
 #[async_trait]
 impl Source for PostgresSource {
+    async fn check(&self) -> Vec<CheckProblem> {
+        Self::check_source(&self.cfg).await
+    }
+
+    async fn tables(&self) -> Result<Vec<TableId>, SourceError> {
+        let client = setup::connect(&self.cfg).await?;
+        publication::resolve_tables(&client, &self.cfg.tables).await
+    }
+
+    fn snapshot_mode(&self) -> SnapshotMode {
+        self.cfg.snapshot
+    }
+
+    fn stream_name(&self) -> String {
+        self.cfg.slot.clone()
+    }
+
+    fn heartbeat_period(&self) -> Duration {
+        self.cfg
+            .heartbeat_interval
+            .unwrap_or(monitor::DEFAULT_WATCH_INTERVAL)
+    }
+
     async fn prepare(&mut self) -> Result<Prepared, SourceError> {
         let cfg = &self.cfg;
         let client = setup::connect(cfg).await?;

@@ -30,7 +30,7 @@ use crate::metrics::{self as m, Health};
 use crate::sources::SourceError;
 
 /// Slot statistics are read this often when heartbeats are off.
-const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(10);
+pub(super) const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(10);
 /// The prefix of cdcd's heartbeat messages in the WAL (visible to other decoders).
 pub const HEARTBEAT_PREFIX: &str = "cdcd_heartbeat";
 

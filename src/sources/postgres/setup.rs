@@ -9,8 +9,6 @@
 //! Why checks return a list: `cdcd check` prints every problem with its fix at once instead of
 //! making the operator fix them one restart at a time.
 
-use std::fmt;
-
 use tokio_postgres::{Client, NoTls};
 
 use super::catalog::qualified;
@@ -20,27 +18,7 @@ use crate::changelog::{Lsn, TableId};
 use crate::config::PostgresConfig;
 use crate::sources::SourceError;
 
-/// One failed check: what is wrong and how to fix it, printed as one line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckProblem {
-    pub problem: String,
-    pub fix: String,
-}
-
-impl CheckProblem {
-    pub(super) fn new(problem: impl Into<String>, fix: impl Into<String>) -> Self {
-        CheckProblem {
-            problem: problem.into(),
-            fix: fix.into(),
-        }
-    }
-}
-
-impl fmt::Display for CheckProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.problem, self.fix)
-    }
-}
+pub use crate::sources::CheckProblem;
 
 /// An existing replication slot, from `pg_replication_slots`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -138,7 +138,7 @@ async fn source_against_postgres() {
         panic!("postgres source expected")
     };
 
-    let problems = PostgresSource::check(&cfg).await;
+    let problems = PostgresSource::new(cfg.clone()).check().await;
     assert!(problems.is_empty(), "{problems:?}");
 
     let mut source = PostgresSource::new(cfg.clone())
