@@ -8,6 +8,7 @@
 //!   framing).
 //! - `setup.rs`: publication, slot and server checks over a regular connection.
 //! - `assembler.rs`: decoded messages to changelog transactions (streamed transactions, spill).
+//! - `stream.rs`: the streaming loop (I/O): frames in, transactions out, status updates back.
 //! - `snapshot.rs` and `snapshot/`: the initial copy of existing rows (parallel key ranges,
 //!   binary COPY read off the socket by `snapshot/session.rs`, resumable).
 //! - `monitor.rs`: heartbeats, slot lag and retained WAL, an invalidated slot.
@@ -30,6 +31,7 @@ pub mod replication;
 pub mod setup;
 pub mod snapshot;
 mod startup;
+mod stream;
 pub mod types;
 
 #[cfg(test)]
@@ -41,19 +43,20 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::changelog::{Lsn, Position, TableId, TableSchema};
 use crate::config::{PostgresConfig, SnapshotMode};
 use crate::sources::{Prepared, Resume, Source, SourceError, SourceEvent, TableCopy};
-use assembler::{Assembled, Assembler, AssemblerConfig};
+use assembler::{Assembler, AssemblerConfig};
 use relation::{build_schema, unresolved_types};
-use replication::{ReplicationConnection, ReplicationMessage, StartOptions};
+use replication::{ReplicationConnection, StartOptions};
 use setup::CheckProblem;
 use snapshot::parallel::{copy_tables, plan_table, CopyRun, NewSnapshot, TablePlan};
 use snapshot::BatchLimits;
+use stream::Streaming;
 use types::{ColumnType, TypeInfo};
 
 /// Status updates go out at least this often, well within the default `wal_sender_timeout` (60 s).
@@ -510,131 +513,5 @@ async fn deliver(
         biased;
         _ = shutdown.cancelled() => Ok(false),
         r = events.send(event) => r.map(|_| true).map_err(|_| SourceError::Closed),
-    }
-}
-
-/// The streaming phase's state.
-struct Streaming<'a> {
-    conn: ReplicationConnection,
-    client: &'a Client,
-    assembler: Assembler,
-    events: mpsc::Sender<SourceEvent>,
-    acks: watch::Receiver<Option<Position>>,
-    /// The newest acknowledged position, the only one ever reported as flushed.
-    acked: Lsn,
-    /// Everything before this has been delivered (transactions or heartbeats).
-    delivered: Lsn,
-    /// When the last heartbeat for a skipped transaction went out.
-    last_skipped_beat: Option<Instant>,
-}
-
-impl Streaming<'_> {
-    async fn run(&mut self, shutdown: &CancellationToken) -> Result<(), SourceError> {
-        let mut status_timer = tokio::time::interval(STATUS_INTERVAL);
-        status_timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut acks_open = true;
-        loop {
-            tokio::select! {
-                biased;
-                _ = shutdown.cancelled() => break,
-                changed = self.acks.changed(), if acks_open => {
-                    if changed.is_err() {
-                        acks_open = false;
-                        continue;
-                    }
-                    if self.take_ack() {
-                        self.send_status(false).await?;
-                        status_timer.reset();
-                    }
-                }
-                _ = status_timer.tick() => self.send_status(false).await?,
-                msg = self.conn.recv() => {
-                    if !self.handle(msg?, shutdown).await? {
-                        break;
-                    }
-                }
-            }
-        }
-        self.take_ack();
-        self.send_status(false).await
-    }
-
-    /// Takes a newer acknowledged position; true if `acked` moved. Never backwards, never 0.
-    fn take_ack(&mut self) -> bool {
-        let ack = self.acks.borrow_and_update().clone();
-        match ack {
-            Some(Position::Postgres(lsn)) if !lsn.is_zero() && lsn > self.acked => {
-                self.acked = lsn;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Reports `acked` as written, flushed and applied. Before the first ack this is 0/0, which
-    /// Postgres ignores for the slot but counts as a sign of life.
-    async fn send_status(&mut self, reply: bool) -> Result<(), SourceError> {
-        let a = self.acked;
-        self.conn.send_status(a, a, a, reply).await
-    }
-
-    /// One message from the server; false when shutdown interrupted a delivery.
-    async fn handle(
-        &mut self,
-        msg: ReplicationMessage,
-        shutdown: &CancellationToken,
-    ) -> Result<bool, SourceError> {
-        match msg {
-            ReplicationMessage::XLogData {
-                wal_start, data, ..
-            } => {
-                loop {
-                    let missing = self.assembler.missing_types(&data)?;
-                    if missing.is_empty() {
-                        break;
-                    }
-                    let found = catalog::lookup_types(self.client, &missing).await?;
-                    self.assembler.add_types(&missing, found);
-                }
-                let event = match self.assembler.feed(wal_start, data)? {
-                    None => return Ok(true),
-                    Some(Assembled::Transaction(tx)) => {
-                        if let Position::Postgres(end) = tx.position {
-                            self.delivered = self.delivered.max(end);
-                        }
-                        SourceEvent::Transaction(tx)
-                    }
-                    Some(Assembled::Skipped(end)) => {
-                        let recent = self
-                            .last_skipped_beat
-                            .is_some_and(|t| t.elapsed() < SKIPPED_HEARTBEAT_INTERVAL);
-                        // A throttled one is covered by the next keepalive's heartbeat.
-                        if end <= self.delivered || recent {
-                            return Ok(true);
-                        }
-                        self.last_skipped_beat = Some(Instant::now());
-                        self.delivered = end;
-                        SourceEvent::Heartbeat(Position::Postgres(end))
-                    }
-                };
-                deliver(&self.events, event, shutdown).await
-            }
-            ReplicationMessage::KeepAlive {
-                wal_end,
-                reply_requested,
-                ..
-            } => {
-                if reply_requested {
-                    self.take_ack();
-                    self.send_status(false).await?;
-                }
-                if self.assembler.is_idle() && !wal_end.is_zero() && wal_end > self.delivered {
-                    self.delivered = wal_end;
-                    let beat = SourceEvent::Heartbeat(Position::Postgres(wal_end));
-                    return deliver(&self.events, beat, shutdown).await;
-                }
-                Ok(true)
-            }
-        }
     }
 }

@@ -1,0 +1,144 @@
+//! The streaming phase of the Postgres source (I/O): frames from the walsender go through the
+//! assembler (`assembler.rs`, pure) to the pipeline as transactions or heartbeats, and standby
+//! status updates go back carrying only acknowledged (committed) positions (STYLE rule 6).
+//!
+//! Where it sits: [`super::PostgresSource::run`] opens the replication connection, copies what
+//! must be copied, then hands the connection to [`Streaming::run`] until shutdown or failure.
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_postgres::Client;
+use tokio_util::sync::CancellationToken;
+
+use super::assembler::{Assembled, Assembler};
+use super::catalog;
+use super::replication::{ReplicationConnection, ReplicationMessage};
+use super::{deliver, SKIPPED_HEARTBEAT_INTERVAL, STATUS_INTERVAL};
+use crate::changelog::{Lsn, Position};
+use crate::sources::{SourceError, SourceEvent};
+
+/// The streaming phase's state.
+pub(super) struct Streaming<'a> {
+    pub(super) conn: ReplicationConnection,
+    pub(super) client: &'a Client,
+    pub(super) assembler: Assembler,
+    pub(super) events: mpsc::Sender<SourceEvent>,
+    pub(super) acks: watch::Receiver<Option<Position>>,
+    /// The newest acknowledged position, the only one ever reported as flushed.
+    pub(super) acked: Lsn,
+    /// Everything before this has been delivered (transactions or heartbeats).
+    pub(super) delivered: Lsn,
+    /// When the last heartbeat for a skipped transaction went out.
+    pub(super) last_skipped_beat: Option<Instant>,
+}
+
+impl Streaming<'_> {
+    pub(super) async fn run(&mut self, shutdown: &CancellationToken) -> Result<(), SourceError> {
+        let mut status_timer = tokio::time::interval(STATUS_INTERVAL);
+        status_timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut acks_open = true;
+        loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                changed = self.acks.changed(), if acks_open => {
+                    if changed.is_err() {
+                        acks_open = false;
+                        continue;
+                    }
+                    if self.take_ack() {
+                        self.send_status(false).await?;
+                        status_timer.reset();
+                    }
+                }
+                _ = status_timer.tick() => self.send_status(false).await?,
+                msg = self.conn.recv() => {
+                    if !self.handle(msg?, shutdown).await? {
+                        break;
+                    }
+                }
+            }
+        }
+        self.take_ack();
+        self.send_status(false).await
+    }
+
+    /// Takes a newer acknowledged position; true if `acked` moved. Never backwards, never 0.
+    fn take_ack(&mut self) -> bool {
+        let ack = self.acks.borrow_and_update().clone();
+        match ack {
+            Some(Position::Postgres(lsn)) if !lsn.is_zero() && lsn > self.acked => {
+                self.acked = lsn;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Reports `acked` as written, flushed and applied. Before the first ack this is 0/0, which
+    /// Postgres ignores for the slot but counts as a sign of life.
+    async fn send_status(&mut self, reply: bool) -> Result<(), SourceError> {
+        let a = self.acked;
+        self.conn.send_status(a, a, a, reply).await
+    }
+
+    /// One message from the server; false when shutdown interrupted a delivery.
+    async fn handle(
+        &mut self,
+        msg: ReplicationMessage,
+        shutdown: &CancellationToken,
+    ) -> Result<bool, SourceError> {
+        match msg {
+            ReplicationMessage::XLogData {
+                wal_start, data, ..
+            } => {
+                loop {
+                    let missing = self.assembler.missing_types(&data)?;
+                    if missing.is_empty() {
+                        break;
+                    }
+                    let found = catalog::lookup_types(self.client, &missing).await?;
+                    self.assembler.add_types(&missing, found);
+                }
+                let event = match self.assembler.feed(wal_start, data)? {
+                    None => return Ok(true),
+                    Some(Assembled::Transaction(tx)) => {
+                        if let Position::Postgres(end) = tx.position {
+                            self.delivered = self.delivered.max(end);
+                        }
+                        SourceEvent::Transaction(tx)
+                    }
+                    Some(Assembled::Skipped(end)) => {
+                        let recent = self
+                            .last_skipped_beat
+                            .is_some_and(|t| t.elapsed() < SKIPPED_HEARTBEAT_INTERVAL);
+                        // A throttled one is covered by the next keepalive's heartbeat.
+                        if end <= self.delivered || recent {
+                            return Ok(true);
+                        }
+                        self.last_skipped_beat = Some(Instant::now());
+                        self.delivered = end;
+                        SourceEvent::Heartbeat(Position::Postgres(end))
+                    }
+                };
+                deliver(&self.events, event, shutdown).await
+            }
+            ReplicationMessage::KeepAlive {
+                wal_end,
+                reply_requested,
+                ..
+            } => {
+                if reply_requested {
+                    self.take_ack();
+                    self.send_status(false).await?;
+                }
+                if self.assembler.is_idle() && !wal_end.is_zero() && wal_end > self.delivered {
+                    self.delivered = wal_end;
+                    let beat = SourceEvent::Heartbeat(Position::Postgres(wal_end));
+                    return deliver(&self.events, beat, shutdown).await;
+                }
+                Ok(true)
+            }
+        }
+    }
+}
