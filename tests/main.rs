@@ -7,7 +7,7 @@
 //! test bed's environment (`CDCD_TEST_PG`, …) each test prints a note and passes.
 //!
 //! - `postgres`: pgoutput replication, the initial copy, the process contract, DDL inside
-//!   transactions, crash recovery (Iceberg and LSM).
+//!   transactions, crash recovery (parameterised by sink: Iceberg and LSM).
 //! - `mysql`: the MariaDB binlog into Iceberg and LSM, the initial copy, restart positions.
 //! - `lsm`: the Apache Paimon sink end to end.
 //! - `s3`: every path again on S3 (moto): end to end, crashes at named points, faults, standby.

@@ -1,4 +1,3 @@
 //! The LSM (Apache Paimon) sink end to end from Postgres, read back by pypaimon.
 
-mod crash;
 mod replication;
