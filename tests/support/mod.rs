@@ -330,23 +330,12 @@ impl Pipeline {
 
     /// SIGTERM, then waits up to `timeout` for the exit; kills it (and panics) if it does not exit.
     pub async fn sigterm_and_wait(&mut self, timeout: Duration) -> ExitStatus {
-        let mut child = self.daemon.take().expect("cdcd is not running");
-        sigterm(child.id());
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                return st;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("cdcd did not exit within {timeout:?} of SIGTERM");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        sigterm(self.pid());
+        self.wait_exit(timeout).await
     }
 
-    /// Waits up to `timeout` for cdcd to exit on its own; kills it (and panics) if it does not.
+    /// Waits up to `timeout` for cdcd to exit (on its own, or after a signal sent before);
+    /// kills it (and panics) if it does not.
     pub async fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
         let mut child = self.daemon.take().expect("cdcd is not running");
         let deadline = Instant::now() + timeout;
@@ -357,7 +346,7 @@ impl Pipeline {
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("cdcd did not exit on its own within {timeout:?}");
+                panic!("cdcd did not exit within {timeout:?}");
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
