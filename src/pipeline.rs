@@ -24,8 +24,11 @@
 //! carries whole rows, so the replay converges (the argument is in
 //! `sources/postgres/snapshot.rs`).
 //!
-//! The per-table books (buffers, committed checkpoints, copy progress, upsert windows) are
-//! `pipeline/tables.rs`.
+//! Files: this one is the loop, the resume decision and the streamed transactions;
+//! `pipeline/tables.rs` the per-table books (buffers, committed checkpoints, copy progress,
+//! upsert windows); `pipeline/commit.rs` a commit carried out (awaited or in the background) and
+//! the acknowledgement; `pipeline/copy.rs` the initial copy's events; `pipeline/upsert.rs` the
+//! upsert window's rewrite; `pipeline/progress.rs` the MySQL restart position.
 //!
 //! Exactly-once: on start each table's checkpoint is read back; a transaction at or below it is
 //! already in the table and is skipped for that table. The source resumes from the oldest
@@ -35,13 +38,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::changelog::{Op, Position, TableChanges, TableId, Transaction};
+use crate::changelog::{Position, TableChanges, TableId, Transaction};
 use crate::checkpoint::progress::{Progress, ProgressError, ProgressStore};
 use crate::config::SnapshotMode;
 use crate::metrics as m;
@@ -415,96 +418,22 @@ impl Committer {
                     self.ack_received();
                 }
             }
-            SourceEvent::SnapshotRows(changes) => {
-                let table = changes.schema.id.clone();
-                let incomplete = self
-                    .received
-                    .as_ref()
-                    .map(Position::snapshot_incomplete)
-                    .unwrap_or(Position::Postgres(crate::changelog::Lsn::ZERO));
-                let rows = changes.ops.iter().filter(|op| **op != Op::Truncate).count();
-                metrics::counter!(m::SNAPSHOT_ROWS_TOTAL, m::LABEL_PIPELINE => self.settings.pipeline.clone(), m::LABEL_TABLE => table.to_string())
-                    .increment(rows as u64);
-                self.schema_switch(&changes, None).await?;
-                self.tables.push(changes, &incomplete);
-                let full = self
-                    .tables
-                    .buffers
-                    .get(&table)
-                    .is_some_and(|b| b.rows >= self.snapshot_batch.rows)
-                    || self.tables.snapshot_bytes() >= self.snapshot_batch.bytes;
-                if full {
-                    self.commit_in_background(&table).await?;
-                }
-            }
+            SourceEvent::SnapshotRows(changes) => self.copy_rows(changes).await?,
             SourceEvent::SnapshotPlan {
                 table,
                 chunks,
                 estimated_rows,
-            } => {
-                metrics::gauge!(m::SNAPSHOT_ROWS_ESTIMATED, m::LABEL_PIPELINE => self.settings.pipeline.clone(), m::LABEL_TABLE => table.to_string())
-                    .set(estimated_rows as f64);
-                // A resumed copy announces the plan it was given: keep what is started and done.
-                let same = self
-                    .tables
-                    .progress
-                    .get(&table)
-                    .is_some_and(|p| p.chunks == chunks);
-                if !same {
-                    let progress = SnapshotProgress {
-                        chunks,
-                        ..SnapshotProgress::default()
-                    };
-                    self.tables.progress.insert(table, progress);
-                }
-            }
+            } => self.copy_plan(table, chunks, estimated_rows),
             SourceEvent::SnapshotChunk {
                 table,
                 chunk,
                 state,
-            } => match self.tables.progress.get_mut(&table) {
-                Some(progress) => progress.apply(chunk, state),
-                None => {
-                    return Err(PipelineError::SourceTask(format!(
-                        "chunk {chunk} of the copy of {table} without a plan"
-                    )))
-                }
-            },
+            } => self.copy_chunk(&table, chunk, state)?,
             SourceEvent::SnapshotUpsertUntil { table, until } => {
                 self.tables.upsert_until.insert(table, until);
             }
             SourceEvent::SnapshotDone { table, position } => {
-                self.tables.progress.remove(&table);
-                let schema = self.tables.schemas.get(&table).cloned();
-                match (self.tables.buffers.get_mut(&table), schema) {
-                    (Some(buffer), _) => {
-                        buffer.position = position.clone();
-                        buffer.force = true;
-                    }
-                    (None, Some(schema)) => {
-                        // Earlier batches are committed already; the table must still record
-                        // that its copy is complete at `position`.
-                        self.tables.buffers.insert(
-                            table.clone(),
-                            TableBuffer {
-                                schema,
-                                changes: Vec::new(),
-                                rows: 0,
-                                bytes: 0,
-                                position: position.clone(),
-                                force: true,
-                                since: Instant::now(),
-                            },
-                        );
-                    }
-                    (None, None) => {
-                        return Err(PipelineError::SourceTask(format!(
-                            "the copy of {table} finished without any batch (a source sends at least the truncate marker)"
-                        )));
-                    }
-                }
-                self.commit_table(&table).await?;
-                self.advance_received(position);
+                self.copy_done(&table, position).await?
             }
         }
         Ok(())
@@ -607,37 +536,6 @@ impl Committer {
         self.commit_table(&table).await
     }
 
-    fn advance_received(&mut self, position: Position) {
-        if position.is_snapshot_incomplete() {
-            return;
-        }
-        let newer = self
-            .received
-            .as_ref()
-            .is_none_or(|r| position.covers(r) && position != *r);
-        if newer {
-            self.received = Some(position);
-        }
-    }
-
-    /// Acknowledges everything received: call only when nothing is buffered.
-    fn ack_received(&mut self) {
-        if self.received_time.is_some() {
-            self.durable_time = self.received_time;
-        }
-        let Some(received) = self.received.clone() else {
-            return;
-        };
-        if self.acked.as_ref().is_some_and(|a| a.covers(&received)) {
-            return;
-        }
-        debug!(position = %received, "acknowledging");
-        self.acked = Some(received.clone());
-        self.progress.acked(&received, &self.tables.committed);
-        // A closed receiver means the source already stopped; there is no one left to tell.
-        let _ = self.acks.send(Some(received));
-    }
-
     /// Reports the loop's turn to [`m::Health`] and refreshes the gauges that change with time
     /// (lag) or with commits (buffered rows). Called per tick, not per event.
     fn report(&self, health: &m::Health) {
@@ -676,6 +574,8 @@ mod upsert;
 
 mod commit;
 use commit::InFlight;
+
+mod copy;
 
 mod progress;
 use progress::ProgressWriter;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::task::JoinHandle;
-use tracing::info;
+use tracing::{debug, info};
 
 use super::{Committer, PipelineError};
 use crate::changelog::{Position, TableChanges, TableId, TableSchema};
@@ -237,5 +237,39 @@ impl Committer {
         self.tables
             .committed
             .insert(c.table, Some(c.checkpoint.position));
+    }
+}
+
+/// Acknowledging: what the source may forget.
+impl Committer {
+    pub(super) fn advance_received(&mut self, position: Position) {
+        if position.is_snapshot_incomplete() {
+            return;
+        }
+        let newer = self
+            .received
+            .as_ref()
+            .is_none_or(|r| position.covers(r) && position != *r);
+        if newer {
+            self.received = Some(position);
+        }
+    }
+
+    /// Acknowledges everything received: call only when nothing is buffered.
+    pub(super) fn ack_received(&mut self) {
+        if self.received_time.is_some() {
+            self.durable_time = self.received_time;
+        }
+        let Some(received) = self.received.clone() else {
+            return;
+        };
+        if self.acked.as_ref().is_some_and(|a| a.covers(&received)) {
+            return;
+        }
+        debug!(position = %received, "acknowledging");
+        self.acked = Some(received.clone());
+        self.progress.acked(&received, &self.tables.committed);
+        // A closed receiver means the source already stopped; there is no one left to tell.
+        let _ = self.acks.send(Some(received));
     }
 }

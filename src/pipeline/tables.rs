@@ -25,6 +25,21 @@ pub(super) struct TableBuffer {
     pub(super) since: Instant,
 }
 
+impl TableBuffer {
+    /// An empty buffer of `schema`'s table, to be committed at `position`.
+    pub(super) fn new(schema: Arc<TableSchema>, position: &Position) -> TableBuffer {
+        TableBuffer {
+            schema,
+            changes: Vec::new(),
+            rows: 0,
+            bytes: 0,
+            position: position.clone(),
+            force: false,
+            since: Instant::now(),
+        }
+    }
+}
+
 /// What the pipeline knows about each table while it runs.
 #[derive(Default)]
 pub(super) struct Tables {
@@ -106,15 +121,10 @@ impl Tables {
         let table = changes.schema.id.clone();
         let rows = changes.len();
         self.schemas.insert(table.clone(), changes.schema.clone());
-        let buffer = self.buffers.entry(table).or_insert_with(|| TableBuffer {
-            schema: changes.schema.clone(),
-            changes: Vec::new(),
-            rows: 0,
-            bytes: 0,
-            position: position.clone(),
-            force: false,
-            since: Instant::now(),
-        });
+        let buffer = self
+            .buffers
+            .entry(table)
+            .or_insert_with(|| TableBuffer::new(changes.schema.clone(), position));
         buffer.schema = changes.schema.clone();
         buffer.rows += rows;
         buffer.bytes += changes.rows.get_array_memory_size();

@@ -1,0 +1,107 @@
+//! The initial copy's events, as the pipeline books them: rows buffered at the incomplete
+//! position and committed by size in the background, the chunk plan and each chunk's state kept
+//! for the next commit's `cdcd.snapshot`, and the end of a table's copy committed at the
+//! position where streaming takes over. Source-neutral: both sources send the same events.
+
+use tracing::debug;
+
+use super::{Committer, PipelineError, TableBuffer};
+use crate::changelog::{Lsn, Op, Position, TableChanges, TableId};
+use crate::metrics as m;
+use crate::sources::{ChunkState, SnapshotProgress};
+
+impl Committer {
+    /// A batch of copied rows: buffered at the incomplete position, committed in the
+    /// background once the table's batch or all copies' bytes are full.
+    pub(super) async fn copy_rows(&mut self, changes: TableChanges) -> Result<(), PipelineError> {
+        let table = changes.schema.id.clone();
+        let incomplete = self
+            .received
+            .as_ref()
+            .map(Position::snapshot_incomplete)
+            .unwrap_or(Position::Postgres(Lsn::ZERO));
+        let rows = changes.ops.iter().filter(|op| **op != Op::Truncate).count();
+        metrics::counter!(m::SNAPSHOT_ROWS_TOTAL, m::LABEL_PIPELINE => self.settings.pipeline.clone(), m::LABEL_TABLE => table.to_string())
+            .increment(rows as u64);
+        self.schema_switch(&changes, None).await?;
+        self.tables.push(changes, &incomplete);
+        let full = self
+            .tables
+            .buffers
+            .get(&table)
+            .is_some_and(|b| b.rows >= self.snapshot_batch.rows)
+            || self.tables.snapshot_bytes() >= self.snapshot_batch.bytes;
+        if full {
+            self.commit_in_background(&table).await?;
+        }
+        Ok(())
+    }
+
+    /// A table's chunk plan. A resumed copy announces the plan it was given: what is started
+    /// and done is kept.
+    pub(super) fn copy_plan(&mut self, table: TableId, chunks: Vec<String>, estimated_rows: u64) {
+        metrics::gauge!(m::SNAPSHOT_ROWS_ESTIMATED, m::LABEL_PIPELINE => self.settings.pipeline.clone(), m::LABEL_TABLE => table.to_string())
+            .set(estimated_rows as f64);
+        let same = self
+            .tables
+            .progress
+            .get(&table)
+            .is_some_and(|p| p.chunks == chunks);
+        if !same {
+            let progress = SnapshotProgress {
+                chunks,
+                ..SnapshotProgress::default()
+            };
+            self.tables.progress.insert(table, progress);
+        }
+    }
+
+    /// A chunk started or finished; recorded with the table's next commit.
+    pub(super) fn copy_chunk(
+        &mut self,
+        table: &TableId,
+        chunk: u32,
+        state: ChunkState,
+    ) -> Result<(), PipelineError> {
+        match self.tables.progress.get_mut(table) {
+            Some(progress) => {
+                progress.apply(chunk, state);
+                Ok(())
+            }
+            None => Err(PipelineError::SourceTask(format!(
+                "chunk {chunk} of the copy of {table} without a plan"
+            ))),
+        }
+    }
+
+    /// The table's copy is complete at `position`: its last rows (or, when every batch is
+    /// committed already, nothing) are committed at that position, which ends the copy.
+    pub(super) async fn copy_done(
+        &mut self,
+        table: &TableId,
+        position: Position,
+    ) -> Result<(), PipelineError> {
+        self.tables.progress.remove(table);
+        let schema = self.tables.schemas.get(table).cloned();
+        match (self.tables.buffers.get_mut(table), schema) {
+            (Some(buffer), _) => {
+                buffer.position = position.clone();
+                buffer.force = true;
+            }
+            (None, Some(schema)) => {
+                let mut buffer = TableBuffer::new(schema, &position);
+                buffer.force = true;
+                self.tables.buffers.insert(table.clone(), buffer);
+            }
+            (None, None) => {
+                return Err(PipelineError::SourceTask(format!(
+                    "the copy of {table} finished without any batch (a source sends at least the truncate marker)"
+                )));
+            }
+        }
+        debug!(table = %table, position = %position, "copy done");
+        self.commit_table(table).await?;
+        self.advance_received(position);
+        Ok(())
+    }
+}
