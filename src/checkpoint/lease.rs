@@ -397,12 +397,12 @@ impl Lease {
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => return Ok(()),
-                _ = tokio::time::sleep_until(deadline) => return Err(self.expired(&last_error)),
+                _ = tokio::time::sleep_until(deadline) => return Err(self.expired(&last_error, None)),
                 _ = tokio::time::sleep_until(next_at) => {}
             }
             let sent = Instant::now();
             if sent >= deadline {
-                return Err(self.expired(&last_error));
+                return Err(self.expired(&last_error, None));
             }
             let mut next = self.record.clone();
             next.counter += 1;
@@ -410,7 +410,7 @@ impl Lease {
             let outcome = tokio::select! {
                 biased;
                 _ = stop.cancelled() => return Ok(()),
-                _ = tokio::time::sleep_until(deadline) => return Err(self.expired(&last_error)),
+                _ = tokio::time::sleep_until(deadline) => return Err(self.expired(&last_error, Some(sent))),
                 r = self.renew(&next) => r,
             };
             match outcome {
@@ -435,17 +435,29 @@ impl Lease {
         }
     }
 
-    /// The lease expired: break the fence (for good) and say so.
-    fn expired(&self, last_error: &str) -> LeaseError {
+    /// The lease expired (`in_flight`: when the renewal still unanswered was sent): break the
+    /// fence (for good) and say so.
+    fn expired(&self, last_error: &str, in_flight: Option<Instant>) -> LeaseError {
         let elapsed = self.renewed_at.elapsed();
+        let detail = match (in_flight, last_error.is_empty()) {
+            (Some(sent), _) => format!(
+                "the renewal sent {} ms earlier was still unanswered{}",
+                sent.elapsed().as_millis(),
+                if last_error.is_empty() {
+                    String::new()
+                } else {
+                    format!("; before it: {last_error}")
+                }
+            ),
+            (None, true) => {
+                "none: no renewal could be sent in time (was this process paused?)".into()
+            }
+            (None, false) => last_error.to_owned(),
+        };
         let e = LeaseError::Expired {
             path: self.location.clone(),
             elapsed_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
-            detail: if last_error.is_empty() {
-                "none: no renewal could be sent in time (was this process paused?)".into()
-            } else {
-                last_error.to_owned()
-            },
+            detail,
         };
         self.fence.break_with(e.to_string());
         e

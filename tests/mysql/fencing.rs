@@ -1,9 +1,11 @@
 //! Issue 17.3: the lease really fences a stale writer. MariaDB is the source (no replication
 //! slot keeps a second reader out, so only the lease does):
-//! - `paused_holder_is_fenced`: the holder is SIGSTOPped past the ttl with changes in hand, the
-//!   standby takes over and commits, the holder is SIGCONTed: it writes nothing more to the
-//!   warehouse (not a data file, not an index run), exits non-zero saying it lost the lease, the
-//!   tables equal the source and every later restart works;
+//! - `paused_holder_is_fenced` (Iceberg) and `paused_holder_is_fenced_paimon`: the holder is
+//!   SIGSTOPped past the ttl with changes in hand, the standby takes over and commits, the holder
+//!   is SIGCONTed: it writes nothing more to the warehouse (not a data file, not an index run),
+//!   exits non-zero saying it lost the lease, the tables equal the source and every later
+//!   restart works. Before the fix the Iceberg variant ended as the issue says: the new holder
+//!   had deleted the old one's unnamed index run, which the old one then named;
 //! - `s3_stalled_lease_renewal_fences_the_holder`: on S3 (serial moto) the fault proxy holds only
 //!   the holder's lease renewals; the holder stops writing at its deadline (the proxy's log of
 //!   its requests shows no write after it), exits saying it lost the lease, the standby takes
@@ -163,8 +165,22 @@ async fn paused_holder_is_fenced() {
     let Some(my) = my_env("paused_holder_is_fenced") else {
         return;
     };
-    let name = unique("fence_stop");
-    let mut p = MyPipeline::new(&my, &name, "initial", "").await;
+    let p = MyPipeline::new(&my, &unique("fence_stop"), "initial", "").await;
+    paused_holder(p).await;
+}
+
+/// The same with the Paimon sink (read back by pypaimon).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_holder_is_fenced_paimon() {
+    let Some(my) = my_env("paused_holder_is_fenced_paimon") else {
+        return;
+    };
+    let mut p = MyPipeline::new(&my, &unique("fence_stop_lsm"), "initial", "").await;
+    p.use_lsm(2, "initial", "");
+    paused_holder(p).await;
+}
+
+async fn paused_holder(mut p: MyPipeline) {
     create_tables(&p, &["a", "b"], 500).await;
     with_pipeline_keys(&p.config, "lease_ttl_ms = 3000\n");
     p.start();
@@ -227,6 +243,13 @@ async fn paused_holder_is_fenced() {
     assert!(
         out.contains("lost the lease"),
         "the old holder did not say it lost the lease:\n{out}"
+    );
+    eprintln!(
+        "old holder: {}",
+        out.lines()
+            .rev()
+            .find(|l| l.contains("lost the lease"))
+            .unwrap_or("")
     );
     let after = listing(&p.warehouse);
     let written: Vec<_> = after
@@ -433,6 +456,11 @@ async fn s3_stalled_lease_renewal_fences_the_holder() {
             break;
         }
     }
+    let stalled_for = proxy
+        .requests()
+        .iter()
+        .find(|r| r.1 == "stall")
+        .map(|r| r.0);
     let st = match exited {
         Some(st) => st,
         None => p
@@ -445,6 +473,13 @@ async fn s3_stalled_lease_renewal_fences_the_holder() {
     assert!(
         out.contains("lost the lease"),
         "the holder did not say it lost the lease:\n{out}"
+    );
+    eprintln!(
+        "holder (stall began at {stalled_for:?}): {}",
+        out.lines()
+            .rev()
+            .find(|l| l.contains("lost the lease"))
+            .unwrap_or("")
     );
     assert!(
         wait_until(Duration::from_secs(30), || standby
