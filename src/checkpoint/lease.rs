@@ -422,9 +422,18 @@ impl Lease {
                     self.fence.renewed(sent + give_up);
                     next_at = sent + every;
                 }
-                Err(e @ LeaseError::Lost { .. }) => {
-                    self.fence.break_with(e.to_string());
-                    return Err(e);
+                Err(LeaseError::Lost {
+                    pipeline,
+                    holder,
+                    path,
+                }) => {
+                    self.fence
+                        .break_with(format!("{holder} took it over ({path})"));
+                    return Err(LeaseError::Lost {
+                        pipeline,
+                        holder,
+                        path,
+                    });
                 }
                 Err(e) => {
                     tracing::warn!(lease = %self.location, error = %e, "could not renew the lease; retrying");
@@ -454,13 +463,15 @@ impl Lease {
             }
             (None, false) => last_error.to_owned(),
         };
-        let e = LeaseError::Expired {
+        let elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        self.fence.break_with(format!(
+            "not renewed for {elapsed_ms} ms, past 3/4 of its ttl ({detail})"
+        ));
+        LeaseError::Expired {
             path: self.location.clone(),
-            elapsed_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+            elapsed_ms,
             detail,
-        };
-        self.fence.break_with(e.to_string());
-        e
+        }
     }
 
     /// One renewal to `next`: its new version, or [`LeaseError::Lost`] when someone else wrote

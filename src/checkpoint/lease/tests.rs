@@ -72,7 +72,7 @@ async fn both_stores_behave(w: Warehouse) {
     assert!(matches!(err, LeaseError::Lost { .. }), "{err}");
     // Lost breaks the fence at once, long before its deadline.
     let refused = fence.check().unwrap_err();
-    assert!(refused.reason.contains("took over"), "{refused}");
+    assert!(refused.reason.contains("took it over"), "{refused}");
     assert_eq!(second.epoch(), 2);
 }
 
