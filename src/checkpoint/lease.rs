@@ -27,8 +27,10 @@
 //!   that wakes from SIGSTOP or a VM freeze past its deadline writes nothing, even if its
 //!   commit runs before the renewal task has noticed;
 //! - each acquisition writes `epoch` = the previous holder's + 1 (renewals keep it), like
-//!   Kafka's producer epochs: what a holder names by its epoch (the primary-key index's run
-//!   ids, `sinks/index/`) never collides with what an older, fenced holder still had in flight.
+//!   Kafka's producer epochs: every snapshot carries it (`cdcd.lease-epoch`), a commit that
+//!   loses to a newer epoch's snapshot stops the daemon, and what a holder names by its epoch
+//!   (the primary-key index's run ids, `sinks/index/`) never collides with what an older,
+//!   fenced holder still had in flight.
 //! - clean stop: write `released: true` so a standby takes over without waiting for `ttl`.
 //! - a conditional write retried by object_store after a lost response fails its precondition
 //!   against its own first attempt; reading back our own holder and counter counts as success.

@@ -25,12 +25,18 @@
 //!   request this daemon sends after the deadline is never sent.
 //!
 //! What remains (said plainly): a request sent just before the deadline can still be applied by
-//! the store later, if it sits in a network buffer or a proxy for more than `ttl / 4`. No client
-//! can close that window without the store's help; cdcd narrows what it can do: the table
-//! commit is a create-if-absent of the next version, so a late commit either lands before the
-//! new holder's first commit of that table (and then the new holder builds on it after its
-//! conflict) or fails; and the new holder's epoch ([`Fence::epoch`]) is written into what it
-//! publishes (primary-key index run ids), so files of an older epoch never collide with its own.
+//! the store later, if it sits in a network buffer or a proxy for more than `ttl / 4`; and a
+//! host whose monotonic clock stops while it is frozen (some hypervisors) wakes up before its
+//! deadline. No client can close that window without the store's help; cdcd narrows what it
+//! can do with the epoch ([`Fence::epoch`], one more per acquisition), as Kafka does with
+//! producer epochs:
+//! - every table snapshot carries it (`cdcd.lease-epoch`), and the table commit is a
+//!   create-if-absent of the next version: a stale commit either lands before the new holder's
+//!   first commit of that table (the new holder then conflicts and restarts from the table's
+//!   checkpoint: nothing is lost or doubled) or fails; and a commit that loses to a snapshot of
+//!   a *newer* epoch breaks this fence for every table at once (`sinks::fenced_by_winner`);
+//! - primary-key index run ids are allocated per epoch, so an older holder's late run never
+//!   overwrites the new holder's (`sinks/index/`, "Two writers").
 
 use std::fmt;
 use std::future::Future;

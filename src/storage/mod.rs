@@ -121,6 +121,11 @@ impl Warehouse {
         self
     }
 
+    /// The fence writes go through, if any.
+    pub fn fence(&self) -> Option<&Fence> {
+        self.fence.as_ref()
+    }
+
     /// The lease epoch writes are fenced with; 0 when unfenced (tools, tests).
     pub fn lease_epoch(&self) -> u64 {
         self.fence.as_ref().map_or(0, Fence::epoch)
