@@ -106,8 +106,10 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
     let sink = build_sink(config, Some(fence.clone()))?;
     let renewing = CancellationToken::new();
     let mut settings = settings(config, source.as_ref());
+    // The progress file is pipeline state like the tables: written only while the lease holds.
+    let fenced = warehouse.clone().fenced(fence.clone());
     settings.progress =
-        Some(ProgressStore::new(&warehouse, &config.pipeline).map_err(PipelineError::from)?);
+        Some(ProgressStore::new(&fenced, &config.pipeline).map_err(PipelineError::from)?);
     let outcome = {
         let pipeline = pipeline::run(source, sink, settings, shutdown);
         let keep = lease.keep(&renewing);

@@ -108,7 +108,8 @@ fn with_pipeline_keys(config: &Path, keys: &str) {
     std::fs::write(config, text).unwrap();
 }
 
-/// Every file under `dir` with its size, but the lease (renewed by the live holder).
+/// Every file under `dir` with its size, but the lease and the progress file (the live holder
+/// renews the one and rewrites the other on acknowledgements).
 fn listing(dir: &Path) -> BTreeMap<String, u64> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, u64>) {
         let Ok(entries) = std::fs::read_dir(dir) else {
@@ -120,7 +121,7 @@ fn listing(dir: &Path) -> BTreeMap<String, u64> {
                 walk(root, &path, out);
             } else {
                 let rel = path.strip_prefix(root).unwrap().display().to_string();
-                if !rel.contains("lease.json") {
+                if !rel.contains("lease.json") && !rel.ends_with("progress.json") {
                     out.insert(rel, e.metadata().map(|m| m.len()).unwrap_or(0));
                 }
             }
