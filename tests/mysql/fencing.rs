@@ -166,6 +166,8 @@ async fn paused_holder_is_fenced() {
     let Some(my) = my_env("paused_holder_is_fenced") else {
         return;
     };
+    // cdcd must not start while another test has the server's binlog_format flipped.
+    let _globals = super::replication::SERVER_GLOBALS.read().await;
     let p = MyPipeline::new(&my, &unique("fence_stop"), "initial", "").await;
     paused_holder(p).await;
 }
@@ -176,6 +178,8 @@ async fn paused_holder_is_fenced_paimon() {
     let Some(my) = my_env("paused_holder_is_fenced_paimon") else {
         return;
     };
+    // cdcd must not start while another test has the server's binlog_format flipped.
+    let _globals = super::replication::SERVER_GLOBALS.read().await;
     let mut p = MyPipeline::new(&my, &unique("fence_stop_lsm"), "initial", "").await;
     p.use_lsm(2, "initial", "");
     paused_holder(p).await;
@@ -409,6 +413,8 @@ async fn s3_stalled_lease_renewal_fences_the_holder() {
     let Some(my) = my_env("s3_stalled_lease_renewal_fences_the_holder") else {
         return;
     };
+    // cdcd must not start while another test has the server's binlog_format flipped.
+    let _globals = super::replication::SERVER_GLOBALS.read().await;
     let Some(endpoint) = moto("s3_stalled_lease_renewal_fences_the_holder", true) else {
         return;
     };
