@@ -15,7 +15,7 @@ use crate::pipeline::{self, PipelineError, Settings};
 use crate::sinks::{Sink, SinkError};
 use crate::sources::{Source, SourceError};
 use crate::storage::cleanup::{CleanupError, TableCleanup};
-use crate::storage::{StorageError, Warehouse};
+use crate::storage::{Fence, StorageError, Warehouse};
 
 /// One table in `cdcd status`.
 #[derive(Debug, Clone, Serialize)]
@@ -58,8 +58,12 @@ fn settings(config: &Config, source: &dyn Source) -> Settings {
     }
 }
 
-fn build_sink(config: &Config) -> Result<Arc<dyn Sink>, CommandError> {
-    let warehouse = open_warehouse(config)?;
+/// The configured sink; with `fence`, every write it makes passes the lease's fence.
+fn build_sink(config: &Config, fence: Option<Fence>) -> Result<Arc<dyn Sink>, CommandError> {
+    let mut warehouse = open_warehouse(config)?;
+    if let Some(fence) = fence {
+        warehouse = warehouse.fenced(fence);
+    }
     crate::sinks::build(&config.sink, &config.pipeline, warehouse).map_err(|e| Box::new(e).into())
 }
 
@@ -71,7 +75,9 @@ pub fn open_warehouse(config: &Config) -> Result<Warehouse, StorageError> {
 /// Runs the pipeline until `shutdown`, with the metrics endpoint (`[metrics] listen`) and systemd
 /// notification beside it, holding the pipeline's lease (`checkpoint::lease`): waits as a standby
 /// while another cdcd holds it, and stops at once, without committing what is buffered, if the
-/// lease is lost.
+/// lease is lost or not renewed in time. The sinks write through the lease's fence
+/// (`storage/fence.rs`), so nothing is written after the lease's deadline, also by a commit
+/// already under way or one running in the background.
 pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), CommandError> {
     let (ops, notifier) = start_operations(config, &shutdown).await?;
     let result = run_leased(config, shutdown).await;
@@ -95,17 +101,21 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
     else {
         return Ok(());
     };
+    let fence = lease.fence();
     let source = crate::sources::build(&config.source);
-    let sink = build_sink(config)?;
+    let sink = build_sink(config, Some(fence.clone()))?;
     let renewing = CancellationToken::new();
     let mut settings = settings(config, source.as_ref());
+    // The progress file is pipeline state like the tables: written only while the lease holds.
+    let fenced = warehouse.clone().fenced(fence.clone());
     settings.progress =
-        Some(ProgressStore::new(&warehouse, &config.pipeline).map_err(PipelineError::from)?);
+        Some(ProgressStore::new(&fenced, &config.pipeline).map_err(PipelineError::from)?);
     let outcome = {
         let pipeline = pipeline::run(source, sink, settings, shutdown);
         let keep = lease.keep(&renewing);
         tokio::pin!(pipeline, keep);
         tokio::select! {
+            biased;
             // Lost or expired: drop the pipeline future mid-flight. A commit is one
             // create-if-absent put, so dropping never leaves half a commit; files written for
             // it become orphans for `cdcd cleanup`.
@@ -116,6 +126,13 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
             done = &mut pipeline => done,
         }
     };
+    // A pipeline that failed because the fence refused its writes lost the lease: say that,
+    // not which write was refused (that is in the log), and do not release what is not ours.
+    if outcome.is_err() {
+        if let Err(fenced) = fence.check() {
+            return Err(LeaseError::Fenced(fenced).into());
+        }
+    }
     renewing.cancel();
     lease.release().await;
     outcome?;
@@ -160,7 +177,7 @@ pub async fn cleanup(
     grace: Duration,
     dry_run: bool,
 ) -> Result<Vec<TableCleanup>, CommandError> {
-    let sink = build_sink(config)?;
+    let sink = build_sink(config, None)?;
     Ok(sink.cleanup(grace, dry_run).await.map_err(Box::new)?)
 }
 
@@ -203,7 +220,7 @@ async fn probe_warehouse(config: &Config) -> Result<(), String> {
 
 /// The committed state of every captured table.
 pub async fn status(config: &Config) -> Result<Vec<StatusRow>, CommandError> {
-    let sink = build_sink(config)?;
+    let sink = build_sink(config, None)?;
     let tables: Vec<TableId> = crate::sources::build(&config.source).tables().await?;
     let mut rows = Vec::new();
     for table in tables {

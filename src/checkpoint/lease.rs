@@ -18,8 +18,19 @@
 //!   fails and we keep watching;
 //! - holder renews every `ttl / 3` with `PutMode::Update` on its last etag. A precondition
 //!   failure means another daemon took the lease: stop at once without committing. If renewals
-//!   keep failing (network) for `3/4 ttl` since the last successful one, the holder stops too,
-//!   before any standby can consider the lease dead (it needs a full `ttl` without change).
+//!   keep failing (network) for `3/4 ttl` since the last successful one was *sent*, the holder
+//!   stops too, before any standby can consider the lease dead (it needs a full `ttl` without
+//!   change). That deadline is a timer of its own ([`Lease::keep`] races every renewal against
+//!   it), not a check after the renewal returns: object_store retries a request for minutes;
+//! - the deadline is also the lease's [`Fence`] (`storage/fence.rs`, which holds the argument
+//!   and its limits): every write the sinks make checks it right before it is sent, so a holder
+//!   that wakes from SIGSTOP or a VM freeze past its deadline writes nothing, even if its
+//!   commit runs before the renewal task has noticed;
+//! - each acquisition writes `epoch` = the previous holder's + 1 (renewals keep it), like
+//!   Kafka's producer epochs: every snapshot carries it (`cdcd.lease-epoch`), a commit that
+//!   loses to a newer epoch's snapshot stops the daemon, and what a holder names by its epoch
+//!   (the primary-key index's run ids, `sinks/index/`) never collides with what an older,
+//!   fenced holder still had in flight.
 //! - clean stop: write `released: true` so a standby takes over without waiting for `ttl`.
 //! - a conditional write retried by object_store after a lost response fails its precondition
 //!   against its own first attempt; reading back our own holder and counter counts as success.
@@ -35,7 +46,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::storage::Warehouse;
+use crate::storage::{Fence, Fenced, Warehouse};
 
 /// The lease could not be taken or was lost.
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +64,7 @@ pub enum LeaseError {
         holder: String,
         path: String,
     },
-    #[error("could not renew the lease {path} for {elapsed_ms} ms (last error: {detail}); stopped before a standby could take over")]
+    #[error("lost the lease {path}: not renewed for {elapsed_ms} ms, past 3/4 of its ttl (last error: {detail}); stopped before a standby could take over, publishing nothing more")]
     Expired {
         path: String,
         elapsed_ms: u64,
@@ -67,6 +78,9 @@ pub enum LeaseError {
     },
     #[error(transparent)]
     Location(#[from] crate::storage::StorageError),
+    /// A write of the pipeline was refused by the lease's fence.
+    #[error(transparent)]
+    Fenced(#[from] Fenced),
 }
 
 /// The lease object's content.
@@ -86,6 +100,9 @@ pub struct LeaseRecord {
     pub machine: Option<String>,
     #[serde(default)]
     pub pid: u32,
+    /// One more than the previous holder's at each acquisition; unchanged by renewals.
+    #[serde(default)]
+    pub epoch: u64,
 }
 
 /// `<boot id>/<pid namespace>`, or `None` off Linux.
@@ -129,6 +146,9 @@ pub struct Lease {
     settings: LeaseSettings,
     record: LeaseRecord,
     version: UpdateVersion,
+    /// When the last successful renewal (or the acquisition) was sent.
+    renewed_at: Instant,
+    fence: Fence,
 }
 
 /// `<warehouse>/_cdcd/<pipeline>/lease.json`.
@@ -186,6 +206,8 @@ impl Lease {
         // (content, etag) last seen and when it was first seen unchanged.
         let mut watched: Option<(LeaseRecord, UpdateVersion, Instant)> = None;
         let mut announced = false;
+        // When our last create or takeover put was sent.
+        let mut last_sent: Option<Instant> = None;
         loop {
             let current = match warehouse.store().get(&path).await {
                 Ok(got) => {
@@ -206,6 +228,7 @@ impl Lease {
                                 released: true,
                                 machine: None,
                                 pid: 0,
+                                epoch: 0,
                             }
                         });
                     Some((record, version))
@@ -221,18 +244,22 @@ impl Lease {
                 released: false,
                 machine: machine_id(),
                 pid: std::process::id(),
+                epoch: current.as_ref().map_or(1, |(r, _)| r.epoch + 1),
             };
             // Our own create or takeover landed although its response was lost (then retried).
             if let Some((record, version)) = &current {
                 if record.holder == me && !record.released {
-                    return Ok(Some(Lease {
-                        warehouse: warehouse.clone(),
+                    // It landed after the put that carried it was sent.
+                    let sent = last_sent.unwrap_or_else(Instant::now);
+                    return Ok(Some(Lease::held(
+                        warehouse,
                         path,
                         location,
                         settings,
-                        record: record.clone(),
-                        version: version.clone(),
-                    }));
+                        record.clone(),
+                        version.clone(),
+                        sent,
+                    )));
                 }
             }
             let take = match &current {
@@ -273,6 +300,8 @@ impl Lease {
             };
             if let Some(mode) = take {
                 let body = serde_json::to_vec(&mine).unwrap_or_default();
+                let sent = Instant::now();
+                last_sent = Some(sent);
                 let put = match mode {
                     PutMode::Update(v) => put_update(warehouse, &location, &path, body, &v).await,
                     mode => warehouse
@@ -284,16 +313,11 @@ impl Lease {
                 };
                 match put {
                     Ok(version) => {
-                        tracing::info!(pipeline = %settings.pipeline, holder = %me, lease = %location,
+                        tracing::info!(pipeline = %settings.pipeline, holder = %me, lease = %location, epoch = mine.epoch,
                             previous = ?current.as_ref().map(|(r, _)| r.holder.as_str()), "lease acquired");
-                        return Ok(Some(Lease {
-                            warehouse: warehouse.clone(),
-                            path,
-                            location,
-                            settings,
-                            record: mine,
-                            version,
-                        }));
+                        return Ok(Some(Lease::held(
+                            warehouse, path, location, settings, mine, version, sent,
+                        )));
                     }
                     // Someone else created or renewed it between our read and our put.
                     Err(LeaseError::Storage {
@@ -315,68 +339,164 @@ impl Lease {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
+    fn held(
+        warehouse: &Warehouse,
+        path: Path,
+        location: String,
+        settings: LeaseSettings,
+        record: LeaseRecord,
+        version: UpdateVersion,
+        sent: Instant,
+    ) -> Lease {
+        let fence = Fence::new(
+            &settings.pipeline,
+            record.epoch,
+            sent + settings.ttl * 3 / 4,
+        );
+        Lease {
+            warehouse: warehouse.clone(),
+            path,
+            location,
+            settings,
+            record,
+            version,
+            renewed_at: sent,
+            fence,
+        }
+    }
+
     /// Who holds it (this daemon).
     pub fn holder(&self) -> &str {
         &self.record.holder
     }
 
+    /// This holder's epoch (see the module doc).
+    pub fn epoch(&self) -> u64 {
+        self.record.epoch
+    }
+
+    /// The fence the pipeline's writes must pass while this lease is held; [`Lease::keep`]
+    /// moves its deadline on with every renewal and breaks it when the lease is lost.
+    pub fn fence(&self) -> Fence {
+        self.fence.clone()
+    }
+
     /// Renews the lease until `stop` fires (then returns `Ok`), or until it is lost or cannot be
-    /// renewed in time (then returns the error; the caller must stop without committing).
+    /// renewed in time (then returns the error and breaks the fence; the caller must stop).
+    ///
+    /// The deadline (3/4 ttl after the last successful renewal was sent) is raced against the
+    /// wait and against every renewal request, so it fires on time whatever the store does.
     pub async fn keep(&mut self, stop: &CancellationToken) -> Result<(), LeaseError> {
         let every = self.settings.ttl / 3;
         let give_up = self.settings.ttl * 3 / 4;
-        let mut last_ok = Instant::now();
+        // After a failed renewal, try again sooner: there is only until the deadline.
+        let retry = (self.settings.ttl / 12).max(Duration::from_millis(50));
+        let mut next_at = self.renewed_at + every;
         let mut last_error = String::new();
         loop {
+            let deadline = self.fence.deadline();
             tokio::select! {
+                biased;
                 _ = stop.cancelled() => return Ok(()),
-                _ = tokio::time::sleep(every) => {}
+                _ = tokio::time::sleep_until(deadline) => return Err(self.expired(&last_error, None)),
+                _ = tokio::time::sleep_until(next_at) => {}
             }
-            let started = Instant::now();
+            let sent = Instant::now();
+            if sent >= deadline {
+                return Err(self.expired(&last_error, None));
+            }
             let mut next = self.record.clone();
             next.counter += 1;
             next.written_at = chrono::Utc::now().to_rfc3339();
-            match self.write(&next).await {
+            let outcome = tokio::select! {
+                biased;
+                _ = stop.cancelled() => return Ok(()),
+                _ = tokio::time::sleep_until(deadline) => return Err(self.expired(&last_error, Some(sent))),
+                r = self.renew(&next) => r,
+            };
+            match outcome {
                 Ok(version) => {
                     self.record = next;
                     self.version = version;
-                    // Measured from the start of the successful request: the renewal may have
-                    // landed at any point during it.
-                    last_ok = started;
+                    // From when it was sent: the renewal may have landed at any point after.
+                    self.renewed_at = sent;
+                    self.fence.renewed(sent + give_up);
+                    next_at = sent + every;
                 }
-                Err(LeaseError::Storage {
-                    source: object_store::Error::Precondition { .. },
-                    ..
+                Err(LeaseError::Lost {
+                    pipeline,
+                    holder,
+                    path,
                 }) => {
-                    // A renewal retried after a lost response finds its own first attempt.
-                    if let Some((current, version)) = self.read().await {
-                        if current == next {
-                            self.record = next;
-                            self.version = version;
-                            last_ok = started;
-                            continue;
-                        }
-                    }
-                    let holder = self.current_holder().await;
+                    self.fence
+                        .break_with(format!("{holder} took it over ({path})"));
                     return Err(LeaseError::Lost {
-                        pipeline: self.settings.pipeline.clone(),
+                        pipeline,
                         holder,
-                        path: self.location.clone(),
+                        path,
                     });
                 }
                 Err(e) => {
                     tracing::warn!(lease = %self.location, error = %e, "could not renew the lease; retrying");
                     last_error = e.to_string();
+                    next_at = Instant::now() + retry;
                 }
             }
-            let elapsed = last_ok.elapsed();
-            if elapsed >= give_up {
-                return Err(LeaseError::Expired {
-                    path: self.location.clone(),
-                    elapsed_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
-                    detail: last_error,
-                });
+        }
+    }
+
+    /// The lease expired (`in_flight`: when the renewal still unanswered was sent): break the
+    /// fence (for good) and say so.
+    fn expired(&self, last_error: &str, in_flight: Option<Instant>) -> LeaseError {
+        let elapsed = self.renewed_at.elapsed();
+        let detail = match (in_flight, last_error.is_empty()) {
+            (Some(sent), _) => format!(
+                "the renewal sent {} ms earlier was still unanswered{}",
+                sent.elapsed().as_millis(),
+                if last_error.is_empty() {
+                    String::new()
+                } else {
+                    format!("; before it: {last_error}")
+                }
+            ),
+            (None, true) => {
+                "none: no renewal could be sent in time (was this process paused?)".into()
             }
+            (None, false) => last_error.to_owned(),
+        };
+        let elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        self.fence.break_with(format!(
+            "not renewed for {elapsed_ms} ms, past 3/4 of its ttl ({detail})"
+        ));
+        LeaseError::Expired {
+            path: self.location.clone(),
+            elapsed_ms,
+            detail,
+        }
+    }
+
+    /// One renewal to `next`: its new version, or [`LeaseError::Lost`] when someone else wrote
+    /// the lease since our last write.
+    async fn renew(&self, next: &LeaseRecord) -> Result<UpdateVersion, LeaseError> {
+        match self.write(next).await {
+            Err(LeaseError::Storage {
+                source: object_store::Error::Precondition { .. },
+                ..
+            }) => {
+                // A renewal retried after a lost response finds its own first attempt.
+                if let Some((current, version)) = self.read().await {
+                    if current == *next {
+                        return Ok(version);
+                    }
+                }
+                Err(LeaseError::Lost {
+                    pipeline: self.settings.pipeline.clone(),
+                    holder: self.current_holder().await,
+                    path: self.location.clone(),
+                })
+            }
+            other => other,
         }
     }
 

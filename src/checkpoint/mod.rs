@@ -33,6 +33,9 @@ pub const POSITION_KEY: &str = "cdcd.position";
 pub const SNAPSHOT_KEY: &str = "cdcd.snapshot";
 /// Snapshot property: changes at or below this position are applied as upserts.
 pub const UPSERT_UNTIL_KEY: &str = "cdcd.upsert_until";
+/// Snapshot property: the lease epoch of the daemon that committed the snapshot
+/// (`checkpoint/lease.rs`); absent when written without a lease.
+pub const LEASE_EPOCH_KEY: &str = "cdcd.lease-epoch";
 
 /// A pipeline's position as stored in one table snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]

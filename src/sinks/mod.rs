@@ -150,6 +150,9 @@ pub enum SinkError {
     CommitConflict { table: TableId, version: u64 },
     #[error(transparent)]
     Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    /// The lease's fence refused (or a newer lease holder's commit showed it is gone).
+    #[error(transparent)]
+    Fenced(#[from] crate::storage::Fenced),
     #[error(transparent)]
     Warehouse(#[from] crate::storage::StorageError),
     #[error(transparent)]
@@ -171,10 +174,37 @@ impl SinkError {
             SinkError::Corrupt { .. } => "corrupt",
             SinkError::CommitConflict { .. } => "commit_conflict",
             SinkError::Checkpoint(_) => "checkpoint",
+            SinkError::Fenced(_) => "lease_lost",
             SinkError::Warehouse(_) => "storage",
             SinkError::Cleanup(_) => "cleanup",
         }
     }
+}
+
+/// After losing a commit race on `table`: if the winning snapshot carries a newer lease epoch
+/// (`winner`, its `cdcd.lease-epoch`) than this daemon's, this daemon lost the lease: its fence
+/// is broken for every table (not only this one, and whatever its clock says; Kafka fences a
+/// producer the same way when a newer epoch has written) and the error says so. A winner of an
+/// older epoch is a fenced holder's commit that landed late (`storage/fence.rs`): logged, and the
+/// conflict stands (the pipeline restarts from the table's checkpoint).
+pub(crate) fn fenced_by_winner(
+    warehouse: &crate::storage::Warehouse,
+    table: &TableId,
+    winner: Option<u64>,
+) -> Option<SinkError> {
+    let fence = warehouse.fence()?;
+    let theirs = winner?;
+    let ours = fence.epoch();
+    if theirs > ours {
+        fence.break_with(format!(
+            "a cdcd holding lease epoch {theirs} committed {table} (this one holds epoch {ours})"
+        ));
+        return fence.check().err().map(SinkError::Fenced);
+    }
+    if theirs < ours {
+        tracing::warn!(table = %table, theirs, ours, "a commit of an earlier lease holder landed after this daemon took the lease over");
+    }
+    None
 }
 
 #[cfg(test)]

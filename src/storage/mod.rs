@@ -29,9 +29,11 @@ use url::Url;
 use crate::config::S3Config;
 
 pub mod cleanup;
+mod fence;
 mod large;
 pub mod s3;
 
+pub use fence::{Fence, Fenced, FencedStore};
 pub use large::LargePuts;
 
 /// A warehouse URL could not be turned into a store, or a location lies outside the warehouse.
@@ -57,6 +59,8 @@ pub struct Warehouse {
     scheme: String,
     /// `s3`: the bucket; a location's host must be it, and it is not part of the store path.
     bucket: Option<String>,
+    /// The lease fence every write passes ([`Warehouse::fenced`]); `None`: unfenced.
+    fence: Option<Fence>,
 }
 
 impl Warehouse {
@@ -98,7 +102,33 @@ impl Warehouse {
             url: url.trim_end_matches('/').to_owned(),
             scheme: parsed.scheme().to_owned(),
             bucket,
+            fence: None,
         })
+    }
+
+    /// This warehouse with every write going through `fence` (fence.rs): what the sinks write
+    /// while the pipeline holds its lease.
+    pub fn fenced(mut self, fence: Fence) -> Warehouse {
+        self.store = Arc::new(FencedStore::new(self.store, fence.clone()));
+        self.fence = Some(fence);
+        self
+    }
+
+    /// This warehouse over another store (tests put fault-injecting wrappers in between).
+    #[cfg(test)]
+    pub(crate) fn with_store(mut self, store: Arc<dyn ObjectStore>) -> Warehouse {
+        self.store = store;
+        self
+    }
+
+    /// The fence writes go through, if any.
+    pub fn fence(&self) -> Option<&Fence> {
+        self.fence.as_ref()
+    }
+
+    /// The lease epoch writes are fenced with; 0 when unfenced (tools, tests).
+    pub fn lease_epoch(&self) -> u64 {
+        self.fence.as_ref().map_or(0, Fence::epoch)
     }
 
     pub fn store(&self) -> &Arc<dyn ObjectStore> {

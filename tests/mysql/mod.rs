@@ -1,6 +1,8 @@
 //! MariaDB 10.11 → cdcd → Iceberg and LSM: the binlog stream, row images, the initial copy and
-//! restart positions (some tests start a private mariadbd, `support::mysql::PrivateMaria`).
+//! restart positions (some tests start a private mariadbd, `support::mysql::PrivateMaria`), and
+//! the lease fencing a paused or cut-off holder (`fencing`, issue 17.3).
 
+mod fencing;
 mod lsm;
 mod replication;
 mod snapshot;

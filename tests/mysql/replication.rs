@@ -14,7 +14,7 @@ use crate::support::{unique, Rng};
 
 /// `check_names_statement_binlog_format` flips a server-global setting: the other tests of this
 /// binary hold the read side so no cdcd of theirs starts while it is flipped.
-static SERVER_GLOBALS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+pub(super) static SERVER_GLOBALS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 fn create_types(t: &str) -> String {
     format!(

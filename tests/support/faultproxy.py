@@ -1,6 +1,7 @@
 """Fault-injecting HTTP proxy for the S3 fault tests (tests/s3_faults.rs): sits between cdcd and moto.
 
 Usage: faultproxy.py UPSTREAM_URL [--fail 0.10] [--delay 0.2] [--max-delay-ms 800] [--seed N]
+                      [--stall-path SUBSTR --stall-flag FILE] [--log FILE]
 Prints `listening <port>` on stdout once it accepts connections (it binds 127.0.0.1:0), then runs
 until killed. Counters go to stderr every 5 s.
 
@@ -13,9 +14,15 @@ Per request, at random (seeded):
   * close the connection without answering (a timeout/reset as seen by the client);
 - otherwise, with probability --delay, a pause of up to --max-delay-ms before forwarding.
 The Host header is forwarded unchanged, so SigV4 signatures stay valid.
+
+With --stall-path and --stall-flag, a PUT whose path contains SUBSTR is held, unanswered, while FILE
+exists, then forwarded (tests/mysql/fencing.rs stalls only the lease renewals this way). With --log,
+each request is appended to FILE as `<time.monotonic()> req <METHOD> <path>` when it arrives, and
+`<time> stall <METHOD> <path>` when a held one starts waiting.
 """
 import argparse
 import http.client
+import os
 import random
 import sys
 import threading
@@ -29,6 +36,9 @@ ap.add_argument("--fail", type=float, default=0.10)
 ap.add_argument("--delay", type=float, default=0.2)
 ap.add_argument("--max-delay-ms", type=int, default=800)
 ap.add_argument("--seed", type=int, default=None)
+ap.add_argument("--stall-path", default=None)
+ap.add_argument("--stall-flag", default=None)
+ap.add_argument("--log", default=None)
 args = ap.parse_args()
 up = urllib.parse.urlparse(args.upstream)
 rng = random.Random(args.seed)
@@ -39,6 +49,24 @@ SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>
             b'<Message>Please reduce your request rate.</Message></Error>')
 INTERNAL = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'
             b'<Message>We encountered an internal error. Please try again.</Message></Error>')
+
+
+def log(kind, method, path):
+    if args.log:
+        with lock:
+            with open(args.log, "a") as f:
+                f.write(f"{time.monotonic():.6f} {kind} {method} {path}\n")
+
+
+def stall(method, path):
+    """Holds a matching request while the flag file exists."""
+    if not (args.stall_path and args.stall_flag and method == "PUT" and args.stall_path in path):
+        return
+    if not os.path.exists(args.stall_flag):
+        return
+    log("stall", method, path)
+    while os.path.exists(args.stall_flag):
+        time.sleep(0.05)
 
 
 def decide():
@@ -84,8 +112,10 @@ class Handler(BaseHTTPRequestHandler):
         return resp.status, data, out, length
 
     def handle_any(self):
+        log("req", self.command, self.path)
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
+        stall(self.command, self.path)
         kind, delay_ms = decide()
         if kind == "slowdown":
             return self.reply(503, SLOWDOWN, [("Content-Type", "application/xml")])

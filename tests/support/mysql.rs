@@ -182,6 +182,24 @@ impl MyPipeline {
         )
     }
 
+    /// The running daemon's pid.
+    pub fn pid(&self) -> Option<u32> {
+        self.daemon.as_ref().map(Child::id)
+    }
+
+    /// SIGTERM, then waits for the exit (panics after `timeout`).
+    pub async fn sigterm_and_wait(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let pid = self.pid().expect("cdcd is not running");
+        super::sigterm(pid);
+        match self.wait_exit(timeout).await {
+            Some(st) => st,
+            None => {
+                self.kill9();
+                panic!("cdcd did not exit within {timeout:?} of SIGTERM");
+            }
+        }
+    }
+
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.daemon.take() {
             let _ = c.kill();

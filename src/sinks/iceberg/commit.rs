@@ -69,6 +69,24 @@ async fn is_ours(warehouse: &Warehouse, path: &object_store::path::Path, ours: &
     }
 }
 
+/// The `cdcd.lease-epoch` of the current snapshot in the metadata file at `path`, if readable.
+async fn winner_epoch(warehouse: &Warehouse, path: &object_store::path::Path) -> Option<u64> {
+    let bytes = warehouse.store().get(path).await.ok()?.bytes().await.ok()?;
+    let meta: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let current = meta.get("current-snapshot-id")?.as_i64()?;
+    let snapshot = meta
+        .get("snapshots")?
+        .as_array()?
+        .iter()
+        .find(|s| s.get("snapshot-id").and_then(|v| v.as_i64()) == Some(current))?;
+    snapshot
+        .get("summary")?
+        .get(crate::checkpoint::LEASE_EPOCH_KEY)?
+        .as_str()?
+        .parse()
+        .ok()
+}
+
 /// Writes `metadata` as version `version` create-if-absent, then the version hint.
 pub(crate) async fn publish(
     warehouse: &Warehouse,
@@ -102,10 +120,14 @@ pub(crate) async fn publish(
             tracing::info!(table = %table, path = %location, "commit landed on an earlier attempt");
         }
         Err(object_store::Error::AlreadyExists { .. }) => {
+            let winner = winner_epoch(warehouse, &path).await;
+            if let Some(fenced) = crate::sinks::fenced_by_winner(warehouse, table, winner) {
+                return Err(fenced);
+            }
             return Err(SinkError::CommitConflict {
                 table: table.clone(),
                 version,
-            })
+            });
         }
         Err(source) => {
             return Err(SinkError::Storage {

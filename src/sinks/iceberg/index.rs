@@ -16,8 +16,10 @@
 //! is persisted after it. On open, if the index covers an older snapshot that is an ancestor of
 //! the current one, the key columns of the data files added by the snapshots after it are read
 //! and upserted (rows already in a deletion vector skipped), and data files that left the table
-//! are forgotten; otherwise (no index, a corrupt one, a recreated table) it is rebuilt from every
-//! live data file. Keys the index still maps to a row deleted after the covered snapshot are not
+//! are forgotten; otherwise (no index, a corrupt one or one naming a missing run, a recreated
+//! table) it is rebuilt from every live data file, in a fresh index past the broken one
+//! (`PrimaryKeyIndex::reset_as`: nothing is deleted before its first manifest is durable).
+//! Run ids carry the sink's lease epoch (`Warehouse::lease_epoch`). Keys the index still maps to a row deleted after the covered snapshot are not
 //! removed by the replay: the locator checks every answer against the snapshot's live files and
 //! deletion vectors, so such an entry reads as no row.
 
@@ -27,10 +29,7 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_row::{RowConverter, Rows, SortField};
 use arrow_schema::{ArrowError, SchemaRef};
-use futures::TryStreamExt;
 use iceberg::spec::TableMetadata;
-use object_store::path::Path;
-use object_store::ObjectStoreExt;
 
 use super::deletes::commit_vectors::LiveDvs;
 use super::lookup::{decode, project};
@@ -79,14 +78,16 @@ impl TableIndex {
         let table = schema.id.clone();
         let root = warehouse.path(location)?;
         let store = Arc::clone(warehouse.store());
-        let index = match PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), MEMORY_BUDGET)
-            .await
-        {
+        let epoch = warehouse.lease_epoch();
+        let opened =
+            PrimaryKeyIndex::open_as(Arc::clone(&store), root.clone(), MEMORY_BUDGET, epoch).await;
+        let index = match opened {
             Ok(index) => index,
+            // Also a run the manifest names that is gone: rebuilt like any corruption, never
+            // a standing error for every later commit.
             Err(IndexError::Corrupt { path, detail }) => {
                 tracing::warn!(table = %table, path = %path, detail = %detail, "primary-key index is corrupt; rebuilding it from the table");
-                wipe(warehouse, &root).await?;
-                PrimaryKeyIndex::open(store, root, MEMORY_BUDGET)
+                PrimaryKeyIndex::reset_as(store, root, MEMORY_BUDGET, epoch)
                     .await
                     .map_err(|e| index_error(&table, e))?
             }
@@ -369,27 +370,6 @@ fn converter(keys_schema: &SchemaRef) -> Result<RowConverter, ArrowError> {
             .map(|f| SortField::new(f.data_type().clone()))
             .collect(),
     )
-}
-
-/// Deletes every object under `root` (a corrupt index, before a rebuild).
-async fn wipe(warehouse: &Warehouse, root: &Path) -> Result<(), SinkError> {
-    let store = warehouse.store();
-    let storage = |path: &Path| {
-        let path = path.to_string();
-        move |source| SinkError::Storage { path, source }
-    };
-    let listed: Vec<_> = store
-        .list(Some(root))
-        .try_collect()
-        .await
-        .map_err(storage(root))?;
-    for meta in listed {
-        match store.delete(&meta.location).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(storage(&meta.location)(e)),
-        }
-    }
-    Ok(())
 }
 
 /// An index error as a sink error naming the table or the index object.

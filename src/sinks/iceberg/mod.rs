@@ -430,7 +430,7 @@ impl IcebergSink {
                 new_manifests.extend(kept);
             }
         }
-        let summary = summary::summary(
+        let mut summary = summary::summary(
             &summary::Changes {
                 truncate: plan.truncate,
                 data: &data_files,
@@ -440,6 +440,13 @@ impl IcebergSink {
             parent.as_deref(),
             checkpoint,
         );
+        let epoch = self.warehouse.lease_epoch();
+        if epoch > 0 {
+            summary.additional_properties.insert(
+                crate::checkpoint::LEASE_EPOCH_KEY.to_owned(),
+                epoch.to_string(),
+            );
+        }
         // What the cached state needs after the publish (a few entries per commit).
         let (added_data, added_deletes) = (data_files.clone(), delete_files.clone());
         let mut added_paths: [Option<Arc<str>>; 2] = [None, None];

@@ -477,3 +477,69 @@ mod format_v3;
 mod types;
 
 mod index;
+
+/// Issue 17.3: a commit that loses its race to a newer lease holder (a higher
+/// `cdcd.lease-epoch` in the winning snapshot) breaks this daemon's fence for every table; one
+/// that loses to an older holder's late commit is a plain conflict.
+#[tokio::test]
+async fn losing_to_a_newer_lease_epoch_breaks_the_fence() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = schema();
+    let far = tokio::time::Instant::now() + std::time::Duration::from_secs(3600);
+    let fenced = |epoch| {
+        let fence = crate::storage::Fence::new("shop", epoch, far);
+        let wh = Warehouse::from_url(&format!("file://{}", dir.path().display()))
+            .unwrap()
+            .fenced(fence.clone());
+        (
+            sink(dir.path(), DeleteMode::DeletionVectors).with_warehouse(wh),
+            fence,
+        )
+    };
+    let (old, old_fence) = fenced(1);
+    old.commit(&t, &[changes(&[ins(1, "x")])], &cp(1))
+        .await
+        .unwrap();
+    old.settle().await;
+    let (new, new_fence) = fenced(2);
+    new.checkpoint(&t.id).await.unwrap();
+    new.commit(&t, &[changes(&[ins(2, "y")])], &cp(2))
+        .await
+        .unwrap();
+    new.settle().await;
+    let loaded = new.load(&t.id).await.unwrap().unwrap();
+    let summary = &loaded.metadata.current_snapshot().unwrap().summary();
+    assert_eq!(
+        summary
+            .additional_properties
+            .get(crate::checkpoint::LEASE_EPOCH_KEY)
+            .map(String::as_str),
+        Some("2")
+    );
+
+    let err = old
+        .commit(&t, &[changes(&[ins(3, "z")])], &cp(3))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SinkError::Fenced(_)), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("lost the lease") && text.contains("epoch 2"),
+        "{text}"
+    );
+    assert!(old_fence.check().is_err());
+
+    // An epoch-1 commit landing late (the fence's remaining window) is a conflict for the
+    // newer holder, not a reason to stop.
+    let (late, _) = fenced(1);
+    late.checkpoint(&t.id).await.unwrap();
+    late.commit(&t, &[changes(&[ins(4, "w")])], &cp(4))
+        .await
+        .unwrap();
+    late.settle().await;
+    assert!(matches!(
+        new.commit(&t, &[changes(&[ins(5, "v")])], &cp(5)).await,
+        Err(SinkError::CommitConflict { .. })
+    ));
+    new_fence.check().unwrap();
+}

@@ -309,9 +309,17 @@ pub async fn publish(
     state: &mut TableState,
     change: Change,
     kind: &str,
-    properties: BTreeMap<String, String>,
+    mut properties: BTreeMap<String, String>,
     buckets: i32,
 ) -> Result<i64, SinkError> {
+    let epoch = w.lease_epoch();
+    if epoch > 0 {
+        // Also on compaction snapshots, which copy the properties of the one before.
+        properties.insert(
+            crate::checkpoint::LEASE_EPOCH_KEY.to_owned(),
+            epoch.to_string(),
+        );
+    }
     let loc = state.location.clone();
     let empty = binary_row::empty_row();
     let commit = uuid::Uuid::new_v4();
@@ -404,10 +412,23 @@ pub async fn publish(
     {
         Ok(_) => {}
         Err(object_store::Error::AlreadyExists { .. }) => {
+            let winner = read_snapshot(w, &loc, id)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|s| {
+                    s.properties?
+                        .get(crate::checkpoint::LEASE_EPOCH_KEY)?
+                        .parse()
+                        .ok()
+                });
+            if let Some(fenced) = crate::sinks::fenced_by_winner(w, table, winner) {
+                return Err(fenced);
+            }
             return Err(SinkError::CommitConflict {
                 table: table.clone(),
                 version: id as u64,
-            })
+            });
         }
         Err(e) => return Err(storage(&snap_loc)(e)),
     }

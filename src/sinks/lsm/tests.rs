@@ -538,3 +538,37 @@ async fn cleanup_removes_only_unreferenced_old_files() {
         assert_eq!(rows.len(), 4, "{rows:?}");
     }
 }
+
+/// Issue 17.3: a Paimon commit that loses to a newer lease holder's snapshot breaks the fence.
+#[tokio::test]
+async fn losing_to_a_newer_lease_epoch_breaks_the_fence() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = schema();
+    let far = tokio::time::Instant::now() + Duration::from_secs(3600);
+    let fenced = |epoch| {
+        let fence = crate::storage::Fence::new("shop", epoch, far);
+        let wh = Warehouse::from_url(&format!("file://{}", dir.path().display()))
+            .unwrap()
+            .fenced(fence.clone());
+        (
+            LsmSink::with_warehouse(&config(dir.path()), "shop", wh),
+            fence,
+        )
+    };
+    let (old, old_fence) = fenced(1);
+    old.commit(&t, &[changes(&[ins(1, "x")])], &cp(1))
+        .await
+        .unwrap();
+    let (new, _) = fenced(2);
+    new.checkpoint(&t.id).await.unwrap();
+    new.commit(&t, &[changes(&[ins(2, "y")])], &cp(2))
+        .await
+        .unwrap();
+    let err = old
+        .commit(&t, &[changes(&[ins(3, "z")])], &cp(3))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SinkError::Fenced(_)), "{err}");
+    assert!(err.to_string().contains("epoch 2"), "{err}");
+    assert!(old_fence.check().is_err());
+}

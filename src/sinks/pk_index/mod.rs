@@ -31,8 +31,9 @@
 //!   with their filters where runs do not overlap (most of an initial copy's runs), and decodes
 //!   and re-encodes entries only where they do;
 //! - a **manifest** (`manifest.rs`), written create-if-absent with a rising sequence number, names
-//!   the live runs, the file table and the covered table snapshot. Crash leftovers (runs no
-//!   manifest names, superseded manifests) are deleted by [`PrimaryKeyIndex::open`].
+//!   the live runs, the file table and the covered table snapshot. Superseded manifests are
+//!   deleted by [`PrimaryKeyIndex::open`]; runs no manifest names only once they are proven
+//!   dead (below, "Two writers").
 //!
 //! Memory = memtable (≤ budget/2 if the caller flushes when told) + block cache (≤ budget/2) +
 //! per run meta (1.25-1.3 bytes per key of bloom filters, ~100 bytes plus two keys per 16 KiB
@@ -53,7 +54,25 @@
 //! covered snapshot is not an ancestor of the table's current one (table recreated, or expired
 //! past it) or open reports [`IndexError::Corrupt`], the sink calls [`PrimaryKeyIndex::clear`] and
 //! rebuilds from every live data file. A `persist` that fails leaves the in-memory state intact;
-//! the next `persist` retries it.
+//! the next `persist` retries it. A run the manifest names but storage no longer has is
+//! corruption too (open reports [`IndexError::Corrupt`]); [`PrimaryKeyIndex::reset_as`] then
+//! starts an empty index past the broken manifest, which the sink rebuilds from the table.
+//!
+//! # Two writers (a fenced holder and its successor)
+//!
+//! One cdcd writes a pipeline's index at a time (the lease), but a holder that lost the lease
+//! may still have a write in flight (`storage/fence.rs` says how small that window is). Two rules
+//! keep that from breaking the successor's index:
+//! - **a run no manifest names is deleted only after a manifest written by this process is
+//!   durable** (it joins the obsolete files of the next `persist`), never at open. An unnamed
+//!   run may be an older holder's, written but not yet named; that holder names a run only in
+//!   the manifest right after the one it read or wrote, and once the successor's manifest has
+//!   that sequence (or a later one) every such attempt fails as a conflict. Until then the
+//!   run stays: if the older holder's manifest lands first, the successor's persist conflicts,
+//!   and its next open reads that manifest and finds every run it names;
+//! - **run ids are allocated per lease epoch**: a holder of epoch `e` allocates from at least
+//!   `e * 2^32`, so an older holder (its ids below that) and its successor never write the same
+//!   run file.
 //!
 //! # Measured (examples/pk_index_bench.rs, release, 2 shared cores, local disk)
 //!
@@ -194,8 +213,49 @@ const LOOKUP_SPAN: u64 = 1024 * 1024;
 const LOOKUP_PARALLEL: usize = 8;
 /// Floor of each half of the budget: below this a run's blocks would thrash the cache.
 const MIN_HALF_BUDGET: usize = 256 * 1024;
+/// Run ids of lease epoch `e` start at `e * RUN_ID_EPOCH_STRIDE` (module doc, "Two writers").
+const RUN_ID_EPOCH_STRIDE: u64 = 1 << 32;
 
-/// The primary-key index of one table. Single writer: one cdcd per pipeline (the lease).
+/// The files under an index root, classified, and the newest manifest's sequence.
+struct Listing {
+    names: Vec<(Path, Name)>,
+    latest: Option<u64>,
+}
+
+impl Listing {
+    async fn read(store: &Arc<dyn ObjectStore>, root: &Path) -> Result<Listing, IndexError> {
+        let listed: Vec<_> = store
+            .list(Some(root))
+            .try_collect()
+            .await
+            .map_err(|source| IndexError::Storage {
+                path: root.to_string(),
+                source,
+            })?;
+        let names: Vec<(Path, Name)> = listed
+            .into_iter()
+            .map(|meta| {
+                let name = meta
+                    .location
+                    .filename()
+                    .map(classify)
+                    .unwrap_or(Name::Other);
+                (meta.location, name)
+            })
+            .collect();
+        let latest = names
+            .iter()
+            .filter_map(|(path, n)| match n {
+                Name::Manifest(seq) if *path == manifest_path(root, *seq) => Some(*seq),
+                _ => None,
+            })
+            .max();
+        Ok(Listing { names, latest })
+    }
+}
+
+/// The primary-key index of one table. Single writer: one cdcd per pipeline (the lease; see
+/// "Two writers" in the module doc for a fenced holder's writes still in flight).
 pub struct PrimaryKeyIndex {
     store: Arc<dyn ObjectStore>,
     root: Path,
@@ -216,65 +276,60 @@ pub struct PrimaryKeyIndex {
 }
 
 impl PrimaryKeyIndex {
-    /// Opens the index stored under `root` (empty if there is none), deleting crash leftovers.
-    /// `memory_budget_bytes` is split between the memtable and the block cache.
+    /// Opens the index stored under `root` (empty if there is none); [`open_as`](Self::open_as)
+    /// for lease epoch 0 (no lease: tools and tests).
     pub async fn open(
         store: Arc<dyn ObjectStore>,
         root: Path,
         memory_budget_bytes: usize,
     ) -> Result<Self, IndexError> {
-        let storage = |path: &Path| {
-            let path = path.to_string();
-            move |source| IndexError::Storage { path, source }
-        };
-        let listed: Vec<_> = store
-            .list(Some(&root))
-            .try_collect()
-            .await
-            .map_err(storage(&root))?;
-        let mut names = Vec::with_capacity(listed.len());
-        for meta in listed {
-            let name = meta
-                .location
-                .filename()
-                .map(classify)
-                .unwrap_or(Name::Other);
-            names.push((meta.location, name));
-        }
-        let latest = names
-            .iter()
-            .filter_map(|(path, n)| match n {
-                Name::Manifest(seq) if *path == manifest_path(&root, *seq) => Some(*seq),
-                _ => None,
-            })
-            .max();
-        let manifest = match latest {
+        PrimaryKeyIndex::open_as(store, root, memory_budget_bytes, 0).await
+    }
+
+    /// Opens the index stored under `root` (empty if there is none) for the holder of lease
+    /// epoch `epoch`, deleting superseded manifests; unnamed runs are deleted after this
+    /// index's first manifest (module doc, "Two writers"). `memory_budget_bytes` is split
+    /// between the memtable and the block cache. A manifest that cannot be read, or that names a
+    /// run storage does not hold, is [`IndexError::Corrupt`].
+    pub async fn open_as(
+        store: Arc<dyn ObjectStore>,
+        root: Path,
+        memory_budget_bytes: usize,
+        epoch: u64,
+    ) -> Result<Self, IndexError> {
+        let listing = Listing::read(&store, &root).await?;
+        let manifest = match listing.latest {
             Some(seq) => Some(read_manifest(&store, &root, seq).await?),
             None => None,
         };
-        let half = (memory_budget_bytes / 2).max(MIN_HALF_BUDGET);
-        let mut index = PrimaryKeyIndex {
-            store: Arc::clone(&store),
-            root: root.clone(),
-            memtable: MemTable::default(),
-            memtable_budget: half,
-            runs: Vec::new(),
-            files: FileTable::default(),
-            cache: Mutex::new(BlockCache::new(half)),
-            manifest_seq: 0,
-            next_run_id: 1,
-            covered: None,
-            obsolete: Vec::new(),
-            merged: compaction::worker::MergeStats::default(),
-        };
+        let mut index = PrimaryKeyIndex::empty(store, root, memory_budget_bytes, epoch);
         let mut live: HashSet<u64> = HashSet::new();
         if let Some(m) = manifest {
+            let missing = |path: &Path, seq: u64| {
+                let path = path.to_string();
+                move |e| match e {
+                    IndexError::Storage {
+                        source: object_store::Error::NotFound { .. },
+                        ..
+                    } => IndexError::Corrupt {
+                        path,
+                        detail: format!("named by manifest {seq} but missing"),
+                    },
+                    other => other,
+                }
+            };
             // Collected first: a stream over a closure-carrying `Map` held across `.await` makes
             // the caller's future fail a generic `Send` bound (rust-lang/rust#102211).
             let loads: Vec<_> = m
                 .runs
                 .iter()
-                .map(|r| RunMeta::load(&store, run_path(&root, r.id), r.id, r.size, r.meta_offset))
+                .map(|r| {
+                    let path = run_path(&index.root, r.id);
+                    let load =
+                        RunMeta::load(&index.store, path.clone(), r.id, r.size, r.meta_offset);
+                    let missing = missing(&path, m.seq);
+                    async move { load.await.map_err(missing) }
+                })
                 .collect();
             index.runs = futures::stream::iter(loads)
                 .buffered(8)
@@ -284,29 +339,90 @@ impl PrimaryKeyIndex {
             live = m.runs.iter().map(|r| r.id).collect();
             index.files = FileTable::from_entries(&m.files, m.next_file_id);
             index.manifest_seq = m.seq;
-            index.next_run_id = m.next_run_id;
+            index.next_run_id = index.next_run_id.max(m.next_run_id);
             index.covered = m.covered_snapshot;
         }
-        for (path, name) in names {
-            let leftover = match name {
-                Name::Manifest(seq) if path == manifest_path(&root, seq) => Some(seq) != latest,
-                Name::Manifest(_) => false,
-                Name::Run(id) if path == run_path(&root, id) => {
-                    index.next_run_id = index.next_run_id.max(id.saturating_add(1));
-                    !live.contains(&id)
+        index.sweep(listing, |id| live.contains(&id)).await?;
+        Ok(index)
+    }
+
+    /// An empty index under `root` that supersedes whatever is there (a corrupt manifest, or one
+    /// naming a missing run): its first manifest takes the sequence after the newest one, and
+    /// the old runs and manifests are deleted once that manifest is durable. It covers no
+    /// snapshot, so the sink rebuilds it from the table.
+    pub async fn reset_as(
+        store: Arc<dyn ObjectStore>,
+        root: Path,
+        memory_budget_bytes: usize,
+        epoch: u64,
+    ) -> Result<Self, IndexError> {
+        let listing = Listing::read(&store, &root).await?;
+        let mut index = PrimaryKeyIndex::empty(store, root, memory_budget_bytes, epoch);
+        // Its first manifest supersedes (and then deletes) the newest one.
+        index.manifest_seq = listing.latest.unwrap_or(0);
+        index.sweep(listing, |_| false).await?;
+        Ok(index)
+    }
+
+    fn empty(
+        store: Arc<dyn ObjectStore>,
+        root: Path,
+        memory_budget_bytes: usize,
+        epoch: u64,
+    ) -> PrimaryKeyIndex {
+        let half = (memory_budget_bytes / 2).max(MIN_HALF_BUDGET);
+        PrimaryKeyIndex {
+            store,
+            root,
+            memtable: MemTable::default(),
+            memtable_budget: half,
+            runs: Vec::new(),
+            files: FileTable::default(),
+            cache: Mutex::new(BlockCache::new(half)),
+            manifest_seq: 0,
+            next_run_id: epoch.saturating_mul(RUN_ID_EPOCH_STRIDE).max(1),
+            covered: None,
+            obsolete: Vec::new(),
+            merged: compaction::worker::MergeStats::default(),
+        }
+    }
+
+    /// Deletes the manifests older than the newest (none can become the newest again), and
+    /// queues the runs `live` rejects for deletion after this index's first manifest. New run
+    /// ids start past every run listed.
+    async fn sweep(
+        &mut self,
+        listing: Listing,
+        live: impl Fn(u64) -> bool,
+    ) -> Result<(), IndexError> {
+        for (path, name) in listing.names {
+            match name {
+                Name::Manifest(seq) if path == manifest_path(&self.root, seq) => {
+                    if Some(seq) == listing.latest {
+                        continue;
+                    }
+                    tracing::info!(path = %path, "removing a superseded primary-key index manifest");
+                    match self.store.delete(&path).await {
+                        Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                        Err(source) => {
+                            return Err(IndexError::Storage {
+                                path: path.to_string(),
+                                source,
+                            })
+                        }
+                    }
                 }
-                Name::Run(_) => false,
-                Name::Other => false,
-            };
-            if leftover {
-                tracing::info!(path = %path, "removing a primary-key index leftover");
-                match store.delete(&path).await {
-                    Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                    Err(e) => return Err(storage(&path)(e)),
+                Name::Run(id) if path == run_path(&self.root, id) => {
+                    self.next_run_id = self.next_run_id.max(id.saturating_add(1));
+                    if !live(id) {
+                        tracing::info!(path = %path, "a primary-key index run no manifest names; removed after the next manifest");
+                        self.obsolete.push(path);
+                    }
                 }
+                _ => {}
             }
         }
-        Ok(index)
+        Ok(())
     }
 
     /// Which table snapshot the persisted index reflects; `None` for a new index.

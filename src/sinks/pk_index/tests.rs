@@ -167,7 +167,7 @@ async fn persists_and_reopens_on_local_disk() {
             .unwrap();
         index.flush().await.unwrap();
     }
-    let index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 1 << 20)
+    let mut index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 1 << 20)
         .await
         .unwrap();
     assert_eq!(index.covered_snapshot(), Some(11));
@@ -177,6 +177,9 @@ async fn persists_and_reopens_on_local_disk() {
         assert_eq!(g.as_ref(), Some(&loc(&file, i as u64)));
     }
     assert_eq!(index.get_many(&[b"nope"]).await.unwrap(), vec![None]);
+    // The unnamed run of the "crash" is deleted once this index's first manifest is durable.
+    assert_eq!(names(&store, &root).await.len(), 3);
+    index.persist(12).await.unwrap();
     let on_disk = names(&store, &root).await;
     assert_eq!(on_disk.len(), 2, "one manifest and one run: {on_disk:?}");
 }
@@ -215,7 +218,7 @@ async fn open_removes_crash_leftovers() {
         )
         .await
         .unwrap();
-    let reopened = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
+    let mut reopened = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
         .await
         .unwrap();
     assert_eq!(
@@ -223,14 +226,142 @@ async fn open_removes_crash_leftovers() {
         vec![Some(loc(&file, 3))]
     );
     let left = names(&store, &root).await;
-    assert!(!left.iter().any(|n| n.contains("99")), "{left:?}");
     assert!(!left.contains(&"manifest-00000000000000000000.json".to_owned()));
+    // The unnamed run stays until a manifest of this index is durable (issue 17.3).
+    assert!(left.iter().any(|n| n.contains("99")), "{left:?}");
+    // New runs never reuse the orphan's id.
+    assert!(reopened.next_run_id > 99);
+    reopened.persist(2).await.unwrap();
+    let left = names(&store, &root).await;
+    assert!(!left.iter().any(|n| n.contains("99")), "{left:?}");
     assert!(
         left.contains(&"README".to_owned()),
         "foreign files are left alone"
     );
-    // New runs never reuse the orphan's id.
-    assert!(reopened.next_run_id > 99);
+}
+
+/// Issue 17.3: a holder that lost the lease flushed a run it has not named yet when its
+/// successor opens the index; then its manifest naming that run lands. The successor must not
+/// have deleted the run, and must not write a run file of the same name.
+#[tokio::test]
+async fn a_stale_writers_unnamed_run_survives_its_successors_open() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let root = Path::from("idx");
+    let file: Arc<str> = Arc::from("f1");
+    let mut old = PrimaryKeyIndex::open_as(Arc::clone(&store), root.clone(), 0, 1)
+        .await
+        .unwrap();
+    old.apply([IndexChange {
+        key: b"a",
+        op: IndexOp::Upsert(loc(&file, 0)),
+    }])
+    .unwrap();
+    old.persist(1).await.unwrap();
+    old.apply([IndexChange {
+        key: b"b",
+        op: IndexOp::Upsert(loc(&file, 1)),
+    }])
+    .unwrap();
+    old.flush().await.unwrap();
+    let stale_run = old.runs[0].path.clone();
+
+    let new = PrimaryKeyIndex::open_as(Arc::clone(&store), root.clone(), 0, 2)
+        .await
+        .unwrap();
+    assert!(new.next_run_id >= 2 << 32, "{}", new.next_run_id);
+    assert!(old.next_run_id < 2 << 32);
+    store.head(&stale_run).await.unwrap();
+
+    // The stale manifest lands before the successor's: the successor conflicts, reopens, and
+    // finds every run the newest manifest names.
+    old.persist(2).await.unwrap();
+    let mut new = new;
+    let err = new.persist(2).await.unwrap_err();
+    assert!(matches!(err, IndexError::Conflict { .. }), "{err}");
+    let mut new = PrimaryKeyIndex::open_as(Arc::clone(&store), root.clone(), 0, 2)
+        .await
+        .unwrap();
+    assert_eq!(new.covered_snapshot(), Some(2));
+    assert_eq!(
+        new.get_many(&[b"a", b"b"]).await.unwrap(),
+        vec![Some(loc(&file, 0)), Some(loc(&file, 1))]
+    );
+    new.apply([IndexChange {
+        key: b"c",
+        op: IndexOp::Upsert(loc(&file, 2)),
+    }])
+    .unwrap();
+    new.persist(3).await.unwrap();
+    // From the successor's manifest on, the stale writer can name nothing.
+    old.apply([IndexChange {
+        key: b"z",
+        op: IndexOp::Upsert(loc(&file, 9)),
+    }])
+    .unwrap();
+    assert!(matches!(
+        old.persist(3).await,
+        Err(IndexError::Conflict { .. })
+    ));
+    let reopened = PrimaryKeyIndex::open(Arc::clone(&store), root, 0)
+        .await
+        .unwrap();
+    assert_eq!(
+        reopened.get_many(&[b"a", b"b", b"c", b"z"]).await.unwrap(),
+        vec![
+            Some(loc(&file, 0)),
+            Some(loc(&file, 1)),
+            Some(loc(&file, 2)),
+            None
+        ]
+    );
+}
+
+/// Issue 17.3: a run the manifest names but storage lost is corruption (rebuilt from the
+/// table), and the reset index supersedes the broken manifest.
+#[tokio::test]
+async fn a_missing_run_is_corruption_and_a_reset_supersedes_it() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let root = Path::from("idx");
+    let file: Arc<str> = Arc::from("f");
+    let mut index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
+        .await
+        .unwrap();
+    index
+        .apply([IndexChange {
+            key: b"a",
+            op: IndexOp::Upsert(loc(&file, 0)),
+        }])
+        .unwrap();
+    index.persist(1).await.unwrap();
+    let run = index.runs[0].path.clone();
+    store.delete(&run).await.unwrap();
+    let err = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(err, IndexError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains("missing"), "{err}");
+
+    let mut reset = PrimaryKeyIndex::reset_as(Arc::clone(&store), root.clone(), 0, 3)
+        .await
+        .unwrap();
+    assert_eq!(reset.covered_snapshot(), None);
+    reset
+        .apply([IndexChange {
+            key: b"a",
+            op: IndexOp::Upsert(loc(&file, 5)),
+        }])
+        .unwrap();
+    reset.persist(1).await.unwrap();
+    let reopened = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
+        .await
+        .unwrap();
+    assert_eq!(reopened.covered_snapshot(), Some(1));
+    assert_eq!(
+        reopened.get_many(&[b"a"]).await.unwrap(),
+        vec![Some(loc(&file, 5))]
+    );
+    assert_eq!(names(&store, &root).await.len(), 2, "one manifest, one run");
 }
 
 #[tokio::test]
