@@ -12,6 +12,11 @@ use figment::providers::{Env, Format, Toml};
 use figment::Figment;
 use serde::Deserialize;
 
+pub use crate::sinks::iceberg::config::{DeleteMode, IcebergConfig};
+pub use crate::sinks::lsm::config::{LsmConfig, MergeEngine};
+pub use crate::sources::mysql::config::{MySqlConfig, ZeroDate};
+pub use crate::sources::postgres::config::PostgresConfig;
+
 /// A configuration problem, naming the key and where it came from.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -279,148 +284,10 @@ pub enum SnapshotMode {
     Never,
 }
 
-/// How Iceberg deletes are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeleteMode {
-    /// Format v2: equality deletes for rows of earlier snapshots, position deletes within a commit.
-    Equality,
-    /// Format v3: deletion vectors.
-    DeletionVectors,
-}
-
-/// Validated Postgres source settings.
-#[derive(Clone)]
-pub struct PostgresConfig {
-    pub host: String,
-    pub port: u16,
-    pub user: String,
-    pub password: Option<String>,
-    pub database: String,
-    pub tables: Vec<String>,
-    pub slot: String,
-    pub publication: String,
-    pub snapshot: SnapshotMode,
-    pub stream_memory_bytes: usize,
-    pub spill_dir: PathBuf,
-    /// Heartbeat and slot-watch period; `None`: no heartbeats (`source.heartbeat_interval_ms = 0`).
-    pub heartbeat_interval: Option<std::time::Duration>,
-    /// Connections copying chunks of the initial copy in parallel (≥ 1).
-    pub snapshot_parallelism: usize,
-    /// Target rows per chunk of the initial copy (≥ 1).
-    pub snapshot_chunk_rows: u64,
-}
-
-impl PostgresConfig {
-    /// `host:port/database` as user@… without the password, for messages.
-    pub fn display_target(&self) -> String {
-        format!(
-            "postgres://{}@{}:{}/{}",
-            self.user, self.host, self.port, self.database
-        )
-    }
-}
-
-impl fmt::Debug for PostgresConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresConfig")
-            .field("target", &self.display_target())
-            .field("tables", &self.tables)
-            .field("slot", &self.slot)
-            .field("publication", &self.publication)
-            .field("snapshot", &self.snapshot)
-            .finish_non_exhaustive()
-    }
-}
-
 #[derive(Debug, Clone)]
 pub enum SourceConfig {
     Postgres(PostgresConfig),
     MySql(MySqlConfig),
-}
-
-/// What a MySQL zero date (`0000-00-00`, or a zero month or day) becomes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ZeroDate {
-    /// NULL (what most MySQL connectors do with `zeroDateTimeBehavior=convertToNull`).
-    Null,
-    /// Stop the pipeline with an error naming the table and column.
-    Error,
-}
-
-/// Validated MySQL/MariaDB source settings.
-#[derive(Clone)]
-pub struct MySqlConfig {
-    pub host: String,
-    pub port: u16,
-    pub user: String,
-    pub password: Option<String>,
-    pub database: String,
-    pub tables: Vec<String>,
-    /// The replica id cdcd registers with (must differ from every server and replica).
-    pub server_id: u32,
-    pub snapshot: SnapshotMode,
-    pub zero_date: ZeroDate,
-    /// TLS: `None` off; `Some(verify)` on, verifying the server's certificate and name when true.
-    pub tls: Option<bool>,
-    /// Target rows per chunk of the initial copy (≥ 1): the unit of resuming after a crash.
-    pub snapshot_chunk_rows: u64,
-    /// `source.start_position`: where to stream from when no table has a checkpoint.
-    pub start_position: Option<crate::changelog::Position>,
-}
-
-impl MySqlConfig {
-    /// `mysql://user@host:port/db` without the password, for messages.
-    pub fn display_target(&self) -> String {
-        format!(
-            "mysql://{}@{}:{}/{}",
-            self.user, self.host, self.port, self.database
-        )
-    }
-}
-
-impl fmt::Debug for MySqlConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MySqlConfig")
-            .field("target", &self.display_target())
-            .field("tables", &self.tables)
-            .field("server_id", &self.server_id)
-            .field("snapshot", &self.snapshot)
-            .field("zero_date", &self.zero_date)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Validated Iceberg sink settings.
-#[derive(Debug, Clone)]
-pub struct IcebergConfig {
-    /// The warehouse URL, normalized (`file:///abs/path` or `s3://bucket/prefix`).
-    pub warehouse: String,
-    pub namespace: Option<String>,
-    pub delete_mode: DeleteMode,
-}
-
-/// How an LSM (Paimon) table merges the versions of a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MergeEngine {
-    /// The newest version wins; cdcd writes whole rows (completing partial ones itself).
-    Deduplicate,
-    /// Paimon's `partial-update`: NULL fields keep the previous value (so NULL cannot be set).
-    PartialUpdate,
-}
-
-/// Validated LSM (Apache Paimon) sink settings.
-#[derive(Debug, Clone)]
-pub struct LsmConfig {
-    /// The warehouse URL, normalized (`file:///abs/path`).
-    pub warehouse: String,
-    pub namespace: Option<String>,
-    pub buckets: u32,
-    pub merge_engine: MergeEngine,
-    pub compaction_trigger: usize,
-    pub snapshots_retained: usize,
-    pub snapshot_time_retained_ms: Option<u64>,
-    /// Paimon `deletion-vectors.enabled`: readers read only compacted files.
-    pub deletion_vectors: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -574,35 +441,7 @@ impl RawConfig {
             }
         };
         let sink = match self.sink.kind.as_str() {
-            "iceberg" => {
-                let delete_mode = match self.sink.delete_mode.as_deref() {
-                    Some("equality") => DeleteMode::Equality,
-                    // The default (DESIGN.md): engines that refuse or slow down on equality
-                    // deletes read deletion vectors well; the primary-key index locates rows.
-                    None | Some("deletion-vectors") => DeleteMode::DeletionVectors,
-                    Some(other) => {
-                        return Err(bad(
-                            "sink.delete_mode",
-                            format!("{other:?} is not a delete mode; use \"equality\" or \"deletion-vectors\""),
-                        ))
-                    }
-                };
-                let warehouse = normalize_warehouse(&self.sink.warehouse)
-                    .map_err(|d| bad("sink.warehouse", d))?;
-                if let Some(ns) = &self.sink.namespace {
-                    if !valid_ident(ns) {
-                        return Err(bad(
-                            "sink.namespace",
-                            format!("{ns:?} must be non-empty without '/' or '.'"),
-                        ));
-                    }
-                }
-                SinkConfig::Iceberg(IcebergConfig {
-                    warehouse,
-                    namespace: self.sink.namespace.clone(),
-                    delete_mode,
-                })
-            }
+            "iceberg" => SinkConfig::Iceberg(self.iceberg(file)?),
             "lsm" => SinkConfig::Lsm(self.lsm(file)?),
             other => {
                 return Err(bad(
@@ -657,74 +496,8 @@ impl RawConfig {
         })
     }
 
-    fn lsm(&self, file: &str) -> Result<LsmConfig, ConfigError> {
-        let bad = |key: &'static str, detail: String| ConfigError::Invalid {
-            file: file.to_owned(),
-            key,
-            detail,
-        };
-        let s = &self.sink;
-        if s.delete_mode.is_some() {
-            return Err(bad(
-                "sink.delete_mode",
-                "applies to iceberg sinks only".into(),
-            ));
-        }
-        if s.s3.is_some() {
-            return Err(bad(
-                "sink.s3",
-                "S3 warehouses are not supported by this build yet; use a local path".into(),
-            ));
-        }
-        let warehouse = normalize_warehouse(&s.warehouse).map_err(|d| bad("sink.warehouse", d))?;
-        if let Some(ns) = &s.namespace {
-            if !valid_ident(ns) {
-                return Err(bad(
-                    "sink.namespace",
-                    format!("{ns:?} must be non-empty without '/' or '.'"),
-                ));
-            }
-        }
-        let buckets = s.buckets.unwrap_or(4);
-        if !(1..=1024).contains(&buckets) {
-            return Err(bad("sink.buckets", format!("{buckets}: use 1 to 1024")));
-        }
-        let merge_engine = match s.merge_engine.as_deref() {
-            None | Some("deduplicate") => MergeEngine::Deduplicate,
-            Some("partial-update") => MergeEngine::PartialUpdate,
-            Some(other) => {
-                return Err(bad(
-                    "sink.merge_engine",
-                    format!("{other:?}: use \"deduplicate\" or \"partial-update\""),
-                ))
-            }
-        };
-        let compaction_trigger = s.compaction_trigger.unwrap_or(5);
-        if !(2..=100).contains(&compaction_trigger) {
-            return Err(bad(
-                "sink.compaction_trigger",
-                format!("{compaction_trigger}: use 2 to 100"),
-            ));
-        }
-        let snapshots_retained = s.snapshots_retained.unwrap_or(30);
-        if snapshots_retained == 0 {
-            return Err(bad("sink.snapshots_retained", "must be at least 1".into()));
-        }
-        Ok(LsmConfig {
-            warehouse,
-            namespace: s.namespace.clone(),
-            buckets,
-            merge_engine,
-            compaction_trigger,
-            snapshots_retained,
-            snapshot_time_retained_ms: s.snapshot_time_retained_ms,
-            deletion_vectors: s.deletion_vectors.unwrap_or(false),
-        })
-    }
-
-    /// Parses `source.url` (`<scheme>://user[:password]@host:port/db`), the part both sources
     /// share; `source.password` wins over a password in the URL.
-    fn source_url(
+    pub(crate) fn source_url(
         &self,
         file: &str,
         schemes: [&str; 2],
@@ -766,289 +539,20 @@ impl RawConfig {
             url,
         })
     }
-
-    fn postgres(&self, pipeline: &str, file: &str) -> Result<PostgresConfig, ConfigError> {
-        let bad = |key: &'static str, detail: String| ConfigError::Invalid {
-            file: file.to_owned(),
-            key,
-            detail,
-        };
-        let s = &self.source;
-        let SourceUrl {
-            url: _,
-            host,
-            port,
-            user,
-            password,
-            database,
-        } = self.source_url(file, ["postgres", "postgresql"], 5432, "postgres")?;
-        if s.tables.is_empty() {
-            return Err(bad(
-                "source.tables",
-                "is empty: list schema.table patterns such as \"public.orders\" or \"public.*\""
-                    .into(),
-            ));
-        }
-        for t in &s.tables {
-            match t.split_once('.') {
-                Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains('.') => {}
-                _ => {
-                    return Err(bad(
-                        "source.tables",
-                        format!(
-                            "{t:?} is not schema.table (e.g. \"public.orders\" or \"public.*\")"
-                        ),
-                    ))
-                }
-            }
-        }
-        let default_name = format!("cdcd_{}", pipeline.replace('-', "_"));
-        let slot = s.slot.clone().unwrap_or_else(|| default_name.clone());
-        if !slot
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-            || slot.is_empty()
-            || slot.len() > 63
-        {
-            return Err(bad(
-                "source.slot",
-                format!("{slot:?}: Postgres slot names use only lower-case letters, digits and '_' (at most 63)"),
-            ));
-        }
-        let publication = s.publication.clone().unwrap_or(default_name);
-        if publication.is_empty() || publication.contains(['\'', '"', ',', ' ']) {
-            return Err(bad(
-                "source.publication",
-                format!("{publication:?} is not a usable publication name"),
-            ));
-        }
-        let snapshot = match s.snapshot.as_deref() {
-            None | Some("initial") => SnapshotMode::Initial,
-            Some("never") => SnapshotMode::Never,
-            Some(other) => {
-                return Err(bad(
-                    "source.snapshot",
-                    format!("{other:?}: use \"initial\" or \"never\""),
-                ))
-            }
-        };
-        if s.server_id.is_some() {
-            return Err(bad(
-                "source.server_id",
-                "applies to mysql sources only".into(),
-            ));
-        }
-        if s.zero_date.is_some() {
-            return Err(bad(
-                "source.zero_date",
-                "applies to mysql sources only".into(),
-            ));
-        }
-        if s.start_position.is_some() {
-            return Err(bad(
-                "source.start_position",
-                "applies to mysql sources only".into(),
-            ));
-        }
-        let stream_memory_bytes = s.stream_memory_bytes.unwrap_or(64 << 20);
-        if stream_memory_bytes == 0 {
-            return Err(bad(
-                "source.stream_memory_bytes",
-                "must be at least 1".into(),
-            ));
-        }
-        let heartbeat_interval = match s.heartbeat_interval_ms.unwrap_or(10_000) {
-            0 => None,
-            ms => Some(std::time::Duration::from_millis(ms)),
-        };
-        let snapshot_parallelism = s.snapshot_parallelism.unwrap_or(4);
-        if snapshot_parallelism == 0 {
-            return Err(bad(
-                "source.snapshot_parallelism",
-                "must be at least 1".into(),
-            ));
-        }
-        let snapshot_chunk_rows = s.snapshot_chunk_rows.unwrap_or(250_000);
-        if snapshot_chunk_rows == 0 {
-            return Err(bad(
-                "source.snapshot_chunk_rows",
-                "must be at least 1".into(),
-            ));
-        }
-        Ok(PostgresConfig {
-            heartbeat_interval,
-            snapshot_parallelism,
-            snapshot_chunk_rows,
-            host,
-            port,
-            user,
-            password,
-            database,
-            tables: s.tables.clone(),
-            slot,
-            publication,
-            snapshot,
-            stream_memory_bytes,
-            spill_dir: self
-                .pipeline
-                .spill_dir
-                .clone()
-                .unwrap_or_else(std::env::temp_dir),
-        })
-    }
-
-    fn mysql(&self, file: &str) -> Result<MySqlConfig, ConfigError> {
-        let bad = |key: &'static str, detail: String| ConfigError::Invalid {
-            file: file.to_owned(),
-            key,
-            detail,
-        };
-        let s = &self.source;
-        let SourceUrl {
-            url,
-            host,
-            port,
-            user,
-            password,
-            database,
-        } = self.source_url(file, ["mysql", "mariadb"], 3306, "root")?;
-        let mut tls = None;
-        for (k, v) in url.query_pairs() {
-            match (k.as_ref(), v.to_ascii_lowercase().as_str()) {
-                ("ssl-mode" | "sslmode", "disabled" | "disable" | "preferred" | "prefer") => {}
-                ("ssl-mode" | "sslmode", "required" | "require") => tls = Some(false),
-                ("ssl-mode" | "sslmode", "verify_ca" | "verify_identity" | "verify-full") => {
-                    tls = Some(true)
-                }
-                (other, v) => {
-                    return Err(bad(
-                        "source.url",
-                        format!("query parameter {other}={v:?}: only ssl-mode=disabled|required|verify_identity is understood"),
-                    ))
-                }
-            }
-        }
-        if s.tables.is_empty() {
-            return Err(bad(
-                "source.tables",
-                "is empty: list db.table patterns such as \"shop.orders\" or \"shop.*\"".into(),
-            ));
-        }
-        for t in &s.tables {
-            match t.split_once('.') {
-                Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains('.') => {}
-                _ => {
-                    return Err(bad(
-                        "source.tables",
-                        format!("{t:?} is not db.table (e.g. \"shop.orders\" or \"shop.*\")"),
-                    ))
-                }
-            }
-        }
-        let server_id = match s.server_id {
-            Some(0) => {
-                return Err(bad(
-                    "source.server_id",
-                    "0 is not a valid replica id; pick a number no server or replica uses".into(),
-                ))
-            }
-            Some(id) => id,
-            None => return Err(bad(
-                "source.server_id",
-                "is required for mysql: a replica id no server or other replica uses, e.g. 4242"
-                    .into(),
-            )),
-        };
-        let snapshot = match s.snapshot.as_deref() {
-            None | Some("initial") => SnapshotMode::Initial,
-            Some("never") => SnapshotMode::Never,
-            Some(other) => {
-                return Err(bad(
-                    "source.snapshot",
-                    format!("{other:?}: use \"initial\" or \"never\""),
-                ))
-            }
-        };
-        let zero_date = match s.zero_date.as_deref() {
-            None | Some("null") => ZeroDate::Null,
-            Some("error") => ZeroDate::Error,
-            Some(other) => {
-                return Err(bad(
-                    "source.zero_date",
-                    format!("{other:?}: use \"null\" or \"error\""),
-                ))
-            }
-        };
-        let start_position = match s.start_position.as_deref() {
-            None => None,
-            Some(_) if snapshot != SnapshotMode::Never => {
-                return Err(bad(
-                    "source.start_position",
-                    "needs snapshot = \"never\" (an initial copy starts at its own snapshot)"
-                        .into(),
-                ))
-            }
-            Some(text) => match text.parse::<crate::changelog::Position>() {
-                Ok(p @ crate::changelog::Position::Postgres(_)) => {
-                    return Err(bad(
-                        "source.start_position",
-                        format!("{p} is a Postgres LSN, not a binlog position"),
-                    ))
-                }
-                Ok(p) => Some(p),
-                Err(e) => return Err(bad("source.start_position", e.to_string())),
-            },
-        };
-        for (key, set) in [
-            ("source.slot", s.slot.is_some()),
-            ("source.publication", s.publication.is_some()),
-            (
-                "source.stream_memory_bytes",
-                s.stream_memory_bytes.is_some(),
-            ),
-        ] {
-            if set {
-                return Err(bad(key, "applies to postgres sources only".into()));
-            }
-        }
-        Ok(MySqlConfig {
-            host,
-            port,
-            user,
-            password,
-            database,
-            tables: s.tables.clone(),
-            server_id,
-            snapshot,
-            zero_date,
-            tls,
-            snapshot_chunk_rows: mysql_chunk_rows(s.snapshot_chunk_rows)
-                .map_err(|d| bad("source.snapshot_chunk_rows", d))?,
-            start_position,
-        })
-    }
 }
 
-/// `source.snapshot_chunk_rows` for MySQL (default 250000, at least 1).
-fn mysql_chunk_rows(value: Option<u64>) -> Result<u64, String> {
-    match value.unwrap_or(250_000) {
-        0 => Err("must be at least 1".into()),
-        n => Ok(n),
-    }
-}
-
-fn valid_ident(s: &str) -> bool {
+pub(crate) fn valid_ident(s: &str) -> bool {
     !s.is_empty() && !s.contains(['/', '.', '\\'])
 }
 
 /// What [`RawConfig::source_url`] takes from `source.url`.
-struct SourceUrl {
-    url: url::Url,
-    host: String,
-    port: u16,
-    user: String,
-    password: Option<String>,
-    database: String,
+pub(crate) struct SourceUrl {
+    pub url: url::Url,
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: Option<String>,
+    pub database: String,
 }
 
 fn percent_decode(s: &str) -> String {

@@ -33,6 +33,7 @@ use crate::sinks::{CommitStats, Sink, SinkError, TableStatus};
 use crate::storage::Warehouse;
 
 mod commit;
+pub mod config;
 pub mod deletes;
 mod encode;
 mod index;
