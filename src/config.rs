@@ -4,18 +4,34 @@
 //! Two layers, as in ripgrep's low/high args: [`RawConfig`] is what the file says (serde structs
 //! with `deny_unknown_fields`; each field's doc is the user doc), and [`Config`] is the validated
 //! form the rest of cdcd uses. Every error names the key and the file.
+//!
+//! `[source]` and `[sink]` are serde enums tagged by `kind` ([`RawSource`], [`RawSink`]). Each
+//! connector owns its section in its own folder — the raw struct, its `validate()` and the
+//! validated settings: `sources/postgres/config.rs`, `sources/mysql/config.rs`,
+//! `sinks/iceberg/config.rs`, `sinks/lsm/config.rs` — so a key of another kind (`server_id` under
+//! `kind = "postgres"`) is refused by the type. This file holds the loader, `[pipeline]`,
+//! `[metrics]`, `[sink.s3]`, the dispatch on `kind`, and what connectors share (the source URL,
+//! table patterns, the warehouse); the connectors' types are re-exported here.
+//!
+//! serde reads a tagged enum by buffering the whole section before it picks the variant, so an
+//! error inside the section comes back naming only `source` or `sink`. [`describe`] reads the
+//! section again as the chosen kind's struct to get the key back, and words the messages a user
+//! meets most (an unknown key, a key of another kind, a missing key, a value not in a list).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use figment::providers::{Env, Format, Toml};
+use figment::error::Kind;
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::value::Value;
 use figment::Figment;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-pub use crate::sinks::iceberg::config::{DeleteMode, IcebergConfig};
-pub use crate::sinks::lsm::config::{LsmConfig, MergeEngine};
-pub use crate::sources::mysql::config::{MySqlConfig, ZeroDate};
-pub use crate::sources::postgres::config::PostgresConfig;
+pub use crate::sinks::iceberg::config::{DeleteMode, IcebergConfig, RawIceberg};
+pub use crate::sinks::lsm::config::{LsmConfig, MergeEngine, RawLsm};
+pub use crate::sources::mysql::config::{MySqlConfig, RawMySql, ZeroDate};
+pub use crate::sources::postgres::config::{PostgresConfig, RawPostgres};
 
 /// A configuration problem, naming the key and where it came from.
 #[derive(Debug, thiserror::Error)]
@@ -76,78 +92,87 @@ fn default_commit_max_rows() -> usize {
     100_000
 }
 
-/// `[source]`
-#[derive(Clone, Deserialize)]
+/// `[source]`: which database cdcd reads, and its kind's keys.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum RawSource {
+    /// `kind = "postgres"`: logical replication (pgoutput).
+    Postgres(RawPostgres),
+    /// `kind = "mysql"`: the binlog of MySQL 8 or MariaDB 10.x+.
+    Mysql(RawMySql),
+}
+
+/// `[sink]`: which table format cdcd writes, and its kind's keys. `kind` defaults to
+/// [`DEFAULT_SINK_KIND`] (and a missing `[sink]` is an Iceberg sink with every default).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum RawSink {
+    /// `kind = "iceberg"`: Apache Iceberg tables.
+    Iceberg(RawIceberg),
+    /// `kind = "lsm"`: Apache Paimon primary-key tables.
+    Lsm(RawLsm),
+}
+
+/// The sink kind when `[sink]` names none. serde's tagged enums have no default tag, so the
+/// loader supplies it as the lowest-priority value of `sink.kind`.
+pub const DEFAULT_SINK_KIND: &str = "iceberg";
+
+/// `sink.warehouse` when unset (either sink).
+pub(crate) fn default_warehouse() -> String {
+    "./warehouse".into()
+}
+
+/// `[metrics]`
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawSource {
-    /// "postgres" or "mysql" (MySQL 8 and MariaDB 10.x+).
-    pub kind: String,
-    /// `postgres://user@host:port/db` or `mysql://user@host:port/db` (`?ssl-mode=required` or
-    /// `verify_identity` for TLS).
-    pub url: String,
-    /// Optional; may be in the URL instead.
-    #[serde(default)]
-    pub password: Option<String>,
-    /// `schema.table` patterns; `*` matches any run of characters.
-    pub tables: Vec<String>,
-    /// Postgres replication slot (default `cdcd_<pipeline>`); created if missing.
-    #[serde(default)]
-    pub slot: Option<String>,
-    /// Postgres publication (default `cdcd_<pipeline>`); created if missing.
-    #[serde(default)]
-    pub publication: Option<String>,
-    /// MySQL replica id.
-    #[serde(default)]
-    pub server_id: Option<u32>,
-    /// "initial" (copy existing rows first) or "never".
-    #[serde(default)]
-    pub snapshot: Option<String>,
-    /// Memory bound (bytes) for one streamed transaction before it spills to disk.
-    #[serde(default)]
-    pub stream_memory_bytes: Option<usize>,
-    /// Postgres: write a heartbeat (`pg_logical_emit_message`) and read the slot's lag this often
-    /// (milliseconds; 0 turns heartbeats off, the slot is still watched every 10 s). Lets an idle
-    /// or filtered slot advance and keeps `cdcd_source_lag_seconds` near 0 when idle.
-    #[serde(default)]
-    pub heartbeat_interval_ms: Option<u64>,
-    /// Postgres initial copy: connections copying chunks in parallel (default 4).
-    #[serde(default)]
-    pub snapshot_parallelism: Option<usize>,
-    /// Initial copy: target rows per chunk, the unit of resuming after a crash (default 250000;
-    /// Postgres: also of parallelism).
-    #[serde(default)]
-    pub snapshot_chunk_rows: Option<u64>,
-    /// MySQL: how zero dates (`0000-00-00`, and dates with a zero month or day) are written:
-    /// "null" (default) or "error" (stop the pipeline, naming the table and column).
-    #[serde(default)]
-    pub zero_date: Option<String>,
-    /// MySQL, with `snapshot = "never"`: where a pipeline whose tables have no checkpoint yet
-    /// starts streaming (a MariaDB GTID list `0-1-42`, a MySQL GTID set `uuid:1-42`, or
-    /// `binlog.000003:4711`), instead of the server's current position. A committed checkpoint
-    /// always wins. Used to replay a known binlog range (bench/mysql_e2e.py).
-    #[serde(default)]
-    pub start_position: Option<String>,
+pub struct RawMetrics {
+    /// `host:port` serving `/metrics`, `/healthz` and `/readyz`; unset: no HTTP server.
+    pub listen: Option<String>,
 }
 
-impl fmt::Debug for RawSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RawSource")
-            .field("kind", &self.kind)
-            .field("url", &redact_url(&self.url))
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .field("tables", &self.tables)
-            .finish_non_exhaustive()
-    }
+/// The file as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub pipeline: RawPipeline,
+    pub source: RawSource,
+    pub sink: RawSink,
+    #[serde(default)]
+    pub metrics: RawMetrics,
 }
 
-/// `[sink.s3]`
+/// How existing rows are handled when a pipeline starts on a table for the first time
+/// (`source.snapshot`, either source).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SnapshotMode {
+    /// Copy the rows that exist, then stream from exactly the point the copy saw.
+    #[default]
+    Initial,
+    /// Stream changes only.
+    Never,
+}
+
+#[derive(Debug, Clone)]
+pub enum SourceConfig {
+    Postgres(PostgresConfig),
+    MySql(MySqlConfig),
+}
+
+/// `[sink.s3]`: how to reach an `s3://` warehouse (either sink's section takes it). Every unset
+/// key falls back to the standard `AWS_*` environment, then the instance credential chain.
 #[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawS3 {
+    /// `http://` or `https://` URL of an S3-compatible store (MinIO, Ceph, moto…; path-style);
+    /// unset: AWS.
     pub endpoint: Option<String>,
     pub region: Option<String>,
+    /// Set with `secret_access_key`, or neither. Never logged.
     pub access_key_id: Option<String>,
+    /// Never logged; prefer `CDCD_SINK__S3__SECRET_ACCESS_KEY`.
     pub secret_access_key: Option<String>,
+    /// Allow plain HTTP (default: true only for an `http://` endpoint).
     pub allow_http: Option<bool>,
 }
 
@@ -191,103 +216,6 @@ impl fmt::Debug for S3Config {
             .field("allow_http", &self.allow_http)
             .finish()
     }
-}
-
-/// `[sink]`
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawSink {
-    /// "iceberg" (LSM comes later).
-    #[serde(default = "default_sink_kind")]
-    pub kind: String,
-    /// `file:///path`, a bare path, or `s3://bucket/prefix`.
-    #[serde(default = "default_warehouse")]
-    pub warehouse: String,
-    /// Namespace for every table; default: the source schema.
-    #[serde(default)]
-    pub namespace: Option<String>,
-    /// "deletion-vectors" (format v3, the default) or "equality" (format v2).
-    #[serde(default)]
-    pub delete_mode: Option<String>,
-    /// LSM: fixed buckets per table (default 4).
-    #[serde(default)]
-    pub buckets: Option<u32>,
-    /// LSM: "deduplicate" (default; cdcd completes partial rows) or "partial-update" (Paimon's
-    /// engine fills absent columns on read, but then a column can never be set to NULL).
-    #[serde(default)]
-    pub merge_engine: Option<String>,
-    /// LSM: sorted runs per bucket that trigger a compaction (default 5; commits wait at +3).
-    #[serde(default)]
-    pub compaction_trigger: Option<usize>,
-    /// LSM: snapshots kept by expiry (default 30).
-    #[serde(default)]
-    pub snapshots_retained: Option<usize>,
-    /// LSM: also keep snapshots younger than this many milliseconds.
-    #[serde(default)]
-    pub snapshot_time_retained_ms: Option<u64>,
-    /// LSM: Paimon `deletion-vectors.enabled` tables (readers skip level 0; rows appear after
-    /// the background compaction).
-    #[serde(default)]
-    pub deletion_vectors: Option<bool>,
-    #[serde(default)]
-    pub s3: Option<RawS3>,
-}
-
-fn default_sink_kind() -> String {
-    "iceberg".into()
-}
-fn default_warehouse() -> String {
-    "./warehouse".into()
-}
-
-/// `[metrics]`
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawMetrics {
-    pub listen: Option<String>,
-}
-
-/// The file as written.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawConfig {
-    pub pipeline: RawPipeline,
-    pub source: RawSource,
-    #[serde(default = "default_sink")]
-    pub sink: RawSink,
-    #[serde(default)]
-    pub metrics: RawMetrics,
-}
-
-fn default_sink() -> RawSink {
-    RawSink {
-        kind: default_sink_kind(),
-        warehouse: default_warehouse(),
-        namespace: None,
-        delete_mode: None,
-        buckets: None,
-        merge_engine: None,
-        compaction_trigger: None,
-        snapshots_retained: None,
-        snapshot_time_retained_ms: None,
-        deletion_vectors: None,
-        s3: None,
-    }
-}
-
-/// How existing rows are handled when a pipeline starts on a table for the first time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SnapshotMode {
-    /// Copy the rows that exist, then stream from exactly the point the copy saw.
-    Initial,
-    /// Stream changes only.
-    Never,
-}
-
-#[derive(Debug, Clone)]
-pub enum SourceConfig {
-    Postgres(PostgresConfig),
-    MySql(MySqlConfig),
 }
 
 #[derive(Debug, Clone)]
@@ -336,28 +264,30 @@ impl Config {
                 detail: "file not found".into(),
             });
         }
-        let raw: RawConfig = Figment::new()
-            .merge(Toml::file(path))
-            .merge(section_env())
-            .extract()
-            .map_err(|e| ConfigError::Parse {
-                file: file.clone(),
-                detail: describe_figment_error(e),
-            })?;
-        raw.validate(&file)
+        extract(Toml::file(path), Some(section_env()), &file)
     }
 
     /// Parses TOML text (tests, `check`), with no environment.
     pub fn from_toml(text: &str, file: &str) -> Result<Config, ConfigError> {
-        let raw: RawConfig = Figment::new()
-            .merge(Toml::string(text))
-            .extract()
-            .map_err(|e| ConfigError::Parse {
-                file: file.to_owned(),
-                detail: describe_figment_error(e),
-            })?;
-        raw.validate(file)
+        extract(Toml::string(text), None, file)
     }
+}
+
+fn extract(
+    toml: figment::providers::Data<Toml>,
+    env: Option<Env>,
+    file: &str,
+) -> Result<Config, ConfigError> {
+    let mut figment =
+        Figment::from(Serialized::default("sink.kind", DEFAULT_SINK_KIND)).merge(toml);
+    if let Some(env) = env {
+        figment = figment.merge(env);
+    }
+    let raw: RawConfig = figment.extract().map_err(|e| ConfigError::Parse {
+        file: file.to_owned(),
+        detail: describe(&figment, e),
+    })?;
+    raw.validate(file)
 }
 
 /// `CDCD_<SECTION>__<KEY>` variables only: other `CDCD_*` variables (`CDCD_LOG`, a test bed's
@@ -373,30 +303,253 @@ fn section_env() -> Env {
         .split("__")
 }
 
-fn describe_figment_error(e: figment::Error) -> String {
+/// One kind of a tagged section, for messages.
+struct KindOf {
+    section: &'static str,
+    name: &'static str,
+    /// The keys this kind's raw struct takes (`kind` aside).
+    keys: fn() -> &'static [&'static str],
+    /// Reads the section, `kind` removed, as this kind's raw struct: the error, if any.
+    read: fn(&Value) -> Option<figment::Error>,
+}
+
+impl KindOf {
+    fn new<T: DeserializeOwned>(section: &'static str, name: &'static str) -> KindOf {
+        KindOf {
+            section,
+            name,
+            keys: keys_of::<T>,
+            read: |value| value.deserialize::<T>().err(),
+        }
+    }
+}
+
+/// Every kind of `[source]` and `[sink]`, as [`RawSource`] and [`RawSink`] name them (the test
+/// `every_kind_is_listed_for_messages` holds the two lists together).
+fn kinds() -> [KindOf; 4] {
+    [
+        KindOf::new::<RawPostgres>("source", "postgres"),
+        KindOf::new::<RawMySql>("source", "mysql"),
+        KindOf::new::<RawIceberg>("sink", "iceberg"),
+        KindOf::new::<RawLsm>("sink", "lsm"),
+    ]
+}
+
+/// The keys a derived `Deserialize` struct takes: serde hands them to `deserialize_struct`.
+fn keys_of<T: DeserializeOwned>() -> &'static [&'static str] {
+    struct Probe<'a>(&'a mut &'static [&'static str]);
+    impl<'de> serde::Deserializer<'de> for Probe<'_> {
+        type Error = serde::de::value::Error;
+        fn deserialize_any<V: serde::de::Visitor<'de>>(
+            self,
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            Err(serde::de::Error::custom("not a struct"))
+        }
+        fn deserialize_struct<V: serde::de::Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(serde::de::Error::custom("probed"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+            option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+            ignored_any
+        }
+    }
+    let mut keys: &'static [&'static str] = &[];
+    let _ = T::deserialize(Probe(&mut keys));
+    keys
+}
+
+/// The message for a figment error: the key as a dotted path, then what is wrong with it.
+fn describe(figment: &Figment, e: figment::Error) -> String {
     e.into_iter()
-        .map(|e| {
-            let key = e.path.join(".");
-            let kind = e.kind.to_string();
-            if key.is_empty() {
-                kind
-            } else {
-                format!("key `{key}`: {kind}")
-            }
-        })
+        .map(|e| describe_one(pinpoint(figment, e)))
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// An error that names only a tagged section (serde buffered it), read again as the section's
+/// kind so that it names the key.
+fn pinpoint(figment: &Figment, e: figment::Error) -> figment::Error {
+    let [section] = e.path.as_slice() else {
+        return e;
+    };
+    let kind = figment
+        .find_value(&format!("{section}.kind"))
+        .ok()
+        .and_then(|v| v.into_string());
+    let kinds = kinds();
+    let Some(of) = kinds
+        .iter()
+        .find(|k| k.section == section && Some(k.name) == kind.as_deref())
+    else {
+        return e;
+    };
+    let Ok(Value::Dict(tag, mut dict)) = figment.find_value(section) else {
+        return e;
+    };
+    dict.remove("kind");
+    match (of.read)(&Value::Dict(tag, dict)) {
+        None => e,
+        Some(again) => {
+            let mut again = again.into_iter().next().unwrap_or(e);
+            again.path.insert(0, of.section.to_owned());
+            again
+        }
+    }
+}
+
+fn describe_one(e: figment::Error) -> String {
+    let mut path = e.path.clone();
+    let detail = match &e.kind {
+        Kind::UnknownField(field, expected) => {
+            if path.last() != Some(field) {
+                path.push(field.clone());
+            }
+            let section = path[..path.len() - 1].join(".");
+            let kinds = kinds();
+            let tagged = kinds.iter().any(|k| k.section == section);
+            match kinds
+                .iter()
+                .find(|k| k.section == section && (k.keys)().contains(&field.as_str()))
+            {
+                Some(of) => format!("applies to {} {}s only", of.name, of.section),
+                None => {
+                    let kind = tagged.then_some("kind").into_iter();
+                    let keys: Vec<String> = kind
+                        .chain(expected.iter().copied())
+                        .map(|k| format!("`{k}`"))
+                        .collect();
+                    format!("unknown key; expected one of {}", keys.join(", "))
+                }
+            }
+        }
+        Kind::MissingField(field) => {
+            if path.last().map(String::as_str) != Some(field) {
+                path.push(field.to_string());
+            }
+            let section = path[..path.len() - 1].join(".");
+            let names = match field.as_ref() {
+                "kind" => kind_names(&section),
+                _ => Vec::new(),
+            };
+            match names.as_slice() {
+                [] => "is required".to_owned(),
+                names => format!("is required: use {}", one_of(names)),
+            }
+        }
+        Kind::UnknownVariant(found, expected) if path.last().is_some_and(|k| k == "kind") => {
+            let section = &path[..path.len() - 1].join(".");
+            format!(
+                "{found:?} is not a {section} kind; use {}",
+                one_of(expected)
+            )
+        }
+        Kind::InvalidType(found, _) if path.last().is_some_and(|k| k == "kind") => {
+            let section = path[..path.len() - 1].join(".");
+            format!(
+                "{found} is not a {section} kind; use {}",
+                one_of(&kind_names(&section))
+            )
+        }
+        Kind::UnknownVariant(found, expected) => format!("{found:?}: use {}", one_of(expected)),
+        Kind::InvalidType(_, expected) if path.last().is_some_and(|k| is_secret(k)) => {
+            format!("invalid type: expected {expected}")
+        }
+        kind => kind.to_string(),
+    };
+    match path.join(".") {
+        key if key.is_empty() => detail,
+        key => format!("key `{key}`: {detail}"),
+    }
+}
+
+/// The kinds of a tagged section (none for another section).
+fn kind_names(section: &str) -> Vec<&'static str> {
+    kinds()
+        .iter()
+        .filter(|k| k.section == section)
+        .map(|k| k.name)
+        .collect()
+}
+
+/// Keys whose value never appears in a message.
+fn is_secret(key: &str) -> bool {
+    matches!(key, "password" | "access_key_id" | "secret_access_key")
+}
+
+/// `"a" or "b"`, `"a", "b" or "c"`.
+fn one_of(names: &[&str]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
+    match quoted.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
 }
 
 impl RawConfig {
     /// Checks every value and builds the typed [`Config`].
     pub fn validate(self, file: &str) -> Result<Config, ConfigError> {
+        let pipeline = self.pipeline.validate(file)?;
+        let ctx = Context {
+            file,
+            pipeline: &pipeline.name,
+            spill_dir: self.pipeline.spill_dir.as_deref(),
+        };
+        let source = match self.source {
+            RawSource::Postgres(raw) => SourceConfig::Postgres(raw.validate(&ctx)?),
+            RawSource::Mysql(raw) => SourceConfig::MySql(raw.validate(&ctx)?),
+        };
+        let (sink, s3) = match self.sink {
+            RawSink::Iceberg(raw) => {
+                let s3 = raw.s3.clone();
+                (SinkConfig::Iceberg(raw.validate(&ctx)?), s3)
+            }
+            RawSink::Lsm(raw) => {
+                let s3 = raw.s3.clone();
+                (SinkConfig::Lsm(raw.validate(&ctx)?), s3)
+            }
+        };
+        let s3 = match s3 {
+            Some(raw) => raw.validate(&ctx)?,
+            None => S3Config::default(),
+        };
+        Ok(Config {
+            file: file.to_owned(),
+            pipeline: pipeline.name,
+            commit_interval_ms: self.pipeline.commit_interval_ms,
+            commit_max_rows: self.pipeline.commit_max_rows,
+            snapshot_commit_rows: self.pipeline.snapshot_commit_rows,
+            source,
+            sink,
+            metrics_listen: self.metrics.listen,
+            s3,
+            lease_ttl_ms: self.pipeline.lease_ttl_ms,
+            standby: self.pipeline.standby,
+        })
+    }
+}
+
+/// The checked `[pipeline]` values that are not copied as they are.
+struct Pipeline {
+    name: String,
+}
+
+impl RawPipeline {
+    fn validate(&self, file: &str) -> Result<Pipeline, ConfigError> {
         let bad = |key: &'static str, detail: String| ConfigError::Invalid {
             file: file.to_owned(),
             key,
             detail,
         };
-        let name = self.pipeline.name.trim().to_owned();
+        let name = self.name.trim().to_owned();
         if name.is_empty()
             || !name
                 .chars()
@@ -407,13 +560,13 @@ impl RawConfig {
                 format!("{name:?} must be non-empty and use only letters, digits, '_' or '-'"),
             ));
         }
-        if self.pipeline.commit_interval_ms == 0 {
+        if self.commit_interval_ms == 0 {
             return Err(bad(
                 "pipeline.commit_interval_ms",
                 "must be at least 1".into(),
             ));
         }
-        if self.pipeline.lease_ttl_ms < 1000 {
+        if self.lease_ttl_ms < 1000 {
             return Err(bad(
                 "pipeline.lease_ttl_ms",
                 "must be at least 1000 (a lease renewed more often than every 330 ms would \
@@ -421,100 +574,168 @@ impl RawConfig {
                     .into(),
             ));
         }
-        if self.pipeline.commit_max_rows == 0 {
+        if self.commit_max_rows == 0 {
             return Err(bad("pipeline.commit_max_rows", "must be at least 1".into()));
         }
-        if self.pipeline.snapshot_commit_rows == 0 {
+        if self.snapshot_commit_rows == 0 {
             return Err(bad(
                 "pipeline.snapshot_commit_rows",
                 "must be at least 1".into(),
             ));
         }
-        let source = match self.source.kind.as_str() {
-            "postgres" => SourceConfig::Postgres(self.postgres(&name, file)?),
-            "mysql" => SourceConfig::MySql(self.mysql(file)?),
-            other => {
-                return Err(bad(
-                    "source.kind",
-                    format!("{other:?} is not a source kind; use \"postgres\" or \"mysql\""),
-                ))
-            }
-        };
-        let sink = match self.sink.kind.as_str() {
-            "iceberg" => SinkConfig::Iceberg(self.iceberg(file)?),
-            "lsm" => SinkConfig::Lsm(self.lsm(file)?),
-            other => {
-                return Err(bad(
-                    "sink.kind",
-                    format!("{other:?} is not a sink kind; use \"iceberg\" or \"lsm\""),
-                ))
-            }
-        };
-        Ok(Config {
-            file: file.to_owned(),
-            pipeline: name,
-            commit_interval_ms: self.pipeline.commit_interval_ms,
-            commit_max_rows: self.pipeline.commit_max_rows,
-            snapshot_commit_rows: self.pipeline.snapshot_commit_rows,
-            source,
-            sink,
-            metrics_listen: self.metrics.listen.clone(),
-            s3: self.s3(file)?,
-            lease_ttl_ms: self.pipeline.lease_ttl_ms,
-            standby: self.pipeline.standby,
-        })
+        Ok(Pipeline { name })
     }
+}
 
-    fn s3(&self, file: &str) -> Result<S3Config, ConfigError> {
-        let Some(raw) = &self.sink.s3 else {
-            return Ok(S3Config::default());
-        };
-        if let Some(endpoint) = &raw.endpoint {
+impl RawS3 {
+    fn validate(self, ctx: &Context<'_>) -> Result<S3Config, ConfigError> {
+        if let Some(endpoint) = &self.endpoint {
             let ok = url::Url::parse(endpoint)
                 .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
             if !ok {
-                return Err(ConfigError::Invalid {
-                    file: file.to_owned(),
-                    key: "sink.s3.endpoint",
-                    detail: format!("{endpoint:?} must be an http:// or https:// URL"),
-                });
+                return Err(ctx.invalid(
+                    "sink.s3.endpoint",
+                    format!("{endpoint:?} must be an http:// or https:// URL"),
+                ));
             }
         }
-        if raw.access_key_id.is_some() != raw.secret_access_key.is_some() {
-            return Err(ConfigError::Invalid {
-                file: file.to_owned(),
-                key: "sink.s3.secret_access_key",
-                detail: "set both access_key_id and secret_access_key, or neither".into(),
-            });
+        if self.access_key_id.is_some() != self.secret_access_key.is_some() {
+            return Err(ctx.invalid(
+                "sink.s3.secret_access_key",
+                "set both access_key_id and secret_access_key, or neither",
+            ));
         }
         Ok(S3Config {
-            endpoint: raw.endpoint.clone(),
-            region: raw.region.clone(),
-            access_key_id: raw.access_key_id.clone(),
-            secret_access_key: raw.secret_access_key.clone(),
-            allow_http: raw.allow_http,
+            endpoint: self.endpoint,
+            region: self.region,
+            access_key_id: self.access_key_id,
+            secret_access_key: self.secret_access_key,
+            allow_http: self.allow_http,
         })
     }
+}
 
-    /// share; `source.password` wins over a password in the URL.
-    pub(crate) fn source_url(
+/// What a connector's `validate` needs besides its own section.
+pub struct Context<'a> {
+    /// The file, for messages.
+    pub file: &'a str,
+    /// The validated `pipeline.name` (default slot and publication names).
+    pub pipeline: &'a str,
+    /// `pipeline.spill_dir` as written.
+    pub spill_dir: Option<&'a Path>,
+}
+
+impl Context<'_> {
+    /// The error for `key` in this file.
+    pub fn invalid(&self, key: &'static str, detail: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            file: self.file.to_owned(),
+            key,
+            detail: detail.into(),
+        }
+    }
+
+    /// `value`, refusing 0 for `key`.
+    pub fn at_least_one<T: Default + PartialEq>(
         &self,
-        file: &str,
+        key: &'static str,
+        value: T,
+    ) -> Result<T, ConfigError> {
+        if value == T::default() {
+            return Err(self.invalid(key, "must be at least 1"));
+        }
+        Ok(value)
+    }
+
+    /// `source.snapshot_chunk_rows` (either source): target rows per chunk of the initial copy,
+    /// the unit of resuming after a crash; default 250000.
+    pub fn snapshot_chunk_rows(&self, value: Option<u64>) -> Result<u64, ConfigError> {
+        self.at_least_one("source.snapshot_chunk_rows", value.unwrap_or(250_000))
+    }
+
+    /// Checks `source.tables`: a non-empty list of `<container>.table` patterns, where
+    /// `container` is "schema" (Postgres) or "db" (MySQL) and `example` a container name for the
+    /// message.
+    pub fn source_tables(
+        &self,
+        tables: &[String],
+        container: &str,
+        example: &str,
+    ) -> Result<(), ConfigError> {
+        if tables.is_empty() {
+            return Err(self.invalid(
+                "source.tables",
+                format!(
+                    "is empty: list {container}.table patterns such as \"{example}.orders\" or \
+                     \"{example}.*\""
+                ),
+            ));
+        }
+        for t in tables {
+            match t.split_once('.') {
+                Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains('.') => {}
+                _ => {
+                    return Err(self.invalid(
+                        "source.tables",
+                        format!(
+                            "{t:?} is not {container}.table (e.g. \"{example}.orders\" or \
+                             \"{example}.*\")"
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks `sink.warehouse` and `sink.namespace` (either sink): the warehouse normalized (see
+    /// [`normalize_warehouse`]), and the namespace if set.
+    pub fn sink_location(
+        &self,
+        warehouse: &str,
+        namespace: Option<String>,
+    ) -> Result<(String, Option<String>), ConfigError> {
+        let warehouse =
+            normalize_warehouse(warehouse).map_err(|d| self.invalid("sink.warehouse", d))?;
+        if let Some(ns) = &namespace {
+            if ns.is_empty() || ns.contains(['/', '.', '\\']) {
+                return Err(self.invalid(
+                    "sink.namespace",
+                    format!("{ns:?} must be non-empty without '/' or '.'"),
+                ));
+            }
+        }
+        Ok((warehouse, namespace))
+    }
+}
+
+/// What both sources take from `source.url` (`<scheme>://user[:password]@host:port/db`).
+pub struct SourceUrl {
+    pub url: url::Url,
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    /// `source.password` when set (it wins), else the URL's.
+    pub password: Option<String>,
+    pub database: String,
+}
+
+impl SourceUrl {
+    /// Parses `source.url` with one of `schemes` (the first is the one messages show).
+    pub fn parse(
+        ctx: &Context<'_>,
+        text: &str,
+        password: Option<String>,
         schemes: [&str; 2],
         default_port: u16,
         default_user: &str,
     ) -> Result<SourceUrl, ConfigError> {
-        let bad = |detail: String| ConfigError::Invalid {
-            file: file.to_owned(),
-            key: "source.url",
-            detail,
-        };
+        let bad = |detail: String| ctx.invalid("source.url", detail);
         let expected = format!("expected {}://user@host:port/db", schemes[0]);
-        let s = &self.source;
-        let url = url::Url::parse(&s.url).map_err(|e| {
+        let url = url::Url::parse(text).map_err(|e| {
             bad(format!(
                 "{:?} is not a URL ({e}); {expected}",
-                redact_url(&s.url)
+                redact_url(text)
             ))
         })?;
         if !schemes.contains(&url.scheme()) {
@@ -531,28 +752,11 @@ impl RawConfig {
                 "" => default_user.to_owned(),
                 u => percent_decode(u),
             },
-            password: s
-                .password
-                .clone()
-                .or_else(|| url.password().map(percent_decode)),
+            password: password.or_else(|| url.password().map(percent_decode)),
             database,
             url,
         })
     }
-}
-
-pub(crate) fn valid_ident(s: &str) -> bool {
-    !s.is_empty() && !s.contains(['/', '.', '\\'])
-}
-
-/// What [`RawConfig::source_url`] takes from `source.url`.
-pub(crate) struct SourceUrl {
-    pub url: url::Url,
-    pub host: String,
-    pub port: u16,
-    pub user: String,
-    pub password: Option<String>,
-    pub database: String,
 }
 
 fn percent_decode(s: &str) -> String {
@@ -611,10 +815,11 @@ pub fn redact_url(url: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const MINIMAL: &str = r#"
+    /// A Postgres source and an Iceberg sink, every other key at its default.
+    pub(crate) const MINIMAL: &str = r#"
 [pipeline]
 name = "shop"
 [source]
@@ -624,32 +829,6 @@ tables = ["public.*"]
 [sink]
 warehouse = "/tmp/wh"
 "#;
-
-    #[test]
-    fn mysql_source_validates() {
-        let text = r#"
-[pipeline]
-name = "shop"
-[source]
-kind = "mysql"
-url = "mysql://cdc:pw@127.0.0.1:53316/shop?ssl-mode=required"
-tables = ["shop.*"]
-server_id = 4242
-zero_date = "error"
-"#;
-        let c = Config::from_toml(text, "p.toml").unwrap();
-        let SourceConfig::MySql(my) = &c.source else {
-            panic!("mysql source expected")
-        };
-        assert_eq!((my.port, my.server_id, my.tls), (53316, 4242, Some(false)));
-        assert_eq!(my.password.as_deref(), Some("pw"));
-        assert_eq!(my.zero_date, ZeroDate::Error);
-        let missing = text.replace("server_id = 4242\n", "");
-        let err = Config::from_toml(&missing, "p.toml")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("source.server_id"), "{err}");
-    }
 
     #[test]
     fn snapshot_commit_rows_defaults_and_must_be_positive() {
@@ -694,24 +873,6 @@ zero_date = "error"
     }
 
     #[test]
-    fn heartbeat_interval_defaults_and_turns_off() {
-        let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
-        let SourceConfig::Postgres(pg) = &c.source else {
-            panic!("postgres")
-        };
-        assert_eq!(
-            pg.heartbeat_interval,
-            Some(std::time::Duration::from_secs(10))
-        );
-        let off = MINIMAL.replace("[source]", "[source]\nheartbeat_interval_ms = 0");
-        let c = Config::from_toml(&off, "p.toml").unwrap();
-        let SourceConfig::Postgres(pg) = &c.source else {
-            panic!("postgres")
-        };
-        assert_eq!(pg.heartbeat_interval, None);
-    }
-
-    #[test]
     fn unknown_key_is_named() {
         let text = MINIMAL.replace("[sink]", "[sink]\nwarehous = \"x\"");
         let e = Config::from_toml(&text, "p.toml").unwrap_err().to_string();
@@ -723,21 +884,6 @@ zero_date = "error"
         let text = MINIMAL.replace("name = \"shop\"", "");
         let e = Config::from_toml(&text, "p.toml").unwrap_err().to_string();
         assert!(e.contains("name"), "{e}");
-    }
-
-    #[test]
-    fn delete_mode_defaults_to_deletion_vectors() {
-        let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
-        let SinkConfig::Iceberg(ice) = &c.sink else {
-            panic!("iceberg")
-        };
-        assert_eq!(ice.delete_mode, DeleteMode::DeletionVectors);
-        let text = MINIMAL.replace("[sink]", "[sink]\ndelete_mode = \"equality\"");
-        let c = Config::from_toml(&text, "p.toml").unwrap();
-        let SinkConfig::Iceberg(ice) = &c.sink else {
-            panic!("iceberg")
-        };
-        assert_eq!(ice.delete_mode, DeleteMode::Equality);
     }
 
     #[test]
@@ -791,23 +937,6 @@ zero_date = "error"
     }
 
     #[test]
-    fn lsm_sink_keys() {
-        let text = MINIMAL.replace("[sink]", "[sink]\nkind = \"lsm\"\nbuckets = 2");
-        let c = Config::from_toml(&text, "p.toml").unwrap();
-        let SinkConfig::Lsm(lsm) = &c.sink else {
-            panic!("lsm")
-        };
-        assert_eq!(lsm.buckets, 2);
-        assert_eq!(lsm.merge_engine, MergeEngine::Deduplicate);
-        let text = MINIMAL.replace(
-            "[sink]",
-            "[sink]\nkind = \"lsm\"\nmerge_engine = \"first-row\"",
-        );
-        let e = Config::from_toml(&text, "p.toml").unwrap_err().to_string();
-        assert!(e.contains("sink.merge_engine"), "{e}");
-    }
-
-    #[test]
     fn warehouse_forms() {
         assert_eq!(normalize_warehouse("/a/b/").unwrap(), "file:///a/b");
         assert_eq!(normalize_warehouse("file:///a").unwrap(), "file:///a");
@@ -841,5 +970,180 @@ zero_date = "error"
         let bad = format!("{MINIMAL}[sink.s3]\nendpoint = \"localhost:9000\"\n");
         let e = Config::from_toml(&bad, "p.toml").unwrap_err().to_string();
         assert!(e.contains("sink.s3.endpoint"), "{e}");
+    }
+
+    /// The message a user sees for `text`.
+    fn error(text: &str) -> String {
+        match Config::from_toml(text, "p.toml") {
+            Ok(_) => panic!("accepted:\n{text}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    const MYSQL: &str = r#"
+[pipeline]
+name = "shop"
+[source]
+kind = "mysql"
+url = "mysql://cdc:s3cret@127.0.0.1:53316/shop"
+tables = ["shop.*"]
+server_id = 4242
+"#;
+
+    #[test]
+    fn unknown_key_in_a_kind_is_named_with_the_keys_it_takes() {
+        let e = error(&MINIMAL.replace("[source]", "[source]\nslott = \"x\""));
+        assert!(
+            e.starts_with("p.toml: key `source.slott`: unknown key;"),
+            "{e}"
+        );
+        assert!(e.contains("`kind`, `url`") && e.contains("`slot`"), "{e}");
+        let e = error(&format!("{MINIMAL}[sink.s3]\nendpointt = \"x\"\n"));
+        assert!(
+            e.starts_with("p.toml: key `sink.s3.endpointt`: unknown key;"),
+            "{e}"
+        );
+        let e = error(&format!("{MINIMAL}[sinks]\nkind = \"lsm\"\n"));
+        assert!(e.starts_with("p.toml: key `sinks`: unknown key;"), "{e}");
+    }
+
+    #[test]
+    fn key_of_another_kind_is_refused_naming_the_kind_it_applies_to() {
+        let e = error(&MINIMAL.replace("[source]", "[source]\nserver_id = 1"));
+        assert_eq!(
+            e,
+            "p.toml: key `source.server_id`: applies to mysql sources only"
+        );
+        for key in ["slot = \"s\"", "heartbeat_interval_ms = 5"] {
+            let e = error(&format!("{MYSQL}{key}\n"));
+            assert!(e.ends_with("applies to postgres sources only"), "{e}");
+            assert!(e.starts_with("p.toml: key `source."), "{e}");
+        }
+        // Under the default kind too: `buckets` is an LSM key.
+        for sink in ["[sink]", "[sink]\nkind = \"iceberg\""] {
+            let e = error(&MINIMAL.replace("[sink]", &format!("{sink}\nbuckets = 3")));
+            assert_eq!(e, "p.toml: key `sink.buckets`: applies to lsm sinks only");
+        }
+        let e = error(&MINIMAL.replace(
+            "[sink]",
+            "[sink]\nkind = \"lsm\"\ndelete_mode = \"equality\"",
+        ));
+        assert_eq!(
+            e,
+            "p.toml: key `sink.delete_mode`: applies to iceberg sinks only"
+        );
+    }
+
+    #[test]
+    fn wrong_type_inside_a_kind_names_the_key() {
+        let e = error(&MINIMAL.replace("[source]", "[source]\nsnapshot_chunk_rows = \"x\""));
+        assert!(
+            e.starts_with("p.toml: key `source.snapshot_chunk_rows`: invalid type"),
+            "{e}"
+        );
+        let e = error(&MINIMAL.replace("[sink]", "[sink]\nkind = \"lsm\"\nbuckets = \"a\""));
+        assert!(
+            e.starts_with("p.toml: key `sink.buckets`: invalid type"),
+            "{e}"
+        );
+        let e = error(&format!("{MINIMAL}[sink.s3]\nallow_http = \"yes\"\n"));
+        assert!(
+            e.starts_with("p.toml: key `sink.s3.allow_http`: invalid type"),
+            "{e}"
+        );
+        let e = error(&format!("{MYSQL}zero_date = \"never\"\n"));
+        assert_eq!(
+            e,
+            "p.toml: key `source.zero_date`: \"never\": use \"null\" or \"error\""
+        );
+    }
+
+    #[test]
+    fn missing_key_inside_a_kind_is_named() {
+        let e = error(&MINIMAL.replace("tables = [\"public.*\"]", ""));
+        assert_eq!(e, "p.toml: key `source.tables`: is required");
+        let e = error(&MINIMAL.replace("kind = \"postgres\"", ""));
+        assert_eq!(
+            e,
+            "p.toml: key `source.kind`: is required: use \"postgres\" or \"mysql\""
+        );
+    }
+
+    #[test]
+    fn unknown_kind_is_named() {
+        let e = error(&MINIMAL.replace("kind = \"postgres\"", "kind = \"oracle\""));
+        assert_eq!(
+            e,
+            "p.toml: key `source.kind`: \"oracle\" is not a source kind; use \"postgres\" or \"mysql\""
+        );
+        let e = error(&MINIMAL.replace("[sink]", "[sink]\nkind = \"paimon\""));
+        assert_eq!(
+            e,
+            "p.toml: key `sink.kind`: \"paimon\" is not a sink kind; use \"iceberg\" or \"lsm\""
+        );
+        let e = error(&MINIMAL.replace("kind = \"postgres\"", "kind = 1"));
+        assert!(
+            e.starts_with("p.toml: key `source.kind`:") && e.contains("is not a source kind"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn every_kind_is_listed_for_messages() {
+        // serde's own list of variants, from the derived enums, against `kinds()`.
+        let e = error(&MINIMAL.replace("kind = \"postgres\"", "kind = \"?\""));
+        assert!(e.ends_with(&one_of(&kind_names("source"))), "{e}");
+        let e = error(&MINIMAL.replace("[sink]", "[sink]\nkind = \"?\""));
+        assert!(e.ends_with(&one_of(&kind_names("sink"))), "{e}");
+        for k in kinds() {
+            assert!(!(k.keys)().is_empty(), "{} {}", k.section, k.name);
+        }
+    }
+
+    #[test]
+    fn secret_values_stay_out_of_type_errors() {
+        let e = error(&MINIMAL.replace("[source]", "[source]\npassword = 918273"));
+        assert!(e.starts_with("p.toml: key `source.password`:"), "{e}");
+        assert!(!e.contains("918273"), "{e}");
+        let e = error(&format!("{MINIMAL}[sink.s3]\nsecret_access_key = 918273\n"));
+        assert!(!e.contains("918273"), "{e}");
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)]
+    fn no_sink_section_is_iceberg_and_env_picks_the_kind() {
+        let text = MINIMAL.replace("[sink]\nwarehouse = \"/tmp/wh\"\n", "");
+        let c = Config::from_toml(&text, "p.toml").unwrap();
+        let SinkConfig::Iceberg(ice) = &c.sink else {
+            panic!("iceberg is the default sink")
+        };
+        assert!(ice.warehouse.ends_with("/warehouse"), "{}", ice.warehouse);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.toml");
+        std::fs::write(&path, MINIMAL).unwrap();
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("CDCD_SINK__KIND", "lsm");
+            jail.set_env("CDCD_SINK__BUCKETS", "8");
+            let c = Config::load(&path).map_err(|e| e.to_string())?;
+            let SinkConfig::Lsm(lsm) = &c.sink else {
+                panic!("CDCD_SINK__KIND picks the lsm sink")
+            };
+            assert_eq!(lsm.buckets, 8);
+            jail.set_env("CDCD_SINK__KIND", "iceberg");
+            let e = Config::load(&path).unwrap_err().to_string();
+            assert!(
+                e.ends_with("key `sink.buckets`: applies to lsm sinks only"),
+                "{e}"
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn shipped_example_config_is_valid() {
+        let text = include_str!("../config/pipeline.example.toml");
+        let c = Config::from_toml(text, "pipeline.example.toml").unwrap();
+        assert!(matches!(c.source, SourceConfig::Postgres(_)));
+        assert!(matches!(c.sink, SinkConfig::Iceberg(_)));
     }
 }

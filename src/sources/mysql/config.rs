@@ -1,13 +1,66 @@
-//! `[source]` with `kind = "mysql"`: the validated settings the MySQL/MariaDB source runs with.
+//! `[source]` with `kind = "mysql"` (MySQL 8, MariaDB 10.x+): the keys as written
+//! ([`RawMySql`], whose field docs are the user docs), their checks, and the settings the MySQL
+//! source runs with ([`MySqlConfig`]). `crate::config` reads the file and picks this struct by
+//! `kind`.
 
 use std::fmt;
 
-use crate::config::{ConfigError, RawConfig, SnapshotMode, SourceUrl};
+use serde::Deserialize;
 
-/// What a MySQL zero date (`0000-00-00`, or a zero month or day) becomes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+use crate::changelog::Position;
+use crate::config::{redact_url, ConfigError, Context, SnapshotMode, SourceUrl};
+
+/// `[source]` with `kind = "mysql"`.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMySql {
+    /// `mysql://user@host:port/db` (`mariadb://` too); `?ssl-mode=required` or
+    /// `verify_identity` for TLS.
+    pub url: String,
+    /// Optional; may be in the URL instead.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// `db.table` patterns; `*` matches any run of characters.
+    pub tables: Vec<String>,
+    /// The replica id cdcd registers with; required, and different from every server's and
+    /// replica's.
+    #[serde(default)]
+    pub server_id: Option<u32>,
+    /// "initial" (copy existing rows first, the default) or "never".
+    #[serde(default)]
+    pub snapshot: SnapshotMode,
+    /// Initial copy: target rows per chunk, the unit of resuming after a crash (default 250000).
+    #[serde(default)]
+    pub snapshot_chunk_rows: Option<u64>,
+    /// How zero dates (`0000-00-00`, and dates with a zero month or day) are written: "null"
+    /// (default) or "error" (stop the pipeline, naming the table and column).
+    #[serde(default)]
+    pub zero_date: ZeroDate,
+    /// With `snapshot = "never"`: where a pipeline whose tables have no checkpoint yet starts
+    /// streaming (a MariaDB GTID list `0-1-42`, a MySQL GTID set `uuid:1-42`, or
+    /// `binlog.000003:4711`), instead of the server's current position. A committed checkpoint
+    /// always wins. Used to replay a known binlog range (bench/mysql_e2e.py).
+    #[serde(default)]
+    pub start_position: Option<String>,
+}
+
+impl fmt::Debug for RawMySql {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawMySql")
+            .field("url", &redact_url(&self.url))
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("tables", &self.tables)
+            .field("server_id", &self.server_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a MySQL zero date (`0000-00-00`, or a zero month or day) becomes (`source.zero_date`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ZeroDate {
     /// NULL (what most MySQL connectors do with `zeroDateTimeBehavior=convertToNull`).
+    #[default]
     Null,
     /// Stop the pipeline with an error naming the table and column.
     Error,
@@ -31,7 +84,7 @@ pub struct MySqlConfig {
     /// Target rows per chunk of the initial copy (≥ 1): the unit of resuming after a crash.
     pub snapshot_chunk_rows: u64,
     /// `source.start_position`: where to stream from when no table has a checkpoint.
-    pub start_position: Option<crate::changelog::Position>,
+    pub start_position: Option<Position>,
 }
 
 impl MySqlConfig {
@@ -56,14 +109,9 @@ impl fmt::Debug for MySqlConfig {
     }
 }
 
-impl RawConfig {
-    pub(crate) fn mysql(&self, file: &str) -> Result<MySqlConfig, ConfigError> {
-        let bad = |key: &'static str, detail: String| ConfigError::Invalid {
-            file: file.to_owned(),
-            key,
-            detail,
-        };
-        let s = &self.source;
+impl RawMySql {
+    /// Checks every key and builds the settings.
+    pub fn validate(self, ctx: &Context<'_>) -> Result<MySqlConfig, ConfigError> {
         let SourceUrl {
             url,
             host,
@@ -71,7 +119,14 @@ impl RawConfig {
             user,
             password,
             database,
-        } = self.source_url(file, ["mysql", "mariadb"], 3306, "root")?;
+        } = SourceUrl::parse(
+            ctx,
+            &self.url,
+            self.password,
+            ["mysql", "mariadb"],
+            3306,
+            "root",
+        )?;
         let mut tls = None;
         for (k, v) in url.query_pairs() {
             match (k.as_ref(), v.to_ascii_lowercase().as_str()) {
@@ -81,118 +136,91 @@ impl RawConfig {
                     tls = Some(true)
                 }
                 (other, v) => {
-                    return Err(bad(
+                    return Err(ctx.invalid(
                         "source.url",
                         format!("query parameter {other}={v:?}: only ssl-mode=disabled|required|verify_identity is understood"),
                     ))
                 }
             }
         }
-        if s.tables.is_empty() {
-            return Err(bad(
-                "source.tables",
-                "is empty: list db.table patterns such as \"shop.orders\" or \"shop.*\"".into(),
-            ));
-        }
-        for t in &s.tables {
-            match t.split_once('.') {
-                Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains('.') => {}
-                _ => {
-                    return Err(bad(
-                        "source.tables",
-                        format!("{t:?} is not db.table (e.g. \"shop.orders\" or \"shop.*\")"),
-                    ))
-                }
-            }
-        }
-        let server_id = match s.server_id {
+        ctx.source_tables(&self.tables, "db", "shop")?;
+        let server_id = match self.server_id {
             Some(0) => {
-                return Err(bad(
+                return Err(ctx.invalid(
                     "source.server_id",
-                    "0 is not a valid replica id; pick a number no server or replica uses".into(),
+                    "0 is not a valid replica id; pick a number no server or replica uses",
                 ))
             }
             Some(id) => id,
-            None => return Err(bad(
+            None => return Err(ctx.invalid(
                 "source.server_id",
-                "is required for mysql: a replica id no server or other replica uses, e.g. 4242"
-                    .into(),
+                "is required for mysql: a replica id no server or other replica uses, e.g. 4242",
             )),
         };
-        let snapshot = match s.snapshot.as_deref() {
-            None | Some("initial") => SnapshotMode::Initial,
-            Some("never") => SnapshotMode::Never,
-            Some(other) => {
-                return Err(bad(
-                    "source.snapshot",
-                    format!("{other:?}: use \"initial\" or \"never\""),
-                ))
-            }
-        };
-        let zero_date = match s.zero_date.as_deref() {
-            None | Some("null") => ZeroDate::Null,
-            Some("error") => ZeroDate::Error,
-            Some(other) => {
-                return Err(bad(
-                    "source.zero_date",
-                    format!("{other:?}: use \"null\" or \"error\""),
-                ))
-            }
-        };
-        let start_position = match s.start_position.as_deref() {
+        let start_position = match self.start_position.as_deref() {
             None => None,
-            Some(_) if snapshot != SnapshotMode::Never => {
-                return Err(bad(
+            Some(_) if self.snapshot != SnapshotMode::Never => {
+                return Err(ctx.invalid(
                     "source.start_position",
-                    "needs snapshot = \"never\" (an initial copy starts at its own snapshot)"
-                        .into(),
+                    "needs snapshot = \"never\" (an initial copy starts at its own snapshot)",
                 ))
             }
-            Some(text) => match text.parse::<crate::changelog::Position>() {
-                Ok(p @ crate::changelog::Position::Postgres(_)) => {
-                    return Err(bad(
+            Some(text) => match text.parse::<Position>() {
+                Ok(p @ Position::Postgres(_)) => {
+                    return Err(ctx.invalid(
                         "source.start_position",
                         format!("{p} is a Postgres LSN, not a binlog position"),
                     ))
                 }
                 Ok(p) => Some(p),
-                Err(e) => return Err(bad("source.start_position", e.to_string())),
+                Err(e) => return Err(ctx.invalid("source.start_position", e.to_string())),
             },
         };
-        for (key, set) in [
-            ("source.slot", s.slot.is_some()),
-            ("source.publication", s.publication.is_some()),
-            (
-                "source.stream_memory_bytes",
-                s.stream_memory_bytes.is_some(),
-            ),
-        ] {
-            if set {
-                return Err(bad(key, "applies to postgres sources only".into()));
-            }
-        }
         Ok(MySqlConfig {
             host,
             port,
             user,
             password,
             database,
-            tables: s.tables.clone(),
+            tables: self.tables,
             server_id,
-            snapshot,
-            zero_date,
+            snapshot: self.snapshot,
+            zero_date: self.zero_date,
             tls,
-            snapshot_chunk_rows: mysql_chunk_rows(s.snapshot_chunk_rows)
-                .map_err(|d| bad("source.snapshot_chunk_rows", d))?,
+            snapshot_chunk_rows: ctx.snapshot_chunk_rows(self.snapshot_chunk_rows)?,
             start_position,
         })
     }
 }
 
-/// `source.snapshot_chunk_rows` for MySQL (default 250000, at least 1).
-fn mysql_chunk_rows(value: Option<u64>) -> Result<u64, String> {
-    match value.unwrap_or(250_000) {
-        0 => Err("must be at least 1".into()),
-        n => Ok(n),
+#[cfg(test)]
+mod tests {
+    use super::ZeroDate;
+    use crate::config::{Config, SourceConfig};
+
+    #[test]
+    fn mysql_source_validates() {
+        let text = r#"
+[pipeline]
+name = "shop"
+[source]
+kind = "mysql"
+url = "mysql://cdc:pw@127.0.0.1:53316/shop?ssl-mode=required"
+tables = ["shop.*"]
+server_id = 4242
+zero_date = "error"
+"#;
+        let c = Config::from_toml(text, "p.toml").unwrap();
+        let SourceConfig::MySql(my) = &c.source else {
+            panic!("mysql source expected")
+        };
+        assert_eq!((my.port, my.server_id, my.tls), (53316, 4242, Some(false)));
+        assert_eq!(my.password.as_deref(), Some("pw"));
+        assert_eq!(my.zero_date, ZeroDate::Error);
+        let missing = text.replace("server_id = 4242\n", "");
+        let err = Config::from_toml(&missing, "p.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("source.server_id"), "{err}");
     }
 }

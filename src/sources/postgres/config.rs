@@ -1,9 +1,61 @@
-//! `[source]` with `kind = "postgres"`: the validated settings the Postgres source runs with.
+//! `[source]` with `kind = "postgres"`: the keys as written ([`RawPostgres`], whose field docs are
+//! the user docs), their checks, and the settings the Postgres source runs with
+//! ([`PostgresConfig`]). `crate::config` reads the file and picks this struct by `kind`.
 
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::config::{ConfigError, RawConfig, SnapshotMode, SourceUrl};
+use serde::Deserialize;
+
+use crate::config::{redact_url, ConfigError, Context, SnapshotMode, SourceUrl};
+
+/// `[source]` with `kind = "postgres"`.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPostgres {
+    /// `postgres://user@host:port/db`.
+    pub url: String,
+    /// Optional; may be in the URL instead.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// `schema.table` patterns; `*` matches any run of characters.
+    pub tables: Vec<String>,
+    /// Replication slot (default `cdcd_<pipeline>`); created if missing.
+    #[serde(default)]
+    pub slot: Option<String>,
+    /// Publication (default `cdcd_<pipeline>`); created if missing.
+    #[serde(default)]
+    pub publication: Option<String>,
+    /// "initial" (copy existing rows first, the default) or "never".
+    #[serde(default)]
+    pub snapshot: SnapshotMode,
+    /// Memory bound (bytes) for one streamed transaction before it spills to disk (default 64 MiB).
+    #[serde(default)]
+    pub stream_memory_bytes: Option<usize>,
+    /// Write a heartbeat (`pg_logical_emit_message`) and read the slot's lag this often
+    /// (milliseconds, default 10000; 0 turns heartbeats off, the slot is still watched every
+    /// 10 s). Lets an idle or filtered slot advance and keeps `cdcd_source_lag_seconds` near 0
+    /// when idle.
+    #[serde(default)]
+    pub heartbeat_interval_ms: Option<u64>,
+    /// Initial copy: connections copying chunks in parallel (default 4).
+    #[serde(default)]
+    pub snapshot_parallelism: Option<usize>,
+    /// Initial copy: target rows per chunk, the unit of resuming after a crash and of
+    /// parallelism (default 250000).
+    #[serde(default)]
+    pub snapshot_chunk_rows: Option<u64>,
+}
+
+impl fmt::Debug for RawPostgres {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawPostgres")
+            .field("url", &redact_url(&self.url))
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("tables", &self.tables)
+            .finish_non_exhaustive()
+    }
+}
 
 /// Validated Postgres source settings.
 #[derive(Clone)]
@@ -49,18 +101,9 @@ impl fmt::Debug for PostgresConfig {
     }
 }
 
-impl RawConfig {
-    pub(crate) fn postgres(
-        &self,
-        pipeline: &str,
-        file: &str,
-    ) -> Result<PostgresConfig, ConfigError> {
-        let bad = |key: &'static str, detail: String| ConfigError::Invalid {
-            file: file.to_owned(),
-            key,
-            detail,
-        };
-        let s = &self.source;
+impl RawPostgres {
+    /// Checks every key and builds the settings.
+    pub fn validate(self, ctx: &Context<'_>) -> Result<PostgresConfig, ConfigError> {
         let SourceUrl {
             url: _,
             host,
@@ -68,119 +111,89 @@ impl RawConfig {
             user,
             password,
             database,
-        } = self.source_url(file, ["postgres", "postgresql"], 5432, "postgres")?;
-        if s.tables.is_empty() {
-            return Err(bad(
-                "source.tables",
-                "is empty: list schema.table patterns such as \"public.orders\" or \"public.*\""
-                    .into(),
-            ));
-        }
-        for t in &s.tables {
-            match t.split_once('.') {
-                Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains('.') => {}
-                _ => {
-                    return Err(bad(
-                        "source.tables",
-                        format!(
-                            "{t:?} is not schema.table (e.g. \"public.orders\" or \"public.*\")"
-                        ),
-                    ))
-                }
-            }
-        }
-        let default_name = format!("cdcd_{}", pipeline.replace('-', "_"));
-        let slot = s.slot.clone().unwrap_or_else(|| default_name.clone());
+        } = SourceUrl::parse(
+            ctx,
+            &self.url,
+            self.password,
+            ["postgres", "postgresql"],
+            5432,
+            "postgres",
+        )?;
+        ctx.source_tables(&self.tables, "schema", "public")?;
+        let default_name = format!("cdcd_{}", ctx.pipeline.replace('-', "_"));
+        let slot = self.slot.unwrap_or_else(|| default_name.clone());
         if !slot
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
             || slot.is_empty()
             || slot.len() > 63
         {
-            return Err(bad(
+            return Err(ctx.invalid(
                 "source.slot",
                 format!("{slot:?}: Postgres slot names use only lower-case letters, digits and '_' (at most 63)"),
             ));
         }
-        let publication = s.publication.clone().unwrap_or(default_name);
+        let publication = self.publication.unwrap_or(default_name);
         if publication.is_empty() || publication.contains(['\'', '"', ',', ' ']) {
-            return Err(bad(
+            return Err(ctx.invalid(
                 "source.publication",
                 format!("{publication:?} is not a usable publication name"),
             ));
         }
-        let snapshot = match s.snapshot.as_deref() {
-            None | Some("initial") => SnapshotMode::Initial,
-            Some("never") => SnapshotMode::Never,
-            Some(other) => {
-                return Err(bad(
-                    "source.snapshot",
-                    format!("{other:?}: use \"initial\" or \"never\""),
-                ))
-            }
-        };
-        if s.server_id.is_some() {
-            return Err(bad(
-                "source.server_id",
-                "applies to mysql sources only".into(),
-            ));
-        }
-        if s.zero_date.is_some() {
-            return Err(bad(
-                "source.zero_date",
-                "applies to mysql sources only".into(),
-            ));
-        }
-        if s.start_position.is_some() {
-            return Err(bad(
-                "source.start_position",
-                "applies to mysql sources only".into(),
-            ));
-        }
-        let stream_memory_bytes = s.stream_memory_bytes.unwrap_or(64 << 20);
-        if stream_memory_bytes == 0 {
-            return Err(bad(
-                "source.stream_memory_bytes",
-                "must be at least 1".into(),
-            ));
-        }
-        let heartbeat_interval = match s.heartbeat_interval_ms.unwrap_or(10_000) {
+        let stream_memory_bytes = ctx.at_least_one(
+            "source.stream_memory_bytes",
+            self.stream_memory_bytes.unwrap_or(64 << 20),
+        )?;
+        let heartbeat_interval = match self.heartbeat_interval_ms.unwrap_or(10_000) {
             0 => None,
             ms => Some(std::time::Duration::from_millis(ms)),
         };
-        let snapshot_parallelism = s.snapshot_parallelism.unwrap_or(4);
-        if snapshot_parallelism == 0 {
-            return Err(bad(
-                "source.snapshot_parallelism",
-                "must be at least 1".into(),
-            ));
-        }
-        let snapshot_chunk_rows = s.snapshot_chunk_rows.unwrap_or(250_000);
-        if snapshot_chunk_rows == 0 {
-            return Err(bad(
-                "source.snapshot_chunk_rows",
-                "must be at least 1".into(),
-            ));
-        }
+        let snapshot_parallelism = ctx.at_least_one(
+            "source.snapshot_parallelism",
+            self.snapshot_parallelism.unwrap_or(4),
+        )?;
         Ok(PostgresConfig {
             heartbeat_interval,
             snapshot_parallelism,
-            snapshot_chunk_rows,
+            snapshot_chunk_rows: ctx.snapshot_chunk_rows(self.snapshot_chunk_rows)?,
             host,
             port,
             user,
             password,
             database,
-            tables: s.tables.clone(),
+            tables: self.tables,
             slot,
             publication,
-            snapshot,
+            snapshot: self.snapshot,
             stream_memory_bytes,
-            spill_dir: self
-                .pipeline
+            spill_dir: ctx
                 .spill_dir
-                .clone()
+                .map(PathBuf::from)
                 .unwrap_or_else(std::env::temp_dir),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::tests::MINIMAL;
+    use crate::config::{Config, SourceConfig};
+
+    #[test]
+    fn heartbeat_interval_defaults_and_turns_off() {
+        let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
+        let SourceConfig::Postgres(pg) = &c.source else {
+            panic!("postgres")
+        };
+        assert_eq!(
+            pg.heartbeat_interval,
+            Some(std::time::Duration::from_secs(10))
+        );
+        let off = MINIMAL.replace("[source]", "[source]\nheartbeat_interval_ms = 0");
+        let c = Config::from_toml(&off, "p.toml").unwrap();
+        let SourceConfig::Postgres(pg) = &c.source else {
+            panic!("postgres")
+        };
+        assert_eq!(pg.heartbeat_interval, None);
     }
 }
