@@ -4,13 +4,32 @@
 //! Two layers, as in ripgrep's low/high args: [`RawConfig`] is what the file says (serde structs
 //! with `deny_unknown_fields`; each field's doc is the user doc), and [`Config`] is the validated
 //! form the rest of cdcd uses. Every error names the key and the file.
+//!
+//! `[source]` and `[sink]` are serde enums tagged by `kind` ([`RawSource`], [`RawSink`]). Each
+//! connector owns its section in its own folder — the raw struct, its `validate()` and the
+//! validated settings: `sources/postgres/config.rs`, `sources/mysql/config.rs`,
+//! `sinks/iceberg/config.rs`, `sinks/lsm/config.rs` — so a key of another kind (`server_id` under
+//! `kind = "postgres"`) is refused by the type. This file holds the loader, `[pipeline]`,
+//! `[metrics]`, `[sink.s3]` and the dispatch on `kind`, and re-exports the connectors' types;
+//! `config/context.rs` has what connectors share (the source URL, table patterns, the
+//! warehouse), `config/messages.rs` the wording of load errors.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use figment::providers::{Env, Format, Toml};
+use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::Deserialize;
+
+mod context;
+mod messages;
+
+pub use crate::sinks::iceberg::config::{DeleteMode, IcebergConfig, RawIceberg};
+pub use crate::sinks::lsm::config::{LsmConfig, MergeEngine, RawLsm};
+pub use crate::sources::mysql::config::{MySqlConfig, RawMySql, ZeroDate};
+pub use crate::sources::postgres::config::{PostgresConfig, RawPostgres};
+pub use context::{normalize_warehouse, redact_url, Context, SourceUrl};
+use messages::describe;
 
 /// A configuration problem, naming the key and where it came from.
 #[derive(Debug, thiserror::Error)]
@@ -71,78 +90,87 @@ fn default_commit_max_rows() -> usize {
     100_000
 }
 
-/// `[source]`
-#[derive(Clone, Deserialize)]
+/// `[source]`: which database cdcd reads, and its kind's keys.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum RawSource {
+    /// `kind = "postgres"`: logical replication (pgoutput).
+    Postgres(RawPostgres),
+    /// `kind = "mysql"`: the binlog of MySQL 8 or MariaDB 10.x+.
+    Mysql(RawMySql),
+}
+
+/// `[sink]`: which table format cdcd writes, and its kind's keys. `kind` defaults to
+/// [`DEFAULT_SINK_KIND`] (and a missing `[sink]` is an Iceberg sink with every default).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum RawSink {
+    /// `kind = "iceberg"`: Apache Iceberg tables.
+    Iceberg(RawIceberg),
+    /// `kind = "lsm"`: Apache Paimon primary-key tables.
+    Lsm(RawLsm),
+}
+
+/// The sink kind when `[sink]` names none. serde's tagged enums have no default tag, so the
+/// loader supplies it as the lowest-priority value of `sink.kind`.
+pub const DEFAULT_SINK_KIND: &str = "iceberg";
+
+/// `sink.warehouse` when unset (either sink).
+pub(crate) fn default_warehouse() -> String {
+    "./warehouse".into()
+}
+
+/// `[metrics]`
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawSource {
-    /// "postgres" or "mysql" (MySQL 8 and MariaDB 10.x+).
-    pub kind: String,
-    /// `postgres://user@host:port/db` or `mysql://user@host:port/db` (`?ssl-mode=required` or
-    /// `verify_identity` for TLS).
-    pub url: String,
-    /// Optional; may be in the URL instead.
-    #[serde(default)]
-    pub password: Option<String>,
-    /// `schema.table` patterns; `*` matches any run of characters.
-    pub tables: Vec<String>,
-    /// Postgres replication slot (default `cdcd_<pipeline>`); created if missing.
-    #[serde(default)]
-    pub slot: Option<String>,
-    /// Postgres publication (default `cdcd_<pipeline>`); created if missing.
-    #[serde(default)]
-    pub publication: Option<String>,
-    /// MySQL replica id.
-    #[serde(default)]
-    pub server_id: Option<u32>,
-    /// "initial" (copy existing rows first) or "never".
-    #[serde(default)]
-    pub snapshot: Option<String>,
-    /// Memory bound (bytes) for one streamed transaction before it spills to disk.
-    #[serde(default)]
-    pub stream_memory_bytes: Option<usize>,
-    /// Postgres: write a heartbeat (`pg_logical_emit_message`) and read the slot's lag this often
-    /// (milliseconds; 0 turns heartbeats off, the slot is still watched every 10 s). Lets an idle
-    /// or filtered slot advance and keeps `cdcd_source_lag_seconds` near 0 when idle.
-    #[serde(default)]
-    pub heartbeat_interval_ms: Option<u64>,
-    /// Postgres initial copy: connections copying chunks in parallel (default 4).
-    #[serde(default)]
-    pub snapshot_parallelism: Option<usize>,
-    /// Initial copy: target rows per chunk, the unit of resuming after a crash (default 250000;
-    /// Postgres: also of parallelism).
-    #[serde(default)]
-    pub snapshot_chunk_rows: Option<u64>,
-    /// MySQL: how zero dates (`0000-00-00`, and dates with a zero month or day) are written:
-    /// "null" (default) or "error" (stop the pipeline, naming the table and column).
-    #[serde(default)]
-    pub zero_date: Option<String>,
-    /// MySQL, with `snapshot = "never"`: where a pipeline whose tables have no checkpoint yet
-    /// starts streaming (a MariaDB GTID list `0-1-42`, a MySQL GTID set `uuid:1-42`, or
-    /// `binlog.000003:4711`), instead of the server's current position. A committed checkpoint
-    /// always wins. Used to replay a known binlog range (bench/mysql_e2e.py).
-    #[serde(default)]
-    pub start_position: Option<String>,
+pub struct RawMetrics {
+    /// `host:port` serving `/metrics`, `/healthz` and `/readyz`; unset: no HTTP server.
+    pub listen: Option<String>,
 }
 
-impl fmt::Debug for RawSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RawSource")
-            .field("kind", &self.kind)
-            .field("url", &redact_url(&self.url))
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .field("tables", &self.tables)
-            .finish_non_exhaustive()
-    }
+/// The file as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub pipeline: RawPipeline,
+    pub source: RawSource,
+    pub sink: RawSink,
+    #[serde(default)]
+    pub metrics: RawMetrics,
 }
 
-/// `[sink.s3]`
+/// How existing rows are handled when a pipeline starts on a table for the first time
+/// (`source.snapshot`, either source).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SnapshotMode {
+    /// Copy the rows that exist, then stream from exactly the point the copy saw.
+    #[default]
+    Initial,
+    /// Stream changes only.
+    Never,
+}
+
+#[derive(Debug, Clone)]
+pub enum SourceConfig {
+    Postgres(PostgresConfig),
+    MySql(MySqlConfig),
+}
+
+/// `[sink.s3]`: how to reach an `s3://` warehouse (either sink's section takes it). Every unset
+/// key falls back to the standard `AWS_*` environment, then the instance credential chain.
 #[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawS3 {
+    /// `http://` or `https://` URL of an S3-compatible store (MinIO, Ceph, moto…; path-style);
+    /// unset: AWS.
     pub endpoint: Option<String>,
     pub region: Option<String>,
+    /// Set with `secret_access_key`, or neither. Never logged.
     pub access_key_id: Option<String>,
+    /// Never logged; prefer `CDCD_SINK__S3__SECRET_ACCESS_KEY`.
     pub secret_access_key: Option<String>,
+    /// Allow plain HTTP (default: true only for an `http://` endpoint).
     pub allow_http: Option<bool>,
 }
 
@@ -186,241 +214,6 @@ impl fmt::Debug for S3Config {
             .field("allow_http", &self.allow_http)
             .finish()
     }
-}
-
-/// `[sink]`
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawSink {
-    /// "iceberg" (LSM comes later).
-    #[serde(default = "default_sink_kind")]
-    pub kind: String,
-    /// `file:///path`, a bare path, or `s3://bucket/prefix`.
-    #[serde(default = "default_warehouse")]
-    pub warehouse: String,
-    /// Namespace for every table; default: the source schema.
-    #[serde(default)]
-    pub namespace: Option<String>,
-    /// "deletion-vectors" (format v3, the default) or "equality" (format v2).
-    #[serde(default)]
-    pub delete_mode: Option<String>,
-    /// LSM: fixed buckets per table (default 4).
-    #[serde(default)]
-    pub buckets: Option<u32>,
-    /// LSM: "deduplicate" (default; cdcd completes partial rows) or "partial-update" (Paimon's
-    /// engine fills absent columns on read, but then a column can never be set to NULL).
-    #[serde(default)]
-    pub merge_engine: Option<String>,
-    /// LSM: sorted runs per bucket that trigger a compaction (default 5; commits wait at +3).
-    #[serde(default)]
-    pub compaction_trigger: Option<usize>,
-    /// LSM: snapshots kept by expiry (default 30).
-    #[serde(default)]
-    pub snapshots_retained: Option<usize>,
-    /// LSM: also keep snapshots younger than this many milliseconds.
-    #[serde(default)]
-    pub snapshot_time_retained_ms: Option<u64>,
-    /// LSM: Paimon `deletion-vectors.enabled` tables (readers skip level 0; rows appear after
-    /// the background compaction).
-    #[serde(default)]
-    pub deletion_vectors: Option<bool>,
-    #[serde(default)]
-    pub s3: Option<RawS3>,
-}
-
-fn default_sink_kind() -> String {
-    "iceberg".into()
-}
-fn default_warehouse() -> String {
-    "./warehouse".into()
-}
-
-/// `[metrics]`
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawMetrics {
-    pub listen: Option<String>,
-}
-
-/// The file as written.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawConfig {
-    pub pipeline: RawPipeline,
-    pub source: RawSource,
-    #[serde(default = "default_sink")]
-    pub sink: RawSink,
-    #[serde(default)]
-    pub metrics: RawMetrics,
-}
-
-fn default_sink() -> RawSink {
-    RawSink {
-        kind: default_sink_kind(),
-        warehouse: default_warehouse(),
-        namespace: None,
-        delete_mode: None,
-        buckets: None,
-        merge_engine: None,
-        compaction_trigger: None,
-        snapshots_retained: None,
-        snapshot_time_retained_ms: None,
-        deletion_vectors: None,
-        s3: None,
-    }
-}
-
-/// How existing rows are handled when a pipeline starts on a table for the first time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SnapshotMode {
-    /// Copy the rows that exist, then stream from exactly the point the copy saw.
-    Initial,
-    /// Stream changes only.
-    Never,
-}
-
-/// How Iceberg deletes are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeleteMode {
-    /// Format v2: equality deletes for rows of earlier snapshots, position deletes within a commit.
-    Equality,
-    /// Format v3: deletion vectors.
-    DeletionVectors,
-}
-
-/// Validated Postgres source settings.
-#[derive(Clone)]
-pub struct PostgresConfig {
-    pub host: String,
-    pub port: u16,
-    pub user: String,
-    pub password: Option<String>,
-    pub database: String,
-    pub tables: Vec<String>,
-    pub slot: String,
-    pub publication: String,
-    pub snapshot: SnapshotMode,
-    pub stream_memory_bytes: usize,
-    pub spill_dir: PathBuf,
-    /// Heartbeat and slot-watch period; `None`: no heartbeats (`source.heartbeat_interval_ms = 0`).
-    pub heartbeat_interval: Option<std::time::Duration>,
-    /// Connections copying chunks of the initial copy in parallel (≥ 1).
-    pub snapshot_parallelism: usize,
-    /// Target rows per chunk of the initial copy (≥ 1).
-    pub snapshot_chunk_rows: u64,
-}
-
-impl PostgresConfig {
-    /// `host:port/database` as user@… without the password, for messages.
-    pub fn display_target(&self) -> String {
-        format!(
-            "postgres://{}@{}:{}/{}",
-            self.user, self.host, self.port, self.database
-        )
-    }
-}
-
-impl fmt::Debug for PostgresConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresConfig")
-            .field("target", &self.display_target())
-            .field("tables", &self.tables)
-            .field("slot", &self.slot)
-            .field("publication", &self.publication)
-            .field("snapshot", &self.snapshot)
-            .finish_non_exhaustive()
-    }
-}
-
-#[derive(Debug, Clone)]
-pub enum SourceConfig {
-    Postgres(PostgresConfig),
-    MySql(MySqlConfig),
-}
-
-/// What a MySQL zero date (`0000-00-00`, or a zero month or day) becomes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ZeroDate {
-    /// NULL (what most MySQL connectors do with `zeroDateTimeBehavior=convertToNull`).
-    Null,
-    /// Stop the pipeline with an error naming the table and column.
-    Error,
-}
-
-/// Validated MySQL/MariaDB source settings.
-#[derive(Clone)]
-pub struct MySqlConfig {
-    pub host: String,
-    pub port: u16,
-    pub user: String,
-    pub password: Option<String>,
-    pub database: String,
-    pub tables: Vec<String>,
-    /// The replica id cdcd registers with (must differ from every server and replica).
-    pub server_id: u32,
-    pub snapshot: SnapshotMode,
-    pub zero_date: ZeroDate,
-    /// TLS: `None` off; `Some(verify)` on, verifying the server's certificate and name when true.
-    pub tls: Option<bool>,
-    /// Target rows per chunk of the initial copy (≥ 1): the unit of resuming after a crash.
-    pub snapshot_chunk_rows: u64,
-    /// `source.start_position`: where to stream from when no table has a checkpoint.
-    pub start_position: Option<crate::changelog::Position>,
-}
-
-impl MySqlConfig {
-    /// `mysql://user@host:port/db` without the password, for messages.
-    pub fn display_target(&self) -> String {
-        format!(
-            "mysql://{}@{}:{}/{}",
-            self.user, self.host, self.port, self.database
-        )
-    }
-}
-
-impl fmt::Debug for MySqlConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MySqlConfig")
-            .field("target", &self.display_target())
-            .field("tables", &self.tables)
-            .field("server_id", &self.server_id)
-            .field("snapshot", &self.snapshot)
-            .field("zero_date", &self.zero_date)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Validated Iceberg sink settings.
-#[derive(Debug, Clone)]
-pub struct IcebergConfig {
-    /// The warehouse URL, normalized (`file:///abs/path` or `s3://bucket/prefix`).
-    pub warehouse: String,
-    pub namespace: Option<String>,
-    pub delete_mode: DeleteMode,
-}
-
-/// How an LSM (Paimon) table merges the versions of a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MergeEngine {
-    /// The newest version wins; cdcd writes whole rows (completing partial ones itself).
-    Deduplicate,
-    /// Paimon's `partial-update`: NULL fields keep the previous value (so NULL cannot be set).
-    PartialUpdate,
-}
-
-/// Validated LSM (Apache Paimon) sink settings.
-#[derive(Debug, Clone)]
-pub struct LsmConfig {
-    /// The warehouse URL, normalized (`file:///abs/path`).
-    pub warehouse: String,
-    pub namespace: Option<String>,
-    pub buckets: u32,
-    pub merge_engine: MergeEngine,
-    pub compaction_trigger: usize,
-    pub snapshots_retained: usize,
-    pub snapshot_time_retained_ms: Option<u64>,
-    /// Paimon `deletion-vectors.enabled`: readers read only compacted files.
-    pub deletion_vectors: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -469,28 +262,30 @@ impl Config {
                 detail: "file not found".into(),
             });
         }
-        let raw: RawConfig = Figment::new()
-            .merge(Toml::file(path))
-            .merge(section_env())
-            .extract()
-            .map_err(|e| ConfigError::Parse {
-                file: file.clone(),
-                detail: describe_figment_error(e),
-            })?;
-        raw.validate(&file)
+        extract(Toml::file(path), Some(section_env()), &file)
     }
 
     /// Parses TOML text (tests, `check`), with no environment.
     pub fn from_toml(text: &str, file: &str) -> Result<Config, ConfigError> {
-        let raw: RawConfig = Figment::new()
-            .merge(Toml::string(text))
-            .extract()
-            .map_err(|e| ConfigError::Parse {
-                file: file.to_owned(),
-                detail: describe_figment_error(e),
-            })?;
-        raw.validate(file)
+        extract(Toml::string(text), None, file)
     }
+}
+
+fn extract(
+    toml: figment::providers::Data<Toml>,
+    env: Option<Env>,
+    file: &str,
+) -> Result<Config, ConfigError> {
+    let mut figment =
+        Figment::from(Serialized::default("sink.kind", DEFAULT_SINK_KIND)).merge(toml);
+    if let Some(env) = env {
+        figment = figment.merge(env);
+    }
+    let raw: RawConfig = figment.extract().map_err(|e| ConfigError::Parse {
+        file: file.to_owned(),
+        detail: describe(&figment, e),
+    })?;
+    raw.validate(file)
 }
 
 /// `CDCD_<SECTION>__<KEY>` variables only: other `CDCD_*` variables (`CDCD_LOG`, a test bed's
@@ -506,30 +301,62 @@ fn section_env() -> Env {
         .split("__")
 }
 
-fn describe_figment_error(e: figment::Error) -> String {
-    e.into_iter()
-        .map(|e| {
-            let key = e.path.join(".");
-            let kind = e.kind.to_string();
-            if key.is_empty() {
-                kind
-            } else {
-                format!("key `{key}`: {kind}")
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
 impl RawConfig {
     /// Checks every value and builds the typed [`Config`].
     pub fn validate(self, file: &str) -> Result<Config, ConfigError> {
+        let pipeline = self.pipeline.validate(file)?;
+        let ctx = Context {
+            file,
+            pipeline: &pipeline.name,
+            spill_dir: self.pipeline.spill_dir.as_deref(),
+        };
+        let source = match self.source {
+            RawSource::Postgres(raw) => SourceConfig::Postgres(raw.validate(&ctx)?),
+            RawSource::Mysql(raw) => SourceConfig::MySql(raw.validate(&ctx)?),
+        };
+        let (sink, s3) = match self.sink {
+            RawSink::Iceberg(raw) => {
+                let s3 = raw.s3.clone();
+                (SinkConfig::Iceberg(raw.validate(&ctx)?), s3)
+            }
+            RawSink::Lsm(raw) => {
+                let s3 = raw.s3.clone();
+                (SinkConfig::Lsm(raw.validate(&ctx)?), s3)
+            }
+        };
+        let s3 = match s3 {
+            Some(raw) => raw.validate(&ctx)?,
+            None => S3Config::default(),
+        };
+        Ok(Config {
+            file: file.to_owned(),
+            pipeline: pipeline.name,
+            commit_interval_ms: self.pipeline.commit_interval_ms,
+            commit_max_rows: self.pipeline.commit_max_rows,
+            snapshot_commit_rows: self.pipeline.snapshot_commit_rows,
+            source,
+            sink,
+            metrics_listen: self.metrics.listen,
+            s3,
+            lease_ttl_ms: self.pipeline.lease_ttl_ms,
+            standby: self.pipeline.standby,
+        })
+    }
+}
+
+/// The checked `[pipeline]` values that are not copied as they are.
+struct Pipeline {
+    name: String,
+}
+
+impl RawPipeline {
+    fn validate(&self, file: &str) -> Result<Pipeline, ConfigError> {
         let bad = |key: &'static str, detail: String| ConfigError::Invalid {
             file: file.to_owned(),
             key,
             detail,
         };
-        let name = self.pipeline.name.trim().to_owned();
+        let name = self.name.trim().to_owned();
         if name.is_empty()
             || !name
                 .chars()
@@ -540,13 +367,13 @@ impl RawConfig {
                 format!("{name:?} must be non-empty and use only letters, digits, '_' or '-'"),
             ));
         }
-        if self.pipeline.commit_interval_ms == 0 {
+        if self.commit_interval_ms == 0 {
             return Err(bad(
                 "pipeline.commit_interval_ms",
                 "must be at least 1".into(),
             ));
         }
-        if self.pipeline.lease_ttl_ms < 1000 {
+        if self.lease_ttl_ms < 1000 {
             return Err(bad(
                 "pipeline.lease_ttl_ms",
                 "must be at least 1000 (a lease renewed more often than every 330 ms would \
@@ -554,563 +381,54 @@ impl RawConfig {
                     .into(),
             ));
         }
-        if self.pipeline.commit_max_rows == 0 {
+        if self.commit_max_rows == 0 {
             return Err(bad("pipeline.commit_max_rows", "must be at least 1".into()));
         }
-        if self.pipeline.snapshot_commit_rows == 0 {
+        if self.snapshot_commit_rows == 0 {
             return Err(bad(
                 "pipeline.snapshot_commit_rows",
                 "must be at least 1".into(),
             ));
         }
-        let source = match self.source.kind.as_str() {
-            "postgres" => SourceConfig::Postgres(self.postgres(&name, file)?),
-            "mysql" => SourceConfig::MySql(self.mysql(file)?),
-            other => {
-                return Err(bad(
-                    "source.kind",
-                    format!("{other:?} is not a source kind; use \"postgres\" or \"mysql\""),
-                ))
-            }
-        };
-        let sink = match self.sink.kind.as_str() {
-            "iceberg" => {
-                let delete_mode = match self.sink.delete_mode.as_deref() {
-                    Some("equality") => DeleteMode::Equality,
-                    // The default (DESIGN.md): engines that refuse or slow down on equality
-                    // deletes read deletion vectors well; the primary-key index locates rows.
-                    None | Some("deletion-vectors") => DeleteMode::DeletionVectors,
-                    Some(other) => {
-                        return Err(bad(
-                            "sink.delete_mode",
-                            format!("{other:?} is not a delete mode; use \"equality\" or \"deletion-vectors\""),
-                        ))
-                    }
-                };
-                let warehouse = normalize_warehouse(&self.sink.warehouse)
-                    .map_err(|d| bad("sink.warehouse", d))?;
-                if let Some(ns) = &self.sink.namespace {
-                    if !valid_ident(ns) {
-                        return Err(bad(
-                            "sink.namespace",
-                            format!("{ns:?} must be non-empty without '/' or '.'"),
-                        ));
-                    }
-                }
-                SinkConfig::Iceberg(IcebergConfig {
-                    warehouse,
-                    namespace: self.sink.namespace.clone(),
-                    delete_mode,
-                })
-            }
-            "lsm" => SinkConfig::Lsm(self.lsm(file)?),
-            other => {
-                return Err(bad(
-                    "sink.kind",
-                    format!("{other:?} is not a sink kind; use \"iceberg\" or \"lsm\""),
-                ))
-            }
-        };
-        Ok(Config {
-            file: file.to_owned(),
-            pipeline: name,
-            commit_interval_ms: self.pipeline.commit_interval_ms,
-            commit_max_rows: self.pipeline.commit_max_rows,
-            snapshot_commit_rows: self.pipeline.snapshot_commit_rows,
-            source,
-            sink,
-            metrics_listen: self.metrics.listen.clone(),
-            s3: self.s3(file)?,
-            lease_ttl_ms: self.pipeline.lease_ttl_ms,
-            standby: self.pipeline.standby,
-        })
+        Ok(Pipeline { name })
     }
+}
 
-    fn s3(&self, file: &str) -> Result<S3Config, ConfigError> {
-        let Some(raw) = &self.sink.s3 else {
-            return Ok(S3Config::default());
-        };
-        if let Some(endpoint) = &raw.endpoint {
+impl RawS3 {
+    fn validate(self, ctx: &Context<'_>) -> Result<S3Config, ConfigError> {
+        if let Some(endpoint) = &self.endpoint {
             let ok = url::Url::parse(endpoint)
                 .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
             if !ok {
-                return Err(ConfigError::Invalid {
-                    file: file.to_owned(),
-                    key: "sink.s3.endpoint",
-                    detail: format!("{endpoint:?} must be an http:// or https:// URL"),
-                });
-            }
-        }
-        if raw.access_key_id.is_some() != raw.secret_access_key.is_some() {
-            return Err(ConfigError::Invalid {
-                file: file.to_owned(),
-                key: "sink.s3.secret_access_key",
-                detail: "set both access_key_id and secret_access_key, or neither".into(),
-            });
-        }
-        Ok(S3Config {
-            endpoint: raw.endpoint.clone(),
-            region: raw.region.clone(),
-            access_key_id: raw.access_key_id.clone(),
-            secret_access_key: raw.secret_access_key.clone(),
-            allow_http: raw.allow_http,
-        })
-    }
-
-    fn lsm(&self, file: &str) -> Result<LsmConfig, ConfigError> {
-        let bad = |key: &'static str, detail: String| ConfigError::Invalid {
-            file: file.to_owned(),
-            key,
-            detail,
-        };
-        let s = &self.sink;
-        if s.delete_mode.is_some() {
-            return Err(bad(
-                "sink.delete_mode",
-                "applies to iceberg sinks only".into(),
-            ));
-        }
-        if s.s3.is_some() {
-            return Err(bad(
-                "sink.s3",
-                "S3 warehouses are not supported by this build yet; use a local path".into(),
-            ));
-        }
-        let warehouse = normalize_warehouse(&s.warehouse).map_err(|d| bad("sink.warehouse", d))?;
-        if let Some(ns) = &s.namespace {
-            if !valid_ident(ns) {
-                return Err(bad(
-                    "sink.namespace",
-                    format!("{ns:?} must be non-empty without '/' or '.'"),
+                return Err(ctx.invalid(
+                    "sink.s3.endpoint",
+                    format!("{endpoint:?} must be an http:// or https:// URL"),
                 ));
             }
         }
-        let buckets = s.buckets.unwrap_or(4);
-        if !(1..=1024).contains(&buckets) {
-            return Err(bad("sink.buckets", format!("{buckets}: use 1 to 1024")));
-        }
-        let merge_engine = match s.merge_engine.as_deref() {
-            None | Some("deduplicate") => MergeEngine::Deduplicate,
-            Some("partial-update") => MergeEngine::PartialUpdate,
-            Some(other) => {
-                return Err(bad(
-                    "sink.merge_engine",
-                    format!("{other:?}: use \"deduplicate\" or \"partial-update\""),
-                ))
-            }
-        };
-        let compaction_trigger = s.compaction_trigger.unwrap_or(5);
-        if !(2..=100).contains(&compaction_trigger) {
-            return Err(bad(
-                "sink.compaction_trigger",
-                format!("{compaction_trigger}: use 2 to 100"),
+        if self.access_key_id.is_some() != self.secret_access_key.is_some() {
+            return Err(ctx.invalid(
+                "sink.s3.secret_access_key",
+                "set both access_key_id and secret_access_key, or neither",
             ));
         }
-        let snapshots_retained = s.snapshots_retained.unwrap_or(30);
-        if snapshots_retained == 0 {
-            return Err(bad("sink.snapshots_retained", "must be at least 1".into()));
-        }
-        Ok(LsmConfig {
-            warehouse,
-            namespace: s.namespace.clone(),
-            buckets,
-            merge_engine,
-            compaction_trigger,
-            snapshots_retained,
-            snapshot_time_retained_ms: s.snapshot_time_retained_ms,
-            deletion_vectors: s.deletion_vectors.unwrap_or(false),
+        Ok(S3Config {
+            endpoint: self.endpoint,
+            region: self.region,
+            access_key_id: self.access_key_id,
+            secret_access_key: self.secret_access_key,
+            allow_http: self.allow_http,
         })
-    }
-
-    /// Parses `source.url` (`<scheme>://user[:password]@host:port/db`), the part both sources
-    /// share; `source.password` wins over a password in the URL.
-    fn source_url(
-        &self,
-        file: &str,
-        schemes: [&str; 2],
-        default_port: u16,
-        default_user: &str,
-    ) -> Result<SourceUrl, ConfigError> {
-        let bad = |detail: String| ConfigError::Invalid {
-            file: file.to_owned(),
-            key: "source.url",
-            detail,
-        };
-        let expected = format!("expected {}://user@host:port/db", schemes[0]);
-        let s = &self.source;
-        let url = url::Url::parse(&s.url).map_err(|e| {
-            bad(format!(
-                "{:?} is not a URL ({e}); {expected}",
-                redact_url(&s.url)
-            ))
-        })?;
-        if !schemes.contains(&url.scheme()) {
-            return Err(bad(format!("scheme {:?}: {expected}", url.scheme())));
-        }
-        let database = url.path().trim_start_matches('/').to_owned();
-        if database.is_empty() {
-            return Err(bad(format!("names no database: {expected}")));
-        }
-        Ok(SourceUrl {
-            host: url.host_str().unwrap_or("localhost").to_owned(),
-            port: url.port().unwrap_or(default_port),
-            user: match url.username() {
-                "" => default_user.to_owned(),
-                u => percent_decode(u),
-            },
-            password: s
-                .password
-                .clone()
-                .or_else(|| url.password().map(percent_decode)),
-            database,
-            url,
-        })
-    }
-
-    fn postgres(&self, pipeline: &str, file: &str) -> Result<PostgresConfig, ConfigError> {
-        let bad = |key: &'static str, detail: String| ConfigError::Invalid {
-            file: file.to_owned(),
-            key,
-            detail,
-        };
-        let s = &self.source;
-        let SourceUrl {
-            url: _,
-            host,
-            port,
-            user,
-            password,
-            database,
-        } = self.source_url(file, ["postgres", "postgresql"], 5432, "postgres")?;
-        if s.tables.is_empty() {
-            return Err(bad(
-                "source.tables",
-                "is empty: list schema.table patterns such as \"public.orders\" or \"public.*\""
-                    .into(),
-            ));
-        }
-        for t in &s.tables {
-            match t.split_once('.') {
-                Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains('.') => {}
-                _ => {
-                    return Err(bad(
-                        "source.tables",
-                        format!(
-                            "{t:?} is not schema.table (e.g. \"public.orders\" or \"public.*\")"
-                        ),
-                    ))
-                }
-            }
-        }
-        let default_name = format!("cdcd_{}", pipeline.replace('-', "_"));
-        let slot = s.slot.clone().unwrap_or_else(|| default_name.clone());
-        if !slot
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-            || slot.is_empty()
-            || slot.len() > 63
-        {
-            return Err(bad(
-                "source.slot",
-                format!("{slot:?}: Postgres slot names use only lower-case letters, digits and '_' (at most 63)"),
-            ));
-        }
-        let publication = s.publication.clone().unwrap_or(default_name);
-        if publication.is_empty() || publication.contains(['\'', '"', ',', ' ']) {
-            return Err(bad(
-                "source.publication",
-                format!("{publication:?} is not a usable publication name"),
-            ));
-        }
-        let snapshot = match s.snapshot.as_deref() {
-            None | Some("initial") => SnapshotMode::Initial,
-            Some("never") => SnapshotMode::Never,
-            Some(other) => {
-                return Err(bad(
-                    "source.snapshot",
-                    format!("{other:?}: use \"initial\" or \"never\""),
-                ))
-            }
-        };
-        if s.server_id.is_some() {
-            return Err(bad(
-                "source.server_id",
-                "applies to mysql sources only".into(),
-            ));
-        }
-        if s.zero_date.is_some() {
-            return Err(bad(
-                "source.zero_date",
-                "applies to mysql sources only".into(),
-            ));
-        }
-        if s.start_position.is_some() {
-            return Err(bad(
-                "source.start_position",
-                "applies to mysql sources only".into(),
-            ));
-        }
-        let stream_memory_bytes = s.stream_memory_bytes.unwrap_or(64 << 20);
-        if stream_memory_bytes == 0 {
-            return Err(bad(
-                "source.stream_memory_bytes",
-                "must be at least 1".into(),
-            ));
-        }
-        let heartbeat_interval = match s.heartbeat_interval_ms.unwrap_or(10_000) {
-            0 => None,
-            ms => Some(std::time::Duration::from_millis(ms)),
-        };
-        let snapshot_parallelism = s.snapshot_parallelism.unwrap_or(4);
-        if snapshot_parallelism == 0 {
-            return Err(bad(
-                "source.snapshot_parallelism",
-                "must be at least 1".into(),
-            ));
-        }
-        let snapshot_chunk_rows = s.snapshot_chunk_rows.unwrap_or(250_000);
-        if snapshot_chunk_rows == 0 {
-            return Err(bad(
-                "source.snapshot_chunk_rows",
-                "must be at least 1".into(),
-            ));
-        }
-        Ok(PostgresConfig {
-            heartbeat_interval,
-            snapshot_parallelism,
-            snapshot_chunk_rows,
-            host,
-            port,
-            user,
-            password,
-            database,
-            tables: s.tables.clone(),
-            slot,
-            publication,
-            snapshot,
-            stream_memory_bytes,
-            spill_dir: self
-                .pipeline
-                .spill_dir
-                .clone()
-                .unwrap_or_else(std::env::temp_dir),
-        })
-    }
-
-    fn mysql(&self, file: &str) -> Result<MySqlConfig, ConfigError> {
-        let bad = |key: &'static str, detail: String| ConfigError::Invalid {
-            file: file.to_owned(),
-            key,
-            detail,
-        };
-        let s = &self.source;
-        let SourceUrl {
-            url,
-            host,
-            port,
-            user,
-            password,
-            database,
-        } = self.source_url(file, ["mysql", "mariadb"], 3306, "root")?;
-        let mut tls = None;
-        for (k, v) in url.query_pairs() {
-            match (k.as_ref(), v.to_ascii_lowercase().as_str()) {
-                ("ssl-mode" | "sslmode", "disabled" | "disable" | "preferred" | "prefer") => {}
-                ("ssl-mode" | "sslmode", "required" | "require") => tls = Some(false),
-                ("ssl-mode" | "sslmode", "verify_ca" | "verify_identity" | "verify-full") => {
-                    tls = Some(true)
-                }
-                (other, v) => {
-                    return Err(bad(
-                        "source.url",
-                        format!("query parameter {other}={v:?}: only ssl-mode=disabled|required|verify_identity is understood"),
-                    ))
-                }
-            }
-        }
-        if s.tables.is_empty() {
-            return Err(bad(
-                "source.tables",
-                "is empty: list db.table patterns such as \"shop.orders\" or \"shop.*\"".into(),
-            ));
-        }
-        for t in &s.tables {
-            match t.split_once('.') {
-                Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains('.') => {}
-                _ => {
-                    return Err(bad(
-                        "source.tables",
-                        format!("{t:?} is not db.table (e.g. \"shop.orders\" or \"shop.*\")"),
-                    ))
-                }
-            }
-        }
-        let server_id = match s.server_id {
-            Some(0) => {
-                return Err(bad(
-                    "source.server_id",
-                    "0 is not a valid replica id; pick a number no server or replica uses".into(),
-                ))
-            }
-            Some(id) => id,
-            None => return Err(bad(
-                "source.server_id",
-                "is required for mysql: a replica id no server or other replica uses, e.g. 4242"
-                    .into(),
-            )),
-        };
-        let snapshot = match s.snapshot.as_deref() {
-            None | Some("initial") => SnapshotMode::Initial,
-            Some("never") => SnapshotMode::Never,
-            Some(other) => {
-                return Err(bad(
-                    "source.snapshot",
-                    format!("{other:?}: use \"initial\" or \"never\""),
-                ))
-            }
-        };
-        let zero_date = match s.zero_date.as_deref() {
-            None | Some("null") => ZeroDate::Null,
-            Some("error") => ZeroDate::Error,
-            Some(other) => {
-                return Err(bad(
-                    "source.zero_date",
-                    format!("{other:?}: use \"null\" or \"error\""),
-                ))
-            }
-        };
-        let start_position = match s.start_position.as_deref() {
-            None => None,
-            Some(_) if snapshot != SnapshotMode::Never => {
-                return Err(bad(
-                    "source.start_position",
-                    "needs snapshot = \"never\" (an initial copy starts at its own snapshot)"
-                        .into(),
-                ))
-            }
-            Some(text) => match text.parse::<crate::changelog::Position>() {
-                Ok(p @ crate::changelog::Position::Postgres(_)) => {
-                    return Err(bad(
-                        "source.start_position",
-                        format!("{p} is a Postgres LSN, not a binlog position"),
-                    ))
-                }
-                Ok(p) => Some(p),
-                Err(e) => return Err(bad("source.start_position", e.to_string())),
-            },
-        };
-        for (key, set) in [
-            ("source.slot", s.slot.is_some()),
-            ("source.publication", s.publication.is_some()),
-            (
-                "source.stream_memory_bytes",
-                s.stream_memory_bytes.is_some(),
-            ),
-        ] {
-            if set {
-                return Err(bad(key, "applies to postgres sources only".into()));
-            }
-        }
-        Ok(MySqlConfig {
-            host,
-            port,
-            user,
-            password,
-            database,
-            tables: s.tables.clone(),
-            server_id,
-            snapshot,
-            zero_date,
-            tls,
-            snapshot_chunk_rows: mysql_chunk_rows(s.snapshot_chunk_rows)
-                .map_err(|d| bad("source.snapshot_chunk_rows", d))?,
-            start_position,
-        })
-    }
-}
-
-/// `source.snapshot_chunk_rows` for MySQL (default 250000, at least 1).
-fn mysql_chunk_rows(value: Option<u64>) -> Result<u64, String> {
-    match value.unwrap_or(250_000) {
-        0 => Err("must be at least 1".into()),
-        n => Ok(n),
-    }
-}
-
-fn valid_ident(s: &str) -> bool {
-    !s.is_empty() && !s.contains(['/', '.', '\\'])
-}
-
-/// What [`RawConfig::source_url`] takes from `source.url`.
-struct SourceUrl {
-    url: url::Url,
-    host: String,
-    port: u16,
-    user: String,
-    password: Option<String>,
-    database: String,
-}
-
-fn percent_decode(s: &str) -> String {
-    url::form_urlencoded::parse(format!("x={s}").as_bytes())
-        .next()
-        .map(|(_, v)| v.into_owned())
-        .unwrap_or_else(|| s.to_owned())
-}
-
-/// A warehouse URL in canonical form: `file:///absolute/path` (a bare path is made absolute) or
-/// `s3://bucket/prefix`.
-pub fn normalize_warehouse(w: &str) -> Result<String, String> {
-    let w = w.trim().trim_end_matches('/');
-    if w.is_empty() {
-        return Err("is empty".into());
-    }
-    if let Some(rest) = w.strip_prefix("file://") {
-        if !rest.starts_with('/') {
-            return Err(format!(
-                "{w:?}: a file URL needs an absolute path (file:///…)"
-            ));
-        }
-        return Ok(format!("file://{rest}"));
-    }
-    if w.starts_with("s3://") {
-        return Ok(w.to_owned());
-    }
-    if w.contains("://") {
-        return Err(format!(
-            "{w:?}: use file:///path, a local path, or s3://bucket/prefix"
-        ));
-    }
-    let path = Path::new(w);
-    let abs = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        std::env::current_dir()
-            .map_err(|e| format!("cannot resolve {w:?}: {e}"))?
-            .join(path)
-    };
-    let text = abs.display().to_string();
-    let text = text.trim_end_matches('/').replace("/./", "/");
-    Ok(format!("file://{text}"))
-}
-
-/// The URL with any password replaced by `***`, for messages.
-pub fn redact_url(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        Ok(u) => u.to_string(),
-        Err(_) => "<unparsable url>".into(),
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use super::messages::{kind_names, kinds, one_of};
     use super::*;
 
-    const MINIMAL: &str = r#"
+    /// A Postgres source and an Iceberg sink, every other key at its default.
+    pub(crate) const MINIMAL: &str = r#"
 [pipeline]
 name = "shop"
 [source]
@@ -1120,32 +438,6 @@ tables = ["public.*"]
 [sink]
 warehouse = "/tmp/wh"
 "#;
-
-    #[test]
-    fn mysql_source_validates() {
-        let text = r#"
-[pipeline]
-name = "shop"
-[source]
-kind = "mysql"
-url = "mysql://cdc:pw@127.0.0.1:53316/shop?ssl-mode=required"
-tables = ["shop.*"]
-server_id = 4242
-zero_date = "error"
-"#;
-        let c = Config::from_toml(text, "p.toml").unwrap();
-        let SourceConfig::MySql(my) = &c.source else {
-            panic!("mysql source expected")
-        };
-        assert_eq!((my.port, my.server_id, my.tls), (53316, 4242, Some(false)));
-        assert_eq!(my.password.as_deref(), Some("pw"));
-        assert_eq!(my.zero_date, ZeroDate::Error);
-        let missing = text.replace("server_id = 4242\n", "");
-        let err = Config::from_toml(&missing, "p.toml")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("source.server_id"), "{err}");
-    }
 
     #[test]
     fn snapshot_commit_rows_defaults_and_must_be_positive() {
@@ -1190,24 +482,6 @@ zero_date = "error"
     }
 
     #[test]
-    fn heartbeat_interval_defaults_and_turns_off() {
-        let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
-        let SourceConfig::Postgres(pg) = &c.source else {
-            panic!("postgres")
-        };
-        assert_eq!(
-            pg.heartbeat_interval,
-            Some(std::time::Duration::from_secs(10))
-        );
-        let off = MINIMAL.replace("[source]", "[source]\nheartbeat_interval_ms = 0");
-        let c = Config::from_toml(&off, "p.toml").unwrap();
-        let SourceConfig::Postgres(pg) = &c.source else {
-            panic!("postgres")
-        };
-        assert_eq!(pg.heartbeat_interval, None);
-    }
-
-    #[test]
     fn unknown_key_is_named() {
         let text = MINIMAL.replace("[sink]", "[sink]\nwarehous = \"x\"");
         let e = Config::from_toml(&text, "p.toml").unwrap_err().to_string();
@@ -1219,21 +493,6 @@ zero_date = "error"
         let text = MINIMAL.replace("name = \"shop\"", "");
         let e = Config::from_toml(&text, "p.toml").unwrap_err().to_string();
         assert!(e.contains("name"), "{e}");
-    }
-
-    #[test]
-    fn delete_mode_defaults_to_deletion_vectors() {
-        let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
-        let SinkConfig::Iceberg(ice) = &c.sink else {
-            panic!("iceberg")
-        };
-        assert_eq!(ice.delete_mode, DeleteMode::DeletionVectors);
-        let text = MINIMAL.replace("[sink]", "[sink]\ndelete_mode = \"equality\"");
-        let c = Config::from_toml(&text, "p.toml").unwrap();
-        let SinkConfig::Iceberg(ice) = &c.sink else {
-            panic!("iceberg")
-        };
-        assert_eq!(ice.delete_mode, DeleteMode::Equality);
     }
 
     #[test]
@@ -1287,23 +546,6 @@ zero_date = "error"
     }
 
     #[test]
-    fn lsm_sink_keys() {
-        let text = MINIMAL.replace("[sink]", "[sink]\nkind = \"lsm\"\nbuckets = 2");
-        let c = Config::from_toml(&text, "p.toml").unwrap();
-        let SinkConfig::Lsm(lsm) = &c.sink else {
-            panic!("lsm")
-        };
-        assert_eq!(lsm.buckets, 2);
-        assert_eq!(lsm.merge_engine, MergeEngine::Deduplicate);
-        let text = MINIMAL.replace(
-            "[sink]",
-            "[sink]\nkind = \"lsm\"\nmerge_engine = \"first-row\"",
-        );
-        let e = Config::from_toml(&text, "p.toml").unwrap_err().to_string();
-        assert!(e.contains("sink.merge_engine"), "{e}");
-    }
-
-    #[test]
     fn warehouse_forms() {
         assert_eq!(normalize_warehouse("/a/b/").unwrap(), "file:///a/b");
         assert_eq!(normalize_warehouse("file:///a").unwrap(), "file:///a");
@@ -1337,5 +579,180 @@ zero_date = "error"
         let bad = format!("{MINIMAL}[sink.s3]\nendpoint = \"localhost:9000\"\n");
         let e = Config::from_toml(&bad, "p.toml").unwrap_err().to_string();
         assert!(e.contains("sink.s3.endpoint"), "{e}");
+    }
+
+    /// The message a user sees for `text`.
+    fn error(text: &str) -> String {
+        match Config::from_toml(text, "p.toml") {
+            Ok(_) => panic!("accepted:\n{text}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    const MYSQL: &str = r#"
+[pipeline]
+name = "shop"
+[source]
+kind = "mysql"
+url = "mysql://cdc:s3cret@127.0.0.1:53316/shop"
+tables = ["shop.*"]
+server_id = 4242
+"#;
+
+    #[test]
+    fn unknown_key_in_a_kind_is_named_with_the_keys_it_takes() {
+        let e = error(&MINIMAL.replace("[source]", "[source]\nslott = \"x\""));
+        assert!(
+            e.starts_with("p.toml: key `source.slott`: unknown key;"),
+            "{e}"
+        );
+        assert!(e.contains("`kind`, `url`") && e.contains("`slot`"), "{e}");
+        let e = error(&format!("{MINIMAL}[sink.s3]\nendpointt = \"x\"\n"));
+        assert!(
+            e.starts_with("p.toml: key `sink.s3.endpointt`: unknown key;"),
+            "{e}"
+        );
+        let e = error(&format!("{MINIMAL}[sinks]\nkind = \"lsm\"\n"));
+        assert!(e.starts_with("p.toml: key `sinks`: unknown key;"), "{e}");
+    }
+
+    #[test]
+    fn key_of_another_kind_is_refused_naming_the_kind_it_applies_to() {
+        let e = error(&MINIMAL.replace("[source]", "[source]\nserver_id = 1"));
+        assert_eq!(
+            e,
+            "p.toml: key `source.server_id`: applies to mysql sources only"
+        );
+        for key in ["slot = \"s\"", "heartbeat_interval_ms = 5"] {
+            let e = error(&format!("{MYSQL}{key}\n"));
+            assert!(e.ends_with("applies to postgres sources only"), "{e}");
+            assert!(e.starts_with("p.toml: key `source."), "{e}");
+        }
+        // Under the default kind too: `buckets` is an LSM key.
+        for sink in ["[sink]", "[sink]\nkind = \"iceberg\""] {
+            let e = error(&MINIMAL.replace("[sink]", &format!("{sink}\nbuckets = 3")));
+            assert_eq!(e, "p.toml: key `sink.buckets`: applies to lsm sinks only");
+        }
+        let e = error(&MINIMAL.replace(
+            "[sink]",
+            "[sink]\nkind = \"lsm\"\ndelete_mode = \"equality\"",
+        ));
+        assert_eq!(
+            e,
+            "p.toml: key `sink.delete_mode`: applies to iceberg sinks only"
+        );
+    }
+
+    #[test]
+    fn wrong_type_inside_a_kind_names_the_key() {
+        let e = error(&MINIMAL.replace("[source]", "[source]\nsnapshot_chunk_rows = \"x\""));
+        assert!(
+            e.starts_with("p.toml: key `source.snapshot_chunk_rows`: invalid type"),
+            "{e}"
+        );
+        let e = error(&MINIMAL.replace("[sink]", "[sink]\nkind = \"lsm\"\nbuckets = \"a\""));
+        assert!(
+            e.starts_with("p.toml: key `sink.buckets`: invalid type"),
+            "{e}"
+        );
+        let e = error(&format!("{MINIMAL}[sink.s3]\nallow_http = \"yes\"\n"));
+        assert!(
+            e.starts_with("p.toml: key `sink.s3.allow_http`: invalid type"),
+            "{e}"
+        );
+        let e = error(&format!("{MYSQL}zero_date = \"never\"\n"));
+        assert_eq!(
+            e,
+            "p.toml: key `source.zero_date`: \"never\": use \"null\" or \"error\""
+        );
+    }
+
+    #[test]
+    fn missing_key_inside_a_kind_is_named() {
+        let e = error(&MINIMAL.replace("tables = [\"public.*\"]", ""));
+        assert_eq!(e, "p.toml: key `source.tables`: is required");
+        let e = error(&MINIMAL.replace("kind = \"postgres\"", ""));
+        assert_eq!(
+            e,
+            "p.toml: key `source.kind`: is required: use \"postgres\" or \"mysql\""
+        );
+    }
+
+    #[test]
+    fn unknown_kind_is_named() {
+        let e = error(&MINIMAL.replace("kind = \"postgres\"", "kind = \"oracle\""));
+        assert_eq!(
+            e,
+            "p.toml: key `source.kind`: \"oracle\" is not a source kind; use \"postgres\" or \"mysql\""
+        );
+        let e = error(&MINIMAL.replace("[sink]", "[sink]\nkind = \"paimon\""));
+        assert_eq!(
+            e,
+            "p.toml: key `sink.kind`: \"paimon\" is not a sink kind; use \"iceberg\" or \"lsm\""
+        );
+        let e = error(&MINIMAL.replace("kind = \"postgres\"", "kind = 1"));
+        assert!(
+            e.starts_with("p.toml: key `source.kind`:") && e.contains("is not a source kind"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn every_kind_is_listed_for_messages() {
+        // serde's own list of variants, from the derived enums, against `kinds()`.
+        let e = error(&MINIMAL.replace("kind = \"postgres\"", "kind = \"?\""));
+        assert!(e.ends_with(&one_of(&kind_names("source"))), "{e}");
+        let e = error(&MINIMAL.replace("[sink]", "[sink]\nkind = \"?\""));
+        assert!(e.ends_with(&one_of(&kind_names("sink"))), "{e}");
+        for k in kinds() {
+            assert!(!(k.keys)().is_empty(), "{} {}", k.section, k.name);
+        }
+    }
+
+    #[test]
+    fn secret_values_stay_out_of_type_errors() {
+        let e = error(&MINIMAL.replace("[source]", "[source]\npassword = 918273"));
+        assert!(e.starts_with("p.toml: key `source.password`:"), "{e}");
+        assert!(!e.contains("918273"), "{e}");
+        let e = error(&format!("{MINIMAL}[sink.s3]\nsecret_access_key = 918273\n"));
+        assert!(!e.contains("918273"), "{e}");
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)]
+    fn no_sink_section_is_iceberg_and_env_picks_the_kind() {
+        let text = MINIMAL.replace("[sink]\nwarehouse = \"/tmp/wh\"\n", "");
+        let c = Config::from_toml(&text, "p.toml").unwrap();
+        let SinkConfig::Iceberg(ice) = &c.sink else {
+            panic!("iceberg is the default sink")
+        };
+        assert!(ice.warehouse.ends_with("/warehouse"), "{}", ice.warehouse);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.toml");
+        std::fs::write(&path, MINIMAL).unwrap();
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("CDCD_SINK__KIND", "lsm");
+            jail.set_env("CDCD_SINK__BUCKETS", "8");
+            let c = Config::load(&path).map_err(|e| e.to_string())?;
+            let SinkConfig::Lsm(lsm) = &c.sink else {
+                panic!("CDCD_SINK__KIND picks the lsm sink")
+            };
+            assert_eq!(lsm.buckets, 8);
+            jail.set_env("CDCD_SINK__KIND", "iceberg");
+            let e = Config::load(&path).unwrap_err().to_string();
+            assert!(
+                e.ends_with("key `sink.buckets`: applies to lsm sinks only"),
+                "{e}"
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn shipped_example_config_is_valid() {
+        let text = include_str!("../config/pipeline.example.toml");
+        let c = Config::from_toml(text, "pipeline.example.toml").unwrap();
+        assert!(matches!(c.source, SourceConfig::Postgres(_)));
+        assert!(matches!(c.sink, SinkConfig::Iceberg(_)));
     }
 }

@@ -35,6 +35,7 @@ use crate::storage::Warehouse;
 
 pub mod cleanup;
 mod commit;
+pub mod config;
 pub mod deletes;
 mod encode;
 mod index;

@@ -69,6 +69,7 @@ pub mod binary_row;
 pub mod cleanup;
 mod commit;
 pub mod compaction;
+pub mod config;
 
 mod expire;
 mod lookup;

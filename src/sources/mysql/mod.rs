@@ -21,6 +21,7 @@
 
 pub mod assembler;
 pub mod chunks;
+pub mod config;
 pub mod copy;
 pub mod decoder;
 pub mod image;

@@ -22,6 +22,7 @@
 
 pub mod assembler;
 pub mod catalog;
+pub mod config;
 pub mod decoder;
 pub mod monitor;
 pub mod preflight;

@@ -1,0 +1,132 @@
+//! `[sink]` with `kind = "lsm"`: the keys as written ([`RawLsm`], whose field docs are the user
+//! docs), their checks, and the settings the LSM (Apache Paimon) sink runs with ([`LsmConfig`]).
+//! `crate::config` reads the file and picks this struct by `kind`.
+
+use serde::Deserialize;
+
+use crate::config::{default_warehouse, ConfigError, Context, RawS3};
+
+/// `[sink]` with `kind = "lsm"`: Apache Paimon primary-key tables.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLsm {
+    /// `file:///path` or a bare path (default `./warehouse`).
+    #[serde(default = "default_warehouse")]
+    pub warehouse: String,
+    /// Namespace (Paimon database) for every table; default: the source schema (Postgres) or
+    /// database (MySQL).
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// Fixed buckets per table, 1 to 1024 (default 4).
+    #[serde(default)]
+    pub buckets: Option<u32>,
+    /// "deduplicate" (default; cdcd completes partial rows) or "partial-update" (Paimon's engine
+    /// fills absent columns on read, but then a column can never be set to NULL).
+    #[serde(default)]
+    pub merge_engine: MergeEngine,
+    /// Sorted runs per bucket that trigger a compaction, 2 to 100 (default 5; commits wait at
+    /// +3).
+    #[serde(default)]
+    pub compaction_trigger: Option<usize>,
+    /// Snapshots kept by expiry (default 30).
+    #[serde(default)]
+    pub snapshots_retained: Option<usize>,
+    /// Also keep snapshots younger than this many milliseconds.
+    #[serde(default)]
+    pub snapshot_time_retained_ms: Option<u64>,
+    /// Paimon `deletion-vectors.enabled` tables (readers skip level 0; rows appear after the
+    /// background compaction). Default false.
+    #[serde(default)]
+    pub deletion_vectors: bool,
+    /// `[sink.s3]`: refused for now (this sink writes local warehouses only).
+    #[serde(default)]
+    pub s3: Option<RawS3>,
+}
+
+/// How an LSM (Paimon) table merges the versions of a key (`sink.merge_engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MergeEngine {
+    /// The newest version wins; cdcd writes whole rows (completing partial ones itself).
+    #[default]
+    Deduplicate,
+    /// Paimon's `partial-update`: NULL fields keep the previous value (so NULL cannot be set).
+    PartialUpdate,
+}
+
+/// Validated LSM (Apache Paimon) sink settings.
+#[derive(Debug, Clone)]
+pub struct LsmConfig {
+    /// The warehouse URL, normalized (`file:///abs/path`).
+    pub warehouse: String,
+    pub namespace: Option<String>,
+    pub buckets: u32,
+    pub merge_engine: MergeEngine,
+    pub compaction_trigger: usize,
+    pub snapshots_retained: usize,
+    pub snapshot_time_retained_ms: Option<u64>,
+    /// Paimon `deletion-vectors.enabled`: readers read only compacted files.
+    pub deletion_vectors: bool,
+}
+
+impl RawLsm {
+    /// Checks every key and builds the settings.
+    pub fn validate(self, ctx: &Context<'_>) -> Result<LsmConfig, ConfigError> {
+        if self.s3.is_some() {
+            return Err(ctx.invalid(
+                "sink.s3",
+                "S3 warehouses are not supported by this build yet; use a local path",
+            ));
+        }
+        let (warehouse, namespace) = ctx.sink_location(&self.warehouse, self.namespace)?;
+        let buckets = self.buckets.unwrap_or(4);
+        if !(1..=1024).contains(&buckets) {
+            return Err(ctx.invalid("sink.buckets", format!("{buckets}: use 1 to 1024")));
+        }
+        let compaction_trigger = self.compaction_trigger.unwrap_or(5);
+        if !(2..=100).contains(&compaction_trigger) {
+            return Err(ctx.invalid(
+                "sink.compaction_trigger",
+                format!("{compaction_trigger}: use 2 to 100"),
+            ));
+        }
+        let snapshots_retained = ctx.at_least_one(
+            "sink.snapshots_retained",
+            self.snapshots_retained.unwrap_or(30),
+        )?;
+        Ok(LsmConfig {
+            warehouse,
+            namespace,
+            buckets,
+            merge_engine: self.merge_engine,
+            compaction_trigger,
+            snapshots_retained,
+            snapshot_time_retained_ms: self.snapshot_time_retained_ms,
+            deletion_vectors: self.deletion_vectors,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MergeEngine;
+    use crate::config::tests::MINIMAL;
+    use crate::config::{Config, SinkConfig};
+
+    #[test]
+    fn lsm_sink_keys() {
+        let text = MINIMAL.replace("[sink]", "[sink]\nkind = \"lsm\"\nbuckets = 2");
+        let c = Config::from_toml(&text, "p.toml").unwrap();
+        let SinkConfig::Lsm(lsm) = &c.sink else {
+            panic!("lsm")
+        };
+        assert_eq!(lsm.buckets, 2);
+        assert_eq!(lsm.merge_engine, MergeEngine::Deduplicate);
+        let text = MINIMAL.replace(
+            "[sink]",
+            "[sink]\nkind = \"lsm\"\nmerge_engine = \"first-row\"",
+        );
+        let e = Config::from_toml(&text, "p.toml").unwrap_err().to_string();
+        assert!(e.contains("sink.merge_engine"), "{e}");
+    }
+}
