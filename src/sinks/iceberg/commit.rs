@@ -6,7 +6,8 @@
 //! another writer won version N and this commit fails with `CommitConflict` (nothing of it is
 //! referenced). A create that object_store retried after a timeout may find its own first
 //! attempt: equal bytes count as success (`storage::put_create`). The hint is rewritten
-//! afterwards and may lag after a crash; `metadata.rs` probes past it.
+//! afterwards and may lag after a crash; `metadata.rs` probes past it. Crash points
+//! `failpoints::COMMIT_BEFORE_CREATE` / `COMMIT_AFTER_CREATE` bracket the metadata put.
 
 use std::collections::HashMap;
 
@@ -18,6 +19,7 @@ use object_store::{ObjectStoreExt, PutPayload};
 
 use super::metadata::{hint_location, metadata_location, Loaded};
 use crate::changelog::TableId;
+use crate::failpoints;
 use crate::sinks::SinkError;
 use crate::storage::{put_create, Created, Warehouse};
 
@@ -91,7 +93,11 @@ pub(crate) async fn publish(
         detail: format!("serializing {location}: {e}"),
     })?;
     let path = warehouse.path(&location)?;
+    failpoints::crash_point(failpoints::COMMIT_BEFORE_CREATE);
     let created = put_create(warehouse.store().as_ref(), &path, bytes::Bytes::from(json)).await;
+    if created.as_ref().is_ok_and(|c| c.is_ours()) {
+        failpoints::crash_point(failpoints::COMMIT_AFTER_CREATE);
+    }
     match created {
         Ok(Created::Created) => {}
         // Our metadata carries a fresh snapshot id and timestamp: equal bytes are this very

@@ -7,6 +7,7 @@
 //! commit point, so a crash before it leaves only unreferenced files, a second writer loses with
 //! a conflict instead of overwriting, and a retried put that finds its own bytes is a success. `LATEST` (and `EARLIEST` on the first
 //! snapshot) are hints written afterwards; readers verify them (pypaimon `SnapshotManager`).
+//! Crash points `failpoints::LSM_BEFORE_SNAPSHOT` / `LSM_AFTER_SNAPSHOT` bracket the snapshot put.
 //! The checkpoint rides in the snapshot's `properties` (DESIGN.md, "Checkpoint keys").
 
 use std::collections::{BTreeMap, HashMap};
@@ -19,6 +20,7 @@ use super::binary_row;
 use super::manifest::{self, DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta};
 use super::schema::PaimonSchema;
 use crate::changelog::TableId;
+use crate::failpoints;
 use crate::sinks::SinkError;
 use crate::storage::{put_create, Created, Warehouse};
 
@@ -394,7 +396,12 @@ pub async fn publish(
     let snap_loc = snapshot_location(&loc, id);
     let body = serde_json::to_vec_pretty(&snapshot).map_err(|e| corrupt(&snap_loc, e))?;
     let path = w.path(&snap_loc)?;
-    match put_create(w.store().as_ref(), &path, Bytes::from(body)).await {
+    failpoints::crash_point(failpoints::LSM_BEFORE_SNAPSHOT);
+    let created = put_create(w.store().as_ref(), &path, Bytes::from(body)).await;
+    if created.as_ref().is_ok_and(|c| c.is_ours()) {
+        failpoints::crash_point(failpoints::LSM_AFTER_SNAPSHOT);
+    }
+    match created {
         Ok(Created::Created) => {}
         // The snapshot names this commit's manifest lists (fresh uuids): equal bytes are this
         // very commit, landed by an attempt object_store retried.
