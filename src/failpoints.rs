@@ -10,7 +10,7 @@
 //! Where the points sit and what storage holds when they fire:
 //! - [`MULTIPART_AFTER_FIRST_PART`] (`storage/large.rs`): a multipart upload has sent one part
 //!   and is not complete; no object is visible.
-//! - [`COMMIT_BEFORE_CREATE`] (Iceberg publish, `sinks/iceberg/commit.rs`): data files,
+//! - [`COMMIT_BEFORE_CREATE`] (Iceberg publish, `sinks/iceberg/commit/publish.rs`): data files,
 //!   manifests and the manifest list are written, `v<N>.metadata.json` is not; the commit did not
 //!   happen and its files are orphans. Table creation (`v1`) passes here too.
 //! - [`COMMIT_AFTER_CREATE`] (same place): the metadata file is ours (created, or found with our

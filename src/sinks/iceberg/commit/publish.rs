@@ -1,5 +1,5 @@
-//! Publishing table metadata: `v<N>.metadata.json` written create-if-absent, then
-//! `version-hint.text`.
+//! The publish step: table metadata `v<N>.metadata.json` written create-if-absent, then
+//! `version-hint.text`; also the metadata of a new table and of a new snapshot on top of the old.
 //!
 //! The create-if-absent put (object_store `PutMode::Create`, atomic on local disk and S3) is the
 //! commit point: once it succeeds the snapshot is durable and visible; if the file already exists
@@ -17,9 +17,9 @@ use iceberg::spec::{
 };
 use object_store::{ObjectStoreExt, PutPayload};
 
-use super::metadata::{hint_location, metadata_location, Loaded};
 use crate::changelog::TableId;
 use crate::failpoints;
+use crate::sinks::iceberg::metadata::{hint_location, metadata_location, Loaded};
 use crate::sinks::SinkError;
 use crate::storage::{put_create, Created, Warehouse};
 
@@ -81,7 +81,7 @@ async fn winner_epoch(warehouse: &Warehouse, path: &object_store::path::Path) ->
 }
 
 /// Writes `metadata` as version `version` create-if-absent, then the version hint.
-pub(crate) async fn publish(
+pub(crate) async fn put_metadata(
     warehouse: &Warehouse,
     table: &TableId,
     version: u64,
