@@ -393,42 +393,7 @@ pub async fn publish(
         changelog_record_count: None,
         properties: Some(properties),
     };
-    let snap_loc = snapshot_location(&loc, id);
-    let body = serde_json::to_vec_pretty(&snapshot).map_err(|e| corrupt(&snap_loc, e))?;
-    let path = w.path(&snap_loc)?;
-    failpoints::crash_point(failpoints::LSM_BEFORE_SNAPSHOT);
-    let created = put_create(w.store().as_ref(), &path, Bytes::from(body)).await;
-    if created.as_ref().is_ok_and(|c| c.is_ours()) {
-        failpoints::crash_point(failpoints::LSM_AFTER_SNAPSHOT);
-    }
-    match created {
-        Ok(Created::Created) => {}
-        // The snapshot names this commit's manifest lists (fresh uuids): equal bytes are this
-        // very commit, landed by an attempt object_store retried.
-        Ok(Created::AlreadyOurs) => {
-            tracing::info!(table = %table, path = %snap_loc, "commit landed on an earlier attempt");
-        }
-        Ok(Created::Conflict) => {
-            let winner = read_snapshot(w, &loc, id)
-                .await
-                .ok()
-                .flatten()
-                .and_then(|s| {
-                    s.properties?
-                        .get(crate::checkpoint::LEASE_EPOCH_KEY)?
-                        .parse()
-                        .ok()
-                });
-            if let Some(fenced) = crate::sinks::fenced_by_winner(w, table, winner) {
-                return Err(fenced);
-            }
-            return Err(SinkError::CommitConflict {
-                table: table.clone(),
-                version: id as u64,
-            });
-        }
-        Err(e) => return Err(storage(&snap_loc)(e)),
-    }
+    put_snapshot(w, table, &loc, &snapshot).await?;
     // Hints: failures here do not undo the commit (readers verify hints).
     if let Err(e) = put(
         w,
@@ -456,4 +421,54 @@ pub async fn publish(
     state.manifests = base;
     state.snapshot = Some(snapshot);
     Ok(id)
+}
+
+/// The commit point: puts `snapshot` as `snapshot/snapshot-<id>` of the table at `location`,
+/// create-if-absent. `Ok`: the commit is durable; `CommitConflict` (or `Fenced`, when the winner
+/// holds a newer lease epoch): another writer took the id; any other error leaves the outcome
+/// unknown.
+async fn put_snapshot(
+    w: &Warehouse,
+    table: &TableId,
+    location: &str,
+    snapshot: &Snapshot,
+) -> Result<(), SinkError> {
+    let id = snapshot.id;
+    let snap_loc = snapshot_location(location, id);
+    let body = serde_json::to_vec_pretty(snapshot).map_err(|e| corrupt(&snap_loc, e))?;
+    let path = w.path(&snap_loc)?;
+    failpoints::crash_point(failpoints::LSM_BEFORE_SNAPSHOT);
+    let created = put_create(w.store().as_ref(), &path, Bytes::from(body)).await;
+    if created.as_ref().is_ok_and(|c| c.is_ours()) {
+        failpoints::crash_point(failpoints::LSM_AFTER_SNAPSHOT);
+    }
+    match created {
+        Ok(Created::Created) => Ok(()),
+        // The snapshot names this commit's manifest lists (fresh uuids): equal bytes are this
+        // very commit, landed by an attempt object_store retried.
+        Ok(Created::AlreadyOurs) => {
+            tracing::info!(table = %table, path = %snap_loc, "commit landed on an earlier attempt");
+            Ok(())
+        }
+        Ok(Created::Conflict) => {
+            let winner = read_snapshot(w, location, id)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|s| {
+                    s.properties?
+                        .get(crate::checkpoint::LEASE_EPOCH_KEY)?
+                        .parse()
+                        .ok()
+                });
+            if let Some(fenced) = crate::sinks::fenced_by_winner(w, table, winner) {
+                return Err(fenced);
+            }
+            Err(SinkError::CommitConflict {
+                table: table.clone(),
+                version: id as u64,
+            })
+        }
+        Err(e) => Err(storage(&snap_loc)(e)),
+    }
 }
