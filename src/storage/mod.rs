@@ -37,6 +37,8 @@ pub mod s3;
 
 pub use fence::{Fence, Fenced, FencedStore};
 pub use large::LargePuts;
+#[cfg(test)]
+pub(crate) use publish::LostAnswer;
 pub use publish::{put_create, Created};
 
 /// A warehouse URL could not be turned into a store, or a location lies outside the warehouse.

@@ -67,66 +67,24 @@ async fn holds(store: &dyn ObjectStore, path: &Path, ours: &[u8]) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-mod tests {
-    use super::*;
-    use crate::storage::Warehouse;
+pub(crate) use lost_answer::LostAnswer;
+
+#[cfg(test)]
+mod lost_answer {
+    use std::sync::Arc;
+
     use futures::stream::BoxStream;
-    use object_store::memory::InMemory;
+    use object_store::path::Path;
     use object_store::{
-        CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta,
-        PutMultipartOptions, PutResult,
+        CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+        PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult,
     };
-
-    /// The three answers on one store: a fresh create, the retry of a create that landed (the
-    /// object holds our bytes), and another writer's object.
-    async fn answers(w: &Warehouse) {
-        let path = w
-            .path(&w.location(&["ns", "t", "metadata", "v1.metadata.json"]))
-            .unwrap();
-        let ours = Bytes::from_static(b"{\"snapshot\": 1}");
-        let store = w.store().as_ref();
-        assert_eq!(
-            put_create(store, &path, ours.clone()).await.unwrap(),
-            Created::Created
-        );
-        // object_store's retry of a create whose first attempt landed sees the object it wrote.
-        assert_eq!(
-            put_create(store, &path, ours.clone()).await.unwrap(),
-            Created::AlreadyOurs
-        );
-        let theirs = Bytes::from_static(b"{\"snapshot\": 2}");
-        assert_eq!(
-            put_create(store, &path, theirs).await.unwrap(),
-            Created::Conflict
-        );
-        let got = store.get(&path).await.unwrap().bytes().await.unwrap();
-        assert_eq!(got, ours, "a conflicting create never overwrites");
-        // A longer body starting with ours is not ours.
-        let longer = Bytes::from_static(b"{\"snapshot\": 1}\n");
-        assert_eq!(
-            put_create(store, &path, longer).await.unwrap(),
-            Created::Conflict
-        );
-    }
-
-    #[tokio::test]
-    async fn in_memory_store_answers_created_already_ours_conflict() {
-        answers(&Warehouse::from_url("memory://").unwrap()).await;
-    }
-
-    #[tokio::test]
-    async fn local_dir_answers_created_already_ours_conflict() {
-        let dir = tempfile::tempdir().unwrap();
-        let w = Warehouse::from_url(&format!("file://{}", dir.path().display())).unwrap();
-        answers(&w).await;
-        assert!(dir.path().join("ns/t/metadata/v1.metadata.json").exists());
-    }
 
     /// A store whose creates land but whose answer is lost, so every create is sent twice, as
     /// object_store's retry does after a timeout: the second attempt finds the first's object.
+    /// For tests of every publisher.
     #[derive(Debug)]
-    struct LostAnswer(InMemory);
+    pub(crate) struct LostAnswer(pub(crate) Arc<dyn ObjectStore>);
 
     impl std::fmt::Display for LostAnswer {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -193,10 +151,63 @@ mod tests {
             self.0.copy_opts(from, to, options).await
         }
     }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::storage::Warehouse;
+    use object_store::memory::InMemory;
+
+    /// The three answers on one store: a fresh create, the retry of a create that landed (the
+    /// object holds our bytes), and another writer's object.
+    async fn answers(w: &Warehouse) {
+        let path = w
+            .path(&w.location(&["ns", "t", "metadata", "v1.metadata.json"]))
+            .unwrap();
+        let ours = Bytes::from_static(b"{\"snapshot\": 1}");
+        let store = w.store().as_ref();
+        assert_eq!(
+            put_create(store, &path, ours.clone()).await.unwrap(),
+            Created::Created
+        );
+        // object_store's retry of a create whose first attempt landed sees the object it wrote.
+        assert_eq!(
+            put_create(store, &path, ours.clone()).await.unwrap(),
+            Created::AlreadyOurs
+        );
+        let theirs = Bytes::from_static(b"{\"snapshot\": 2}");
+        assert_eq!(
+            put_create(store, &path, theirs).await.unwrap(),
+            Created::Conflict
+        );
+        let got = store.get(&path).await.unwrap().bytes().await.unwrap();
+        assert_eq!(got, ours, "a conflicting create never overwrites");
+        // A longer body starting with ours is not ours.
+        let longer = Bytes::from_static(b"{\"snapshot\": 1}\n");
+        assert_eq!(
+            put_create(store, &path, longer).await.unwrap(),
+            Created::Conflict
+        );
+    }
+
+    #[tokio::test]
+    async fn in_memory_store_answers_created_already_ours_conflict() {
+        answers(&Warehouse::from_url("memory://").unwrap()).await;
+    }
+
+    #[tokio::test]
+    async fn local_dir_answers_created_already_ours_conflict() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = Warehouse::from_url(&format!("file://{}", dir.path().display())).unwrap();
+        answers(&w).await;
+        assert!(dir.path().join("ns/t/metadata/v1.metadata.json").exists());
+    }
 
     #[tokio::test]
     async fn a_retried_create_that_landed_is_already_ours() {
-        let store = LostAnswer(InMemory::new());
+        let store = LostAnswer(std::sync::Arc::new(InMemory::new()));
         let path = Path::from("wh/ns/t/snapshot/snapshot-1");
         let ours = Bytes::from_static(b"snapshot 1 of commit a");
         // The raw put reports the retry's failure although the object is ours...

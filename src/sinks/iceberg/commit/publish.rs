@@ -1,7 +1,7 @@
 //! The publish step: table metadata `v<N>.metadata.json` written create-if-absent, then
 //! `version-hint.text`; also the metadata of a new table and of a new snapshot on top of the old.
 //!
-//! The create-if-absent put (object_store `PutMode::Create`, atomic on local disk and S3) is the
+//! The create-if-absent put (`storage::put_create`, atomic on local disk and S3) is the
 //! commit point: once it succeeds the snapshot is durable and visible; if the file already exists
 //! another writer won version N and this commit fails with `CommitConflict` (nothing of it is
 //! referenced). A create that object_store retried after a timeout may find its own first
