@@ -18,10 +18,11 @@
 //!   deletes, row-delta snapshots; `lsm/`: Apache Paimon primary-key tables; `index/`: the
 //!   primary-key index that locates rows for deletion vectors).
 //! - [`checkpoint`]: the `cdcd.*` keys every snapshot carries, and the pipeline's lease.
-//! - [`storage`]: one `object_store` from a warehouse URL (local or S3), multipart uploads, crash
-//!   points, Iceberg orphan cleanup.
+//! - [`storage`]: one `object_store` from a warehouse URL (local or S3), multipart uploads, the
+//!   one create-if-absent publish (`put_create`), Iceberg orphan cleanup.
 //! - [`metrics`]: metric names, the Prometheus endpoint, health/readiness, systemd notification.
-//! - [`commands`]: what `run`, `check`, `status` and `cleanup` do; [`malloc`]: the arena cap.
+//! - [`commands`]: what `run`, `check`, `status` and `cleanup` do; [`malloc`]: the arena cap;
+//!   [`failpoints`]: the named crash points the fault tests abort at.
 //!
 //! The house in more detail: `docs/architecture.md`.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -30,6 +31,7 @@ pub mod changelog;
 pub mod checkpoint;
 pub mod commands;
 pub mod config;
+pub mod failpoints;
 pub mod malloc;
 pub mod metrics;
 pub mod pipeline;

@@ -1,5 +1,4 @@
-//! [`LargePuts`]: an `ObjectStore` wrapper that sends a large plain put as a multipart upload,
-//! plus the named crash points the fault tests use.
+//! [`LargePuts`]: an `ObjectStore` wrapper that sends a large plain put as a multipart upload.
 //!
 //! Sits between every writer and the real store ([`super::Warehouse`] wraps each store in it), so
 //! table writers keep calling `put` with a whole file and need not know the backend's limits.
@@ -10,17 +9,12 @@
 //! reclaims. Conditional puts (`PutMode::Create`/`Update`) stay single requests: they are small
 //! (metadata, lease) and S3 has no conditional multipart completion in object_store 0.13.
 //!
-//! Crash points (`CDCD_FAILPOINT=<name>[:<n>]`: abort at the n-th time, default the first;
-//! checked here because every byte passes here; the process aborts like a `kill -9`, nothing is
-//! flushed). Tests also set `CDCD_MULTIPART_THRESHOLD=<bytes>` to reach multipart with small files.
-//! - `multipart-after-first-part`: a multipart upload has sent one part and is not complete;
-//! - `commit-before-create`: about to put a `*.metadata.json` create-if-absent (the commit);
-//! - `commit-after-create`: that put succeeded, the version hint is not yet written.
+//! Crash point [`failpoints::MULTIPART_AFTER_FIRST_PART`] fires here, after a multipart upload's
+//! first part. Tests also set `CDCD_MULTIPART_THRESHOLD=<bytes>` to reach multipart with small
+//! files.
 
 use std::fmt;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -32,37 +26,14 @@ use object_store::{
     PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
 };
 
+use crate::failpoints;
+
 /// Plain puts larger than this go multipart.
 pub const MULTIPART_THRESHOLD: usize = 16 * 1024 * 1024;
 /// Part size of those uploads (S3: at least 5 MiB except the last part).
 pub const PART_SIZE: usize = 8 * 1024 * 1024;
 /// Parts in flight at once.
 const PARTS_IN_FLIGHT: usize = 2;
-
-/// The crash point named by `CDCD_FAILPOINT` and at which hit it fires, read once.
-fn failpoint() -> Option<&'static (String, u64)> {
-    static POINT: OnceLock<Option<(String, u64)>> = OnceLock::new();
-    POINT
-        .get_or_init(|| {
-            let v = std::env::var("CDCD_FAILPOINT").ok()?;
-            Some(match v.split_once(':') {
-                Some((name, n)) => (name.to_owned(), n.parse().unwrap_or(1)),
-                None => (v, 1),
-            })
-        })
-        .as_ref()
-}
-
-/// Aborts the process at `name` when `CDCD_FAILPOINT` names it (tests only set it).
-pub fn crash_point(name: &str) {
-    static HITS: AtomicU64 = AtomicU64::new(0);
-    if let Some((point, nth)) = failpoint() {
-        if point == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == *nth {
-            eprintln!("cdcd: failpoint {name} (hit {nth}): aborting");
-            std::process::abort();
-        }
-    }
-}
 
 fn default_threshold() -> usize {
     std::env::var("CDCD_MULTIPART_THRESHOLD")
@@ -140,7 +111,7 @@ async fn send_parts(upload: &mut dyn MultipartUpload, body: &Bytes) -> Result<()
                 r?;
                 done += 1;
                 if done == 1 {
-                    crash_point("multipart-after-first-part");
+                    failpoints::crash_point(failpoints::MULTIPART_AFTER_FIRST_PART);
                 }
             }
         }
@@ -154,10 +125,6 @@ impl<S: ObjectStore> fmt::Display for LargePuts<S> {
     }
 }
 
-fn is_commit(location: &Path, opts: &PutOptions) -> bool {
-    matches!(opts.mode, PutMode::Create) && location.as_ref().ends_with(".metadata.json")
-}
-
 #[async_trait]
 impl<S: ObjectStore> ObjectStore for LargePuts<S> {
     async fn put_opts(
@@ -169,15 +136,7 @@ impl<S: ObjectStore> ObjectStore for LargePuts<S> {
         if matches!(opts.mode, PutMode::Overwrite) && payload.content_length() > self.threshold {
             return self.put_multipart_payload(location, payload, opts).await;
         }
-        let commit = is_commit(location, &opts);
-        if commit {
-            crash_point("commit-before-create");
-        }
-        let result = self.inner.put_opts(location, payload, opts).await;
-        if commit && result.is_ok() {
-            crash_point("commit-after-create");
-        }
-        result
+        self.inner.put_opts(location, payload, opts).await
     }
 
     async fn put_multipart_opts(

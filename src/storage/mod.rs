@@ -16,7 +16,8 @@
 //! Supported URLs: `file:///abs/path` (local disk; directories are created as needed),
 //! `s3://bucket/prefix` (see [`s3`]: `[sink.s3]`, then the `AWS_*` environment) and `memory://`
 //! (in-process, unit tests only). Every store is wrapped in [`LargePuts`], which turns a large
-//! single put into a multipart upload.
+//! single put into a multipart upload. Every commit point (a create-if-absent put) goes through
+//! [`put_create`] (`publish.rs`), which also recognises a retried create that found its own bytes.
 
 use std::sync::Arc;
 
@@ -31,10 +32,14 @@ use crate::config::S3Config;
 pub mod cleanup;
 mod fence;
 mod large;
+mod publish;
 pub mod s3;
 
 pub use fence::{Fence, Fenced, FencedStore};
 pub use large::LargePuts;
+#[cfg(test)]
+pub(crate) use publish::LostAnswer;
+pub use publish::{put_create, Created};
 
 /// A warehouse URL could not be turned into a store, or a location lies outside the warehouse.
 #[derive(Debug, thiserror::Error)]

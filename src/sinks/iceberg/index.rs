@@ -2,7 +2,7 @@
 //! the table) before a commit locates rows, told after the commit which rows it wrote and which
 //! keys it removed, then persisted naming the snapshot it covers.
 //!
-//! Where it sits: `mod.rs` commit → [`TableIndex::open`] (first commit of the table in this
+//! Where it sits: the commit (`commit/`) → [`TableIndex::open`] (first commit of the table in this
 //! process) → `IndexLocator` (locator.rs) for DV positions and `lookup::fetch` for partial rows →
 //! table commit → [`TableIndex::record`]. The index itself (an LSM of sorted runs with bounded
 //! memory) is `sinks/pk_index/`; this file only maps Iceberg commits onto its changes.

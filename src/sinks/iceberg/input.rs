@@ -2,7 +2,7 @@
 //! have the table's columns and types (the writer gathers rows across batches), and a planning
 //! error is turned into a sink error that names the table, the key and the column.
 //!
-//! Sits at the start of `IcebergSink::commit` (mod.rs), before `plan.rs`.
+//! Sits at the start of the commit (`commit/mod.rs`, `RowDelta::new`), before `plan.rs`.
 
 #![allow(clippy::result_large_err)]
 

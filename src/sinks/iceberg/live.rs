@@ -3,9 +3,10 @@
 //! commits instead of being reread by each one.
 //!
 //! Where it sits: `mod.rs` takes a table's [`LiveState`] at the start of a commit (with the
-//! primary-key index, under the same per-table lock), hands its files and vectors to the locator,
-//! the lookup and the DV merge, and after a successful publish [`LiveState::advance`]s it to the
-//! new snapshot from what the commit itself wrote, without reading anything back.
+//! primary-key index, under the same per-table lock); the commit (`commit/`) hands its files and
+//! vectors to the locator, the lookup and the DV merge, and after a successful publish
+//! [`LiveState::advance`]s it to the new snapshot from what the commit itself wrote, without
+//! reading anything back.
 //!
 //! Why it stays correct: a state names the snapshot it describes. It is used only when that is
 //! the current snapshot of the metadata the commit builds on; otherwise (first commit in this
@@ -43,7 +44,7 @@ pub(crate) struct LiveState {
     pub dvs: LiveDvs,
 }
 
-/// What a published commit changed, as `mod.rs` wrote it.
+/// What a published commit changed, as the commit (`commit/`) wrote it.
 pub(crate) struct Published<'a> {
     pub snapshot_id: i64,
     /// The commit's data sequence number.

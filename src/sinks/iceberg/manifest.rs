@@ -1,11 +1,11 @@
-//! Manifests and manifest lists: writes a commit's data manifest, delete manifest and manifest
-//! list (Avro, via iceberg's writers), and reads a snapshot's manifests and live files back.
+//! Manifests and manifest lists: writes a commit's data manifest and delete manifest (Avro, via
+//! iceberg's writers), and reads a snapshot's manifest list, manifests and live files back. The
+//! manifest list of a new snapshot is written by the commit (`commit/manifest_list.rs`).
 //!
 //! iceberg's `ManifestWriter` writes through an `OutputFile`, which needs an iceberg `Storage`;
 //! that trait is `typetag`-serialized, so rather than implement it on object_store, manifests are
 //! written into iceberg's in-memory `FileIO` and the bytes are then put through the warehouse store
-//! (one extra copy of a small file). The manifest list writer takes any `FileWrite`, which
-//! [`StoreWrite`] implements directly on object_store.
+//! (one extra copy of a small file).
 //!
 //! Reading: a manifest entry's data sequence number may be null, meaning "inherit the manifest's"
 //! (Iceberg spec, "Sequence Number Inheritance"); [`load_files`] resolves that.
@@ -13,13 +13,12 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use iceberg::io::{FileIO, FileWrite};
+use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataContentType, DataFile, FormatVersion, Manifest, ManifestFile, ManifestList,
-    ManifestListWriter, ManifestWriter, ManifestWriterBuilder, PartitionSpecRef, SchemaRef,
+    DataContentType, DataFile, FormatVersion, Manifest, ManifestFile, ManifestList, ManifestWriter,
+    ManifestWriterBuilder, PartitionSpecRef, SchemaRef,
 };
-use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStoreExt, PutPayload};
 
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
@@ -168,90 +167,6 @@ async fn put(warehouse: &Warehouse, location: &str, bytes: Bytes) -> Result<(), 
             source,
         })?;
     Ok(())
-}
-
-/// Writes the manifest list of a new snapshot. For v3, `first_row_id` is the table's
-/// `next-row-id`: new data manifests get row ids from it (Iceberg spec, "Row Lineage"). Returns
-/// the number of row ids assigned (the snapshot's `added-rows`) and the manifests as the list
-/// holds them, with the sequence numbers and first row ids the writer assigned (parsed back from
-/// the bytes written, so a cached copy equals what a reader of the list sees).
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn write_manifest_list(
-    warehouse: &Warehouse,
-    location: &str,
-    version: FormatVersion,
-    snapshot_id: i64,
-    parent: Option<i64>,
-    sequence: i64,
-    first_row_id: u64,
-    manifests: Vec<ManifestFile>,
-) -> Result<(u64, Vec<ManifestFile>), SinkError> {
-    let written = Arc::new(std::sync::Mutex::new(Bytes::new()));
-    let out = StoreWrite {
-        store: warehouse.store().clone(),
-        path: warehouse.path(location)?,
-        buf: Vec::new(),
-        written: Arc::clone(&written),
-    };
-    let mut writer = match version {
-        FormatVersion::V3 => ManifestListWriter::v3(
-            Box::new(out),
-            snapshot_id,
-            parent,
-            sequence,
-            Some(first_row_id),
-        ),
-        _ => ManifestListWriter::v2(Box::new(out), snapshot_id, parent, sequence),
-    };
-    writer
-        .add_manifests(manifests.into_iter())
-        .map_err(ice(format!("adding manifests to {location}")))?;
-    let added_rows = writer
-        .next_row_id()
-        .map_or(0, |next| next.saturating_sub(first_row_id));
-    writer
-        .close()
-        .await
-        .map_err(ice(format!("writing {location}")))?;
-    let bytes = written.lock().map(|b| b.clone()).unwrap_or_default();
-    let list = ManifestList::parse_with_version(&bytes, version)
-        .map_err(ice(format!("parsing back {location}")))?;
-    Ok((added_rows, list.consume_entries().into_iter().collect()))
-}
-
-/// An iceberg `FileWrite` that buffers, puts the whole object on close, and leaves the bytes in
-/// `written`.
-struct StoreWrite {
-    store: Arc<dyn ObjectStore>,
-    path: Path,
-    buf: Vec<u8>,
-    written: Arc<std::sync::Mutex<Bytes>>,
-}
-
-#[async_trait::async_trait]
-impl FileWrite for StoreWrite {
-    async fn write(&mut self, bs: Bytes) -> iceberg::Result<()> {
-        self.buf.extend_from_slice(&bs);
-        Ok(())
-    }
-
-    async fn close(&mut self) -> iceberg::Result<()> {
-        let bytes = Bytes::from(std::mem::take(&mut self.buf));
-        if let Ok(mut w) = self.written.lock() {
-            *w = bytes.clone();
-        }
-        self.store
-            .put(&self.path, PutPayload::from_bytes(bytes))
-            .await
-            .map(|_| ())
-            .map_err(|e| {
-                iceberg::Error::new(
-                    iceberg::ErrorKind::Unexpected,
-                    format!("writing {}", self.path),
-                )
-                .with_source(e)
-            })
-    }
 }
 
 /// The manifests of a snapshot's manifest list.

@@ -237,38 +237,51 @@ pub(crate) async fn write_file(
         })
 }
 
-/// Format v2: the position delete file (rows superseded in this commit) and the equality
-/// delete file (keys of earlier snapshots).
-#[allow(clippy::too_many_arguments)]
+/// A commit's changes as planned: what the delete writers read.
+pub(crate) struct Planned<'a> {
+    pub schema: &'a TableSchema,
+    pub changes: &'a [TableChanges],
+    pub plan: &'a Plan,
+}
+
+/// Where a v2 commit's delete files go.
+pub(crate) struct V2DeletePaths {
+    pub position: String,
+    pub equality: String,
+}
+
+/// Format v2: the position delete file (rows superseded in this commit, in the data files at
+/// `data_paths`) and the equality delete file (keys of earlier snapshots), each when needed.
 pub(crate) async fn write_v2_deletes(
     warehouse: &Warehouse,
-    delete_files: &mut Vec<DataFile>,
-    schema: &TableSchema,
-    changes: &[TableChanges],
-    plan: &Plan,
-    paths: &[String],
+    planned: &Planned<'_>,
+    data_paths: &[String],
     file_schema: &arrow_schema::SchemaRef,
-    location: &str,
-    commit_id: uuid::Uuid,
-) -> Result<(), SinkError> {
+    to: &V2DeletePaths,
+) -> Result<Vec<DataFile>, SinkError> {
+    let Planned {
+        schema,
+        changes,
+        plan,
+    } = *planned;
     let table = &schema.id;
     let arrow = |what: &str| {
         let context = format!("{what} of {table}");
         move |source| SinkError::Arrow { context, source }
     };
+    let mut delete_files = Vec::new();
     if !plan.position_deletes.is_empty() {
         let batch = position_batch(
-            paths,
+            data_paths,
             &plan.position_deletes,
             &schema::position_delete_schema(),
         )
         .map_err(arrow("gathering position deletes"))?;
-        let path = format!("{location}/data/{commit_id}-pos-deletes.parquet");
         delete_files.push(
             write_file(
                 warehouse,
                 table,
-                path,
+                to.position.clone(),
                 vec![batch],
                 DataContentType::PositionDeletes,
                 None,
@@ -290,12 +303,11 @@ pub(crate) async fn write_v2_deletes(
             &key_schema,
         )
         .map_err(arrow("gathering equality deletes"))?;
-        let path = format!("{location}/data/{commit_id}-eq-deletes.parquet");
         delete_files.push(
             write_file(
                 warehouse,
                 table,
-                path,
+                to.equality.clone(),
                 vec![batch],
                 DataContentType::EqualityDeletes,
                 Some(ids),
@@ -303,7 +315,7 @@ pub(crate) async fn write_v2_deletes(
             .await?,
         );
     }
-    Ok(())
+    Ok(delete_files)
 }
 
 #[cfg(test)]

@@ -3,24 +3,26 @@
 //! A Paimon snapshot (`snapshot/snapshot-N`, JSON, Paimon `Snapshot.java`) names two manifest
 //! lists: `baseManifestList` (every manifest of the previous snapshot) and `deltaManifestList`
 //! (this commit's manifest). Publishing writes the manifest, both lists, then `snapshot-N`
-//! create-if-absent (object_store `PutMode::Create`, atomic on local disk and S3): that single
-//! put is the commit point, so a crash before it leaves only unreferenced files, and a second
-//! writer loses with a conflict instead of overwriting. `LATEST` (and `EARLIEST` on the first
+//! create-if-absent (`storage::put_create`, atomic on local disk and S3): that single put is the
+//! commit point, so a crash before it leaves only unreferenced files, a second writer loses with
+//! a conflict instead of overwriting, and a retried put that finds its own bytes is a success. `LATEST` (and `EARLIEST` on the first
 //! snapshot) are hints written afterwards; readers verify them (pypaimon `SnapshotManager`).
+//! Crash points `failpoints::LSM_BEFORE_SNAPSHOT` / `LSM_AFTER_SNAPSHOT` bracket the snapshot put.
 //! The checkpoint rides in the snapshot's `properties` (DESIGN.md, "Checkpoint keys").
 
 use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
-use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 
 use super::binary_row;
 use super::manifest::{self, DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta};
 use super::schema::PaimonSchema;
 use crate::changelog::TableId;
+use crate::failpoints;
 use crate::sinks::SinkError;
-use crate::storage::Warehouse;
+use crate::storage::{put_create, Created, Warehouse};
 
 /// Above this many manifests the base list is rewritten as one manifest of the live files
 /// (Paimon's `manifest.merge-min-count` default is 30).
@@ -286,16 +288,9 @@ pub async fn create(w: &Warehouse, location: &str, schema: &PaimonSchema) -> Res
     let loc = format!("{location}/schema/schema-0");
     let body = serde_json::to_vec_pretty(schema).map_err(|e| corrupt(&loc, e))?;
     let path = w.path(&loc)?;
-    match w
-        .store()
-        .put_opts(
-            &path,
-            PutPayload::from(body),
-            PutOptions::from(PutMode::Create),
-        )
-        .await
-    {
-        Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
+    // Created, ours from a retried attempt, or a concurrent creator's: the table has a schema.
+    match put_create(w.store().as_ref(), &path, Bytes::from(body)).await {
+        Ok(Created::Created | Created::AlreadyOurs | Created::Conflict) => Ok(()),
         Err(e) => Err(storage(&loc)(e)),
     }
 }
@@ -398,40 +393,7 @@ pub async fn publish(
         changelog_record_count: None,
         properties: Some(properties),
     };
-    let snap_loc = snapshot_location(&loc, id);
-    let body = serde_json::to_vec_pretty(&snapshot).map_err(|e| corrupt(&snap_loc, e))?;
-    let path = w.path(&snap_loc)?;
-    match w
-        .store()
-        .put_opts(
-            &path,
-            PutPayload::from(body),
-            PutOptions::from(PutMode::Create),
-        )
-        .await
-    {
-        Ok(_) => {}
-        Err(object_store::Error::AlreadyExists { .. }) => {
-            let winner = read_snapshot(w, &loc, id)
-                .await
-                .ok()
-                .flatten()
-                .and_then(|s| {
-                    s.properties?
-                        .get(crate::checkpoint::LEASE_EPOCH_KEY)?
-                        .parse()
-                        .ok()
-                });
-            if let Some(fenced) = crate::sinks::fenced_by_winner(w, table, winner) {
-                return Err(fenced);
-            }
-            return Err(SinkError::CommitConflict {
-                table: table.clone(),
-                version: id as u64,
-            });
-        }
-        Err(e) => return Err(storage(&snap_loc)(e)),
-    }
+    put_snapshot(w, table, &loc, &snapshot).await?;
     // Hints: failures here do not undo the commit (readers verify hints).
     if let Err(e) = put(
         w,
@@ -459,4 +421,54 @@ pub async fn publish(
     state.manifests = base;
     state.snapshot = Some(snapshot);
     Ok(id)
+}
+
+/// The commit point: puts `snapshot` as `snapshot/snapshot-<id>` of the table at `location`,
+/// create-if-absent. `Ok`: the commit is durable; `CommitConflict` (or `Fenced`, when the winner
+/// holds a newer lease epoch): another writer took the id; any other error leaves the outcome
+/// unknown.
+async fn put_snapshot(
+    w: &Warehouse,
+    table: &TableId,
+    location: &str,
+    snapshot: &Snapshot,
+) -> Result<(), SinkError> {
+    let id = snapshot.id;
+    let snap_loc = snapshot_location(location, id);
+    let body = serde_json::to_vec_pretty(snapshot).map_err(|e| corrupt(&snap_loc, e))?;
+    let path = w.path(&snap_loc)?;
+    failpoints::crash_point(failpoints::LSM_BEFORE_SNAPSHOT);
+    let created = put_create(w.store().as_ref(), &path, Bytes::from(body)).await;
+    if created.as_ref().is_ok_and(|c| c.is_ours()) {
+        failpoints::crash_point(failpoints::LSM_AFTER_SNAPSHOT);
+    }
+    match created {
+        Ok(Created::Created) => Ok(()),
+        // The snapshot names this commit's manifest lists (fresh uuids): equal bytes are this
+        // very commit, landed by an attempt object_store retried.
+        Ok(Created::AlreadyOurs) => {
+            tracing::info!(table = %table, path = %snap_loc, "commit landed on an earlier attempt");
+            Ok(())
+        }
+        Ok(Created::Conflict) => {
+            let winner = read_snapshot(w, location, id)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|s| {
+                    s.properties?
+                        .get(crate::checkpoint::LEASE_EPOCH_KEY)?
+                        .parse()
+                        .ok()
+                });
+            if let Some(fenced) = crate::sinks::fenced_by_winner(w, table, winner) {
+                return Err(fenced);
+            }
+            Err(SinkError::CommitConflict {
+                table: table.clone(),
+                version: id as u64,
+            })
+        }
+        Err(e) => Err(storage(&snap_loc)(e)),
+    }
 }

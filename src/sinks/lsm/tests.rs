@@ -572,3 +572,31 @@ async fn losing_to_a_newer_lease_epoch_breaks_the_fence() {
     assert!(err.to_string().contains("epoch 2"), "{err}");
     assert!(old_fence.check().is_err());
 }
+
+/// A snapshot put that object_store retried after its first attempt landed (the retry finds the
+/// snapshot it wrote) is this commit, not a conflict (storage::put_create, STYLE rule 18).
+#[tokio::test]
+async fn a_retried_snapshot_put_that_landed_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = Warehouse::from_url(&format!("file://{}", dir.path().display())).unwrap();
+    let lossy = plain
+        .clone()
+        .with_store(Arc::new(crate::storage::LostAnswer(plain.store().clone())));
+    let s = LsmSink::with_warehouse(&config(dir.path()), "shop", lossy);
+    let t = schema();
+    let first = s
+        .commit(&t, &[changes(&[ins(1, "a"), ins(2, "b")])], &cp(1))
+        .await
+        .unwrap();
+    let second = s
+        .commit(&t, &[changes(&[upd(1, Some("x"), 7), del(2)])], &cp(2))
+        .await
+        .unwrap();
+    assert_eq!((first.snapshot_id, second.snapshot_id), (1, 2));
+    // A fresh sink over the plain store sees both commits.
+    let reader = LsmSink::with_warehouse(&config(dir.path()), "shop", plain);
+    assert_eq!(reader.checkpoint(&t.id).await.unwrap(), Some(cp(2)));
+    if let Some(rows) = paimon_rows(dir.path()) {
+        assert_eq!(rows, vec!["1|x|7"]);
+    }
+}

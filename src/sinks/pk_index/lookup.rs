@@ -28,21 +28,26 @@ impl PrimaryKeyIndex {
                 None => pending.push(i),
             }
         }
-        let mut scratch = Vec::new();
+        let mut r = Resolving {
+            keys,
+            out,
+            next: Vec::new(),
+            scratch: Vec::new(),
+        };
         for run in &self.runs {
             if pending.is_empty() {
                 break;
             }
             // (block, key index) of every key this run may hold.
             let mut need = Vec::new();
-            let mut next = Vec::new();
+            r.next = Vec::new();
             for &i in &pending {
                 let (Some(key), Some(hash)) = (keys.get(i), hashes.get(i)) else {
                     continue;
                 };
                 match run.candidate(key, *hash) {
                     Some(block) => need.push((block, i)),
-                    None => next.push(i),
+                    None => r.next.push(i),
                 }
             }
             need.sort_unstable();
@@ -54,15 +59,7 @@ impl PrimaryKeyIndex {
                         continue;
                     };
                     match cache.get((run.id, block)) {
-                        Some(bytes) => self.resolve_in(
-                            run,
-                            &bytes,
-                            group,
-                            keys,
-                            &mut out,
-                            &mut next,
-                            &mut scratch,
-                        )?,
+                        Some(bytes) => self.resolve_in(run, &bytes, group, &mut r)?,
                         None => misses.push(group),
                     }
                 }
@@ -86,48 +83,49 @@ impl PrimaryKeyIndex {
                         };
                         let block_bytes = slice_block(run, block, span.bytes.start, &bytes)?;
                         self.cache().insert((run.id, block), &block_bytes);
-                        self.resolve_in(
-                            run,
-                            &block_bytes,
-                            group,
-                            keys,
-                            &mut out,
-                            &mut next,
-                            &mut scratch,
-                        )?;
+                        self.resolve_in(run, &block_bytes, group, &mut r)?;
                     }
                 }
             }
-            pending = next;
+            pending = std::mem::take(&mut r.next);
         }
-        Ok(out)
+        Ok(r.out)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Searches `block` of `run` for the keys of `group` (block, key index): a found key is
+    /// answered, a missing one goes on to the next run.
     fn resolve_in(
         &self,
         run: &RunMeta,
         block: &[u8],
         group: &[(usize, usize)],
-        keys: &[&[u8]],
-        out: &mut [Option<RowLocation>],
-        next: &mut Vec<usize>,
-        scratch: &mut Vec<u8>,
+        r: &mut Resolving<'_>,
     ) -> Result<(), IndexError> {
         for &(_, i) in group {
-            let key = keys.get(i).copied().unwrap_or_default();
+            let key = r.keys.get(i).copied().unwrap_or_default();
             let found =
-                search_block(block, key, scratch).map_err(|detail| IndexError::Corrupt {
+                search_block(block, key, &mut r.scratch).map_err(|detail| IndexError::Corrupt {
                     path: run.path.to_string(),
                     detail: detail.to_owned(),
                 })?;
             match found {
-                Some(slot) => set(out, i, self.files.resolve(slot)),
-                None => next.push(i),
+                Some(slot) => set(&mut r.out, i, self.files.resolve(slot)),
+                None => r.next.push(i),
             }
         }
         Ok(())
     }
+}
+
+/// One batch lookup in progress.
+struct Resolving<'k> {
+    keys: &'k [&'k [u8]],
+    /// The answer per key so far.
+    out: Vec<Option<RowLocation>>,
+    /// Keys the current run does not hold: they go on to the next (older) run.
+    next: Vec<usize>,
+    /// Reused by block searches.
+    scratch: Vec<u8>,
 }
 
 fn set(out: &mut [Option<RowLocation>], i: usize, value: Option<RowLocation>) {

@@ -1,9 +1,10 @@
 //! The index manifest: which runs are live, which data files the file ids name, and which table
 //! snapshot the persisted index reflects.
 //!
-//! Each persist writes `manifest-<seq>.json` (zero-padded, so names sort by seq) with
-//! `PutMode::Create`, like Iceberg table metadata in cdcd: atomic on local disk and S3, never
-//! overwritten, so a crash leaves either the old manifest or the new one, complete. The newest
+//! Each persist writes `manifest-<seq>.json` (zero-padded, so names sort by seq) create-if-absent
+//! through `storage::put_create`, like Iceberg table metadata in cdcd: atomic on local disk and
+//! S3, never overwritten, so a crash leaves either the old manifest or the new one, complete (a
+//! retried put that finds its own bytes counts as written). The newest
 //! manifest is the index; run files it does not name are crash leftovers (written before a
 //! manifest that never landed) and older manifests are superseded: open deletes both.
 
@@ -29,6 +30,11 @@ pub(crate) struct Manifest {
     pub(crate) files: Vec<FileEntry>,
     /// Live runs, newest first (a newer run shadows older ones).
     pub(crate) runs: Vec<RunEntry>,
+    /// A fresh id per persist. Two writers of one index can hold equal state, so without it
+    /// their manifests could be byte-equal and a conflict would read as our own retried put
+    /// (`storage::put_create`). Absent in manifests written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) write_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

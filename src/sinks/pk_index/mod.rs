@@ -128,9 +128,12 @@ mod tests;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+#[cfg(test)]
+use object_store::PutPayload;
+use object_store::{ObjectStore, ObjectStoreExt};
 
 use self::cache::BlockCache;
 use self::files::FileTable;
@@ -138,6 +141,7 @@ use self::manifest::{classify, manifest_path, run_path, Manifest, Name, RunEntry
 use self::memtable::{MemTable, Slot};
 use self::meta::RunMeta;
 use self::run::RunWriter;
+use crate::storage::{put_create, Created};
 
 /// Where a row lives: a data file (as the sink named it) and the row's 0-based position in it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -591,23 +595,17 @@ impl PrimaryKeyIndex {
                     entries: r.entries,
                 })
                 .collect(),
+            write_id: Some(uuid::Uuid::new_v4().to_string()),
         };
         let path = manifest_path(&self.root, seq);
         let body = serde_json::to_vec(&manifest).map_err(|e| IndexError::Corrupt {
             path: path.to_string(),
             detail: format!("cannot encode manifest: {e}"),
         })?;
-        let put = self
-            .store
-            .put_opts(
-                &path,
-                PutPayload::from(body),
-                PutOptions::from(PutMode::Create),
-            )
-            .await;
-        match put {
-            Ok(_) => {}
-            Err(object_store::Error::AlreadyExists { .. }) => {
+        match put_create(self.store.as_ref(), &path, Bytes::from(body)).await {
+            // AlreadyOurs: a retried put whose first attempt landed; the manifest is ours.
+            Ok(Created::Created | Created::AlreadyOurs) => {}
+            Ok(Created::Conflict) => {
                 return Err(IndexError::Conflict {
                     path: path.to_string(),
                 })

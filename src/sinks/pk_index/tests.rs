@@ -494,3 +494,38 @@ async fn memory_stays_within_the_budget() {
     // Bloom filters: 1.25 bytes per key, plus a sparse index entry per block.
     assert!(usage.runs < 200_000 * 2, "{usage:?}");
 }
+
+/// An index manifest put that object_store retried after its first attempt landed is this
+/// persist, not a conflict (storage::put_create); a second writer still conflicts.
+#[tokio::test]
+async fn a_retried_manifest_put_that_landed_persists() {
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let lossy: Arc<dyn ObjectStore> = Arc::new(crate::storage::LostAnswer(Arc::clone(&memory)));
+    let root = Path::from("idx");
+    let file: Arc<str> = Arc::from("f");
+    let mut index = PrimaryKeyIndex::open(Arc::clone(&lossy), root.clone(), 0)
+        .await
+        .unwrap();
+    index
+        .apply([IndexChange {
+            key: b"k",
+            op: IndexOp::Upsert(loc(&file, 1)),
+        }])
+        .unwrap();
+    index.persist(1).await.unwrap();
+    let mut other = PrimaryKeyIndex::open(Arc::clone(&memory), root.clone(), 0)
+        .await
+        .unwrap();
+    index.persist(2).await.unwrap();
+    let reopened = PrimaryKeyIndex::open(Arc::clone(&memory), root.clone(), 0)
+        .await
+        .unwrap();
+    assert_eq!(reopened.covered, Some(2));
+    assert_eq!(
+        reopened.get_many(&[b"k"]).await.unwrap(),
+        vec![Some(loc(&file, 1))]
+    );
+    // The same manifest name with another writer's bytes is still a conflict.
+    let err = other.persist(2).await.unwrap_err();
+    assert!(matches!(err, IndexError::Conflict { .. }), "{err}");
+}

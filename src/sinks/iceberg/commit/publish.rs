@@ -1,12 +1,13 @@
-//! Publishing table metadata: `v<N>.metadata.json` written create-if-absent, then
-//! `version-hint.text`.
+//! The publish step: table metadata `v<N>.metadata.json` written create-if-absent, then
+//! `version-hint.text`; also the metadata of a new table and of a new snapshot on top of the old.
 //!
-//! The create-if-absent put (object_store `PutMode::Create`, atomic on local disk and S3) is the
+//! The create-if-absent put (`storage::put_create`, atomic on local disk and S3) is the
 //! commit point: once it succeeds the snapshot is durable and visible; if the file already exists
 //! another writer won version N and this commit fails with `CommitConflict` (nothing of it is
 //! referenced). A create that object_store retried after a timeout may find its own first
-//! attempt: equal bytes count as success. The hint is rewritten afterwards and may lag after a crash; `metadata.rs` probes
-//! past it.
+//! attempt: equal bytes count as success (`storage::put_create`). The hint is rewritten
+//! afterwards and may lag after a crash; `metadata.rs` probes past it. Crash points
+//! `failpoints::COMMIT_BEFORE_CREATE` / `COMMIT_AFTER_CREATE` bracket the metadata put.
 
 use std::collections::HashMap;
 
@@ -14,12 +15,13 @@ use iceberg::spec::{
     FormatVersion, Schema, Snapshot, SortOrder, TableMetadata, TableMetadataBuilder,
     UnboundPartitionSpec,
 };
-use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{ObjectStoreExt, PutPayload};
 
-use super::metadata::{hint_location, metadata_location, Loaded};
 use crate::changelog::TableId;
+use crate::failpoints;
+use crate::sinks::iceberg::metadata::{hint_location, metadata_location, Loaded};
 use crate::sinks::SinkError;
-use crate::storage::Warehouse;
+use crate::storage::{put_create, Created, Warehouse};
 
 fn ice(table: &TableId, what: &str) -> impl FnOnce(iceberg::Error) -> SinkError {
     let context = format!("{what} of {table}");
@@ -60,15 +62,6 @@ pub(crate) fn with_snapshot(
         .map_err(ice(table, "adding the snapshot"))
 }
 
-/// Whether the object at `path` holds exactly `ours` (unreadable counts as not ours: the caller
-/// then reports a conflict and the pipeline stops, which is safe either way).
-async fn is_ours(warehouse: &Warehouse, path: &object_store::path::Path, ours: &[u8]) -> bool {
-    match warehouse.store().get(path).await {
-        Ok(got) => got.bytes().await.is_ok_and(|b| b.as_ref() == ours),
-        Err(_) => false,
-    }
-}
-
 /// The `cdcd.lease-epoch` of the current snapshot in the metadata file at `path`, if readable.
 async fn winner_epoch(warehouse: &Warehouse, path: &object_store::path::Path) -> Option<u64> {
     let bytes = warehouse.store().get(path).await.ok()?.bytes().await.ok()?;
@@ -88,7 +81,7 @@ async fn winner_epoch(warehouse: &Warehouse, path: &object_store::path::Path) ->
 }
 
 /// Writes `metadata` as version `version` create-if-absent, then the version hint.
-pub(crate) async fn publish(
+pub(crate) async fn put_metadata(
     warehouse: &Warehouse,
     table: &TableId,
     version: u64,
@@ -100,26 +93,19 @@ pub(crate) async fn publish(
         detail: format!("serializing {location}: {e}"),
     })?;
     let path = warehouse.path(&location)?;
-    let json = bytes::Bytes::from(json);
-    match warehouse
-        .store()
-        .put_opts(
-            &path,
-            PutPayload::from_bytes(json.clone()),
-            PutOptions::from(PutMode::Create),
-        )
-        .await
-    {
-        Ok(_) => {}
-        // object_store retries a put that timed out or got a 5xx; if the first attempt did land,
-        // the retry's If-None-Match fails although the commit is ours. Our metadata carries a
-        // fresh snapshot id and timestamp, so equal bytes mean this very commit.
-        Err(object_store::Error::AlreadyExists { .. })
-            if is_ours(warehouse, &path, &json).await =>
-        {
+    failpoints::crash_point(failpoints::COMMIT_BEFORE_CREATE);
+    let created = put_create(warehouse.store().as_ref(), &path, bytes::Bytes::from(json)).await;
+    if created.as_ref().is_ok_and(|c| c.is_ours()) {
+        failpoints::crash_point(failpoints::COMMIT_AFTER_CREATE);
+    }
+    match created {
+        Ok(Created::Created) => {}
+        // Our metadata carries a fresh snapshot id and timestamp: equal bytes are this very
+        // commit, landed by an attempt object_store retried.
+        Ok(Created::AlreadyOurs) => {
             tracing::info!(table = %table, path = %location, "commit landed on an earlier attempt");
         }
-        Err(object_store::Error::AlreadyExists { .. }) => {
+        Ok(Created::Conflict) => {
             let winner = winner_epoch(warehouse, &path).await;
             if let Some(fenced) = crate::sinks::fenced_by_winner(warehouse, table, winner) {
                 return Err(fenced);

@@ -1,0 +1,60 @@
+//! Named crash points: places where the fault tests make cdcd abort, like a `kill -9`, to check
+//! that what is on storage at that moment recovers (DESIGN.md, exactly-once).
+//!
+//! `CDCD_FAILPOINT=<name>[:<n>]` aborts the process at the n-th time the point `<name>` is
+//! reached (default: the first), after printing `cdcd: failpoint <name> (hit <n>): aborting` to
+//! stderr; nothing is flushed. Unset (always, outside tests), [`crash_point`] costs one read of a
+//! `OnceLock`. Each point is a constant below, and the tests (`tests/s3_crash.rs`, the crash
+//! tests) name the same strings.
+//!
+//! Where the points sit and what storage holds when they fire:
+//! - [`MULTIPART_AFTER_FIRST_PART`] (`storage/large.rs`): a multipart upload has sent one part
+//!   and is not complete; no object is visible.
+//! - [`COMMIT_BEFORE_CREATE`] (Iceberg publish, `sinks/iceberg/commit/publish.rs`): data files,
+//!   manifests and the manifest list are written, `v<N>.metadata.json` is not; the commit did not
+//!   happen and its files are orphans. Table creation (`v1`) passes here too.
+//! - [`COMMIT_AFTER_CREATE`] (same place): the metadata file is ours (created, or found with our
+//!   bytes after a retry); the commit is durable, the version hint is not yet updated.
+//! - [`LSM_BEFORE_SNAPSHOT`] (Paimon publish, `sinks/lsm/commit.rs`): the manifest and both
+//!   manifest lists are written, `snapshot/snapshot-N` is not; the commit did not happen.
+//! - [`LSM_AFTER_SNAPSHOT`] (same place): `snapshot-N` is ours, so the commit is durable;
+//!   `LATEST` is not yet updated.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// A multipart upload sent its first part and is not complete.
+pub const MULTIPART_AFTER_FIRST_PART: &str = "multipart-after-first-part";
+/// An Iceberg commit is about to put its `v<N>.metadata.json` create-if-absent.
+pub const COMMIT_BEFORE_CREATE: &str = "commit-before-create";
+/// An Iceberg commit's metadata put landed; the version hint is not written yet.
+pub const COMMIT_AFTER_CREATE: &str = "commit-after-create";
+/// A Paimon (LSM) commit is about to put its `snapshot-N` create-if-absent.
+pub const LSM_BEFORE_SNAPSHOT: &str = "lsm-commit-before-snapshot";
+/// A Paimon (LSM) commit's snapshot put landed; `LATEST` is not written yet.
+pub const LSM_AFTER_SNAPSHOT: &str = "lsm-commit-after-snapshot";
+
+/// The crash point named by `CDCD_FAILPOINT` and at which hit it fires, read once.
+fn armed() -> Option<&'static (String, u64)> {
+    static POINT: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    POINT
+        .get_or_init(|| {
+            let v = std::env::var("CDCD_FAILPOINT").ok()?;
+            Some(match v.split_once(':') {
+                Some((name, n)) => (name.to_owned(), n.parse().unwrap_or(1)),
+                None => (v, 1),
+            })
+        })
+        .as_ref()
+}
+
+/// Aborts the process at `name` when `CDCD_FAILPOINT` names it (tests only set it).
+pub fn crash_point(name: &str) {
+    static HITS: AtomicU64 = AtomicU64::new(0);
+    if let Some((point, nth)) = armed() {
+        if point == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == *nth {
+            eprintln!("cdcd: failpoint {name} (hit {nth}): aborting");
+            std::process::abort();
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! The manifest steps: which of the parent's manifests the new snapshot keeps (a manifest that
+//! lists a deletion vector this commit replaces is rewritten without it), this commit's data and
+//! delete manifests, and the manifest list naming them all, new ones first.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use iceberg::spec::{DataContentType, ManifestFile};
+
+use super::manifest_list::{self, ListTarget};
+use super::{Carried, DataFiles, Deletes, Listed, RowDelta};
+use crate::sinks::iceberg::live::LiveState;
+use crate::sinks::iceberg::manifest::{self, ManifestTarget};
+use crate::sinks::SinkError;
+
+impl RowDelta<'_> {
+    /// A new manifest of this snapshot, listing data files or (`deletes`) delete files.
+    fn manifest_target(&self, deletes: bool) -> ManifestTarget {
+        let meta = self.base();
+        ManifestTarget {
+            version: meta.format_version(),
+            schema: meta.current_schema().clone(),
+            spec: meta.default_partition_spec().clone(),
+            snapshot_id: self.names.snapshot_id,
+            deletes,
+        }
+    }
+
+    /// The parent's manifests as the new snapshot keeps them: none after a truncate; a manifest
+    /// left with no live entry is dropped, not carried forward; one that lists a `replaced`
+    /// vector is rewritten without that entry.
+    pub(super) async fn carry_manifests(
+        &self,
+        live: &LiveState,
+        replaced: &HashSet<String>,
+    ) -> Result<Carried, SinkError> {
+        let mut carried = Carried::default();
+        if self.plan.truncate {
+            return Ok(carried);
+        }
+        let rewrite: HashSet<&str> = replaced
+            .iter()
+            .filter_map(|f| live.dvs.get(f).map(|d| &*d.entry.manifest))
+            .collect();
+        for (i, m) in live.manifests.iter().enumerate() {
+            if !rewrite.contains(m.manifest_path.as_str()) {
+                if m.has_added_files() || m.has_existing_files() {
+                    carried.manifests.push(m.clone());
+                }
+                continue;
+            }
+            let path = self.names.rewritten_manifest(i);
+            let target = self.manifest_target(true);
+            let (kept, removed) =
+                manifest::rewrite_manifest(self.target.warehouse, path, &target, m, |f| {
+                    f.content_type() == DataContentType::PositionDeletes
+                        && f.referenced_data_file()
+                            .is_some_and(|r| replaced.contains(&r))
+                })
+                .await?;
+            carried.removed_deletes.extend(removed);
+            carried.rewritten.insert(
+                m.manifest_path.clone(),
+                kept.as_ref().map(|k| Arc::from(k.manifest_path.as_str())),
+            );
+            carried.manifests.extend(kept);
+        }
+        Ok(carried)
+    }
+
+    /// Writes this commit's data manifest and delete manifest (each only when it has files).
+    /// Returns them and their paths `[data, deletes]`.
+    pub(super) async fn write_added_manifests(
+        &self,
+        data: &DataFiles,
+        deletes: &Deletes,
+    ) -> Result<(Vec<ManifestFile>, [Option<Arc<str>>; 2]), SinkError> {
+        let mut paths: [Option<Arc<str>>; 2] = [None, None];
+        let mut added = Vec::new();
+        for (n, (files, is_deletes)) in [(&data.files, false), (&deletes.files, true)]
+            .into_iter()
+            .enumerate()
+        {
+            if files.is_empty() {
+                continue;
+            }
+            let path = self.names.added_manifest(n);
+            if let Some(p) = paths.get_mut(n) {
+                *p = Some(Arc::from(path.as_str()));
+            }
+            let target = self.manifest_target(is_deletes);
+            let sequence = self.names.sequence;
+            added.push(
+                manifest::write_manifest(
+                    self.target.warehouse,
+                    path,
+                    &target,
+                    sequence,
+                    files.clone(),
+                )
+                .await?,
+            );
+        }
+        Ok((added, paths))
+    }
+
+    /// Writes the manifest list of `manifests`, in order: this commit's first, so readers see its
+    /// files before the carried-over ones.
+    pub(super) async fn write_list(
+        &self,
+        manifests: Vec<ManifestFile>,
+    ) -> Result<Listed, SinkError> {
+        let meta = self.base();
+        let path = self.names.manifest_list();
+        let target = ListTarget {
+            version: meta.format_version(),
+            snapshot_id: self.names.snapshot_id,
+            parent: meta.current_snapshot().map(|s| s.snapshot_id()),
+            sequence: self.names.sequence,
+            first_row_id: meta.next_row_id(),
+        };
+        let (added_rows, manifests) =
+            manifest_list::write_manifest_list(self.target.warehouse, &path, &target, manifests)
+                .await?;
+        Ok(Listed {
+            path,
+            added_rows,
+            first_row_id: target.first_row_id,
+            manifests,
+        })
+    }
+}

@@ -1,0 +1,418 @@
+//! The Iceberg commit: one table's changes become one row-delta snapshot, produced in steps by
+//! [`RowDelta`], one method per step (iceberg-rust's `SnapshotProducer` is the model: the new
+//! snapshot's identity and file names in one place, manifests, summary, manifest list, commit).
+//!
+//! `IcebergSink::commit` (`mod.rs`, which owns the table cache) drives the steps:
+//! 1. [`RowDelta::new`]: the table's schema must be the changes' (`SchemaChanged` otherwise), the
+//!    batches are checked (`input.rs`) and planned (`plan.rs`: what to write; pure).
+//! 2. [`RowDelta::stage`] writes every file the snapshot names; none is visible yet:
+//!    - `locate.rs`: current rows that complete partial updates (`lookup.rs`, through the
+//!      primary-key index on v3) — a partial update of a row deleted later inside an upsert
+//!      window is dropped (`window.rs`) — and, v3, where the rows this commit deletes are;
+//!    - `files.rs`: the data files, then the deletes: v3 deletion vectors merged with the live
+//!      ones (one Puffin file each), v2 position and equality delete files;
+//!    - `manifests.rs`: the parent's manifests carried over (rewritten where they list a replaced
+//!      vector), this commit's data and delete manifests, the manifest list (`manifest_list.rs`);
+//!      the summary with the checkpoint (`summary.rs`); then the snapshot and the next metadata.
+//! 3. [`RowDelta::publish`]: the commit point, `v<N+1>.metadata.json` create-if-absent
+//!    (`publish.rs`). Before it a failure leaves only unreferenced files (`cdcd cleanup` removes
+//!    them); after it the snapshot is durable.
+//! 4. [`RowDelta::finish`]: the cached live state advances to the new snapshot and the index gets
+//!    its update, both from what the commit wrote; nothing here can fail the commit.
+//!
+//! iceberg-rust's `Transaction` can only fast-append, which is why cdcd produces the snapshot
+//! itself (DESIGN.md).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::{ArrowError, SchemaRef};
+use iceberg::spec::{DataFile, FormatVersion, ManifestFile, Schema, Snapshot, TableMetadata};
+
+use super::deletes::deletion_vector::DeletionVector;
+use super::index::IndexSlot;
+use super::input::{check_batches, plan_error};
+use super::live::{LiveState, Published};
+use super::locator::RowAddress;
+use super::metadata::Loaded;
+use super::plan::{self, FileLimits, Plan};
+use super::schema;
+use crate::changelog::{TableChanges, TableId, TableSchema};
+use crate::checkpoint::Checkpoint;
+use crate::sinks::{CommitStats, SinkError};
+use crate::storage::Warehouse;
+
+mod files;
+mod locate;
+mod manifest_list;
+mod manifests;
+pub(super) mod publish;
+mod summary;
+
+/// What the pipeline hands to one commit.
+#[derive(Clone, Copy)]
+pub(super) struct Input<'a> {
+    pub schema: &'a Arc<TableSchema>,
+    pub changes: &'a [TableChanges],
+    pub checkpoint: &'a Checkpoint,
+}
+
+/// Where a commit writes: the warehouse, the table's primary-key index, the file size limits.
+pub(super) struct Target<'a> {
+    pub warehouse: &'a Warehouse,
+    pub index_location: String,
+    pub limits: FileLimits,
+}
+
+/// The table's state cached between commits, as one commit reads and advances it (the sink's
+/// per-table slot, locked for the whole commit).
+pub(super) struct Cached<'s> {
+    pub index: &'s mut IndexSlot,
+    /// Describes the current snapshot of the metadata the commit builds on.
+    pub live: &'s mut LiveState,
+}
+
+/// What [`RowDelta::stage`] wrote: the metadata to publish, and what [`RowDelta::finish`] needs.
+pub(super) struct Staged {
+    pub next: TableMetadata,
+    pub after: After,
+}
+
+/// What the cached state and the index learn from a published commit (a few entries per commit).
+pub(super) struct After {
+    found: Found,
+    data: DataFiles,
+    deletes: Deletes,
+    carried: Carried,
+    /// Paths of this commit's data manifest and delete manifest, when written.
+    added: [Option<Arc<str>>; 2],
+    /// The new snapshot's manifest list as written.
+    manifests: Vec<ManifestFile>,
+}
+
+/// What the commit found in earlier snapshots (`locate.rs`).
+struct Found {
+    /// Current rows completing partial updates, in `plan.lookups` order.
+    lookup: Option<RecordBatch>,
+    /// v3: keys whose row in an earlier snapshot this commit removes (told to the index after).
+    removed_keys: Option<RecordBatch>,
+    /// v3: where those rows are (`None`: no live row).
+    located: Vec<Option<RowAddress>>,
+}
+
+/// The data files written (`files.rs`).
+struct DataFiles {
+    files: Vec<DataFile>,
+    /// Their locations, in plan order (position deletes name files by index into it).
+    paths: Vec<String>,
+    /// The Arrow schema of the table's data files.
+    schema: SchemaRef,
+}
+
+/// The delete files written (`files.rs`).
+#[derive(Default)]
+struct Deletes {
+    files: Vec<DataFile>,
+    /// Rows this commit deletes.
+    deleted_rows: u64,
+    /// v3: data files whose live vector this commit replaces with a merged one.
+    replaced: HashSet<String>,
+    /// v3: the vectors written, merged with the ones they replace, by data file.
+    vectors: BTreeMap<String, DeletionVector>,
+}
+
+/// The parent's manifests as the new snapshot keeps them (`manifests.rs`).
+#[derive(Default)]
+struct Carried {
+    manifests: Vec<ManifestFile>,
+    /// Delete files left out of rewritten manifests (replaced vectors).
+    removed_deletes: Vec<DataFile>,
+    /// Rewritten manifests: old path → new path (`None`: nothing was left).
+    rewritten: HashMap<String, Option<Arc<str>>>,
+}
+
+/// The manifest list written (`manifests.rs`).
+struct Listed {
+    path: String,
+    /// v3: row ids this snapshot assigns, from `first_row_id`.
+    added_rows: u64,
+    first_row_id: u64,
+    manifests: Vec<ManifestFile>,
+}
+
+/// The new snapshot's identity and the names of the files it writes, all under the table's
+/// location and carrying a fresh commit id, so no two commits' files collide.
+struct Names {
+    snapshot_id: i64,
+    sequence: i64,
+    commit_id: uuid::Uuid,
+    location: String,
+}
+
+impl Names {
+    fn new(meta: &TableMetadata) -> Names {
+        Names {
+            snapshot_id: fresh_snapshot_id(meta),
+            sequence: meta.last_sequence_number() + 1,
+            commit_id: uuid::Uuid::new_v4(),
+            location: meta.location().to_owned(),
+        }
+    }
+
+    fn data_file(&self, i: usize) -> String {
+        format!("{}/data/{}-{i:05}.parquet", self.location, self.commit_id)
+    }
+
+    fn vector_file(&self, i: usize) -> String {
+        format!("{}/data/{}-dv-{i:05}.puffin", self.location, self.commit_id)
+    }
+
+    fn position_deletes(&self) -> String {
+        format!(
+            "{}/data/{}-pos-deletes.parquet",
+            self.location, self.commit_id
+        )
+    }
+
+    fn equality_deletes(&self) -> String {
+        format!(
+            "{}/data/{}-eq-deletes.parquet",
+            self.location, self.commit_id
+        )
+    }
+
+    /// The rewrite of the parent's `i`-th manifest.
+    fn rewritten_manifest(&self, i: usize) -> String {
+        format!("{}/metadata/{}-r{i}.avro", self.location, self.commit_id)
+    }
+
+    /// This commit's data (`n` = 0) or delete (`n` = 1) manifest.
+    fn added_manifest(&self, n: usize) -> String {
+        format!("{}/metadata/{}-m{n}.avro", self.location, self.commit_id)
+    }
+
+    fn manifest_list(&self) -> String {
+        format!(
+            "{}/metadata/snap-{}-1-{}.avro",
+            self.location, self.snapshot_id, self.commit_id
+        )
+    }
+}
+
+/// A positive snapshot id not used by the table yet.
+fn fresh_snapshot_id(meta: &TableMetadata) -> i64 {
+    loop {
+        let (hi, _) = uuid::Uuid::new_v4().as_u64_pair();
+        let id = (hi & i64::MAX as u64) as i64;
+        if id != 0 && meta.snapshot_by_id(id).is_none() {
+            return id;
+        }
+    }
+}
+
+/// One commit of one table; see the module doc for the steps.
+pub(super) struct RowDelta<'a> {
+    target: Target<'a>,
+    input: Input<'a>,
+    /// The metadata this commit builds on (its current snapshot is the parent).
+    base: Arc<Loaded>,
+    plan: Plan,
+    names: Names,
+    /// The table is format v3: deletion vectors, located through the primary-key index.
+    v3: bool,
+}
+
+impl<'a> RowDelta<'a> {
+    /// Checks `input` against the table (`wanted`: the schema the changes need) and plans it.
+    pub(super) fn new(
+        target: Target<'a>,
+        input: Input<'a>,
+        base: Arc<Loaded>,
+        wanted: &Schema,
+    ) -> Result<RowDelta<'a>, SinkError> {
+        let meta = &base.metadata;
+        if let Some(detail) = schema::schema_difference(meta.current_schema(), wanted) {
+            return Err(SinkError::SchemaChanged {
+                table: input.schema.id.clone(),
+                detail,
+            });
+        }
+        check_batches(input.schema, input.changes)?;
+        let plan = plan::plan(input.changes, &input.schema.primary_key, target.limits)
+            .map_err(|e| plan_error(input.schema, input.changes, e))?;
+        let names = Names::new(meta);
+        let v3 = meta.format_version() >= FormatVersion::V3;
+        Ok(RowDelta {
+            target,
+            input,
+            base,
+            plan,
+            names,
+            v3,
+        })
+    }
+
+    /// The metadata this commit builds on.
+    pub(super) fn base(&self) -> &TableMetadata {
+        &self.base.metadata
+    }
+
+    fn table(&self) -> &TableId {
+        &self.input.schema.id
+    }
+
+    fn arrow(&self, what: &str) -> impl FnOnce(ArrowError) -> SinkError {
+        let context = format!("{what} of {}", self.table());
+        move |source| SinkError::Arrow { context, source }
+    }
+
+    /// Writes the files, manifests and manifest list of the new snapshot and returns the
+    /// metadata that names it; nothing is published.
+    pub(super) async fn stage(&mut self, cached: &mut Cached<'_>) -> Result<Staged, SinkError> {
+        // The index is needed before the files are written only to locate keys: rows to
+        // complete (lookups) or to delete from earlier snapshots. Otherwise it is readied after
+        // the files, overlapping the last commit's index update with this commit's encoding.
+        let index_first =
+            self.v3 && (!self.plan.lookups.is_empty() || !self.plan.equality_deletes.is_empty());
+        if index_first {
+            self.ready_index(cached).await?;
+        }
+        let found = self.locate(cached).await?;
+        let data = self.write_data(found.lookup.as_ref()).await?;
+        let deletes = self.write_deletes(cached.live, &found, &data).await?;
+        if self.v3 && !index_first {
+            self.ready_index(cached).await?;
+        }
+        let mut carried = self.carry_manifests(cached.live, &deletes.replaced).await?;
+        let mut summary = summary::summary(
+            &summary::Changes {
+                truncate: self.plan.truncate,
+                data: &data.files,
+                deletes: &deletes.files,
+                removed_deletes: &carried.removed_deletes,
+            },
+            self.base().current_snapshot().map(|s| s.as_ref()),
+            self.input.checkpoint,
+        );
+        let epoch = self.target.warehouse.lease_epoch();
+        if epoch > 0 {
+            summary.additional_properties.insert(
+                crate::checkpoint::LEASE_EPOCH_KEY.to_owned(),
+                epoch.to_string(),
+            );
+        }
+        let (mut manifests, added) = self.write_added_manifests(&data, &deletes).await?;
+        manifests.append(&mut carried.manifests);
+        let listed = self.write_list(manifests).await?;
+        let snapshot = self.snapshot(&listed, summary);
+        let next = publish::with_snapshot(self.table(), &self.base, snapshot)?;
+        Ok(Staged {
+            next,
+            after: After {
+                found,
+                data,
+                deletes,
+                carried,
+                added,
+                manifests: listed.manifests,
+            },
+        })
+    }
+
+    /// Makes the primary-key index ready for a commit on the base snapshot (index/slot.rs).
+    async fn ready_index(&self, cached: &mut Cached<'_>) -> Result<(), SinkError> {
+        let (files, dvs) = (&cached.live.files, &cached.live.dvs);
+        cached
+            .index
+            .ready(
+                self.target.warehouse,
+                &self.target.index_location,
+                self.input.schema,
+                self.base(),
+                files,
+                dvs,
+            )
+            .await
+    }
+
+    /// The new snapshot on top of the base's current one. v3 row lineage: it assigns row ids
+    /// [first_row_id, first_row_id + added_rows) (Iceberg spec, "Row Lineage"); the metadata
+    /// builder advances `next-row-id`.
+    fn snapshot(&self, listed: &Listed, summary: iceberg::spec::Summary) -> Snapshot {
+        let meta = self.base();
+        let base = Snapshot::builder()
+            .with_snapshot_id(self.names.snapshot_id)
+            .with_parent_snapshot_id(meta.current_snapshot().map(|s| s.snapshot_id()))
+            .with_sequence_number(self.names.sequence)
+            .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
+            .with_manifest_list(listed.path.clone())
+            .with_summary(summary)
+            .with_schema_id(meta.current_schema_id());
+        if self.v3 {
+            base.with_row_range(listed.first_row_id, listed.added_rows)
+                .build()
+        } else {
+            base.build()
+        }
+    }
+
+    /// The commit point: puts `next` as the base's version + 1, create-if-absent. `Ok` means the
+    /// snapshot is durable; `CommitConflict` that another writer took that version; any other
+    /// error leaves the outcome unknown. Either way the caller reloads before the next attempt.
+    pub(super) async fn publish(&self, next: TableMetadata) -> Result<Arc<Loaded>, SinkError> {
+        let version = self.base.version + 1;
+        publish::put_metadata(self.target.warehouse, self.table(), version, &next).await?;
+        Ok(Arc::new(Loaded {
+            version,
+            metadata: next,
+        }))
+    }
+
+    /// After a successful publish: advances the cached live state to the new snapshot and hands
+    /// the index this commit's rows and removed keys.
+    pub(super) fn finish(self, after: After, cached: Cached<'_>) -> CommitStats {
+        let After {
+            found,
+            data,
+            deletes,
+            carried,
+            added: [data_manifest, delete_manifest],
+            manifests,
+        } = after;
+        let snapshot_id = self.names.snapshot_id;
+        let files_written = data.files.len() + deletes.files.len();
+        cached.live.advance(Published {
+            snapshot_id,
+            sequence: self.names.sequence,
+            truncate: self.plan.truncate,
+            manifests,
+            data: data.files,
+            data_manifest,
+            deletes: deletes.files,
+            delete_manifest,
+            rewritten: carried.rewritten,
+            replaced: &deletes.replaced,
+            vectors: deletes.vectors,
+        });
+        // The snapshot is durable: a failure from here on must not fail the commit (the caller
+        // would retry changes the table already holds). The index is dropped instead, and the
+        // next commit reopens it and replays this snapshot (pk_index.rs, recovery). The update
+        // runs in the background until the next commit readies the index (index/slot.rs).
+        let data_rows = self.plan.data_rows() as u64;
+        cached.index.record_in_background(
+            Arc::clone(self.input.schema),
+            self.input.changes.to_vec(),
+            self.plan,
+            data.paths,
+            found.removed_keys,
+            snapshot_id,
+        );
+        CommitStats {
+            snapshot_id,
+            data_rows,
+            deleted_rows: deletes.deleted_rows,
+            files_written,
+        }
+    }
+}
