@@ -23,7 +23,7 @@ if [ "${CDCD_NO_TESTBED:-0}" != 1 ]; then
   eval "$(scripts/testbed.sh env)"
   export CDCD_TB CDCD_TEST_PG CDCD_TEST_PYTHON
   # A test run that was killed (timeout, ^C) never ran its drop guards: drop the slots and publications
-  # of test processes that are gone (names end in _<pid>, see tests/common), as an idle slot holds WAL.
+  # of test processes that are gone (names end in _<pid>, see tests/support), as an idle slot holds WAL.
   "$CDCD_TEST_PG_BIN/psql" "$CDCD_TEST_PG" -qAtX -c "select slot_name from pg_replication_slots where not active
       union select pubname from pg_publication" | while read -r name; do
     pid=${name##*_}

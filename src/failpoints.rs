@@ -4,7 +4,7 @@
 //! `CDCD_FAILPOINT=<name>[:<n>]` aborts the process at the n-th time the point `<name>` is
 //! reached (default: the first), after printing `cdcd: failpoint <name> (hit <n>): aborting` to
 //! stderr; nothing is flushed. Unset (always, outside tests), [`crash_point`] costs one read of a
-//! `OnceLock`. Each point is a constant below, and the tests (`tests/s3_crash.rs`, the crash
+//! `OnceLock`. Each point is a constant below, and the tests (`tests/s3/crash.rs`, the crash
 //! tests) name the same strings.
 //!
 //! Where the points sit and what storage holds when they fire:

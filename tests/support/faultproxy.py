@@ -1,4 +1,4 @@
-"""Fault-injecting HTTP proxy for the S3 fault tests (tests/s3_faults.rs): sits between cdcd and moto.
+"""Fault-injecting HTTP proxy for the S3 fault tests (tests/s3/faults.rs): sits between cdcd and moto.
 
 Usage: faultproxy.py UPSTREAM_URL [--fail 0.10] [--delay 0.2] [--max-delay-ms 800] [--seed N]
                       [--stall-path SUBSTR --stall-flag FILE] [--log FILE]

@@ -1,4 +1,4 @@
-//! Helpers for the S3 end-to-end tests (`tests/s3_*.rs`): a [`crate::support::Pipeline`] whose warehouse
+//! Helpers for the S3 end-to-end tests (`tests/s3/`): a [`crate::support::Pipeline`] whose warehouse
 //! is `s3://<bucket>/wh` on the test bed's moto, a bucket per test (named with the pid, so parallel
 //! runs never share one), lakecheck over S3, and the object listing the fault tests check.
 //!

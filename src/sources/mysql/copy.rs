@@ -186,7 +186,7 @@ fn key_columns(entry: &TableEntry) -> Vec<String> {
 /// index) that gives chunks of exactly `chunk_rows` rows whatever the key type and distribution.
 ///
 /// Why not split `MIN..MAX` of an integer key evenly (two index dives): sparse keys make the
-/// chunks uneven. In `tests/mysql_snapshot.rs` keys 1..200000 plus a few moved to 20000000+ put
+/// chunks uneven. In `tests/mysql/snapshot.rs` keys 1..200000 plus a few moved to 20000000+ put
 /// every row into the first of 21 such chunks, so nothing was resumable. The walk costs one
 /// scan of the key; measured on 1M rows in README ("MySQL and MariaDB").
 async fn key_ranges(

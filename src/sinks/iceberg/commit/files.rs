@@ -91,7 +91,7 @@ impl RowDelta<'_> {
         // One Puffin file per vector. With several blobs in one Puffin file (as Iceberg-Java
         // writes, and as the spec allows: each entry names its blob by `content_offset` and
         // `content_size_in_bytes`), DuckDB 1.5.5 applies a neighbouring blob to the wrong
-        // data file after some commits (seen again in tests/s3_crash and s3_standby; Spark
+        // data file after some commits (seen again in tests/s3/crash.rs and s3/standby.rs; Spark
         // and pyiceberg read the same tables right). One blob per file sidesteps it at the
         // cost of more small files.
         let mut files = Vec::new();
