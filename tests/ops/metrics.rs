@@ -80,9 +80,20 @@ async fn metrics_are_served_and_lag_falls_to_zero() {
     p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
     let port = free_port();
     add_ops_config(&p, port, 500);
-    std::env::set_var("CDCD_LOG_FORMAT", "json");
+    p.env_vars.push(("CDCD_LOG_FORMAT".into(), "json".into()));
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    // The changes below must be streamed, not copied: a slot can be active before its copy ends.
+    let copied = Instant::now() + Duration::from_secs(120);
+    while !p.output().contains("initial copy finished") {
+        assert!(
+            Instant::now() < copied,
+            "the initial copy did not finish:\n{}",
+            p.output()
+        );
+        p.assert_running();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     exec(
         &client,

@@ -29,10 +29,11 @@ async fn assert_no_missing_files(s: &S3Pipeline, table: &str) {
 
 /// Starts cdcd with `failpoint` and waits until it aborts there.
 async fn crash_at(s: &mut S3Pipeline, failpoint: &str, client: &tokio_postgres::Client, n: &str) {
-    // Only this test runs in this binary, so the variable reaches just the cdcd started next.
-    std::env::set_var("CDCD_FAILPOINT", failpoint);
+    // The daemon's own environment: tests share this process, so set_var would arm other tests.
+    s.p.env_vars
+        .push(("CDCD_FAILPOINT".into(), failpoint.into()));
     s.p.start();
-    std::env::remove_var("CDCD_FAILPOINT");
+    s.p.env_vars.retain(|(k, _)| k != "CDCD_FAILPOINT");
     for round in 0..60 {
         let base = 100_000 + round * 10;
         exec(
@@ -82,9 +83,11 @@ async fn s3_recovers_from_crashes_and_cleans_orphans() {
     s.extra_pipeline = "lease_ttl_ms = 2000\n".into();
     s.write_config(&crate::support::Settings::default(), &endpoint);
     // Every plain put goes multipart: the first data file's upload is interrupted.
-    std::env::set_var("CDCD_MULTIPART_THRESHOLD", "1");
+    s.p.env_vars
+        .push(("CDCD_MULTIPART_THRESHOLD".into(), "1".into()));
     crash_at(&mut s, "multipart-after-first-part", &client, &n).await;
-    std::env::remove_var("CDCD_MULTIPART_THRESHOLD");
+    s.p.env_vars
+        .retain(|(k, _)| k != "CDCD_MULTIPART_THRESHOLD");
     // The 3rd metadata create: data files and manifests are written, the commit is not.
     crash_at(&mut s, "commit-before-create:3", &client, &n).await;
     // The commit landed; the version hint was not updated.

@@ -181,6 +181,9 @@ pub struct Pipeline {
     lsm_buckets: Option<u32>,
     /// SQL run at cleanup after the slot and publication are gone (drops the test's tables and types).
     cleanup_sql: Vec<String>,
+    /// Environment for the cdcd processes this pipeline starts (never the test process's own:
+    /// every test shares it, so a `set_var` would reach other tests' daemons).
+    pub env_vars: Vec<(String, String)>,
 }
 
 impl Pipeline {
@@ -207,6 +210,7 @@ impl Pipeline {
             starts: 0,
             lsm_buckets: None,
             cleanup_sql: Vec::new(),
+            env_vars: Vec::new(),
         };
         p.write_config(settings);
         // A leftover of an earlier run under the same pid would make cdcd resume from it.
@@ -296,6 +300,7 @@ impl Pipeline {
         let child = Command::new(&bin)
             .arg("--config")
             .arg(&self.config)
+            .envs(self.env_vars.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))
