@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use super::tls::{TlsSettings, PARAMETERS};
 use crate::config::{redact_url, ConfigError, Context, SnapshotMode, SourceUrl};
 
 /// `[source]` with `kind = "postgres"`.
@@ -77,6 +78,8 @@ pub struct PostgresConfig {
     pub snapshot_parallelism: usize,
     /// Target rows per chunk of the initial copy (≥ 1).
     pub snapshot_chunk_rows: u64,
+    /// TLS for every connection to the server (`sslmode` and friends, from the URL).
+    pub tls: TlsSettings,
 }
 
 impl PostgresConfig {
@@ -97,6 +100,7 @@ impl fmt::Debug for PostgresConfig {
             .field("slot", &self.slot)
             .field("publication", &self.publication)
             .field("snapshot", &self.snapshot)
+            .field("tls", &self.tls.summary())
             .finish_non_exhaustive()
     }
 }
@@ -105,7 +109,7 @@ impl RawPostgres {
     /// Checks every key and builds the settings.
     pub fn validate(self, ctx: &Context<'_>) -> Result<PostgresConfig, ConfigError> {
         let SourceUrl {
-            url: _,
+            url,
             host,
             port,
             user,
@@ -119,6 +123,23 @@ impl RawPostgres {
             5432,
             "postgres",
         )?;
+        let mut tls = TlsSettings::default();
+        for (k, v) in url.query_pairs() {
+            match tls.set(&k, &v) {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(ctx.invalid(
+                        "source.url",
+                        format!(
+                            "query parameter {k:?}: only {} are understood",
+                            PARAMETERS.join(", ")
+                        ),
+                    ))
+                }
+                Err(e) => return Err(ctx.invalid("source.url", e)),
+            }
+        }
+        tls.validate().map_err(|e| ctx.invalid("source.url", e))?;
         ctx.source_tables(&self.tables, "schema", "public")?;
         let default_name = format!("cdcd_{}", ctx.pipeline.replace('-', "_"));
         let slot = self.slot.unwrap_or_else(|| default_name.clone());
@@ -153,6 +174,7 @@ impl RawPostgres {
             self.snapshot_parallelism.unwrap_or(4),
         )?;
         Ok(PostgresConfig {
+            tls,
             heartbeat_interval,
             snapshot_parallelism,
             snapshot_chunk_rows: ctx.snapshot_chunk_rows(self.snapshot_chunk_rows)?,

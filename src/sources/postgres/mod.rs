@@ -3,7 +3,9 @@
 //! - `decoder.rs`: pgoutput messages from bytes (pure; protocol v1–v4).
 //! - `types.rs`: Postgres types to Arrow, and text values into Arrow builders (pure).
 //! - `relation.rs`: table schemas from Relation messages or the catalog, built one way.
-//! - `startup.rs`: connecting and authenticating (StartupMessage, trust/cleartext/SCRAM).
+//! - `startup.rs`: connecting and authenticating (TLS, StartupMessage, trust/cleartext/md5/SCRAM).
+//! - `tls.rs` and `tls/`: libpq's `sslmode` and friends as one rustls config (pure), the
+//!   SSLRequest handshake and tokio-postgres's connector (I/O).
 //! - `replication.rs`: the replication connection (a walsender session, pgwire-replication's
 //!   framing).
 //! - `setup.rs`: publication, slot and server checks over a regular connection.
@@ -33,6 +35,7 @@ pub mod setup;
 pub mod snapshot;
 mod startup;
 mod stream;
+pub mod tls;
 pub mod types;
 
 #[cfg(test)]

@@ -1,12 +1,13 @@
-//! The frontend/backend start-up exchange (protocol §55.2.1 "Start-up"): the StartupMessage, then
-//! authentication until ReadyForQuery. Shared by the walsender session (`replication.rs`) and the
-//! initial copy's sessions (`snapshot/session.rs`), which differ only in the `replication`
-//! parameter and in what they do after.
+//! The frontend/backend start-up exchange (protocol §55.2.1 "Start-up"): TLS if asked for, the
+//! StartupMessage, then authentication until ReadyForQuery. Shared by the walsender session
+//! (`replication.rs`) and the initial copy's sessions (`snapshot/session.rs`), which differ only in
+//! the `replication` parameter and in what they do after.
 //!
-//! Transport: plain TCP. `PostgresConfig` carries no `sslmode` yet, so TLS is not offered.
-//! Auth: trust, cleartext and SCRAM-SHA-256; md5 is refused with a message saying how to switch
-//! (pgwire-replication keeps its md5 helper private and cdcd has no md5 implementation). The
-//! password never appears in an error or a log line.
+//! Transport: the source's `sslmode` (`tls.rs`): an SSLRequest and a rustls handshake first
+//! (`tls/stream.rs`) unless the mode is `disable`, or `allow` (plain first, and a second
+//! connection in TLS if the server refuses the plain one, as libpq does).
+//! Auth: trust, cleartext, md5 and SCRAM-SHA-256. The password never appears in an error or a log
+//! line; a refusal names the user and the method.
 
 use pgwire_replication::auth::ScramClient;
 use pgwire_replication::protocol::framing::{
@@ -17,6 +18,9 @@ use pgwire_replication::protocol::BackendMessage;
 use pgwire_replication::PgWireError;
 use tokio::io::BufReader;
 use tokio::net::TcpStream;
+
+use super::tls::stream::{self as tls_stream, PgStream, StartError};
+use super::tls::{requires_tls_hint, SslMode};
 
 use super::replication::session_options;
 use super::replication::wire::{
@@ -46,7 +50,7 @@ pub struct Opened {
     /// Buffered so that many small frames cost one syscall; `BufReader` passes writes through.
     /// Nothing is buffered when [`open`] returns: the server sends nothing after ReadyForQuery
     /// until it is asked something.
-    pub stream: BufReader<TcpStream>,
+    pub stream: BufReader<PgStream>,
     pub reader: MessageReader,
     /// Major version from the `server_version` ParameterStatus (0: not reported).
     pub server_major: u32,
@@ -59,6 +63,43 @@ pub async fn open(
     kind: SessionKind,
     extra_options: &str,
 ) -> Result<Opened, SourceError> {
+    let mode = cfg.tls.mode;
+    match open_once(cfg, kind, extra_options, mode.tls_first()).await {
+        Ok(opened) => Ok(opened),
+        Err(Failed {
+            refused: true,
+            error,
+        }) if mode == SslMode::Allow => {
+            tracing::debug!(target = %cfg.display_target(), error = %error, "plain connection refused; retrying in TLS (sslmode=allow)");
+            open_once(cfg, kind, extra_options, true)
+                .await
+                .map_err(|f| f.error)
+        }
+        Err(f) => Err(f.error),
+    }
+}
+
+/// Why one connection attempt failed; `refused`: the server answered with an ErrorResponse.
+struct Failed {
+    error: SourceError,
+    refused: bool,
+}
+
+impl From<SourceError> for Failed {
+    fn from(error: SourceError) -> Self {
+        Failed {
+            error,
+            refused: false,
+        }
+    }
+}
+
+async fn open_once(
+    cfg: &PostgresConfig,
+    kind: SessionKind,
+    extra_options: &str,
+    tls: bool,
+) -> Result<Opened, Failed> {
     let target = cfg.display_target();
     let connect_err = |detail: String| SourceError::Connect {
         target: target.clone(),
@@ -70,6 +111,16 @@ pub async fn open(
     // Status updates and queries are small and latency matters more than batching.
     tcp.set_nodelay(true)
         .map_err(|e| connect_err(e.to_string()))?;
+    let stream = if tls {
+        tls_stream::upgrade(tcp, &cfg.host, &cfg.tls)
+            .await
+            .map_err(|e| match e {
+                StartError::Io(e) => connect_err(format!("asking for TLS: {e}")),
+                StartError::Tls(e) => connect_err(e.to_string()),
+            })?
+    } else {
+        PgStream::Plain(tcp)
+    };
     let mut options = session_options();
     if !extra_options.is_empty() {
         options.push(' ');
@@ -88,15 +139,22 @@ pub async fn open(
         ("options", options.as_str()),
     ]);
     let mut session = Startup {
-        stream: BufReader::with_capacity(128 * 1024, tcp),
+        stream: BufReader::with_capacity(128 * 1024, stream),
         reader: MessageReader::new().with_max_message_size(MAX_MESSAGE_BYTES),
         target: &target,
         server_major: 0,
+        method: None,
+        refused: false,
     };
     write_startup_message(&mut session.stream, PROTOCOL_VERSION, &params)
         .await
         .map_err(|e| connect_err(describe(&e)))?;
-    session.authenticate(cfg).await?;
+    if let Err(error) = session.authenticate(cfg).await {
+        return Err(Failed {
+            error,
+            refused: session.refused,
+        });
+    }
     Ok(Opened {
         stream: session.stream,
         reader: session.reader,
@@ -112,10 +170,14 @@ struct ScramState {
 }
 
 struct Startup<'t> {
-    stream: BufReader<TcpStream>,
+    stream: BufReader<PgStream>,
     reader: MessageReader,
     target: &'t str,
     server_major: u32,
+    /// The password method the server asked for, named in a refusal.
+    method: Option<&'static str>,
+    /// The server answered with an ErrorResponse (`sslmode=allow` then tries TLS).
+    refused: bool,
 }
 
 impl Startup<'_> {
@@ -131,6 +193,7 @@ impl Startup<'_> {
                     match code {
                         auth::OK => {}
                         auth::CLEARTEXT_PASSWORD => {
+                            self.method = Some("password");
                             let password = self.password(cfg)?;
                             let mut payload = Vec::with_capacity(password.len() + 1);
                             payload.extend_from_slice(password.as_bytes());
@@ -150,6 +213,7 @@ impl Startup<'_> {
                                     "the server offers no SASL mechanism cdcd supports (SCRAM-SHA-256)",
                                 ));
                             }
+                            self.method = Some("scram-sha-256");
                             let client = ScramClient::new(&cfg.user);
                             let first = client.client_first.as_bytes();
                             let mut init = Vec::with_capacity(first.len() + 20);
@@ -197,7 +261,10 @@ impl Startup<'_> {
                         }
                     }
                 }
-                b'E' => return Err(self.auth_failed(&server_error(&msg.payload))),
+                b'E' => {
+                    self.refused = true;
+                    return Err(self.refusal(cfg, &server_error(&msg.payload)));
+                }
                 b'Z' => return Ok(()),
                 b'S' => {
                     if let Some(major) = server_major_version(&msg.payload) {
@@ -223,6 +290,21 @@ impl Startup<'_> {
                 "the server asks for a password but none is configured (source.password or the URL)",
             )
         })
+    }
+
+    /// The server's ErrorResponse during start-up, with the user and password method it refused
+    /// and, for a plain connection that only `hostssl` lines would let in, what to set.
+    fn refusal(&self, cfg: &PostgresConfig, server: &str) -> SourceError {
+        let mut detail = server.to_owned();
+        if let Some(method) = self.method {
+            detail.push_str(&format!(" (user {:?}, method {method})", cfg.user));
+        }
+        if !self.stream.get_ref().is_tls() {
+            if let Some(hint) = requires_tls_hint(server) {
+                detail.push_str(&format!(": {hint}"));
+            }
+        }
+        self.auth_failed(&detail)
     }
 
     fn auth_failed(&self, detail: &str) -> SourceError {
