@@ -116,7 +116,7 @@ impl PostgresSource {
             Err(e) => {
                 return vec![CheckProblem {
                     problem: e.to_string(),
-                    fix: "check source.url, source.password, and that Postgres accepts the connection (pg_hba.conf)".to_owned(),
+                    fix: "check source.url (and its ssl* parameters), source.password, and that Postgres accepts the connection (pg_hba.conf)".to_owned(),
                 }]
             }
         };
