@@ -127,6 +127,13 @@ async fn replication_copy_and_heartbeat_run_over_verified_tls() {
     p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
     let (ok, out) = check(&p.config);
     assert!(ok, "check over verify-full:\n{out}");
+    assert!(
+        out.contains(&format!(
+            "source TLS: sslmode=verify-full (URL), sslrootcert={} (URL)",
+            bed.ca.display()
+        )),
+        "{out}"
+    );
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(60)).await;
     change_rows(&client, &t).await;
@@ -240,6 +247,26 @@ async fn tls_misconfigurations_fail_clearly() {
             "check printed the password:\n{out}"
         );
     }
+
+    // `[source]` keys win over the URL's parameters, and check shows both.
+    p.write_config(&Settings {
+        url: Some(bed.url("cdcd_tls", None, "sslmode=disable")),
+        password: Some(TLS_PASSWORD.into()),
+        ..Settings::default()
+    });
+    let text = std::fs::read_to_string(&p.config).unwrap().replacen(
+        "[source]\n",
+        &format!("[source]\nsslmode = \"verify-full\"\nsslrootcert = {ca:?}\n"),
+        1,
+    );
+    std::fs::write(&p.config, text).unwrap();
+    let (ok, out) = check(&p.config);
+    assert!(ok, "check with source.sslmode over the URL's:\n{out}");
+    assert!(
+        out.contains("sslmode=verify-full (source.sslmode, over the URL's disable)")
+            && out.contains(&format!("sslrootcert={ca} (source.sslrootcert)")),
+        "{out}"
+    );
 }
 
 /// md5 (the role's password is stored as an md5 hash), plain TCP: the copy and the stream, then a

@@ -163,6 +163,22 @@ impl Source for PostgresSource {
         Self::check_source(&self.cfg).await
     }
 
+    fn settings(&self) -> Vec<String> {
+        let tls = &self.cfg.tls;
+        let mut line = if self.cfg.tls_origins.is_empty() {
+            format!("source TLS: sslmode={} (default)", tls.mode)
+        } else {
+            format!("source TLS: {}", self.cfg.tls_origins.join(", "))
+        };
+        if tls.effective_mode() != tls.mode {
+            line.push_str(&format!(
+                "; in effect {} (require with a CA file, as libpq)",
+                tls.effective_mode()
+            ));
+        }
+        vec![line]
+    }
+
     async fn tables(&self) -> Result<Vec<TableId>, SourceError> {
         let client = setup::connect(&self.cfg).await?;
         publication::resolve_tables(&client, &self.cfg.tables).await
