@@ -173,7 +173,8 @@ async fn replication_copy_and_heartbeat_run_over_verified_tls() {
 
 /// A wrong CA, a host name the certificate lacks, and `sslmode=disable` against a `hostssl`-only
 /// role each fail `cdcd check` with a line naming the host, the CA file or the setting to change;
-/// `verify-ca` at the same unlisted name passes (it checks the chain, not the name).
+/// `verify-ca` at the same unlisted name passes (it checks the chain, not the name), as do
+/// `allow` (plain refused, then TLS) and `require` (no verification).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_misconfigurations_fail_clearly() {
     let Some(bed) = tls_bed("tls_misconfigurations_fail_clearly") else {
@@ -185,7 +186,15 @@ async fn tls_misconfigurations_fail_clearly() {
     table_with_rows(&client, &t).await;
     let other_ca = bed.dir.join("other-ca.crt");
     let ca = bed.ca.display().to_string();
-    let cases: [(String, bool, Vec<String>); 4] = [
+    let cases: [(String, bool, Vec<String>); 6] = [
+        // libpq's allow: the plain attempt is refused (hostssl only), the TLS retry gets in.
+        (bed.url("cdcd_tls", None, "sslmode=allow"), true, vec![]),
+        // require verifies nothing: neither the chain (not in the system's roots) nor the name.
+        (
+            bed.url("cdcd_tls", Some("127.0.0.2"), "sslmode=require"),
+            true,
+            vec!["source TLS: sslmode=require (URL)".into()],
+        ),
         (
             bed.url(
                 "cdcd_tls",
