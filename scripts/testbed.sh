@@ -6,15 +6,16 @@
 #   scripts/testbed.sh env    print `export CDCD_TEST_…=…` lines for the tests:  eval "$(scripts/testbed.sh env)"
 #   scripts/testbed.sh stop   stop the servers this script started
 #
-# Env: CDCD_TB (default /tmp/cdcd-tb: data, logs, venv), PG_PORT (default 55440), MY_PORT (default 53316),
-# MOTO_PORT (default 59010), MOTO_SERIAL_PORT (default 59011), CDCD_TB_COMPONENTS (default all:
-# "postgres python mariadb moto"; scripts/demo.sh asks for "postgres python" only).
+# Env: CDCD_TB (default /tmp/cdcd-tb: data, logs, venv), PG_PORT (default 55440), PG_TLS_PORT (default 55441),
+# MY_PORT (default 53316), MOTO_PORT (default 59010), MOTO_SERIAL_PORT (default 59011), CDCD_TB_COMPONENTS
+# (default all: "postgres python mariadb moto pgtls"; scripts/demo.sh asks for "postgres python" only).
 #
 # Components are functions named <name>_apt / <name>_up / <name>_stop / <name>_env, listed in COMPONENTS.
 set -euo pipefail
 
 CDCD_TB=${CDCD_TB:-/tmp/cdcd-tb}
 PG_PORT=${PG_PORT:-55440}
+PG_TLS_PORT=${PG_TLS_PORT:-55441}
 MOTO_PORT=${MOTO_PORT:-59010}
 MOTO_SERIAL_PORT=${MOTO_SERIAL_PORT:-59011}
 MY_PORT=${MY_PORT:-53316}
@@ -24,7 +25,7 @@ VENV=$CDCD_TB/venv
 PY=$VENV/bin/python
 RUN=$CDCD_TB/run
 LOGS=$CDCD_TB/logs
-read -ra COMPONENTS <<< "${CDCD_TB_COMPONENTS:-postgres python mariadb moto}"
+read -ra COMPONENTS <<< "${CDCD_TB_COMPONENTS:-postgres python mariadb moto pgtls}"
 
 log() { printf '[testbed %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -284,6 +285,115 @@ mariadb_stop() {
 mariadb_env() {
   echo "export CDCD_TEST_MYSQL=mysql://cdc:cdcpw@127.0.0.1:$MY_PORT/cdcd_test"
   echo "export CDCD_TEST_MYSQL_CNF=$MYCNF"
+}
+
+# ------------------------------------------------------------------ Postgres 15 with TLS: a second cluster
+# ssl = on with a CA and certificates made here by openssl (server: DNS:localhost, IP:127.0.0.1 only, so a
+# connection to 127.0.0.2, where it also listens, is a host name mismatch), and one role per way in:
+#   cdcd_tls   hostssl only, scram-sha-256, password cdcd-tls-pw (a plain connection finds no pg_hba line)
+#   cdcd_md5   host (TLS or not), md5, password cdcd-md5-pw (stored as an md5 hash)
+#   cdcd_cert  hostssl only, cert: the client certificate certs/client.crt (CN=cdcd_cert) with certs/client.key
+#   postgres   host, trust: what the tests use to set up, clean up and read the source back
+# certs/other-ca.crt is a CA that signed nothing here (the wrong-CA test). The roles are superusers: the
+# tests' tables belong to postgres and cdcd must publish them.
+PGTLS=$CDCD_TB/pgtls
+PGTLS_DATA=$PGTLS/data
+PGTLS_CERTS=$PGTLS/certs
+pgtls_running() { as_pg "$PGBIN/pg_ctl -D $PGTLS_DATA status" >/dev/null 2>&1; }
+pgtls_apt() { apt_want postgresql-15 openssl; }
+pgtls_certs() {
+  [ -f "$PGTLS_CERTS/client.crt" ] && return 0
+  log "making the TLS test certificates in $PGTLS_CERTS"
+  rm -rf "$PGTLS_CERTS"; mkdir -p "$PGTLS_CERTS"
+  local c=$PGTLS_CERTS
+  openssl req -x509 -new -newkey rsa:2048 -nodes -days 3650 -subj "/CN=cdcd test CA" \
+    -keyout "$c/ca.key" -out "$c/ca.crt" 2>/dev/null
+  openssl req -x509 -new -newkey rsa:2048 -nodes -days 3650 -subj "/CN=cdcd other CA" \
+    -keyout "$c/other-ca.key" -out "$c/other-ca.crt" 2>/dev/null
+  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n' > "$c/server.ext"
+  openssl req -new -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout "$c/server.key" -out "$c/server.csr" 2>/dev/null
+  openssl x509 -req -in "$c/server.csr" -CA "$c/ca.crt" -CAkey "$c/ca.key" -CAcreateserial -days 3650 \
+    -extfile "$c/server.ext" -out "$c/server.crt" 2>/dev/null
+  printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n' > "$c/client.ext"
+  openssl req -new -newkey rsa:2048 -nodes -subj "/CN=cdcd_cert" -keyout "$c/client.key" -out "$c/client.csr" 2>/dev/null
+  openssl x509 -req -in "$c/client.csr" -CA "$c/ca.crt" -CAkey "$c/ca.key" -CAcreateserial -days 3650 \
+    -extfile "$c/client.ext" -out "$c/client.crt" 2>/dev/null
+  { [ -s "$c/client.crt" ] && [ -s "$c/server.crt" ]; } || die "openssl did not make the test certificates"
+  chmod 600 "$c"/*.key
+  chmod 755 "$c"
+  chown postgres:postgres "$c/server.key"   # postgres refuses a key file that others can read or it does not own
+}
+pgtls_up() {
+  mkdir -p "$PGTLS"; chown postgres:postgres "$PGTLS"
+  pgtls_certs
+  if [ ! -f "$PGTLS_DATA/PG_VERSION" ]; then
+    log "initdb $PGTLS_DATA (TLS)"
+    as_pg "$PGBIN/initdb -D $PGTLS_DATA -U postgres --auth=trust -E UTF8 --locale=C.UTF-8" >"$LOGS/initdb-tls.log" 2>&1 \
+      || die "initdb failed: $(tail -3 "$LOGS/initdb-tls.log")"
+    cat >> "$PGTLS_DATA/postgresql.conf" <<EOF
+# --- cdcd test bed (TLS)
+listen_addresses = '127.0.0.1,127.0.0.2'
+port = $PG_TLS_PORT
+unix_socket_directories = '$RUN'
+wal_level = logical
+max_replication_slots = 20
+max_wal_senders = 20
+max_slot_wal_keep_size = 2GB
+fsync = off
+ssl = on
+ssl_cert_file = '$PGTLS_CERTS/server.crt'
+ssl_key_file = '$PGTLS_CERTS/server.key'
+ssl_ca_file = '$PGTLS_CERTS/ca.crt'
+EOF
+  fi
+  cat > "$PGTLS_DATA/pg_hba.conf" <<'EOF'
+local     all          all                      trust
+hostssl   all          cdcd_tls   127.0.0.0/8   scram-sha-256
+hostssl   replication  cdcd_tls   127.0.0.0/8   scram-sha-256
+host      all          cdcd_md5   127.0.0.0/8   md5
+host      replication  cdcd_md5   127.0.0.0/8   md5
+hostssl   all          cdcd_cert  127.0.0.0/8   cert
+hostssl   replication  cdcd_cert  127.0.0.0/8   cert
+host      all          postgres   127.0.0.0/8   trust
+host      replication  postgres   127.0.0.0/8   trust
+EOF
+  chown postgres:postgres "$PGTLS_DATA/pg_hba.conf"
+  if pgtls_running; then
+    as_pg "$PGBIN/pg_ctl -D $PGTLS_DATA reload" >/dev/null
+  else
+    port_busy "$PG_TLS_PORT" && die "port $PG_TLS_PORT is in use by another program; set PG_TLS_PORT to a free port"
+    log "starting postgres (TLS) on 127.0.0.1:$PG_TLS_PORT"
+    as_pg "$PGBIN/pg_ctl -D $PGTLS_DATA -l $LOGS/pg-tls.log -o '-p $PG_TLS_PORT' -w -t 60 start" >/dev/null \
+      || die "postgres (TLS) did not start: $(tail -5 "$LOGS/pg-tls.log")"
+  fi
+  local psql="$PGBIN/psql -h 127.0.0.1 -p $PG_TLS_PORT -U postgres -qAtX"
+  $psql -d postgres -c "select 1 from pg_database where datname='$PG_DB'" | grep -q 1 \
+    || $psql -d postgres -c "create database $PG_DB" >/dev/null
+  # password_encryption decides how CREATE ROLE stores a password: md5 for cdcd_md5, so that md5
+  # authentication can check it.
+  $psql -d postgres >/dev/null <<'EOF'
+DO $$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'cdcd_tls') THEN
+    SET LOCAL password_encryption = 'scram-sha-256';
+    CREATE ROLE cdcd_tls LOGIN SUPERUSER REPLICATION PASSWORD 'cdcd-tls-pw';
+  END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'cdcd_md5') THEN
+    SET LOCAL password_encryption = 'md5';
+    CREATE ROLE cdcd_md5 LOGIN SUPERUSER REPLICATION PASSWORD 'cdcd-md5-pw';
+  END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'cdcd_cert') THEN
+    CREATE ROLE cdcd_cert LOGIN SUPERUSER REPLICATION;
+  END IF;
+END $$;
+EOF
+}
+pgtls_stop() {
+  if [ -f "$PGTLS_DATA/postmaster.pid" ]; then as_pg "$PGBIN/pg_ctl -D $PGTLS_DATA -m fast stop" >/dev/null || true; fi
+}
+pgtls_env() {
+  echo "export CDCD_TEST_PG_TLS=postgres://postgres@127.0.0.1:$PG_TLS_PORT/$PG_DB"
+  echo "export CDCD_TEST_PG_TLS_CA=$PGTLS_CERTS/ca.crt"
+  echo "export CDCD_TEST_PG_TLS_DIR=$PGTLS_CERTS"
 }
 
 # ------------------------------------------------------------------ main

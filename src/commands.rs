@@ -196,6 +196,11 @@ pub async fn check(config: &Config) -> Vec<String> {
     problems
 }
 
+/// The settings `cdcd check` shows before its verdict (the source's TLS, and where it came from).
+pub fn check_settings(config: &Config) -> Vec<String> {
+    crate::sources::build(&config.source).settings()
+}
+
 /// Writes and removes a small object under `<warehouse>/_cdcd/<pipeline>/` to prove the warehouse
 /// is reachable and writable.
 async fn probe_warehouse(config: &Config) -> Result<(), String> {

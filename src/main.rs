@@ -104,6 +104,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Check) => {
+            for line in cdcd::commands::check_settings(&config) {
+                println!("{line}");
+            }
             let problems = cdcd::commands::check(&config).await;
             if problems.is_empty() {
                 println!("ok: {} is ready", config.pipeline);

@@ -180,6 +180,12 @@ pub trait Source: Send {
     /// nothing on the server; a failure to connect is itself a problem.
     async fn check(&self) -> Vec<CheckProblem>;
 
+    /// `cdcd check`: settings worth showing as they are in effect (Postgres: TLS, and whether
+    /// each parameter came from the URL or a `[source]` key). No secrets.
+    fn settings(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// The captured tables: `source.tables` resolved on the server now (`cdcd status`).
     async fn tables(&self) -> Result<Vec<TableId>, SourceError>;
 

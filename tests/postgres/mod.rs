@@ -1,7 +1,9 @@
 //! Postgres → cdcd → Iceberg (and LSM where a test says so), against the test bed's Postgres 15.
+//! `tls`: TLS with verification, md5 and client certificates (the test bed's second cluster).
 
 mod crash;
 mod ddl;
 mod lifecycle;
 mod replication;
 mod snapshot;
+mod tls;

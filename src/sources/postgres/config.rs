@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use super::tls::{TlsSettings, PARAMETERS};
 use crate::config::{redact_url, ConfigError, Context, SnapshotMode, SourceUrl};
 
 /// `[source]` with `kind = "postgres"`.
@@ -45,6 +46,24 @@ pub struct RawPostgres {
     /// parallelism (default 250000).
     #[serde(default)]
     pub snapshot_chunk_rows: Option<u64>,
+    /// TLS, libpq's parameter of the same name; each of these keys wins over the URL's query
+    /// parameter. "disable", "allow", "prefer" (the default), "require", "verify-ca" or
+    /// "verify-full".
+    #[serde(default)]
+    pub sslmode: Option<String>,
+    /// The CA bundle (PEM) that verify-ca and verify-full check against, or "system" (the
+    /// default: the OS's roots). With `sslmode = "require"`, a file makes it verify-ca (libpq).
+    #[serde(default)]
+    pub sslrootcert: Option<String>,
+    /// A client certificate (PEM) for `cert` authentication, with `sslkey`.
+    #[serde(default)]
+    pub sslcert: Option<String>,
+    /// The client certificate's private key (PEM).
+    #[serde(default)]
+    pub sslkey: Option<String>,
+    /// Send the host name as TLS SNI (default true).
+    #[serde(default)]
+    pub sslsni: Option<bool>,
 }
 
 impl fmt::Debug for RawPostgres {
@@ -77,6 +96,10 @@ pub struct PostgresConfig {
     pub snapshot_parallelism: usize,
     /// Target rows per chunk of the initial copy (≥ 1).
     pub snapshot_chunk_rows: u64,
+    /// TLS for every connection to the server (`sslmode` and friends, URL or `[source]`).
+    pub tls: TlsSettings,
+    /// Where each TLS parameter came from, for `cdcd check` ("sslmode=require (URL)", …).
+    pub tls_origins: Vec<String>,
 }
 
 impl PostgresConfig {
@@ -97,6 +120,7 @@ impl fmt::Debug for PostgresConfig {
             .field("slot", &self.slot)
             .field("publication", &self.publication)
             .field("snapshot", &self.snapshot)
+            .field("tls", &self.tls.summary())
             .finish_non_exhaustive()
     }
 }
@@ -105,7 +129,7 @@ impl RawPostgres {
     /// Checks every key and builds the settings.
     pub fn validate(self, ctx: &Context<'_>) -> Result<PostgresConfig, ConfigError> {
         let SourceUrl {
-            url: _,
+            url,
             host,
             port,
             user,
@@ -114,11 +138,12 @@ impl RawPostgres {
         } = SourceUrl::parse(
             ctx,
             &self.url,
-            self.password,
+            self.password.clone(),
             ["postgres", "postgresql"],
             5432,
             "postgres",
         )?;
+        let (tls, tls_origins) = self.tls(&url).map_err(|(key, e)| ctx.invalid(key, e))?;
         ctx.source_tables(&self.tables, "schema", "public")?;
         let default_name = format!("cdcd_{}", ctx.pipeline.replace('-', "_"));
         let slot = self.slot.unwrap_or_else(|| default_name.clone());
@@ -153,6 +178,8 @@ impl RawPostgres {
             self.snapshot_parallelism.unwrap_or(4),
         )?;
         Ok(PostgresConfig {
+            tls,
+            tls_origins,
             heartbeat_interval,
             snapshot_parallelism,
             snapshot_chunk_rows: ctx.snapshot_chunk_rows(self.snapshot_chunk_rows)?,
@@ -174,10 +201,135 @@ impl RawPostgres {
     }
 }
 
+impl RawPostgres {
+    /// The TLS settings: the URL's query parameters, then the keys of the same names over them;
+    /// with a line per parameter saying where it came from. Errors carry the key.
+    fn tls(&self, url: &url::Url) -> Result<(TlsSettings, Vec<String>), (&'static str, String)> {
+        let mut tls = TlsSettings::default();
+        let mut from_url = Vec::new();
+        for (k, v) in url.query_pairs() {
+            match tls.set(&k, &v) {
+                Ok(true) => from_url.push((k.into_owned(), v.into_owned())),
+                Ok(false) => {
+                    return Err((
+                        "source.url",
+                        format!(
+                            "query parameter {k:?}: only {} are understood",
+                            PARAMETERS.join(", ")
+                        ),
+                    ))
+                }
+                Err(e) => return Err(("source.url", e)),
+            }
+        }
+        let sni = self.sslsni.map(|b| if b { "1" } else { "0" }.to_owned());
+        let keys: [(&str, &'static str, Option<String>); 5] = [
+            ("sslmode", "source.sslmode", self.sslmode.clone()),
+            (
+                "sslrootcert",
+                "source.sslrootcert",
+                self.sslrootcert.clone(),
+            ),
+            ("sslcert", "source.sslcert", self.sslcert.clone()),
+            ("sslkey", "source.sslkey", self.sslkey.clone()),
+            ("sslsni", "source.sslsni", sni),
+        ];
+        let mut origins = Vec::new();
+        for (name, key, value) in keys {
+            let in_url = from_url
+                .iter()
+                .rev()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str());
+            match (value, in_url) {
+                (Some(v), in_url) => {
+                    tls.set(name, &v).map_err(|e| (key, e))?;
+                    origins.push(match in_url {
+                        Some(u) if u != v => format!("{name}={v} ({key}, over the URL's {u})"),
+                        _ => format!("{name}={v} ({key})"),
+                    });
+                }
+                (None, Some(u)) => origins.push(format!("{name}={u} (URL)")),
+                (None, None) => {}
+            }
+        }
+        let key = if self.sslcert.is_some() || self.sslkey.is_some() {
+            "source.sslcert"
+        } else {
+            "source.url"
+        };
+        tls.validate().map_err(|e| (key, e))?;
+        Ok((tls, origins))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::config::tests::MINIMAL;
     use crate::config::{Config, SourceConfig};
+
+    /// Issue 22: libpq's TLS parameters in the URL and as `[source]` keys, the key winning, and
+    /// each parameter's origin kept for `cdcd check`.
+    #[test]
+    fn tls_from_url_and_keys() {
+        use crate::sources::postgres::tls::{RootCerts, SslMode};
+        let pg = |text: &str| match Config::from_toml(text, "p.toml").map(|c| c.source) {
+            Ok(SourceConfig::Postgres(pg)) => Ok(pg),
+            Ok(_) => panic!("postgres source expected"),
+            Err(e) => Err(e.to_string()),
+        };
+        let c = pg(MINIMAL).unwrap();
+        assert_eq!(c.tls.mode, SslMode::Prefer);
+        assert!(c.tls_origins.is_empty());
+
+        let url = MINIMAL.replace(
+            "/cdc\"",
+            "/cdc?sslmode=require&sslrootcert=/etc/cdcd/rds-ca.pem\"",
+        );
+        let c = pg(&url).unwrap();
+        assert_eq!(c.tls.mode, SslMode::Require);
+        assert_eq!(c.tls.effective_mode(), SslMode::VerifyCa);
+        assert_eq!(c.database, "cdc");
+        assert_eq!(
+            c.tls_origins,
+            [
+                "sslmode=require (URL)",
+                "sslrootcert=/etc/cdcd/rds-ca.pem (URL)"
+            ]
+        );
+
+        let keys = url.replace(
+            "[source]",
+            "[source]\nsslmode = \"verify-full\"\nsslsni = false\nsslcert = \"/c.pem\"\nsslkey = \"/k.pem\"",
+        );
+        let c = pg(&keys).unwrap();
+        assert_eq!(c.tls.mode, SslMode::VerifyFull);
+        assert_eq!(
+            c.tls.root_cert,
+            Some(RootCerts::File("/etc/cdcd/rds-ca.pem".into()))
+        );
+        assert!(!c.tls.sni);
+        assert_eq!(
+            c.tls_origins[0],
+            "sslmode=verify-full (source.sslmode, over the URL's require)"
+        );
+        assert!(c
+            .tls_origins
+            .contains(&"sslkey=/k.pem (source.sslkey)".to_owned()));
+        assert!(!format!("{c:?}").contains("s3cret"));
+
+        let e = pg(&MINIMAL.replace("/cdc\"", "/cdc?sslmode=verify_full\"")).unwrap_err();
+        assert!(e.contains("source.url") && e.contains("verify-full"), "{e}");
+        let e = pg(&MINIMAL.replace("/cdc\"", "/cdc?connect_timeout=5\"")).unwrap_err();
+        assert!(
+            e.contains("connect_timeout") && e.contains("sslmode"),
+            "{e}"
+        );
+        let e = pg(&MINIMAL.replace("[source]", "[source]\nsslmode = \"on\"")).unwrap_err();
+        assert!(e.contains("source.sslmode"), "{e}");
+        let e = pg(&MINIMAL.replace("[source]", "[source]\nsslcert = \"/c.pem\"")).unwrap_err();
+        assert!(e.contains("source.sslcert") && e.contains("sslkey"), "{e}");
+    }
 
     #[test]
     fn heartbeat_interval_defaults_and_turns_off() {

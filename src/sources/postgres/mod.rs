@@ -3,7 +3,9 @@
 //! - `decoder.rs`: pgoutput messages from bytes (pure; protocol v1–v4).
 //! - `types.rs`: Postgres types to Arrow, and text values into Arrow builders (pure).
 //! - `relation.rs`: table schemas from Relation messages or the catalog, built one way.
-//! - `startup.rs`: connecting and authenticating (StartupMessage, trust/cleartext/SCRAM).
+//! - `startup.rs`: connecting and authenticating (TLS, StartupMessage, trust/cleartext/md5/SCRAM).
+//! - `tls.rs` and `tls/`: libpq's `sslmode` and friends as one rustls config (pure), the
+//!   SSLRequest handshake and tokio-postgres's connector (I/O).
 //! - `replication.rs`: the replication connection (a walsender session, pgwire-replication's
 //!   framing).
 //! - `setup.rs`: publication, slot and server checks over a regular connection.
@@ -33,6 +35,7 @@ pub mod setup;
 pub mod snapshot;
 mod startup;
 mod stream;
+pub mod tls;
 pub mod types;
 
 #[cfg(test)]
@@ -113,7 +116,7 @@ impl PostgresSource {
             Err(e) => {
                 return vec![CheckProblem {
                     problem: e.to_string(),
-                    fix: "check source.url, source.password, and that Postgres accepts the connection (pg_hba.conf)".to_owned(),
+                    fix: "check source.url (and its ssl* parameters), source.password, and that Postgres accepts the connection (pg_hba.conf)".to_owned(),
                 }]
             }
         };
@@ -158,6 +161,22 @@ impl PostgresSource {
 impl Source for PostgresSource {
     async fn check(&self) -> Vec<CheckProblem> {
         Self::check_source(&self.cfg).await
+    }
+
+    fn settings(&self) -> Vec<String> {
+        let tls = &self.cfg.tls;
+        let mut line = if self.cfg.tls_origins.is_empty() {
+            format!("source TLS: sslmode={} (default)", tls.mode)
+        } else {
+            format!("source TLS: {}", self.cfg.tls_origins.join(", "))
+        };
+        if tls.effective_mode() != tls.mode {
+            line.push_str(&format!(
+                "; in effect {} (require with a CA file, as libpq)",
+                tls.effective_mode()
+            ));
+        }
+        vec![line]
     }
 
     async fn tables(&self) -> Result<Vec<TableId>, SourceError> {

@@ -10,7 +10,8 @@
 //! needs both under its control (ack only what is durable, STYLE rule 6), so it speaks the protocol
 //! itself with the crate's public building blocks.
 //!
-//! Connecting and authenticating is `startup.rs`'s (plain TCP; trust, cleartext or SCRAM-SHA-256).
+//! Connecting and authenticating is `startup.rs`'s (TLS per `sslmode`; trust, cleartext, md5 or
+//! SCRAM-SHA-256).
 
 use std::time::Duration;
 
@@ -24,9 +25,9 @@ use pgwire_replication::protocol::replication::{
 };
 use pgwire_replication::PgWireError;
 use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
 
 use super::startup::{self, SessionKind};
+use super::tls::stream::PgStream;
 use super::types::TEXT_FORMAT_SETTINGS;
 use crate::changelog::Lsn;
 use crate::config::PostgresConfig;
@@ -95,7 +96,7 @@ pub enum ReplicationMessage {
 pub struct ReplicationConnection {
     /// Buffered so that many small CopyData frames cost one syscall; `BufReader` passes writes
     /// straight through.
-    stream: BufReader<TcpStream>,
+    stream: BufReader<PgStream>,
     /// Keeps a partial frame across cancelled `recv` calls (cancel safety).
     reader: MessageReader,
     target: String,

@@ -9,11 +9,15 @@
 //! Why checks return a list: `cdcd check` prints every problem with its fix at once instead of
 //! making the operator fix them one restart at a time.
 
+use tokio_postgres::config::SslMode as PgSslMode;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls};
 
 use super::catalog::qualified;
 use super::publication::resolve_report;
 use super::replication::{quote_ident, session_options};
+use super::tls::stream::Connector;
+use super::tls::{requires_tls_hint, SslMode, TlsError};
 use crate::changelog::{Lsn, TableId};
 use crate::config::PostgresConfig;
 use crate::sources::SourceError;
@@ -33,7 +37,8 @@ pub struct SlotInfo {
 }
 
 /// Opens a regular connection with the same session settings as the replication connection
-/// (so COPY and replication agree on value text), and spawns its connection task.
+/// (so COPY and replication agree on value text) and the source's TLS settings, and spawns its
+/// connection task.
 pub async fn connect(cfg: &PostgresConfig) -> Result<Client, SourceError> {
     let mut pg = tokio_postgres::Config::new();
     pg.host(&cfg.host)
@@ -45,11 +50,95 @@ pub async fn connect(cfg: &PostgresConfig) -> Result<Client, SourceError> {
     if let Some(p) = &cfg.password {
         pg.password(p);
     }
-    let (client, connection) = pg.connect(NoTls).await.map_err(|e| SourceError::Connect {
-        target: cfg.display_target(),
-        detail: db_error(&e),
-    })?;
     let target = cfg.display_target();
+    let failed = |e: tokio_postgres::Error| SourceError::Connect {
+        target: target.clone(),
+        detail: connect_detail(&e, cfg),
+    };
+    let tls_mode = match cfg.tls.mode {
+        SslMode::Disable => None,
+        // libpq's allow: plain first; a second connection in TLS if the server refuses it.
+        SslMode::Allow => match connect_plain(&pg, &target).await {
+            Ok(client) => return Ok(client),
+            Err(e) if e.as_db_error().is_some() => Some(PgSslMode::Require),
+            Err(e) => return Err(failed(e)),
+        },
+        SslMode::Prefer => Some(PgSslMode::Prefer),
+        SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => Some(PgSslMode::Require),
+    };
+    let Some(mode) = tls_mode else {
+        return match connect_plain(&pg, &target).await {
+            Ok(client) => Ok(client),
+            Err(e) if e.code() == Some(&SqlState::INVALID_PASSWORD) => {
+                Err(password_refused(cfg).await.unwrap_or_else(|| failed(e)))
+            }
+            Err(e) => Err(failed(e)),
+        };
+    };
+    let connector = Connector::new(&cfg.tls).map_err(|e| SourceError::Connect {
+        target: target.clone(),
+        detail: e.to_string(),
+    })?;
+    pg.ssl_mode(mode);
+    let (client, connection) = match pg.connect(connector).await {
+        Ok(c) => c,
+        Err(e) if e.code() == Some(&SqlState::INVALID_PASSWORD) => {
+            return Err(password_refused(cfg).await.unwrap_or_else(|| failed(e)))
+        }
+        Err(e) => return Err(failed(e)),
+    };
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::warn!(target = %target, error = %e, "postgres connection ended");
+        }
+    });
+    Ok(client)
+}
+
+/// What a failed connection means for the user: the server's message with the TLS hint when
+/// only `hostssl` lines would match, or the TLS failure itself (tokio-postgres's own text,
+/// "error performing TLS handshake", leaves the reason in its source).
+fn connect_detail(e: &tokio_postgres::Error, cfg: &PostgresConfig) -> String {
+    if e.as_db_error().is_some() {
+        let mut detail = db_error(e);
+        if let Some(hint) = requires_tls_hint(&detail) {
+            detail.push_str(&format!(": {hint}"));
+        }
+        return detail;
+    }
+    match std::error::Error::source(e) {
+        Some(source) => match source.downcast_ref::<TlsError>() {
+            Some(tls) => tls.to_string(),
+            // tokio-postgres's words when the server answers the SSLRequest with N.
+            None if source.to_string().contains("does not support TLS") => TlsError::Refused {
+                host: cfg.host.clone(),
+                mode: cfg.tls.mode,
+            }
+            .to_string(),
+            None => format!("{e}: {source}"),
+        },
+        None => e.to_string(),
+    }
+}
+
+/// tokio-postgres does not say which password method the server asked for; cdcd's own start-up
+/// exchange does, so a refused password is retried once through it for the message (user and
+/// method, never the password). `None` if that attempt fails differently or succeeds.
+async fn password_refused(cfg: &PostgresConfig) -> Option<SourceError> {
+    match super::startup::open(cfg, super::startup::SessionKind::Plain, "").await {
+        Err(e @ SourceError::Connect { .. }) if e.to_string().contains("method") => Some(e),
+        _ => None,
+    }
+}
+
+async fn connect_plain(
+    pg: &tokio_postgres::Config,
+    target: &str,
+) -> Result<Client, tokio_postgres::Error> {
+    let mut pg = pg.clone();
+    pg.ssl_mode(PgSslMode::Disable);
+    let (client, connection) = pg.connect(NoTls).await?;
+    let target = target.to_owned();
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::warn!(target = %target, error = %e, "postgres connection ended");

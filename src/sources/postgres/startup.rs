@@ -1,12 +1,13 @@
-//! The frontend/backend start-up exchange (protocol §55.2.1 "Start-up"): the StartupMessage, then
-//! authentication until ReadyForQuery. Shared by the walsender session (`replication.rs`) and the
-//! initial copy's sessions (`snapshot/session.rs`), which differ only in the `replication`
-//! parameter and in what they do after.
+//! The frontend/backend start-up exchange (protocol §55.2.1 "Start-up"): TLS if asked for, the
+//! StartupMessage, then authentication until ReadyForQuery. Shared by the walsender session
+//! (`replication.rs`) and the initial copy's sessions (`snapshot/session.rs`), which differ only in
+//! the `replication` parameter and in what they do after.
 //!
-//! Transport: plain TCP. `PostgresConfig` carries no `sslmode` yet, so TLS is not offered.
-//! Auth: trust, cleartext and SCRAM-SHA-256; md5 is refused with a message saying how to switch
-//! (pgwire-replication keeps its md5 helper private and cdcd has no md5 implementation). The
-//! password never appears in an error or a log line.
+//! Transport: the source's `sslmode` (`tls.rs`): an SSLRequest and a rustls handshake first
+//! (`tls/stream.rs`) unless the mode is `disable`, or `allow` (plain first, and a second
+//! connection in TLS if the server refuses the plain one, as libpq does).
+//! Auth: trust, cleartext, md5 and SCRAM-SHA-256. The password never appears in an error or a log
+//! line; a refusal names the user and the method.
 
 use pgwire_replication::auth::ScramClient;
 use pgwire_replication::protocol::framing::{
@@ -17,6 +18,9 @@ use pgwire_replication::protocol::BackendMessage;
 use pgwire_replication::PgWireError;
 use tokio::io::BufReader;
 use tokio::net::TcpStream;
+
+use super::tls::stream::{self as tls_stream, PgStream, StartError};
+use super::tls::{requires_tls_hint, SslMode};
 
 use super::replication::session_options;
 use super::replication::wire::{
@@ -46,7 +50,7 @@ pub struct Opened {
     /// Buffered so that many small frames cost one syscall; `BufReader` passes writes through.
     /// Nothing is buffered when [`open`] returns: the server sends nothing after ReadyForQuery
     /// until it is asked something.
-    pub stream: BufReader<TcpStream>,
+    pub stream: BufReader<PgStream>,
     pub reader: MessageReader,
     /// Major version from the `server_version` ParameterStatus (0: not reported).
     pub server_major: u32,
@@ -59,6 +63,43 @@ pub async fn open(
     kind: SessionKind,
     extra_options: &str,
 ) -> Result<Opened, SourceError> {
+    let mode = cfg.tls.mode;
+    match open_once(cfg, kind, extra_options, mode.tls_first()).await {
+        Ok(opened) => Ok(opened),
+        Err(Failed {
+            refused: true,
+            error,
+        }) if mode == SslMode::Allow => {
+            tracing::debug!(target = %cfg.display_target(), error = %error, "plain connection refused; retrying in TLS (sslmode=allow)");
+            open_once(cfg, kind, extra_options, true)
+                .await
+                .map_err(|f| f.error)
+        }
+        Err(f) => Err(f.error),
+    }
+}
+
+/// Why one connection attempt failed; `refused`: the server answered with an ErrorResponse.
+struct Failed {
+    error: SourceError,
+    refused: bool,
+}
+
+impl From<SourceError> for Failed {
+    fn from(error: SourceError) -> Self {
+        Failed {
+            error,
+            refused: false,
+        }
+    }
+}
+
+async fn open_once(
+    cfg: &PostgresConfig,
+    kind: SessionKind,
+    extra_options: &str,
+    tls: bool,
+) -> Result<Opened, Failed> {
     let target = cfg.display_target();
     let connect_err = |detail: String| SourceError::Connect {
         target: target.clone(),
@@ -70,6 +111,16 @@ pub async fn open(
     // Status updates and queries are small and latency matters more than batching.
     tcp.set_nodelay(true)
         .map_err(|e| connect_err(e.to_string()))?;
+    let stream = if tls {
+        tls_stream::upgrade(tcp, &cfg.host, &cfg.tls)
+            .await
+            .map_err(|e| match e {
+                StartError::Io(e) => connect_err(format!("asking for TLS: {e}")),
+                StartError::Tls(e) => connect_err(e.to_string()),
+            })?
+    } else {
+        PgStream::Plain(tcp)
+    };
     let mut options = session_options();
     if !extra_options.is_empty() {
         options.push(' ');
@@ -88,20 +139,40 @@ pub async fn open(
         ("options", options.as_str()),
     ]);
     let mut session = Startup {
-        stream: BufReader::with_capacity(128 * 1024, tcp),
+        stream: BufReader::with_capacity(128 * 1024, stream),
         reader: MessageReader::new().with_max_message_size(MAX_MESSAGE_BYTES),
         target: &target,
         server_major: 0,
+        method: None,
+        refused: false,
     };
     write_startup_message(&mut session.stream, PROTOCOL_VERSION, &params)
         .await
         .map_err(|e| connect_err(describe(&e)))?;
-    session.authenticate(cfg).await?;
+    if let Err(error) = session.authenticate(cfg).await {
+        return Err(Failed {
+            error,
+            refused: session.refused,
+        });
+    }
     Ok(Opened {
         stream: session.stream,
         reader: session.reader,
         server_major: session.server_major,
     })
+}
+
+/// The PasswordMessage for md5 authentication (protocol §55.2.1 "AuthenticationMD5Password"):
+/// `"md5"` and the hex of md5(hex(md5(password ‖ user)) ‖ salt).
+fn md5_response(user: &str, password: &str, salt: [u8; 4]) -> String {
+    use md5::{Digest, Md5};
+    let hex = |bytes: &[u8]| -> String { bytes.iter().map(|b| format!("{b:02x}")).collect() };
+    let inner = hex(&Md5::new()
+        .chain_update(password)
+        .chain_update(user)
+        .finalize());
+    let outer = Md5::new().chain_update(inner).chain_update(salt).finalize();
+    format!("md5{}", hex(&outer))
 }
 
 /// A SCRAM exchange in progress: the client state, then the auth message and salted password
@@ -112,10 +183,14 @@ struct ScramState {
 }
 
 struct Startup<'t> {
-    stream: BufReader<TcpStream>,
+    stream: BufReader<PgStream>,
     reader: MessageReader,
     target: &'t str,
     server_major: u32,
+    /// The password method the server asked for, named in a refusal.
+    method: Option<&'static str>,
+    /// The server answered with an ErrorResponse (`sslmode=allow` then tries TLS).
+    refused: bool,
 }
 
 impl Startup<'_> {
@@ -131,6 +206,7 @@ impl Startup<'_> {
                     match code {
                         auth::OK => {}
                         auth::CLEARTEXT_PASSWORD => {
+                            self.method = Some("password");
                             let password = self.password(cfg)?;
                             let mut payload = Vec::with_capacity(password.len() + 1);
                             payload.extend_from_slice(password.as_bytes());
@@ -140,9 +216,16 @@ impl Startup<'_> {
                                 .map_err(|e| self.lost(e))?;
                         }
                         auth::MD5_PASSWORD => {
-                            return Err(self.auth_failed(
-                                "the server asks for md5 password authentication, which cdcd does not support: use scram-sha-256 (password_encryption = scram-sha-256, reset the password, and set the pg_hba.conf method to scram-sha-256)",
-                            ));
+                            self.method = Some("md5");
+                            let Ok(salt) = <[u8; 4]>::try_from(data) else {
+                                return Err(self.auth_failed("md5 request without a 4-byte salt"));
+                            };
+                            let mut payload =
+                                md5_response(&cfg.user, self.password(cfg)?, salt).into_bytes();
+                            payload.push(0);
+                            write_password_message(&mut self.stream, &payload)
+                                .await
+                                .map_err(|e| self.lost(e))?;
                         }
                         auth::SASL => {
                             if !sasl_offers_scram(data) {
@@ -150,6 +233,7 @@ impl Startup<'_> {
                                     "the server offers no SASL mechanism cdcd supports (SCRAM-SHA-256)",
                                 ));
                             }
+                            self.method = Some("scram-sha-256");
                             let client = ScramClient::new(&cfg.user);
                             let first = client.client_first.as_bytes();
                             let mut init = Vec::with_capacity(first.len() + 20);
@@ -192,12 +276,15 @@ impl Startup<'_> {
                         }
                         other => {
                             return Err(self.auth_failed(&format!(
-                                "unsupported authentication request {other}: use trust, password or scram-sha-256"
+                                "unsupported authentication request {other}: use trust, password, md5 or scram-sha-256"
                             )));
                         }
                     }
                 }
-                b'E' => return Err(self.auth_failed(&server_error(&msg.payload))),
+                b'E' => {
+                    self.refused = true;
+                    return Err(self.refusal(cfg, &server_error(&msg.payload)));
+                }
                 b'Z' => return Ok(()),
                 b'S' => {
                     if let Some(major) = server_major_version(&msg.payload) {
@@ -225,6 +312,21 @@ impl Startup<'_> {
         })
     }
 
+    /// The server's ErrorResponse during start-up, with the user and password method it refused
+    /// and, for a plain connection that only `hostssl` lines would let in, what to set.
+    fn refusal(&self, cfg: &PostgresConfig, server: &str) -> SourceError {
+        let mut detail = server.to_owned();
+        if let Some(method) = self.method {
+            detail.push_str(&format!(" (user {:?}, method {method})", cfg.user));
+        }
+        if !self.stream.get_ref().is_tls() {
+            if let Some(hint) = requires_tls_hint(server) {
+                detail.push_str(&format!(": {hint}"));
+            }
+        }
+        self.auth_failed(&detail)
+    }
+
     fn auth_failed(&self, detail: &str) -> SourceError {
         SourceError::Connect {
             target: self.target.to_owned(),
@@ -246,6 +348,16 @@ mod tests {
     use super::super::replication::ReplicationConnection;
     use super::super::snapshot::session::test_config;
     use super::super::snapshot::CopySession;
+    use super::md5_response;
+
+    /// The value Postgres expects (computed independently with Python's hashlib).
+    #[test]
+    fn md5_response_matches_postgres() {
+        assert_eq!(
+            md5_response("cdcd_md5", "cdcd-md5-pw", [1, 2, 3, 4]),
+            "md59213e6c830d13a21bebc6e4272df2cff"
+        );
+    }
 
     /// SCRAM-SHA-256 against the test bed, whose `pg_hba.conf` makes the role `cdcd_scram` (and
     /// only it) authenticate that way: a copy session and a walsender log in with the password,
@@ -311,5 +423,46 @@ mod tests {
             panic!("no password was accepted");
         };
         assert!(e.to_string().contains("none is configured"), "{e}");
+    }
+
+    /// md5 against the TLS test bed (`scripts/testbed.sh`: role `cdcd_md5`, its password stored
+    /// as an md5 hash, `host … md5`): a copy session and a walsender log in over plain TCP and
+    /// over TLS; a wrong password fails naming the user and the method, not the password.
+    #[tokio::test]
+    async fn md5_sessions_on_a_real_server() {
+        let Ok(url) = std::env::var("CDCD_TEST_PG_TLS") else {
+            eprintln!("skipped: set CDCD_TEST_PG_TLS to run (scripts/testbed.sh env)");
+            return;
+        };
+        let as_md5 = |password: &str, sslmode: &str| {
+            let mut u = url::Url::parse(&url).unwrap();
+            u.set_query(Some(&format!("sslmode={sslmode}")));
+            let mut cfg = test_config(u.as_str());
+            cfg.user = "cdcd_md5".into();
+            cfg.password = Some(password.to_owned());
+            cfg
+        };
+        for sslmode in ["disable", "require"] {
+            let good = as_md5("cdcd-md5-pw", sslmode);
+            let mut session = CopySession::connect(&good).await.unwrap();
+            session.execute("SELECT 1").await.unwrap();
+            session.close().await;
+            let mut walsender = ReplicationConnection::connect(&good).await.unwrap();
+            walsender.identify_system().await.unwrap();
+            walsender.finish().await.unwrap();
+        }
+        let wrong = "not-the-md5-pw-77";
+        let Err(e) = CopySession::connect(&as_md5(wrong, "prefer")).await else {
+            panic!("a wrong password was accepted");
+        };
+        let text = e.to_string();
+        assert!(
+            text.contains("\"cdcd_md5\"") && text.contains("method md5"),
+            "{text}"
+        );
+        assert!(
+            !text.contains(wrong) && !text.contains("cdcd-md5-pw"),
+            "{text}"
+        );
     }
 }

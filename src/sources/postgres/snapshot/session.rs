@@ -13,10 +13,10 @@
 
 use pgwire_replication::protocol::framing::write_query;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use super::super::replication::wire::{describe, server_error};
 use super::super::startup::{self, SessionKind, MAX_MESSAGE_BYTES};
+use super::super::tls::stream::PgStream;
 use crate::config::PostgresConfig;
 use crate::sources::SourceError;
 
@@ -43,7 +43,7 @@ struct Frame {
 }
 
 pub struct CopySession {
-    stream: TcpStream,
+    stream: PgStream,
     /// Received bytes; `buf[start..end]` are not parsed yet.
     buf: Vec<u8>,
     start: usize,
