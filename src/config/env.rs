@@ -106,6 +106,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[allow(clippy::result_large_err)]
     fn text_keys_stay_text_and_others_are_parsed() {
         figment::Jail::expect_with(|jail| {
             jail.set_env("CDCD_SOURCE__PASSWORD", "0123");
