@@ -298,10 +298,10 @@ impl MyPipeline {
                     reader: "duckdb",
                 },
             };
-            let source = self.env.url_for(&self.db);
+            let (python, source) = (self.env.python.clone(), self.env.url_for(&self.db));
             let source_table = format!("{}.{table}", self.db);
             let check = lakecheck_s3(
-                &self.env.python,
+                &python,
                 &t.endpoint,
                 &source,
                 &source_table,
