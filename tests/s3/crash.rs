@@ -95,8 +95,9 @@ async fn crashes(test: &str, sink: SinkKind) {
     .await;
     let mut s = S3Pipeline::with_sink(&env, &n, &[&n], &endpoint, sink);
     s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
-    // A short lease so each restart takes over from the dead daemon quickly.
-    s.extra_pipeline = "lease_ttl_ms = 2000\n".into();
+    // A short lease so each restart takes over from the dead daemon quickly, but not so short
+    // that a loaded 2-core machine starves the renewal (2000 ms lost it at load 17).
+    s.extra_pipeline = "lease_ttl_ms = 4000\n".into();
     s.write_config(&crate::support::Settings::default(), &endpoint);
     // Every plain put goes multipart: the first data file's upload is interrupted.
     s.p.env_vars
