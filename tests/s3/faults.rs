@@ -8,7 +8,10 @@
 //!   retry finds the object its first attempt wrote: cdcd takes it as its own commit (no conflict,
 //!   nothing written twice) and the checkpoint in it resumes a restart;
 //! - LSM: the store holds every snapshot create for seconds: no snapshot appears, cdcd
-//!   acknowledges nothing past what is committed, and once the store answers it catches up.
+//!   acknowledges nothing past what is committed, and once the store answers it catches up;
+//! - LSM: a holder killed while its `snapshot-N` create is held in the network; the next holder
+//!   commits `snapshot-N` itself, then the dead one's create arrives: it is refused (412), the
+//!   object stays the new holder's, and the table equals the source.
 
 use std::io::BufRead as _;
 use std::process::{Child, Command, Stdio};
@@ -367,5 +370,113 @@ async fn s3_lsm_stalled_snapshot_creates_hold_the_ack() {
     assert!(st.success(), "{st}\n{}", s.p.output());
     drop(proxy);
     s.write_config(&crate::support::Settings::default(), &endpoint);
+    s.assert_no_missing_files(&n).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_lsm_late_snapshot_create_of_a_dead_holder_changes_nothing() {
+    let test = "s3_lsm_late_snapshot_create_of_a_dead_holder_changes_nothing";
+    let Some(env) = test_env(test) else {
+        return;
+    };
+    let Some(endpoint) = moto(test, true) else {
+        return;
+    };
+    let n = unique("s3latel");
+    let client = connect(&env.pg_url).await;
+    lsm_table(&client, &n, 500).await;
+    let mut s = S3Pipeline::with_sink(&env, &n, &[&n], &endpoint, SinkKind::Lsm);
+    s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
+    s.extra_pipeline = "lease_ttl_ms = 4000\n".into();
+    let flag = s.p.config.with_file_name("stall-snapshots");
+    let log = s.p.config.with_file_name("proxy.log");
+    let (flag_arg, log_arg) = (flag.display().to_string(), log.display().to_string());
+    let proxy = Proxy::with_args(
+        &env.python,
+        &endpoint,
+        &[
+            "--fail",
+            "0",
+            "--delay",
+            "0",
+            "--stall-path",
+            "/snapshot/snapshot-",
+            "--stall-flag",
+            &flag_arg,
+            "--log",
+            &log_arg,
+        ],
+    );
+    s.write_config(&crate::support::Settings::default(), &proxy.url);
+    s.p.start();
+    s.p.wait_slot_active(&client, Duration::from_secs(90)).await;
+    churn(&client, &n, 10_000).await;
+    s.assert_equal(&n, 120, "pypaimon").await;
+
+    // The holder's next snapshot create is held in the network; the holder dies meanwhile.
+    std::fs::write(&flag, b"").unwrap();
+    churn(&client, &n, 10_100).await;
+    let proxy_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    let held_path = |text: &str, kind: &str| {
+        text.lines()
+            .filter_map(|l| l.split_once(&format!(" {kind} PUT "))?.1.split('?').next())
+            .find(|p| p.contains("/snapshot/snapshot-"))
+            .map(str::to_owned)
+    };
+    assert!(
+        crate::support::s3::wait_until(Duration::from_secs(30), || held_path(
+            &proxy_log(),
+            "stall"
+        )
+        .is_some())
+        .await,
+        "no snapshot create was held:\n{}",
+        proxy_log()
+    );
+    let held = held_path(&proxy_log(), "stall").unwrap_or_default();
+    s.p.kill9();
+
+    // The next holder, straight to moto, takes the lease over and commits that snapshot id.
+    s.write_config(&crate::support::Settings::default(), &endpoint);
+    s.p.start();
+    churn(&client, &n, 10_200).await;
+    s.assert_equal(&n, 120, "pypaimon").await;
+    let wh = s.warehouse();
+    // The held path is `/<bucket>/<key>`; the store path is the key.
+    let key = held
+        .trim_start_matches('/')
+        .split_once('/')
+        .map(|(_, k)| k.to_owned())
+        .unwrap_or_default();
+    let path = Path::from(key.as_str());
+    let read = || async {
+        let got = wh.store().get(&path).await.unwrap().bytes().await.unwrap();
+        serde_json::from_slice::<serde_json::Value>(&got).unwrap()
+    };
+    let ours = read().await;
+    assert_eq!(
+        ours["properties"]["cdcd.lease-epoch"], "2",
+        "{key} is not the new holder's: {ours}"
+    );
+
+    // Now the dead holder's create arrives: refused, and nothing changes.
+    std::fs::remove_file(&flag).unwrap();
+    assert!(
+        crate::support::s3::wait_until(Duration::from_secs(30), || held_path(
+            &proxy_log(),
+            "answer:412"
+        )
+        .is_some())
+        .await,
+        "the held create was not refused with 412:\n{}",
+        proxy_log()
+    );
+    assert_eq!(read().await, ours, "the late create changed {key}");
+    s.p.assert_running();
+    churn(&client, &n, 10_300).await;
+    s.assert_equal(&n, 120, "pypaimon").await;
+    let st = s.p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert!(st.success(), "{st}\n{}", s.p.output());
+    drop(proxy);
     s.assert_no_missing_files(&n).await;
 }

@@ -20,8 +20,9 @@ exists, then forwarded (tests/mysql/fencing.rs stalls only the lease renewals th
 --lose-first-path, the first PUT to each path containing SUBSTR is forwarded and then answered `500`
 (its answer lost, every time: the client's retry always finds the object its first attempt wrote;
 tests/s3/faults.rs aims it at Paimon's `snapshot/snapshot-`); later PUTs to that path pass. With --log,
-each request is appended to FILE as `<time.monotonic()> req <METHOD> <path>` when it arrives, and
-`<time> stall <METHOD> <path>` when a held one starts waiting.
+each request is appended to FILE as `<time.monotonic()> req <METHOD> <path>` when it arrives,
+`<time> stall <METHOD> <path>` when a held one starts waiting, and `<time> answer:<status> <METHOD>
+<path>` when upstream answered a held one (its client may be gone by then).
 """
 import argparse
 import http.client
@@ -64,14 +65,15 @@ def log(kind, method, path):
 
 
 def stall(method, path):
-    """Holds a matching request while the flag file exists."""
+    """Holds a matching request while the flag file exists; whether it was held."""
     if not (args.stall_path and args.stall_flag and method == "PUT" and args.stall_path in path):
-        return
+        return False
     if not os.path.exists(args.stall_flag):
-        return
+        return False
     log("stall", method, path)
     while os.path.exists(args.stall_flag):
         time.sleep(0.05)
+    return True
 
 
 def lose_first(method, path):
@@ -133,7 +135,7 @@ class Handler(BaseHTTPRequestHandler):
         log("req", self.command, self.path)
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
-        stall(self.command, self.path)
+        held = stall(self.command, self.path)
         kind, delay_ms = ("lost_response", 0) if lose_first(self.command, self.path) else decide()
         if kind == "slowdown":
             return self.reply(503, SLOWDOWN, [("Content-Type", "application/xml")])
@@ -152,9 +154,16 @@ class Handler(BaseHTTPRequestHandler):
             status, data, headers, length = self.forward(body)
         except Exception as e:  # upstream down: a 502 the client retries
             return self.reply(502, str(e).encode(), [])
+        if held:
+            log(f"answer:{status}", self.command, self.path)
         if kind == "lost_response":
             return self.reply(500, INTERNAL, [("Content-Type", "application/xml")])
-        self.reply(status, data, headers, length)
+        try:
+            self.reply(status, data, headers, length)
+        except (BrokenPipeError, ConnectionResetError):
+            if not held:
+                raise
+            self.close_connection = True  # a held request's client may be gone (killed) by now
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
 
