@@ -6,12 +6,12 @@
 //!   exits non-zero saying it lost the lease, the tables equal the source and every later
 //!   restart works. Before the fix the Iceberg variant ended as the issue says: the new holder
 //!   had deleted the old one's unnamed index run, which the old one then named;
-//! - `s3_stalled_lease_renewal_fences_the_holder`: on S3 (serial moto) the fault proxy holds only
-//!   the holder's lease renewals; the holder stops writing at its deadline (the proxy's log of
-//!   its requests shows no write after it), exits saying it lost the lease, the standby takes
-//!   over, and the table equals the source, also after restarts.
+//! - `s3_stalled_lease_renewal_fences_the_holder` and `…_paimon` (issue 22): on S3 (serial moto)
+//!   the fault proxy holds only the holder's lease renewals; the holder stops writing at its
+//!   deadline (the proxy's log of its requests shows no write after it), exits saying it lost
+//!   the lease, the standby takes over, and the table equals the source, also after restarts.
 //!
-//! Readers: lakecheck (DuckDB) against MariaDB.
+//! Readers: lakecheck (DuckDB; pypaimon for the Paimon variants) against MariaDB.
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
@@ -21,8 +21,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
-use crate::support::s3::{bucket_name, create_bucket, moto, wait_until};
-use crate::support::{sigterm, unique, TestEnv, LAKECHECK, NAMESPACE};
+use crate::support::s3::{bucket_name, create_bucket, lakecheck_s3, moto, wait_until, Lake};
+use crate::support::{sigterm, unique, TestEnv, NAMESPACE};
 
 /// A second cdcd on the same config (the standby); killed on drop.
 struct Daemon {
@@ -369,33 +369,33 @@ fn s3_config_text(config: &Path, local_wh: &Path, bucket: &str, endpoint: &str) 
     text
 }
 
-/// lakecheck of `<db>.<table>` against the Iceberg table on S3 (read through moto directly).
+/// lakecheck of `<db>.<table>` against the table on S3 (Iceberg: DuckDB; LSM: pypaimon), read
+/// through moto directly.
 async fn assert_equal_s3(p: &mut MyPipeline, bucket: &str, endpoint: &str, table: &str) {
-    let out = tokio::process::Command::new(&p.env.python)
-        .arg(LAKECHECK)
-        .args(["--source", &p.env.url_for(&p.db)])
-        .args(["--source-table", &format!("{}.{table}", p.db)])
-        .args([
-            "--iceberg",
-            &format!("s3://{bucket}/wh/{NAMESPACE}/{table}"),
-        ])
-        .args(["--wait", "90"])
-        .env("AWS_ENDPOINT_URL", endpoint)
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_REGION", "us-east-1")
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
+    let warehouse = format!("s3://{bucket}/wh");
+    let table_url = format!("{warehouse}/{NAMESPACE}/{table}");
+    let paimon_table = format!("{NAMESPACE}.{table}");
+    let lake = match p.lsm_buckets {
+        Some(_) => Lake::Paimon {
+            warehouse: &warehouse,
+            table: &paimon_table,
+        },
+        None => Lake::Iceberg {
+            table_url: &table_url,
+            reader: "duckdb",
+        },
+    };
+    let (code, text) = lakecheck_s3(
+        &p.env.python,
+        endpoint,
+        &p.env.url_for(&p.db),
+        &format!("{}.{table}", p.db),
+        lake,
+        90,
+    )
+    .await;
     assert_eq!(
-        out.status.code(),
+        code,
         Some(0),
         "lakecheck {}.{table} over S3 differs:\n{text}\n--- cdcd:\n{}",
         p.db,
@@ -410,17 +410,30 @@ async fn assert_equal_s3(p: &mut MyPipeline, bucket: &str, endpoint: &str, table
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_stalled_lease_renewal_fences_the_holder() {
-    let Some(my) = my_env("s3_stalled_lease_renewal_fences_the_holder") else {
+    stalled_renewal("s3_stalled_lease_renewal_fences_the_holder", false).await;
+}
+
+/// Issue 22: the same with the Paimon sink on S3 (read back by pypaimon from S3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_stalled_lease_renewal_fences_the_holder_paimon() {
+    stalled_renewal("s3_stalled_lease_renewal_fences_the_holder_paimon", true).await;
+}
+
+async fn stalled_renewal(test: &str, lsm: bool) {
+    let Some(my) = my_env(test) else {
         return;
     };
     // cdcd must not start while another test has the server's binlog_format flipped.
     let _globals = super::replication::SERVER_GLOBALS.read().await;
-    let Some(endpoint) = moto("s3_stalled_lease_renewal_fences_the_holder", true) else {
+    let Some(endpoint) = moto(test, true) else {
         return;
     };
     const TTL_MS: u64 = 4000;
-    let name = unique("fence_s3");
+    let name = unique(if lsm { "fence_s3l" } else { "fence_s3" });
     let mut p = MyPipeline::new(&my, &name, "initial", "").await;
+    if lsm {
+        p.use_lsm(2, "initial", "");
+    }
     create_tables(&p, &["a"], 500).await;
     with_pipeline_keys(&p.config, &format!("lease_ttl_ms = {TTL_MS}\n"));
     let bucket = bucket_name(&name);

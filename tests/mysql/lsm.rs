@@ -1,10 +1,11 @@
 //! End to end, MariaDB 10.11 → cdcd → the LSM sink (Apache Paimon primary-key tables), read back
 //! by pypaimon: the binlog source's partial rows (MINIMAL and NOBLOB images) are completed before
-//! they reach Paimon's `deduplicate` engine, so the replica holds whole rows; and kill -9 in the
-//! middle of a workload loses and duplicates nothing.
+//! they reach Paimon's `deduplicate` engine, so the replica holds whole rows, on a local warehouse
+//! and on S3 (moto; pypaimon reads it from S3, issue 22); and kill -9 in the middle of a workload
+//! loses and duplicates nothing.
 //!
-//! Needs the test bed (`scripts/testbed.sh`, components `mariadb` and `python`); without
-//! `CDCD_TEST_MYSQL` each test prints a note and passes.
+//! Needs the test bed (`scripts/testbed.sh`, components `mariadb` and `python`; `moto` for S3);
+//! without `CDCD_TEST_MYSQL` (or `CDCD_TEST_S3`) each test prints a note and passes.
 
 use std::time::Duration;
 
@@ -13,12 +14,32 @@ use crate::support::{unique, Rng};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row_images_replicate_into_paimon() {
-    let Some(env) = my_env("row_images_replicate_into_paimon") else {
+    row_images("row_images_replicate_into_paimon", false).await;
+}
+
+/// The same into an S3 warehouse (moto), read back by pypaimon from S3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row_images_replicate_into_paimon_on_s3() {
+    row_images("row_images_replicate_into_paimon_on_s3", true).await;
+}
+
+async fn row_images(test: &str, on_s3: bool) {
+    let Some(env) = my_env(test) else {
         return;
     };
-    let name = unique("mylsm");
+    let endpoint = match on_s3 {
+        true => match crate::support::s3::moto(test, false) {
+            Some(e) => Some(e),
+            None => return,
+        },
+        false => None,
+    };
+    let name = unique(if on_s3 { "mylsms3" } else { "mylsm" });
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     p.use_lsm(2, "initial", "");
+    if let Some(endpoint) = &endpoint {
+        p.use_s3(endpoint, "initial", "");
+    }
     let mut c = my_connect(&env.url_for(&p.db)).await;
     my_exec(
         &mut c,

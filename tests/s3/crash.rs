@@ -1,31 +1,18 @@
-//! Crashes on S3 (serial moto): cdcd aborts (like `kill -9`, via the named crash points in
-//! `storage/large.rs`) in the middle of a multipart upload, just before a commit's create-if-absent
-//! put and just after it, and is then killed with SIGKILL while streaming. Each time it is restarted
-//! (the lease of the dead daemon expires after `lease_ttl_ms`). At the end: the table equals the
-//! source, no snapshot references a missing file, `cdcd cleanup` deletes the orphans the crashes
-//! left, and the table still reads back equal (DuckDB) afterwards.
+//! Crashes on S3 (serial moto), for both sinks: cdcd aborts (like `kill -9`, via the named crash
+//! points in `failpoints.rs`) in the middle of a multipart upload, just before a commit's
+//! create-if-absent put (Iceberg `v<N>.metadata.json`, Paimon `snapshot-N`) and just after it, and
+//! is then killed with SIGKILL while streaming. Each time it is restarted (the lease of the dead
+//! daemon expires after `lease_ttl_ms`). At the end: the table equals the source (DuckDB; Paimon:
+//! pypaimon), no snapshot references a missing file, `cdcd cleanup` deletes the orphans the
+//! crashes left, and the table still reads back equal afterwards.
 //!
-//! One test per file: the crash points are set through the environment cdcd inherits.
+//! The crash points are set in the environment of each daemon the test starts, never the test
+//! process's own.
 
 use std::time::Duration;
 
-use crate::support::s3::{moto, S3Pipeline};
+use crate::support::s3::{moto, S3Pipeline, SinkKind};
 use crate::support::{connect, exec, test_env, unique};
-use object_store::path::Path;
-use object_store::ObjectStoreExt;
-
-async fn assert_no_missing_files(s: &S3Pipeline, table: &str) {
-    let wh = s.warehouse();
-    let files = cdcd::sinks::iceberg::cleanup::referenced_files(&wh, &s.table_url(table))
-        .await
-        .unwrap();
-    for f in &files {
-        wh.store()
-            .head(&Path::from(f.as_str()))
-            .await
-            .unwrap_or_else(|e| panic!("referenced file {f} is missing: {e}"));
-    }
-}
 
 /// Starts cdcd with `failpoint` and waits until it aborts there.
 async fn crash_at(s: &mut S3Pipeline, failpoint: &str, client: &tokio_postgres::Client, n: &str) {
@@ -60,13 +47,42 @@ async fn crash_at(s: &mut S3Pipeline, failpoint: &str, client: &tokio_postgres::
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_recovers_from_crashes_and_cleans_orphans() {
-    let Some(env) = test_env("s3_recovers_from_crashes_and_cleans_orphans") else {
+    crashes(
+        "s3_recovers_from_crashes_and_cleans_orphans",
+        SinkKind::Iceberg,
+    )
+    .await;
+}
+
+/// Issue 22: the same crashes with the LSM (Paimon) sink on S3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_lsm_recovers_from_crashes_and_cleans_orphans() {
+    crashes(
+        "s3_lsm_recovers_from_crashes_and_cleans_orphans",
+        SinkKind::Lsm,
+    )
+    .await;
+}
+
+async fn crashes(test: &str, sink: SinkKind) {
+    let Some(env) = test_env(test) else {
         return;
     };
-    let Some(endpoint) = moto("s3_recovers_from_crashes_and_cleans_orphans", true) else {
+    let Some(endpoint) = moto(test, true) else {
         return;
     };
-    let n = unique("s3crash");
+    // The 3rd commit point (Iceberg: table creation is the 1st metadata create).
+    let (before, after) = match sink {
+        SinkKind::Iceberg => ("commit-before-create:3", "commit-after-create:3"),
+        SinkKind::Lsm => (
+            "lsm-commit-before-snapshot:3",
+            "lsm-commit-after-snapshot:3",
+        ),
+    };
+    let n = unique(match sink {
+        SinkKind::Iceberg => "s3crash",
+        SinkKind::Lsm => "s3crashl",
+    });
     let client = connect(&env.pg_url).await;
     exec(
         &client,
@@ -77,10 +93,11 @@ async fn s3_recovers_from_crashes_and_cleans_orphans() {
         ),
     )
     .await;
-    let mut s = S3Pipeline::new(&env, &n, &[&n], &endpoint);
+    let mut s = S3Pipeline::with_sink(&env, &n, &[&n], &endpoint, sink);
     s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
-    // A short lease so each restart takes over from the dead daemon quickly.
-    s.extra_pipeline = "lease_ttl_ms = 2000\n".into();
+    // A short lease so each restart takes over from the dead daemon quickly, but not so short
+    // that a loaded 2-core machine starves the renewal (2000 ms lost it at load 17).
+    s.extra_pipeline = "lease_ttl_ms = 4000\n".into();
     s.write_config(&crate::support::Settings::default(), &endpoint);
     // Every plain put goes multipart: the first data file's upload is interrupted.
     s.p.env_vars
@@ -88,10 +105,10 @@ async fn s3_recovers_from_crashes_and_cleans_orphans() {
     crash_at(&mut s, "multipart-after-first-part", &client, &n).await;
     s.p.env_vars
         .retain(|(k, _)| k != "CDCD_MULTIPART_THRESHOLD");
-    // The 3rd metadata create: data files and manifests are written, the commit is not.
-    crash_at(&mut s, "commit-before-create:3", &client, &n).await;
-    // The commit landed; the version hint was not updated.
-    crash_at(&mut s, "commit-after-create:3", &client, &n).await;
+    // Data files and manifests are written, the commit is not.
+    crash_at(&mut s, before, &client, &n).await;
+    // The commit landed; the version hint (Paimon: `LATEST`) was not updated.
+    crash_at(&mut s, after, &client, &n).await;
 
     s.p.start();
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -114,7 +131,7 @@ async fn s3_recovers_from_crashes_and_cleans_orphans() {
     let st = s.p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert!(st.success(), "{st}\n{}", s.p.output());
 
-    assert_no_missing_files(&s, &n).await;
+    s.assert_no_missing_files(&n).await;
     let (code, out) = s.cleanup(&["--grace-secs", "0", "--dry-run"]);
     assert_eq!(code, Some(0), "{out}");
     assert!(
@@ -126,6 +143,6 @@ async fn s3_recovers_from_crashes_and_cleans_orphans() {
     eprintln!("{out}");
     let (_, again) = s.cleanup(&["--grace-secs", "0", "--dry-run"]);
     assert!(again.contains(" 0 orphans"), "{again}");
-    assert_no_missing_files(&s, &n).await;
+    s.assert_no_missing_files(&n).await;
     s.assert_equal(&n, 5, "duckdb").await;
 }

@@ -3,14 +3,22 @@
 //! - a fault proxy (tests/support/faultproxy.py) in front of moto fails 10 % of requests (throttling,
 //!   5xx, lost responses, dropped connections) and delays others while cdcd streams a workload; at
 //!   the end the table equals the source, no snapshot references a missing file, and
-//!   `cdcd cleanup` keeps every referenced file.
+//!   `cdcd cleanup` keeps every referenced file. For both sinks (Iceberg, LSM);
+//! - LSM (issue 22): every `snapshot-N` create lands but its answer is lost, so object_store's
+//!   retry finds the object its first attempt wrote: cdcd takes it as its own commit (no conflict,
+//!   nothing written twice) and the checkpoint in it resumes a restart;
+//! - LSM: the store holds every snapshot create for seconds: no snapshot appears, cdcd
+//!   acknowledges nothing past what is committed, and once the store answers it catches up;
+//! - LSM: a holder killed while its `snapshot-N` create is held in the network; the next holder
+//!   commits `snapshot-N` itself, then the dead one's create arrives: it is refused (412), the
+//!   object stays the new holder's, and the table equals the source.
 
 use std::io::BufRead as _;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::s3::{create_bucket, moto, s3_config, S3Pipeline};
+use crate::support::s3::{create_bucket, moto, s3_config, S3Pipeline, SinkKind};
 use crate::support::{connect, exec, test_env, unique};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
@@ -72,11 +80,20 @@ struct Proxy {
 
 impl Proxy {
     fn start(python: &str, upstream: &str, fail: f64) -> Proxy {
+        Proxy::with_args(
+            python,
+            upstream,
+            &["--fail", &fail.to_string(), "--seed", "7"],
+        )
+    }
+
+    /// The proxy with `args` (faultproxy.py's options).
+    fn with_args(python: &str, upstream: &str, args: &[&str]) -> Proxy {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/faultproxy.py");
         let mut child = Command::new(python)
             .arg(script)
             .arg(upstream)
-            .args(["--fail", &fail.to_string(), "--seed", "7"])
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -104,31 +121,29 @@ impl Drop for Proxy {
     }
 }
 
-/// Every file any metadata version of the table references exists.
-pub async fn assert_no_missing_files(s: &S3Pipeline, table: &str) {
-    let wh = s.warehouse();
-    let files = cdcd::sinks::iceberg::cleanup::referenced_files(&wh, &s.table_url(table))
-        .await
-        .unwrap();
-    assert!(files.len() > 3, "{files:?}");
-    for f in &files {
-        wh.store()
-            .head(&Path::from(f.as_str()))
-            .await
-            .unwrap_or_else(|e| panic!("referenced file {f} is missing: {e}"));
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_survives_a_faulty_network() {
-    let Some(env) = test_env("s3_survives_a_faulty_network") else {
+    faulty_network("s3_survives_a_faulty_network", SinkKind::Iceberg).await;
+}
+
+/// Issue 22: the same with the LSM (Paimon) sink, read back by pypaimon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_lsm_survives_a_faulty_network() {
+    faulty_network("s3_lsm_survives_a_faulty_network", SinkKind::Lsm).await;
+}
+
+async fn faulty_network(test: &str, sink: SinkKind) {
+    let Some(env) = test_env(test) else {
         return;
     };
-    let Some(endpoint) = moto("s3_survives_a_faulty_network", true) else {
+    let Some(endpoint) = moto(test, true) else {
         return;
     };
     let proxy = Proxy::start(&env.python, &endpoint, 0.10);
-    let n = unique("s3fault");
+    let n = unique(match sink {
+        SinkKind::Iceberg => "s3fault",
+        SinkKind::Lsm => "s3faultl",
+    });
     let client = connect(&env.pg_url).await;
     exec(
         &client,
@@ -139,7 +154,7 @@ async fn s3_survives_a_faulty_network() {
         ),
     )
     .await;
-    let mut s = S3Pipeline::new(&env, &n, &[&n], &endpoint);
+    let mut s = S3Pipeline::with_sink(&env, &n, &[&n], &endpoint, sink);
     s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
     s.write_config(&crate::support::Settings::default(), &proxy.url);
     s.p.start();
@@ -166,12 +181,302 @@ async fn s3_survives_a_faulty_network() {
     assert!(st.success(), "{st}\n{}", s.p.output());
     drop(proxy);
     s.write_config(&crate::support::Settings::default(), &endpoint);
-    assert_no_missing_files(&s, &n).await;
+    s.assert_no_missing_files(&n).await;
     // Nothing is old enough to be an orphan yet with the default grace; with grace 0 every
     // unreferenced file goes, and the table must still read back equal.
     let (code, out) = s.cleanup(&["--grace-secs", "0"]);
     assert_eq!(code, Some(0), "{out}");
     eprintln!("cleanup: {}", out.lines().last().unwrap_or(""));
-    assert_no_missing_files(&s, &n).await;
+    s.assert_no_missing_files(&n).await;
     s.assert_equal(&n, 5, "duckdb").await;
+}
+
+/// A table of `rows` rows `(id, v, t)` for the LSM fault tests.
+async fn lsm_table(client: &tokio_postgres::Client, n: &str, rows: u32) {
+    exec(
+        client,
+        &format!(
+            "DROP TABLE IF EXISTS {n};
+             CREATE TABLE {n} (id int8 PRIMARY KEY, v int4, t text);
+             INSERT INTO {n} SELECT g, g, md5(g::text) FROM generate_series(1, {rows}) g;"
+        ),
+    )
+    .await;
+}
+
+/// One round of inserts past `base`, updates and deletes.
+async fn churn(client: &tokio_postgres::Client, n: &str, base: i64) {
+    exec(
+        client,
+        &format!(
+            "INSERT INTO {n} SELECT g, g, md5(g::text) FROM generate_series({base}, {base} + 19) g;
+             UPDATE {n} SET v = v + 1 WHERE id % 13 = {m};
+             DELETE FROM {n} WHERE id % 29 = {m} AND id < {base};",
+            m = base % 13
+        ),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_lsm_retried_snapshot_create_is_its_own_commit() {
+    let test = "s3_lsm_retried_snapshot_create_is_its_own_commit";
+    let Some(env) = test_env(test) else {
+        return;
+    };
+    let Some(endpoint) = moto(test, true) else {
+        return;
+    };
+    let proxy = Proxy::with_args(
+        &env.python,
+        &endpoint,
+        &[
+            "--fail",
+            "0",
+            "--delay",
+            "0",
+            "--lose-first-path",
+            "/snapshot/snapshot-",
+        ],
+    );
+    let n = unique("s3lostl");
+    let client = connect(&env.pg_url).await;
+    lsm_table(&client, &n, 1000).await;
+    let mut s = S3Pipeline::with_sink(&env, &n, &[&n], &endpoint, SinkKind::Lsm);
+    s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
+    s.write_config(&crate::support::Settings::default(), &proxy.url);
+    s.p.start();
+    s.p.wait_slot_active(&client, Duration::from_secs(90)).await;
+    for round in 0..12i64 {
+        churn(&client, &n, 10_000 + round * 100).await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        s.p.assert_running();
+    }
+    s.assert_equal(&n, 120, "pypaimon").await;
+    let st = s.p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert!(st.success(), "{st}\n{}", s.p.output());
+    let out = s.p.output();
+    // Every snapshot create (commits and compactions) was answered 500 after it landed: each
+    // one, snapshot-1 to the newest, is recognised as ours exactly once.
+    let newest = s
+        .list(&n, "snapshot")
+        .await
+        .iter()
+        .filter_map(|p| p.rsplit_once("/snapshot-")?.1.parse::<usize>().ok())
+        .max()
+        .unwrap_or(0);
+    let ours = out.matches("commit landed on an earlier attempt").count();
+    assert!(
+        newest >= 3 && ours == newest,
+        "newest snapshot {newest}, {ours} recognised retries:\n{out}"
+    );
+    assert!(
+        !out.contains("conflict") && !out.contains("ERROR"),
+        "a retried create was taken for another writer's:\n{out}"
+    );
+    // The checkpoints in those snapshots resume a restart (straight to moto) without loss or
+    // duplicates.
+    drop(proxy);
+    s.write_config(&crate::support::Settings::default(), &endpoint);
+    s.p.start();
+    churn(&client, &n, 50_000).await;
+    s.assert_equal(&n, 120, "pypaimon").await;
+    let st = s.p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert!(st.success(), "{st}\n{}", s.p.output());
+    s.assert_no_missing_files(&n).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_lsm_stalled_snapshot_creates_hold_the_ack() {
+    let test = "s3_lsm_stalled_snapshot_creates_hold_the_ack";
+    let Some(env) = test_env(test) else {
+        return;
+    };
+    let Some(endpoint) = moto(test, true) else {
+        return;
+    };
+    let n = unique("s3stalll");
+    let client = connect(&env.pg_url).await;
+    lsm_table(&client, &n, 500).await;
+    let mut s = S3Pipeline::with_sink(&env, &n, &[&n], &endpoint, SinkKind::Lsm);
+    s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
+    let flag = s.p.config.with_file_name("stall-snapshots");
+    let flag_arg = flag.display().to_string();
+    let proxy = Proxy::with_args(
+        &env.python,
+        &endpoint,
+        &[
+            "--fail",
+            "0",
+            "--delay",
+            "0",
+            "--stall-path",
+            "/snapshot/snapshot-",
+            "--stall-flag",
+            &flag_arg,
+        ],
+    );
+    s.write_config(&crate::support::Settings::default(), &proxy.url);
+    s.p.start();
+    s.p.wait_slot_active(&client, Duration::from_secs(90)).await;
+    churn(&client, &n, 10_000).await;
+    s.assert_equal(&n, 120, "pypaimon").await;
+
+    // From here every snapshot create hangs in the proxy (unanswered, like a stalled store);
+    // a create already forwarded lands within the second.
+    std::fs::write(&flag, b"").unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = s.list(&n, "snapshot").await;
+    churn(&client, &n, 10_100).await;
+    // At or past the end of that transaction's commit record: an acknowledgement up to here
+    // would say it is durable, which it cannot be while no snapshot can be created.
+    let mark = {
+        let row = client
+            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .await
+            .unwrap();
+        crate::support::parse_lsn(&row.get::<_, String>(0))
+    };
+    for round in 2..=8i64 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        churn(&client, &n, 10_000 + round * 100).await;
+        s.p.assert_running();
+        let acked = s.p.confirmed_flush_lsn(&client).await.unwrap_or(0);
+        assert!(
+            acked < mark,
+            "cdcd acknowledged {acked:X}, past {mark:X}, while no snapshot could be created"
+        );
+    }
+    let during = s.list(&n, "snapshot").await;
+    assert_eq!(
+        before.iter().filter(|p| p.contains("/snapshot-")).count(),
+        during.iter().filter(|p| p.contains("/snapshot-")).count(),
+        "a snapshot appeared while the store held every create: {before:?} -> {during:?}"
+    );
+    // The store answers again: the held creates land, and cdcd catches up and acknowledges.
+    std::fs::remove_file(&flag).unwrap();
+    churn(&client, &n, 20_000).await;
+    s.assert_equal(&n, 120, "pypaimon").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while s.p.confirmed_flush_lsn(&client).await.unwrap_or(0) <= mark {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "cdcd never acknowledged past {mark:X}:\n{}",
+            s.p.output()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let st = s.p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert!(st.success(), "{st}\n{}", s.p.output());
+    drop(proxy);
+    s.write_config(&crate::support::Settings::default(), &endpoint);
+    s.assert_no_missing_files(&n).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_lsm_late_snapshot_create_of_a_dead_holder_changes_nothing() {
+    let test = "s3_lsm_late_snapshot_create_of_a_dead_holder_changes_nothing";
+    let Some(env) = test_env(test) else {
+        return;
+    };
+    let Some(endpoint) = moto(test, true) else {
+        return;
+    };
+    let n = unique("s3latel");
+    let client = connect(&env.pg_url).await;
+    lsm_table(&client, &n, 500).await;
+    let mut s = S3Pipeline::with_sink(&env, &n, &[&n], &endpoint, SinkKind::Lsm);
+    s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
+    s.extra_pipeline = "lease_ttl_ms = 4000\n".into();
+    let flag = s.p.config.with_file_name("stall-snapshots");
+    let log = s.p.config.with_file_name("proxy.log");
+    let (flag_arg, log_arg) = (flag.display().to_string(), log.display().to_string());
+    let proxy = Proxy::with_args(
+        &env.python,
+        &endpoint,
+        &[
+            "--fail",
+            "0",
+            "--delay",
+            "0",
+            "--stall-path",
+            "/snapshot/snapshot-",
+            "--stall-flag",
+            &flag_arg,
+            "--log",
+            &log_arg,
+        ],
+    );
+    s.write_config(&crate::support::Settings::default(), &proxy.url);
+    s.p.start();
+    s.p.wait_slot_active(&client, Duration::from_secs(90)).await;
+    churn(&client, &n, 10_000).await;
+    s.assert_equal(&n, 120, "pypaimon").await;
+
+    // The holder's next snapshot create is held in the network; the holder dies meanwhile.
+    std::fs::write(&flag, b"").unwrap();
+    churn(&client, &n, 10_100).await;
+    let proxy_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    let held_path = |text: &str, kind: &str| {
+        text.lines()
+            .filter_map(|l| l.split_once(&format!(" {kind} PUT "))?.1.split('?').next())
+            .find(|p| p.contains("/snapshot/snapshot-"))
+            .map(str::to_owned)
+    };
+    assert!(
+        crate::support::s3::wait_until(Duration::from_secs(30), || held_path(
+            &proxy_log(),
+            "stall"
+        )
+        .is_some())
+        .await,
+        "no snapshot create was held:\n{}",
+        proxy_log()
+    );
+    let held = held_path(&proxy_log(), "stall").unwrap_or_default();
+    s.p.kill9();
+
+    // The next holder, straight to moto, takes the lease over and commits that snapshot id.
+    s.write_config(&crate::support::Settings::default(), &endpoint);
+    s.p.start();
+    churn(&client, &n, 10_200).await;
+    s.assert_equal(&n, 120, "pypaimon").await;
+    let wh = s.warehouse();
+    // The held path is `/<bucket>/<key>`; the store path is the key.
+    let key = held
+        .trim_start_matches('/')
+        .split_once('/')
+        .map(|(_, k)| k.to_owned())
+        .unwrap_or_default();
+    let path = Path::from(key.as_str());
+    let read = || async {
+        let got = wh.store().get(&path).await.unwrap().bytes().await.unwrap();
+        serde_json::from_slice::<serde_json::Value>(&got).unwrap()
+    };
+    let ours = read().await;
+    assert_eq!(
+        ours["properties"]["cdcd.lease-epoch"], "2",
+        "{key} is not the new holder's: {ours}"
+    );
+
+    // Now the dead holder's create arrives: refused, and nothing changes.
+    std::fs::remove_file(&flag).unwrap();
+    assert!(
+        crate::support::s3::wait_until(Duration::from_secs(30), || held_path(
+            &proxy_log(),
+            "answer:412"
+        )
+        .is_some())
+        .await,
+        "the held create was not refused with 412:\n{}",
+        proxy_log()
+    );
+    assert_eq!(read().await, ours, "the late create changed {key}");
+    s.p.assert_running();
+    churn(&client, &n, 10_300).await;
+    s.assert_equal(&n, 120, "pypaimon").await;
+    let st = s.p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert!(st.success(), "{st}\n{}", s.p.output());
+    drop(proxy);
+    s.assert_no_missing_files(&n).await;
 }

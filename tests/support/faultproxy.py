@@ -1,7 +1,7 @@
 """Fault-injecting HTTP proxy for the S3 fault tests (tests/s3/faults.rs): sits between cdcd and moto.
 
 Usage: faultproxy.py UPSTREAM_URL [--fail 0.10] [--delay 0.2] [--max-delay-ms 800] [--seed N]
-                      [--stall-path SUBSTR --stall-flag FILE] [--log FILE]
+                      [--stall-path SUBSTR --stall-flag FILE] [--lose-first-path SUBSTR] [--log FILE]
 Prints `listening <port>` on stdout once it accepts connections (it binds 127.0.0.1:0), then runs
 until killed. Counters go to stderr every 5 s.
 
@@ -16,9 +16,13 @@ Per request, at random (seeded):
 The Host header is forwarded unchanged, so SigV4 signatures stay valid.
 
 With --stall-path and --stall-flag, a PUT whose path contains SUBSTR is held, unanswered, while FILE
-exists, then forwarded (tests/mysql/fencing.rs stalls only the lease renewals this way). With --log,
-each request is appended to FILE as `<time.monotonic()> req <METHOD> <path>` when it arrives, and
-`<time> stall <METHOD> <path>` when a held one starts waiting.
+exists, then forwarded (tests/mysql/fencing.rs stalls only the lease renewals this way). With
+--lose-first-path, the first PUT to each path containing SUBSTR is forwarded and then answered `500`
+(its answer lost, every time: the client's retry always finds the object its first attempt wrote;
+tests/s3/faults.rs aims it at Paimon's `snapshot/snapshot-`); later PUTs to that path pass. With --log,
+each request is appended to FILE as `<time.monotonic()> req <METHOD> <path>` when it arrives,
+`<time> stall <METHOD> <path>` when a held one starts waiting, and `<time> answer:<status> <METHOD>
+<path>` when upstream answered a held one (its client may be gone by then).
 """
 import argparse
 import http.client
@@ -38,12 +42,14 @@ ap.add_argument("--max-delay-ms", type=int, default=800)
 ap.add_argument("--seed", type=int, default=None)
 ap.add_argument("--stall-path", default=None)
 ap.add_argument("--stall-flag", default=None)
+ap.add_argument("--lose-first-path", default=None)
 ap.add_argument("--log", default=None)
 args = ap.parse_args()
 up = urllib.parse.urlparse(args.upstream)
 rng = random.Random(args.seed)
 lock = threading.Lock()
-stats = {"requests": 0, "slowdown": 0, "error": 0, "lost_response": 0, "dropped": 0, "delayed": 0}
+stats = {"requests": 0, "slowdown": 0, "error": 0, "lost_response": 0, "dropped": 0, "delayed": 0, "lost_first": 0}
+seen_puts = set()
 
 SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
             b'<Message>Please reduce your request rate.</Message></Error>')
@@ -59,14 +65,28 @@ def log(kind, method, path):
 
 
 def stall(method, path):
-    """Holds a matching request while the flag file exists."""
+    """Holds a matching request while the flag file exists; whether it was held."""
     if not (args.stall_path and args.stall_flag and method == "PUT" and args.stall_path in path):
-        return
+        return False
     if not os.path.exists(args.stall_flag):
-        return
+        return False
     log("stall", method, path)
     while os.path.exists(args.stall_flag):
         time.sleep(0.05)
+    return True
+
+
+def lose_first(method, path):
+    """Whether this is the first PUT to a --lose-first-path path (its answer is then lost)."""
+    if not (args.lose_first_path and method == "PUT" and args.lose_first_path in path):
+        return False
+    with lock:
+        if path in seen_puts:
+            return False
+        seen_puts.add(path)
+        stats["requests"] += 1
+        stats["lost_first"] += 1
+        return True
 
 
 def decide():
@@ -115,8 +135,8 @@ class Handler(BaseHTTPRequestHandler):
         log("req", self.command, self.path)
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
-        stall(self.command, self.path)
-        kind, delay_ms = decide()
+        held = stall(self.command, self.path)
+        kind, delay_ms = ("lost_response", 0) if lose_first(self.command, self.path) else decide()
         if kind == "slowdown":
             return self.reply(503, SLOWDOWN, [("Content-Type", "application/xml")])
         if kind == "error":
@@ -134,9 +154,16 @@ class Handler(BaseHTTPRequestHandler):
             status, data, headers, length = self.forward(body)
         except Exception as e:  # upstream down: a 502 the client retries
             return self.reply(502, str(e).encode(), [])
+        if held:
+            log(f"answer:{status}", self.command, self.path)
         if kind == "lost_response":
             return self.reply(500, INTERNAL, [("Content-Type", "application/xml")])
-        self.reply(status, data, headers, length)
+        try:
+            self.reply(status, data, headers, length)
+        except (BrokenPipeError, ConnectionResetError):
+            if not held:
+                raise
+            self.close_connection = True  # a held request's client may be gone (killed) by now
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
 

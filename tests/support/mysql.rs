@@ -78,6 +78,8 @@ pub struct MyPipeline {
     pub stderr_log: PathBuf,
     /// `Some(buckets)`: the LSM sink (Paimon tables, checked with pypaimon) instead of Iceberg.
     pub lsm_buckets: Option<u32>,
+    /// `Some`: the warehouse is `s3://<bucket>/wh` on this moto endpoint ([`MyPipeline::use_s3`]).
+    pub s3: Option<super::s3::S3Target>,
     daemon: Option<Child>,
     starts: u32,
 }
@@ -105,6 +107,7 @@ impl MyPipeline {
             stderr_log: dir.path().join("cdcd.stderr"),
             dir: Some(dir),
             lsm_buckets: None,
+            s3: None,
             daemon: None,
             starts: 0,
         };
@@ -124,21 +127,43 @@ impl MyPipeline {
         self.write_config(snapshot, extra_source);
     }
 
+    /// Moves this pipeline's warehouse to a fresh bucket on the moto at `endpoint` and rewrites
+    /// its config; lakecheck then reads the tables from there.
+    pub fn use_s3(&mut self, endpoint: &str, snapshot: &str, extra_source: &str) {
+        let bucket = super::s3::bucket_name(&self.name);
+        let env = super::TestEnv {
+            pg_url: String::new(),
+            python: self.env.python.clone(),
+        };
+        super::s3::create_bucket(&env, endpoint, &bucket);
+        self.s3 = Some(super::s3::S3Target {
+            endpoint: endpoint.to_owned(),
+            warehouse_url: format!("s3://{bucket}/wh"),
+        });
+        self.write_config(snapshot, extra_source);
+    }
+
     pub fn write_config(&self, snapshot: &str, extra_source: &str) {
         let sink = match self.lsm_buckets {
             Some(b) => format!("kind = \"lsm\"\nbuckets = {b}"),
             None => "kind = \"iceberg\"".to_owned(),
         };
+        let (wh, s3) = match &self.s3 {
+            Some(t) => (
+                t.warehouse_url.clone(),
+                super::s3::sink_s3_section(&t.endpoint),
+            ),
+            None => (self.warehouse.display().to_string(), String::new()),
+        };
         let text = format!(
             "[pipeline]\nname = {name:?}\ncommit_interval_ms = 200\n\n\
              [source]\nkind = \"mysql\"\nurl = {url:?}\ntables = [\"{db}.*\"]\nserver_id = {sid}\n\
              snapshot = {snapshot:?}\n{extra_source}\n\n\
-             [sink]\n{sink}\nwarehouse = {wh:?}\nnamespace = {NAMESPACE:?}\n",
+             [sink]\n{sink}\nwarehouse = {wh:?}\nnamespace = {NAMESPACE:?}\n{s3}",
             name = self.name,
             url = self.env.url_for(&self.db),
             db = self.db,
             sid = self.server_id,
-            wh = self.warehouse.display().to_string(),
         );
         fs::write(&self.config, text).unwrap();
     }
@@ -257,6 +282,40 @@ impl MyPipeline {
 
     /// lakecheck `<db>.<table>` against the lake, polling up to `wait_secs`.
     pub async fn lakecheck(&mut self, table: &str, wait_secs: u32) -> (Option<i32>, String) {
+        if let Some(t) = self.s3.clone() {
+            use super::s3::{lakecheck_s3, Lake};
+            let (table_url, paimon_table) = (
+                format!("{}/{NAMESPACE}/{table}", t.warehouse_url),
+                format!("{NAMESPACE}.{table}"),
+            );
+            let lake = match self.lsm_buckets {
+                Some(_) => Lake::Paimon {
+                    warehouse: &t.warehouse_url,
+                    table: &paimon_table,
+                },
+                None => Lake::Iceberg {
+                    table_url: &table_url,
+                    reader: "duckdb",
+                },
+            };
+            let (python, source) = (self.env.python.clone(), self.env.url_for(&self.db));
+            let source_table = format!("{}.{table}", self.db);
+            let check = lakecheck_s3(
+                &python,
+                &t.endpoint,
+                &source,
+                &source_table,
+                lake,
+                wait_secs,
+            );
+            tokio::pin!(check);
+            return loop {
+                tokio::select! {
+                    out = &mut check => break out,
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => self.assert_running(),
+                }
+            };
+        }
         let mut cmd = tokio::process::Command::new(&self.env.python);
         cmd.arg(LAKECHECK)
             .args(["--source", &self.env.url_for(&self.db)])

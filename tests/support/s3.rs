@@ -1,6 +1,7 @@
 //! Helpers for the S3 end-to-end tests (`tests/s3/`): a [`crate::support::Pipeline`] whose warehouse
-//! is `s3://<bucket>/wh` on the test bed's moto, a bucket per test (named with the pid, so parallel
-//! runs never share one), lakecheck over S3, and the object listing the fault tests check.
+//! is `s3://<bucket>/wh` on the test bed's moto (Iceberg or LSM tables), a bucket per test (named
+//! with the pid, so parallel runs never share one), lakecheck over S3 (also for the MariaDB
+//! pipelines, `support/mysql.rs`), and the object listing the fault tests check.
 //!
 //! moto comes from `scripts/testbed.sh` (`CDCD_TEST_S3`: threaded, `CDCD_TEST_S3_SERIAL`: one request
 //! at a time, the one whose conditional puts are atomic). Without them the tests print a note and pass.
@@ -11,6 +12,9 @@ use std::time::Duration;
 
 use cdcd::config::S3Config;
 use cdcd::storage::Warehouse;
+
+use object_store::path::Path;
+use object_store::ObjectStoreExt;
 
 use crate::support::{Pipeline, Settings, TestEnv, LAKECHECK, NAMESPACE};
 
@@ -64,6 +68,79 @@ pub fn s3_config(endpoint: &str) -> S3Config {
     }
 }
 
+/// The `[sink.s3]` section pointing cdcd at `endpoint` (moto or the fault proxy).
+pub fn sink_s3_section(endpoint: &str) -> String {
+    format!(
+        "\n[sink.s3]\nendpoint = {endpoint:?}\nregion = \"us-east-1\"\naccess_key_id = \"test\"\n\
+         secret_access_key = \"test\"\nallow_http = true\n"
+    )
+}
+
+/// A warehouse on moto: the endpoint cdcd and the readers use, and `s3://<bucket>/wh`.
+#[derive(Debug, Clone)]
+pub struct S3Target {
+    pub endpoint: String,
+    pub warehouse_url: String,
+}
+
+/// Which sink an S3 test writes with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkKind {
+    Iceberg,
+    /// LSM (Apache Paimon) tables with 2 buckets.
+    Lsm,
+}
+
+/// Where lakecheck reads a replica on S3.
+pub enum Lake<'a> {
+    /// An Iceberg table directory `s3://…/<namespace>/<table>`, read by `reader`.
+    Iceberg { table_url: &'a str, reader: &'a str },
+    /// A Paimon warehouse `s3://…/wh` and `<namespace>.<table>`, read by pypaimon.
+    Paimon { warehouse: &'a str, table: &'a str },
+}
+
+/// lakecheck of `source_table` on `source` against `lake`, read through `endpoint` (moto
+/// itself: the readers have no retry policy for the fault proxy's faults), polling up to
+/// `wait_secs`; returns the exit code and the output.
+pub async fn lakecheck_s3(
+    python: &str,
+    endpoint: &str,
+    source: &str,
+    source_table: &str,
+    lake: Lake<'_>,
+    wait_secs: u32,
+) -> (Option<i32>, String) {
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(LAKECHECK)
+        .args(["--source", source])
+        .args(["--source-table", source_table]);
+    match lake {
+        Lake::Iceberg { table_url, reader } => {
+            cmd.args(["--iceberg", table_url, "--reader", reader]);
+        }
+        Lake::Paimon { warehouse, table } => {
+            cmd.args(["--paimon", warehouse, "--paimon-table", table]);
+        }
+    }
+    let out = cmd
+        .args(["--wait", &wait_secs.to_string()])
+        .env("AWS_ENDPOINT_URL", endpoint)
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    (out.status.code(), text)
+}
+
 /// An S3 pipeline: the common one with its config rewritten to an `s3://` warehouse.
 pub struct S3Pipeline {
     pub p: Pipeline,
@@ -71,11 +148,26 @@ pub struct S3Pipeline {
     pub bucket: String,
     pub warehouse_url: String,
     pub extra_pipeline: String,
+    pub sink: SinkKind,
 }
 
 impl S3Pipeline {
     pub fn new(env: &TestEnv, name: &str, tables: &[&str], endpoint: &str) -> S3Pipeline {
-        let p = Pipeline::new(env, name, tables, &Settings::default());
+        S3Pipeline::with_sink(env, name, tables, endpoint, SinkKind::Iceberg)
+    }
+
+    /// Like [`S3Pipeline::new`], writing with `sink`.
+    pub fn with_sink(
+        env: &TestEnv,
+        name: &str,
+        tables: &[&str],
+        endpoint: &str,
+        sink: SinkKind,
+    ) -> S3Pipeline {
+        let p = match sink {
+            SinkKind::Iceberg => Pipeline::new(env, name, tables, &Settings::default()),
+            SinkKind::Lsm => Pipeline::new_lsm(env, name, tables, &Settings::default(), 2),
+        };
         let bucket = bucket_name(name);
         create_bucket(env, endpoint, &bucket);
         let s = S3Pipeline {
@@ -84,6 +176,7 @@ impl S3Pipeline {
             bucket: bucket.clone(),
             warehouse_url: format!("s3://{bucket}/wh"),
             extra_pipeline: String::new(),
+            sink,
         };
         s.write_config(&Settings::default(), endpoint);
         s
@@ -103,16 +196,58 @@ impl S3Pipeline {
             &format!("{name_line}{}", self.extra_pipeline),
             1,
         );
-        text.push_str(&format!(
-            "\n[sink.s3]\nendpoint = {endpoint:?}\nregion = \"us-east-1\"\naccess_key_id = \"test\"\n\
-             secret_access_key = \"test\"\nallow_http = true\n"
-        ));
+        text.push_str(&sink_s3_section(endpoint));
         std::fs::write(&self.p.config, text).unwrap();
     }
 
-    /// `s3://<bucket>/wh/<namespace>/<table>`.
+    /// `s3://<bucket>/wh/<namespace>/<table>` (Iceberg) or `…/wh/<namespace>.db/<table>` (LSM).
     pub fn table_url(&self, table: &str) -> String {
-        format!("{}/{NAMESPACE}/{table}", self.warehouse_url)
+        match self.sink {
+            SinkKind::Iceberg => format!("{}/{NAMESPACE}/{table}", self.warehouse_url),
+            SinkKind::Lsm => format!("{}/{NAMESPACE}.db/{table}", self.warehouse_url),
+        }
+    }
+
+    /// Store paths of the files the table's snapshots reference (cdcd's own reading of them).
+    pub async fn referenced_files(&self, table: &str) -> std::collections::HashSet<String> {
+        let wh = self.warehouse();
+        let url = self.table_url(table);
+        match self.sink {
+            SinkKind::Iceberg => cdcd::sinks::iceberg::cleanup::referenced_files(&wh, &url).await,
+            SinkKind::Lsm => cdcd::sinks::lsm::cleanup::referenced_files(&wh, &url).await,
+        }
+        .unwrap()
+    }
+
+    /// Every file some snapshot of the table references exists.
+    pub async fn assert_no_missing_files(&self, table: &str) {
+        let wh = self.warehouse();
+        let files = self.referenced_files(table).await;
+        assert!(files.len() > 3, "{files:?}");
+        for f in &files {
+            wh.store()
+                .head(&Path::from(f.as_str()))
+                .await
+                .unwrap_or_else(|e| panic!("referenced file {f} is missing: {e}"));
+        }
+    }
+
+    /// The store paths of the table's objects under `dir` (e.g. `snapshot`), sorted.
+    pub async fn list(&self, table: &str, dir: &str) -> Vec<String> {
+        use futures::TryStreamExt;
+        let wh = self.warehouse();
+        let prefix = wh
+            .path(&format!("{}/{dir}", self.table_url(table)))
+            .unwrap();
+        let mut out: Vec<String> = wh
+            .store()
+            .list(Some(&prefix))
+            .map_ok(|m| m.location.to_string())
+            .try_collect()
+            .await
+            .unwrap();
+        out.sort();
+        out
     }
 
     /// The warehouse as cdcd's own store sees it (listing, reading back).
@@ -120,31 +255,38 @@ impl S3Pipeline {
         Warehouse::open(&self.warehouse_url, &s3_config(&self.endpoint)).unwrap()
     }
 
-    /// lakecheck over S3 with `reader`; panics with its output unless equal.
+    /// lakecheck over S3 with `reader` (LSM tables: pypaimon); panics with its output unless
+    /// equal.
     pub async fn assert_equal(&mut self, table: &str, wait_secs: u32, reader: &str) {
-        let out = tokio::process::Command::new(&self.p.env.python)
-            .arg(LAKECHECK)
-            .args(["--source", &self.p.env.pg_url])
-            .args(["--source-table", &format!("public.{table}")])
-            .args(["--iceberg", &self.table_url(table)])
-            .args(["--wait", &wait_secs.to_string()])
-            .args(["--reader", reader])
-            .env("AWS_ENDPOINT_URL", &self.endpoint)
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("AWS_REGION", "us-east-1")
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output()
-            .await
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stderr),
-            String::from_utf8_lossy(&out.stdout)
-        );
+        let table_url = self.table_url(table);
+        let paimon_table = format!("{NAMESPACE}.{table}");
+        let (lake, reader) = match self.sink {
+            SinkKind::Iceberg => (
+                Lake::Iceberg {
+                    table_url: &table_url,
+                    reader,
+                },
+                reader,
+            ),
+            SinkKind::Lsm => (
+                Lake::Paimon {
+                    warehouse: &self.warehouse_url,
+                    table: &paimon_table,
+                },
+                "pypaimon",
+            ),
+        };
+        let (code, text) = lakecheck_s3(
+            &self.p.env.python,
+            &self.endpoint,
+            &self.p.env.pg_url,
+            &format!("public.{table}"),
+            lake,
+            wait_secs,
+        )
+        .await;
         assert_eq!(
-            out.status.code(),
+            code,
             Some(0),
             "lakecheck ({reader}) public.{table} over S3 differs:\n{text}\n--- cdcd:\n{}",
             self.p.output()

@@ -36,22 +36,11 @@ pub async fn clean_table(
     dry_run: bool,
 ) -> Result<TableCleanup, CleanupError> {
     let objects = list_table(warehouse, table).await?;
-    let refs = referenced(warehouse, table).await?;
-    let mut live = HashSet::new();
-    for name in refs.lists.iter().chain(&refs.manifests) {
-        live.insert(
-            warehouse
-                .path(&format!("{table}/manifest/{name}"))?
-                .to_string(),
-        );
-    }
-    for (bucket, name) in &refs.files {
-        live.insert(
-            warehouse
-                .path(&format!("{table}/bucket-{bucket}/{name}"))?
-                .to_string(),
-        );
-    }
+    let live = paths(
+        warehouse,
+        table,
+        &referenced(warehouse, table, false).await?,
+    )?;
     let dir = warehouse.path(table)?.to_string();
     let candidate = |path: &str| {
         let rel = path
@@ -69,8 +58,44 @@ pub async fn clean_table(
     remove_unreferenced(warehouse, table, &objects, &live, candidate, grace, dry_run).await
 }
 
-/// What the table's snapshots reference.
-async fn referenced(warehouse: &Warehouse, table: &str) -> Result<Refs, CleanupError> {
+/// Store paths of every file a snapshot of the table at `table` needs to be read: its manifest
+/// lists, their manifests and the data files live in it (tests check each exists: no snapshot
+/// may reference a missing file). Files a snapshot's manifests add and delete again are left out:
+/// expiry may have removed them.
+pub async fn referenced_files(
+    warehouse: &Warehouse,
+    table: &str,
+) -> Result<HashSet<String>, CleanupError> {
+    paths(warehouse, table, &referenced(warehouse, table, true).await?)
+}
+
+/// The store paths of `refs`.
+fn paths(warehouse: &Warehouse, table: &str, refs: &Refs) -> Result<HashSet<String>, CleanupError> {
+    let mut live = HashSet::new();
+    for name in refs.lists.iter().chain(&refs.manifests) {
+        live.insert(
+            warehouse
+                .path(&format!("{table}/manifest/{name}"))?
+                .to_string(),
+        );
+    }
+    for (bucket, name) in &refs.files {
+        live.insert(
+            warehouse
+                .path(&format!("{table}/bucket-{bucket}/{name}"))?
+                .to_string(),
+        );
+    }
+    Ok(live)
+}
+
+/// What the table's snapshots reference; data files only where live in a snapshot when
+/// `live_only`, else every file a manifest of theirs lists (cleanup's conservative set).
+async fn referenced(
+    warehouse: &Warehouse,
+    table: &str,
+    live_only: bool,
+) -> Result<Refs, CleanupError> {
     let unreadable = |e: crate::sinks::SinkError| CleanupError::Unreadable {
         path: table.to_owned(),
         what: "a Paimon table",
@@ -90,7 +115,7 @@ async fn referenced(warehouse: &Warehouse, table: &str) -> Result<Refs, CleanupE
     let mut cache = HashMap::new();
     let mut read = 0usize;
     for id in earliest..=latest {
-        let found = collect(warehouse, table, id, false, &mut refs, &mut cache)
+        let found = collect(warehouse, table, id, live_only, &mut refs, &mut cache)
             .await
             .map_err(unreadable)?;
         read += usize::from(found.is_some());

@@ -10,7 +10,7 @@ use crate::config::{default_warehouse, ConfigError, Context, RawS3};
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLsm {
-    /// `file:///path` or a bare path (default `./warehouse`).
+    /// `file:///path`, a bare path, or `s3://bucket/prefix` (default `./warehouse`).
     #[serde(default = "default_warehouse")]
     pub warehouse: String,
     /// Namespace (Paimon database) for every table; default: the source schema (Postgres) or
@@ -38,7 +38,7 @@ pub struct RawLsm {
     /// background compaction). Default false.
     #[serde(default)]
     pub deletion_vectors: bool,
-    /// `[sink.s3]`: refused for now (this sink writes local warehouses only).
+    /// `[sink.s3]`: how to reach an `s3://` warehouse.
     #[serde(default)]
     pub s3: Option<RawS3>,
 }
@@ -57,7 +57,7 @@ pub enum MergeEngine {
 /// Validated LSM (Apache Paimon) sink settings.
 #[derive(Debug, Clone)]
 pub struct LsmConfig {
-    /// The warehouse URL, normalized (`file:///abs/path`).
+    /// The warehouse URL, normalized (`file:///abs/path` or `s3://bucket/prefix`).
     pub warehouse: String,
     pub namespace: Option<String>,
     pub buckets: u32,
@@ -70,14 +70,8 @@ pub struct LsmConfig {
 }
 
 impl RawLsm {
-    /// Checks every key and builds the settings.
+    /// Checks every key and builds the settings (`[sink.s3]` is checked by `crate::config`).
     pub fn validate(self, ctx: &Context<'_>) -> Result<LsmConfig, ConfigError> {
-        if self.s3.is_some() {
-            return Err(ctx.invalid(
-                "sink.s3",
-                "S3 warehouses are not supported by this build yet; use a local path",
-            ));
-        }
         let (warehouse, namespace) = ctx.sink_location(&self.warehouse, self.namespace)?;
         let buckets = self.buckets.unwrap_or(4);
         if !(1..=1024).contains(&buckets) {
@@ -128,5 +122,25 @@ mod tests {
         );
         let e = Config::from_toml(&text, "p.toml").unwrap_err().to_string();
         assert!(e.contains("sink.merge_engine"), "{e}");
+    }
+
+    /// Issue 22: an `s3://` warehouse with `[sink.s3]` is accepted for the LSM sink as for Iceberg,
+    /// and `[sink.s3]` is checked the same way.
+    #[test]
+    fn lsm_sink_takes_an_s3_warehouse() {
+        let text = MINIMAL.replace("[sink]", "[sink]\nkind = \"lsm\"").replace(
+            "warehouse = \"/tmp/wh\"",
+            "warehouse = \"s3://bucket/wh/\"\n[sink.s3]\nendpoint = \"http://127.0.0.1:9000\"\n\
+             access_key_id = \"k\"\nsecret_access_key = \"s\"",
+        );
+        let c = Config::from_toml(&text, "p.toml").unwrap();
+        let SinkConfig::Lsm(lsm) = &c.sink else {
+            panic!("lsm")
+        };
+        assert_eq!(lsm.warehouse, "s3://bucket/wh");
+        assert_eq!(c.s3.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+        let half = text.replace("access_key_id = \"k\"\n", "");
+        let e = Config::from_toml(&half, "p.toml").unwrap_err().to_string();
+        assert!(e.contains("sink.s3.secret_access_key"), "{e}");
     }
 }
