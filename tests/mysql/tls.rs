@@ -5,7 +5,7 @@
 //! lines. Without `CDCD_TEST_MY_TLS` each test prints a note and passes.
 //!
 //! Accounts (see the script): `cdc` (TLS or not: set-up and lakecheck), `cdc_tls` (REQUIRE SSL),
-//! `cdc_x509` (REQUIRE X509). The server's certificate names `localhost` and `127.0.0.1` only;
+//! `cdc_x509` (REQUIRE X509), `cdc_ed` (MariaDB's ed25519 authentication). The server's certificate names `localhost` and `127.0.0.1` only;
 //! the server also listens on 127.0.0.2, a name it lacks.
 
 use std::path::PathBuf;
@@ -19,6 +19,7 @@ use crate::support::unique;
 /// Passwords the test bed's script sets.
 const TLS_PASSWORD: &str = "cdc-tls-pw";
 const X509_PASSWORD: &str = "cdc-x509-pw";
+const ED25519_PASSWORD: &str = "cdc-ed-pw";
 
 /// The TLS server: its admin account as the pipeline's `MyEnv`, and the certificate files.
 struct TlsBed {
@@ -217,7 +218,10 @@ async fn tls_misconfigurations_fail_clearly() {
             ],
         ),
         (
-            url(Some("127.0.0.2"), &format!("ssl-mode=verify_ca&ssl-ca={ca}")),
+            url(
+                Some("127.0.0.2"),
+                &format!("ssl-mode=verify_ca&ssl-ca={ca}"),
+            ),
             TLS_PASSWORD,
             true,
             vec![],
@@ -252,7 +256,10 @@ async fn tls_misconfigurations_fail_clearly() {
             plain_url,
             "cdcpw",
             false,
-            vec!["does not accept TLS connections".into(), "ssl-mode=required".into()],
+            vec![
+                "does not accept TLS connections".into(),
+                "ssl-mode=required".into(),
+            ],
         ));
     }
     for (url, password, passes, words) in cases {
@@ -265,7 +272,10 @@ async fn tls_misconfigurations_fail_clearly() {
                 "check with {url} lacks {w:?}:\n{out}"
             );
         }
-        assert!(!out.contains(password), "check printed the password:\n{out}");
+        assert!(
+            !out.contains(password),
+            "check printed the password:\n{out}"
+        );
     }
 
     // `[source]` keys win over the URL's parameters, and check shows both.
@@ -276,7 +286,11 @@ async fn tls_misconfigurations_fail_clearly() {
         &format!("ssl_mode = \"verify_identity\"\nssl_ca = {ca:?}"),
     );
     let (code, out) = p.check();
-    assert_eq!(code, Some(0), "check with source.ssl_mode over the URL's:\n{out}");
+    assert_eq!(
+        code,
+        Some(0),
+        "check with source.ssl_mode over the URL's:\n{out}"
+    );
     assert!(
         out.contains("ssl-mode=verify_identity (source.ssl_mode, over the URL's disabled)")
             && out.contains(&format!("ssl-ca={ca} (source.ssl_ca)")),
@@ -302,8 +316,15 @@ async fn client_certificate_account_replicates() {
         "",
     );
     let (code, out) = p.check();
-    assert_ne!(code, Some(0), "REQUIRE X509 passed without a certificate:\n{out}");
-    assert!(out.contains("REQUIRE X509") && out.contains("ssl-cert"), "{out}");
+    assert_ne!(
+        code,
+        Some(0),
+        "REQUIRE X509 passed without a certificate:\n{out}"
+    );
+    assert!(
+        out.contains("REQUIRE X509") && out.contains("ssl-cert"),
+        "{out}"
+    );
     let query = format!(
         "{verify}&ssl-cert={}&ssl-key={}",
         bed.dir.join("client.crt").display(),
@@ -325,4 +346,41 @@ async fn client_certificate_account_replicates() {
     )
     .await;
     p.assert_equal("t", 120).await;
+}
+
+/// MariaDB's ed25519 authentication (the server asks for it by the account's plugin), over plain
+/// TCP: a wrong password names the user, then the copy and the stream. Before the feature was
+/// enabled, mysql_common panicked on this request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ed25519_account_replicates() {
+    let Some(bed) = tls_bed("ed25519_account_replicates") else {
+        return;
+    };
+    let name = unique("mytlsed");
+    let mut p = MyPipeline::new(&bed.env, &name, "initial", "").await;
+    table_with_rows(&p, "t").await;
+    let url = bed.url("cdc_ed", None, &p.db, "ssl-mode=disabled");
+    use_source(&p, &url, Some("not-the-ed-pw"), "");
+    let (code, out) = p.check();
+    assert_ne!(code, Some(0), "a wrong ed25519 password passed:\n{out}");
+    assert!(
+        out.contains("Access denied for user 'cdc_ed'") && !out.contains("not-the-ed-pw"),
+        "{out}"
+    );
+    use_source(&p, &url, Some(ED25519_PASSWORD), "");
+    let (code, out) = p.check();
+    assert_eq!(code, Some(0), "check with ed25519:\n{out}");
+    p.start();
+    let mut c = my_connect(&p.env.url_for(&p.db)).await;
+    my_exec(
+        &mut c,
+        "INSERT INTO t VALUES (6000, 'streamed', NOW()); UPDATE t SET v = 'ed' WHERE id < 100",
+    )
+    .await;
+    p.assert_equal("t", 120).await;
+    let seen = sessions_of(&p, "cdc_ed").await;
+    assert!(
+        seen.iter().all(|(_, v)| v.is_empty()),
+        "ssl-mode=disabled used TLS: {seen:?}"
+    );
 }

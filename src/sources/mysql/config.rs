@@ -324,7 +324,10 @@ server_id = 4242
         );
         let c = my(&keys).unwrap();
         assert_eq!(c.tls.effective_mode(), SslMode::VerifyCa);
-        assert_eq!(c.tls.ca.as_deref(), Some(std::path::Path::new("/etc/cdcd/ca.pem")));
+        assert_eq!(
+            c.tls.ca.as_deref(),
+            Some(std::path::Path::new("/etc/cdcd/ca.pem"))
+        );
         assert_eq!(
             c.tls_origins[0],
             "ssl-mode=verify_ca (source.ssl_mode, over the URL's REQUIRED)"
@@ -335,14 +338,26 @@ server_id = 4242
         assert!(!format!("{c:?}").contains("s3cret"));
 
         let e = my(&base.replace("REQUIRED", "verify_full_please")).unwrap_err();
-        assert!(e.contains("source.url") && e.contains("verify_identity"), "{e}");
+        assert!(
+            e.contains("source.url") && e.contains("verify_identity"),
+            "{e}"
+        );
         let e = my(&base.replace("REQUIRED", "REQUIRED&connect_timeout=5")).unwrap_err();
         assert!(e.contains("connect_timeout") && e.contains("ssl-ca"), "{e}");
         let e = my(&base.replace("server_id = 4242", "server_id = 4242\nssl_ca = \"/ca.pem\""))
             .unwrap_err();
-        assert!(e.contains("source.ssl_mode") && e.contains("verify_ca"), "{e}");
-        let e = my(&base.replace("server_id = 4242", "server_id = 4242\nssl_cert = \"/c.pem\""))
-            .unwrap_err();
-        assert!(e.contains("source.ssl_cert") && e.contains("ssl-key"), "{e}");
+        assert!(
+            e.contains("source.ssl_mode") && e.contains("verify_ca"),
+            "{e}"
+        );
+        let e = my(&base.replace(
+            "server_id = 4242",
+            "server_id = 4242\nssl_cert = \"/c.pem\"",
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("source.ssl_cert") && e.contains("ssl-key"),
+            "{e}"
+        );
     }
 }

@@ -30,8 +30,8 @@ pub mod image;
 pub mod schema;
 pub mod setup;
 pub mod snapshot;
-pub mod tls;
 mod stream;
+pub mod tls;
 pub mod types;
 
 use std::collections::HashMap;
@@ -117,7 +117,9 @@ impl Source for MySqlSource {
         };
         match self.cfg.tls.mode {
             None if self.cfg.tls.ca.is_some() => {
-                vec![format!("{line}; in effect ssl-mode=verify_ca (ssl-ca is set)")]
+                vec![format!(
+                    "{line}; in effect ssl-mode=verify_ca (ssl-ca is set)"
+                )]
             }
             _ => vec![line],
         }

@@ -85,9 +85,11 @@ impl FromStr for SslMode {
             "required" | "require" => SslMode::Required,
             "verify_ca" => SslMode::VerifyCa,
             "verify_identity" | "verify_full" => SslMode::VerifyIdentity,
-            _ => return Err(format!(
+            _ => {
+                return Err(format!(
                 "ssl-mode={s:?}: use disabled, preferred, required, verify_ca or verify_identity"
-            )),
+            ))
+            }
         })
     }
 }
@@ -140,7 +142,9 @@ pub enum TlsError {
         path: PathBuf,
         detail: String,
     },
-    #[error("the system's CA certificates cannot be loaded ({detail}): set ssl-ca to a CA bundle file")]
+    #[error(
+        "the system's CA certificates cannot be loaded ({detail}): set ssl-ca to a CA bundle file"
+    )]
     SystemRoots { detail: String },
 }
 
@@ -211,14 +215,16 @@ impl TlsSettings {
             return Ok(None);
         }
         install_crypto_provider();
-        let mut opts = SslOpts::default().with_disable_built_in_roots(true);
+        let mut opts = SslOpts::default();
         opts = match mode {
+            // mysql_async builds its verifier even when it accepts any certificate, and that
+            // needs a root: its built-in ones are left in for that, and never consulted.
             SslMode::Disabled | SslMode::Preferred | SslMode::Required => opts
                 .with_danger_accept_invalid_certs(true)
                 .with_danger_skip_domain_validation(true),
             SslMode::VerifyCa | SslMode::VerifyIdentity => {
                 let roots = load_roots(&self.roots())?;
-                let opts = opts.with_root_certs(
+                let opts = opts.with_disable_built_in_roots(true).with_root_certs(
                     roots
                         .into_iter()
                         .map(|c| c.as_ref().to_vec().into())
@@ -247,10 +253,8 @@ impl TlsSettings {
                     other => other.to_string(),
                 },
             })?;
-            opts = opts.with_client_identity(Some(ClientIdentity::new(
-                chain.into(),
-                key_pem.into(),
-            )));
+            opts =
+                opts.with_client_identity(Some(ClientIdentity::new(chain.into(), key_pem.into())));
         }
         Ok(Some(opts))
     }

@@ -100,6 +100,10 @@ fn disabled_makes_no_tls_options_and_required_verifies_nothing() {
         .unwrap()
         .unwrap();
     assert!(opts.accept_invalid_certs() && opts.skip_domain_validation());
+    assert!(
+        !opts.disable_built_in_roots(),
+        "mysql_async's verifier needs a root"
+    );
     let opts = TlsSettings::default().ssl_opts().unwrap().unwrap();
     assert!(opts.accept_invalid_certs(), "preferred verifies nothing");
 }
@@ -116,8 +120,11 @@ fn a_missing_or_useless_ca_file_is_named() {
     );
     let empty = dir.path().join("empty.pem");
     std::fs::write(&empty, "not a certificate\n").unwrap();
-    let s = settings(&[("ssl-mode", "verify_identity"), ("ssl-ca", empty.to_str().unwrap())])
-        .unwrap();
+    let s = settings(&[
+        ("ssl-mode", "verify_identity"),
+        ("ssl-ca", empty.to_str().unwrap()),
+    ])
+    .unwrap();
     let e = s.ssl_opts().unwrap_err().to_string();
     assert!(e.contains("no PEM certificate"), "{e}");
 }
@@ -157,7 +164,11 @@ fn handshake_failure(e: rustls::Error) -> mysql_async::Error {
 
 #[test]
 fn an_untrusted_certificate_names_the_host_and_the_ca_file() {
-    let s = settings(&[("ssl-mode", "verify_identity"), ("ssl-ca", "/etc/cdcd/ca.pem")]).unwrap();
+    let s = settings(&[
+        ("ssl-mode", "verify_identity"),
+        ("ssl-ca", "/etc/cdcd/ca.pem"),
+    ])
+    .unwrap();
     let e = handshake_failure(rustls::Error::InvalidCertificate(
         CertificateError::UnknownIssuer,
     ));
