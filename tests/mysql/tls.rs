@@ -89,12 +89,12 @@ async fn table_with_rows(p: &MyPipeline, t: &str) {
     .await;
 }
 
-/// Every connection of `user` the server has now: (command, Ssl_version), from
+/// Every connection of `user` the server has now: (command, Ssl_version, connection id), from
 /// performance_schema (MariaDB keeps each session's status there; the script turns it on).
-async fn sessions_of(p: &MyPipeline, user: &str) -> Vec<(String, String)> {
+async fn sessions_of(p: &MyPipeline, user: &str) -> Vec<(String, String, u64)> {
     let mut c = my_connect(&p.env.url_for(&p.db)).await;
     c.exec(
-        "SELECT t.PROCESSLIST_COMMAND, COALESCE(s.VARIABLE_VALUE, '')
+        "SELECT t.PROCESSLIST_COMMAND, COALESCE(s.VARIABLE_VALUE, ''), t.PROCESSLIST_ID
            FROM performance_schema.threads t
            LEFT JOIN performance_schema.status_by_thread s
              ON s.THREAD_ID = t.THREAD_ID AND s.VARIABLE_NAME = 'Ssl_version'
@@ -107,7 +107,8 @@ async fn sessions_of(p: &MyPipeline, user: &str) -> Vec<(String, String)> {
 
 /// The initial copy and the binlog stream over `verify_identity` TLS with the test CA: the
 /// account can only come in over TLS (REQUIRE SSL), lakecheck reads the replica back, and the
-/// server shows cdcd's binlog connection with a TLS version.
+/// server shows cdcd's binlog connection with a TLS version, also after the server killed it and
+/// cdcd reconnected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replication_and_copy_run_over_verified_tls() {
     let Some(bed) = tls_bed("replication_and_copy_run_over_verified_tls") else {
@@ -142,27 +143,48 @@ async fn replication_and_copy_run_over_verified_tls() {
     )
     .await;
     p.assert_equal("t", 120).await;
+    let first = binlog_session_over_tls(&p, None).await;
 
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let seen = loop {
-        let seen = sessions_of(&p, "cdc_tls").await;
-        if seen.iter().any(|(cmd, _)| cmd == "Binlog Dump") {
-            break seen;
+    // The server drops the binlog connection: cdcd reconnects, again over verified TLS (the
+    // account would refuse anything else), and loses nothing written meanwhile.
+    my_exec(&mut c, &format!("KILL {first}")).await;
+    my_exec(
+        &mut c,
+        "INSERT INTO t SELECT seq, 'after the kill', NOW() FROM seq_4001_to_4200;
+         UPDATE t SET v = 'updated again' WHERE id % 11 = 0",
+    )
+    .await;
+    p.assert_equal("t", 120).await;
+    let second = binlog_session_over_tls(&p, Some(first)).await;
+    assert_ne!(first, second);
+    assert!(
+        !p.output().contains(TLS_PASSWORD),
+        "the password was logged"
+    );
+}
+
+/// Waits for cdcd's binlog connection (one other than `not`), checks that every session of
+/// `cdc_tls` is in TLS, and returns the binlog connection's id.
+async fn binlog_session_over_tls(p: &MyPipeline, not: Option<u64>) -> u64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let seen = sessions_of(p, "cdc_tls").await;
+        let dump = seen
+            .iter()
+            .find(|(cmd, _, id)| cmd == "Binlog Dump" && Some(*id) != not);
+        if let Some((_, _, id)) = dump {
+            assert!(
+                seen.iter().all(|(_, v, _)| v.starts_with("TLSv1.")),
+                "a session of cdcd without TLS: {seen:?}"
+            );
+            return *id;
         }
         assert!(
             std::time::Instant::now() < deadline,
             "no binlog connection of cdcd: {seen:?}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    assert!(
-        seen.iter().all(|(_, v)| v.starts_with("TLSv1.")),
-        "a session of cdcd without TLS: {seen:?}"
-    );
-    assert!(
-        !p.output().contains(TLS_PASSWORD),
-        "the password was logged"
-    );
+    }
 }
 
 /// A wrong CA, a host name the certificate lacks, `ssl-mode=disabled` against a REQUIRE SSL
@@ -380,7 +402,7 @@ async fn ed25519_account_replicates() {
     p.assert_equal("t", 120).await;
     let seen = sessions_of(&p, "cdc_ed").await;
     assert!(
-        seen.iter().all(|(_, v)| v.is_empty()),
+        seen.iter().all(|(_, v, _)| v.is_empty()),
         "ssl-mode=disabled used TLS: {seen:?}"
     );
 }
