@@ -32,6 +32,9 @@ pub mod setup;
 pub mod snapshot;
 mod stream;
 pub mod tls;
+
+#[cfg(test)]
+mod auth_tests;
 pub mod types;
 
 use std::collections::HashMap;
