@@ -7,8 +7,9 @@
 #   scripts/testbed.sh stop   stop the servers this script started
 #
 # Env: CDCD_TB (default /tmp/cdcd-tb: data, logs, venv), PG_PORT (default 55440), PG_TLS_PORT (default 55441),
-# MY_PORT (default 53316), MOTO_PORT (default 59010), MOTO_SERIAL_PORT (default 59011), CDCD_TB_COMPONENTS
-# (default all: "postgres python mariadb moto pgtls"; scripts/demo.sh asks for "postgres python" only).
+# MY_PORT (default 53316), MY_TLS_PORT (default 53317), MOTO_PORT (default 59010), MOTO_SERIAL_PORT (default
+# 59011), CDCD_TB_COMPONENTS (default all: "postgres python mariadb moto pgtls mytls"; scripts/demo.sh asks for
+# "postgres python" only).
 #
 # Components are functions named <name>_apt / <name>_up / <name>_stop / <name>_env, listed in COMPONENTS.
 set -euo pipefail
@@ -19,13 +20,14 @@ PG_TLS_PORT=${PG_TLS_PORT:-55441}
 MOTO_PORT=${MOTO_PORT:-59010}
 MOTO_SERIAL_PORT=${MOTO_SERIAL_PORT:-59011}
 MY_PORT=${MY_PORT:-53316}
+MY_TLS_PORT=${MY_TLS_PORT:-53317}
 PG_DB=cdcd_test
 PGBIN=/usr/lib/postgresql/15/bin
 VENV=$CDCD_TB/venv
 PY=$VENV/bin/python
 RUN=$CDCD_TB/run
 LOGS=$CDCD_TB/logs
-read -ra COMPONENTS <<< "${CDCD_TB_COMPONENTS:-postgres python mariadb moto pgtls}"
+read -ra COMPONENTS <<< "${CDCD_TB_COMPONENTS:-postgres python mariadb moto pgtls mytls}"
 
 log() { printf '[testbed %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -301,7 +303,9 @@ PGTLS_DATA=$PGTLS/data
 PGTLS_CERTS=$PGTLS/certs
 pgtls_running() { as_pg "$PGBIN/pg_ctl -D $PGTLS_DATA status" >/dev/null 2>&1; }
 pgtls_apt() { apt_want postgresql-15 openssl; }
-pgtls_certs() {
+# The test CA and its certificates, shared by pgtls and mytls (under pgtls/certs, where the first test beds
+# have them). Owned by root; each server copies or chowns the key it reads.
+tb_certs() {
   [ -f "$PGTLS_CERTS/client.crt" ] && return 0
   log "making the TLS test certificates in $PGTLS_CERTS"
   rm -rf "$PGTLS_CERTS"; mkdir -p "$PGTLS_CERTS"
@@ -321,7 +325,10 @@ pgtls_certs() {
   { [ -s "$c/client.crt" ] && [ -s "$c/server.crt" ]; } || die "openssl did not make the test certificates"
   chmod 600 "$c"/*.key
   chmod 755 "$c"
-  chown postgres:postgres "$c/server.key"   # postgres refuses a key file that others can read or it does not own
+}
+pgtls_certs() {
+  tb_certs
+  chown postgres:postgres "$PGTLS_CERTS/server.key"   # postgres refuses a key file that others can read or it does not own
 }
 pgtls_up() {
   mkdir -p "$PGTLS"; chown postgres:postgres "$PGTLS"
@@ -394,6 +401,89 @@ pgtls_env() {
   echo "export CDCD_TEST_PG_TLS=postgres://postgres@127.0.0.1:$PG_TLS_PORT/$PG_DB"
   echo "export CDCD_TEST_PG_TLS_CA=$PGTLS_CERTS/ca.crt"
   echo "export CDCD_TEST_PG_TLS_DIR=$PGTLS_CERTS"
+}
+
+# ------------------------------------------------------------------ MariaDB 10.11 with TLS: a second server
+# ssl_cert/ssl_key/ssl_ca from the test CA above (server certificate: DNS:localhost, IP:127.0.0.1 only; the
+# server also listens on 127.0.0.2, a name the certificate lacks), binlog as the mariadb component, and
+# performance_schema on (status_by_thread shows each connection's Ssl_version). Accounts, all at 127.0.0.%:
+#   cdc       password cdcpw, TLS or not: what the tests set up with, and lakecheck reads the source back with
+#   cdc_tls   password cdc-tls-pw, REQUIRE SSL (a plain login is refused)
+#   cdc_x509  password cdc-x509-pw, REQUIRE X509: also needs a client certificate the CA signed (client.crt)
+#   cdc_ed    MariaDB's ed25519 authentication, password cdc-ed-pw, TLS or not
+#   root      through the socket only
+MYTLS=$CDCD_TB/mytls
+MYTLS_CNF=$MYTLS/my.cnf
+mytls_running() { mariadb-admin --defaults-file="$MYTLS_CNF" -uroot ping >/dev/null 2>&1; }
+mytls_apt() { apt_want mariadb-server mariadb-client openssl; }
+mytls_up() {
+  tb_certs
+  mkdir -p "$MYTLS/binlog" "$MYTLS/certs"
+  local f
+  for f in ca.crt server.crt server.key; do
+    cmp -s "$PGTLS_CERTS/$f" "$MYTLS/certs/$f" || cp "$PGTLS_CERTS/$f" "$MYTLS/certs/$f"
+  done
+  cat > "$MYTLS_CNF" <<EOF
+[mariadbd]
+datadir=$MYTLS/data
+socket=$RUN/mytls.sock
+pid-file=$RUN/mytls.pid
+bind-address=127.0.0.1,127.0.0.2
+port=$MY_TLS_PORT
+user=mysql
+log_error=$LOGS/mariadb-tls.err
+server_id=1
+log_bin=$MYTLS/binlog/mariadb-bin
+binlog_format=ROW
+binlog_row_image=FULL
+binlog_row_metadata=FULL
+innodb_buffer_pool_size=64M
+innodb_flush_log_at_trx_commit=2
+performance_schema=ON
+skip-name-resolve
+character-set-server=utf8mb4
+collation-server=utf8mb4_general_ci
+ssl_cert=$MYTLS/certs/server.crt
+ssl_key=$MYTLS/certs/server.key
+ssl_ca=$MYTLS/certs/ca.crt
+plugin_load_add=auth_ed25519
+[client]
+socket=$RUN/mytls.sock
+port=$MY_TLS_PORT
+EOF
+  chown -R mysql:mysql "$MYTLS"
+  chmod 600 "$MYTLS/certs/server.key"
+  if [ ! -d "$MYTLS/data/mysql" ]; then
+    log "mariadb-install-db $MYTLS/data (TLS)"
+    mariadb-install-db --defaults-file="$MYTLS_CNF" --user=mysql --auth-root-authentication-method=normal \
+      --skip-test-db >"$LOGS/mariadb-tls-install.log" 2>&1 || die "mariadb-install-db failed: $(tail -3 "$LOGS/mariadb-tls-install.log")"
+  fi
+  if ! mytls_running; then
+    port_busy "$MY_TLS_PORT" && die "port $MY_TLS_PORT is in use by another program; set MY_TLS_PORT"
+    log "starting mariadbd (TLS) on 127.0.0.1:$MY_TLS_PORT"
+    nohup mariadbd --defaults-file="$MYTLS_CNF" >"$LOGS/mariadbd-tls.out" 2>&1 &
+    local i; for i in $(seq 150); do mytls_running && break; sleep 0.2; done
+    mytls_running || die "mariadbd (TLS) did not start: $(tail -5 "$LOGS/mariadb-tls.err")"
+  fi
+  mariadb --defaults-file="$MYTLS_CNF" -uroot <<'EOF'
+create database if not exists cdcd_test;
+create user if not exists 'cdc'@'127.0.0.%' identified by 'cdcpw';
+grant all on *.* to 'cdc'@'127.0.0.%' with grant option;
+create user if not exists 'cdc_tls'@'127.0.0.%' identified by 'cdc-tls-pw' require ssl;
+grant all on *.* to 'cdc_tls'@'127.0.0.%';
+create user if not exists 'cdc_x509'@'127.0.0.%' identified by 'cdc-x509-pw' require x509;
+grant all on *.* to 'cdc_x509'@'127.0.0.%';
+create user if not exists 'cdc_ed'@'127.0.0.%' identified via ed25519 using password('cdc-ed-pw');
+grant all on *.* to 'cdc_ed'@'127.0.0.%';
+EOF
+}
+mytls_stop() {
+  if mytls_running; then mariadb-admin --defaults-file="$MYTLS_CNF" -uroot shutdown >/dev/null 2>&1 || true; fi
+}
+mytls_env() {
+  echo "export CDCD_TEST_MY_TLS=mysql://cdc:cdcpw@127.0.0.1:$MY_TLS_PORT/cdcd_test"
+  echo "export CDCD_TEST_MY_TLS_CA=$MYTLS/certs/ca.crt"
+  echo "export CDCD_TEST_MY_TLS_DIR=$PGTLS_CERTS"
 }
 
 # ------------------------------------------------------------------ main

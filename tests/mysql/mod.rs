@@ -6,3 +6,4 @@ mod fencing;
 mod lsm;
 mod replication;
 mod snapshot;
+mod tls;

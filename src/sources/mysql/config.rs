@@ -7,6 +7,7 @@ use std::fmt;
 
 use serde::Deserialize;
 
+use super::tls::{TlsSettings, PARAMETERS};
 use crate::changelog::Position;
 use crate::config::{redact_url, ConfigError, Context, SnapshotMode, SourceUrl};
 
@@ -14,8 +15,8 @@ use crate::config::{redact_url, ConfigError, Context, SnapshotMode, SourceUrl};
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawMySql {
-    /// `mysql://user@host:port/db` (`mariadb://` too); `?ssl-mode=required` or
-    /// `verify_identity` for TLS.
+    /// `mysql://user@host:port/db` (`mariadb://` too); TLS with the MySQL client's query
+    /// parameters, e.g. `?ssl-mode=verify_identity&ssl-ca=/etc/cdcd/rds-ca.pem`.
     pub url: String,
     /// Optional; may be in the URL instead.
     #[serde(default)]
@@ -42,6 +43,21 @@ pub struct RawMySql {
     /// always wins. Used to replay a known binlog range (bench/mysql_e2e.py).
     #[serde(default)]
     pub start_position: Option<String>,
+    /// TLS, the MySQL client's `--ssl-mode`; each of these keys wins over the URL's `ssl-…`
+    /// parameter of the same name. "disabled", "preferred" (the default: TLS when the server
+    /// offers it), "required", "verify_ca" or "verify_identity".
+    #[serde(default)]
+    pub ssl_mode: Option<String>,
+    /// The CA bundle (PEM) that verify_ca and verify_identity check against (default: the OS's
+    /// roots). Set alone, it means ssl_mode = "verify_ca".
+    #[serde(default)]
+    pub ssl_ca: Option<String>,
+    /// A client certificate (PEM) for accounts with `REQUIRE X509`, with `ssl_key`.
+    #[serde(default)]
+    pub ssl_cert: Option<String>,
+    /// The client certificate's private key (PEM).
+    #[serde(default)]
+    pub ssl_key: Option<String>,
 }
 
 impl fmt::Debug for RawMySql {
@@ -79,8 +95,10 @@ pub struct MySqlConfig {
     pub server_id: u32,
     pub snapshot: SnapshotMode,
     pub zero_date: ZeroDate,
-    /// TLS: `None` off; `Some(verify)` on, verifying the server's certificate and name when true.
-    pub tls: Option<bool>,
+    /// TLS for every connection to the server (`ssl-mode` and friends, URL or `[source]`).
+    pub tls: TlsSettings,
+    /// Where each TLS parameter came from, for `cdcd check` ("ssl-mode=required (URL)", …).
+    pub tls_origins: Vec<String>,
     /// Target rows per chunk of the initial copy (≥ 1): the unit of resuming after a crash.
     pub snapshot_chunk_rows: u64,
     /// `source.start_position`: where to stream from when no table has a checkpoint.
@@ -105,6 +123,7 @@ impl fmt::Debug for MySqlConfig {
             .field("server_id", &self.server_id)
             .field("snapshot", &self.snapshot)
             .field("zero_date", &self.zero_date)
+            .field("tls", &self.tls.summary())
             .finish_non_exhaustive()
     }
 }
@@ -122,27 +141,12 @@ impl RawMySql {
         } = SourceUrl::parse(
             ctx,
             &self.url,
-            self.password,
+            self.password.clone(),
             ["mysql", "mariadb"],
             3306,
             "root",
         )?;
-        let mut tls = None;
-        for (k, v) in url.query_pairs() {
-            match (k.as_ref(), v.to_ascii_lowercase().as_str()) {
-                ("ssl-mode" | "sslmode", "disabled" | "disable" | "preferred" | "prefer") => {}
-                ("ssl-mode" | "sslmode", "required" | "require") => tls = Some(false),
-                ("ssl-mode" | "sslmode", "verify_ca" | "verify_identity" | "verify-full") => {
-                    tls = Some(true)
-                }
-                (other, v) => {
-                    return Err(ctx.invalid(
-                        "source.url",
-                        format!("query parameter {other}={v:?}: only ssl-mode=disabled|required|verify_identity is understood"),
-                    ))
-                }
-            }
-        }
+        let (tls, tls_origins) = self.tls(&url).map_err(|(key, e)| ctx.invalid(key, e))?;
         ctx.source_tables(&self.tables, "db", "shop")?;
         let server_id = match self.server_id {
             Some(0) => {
@@ -187,9 +191,69 @@ impl RawMySql {
             snapshot: self.snapshot,
             zero_date: self.zero_date,
             tls,
+            tls_origins,
             snapshot_chunk_rows: ctx.snapshot_chunk_rows(self.snapshot_chunk_rows)?,
             start_position,
         })
+    }
+}
+
+impl RawMySql {
+    /// The TLS settings: the URL's query parameters, then the keys of the same names over them;
+    /// with a line per parameter saying where it came from. Errors carry the key.
+    fn tls(&self, url: &url::Url) -> Result<(TlsSettings, Vec<String>), (&'static str, String)> {
+        let mut tls = TlsSettings::default();
+        let mut from_url = Vec::new();
+        for (k, v) in url.query_pairs() {
+            match tls.set(&k, &v) {
+                // `sslmode` is the spelling cdcd accepted before; it is shown as ssl-mode.
+                Ok(true) => from_url.push((k.replace("sslmode", "ssl-mode"), v.into_owned())),
+                Ok(false) => {
+                    return Err((
+                        "source.url",
+                        format!(
+                            "query parameter {k:?}: only {} are understood",
+                            PARAMETERS.join(", ")
+                        ),
+                    ))
+                }
+                Err(e) => return Err(("source.url", e)),
+            }
+        }
+        let keys: [(&str, &'static str, Option<String>); 4] = [
+            ("ssl-mode", "source.ssl_mode", self.ssl_mode.clone()),
+            ("ssl-ca", "source.ssl_ca", self.ssl_ca.clone()),
+            ("ssl-cert", "source.ssl_cert", self.ssl_cert.clone()),
+            ("ssl-key", "source.ssl_key", self.ssl_key.clone()),
+        ];
+        let mut origins = Vec::new();
+        for (name, key, value) in keys {
+            let in_url = from_url
+                .iter()
+                .rev()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str());
+            match (value, in_url) {
+                (Some(v), in_url) => {
+                    tls.set(name, &v).map_err(|e| (key, e))?;
+                    origins.push(match in_url {
+                        Some(u) if u != v => format!("{name}={v} ({key}, over the URL's {u})"),
+                        _ => format!("{name}={v} ({key})"),
+                    });
+                }
+                (None, Some(u)) => origins.push(format!("{name}={u} (URL)")),
+                (None, None) => {}
+            }
+        }
+        let key = if self.ssl_cert.is_some() || self.ssl_key.is_some() {
+            "source.ssl_cert"
+        } else if self.ssl_ca.is_some() || self.ssl_mode.is_some() {
+            "source.ssl_mode"
+        } else {
+            "source.url"
+        };
+        tls.validate().map_err(|e| (key, e))?;
+        Ok((tls, origins))
     }
 }
 
@@ -197,6 +261,7 @@ impl RawMySql {
 mod tests {
     use super::ZeroDate;
     use crate::config::{Config, SourceConfig};
+    use crate::sources::mysql::tls::SslMode;
 
     #[test]
     fn mysql_source_validates() {
@@ -214,7 +279,8 @@ zero_date = "error"
         let SourceConfig::MySql(my) = &c.source else {
             panic!("mysql source expected")
         };
-        assert_eq!((my.port, my.server_id, my.tls), (53316, 4242, Some(false)));
+        assert_eq!((my.port, my.server_id), (53316, 4242));
+        assert_eq!(my.tls.effective_mode(), SslMode::Required);
         assert_eq!(my.password.as_deref(), Some("pw"));
         assert_eq!(my.zero_date, ZeroDate::Error);
         let missing = text.replace("server_id = 4242\n", "");
@@ -222,5 +288,76 @@ zero_date = "error"
             .unwrap_err()
             .to_string();
         assert!(err.contains("source.server_id"), "{err}");
+    }
+
+    /// Issue 22: the MySQL client's TLS parameters in the URL and as `[source]` keys, the key
+    /// winning, and each parameter's origin kept for `cdcd check`.
+    #[test]
+    fn tls_from_url_and_keys() {
+        let base = r#"
+[pipeline]
+name = "shop"
+[source]
+kind = "mysql"
+url = "mysql://cdc:s3cret@db.example.com/shop?ssl-mode=REQUIRED"
+tables = ["shop.*"]
+server_id = 4242
+"#;
+        let my = |text: &str| match Config::from_toml(text, "p.toml").map(|c| c.source) {
+            Ok(SourceConfig::MySql(my)) => Ok(my),
+            Ok(_) => panic!("mysql source expected"),
+            Err(e) => Err(e.to_string()),
+        };
+        let c = my(base).unwrap();
+        assert_eq!(c.tls.effective_mode(), SslMode::Required);
+        assert_eq!(c.tls_origins, ["ssl-mode=REQUIRED (URL)"]);
+        let c = my(&base.replace("?ssl-mode=REQUIRED", "")).unwrap();
+        assert_eq!(c.tls.effective_mode(), SslMode::Preferred);
+        assert!(c.tls_origins.is_empty());
+        let c = my(&base.replace("?ssl-mode=REQUIRED", "?sslmode=verify_identity")).unwrap();
+        assert_eq!(c.tls.effective_mode(), SslMode::VerifyIdentity);
+        assert_eq!(c.tls_origins, ["ssl-mode=verify_identity (URL)"]);
+
+        let keys = base.replace(
+            "server_id = 4242",
+            "server_id = 4242\nssl_mode = \"verify_ca\"\nssl_ca = \"/etc/cdcd/ca.pem\"\nssl_cert = \"/c.pem\"\nssl_key = \"/k.pem\"",
+        );
+        let c = my(&keys).unwrap();
+        assert_eq!(c.tls.effective_mode(), SslMode::VerifyCa);
+        assert_eq!(
+            c.tls.ca.as_deref(),
+            Some(std::path::Path::new("/etc/cdcd/ca.pem"))
+        );
+        assert_eq!(
+            c.tls_origins[0],
+            "ssl-mode=verify_ca (source.ssl_mode, over the URL's REQUIRED)"
+        );
+        assert!(c
+            .tls_origins
+            .contains(&"ssl-key=/k.pem (source.ssl_key)".to_owned()));
+        assert!(!format!("{c:?}").contains("s3cret"));
+
+        let e = my(&base.replace("REQUIRED", "verify_full_please")).unwrap_err();
+        assert!(
+            e.contains("source.url") && e.contains("verify_identity"),
+            "{e}"
+        );
+        let e = my(&base.replace("REQUIRED", "REQUIRED&connect_timeout=5")).unwrap_err();
+        assert!(e.contains("connect_timeout") && e.contains("ssl-ca"), "{e}");
+        let e = my(&base.replace("server_id = 4242", "server_id = 4242\nssl_ca = \"/ca.pem\""))
+            .unwrap_err();
+        assert!(
+            e.contains("source.ssl_mode") && e.contains("verify_ca"),
+            "{e}"
+        );
+        let e = my(&base.replace(
+            "server_id = 4242",
+            "server_id = 4242\nssl_cert = \"/c.pem\"",
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("source.ssl_cert") && e.contains("ssl-key"),
+            "{e}"
+        );
     }
 }

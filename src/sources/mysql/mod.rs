@@ -7,6 +7,8 @@
 //! - `assembler.rs`: binlog events to changelog transactions (the assembler; pure).
 //! - `stream.rs`: the binlog connection and its read loop (I/O).
 //! - `setup.rs`: regular connections, catalog reads, `cdcd check`.
+//! - `tls.rs`: `ssl-mode`, `ssl-ca`, `ssl-cert`/`ssl-key` as mysql_async's TLS options, and
+//!   what a failed TLS connection means for the user.
 //! - `snapshot.rs`: the consistent snapshot and its binlog position; reading rows into batches.
 //! - `chunks.rs`: a table's copy plan as primary-key ranges (pure).
 //! - `copy.rs`: the initial copy, chunk by chunk, resumable after a crash (and why it converges).
@@ -29,6 +31,10 @@ pub mod schema;
 pub mod setup;
 pub mod snapshot;
 mod stream;
+pub mod tls;
+
+#[cfg(test)]
+mod auth_tests;
 pub mod types;
 
 use std::collections::HashMap;
@@ -104,6 +110,22 @@ impl MySqlSource {
 impl Source for MySqlSource {
     async fn check(&self) -> Vec<CheckProblem> {
         Self::check_source(&self.cfg).await
+    }
+
+    fn settings(&self) -> Vec<String> {
+        let line = if self.cfg.tls_origins.is_empty() {
+            format!("source TLS: {}", self.cfg.tls.summary())
+        } else {
+            format!("source TLS: {}", self.cfg.tls_origins.join(", "))
+        };
+        match self.cfg.tls.mode {
+            None if self.cfg.tls.ca.is_some() => {
+                vec![format!(
+                    "{line}; in effect ssl-mode=verify_ca (ssl-ca is set)"
+                )]
+            }
+            _ => vec![line],
+        }
     }
 
     async fn tables(&self) -> Result<Vec<TableId>, SourceError> {

@@ -5,13 +5,14 @@
 //! This is one of the source's I/O edges; what it reads is handed to the pure `schema.rs`.
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, OptsBuilder, SslOpts};
+use mysql_async::{Conn, DriverError, OptsBuilder};
 
 use crate::changelog::TableId;
 use crate::config::MySqlConfig;
 use crate::sources::SourceError;
 
 use super::schema::{build_entry, matches_patterns, TableEntry};
+use super::tls::SslMode;
 use super::types::ColumnInfo;
 
 /// Which server and how it numbers transactions.
@@ -36,9 +37,12 @@ pub fn server_err(context: impl Into<String>) -> impl FnOnce(mysql_async::Error)
     }
 }
 
-/// Connection options for `cfg`; `init` statements run on every new connection.
-pub fn opts(cfg: &MySqlConfig) -> OptsBuilder {
-    let mut b = OptsBuilder::default()
+/// ER_ACCESS_DENIED_ERROR: a wrong password, and also an account's unmet `REQUIRE SSL`/`X509`.
+const ER_ACCESS_DENIED: u16 = 1045;
+
+/// Connection options for `cfg` without TLS; `init` statements run on every new connection.
+fn plain_opts(cfg: &MySqlConfig) -> OptsBuilder {
+    OptsBuilder::default()
         .ip_or_hostname(cfg.host.clone())
         .tcp_port(cfg.port)
         .user(Some(cfg.user.clone()))
@@ -46,25 +50,44 @@ pub fn opts(cfg: &MySqlConfig) -> OptsBuilder {
         .db_name(Some(cfg.database.clone()))
         .prefer_socket(false)
         // UTC: the initial copy reads TIMESTAMP columns as UTC wall time.
-        .init(vec!["SET time_zone = '+00:00', NAMES utf8mb4"]);
-    if let Some(verify) = cfg.tls {
-        b = b.ssl_opts(Some(
-            SslOpts::default()
-                .with_danger_accept_invalid_certs(!verify)
-                .with_danger_skip_domain_validation(!verify),
-        ));
-    }
-    b
+        .init(vec!["SET time_zone = '+00:00', NAMES utf8mb4"])
 }
 
-/// Opens a regular connection.
+/// Opens a connection (every one cdcd makes: catalog, copy, binlog), with TLS as `ssl-mode`
+/// says. `preferred` falls back to plain only when the server's greeting lacks CLIENT_SSL,
+/// which comes before any credential is sent.
 pub async fn connect(cfg: &MySqlConfig) -> Result<Conn, SourceError> {
-    Conn::new(opts(cfg))
-        .await
-        .map_err(|e| SourceError::Connect {
-            target: cfg.display_target(),
-            detail: e.to_string(),
-        })
+    let failed = |detail: String| SourceError::Connect {
+        target: cfg.display_target(),
+        detail,
+    };
+    let ssl = cfg.tls.ssl_opts().map_err(|e| failed(e.to_string()))?;
+    let mut used_tls = ssl.is_some();
+    let mut result = Conn::new(plain_opts(cfg).ssl_opts(ssl)).await;
+    if cfg.tls.effective_mode() == SslMode::Preferred {
+        if let Err(mysql_async::Error::Driver(DriverError::NoClientSslFlagFromServer)) = result {
+            used_tls = false;
+            result = Conn::new(plain_opts(cfg)).await;
+        }
+    }
+    result.map_err(|e| failed(connect_error(cfg, &e, used_tls)))
+}
+
+/// A failed connection in words the user can act on; never the password (mysql_async's
+/// messages do not carry it, and the target is shown without it).
+fn connect_error(cfg: &MySqlConfig, e: &mysql_async::Error, used_tls: bool) -> String {
+    if let Some(tls) = cfg.tls.connect_error(&cfg.host, e) {
+        return tls;
+    }
+    match e {
+        mysql_async::Error::Server(s) if s.code == ER_ACCESS_DENIED => format!(
+            "{} (user {:?}, password authentication as the account's plugin asks): {}",
+            s.message,
+            cfg.user,
+            cfg.tls.access_denied_hint(used_tls)
+        ),
+        other => other.to_string(),
+    }
 }
 
 /// The server's flavor.

@@ -150,7 +150,9 @@ async fn open(
     position: &Position,
 ) -> Result<BinlogStream, Failure> {
     let retry = |e: mysql_async::Error| Failure::Retry(e.to_string());
-    let mut conn = Conn::new(setup::opts(cfg)).await.map_err(retry)?;
+    let mut conn = setup::connect(cfg)
+        .await
+        .map_err(|e| Failure::Retry(e.to_string()))?;
     let period = HEARTBEAT.as_nanos();
     conn.query_drop(format!("SET @master_heartbeat_period = {period}"))
         .await
