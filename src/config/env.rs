@@ -28,6 +28,10 @@ pub(super) const TEXT_KEYS: &[&str] = &[
     "sslrootcert",
     "sslcert",
     "sslkey",
+    "ssl_mode",
+    "ssl_ca",
+    "ssl_cert",
+    "ssl_key",
     // [sink], [sink.s3]
     "warehouse",
     "namespace",
