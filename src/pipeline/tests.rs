@@ -128,8 +128,16 @@ impl Source for ScriptedSource {
         Vec::new()
     }
 
-    async fn tables(&self) -> Result<Vec<TableId>, SourceError> {
-        Ok(self.tables.clone())
+    async fn tables(&self) -> Result<Vec<crate::changelog::TableKey>, SourceError> {
+        Ok(self
+            .tables
+            .iter()
+            .map(|t| crate::changelog::TableKey {
+                table: t.clone(),
+                columns: vec!["id".into()],
+                origin: crate::changelog::KeyOrigin::PrimaryKey,
+            })
+            .collect())
     }
 
     fn snapshot_mode(&self) -> SnapshotMode {

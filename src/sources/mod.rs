@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use std::time::Duration;
 
-use crate::changelog::{Position, TableChanges, TableId, Transaction};
+use crate::changelog::{Position, TableChanges, TableId, TableKey, Transaction};
 use crate::config::{SnapshotMode, SourceConfig};
 
 pub mod mysql;
@@ -186,8 +186,9 @@ pub trait Source: Send {
         Vec::new()
     }
 
-    /// The captured tables: `source.tables` resolved on the server now (`cdcd status`).
-    async fn tables(&self) -> Result<Vec<TableId>, SourceError>;
+    /// The captured tables and their keys: `source.tables` and `source.key_columns` resolved on
+    /// the server now (`cdcd status`, `cdcd check`).
+    async fn tables(&self) -> Result<Vec<TableKey>, SourceError>;
 
     /// Whether the pipeline copies existing rows first (`source.snapshot`).
     fn snapshot_mode(&self) -> SnapshotMode;

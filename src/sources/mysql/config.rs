@@ -42,6 +42,11 @@ pub struct RawMySql {
     /// always wins. Used to replay a known binlog range (bench/mysql_e2e.py).
     #[serde(default)]
     pub start_position: Option<String>,
+    /// Key columns for tables without a primary key, e.g. `{ "shop.events" = ["tenant_id",
+    /// "event_id"] }`. The columns must be NOT NULL and unique in the data, and the server needs
+    /// `binlog_row_image = FULL` (a MINIMAL before image may leave them out).
+    #[serde(default)]
+    pub key_columns: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl fmt::Debug for RawMySql {
@@ -85,6 +90,8 @@ pub struct MySqlConfig {
     pub snapshot_chunk_rows: u64,
     /// `source.start_position`: where to stream from when no table has a checkpoint.
     pub start_position: Option<Position>,
+    /// `source.key_columns`: user-chosen keys of tables without a primary key.
+    pub key_columns: std::collections::BTreeMap<crate::changelog::TableId, Vec<String>>,
 }
 
 impl MySqlConfig {
@@ -144,6 +151,7 @@ impl RawMySql {
             }
         }
         ctx.source_tables(&self.tables, "db", "shop")?;
+        let key_columns = ctx.key_columns(self.key_columns, "db")?;
         let server_id = match self.server_id {
             Some(0) => {
                 return Err(ctx.invalid(
@@ -189,6 +197,7 @@ impl RawMySql {
             tls,
             snapshot_chunk_rows: ctx.snapshot_chunk_rows(self.snapshot_chunk_rows)?,
             start_position,
+            key_columns,
         })
     }
 }

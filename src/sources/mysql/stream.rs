@@ -89,7 +89,7 @@ pub(super) async fn stream_once(
                     }
                 }
                 Step::NeedTable(id) => {
-                    let entry = setup::load_table(conn, &id)
+                    let entry = setup::load_table(conn, &id, cfg.key_columns.get(&id).map(Vec::as_slice))
                         .await
                         .map_err(|e| Failure::Retry(e.to_string()))?;
                     match entry {

@@ -17,7 +17,7 @@ use super::catalog::qualified;
 use super::monitor;
 use super::replication::quote_ident;
 use super::setup::CheckProblem;
-use crate::changelog::TableId;
+use crate::changelog::{KeyOrigin, TableId, TableKey};
 use crate::config::PostgresConfig;
 use crate::sources::SourceError;
 
@@ -93,11 +93,12 @@ pub fn heartbeat_problem(user: &str, allowed: bool) -> Option<CheckProblem> {
     })
 }
 
-/// Every problem these checks find for the resolved `tables`.
+/// Every problem these checks find for the resolved tables and their keys. The replica identity
+/// is judged here only for primary-key tables; `key.rs` already judged it for the others.
 pub async fn check(
     client: &Client,
     cfg: &PostgresConfig,
-    tables: &[TableId],
+    keys: &[TableKey],
 ) -> Result<Vec<CheckProblem>, SourceError> {
     let mut problems = Vec::new();
     let err = |context: String| {
@@ -109,7 +110,8 @@ pub async fn check(
         }
     };
     let mut not_owned = Vec::new();
-    for t in tables {
+    for key in keys {
+        let t = &key.table;
         let row = client
             .query_one(
                 "SELECT c.relreplident::text,
@@ -127,7 +129,9 @@ pub async fn check(
             relreplident: ident.chars().next().unwrap_or('d'),
             index_is_primary: row.get(1),
         };
-        problems.extend(identity_problem(t, &identity));
+        if key.origin == KeyOrigin::PrimaryKey {
+            problems.extend(identity_problem(t, &identity));
+        }
         if !row.get::<_, bool>(2) {
             not_owned.push(t.clone());
         }
