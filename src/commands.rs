@@ -208,13 +208,14 @@ pub fn check_settings(config: &Config) -> Vec<String> {
     crate::sources::build(&config.source).settings()
 }
 
-/// `cdcd check`'s line per captured table: its key and where it came from. Empty when the tables
-/// cannot be resolved (the problems say why).
+/// `cdcd check`'s line per captured table with a usable key: the key and where it came from.
 pub async fn check_keys(config: &Config) -> Vec<String> {
-    match crate::sources::build(&config.source).tables().await {
-        Ok(keys) => keys.iter().map(ToString::to_string).collect(),
-        Err(_) => Vec::new(),
-    }
+    crate::sources::build(&config.source)
+        .check_keys()
+        .await
+        .iter()
+        .map(ToString::to_string)
+        .collect()
 }
 
 /// Writes and removes a small object under `<warehouse>/_cdcd/<pipeline>/` to prove the warehouse

@@ -58,7 +58,10 @@ impl Context<'_> {
         for (table, columns) in raw {
             let id = match table.split_once('.') {
                 Some((a, b))
-                    if !a.is_empty() && !b.is_empty() && !b.contains('.') && !table.contains('*') =>
+                    if !a.is_empty()
+                        && !b.is_empty()
+                        && !b.contains('.')
+                        && !table.contains('*') =>
                 {
                     crate::changelog::TableId::new(a, b)
                 }

@@ -128,6 +128,10 @@ impl Source for ScriptedSource {
         Vec::new()
     }
 
+    async fn check_keys(&self) -> Vec<crate::changelog::TableKey> {
+        Vec::new()
+    }
+
     async fn tables(&self) -> Result<Vec<crate::changelog::TableKey>, SourceError> {
         Ok(self
             .tables

@@ -180,6 +180,11 @@ pub trait Source: Send {
     /// nothing on the server; a failure to connect is itself a problem.
     async fn check(&self) -> Vec<CheckProblem>;
 
+    /// `cdcd check`: the key of every captured table that has a usable one, and where it came
+    /// from (the other tables are among [`check`](Self::check)'s problems). Empty when the
+    /// server cannot be reached.
+    async fn check_keys(&self) -> Vec<TableKey>;
+
     /// `cdcd check`: settings worth showing as they are in effect (Postgres: TLS, and whether
     /// each parameter came from the URL or a `[source]` key). No secrets.
     fn settings(&self) -> Vec<String> {

@@ -118,9 +118,16 @@ async fn keys_replicate(env: TestEnv, lsm: bool) {
     // Without FULL the override's rows cannot be found in updates and deletes (and Postgres
     // would refuse them): check names the statement, and a restart refuses to run.
     p.sigterm_and_wait(Duration::from_secs(60)).await;
-    exec(&client, &format!("ALTER TABLE {ov} REPLICA IDENTITY DEFAULT")).await;
+    exec(
+        &client,
+        &format!("ALTER TABLE {ov} REPLICA IDENTITY DEFAULT"),
+    )
+    .await;
     let (ok, out) = run_cdcd(&["check"], &p.config);
-    assert!(!ok, "check passed an override without REPLICA IDENTITY FULL:\n{out}");
+    assert!(
+        !ok,
+        "check passed an override without REPLICA IDENTITY FULL:\n{out}"
+    );
     assert!(
         out.contains(&format!(
             "run ALTER TABLE \"public\".\"{ov}\" REPLICA IDENTITY FULL"
@@ -129,7 +136,10 @@ async fn keys_replicate(env: TestEnv, lsm: bool) {
     );
     p.start();
     let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(!status.success(), "cdcd ran with an unusable key_columns entry");
+    assert!(
+        !status.success(),
+        "cdcd ran with an unusable key_columns entry"
+    );
     assert!(
         p.output().contains("REPLICA IDENTITY FULL"),
         "{}",

@@ -111,6 +111,9 @@ mod tests {
         assert!(nullable.problem.contains("nullable"), "{nullable}");
         let missing = resolve(&t, &[], &cols(), Some(&names(&["x"]))).unwrap_err();
         assert!(missing.problem.contains("no column x"), "{missing}");
-        assert_eq!(resolve(&t, &[], &cols(), None).unwrap().origin, KeyOrigin::Keyless);
+        assert_eq!(
+            resolve(&t, &[], &cols(), None).unwrap().origin,
+            KeyOrigin::Keyless
+        );
     }
 }

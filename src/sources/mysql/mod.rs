@@ -115,6 +115,18 @@ impl Source for MySqlSource {
         Self::check_source(&self.cfg).await
     }
 
+    async fn check_keys(&self) -> Vec<TableKey> {
+        let Ok(mut conn) = setup::connect(&self.cfg).await else {
+            return Vec::new();
+        };
+        let keys = setup::check(&mut conn, &self.cfg)
+            .await
+            .map(|(keys, _)| keys)
+            .unwrap_or_default();
+        let _ = conn.disconnect().await;
+        keys
+    }
+
     async fn tables(&self) -> Result<Vec<TableKey>, SourceError> {
         Self::resolve_tables(&self.cfg).await
     }
@@ -174,7 +186,9 @@ impl Source for MySqlSource {
         let mut conn = setup::connect(&cfg).await?;
         let mut entries = Vec::with_capacity(tables.len());
         for t in &tables {
-            if let Some(e) = setup::load_table(&mut conn, t, cfg.key_columns.get(t).map(Vec::as_slice)).await? {
+            if let Some(e) =
+                setup::load_table(&mut conn, t, cfg.key_columns.get(t).map(Vec::as_slice)).await?
+            {
                 entries.push(e);
             }
         }

@@ -188,11 +188,12 @@ pub async fn load_table(
         .collect();
     let resolved = key::resolve(table, &key, &nullable, wanted)
         .map_err(|p| SourceError::Config(p.to_string()))?;
-    let mut entry =
-        build_entry(table.clone(), &columns, &resolved.columns).map_err(|e| SourceError::Table {
+    let mut entry = build_entry(table.clone(), &columns, &resolved.columns).map_err(|e| {
+        SourceError::Table {
             table: table.clone(),
             detail: e.to_string(),
-        })?;
+        }
+    })?;
     entry.key_origin = resolved.origin;
     Ok(Some(entry))
 }
@@ -322,7 +323,9 @@ pub async fn check(
                 p(k.problem, &k.fix)
             }
             Ok(Some(Ok(k))) => {
-                if k.origin == KeyOrigin::Override && !matches!(row_image.as_deref(), Some("FULL") | None) {
+                if k.origin == KeyOrigin::Override
+                    && !matches!(row_image.as_deref(), Some("FULL") | None)
+                {
                     p(
                         format!(
                             "binlog_row_image is {}: the before images of {t}'s updates and deletes may leave out its source.key_columns",

@@ -369,7 +369,8 @@ mod tests {
             .map(|c| c.source)
             .map_err(|e| e.to_string())
         };
-        let Ok(SourceConfig::Postgres(pg)) = with(r#"{ "public.events" = ["tenant_id", "event_id"] }"#)
+        let Ok(SourceConfig::Postgres(pg)) =
+            with(r#"{ "public.events" = ["tenant_id", "event_id"] }"#)
         else {
             panic!("postgres source expected")
         };
@@ -382,7 +383,10 @@ mod tests {
             (r#"{ "public.e" = ["a", "a"] }"#, "listed twice"),
         ] {
             let e = with(bad).unwrap_err();
-            assert!(e.contains("source.key_columns") && e.contains(says), "{bad}: {e}");
+            assert!(
+                e.contains("source.key_columns") && e.contains(says),
+                "{bad}: {e}"
+            );
         }
     }
 }

@@ -68,9 +68,10 @@ pub fn resolve(
     }
     if let (Some((index, columns)), 'i') = (&facts.identity_index, facts.replident) {
         return match wanted {
-            Some(w) if w != columns.as_slice() => {
-                Err(conflicts(columns, &format!("replica identity index {index}")))
-            }
+            Some(w) if w != columns.as_slice() => Err(conflicts(
+                columns,
+                &format!("replica identity index {index}"),
+            )),
             _ => Ok(key(
                 columns.clone(),
                 KeyOrigin::IdentityIndex(index.clone()),
@@ -217,12 +218,19 @@ mod tests {
             ..facts('d')
         };
         let k = resolve(&t(), &f, None).unwrap();
-        assert_eq!((k.columns, k.origin), (cols(&["event_id"]), KeyOrigin::PrimaryKey));
+        assert_eq!(
+            (k.columns, k.origin),
+            (cols(&["event_id"]), KeyOrigin::PrimaryKey)
+        );
         // An override equal to the primary key is harmless; another one is refused.
         assert!(resolve(&t(), &f, Some(&cols(&["event_id"]))).is_ok());
         let p = resolve(&t(), &f, Some(&cols(&["tenant_id"]))).unwrap_err();
         assert!(p.problem.contains("primary key (event_id)"), "{p}");
-        assert!(p.fix.contains("remove public.events from source.key_columns"), "{p}");
+        assert!(
+            p.fix
+                .contains("remove public.events from source.key_columns"),
+            "{p}"
+        );
     }
 
     #[test]
@@ -245,7 +253,8 @@ mod tests {
         for ident in ['d', 'n'] {
             let p = resolve(&t(), &facts(ident), Some(&wanted)).unwrap_err();
             assert!(
-                p.fix.starts_with(r#"run ALTER TABLE "public"."events" REPLICA IDENTITY FULL"#),
+                p.fix
+                    .starts_with(r#"run ALTER TABLE "public"."events" REPLICA IDENTITY FULL"#),
                 "{p}"
             );
         }
@@ -262,6 +271,9 @@ mod tests {
         assert_eq!(k.origin, KeyOrigin::Keyless);
         assert!(k.columns.is_empty());
         // FULL alone gives no key either: every column is the before image, not a key.
-        assert_eq!(resolve(&t(), &facts('f'), None).unwrap().origin, KeyOrigin::Keyless);
+        assert_eq!(
+            resolve(&t(), &facts('f'), None).unwrap().origin,
+            KeyOrigin::Keyless
+        );
     }
 }

@@ -165,6 +165,16 @@ impl Source for PostgresSource {
         Self::check_source(&self.cfg).await
     }
 
+    async fn check_keys(&self) -> Vec<TableKey> {
+        let Ok(client) = setup::connect(&self.cfg).await else {
+            return Vec::new();
+        };
+        publication::resolve_report(&client, &self.cfg.tables, &self.cfg.key_columns)
+            .await
+            .map(|(keys, _)| keys)
+            .unwrap_or_default()
+    }
+
     fn settings(&self) -> Vec<String> {
         let tls = &self.cfg.tls;
         let mut line = if self.cfg.tls_origins.is_empty() {

@@ -380,7 +380,10 @@ async fn setup_checks_against_postgres() {
     assert_eq!(lines.len(), 3, "{lines:?}");
     assert!(lines[0].contains(&format!("{tag}_none")) && lines[0].contains("matches no table"));
     assert!(lines[1].contains(&nk) && lines[1].contains("add a PRIMARY KEY"));
-    assert!(lines[2].contains(&bad) && lines[2].contains("nullable"), "{lines:?}");
+    assert!(
+        lines[2].contains(&bad) && lines[2].contains("nullable"),
+        "{lines:?}"
+    );
 
     // The override on a table without FULL is refused with the statement to run.
     pg.batch_execute(&format!("ALTER TABLE {ov} REPLICA IDENTITY DEFAULT"))
@@ -390,7 +393,9 @@ async fn setup_checks_against_postgres() {
     assert_eq!(keys.len(), 2);
     assert!(
         problems.iter().any(|p| p.problem.contains(&ov)
-            && p.fix.starts_with(&format!("run ALTER TABLE \"public\".\"{ov}\" REPLICA IDENTITY FULL"))),
+            && p.fix.starts_with(&format!(
+                "run ALTER TABLE \"public\".\"{ov}\" REPLICA IDENTITY FULL"
+            ))),
         "{problems:?}"
     );
     let tables: Vec<TableId> = tables.into_iter().filter(|t| t.name == k).collect();
