@@ -1,7 +1,9 @@
 //! End to end, a MariaDB table without a primary key keyed by `source.key_columns` (issue 23):
 //! copied, then updated (the key too) and deleted, and equal to the source as read by DuckDB
 //! (Iceberg) and pypaimon (Paimon); `cdcd check` shows the key and where it came from, and a
-//! `key_columns` entry naming a nullable column is refused.
+//! `key_columns` entry naming a nullable column is refused. A MINIMAL before image that leaves
+//! the key out (MariaDB logs only a unique NOT NULL index's columns then) stops cdcd instead of
+//! guessing the row.
 
 use crate::support::mysql::{my_connect, my_env, my_exec, MyEnv, MyPipeline};
 use crate::support::unique;
@@ -71,4 +73,44 @@ async fn mysql_key_columns_lsm() {
         return;
     };
     key_columns_replicate(env, true).await;
+}
+
+/// MariaDB's MINIMAL image of a table without a primary key but with a unique NOT NULL index logs
+/// only that index's columns in the before image (checked with mariadb-binlog), so rows keyed by
+/// other `key_columns` cannot be found: cdcd must stop, naming the column and the setting, and
+/// must not commit the update.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_minimal_image_without_the_key_stops() {
+    let Some(env) = my_env("mysql_minimal_image_without_the_key_stops") else {
+        return;
+    };
+    let name = unique("mykeysm");
+    let extra = format!("key_columns = {{ \"{name}.ev\" = [\"tenant\", \"event\"] }}");
+    let mut p = MyPipeline::new(&env, &name, "initial", &extra).await;
+    let mut c = my_connect(&env.url_for(&p.db)).await;
+    my_exec(
+        &mut c,
+        "CREATE TABLE ev (tenant INT NOT NULL, event INT NOT NULL, u INT NOT NULL, note TEXT, UNIQUE KEY (u));
+         INSERT INTO ev SELECT seq % 3, seq, seq, 'a' FROM seq_1_to_100",
+    )
+    .await;
+    p.start();
+    p.assert_equal("ev", 120).await;
+    let before = p.position("ev");
+    my_exec(
+        &mut c,
+        "SET SESSION binlog_row_image = 'MINIMAL'; UPDATE ev SET note = 'b' WHERE u = 7",
+    )
+    .await;
+    let status = p
+        .wait_exit(std::time::Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|| panic!("cdcd went on after a before image without its key:\n{}", p.output()));
+    assert!(!status.success(), "cdcd exited 0:\n{}", p.output());
+    let out = p.output();
+    assert!(
+        out.contains("leaves out key column tenant") && out.contains("binlog_row_image = 'FULL'"),
+        "{out}"
+    );
+    assert_eq!(p.position("ev"), before, "the update was committed");
 }
