@@ -10,7 +10,10 @@ use crate::support::unique;
 
 async fn key_columns_replicate(env: MyEnv, lsm: bool) {
     let name = unique(if lsm { "mykeysl" } else { "mykeysi" });
-    let extra = format!("key_columns = {{ \"{name}.ev\" = [\"tenant\", \"event\"] }}");
+    // Small chunks: the copy walks the user's key in ranges.
+    let extra = format!(
+        "key_columns = {{ \"{name}.ev\" = [\"tenant\", \"event\"] }}\nsnapshot_chunk_rows = 300"
+    );
     let mut p = MyPipeline::new(&env, &name, "initial", &extra).await;
     if lsm {
         p.use_lsm(2, "initial", &extra);

@@ -4,6 +4,7 @@
 //! delete + reinsert of one key in one transaction; the lake must equal the source as read by
 //! DuckDB (Iceberg, both delete modes through `CDCD_TEST_DELETE_MODE`), pyiceberg (deletion
 //! vectors; it reads no equality deletes) and pypaimon (Paimon).
+//! A kill -9 with key changes in flight and more made while cdcd is down resumes exactly.
 //! `cdcd check` and `cdcd status --json` must show each key and where it came from, and an
 //! override on a table without FULL must be refused with the ALTER TABLE to run.
 
@@ -62,7 +63,10 @@ async fn keys_replicate(env: TestEnv, lsm: bool) {
     let client = connect(&env.pg_url).await;
     exec(&client, &create(&ix, &ov)).await;
     let settings = Settings {
-        source_extra: format!("key_columns = {{ \"public.{ov}\" = [\"tenant\", \"event\"] }}"),
+        // Small chunks: the copy splits the index key and the user's key into ranges too.
+        source_extra: format!(
+            "key_columns = {{ \"public.{ov}\" = [\"tenant\", \"event\"] }}\nsnapshot_chunk_rows = 500"
+        ),
         ..Settings::default()
     };
     let mut p = if lsm {
@@ -97,6 +101,29 @@ async fn keys_replicate(env: TestEnv, lsm: bool) {
             assert_eq!(code, Some(0), "lakecheck --reader pyiceberg {t}:\n{out}");
         }
     }
+
+    // kill -9 with key changes in flight, more while it is down: the restart resumes exactly.
+    exec(
+        &client,
+        &format!(
+            "UPDATE {ix} SET u = u + 200000 WHERE u % 23 = 0;
+             UPDATE {ov} SET event = event + 200000 WHERE event % 23 = 0;"
+        ),
+    )
+    .await;
+    p.kill9();
+    exec(
+        &client,
+        &format!(
+            "UPDATE {ix} SET w = 'down' WHERE u % 29 = 0;
+             DELETE FROM {ov} WHERE event % 29 = 0;
+             UPDATE {ov} SET tenant = tenant + 10 WHERE event % 31 = 0;"
+        ),
+    )
+    .await;
+    p.start();
+    p.assert_equal(&ix, 120).await;
+    p.assert_equal(&ov, 120).await;
 
     let (ok, out) = run_cdcd(&["status", "--json"], &p.config);
     assert!(ok, "cdcd status --json:\n{out}");
