@@ -108,7 +108,12 @@ async fn mysql_minimal_image_without_the_key_stops() {
     let status = p
         .wait_exit(std::time::Duration::from_secs(60))
         .await
-        .unwrap_or_else(|| panic!("cdcd went on after a before image without its key:\n{}", p.output()));
+        .unwrap_or_else(|| {
+            panic!(
+                "cdcd went on after a before image without its key:\n{}",
+                p.output()
+            )
+        });
     assert!(!status.success(), "cdcd exited 0:\n{}", p.output());
     let out = p.output();
     assert!(
