@@ -12,7 +12,10 @@
 //! NOTHING nothing; and Postgres refuses UPDATE and DELETE on a table that publishes them without
 //! an identity. So a `key_columns` key can be found in an update's or delete's old image only
 //! under FULL: any other identity is refused here with the statement that fixes it, instead of
-//! applying a change to the wrong row or failing the user's application. The pure [`resolve`] is
+//! applying a change to the wrong row or failing the user's application. For the same reason a
+//! primary-key table under NOTHING, or under USING INDEX on other columns (an update changing the
+//! primary key would arrive without its old value), is refused, at start as in `cdcd check`.
+//! The pure [`resolve`] is
 //! tested without a server; [`facts`] is its one catalog query.
 
 use tokio_postgres::Client;
@@ -34,6 +37,37 @@ pub struct KeyFacts {
     pub identity_index: Option<(String, Vec<String>)>,
     /// The replicated columns (no dropped or generated ones) with `attnotnull`.
     pub columns: Vec<(String, bool)>,
+}
+
+/// `pg_class.relreplident` of a table with a primary key, and whether its identity index (under
+/// USING INDEX) covers exactly the primary key's columns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub relreplident: char,
+    pub index_is_primary: bool,
+}
+
+/// The problem with a table's replica identity, if any.
+pub fn identity_problem(table: &TableId, identity: &Identity) -> Option<CheckProblem> {
+    let fix = format!(
+        "run ALTER TABLE {} REPLICA IDENTITY DEFAULT",
+        qualified(table)
+    );
+    match identity.relreplident {
+        'n' => Some(CheckProblem {
+            problem: format!(
+                "table {table} has REPLICA IDENTITY NOTHING: Postgres refuses its updates and deletes once published, and cdcd could not apply them"
+            ),
+            fix,
+        }),
+        'i' if !identity.index_is_primary => Some(CheckProblem {
+            problem: format!(
+                "table {table} has REPLICA IDENTITY USING INDEX on an index other than the primary key: updates and deletes would not carry the old primary key"
+            ),
+            fix,
+        }),
+        _ => None,
+    }
 }
 
 /// The key of `table` from `facts` and the user's `key_columns` entry for it, or the problem
@@ -59,6 +93,16 @@ pub fn resolve(
         )
     };
     if !facts.primary_key.is_empty() {
+        let identity = Identity {
+            relreplident: facts.replident,
+            index_is_primary: facts
+                .identity_index
+                .as_ref()
+                .is_some_and(|(_, columns)| *columns == facts.primary_key),
+        };
+        if let Some(problem) = identity_problem(table, &identity) {
+            return Err(problem);
+        }
         return match wanted {
             Some(w) if w != facts.primary_key.as_slice() => {
                 Err(conflicts(&facts.primary_key, "primary key"))
@@ -192,6 +236,29 @@ mod tests {
 
     fn t() -> TableId {
         TableId::new("public", "events")
+    }
+
+    #[test]
+    fn replica_identity_lines() {
+        let nothing = Identity {
+            relreplident: 'n',
+            index_is_primary: false,
+        };
+        let line = identity_problem(&t(), &nothing).unwrap().to_string();
+        assert!(line.contains("REPLICA IDENTITY NOTHING"), "{line}");
+        assert!(line.ends_with("REPLICA IDENTITY DEFAULT"), "{line}");
+        let other_index = Identity {
+            relreplident: 'i',
+            index_is_primary: false,
+        };
+        assert!(identity_problem(&t(), &other_index).is_some());
+        for ok in [('d', false), ('f', false), ('i', true)] {
+            let id = Identity {
+                relreplident: ok.0,
+                index_is_primary: ok.1,
+            };
+            assert_eq!(identity_problem(&t(), &id), None, "{ok:?}");
+        }
     }
 
     fn cols(names: &[&str]) -> Vec<String> {
