@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::changelog::TableId;
+use crate::changelog::{KeyOrigin, TableKey};
 use crate::checkpoint::lease::{Lease, LeaseError, LeaseSettings};
 use crate::checkpoint::progress::ProgressStore;
 use crate::config::Config;
@@ -21,6 +21,13 @@ use crate::storage::{Fence, StorageError, Warehouse};
 #[derive(Debug, Clone, Serialize)]
 pub struct StatusRow {
     pub table: String,
+    /// The key columns (empty: keyless).
+    pub key: Vec<String>,
+    /// Where the key came from: `primary_key`, `replica_identity_index`, `key_columns`, `none`.
+    pub key_origin: &'static str,
+    /// The replica identity index, when `key_origin` is `replica_identity_index`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_index: Option<String>,
     pub location: Option<String>,
     pub position: Option<String>,
     pub snapshot_id: Option<i64>,
@@ -201,6 +208,16 @@ pub fn check_settings(config: &Config) -> Vec<String> {
     crate::sources::build(&config.source).settings()
 }
 
+/// `cdcd check`'s line per captured table with a usable key: the key and where it came from.
+pub async fn check_keys(config: &Config) -> Vec<String> {
+    crate::sources::build(&config.source)
+        .check_keys()
+        .await
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
 /// Writes and removes a small object under `<warehouse>/_cdcd/<pipeline>/` to prove the warehouse
 /// is reachable and writable.
 async fn probe_warehouse(config: &Config) -> Result<(), String> {
@@ -226,12 +243,19 @@ async fn probe_warehouse(config: &Config) -> Result<(), String> {
 /// The committed state of every captured table.
 pub async fn status(config: &Config) -> Result<Vec<StatusRow>, CommandError> {
     let sink = build_sink(config, None)?;
-    let tables: Vec<TableId> = crate::sources::build(&config.source).tables().await?;
+    let tables: Vec<TableKey> = crate::sources::build(&config.source).tables().await?;
     let mut rows = Vec::new();
-    for table in tables {
-        let status = sink.status(&table).await.map_err(Box::new)?;
+    for key in tables {
+        let table = &key.table;
+        let status = sink.status(table).await.map_err(Box::new)?;
         rows.push(StatusRow {
             table: table.to_string(),
+            key_origin: key.origin.label(),
+            key_index: match &key.origin {
+                KeyOrigin::IdentityIndex(index) => Some(index.clone()),
+                _ => None,
+            },
+            key: key.columns,
             location: status.as_ref().map(|s| s.location.clone()),
             position: status
                 .as_ref()

@@ -108,6 +108,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 println!("{line}");
             }
             let problems = cdcd::commands::check(&config).await;
+            for line in cdcd::commands::check_keys(&config).await {
+                println!("{line}");
+            }
             if problems.is_empty() {
                 println!("ok: {} is ready", config.pipeline);
                 Ok(ExitCode::SUCCESS)
@@ -150,13 +153,19 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 println!(
-                    "{:<40} {:<20} {:>20} {:>12}",
-                    "TABLE", "POSITION", "SNAPSHOT", "ROWS"
+                    "{:<40} {:<32} {:<20} {:>20} {:>12}",
+                    "TABLE", "KEY", "POSITION", "SNAPSHOT", "ROWS"
                 );
                 for r in rows {
+                    let key = match (r.key.is_empty(), &r.key_index) {
+                        (true, _) => "-".to_owned(),
+                        (false, Some(index)) => format!("({}) {index}", r.key.join(", ")),
+                        (false, None) => format!("({}) {}", r.key.join(", "), r.key_origin),
+                    };
                     println!(
-                        "{:<40} {:<20} {:>20} {:>12}",
+                        "{:<40} {:<32} {:<20} {:>20} {:>12}",
                         r.table,
+                        key,
                         r.position.as_deref().unwrap_or("-"),
                         r.snapshot_id
                             .map(|s| s.to_string())

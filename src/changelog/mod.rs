@@ -6,11 +6,13 @@
 
 mod change;
 mod gtid;
+mod key;
 mod position;
 mod schema;
 
 pub use change::{append_null, Op, TableChanges, TableChangesBuilder};
 pub use gtid::{BinlogFile, GtidList, GtidSet, MariaGtid};
+pub use key::{KeyOrigin, TableKey};
 pub use position::{Lsn, ParsePositionError, Position};
 pub use schema::{Column, TableId, TableSchema};
 

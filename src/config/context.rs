@@ -44,6 +44,52 @@ impl Context<'_> {
         self.at_least_one("source.snapshot_chunk_rows", value.unwrap_or(250_000))
     }
 
+    /// Checks `source.key_columns` (either source): each entry names one table as
+    /// `<container>.table` (no wildcards) and a non-empty list of distinct column names. Whether
+    /// the table is captured and the columns exist and are NOT NULL is checked against the server
+    /// (`cdcd check`, start-up).
+    pub fn key_columns(
+        &self,
+        raw: std::collections::BTreeMap<String, Vec<String>>,
+        container: &str,
+    ) -> Result<std::collections::BTreeMap<crate::changelog::TableId, Vec<String>>, ConfigError>
+    {
+        let mut out = std::collections::BTreeMap::new();
+        for (table, columns) in raw {
+            let id = match table.split_once('.') {
+                Some((a, b))
+                    if !a.is_empty()
+                        && !b.is_empty()
+                        && !b.contains('.')
+                        && !table.contains('*') =>
+                {
+                    crate::changelog::TableId::new(a, b)
+                }
+                _ => {
+                    return Err(self.invalid(
+                        "source.key_columns",
+                        format!("{table:?} is not {container}.table (one table, no wildcards)"),
+                    ))
+                }
+            };
+            if columns.is_empty() {
+                return Err(self.invalid(
+                    "source.key_columns",
+                    format!("{table:?}: list at least one column"),
+                ));
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            if let Some(dup) = columns.iter().find(|c| !seen.insert(c.as_str())) {
+                return Err(self.invalid(
+                    "source.key_columns",
+                    format!("{table:?}: column {dup:?} is listed twice"),
+                ));
+            }
+            out.insert(id, columns);
+        }
+        Ok(out)
+    }
+
     /// Checks `source.tables`: a non-empty list of `<container>.table` patterns, where
     /// `container` is "schema" (Postgres) or "db" (MySQL) and `example` a container name for the
     /// message.

@@ -128,8 +128,20 @@ impl Source for ScriptedSource {
         Vec::new()
     }
 
-    async fn tables(&self) -> Result<Vec<TableId>, SourceError> {
-        Ok(self.tables.clone())
+    async fn check_keys(&self) -> Vec<crate::changelog::TableKey> {
+        Vec::new()
+    }
+
+    async fn tables(&self) -> Result<Vec<crate::changelog::TableKey>, SourceError> {
+        Ok(self
+            .tables
+            .iter()
+            .map(|t| crate::changelog::TableKey {
+                table: t.clone(),
+                columns: vec!["id".into()],
+                origin: crate::changelog::KeyOrigin::PrimaryKey,
+            })
+            .collect())
     }
 
     fn snapshot_mode(&self) -> SnapshotMode {

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use std::time::Duration;
 
-use crate::changelog::{Position, TableChanges, TableId, Transaction};
+use crate::changelog::{Position, TableChanges, TableId, TableKey, Transaction};
 use crate::config::{SnapshotMode, SourceConfig};
 
 pub mod mysql;
@@ -180,14 +180,20 @@ pub trait Source: Send {
     /// nothing on the server; a failure to connect is itself a problem.
     async fn check(&self) -> Vec<CheckProblem>;
 
+    /// `cdcd check`: the key of every captured table that has a usable one, and where it came
+    /// from (the other tables are among [`check`](Self::check)'s problems). Empty when the
+    /// server cannot be reached.
+    async fn check_keys(&self) -> Vec<TableKey>;
+
     /// `cdcd check`: settings worth showing as they are in effect (Postgres: TLS, and whether
     /// each parameter came from the URL or a `[source]` key). No secrets.
     fn settings(&self) -> Vec<String> {
         Vec::new()
     }
 
-    /// The captured tables: `source.tables` resolved on the server now (`cdcd status`).
-    async fn tables(&self) -> Result<Vec<TableId>, SourceError>;
+    /// The captured tables and their keys: `source.tables` and `source.key_columns` resolved on
+    /// the server now (`cdcd status`, `cdcd check`).
+    async fn tables(&self) -> Result<Vec<TableKey>, SourceError>;
 
     /// Whether the pipeline copies existing rows first (`source.snapshot`).
     fn snapshot_mode(&self) -> SnapshotMode;

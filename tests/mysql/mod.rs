@@ -3,6 +3,7 @@
 //! the lease fencing a paused or cut-off holder (`fencing`, issue 17.3).
 
 mod fencing;
+mod keys;
 mod lsm;
 mod replication;
 mod snapshot;

@@ -5,23 +5,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::support::{cdcd_bin, connect, exec, test_env, unique, Pipeline, Settings};
-
-/// `cdcd <args> --config <file>`: (exit 0, stdout + stderr).
-fn cdcd(args: &[&str], config: &Path) -> (bool, String) {
-    let out = Command::new(cdcd_bin())
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
+use crate::support::run_cdcd as cdcd;
+use crate::support::{connect, exec, test_env, unique, Pipeline, Settings};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_names_replica_identity_and_status_hides_passwords() {

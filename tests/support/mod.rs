@@ -34,6 +34,22 @@ pub const LAKECHECK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/
 pub fn cdcd_bin() -> String {
     std::env::var("CDCD_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_cdcd").to_string())
 }
+/// `cdcd <args> --config <file>`: (exit 0, stdout + stderr).
+pub fn run_cdcd(args: &[&str], config: &Path) -> (bool, String) {
+    let out = Command::new(cdcd_bin())
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
 /// Namespace every test pipeline writes its tables to.
 pub const NAMESPACE: &str = "shop";
 
@@ -148,6 +164,8 @@ pub struct Settings {
     pub password: Option<String>,
     /// Replaces the source URL (e.g. one with a password in it).
     pub url: Option<String>,
+    /// Extra `[source]` lines, e.g. `key_columns = { … }`.
+    pub source_extra: String,
 }
 
 impl Default for Settings {
@@ -158,6 +176,7 @@ impl Default for Settings {
             commit_max_rows: 100_000,
             password: None,
             url: None,
+            source_extra: String::new(),
         }
     }
 }
@@ -250,7 +269,7 @@ impl Pipeline {
         let text = format!(
             "[pipeline]\nname = {name:?}\ncommit_interval_ms = {ci}\ncommit_max_rows = {cm}\n\n\
              [source]\nkind = \"postgres\"\nurl = {url:?}\n{password}tables = [{list}]\n\
-             slot = {slot:?}\npublication = {publication:?}\nsnapshot = {snap:?}\n\n\
+             slot = {slot:?}\npublication = {publication:?}\nsnapshot = {snap:?}\n{extra}\n\n\
              [sink]\nkind = \"iceberg\"\nwarehouse = {wh:?}\nnamespace = {NAMESPACE:?}\n\
              {mode}",
             name = self.name,
@@ -259,6 +278,7 @@ impl Pipeline {
             slot = self.slot,
             publication = self.publication,
             snap = s.snapshot,
+            extra = s.source_extra,
             wh = self.warehouse.display().to_string(),
             // Unset: the config's default (deletion vectors); CDCD_TEST_DELETE_MODE=equality runs
             // the suite on format v2 (scripts/test.sh's second pass).

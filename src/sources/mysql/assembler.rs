@@ -409,6 +409,27 @@ impl Assembler {
                 })
             }
         };
+        // The before image locates the row; MINIMAL/NOBLOB images hold only the columns MySQL
+        // identifies rows by, which a `source.key_columns` key need not be (`key.rs`).
+        if let (true, Some(before)) = (op != Op::Insert, rows.columns_before_image()) {
+            if let Some(&col) = entry
+                .schema
+                .primary_key
+                .iter()
+                .find(|&&col| !before.get(col).is_some_and(|bit| *bit))
+            {
+                let name = entry
+                    .schema
+                    .columns
+                    .get(col)
+                    .map_or("?", |c| c.name.as_str());
+                return Err(StreamError::Table {
+                    table: id,
+                    detail: format!("the before image of an update or delete leaves out key column {name}, so the row cannot be found: SET GLOBAL binlog_row_image = 'FULL' on the server (writers must reconnect)"),
+                    position: self.position.to_string(),
+                });
+            }
+        }
         if self.planned && self.plan.plan(tme, &entry.kinds) {
             let entry = entry.clone();
             return self.on_rows_planned(rows, op, &entry);

@@ -58,6 +58,11 @@ pub struct RawMySql {
     /// The client certificate's private key (PEM).
     #[serde(default)]
     pub ssl_key: Option<String>,
+    /// Key columns for tables without a primary key, e.g. `{ "shop.events" = ["tenant_id",
+    /// "event_id"] }`. The columns must be NOT NULL and unique in the data, and the server needs
+    /// `binlog_row_image = FULL` (a MINIMAL before image may leave them out).
+    #[serde(default)]
+    pub key_columns: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl fmt::Debug for RawMySql {
@@ -103,6 +108,8 @@ pub struct MySqlConfig {
     pub snapshot_chunk_rows: u64,
     /// `source.start_position`: where to stream from when no table has a checkpoint.
     pub start_position: Option<Position>,
+    /// `source.key_columns`: user-chosen keys of tables without a primary key.
+    pub key_columns: std::collections::BTreeMap<crate::changelog::TableId, Vec<String>>,
 }
 
 impl MySqlConfig {
@@ -148,6 +155,7 @@ impl RawMySql {
         )?;
         let (tls, tls_origins) = self.tls(&url).map_err(|(key, e)| ctx.invalid(key, e))?;
         ctx.source_tables(&self.tables, "db", "shop")?;
+        let key_columns = ctx.key_columns(self.key_columns, "db")?;
         let server_id = match self.server_id {
             Some(0) => {
                 return Err(ctx.invalid(
@@ -194,6 +202,7 @@ impl RawMySql {
             tls_origins,
             snapshot_chunk_rows: ctx.snapshot_chunk_rows(self.snapshot_chunk_rows)?,
             start_position,
+            key_columns,
         })
     }
 }

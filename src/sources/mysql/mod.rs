@@ -27,6 +27,7 @@ pub mod config;
 pub mod copy;
 pub mod decoder;
 pub mod image;
+pub mod key;
 pub mod schema;
 pub mod setup;
 pub mod snapshot;
@@ -47,7 +48,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::changelog::{GtidList, GtidSet, Position, TableId};
+use crate::changelog::{GtidList, GtidSet, Position, TableId, TableKey};
 use crate::config::{MySqlConfig, SnapshotMode};
 use crate::sources::{Prepared, Resume, SnapshotProgress, Source, SourceError, SourceEvent};
 use assembler::Assembler;
@@ -97,12 +98,20 @@ impl MySqlSource {
         problems
     }
 
-    /// The tables `cfg` captures (for `cdcd status`).
-    async fn resolve_tables(cfg: &MySqlConfig) -> Result<Vec<TableId>, SourceError> {
+    /// The tables `cfg` captures and their keys (for `cdcd status`).
+    async fn resolve_tables(cfg: &MySqlConfig) -> Result<Vec<TableKey>, SourceError> {
         let mut conn = setup::connect(cfg).await?;
-        let tables = setup::resolve_tables(&mut conn, &cfg.tables).await;
+        let tables = setup::resolve_tables(&mut conn, &cfg.tables).await?;
+        let mut keys = Vec::with_capacity(tables.len());
+        for t in &tables {
+            match setup::table_key(&mut conn, cfg, t).await? {
+                Some(Ok(k)) => keys.push(k),
+                Some(Err(p)) => return Err(SourceError::Config(p.to_string())),
+                None => {}
+            }
+        }
         let _ = conn.disconnect().await;
-        tables
+        Ok(keys)
     }
 }
 
@@ -128,7 +137,19 @@ impl Source for MySqlSource {
         }
     }
 
-    async fn tables(&self) -> Result<Vec<TableId>, SourceError> {
+    async fn check_keys(&self) -> Vec<TableKey> {
+        let Ok(mut conn) = setup::connect(&self.cfg).await else {
+            return Vec::new();
+        };
+        let keys = setup::check(&mut conn, &self.cfg)
+            .await
+            .map(|(keys, _)| keys)
+            .unwrap_or_default();
+        let _ = conn.disconnect().await;
+        keys
+    }
+
+    async fn tables(&self) -> Result<Vec<TableKey>, SourceError> {
         Self::resolve_tables(&self.cfg).await
     }
 
@@ -148,7 +169,8 @@ impl Source for MySqlSource {
 
     async fn prepare(&mut self) -> Result<Prepared, SourceError> {
         let mut conn = setup::connect(&self.cfg).await?;
-        let (tables, problems) = setup::check(&mut conn, &self.cfg).await?;
+        let (keys, problems) = setup::check(&mut conn, &self.cfg).await?;
+        let tables: Vec<TableId> = keys.into_iter().map(|k| k.table).collect();
         // Settings that make streaming impossible stop here; advice (GTID mode) does not.
         if let Some(p) = problems
             .iter()
@@ -186,7 +208,9 @@ impl Source for MySqlSource {
         let mut conn = setup::connect(&cfg).await?;
         let mut entries = Vec::with_capacity(tables.len());
         for t in &tables {
-            if let Some(e) = setup::load_table(&mut conn, t).await? {
+            if let Some(e) =
+                setup::load_table(&mut conn, t, cfg.key_columns.get(t).map(Vec::as_slice)).await?
+            {
                 entries.push(e);
             }
         }

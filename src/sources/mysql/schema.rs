@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use crate::changelog::{Column, TableId, TableSchema};
+use crate::changelog::{Column, KeyOrigin, TableId, TableSchema};
 
 use super::types::{map_column, parse_default, ColumnDefault, ColumnInfo, Kind, TypeError};
 
@@ -21,10 +21,12 @@ pub struct TableEntry {
     pub kinds: Vec<Kind>,
     /// Per column, its default: what an INSERT's MINIMAL image that leaves it out means.
     pub defaults: Vec<ColumnDefault>,
+    /// Where `schema.primary_key` came from (`key.rs`).
+    pub key_origin: KeyOrigin,
 }
 
-/// Builds the entry from `information_schema.columns` rows (in ordinal order) and the primary
-/// key's column names (in key order).
+/// Builds the entry from `information_schema.columns` rows (in ordinal order) and the key's
+/// column names (in key order; a primary key unless the caller sets `key_origin`).
 pub fn build_entry(
     id: TableId,
     columns: &[ColumnInfo],
@@ -58,6 +60,11 @@ pub fn build_entry(
         }),
         kinds,
         defaults,
+        key_origin: if key.is_empty() {
+            KeyOrigin::Keyless
+        } else {
+            KeyOrigin::PrimaryKey
+        },
     })
 }
 

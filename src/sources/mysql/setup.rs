@@ -7,10 +7,11 @@
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, DriverError, OptsBuilder};
 
-use crate::changelog::TableId;
+use crate::changelog::{KeyOrigin, TableId, TableKey};
 use crate::config::MySqlConfig;
 use crate::sources::SourceError;
 
+use super::key;
 use super::schema::{build_entry, matches_patterns, TableEntry};
 use super::tls::SslMode;
 use super::types::ColumnInfo;
@@ -135,10 +136,12 @@ pub async fn resolve_tables(
     Ok(tables)
 }
 
-/// Reads `table`'s columns and primary key. `None` when the table does not exist.
+/// Reads `table`'s columns and key: its primary key, else `wanted` (its `source.key_columns`
+/// entry, checked by `key::resolve`). `None` when the table does not exist.
 pub async fn load_table(
     conn: &mut Conn,
     table: &TableId,
+    wanted: Option<&[String]>,
 ) -> Result<Option<TableEntry>, SourceError> {
     type Row = (
         String,
@@ -202,12 +205,20 @@ pub async fn load_table(
             },
         )
         .collect();
-    build_entry(table.clone(), &columns, &key)
-        .map(Some)
-        .map_err(|e| SourceError::Table {
+    let nullable: Vec<(String, bool)> = columns
+        .iter()
+        .map(|c| (c.name.clone(), c.nullable))
+        .collect();
+    let resolved = key::resolve(table, &key, &nullable, wanted)
+        .map_err(|p| SourceError::Config(p.to_string()))?;
+    let mut entry = build_entry(table.clone(), &columns, &resolved.columns).map_err(|e| {
+        SourceError::Table {
             table: table.clone(),
             detail: e.to_string(),
-        })
+        }
+    })?;
+    entry.key_origin = resolved.origin;
+    Ok(Some(entry))
 }
 
 async fn variable(conn: &mut Conn, name: &str) -> Result<Option<String>, SourceError> {
@@ -224,7 +235,7 @@ async fn variable(conn: &mut Conn, name: &str) -> Result<Option<String>, SourceE
 pub async fn check(
     conn: &mut Conn,
     cfg: &MySqlConfig,
-) -> Result<(Vec<TableId>, Vec<CheckProblem>), SourceError> {
+) -> Result<(Vec<TableKey>, Vec<CheckProblem>), SourceError> {
     let mut problems = Vec::new();
     let mut p = |problem: String, fix: &str| {
         problems.push(CheckProblem {
@@ -253,7 +264,8 @@ pub async fn check(
             ),
         }
     }
-    match variable(conn, "binlog_row_image").await?.as_deref() {
+    let row_image = variable(conn, "binlog_row_image").await?;
+    match row_image.as_deref() {
         Some("FULL") | Some("MINIMAL") | Some("NOBLOB") | None => {}
         Some(other) => p(
             format!("binlog_row_image is {other}"),
@@ -320,18 +332,70 @@ pub async fn check(
             "check the db.table patterns and that the tables exist",
         );
     }
+    for t in cfg.key_columns.keys().filter(|t| !tables.contains(*t)) {
+        p(
+            format!("source.key_columns names {t}, which source.tables does not capture"),
+            &format!("add {t} to source.tables or remove it from source.key_columns"),
+        );
+    }
+    let mut keys = Vec::new();
     for t in &tables {
-        match load_table(conn, t).await {
-            Ok(Some(entry)) if entry.schema.primary_key.is_empty() => p(
-                format!("table {t} has no primary key"),
-                "add a primary key, or remove the table from source.tables",
-            ),
-            Ok(_) => {}
+        match table_key(conn, cfg, t).await {
+            Ok(Some(Ok(k))) if k.origin == KeyOrigin::Keyless => {
+                let k = key::keyless_problem(t);
+                p(k.problem, &k.fix)
+            }
+            Ok(Some(Ok(k))) => {
+                if k.origin == KeyOrigin::Override
+                    && !matches!(row_image.as_deref(), Some("FULL") | None)
+                {
+                    p(
+                        format!(
+                            "binlog_row_image is {}: the before images of {t}'s updates and deletes may leave out its source.key_columns",
+                            row_image.as_deref().unwrap_or_default()
+                        ),
+                        "SET GLOBAL binlog_row_image = 'FULL' (and binlog_row_image=FULL in the server's config); writers must reconnect",
+                    );
+                }
+                keys.push(k);
+            }
+            Ok(Some(Err(problem))) => p(problem.problem, &problem.fix),
+            Ok(None) => {}
             Err(e) => p(
                 e.to_string(),
                 "change the column type or remove the table from source.tables",
             ),
         }
     }
-    Ok((tables, problems))
+    Ok((keys, problems))
+}
+
+/// The key of `table` (its primary key, else its `source.key_columns` entry), or what is wrong
+/// with that entry; `None` when the table does not exist.
+pub async fn table_key(
+    conn: &mut Conn,
+    cfg: &MySqlConfig,
+    table: &TableId,
+) -> Result<Option<Result<TableKey, CheckProblem>>, SourceError> {
+    let Some(entry) = load_table(conn, table, None).await? else {
+        return Ok(None);
+    };
+    let primary_key: Vec<String> = entry
+        .schema
+        .key_names()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let columns: Vec<(String, bool)> = entry
+        .schema
+        .columns
+        .iter()
+        .map(|c| (c.name.clone(), c.nullable))
+        .collect();
+    Ok(Some(key::resolve(
+        table,
+        &primary_key,
+        &columns,
+        cfg.key_columns.get(table).map(Vec::as_slice),
+    )))
 }

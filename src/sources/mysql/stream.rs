@@ -89,9 +89,10 @@ pub(super) async fn stream_once(
                     }
                 }
                 Step::NeedTable(id) => {
-                    let entry = setup::load_table(conn, &id)
-                        .await
-                        .map_err(|e| Failure::Retry(e.to_string()))?;
+                    let entry =
+                        setup::load_table(conn, &id, cfg.key_columns.get(&id).map(Vec::as_slice))
+                            .await
+                            .map_err(|e| Failure::Retry(e.to_string()))?;
                     match entry {
                         Some(e) => {
                             assembler.set_table(e);

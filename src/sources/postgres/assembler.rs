@@ -14,8 +14,9 @@
 //! - Between Stream Start and Stream Stop, data messages carry the xid of the (sub)transaction
 //!   that made them; Stream Commit / Stream Abort end a top-level xid (Abort with `subxid != xid`
 //!   ends only a subtransaction). Non-streamed transactions never interleave with a stream block.
-//! - Key columns are flagged in Relation messages only under REPLICA IDENTITY DEFAULT, so the
-//!   primary key comes from the catalog (`catalog::primary_key`), prefetched per captured table.
+//! - Key columns are flagged in Relation messages only as the replica identity says, so each
+//!   captured table's key comes from `key.rs` (primary key, identity index or
+//!   `source.key_columns`), resolved before streaming.
 
 mod spill;
 #[cfg(test)]
@@ -79,7 +80,7 @@ struct OpenTxn {
 /// Relations, their schemas and the type information they were built with.
 struct Catalog {
     captured: HashSet<TableId>,
-    /// Primary-key column names per captured table, in key order.
+    /// Key column names per captured table, in key order (`key.rs`).
     keys: HashMap<TableId, Vec<String>>,
     /// Non-builtin types by OID; `None`: looked up and not found.
     types: HashMap<u32, Option<TypeInfo>>,
@@ -100,8 +101,8 @@ struct Changes {
 }
 
 impl Assembler {
-    /// `captured`: the tables whose changes are kept; `keys`: their primary-key column names
-    /// (from `catalog::primary_key`). A captured table missing from `keys` falls back to the key
+    /// `captured`: the tables whose changes are kept; `keys`: their key column names
+    /// (from `key::resolve`). A captured table missing from `keys` falls back to the key
     /// flags of its Relation message.
     pub fn new(
         cfg: AssemblerConfig,

@@ -1,8 +1,8 @@
-//! Catalog lookups for one table: its primary key, columns, type names and OIDs, and the
-//! planner's row estimate.
+//! Catalog lookups for one table: its columns, type names and OIDs, and the planner's row
+//! estimate (its key is `key.rs`'s).
 //!
-//! Where it sits: `assembler.rs` asks for keys and types when a Relation message names a table or
-//! type it has not seen; the initial copy (`snapshot/`) plans its chunks from the key and the
+//! Where it sits: `assembler.rs` asks for types when a Relation message names a type it has not
+//! seen; the initial copy (`snapshot/`) plans its chunks from the key and the
 //! estimate. Plain catalog SQL over a regular connection.
 
 use std::collections::HashMap;
@@ -15,26 +15,6 @@ use super::setup::server;
 use super::types::TypeInfo;
 use crate::changelog::TableId;
 use crate::sources::SourceError;
-
-/// Key column names of `table`'s primary key, in key order (empty: no primary key). Needed because
-/// Relation messages flag key columns only under REPLICA IDENTITY DEFAULT.
-pub async fn primary_key(client: &Client, table: &TableId) -> Result<Vec<String>, SourceError> {
-    let rows = client
-        .query(
-            "SELECT a.attname::text
-             FROM pg_index i
-             JOIN pg_class c ON c.oid = i.indrelid
-             JOIN pg_namespace n ON n.oid = c.relnamespace
-             CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
-             JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
-             WHERE i.indisprimary AND n.nspname = $1 AND c.relname = $2
-             ORDER BY k.ord",
-            &[&table.namespace, &table.name],
-        )
-        .await
-        .map_err(|e| server(&format!("reading the primary key of {table}"), &e))?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
-}
 
 /// The replicated columns of `table` in order, as pgoutput sends them: dropped and generated
 /// columns are left out (pgoutput before Postgres 18 does not send generated columns, and COPY

@@ -64,6 +64,11 @@ pub struct RawPostgres {
     /// Send the host name as TLS SNI (default true).
     #[serde(default)]
     pub sslsni: Option<bool>,
+    /// Key columns for tables without a primary key or replica identity index, e.g.
+    /// `{ "public.events" = ["tenant_id", "event_id"] }`. The columns must be NOT NULL and unique
+    /// in the data, and the table needs REPLICA IDENTITY FULL.
+    #[serde(default)]
+    pub key_columns: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl fmt::Debug for RawPostgres {
@@ -100,6 +105,8 @@ pub struct PostgresConfig {
     pub tls: TlsSettings,
     /// Where each TLS parameter came from, for `cdcd check` ("sslmode=require (URL)", …).
     pub tls_origins: Vec<String>,
+    /// `source.key_columns`: user-chosen keys of tables without a primary key.
+    pub key_columns: std::collections::BTreeMap<crate::changelog::TableId, Vec<String>>,
 }
 
 impl PostgresConfig {
@@ -145,6 +152,7 @@ impl RawPostgres {
         )?;
         let (tls, tls_origins) = self.tls(&url).map_err(|(key, e)| ctx.invalid(key, e))?;
         ctx.source_tables(&self.tables, "schema", "public")?;
+        let key_columns = ctx.key_columns(self.key_columns, "schema")?;
         let default_name = format!("cdcd_{}", ctx.pipeline.replace('-', "_"));
         let slot = self.slot.unwrap_or_else(|| default_name.clone());
         if !slot
@@ -178,6 +186,7 @@ impl RawPostgres {
             self.snapshot_parallelism.unwrap_or(4),
         )?;
         Ok(PostgresConfig {
+            key_columns,
             tls,
             tls_origins,
             heartbeat_interval,
@@ -347,5 +356,37 @@ mod tests {
             panic!("postgres")
         };
         assert_eq!(pg.heartbeat_interval, None);
+    }
+
+    /// Issue 23: `source.key_columns` names one table each (no wildcards) and distinct columns.
+    #[test]
+    fn key_columns_are_checked() {
+        let with = |v: &str| {
+            Config::from_toml(
+                &MINIMAL.replace("[source]", &format!("[source]\nkey_columns = {v}")),
+                "p.toml",
+            )
+            .map(|c| c.source)
+            .map_err(|e| e.to_string())
+        };
+        let Ok(SourceConfig::Postgres(pg)) =
+            with(r#"{ "public.events" = ["tenant_id", "event_id"] }"#)
+        else {
+            panic!("postgres source expected")
+        };
+        let t = crate::changelog::TableId::new("public", "events");
+        assert_eq!(pg.key_columns[&t], ["tenant_id", "event_id"]);
+        for (bad, says) in [
+            (r#"{ "events" = ["a"] }"#, "is not schema.table"),
+            (r#"{ "public.*" = ["a"] }"#, "no wildcards"),
+            (r#"{ "public.e" = [] }"#, "at least one column"),
+            (r#"{ "public.e" = ["a", "a"] }"#, "listed twice"),
+        ] {
+            let e = with(bad).unwrap_err();
+            assert!(
+                e.contains("source.key_columns") && e.contains(says),
+                "{bad}: {e}"
+            );
+        }
     }
 }

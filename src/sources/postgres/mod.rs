@@ -26,6 +26,7 @@ pub mod assembler;
 pub mod catalog;
 pub mod config;
 pub mod decoder;
+pub mod key;
 pub mod monitor;
 pub mod preflight;
 pub mod publication;
@@ -51,7 +52,7 @@ use tokio::time::Instant;
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
-use crate::changelog::{Lsn, Position, TableId, TableSchema};
+use crate::changelog::{Lsn, Position, TableId, TableKey, TableSchema};
 use crate::config::{PostgresConfig, SnapshotMode};
 use crate::sources::{Prepared, Resume, Source, SourceError, SourceEvent, TableCopy};
 use assembler::{Assembler, AssemblerConfig};
@@ -125,12 +126,13 @@ impl PostgresSource {
             fix: "check that the user may read the catalog".to_owned(),
         };
         let mut problems = match setup::check(&client, cfg).await {
-            Ok((tables, mut problems)) => {
+            Ok((keys, mut problems)) => {
+                let tables: Vec<TableId> = keys.iter().map(|k| k.table.clone()).collect();
                 match publication::check_publication(&client, &cfg.publication, &tables).await {
                     Ok(p) => problems.extend(p),
                     Err(e) => problems.push(catalog_problem(e)),
                 }
-                match preflight::check(&client, cfg, &tables).await {
+                match preflight::check(&client, cfg, &keys).await {
                     Ok(p) => problems.extend(p),
                     Err(e) => problems.push(catalog_problem(e)),
                 }
@@ -163,6 +165,16 @@ impl Source for PostgresSource {
         Self::check_source(&self.cfg).await
     }
 
+    async fn check_keys(&self) -> Vec<TableKey> {
+        let Ok(client) = setup::connect(&self.cfg).await else {
+            return Vec::new();
+        };
+        publication::resolve_report(&client, &self.cfg.tables, &self.cfg.key_columns)
+            .await
+            .map(|(keys, _)| keys)
+            .unwrap_or_default()
+    }
+
     fn settings(&self) -> Vec<String> {
         let tls = &self.cfg.tls;
         let mut line = if self.cfg.tls_origins.is_empty() {
@@ -179,9 +191,9 @@ impl Source for PostgresSource {
         vec![line]
     }
 
-    async fn tables(&self) -> Result<Vec<TableId>, SourceError> {
+    async fn tables(&self) -> Result<Vec<TableKey>, SourceError> {
         let client = setup::connect(&self.cfg).await?;
-        publication::resolve_tables(&client, &self.cfg.tables).await
+        publication::resolve_tables(&client, &self.cfg.tables, &self.cfg.key_columns).await
     }
 
     fn snapshot_mode(&self) -> SnapshotMode {
@@ -201,7 +213,8 @@ impl Source for PostgresSource {
     async fn prepare(&mut self) -> Result<Prepared, SourceError> {
         let cfg = &self.cfg;
         let client = setup::connect(cfg).await?;
-        let (tables, problems) = setup::check(&client, cfg).await?;
+        let (table_keys, problems) = setup::check(&client, cfg).await?;
+        let tables: Vec<TableId> = table_keys.iter().map(|k| k.table.clone()).collect();
         if let Some(p) = problems.first() {
             return Err(SourceError::Config(p.to_string()));
         }
@@ -216,10 +229,10 @@ impl Source for PostgresSource {
             }
         }
         let proto_version = setup::proto_version(setup::server_version(&client).await?);
-        let mut keys = HashMap::new();
-        for t in &tables {
-            keys.insert(t.clone(), catalog::primary_key(&client, t).await?);
-        }
+        let keys: HashMap<TableId, Vec<String>> = table_keys
+            .into_iter()
+            .map(|k| (k.table, k.columns))
+            .collect();
         tracing::info!(tables = tables.len(), proto_version, slot = %cfg.slot, slot_exists = slot.is_some(), "postgres source prepared");
         self.prepared = Some(PreparedState {
             client,

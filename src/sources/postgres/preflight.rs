@@ -1,13 +1,11 @@
-//! The `cdcd check` lines beyond `setup.rs`'s settings and privileges: replica identity, whether
-//! a missing publication can be created, the heartbeat's privilege, and an invalidated slot.
+//! The `cdcd check` lines beyond `setup.rs`'s settings and privileges and `key.rs`'s keys and
+//! replica identities: whether a missing publication can be created, the heartbeat's privilege,
+//! and an invalidated slot.
 //!
 //! Where it sits: only `cdcd check` runs these ([`super::PostgresSource::check`]); start-up
 //! meets the same conditions as errors, later and one at a time.
 //!
-//! Why each: pgoutput sends an update's or delete's old key only as the table's replica identity
-//! says (PG docs §31.1 "Publication", `REPLICA IDENTITY`): with `NOTHING` Postgres refuses
-//! updates and deletes on a published table, and with an index other than the primary key the old
-//! key cdcd needs is not sent. A missing publication is created at start, which needs `CREATE`
+//! Why each: a missing publication is created at start, which needs `CREATE`
 //! on the database and ownership of the tables (PG docs, CREATE PUBLICATION). The line builders
 //! are pure functions, tested without a server.
 
@@ -17,39 +15,9 @@ use super::catalog::qualified;
 use super::monitor;
 use super::replication::quote_ident;
 use super::setup::CheckProblem;
-use crate::changelog::TableId;
+use crate::changelog::{TableId, TableKey};
 use crate::config::PostgresConfig;
 use crate::sources::SourceError;
-
-/// `pg_class.relreplident` of a table and whether its identity index is the primary key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
-    pub relreplident: char,
-    pub index_is_primary: bool,
-}
-
-/// The problem with a table's replica identity, if any.
-pub fn identity_problem(table: &TableId, identity: &Identity) -> Option<CheckProblem> {
-    let fix = format!(
-        "run ALTER TABLE {} REPLICA IDENTITY DEFAULT",
-        qualified(table)
-    );
-    match identity.relreplident {
-        'n' => Some(CheckProblem {
-            problem: format!(
-                "table {table} has REPLICA IDENTITY NOTHING: Postgres refuses its updates and deletes once published, and cdcd could not apply them"
-            ),
-            fix,
-        }),
-        'i' if !identity.index_is_primary => Some(CheckProblem {
-            problem: format!(
-                "table {table} has REPLICA IDENTITY USING INDEX on an index other than the primary key: updates and deletes would not carry the old primary key"
-            ),
-            fix,
-        }),
-        _ => None,
-    }
-}
 
 /// The problem when the publication is missing and the user cannot create it.
 pub fn publication_problem(
@@ -93,11 +61,12 @@ pub fn heartbeat_problem(user: &str, allowed: bool) -> Option<CheckProblem> {
     })
 }
 
-/// Every problem these checks find for the resolved `tables`.
+/// Every problem these checks find for the resolved tables (their keys and replica identities
+/// were judged by `key.rs`).
 pub async fn check(
     client: &Client,
     cfg: &PostgresConfig,
-    tables: &[TableId],
+    keys: &[TableKey],
 ) -> Result<Vec<CheckProblem>, SourceError> {
     let mut problems = Vec::new();
     let err = |context: String| {
@@ -109,26 +78,18 @@ pub async fn check(
         }
     };
     let mut not_owned = Vec::new();
-    for t in tables {
+    for key in keys {
+        let t = &key.table;
         let row = client
             .query_one(
-                "SELECT c.relreplident::text,
-                        COALESCE((SELECT i.indisprimary FROM pg_index i
-                                  WHERE i.indrelid = c.oid AND i.indisreplident), false),
-                        pg_has_role(c.relowner, 'USAGE')
+                "SELECT pg_has_role(c.relowner, 'USAGE')
                  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                  WHERE n.nspname = $1 AND c.relname = $2",
                 &[&t.namespace, &t.name],
             )
             .await
-            .map_err(err(format!("reading the replica identity of {t}")))?;
-        let ident: String = row.get(0);
-        let identity = Identity {
-            relreplident: ident.chars().next().unwrap_or('d'),
-            index_is_primary: row.get(1),
-        };
-        problems.extend(identity_problem(t, &identity));
-        if !row.get::<_, bool>(2) {
+            .map_err(err(format!("reading the owner of {t}")))?;
+        if !row.get::<_, bool>(0) {
             not_owned.push(t.clone());
         }
     }
@@ -171,29 +132,6 @@ mod tests {
 
     fn t() -> TableId {
         TableId::new("public", "orders")
-    }
-
-    #[test]
-    fn replica_identity_lines() {
-        let nothing = Identity {
-            relreplident: 'n',
-            index_is_primary: false,
-        };
-        let line = identity_problem(&t(), &nothing).unwrap().to_string();
-        assert!(line.contains("REPLICA IDENTITY NOTHING"), "{line}");
-        assert!(line.ends_with("REPLICA IDENTITY DEFAULT"), "{line}");
-        let other_index = Identity {
-            relreplident: 'i',
-            index_is_primary: false,
-        };
-        assert!(identity_problem(&t(), &other_index).is_some());
-        for ok in [('d', false), ('f', false), ('i', true)] {
-            let id = Identity {
-                relreplident: ok.0,
-                index_is_primary: ok.1,
-            };
-            assert_eq!(identity_problem(&t(), &id), None, "{ok:?}");
-        }
     }
 
     #[test]

@@ -5,38 +5,42 @@
 //! Where it sits: `PostgresSource::prepare` and `cdcd check` call these over a regular
 //! connection before replication starts (`setup.rs` has the connection and the server checks).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tokio_postgres::Client;
 
 use super::catalog::qualified;
+use super::key;
 use super::replication::quote_ident;
 use super::setup::{db_error, server, CheckProblem};
-use crate::changelog::TableId;
+use crate::changelog::{KeyOrigin, TableId, TableKey};
 use crate::sources::SourceError;
 /// Resolves `schema.table` patterns (`*` matches any run of characters in either part) against
-/// ordinary and partitioned tables outside system schemas. Partitions are left out: a partitioned
-/// table is captured through its root (`publish_via_partition_root`). Errors on a pattern that
-/// matches nothing or a matched table without a primary key.
+/// ordinary and partitioned tables outside system schemas, with each table's key
+/// (`key.rs`). Partitions are left out: a partitioned table is captured through its root
+/// (`publish_via_partition_root`). Errors on a pattern that matches nothing, a table without a
+/// usable key, or a `key_columns` entry that cannot be used.
 pub async fn resolve_tables(
     client: &Client,
     patterns: &[String],
-) -> Result<Vec<TableId>, SourceError> {
-    let (tables, problems) = resolve_report(client, patterns).await?;
+    key_columns: &BTreeMap<TableId, Vec<String>>,
+) -> Result<Vec<TableKey>, SourceError> {
+    let (tables, problems) = resolve_report(client, patterns, key_columns).await?;
     match problems.into_iter().next() {
         None => Ok(tables),
         Some(p) => Err(SourceError::Config(p.to_string())),
     }
 }
 
+/// [`resolve_tables`] for `cdcd check`: the tables that can be replicated, and every problem.
 pub(super) async fn resolve_report(
     client: &Client,
     patterns: &[String],
-) -> Result<(Vec<TableId>, Vec<CheckProblem>), SourceError> {
+    key_columns: &BTreeMap<TableId, Vec<String>>,
+) -> Result<(Vec<TableKey>, Vec<CheckProblem>), SourceError> {
     let rows = client
         .query(
-            "SELECT n.nspname::text, c.relname::text,
-                    EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
+            "SELECT n.nspname::text, c.relname::text
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
              WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
                AND n.nspname NOT IN ('pg_catalog', 'information_schema')
@@ -46,18 +50,12 @@ pub(super) async fn resolve_report(
         )
         .await
         .map_err(|e| server("listing tables", &e))?;
-    let candidates: Vec<(TableId, bool)> = rows
+    let candidates: Vec<TableId> = rows
         .iter()
-        .map(|r| {
-            (
-                TableId::new(r.get::<_, String>(0), r.get::<_, String>(1)),
-                r.get(2),
-            )
-        })
+        .map(|r| TableId::new(r.get::<_, String>(0), r.get::<_, String>(1)))
         .collect();
     let mut problems = Vec::new();
     let mut matched = BTreeSet::new();
-    let mut without_key = BTreeSet::new();
     for pattern in patterns {
         let Some((ps, pt)) = pattern.split_once('.') else {
             problems.push(CheckProblem::new(
@@ -67,14 +65,10 @@ pub(super) async fn resolve_report(
             continue;
         };
         let mut any = false;
-        for (id, has_key) in &candidates {
+        for id in &candidates {
             if glob_match(ps, &id.namespace) && glob_match(pt, &id.name) {
                 any = true;
-                if *has_key {
-                    matched.insert(id.clone());
-                } else {
-                    without_key.insert(id.clone());
-                }
+                matched.insert(id.clone());
             }
         }
         if !any {
@@ -84,13 +78,24 @@ pub(super) async fn resolve_report(
             ));
         }
     }
-    for id in without_key {
+    for t in key_columns.keys().filter(|t| !matched.contains(*t)) {
         problems.push(CheckProblem::new(
-            format!("table {id} has no primary key"),
-            "add a PRIMARY KEY or remove it from source.tables",
+            format!("source.key_columns names {t}, which source.tables does not capture"),
+            format!("add {t} to source.tables or remove it from source.key_columns"),
         ));
     }
-    Ok((matched.into_iter().collect(), problems))
+    let mut keys = Vec::new();
+    for t in matched {
+        let Some(facts) = key::facts(client, &t).await? else {
+            continue;
+        };
+        match key::resolve(&t, &facts, key_columns.get(&t).map(Vec::as_slice)) {
+            Ok(k) if k.origin == KeyOrigin::Keyless => problems.push(key::keyless_problem(&t)),
+            Ok(k) => keys.push(k),
+            Err(p) => problems.push(p),
+        }
+    }
+    Ok((keys, problems))
 }
 
 /// `*` matches any run of characters (possibly empty); everything else matches itself.

@@ -21,8 +21,8 @@ pub struct ColumnDef {
     pub key_flag: bool,
 }
 
-/// The schema and per-column types of `table`. `key_names`: the primary key in key order (from
-/// `setup::primary_key`); `None` falls back to the key flags. Key columns are not nullable, every
+/// The schema and per-column types of `table`. `key_names`: the key in key order (from
+/// `key::resolve`); `None` falls back to the key flags. Key columns are not nullable, every
 /// other column is (the catalog's NOT NULL is not in Relation messages, so it is not used).
 pub fn build_schema(
     table: TableId,
@@ -55,7 +55,7 @@ pub fn build_schema(
     if primary_key.is_empty() {
         return Err(SourceError::Table {
             table,
-            detail: "no primary key: add a PRIMARY KEY or remove it from source.tables".to_owned(),
+            detail: "no key: add a PRIMARY KEY, a REPLICA IDENTITY USING INDEX or a source.key_columns entry, or remove it from source.tables".to_owned(),
         });
     }
     let types: Vec<ColumnType> = columns

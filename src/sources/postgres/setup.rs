@@ -18,7 +18,7 @@ use super::publication::resolve_report;
 use super::replication::{quote_ident, session_options};
 use super::tls::stream::Connector;
 use super::tls::{requires_tls_hint, SslMode, TlsError};
-use crate::changelog::{Lsn, TableId};
+use crate::changelog::{Lsn, TableId, TableKey};
 use crate::config::PostgresConfig;
 use crate::sources::SourceError;
 
@@ -241,16 +241,19 @@ pub async fn check_server(
     Ok(problems)
 }
 
-/// Every check `cdcd check` runs: resolving `source.tables` (patterns that match nothing, tables
-/// without a primary key) and [`check_server`]. Returns the resolved tables and all problems.
+/// Every check `cdcd check` runs: resolving `source.tables` and their keys (patterns that match
+/// nothing, tables without a usable key, `source.key_columns`) and [`check_server`]. Returns the
+/// keys of the tables that can be replicated and all problems.
 pub async fn check(
     client: &Client,
     cfg: &PostgresConfig,
-) -> Result<(Vec<TableId>, Vec<CheckProblem>), SourceError> {
-    let (tables, mut problems) = resolve_report(client, &cfg.tables).await?;
+) -> Result<(Vec<TableKey>, Vec<CheckProblem>), SourceError> {
+    let (keys, mut problems) = resolve_report(client, &cfg.tables, &cfg.key_columns).await?;
+    let tables: Vec<TableId> = keys.iter().map(|k| k.table.clone()).collect();
     problems.extend(check_server(client, cfg, &tables).await?);
-    Ok((tables, problems))
+    Ok((keys, problems))
 }
+
 /// The replication slot `slot`, if it exists.
 pub async fn slot_exists(client: &Client, slot: &str) -> Result<Option<SlotInfo>, SourceError> {
     let row = client

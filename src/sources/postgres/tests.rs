@@ -326,42 +326,79 @@ async fn setup_checks_against_postgres() {
     };
     let tag = format!("tr_s_{}", std::process::id());
     let (k, nk, p) = (format!("{tag}_keyed"), format!("{tag}_nokey"), tag.clone());
+    let (ix, ov, bad) = (
+        format!("{tag}_ix"),
+        format!("{tag}_ov"),
+        format!("{tag}_ovbad"),
+    );
     let _cleanup = Cleanup {
         url: url.clone(),
         sql: vec![
             format!("DROP PUBLICATION IF EXISTS {p}"),
-            format!("DROP TABLE IF EXISTS {k}, {nk}"),
+            format!("DROP TABLE IF EXISTS {k}, {nk}, {ix}, {ov}, {bad}"),
         ],
     };
     let pg = client(&url).await;
     pg.batch_execute(&format!(
         "CREATE TABLE {k} (b text, a int4, PRIMARY KEY (a, b));
          CREATE TABLE {nk} (x int4);
+         CREATE TABLE {ix} (v text, u int4 NOT NULL, w int4 NOT NULL);
+         CREATE UNIQUE INDEX {ix}_uq ON {ix} (w, u);
+         ALTER TABLE {ix} REPLICA IDENTITY USING INDEX {ix}_uq;
+         CREATE TABLE {ov} (t int4 NOT NULL, e int4 NOT NULL, note text);
+         ALTER TABLE {ov} REPLICA IDENTITY FULL;
+         CREATE TABLE {bad} (t int4 NOT NULL, note text);
          CREATE PUBLICATION {p} FOR TABLE {nk} WITH (publish = 'insert, update, delete, truncate');"
     ))
     .await
     .unwrap();
 
+    // Issue 23: keys from the primary key, a replica identity index, and source.key_columns;
+    // an override needs REPLICA IDENTITY FULL and NOT NULL columns.
     let toml = format!(
         "[pipeline]\nname = \"{tag}\"\n[source]\nkind = \"postgres\"\nurl = \"{url}\"\n\
          tables = [\"public.{tag}_*\", \"public.{tag}_none\"]\npublication = \"{p}\"\n\
+         key_columns = {{ \"public.{ov}\" = [\"t\", \"e\"], \"public.{bad}\" = [\"note\"] }}\n\
          [sink]\nwarehouse = \"/tmp/{tag}\"\n"
     );
     let config = Config::from_toml(&toml, "test.toml").unwrap();
     let SourceConfig::Postgres(cfg) = config.source else {
         panic!("postgres source expected")
     };
-    let (tables, problems) = setup::check(&pg, &cfg).await.unwrap();
-    assert_eq!(tables, vec![TableId::new("public", &k)]);
+    let (keys, problems) = setup::check(&pg, &cfg).await.unwrap();
+    let lines: Vec<String> = keys.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        lines,
+        vec![
+            format!("table public.{ix}: key (w, u) from replica identity index {ix}_uq"),
+            format!("table public.{k}: key (a, b) from primary key"),
+            format!("table public.{ov}: key (t, e) from source.key_columns"),
+        ]
+    );
+    let tables: Vec<TableId> = keys.iter().map(|k| k.table.clone()).collect();
     let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
-    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines.len(), 3, "{lines:?}");
     assert!(lines[0].contains(&format!("{tag}_none")) && lines[0].contains("matches no table"));
     assert!(lines[1].contains(&nk) && lines[1].contains("add a PRIMARY KEY"));
-
-    assert_eq!(
-        catalog::primary_key(&pg, &tables[0]).await.unwrap(),
-        vec!["a", "b"]
+    assert!(
+        lines[2].contains(&bad) && lines[2].contains("nullable"),
+        "{lines:?}"
     );
+
+    // The override on a table without FULL is refused with the statement to run.
+    pg.batch_execute(&format!("ALTER TABLE {ov} REPLICA IDENTITY DEFAULT"))
+        .await
+        .unwrap();
+    let (keys, problems) = setup::check(&pg, &cfg).await.unwrap();
+    assert_eq!(keys.len(), 2);
+    assert!(
+        problems.iter().any(|p| p.problem.contains(&ov)
+            && p.fix.starts_with(&format!(
+                "run ALTER TABLE \"public\".\"{ov}\" REPLICA IDENTITY FULL"
+            ))),
+        "{problems:?}"
+    );
+    let tables: Vec<TableId> = tables.into_iter().filter(|t| t.name == k).collect();
     let problem = publication::check_publication(&pg, &p, &tables)
         .await
         .unwrap()
