@@ -107,7 +107,7 @@ pub trait Sink: Send + Sync {
 /// A sink failed. Each variant names the table or path involved.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
-    #[error("table {table} has no primary key: cdcd needs one to apply updates and deletes; add a PRIMARY KEY or remove the table from source.tables")]
+    #[error("table {table} has no key: the lsm (Paimon) sink does not replicate keyless tables yet (the iceberg sink keeps them as append tables); give it a key (see README \"Tables without a primary key\"), use sink.kind = \"iceberg\", or remove it from source.tables")]
     NoPrimaryKey { table: TableId },
     #[error("schema of {table} changed ({detail}); cdcd does not apply schema changes yet: stop writes to the table, recreate the replica, or remove the table from source.tables")]
     SchemaChanged { table: TableId, detail: String },

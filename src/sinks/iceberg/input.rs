@@ -79,7 +79,11 @@ pub(super) fn plan_error(
             key_text(*key),
             schema.columns.get(*column).map_or("?", |c| c.name.as_str())
         ),
-        PlanError::Arrow(_) | PlanError::TooLarge => e.to_string(),
+        PlanError::KeylessAbsent { column } => format!(
+            "{e} (column {})",
+            schema.columns.get(*column).map_or("?", |c| c.name.as_str())
+        ),
+        PlanError::Arrow(_) | PlanError::TooLarge | PlanError::Keyless { .. } => e.to_string(),
     };
     SinkError::Data {
         table: schema.id.clone(),

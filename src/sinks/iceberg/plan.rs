@@ -26,6 +26,7 @@ use arrow_schema::ArrowError;
 
 use crate::changelog::{Op, TableChanges};
 
+mod append;
 mod inserts;
 
 /// When a data file rolls over.
@@ -118,6 +119,10 @@ pub enum PlanError {
     Arrow(#[from] ArrowError),
     #[error("too many rows in one commit")]
     TooLarge,
+    #[error("{op:?} of a table without a key: cdcd replicates keyless tables insert-only, and nothing identifies the row it changes (give the table a key)")]
+    Keyless { op: Op },
+    #[error("insert into a table without a key lacks a column value")]
+    KeylessAbsent { column: usize },
 }
 
 #[derive(Clone, Copy)]
@@ -165,12 +170,16 @@ struct Planner<'a> {
     plan: Plan,
 }
 
-/// Plans one commit of `changes` (all of one table, in order); `key` indexes the key columns.
+/// Plans one commit of `changes` (all of one table, in order); `key` indexes the key columns
+/// (empty: a keyless append table, `plan/append.rs`).
 pub fn plan(
     changes: &[TableChanges],
     key: &[usize],
     limits: FileLimits,
 ) -> Result<Plan, PlanError> {
+    if key.is_empty() {
+        return append::plan_append(changes, limits);
+    }
     plan_with(changes, key, limits, Route::Any)
 }
 

@@ -6,7 +6,7 @@
 //! Field ids: top-level columns get 1..=n in source order, then nested fields (list elements) get
 //! n+1… — the same order Iceberg's fresh-id assignment uses, so a table created from this schema
 //! keeps these ids. The primary key becomes `identifier-field-ids`; key columns are required, the
-//! others optional.
+//! others optional. A keyless table (an append table, issue 23) has no identifier fields.
 
 use std::sync::Arc;
 
@@ -25,11 +25,6 @@ const SINK: &str = "iceberg";
 
 /// The Iceberg schema for `table`: ids as described in the module doc.
 pub(crate) fn iceberg_schema(table: &TableSchema) -> Result<Schema, SinkError> {
-    if table.primary_key.is_empty() {
-        return Err(SinkError::NoPrimaryKey {
-            table: table.id.clone(),
-        });
-    }
     let n = i32::try_from(table.columns.len()).map_err(|_| SinkError::Data {
         table: table.id.clone(),
         detail: "too many columns".into(),
@@ -281,11 +276,11 @@ mod tests {
             Err(SinkError::UnsupportedType { column, .. }) => assert_eq!(column, "x"),
             other => panic!("{other:?}"),
         }
+        // A keyless table is an append table: no identifier fields, nothing required.
         let t = table(vec![col("id", DataType::Int64)], vec![]);
-        assert!(matches!(
-            iceberg_schema(&t),
-            Err(SinkError::NoPrimaryKey { .. })
-        ));
+        let keyless = iceberg_schema(&t).unwrap();
+        assert_eq!(keyless.identifier_field_ids().count(), 0);
+        assert!(keyless.as_struct().fields().iter().all(|f| !f.required));
     }
 
     #[test]

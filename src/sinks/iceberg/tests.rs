@@ -354,11 +354,12 @@ async fn schema_change_and_missing_key_are_refused(mode: DeleteMode) {
         }
         other => panic!("{other:?}"),
     }
+    // A keyed table that loses its key is a schema change, not a silent switch to appends.
     let mut keyless = (*t).clone();
     keyless.primary_key.clear();
     assert!(matches!(
         s.commit(&Arc::new(keyless), &[], &cp(2)).await,
-        Err(SinkError::NoPrimaryKey { .. })
+        Err(SinkError::SchemaChanged { .. })
     ));
 }
 

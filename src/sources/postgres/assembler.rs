@@ -413,6 +413,7 @@ impl Catalog {
                 relation, old, new, ..
             } => {
                 if let Some(rel) = self.captured(*relation, at)? {
+                    keyed(rel, "UPDATE", at)?;
                     let b = changes.builder(&rel.schema)?;
                     b.begin(Op::Update);
                     put_tuple(b, rel, new, at)?;
@@ -426,6 +427,7 @@ impl Catalog {
             }
             PgOutputMessage::Delete { relation, old, .. } => {
                 if let Some(rel) = self.captured(*relation, at)? {
+                    keyed(rel, "DELETE", at)?;
                     let b = changes.builder(&rel.schema)?;
                     b.begin(Op::Delete);
                     put_deleted(b, rel, old, at)?;
@@ -459,6 +461,23 @@ impl Catalog {
             ))),
         }
     }
+}
+
+/// A keyless table is published for inserts and truncates only (`publication.rs`), so an UPDATE
+/// or DELETE of one means the publications were changed under cdcd: nothing says which replica
+/// row it meant, so the source stops rather than guess or skip it.
+fn keyed(rel: &CapturedRel, op: &str, at: Lsn) -> Result<(), SourceError> {
+    if rel.schema.primary_key.is_empty() {
+        let table = &rel.schema.id;
+        return Err(SourceError::Table {
+            table: table.clone(),
+            detail: format!(
+                "an {op} arrived (transaction at {at}), but the table has no key, so cdcd replicates it insert-only and cannot tell which row it changes; give it a key (add a PRIMARY KEY, or run ALTER TABLE {} REPLICA IDENTITY FULL and name unique NOT NULL columns in source.key_columns) or remove it from source.tables",
+                super::catalog::qualified(table),
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Appends a new row image: `'u'` (unchanged TOAST) becomes absent.

@@ -175,17 +175,6 @@ pub fn resolve(
     Ok(key(wanted.to_vec(), KeyOrigin::Override))
 }
 
-/// The problem for a table nothing identifies (until keyless tables are replicated).
-pub fn keyless_problem(table: &TableId) -> CheckProblem {
-    CheckProblem::new(
-        format!("table {table} has no primary key"),
-        format!(
-            "add a PRIMARY KEY, or run ALTER TABLE {} REPLICA IDENTITY USING INDEX <a unique index on NOT NULL columns>, or name unique NOT NULL columns in source.key_columns (with REPLICA IDENTITY FULL), or remove it from source.tables",
-            qualified(table)
-        ),
-    )
-}
-
 /// [`KeyFacts`] of `table` from the catalog; `None` if there is no such table.
 pub async fn facts(client: &Client, table: &TableId) -> Result<Option<KeyFacts>, SourceError> {
     let row = client

@@ -91,6 +91,8 @@ struct PreparedState {
     tables: Vec<TableId>,
     keys: HashMap<TableId, Vec<String>>,
     proto_version: u32,
+    /// `publication_names`: `source.publication`, and its `_inserts` twin for keyless tables.
+    publications: Vec<String>,
 }
 
 impl PostgresSource {
@@ -127,8 +129,7 @@ impl PostgresSource {
         };
         let mut problems = match setup::check(&client, cfg).await {
             Ok((keys, mut problems)) => {
-                let tables: Vec<TableId> = keys.iter().map(|k| k.table.clone()).collect();
-                match publication::check_publication(&client, &cfg.publication, &tables).await {
+                match publication::check_publications(&client, &cfg.publication, &keys).await {
                     Ok(p) => problems.extend(p),
                     Err(e) => problems.push(catalog_problem(e)),
                 }
@@ -218,7 +219,8 @@ impl Source for PostgresSource {
         if let Some(p) = problems.first() {
             return Err(SourceError::Config(p.to_string()));
         }
-        publication::ensure_publication(&client, &cfg.publication, &tables).await?;
+        let publications =
+            publication::ensure_publications(&client, &cfg.publication, &table_keys).await?;
         let slot = setup::slot_exists(&client, &cfg.slot).await?;
         if let Some(info) = &slot {
             setup::verify_slot(&cfg.slot, info, &cfg.database)?;
@@ -239,6 +241,7 @@ impl Source for PostgresSource {
             tables: tables.clone(),
             keys,
             proto_version,
+            publications,
         });
         Ok(Prepared {
             tables,
@@ -307,7 +310,7 @@ impl Source for PostgresSource {
         wait_slot_released(&state.client, &cfg.slot).await?;
         let opts = StartOptions {
             proto_version: state.proto_version,
-            publication: cfg.publication.clone(),
+            publications: state.publications.clone(),
             streaming: state.proto_version >= 2,
             messages: false,
         };
@@ -440,6 +443,22 @@ async fn copy_at_new_snapshot(
     } else {
         start
     };
+    // A keyless table cannot be copied while the slot stays: the stream replays its inserts from
+    // `from`, and some of them are in the new snapshot too; without a key nothing tells the
+    // doubled rows apart, and the upsert window (snapshot.rs) does not apply to a multiset. Only
+    // the fresh copy, at the slot's own exported snapshot, is exact for it.
+    if let Some(c) = copies
+        .iter()
+        .find(|c| state.keys.get(&c.table).is_some_and(|k| k.is_empty()))
+    {
+        return Err(SourceError::Table {
+            table: c.table.clone(),
+            detail: format!(
+                "the table has no key, and its copy must be redone while streaming (an interrupted initial copy, or a table added to a running pipeline): a copy at a new snapshot would double the rows the stream replays; give it a key (README \"Tables without a primary key\"), remove it from source.tables, or start the pipeline over (drop the replication slot {} and the replica tables)",
+                cfg.slot
+            ),
+        });
+    }
     let plans = plan_tables(cfg, state, types, copies).await?;
     let snapshot = NewSnapshot::export(cfg).await?;
     tracing::info!(tables = copies.len(), stream_from = %from, upsert_until = %snapshot.lsn, "copying tables at a new snapshot while the slot stays");

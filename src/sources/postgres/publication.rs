@@ -90,7 +90,6 @@ pub(super) async fn resolve_report(
             continue;
         };
         match key::resolve(&t, &facts, key_columns.get(&t).map(Vec::as_slice)) {
-            Ok(k) if k.origin == KeyOrigin::Keyless => problems.push(key::keyless_problem(&t)),
             Ok(k) => keys.push(k),
             Err(p) => problems.push(p),
         }
@@ -129,12 +128,109 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
         .is_some_and(|rest| rest.iter().all(|&c| c == '*'))
 }
 
+/// The publication that carries the keyless tables: `<publication>_inserts`.
+pub fn inserts_publication(publication: &str) -> String {
+    format!("{publication}_inserts")
+}
+
+/// What one of cdcd's publications publishes (see `key.rs` for why keyless tables are apart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Publishes {
+    /// Every operation: the tables with a key.
+    Everything,
+    /// Inserts and truncates only: the keyless tables, whose UPDATE and DELETE Postgres would
+    /// refuse if a publication published them (PG docs §31.1.1).
+    InsertsOnly,
+}
+
+impl Publishes {
+    fn option(self) -> &'static str {
+        match self {
+            Publishes::Everything => "insert, update, delete, truncate",
+            Publishes::InsertsOnly => "insert, truncate",
+        }
+    }
+}
+
+/// The publications replication reads for `keys` (`publication_names`), and the tables each must
+/// publish: the keyed tables through `publication`, the keyless ones through
+/// [`inserts_publication`]. The second is named only when there are keyless tables; the first
+/// always, unless it does not exist and every table is keyless.
+fn plan_publications(
+    publication: &str,
+    keys: &[TableKey],
+    main_exists: bool,
+) -> Vec<(String, Publishes, Vec<TableId>)> {
+    let (keyless, keyed): (Vec<&TableKey>, Vec<&TableKey>) =
+        keys.iter().partition(|k| k.origin == KeyOrigin::Keyless);
+    let ids = |ks: Vec<&TableKey>| ks.into_iter().map(|k| k.table.clone()).collect::<Vec<_>>();
+    let mut out = Vec::new();
+    if keyless.is_empty() || !keyed.is_empty() || main_exists {
+        out.push((publication.to_owned(), Publishes::Everything, ids(keyed)));
+    }
+    if !keyless.is_empty() {
+        out.push((
+            inserts_publication(publication),
+            Publishes::InsertsOnly,
+            ids(keyless),
+        ));
+    }
+    out
+}
+
+/// Creates or verifies cdcd's publications for `keys` ([`plan_publications`]) and returns their
+/// names for `publication_names`.
+pub async fn ensure_publications(
+    client: &Client,
+    publication: &str,
+    keys: &[TableKey],
+) -> Result<Vec<String>, SourceError> {
+    let main_exists = read_publication(client, publication).await?.is_some();
+    let keyless = keyless_tables(keys);
+    let mut names = Vec::new();
+    for (name, publishes, tables) in plan_publications(publication, keys, main_exists) {
+        ensure_publication(client, &name, &tables, publishes, &keyless).await?;
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// For `cdcd check`: what is wrong with cdcd's existing publications for `keys` (missing ones are
+/// created at start, so they are no problem).
+pub async fn check_publications(
+    client: &Client,
+    publication: &str,
+    keys: &[TableKey],
+) -> Result<Vec<CheckProblem>, SourceError> {
+    let main_exists = read_publication(client, publication).await?.is_some();
+    let keyless = keyless_tables(keys);
+    let mut problems = Vec::new();
+    for (name, publishes, tables) in plan_publications(publication, keys, main_exists) {
+        if let Some(row) = read_publication(client, &name).await? {
+            problems.extend(
+                publication_problem(client, &name, &tables, publishes, &keyless, &row).await?,
+            );
+        }
+    }
+    Ok(problems)
+}
+
+fn keyless_tables(keys: &[TableKey]) -> Vec<TableId> {
+    keys.iter()
+        .filter(|k| k.origin == KeyOrigin::Keyless)
+        .map(|k| k.table.clone())
+        .collect()
+}
+
 /// Creates the publication for `tables` if it is missing; if it exists, verifies it publishes
-/// every table and every operation, and otherwise errors with the exact statement to run.
+/// every table and the operations `publishes` names (and, publishing everything, none of the
+/// `keyless` tables), and otherwise errors with the exact statement to run.
 pub async fn ensure_publication(
     client: &Client,
     publication: &str,
     tables: &[TableId],
+    publishes: Publishes,
+    keyless: &[TableId],
 ) -> Result<(), SourceError> {
     let pub_ident = quote_ident(publication);
     let Some(row) = read_publication(client, publication).await? else {
@@ -146,8 +242,9 @@ pub async fn ensure_publication(
         let list: Vec<String> = tables.iter().map(qualified).collect();
         // Partitions' changes are published as their root table's, which is what cdcd captures.
         let sql = format!(
-            "CREATE PUBLICATION {pub_ident} FOR TABLE {} WITH (publish = 'insert, update, delete, truncate', publish_via_partition_root = true)",
-            list.join(", ")
+            "CREATE PUBLICATION {pub_ident} FOR TABLE {} WITH (publish = '{}', publish_via_partition_root = true)",
+            list.join(", "),
+            publishes.option()
         );
         client
             .batch_execute(&sql)
@@ -160,7 +257,7 @@ pub async fn ensure_publication(
     if !all_tables {
         add_missing_tables(client, publication, tables).await;
     }
-    match publication_problem(client, publication, tables, &row).await? {
+    match publication_problem(client, publication, tables, publishes, keyless, &row).await? {
         None => Ok(()),
         Some(p) => Err(SourceError::Config(p.to_string())),
     }
@@ -206,19 +303,6 @@ async fn add_missing_tables(client: &Client, publication: &str, tables: &[TableI
     }
 }
 
-/// For `cdcd check`: what is wrong with an existing publication (a missing one is created at
-/// start, so it is no problem).
-pub async fn check_publication(
-    client: &Client,
-    publication: &str,
-    tables: &[TableId],
-) -> Result<Option<CheckProblem>, SourceError> {
-    match read_publication(client, publication).await? {
-        None => Ok(None),
-        Some(row) => publication_problem(client, publication, tables, &row).await,
-    }
-}
-
 async fn read_publication(
     client: &Client,
     publication: &str,
@@ -234,21 +318,38 @@ async fn read_publication(
 }
 
 /// Whether the existing publication (`row` from [`read_publication`]) publishes every table and
-/// every operation the way cdcd reads them; if not, the statement that fixes it.
+/// the operations `publishes` names the way cdcd reads them, and none of the `keyless` tables
+/// with their updates and deletes; if not, the statement that fixes it.
 async fn publication_problem(
     client: &Client,
     publication: &str,
     tables: &[TableId],
+    publishes: Publishes,
+    keyless: &[TableId],
     row: &tokio_postgres::Row,
 ) -> Result<Option<CheckProblem>, SourceError> {
     let pub_ident = quote_ident(publication);
     let all_tables: bool = row.get(0);
+    // insert, update, delete, truncate
     let ops = [row.get::<_, bool>(1), row.get(2), row.get(3), row.get(4)];
     let via_root: bool = row.get(5);
-    if ops.iter().any(|o| !o) {
+    let wanted = match publishes {
+        Publishes::Everything => [true; 4],
+        Publishes::InsertsOnly => [true, false, false, true],
+    };
+    if ops != wanted {
+        let what = match publishes {
+            Publishes::Everything => "every operation",
+            Publishes::InsertsOnly => {
+                "exactly inserts and truncates (it carries the keyless tables)"
+            }
+        };
         return Ok(Some(CheckProblem::new(
-            format!("publication {publication} does not publish every operation"),
-            format!("run ALTER PUBLICATION {pub_ident} SET (publish = 'insert, update, delete, truncate')"),
+            format!("publication {publication} does not publish {what}"),
+            format!(
+                "run ALTER PUBLICATION {pub_ident} SET (publish = '{}')",
+                publishes.option()
+            ),
         )));
     }
     let published: BTreeSet<TableId> = client
@@ -261,6 +362,26 @@ async fn publication_problem(
         .iter()
         .map(|r| TableId::new(r.get::<_, String>(0), r.get::<_, String>(1)))
         .collect();
+    if publishes == Publishes::Everything {
+        if let Some(t) = keyless
+            .iter()
+            .find(|t| all_tables || published.contains(*t))
+        {
+            let fix = if all_tables {
+                format!("recreate {pub_ident} FOR TABLE with the tables that have a key (cdcd publishes keyless ones through {}), or give {t} a key", inserts_publication(publication))
+            } else {
+                format!(
+                    "run ALTER PUBLICATION {pub_ident} DROP TABLE {} (cdcd publishes it through {})",
+                    qualified(t),
+                    inserts_publication(publication)
+                )
+            };
+            return Ok(Some(CheckProblem::new(
+                format!("publication {publication} publishes updates and deletes of {t}, which has no key: Postgres refuses the application's UPDATE and DELETE on it"),
+                fix,
+            )));
+        }
+    }
     let missing: Vec<String> = tables
         .iter()
         .filter(|t| !all_tables && !published.contains(*t))

@@ -64,7 +64,8 @@ pub struct SystemId {
 pub struct StartOptions {
     /// pgoutput `proto_version` (1–4; see `setup::proto_version`).
     pub proto_version: u32,
-    pub publication: String,
+    /// `publication_names`, in order.
+    pub publications: Vec<String>,
     /// Ask for in-progress transactions to be streamed (`streaming 'on'`, protocol ≥ 2).
     pub streaming: bool,
     /// Ask for logical decoding messages (`pg_logical_emit_message`).

@@ -335,6 +335,7 @@ async fn setup_checks_against_postgres() {
         url: url.clone(),
         sql: vec![
             format!("DROP PUBLICATION IF EXISTS {p}"),
+            format!("DROP PUBLICATION IF EXISTS {p}_inserts"),
             format!("DROP TABLE IF EXISTS {k}, {nk}, {ix}, {ov}, {bad}"),
         ],
     };
@@ -372,25 +373,38 @@ async fn setup_checks_against_postgres() {
         vec![
             format!("table public.{ix}: key (w, u) from replica identity index {ix}_uq"),
             format!("table public.{k}: key (a, b) from primary key"),
+            format!("table public.{nk}: no key"),
             format!("table public.{ov}: key (t, e) from source.key_columns"),
         ]
     );
-    let tables: Vec<TableId> = keys.iter().map(|k| k.table.clone()).collect();
+    let all_keys = keys.clone();
     let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
-    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines.len(), 2, "{lines:?}");
     assert!(lines[0].contains(&format!("{tag}_none")) && lines[0].contains("matches no table"));
-    assert!(lines[1].contains(&nk) && lines[1].contains("add a PRIMARY KEY"));
     assert!(
-        lines[2].contains(&bad) && lines[2].contains("nullable"),
+        lines[1].contains(&bad) && lines[1].contains("nullable"),
         "{lines:?}"
     );
+    // Issue 23 stage 2: a keyless table in the publication of every operation would make
+    // Postgres refuse the application's UPDATE and DELETE on it; cdcd says how to move it out.
+    let problems = publication::check_publications(&pg, &p, &all_keys)
+        .await
+        .unwrap();
+    assert!(
+        problems.iter().any(|q| q.problem.contains(&nk)
+            && q.fix == format!("run ALTER PUBLICATION \"{p}\" DROP TABLE \"public\".\"{nk}\" (cdcd publishes it through {p}_inserts)")),
+        "{problems:?}"
+    );
+    pg.batch_execute(&format!("ALTER PUBLICATION {p} DROP TABLE {nk}"))
+        .await
+        .unwrap();
 
     // The override on a table without FULL is refused with the statement to run.
     pg.batch_execute(&format!("ALTER TABLE {ov} REPLICA IDENTITY DEFAULT"))
         .await
         .unwrap();
     let (keys, problems) = setup::check(&pg, &cfg).await.unwrap();
-    assert_eq!(keys.len(), 2);
+    assert_eq!(keys.len(), 3, "{keys:?}");
     assert!(
         problems.iter().any(|p| p.problem.contains(&ov)
             && p.fix.starts_with(&format!(
@@ -398,25 +412,34 @@ async fn setup_checks_against_postgres() {
             ))),
         "{problems:?}"
     );
-    let tables: Vec<TableId> = tables.into_iter().filter(|t| t.name == k).collect();
-    let problem = publication::check_publication(&pg, &p, &tables)
+    let keys: Vec<_> = all_keys
+        .into_iter()
+        .filter(|t| t.table.name == k || t.table.name == nk)
+        .collect();
+    let problems = publication::check_publications(&pg, &p, &keys)
         .await
-        .unwrap()
         .unwrap();
+    assert_eq!(problems.len(), 1, "{problems:?}");
     assert_eq!(
-        problem.fix,
+        problems[0].fix,
         format!("run ALTER PUBLICATION \"{p}\" ADD TABLE \"public\".\"{k}\"")
     );
-    // A table added to `source.tables` joins the publication (issue 7: it is copied alone).
-    publication::ensure_publication(&pg, &p, &tables)
+    // A table added to `source.tables` joins the publication (issue 7: it is copied alone); the
+    // keyless one gets the inserts-only publication.
+    let names = publication::ensure_publications(&pg, &p, &keys)
         .await
         .unwrap();
-    assert_eq!(
-        publication::check_publication(&pg, &p, &tables)
-            .await
-            .unwrap(),
-        None
-    );
+    assert_eq!(names, vec![p.clone(), format!("{p}_inserts")]);
+    assert!(publication::check_publications(&pg, &p, &keys)
+        .await
+        .unwrap()
+        .is_empty());
+    // The application's UPDATE and DELETE on the keyless table still work.
+    pg.batch_execute(&format!(
+        "INSERT INTO {nk} VALUES (1), (1); UPDATE {nk} SET x = 2; DELETE FROM {nk}"
+    ))
+    .await
+    .unwrap();
 
     let version = setup::server_version(&pg).await.unwrap();
     assert!(setup::proto_version(version) >= 1);

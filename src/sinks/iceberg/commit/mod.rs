@@ -273,15 +273,15 @@ impl<'a> RowDelta<'a> {
         // The index is needed before the files are written only to locate keys: rows to
         // complete (lookups) or to delete from earlier snapshots. Otherwise it is readied after
         // the files, overlapping the last commit's index update with this commit's encoding.
-        let index_first =
-            self.v3 && (!self.plan.lookups.is_empty() || !self.plan.equality_deletes.is_empty());
+        let index_first = self.indexed()
+            && (!self.plan.lookups.is_empty() || !self.plan.equality_deletes.is_empty());
         if index_first {
             self.ready_index(cached).await?;
         }
         let found = self.locate(cached).await?;
         let data = self.write_data(found.lookup.as_ref()).await?;
         let deletes = self.write_deletes(cached.live, &found, &data).await?;
-        if self.v3 && !index_first {
+        if self.indexed() && !index_first {
             self.ready_index(cached).await?;
         }
         let mut carried = self.carry_manifests(cached.live, &deletes.replaced).await?;
@@ -318,6 +318,12 @@ impl<'a> RowDelta<'a> {
                 manifests: listed.manifests,
             },
         })
+    }
+
+    /// Whether the table keeps a primary-key index: v3 with a key (a keyless table is an append
+    /// table: nothing is ever located in it).
+    fn indexed(&self) -> bool {
+        self.v3 && !self.input.schema.primary_key.is_empty()
     }
 
     /// Makes the primary-key index ready for a commit on the base snapshot (index/slot.rs).
@@ -400,14 +406,17 @@ impl<'a> RowDelta<'a> {
         // next commit reopens it and replays this snapshot (pk_index.rs, recovery). The update
         // runs in the background until the next commit readies the index (index/slot.rs).
         let data_rows = self.plan.data_rows() as u64;
-        cached.index.record_in_background(
-            Arc::clone(self.input.schema),
-            self.input.changes.to_vec(),
-            self.plan,
-            data.paths,
-            found.removed_keys,
-            snapshot_id,
-        );
+        let indexed = self.indexed();
+        if indexed {
+            cached.index.record_in_background(
+                Arc::clone(self.input.schema),
+                self.input.changes.to_vec(),
+                self.plan,
+                data.paths,
+                found.removed_keys,
+                snapshot_id,
+            );
+        }
         CommitStats {
             snapshot_id,
             data_rows,

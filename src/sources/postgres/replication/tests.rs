@@ -7,7 +7,7 @@ use super::*;
 fn start_sql_asks_for_streaming_only_when_the_protocol_has_it() {
     let mut opts = StartOptions {
         proto_version: 3,
-        publication: "cdcd_shop".into(),
+        publications: vec!["cdcd_shop".into()],
         streaming: true,
         messages: false,
     };
@@ -17,9 +17,10 @@ fn start_sql_asks_for_streaming_only_when_the_protocol_has_it() {
     );
     opts.proto_version = 1;
     opts.messages = true;
+    opts.publications.push("cdcd_shop_inserts".into());
     assert_eq!(
         start_replication_sql("s", Lsn::ZERO, &opts),
-        "START_REPLICATION SLOT \"s\" LOGICAL 0/0 (proto_version '1', publication_names '\"cdcd_shop\"', messages 'true')"
+        "START_REPLICATION SLOT \"s\" LOGICAL 0/0 (proto_version '1', publication_names '\"cdcd_shop\",\"cdcd_shop_inserts\"', messages 'true')"
     );
 }
 

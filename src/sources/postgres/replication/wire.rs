@@ -18,7 +18,12 @@ pub fn start_replication_sql(slot: &str, start: Lsn, opts: &StartOptions) -> Str
         quote_ident(slot),
         start,
         opts.proto_version,
-        quote_ident(&opts.publication).replace('\'', "''"),
+        opts.publications
+            .iter()
+            .map(|p| quote_ident(p))
+            .collect::<Vec<_>>()
+            .join(",")
+            .replace('\'', "''"),
     );
     if opts.streaming && opts.proto_version >= 2 {
         sql.push_str(", streaming 'on'");
