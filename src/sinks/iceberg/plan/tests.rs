@@ -472,3 +472,41 @@ fn absent_cells_and_null_keys_are_still_reported() {
     let err = plan(&[b.finish().unwrap()], &[0], FileLimits::default()).unwrap_err();
     assert!(matches!(err, PlanError::NullKey { .. }), "{err}");
 }
+
+/// A keyless table (issue 23) is an append table: equal rows stay two rows, a truncate drops
+/// what came before it, and an update, a delete or a partial insert is refused, never guessed.
+#[test]
+fn keyless_tables_append_duplicates_and_refuse_updates_and_deletes() {
+    let limits = FileLimits {
+        max_rows: 2,
+        ..FileLimits::default()
+    };
+    let cs = [
+        ins(1, "a"),
+        ins(1, "a"),
+        trunc(),
+        ins(1, "a"),
+        ins(1, "a"),
+        ins(2, "b"),
+    ];
+    let p = plan(&[batch(&cs)], &[], limits).unwrap();
+    assert!(p.truncate);
+    assert_eq!(
+        p.files.iter().map(|f| f.rows.clone()).collect::<Vec<_>>(),
+        vec![vec![rr(3), rr(4)], vec![rr(5)]]
+    );
+    assert!(p.equality_deletes.is_empty() && p.position_deletes.is_empty() && p.lookups.is_empty());
+    for bad in [upd(1, Some("x")), del(1)] {
+        let err = plan(&[batch(&[ins(1, "a"), bad])], &[], limits).unwrap_err();
+        assert!(matches!(err, PlanError::Keyless { .. }), "{err}");
+    }
+    let partial = C {
+        b: None,
+        ..ins(1, "a")
+    };
+    let err = plan(&[batch(&[partial])], &[], limits).unwrap_err();
+    assert!(
+        matches!(err, PlanError::KeylessAbsent { column: 2 }),
+        "{err}"
+    );
+}
