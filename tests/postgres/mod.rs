@@ -3,6 +3,7 @@
 
 mod crash;
 mod ddl;
+mod keyless;
 mod keys;
 mod lifecycle;
 mod replication;

@@ -484,10 +484,22 @@ impl Pipeline {
         wait_secs: u32,
         extra: &[&str],
     ) -> (Option<i32>, String) {
+        self.lakecheck_in("public", table, wait_secs, extra).await
+    }
+
+    /// [`Pipeline::lakecheck`] of source table `schema.table` (the lake table is `table` in the
+    /// sink's namespace).
+    pub async fn lakecheck_in(
+        &mut self,
+        schema: &str,
+        table: &str,
+        wait_secs: u32,
+        extra: &[&str],
+    ) -> (Option<i32>, String) {
         let mut cmd = tokio::process::Command::new(&self.env.python);
         cmd.arg(LAKECHECK)
             .args(["--source", &self.env.pg_url])
-            .args(["--source-table", &format!("public.{table}")]);
+            .args(["--source-table", &format!("{schema}.{table}")]);
         if self.lsm_buckets.is_some() {
             cmd.arg("--paimon")
                 .arg(&self.warehouse)
@@ -561,8 +573,11 @@ impl Pipeline {
                     .map_err(|e| e.to_string())?;
                 tokio::spawn(conn);
                 drop_slot(&client, &slot).await?;
+                // `_inserts`: the publication of keyless tables (issue 23).
                 client
-                    .batch_execute(&format!("DROP PUBLICATION IF EXISTS \"{publication}\""))
+                    .batch_execute(&format!(
+                        "DROP PUBLICATION IF EXISTS \"{publication}\"; DROP PUBLICATION IF EXISTS \"{publication}_inserts\""
+                    ))
                     .await
                     .map_err(|e| e.to_string())?;
                 for sql in extra {

@@ -52,7 +52,9 @@ pub fn build_schema(
             .map(|(i, _)| i)
             .collect(),
     };
-    if primary_key.is_empty() {
+    // A resolved key may be empty (a keyless append table, `key.rs`); without a resolution,
+    // a Relation message that flags no key column leaves nothing to replicate by.
+    if primary_key.is_empty() && key_names.is_none() {
         return Err(SourceError::Table {
             table,
             detail: "no key: add a PRIMARY KEY, a REPLICA IDENTITY USING INDEX or a source.key_columns entry, or remove it from source.tables".to_owned(),

@@ -1,0 +1,140 @@
+//! End to end, keyless Postgres tables as insert-only append tables (issue 23 stage 2):
+//! `pgbench -i` then `pgbench -T` in a schema of their own, captured with `tables = ["<schema>.*"]`:
+//! `pgbench_history` has no key and is replicated beside the keyed pgbench tables. The lake must
+//! equal the source, the keyless table as a multiset (lakecheck compares whole rows when there is
+//! no key), read by DuckDB (both delete modes through `CDCD_TEST_DELETE_MODE`) and pyiceberg.
+//! Duplicate rows stay duplicates, a TRUNCATE empties the replica, the application's UPDATE and
+//! DELETE on the keyless table still succeed (cdcd publishes it through an inserts-only
+//! publication), and a kill -9 while pgbench runs resumes exactly.
+
+use std::time::Duration;
+
+use crate::support::{connect, exec, run_cdcd, test_env, unique, Pipeline, Settings};
+
+const TABLES: [&str; 4] = [
+    "pgbench_accounts",
+    "pgbench_branches",
+    "pgbench_tellers",
+    "pgbench_history",
+];
+
+/// Runs pgbench with `args` against the test bed's Postgres, its tables in `schema`.
+async fn pgbench(url: &str, schema: &str, args: &[&str]) {
+    let out = tokio::process::Command::new("pgbench")
+        .args(args)
+        .arg(url)
+        .env("PGOPTIONS", format!("-c search_path={schema}"))
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("run pgbench (install postgresql-client): {e}"));
+    assert!(
+        out.status.success(),
+        "pgbench {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgbench_history_replicates_as_an_append_table() {
+    let Some(env) = test_env("pgbench_history_replicates_as_an_append_table") else {
+        return;
+    };
+    let name = unique("keyless");
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!("DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"),
+    )
+    .await;
+    pgbench(&env.pg_url, &name, &["-i", "-s", "1", "-q"]).await;
+    // History rows for the copy, two of them equal.
+    pgbench(&env.pg_url, &name, &["-T", "2", "-c", "2"]).await;
+    let history = format!("{name}.pgbench_history");
+    exec(
+        &client,
+        &format!(
+            "INSERT INTO {history} VALUES (1, 1, 1, 5, '2026-01-01', NULL), (1, 1, 1, 5, '2026-01-01', NULL)"
+        ),
+    )
+    .await;
+
+    let settings = Settings::default();
+    let mut p = Pipeline::new(&env, &name, &[], &settings);
+    p.tables = vec![format!("{name}.*")];
+    p.write_config(&settings);
+    p.on_cleanup(format!("DROP SCHEMA IF EXISTS {name} CASCADE"));
+
+    let (ok, out) = run_cdcd(&["check"], &p.config);
+    assert!(ok, "cdcd check:\n{out}");
+    let line = format!("table {history}: no key");
+    assert!(out.contains(&line), "cdcd check lacks {line:?}:\n{out}");
+
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(180)).await;
+    pgbench(&env.pg_url, &name, &["-T", "5", "-c", "2"]).await;
+    // The application's UPDATE and DELETE on the keyless table succeed: it is in the
+    // inserts-only publication, so Postgres needs no replica identity for them (and sends
+    // nothing: these leave the rows as they were, so the replica stays equal).
+    exec(
+        &client,
+        &format!(
+            "UPDATE {history} SET delta = delta WHERE tid = 1;
+             DELETE FROM {history} WHERE false;"
+        ),
+    )
+    .await;
+    let equality = std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality");
+    for t in TABLES {
+        let (code, out) = p.lakecheck_in(&name, t, 180, &[]).await;
+        assert_eq!(code, Some(0), "lakecheck {name}.{t}:\n{out}");
+        eprintln!("lakecheck {name}.{t}: {}", out.lines().last().unwrap_or(""));
+    }
+    // pyiceberg reads no equality deletes (the suite's equality pass).
+    if !equality {
+        let (code, out) = p
+            .lakecheck_in(&name, "pgbench_history", 60, &["--reader", "pyiceberg"])
+            .await;
+        assert_eq!(code, Some(0), "pyiceberg {history}:\n{out}");
+    }
+    // The table is an append table: no identifier fields in its Iceberg schema.
+    let meta = std::fs::read_dir(p.table_dir("pgbench_history").join("metadata"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|f| f.to_string_lossy().ends_with(".metadata.json"))
+        .max_by_key(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok())
+        .unwrap();
+    let text = std::fs::read_to_string(&meta).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for s in doc["schemas"].as_array().unwrap() {
+        let ids = s["identifier-field-ids"].as_array().map_or(0, Vec::len);
+        assert_eq!(ids, 0, "keyless table with identifier fields: {s}");
+    }
+
+    // kill -9 while pgbench writes, more while cdcd is down: the restart resumes exactly (the
+    // checkpoint in the snapshot: no keyless row is lost or doubled).
+    let url = env.pg_url.clone();
+    let schema = name.clone();
+    let bench = tokio::spawn(async move { pgbench(&url, &schema, &["-T", "4", "-c", "2"]).await });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    p.kill9();
+    bench.await.unwrap();
+    pgbench(&env.pg_url, &name, &["-T", "1", "-c", "1"]).await;
+    p.start();
+    for t in TABLES {
+        let (code, out) = p.lakecheck_in(&name, t, 180, &[]).await;
+        assert_eq!(code, Some(0), "lakecheck {name}.{t} after kill -9:\n{out}");
+    }
+
+    // TRUNCATE still reaches an append table.
+    exec(
+        &client,
+        &format!(
+            "TRUNCATE {history}; INSERT INTO {history} VALUES (2, 2, 2, 7, '2026-01-02', 'x'), (2, 2, 2, 7, '2026-01-02', 'x')"
+        ),
+    )
+    .await;
+    let (code, out) = p.lakecheck_in(&name, "pgbench_history", 120, &[]).await;
+    assert_eq!(code, Some(0), "lakecheck {history} after TRUNCATE:\n{out}");
+    p.assert_running();
+}
