@@ -138,3 +138,61 @@ async fn pgbench_history_replicates_as_an_append_table() {
     assert_eq!(code, Some(0), "lakecheck {history} after TRUNCATE:\n{out}");
     p.assert_running();
 }
+
+/// A kill -9 in the middle of a keyless table's copy: the copy would have to be redone at a new
+/// snapshot while the stream replays inserts from before it, which doubles rows nothing can tell
+/// apart, so the restart stops naming the table instead of replicating a wrong multiset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_mid_copy_of_a_keyless_table_stops_instead_of_doubling() {
+    let Some(env) = test_env("a_kill_mid_copy_of_a_keyless_table_stops_instead_of_doubling") else {
+        return;
+    };
+    let name = unique("keylessk");
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {t};
+             CREATE TABLE {t} (g int8, note text);
+             INSERT INTO {t} SELECT g % 1000, repeat('x', 50) FROM generate_series(1, 400000) g;"
+        ),
+    )
+    .await;
+    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    // Several commits per copy, so a kill lands between two commits of the table's copy.
+    let text = std::fs::read_to_string(&p.config).unwrap();
+    let text = text.replacen(
+        "[pipeline]\n",
+        "[pipeline]\nsnapshot_commit_rows = 20000\n",
+        1,
+    );
+    std::fs::write(&p.config, text).unwrap();
+
+    p.start();
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    while p.output().matches("position=0/0").count() < 2 {
+        assert!(std::time::Instant::now() < deadline, "no copy commits");
+        p.assert_running();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !p.output().contains("initial copy finished"),
+        "the copy ended before the kill; make the table bigger"
+    );
+    p.kill9();
+    p.wait_slot_inactive(&client, Duration::from_secs(30)).await;
+    exec(&client, &format!("INSERT INTO {t} VALUES (1, 'down')")).await;
+    p.start();
+    let status = p.wait_exit(Duration::from_secs(120)).await;
+    assert!(
+        !status.success(),
+        "a keyless copy resumed at a new snapshot"
+    );
+    let out = p.output();
+    assert!(
+        out.contains(&format!("public.{t}")) && out.contains("would double the rows"),
+        "{out}"
+    );
+}
