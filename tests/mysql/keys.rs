@@ -122,3 +122,54 @@ async fn mysql_minimal_image_without_the_key_stops() {
     );
     assert_eq!(p.position("ev"), before, "the update was committed");
 }
+
+/// A MariaDB table with no key at all (issue 23 stage 2) is an insert-only append table: its
+/// copied and streamed rows, duplicates included, equal the source as a multiset (DuckDB), a
+/// TRUNCATE empties it, and an UPDATE, which cdcd cannot place, stops cdcd naming the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_keyless_table_is_insert_only_iceberg() {
+    let Some(env) = my_env("mysql_keyless_table_is_insert_only_iceberg") else {
+        return;
+    };
+    let name = unique("mykeyless");
+    let mut p = MyPipeline::new(&env, &name, "initial", "").await;
+    let mut c = my_connect(&env.url_for(&p.db)).await;
+    my_exec(
+        &mut c,
+        "CREATE TABLE log (tid INT, delta INT, note VARCHAR(20));
+         INSERT INTO log SELECT seq % 10, seq % 3, 'copied' FROM seq_1_to_2000",
+    )
+    .await;
+    let (code, out) = p.check();
+    assert_eq!(code, Some(0), "cdcd check:\n{out}");
+    let line = format!("table {name}.log: no key");
+    assert!(out.contains(&line), "cdcd check lacks {line:?}:\n{out}");
+
+    p.start();
+    p.assert_equal("log", 120).await;
+    my_exec(
+        &mut c,
+        "INSERT INTO log SELECT seq % 10, seq % 3, 'streamed' FROM seq_1_to_500;
+         INSERT INTO log VALUES (1, 1, 'twice'), (1, 1, 'twice')",
+    )
+    .await;
+    p.assert_equal("log", 120).await;
+    my_exec(
+        &mut c,
+        "TRUNCATE log; INSERT INTO log VALUES (2, 2, 'after'), (2, 2, 'after')",
+    )
+    .await;
+    p.assert_equal("log", 120).await;
+
+    my_exec(&mut c, "UPDATE log SET note = 'x' LIMIT 1").await;
+    let status = p.wait_exit(std::time::Duration::from_secs(60)).await;
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "cdcd kept running after an UPDATE of a keyless table"
+    );
+    let out = p.output();
+    assert!(
+        out.contains(&format!("{name}.log")) && out.contains("insert-only"),
+        "{out}"
+    );
+}

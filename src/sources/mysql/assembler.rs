@@ -409,6 +409,15 @@ impl Assembler {
                 })
             }
         };
+        // A keyless table is replicated insert-only: nothing identifies the row an update or
+        // delete changes (several may be equal), so the source stops rather than guess or skip.
+        if op != Op::Insert && entry.schema.primary_key.is_empty() {
+            return Err(StreamError::Table {
+                table: id,
+                detail: format!("an {} of a table without a key: cdcd replicates keyless tables insert-only and cannot tell which row it changes; add a primary key, or name unique NOT NULL columns in source.key_columns (with binlog_row_image = FULL), or remove the table from source.tables", if op == Op::Update { "UPDATE" } else { "DELETE" }),
+                position: self.position.to_string(),
+            });
+        }
         // The before image locates the row; MINIMAL/NOBLOB images hold only the columns MySQL
         // identifies rows by, which a `source.key_columns` key need not be (`key.rs`).
         if let (true, Some(before)) = (op != Op::Insert, rows.columns_before_image()) {

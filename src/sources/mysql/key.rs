@@ -73,14 +73,6 @@ pub fn resolve(
     Ok(key(wanted.to_vec(), KeyOrigin::Override))
 }
 
-/// The problem for a table nothing identifies (until keyless tables are replicated).
-pub fn keyless_problem(table: &TableId) -> CheckProblem {
-    CheckProblem::new(
-        format!("table {table} has no primary key"),
-        "add a primary key, or name unique NOT NULL columns in source.key_columns (with binlog_row_image = FULL), or remove the table from source.tables",
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

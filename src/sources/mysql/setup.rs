@@ -341,10 +341,6 @@ pub async fn check(
     let mut keys = Vec::new();
     for t in &tables {
         match table_key(conn, cfg, t).await {
-            Ok(Some(Ok(k))) if k.origin == KeyOrigin::Keyless => {
-                let k = key::keyless_problem(t);
-                p(k.problem, &k.fix)
-            }
             Ok(Some(Ok(k))) => {
                 if k.origin == KeyOrigin::Override
                     && !matches!(row_image.as_deref(), Some("FULL") | None)
