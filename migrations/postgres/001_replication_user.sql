@@ -12,9 +12,13 @@ GRANT USAGE ON SCHEMA public TO cdc;
 GRANT SELECT ON public.orders, public.customers TO cdc;   -- or: ON ALL TABLES IN SCHEMA public
 
 -- 3. The publication cdcd reads (cdcd creates it itself if the role may; creating a publication
---    requires table ownership, so a DBA usually runs this). Every published table needs a primary key.
+--    requires table ownership, so a DBA usually runs this). Tables with a key go here; cdcd needs
+--    publish_via_partition_root = true when a captured table is partitioned.
 CREATE PUBLICATION cdcd_shop FOR TABLE public.orders, public.customers;
 --    Later, to capture another table:  ALTER PUBLICATION cdcd_shop ADD TABLE public.invoices;
+--    Tables without any key (replicated insert-only) go in a second publication that publishes
+--    only inserts and truncates, so Postgres never refuses their UPDATE and DELETE:
+--    CREATE PUBLICATION cdcd_shop_inserts FOR TABLE public.audit_log WITH (publish = 'insert, truncate');
 
 -- 4. pg_hba.conf: allow replication connections for the role, e.g.
 --    host  shop  cdc  10.0.0.0/8  scram-sha-256
