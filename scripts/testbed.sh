@@ -7,8 +7,9 @@
 #   scripts/testbed.sh stop   stop the servers this script started
 #
 # Env: CDCD_TB (default /tmp/cdcd-tb: data, logs, venv), PG_PORT (default 55440), PG_TLS_PORT (default 55441),
-# MY_PORT (default 53316), MOTO_PORT (default 59010), MOTO_SERIAL_PORT (default 59011), CDCD_TB_COMPONENTS
-# (default all: "postgres python mariadb moto pgtls"; scripts/demo.sh asks for "postgres python" only).
+# MY_PORT (default 53316), MOTO_PORT (default 59010), MOTO_SERIAL_PORT (default 59011), MOTO_TLS_PORT (default
+# 59012), CDCD_TB_COMPONENTS (default all: "postgres python mariadb moto pgtls mototls"; scripts/demo.sh asks
+# for "postgres python" only).
 #
 # Components are functions named <name>_apt / <name>_up / <name>_stop / <name>_env, listed in COMPONENTS.
 set -euo pipefail
@@ -18,6 +19,7 @@ PG_PORT=${PG_PORT:-55440}
 PG_TLS_PORT=${PG_TLS_PORT:-55441}
 MOTO_PORT=${MOTO_PORT:-59010}
 MOTO_SERIAL_PORT=${MOTO_SERIAL_PORT:-59011}
+MOTO_TLS_PORT=${MOTO_TLS_PORT:-59012}
 MY_PORT=${MY_PORT:-53316}
 PG_DB=cdcd_test
 PGBIN=/usr/lib/postgresql/15/bin
@@ -25,7 +27,7 @@ VENV=$CDCD_TB/venv
 PY=$VENV/bin/python
 RUN=$CDCD_TB/run
 LOGS=$CDCD_TB/logs
-read -ra COMPONENTS <<< "${CDCD_TB_COMPONENTS:-postgres python mariadb moto pgtls}"
+read -ra COMPONENTS <<< "${CDCD_TB_COMPONENTS:-postgres python mariadb moto pgtls mototls}"
 
 log() { printf '[testbed %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -301,7 +303,9 @@ PGTLS_DATA=$PGTLS/data
 PGTLS_CERTS=$PGTLS/certs
 pgtls_running() { as_pg "$PGBIN/pg_ctl -D $PGTLS_DATA status" >/dev/null 2>&1; }
 pgtls_apt() { apt_want postgresql-15 openssl; }
-pgtls_certs() {
+# The test CA and its certificates, shared by pgtls and mytls (under pgtls/certs, where the first test beds
+# have them). Owned by root; each server copies or chowns the key it reads.
+tb_certs() {
   [ -f "$PGTLS_CERTS/client.crt" ] && return 0
   log "making the TLS test certificates in $PGTLS_CERTS"
   rm -rf "$PGTLS_CERTS"; mkdir -p "$PGTLS_CERTS"
@@ -321,7 +325,10 @@ pgtls_certs() {
   { [ -s "$c/client.crt" ] && [ -s "$c/server.crt" ]; } || die "openssl did not make the test certificates"
   chmod 600 "$c"/*.key
   chmod 755 "$c"
-  chown postgres:postgres "$c/server.key"   # postgres refuses a key file that others can read or it does not own
+}
+pgtls_certs() {
+  tb_certs
+  chown postgres:postgres "$PGTLS_CERTS/server.key"   # postgres refuses a key file that others can read or it does not own
 }
 pgtls_up() {
   mkdir -p "$PGTLS"; chown postgres:postgres "$PGTLS"
@@ -394,6 +401,41 @@ pgtls_env() {
   echo "export CDCD_TEST_PG_TLS=postgres://postgres@127.0.0.1:$PG_TLS_PORT/$PG_DB"
   echo "export CDCD_TEST_PG_TLS_CA=$PGTLS_CERTS/ca.crt"
   echo "export CDCD_TEST_PG_TLS_DIR=$PGTLS_CERTS"
+}
+
+# ------------------------------------------------------------------ moto over https: S3 with a private CA
+# A third moto (threaded, as :MOTO_PORT) serving https on 127.0.0.1:MOTO_TLS_PORT with the test CA's server
+# certificate (tb_certs above: DNS:localhost, IP:127.0.0.1), so the endpoint is https://localhost:PORT and a
+# client needs the test CA (sink.s3.ca_file) to trust it. Needs the python venv.
+MOTOTLS=$CDCD_TB/mototls
+mototls_apt() { apt_want openssl curl; }
+mototls_up() {
+  tb_certs
+  mkdir -p "$MOTOTLS"
+  local f
+  for f in ca.crt server.crt server.key; do
+    cmp -s "$PGTLS_CERTS/$f" "$MOTOTLS/$f" || cp "$PGTLS_CERTS/$f" "$MOTOTLS/$f"
+  done
+  chmod 600 "$MOTOTLS/server.key"
+  if ! moto_alive moto_tls; then
+    port_busy "$MOTO_TLS_PORT" && die "port $MOTO_TLS_PORT is in use by another program; set MOTO_TLS_PORT"
+    log "starting moto (https) on 127.0.0.1:$MOTO_TLS_PORT"
+    nohup "$VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_TLS_PORT" -c "$MOTOTLS/server.crt" -k "$MOTOTLS/server.key" \
+      >"$LOGS/moto_tls.log" 2>&1 &
+    echo $! > "$RUN/moto_tls.pid"
+  fi
+  for _ in $(seq 100); do curl -s -o /dev/null --cacert "$MOTOTLS/ca.crt" "https://localhost:$MOTO_TLS_PORT/" && break; sleep 0.1; done
+  curl -s -o /dev/null --cacert "$MOTOTLS/ca.crt" "https://localhost:$MOTO_TLS_PORT/" \
+    || die "moto (https) on :$MOTO_TLS_PORT did not start or its certificate does not verify (see $LOGS/moto_tls.log)"
+}
+mototls_stop() {
+  if moto_alive moto_tls; then kill "$(cat "$RUN/moto_tls.pid")" || true; fi
+  rm -f "$RUN/moto_tls.pid"
+}
+mototls_env() {
+  echo "export CDCD_TEST_S3_TLS=https://localhost:$MOTO_TLS_PORT"
+  echo "export CDCD_TEST_S3_TLS_CA=$MOTOTLS/ca.crt"
+  echo "export CDCD_TEST_S3_TLS_OTHER_CA=$PGTLS_CERTS/other-ca.crt"
 }
 
 # ------------------------------------------------------------------ main
