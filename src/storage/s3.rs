@@ -137,7 +137,8 @@ fn builder(
     let mut env_endpoint = None;
     let mut env_virtual_hosted = None;
     for (key, value) in env {
-        if !key.starts_with("AWS_") {
+        // An empty variable counts as unset (as `var` above), not as an empty region or key.
+        if !key.starts_with("AWS_") || value.is_empty() {
             continue;
         }
         // Unknown AWS_* variables (AWS_PROFILE, AWS_PAGER, …) belong to other tools.

@@ -1,7 +1,12 @@
 //! Warehouses on S3 (the test bed's moto): end to end, crash points around each put, injected
-//! faults (`support/faultproxy.py`), and a standby taking over the lease.
+//! faults (`support/faultproxy.py`), a standby taking over the lease, and how cdcd reaches the
+//! store: https with a private CA, virtual-hosted addressing, credentials from an AWS profile.
 
+mod access;
+mod addressing;
 mod crash;
 mod e2e;
 mod faults;
+mod profile;
 mod standby;
+mod tls;
