@@ -164,12 +164,11 @@ fn builder(
     }
     builder = builder.with_bucket_name(bucket);
 
-    let profile_field = |f: fn(&Profile) -> &Option<String>| profile.as_ref().and_then(|p| f(p).clone());
     let endpoint = config
         .endpoint
         .clone()
         .or(env_endpoint)
-        .or_else(|| profile_field(|p| &p.endpoint_url));
+        .or_else(|| profile.as_ref().and_then(|p| p.endpoint_url.clone()));
     let virtual_hosted = match config.addressing {
         Some(a) => a == Addressing::VirtualHosted,
         None => env_virtual_hosted.unwrap_or(endpoint.is_none() && !bucket.contains('.')),
@@ -195,7 +194,7 @@ fn builder(
         .or_else(|| builder.get_config_value(&AmazonS3ConfigKey::DefaultRegion))
         .is_none()
     {
-        if let Some(region) = profile_field(|p| &p.region) {
+        if let Some(region) = profile.as_ref().and_then(|p| p.region.clone()) {
             builder = builder.with_region(region);
         }
     }

@@ -342,7 +342,7 @@ aws_session_token = tok
         );
         assert_eq!(p.ca_bundle.as_deref(), Some("/etc/cdcd/minio-ca.pem"));
         let text = format!("{p:?}");
-        assert!(!text.contains("minioid") && !text.contains("secret"), "{text}");
+        assert!(!text.contains("minioid") && !text.contains("minio/secret"), "{text}");
 
         let over = "[profile minio]\naws_access_key_id = fromconfig\naws_secret_access_key = s\n";
         let p = resolve(&key("minio"), Some(over), Some(CREDENTIALS), "f")
