@@ -3,8 +3,9 @@
 //!
 //! object_store reports such a failure as "error sending request" with rustls's verdict
 //! (`invalid peer certificate: UnknownIssuer`) several sources down; nothing in it says which
-//! endpoint or which setting. This wrapper finds the `rustls::Error` in the chain (tokio-rustls
-//! hands it up inside an `io::Error`) and replaces the error with one naming the endpoint and the
+//! endpoint or which setting. This wrapper finds rustls's verdict in the chain (the typed
+//! `rustls::Error`, or its words where the HTTP stack boxed it away) and replaces the error with
+//! one naming the endpoint and the
 //! fix: `sink.s3.ca_file` for an unknown CA, the endpoint's host name for a name mismatch. Every
 //! other error passes unchanged (the commit path matches on `AlreadyExists`/`Precondition`).
 //! The parts of a multipart upload are not wrapped: a TLS failure shows on a store's first
@@ -32,20 +33,18 @@ pub struct CertRefused(String);
 
 /// `e`, or the error that explains a refused certificate of `endpoint`.
 pub fn explain(endpoint: &str, e: object_store::Error) -> object_store::Error {
-    let Some(cert) = cert_error(&e) else { return e };
-    let message = match cert {
-        CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
-            format!(
-                "the TLS certificate of {endpoint} does not name its host ({cert:?}): set \
-                 sink.s3.endpoint to a host name the certificate was issued for"
-            )
-        }
-        CertificateError::UnknownIssuer | CertificateError::BadSignature => format!(
-            "the TLS certificate of {endpoint} did not verify ({cert:?}): set sink.s3.ca_file \
+    let Some(verdict) = verdict(&e) else { return e };
+    let message = match verdict {
+        Verdict::Name(detail) => format!(
+            "the TLS certificate of {endpoint} does not name its host ({detail}): set \
+             sink.s3.endpoint to a host name the certificate was issued for"
+        ),
+        Verdict::Issuer(detail) => format!(
+            "the TLS certificate of {endpoint} did not verify ({detail}): set sink.s3.ca_file \
              (or AWS_CA_BUNDLE) to the PEM bundle of the CA that signed it"
         ),
-        other => format!(
-            "the TLS certificate of {endpoint} did not verify ({other:?}); a private CA goes in \
+        Verdict::Other(detail) => format!(
+            "the TLS certificate of {endpoint} did not verify ({detail}); a private CA goes in \
              sink.s3.ca_file (or AWS_CA_BUNDLE)"
         ),
     };
@@ -55,8 +54,49 @@ pub fn explain(endpoint: &str, e: object_store::Error) -> object_store::Error {
     }
 }
 
-/// The certificate verdict somewhere in `e`'s sources.
-fn cert_error(e: &object_store::Error) -> Option<CertificateError> {
+/// What was wrong with the certificate, as rustls put it.
+enum Verdict {
+    /// Valid, but for other names.
+    Name(String),
+    /// Signed by a CA the client does not trust (or not validly signed).
+    Issuer(String),
+    Other(String),
+}
+
+impl Verdict {
+    fn of(cert: &CertificateError) -> Verdict {
+        let detail = format!("{cert:?}");
+        match cert {
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
+                Verdict::Name(detail)
+            }
+            CertificateError::UnknownIssuer | CertificateError::BadSignature => {
+                Verdict::Issuer(detail)
+            }
+            _ => Verdict::Other(detail),
+        }
+    }
+
+    /// From rustls's wording, `invalid peer certificate: <CertificateError as Debug>`.
+    fn from_text(text: &str) -> Option<Verdict> {
+        let (_, rest) = text.split_once("invalid peer certificate: ")?;
+        let detail: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        Some(match detail.as_str() {
+            d if d.starts_with("NotValidForName") => Verdict::Name(detail),
+            "UnknownIssuer" | "BadSignature" => Verdict::Issuer(detail),
+            _ => Verdict::Other(detail),
+        })
+    }
+}
+
+/// The certificate verdict somewhere in `e`'s sources: the `rustls::Error` itself where the chain
+/// exposes it, else rustls's words. reqwest and hyper box the connector's error on the way up,
+/// and the typed error does not always survive as a `source()` (the e2e test against the test
+/// bed's https moto only ever saw the words), so both are looked for.
+fn verdict(e: &object_store::Error) -> Option<Verdict> {
     let mut next: Option<&(dyn StdError + 'static)> = Some(e);
     while let Some(err) = next {
         let found = err.downcast_ref::<rustls::Error>().or_else(|| {
@@ -66,7 +106,10 @@ fn cert_error(e: &object_store::Error) -> Option<CertificateError> {
                 .and_then(|inner| inner.downcast_ref::<rustls::Error>())
         });
         if let Some(rustls::Error::InvalidCertificate(cert)) = found {
-            return Some(cert.clone());
+            return Some(Verdict::of(cert));
+        }
+        if let Some(v) = Verdict::from_text(&err.to_string()) {
+            return Some(v);
         }
         next = err.source();
     }
@@ -201,6 +244,27 @@ mod tests {
         );
         let e = explain("https://minio:9000", wrapped(CertificateError::NotValidForName));
         assert!(e.to_string().contains("does not name its host"), "{e}");
+    }
+
+    #[test]
+    fn rustls_words_are_enough() {
+        let e = object_store::Error::Generic {
+            store: "S3",
+            source: "error sending request: client error (Connect): invalid peer certificate: \
+                     UnknownIssuer"
+                .into(),
+        };
+        let text = explain("https://localhost:59012", e).to_string();
+        assert!(
+            text.contains("(UnknownIssuer)") && text.contains("sink.s3.ca_file"),
+            "{text}"
+        );
+        let e = object_store::Error::Generic {
+            store: "S3",
+            source: "invalid peer certificate: NotValidForNameContext { expected: .. }".into(),
+        };
+        let text = explain("https://h", e).to_string();
+        assert!(text.contains("does not name its host"), "{text}");
     }
 
     #[test]
