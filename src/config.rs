@@ -691,23 +691,36 @@ warehouse = "/tmp/wh"
         let e = error(&with(
             "endpoint = \"http://127.0.0.1:9000\"\naddressing = \"virtual-hosted\"",
         ));
-        assert!(e.contains("sink.s3.addressing") && e.contains("IP address"), "{e}");
+        assert!(
+            e.contains("sink.s3.addressing") && e.contains("IP address"),
+            "{e}"
+        );
         let e = error(&with("profile = \"\""));
         assert!(e.contains("sink.s3.profile"), "{e}");
 
         // A CA file that is missing, or holds no certificate: the key and the file.
         let missing = dir.path().join("missing.pem");
-        let e = error(&with(&format!("ca_file = {:?}", missing.display().to_string())));
+        let e = error(&with(&format!(
+            "ca_file = {:?}",
+            missing.display().to_string()
+        )));
         assert!(
-            e.contains("key `sink.s3.ca_file`") && e.contains("missing.pem") && e.contains("cannot read"),
+            e.contains("key `sink.s3.ca_file`")
+                && e.contains("missing.pem")
+                && e.contains("cannot read"),
             "{e}"
         );
         let key = dir.path().join("key.pem");
-        std::fs::write(&key, "-----BEGIN PRIVATE KEY-----\nMC4CAQA=\n-----END PRIVATE KEY-----\n")
-            .unwrap();
+        std::fs::write(
+            &key,
+            "-----BEGIN PRIVATE KEY-----\nMC4CAQA=\n-----END PRIVATE KEY-----\n",
+        )
+        .unwrap();
         let e = error(&with(&format!("ca_file = {:?}", key.display().to_string())));
         assert!(
-            e.contains("key `sink.s3.ca_file`") && e.contains("key.pem") && e.contains("no PEM certificate"),
+            e.contains("key `sink.s3.ca_file`")
+                && e.contains("key.pem")
+                && e.contains("no PEM certificate"),
             "{e}"
         );
     }

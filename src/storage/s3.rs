@@ -368,7 +368,8 @@ mod tests {
         home
     }
 
-    const PROFILES: &str = "[default]\naws_access_key_id = DEF\naws_secret_access_key = defsecret\n\
+    const PROFILES: &str =
+        "[default]\naws_access_key_id = DEF\naws_secret_access_key = defsecret\n\
         [x]\naws_access_key_id = XID\naws_secret_access_key = xsecret\naws_session_token = xtok\n\
         region = eu-north-1\nendpoint_url = https://x.example.com\n";
 
@@ -426,9 +427,12 @@ mod tests {
     fn a_named_profile_must_exist_and_be_usable() {
         let home = home_with(PROFILES);
         let h = home.path().to_str().unwrap();
-        let e = built(&S3Config::default(), &[("HOME", h), ("AWS_PROFILE", "nope")])
-            .unwrap_err()
-            .to_string();
+        let e = built(
+            &S3Config::default(),
+            &[("HOME", h), ("AWS_PROFILE", "nope")],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("\"nope\"") && e.contains("AWS_PROFILE"), "{e}");
         assert!(!e.contains("secret"), "{e}");
         let creds = home.path().join("sso");
@@ -450,9 +454,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let empty = dir.path().join("empty.pem");
         std::fs::write(&empty, "not a certificate\n").unwrap();
-        let e = built(&S3Config::default(), &[("AWS_CA_BUNDLE", empty.to_str().unwrap())])
-            .unwrap_err()
-            .to_string();
+        let e = built(
+            &S3Config::default(),
+            &[("AWS_CA_BUNDLE", empty.to_str().unwrap())],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             e.contains("AWS_CA_BUNDLE") && e.contains("empty.pem") && e.contains("no PEM"),
             "{e}"
@@ -462,6 +469,9 @@ mod tests {
             ..S3Config::default()
         };
         let e = built(&missing, &[]).unwrap_err().to_string();
-        assert!(e.contains("sink.s3.ca_file") && e.contains("missing.pem"), "{e}");
+        assert!(
+            e.contains("sink.s3.ca_file") && e.contains("missing.pem"),
+            "{e}"
+        );
     }
 }

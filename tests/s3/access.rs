@@ -107,7 +107,13 @@ impl S3Custom {
     }
 
     /// Panics unless lakecheck finds the table equal.
-    pub async fn assert_equal(&self, table: &str, endpoint: &str, reader: &str, env: &[(&str, &str)]) {
+    pub async fn assert_equal(
+        &self,
+        table: &str,
+        endpoint: &str,
+        reader: &str,
+        env: &[(&str, &str)],
+    ) {
         let (code, text) = self.lakecheck(table, endpoint, reader, env, 90).await;
         assert_eq!(
             code,
@@ -115,7 +121,10 @@ impl S3Custom {
             "lakecheck ({reader}) public.{table} differs:\n{text}\n--- cdcd:\n{}",
             self.p.output()
         );
-        eprintln!("lakecheck ({reader}) public.{table}: {}", text.lines().last().unwrap_or(""));
+        eprintln!(
+            "lakecheck ({reader}) public.{table}: {}",
+            text.lines().last().unwrap_or("")
+        );
     }
 }
 

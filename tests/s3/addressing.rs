@@ -56,7 +56,10 @@ async fn s3_virtual_hosted_requests_put_the_bucket_in_the_host() {
     s.p.sigterm_and_wait(Duration::from_secs(60)).await;
 
     let requests = proxy.requests();
-    assert!(requests.len() > 5, "too few requests through the proxy: {requests:?}");
+    assert!(
+        requests.len() > 5,
+        "too few requests through the proxy: {requests:?}"
+    );
     let host = format!("{bucket}.localhost:{port}");
     for (method, url, host_header, _) in &requests {
         let prefix = format!("http://{host}/");
@@ -71,7 +74,9 @@ async fn s3_virtual_hosted_requests_put_the_bucket_in_the_host() {
     }
     // Writes went this way, not only reads.
     assert!(
-        requests.iter().any(|(m, u, _, _)| m == "PUT" && u.contains("metadata.json")),
+        requests
+            .iter()
+            .any(|(m, u, _, _)| m == "PUT" && u.contains("metadata.json")),
         "{requests:?}"
     );
 }

@@ -54,7 +54,10 @@ async fn s3_credentials_from_an_aws_profile_only() {
     let mut s = S3Custom::new(&env, &n, &n, &bucket, "allow_http = true");
     s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
     let base_env = vec![
-        ("AWS_SHARED_CREDENTIALS_FILE".to_owned(), credentials.display().to_string()),
+        (
+            "AWS_SHARED_CREDENTIALS_FILE".to_owned(),
+            credentials.display().to_string(),
+        ),
         ("AWS_CONFIG_FILE".to_owned(), config.display().to_string()),
         // Emptied: the test process's own, if any, must not be used (empty counts as unset).
         ("AWS_ACCESS_KEY_ID".to_owned(), String::new()),
@@ -66,7 +69,8 @@ async fn s3_credentials_from_an_aws_profile_only() {
 
     // A profile the files do not have: a clear stop, naming it and AWS_PROFILE.
     s.p.env_vars = base_env.clone();
-    s.p.env_vars.push(("AWS_PROFILE".into(), "no-such-profile".into()));
+    s.p.env_vars
+        .push(("AWS_PROFILE".into(), "no-such-profile".into()));
     s.p.start();
     let status = s.p.wait_exit(Duration::from_secs(60)).await;
     let out = s.p.output();
@@ -75,13 +79,21 @@ async fn s3_credentials_from_an_aws_profile_only() {
         out.contains("\"no-such-profile\"") && out.contains("AWS_PROFILE"),
         "{out}"
     );
-    assert!(!out.contains("profilesecret") && !out.contains("defaultsecret"), "{out}");
+    assert!(
+        !out.contains("profilesecret") && !out.contains("defaultsecret"),
+        "{out}"
+    );
 
     s.p.env_vars = base_env;
-    s.p.env_vars.push(("AWS_PROFILE".into(), "cdcd-test".into()));
+    s.p.env_vars
+        .push(("AWS_PROFILE".into(), "cdcd-test".into()));
     s.p.start();
     s.p.wait_slot_active(&client, Duration::from_secs(90)).await;
-    exec(&client, &format!("UPDATE {n} SET v = 'w' || id WHERE id % 4 = 0;")).await;
+    exec(
+        &client,
+        &format!("UPDATE {n} SET v = 'w' || id WHERE id % 4 = 0;"),
+    )
+    .await;
     s.assert_equal(&n, &moto_url, "duckdb", &[]).await;
     s.p.sigterm_and_wait(Duration::from_secs(60)).await;
 

@@ -49,7 +49,9 @@ async fn s3_https_with_ca_file_reads_back_and_without_it_stops_clearly() {
     let out = s.p.output();
     assert!(!status.success(), "cdcd ran without the CA:\n{out}");
     assert!(
-        out.contains(&endpoint) && out.contains("sink.s3.ca_file") && out.contains("did not verify"),
+        out.contains(&endpoint)
+            && out.contains("sink.s3.ca_file")
+            && out.contains("did not verify"),
         "the error should name the endpoint and sink.s3.ca_file:\n{out}"
     );
     assert!(!out.contains("secret_access_key = "), "{out}");
@@ -69,7 +71,11 @@ async fn s3_https_with_ca_file_reads_back_and_without_it_stops_clearly() {
     let (code, text) = s
         .lakecheck(&n, &endpoint, "duckdb", &[("AWS_CA_BUNDLE", &ca)], 0)
         .await;
-    assert_ne!(code, Some(0), "a table exists after refused connections: {text}");
+    assert_ne!(
+        code,
+        Some(0),
+        "a table exists after refused connections: {text}"
+    );
 
     // With ca_file: the rows land, updates and deletes too, and both readers trust the same CA.
     s.set_section(&format!("{base}\nca_file = {ca:?}"));

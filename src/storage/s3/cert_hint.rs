@@ -236,13 +236,19 @@ mod tests {
 
     #[test]
     fn an_unknown_issuer_names_the_endpoint_and_ca_file() {
-        let e = explain("https://minio:9000", wrapped(CertificateError::UnknownIssuer));
+        let e = explain(
+            "https://minio:9000",
+            wrapped(CertificateError::UnknownIssuer),
+        );
         let text = e.to_string();
         assert!(
             text.contains("https://minio:9000") && text.contains("sink.s3.ca_file"),
             "{text}"
         );
-        let e = explain("https://minio:9000", wrapped(CertificateError::NotValidForName));
+        let e = explain(
+            "https://minio:9000",
+            wrapped(CertificateError::NotValidForName),
+        );
         assert!(e.to_string().contains("does not name its host"), "{e}");
     }
 

@@ -178,7 +178,11 @@ pub fn resolve(
     let other_source = ["role_arn", "credential_process", "web_identity_token_file"]
         .into_iter()
         .find(|k| keys.contains_key(*k))
-        .or_else(|| keys.keys().find(|k| k.starts_with("sso_")).map(|k| k.as_str()))
+        .or_else(|| {
+            keys.keys()
+                .find(|k| k.starts_with("sso_"))
+                .map(|k| k.as_str())
+        })
         .map(str::to_owned);
     Ok(Some(Profile {
         name: name.to_owned(),
@@ -342,7 +346,10 @@ aws_session_token = tok
         );
         assert_eq!(p.ca_bundle.as_deref(), Some("/etc/cdcd/minio-ca.pem"));
         let text = format!("{p:?}");
-        assert!(!text.contains("minioid") && !text.contains("minio/secret"), "{text}");
+        assert!(
+            !text.contains("minioid") && !text.contains("minio/secret"),
+            "{text}"
+        );
 
         let over = "[profile minio]\naws_access_key_id = fromconfig\naws_secret_access_key = s\n";
         let p = resolve(&key("minio"), Some(over), Some(CREDENTIALS), "f")
@@ -361,24 +368,40 @@ aws_session_token = tok
         assert_eq!(p.access_key_id.as_deref(), Some("AKIDDEFAULT"));
 
         let e = resolve(&Chosen::Env("nope".into()), Some(CONFIG), None, "A nor B").unwrap_err();
-        assert!(e.contains("\"nope\"") && e.contains("AWS_PROFILE") && e.contains("A nor B"), "{e}");
+        assert!(
+            e.contains("\"nope\"") && e.contains("AWS_PROFILE") && e.contains("A nor B"),
+            "{e}"
+        );
         // `[profilebroken]` is not `[profile broken]`.
         assert!(resolve(&key("broken"), Some(CONFIG), None, "f").is_err());
     }
 
     #[test]
     fn a_profile_with_another_credential_source_is_refused_by_name() {
-        let p = resolve(&key("sso"), Some(CONFIG), None, "f").unwrap().unwrap();
+        let p = resolve(&key("sso"), Some(CONFIG), None, "f")
+            .unwrap()
+            .unwrap();
         let e = p.unusable(&key("sso")).unwrap();
-        assert!(e.contains("sso_") && e.contains("export-credentials --profile sso"), "{e}");
+        assert!(
+            e.contains("sso_") && e.contains("export-credentials --profile sso"),
+            "{e}"
+        );
         let role = "[profile r]\nrole_arn = arn:aws:iam::1:role/x\nsource_profile = default\n";
         let p = resolve(&key("r"), Some(role), None, "f").unwrap().unwrap();
         let e = p.unusable(&key("r")).unwrap();
-        assert!(e.contains("role_arn") && e.contains("sink.s3.profile"), "{e}");
+        assert!(
+            e.contains("role_arn") && e.contains("sink.s3.profile"),
+            "{e}"
+        );
         let half = "[h]\naws_access_key_id = only\n";
-        let p = resolve(&Chosen::Env("h".into()), None, Some(half), "f").unwrap().unwrap();
+        let p = resolve(&Chosen::Env("h".into()), None, Some(half), "f")
+            .unwrap()
+            .unwrap();
         let e = p.unusable(&Chosen::Env("h".into())).unwrap();
-        assert!(e.contains("only one of") && e.contains("AWS_PROFILE"), "{e}");
+        assert!(
+            e.contains("only one of") && e.contains("AWS_PROFILE"),
+            "{e}"
+        );
         assert!(!e.contains("\"only\""), "{e}");
         // Static keys beside a role: the keys are used.
         let both = "[b]\naws_access_key_id = a\naws_secret_access_key = s\nrole_arn = x\n";
@@ -411,12 +434,17 @@ aws_session_token = tok
     fn missing_files_are_empty_and_a_directory_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let none = dir.path().join("none");
-        assert_eq!(load(&Chosen::Default, Some(&none), Some(&none)).unwrap(), None);
+        assert_eq!(
+            load(&Chosen::Default, Some(&none), Some(&none)).unwrap(),
+            None
+        );
         let e = load(&Chosen::Default, Some(dir.path()), None).unwrap_err();
         assert!(e.contains("cannot read"), "{e}");
         let creds = dir.path().join("credentials");
         std::fs::write(&creds, CREDENTIALS).unwrap();
-        let p = load(&key("minio"), Some(&none), Some(&creds)).unwrap().unwrap();
+        let p = load(&key("minio"), Some(&none), Some(&creds))
+            .unwrap()
+            .unwrap();
         assert_eq!(p.access_key_id.as_deref(), Some("minioid"));
     }
 }
