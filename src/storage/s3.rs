@@ -6,7 +6,8 @@
 //! - region: `sink.s3.region`, `AWS_REGION` / `AWS_DEFAULT_REGION`, the profile's `region`;
 //! - credentials: `sink.s3.access_key_id` + `secret_access_key`; the profile named by
 //!   `sink.s3.profile`; `AWS_ACCESS_KEY_ID` + `AWS_SECRET_ACCESS_KEY` (+ `AWS_SESSION_TOKEN`);
-//!   the profile named by `AWS_PROFILE`, or `default`; then object_store's chain (web identity
+//!   the profile named by `AWS_PROFILE`, or `default` (its static keys, else its
+//!   `credential_process`: [`credential_process`]); then object_store's chain (web identity
 //!   `AWS_WEB_IDENTITY_TOKEN_FILE` + `AWS_ROLE_ARN`, ECS container credentials, EC2 instance
 //!   metadata). An explicit `profile` key beats the environment's keys, as `--profile` does in
 //!   the AWS CLI; `AWS_PROFILE` does not, as in the SDKs. Profiles: [`profile`].
@@ -44,9 +45,11 @@ use super::StorageError;
 use crate::config::{Addressing, S3Config};
 
 mod cert_hint;
+mod credential_process;
 pub mod profile;
 
 pub use cert_hint::CertHint;
+use credential_process::ProcessCredentials;
 use profile::{Chosen, Profile};
 
 /// The S3 store [`build`] makes.
@@ -116,7 +119,7 @@ fn builder(
             if let Some(why) = p.unusable(&chosen) {
                 return Err(failed(why));
             }
-            p.access_key_id.is_some()
+            p.access_key_id.is_some() || p.credential_process.is_some()
         }
         _ => false,
     };
@@ -210,6 +213,10 @@ fn builder(
         }
         if let Some(token) = &p.session_token {
             builder = builder.with_token(token);
+        }
+        if let (None, Some(command)) = (&p.access_key_id, &p.credential_process) {
+            let process = ProcessCredentials::new(command.clone(), p.name.clone());
+            builder = builder.with_credentials(std::sync::Arc::new(process));
         }
     }
     let shown = endpoint.unwrap_or_else(|| "AWS S3".to_owned());

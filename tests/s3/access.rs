@@ -167,6 +167,11 @@ impl LoggingProxy {
         }
     }
 
+    /// Forgets the requests logged so far.
+    pub fn clear(&self) {
+        std::fs::write(&self.log, "").unwrap();
+    }
+
     /// The `req` lines so far: (method, path or absolute URL, host, key id).
     pub fn requests(&self) -> Vec<(String, String, String, String)> {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();

@@ -2,8 +2,10 @@
 //! environment, `AWS_SHARED_CREDENTIALS_FILE` and `AWS_CONFIG_FILE` point at temp files, and
 //! `AWS_PROFILE=cdcd-test` picks a profile whose keys, region and `endpoint_url` (the logging
 //! proxy in front of moto) are all cdcd gets. moto does not check keys, so the proxy's log shows
-//! which key id signed each request: the profile's, never the `default` profile's. A profile that
-//! is not in the files stops cdcd with a message naming it.
+//! which key id signed each request: the profile's, never the `default` profile's. Then a profile
+//! whose keys come from `credential_process` (a script printing the protocol's JSON): every
+//! request is signed with the key id the script printed. A profile that is not in the files stops
+//! cdcd with a message naming it.
 
 use std::time::Duration;
 
@@ -37,15 +39,25 @@ async fn s3_credentials_from_an_aws_profile_only() {
     let config = files.path().join("config");
     std::fs::write(
         &credentials,
-        "[default]\naws_access_key_id = DEFAULTKEYID\naws_secret_access_key = defaultsecret\n\n\
-         [cdcd-test]\naws_access_key_id = PROFILEKEYID\naws_secret_access_key = profilesecret\n",
+        format!("[default]\naws_access_key_id = DEFAULTKEYID\naws_secret_access_key = defaultsecret\n\n\
+         [cdcd-test]\naws_access_key_id = PROFILEKEYID\naws_secret_access_key = profilesecret\n\n\
+         [cdcd-proc]\ncredential_process = sh {script}\n",
+            script = files.path().join("keys.sh").display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        files.path().join("keys.sh"),
+        "echo '{\"Version\": 1, \"AccessKeyId\": \"PROCESSKEYID\", \"SecretAccessKey\": \"procsecret\", \
+         \"Expiration\": \"2099-01-01T00:00:00Z\"}'\n",
     )
     .unwrap();
     std::fs::write(
         &config,
         format!(
-            "[profile cdcd-test]\nregion = us-east-1\nendpoint_url = {}\ns3 =\n  addressing_style = path\n",
-            proxy.url
+            "[profile cdcd-test]\nregion = us-east-1\nendpoint_url = {url}\ns3 =\n  addressing_style = path\n\n\
+             [profile cdcd-proc]\nregion = us-east-1\nendpoint_url = {url}\n",
+            url = proxy.url
         ),
     )
     .unwrap();
@@ -84,7 +96,7 @@ async fn s3_credentials_from_an_aws_profile_only() {
         "{out}"
     );
 
-    s.p.env_vars = base_env;
+    s.p.env_vars = base_env.clone();
     s.p.env_vars
         .push(("AWS_PROFILE".into(), "cdcd-test".into()));
     s.p.start();
@@ -108,4 +120,22 @@ async fn s3_credentials_from_an_aws_profile_only() {
     );
     let out = s.p.output();
     assert!(!out.contains("profilesecret"), "{out}");
+
+    // The same pipeline on with keys from credential_process.
+    proxy.clear();
+    s.p.env_vars = base_env;
+    s.p.env_vars
+        .push(("AWS_PROFILE".into(), "cdcd-proc".into()));
+    s.p.start();
+    s.p.wait_slot_active(&client, Duration::from_secs(90)).await;
+    exec(&client, &format!("DELETE FROM {n} WHERE id % 9 = 0;")).await;
+    s.assert_equal(&n, &moto_url, "duckdb", &[]).await;
+    s.p.sigterm_and_wait(Duration::from_secs(60)).await;
+    let requests = proxy.requests();
+    assert!(requests.len() > 3, "{requests:?}");
+    assert!(
+        requests.iter().all(|(_, _, _, k)| k == "PROCESSKEYID"),
+        "requests signed by other keys: {requests:?}"
+    );
+    assert!(!s.p.output().contains("procsecret"));
 }

@@ -20,9 +20,10 @@
 //! `$HOME/.aws/config`. A named profile (key or `AWS_PROFILE`) that neither file has is an error;
 //! a missing `default` is not (most hosts have no files at all).
 //!
-//! Supported: `aws_access_key_id`, `aws_secret_access_key`, `aws_session_token`, `region`,
+//! Supported: `aws_access_key_id`, `aws_secret_access_key`, `aws_session_token`,
+//! `credential_process` (run by `credential_process.rs` when there are no static keys), `region`,
 //! `endpoint_url`, `ca_bundle`. A profile that gets its credentials another way (`role_arn`,
-//! `sso_*`, `credential_process`, `web_identity_token_file`) and has no static keys is refused,
+//! `sso_*`, `web_identity_token_file`) and has neither is refused,
 //! when its credentials would be used, with the way to export them, rather than silently falling
 //! through to another identity.
 //! Values are never logged nor put in errors.
@@ -41,6 +42,8 @@ pub struct Profile {
     pub region: Option<String>,
     pub endpoint_url: Option<String>,
     pub ca_bundle: Option<String>,
+    /// A command printing the keys as JSON; used only without static keys.
+    pub credential_process: Option<String>,
     /// The first key naming another way of getting credentials (`role_arn`, `sso_…`, …).
     pub other_source: Option<String>,
 }
@@ -56,6 +59,10 @@ impl fmt::Debug for Profile {
             .field("region", &self.region)
             .field("endpoint_url", &self.endpoint_url)
             .field("ca_bundle", &self.ca_bundle)
+            .field(
+                "credential_process",
+                &self.credential_process.as_ref().map(|_| "…"),
+            )
             .field("other_source", &self.other_source)
             .finish()
     }
@@ -175,7 +182,7 @@ pub fn resolve(
     let mut keys = from_config.unwrap_or_default();
     keys.extend(from_credentials.unwrap_or_default());
     let take = |k: &str| keys.get(k).cloned();
-    let other_source = ["role_arn", "credential_process", "web_identity_token_file"]
+    let other_source = ["role_arn", "web_identity_token_file"]
         .into_iter()
         .find(|k| keys.contains_key(*k))
         .or_else(|| {
@@ -192,14 +199,16 @@ pub fn resolve(
         region: take("region"),
         endpoint_url: take("endpoint_url"),
         ca_bundle: take("ca_bundle"),
+        credential_process: take("credential_process"),
         other_source,
     }))
 }
 
 impl Profile {
     /// Why this profile's credentials cannot be used, when cdcd wants them: only one of the two
-    /// keys, or none and another way of getting them (which cdcd does not run). `None`: usable,
-    /// or the profile has no credentials at all (the next source is asked).
+    /// keys, or neither keys nor `credential_process` but another way of getting them (which cdcd
+    /// does not run). `None`: usable, or the profile has no credentials at all (the next source is
+    /// asked).
     pub fn unusable(&self, chosen: &Chosen) -> Option<String> {
         let name = &self.name;
         let origin = chosen.origin();
@@ -209,8 +218,12 @@ impl Profile {
                  aws_secret_access_key"
             ));
         }
-        match (&self.access_key_id, &self.other_source) {
-            (None, Some(other)) => Some(format!(
+        match (
+            &self.access_key_id,
+            &self.credential_process,
+            &self.other_source,
+        ) {
+            (None, None, Some(other)) => Some(format!(
                 "profile {name:?} ({origin}) gets its credentials through {other}, which cdcd \
                  does not run: export them (eval \"$(aws configure export-credentials --profile \
                  {name} --format env)\") or give the profile static keys"
@@ -403,6 +416,16 @@ aws_session_token = tok
             "{e}"
         );
         assert!(!e.contains("\"only\""), "{e}");
+        let process = "[p]\ncredential_process = /opt/get-keys --json\n";
+        let p = resolve(&key("p"), None, Some(process), "f")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            p.credential_process.as_deref(),
+            Some("/opt/get-keys --json")
+        );
+        assert_eq!(p.unusable(&key("p")), None);
+        assert!(!format!("{p:?}").contains("get-keys"));
         // Static keys beside a role: the keys are used.
         let both = "[b]\naws_access_key_id = a\naws_secret_access_key = s\nrole_arn = x\n";
         let p = resolve(&key("b"), None, Some(both), "f").unwrap().unwrap();
