@@ -5,5 +5,6 @@ mod crash;
 mod ddl;
 mod lifecycle;
 mod replication;
+mod schema_evolution;
 mod snapshot;
 mod tls;

@@ -11,7 +11,9 @@
 use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Schema as ArrowSchema, SchemaRef, TimeUnit};
-use iceberg::spec::{ListType, NestedField, NestedFieldRef, PrimitiveType, Schema, Type};
+use iceberg::spec::{
+    ListType, NestedField, NestedFieldRef, PrimitiveType, Schema, TableMetadata, Type,
+};
 
 use crate::changelog::TableSchema;
 use crate::sinks::SinkError;
@@ -132,6 +134,93 @@ pub(crate) fn schema_difference(existing: &Schema, wanted: &Schema) -> Option<St
         ));
     }
     (!problems.is_empty()).then(|| problems.join(", "))
+}
+
+/// The table's next schema when `wanted` is `meta`'s current schema evolved the ways Iceberg
+/// allows and cdcd applies (README, "Guarantees and limits": DDL): the same columns in the same
+/// order, each with its type or a promoted one (Iceberg spec, "Schema Evolution": int → long,
+/// float → double, decimal(P,S) → decimal(P',S), P' ≥ P), the same key, then added optional
+/// columns. Kept columns keep their field ids (a promotion changes only the type); added ones get
+/// fresh ids above `last-column-id`, nested fields included, so no id is ever reused. `None`: any
+/// other change, which stops the commit with [`schema_difference`]'s description.
+pub(crate) fn evolve(meta: &TableMetadata, wanted: &Schema) -> Option<Schema> {
+    let existing = meta.current_schema();
+    let old = existing.as_struct().fields();
+    let new = wanted.as_struct().fields();
+    if new.len() < old.len() {
+        return None;
+    }
+    let mut fields: Vec<NestedFieldRef> = Vec::with_capacity(new.len());
+    for (o, f) in old.iter().zip(new) {
+        let kept = o.name == f.name
+            && (f.required == o.required || !f.required)
+            && (same_shape(&o.field_type, &f.field_type) || promotes(&o.field_type, &f.field_type));
+        if !kept {
+            return None;
+        }
+        let mut field = o.as_ref().clone();
+        field.field_type = f.field_type.clone();
+        field.required = f.required;
+        fields.push(Arc::new(field));
+    }
+    let mut next_id = meta.last_column_id() + 1;
+    for f in &new[old.len()..] {
+        if f.required || old.iter().any(|o| o.name == f.name) {
+            return None;
+        }
+        fields.push(Arc::new(fresh_ids(f, &mut next_id)));
+    }
+    let key_names = |s: &Schema| {
+        let mut k: Vec<String> = s
+            .identifier_field_ids()
+            .filter_map(|id| s.field_by_id(id).map(|f| f.name.clone()))
+            .collect();
+        k.sort_unstable();
+        k
+    };
+    let key_ids: Vec<i32> = existing.identifier_field_ids().collect();
+    let next_schema_id = meta.schemas_iter().map(|s| s.schema_id()).max().unwrap_or(0) + 1;
+    let schema = Schema::builder()
+        .with_schema_id(next_schema_id)
+        .with_fields(fields)
+        .with_identifier_field_ids(key_ids)
+        .build()
+        .ok()?;
+    (key_names(&schema) == key_names(wanted)).then_some(schema)
+}
+
+/// A type promotion the Iceberg spec allows ("Schema Evolution"), top-level primitives only.
+fn promotes(old: &Type, new: &Type) -> bool {
+    use PrimitiveType as P;
+    match (old, new) {
+        (Type::Primitive(o), Type::Primitive(n)) => match (o, n) {
+            (P::Int, P::Long) | (P::Float, P::Double) => true,
+            (
+                P::Decimal {
+                    precision: p,
+                    scale: s,
+                },
+                P::Decimal {
+                    precision: p2,
+                    scale: s2,
+                },
+            ) => s == s2 && p2 >= p,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// `field` with new ids from `next_id` on, its own first, then its nested fields'.
+fn fresh_ids(field: &NestedField, next_id: &mut i32) -> NestedField {
+    let mut field = field.clone();
+    field.id = *next_id;
+    *next_id += 1;
+    if let Type::List(list) = field.field_type.as_ref() {
+        let element = fresh_ids(&list.element_field, next_id);
+        field.field_type = Box::new(Type::List(ListType::new(Arc::new(element))));
+    }
+    field
 }
 
 fn same_shape(a: &Type, b: &Type) -> bool {
