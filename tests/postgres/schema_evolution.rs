@@ -5,7 +5,8 @@
 //! Old rows read NULL in an added column, new rows their values; a TOAST-unchanged value after the
 //! change is completed from a file written before it; `kill -9` right after the schema commit
 //! resumes under the new schema. Read back by DuckDB and pyiceberg (`tests/support/lakecheck.py`);
-//! run with `CDCD_TEST_DELETE_MODE=equality` for format v2.
+//! with `CDCD_TEST_DELETE_MODE=equality` (format v2) by DuckDB only, pyiceberg refusing equality
+//! deletes.
 
 use std::time::Duration;
 
@@ -54,8 +55,13 @@ fn current_fields(meta: &serde_json::Value) -> Vec<(String, i64, String)> {
         .collect()
 }
 
+/// Equal by DuckDB, and by pyiceberg where it can read the table: it refuses equality deletes
+/// (the format v2 pass, `CDCD_TEST_DELETE_MODE=equality`).
 async fn assert_equal_both(p: &mut Pipeline, table: &str) {
     p.assert_equal(table, 60).await;
+    if std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality") {
+        return;
+    }
     let (code, out) = p.lakecheck(table, 30, &["--reader", "pyiceberg"]).await;
     assert_eq!(code, Some(0), "pyiceberg: {table} differs:\n{out}");
 }
