@@ -118,10 +118,15 @@ impl TableChanges {
                 columns.push(arrow_cast::cast(self.rows.column(i), field.data_type())?);
             } else {
                 columns.push(new_null_array(field.data_type(), n));
-                let deletes = self.ops.iter().any(|op| !matches!(op, Op::Insert | Op::Update));
+                let deletes = self
+                    .ops
+                    .iter()
+                    .any(|op| !matches!(op, Op::Insert | Op::Update));
                 present.push(deletes.then(|| {
                     BooleanBuffer::from_iter(
-                        self.ops.iter().map(|op| matches!(op, Op::Insert | Op::Update)),
+                        self.ops
+                            .iter()
+                            .map(|op| matches!(op, Op::Insert | Op::Update)),
                     )
                 }));
             }

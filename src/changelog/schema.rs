@@ -212,7 +212,10 @@ mod tests {
         // Not the other way: that is a drop.
         assert!(!added.evolves_to(&old));
         let required = schema(&cols(&[("c", DataType::Utf8, false, "text")]));
-        assert!(!old.evolves_to(&required), "an added column must be nullable");
+        assert!(
+            !old.evolves_to(&required),
+            "an added column must be nullable"
+        );
         let widened = schema(&[
             ("id", DataType::Int32, false, "int4"),
             ("x", DataType::Int64, true, "int8"),

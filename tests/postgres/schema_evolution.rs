@@ -90,7 +90,9 @@ async fn add_column_and_widening_keep_replicating_iceberg() {
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     exec(
         &client,
-        &format!("UPDATE {a} SET x = -x WHERE id <= 20; DELETE FROM {a} WHERE id BETWEEN 21 AND 30;"),
+        &format!(
+            "UPDATE {a} SET x = -x WHERE id <= 20; DELETE FROM {a} WHERE id BETWEEN 21 AND 30;"
+        ),
     )
     .await;
     assert_equal_both(&mut p, &a).await;
@@ -228,4 +230,46 @@ async fn a_narrowing_type_change_still_stops() {
         out.contains(&format!("public.{a}")) && out.contains("column x changed type"),
         "the stop names the table and the column:\n{out}"
     );
+}
+
+/// `ADD COLUMN … DEFAULT`: the source's existing rows hold the default, which no replication
+/// message carries; cdcd stops, naming the table and the column, rather than replicate NULLs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_column_with_a_default_stops() {
+    let Some(env) = test_env("add_column_with_a_default_stops") else {
+        return;
+    };
+    let a = unique("sevd");
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {a};
+             CREATE TABLE {a} (id int4 PRIMARY KEY, x int4 DEFAULT 7);
+             INSERT INTO {a} SELECT g, g FROM generate_series(1, 50) g;"
+        ),
+    )
+    .await;
+    let mut p = Pipeline::new(&env, &a, &[&a], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}"));
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    // A column created with a default is no added column: this replicates.
+    exec(&client, &format!("INSERT INTO {a} (id) VALUES (51)")).await;
+    assert_equal_both(&mut p, &a).await;
+    exec(
+        &client,
+        &format!("ALTER TABLE {a} ADD COLUMN c text DEFAULT 'dflt'; INSERT INTO {a} VALUES (52, 52, 'x');"),
+    )
+    .await;
+    let status = p.wait_exit(Duration::from_secs(60)).await;
+    assert!(!status.success(), "cdcd must stop, got {status}");
+    let out = p.output();
+    assert!(
+        out.contains(&format!("public.{a}")) && out.contains("column(s) c added with a DEFAULT"),
+        "the stop names the table and the column:\n{out}"
+    );
+    // Nothing of the change reached the replica.
+    let (code, _) = p.lakecheck(&a, 0, &[]).await;
+    assert_ne!(code, Some(0), "the replica must not claim the new rows");
 }

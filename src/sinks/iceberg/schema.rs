@@ -179,7 +179,12 @@ pub(crate) fn evolve(meta: &TableMetadata, wanted: &Schema) -> Option<Schema> {
         k
     };
     let key_ids: Vec<i32> = existing.identifier_field_ids().collect();
-    let next_schema_id = meta.schemas_iter().map(|s| s.schema_id()).max().unwrap_or(0) + 1;
+    let next_schema_id = meta
+        .schemas_iter()
+        .map(|s| s.schema_id())
+        .max()
+        .unwrap_or(0)
+        + 1;
     let schema = Schema::builder()
         .with_schema_id(next_schema_id)
         .with_fields(fields)
