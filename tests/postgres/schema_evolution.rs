@@ -273,3 +273,59 @@ async fn add_column_with_a_default_stops() {
     let (code, _) = p.lakecheck(&a, 0, &[]).await;
     assert_ne!(code, Some(0), "the replica must not claim the new rows");
 }
+
+/// The LSM (Paimon) sink does not evolve schemas yet: `ADD COLUMN` inside a transaction stops cdcd
+/// before that transaction, with the transactions before it committed, and again after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_column_stops_the_lsm_sink_before_the_transaction() {
+    let Some(env) = test_env("add_column_stops_the_lsm_sink_before_the_transaction") else {
+        return;
+    };
+    let a = unique("sevl");
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {a};
+             CREATE TABLE {a} (id int4 PRIMARY KEY, x int4);
+             INSERT INTO {a} SELECT g, g FROM generate_series(1, 50) g;"
+        ),
+    )
+    .await;
+    let mut p = Pipeline::new_lsm(&env, &a, &[&a], &Settings::default(), 2);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}"));
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    exec(&client, &format!("UPDATE {a} SET x = -x WHERE id <= 10")).await;
+    p.assert_equal(&a, 60).await;
+    // Its own query: in one simple query with the BEGIN below it would join that transaction.
+    exec(&client, &format!("UPDATE {a} SET x = 0 WHERE id = 20")).await;
+    exec(
+        &client,
+        &format!(
+            "BEGIN; INSERT INTO {a} VALUES (51, 51); ALTER TABLE {a} ADD COLUMN c text;
+             INSERT INTO {a} VALUES (52, 52, 'c'); COMMIT;"
+        ),
+    )
+    .await;
+    for start in 1..=2 {
+        let status = p.wait_exit(Duration::from_secs(60)).await;
+        assert!(!status.success(), "cdcd must stop, got {status}");
+        let out = p.output();
+        assert!(
+            out.matches("this sink cannot apply that change").count() >= start
+                && out.contains(&format!("public.{a}")),
+            "start {start}: the stop names the table:\n{out}"
+        );
+        if start == 1 {
+            p.start();
+        }
+    }
+    // The transaction before the ALTER's is in the replica; nothing of the ALTER's.
+    exec(
+        &client,
+        &format!("ALTER TABLE {a} DROP COLUMN c; DELETE FROM {a} WHERE id IN (51, 52);"),
+    )
+    .await;
+    p.assert_equal(&a, 10).await;
+}

@@ -159,7 +159,10 @@ pub(crate) fn evolve(meta: &TableMetadata, wanted: &Schema) -> Option<Schema> {
             return None;
         }
         let mut field = o.as_ref().clone();
-        field.field_type = f.field_type.clone();
+        // A promotion changes a primitive's type; a kept nested type keeps its nested ids.
+        if !same_shape(&o.field_type, &f.field_type) {
+            field.field_type = f.field_type.clone();
+        }
         field.required = f.required;
         fields.push(Arc::new(field));
     }
@@ -418,5 +421,74 @@ mod tests {
         .unwrap();
         let d = schema_difference(&a, &rekeyed).unwrap();
         assert!(d.contains("primary key changed from (id) to (x)"), "{d}");
+    }
+
+    #[test]
+    fn evolve_keeps_ids_and_never_reuses_one() {
+        let list = DataType::List(Arc::new(Field::new("item", DataType::Int32, true)));
+        let first = table(
+            vec![
+                col("id", DataType::Int64),
+                col("x", DataType::Int32),
+                col("tags", list.clone()),
+            ],
+            vec![0],
+        );
+        let meta = crate::sinks::iceberg::commit::publish::new_table(
+            &first.id,
+            "file:///tmp/t",
+            iceberg_schema(&first).unwrap(),
+            iceberg::spec::FormatVersion::V2,
+        )
+        .unwrap();
+        assert_eq!(meta.last_column_id(), 4, "3 columns and a list element");
+        let mut cols = first.columns.clone();
+        cols[1].data_type = DataType::Int64;
+        cols.push(col("c", list));
+        let wanted = iceberg_schema(&table(cols, vec![0])).unwrap();
+        let next = evolve(&meta, &wanted).unwrap();
+        let f = next.as_struct().fields();
+        assert_eq!((f[1].id, f[1].field_type.to_string()), (2, "long".into()));
+        assert_eq!(f[2].id, 3, "a kept list keeps its id");
+        assert_eq!(f[3].id, 5, "the added column: after last-column-id");
+        let Type::List(l) = f[3].field_type.as_ref() else {
+            panic!("list")
+        };
+        assert_eq!(l.element_field.id, 6);
+        assert_eq!(next.identifier_field_ids().collect::<Vec<_>>(), vec![1]);
+        assert_eq!(next.schema_id(), 1);
+
+        // Refused: a narrowing, a change of type family, a drop, a rename, a key change.
+        let refused = |cols: Vec<Column>, key: Vec<usize>| {
+            evolve(&meta, &iceberg_schema(&table(cols, key)).unwrap()).is_none()
+        };
+        assert!(refused(
+            vec![
+                col("id", DataType::Int64),
+                col("x", DataType::Utf8),
+                first.columns[2].clone()
+            ],
+            vec![0]
+        ));
+        assert!(refused(first.columns[..2].to_vec(), vec![0]));
+        let mut renamed = first.columns.clone();
+        renamed[1].name = "y".into();
+        assert!(refused(renamed, vec![0]));
+        assert!(refused(first.columns.clone(), vec![0, 1]));
+        let narrowed = table(
+            vec![
+                col("id", DataType::Int64),
+                col("x", DataType::Int32),
+                first.columns[2].clone(),
+            ],
+            vec![0],
+        );
+        let wide_meta = iceberg::spec::TableMetadataBuilder::new_from_metadata(meta.clone(), None)
+            .add_current_schema(next)
+            .unwrap()
+            .build()
+            .unwrap()
+            .metadata;
+        assert!(evolve(&wide_meta, &iceberg_schema(&narrowed).unwrap()).is_none());
     }
 }
