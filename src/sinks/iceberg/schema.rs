@@ -139,10 +139,11 @@ pub(crate) fn schema_difference(existing: &Schema, wanted: &Schema) -> Option<St
 /// The table's next schema when `wanted` is `meta`'s current schema evolved the ways Iceberg
 /// allows and cdcd applies (README, "Guarantees and limits": DDL): the same columns in the same
 /// order, each with its type or a promoted one (Iceberg spec, "Schema Evolution": int → long,
-/// float → double, decimal(P,S) → decimal(P',S), P' ≥ P), the same key, then added optional
-/// columns. Kept columns keep their field ids (a promotion changes only the type); added ones get
-/// fresh ids above `last-column-id`, nested fields included, so no id is ever reused. `None`: any
-/// other change, which stops the commit with [`schema_difference`]'s description.
+/// float → double, decimal(P,S) → decimal(P',S), P' ≥ P; never of a key column), the same key,
+/// then added optional columns. Kept columns keep their field ids (a promotion changes only the
+/// type); added ones get fresh ids above `last-column-id`, nested fields included, so no id is
+/// ever reused. `None`: any other change, which stops the commit with [`schema_difference`]'s
+/// description.
 pub(crate) fn evolve(meta: &TableMetadata, wanted: &Schema) -> Option<Schema> {
     let existing = meta.current_schema();
     let old = existing.as_struct().fields();
@@ -150,11 +151,15 @@ pub(crate) fn evolve(meta: &TableMetadata, wanted: &Schema) -> Option<Schema> {
     if new.len() < old.len() {
         return None;
     }
+    let key_ids: Vec<i32> = existing.identifier_field_ids().collect();
     let mut fields: Vec<NestedFieldRef> = Vec::with_capacity(new.len());
     for (o, f) in old.iter().zip(new) {
+        // A key column keeps its type: the primary-key index and the equality deletes of
+        // earlier snapshots hold keys encoded by it.
+        let promoted = !key_ids.contains(&o.id) && promotes(&o.field_type, &f.field_type);
         let kept = o.name == f.name
             && (f.required == o.required || !f.required)
-            && (same_shape(&o.field_type, &f.field_type) || promotes(&o.field_type, &f.field_type));
+            && (same_shape(&o.field_type, &f.field_type) || promoted);
         if !kept {
             return None;
         }
@@ -181,7 +186,6 @@ pub(crate) fn evolve(meta: &TableMetadata, wanted: &Schema) -> Option<Schema> {
         k.sort_unstable();
         k
     };
-    let key_ids: Vec<i32> = existing.identifier_field_ids().collect();
     let next_schema_id = meta
         .schemas_iter()
         .map(|s| s.schema_id())
@@ -475,6 +479,19 @@ mod tests {
         renamed[1].name = "y".into();
         assert!(refused(renamed, vec![0]));
         assert!(refused(first.columns.clone(), vec![0, 1]));
+        let int_key = table(vec![col("k", DataType::Int32)], vec![0]);
+        let int_meta = crate::sinks::iceberg::commit::publish::new_table(
+            &int_key.id,
+            "file:///tmp/k",
+            iceberg_schema(&int_key).unwrap(),
+            iceberg::spec::FormatVersion::V2,
+        )
+        .unwrap();
+        let long_key = table(vec![col("k", DataType::Int64)], vec![0]);
+        assert!(
+            evolve(&int_meta, &iceberg_schema(&long_key).unwrap()).is_none(),
+            "a key column keeps its type"
+        );
         let narrowed = table(
             vec![
                 col("id", DataType::Int64),
