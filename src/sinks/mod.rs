@@ -109,7 +109,7 @@ pub trait Sink: Send + Sync {
 pub enum SinkError {
     #[error("table {table} has no primary key: cdcd needs one to apply updates and deletes; add a PRIMARY KEY or remove the table from source.tables")]
     NoPrimaryKey { table: TableId },
-    #[error("schema of {table} changed ({detail}); cdcd does not apply schema changes yet: stop writes to the table, recreate the replica, or remove the table from source.tables")]
+    #[error("schema of {table} changed ({detail}); this sink cannot apply that change (README, \"Guarantees and limits\": the schema change table): stop writes to the table, recreate the replica, or remove the table from source.tables")]
     SchemaChanged { table: TableId, detail: String },
     #[error("column {column} of {table}: type {data_type} cannot be stored in {sink}")]
     UnsupportedType {

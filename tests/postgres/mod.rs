@@ -6,5 +6,6 @@ mod ddl;
 mod keys;
 mod lifecycle;
 mod replication;
+mod schema_evolution;
 mod snapshot;
 mod tls;

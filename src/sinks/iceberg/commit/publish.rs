@@ -49,6 +49,25 @@ pub(crate) fn new_table(
     .map_err(ice(table, "creating the metadata"))
 }
 
+/// `prev` with `schema` added as the current schema (`schemas`, `current-schema-id` and
+/// `last-column-id` advance); same version: it is published with the snapshot that first writes
+/// rows under it ([`with_snapshot`]), never alone, so the schema change and the checkpoint land in
+/// one commit.
+pub(crate) fn with_schema(
+    table: &TableId,
+    prev: &Loaded,
+    schema: Schema,
+) -> Result<Loaded, SinkError> {
+    TableMetadataBuilder::new_from_metadata(prev.metadata.clone(), None)
+        .add_current_schema(schema)
+        .and_then(|b| b.build())
+        .map(|r| Loaded {
+            version: prev.version,
+            metadata: r.metadata,
+        })
+        .map_err(ice(table, "adding the new schema"))
+}
+
 /// The metadata after `prev` with `snapshot` as the new head of `main`.
 pub(crate) fn with_snapshot(
     table: &TableId,
