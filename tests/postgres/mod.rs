@@ -4,6 +4,7 @@
 mod crash;
 mod ddl;
 mod lifecycle;
+mod maintenance;
 mod replication;
 mod snapshot;
 mod tls;
