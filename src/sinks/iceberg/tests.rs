@@ -484,6 +484,8 @@ mod types;
 
 mod index;
 
+mod maintenance;
+
 /// Issue 17.3: a commit that loses its race to a newer lease holder (a higher
 /// `cdcd.lease-epoch` in the winning snapshot) breaks this daemon's fence for every table; one
 /// that loses to an older holder's late commit is a plain conflict.

@@ -233,14 +233,9 @@ impl IcebergSink {
         if gone_ids.is_empty() {
             return Ok(0);
         }
-        let kept: Reachable = reachable(
-            &self.warehouse,
-            after,
-            after.snapshots().map(|s| s.snapshot_id()),
-            cache,
-        )
-        .await?;
-        let gone = reachable(&self.warehouse, before, gone_ids, cache).await?;
+        let kept_ids: Vec<i64> = after.snapshots().map(|s| s.snapshot_id()).collect();
+        let kept: Reachable = reachable(&self.warehouse, after, &kept_ids, cache).await?;
+        let gone = reachable(&self.warehouse, before, &gone_ids, cache).await?;
         cache.retain(&kept.manifests);
         let doomed: Vec<String> = gone
             .files

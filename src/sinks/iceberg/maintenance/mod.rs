@@ -25,8 +25,6 @@ use std::collections::HashMap;
 
 use crate::changelog::TableId;
 
-pub use cycle::MAX_EXPIRED_PER_CYCLE;
-
 /// What maintenance keeps between cycles, per table (the manifests' file lists).
 #[derive(Debug, Default)]
 pub(crate) struct MaintenanceState {

@@ -67,11 +67,11 @@ pub struct Reachable {
 pub async fn reachable(
     warehouse: &Warehouse,
     meta: &TableMetadata,
-    ids: impl IntoIterator<Item = i64>,
+    ids: &[i64],
     cache: &mut ManifestCache,
 ) -> Result<Reachable, SinkError> {
     let mut out = Reachable::default();
-    for id in ids {
+    for &id in ids {
         let Some(snapshot) = meta.snapshot_by_id(id) else {
             continue;
         };
