@@ -223,7 +223,8 @@ mod tests {
         let mut s = chain(10, now);
         s[2].timestamp_ms = now; // snapshot 3 claims to be young
         let e = choose(&s, &main_at(10), &retention(1, 4 * MIN), pins(10), now, 1000);
-        assert_eq!(e.snapshots, vec![1, 2, 3, 4, 5]);
+        // (Oldest first by timestamp: 3 comes last.)
+        assert_eq!(e.snapshots, vec![1, 2, 4, 5, 3]);
     }
 
     #[test]
