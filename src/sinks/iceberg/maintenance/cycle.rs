@@ -19,7 +19,7 @@ use super::expire::{self, Expiry, Pins, SnapshotInfo};
 use super::journal::{self, Expiring};
 use super::metadata_log;
 use super::properties::Retention;
-use super::reachable::{reachable, ManifestCache, Reachable};
+use super::reachable::{reachable, ManifestCache, Missing, Reachable};
 use crate::changelog::TableId;
 use crate::checkpoint::Checkpoint;
 use crate::failpoints;
@@ -234,14 +234,17 @@ impl IcebergSink {
             return Ok(0);
         }
         let kept_ids: Vec<i64> = after.snapshots().map(|s| s.snapshot_id()).collect();
-        let kept: Reachable = reachable(&self.warehouse, after, &kept_ids, cache).await?;
-        let gone = reachable(&self.warehouse, before, &gone_ids, cache).await?;
+        let kept: Reachable =
+            reachable(&self.warehouse, after, &kept_ids, Missing::Error, cache).await?;
+        let gone = reachable(&self.warehouse, before, &gone_ids, Missing::Deleted, cache).await?;
         cache.retain(&kept.manifests);
-        let doomed: Vec<String> = gone
+        let mut doomed: Vec<String> = gone
             .files
-            .into_iter()
-            .filter(|f| !kept.files.contains(f))
+            .iter()
+            .filter(|f| !kept.files.contains(*f))
+            .cloned()
             .collect();
+        gone.deletion_order(&mut doomed);
         let mut deleted = 0u64;
         for (i, chunk) in doomed.chunks(64).enumerate() {
             if i > 0 {

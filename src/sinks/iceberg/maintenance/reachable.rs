@@ -5,6 +5,9 @@
 //! snapshots share with it (cdcd carries manifests from snapshot to snapshot, and rewritten
 //! manifests carry entries of older ones).
 //!
+//! The expired side of an expiry a crash interrupted may miss files already deleted
+//! ([`Missing::Deleted`]); deleting in [`Reachable::deletion_order`] makes that harmless.
+//!
 //! Every entry counts, DELETED ones included (a deleted entry's file is still read by the parent
 //! snapshot; keeping it while the snapshot listing it is retained errs on the side of keeping).
 //! Manifests are immutable, so their file lists are cached by path between cycles
@@ -61,6 +64,44 @@ pub struct Reachable {
     pub files: HashSet<String>,
     /// The manifests alone (what the cache keeps).
     pub manifests: HashSet<String>,
+    /// The manifest lists alone.
+    pub lists: HashSet<String>,
+}
+
+impl Reachable {
+    /// Deletion order for `doomed` (a subset of these files): data, delete and statistics
+    /// files first, then manifests, then manifest lists, so that after a crash part-way every
+    /// file still there is found again from a manifest list or manifest still there (what a
+    /// missing manifest listed was deleted before it).
+    pub fn deletion_order(&self, doomed: &mut [String]) {
+        doomed.sort_by_key(|f| {
+            if self.lists.contains(f) {
+                2
+            } else if self.manifests.contains(f) {
+                1
+            } else {
+                0
+            }
+        });
+    }
+}
+
+/// Whether a manifest list or manifest that is not there is an error ([`Missing::Error`]: the
+/// snapshots are retained) or was deleted by an expiry a crash interrupted ([`Missing::Deleted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Missing {
+    Error,
+    Deleted,
+}
+
+fn is_missing(e: &SinkError) -> bool {
+    matches!(
+        e,
+        SinkError::Storage {
+            source: object_store::Error::NotFound { .. },
+            ..
+        }
+    )
 }
 
 /// Everything the snapshots `ids` of `meta` reach (ids not in `meta` are skipped).
@@ -68,9 +109,11 @@ pub async fn reachable(
     warehouse: &Warehouse,
     meta: &TableMetadata,
     ids: &[i64],
+    missing: Missing,
     cache: &mut ManifestCache,
 ) -> Result<Reachable, SinkError> {
     let mut out = Reachable::default();
+    let tolerated = |e: &SinkError| missing == Missing::Deleted && is_missing(e);
     for &id in ids {
         let Some(snapshot) = meta.snapshot_by_id(id) else {
             continue;
@@ -85,13 +128,22 @@ pub async fn reachable(
         if !out.files.insert(list.to_owned()) {
             continue;
         }
-        for m in load_manifests(warehouse, list, meta.format_version()).await? {
+        out.lists.insert(list.to_owned());
+        let manifests = match load_manifests(warehouse, list, meta.format_version()).await {
+            Ok(m) => m,
+            Err(e) if tolerated(&e) => continue,
+            Err(e) => return Err(e),
+        };
+        for m in manifests {
             if !out.manifests.insert(m.manifest_path.clone()) {
                 continue;
             }
             out.files.insert(m.manifest_path.clone());
-            let files = cache.files(warehouse, &m.manifest_path).await?;
-            out.files.extend(files.iter().cloned());
+            match cache.files(warehouse, &m.manifest_path).await {
+                Ok(files) => out.files.extend(files.iter().cloned()),
+                Err(e) if tolerated(&e) => {}
+                Err(e) => return Err(e),
+            }
         }
     }
     Ok(out)
