@@ -98,8 +98,16 @@ fn ids(v: &Value) -> Vec<i64> {
 }
 
 fn assert_consistent(v: &Value, what: &str) {
-    assert_eq!(v["missing"], Value::Array(vec![]), "{what}: a retained snapshot reaches a missing file: {v}");
-    assert_eq!(v["unreachable"], Value::Array(vec![]), "{what}: files no snapshot reaches are left: {v}");
+    assert_eq!(
+        v["missing"],
+        Value::Array(vec![]),
+        "{what}: a retained snapshot reaches a missing file: {v}"
+    );
+    assert_eq!(
+        v["unreachable"],
+        Value::Array(vec![]),
+        "{what}: files no snapshot reaches are left: {v}"
+    );
 }
 
 /// Appends `[sink.table_properties]` to the pipeline's config (the `[sink]` table is the last).
@@ -177,7 +185,8 @@ async fn expiry_keeps_exactly_what_the_properties_say() {
         ],
     );
     // The daemon does not maintain here: `cdcd maintain` does, once, after it stopped.
-    p.env_vars.push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "0".into()));
+    p.env_vars
+        .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "0".into()));
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     commits(&client, &t, 0, 8).await;
@@ -187,31 +196,53 @@ async fn expiry_keeps_exactly_what_the_properties_say() {
 
     let before = inspect(&p, &t);
     assert_consistent(&before, "before expiry");
-    assert_eq!(before["properties"]["history.expire.min-snapshots-to-keep"], "3");
-    assert_eq!(before["properties"]["write.metadata.delete-after-commit.enabled"], "true");
+    assert_eq!(
+        before["properties"]["history.expire.min-snapshots-to-keep"],
+        "3"
+    );
+    assert_eq!(
+        before["properties"]["write.metadata.delete-after-commit.enabled"],
+        "true"
+    );
     let all = ids(&before);
     assert!(all.len() >= 9, "expected a snapshot per commit: {before}");
 
     // With no daemon holding the pipeline's lease, `cdcd maintain` runs one cycle and exits 0.
     let out = maintain(&p, &["--table", &format!("public.{t}")]);
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(out.status.success(), "cdcd maintain: {text}");
-    assert!(text.contains(&format!("expired {} snapshots", all.len() - 3)), "{text}");
+    assert!(
+        text.contains(&format!("expired {} snapshots", all.len() - 3)),
+        "{text}"
+    );
 
     let after = inspect(&p, &t);
     assert_consistent(&after, "after expiry");
-    assert_eq!(ids(&after), all[all.len() - 3..].to_vec(), "the newest three remain: {after}");
+    assert_eq!(
+        ids(&after),
+        all[all.len() - 3..].to_vec(),
+        "the newest three remain: {after}"
+    );
     assert_eq!(after["current"], before["current"]);
     for id in ids(&after) {
         assert_eq!(
-            after["rows"][id.to_string()], before["rows"][id.to_string()],
+            after["rows"][id.to_string()],
+            before["rows"][id.to_string()],
             "snapshot {id} reads the same rows as before expiry"
         );
     }
     // Nothing more to expire: a second cycle changes nothing.
     let versions = after["versions"].as_array().unwrap().len();
     let out = maintain(&p, &[]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let again = inspect(&p, &t);
     assert_eq!(ids(&again), ids(&after));
     assert_eq!(again["versions"].as_array().unwrap().len(), versions);
@@ -235,7 +266,8 @@ async fn properties_set_by_another_engine_bound_snapshots_and_metadata_log() {
     exec(&client, &create_table(&t)).await;
     let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
     p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    p.env_vars.push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "300".into()));
+    p.env_vars
+        .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "300".into()));
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     commits(&client, &t, 0, 6).await;
@@ -256,7 +288,10 @@ async fn properties_set_by_another_engine_bound_snapshots_and_metadata_log() {
     // The daemon holds the lease and maintains its tables itself: `cdcd maintain` refuses.
     let out = maintain(&p, &[]);
     let text = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && text.contains("already running"), "{text}");
+    assert!(
+        !out.status.success() && text.contains("already running"),
+        "{text}"
+    );
     commits(&client, &t, 100, 6).await;
     p.assert_equal(&t, 60).await;
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -269,17 +304,30 @@ async fn properties_set_by_another_engine_bound_snapshots_and_metadata_log() {
         p.assert_running();
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    assert_eq!(ids(&settled).len(), 2, "min-snapshots-to-keep = 2 with a 1 ms age: {settled}");
-    assert!(settled["metadata_log"].as_u64().unwrap() <= 3, "previous-versions-max = 3: {settled}");
+    assert_eq!(
+        ids(&settled).len(),
+        2,
+        "min-snapshots-to-keep = 2 with a 1 ms age: {settled}"
+    );
+    assert!(
+        settled["metadata_log"].as_u64().unwrap() <= 3,
+        "previous-versions-max = 3: {settled}"
+    );
     // The current version and at most the three the log names.
-    assert!(settled["versions"].as_array().unwrap().len() <= 4, "old metadata files deleted: {settled}");
+    assert!(
+        settled["versions"].as_array().unwrap().len() <= 4,
+        "old metadata files deleted: {settled}"
+    );
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0), "{st}");
     let end = inspect(&p, &t);
     assert_consistent(&end, "after the daemon's cycles");
     equal_by_both_readers(&mut p, &t).await;
     let out = p.output();
-    assert!(out.contains("maintenance cycle"), "a log line per cycle:\n{out}");
+    assert!(
+        out.contains("maintenance cycle"),
+        "a log line per cycle:\n{out}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,7 +336,10 @@ async fn kill9_during_expiry_ends_equal_and_the_next_cycle_removes_leftovers() {
     else {
         return;
     };
-    for (i, point) in ["expire-after-commit", "expire-during-delete"].iter().enumerate() {
+    for (i, point) in ["expire-after-commit", "expire-during-delete"]
+        .iter()
+        .enumerate()
+    {
         let name = unique(&format!("mkill{i}"));
         let t = format!("{name}_t");
         let client = connect(&env.pg_url).await;
@@ -303,7 +354,8 @@ async fn kill9_during_expiry_ends_equal_and_the_next_cycle_removes_leftovers() {
             ],
         );
         // Two commits first, without maintenance (nothing to expire past two snapshots).
-        p.env_vars.push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "0".into()));
+        p.env_vars
+            .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "0".into()));
         p.start();
         p.wait_slot_active(&client, Duration::from_secs(120)).await;
         // Enough history that the expired snapshots reach more than one batch of 64 files.
@@ -323,16 +375,31 @@ async fn kill9_during_expiry_ends_equal_and_the_next_cycle_removes_leftovers() {
         p.start();
         let st = p.wait_exit(Duration::from_secs(60)).await;
         assert!(!st.success(), "{point}: cdcd should have aborted: {st}");
-        assert!(p.output().contains(&format!("failpoint {point}")), "{}", p.output());
+        assert!(
+            p.output().contains(&format!("failpoint {point}")),
+            "{}",
+            p.output()
+        );
         let crashed = inspect(&p, &t);
-        assert_eq!(crashed["missing"], Value::Array(vec![]), "{point}: {crashed}");
-        assert_eq!(ids(&crashed).len(), 2, "{point}: the expiry committed: {crashed}");
+        assert_eq!(
+            crashed["missing"],
+            Value::Array(vec![]),
+            "{point}: {crashed}"
+        );
+        assert_eq!(
+            ids(&crashed).len(),
+            2,
+            "{point}: the expiry committed: {crashed}"
+        );
         assert!(
             !crashed["unreachable"].as_array().unwrap().is_empty(),
             "{point}: the crash left files behind: {crashed}"
         );
         for id in ids(&crashed) {
-            assert_eq!(crashed["rows"][id.to_string()], before["rows"][id.to_string()]);
+            assert_eq!(
+                crashed["rows"][id.to_string()],
+                before["rows"][id.to_string()]
+            );
         }
         equal_by_both_readers(&mut p, &t).await;
 
@@ -356,6 +423,10 @@ async fn kill9_during_expiry_ends_equal_and_the_next_cycle_removes_leftovers() {
         assert_eq!(st.code(), Some(0), "{st}");
         assert_consistent(&inspect(&p, &t), point);
         equal_by_both_readers(&mut p, &t).await;
-        assert!(p.output().contains("finished an interrupted expiry"), "{point}:\n{}", p.output());
+        assert!(
+            p.output().contains("finished an interrupted expiry"),
+            "{point}:\n{}",
+            p.output()
+        );
     }
 }

@@ -115,12 +115,11 @@ impl IcebergSink {
             return Ok(None);
         };
         let meta = &before.metadata;
-        let retention = Retention::from_properties(meta.properties()).map_err(|e| {
-            SinkError::Data {
+        let retention =
+            Retention::from_properties(meta.properties()).map_err(|e| SinkError::Data {
                 table: table.clone(),
                 detail: format!("maintenance skipped: {e}"),
-            }
-        })?;
+            })?;
         let snapshots: Vec<SnapshotInfo> = meta
             .snapshots()
             .map(|s| SnapshotInfo {
@@ -300,7 +299,9 @@ fn without(table: &TableId, before: &Loaded, expiry: &Expiry) -> Result<TableMet
         builder = builder.remove_ref(name);
     }
     for id in &expiry.snapshots {
-        builder = builder.remove_statistics(*id).remove_partition_statistics(*id);
+        builder = builder
+            .remove_statistics(*id)
+            .remove_partition_statistics(*id);
     }
     builder
         .remove_snapshots(&expiry.snapshots)

@@ -217,12 +217,26 @@ mod tests {
         let now = 100 * MIN;
         let s = chain(10, now);
         // Snapshots 6..=10 are at most 4 minutes old.
-        let e = choose(&s, &main_at(10), &retention(1, 4 * MIN), pins(10), now, 1000);
+        let e = choose(
+            &s,
+            &main_at(10),
+            &retention(1, 4 * MIN),
+            pins(10),
+            now,
+            1000,
+        );
         assert_eq!(e.snapshots, vec![1, 2, 3, 4, 5]);
         // An old one stops the walk even if a younger ancestor follows (Iceberg-Java).
         let mut s = chain(10, now);
         s[2].timestamp_ms = now; // snapshot 3 claims to be young
-        let e = choose(&s, &main_at(10), &retention(1, 4 * MIN), pins(10), now, 1000);
+        let e = choose(
+            &s,
+            &main_at(10),
+            &retention(1, 4 * MIN),
+            pins(10),
+            now,
+            1000,
+        );
         // (Oldest first by timestamp: 3 comes last.)
         assert_eq!(e.snapshots, vec![1, 2, 4, 5, 3]);
     }
@@ -263,7 +277,12 @@ mod tests {
         let mut refs = main_at(10);
         refs.insert(
             "audit".into(),
-            SnapshotReference::new(3, SnapshotRetention::Tag { max_ref_age_ms: None }),
+            SnapshotReference::new(
+                3,
+                SnapshotRetention::Tag {
+                    max_ref_age_ms: None,
+                },
+            ),
         );
         refs.insert(
             "old".into(),

@@ -80,11 +80,17 @@ impl Retention {
         let get = |key: &'static str| properties.get(key).map(|v| (key, v.trim()));
         Ok(Retention {
             delete_after_commit: flag(get(DELETE_AFTER_COMMIT), false)?,
-            previous_versions_max: number(get(PREVIOUS_VERSIONS_MAX), DEFAULT_PREVIOUS_VERSIONS_MAX)?
-                .max(1),
+            previous_versions_max: number(
+                get(PREVIOUS_VERSIONS_MAX),
+                DEFAULT_PREVIOUS_VERSIONS_MAX,
+            )?
+            .max(1),
             max_snapshot_age_ms: number(get(MAX_SNAPSHOT_AGE_MS), DEFAULT_MAX_SNAPSHOT_AGE_MS)?,
-            min_snapshots_to_keep: number(get(MIN_SNAPSHOTS_TO_KEEP), DEFAULT_MIN_SNAPSHOTS_TO_KEEP)?
-                .max(1),
+            min_snapshots_to_keep: number(
+                get(MIN_SNAPSHOTS_TO_KEEP),
+                DEFAULT_MIN_SNAPSHOTS_TO_KEEP,
+            )?
+            .max(1),
             max_ref_age_ms: number(get(MAX_REF_AGE_MS), i64::MAX)?,
             gc_enabled: flag(get(GC_ENABLED), true)?,
         })
@@ -171,10 +177,12 @@ mod tests {
 
     #[test]
     fn a_bad_value_names_the_property() {
-        let e = Retention::from_properties(&props(&[(MIN_SNAPSHOTS_TO_KEEP, "three")]))
-            .unwrap_err();
+        let e =
+            Retention::from_properties(&props(&[(MIN_SNAPSHOTS_TO_KEEP, "three")])).unwrap_err();
         assert_eq!(e.key, MIN_SNAPSHOTS_TO_KEEP);
-        assert!(e.to_string().contains("history.expire.min-snapshots-to-keep"));
+        assert!(e
+            .to_string()
+            .contains("history.expire.min-snapshots-to-keep"));
         assert!(Retention::from_properties(&props(&[(GC_ENABLED, "yes")])).is_err());
         assert!(Retention::from_properties(&props(&[(MAX_SNAPSHOT_AGE_MS, "-5")])).is_err());
         // Zero minimums mean one: the current snapshot is always kept.

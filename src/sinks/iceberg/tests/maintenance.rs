@@ -61,7 +61,9 @@ async fn commits(s: &IcebergSink, from: i64, n: i64) {
 
 async fn seed(s: &IcebergSink) {
     let rows: Vec<C> = (0..60).map(|i| ins(i, "seed")).collect();
-    s.commit(&schema(), &[changes(&rows)], &cp(1)).await.unwrap();
+    s.commit(&schema(), &[changes(&rows)], &cp(1))
+        .await
+        .unwrap();
 }
 
 async fn expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach(mode: DeleteMode) {
@@ -85,10 +87,13 @@ async fn expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach(mode: D
     let rows_before = duck(&table_dir(dir.path()), "id, a, b");
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
 
-    let reports = s.maintain(Some(&[t.id.clone()])).await.unwrap();
+    let reports = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
     assert_eq!(reports.len(), 1, "{reports:?}");
     let r = &reports[0];
-    assert_eq!((r.snapshots_expired, r.snapshots, r.error.clone()), (6, 3, None));
+    assert_eq!(
+        (r.snapshots_expired, r.snapshots, r.error.clone()),
+        (6, 3, None)
+    );
     assert!(r.files_deleted > 0, "{r:?}");
 
     let after = s.load(&t.id).await.unwrap().unwrap();
@@ -102,7 +107,9 @@ async fn expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach(mode: D
     assert_eq!(after.version, before.version + 1);
     // Every file a retained snapshot reaches exists; nothing else but metadata files is left.
     let wh = s.warehouse.clone();
-    let live = referenced_files(&wh, &s.table_location(&t.id)).await.unwrap();
+    let live = referenced_files(&wh, &s.table_location(&t.id))
+        .await
+        .unwrap();
     let disk = files_on_disk(dir.path());
     let missing: Vec<_> = live.difference(&disk).collect();
     assert!(missing.is_empty(), "missing: {missing:?}");
@@ -139,7 +146,9 @@ async fn the_default_age_expires_nothing_young(mode: DeleteMode) {
     let meta = s.load(&t.id).await.unwrap().unwrap();
     let props = meta.metadata.properties();
     assert_eq!(
-        props.get("history.expire.max-snapshot-age-ms").map(String::as_str),
+        props
+            .get("history.expire.max-snapshot-age-ms")
+            .map(String::as_str),
         Some("600000")
     );
     assert_eq!(
@@ -155,7 +164,11 @@ async fn the_default_age_expires_nothing_young(mode: DeleteMode) {
 
 async fn metadata_log_is_bounded_and_leftovers_swept(mode: DeleteMode) {
     let dir = tempfile::tempdir().unwrap();
-    let s = sink_with(dir.path(), mode, &[("write.metadata.previous-versions-max", "2")]);
+    let s = sink_with(
+        dir.path(),
+        mode,
+        &[("write.metadata.previous-versions-max", "2")],
+    );
     let t = schema();
     seed(&s).await;
     commits(&s, 0, 6).await;
@@ -213,9 +226,12 @@ async fn a_bad_property_is_refused_at_the_table(mode: DeleteMode) {
     publish::put_metadata(&s.warehouse, &t.id, loaded.version + 1, &next)
         .await
         .unwrap();
-    let r = s.maintain(Some(&[t.id.clone()])).await.unwrap();
+    let r = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
     let e = r[0].error.clone().unwrap();
-    assert!(e.contains("history.expire.min-snapshots-to-keep") && e.contains("lots"), "{e}");
+    assert!(
+        e.contains("history.expire.min-snapshots-to-keep") && e.contains("lots"),
+        "{e}"
+    );
     commits(&s, 0, 1).await;
     assert_eq!(s.checkpoint(&t.id).await.unwrap(), Some(cp(1000)));
 }
@@ -256,8 +272,7 @@ mod dv {
     }
     #[tokio::test]
     async fn metadata_log_is_bounded_and_leftovers_swept() {
-        super::metadata_log_is_bounded_and_leftovers_swept(super::DeleteMode::DeletionVectors)
-            .await
+        super::metadata_log_is_bounded_and_leftovers_swept(super::DeleteMode::DeletionVectors).await
     }
     #[tokio::test]
     async fn a_bad_property_is_refused_at_the_table() {
