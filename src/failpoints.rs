@@ -22,8 +22,8 @@
 //! - [`EXPIRE_AFTER_COMMIT`] (Iceberg maintenance, `sinks/iceberg/maintenance/cycle.rs`): the
 //!   metadata without the expired snapshots is committed, none of their files is deleted, the
 //!   expiry's journal is still there.
-//! - [`EXPIRE_DURING_DELETE`] (same place): some of the expired snapshots' files are deleted,
-//!   others not.
+//! - [`EXPIRE_DURING_DELETE`] (same place): the first half of the expired snapshots' files (in
+//!   deletion order: data and delete files before manifests before manifest lists) is deleted.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -41,7 +41,7 @@ pub const LSM_AFTER_SNAPSHOT: &str = "lsm-commit-after-snapshot";
 
 /// An expiry's metadata commit landed; no file is deleted yet.
 pub const EXPIRE_AFTER_COMMIT: &str = "expire-after-commit";
-/// An expiry deleted its first batch of files (of 64) and not the rest.
+/// An expiry deleted the first half of its files (in deletion order) and not the rest.
 pub const EXPIRE_DURING_DELETE: &str = "expire-during-delete";
 
 /// The crash point named by `CDCD_FAILPOINT` and at which hit it fires, read once.

@@ -244,13 +244,14 @@ impl IcebergSink {
             .cloned()
             .collect();
         gone.deletion_order(&mut doomed);
-        let mut deleted = 0u64;
-        for (i, chunk) in doomed.chunks(64).enumerate() {
-            if i > 0 {
-                failpoints::crash_point(failpoints::EXPIRE_DURING_DELETE);
-            }
-            deleted += metadata_log::delete_all(&self.warehouse, chunk).await? as u64;
+        // In two halves, with the crash point between (in deletion order: the second half holds
+        // the manifests and lists that name files of the first).
+        let (first, rest) = doomed.split_at(doomed.len() / 2);
+        let mut deleted = metadata_log::delete_all(&self.warehouse, first).await? as u64;
+        if !first.is_empty() {
+            failpoints::crash_point(failpoints::EXPIRE_DURING_DELETE);
         }
+        deleted += metadata_log::delete_all(&self.warehouse, rest).await? as u64;
         Ok(deleted)
     }
 
