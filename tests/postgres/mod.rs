@@ -5,6 +5,7 @@ mod crash;
 mod ddl;
 mod keys;
 mod lifecycle;
+mod maintenance;
 mod replication;
 mod schema_evolution;
 mod snapshot;

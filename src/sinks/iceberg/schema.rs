@@ -443,6 +443,7 @@ mod tests {
             "file:///tmp/t",
             iceberg_schema(&first).unwrap(),
             iceberg::spec::FormatVersion::V2,
+            std::collections::HashMap::new(),
         )
         .unwrap();
         assert_eq!(meta.last_column_id(), 4, "3 columns and a list element");
@@ -485,6 +486,7 @@ mod tests {
             "file:///tmp/k",
             iceberg_schema(&int_key).unwrap(),
             iceberg::spec::FormatVersion::V2,
+            std::collections::HashMap::new(),
         )
         .unwrap();
         let long_key = table(vec![col("k", DataType::Int64)], vec![0]);

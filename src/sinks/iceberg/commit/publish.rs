@@ -28,14 +28,15 @@ fn ice(table: &TableId, what: &str) -> impl FnOnce(iceberg::Error) -> SinkError 
     move |source| SinkError::Iceberg { context, source }
 }
 
-/// Metadata of a new, empty table at `location` (format v2 or v3, unpartitioned, Parquet).
+/// Metadata of a new, empty table at `location` (format v2 or v3, unpartitioned, Parquet),
+/// with `properties` (`maintenance/properties.rs`: cdcd's defaults and `[sink.table_properties]`).
 pub(crate) fn new_table(
     table: &TableId,
     location: &str,
     schema: Schema,
     version: FormatVersion,
+    properties: HashMap<String, String>,
 ) -> Result<TableMetadata, SinkError> {
-    let properties = HashMap::from([("write.format.default".to_owned(), "parquet".to_owned())]);
     TableMetadataBuilder::new(
         schema,
         UnboundPartitionSpec::builder().build(),
