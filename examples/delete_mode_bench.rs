@@ -81,6 +81,8 @@ fn sink(warehouse: &Path, mode: DeleteMode) -> anyhow::Result<IcebergSink> {
         warehouse: format!("file://{}", warehouse.display()),
         namespace: None,
         delete_mode: mode,
+        table_properties: Default::default(),
+        maintenance_interval_ms: 0,
     };
     Ok(IcebergSink::new(&config, "bench")?)
 }

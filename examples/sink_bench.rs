@@ -241,6 +241,8 @@ fn open_sink(kind: &str, dir: &Path, compaction_trigger: usize) -> anyhow::Resul
             warehouse: warehouse.clone(),
             namespace: None,
             delete_mode,
+            table_properties: Default::default(),
+            maintenance_interval_ms: 0,
         };
         Ok(Arc::new(IcebergSink::new(&config, "bench")?))
     };

@@ -8,8 +8,8 @@
 #
 # Env: CDCD_TB (default /tmp/cdcd-tb: data, logs, venv), PG_PORT (default 55440), PG_TLS_PORT (default 55441),
 # MY_PORT (default 53316), MY_TLS_PORT (default 53317), MOTO_PORT (default 59010), MOTO_SERIAL_PORT (default
-# 59011), CDCD_TB_COMPONENTS (default all: "postgres python mariadb moto pgtls mytls"; scripts/demo.sh asks for
-# "postgres python" only).
+# 59011), MOTO_TLS_PORT (default 59012), CDCD_TB_COMPONENTS (default all: "postgres python mariadb moto pgtls
+# mytls mototls"; scripts/demo.sh asks for "postgres python" only).
 #
 # Components are functions named <name>_apt / <name>_up / <name>_stop / <name>_env, listed in COMPONENTS.
 set -euo pipefail
@@ -19,6 +19,7 @@ PG_PORT=${PG_PORT:-55440}
 PG_TLS_PORT=${PG_TLS_PORT:-55441}
 MOTO_PORT=${MOTO_PORT:-59010}
 MOTO_SERIAL_PORT=${MOTO_SERIAL_PORT:-59011}
+MOTO_TLS_PORT=${MOTO_TLS_PORT:-59012}
 MY_PORT=${MY_PORT:-53316}
 MY_TLS_PORT=${MY_TLS_PORT:-53317}
 PG_DB=cdcd_test
@@ -27,7 +28,7 @@ VENV=$CDCD_TB/venv
 PY=$VENV/bin/python
 RUN=$CDCD_TB/run
 LOGS=$CDCD_TB/logs
-read -ra COMPONENTS <<< "${CDCD_TB_COMPONENTS:-postgres python mariadb moto pgtls mytls}"
+read -ra COMPONENTS <<< "${CDCD_TB_COMPONENTS:-postgres python mariadb moto pgtls mytls mototls}"
 
 log() { printf '[testbed %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -484,6 +485,41 @@ mytls_env() {
   echo "export CDCD_TEST_MY_TLS=mysql://cdc:cdcpw@127.0.0.1:$MY_TLS_PORT/cdcd_test"
   echo "export CDCD_TEST_MY_TLS_CA=$MYTLS/certs/ca.crt"
   echo "export CDCD_TEST_MY_TLS_DIR=$PGTLS_CERTS"
+}
+
+# ------------------------------------------------------------------ moto over https: S3 with a private CA
+# A third moto (threaded, as :MOTO_PORT) serving https on 127.0.0.1:MOTO_TLS_PORT with the test CA's server
+# certificate (tb_certs above: DNS:localhost, IP:127.0.0.1), so the endpoint is https://localhost:PORT and a
+# client needs the test CA (sink.s3.ca_file) to trust it. Needs the python venv.
+MOTOTLS=$CDCD_TB/mototls
+mototls_apt() { apt_want openssl curl; }
+mototls_up() {
+  tb_certs
+  mkdir -p "$MOTOTLS"
+  local f
+  for f in ca.crt server.crt server.key; do
+    cmp -s "$PGTLS_CERTS/$f" "$MOTOTLS/$f" || cp "$PGTLS_CERTS/$f" "$MOTOTLS/$f"
+  done
+  chmod 600 "$MOTOTLS/server.key"
+  if ! moto_alive moto_tls; then
+    port_busy "$MOTO_TLS_PORT" && die "port $MOTO_TLS_PORT is in use by another program; set MOTO_TLS_PORT"
+    log "starting moto (https) on 127.0.0.1:$MOTO_TLS_PORT"
+    nohup "$VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_TLS_PORT" -c "$MOTOTLS/server.crt" -k "$MOTOTLS/server.key" \
+      >"$LOGS/moto_tls.log" 2>&1 &
+    echo $! > "$RUN/moto_tls.pid"
+  fi
+  for _ in $(seq 100); do curl -s -o /dev/null --cacert "$MOTOTLS/ca.crt" "https://localhost:$MOTO_TLS_PORT/" && break; sleep 0.1; done
+  curl -s -o /dev/null --cacert "$MOTOTLS/ca.crt" "https://localhost:$MOTO_TLS_PORT/" \
+    || die "moto (https) on :$MOTO_TLS_PORT did not start or its certificate does not verify (see $LOGS/moto_tls.log)"
+}
+mototls_stop() {
+  if moto_alive moto_tls; then kill "$(cat "$RUN/moto_tls.pid")" || true; fi
+  rm -f "$RUN/moto_tls.pid"
+}
+mototls_env() {
+  echo "export CDCD_TEST_S3_TLS=https://localhost:$MOTO_TLS_PORT"
+  echo "export CDCD_TEST_S3_TLS_CA=$MOTOTLS/ca.crt"
+  echo "export CDCD_TEST_S3_TLS_OTHER_CA=$PGTLS_CERTS/other-ca.crt"
 }
 
 # ------------------------------------------------------------------ main

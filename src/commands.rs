@@ -1,5 +1,6 @@
-//! What the CLI's commands do: `run` (the daemon, under the pipeline's lease), `check`
-//! (preflight), `status` and `cleanup` (orphan files), built from the configured source and sink.
+//! What the CLI's commands do: `run` (the daemon, under the pipeline's lease, with the sink's
+//! maintenance in the background), `check` (preflight), `status`, `cleanup` (orphan files) and
+//! `maintain` (one maintenance cycle, under the lease), built from the configured source and sink.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,12 +8,12 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::changelog::{KeyOrigin, TableKey};
+use crate::changelog::{KeyOrigin, TableId, TableKey};
 use crate::checkpoint::lease::{Lease, LeaseError, LeaseSettings};
 use crate::checkpoint::progress::ProgressStore;
 use crate::config::Config;
 use crate::pipeline::{self, PipelineError, Settings};
-use crate::sinks::{Sink, SinkError};
+use crate::sinks::{MaintenanceReport, Sink, SinkError};
 use crate::sources::{Source, SourceError};
 use crate::storage::cleanup::{CleanupError, TableCleanup};
 use crate::storage::{Fence, StorageError, Warehouse};
@@ -32,6 +33,10 @@ pub struct StatusRow {
     pub position: Option<String>,
     pub snapshot_id: Option<i64>,
     pub rows: Option<u64>,
+    /// Data and delete files of the current snapshot, their bytes, snapshots kept (Iceberg).
+    pub live_files: Option<u64>,
+    pub live_bytes: Option<u64>,
+    pub snapshots: Option<u64>,
 }
 
 /// A command failed before or while running the pipeline.
@@ -51,6 +56,8 @@ pub enum CommandError {
     Cleanup(#[from] CleanupError),
     #[error(transparent)]
     Warehouse(#[from] StorageError),
+    #[error("--table {0:?}: name a table as schema.table (Postgres) or database.table (MySQL)")]
+    TableName(String),
 }
 
 fn settings(config: &Config, source: &dyn Source) -> Settings {
@@ -117,6 +124,11 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
     let fenced = warehouse.clone().fenced(fence.clone());
     settings.progress =
         Some(ProgressStore::new(&fenced, &config.pipeline).map_err(PipelineError::from)?);
+    // The sink's maintenance runs beside the pipeline, through the same fenced store; it ends
+    // with this function (aborted where it is: a cycle is crash-safe at every await).
+    let _maintenance = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+        maintain_in_background(Arc::clone(&sink)),
+    ));
     let outcome = {
         let pipeline = pipeline::run(source, sink, settings, shutdown);
         let keep = lease.keep(&renewing);
@@ -144,6 +156,79 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
     lease.release().await;
     outcome?;
     Ok(())
+}
+
+/// Runs the sink's maintenance every [`Sink::maintenance_interval`] on the tables it commits to;
+/// stops at a broken fence (the daemon is stopping then).
+async fn maintain_in_background(sink: Arc<dyn Sink>) {
+    let Some(interval) = sink.maintenance_interval() else {
+        return;
+    };
+    loop {
+        tokio::time::sleep(interval).await;
+        if let Err(e) = sink.maintain(None).await {
+            tracing::warn!(error = %e, "maintenance stopped");
+            return;
+        }
+    }
+}
+
+/// One maintenance cycle on `table` (`schema.table`) or on every captured table, holding the
+/// pipeline's lease (so it refuses while a daemon runs the pipeline: the daemon maintains its
+/// tables itself) and writing through its fence.
+pub async fn maintain(
+    config: &Config,
+    table: Option<&str>,
+) -> Result<Vec<MaintenanceReport>, CommandError> {
+    let tables: Vec<TableId> = match table {
+        Some(t) => {
+            let (ns, name) = t
+                .split_once('.')
+                .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+                .ok_or_else(|| CommandError::TableName(t.to_owned()))?;
+            vec![TableId::new(ns, name)]
+        }
+        None => crate::sources::build(&config.source)
+            .tables()
+            .await?
+            .into_iter()
+            .map(|key| key.table)
+            .collect(),
+    };
+    let warehouse = open_warehouse(config)?;
+    let lease_settings = LeaseSettings {
+        pipeline: config.pipeline.clone(),
+        ttl: Duration::from_millis(config.lease_ttl_ms),
+        standby: false,
+    };
+    let never = CancellationToken::new();
+    let Some(mut lease) = Lease::acquire(&warehouse, lease_settings, &never).await? else {
+        return Ok(Vec::new());
+    };
+    let fence = lease.fence();
+    let sink = build_sink(config, Some(fence.clone()))?;
+    let renewing = CancellationToken::new();
+    let outcome = {
+        let cycle = sink.maintain(Some(&tables));
+        let keep = lease.keep(&renewing);
+        tokio::pin!(cycle, keep);
+        tokio::select! {
+            biased;
+            kept = &mut keep => match kept {
+                Err(e) => return Err(e.into()),
+                Ok(()) => Ok(Vec::new()),
+            },
+            done = &mut cycle => done,
+        }
+    };
+    if outcome.is_err() {
+        if let Err(fenced) = fence.check() {
+            return Err(LeaseError::Fenced(fenced).into());
+        }
+    }
+    renewing.cancel();
+    lease.release().await;
+    Ok(outcome.map_err(Box::new)?)
 }
 
 /// Configures [`Health`]'s stall limits, serves `/metrics` `/healthz` `/readyz` when
@@ -262,7 +347,10 @@ pub async fn status(config: &Config) -> Result<Vec<StatusRow>, CommandError> {
                 .and_then(|s| s.checkpoint.as_ref())
                 .map(|c| c.position.to_string()),
             snapshot_id: status.as_ref().map(|s| s.snapshot_id),
-            rows: status.and_then(|s| s.rows),
+            rows: status.as_ref().and_then(|s| s.rows),
+            live_files: status.as_ref().and_then(|s| s.files).map(|f| f.live_files),
+            live_bytes: status.as_ref().and_then(|s| s.files).map(|f| f.live_bytes),
+            snapshots: status.as_ref().and_then(|s| s.files).map(|f| f.snapshots),
         });
     }
     Ok(rows)

@@ -19,6 +19,11 @@
 //!   manifest lists are written, `snapshot/snapshot-N` is not; the commit did not happen.
 //! - [`LSM_AFTER_SNAPSHOT`] (same place): `snapshot-N` is ours, so the commit is durable;
 //!   `LATEST` is not yet updated.
+//! - [`EXPIRE_AFTER_COMMIT`] (Iceberg maintenance, `sinks/iceberg/maintenance/cycle.rs`): the
+//!   metadata without the expired snapshots is committed, none of their files is deleted, the
+//!   expiry's journal is still there.
+//! - [`EXPIRE_DURING_DELETE`] (same place): the first half of the expired snapshots' files (in
+//!   deletion order: data and delete files before manifests before manifest lists) is deleted.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -33,6 +38,11 @@ pub const COMMIT_AFTER_CREATE: &str = "commit-after-create";
 pub const LSM_BEFORE_SNAPSHOT: &str = "lsm-commit-before-snapshot";
 /// A Paimon (LSM) commit's snapshot put landed; `LATEST` is not written yet.
 pub const LSM_AFTER_SNAPSHOT: &str = "lsm-commit-after-snapshot";
+
+/// An expiry's metadata commit landed; no file is deleted yet.
+pub const EXPIRE_AFTER_COMMIT: &str = "expire-after-commit";
+/// An expiry deleted the first half of its files (in deletion order) and not the rest.
+pub const EXPIRE_DURING_DELETE: &str = "expire-during-delete";
 
 /// The crash point named by `CDCD_FAILPOINT` and at which hit it fires, read once.
 fn armed() -> Option<&'static (String, u64)> {

@@ -59,6 +59,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run one maintenance cycle now (snapshot expiry and the metadata log, following each
+    /// table's Iceberg properties) and exit. Takes the pipeline's lease: a running daemon
+    /// maintains its tables itself.
+    Maintain {
+        /// Only this table (schema.table or database.table); default: every captured table.
+        #[arg(long, value_name = "TABLE")]
+        table: Option<String>,
+        /// Print JSON instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -147,14 +158,43 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Some(Command::Maintain { table, json }) => {
+            let reports = cdcd::commands::maintain(&config, table.as_deref()).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&reports)?);
+            } else {
+                for r in &reports {
+                    match &r.error {
+                        Some(e) => println!("{}: failed: {e}", r.table),
+                        None => println!(
+                            "{}: expired {} snapshots, deleted {} files and {} metadata files; {} snapshots, {} live files, {} manifests",
+                            r.table,
+                            r.snapshots_expired,
+                            r.files_deleted,
+                            r.metadata_files_deleted,
+                            r.snapshots,
+                            r.live_files,
+                            r.manifests
+                        ),
+                    }
+                }
+            }
+            let failed = reports.iter().any(|r| r.error.is_some());
+            Ok(if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
         Some(Command::Status { json }) => {
             let rows = cdcd::commands::status(&config).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
+                let dash = |v: Option<u64>| v.map(|s| s.to_string()).unwrap_or_else(|| "-".into());
                 println!(
-                    "{:<40} {:<32} {:<20} {:>20} {:>12}",
-                    "TABLE", "KEY", "POSITION", "SNAPSHOT", "ROWS"
+                    "{:<40} {:<32} {:<20} {:>20} {:>12} {:>8} {:>14} {:>9}",
+                    "TABLE", "KEY", "POSITION", "SNAPSHOT", "ROWS", "FILES", "BYTES", "SNAPSHOTS"
                 );
                 for r in rows {
                     let key = match (r.key.is_empty(), &r.key_index) {
@@ -163,14 +203,17 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         (false, None) => format!("({}) {}", r.key.join(", "), r.key_origin),
                     };
                     println!(
-                        "{:<40} {:<32} {:<20} {:>20} {:>12}",
+                        "{:<40} {:<32} {:<20} {:>20} {:>12} {:>8} {:>14} {:>9}",
                         r.table,
                         key,
                         r.position.as_deref().unwrap_or("-"),
                         r.snapshot_id
                             .map(|s| s.to_string())
                             .unwrap_or_else(|| "-".into()),
-                        r.rows.map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
+                        dash(r.rows),
+                        dash(r.live_files),
+                        dash(r.live_bytes),
+                        dash(r.snapshots),
                     );
                 }
             }

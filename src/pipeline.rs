@@ -442,11 +442,20 @@ impl Committer {
     async fn transaction(&mut self, tx: Transaction) -> Result<(), PipelineError> {
         metrics::counter!(m::TRANSACTIONS_TOTAL, m::LABEL_PIPELINE => self.settings.pipeline.clone())
             .increment(1);
-        if let Some(stop) = self.reshaped_inside(&tx) {
-            // Everything buffered belongs to earlier, whole transactions: commit it, so the stop
-            // lands exactly at this transaction's start.
-            self.flush().await?;
-            return Err(stop);
+        match self.reshaped_inside(&tx) {
+            Reshaped::No => {}
+            Reshaped::Evolves => {
+                // The buffered transactions were read under the old schema: they are committed
+                // under it, so only this transaction's own earlier runs are rewritten to the new
+                // one ([`Self::schema_switch`]).
+                self.flush().await?;
+            }
+            Reshaped::Stop(stop) => {
+                // Everything buffered belongs to earlier, whole transactions: commit it, so the
+                // stop lands exactly at this transaction's start.
+                self.flush().await?;
+                return Err(stop);
+            }
         }
         for mut changes in tx.changes {
             if changes.is_empty() {
@@ -479,9 +488,11 @@ impl Committer {
     /// table claim changes it did not hold yet; its later changes of the same transaction were
     /// then skipped as committed, and a crash in between lost them too. So every commit ends at
     /// a transaction boundary: runs whose rows fit are committed together under the newest
-    /// schema, and a transaction whose runs do not fit stops the pipeline before any of it is
-    /// committed.
-    fn reshaped_inside(&self, tx: &Transaction) -> Option<PipelineError> {
+    /// schema, runs whose schema evolves to the newer one ([`TableSchema::evolves_to`]: added
+    /// columns, widened types) are rewritten to it and committed together too, and a transaction
+    /// whose runs do neither stops the pipeline before any of it is committed.
+    fn reshaped_inside(&self, tx: &Transaction) -> Reshaped {
+        let mut evolves = false;
         let mut last: BTreeMap<&TableId, &TableChanges> = BTreeMap::new();
         for changes in tx.changes.iter().filter(|c| !c.is_empty()) {
             let table = &changes.schema.id;
@@ -489,8 +500,13 @@ impl Committer {
                 continue;
             }
             if let Some(before) = last.insert(table, changes) {
-                if !before.schema.rows_fit(&changes.schema) {
-                    return Some(PipelineError::SchemaChangedInTransaction(Box::new(
+                if before.schema.rows_fit(&changes.schema) {
+                    continue;
+                }
+                if before.schema.evolves_to(&changes.schema) {
+                    evolves = true;
+                } else {
+                    return Reshaped::Stop(PipelineError::SchemaChangedInTransaction(Box::new(
                         SchemaChangeStop {
                             table: table.clone(),
                             position: tx.position.clone(),
@@ -501,7 +517,11 @@ impl Committer {
                 }
             }
         }
-        None
+        if evolves {
+            Reshaped::Evolves
+        } else {
+            Reshaped::No
+        }
     }
 
     /// A table's schema changed between its buffered changes and `changes`: commit what was
@@ -523,6 +543,15 @@ impl Committer {
             return Ok(());
         }
         if let Some(position) = open.filter(|p| buffer.position == **p) {
+            if buffer.schema.evolves_to(&changes.schema) {
+                // Only this transaction is buffered (`transaction` flushed the ones before).
+                return self.tables.evolve(&changes.schema).map_err(|source| {
+                    PipelineError::Sink(Box::new(SinkError::Arrow {
+                        context: format!("rewriting the rows of {table} to its new schema"),
+                        source,
+                    }))
+                });
+            }
             return Err(PipelineError::SchemaChangedInTransaction(Box::new(
                 SchemaChangeStop {
                     table: table.clone(),
@@ -548,6 +577,16 @@ impl Committer {
         metrics::gauge!(m::BUFFERED_ROWS, m::LABEL_PIPELINE => pipeline())
             .set(self.tables.buffered_rows as f64);
     }
+}
+
+/// What [`Committer::reshaped_inside`] found in a transaction.
+enum Reshaped {
+    /// No table's schema changed between its runs, or only in ways its rows fit.
+    No,
+    /// A table's schema evolved between its runs: its earlier runs are rewritten to the new one.
+    Evolves,
+    /// A change the rows cannot cross.
+    Stop(PipelineError),
 }
 
 /// `cdcd_changes_total{table,op}`, counted per batch.

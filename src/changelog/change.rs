@@ -99,6 +99,61 @@ impl TableChanges {
         Arc::new(Schema::new(fields))
     }
 
+    /// These changes as changes of `newer`, a schema `self.schema` evolves to
+    /// ([`TableSchema::evolves_to`]): widened columns cast (exact for the promotions allowed),
+    /// added columns NULL. An added column is present (NULL) in inserts and updates: the row had no
+    /// such column then, which once the column exists reads as NULL (Postgres fills existing rows
+    /// the same way for a column added without a default); it is absent in deletes, like their
+    /// other non-key columns. Used for a schema change inside one transaction, whose rows must
+    /// share one commit.
+    pub fn evolve(&self, newer: &Arc<TableSchema>) -> Result<TableChanges, ArrowError> {
+        let rows_schema = Self::rows_schema(newer);
+        let keys_schema = Self::keys_schema(newer);
+        let old = self.schema.columns.len();
+        let n = self.rows.num_rows();
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(rows_schema.fields().len());
+        let mut present = self.present.clone();
+        for (i, field) in rows_schema.fields().iter().enumerate() {
+            if i < old {
+                columns.push(arrow_cast::cast(self.rows.column(i), field.data_type())?);
+            } else {
+                columns.push(new_null_array(field.data_type(), n));
+                let deletes = self
+                    .ops
+                    .iter()
+                    .any(|op| !matches!(op, Op::Insert | Op::Update));
+                present.push(deletes.then(|| {
+                    BooleanBuffer::from_iter(
+                        self.ops
+                            .iter()
+                            .map(|op| matches!(op, Op::Insert | Op::Update)),
+                    )
+                }));
+            }
+        }
+        let keys = keys_schema
+            .fields()
+            .iter()
+            .zip(self.old_keys.columns())
+            .map(|(f, c)| arrow_cast::cast(c, f.data_type()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let options = RecordBatchOptions::new().with_row_count(Some(n));
+        Ok(TableChanges {
+            schema: Arc::clone(newer),
+            ops: self.ops.clone(),
+            rows: RecordBatch::try_new_with_options(rows_schema, columns, &options)?,
+            present,
+            old_keys: RecordBatch::try_new_with_options(
+                keys_schema,
+                keys,
+                &RecordBatchOptions::new().with_row_count(Some(self.old_keys.num_rows())),
+            )?,
+            key_changed: self.key_changed.clone(),
+            upsert_window: self.upsert_window,
+            copy_chunk: self.copy_chunk,
+        })
+    }
+
     /// The Arrow schema of [`old_keys`](Self::old_keys): the key columns, nullable.
     pub fn keys_schema(schema: &TableSchema) -> SchemaRef {
         let fields: Vec<Field> = schema

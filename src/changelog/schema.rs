@@ -80,6 +80,33 @@ impl TableSchema {
             })
     }
 
+    /// Whether rows decoded under `self` can be rewritten as rows of `newer` without losing
+    /// anything, the schema changes a sink can apply (README, "Guarantees and limits": DDL): the
+    /// same key, the old columns first in the same order under the same names, each with its type
+    /// or a wider one ([`widens`]) and as nullable as before or more, then any added columns,
+    /// nullable. Key columns keep their type (the primary-key index stores keys by type). A
+    /// Postgres Relation message carries no column identity, so this is decided by name and
+    /// position: a rename or a drop fails it and stops the pipeline, never a guessed mapping.
+    pub fn evolves_to(&self, newer: &TableSchema) -> bool {
+        self.id == newer.id
+            && self.primary_key == newer.primary_key
+            && newer.columns.len() >= self.columns.len()
+            && self
+                .columns
+                .iter()
+                .zip(&newer.columns)
+                .enumerate()
+                .all(|(i, (old, new))| {
+                    let same_type = old.data_type == new.data_type
+                        || (!self.primary_key.contains(&i)
+                            && widens(&old.data_type, &new.data_type));
+                    old.name == new.name && same_type && (new.nullable || !old.nullable)
+                })
+            && newer.columns[self.columns.len()..]
+                .iter()
+                .all(|c| c.nullable && self.column_index(&c.name).is_none())
+    }
+
     /// The columns as `name source_type`, for messages.
     pub fn describe_columns(&self) -> String {
         self.columns
@@ -94,6 +121,19 @@ impl TableSchema {
             .iter()
             .filter_map(|&i| self.columns.get(i).map(|c| c.name.as_str()))
             .collect()
+    }
+}
+
+/// Whether values of Arrow type `old` convert to `new` exactly, and the table formats allow the
+/// promotion (Iceberg spec, "Schema Evolution": int → long, float → double, decimal(P,S) →
+/// decimal(P',S) with P' > P; Paimon's `SchemaChange.updateColumnType` allows the same).
+pub fn widens(old: &DataType, new: &DataType) -> bool {
+    match (old, new) {
+        (DataType::Int16, DataType::Int32 | DataType::Int64) => true,
+        (DataType::Int32, DataType::Int64) => true,
+        (DataType::Float32, DataType::Float64) => true,
+        (DataType::Decimal128(p, s), DataType::Decimal128(p2, s2)) => s == s2 && p2 >= p,
+        _ => false,
     }
 }
 
@@ -146,5 +186,80 @@ mod tests {
             ("w", DataType::Utf8, false, "varchar(10)"),
         ]);
         assert!(!old.rows_fit(&renamed));
+    }
+
+    #[test]
+    fn evolves_to_accepts_added_columns_and_widening_only() {
+        let old = schema(&[
+            ("id", DataType::Int32, false, "int4"),
+            ("x", DataType::Int32, true, "int4"),
+            ("f", DataType::Float32, true, "float4"),
+            ("n", DataType::Decimal128(10, 2), true, "numeric(10,2)"),
+        ]);
+        let cols = |extra: &[(&'static str, DataType, bool, &'static str)]| {
+            let mut c = vec![
+                ("id", DataType::Int32, false, "int4"),
+                ("x", DataType::Int32, true, "int4"),
+                ("f", DataType::Float32, true, "float4"),
+                ("n", DataType::Decimal128(10, 2), true, "numeric(10,2)"),
+            ];
+            c.extend(extra.iter().cloned());
+            c
+        };
+        assert!(old.evolves_to(&old));
+        let added = schema(&cols(&[("c", DataType::Utf8, true, "text")]));
+        assert!(old.evolves_to(&added));
+        // Not the other way: that is a drop.
+        assert!(!added.evolves_to(&old));
+        let required = schema(&cols(&[("c", DataType::Utf8, false, "text")]));
+        assert!(
+            !old.evolves_to(&required),
+            "an added column must be nullable"
+        );
+        let widened = schema(&[
+            ("id", DataType::Int32, false, "int4"),
+            ("x", DataType::Int64, true, "int8"),
+            ("f", DataType::Float64, true, "float8"),
+            ("n", DataType::Decimal128(18, 2), true, "numeric(18,2)"),
+        ]);
+        assert!(old.evolves_to(&widened));
+        assert!(!widened.evolves_to(&old), "a narrowing");
+        let rescaled = schema(&[
+            ("id", DataType::Int32, false, "int4"),
+            ("x", DataType::Int32, true, "int4"),
+            ("f", DataType::Float32, true, "float4"),
+            ("n", DataType::Decimal128(18, 4), true, "numeric(18,4)"),
+        ]);
+        assert!(!old.evolves_to(&rescaled), "a scale change");
+        let retyped = schema(&[
+            ("id", DataType::Int32, false, "int4"),
+            ("x", DataType::Utf8, true, "text"),
+            ("f", DataType::Float32, true, "float4"),
+            ("n", DataType::Decimal128(10, 2), true, "numeric(10,2)"),
+        ]);
+        assert!(!old.evolves_to(&retyped), "int -> text");
+        let key_widened = schema(&[
+            ("id", DataType::Int64, false, "int8"),
+            ("x", DataType::Int32, true, "int4"),
+            ("f", DataType::Float32, true, "float4"),
+            ("n", DataType::Decimal128(10, 2), true, "numeric(10,2)"),
+        ]);
+        assert!(!old.evolves_to(&key_widened), "key columns keep their type");
+        // A rename at the end looks like a drop plus an add: refused, not guessed.
+        let renamed = schema(&[
+            ("id", DataType::Int32, false, "int4"),
+            ("x", DataType::Int32, true, "int4"),
+            ("f", DataType::Float32, true, "float4"),
+            ("m", DataType::Decimal128(10, 2), true, "numeric(10,2)"),
+        ]);
+        assert!(!old.evolves_to(&renamed));
+        let inserted = schema(&[
+            ("id", DataType::Int32, false, "int4"),
+            ("c", DataType::Utf8, true, "text"),
+            ("x", DataType::Int32, true, "int4"),
+            ("f", DataType::Float32, true, "float4"),
+            ("n", DataType::Decimal128(10, 2), true, "numeric(10,2)"),
+        ]);
+        assert!(!old.evolves_to(&inserted), "a column not at the end");
     }
 }

@@ -39,6 +39,9 @@ pub(super) const TEXT_KEYS: &[&str] = &[
     "region",
     "access_key_id",
     "secret_access_key",
+    "ca_file",
+    "addressing",
+    "profile",
 ];
 
 /// `CDCD_<SECTION>__<KEY>` variables only: other `CDCD_*` variables (`CDCD_LOG`, a test bed's

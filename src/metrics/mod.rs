@@ -38,6 +38,19 @@ pub const HEARTBEATS_TOTAL: &str = "cdcd_heartbeats_total";
 /// 1 while the replication slot is invalidated (`wal_status = 'lost'`), else 0 (Postgres).
 pub const REPLICATION_SLOT_LOST: &str = "cdcd_replication_slot_lost";
 
+/// Maintenance cycles run, by table and kind (`expire`).
+pub const MAINTENANCE_RUNS_TOTAL: &str = "cdcd_maintenance_runs_total";
+/// Snapshots removed from tables' metadata by expiry.
+pub const MAINTENANCE_SNAPSHOTS_EXPIRED_TOTAL: &str = "cdcd_maintenance_snapshots_expired_total";
+/// Files maintenance deleted (those only expired snapshots reached; old metadata files).
+pub const MAINTENANCE_FILES_DELETED_TOTAL: &str = "cdcd_maintenance_files_deleted_total";
+/// Snapshots in the table's metadata after the last maintenance cycle.
+pub const TABLE_SNAPSHOTS: &str = "cdcd_table_snapshots";
+/// Data and delete files of the table's current snapshot.
+pub const TABLE_LIVE_FILES: &str = "cdcd_table_live_files";
+/// Manifests in the table's current snapshot.
+pub const TABLE_MANIFESTS: &str = "cdcd_table_manifests";
+
 pub const LABEL_PIPELINE: &str = "pipeline";
 pub const LABEL_TABLE: &str = "table";
 pub const LABEL_OP: &str = "op";
@@ -124,6 +137,24 @@ fn describe(pipeline: &str) {
         "Estimated rows of the table's initial copy"
     );
     describe_counter!(HEARTBEATS_TOTAL, "Heartbeats written to the source");
+    describe_counter!(
+        MAINTENANCE_RUNS_TOTAL,
+        "Maintenance cycles run, by table and kind"
+    );
+    describe_counter!(
+        MAINTENANCE_SNAPSHOTS_EXPIRED_TOTAL,
+        "Snapshots removed by expiry"
+    );
+    describe_counter!(
+        MAINTENANCE_FILES_DELETED_TOTAL,
+        "Files deleted by maintenance (reached only by expired snapshots, or old metadata files)"
+    );
+    describe_gauge!(TABLE_SNAPSHOTS, "Snapshots in the table's metadata");
+    describe_gauge!(
+        TABLE_LIVE_FILES,
+        "Data and delete files of the table's current snapshot"
+    );
+    describe_gauge!(TABLE_MANIFESTS, "Manifests in the table's current snapshot");
     // With the same labels the pipeline records them with: a series recorded both with and
     // without an explicit `pipeline` label would render twice with one label set.
     metrics::counter!(TRANSACTIONS_TOTAL, LABEL_PIPELINE => pipeline.to_owned()).absolute(0);
@@ -177,6 +208,12 @@ mod tests {
             SNAPSHOT_ROWS_ESTIMATED,
             HEARTBEATS_TOTAL,
             REPLICATION_SLOT_LOST,
+            MAINTENANCE_RUNS_TOTAL,
+            MAINTENANCE_SNAPSHOTS_EXPIRED_TOTAL,
+            MAINTENANCE_FILES_DELETED_TOTAL,
+            TABLE_SNAPSHOTS,
+            TABLE_LIVE_FILES,
+            TABLE_MANIFESTS,
         ] {
             assert!(name.starts_with("cdcd_"), "{name}");
             assert!(

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use arrow_schema::ArrowError;
+
 use super::upsert;
 use super::PipelineError;
 use crate::changelog::{Position, TableChanges, TableId, TableSchema};
@@ -115,6 +117,24 @@ impl Tables {
             .filter(|b| b.position.is_snapshot_incomplete())
             .map(|b| b.bytes)
             .sum()
+    }
+
+    /// Rewrites the buffered changes of `newer`'s table as changes of `newer`
+    /// ([`TableChanges::evolve`]), so they commit together with changes read under it.
+    pub(super) fn evolve(&mut self, newer: &Arc<TableSchema>) -> Result<(), ArrowError> {
+        let Some(buffer) = self.buffers.get_mut(&newer.id) else {
+            return Ok(());
+        };
+        let changes = buffer
+            .changes
+            .iter()
+            .map(|c| c.evolve(newer))
+            .collect::<Result<Vec<_>, _>>()?;
+        buffer.bytes = changes.iter().map(|c| c.rows.get_array_memory_size()).sum();
+        buffer.changes = changes;
+        buffer.schema = Arc::clone(newer);
+        self.schemas.insert(newer.id.clone(), Arc::clone(newer));
+        Ok(())
     }
 
     pub(super) fn push(&mut self, changes: TableChanges, position: &Position) {

@@ -69,6 +69,8 @@ struct Record {
     /// The checkpoint and the ops of each commit.
     checkpoints: Vec<Checkpoint>,
     ops: Vec<Vec<Op>>,
+    /// Per commit, the column count of the commit's schema and of each of its batches.
+    widths: Vec<(usize, Vec<usize>)>,
 }
 
 struct ScriptedSource {
@@ -184,6 +186,10 @@ impl Sink for RecordingSink {
         r.checkpoints.push(checkpoint.clone());
         r.ops
             .push(changes.iter().flat_map(|c| c.ops.iter().copied()).collect());
+        r.widths.push((
+            schema.columns.len(),
+            changes.iter().map(|c| c.rows.num_columns()).collect(),
+        ));
         Ok(CommitStats::default())
     }
 
@@ -294,6 +300,79 @@ async fn a_schema_change_inside_a_transaction_keeps_the_transaction_in_one_commi
             ("a".into(), 4, "0/14".into()),
             ("b".into(), 1, "0/14".into())
         ]
+    );
+    assert_eq!(r.acks.last(), Some(&pos(20)));
+}
+
+/// `schema_as(table, "id", …)` plus a nullable text column `c` (an `ADD COLUMN`).
+fn with_added_column(table: &str) -> Arc<TableSchema> {
+    let mut s = (*schema_as(table, "id", "int8")).clone();
+    s.columns.push(Column {
+        name: "c".into(),
+        data_type: arrow_schema::DataType::Utf8,
+        nullable: true,
+        source_type: "text".into(),
+    });
+    Arc::new(s)
+}
+
+/// Changes of `schema` (id, then nullable columns left NULL).
+fn changes_wide(schema: Arc<TableSchema>, op: Op, ids: &[i64]) -> TableChanges {
+    let width = schema.columns.len();
+    let mut b = TableChangesBuilder::new(schema, ids.len());
+    for &id in ids {
+        b.begin(op);
+        if let Some(col) = b.value(0) {
+            if let Some(col) = col.as_any_mut().downcast_mut::<Int64Builder>() {
+                col.append_value(id);
+            }
+        }
+        for c in 1..width {
+            if let Some(col) = b.value(c) {
+                crate::changelog::append_null(col).unwrap();
+            }
+        }
+        b.no_old_key().unwrap();
+    }
+    b.finish().unwrap()
+}
+
+// An ADD COLUMN inside a transaction: the transactions before it commit under the old schema,
+// and the whole transaction commits as one, its runs before the ALTER rewritten to the new one.
+#[tokio::test]
+async fn an_added_column_inside_a_transaction_commits_it_whole_under_the_new_schema() {
+    let added = with_added_column("a");
+    let r = run_script(
+        true,
+        &[("a", 5), ("b", 5)],
+        vec![
+            tx(10, vec![changes("a", Op::Insert, &[1])]),
+            tx(
+                20,
+                vec![
+                    changes("a", Op::Insert, &[2]),
+                    changes("b", Op::Insert, &[1]),
+                    changes_wide(added.clone(), Op::Insert, &[3]),
+                    changes_wide(added, Op::Delete, &[2]),
+                ],
+            ),
+        ],
+        settings(1000, SnapshotMode::Never),
+    )
+    .await;
+    assert_eq!(
+        r.commits,
+        vec![
+            ("a".into(), 1, "0/A".into()),
+            ("a".into(), 3, "0/14".into()),
+            ("b".into(), 1, "0/14".into())
+        ]
+    );
+    assert_eq!(r.widths[0], (1, vec![1]), "tx 10 under the old schema");
+    assert_eq!(
+        r.widths[1],
+        (2, vec![2, 2, 2]),
+        "tx 20 whole, under the new one"
     );
     assert_eq!(r.acks.last(), Some(&pos(20)));
 }

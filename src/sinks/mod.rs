@@ -35,6 +35,37 @@ pub struct TableStatus {
     pub rows: Option<u64>,
     /// Where the table lives.
     pub location: String,
+    /// Live files and snapshots (Iceberg; `None` when the sink does not tell).
+    pub files: Option<TableFiles>,
+}
+
+/// A table's file counts, for `cdcd status`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TableFiles {
+    /// Data and delete files of the current snapshot.
+    pub live_files: u64,
+    /// Their bytes.
+    pub live_bytes: u64,
+    /// Snapshots in the table's metadata.
+    pub snapshots: u64,
+}
+
+/// What one maintenance cycle did to one table (`Sink::maintain`, `cdcd maintain`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MaintenanceReport {
+    pub table: String,
+    pub snapshots_expired: u64,
+    pub refs_removed: u64,
+    /// Manifest lists, manifests, data, delete and statistics files only expired snapshots reached.
+    pub files_deleted: u64,
+    /// `vN.metadata.json` files that had left the metadata log.
+    pub metadata_files_deleted: u64,
+    /// After the cycle: snapshots in the metadata, live files and manifests of the current one.
+    pub snapshots: u64,
+    pub live_files: u64,
+    pub manifests: u64,
+    /// The cycle failed for this table (the next one retries); nothing unsafe was done.
+    pub error: Option<String>,
 }
 
 /// What one commit wrote.
@@ -102,6 +133,24 @@ pub trait Sink: Send + Sync {
     /// table's primary-key index), so a clean stop leaves nothing for the next start to catch
     /// up. Commits are durable without it; its failures are logged where they happen.
     async fn settle(&self) {}
+
+    /// Runs one maintenance cycle (snapshot expiry, the metadata log; Iceberg) on each of
+    /// `tables`, or, with `None`, on every table this sink has read or committed to since it
+    /// started (the daemon: the pipeline's tables, read for their checkpoints at start).
+    /// Safe beside this sink's own commits (they are serialized per table) and other writers'
+    /// (a maintenance commit is create-if-absent like any; files are deleted only after it
+    /// landed). A table's failure is in its report; only a broken fence fails the call.
+    async fn maintain(
+        &self,
+        _tables: Option<&[TableId]>,
+    ) -> Result<Vec<MaintenanceReport>, SinkError> {
+        Ok(Vec::new())
+    }
+
+    /// How often the daemon calls [`Sink::maintain`] in the background (`None`: never).
+    fn maintenance_interval(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// A sink failed. Each variant names the table or path involved.
@@ -109,7 +158,7 @@ pub trait Sink: Send + Sync {
 pub enum SinkError {
     #[error("table {table} has no key: the lsm (Paimon) sink does not replicate keyless tables yet (the iceberg sink keeps them as append tables); give it a key (see README \"Tables without a primary key\"), use sink.kind = \"iceberg\", or remove it from source.tables")]
     NoPrimaryKey { table: TableId },
-    #[error("schema of {table} changed ({detail}); cdcd does not apply schema changes yet: stop writes to the table, recreate the replica, or remove the table from source.tables")]
+    #[error("schema of {table} changed ({detail}); this sink cannot apply that change (README, \"Guarantees and limits\": the schema change table): stop writes to the table, recreate the replica, or remove the table from source.tables")]
     SchemaChanged { table: TableId, detail: String },
     #[error("column {column} of {table}: type {data_type} cannot be stored in {sink}")]
     UnsupportedType {

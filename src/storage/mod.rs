@@ -225,6 +225,7 @@ mod tests {
             access_key_id: Some("k".into()),
             secret_access_key: Some("s".into()),
             allow_http: None,
+            ..S3Config::default()
         };
         let w = Warehouse::open("s3://bkt/pre/fix/", &cfg).unwrap();
         assert_eq!(w.url(), "s3://bkt/pre/fix");

@@ -6,6 +6,8 @@ mod ddl;
 mod keyless;
 mod keys;
 mod lifecycle;
+mod maintenance;
 mod replication;
+mod schema_evolution;
 mod snapshot;
 mod tls;

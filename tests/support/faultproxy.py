@@ -1,7 +1,7 @@
 """Fault-injecting HTTP proxy for the S3 fault tests (tests/s3/faults.rs): sits between cdcd and moto.
 
 Usage: faultproxy.py UPSTREAM_URL [--fail 0.10] [--delay 0.2] [--max-delay-ms 800] [--seed N]
-                      [--stall-path SUBSTR --stall-flag FILE] [--lose-first-path SUBSTR] [--log FILE]
+                      [--stall-path SUBSTR --stall-flag FILE] [--lose-first-path SUBSTR] [--log FILE [--log-auth]]
 Prints `listening <port>` on stdout once it accepts connections (it binds 127.0.0.1:0), then runs
 until killed. Counters go to stderr every 5 s.
 
@@ -22,7 +22,13 @@ exists, then forwarded (tests/mysql/fencing.rs stalls only the lease renewals th
 tests/s3/faults.rs aims it at Paimon's `snapshot/snapshot-`); later PUTs to that path pass. With --log,
 each request is appended to FILE as `<time.monotonic()> req <METHOD> <path>` when it arrives,
 `<time> stall <METHOD> <path>` when a held one starts waiting, and `<time> answer:<status> <METHOD>
-<path>` when upstream answered a held one (its client may be gone by then).
+<path>` when upstream answered a held one (its client may be gone by then). With --log-auth, each
+`req` line also ends in ` host=<Host header> key=<the SigV4 access key id>` (tests/s3/addressing.rs and
+profile.rs check which host and which credentials cdcd used; the key id is not a secret, the signature
+is never logged).
+
+It also works as a plain-HTTP forward proxy (cdcd with AWS_PROXY_URL): the request line then holds the
+absolute URL, forwarded as is (werkzeug, under moto, takes the host from it).
 """
 import argparse
 import http.client
@@ -44,6 +50,7 @@ ap.add_argument("--stall-path", default=None)
 ap.add_argument("--stall-flag", default=None)
 ap.add_argument("--lose-first-path", default=None)
 ap.add_argument("--log", default=None)
+ap.add_argument("--log-auth", action="store_true")
 args = ap.parse_args()
 up = urllib.parse.urlparse(args.upstream)
 rng = random.Random(args.seed)
@@ -57,11 +64,18 @@ INTERNAL = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</
             b'<Message>We encountered an internal error. Please try again.</Message></Error>')
 
 
-def log(kind, method, path):
+def log(kind, method, path, extra=""):
     if args.log:
         with lock:
             with open(args.log, "a") as f:
-                f.write(f"{time.monotonic():.6f} {kind} {method} {path}\n")
+                f.write(f"{time.monotonic():.6f} {kind} {method} {path}{extra}\n")
+
+
+def auth_fields(headers):
+    """` host=… key=…` from the Host header and the SigV4 `Credential=<key id>/<scope>`."""
+    auth = headers.get("Authorization") or ""
+    key = auth.split("Credential=", 1)[1].split("/", 1)[0] if "Credential=" in auth else "-"
+    return f" host={headers.get('Host') or '-'} key={key}"
 
 
 def stall(method, path):
@@ -132,7 +146,7 @@ class Handler(BaseHTTPRequestHandler):
         return resp.status, data, out, length
 
     def handle_any(self):
-        log("req", self.command, self.path)
+        log("req", self.command, self.path, auth_fields(self.headers) if args.log_auth else "")
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
         held = stall(self.command, self.path)

@@ -65,6 +65,7 @@ pub fn s3_config(endpoint: &str) -> S3Config {
         access_key_id: Some("test".into()),
         secret_access_key: Some("test".into()),
         allow_http: Some(true),
+        ..S3Config::default()
     }
 }
 

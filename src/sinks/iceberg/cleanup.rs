@@ -6,11 +6,13 @@
 //! manifests were written but before `v<N>.metadata.json` was created, or a writer that lost a
 //! commit race. They are invisible to readers, but they cost storage.
 //!
-//! What is live: every `metadata/v<N>.metadata.json` present (cdcd never expires snapshots, so
-//! each version and each snapshot in it stays readable for time travel), `version-hint.text`, and
-//! everything those reference: each snapshot's manifest list, every manifest in it, and every file
-//! of every entry (added, existing or deleted: a deleted entry's file is still read by older
-//! snapshots). Anything else under the table directory is an orphan once it is older than the
+//! What is live: every `metadata/v<N>.metadata.json` present, `version-hint.text`, and everything
+//! the newest version's snapshots reference: each snapshot's manifest list, every manifest in it,
+//! and every file of every entry (added, existing or deleted: a deleted entry's file is still read
+//! by older snapshots). Only the newest version's snapshots count, as in Iceberg-Java's
+//! `DeleteOrphanFiles`: an older version lists snapshots that expiry (`maintenance/`) removed and
+//! whose files it deleted, and without expiry every older version's snapshots are in the newest
+//! too (a commit only adds one). Anything else under the table directory is an orphan once it is older than the
 //! grace period, which protects the files of a commit in flight (a commit writes its files first
 //! and its metadata last). If any metadata or manifest cannot be read, nothing of that table is
 //! deleted: a wrong "unreferenced" would delete live data.
@@ -68,6 +70,7 @@ async fn live_files(
     let mut live = HashSet::new();
     let mut lists = HashSet::new();
     let mut manifests = HashSet::new();
+    let mut newest: Option<(u64, &ObjectMeta)> = None;
     for o in objects {
         let p = o.location.as_ref();
         let Some((_, file)) = p.rsplit_once("/metadata/") else {
@@ -77,10 +80,20 @@ async fn live_files(
             live.insert(p.to_owned());
             continue;
         }
-        if !(file.starts_with('v') && file.ends_with(".metadata.json")) {
+        let Some(version) = file
+            .strip_prefix('v')
+            .and_then(|f| f.strip_suffix(".metadata.json"))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
             continue;
-        }
+        };
         live.insert(p.to_owned());
+        if newest.is_none_or(|(v, _)| version > v) {
+            newest = Some((version, o));
+        }
+    }
+    if let Some((_, o)) = newest {
+        let p = o.location.as_ref();
         let bytes = get(warehouse, &o.location).await?;
         let metadata: TableMetadata =
             serde_json::from_slice(&bytes).map_err(|e| CleanupError::Unreadable {

@@ -2,6 +2,8 @@
 //! user docs), their checks, and the settings the Iceberg sink runs with ([`IcebergConfig`]).
 //! `crate::config` reads the file and picks this struct by `kind`.
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 
 use crate::config::{default_warehouse, ConfigError, Context, RawS3};
@@ -22,6 +24,19 @@ pub struct RawIceberg {
     /// `[sink.s3]`: how to reach an `s3://` warehouse.
     #[serde(default)]
     pub s3: Option<RawS3>,
+    /// `[sink.table_properties]`: Iceberg table properties (name → string value) set on the
+    /// tables cdcd creates, over cdcd's defaults (`write.metadata.delete-after-commit.enabled =
+    /// true`, `history.expire.max-snapshot-age-ms = 600000`). Maintenance reads each table's
+    /// current properties, so a later `ALTER TABLE … SET TBLPROPERTIES` applies too.
+    #[serde(default)]
+    pub table_properties: BTreeMap<String, String>,
+    /// How often the daemon runs a maintenance cycle on each table (milliseconds; 0: never).
+    #[serde(default = "default_maintenance_interval_ms")]
+    pub maintenance_interval_ms: u64,
+}
+
+fn default_maintenance_interval_ms() -> u64 {
+    60_000
 }
 
 /// How Iceberg deletes are written (`sink.delete_mode`).
@@ -43,16 +58,22 @@ pub struct IcebergConfig {
     pub warehouse: String,
     pub namespace: Option<String>,
     pub delete_mode: DeleteMode,
+    pub table_properties: BTreeMap<String, String>,
+    pub maintenance_interval_ms: u64,
 }
 
 impl RawIceberg {
     /// Checks every key and builds the settings (`[sink.s3]` is checked by `crate::config`).
     pub fn validate(self, ctx: &Context<'_>) -> Result<IcebergConfig, ConfigError> {
         let (warehouse, namespace) = ctx.sink_location(&self.warehouse, self.namespace)?;
+        crate::sinks::iceberg::maintenance::properties::check(&self.table_properties)
+            .map_err(|e| ctx.invalid("sink.table_properties", e.to_string()))?;
         Ok(IcebergConfig {
             warehouse,
             namespace,
             delete_mode: self.delete_mode,
+            table_properties: self.table_properties,
+            maintenance_interval_ms: self.maintenance_interval_ms,
         })
     }
 }

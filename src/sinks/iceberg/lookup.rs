@@ -392,7 +392,10 @@ pub(crate) async fn fetch(
     Ok((rows, missing))
 }
 
-/// The columns of `batch` named like `schema`'s fields, cast to their types.
+/// The columns of `batch` named like `schema`'s fields, cast to their types (a file written
+/// before a type promotion holds the narrower type). A column the file lacks was added to the
+/// table after the file was written (the only schema change that adds a name,
+/// `schema.rs`, `evolve`): its rows read NULL there, as any Iceberg reader projects them.
 pub(crate) fn project(
     batch: &RecordBatch,
     schema: &SchemaRef,
@@ -400,11 +403,9 @@ pub(crate) fn project(
     schema
         .fields()
         .iter()
-        .map(|f| {
-            let col = batch.column_by_name(f.name()).ok_or_else(|| {
-                ArrowError::SchemaError(format!("file has no column {}", f.name()))
-            })?;
-            arrow_cast::cast(col, f.data_type())
+        .map(|f| match batch.column_by_name(f.name()) {
+            Some(col) => arrow_cast::cast(col, f.data_type()),
+            None => Ok(arrow_array::new_null_array(f.data_type(), batch.num_rows())),
         })
         .collect()
 }

@@ -15,7 +15,8 @@
 //! updated in the background), `deletes/` (deletion vectors, their Puffin files), `writer.rs`
 //! (the files' rows), `encode.rs` (Parquet settings, columns encoded in parallel), `manifest.rs`
 //! (Avro manifests, reading a snapshot's files), `metadata.rs` (find the newest metadata),
-//! `cleanup.rs` (orphan files for `cdcd cleanup`). This
+//! `cleanup.rs` (orphan files for `cdcd cleanup`), `maintenance/` (snapshot expiry and the
+//! metadata log, following the table's properties; `Sink::maintain`). This
 //! file keeps the [`Sink`] impl and the table cache. Tables live at
 //! `<warehouse>/<namespace>/<table>/` so any engine finds them without cdcd (DESIGN.md, "Where
 //! tables live").
@@ -24,8 +25,9 @@
 // there would change the shared seam, so the lint is allowed for this sink.
 #![allow(clippy::result_large_err)]
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use iceberg::spec::{FormatVersion, TableMetadata};
@@ -33,7 +35,7 @@ use iceberg::spec::{FormatVersion, TableMetadata};
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
 use crate::config::{DeleteMode, IcebergConfig};
-use crate::sinks::{CommitStats, Sink, SinkError, TableStatus};
+use crate::sinks::{CommitStats, MaintenanceReport, Sink, SinkError, TableFiles, TableStatus};
 use crate::storage::cleanup::TableCleanup;
 use crate::storage::Warehouse;
 
@@ -47,6 +49,7 @@ mod input;
 mod live;
 mod locator;
 mod lookup;
+pub(crate) mod maintenance;
 mod manifest;
 mod metadata;
 pub mod plan;
@@ -78,8 +81,15 @@ pub struct IcebergSink {
     format: FormatVersion,
     tables: Mutex<HashMap<TableId, Arc<Loaded>>>,
     /// What each table's commits keep between them (live.rs, pk_index.rs). The async mutex is
-    /// held for a whole commit of that table (commits of one table are sequential anyway).
+    /// held for a whole commit of that table (commits of one table are sequential anyway), and
+    /// by a maintenance commit (maintenance/cycle.rs), so the two never race for a version.
     slots: Mutex<HashMap<TableId, Slot>>,
+    /// `[sink.table_properties]`: set on the tables this sink creates.
+    table_properties: BTreeMap<String, String>,
+    /// How often the daemon runs a maintenance cycle (`None`: never).
+    maintenance_interval: Option<Duration>,
+    /// One maintenance cycle at a time; what cycles keep between them.
+    maintenance: tokio::sync::Mutex<maintenance::MaintenanceState>,
 }
 
 type Slot = Arc<tokio::sync::Mutex<TableSlot>>;
@@ -108,6 +118,10 @@ impl IcebergSink {
             },
             tables: Mutex::new(HashMap::new()),
             slots: Mutex::new(HashMap::new()),
+            table_properties: config.table_properties.clone(),
+            maintenance_interval: (config.maintenance_interval_ms > 0)
+                .then(|| Duration::from_millis(config.maintenance_interval_ms)),
+            maintenance: tokio::sync::Mutex::default(),
         })
     }
 
@@ -182,7 +196,8 @@ impl IcebergSink {
             return Ok(l);
         }
         let location = self.table_location(table);
-        let metadata = publish::new_table(table, &location, schema, self.format)?;
+        let properties = maintenance::properties::for_new_table(&self.table_properties);
+        let metadata = publish::new_table(table, &location, schema, self.format, properties)?;
         match publish::put_metadata(&self.warehouse, table, 1, &metadata).await {
             Ok(()) => {
                 tracing::info!(table = %table, location = %location, "created Iceberg table");
@@ -213,6 +228,10 @@ impl IcebergSink {
     ) -> Result<CommitStats, SinkError> {
         let table = &schema.id;
         let wanted = schema::iceberg_schema(schema)?;
+        // The table's cached state (live files, vectors, index), held for the whole commit, from
+        // before the base is loaded: a maintenance commit in between would take its version.
+        let slot = self.table_slot(table);
+        let mut guard = slot.lock().await;
         let base = self.load_or_create(table, wanted.clone()).await?;
         let target = Target {
             warehouse: &self.warehouse,
@@ -224,16 +243,16 @@ impl IcebergSink {
             changes,
             checkpoint,
         };
-        let mut delta = RowDelta::new(target, input, base, &wanted)?;
-        // The table's cached state (live files, vectors, index), held for the whole commit.
-        let slot = self.table_slot(table);
-        let mut guard = slot.lock().await;
+        let mut delta = RowDelta::new(target, input, Arc::clone(&base), &wanted)?;
         let mut cached = guard
             .for_commit(&self.warehouse, table, delta.base())
             .await?;
         let Staged { next, after } = delta.stage(&mut cached).await?;
         match delta.publish(next).await {
-            Ok(published) => self.remember(table, Some(published)),
+            Ok(published) => {
+                maintenance::metadata_log::delete_after_commit(&self.warehouse, &base, &published);
+                self.remember(table, Some(published));
+            }
             Err(e) => {
                 // Conflict or unknown outcome: reload before the next attempt.
                 self.remember(table, None);
@@ -322,12 +341,65 @@ impl Sink for IcebergSink {
                 .saturating_sub(get("total-position-deletes"))
                 .saturating_sub(get("total-equality-deletes"))
         });
+        let files = props.map(|p| {
+            let get = |k: &str| p.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            TableFiles {
+                live_files: get("total-data-files") + get("total-delete-files"),
+                live_bytes: get("total-files-size"),
+                snapshots: loaded.metadata.snapshots().len() as u64,
+            }
+        });
         Ok(Some(TableStatus {
             snapshot_id: snapshot.map_or(0, |s| s.snapshot_id()),
             checkpoint,
             rows,
             location: loaded.metadata.location().to_owned(),
+            files,
         }))
+    }
+
+    async fn maintain(
+        &self,
+        tables: Option<&[TableId]>,
+    ) -> Result<Vec<MaintenanceReport>, SinkError> {
+        let tables: Vec<TableId> = match tables {
+            Some(t) => t.to_vec(),
+            None => {
+                let mut t: Vec<TableId> = {
+                    let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+                    slots.keys().cloned().collect()
+                };
+                if let Ok(loaded) = self.tables.lock() {
+                    t.extend(loaded.keys().cloned());
+                }
+                t.sort_by_key(|t| t.to_string());
+                t.dedup();
+                t
+            }
+        };
+        let mut reports = Vec::new();
+        for table in &tables {
+            match self.maintain_table(table).await {
+                Ok(Some(report)) => reports.push(report),
+                Ok(None) => {}
+                // A fenced daemon must stop, not go on to the next table.
+                Err(e @ SinkError::Fenced(_)) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(table = %table, error = %e, "maintenance cycle failed; the next cycle retries");
+                    metrics::counter!(crate::metrics::ERRORS_TOTAL, crate::metrics::LABEL_KIND => "maintenance").increment(1);
+                    reports.push(MaintenanceReport {
+                        table: table.to_string(),
+                        error: Some(e.to_string()),
+                        ..MaintenanceReport::default()
+                    });
+                }
+            }
+        }
+        Ok(reports)
+    }
+
+    fn maintenance_interval(&self) -> Option<Duration> {
+        self.maintenance_interval
     }
 
     async fn cleanup(

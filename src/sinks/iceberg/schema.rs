@@ -11,7 +11,9 @@
 use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Schema as ArrowSchema, SchemaRef, TimeUnit};
-use iceberg::spec::{ListType, NestedField, NestedFieldRef, PrimitiveType, Schema, Type};
+use iceberg::spec::{
+    ListType, NestedField, NestedFieldRef, PrimitiveType, Schema, TableMetadata, Type,
+};
 
 use crate::changelog::TableSchema;
 use crate::sinks::SinkError;
@@ -127,6 +129,105 @@ pub(crate) fn schema_difference(existing: &Schema, wanted: &Schema) -> Option<St
         ));
     }
     (!problems.is_empty()).then(|| problems.join(", "))
+}
+
+/// The table's next schema when `wanted` is `meta`'s current schema evolved the ways Iceberg
+/// allows and cdcd applies (README, "Guarantees and limits": DDL): the same columns in the same
+/// order, each with its type or a promoted one (Iceberg spec, "Schema Evolution": int → long,
+/// float → double, decimal(P,S) → decimal(P',S), P' ≥ P; never of a key column), the same key,
+/// then added optional columns. Kept columns keep their field ids (a promotion changes only the
+/// type); added ones get fresh ids above `last-column-id`, nested fields included, so no id is
+/// ever reused. `None`: any other change, which stops the commit with [`schema_difference`]'s
+/// description.
+pub(crate) fn evolve(meta: &TableMetadata, wanted: &Schema) -> Option<Schema> {
+    let existing = meta.current_schema();
+    let old = existing.as_struct().fields();
+    let new = wanted.as_struct().fields();
+    if new.len() < old.len() {
+        return None;
+    }
+    let key_ids: Vec<i32> = existing.identifier_field_ids().collect();
+    let mut fields: Vec<NestedFieldRef> = Vec::with_capacity(new.len());
+    for (o, f) in old.iter().zip(new) {
+        // A key column keeps its type: the primary-key index and the equality deletes of
+        // earlier snapshots hold keys encoded by it.
+        let promoted = !key_ids.contains(&o.id) && promotes(&o.field_type, &f.field_type);
+        let kept = o.name == f.name
+            && (f.required == o.required || !f.required)
+            && (same_shape(&o.field_type, &f.field_type) || promoted);
+        if !kept {
+            return None;
+        }
+        let mut field = o.as_ref().clone();
+        // A promotion changes a primitive's type; a kept nested type keeps its nested ids.
+        if !same_shape(&o.field_type, &f.field_type) {
+            field.field_type = f.field_type.clone();
+        }
+        field.required = f.required;
+        fields.push(Arc::new(field));
+    }
+    let mut next_id = meta.last_column_id() + 1;
+    for f in &new[old.len()..] {
+        if f.required || old.iter().any(|o| o.name == f.name) {
+            return None;
+        }
+        fields.push(Arc::new(fresh_ids(f, &mut next_id)));
+    }
+    let key_names = |s: &Schema| {
+        let mut k: Vec<String> = s
+            .identifier_field_ids()
+            .filter_map(|id| s.field_by_id(id).map(|f| f.name.clone()))
+            .collect();
+        k.sort_unstable();
+        k
+    };
+    let next_schema_id = meta
+        .schemas_iter()
+        .map(|s| s.schema_id())
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let schema = Schema::builder()
+        .with_schema_id(next_schema_id)
+        .with_fields(fields)
+        .with_identifier_field_ids(key_ids)
+        .build()
+        .ok()?;
+    (key_names(&schema) == key_names(wanted)).then_some(schema)
+}
+
+/// A type promotion the Iceberg spec allows ("Schema Evolution"), top-level primitives only.
+fn promotes(old: &Type, new: &Type) -> bool {
+    use PrimitiveType as P;
+    match (old, new) {
+        (Type::Primitive(o), Type::Primitive(n)) => match (o, n) {
+            (P::Int, P::Long) | (P::Float, P::Double) => true,
+            (
+                P::Decimal {
+                    precision: p,
+                    scale: s,
+                },
+                P::Decimal {
+                    precision: p2,
+                    scale: s2,
+                },
+            ) => s == s2 && p2 >= p,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// `field` with new ids from `next_id` on, its own first, then its nested fields'.
+fn fresh_ids(field: &NestedField, next_id: &mut i32) -> NestedField {
+    let mut field = field.clone();
+    field.id = *next_id;
+    *next_id += 1;
+    if let Type::List(list) = field.field_type.as_ref() {
+        let element = fresh_ids(&list.element_field, next_id);
+        field.field_type = Box::new(Type::List(ListType::new(Arc::new(element))));
+    }
+    field
 }
 
 fn same_shape(a: &Type, b: &Type) -> bool {
@@ -319,5 +420,89 @@ mod tests {
         .unwrap();
         let d = schema_difference(&a, &rekeyed).unwrap();
         assert!(d.contains("primary key changed from (id) to (x)"), "{d}");
+    }
+
+    #[test]
+    fn evolve_keeps_ids_and_never_reuses_one() {
+        let list = DataType::List(Arc::new(Field::new("item", DataType::Int32, true)));
+        let first = table(
+            vec![
+                col("id", DataType::Int64),
+                col("x", DataType::Int32),
+                col("tags", list.clone()),
+            ],
+            vec![0],
+        );
+        let meta = crate::sinks::iceberg::commit::publish::new_table(
+            &first.id,
+            "file:///tmp/t",
+            iceberg_schema(&first).unwrap(),
+            iceberg::spec::FormatVersion::V2,
+            std::collections::HashMap::new(),
+        )
+        .unwrap();
+        assert_eq!(meta.last_column_id(), 4, "3 columns and a list element");
+        let mut cols = first.columns.clone();
+        cols[1].data_type = DataType::Int64;
+        cols.push(col("c", list));
+        let wanted = iceberg_schema(&table(cols, vec![0])).unwrap();
+        let next = evolve(&meta, &wanted).unwrap();
+        let f = next.as_struct().fields();
+        assert_eq!((f[1].id, f[1].field_type.to_string()), (2, "long".into()));
+        assert_eq!(f[2].id, 3, "a kept list keeps its id");
+        assert_eq!(f[3].id, 5, "the added column: after last-column-id");
+        let Type::List(l) = f[3].field_type.as_ref() else {
+            panic!("list")
+        };
+        assert_eq!(l.element_field.id, 6);
+        assert_eq!(next.identifier_field_ids().collect::<Vec<_>>(), vec![1]);
+        assert_eq!(next.schema_id(), 1);
+
+        // Refused: a narrowing, a change of type family, a drop, a rename, a key change.
+        let refused = |cols: Vec<Column>, key: Vec<usize>| {
+            evolve(&meta, &iceberg_schema(&table(cols, key)).unwrap()).is_none()
+        };
+        assert!(refused(
+            vec![
+                col("id", DataType::Int64),
+                col("x", DataType::Utf8),
+                first.columns[2].clone()
+            ],
+            vec![0]
+        ));
+        assert!(refused(first.columns[..2].to_vec(), vec![0]));
+        let mut renamed = first.columns.clone();
+        renamed[1].name = "y".into();
+        assert!(refused(renamed, vec![0]));
+        assert!(refused(first.columns.clone(), vec![0, 1]));
+        let int_key = table(vec![col("k", DataType::Int32)], vec![0]);
+        let int_meta = crate::sinks::iceberg::commit::publish::new_table(
+            &int_key.id,
+            "file:///tmp/k",
+            iceberg_schema(&int_key).unwrap(),
+            iceberg::spec::FormatVersion::V2,
+            std::collections::HashMap::new(),
+        )
+        .unwrap();
+        let long_key = table(vec![col("k", DataType::Int64)], vec![0]);
+        assert!(
+            evolve(&int_meta, &iceberg_schema(&long_key).unwrap()).is_none(),
+            "a key column keeps its type"
+        );
+        let narrowed = table(
+            vec![
+                col("id", DataType::Int64),
+                col("x", DataType::Int32),
+                first.columns[2].clone(),
+            ],
+            vec![0],
+        );
+        let wide_meta = iceberg::spec::TableMetadataBuilder::new_from_metadata(meta.clone(), None)
+            .add_current_schema(next)
+            .unwrap()
+            .build()
+            .unwrap()
+            .metadata;
+        assert!(evolve(&wide_meta, &iceberg_schema(&narrowed).unwrap()).is_none());
     }
 }

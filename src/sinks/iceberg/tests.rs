@@ -106,6 +106,8 @@ fn sink(dir: &Path, mode: DeleteMode) -> IcebergSink {
         warehouse: format!("file://{}", dir.display()),
         namespace: None,
         delete_mode: mode,
+        table_properties: Default::default(),
+        maintenance_interval_ms: 0,
     };
     IcebergSink::new(&config, "shop").unwrap()
 }
@@ -325,6 +327,8 @@ async fn empty_commit_publishes_the_checkpoint(mode: DeleteMode) {
             warehouse: format!("file://{}", dir.path().display()),
             namespace: None,
             delete_mode: mode,
+            table_properties: Default::default(),
+            maintenance_interval_ms: 0,
         },
         "other",
     )
@@ -429,6 +433,8 @@ async fn memory_warehouse_round_trips(mode: DeleteMode) {
         warehouse: "memory://".into(),
         namespace: Some("lake".into()),
         delete_mode: mode,
+        table_properties: Default::default(),
+        maintenance_interval_ms: 0,
     };
     let s = IcebergSink::new(&config, "shop").unwrap();
     let t = schema();
@@ -478,6 +484,8 @@ mod format_v3;
 mod types;
 
 mod index;
+
+mod maintenance;
 
 /// Issue 17.3: a commit that loses its race to a newer lease holder (a higher
 /// `cdcd.lease-epoch` in the winning snapshot) breaks this daemon's fence for every table; one

@@ -541,6 +541,7 @@ impl Sink for LsmSink {
             // Rows in live files: counts a key once per sorted run holding it until compaction.
             rows: Some(state.live_rows().max(0) as u64),
             location: state.location.clone(),
+            files: None,
         }))
     }
 

@@ -152,6 +152,30 @@ impl Assembler {
         }))
     }
 
+    /// The columns a Relation message in `payload` adds to a captured table whose earlier
+    /// Relation this assembler holds (`relation oid`, table, names); `None` for anything else.
+    /// A column added with a DEFAULT gives existing rows the default in the source, which a
+    /// Relation message does not say: the caller asks the catalog (`catalog::defaulted_columns`)
+    /// before the change reaches a sink that would read those rows as NULL.
+    pub fn added_columns(&self, payload: &[u8]) -> Option<(u32, TableId, Vec<String>)> {
+        if payload.first() != Some(&b'R') {
+            return None;
+        }
+        let Ok(PgOutputMessage::Relation(rel)) = decode(payload, self.decode_options()) else {
+            return None;
+        };
+        let Some(Some(old)) = self.catalog.relations.get(&rel.oid) else {
+            return None;
+        };
+        let added: Vec<String> = rel
+            .columns
+            .iter()
+            .map(|c| c.name.clone())
+            .filter(|name| old.schema.column_index(name).is_none())
+            .collect();
+        (!added.is_empty()).then(|| (rel.oid, old.schema.id.clone(), added))
+    }
+
     /// Records `pg_type` rows for `requested` OIDs; those absent from `found` are remembered as
     /// unknown so they are not asked for again.
     pub fn add_types(&mut self, requested: &[u32], found: HashMap<u32, TypeInfo>) {

@@ -152,6 +152,25 @@ pub async fn lookup_types(
         .collect())
 }
 
+/// Which of `columns` of relation `oid` have a default (`atthasdef`) or a stored value for rows
+/// that predate them (`atthasmissing`, PostgreSQL 11+ "fast default"), in the catalog now.
+pub async fn defaulted_columns(
+    client: &Client,
+    oid: u32,
+    columns: &[String],
+) -> Result<Vec<String>, SourceError> {
+    let rows = client
+        .query(
+            "SELECT attname::text FROM pg_attribute
+             WHERE attrelid = $1 AND attname = ANY($2) AND NOT attisdropped
+               AND (atthasdef OR atthasmissing)",
+            &[&oid, &columns],
+        )
+        .await
+        .map_err(|e| server("reading column defaults", &e))?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
 /// `"schema"."table"`.
 pub fn qualified(t: &TableId) -> String {
     format!("{}.{}", quote_ident(&t.namespace), quote_ident(&t.name))

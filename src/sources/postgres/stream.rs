@@ -100,6 +100,18 @@ impl Streaming<'_> {
                     let found = catalog::lookup_types(self.client, &missing).await?;
                     self.assembler.add_types(&missing, found);
                 }
+                if let Some((oid, table, added)) = self.assembler.added_columns(&data) {
+                    let defaulted = catalog::defaulted_columns(self.client, oid, &added).await?;
+                    if !defaulted.is_empty() {
+                        return Err(SourceError::Table {
+                            table,
+                            detail: format!(
+                                "column(s) {} added with a DEFAULT: the source's existing rows hold the default, which the replication stream does not carry, so the replica would read NULL there; cdcd stopped before the change. Add the column without a default and fill it with UPDATE (which replicates), or recreate the replica",
+                                defaulted.join(", ")
+                            ),
+                        });
+                    }
+                }
                 let event = match self.assembler.feed(wal_start, data)? {
                     None => return Ok(true),
                     Some(Assembled::Transaction(tx)) => {

@@ -3,7 +3,9 @@
 //! snapshot's identity and file names in one place, manifests, summary, manifest list, commit).
 //!
 //! `IcebergSink::commit` (`mod.rs`, which owns the table cache) drives the steps:
-//! 1. [`RowDelta::new`]: the table's schema must be the changes' (`SchemaChanged` otherwise), the
+//! 1. [`RowDelta::new`]: the table's schema must be the changes' or evolve to it (`schema.rs`,
+//!    `evolve`: the new schema joins the metadata this commit publishes; `SchemaChanged` for any
+//!    other change), the
 //!    batches are checked (`input.rs`) and planned (`plan.rs`: what to write; pure).
 //! 2. [`RowDelta::stage`] writes every file the snapshot names; none is visible yet:
 //!    - `locate.rs`: current rows that complete partial updates (`lookup.rs`, through the
@@ -231,13 +233,22 @@ impl<'a> RowDelta<'a> {
         base: Arc<Loaded>,
         wanted: &Schema,
     ) -> Result<RowDelta<'a>, SinkError> {
+        let base = match schema::schema_difference(base.metadata.current_schema(), wanted) {
+            None => base,
+            Some(detail) => match schema::evolve(&base.metadata, wanted) {
+                Some(next) => {
+                    tracing::info!(table = %input.schema.id, change = %detail, schema_id = next.schema_id(), "evolving the table's schema");
+                    Arc::new(publish::with_schema(&input.schema.id, &base, next)?)
+                }
+                None => {
+                    return Err(SinkError::SchemaChanged {
+                        table: input.schema.id.clone(),
+                        detail,
+                    })
+                }
+            },
+        };
         let meta = &base.metadata;
-        if let Some(detail) = schema::schema_difference(meta.current_schema(), wanted) {
-            return Err(SinkError::SchemaChanged {
-                table: input.schema.id.clone(),
-                detail,
-            });
-        }
         check_batches(input.schema, input.changes)?;
         let plan = plan::plan(input.changes, &input.schema.primary_key, target.limits)
             .map_err(|e| plan_error(input.schema, input.changes, e))?;

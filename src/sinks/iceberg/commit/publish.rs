@@ -28,14 +28,15 @@ fn ice(table: &TableId, what: &str) -> impl FnOnce(iceberg::Error) -> SinkError 
     move |source| SinkError::Iceberg { context, source }
 }
 
-/// Metadata of a new, empty table at `location` (format v2 or v3, unpartitioned, Parquet).
+/// Metadata of a new, empty table at `location` (format v2 or v3, unpartitioned, Parquet),
+/// with `properties` (`maintenance/properties.rs`: cdcd's defaults and `[sink.table_properties]`).
 pub(crate) fn new_table(
     table: &TableId,
     location: &str,
     schema: Schema,
     version: FormatVersion,
+    properties: HashMap<String, String>,
 ) -> Result<TableMetadata, SinkError> {
-    let properties = HashMap::from([("write.format.default".to_owned(), "parquet".to_owned())]);
     TableMetadataBuilder::new(
         schema,
         UnboundPartitionSpec::builder().build(),
@@ -47,6 +48,25 @@ pub(crate) fn new_table(
     .and_then(|b| b.build())
     .map(|r| r.metadata)
     .map_err(ice(table, "creating the metadata"))
+}
+
+/// `prev` with `schema` added as the current schema (`schemas`, `current-schema-id` and
+/// `last-column-id` advance); same version: it is published with the snapshot that first writes
+/// rows under it ([`with_snapshot`]), never alone, so the schema change and the checkpoint land in
+/// one commit.
+pub(crate) fn with_schema(
+    table: &TableId,
+    prev: &Loaded,
+    schema: Schema,
+) -> Result<Loaded, SinkError> {
+    TableMetadataBuilder::new_from_metadata(prev.metadata.clone(), None)
+        .add_current_schema(schema)
+        .and_then(|b| b.build())
+        .map(|r| Loaded {
+            version: prev.version,
+            metadata: r.metadata,
+        })
+        .map_err(ice(table, "adding the new schema"))
 }
 
 /// The metadata after `prev` with `snapshot` as the new head of `main`.

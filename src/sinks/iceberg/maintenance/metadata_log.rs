@@ -1,0 +1,132 @@
+//! The metadata log kept bounded: `write.metadata.previous-versions-max` (the metadata builder
+//! trims `metadata-log` to it on every build) and `write.metadata.delete-after-commit.enabled`
+//! (the `vN.metadata.json` files that left the log are deleted), both read from the table's
+//! current properties (Iceberg-Java's `TableOperations` does the same after each commit).
+//!
+//! Order: a file is deleted only after the metadata without it in the log is committed, never
+//! before (the commit may fail, and then the old metadata is still the newest one a reader or
+//! the retry needs). A crash between the two leaves files nobody lists; [`sweep`] (each
+//! maintenance cycle) removes every `vK.metadata.json` older than the oldest one the log names.
+
+use std::collections::HashSet;
+
+use futures::TryStreamExt;
+use object_store::ObjectStoreExt;
+
+use super::properties::Retention;
+use crate::sinks::iceberg::metadata::Loaded;
+use crate::sinks::SinkError;
+use crate::storage::Warehouse;
+
+/// The metadata files that left the log when `next` was committed on top of `prev` (when the
+/// table's properties ask for their deletion; otherwise none).
+pub fn left_the_log(prev: &Loaded, next: &Loaded) -> Vec<String> {
+    let props = next.metadata.properties();
+    if !Retention::from_properties(props).is_ok_and(|r| r.delete_after_commit) {
+        return Vec::new();
+    }
+    let kept: HashSet<&str> = next
+        .metadata
+        .metadata_log()
+        .iter()
+        .map(|l| l.metadata_file.as_str())
+        .collect();
+    let current = next.location();
+    std::iter::once(prev.location())
+        .chain(
+            prev.metadata
+                .metadata_log()
+                .iter()
+                .map(|l| l.metadata_file.clone()),
+        )
+        .filter(|f| !kept.contains(f.as_str()) && *f != current)
+        .collect()
+}
+
+/// After a commit of `next` on `prev` landed: deletes the metadata files that left the log, in
+/// the background (a failure only leaves a file for [`sweep`]; the commit stands).
+pub fn delete_after_commit(warehouse: &Warehouse, prev: &Loaded, next: &Loaded) {
+    let doomed = left_the_log(prev, next);
+    if doomed.is_empty() {
+        return;
+    }
+    let warehouse = warehouse.clone();
+    tokio::spawn(async move {
+        if let Err(e) = delete_all(&warehouse, &doomed).await {
+            tracing::warn!(error = %e, "could not delete a metadata file that left the metadata log; the next maintenance cycle retries");
+        }
+    });
+}
+
+/// Deletes `locations` (absent ones count as deleted); returns how many were deleted or absent.
+pub async fn delete_all(warehouse: &Warehouse, locations: &[String]) -> Result<usize, SinkError> {
+    for location in locations {
+        let path = warehouse.path(location)?;
+        match warehouse.store().delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(source) => {
+                return Err(SinkError::Storage {
+                    path: location.clone(),
+                    source,
+                })
+            }
+        }
+    }
+    Ok(locations.len())
+}
+
+/// `…/v12.metadata.json` → 12.
+pub fn version_of(location: &str) -> Option<u64> {
+    let name = location.rsplit('/').next()?;
+    name.strip_prefix('v')?
+        .strip_suffix(".metadata.json")?
+        .parse()
+        .ok()
+}
+
+/// Deletes the metadata files of `loaded`'s table older than the oldest one its log names (left
+/// by a crash between a commit and its deletions), when the table deletes after commit.
+/// Returns how many were deleted.
+pub async fn sweep(warehouse: &Warehouse, loaded: &Loaded) -> Result<usize, SinkError> {
+    let props = loaded.metadata.properties();
+    if !Retention::from_properties(props).is_ok_and(|r| r.delete_after_commit) {
+        return Ok(0);
+    }
+    let oldest = loaded
+        .metadata
+        .metadata_log()
+        .iter()
+        .filter_map(|l| version_of(&l.metadata_file))
+        .min()
+        .unwrap_or(loaded.version);
+    let dir = format!("{}/metadata", loaded.metadata.location());
+    let prefix = warehouse.path(&dir)?;
+    let listed: Vec<_> = warehouse
+        .store()
+        .list(Some(&prefix))
+        .try_collect()
+        .await
+        .map_err(|source| SinkError::Storage {
+            path: dir.clone(),
+            source,
+        })?;
+    let doomed: Vec<String> = listed
+        .iter()
+        .map(|o| warehouse.location_of(&o.location))
+        .filter(|l| version_of(l).is_some_and(|v| v < oldest))
+        .collect();
+    delete_all(warehouse, &doomed).await
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_from_locations() {
+        assert_eq!(version_of("s3://b/t/metadata/v12.metadata.json"), Some(12));
+        assert_eq!(version_of("file:///w/t/metadata/snap-1.avro"), None);
+        assert_eq!(version_of("file:///w/t/metadata/version-hint.text"), None);
+    }
+}

@@ -1,0 +1,192 @@
+//! The Iceberg table properties cdcd's maintenance honours, read from a table's *current*
+//! metadata on every commit and every cycle (so `ALTER TABLE … SET TBLPROPERTIES` from Spark or
+//! Trino applies at once), with Iceberg-Java's defaults where a table does not set one; and the
+//! properties cdcd writes into the tables it creates (its own defaults, then
+//! `[sink.table_properties]`).
+//!
+//! Names and defaults: Iceberg's "Table properties" page (`TableProperties.java`).
+
+use std::collections::{BTreeMap, HashMap};
+
+pub const DELETE_AFTER_COMMIT: &str = "write.metadata.delete-after-commit.enabled";
+pub const PREVIOUS_VERSIONS_MAX: &str = "write.metadata.previous-versions-max";
+pub const MAX_SNAPSHOT_AGE_MS: &str = "history.expire.max-snapshot-age-ms";
+pub const MIN_SNAPSHOTS_TO_KEEP: &str = "history.expire.min-snapshots-to-keep";
+pub const MAX_REF_AGE_MS: &str = "history.expire.max-ref-age-ms";
+pub const GC_ENABLED: &str = "gc.enabled";
+
+/// Iceberg-Java's defaults.
+const DEFAULT_PREVIOUS_VERSIONS_MAX: usize = 100;
+const DEFAULT_MAX_SNAPSHOT_AGE_MS: i64 = 5 * 24 * 60 * 60 * 1000;
+const DEFAULT_MIN_SNAPSHOTS_TO_KEEP: usize = 1;
+
+/// The snapshot age cdcd writes into the tables it creates: 10 minutes instead of Iceberg's 5
+/// days. A CDC table commits about once a second; five days of snapshots are ~430,000 entries in
+/// every `vN.metadata.json` (~1.4 KB each: ~600 MB rewritten per commit), while readers need a
+/// snapshot only for as long as a query plans and scans it. Ten minutes keeps ~600 snapshots at
+/// a 1-second cadence (under 1 MB of metadata) and still covers long scans; a table that wants
+/// time travel sets the property (config or `ALTER TABLE`).
+pub const CDCD_MAX_SNAPSHOT_AGE_MS: i64 = 10 * 60 * 1000;
+
+/// The properties a table cdcd creates starts with: cdcd's maintenance defaults, overridden by
+/// `configured` (`[sink.table_properties]`).
+pub fn for_new_table(configured: &BTreeMap<String, String>) -> HashMap<String, String> {
+    let mut properties = HashMap::from([
+        ("write.format.default".to_owned(), "parquet".to_owned()),
+        (DELETE_AFTER_COMMIT.to_owned(), "true".to_owned()),
+        (
+            PREVIOUS_VERSIONS_MAX.to_owned(),
+            DEFAULT_PREVIOUS_VERSIONS_MAX.to_string(),
+        ),
+        (
+            MAX_SNAPSHOT_AGE_MS.to_owned(),
+            CDCD_MAX_SNAPSHOT_AGE_MS.to_string(),
+        ),
+    ]);
+    properties.extend(configured.iter().map(|(k, v)| (k.clone(), v.clone())));
+    properties
+}
+
+/// What a table's properties say about its maintenance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retention {
+    /// Delete metadata files that leave the metadata log after a commit.
+    pub delete_after_commit: bool,
+    /// Previous metadata files kept in the metadata log (at least 1).
+    pub previous_versions_max: usize,
+    /// Snapshots older than this may expire (milliseconds).
+    pub max_snapshot_age_ms: i64,
+    /// Ancestors of each branch head kept whatever their age (at least 1).
+    pub min_snapshots_to_keep: usize,
+    /// Refs other than `main` older than this are removed (milliseconds).
+    pub max_ref_age_ms: i64,
+    /// `gc.enabled`: when false, nothing is expired or deleted (Iceberg refuses expiry then).
+    pub gc_enabled: bool,
+}
+
+/// A property that is set but not a value of its type; cdcd stops maintaining the table rather
+/// than guess (the table's data is unaffected).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("table property {key} = {value:?} is not {expected}: set it to {expected} (ALTER TABLE … SET TBLPROPERTIES or [sink.table_properties])")]
+pub struct BadProperty {
+    pub key: &'static str,
+    pub value: String,
+    pub expected: &'static str,
+}
+
+impl Retention {
+    /// The retention `properties` (a table's current ones) describe.
+    pub fn from_properties(properties: &HashMap<String, String>) -> Result<Retention, BadProperty> {
+        let get = |key: &'static str| properties.get(key).map(|v| (key, v.trim()));
+        Ok(Retention {
+            delete_after_commit: flag(get(DELETE_AFTER_COMMIT), false)?,
+            previous_versions_max: number(
+                get(PREVIOUS_VERSIONS_MAX),
+                DEFAULT_PREVIOUS_VERSIONS_MAX,
+            )?
+            .max(1),
+            max_snapshot_age_ms: number(get(MAX_SNAPSHOT_AGE_MS), DEFAULT_MAX_SNAPSHOT_AGE_MS)?,
+            min_snapshots_to_keep: number(
+                get(MIN_SNAPSHOTS_TO_KEEP),
+                DEFAULT_MIN_SNAPSHOTS_TO_KEEP,
+            )?
+            .max(1),
+            max_ref_age_ms: number(get(MAX_REF_AGE_MS), i64::MAX)?,
+            gc_enabled: flag(get(GC_ENABLED), true)?,
+        })
+    }
+}
+
+/// Checks the properties cdcd honours in `configured` (`[sink.table_properties]`), so a typo
+/// fails at start-up instead of at the first cycle.
+pub fn check(configured: &BTreeMap<String, String>) -> Result<(), BadProperty> {
+    let map: HashMap<String, String> = configured.clone().into_iter().collect();
+    Retention::from_properties(&map).map(|_| ())
+}
+
+fn flag(value: Option<(&'static str, &str)>, default: bool) -> Result<bool, BadProperty> {
+    match value {
+        None => Ok(default),
+        Some((key, v)) => match v.to_ascii_lowercase().as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(BadProperty {
+                key,
+                value: v.to_owned(),
+                expected: "true or false",
+            }),
+        },
+    }
+}
+
+fn number<T: std::str::FromStr + PartialOrd + Default>(
+    value: Option<(&'static str, &str)>,
+    default: T,
+) -> Result<T, BadProperty> {
+    match value {
+        None => Ok(default),
+        Some((key, v)) => match v.parse::<T>() {
+            Ok(n) if n >= T::default() => Ok(n),
+            _ => Err(BadProperty {
+                key,
+                value: v.to_owned(),
+                expected: "a non-negative integer",
+            }),
+        },
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn unset_properties_take_iceberg_defaults() {
+        let r = Retention::from_properties(&HashMap::new()).unwrap();
+        assert!(!r.delete_after_commit);
+        assert_eq!(r.previous_versions_max, 100);
+        assert_eq!(r.max_snapshot_age_ms, 5 * 24 * 3600 * 1000);
+        assert_eq!(r.min_snapshots_to_keep, 1);
+        assert_eq!(r.max_ref_age_ms, i64::MAX);
+        assert!(r.gc_enabled);
+    }
+
+    #[test]
+    fn new_tables_get_cdcd_defaults_then_the_config() {
+        let configured = BTreeMap::from([(MIN_SNAPSHOTS_TO_KEEP.to_owned(), "3".to_owned())]);
+        let p = for_new_table(&configured);
+        let r = Retention::from_properties(&p).unwrap();
+        assert!(r.delete_after_commit);
+        assert_eq!(r.max_snapshot_age_ms, CDCD_MAX_SNAPSHOT_AGE_MS);
+        assert_eq!(r.min_snapshots_to_keep, 3);
+        let overridden = BTreeMap::from([(DELETE_AFTER_COMMIT.to_owned(), "false".to_owned())]);
+        assert!(
+            !Retention::from_properties(&for_new_table(&overridden))
+                .unwrap()
+                .delete_after_commit
+        );
+    }
+
+    #[test]
+    fn a_bad_value_names_the_property() {
+        let e =
+            Retention::from_properties(&props(&[(MIN_SNAPSHOTS_TO_KEEP, "three")])).unwrap_err();
+        assert_eq!(e.key, MIN_SNAPSHOTS_TO_KEEP);
+        assert!(e
+            .to_string()
+            .contains("history.expire.min-snapshots-to-keep"));
+        assert!(Retention::from_properties(&props(&[(GC_ENABLED, "yes")])).is_err());
+        assert!(Retention::from_properties(&props(&[(MAX_SNAPSHOT_AGE_MS, "-5")])).is_err());
+        // Zero minimums mean one: the current snapshot is always kept.
+        let r = Retention::from_properties(&props(&[(MIN_SNAPSHOTS_TO_KEEP, "0")])).unwrap();
+        assert_eq!(r.min_snapshots_to_keep, 1);
+    }
+}

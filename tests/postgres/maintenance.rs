@@ -1,0 +1,450 @@
+//! End to end, Iceberg maintenance (issue 19): snapshot expiry and the metadata log follow the
+//! table's own properties, files only expired snapshots reached are deleted and no other, a
+//! property another engine changes applies, and `kill -9` during an expiry ends readable and
+//! equal, its leftovers removed by the next cycle.
+//!
+//! The table is read back by pyiceberg (every retained snapshot at its id, and the files every
+//! snapshot reaches: manifest lists, manifests, data files, deletion vectors) and by DuckDB and
+//! pyiceberg through lakecheck; none of it shares code with cdcd.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::{cdcd_bin, connect, exec, test_env, unique, Pipeline, Settings};
+
+/// Reads a table directory with pyiceberg: the newest metadata's snapshots (oldest first), rows
+/// at each snapshot, the files they reach that are missing, and the files on disk nothing
+/// reaches (besides `v<N>.metadata.json` and the hint).
+const INSPECT: &str = r#"
+import json, os, re, sys
+from pyiceberg.table import StaticTable
+d = sys.argv[1]
+md = d + "/metadata"
+vs = sorted(int(m.group(1)) for n in os.listdir(md) if (m := re.fullmatch(r"v(\d+)\.metadata\.json", n)))
+path = f"{md}/v{vs[-1]}.metadata.json"
+m = json.load(open(path))
+t = StaticTable.from_metadata(path)
+io = t.io
+reach, rows = set(), {}
+for s in t.metadata.snapshots:
+    reach.add(s.manifest_list)
+    for mf in s.manifests(io):
+        reach.add(mf.manifest_path)
+        for e in mf.fetch_manifest_entry(io, discard_deleted=False):
+            reach.add(e.data_file.file_path)
+    try:
+        rows[str(s.snapshot_id)] = t.scan(snapshot_id=s.snapshot_id).to_arrow().num_rows
+    except Exception:
+        # pyiceberg refuses equality deletes (format v2, delete_mode = "equality"): DuckDB reads
+        # that snapshot instead.
+        sys.path.insert(0, os.environ["LAKECHECK_DIR"])
+        import lakecheck
+        q = "select count(*) from iceberg_scan('%s', snapshot_from_id=%d)" % (path, s.snapshot_id)
+        rows[str(s.snapshot_id)] = lakecheck.duck().execute(q).fetchone()[0]
+reach = {p[len("file://"):] if p.startswith("file://") else p for p in reach}
+disk = {os.path.join(r, f) for r, _, fs in os.walk(d) for f in fs}
+meta = {p for p in disk if re.search(r"/metadata/(v\d+\.metadata\.json|version-hint\.text)$", p)}
+print(json.dumps({
+    "versions": vs,
+    "current": m.get("current-snapshot-id"),
+    "snapshots": [s["snapshot-id"] for s in sorted(m.get("snapshots", []), key=lambda s: (s["timestamp-ms"], s["sequence-number"]))],
+    "metadata_log": len(m.get("metadata-log", [])),
+    "rows": rows,
+    "missing": sorted(reach - disk),
+    "unreachable": sorted(disk - reach - meta),
+    "properties": m.get("properties", {}),
+}))
+"#;
+
+/// Writes `v<N+1>.metadata.json` with `props` set, as an engine's `ALTER TABLE … SET
+/// TBLPROPERTIES` does on a Hadoop-style table (create the next version, then the hint).
+const SET_PROPERTIES: &str = r#"
+import json, os, re, sys, time
+d, props = sys.argv[1], json.loads(sys.argv[2])
+md = d + "/metadata"
+n = max(int(m.group(1)) for x in os.listdir(md) if (m := re.fullmatch(r"v(\d+)\.metadata\.json", x)))
+prev = f"{md}/v{n}.metadata.json"
+m = json.load(open(prev))
+m.setdefault("metadata-log", []).append({"metadata-file": "file://" + prev, "timestamp-ms": m["last-updated-ms"]})
+m["properties"].update(props)
+m["last-updated-ms"] = int(time.time() * 1000)
+fd = os.open(f"{md}/v{n + 1}.metadata.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+os.write(fd, json.dumps(m).encode()); os.close(fd)
+open(f"{md}/version-hint.text", "w").write(str(n + 1))
+"#;
+
+fn python(p: &Pipeline, code: &str, args: &[&str]) -> String {
+    let lakecheck_dir = std::path::Path::new(crate::support::LAKECHECK)
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let out = Command::new(&p.env.python)
+        .env("LAKECHECK_DIR", lakecheck_dir)
+        .arg("-c")
+        .arg(code)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn inspect(p: &Pipeline, table: &str) -> Value {
+    let dir = p.table_dir(table).display().to_string();
+    // The last line: DuckDB may print a note first.
+    let out = python(p, INSPECT, &[&dir]);
+    serde_json::from_str(out.lines().last().unwrap_or("")).unwrap()
+}
+
+fn ids(v: &Value) -> Vec<i64> {
+    v["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_i64().unwrap())
+        .collect()
+}
+
+fn assert_consistent(v: &Value, what: &str) {
+    assert_eq!(
+        v["missing"],
+        Value::Array(vec![]),
+        "{what}: a retained snapshot reaches a missing file: {v}"
+    );
+    assert_eq!(
+        v["unreachable"],
+        Value::Array(vec![]),
+        "{what}: files no snapshot reaches are left: {v}"
+    );
+}
+
+/// Appends `[sink.table_properties]` to the pipeline's config (the `[sink]` table is the last).
+fn set_table_properties(p: &Pipeline, props: &[(&str, &str)]) {
+    let mut text = std::fs::read_to_string(&p.config).unwrap();
+    text.push_str("\n[sink.table_properties]\n");
+    for (k, v) in props {
+        text.push_str(&format!("{k:?} = {v:?}\n"));
+    }
+    std::fs::write(&p.config, text).unwrap();
+}
+
+fn create_table(t: &str) -> String {
+    format!(
+        "DROP TABLE IF EXISTS {t};
+         CREATE TABLE {t} (id int PRIMARY KEY, v int, s text);
+         INSERT INTO {t} SELECT g, g, 'seed ' || g FROM generate_series(1, 200) g;"
+    )
+}
+
+/// `n` transactions, each committed on its own (they are spaced past the commit interval):
+/// inserts, updates and deletes, so snapshots carry deletion vectors and rewritten manifests.
+async fn commits(client: &tokio_postgres::Client, t: &str, from: i32, n: i32) {
+    for i in from..from + n {
+        exec(
+            client,
+            &format!(
+                "BEGIN;
+                 INSERT INTO {t} VALUES ({k}, {i}, 'new {i}');
+                 UPDATE {t} SET v = v + 1 WHERE id % 7 = {m};
+                 DELETE FROM {t} WHERE id = {d};
+                 COMMIT;",
+                k = 1000 + i,
+                m = i % 7,
+                d = 3 * i + 1,
+            ),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(450)).await;
+    }
+}
+
+async fn equal_by_both_readers(p: &mut Pipeline, t: &str) {
+    p.assert_equal(t, 60).await;
+    if std::env::var("CDCD_TEST_DELETE_MODE").as_deref() == Ok("equality") {
+        return; // pyiceberg refuses equality deletes; DuckDB read it above
+    }
+    let (code, out) = p.lakecheck(t, 30, &["--reader", "pyiceberg"]).await;
+    assert_eq!(code, Some(0), "pyiceberg: {out}");
+}
+
+fn maintain(p: &Pipeline, extra: &[&str]) -> std::process::Output {
+    Command::new(cdcd_bin())
+        .args(["maintain", "--config"])
+        .arg(&p.config)
+        .args(extra)
+        .envs(p.env_vars.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_keeps_exactly_what_the_properties_say() {
+    let Some(env) = test_env("expiry_keeps_exactly_what_the_properties_say") else {
+        return;
+    };
+    let name = unique("mexp");
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    set_table_properties(
+        &p,
+        &[
+            ("history.expire.min-snapshots-to-keep", "3"),
+            ("history.expire.max-snapshot-age-ms", "1"),
+        ],
+    );
+    // The daemon does not maintain here: `cdcd maintain` does, once, after it stopped.
+    p.env_vars
+        .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "0".into()));
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    commits(&client, &t, 0, 8).await;
+    p.assert_equal(&t, 60).await;
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0), "{st}");
+
+    let before = inspect(&p, &t);
+    assert_consistent(&before, "before expiry");
+    assert_eq!(
+        before["properties"]["history.expire.min-snapshots-to-keep"],
+        "3"
+    );
+    assert_eq!(
+        before["properties"]["write.metadata.delete-after-commit.enabled"],
+        "true"
+    );
+    let all = ids(&before);
+    assert!(all.len() >= 9, "expected a snapshot per commit: {before}");
+
+    // With no daemon holding the pipeline's lease, `cdcd maintain` runs one cycle and exits 0.
+    let out = maintain(&p, &["--table", &format!("public.{t}")]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "cdcd maintain: {text}");
+    assert!(
+        text.contains(&format!("expired {} snapshots", all.len() - 3)),
+        "{text}"
+    );
+
+    let after = inspect(&p, &t);
+    assert_consistent(&after, "after expiry");
+    assert_eq!(
+        ids(&after),
+        all[all.len() - 3..].to_vec(),
+        "the newest three remain: {after}"
+    );
+    assert_eq!(after["current"], before["current"]);
+    for id in ids(&after) {
+        assert_eq!(
+            after["rows"][id.to_string()],
+            before["rows"][id.to_string()],
+            "snapshot {id} reads the same rows as before expiry"
+        );
+    }
+    // Nothing more to expire: a second cycle changes nothing.
+    let versions = after["versions"].as_array().unwrap().len();
+    let out = maintain(&p, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let again = inspect(&p, &t);
+    assert_eq!(ids(&again), ids(&after));
+    assert_eq!(again["versions"].as_array().unwrap().len(), versions);
+
+    // The checkpoint survived: a restart resumes and streams on.
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    commits(&client, &t, 100, 2).await;
+    equal_by_both_readers(&mut p, &t).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn properties_set_by_another_engine_bound_snapshots_and_metadata_log() {
+    let Some(env) = test_env("properties_set_by_another_engine_bound_snapshots_and_metadata_log")
+    else {
+        return;
+    };
+    let name = unique("mprop");
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    p.env_vars
+        .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "300".into()));
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    commits(&client, &t, 0, 6).await;
+    p.assert_equal(&t, 60).await;
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0), "{st}");
+    // cdcd's defaults keep ten minutes of snapshots: nothing expired yet.
+    let before = inspect(&p, &t);
+    let kept = ids(&before).len();
+    assert!(kept >= 7, "{before}");
+
+    // Another engine sets the properties; the daemon's next cycles follow them.
+    let dir = p.table_dir(&t).display().to_string();
+    let props = r#"{"history.expire.max-snapshot-age-ms": "1", "history.expire.min-snapshots-to-keep": "2", "write.metadata.previous-versions-max": "3"}"#;
+    python(&p, SET_PROPERTIES, &[&dir, props]);
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    // The daemon holds the lease and maintains its tables itself: `cdcd maintain` refuses.
+    let out = maintain(&p, &[]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && text.contains("already running"),
+        "{text}"
+    );
+    commits(&client, &t, 100, 6).await;
+    p.assert_equal(&t, 60).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let settled = loop {
+        let v = inspect(&p, &t);
+        let done = ids(&v).len() == 2 && v["versions"].as_array().unwrap().len() <= 4;
+        if done || Instant::now() > deadline {
+            break v;
+        }
+        p.assert_running();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(
+        ids(&settled).len(),
+        2,
+        "min-snapshots-to-keep = 2 with a 1 ms age: {settled}"
+    );
+    assert!(
+        settled["metadata_log"].as_u64().unwrap() <= 3,
+        "previous-versions-max = 3: {settled}"
+    );
+    // The current version and at most the three the log names.
+    assert!(
+        settled["versions"].as_array().unwrap().len() <= 4,
+        "old metadata files deleted: {settled}"
+    );
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0), "{st}");
+    let end = inspect(&p, &t);
+    assert_consistent(&end, "after the daemon's cycles");
+    equal_by_both_readers(&mut p, &t).await;
+    let out = p.output();
+    assert!(
+        out.contains("maintenance cycle"),
+        "a log line per cycle:\n{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_during_expiry_ends_equal_and_the_next_cycle_removes_leftovers() {
+    let Some(env) = test_env("kill9_during_expiry_ends_equal_and_the_next_cycle_removes_leftovers")
+    else {
+        return;
+    };
+    for (i, point) in ["expire-after-commit", "expire-during-delete"]
+        .iter()
+        .enumerate()
+    {
+        let name = unique(&format!("mkill{i}"));
+        let t = format!("{name}_t");
+        let client = connect(&env.pg_url).await;
+        exec(&client, &create_table(&t)).await;
+        let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+        p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+        set_table_properties(
+            &p,
+            &[
+                ("history.expire.min-snapshots-to-keep", "2"),
+                ("history.expire.max-snapshot-age-ms", "1"),
+            ],
+        );
+        // Two commits first, without maintenance (nothing to expire past two snapshots).
+        p.env_vars
+            .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "0".into()));
+        p.start();
+        p.wait_slot_active(&client, Duration::from_secs(120)).await;
+        // A history of snapshots with deletes, rewritten manifests and vectors to expire.
+        for k in 0..3 {
+            commits(&client, &t, k * 100, 12).await;
+        }
+        p.assert_equal(&t, 60).await;
+        let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+        assert_eq!(st.code(), Some(0), "{st}");
+        let before = inspect(&p, &t);
+
+        // The first cycle aborts at the crash point.
+        p.env_vars = vec![
+            ("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "300".into()),
+            ("CDCD_FAILPOINT".into(), point.to_string()),
+        ];
+        p.start();
+        let st = p.wait_exit(Duration::from_secs(60)).await;
+        assert!(!st.success(), "{point}: cdcd should have aborted: {st}");
+        assert!(
+            p.output().contains(&format!("failpoint {point}")),
+            "{}",
+            p.output()
+        );
+        let crashed = inspect(&p, &t);
+        assert_eq!(
+            crashed["missing"],
+            Value::Array(vec![]),
+            "{point}: {crashed}"
+        );
+        assert_eq!(
+            ids(&crashed).len(),
+            2,
+            "{point}: the expiry committed: {crashed}"
+        );
+        assert!(
+            !crashed["unreachable"].as_array().unwrap().is_empty(),
+            "{point}: the crash left files behind: {crashed}"
+        );
+        for id in ids(&crashed) {
+            assert_eq!(
+                crashed["rows"][id.to_string()],
+                before["rows"][id.to_string()]
+            );
+        }
+        equal_by_both_readers(&mut p, &t).await;
+
+        // Restarted: the next cycle finishes the interrupted expiry.
+        p.env_vars = vec![("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "300".into())];
+        p.start();
+        p.wait_slot_active(&client, Duration::from_secs(120)).await;
+        commits(&client, &t, 900, 2).await;
+        p.assert_equal(&t, 60).await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let v = inspect(&p, &t);
+            if v["unreachable"].as_array().unwrap().is_empty() && ids(&v).len() == 2 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{point}: leftovers remain: {v}");
+            p.assert_running();
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+        assert_eq!(st.code(), Some(0), "{st}");
+        assert_consistent(&inspect(&p, &t), point);
+        equal_by_both_readers(&mut p, &t).await;
+        assert!(
+            p.output().contains("finished an interrupted expiry"),
+            "{point}:\n{}",
+            p.output()
+        );
+    }
+}

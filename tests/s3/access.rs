@@ -1,0 +1,200 @@
+//! Shared by the tests of how cdcd reaches a store (`tls.rs`, `addressing.rs`, `profile.rs`): a
+//! Postgres → Iceberg pipeline on an `s3://` warehouse whose `[sink.s3]` section the test writes
+//! itself, a bucket made with boto3 (trusting a CA when the endpoint is https), lakecheck with the
+//! reader's own settings, and the fault proxy as a logging pass-through.
+#![allow(dead_code)]
+
+use std::io::BufRead as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use crate::support::{Pipeline, Settings, TestEnv, LAKECHECK, NAMESPACE};
+
+/// `var`'s value, or `None` after printing why `test` skips.
+pub fn need(test: &str, var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(v) => Some(v),
+        Err(_) => {
+            eprintln!("skipping {test}: {var} is unset (scripts/testbed.sh up; eval \"$(scripts/testbed.sh env)\")");
+            None
+        }
+    }
+}
+
+/// Creates `bucket` on `endpoint` (boto3, trusting `ca` for https).
+pub fn create_bucket(env: &TestEnv, endpoint: &str, ca: Option<&str>, bucket: &str) {
+    let verify = ca.map_or("None".to_owned(), |c| format!("{c:?}"));
+    let script = format!(
+        "import boto3\nc = boto3.client('s3', endpoint_url={endpoint:?}, aws_access_key_id='test', \
+         aws_secret_access_key='test', region_name='us-east-1', verify={verify})\n\
+         try:\n    c.create_bucket(Bucket={bucket:?})\nexcept c.exceptions.BucketAlreadyOwnedByYou:\n    pass\n"
+    );
+    let out = Command::new(&env.python)
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "create bucket {bucket} on {endpoint}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A pipeline replicating `table` into `s3://<bucket>/wh` with `[sink.s3]` = `section`.
+pub struct S3Custom {
+    pub p: Pipeline,
+    pub bucket: String,
+    pub warehouse_url: String,
+}
+
+impl S3Custom {
+    pub fn new(env: &TestEnv, name: &str, table: &str, bucket: &str, section: &str) -> S3Custom {
+        let p = Pipeline::new(env, name, &[table], &Settings::default());
+        let s = S3Custom {
+            p,
+            bucket: bucket.to_owned(),
+            warehouse_url: format!("s3://{bucket}/wh"),
+        };
+        s.set_section(section);
+        s
+    }
+
+    /// Rewrites the config with `[sink.s3]` = `section` (keys, one per line).
+    pub fn set_section(&self, section: &str) {
+        self.p.write_config(&Settings::default());
+        let text = std::fs::read_to_string(&self.p.config).unwrap();
+        let wh_line = format!("warehouse = {:?}", self.p.warehouse.display().to_string());
+        assert!(text.contains(&wh_line), "{text}");
+        let text = text.replace(&wh_line, &format!("warehouse = {:?}", self.warehouse_url));
+        std::fs::write(&self.p.config, format!("{text}\n[sink.s3]\n{section}\n")).unwrap();
+    }
+
+    /// lakecheck of `public.<table>` read through `endpoint` by `reader`, with `env` added (the
+    /// CA bundle); returns the exit code and the output.
+    pub async fn lakecheck(
+        &self,
+        table: &str,
+        endpoint: &str,
+        reader: &str,
+        env: &[(&str, &str)],
+        wait_secs: u32,
+    ) -> (Option<i32>, String) {
+        let out = tokio::process::Command::new(&self.p.env.python)
+            .arg(LAKECHECK)
+            .args(["--source", &self.p.env.pg_url])
+            .args(["--source-table", &format!("public.{table}")])
+            .args([
+                "--iceberg",
+                &format!("{}/{NAMESPACE}/{table}", self.warehouse_url),
+            ])
+            .args(["--wait", &wait_secs.to_string(), "--reader", reader])
+            .env("AWS_ENDPOINT_URL", endpoint)
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output()
+            .await
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        (out.status.code(), text)
+    }
+
+    /// Panics unless lakecheck finds the table equal.
+    pub async fn assert_equal(
+        &self,
+        table: &str,
+        endpoint: &str,
+        reader: &str,
+        env: &[(&str, &str)],
+    ) {
+        let (code, text) = self.lakecheck(table, endpoint, reader, env, 90).await;
+        assert_eq!(
+            code,
+            Some(0),
+            "lakecheck ({reader}) public.{table} differs:\n{text}\n--- cdcd:\n{}",
+            self.p.output()
+        );
+        eprintln!(
+            "lakecheck ({reader}) public.{table}: {}",
+            text.lines().last().unwrap_or("")
+        );
+    }
+}
+
+/// The fault proxy with no faults, logging each request's host and access key id; killed on drop.
+pub struct LoggingProxy {
+    child: Child,
+    pub url: String,
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl LoggingProxy {
+    pub fn start(python: &str, upstream: &str) -> LoggingProxy {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("requests.log");
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/faultproxy.py");
+        let mut child = Command::new(python)
+            .arg(script)
+            .arg(upstream)
+            .args(["--fail", "0", "--delay", "0", "--log-auth", "--log"])
+            .arg(&log)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .strip_prefix("listening ")
+            .unwrap_or_else(|| panic!("faultproxy said {line:?}"))
+            .to_owned();
+        LoggingProxy {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// Forgets the requests logged so far.
+    pub fn clear(&self) {
+        std::fs::write(&self.log, "").unwrap();
+    }
+
+    /// The `req` lines so far: (method, path or absolute URL, host, key id).
+    pub fn requests(&self) -> Vec<(String, String, String, String)> {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                match f.as_slice() {
+                    [_, "req", method, path, host, key] => Some((
+                        method.to_string(),
+                        path.to_string(),
+                        host.strip_prefix("host=")?.to_owned(),
+                        key.strip_prefix("key=")?.to_owned(),
+                    )),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+}
+
+impl Drop for LoggingProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
