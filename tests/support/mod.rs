@@ -371,7 +371,13 @@ impl Pipeline {
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("cdcd did not exit within {timeout:?}");
+                let out = self.output();
+                let tail: Vec<&str> = out.lines().rev().take(40).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                panic!(
+                    "cdcd did not exit within {timeout:?}; its last output:\n{}",
+                    tail.join("\n")
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
