@@ -69,7 +69,13 @@ impl fmt::Display for TableKey {
     /// `cdcd check`'s line: `table public.t: key (a, b) from the primary key`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.origin {
-            KeyOrigin::Keyless => write!(f, "table {}: no key", self.table),
+            KeyOrigin::Keyless => write!(
+                f,
+                "table {}: no key: replicated insert-only (on Postgres its UPDATE and DELETE are not \
+                 published, on MySQL they stop cdcd); if they matter, give it a primary key or \
+                 source.key_columns",
+                self.table
+            ),
             _ => write!(
                 f,
                 "table {}: key {} from {}",
@@ -103,5 +109,13 @@ mod tests {
         assert!(index
             .to_string()
             .ends_with("from replica identity index events_uq"));
+        let keyless = TableKey {
+            columns: Vec::new(),
+            origin: KeyOrigin::Keyless,
+            ..index
+        };
+        assert!(keyless
+            .to_string()
+            .starts_with("table public.events: no key: replicated insert-only"));
     }
 }
