@@ -158,7 +158,7 @@ pub trait Sink: Send + Sync {
 pub enum SinkError {
     #[error("table {table} has no key: the lsm (Paimon) sink does not replicate keyless tables yet (the iceberg sink keeps them as append tables); give it a key (see README \"Tables without a primary key\"), use sink.kind = \"iceberg\", or remove it from source.tables")]
     NoPrimaryKey { table: TableId },
-    #[error("schema of {table} changed ({detail}); this sink cannot apply that change (README, \"Guarantees and limits\": the schema change table): stop writes to the table, recreate the replica, or remove the table from source.tables")]
+    #[error("schema of {table} changed ({detail}); this sink cannot apply that change (docs/guarantees.md, \"Schema changes\"): stop writes to the table, recreate the replica, or remove the table from source.tables")]
     SchemaChanged { table: TableId, detail: String },
     #[error("column {column} of {table}: type {data_type} cannot be stored in {sink}")]
     UnsupportedType {
