@@ -373,7 +373,11 @@ async fn setup_checks_against_postgres() {
         vec![
             format!("table public.{ix}: key (w, u) from replica identity index {ix}_uq"),
             format!("table public.{k}: key (a, b) from primary key"),
-            format!("table public.{nk}: no key"),
+            format!(
+                "table public.{nk}: no key: replicated insert-only (on Postgres its UPDATE and DELETE \
+                 are not published, on MySQL they stop cdcd); if they matter, give it a primary key \
+                 or source.key_columns"
+            ),
             format!("table public.{ov}: key (t, e) from source.key_columns"),
         ]
     );
