@@ -156,8 +156,6 @@ pub trait Sink: Send + Sync {
 /// A sink failed. Each variant names the table or path involved.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
-    #[error("table {table} has no key: the lsm (Paimon) sink does not replicate keyless tables yet (the iceberg sink keeps them as append tables); give it a key (see README \"Tables without a primary key\"), use sink.kind = \"iceberg\", or remove it from source.tables")]
-    NoPrimaryKey { table: TableId },
     #[error("schema of {table} changed ({detail}); this sink cannot apply that change (docs/guarantees.md, \"Schema changes\"): stop writes to the table, recreate the replica, or remove the table from source.tables")]
     SchemaChanged { table: TableId, detail: String },
     #[error("column {column} of {table}: type {data_type} cannot be stored in {sink}")]
@@ -212,7 +210,6 @@ impl SinkError {
     /// A short label for `cdcd_errors_total{kind}`.
     pub fn kind(&self) -> &'static str {
         match self {
-            SinkError::NoPrimaryKey { .. } => "no_primary_key",
             SinkError::SchemaChanged { .. } => "schema_changed",
             SinkError::UnsupportedType { .. } => "unsupported_type",
             SinkError::Data { .. } => "data",

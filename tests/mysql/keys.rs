@@ -128,11 +128,25 @@ async fn mysql_minimal_image_without_the_key_stops() {
 /// TRUNCATE empties it, and an UPDATE, which cdcd cannot place, stops cdcd naming the table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_keyless_table_is_insert_only_iceberg() {
-    let Some(env) = my_env("mysql_keyless_table_is_insert_only_iceberg") else {
-        return;
-    };
-    let name = unique("mykeyless");
+    if let Some(env) = my_env("mysql_keyless_table_is_insert_only_iceberg") {
+        keyless_insert_only(env, false).await;
+    }
+}
+
+/// The same on the `lsm` sink: a Paimon append table, read back by pypaimon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_keyless_table_is_insert_only_lsm() {
+    if let Some(env) = my_env("mysql_keyless_table_is_insert_only_lsm") {
+        keyless_insert_only(env, true).await;
+    }
+}
+
+async fn keyless_insert_only(env: MyEnv, lsm: bool) {
+    let name = unique(if lsm { "mykeylessl" } else { "mykeyless" });
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
+    if lsm {
+        p.use_lsm(2, "initial", "");
+    }
     let mut c = my_connect(&env.url_for(&p.db)).await;
     my_exec(
         &mut c,

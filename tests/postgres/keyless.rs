@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use crate::support::{connect, exec, run_cdcd, test_env, unique, Pipeline, Settings};
+use crate::support::{connect, exec, run_cdcd, test_env, unique, Pipeline, Settings, NAMESPACE};
 
 const TABLES: [&str; 4] = [
     "pgbench_accounts",
@@ -36,10 +36,25 @@ async fn pgbench(url: &str, schema: &str, args: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pgbench_history_replicates_as_an_append_table() {
-    let Some(env) = test_env("pgbench_history_replicates_as_an_append_table") else {
+    pgbench_history_case("pgbench_history_replicates_as_an_append_table", false).await;
+}
+
+/// The same on the `lsm` sink: `pgbench_history` is a Paimon append table (`bucket = -1`, no
+/// primary keys) read back by pypaimon as a multiset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgbench_history_replicates_as_a_paimon_append_table() {
+    pgbench_history_case("pgbench_history_replicates_as_a_paimon_append_table", true).await;
+}
+
+async fn pgbench_history_case(test: &str, lsm: bool) {
+    let Some(env) = test_env(test) else {
         return;
     };
-    let name = unique("keyless");
+    if lsm && std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality") {
+        eprintln!("note: {test}: the delete mode is an Iceberg setting; the lsm case ran already");
+        return;
+    }
+    let name = unique(if lsm { "keylessl" } else { "keyless" });
     let client = connect(&env.pg_url).await;
     exec(
         &client,
@@ -59,7 +74,11 @@ async fn pgbench_history_replicates_as_an_append_table() {
     .await;
 
     let settings = Settings::default();
-    let mut p = Pipeline::new(&env, &name, &[], &settings);
+    let mut p = if lsm {
+        Pipeline::new_lsm(&env, &name, &[], &settings, 2)
+    } else {
+        Pipeline::new(&env, &name, &[], &settings)
+    };
     p.tables = vec![format!("{name}.*")];
     p.write_config(&settings);
     p.on_cleanup(format!("DROP SCHEMA IF EXISTS {name} CASCADE"));
@@ -89,26 +108,25 @@ async fn pgbench_history_replicates_as_an_append_table() {
         assert_eq!(code, Some(0), "lakecheck {name}.{t}:\n{out}");
         eprintln!("lakecheck {name}.{t}: {}", out.lines().last().unwrap_or(""));
     }
+    if lsm {
+        // A Paimon append table: no primary keys, unaware buckets.
+        let schema_file = p
+            .warehouse
+            .join(format!("{NAMESPACE}.db/pgbench_history/schema/schema-0"));
+        let text = std::fs::read_to_string(&schema_file).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(doc["primaryKeys"], serde_json::json!([]), "{text}");
+        assert_eq!(doc["options"]["bucket"], "-1", "{text}");
+    }
     // pyiceberg reads no equality deletes (the suite's equality pass).
-    if !equality {
+    if !equality && !lsm {
         let (code, out) = p
             .lakecheck_in(&name, "pgbench_history", 60, &["--reader", "pyiceberg"])
             .await;
         assert_eq!(code, Some(0), "pyiceberg {history}:\n{out}");
     }
-    // The table is an append table: no identifier fields in its Iceberg schema.
-    let meta = std::fs::read_dir(p.table_dir("pgbench_history").join("metadata"))
-        .unwrap()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|f| f.to_string_lossy().ends_with(".metadata.json"))
-        .max_by_key(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok())
-        .unwrap();
-    let text = std::fs::read_to_string(&meta).unwrap();
-    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
-    for s in doc["schemas"].as_array().unwrap() {
-        let ids = s["identifier-field-ids"].as_array().map_or(0, Vec::len);
-        assert_eq!(ids, 0, "keyless table with identifier fields: {s}");
+    if !lsm {
+        assert_no_identifier_fields(&p);
     }
 
     // kill -9 while pgbench writes, more while cdcd is down: the restart resumes exactly (the
@@ -137,6 +155,23 @@ async fn pgbench_history_replicates_as_an_append_table() {
     let (code, out) = p.lakecheck_in(&name, "pgbench_history", 120, &[]).await;
     assert_eq!(code, Some(0), "lakecheck {history} after TRUNCATE:\n{out}");
     p.assert_running();
+}
+
+/// The Iceberg table of `pgbench_history` is an append table: no identifier fields.
+fn assert_no_identifier_fields(p: &Pipeline) {
+    let meta = std::fs::read_dir(p.table_dir("pgbench_history").join("metadata"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|f| f.to_string_lossy().ends_with(".metadata.json"))
+        .max_by_key(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok())
+        .unwrap();
+    let text = std::fs::read_to_string(&meta).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for s in doc["schemas"].as_array().unwrap() {
+        let ids = s["identifier-field-ids"].as_array().map_or(0, Vec::len);
+        assert_eq!(ids, 0, "keyless table with identifier fields: {s}");
+    }
 }
 
 /// A kill -9 in the middle of a keyless table's copy: the copy would have to be redone at a new

@@ -1,5 +1,6 @@
 //! LSM sink: Apache Paimon primary-key tables (fixed buckets, `deduplicate` merge engine), with
-//! universal compaction in the background and snapshot expiry.
+//! universal compaction in the background and snapshot expiry; keyless tables as Paimon append
+//! tables (`append.rs`).
 //!
 //! Sits at the end of the flow: pipeline → [`LsmSink::commit`] → (durable) → ack to source. Each
 //! commit writes, per touched bucket, one level-0 Parquet file holding the last state of every key
@@ -26,7 +27,7 @@
 //! `BinaryRow` and bucket hash), `plan.rs` (pure: changes → one row per key), `placement.rs`
 //! (pure: level 0 or bottom-level files for a copy commit's rows), `lookup.rs`
 //! (current rows for partial updates), `writer.rs` (Parquet runs and their `DataFileMeta`),
-//! `manifest.rs` (Avro), `commit.rs` (load and publish snapshots), `compaction/pick.rs` (pure:
+//! `manifest.rs` (Avro), `commit.rs` (load and publish snapshots), `append.rs` (keyless tables), `compaction/pick.rs` (pure:
 //! pick and merge), `compaction/worker.rs` (the worker), `expire.rs`. The Iceberg sink's planner and row
 //! lookup are not shared on purpose: Iceberg deletes rows by key across files, whereas an LSM
 //! commit folds the changes of a key into one upsert or delete, so the two planners have little
@@ -65,6 +66,7 @@ use crate::sinks::{CommitStats, Sink, SinkError, TableStatus};
 use crate::storage::cleanup::TableCleanup;
 use crate::storage::Warehouse;
 
+mod append;
 pub mod binary_row;
 pub mod cleanup;
 mod commit;
@@ -236,29 +238,16 @@ impl LsmSink {
         let inner = &self.inner;
         let table = &schema.id;
         let handle = inner.handle(table);
+        if schema.primary_key.is_empty() {
+            return inner
+                .commit_append(&handle, schema, changes, checkpoint)
+                .await;
+        }
         inner.stall(&handle).await?;
         let schemas = FileSchemas::new(schema);
         let wanted = schema::paimon_schema(schema, inner.table_options())?;
         let mut guard = handle.state.lock().await;
-        inner.ensure_loaded(table, &mut guard).await?;
-        if guard.is_none() {
-            let location = inner.table_location(table);
-            commit::create(&inner.warehouse, &location, &wanted).await?;
-            tracing::info!(table = %table, location = %location, "created Paimon table");
-            inner.ensure_loaded(table, &mut guard).await?;
-        }
-        let Some(state) = guard.as_mut() else {
-            return Err(SinkError::Corrupt {
-                path: inner.table_location(table),
-                detail: "schema/schema-0 exists but cannot be loaded".into(),
-            });
-        };
-        if let Some(detail) = schema::difference(&state.schema, &wanted) {
-            return Err(SinkError::SchemaChanged {
-                table: table.clone(),
-                detail,
-            });
-        }
+        let state = inner.ensure_created(table, &mut guard, &wanted).await?;
         let buckets = state.buckets(inner.config.buckets);
         let complete = inner.config.merge_engine == MergeEngine::Deduplicate;
         let mut plan =
@@ -328,59 +317,38 @@ impl LsmSink {
                 }
             }))
             .await?;
-        let mut change = Change {
+        let change = Change {
             added: written,
             ..Change::default()
         };
-        let mut deleted_rows = plan.rows.iter().filter(|r| r.delete).count() as u64;
-        if plan.truncate {
-            for (b, files) in &state.files {
-                deleted_rows += files.iter().map(|f| f.row_count as u64).sum::<u64>();
-                change.deleted.extend(files.iter().map(|f| (*b, f.clone())));
-            }
-        }
         let files_written = change.added.len();
-        let kind = if plan.truncate { "OVERWRITE" } else { "APPEND" };
-        let props: BTreeMap<String, String> = checkpoint.to_properties().into_iter().collect();
-        let result = commit::publish(
-            &inner.warehouse,
-            table,
-            state,
-            change,
-            kind,
-            props,
-            buckets as i32,
-        )
-        .await;
-        let snapshot_id = match result {
-            Ok(id) => id,
-            Err(e) => {
-                *guard = None;
-                return Err(e);
-            }
+        let (snapshot_id, truncated) = inner
+            .publish_commit(
+                table,
+                &mut guard,
+                change,
+                plan.truncate,
+                checkpoint,
+                buckets as i32,
+            )
+            .await?;
+        let deleted_rows = plan.rows.iter().filter(|r| r.delete).count() as u64 + truncated;
+        let Some(state) = guard.as_mut() else {
+            return Err(SinkError::Corrupt {
+                path: inner.table_location(table),
+                detail: "the table's state vanished during a commit".into(),
+            });
         };
         state.next_sequence = state.next_sequence.max(base + plan.changes as i64 + 1);
         handle
             .copying
             .store(checkpoint.snapshot.is_some(), Ordering::Release);
         let needs_compaction = inner.needs_compaction(state, &handle);
-        let expire_due = expire::due(
-            state,
-            &inner.config,
-            handle.expiry_tried.load(Ordering::Acquire),
-        );
-        if expire_due {
-            handle.expiry_tried.store(snapshot_id, Ordering::Release);
-        }
         drop(guard);
         if needs_compaction {
             inner.spawn_compaction(&handle);
         }
-        if expire_due {
-            if let Err(e) = expire::expire(inner, &handle).await {
-                tracing::warn!(table = %table, error = %e, "snapshot expiry failed; retried after a later commit");
-            }
-        }
+        inner.expire_if_due(&handle, snapshot_id).await;
         Ok(CommitStats {
             snapshot_id,
             data_rows: plan.rows.len() as u64
@@ -463,6 +431,97 @@ impl Inner {
             }
         }
         m
+    }
+
+    /// The table's state in `slot`, loaded, or created with schema `wanted` when it does not
+    /// exist; refused when the existing table's schema differs from `wanted`.
+    async fn ensure_created<'a>(
+        &self,
+        table: &TableId,
+        slot: &'a mut Option<TableState>,
+        wanted: &schema::PaimonSchema,
+    ) -> Result<&'a mut TableState, SinkError> {
+        self.ensure_loaded(table, slot).await?;
+        if slot.is_none() {
+            let location = self.table_location(table);
+            commit::create(&self.warehouse, &location, wanted).await?;
+            tracing::info!(table = %table, location = %location, "created Paimon table");
+            self.ensure_loaded(table, slot).await?;
+        }
+        let Some(state) = slot.as_mut() else {
+            return Err(SinkError::Corrupt {
+                path: self.table_location(table),
+                detail: "schema/schema-0 exists but cannot be loaded".into(),
+            });
+        };
+        if let Some(detail) = schema::difference(&state.schema, wanted) {
+            return Err(SinkError::SchemaChanged {
+                table: table.clone(),
+                detail,
+            });
+        }
+        Ok(state)
+    }
+
+    /// Publishes `change` as one snapshot of the table in `slot` carrying `checkpoint`: an
+    /// `APPEND`, or after a TRUNCATE an `OVERWRITE` that also deletes every live file. On failure
+    /// the cached state is dropped (the next commit reloads what is durable). Returns the new
+    /// snapshot id and the rows the truncate removed.
+    async fn publish_commit(
+        &self,
+        table: &TableId,
+        slot: &mut Option<TableState>,
+        mut change: Change,
+        truncate: bool,
+        checkpoint: &Checkpoint,
+        buckets: i32,
+    ) -> Result<(i64, u64), SinkError> {
+        let Some(state) = slot.as_mut() else {
+            return Err(SinkError::Corrupt {
+                path: self.table_location(table),
+                detail: "a commit to a table that is not loaded".into(),
+            });
+        };
+        let mut truncated = 0u64;
+        if truncate {
+            for (b, files) in &state.files {
+                truncated += files.iter().map(|f| f.row_count as u64).sum::<u64>();
+                change.deleted.extend(files.iter().map(|f| (*b, f.clone())));
+            }
+        }
+        let kind = if truncate { "OVERWRITE" } else { "APPEND" };
+        let props: BTreeMap<String, String> = checkpoint.to_properties().into_iter().collect();
+        let published =
+            commit::publish(&self.warehouse, table, state, change, kind, props, buckets).await;
+        match published {
+            Ok(id) => Ok((id, truncated)),
+            Err(e) => {
+                *slot = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// Expires old snapshots after the commit of `snapshot_id` when due (`expire::due`); a
+    /// failure is logged and retried after a later commit (the commit itself stands).
+    async fn expire_if_due(&self, handle: &Arc<Handle>, snapshot_id: i64) {
+        let due = {
+            let guard = handle.state.lock().await;
+            guard.as_ref().is_some_and(|state| {
+                expire::due(
+                    state,
+                    &self.config,
+                    handle.expiry_tried.load(Ordering::Acquire),
+                )
+            })
+        };
+        if !due {
+            return;
+        }
+        handle.expiry_tried.store(snapshot_id, Ordering::Release);
+        if let Err(e) = expire::expire(self, handle).await {
+            tracing::warn!(table = %handle.table, error = %e, "snapshot expiry failed; retried after a later commit");
+        }
     }
 
     /// Loads the table into `slot` when it is not cached.

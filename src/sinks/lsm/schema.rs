@@ -133,7 +133,7 @@ fn arrow_type_json(v: &serde_json::Value) -> Option<DataType> {
 }
 
 /// The Arrow type a column is stored as in data files.
-fn file_type(dt: &DataType) -> DataType {
+pub(super) fn file_type(dt: &DataType) -> DataType {
     match dt {
         // pypaimon reads ARRAY as `list<item>` (`PyarrowFieldParser.from_paimon_type`).
         DataType::List(element) => DataType::List(Arc::new(Field::new(
@@ -155,15 +155,11 @@ pub fn paimon_schema(
     table: &TableSchema,
     options: BTreeMap<String, String>,
 ) -> Result<PaimonSchema, SinkError> {
-    if table.primary_key.is_empty() {
-        return Err(SinkError::NoPrimaryKey {
-            table: table.id.clone(),
-        });
-    }
     let mut fields = Vec::with_capacity(table.columns.len());
     for (i, c) in table.columns.iter().enumerate() {
         // Non-key columns are nullable whatever the source says: a delete row carries only its
-        // key, and Paimon stores it as a whole row with the value columns NULL.
+        // key, and Paimon stores it as a whole row with the value columns NULL. A keyless
+        // (append) table's columns are all nullable too, so `DROP NOT NULL` changes nothing.
         let is_key = table.primary_key.contains(&i);
         let Some(ty) = paimon_json(&c.data_type, is_key) else {
             return Err(SinkError::UnsupportedType {
@@ -397,7 +393,7 @@ mod tests {
     }
 
     #[test]
-    fn rejects_tables_without_key_or_with_unknown_types() {
+    fn rejects_unknown_types_and_makes_keyless_tables_append_tables() {
         let t = TableSchema {
             id: TableId::new("public", "t"),
             columns: vec![col("id", DataType::Int64), col("x", DataType::UInt64)],
@@ -407,20 +403,17 @@ mod tests {
             paimon_schema(&t, BTreeMap::new()),
             Err(SinkError::UnsupportedType { .. })
         ));
+        // A keyless table: no primary keys, every column nullable (issue 23, `append.rs`).
         let t = TableSchema {
+            id: TableId::new("public", "t"),
+            columns: vec![col("id", DataType::Int64), col("x", DataType::Utf8)],
             primary_key: vec![],
-            ..t
         };
-        // Keyless tables are not replicated to Paimon yet: the message says so and what to do.
-        match paimon_schema(&t, BTreeMap::new()) {
-            Err(e @ SinkError::NoPrimaryKey { .. }) => {
-                let text = e.to_string();
-                assert!(
-                    text.contains("does not replicate keyless tables") && text.contains("iceberg"),
-                    "{text}"
-                );
-            }
-            other => panic!("{other:?}"),
-        }
+        let s = paimon_schema(&t, BTreeMap::new()).unwrap();
+        assert!(s.primary_keys.is_empty());
+        assert!(s
+            .fields
+            .iter()
+            .all(|f| !f.data_type.to_string().contains("NOT NULL")));
     }
 }

@@ -600,3 +600,63 @@ async fn a_retried_snapshot_put_that_landed_commits() {
         assert_eq!(rows, vec!["1|x|7"]);
     }
 }
+
+/// A keyless table (issue 23) is a Paimon append table: duplicates stay, a TRUNCATE empties it,
+/// an UPDATE is refused naming the table, and pypaimon reads the rows back as a multiset.
+#[tokio::test]
+async fn keyless_tables_are_append_tables_read_back_by_pypaimon() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sink(dir.path());
+    let keyed = schema();
+    let schema = Arc::new(TableSchema {
+        id: keyed.id.clone(),
+        columns: keyed.columns.clone(),
+        primary_key: vec![],
+    });
+    let keyless = |cs: &[C]| {
+        let c = changes(cs);
+        TableChanges {
+            schema: schema.clone(),
+            old_keys: arrow_array::RecordBatch::new_empty(TableChanges::keys_schema(&schema)),
+            ..c
+        }
+    };
+    s.commit(&schema, &[keyless(&[ins(1, "a"), ins(1, "a")])], &cp(1))
+        .await
+        .unwrap();
+    let stats = s
+        .commit(&schema, &[keyless(&[ins(2, "b")])], &cp(2))
+        .await
+        .unwrap();
+    assert_eq!((stats.snapshot_id, stats.data_rows), (2, 1));
+    assert_eq!(s.checkpoint(&schema.id).await.unwrap(), Some(cp(2)));
+    let table = dir.path().join("public.db/t");
+    let text = std::fs::read_to_string(table.join("schema/schema-0")).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(doc["primaryKeys"], serde_json::json!([]));
+    assert_eq!(doc["options"]["bucket"], "-1");
+    if let Some(rows) = paimon_rows(dir.path()) {
+        assert_eq!(rows, vec!["1|a|10", "1|a|10", "2|b|20"]);
+    }
+    // Compaction leaves an append table alone.
+    let compacted = s.compact(&schema.id, true).await.unwrap();
+    assert_eq!(compacted.snapshots, 0);
+    let err = s
+        .commit(&schema, &[keyless(&[upd(1, Some("x"), 1)])], &cp(3))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("public.t") && err.to_string().contains("without a key"),
+        "{err}"
+    );
+    s.commit(
+        &schema,
+        &[keyless(&[(Op::Truncate, 0, None, None, None), ins(3, "c")])],
+        &cp(4),
+    )
+    .await
+    .unwrap();
+    if let Some(rows) = paimon_rows(dir.path()) {
+        assert_eq!(rows, vec!["3|c|30"]);
+    }
+}

@@ -43,7 +43,7 @@ const DICTIONARY_SAMPLE_ROWS: usize = 256;
 /// pages only for columns whose first values repeat. A dictionary for a mostly distinct column
 /// (the key twice over, timestamps, hashes, free text) costs a hash per value until it overflows
 /// and the writer falls back to plain encoding anyway: it was a fifth of the copy's CPU.
-fn writer_properties(sample: &RecordBatch) -> Result<WriterProperties, FileError> {
+pub(super) fn writer_properties(sample: &RecordBatch) -> Result<WriterProperties, FileError> {
     let mut props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1)?))
         .set_statistics_enabled(EnabledStatistics::Chunk);

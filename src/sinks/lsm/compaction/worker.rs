@@ -24,7 +24,10 @@ use crate::sinks::lsm::writer::{self, FileError};
 use crate::sinks::lsm::{CompactStats, Handle, Inner};
 use crate::sinks::SinkError;
 
-fn file_error(table: &TableId, what: &str) -> impl FnOnce(FileError) -> SinkError {
+pub(in crate::sinks::lsm) fn file_error(
+    table: &TableId,
+    what: &str,
+) -> impl FnOnce(FileError) -> SinkError {
     let table = table.clone();
     let what = what.to_owned();
     move |e| SinkError::Data {
@@ -113,6 +116,10 @@ pub(in crate::sinks::lsm) async fn run(
             let Some(state) = guard.as_ref() else {
                 return Ok(stats);
             };
+            // An append table (keyless, `append.rs`) has no sorted runs to merge.
+            if state.schema.primary_keys.is_empty() {
+                return Ok(stats);
+            }
             let mut job: Option<(i32, Unit, Vec<DataFileMeta>, String)> = None;
             for (bucket, files) in &state.files {
                 if done.contains(bucket) {
