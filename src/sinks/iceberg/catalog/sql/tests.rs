@@ -342,3 +342,46 @@ async fn a_filesystem_table_is_registered_as_it_is() {
     );
     assert_eq!(b.row(), (Some(v2.file), None));
 }
+
+#[tokio::test]
+async fn a_failed_update_is_checked_against_the_row_and_deletes_nothing() {
+    let b = Bed::new();
+    let v1 = b
+        .catalog
+        .create(&b.warehouse, &b.table(), b.metadata())
+        .await
+        .unwrap();
+    // Every update of the row fails (as a statement whose answer never comes back would).
+    b.sql(
+        "CREATE TRIGGER refuse BEFORE UPDATE ON iceberg_tables \
+         BEGIN SELECT RAISE(ABORT, 'connection lost'); END",
+    );
+    let failed = b
+        .catalog
+        .commit(&b.warehouse, &b.table(), &v1, b.next(&v1, 2))
+        .await;
+    let e = failed.err().unwrap().to_string();
+    assert!(
+        e.contains("connection lost") && e.contains("sqlite://"),
+        "{e}"
+    );
+    // The row was read again and still names v1; the file written stays (never deleted).
+    assert_eq!(b.row(), (Some(v1.file.clone()), None));
+    let written = format!("{}/metadata/v2.metadata.json", b.location);
+    assert!(file_exists(&b.warehouse, &written));
+    b.sql("DROP TRIGGER refuse");
+    let loaded = b
+        .catalog
+        .load(&b.warehouse, &b.table())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(loaded.file, v1.file);
+    let next = b
+        .catalog
+        .commit(&b.warehouse, &b.table(), &loaded, b.next(&loaded, 3))
+        .await
+        .unwrap();
+    assert_eq!(next.version, 3);
+    assert_eq!(b.row(), (Some(next.file), Some(v1.file)));
+}
