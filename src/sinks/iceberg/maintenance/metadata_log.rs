@@ -148,4 +148,54 @@ mod tests {
         assert_eq!(version_of("file:///w/t/metadata/snap-1.avro"), None);
         assert_eq!(version_of("file:///w/t/metadata/version-hint.text"), None);
     }
+
+    /// A commit whose metadata log no longer names its base (trimmed): the base's file leaves
+    /// the log, but a catalog that names it as the previous metadata keeps it.
+    #[test]
+    fn the_catalogs_previous_file_is_kept() {
+        use std::collections::HashMap;
+        use std::sync::Arc;
+
+        use iceberg::spec::{
+            FormatVersion, NestedField, PrimitiveType, Schema, TableMetadataBuilder, Type,
+        };
+
+        let table = crate::changelog::TableId::new("public", "t");
+        let schema = Schema::builder()
+            .with_fields(vec![Arc::new(NestedField::required(
+                1,
+                "id",
+                Type::Primitive(PrimitiveType::Long),
+            ))])
+            .build()
+            .unwrap();
+        let props = HashMap::from([(
+            "write.metadata.delete-after-commit.enabled".to_owned(),
+            "true".to_owned(),
+        )]);
+        let meta = crate::sinks::iceberg::commit::publish::new_table(
+            &table,
+            "file:///w/t",
+            schema,
+            FormatVersion::V2,
+            props,
+        )
+        .unwrap();
+        let prev = Loaded {
+            version: 4,
+            file: "file:///w/t/metadata/v4.metadata.json".into(),
+            metadata: meta.clone(),
+        };
+        // Built without the base's location: the new log does not name it.
+        let next = Loaded {
+            version: 5,
+            file: "file:///w/t/metadata/v5.metadata.json".into(),
+            metadata: TableMetadataBuilder::new_from_metadata(meta, None)
+                .build()
+                .unwrap()
+                .metadata,
+        };
+        assert_eq!(left_the_log(&prev, &next, false), vec![prev.file.clone()]);
+        assert!(left_the_log(&prev, &next, true).is_empty());
+    }
 }
