@@ -83,6 +83,7 @@ fn sink(warehouse: &Path, mode: DeleteMode) -> anyhow::Result<IcebergSink> {
         delete_mode: mode,
         table_properties: Default::default(),
         maintenance_interval_ms: 0,
+        catalog: Default::default(),
     };
     Ok(IcebergSink::new(&config, "bench")?)
 }

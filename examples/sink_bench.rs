@@ -243,6 +243,7 @@ fn open_sink(kind: &str, dir: &Path, compaction_trigger: usize) -> anyhow::Resul
             delete_mode,
             table_properties: Default::default(),
             maintenance_interval_ms: 0,
+            catalog: Default::default(),
         };
         Ok(Arc::new(IcebergSink::new(&config, "bench")?))
     };

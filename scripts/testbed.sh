@@ -51,7 +51,8 @@ python_apt() { apt_want python3-venv ca-certificates; }
 python_up() {
   # Pinned, verified to resolve together (DuckDB must stay at 1.5.5: the offline extension wheels stop there
   # and are version-locked; autoinstall would need the network). pytz: DuckDB's Python client imports it to
-  # return timestamptz values, and nothing else here pulls it in.
+  # return timestamptz values, and nothing else here pulls it in. sqlalchemy: pyiceberg's SqlCatalog
+  # (the SQL catalog tests read cdcd's tables back through it).
   local req=$CDCD_TB/requirements.txt
   cat > "$req.new" <<'EOF'
 duckdb==1.5.5
@@ -62,6 +63,7 @@ duckdb-extension-httpfs==1.5.5
 pyiceberg[pyarrow]==0.12.0
 pyarrow==19.0.1
 psycopg2-binary==2.9.13
+sqlalchemy==2.0.43
 pytz==2026.6
 pypaimon==2.1.0
 pymysql==1.2.4

@@ -288,6 +288,13 @@ pub async fn check(config: &Config) -> Vec<String> {
     problems
 }
 
+/// `cdcd check`'s lines about the sink beyond the warehouse (`catalog sql <uri>: ok`), or the
+/// problem found there.
+pub async fn check_sink(config: &Config) -> Result<Vec<String>, String> {
+    let sink = build_sink(config, None).map_err(|e| e.to_string())?;
+    sink.check().await
+}
+
 /// The settings `cdcd check` shows before its verdict (the source's TLS, and where it came from).
 pub fn check_settings(config: &Config) -> Vec<String> {
     crate::sources::build(&config.source).settings()

@@ -118,7 +118,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             for line in cdcd::commands::check_settings(&config) {
                 println!("{line}");
             }
-            let problems = cdcd::commands::check(&config).await;
+            let mut problems = cdcd::commands::check(&config).await;
+            match cdcd::commands::check_sink(&config).await {
+                Ok(lines) => lines.iter().for_each(|line| println!("{line}")),
+                Err(problem) => problems.push(problem),
+            }
             for line in cdcd::commands::check_keys(&config).await {
                 println!("{line}");
             }

@@ -12,7 +12,10 @@
 //! - `lsm`: the Apache Paimon sink end to end.
 //! - `s3`: every path again on S3 (moto): end to end, crashes at named points, faults, standby.
 //! - `ops`: `cdcd check`, metrics and health, systemd notification.
+//! - `catalog`: the Iceberg SQL catalog (SQLite and Postgres), read back through pyiceberg's
+//!   `SqlCatalog`; a foreign commit, a crash before the row update.
 
+mod catalog;
 mod lsm;
 mod mysql;
 mod ops;

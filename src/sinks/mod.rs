@@ -129,6 +129,13 @@ pub trait Sink: Send + Sync {
     async fn cleanup(&self, grace: Duration, dry_run: bool)
         -> Result<Vec<TableCleanup>, SinkError>;
 
+    /// `cdcd check`'s look at what the sink needs besides the warehouse (the Iceberg sink's SQL
+    /// catalog: connects, creates its tables when absent, reads them): the lines to show when
+    /// all is well, or one problem line naming what failed and the fix.
+    async fn check(&self) -> Result<Vec<String>, String> {
+        Ok(Vec::new())
+    }
+
     /// Waits for work a commit left running in the background (the Iceberg sink's update of a
     /// table's primary-key index), so a clean stop leaves nothing for the next start to catch
     /// up. Commits are durable without it; its failures are logged where they happen.
@@ -195,6 +202,9 @@ pub enum SinkError {
     Corrupt { path: String, detail: String },
     #[error("another writer committed version {version} of {table} first; is a second cdcd running on this pipeline?")]
     CommitConflict { table: TableId, version: u64 },
+    /// The Iceberg SQL catalog at `uri` (password removed) failed.
+    #[error("catalog {uri}: {detail}")]
+    Catalog { uri: String, detail: String },
     #[error(transparent)]
     Checkpoint(#[from] crate::checkpoint::CheckpointError),
     /// The lease's fence refused (or a newer lease holder's commit showed it is gone).
@@ -219,6 +229,7 @@ impl SinkError {
             SinkError::Arrow { .. } => "arrow",
             SinkError::Corrupt { .. } => "corrupt",
             SinkError::CommitConflict { .. } => "commit_conflict",
+            SinkError::Catalog { .. } => "catalog",
             SinkError::Checkpoint(_) => "checkpoint",
             SinkError::Fenced(_) => "lease_lost",
             SinkError::Warehouse(_) => "storage",

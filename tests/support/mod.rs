@@ -166,6 +166,8 @@ pub struct Settings {
     pub url: Option<String>,
     /// Extra `[source]` lines, e.g. `key_columns = { … }`.
     pub source_extra: String,
+    /// Lines after the `[sink]` keys, e.g. a `[sink.catalog]` section.
+    pub sink_extra: String,
 }
 
 impl Default for Settings {
@@ -177,6 +179,7 @@ impl Default for Settings {
             password: None,
             url: None,
             source_extra: String::new(),
+            sink_extra: String::new(),
         }
     }
 }
@@ -271,7 +274,7 @@ impl Pipeline {
              [source]\nkind = \"postgres\"\nurl = {url:?}\n{password}tables = [{list}]\n\
              slot = {slot:?}\npublication = {publication:?}\nsnapshot = {snap:?}\n{extra}\n\n\
              [sink]\nkind = \"iceberg\"\nwarehouse = {wh:?}\nnamespace = {NAMESPACE:?}\n\
-             {mode}",
+             {mode}{sink_extra}",
             name = self.name,
             ci = s.commit_interval_ms,
             cm = s.commit_max_rows,
@@ -285,6 +288,7 @@ impl Pipeline {
             mode = std::env::var("CDCD_TEST_DELETE_MODE")
                 .map(|m| format!("delete_mode = {m:?}\n"))
                 .unwrap_or_default(),
+            sink_extra = s.sink_extra,
         );
         let text = match self.lsm_buckets {
             Some(buckets) => {

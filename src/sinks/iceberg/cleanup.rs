@@ -39,14 +39,17 @@ pub async fn find_tables(warehouse: &Warehouse) -> Result<Vec<String>, CleanupEr
 }
 
 /// Finds (and unless `dry_run` deletes) the orphans of the table at `table` (its location).
+/// `current`: the metadata file a catalog names as current (SQL catalog); `None`: the newest
+/// `v<N>.metadata.json` (filesystem catalog).
 pub async fn clean_table(
     warehouse: &Warehouse,
     table: &str,
+    current: Option<&str>,
     grace: Duration,
     dry_run: bool,
 ) -> Result<TableCleanup, CleanupError> {
     let objects = list_table(warehouse, table).await?;
-    let live = live_files(warehouse, table, &objects).await?;
+    let live = live_files(warehouse, table, &objects, current).await?;
     remove_unreferenced(warehouse, table, &objects, &live, |_| true, grace, dry_run).await
 }
 
@@ -57,15 +60,19 @@ pub async fn referenced_files(
     table: &str,
 ) -> Result<HashSet<String>, CleanupError> {
     let objects = list_table(warehouse, table).await?;
-    live_files(warehouse, table, &objects).await
+    live_files(warehouse, table, &objects, None).await
 }
 
 /// Store paths of every file some metadata version of the table references, plus the metadata
-/// files themselves.
+/// files themselves. With a catalog's `current` file, its snapshots are the live ones (the
+/// highest `v<N>` may be an orphan of a commit whose row update never happened), and it and
+/// every file its metadata log names stay, whatever their names (another writer's
+/// `00003-<uuid>.metadata.json`).
 async fn live_files(
     warehouse: &Warehouse,
     table: &str,
     objects: &[ObjectMeta],
+    current: Option<&str>,
 ) -> Result<HashSet<String>, CleanupError> {
     let mut live = HashSet::new();
     let mut lists = HashSet::new();
@@ -92,15 +99,26 @@ async fn live_files(
             newest = Some((version, o));
         }
     }
-    if let Some((_, o)) = newest {
-        let p = o.location.as_ref();
-        let bytes = get(warehouse, &o.location).await?;
+    let newest = match current {
+        Some(file) => Some(warehouse.path(file)?),
+        None => newest.map(|(_, o)| o.location.clone()),
+    };
+    if let Some(newest) = newest {
+        let p = newest.as_ref();
+        live.insert(p.to_owned());
+        let bytes = get(warehouse, &newest).await?;
         let metadata: TableMetadata =
             serde_json::from_slice(&bytes).map_err(|e| CleanupError::Unreadable {
                 path: p.to_owned(),
                 what: "table metadata",
                 detail: e.to_string(),
             })?;
+        // A logged file outside this warehouse is not this cleanup's to delete anyway.
+        for logged in metadata.metadata_log() {
+            if let Ok(path) = warehouse.path(&logged.metadata_file) {
+                live.insert(path.to_string());
+            }
+        }
         for snapshot in metadata.snapshots() {
             let list = snapshot.manifest_list().to_owned();
             if lists.insert(list.clone()) {

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::config::{default_warehouse, ConfigError, Context, RawS3};
+pub use crate::sinks::iceberg::catalog::config::{CatalogConfig, RawCatalog, SqlUri};
 
 /// `[sink]` with `kind = "iceberg"` (the default kind).
 #[derive(Debug, Clone, Deserialize)]
@@ -33,6 +34,9 @@ pub struct RawIceberg {
     /// How often the daemon runs a maintenance cycle on each table (milliseconds; 0: never).
     #[serde(default = "default_maintenance_interval_ms")]
     pub maintenance_interval_ms: u64,
+    /// `[sink.catalog]`: where tables are found and committed (default: the filesystem).
+    #[serde(default)]
+    pub catalog: Option<RawCatalog>,
 }
 
 fn default_maintenance_interval_ms() -> u64 {
@@ -60,6 +64,7 @@ pub struct IcebergConfig {
     pub delete_mode: DeleteMode,
     pub table_properties: BTreeMap<String, String>,
     pub maintenance_interval_ms: u64,
+    pub catalog: CatalogConfig,
 }
 
 impl RawIceberg {
@@ -74,6 +79,10 @@ impl RawIceberg {
             delete_mode: self.delete_mode,
             table_properties: self.table_properties,
             maintenance_interval_ms: self.maintenance_interval_ms,
+            catalog: match self.catalog {
+                Some(raw) => raw.validate(ctx)?,
+                None => CatalogConfig::Filesystem,
+            },
         })
     }
 }

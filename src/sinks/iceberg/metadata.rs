@@ -22,17 +22,48 @@ pub(crate) fn metadata_location(table: &str, version: u64) -> String {
     format!("{table}/metadata/v{version}.metadata.json")
 }
 
-/// A loaded metadata file and its version number.
+/// A loaded metadata file, where it is, and its version number.
 #[derive(Debug, Clone)]
 pub(crate) struct Loaded {
+    /// N of `v<N>.metadata.json`; for a file another writer named otherwise (a catalog's
+    /// `00003-<uuid>.metadata.json`), the number it starts with, else the metadata log's length
+    /// + 1. The next commit's file is named from it.
     pub version: u64,
     pub metadata: TableMetadata,
+    /// The metadata file's location (what a catalog's `metadata_location` names).
+    pub file: String,
 }
 
 impl Loaded {
+    /// The metadata file's location.
     pub fn location(&self) -> String {
-        metadata_location(self.metadata.location(), self.version)
+        self.file.clone()
     }
+}
+
+/// The version a metadata file's name gives: `v12.metadata.json` → 12, Iceberg-Java's
+/// `00012-<uuid>.metadata.json` → 12; `None` for other names.
+pub(crate) fn version_of_file(location: &str) -> Option<u64> {
+    let name = location.rsplit('/').next()?;
+    if let Some(v) = parse_version(name) {
+        return Some(v);
+    }
+    let (digits, rest) = name.split_once('-')?;
+    (rest.ends_with(".metadata.json") && !digits.is_empty())
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// Reads and parses the metadata file at `location`.
+pub(crate) async fn read_metadata(
+    warehouse: &Warehouse,
+    location: &str,
+) -> Result<TableMetadata, SinkError> {
+    let bytes = read(warehouse, location).await?;
+    serde_json::from_slice(&bytes).map_err(|e| SinkError::Corrupt {
+        path: location.to_owned(),
+        detail: e.to_string(),
+    })
 }
 
 /// The newest metadata of the table at `table` (its location), or `None` when it has none.
@@ -47,13 +78,12 @@ pub(crate) async fn load_latest(
         version += 1;
     }
     let location = metadata_location(table, version);
-    let bytes = read(warehouse, &location).await?;
-    let metadata: TableMetadata =
-        serde_json::from_slice(&bytes).map_err(|e| SinkError::Corrupt {
-            path: location.clone(),
-            detail: e.to_string(),
-        })?;
-    Ok(Some(Loaded { version, metadata }))
+    let metadata = read_metadata(warehouse, &location).await?;
+    Ok(Some(Loaded {
+        version,
+        metadata,
+        file: location,
+    }))
 }
 
 /// The hinted version when the hint and its file exist, else the newest listed one.
@@ -125,5 +155,18 @@ mod tests {
         assert_eq!(parse_version("v12.metadata.json"), Some(12));
         assert_eq!(parse_version("version-hint.text"), None);
         assert_eq!(parse_version("v1.metadata.json.tmp"), None);
+    }
+
+    #[test]
+    fn versions_of_catalog_named_files() {
+        assert_eq!(
+            version_of_file("file:///w/t/metadata/v7.metadata.json"),
+            Some(7)
+        );
+        assert_eq!(
+            version_of_file("s3://b/t/metadata/00012-0f0e-4a.metadata.json"),
+            Some(12)
+        );
+        assert_eq!(version_of_file("s3://b/t/metadata/snap-1-2.avro"), None);
     }
 }

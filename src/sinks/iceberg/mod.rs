@@ -15,6 +15,7 @@
 //! updated in the background), `deletes/` (deletion vectors, their Puffin files), `writer.rs`
 //! (the files' rows), `encode.rs` (Parquet settings, columns encoded in parallel), `manifest.rs`
 //! (Avro manifests, reading a snapshot's files), `metadata.rs` (find the newest metadata),
+//! `catalog/` (where tables are found and commits published: the filesystem or a SQL catalog),
 //! `cleanup.rs` (orphan files for `cdcd cleanup`), `maintenance/` (snapshot expiry and the
 //! metadata log, following the table's properties; `Sink::maintain`). This
 //! file keeps the [`Sink`] impl and the table cache. Tables live at
@@ -39,6 +40,7 @@ use crate::sinks::{CommitStats, MaintenanceReport, Sink, SinkError, TableFiles, 
 use crate::storage::cleanup::TableCleanup;
 use crate::storage::Warehouse;
 
+pub mod catalog;
 pub mod cleanup;
 mod commit;
 pub mod config;
@@ -57,6 +59,7 @@ mod schema;
 mod window;
 mod writer;
 
+use catalog::{Catalog, TableRef};
 use commit::{publish, Cached, Input, RowDelta, Staged, Target};
 use index::IndexSlot;
 use live::LiveState;
@@ -73,6 +76,8 @@ mod tests;
 /// reloaded after a conflict.
 pub struct IcebergSink {
     warehouse: Warehouse,
+    /// Where tables are found and commits published (`[sink.catalog]`, catalog/).
+    catalog: Catalog,
     namespace: Option<String>,
     pipeline: String,
     limits: FileLimits,
@@ -109,6 +114,7 @@ impl IcebergSink {
     pub fn new(config: &IcebergConfig, pipeline: &str) -> Result<IcebergSink, SinkError> {
         Ok(IcebergSink {
             warehouse: Warehouse::from_url(&config.warehouse)?,
+            catalog: Catalog::new(&config.catalog),
             namespace: config.namespace.clone(),
             pipeline: pipeline.to_owned(),
             limits: FileLimits::default(),
@@ -144,6 +150,16 @@ impl IcebergSink {
         self.warehouse.location(&[ns, &table.name])
     }
 
+    /// `table` as the catalog names it; `location` is [`IcebergSink::table_location`]'s.
+    fn table_ref<'a>(&'a self, table: &'a TableId, location: &'a str) -> TableRef<'a> {
+        TableRef {
+            id: table,
+            namespace: self.namespace.as_deref().unwrap_or(&table.namespace),
+            name: &table.name,
+            location,
+        }
+    }
+
     fn cached(&self, table: &TableId) -> Option<Arc<Loaded>> {
         self.tables.lock().ok()?.get(table).cloned()
     }
@@ -174,9 +190,12 @@ impl IcebergSink {
         index::location(&self.warehouse, &self.pipeline, ns, &table.name)
     }
 
-    /// The newest metadata from storage (refreshing the cache).
+    /// The current metadata, through the catalog (refreshing the cache).
     async fn load(&self, table: &TableId) -> Result<Option<Arc<Loaded>>, SinkError> {
-        let loaded = metadata::load_latest(&self.warehouse, &self.table_location(table))
+        let location = self.table_location(table);
+        let loaded = self
+            .catalog
+            .load(&self.warehouse, &self.table_ref(table, &location))
             .await?
             .map(Arc::new);
         self.remember(table, loaded.clone());
@@ -198,13 +217,14 @@ impl IcebergSink {
         let location = self.table_location(table);
         let properties = maintenance::properties::for_new_table(&self.table_properties);
         let metadata = publish::new_table(table, &location, schema, self.format, properties)?;
-        match publish::put_metadata(&self.warehouse, table, 1, &metadata).await {
-            Ok(()) => {
+        let created = self
+            .catalog
+            .create(&self.warehouse, &self.table_ref(table, &location), metadata)
+            .await;
+        match created {
+            Ok(loaded) => {
                 tracing::info!(table = %table, location = %location, "created Iceberg table");
-                let loaded = Arc::new(Loaded {
-                    version: 1,
-                    metadata,
-                });
+                let loaded = Arc::new(loaded);
                 self.remember(table, Some(loaded.clone()));
                 Ok(loaded)
             }
@@ -248,9 +268,18 @@ impl IcebergSink {
             .for_commit(&self.warehouse, table, delta.base())
             .await?;
         let Staged { next, after } = delta.stage(&mut cached).await?;
-        match delta.publish(next).await {
+        let location = self.table_location(table);
+        let published = delta
+            .publish(&self.catalog, &self.table_ref(table, &location), next)
+            .await;
+        match published {
             Ok(published) => {
-                maintenance::metadata_log::delete_after_commit(&self.warehouse, &base, &published);
+                maintenance::metadata_log::delete_after_commit(
+                    &self.warehouse,
+                    &base,
+                    &published,
+                    self.catalog.names_previous(),
+                );
                 self.remember(table, Some(published));
             }
             Err(e) => {
@@ -312,6 +341,16 @@ impl Sink for IcebergSink {
         checkpoint: &Checkpoint,
     ) -> Result<CommitStats, SinkError> {
         self.commit_inner(schema, changes, checkpoint).await
+    }
+
+    async fn check(&self) -> Result<Vec<String>, String> {
+        let Catalog::Sql(sql) = &self.catalog else {
+            return Ok(Vec::new());
+        };
+        match sql.tables().await {
+            Ok(_) => Ok(vec![format!("catalog sql {}: ok", sql.uri())]),
+            Err(e) => Err(format!("{e}; {}", sql.fix())),
+        }
     }
 
     async fn settle(&self) {
@@ -408,8 +447,32 @@ impl Sink for IcebergSink {
         dry_run: bool,
     ) -> Result<Vec<TableCleanup>, SinkError> {
         let mut reports = Vec::new();
-        for table in cleanup::find_tables(&self.warehouse).await? {
-            reports.push(cleanup::clean_table(&self.warehouse, &table, grace, dry_run).await?);
+        let Catalog::Sql(sql) = &self.catalog else {
+            for table in cleanup::find_tables(&self.warehouse).await? {
+                let report =
+                    cleanup::clean_table(&self.warehouse, &table, None, grace, dry_run).await?;
+                reports.push(report);
+            }
+            return Ok(reports);
+        };
+        // The catalog's tables, each from the file its row names: a directory no row names is
+        // left alone (it may be a table of another catalog, or a create that never registered).
+        for row in sql.tables().await? {
+            if self.warehouse.path(&row.metadata_location).is_err() {
+                tracing::info!(table = %format!("{}.{}", row.namespace, row.name), "not under this warehouse; skipped");
+                continue;
+            }
+            let metadata = metadata::read_metadata(&self.warehouse, &row.metadata_location).await?;
+            let location = metadata.location().to_owned();
+            let report = cleanup::clean_table(
+                &self.warehouse,
+                &location,
+                Some(&row.metadata_location),
+                grace,
+                dry_run,
+            )
+            .await?;
+            reports.push(report);
         }
         Ok(reports)
     }

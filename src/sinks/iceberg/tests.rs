@@ -108,6 +108,7 @@ fn sink(dir: &Path, mode: DeleteMode) -> IcebergSink {
         delete_mode: mode,
         table_properties: Default::default(),
         maintenance_interval_ms: 0,
+        catalog: Default::default(),
     };
     IcebergSink::new(&config, "shop").unwrap()
 }
@@ -329,6 +330,7 @@ async fn empty_commit_publishes_the_checkpoint(mode: DeleteMode) {
             delete_mode: mode,
             table_properties: Default::default(),
             maintenance_interval_ms: 0,
+            catalog: Default::default(),
         },
         "other",
     )
@@ -435,6 +437,7 @@ async fn memory_warehouse_round_trips(mode: DeleteMode) {
         delete_mode: mode,
         table_properties: Default::default(),
         maintenance_interval_ms: 0,
+        catalog: Default::default(),
     };
     let s = IcebergSink::new(&config, "shop").unwrap();
     let t = schema();

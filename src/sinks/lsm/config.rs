@@ -41,6 +41,9 @@ pub struct RawLsm {
     /// `[sink.s3]`: how to reach an `s3://` warehouse.
     #[serde(default)]
     pub s3: Option<RawS3>,
+    /// `[sink.catalog]` is refused: read only to say why (Paimon's filesystem layout is kept).
+    #[serde(default)]
+    pub catalog: Option<serde::de::IgnoredAny>,
 }
 
 /// How an LSM (Paimon) table merges the versions of a key (`sink.merge_engine`).
@@ -72,6 +75,12 @@ pub struct LsmConfig {
 impl RawLsm {
     /// Checks every key and builds the settings (`[sink.s3]` is checked by `crate::config`).
     pub fn validate(self, ctx: &Context<'_>) -> Result<LsmConfig, ConfigError> {
+        if self.catalog.is_some() {
+            return Err(ctx.invalid(
+                "sink.catalog",
+                "the lsm sink keeps Paimon's filesystem layout (<warehouse>/<namespace>.db/<table>/) and takes no catalog; remove [sink.catalog] or use sink.kind = \"iceberg\"",
+            ));
+        }
         let (warehouse, namespace) = ctx.sink_location(&self.warehouse, self.namespace)?;
         let buckets = self.buckets.unwrap_or(4);
         if !(1..=1024).contains(&buckets) {

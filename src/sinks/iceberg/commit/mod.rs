@@ -16,9 +16,10 @@
 //!    - `manifests.rs`: the parent's manifests carried over (rewritten where they list a replaced
 //!      vector), this commit's data and delete manifests, the manifest list (`manifest_list.rs`);
 //!      the summary with the checkpoint (`summary.rs`); then the snapshot and the next metadata.
-//! 3. [`RowDelta::publish`]: the commit point, `v<N+1>.metadata.json` create-if-absent
-//!    (`publish.rs`). Before it a failure leaves only unreferenced files (`cdcd cleanup` removes
-//!    them); after it the snapshot is durable.
+//! 3. [`RowDelta::publish`]: the commit point, through the catalog (`catalog/`): the
+//!    filesystem catalog's `v<N+1>.metadata.json` create-if-absent, or the SQL catalog's row
+//!    update naming the new file. Before it a failure leaves only unreferenced files (`cdcd
+//!    cleanup` removes them); after it the snapshot is durable.
 //! 4. [`RowDelta::finish`]: the cached live state advances to the new snapshot and the index gets
 //!    its update, both from what the commit wrote; nothing here can fail the commit.
 //!
@@ -32,6 +33,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
 use iceberg::spec::{DataFile, FormatVersion, ManifestFile, Schema, Snapshot, TableMetadata};
 
+use super::catalog::{Catalog, TableRef};
 use super::deletes::deletion_vector::DeletionVector;
 use super::index::IndexSlot;
 use super::input::{check_batches, plan_error};
@@ -374,16 +376,20 @@ impl<'a> RowDelta<'a> {
         }
     }
 
-    /// The commit point: puts `next` as the base's version + 1, create-if-absent. `Ok` means the
-    /// snapshot is durable; `CommitConflict` that another writer took that version; any other
-    /// error leaves the outcome unknown. Either way the caller reloads before the next attempt.
-    pub(super) async fn publish(&self, next: TableMetadata) -> Result<Arc<Loaded>, SinkError> {
-        let version = self.base.version + 1;
-        publish::put_metadata(self.target.warehouse, self.table(), version, &next).await?;
-        Ok(Arc::new(Loaded {
-            version,
-            metadata: next,
-        }))
+    /// The commit point: the catalog makes `next` current in place of the base (`catalog/`).
+    /// `Ok` means the snapshot is durable; `CommitConflict` that another writer committed first;
+    /// any other error leaves the outcome unknown. Either way the caller reloads before the next
+    /// attempt.
+    pub(super) async fn publish(
+        &self,
+        catalog: &Catalog,
+        table: &TableRef<'_>,
+        next: TableMetadata,
+    ) -> Result<Arc<Loaded>, SinkError> {
+        catalog
+            .commit(self.target.warehouse, table, &self.base, next)
+            .await
+            .map(Arc::new)
     }
 
     /// After a successful publish: advances the cached live state to the new snapshot and hands

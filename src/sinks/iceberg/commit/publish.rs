@@ -1,12 +1,10 @@
-//! The publish step: table metadata `v<N>.metadata.json` written create-if-absent, then
-//! `version-hint.text`; also the metadata of a new table and of a new snapshot on top of the old.
+//! The publish step's parts: the metadata of a new table and of a new snapshot on top of the
+//! old, the metadata file `v<N>.metadata.json` written create-if-absent, `version-hint.text`.
+//! Which of them is the commit point is the catalog's (`catalog/`): the filesystem catalog's is
+//! the create, the SQL catalog's the row update that names the file.
 //!
-//! The create-if-absent put (`storage::put_create`, atomic on local disk and S3) is the
-//! commit point: once it succeeds the snapshot is durable and visible; if the file already exists
-//! another writer won version N and this commit fails with `CommitConflict` (nothing of it is
-//! referenced). A create that object_store retried after a timeout may find its own first
-//! attempt: equal bytes count as success (`storage::put_create`). The hint is rewritten
-//! afterwards and may lag after a crash; `metadata.rs` probes past it. Crash points
+//! A create that object_store retried after a timeout may find its own first attempt: equal
+//! bytes count as success (`storage::put_create`). Crash points
 //! `failpoints::COMMIT_BEFORE_CREATE` / `COMMIT_AFTER_CREATE` bracket the metadata put.
 
 use std::collections::HashMap;
@@ -19,7 +17,7 @@ use object_store::{ObjectStoreExt, PutPayload};
 
 use crate::changelog::TableId;
 use crate::failpoints;
-use crate::sinks::iceberg::metadata::{hint_location, metadata_location, Loaded};
+use crate::sinks::iceberg::metadata::{hint_location, Loaded};
 use crate::sinks::SinkError;
 use crate::storage::{put_create, Created, Warehouse};
 
@@ -65,6 +63,7 @@ pub(crate) fn with_schema(
         .map(|r| Loaded {
             version: prev.version,
             metadata: r.metadata,
+            file: prev.file.clone(),
         })
         .map_err(ice(table, "adding the new schema"))
 }
@@ -100,51 +99,72 @@ async fn winner_epoch(warehouse: &Warehouse, path: &object_store::path::Path) ->
         .ok()
 }
 
-/// Writes `metadata` as version `version` create-if-absent, then the version hint.
-pub(crate) async fn put_metadata(
+/// Creates the metadata file at `location` create-if-absent: `Ok(true)` when it holds
+/// `metadata` now (created, or found with equal bytes: an attempt object_store retried),
+/// `Ok(false)` when another file is there. Who makes it the table's current metadata is the
+/// catalog's business (`catalog/`): for the filesystem catalog this create is the commit point.
+pub(crate) async fn create_metadata_file(
     warehouse: &Warehouse,
     table: &TableId,
-    version: u64,
+    location: &str,
     metadata: &TableMetadata,
-) -> Result<(), SinkError> {
-    let location = metadata_location(metadata.location(), version);
+) -> Result<bool, SinkError> {
     let json = serde_json::to_vec_pretty(metadata).map_err(|e| SinkError::Data {
         table: table.clone(),
         detail: format!("serializing {location}: {e}"),
     })?;
-    let path = warehouse.path(&location)?;
+    let path = warehouse.path(location)?;
     failpoints::crash_point(failpoints::COMMIT_BEFORE_CREATE);
     let created = put_create(warehouse.store().as_ref(), &path, bytes::Bytes::from(json)).await;
     if created.as_ref().is_ok_and(|c| c.is_ours()) {
         failpoints::crash_point(failpoints::COMMIT_AFTER_CREATE);
     }
     match created {
-        Ok(Created::Created) => {}
+        Ok(Created::Created) => Ok(true),
         // Our metadata carries a fresh snapshot id and timestamp: equal bytes are this very
         // commit, landed by an attempt object_store retried.
         Ok(Created::AlreadyOurs) => {
-            tracing::info!(table = %table, path = %location, "commit landed on an earlier attempt");
+            tracing::info!(table = %table, path = %location, "metadata file landed on an earlier attempt");
+            Ok(true)
         }
-        Ok(Created::Conflict) => {
-            let winner = winner_epoch(warehouse, &path).await;
-            if let Some(fenced) = crate::sinks::fenced_by_winner(warehouse, table, winner) {
-                return Err(fenced);
-            }
-            return Err(SinkError::CommitConflict {
-                table: table.clone(),
-                version,
-            });
-        }
-        Err(source) => {
-            return Err(SinkError::Storage {
-                path: location,
-                source,
-            })
-        }
+        Ok(Created::Conflict) => Ok(false),
+        Err(source) => Err(SinkError::Storage {
+            path: location.to_owned(),
+            source,
+        }),
     }
-    // The commit is durable now: a failed hint only slows the next load (it probes past a stale
-    // hint), so it is logged, not returned as a failed commit.
-    let hint = hint_location(metadata.location());
+}
+
+/// The error for a commit another writer won: `Fenced` when the winner (whose metadata is at
+/// `winner_file`) holds a newer lease epoch, else `CommitConflict`.
+pub(crate) async fn lost_to(
+    warehouse: &Warehouse,
+    table: &TableId,
+    version: u64,
+    winner_file: &str,
+) -> SinkError {
+    let winner = match warehouse.path(winner_file) {
+        Ok(path) => winner_epoch(warehouse, &path).await,
+        Err(_) => None,
+    };
+    if let Some(fenced) = crate::sinks::fenced_by_winner(warehouse, table, winner) {
+        return fenced;
+    }
+    SinkError::CommitConflict {
+        table: table.clone(),
+        version,
+    }
+}
+
+/// Rewrites `version-hint.text` of the table at `table_location` to `version`. Only a hint:
+/// a failure is logged, never returned (the commit it follows is durable).
+pub(crate) async fn write_hint(
+    warehouse: &Warehouse,
+    table: &TableId,
+    table_location: &str,
+    version: u64,
+) {
+    let hint = hint_location(table_location);
     let written = match warehouse.path(&hint) {
         Ok(hint_path) => warehouse
             .store()
@@ -156,5 +176,4 @@ pub(crate) async fn put_metadata(
     if let Err(e) = written {
         tracing::warn!(table = %table, path = %hint, error = %e, "could not update the version hint");
     }
-    Ok(())
 }

@@ -24,7 +24,6 @@ use crate::changelog::TableId;
 use crate::checkpoint::Checkpoint;
 use crate::failpoints;
 use crate::metrics as m;
-use crate::sinks::iceberg::commit::publish;
 use crate::sinks::iceberg::manifest::{load_manifests, read};
 use crate::sinks::iceberg::metadata::Loaded;
 use crate::sinks::iceberg::IcebergSink;
@@ -91,7 +90,8 @@ impl IcebergSink {
             Err(unchanged) => unchanged,
         };
         report.metadata_files_deleted =
-            metadata_log::sweep(&self.warehouse, &current).await? as u64;
+            metadata_log::sweep(&self.warehouse, &current, self.catalog.names_previous()).await?
+                as u64;
         self.describe(&current, &mut report).await?;
         record(&report);
         Ok(Some(report))
@@ -148,18 +148,32 @@ impl IcebergSink {
         };
         journal::write(&self.warehouse, journal, &record).await?;
         let next = without(table, &before, &expiry)?;
-        let version = before.version + 1;
-        if let Err(e) = publish::put_metadata(&self.warehouse, table, version, &next).await {
-            // Conflict or unknown outcome: the next load tells; the journal says what to check.
-            self.remember(table, None);
-            return Err(e);
-        }
-        let after = Arc::new(Loaded {
-            version,
-            metadata: next,
-        });
+        let location = self.table_location(table);
+        let committed = self
+            .catalog
+            .commit(
+                &self.warehouse,
+                &self.table_ref(table, &location),
+                &before,
+                next,
+            )
+            .await;
+        let after = match committed {
+            Ok(after) => Arc::new(after),
+            Err(e) => {
+                // Conflict or unknown outcome: the next load tells; the journal says what to check.
+                self.remember(table, None);
+                return Err(e);
+            }
+        };
+        let version = after.version;
         self.remember(table, Some(Arc::clone(&after)));
-        metadata_log::delete_after_commit(&self.warehouse, &before, &after);
+        metadata_log::delete_after_commit(
+            &self.warehouse,
+            &before,
+            &after,
+            self.catalog.names_previous(),
+        );
         tracing::debug!(table = %table, version, expired = expiry.snapshots.len(), "expiry committed");
         Ok(Some(Ok(Committed {
             before,

@@ -19,8 +19,10 @@ use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
 /// The metadata files that left the log when `next` was committed on top of `prev` (when the
-/// table's properties ask for their deletion; otherwise none).
-pub fn left_the_log(prev: &Loaded, next: &Loaded) -> Vec<String> {
+/// table's properties ask for their deletion; otherwise none). `keep_previous`: the catalog
+/// names `prev`'s file as the previous metadata (the SQL catalog's
+/// `previous_metadata_location`), so it stays whatever the log says.
+pub fn left_the_log(prev: &Loaded, next: &Loaded, keep_previous: bool) -> Vec<String> {
     let props = next.metadata.properties();
     if !Retention::from_properties(props).is_ok_and(|r| r.delete_after_commit) {
         return Vec::new();
@@ -32,6 +34,7 @@ pub fn left_the_log(prev: &Loaded, next: &Loaded) -> Vec<String> {
         .map(|l| l.metadata_file.as_str())
         .collect();
     let current = next.location();
+    let previous = prev.location();
     std::iter::once(prev.location())
         .chain(
             prev.metadata
@@ -40,13 +43,19 @@ pub fn left_the_log(prev: &Loaded, next: &Loaded) -> Vec<String> {
                 .map(|l| l.metadata_file.clone()),
         )
         .filter(|f| !kept.contains(f.as_str()) && *f != current)
+        .filter(|f| !(keep_previous && *f == previous))
         .collect()
 }
 
 /// After a commit of `next` on `prev` landed: deletes the metadata files that left the log, in
 /// the background (a failure only leaves a file for [`sweep`]; the commit stands).
-pub fn delete_after_commit(warehouse: &Warehouse, prev: &Loaded, next: &Loaded) {
-    let doomed = left_the_log(prev, next);
+pub fn delete_after_commit(
+    warehouse: &Warehouse,
+    prev: &Loaded,
+    next: &Loaded,
+    keep_previous: bool,
+) {
+    let doomed = left_the_log(prev, next, keep_previous);
     if doomed.is_empty() {
         return;
     }
@@ -86,10 +95,19 @@ pub fn version_of(location: &str) -> Option<u64> {
 
 /// Deletes the metadata files of `loaded`'s table older than the oldest one its log names (left
 /// by a crash between a commit and its deletions), when the table deletes after commit.
-/// Returns how many were deleted.
-pub async fn sweep(warehouse: &Warehouse, loaded: &Loaded) -> Result<usize, SinkError> {
+/// Returns how many were deleted. `keep_previous` (SQL catalog): the previous metadata, the
+/// log's newest entry, is named by the catalog row and must stay; with an empty log it is not
+/// known here, so nothing is swept. The current file is never older than the log's entries.
+pub async fn sweep(
+    warehouse: &Warehouse,
+    loaded: &Loaded,
+    keep_previous: bool,
+) -> Result<usize, SinkError> {
     let props = loaded.metadata.properties();
     if !Retention::from_properties(props).is_ok_and(|r| r.delete_after_commit) {
+        return Ok(0);
+    }
+    if keep_previous && loaded.metadata.metadata_log().is_empty() {
         return Ok(0);
     }
     let oldest = loaded
@@ -114,6 +132,7 @@ pub async fn sweep(warehouse: &Warehouse, loaded: &Loaded) -> Result<usize, Sink
         .iter()
         .map(|o| warehouse.location_of(&o.location))
         .filter(|l| version_of(l).is_some_and(|v| v < oldest))
+        .filter(|l| *l != loaded.file)
         .collect();
     delete_all(warehouse, &doomed).await
 }
@@ -128,5 +147,55 @@ mod tests {
         assert_eq!(version_of("s3://b/t/metadata/v12.metadata.json"), Some(12));
         assert_eq!(version_of("file:///w/t/metadata/snap-1.avro"), None);
         assert_eq!(version_of("file:///w/t/metadata/version-hint.text"), None);
+    }
+
+    /// A commit whose metadata log no longer names its base (trimmed): the base's file leaves
+    /// the log, but a catalog that names it as the previous metadata keeps it.
+    #[test]
+    fn the_catalogs_previous_file_is_kept() {
+        use std::collections::HashMap;
+        use std::sync::Arc;
+
+        use iceberg::spec::{
+            FormatVersion, NestedField, PrimitiveType, Schema, TableMetadataBuilder, Type,
+        };
+
+        let table = crate::changelog::TableId::new("public", "t");
+        let schema = Schema::builder()
+            .with_fields(vec![Arc::new(NestedField::required(
+                1,
+                "id",
+                Type::Primitive(PrimitiveType::Long),
+            ))])
+            .build()
+            .unwrap();
+        let props = HashMap::from([(
+            "write.metadata.delete-after-commit.enabled".to_owned(),
+            "true".to_owned(),
+        )]);
+        let meta = crate::sinks::iceberg::commit::publish::new_table(
+            &table,
+            "file:///w/t",
+            schema,
+            FormatVersion::V2,
+            props,
+        )
+        .unwrap();
+        let prev = Loaded {
+            version: 4,
+            file: "file:///w/t/metadata/v4.metadata.json".into(),
+            metadata: meta.clone(),
+        };
+        // Built without the base's location: the new log does not name it.
+        let next = Loaded {
+            version: 5,
+            file: "file:///w/t/metadata/v5.metadata.json".into(),
+            metadata: TableMetadataBuilder::new_from_metadata(meta, None)
+                .build()
+                .unwrap()
+                .metadata,
+        };
+        assert_eq!(left_the_log(&prev, &next, false), vec![prev.file.clone()]);
+        assert!(left_the_log(&prev, &next, true).is_empty());
     }
 }

@@ -17,6 +17,7 @@ fn sink_with(dir: &Path, mode: DeleteMode, props: &[(&str, &str)]) -> IcebergSin
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect::<BTreeMap<_, _>>(),
         maintenance_interval_ms: 0,
+        catalog: Default::default(),
     };
     IcebergSink::new(&config, "shop").unwrap()
 }
@@ -223,9 +224,14 @@ async fn a_bad_property_is_refused_at_the_table(mode: DeleteMode) {
     .build()
     .unwrap()
     .metadata;
-    publish::put_metadata(&s.warehouse, &t.id, loaded.version + 1, &next)
-        .await
-        .unwrap();
+    crate::sinks::iceberg::catalog::filesystem::commit_version(
+        &s.warehouse,
+        &t.id,
+        loaded.version + 1,
+        next,
+    )
+    .await
+    .unwrap();
     let r = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
     let e = r[0].error.clone().unwrap();
     assert!(

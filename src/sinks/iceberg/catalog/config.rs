@@ -1,0 +1,274 @@
+//! `[sink.catalog]` of the Iceberg sink: the keys as written ([`RawCatalog`], whose field docs are
+//! the user docs) and the validated choice ([`CatalogConfig`]).
+//!
+//! The section is one struct rather than a serde enum tagged by `kind`: `kind` is optional
+//! (filesystem), and the REST keys must reach [`RawCatalog::validate`] to be refused with the
+//! words "not supported yet" instead of serde's "unknown field".
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::config::{redact_url, ConfigError, Context};
+
+/// `[sink.catalog]`: where the Iceberg sink finds and commits its tables.
+#[derive(Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCatalog {
+    /// "filesystem" (the default: metadata files + `version-hint.text`), "sql" (an Iceberg
+    /// JDBC/SQL catalog on Postgres or SQLite) or "rest" (not supported yet).
+    #[serde(default)]
+    pub kind: CatalogKind,
+    /// sql: `postgres://user[:password]@host:port/db` or `sqlite:///path/catalog.db`.
+    pub uri: Option<String>,
+    /// sql: the `catalog_name` column (default "cdcd").
+    pub name: Option<String>,
+    /// rest (not supported yet): warehouse identifier for `/v1/config`.
+    pub warehouse: Option<String>,
+    /// rest (not supported yet): bearer token.
+    pub token: Option<String>,
+    /// rest (not supported yet): OAuth2 client credentials `id:secret`.
+    pub credential: Option<String>,
+    /// rest (not supported yet).
+    pub oauth2_server_uri: Option<String>,
+    /// rest (not supported yet).
+    pub scope: Option<String>,
+    /// rest (not supported yet).
+    pub sigv4: Option<bool>,
+    /// rest (not supported yet).
+    pub signing_name: Option<String>,
+    /// rest (not supported yet).
+    pub signing_region: Option<String>,
+}
+
+impl fmt::Debug for RawCatalog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawCatalog")
+            .field("kind", &self.kind)
+            .field("uri", &self.uri.as_deref().map(redact_url))
+            .field("name", &self.name)
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("credential", &self.credential.as_ref().map(|_| "***"))
+            .finish_non_exhaustive()
+    }
+}
+
+/// `sink.catalog.kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CatalogKind {
+    #[default]
+    Filesystem,
+    Sql,
+    Rest,
+}
+
+/// The catalog the Iceberg sink runs with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum CatalogConfig {
+    /// Tables found by path: `metadata/v<N>.metadata.json` + `version-hint.text`.
+    #[default]
+    Filesystem,
+    /// An Iceberg JDBC/SQL catalog (`catalog/sql.rs`).
+    Sql { uri: SqlUri, name: String },
+}
+
+/// Where a SQL catalog's tables are. `Display` and `Debug` never show a password.
+#[derive(Clone, PartialEq, Eq)]
+pub enum SqlUri {
+    /// `sqlite:///path`: the database file at `/path`.
+    Sqlite(PathBuf),
+    /// `postgres://…` or `postgresql://…`, as written (it may carry a password).
+    Postgres(String),
+}
+
+impl fmt::Display for SqlUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SqlUri::Sqlite(path) => write!(f, "sqlite://{}", path.display()),
+            SqlUri::Postgres(uri) => f.write_str(&redact_url(uri)),
+        }
+    }
+}
+
+impl fmt::Debug for SqlUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SqlUri({self})")
+    }
+}
+
+impl SqlUri {
+    /// Parses `sink.catalog.uri` (the error text names no password).
+    pub fn parse(text: &str) -> Result<SqlUri, String> {
+        let expected = "use postgres://user@host:port/db or sqlite:///path/catalog.db";
+        if let Some(path) = text.strip_prefix("sqlite://") {
+            if !path.starts_with('/') || path.len() < 2 {
+                return Err(format!(
+                    "{text:?}: a SQLite catalog needs an absolute path (sqlite:///path/catalog.db)"
+                ));
+            }
+            return Ok(SqlUri::Sqlite(PathBuf::from(path)));
+        }
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            return match text.parse::<tokio_postgres::Config>() {
+                Ok(_) => Ok(SqlUri::Postgres(text.to_owned())),
+                Err(e) => Err(format!(
+                    "{:?} is not a Postgres URI ({e}); {expected}",
+                    redact_url(text)
+                )),
+            };
+        }
+        Err(format!("{:?}: {expected}", redact_url(text)))
+    }
+}
+
+impl RawCatalog {
+    /// Checks the keys of the chosen kind; a key of another kind is refused by name.
+    pub fn validate(self, ctx: &Context<'_>) -> Result<CatalogConfig, ConfigError> {
+        let rest_keys = [
+            ("sink.catalog.warehouse", self.warehouse.is_some()),
+            ("sink.catalog.token", self.token.is_some()),
+            ("sink.catalog.credential", self.credential.is_some()),
+            (
+                "sink.catalog.oauth2_server_uri",
+                self.oauth2_server_uri.is_some(),
+            ),
+            ("sink.catalog.scope", self.scope.is_some()),
+            ("sink.catalog.sigv4", self.sigv4.is_some()),
+            ("sink.catalog.signing_name", self.signing_name.is_some()),
+            ("sink.catalog.signing_region", self.signing_region.is_some()),
+        ];
+        let refuse_rest_keys = |kind: &str| match rest_keys.iter().find(|(_, set)| *set) {
+            Some((key, _)) => Err(ctx.invalid(
+                key,
+                format!("applies to kind = \"rest\" only, not {kind:?}"),
+            )),
+            None => Ok(()),
+        };
+        match self.kind {
+            CatalogKind::Rest => Err(ctx.invalid(
+                "sink.catalog.kind",
+                "sink.catalog kind = \"rest\" is not supported yet; use \"filesystem\" or \"sql\"",
+            )),
+            CatalogKind::Filesystem => {
+                refuse_rest_keys("filesystem")?;
+                for (key, set) in [
+                    ("sink.catalog.uri", self.uri.is_some()),
+                    ("sink.catalog.name", self.name.is_some()),
+                ] {
+                    if set {
+                        return Err(ctx.invalid(key, "applies to kind = \"sql\" only (the filesystem catalog finds tables by path)"));
+                    }
+                }
+                Ok(CatalogConfig::Filesystem)
+            }
+            CatalogKind::Sql => {
+                refuse_rest_keys("sql")?;
+                let Some(text) = self.uri else {
+                    return Err(ctx.invalid(
+                        "sink.catalog.uri",
+                        "missing: kind = \"sql\" needs uri = \"postgres://user@host:port/db\" or \"sqlite:///path/catalog.db\"",
+                    ));
+                };
+                let uri = SqlUri::parse(&text).map_err(|e| ctx.invalid("sink.catalog.uri", e))?;
+                let name = self.name.unwrap_or_else(|| "cdcd".to_owned());
+                if name.is_empty() || name.len() > 255 {
+                    return Err(ctx.invalid(
+                        "sink.catalog.name",
+                        format!("{name:?}: use 1 to 255 characters"),
+                    ));
+                }
+                Ok(CatalogConfig::Sql { uri, name })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use crate::config::tests::MINIMAL;
+    use crate::config::{Config, SinkConfig};
+
+    use super::*;
+
+    fn with_catalog(section: &str) -> Result<Config, String> {
+        let text = format!("{MINIMAL}\n[sink.catalog]\n{section}\n");
+        Config::from_toml(&text, "p.toml").map_err(|e| e.to_string())
+    }
+
+    fn catalog(section: &str) -> CatalogConfig {
+        match with_catalog(section).unwrap().sink {
+            SinkConfig::Iceberg(ice) => ice.catalog,
+            SinkConfig::Lsm(_) => panic!("iceberg"),
+        }
+    }
+
+    #[test]
+    fn filesystem_is_the_default() {
+        let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
+        let SinkConfig::Iceberg(ice) = &c.sink else {
+            panic!("iceberg")
+        };
+        assert_eq!(ice.catalog, CatalogConfig::Filesystem);
+        assert_eq!(catalog("kind = \"filesystem\""), CatalogConfig::Filesystem);
+    }
+
+    #[test]
+    fn sql_on_sqlite_and_postgres() {
+        assert_eq!(
+            catalog("kind = \"sql\"\nuri = \"sqlite:///var/lib/cdcd/catalog.db\""),
+            CatalogConfig::Sql {
+                uri: SqlUri::Sqlite("/var/lib/cdcd/catalog.db".into()),
+                name: "cdcd".into()
+            }
+        );
+        let CatalogConfig::Sql { uri, name } = catalog(
+            "kind = \"sql\"\nuri = \"postgres://cat:s3cret@db:5432/lake\"\nname = \"prod\"",
+        ) else {
+            panic!("sql")
+        };
+        assert_eq!(name, "prod");
+        assert_eq!(uri.to_string(), "postgres://cat:***@db:5432/lake");
+        assert!(!format!("{uri:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn rest_is_refused_at_load() {
+        let e = with_catalog("kind = \"rest\"\nuri = \"http://127.0.0.1:8181\"\ntoken = \"t\"")
+            .unwrap_err();
+        assert!(
+            e.contains(
+                "sink.catalog kind = \"rest\" is not supported yet; use \"filesystem\" or \"sql\""
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_key_and_hide_the_password() {
+        let e = with_catalog("kind = \"sql\"").unwrap_err();
+        assert!(e.contains("sink.catalog.uri"), "{e}");
+        let e = with_catalog("kind = \"sql\"\nuri = \"mysql://u:s3cret@h/db\"").unwrap_err();
+        assert!(
+            e.contains("sink.catalog.uri") && !e.contains("s3cret"),
+            "{e}"
+        );
+        let e = with_catalog("kind = \"sql\"\nuri = \"sqlite://relative.db\"").unwrap_err();
+        assert!(e.contains("absolute path"), "{e}");
+        let e = with_catalog("uri = \"sqlite:///c.db\"").unwrap_err();
+        assert!(e.contains("sink.catalog.uri") && e.contains("sql"), "{e}");
+        let e =
+            with_catalog("kind = \"sql\"\nuri = \"sqlite:///c.db\"\ntoken = \"x\"").unwrap_err();
+        assert!(e.contains("sink.catalog.token"), "{e}");
+    }
+
+    #[test]
+    fn lsm_refuses_a_catalog() {
+        let text = MINIMAL.replace("[sink]", "[sink]\nkind = \"lsm\"");
+        let text = format!("{text}\n[sink.catalog]\nkind = \"sql\"\nuri = \"sqlite:///c.db\"\n");
+        let e = Config::from_toml(&text, "p.toml").unwrap_err().to_string();
+        assert!(e.contains("sink.catalog") && e.contains("Paimon"), "{e}");
+    }
+}

@@ -1,0 +1,395 @@
+//! `[sink.catalog] kind = "sql"`: replication read back through pyiceberg's `SqlCatalog`, a
+//! foreign commit, a crash before the row update. Needs the test bed (`scripts/testbed.sh`).
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::support::{
+    connect, exec, run_cdcd, test_env, unique, Pipeline, Settings, TestEnv, NAMESPACE,
+};
+
+/// Where a test's catalog is, as cdcd and as pyiceberg (SQLAlchemy) spell it.
+struct CatalogDb {
+    cdcd_uri: String,
+    sqlalchemy_uri: String,
+    /// Postgres: the database to drop at the end.
+    database: Option<String>,
+    sqlite: Option<std::path::PathBuf>,
+}
+
+impl CatalogDb {
+    fn sqlite(dir: &Path) -> CatalogDb {
+        let file = dir.join("catalog.db");
+        CatalogDb {
+            cdcd_uri: format!("sqlite://{}", file.display()),
+            // SQLAlchemy: three slashes, then the absolute path's own.
+            sqlalchemy_uri: format!("sqlite:///{}", file.display()),
+            database: None,
+            sqlite: Some(file),
+        }
+    }
+
+    async fn postgres(env: &TestEnv, name: &str) -> CatalogDb {
+        let database = format!("{name}_catalog");
+        let client = connect(&env.pg_url).await;
+        exec(
+            &client,
+            &format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"),
+        )
+        .await;
+        exec(&client, &format!("CREATE DATABASE {database}")).await;
+        let (server, _) = env.pg_url.rsplit_once('/').unwrap();
+        let cdcd_uri = format!("{server}/{database}");
+        let rest = cdcd_uri.split_once("://").unwrap().1;
+        CatalogDb {
+            sqlalchemy_uri: format!("postgresql+psycopg2://{rest}"),
+            cdcd_uri,
+            database: Some(database),
+            sqlite: None,
+        }
+    }
+
+    fn settings(&self) -> Settings {
+        Settings {
+            sink_extra: format!(
+                "\n[sink.catalog]\nkind = \"sql\"\nuri = {:?}\n",
+                self.cdcd_uri
+            ),
+            ..Settings::default()
+        }
+    }
+
+    /// Runs `sql` on the catalog database.
+    async fn exec(&self, sql: &str) {
+        match &self.sqlite {
+            Some(file) => {
+                rusqlite::Connection::open(file)
+                    .unwrap()
+                    .execute_batch(sql)
+                    .unwrap();
+            }
+            None => exec(&connect(&self.cdcd_uri).await, sql).await,
+        }
+    }
+
+    /// The row's metadata_location and previous_metadata_location.
+    async fn row(&self, table: &str) -> (String, String) {
+        let sql = format!(
+            "SELECT metadata_location, previous_metadata_location FROM iceberg_tables \
+             WHERE catalog_name = 'cdcd' AND table_namespace = '{NAMESPACE}' AND table_name = '{table}'"
+        );
+        match &self.sqlite {
+            Some(file) => rusqlite::Connection::open(file)
+                .unwrap()
+                .query_row(&sql, [], |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                    ))
+                })
+                .unwrap(),
+            None => {
+                let client = connect(&self.cdcd_uri).await;
+                let row = client.query_one(&sql, &[]).await.unwrap();
+                (
+                    row.get(0),
+                    row.get::<_, Option<String>>(1).unwrap_or_default(),
+                )
+            }
+        }
+    }
+
+    async fn drop(&self, env: &TestEnv) {
+        if let Some(db) = &self.database {
+            let client = connect(&env.pg_url).await;
+            exec(
+                &client,
+                &format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"),
+            )
+            .await;
+        }
+    }
+}
+
+/// lakecheck of `public.<table>` read through pyiceberg's SqlCatalog, polling up to `wait_secs`.
+async fn assert_equal_through_catalog(
+    p: &mut Pipeline,
+    cat: &CatalogDb,
+    table: &str,
+    wait_secs: u32,
+) {
+    let t = format!("{NAMESPACE}.{table}");
+    // pyiceberg refuses equality deletes: under CDCD_TEST_DELETE_MODE=equality DuckDB reads the
+    // metadata file the catalog row names instead.
+    let reader = match std::env::var("CDCD_TEST_DELETE_MODE").as_deref() {
+        Ok("equality") => "duckdb",
+        _ => "pyiceberg",
+    };
+    let args = [
+        "--sql-catalog",
+        &cat.sqlalchemy_uri,
+        "--catalog-table",
+        &t,
+        "--reader",
+        reader,
+    ];
+    let (code, out) = p.lakecheck(table, wait_secs, &args).await;
+    assert_eq!(
+        code,
+        Some(0),
+        "lakecheck through SqlCatalog differs:\n{out}"
+    );
+    eprintln!(
+        "lakecheck public.{table}: {}",
+        out.lines().last().unwrap_or("")
+    );
+}
+
+fn create_table(t: &str) -> String {
+    format!(
+        "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int8 PRIMARY KEY, v text, n int4);
+         INSERT INTO {t} SELECT g, 'seed ' || g, g FROM generate_series(1, 300) g;"
+    )
+}
+
+fn changes(t: &str, round: u32) -> String {
+    let base = 1000 * round;
+    format!(
+        "INSERT INTO {t} SELECT {base} + g, 'new ' || g, g FROM generate_series(1, 200) g;
+         UPDATE {t} SET v = 'upd {round}', n = n + 1 WHERE id % 7 = 0;
+         DELETE FROM {t} WHERE id % 11 = 0;
+         BEGIN; UPDATE {t} SET v = NULL WHERE id = 5; DELETE FROM {t} WHERE id = 6; INSERT INTO {t} VALUES (6, 'again', 6); COMMIT;"
+    )
+}
+
+async fn replicates(env: TestEnv, postgres: bool) {
+    let name = unique(if postgres { "catpg" } else { "catsq" });
+    let t = format!("{name}_orders");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let scratch = tempfile::tempdir().unwrap();
+    let cat = if postgres {
+        CatalogDb::postgres(&env, &name).await
+    } else {
+        CatalogDb::sqlite(scratch.path())
+    };
+    let mut p = Pipeline::new(&env, &name, &[&t], &cat.settings());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+
+    let (ok, out) = run_cdcd(&["check"], &p.config);
+    let line = format!("catalog sql {}: ok", cat.cdcd_uri);
+    assert!(ok && out.contains(&line), "cdcd check:\n{out}");
+
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    assert_equal_through_catalog(&mut p, &cat, &t, 60).await;
+    for round in 1..=2 {
+        exec(&client, &changes(&t, round)).await;
+        assert_equal_through_catalog(&mut p, &cat, &t, 60).await;
+        // Postgres: the server ends cdcd's catalog connection; the next commit reconnects.
+        if let Some(db) = &cat.database {
+            exec(
+                &client,
+                &format!(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE datname = '{db}' AND pid <> pg_backend_pid()"
+                ),
+            )
+            .await;
+        }
+    }
+    // The row's previous location is the metadata the last commit replaced.
+    let (current, previous) = cat.row(&t).await;
+    assert!(
+        current.ends_with(".metadata.json")
+            && previous.ends_with(".metadata.json")
+            && current != previous
+    );
+
+    let (ok, out) = run_cdcd(&["status"], &p.config);
+    assert!(ok && out.contains(&t), "cdcd status:\n{out}");
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+    // pyiceberg's list_namespaces finds the namespace cdcd registered, and list_tables the table.
+    let script = format!(
+        "from pyiceberg.catalog import load_catalog\n\
+         c = load_catalog('cdcd', type='sql', uri={uri:?})\n\
+         print(c.list_namespaces(), c.list_tables({NAMESPACE:?}))",
+        uri = cat.sqlalchemy_uri
+    );
+    let out = std::process::Command::new(&env.python)
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("('{NAMESPACE}',)"))
+            && text.contains(&format!("('{NAMESPACE}', '{t}')")),
+        "pyiceberg: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    cat.drop(&env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_catalog_on_sqlite_replicates() {
+    let Some(env) = test_env("sql_catalog_on_sqlite_replicates") else {
+        return;
+    };
+    replicates(env, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_catalog_on_postgres_replicates() {
+    let Some(env) = test_env("sql_catalog_on_postgres_replicates") else {
+        return;
+    };
+    replicates(env, true).await;
+}
+
+/// Another writer commits (its metadata file, then the row swapped to it, as Iceberg-Java's
+/// JdbcCatalog would); cdcd's next commit finds the row moved, stops with a conflict, and never
+/// swaps the row back. Restarted, it loads the other writer's metadata and goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_commit_makes_cdcd_stop_not_overwrite() {
+    let Some(env) = test_env("a_foreign_commit_makes_cdcd_stop_not_overwrite") else {
+        return;
+    };
+    let name = unique("catfc");
+    let t = format!("{name}_orders");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let scratch = tempfile::tempdir().unwrap();
+    let cat = CatalogDb::sqlite(scratch.path());
+    // No maintenance cycle: its load would refresh cdcd's cached base before the next commit.
+    let mut settings = cat.settings();
+    settings.sink_extra = format!("maintenance_interval_ms = 0\n{}", settings.sink_extra);
+    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    assert_equal_through_catalog(&mut p, &cat, &t, 60).await;
+
+    let (ours, _) = cat.row(&t).await;
+    let theirs = ours.replace(
+        ours.rsplit('/').next().unwrap(),
+        "00099-4a0c1e7e-foreign.metadata.json",
+    );
+    let path = |url: &str| url.strip_prefix("file://").unwrap().to_owned();
+    std::fs::copy(path(&ours), path(&theirs)).unwrap();
+    cat.exec(
+        &format!(
+            "UPDATE iceberg_tables SET metadata_location = '{theirs}', previous_metadata_location = '{ours}' \
+             WHERE table_name = '{t}'"
+        ),
+    )
+    .await;
+
+    exec(&client, &changes(&t, 1)).await;
+    let status = p.wait_exit(Duration::from_secs(60)).await;
+    assert!(
+        !status.success(),
+        "cdcd went on after the row moved:\n{}",
+        p.output()
+    );
+    let out = p.output();
+    assert!(out.contains("another writer committed"), "{out}");
+    assert_eq!(
+        cat.row(&t).await,
+        (theirs.clone(), ours),
+        "cdcd overwrote another writer's commit"
+    );
+
+    p.start();
+    assert_equal_through_catalog(&mut p, &cat, &t, 60).await;
+    let (now, previous) = cat.row(&t).await;
+    assert_eq!(
+        previous, theirs,
+        "the restarted cdcd committed on top of the other writer's metadata"
+    );
+    assert_ne!(now, theirs);
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}
+
+/// kill -9 between the metadata file and the row update (crash point `commit-after-create`):
+/// the file is an orphan the row never names; the restarted cdcd commits past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_before_the_row_update_leaves_only_an_orphan() {
+    let Some(env) = test_env("a_crash_before_the_row_update_leaves_only_an_orphan") else {
+        return;
+    };
+    let name = unique("catcr");
+    let t = format!("{name}_orders");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let scratch = tempfile::tempdir().unwrap();
+    let cat = CatalogDb::sqlite(scratch.path());
+    let mut p = Pipeline::new(&env, &name, &[&t], &cat.settings());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    assert_equal_through_catalog(&mut p, &cat, &t, 60).await;
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+    let (before, _) = cat.row(&t).await;
+
+    // The first metadata file the next run creates is its crash point.
+    p.env_vars
+        .push(("CDCD_FAILPOINT".into(), "commit-after-create".into()));
+    p.start();
+    exec(&client, &changes(&t, 1)).await;
+    let status = p.wait_exit(Duration::from_secs(60)).await;
+    assert!(
+        !status.success(),
+        "the crash point did not fire:\n{}",
+        p.output()
+    );
+    let (after_crash, _) = cat.row(&t).await;
+    assert_eq!(
+        after_crash, before,
+        "the row moved although the update never ran"
+    );
+    let metadata_dir = p.table_dir(&t).join("metadata");
+    let newest = std::fs::read_dir(&metadata_dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|f| {
+            f.strip_prefix('v')?
+                .strip_suffix(".metadata.json")?
+                .parse::<u64>()
+                .ok()
+        })
+        .max()
+        .unwrap();
+    let orphan = format!("v{newest}.metadata.json");
+    assert!(
+        !before.ends_with(&orphan),
+        "no file was written past the row's"
+    );
+
+    p.env_vars.clear();
+    p.start();
+    assert_equal_through_catalog(&mut p, &cat, &t, 60).await;
+    let (now, previous) = cat.row(&t).await;
+    assert_eq!(previous, before);
+    assert!(!now.ends_with(&orphan), "the orphan name was reused");
+    assert!(
+        metadata_dir.join(&orphan).exists(),
+        "the orphan was deleted"
+    );
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+
+    // `cdcd cleanup` works from the file the row names: the crashed commit's data files and
+    // manifests go, no metadata file does, and the table still reads equal.
+    let (ok, out) = run_cdcd(&["cleanup", "--grace-secs", "0"], &p.config);
+    assert!(ok, "cdcd cleanup:\n{out}");
+    let deleted: Vec<&str> = out.lines().filter(|l| l.starts_with("deleted ")).collect();
+    assert!(
+        !deleted.is_empty(),
+        "the crashed commit left no orphan:\n{out}"
+    );
+    assert!(
+        deleted.iter().all(|l| !l.ends_with(".metadata.json")),
+        "cleanup deleted a metadata file:\n{out}"
+    );
+    assert!(metadata_dir.join(&orphan).exists());
+    assert_equal_through_catalog(&mut p, &cat, &t, 0).await;
+}
