@@ -14,7 +14,8 @@
 //!    - `files.rs`: the data files, then the deletes: v3 deletion vectors merged with the live
 //!      ones (one Puffin file each), v2 position and equality delete files;
 //!    - `manifests.rs`: the parent's manifests carried over (rewritten where they list a replaced
-//!      vector), this commit's data and delete manifests, the manifest list (`manifest_list.rs`);
+//!      vector) and merged as the table's properties say (`merge.rs` plans which), this commit's
+//!      data and delete manifests, the manifest list (`manifest_list.rs`);
 //!      the summary with the checkpoint (`summary.rs`); then the snapshot and the next metadata.
 //! 3. [`RowDelta::publish`]: the commit point, `v<N+1>.metadata.json` create-if-absent
 //!    (`publish.rs`). Before it a failure leaves only unreferenced files (`cdcd cleanup` removes
@@ -49,6 +50,7 @@ mod files;
 mod locate;
 mod manifest_list;
 mod manifests;
+mod merge;
 pub(super) mod publish;
 mod summary;
 
@@ -189,6 +191,11 @@ impl Names {
         format!("{}/metadata/{}-r{i}.avro", self.location, self.commit_id)
     }
 
+    /// The `n`-th manifest this commit merges from carried-over ones.
+    fn merged_manifest(&self, n: usize) -> String {
+        format!("{}/metadata/{}-g{n}.avro", self.location, self.commit_id)
+    }
+
     /// This commit's data (`n` = 0) or delete (`n` = 1) manifest.
     fn added_manifest(&self, n: usize) -> String {
         format!("{}/metadata/{}-m{n}.avro", self.location, self.commit_id)
@@ -296,6 +303,7 @@ impl<'a> RowDelta<'a> {
             self.ready_index(cached).await?;
         }
         let mut carried = self.carry_manifests(cached.live, &deletes.replaced).await?;
+        let merged = self.merge_carried(&mut carried).await?;
         let mut summary = summary::summary(
             &summary::Changes {
                 truncate: self.plan.truncate,
@@ -314,6 +322,7 @@ impl<'a> RowDelta<'a> {
             );
         }
         let (mut manifests, added) = self.write_added_manifests(&data, &deletes).await?;
+        summary::record_merge(&mut summary, merged.created, merged.replaced);
         manifests.append(&mut carried.manifests);
         let listed = self.write_list(manifests).await?;
         let snapshot = self.snapshot(&listed, summary);
