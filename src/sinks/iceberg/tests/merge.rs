@@ -239,7 +239,68 @@ async fn expiry_keeps_merged_away_manifests_an_older_snapshot_needs(mode: Delete
     assert!(merged_away.iter().all(|p| !exists(p)), "{merged_away:?}");
 }
 
+/// A commit that loses its version to another writer after merging from its stale base: its
+/// merged manifest is never named, the retry merges from the winner's list, and no row of the
+/// winner's commit is lost (DuckDB equal to the same changes applied by one writer).
+async fn a_conflict_never_publishes_a_merge_of_a_stale_list(mode: DeleteMode) {
+    let dir = tempfile::tempdir().unwrap();
+    let plain_dir = tempfile::tempdir().unwrap();
+    let props = [("commit.manifest.min-count-to-merge", "3")];
+    let a = sink_with(dir.path(), mode, &props);
+    let one = sink_with(plain_dir.path(), mode, &props);
+    let t = schema();
+    for s in [&a, &one] {
+        seed(s).await;
+        commits(s, 0, 2).await;
+        s.settle().await;
+    }
+    // Another writer commits on top; `a` still holds the version before it.
+    let b = sink_with(dir.path(), mode, &props);
+    b.commit(&t, &[changes(&[ins(500, "b")])], &cp(1500))
+        .await
+        .unwrap();
+    b.settle().await;
+    let late = [changes(&[ins(501, "a"), upd(1, Some("a"), 7)])];
+    let lost = a.commit(&t, &late, &cp(1501)).await;
+    assert!(
+        matches!(lost, Err(SinkError::CommitConflict { .. })),
+        "{:?}",
+        lost.err()
+    );
+    a.commit(&t, &late, &cp(1501)).await.unwrap();
+    a.settle().await;
+    for (changes, lsn) in [
+        (vec![changes(&[ins(500, "b")])], 1500),
+        (late.to_vec(), 1501),
+    ] {
+        one.commit(&t, &changes, &cp(lsn)).await.unwrap();
+    }
+    one.settle().await;
+    let live = referenced_files(&a.warehouse, &a.table_location(&t.id))
+        .await
+        .unwrap();
+    let stale: Vec<String> = files_on_disk(dir.path())
+        .into_iter()
+        .filter(|p| p.contains("-g") && p.ends_with(".avro") && !live.contains(p))
+        .collect();
+    assert!(!stale.is_empty(), "the lost attempt merged (an orphan)");
+    let disk = files_on_disk(dir.path());
+    assert!(live.is_subset(&disk), "{:?}", live.difference(&disk));
+    let meta = a.load(&t.id).await.unwrap().unwrap().metadata.clone();
+    check_entries(&a, &meta).await;
+    let rows = duck(&table_dir(dir.path()), "id, a, b");
+    assert!(
+        rows.as_ref().is_none_or(|r| r.contains("(500, 'b'")),
+        "{rows:?}"
+    );
+    assert_eq!(rows, duck(&table_dir(plain_dir.path()), "id, a, b"));
+}
+
 mod equality {
+    #[tokio::test]
+    async fn a_conflict_never_publishes_a_merge_of_a_stale_list() {
+        super::a_conflict_never_publishes_a_merge_of_a_stale_list(super::DeleteMode::Equality).await
+    }
     #[tokio::test]
     async fn merging_bounds_the_list_and_keeps_entries() {
         super::merging_bounds_the_list_and_keeps_entries(super::DeleteMode::Equality).await
@@ -254,6 +315,13 @@ mod equality {
 }
 
 mod dv {
+    #[tokio::test]
+    async fn a_conflict_never_publishes_a_merge_of_a_stale_list() {
+        super::a_conflict_never_publishes_a_merge_of_a_stale_list(
+            super::DeleteMode::DeletionVectors,
+        )
+        .await
+    }
     #[tokio::test]
     async fn merging_bounds_the_list_and_keeps_entries() {
         super::merging_bounds_the_list_and_keeps_entries(super::DeleteMode::DeletionVectors).await
