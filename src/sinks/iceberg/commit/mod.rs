@@ -408,6 +408,9 @@ impl<'a> RowDelta<'a> {
         } = after;
         let snapshot_id = self.names.snapshot_id;
         let files_written = data.files.len() + deletes.files.len();
+        // Per commit as well as per maintenance cycle: merging changes it at commit.
+        metrics::gauge!(crate::metrics::TABLE_MANIFESTS, crate::metrics::LABEL_TABLE => self.table().to_string())
+            .set(manifests.len() as f64);
         cached.live.advance(Published {
             snapshot_id,
             sequence: self.names.sequence,
