@@ -15,6 +15,9 @@
 //!   happen and its files are orphans. Table creation (`v1`) passes here too.
 //! - [`COMMIT_AFTER_CREATE`] (same place): the metadata file is ours (created, or found with our
 //!   bytes after a retry); the commit is durable, the version hint is not yet updated.
+//! - [`COMMIT_AFTER_MERGE`] (Iceberg commit, `sinks/iceberg/commit/manifests.rs`): data files,
+//!   deletes and a manifest merged from the parent's are written; the manifest list and
+//!   `v<N>.metadata.json` are not, so the commit did not happen and its files are orphans.
 //! - [`LSM_BEFORE_SNAPSHOT`] (Paimon publish, `sinks/lsm/commit.rs`): the manifest and both
 //!   manifest lists are written, `snapshot/snapshot-N` is not; the commit did not happen.
 //! - [`LSM_AFTER_SNAPSHOT`] (same place): `snapshot-N` is ours, so the commit is durable;
@@ -34,6 +37,8 @@ pub const MULTIPART_AFTER_FIRST_PART: &str = "multipart-after-first-part";
 pub const COMMIT_BEFORE_CREATE: &str = "commit-before-create";
 /// An Iceberg commit's metadata put landed; the version hint is not written yet.
 pub const COMMIT_AFTER_CREATE: &str = "commit-after-create";
+/// An Iceberg commit wrote a merged manifest; its manifest list and metadata are not written.
+pub const COMMIT_AFTER_MERGE: &str = "commit-after-merge";
 /// A Paimon (LSM) commit is about to put its `snapshot-N` create-if-absent.
 pub const LSM_BEFORE_SNAPSHOT: &str = "lsm-commit-before-snapshot";
 /// A Paimon (LSM) commit's snapshot put landed; `LATEST` is not written yet.

@@ -448,3 +448,137 @@ async fn kill9_during_expiry_ends_equal_and_the_next_cycle_removes_leftovers() {
         );
     }
 }
+
+/// The current snapshot's manifests read by pyiceberg (count, by content) and how many
+/// snapshots merged manifests (`manifests-created` in their summary).
+const MANIFESTS: &str = r#"
+import json, os, re, sys
+from pyiceberg.table import StaticTable
+md = sys.argv[1] + "/metadata"
+n = max(int(m.group(1)) for x in os.listdir(md) if (m := re.fullmatch(r"v(\d+)\.metadata\.json", x)))
+path = f"{md}/v{n}.metadata.json"
+t = StaticTable.from_metadata(path)
+ms = t.current_snapshot().manifests(t.io)
+snaps = json.load(open(path)).get("snapshots", [])
+print(json.dumps({
+    "manifests": len(ms),
+    "data": sum(1 for m in ms if int(m.content) == 0),
+    "deletes": sum(1 for m in ms if int(m.content) == 1),
+    "existing_files": sum(m.existing_files_count or 0 for m in ms),
+    "merges": sum(1 for s in snaps if "manifests-created" in s.get("summary", {})),
+}))
+"#;
+
+fn manifests(p: &Pipeline, table: &str) -> Value {
+    let dir = p.table_dir(table).display().to_string();
+    let out = python(p, MANIFESTS, &[&dir]);
+    serde_json::from_str(out.lines().last().unwrap_or("")).unwrap()
+}
+
+fn cleanup(p: &Pipeline) -> String {
+    let out = Command::new(cdcd_bin())
+        .args(["cleanup", "--grace-secs", "0", "--config"])
+        .arg(&p.config)
+        .envs(p.env_vars.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "cdcd cleanup: {text}");
+    text
+}
+
+/// Issue 19, manifest merging: 45 small commits (inserts, and updates and deletes of the same
+/// rows) with `commit.manifest.min-count-to-merge = 5`; the current snapshot's manifest list
+/// stays bounded instead of growing by one or two manifests per commit, and both readers see
+/// the source's rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manifest_merging_keeps_the_manifest_list_bounded() {
+    let Some(env) = test_env("manifest_merging_keeps_the_manifest_list_bounded") else {
+        return;
+    };
+    let name = unique("mmerge");
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    set_table_properties(&p, &[("commit.manifest.min-count-to-merge", "5")]);
+    p.env_vars
+        .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "0".into()));
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    commits(&client, &t, 0, 45).await;
+    p.assert_equal(&t, 60).await;
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0), "{st}");
+    let v = inspect(&p, &t);
+    assert_consistent(&v, "after merging commits");
+    let snapshots = ids(&v).len();
+    let m = manifests(&p, &t);
+    eprintln!("{snapshots} snapshots; current manifest list: {m}");
+    assert!(snapshots >= 40, "a snapshot per commit: {v}");
+    // Per kind: the commit's own manifest, at most 4 waiting for the 5th, one merged.
+    assert!(m["manifests"].as_u64().unwrap() <= 12, "{m}");
+    assert!(m["merges"].as_u64().unwrap() >= 5, "{m}");
+    assert!(m["existing_files"].as_u64().unwrap() > 0, "{m}");
+    equal_by_both_readers(&mut p, &t).await;
+}
+
+/// Issue 19: `kill -9` in a commit that has written a merged manifest but not its manifest list
+/// or metadata. The table stays readable (the commit did not happen), the merged manifest is an
+/// orphan that `cdcd cleanup` removes, and a restart replays the lost commit and ends equal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_during_a_merging_commit_ends_equal() {
+    let Some(env) = test_env("kill9_during_a_merging_commit_ends_equal") else {
+        return;
+    };
+    let name = unique("mmkill");
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    set_table_properties(&p, &[("commit.manifest.min-count-to-merge", "3")]);
+    p.env_vars = vec![
+        ("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "0".into()),
+        ("CDCD_FAILPOINT".into(), "commit-after-merge".into()),
+    ];
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    commits(&client, &t, 0, 8).await;
+    let st = p.wait_exit(Duration::from_secs(60)).await;
+    assert!(!st.success(), "cdcd should have aborted: {st}");
+    assert!(
+        p.output().contains("failpoint commit-after-merge"),
+        "{}",
+        p.output()
+    );
+    let crashed = inspect(&p, &t);
+    assert_eq!(crashed["missing"], Value::Array(vec![]), "{crashed}");
+    let orphans = crashed["unreachable"].as_array().unwrap();
+    assert!(
+        orphans
+            .iter()
+            .any(|f| f.as_str().unwrap().ends_with("-g0.avro")),
+        "the merged manifest is left behind: {crashed}"
+    );
+    // The daemon is down: cleanup with no grace removes the crashed commit's files.
+    cleanup(&p);
+    let cleaned = inspect(&p, &t);
+    assert_consistent(&cleaned, "after cdcd cleanup");
+
+    p.env_vars = vec![("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "0".into())];
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    commits(&client, &t, 100, 4).await;
+    p.assert_equal(&t, 60).await;
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0), "{st}");
+    assert_consistent(&inspect(&p, &t), "after the restart");
+    assert!(manifests(&p, &t)["merges"].as_u64().unwrap() >= 1);
+    equal_by_both_readers(&mut p, &t).await;
+}

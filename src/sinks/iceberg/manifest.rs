@@ -15,8 +15,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataContentType, DataFile, FormatVersion, Manifest, ManifestFile, ManifestList, ManifestWriter,
-    ManifestWriterBuilder, PartitionSpecRef, SchemaRef,
+    DataContentType, DataFile, DataFileBuilder, FormatVersion, Manifest, ManifestFile,
+    ManifestList, ManifestWriter, ManifestWriterBuilder, PartitionSpecRef, SchemaRef,
 };
 use object_store::{ObjectStoreExt, PutPayload};
 
@@ -90,9 +90,8 @@ pub(crate) async fn write_manifest(
 }
 
 /// Rewrites manifest `old` for a new snapshot: the live entries whose file `remove` accepts are
-/// left out, the other live entries stay EXISTING (keeping their snapshot and sequence numbers,
-/// resolved from the manifest where inherited); earlier DELETED entries are dropped. Returns the
-/// new manifest (`None` when nothing is left) and the removed files.
+/// left out, the other live entries stay EXISTING ([`carry_entries`]); earlier DELETED entries
+/// are dropped. Returns the new manifest (`None` when nothing is left) and the removed files.
 ///
 /// Removed entries are omitted rather than kept as DELETED (as a manifest rewrite does), so
 /// readers never have to skip them and a manifest emptied by replacements disappears instead of
@@ -104,36 +103,127 @@ pub(crate) async fn rewrite_manifest(
     old: &ManifestFile,
     remove: impl Fn(&DataFile) -> bool,
 ) -> Result<(Option<ManifestFile>, Vec<DataFile>), SinkError> {
-    let bytes = read(warehouse, &old.manifest_path).await?;
-    let parsed =
-        Manifest::parse_avro(&bytes).map_err(ice(format!("parsing {}", old.manifest_path)))?;
     let io = FileIO::new_with_memory();
     let output = io
         .new_output(&location)
         .map_err(ice(format!("opening {location}")))?;
     let mut writer = target.writer(output);
-    let mut removed = Vec::new();
-    let mut kept = 0usize;
-    for e in parsed.entries().iter().filter(|e| e.is_alive()) {
-        let sequence = e.sequence_number().unwrap_or(old.sequence_number);
-        let file_sequence = Some(e.file_sequence_number.unwrap_or(old.sequence_number));
-        let file = e.data_file().clone();
-        let added = ice(format!("adding an entry to {location}"));
-        if remove(&file) {
-            removed.push(file);
-        } else {
-            kept += 1;
-            let snapshot = e.snapshot_id().unwrap_or(old.added_snapshot_id);
-            writer
-                .add_existing_file(file, snapshot, sequence, file_sequence)
-                .map_err(added)?;
-        }
-    }
+    let parsed = read_manifest(warehouse, old).await?;
+    let (kept, removed) = carry_entries(&mut writer, &location, old, &parsed, remove)?;
     if kept == 0 {
         return Ok((None, removed));
     }
     let manifest = finish_manifest(warehouse, &io, location, writer).await?;
     Ok((Some(manifest), removed))
+}
+
+/// Writes one manifest holding the live entries of `olds` (same content and partition spec, in
+/// list order) as EXISTING entries ([`carry_entries`]): Iceberg's manifest merge. DELETED entries
+/// are dropped: they only told readers of the snapshot that wrote them what it removed. `None`
+/// when the inputs hold no live entry.
+pub(crate) async fn merge_manifests(
+    warehouse: &Warehouse,
+    location: String,
+    target: &ManifestTarget,
+    olds: &[&ManifestFile],
+) -> Result<Option<ManifestFile>, SinkError> {
+    let io = FileIO::new_with_memory();
+    let output = io
+        .new_output(&location)
+        .map_err(ice(format!("opening {location}")))?;
+    let mut writer = target.writer(output);
+    let mut kept = 0;
+    for old in olds {
+        let parsed = read_manifest(warehouse, old).await?;
+        kept += carry_entries(&mut writer, &location, old, &parsed, |_| false)?.0;
+    }
+    if kept == 0 {
+        return Ok(None);
+    }
+    finish_manifest(warehouse, &io, location, writer)
+        .await
+        .map(Some)
+}
+
+async fn read_manifest(warehouse: &Warehouse, old: &ManifestFile) -> Result<Manifest, SinkError> {
+    let bytes = read(warehouse, &old.manifest_path).await?;
+    Manifest::parse_avro(&bytes).map_err(ice(format!("parsing {}", old.manifest_path)))
+}
+
+/// Adds the live entries of `parsed` (the content of `old`) to `writer` as EXISTING, except those
+/// `remove` accepts, which are returned. Each keeps its snapshot id and its data and file
+/// sequence numbers, resolved from `old` where the entry inherits them (Iceberg spec, "Sequence
+/// Number Inheritance"), and, v3 data, its first row id, made explicit where the entry inherits
+/// it: in the new manifest it would inherit a different one (spec, "First Row ID Inheritance":
+/// the manifest's `first_row_id` plus the record counts of the live entries before it that
+/// have none). Returns how many entries were kept.
+fn carry_entries(
+    writer: &mut ManifestWriter,
+    location: &str,
+    old: &ManifestFile,
+    parsed: &Manifest,
+    remove: impl Fn(&DataFile) -> bool,
+) -> Result<(usize, Vec<DataFile>), SinkError> {
+    let mut removed = Vec::new();
+    let mut kept = 0usize;
+    let mut next_row_id = old.first_row_id;
+    for e in parsed.entries().iter().filter(|e| e.is_alive()) {
+        let sequence = e.sequence_number().unwrap_or(old.sequence_number);
+        let file_sequence = Some(e.file_sequence_number.unwrap_or(old.sequence_number));
+        let mut file = e.data_file().clone();
+        if let (Some(next), None, DataContentType::Data) =
+            (next_row_id, file.first_row_id(), file.content_type())
+        {
+            next_row_id = Some(next.saturating_add(file.record_count()));
+            file = with_first_row_id(&file, next, old)?;
+        }
+        if remove(&file) {
+            removed.push(file);
+            continue;
+        }
+        kept += 1;
+        let snapshot = e.snapshot_id().unwrap_or(old.added_snapshot_id);
+        writer
+            .add_existing_file(file, snapshot, sequence, file_sequence)
+            .map_err(ice(format!("adding an entry to {location}")))?;
+    }
+    Ok((kept, removed))
+}
+
+/// `file`, listed by `old`, with an explicit first row id (iceberg's `DataFile` has no setter).
+fn with_first_row_id(
+    file: &DataFile,
+    first_row_id: u64,
+    old: &ManifestFile,
+) -> Result<DataFile, SinkError> {
+    let mut b = DataFileBuilder::default();
+    b.content(file.content_type())
+        .file_path(file.file_path().to_owned())
+        .file_format(file.file_format())
+        .partition(file.partition().clone())
+        .partition_spec_id(old.partition_spec_id)
+        .record_count(file.record_count())
+        .file_size_in_bytes(file.file_size_in_bytes())
+        .column_sizes(file.column_sizes().clone())
+        .value_counts(file.value_counts().clone())
+        .null_value_counts(file.null_value_counts().clone())
+        .nan_value_counts(file.nan_value_counts().clone())
+        .lower_bounds(file.lower_bounds().clone())
+        .upper_bounds(file.upper_bounds().clone())
+        .key_metadata(file.key_metadata().map(<[u8]>::to_vec))
+        .split_offsets(file.split_offsets().map(<[i64]>::to_vec))
+        .equality_ids(file.equality_ids())
+        .first_row_id(i64::try_from(first_row_id).ok())
+        .referenced_data_file(file.referenced_data_file())
+        .content_offset(file.content_offset())
+        .content_size_in_bytes(file.content_size_in_bytes());
+    if let Some(order) = file.sort_order_id() {
+        b.sort_order_id(order);
+    }
+    b.build().map_err(|e| SinkError::Corrupt {
+        path: old.manifest_path.clone(),
+        detail: format!("entry {}: {e}", file.file_path()),
+    })
 }
 
 async fn finish_manifest(

@@ -489,6 +489,7 @@ mod types;
 mod index;
 
 mod maintenance;
+mod merge;
 
 /// Issue 17.3: a commit that loses its race to a newer lease holder (a higher
 /// `cdcd.lease-epoch` in the winning snapshot) breaks this daemon's fence for every table; one

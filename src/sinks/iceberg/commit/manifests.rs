@@ -1,17 +1,30 @@
 //! The manifest steps: which of the parent's manifests the new snapshot keeps (a manifest that
-//! lists a deletion vector this commit replaces is rewritten without it), this commit's data and
-//! delete manifests, and the manifest list naming them all, new ones first.
+//! lists a deletion vector this commit replaces is rewritten without it), the merge of the kept
+//! ones (planned by `merge.rs`), this commit's data and delete manifests, and the manifest list
+//! naming them all, new ones first.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use iceberg::spec::{DataContentType, ManifestFile};
+use iceberg::spec::{DataContentType, ManifestContentType, ManifestFile};
 
 use super::manifest_list::{self, ListTarget};
+use super::merge::{self, Candidate, Output};
 use super::{Carried, DataFiles, Deletes, Listed, RowDelta};
+use crate::failpoints;
 use crate::sinks::iceberg::live::LiveState;
+use crate::sinks::iceberg::maintenance::properties::Merging;
 use crate::sinks::iceberg::manifest::{self, ManifestTarget};
 use crate::sinks::SinkError;
+
+/// What the merge did, for the snapshot summary (Iceberg-Java's `manifests-*` keys).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct MergeCounts {
+    /// Merged manifests written.
+    pub created: usize,
+    /// Carried manifests merged away.
+    pub replaced: usize,
+}
 
 impl RowDelta<'_> {
     /// A new manifest of this snapshot, listing data files or (`deletes`) delete files.
@@ -66,6 +79,80 @@ impl RowDelta<'_> {
             carried.manifests.extend(kept);
         }
         Ok(carried)
+    }
+
+    /// Merges `carried.manifests` as the base's table properties say (`merge.rs`). Manifests this
+    /// commit already rewrote are not candidates (their entries would be written twice in one
+    /// commit). Each merged-away manifest is recorded in `carried.rewritten`, so the cached live
+    /// state follows its entries. A bad property skips merging (logged): replication goes on.
+    pub(super) async fn merge_carried(
+        &self,
+        carried: &mut Carried,
+    ) -> Result<MergeCounts, SinkError> {
+        let policy = match Merging::from_properties(self.base().properties()) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(table = %self.table(), "manifest merge skipped: {e}");
+                return Ok(MergeCounts::default());
+            }
+        };
+        let (mut kept, old): (Vec<ManifestFile>, Vec<ManifestFile>) =
+            std::mem::take(&mut carried.manifests)
+                .into_iter()
+                .partition(|m| m.added_snapshot_id == self.names.snapshot_id);
+        let candidates: Vec<Candidate> = old.iter().map(candidate).collect();
+        let mut counts = MergeCounts::default();
+        for output in merge::choose(&policy, &candidates) {
+            match output {
+                Output::Keep(i) => kept.extend(old.get(i).cloned()),
+                Output::Merge(bin) => {
+                    let inputs: Vec<&ManifestFile> =
+                        bin.iter().filter_map(|&i| old.get(i)).collect();
+                    let merged = self.merge_bin(counts.created, &inputs).await?;
+                    let path = merged.as_ref().map(|m| Arc::from(m.manifest_path.as_str()));
+                    for m in &inputs {
+                        carried
+                            .rewritten
+                            .insert(m.manifest_path.clone(), path.clone());
+                    }
+                    counts.created += 1;
+                    counts.replaced += inputs.len();
+                    kept.extend(merged);
+                }
+            }
+        }
+        carried.manifests = kept;
+        Ok(counts)
+    }
+
+    /// Writes the `n`-th merged manifest of this commit from `inputs` (one content, one spec).
+    async fn merge_bin(
+        &self,
+        n: usize,
+        inputs: &[&ManifestFile],
+    ) -> Result<Option<ManifestFile>, SinkError> {
+        let Some(first) = inputs.first() else {
+            return Ok(None);
+        };
+        let meta = self.base();
+        let spec = meta
+            .partition_spec_by_id(first.partition_spec_id)
+            .ok_or_else(|| SinkError::Corrupt {
+                path: first.manifest_path.clone(),
+                detail: format!(
+                    "partition spec {} is not in the table",
+                    first.partition_spec_id
+                ),
+            })?;
+        let target = ManifestTarget {
+            spec: spec.clone(),
+            ..self.manifest_target(first.content == ManifestContentType::Deletes)
+        };
+        let path = self.names.merged_manifest(n);
+        let merged =
+            manifest::merge_manifests(self.target.warehouse, path, &target, inputs).await?;
+        failpoints::crash_point(failpoints::COMMIT_AFTER_MERGE);
+        Ok(merged)
     }
 
     /// Writes this commit's data manifest and delete manifest (each only when it has files).
@@ -128,5 +215,13 @@ impl RowDelta<'_> {
             first_row_id: target.first_row_id,
             manifests,
         })
+    }
+}
+
+fn candidate(m: &ManifestFile) -> Candidate {
+    Candidate {
+        content: m.content,
+        spec_id: m.partition_spec_id,
+        length: u64::try_from(m.manifest_length).unwrap_or(0),
     }
 }

@@ -14,7 +14,8 @@
 //!    - `files.rs`: the data files, then the deletes: v3 deletion vectors merged with the live
 //!      ones (one Puffin file each), v2 position and equality delete files;
 //!    - `manifests.rs`: the parent's manifests carried over (rewritten where they list a replaced
-//!      vector), this commit's data and delete manifests, the manifest list (`manifest_list.rs`);
+//!      vector) and merged as the table's properties say (`merge.rs` plans which), this commit's
+//!      data and delete manifests, the manifest list (`manifest_list.rs`);
 //!      the summary with the checkpoint (`summary.rs`); then the snapshot and the next metadata.
 //! 3. [`RowDelta::publish`]: the commit point, through the catalog (`catalog/`): the
 //!    filesystem catalog's `v<N+1>.metadata.json` create-if-absent, or the SQL catalog's row
@@ -51,6 +52,7 @@ mod files;
 mod locate;
 mod manifest_list;
 mod manifests;
+mod merge;
 pub(super) mod publish;
 mod summary;
 
@@ -191,6 +193,11 @@ impl Names {
         format!("{}/metadata/{}-r{i}.avro", self.location, self.commit_id)
     }
 
+    /// The `n`-th manifest this commit merges from carried-over ones.
+    fn merged_manifest(&self, n: usize) -> String {
+        format!("{}/metadata/{}-g{n}.avro", self.location, self.commit_id)
+    }
+
     /// This commit's data (`n` = 0) or delete (`n` = 1) manifest.
     fn added_manifest(&self, n: usize) -> String {
         format!("{}/metadata/{}-m{n}.avro", self.location, self.commit_id)
@@ -298,6 +305,7 @@ impl<'a> RowDelta<'a> {
             self.ready_index(cached).await?;
         }
         let mut carried = self.carry_manifests(cached.live, &deletes.replaced).await?;
+        let merged = self.merge_carried(&mut carried).await?;
         let mut summary = summary::summary(
             &summary::Changes {
                 truncate: self.plan.truncate,
@@ -316,6 +324,7 @@ impl<'a> RowDelta<'a> {
             );
         }
         let (mut manifests, added) = self.write_added_manifests(&data, &deletes).await?;
+        summary::record_merge(&mut summary, merged.created, merged.replaced);
         manifests.append(&mut carried.manifests);
         let listed = self.write_list(manifests).await?;
         let snapshot = self.snapshot(&listed, summary);
@@ -405,6 +414,9 @@ impl<'a> RowDelta<'a> {
         } = after;
         let snapshot_id = self.names.snapshot_id;
         let files_written = data.files.len() + deletes.files.len();
+        // Per commit as well as per maintenance cycle: merging changes it at commit.
+        metrics::gauge!(crate::metrics::TABLE_MANIFESTS, crate::metrics::LABEL_TABLE => self.table().to_string())
+            .set(manifests.len() as f64);
         cached.live.advance(Published {
             snapshot_id,
             sequence: self.names.sequence,

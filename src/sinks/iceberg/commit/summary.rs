@@ -104,3 +104,16 @@ pub(crate) fn summary(
         additional_properties: p,
     }
 }
+
+/// Records a manifest merge (`manifests.rs`) under Iceberg-Java's keys: `manifests-created`
+/// (merged manifests written) and `manifests-replaced` (carried-over manifests merged into them).
+/// Nothing else changes: a merge moves entries between manifests and adds or removes no file, so
+/// the file and row totals stay those of the commit's own changes.
+pub(crate) fn record_merge(summary: &mut Summary, created: usize, replaced: usize) {
+    if created == 0 {
+        return;
+    }
+    let p = &mut summary.additional_properties;
+    p.insert("manifests-created".to_owned(), created.to_string());
+    p.insert("manifests-replaced".to_owned(), replaced.to_string());
+}

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use super::*;
 use crate::sinks::iceberg::cleanup::referenced_files;
 
-fn sink_with(dir: &Path, mode: DeleteMode, props: &[(&str, &str)]) -> IcebergSink {
+pub(super) fn sink_with(dir: &Path, mode: DeleteMode, props: &[(&str, &str)]) -> IcebergSink {
     let config = IcebergConfig {
         warehouse: format!("file://{}", dir.display()),
         namespace: None,
@@ -23,7 +23,7 @@ fn sink_with(dir: &Path, mode: DeleteMode, props: &[(&str, &str)]) -> IcebergSin
 }
 
 /// Every file under the table directory, as store paths (like `referenced_files`).
-fn files_on_disk(dir: &Path) -> HashSet<String> {
+pub(super) fn files_on_disk(dir: &Path) -> HashSet<String> {
     fn walk(d: &Path, out: &mut HashSet<String>) {
         for e in std::fs::read_dir(d).unwrap() {
             let p = e.unwrap().path();
@@ -39,13 +39,13 @@ fn files_on_disk(dir: &Path) -> HashSet<String> {
     out
 }
 
-fn is_metadata_file(p: &str) -> bool {
+pub(super) fn is_metadata_file(p: &str) -> bool {
     p.ends_with(".metadata.json") || p.ends_with("version-hint.text")
 }
 
 /// `n` commits, each inserting one row, updating two and deleting one (deletes, replaced
 /// vectors and rewritten manifests in the history).
-async fn commits(s: &IcebergSink, from: i64, n: i64) {
+pub(super) async fn commits(s: &IcebergSink, from: i64, n: i64) {
     let t = schema();
     for i in from..from + n {
         let cs = [
@@ -60,7 +60,7 @@ async fn commits(s: &IcebergSink, from: i64, n: i64) {
     }
 }
 
-async fn seed(s: &IcebergSink) {
+pub(super) async fn seed(s: &IcebergSink) {
     let rows: Vec<C> = (0..60).map(|i| ins(i, "seed")).collect();
     s.commit(&schema(), &[changes(&rows)], &cp(1))
         .await
