@@ -4,8 +4,8 @@
 //! - `types.rs`: Postgres types to Arrow, and text values into Arrow builders (pure).
 //! - `relation.rs`: table schemas from Relation messages or the catalog, built one way.
 //! - `startup.rs`: connecting and authenticating (TLS, StartupMessage, trust/cleartext/md5/SCRAM).
-//! - `tls.rs` and `tls/`: libpq's `sslmode` and friends as one rustls config (pure), the
-//!   SSLRequest handshake and tokio-postgres's connector (I/O).
+//! - TLS (libpq's `sslmode` and friends, the SSLRequest handshake, tokio-postgres's connector) is
+//!   [`crate::postgres_tls`], shared with the Iceberg sink's SQL catalog.
 //! - `replication.rs`: the replication connection (a walsender session, pgwire-replication's
 //!   framing).
 //! - `setup.rs`: publication, slot and server checks over a regular connection.
@@ -36,7 +36,6 @@ pub mod setup;
 pub mod snapshot;
 mod startup;
 mod stream;
-pub mod tls;
 pub mod types;
 
 #[cfg(test)]

@@ -27,10 +27,10 @@ use pgwire_replication::PgWireError;
 use tokio::io::{AsyncWriteExt, BufReader};
 
 use super::startup::{self, SessionKind};
-use super::tls::stream::PgStream;
 use super::types::TEXT_FORMAT_SETTINGS;
 use crate::changelog::Lsn;
 use crate::config::PostgresConfig;
+use crate::postgres_tls::stream::PgStream;
 use crate::sources::SourceError;
 
 pub(super) mod wire;

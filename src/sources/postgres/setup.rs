@@ -16,10 +16,10 @@ use tokio_postgres::{Client, NoTls};
 use super::catalog::qualified;
 use super::publication::resolve_report;
 use super::replication::{quote_ident, session_options};
-use super::tls::stream::Connector;
-use super::tls::{requires_tls_hint, SslMode, TlsError};
 use crate::changelog::{Lsn, TableId, TableKey};
 use crate::config::PostgresConfig;
+use crate::postgres_tls::stream::Connector;
+use crate::postgres_tls::{requires_tls_hint, SslMode, TlsError};
 use crate::sources::SourceError;
 
 pub use crate::sources::CheckProblem;

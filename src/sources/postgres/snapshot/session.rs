@@ -16,8 +16,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::super::replication::wire::{describe, server_error};
 use super::super::startup::{self, SessionKind, MAX_MESSAGE_BYTES};
-use super::super::tls::stream::PgStream;
 use crate::config::PostgresConfig;
+use crate::postgres_tls::stream::PgStream;
 use crate::sources::SourceError;
 
 /// Bytes asked of the socket per read.

@@ -1,12 +1,15 @@
 //! TLS settings for every Postgres connection cdcd opens, with libpq's meaning: `sslmode`,
 //! `sslrootcert`, `sslcert`/`sslkey` and `sslsni`, turned into one rustls `ClientConfig`.
 //!
-//! Where it sits: `config` fills [`TlsSettings`] from the URL's query parameters (and `[source]`
-//! keys); `tls/stream.rs` uses [`TlsSettings::client_config`] both for cdcd's own start-up
-//! exchange (`startup.rs`: the walsender and the copy sessions) and as tokio-postgres's connector
-//! (`setup.rs`: catalog queries, heartbeats, `cdcd check`), so every connection verifies the same
-//! way and fails with the same words. Nothing here touches the network: the mode table, the
-//! certificate verifiers, and the texts of the errors.
+//! Where it sits: beside the data flow, not in it. Both ends of the flow talk to Postgres: the
+//! source (`sources/postgres`) and the Iceberg sink's SQL catalog (`sinks/iceberg/catalog/sql`).
+//! A sink may not import a source, so the TLS both use lives here, at the crate's top, and knows
+//! neither of them. Each fills [`TlsSettings`] from its URL's query parameters (the source also
+//! from `[source]` keys); `postgres_tls/stream.rs` uses [`TlsSettings::client_config`] both for
+//! the source's own start-up exchange (walsender and copy sessions) and as tokio-postgres's
+//! connector (the source's catalog queries, heartbeats, `cdcd check`; the SQL catalog), so every
+//! connection verifies the same way and fails with the same words. Nothing in this file touches
+//! the network: the mode table, the certificate verifiers, and the texts of the errors.
 //!
 //! Why libpq's semantics: users paste what their cloud console shows. So (libpq "SSL Support"):
 //! - `disable`: never TLS. `allow`: plain first, TLS if the server refuses plain. `prefer` (the

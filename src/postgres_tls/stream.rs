@@ -1,6 +1,7 @@
-//! The I/O half of Postgres TLS: the SSLRequest and handshake in front of cdcd's own start-up
-//! exchange (`startup.rs`: walsender and copy sessions), and the rustls connector that
-//! tokio-postgres connections (`setup.rs`: catalog queries, heartbeats, `cdcd check`) use.
+//! The I/O half of Postgres TLS: the SSLRequest and handshake in front of the source's own
+//! start-up exchange (`sources/postgres/startup.rs`: walsender and copy sessions), and the rustls
+//! connector that tokio-postgres connections use (`sources/postgres/setup.rs`: catalog queries,
+//! heartbeats, `cdcd check`; the Iceberg SQL catalog's Postgres driver).
 //!
 //! Protocol (§55.2.10 "SSL Session Encryption"): on a fresh connection the client sends
 //! SSLRequest; the server answers one byte, `S` (then the TLS handshake, then the StartupMessage
@@ -9,7 +10,7 @@
 //! parsed as if they came through TLS (CVE-2021-23222's lesson).
 //!
 //! Why our own connector rather than `tokio-postgres-rustls`: it is 40 lines over tokio-rustls,
-//! and this way the one `ClientConfig` of `tls.rs` (its verifiers for verify-ca and require) and
+//! and this way the one `ClientConfig` of `postgres_tls.rs` (its verifiers for verify-ca and require) and
 //! its error texts serve tokio-postgres too; the crate would bring its own copy of that logic
 //! and another dependency to keep in step with rustls. Channel binding is not offered
 //! ([`TlsStream::channel_binding`] is none): SCRAM then runs without `-PLUS`, as it does on the
