@@ -393,3 +393,125 @@ async fn a_crash_before_the_row_update_leaves_only_an_orphan() {
     assert!(metadata_dir.join(&orphan).exists());
     assert_equal_through_catalog(&mut p, &cat, &t, 0).await;
 }
+
+/// The TLS test cluster (`pgtls`, see tests/postgres/tls.rs): its admin URL (trust, plain), its
+/// `127.0.0.1:<port>`, the test CA and the directory of its certificates; `None` without it.
+fn tls_cluster(test: &str) -> Option<(String, String, std::path::PathBuf, std::path::PathBuf)> {
+    let Ok(admin) = std::env::var("CDCD_TEST_PG_TLS") else {
+        eprintln!(
+            "skipping {test}: CDCD_TEST_PG_TLS is unset (eval \"$(scripts/testbed.sh env)\")"
+        );
+        return None;
+    };
+    let ca = std::env::var("CDCD_TEST_PG_TLS_CA").expect("CDCD_TEST_PG_TLS_CA");
+    let dir = std::env::var("CDCD_TEST_PG_TLS_DIR").expect("CDCD_TEST_PG_TLS_DIR");
+    let url = url::Url::parse(&admin).unwrap();
+    let addr = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap());
+    Some((admin, addr, ca.into(), dir.into()))
+}
+
+/// The catalog on Postgres reached only over verified TLS: its database is owned by the TLS
+/// cluster's `cdcd_tls` role, which `pg_hba.conf` lets in through `hostssl` lines only, so a
+/// plain connection could not commit anything. cdcd connects with `sslmode=verify-full` and the
+/// test CA, rows are replicated and read back through pyiceberg's SqlCatalog (psycopg2, with the
+/// CA in its URL), and `pg_stat_ssl` shows cdcd's catalog backend in TLS. A wrong CA fails
+/// `cdcd check` with a line naming the host and the CA file, never the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_catalog_on_postgres_over_verified_tls() {
+    let test = "sql_catalog_on_postgres_over_verified_tls";
+    let Some(env) = test_env(test) else {
+        return;
+    };
+    let Some((admin, addr, ca, dir)) = tls_cluster(test) else {
+        return;
+    };
+    // The password the test bed's script sets for cdcd_tls.
+    let password = "cdcd-tls-pw";
+    let name = unique("cattls");
+    let t = format!("{name}_orders");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+
+    let database = format!("{name}_catalog");
+    let admin_client = connect(&admin).await;
+    // Two calls: DROP DATABASE may not share a batch (an implicit transaction) with another.
+    exec(
+        &admin_client,
+        &format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"),
+    )
+    .await;
+    exec(
+        &admin_client,
+        &format!("CREATE DATABASE {database} OWNER cdcd_tls"),
+    )
+    .await;
+    let server = format!("cdcd_tls:{password}@{addr}/{database}");
+    let verified = format!("sslmode=verify-full&sslrootcert={}", ca.display());
+    let cat = CatalogDb {
+        cdcd_uri: format!("postgres://{server}?{verified}"),
+        sqlalchemy_uri: format!("postgresql+psycopg2://{server}?{verified}"),
+        database: Some(database.clone()),
+        sqlite: None,
+    };
+    let mut p = Pipeline::new(&env, &name, &[&t], &cat.settings());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+
+    let (ok, out) = run_cdcd(&["check"], &p.config);
+    let shown = format!("postgres://cdcd_tls:***@{addr}/{database}?{verified}");
+    assert!(
+        ok && out.contains(&format!(
+            "catalog sql {shown}: ok (TLS: sslmode=verify-full sslrootcert={})",
+            ca.display()
+        )) && !out.contains(password),
+        "cdcd check:\n{out}"
+    );
+
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    assert_equal_through_catalog(&mut p, &cat, &t, 60).await;
+    exec(&client, &changes(&t, 1)).await;
+    assert_equal_through_catalog(&mut p, &cat, &t, 60).await;
+    // Every backend of cdcd's catalog connection is in TLS (hostssl would refuse it otherwise;
+    // this says so directly).
+    let rows = admin_client
+        .query(
+            "SELECT s.ssl FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
+             WHERE a.datname = $1 AND a.usename = 'cdcd_tls'",
+            &[&database],
+        )
+        .await
+        .unwrap();
+    assert!(
+        !rows.is_empty() && rows.iter().all(|r| r.get::<_, bool>(0)),
+        "cdcd's catalog backends: {} row(s), not all in TLS",
+        rows.len()
+    );
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+
+    // A CA that did not sign the server's certificate: check names the host and the file.
+    let other_ca = dir.join("other-ca.crt");
+    let wrong = format!(
+        "postgres://{server}?sslmode=verify-full&sslrootcert={}",
+        other_ca.display()
+    );
+    let config = std::fs::read_to_string(&p.config).unwrap().replace(
+        &format!("uri = {:?}", cat.cdcd_uri),
+        &format!("uri = {wrong:?}"),
+    );
+    let wrong_config = p.config.with_file_name("wrong-ca.toml");
+    std::fs::write(&wrong_config, config).unwrap();
+    let (ok, out) = run_cdcd(&["check"], &wrong_config);
+    assert!(
+        !ok && out.contains("does not verify against")
+            && out.contains(&other_ca.display().to_string())
+            && out.contains("127.0.0.1")
+            && !out.contains(password),
+        "cdcd check with a wrong CA:\n{out}"
+    );
+
+    exec(
+        &admin_client,
+        &format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"),
+    )
+    .await;
+}

@@ -348,7 +348,10 @@ impl Sink for IcebergSink {
             return Ok(Vec::new());
         };
         match sql.tables().await {
-            Ok(_) => Ok(vec![format!("catalog sql {}: ok", sql.uri())]),
+            Ok(_) => Ok(vec![match sql.tls_summary() {
+                Some(tls) => format!("catalog sql {}: ok (TLS: {tls})", sql.uri()),
+                None => format!("catalog sql {}: ok", sql.uri()),
+            }]),
             Err(e) => Err(format!("{e}; {}", sql.fix())),
         }
     }

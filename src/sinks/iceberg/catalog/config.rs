@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::config::{redact_url, ConfigError, Context};
+use crate::postgres_tls::{TlsSettings, PARAMETERS};
 
 /// `[sink.catalog]`: where the Iceberg sink finds and commits its tables.
 #[derive(Clone, Default, Deserialize)]
@@ -20,7 +21,9 @@ pub struct RawCatalog {
     /// JDBC/SQL catalog on Postgres or SQLite) or "rest" (not supported yet).
     #[serde(default)]
     pub kind: CatalogKind,
-    /// sql: `postgres://user[:password]@host:port/db` or `sqlite:///path/catalog.db`.
+    /// sql: `postgres://user[:password]@host:port/db` or `sqlite:///path/catalog.db`. Postgres
+    /// TLS as libpq, in the query: `?sslmode=verify-full&sslrootcert=/ca.pem` (also `sslcert`,
+    /// `sslkey`, `sslsni`); `sslmode` defaults to `prefer`.
     pub uri: Option<String>,
     /// sql: the `catalog_name` column (default "cdcd").
     pub name: Option<String>,
@@ -79,15 +82,81 @@ pub enum CatalogConfig {
 pub enum SqlUri {
     /// `sqlite:///path`: the database file at `/path`.
     Sqlite(PathBuf),
-    /// `postgres://…` or `postgresql://…`, as written (it may carry a password).
-    Postgres(String),
+    /// `postgres://…` or `postgresql://…`, and its TLS settings.
+    Postgres(PostgresUri),
+}
+
+/// A Postgres catalog URI split in two: what tokio-postgres is given, and the libpq TLS
+/// parameters (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`, `sslsni`) that cdcd's own
+/// connector (`crate::postgres_tls`) handles. They are taken out of the URI because
+/// tokio-postgres knows only `sslmode` disable|prefer|require, and would refuse `verify-full`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PostgresUri {
+    /// As written, for display (redacted there: it may carry a password).
+    written: String,
+    /// Without its query: what tokio-postgres parses.
+    connect: String,
+    pub tls: TlsSettings,
+}
+
+impl PostgresUri {
+    /// Splits `text` (a `postgres://` or `postgresql://` URI); only the TLS parameters are
+    /// understood in its query, as for `source.url`. Errors name no password.
+    pub fn parse(text: &str) -> Result<PostgresUri, String> {
+        let (connect, query) = match text.split_once('?') {
+            Some((base, query)) => (base, query),
+            None => (text, ""),
+        };
+        let mut tls = TlsSettings::default();
+        for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+            match tls.set(&k, &v) {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(format!(
+                        "query parameter {k:?}: only {} are understood",
+                        PARAMETERS.join(", ")
+                    ))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        tls.validate()?;
+        if let Err(e) = connect.parse::<tokio_postgres::Config>() {
+            return Err(format!(
+                "{:?} is not a Postgres URI ({e})",
+                redact_url(text)
+            ));
+        }
+        Ok(PostgresUri {
+            written: text.to_owned(),
+            connect: connect.to_owned(),
+            tls,
+        })
+    }
+
+    /// The connection settings without TLS (the driver sets the mode and the connector).
+    pub fn config(&self) -> Result<tokio_postgres::Config, tokio_postgres::Error> {
+        self.connect.parse()
+    }
+}
+
+impl fmt::Display for PostgresUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact_url(&self.written))
+    }
+}
+
+impl fmt::Debug for PostgresUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PostgresUri({self}, {})", self.tls.summary())
+    }
 }
 
 impl fmt::Display for SqlUri {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SqlUri::Sqlite(path) => write!(f, "sqlite://{}", path.display()),
-            SqlUri::Postgres(uri) => f.write_str(&redact_url(uri)),
+            SqlUri::Postgres(uri) => uri.fmt(f),
         }
     }
 }
@@ -111,13 +180,9 @@ impl SqlUri {
             return Ok(SqlUri::Sqlite(PathBuf::from(path)));
         }
         if text.starts_with("postgres://") || text.starts_with("postgresql://") {
-            return match text.parse::<tokio_postgres::Config>() {
-                Ok(_) => Ok(SqlUri::Postgres(text.to_owned())),
-                Err(e) => Err(format!(
-                    "{:?} is not a Postgres URI ({e}); {expected}",
-                    redact_url(text)
-                )),
-            };
+            return PostgresUri::parse(text)
+                .map(SqlUri::Postgres)
+                .map_err(|e| format!("{e}; {expected}"));
         }
         Err(format!("{:?}: {expected}", redact_url(text)))
     }
@@ -232,6 +297,81 @@ mod tests {
         assert_eq!(name, "prod");
         assert_eq!(uri.to_string(), "postgres://cat:***@db:5432/lake");
         assert!(!format!("{uri:?}").contains("s3cret"));
+    }
+
+    fn postgres(uri: &str) -> Result<PostgresUri, String> {
+        match SqlUri::parse(uri)? {
+            SqlUri::Postgres(pg) => Ok(pg),
+            SqlUri::Sqlite(_) => panic!("postgres"),
+        }
+    }
+
+    #[test]
+    fn postgres_tls_parameters_come_from_the_query() {
+        use crate::postgres_tls::{RootCerts, SslMode};
+        // libpq's default.
+        let pg = postgres("postgres://cat:s3cret@db:5432/lake").unwrap();
+        assert_eq!(pg.tls, TlsSettings::default());
+        assert_eq!(pg.tls.mode, SslMode::Prefer);
+        let pg = postgres(
+            "postgresql://cat:s3cret@db.example.com/lake?sslmode=verify-full&sslrootcert=/etc/ssl/rds.pem&sslsni=0",
+        )
+        .unwrap();
+        assert_eq!(pg.tls.mode, SslMode::VerifyFull);
+        assert_eq!(
+            pg.tls.root_cert,
+            Some(RootCerts::File("/etc/ssl/rds.pem".into()))
+        );
+        assert!(!pg.tls.sni);
+        // tokio-postgres sees no TLS parameter (it would refuse verify-full).
+        let config = pg.config().unwrap();
+        assert_eq!(config.get_dbname(), Some("lake"));
+        let pg = postgres(
+            "postgres://cat@db/lake?sslmode=require&sslrootcert=system&sslcert=/c.pem&sslkey=/k.pem",
+        )
+        .unwrap();
+        assert_eq!(pg.tls.root_cert, Some(RootCerts::System));
+        assert_eq!(pg.tls.cert, Some("/c.pem".into()));
+        assert_eq!(pg.tls.key, Some("/k.pem".into()));
+        // Percent-encoded values are decoded, as libpq does.
+        let pg = postgres("postgres://cat@db/lake?sslrootcert=%2Fa%20b%2Fca.pem").unwrap();
+        assert_eq!(
+            pg.tls.root_cert,
+            Some(RootCerts::File("/a b/ca.pem".into()))
+        );
+    }
+
+    #[test]
+    fn postgres_query_errors_are_named_and_hide_the_password() {
+        let e = postgres("postgres://cat:s3cret@db/lake?connect_timeout=5").unwrap_err();
+        assert!(
+            e.contains("\"connect_timeout\"")
+                && e.contains("only sslmode, sslrootcert, sslcert, sslkey, sslsni are understood")
+                && !e.contains("s3cret"),
+            "{e}"
+        );
+        let e = postgres("postgres://cat:s3cret@db/lake?sslmode=verify").unwrap_err();
+        assert!(e.contains("verify-full") && !e.contains("s3cret"), "{e}");
+        let e = postgres("postgres://cat:s3cret@db/lake?sslcert=/c.pem").unwrap_err();
+        assert!(e.contains("sslkey"), "{e}");
+        let e = postgres("postgres://cat:s3cret@db/lake?sslsni=yes").unwrap_err();
+        assert!(e.contains("sslsni"), "{e}");
+        // Through the loader: the key is named.
+        let e =
+            with_catalog("kind = \"sql\"\nuri = \"postgres://cat:s3cret@db/lake?sslmode=verify\"")
+                .unwrap_err();
+        assert!(
+            e.contains("sink.catalog.uri") && !e.contains("s3cret"),
+            "{e}"
+        );
+        // The display keeps the parameters, never the password.
+        let pg = postgres("postgres://cat:s3cret@db/lake?sslmode=verify-ca&sslrootcert=/ca.pem")
+            .unwrap();
+        let shown = format!("{pg} {pg:?}");
+        assert!(
+            shown.contains("sslmode=verify-ca") && !shown.contains("s3cret"),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -43,14 +43,17 @@ pub(crate) struct TableRef<'a> {
 /// The configured catalog.
 pub(crate) enum Catalog {
     Filesystem,
-    Sql(sql::SqlCatalog),
+    /// Boxed: its URI and TLS settings are held twice (for messages and for the driver).
+    Sql(Box<sql::SqlCatalog>),
 }
 
 impl Catalog {
     pub fn new(config: &CatalogConfig) -> Catalog {
         match config {
             CatalogConfig::Filesystem => Catalog::Filesystem,
-            CatalogConfig::Sql { uri, name } => Catalog::Sql(sql::SqlCatalog::new(uri, name)),
+            CatalogConfig::Sql { uri, name } => {
+                Catalog::Sql(Box::new(sql::SqlCatalog::new(uri, name)))
+            }
         }
     }
 

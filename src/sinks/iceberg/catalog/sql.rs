@@ -107,7 +107,7 @@ impl SqlCatalog {
     pub fn new(uri: &SqlUri, name: &str) -> SqlCatalog {
         let driver = match uri {
             SqlUri::Sqlite(path) => Driver::Sqlite(path.clone()),
-            SqlUri::Postgres(text) => Driver::Postgres(Postgres::new(text.clone())),
+            SqlUri::Postgres(pg) => Driver::Postgres(Postgres::new(pg.clone())),
         };
         SqlCatalog {
             uri: uri.clone(),
@@ -122,6 +122,14 @@ impl SqlCatalog {
         self.uri.to_string()
     }
 
+    /// The TLS settings of a Postgres catalog, in libpq's words (`None` for SQLite).
+    pub fn tls_summary(&self) -> Option<String> {
+        match &self.uri {
+            SqlUri::Sqlite(_) => None,
+            SqlUri::Postgres(pg) => Some(pg.tls.summary()),
+        }
+    }
+
     /// How to fix a catalog that cannot be reached or prepared, for `cdcd check`.
     pub fn fix(&self) -> String {
         match &self.uri {
@@ -129,7 +137,7 @@ impl SqlCatalog {
                 "check sink.catalog.uri: the directory of {} must exist and be writable by cdcd",
                 path.display()
             ),
-            SqlUri::Postgres(_) => "check sink.catalog.uri (host, port, database, user, password) and that this user may CREATE TABLE, SELECT, INSERT and UPDATE in that database".to_owned(),
+            SqlUri::Postgres(_) => "check sink.catalog.uri (host, port, database, user, password, and TLS: sslmode, sslrootcert) and that this user may CREATE TABLE, SELECT, INSERT and UPDATE in that database".to_owned(),
         }
     }
 

@@ -3,8 +3,9 @@
 //!
 //! - Postgres through tokio-postgres: one connection, opened on first use and dropped after any
 //!   error that is not the server's answer to a statement (a dropped connection, a timeout), so
-//!   the next call reconnects. Plain TCP only: the project's rustls connector lives in
-//!   `sources/postgres/tls`, and sinks do not import sources (docs/catalogs.md).
+//!   the next call reconnects. TLS as libpq would do it for the URI's `sslmode`, `sslrootcert`,
+//!   `sslcert`/`sslkey` and `sslsni` (default `prefer`), through the connector the Postgres source
+//!   uses too ([`crate::postgres_tls`]), so both verify alike and fail with the same words.
 //! - SQLite through rusqlite (the library is bundled): a connection per call, on the blocking
 //!   pool (rusqlite is synchronous), with a busy timeout so another process's write (pyiceberg,
 //!   a second reader) makes it wait rather than fail.
@@ -16,7 +17,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_postgres::config::{Host, SslMode as PgSslMode};
 use tokio_postgres::types::ToSql;
+
+use super::super::config::PostgresUri;
+use crate::postgres_tls::stream::Connector;
+use crate::postgres_tls::{requires_tls_hint, SslMode, TlsError};
 
 /// How long one statement may take, connection included.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -31,6 +37,9 @@ pub enum DbError {
     Sqlite(#[from] rusqlite::Error),
     #[error("{}", postgres_text(.0))]
     Postgres(#[from] tokio_postgres::Error),
+    /// TLS could not be set up or was refused; the text names the host and the CA file.
+    #[error("{0}")]
+    Tls(#[from] TlsError),
     #[error("no answer within {}s", CALL_TIMEOUT.as_secs())]
     Timeout,
     #[error("the SQLite call did not finish: {0}")]
@@ -41,7 +50,13 @@ pub enum DbError {
 /// source.
 fn postgres_text(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
-        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        Some(db) => {
+            let text = format!("{}: {}", db.code().code(), db.message());
+            match requires_tls_hint(db.message()) {
+                Some(hint) => format!("{text}: {hint}"),
+                None => text,
+            }
+        }
         None => match std::error::Error::source(e) {
             Some(source) => format!("{e}: {source}"),
             None => e.to_string(),
@@ -60,12 +75,12 @@ pub enum Driver {
 
 /// A Postgres catalog database: the URI (with its password; never shown) and the connection.
 pub struct Postgres {
-    uri: String,
+    uri: PostgresUri,
     client: tokio::sync::Mutex<Option<Arc<tokio_postgres::Client>>>,
 }
 
 impl Postgres {
-    pub fn new(uri: String) -> Postgres {
+    pub fn new(uri: PostgresUri) -> Postgres {
         Postgres {
             uri,
             client: tokio::sync::Mutex::new(None),
@@ -148,11 +163,11 @@ impl Postgres {
                     c
                 }
             };
-            f(client).await
+            f(client).await.map_err(DbError::from)
         })
         .await
         .map_err(|_| DbError::Timeout)
-        .and_then(|r| r.map_err(DbError::from));
+        .and_then(std::convert::identity);
         if let Err(e) = &result {
             let answered = matches!(e, DbError::Postgres(pg) if pg.as_db_error().is_some());
             if !answered {
@@ -162,15 +177,75 @@ impl Postgres {
         result
     }
 
-    async fn connect(&self) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
-        let (client, connection) =
-            tokio_postgres::connect(&self.uri, tokio_postgres::NoTls).await?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "SQL catalog connection closed");
+    /// Opens a connection the way libpq would for the URI's `sslmode`.
+    async fn connect(&self) -> Result<tokio_postgres::Client, DbError> {
+        let mut config = self.uri.config()?;
+        let tls = &self.uri.tls;
+        let tls_mode = match tls.mode {
+            SslMode::Disable => None,
+            // libpq's allow: plain first; a second connection in TLS if the server refuses it.
+            SslMode::Allow => match connect_plain(&config).await {
+                Ok(client) => return Ok(client),
+                Err(e) if e.as_db_error().is_some() => Some(PgSslMode::Require),
+                Err(e) => return Err(e.into()),
+            },
+            SslMode::Prefer => Some(PgSslMode::Prefer),
+            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => Some(PgSslMode::Require),
+        };
+        let Some(mode) = tls_mode else {
+            return Ok(connect_plain(&config).await?);
+        };
+        let connector = Connector::new(tls)?;
+        config.ssl_mode(mode);
+        let (client, connection) = config.connect(connector).await.map_err(|e| {
+            // tokio-postgres's words when the server answers the SSLRequest with N.
+            let refused = std::error::Error::source(&e)
+                .is_some_and(|s| s.to_string().contains("does not support TLS"));
+            if refused {
+                DbError::Tls(TlsError::Refused {
+                    host: first_host(&config),
+                    mode: tls.mode,
+                })
+            } else {
+                DbError::Postgres(e)
             }
-        });
+        })?;
+        spawn_connection(connection);
         Ok(client)
+    }
+}
+
+async fn connect_plain(
+    config: &tokio_postgres::Config,
+) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    let mut config = config.clone();
+    config.ssl_mode(PgSslMode::Disable);
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+    spawn_connection(connection);
+    Ok(client)
+}
+
+/// Drives a connection until it closes (the client then reports it closed, and the next call
+/// reconnects).
+fn spawn_connection<S, T>(connection: tokio_postgres::Connection<S, T>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "SQL catalog connection closed");
+        }
+    });
+}
+
+/// The host a refusal names (the first one: tokio-postgres tries them in order).
+fn first_host(config: &tokio_postgres::Config) -> String {
+    match config.get_hosts().first() {
+        Some(Host::Tcp(host)) => host.clone(),
+        #[cfg(unix)]
+        Some(Host::Unix(path)) => path.display().to_string(),
+        None => "localhost".to_owned(),
     }
 }
 
