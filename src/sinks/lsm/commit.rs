@@ -24,9 +24,73 @@ use crate::failpoints;
 use crate::sinks::SinkError;
 use crate::storage::{put_create, Created, Warehouse};
 
-/// Above this many manifests the base list is rewritten as one manifest of the live files
-/// (Paimon's `manifest.merge-min-count` default is 30).
-const MANIFEST_MERGE_COUNT: usize = 30;
+/// Paimon's default `manifest.merge-min-count`: above this many manifests the base list is
+/// rewritten as manifests of the live files.
+const MERGE_MIN_COUNT: usize = 30;
+
+/// Paimon's default `manifest.target-file-size` (8 MiB).
+const MANIFEST_TARGET_BYTES: usize = 8 << 20;
+
+/// When a commit rewrites its base manifest list, and how large each rewritten manifest may be:
+/// the table's own options `manifest.merge-min-count` and `manifest.target-file-size` (Paimon's
+/// names, so a table another Paimon writer tuned keeps its tuning), else Paimon's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ManifestMerge {
+    pub min_count: usize,
+    pub target_bytes: usize,
+}
+
+impl ManifestMerge {
+    /// The settings of the table whose schema is `schema`; a value that does not parse keeps the
+    /// default (with a warning: a table option is another writer's word, not cdcd's config).
+    pub fn of(schema: &PaimonSchema) -> ManifestMerge {
+        let option = |name: &str, parse: fn(&str) -> Option<usize>, default: usize| {
+            match schema.options.get(name) {
+                None => default,
+                Some(v) => parse(v).filter(|&n| n > 0).unwrap_or_else(|| {
+                    tracing::warn!(option = name, value = %v, "unreadable Paimon table option; using the default");
+                    default
+                }),
+            }
+        };
+        ManifestMerge {
+            min_count: option(
+                "manifest.merge-min-count",
+                |v| v.trim().parse().ok(),
+                MERGE_MIN_COUNT,
+            ),
+            target_bytes: option(
+                "manifest.target-file-size",
+                memory_size,
+                MANIFEST_TARGET_BYTES,
+            ),
+        }
+    }
+}
+
+/// A Paimon `MemorySize` text (`8 mb`, `8MB`, `512kb`, `1048576`, `2 gb`) in bytes.
+pub fn memory_size(text: &str) -> Option<usize> {
+    let t = text.trim().to_ascii_lowercase();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(digits);
+    let n: usize = number.parse().ok()?;
+    let shift = match unit.trim() {
+        "" | "b" | "bytes" => 0,
+        "k" | "kb" | "kibibytes" => 10,
+        "m" | "mb" | "mebibytes" => 20,
+        "g" | "gb" | "gibibytes" => 30,
+        _ => return None,
+    };
+    n.checked_mul(1usize << shift)
+}
+
+/// `entries` cut into consecutive runs whose manifests stay near `target_bytes`, judged by the
+/// size of all of them encoded as one (`encoded`): equal entry counts per manifest.
+pub fn split_for_target<T>(entries: &[T], encoded: usize, target_bytes: usize) -> Vec<&[T]> {
+    let parts = encoded.div_ceil(target_bytes.max(1)).max(1);
+    let per = entries.len().div_ceil(parts).max(1);
+    entries.chunks(per).collect()
+}
 
 /// `snapshot/snapshot-N`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -339,10 +403,12 @@ pub async fn publish(
         put(w, &format!("{loc}/manifest/{name}"), bytes).await?;
         delta.push(meta);
     }
-    // The base list: the previous snapshot's manifests, merged into one manifest of the live
-    // files once there are many (otherwise every commit would make every reader open more).
+    // The base list: the previous snapshot's manifests, rewritten as manifests of the live files
+    // (of about the target size) once there are many: otherwise every commit would make every
+    // reader open more.
+    let merge = ManifestMerge::of(&state.schema);
     let mut base = state.manifests.clone();
-    if base.len() > MANIFEST_MERGE_COUNT {
+    if base.len() > merge.min_count {
         let live: Vec<ManifestEntry> = state
             .files
             .iter()
@@ -357,10 +423,18 @@ pub async fn publish(
             .collect();
         base.clear();
         if !live.is_empty() {
-            let name = format!("manifest-{commit}-1");
-            let bytes = manifest::encode_entries(&live, &empty).map_err(enc)?;
-            base.push(manifest::describe(name.clone(), bytes.len(), &live));
-            put(w, &format!("{loc}/manifest/{name}"), bytes).await?;
+            let whole = manifest::encode_entries(&live, &empty).map_err(enc)?;
+            let parts = split_for_target(&live, whole.len(), merge.target_bytes);
+            for (i, part) in parts.into_iter().enumerate() {
+                let name = format!("manifest-{commit}-{}", i + 1);
+                let bytes = if part.len() == live.len() {
+                    whole.clone()
+                } else {
+                    manifest::encode_entries(part, &empty).map_err(enc)?
+                };
+                base.push(manifest::describe(name.clone(), bytes.len(), part));
+                put(w, &format!("{loc}/manifest/{name}"), bytes).await?;
+            }
         }
     }
     let base_name = format!("manifest-list-{commit}-0");
@@ -470,5 +544,72 @@ async fn put_snapshot(
             })
         }
         Err(e) => Err(storage(&snap_loc)(e)),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod merge_tests {
+    use super::*;
+
+    #[test]
+    fn memory_sizes_read_as_paimon_writes_them() {
+        assert_eq!(memory_size("8 mb"), Some(8 << 20));
+        assert_eq!(memory_size("8MB"), Some(8 << 20));
+        assert_eq!(memory_size("512kb"), Some(512 << 10));
+        assert_eq!(memory_size("1048576"), Some(1 << 20));
+        assert_eq!(memory_size("2 gb"), Some(2 << 30));
+        assert_eq!(memory_size("lots"), None);
+        assert_eq!(memory_size("8 parsecs"), None);
+    }
+
+    #[test]
+    fn table_options_override_the_defaults_and_bad_values_keep_them() {
+        let mut schema = PaimonSchema {
+            version: 3,
+            id: 0,
+            fields: Vec::new(),
+            highest_field_id: -1,
+            partition_keys: Vec::new(),
+            primary_keys: Vec::new(),
+            options: BTreeMap::new(),
+            comment: None,
+            time_millis: 0,
+        };
+        let defaults = ManifestMerge {
+            min_count: 30,
+            target_bytes: 8 << 20,
+        };
+        assert_eq!(ManifestMerge::of(&schema), defaults);
+        schema
+            .options
+            .insert("manifest.merge-min-count".into(), "5".into());
+        schema
+            .options
+            .insert("manifest.target-file-size".into(), "1 mb".into());
+        let tuned = ManifestMerge {
+            min_count: 5,
+            target_bytes: 1 << 20,
+        };
+        assert_eq!(ManifestMerge::of(&schema), tuned);
+        schema
+            .options
+            .insert("manifest.merge-min-count".into(), "0".into());
+        schema
+            .options
+            .insert("manifest.target-file-size".into(), "big".into());
+        assert_eq!(ManifestMerge::of(&schema), defaults);
+    }
+
+    #[test]
+    fn live_entries_split_into_manifests_near_the_target() {
+        let entries: Vec<u32> = (0..10).collect();
+        assert_eq!(split_for_target(&entries, 100, 1000).len(), 1);
+        let parts = split_for_target(&entries, 2500, 1000);
+        assert_eq!(parts.len(), 3);
+        assert_eq!(parts.concat(), entries);
+        assert!(split_for_target::<u32>(&[], 0, 1000)
+            .iter()
+            .all(|p| p.is_empty()));
     }
 }
