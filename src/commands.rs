@@ -33,7 +33,7 @@ pub struct StatusRow {
     pub position: Option<String>,
     pub snapshot_id: Option<i64>,
     pub rows: Option<u64>,
-    /// Data and delete files of the current snapshot, their bytes, snapshots kept (Iceberg).
+    /// Live data and delete files, their bytes, snapshots kept.
     pub live_files: Option<u64>,
     pub live_bytes: Option<u64>,
     pub snapshots: Option<u64>,

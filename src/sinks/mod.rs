@@ -35,7 +35,7 @@ pub struct TableStatus {
     pub rows: Option<u64>,
     /// Where the table lives.
     pub location: String,
-    /// Live files and snapshots (Iceberg; `None` when the sink does not tell).
+    /// Live files and snapshots (`None` when the sink does not tell).
     pub files: Option<TableFiles>,
 }
 

@@ -62,7 +62,7 @@ use tokio::sync::Notify;
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
 use crate::config::{LsmConfig, MergeEngine};
-use crate::sinks::{CommitStats, Sink, SinkError, TableStatus};
+use crate::sinks::{CommitStats, Sink, SinkError, TableFiles, TableStatus};
 use crate::storage::cleanup::TableCleanup;
 use crate::storage::Warehouse;
 
@@ -594,13 +594,29 @@ impl Sink for LsmSink {
             }
             None => None,
         };
+        // Snapshots kept: from EARLIEST (moved first by expiry) to the newest.
+        let snapshots = match &state.snapshot {
+            Some(s) => {
+                let earliest = commit::earliest_id(&self.inner.warehouse, &state.location, s.id)
+                    .await?
+                    .unwrap_or(1);
+                (s.id - earliest + 1).max(1) as u64
+            }
+            None => 0,
+        };
+        let live = state.files.values().flatten();
+        let files = TableFiles {
+            live_files: live.clone().count() as u64,
+            live_bytes: live.map(|f| f.file_size.max(0) as u64).sum(),
+            snapshots,
+        };
         Ok(Some(TableStatus {
             snapshot_id: state.snapshot_id(),
             checkpoint,
             // Rows in live files: counts a key once per sorted run holding it until compaction.
             rows: Some(state.live_rows().max(0) as u64),
             location: state.location.clone(),
-            files: None,
+            files: Some(files),
         }))
     }
 

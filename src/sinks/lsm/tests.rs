@@ -181,6 +181,14 @@ async fn one_commit_reads_back_in_pypaimon() {
     // A commit with no changes only moves the checkpoint.
     let stats = s.commit(&schema, &[], &cp(200)).await.unwrap();
     assert_eq!((stats.snapshot_id, stats.files_written), (2, 0));
+    // `cdcd status` counts the live files (one per touched bucket), their bytes and snapshots.
+    let status = s.status(&schema.id).await.unwrap().unwrap();
+    let files = status.files.unwrap();
+    let on_disk: u64 = walk_parquet(&table).iter().map(|f| f.1).sum();
+    assert_eq!(files.live_files, walk_parquet(&table).len() as u64);
+    assert_eq!(files.live_bytes, on_disk);
+    assert_eq!(files.snapshots, 2);
+    assert_eq!(status.rows, Some(3));
     assert_eq!(s.checkpoint(&schema.id).await.unwrap(), Some(cp(200)));
     if let Some(rows) = paimon_rows(dir.path()) {
         assert_eq!(rows, vec!["1|a|10", "2|b|20", "3|c|30"]);
@@ -659,4 +667,21 @@ async fn keyless_tables_are_append_tables_read_back_by_pypaimon() {
     if let Some(rows) = paimon_rows(dir.path()) {
         assert_eq!(rows, vec!["3|c|30"]);
     }
+}
+
+/// The Parquet files under `table`'s buckets: (path, size).
+fn walk_parquet(table: &Path) -> Vec<(std::path::PathBuf, u64)> {
+    let mut out = Vec::new();
+    for bucket in std::fs::read_dir(table).unwrap().filter_map(Result::ok) {
+        if !bucket.file_name().to_string_lossy().starts_with("bucket-") {
+            continue;
+        }
+        for f in std::fs::read_dir(bucket.path())
+            .unwrap()
+            .filter_map(Result::ok)
+        {
+            out.push((f.path(), f.metadata().unwrap().len()));
+        }
+    }
+    out
 }
