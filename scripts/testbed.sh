@@ -106,7 +106,7 @@ if __name__ == "__main__":
     print(con.sql("select extension_name, extension_version, install_path from duckdb_extensions() where loaded and install_path like '/%'").fetchall())
 EOF
   "$PY" "$CDCD_TB/duck_load.py" >/dev/null || die "DuckDB cannot load the iceberg extension from the wheels (see above)"
-  "$PY" -c 'import pyiceberg, pyarrow, psycopg2, pytz, pypaimon, pymysql, boto3' || die "python readers do not import (see above)"
+  "$PY" -c 'import pyiceberg, pyarrow, psycopg2, pytz, pypaimon, pymysql, boto3, sqlalchemy' || die "python readers do not import (see above)"
 }
 python_stop() { :; }
 python_env() {
