@@ -154,21 +154,44 @@ pub async fn lookup_types(
 
 /// Which of `columns` of relation `oid` have a default (`atthasdef`) or a stored value for rows
 /// that predate them (`atthasmissing`, PostgreSQL 11+ "fast default"), in the catalog now.
+///
+/// The columns come from a Relation message of a committed transaction, yet a new snapshot may
+/// not see that transaction yet: the walsender decodes a commit once its WAL is flushed, and the
+/// committing backend leaves the proc array (which makes it visible) only after that. Reading then
+/// would find no column and call it "no default". So the read is repeated until every named
+/// column is there; one that never shows up (dropped or renamed meanwhile) is an error, never a
+/// guess.
 pub async fn defaulted_columns(
     client: &Client,
     oid: u32,
     columns: &[String],
 ) -> Result<Vec<String>, SourceError> {
-    let rows = client
-        .query(
-            "SELECT attname::text FROM pg_attribute
-             WHERE attrelid = $1 AND attname = ANY($2) AND NOT attisdropped
-               AND (atthasdef OR atthasmissing)",
-            &[&oid, &columns],
-        )
-        .await
-        .map_err(|e| server("reading column defaults", &e))?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+    const ATTEMPTS: u32 = 200;
+    for _ in 0..ATTEMPTS {
+        let rows = client
+            .query(
+                "SELECT attname::text, (atthasdef OR atthasmissing) FROM pg_attribute
+                 WHERE attrelid = $1 AND attname = ANY($2) AND NOT attisdropped",
+                &[&oid, &columns],
+            )
+            .await
+            .map_err(|e| server("reading column defaults", &e))?;
+        if rows.len() == columns.len() {
+            return Ok(rows
+                .iter()
+                .filter(|r| r.get::<_, bool>(1))
+                .map(|r| r.get(0))
+                .collect());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    Err(SourceError::Server {
+        context: "reading column defaults".into(),
+        detail: format!(
+            "column(s) {} of relation {oid} are in the replication stream but not in the catalog after 10 s (dropped or renamed since?); cdcd cannot tell whether they were added with a DEFAULT, so it stopped before the change",
+            columns.join(", ")
+        ),
+    })
 }
 
 /// `"schema"."table"`.
