@@ -25,6 +25,7 @@ pub mod assembler;
 pub mod chunks;
 pub mod config;
 pub mod copy;
+pub mod ddl;
 pub mod decoder;
 pub mod image;
 pub mod key;
