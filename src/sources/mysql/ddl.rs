@@ -18,8 +18,8 @@
 //! and the stream stops rather than guess.
 
 use sqlparser::ast::{
-    AlterColumnOperation, AlterTableOperation, ColumnOption, DataType as SqlType, Expr,
-    ObjectName, Statement, TableConstraint,
+    AlterColumnOperation, AlterTableOperation, ColumnOption, DataType as SqlType, Expr, ObjectName,
+    Statement, TableConstraint,
 };
 use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
@@ -152,14 +152,14 @@ fn apply_operation(
             "RENAME COLUMN {old_column_name} TO {new_column_name} is not applied yet"
         ))),
         AlterTableOperation::AddConstraint { constraint, .. } => match constraint {
-            TableConstraint::PrimaryKey(_) => {
-                Err(AlterError("the primary key changes (ADD PRIMARY KEY)".into()))
-            }
+            TableConstraint::PrimaryKey(_) => Err(AlterError(
+                "the primary key changes (ADD PRIMARY KEY)".into(),
+            )),
             _ => Ok(()),
         },
-        AlterTableOperation::DropPrimaryKey { .. } => {
-            Err(AlterError("the primary key changes (DROP PRIMARY KEY)".into()))
-        }
+        AlterTableOperation::DropPrimaryKey { .. } => Err(AlterError(
+            "the primary key changes (DROP PRIMARY KEY)".into(),
+        )),
         // Indexes, constraints and table options leave the columns and their encoding alone.
         AlterTableOperation::DropConstraint { .. }
         | AlterTableOperation::DropIndex { .. }
@@ -212,7 +212,9 @@ fn redefine(
 
 fn position_of(columns: &[ColumnInfo], name: &str) -> Option<usize> {
     // MySQL column names are case-insensitive.
-    columns.iter().position(|c| c.name.eq_ignore_ascii_case(name))
+    columns
+        .iter()
+        .position(|c| c.name.eq_ignore_ascii_case(name))
 }
 
 fn has_charset(options: &[&ColumnOption]) -> bool {
@@ -265,9 +267,9 @@ fn column_info(
     } else {
         None
     };
-    let not_null = options.iter().any(|o| {
-        matches!(o, ColumnOption::NotNull) || matches!(o, ColumnOption::PrimaryKey(_))
-    });
+    let not_null = options
+        .iter()
+        .any(|o| matches!(o, ColumnOption::NotNull) || matches!(o, ColumnOption::PrimaryKey(_)));
     let default = options.iter().find_map(|o| match o {
         ColumnOption::Default(e) => Some(default_text(e)),
         _ => None,
@@ -292,7 +294,10 @@ fn decimal_digits(column_type: &str) -> (Option<u64>, Option<u64>) {
         .split_once('(')
         .and_then(|(_, rest)| rest.split_once(')'))
         .map(|(inside, _)| inside);
-    let mut parts = inner.unwrap_or("").split(',').map(|p| p.trim().parse().ok());
+    let mut parts = inner
+        .unwrap_or("")
+        .split(',')
+        .map(|p| p.trim().parse().ok());
     let precision = parts.next().flatten().unwrap_or(10);
     let scale = parts.next().flatten().unwrap_or(0);
     (Some(precision), Some(scale))
@@ -368,12 +373,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(next[2].data_type, "bigint");
-        assert!(next[2].nullable, "MODIFY without NOT NULL makes it nullable");
+        assert!(
+            next[2].nullable,
+            "MODIFY without NOT NULL makes it nullable"
+        );
         assert_eq!(next[1].column_type, "varchar(200)");
         assert_eq!(next[1].charset.as_deref(), Some("latin1"));
         assert!(!next[1].nullable);
-        let changed =
-            apply_alter("ALTER TABLE t CHANGE qty qty int", &table(), "utf8mb4").unwrap();
+        let changed = apply_alter("ALTER TABLE t CHANGE qty qty int", &table(), "utf8mb4").unwrap();
         assert_eq!(changed[2].data_type, "int");
     }
 

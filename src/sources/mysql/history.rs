@@ -84,9 +84,9 @@ impl SchemaHistory {
                     break;
                 }
                 Some(text) => {
-                    let from: Position = text.parse().map_err(|e| {
-                        HistoryError(format!("{table}: position {text:?}: {e}"))
-                    })?;
+                    let from: Position = text
+                        .parse()
+                        .map_err(|e| HistoryError(format!("{table}: position {text:?}: {e}")))?;
                     if start.covers(&from) {
                         chosen = Some(version);
                         break;
@@ -105,10 +105,7 @@ impl SchemaHistory {
         at: &Position,
         statement: &str,
     ) {
-        let versions = self
-            .tables
-            .entry(before.schema.id.to_string())
-            .or_default();
+        let versions = self.tables.entry(before.schema.id.to_string()).or_default();
         if versions.is_empty() {
             versions.push(SchemaVersion::of(before, None, None));
         }
@@ -202,15 +199,30 @@ mod tests {
         let mut h = SchemaHistory::default();
         let t = TableId::new("shop", "t");
         assert!(h.in_force(&t, &file("bin.000001", 4)).unwrap().is_none());
-        h.record(&v0, &v1, &file("bin.000001", 500), "ALTER TABLE t ADD a int");
-        h.record(&v1, &v2, &file("bin.000002", 100), "ALTER TABLE t MODIFY a bigint");
+        h.record(
+            &v0,
+            &v1,
+            &file("bin.000001", 500),
+            "ALTER TABLE t ADD a int",
+        );
+        h.record(
+            &v1,
+            &v2,
+            &file("bin.000002", 100),
+            "ALTER TABLE t MODIFY a bigint",
+        );
         let at = |p: Position| h.in_force(&t, &p).unwrap().unwrap().schema.columns.clone();
         assert_eq!(at(file("bin.000001", 4)), v0.schema.columns);
         assert_eq!(at(file("bin.000001", 500)), v1.schema.columns);
         assert_eq!(at(file("bin.000001", 900)), v1.schema.columns);
         assert_eq!(at(file("bin.000003", 4)), v2.schema.columns);
         // A restart before the second DDL replays it: one version per DDL, not two.
-        h.record(&v1, &v2, &file("bin.000002", 100), "ALTER TABLE t MODIFY a bigint");
+        h.record(
+            &v1,
+            &v2,
+            &file("bin.000002", 100),
+            "ALTER TABLE t MODIFY a bigint",
+        );
         let back = SchemaHistory::from_json(&h.to_json()).unwrap();
         assert_eq!(back, h);
         assert_eq!(back.tables["shop.t"].len(), 3);
