@@ -1,7 +1,9 @@
 //! `ALTER TABLE` on MariaDB while cdcd streams into Iceberg (issue 20): added columns and widened
 //! types evolve the lake's table; a DDL made while cdcd is down is replayed onto the columns the
 //! schema history records at the restart position (information_schema already shows the newer
-//! table); a change the lake cannot follow stops cdcd naming the statement. Read back by DuckDB.
+//! table); columns added with a constant default read it in older rows (Iceberg v3
+//! initial-default); a change the lake cannot follow stops cdcd naming the statement. Read back
+//! by DuckDB.
 
 use std::time::Duration;
 
@@ -72,6 +74,21 @@ async fn alter_table_evolves_the_lake_and_restarts_replay_it_exactly() {
     p.kill9();
     p.start();
     my_exec(&mut c, "INSERT INTO t VALUES (7, 7, 'g', 70, 'x7')").await;
+    p.assert_equal("t", 60).await;
+
+    // Added with constant defaults: the source fills the existing rows, the lake stores the
+    // defaults as the new fields' initial-default (DuckDB reads them for the older rows).
+    my_exec(
+        &mut c,
+        "ALTER TABLE t ADD COLUMN k INT NOT NULL DEFAULT 5, ADD COLUMN ks VARCHAR(10) DEFAULT 'd''k';
+         INSERT INTO t (id, v, s, k) VALUES (8, 8, 'h', 80);
+         UPDATE t SET ks = 'set' WHERE id = 2",
+    )
+    .await;
+    p.assert_equal("t", 60).await;
+    p.kill9();
+    p.start();
+    my_exec(&mut c, "INSERT INTO t (id) VALUES (9)").await;
     p.assert_equal("t", 60).await;
 
     // What the lake cannot express stops cdcd, naming the statement.

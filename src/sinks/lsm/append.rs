@@ -199,6 +199,7 @@ impl Inner {
             detail: format!("planning the commit: {e}"),
         })?;
         let mut guard = handle.state.lock().await;
+        self.refuse_added_defaults(schema, &mut guard).await?;
         let state = self.ensure_created(table, &mut guard, &wanted).await?;
         let mut change = Change::default();
         // `commit::publish` advances `next_sequence` past the files' sequence numbers.
@@ -266,12 +267,14 @@ mod tests {
                     nullable: true,
                     data_type: DataType::Int32,
                     source_type: "int4".into(),
+                    initial_default: None,
                 },
                 Column {
                     name: "s".into(),
                     nullable: true,
                     data_type: DataType::Utf8,
                     source_type: "text".into(),
+                    initial_default: None,
                 },
             ],
             primary_key: vec![],

@@ -251,6 +251,7 @@ impl LsmSink {
         inner.stall(&handle).await?;
         let wanted = schema::paimon_schema(schema, inner.table_options())?;
         let mut guard = handle.state.lock().await;
+        inner.refuse_added_defaults(schema, &mut guard).await?;
         let state = inner.ensure_created(table, &mut guard, &wanted).await?;
         let schemas = FileSchemas::new(schema).with_schema_id(state.schema.id);
         let buckets = state.buckets(inner.config.buckets);
@@ -487,6 +488,40 @@ impl Inner {
             })?;
         tracing::info!(table = %table, schema_id = state.schema.id, "the table is already at a newer schema: committing the older changes widened to it");
         Ok(Some((newer, widened)))
+    }
+
+    /// Refuses changes that add a column with a default the table's existing rows must read:
+    /// Paimon has no initial default (a column added to a Paimon table reads NULL in older
+    /// files), so they would read NULL where the source holds the default.
+    async fn refuse_added_defaults(
+        &self,
+        schema: &TableSchema,
+        slot: &mut Option<TableState>,
+    ) -> Result<(), SinkError> {
+        if schema.columns.iter().all(|c| c.initial_default.is_none()) {
+            return Ok(());
+        }
+        self.ensure_loaded(&schema.id, slot).await?;
+        let Some(state) = slot.as_ref() else {
+            return Ok(());
+        };
+        let added: Vec<&str> = schema
+            .columns
+            .iter()
+            .filter(|c| c.initial_default.is_some())
+            .filter(|c| !state.schema.fields.iter().any(|f| f.name == c.name))
+            .map(|c| c.name.as_str())
+            .collect();
+        if added.is_empty() {
+            return Ok(());
+        }
+        Err(SinkError::SchemaChanged {
+            table: schema.id.clone(),
+            detail: format!(
+                "column {} is added with a default the existing rows hold; a Paimon table has no initial default (they would read NULL): add the column without a default and backfill it with UPDATE",
+                added.join(", ")
+            ),
+        })
     }
 
     /// The table's state in `slot`, loaded, or created with schema `wanted` when it does not

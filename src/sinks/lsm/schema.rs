@@ -316,6 +316,7 @@ pub fn table_schema(
             nullable: !text.contains("NOT NULL"),
             data_type: dt,
             source_type: text,
+            initial_default: None,
         });
     }
     let primary_key = schema
@@ -435,6 +436,7 @@ mod tests {
             data_type: dt,
             nullable: true,
             source_type: String::new(),
+            initial_default: None,
         }
     }
 

@@ -375,6 +375,18 @@ impl Assembler {
             }
         }
         let mut after = build_entry(id.clone(), &columns, &key).map_err(|e| stop(e.to_string()))?;
+        // Columns keep the initial default they were added with; an added one takes its DEFAULT.
+        for (i, column) in after.schema_mut().columns.iter_mut().enumerate() {
+            column.initial_default = match before.schema.columns.get(i) {
+                Some(kept) => kept.initial_default.clone(),
+                None => columns
+                    .get(i)
+                    .map(ddl::added_default)
+                    .transpose()
+                    .map_err(|e| stop(e.0))?
+                    .flatten(),
+            };
+        }
         after.key_origin = before.key_origin.clone();
         after.charset = before.charset.clone();
         if !before.schema.evolves_to(&after.schema) {

@@ -24,7 +24,9 @@ use sqlparser::ast::{
 use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
 
-use super::types::ColumnInfo;
+use mysql_common::value::Value;
+
+use super::types::{parse_default, ColumnDefault, ColumnInfo};
 
 /// Why an `ALTER TABLE` cannot be applied; the message names the operation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -79,15 +81,17 @@ fn apply_operation(
             let options: Vec<&ColumnOption> =
                 column_def.options.iter().map(|o| &o.option).collect();
             let column = column_info(name, &column_def.data_type, &options, default_charset)?;
-            if !column.nullable {
-                return Err(AlterError(format!(
-                    "column {name} is added NOT NULL: the rows already in the lake would have no value for it"
-                )));
-            }
-            if let Some(default) = &column.default {
-                return Err(AlterError(format!(
-                    "column {name} is added with DEFAULT {default}: the source fills it into existing rows, the lake's existing rows would read NULL"
-                )));
+            // The source fills existing rows with the default: the lake stores it as the
+            // column's initial default (`added_default`); without one they read NULL, which a
+            // NOT NULL column cannot.
+            match added_default(&column)? {
+                Some(_) => {}
+                None if !column.nullable => {
+                    return Err(AlterError(format!(
+                        "column {name} is added NOT NULL without a default: MySQL fills existing rows with an implicit value the lake cannot know"
+                    )));
+                }
+                None => {}
             }
             columns.push(column);
             Ok(())
@@ -171,6 +175,21 @@ fn apply_operation(
         | AlterTableOperation::ValidateConstraint { .. }
         | AlterTableOperation::SetOptionsParens { .. } => Ok(()),
         other => Err(AlterError(format!("{other} is not applied"))),
+    }
+}
+
+/// The value rows that predate `column` read when it is added, as text (`None`: NULL): its
+/// DEFAULT when that is a constant; an expression default (`CURRENT_TIMESTAMP`, `uuid()`) gives
+/// each existing row a value the binlog does not carry, which is an error.
+pub fn added_default(column: &ColumnInfo) -> Result<Option<String>, AlterError> {
+    match parse_default(column.default.as_deref(), true) {
+        ColumnDefault::Value(Value::NULL) => Ok(None),
+        ColumnDefault::Value(Value::Bytes(bytes)) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
+        ColumnDefault::Value(other) => Ok(Some(format!("{other:?}"))),
+        ColumnDefault::Expr(expr) => Err(AlterError(format!(
+            "column {} is added with DEFAULT {expr}, an expression: each existing row got a value the binlog does not carry",
+            column.name
+        ))),
     }
 }
 
@@ -365,6 +384,20 @@ mod tests {
     }
 
     #[test]
+    fn added_constant_defaults_are_what_existing_rows_read() {
+        let next = apply_alter(
+            "ALTER TABLE t ADD c int NOT NULL DEFAULT 7, ADD s varchar(5) DEFAULT 'it''s', ADD n int DEFAULT NULL",
+            &table(),
+            "utf8mb4",
+        )
+        .unwrap();
+        assert_eq!(added_default(&next[3]).unwrap().as_deref(), Some("7"));
+        assert!(!next[3].nullable);
+        assert_eq!(added_default(&next[4]).unwrap().as_deref(), Some("it's"));
+        assert_eq!(added_default(&next[5]).unwrap(), None);
+    }
+
+    #[test]
     fn modify_widens_in_place_and_keeps_the_charset() {
         let next = apply_alter(
             "ALTER TABLE t MODIFY qty bigint, MODIFY COLUMN name varchar(200) NOT NULL",
@@ -411,8 +444,14 @@ mod tests {
             ("ALTER TABLE t DROP COLUMN qty", "DROP COLUMN qty"),
             ("ALTER TABLE t RENAME COLUMN qty TO amount", "RENAME COLUMN"),
             ("ALTER TABLE t CHANGE qty amount int", "renamed to amount"),
-            ("ALTER TABLE t ADD c int NOT NULL", "NOT NULL"),
-            ("ALTER TABLE t ADD c int DEFAULT 7", "DEFAULT 7"),
+            (
+                "ALTER TABLE t ADD c int NOT NULL",
+                "NOT NULL without a default",
+            ),
+            (
+                "ALTER TABLE t ADD c datetime DEFAULT CURRENT_TIMESTAMP",
+                "an expression",
+            ),
             ("ALTER TABLE t ADD c int FIRST", "FIRST or AFTER"),
             ("ALTER TABLE t ADD c int AFTER id", "FIRST or AFTER"),
             ("ALTER TABLE t MODIFY qty int AFTER id", "moved"),

@@ -46,6 +46,9 @@ pub struct SchemaVersion {
     pub key_origin: String,
     /// The table's default character set.
     pub charset: String,
+    /// Per column, the initial default it was added with (`changelog::Column::initial_default`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub initial_defaults: Vec<Option<String>>,
     /// The DDL's text (shortened), for people reading the file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub statement: Option<String>,
@@ -151,6 +154,21 @@ impl SchemaVersion {
                 .collect(),
             key_origin: entry.key_origin.label().to_owned(),
             charset: entry.charset.clone(),
+            initial_defaults: if entry
+                .schema
+                .columns
+                .iter()
+                .any(|c| c.initial_default.is_some())
+            {
+                entry
+                    .schema
+                    .columns
+                    .iter()
+                    .map(|c| c.initial_default.clone())
+                    .collect()
+            } else {
+                Vec::new()
+            },
             statement,
         }
     }
@@ -165,6 +183,14 @@ impl SchemaVersion {
             other => KeyOrigin::IdentityIndex(other.to_owned()),
         };
         entry.charset = self.charset.clone();
+        for (column, default) in entry
+            .schema_mut()
+            .columns
+            .iter_mut()
+            .zip(&self.initial_defaults)
+        {
+            column.initial_default = default.clone();
+        }
         Ok(entry)
     }
 }

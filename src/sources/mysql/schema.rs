@@ -30,6 +30,13 @@ pub struct TableEntry {
     pub charset: String,
 }
 
+impl TableEntry {
+    /// The schema, to adjust before the entry is shared.
+    pub fn schema_mut(&mut self) -> &mut TableSchema {
+        Arc::make_mut(&mut self.schema)
+    }
+}
+
 /// Builds the entry from `information_schema.columns` rows (in ordinal order) and the key's
 /// column names (in key order; a primary key unless the caller sets `key_origin`).
 pub fn build_entry(
@@ -46,6 +53,7 @@ pub fn build_entry(
             data_type,
             nullable: info.nullable,
             source_type: info.column_type.clone(),
+            initial_default: None,
         });
         kinds.push(kind);
     }

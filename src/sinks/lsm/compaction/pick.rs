@@ -462,6 +462,7 @@ pub(crate) mod tests {
             data_type: DataType::Int64,
             nullable: true,
             source_type: String::new(),
+            initial_default: None,
         };
         let schemas = FileSchemas::new(&TableSchema {
             id: TableId::new("p", "t"),
