@@ -205,13 +205,45 @@ pub async fn read_snapshot(
     table: &str,
     id: i64,
 ) -> Result<Option<Snapshot>, SinkError> {
-    let loc = snapshot_location(table, id);
-    match read(w, &loc).await? {
+    read_json(w, &snapshot_location(table, id)).await
+}
+
+/// The JSON object at `loc`, if it exists.
+async fn read_json<T: serde::de::DeserializeOwned>(
+    w: &Warehouse,
+    loc: &str,
+) -> Result<Option<T>, SinkError> {
+    match read(w, loc).await? {
         Some(b) => serde_json::from_slice(&b)
             .map(Some)
-            .map_err(|e| corrupt(&loc, e)),
+            .map_err(|e| corrupt(loc, e)),
         None => Ok(None),
     }
+}
+
+/// The highest `N` of the files `<dir>/<prefix>N`; `None` when there are none.
+async fn highest_numbered(
+    w: &Warehouse,
+    dir: &str,
+    prefix: &str,
+) -> Result<Option<i64>, SinkError> {
+    use futures::TryStreamExt;
+    let listed: Vec<_> = w
+        .store()
+        .list(Some(&w.path(dir)?))
+        .try_collect()
+        .await
+        .map_err(storage(dir))?;
+    Ok(listed
+        .iter()
+        .filter_map(|m| {
+            m.location
+                .filename()?
+                .strip_prefix(prefix)?
+                .parse::<i64>()
+                .ok()
+        })
+        .max())
 }
 
 async fn read_hint(w: &Warehouse, table: &str, name: &str) -> Result<Option<i64>, SinkError> {
@@ -242,31 +274,10 @@ pub async fn earliest_id(
 pub async fn latest_id(w: &Warehouse, table: &str) -> Result<Option<i64>, SinkError> {
     let mut id = match read_hint(w, table, "LATEST").await? {
         Some(id) => id,
-        None => {
-            use futures::TryStreamExt;
-            let dir = format!("{table}/snapshot");
-            let prefix = w.path(&dir)?;
-            let listed: Vec<_> = w
-                .store()
-                .list(Some(&prefix))
-                .try_collect()
-                .await
-                .map_err(storage(&dir))?;
-            match listed
-                .iter()
-                .filter_map(|m| {
-                    m.location
-                        .filename()?
-                        .strip_prefix("snapshot-")?
-                        .parse::<i64>()
-                        .ok()
-                })
-                .max()
-            {
-                Some(id) => id,
-                None => return Ok(None),
-            }
-        }
+        None => match highest_numbered(w, &format!("{table}/snapshot"), "snapshot-").await? {
+            Some(id) => id,
+            None => return Ok(None),
+        },
     };
     while read(w, &snapshot_location(table, id + 1)).await?.is_some() {
         id += 1;
@@ -303,12 +314,12 @@ pub async fn load(w: &Warehouse, location: &str) -> Result<Option<TableState>, S
     let Some(schema_id) = latest_schema_id(w, location).await? else {
         return Ok(None);
     };
-    let schema_loc = schema_location(location, schema_id);
-    let Some(schema) = read(w, &schema_loc).await? else {
-        return Err(corrupt(&schema_loc, "listed but unreadable"));
+    let Some(schema) = read_schema(w, location, schema_id).await? else {
+        return Err(corrupt(
+            &schema_location(location, schema_id),
+            "listed but vanished",
+        ));
     };
-    let schema: PaimonSchema =
-        serde_json::from_slice(&schema).map_err(|e| corrupt(&schema_loc, e))?;
     let mut state = TableState {
         location: location.to_owned(),
         schema,
@@ -357,25 +368,7 @@ fn schema_location(location: &str, id: i64) -> String {
 /// The newest schema id (Paimon's `SchemaManager.latest`: the highest `schema-N` file);
 /// `None` when the table has no schema yet.
 async fn latest_schema_id(w: &Warehouse, location: &str) -> Result<Option<i64>, SinkError> {
-    use futures::TryStreamExt;
-    let dir = format!("{location}/schema");
-    let prefix = w.path(&dir)?;
-    let listed: Vec<_> = w
-        .store()
-        .list(Some(&prefix))
-        .try_collect()
-        .await
-        .map_err(storage(&dir))?;
-    Ok(listed
-        .iter()
-        .filter_map(|m| {
-            m.location
-                .filename()?
-                .strip_prefix("schema-")?
-                .parse::<i64>()
-                .ok()
-        })
-        .max())
+    highest_numbered(w, &format!("{location}/schema"), "schema-").await
 }
 
 /// Schema file `schema-<id>`, if it exists.
@@ -384,13 +377,7 @@ pub async fn read_schema(
     location: &str,
     id: i64,
 ) -> Result<Option<PaimonSchema>, SinkError> {
-    let loc = schema_location(location, id);
-    match read(w, &loc).await? {
-        Some(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| corrupt(&loc, e)),
-        None => Ok(None),
-    }
+    read_json(w, &schema_location(location, id)).await
 }
 
 /// Creates schema file `schema-<schema.id>` (create-if-absent: schema 0 makes the table, a later
