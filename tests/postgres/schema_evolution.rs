@@ -286,9 +286,13 @@ async fn add_column_with_a_constant_default_reads_it_in_older_rows() {
     }
     assert_equal_both(&mut p, &a).await;
     let meta = current_metadata(&p, &a);
+    // The current schema (the list's order is not the ids').
     let schema = meta["schemas"]
         .as_array()
-        .and_then(|s| s.last())
+        .and_then(|s| {
+            s.iter()
+                .find(|s| s["schema-id"] == meta["current-schema-id"])
+        })
         .cloned()
         .unwrap_or_default();
     let c = schema["fields"]
