@@ -79,7 +79,7 @@ pub(super) fn plan_error(
             key_text(*key),
             schema.columns.get(*column).map_or("?", |c| c.name.as_str())
         ),
-        PlanError::KeylessAbsent { column } => format!(
+        PlanError::KeylessAbsent { column } | PlanError::PartialImage { column } => format!(
             "{e} (column {})",
             schema.columns.get(*column).map_or("?", |c| c.name.as_str())
         ),
