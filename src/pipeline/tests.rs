@@ -88,6 +88,7 @@ impl Source for ScriptedSource {
         Ok(Prepared {
             tables: self.tables.clone(),
             slot_exists: self.slot_exists,
+            multiset: Vec::new(),
         })
     }
 

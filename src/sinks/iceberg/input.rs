@@ -83,6 +83,18 @@ pub(super) fn plan_error(
             "{e} (column {})",
             schema.columns.get(*column).map_or("?", |c| c.name.as_str())
         ),
+        PlanError::NoSuchRow { row } => {
+            let all: Vec<usize> = (0..schema.columns.len()).collect();
+            let k = KeyRef {
+                batch: row.batch,
+                row: row.row,
+                old: false,
+            };
+            let text = writer::key_batch(changes, &[k], &all, &TableChanges::rows_schema(schema))
+                .map(|b| lookup::key_text(&b, 0))
+                .unwrap_or_else(|_| "?".into());
+            format!("{e} (row {text})")
+        }
         PlanError::Arrow(_) | PlanError::TooLarge | PlanError::Keyless { .. } => e.to_string(),
     };
     SinkError::Data {

@@ -129,6 +129,8 @@ pub enum PlanError {
     KeylessAbsent { column: usize },
     #[error("the before image of an UPDATE or DELETE of a table without a key lacks a column, so it does not identify the row (Postgres: ALTER TABLE … REPLICA IDENTITY FULL; MySQL/MariaDB: SET GLOBAL binlog_row_image = 'FULL')")]
     PartialImage { column: usize },
+    #[error("a DELETE or UPDATE of a table without a key removes a row the table does not hold: the replica is not the source's multiset")]
+    NoSuchRow { row: RowRef },
 }
 
 #[derive(Clone, Copy)]

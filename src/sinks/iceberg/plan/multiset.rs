@@ -105,7 +105,7 @@ impl<'a> Planner<'a> {
                         if let Some(column) = absent() {
                             return Err(PlanError::PartialImage { column });
                         }
-                        self.delete(this, rows.row(r), bytes);
+                        self.delete(this, rows.row(r), bytes)?;
                     }
                     Op::Update => return Err(PlanError::Keyless { op: *op }),
                 }
@@ -143,12 +143,14 @@ impl<'a> Planner<'a> {
     }
 
     /// Removes one row equal to `k`: one this commit inserted if any, else one of the table's.
-    fn delete(&mut self, this: RowRef, k: Row<'a>, bytes: usize) {
+    fn delete(&mut self, this: RowRef, k: Row<'a>, bytes: usize) -> Result<(), PlanError> {
         let Some(ordinal) = self.live.get_mut(&k).and_then(Vec::pop) else {
-            // After a truncate in this commit the table holds nothing: the locate step finds no
-            // row and stops, as it must for a delete of a row that does not exist.
+            // After a truncate in this commit the earlier snapshots hold nothing for it.
+            if self.plan.truncate {
+                return Err(PlanError::NoSuchRow { row: this });
+            }
             self.plan.row_deletes.push(this);
-            return;
+            return Ok(());
         };
         match self.locs.get(ordinal).copied() {
             Some(Loc::Open(i)) => {
@@ -161,6 +163,7 @@ impl<'a> Planner<'a> {
             Some(Loc::Written { file, pos }) => self.plan.position_deletes.push((file, pos)),
             None => {}
         }
+        Ok(())
     }
 
     fn close_file(&mut self) {
