@@ -84,13 +84,8 @@ pub(super) fn plan_error(
             schema.columns.get(*column).map_or("?", |c| c.name.as_str())
         ),
         PlanError::NoSuchRow { row } => {
-            let all: Vec<usize> = (0..schema.columns.len()).collect();
-            let k = KeyRef {
-                batch: row.batch,
-                row: row.row,
-                old: false,
-            };
-            let text = writer::key_batch(changes, &[k], &all, &TableChanges::rows_schema(schema))
+            let rows = TableChanges::rows_schema(schema);
+            let text = super::multiset::gather(changes, &[*row], &rows)
                 .map(|b| lookup::key_text(&b, 0))
                 .unwrap_or_else(|_| "?".into());
             format!("{e} (row {text})")

@@ -20,16 +20,16 @@ use std::collections::{HashMap, HashSet};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
+use arrow_array::{Array, RecordBatch};
 use arrow_row::{RowConverter, SortField};
-use arrow_schema::ArrowError;
+use arrow_schema::{ArrowError, SchemaRef};
 use iceberg::spec::DataFileFormat;
 
 use super::deletes::commit_vectors::LiveDvs;
 use super::locator::RowAddress;
 use super::lookup::{decode, key_text, project};
 use super::manifest::{read, LiveFiles};
-use super::plan::{KeyRef, RowRef};
-use super::writer::key_batch;
+use super::plan::RowRef;
 use crate::changelog::{TableChanges, TableSchema};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
@@ -60,17 +60,8 @@ pub(crate) async fn locate(
         });
     }
     let rows_schema = TableChanges::rows_schema(schema);
-    let all: Vec<usize> = (0..schema.columns.len()).collect();
-    let refs: Vec<KeyRef> = deletes
-        .iter()
-        .map(|r| KeyRef {
-            batch: r.batch,
-            row: r.row,
-            old: false,
-        })
-        .collect();
     let wanted_batch =
-        key_batch(changes, &refs, &all, &rows_schema).map_err(arrow("gathering deleted rows"))?;
+        gather(changes, deletes, &rows_schema).map_err(arrow("gathering deleted rows"))?;
     let converter = RowConverter::new(
         rows_schema
             .fields()
@@ -180,4 +171,34 @@ async fn position_deletes(
         }
     }
     Ok(out)
+}
+
+/// The whole rows `rows` of `changes`, in that order, as one batch of `schema`.
+pub(crate) fn gather(
+    changes: &[TableChanges],
+    rows: &[RowRef],
+    schema: &SchemaRef,
+) -> Result<RecordBatch, ArrowError> {
+    let indices: Vec<(usize, usize)> = rows
+        .iter()
+        .map(|r| (r.batch as usize, r.row as usize))
+        .collect();
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for (col, field) in schema.fields().iter().enumerate() {
+        let arrays = changes
+            .iter()
+            .map(|c| {
+                c.rows
+                    .columns()
+                    .get(col)
+                    .map(|a| a.as_ref())
+                    .ok_or_else(|| {
+                        ArrowError::SchemaError(format!("a change batch lacks column {col}"))
+                    })
+            })
+            .collect::<Result<Vec<&dyn Array>, _>>()?;
+        let gathered = arrow_select::interleave::interleave(&arrays, &indices)?;
+        columns.push(arrow_cast::cast(&gathered, field.data_type())?);
+    }
+    RecordBatch::try_new(schema.clone(), columns)
 }
