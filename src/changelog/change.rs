@@ -104,8 +104,8 @@ impl TableChanges {
     /// added columns NULL. An added column is present (NULL) in inserts and updates: the row had no
     /// such column then, which once the column exists reads as NULL (Postgres fills existing rows
     /// the same way for a column added without a default); it is absent in deletes, like their
-    /// other non-key columns. Used for a schema change inside one transaction, whose rows must
-    /// share one commit.
+    /// other non-key columns, except in a keyless table's deletes, which carry the whole row.
+    /// Used for a schema change inside one transaction, whose rows must share one commit.
     pub fn evolve(&self, newer: &Arc<TableSchema>) -> Result<TableChanges, ArrowError> {
         let rows_schema = Self::rows_schema(newer);
         let keys_schema = Self::keys_schema(newer);
@@ -118,17 +118,14 @@ impl TableChanges {
                 columns.push(arrow_cast::cast(self.rows.column(i), field.data_type())?);
             } else {
                 columns.push(new_null_array(field.data_type(), n));
-                let deletes = self
-                    .ops
-                    .iter()
-                    .any(|op| !matches!(op, Op::Insert | Op::Update));
-                present.push(deletes.then(|| {
-                    BooleanBuffer::from_iter(
-                        self.ops
-                            .iter()
-                            .map(|op| matches!(op, Op::Insert | Op::Update)),
-                    )
-                }));
+                // A keyless table's delete carries the whole row (a multiset delete, issue 23),
+                // which once the column exists reads NULL there too.
+                let whole = |op: &Op| {
+                    matches!(op, Op::Insert | Op::Update)
+                        || (*op == Op::Delete && newer.primary_key.is_empty())
+                };
+                let partial = self.ops.iter().any(|op| !whole(op));
+                present.push(partial.then(|| BooleanBuffer::from_iter(self.ops.iter().map(whole))));
             }
         }
         let keys = keys_schema
