@@ -24,7 +24,8 @@ pub struct StatusRow {
     pub table: String,
     /// The key columns (empty: keyless).
     pub key: Vec<String>,
-    /// Where the key came from: `primary_key`, `replica_identity_index`, `key_columns`, `none`.
+    /// Where the key came from: `primary_key`, `replica_identity_index`, `key_columns`, `none`
+    /// (keyless, insert-only), `full_row` (keyless, updates and deletes applied as a multiset).
     pub key_origin: &'static str,
     /// The replica identity index, when `key_origin` is `replica_identity_index`.
     #[serde(skip_serializing_if = "Option::is_none")]

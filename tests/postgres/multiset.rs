@@ -213,3 +213,52 @@ async fn replica_identity_full_keyless_table_is_refused_on_lsm() {
         "{out}"
     );
 }
+
+/// Updates and deletes of single duplicates while the table is being copied: the copy reads the
+/// slot's exported snapshot and the stream starts at its consistent point, so every change made
+/// during the copy is streamed after the copied rows and applied to one equal row of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_identity_full_changes_during_the_copy() {
+    let Some(env) = test_env("replica_identity_full_changes_during_the_copy") else {
+        return;
+    };
+    let name = unique("multisetc");
+    let m = format!("{name}_m");
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {m};
+             CREATE TABLE {m} (g int8, note text);
+             ALTER TABLE {m} REPLICA IDENTITY FULL;
+             INSERT INTO {m} SELECT g % 500, repeat('x', 40) FROM generate_series(1, 300000) g;"
+        ),
+    )
+    .await;
+    let mut p = Pipeline::new(&env, &name, &[&m], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {m}"));
+    p.start();
+    let url = env.pg_url.clone();
+    let mm = m.clone();
+    let writer = tokio::spawn(async move {
+        let c = connect(&url).await;
+        for i in 0..40 {
+            exec(
+                &c,
+                &format!(
+                    "UPDATE {mm} SET note = 'u{i}' WHERE ctid = (SELECT ctid FROM {mm} WHERE g = {0} LIMIT 1);
+                     DELETE FROM {mm} WHERE ctid = (SELECT ctid FROM {mm} WHERE g = {1} LIMIT 1);
+                     UPDATE {mm} SET note = 'all{i}' WHERE g = {2};",
+                    i % 7,
+                    i % 11,
+                    100 + i
+                ),
+            )
+            .await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    writer.await.unwrap();
+    p.assert_equal(&m, 240).await;
+    p.assert_running();
+}
