@@ -188,9 +188,7 @@ pub fn plan(
     if key.is_empty() {
         // A keyless table with deletes is a multiset (its sources send whole before images);
         // one with inserts only stays on the plain append path.
-        let deletes = changes
-            .iter()
-            .any(|c| c.ops.iter().any(|op| *op == Op::Delete));
+        let deletes = changes.iter().any(|c| c.ops.contains(&Op::Delete));
         return if deletes {
             multiset::plan_multiset(changes, limits)
         } else {
