@@ -54,7 +54,7 @@ pub(super) fn put_delete(
                 rel,
                 i,
                 at,
-                "the before image of an UPDATE or DELETE of a table without a key leaves the column out, so it does not identify the row; the table's REPLICA IDENTITY must be FULL",
+                "the before image of an UPDATE or DELETE of a table without a key leaves the column out, so it does not identify the row (Postgres sends the whole old row, detoasted, under REPLICA IDENTITY FULL)",
             ));
         }
         put_value(b, rel, i, v, at)?;
