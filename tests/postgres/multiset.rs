@@ -177,8 +177,8 @@ fn assert_no_equality_deletes_or_identifiers(p: &Pipeline, table: &str) {
     assert_eq!(eq, 0, "equality delete files in a multiset table");
 }
 
-/// The lsm sink cannot store a multiset with row-level deletes: the table is refused at start,
-/// naming it and the fix, before anything is replicated.
+/// The lsm sink cannot store a multiset with row-level deletes: the table is refused by `cdcd
+/// check` and at start, naming it and the fix, before anything is replicated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_identity_full_keyless_table_is_refused_on_lsm() {
     let Some(env) = test_env("replica_identity_full_keyless_table_is_refused_on_lsm") else {
@@ -202,6 +202,11 @@ async fn replica_identity_full_keyless_table_is_refused_on_lsm() {
     .await;
     let mut p = Pipeline::new_lsm(&env, &name, &[&m], &Settings::default(), 2);
     p.on_cleanup(format!("DROP TABLE IF EXISTS {m}"));
+    let (ok, out) = run_cdcd(&["check"], &p.config);
+    assert!(
+        !ok && out.contains(&format!("public.{m}")) && out.contains("source.key_columns"),
+        "cdcd check passed a multiset on lsm:\n{out}"
+    );
     p.start();
     let status = p.wait_exit(Duration::from_secs(120)).await;
     assert!(!status.success(), "cdcd accepted a multiset on lsm");
