@@ -267,3 +267,46 @@ async fn replica_identity_full_changes_during_the_copy() {
     p.assert_equal(&m, 240).await;
     p.assert_running();
 }
+
+/// A keyless table replicated insert-only (REPLICA IDENTITY DEFAULT, in the inserts-only
+/// publication) whose identity becomes FULL: its updates until then were never published, so the
+/// next start refuses to continue it as a multiset, naming the table and the fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_changed_to_full_while_replicated_is_refused() {
+    let Some(env) = test_env("identity_changed_to_full_while_replicated_is_refused") else {
+        return;
+    };
+    let name = unique("multiseti");
+    let m = format!("{name}_m");
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {m};
+             CREATE TABLE {m} (g int4, note text);
+             INSERT INTO {m} VALUES (1, 'a'), (1, 'a');"
+        ),
+    )
+    .await;
+    let mut p = Pipeline::new(&env, &name, &[&m], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {m}"));
+    p.start();
+    p.assert_equal(&m, 120).await;
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+    exec(
+        &client,
+        &format!("ALTER TABLE {m} REPLICA IDENTITY FULL; UPDATE {m} SET note = 'b'"),
+    )
+    .await;
+    p.start();
+    let status = p.wait_exit(Duration::from_secs(120)).await;
+    assert!(
+        !status.success(),
+        "cdcd continued a table that missed updates"
+    );
+    let out = p.output();
+    assert!(
+        out.contains(&format!("public.{m}")) && out.contains("was replicated insert-only"),
+        "{out}"
+    );
+}
