@@ -512,4 +512,41 @@ mod tests {
         b.no_old_key().unwrap();
         assert!(b.finish().is_err());
     }
+
+    /// A column added inside a transaction: NULL in the earlier inserts and updates; absent in
+    /// a keyed table's deletes (only the key identifies them), present NULL in a keyless
+    /// table's deletes, which must stay whole rows (multiset deletes, issue 23).
+    #[test]
+    fn evolve_keeps_keyless_deletes_whole() {
+        for keyless in [false, true] {
+            let mut older = (*schema()).clone();
+            if keyless {
+                older.primary_key.clear();
+            }
+            let older = Arc::new(older);
+            let mut newer = (*older).clone();
+            newer.columns.push(Column {
+                name: "extra".into(),
+                data_type: DataType::Int64,
+                nullable: true,
+                source_type: "int8".into(),
+            });
+            let newer = Arc::new(newer);
+            let mut b = TableChangesBuilder::new(older.clone(), 2);
+            for op in [Op::Insert, Op::Delete] {
+                b.begin(op);
+                int(b.value(0), 1);
+                b.value(1)
+                    .unwrap()
+                    .as_any_mut()
+                    .downcast_mut::<StringBuilder>()
+                    .unwrap()
+                    .append_value("a");
+                b.no_old_key().unwrap();
+            }
+            let c = b.finish().unwrap().evolve(&newer).unwrap();
+            assert!(c.is_present(2, 0) && c.rows.column(2).is_null(0));
+            assert_eq!(c.is_present(2, 1), keyless, "keyless = {keyless}");
+        }
+    }
 }

@@ -114,6 +114,23 @@ async fn replica_identity_full_keyless_table_is_a_multiset() {
     }
     assert_no_equality_deletes_or_identifiers(&p, &m);
 
+    // A column added inside a transaction between deletes: the rows before it are evolved with
+    // the new column NULL, as the older files read, so the deletes still find their copies.
+    exec(
+        &client,
+        &format!(
+            "BEGIN;
+             DELETE FROM {m} WHERE ctid = (SELECT ctid FROM {m} WHERE g = 1 LIMIT 1);
+             ALTER TABLE {m} ADD COLUMN extra int4;
+             DELETE FROM {m} WHERE ctid = (SELECT ctid FROM {m} WHERE g = 3 LIMIT 1);
+             INSERT INTO {m} (g, note, extra) VALUES (1, 'a', 7), (1, 'a', 7);
+             COMMIT;
+             UPDATE {m} SET extra = 8 WHERE ctid = (SELECT ctid FROM {m} WHERE extra = 7 LIMIT 1);"
+        ),
+    )
+    .await;
+    p.assert_equal(&m, 120).await;
+
     // kill -9 while both tables are written, more writes while cdcd is down: the restart
     // resumes from the checkpoint in the snapshot, neither losing nor doubling a delete.
     let url = env.pg_url.clone();
