@@ -216,6 +216,7 @@ fn settings(max_rows: usize, snapshot: SnapshotMode) -> Settings {
         snapshot,
         slot: "cdcd_p".into(),
         progress: None,
+        source_state: None,
     }
 }
 

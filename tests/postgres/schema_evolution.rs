@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use crate::support::{connect, exec, test_env, unique, Pipeline, Settings};
+use crate::support::{connect, exec, test_env, unique, Pipeline, Settings, NAMESPACE};
 
 /// The table's current metadata file (the highest `v<N>.metadata.json`), parsed.
 fn current_metadata(p: &Pipeline, table: &str) -> serde_json::Value {
@@ -274,11 +274,15 @@ async fn add_column_with_a_default_stops() {
     assert_ne!(code, Some(0), "the replica must not claim the new rows");
 }
 
-/// The LSM (Paimon) sink does not evolve schemas yet: `ADD COLUMN` inside a transaction stops cdcd
-/// before that transaction, with the transactions before it committed, and again after a restart.
+/// The LSM (Paimon) sink evolves too: `ADD COLUMN` and widenings write `schema/schema-N` (new
+/// field ids, kept ones unchanged) before the commit that first writes under it, old data files
+/// are read by name (compaction and lookups merge files of all schemas), and pypaimon reads the
+/// table equal to the source. A crash right after a schema file is written (before any snapshot
+/// uses it) restarts into a table whose newest schema no snapshot has used yet: the replayed
+/// transaction commits under it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn add_column_stops_the_lsm_sink_before_the_transaction() {
-    let Some(env) = test_env("add_column_stops_the_lsm_sink_before_the_transaction") else {
+async fn add_column_and_widening_keep_replicating_lsm() {
+    let Some(env) = test_env("add_column_and_widening_keep_replicating_lsm") else {
         return;
     };
     let a = unique("sevl");
@@ -287,8 +291,8 @@ async fn add_column_stops_the_lsm_sink_before_the_transaction() {
         &client,
         &format!(
             "DROP TABLE IF EXISTS {a};
-             CREATE TABLE {a} (id int4 PRIMARY KEY, x int4);
-             INSERT INTO {a} SELECT g, g FROM generate_series(1, 50) g;"
+             CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, f float4, n numeric(8,2));
+             INSERT INTO {a} SELECT g, g, g / 4.0, g / 3.0 FROM generate_series(1, 200) g;"
         ),
     )
     .await;
@@ -296,36 +300,83 @@ async fn add_column_stops_the_lsm_sink_before_the_transaction() {
     p.on_cleanup(format!("DROP TABLE IF EXISTS {a}"));
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
-    exec(&client, &format!("UPDATE {a} SET x = -x WHERE id <= 10")).await;
+    for k in 0..3 {
+        exec(
+            &client,
+            &format!("UPDATE {a} SET x = x + 1 WHERE id % 7 = {k}"),
+        )
+        .await;
+    }
     p.assert_equal(&a, 60).await;
-    // Its own query: in one simple query with the BEGIN below it would join that transaction.
+    let schema_dir = p
+        .warehouse
+        .join(format!("{NAMESPACE}.db"))
+        .join(&a)
+        .join("schema");
+
+    // ADD COLUMN inside a transaction between DML, then rows under the new schema.
     exec(&client, &format!("UPDATE {a} SET x = 0 WHERE id = 20")).await;
     exec(
         &client,
         &format!(
-            "BEGIN; INSERT INTO {a} VALUES (51, 51); ALTER TABLE {a} ADD COLUMN c text;
-             INSERT INTO {a} VALUES (52, 52, 'c'); COMMIT;"
+            "BEGIN; INSERT INTO {a} VALUES (201, 201); UPDATE {a} SET x = -1 WHERE id = 21;
+             ALTER TABLE {a} ADD COLUMN c text;
+             INSERT INTO {a} VALUES (202, 202, 1.5, 2.5, 'c'); UPDATE {a} SET c = 'set-' || id WHERE id BETWEEN 30 AND 40;
+             DELETE FROM {a} WHERE id BETWEEN 41 AND 45; COMMIT;"
         ),
     )
     .await;
-    for start in 1..=2 {
-        let status = p.wait_exit(Duration::from_secs(60)).await;
-        assert!(!status.success(), "cdcd must stop, got {status}");
-        let out = p.output();
-        assert!(
-            out.matches("this sink cannot apply that change").count() >= start
-                && out.contains(&format!("public.{a}")),
-            "start {start}: the stop names the table:\n{out}"
-        );
-        if start == 1 {
-            p.start();
-        }
-    }
-    // The transaction before the ALTER's is in the replica; nothing of the ALTER's.
+    p.assert_equal(&a, 60).await;
+    assert!(schema_dir.join("schema-1").exists(), "schema-1 written");
+
+    // Widening, with a crash right after its schema file is written: the restart replays the
+    // ALTER's transaction into a table that already has the wider schema.
+    p.kill9();
     exec(
         &client,
-        &format!("ALTER TABLE {a} DROP COLUMN c; DELETE FROM {a} WHERE id IN (51, 52);"),
+        &format!("UPDATE {a} SET x = 5 WHERE id BETWEEN 50 AND 55"),
     )
     .await;
-    p.assert_equal(&a, 10).await;
+    exec(
+        &client,
+        &format!(
+            "BEGIN; ALTER TABLE {a} ALTER COLUMN x TYPE bigint, ALTER COLUMN f TYPE float8,
+               ALTER COLUMN n TYPE numeric(12,2);
+             INSERT INTO {a} (id, x, f, n) VALUES (203, 5000000000, 1e300, 1234567890.12);
+             UPDATE {a} SET x = x * 10000000 WHERE id BETWEEN 62 AND 64; COMMIT;"
+        ),
+    )
+    .await;
+    p.env_vars = vec![("CDCD_FAILPOINT".into(), "lsm-schema-written".into())];
+    p.start();
+    let st = p.wait_exit(Duration::from_secs(60)).await;
+    assert!(!st.success(), "cdcd should have aborted: {st}");
+    assert!(
+        p.output().contains("failpoint lsm-schema-written"),
+        "{}",
+        p.output()
+    );
+    assert!(schema_dir.join("schema-2").exists(), "schema-2 written");
+    p.env_vars.clear();
+    p.start();
+    p.assert_equal(&a, 60).await;
+
+    // Many more commits: compaction merges files of all three schemas.
+    for k in 0..8 {
+        exec(
+            &client,
+            &format!("UPDATE {a} SET c = 'k{k}', x = x + {k} WHERE id % 8 = {k}; DELETE FROM {a} WHERE id = {}", 100 + k),
+        )
+        .await;
+    }
+    p.assert_equal(&a, 60).await;
+    p.kill9();
+    p.start();
+    exec(
+        &client,
+        &format!("INSERT INTO {a} (id, c) VALUES (204, 'last')"),
+    )
+    .await;
+    p.assert_equal(&a, 60).await;
+    p.assert_running();
 }

@@ -300,9 +300,12 @@ pub async fn read_manifest(
 
 /// Loads the table at `location`; `Ok(None)` when it has no schema yet.
 pub async fn load(w: &Warehouse, location: &str) -> Result<Option<TableState>, SinkError> {
-    let schema_loc = format!("{location}/schema/schema-0");
-    let Some(schema) = read(w, &schema_loc).await? else {
+    let Some(schema_id) = latest_schema_id(w, location).await? else {
         return Ok(None);
+    };
+    let schema_loc = schema_location(location, schema_id);
+    let Some(schema) = read(w, &schema_loc).await? else {
+        return Err(corrupt(&schema_loc, "listed but unreadable"));
     };
     let schema: PaimonSchema =
         serde_json::from_slice(&schema).map_err(|e| corrupt(&schema_loc, e))?;
@@ -346,13 +349,58 @@ pub async fn load(w: &Warehouse, location: &str) -> Result<Option<TableState>, S
     Ok(Some(state))
 }
 
-/// Creates the table's schema file (create-if-absent: a concurrent creator's schema wins and is
-/// loaded instead).
+/// `schema/schema-<id>`.
+fn schema_location(location: &str, id: i64) -> String {
+    format!("{location}/schema/schema-{id}")
+}
+
+/// The newest schema id (Paimon's `SchemaManager.latest`: the highest `schema-N` file);
+/// `None` when the table has no schema yet.
+async fn latest_schema_id(w: &Warehouse, location: &str) -> Result<Option<i64>, SinkError> {
+    use futures::TryStreamExt;
+    let dir = format!("{location}/schema");
+    let prefix = w.path(&dir)?;
+    let listed: Vec<_> = w
+        .store()
+        .list(Some(&prefix))
+        .try_collect()
+        .await
+        .map_err(storage(&dir))?;
+    Ok(listed
+        .iter()
+        .filter_map(|m| {
+            m.location
+                .filename()?
+                .strip_prefix("schema-")?
+                .parse::<i64>()
+                .ok()
+        })
+        .max())
+}
+
+/// Schema file `schema-<id>`, if it exists.
+pub async fn read_schema(
+    w: &Warehouse,
+    location: &str,
+    id: i64,
+) -> Result<Option<PaimonSchema>, SinkError> {
+    let loc = schema_location(location, id);
+    match read(w, &loc).await? {
+        Some(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| corrupt(&loc, e)),
+        None => Ok(None),
+    }
+}
+
+/// Creates schema file `schema-<schema.id>` (create-if-absent: schema 0 makes the table, a later
+/// one evolves it, as Paimon's `SchemaManager` commits a schema change). A file that is already
+/// there (a concurrent creator's, or ours from an attempt whose commit did not land) wins: the
+/// caller reloads the table and compares.
 pub async fn create(w: &Warehouse, location: &str, schema: &PaimonSchema) -> Result<(), SinkError> {
-    let loc = format!("{location}/schema/schema-0");
+    let loc = schema_location(location, schema.id);
     let body = serde_json::to_vec_pretty(schema).map_err(|e| corrupt(&loc, e))?;
     let path = w.path(&loc)?;
-    // Created, ours from a retried attempt, or a concurrent creator's: the table has a schema.
     match put_create(w.store().as_ref(), &path, Bytes::from(body)).await {
         Ok(Created::Created | Created::AlreadyOurs | Created::Conflict) => Ok(()),
         Err(e) => Err(storage(&loc)(e)),
@@ -451,7 +499,7 @@ pub async fn publish(
     let snapshot = Snapshot {
         version: 3,
         id,
-        schema_id: 0,
+        schema_id: state.schema.id,
         base_manifest_list: base_name,
         base_manifest_list_size: Some(base_size),
         delta_manifest_list: delta_name,
