@@ -2,7 +2,8 @@
 //! (issue 23): each update and delete rows event carries the whole before image, and cdcd
 //! applies it to exactly one replica row equal to it — `DELETE … LIMIT 1` and `UPDATE … LIMIT 1`
 //! of one of several duplicates, updates of every duplicate at once, a transaction mixing it
-//! with a keyed table, a kill -9 while both are written — in both Iceberg delete modes
+//! with a keyed table, a kill -9 while both are written, an ALTER TABLE ADD COLUMN between
+//! deletes — in both Iceberg delete modes
 //! (deletion vectors; v2 position deletes, never equality deletes), read back by DuckDB. MariaDB
 //! logs whole images for a table without a primary key under MINIMAL and NOBLOB too, so those
 //! sessions stay exact; an image that does leave a column out (MySQL 8's MINIMAL after image)
@@ -98,6 +99,19 @@ async fn multiset(env: MyEnv, equality: bool) {
     p.start();
     p.assert_equal("bag", 120).await;
     p.assert_equal("kv", 60).await;
+
+    // A column added while streaming (MariaDB ALTER TABLE, applied to the lake): the rows
+    // written before it read NULL there, and so do the before images of their deletes.
+    my_exec(
+        &mut c,
+        "ALTER TABLE bag ADD COLUMN extra INT;
+         DELETE FROM bag WHERE g = 1 LIMIT 1;
+         UPDATE bag SET extra = 5 WHERE g = 2 LIMIT 1;
+         INSERT INTO bag VALUES (2, 'b', 'x', 5);
+         DELETE FROM bag WHERE extra = 5 LIMIT 1",
+    )
+    .await;
+    p.assert_equal("bag", 120).await;
 
     // MINIMAL and NOBLOB sessions: MariaDB 10.11 still logs both images whole for a table
     // without a primary key (checked with mariadb-binlog), so the changes stay exact. (MySQL 8
