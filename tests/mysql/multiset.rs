@@ -3,8 +3,8 @@
 //! applies it to exactly one replica row equal to it — `DELETE … LIMIT 1` and `UPDATE … LIMIT 1`
 //! of one of several duplicates, updates of every duplicate at once, a transaction mixing it
 //! with a keyed table, a kill -9 while both are written, an ALTER TABLE ADD COLUMN between
-//! deletes — in both Iceberg delete modes
-//! (deletion vectors; v2 position deletes, never equality deletes), read back by DuckDB. MariaDB
+//! deletes — in both Iceberg delete modes (deletion vectors; v2 position deletes, never equality
+//! deletes), read back by DuckDB. MariaDB
 //! logs whole images for a table without a primary key under MINIMAL and NOBLOB too, so those
 //! sessions stay exact; an image that does leave a column out (MySQL 8's MINIMAL after image)
 //! stops the assembler (unit test `keyless_updates_and_deletes_are_whole_row_changes`).
