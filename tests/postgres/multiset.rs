@@ -283,6 +283,10 @@ async fn replica_identity_full_changes_during_the_copy() {
     writer.await.unwrap();
     p.assert_equal(&m, 240).await;
     p.assert_running();
+    // The cost of locating deleted copies by scanning the table (docs/guarantees.md): shown.
+    for line in p.output().lines().filter(|l| l.contains("committed table")) {
+        eprintln!("{line}");
+    }
 }
 
 /// A keyless table replicated insert-only (REPLICA IDENTITY DEFAULT, in the inserts-only
