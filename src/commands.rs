@@ -25,7 +25,8 @@ pub struct StatusRow {
     pub table: String,
     /// The key columns (empty: keyless).
     pub key: Vec<String>,
-    /// Where the key came from: `primary_key`, `replica_identity_index`, `key_columns`, `none`.
+    /// Where the key came from: `primary_key`, `replica_identity_index`, `key_columns`, `none`
+    /// (keyless, insert-only), `full_row` (keyless, updates and deletes applied as a multiset).
     pub key_origin: &'static str,
     /// The replica identity index, when `key_origin` is `replica_identity_index`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -291,7 +292,36 @@ pub async fn check(config: &Config) -> Vec<String> {
     if let Err(e) = probe_warehouse(config).await {
         problems.push(e);
     }
+    problems.extend(multiset_problems(config, source.as_ref()).await);
     problems
+}
+
+/// The Postgres keyless REPLICA IDENTITY FULL tables (multisets) a sink that cannot store them
+/// would refuse at start, as the start refuses them. MySQL keyless tables are left out: they
+/// replicate insert-only on such a sink until an update arrives (`Prepared::multiset`).
+async fn multiset_problems(config: &Config, source: &dyn Source) -> Vec<String> {
+    let crate::config::SourceConfig::Postgres(_) = &config.source else {
+        return Vec::new();
+    };
+    let Some(why) = build_sink(config, None)
+        .ok()
+        .and_then(|sink| sink.multiset_refusal())
+    else {
+        return Vec::new();
+    };
+    source
+        .check_keys()
+        .await
+        .into_iter()
+        .filter(|k| k.origin == KeyOrigin::FullRow)
+        .map(|k| {
+            PipelineError::MultisetUnsupported {
+                table: k.table,
+                why,
+            }
+            .to_string()
+        })
+        .collect()
 }
 
 /// `cdcd check`'s lines about the sink beyond the warehouse (`catalog sql <uri>: ok`), or the

@@ -202,6 +202,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 );
                 for r in rows {
                     let key = match (r.key.is_empty(), &r.key_index) {
+                        (true, _) if r.key_origin == "full_row" => "full row (multiset)".to_owned(),
                         (true, _) => "-".to_owned(),
                         (false, Some(index)) => format!("({}) {index}", r.key.join(", ")),
                         (false, None) => format!("({}) {}", r.key.join(", "), r.key_origin),

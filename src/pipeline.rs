@@ -103,6 +103,8 @@ pub enum PipelineError {
     SchemaChangedInTransaction(Box<SchemaChangeStop>),
     #[error(transparent)]
     Progress(#[from] ProgressError),
+    #[error("table {table} has no key and REPLICA IDENTITY FULL: cdcd applies its updates and deletes to one row equal to the whole before image (a multiset), which this sink cannot store exactly ({why}); give the table a primary key or name unique NOT NULL columns in source.key_columns, use the iceberg sink, or remove the table from source.tables")]
+    MultisetUnsupported { table: TableId, why: &'static str },
 }
 
 /// Where and why a schema change inside a transaction stopped the pipeline
@@ -131,6 +133,7 @@ impl PipelineError {
             PipelineError::SlotLost { .. } => "slot_lost",
             PipelineError::SourceTask(_) => "source_task",
             PipelineError::SchemaChangedInTransaction(_) => "schema_changed",
+            PipelineError::MultisetUnsupported { .. } => "config",
             PipelineError::Progress(_) => "progress",
         }
     }
@@ -180,6 +183,12 @@ async fn run_batched(
         source.keep_state_in(Arc::clone(store));
     }
     let prepared = source.prepare().await?;
+    if let (Some(table), Some(why)) = (prepared.multiset.first(), sink.multiset_refusal()) {
+        return Err(PipelineError::MultisetUnsupported {
+            table: table.clone(),
+            why,
+        });
+    }
     let mut tables = Tables::default();
     for table in &prepared.tables {
         let cp = sink.checkpoint(table).await?;

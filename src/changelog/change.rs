@@ -101,11 +101,11 @@ impl TableChanges {
 
     /// These changes as changes of `newer`, a schema `self.schema` evolves to
     /// ([`TableSchema::evolves_to`]): widened columns cast (exact for the promotions allowed),
-    /// added columns NULL or their initial default. An added column is present (NULL) in inserts and updates: the row had no
-    /// such column then, which once the column exists reads as NULL (Postgres fills existing rows
-    /// the same way for a column added without a default); it is absent in deletes, like their
-    /// other non-key columns. Used for a schema change inside one transaction, whose rows must
-    /// share one commit.
+    /// added columns NULL or their initial default. An added column is present in inserts and
+    /// updates: the row had no such column then, which once the column exists reads as NULL, or
+    /// the default the source fills existing rows with; it is absent in deletes, like their
+    /// other non-key columns, except in a keyless table's deletes, which carry the whole row.
+    /// Used for a schema change inside one transaction, whose rows must share one commit.
     pub fn evolve(&self, newer: &Arc<TableSchema>) -> Result<TableChanges, ArrowError> {
         let rows_schema = Self::rows_schema(newer);
         let keys_schema = Self::keys_schema(newer);
@@ -124,17 +124,14 @@ impl TableChanges {
                     None => None,
                 };
                 columns.push(default.unwrap_or_else(|| new_null_array(field.data_type(), n)));
-                let deletes = self
-                    .ops
-                    .iter()
-                    .any(|op| !matches!(op, Op::Insert | Op::Update));
-                present.push(deletes.then(|| {
-                    BooleanBuffer::from_iter(
-                        self.ops
-                            .iter()
-                            .map(|op| matches!(op, Op::Insert | Op::Update)),
-                    )
-                }));
+                // A keyless table's delete carries the whole row (a multiset delete, issue 23),
+                // which once the column exists reads the same there too.
+                let whole = |op: &Op| {
+                    matches!(op, Op::Insert | Op::Update)
+                        || (*op == Op::Delete && newer.primary_key.is_empty())
+                };
+                let partial = self.ops.iter().any(|op| !whole(op));
+                present.push(partial.then(|| BooleanBuffer::from_iter(self.ops.iter().map(whole))));
             }
         }
         let keys = keys_schema
@@ -522,5 +519,43 @@ mod tests {
         int(b.value(0), 1);
         b.no_old_key().unwrap();
         assert!(b.finish().is_err());
+    }
+
+    /// A column added inside a transaction: NULL in the earlier inserts and updates; absent in
+    /// a keyed table's deletes (only the key identifies them), present NULL in a keyless
+    /// table's deletes, which must stay whole rows (multiset deletes, issue 23).
+    #[test]
+    fn evolve_keeps_keyless_deletes_whole() {
+        for keyless in [false, true] {
+            let mut older = (*schema()).clone();
+            if keyless {
+                older.primary_key.clear();
+            }
+            let older = Arc::new(older);
+            let mut newer = (*older).clone();
+            newer.columns.push(Column {
+                name: "extra".into(),
+                data_type: DataType::Int64,
+                nullable: true,
+                source_type: "int8".into(),
+                initial_default: None,
+            });
+            let newer = Arc::new(newer);
+            let mut b = TableChangesBuilder::new(older.clone(), 2);
+            for op in [Op::Insert, Op::Delete] {
+                b.begin(op);
+                int(b.value(0), 1);
+                b.value(1)
+                    .unwrap()
+                    .as_any_mut()
+                    .downcast_mut::<StringBuilder>()
+                    .unwrap()
+                    .append_value("a");
+                b.no_old_key().unwrap();
+            }
+            let c = b.finish().unwrap().evolve(&newer).unwrap();
+            assert!(c.is_present(2, 0) && c.rows.column(2).is_null(0));
+            assert_eq!(c.is_present(2, 1), keyless, "keyless = {keyless}");
+        }
     }
 }

@@ -19,8 +19,18 @@ pub enum KeyOrigin {
     IdentityIndex(String),
     /// `source.key_columns`: the user vouches that the columns are unique.
     Override,
-    /// Nothing identifies a row.
+    /// Nothing identifies a row, and updates and deletes do not reach cdcd: replicated
+    /// insert-only (Postgres: a keyless table under REPLICA IDENTITY DEFAULT, published through
+    /// the inserts-only publication).
     Keyless,
+    /// Nothing but the whole row identifies it: the table is a multiset, and an update or delete
+    /// carries the whole before image (Postgres `REPLICA IDENTITY FULL` without a key; MySQL and
+    /// MariaDB keyless tables, whose binlog carries every update and delete, with
+    /// `binlog_row_image = FULL`). A delete removes one row equal to its before image; an update
+    /// is that delete and an insert. `TableSchema::primary_key` is empty, as for [`Keyless`].
+    ///
+    /// [`Keyless`]: KeyOrigin::Keyless
+    FullRow,
 }
 
 /// A captured table's key: its column names in key order (empty when keyless) and their origin.
@@ -39,6 +49,7 @@ impl KeyOrigin {
             KeyOrigin::IdentityIndex(_) => "replica_identity_index",
             KeyOrigin::Override => "key_columns",
             KeyOrigin::Keyless => "none",
+            KeyOrigin::FullRow => "full_row",
         }
     }
 }
@@ -50,6 +61,7 @@ impl fmt::Display for KeyOrigin {
             KeyOrigin::IdentityIndex(index) => write!(f, "replica identity index {index}"),
             KeyOrigin::Override => f.write_str("source.key_columns"),
             KeyOrigin::Keyless => f.write_str("no key"),
+            KeyOrigin::FullRow => f.write_str("full row identity (multiset)"),
         }
     }
 }
@@ -74,6 +86,13 @@ impl fmt::Display for TableKey {
                 "table {}: no key: replicated insert-only (on Postgres its UPDATE and DELETE are not \
                  published, on MySQL they stop cdcd); if they matter, give it a primary key or \
                  source.key_columns",
+                self.table
+            ),
+            KeyOrigin::FullRow => write!(
+                f,
+                "table {}: no key: full row identity (multiset): an UPDATE or DELETE changes one \
+                 row equal to its whole before image, duplicates stay duplicates (Postgres: \
+                 REPLICA IDENTITY FULL; MySQL/MariaDB: needs binlog_row_image = FULL)",
                 self.table
             ),
             _ => write!(
@@ -117,5 +136,13 @@ mod tests {
         assert!(keyless
             .to_string()
             .starts_with("table public.events: no key: replicated insert-only"));
+        let full = TableKey {
+            origin: KeyOrigin::FullRow,
+            ..keyless
+        };
+        assert!(full
+            .to_string()
+            .starts_with("table public.events: no key: full row identity (multiset)"));
+        assert_eq!(full.origin.label(), "full_row");
     }
 }

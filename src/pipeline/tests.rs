@@ -89,6 +89,7 @@ impl Source for ScriptedSource {
         Ok(Prepared {
             tables: self.tables.clone(),
             slot_exists: self.slot_exists,
+            multiset: Vec::new(),
         })
     }
 

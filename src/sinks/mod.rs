@@ -158,6 +158,13 @@ pub trait Sink: Send + Sync {
     fn maintenance_interval(&self) -> Option<Duration> {
         None
     }
+
+    /// Why this sink cannot store a keyless table whose updates and deletes remove one row equal
+    /// to a whole before image (a multiset, `KeyOrigin::FullRow`), or `None` when it can. The
+    /// pipeline refuses such tables at start on a sink that cannot.
+    fn multiset_refusal(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// A sink failed. Each variant names the table or path involved.

@@ -225,6 +225,14 @@ pub trait SourceStateStore: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Clone)]
 pub struct Prepared {
     pub tables: Vec<TableId>,
+    /// Keyless tables whose updates and deletes are published with whole before images
+    /// (Postgres `REPLICA IDENTITY FULL`, `KeyOrigin::FullRow`): the pipeline refuses them at
+    /// start on a sink that cannot apply multiset deletes ([`Sink::multiset_refusal`]). MySQL
+    /// keyless tables are not listed: nothing says they will be updated, so on such a sink they
+    /// replicate insert-only until an update or delete arrives, which stops the sink.
+    ///
+    /// [`Sink::multiset_refusal`]: crate::sinks::Sink::multiset_refusal
+    pub multiset: Vec<TableId>,
     /// Whether the replication slot (Postgres) already exists.
     pub slot_exists: bool,
 }

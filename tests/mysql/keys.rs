@@ -123,9 +123,10 @@ async fn mysql_minimal_image_without_the_key_stops() {
     assert_eq!(p.position("ev"), before, "the update was committed");
 }
 
-/// A MariaDB table with no key at all (issue 23 stage 2) is an insert-only append table: its
-/// copied and streamed rows, duplicates included, equal the source as a multiset (DuckDB), a
-/// TRUNCATE empties it, and an UPDATE, which cdcd cannot place, stops cdcd naming the table.
+/// A MariaDB table with no key at all (issue 23) is an append table: its copied and streamed
+/// rows, duplicates included, equal the source as a multiset (DuckDB), a TRUNCATE empties it;
+/// an UPDATE is applied to one equal row on Iceberg, and stops cdcd naming the table on the lsm
+/// sink, which cannot apply it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_keyless_table_is_insert_only_iceberg() {
     if let Some(env) = my_env("mysql_keyless_table_is_insert_only_iceberg") {
@@ -176,6 +177,11 @@ async fn keyless_insert_only(env: MyEnv, lsm: bool) {
     p.assert_equal("log", 120).await;
 
     my_exec(&mut c, "UPDATE log SET note = 'x' LIMIT 1").await;
+    if !lsm {
+        // Iceberg applies it to one of the equal rows (a multiset, tests/mysql/multiset.rs).
+        p.assert_equal("log", 120).await;
+        return;
+    }
     let status = p.wait_exit(std::time::Duration::from_secs(60)).await;
     assert!(
         status.is_some_and(|s| !s.success()),

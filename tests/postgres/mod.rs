@@ -7,6 +7,7 @@ mod keyless;
 mod keys;
 mod lifecycle;
 mod maintenance;
+mod multiset;
 mod replication;
 mod schema_evolution;
 mod snapshot;

@@ -79,10 +79,17 @@ pub(super) fn plan_error(
             key_text(*key),
             schema.columns.get(*column).map_or("?", |c| c.name.as_str())
         ),
-        PlanError::KeylessAbsent { column } => format!(
+        PlanError::KeylessAbsent { column } | PlanError::PartialImage { column } => format!(
             "{e} (column {})",
             schema.columns.get(*column).map_or("?", |c| c.name.as_str())
         ),
+        PlanError::NoSuchRow { row } => {
+            let rows = TableChanges::rows_schema(schema);
+            let text = super::multiset::gather(changes, &[*row], &rows)
+                .map(|b| lookup::key_text(&b, 0))
+                .unwrap_or_else(|_| "?".into());
+            format!("{e} (row {text})")
+        }
         PlanError::Arrow(_) | PlanError::TooLarge | PlanError::Keyless { .. } => e.to_string(),
     };
     SinkError::Data {

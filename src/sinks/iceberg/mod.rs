@@ -54,6 +54,7 @@ mod lookup;
 pub(crate) mod maintenance;
 mod manifest;
 mod metadata;
+mod multiset;
 pub mod plan;
 mod schema;
 mod window;

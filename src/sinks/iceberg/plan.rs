@@ -28,6 +28,7 @@ use crate::changelog::{Op, TableChanges};
 
 mod append;
 mod inserts;
+mod multiset;
 
 /// When a data file rolls over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +101,9 @@ pub struct Plan {
     pub equality_deletes: Vec<KeyRef>,
     /// Keys whose current row must be read from the table to complete absent columns, each once.
     pub lookups: Vec<KeyRef>,
+    /// Keyless multiset tables (`plan/multiset.rs`): deletes that each remove one live row of an
+    /// earlier snapshot equal to the whole row `changes[batch].rows[row]`; one entry per copy.
+    pub row_deletes: Vec<RowRef>,
 }
 
 impl Plan {
@@ -123,6 +127,10 @@ pub enum PlanError {
     Keyless { op: Op },
     #[error("insert into a table without a key lacks a column value")]
     KeylessAbsent { column: usize },
+    #[error("the before image of an UPDATE or DELETE of a table without a key lacks a column, so it does not identify the row (Postgres: ALTER TABLE … REPLICA IDENTITY FULL; MySQL/MariaDB: SET GLOBAL binlog_row_image = 'FULL')")]
+    PartialImage { column: usize },
+    #[error("a DELETE or UPDATE of a table without a key removes a row the table does not hold: the replica is not the source's multiset")]
+    NoSuchRow { row: RowRef },
 }
 
 #[derive(Clone, Copy)]
@@ -178,7 +186,14 @@ pub fn plan(
     limits: FileLimits,
 ) -> Result<Plan, PlanError> {
     if key.is_empty() {
-        return append::plan_append(changes, limits);
+        // A keyless table with deletes is a multiset (its sources send whole before images);
+        // one with inserts only stays on the plain append path.
+        let deletes = changes.iter().any(|c| c.ops.contains(&Op::Delete));
+        return if deletes {
+            multiset::plan_multiset(changes, limits)
+        } else {
+            append::plan_append(changes, limits)
+        };
     }
     plan_with(changes, key, limits, Route::Any)
 }

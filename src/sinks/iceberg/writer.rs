@@ -22,6 +22,7 @@ use object_store::{ObjectStoreExt, PutPayload};
 use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 
 use super::encode;
+use super::locator::RowAddress;
 use super::plan::{CellSource, KeyRef, Plan, PlannedFile};
 use super::schema;
 use crate::changelog::{TableChanges, TableId, TableSchema};
@@ -189,6 +190,31 @@ pub(crate) fn position_batch(
     )
 }
 
+/// A position delete file's rows for this commit's superseded rows (`deletes`, as in
+/// [`position_batch`]) and rows of earlier snapshots' files (`earlier`), sorted by path then
+/// position as the spec requires.
+pub(crate) fn position_batch_with_earlier(
+    paths: &[String],
+    deletes: &[(u32, u32)],
+    earlier: &[Option<RowAddress>],
+    schema: &SchemaRef,
+) -> Result<RecordBatch, ArrowError> {
+    let mut rows: Vec<(&str, i64)> = deletes
+        .iter()
+        .filter_map(|(f, p)| Some((paths.get(*f as usize)?.as_str(), i64::from(*p))))
+        .collect();
+    for a in earlier.iter().flatten() {
+        rows.push((&a.file, i64::try_from(a.pos).unwrap_or(i64::MAX)));
+    }
+    rows.sort_unstable();
+    let files: StringArray = rows.iter().map(|(f, _)| Some(*f)).collect();
+    let pos: Int64Array = rows.iter().map(|(_, p)| Some(*p)).collect();
+    RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(files) as ArrayRef, Arc::new(pos) as ArrayRef],
+    )
+}
+
 /// Writes `batches` (one schema, in order) to `location` as one file and describes it as an
 /// Iceberg file of `content`. Encoding runs on the blocking pool.
 pub(crate) async fn write_file(
@@ -256,6 +282,7 @@ pub(crate) async fn write_v2_deletes(
     warehouse: &Warehouse,
     planned: &Planned<'_>,
     data_paths: &[String],
+    earlier: &[Option<RowAddress>],
     file_schema: &arrow_schema::SchemaRef,
     to: &V2DeletePaths,
 ) -> Result<Vec<DataFile>, SinkError> {
@@ -270,12 +297,21 @@ pub(crate) async fn write_v2_deletes(
         move |source| SinkError::Arrow { context, source }
     };
     let mut delete_files = Vec::new();
-    if !plan.position_deletes.is_empty() {
-        let batch = position_batch(
-            data_paths,
-            &plan.position_deletes,
-            &schema::position_delete_schema(),
-        )
+    if !plan.position_deletes.is_empty() || earlier.iter().any(Option::is_some) {
+        let batch = if earlier.iter().any(Option::is_some) {
+            position_batch_with_earlier(
+                data_paths,
+                &plan.position_deletes,
+                earlier,
+                &schema::position_delete_schema(),
+            )
+        } else {
+            position_batch(
+                data_paths,
+                &plan.position_deletes,
+                &schema::position_delete_schema(),
+            )
+        }
         .map_err(arrow("gathering position deletes"))?;
         delete_files.push(
             write_file(

@@ -49,7 +49,7 @@ pub fn table_options() -> BTreeMap<String, String> {
 /// Why a keyless table's changes cannot be appended.
 #[derive(Debug, thiserror::Error)]
 pub enum AppendError {
-    #[error("{op:?} of a table without a key: cdcd replicates keyless tables insert-only, and nothing identifies the row it changes (give the table a key)")]
+    #[error("{op:?} of a table without a key: on the lsm sink cdcd replicates keyless tables insert-only (a Paimon table cannot apply a delete of one of several equal rows); give the table a primary key or name unique NOT NULL columns in source.key_columns, or use the iceberg sink, which applies it to one equal row")]
     NotInsert { op: Op },
     #[error("an insert into a table without a key lacks column {column}: there is no earlier row to take it from")]
     Absent { column: String },

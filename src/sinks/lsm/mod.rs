@@ -661,6 +661,12 @@ impl Inner {
 
 #[async_trait]
 impl Sink for LsmSink {
+    fn multiset_refusal(&self) -> Option<&'static str> {
+        // A Paimon primary-key table cannot hold two equal rows, and an append table has no
+        // row-level delete that readers (pypaimon) apply reliably (sinks/lsm/append.rs).
+        Some("a Paimon primary-key table cannot hold duplicate rows, and Paimon append tables have no row-level delete its readers apply")
+    }
+
     async fn checkpoint(&self, table: &TableId) -> Result<Option<Checkpoint>, SinkError> {
         let handle = self.inner.handle(table);
         let mut guard = handle.state.lock().await;

@@ -516,14 +516,11 @@ impl Assembler {
                 })
             }
         };
-        // A keyless table is replicated insert-only: nothing identifies the row an update or
-        // delete changes (several may be equal), so the source stops rather than guess or skip.
+        // A keyless table is a multiset: an update or delete is applied to one row equal to its
+        // whole before image (`assembler/multiset.rs`), which only the FULL row image carries.
         if op != Op::Insert && entry.schema.primary_key.is_empty() {
-            return Err(StreamError::Table {
-                table: id,
-                detail: format!("an {} of a table without a key: cdcd replicates keyless tables insert-only and cannot tell which row it changes; add a primary key, or name unique NOT NULL columns in source.key_columns (with binlog_row_image = FULL), or remove the table from source.tables", if op == Op::Update { "UPDATE" } else { "DELETE" }),
-                position: self.position.to_string(),
-            });
+            let entry = entry.clone();
+            return self.on_keyless_rows(rows, tme, op, &entry);
         }
         // The before image locates the row; MINIMAL/NOBLOB images hold only the columns MySQL
         // identifies rows by, which a `source.key_columns` key need not be (`key.rs`).
@@ -740,6 +737,7 @@ fn key_changed(
         })
 }
 
+mod multiset;
 mod planned;
 
 #[cfg(test)]

@@ -40,8 +40,10 @@ pub fn resolve(
             _ => Ok(key(primary_key.to_vec(), KeyOrigin::PrimaryKey)),
         };
     }
+    // The binlog carries every update and delete of a keyless table: with the FULL row image
+    // each is applied to one row equal to its before image (a multiset, issue 23).
     let Some(wanted) = wanted else {
-        return Ok(key(Vec::new(), KeyOrigin::Keyless));
+        return Ok(key(Vec::new(), KeyOrigin::FullRow));
     };
     for c in wanted {
         match columns.iter().find(|(name, _)| name == c) {
@@ -105,7 +107,7 @@ mod tests {
         assert!(missing.problem.contains("no column x"), "{missing}");
         assert_eq!(
             resolve(&t, &[], &cols(), None).unwrap().origin,
-            KeyOrigin::Keyless
+            KeyOrigin::FullRow
         );
     }
 }

@@ -198,6 +198,7 @@ impl Source for MySqlSource {
         Ok(Prepared {
             tables,
             slot_exists: true,
+            multiset: Vec::new(),
         })
     }
 

@@ -74,7 +74,7 @@ pub fn build_entry(
         kinds,
         defaults,
         key_origin: if key.is_empty() {
-            KeyOrigin::Keyless
+            KeyOrigin::FullRow
         } else {
             KeyOrigin::PrimaryKey
         },

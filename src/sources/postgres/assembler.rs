@@ -18,6 +18,7 @@
 //!   captured table's key comes from `key.rs` (primary key, identity index or
 //!   `source.key_columns`), resolved before streaming.
 
+mod multiset;
 mod spill;
 #[cfg(test)]
 mod tests;
@@ -464,6 +465,12 @@ impl Catalog {
                 relation, old, new, ..
             } => {
                 if let Some(rel) = self.captured(*relation, at)? {
+                    if let (true, Some(OldTuple::Full(old))) =
+                        (rel.schema.primary_key.is_empty(), old)
+                    {
+                        let b = changes.builder(&rel.schema)?;
+                        return multiset::put_update(b, rel, old, new, at);
+                    }
                     keyed(rel, "UPDATE", at)?;
                     let b = changes.builder(&rel.schema)?;
                     b.begin(Op::Update);
@@ -478,6 +485,10 @@ impl Catalog {
             }
             PgOutputMessage::Delete { relation, old, .. } => {
                 if let Some(rel) = self.captured(*relation, at)? {
+                    if let (true, OldTuple::Full(old)) = (rel.schema.primary_key.is_empty(), old) {
+                        let b = changes.builder(&rel.schema)?;
+                        return multiset::put_delete(b, rel, old, at);
+                    }
                     keyed(rel, "DELETE", at)?;
                     let b = changes.builder(&rel.schema)?;
                     b.begin(Op::Delete);
@@ -514,16 +525,18 @@ impl Catalog {
     }
 }
 
-/// A keyless table is published for inserts and truncates only (`publication.rs`), so an UPDATE
-/// or DELETE of one means the publications were changed under cdcd: nothing says which replica
-/// row it meant, so the source stops rather than guess or skip it.
+/// A keyless table is published for inserts and truncates only (`publication.rs`) unless it is
+/// under REPLICA IDENTITY FULL, whose changes carry the whole old row (`assembler/multiset.rs`).
+/// An UPDATE or DELETE of one without that old row means the publications or the identity were
+/// changed under cdcd: nothing says which replica row it meant, so the source stops rather than
+/// guess or skip it.
 fn keyed(rel: &CapturedRel, op: &str, at: Lsn) -> Result<(), SourceError> {
     if rel.schema.primary_key.is_empty() {
         let table = &rel.schema.id;
         return Err(SourceError::Table {
             table: table.clone(),
             detail: format!(
-                "an {op} arrived (transaction at {at}), but the table has no key, so cdcd replicates it insert-only and cannot tell which row it changes; give it a key (add a PRIMARY KEY, or run ALTER TABLE {} REPLICA IDENTITY FULL and name unique NOT NULL columns in source.key_columns) or remove it from source.tables",
+                "an {op} arrived (transaction at {at}), but the table has no key, so cdcd replicates it insert-only and cannot tell which row it changes; give it a key (add a PRIMARY KEY, or name unique NOT NULL columns in source.key_columns), or run ALTER TABLE {} REPLICA IDENTITY FULL and restart cdcd with the table copied anew (updates and deletes then apply to one equal row), or remove it from source.tables",
                 super::catalog::qualified(table),
             ),
         });

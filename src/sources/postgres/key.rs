@@ -123,7 +123,13 @@ pub fn resolve(
         };
     }
     let Some(wanted) = wanted else {
-        return Ok(key(Vec::new(), KeyOrigin::Keyless));
+        // FULL sends the whole old row with every update and delete: the row is its own identity.
+        let origin = if facts.replident == 'f' {
+            KeyOrigin::FullRow
+        } else {
+            KeyOrigin::Keyless
+        };
+        return Ok(key(Vec::new(), origin));
     };
     for c in wanted {
         match facts.columns.iter().find(|(name, _)| name == c) {
@@ -326,10 +332,9 @@ mod tests {
         let k = resolve(&t(), &facts('d'), None).unwrap();
         assert_eq!(k.origin, KeyOrigin::Keyless);
         assert!(k.columns.is_empty());
-        // FULL alone gives no key either: every column is the before image, not a key.
-        assert_eq!(
-            resolve(&t(), &facts('f'), None).unwrap().origin,
-            KeyOrigin::Keyless
-        );
+        // FULL alone gives no key either: the whole row is the identity, a multiset (issue 23).
+        let full = resolve(&t(), &facts('f'), None).unwrap();
+        assert_eq!(full.origin, KeyOrigin::FullRow);
+        assert!(full.columns.is_empty());
     }
 }

@@ -51,7 +51,7 @@ use tokio::time::Instant;
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
-use crate::changelog::{Lsn, Position, TableId, TableKey, TableSchema};
+use crate::changelog::{KeyOrigin, Lsn, Position, TableId, TableKey, TableSchema};
 use crate::config::{PostgresConfig, SnapshotMode};
 use crate::sources::{Prepared, Resume, Source, SourceError, SourceEvent, TableCopy};
 use assembler::{Assembler, AssemblerConfig};
@@ -215,6 +215,11 @@ impl Source for PostgresSource {
         let client = setup::connect(cfg).await?;
         let (table_keys, problems) = setup::check(&client, cfg).await?;
         let tables: Vec<TableId> = table_keys.iter().map(|k| k.table.clone()).collect();
+        let multiset: Vec<TableId> = table_keys
+            .iter()
+            .filter(|k| k.origin == KeyOrigin::FullRow)
+            .map(|k| k.table.clone())
+            .collect();
         if let Some(p) = problems.first() {
             return Err(SourceError::Config(p.to_string()));
         }
@@ -245,6 +250,7 @@ impl Source for PostgresSource {
         Ok(Prepared {
             tables,
             slot_exists: slot.is_some(),
+            multiset,
         })
     }
 

@@ -186,6 +186,9 @@ pub async fn ensure_publications(
     keys: &[TableKey],
 ) -> Result<Vec<String>, SourceError> {
     let main_exists = read_publication(client, publication).await?.is_some();
+    if let Some(p) = full_row_in_inserts(client, publication, keys).await? {
+        return Err(SourceError::Config(p.to_string()));
+    }
     let keyless = keyless_tables(keys);
     let mut names = Vec::new();
     for (name, publishes, tables) in plan_publications(publication, keys, main_exists) {
@@ -204,7 +207,10 @@ pub async fn check_publications(
 ) -> Result<Vec<CheckProblem>, SourceError> {
     let main_exists = read_publication(client, publication).await?.is_some();
     let keyless = keyless_tables(keys);
-    let mut problems = Vec::new();
+    let mut problems: Vec<CheckProblem> = full_row_in_inserts(client, publication, keys)
+        .await?
+        .into_iter()
+        .collect();
     for (name, publishes, tables) in plan_publications(publication, keys, main_exists) {
         if let Some(row) = read_publication(client, &name).await? {
             problems.extend(
@@ -213,6 +219,52 @@ pub async fn check_publications(
         }
     }
     Ok(problems)
+}
+
+/// A table under REPLICA IDENTITY FULL without a key (a multiset, published with its updates
+/// and deletes) that is still in the inserts-only publication: it was replicated insert-only
+/// before its identity changed, so its updates and deletes since then never reached cdcd and the
+/// replica cannot be continued; stopping beats applying later deletes to a replica that misses
+/// earlier ones.
+async fn full_row_in_inserts(
+    client: &Client,
+    publication: &str,
+    keys: &[TableKey],
+) -> Result<Option<CheckProblem>, SourceError> {
+    let inserts = inserts_publication(publication);
+    if !keys.iter().any(|k| k.origin == KeyOrigin::FullRow)
+        || read_publication(client, &inserts).await?.is_none()
+    {
+        return Ok(None);
+    }
+    let published: BTreeSet<TableId> = client
+        .query(
+            "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1",
+            &[&inserts],
+        )
+        .await
+        .map_err(|e| server(&format!("reading tables of publication {inserts}"), &e))?
+        .iter()
+        .map(|r| TableId::new(r.get::<_, String>(0), r.get::<_, String>(1)))
+        .collect();
+    let Some(k) = keys
+        .iter()
+        .find(|k| k.origin == KeyOrigin::FullRow && published.contains(&k.table))
+    else {
+        return Ok(None);
+    };
+    Ok(Some(CheckProblem::new(
+        format!(
+            "table {} now has REPLICA IDENTITY FULL but was replicated insert-only (it is in publication {inserts}): its updates and deletes until now were not published, so its replica cannot be continued as a multiset",
+            k.table
+        ),
+        format!(
+            "run ALTER TABLE {} REPLICA IDENTITY DEFAULT to keep replicating it insert-only, or copy it anew: remove it from source.tables, drop its replica table, run ALTER PUBLICATION {} DROP TABLE {}, and add it back (with a new pipeline if the slot stays)",
+            qualified(&k.table),
+            quote_ident(&inserts),
+            qualified(&k.table)
+        ),
+    )))
 }
 
 fn keyless_tables(keys: &[TableKey]) -> Vec<TableId> {

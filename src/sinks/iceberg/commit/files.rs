@@ -1,7 +1,8 @@
 //! The file steps: a commit's data files (`writer.rs` gathers and encodes them), then its
 //! deletes: on v3 one deletion vector per touched data file, merged with that file's live
 //! vector, each in its own Puffin file (`deletes/`); on v2 one position delete file (rows this
-//! commit superseded) and one equality delete file (keys of earlier snapshots).
+//! commit superseded, and rows of earlier snapshots a keyless multiset table's deletes remove)
+//! and one equality delete file (keys of earlier snapshots).
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -58,7 +59,7 @@ impl RowDelta<'_> {
             self.write_vectors(&live.dvs, &found.located, &data.paths)
                 .await
         } else {
-            self.write_v2_deletes(data).await
+            self.write_v2_deletes(data, &found.located).await
         }
     }
 
@@ -110,8 +111,13 @@ impl RowDelta<'_> {
         })
     }
 
-    /// v2: the position delete file and the equality delete file.
-    async fn write_v2_deletes(&self, data: &DataFiles) -> Result<Deletes, SinkError> {
+    /// v2: the position delete file (rows this commit superseded, and the `located` rows of
+    /// earlier snapshots a keyless multiset table's deletes remove) and the equality delete file.
+    async fn write_v2_deletes(
+        &self,
+        data: &DataFiles,
+        located: &[Option<RowAddress>],
+    ) -> Result<Deletes, SinkError> {
         let plan = &self.plan;
         let files = writer::write_v2_deletes(
             self.target.warehouse,
@@ -121,6 +127,7 @@ impl RowDelta<'_> {
                 plan,
             },
             &data.paths,
+            located,
             &data.schema,
             &writer::V2DeletePaths {
                 position: self.names.position_deletes(),
@@ -130,7 +137,9 @@ impl RowDelta<'_> {
         .await?;
         Ok(Deletes {
             files,
-            deleted_rows: (plan.position_deletes.len() + plan.equality_deletes.len()) as u64,
+            deleted_rows: (plan.position_deletes.len()
+                + located.iter().flatten().count()
+                + plan.equality_deletes.len()) as u64,
             ..Deletes::default()
         })
     }

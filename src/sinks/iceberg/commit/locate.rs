@@ -3,14 +3,16 @@
 //! through the primary-key index on v3 (`lookup::fetch`) or by scanning the key columns of the
 //! live files on v2 (`lookup::lookup`); inside an upsert window a partial update of a row the
 //! table no longer holds is dropped (`window.rs`). On v3 the rows this commit deletes from
-//! earlier snapshots are located through the index, for their deletion vectors.
+//! earlier snapshots are located through the index, for their deletion vectors; the rows a
+//! keyless multiset table's deletes remove are located by content (`multiset.rs`), on v3 for
+//! deletion vectors and on v2 for position deletes.
 
 use arrow_array::RecordBatch;
 
 use super::{Cached, Found, RowDelta};
 use crate::changelog::TableChanges;
 use crate::sinks::iceberg::locator::{IndexLocator, RowLocator};
-use crate::sinks::iceberg::{lookup, window, writer};
+use crate::sinks::iceberg::{lookup, multiset, window, writer};
 use crate::sinks::SinkError;
 
 impl RowDelta<'_> {
@@ -31,6 +33,25 @@ impl RowDelta<'_> {
                 IndexLocator::new(index, files, dvs).locate(keys).await?
             }
             _ => Vec::new(),
+        };
+        // A keyless multiset table has no index: its deleted rows are found by content.
+        let located = if self.plan.row_deletes.is_empty() {
+            located
+        } else {
+            let (files, dvs) = (&cached.live.files, &cached.live.dvs);
+            let (schema, changes) = (self.input.schema, self.input.changes);
+            multiset::locate(
+                self.target.warehouse,
+                schema,
+                files,
+                dvs,
+                changes,
+                &self.plan.row_deletes,
+            )
+            .await?
+            .into_iter()
+            .map(Some)
+            .collect()
         };
         Ok(Found {
             lookup,

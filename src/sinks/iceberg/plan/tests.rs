@@ -497,10 +497,14 @@ fn keyless_tables_append_duplicates_and_refuse_updates_and_deletes() {
         vec![vec![rr(3), rr(4)], vec![rr(5)]]
     );
     assert!(p.equality_deletes.is_empty() && p.position_deletes.is_empty() && p.lookups.is_empty());
-    for bad in [upd(1, Some("x")), del(1)] {
-        let err = plan(&[batch(&[ins(1, "a"), bad])], &[], limits).unwrap_err();
-        assert!(matches!(err, PlanError::Keyless { .. }), "{err}");
-    }
+    let err = plan(&[batch(&[ins(1, "a"), upd(1, Some("x"))])], &[], limits).unwrap_err();
+    assert!(matches!(err, PlanError::Keyless { .. }), "{err}");
+    // A delete whose before image lacks columns does not identify a row of a multiset.
+    let err = plan(&[batch(&[ins(1, "a"), del(1)])], &[], limits).unwrap_err();
+    assert!(
+        matches!(err, PlanError::PartialImage { column: 1 }),
+        "{err}"
+    );
     let partial = C {
         b: None,
         ..ins(1, "a")
@@ -508,6 +512,92 @@ fn keyless_tables_append_duplicates_and_refuse_updates_and_deletes() {
     let err = plan(&[batch(&[partial])], &[], limits).unwrap_err();
     assert!(
         matches!(err, PlanError::KeylessAbsent { column: 2 }),
+        "{err}"
+    );
+}
+
+/// A delete of a keyless table with its whole before image (issue 23).
+fn gone(id: i64, a: &'static str) -> C {
+    C {
+        op: Op::Delete,
+        a: Some(a),
+        ..ins(id, a)
+    }
+}
+
+fn keyless(cs: &[C], max_rows: usize) -> Result<Plan, PlanError> {
+    let limits = FileLimits {
+        max_rows,
+        ..FileLimits::default()
+    };
+    plan(&[batch(cs)], &[], limits)
+}
+
+/// Issue 23, multisets: a delete removes exactly one equal row — the newest copy this commit
+/// wrote (dropped while its file is open, a position delete once it is closed), else one copy of
+/// an earlier snapshot (`row_deletes`, located by the commit) — and never an equality delete.
+#[test]
+fn multiset_deletes_remove_one_equal_row_each() {
+    // Three copies, one deleted: the open copy is dropped, the closed file keeps two.
+    let p = keyless(&[ins(1, "a"), ins(1, "a"), ins(1, "a"), gone(1, "a")], 2).unwrap();
+    assert_eq!(
+        p.files.iter().map(|f| f.rows.clone()).collect::<Vec<_>>(),
+        vec![vec![rr(0), rr(1)]]
+    );
+    assert!(p.position_deletes.is_empty() && p.row_deletes.is_empty());
+    assert!(p.equality_deletes.is_empty() && p.lookups.is_empty());
+
+    // Copies in a closed file get position deletes; one delete more than this commit's copies
+    // takes a row of the table.
+    let p = keyless(
+        &[
+            ins(1, "a"),
+            ins(1, "a"),
+            gone(1, "a"),
+            gone(1, "a"),
+            gone(1, "a"),
+        ],
+        2,
+    )
+    .unwrap();
+    assert_eq!(p.position_deletes, vec![(0, 0), (0, 1)]);
+    assert_eq!(p.row_deletes, vec![rr(4)]);
+    assert!(p.equality_deletes.is_empty());
+
+    // Rows differing in any column are different rows.
+    let p = keyless(&[ins(1, "a"), gone(1, "b"), gone(2, "a")], 10).unwrap();
+    assert_eq!(p.row_deletes, vec![rr(1), rr(2)]);
+    assert_eq!(p.files.len(), 1);
+}
+
+/// An update arrives as delete(before) + insert(after), in order: a delete never takes a copy
+/// inserted after it, and an update of every copy leaves as many new rows.
+#[test]
+fn multiset_updates_keep_order_and_counts() {
+    // The table's (1,a) becomes (1,b), which becomes (1,a) again: one table row deleted, one row
+    // written, equal to the one removed.
+    let p = keyless(&[gone(1, "a"), ins(1, "b"), gone(1, "b"), ins(1, "a")], 10).unwrap();
+    assert_eq!(p.row_deletes, vec![rr(0)]);
+    assert_eq!(
+        p.files.iter().map(|f| f.rows.clone()).collect::<Vec<_>>(),
+        vec![vec![rr(3)]]
+    );
+    // Two table copies of (1,a) both updated to (1,c): two table rows, two new rows.
+    let p = keyless(&[gone(1, "a"), ins(1, "c"), gone(1, "a"), ins(1, "c")], 10).unwrap();
+    assert_eq!(p.row_deletes, vec![rr(0), rr(2)]);
+    assert_eq!(p.files.iter().map(|f| f.rows.len()).sum::<usize>(), 2);
+}
+
+/// A truncate forgets the deletes before it; a delete after it with no copy written since
+/// names a row that cannot exist and stops, never skipped.
+#[test]
+fn multiset_truncate_and_missing_rows() {
+    let p = keyless(&[gone(1, "a"), trunc(), ins(2, "b"), gone(2, "b")], 10).unwrap();
+    assert!(p.truncate);
+    assert!(p.row_deletes.is_empty() && p.files.is_empty() && p.position_deletes.is_empty());
+    let err = keyless(&[trunc(), ins(1, "a"), gone(1, "a"), gone(1, "a")], 10).unwrap_err();
+    assert!(
+        matches!(err, PlanError::NoSuchRow { row } if row == rr(3)),
         "{err}"
     );
 }

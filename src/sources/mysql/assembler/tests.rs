@@ -206,3 +206,61 @@ fn ddl_on_a_captured_table_stops_and_standalone_ddl_advances() {
     let e = feed(&mut a, &mut esr, &query("ALTER TABLE t DROP COLUMN j")).unwrap_err();
     assert!(e.to_string().contains("ALTER TABLE t DROP COLUMN j"), "{e}");
 }
+
+/// The test table without a key (issue 23): a multiset.
+fn keyless_assembler() -> Assembler {
+    let mut a = assembler();
+    let Some(mut entry) = a.table(&TableId::new("shop", "t")).cloned() else {
+        panic!("the test table is set");
+    };
+    let mut schema = (*entry.schema).clone();
+    schema.primary_key.clear();
+    entry.schema = std::sync::Arc::new(schema);
+    a.set_table(entry);
+    a
+}
+
+/// A keyless table's update with whole images becomes delete(before) + insert(after), and its
+/// delete a delete of the whole before image; a MySQL 8 MINIMAL after image (the unchanged
+/// column left out) stops naming the table and the setting, keeping nothing of the event.
+/// (MariaDB 10.11 logs both images whole for a table without a primary key even under MINIMAL
+/// and NOBLOB, checked with mariadb-binlog; MySQL 8 leaves unchanged columns out of the after
+/// image.)
+#[test]
+fn keyless_updates_and_deletes_are_whole_row_changes() {
+    let mut a = keyless_assembler();
+    let mut esr = EventStreamReader::new(BinlogVersion::Version4);
+    let mut update = rows_head(1, &[0b111, 0b111]);
+    update.extend(row(1, Some("a"), true));
+    update.extend(row(1, Some("b"), true));
+    let mut delete = rows_head(1, &[0b111]);
+    delete.extend(row(1, Some("b"), true));
+    feed(&mut a, &mut esr, &gtid(7)).unwrap();
+    feed(&mut a, &mut esr, &table_map()).unwrap();
+    feed(&mut a, &mut esr, &event(31, 300, &update)).unwrap();
+    feed(&mut a, &mut esr, &event(32, 400, &delete)).unwrap();
+    let Step::Transaction(t) = feed(&mut a, &mut esr, &xid(500)).unwrap() else {
+        panic!("XID ends the transaction");
+    };
+    let c = &t.changes[0];
+    assert_eq!(c.ops, vec![Op::Delete, Op::Insert, Op::Delete]);
+    let v = c.rows.column(1).as_string::<i32>();
+    assert_eq!((v.value(0), v.value(1), v.value(2)), ("a", "b", "b"));
+    assert!((0..3).all(|col| (0..3).all(|r| c.is_present(col, r))));
+
+    let mut a = keyless_assembler();
+    let mut esr = EventStreamReader::new(BinlogVersion::Version4);
+    let mut minimal = rows_head(1, &[0b111, 0b010]);
+    minimal.extend(row(1, Some("a"), true));
+    minimal.push(0);
+    minimal.push(1);
+    minimal.extend(b"m");
+    feed(&mut a, &mut esr, &gtid(8)).unwrap();
+    feed(&mut a, &mut esr, &table_map()).unwrap();
+    let e = feed(&mut a, &mut esr, &event(31, 300, &minimal)).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("shop.t") && text.contains("binlog_row_image = 'FULL'"),
+        "{text}"
+    );
+}

@@ -608,3 +608,70 @@ fn unknown_types_are_reported_then_resolved() {
         .source_type
         .starts_with("mood"));
 }
+
+/// `public.t1` without a key (issue 23).
+fn keyless_assembler(dir: &std::path::Path) -> Assembler {
+    let t1 = TableId::new("public", "t1");
+    Assembler::new(
+        AssemblerConfig {
+            proto_version: 3,
+            stream_memory_bytes: 1 << 20,
+            spill_dir: dir.to_path_buf(),
+        },
+        [t1.clone()],
+        HashMap::from([(t1, Vec::new())]),
+    )
+}
+
+/// REPLICA IDENTITY FULL on a keyless table: an UPDATE is Delete(old row) + Insert(new row, an
+/// unchanged TOAST column taken from the old row), a DELETE a Delete of the whole old row.
+#[test]
+fn keyless_full_identity_changes_are_whole_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = keyless_assembler(dir.path());
+    let old: &[Option<&str>] = &[Some("1"), Some("long"), Some("5")];
+    let out = feed(
+        &mut a,
+        &[
+            relation(None, T1, "t1"),
+            begin(100, 7),
+            update(None, T1, Some((b'O', old)), &[Some("2"), TOAST, Some("5")]),
+            delete(None, T1, b'O', &[Some("2"), Some("long"), None]),
+            commit(120),
+        ],
+    );
+    let tx = one_tx(out);
+    let c = &tx.changes[0];
+    assert!(c.schema.primary_key.is_empty());
+    assert_eq!(c.ops, vec![Op::Delete, Op::Insert, Op::Delete]);
+    assert_eq!(ints(c, 0), vec![Some(1), Some(2), Some(2)]);
+    assert_eq!(
+        texts(c, 1),
+        vec![
+            Some("long".into()),
+            Some("long".into()),
+            Some("long".into())
+        ]
+    );
+    assert_eq!(ints(c, 2), vec![Some(5), Some(5), None]);
+    assert!(!c.has_absent(), "every image is whole");
+}
+
+/// Without the whole old row (identity DEFAULT sends none), or with a column of it left out,
+/// nothing says which equal row changed: the source stops naming the table.
+#[test]
+fn keyless_changes_without_a_whole_old_row_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    for msg in [
+        update(None, T1, None, &[Some("1"), Some("a"), None]),
+        delete(None, T1, b'O', &[Some("1"), TOAST, None]),
+    ] {
+        let mut a = keyless_assembler(dir.path());
+        feed(&mut a, &[relation(None, T1, "t1"), begin(100, 7)]);
+        let e = a.feed(Lsn(1), msg).unwrap_err().to_string();
+        assert!(
+            e.contains("public.t1") && e.contains("REPLICA IDENTITY FULL"),
+            "{e}"
+        );
+    }
+}
