@@ -400,12 +400,33 @@ pub(crate) fn project(
     batch: &RecordBatch,
     schema: &SchemaRef,
 ) -> Result<Vec<ArrayRef>, ArrowError> {
+    project_filled(batch, schema, &HashMap::new())
+}
+
+/// [`project`], a column the file lacks reading its field's initial default (`defaults`, from
+/// `schema::initial_defaults`) rather than NULL: the value the table's readers see there.
+pub(crate) fn project_filled(
+    batch: &RecordBatch,
+    schema: &SchemaRef,
+    defaults: &HashMap<String, String>,
+) -> Result<Vec<ArrayRef>, ArrowError> {
+    let n = batch.num_rows();
     schema
         .fields()
         .iter()
         .map(|f| match batch.column_by_name(f.name()) {
             Some(col) => arrow_cast::cast(col, f.data_type()),
-            None => Ok(arrow_array::new_null_array(f.data_type(), batch.num_rows())),
+            None => match defaults.get(f.name()) {
+                Some(text) => {
+                    let texts = arrow_array::StringArray::from(vec![text.as_str(); n]);
+                    let exact = arrow_cast::CastOptions {
+                        safe: false,
+                        ..Default::default()
+                    };
+                    arrow_cast::cast_with_options(&texts, f.data_type(), &exact)
+                }
+                None => Ok(arrow_array::new_null_array(f.data_type(), n)),
+            },
         })
         .collect()
 }

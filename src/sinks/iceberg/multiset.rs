@@ -27,7 +27,7 @@ use iceberg::spec::DataFileFormat;
 
 use super::deletes::commit_vectors::LiveDvs;
 use super::locator::RowAddress;
-use super::lookup::{decode, key_text, project};
+use super::lookup::{decode, key_text, project_filled};
 use super::manifest::{read, LiveFiles};
 use super::plan::RowRef;
 use crate::changelog::{TableChanges, TableSchema};
@@ -42,6 +42,7 @@ pub(crate) async fn locate(
     dvs: &LiveDvs,
     changes: &[TableChanges],
     deletes: &[RowRef],
+    defaults: &HashMap<String, String>,
 ) -> Result<Vec<RowAddress>, SinkError> {
     let table = &schema.id;
     let arrow = |context: &str| {
@@ -90,7 +91,7 @@ pub(crate) async fn locate(
         let bytes = read(warehouse, path).await?;
         let mut pos = 0u64;
         for batch in decode(&bytes, path, None)? {
-            let cols = project(&batch, &rows_schema).map_err(arrow(path))?;
+            let cols = project_filled(&batch, &rows_schema, defaults).map_err(arrow(path))?;
             let rows = converter.convert_columns(&cols).map_err(arrow(path))?;
             for row in rows.iter() {
                 let here = pos;

@@ -112,6 +112,31 @@ fn default_literal(col: &crate::changelog::Column) -> Result<Option<Literal>, St
     Ok(Some(literal))
 }
 
+/// The `initial-default` of `schema`'s top-level fields that have one, by name, as text an
+/// Arrow cast reads back into the column's type ([`changelog::Column::initial_default`]'s form):
+/// what a row of a data file written before the field existed holds in it.
+///
+/// [`changelog::Column::initial_default`]: crate::changelog::Column::initial_default
+pub(crate) fn initial_defaults(schema: &Schema) -> std::collections::HashMap<String, String> {
+    schema
+        .as_struct()
+        .fields()
+        .iter()
+        .filter_map(|f| {
+            let json = f
+                .initial_default
+                .clone()?
+                .try_into_json(&f.field_type)
+                .ok()?;
+            let text = match json {
+                serde_json::Value::String(s) => s,
+                other => other.to_string(),
+            };
+            Some((f.name.clone(), text))
+        })
+        .collect()
+}
+
 /// Arrow → Iceberg type (the mapping table of the sink's contract); `None`: not storable.
 fn to_iceberg(dt: &DataType, next_id: &mut i32) -> Option<Type> {
     let p = match dt {

@@ -40,6 +40,10 @@ impl RowDelta<'_> {
         } else {
             let (files, dvs) = (&cached.live.files, &cached.live.dvs);
             let (schema, changes) = (self.input.schema, self.input.changes);
+            // Rows of files from before an added column read its initial default.
+            let defaults = crate::sinks::iceberg::schema::initial_defaults(
+                self.base.metadata.current_schema(),
+            );
             multiset::locate(
                 self.target.warehouse,
                 schema,
@@ -47,6 +51,7 @@ impl RowDelta<'_> {
                 dvs,
                 changes,
                 &self.plan.row_deletes,
+                &defaults,
             )
             .await?
             .into_iter()
