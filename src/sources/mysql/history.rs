@@ -261,4 +261,28 @@ mod tests {
         );
         assert!(h.clone().forget(&t));
     }
+
+    #[test]
+    fn initial_defaults_of_added_columns_survive_a_reload() {
+        let v0 = entry(&[("id", "int")]);
+        let mut v1 = entry(&[("id", "int"), ("k", "int")]);
+        v1.schema_mut().columns[1].initial_default = Some("5".into());
+        let mut h = SchemaHistory::default();
+        h.record(
+            &v0,
+            &v1,
+            &file("bin.000001", 500),
+            "ALTER TABLE t ADD k int DEFAULT 5",
+        );
+        let back = SchemaHistory::from_json(&h.to_json()).unwrap();
+        let t = TableId::new("shop", "t");
+        let now = back.in_force(&t, &file("bin.000002", 4)).unwrap().unwrap();
+        assert_eq!(now.schema.columns[1].initial_default.as_deref(), Some("5"));
+        let then = back.in_force(&t, &file("bin.000001", 4)).unwrap().unwrap();
+        assert!(then
+            .schema
+            .columns
+            .iter()
+            .all(|c| c.initial_default.is_none()));
+    }
 }
