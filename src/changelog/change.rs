@@ -109,13 +109,15 @@ impl TableChanges {
     pub fn evolve(&self, newer: &Arc<TableSchema>) -> Result<TableChanges, ArrowError> {
         let rows_schema = Self::rows_schema(newer);
         let keys_schema = Self::keys_schema(newer);
-        let old = self.schema.columns.len();
         let n = self.rows.num_rows();
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(rows_schema.fields().len());
-        let mut present = self.present.clone();
+        let mut present = Vec::with_capacity(rows_schema.fields().len());
         for (i, field) in rows_schema.fields().iter().enumerate() {
-            if i < old {
-                columns.push(arrow_cast::cast(self.rows.column(i), field.data_type())?);
+            // By name: a dropped column's values are left behind (`evolves_to` rules out a
+            // rename), a kept one is cast to its (maybe wider) type.
+            if let Some(j) = self.schema.column_index(field.name()) {
+                columns.push(arrow_cast::cast(self.rows.column(j), field.data_type())?);
+                present.push(self.present.get(j).cloned().flatten());
             } else {
                 // Rows from before the change read the column's initial default, as the source
                 // fills them; NULL without one.

@@ -104,30 +104,45 @@ impl TableSchema {
     }
 
     /// Whether rows decoded under `self` can be rewritten as rows of `newer` without losing
-    /// anything, the schema changes a sink can apply (README, "Guarantees and limits": DDL): the
-    /// same key, the old columns first in the same order under the same names, each with its type
-    /// or a wider one ([`widens`]) and as nullable as before or more, then any added columns,
-    /// nullable or with an [`initial_default`](Column::initial_default). Key columns keep their type (the primary-key index stores keys by type). A
-    /// Postgres Relation message carries no column identity, so this is decided by name and
-    /// position: a rename or a drop fails it and stops the pipeline, never a guessed mapping.
+    /// anything the table keeps, the schema changes a sink can apply (docs/guarantees.md, "Schema
+    /// changes"): the same key columns; the old columns that stay, first, in the same order under
+    /// the same names, each with its type or a wider one ([`widens`]) and as nullable as before or
+    /// more; then any added columns, nullable or with an
+    /// [`initial_default`](Column::initial_default). Columns may be dropped (not key columns) or
+    /// added, not both at once: a Postgres Relation message carries no column identity, and a
+    /// column that leaves while another arrives may be a rename, which cdcd never guesses.
     pub fn evolves_to(&self, newer: &TableSchema) -> bool {
+        let key = |s: &TableSchema| -> Vec<String> {
+            s.key_names().into_iter().map(str::to_owned).collect()
+        };
+        let kept: Vec<(usize, &Column)> = self
+            .columns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| newer.column_index(&c.name).is_some())
+            .collect();
+        let dropped = kept.len() < self.columns.len();
+        let added = newer.columns.len() > kept.len();
         self.id == newer.id
-            && self.primary_key == newer.primary_key
-            && newer.columns.len() >= self.columns.len()
-            && self
-                .columns
-                .iter()
-                .zip(&newer.columns)
-                .enumerate()
-                .all(|(i, (old, new))| {
-                    let same_type = old.data_type == new.data_type
-                        || (!self.primary_key.contains(&i)
-                            && widens(&old.data_type, &new.data_type));
-                    old.name == new.name && same_type && (new.nullable || !old.nullable)
-                })
-            && newer.columns[self.columns.len()..].iter().all(|c| {
+            && key(self) == key(newer)
+            && !(dropped && added)
+            && kept.iter().zip(&newer.columns).all(|((i, old), new)| {
+                let same_type = old.data_type == new.data_type
+                    || (!self.primary_key.contains(i) && widens(&old.data_type, &new.data_type));
+                old.name == new.name && same_type && (new.nullable || !old.nullable)
+            })
+            && newer.columns[kept.len()..].iter().all(|c| {
                 (c.nullable || c.initial_default.is_some()) && self.column_index(&c.name).is_none()
             })
+    }
+
+    /// The columns of `self` that `newer` no longer has.
+    pub fn dropped_in(&self, newer: &TableSchema) -> Vec<&str> {
+        self.columns
+            .iter()
+            .filter(|c| newer.column_index(&c.name).is_none())
+            .map(|c| c.name.as_str())
+            .collect()
     }
 
     /// The columns as `name source_type`, for messages.
@@ -213,7 +228,7 @@ mod tests {
     }
 
     #[test]
-    fn evolves_to_accepts_added_columns_and_widening_only() {
+    fn evolves_to_accepts_added_and_dropped_columns_and_widening_only() {
         let old = schema(&[
             ("id", DataType::Int32, false, "int4"),
             ("x", DataType::Int32, true, "int4"),
@@ -233,8 +248,20 @@ mod tests {
         assert!(old.evolves_to(&old));
         let added = schema(&cols(&[("c", DataType::Utf8, true, "text")]));
         assert!(old.evolves_to(&added));
-        // Not the other way: that is a drop.
-        assert!(!added.evolves_to(&old));
+        // The other way is a drop of a non-key column: applied too.
+        assert!(added.evolves_to(&old));
+        assert_eq!(added.dropped_in(&old), ["c"]);
+        // A drop and an add at once may be a rename: refused.
+        let swapped = schema(&[
+            ("id", DataType::Int32, false, "int4"),
+            ("x", DataType::Int32, true, "int4"),
+            ("f", DataType::Float32, true, "float4"),
+            ("c", DataType::Utf8, true, "text"),
+        ]);
+        assert!(!old.evolves_to(&swapped));
+        // A key column's drop changes the key.
+        let keyless = schema(&[("x", DataType::Int32, true, "int4")]);
+        assert!(!old.evolves_to(&keyless));
         let required = schema(&cols(&[("c", DataType::Utf8, false, "text")]));
         assert!(
             !old.evolves_to(&required),

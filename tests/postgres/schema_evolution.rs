@@ -327,6 +327,90 @@ async fn add_column_with_a_constant_default_reads_it_in_older_rows() {
     );
 }
 
+/// `DROP COLUMN` (metadata only: the column leaves the current schema, old files keep it) into
+/// Iceberg and Paimon, inside a transaction between DML too; a change that drops one column while
+/// adding another (a rename looks exactly like that to pgoutput) stops rather than guess, and so
+/// does re-adding a dropped name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_column_applies_and_a_rename_stops_iceberg() {
+    drop_column_case("drop_column_applies_and_a_rename_stops_iceberg", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_column_applies_and_a_rename_stops_lsm() {
+    drop_column_case("drop_column_applies_and_a_rename_stops_lsm", true).await;
+}
+
+async fn drop_column_case(test: &str, lsm: bool) {
+    let Some(env) = test_env(test) else {
+        return;
+    };
+    if lsm && std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality") {
+        return;
+    }
+    let a = unique(if lsm { "sdropl" } else { "sdrop" });
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {a};
+             CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, gone text, y text, z int4);
+             INSERT INTO {a} SELECT g, g, 'g' || g, 'y' || g, g FROM generate_series(1, 100) g;"
+        ),
+    )
+    .await;
+    let mut p = if lsm {
+        Pipeline::new_lsm(&env, &a, &[&a], &Settings::default(), 2)
+    } else {
+        Pipeline::new(&env, &a, &[&a], &Settings::default())
+    };
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}"));
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    exec(&client, &format!("UPDATE {a} SET x = -x WHERE id <= 10")).await;
+    p.assert_equal(&a, 60).await;
+    exec(
+        &client,
+        &format!(
+            "BEGIN; UPDATE {a} SET gone = 'last' WHERE id = 11; DELETE FROM {a} WHERE id = 12;
+             ALTER TABLE {a} DROP COLUMN gone;
+             INSERT INTO {a} (id, x, y) VALUES (101, 101, 'new'); UPDATE {a} SET y = 'up' WHERE id = 13;
+             COMMIT;"
+        ),
+    )
+    .await;
+    p.assert_equal(&a, 60).await;
+    if !lsm {
+        assert_equal_both(&mut p, &a).await;
+        let fields: Vec<String> = current_fields(&current_metadata(&p, &a))
+            .into_iter()
+            .map(|f| f.0)
+            .collect();
+        assert_eq!(fields, ["id", "x", "y", "z"]);
+    }
+    p.kill9();
+    p.start();
+    exec(
+        &client,
+        &format!("DELETE FROM {a} WHERE id = 14; UPDATE {a} SET z = 0 WHERE id = 15;"),
+    )
+    .await;
+    p.assert_equal(&a, 60).await;
+    // The last column renamed: pgoutput shows `z` gone and `w` new at its place.
+    exec(
+        &client,
+        &format!("ALTER TABLE {a} RENAME COLUMN z TO w; UPDATE {a} SET w = 1 WHERE id = 16;"),
+    )
+    .await;
+    let status = p.wait_exit(Duration::from_secs(60)).await;
+    assert!(!status.success(), "cdcd must stop, got {status}");
+    let out = p.output();
+    assert!(
+        out.contains(&format!("public.{a}")),
+        "the stop names the table:\n{out}"
+    );
+}
+
 /// The LSM (Paimon) sink evolves too: `ADD COLUMN` and widenings write `schema/schema-N` (new
 /// field ids, kept ones unchanged) before the commit that first writes under it, old data files
 /// are read by name (compaction and lookups merge files of all schemas), and pypaimon reads the

@@ -216,18 +216,32 @@ pub(crate) fn schema_difference(existing: &Schema, wanted: &Schema) -> Option<St
 /// allows and cdcd applies (README, "Guarantees and limits": DDL): the same columns in the same
 /// order, each with its type or a promoted one (Iceberg spec, "Schema Evolution": int → long,
 /// float → double, decimal(P,S) → decimal(P',S), P' ≥ P; never of a key column), the same key,
-/// then added optional columns (with their `initial-default` on format v3 only). Kept columns keep their field ids (a promotion changes only the
+/// then added optional columns (with their `initial-default` on format v3 only); or non-key
+/// columns dropped (never both at once: that may be a rename; never re-adding a name an earlier
+/// schema had). Kept columns keep their field ids (a promotion changes only the
 /// type); added ones get fresh ids above `last-column-id`, nested fields included, so no id is
 /// ever reused. `None`: any other change, which stops the commit with [`schema_difference`]'s
 /// description.
 pub(crate) fn evolve(meta: &TableMetadata, wanted: &Schema) -> Option<Schema> {
     let existing = meta.current_schema();
-    let old = existing.as_struct().fields();
+    let key_ids: Vec<i32> = existing.identifier_field_ids().collect();
     let new = wanted.as_struct().fields();
-    if new.len() < old.len() {
+    // Kept columns by name, in the table's order; the others are dropped (metadata only: the
+    // field leaves the schema, old files keep it, its id is never reused).
+    let old: Vec<&NestedFieldRef> = existing
+        .as_struct()
+        .fields()
+        .iter()
+        .filter(|o| new.iter().any(|f| f.name == o.name))
+        .collect();
+    let dropped = old.len() < existing.as_struct().fields().len();
+    if dropped && new.len() > old.len() {
+        // A column left while another arrived: maybe a rename, which is never guessed.
         return None;
     }
-    let key_ids: Vec<i32> = existing.identifier_field_ids().collect();
+    if key_ids.iter().any(|id| !old.iter().any(|o| o.id == *id)) {
+        return None;
+    }
     let mut fields: Vec<NestedFieldRef> = Vec::with_capacity(new.len());
     for (o, f) in old.iter().zip(new) {
         // A key column keeps its type: the primary-key index and the equality deletes of
@@ -254,6 +268,14 @@ pub(crate) fn evolve(meta: &TableMetadata, wanted: &Schema) -> Option<Schema> {
         }
         if f.initial_default.is_some() && meta.format_version() < FormatVersion::V3 {
             // Format v2 has no `initial-default`: older rows would read NULL, not the default.
+            return None;
+        }
+        // A name some earlier schema had: cdcd reads older files by name (lookups, multiset
+        // deletes, compaction), so a dropped column's old values would show through.
+        if meta
+            .schemas_iter()
+            .any(|s| s.as_struct().fields().iter().any(|o| o.name == f.name))
+        {
             return None;
         }
         fields.push(Arc::new(fresh_ids(f, &mut next_id)));
@@ -544,7 +566,15 @@ mod tests {
         assert_eq!(next.identifier_field_ids().collect::<Vec<_>>(), vec![1]);
         assert_eq!(next.schema_id(), 1);
 
-        // Refused: a narrowing, a change of type family, a drop, a rename, a key change.
+        // A drop of a non-key column: the field leaves, the ids stay.
+        let dropped = evolve(
+            &meta,
+            &iceberg_schema(&table(first.columns[..2].to_vec(), vec![0])).unwrap(),
+        )
+        .unwrap();
+        let ids: Vec<i32> = dropped.as_struct().fields().iter().map(|f| f.id).collect();
+        assert_eq!(ids, [1, 2]);
+        // Refused: a narrowing, a change of type family, a rename, a key change.
         let refused = |cols: Vec<Column>, key: Vec<usize>| {
             evolve(&meta, &iceberg_schema(&table(cols, key)).unwrap()).is_none()
         };
@@ -556,7 +586,6 @@ mod tests {
             ],
             vec![0]
         ));
-        assert!(refused(first.columns[..2].to_vec(), vec![0]));
         let mut renamed = first.columns.clone();
         renamed[1].name = "y".into();
         assert!(refused(renamed, vec![0]));

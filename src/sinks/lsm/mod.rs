@@ -550,9 +550,36 @@ impl Inner {
             }
         };
         if let schema::Evolution::To(next) = &evolution {
+            let location = self.table_location(table);
+            // A name an earlier schema had: cdcd reads older files by name (lookups,
+            // compaction), so a dropped column's old values would show through.
+            let current = slot.as_ref().map(|s| s.schema.clone());
+            if let Some(current) = current {
+                let added: Vec<&str> = next
+                    .fields
+                    .iter()
+                    .filter(|f| f.id > current.highest_field_id)
+                    .map(|f| f.name.as_str())
+                    .collect();
+                for id in 0..current.id {
+                    let older = commit::read_schema(&self.warehouse, &location, id).await?;
+                    if let Some(name) = older.and_then(|o| {
+                        added
+                            .iter()
+                            .find(|a| o.fields.iter().any(|f| f.name == **a))
+                            .map(|a| a.to_string())
+                    }) {
+                        return Err(SinkError::SchemaChanged {
+                            table: table.clone(),
+                            detail: format!(
+                                "column {name} is added again after it was dropped, which cdcd does not apply"
+                            ),
+                        });
+                    }
+                }
+            }
             // A schema file left by an attempt whose commit did not land, or another writer's,
             // may hold this id already: it wins, and must then be this evolution.
-            let location = self.table_location(table);
             commit::create(&self.warehouse, &location, next).await?;
             crate::failpoints::crash_point(crate::failpoints::LSM_SCHEMA_WRITTEN);
             *slot = None;

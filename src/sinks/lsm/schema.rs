@@ -255,11 +255,27 @@ pub fn evolution(existing: &PaimonSchema, wanted: &PaimonSchema) -> Evolution {
 
 /// `older` evolved into `newer`'s columns as the next schema, if `newer` is such an evolution.
 fn evolved(older: &PaimonSchema, newer: &PaimonSchema) -> Option<PaimonSchema> {
-    if older.primary_keys != newer.primary_keys || newer.fields.len() < older.fields.len() {
+    if older.primary_keys != newer.primary_keys {
+        return None;
+    }
+    // Kept fields by name, in the table's order; the others are dropped (old files keep them).
+    let kept: Vec<&PaimonField> = older
+        .fields
+        .iter()
+        .filter(|o| newer.fields.iter().any(|f| f.name == o.name))
+        .collect();
+    let dropped = kept.len() < older.fields.len();
+    if (dropped && newer.fields.len() > kept.len())
+        || older
+            .primary_keys
+            .iter()
+            .any(|k| !kept.iter().any(|f| &f.name == k))
+    {
+        // Dropped and added at once may be a rename, never guessed; key columns stay.
         return None;
     }
     let mut fields = Vec::with_capacity(newer.fields.len());
-    for (old, new) in older.fields.iter().zip(&newer.fields) {
+    for (old, new) in kept.iter().zip(&newer.fields) {
         if old.name != new.name {
             return None;
         }
@@ -280,7 +296,7 @@ fn evolved(older: &PaimonSchema, newer: &PaimonSchema) -> Option<PaimonSchema> {
         });
     }
     let mut next_id = older.highest_field_id;
-    for added in &newer.fields[older.fields.len()..] {
+    for added in &newer.fields[kept.len()..] {
         if older.fields.iter().any(|f| f.name == added.name) {
             return None;
         }

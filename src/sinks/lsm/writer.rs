@@ -264,9 +264,9 @@ impl RunStats {
 }
 
 /// Decodes a whole data file into one batch of `schemas.file`'s shape. A file written under an
-/// older schema of the table (before columns were added or widened: `_SCHEMA_ID` lower than the
-/// table's) is read by column name: added columns read NULL, widened ones are cast (exact for the
-/// promotions a schema change allows, `schema::evolution`).
+/// older schema of the table (before columns were added, dropped or widened: `_SCHEMA_ID` lower
+/// than the table's) is read by column name: added columns read NULL, dropped ones are left out,
+/// widened ones are cast (exact for the promotions a schema change allows, `schema::evolution`).
 pub fn decode(data: Bytes, schemas: &FileSchemas) -> Result<RecordBatch, FileError> {
     let reader = ParquetRecordBatchReaderBuilder::try_new(data)?
         .with_batch_size(64 * 1024)
@@ -284,13 +284,6 @@ pub fn decode(data: Bytes, schemas: &FileSchemas) -> Result<RecordBatch, FileErr
 /// One batch read from a data file in `schemas.file`'s shape (see [`decode`]).
 pub fn to_table_shape(b: &RecordBatch, schemas: &FileSchemas) -> Result<RecordBatch, FileError> {
     let fields = schemas.file.fields();
-    if b.num_columns() > fields.len() {
-        return Err(FileError::Shape(format!(
-            "{} columns, the table's data files have {}",
-            b.num_columns(),
-            fields.len()
-        )));
-    }
     let same = b.num_columns() == fields.len()
         && b.schema()
             .fields()

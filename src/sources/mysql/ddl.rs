@@ -11,9 +11,9 @@
 //! end; `MODIFY`/`CHANGE` of a column under the same name, in place, to a type whose values widen
 //! (checked by the caller with [`TableSchema::evolves_to`](crate::changelog::TableSchema::evolves_to)),
 //! or to the same type with another length, nullability or default; `ALTER COLUMN … SET/DROP
-//! DEFAULT`; and the operations that leave columns alone (indexes, constraints other than the
-//! primary key, `ALGORITHM`, `LOCK`, `AUTO_INCREMENT`, table options). Anything else — a dropped,
-//! renamed or reordered column, a column added with a default the source fills into existing rows,
+//! DEFAULT`; `DROP [COLUMN]`; and the operations that leave columns alone (indexes, constraints other than the
+//! primary key, `ALGORITHM`, `LOCK`, `AUTO_INCREMENT`, table options). Anything else — a
+//! renamed or reordered column, a column added with an expression default the source fills into existing rows,
 //! a primary-key change, a statement the parser cannot read — is an [`AlterError`] naming what,
 //! and the stream stops rather than guess.
 
@@ -142,12 +142,25 @@ fn apply_operation(
                 other => Err(AlterError(format!("ALTER COLUMN {name} {other}"))),
             }
         }
-        AlterTableOperation::DropColumn { column_names, .. } => {
-            let names: Vec<&str> = column_names.iter().map(|n| n.value.as_str()).collect();
-            Err(AlterError(format!(
-                "DROP COLUMN {} is not applied yet",
-                names.join(", ")
-            )))
+        AlterTableOperation::DropColumn {
+            column_names,
+            if_exists,
+            ..
+        } => {
+            // Metadata only in the lake: the column leaves the schema, old files keep it. A key
+            // column's drop changes the key, which the caller refuses.
+            for name in column_names {
+                match position_of(columns, &name.value) {
+                    Some(i) => {
+                        columns.remove(i);
+                    }
+                    None if *if_exists => {}
+                    None => {
+                        return Err(AlterError(format!("column {name} does not exist")));
+                    }
+                }
+            }
+            Ok(())
         }
         AlterTableOperation::RenameColumn {
             old_column_name,
@@ -398,6 +411,13 @@ mod tests {
     }
 
     #[test]
+    fn drop_column_removes_it_in_place() {
+        let next = apply_alter("ALTER TABLE t DROP COLUMN qty, DROP name", &table(), "x").unwrap();
+        assert_eq!(next, table()[..1].to_vec());
+        assert!(apply_alter("ALTER TABLE t DROP COLUMN nope", &table(), "x").is_err());
+    }
+
+    #[test]
     fn modify_widens_in_place_and_keeps_the_charset() {
         let next = apply_alter(
             "ALTER TABLE t MODIFY qty bigint, MODIFY COLUMN name varchar(200) NOT NULL",
@@ -441,7 +461,6 @@ mod tests {
     #[test]
     fn what_is_not_applied_is_an_error_naming_it() {
         let cases = [
-            ("ALTER TABLE t DROP COLUMN qty", "DROP COLUMN qty"),
             ("ALTER TABLE t RENAME COLUMN qty TO amount", "RENAME COLUMN"),
             ("ALTER TABLE t CHANGE qty amount int", "renamed to amount"),
             (

@@ -259,7 +259,10 @@ impl<'a> RowDelta<'a> {
                                     .field_by_name(&f.name)
                                     .is_none()
                         });
-                    let detail = if v2_default {
+                    let renamed = detail.contains(" added") && detail.contains(" removed");
+                    let detail = if renamed {
+                        format!("{detail}: a column left while another arrived, which may be a rename; cdcd never guesses (drop and add in separate steps, with a change to the table between them)")
+                    } else if v2_default {
                         format!("{detail}, with a default the table's existing rows must read: format v2 tables cannot store one (Iceberg v3 initial-default); tables of delete_mode = \"deletion-vectors\" (v3) can")
                     } else {
                         detail
