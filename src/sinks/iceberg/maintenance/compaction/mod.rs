@@ -1,0 +1,219 @@
+//! Data-file compaction of a format-v3 (deletion-vector) table, in the maintenance cycle: small
+//! files and files whose deletion vector deletes many of their rows are rewritten into
+//! target-size files without the deleted rows, as one `replace` snapshot that removes the old
+//! files and their vectors and carries the table's checkpoint (Iceberg-Java's
+//! `RewriteDataFiles`, bin-pack strategy).
+//!
+//! Layout: `pick.rs` (pure: which files, into which outputs), `moves.rs` (pure: where each kept
+//! row lands), `summary.rs` (pure: the `replace` summary), `rewrite.rs` (the worker: read, drop,
+//! write, manifests, snapshot), this file (the driver: lock, decide, publish, move the index).
+//!
+//! # Why no delete is lost: the rewrite holds the table's slot lock
+//!
+//! Iceberg's rule for a rewrite is that it must fail, or re-apply, when a delete was committed
+//! against a file it replaces after it started (Iceberg spec, "Scan Planning"/"Deletion Vectors";
+//! Java's `validateNoNewDeletesForDataFiles`): otherwise the rewritten copy of a deleted row would
+//! come back. cdcd avoids the race instead of detecting it: the whole compaction — load the
+//! current snapshot, read the files and vectors, write, publish, move the index — runs under the
+//! table's slot lock, the lock every streaming commit of that table holds from loading its base
+//! to publishing. So no cdcd commit lands between the vectors the rewrite read and its own
+//! commit, and each streaming commit afterwards builds on the compaction's snapshot (its live
+//! state is reread, its index follows the moved rows). The price is that the table's streaming
+//! commits wait while its compaction runs; `cdcd.compaction.max-bytes-per-cycle` bounds that.
+//! A commit of another writer (another engine) in between makes the publish a conflict (the
+//! create-if-absent `v<N+1>`, or the SQL catalog's row swap): nothing is committed, the next
+//! cycle decides again from the new snapshot.
+//!
+//! # The index follows atomically
+//!
+//! The table commit is the truth, the index is persisted after it naming the snapshot it covers
+//! (`sinks/pk_index`, recovery contract). After the compaction's commit the keys of the rewritten
+//! rows are upserted at their new file and position and the replaced files are forgotten, then
+//! the index is persisted as covering the compaction's snapshot. A crash before the commit leaves
+//! the old table and the old index (the written files are orphans for `cdcd cleanup`); a crash
+//! after it leaves an index covering the parent, which the next commit catches up by replaying
+//! the compaction's added files (live rows only) and forgetting the files that left the table —
+//! the same as the in-process update.
+//!
+//! # Not done
+//! - Format v2 (equality deletes): a rewrite would have to apply the equality deletes of later
+//!   sequence numbers to the rows it copies; such tables are skipped (docs/internals.md).
+//! - Puffin consolidation: each vector stays in its own Puffin file. Several blobs per Puffin
+//!   file are what DuckDB 1.5.5 misreads (commit/files.rs); compaction instead removes the
+//!   vectors of the files it rewrites.
+
+mod moves;
+mod pick;
+mod rewrite;
+mod summary;
+
+use std::sync::Arc;
+
+use iceberg::spec::FormatVersion;
+
+use super::properties::Compaction;
+use crate::changelog::TableId;
+use crate::checkpoint::Checkpoint;
+use crate::failpoints;
+use crate::sinks::iceberg::commit::Names;
+use crate::sinks::iceberg::live::LiveState;
+use crate::sinks::iceberg::maintenance::metadata_log;
+use crate::sinks::iceberg::IcebergSink;
+use crate::sinks::SinkError;
+use pick::Candidate;
+use rewrite::Rewrite;
+
+/// What one compaction committed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Compacted {
+    pub files_rewritten: u64,
+    pub bytes_rewritten: u64,
+    pub files_written: u64,
+    pub bytes_written: u64,
+    /// Deletion vectors removed with the files they applied to.
+    pub vectors_removed: u64,
+    /// Rows their vectors deleted, dropped from the table's files.
+    pub rows_dropped: u64,
+}
+
+impl IcebergSink {
+    /// Compacts `table` once if its properties and files call for it; `Ok(None)` when nothing
+    /// was rewritten (no table, v2, disabled, nothing worth it).
+    pub(crate) async fn compact_table(
+        &self,
+        table: &TableId,
+    ) -> Result<Option<Compacted>, SinkError> {
+        let slot = self.table_slot(table);
+        let mut guard = slot.lock().await;
+        guard.index.settle().await;
+        let Some(base) = self.load(table).await? else {
+            return Ok(None);
+        };
+        let meta = &base.metadata;
+        let Some(parent) = meta.current_snapshot().map(|s| s.snapshot_id()) else {
+            return Ok(None);
+        };
+        if meta.format_version() < FormatVersion::V3 {
+            return Ok(None);
+        }
+        let policy =
+            Compaction::from_properties(meta.properties()).map_err(|e| SinkError::Data {
+                table: table.clone(),
+                detail: format!("compaction skipped: {e}"),
+            })?;
+        if !policy.enabled {
+            return Ok(None);
+        }
+        if !guard.live.as_ref().is_some_and(|l| l.describes(meta)) {
+            guard.live = Some(LiveState::load(&self.warehouse, table, meta).await?);
+        }
+        let Some(live) = guard.live.take() else {
+            return Ok(None);
+        };
+        let candidates: Vec<Candidate> = live
+            .files
+            .data
+            .iter()
+            .map(|f| Candidate {
+                size_bytes: f.file.file_size_in_bytes(),
+                record_count: f.file.record_count(),
+                deleted_rows: live
+                    .dvs
+                    .get(f.file.file_path())
+                    .map_or(0, |d| d.dv.cardinality()),
+                sequence: f.sequence,
+            })
+            .collect();
+        let choice = pick::choose(&policy, &candidates);
+        if choice.is_empty() {
+            guard.live = Some(live);
+            return Ok(None);
+        }
+        let checkpoint = self.carried_checkpoint(meta)?;
+        let rewrite = Rewrite {
+            warehouse: &self.warehouse,
+            table,
+            base: Arc::clone(&base),
+            live: &live,
+            choice,
+            names: Names::new(meta),
+        };
+        let key_names = guard.index.key_names();
+        let written = rewrite.write(key_names.as_deref()).await?;
+        let (carried, removed_deletes) = rewrite.carry().await?;
+        let next = rewrite
+            .stage(&written, carried, &removed_deletes, checkpoint.as_ref())
+            .await?;
+        let location = self.table_location(table);
+        let published = self
+            .catalog
+            .commit(
+                &self.warehouse,
+                &self.table_ref(table, &location),
+                &base,
+                next,
+            )
+            .await;
+        // From here the cached live state no longer describes the current snapshot: the next
+        // commit rereads it (it was taken out of the slot above).
+        let after = match published {
+            Ok(after) => Arc::new(after),
+            Err(e) => {
+                self.remember(table, None);
+                return Err(e);
+            }
+        };
+        failpoints::crash_point(failpoints::COMPACT_AFTER_COMMIT);
+        self.remember(table, Some(Arc::clone(&after)));
+        metadata_log::delete_after_commit(
+            &self.warehouse,
+            &base,
+            &after,
+            self.catalog.names_previous(),
+        );
+        let removed: Vec<&str> = written.removed_data.iter().map(|f| f.file_path()).collect();
+        let outputs: Vec<(&str, &[arrow_array::RecordBatch])> = written
+            .outputs
+            .iter()
+            .map(|o| (o.path.as_str(), o.keys.as_slice()))
+            .collect();
+        guard
+            .index
+            .follow_rewrite(Some(parent), &removed, &outputs, rewrite.names.snapshot_id)
+            .await;
+        Ok(Some(Compacted {
+            files_rewritten: written.removed_data.len() as u64,
+            bytes_rewritten: written
+                .removed_data
+                .iter()
+                .map(|f| f.file_size_in_bytes())
+                .sum(),
+            files_written: written.outputs.len() as u64,
+            bytes_written: written
+                .outputs
+                .iter()
+                .map(|o| o.file.file_size_in_bytes())
+                .sum(),
+            vectors_removed: removed_deletes.len() as u64,
+            rows_dropped: written.dropped_rows,
+        }))
+    }
+
+    /// The checkpoint the compaction's snapshot carries: that of the newest snapshot of `main`
+    /// with one of this pipeline (normally the current one).
+    fn carried_checkpoint(
+        &self,
+        meta: &iceberg::spec::TableMetadata,
+    ) -> Result<Option<Checkpoint>, SinkError> {
+        let Some(id) = self.checkpoint_snapshot(meta)? else {
+            return Ok(None);
+        };
+        let Some(snapshot) = meta.snapshot_by_id(id) else {
+            return Ok(None);
+        };
+        Ok(Checkpoint::from_properties(
+            &self.pipeline,
+            &snapshot.summary().additional_properties,
+        )?)
+    }
+}
