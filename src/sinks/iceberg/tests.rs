@@ -488,6 +488,7 @@ mod types;
 
 mod index;
 
+mod compaction;
 mod maintenance;
 mod merge;
 

@@ -1,0 +1,228 @@
+//! Data-file compaction of a v3 table (issue 19): many small commits with updates and deletes,
+//! then a cycle rewrites the small and delete-heavy files into one without the deleted rows; the
+//! table reads the same (DuckDB and pyiceberg), the replaced files' vectors are gone from the new
+//! snapshot, the checkpoint is carried, and later updates and deletes of the moved rows land —
+//! with the index moved in process, and with it caught up from the table by another sink.
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::maintenance::{commits, seed, sink_with};
+use super::*;
+use crate::sinks::iceberg::live::LiveState;
+use crate::sinks::pk_index::PrimaryKeyIndex;
+
+/// The rows `seed` + `commits(from, n)` leave, as DuckDB prints them (`(id, 'a', b)`).
+#[derive(Default)]
+struct Model(BTreeMap<i64, (&'static str, i64)>);
+
+impl Model {
+    fn seeded() -> Model {
+        Model((0..60).map(|i| (i, ("seed", i * 10))).collect())
+    }
+
+    fn commits(&mut self, from: i64, n: i64) {
+        for i in from..from + n {
+            self.0.insert(100 + i, ("new", (100 + i) * 10));
+            self.0.insert(i % 5, ("u", i));
+            self.0.insert(i % 5 + 5, ("u", i));
+            self.0.remove(&(50 + i));
+        }
+    }
+
+    fn text(&self) -> String {
+        let rows: Vec<String> = self
+            .0
+            .iter()
+            .map(|(id, (a, b))| format!("({id}, '{a}', {b})"))
+            .collect();
+        format!("[{}]", rows.join(", "))
+    }
+}
+
+async fn live(s: &IcebergSink) -> LiveState {
+    let t = schema();
+    let loaded = s.load(&t.id).await.unwrap().unwrap();
+    LiveState::load(&s.warehouse, &t.id, &loaded.metadata)
+        .await
+        .unwrap()
+}
+
+fn compacting(dir: &Path) -> IcebergSink {
+    // Every file is small at a 1 MB target; the defaults otherwise.
+    sink_with(
+        dir,
+        DeleteMode::DeletionVectors,
+        &[("write.target-file-size-bytes", "1000000")],
+    )
+}
+
+/// pyiceberg's rows of the table, ordered by id, printed like DuckDB's.
+fn pyiceberg_rows(dir: &Path) -> Option<String> {
+    let meta_dir = dir.join("public/t/metadata");
+    python(&format!(
+        "import glob, os\nfrom pyiceberg.table import StaticTable\nnewest = max(glob.glob('{}/v*.metadata.json'), key=lambda p: int(os.path.basename(p)[1:].split('.')[0]))\nt = StaticTable.from_metadata(newest)\nrows = sorted(tuple(r.values()) for r in t.scan(selected_fields=('id','a','b')).to_arrow().to_pylist())\nprint(repr(rows))",
+        meta_dir.display()
+    ))
+}
+
+#[tokio::test]
+async fn compaction_rewrites_small_and_deleted_files_and_moved_rows_stay_located() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = compacting(dir.path());
+    let t = schema();
+    seed(&s).await;
+    commits(&s, 0, 20).await;
+    let mut model = Model::seeded();
+    model.commits(0, 20);
+    s.settle().await;
+    let before = live(&s).await;
+    let parent = s.load(&t.id).await.unwrap().unwrap();
+    let replaced: HashSet<String> = before
+        .files
+        .data
+        .iter()
+        .map(|f| f.file.file_path().to_owned())
+        .collect();
+    assert!(before.files.data.len() > 10, "{}", before.files.data.len());
+    assert!(!before.dvs.is_empty());
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+
+    let reports = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+    let r = &reports[0];
+    assert_eq!(r.error, None, "{r:?}");
+    assert_eq!(r.files_rewritten, replaced.len() as u64, "{r:?}");
+    assert_eq!(r.files_written, 1, "{r:?}");
+    assert!(r.bytes_rewritten > 0);
+
+    // One data file, no vector; a `replace` snapshot on top of the last commit, same checkpoint.
+    let after = live(&s).await;
+    assert_eq!(after.files.data.len(), 1);
+    assert!(after.dvs.is_empty() && after.files.position_deletes.is_empty());
+    assert!(after
+        .files
+        .data
+        .iter()
+        .all(|f| !replaced.contains(f.file.file_path())));
+    let meta = s.load(&t.id).await.unwrap().unwrap();
+    let head = meta.metadata.current_snapshot().unwrap();
+    assert_eq!(head.summary().operation, iceberg::spec::Operation::Replace);
+    assert_eq!(
+        head.parent_snapshot_id(),
+        parent.metadata.current_snapshot().map(|p| p.snapshot_id())
+    );
+    assert_eq!(
+        after.files.data[0].file.record_count(),
+        model.0.len() as u64
+    );
+    assert_eq!(s.checkpoint(&t.id).await.unwrap(), Some(cp(1019)));
+    let status = s.status(&t.id).await.unwrap().unwrap();
+    assert_eq!(status.rows, Some(model.0.len() as u64));
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+    if let Some(rows) = pyiceberg_rows(dir.path()) {
+        assert_eq!(rows, model.text());
+    }
+    // The index moved with the rows and covers the compaction's snapshot.
+    s.settle().await;
+    let root = s.warehouse.path(&s.index_location(&t.id)).unwrap();
+    let index = PrimaryKeyIndex::open(Arc::clone(s.warehouse.store()), root, 1 << 20)
+        .await
+        .unwrap();
+    assert_eq!(index.covered_snapshot(), Some(head.snapshot_id()));
+    drop(index);
+
+    // Updates and deletes of moved rows (ids 0..10 updated again, seed rows deleted) land.
+    commits(&s, 20, 5).await;
+    model.commits(20, 5);
+    let cs = [del(20), del(21), upd(30, Some("moved"), 7)];
+    s.commit(&t, &[changes(&cs)], &cp(2000)).await.unwrap();
+    model.0.remove(&20);
+    model.0.remove(&21);
+    model.0.insert(30, ("moved", 7));
+    let status = s.status(&t.id).await.unwrap().unwrap();
+    assert_eq!(status.rows, Some(model.0.len() as u64));
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+    // The output and the six files since are small again: the next cycle merges them, and the
+    // one after finds nothing worth doing (one file).
+    let again = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+    assert_eq!((again[0].files_rewritten, again[0].files_written), (7, 1));
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+    let idle = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+    assert_eq!(idle[0].files_rewritten, 0, "{idle:?}");
+    assert_eq!(s.checkpoint(&t.id).await.unwrap(), Some(cp(2000)));
+}
+
+/// Another sink compacts (its index is not open, so the persisted index stays at the parent);
+/// the first sink's next commit catches its index up by replaying the compaction's files, and
+/// its updates and deletes of moved rows land.
+#[tokio::test]
+async fn an_index_behind_a_compaction_is_caught_up_from_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = compacting(dir.path());
+    let t = schema();
+    seed(&s).await;
+    commits(&s, 0, 12).await;
+    let mut model = Model::seeded();
+    model.commits(0, 12);
+    s.settle().await;
+
+    let other = compacting(dir.path());
+    let r = other
+        .maintain(Some(std::slice::from_ref(&t.id)))
+        .await
+        .unwrap();
+    assert!(r[0].files_rewritten > 5, "{r:?}");
+
+    // The first commit after another writer's snapshot conflicts (its cached metadata is
+    // stale), like any foreign commit; the pipeline retries it, so does this test.
+    let first = [upd(2, Some("moved"), 2)];
+    let conflict = s.commit(&t, &[changes(&first)], &cp(2999)).await;
+    assert!(
+        matches!(conflict, Err(SinkError::CommitConflict { .. })),
+        "{conflict:?}"
+    );
+    s.commit(&t, &[changes(&first)], &cp(2999)).await.unwrap();
+    model.0.insert(2, ("moved", 2));
+    commits(&s, 12, 4).await;
+    model.commits(12, 4);
+    let cs = [del(1), upd(40, Some("moved"), 1), del(41)];
+    s.commit(&t, &[changes(&cs)], &cp(3000)).await.unwrap();
+    model.0.remove(&1);
+    model.0.insert(40, ("moved", 1));
+    model.0.remove(&41);
+    let status = s.status(&t.id).await.unwrap().unwrap();
+    assert_eq!(status.rows, Some(model.0.len() as u64));
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+}
+
+/// An equality-delete (v2) table is not compacted (not built: docs/internals.md); disabled by
+/// the table property, a v3 table is not either.
+#[tokio::test]
+async fn v2_tables_and_disabled_compaction_are_left_alone() {
+    for (mode, props) in [
+        (DeleteMode::Equality, vec![]),
+        (
+            DeleteMode::DeletionVectors,
+            vec![("cdcd.compaction.enabled", "false")],
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut all = vec![("write.target-file-size-bytes", "1000000")];
+        all.extend(props);
+        let s = sink_with(dir.path(), mode, &all);
+        let t = schema();
+        seed(&s).await;
+        commits(&s, 0, 8).await;
+        let r = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+        assert_eq!((r[0].files_rewritten, r[0].error.clone()), (0, None));
+    }
+}
