@@ -226,3 +226,61 @@ async fn v2_tables_and_disabled_compaction_are_left_alone() {
         assert_eq!((r[0].files_rewritten, r[0].error.clone()), (0, None));
     }
 }
+
+/// Compaction then expiry in one cycle: the compaction's snapshot carries the checkpoint, so
+/// every older snapshot expires and the replaced files and vectors are deleted; nothing a
+/// retained snapshot needs is, and the table reads the same.
+#[tokio::test]
+async fn replaced_files_leave_with_the_expired_snapshots() {
+    use super::maintenance::{files_on_disk, is_metadata_file};
+    use crate::sinks::iceberg::cleanup::referenced_files;
+    let dir = tempfile::tempdir().unwrap();
+    let s = sink_with(
+        dir.path(),
+        DeleteMode::DeletionVectors,
+        &[
+            ("write.target-file-size-bytes", "1000000"),
+            ("history.expire.max-snapshot-age-ms", "1"),
+        ],
+    );
+    let t = schema();
+    seed(&s).await;
+    commits(&s, 0, 10).await;
+    let mut model = Model::seeded();
+    model.commits(0, 10);
+    s.settle().await;
+    let replaced: Vec<String> = live(&s)
+        .await
+        .files
+        .data
+        .iter()
+        .map(|f| f.file.file_path().to_owned())
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let r = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+    assert_eq!(r[0].files_rewritten, replaced.len() as u64, "{r:?}");
+    assert_eq!((r[0].snapshots, r[0].error.clone()), (1, None), "{r:?}");
+    let disk = files_on_disk(dir.path());
+    let live_files = referenced_files(&s.warehouse, &s.table_location(&t.id))
+        .await
+        .unwrap();
+    let missing: Vec<_> = live_files.difference(&disk).collect();
+    assert!(missing.is_empty(), "missing: {missing:?}");
+    let orphans: Vec<_> = disk
+        .difference(&live_files)
+        .filter(|p| !is_metadata_file(p))
+        .collect();
+    assert!(orphans.is_empty(), "left: {orphans:?}");
+    assert!(replaced
+        .iter()
+        .all(|p| !disk.contains(p.trim_start_matches("file:///"))));
+    assert_eq!(s.checkpoint(&t.id).await.unwrap(), Some(cp(1009)));
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+    commits(&s, 10, 2).await;
+    model.commits(10, 2);
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+}
