@@ -284,3 +284,58 @@ async fn replaced_files_leave_with_the_expired_snapshots() {
         assert_eq!(rows, model.text());
     }
 }
+
+/// DuckDB's full-scan time of the table (seconds) and its row count.
+fn duck_scan(dir: &Path) -> Option<String> {
+    python(&format!(
+        "import time\ncon = connect()\ncon.sql('SET enable_progress_bar = false')\nt0 = time.time()\nn = con.sql(\"select count(*), sum(b) from iceberg_scan('{}')\").fetchall()\nprint(n, round(time.time() - t0, 3))",
+        table_dir(dir)
+    ))
+}
+
+/// Not a test: prints what compaction does to a streamed table (issue 19's figures).
+/// `cargo test --lib measure_compaction -- --ignored --nocapture` (a debug build: read ratios).
+#[tokio::test]
+#[ignore]
+async fn measure_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = compacting(dir.path());
+    let t = schema();
+    let rows: Vec<C> = (0..20_000).map(|i| ins(i, "seed")).collect();
+    s.commit(&t, &[changes(&rows)], &cp(1)).await.unwrap();
+    let commits = 300i64;
+    let started = std::time::Instant::now();
+    for c in 0..commits {
+        // 100 inserts, 50 updates of older rows, 10 deletes per commit.
+        let mut cs: Vec<C> = (0..100)
+            .map(|k| ins(100_000 + c * 100 + k, "new"))
+            .collect();
+        cs.extend((0..50).map(|k| upd((c * 389 + k * 97) % 20_000, Some("u"), c)));
+        cs.extend((0..10).map(|k| del(20_000 + ((c * 7 + k * 13) % 20_000))));
+        s.commit(&t, &[changes(&cs)], &cp(10 + c as u64))
+            .await
+            .unwrap();
+    }
+    s.settle().await;
+    let stream_ms = started.elapsed().as_millis();
+    let before = live(&s).await;
+    let scan_before = duck_scan(dir.path());
+    let started = std::time::Instant::now();
+    let r = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+    let compact_ms = started.elapsed().as_millis();
+    let after = live(&s).await;
+    let scan_after = duck_scan(dir.path());
+    let started = std::time::Instant::now();
+    let cs = [upd(5, Some("x"), 1), del(6)];
+    s.commit(&t, &[changes(&cs)], &cp(10_000)).await.unwrap();
+    let next_commit_ms = started.elapsed().as_millis();
+    eprintln!(
+        "{commits} commits in {stream_ms} ms; before: {} data files, {} vectors, scan {scan_before:?}; \
+         cycle {compact_ms} ms: {r:?}; after: {} data files, {} vectors, scan {scan_after:?}; \
+         next commit (rereads live state) {next_commit_ms} ms",
+        before.files.data.len(),
+        before.dvs.len(),
+        after.files.data.len(),
+        after.dvs.len(),
+    );
+}
