@@ -137,11 +137,23 @@ async fn compaction_rewrites_small_and_deleted_files_and_moved_rows_stay_located
     // Updates and deletes of moved rows (ids 0..10 updated again, seed rows deleted) land.
     commits(&s, 20, 5).await;
     model.commits(20, 5);
-    let cs = [del(20), del(21), upd(30, Some("moved"), 7)];
+    // Partial updates (`a` absent) read the moved rows at the index's new positions.
+    let cs = [
+        del(20),
+        del(21),
+        upd(30, Some("moved"), 7),
+        upd(3, None, 333),
+        upd(105, None, 555),
+    ];
     s.commit(&t, &[changes(&cs)], &cp(2000)).await.unwrap();
     model.0.remove(&20);
     model.0.remove(&21);
     model.0.insert(30, ("moved", 7));
+    for (id, b) in [(3, 333), (105, 555)] {
+        if let Some(row) = model.0.get_mut(&id) {
+            row.1 = b;
+        }
+    }
     let status = s.status(&t.id).await.unwrap().unwrap();
     assert_eq!(status.rows, Some(model.0.len() as u64));
     if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
@@ -204,21 +216,120 @@ async fn an_index_behind_a_compaction_is_caught_up_from_the_table() {
     }
 }
 
-/// An equality-delete (v2) table is not compacted (not built: docs/internals.md); disabled by
-/// the table property, a v3 table is not either.
+/// An equality-delete (v2) table: the rewrite applies the position and equality deletes to the
+/// rows it copies, and drops the delete files that then apply to nothing; partial updates and
+/// deletes of the moved rows land afterwards.
 #[tokio::test]
-async fn v2_tables_and_disabled_compaction_are_left_alone() {
-    for (mode, props) in [
-        (DeleteMode::Equality, vec![]),
-        (
-            DeleteMode::DeletionVectors,
-            vec![("cdcd.compaction.enabled", "false")],
-        ),
-    ] {
+async fn equality_delete_tables_apply_their_deletes_and_drop_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sink_with(
+        dir.path(),
+        DeleteMode::Equality,
+        &[("write.target-file-size-bytes", "1000000")],
+    );
+    let t = schema();
+    seed(&s).await;
+    commits(&s, 0, 12).await;
+    let mut model = Model::seeded();
+    model.commits(0, 12);
+    let before = live(&s).await;
+    assert!(!before.files.equality_deletes.is_empty());
+    let r = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+    assert_eq!(r[0].error, None, "{r:?}");
+    assert_eq!(
+        (r[0].files_rewritten, r[0].files_written),
+        (before.files.data.len() as u64, 1),
+        "{r:?}"
+    );
+    let after = live(&s).await;
+    assert_eq!(after.files.data.len(), 1);
+    assert!(
+        after.files.equality_deletes.is_empty() && after.files.position_deletes.is_empty(),
+        "{after:?}"
+    );
+    assert_eq!(
+        after.files.data[0].file.record_count(),
+        model.0.len() as u64
+    );
+    let status = s.status(&t.id).await.unwrap().unwrap();
+    assert_eq!(status.rows, Some(model.0.len() as u64));
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+    commits(&s, 12, 3).await;
+    model.commits(12, 3);
+    let cs = [del(20), upd(3, None, 333), upd(30, Some("moved"), 7)];
+    s.commit(&t, &[changes(&cs)], &cp(2000)).await.unwrap();
+    model.0.remove(&20);
+    model.0.insert(30, ("moved", 7));
+    if let Some(row) = model.0.get_mut(&3) {
+        row.1 = 333;
+    }
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+}
+
+/// v2, a cycle budget too small for every file: each cycle rewrites a few small files (the
+/// seed file, the largest, never), so the equality deletes that still apply to it stay, and
+/// the table reads the same after every cycle.
+#[tokio::test]
+async fn equality_deletes_that_still_apply_stay() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sink_with(
+        dir.path(),
+        DeleteMode::Equality,
+        &[
+            ("write.target-file-size-bytes", "1000000"),
+            ("cdcd.compaction.max-bytes-per-cycle", "4000"),
+            ("cdcd.compaction.min-input-files", "2"),
+        ],
+    );
+    let t = schema();
+    seed(&s).await;
+    let seed_file = live(&s).await.files.data[0].file.file_path().to_owned();
+    commits(&s, 0, 12).await;
+    let mut model = Model::seeded();
+    model.commits(0, 12);
+    let mut rewritten = 0;
+    for cycle in 0..4 {
+        let r = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+        assert_eq!(r[0].error, None, "{r:?}");
+        rewritten += r[0].files_rewritten;
+        let now = live(&s).await;
+        assert!(
+            now.files
+                .data
+                .iter()
+                .any(|f| f.file.file_path() == seed_file),
+            "cycle {cycle}: the seed file is never picked"
+        );
+        assert!(!now.files.equality_deletes.is_empty(), "cycle {cycle}");
+        if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+            assert_eq!(rows, model.text(), "cycle {cycle}");
+        }
+    }
+    assert!(rewritten >= 4, "{rewritten}");
+    commits(&s, 12, 2).await;
+    model.commits(12, 2);
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+}
+
+/// Disabled by the table property, a table is not compacted.
+#[tokio::test]
+async fn disabled_compaction_leaves_the_table_alone() {
+    for mode in [DeleteMode::Equality, DeleteMode::DeletionVectors] {
         let dir = tempfile::tempdir().unwrap();
-        let mut all = vec![("write.target-file-size-bytes", "1000000")];
-        all.extend(props);
-        let s = sink_with(dir.path(), mode, &all);
+        let s = sink_with(
+            dir.path(),
+            mode,
+            &[
+                ("write.target-file-size-bytes", "1000000"),
+                ("cdcd.compaction.enabled", "false"),
+            ],
+        );
         let t = schema();
         seed(&s).await;
         commits(&s, 0, 8).await;

@@ -42,11 +42,13 @@
 //!   file are what DuckDB 1.5.5 misreads (commit/files.rs); compaction instead removes the
 //!   vectors of the files it rewrites.
 
+mod equality;
 mod moves;
 mod pick;
 mod rewrite;
 mod summary;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use iceberg::spec::FormatVersion;
@@ -60,6 +62,7 @@ use crate::sinks::iceberg::live::LiveState;
 use crate::sinks::iceberg::maintenance::metadata_log;
 use crate::sinks::iceberg::IcebergSink;
 use crate::sinks::SinkError;
+use equality::V2Deletes;
 use pick::Candidate;
 use rewrite::Rewrite;
 
@@ -70,15 +73,16 @@ pub(crate) struct Compacted {
     pub bytes_rewritten: u64,
     pub files_written: u64,
     pub bytes_written: u64,
-    /// Deletion vectors removed with the files they applied to.
+    /// Delete files removed: the vectors of the rewritten files (v3), or the position and
+    /// equality delete files that no longer apply to any live file (v2).
     pub vectors_removed: u64,
-    /// Rows their vectors deleted, dropped from the table's files.
+    /// Rows their deletes deleted, dropped from the table's files.
     pub rows_dropped: u64,
 }
 
 impl IcebergSink {
     /// Compacts `table` once if its properties and files call for it; `Ok(None)` when nothing
-    /// was rewritten (no table, v2, disabled, nothing worth it).
+    /// was rewritten (no table, disabled, nothing worth it).
     pub(crate) async fn compact_table(
         &self,
         table: &TableId,
@@ -93,9 +97,6 @@ impl IcebergSink {
         let Some(parent) = meta.current_snapshot().map(|s| s.snapshot_id()) else {
             return Ok(None);
         };
-        if meta.format_version() < FormatVersion::V3 {
-            return Ok(None);
-        }
         let policy =
             Compaction::from_properties(meta.properties()).map_err(|e| SinkError::Data {
                 table: table.clone(),
@@ -130,6 +131,22 @@ impl IcebergSink {
             return Ok(None);
         }
         let checkpoint = self.carried_checkpoint(meta)?;
+        let chosen: HashSet<&str> = choice
+            .inputs()
+            .filter_map(|i| live.files.data.get(i))
+            .map(|f| f.file.file_path())
+            .collect();
+        let (v2, dropped_deletes) = if meta.format_version() >= FormatVersion::V3 {
+            (None, HashSet::new())
+        } else {
+            let schema = meta.current_schema();
+            let file_schema = crate::sinks::iceberg::schema::data_file_schema(schema)?;
+            let deletes =
+                V2Deletes::load(&self.warehouse, table, &live, schema, &file_schema, &chosen)
+                    .await?;
+            let dropped = deletes.droppable(&live, &chosen);
+            (Some(deletes), dropped)
+        };
         let rewrite = Rewrite {
             warehouse: &self.warehouse,
             table,
@@ -137,6 +154,8 @@ impl IcebergSink {
             live: &live,
             choice,
             names: Names::new(meta),
+            v2,
+            dropped_deletes,
         };
         let key_names = guard.index.key_names();
         let written = rewrite.write(key_names.as_deref()).await?;

@@ -15,6 +15,7 @@ use iceberg::spec::{
     TableMetadata,
 };
 
+use super::equality::V2Deletes;
 use super::moves::{keep_mask, Placer};
 use super::pick::Choice;
 use super::summary::{self, Replaced};
@@ -58,6 +59,11 @@ pub(crate) struct Rewrite<'a> {
     /// The chosen files, by output (indexes into `live.files.data`).
     pub choice: Choice,
     pub names: Names,
+    /// Format v2: the position and equality deletes the rewritten rows must not escape
+    /// (`equality.rs`); `None` on v3, whose vectors are in `live`.
+    pub v2: Option<V2Deletes>,
+    /// v2: delete files the rewrite makes useless, dropped with it.
+    pub dropped_deletes: HashSet<String>,
 }
 
 impl Rewrite<'_> {
@@ -65,7 +71,7 @@ impl Rewrite<'_> {
         &self.base.metadata
     }
 
-    fn chosen(&self) -> impl Iterator<Item = &LiveFile> + '_ {
+    pub fn chosen(&self) -> impl Iterator<Item = &LiveFile> + '_ {
         self.choice
             .inputs()
             .filter_map(|i| self.live.files.data.get(i))
@@ -124,12 +130,18 @@ impl Rewrite<'_> {
         start: u64,
     ) -> Result<(Vec<RecordBatch>, u64, u64), SinkError> {
         let path = f.file.file_path();
-        let dv = self.live.dvs.get(path).map(|d| &d.dv);
         let bytes = read(self.warehouse, path).await?;
+        let batches = decode(&bytes, path, None)?;
+        drop(bytes);
+        let v2 = match &self.v2 {
+            Some(deletes) => deletes.vector(path, f.sequence, &batches)?,
+            None => None,
+        };
+        let dv = v2.as_ref().or(self.live.dvs.get(path).map(|d| &d.dv));
         let mut placer = Placer::new(dv, start);
         let mut kept = Vec::new();
         let mut dropped = 0u64;
-        for batch in decode(&bytes, path, None)? {
+        for batch in batches {
             let placed = placer.next_batch(batch.num_rows());
             let columns = project(&batch, file_schema).map_err(self.arrow("projecting"))?;
             let whole = RecordBatch::try_new(Arc::clone(file_schema), columns)
@@ -162,8 +174,8 @@ impl Rewrite<'_> {
         })
     }
 
-    /// The parent's manifests as the new snapshot keeps them: those listing a replaced data file
-    /// or a vector of one are rewritten without those entries (omitted, as the commit omits
+    /// The parent's manifests as the new snapshot keeps them: those listing a replaced data file,
+    /// a vector of one or (v2) a dropped delete file are rewritten without those entries (omitted, as the commit omits
     /// replaced vectors: `manifest::rewrite_manifest` says why). Returns the manifests and the
     /// vectors removed.
     pub async fn carry(&self) -> Result<(Vec<ManifestFile>, Vec<DataFile>), SinkError> {
@@ -174,6 +186,13 @@ impl Rewrite<'_> {
                 touched.insert(&dv.entry.manifest);
             }
         }
+        let files = &self.live.files;
+        for f in files.position_deletes.iter().chain(&files.equality_deletes) {
+            if self.dropped_deletes.contains(f.file.file_path()) {
+                touched.insert(&f.manifest);
+            }
+        }
+        let dropped = &self.dropped_deletes;
         let mut kept = Vec::new();
         let mut removed_deletes = Vec::new();
         for (i, m) in self.live.manifests.iter().enumerate() {
@@ -190,10 +209,12 @@ impl Rewrite<'_> {
                 manifest::rewrite_manifest(self.warehouse, path, &target, m, |f| {
                     match f.content_type() {
                         DataContentType::Data => replaced.contains(f.file_path()),
-                        DataContentType::PositionDeletes => f
-                            .referenced_data_file()
-                            .is_some_and(|r| replaced.contains(r.as_str())),
-                        DataContentType::EqualityDeletes => false,
+                        DataContentType::PositionDeletes => {
+                            dropped.contains(f.file_path())
+                                || f.referenced_data_file()
+                                    .is_some_and(|r| replaced.contains(r.as_str()))
+                        }
+                        DataContentType::EqualityDeletes => dropped.contains(f.file_path()),
                     }
                 })
                 .await?;

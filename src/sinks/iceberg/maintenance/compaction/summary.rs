@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use iceberg::spec::{DataFile, DataFileFormat, Operation, Snapshot, Summary};
+use iceberg::spec::{DataContentType, DataFile, DataFileFormat, Operation, Snapshot, Summary};
 
 use crate::checkpoint::{Checkpoint, LEASE_EPOCH_KEY};
 
@@ -15,7 +15,7 @@ use crate::checkpoint::{Checkpoint, LEASE_EPOCH_KEY};
 pub(crate) struct Replaced<'a> {
     pub added: &'a [DataFile],
     pub removed_data: &'a [DataFile],
-    /// Deletion vectors of the removed data files.
+    /// Deletion vectors of the removed data files; v2: delete files that no longer apply.
     pub removed_deletes: &'a [DataFile],
 }
 
@@ -39,7 +39,16 @@ pub(crate) fn summary(
     };
     let (added, added_records) = count(r.added);
     let (deleted, deleted_records) = count(r.removed_data);
-    let (removed_deletes, removed_positions) = count(r.removed_deletes);
+    let of = |content: DataContentType| -> Vec<DataFile> {
+        r.removed_deletes
+            .iter()
+            .filter(|f| f.content_type() == content)
+            .cloned()
+            .collect()
+    };
+    let (removed_pos_files, removed_positions) = count(&of(DataContentType::PositionDeletes));
+    let (removed_eq_files, removed_eq_rows) = count(&of(DataContentType::EqualityDeletes));
+    let removed_deletes = removed_pos_files + removed_eq_files;
     let removed_dvs = r
         .removed_deletes
         .iter()
@@ -54,7 +63,9 @@ pub(crate) fn summary(
     put("deleted-data-files", deleted);
     put("deleted-records", deleted_records);
     put("removed-delete-files", removed_deletes);
-    put("removed-position-delete-files", removed_deletes);
+    put("removed-position-delete-files", removed_pos_files);
+    put("removed-equality-delete-files", removed_eq_files);
+    put("removed-equality-deletes", removed_eq_rows);
     put("removed-dvs", removed_dvs);
     put("removed-position-deletes", removed_positions);
     put(
@@ -69,7 +80,10 @@ pub(crate) fn summary(
         "total-delete-files",
         previous("total-delete-files").saturating_sub(removed_deletes),
     );
-    put("total-equality-deletes", previous("total-equality-deletes"));
+    put(
+        "total-equality-deletes",
+        previous("total-equality-deletes").saturating_sub(removed_eq_rows),
+    );
     put(
         "total-position-deletes",
         previous("total-position-deletes").saturating_sub(removed_positions),
@@ -91,7 +105,7 @@ pub(crate) fn summary(
 mod tests {
     use super::*;
     use crate::changelog::Position;
-    use iceberg::spec::{DataContentType, DataFileBuilder, Struct};
+    use iceberg::spec::{DataFileBuilder, Struct};
 
     fn file(path: &str, rows: u64, puffin: bool) -> DataFile {
         DataFileBuilder::default()
