@@ -619,15 +619,12 @@ const COMPACTING: [(&str, &str); 2] = [
     ("cdcd.compaction.min-input-files", "3"),
 ];
 
-fn equality_mode() -> bool {
-    std::env::var("CDCD_TEST_DELETE_MODE").as_deref() == Ok("equality")
-}
-
 /// Issue 19, data-file compaction: the daemon compacts every 300 ms while 30 transactions
 /// update and delete rows of the same table (the seed rows, which compaction moves, among
 /// them); the lake ends equal to the source by DuckDB and pyiceberg, and the current snapshot
-/// holds a handful of data files instead of one per commit. An equality-delete table (v2) is not
-/// compacted; it must still end equal.
+/// holds a handful of data files instead of one per commit. With
+/// `CDCD_TEST_DELETE_MODE=equality` (format v2) the rewrites apply the equality and position
+/// deletes and drop those that no longer apply.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_racing_streaming_updates_and_deletes_ends_equal() {
     let Some(env) = test_env("compaction_racing_streaming_updates_and_deletes_ends_equal") else {
@@ -659,9 +656,6 @@ async fn compaction_racing_streaming_updates_and_deletes_ends_equal() {
     let v = inspect(&p, &t);
     assert_eq!(v["missing"], Value::Array(vec![]), "{v}");
     equal_by_both_readers(&mut p, &t).await;
-    if equality_mode() {
-        return;
-    }
     let c = current(&p, &t);
     eprintln!("current snapshot after compaction: {c}");
     assert!(c["replaces"].as_u64().unwrap() >= 3, "compactions ran: {c}");
@@ -685,10 +679,6 @@ async fn kill9_during_compaction_ends_equal() {
     let Some(env) = test_env("kill9_during_compaction_ends_equal") else {
         return;
     };
-    if equality_mode() {
-        eprintln!("note: equality-delete tables are not compacted; nothing to crash");
-        return;
-    }
     for (i, point) in ["compact-before-commit", "compact-after-commit"]
         .iter()
         .enumerate()
