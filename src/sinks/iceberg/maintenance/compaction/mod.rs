@@ -1,12 +1,14 @@
-//! Data-file compaction of a format-v3 (deletion-vector) table, in the maintenance cycle: small
-//! files and files whose deletion vector deletes many of their rows are rewritten into
-//! target-size files without the deleted rows, as one `replace` snapshot that removes the old
-//! files and their vectors and carries the table's checkpoint (Iceberg-Java's
-//! `RewriteDataFiles`, bin-pack strategy).
+//! Data-file compaction in the maintenance cycle: small files and files whose deletion vector
+//! deletes many of their rows are rewritten into target-size files without the deleted rows, as
+//! one `replace` snapshot that removes the old files and their vectors and carries the table's
+//! checkpoint (Iceberg-Java's `RewriteDataFiles`, bin-pack strategy). On a format-v2
+//! (equality-delete) table the rewrite applies the table's position and equality deletes to the
+//! rows it copies and drops the delete files that then apply to no live file (`equality.rs`).
 //!
 //! Layout: `pick.rs` (pure: which files, into which outputs), `moves.rs` (pure: where each kept
-//! row lands), `summary.rs` (pure: the `replace` summary), `rewrite.rs` (the worker: read, drop,
-//! write, manifests, snapshot), this file (the driver: lock, decide, publish, move the index).
+//! row lands), `summary.rs` (pure: the `replace` summary), `equality.rs` (v2: the deletes a
+//! rewrite applies, the delete files it drops), `rewrite.rs` (the worker: read, drop, write,
+//! manifests, snapshot), this file (the driver: lock, decide, publish, move the index).
 //!
 //! # Why no delete is lost: the rewrite holds the table's slot lock
 //!
@@ -36,8 +38,9 @@
 //! the same as the in-process update.
 //!
 //! # Not done
-//! - Format v2 (equality deletes): a rewrite would have to apply the equality deletes of later
-//!   sequence numbers to the rows it copies; such tables are skipped (docs/internals.md).
+//! - v2: files are picked by size only (how many of a file's rows the equality deletes remove is
+//!   known only by reading it), so an equality delete file stays while a file older than it is
+//!   not rewritten (a large one).
 //! - Puffin consolidation: each vector stays in its own Puffin file. Several blobs per Puffin
 //!   file are what DuckDB 1.5.5 misreads (commit/files.rs); compaction instead removes the
 //!   vectors of the files it rewrites.
