@@ -405,14 +405,19 @@ fn duck_scan(dir: &Path) -> Option<String> {
 }
 
 /// Not a test: prints what compaction does to a streamed table (issue 19's figures).
-/// `cargo test --lib measure_compaction -- --ignored --nocapture` (a debug build: read ratios).
+/// `cargo test --lib measure_compaction -- --ignored --nocapture` (a debug build: read ratios);
+/// `CDCD_MEASURE_SEED` sets the rows of the first commit (20,000).
 #[tokio::test]
 #[ignore]
 async fn measure_compaction() {
     let dir = tempfile::tempdir().unwrap();
     let s = compacting(dir.path());
     let t = schema();
-    let rows: Vec<C> = (0..20_000).map(|i| ins(i, "seed")).collect();
+    let seed: i64 = std::env::var("CDCD_MEASURE_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let rows: Vec<C> = (0..seed).map(|i| ins(i, "seed")).collect();
     s.commit(&t, &[changes(&rows)], &cp(1)).await.unwrap();
     let commits = 300i64;
     let started = std::time::Instant::now();
