@@ -37,12 +37,12 @@ const DEFAULT_DELETE_RATIO_PERCENT: u64 = 30;
 
 /// The target data file size when a table does not set `write.target-file-size-bytes`: 128 MiB,
 /// the size cdcd's writer rolls files at, instead of Iceberg-Java's 512 MiB. A compaction holds
-/// its output in memory while encoding it (the bound in `COMPACTION_MAX_BYTES_PER_CYCLE`), and
-/// Iceberg's default is sized for Spark executors, not for a daemon beside replication.
+/// its output's encoded bytes in memory until it puts the file, and Iceberg's default is sized
+/// for Spark executors, not for a daemon beside replication.
 pub const CDCD_TARGET_FILE_SIZE_BYTES: u64 = 128 * 1024 * 1024;
 /// Input bytes one compaction cycle rewrites at most, per table: 64 MiB. The streaming commits
 /// of the table wait while its compaction runs (compaction/mod.rs says why), so this bounds that
-/// wait (a few seconds) and the cycle's memory (its inputs decoded, one output encoded).
+/// wait (a few seconds) and the encoded output the cycle holds.
 pub const CDCD_COMPACTION_MAX_BYTES_PER_CYCLE: u64 = 64 * 1024 * 1024;
 
 /// The snapshot age cdcd writes into the tables it creates: 10 minutes instead of Iceberg's 5

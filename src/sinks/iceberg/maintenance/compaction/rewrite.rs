@@ -1,6 +1,7 @@
 //! The worker: carries out one cycle's [`Choice`](super::pick::Choice) on a table, as a type with
 //! one method per step (like the commit's `RowDelta`): read each chosen file, drop the rows its
-//! deletion vector deletes, write the kept rows into target-size files (`write`), carry the
+//! deletion vector (v2: its deletes) deletes, stream the kept rows into target-size files
+//! (`write`; memory: one input decoded plus the output encoded), carry the
 //! parent's manifests without the replaced files and their vectors (`carry`), write the new data
 //! manifest and the manifest list and build the `replace` snapshot (`stage`). Publishing and the
 //! index update are the driver's (`mod.rs`), under the table's slot lock.
@@ -25,6 +26,7 @@ use crate::failpoints;
 use crate::sinks::iceberg::commit::manifest_list::{self, ListTarget};
 use crate::sinks::iceberg::commit::publish;
 use crate::sinks::iceberg::commit::Names;
+use crate::sinks::iceberg::encode::StreamingFile;
 use crate::sinks::iceberg::live::LiveState;
 use crate::sinks::iceberg::lookup::{decode, project};
 use crate::sinks::iceberg::manifest::{self, read, LiveFile, ManifestTarget};
@@ -78,34 +80,37 @@ impl Rewrite<'_> {
     }
 
     /// Reads the chosen files and writes their live rows, one output file per output of the
-    /// choice (an output with no live row writes nothing). `key_names`: the key columns to keep
-    /// for the primary-key index, when it follows.
+    /// choice (an output with no live row writes nothing), streaming: one input's rows are held
+    /// at a time, encoded into the output on the blocking pool. `key_names`: the key columns to
+    /// keep for the primary-key index, when it follows.
     pub async fn write(&self, key_names: Option<&[String]>) -> Result<Written, SinkError> {
         let file_schema = schema::data_file_schema(self.meta().current_schema())?;
         let mut written = Written::default();
         for (n, inputs) in self.choice.outputs.iter().enumerate() {
-            let mut batches = Vec::new();
+            let path = self.names.data_file(n);
+            let mut out: Option<StreamingFile> = None;
             let mut keys = Vec::new();
             let mut end = 0u64;
             for f in inputs.iter().filter_map(|&i| self.live.files.data.get(i)) {
                 let (kept, dropped, next) = self.read_live(f, &file_schema, end).await?;
                 written.dropped_rows += dropped;
                 end = next;
+                written.removed_data.push(f.file.clone());
                 if let Some(names) = key_names {
                     keys.extend(key_columns(&kept, names).map_err(self.arrow("keys"))?);
                 }
-                batches.extend(kept);
-                written.removed_data.push(f.file.clone());
+                out = encode(&path, out, kept).await?;
             }
-            if end == 0 {
+            let Some(file) = out else {
                 continue;
-            }
-            let path = self.names.data_file(n);
-            let file = writer::write_file(
+            };
+            let bytes = blocking(&path, move || file.finish()).await?;
+            let file = writer::put_file(
                 self.warehouse,
                 self.table,
                 path.clone(),
-                batches,
+                bytes,
+                end,
                 DataContentType::Data,
                 None,
             )
@@ -295,6 +300,51 @@ impl Rewrite<'_> {
         };
         publish::with_snapshot(self.table, &self.base, snapshot)
     }
+}
+
+/// Appends `batches` to the output file at `path` (opened at its first batch), on the blocking
+/// pool: encoding is CPU work the runtime's workers should not do.
+async fn encode(
+    path: &str,
+    out: Option<StreamingFile>,
+    batches: Vec<RecordBatch>,
+) -> Result<Option<StreamingFile>, SinkError> {
+    let Some(first) = batches.first() else {
+        return Ok(out);
+    };
+    let mut file = match out {
+        Some(f) => f,
+        None => StreamingFile::new(first).map_err(|source| SinkError::Parquet {
+            context: format!("encoding {path}"),
+            source,
+        })?,
+    };
+    blocking(path, move || {
+        for b in &batches {
+            file.write(b)?;
+        }
+        Ok(file)
+    })
+    .await
+    .map(Some)
+}
+
+/// Runs `work` on the blocking pool; a failure names `path`.
+async fn blocking<T: Send + 'static>(
+    path: &str,
+    work: impl FnOnce() -> Result<T, parquet::errors::ParquetError> + Send + 'static,
+) -> Result<T, SinkError> {
+    let done = tokio::task::spawn_blocking(work).await;
+    match done {
+        Ok(result) => result,
+        Err(join) => Err(parquet::errors::ParquetError::General(format!(
+            "the encoding task failed: {join}"
+        ))),
+    }
+    .map_err(|source| SinkError::Parquet {
+        context: format!("encoding {path}"),
+        source,
+    })
 }
 
 /// The columns named `names` of `batches` (all of them: the keys of every kept row, in order).
