@@ -54,20 +54,22 @@ mod summary;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use iceberg::spec::FormatVersion;
+use iceberg::spec::{FormatVersion, TableMetadata};
 
 use super::properties::Compaction;
 use crate::changelog::TableId;
 use crate::checkpoint::Checkpoint;
 use crate::failpoints;
 use crate::sinks::iceberg::commit::Names;
+use crate::sinks::iceberg::index::IndexSlot;
 use crate::sinks::iceberg::live::LiveState;
 use crate::sinks::iceberg::maintenance::metadata_log;
+use crate::sinks::iceberg::metadata::Loaded;
 use crate::sinks::iceberg::IcebergSink;
 use crate::sinks::SinkError;
 use equality::V2Deletes;
-use pick::Candidate;
-use rewrite::Rewrite;
+use pick::{Candidate, Choice};
+use rewrite::{Rewrite, Written};
 
 /// What one compaction committed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +87,8 @@ pub(crate) struct Compacted {
 
 impl IcebergSink {
     /// Compacts `table` once if its properties and files call for it; `Ok(None)` when nothing
-    /// was rewritten (no table, disabled, nothing worth it).
+    /// was rewritten (no table, disabled, nothing worth it). Holds the table's slot lock
+    /// throughout (the module doc says why).
     pub(crate) async fn compact_table(
         &self,
         table: &TableId,
@@ -97,9 +100,9 @@ impl IcebergSink {
             return Ok(None);
         };
         let meta = &base.metadata;
-        let Some(parent) = meta.current_snapshot().map(|s| s.snapshot_id()) else {
+        if meta.current_snapshot().is_none() {
             return Ok(None);
-        };
+        }
         let policy =
             Compaction::from_properties(meta.properties()).map_err(|e| SinkError::Data {
                 table: table.clone(),
@@ -111,57 +114,46 @@ impl IcebergSink {
         if !guard.live.as_ref().is_some_and(|l| l.describes(meta)) {
             guard.live = Some(LiveState::load(&self.warehouse, table, meta).await?);
         }
+        // Out of the slot: after a rewrite it no longer describes the current snapshot, and the
+        // next commit rereads it; put back when nothing is rewritten.
         let Some(live) = guard.live.take() else {
             return Ok(None);
         };
-        let candidates: Vec<Candidate> = live
-            .files
-            .data
-            .iter()
-            .map(|f| Candidate {
-                size_bytes: f.file.file_size_in_bytes(),
-                record_count: f.file.record_count(),
-                deleted_rows: live
-                    .dvs
-                    .get(f.file.file_path())
-                    .map_or(0, |d| d.dv.cardinality()),
-                sequence: f.sequence,
-            })
-            .collect();
-        let choice = pick::choose(&policy, &candidates);
+        let choice = pick::choose(&policy, &candidates(&live));
         if choice.is_empty() {
             guard.live = Some(live);
             return Ok(None);
         }
+        self.rewrite_chosen(table, &mut guard.index, base, &live, choice)
+            .await
+            .map(Some)
+    }
+
+    /// Rewrites `choice` of `live` (the state of `base`'s current snapshot), publishes the
+    /// `replace` snapshot and moves the index.
+    async fn rewrite_chosen(
+        &self,
+        table: &TableId,
+        index: &mut IndexSlot,
+        base: Arc<Loaded>,
+        live: &LiveState,
+        choice: Choice,
+    ) -> Result<Compacted, SinkError> {
+        let meta = &base.metadata;
+        let parent = meta.current_snapshot().map(|s| s.snapshot_id());
         let checkpoint = self.carried_checkpoint(meta)?;
-        let chosen: HashSet<&str> = choice
-            .inputs()
-            .filter_map(|i| live.files.data.get(i))
-            .map(|f| f.file.file_path())
-            .collect();
-        let (v2, dropped_deletes) = if meta.format_version() >= FormatVersion::V3 {
-            (None, HashSet::new())
-        } else {
-            let schema = meta.current_schema();
-            let file_schema = crate::sinks::iceberg::schema::data_file_schema(schema)?;
-            let deletes =
-                V2Deletes::load(&self.warehouse, table, &live, schema, &file_schema, &chosen)
-                    .await?;
-            let dropped = deletes.droppable(&live, &chosen);
-            (Some(deletes), dropped)
-        };
+        let (v2, dropped_deletes) = self.v2_deletes(table, meta, live, &choice).await?;
         let rewrite = Rewrite {
             warehouse: &self.warehouse,
             table,
             base: Arc::clone(&base),
-            live: &live,
+            live,
             choice,
             names: Names::new(meta),
             v2,
             dropped_deletes,
         };
-        let key_names = guard.index.key_names();
-        let written = rewrite.write(key_names.as_deref()).await?;
+        let written = rewrite.write(index.key_names().as_deref()).await?;
         let (carried, removed_deletes) = rewrite.carry().await?;
         let next = rewrite
             .stage(&written, carried, &removed_deletes, checkpoint.as_ref())
@@ -176,11 +168,10 @@ impl IcebergSink {
                 next,
             )
             .await;
-        // From here the cached live state no longer describes the current snapshot: the next
-        // commit rereads it (it was taken out of the slot above).
         let after = match published {
             Ok(after) => Arc::new(after),
             Err(e) => {
+                // Conflict or unknown outcome: the next load tells; the files are orphans.
                 self.remember(table, None);
                 return Err(e);
             }
@@ -199,11 +190,56 @@ impl IcebergSink {
             .iter()
             .map(|o| (o.path.as_str(), o.keys.as_slice()))
             .collect();
-        guard
-            .index
-            .follow_rewrite(Some(parent), &removed, &outputs, rewrite.names.snapshot_id)
+        index
+            .follow_rewrite(parent, &removed, &outputs, rewrite.names.snapshot_id)
             .await;
-        Ok(Some(Compacted {
+        Ok(Compacted::of(&written, removed_deletes.len()))
+    }
+
+    /// v2: the deletes the rewrite of `choice` applies and the delete files it drops
+    /// (`equality.rs`); nothing on v3, whose vectors are in `live`.
+    async fn v2_deletes(
+        &self,
+        table: &TableId,
+        meta: &TableMetadata,
+        live: &LiveState,
+        choice: &Choice,
+    ) -> Result<(Option<V2Deletes>, HashSet<String>), SinkError> {
+        if meta.format_version() >= FormatVersion::V3 {
+            return Ok((None, HashSet::new()));
+        }
+        let chosen: HashSet<&str> = choice
+            .inputs()
+            .filter_map(|i| live.files.data.get(i))
+            .map(|f| f.file.file_path())
+            .collect();
+        let schema = meta.current_schema();
+        let file_schema = crate::sinks::iceberg::schema::data_file_schema(schema)?;
+        let deletes =
+            V2Deletes::load(&self.warehouse, table, live, schema, &file_schema, &chosen).await?;
+        let dropped = deletes.droppable(live, &chosen);
+        Ok((Some(deletes), dropped))
+    }
+
+    /// The checkpoint the compaction's snapshot carries: that of the newest snapshot of `main`
+    /// with one of this pipeline (normally the current one).
+    fn carried_checkpoint(&self, meta: &TableMetadata) -> Result<Option<Checkpoint>, SinkError> {
+        let Some(id) = self.checkpoint_snapshot(meta)? else {
+            return Ok(None);
+        };
+        let Some(snapshot) = meta.snapshot_by_id(id) else {
+            return Ok(None);
+        };
+        Ok(Checkpoint::from_properties(
+            &self.pipeline,
+            &snapshot.summary().additional_properties,
+        )?)
+    }
+}
+
+impl Compacted {
+    fn of(written: &Written, deletes_removed: usize) -> Compacted {
+        Compacted {
             files_rewritten: written.removed_data.len() as u64,
             bytes_rewritten: written
                 .removed_data
@@ -216,26 +252,25 @@ impl IcebergSink {
                 .iter()
                 .map(|o| o.file.file_size_in_bytes())
                 .sum(),
-            vectors_removed: removed_deletes.len() as u64,
+            vectors_removed: deletes_removed as u64,
             rows_dropped: written.dropped_rows,
-        }))
+        }
     }
+}
 
-    /// The checkpoint the compaction's snapshot carries: that of the newest snapshot of `main`
-    /// with one of this pipeline (normally the current one).
-    fn carried_checkpoint(
-        &self,
-        meta: &iceberg::spec::TableMetadata,
-    ) -> Result<Option<Checkpoint>, SinkError> {
-        let Some(id) = self.checkpoint_snapshot(meta)? else {
-            return Ok(None);
-        };
-        let Some(snapshot) = meta.snapshot_by_id(id) else {
-            return Ok(None);
-        };
-        Ok(Checkpoint::from_properties(
-            &self.pipeline,
-            &snapshot.summary().additional_properties,
-        )?)
-    }
+/// The picker's view of `live`'s data files (v3: their vectors' cardinality; v2: none known).
+fn candidates(live: &LiveState) -> Vec<Candidate> {
+    live.files
+        .data
+        .iter()
+        .map(|f| Candidate {
+            size_bytes: f.file.file_size_in_bytes(),
+            record_count: f.file.record_count(),
+            deleted_rows: live
+                .dvs
+                .get(f.file.file_path())
+                .map_or(0, |d| d.dv.cardinality()),
+            sequence: f.sequence,
+        })
+        .collect()
 }
