@@ -5,6 +5,7 @@
 mod fencing;
 mod keys;
 mod lsm;
+mod maintenance;
 mod replication;
 mod snapshot;
 mod tls;
