@@ -62,7 +62,7 @@ use crate::checkpoint::Checkpoint;
 use crate::failpoints;
 use crate::sinks::iceberg::commit::Names;
 use crate::sinks::iceberg::index::IndexSlot;
-use crate::sinks::iceberg::live::LiveState;
+use crate::sinks::iceberg::live::{LiveState, Rewritten};
 use crate::sinks::iceberg::maintenance::metadata_log;
 use crate::sinks::iceberg::metadata::Loaded;
 use crate::sinks::iceberg::IcebergSink;
@@ -114,9 +114,10 @@ impl IcebergSink {
         if !guard.live.as_ref().is_some_and(|l| l.describes(meta)) {
             guard.live = Some(LiveState::load(&self.warehouse, table, meta).await?);
         }
-        // Out of the slot: after a rewrite it no longer describes the current snapshot, and the
-        // next commit rereads it; put back when nothing is rewritten.
-        let Some(live) = guard.live.take() else {
+        // Out of the slot while the rewrite reads it; put back advanced to the `replace`
+        // snapshot after a commit (so the next commit reads nothing back), unchanged when
+        // nothing is rewritten, and left out after a failure (the next commit rereads it).
+        let Some(mut live) = guard.live.take() else {
             return Ok(None);
         };
         let choice = pick::choose(&policy, &candidates(&live));
@@ -124,13 +125,16 @@ impl IcebergSink {
             guard.live = Some(live);
             return Ok(None);
         }
-        self.rewrite_chosen(table, &mut guard.index, base, &live, choice)
-            .await
-            .map(Some)
+        let (compacted, rewritten) = self
+            .rewrite_chosen(table, &mut guard.index, base, &live, choice)
+            .await?;
+        live.apply_rewrite(rewritten);
+        guard.live = Some(live);
+        Ok(Some(compacted))
     }
 
     /// Rewrites `choice` of `live` (the state of `base`'s current snapshot), publishes the
-    /// `replace` snapshot and moves the index.
+    /// `replace` snapshot and moves the index; returns what `live` must learn.
     async fn rewrite_chosen(
         &self,
         table: &TableId,
@@ -138,7 +142,7 @@ impl IcebergSink {
         base: Arc<Loaded>,
         live: &LiveState,
         choice: Choice,
-    ) -> Result<Compacted, SinkError> {
+    ) -> Result<(Compacted, Rewritten), SinkError> {
         let meta = &base.metadata;
         let parent = meta.current_snapshot().map(|s| s.snapshot_id());
         let checkpoint = self.carried_checkpoint(meta)?;
@@ -154,9 +158,9 @@ impl IcebergSink {
             dropped_deletes,
         };
         let written = rewrite.write(index.key_names().as_deref()).await?;
-        let (carried, removed_deletes) = rewrite.carry().await?;
-        let next = rewrite
-            .stage(&written, carried, &removed_deletes, checkpoint.as_ref())
+        let mut carried = rewrite.carry().await?;
+        let staged = rewrite
+            .stage(&written, &mut carried, checkpoint.as_ref())
             .await?;
         let location = self.table_location(table);
         let published = self
@@ -165,7 +169,7 @@ impl IcebergSink {
                 &self.warehouse,
                 &self.table_ref(table, &location),
                 &base,
-                next,
+                staged.next,
             )
             .await;
         let after = match published {
@@ -193,7 +197,22 @@ impl IcebergSink {
         index
             .follow_rewrite(parent, &removed, &outputs, rewrite.names.snapshot_id)
             .await;
-        Ok(Compacted::of(&written, removed_deletes.len()))
+        let compacted = Compacted::of(&written, carried.removed_deletes.len());
+        let rewritten = Rewritten {
+            snapshot_id: rewrite.names.snapshot_id,
+            sequence: rewrite.names.sequence,
+            manifests: staged.listed,
+            added: written.outputs.into_iter().map(|o| o.file).collect(),
+            added_manifest: staged.added_manifest,
+            rewritten: carried.rewritten,
+            removed_data: written
+                .removed_data
+                .iter()
+                .map(|f| f.file_path().to_owned())
+                .collect(),
+            removed_deletes: rewrite.dropped_deletes,
+        };
+        Ok((compacted, rewritten))
     }
 
     /// v2: the deletes the rewrite of `choice` applies and the delete files it drops

@@ -6,7 +6,7 @@
 //! manifest and the manifest list and build the `replace` snapshot (`stage`). Publishing and the
 //! index update are the driver's (`mod.rs`), under the table's slot lock.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
@@ -50,6 +50,24 @@ pub(crate) struct Written {
     pub removed_data: Vec<DataFile>,
     /// Rows dropped because their deletion vector deleted them.
     pub dropped_rows: u64,
+}
+
+/// The parent's manifests as the rewrite's snapshot keeps them (`Rewrite::carry`).
+#[derive(Default)]
+pub(crate) struct Carried {
+    pub manifests: Vec<ManifestFile>,
+    /// Delete files left out of rewritten manifests.
+    pub removed_deletes: Vec<DataFile>,
+    /// Rewritten manifests: old path → new path (`None`: nothing was left).
+    pub rewritten: HashMap<String, Option<Arc<str>>>,
+}
+
+/// What `Rewrite::stage` wrote: the metadata to publish, the manifest list as written and the
+/// new data manifest (for the cached live state).
+pub(crate) struct Staged {
+    pub next: TableMetadata,
+    pub listed: Vec<ManifestFile>,
+    pub added_manifest: Option<Arc<str>>,
 }
 
 /// One compaction of one table, on the current snapshot of `base`.
@@ -183,7 +201,7 @@ impl Rewrite<'_> {
     /// a vector of one or (v2) a dropped delete file are rewritten without those entries (omitted, as the commit omits
     /// replaced vectors: `manifest::rewrite_manifest` says why). Returns the manifests and the
     /// vectors removed.
-    pub async fn carry(&self) -> Result<(Vec<ManifestFile>, Vec<DataFile>), SinkError> {
+    pub async fn carry(&self) -> Result<Carried, SinkError> {
         let replaced: HashSet<&str> = self.chosen().map(|f| f.file.file_path()).collect();
         let mut touched: HashSet<&str> = self.chosen().map(|f| &*f.manifest).collect();
         for path in &replaced {
@@ -198,12 +216,11 @@ impl Rewrite<'_> {
             }
         }
         let dropped = &self.dropped_deletes;
-        let mut kept = Vec::new();
-        let mut removed_deletes = Vec::new();
+        let mut carried = Carried::default();
         for (i, m) in self.live.manifests.iter().enumerate() {
             if !touched.contains(m.manifest_path.as_str()) {
                 if m.has_added_files() || m.has_existing_files() {
-                    kept.push(m.clone());
+                    carried.manifests.push(m.clone());
                 }
                 continue;
             }
@@ -224,11 +241,17 @@ impl Rewrite<'_> {
                 })
                 .await?;
             if deletes {
-                removed_deletes.extend(removed);
+                carried.removed_deletes.extend(removed);
             }
-            kept.extend(rewritten);
+            carried.rewritten.insert(
+                m.manifest_path.clone(),
+                rewritten
+                    .as_ref()
+                    .map(|r| Arc::from(r.manifest_path.as_str())),
+            );
+            carried.manifests.extend(rewritten);
         }
-        Ok((kept, removed_deletes))
+        Ok(carried)
     }
 
     /// Writes the new data manifest and the manifest list, and returns the metadata naming the
@@ -236,13 +259,13 @@ impl Rewrite<'_> {
     pub async fn stage(
         &self,
         written: &Written,
-        carried: Vec<ManifestFile>,
-        removed_deletes: &[DataFile],
+        carried: &mut Carried,
         checkpoint: Option<&Checkpoint>,
-    ) -> Result<TableMetadata, SinkError> {
+    ) -> Result<Staged, SinkError> {
         let meta = self.meta();
         let added: Vec<DataFile> = written.outputs.iter().map(|o| o.file.clone()).collect();
-        let mut manifests = Vec::with_capacity(carried.len() + 1);
+        let mut manifests = Vec::with_capacity(carried.manifests.len() + 1);
+        let mut added_manifest = None;
         if !added.is_empty() {
             let target = self.manifest_target(false, meta.default_partition_spec_id())?;
             manifests.push(
@@ -256,7 +279,10 @@ impl Rewrite<'_> {
                 .await?,
             );
         }
-        manifests.extend(carried);
+        if let Some(m) = manifests.first() {
+            added_manifest = Some(Arc::from(m.manifest_path.as_str()));
+        }
+        manifests.append(&mut carried.manifests);
         let list_path = self.names.manifest_list();
         let parent = meta.current_snapshot();
         let list = ListTarget {
@@ -266,7 +292,7 @@ impl Rewrite<'_> {
             sequence: self.names.sequence,
             first_row_id: meta.next_row_id(),
         };
-        let (added_rows, _) =
+        let (added_rows, listed) =
             manifest_list::write_manifest_list(self.warehouse, &list_path, &list, manifests)
                 .await?;
         failpoints::crash_point(failpoints::COMPACT_BEFORE_COMMIT);
@@ -274,7 +300,7 @@ impl Rewrite<'_> {
             &Replaced {
                 added: &added,
                 removed_data: &written.removed_data,
-                removed_deletes,
+                removed_deletes: &carried.removed_deletes,
             },
             parent.map(|s| s.as_ref()),
             checkpoint,
@@ -298,7 +324,11 @@ impl Rewrite<'_> {
         } else {
             builder.build()
         };
-        publish::with_snapshot(self.table, &self.base, snapshot)
+        Ok(Staged {
+            next: publish::with_snapshot(self.table, &self.base, snapshot)?,
+            listed,
+            added_manifest,
+        })
     }
 }
 
