@@ -52,6 +52,12 @@ async fn live(s: &IcebergSink) -> LiveState {
 /// vectors.
 async fn assert_cached_state_is_fresh(s: &IcebergSink) {
     type Entry = (String, String, i64, i64);
+    type View = (
+        Option<i64>,
+        Vec<String>,
+        [Vec<Entry>; 3],
+        Vec<(String, String, u64)>,
+    );
     fn entries(files: &[crate::sinks::iceberg::manifest::LiveFile]) -> Vec<Entry> {
         let mut v: Vec<Entry> = files
             .iter()
@@ -67,14 +73,7 @@ async fn assert_cached_state_is_fresh(s: &IcebergSink) {
         v.sort();
         v
     }
-    fn view(
-        l: &LiveState,
-    ) -> (
-        Option<i64>,
-        Vec<String>,
-        [Vec<Entry>; 3],
-        Vec<(String, String, u64)>,
-    ) {
+    fn view(l: &LiveState) -> View {
         let mut dvs: Vec<(String, String, u64)> = l
             .dvs
             .iter()
