@@ -510,7 +510,7 @@ async fn measure_compaction() {
     eprintln!(
         "{commits} commits in {stream_ms} ms; before: {} data files, {} vectors, scan {scan_before:?}; \
          cycle {compact_ms} ms: {r:?}; after: {} data files, {} vectors, scan {scan_after:?}; \
-         next commit (rereads live state) {next_commit_ms} ms",
+         next commit {next_commit_ms} ms",
         before.files.data.len(),
         before.dvs.len(),
         after.files.data.len(),

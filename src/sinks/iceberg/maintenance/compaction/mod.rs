@@ -19,8 +19,8 @@
 //! current snapshot, read the files and vectors, write, publish, move the index — runs under the
 //! table's slot lock, the lock every streaming commit of that table holds from loading its base
 //! to publishing. So no cdcd commit lands between the vectors the rewrite read and its own
-//! commit, and each streaming commit afterwards builds on the compaction's snapshot (its live
-//! state is reread, its index follows the moved rows). The price is that the table's streaming
+//! commit, and each streaming commit afterwards builds on the compaction's snapshot (the cached
+//! live state advanced to it, `LiveState::apply_rewrite`; the index following the moved rows). The price is that the table's streaming
 //! commits wait while its compaction runs; `cdcd.compaction.max-bytes-per-cycle` bounds that.
 //! A commit of another writer (another engine) in between makes the publish a conflict (the
 //! create-if-absent `v<N+1>`, or the SQL catalog's row swap): nothing is committed, the next
