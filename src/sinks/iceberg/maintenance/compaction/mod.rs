@@ -20,8 +20,9 @@
 //! table's slot lock, the lock every streaming commit of that table holds from loading its base
 //! to publishing. So no cdcd commit lands between the vectors the rewrite read and its own
 //! commit, and each streaming commit afterwards builds on the compaction's snapshot (the cached
-//! live state advanced to it, `LiveState::apply_rewrite`; the index following the moved rows). The price is that the table's streaming
-//! commits wait while its compaction runs; `cdcd.compaction.max-bytes-per-cycle` bounds that.
+//! live state advanced to it, `LiveState::apply_rewrite`; the index following the moved rows).
+//! The price is that the table's streaming commits wait while its compaction runs;
+//! `cdcd.compaction.max-bytes-per-cycle` bounds that.
 //! A commit of another writer (another engine) in between makes the publish a conflict (the
 //! create-if-absent `v<N+1>`, or the SQL catalog's row swap): nothing is committed, the next
 //! cycle decides again from the new snapshot.
@@ -41,6 +42,7 @@
 //! - v2: files are picked by size only (how many of a file's rows the equality deletes remove is
 //!   known only by reading it), so an equality delete file stays while a file older than it is
 //!   not rewritten (a large one).
+//! - v3 row lineage: rewritten rows get new row ids (rewrite.rs, `stage`).
 //! - Puffin consolidation: each vector stays in its own Puffin file. Several blobs per Puffin
 //!   file are what DuckDB 1.5.5 misreads (commit/files.rs); compaction instead removes the
 //!   vectors of the files it rewrites.

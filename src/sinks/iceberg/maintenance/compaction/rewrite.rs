@@ -198,9 +198,8 @@ impl Rewrite<'_> {
     }
 
     /// The parent's manifests as the new snapshot keeps them: those listing a replaced data file,
-    /// a vector of one or (v2) a dropped delete file are rewritten without those entries (omitted, as the commit omits
-    /// replaced vectors: `manifest::rewrite_manifest` says why). Returns the manifests and the
-    /// vectors removed.
+    /// a vector of one or (v2) a dropped delete file are rewritten without those entries
+    /// (omitted, as the commit omits replaced vectors: `manifest::rewrite_manifest` says why).
     pub async fn carry(&self) -> Result<Carried, SinkError> {
         let replaced: HashSet<&str> = self.chosen().map(|f| f.file.file_path()).collect();
         let mut touched: HashSet<&str> = self.chosen().map(|f| &*f.manifest).collect();
