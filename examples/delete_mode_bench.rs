@@ -39,6 +39,7 @@ fn schema() -> Arc<TableSchema> {
         data_type,
         nullable: true,
         source_type: String::new(),
+        initial_default: None,
     };
     Arc::new(TableSchema {
         id: TableId::new("bench", "t"),

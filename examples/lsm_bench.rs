@@ -32,6 +32,7 @@ fn schema() -> Arc<TableSchema> {
         data_type: dt,
         nullable: true,
         source_type: String::new(),
+        initial_default: None,
     };
     Arc::new(TableSchema {
         id: TableId::new("public", "bench"),

@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::changelog::{KeyOrigin, TableId, TableKey};
 use crate::checkpoint::lease::{Lease, LeaseError, LeaseSettings};
-use crate::checkpoint::progress::ProgressStore;
+use crate::checkpoint::progress::{ProgressError, ProgressStore};
+use crate::checkpoint::source_state::{SourceStateFile, SOURCE_STATE_FILE};
 use crate::config::Config;
 use crate::pipeline::{self, PipelineError, Settings};
 use crate::sinks::{MaintenanceReport, Sink, SinkError};
@@ -69,6 +70,7 @@ fn settings(config: &Config, source: &dyn Source) -> Settings {
         snapshot: source.snapshot_mode(),
         slot: source.stream_name(),
         progress: None,
+        source_state: None,
     }
 }
 
@@ -124,6 +126,10 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
     let fenced = warehouse.clone().fenced(fence.clone());
     settings.progress =
         Some(ProgressStore::new(&fenced, &config.pipeline).map_err(PipelineError::from)?);
+    settings.source_state = Some(Arc::new(
+        SourceStateFile::new(&fenced, &config.pipeline, SOURCE_STATE_FILE)
+            .map_err(|e| PipelineError::from(ProgressError::from(e)))?,
+    ));
     // The sink's maintenance runs beside the pipeline, through the same fenced store; it ends
     // with this function (aborted where it is: a cycle is crash-safe at every await).
     let _maintenance = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(

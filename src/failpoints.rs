@@ -22,6 +22,9 @@
 //!   manifest lists are written, `snapshot/snapshot-N` is not; the commit did not happen.
 //! - [`LSM_AFTER_SNAPSHOT`] (same place): `snapshot-N` is ours, so the commit is durable;
 //!   `LATEST` is not yet updated.
+//! - [`LSM_SCHEMA_WRITTEN`] (Paimon schema evolution, `sinks/lsm/mod.rs`): `schema-N` of the
+//!   evolved schema is written, the commit that first writes under it is not; readers see the new
+//!   columns (NULL) and the restart replays the changes before the DDL into a table that is ahead.
 //! - [`EXPIRE_AFTER_COMMIT`] (Iceberg maintenance, `sinks/iceberg/maintenance/cycle.rs`): the
 //!   metadata without the expired snapshots is committed, none of their files is deleted, the
 //!   expiry's journal is still there.
@@ -48,6 +51,8 @@ pub const COMMIT_AFTER_MERGE: &str = "commit-after-merge";
 pub const LSM_BEFORE_SNAPSHOT: &str = "lsm-commit-before-snapshot";
 /// A Paimon (LSM) commit's snapshot put landed; `LATEST` is not written yet.
 pub const LSM_AFTER_SNAPSHOT: &str = "lsm-commit-after-snapshot";
+/// A Paimon schema change wrote `schema/schema-N`; no snapshot uses it yet.
+pub const LSM_SCHEMA_WRITTEN: &str = "lsm-schema-written";
 
 /// An expiry's metadata commit landed; no file is deleted yet.
 pub const EXPIRE_AFTER_COMMIT: &str = "expire-after-commit";

@@ -50,7 +50,8 @@ use crate::config::SnapshotMode;
 use crate::metrics as m;
 use crate::sinks::{Sink, SinkError};
 use crate::sources::{
-    Prepared, Resume, SnapshotProgress, Source, SourceError, SourceEvent, TableCopy,
+    Prepared, Resume, SnapshotProgress, Source, SourceError, SourceEvent, SourceStateStore,
+    TableCopy,
 };
 
 /// Events buffered between the source and the pipeline. Each event is a whole transaction or a
@@ -148,6 +149,8 @@ pub struct Settings {
     pub slot: String,
     /// `_cdcd/<pipeline>/progress.json` (`checkpoint::progress`); `None`: not kept.
     pub progress: Option<ProgressStore>,
+    /// Where the source keeps its own durable state ([`Source::keep_state_in`]); `None`: nowhere.
+    pub source_state: Option<Arc<dyn SourceStateStore>>,
 }
 
 /// Runs a pipeline until `shutdown` is cancelled (then commits what is buffered and returns `Ok`)
@@ -173,6 +176,9 @@ async fn run_batched(
     shutdown: CancellationToken,
     snapshot_batch: SnapshotBatch,
 ) -> Result<(), PipelineError> {
+    if let Some(store) = &settings.source_state {
+        source.keep_state_in(Arc::clone(store));
+    }
     let prepared = source.prepare().await?;
     let mut tables = Tables::default();
     for table in &prepared.tables {

@@ -101,7 +101,7 @@ impl TableChanges {
 
     /// These changes as changes of `newer`, a schema `self.schema` evolves to
     /// ([`TableSchema::evolves_to`]): widened columns cast (exact for the promotions allowed),
-    /// added columns NULL. An added column is present (NULL) in inserts and updates: the row had no
+    /// added columns NULL or their initial default. An added column is present (NULL) in inserts and updates: the row had no
     /// such column then, which once the column exists reads as NULL (Postgres fills existing rows
     /// the same way for a column added without a default); it is absent in deletes, like their
     /// other non-key columns. Used for a schema change inside one transaction, whose rows must
@@ -117,7 +117,13 @@ impl TableChanges {
             if i < old {
                 columns.push(arrow_cast::cast(self.rows.column(i), field.data_type())?);
             } else {
-                columns.push(new_null_array(field.data_type(), n));
+                // Rows from before the change read the column's initial default, as the source
+                // fills them; NULL without one.
+                let default = match newer.columns.get(i) {
+                    Some(c) => c.initial_default_values(n)?,
+                    None => None,
+                };
+                columns.push(default.unwrap_or_else(|| new_null_array(field.data_type(), n)));
                 let deletes = self
                     .ops
                     .iter()
@@ -416,12 +422,14 @@ mod tests {
                     data_type: DataType::Int64,
                     nullable: false,
                     source_type: "int8".into(),
+                    initial_default: None,
                 },
                 Column {
                     name: "body".into(),
                     data_type: DataType::Utf8,
                     nullable: true,
                     source_type: "text".into(),
+                    initial_default: None,
                 },
             ],
             primary_key: vec![0],

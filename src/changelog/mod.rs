@@ -14,7 +14,7 @@ pub use change::{append_null, Op, TableChanges, TableChangesBuilder};
 pub use gtid::{BinlogFile, GtidList, GtidSet, MariaGtid};
 pub use key::{KeyOrigin, TableKey};
 pub use position::{Lsn, ParsePositionError, Position};
-pub use schema::{Column, TableId, TableSchema};
+pub use schema::{widens, Column, TableId, TableSchema};
 
 /// One committed source transaction, in source order.
 #[derive(Debug, Clone)]

@@ -4,7 +4,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_array::ArrayRef;
+use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 
 /// A source table: `schema.table` in Postgres, `database.table` in MySQL.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -36,6 +37,28 @@ pub struct Column {
     pub nullable: bool,
     /// The source's own type name, e.g. `numeric(12,2)` or `varchar`.
     pub source_type: String,
+    /// For a column added by a schema change with a constant default: the value rows written
+    /// before the change read, as the source's text of it (Postgres `attmissingval`, MySQL's
+    /// `DEFAULT` literal). Sinks that can store it keep it (Iceberg v3 `initial-default`); the
+    /// others refuse the change. `None`: such rows read NULL.
+    pub initial_default: Option<String>,
+}
+
+impl Column {
+    /// [`initial_default`](Self::initial_default) as `n` values of the column's type; `None`
+    /// without one. The text must convert exactly: a value Arrow cannot read as the type is an
+    /// error, never NULL.
+    pub fn initial_default_values(&self, n: usize) -> Result<Option<ArrayRef>, ArrowError> {
+        let Some(text) = self.initial_default.as_deref() else {
+            return Ok(None);
+        };
+        let texts = arrow_array::StringArray::from(vec![text; n]);
+        let options = arrow_cast::CastOptions {
+            safe: false,
+            ..Default::default()
+        };
+        arrow_cast::cast_with_options(&texts, &self.data_type, &options).map(Some)
+    }
 }
 
 /// The shape of a table's rows: columns in source order, and which of them form the primary key.
@@ -84,7 +107,7 @@ impl TableSchema {
     /// anything, the schema changes a sink can apply (README, "Guarantees and limits": DDL): the
     /// same key, the old columns first in the same order under the same names, each with its type
     /// or a wider one ([`widens`]) and as nullable as before or more, then any added columns,
-    /// nullable. Key columns keep their type (the primary-key index stores keys by type). A
+    /// nullable or with an [`initial_default`](Column::initial_default). Key columns keep their type (the primary-key index stores keys by type). A
     /// Postgres Relation message carries no column identity, so this is decided by name and
     /// position: a rename or a drop fails it and stops the pipeline, never a guessed mapping.
     pub fn evolves_to(&self, newer: &TableSchema) -> bool {
@@ -102,9 +125,9 @@ impl TableSchema {
                             && widens(&old.data_type, &new.data_type));
                     old.name == new.name && same_type && (new.nullable || !old.nullable)
                 })
-            && newer.columns[self.columns.len()..]
-                .iter()
-                .all(|c| c.nullable && self.column_index(&c.name).is_none())
+            && newer.columns[self.columns.len()..].iter().all(|c| {
+                (c.nullable || c.initial_default.is_some()) && self.column_index(&c.name).is_none()
+            })
     }
 
     /// The columns as `name source_type`, for messages.
@@ -151,6 +174,7 @@ mod tests {
                     data_type: data_type.clone(),
                     nullable: *nullable,
                     source_type: (*source_type).into(),
+                    initial_default: None,
                 })
                 .collect(),
             primary_key: vec![0],

@@ -25,6 +25,7 @@ fn schema_as(table: &str, column: &str, source_type: &str) -> Arc<TableSchema> {
             data_type: arrow_schema::DataType::Int64,
             nullable: false,
             source_type: source_type.into(),
+            initial_default: None,
         }],
         primary_key: vec![0],
     })
@@ -215,6 +216,7 @@ fn settings(max_rows: usize, snapshot: SnapshotMode) -> Settings {
         snapshot,
         slot: "cdcd_p".into(),
         progress: None,
+        source_state: None,
     }
 }
 
@@ -312,6 +314,7 @@ fn with_added_column(table: &str) -> Arc<TableSchema> {
         data_type: arrow_schema::DataType::Utf8,
         nullable: true,
         source_type: "text".into(),
+        initial_default: None,
     });
     Arc::new(s)
 }

@@ -7,6 +7,7 @@
 //! Sources never import sinks: they learn what is durable only through the acknowledged position.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -204,6 +205,20 @@ pub trait Source: Send {
     /// How long a healthy source may send nothing: its heartbeat period. Three of them without
     /// a word is a stall (`/healthz`).
     fn heartbeat_period(&self) -> Duration;
+    /// Where the source keeps state that must survive restarts beside the checkpoints (MySQL:
+    /// the schema history, `mysql/history.rs`); called before [`Source::prepare`]. Sources that
+    /// keep nothing ignore it.
+    fn keep_state_in(&mut self, _store: Arc<dyn SourceStateStore>) {}
+}
+
+/// Durable state a source keeps in the warehouse beside the tables, written through the
+/// pipeline's lease fence (`checkpoint/source_state.rs`). One object per pipeline; a write
+/// replaces it whole and is durable when it returns.
+#[async_trait]
+pub trait SourceStateStore: Send + Sync + std::fmt::Debug {
+    /// The stored bytes; `None` when nothing was stored.
+    async fn read(&self) -> Result<Option<Vec<u8>>, SourceError>;
+    async fn write(&self, bytes: Vec<u8>) -> Result<(), SourceError>;
 }
 
 /// What [`Source::prepare`] found.

@@ -169,7 +169,7 @@ async fn truncate_replicates_and_alter_stops_with_the_statement() {
     my_exec(&mut c, "TRUNCATE TABLE t").await;
     my_exec(&mut c, "INSERT INTO t VALUES (3, 3)").await;
     p.assert_equal("t", 60).await;
-    my_exec(&mut c, "ALTER TABLE t ADD COLUMN w INT").await;
+    my_exec(&mut c, "ALTER TABLE t ADD COLUMN w INT NOT NULL").await;
     let st = p.wait_exit(Duration::from_secs(30)).await;
     assert!(
         matches!(st, Some(s) if !s.success()),
@@ -177,7 +177,7 @@ async fn truncate_replicates_and_alter_stops_with_the_statement() {
     );
     let out = p.output();
     assert!(
-        out.contains("ALTER TABLE t ADD COLUMN w INT"),
+        out.contains("ALTER TABLE t ADD COLUMN w INT NOT NULL"),
         "error names the statement:\n{out}"
     );
 }

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use crate::support::{connect, exec, test_env, unique, Pipeline, Settings};
+use crate::support::{connect, exec, test_env, unique, Pipeline, Settings, NAMESPACE};
 
 /// The table's current metadata file (the highest `v<N>.metadata.json`), parsed.
 fn current_metadata(p: &Pipeline, table: &str) -> serde_json::Value {
@@ -232,13 +232,19 @@ async fn a_narrowing_type_change_still_stops() {
     );
 }
 
-/// `ADD COLUMN … DEFAULT`: the source's existing rows hold the default, which no replication
-/// message carries; cdcd stops, naming the table and the column, rather than replicate NULLs.
+/// `ADD COLUMN … DEFAULT` with a constant: the source's existing rows hold the default (Postgres
+/// stores it once, `attmissingval`), which no replication message carries. Into a v3 Iceberg table
+/// cdcd stores it as the new field's `initial-default`, so DuckDB and pyiceberg read it for every
+/// older row; rows of the same transaction before the ALTER take it too. Format v2 (equality
+/// mode) has no initial default and the LSM sink neither: they stop, naming the table, the column
+/// and the fix. A volatile default (`now()`) rewrites the table with values nobody streams: that
+/// stops everywhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn add_column_with_a_default_stops() {
-    let Some(env) = test_env("add_column_with_a_default_stops") else {
+async fn add_column_with_a_constant_default_reads_it_in_older_rows() {
+    let Some(env) = test_env("add_column_with_a_constant_default_reads_it_in_older_rows") else {
         return;
     };
+    let v2 = std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality");
     let a = unique("sevd");
     let client = connect(&env.pg_url).await;
     exec(
@@ -259,26 +265,77 @@ async fn add_column_with_a_default_stops() {
     assert_equal_both(&mut p, &a).await;
     exec(
         &client,
-        &format!("ALTER TABLE {a} ADD COLUMN c text DEFAULT 'dflt'; INSERT INTO {a} VALUES (52, 52, 'x');"),
+        &format!(
+            "BEGIN; INSERT INTO {a} VALUES (52, 52); UPDATE {a} SET x = -1 WHERE id = 3;
+             ALTER TABLE {a} ADD COLUMN c text NOT NULL DEFAULT 'it''s', ADD COLUMN n numeric(6,2) DEFAULT 1.5,
+               ADD COLUMN d date DEFAULT '2024-02-29', ADD COLUMN b boolean DEFAULT true;
+             INSERT INTO {a} (id, x, c) VALUES (53, 53, 'x'); UPDATE {a} SET n = 2.25 WHERE id = 4; COMMIT;"
+        ),
+    )
+    .await;
+    if v2 {
+        let status = p.wait_exit(Duration::from_secs(60)).await;
+        assert!(!status.success(), "cdcd must stop, got {status}");
+        let out = p.output();
+        assert!(
+            out.contains(&format!("public.{a}"))
+                && out.contains("format v2 tables cannot store one"),
+            "the stop names the table and why:\n{out}"
+        );
+        return;
+    }
+    assert_equal_both(&mut p, &a).await;
+    let meta = current_metadata(&p, &a);
+    // The current schema (the list's order is not the ids').
+    let schema = meta["schemas"]
+        .as_array()
+        .and_then(|s| {
+            s.iter()
+                .find(|s| s["schema-id"] == meta["current-schema-id"])
+        })
+        .cloned()
+        .unwrap_or_default();
+    let c = schema["fields"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["name"] == "c"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(c["initial-default"], "it's", "{schema}");
+    // After a restart, more rows; the default stays with the field.
+    p.kill9();
+    p.start();
+    exec(
+        &client,
+        &format!("INSERT INTO {a} (id) VALUES (54); DELETE FROM {a} WHERE id = 5;"),
+    )
+    .await;
+    assert_equal_both(&mut p, &a).await;
+
+    // A volatile default gives each existing row its own value: cdcd stops before the change.
+    exec(
+        &client,
+        &format!("ALTER TABLE {a} ADD COLUMN t timestamptz DEFAULT clock_timestamp(); INSERT INTO {a} (id) VALUES (55);"),
     )
     .await;
     let status = p.wait_exit(Duration::from_secs(60)).await;
     assert!(!status.success(), "cdcd must stop, got {status}");
     let out = p.output();
     assert!(
-        out.contains(&format!("public.{a}")) && out.contains("column(s) c added with a DEFAULT"),
+        out.contains(&format!("public.{a}"))
+            && out.contains("column(s) t added with a volatile DEFAULT"),
         "the stop names the table and the column:\n{out}"
     );
-    // Nothing of the change reached the replica.
-    let (code, _) = p.lakecheck(&a, 0, &[]).await;
-    assert_ne!(code, Some(0), "the replica must not claim the new rows");
 }
 
-/// The LSM (Paimon) sink does not evolve schemas yet: `ADD COLUMN` inside a transaction stops cdcd
-/// before that transaction, with the transactions before it committed, and again after a restart.
+/// The LSM (Paimon) sink evolves too: `ADD COLUMN` and widenings write `schema/schema-N` (new
+/// field ids, kept ones unchanged) before the commit that first writes under it, old data files
+/// are read by name (compaction and lookups merge files of all schemas), and pypaimon reads the
+/// table equal to the source. A crash right after a schema file is written (before any snapshot
+/// uses it) restarts into a table whose newest schema no snapshot has used yet: the replayed
+/// transaction commits under it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn add_column_stops_the_lsm_sink_before_the_transaction() {
-    let Some(env) = test_env("add_column_stops_the_lsm_sink_before_the_transaction") else {
+async fn add_column_and_widening_keep_replicating_lsm() {
+    let Some(env) = test_env("add_column_and_widening_keep_replicating_lsm") else {
         return;
     };
     let a = unique("sevl");
@@ -287,8 +344,8 @@ async fn add_column_stops_the_lsm_sink_before_the_transaction() {
         &client,
         &format!(
             "DROP TABLE IF EXISTS {a};
-             CREATE TABLE {a} (id int4 PRIMARY KEY, x int4);
-             INSERT INTO {a} SELECT g, g FROM generate_series(1, 50) g;"
+             CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, f float4, n numeric(8,2));
+             INSERT INTO {a} SELECT g, g, g / 4.0, g / 3.0 FROM generate_series(1, 200) g;"
         ),
     )
     .await;
@@ -296,36 +353,83 @@ async fn add_column_stops_the_lsm_sink_before_the_transaction() {
     p.on_cleanup(format!("DROP TABLE IF EXISTS {a}"));
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
-    exec(&client, &format!("UPDATE {a} SET x = -x WHERE id <= 10")).await;
+    for k in 0..3 {
+        exec(
+            &client,
+            &format!("UPDATE {a} SET x = x + 1 WHERE id % 7 = {k}"),
+        )
+        .await;
+    }
     p.assert_equal(&a, 60).await;
-    // Its own query: in one simple query with the BEGIN below it would join that transaction.
+    let schema_dir = p
+        .warehouse
+        .join(format!("{NAMESPACE}.db"))
+        .join(&a)
+        .join("schema");
+
+    // ADD COLUMN inside a transaction between DML, then rows under the new schema.
     exec(&client, &format!("UPDATE {a} SET x = 0 WHERE id = 20")).await;
     exec(
         &client,
         &format!(
-            "BEGIN; INSERT INTO {a} VALUES (51, 51); ALTER TABLE {a} ADD COLUMN c text;
-             INSERT INTO {a} VALUES (52, 52, 'c'); COMMIT;"
+            "BEGIN; INSERT INTO {a} VALUES (201, 201); UPDATE {a} SET x = -1 WHERE id = 21;
+             ALTER TABLE {a} ADD COLUMN c text;
+             INSERT INTO {a} VALUES (202, 202, 1.5, 2.5, 'c'); UPDATE {a} SET c = 'set-' || id WHERE id BETWEEN 30 AND 40;
+             DELETE FROM {a} WHERE id BETWEEN 41 AND 45; COMMIT;"
         ),
     )
     .await;
-    for start in 1..=2 {
-        let status = p.wait_exit(Duration::from_secs(60)).await;
-        assert!(!status.success(), "cdcd must stop, got {status}");
-        let out = p.output();
-        assert!(
-            out.matches("this sink cannot apply that change").count() >= start
-                && out.contains(&format!("public.{a}")),
-            "start {start}: the stop names the table:\n{out}"
-        );
-        if start == 1 {
-            p.start();
-        }
-    }
-    // The transaction before the ALTER's is in the replica; nothing of the ALTER's.
+    p.assert_equal(&a, 60).await;
+    assert!(schema_dir.join("schema-1").exists(), "schema-1 written");
+
+    // Widening, with a crash right after its schema file is written: the restart replays the
+    // ALTER's transaction into a table that already has the wider schema.
+    p.kill9();
     exec(
         &client,
-        &format!("ALTER TABLE {a} DROP COLUMN c; DELETE FROM {a} WHERE id IN (51, 52);"),
+        &format!("UPDATE {a} SET x = 5 WHERE id BETWEEN 50 AND 55"),
     )
     .await;
-    p.assert_equal(&a, 10).await;
+    exec(
+        &client,
+        &format!(
+            "BEGIN; ALTER TABLE {a} ALTER COLUMN x TYPE bigint, ALTER COLUMN f TYPE float8,
+               ALTER COLUMN n TYPE numeric(12,2);
+             INSERT INTO {a} (id, x, f, n) VALUES (203, 5000000000, 1e300, 1234567890.12);
+             UPDATE {a} SET x = x * 10000000 WHERE id BETWEEN 62 AND 64; COMMIT;"
+        ),
+    )
+    .await;
+    p.env_vars = vec![("CDCD_FAILPOINT".into(), "lsm-schema-written".into())];
+    p.start();
+    let st = p.wait_exit(Duration::from_secs(60)).await;
+    assert!(!st.success(), "cdcd should have aborted: {st}");
+    assert!(
+        p.output().contains("failpoint lsm-schema-written"),
+        "{}",
+        p.output()
+    );
+    assert!(schema_dir.join("schema-2").exists(), "schema-2 written");
+    p.env_vars.clear();
+    p.start();
+    p.assert_equal(&a, 60).await;
+
+    // Many more commits: compaction merges files of all three schemas.
+    for k in 0..8 {
+        exec(
+            &client,
+            &format!("UPDATE {a} SET c = 'k{k}', x = x + {k} WHERE id % 8 = {k}; DELETE FROM {a} WHERE id = {}", 100 + k),
+        )
+        .await;
+    }
+    p.assert_equal(&a, 60).await;
+    p.kill9();
+    p.start();
+    exec(
+        &client,
+        &format!("INSERT INTO {a} (id, c) VALUES (204, 'last')"),
+    )
+    .await;
+    p.assert_equal(&a, 60).await;
+    p.assert_running();
 }

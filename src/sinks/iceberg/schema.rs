@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Schema as ArrowSchema, SchemaRef, TimeUnit};
 use iceberg::spec::{
-    ListType, NestedField, NestedFieldRef, PrimitiveType, Schema, TableMetadata, Type,
+    FormatVersion, ListType, Literal, NestedField, NestedFieldRef, PrimitiveType, Schema,
+    TableMetadata, Type,
 };
 
 use crate::changelog::TableSchema;
@@ -42,7 +43,18 @@ pub(crate) fn iceberg_schema(table: &TableSchema) -> Result<Schema, SinkError> {
                 sink: SINK,
             })?;
         let required = table.primary_key.contains(&((i - 1) as usize));
-        fields.push(Arc::new(NestedField::new(i, &col.name, ty, required)));
+        let mut field = NestedField::new(i, &col.name, ty, required);
+        if let Some(value) = default_literal(col).map_err(|detail| SinkError::Data {
+            table: table.id.clone(),
+            detail,
+        })? {
+            // Rows of files written before the column existed read `initial-default`; writers
+            // that leave the column out write `write-default` (Iceberg v3, "Default values").
+            field = field
+                .with_initial_default(value.clone())
+                .with_write_default(value);
+        }
+        fields.push(Arc::new(field));
     }
     let key_ids = table.primary_key.iter().map(|&k| k as i32 + 1);
     Schema::builder()
@@ -54,6 +66,50 @@ pub(crate) fn iceberg_schema(table: &TableSchema) -> Result<Schema, SinkError> {
             context: format!("building the Iceberg schema of {}", table.id),
             source,
         })
+}
+
+/// A column's [`initial_default`](crate::changelog::Column::initial_default) as an Iceberg
+/// literal of its type; `None` without one. The types whose defaults cdcd stores are the
+/// primitives a DDL default is written in; others are an error naming the column.
+fn default_literal(col: &crate::changelog::Column) -> Result<Option<Literal>, String> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{
+        Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type,
+    };
+    let values = col.initial_default_values(1).map_err(|e| {
+        format!(
+            "column {}: default {:?} is not a {}: {e}",
+            col.name,
+            col.initial_default.as_deref().unwrap_or_default(),
+            col.data_type
+        )
+    })?;
+    let Some(values) = values else {
+        return Ok(None);
+    };
+    if values.is_null(0) {
+        return Ok(None);
+    }
+    let literal = match col.data_type {
+        DataType::Boolean => Literal::bool(values.as_boolean().value(0)),
+        DataType::Int16 => Literal::int(values.as_primitive::<Int16Type>().value(0)),
+        DataType::Int32 => Literal::int(values.as_primitive::<Int32Type>().value(0)),
+        DataType::Int64 => Literal::long(values.as_primitive::<Int64Type>().value(0)),
+        DataType::Float32 => Literal::float(values.as_primitive::<Float32Type>().value(0)),
+        DataType::Float64 => Literal::double(values.as_primitive::<Float64Type>().value(0)),
+        DataType::Decimal128(..) => {
+            Literal::decimal(values.as_primitive::<Decimal128Type>().value(0))
+        }
+        DataType::Utf8 => Literal::string(values.as_string::<i32>().value(0)),
+        DataType::Date32 => Literal::date(values.as_primitive::<Date32Type>().value(0)),
+        ref other => {
+            return Err(format!(
+                "column {} is added with a default, which cdcd stores for booleans, numbers, text and dates, not {other}",
+                col.name
+            ))
+        }
+    };
+    Ok(Some(literal))
 }
 
 /// Arrow → Iceberg type (the mapping table of the sink's contract); `None`: not storable.
@@ -135,7 +191,7 @@ pub(crate) fn schema_difference(existing: &Schema, wanted: &Schema) -> Option<St
 /// allows and cdcd applies (README, "Guarantees and limits": DDL): the same columns in the same
 /// order, each with its type or a promoted one (Iceberg spec, "Schema Evolution": int → long,
 /// float → double, decimal(P,S) → decimal(P',S), P' ≥ P; never of a key column), the same key,
-/// then added optional columns. Kept columns keep their field ids (a promotion changes only the
+/// then added optional columns (with their `initial-default` on format v3 only). Kept columns keep their field ids (a promotion changes only the
 /// type); added ones get fresh ids above `last-column-id`, nested fields included, so no id is
 /// ever reused. `None`: any other change, which stops the commit with [`schema_difference`]'s
 /// description.
@@ -169,6 +225,10 @@ pub(crate) fn evolve(meta: &TableMetadata, wanted: &Schema) -> Option<Schema> {
     let mut next_id = meta.last_column_id() + 1;
     for f in &new[old.len()..] {
         if f.required || old.iter().any(|o| o.name == f.name) {
+            return None;
+        }
+        if f.initial_default.is_some() && meta.format_version() < FormatVersion::V3 {
+            // Format v2 has no `initial-default`: older rows would read NULL, not the default.
             return None;
         }
         fields.push(Arc::new(fresh_ids(f, &mut next_id)));
@@ -314,6 +374,7 @@ mod tests {
             data_type: dt,
             nullable: true,
             source_type: String::new(),
+            initial_default: None,
         }
     }
 

@@ -24,6 +24,7 @@ fn col(name: &str, dt: DataType) -> Column {
         data_type: dt,
         nullable: true,
         source_type: String::new(),
+        initial_default: None,
     }
 }
 

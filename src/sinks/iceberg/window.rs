@@ -148,6 +148,7 @@ mod tests {
             data_type,
             nullable: true,
             source_type: "x".into(),
+            initial_default: None,
         };
         let schema = Arc::new(TableSchema {
             id: TableId::new("public", "t"),

@@ -151,6 +151,7 @@ pub fn encode(
     batch: &RecordBatch,
     file_name: String,
     first_sequence: i64,
+    schema_id: i64,
 ) -> Result<(Vec<u8>, DataFileMeta), FileError> {
     let mut w = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(writer_properties(batch)?))?;
     w.write(batch)?;
@@ -170,7 +171,7 @@ pub fn encode(
         },
         min_sequence: first_sequence,
         max_sequence: first_sequence + rows - 1,
-        schema_id: 0,
+        schema_id,
         level: 0,
         creation_time_ms: chrono::Utc::now().timestamp_millis(),
         delete_row_count: 0,
@@ -198,6 +199,7 @@ impl Inner {
             detail: format!("planning the commit: {e}"),
         })?;
         let mut guard = handle.state.lock().await;
+        self.refuse_added_defaults(schema, &mut guard).await?;
         let state = self.ensure_created(table, &mut guard, &wanted).await?;
         let mut change = Change::default();
         // `commit::publish` advances `next_sequence` past the files' sequence numbers.
@@ -206,13 +208,15 @@ impl Inner {
             let name = format!("data-{}-0.parquet", uuid::Uuid::new_v4());
             let encoded = batch.clone();
             let first = sequence;
-            let (bytes, meta) = tokio::task::spawn_blocking(move || encode(&encoded, name, first))
-                .await
-                .map_err(|e| SinkError::Data {
-                    table: table.clone(),
-                    detail: format!("encoding a data file: {e}"),
-                })?
-                .map_err(file_error(table, "encoding a data file"))?;
+            let schema_id = state.schema.id;
+            let (bytes, meta) =
+                tokio::task::spawn_blocking(move || encode(&encoded, name, first, schema_id))
+                    .await
+                    .map_err(|e| SinkError::Data {
+                        table: table.clone(),
+                        detail: format!("encoding a data file: {e}"),
+                    })?
+                    .map_err(file_error(table, "encoding a data file"))?;
             commit::put(
                 &self.warehouse,
                 &format!("{}/bucket-0/{}", state.location, meta.file_name),
@@ -263,12 +267,14 @@ mod tests {
                     nullable: true,
                     data_type: DataType::Int32,
                     source_type: "int4".into(),
+                    initial_default: None,
                 },
                 Column {
                     name: "s".into(),
                     nullable: true,
                     data_type: DataType::Utf8,
                     source_type: "text".into(),
+                    initial_default: None,
                 },
             ],
             primary_key: vec![],
@@ -359,7 +365,7 @@ mod tests {
         let t = keyless();
         let schema = file_schema(&t);
         let plan = plan(&[changes(&[(Op::Insert, 1), (Op::Insert, 2)])], &schema).unwrap();
-        let (bytes, meta) = encode(&plan.files[0], "f.parquet".into(), 7).unwrap();
+        let (bytes, meta) = encode(&plan.files[0], "f.parquet".into(), 7, 0).unwrap();
         assert_eq!((meta.min_sequence, meta.max_sequence), (7, 8));
         assert_eq!(meta.row_count, 2);
         assert_eq!(meta.min_key, binary_row::empty_row());

@@ -205,13 +205,45 @@ pub async fn read_snapshot(
     table: &str,
     id: i64,
 ) -> Result<Option<Snapshot>, SinkError> {
-    let loc = snapshot_location(table, id);
-    match read(w, &loc).await? {
+    read_json(w, &snapshot_location(table, id)).await
+}
+
+/// The JSON object at `loc`, if it exists.
+async fn read_json<T: serde::de::DeserializeOwned>(
+    w: &Warehouse,
+    loc: &str,
+) -> Result<Option<T>, SinkError> {
+    match read(w, loc).await? {
         Some(b) => serde_json::from_slice(&b)
             .map(Some)
-            .map_err(|e| corrupt(&loc, e)),
+            .map_err(|e| corrupt(loc, e)),
         None => Ok(None),
     }
+}
+
+/// The highest `N` of the files `<dir>/<prefix>N`; `None` when there are none.
+async fn highest_numbered(
+    w: &Warehouse,
+    dir: &str,
+    prefix: &str,
+) -> Result<Option<i64>, SinkError> {
+    use futures::TryStreamExt;
+    let listed: Vec<_> = w
+        .store()
+        .list(Some(&w.path(dir)?))
+        .try_collect()
+        .await
+        .map_err(storage(dir))?;
+    Ok(listed
+        .iter()
+        .filter_map(|m| {
+            m.location
+                .filename()?
+                .strip_prefix(prefix)?
+                .parse::<i64>()
+                .ok()
+        })
+        .max())
 }
 
 async fn read_hint(w: &Warehouse, table: &str, name: &str) -> Result<Option<i64>, SinkError> {
@@ -242,31 +274,10 @@ pub async fn earliest_id(
 pub async fn latest_id(w: &Warehouse, table: &str) -> Result<Option<i64>, SinkError> {
     let mut id = match read_hint(w, table, "LATEST").await? {
         Some(id) => id,
-        None => {
-            use futures::TryStreamExt;
-            let dir = format!("{table}/snapshot");
-            let prefix = w.path(&dir)?;
-            let listed: Vec<_> = w
-                .store()
-                .list(Some(&prefix))
-                .try_collect()
-                .await
-                .map_err(storage(&dir))?;
-            match listed
-                .iter()
-                .filter_map(|m| {
-                    m.location
-                        .filename()?
-                        .strip_prefix("snapshot-")?
-                        .parse::<i64>()
-                        .ok()
-                })
-                .max()
-            {
-                Some(id) => id,
-                None => return Ok(None),
-            }
-        }
+        None => match highest_numbered(w, &format!("{table}/snapshot"), "snapshot-").await? {
+            Some(id) => id,
+            None => return Ok(None),
+        },
     };
     while read(w, &snapshot_location(table, id + 1)).await?.is_some() {
         id += 1;
@@ -300,12 +311,15 @@ pub async fn read_manifest(
 
 /// Loads the table at `location`; `Ok(None)` when it has no schema yet.
 pub async fn load(w: &Warehouse, location: &str) -> Result<Option<TableState>, SinkError> {
-    let schema_loc = format!("{location}/schema/schema-0");
-    let Some(schema) = read(w, &schema_loc).await? else {
+    let Some(schema_id) = latest_schema_id(w, location).await? else {
         return Ok(None);
     };
-    let schema: PaimonSchema =
-        serde_json::from_slice(&schema).map_err(|e| corrupt(&schema_loc, e))?;
+    let Some(schema) = read_schema(w, location, schema_id).await? else {
+        return Err(corrupt(
+            &schema_location(location, schema_id),
+            "listed but vanished",
+        ));
+    };
     let mut state = TableState {
         location: location.to_owned(),
         schema,
@@ -346,13 +360,34 @@ pub async fn load(w: &Warehouse, location: &str) -> Result<Option<TableState>, S
     Ok(Some(state))
 }
 
-/// Creates the table's schema file (create-if-absent: a concurrent creator's schema wins and is
-/// loaded instead).
+/// `schema/schema-<id>`.
+fn schema_location(location: &str, id: i64) -> String {
+    format!("{location}/schema/schema-{id}")
+}
+
+/// The newest schema id (Paimon's `SchemaManager.latest`: the highest `schema-N` file);
+/// `None` when the table has no schema yet.
+async fn latest_schema_id(w: &Warehouse, location: &str) -> Result<Option<i64>, SinkError> {
+    highest_numbered(w, &format!("{location}/schema"), "schema-").await
+}
+
+/// Schema file `schema-<id>`, if it exists.
+pub async fn read_schema(
+    w: &Warehouse,
+    location: &str,
+    id: i64,
+) -> Result<Option<PaimonSchema>, SinkError> {
+    read_json(w, &schema_location(location, id)).await
+}
+
+/// Creates schema file `schema-<schema.id>` (create-if-absent: schema 0 makes the table, a later
+/// one evolves it, as Paimon's `SchemaManager` commits a schema change). A file that is already
+/// there (a concurrent creator's, or ours from an attempt whose commit did not land) wins: the
+/// caller reloads the table and compares.
 pub async fn create(w: &Warehouse, location: &str, schema: &PaimonSchema) -> Result<(), SinkError> {
-    let loc = format!("{location}/schema/schema-0");
+    let loc = schema_location(location, schema.id);
     let body = serde_json::to_vec_pretty(schema).map_err(|e| corrupt(&loc, e))?;
     let path = w.path(&loc)?;
-    // Created, ours from a retried attempt, or a concurrent creator's: the table has a schema.
     match put_create(w.store().as_ref(), &path, Bytes::from(body)).await {
         Ok(Created::Created | Created::AlreadyOurs | Created::Conflict) => Ok(()),
         Err(e) => Err(storage(&loc)(e)),
@@ -451,7 +486,7 @@ pub async fn publish(
     let snapshot = Snapshot {
         version: 3,
         id,
-        schema_id: 0,
+        schema_id: state.schema.id,
         base_manifest_list: base_name,
         base_manifest_list_size: Some(base_size),
         delta_manifest_list: delta_name,

@@ -249,7 +249,8 @@ pub fn describe(file_name: String, size: usize, entries: &[ManifestEntry]) -> Ma
             .iter()
             .filter(|e| e.kind == FileKind::Delete)
             .count() as i64,
-        schema_id: 0,
+        // Paimon's ManifestFileMeta.schemaId: the newest schema among the entries' files.
+        schema_id: entries.iter().map(|e| e.file.schema_id).max().unwrap_or(0),
         min_bucket: bucket(i32::min),
         max_bucket: bucket(i32::max),
         min_level: level(i32::min),

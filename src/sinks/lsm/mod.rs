@@ -238,16 +238,22 @@ impl LsmSink {
         let inner = &self.inner;
         let table = &schema.id;
         let handle = inner.handle(table);
+        let widened = inner.behind(schema, changes, &handle).await?;
+        let (schema, changes) = match &widened {
+            Some((newer, widened)) => (newer.as_ref(), widened.as_slice()),
+            None => (schema, changes),
+        };
         if schema.primary_key.is_empty() {
             return inner
                 .commit_append(&handle, schema, changes, checkpoint)
                 .await;
         }
         inner.stall(&handle).await?;
-        let schemas = FileSchemas::new(schema);
         let wanted = schema::paimon_schema(schema, inner.table_options())?;
         let mut guard = handle.state.lock().await;
+        inner.refuse_added_defaults(schema, &mut guard).await?;
         let state = inner.ensure_created(table, &mut guard, &wanted).await?;
+        let schemas = FileSchemas::new(schema).with_schema_id(state.schema.id);
         let buckets = state.buckets(inner.config.buckets);
         let complete = inner.config.merge_engine == MergeEngine::Deduplicate;
         let mut plan =
@@ -433,8 +439,94 @@ impl Inner {
         m
     }
 
+    /// The schema the table already has when `changes` were read under an older one
+    /// ([`schema::Evolution::Behind`]: a schema change whose commit did not land wrote its schema
+    /// file, then the changes before the DDL were replayed), with the changes widened to it;
+    /// `None` when the changes can be committed as they are.
+    async fn behind(
+        &self,
+        schema: &TableSchema,
+        changes: &[TableChanges],
+        handle: &Arc<Handle>,
+    ) -> Result<Option<(Arc<TableSchema>, Vec<TableChanges>)>, SinkError> {
+        let table = &schema.id;
+        let wanted = schema::paimon_schema(schema, self.table_options())?;
+        let mut guard = handle.state.lock().await;
+        self.ensure_loaded(table, &mut guard).await?;
+        let Some(state) = guard.as_ref() else {
+            return Ok(None);
+        };
+        if schema::evolution(&state.schema, &wanted) != schema::Evolution::Behind {
+            return Ok(None);
+        }
+        // Only a schema the table really had is a replay; anything else (a narrowing on the
+        // source) is left to `ensure_created`, which refuses it.
+        let mut had = false;
+        for id in (0..state.schema.id).rev() {
+            let older = commit::read_schema(&self.warehouse, &state.location, id).await?;
+            if older.is_some_and(|older| schema::difference(&older, &wanted).is_none()) {
+                had = true;
+                break;
+            }
+        }
+        if !had {
+            return Ok(None);
+        }
+        let newer = schema::table_schema(table, &state.schema)
+            .map(Arc::new)
+            .map_err(|detail| SinkError::Corrupt {
+                path: state.location.clone(),
+                detail,
+            })?;
+        let widened = changes
+            .iter()
+            .map(|c| c.evolve(&newer))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|source| SinkError::Arrow {
+                context: format!("widening the changes of {table} to the table's schema"),
+                source,
+            })?;
+        tracing::info!(table = %table, schema_id = state.schema.id, "the table is already at a newer schema: committing the older changes widened to it");
+        Ok(Some((newer, widened)))
+    }
+
+    /// Refuses changes that add a column with a default the table's existing rows must read:
+    /// Paimon has no initial default (a column added to a Paimon table reads NULL in older
+    /// files), so they would read NULL where the source holds the default.
+    async fn refuse_added_defaults(
+        &self,
+        schema: &TableSchema,
+        slot: &mut Option<TableState>,
+    ) -> Result<(), SinkError> {
+        if schema.columns.iter().all(|c| c.initial_default.is_none()) {
+            return Ok(());
+        }
+        self.ensure_loaded(&schema.id, slot).await?;
+        let Some(state) = slot.as_ref() else {
+            return Ok(());
+        };
+        let added: Vec<&str> = schema
+            .columns
+            .iter()
+            .filter(|c| c.initial_default.is_some())
+            .filter(|c| !state.schema.fields.iter().any(|f| f.name == c.name))
+            .map(|c| c.name.as_str())
+            .collect();
+        if added.is_empty() {
+            return Ok(());
+        }
+        Err(SinkError::SchemaChanged {
+            table: schema.id.clone(),
+            detail: format!(
+                "column {} is added with a default the existing rows hold; a Paimon table has no initial default (they would read NULL): add the column without a default and backfill it with UPDATE",
+                added.join(", ")
+            ),
+        })
+    }
+
     /// The table's state in `slot`, loaded, or created with schema `wanted` when it does not
-    /// exist; refused when the existing table's schema differs from `wanted`.
+    /// exist; evolved to `wanted` when that adds columns or widens types (a new `schema-N`
+    /// file before the commit that first writes under it); refused otherwise.
     async fn ensure_created<'a>(
         &self,
         table: &TableId,
@@ -448,19 +540,49 @@ impl Inner {
             tracing::info!(table = %table, location = %location, "created Paimon table");
             self.ensure_loaded(table, slot).await?;
         }
+        let evolution = match slot.as_ref() {
+            Some(state) => schema::evolution(&state.schema, wanted),
+            None => {
+                return Err(SinkError::Corrupt {
+                    path: self.table_location(table),
+                    detail: "schema/schema-0 exists but cannot be loaded".into(),
+                })
+            }
+        };
+        if let schema::Evolution::To(next) = &evolution {
+            // A schema file left by an attempt whose commit did not land, or another writer's,
+            // may hold this id already: it wins, and must then be this evolution.
+            let location = self.table_location(table);
+            commit::create(&self.warehouse, &location, next).await?;
+            crate::failpoints::crash_point(crate::failpoints::LSM_SCHEMA_WRITTEN);
+            *slot = None;
+            self.ensure_loaded(table, slot).await?;
+        }
         let Some(state) = slot.as_mut() else {
             return Err(SinkError::Corrupt {
                 path: self.table_location(table),
-                detail: "schema/schema-0 exists but cannot be loaded".into(),
+                detail: "the table vanished while its schema evolved".into(),
             });
         };
-        if let Some(detail) = schema::difference(&state.schema, wanted) {
-            return Err(SinkError::SchemaChanged {
-                table: table.clone(),
-                detail,
-            });
+        match evolution {
+            schema::Evolution::Same => Ok(state),
+            schema::Evolution::To(_) => {
+                if let Some(detail) = schema::difference(&state.schema, wanted) {
+                    return Err(SinkError::SchemaChanged {
+                        table: table.clone(),
+                        detail,
+                    });
+                }
+                tracing::info!(table = %table, schema_id = state.schema.id, "evolved the Paimon table's schema");
+                Ok(state)
+            }
+            schema::Evolution::Behind | schema::Evolution::Incompatible(_) => {
+                Err(SinkError::SchemaChanged {
+                    table: table.clone(),
+                    detail: schema::difference(&state.schema, wanted).unwrap_or_default(),
+                })
+            }
         }
-        Ok(state)
     }
 
     /// Publishes `change` as one snapshot of the table in `slot` carrying `checkpoint`: an

@@ -219,6 +219,123 @@ pub fn difference(existing: &PaimonSchema, wanted: &PaimonSchema) -> Option<Stri
     None
 }
 
+/// How an existing table's schema relates to the one the changes carry.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Evolution {
+    /// The same columns and types.
+    Same,
+    /// The changes add columns at the end or widen types: the table moves to this schema
+    /// (`existing.id + 1`; kept fields keep their ids, added ones take ids after
+    /// `highestFieldId`, as Paimon's `SchemaManager` assigns them).
+    To(PaimonSchema),
+    /// The table is already ahead: the changes' columns are a schema the table evolved from.
+    /// After a schema change whose commit did not land (its schema file was written), the
+    /// changes before the DDL are replayed like this; the sink checks that the table really had
+    /// that schema before it widens them to the table's (a source narrowing looks the same).
+    Behind,
+    /// Neither: the difference, for the message.
+    Incompatible(String),
+}
+
+/// Whether `wanted`'s columns are `existing`'s evolved the ways the pipeline allows
+/// ([`TableSchema::evolves_to`](crate::changelog::TableSchema::evolves_to): columns added at the
+/// end, non-key types widened — Paimon's `updateColumnType` accepts the same promotions).
+pub fn evolution(existing: &PaimonSchema, wanted: &PaimonSchema) -> Evolution {
+    if difference(existing, wanted).is_none() {
+        return Evolution::Same;
+    }
+    if let Some(next) = evolved(existing, wanted) {
+        return Evolution::To(next);
+    }
+    if evolved(wanted, existing).is_some() {
+        return Evolution::Behind;
+    }
+    Evolution::Incompatible(difference(existing, wanted).unwrap_or_default())
+}
+
+/// `older` evolved into `newer`'s columns as the next schema, if `newer` is such an evolution.
+fn evolved(older: &PaimonSchema, newer: &PaimonSchema) -> Option<PaimonSchema> {
+    if older.primary_keys != newer.primary_keys || newer.fields.len() < older.fields.len() {
+        return None;
+    }
+    let mut fields = Vec::with_capacity(newer.fields.len());
+    for (old, new) in older.fields.iter().zip(&newer.fields) {
+        if old.name != new.name {
+            return None;
+        }
+        if old.data_type != new.data_type {
+            let key = older.primary_keys.contains(&old.name);
+            let (from, to) = (
+                arrow_type_json(&old.data_type)?,
+                arrow_type_json(&new.data_type)?,
+            );
+            if key || !crate::changelog::widens(&from, &to) {
+                return None;
+            }
+        }
+        fields.push(PaimonField {
+            id: old.id,
+            name: new.name.clone(),
+            data_type: new.data_type.clone(),
+        });
+    }
+    let mut next_id = older.highest_field_id;
+    for added in &newer.fields[older.fields.len()..] {
+        if older.fields.iter().any(|f| f.name == added.name) {
+            return None;
+        }
+        next_id += 1;
+        fields.push(PaimonField {
+            id: next_id,
+            name: added.name.clone(),
+            data_type: added.data_type.clone(),
+        });
+    }
+    Some(PaimonSchema {
+        id: older.id + 1,
+        fields,
+        highest_field_id: next_id,
+        time_millis: chrono::Utc::now().timestamp_millis(),
+        ..older.clone()
+    })
+}
+
+/// The table's columns as the changelog describes them (for widening changes to a table that is
+/// ahead of them, [`Evolution::Behind`]).
+pub fn table_schema(
+    id: &crate::changelog::TableId,
+    schema: &PaimonSchema,
+) -> Result<TableSchema, String> {
+    let mut columns = Vec::with_capacity(schema.fields.len());
+    for f in &schema.fields {
+        let text = f.data_type.to_string();
+        let dt = arrow_type_json(&f.data_type)
+            .ok_or_else(|| format!("column {}: type {text} is not one cdcd writes", f.name))?;
+        columns.push(crate::changelog::Column {
+            name: f.name.clone(),
+            nullable: !text.contains("NOT NULL"),
+            data_type: dt,
+            source_type: text,
+            initial_default: None,
+        });
+    }
+    let primary_key = schema
+        .primary_keys
+        .iter()
+        .map(|k| {
+            columns
+                .iter()
+                .position(|c| &c.name == k)
+                .ok_or_else(|| format!("primary key {k} is not a column"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(TableSchema {
+        id: id.clone(),
+        columns,
+        primary_key,
+    })
+}
+
 /// Arrow schemas of one table's data files.
 #[derive(Debug, Clone)]
 pub struct FileSchemas {
@@ -229,6 +346,8 @@ pub struct FileSchemas {
     /// Index of each key column among the table columns.
     pub key: Vec<usize>,
     pub columns: usize,
+    /// The Paimon schema id files written with these schemas carry.
+    pub schema_id: i64,
 }
 
 impl FileSchemas {
@@ -253,39 +372,26 @@ impl FileSchemas {
             key_types,
             key: table.primary_key.clone(),
             columns: table.columns.len(),
+            schema_id: 0,
         }
     }
 
     /// The data file schemas of an existing table, from its schema file (the compactor has no
     /// source schema at hand).
     pub fn from_paimon(schema: &PaimonSchema) -> Result<FileSchemas, String> {
-        let mut columns = Vec::with_capacity(schema.fields.len());
-        for f in &schema.fields {
-            let text = f.data_type.to_string();
-            let dt = arrow_type_json(&f.data_type)
-                .ok_or_else(|| format!("column {}: type {text} is not one cdcd writes", f.name))?;
-            columns.push(crate::changelog::Column {
-                name: f.name.clone(),
-                nullable: !text.contains("NOT NULL"),
-                data_type: dt,
-                source_type: text,
-            });
+        let table = table_schema(&crate::changelog::TableId::new("", ""), schema)?;
+        Ok(FileSchemas {
+            schema_id: schema.id,
+            ..FileSchemas::new(&table)
+        })
+    }
+
+    /// These schemas for files of Paimon schema `id` (`_SCHEMA_ID` of the files written).
+    pub fn with_schema_id(self, id: i64) -> FileSchemas {
+        FileSchemas {
+            schema_id: id,
+            ..self
         }
-        let primary_key = schema
-            .primary_keys
-            .iter()
-            .map(|k| {
-                columns
-                    .iter()
-                    .position(|c| &c.name == k)
-                    .ok_or_else(|| format!("primary key {k} is not a column"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(FileSchemas::new(&TableSchema {
-            id: crate::changelog::TableId::new("", ""),
-            columns,
-            primary_key,
-        }))
     }
 
     /// Index of the first table column in a data file.
@@ -330,6 +436,7 @@ mod tests {
             data_type: dt,
             nullable: true,
             source_type: String::new(),
+            initial_default: None,
         }
     }
 
@@ -415,5 +522,81 @@ mod tests {
             .fields
             .iter()
             .all(|f| !f.data_type.to_string().contains("NOT NULL")));
+    }
+
+    #[test]
+    fn evolution_adds_fields_with_new_ids_widens_in_place_and_knows_when_behind() {
+        let t = |cols: Vec<Column>| TableSchema {
+            id: TableId::new("public", "t"),
+            columns: cols,
+            primary_key: vec![0],
+        };
+        let v0 = paimon_schema(
+            &t(vec![col("id", DataType::Int64), col("x", DataType::Int32)]),
+            BTreeMap::new(),
+        )
+        .unwrap();
+        let wanted = paimon_schema(
+            &t(vec![
+                col("id", DataType::Int64),
+                col("x", DataType::Int64),
+                col("c", DataType::Utf8),
+            ]),
+            BTreeMap::new(),
+        )
+        .unwrap();
+        let Evolution::To(v1) = evolution(&v0, &wanted) else {
+            panic!("an evolution: {:?}", evolution(&v0, &wanted));
+        };
+        assert_eq!(v1.id, 1);
+        let ids: Vec<(i32, &str)> = v1.fields.iter().map(|f| (f.id, f.name.as_str())).collect();
+        assert_eq!(ids, [(0, "id"), (1, "x"), (2, "c")]);
+        assert_eq!(v1.highest_field_id, 2);
+        assert_eq!(v1.fields[1].data_type, serde_json::json!("BIGINT"));
+        assert_eq!(evolution(&v1, &wanted), Evolution::Same);
+        assert_eq!(evolution(&v1, &v0), Evolution::Behind);
+        let narrowed = paimon_schema(
+            &t(vec![col("id", DataType::Int64), col("x", DataType::Int16)]),
+            BTreeMap::new(),
+        )
+        .unwrap();
+        // Structurally behind; the sink takes it as a replay only when the table once had
+        // exactly that schema (`LsmSink::behind`), so a source narrowing still stops.
+        assert_eq!(evolution(&v0, &narrowed), Evolution::Behind);
+        let renamed = paimon_schema(
+            &t(vec![col("id", DataType::Int64), col("y", DataType::Int32)]),
+            BTreeMap::new(),
+        )
+        .unwrap();
+        assert!(matches!(
+            evolution(&v0, &renamed),
+            Evolution::Incompatible(_)
+        ));
+        // Old files read under the new schema: added columns NULL, widened ones cast.
+        let old_files = FileSchemas::from_paimon(&v0).unwrap();
+        let new_files = FileSchemas::from_paimon(&v1).unwrap();
+        assert_eq!(new_files.schema_id, 1);
+        let batch = RecordBatch::try_new(
+            old_files.file.clone(),
+            vec![
+                Arc::new(arrow_array::Int64Array::from(vec![7])),
+                Arc::new(arrow_array::Int64Array::from(vec![1])),
+                Arc::new(arrow_array::Int8Array::from(vec![0])),
+                Arc::new(arrow_array::Int64Array::from(vec![7])),
+                Arc::new(arrow_array::Int32Array::from(vec![42])),
+            ],
+        )
+        .unwrap();
+        let read = crate::sinks::lsm::writer::to_table_shape(&batch, &new_files).unwrap();
+        assert_eq!(read.schema(), new_files.file);
+        assert_eq!(
+            read.column(4)
+                .as_any()
+                .downcast_ref::<arrow_array::Int64Array>()
+                .unwrap()
+                .value(0),
+            42
+        );
+        assert!(read.column(5).is_null(0));
     }
 }

@@ -87,6 +87,7 @@ pub struct RunWriter {
     min_sequence: i64,
     max_sequence: i64,
     deletes: usize,
+    schema_id: i64,
 }
 
 impl RunWriter {
@@ -95,6 +96,7 @@ impl RunWriter {
             writer: None,
             schema: schemas.file.clone(),
             keys: schemas.key.len(),
+            schema_id: schemas.schema_id,
             rows: 0,
             first: Vec::new(),
             last: Vec::new(),
@@ -186,6 +188,7 @@ impl RunWriter {
             min_sequence: self.min_sequence,
             max_sequence: self.max_sequence,
             deletes: self.deletes,
+            schema_id: self.schema_id,
         };
         let bytes = match self.writer {
             Some(w) => w.into_inner()?,
@@ -206,6 +209,7 @@ pub struct RunStats {
     min_sequence: i64,
     max_sequence: i64,
     deletes: usize,
+    schema_id: i64,
 }
 
 fn row_of(out: &mut Vec<u8>, cols: &[ArrayRef]) -> Result<(), FileError> {
@@ -250,7 +254,7 @@ impl RunStats {
             },
             min_sequence: self.min_sequence,
             max_sequence: self.max_sequence,
-            schema_id: 0,
+            schema_id: self.schema_id,
             level,
             creation_time_ms: chrono::Utc::now().timestamp_millis(),
             delete_row_count: self.deletes as i64,
@@ -259,29 +263,63 @@ impl RunStats {
     }
 }
 
-/// Decodes a whole data file into one batch of `schemas.file`'s shape.
+/// Decodes a whole data file into one batch of `schemas.file`'s shape. A file written under an
+/// older schema of the table (before columns were added or widened: `_SCHEMA_ID` lower than the
+/// table's) is read by column name: added columns read NULL, widened ones are cast (exact for the
+/// promotions a schema change allows, `schema::evolution`).
 pub fn decode(data: Bytes, schemas: &FileSchemas) -> Result<RecordBatch, FileError> {
     let reader = ParquetRecordBatchReaderBuilder::try_new(data)?
         .with_batch_size(64 * 1024)
         .build()?;
     let mut batches = Vec::new();
     for b in reader {
-        let b = b?;
-        if b.num_columns() != schemas.file.fields().len() {
-            return Err(FileError::Shape(format!(
-                "{} columns, the table's data files have {}",
-                b.num_columns(),
-                schemas.file.fields().len()
-            )));
-        }
-        // Re-label with the table's schema (field nullability may differ after a round trip).
-        batches.push(RecordBatch::try_new(
-            schemas.file.clone(),
-            b.columns().to_vec(),
-        )?);
+        batches.push(to_table_shape(&b?, schemas)?);
     }
     Ok(arrow_select::concat::concat_batches(
         &schemas.file,
         &batches,
     )?)
+}
+
+/// One batch read from a data file in `schemas.file`'s shape (see [`decode`]).
+pub fn to_table_shape(b: &RecordBatch, schemas: &FileSchemas) -> Result<RecordBatch, FileError> {
+    let fields = schemas.file.fields();
+    if b.num_columns() > fields.len() {
+        return Err(FileError::Shape(format!(
+            "{} columns, the table's data files have {}",
+            b.num_columns(),
+            fields.len()
+        )));
+    }
+    let same = b.num_columns() == fields.len()
+        && b.schema()
+            .fields()
+            .iter()
+            .zip(fields)
+            .all(|(a, t)| a.name() == t.name() && a.data_type() == t.data_type());
+    if same {
+        // Re-label with the table's schema (field nullability may differ after a round trip).
+        return Ok(RecordBatch::try_new(
+            schemas.file.clone(),
+            b.columns().to_vec(),
+        )?);
+    }
+    let mut columns = Vec::with_capacity(fields.len());
+    for field in fields {
+        let column = match b.column_by_name(field.name()) {
+            Some(c) if c.data_type() == field.data_type() => c.clone(),
+            Some(c) => arrow_cast::cast(c, field.data_type())?,
+            None if field.is_nullable() => {
+                arrow_array::new_null_array(field.data_type(), b.num_rows())
+            }
+            None => {
+                return Err(FileError::Shape(format!(
+                    "column {} is missing from a data file and cannot be NULL",
+                    field.name()
+                )))
+            }
+        };
+        columns.push(column);
+    }
+    Ok(RecordBatch::try_new(schemas.file.clone(), columns)?)
 }

@@ -27,9 +27,10 @@ use crate::changelog::{
 };
 use crate::config::ZeroDate;
 
+use super::ddl;
 use super::decoder::{self, DdlVerb, Statement};
 use super::image::{Cell, ImagePlan, Scratch};
-use super::schema::{matches_patterns, TableEntry};
+use super::schema::{build_entry, matches_patterns, TableEntry};
 use super::types::{append, ColumnDefault, Origin};
 
 /// Rows a table's builder is sized for.
@@ -49,6 +50,17 @@ pub enum Step {
     NeedTable(TableId),
 }
 
+/// An `ALTER TABLE` the assembler applied: `before` became `after` right after the DDL's
+/// transaction, at `at`. The stream records it in the schema history (`history.rs`) before it
+/// reads on.
+#[derive(Debug, Clone)]
+pub struct AppliedDdl {
+    pub before: Arc<TableEntry>,
+    pub after: Arc<TableEntry>,
+    pub at: Position,
+    pub statement: String,
+}
+
 /// An event could not be turned into changes.
 #[derive(Debug, thiserror::Error)]
 pub enum StreamError {
@@ -58,9 +70,10 @@ pub enum StreamError {
         detail: String,
         position: String,
     },
-    #[error("DDL on captured table {table} cannot be applied by cdcd yet: {statement:?} (at {position}). Remove the table from source.tables, or recreate the replica after the change")]
+    #[error("DDL on captured table {table} cannot be applied: {reason}: {statement:?} (at {position}). Remove the table from source.tables, or recreate the replica after the change")]
     Ddl {
         table: TableId,
+        reason: String,
         statement: String,
         position: String,
     },
@@ -102,6 +115,8 @@ pub struct Assembler {
     /// Whether rows events of fully planned tables take the planned path (always, except to
     /// compare the two paths: [`Assembler::general_rows_only`]).
     planned: bool,
+    /// DDL applied since [`Assembler::take_applied_ddl`] was last called.
+    applied_ddl: Vec<AppliedDdl>,
 }
 
 impl Assembler {
@@ -127,6 +142,7 @@ impl Assembler {
             after_cells: Vec::new(),
             scratch: Scratch::default(),
             planned: true,
+            applied_ddl: Vec::new(),
         }
     }
 
@@ -154,6 +170,11 @@ impl Assembler {
 
     pub fn set_table(&mut self, entry: TableEntry) {
         self.tables.insert(entry.schema.id.clone(), Arc::new(entry));
+    }
+
+    /// The `ALTER TABLE`s applied since the last call, oldest first.
+    pub fn take_applied_ddl(&mut self) -> Vec<AppliedDdl> {
+        std::mem::take(&mut self.applied_ddl)
     }
 
     pub fn table(&self, id: &TableId) -> Option<&TableEntry> {
@@ -237,6 +258,7 @@ impl Assembler {
                         self.finish(u64::from(header.log_pos()), header.timestamp())
                     }
                     Statement::Ddl { verb, tables } => {
+                        let mut altered = Vec::new();
                         for (db, name) in tables {
                             let id = TableId::new(db, name);
                             if !matches_patterns(&self.patterns, &id) {
@@ -264,16 +286,32 @@ impl Assembler {
                                     }
                                     b.no_old_key().map_err(err)?;
                                 }
-                                DdlVerb::Alter | DdlVerb::Drop | DdlVerb::Rename => {
+                                DdlVerb::Alter => {
+                                    if let Some(change) = self.alter(&id, &sql)? {
+                                        altered.push(change);
+                                    }
+                                }
+                                DdlVerb::Drop | DdlVerb::Rename => {
                                     return Err(StreamError::Ddl {
                                         table: id,
+                                        reason: "the table is dropped or renamed".into(),
                                         statement: sql.chars().take(300).collect(),
                                         position: self.position.to_string(),
                                     });
                                 }
                             }
                         }
-                        self.after_statement(header.log_pos(), header.timestamp())
+                        let step = self.after_statement(header.log_pos(), header.timestamp())?;
+                        // The new shape holds from the position after the DDL's transaction.
+                        for (before, after) in altered {
+                            self.applied_ddl.push(AppliedDdl {
+                                before,
+                                after,
+                                at: self.position.clone(),
+                                statement: sql.chars().take(300).collect(),
+                            });
+                        }
+                        Ok(step)
                     }
                     Statement::Other => self.after_statement(header.log_pos(), header.timestamp()),
                 }
@@ -294,6 +332,75 @@ impl Assembler {
 
     /// A statement outside BEGIN…COMMIT is its own group (DDL's implicit commit, MariaDB
     /// standalone groups).
+    /// Applies `ALTER TABLE` `sql` to `id` (`ddl.rs`): the rows events after it are decoded with
+    /// the new columns. Only changes the lake can follow pass ([`TableSchema::evolves_to`]: the
+    /// pipeline evolves the sink's table when the first change under the new schema arrives);
+    /// anything else stops here, naming the statement. A table not loaded yet is left alone: it is
+    /// read from `information_schema` when its first rows arrive, as after a CREATE.
+    ///
+    /// [`TableSchema::evolves_to`]: crate::changelog::TableSchema::evolves_to
+    #[allow(clippy::type_complexity)]
+    fn alter(
+        &mut self,
+        id: &TableId,
+        sql: &str,
+    ) -> Result<Option<(Arc<TableEntry>, Arc<TableEntry>)>, StreamError> {
+        let Some(before) = self.tables.get(id).cloned() else {
+            return Ok(None);
+        };
+        let stop = |reason: String| StreamError::Ddl {
+            table: id.clone(),
+            reason,
+            statement: sql.chars().take(300).collect(),
+            position: self.position.to_string(),
+        };
+        let mut columns =
+            ddl::apply_alter(sql, &before.columns, &before.charset).map_err(|e| stop(e.0))?;
+        let key: Vec<String> = before
+            .schema
+            .key_names()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        for name in &key {
+            if let Some(c) = columns.iter_mut().find(|c| &c.name == name) {
+                // MySQL keeps PRIMARY KEY columns NOT NULL whatever MODIFY says; a key of
+                // source.key_columns must stay NOT NULL to identify rows.
+                if c.nullable && before.key_origin == crate::changelog::KeyOrigin::Override {
+                    return Err(stop(format!(
+                        "key column {name} (source.key_columns) becomes nullable"
+                    )));
+                }
+                c.nullable = false;
+            }
+        }
+        let mut after = build_entry(id.clone(), &columns, &key).map_err(|e| stop(e.to_string()))?;
+        // Columns keep the initial default they were added with; an added one takes its DEFAULT.
+        for (i, column) in after.schema_mut().columns.iter_mut().enumerate() {
+            column.initial_default = match before.schema.columns.get(i) {
+                Some(kept) => kept.initial_default.clone(),
+                None => columns
+                    .get(i)
+                    .map(ddl::added_default)
+                    .transpose()
+                    .map_err(|e| stop(e.0))?
+                    .flatten(),
+            };
+        }
+        after.key_origin = before.key_origin.clone();
+        after.charset = before.charset.clone();
+        if !before.schema.evolves_to(&after.schema) {
+            return Err(stop(format!(
+                "the lake cannot follow this change from ({}) to ({}): only columns added at the end (nullable, no default), widened types and relaxed nullability are applied",
+                before.schema.describe_columns(),
+                after.schema.describe_columns()
+            )));
+        }
+        let after = Arc::new(after);
+        self.tables.insert(id.clone(), Arc::clone(&after));
+        Ok(Some((before, after)))
+    }
+
     fn after_statement(&mut self, log_pos: u32, timestamp: u32) -> Result<Step, StreamError> {
         match &self.txn {
             Some(t) if t.explicit && !t.standalone => Ok(Step::Nothing),

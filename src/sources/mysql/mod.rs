@@ -25,7 +25,9 @@ pub mod assembler;
 pub mod chunks;
 pub mod config;
 pub mod copy;
+pub mod ddl;
 pub mod decoder;
+pub mod history;
 pub mod image;
 pub mod key;
 pub mod schema;
@@ -39,6 +41,7 @@ mod auth_tests;
 pub mod types;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -50,11 +53,13 @@ use tracing::{info, warn};
 
 use crate::changelog::{GtidList, GtidSet, Position, TableId, TableKey};
 use crate::config::{MySqlConfig, SnapshotMode};
-use crate::sources::{Prepared, Resume, SnapshotProgress, Source, SourceError, SourceEvent};
+use crate::sources::{
+    Prepared, Resume, SnapshotProgress, Source, SourceError, SourceEvent, SourceStateStore,
+};
 use assembler::Assembler;
 use schema::TableEntry;
 use setup::{CheckProblem, Flavor};
-use stream::{stream_once, Failure};
+use stream::{stream_once, Failure, HistoryWriter};
 
 /// Reconnect backoff bounds.
 const BACKOFF_MIN: Duration = Duration::from_millis(500);
@@ -66,6 +71,8 @@ pub(super) const ER_MASTER_FATAL_ERROR_READING_BINLOG: u16 = 1236;
 pub struct MySqlSource {
     cfg: MySqlConfig,
     prepared: Option<(Flavor, Vec<TableId>)>,
+    /// Where the schema history lives (`history.rs`); `None`: kept in memory only.
+    state: Option<Arc<dyn SourceStateStore>>,
 }
 
 impl MySqlSource {
@@ -73,6 +80,7 @@ impl MySqlSource {
         MySqlSource {
             cfg,
             prepared: None,
+            state: None,
         }
     }
 
@@ -165,6 +173,10 @@ impl Source for MySqlSource {
     /// twice that covers a late one.
     fn heartbeat_period(&self) -> Duration {
         Duration::from_secs(10)
+    }
+
+    fn keep_state_in(&mut self, store: Arc<dyn SourceStateStore>) {
+        self.state = Some(store);
     }
 
     async fn prepare(&mut self) -> Result<Prepared, SourceError> {
@@ -262,14 +274,40 @@ impl Source for MySqlSource {
             }
         };
         let start = in_flavor(start, flavor);
-        let mut assembler = Assembler::new(cfg.tables.clone(), cfg.zero_date, start);
+        // A fresh copy starts a new history: information_schema describes every table at it.
+        let mut history = HistoryWriter::open(self.state, resume.snapshot).await?;
+        let mut assembler = Assembler::new(cfg.tables.clone(), cfg.zero_date, start.clone());
+        let mut adopted = false;
         for e in entries {
-            assembler.set_table(e);
+            let id = e.schema.id.clone();
+            match history.in_force(&id, &start)? {
+                Some(then) => {
+                    if then.columns != e.columns {
+                        info!(table = %id, position = %start, "a DDL after the start position is replayed: decoding with the columns the schema history records there");
+                    }
+                    assembler.set_table(then);
+                }
+                None => {
+                    adopted |= history.adopt(&e);
+                    assembler.set_table(e);
+                }
+            }
+        }
+        if adopted {
+            history.save().await?;
         }
         let mut backoff = BACKOFF_MIN;
         loop {
-            let outcome =
-                stream_once(&cfg, flavor, &mut conn, &mut assembler, &events, &shutdown).await;
+            let outcome = stream_once(
+                &cfg,
+                flavor,
+                &mut conn,
+                &mut assembler,
+                &mut history,
+                &events,
+                &shutdown,
+            )
+            .await;
             match outcome {
                 Ok(()) => return Ok(()),
                 Err(Failure::Fatal(e)) => return Err(e),

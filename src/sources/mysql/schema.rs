@@ -23,6 +23,18 @@ pub struct TableEntry {
     pub defaults: Vec<ColumnDefault>,
     /// Where `schema.primary_key` came from (`key.rs`).
     pub key_origin: KeyOrigin,
+    /// The `information_schema.columns` rows the entry was built from (or their successors after
+    /// an `ALTER TABLE`, `ddl.rs`): the next DDL applies to these.
+    pub columns: Vec<ColumnInfo>,
+    /// The table's default character set, for text columns a DDL adds without one.
+    pub charset: String,
+}
+
+impl TableEntry {
+    /// The schema, to adjust before the entry is shared.
+    pub fn schema_mut(&mut self) -> &mut TableSchema {
+        Arc::make_mut(&mut self.schema)
+    }
 }
 
 /// Builds the entry from `information_schema.columns` rows (in ordinal order) and the key's
@@ -41,6 +53,7 @@ pub fn build_entry(
             data_type,
             nullable: info.nullable,
             source_type: info.column_type.clone(),
+            initial_default: None,
         });
         kinds.push(kind);
     }
@@ -65,6 +78,8 @@ pub fn build_entry(
         } else {
             KeyOrigin::PrimaryKey
         },
+        columns: columns.to_vec(),
+        charset: "utf8mb4".to_owned(),
     })
 }
 

@@ -218,6 +218,18 @@ pub async fn load_table(
         }
     })?;
     entry.key_origin = resolved.origin;
+    let charset: Option<String> = conn
+        .exec_first(
+            "SELECT c.character_set_name FROM information_schema.tables t \
+             JOIN information_schema.collations c ON c.collation_name = t.table_collation \
+             WHERE t.table_schema = ? AND t.table_name = ?",
+            (&table.namespace, &table.name),
+        )
+        .await
+        .map_err(server_err(ctx()))?;
+    if let Some(charset) = charset {
+        entry.charset = charset;
+    }
     Ok(Some(entry))
 }
 

@@ -14,12 +14,16 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use super::assembler::{Assembler, Step, StreamError};
+use std::sync::Arc;
+
+use super::assembler::{AppliedDdl, Assembler, Step, StreamError};
+use super::history::SchemaHistory;
+use super::schema::TableEntry;
 use super::setup::{self, Flavor};
 use super::ER_MASTER_FATAL_ERROR_READING_BINLOG;
-use crate::changelog::Position;
+use crate::changelog::{Position, TableId};
 use crate::config::MySqlConfig;
-use crate::sources::{SourceError, SourceEvent};
+use crate::sources::{SourceError, SourceEvent, SourceStateStore};
 
 /// The server sends a heartbeat event after this much binlog silence (MASTER_HEARTBEAT_PERIOD).
 const HEARTBEAT: Duration = Duration::from_secs(5);
@@ -38,12 +42,76 @@ fn stream_err(e: StreamError) -> Failure {
     Failure::Fatal(SourceError::Protocol(e.to_string()))
 }
 
+/// The schema history (`history.rs`) and where it is stored.
+pub(super) struct HistoryWriter {
+    history: SchemaHistory,
+    store: Option<Arc<dyn SourceStateStore>>,
+}
+
+impl HistoryWriter {
+    /// Reads the stored history; with `fresh` (every table is copied again) starts an empty one.
+    pub(super) async fn open(
+        store: Option<Arc<dyn SourceStateStore>>,
+        fresh: bool,
+    ) -> Result<HistoryWriter, SourceError> {
+        let mut history = SchemaHistory::default();
+        if let (Some(store), false) = (&store, fresh) {
+            if let Some(bytes) = store.read().await? {
+                history = SchemaHistory::from_json(&bytes).map_err(|e| {
+                    SourceError::Config(format!(
+                        "{e}: the pipeline's source-state.json under _cdcd/ is unreadable; restore it, or copy the tables again (a new pipeline name)"
+                    ))
+                })?;
+            }
+        }
+        let writer = HistoryWriter { history, store };
+        if fresh {
+            writer.save().await?;
+        }
+        Ok(writer)
+    }
+
+    pub(super) fn in_force(
+        &self,
+        table: &TableId,
+        start: &Position,
+    ) -> Result<Option<TableEntry>, SourceError> {
+        self.history
+            .in_force(table, start)
+            .map_err(|e| SourceError::Config(e.to_string()))
+    }
+
+    /// Starts the history of `entry`'s table with it unless it has one (see `history.rs`).
+    pub(super) fn adopt(&mut self, entry: &TableEntry) -> bool {
+        self.history.adopt(entry)
+    }
+
+    /// Records DDL the assembler applied; durable when it returns, so nothing after the DDL
+    /// reaches the pipeline (and no checkpoint passes it) before its version is on record.
+    async fn record(&mut self, applied: Vec<AppliedDdl>) -> Result<(), SourceError> {
+        for ddl in &applied {
+            info!(table = %ddl.after.schema.id, position = %ddl.at, columns = %ddl.after.schema.describe_columns(), "applied ALTER TABLE");
+            self.history
+                .record(&ddl.before, &ddl.after, &ddl.at, &ddl.statement);
+        }
+        self.save().await
+    }
+
+    pub(super) async fn save(&self) -> Result<(), SourceError> {
+        match &self.store {
+            Some(store) => store.write(self.history.to_json()).await,
+            None => Ok(()),
+        }
+    }
+}
+
 /// Opens the binlog stream at the assembler's position and feeds it until shutdown or failure.
 pub(super) async fn stream_once(
     cfg: &MySqlConfig,
     flavor: Flavor,
     conn: &mut Conn,
     assembler: &mut Assembler,
+    history: &mut HistoryWriter,
     events: &mpsc::Sender<SourceEvent>,
     shutdown: &CancellationToken,
 ) -> Result<(), Failure> {
@@ -71,7 +139,12 @@ pub(super) async fn stream_once(
         let table_id = rows_table_id(&event);
         loop {
             let tme = table_id.and_then(|id| binlog.get_tme(id));
-            match assembler.on_event(&event, tme).map_err(stream_err)? {
+            let step = assembler.on_event(&event, tme).map_err(stream_err)?;
+            let applied = assembler.take_applied_ddl();
+            if !applied.is_empty() {
+                history.record(applied).await.map_err(Failure::Fatal)?;
+            }
+            match step {
                 Step::Nothing => {}
                 Step::Transaction(t) => {
                     events
@@ -95,6 +168,9 @@ pub(super) async fn stream_once(
                             .map_err(|e| Failure::Retry(e.to_string()))?;
                     match entry {
                         Some(e) => {
+                            if history.adopt(&e) {
+                                history.save().await.map_err(Failure::Fatal)?;
+                            }
                             assembler.set_table(e);
                             continue;
                         }

@@ -88,7 +88,7 @@ pub struct TypeError {
 }
 
 /// One row of `information_schema.columns`, what [`map_column`] needs.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ColumnInfo {
     pub name: String,
     /// `DATA_TYPE`, e.g. `int`.

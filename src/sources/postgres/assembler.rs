@@ -86,6 +86,9 @@ struct Catalog {
     types: HashMap<u32, Option<TypeInfo>>,
     /// Relations as last described by Relation messages; `None`: not captured (changes skipped).
     relations: HashMap<u32, Option<CapturedRel>>,
+    /// Per relation, the values rows that predate an added column read (from the catalog,
+    /// `catalog::added_columns`), for the next Relation message of that relation.
+    added_defaults: HashMap<u32, HashMap<String, String>>,
 }
 
 struct CapturedRel {
@@ -116,6 +119,7 @@ impl Assembler {
                 keys,
                 types: HashMap::new(),
                 relations: HashMap::new(),
+                added_defaults: HashMap::new(),
             },
             open: None,
             changes: Changes::default(),
@@ -174,6 +178,12 @@ impl Assembler {
             .filter(|name| old.schema.column_index(name).is_none())
             .collect();
         (!added.is_empty()).then(|| (rel.oid, old.schema.id.clone(), added))
+    }
+
+    /// The values rows that predate the columns the next Relation of `oid` adds read, by column
+    /// name (the caller read them from the catalog: [`Self::added_columns`]).
+    pub fn set_added_defaults(&mut self, oid: u32, defaults: HashMap<String, String>) {
+        self.catalog.added_defaults.insert(oid, defaults);
     }
 
     /// Records `pg_type` rows for `requested` OIDs; those absent from `found` are remembered as
@@ -401,12 +411,29 @@ impl Catalog {
         }
         let defs = column_defs(rel);
         let lookup = |oid: u32| self.lookup(oid);
-        let (schema, types) = build_schema(
+        let (mut schema, types) = build_schema(
             table.clone(),
             &defs,
             self.keys.get(&table).map(Vec::as_slice),
             &lookup,
         )?;
+        // An added column's initial default, from the catalog; kept by the Relations after it
+        // (a streamed transaction's Relation is applied again when it is replayed at commit).
+        let defaults = self.added_defaults.remove(&rel.oid);
+        let earlier = match self.relations.get(&rel.oid) {
+            Some(Some(old)) => Some(Arc::clone(&old.schema)),
+            _ => None,
+        };
+        for column in &mut schema.columns {
+            column.initial_default = defaults
+                .as_ref()
+                .and_then(|d| d.get(&column.name).cloned())
+                .or_else(|| {
+                    let old = earlier.as_ref()?;
+                    let i = old.column_index(&column.name)?;
+                    old.columns.get(i)?.initial_default.clone()
+                });
+        }
         let schema = match self.relations.get(&rel.oid) {
             Some(Some(old)) if *old.schema == schema => old.schema.clone(),
             _ => Arc::new(schema),

@@ -152,8 +152,21 @@ pub async fn lookup_types(
         .collect())
 }
 
-/// Which of `columns` of relation `oid` have a default (`atthasdef`) or a stored value for rows
-/// that predate them (`atthasmissing`, PostgreSQL 11+ "fast default"), in the catalog now.
+/// What the catalog says about a column a Relation message adds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AddedColumn {
+    /// No default: existing rows read NULL.
+    NoDefault,
+    /// The value existing rows read (`attmissingval`, PostgreSQL 11+ "fast default": a constant
+    /// default stored once instead of rewriting the table), as the type's text; `None` for NULL.
+    Missing(Option<String>),
+    /// A default but no stored value for existing rows: a volatile default (`now()`, `random()`)
+    /// rewrote the table, giving each row a value the stream never carries, or the table was
+    /// rewritten since. Nothing tells cdcd what the rows hold.
+    Rewritten,
+}
+
+/// What `columns` of relation `oid` hold for the rows that predate them, from the catalog now.
 ///
 /// The columns come from a Relation message of a committed transaction, yet a new snapshot may
 /// not see that transaction yet: the walsender decodes a commit once its WAL is flushed, and the
@@ -161,16 +174,18 @@ pub async fn lookup_types(
 /// would find no column and call it "no default". So the read is repeated until every named
 /// column is there; one that never shows up (dropped or renamed meanwhile) is an error, never a
 /// guess.
-pub async fn defaulted_columns(
+pub async fn added_columns(
     client: &Client,
     oid: u32,
     columns: &[String],
-) -> Result<Vec<String>, SourceError> {
+) -> Result<Vec<(String, AddedColumn)>, SourceError> {
     const ATTEMPTS: u32 = 200;
     for _ in 0..ATTEMPTS {
         let rows = client
             .query(
-                "SELECT attname::text, (atthasdef OR atthasmissing) FROM pg_attribute
+                "SELECT attname::text, atthasdef, atthasmissing,
+                        CASE WHEN atthasmissing THEN (attmissingval::text::text[])[1] END
+                 FROM pg_attribute
                  WHERE attrelid = $1 AND attname = ANY($2) AND NOT attisdropped",
                 &[&oid, &columns],
             )
@@ -179,8 +194,15 @@ pub async fn defaulted_columns(
         if rows.len() == columns.len() {
             return Ok(rows
                 .iter()
-                .filter(|r| r.get::<_, bool>(1))
-                .map(|r| r.get(0))
+                .map(|r| {
+                    let (has_default, has_missing): (bool, bool) = (r.get(1), r.get(2));
+                    let state = match (has_default, has_missing) {
+                        (_, true) => AddedColumn::Missing(r.get(3)),
+                        (true, false) => AddedColumn::Rewritten,
+                        (false, false) => AddedColumn::NoDefault,
+                    };
+                    (r.get(0), state)
+                })
                 .collect());
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;

@@ -73,6 +73,7 @@ pub fn build_schema(
             data_type: t.data_type(),
             nullable: !primary_key.contains(&i),
             source_type: t.source_name(),
+            initial_default: None,
         })
         .collect();
     Ok((

@@ -11,7 +11,7 @@ use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
 use super::assembler::{Assembled, Assembler};
-use super::catalog;
+use super::catalog::{self, AddedColumn};
 use super::replication::{ReplicationConnection, ReplicationMessage};
 use super::{deliver, SKIPPED_HEARTBEAT_INTERVAL, STATUS_INTERVAL};
 use crate::changelog::{Lsn, Position};
@@ -101,16 +101,29 @@ impl Streaming<'_> {
                     self.assembler.add_types(&missing, found);
                 }
                 if let Some((oid, table, added)) = self.assembler.added_columns(&data) {
-                    let defaulted = catalog::defaulted_columns(self.client, oid, &added).await?;
-                    if !defaulted.is_empty() {
+                    let found = catalog::added_columns(self.client, oid, &added).await?;
+                    let rewritten: Vec<&str> = found
+                        .iter()
+                        .filter(|(_, c)| *c == AddedColumn::Rewritten)
+                        .map(|(name, _)| name.as_str())
+                        .collect();
+                    if !rewritten.is_empty() {
                         return Err(SourceError::Table {
                             table,
                             detail: format!(
-                                "column(s) {} added with a DEFAULT: the source's existing rows hold the default, which the replication stream does not carry, so the replica would read NULL there; cdcd stopped before the change. Add the column without a default and fill it with UPDATE (which replicates), or recreate the replica",
-                                defaulted.join(", ")
+                                "column(s) {} added with a volatile DEFAULT (or the table was rewritten since): each existing row got a value the replication stream does not carry, so the replica cannot know them; cdcd stopped before the change. Add the column without a default, or with a constant one, and fill it with UPDATE (which replicates), or recreate the replica",
+                                rewritten.join(", ")
                             ),
                         });
                     }
+                    let defaults = found
+                        .into_iter()
+                        .filter_map(|(name, c)| match c {
+                            AddedColumn::Missing(Some(value)) => Some((name, value)),
+                            _ => None,
+                        })
+                        .collect();
+                    self.assembler.set_added_defaults(oid, defaults);
                 }
                 let event = match self.assembler.feed(wal_start, data)? {
                     None => return Ok(true),

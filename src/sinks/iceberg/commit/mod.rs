@@ -250,10 +250,24 @@ impl<'a> RowDelta<'a> {
                     Arc::new(publish::with_schema(&input.schema.id, &base, next)?)
                 }
                 None => {
+                    let v2_default = base.metadata.format_version() < FormatVersion::V3
+                        && wanted.as_struct().fields().iter().any(|f| {
+                            f.initial_default.is_some()
+                                && base
+                                    .metadata
+                                    .current_schema()
+                                    .field_by_name(&f.name)
+                                    .is_none()
+                        });
+                    let detail = if v2_default {
+                        format!("{detail}, with a default the table's existing rows must read: format v2 tables cannot store one (Iceberg v3 initial-default); tables of delete_mode = \"deletion-vectors\" (v3) can")
+                    } else {
+                        detail
+                    };
                     return Err(SinkError::SchemaChanged {
                         table: input.schema.id.clone(),
                         detail,
-                    })
+                    });
                 }
             },
         };

@@ -12,6 +12,7 @@ fn schema() -> Arc<TableSchema> {
         data_type: dt,
         nullable: true,
         source_type: String::new(),
+        initial_default: None,
     };
     Arc::new(TableSchema {
         id: TableId::new("s", "t"),

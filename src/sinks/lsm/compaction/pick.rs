@@ -256,7 +256,7 @@ impl Cursor {
             if b.num_rows() == 0 {
                 continue;
             }
-            let b = RecordBatch::try_new(schemas.file.clone(), b.columns().to_vec())?;
+            let b = crate::sinks::lsm::writer::to_table_shape(&b, schemas)?;
             self.keys = conv.convert_columns(b.columns().get(..nk).unwrap_or_default())?;
             let (Some(seq), Some(kind)) = (
                 b.column(nk).as_primitive_opt::<Int64Type>(),
@@ -462,6 +462,7 @@ pub(crate) mod tests {
             data_type: DataType::Int64,
             nullable: true,
             source_type: String::new(),
+            initial_default: None,
         };
         let schemas = FileSchemas::new(&TableSchema {
             id: TableId::new("p", "t"),

@@ -135,6 +135,7 @@ fn schema(types: &[ColumnType]) -> Arc<TableSchema> {
                 data_type: t.data_type(),
                 nullable: true,
                 source_type: t.source_name(),
+                initial_default: None,
             })
             .collect(),
         primary_key: vec![0],
@@ -388,6 +389,7 @@ async fn sampled_chunks_are_even() {
         data_type,
         nullable: name != "id",
         source_type: String::new(),
+        initial_default: None,
     };
     let schema = Arc::new(TableSchema {
         id: TableId::new(ns.clone(), "t"),

@@ -24,6 +24,7 @@ fn schema_of(name: &str, columns: &[(&str, &ColumnType)]) -> Arc<TableSchema> {
                 data_type: t.data_type(),
                 nullable: true,
                 source_type: t.source_name(),
+                initial_default: None,
             })
             .collect(),
         primary_key: vec![0],
