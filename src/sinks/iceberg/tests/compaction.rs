@@ -6,6 +6,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use arrow_array::builder::{Int64Builder, StringBuilder};
+
 use super::maintenance::{commits, seed, sink_with};
 use super::*;
 use crate::sinks::iceberg::live::LiveState;
@@ -557,4 +559,77 @@ async fn partial_rewrites_keep_the_vectors_of_files_they_leave() {
     s.settle().await;
     let status = s.status(&t.id).await.unwrap().unwrap();
     assert_eq!(status.rows, Some(model.0.len() as u64));
+}
+
+/// `schema()` plus `c bigint`, added with the constant default 42 (issue 20: rows written before
+/// it read 42, the field's `initial-default`).
+fn schema_with_default() -> Arc<TableSchema> {
+    let mut s = (*schema()).clone();
+    let mut c = col("c", DataType::Int64);
+    c.initial_default = Some("42".into());
+    s.columns.push(c);
+    Arc::new(s)
+}
+
+/// Inserts `(id, c)` under [`schema_with_default`].
+fn inserts_with_c(rows: &[(i64, i64)]) -> TableChanges {
+    let mut b = TableChangesBuilder::new(schema_with_default(), rows.len());
+    let int = |b: &mut TableChangesBuilder, col: usize, v: i64| {
+        b.value(col)
+            .unwrap()
+            .as_any_mut()
+            .downcast_mut::<Int64Builder>()
+            .unwrap()
+            .append_value(v)
+    };
+    for &(id, c) in rows {
+        b.begin(Op::Insert);
+        int(&mut b, 0, id);
+        b.value(1)
+            .unwrap()
+            .as_any_mut()
+            .downcast_mut::<StringBuilder>()
+            .unwrap()
+            .append_value("c");
+        int(&mut b, 2, id);
+        int(&mut b, 3, c);
+        b.no_old_key().unwrap();
+    }
+    b.finish().unwrap()
+}
+
+/// Rows of files written before a column added with a default read that default; compaction
+/// writes it into their new file (not NULL), so every reader sees the same rows after.
+#[tokio::test]
+async fn rewritten_rows_keep_the_initial_default_of_a_later_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = compacting(dir.path());
+    let t = schema();
+    seed(&s).await;
+    commits(&s, 0, 5).await;
+    let wide = schema_with_default();
+    s.commit(&wide, &[inserts_with_c(&[(5000, 7), (5001, 8)])], &cp(3000))
+        .await
+        .unwrap();
+    let before = duck(&table_dir(dir.path()), "id, c");
+    if let Some(rows) = &before {
+        assert!(rows.starts_with("[(0, 42), (1, 42)"), "{rows}");
+        assert!(rows.ends_with("(5000, 7), (5001, 8)]"), "{rows}");
+    }
+    let r = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+    assert_eq!(r[0].error, None, "{r:?}");
+    assert!(r[0].files_rewritten >= 7, "{r:?}");
+    assert_eq!(duck(&table_dir(dir.path()), "id, c"), before);
+    if let Some(rows) = pyiceberg_c(dir.path()) {
+        assert_eq!(Some(rows), before);
+    }
+}
+
+/// pyiceberg's `(id, c)` rows ordered by id, printed like DuckDB's.
+fn pyiceberg_c(dir: &Path) -> Option<String> {
+    let meta_dir = dir.join("public/t/metadata");
+    python(&format!(
+        "import glob, os\nfrom pyiceberg.table import StaticTable\nnewest = max(glob.glob('{}/v*.metadata.json'), key=lambda p: int(os.path.basename(p)[1:].split('.')[0]))\nt = StaticTable.from_metadata(newest)\nrows = sorted(tuple(r.values()) for r in t.scan(selected_fields=('id','c')).to_arrow().to_pylist())\nprint(repr(rows))",
+        meta_dir.display()
+    ))
 }

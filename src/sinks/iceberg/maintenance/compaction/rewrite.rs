@@ -16,6 +16,7 @@ use iceberg::spec::{
     TableMetadata,
 };
 
+use super::defaults;
 use super::equality::V2Deletes;
 use super::moves::{keep_mask, Placer};
 use super::pick::Choice;
@@ -103,6 +104,7 @@ impl Rewrite<'_> {
     /// keep for the primary-key index, when it follows.
     pub async fn write(&self, key_names: Option<&[String]>) -> Result<Written, SinkError> {
         let file_schema = schema::data_file_schema(self.meta().current_schema())?;
+        let defaults = defaults::initial_defaults(self.meta().current_schema());
         let mut written = Written::default();
         for (n, inputs) in self.choice.outputs.iter().enumerate() {
             let path = self.names.data_file(n);
@@ -110,7 +112,7 @@ impl Rewrite<'_> {
             let mut keys = Vec::new();
             let mut end = 0u64;
             for f in inputs.iter().filter_map(|&i| self.live.files.data.get(i)) {
-                let (kept, dropped, next) = self.read_live(f, &file_schema, end).await?;
+                let (kept, dropped, next) = self.read_live(f, &file_schema, &defaults, end).await?;
                 written.dropped_rows += dropped;
                 end = next;
                 written.removed_data.push(f.file.clone());
@@ -144,12 +146,14 @@ impl Rewrite<'_> {
     }
 
     /// The rows of `f` its deletion vector keeps, in the table's current file schema (a file
-    /// written before a column was added reads NULL there, as every reader projects it), placed
-    /// from output position `start`. Returns them, the rows dropped and the next position.
+    /// written before a column was added reads its `initial-default` there, or NULL, as every
+    /// reader projects it), placed from output position `start`. Returns them, the rows dropped
+    /// and the next position.
     async fn read_live(
         &self,
         f: &LiveFile,
         file_schema: &SchemaRef,
+        defaults: &[(String, iceberg::spec::Literal)],
         start: u64,
     ) -> Result<(Vec<RecordBatch>, u64, u64), SinkError> {
         let path = f.file.file_path();
@@ -168,6 +172,7 @@ impl Rewrite<'_> {
             let placed = placer.next_batch(batch.num_rows());
             let columns = project(&batch, file_schema).map_err(self.arrow("projecting"))?;
             let whole = RecordBatch::try_new(Arc::clone(file_schema), columns)
+                .and_then(|p| defaults::fill(&batch, p, defaults))
                 .map_err(self.arrow("projecting"))?;
             let mask = keep_mask(&placed);
             let live = arrow_select::filter::filter_record_batch(&whole, &mask)
