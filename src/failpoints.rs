@@ -30,6 +30,11 @@
 //!   expiry's journal is still there.
 //! - [`EXPIRE_DURING_DELETE`] (same place): the first half of the expired snapshots' files (in
 //!   deletion order: data and delete files before manifests before manifest lists) is deleted.
+//! - [`COMPACT_BEFORE_COMMIT`] (Iceberg compaction, `sinks/iceberg/maintenance/compaction/`): the
+//!   rewritten data files, the manifests and the manifest list are written, the metadata is not;
+//!   the rewrite did not happen, the table and the index are the old ones, the files are orphans.
+//! - [`COMPACT_AFTER_COMMIT`] (same place): the `replace` snapshot is committed, the index is not
+//!   yet told (the next commit catches it up from the table).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -53,6 +58,11 @@ pub const LSM_SCHEMA_WRITTEN: &str = "lsm-schema-written";
 pub const EXPIRE_AFTER_COMMIT: &str = "expire-after-commit";
 /// An expiry deleted the first half of its files (in deletion order) and not the rest.
 pub const EXPIRE_DURING_DELETE: &str = "expire-during-delete";
+
+/// A compaction wrote its files and manifest list; its metadata is not committed.
+pub const COMPACT_BEFORE_COMMIT: &str = "compact-before-commit";
+/// A compaction's snapshot is committed; the primary-key index does not know yet.
+pub const COMPACT_AFTER_COMMIT: &str = "compact-after-commit";
 
 /// The crash point named by `CDCD_FAILPOINT` and at which hit it fires, read once.
 fn armed() -> Option<&'static (String, u64)> {

@@ -171,8 +171,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     match &r.error {
                         Some(e) => println!("{}: failed: {e}", r.table),
                         None => println!(
-                            "{}: expired {} snapshots, deleted {} files and {} metadata files; {} snapshots, {} live files, {} manifests",
+                            "{}: rewrote {} data files ({} bytes) into {}; expired {} snapshots, deleted {} files and {} metadata files; {} snapshots, {} live files, {} manifests",
                             r.table,
+                            r.files_rewritten,
+                            r.bytes_rewritten,
+                            r.files_written,
                             r.snapshots_expired,
                             r.files_deleted,
                             r.metadata_files_deleted,

@@ -38,12 +38,19 @@ pub const HEARTBEATS_TOTAL: &str = "cdcd_heartbeats_total";
 /// 1 while the replication slot is invalidated (`wal_status = 'lost'`), else 0 (Postgres).
 pub const REPLICATION_SLOT_LOST: &str = "cdcd_replication_slot_lost";
 
-/// Maintenance cycles run, by table and kind (`expire`).
+/// Maintenance runs, by table and kind (`expire`: every cycle; `rewrite_data_files`: every
+/// compaction committed).
 pub const MAINTENANCE_RUNS_TOTAL: &str = "cdcd_maintenance_runs_total";
 /// Snapshots removed from tables' metadata by expiry.
 pub const MAINTENANCE_SNAPSHOTS_EXPIRED_TOTAL: &str = "cdcd_maintenance_snapshots_expired_total";
 /// Files maintenance deleted (those only expired snapshots reached; old metadata files).
 pub const MAINTENANCE_FILES_DELETED_TOTAL: &str = "cdcd_maintenance_files_deleted_total";
+/// Data files replaced by compaction.
+pub const MAINTENANCE_FILES_REWRITTEN_TOTAL: &str = "cdcd_maintenance_files_rewritten_total";
+/// Bytes of the data files replaced by compaction.
+pub const MAINTENANCE_BYTES_REWRITTEN_TOTAL: &str = "cdcd_maintenance_bytes_rewritten_total";
+/// `kind` of a compaction run (Iceberg's procedure name).
+pub const KIND_REWRITE_DATA_FILES: &str = "rewrite_data_files";
 /// Snapshots in the table's metadata after the last maintenance cycle.
 pub const TABLE_SNAPSHOTS: &str = "cdcd_table_snapshots";
 /// Data and delete files of the table's current snapshot.
@@ -149,6 +156,14 @@ fn describe(pipeline: &str) {
         MAINTENANCE_FILES_DELETED_TOTAL,
         "Files deleted by maintenance (reached only by expired snapshots, or old metadata files)"
     );
+    describe_counter!(
+        MAINTENANCE_FILES_REWRITTEN_TOTAL,
+        "Data files replaced by compaction"
+    );
+    describe_counter!(
+        MAINTENANCE_BYTES_REWRITTEN_TOTAL,
+        "Bytes of the data files replaced by compaction"
+    );
     describe_gauge!(TABLE_SNAPSHOTS, "Snapshots in the table's metadata");
     describe_gauge!(
         TABLE_LIVE_FILES,
@@ -211,6 +226,8 @@ mod tests {
             MAINTENANCE_RUNS_TOTAL,
             MAINTENANCE_SNAPSHOTS_EXPIRED_TOTAL,
             MAINTENANCE_FILES_DELETED_TOTAL,
+            MAINTENANCE_FILES_REWRITTEN_TOTAL,
+            MAINTENANCE_BYTES_REWRITTEN_TOTAL,
             TABLE_SNAPSHOTS,
             TABLE_LIVE_FILES,
             TABLE_MANIFESTS,

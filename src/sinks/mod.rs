@@ -60,6 +60,11 @@ pub struct MaintenanceReport {
     pub files_deleted: u64,
     /// `vN.metadata.json` files that had left the metadata log.
     pub metadata_files_deleted: u64,
+    /// Data files compaction replaced, and their bytes (v3 tables; `replace` snapshots).
+    pub files_rewritten: u64,
+    pub bytes_rewritten: u64,
+    /// Data files compaction wrote in their place.
+    pub files_written: u64,
     /// After the cycle: snapshots in the metadata, live files and manifests of the current one.
     pub snapshots: u64,
     pub live_files: u64,

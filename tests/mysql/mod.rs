@@ -6,6 +6,7 @@ mod ddl;
 mod fencing;
 mod keys;
 mod lsm;
+mod maintenance;
 mod multiset;
 mod replication;
 mod snapshot;

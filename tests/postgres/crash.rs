@@ -130,11 +130,19 @@ enum SinkKind {
     /// LSM (Apache Paimon), 2 buckets; the background compactor merges sorted runs and expiry
     /// deletes old snapshots while the kills land.
     Lsm,
+    /// Iceberg with a maintenance cycle every 200 ms and a 1 MB target file size: data-file
+    /// compactions (issue 19) run, and are killed, between the streaming commits.
+    IcebergCompacting,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_dash_nine_at_random_moments_iceberg() {
     kill_dash_nine_at_random_moments(SinkKind::Iceberg).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_dash_nine_at_random_moments_iceberg_compacting() {
+    kill_dash_nine_at_random_moments(SinkKind::IcebergCompacting).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,9 +166,22 @@ async fn kill_dash_nine_at_random_moments(sink: SinkKind) {
     exec(&client, &create_tables(&name)).await;
     let refs: Vec<&str> = tables.iter().map(String::as_str).collect();
     let mut p = match sink {
-        SinkKind::Iceberg => Pipeline::new(&env, &name, &refs, &Settings::default()),
+        SinkKind::Iceberg | SinkKind::IcebergCompacting => {
+            Pipeline::new(&env, &name, &refs, &Settings::default())
+        }
         SinkKind::Lsm => Pipeline::new_lsm(&env, &name, &refs, &Settings::default(), 2),
     };
+    if sink == SinkKind::IcebergCompacting {
+        // `[sink]` is the config's last table: the properties follow it.
+        let mut text = std::fs::read_to_string(&p.config).unwrap();
+        text.push_str(
+            "\n[sink.table_properties]\n\"write.target-file-size-bytes\" = \"1000000\"\n\
+             \"cdcd.compaction.min-input-files\" = \"3\"\n",
+        );
+        std::fs::write(&p.config, text).unwrap();
+        p.env_vars
+            .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "200".into()));
+    }
     p.on_cleanup(format!("DROP TABLE IF EXISTS {}", tables.join(", ")));
 
     p.start();
@@ -197,7 +218,13 @@ async fn kill_dash_nine_at_random_moments(sink: SinkKind) {
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0), "exit status after SIGTERM: {st}");
 
-    if sink == SinkKind::Iceberg {
+    if sink != SinkKind::Lsm {
+        if sink == SinkKind::IcebergCompacting {
+            let out = p.output();
+            let n = out.matches("compaction committed").count();
+            eprintln!("{n} compactions committed");
+            assert!(n > 0, "no compaction ran:\n{out}");
+        }
         return;
     }
     // Whatever the kills left (orphan files, stale hints), a full compaction reads back equal.

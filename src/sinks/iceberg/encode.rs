@@ -89,6 +89,33 @@ pub(crate) fn encode_parquet(batches: &[RecordBatch]) -> Result<Bytes, ParquetEr
     encode_with(batches, writer_properties(first))
 }
 
+/// A Parquet file written batch by batch, with the settings of [`writer_properties`] chosen from
+/// the first batch: what a compaction writes, so it holds one input's rows at a time and the
+/// file's encoded bytes, not every row of the output decoded. Columns are encoded one after
+/// another (a background rewrite does not need [`encode_parquet`]'s parallel columns).
+pub(crate) struct StreamingFile {
+    writer: ArrowWriter<Vec<u8>>,
+}
+
+impl StreamingFile {
+    /// A file of `sample`'s schema.
+    pub(crate) fn new(sample: &RecordBatch) -> Result<StreamingFile, ParquetError> {
+        let writer =
+            ArrowWriter::try_new(Vec::new(), sample.schema(), Some(writer_properties(sample)))?;
+        Ok(StreamingFile { writer })
+    }
+
+    /// Appends `batch` (the file's schema).
+    pub(crate) fn write(&mut self, batch: &RecordBatch) -> Result<(), ParquetError> {
+        self.writer.write(batch)
+    }
+
+    /// The whole file.
+    pub(crate) fn finish(self) -> Result<Bytes, ParquetError> {
+        self.writer.into_inner().map(Bytes::from)
+    }
+}
+
 /// Encodes `batches` with `props`: row groups of at most `props`' row count, in order, each
 /// one's columns encoded in parallel.
 fn encode_with(batches: &[RecordBatch], props: WriterProperties) -> Result<Bytes, ParquetError> {

@@ -310,6 +310,55 @@ impl TableIndex {
     }
 }
 
+impl TableIndex {
+    /// The names of the key columns, as data files hold them.
+    pub fn key_names(&self) -> Vec<String> {
+        self.keys_schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect()
+    }
+
+    /// Records committed compaction snapshot `snapshot_id`: the keys of each output file
+    /// (`outputs`: its location and the key columns of its rows in position order) now locate
+    /// their row there, and every entry naming a `removed` file is forgotten (the rows it still
+    /// names were deleted: a rewrite keeps only live rows). Then persists. Same error contract as
+    /// [`record`](Self::record): the caller drops the index and the next open replays.
+    pub async fn record_rewrite(
+        &mut self,
+        removed: &[&str],
+        outputs: &[(&str, &[RecordBatch])],
+        snapshot_id: i64,
+    ) -> Result<(), SinkError> {
+        self.index.remove_files(removed.iter().copied());
+        for (path, batches) in outputs {
+            let mut offset = 0u64;
+            for batch in *batches {
+                let arrow = |source| SinkError::Arrow {
+                    context: format!("encoding the keys of {path}"),
+                    source,
+                };
+                let cols = project(batch, &self.keys_schema).map_err(arrow)?;
+                let keys = self.codec.convert_columns(&cols).map_err(arrow)?;
+                let rows: Vec<(&[u8], Option<u64>)> = keys
+                    .iter()
+                    .enumerate()
+                    .map(|(r, key)| (key.data(), Some(offset + r as u64)))
+                    .collect();
+                for chunk in rows.chunks(APPLY_CHUNK) {
+                    apply_file_rows(&mut self.index, &self.table, path, chunk).await?;
+                }
+                offset += batch.num_rows() as u64;
+            }
+        }
+        self.index
+            .persist(snapshot_id)
+            .await
+            .map_err(|e| index_error(&self.table, e))
+    }
+}
+
 /// Applies `changes` a chunk at a time, flushing the memtable whenever it reaches its budget, so
 /// a large commit or a rebuild does not grow memory past it. Returns how many were applied.
 /// (A slice, not an iterator: a closure-carrying iterator held across the flush's `.await`

@@ -67,6 +67,23 @@ pub(crate) struct Published<'a> {
     pub vectors: BTreeMap<String, DeletionVector>,
 }
 
+/// What a compaction's `replace` snapshot changed (`maintenance/compaction/`).
+pub(crate) struct Rewritten {
+    pub snapshot_id: i64,
+    pub sequence: i64,
+    /// The new snapshot's manifest list, in order.
+    pub manifests: Vec<ManifestFile>,
+    /// The files written, and the manifest listing them.
+    pub added: Vec<DataFile>,
+    pub added_manifest: Option<Arc<str>>,
+    /// Manifests rewritten: old path → new path (`None`: nothing was left).
+    pub rewritten: HashMap<String, Option<Arc<str>>>,
+    /// Data files removed (their vectors leave with them).
+    pub removed_data: HashSet<String>,
+    /// Delete files removed by path (v2: those that applied to no live file any more).
+    pub removed_deletes: HashSet<String>,
+}
+
 impl LiveState {
     /// Reads the state of `meta`'s current snapshot from storage.
     pub async fn load(
@@ -97,6 +114,48 @@ impl LiveState {
     /// Whether this state describes the current snapshot of `meta`.
     pub fn describes(&self, meta: &TableMetadata) -> bool {
         self.snapshot_id == meta.current_snapshot().map(|s| s.snapshot_id())
+    }
+
+    /// Moves the state to the compaction snapshot `r` describes, built on this one, without
+    /// reading anything back (as [`advance`](Self::advance) does for a commit).
+    pub fn apply_rewrite(&mut self, r: Rewritten) {
+        let moved = |f: &mut LiveFile| {
+            if let Some(Some(new)) = r.rewritten.get(&*f.manifest) {
+                f.manifest = Arc::clone(new);
+            }
+        };
+        let files = &mut self.files;
+        files
+            .data
+            .retain(|f| !r.removed_data.contains(f.file.file_path()));
+        files.position_deletes.retain(|f| {
+            !r.removed_deletes.contains(f.file.file_path())
+                && !f
+                    .file
+                    .referenced_data_file()
+                    .is_some_and(|d| r.removed_data.contains(&d))
+        });
+        files
+            .equality_deletes
+            .retain(|f| !r.removed_deletes.contains(f.file.file_path()));
+        self.dvs
+            .retain(|data_file, _| !r.removed_data.contains(data_file));
+        files.data.iter_mut().for_each(moved);
+        files.position_deletes.iter_mut().for_each(moved);
+        files.equality_deletes.iter_mut().for_each(moved);
+        for d in self.dvs.values_mut() {
+            moved(&mut d.entry);
+        }
+        for file in r.added {
+            files.data.push(LiveFile {
+                file,
+                sequence: r.sequence,
+                snapshot_id: r.snapshot_id,
+                manifest: r.added_manifest.clone().unwrap_or_else(|| Arc::from("")),
+            });
+        }
+        self.manifests = r.manifests;
+        self.snapshot_id = Some(r.snapshot_id);
     }
 
     /// Moves the state to the snapshot `p` describes, which was built on this one.

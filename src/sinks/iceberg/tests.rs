@@ -569,6 +569,7 @@ mod types;
 
 mod index;
 
+mod compaction;
 mod maintenance;
 mod merge;
 

@@ -237,6 +237,29 @@ pub(crate) async fn write_file(
         context: format!("encoding {location}"),
         source,
     })?;
+    put_file(
+        warehouse,
+        table,
+        location,
+        bytes,
+        rows as u64,
+        content,
+        equality_ids,
+    )
+    .await
+}
+
+/// Puts the encoded file `bytes` (`rows` rows) at `location` and describes it as an Iceberg file
+/// of `content`.
+pub(crate) async fn put_file(
+    warehouse: &Warehouse,
+    table: &TableId,
+    location: String,
+    bytes: bytes::Bytes,
+    rows: u64,
+    content: DataContentType,
+    equality_ids: Option<Vec<i32>>,
+) -> Result<DataFile, SinkError> {
     let size = bytes.len() as u64;
     let path = warehouse.path(&location)?;
     warehouse
@@ -253,7 +276,7 @@ pub(crate) async fn write_file(
         .file_format(DataFileFormat::Parquet)
         .partition(Struct::empty())
         .partition_spec_id(0)
-        .record_count(rows as u64)
+        .record_count(rows)
         .file_size_in_bytes(size)
         .equality_ids(equality_ids)
         .build()

@@ -50,7 +50,7 @@ use crate::storage::Warehouse;
 
 mod files;
 mod locate;
-mod manifest_list;
+pub(super) mod manifest_list;
 mod manifests;
 mod merge;
 pub(super) mod publish;
@@ -149,15 +149,15 @@ struct Listed {
 
 /// The new snapshot's identity and the names of the files it writes, all under the table's
 /// location and carrying a fresh commit id, so no two commits' files collide.
-struct Names {
-    snapshot_id: i64,
-    sequence: i64,
+pub(crate) struct Names {
+    pub snapshot_id: i64,
+    pub sequence: i64,
     commit_id: uuid::Uuid,
     location: String,
 }
 
 impl Names {
-    fn new(meta: &TableMetadata) -> Names {
+    pub(crate) fn new(meta: &TableMetadata) -> Names {
         Names {
             snapshot_id: fresh_snapshot_id(meta),
             sequence: meta.last_sequence_number() + 1,
@@ -166,7 +166,7 @@ impl Names {
         }
     }
 
-    fn data_file(&self, i: usize) -> String {
+    pub(crate) fn data_file(&self, i: usize) -> String {
         format!("{}/data/{}-{i:05}.parquet", self.location, self.commit_id)
     }
 
@@ -189,7 +189,7 @@ impl Names {
     }
 
     /// The rewrite of the parent's `i`-th manifest.
-    fn rewritten_manifest(&self, i: usize) -> String {
+    pub(crate) fn rewritten_manifest(&self, i: usize) -> String {
         format!("{}/metadata/{}-r{i}.avro", self.location, self.commit_id)
     }
 
@@ -199,11 +199,11 @@ impl Names {
     }
 
     /// This commit's data (`n` = 0) or delete (`n` = 1) manifest.
-    fn added_manifest(&self, n: usize) -> String {
+    pub(crate) fn added_manifest(&self, n: usize) -> String {
         format!("{}/metadata/{}-m{n}.avro", self.location, self.commit_id)
     }
 
-    fn manifest_list(&self) -> String {
+    pub(crate) fn manifest_list(&self) -> String {
         format!(
             "{}/metadata/snap-{}-1-{}.avro",
             self.location, self.snapshot_id, self.commit_id

@@ -114,4 +114,36 @@ impl IndexSlot {
             }
         }));
     }
+
+    /// The key column names of the ready index (`None`: not open in this process).
+    pub(crate) fn key_names(&self) -> Option<Vec<String>> {
+        self.index.as_ref().map(TableIndex::key_names)
+    }
+
+    /// After a compaction snapshot `snapshot_id` was published on top of `parent`: moves the
+    /// rewritten keys (see [`TableIndex::record_rewrite`]) if the index covers `parent`. An index
+    /// covering anything else, or one the update failed on, is dropped: the next commit reopens
+    /// it and replays the compaction's files from the table (index.rs, recovery), which is as
+    /// correct, only slower. Never fails: the snapshot is durable.
+    pub(crate) async fn follow_rewrite(
+        &mut self,
+        parent: Option<i64>,
+        removed: &[&str],
+        outputs: &[(&str, &[RecordBatch])],
+        snapshot_id: i64,
+    ) {
+        self.settle().await;
+        let Some(mut index) = self.index.take() else {
+            return;
+        };
+        if index.covers() != parent {
+            return;
+        }
+        match index.record_rewrite(removed, outputs, snapshot_id).await {
+            Ok(()) => self.index = Some(index),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot move the rewritten keys in the primary-key index; it will be caught up from the table at the next commit");
+            }
+        }
+    }
 }

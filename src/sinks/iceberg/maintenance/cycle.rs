@@ -1,4 +1,6 @@
-//! One maintenance cycle of one table: finish an expiry a crash interrupted, expire what the
+//! One maintenance cycle of one table: compact its data files (`compaction/`: first, so the files
+//! it replaces leave with the snapshots the expiry below removes in a later cycle), finish an
+//! expiry a crash interrupted, expire what the
 //! table's properties say (`expire.rs` decides), delete the files only the expired snapshots
 //! reached, sweep metadata files the log no longer names, and report (log line, metrics).
 //!
@@ -55,6 +57,16 @@ impl IcebergSink {
             table: table.to_string(),
             ..MaintenanceReport::default()
         };
+        match self.compact_table(table).await {
+            Ok(Some(c)) => record_compaction(&c, &mut report),
+            Ok(None) => {}
+            Err(e @ SinkError::Fenced(_)) => return Err(e),
+            // Expiry goes on: a failed compaction committed nothing (its files are orphans).
+            Err(e) => {
+                tracing::warn!(table = %table, error = %e, "compaction failed; the next cycle retries");
+                metrics::counter!(m::ERRORS_TOTAL, m::LABEL_KIND => "maintenance").increment(1);
+            }
+        }
         let journal = self.journal_location(table);
         if let Some(left) = journal::read(&self.warehouse, &journal).await? {
             report.files_deleted += self.finish_interrupted(table, &left, cache).await?;
@@ -183,7 +195,10 @@ impl IcebergSink {
     }
 
     /// The newest snapshot of `main`'s history carrying this pipeline's checkpoint.
-    fn checkpoint_snapshot(&self, meta: &TableMetadata) -> Result<Option<i64>, SinkError> {
+    pub(super) fn checkpoint_snapshot(
+        &self,
+        meta: &TableMetadata,
+    ) -> Result<Option<i64>, SinkError> {
         let mut next = meta.current_snapshot();
         while let Some(s) = next {
             let props = &s.summary().additional_properties;
@@ -328,6 +343,31 @@ fn without(table: &TableId, before: &Loaded, expiry: &Expiry) -> Result<TableMet
         })
 }
 
+/// A compaction's log line and metrics.
+fn record_compaction(c: &super::compaction::Compacted, report: &mut MaintenanceReport) {
+    let table = report.table.as_str();
+    tracing::info!(
+        table = %table,
+        files_rewritten = c.files_rewritten,
+        bytes_rewritten = c.bytes_rewritten,
+        files_written = c.files_written,
+        bytes_written = c.bytes_written,
+        vectors_removed = c.vectors_removed,
+        rows_dropped = c.rows_dropped,
+        "compaction committed"
+    );
+    let t = || table.to_owned();
+    metrics::counter!(m::MAINTENANCE_RUNS_TOTAL, m::LABEL_TABLE => t(), m::LABEL_KIND => m::KIND_REWRITE_DATA_FILES)
+        .increment(1);
+    metrics::counter!(m::MAINTENANCE_FILES_REWRITTEN_TOTAL, m::LABEL_TABLE => t())
+        .increment(c.files_rewritten);
+    metrics::counter!(m::MAINTENANCE_BYTES_REWRITTEN_TOTAL, m::LABEL_TABLE => t())
+        .increment(c.bytes_rewritten);
+    report.files_rewritten += c.files_rewritten;
+    report.bytes_rewritten += c.bytes_rewritten;
+    report.files_written += c.files_written;
+}
+
 /// The cycle's log line and metrics.
 fn record(r: &MaintenanceReport) {
     tracing::info!(
@@ -336,6 +376,7 @@ fn record(r: &MaintenanceReport) {
         refs_removed = r.refs_removed,
         files_deleted = r.files_deleted,
         metadata_files_deleted = r.metadata_files_deleted,
+        files_rewritten = r.files_rewritten,
         snapshots = r.snapshots,
         live_files = r.live_files,
         manifests = r.manifests,

@@ -17,6 +17,13 @@ pub const GC_ENABLED: &str = "gc.enabled";
 pub const MANIFEST_MERGE_ENABLED: &str = "commit.manifest-merge.enabled";
 pub const MIN_COUNT_TO_MERGE: &str = "commit.manifest.min-count-to-merge";
 pub const MANIFEST_TARGET_SIZE_BYTES: &str = "commit.manifest.target-size-bytes";
+pub const TARGET_FILE_SIZE_BYTES: &str = "write.target-file-size-bytes";
+/// cdcd's own (Iceberg has no table property for them: Iceberg-Java's `rewrite_data_files`
+/// takes them as options of each call; a daemon needs them per table, so they live beside it).
+pub const COMPACTION_ENABLED: &str = "cdcd.compaction.enabled";
+pub const COMPACTION_MAX_BYTES_PER_CYCLE: &str = "cdcd.compaction.max-bytes-per-cycle";
+pub const COMPACTION_MIN_INPUT_FILES: &str = "cdcd.compaction.min-input-files";
+pub const COMPACTION_DELETE_RATIO_PERCENT: &str = "cdcd.compaction.delete-ratio-percent";
 
 /// Iceberg-Java's defaults.
 const DEFAULT_PREVIOUS_VERSIONS_MAX: usize = 100;
@@ -24,6 +31,19 @@ const DEFAULT_MAX_SNAPSHOT_AGE_MS: i64 = 5 * 24 * 60 * 60 * 1000;
 const DEFAULT_MIN_SNAPSHOTS_TO_KEEP: usize = 1;
 const DEFAULT_MIN_COUNT_TO_MERGE: usize = 100;
 const DEFAULT_MANIFEST_TARGET_SIZE_BYTES: u64 = 8 * 1024 * 1024;
+/// Iceberg-Java's `RewriteDataFiles` defaults: `min-input-files` 5, `delete-ratio-threshold` 0.3.
+const DEFAULT_MIN_INPUT_FILES: usize = 5;
+const DEFAULT_DELETE_RATIO_PERCENT: u64 = 30;
+
+/// The target data file size when a table does not set `write.target-file-size-bytes`: 128 MiB,
+/// the size cdcd's writer rolls files at, instead of Iceberg-Java's 512 MiB. A compaction holds
+/// its output's encoded bytes in memory until it puts the file, and Iceberg's default is sized
+/// for Spark executors, not for a daemon beside replication.
+pub const CDCD_TARGET_FILE_SIZE_BYTES: u64 = 128 * 1024 * 1024;
+/// Input bytes one compaction cycle rewrites at most, per table: 64 MiB. The streaming commits
+/// of the table wait while its compaction runs (compaction/mod.rs says why), so this bounds that
+/// wait (a few seconds) and the encoded output the cycle holds.
+pub const CDCD_COMPACTION_MAX_BYTES_PER_CYCLE: u64 = 64 * 1024 * 1024;
 
 /// The snapshot age cdcd writes into the tables it creates: 10 minutes instead of Iceberg's 5
 /// days. A CDC table commits about once a second; five days of snapshots are ~430,000 entries in
@@ -144,11 +164,60 @@ impl Merging {
     }
 }
 
+/// What a table's properties say about data-file compaction (Iceberg-Java's `RewriteDataFiles`
+/// with its bin-pack strategy, bounded per cycle).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compaction {
+    /// `cdcd.compaction.enabled` (default true).
+    pub enabled: bool,
+    /// `write.target-file-size-bytes`: the size rewritten files are packed to.
+    pub target_file_size_bytes: u64,
+    /// Files below this are small: 75% of the target (Iceberg's `min-file-size-bytes` default).
+    pub min_file_size_bytes: u64,
+    /// `cdcd.compaction.max-bytes-per-cycle`: input bytes rewritten per cycle at most (at least
+    /// one file is, if it alone is larger).
+    pub max_bytes_per_cycle: u64,
+    /// `cdcd.compaction.min-input-files`: small files needed for a rewrite that removes no
+    /// deleted rows (at least 2: one file rewritten alone stays one file).
+    pub min_input_files: usize,
+    /// `cdcd.compaction.delete-ratio-percent`: a file whose deletion vector deletes at least this
+    /// share of its rows is rewritten whatever its size (Iceberg's `delete-ratio-threshold`).
+    pub delete_ratio_percent: u64,
+}
+
+impl Compaction {
+    /// The compaction `properties` (a table's current ones) describe.
+    pub fn from_properties(
+        properties: &HashMap<String, String>,
+    ) -> Result<Compaction, BadProperty> {
+        let get = |key: &'static str| properties.get(key).map(|v| (key, v.trim()));
+        let target = number(get(TARGET_FILE_SIZE_BYTES), CDCD_TARGET_FILE_SIZE_BYTES)?.max(1);
+        Ok(Compaction {
+            enabled: flag(get(COMPACTION_ENABLED), true)?,
+            target_file_size_bytes: target,
+            min_file_size_bytes: target / 4 * 3,
+            max_bytes_per_cycle: number(
+                get(COMPACTION_MAX_BYTES_PER_CYCLE),
+                CDCD_COMPACTION_MAX_BYTES_PER_CYCLE,
+            )?
+            .max(1),
+            min_input_files: number(get(COMPACTION_MIN_INPUT_FILES), DEFAULT_MIN_INPUT_FILES)?
+                .max(2),
+            delete_ratio_percent: number(
+                get(COMPACTION_DELETE_RATIO_PERCENT),
+                DEFAULT_DELETE_RATIO_PERCENT,
+            )?
+            .clamp(1, 100),
+        })
+    }
+}
+
 /// Checks the properties cdcd honours in `configured` (`[sink.table_properties]`), so a typo
 /// fails at start-up instead of at the first cycle.
 pub fn check(configured: &BTreeMap<String, String>) -> Result<(), BadProperty> {
     let map: HashMap<String, String> = configured.clone().into_iter().collect();
     Retention::from_properties(&map)?;
+    Compaction::from_properties(&map)?;
     Merging::from_properties(&map).map(|_| ())
 }
 
@@ -249,6 +318,30 @@ mod tests {
         assert_eq!(e.key, MIN_COUNT_TO_MERGE);
         let bad = BTreeMap::from([(MANIFEST_TARGET_SIZE_BYTES.to_owned(), "8MB".to_owned())]);
         assert_eq!(check(&bad).unwrap_err().key, MANIFEST_TARGET_SIZE_BYTES);
+    }
+
+    #[test]
+    fn compaction_defaults_then_the_table() {
+        let d = Compaction::from_properties(&HashMap::new()).unwrap();
+        assert!(d.enabled);
+        assert_eq!(d.target_file_size_bytes, CDCD_TARGET_FILE_SIZE_BYTES);
+        assert_eq!(d.min_file_size_bytes, 96 << 20);
+        assert_eq!(d.max_bytes_per_cycle, CDCD_COMPACTION_MAX_BYTES_PER_CYCLE);
+        assert_eq!((d.min_input_files, d.delete_ratio_percent), (5, 30));
+        let set = Compaction::from_properties(&props(&[
+            (TARGET_FILE_SIZE_BYTES, "4000"),
+            (COMPACTION_ENABLED, "false"),
+            (COMPACTION_MIN_INPUT_FILES, "1"),
+            (COMPACTION_DELETE_RATIO_PERCENT, "500"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (set.enabled, set.min_file_size_bytes, set.min_input_files),
+            (false, 3000, 2)
+        );
+        assert_eq!(set.delete_ratio_percent, 100);
+        let bad = BTreeMap::from([(TARGET_FILE_SIZE_BYTES.to_owned(), "1GB".to_owned())]);
+        assert_eq!(check(&bad).unwrap_err().key, TARGET_FILE_SIZE_BYTES);
     }
 
     #[test]

@@ -75,6 +75,8 @@ async fn expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach(mode: D
         &[
             ("history.expire.min-snapshots-to-keep", "3"),
             ("history.expire.max-snapshot-age-ms", "1"),
+            // Expiry alone (compaction would add a snapshot; tests/compaction.rs has both).
+            ("cdcd.compaction.enabled", "false"),
         ],
     );
     let t = schema();
@@ -168,7 +170,10 @@ async fn metadata_log_is_bounded_and_leftovers_swept(mode: DeleteMode) {
     let s = sink_with(
         dir.path(),
         mode,
-        &[("write.metadata.previous-versions-max", "2")],
+        &[
+            ("write.metadata.previous-versions-max", "2"),
+            ("cdcd.compaction.enabled", "false"),
+        ],
     );
     let t = schema();
     seed(&s).await;

@@ -1,0 +1,246 @@
+//! Which data files one compaction cycle rewrites, and into how many output files: pure, from
+//! the live files' sizes, row counts and deletion-vector cardinalities (Iceberg-Java's
+//! `RewriteDataFiles` bin-pack strategy, bounded per cycle).
+//!
+//! A file is a candidate when it is *small* (below `min-file-size-bytes`, 75% of the target) or
+//! *delete-heavy* (its deletion vector deletes at least `delete-ratio` of its rows: Iceberg's
+//! `delete-ratio-threshold`). Delete-heavy files come first (rewriting them is what stops a
+//! reader's work from growing), then small files smallest first, so the many tiny files of
+//! streaming commits are merged before the larger outputs of earlier cycles; a file that does
+//! not fit the cycle's byte budget is left for a later cycle (at least one file is taken, so a
+//! delete-heavy file above the budget is still rewritten alone). The group is rewritten only if
+//! it has a delete-heavy file or at least `min-input-files` files: one small file rewritten alone
+//! would come out as one small file again.
+//!
+//! Outputs are packed in pick order by estimated live bytes (a file's bytes times its share of
+//! live rows) up to the target size; a file is never split across outputs.
+
+use crate::sinks::iceberg::maintenance::properties::Compaction;
+
+/// One live data file as the picker sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Candidate {
+    pub size_bytes: u64,
+    pub record_count: u64,
+    /// Rows its deletion vector deletes.
+    pub deleted_rows: u64,
+    /// Data sequence number (the tie-break: older first).
+    pub sequence: i64,
+}
+
+impl Candidate {
+    fn live_rows(&self) -> u64 {
+        self.record_count.saturating_sub(self.deleted_rows)
+    }
+
+    /// Bytes the file's live rows are estimated to take once rewritten.
+    fn live_bytes(&self) -> u64 {
+        if self.record_count == 0 {
+            return 0;
+        }
+        let live = u128::from(self.size_bytes) * u128::from(self.live_rows())
+            / u128::from(self.record_count);
+        u64::try_from(live).unwrap_or(u64::MAX)
+    }
+
+    fn delete_heavy(&self, policy: &Compaction) -> bool {
+        self.deleted_rows > 0
+            && u128::from(self.deleted_rows) * 100
+                >= u128::from(policy.delete_ratio_percent) * u128::from(self.record_count)
+    }
+
+    fn small(&self, policy: &Compaction) -> bool {
+        self.size_bytes < policy.min_file_size_bytes
+    }
+}
+
+/// What one cycle rewrites: indexes into the candidates, grouped by output file. An output whose
+/// inputs have no live row writes nothing (its inputs only leave the table).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Choice {
+    pub outputs: Vec<Vec<usize>>,
+}
+
+impl Choice {
+    pub fn is_empty(&self) -> bool {
+        self.outputs.is_empty()
+    }
+
+    /// The chosen files, in pick order.
+    pub fn inputs(&self) -> impl Iterator<Item = usize> + '_ {
+        self.outputs.iter().flatten().copied()
+    }
+}
+
+/// Chooses this cycle's rewrite of `files` (see the module doc); empty when nothing is worth it.
+pub(crate) fn choose(policy: &Compaction, files: &[Candidate]) -> Choice {
+    if !policy.enabled {
+        return Choice::default();
+    }
+    let mut order: Vec<usize> = (0..files.len())
+        .filter(|&i| {
+            files
+                .get(i)
+                .is_some_and(|f| f.small(policy) || f.delete_heavy(policy))
+        })
+        .collect();
+    // Delete-heavy first (most deleted rows first), then small ones smallest first; older first.
+    order.sort_by_key(|&i| {
+        let f = &files[i];
+        let heavy = f.delete_heavy(policy);
+        (
+            !heavy,
+            if heavy {
+                u64::MAX - f.deleted_rows
+            } else {
+                f.size_bytes
+            },
+            f.sequence,
+            i,
+        )
+    });
+    let mut picked = Vec::new();
+    let mut bytes = 0u64;
+    for i in order {
+        let size = files[i].size_bytes;
+        if !picked.is_empty() && bytes.saturating_add(size) > policy.max_bytes_per_cycle {
+            continue;
+        }
+        bytes = bytes.saturating_add(size);
+        picked.push(i);
+    }
+    let heavy = picked.iter().any(|&i| files[i].delete_heavy(policy));
+    if !heavy && picked.len() < policy.min_input_files {
+        return Choice::default();
+    }
+    Choice {
+        outputs: pack(policy.target_file_size_bytes, files, &picked),
+    }
+}
+
+/// Packs `picked` (in order) into outputs of up to `target` estimated live bytes each.
+fn pack(target: u64, files: &[Candidate], picked: &[usize]) -> Vec<Vec<usize>> {
+    let mut outputs: Vec<Vec<usize>> = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    let mut filled = 0u64;
+    for &i in picked {
+        let live = files[i].live_bytes();
+        if !current.is_empty() && filled.saturating_add(live) > target {
+            outputs.push(std::mem::take(&mut current));
+            filled = 0;
+        }
+        filled = filled.saturating_add(live);
+        current.push(i);
+    }
+    if !current.is_empty() {
+        outputs.push(current);
+    }
+    outputs
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn policy() -> Compaction {
+        let mut p = Compaction::from_properties(&HashMap::new()).unwrap();
+        p.target_file_size_bytes = 1000;
+        p.min_file_size_bytes = 750;
+        p.max_bytes_per_cycle = 2000;
+        p.min_input_files = 3;
+        p.delete_ratio_percent = 30;
+        p
+    }
+
+    fn file(size: u64, rows: u64, deleted: u64, sequence: i64) -> Candidate {
+        Candidate {
+            size_bytes: size,
+            record_count: rows,
+            deleted_rows: deleted,
+            sequence,
+        }
+    }
+
+    #[test]
+    fn few_small_files_without_deletes_are_left_alone() {
+        let files = [
+            file(100, 10, 0, 1),
+            file(100, 10, 0, 2),
+            file(900, 90, 0, 3),
+        ];
+        assert!(choose(&policy(), &files).is_empty());
+    }
+
+    #[test]
+    fn enough_small_files_are_merged_smallest_first_and_large_ones_stay() {
+        let files = [
+            file(300, 30, 0, 1),
+            file(900, 90, 0, 2),
+            file(100, 10, 0, 3),
+            file(200, 20, 0, 4),
+            file(400, 40, 0, 5),
+        ];
+        let c = choose(&policy(), &files);
+        // 100 + 200 + 300 + 400 = 1000 ≤ target: one output; the 900-byte file is not small.
+        assert_eq!(c.outputs, vec![vec![2, 3, 0, 4]]);
+    }
+
+    #[test]
+    fn a_delete_heavy_file_is_rewritten_alone_even_when_large() {
+        let files = [
+            file(5000, 100, 30, 1),
+            file(5000, 100, 29, 2),
+            file(100, 10, 0, 3),
+        ];
+        let c = choose(&policy(), &files);
+        // Over the budget on its own, still taken; nothing else fits after it.
+        assert_eq!(c.outputs, vec![vec![0]]);
+    }
+
+    #[test]
+    fn the_budget_bounds_a_cycle_and_skips_what_does_not_fit() {
+        let mut p = policy();
+        p.max_bytes_per_cycle = 650;
+        let files = [
+            file(100, 10, 0, 1),
+            file(500, 50, 0, 2),
+            file(200, 20, 0, 3),
+            file(300, 30, 0, 4),
+            file(50, 5, 0, 5),
+        ];
+        let c = choose(&p, &files);
+        // Smallest first: 50, 100, 200, 300 = 650; the 500-byte file waits for a later cycle.
+        assert_eq!(c.outputs, vec![vec![4, 0, 2, 3]]);
+    }
+
+    #[test]
+    fn outputs_are_packed_by_live_bytes_up_to_the_target() {
+        let mut p = policy();
+        p.max_bytes_per_cycle = 10_000;
+        let files = [
+            file(700, 10, 0, 1),
+            file(700, 10, 0, 2),
+            // Half deleted: ~350 live bytes.
+            file(700, 10, 5, 3),
+            file(700, 10, 0, 4),
+        ];
+        let c = choose(&p, &files);
+        assert_eq!(c.outputs, vec![vec![2], vec![0], vec![1], vec![3]]);
+        p.target_file_size_bytes = 1400;
+        let c = choose(&p, &files);
+        assert_eq!(c.outputs, vec![vec![2, 0], vec![1, 3]]);
+        assert_eq!(c.inputs().collect::<Vec<_>>(), vec![2, 0, 1, 3]);
+    }
+
+    #[test]
+    fn fully_deleted_files_go_and_disabled_compaction_picks_nothing() {
+        let files = [file(900, 10, 10, 1)];
+        assert_eq!(choose(&policy(), &files).outputs, vec![vec![0]]);
+        let mut off = policy();
+        off.enabled = false;
+        assert!(choose(&off, &files).is_empty());
+        assert!(choose(&policy(), &[]).is_empty());
+    }
+}

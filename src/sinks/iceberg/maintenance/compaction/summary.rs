@@ -1,0 +1,176 @@
+//! The summary of a compaction's snapshot: operation `replace` (Iceberg spec, "Snapshots":
+//! "data and delete files were added and removed without changing table data"), the counters
+//! Iceberg-Java's `SnapshotSummary` writes for a rewrite, totals carried from the parent, and
+//! the checkpoint of the snapshot it builds on: a reader of `cdcd.position` (cdcd at restart,
+//! `cdcd status`) finds the same position on the compaction's snapshot, and expiry, which pins
+//! the newest snapshot with a checkpoint, can then expire the parent.
+
+use std::collections::HashMap;
+
+use iceberg::spec::{DataContentType, DataFile, DataFileFormat, Operation, Snapshot, Summary};
+
+use crate::checkpoint::{Checkpoint, LEASE_EPOCH_KEY};
+
+/// What a rewrite adds and removes.
+pub(crate) struct Replaced<'a> {
+    pub added: &'a [DataFile],
+    pub removed_data: &'a [DataFile],
+    /// Deletion vectors of the removed data files; v2: delete files that no longer apply.
+    pub removed_deletes: &'a [DataFile],
+}
+
+/// The `replace` summary of `r` on top of `parent`, carrying `checkpoint` and the lease epoch.
+pub(crate) fn summary(
+    r: &Replaced<'_>,
+    parent: Option<&Snapshot>,
+    checkpoint: Option<&Checkpoint>,
+    lease_epoch: u64,
+) -> Summary {
+    let previous = |k: &str| -> u64 {
+        parent
+            .and_then(|s| s.summary().additional_properties.get(k))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let count = |files: &[DataFile]| {
+        files
+            .iter()
+            .fold((0u64, 0u64), |(n, r), f| (n + 1, r + f.record_count()))
+    };
+    let (added, added_records) = count(r.added);
+    let (deleted, deleted_records) = count(r.removed_data);
+    let of = |content: DataContentType| -> Vec<DataFile> {
+        r.removed_deletes
+            .iter()
+            .filter(|f| f.content_type() == content)
+            .cloned()
+            .collect()
+    };
+    let (removed_pos_files, removed_positions) = count(&of(DataContentType::PositionDeletes));
+    let (removed_eq_files, removed_eq_rows) = count(&of(DataContentType::EqualityDeletes));
+    let removed_deletes = removed_pos_files + removed_eq_files;
+    let removed_dvs = r
+        .removed_deletes
+        .iter()
+        .filter(|f| f.file_format() == DataFileFormat::Puffin)
+        .count() as u64;
+    let mut p: HashMap<String, String> = HashMap::new();
+    let mut put = |k: &str, v: u64| {
+        p.insert(k.to_owned(), v.to_string());
+    };
+    put("added-data-files", added);
+    put("added-records", added_records);
+    put("deleted-data-files", deleted);
+    put("deleted-records", deleted_records);
+    put("removed-delete-files", removed_deletes);
+    put("removed-position-delete-files", removed_pos_files);
+    put("removed-equality-delete-files", removed_eq_files);
+    put("removed-equality-deletes", removed_eq_rows);
+    put("removed-dvs", removed_dvs);
+    put("removed-position-deletes", removed_positions);
+    put(
+        "total-data-files",
+        (previous("total-data-files") + added).saturating_sub(deleted),
+    );
+    put(
+        "total-records",
+        (previous("total-records") + added_records).saturating_sub(deleted_records),
+    );
+    put(
+        "total-delete-files",
+        previous("total-delete-files").saturating_sub(removed_deletes),
+    );
+    put(
+        "total-equality-deletes",
+        previous("total-equality-deletes").saturating_sub(removed_eq_rows),
+    );
+    put(
+        "total-position-deletes",
+        previous("total-position-deletes").saturating_sub(removed_positions),
+    );
+    if let Some(cp) = checkpoint {
+        p.extend(cp.to_properties());
+    }
+    if lease_epoch > 0 {
+        p.insert(LEASE_EPOCH_KEY.to_owned(), lease_epoch.to_string());
+    }
+    Summary {
+        operation: Operation::Replace,
+        additional_properties: p,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::changelog::Position;
+    use iceberg::spec::{DataFileBuilder, Struct};
+
+    fn file(path: &str, rows: u64, puffin: bool) -> DataFile {
+        DataFileBuilder::default()
+            .content(if puffin {
+                DataContentType::PositionDeletes
+            } else {
+                DataContentType::Data
+            })
+            .file_path(path.to_owned())
+            .file_format(if puffin {
+                DataFileFormat::Puffin
+            } else {
+                DataFileFormat::Parquet
+            })
+            .partition(Struct::empty())
+            .partition_spec_id(0)
+            .record_count(rows)
+            .file_size_in_bytes(10)
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_rewrite_keeps_live_rows_and_carries_the_checkpoint() {
+        let parent = Snapshot::builder()
+            .with_snapshot_id(1)
+            .with_sequence_number(1)
+            .with_timestamp_ms(0)
+            .with_manifest_list("l".to_owned())
+            .with_summary(Summary {
+                operation: Operation::Overwrite,
+                additional_properties: [
+                    ("total-data-files", "5"),
+                    ("total-records", "100"),
+                    ("total-delete-files", "3"),
+                    ("total-position-deletes", "30"),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            })
+            .build();
+        let cp = Checkpoint::new("shop", "0/10".parse::<Position>().unwrap());
+        let added = [file("n", 50, false)];
+        let removed_data = [file("a", 40, false), file("b", 30, false)];
+        let removed_deletes = [file("a.dv", 20, true)];
+        let s = summary(
+            &Replaced {
+                added: &added,
+                removed_data: &removed_data,
+                removed_deletes: &removed_deletes,
+            },
+            Some(&parent),
+            Some(&cp),
+            7,
+        );
+        assert_eq!(s.operation, Operation::Replace);
+        let get = |k: &str| s.additional_properties.get(k).cloned().unwrap_or_default();
+        assert_eq!(get("total-data-files"), "4");
+        assert_eq!(get("total-records"), "80");
+        assert_eq!(get("total-delete-files"), "2");
+        // Live rows unchanged: 100 - 30 before, 80 - 10 after.
+        assert_eq!(get("total-position-deletes"), "10");
+        assert_eq!(get("removed-dvs"), "1");
+        assert_eq!(get("cdcd.position"), cp.position.to_string());
+        assert_eq!(get(LEASE_EPOCH_KEY), "7");
+    }
+}

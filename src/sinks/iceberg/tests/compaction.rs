@@ -1,0 +1,635 @@
+//! Data-file compaction of a v3 table (issue 19): many small commits with updates and deletes,
+//! then a cycle rewrites the small and delete-heavy files into one without the deleted rows; the
+//! table reads the same (DuckDB and pyiceberg), the replaced files' vectors are gone from the new
+//! snapshot, the checkpoint is carried, and later updates and deletes of the moved rows land —
+//! with the index moved in process, and with it caught up from the table by another sink.
+
+use std::collections::{BTreeMap, HashSet};
+
+use arrow_array::builder::{Int64Builder, StringBuilder};
+
+use super::maintenance::{commits, seed, sink_with};
+use super::*;
+use crate::sinks::iceberg::live::LiveState;
+use crate::sinks::pk_index::PrimaryKeyIndex;
+
+/// The rows `seed` + `commits(from, n)` leave, as DuckDB prints them (`(id, 'a', b)`).
+#[derive(Default)]
+struct Model(BTreeMap<i64, (&'static str, i64)>);
+
+impl Model {
+    fn seeded() -> Model {
+        Model((0..60).map(|i| (i, ("seed", i * 10))).collect())
+    }
+
+    fn commits(&mut self, from: i64, n: i64) {
+        for i in from..from + n {
+            self.0.insert(100 + i, ("new", (100 + i) * 10));
+            self.0.insert(i % 5, ("u", i));
+            self.0.insert(i % 5 + 5, ("u", i));
+            self.0.remove(&(50 + i));
+        }
+    }
+
+    fn text(&self) -> String {
+        let rows: Vec<String> = self
+            .0
+            .iter()
+            .map(|(id, (a, b))| format!("({id}, '{a}', {b})"))
+            .collect();
+        format!("[{}]", rows.join(", "))
+    }
+}
+
+async fn live(s: &IcebergSink) -> LiveState {
+    let t = schema();
+    let loaded = s.load(&t.id).await.unwrap().unwrap();
+    LiveState::load(&s.warehouse, &t.id, &loaded.metadata)
+        .await
+        .unwrap()
+}
+
+/// The cached live state of `t` (advanced by the compaction, not reread) describes the current
+/// snapshot exactly as a fresh read does: files, the manifests listing them, sequence numbers,
+/// vectors.
+async fn assert_cached_state_is_fresh(s: &IcebergSink) {
+    type Entry = (String, String, i64, i64);
+    type View = (
+        Option<i64>,
+        Vec<String>,
+        [Vec<Entry>; 3],
+        Vec<(String, String, u64)>,
+    );
+    fn entries(files: &[crate::sinks::iceberg::manifest::LiveFile]) -> Vec<Entry> {
+        let mut v: Vec<Entry> = files
+            .iter()
+            .map(|f| {
+                (
+                    f.file.file_path().to_owned(),
+                    f.manifest.to_string(),
+                    f.sequence,
+                    f.snapshot_id,
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+    fn view(l: &LiveState) -> View {
+        let mut dvs: Vec<(String, String, u64)> = l
+            .dvs
+            .iter()
+            .map(|(k, d)| (k.clone(), d.entry.manifest.to_string(), d.dv.cardinality()))
+            .collect();
+        dvs.sort();
+        (
+            l.snapshot_id,
+            l.manifests
+                .iter()
+                .map(|m| m.manifest_path.clone())
+                .collect(),
+            [
+                entries(&l.files.data),
+                entries(&l.files.position_deletes),
+                entries(&l.files.equality_deletes),
+            ],
+            dvs,
+        )
+    }
+    let fresh = live(s).await;
+    let t = schema();
+    let slot = s.table_slot(&t.id);
+    let guard = slot.lock().await;
+    let cached = guard
+        .live
+        .as_ref()
+        .expect("the compaction leaves its state cached");
+    assert_eq!(view(cached), view(&fresh));
+}
+
+fn compacting(dir: &Path) -> IcebergSink {
+    // Every file is small at a 1 MB target; the defaults otherwise.
+    sink_with(
+        dir,
+        DeleteMode::DeletionVectors,
+        &[("write.target-file-size-bytes", "1000000")],
+    )
+}
+
+/// pyiceberg's rows of the table, ordered by id, printed like DuckDB's.
+fn pyiceberg_rows(dir: &Path) -> Option<String> {
+    let meta_dir = dir.join("public/t/metadata");
+    python(&format!(
+        "import glob, os\nfrom pyiceberg.table import StaticTable\nnewest = max(glob.glob('{}/v*.metadata.json'), key=lambda p: int(os.path.basename(p)[1:].split('.')[0]))\nt = StaticTable.from_metadata(newest)\nrows = sorted(tuple(r.values()) for r in t.scan(selected_fields=('id','a','b')).to_arrow().to_pylist())\nprint(repr(rows))",
+        meta_dir.display()
+    ))
+}
+
+#[tokio::test]
+async fn compaction_rewrites_small_and_deleted_files_and_moved_rows_stay_located() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = compacting(dir.path());
+    let t = schema();
+    seed(&s).await;
+    commits(&s, 0, 20).await;
+    let mut model = Model::seeded();
+    model.commits(0, 20);
+    s.settle().await;
+    let before = live(&s).await;
+    let parent = s.load(&t.id).await.unwrap().unwrap();
+    let replaced: HashSet<String> = before
+        .files
+        .data
+        .iter()
+        .map(|f| f.file.file_path().to_owned())
+        .collect();
+    assert!(before.files.data.len() > 10, "{}", before.files.data.len());
+    assert!(!before.dvs.is_empty());
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+
+    let reports = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+    let r = &reports[0];
+    assert_eq!(r.error, None, "{r:?}");
+    assert_eq!(r.files_rewritten, replaced.len() as u64, "{r:?}");
+    assert_cached_state_is_fresh(&s).await;
+    assert_eq!(r.files_written, 1, "{r:?}");
+    assert!(r.bytes_rewritten > 0);
+
+    // One data file, no vector; a `replace` snapshot on top of the last commit, same checkpoint.
+    let after = live(&s).await;
+    assert_eq!(after.files.data.len(), 1);
+    assert!(after.dvs.is_empty() && after.files.position_deletes.is_empty());
+    assert!(after
+        .files
+        .data
+        .iter()
+        .all(|f| !replaced.contains(f.file.file_path())));
+    let meta = s.load(&t.id).await.unwrap().unwrap();
+    let head = meta.metadata.current_snapshot().unwrap();
+    assert_eq!(head.summary().operation, iceberg::spec::Operation::Replace);
+    assert_eq!(
+        head.parent_snapshot_id(),
+        parent.metadata.current_snapshot().map(|p| p.snapshot_id())
+    );
+    assert_eq!(
+        after.files.data[0].file.record_count(),
+        model.0.len() as u64
+    );
+    assert_eq!(s.checkpoint(&t.id).await.unwrap(), Some(cp(1019)));
+    let status = s.status(&t.id).await.unwrap().unwrap();
+    assert_eq!(status.rows, Some(model.0.len() as u64));
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+    if let Some(rows) = pyiceberg_rows(dir.path()) {
+        assert_eq!(rows, model.text());
+    }
+    // The index moved with the rows and covers the compaction's snapshot.
+    s.settle().await;
+    let root = s.warehouse.path(&s.index_location(&t.id)).unwrap();
+    let index = PrimaryKeyIndex::open(Arc::clone(s.warehouse.store()), root, 1 << 20)
+        .await
+        .unwrap();
+    assert_eq!(index.covered_snapshot(), Some(head.snapshot_id()));
+    drop(index);
+
+    // Updates and deletes of moved rows (ids 0..10 updated again, seed rows deleted) land.
+    commits(&s, 20, 5).await;
+    model.commits(20, 5);
+    // Partial updates (`a` absent) read the moved rows at the index's new positions.
+    let cs = [
+        del(20),
+        del(21),
+        upd(30, Some("moved"), 7),
+        upd(3, None, 333),
+        upd(105, None, 555),
+    ];
+    s.commit(&t, &[changes(&cs)], &cp(2000)).await.unwrap();
+    model.0.remove(&20);
+    model.0.remove(&21);
+    model.0.insert(30, ("moved", 7));
+    for (id, b) in [(3, 333), (105, 555)] {
+        if let Some(row) = model.0.get_mut(&id) {
+            row.1 = b;
+        }
+    }
+    let status = s.status(&t.id).await.unwrap().unwrap();
+    assert_eq!(status.rows, Some(model.0.len() as u64));
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+    // The output and the six files since are small again: the next cycle merges them, and the
+    // one after finds nothing worth doing (one file).
+    let again = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+    assert_eq!((again[0].files_rewritten, again[0].files_written), (7, 1));
+    assert_cached_state_is_fresh(&s).await;
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+    let idle = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+    assert_eq!(idle[0].files_rewritten, 0, "{idle:?}");
+    assert_eq!(s.checkpoint(&t.id).await.unwrap(), Some(cp(2000)));
+}
+
+/// Another sink compacts (its index is not open, so the persisted index stays at the parent);
+/// the first sink's next commit catches its index up by replaying the compaction's files, and
+/// its updates and deletes of moved rows land.
+#[tokio::test]
+async fn an_index_behind_a_compaction_is_caught_up_from_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = compacting(dir.path());
+    let t = schema();
+    seed(&s).await;
+    commits(&s, 0, 12).await;
+    let mut model = Model::seeded();
+    model.commits(0, 12);
+    s.settle().await;
+
+    let other = compacting(dir.path());
+    let r = other
+        .maintain(Some(std::slice::from_ref(&t.id)))
+        .await
+        .unwrap();
+    assert!(r[0].files_rewritten > 5, "{r:?}");
+
+    // The first commit after another writer's snapshot conflicts (its cached metadata is
+    // stale), like any foreign commit; the pipeline retries it, so does this test.
+    let first = [upd(2, Some("moved"), 2)];
+    let conflict = s.commit(&t, &[changes(&first)], &cp(2999)).await;
+    assert!(
+        matches!(conflict, Err(SinkError::CommitConflict { .. })),
+        "{conflict:?}"
+    );
+    s.commit(&t, &[changes(&first)], &cp(2999)).await.unwrap();
+    model.0.insert(2, ("moved", 2));
+    commits(&s, 12, 4).await;
+    model.commits(12, 4);
+    let cs = [del(1), upd(40, Some("moved"), 1), del(41)];
+    s.commit(&t, &[changes(&cs)], &cp(3000)).await.unwrap();
+    model.0.remove(&1);
+    model.0.insert(40, ("moved", 1));
+    model.0.remove(&41);
+    let status = s.status(&t.id).await.unwrap().unwrap();
+    assert_eq!(status.rows, Some(model.0.len() as u64));
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+}
+
+/// An equality-delete (v2) table: the rewrite applies the position and equality deletes to the
+/// rows it copies, and drops the delete files that then apply to nothing; partial updates and
+/// deletes of the moved rows land afterwards.
+#[tokio::test]
+async fn equality_delete_tables_apply_their_deletes_and_drop_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sink_with(
+        dir.path(),
+        DeleteMode::Equality,
+        &[("write.target-file-size-bytes", "1000000")],
+    );
+    let t = schema();
+    seed(&s).await;
+    commits(&s, 0, 12).await;
+    let mut model = Model::seeded();
+    model.commits(0, 12);
+    let before = live(&s).await;
+    assert!(!before.files.equality_deletes.is_empty());
+    let r = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+    assert_eq!(r[0].error, None, "{r:?}");
+    assert_eq!(
+        (r[0].files_rewritten, r[0].files_written),
+        (before.files.data.len() as u64, 1),
+        "{r:?}"
+    );
+    assert_cached_state_is_fresh(&s).await;
+    let after = live(&s).await;
+    assert_eq!(after.files.data.len(), 1);
+    assert!(
+        after.files.equality_deletes.is_empty() && after.files.position_deletes.is_empty(),
+        "{after:?}"
+    );
+    assert_eq!(
+        after.files.data[0].file.record_count(),
+        model.0.len() as u64
+    );
+    let status = s.status(&t.id).await.unwrap().unwrap();
+    assert_eq!(status.rows, Some(model.0.len() as u64));
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+    commits(&s, 12, 3).await;
+    model.commits(12, 3);
+    let cs = [del(20), upd(3, None, 333), upd(30, Some("moved"), 7)];
+    s.commit(&t, &[changes(&cs)], &cp(2000)).await.unwrap();
+    model.0.remove(&20);
+    model.0.insert(30, ("moved", 7));
+    if let Some(row) = model.0.get_mut(&3) {
+        row.1 = 333;
+    }
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+}
+
+/// v2, a cycle budget too small for every file: each cycle rewrites a few small files (the
+/// seed file, the largest, never), so the equality deletes that still apply to it stay, and
+/// the table reads the same after every cycle.
+#[tokio::test]
+async fn equality_deletes_that_still_apply_stay() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sink_with(
+        dir.path(),
+        DeleteMode::Equality,
+        &[
+            ("write.target-file-size-bytes", "1000000"),
+            ("cdcd.compaction.max-bytes-per-cycle", "4000"),
+            ("cdcd.compaction.min-input-files", "2"),
+        ],
+    );
+    let t = schema();
+    seed(&s).await;
+    let seed_file = live(&s).await.files.data[0].file.file_path().to_owned();
+    commits(&s, 0, 12).await;
+    let mut model = Model::seeded();
+    model.commits(0, 12);
+    let mut rewritten = 0;
+    for cycle in 0..4 {
+        let r = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+        assert_eq!(r[0].error, None, "{r:?}");
+        rewritten += r[0].files_rewritten;
+        assert_cached_state_is_fresh(&s).await;
+        let now = live(&s).await;
+        assert!(
+            now.files
+                .data
+                .iter()
+                .any(|f| f.file.file_path() == seed_file),
+            "cycle {cycle}: the seed file is never picked"
+        );
+        assert!(!now.files.equality_deletes.is_empty(), "cycle {cycle}");
+        if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+            assert_eq!(rows, model.text(), "cycle {cycle}");
+        }
+    }
+    assert!(rewritten >= 4, "{rewritten}");
+    commits(&s, 12, 2).await;
+    model.commits(12, 2);
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+}
+
+/// Disabled by the table property, a table is not compacted.
+#[tokio::test]
+async fn disabled_compaction_leaves_the_table_alone() {
+    for mode in [DeleteMode::Equality, DeleteMode::DeletionVectors] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = sink_with(
+            dir.path(),
+            mode,
+            &[
+                ("write.target-file-size-bytes", "1000000"),
+                ("cdcd.compaction.enabled", "false"),
+            ],
+        );
+        let t = schema();
+        seed(&s).await;
+        commits(&s, 0, 8).await;
+        let r = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+        assert_eq!((r[0].files_rewritten, r[0].error.clone()), (0, None));
+    }
+}
+
+/// Compaction then expiry in one cycle: the compaction's snapshot carries the checkpoint, so
+/// every older snapshot expires and the replaced files and vectors are deleted; nothing a
+/// retained snapshot needs is, and the table reads the same.
+#[tokio::test]
+async fn replaced_files_leave_with_the_expired_snapshots() {
+    use super::maintenance::{files_on_disk, is_metadata_file};
+    use crate::sinks::iceberg::cleanup::referenced_files;
+    let dir = tempfile::tempdir().unwrap();
+    let s = sink_with(
+        dir.path(),
+        DeleteMode::DeletionVectors,
+        &[
+            ("write.target-file-size-bytes", "1000000"),
+            ("history.expire.max-snapshot-age-ms", "1"),
+        ],
+    );
+    let t = schema();
+    seed(&s).await;
+    commits(&s, 0, 10).await;
+    let mut model = Model::seeded();
+    model.commits(0, 10);
+    s.settle().await;
+    let replaced: Vec<String> = live(&s)
+        .await
+        .files
+        .data
+        .iter()
+        .map(|f| f.file.file_path().to_owned())
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let r = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+    assert_eq!(r[0].files_rewritten, replaced.len() as u64, "{r:?}");
+    assert_eq!((r[0].snapshots, r[0].error.clone()), (1, None), "{r:?}");
+    let disk = files_on_disk(dir.path());
+    let live_files = referenced_files(&s.warehouse, &s.table_location(&t.id))
+        .await
+        .unwrap();
+    let missing: Vec<_> = live_files.difference(&disk).collect();
+    assert!(missing.is_empty(), "missing: {missing:?}");
+    let orphans: Vec<_> = disk
+        .difference(&live_files)
+        .filter(|p| !is_metadata_file(p))
+        .collect();
+    assert!(orphans.is_empty(), "left: {orphans:?}");
+    assert!(replaced
+        .iter()
+        .all(|p| !disk.contains(p.trim_start_matches("file:///"))));
+    assert_eq!(s.checkpoint(&t.id).await.unwrap(), Some(cp(1009)));
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+    commits(&s, 10, 2).await;
+    model.commits(10, 2);
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+}
+
+/// DuckDB's full-scan time of the table (seconds) and its row count.
+fn duck_scan(dir: &Path) -> Option<String> {
+    python(&format!(
+        "import time\ncon = connect()\ncon.sql('SET enable_progress_bar = false')\nt0 = time.time()\nn = con.sql(\"select count(*), sum(b) from iceberg_scan('{}')\").fetchall()\nprint(n, round(time.time() - t0, 3))",
+        table_dir(dir)
+    ))
+}
+
+/// Not a test: prints what compaction does to a streamed table (issue 19's figures).
+/// `cargo test --lib measure_compaction -- --ignored --nocapture` (a debug build: read ratios);
+/// `CDCD_MEASURE_SEED` sets the rows of the first commit (20,000).
+#[tokio::test]
+#[ignore]
+async fn measure_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = compacting(dir.path());
+    let t = schema();
+    let seed: i64 = std::env::var("CDCD_MEASURE_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let rows: Vec<C> = (0..seed).map(|i| ins(i, "seed")).collect();
+    s.commit(&t, &[changes(&rows)], &cp(1)).await.unwrap();
+    let commits = 300i64;
+    let started = std::time::Instant::now();
+    for c in 0..commits {
+        // 100 inserts, 50 updates of older rows, 10 deletes per commit.
+        let mut cs: Vec<C> = (0..100)
+            .map(|k| ins(100_000 + c * 100 + k, "new"))
+            .collect();
+        cs.extend((0..50).map(|k| upd((c * 389 + k * 97) % 20_000, Some("u"), c)));
+        cs.extend((0..10).map(|k| del(20_000 + ((c * 7 + k * 13) % 20_000))));
+        s.commit(&t, &[changes(&cs)], &cp(10 + c as u64))
+            .await
+            .unwrap();
+    }
+    s.settle().await;
+    let stream_ms = started.elapsed().as_millis();
+    let before = live(&s).await;
+    let scan_before = duck_scan(dir.path());
+    let started = std::time::Instant::now();
+    let r = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+    let compact_ms = started.elapsed().as_millis();
+    let after = live(&s).await;
+    let scan_after = duck_scan(dir.path());
+    let started = std::time::Instant::now();
+    let cs = [upd(5, Some("x"), 1), del(6)];
+    s.commit(&t, &[changes(&cs)], &cp(10_000)).await.unwrap();
+    let next_commit_ms = started.elapsed().as_millis();
+    eprintln!(
+        "{commits} commits in {stream_ms} ms; before: {} data files, {} vectors, scan {scan_before:?}; \
+         cycle {compact_ms} ms: {r:?}; after: {} data files, {} vectors, scan {scan_after:?}; \
+         next commit {next_commit_ms} ms",
+        before.files.data.len(),
+        before.dvs.len(),
+        after.files.data.len(),
+        after.dvs.len(),
+    );
+}
+
+/// v3, a cycle budget too small for every file: the seed file (the largest) keeps its vector,
+/// whose manifest entry moves when the manifest listing it is rewritten; the cached state
+/// follows, and later commits replace that vector correctly.
+#[tokio::test]
+async fn partial_rewrites_keep_the_vectors_of_files_they_leave() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sink_with(
+        dir.path(),
+        DeleteMode::DeletionVectors,
+        &[
+            ("write.target-file-size-bytes", "1000000"),
+            ("cdcd.compaction.max-bytes-per-cycle", "4000"),
+            ("cdcd.compaction.min-input-files", "2"),
+            ("cdcd.compaction.delete-ratio-percent", "100"),
+        ],
+    );
+    let t = schema();
+    seed(&s).await;
+    let seed_file = live(&s).await.files.data[0].file.file_path().to_owned();
+    commits(&s, 0, 12).await;
+    let mut model = Model::seeded();
+    model.commits(0, 12);
+    for cycle in 0..3 {
+        let r = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+        assert_eq!(r[0].error, None, "{r:?}");
+        assert!(r[0].files_rewritten >= 2, "cycle {cycle}: {r:?}");
+        assert_cached_state_is_fresh(&s).await;
+        let now = live(&s).await;
+        assert!(now.dvs.contains_key(&seed_file), "cycle {cycle}");
+        // Commits between cycles update seed rows: the seed file's vector is replaced.
+        commits(&s, 100 + cycle * 3, 3).await;
+        model.commits(100 + cycle * 3, 3);
+        if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+            assert_eq!(rows, model.text(), "cycle {cycle}");
+        }
+    }
+    s.settle().await;
+    let status = s.status(&t.id).await.unwrap().unwrap();
+    assert_eq!(status.rows, Some(model.0.len() as u64));
+}
+
+/// `schema()` plus `c bigint`, added with the constant default 42 (issue 20: rows written before
+/// it read 42, the field's `initial-default`).
+fn schema_with_default() -> Arc<TableSchema> {
+    let mut s = (*schema()).clone();
+    let mut c = col("c", DataType::Int64);
+    c.initial_default = Some("42".into());
+    s.columns.push(c);
+    Arc::new(s)
+}
+
+/// Inserts `(id, c)` under [`schema_with_default`].
+fn inserts_with_c(rows: &[(i64, i64)]) -> TableChanges {
+    let mut b = TableChangesBuilder::new(schema_with_default(), rows.len());
+    let int = |b: &mut TableChangesBuilder, col: usize, v: i64| {
+        b.value(col)
+            .unwrap()
+            .as_any_mut()
+            .downcast_mut::<Int64Builder>()
+            .unwrap()
+            .append_value(v)
+    };
+    for &(id, c) in rows {
+        b.begin(Op::Insert);
+        int(&mut b, 0, id);
+        b.value(1)
+            .unwrap()
+            .as_any_mut()
+            .downcast_mut::<StringBuilder>()
+            .unwrap()
+            .append_value("c");
+        int(&mut b, 2, id);
+        int(&mut b, 3, c);
+        b.no_old_key().unwrap();
+    }
+    b.finish().unwrap()
+}
+
+/// Rows of files written before a column added with a default read that default; compaction
+/// writes it into their new file (not NULL), so every reader sees the same rows after.
+#[tokio::test]
+async fn rewritten_rows_keep_the_initial_default_of_a_later_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = compacting(dir.path());
+    let t = schema();
+    seed(&s).await;
+    commits(&s, 0, 5).await;
+    let wide = schema_with_default();
+    s.commit(&wide, &[inserts_with_c(&[(5000, 7), (5001, 8)])], &cp(3000))
+        .await
+        .unwrap();
+    let before = duck(&table_dir(dir.path()), "id, c");
+    if let Some(rows) = &before {
+        assert!(rows.starts_with("[(0, 42), (1, 42)"), "{rows}");
+        assert!(rows.ends_with("(5000, 7), (5001, 8)]"), "{rows}");
+    }
+    let r = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+    assert_eq!(r[0].error, None, "{r:?}");
+    assert!(r[0].files_rewritten >= 7, "{r:?}");
+    assert_eq!(duck(&table_dir(dir.path()), "id, c"), before);
+    if let Some(rows) = pyiceberg_c(dir.path()) {
+        assert_eq!(Some(rows), before);
+    }
+}
+
+/// pyiceberg's `(id, c)` rows ordered by id, printed like DuckDB's.
+fn pyiceberg_c(dir: &Path) -> Option<String> {
+    let meta_dir = dir.join("public/t/metadata");
+    python(&format!(
+        "import glob, os\nfrom pyiceberg.table import StaticTable\nnewest = max(glob.glob('{}/v*.metadata.json'), key=lambda p: int(os.path.basename(p)[1:].split('.')[0]))\nt = StaticTable.from_metadata(newest)\nrows = sorted(tuple(r.values()) for r in t.scan(selected_fields=('id','c')).to_arrow().to_pylist())\nprint(repr(rows))",
+        meta_dir.display()
+    ))
+}
