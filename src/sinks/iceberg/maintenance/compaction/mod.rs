@@ -6,8 +6,7 @@
 //! rows it copies and drops the delete files that then apply to no live file (`equality.rs`).
 //!
 //! Layout: `pick.rs` (pure: which files, into which outputs), `moves.rs` (pure: where each kept
-//! row lands), `summary.rs` (pure: the `replace` summary), `defaults.rs` (pure: the
-//! `initial-default` of columns a file predates), `equality.rs` (v2: the deletes a
+//! row lands), `summary.rs` (pure: the `replace` summary), `equality.rs` (v2: the deletes a
 //! rewrite applies, the delete files it drops), `rewrite.rs` (the worker: read, drop, write,
 //! manifests, snapshot), this file (the driver: lock, decide, publish, move the index).
 //!
@@ -48,7 +47,6 @@
 //!   file are what DuckDB 1.5.5 misreads (commit/files.rs); compaction instead removes the
 //!   vectors of the files it rewrites.
 
-mod defaults;
 mod equality;
 mod moves;
 mod pick;

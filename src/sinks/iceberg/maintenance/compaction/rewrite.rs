@@ -16,7 +16,6 @@ use iceberg::spec::{
     TableMetadata,
 };
 
-use super::defaults;
 use super::equality::V2Deletes;
 use super::moves::{keep_mask, Placer};
 use super::pick::Choice;
@@ -29,7 +28,7 @@ use crate::sinks::iceberg::commit::publish;
 use crate::sinks::iceberg::commit::Names;
 use crate::sinks::iceberg::encode::StreamingFile;
 use crate::sinks::iceberg::live::LiveState;
-use crate::sinks::iceberg::lookup::{decode, project};
+use crate::sinks::iceberg::lookup::{decode, project_filled};
 use crate::sinks::iceberg::manifest::{self, read, LiveFile, ManifestTarget};
 use crate::sinks::iceberg::metadata::Loaded;
 use crate::sinks::iceberg::{schema, writer};
@@ -104,7 +103,9 @@ impl Rewrite<'_> {
     /// keep for the primary-key index, when it follows.
     pub async fn write(&self, key_names: Option<&[String]>) -> Result<Written, SinkError> {
         let file_schema = schema::data_file_schema(self.meta().current_schema())?;
-        let defaults = defaults::initial_defaults(self.meta().current_schema());
+        // Rows of files older than an added column read its initial default, and a rewrite
+        // stores what they read (the new file has the column).
+        let defaults = schema::initial_defaults(self.meta().current_schema());
         let mut written = Written::default();
         for (n, inputs) in self.choice.outputs.iter().enumerate() {
             let path = self.names.data_file(n);
@@ -153,7 +154,7 @@ impl Rewrite<'_> {
         &self,
         f: &LiveFile,
         file_schema: &SchemaRef,
-        defaults: &[(String, iceberg::spec::Literal)],
+        defaults: &std::collections::HashMap<String, String>,
         start: u64,
     ) -> Result<(Vec<RecordBatch>, u64, u64), SinkError> {
         let path = f.file.file_path();
@@ -170,9 +171,9 @@ impl Rewrite<'_> {
         let mut dropped = 0u64;
         for batch in batches {
             let placed = placer.next_batch(batch.num_rows());
-            let columns = project(&batch, file_schema).map_err(self.arrow("projecting"))?;
+            let columns =
+                project_filled(&batch, file_schema, defaults).map_err(self.arrow("projecting"))?;
             let whole = RecordBatch::try_new(Arc::clone(file_schema), columns)
-                .and_then(|p| defaults::fill(&batch, p, defaults))
                 .map_err(self.arrow("projecting"))?;
             let mask = keep_mask(&placed);
             let live = arrow_select::filter::filter_record_batch(&whole, &mask)
