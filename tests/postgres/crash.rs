@@ -156,7 +156,12 @@ async fn kill_dash_nine_at_random_moments(sink: SinkKind) {
         return;
     };
     let mut rng = Rng::from_env_or_clock(&test);
-    let name = unique(if sink == SinkKind::Lsm { "lk9" } else { "k9" });
+    // Distinct per kind: the kinds run in parallel, and a shared slot or table would collide.
+    let name = unique(match sink {
+        SinkKind::Iceberg => "k9",
+        SinkKind::IcebergCompacting => "ck9",
+        SinkKind::Lsm => "lk9",
+    });
     let tables = [
         format!("{name}_a"),
         format!("{name}_b"),
