@@ -439,3 +439,65 @@ async fn a_second_kill_during_the_resumed_copy_converges() {
     }
     p.assert_equal("t", 240).await;
 }
+
+/// A keyless table whose copy must be redone while streaming resumes (a kill -9 in the middle of
+/// the initial copy, before the keyless table's copy finished): it is copied again whole at a
+/// snapshot of its own and declared complete there, so the replayed inserts from before it are
+/// skipped and the later ones applied; duplicates stay duplicates (issue 23).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyless_table_is_copied_again_exactly_after_a_kill_mid_copy() {
+    let Some(env) = my_env("a_keyless_table_is_copied_again_exactly_after_a_kill_mid_copy") else {
+        return;
+    };
+    let name = unique("mysnapkl");
+    let mut p = pipeline(&env, &name).await;
+    let url = env.url_for(&p.db);
+    let mut c = my_connect(&url).await;
+    // `t` is copied first (tables go in name order); `z_log` has no key and holds duplicates.
+    my_exec(&mut c, &create_table("t", 120_000)).await;
+    my_exec(
+        &mut c,
+        "CREATE TABLE z_log (g INT, note VARCHAR(20));
+         INSERT INTO z_log SELECT seq % 100, 'seed' FROM seq_1_to_5000",
+    )
+    .await;
+    tune(&p, 10_000);
+    p.start();
+    wait_for(
+        &mut p,
+        "two copy commits of t",
+        Duration::from_secs(240),
+        |o| {
+            o.lines()
+                .filter(|l| l.contains("committed") && l.contains("table=") && l.contains(".t "))
+                .count()
+                >= 2
+        },
+    )
+    .await;
+    assert!(
+        !p.output().contains("initial copy finished"),
+        "the copy ended before the kill; make the table bigger"
+    );
+    p.kill9();
+    my_exec(&mut c, "INSERT INTO z_log VALUES (1, 'down'), (1, 'down')").await;
+    p.start();
+    for k in 0..5 {
+        my_exec(
+            &mut c,
+            &format!("INSERT INTO z_log VALUES ({k}, 'during'), ({k}, 'during')"),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    p.assert_equal("z_log", 240).await;
+    p.assert_equal("t", 240).await;
+    assert!(
+        p.output()
+            .contains("copying keyless tables whole at a snapshot of their own"),
+        "{}",
+        p.output()
+    );
+    my_exec(&mut c, "INSERT INTO z_log VALUES (2, 'after')").await;
+    p.assert_equal("z_log", 60).await;
+}

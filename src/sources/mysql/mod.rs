@@ -365,16 +365,40 @@ async fn copy_at_new_snapshot(
     shutdown: &CancellationToken,
 ) -> Result<Option<Position>, SourceError> {
     // A keyless table copied while streaming resumes (an interrupted copy beside checkpointed
-    // tables, an added table) would get the replayed inserts of (origin, snapshot] twice: the
-    // upsert window has no key to match them on (docs/internals.md "Keyless tables").
-    if let (Some(_), Some((entry, _))) = (
-        &origin,
-        tables.iter().find(|(e, _)| e.schema.primary_key.is_empty()),
-    ) {
-        return Err(SourceError::Table {
-            table: entry.schema.id.clone(),
-            detail: "the table has no key, and its copy must be redone while streaming (an interrupted initial copy, or a table added to a running pipeline): a copy at a new snapshot would double the rows the stream replays; give it a key (README \"Tables without a primary key\"), remove it from source.tables, or start the pipeline over (a new pipeline.name, or delete the replica tables)".into(),
-        });
+    // tables, an added table) cannot take an upsert window: a multiset has no key to match the
+    // replayed inserts of (origin, snapshot] on. So it is copied again whole at a snapshot of its
+    // own and declared complete there, exactly as a fresh copy is; the stream's changes to it at
+    // or below that position are then skipped as committed.
+    let keyed: Vec<(&TableEntry, Option<&SnapshotProgress>)>;
+    let mut tables = tables;
+    if let Some(from) = &origin {
+        let whole: Vec<(&TableEntry, Option<&SnapshotProgress>)> = tables
+            .iter()
+            .filter(|(e, _)| e.schema.primary_key.is_empty())
+            .map(|(e, _)| (*e, None))
+            .collect();
+        if !whole.is_empty() {
+            info!(
+                tables = whole.len(),
+                "copying keyless tables whole at a snapshot of their own"
+            );
+            let copied = Box::pin(copy_at_new_snapshot(
+                conn, flavor, cfg, &whole, None, events, shutdown,
+            ))
+            .await?;
+            if copied.is_none() {
+                return Ok(None);
+            }
+            keyed = tables
+                .iter()
+                .filter(|(e, _)| !e.schema.primary_key.is_empty())
+                .copied()
+                .collect();
+            if keyed.is_empty() {
+                return Ok(Some(from.clone()));
+            }
+            tables = &keyed;
+        }
     }
     let snapshot = snapshot::begin(conn, flavor).await?;
     info!(%snapshot, from = %origin.as_ref().unwrap_or(&snapshot), tables = tables.len(), "initial copy from a consistent snapshot");

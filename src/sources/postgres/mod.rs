@@ -448,22 +448,24 @@ async fn copy_at_new_snapshot(
     } else {
         start
     };
-    // A keyless table cannot be copied while the slot stays: the stream replays its inserts from
-    // `from`, and some of them are in the new snapshot too; without a key nothing tells the
-    // doubled rows apart, and the upsert window (snapshot.rs) does not apply to a multiset. Only
-    // the fresh copy, at the slot's own exported snapshot, is exact for it.
-    if let Some(c) = copies
+    // A keyless table's copy cannot take an upsert window (nothing tells a doubled row apart in a
+    // multiset), so it is copied again whole at the exported snapshot of a temporary slot: every
+    // transaction committed before that slot's consistent point is in the snapshot and none after
+    // (the same argument as the fresh copy, snapshot.rs), so the table is complete at that point
+    // and the stream's changes to it at or below it are skipped as committed.
+    let (keyless, keyed): (Vec<TableCopy>, Vec<TableCopy>) = copies
         .iter()
-        .find(|c| state.keys.get(&c.table).is_some_and(|k| k.is_empty()))
+        .cloned()
+        .partition(|c| state.keys.get(&c.table).is_some_and(|k| k.is_empty()));
+    if !keyless.is_empty()
+        && !copy_keyless_exactly(cfg, state, types, &keyless, events, shutdown).await?
     {
-        return Err(SourceError::Table {
-            table: c.table.clone(),
-            detail: format!(
-                "the table has no key, and its copy must be redone while streaming (an interrupted initial copy, or a table added to a running pipeline): a copy at a new snapshot would double the rows the stream replays; give it a key (README \"Tables without a primary key\"), remove it from source.tables, or start the pipeline over (drop the replication slot {} and the replica tables)",
-                cfg.slot
-            ),
-        });
+        return Ok(false);
     }
+    if keyed.is_empty() {
+        return Ok(true);
+    }
+    let copies = keyed.as_slice();
     let plans = plan_tables(cfg, state, types, copies).await?;
     let snapshot = NewSnapshot::export(cfg).await?;
     tracing::info!(tables = copies.len(), stream_from = %from, upsert_until = %snapshot.lsn, "copying tables at a new snapshot while the slot stays");
@@ -491,6 +493,55 @@ async fn copy_at_new_snapshot(
             position: Position::Postgres(from),
         };
         if !deliver(events, window, shutdown).await? || !deliver(events, done, shutdown).await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Copies the keyless tables `copies` whole (from scratch: the first batch replaces what the
+/// table holds) at the snapshot a temporary logical slot exports, and declares each complete at
+/// that slot's consistent point. False: shutdown during the copy.
+async fn copy_keyless_exactly(
+    cfg: &PostgresConfig,
+    state: &PreparedState,
+    types: &mut HashMap<u32, Option<TypeInfo>>,
+    copies: &[TableCopy],
+    events: &mpsc::Sender<SourceEvent>,
+    shutdown: &CancellationToken,
+) -> Result<bool, SourceError> {
+    let whole: Vec<TableCopy> = copies
+        .iter()
+        .map(|c| TableCopy {
+            table: c.table.clone(),
+            progress: None,
+        })
+        .collect();
+    let plans = plan_tables(cfg, state, types, &whole).await?;
+    // The slot lives as long as this connection, which stays idle (so the exported snapshot stays
+    // valid) until the copy is done.
+    let mut conn = ReplicationConnection::connect(cfg).await?;
+    let temporary = format!("{}_copy", cfg.slot);
+    let (consistent, snapshot) = conn.create_temporary_slot(&temporary).await?;
+    tracing::info!(tables = copies.len(), complete_at = %consistent, "copying keyless tables whole at a temporary slot's snapshot");
+    let run = CopyRun {
+        cfg,
+        snapshot: &snapshot,
+        events,
+        shutdown,
+        limits: SNAPSHOT_BATCH,
+    };
+    let copied = copy_tables(plans, run).await;
+    drop(conn);
+    let Some(plans) = copied? else {
+        return Ok(false);
+    };
+    for plan in plans {
+        let done = SourceEvent::SnapshotDone {
+            table: plan.schema.id.clone(),
+            position: Position::Postgres(consistent),
+        };
+        if !deliver(events, done, shutdown).await? {
             return Ok(false);
         }
     }

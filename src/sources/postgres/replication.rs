@@ -162,6 +162,25 @@ impl ReplicationConnection {
         Ok((lsn, snapshot))
     }
 
+    /// `CREATE_REPLICATION_SLOT <slot> TEMPORARY LOGICAL pgoutput (SNAPSHOT 'export')`: a slot
+    /// dropped when this connection ends, for its exported snapshot and consistent point only.
+    pub async fn create_temporary_slot(
+        &mut self,
+        slot: &str,
+    ) -> Result<(Lsn, String), SourceError> {
+        let sql = create_slot_sql(slot, self.server_major, true).replacen(
+            " LOGICAL ",
+            " TEMPORARY LOGICAL ",
+            1,
+        );
+        let (lsn, snapshot) = self.create(slot, &sql).await?;
+        let snapshot = snapshot.ok_or_else(|| SourceError::Server {
+            context: format!("creating replication slot {slot}"),
+            detail: "the server exported no snapshot".to_owned(),
+        })?;
+        Ok((lsn, snapshot))
+    }
+
     /// `CREATE_REPLICATION_SLOT <slot> LOGICAL pgoutput (SNAPSHOT 'nothing')`: a slot for
     /// streaming only; returns its consistent point.
     pub async fn create_slot_without_snapshot(&mut self, slot: &str) -> Result<Lsn, SourceError> {
