@@ -24,7 +24,8 @@
 //! (vectors or delete files) and the distinct files holding them, files on disk under the table
 //! directory, commit latency p50/p99 over the last K commits, commits/s over them (streaming
 //! time: the probes and the wait for a running cycle to end before a probe are excluded), the
-//! DuckDB full scan (`count(*)`, `sum(id)`, `sum(b)`; best of 3) and the process's peak RSS
+//! maintenance cycles since the last line (count, mean and longest time, bytes compaction
+//! rewrote: a streaming commit waits while its table's compaction runs), the DuckDB full scan (`count(*)`, `sum(id)`, `sum(b)`; best of 3) and the process's peak RSS
 //! (VmHWM, reset at the start of each pass). Manifests and live files are read with pyiceberg.
 //! Then the same final rows written once into a fresh table of the same format (the baseline),
 //! its scan, and the goals' ratios.
@@ -34,11 +35,12 @@
 //! `--maintenance-only`; `--no-maintenance` runs only that pass. `--off-commits M` stops that
 //! pass after M commits (without expiry its metadata, and its commit time, grow with every
 //! commit, so a long off pass mostly measures that); the ratio then compares both passes over
-//! commits 1..=M.
+//! commits 1..=M. That pass skips the DuckDB scan unless `--off-scan` (with an equality delete
+//! file per commit, DuckDB needs seconds per few hundred commits).
 //!
 //! `cargo run --release --example maintenance_bench -- [--commits 10000] [--every 1000]
 //! [--delete-mode dv|equality|both] [--maintain-every 60] [--snapshot-age-ms 5000]
-//! [--seed-rows 100000] [--off-commits M] [--no-maintenance | --maintenance-only] [--dir DIR]`, with the test bed's
+//! [--seed-rows 100000] [--off-commits M] [--off-scan] [--no-maintenance | --maintenance-only] [--dir DIR]`, with the test bed's
 //! venv (`scripts/testbed.sh up`; `CDCD_TB`, default /tmp/cdcd-tb, or `CDCD_TEST_PYTHON`).
 
 use std::collections::{BTreeMap, HashSet};
@@ -74,6 +76,8 @@ struct Args {
     passes: Vec<bool>,
     /// Commits of the maintenance-off pass (see the module docs).
     off_commits: Option<u64>,
+    /// Scan with DuckDB in the maintenance-off pass too (slow: thousands of delete files).
+    off_scan: bool,
     dir: Option<PathBuf>,
 }
 
@@ -87,6 +91,7 @@ fn args() -> anyhow::Result<Args> {
         seed_rows: 100_000,
         passes: vec![true, false],
         off_commits: None,
+        off_scan: false,
         dir: None,
     };
     let mut it = std::env::args().skip(1);
@@ -112,6 +117,7 @@ fn args() -> anyhow::Result<Args> {
                 }
             }
             "--no-maintenance" => a.passes = vec![false],
+            "--off-scan" => a.off_scan = true,
             "--maintenance-only" => a.passes = vec![true],
             other => anyhow::bail!("unknown argument {other}"),
         }
@@ -378,8 +384,9 @@ struct Reader {
 
 /// pyiceberg counts the current snapshot's manifests and live entries (delete entries are
 /// vectors in v3, whose Puffin files may hold several, hence the distinct files too); DuckDB
-/// scans the table (best of 3, one scan when it takes over 10 s). `files` false: scan only.
-fn read_table(table: &Path, metadata: &Path, files: bool) -> anyhow::Result<Reader> {
+/// scans the table (best of 3, one scan when it takes over 10 s; `scan_secs` is negative without
+/// `scan`). `files` false: scan only.
+fn read_table(table: &Path, metadata: &Path, files: bool, scan: bool) -> anyhow::Result<Reader> {
     let (bed, python) = python();
     let script = format!(
         r#"import sys, time
@@ -401,17 +408,20 @@ if {files}:
             else:
                 de += 1
                 df.add(e.data_file.file_path)
-con = connect()
-con.sql('SET enable_progress_bar = false')
-q = "select count(*), sum(id), sum(b) from iceberg_scan('{table}')"
-best = None
-for _ in range(3):
-    t0 = time.perf_counter(); r = con.sql(q).fetchall(); e = time.perf_counter() - t0
-    best = e if best is None else min(best, e)
-    if e > 10: break
+best, r = -1, []
+if {scan}:
+    con = connect()
+    con.sql('SET enable_progress_bar = false')
+    q = "select count(*), sum(id), sum(b) from iceberg_scan('{table}')"
+    best = None
+    for _ in range(3):
+        t0 = time.perf_counter(); r = con.sql(q).fetchall(); e = time.perf_counter() - t0
+        best = e if best is None else min(best, e)
+        if e > 10: break
 print('READ', m, d, de, len(df), best, r)
 "#,
         files = if files { "True" } else { "False" },
+        scan = if scan { "True" } else { "False" },
         metadata = metadata.display(),
         table = table.display(),
     );
@@ -474,7 +484,11 @@ struct Cycles {
     files_deleted: u64,
     metadata_files_deleted: u64,
     files_rewritten: u64,
+    bytes_rewritten: u64,
     errors: Vec<String>,
+    /// Since the last probe: cycles, their time, the longest, bytes rewritten. Streaming commits
+    /// wait while a compaction runs (it holds the table's lock), so these explain the p99.
+    window: (u64, Duration, Duration, u64),
 }
 
 struct Pass {
@@ -512,7 +526,11 @@ async fn probe(
     window: &mut Vec<Duration>,
     window_time: Duration,
     stream: Duration,
+    cycles: &std::sync::Mutex<Cycles>,
+    scan: bool,
 ) -> anyhow::Result<Probe> {
+    let (runs, busy, longest, bytes) =
+        std::mem::take(&mut cycles.lock().unwrap_or_else(|e| e.into_inner()).window);
     let table = table_dir(dir);
     let (metadata, metadata_bytes) = current_metadata(&table)?;
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&metadata)?)?;
@@ -521,7 +539,7 @@ async fn probe(
         .and_then(|s| s.as_array())
         .map_or(0, |s| s.len() as u64);
     let (disk_files, disk_bytes) = files_on_disk(&table)?;
-    let read = read_table(&table, &metadata, true)?;
+    let read = read_table(&table, &metadata, true, scan)?;
     window.sort();
     let p = Probe {
         commits,
@@ -536,7 +554,7 @@ async fn probe(
         answer: read.answer,
     };
     println!(
-        "| {} | {:.1} | {} | {} | {} | {} / {} | {} ({:.1} MB) | {:.0} / {:.0} | {:.1} | {:.3} | {:.0} |",
+        "| {} | {:.1} | {} | {} | {} | {} / {} | {} ({:.1} MB) | {:.0} / {:.0} | {:.1} | {} | {} | {:.0} |",
         p.commits,
         p.metadata_bytes as f64 / 1024.0,
         p.snapshots,
@@ -549,7 +567,21 @@ async fn probe(
         p.p50_ms,
         p.p99_ms,
         p.commits_per_s,
-        p.scan_secs,
+        if runs == 0 {
+            "–".to_owned()
+        } else {
+            format!(
+                "{runs}: {:.0} / {:.0} ms, {:.1} MB",
+                busy.as_secs_f64() * 1000.0 / runs as f64,
+                longest.as_secs_f64() * 1000.0,
+                bytes as f64 / 1e6
+            )
+        },
+        if p.scan_secs < 0.0 {
+            "–".to_owned()
+        } else {
+            format!("{:.3}", p.scan_secs)
+        },
         rss_mib("VmHWM:"),
     );
     window.clear();
@@ -594,7 +626,11 @@ async fn run_pass(
                 let result = s.maintain(None).await;
                 let mut c = cycles.lock().unwrap_or_else(|e| e.into_inner());
                 c.runs += 1;
-                c.busy += began.elapsed();
+                let took = began.elapsed();
+                c.busy += took;
+                c.window.0 += 1;
+                c.window.1 += took;
+                c.window.2 = c.window.2.max(took);
                 match result {
                     Ok(reports) => {
                         for r in reports {
@@ -602,6 +638,8 @@ async fn run_pass(
                             c.files_deleted += r.files_deleted;
                             c.metadata_files_deleted += r.metadata_files_deleted;
                             c.files_rewritten += r.files_rewritten;
+                            c.bytes_rewritten += r.bytes_rewritten;
+                            c.window.3 += r.bytes_rewritten;
                             if let Some(e) = r.error {
                                 c.errors.push(e);
                             }
@@ -614,9 +652,9 @@ async fn run_pass(
     });
 
     println!(
-        "| commits | metadata.json KiB | snapshots | manifests | data files | delete entries / files | files on disk | commit p50 / p99 ms | commits/s | DuckDB scan s | peak RSS MiB |"
+        "| commits | metadata.json KiB | snapshots | manifests | data files | delete entries / files | files on disk | commit p50 / p99 ms | commits/s | cycles: mean / max, rewritten | DuckDB scan s | peak RSS MiB |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut probes = Vec::new();
     let mut window = Vec::with_capacity(a.every as usize);
     let mut window_time = Duration::ZERO;
@@ -641,7 +679,8 @@ async fn run_pass(
             // A cycle still running at the probe is finished before the probe, and its CPU is
             // the workload's.
             cpu_secs += cpu_seconds() - cpu_since;
-            probes.push(probe(dir, c, &mut window, window_time, stream).await?);
+            let scan = maintenance || a.off_scan;
+            probes.push(probe(dir, c, &mut window, window_time, stream, &cycles, scan).await?);
             window_time = Duration::ZERO;
             since = Instant::now();
             cpu_since = cpu_seconds();
@@ -656,7 +695,7 @@ async fn run_pass(
         s.maintain(None).await?;
         let table = table_dir(dir);
         let (metadata, _) = current_metadata(&table)?;
-        scan_after_cycle = Some(read_table(&table, &metadata, false)?.scan_secs);
+        scan_after_cycle = Some(read_table(&table, &metadata, false, true)?.scan_secs);
     }
     s.settle().await;
     let peak_rss_mib = rss_mib("VmHWM:");
@@ -733,7 +772,7 @@ async fn main() -> anyhow::Result<()> {
             let (pass, m) = run_pass(&dir, mode, maintenance, commits, &a).await?;
             let c = &pass.cycles;
             println!(
-                "\nstreaming {:.1} commits/s over {:.1} s ({:.1} CPU s, {:.1} CPU ms per commit); peak RSS {:.0} MiB; {} cycles ({:.1} s busy): {} snapshots expired, {} files and {} metadata files deleted, {} data files rewritten{}",
+                "\nstreaming {:.1} commits/s over {:.1} s ({:.1} CPU s, {:.1} CPU ms per commit); peak RSS {:.0} MiB; {} cycles ({:.1} s busy): {} snapshots expired, {} files and {} metadata files deleted, {} data files ({:.1} MB) rewritten{}",
                 commits as f64 / pass.stream.as_secs_f64(),
                 pass.stream.as_secs_f64(),
                 pass.cpu_secs,
@@ -745,6 +784,7 @@ async fn main() -> anyhow::Result<()> {
                 c.files_deleted,
                 c.metadata_files_deleted,
                 c.files_rewritten,
+                c.bytes_rewritten as f64 / 1e6,
                 if c.errors.is_empty() {
                     String::new()
                 } else {
@@ -756,7 +796,7 @@ async fn main() -> anyhow::Result<()> {
                 baseline(&dir, mode, &m).await?;
                 let table = table_dir(&dir);
                 let (metadata, _) = current_metadata(&table)?;
-                let read = read_table(&table, &metadata, false)?;
+                let read = read_table(&table, &metadata, false, true)?;
                 println!(
                     "baseline (final rows written once): DuckDB scan {:.3} s, {}",
                     read.scan_secs, read.answer
