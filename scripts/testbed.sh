@@ -9,7 +9,7 @@
 # Env: CDCD_TB (default /tmp/cdcd-tb: data, logs, venv), PG_PORT (default 55440), PG_TLS_PORT (default 55441),
 # MY_PORT (default 53316), MY_TLS_PORT (default 53317), MOTO_PORT (default 59010), MOTO_SERIAL_PORT (default
 # 59011), MOTO_TLS_PORT (default 59012), CDCD_TB_COMPONENTS (default all: "postgres python mariadb moto pgtls
-# mytls mototls"; scripts/demo.sh asks for "postgres python" only).
+# mytls mototls rustberg"; scripts/demo.sh asks for "postgres python" only).
 #
 # Components are functions named <name>_apt / <name>_up / <name>_stop / <name>_env, listed in COMPONENTS.
 set -euo pipefail
@@ -28,7 +28,7 @@ VENV=$CDCD_TB/venv
 PY=$VENV/bin/python
 RUN=$CDCD_TB/run
 LOGS=$CDCD_TB/logs
-read -ra COMPONENTS <<< "${CDCD_TB_COMPONENTS:-postgres python mariadb moto pgtls mytls mototls}"
+read -ra COMPONENTS <<< "${CDCD_TB_COMPONENTS:-postgres python mariadb moto pgtls mytls mototls rustberg}"
 
 log() { printf '[testbed %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -522,6 +522,34 @@ mototls_env() {
   echo "export CDCD_TEST_S3_TLS=https://localhost:$MOTO_TLS_PORT"
   echo "export CDCD_TEST_S3_TLS_CA=$MOTOTLS/ca.crt"
   echo "export CDCD_TEST_S3_TLS_OTHER_CA=$PGTLS_CERTS/other-ca.crt"
+}
+
+# ------------------------------------------------------------------ rustberg: an Iceberg REST catalog server
+# rustberg 0.3.0 from crates.io (Apache-2.0), built once per machine: `cargo install` in the background, so
+# cdcd's own build runs beside it; a debug build without debug info (its release profile is fat LTO with one
+# codegen unit, several times slower to build, and the tests need no speed from it). The REST catalog tests
+# (tests/catalog/rest.rs) start a server each, with its own catalog file and warehouse, and wait for
+# $RUSTBERG_STATUS ("ok" or "failed") when the binary is not there yet.
+RUSTBERG_ROOT=$CDCD_TB/rustberg
+RUSTBERG=$RUSTBERG_ROOT/bin/rustberg
+RUSTBERG_STATUS=$RUSTBERG_ROOT/build.status
+rustberg_apt() { :; }
+rustberg_up() {
+  [ -x "$RUSTBERG" ] && return 0
+  if [ -f "$RUN/rustberg-build.pid" ] && kill -0 "$(cat "$RUN/rustberg-build.pid")" 2>/dev/null; then return 0; fi
+  local cargo=cargo
+  command -v cargo >/dev/null || cargo=$HOME/.cargo/bin/cargo
+  mkdir -p "$RUSTBERG_ROOT"; rm -f "$RUSTBERG_STATUS"
+  log "building rustberg 0.3.0 in the background (once per machine, ~10 min on 2 cores; $LOGS/rustberg-build.log)"
+  CARGO_PROFILE_DEV_DEBUG=0 nohup bash -c "nice -n 5 '$cargo' install rustberg --version 0.3.0 --locked --debug \
+      --no-default-features --features cli --root '$RUSTBERG_ROOT' && echo ok > '$RUSTBERG_STATUS' \
+      || echo failed > '$RUSTBERG_STATUS'" >"$LOGS/rustberg-build.log" 2>&1 &
+  echo $! > "$RUN/rustberg-build.pid"
+}
+rustberg_stop() { :; }
+rustberg_env() {
+  echo "export CDCD_TEST_RUSTBERG=$RUSTBERG"
+  echo "export CDCD_TEST_RUSTBERG_STATUS=$RUSTBERG_STATUS"
 }
 
 # ------------------------------------------------------------------ main

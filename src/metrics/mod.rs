@@ -27,6 +27,9 @@ pub const REPLICATION_SLOT_RETAINED_BYTES: &str = "cdcd_replication_slot_retaine
 pub const CHANGES_TOTAL: &str = "cdcd_changes_total";
 pub const TRANSACTIONS_TOTAL: &str = "cdcd_transactions_total";
 pub const COMMITS_TOTAL: &str = "cdcd_commits_total";
+/// Commits planned again because another writer (Spark, Trino, an external compaction) committed
+/// to the table first (Iceberg sink).
+pub const COMMIT_RETRIES_TOTAL: &str = "cdcd_commit_retries_total";
 pub const COMMIT_DURATION_SECONDS: &str = "cdcd_commit_duration_seconds";
 pub const LAST_COMMIT_TIMESTAMP_SECONDS: &str = "cdcd_last_commit_timestamp_seconds";
 pub const BUFFERED_ROWS: &str = "cdcd_buffered_rows";

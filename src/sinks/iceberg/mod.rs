@@ -240,8 +240,58 @@ impl IcebergSink {
         }
     }
 
-    /// One commit, in the steps of the producer (commit/mod.rs); this keeps the table cache.
+    /// One commit. A commit another writer beat (`CommitConflict`: a Spark or Trino job, an
+    /// external compaction or expiry committed to the table since cdcd loaded it) is planned
+    /// again on the table as it is now, at most [`COMMIT_ATTEMPTS`] times: the live files and
+    /// the primary-key index are caught up from the new snapshot, so deletes are located in the
+    /// files that hold the rows now (a rewrite moved them), and nothing of the lost attempt is
+    /// referenced. Only when the winner did not advance this pipeline's checkpoint: if it did,
+    /// another cdcd on this pipeline committed these changes, and planning them again would
+    /// apply them twice, so the conflict stops the pipeline.
     async fn commit_inner(
+        &self,
+        schema: &Arc<TableSchema>,
+        changes: &[TableChanges],
+        checkpoint: &Checkpoint,
+    ) -> Result<CommitStats, SinkError> {
+        let table = &schema.id;
+        for attempt in 1.. {
+            let before = self.cached(table);
+            let conflict = match self.commit_once(schema, changes, checkpoint).await {
+                Err(e @ SinkError::CommitConflict { .. }) => e,
+                other => return other,
+            };
+            if attempt >= COMMIT_ATTEMPTS {
+                return Err(conflict);
+            }
+            let Some(before) = before else {
+                return Err(conflict);
+            };
+            let Some(now) = self.load(table).await? else {
+                return Err(conflict);
+            };
+            let ours = pipeline_checkpoint(&self.pipeline, &before.metadata)?;
+            let theirs = pipeline_checkpoint(&self.pipeline, &now.metadata)?;
+            if ours != theirs {
+                tracing::warn!(table = %table, "another writer committed this pipeline's checkpoint first; stopping rather than applying the changes twice");
+                return Err(conflict);
+            }
+            let winner = now.metadata.current_snapshot();
+            tracing::info!(
+                table = %table,
+                attempt,
+                snapshot = winner.map(|s| s.snapshot_id()),
+                operation = winner.map(|s| s.summary().operation.as_str()),
+                "another writer committed to the table first; planning the commit again on top of it"
+            );
+            metrics::counter!(crate::metrics::COMMIT_RETRIES_TOTAL, crate::metrics::LABEL_TABLE => table.to_string()).increment(1);
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// One commit attempt, in the steps of the producer (commit/mod.rs); this keeps the table
+    /// cache.
+    async fn commit_once(
         &self,
         schema: &Arc<TableSchema>,
         changes: &[TableChanges],
@@ -318,21 +368,7 @@ impl Sink for IcebergSink {
         let Some(loaded) = self.load(table).await? else {
             return Ok(None);
         };
-        // Walk back from the current snapshot: another writer (a compaction, a maintenance job)
-        // may have committed on top of cdcd's newest snapshot without the checkpoint keys, and
-        // the newest checkpoint of this pipeline is still the truth about what the table holds.
-        let meta = &loaded.metadata;
-        let mut next = meta.current_snapshot();
-        while let Some(snapshot) = next {
-            let props = &snapshot.summary().additional_properties;
-            if let Some(cp) = Checkpoint::from_properties(&self.pipeline, props)? {
-                return Ok(Some(cp));
-            }
-            next = snapshot
-                .parent_snapshot_id()
-                .and_then(|id| meta.snapshot_by_id(id));
-        }
-        Ok(None)
+        pipeline_checkpoint(&self.pipeline, &loaded.metadata)
     }
 
     async fn commit(
@@ -345,15 +381,16 @@ impl Sink for IcebergSink {
     }
 
     async fn check(&self) -> Result<Vec<String>, String> {
-        let Catalog::Sql(sql) = &self.catalog else {
-            return Ok(Vec::new());
-        };
-        match sql.tables().await {
-            Ok(_) => Ok(vec![match sql.tls_summary() {
-                Some(tls) => format!("catalog sql {}: ok (TLS: {tls})", sql.uri()),
-                None => format!("catalog sql {}: ok", sql.uri()),
-            }]),
-            Err(e) => Err(format!("{e}; {}", sql.fix())),
+        match &self.catalog {
+            Catalog::Filesystem => Ok(Vec::new()),
+            Catalog::Sql(sql) => match sql.tables().await {
+                Ok(_) => Ok(vec![match sql.tls_summary() {
+                    Some(tls) => format!("catalog sql {}: ok (TLS: {tls})", sql.uri()),
+                    None => format!("catalog sql {}: ok", sql.uri()),
+                }]),
+                Err(e) => Err(format!("{e}; {}", sql.fix())),
+            },
+            Catalog::Rest(rest) => self.check_rest(rest).await,
         }
     }
 
@@ -451,13 +488,18 @@ impl Sink for IcebergSink {
         dry_run: bool,
     ) -> Result<Vec<TableCleanup>, SinkError> {
         let mut reports = Vec::new();
-        let Catalog::Sql(sql) = &self.catalog else {
-            for table in cleanup::find_tables(&self.warehouse).await? {
-                let report =
-                    cleanup::clean_table(&self.warehouse, &table, None, grace, dry_run).await?;
-                reports.push(report);
+        let sql = match &self.catalog {
+            Catalog::Sql(sql) => sql,
+            Catalog::Rest(rest) => return self.cleanup_rest(rest, grace, dry_run).await,
+            Catalog::Filesystem => {
+                for table in cleanup::find_tables(&self.warehouse).await? {
+                    let report =
+                        cleanup::clean_table(&self.warehouse, &table, None, grace, dry_run)
+                            .await?;
+                    reports.push(report);
+                }
+                return Ok(reports);
             }
-            return Ok(reports);
         };
         // The catalog's tables, each from the file its row names: a directory no row names is
         // left alone (it may be a table of another catalog, or a create that never registered).
@@ -480,4 +522,76 @@ impl Sink for IcebergSink {
         }
         Ok(reports)
     }
+}
+
+impl IcebergSink {
+    /// `cdcd check` on a REST catalog: its configuration (reachable, authenticated), then the
+    /// namespaces and tables it lets cdcd list.
+    async fn check_rest(&self, rest: &catalog::rest::RestCatalog) -> Result<Vec<String>, String> {
+        let fail = |e: SinkError| format!("{e}; {}", rest.fix());
+        let transactions = rest.offers_transactions().await.map_err(fail)?;
+        let tables = rest.tables().await.map_err(fail)?;
+        Ok(vec![format!(
+            "catalog rest {}: ok ({}; {} tables; multi-table commits: {})",
+            rest.uri(),
+            rest.auth_summary(),
+            tables.len(),
+            if transactions { "offered" } else { "not offered" }
+        )])
+    }
+
+    /// `cdcd cleanup` through a REST catalog: each table under this warehouse, from the metadata
+    /// the catalog names (a directory no table names is left alone, as with the SQL catalog).
+    async fn cleanup_rest(
+        &self,
+        rest: &catalog::rest::RestCatalog,
+        grace: std::time::Duration,
+        dry_run: bool,
+    ) -> Result<Vec<TableCleanup>, SinkError> {
+        let mut reports = Vec::new();
+        for listed in rest.tables().await? {
+            let Some(loaded) = rest.load_listed(&listed).await? else {
+                continue;
+            };
+            if self.warehouse.path(&loaded.file).is_err() {
+                tracing::info!(table = %format!("{}.{}", listed.namespace, listed.name), "not under this warehouse; skipped");
+                continue;
+            }
+            let location = loaded.metadata.location().to_owned();
+            let report = cleanup::clean_table(
+                &self.warehouse,
+                &location,
+                Some(&loaded.file),
+                grace,
+                dry_run,
+            )
+            .await?;
+            reports.push(report);
+        }
+        Ok(reports)
+    }
+}
+
+/// Commit attempts when other writers keep committing first (see `commit_inner`).
+const COMMIT_ATTEMPTS: u32 = 5;
+
+/// `pipeline`'s newest checkpoint in `meta`, walking back from the current snapshot: another
+/// writer (a compaction, a maintenance job, Spark) may have committed on top of cdcd's newest
+/// snapshot without the checkpoint keys, and the newest checkpoint of this pipeline is still the
+/// truth about what the table holds.
+fn pipeline_checkpoint(
+    pipeline: &str,
+    meta: &TableMetadata,
+) -> Result<Option<Checkpoint>, SinkError> {
+    let mut next = meta.current_snapshot();
+    while let Some(snapshot) = next {
+        let props = &snapshot.summary().additional_properties;
+        if let Some(cp) = Checkpoint::from_properties(pipeline, props)? {
+            return Ok(Some(cp));
+        }
+        next = snapshot
+            .parent_snapshot_id()
+            .and_then(|id| meta.snapshot_by_id(id));
+    }
+    Ok(None)
 }

@@ -2,8 +2,8 @@
 //! the user docs) and the validated choice ([`CatalogConfig`]).
 //!
 //! The section is one struct rather than a serde enum tagged by `kind`: `kind` is optional
-//! (filesystem), and the REST keys must reach [`RawCatalog::validate`] to be refused with the
-//! words "not supported yet" instead of serde's "unknown field".
+//! (filesystem), and a key of another kind must reach [`RawCatalog::validate`] to be refused by
+//! name ("applies to kind = \"rest\" only") instead of serde's "unknown field".
 
 use std::fmt;
 use std::path::PathBuf;
@@ -18,30 +18,32 @@ use crate::postgres_tls::{TlsSettings, PARAMETERS};
 #[serde(deny_unknown_fields)]
 pub struct RawCatalog {
     /// "filesystem" (the default: metadata files + `version-hint.text`), "sql" (an Iceberg
-    /// JDBC/SQL catalog on Postgres or SQLite) or "rest" (not supported yet).
+    /// JDBC/SQL catalog on Postgres or SQLite) or "rest" (an Iceberg REST catalog).
     #[serde(default)]
     pub kind: CatalogKind,
     /// sql: `postgres://user[:password]@host:port/db` or `sqlite:///path/catalog.db`. Postgres
     /// TLS as libpq, in the query: `?sslmode=verify-full&sslrootcert=/ca.pem` (also `sslcert`,
-    /// `sslkey`, `sslsni`); `sslmode` defaults to `prefer`.
+    /// `sslkey`, `sslsni`); `sslmode` defaults to `prefer`. rest: the base URI
+    /// (`http(s)://host:port[/path]`, without `/v1`).
     pub uri: Option<String>,
     /// sql: the `catalog_name` column (default "cdcd").
     pub name: Option<String>,
-    /// rest (not supported yet): warehouse identifier for `/v1/config`.
+    /// rest: the warehouse identifier sent to `GET /v1/config` (optional).
     pub warehouse: Option<String>,
-    /// rest (not supported yet): bearer token.
+    /// rest: a bearer token (`CDCD_SINK__CATALOG__TOKEN` overrides).
     pub token: Option<String>,
-    /// rest (not supported yet): OAuth2 client credentials `id:secret`.
+    /// rest: OAuth2 client credentials `client_id:client_secret`, exchanged for tokens at
+    /// `oauth2_server_uri` (`CDCD_SINK__CATALOG__CREDENTIAL` overrides).
     pub credential: Option<String>,
-    /// rest (not supported yet).
+    /// rest: the OAuth2 token endpoint (default: the catalog's `v1/oauth/tokens`).
     pub oauth2_server_uri: Option<String>,
-    /// rest (not supported yet).
+    /// rest: the OAuth2 scope (default "catalog").
     pub scope: Option<String>,
-    /// rest (not supported yet).
+    /// rest: AWS SigV4 request signing (Glue, S3 Tables); not supported yet.
     pub sigv4: Option<bool>,
-    /// rest (not supported yet).
+    /// rest: the SigV4 service name; with `sigv4` only.
     pub signing_name: Option<String>,
-    /// rest (not supported yet).
+    /// rest: the SigV4 region; with `sigv4` only.
     pub signing_region: Option<String>,
 }
 
@@ -53,6 +55,7 @@ impl fmt::Debug for RawCatalog {
             .field("name", &self.name)
             .field("token", &self.token.as_ref().map(|_| "***"))
             .field("credential", &self.credential.as_ref().map(|_| "***"))
+            .field("oauth2_server_uri", &self.oauth2_server_uri)
             .finish_non_exhaustive()
     }
 }
@@ -75,6 +78,80 @@ pub enum CatalogConfig {
     Filesystem,
     /// An Iceberg JDBC/SQL catalog (`catalog/sql.rs`).
     Sql { uri: SqlUri, name: String },
+    /// An Iceberg REST catalog (`catalog/rest.rs`).
+    Rest(RestConfig),
+}
+
+/// `kind = "rest"`: where the catalog is and how cdcd signs in. `Debug` never shows a secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RestConfig {
+    /// The base URI, without a trailing `/`.
+    pub uri: String,
+    /// Sent to `GET /v1/config` as `?warehouse=`.
+    pub warehouse: Option<String>,
+    pub auth: RestAuth,
+}
+
+/// How cdcd authenticates to a REST catalog.
+#[derive(Clone, PartialEq, Eq)]
+pub enum RestAuth {
+    /// No `Authorization` header.
+    None,
+    /// `Authorization: Bearer <token>`, as given.
+    Token(String),
+    /// OAuth2 client credentials (RFC 6749 §4.4) exchanged at `server_uri` for a bearer token,
+    /// refreshed before it expires and after a 401.
+    ClientCredentials {
+        client_id: String,
+        client_secret: String,
+        /// `None`: the catalog's own `v1/oauth/tokens`.
+        server_uri: Option<String>,
+        scope: String,
+    },
+}
+
+impl fmt::Debug for RestConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RestConfig")
+            .field("uri", &redact_url(&self.uri))
+            .field("warehouse", &self.warehouse)
+            .field("auth", &self.auth)
+            .finish()
+    }
+}
+
+impl fmt::Debug for RestAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RestAuth::None => f.write_str("None"),
+            RestAuth::Token(_) => f.write_str("Token(***)"),
+            RestAuth::ClientCredentials {
+                client_id,
+                server_uri,
+                scope,
+                ..
+            } => f
+                .debug_struct("ClientCredentials")
+                .field("client_id", client_id)
+                .field("client_secret", &"***")
+                .field("server_uri", server_uri)
+                .field("scope", scope)
+                .finish(),
+        }
+    }
+}
+
+impl RestAuth {
+    /// How `cdcd check` and `cdcd status` name it (no secret).
+    pub fn summary(&self) -> String {
+        match self {
+            RestAuth::None => "no authentication".to_owned(),
+            RestAuth::Token(_) => "bearer token".to_owned(),
+            RestAuth::ClientCredentials { client_id, .. } => {
+                format!("OAuth2 client credentials of {client_id:?}")
+            }
+        }
+    }
 }
 
 /// Where a SQL catalog's tables are. `Display` and `Debug` never show a password.
@@ -212,10 +289,7 @@ impl RawCatalog {
             None => Ok(()),
         };
         match self.kind {
-            CatalogKind::Rest => Err(ctx.invalid(
-                "sink.catalog.kind",
-                "sink.catalog kind = \"rest\" is not supported yet; use \"filesystem\" or \"sql\"",
-            )),
+            CatalogKind::Rest => self.validate_rest(ctx),
             CatalogKind::Filesystem => {
                 refuse_rest_keys("filesystem")?;
                 for (key, set) in [
@@ -247,6 +321,91 @@ impl RawCatalog {
                 Ok(CatalogConfig::Sql { uri, name })
             }
         }
+    }
+
+    fn validate_rest(self, ctx: &Context<'_>) -> Result<CatalogConfig, ConfigError> {
+        if self.name.is_some() {
+            return Err(ctx.invalid(
+                "sink.catalog.name",
+                "applies to kind = \"sql\" only (a REST catalog is named by its uri and warehouse)",
+            ));
+        }
+        if self.sigv4.is_some() || self.signing_name.is_some() || self.signing_region.is_some() {
+            return Err(ctx.invalid(
+                "sink.catalog.sigv4",
+                "SigV4 signing (AWS Glue, S3 Tables) is not supported yet; use a catalog that takes a bearer token or OAuth2 client credentials",
+            ));
+        }
+        let Some(uri) = self.uri else {
+            return Err(ctx.invalid(
+                "sink.catalog.uri",
+                "missing: kind = \"rest\" needs uri = \"http://host:port\" (the catalog's base URI, without /v1)",
+            ));
+        };
+        let uri = uri.trim_end_matches('/').to_owned();
+        match url::Url::parse(&uri) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+            _ => {
+                return Err(ctx.invalid(
+                    "sink.catalog.uri",
+                    format!(
+                        "{:?} is not an http:// or https:// URI",
+                        redact_url(&uri)
+                    ),
+                ))
+            }
+        }
+        if uri.ends_with("/v1") {
+            return Err(ctx.invalid(
+                "sink.catalog.uri",
+                "leave /v1 out: cdcd adds it (uri = \"http://host:port\")",
+            ));
+        }
+        let auth = match (self.token, self.credential) {
+            (Some(_), Some(_)) => {
+                return Err(ctx.invalid(
+                    "sink.catalog.credential",
+                    "set token or credential, not both",
+                ))
+            }
+            (Some(token), None) => {
+                if self.oauth2_server_uri.is_some() || self.scope.is_some() {
+                    return Err(ctx.invalid(
+                        "sink.catalog.oauth2_server_uri",
+                        "applies to credential = \"client_id:client_secret\" only",
+                    ));
+                }
+                RestAuth::Token(token)
+            }
+            (None, Some(credential)) => {
+                let Some((id, secret)) = credential.split_once(':') else {
+                    return Err(ctx.invalid(
+                        "sink.catalog.credential",
+                        "use \"client_id:client_secret\"",
+                    ));
+                };
+                RestAuth::ClientCredentials {
+                    client_id: id.to_owned(),
+                    client_secret: secret.to_owned(),
+                    server_uri: self.oauth2_server_uri,
+                    scope: self.scope.unwrap_or_else(|| "catalog".to_owned()),
+                }
+            }
+            (None, None) => {
+                if self.oauth2_server_uri.is_some() || self.scope.is_some() {
+                    return Err(ctx.invalid(
+                        "sink.catalog.oauth2_server_uri",
+                        "applies to credential = \"client_id:client_secret\" only",
+                    ));
+                }
+                RestAuth::None
+            }
+        };
+        Ok(CatalogConfig::Rest(RestConfig {
+            uri,
+            warehouse: self.warehouse,
+            auth,
+        }))
     }
 }
 
@@ -375,15 +534,48 @@ mod tests {
     }
 
     #[test]
-    fn rest_is_refused_at_load() {
-        let e = with_catalog("kind = \"rest\"\nuri = \"http://127.0.0.1:8181\"\ntoken = \"t\"")
-            .unwrap_err();
-        assert!(
-            e.contains(
-                "sink.catalog kind = \"rest\" is not supported yet; use \"filesystem\" or \"sql\""
-            ),
-            "{e}"
+    fn rest_with_a_token_or_client_credentials() {
+        let CatalogConfig::Rest(rest) = catalog(
+            "kind = \"rest\"\nuri = \"http://127.0.0.1:8181/\"\nwarehouse = \"lake\"\ntoken = \"t0ps3cret\"",
+        ) else {
+            panic!("rest")
+        };
+        assert_eq!(rest.uri, "http://127.0.0.1:8181");
+        assert_eq!(rest.warehouse.as_deref(), Some("lake"));
+        assert_eq!(rest.auth, RestAuth::Token("t0ps3cret".into()));
+        assert!(!format!("{rest:?}").contains("t0ps3cret"));
+        let CatalogConfig::Rest(rest) = catalog(
+            "kind = \"rest\"\nuri = \"https://cat.example.com/api/catalog\"\ncredential = \"cdcd:s3cret\"\nscope = \"PRINCIPAL_ROLE:ALL\"",
+        ) else {
+            panic!("rest")
+        };
+        assert_eq!(
+            rest.auth,
+            RestAuth::ClientCredentials {
+                client_id: "cdcd".into(),
+                client_secret: "s3cret".into(),
+                server_uri: None,
+                scope: "PRINCIPAL_ROLE:ALL".into(),
+            }
         );
+        let shown = format!("{rest:?} {}", rest.auth.summary());
+        assert!(!shown.contains("s3cret") && shown.contains("cdcd"), "{shown}");
+    }
+
+    #[test]
+    fn rest_errors_name_the_key() {
+        for (section, key, words) in [
+            ("kind = \"rest\"", "sink.catalog.uri", "missing"),
+            ("kind = \"rest\"\nuri = \"ftp://h\"", "sink.catalog.uri", "http"),
+            ("kind = \"rest\"\nuri = \"http://h:8181/v1\"", "sink.catalog.uri", "leave /v1 out"),
+            ("kind = \"rest\"\nuri = \"http://h\"\ntoken = \"a\"\ncredential = \"b:c\"", "sink.catalog.credential", "not both"),
+            ("kind = \"rest\"\nuri = \"http://h\"\ncredential = \"nocolon\"", "sink.catalog.credential", "client_id:client_secret"),
+            ("kind = \"rest\"\nuri = \"http://h\"\nsigv4 = true", "sink.catalog.sigv4", "not supported yet"),
+            ("kind = \"rest\"\nuri = \"http://h\"\nname = \"x\"", "sink.catalog.name", "sql"),
+        ] {
+            let e = with_catalog(section).unwrap_err();
+            assert!(e.contains(key) && e.contains(words), "{section}: {e}");
+        }
     }
 
     #[test]

@@ -13,8 +13,10 @@
 //!   commit wrote.
 //!
 //! Kinds (`[sink.catalog]`): `filesystem.rs`, the default (the metadata file's create-if-absent
-//! is the commit point), and `sql.rs` (an Iceberg JDBC/SQL catalog row; its update is the commit
-//! point). An enum rather than a trait object: two kinds, both in this crate, and async methods.
+//! is the commit point), `sql.rs` (an Iceberg JDBC/SQL catalog row; its update is the commit
+//! point) and `rest.rs` (an Iceberg REST catalog; the server applies cdcd's changes and writes
+//! the metadata file). An enum rather than a trait object: three kinds, all in this crate, and
+//! async methods.
 
 use iceberg::spec::TableMetadata;
 
@@ -25,6 +27,7 @@ use crate::storage::Warehouse;
 
 pub mod config;
 pub(crate) mod filesystem;
+pub(crate) mod rest;
 pub(crate) mod sql;
 
 pub use config::CatalogConfig;
@@ -45,6 +48,7 @@ pub(crate) enum Catalog {
     Filesystem,
     /// Boxed: its URI and TLS settings are held twice (for messages and for the driver).
     Sql(Box<sql::SqlCatalog>),
+    Rest(Box<rest::RestCatalog>),
 }
 
 impl Catalog {
@@ -54,6 +58,7 @@ impl Catalog {
             CatalogConfig::Sql { uri, name } => {
                 Catalog::Sql(Box::new(sql::SqlCatalog::new(uri, name)))
             }
+            CatalogConfig::Rest(rest) => Catalog::Rest(Box::new(rest::RestCatalog::new(rest))),
         }
     }
 
@@ -66,6 +71,7 @@ impl Catalog {
         match self {
             Catalog::Filesystem => filesystem::load(warehouse, t.location).await,
             Catalog::Sql(sql) => sql.load(warehouse, t).await,
+            Catalog::Rest(rest) => rest.load(t).await,
         }
     }
 
@@ -79,6 +85,7 @@ impl Catalog {
         match self {
             Catalog::Filesystem => filesystem::commit_version(warehouse, t.id, 1, metadata).await,
             Catalog::Sql(sql) => sql.create(warehouse, t, metadata).await,
+            Catalog::Rest(rest) => rest.create(warehouse, t, metadata).await,
         }
     }
 
@@ -95,6 +102,7 @@ impl Catalog {
                 filesystem::commit_version(warehouse, t.id, base.version + 1, next).await
             }
             Catalog::Sql(sql) => sql.commit(warehouse, t, base, next).await,
+            Catalog::Rest(rest) => rest.commit(warehouse, t, base, next).await,
         }
     }
 

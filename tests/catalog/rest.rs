@@ -1,0 +1,475 @@
+//! `[sink.catalog] kind = "rest"` against a real Iceberg REST catalog server (rustberg, built by
+//! `scripts/testbed.sh`; each test starts its own, with its own catalog file and warehouse), read
+//! back through the same catalog by pyiceberg's `RestCatalog` and DuckDB's `ATTACH … (TYPE
+//! iceberg)`. Faults through `tests/support/restproxy.py`: commit answers lost after the commit
+//! landed, commits refused before reaching the server, OAuth2 tokens that expire early. Sharing: a
+//! second cdcd process compacts the table through the catalog while the daemon streams updates
+//! and deletes to it; the daemon's next commit conflicts (409) and is planned again on the
+//! rewritten files.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{
+    connect, exec, run_cdcd, test_env, unique, write_file, Pipeline, Settings, TestEnv, NAMESPACE,
+};
+
+/// The API key every test server accepts (rustberg: `^rb_[A-Za-z0-9_-]{7,61}$`).
+const KEY: &str = "rb_cdcd_test_key_0001";
+
+/// A rustberg server of one test.
+struct Rustberg {
+    child: Child,
+    uri: String,
+    log: PathBuf,
+}
+
+impl Rustberg {
+    /// Starts rustberg with its catalog in `dir` and `warehouse` as its warehouse.
+    fn start(dir: &Path, warehouse: &Path) -> Rustberg {
+        let bin = rustberg_binary();
+        std::fs::create_dir_all(warehouse).unwrap();
+        let port = free_port();
+        let config = dir.join("rustberg.toml");
+        write_file(
+            &config,
+            &format!(
+                "[server]\nhost = \"127.0.0.1\"\nport = {port}\n\n\
+                 [server.auth]\napi_key_enabled = true\njwt_enabled = false\n\n\
+                 [[server.auth.api_keys]]\nname = \"cdcd-test\"\ntenant = \"default\"\nroles = [\"admin\"]\nkey_env = \"RB_KEY\"\n\n\
+                 [storage]\ncatalog_url = \"file://{catalog}\"\nwarehouse_location = \"file://{wh}\"\n\n\
+                 [rate_limit]\nenabled = false\n\n[audit]\nsink = \"none\"\n",
+                catalog = dir.join("rustberg-catalog").display(),
+                wh = warehouse.display(),
+            ),
+        );
+        let log = dir.join("rustberg.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(bin)
+            .args(["--config", config.to_str().unwrap(), "--insecure-http"])
+            .env("RB_KEY", KEY)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        let server = Rustberg {
+            child,
+            uri: format!("http://127.0.0.1:{port}"),
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while http_status(port, "/v1/config", KEY) != Some(200) {
+            assert!(
+                Instant::now() < deadline,
+                "rustberg did not answer /v1/config:\n{}",
+                std::fs::read_to_string(&server.log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        server
+    }
+}
+
+impl Drop for Rustberg {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A restproxy.py in front of a server.
+struct Proxy {
+    child: Child,
+    uri: String,
+    log: PathBuf,
+}
+
+impl Proxy {
+    fn start(env: &TestEnv, upstream: &Rustberg, dir: &Path, args: &[&str]) -> Proxy {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/restproxy.py");
+        let log = dir.join("restproxy.log");
+        let mut child = Command::new(&env.python)
+            .arg(script)
+            .arg(&upstream.uri)
+            .args(["--upstream-token", KEY, "--log", log.to_str().unwrap()])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port: u16 = line
+            .trim()
+            .strip_prefix("listening ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("restproxy said {line:?}"));
+        Proxy {
+            child,
+            uri: format!("http://127.0.0.1:{port}"),
+            log,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The test bed's rustberg, waiting for its background build when it is not there yet.
+fn rustberg_binary() -> String {
+    let var = |name: &str| {
+        std::env::var(name).unwrap_or_else(|_| {
+            panic!("{name} is unset: run scripts/testbed.sh up and eval \"$(scripts/testbed.sh env)\"")
+        })
+    };
+    let bin = var("CDCD_TEST_RUSTBERG");
+    let status = var("CDCD_TEST_RUSTBERG_STATUS");
+    let deadline = Instant::now() + Duration::from_secs(45 * 60);
+    while !Path::new(&bin).exists() {
+        match std::fs::read_to_string(&status) {
+            Ok(s) if s.trim() == "failed" => {
+                panic!("building rustberg failed: see the test bed's logs/rustberg-build.log")
+            }
+            _ if Instant::now() > deadline => panic!("rustberg is still not built ({bin})"),
+            _ => std::thread::sleep(Duration::from_secs(5)),
+        }
+    }
+    bin
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The status of `GET path` with a bearer token (`None`: no answer).
+fn http_status(port: u16, path: &str, token: &str) -> Option<u16> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn catalog_section(uri: &str, auth: &str) -> String {
+    format!("\n[sink.catalog]\nkind = \"rest\"\nuri = {uri:?}\n{auth}\n")
+}
+
+/// lakecheck of `public.<table>` through the REST catalog, by pyiceberg (by DuckDB's REST
+/// attach under equality deletes, which pyiceberg refuses) and then by DuckDB too.
+async fn assert_equal_through_catalog(p: &mut Pipeline, uri: &str, table: &str, wait_secs: u32) {
+    let t = format!("{NAMESPACE}.{table}");
+    let first = match std::env::var("CDCD_TEST_DELETE_MODE").as_deref() {
+        Ok("equality") => "duckdb",
+        _ => "pyiceberg",
+    };
+    for (reader, wait) in [(first, wait_secs), ("duckdb", 0)] {
+        let args = [
+            "--rest-catalog",
+            uri,
+            "--catalog-token",
+            KEY,
+            "--catalog-table",
+            &t,
+            "--reader",
+            reader,
+        ];
+        let (code, out) = p.lakecheck(table, wait, &args).await;
+        assert_eq!(
+            code,
+            Some(0),
+            "lakecheck through the REST catalog ({reader}) differs:\n{out}"
+        );
+        eprintln!(
+            "lakecheck public.{table}: {}",
+            out.lines().last().unwrap_or("")
+        );
+    }
+}
+
+fn create_table(t: &str) -> String {
+    format!(
+        "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int8 PRIMARY KEY, v text, n int4);
+         INSERT INTO {t} SELECT g, 'seed ' || g, g FROM generate_series(1, 300) g;"
+    )
+}
+
+fn changes(t: &str, round: u32) -> String {
+    let base = 1000 * round;
+    format!(
+        "INSERT INTO {t} SELECT {base} + g, 'new ' || g, g FROM generate_series(1, 200) g;
+         UPDATE {t} SET v = 'upd {round}', n = n + 1 WHERE id % 7 = 0;
+         DELETE FROM {t} WHERE id % 11 = 0;
+         BEGIN; UPDATE {t} SET v = NULL WHERE id = 5; DELETE FROM {t} WHERE id = 6; INSERT INTO {t} VALUES (6, 'again', 6); COMMIT;"
+    )
+}
+
+/// Replication through rustberg: `cdcd check`, the copy, three rounds of changes with a restart
+/// in between, `cdcd status` and `cdcd cleanup` through the catalog; pyiceberg lists what cdcd
+/// created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_catalog_replicates_and_readers_find_the_table() {
+    let Some(env) = test_env("rest_catalog_replicates_and_readers_find_the_table") else {
+        return;
+    };
+    let name = unique("catrest");
+    let t = format!("{name}_orders");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let settings = Settings {
+        sink_extra: String::new(),
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let dir = p.dir.as_ref().unwrap().path().to_owned();
+    let server = Rustberg::start(&dir, &p.warehouse);
+    let settings = Settings {
+        sink_extra: catalog_section(&server.uri, &format!("token = {KEY:?}")),
+        ..Settings::default()
+    };
+    p.write_config(&settings);
+
+    let (ok, out) = run_cdcd(&["check"], &p.config);
+    let line = format!("catalog rest {}: ok (bearer token;", server.uri);
+    assert!(ok && out.contains(&line), "cdcd check:\n{out}");
+    assert!(!out.contains(KEY), "cdcd check shows the token:\n{out}");
+
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    for round in 1..=3 {
+        exec(&client, &changes(&t, round)).await;
+        assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+        if round == 2 {
+            p.sigterm_and_wait(Duration::from_secs(60)).await;
+            p.start();
+        }
+    }
+    let (ok, out) = run_cdcd(&["status"], &p.config);
+    assert!(ok && out.contains(&t), "cdcd status:\n{out}");
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+    let (ok, out) = run_cdcd(&["cleanup", "--dry-run"], &p.config);
+    assert!(ok, "cdcd cleanup through the catalog:\n{out}");
+    assert!(!out.contains(KEY), "cdcd cleanup shows the token:\n{out}");
+
+    // pyiceberg lists the namespace and the table cdcd created, as a v3 (or v2) table with cdcd's
+    // properties and its checkpoint in the current snapshot.
+    let script = format!(
+        "from pyiceberg.catalog import load_catalog\n\
+         c = load_catalog('rest', type='rest', uri={uri:?}, token={KEY:?})\n\
+         t = c.load_table(({NAMESPACE:?}, {t:?}))\n\
+         print(c.list_namespaces(), c.list_tables({NAMESPACE:?}))\n\
+         print('format', t.metadata.format_version)\n\
+         print('position', t.current_snapshot().summary.additional_properties.get('cdcd.position'))",
+        uri = server.uri,
+    );
+    let out = Command::new(&env.python).args(["-c", &script]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("('{NAMESPACE}',)"))
+            && text.contains(&format!("('{NAMESPACE}', '{t}')"))
+            && !text.contains("position None"),
+        "pyiceberg: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let format = if std::env::var("CDCD_TEST_DELETE_MODE").as_deref() == Ok("equality") {
+        "format 2"
+    } else {
+        "format 3"
+    };
+    assert!(text.contains(format), "pyiceberg: {text}");
+}
+
+/// The catalog loses the answers of two commits that landed, and refuses two before they reach
+/// it (503): cdcd loads the table to learn each outcome, goes on after the landed ones without
+/// committing them again, and sends the refused ones again. The replica ends equal, with no key
+/// twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_commits_whose_answers_are_lost_or_refused_land_once() {
+    let Some(env) = test_env("rest_commits_whose_answers_are_lost_or_refused_land_once") else {
+        return;
+    };
+    let name = unique("catrestlost");
+    let t = format!("{name}_orders");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let dir = p.dir.as_ref().unwrap().path().to_owned();
+    let server = Rustberg::start(&dir, &p.warehouse);
+    // Commit 1 is the copy; 2 and 4 land unanswered, 3 and 6 are refused unsent.
+    let proxy = Proxy::start(&env, &server, &dir, &["--lose-answer", "2,4", "--refuse", "3,6"]);
+    let settings = Settings {
+        sink_extra: format!(
+            "maintenance_interval_ms = 0\n{}",
+            catalog_section(&proxy.uri, "token = \"ignored-by-the-proxy\"")
+        ),
+        ..Settings::default()
+    };
+    p.write_config(&settings);
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    for round in 1..=5 {
+        exec(&client, &changes(&t, round)).await;
+        assert_equal_through_catalog(&mut p, &server.uri, &t, 90).await;
+    }
+    let log = proxy.log();
+    assert!(
+        log.matches("lost POST").count() == 2 && log.matches("refused POST").count() == 2,
+        "the proxy did not inject every fault:\n{log}"
+    );
+    let out = p.output();
+    assert!(
+        out.contains("commit landed on an earlier attempt"),
+        "cdcd did not find its landed commit:\n{out}"
+    );
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}
+
+/// OAuth2 client credentials against a token server whose tokens die after 2 s though it
+/// announces an hour: every request after that gets 401, cdcd gets a new token and sends the
+/// request again. Replication goes on across several expiries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_oauth2_tokens_that_expire_are_renewed() {
+    let Some(env) = test_env("rest_oauth2_tokens_that_expire_are_renewed") else {
+        return;
+    };
+    let name = unique("catrestoauth");
+    let t = format!("{name}_orders");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let dir = p.dir.as_ref().unwrap().path().to_owned();
+    let server = Rustberg::start(&dir, &p.warehouse);
+    let proxy = Proxy::start(
+        &env,
+        &server,
+        &dir,
+        &[
+            "--oauth",
+            "cdcd-client:s3cret-Value",
+            "--token-ttl",
+            "2",
+            "--announce-ttl",
+            "3600",
+        ],
+    );
+    let settings = Settings {
+        sink_extra: catalog_section(&proxy.uri, "credential = \"cdcd-client:s3cret-Value\""),
+        ..Settings::default()
+    };
+    p.write_config(&settings);
+    let (ok, out) = run_cdcd(&["check"], &p.config);
+    assert!(
+        ok && out.contains("OAuth2 client credentials of \"cdcd-client\""),
+        "cdcd check:\n{out}"
+    );
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    for round in 1..=3 {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        exec(&client, &changes(&t, round)).await;
+        assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    }
+    let log = proxy.log();
+    assert!(
+        log.matches("token POST").count() >= 3 && log.contains("401 "),
+        "no token expired and was renewed:\n{log}"
+    );
+    let out = p.output();
+    assert!(
+        !out.contains("s3cret-Value") && !out.contains(KEY),
+        "a secret reached the log:\n{out}"
+    );
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}
+
+/// Another engine rewrites the table's data files through the catalog while cdcd streams updates
+/// and deletes to it (here a second cdcd, `cdcd maintain` under another pipeline name, compacting
+/// the way Spark's `rewrite_data_files` does: new files, old ones removed, one snapshot on
+/// `main`). The daemon's next commit is refused (409); it loads the table, catches its
+/// primary-key index up with the rewritten files, plans the commit again and lands it: the
+/// replica stays equal, no update or delete lost or applied twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewrite_by_another_engine_is_built_upon() {
+    let Some(env) = test_env("a_rewrite_by_another_engine_is_built_upon") else {
+        return;
+    };
+    let name = unique("catrestshare");
+    let t = format!("{name}_orders");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let dir = p.dir.as_ref().unwrap().path().to_owned();
+    let server = Rustberg::start(&dir, &p.warehouse);
+    // The daemon's own maintenance off (the other engine maintains this table); compaction
+    // eager so the other engine's cycle rewrites the few small files there are.
+    let sink_extra = format!(
+        "maintenance_interval_ms = 0\n{}\n[sink.table_properties]\n\"cdcd.compaction.min-input-files\" = \"2\"\n",
+        catalog_section(&server.uri, &format!("token = {KEY:?}"))
+    );
+    let settings = Settings {
+        sink_extra: sink_extra.clone(),
+        ..Settings::default()
+    };
+    p.write_config(&settings);
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    for round in 1..=2 {
+        exec(&client, &changes(&t, round)).await;
+        assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    }
+
+    // The other engine: the same catalog and table, another pipeline (its own lease and index).
+    let other = dir.join("other.toml");
+    let text = std::fs::read_to_string(&p.config)
+        .unwrap()
+        .replace(&format!("name = {:?}", p.name), &format!("name = \"{}_other\"", p.name));
+    write_file(&other, &text);
+    for round in 3..=4 {
+        let (ok, out) = run_cdcd(&["maintain", "--table", &format!("public.{t}")], &other);
+        assert!(ok, "cdcd maintain (the other engine):\n{out}");
+        assert!(
+            out.contains(": rewrote ") && !out.contains(": rewrote 0 data files"),
+            "the other engine rewrote nothing:\n{out}"
+        );
+        // Updates and deletes of rows the rewrite moved.
+        exec(&client, &changes(&t, round)).await;
+        assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    }
+    let out = p.output();
+    assert!(
+        out.contains("planning the commit again on top of it"),
+        "the daemon never met the other engine's commit:\n{out}"
+    );
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}
