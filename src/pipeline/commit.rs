@@ -21,7 +21,7 @@ use super::{Committer, PipelineError};
 use crate::changelog::{Position, TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
 use crate::metrics as m;
-use crate::sinks::{CommitStats, Sink, SinkError};
+use crate::sinks::{CommitStats, Sink, SinkError, TableCommit};
 use crate::sources::SnapshotProgress;
 
 /// A commit taken out of the buffers: everything the sink needs, owned, so it can run on a task.
@@ -42,6 +42,49 @@ pub(super) struct Committed {
     pub window: Option<Position>,
 }
 
+/// Counts a failed commit and marks the sink unhealthy.
+fn failed(pipeline: &str, e: &SinkError) {
+    metrics::counter!(m::ERRORS_TOTAL, m::LABEL_PIPELINE => pipeline.to_owned(), m::LABEL_KIND => e.kind())
+        .increment(1);
+    m::Health::global().sink_failed(e.to_string());
+}
+
+/// Commits every table of a flush through `sink` at once ([`Sink::commit_tables`]: one catalog
+/// transaction where the catalog offers it), then emits each commit's metrics and log line.
+pub(super) async fn run_together(
+    pending: Vec<PendingCommit>,
+    sink: Arc<dyn Sink>,
+    pipeline: &str,
+) -> Result<Vec<Committed>, SinkError> {
+    if pending.len() < 2 {
+        let mut committed = Vec::new();
+        for p in pending {
+            committed.push(p.run(Arc::clone(&sink), pipeline.to_owned()).await?);
+        }
+        return Ok(committed);
+    }
+    let started = Instant::now();
+    let commits: Vec<TableCommit<'_>> = pending
+        .iter()
+        .map(|p| TableCommit {
+            schema: &p.schema,
+            changes: &p.changes,
+            checkpoint: &p.checkpoint,
+        })
+        .collect();
+    let stats = sink
+        .commit_tables(&commits)
+        .await
+        .inspect_err(|e| failed(pipeline, e))?;
+    m::Health::global().sink_ok();
+    let elapsed = started.elapsed();
+    Ok(pending
+        .into_iter()
+        .zip(stats)
+        .map(|(p, s)| p.record(s, elapsed, pipeline))
+        .collect())
+}
+
 impl PendingCommit {
     /// Commits through `sink` and emits the commit's metrics and log line.
     pub async fn run(self, sink: Arc<dyn Sink>, pipeline: String) -> Result<Committed, SinkError> {
@@ -49,13 +92,14 @@ impl PendingCommit {
         let stats: CommitStats = sink
             .commit(&self.schema, &self.changes, &self.checkpoint)
             .await
-            .inspect_err(|e| {
-                metrics::counter!(m::ERRORS_TOTAL, m::LABEL_PIPELINE => pipeline.clone(), m::LABEL_KIND => e.kind())
-                    .increment(1);
-                m::Health::global().sink_failed(e.to_string());
-            })?;
+            .inspect_err(|e| failed(&pipeline, e))?;
         m::Health::global().sink_ok();
-        let elapsed = started.elapsed();
+        Ok(self.record(stats, started.elapsed(), &pipeline))
+    }
+
+    /// The metrics and log line of a durable commit that took `elapsed`.
+    fn record(self, stats: CommitStats, elapsed: std::time::Duration, pipeline: &str) -> Committed {
+        let pipeline = pipeline.to_owned();
         let labels = [
             (m::LABEL_PIPELINE, pipeline.clone()),
             (m::LABEL_TABLE, self.table.to_string()),
@@ -76,11 +120,11 @@ impl PendingCommit {
             ms = elapsed.as_millis() as u64,
             "committed"
         );
-        Ok(Committed {
+        Committed {
             table: self.table,
             checkpoint: self.checkpoint,
             window: self.window,
-        })
+        }
     }
 }
 
@@ -129,12 +173,15 @@ impl Committer {
         self.tables.buffers.is_empty() && !self.in_flight.is_running()
     }
 
-    /// Commits every buffered table, then acknowledges what was received.
+    /// Commits every buffered table (together: [`run_together`]), then acknowledges what was
+    /// received.
     pub(super) async fn flush(&mut self) -> Result<(), PipelineError> {
         self.settle().await?;
         let tables: Vec<TableId> = self.tables.buffers.keys().cloned().collect();
-        for table in tables {
-            self.commit_table(&table).await?;
+        let pending: Vec<PendingCommit> = tables.iter().filter_map(|t| self.take_commit(t)).collect();
+        let committed = run_together(pending, self.sink.clone(), &self.settings.pipeline).await?;
+        for c in committed {
+            self.committed(c);
         }
         self.ack_received();
         Ok(())

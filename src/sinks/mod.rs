@@ -99,6 +99,13 @@ pub fn build(
     })
 }
 
+/// One table's part of [`Sink::commit_tables`].
+pub struct TableCommit<'a> {
+    pub schema: &'a Arc<TableSchema>,
+    pub changes: &'a [TableChanges],
+    pub checkpoint: &'a Checkpoint,
+}
+
 /// A table writer for one warehouse.
 ///
 /// Ordering: `commit` is called per table with that table's changes in source order; commits of
@@ -123,6 +130,22 @@ pub trait Sink: Send + Sync {
         changes: &[TableChanges],
         checkpoint: &Checkpoint,
     ) -> Result<CommitStats, SinkError>;
+
+    /// Commits several tables' changes, each with its own checkpoint, as [`Sink::commit`] does
+    /// for one. A sink whose catalog commits several tables atomically (the Iceberg sink on a
+    /// REST catalog offering `transactions/commit`) makes them visible together or not at all;
+    /// this default commits them one after another (an error leaves the earlier ones committed).
+    /// The stats are in `commits`' order.
+    async fn commit_tables(
+        &self,
+        commits: &[TableCommit<'_>],
+    ) -> Result<Vec<CommitStats>, SinkError> {
+        let mut stats = Vec::with_capacity(commits.len());
+        for c in commits {
+            stats.push(self.commit(c.schema, c.changes, c.checkpoint).await?);
+        }
+        Ok(stats)
+    }
 
     /// The state of `table` for `cdcd status`; `None` when it does not exist.
     async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError>;

@@ -36,7 +36,9 @@ use iceberg::spec::{FormatVersion, TableMetadata};
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
 use crate::config::{DeleteMode, IcebergConfig};
-use crate::sinks::{CommitStats, MaintenanceReport, Sink, SinkError, TableFiles, TableStatus};
+use crate::sinks::{
+    CommitStats, MaintenanceReport, Sink, SinkError, TableCommit, TableFiles, TableStatus,
+};
 use crate::storage::cleanup::TableCleanup;
 use crate::storage::Warehouse;
 
@@ -57,6 +59,7 @@ mod metadata;
 mod multiset;
 pub mod plan;
 mod schema;
+mod transaction;
 mod window;
 mod writer;
 
@@ -96,6 +99,8 @@ pub struct IcebergSink {
     maintenance_interval: Option<Duration>,
     /// One maintenance cycle at a time; what cycles keep between them.
     maintenance: tokio::sync::Mutex<maintenance::MaintenanceState>,
+    /// The log said once that the REST catalog offers no multi-table commits.
+    said_no_transactions: std::sync::atomic::AtomicBool,
 }
 
 type Slot = Arc<tokio::sync::Mutex<TableSlot>>;
@@ -129,6 +134,7 @@ impl IcebergSink {
             maintenance_interval: (config.maintenance_interval_ms > 0)
                 .then(|| Duration::from_millis(config.maintenance_interval_ms)),
             maintenance: tokio::sync::Mutex::default(),
+            said_no_transactions: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -378,6 +384,30 @@ impl Sink for IcebergSink {
         checkpoint: &Checkpoint,
     ) -> Result<CommitStats, SinkError> {
         self.commit_inner(schema, changes, checkpoint).await
+    }
+
+    async fn commit_tables(
+        &self,
+        commits: &[TableCommit<'_>],
+    ) -> Result<Vec<CommitStats>, SinkError> {
+        if let Catalog::Rest(rest) = &self.catalog {
+            if commits.len() > 1 {
+                if rest.offers_transactions().await? {
+                    return self.commit_together(rest, commits).await;
+                }
+                if !self
+                    .said_no_transactions
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    tracing::info!(catalog = %rest.uri(), "the REST catalog does not offer multi-table commits (POST /v1/{{prefix}}/transactions/commit); committing table by table, so a source transaction over several tables may be visible in one before the others");
+                }
+            }
+        }
+        let mut stats = Vec::with_capacity(commits.len());
+        for c in commits {
+            stats.push(self.commit_inner(c.schema, c.changes, c.checkpoint).await?);
+        }
+        Ok(stats)
     }
 
     async fn check(&self) -> Result<Vec<String>, String> {

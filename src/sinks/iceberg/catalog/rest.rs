@@ -23,8 +23,8 @@
 //!   won. If the table cannot be loaded either, the error says the outcome is unknown and the
 //!   caller reloads before its next attempt. No file is deleted on an unknown outcome.
 //! - **Multi-table commits** ([`RestCatalog::commit_many`]): when `GET /v1/config` lists
-//!   `POST /v1/{prefix}/transactions/commit`, the tables of one commit cycle go in one request,
-//!   all or nothing.
+//!   `POST /v1/{prefix}/transactions/commit`, the tables of one flush go in one request, all or
+//!   nothing (`iceberg/transaction.rs`).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -69,9 +69,14 @@ impl RestCatalog {
         }
     }
 
-    /// The catalog's URI (never a secret: tokens travel in headers).
+    /// The catalog's URI as configured (tokens travel in headers; a password in the URI is
+    /// hidden).
     pub fn uri(&self) -> String {
-        crate::config::redact_url(&self.config.uri)
+        if self.config.uri.contains('@') {
+            crate::config::redact_url(&self.config.uri)
+        } else {
+            self.config.uri.clone()
+        }
     }
 
     /// How cdcd signs in, for `cdcd check`.
@@ -328,7 +333,6 @@ impl RestCatalog {
                         tracing::info!(table = %t.id, file = %now.file, "commit landed on an earlier attempt");
                         return Ok(now);
                     }
-                    let head = |m: &TableMetadata| m.snapshot_for_ref(updates::MAIN).map(|s| s.snapshot_id());
                     if head(&now.metadata) != head(&base.metadata) {
                         return Err(publish::lost_to(warehouse, t.id, base.version + 1, &now.file).await);
                     }
@@ -339,6 +343,129 @@ impl RestCatalog {
             }
         }
         Err(self.error(&what, "no attempt left"))
+    }
+
+    /// Publishes several tables' `next` on top of their `base` in one catalog transaction
+    /// (`POST …/transactions/commit`: all or nothing); the tables' new metadata, in `items`'
+    /// order. The same outcome rules as [`RestCatalog::commit`], over all tables: a 409 is a
+    /// conflict; a lost answer is settled by loading every table: all show their commit
+    /// (committed), none does and every `main` is where it was (sent again), none does and some
+    /// `main` moved (lost to another writer).
+    pub async fn commit_many(
+        &self,
+        warehouse: &Warehouse,
+        items: &[(TableRef<'_>, &Loaded, &TableMetadata)],
+    ) -> Result<Vec<Loaded>, SinkError> {
+        let what = format!("committing {} tables in one transaction", items.len());
+        let mut changes = Vec::with_capacity(items.len());
+        for (t, base, next) in items {
+            let c = updates::between(&base.metadata, next)
+                .map_err(|e| self.error(&format!("committing {}", t.id), e))?;
+            changes.push(CommitTable {
+                identifier: TableIdentifier {
+                    namespace: vec![t.namespace.to_owned()],
+                    name: t.name.to_owned(),
+                },
+                requirements: c.requirements,
+                updates: c.updates,
+            });
+        }
+        let request = wire::CommitTransaction {
+            table_changes: &changes,
+        };
+        let key = uuid::Uuid::new_v4().to_string();
+        for attempt in 1..=ATTEMPTS {
+            if let Some(fence) = warehouse.fence() {
+                fence.check()?;
+            }
+            let reply = self
+                .client()?
+                .send(Method::POST, "transactions/commit", Some(&request), Some(&key))
+                .await;
+            let lost = match reply {
+                Ok(Reply::Ok(_)) => return self.committed_many(items, &what).await,
+                Ok(Reply::Refused(StatusCode::CONFLICT, message)) => {
+                    tracing::info!(tables = items.len(), detail = %message, "the catalog refused the transaction: another writer committed first");
+                    return Err(self.lost_many(warehouse, items).await);
+                }
+                Ok(Reply::Refused(status, message)) => {
+                    return Err(self.error(&what, format!("{status}: {message}")))
+                }
+                Err(HttpError::Failed(e)) => return Err(self.error(&what, e)),
+                Err(HttpError::Unknown(e)) => e,
+            };
+            tracing::warn!(tables = items.len(), error = %lost, attempt, "the transaction's answer was lost; loading the tables to learn its outcome");
+            let mut landed = 0;
+            let mut moved = false;
+            for (t, base, next) in items {
+                let Some(now) = self.load_after_lost_answer(t, &lost).await? else {
+                    return Err(self.error(&what, format!("{} is gone (another writer dropped it?)", t.id)));
+                };
+                if updates::landed(&base.metadata, next, &now.metadata) {
+                    landed += 1;
+                } else if head(&now.metadata) != head(&base.metadata) {
+                    moved = true;
+                }
+            }
+            if landed == items.len() {
+                tracing::info!(tables = items.len(), "the transaction landed on an earlier attempt");
+                return self.committed_many(items, &what).await;
+            }
+            if landed > 0 {
+                return Err(self.error(&what, format!("the catalog applied {landed} of {} tables of one transaction; it is not atomic", items.len())));
+            }
+            if moved {
+                return Err(self.lost_many(warehouse, items).await);
+            }
+            if attempt == ATTEMPTS {
+                return Err(self.error(&what, lost));
+            }
+        }
+        Err(self.error(&what, "no attempt left"))
+    }
+
+    /// The tables' metadata after their transaction landed (its answer carries none).
+    async fn committed_many(
+        &self,
+        items: &[(TableRef<'_>, &Loaded, &TableMetadata)],
+        what: &str,
+    ) -> Result<Vec<Loaded>, SinkError> {
+        let mut out = Vec::with_capacity(items.len());
+        for (t, base, next) in items {
+            let now = self.load(t).await?.ok_or_else(|| {
+                self.error(what, format!("{} is gone right after the commit", t.id))
+            })?;
+            if !updates::landed(&base.metadata, next, &now.metadata) {
+                return Err(self.error(
+                    what,
+                    format!("the catalog answered success but {} does not show the commit", t.id),
+                ));
+            }
+            out.push(now);
+        }
+        Ok(out)
+    }
+
+    /// The error for a transaction another writer beat: the first table whose `main` moved.
+    async fn lost_many(
+        &self,
+        warehouse: &Warehouse,
+        items: &[(TableRef<'_>, &Loaded, &TableMetadata)],
+    ) -> SinkError {
+        for (t, base, _) in items {
+            if let Ok(Some(now)) = self.load(t).await {
+                if head(&now.metadata) != head(&base.metadata) {
+                    return publish::lost_to(warehouse, t.id, base.version + 1, &now.file).await;
+                }
+            }
+        }
+        match items.first() {
+            Some((t, base, _)) => SinkError::CommitConflict {
+                table: t.id.clone(),
+                version: base.version + 1,
+            },
+            None => self.error("committing", "no table"),
+        }
     }
 
     /// The error for a commit the catalog refused with 409: `Fenced` when the table's current
@@ -436,6 +563,11 @@ impl RestCatalog {
             }
         }
     }
+}
+
+/// The snapshot `main` points at.
+fn head(meta: &TableMetadata) -> Option<i64> {
+    meta.snapshot_for_ref(updates::MAIN).map(|s| s.snapshot_id())
 }
 
 /// Checks that the catalog kept the schema cdcd asked for: field ids, names and types (a server

@@ -295,6 +295,11 @@ impl<'a> RowDelta<'a> {
         &self.base.metadata
     }
 
+    /// The metadata this commit builds on, as loaded (its file; for a catalog's commit).
+    pub(super) fn base_loaded(&self) -> &Arc<Loaded> {
+        &self.base
+    }
+
     fn table(&self) -> &TableId {
         &self.input.schema.id
     }

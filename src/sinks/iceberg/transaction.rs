@@ -1,0 +1,147 @@
+//! Several tables' commits of one flush made visible together: staged table by table as
+//! [`IcebergSink::commit_once`](super::IcebergSink) stages one, then published in one REST catalog
+//! transaction (`catalog/rest.rs`, `commit_many`), so a source transaction that touched several
+//! tables appears in all of them at once, or in none. Each table keeps its own checkpoint.
+//!
+//! Locks: every table's slot is held from staging to the end of the publish, taken in table
+//! order; maintenance holds one slot at a time, so no two holders wait on each other.
+//! A conflict (another writer committed to one of the tables first) re-plans all of them, on the
+//! same rule as one table's commit: only when no table's checkpoint of this pipeline moved.
+
+use std::sync::Arc;
+
+use super::catalog::rest::RestCatalog;
+use super::catalog::TableRef;
+use super::commit::{Input, RowDelta, Staged, Target};
+use super::metadata::Loaded;
+use super::{maintenance, pipeline_checkpoint, schema, IcebergSink, COMMIT_ATTEMPTS};
+use crate::sinks::{CommitStats, SinkError, TableCommit};
+
+impl IcebergSink {
+    /// Commits `commits` in one catalog transaction (see the module doc), re-planned after a
+    /// conflict at most [`COMMIT_ATTEMPTS`] times.
+    pub(super) async fn commit_together(
+        &self,
+        rest: &RestCatalog,
+        commits: &[TableCommit<'_>],
+    ) -> Result<Vec<CommitStats>, SinkError> {
+        for attempt in 1.. {
+            let before: Vec<Option<Arc<Loaded>>> = commits
+                .iter()
+                .map(|c| self.cached(&c.schema.id))
+                .collect();
+            let conflict = match self.together_once(rest, commits).await {
+                Err(e @ SinkError::CommitConflict { .. }) => e,
+                other => return other,
+            };
+            if attempt >= COMMIT_ATTEMPTS {
+                return Err(conflict);
+            }
+            for (c, before) in commits.iter().zip(before) {
+                let Some(before) = before else {
+                    return Err(conflict);
+                };
+                let now = self.load(&c.schema.id).await?;
+                let theirs = match &now {
+                    Some(now) => pipeline_checkpoint(&self.pipeline, &now.metadata)?,
+                    None => return Err(conflict),
+                };
+                if pipeline_checkpoint(&self.pipeline, &before.metadata)? != theirs {
+                    tracing::warn!(table = %c.schema.id, "another writer committed this pipeline's checkpoint first; stopping rather than applying the changes twice");
+                    return Err(conflict);
+                }
+            }
+            tracing::info!(
+                tables = commits.len(),
+                attempt,
+                "another writer committed to one of the tables first; planning the transaction again on top of it"
+            );
+        }
+        unreachable!("the loop returns")
+    }
+
+    async fn together_once(
+        &self,
+        rest: &RestCatalog,
+        commits: &[TableCommit<'_>],
+    ) -> Result<Vec<CommitStats>, SinkError> {
+        let mut order: Vec<usize> = (0..commits.len()).collect();
+        order.sort_by_key(|&i| commits[i].schema.id.to_string());
+        let slots: Vec<_> = order
+            .iter()
+            .map(|&i| self.table_slot(&commits[i].schema.id))
+            .collect();
+        let mut guards = Vec::with_capacity(slots.len());
+        for slot in &slots {
+            guards.push(slot.lock().await);
+        }
+        let locations: Vec<String> = order
+            .iter()
+            .map(|&i| self.table_location(&commits[i].schema.id))
+            .collect();
+        let mut staged = Vec::with_capacity(order.len());
+        for ((guard, &i), location) in guards.iter_mut().zip(&order).zip(&locations) {
+            let c = &commits[i];
+            let table = &c.schema.id;
+            let wanted = schema::iceberg_schema(c.schema)?;
+            let base = self.load_or_create(table, wanted.clone()).await?;
+            let target = Target {
+                warehouse: &self.warehouse,
+                index_location: self.index_location(table),
+                limits: self.limits,
+            };
+            let input = Input {
+                schema: c.schema,
+                changes: c.changes,
+                checkpoint: c.checkpoint,
+            };
+            let mut delta = RowDelta::new(target, input, Arc::clone(&base), &wanted)?;
+            let mut cached = guard
+                .for_commit(&self.warehouse, table, delta.base())
+                .await?;
+            let Staged { next, after } = delta.stage(&mut cached).await?;
+            staged.push((i, location, delta, next, after, cached));
+        }
+        let items: Vec<(TableRef<'_>, &Loaded, &iceberg::spec::TableMetadata)> = staged
+            .iter()
+            .map(|(i, location, delta, next, _, _)| {
+                (
+                    self.table_ref(&commits[*i].schema.id, location),
+                    delta.base_loaded().as_ref(),
+                    next,
+                )
+            })
+            .collect();
+        let published = rest.commit_many(&self.warehouse, &items).await;
+        drop(items);
+        let published = match published {
+            Ok(p) => p,
+            Err(e) => {
+                for c in commits {
+                    self.remember(&c.schema.id, None);
+                }
+                return Err(e);
+            }
+        };
+        let mut stats: Vec<Option<CommitStats>> = vec![None; commits.len()];
+        for ((i, _, delta, _, after, cached), published) in staged.into_iter().zip(published) {
+            let table = &commits[i].schema.id;
+            let published = Arc::new(published);
+            maintenance::metadata_log::delete_after_commit(
+                &self.warehouse,
+                delta.base_loaded(),
+                &published,
+                false,
+            );
+            self.remember(table, Some(published));
+            stats[i] = Some(delta.finish(after, cached));
+        }
+        stats
+            .into_iter()
+            .map(|s| s.ok_or_else(|| SinkError::Corrupt {
+                path: "transaction".into(),
+                detail: "a table of the transaction has no result".into(),
+            }))
+            .collect()
+    }
+}
