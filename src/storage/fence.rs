@@ -102,6 +102,11 @@ impl Fence {
     }
 
     /// The lease epoch: one more than the previous holder's, the same for all renewals.
+    /// The pipeline whose lease this is.
+    pub fn pipeline(&self) -> &str {
+        &self.0.pipeline
+    }
+
     pub fn epoch(&self) -> u64 {
         self.0.epoch
     }

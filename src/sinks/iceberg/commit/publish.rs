@@ -81,7 +81,10 @@ pub(crate) fn with_snapshot(
         .map_err(ice(table, "adding the snapshot"))
 }
 
-/// The `cdcd.lease-epoch` of the current snapshot in the metadata file at `path`, if readable.
+/// The `cdcd.lease-epoch` of the current snapshot in the metadata file at `path`, if readable
+/// and written under this daemon's pipeline (`cdcd.pipeline`): an epoch is a count of one
+/// pipeline's lease, so another pipeline's (a second cdcd maintaining or sharing the table)
+/// says nothing about this one's.
 async fn winner_epoch(warehouse: &Warehouse, path: &object_store::path::Path) -> Option<u64> {
     let bytes = warehouse.store().get(path).await.ok()?.bytes().await.ok()?;
     let meta: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
@@ -91,8 +94,12 @@ async fn winner_epoch(warehouse: &Warehouse, path: &object_store::path::Path) ->
         .as_array()?
         .iter()
         .find(|s| s.get("snapshot-id").and_then(|v| v.as_i64()) == Some(current))?;
-    snapshot
-        .get("summary")?
+    let summary = snapshot.get("summary")?;
+    let pipeline = summary.get(crate::checkpoint::PIPELINE_KEY)?.as_str()?;
+    if pipeline != warehouse.fence()?.pipeline() {
+        return None;
+    }
+    summary
         .get(crate::checkpoint::LEASE_EPOCH_KEY)?
         .as_str()?
         .parse()

@@ -88,11 +88,13 @@ pub(crate) fn summary(
         "total-position-deletes",
         previous("total-position-deletes").saturating_sub(removed_positions),
     );
+    // The epoch only beside this pipeline's checkpoint: it counts that pipeline's lease
+    // (`commit/publish.rs`, `winner_epoch`).
     if let Some(cp) = checkpoint {
         p.extend(cp.to_properties());
-    }
-    if lease_epoch > 0 {
-        p.insert(LEASE_EPOCH_KEY.to_owned(), lease_epoch.to_string());
+        if lease_epoch > 0 {
+            p.insert(LEASE_EPOCH_KEY.to_owned(), lease_epoch.to_string());
+        }
     }
     Summary {
         operation: Operation::Replace,
