@@ -178,7 +178,8 @@ impl Committer {
     pub(super) async fn flush(&mut self) -> Result<(), PipelineError> {
         self.settle().await?;
         let tables: Vec<TableId> = self.tables.buffers.keys().cloned().collect();
-        let pending: Vec<PendingCommit> = tables.iter().filter_map(|t| self.take_commit(t)).collect();
+        let pending: Vec<PendingCommit> =
+            tables.iter().filter_map(|t| self.take_commit(t)).collect();
         let committed = run_together(pending, self.sink.clone(), &self.settings.pipeline).await?;
         for c in committed {
             self.committed(c);

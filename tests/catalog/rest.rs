@@ -134,7 +134,9 @@ impl Drop for Proxy {
 fn rustberg_binary() -> String {
     let var = |name: &str| {
         std::env::var(name).unwrap_or_else(|_| {
-            panic!("{name} is unset: run scripts/testbed.sh up and eval \"$(scripts/testbed.sh env)\"")
+            panic!(
+                "{name} is unset: run scripts/testbed.sh up and eval \"$(scripts/testbed.sh env)\""
+            )
         })
     };
     let bin = var("CDCD_TEST_RUSTBERG");
@@ -287,7 +289,10 @@ async fn rest_catalog_replicates_and_readers_find_the_table() {
          print('position', t.current_snapshot().summary.additional_properties.get('cdcd.position'))",
         uri = server.uri,
     );
-    let out = Command::new(&env.python).args(["-c", &script]).output().unwrap();
+    let out = Command::new(&env.python)
+        .args(["-c", &script])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains(&format!("('{NAMESPACE}',)"))
@@ -322,7 +327,12 @@ async fn rest_commits_whose_answers_are_lost_or_refused_land_once() {
     let dir = p.dir.as_ref().unwrap().path().to_owned();
     let server = Rustberg::start(&dir, &p.warehouse);
     // Commit 1 is the copy; 2 and 4 land unanswered, 3 and 6 are refused unsent.
-    let proxy = Proxy::start(&env, &server, &dir, &["--lose-answer", "2,4", "--refuse", "3,6"]);
+    let proxy = Proxy::start(
+        &env,
+        &server,
+        &dir,
+        &["--lose-answer", "2,4", "--refuse", "3,6"],
+    );
     let settings = Settings {
         sink_extra: format!(
             "maintenance_interval_ms = 0\n{}",
@@ -451,9 +461,10 @@ async fn a_rewrite_by_another_engine_is_built_upon() {
 
     // The other engine: the same catalog and table, another pipeline (its own lease and index).
     let other = dir.join("other.toml");
-    let text = std::fs::read_to_string(&p.config)
-        .unwrap()
-        .replace(&format!("name = {:?}", p.name), &format!("name = \"{}_other\"", p.name));
+    let text = std::fs::read_to_string(&p.config).unwrap().replace(
+        &format!("name = {:?}", p.name),
+        &format!("name = \"{}_other\"", p.name),
+    );
     write_file(&other, &text);
     for round in 3..=4 {
         let (ok, out) = run_cdcd(&["maintain", "--table", &format!("public.{t}")], &other);

@@ -524,8 +524,7 @@ impl Sink for IcebergSink {
             Catalog::Filesystem => {
                 for table in cleanup::find_tables(&self.warehouse).await? {
                     let report =
-                        cleanup::clean_table(&self.warehouse, &table, None, grace, dry_run)
-                            .await?;
+                        cleanup::clean_table(&self.warehouse, &table, None, grace, dry_run).await?;
                     reports.push(report);
                 }
                 return Ok(reports);
@@ -566,7 +565,11 @@ impl IcebergSink {
             rest.uri(),
             rest.auth_summary(),
             tables.len(),
-            if transactions { "offered" } else { "not offered" }
+            if transactions {
+                "offered"
+            } else {
+                "not offered"
+            }
         )])
     }
 

@@ -26,10 +26,8 @@ impl IcebergSink {
         commits: &[TableCommit<'_>],
     ) -> Result<Vec<CommitStats>, SinkError> {
         for attempt in 1.. {
-            let before: Vec<Option<Arc<Loaded>>> = commits
-                .iter()
-                .map(|c| self.cached(&c.schema.id))
-                .collect();
+            let before: Vec<Option<Arc<Loaded>>> =
+                commits.iter().map(|c| self.cached(&c.schema.id)).collect();
             let conflict = match self.together_once(rest, commits).await {
                 Err(e @ SinkError::CommitConflict { .. }) => e,
                 other => return other,
@@ -138,10 +136,12 @@ impl IcebergSink {
         }
         stats
             .into_iter()
-            .map(|s| s.ok_or_else(|| SinkError::Corrupt {
-                path: "transaction".into(),
-                detail: "a table of the transaction has no result".into(),
-            }))
+            .map(|s| {
+                s.ok_or_else(|| SinkError::Corrupt {
+                    path: "transaction".into(),
+                    detail: "a table of the transaction has no result".into(),
+                })
+            })
             .collect()
     }
 }

@@ -348,10 +348,7 @@ impl RawCatalog {
             _ => {
                 return Err(ctx.invalid(
                     "sink.catalog.uri",
-                    format!(
-                        "{:?} is not an http:// or https:// URI",
-                        redact_url(&uri)
-                    ),
+                    format!("{:?} is not an http:// or https:// URI", redact_url(&uri)),
                 ))
             }
         }
@@ -379,10 +376,9 @@ impl RawCatalog {
             }
             (None, Some(credential)) => {
                 let Some((id, secret)) = credential.split_once(':') else {
-                    return Err(ctx.invalid(
-                        "sink.catalog.credential",
-                        "use \"client_id:client_secret\"",
-                    ));
+                    return Err(
+                        ctx.invalid("sink.catalog.credential", "use \"client_id:client_secret\"")
+                    );
                 };
                 RestAuth::ClientCredentials {
                     client_id: id.to_owned(),
@@ -559,19 +555,46 @@ mod tests {
             }
         );
         let shown = format!("{rest:?} {}", rest.auth.summary());
-        assert!(!shown.contains("s3cret") && shown.contains("cdcd"), "{shown}");
+        assert!(
+            !shown.contains("s3cret") && shown.contains("cdcd"),
+            "{shown}"
+        );
     }
 
     #[test]
     fn rest_errors_name_the_key() {
         for (section, key, words) in [
             ("kind = \"rest\"", "sink.catalog.uri", "missing"),
-            ("kind = \"rest\"\nuri = \"ftp://h\"", "sink.catalog.uri", "http"),
-            ("kind = \"rest\"\nuri = \"http://h:8181/v1\"", "sink.catalog.uri", "leave /v1 out"),
-            ("kind = \"rest\"\nuri = \"http://h\"\ntoken = \"a\"\ncredential = \"b:c\"", "sink.catalog.credential", "not both"),
-            ("kind = \"rest\"\nuri = \"http://h\"\ncredential = \"nocolon\"", "sink.catalog.credential", "client_id:client_secret"),
-            ("kind = \"rest\"\nuri = \"http://h\"\nsigv4 = true", "sink.catalog.sigv4", "not supported yet"),
-            ("kind = \"rest\"\nuri = \"http://h\"\nname = \"x\"", "sink.catalog.name", "sql"),
+            (
+                "kind = \"rest\"\nuri = \"ftp://h\"",
+                "sink.catalog.uri",
+                "http",
+            ),
+            (
+                "kind = \"rest\"\nuri = \"http://h:8181/v1\"",
+                "sink.catalog.uri",
+                "leave /v1 out",
+            ),
+            (
+                "kind = \"rest\"\nuri = \"http://h\"\ntoken = \"a\"\ncredential = \"b:c\"",
+                "sink.catalog.credential",
+                "not both",
+            ),
+            (
+                "kind = \"rest\"\nuri = \"http://h\"\ncredential = \"nocolon\"",
+                "sink.catalog.credential",
+                "client_id:client_secret",
+            ),
+            (
+                "kind = \"rest\"\nuri = \"http://h\"\nsigv4 = true",
+                "sink.catalog.sigv4",
+                "not supported yet",
+            ),
+            (
+                "kind = \"rest\"\nuri = \"http://h\"\nname = \"x\"",
+                "sink.catalog.name",
+                "sql",
+            ),
         ] {
             let e = with_catalog(section).unwrap_err();
             assert!(e.contains(key) && e.contains(words), "{section}: {e}");

@@ -282,8 +282,7 @@ impl RestCatalog {
         next: TableMetadata,
     ) -> Result<Loaded, SinkError> {
         let what = format!("committing {}", t.id);
-        let changes =
-            updates::between(&base.metadata, &next).map_err(|e| self.error(&what, e))?;
+        let changes = updates::between(&base.metadata, &next).map_err(|e| self.error(&what, e))?;
         let request = CommitTable {
             identifier: TableIdentifier {
                 namespace: vec![t.namespace.to_owned()],
@@ -327,14 +326,18 @@ impl RestCatalog {
                     tracing::warn!(table = %t.id, error = %e, attempt, "the commit's answer was lost; loading the table to learn its outcome");
                     let now = self.load_after_lost_answer(t, &e).await?;
                     let Some(now) = now else {
-                        return Err(self.error(&what, "the table is gone (another writer dropped it?)"));
+                        return Err(
+                            self.error(&what, "the table is gone (another writer dropped it?)")
+                        );
                     };
                     if updates::landed(&base.metadata, &next, &now.metadata) {
                         tracing::info!(table = %t.id, file = %now.file, "commit landed on an earlier attempt");
                         return Ok(now);
                     }
                     if head(&now.metadata) != head(&base.metadata) {
-                        return Err(publish::lost_to(warehouse, t.id, base.version + 1, &now.file).await);
+                        return Err(
+                            publish::lost_to(warehouse, t.id, base.version + 1, &now.file).await,
+                        );
                     }
                     if attempt == ATTEMPTS {
                         return Err(self.error(&what, e));
@@ -380,7 +383,12 @@ impl RestCatalog {
             }
             let reply = self
                 .client()?
-                .send(Method::POST, "transactions/commit", Some(&request), Some(&key))
+                .send(
+                    Method::POST,
+                    "transactions/commit",
+                    Some(&request),
+                    Some(&key),
+                )
                 .await;
             let lost = match reply {
                 Ok(Reply::Ok(_)) => return self.committed_many(items, &what).await,
@@ -399,7 +407,10 @@ impl RestCatalog {
             let mut moved = false;
             for (t, base, next) in items {
                 let Some(now) = self.load_after_lost_answer(t, &lost).await? else {
-                    return Err(self.error(&what, format!("{} is gone (another writer dropped it?)", t.id)));
+                    return Err(self.error(
+                        &what,
+                        format!("{} is gone (another writer dropped it?)", t.id),
+                    ));
                 };
                 if updates::landed(&base.metadata, next, &now.metadata) {
                     landed += 1;
@@ -408,7 +419,10 @@ impl RestCatalog {
                 }
             }
             if landed == items.len() {
-                tracing::info!(tables = items.len(), "the transaction landed on an earlier attempt");
+                tracing::info!(
+                    tables = items.len(),
+                    "the transaction landed on an earlier attempt"
+                );
                 return self.committed_many(items, &what).await;
             }
             if landed > 0 {
@@ -438,7 +452,10 @@ impl RestCatalog {
             if !updates::landed(&base.metadata, next, &now.metadata) {
                 return Err(self.error(
                     what,
-                    format!("the catalog answered success but {} does not show the commit", t.id),
+                    format!(
+                        "the catalog answered success but {} does not show the commit",
+                        t.id
+                    ),
                 ));
             }
             out.push(now);
@@ -567,7 +584,8 @@ impl RestCatalog {
 
 /// The snapshot `main` points at.
 fn head(meta: &TableMetadata) -> Option<i64> {
-    meta.snapshot_for_ref(updates::MAIN).map(|s| s.snapshot_id())
+    meta.snapshot_for_ref(updates::MAIN)
+        .map(|s| s.snapshot_id())
 }
 
 /// Checks that the catalog kept the schema cdcd asked for: field ids, names and types (a server

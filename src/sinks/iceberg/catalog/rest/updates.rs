@@ -310,10 +310,12 @@ mod tests {
         // The next commit asserts main is still at 11.
         let after = with_snapshot(&next, snapshot(12, Some(11), 2));
         let c = between(&next, &after).unwrap();
-        assert!(c.requirements.contains(&TableRequirement::RefSnapshotIdMatch {
-            r#ref: "main".into(),
-            snapshot_id: Some(11)
-        }));
+        assert!(c
+            .requirements
+            .contains(&TableRequirement::RefSnapshotIdMatch {
+                r#ref: "main".into(),
+                snapshot_id: Some(11)
+            }));
         // The wire form is the spec's.
         let json = serde_json::to_value(&c.updates).unwrap();
         assert_eq!(json[0]["action"], "add-snapshot");
@@ -352,7 +354,12 @@ mod tests {
             .collect();
         assert_eq!(
             actions,
-            ["add-schema", "set-current-schema", "add-snapshot", "set-snapshot-ref"]
+            [
+                "add-schema",
+                "set-current-schema",
+                "add-snapshot",
+                "set-snapshot-ref"
+            ]
         );
         assert_eq!(json[1]["schema-id"], -1);
     }
