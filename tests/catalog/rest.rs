@@ -484,3 +484,113 @@ async fn a_rewrite_by_another_engine_is_built_upon() {
     );
     p.sigterm_and_wait(Duration::from_secs(60)).await;
 }
+
+/// Two tables changed by the same source transactions, committed through a catalog that offers
+/// `transactions/commit`: every flush is one catalog transaction, so a reader never sees a source
+/// transaction in one table and not in the other. A watcher loads table `a` then table `b`
+/// through the catalog over and over; both only grow, one row per source transaction each, so
+/// seeing more rows in `a` than in `b` would be a torn transaction. The catalog also loses the
+/// answer of one transaction that landed and refuses one before it arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_transaction_over_two_tables_appears_in_both_at_once() {
+    let Some(env) = test_env("a_source_transaction_over_two_tables_appears_in_both_at_once") else {
+        return;
+    };
+    let name = unique("catresttx");
+    let (a, b) = (format!("{name}_a"), format!("{name}_b"));
+    let client = connect(&env.pg_url).await;
+    for t in [&a, &b] {
+        exec(
+            &client,
+            &format!("DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int8 PRIMARY KEY, n int8); INSERT INTO {t} VALUES (0, 0);"),
+        )
+        .await;
+    }
+    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    let dir = p.dir.as_ref().unwrap().path().to_owned();
+    let server = Rustberg::start(&dir, &p.warehouse);
+    let proxy = Proxy::start(
+        &env,
+        &server,
+        &dir,
+        &["--lose-answer", "5", "--refuse", "8"],
+    );
+    let settings = Settings {
+        sink_extra: format!(
+            "maintenance_interval_ms = 0\n{}",
+            catalog_section(&proxy.uri, "token = \"ignored-by-the-proxy\"")
+        ),
+        ..Settings::default()
+    };
+    p.write_config(&settings);
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &a, 60).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &b, 60).await;
+
+    let stop = dir.join("watcher.stop");
+    let watcher = format!(
+        "import os, time\n\
+         from pyiceberg.catalog import load_catalog\n\
+         c = load_catalog('rest', type='rest', uri={uri:?}, token={KEY:?})\n\
+         def rows(t):\n\
+         \x20   s = c.load_table(({NAMESPACE:?}, t)).current_snapshot()\n\
+         \x20   return int(s.summary.additional_properties.get('total-records', 0)) - int(s.summary.additional_properties.get('total-position-deletes', 0)) - int(s.summary.additional_properties.get('total-equality-deletes', 0)) if s else 0\n\
+         checks = torn = 0\n\
+         while not os.path.exists({stop:?}):\n\
+         \x20   na = rows({a:?}); nb = rows({b:?}); checks += 1\n\
+         \x20   if na > nb: torn += 1; print('torn', na, nb, flush=True)\n\
+         print('checks', checks, 'torn', torn, flush=True)\n",
+        uri = server.uri,
+        stop = stop.display().to_string(),
+    );
+    let watch = tokio::process::Command::new(&env.python)
+        .args(["-c", &watcher])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    for i in 1..=60 {
+        exec(
+            &client,
+            &format!(
+                "BEGIN; INSERT INTO {a} VALUES ({i}, {i}); INSERT INTO {b} VALUES ({i}, {i}); COMMIT;"
+            ),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(70)).await;
+    }
+    assert_equal_through_catalog(&mut p, &server.uri, &a, 60).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &b, 60).await;
+    write_file(&stop, "");
+    let out = watch.wait_with_output().await.unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let checks: u32 = said
+        .split_whitespace()
+        .skip_while(|w| *w != "checks")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("watcher: {said}"));
+    eprintln!("watcher: {said}");
+    assert!(
+        said.contains("torn 0") && checks >= 10,
+        "a reader saw a source transaction in one table only (or watched too little):\n{said}"
+    );
+    let log = proxy.log();
+    assert!(
+        log.matches("POST /v1/transactions/commit").count() >= 10,
+        "cdcd did not commit the tables together:\n{log}"
+    );
+    assert!(
+        log.contains("lost POST /v1/transactions/commit")
+            && log.contains("refused POST /v1/transactions/commit"),
+        "the faults did not hit a transaction:\n{log}"
+    );
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}

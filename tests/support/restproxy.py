@@ -10,7 +10,8 @@ Every request is forwarded to UPSTREAM_URL with `Authorization: Bearer <--upstre
   with the right client_id and client_secret gets a new random token that really expires after --token-ttl
   seconds, while the answer's expires_in says --announce-ttl. Any other request must carry a token the proxy
   issued and that has not expired, else 401. Without --oauth, the client's Authorization is not checked.
-- Table commits (POST /v1/.../namespaces/<ns>/tables/<t>) are counted from 1. The ones named by
+- Commits (POST /v1/.../namespaces/<ns>/tables/<t>, and multi-table POST /v1/.../transactions/commit) are
+  counted from 1. The ones named by
   --lose-answer are forwarded and then answered 503 (the commit landed; the client does not know); the ones
   named by --refuse are answered 503 without forwarding (it did not land).
 - --log FILE: a line per request: `<status> <METHOD> <path>` (`lost`/`refused` for injected faults, `401`
@@ -49,7 +50,8 @@ def log(line):
 
 def is_commit(method, path):
     parts = urllib.parse.urlsplit(path).path.strip("/").split("/")
-    # /v1[/prefix]/namespaces/<ns>/tables/<t>
+    # /v1[/prefix]/namespaces/<ns>/tables/<t>, or /v1[/prefix]/transactions/commit
+    if method == "POST" and parts[-2:] == ["transactions", "commit"]: return True
     return method == "POST" and len(parts) >= 5 and parts[-2] == "tables" and parts[-4] == "namespaces"
 
 class Handler(http.server.BaseHTTPRequestHandler):
