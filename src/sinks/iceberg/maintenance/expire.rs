@@ -64,7 +64,7 @@ pub fn choose(
     now_ms: i64,
     limit: usize,
 ) -> Expiry {
-    if !retention.gc_enabled {
+    if !retention.gc_enabled || !retention.expiry_enabled {
         return Expiry::default();
     }
     let by_id: HashMap<i64, &SnapshotInfo> = snapshots.iter().map(|s| (s.id, s)).collect();
@@ -194,6 +194,7 @@ mod tests {
             min_snapshots_to_keep: min,
             max_ref_age_ms: i64::MAX,
             gc_enabled: true,
+            expiry_enabled: true,
         }
     }
 
@@ -267,6 +268,10 @@ mod tests {
         let s = chain(10, now);
         let mut r = retention(1, 1);
         r.gc_enabled = false;
+        assert!(choose(&s, &main_at(10), &r, pins(10), now, 1000).is_empty());
+        // cdcd's own expiry off (another engine expires this table).
+        let mut r = retention(1, 1);
+        r.expiry_enabled = false;
         assert!(choose(&s, &main_at(10), &r, pins(10), now, 1000).is_empty());
     }
 

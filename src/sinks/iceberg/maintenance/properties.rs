@@ -14,6 +14,9 @@ pub const MAX_SNAPSHOT_AGE_MS: &str = "history.expire.max-snapshot-age-ms";
 pub const MIN_SNAPSHOTS_TO_KEEP: &str = "history.expire.min-snapshots-to-keep";
 pub const MAX_REF_AGE_MS: &str = "history.expire.max-ref-age-ms";
 pub const GC_ENABLED: &str = "gc.enabled";
+/// cdcd's own snapshot expiry on this table (default true); false leaves expiry to another
+/// engine (Spark's `expire_snapshots`, which `gc.enabled = false` would refuse too).
+pub const EXPIRY_ENABLED: &str = "cdcd.expiry.enabled";
 pub const MANIFEST_MERGE_ENABLED: &str = "commit.manifest-merge.enabled";
 pub const MIN_COUNT_TO_MERGE: &str = "commit.manifest.min-count-to-merge";
 pub const MANIFEST_TARGET_SIZE_BYTES: &str = "commit.manifest.target-size-bytes";
@@ -100,6 +103,8 @@ pub struct Retention {
     pub max_ref_age_ms: i64,
     /// `gc.enabled`: when false, nothing is expired or deleted (Iceberg refuses expiry then).
     pub gc_enabled: bool,
+    /// `cdcd.expiry.enabled`: when false, cdcd expires nothing (another engine does).
+    pub expiry_enabled: bool,
 }
 
 /// A property that is set but not a value of its type; cdcd stops maintaining the table rather
@@ -131,6 +136,7 @@ impl Retention {
             .max(1),
             max_ref_age_ms: number(get(MAX_REF_AGE_MS), i64::MAX)?,
             gc_enabled: flag(get(GC_ENABLED), true)?,
+            expiry_enabled: flag(get(EXPIRY_ENABLED), true)?,
         })
     }
 }
