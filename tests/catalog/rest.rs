@@ -249,8 +249,14 @@ async fn rest_catalog_replicates_and_readers_find_the_table() {
     p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
     let dir = p.dir.as_ref().unwrap().path().to_owned();
     let server = Rustberg::start(&dir, &p.warehouse);
+    // Snapshots expire as soon as they are not the newest: `cdcd maintain` below expires
+    // through the catalog.
     let settings = Settings {
-        sink_extra: catalog_section(&server.uri, &format!("token = {KEY:?}")),
+        sink_extra: format!(
+            "maintenance_interval_ms = 0\n{}\n[sink.table_properties]\n\
+             \"history.expire.max-snapshot-age-ms\" = \"1\"\n\"history.expire.min-snapshots-to-keep\" = \"1\"\n",
+            catalog_section(&server.uri, &format!("token = {KEY:?}"))
+        ),
         ..Settings::default()
     };
     p.write_config(&settings);
@@ -274,6 +280,12 @@ async fn rest_catalog_replicates_and_readers_find_the_table() {
     let (ok, out) = run_cdcd(&["status"], &p.config);
     assert!(ok && out.contains(&t), "cdcd status:\n{out}");
     p.sigterm_and_wait(Duration::from_secs(60)).await;
+    let (ok, out) = run_cdcd(&["maintain"], &p.config);
+    assert!(
+        ok && out.contains(&t) && !out.contains("expired 0 snapshots"),
+        "cdcd maintain expired nothing through the catalog:\n{out}"
+    );
+    assert_equal_through_catalog(&mut p, &server.uri, &t, 0).await;
     let (ok, out) = run_cdcd(&["cleanup", "--dry-run"], &p.config);
     assert!(ok, "cdcd cleanup through the catalog:\n{out}");
     assert!(!out.contains(KEY), "cdcd cleanup shows the token:\n{out}");
