@@ -347,6 +347,13 @@ impl RawConfig {
             Some(raw) => raw.validate(&ctx)?,
             None => S3Config::default(),
         };
+        let sink = match sink {
+            SinkConfig::Iceberg(mut ice) => {
+                ice.catalog = ice.catalog.with_s3(&s3);
+                SinkConfig::Iceberg(ice)
+            }
+            other => other,
+        };
         Ok(Config {
             file: file.to_owned(),
             pipeline: pipeline.name,

@@ -80,6 +80,27 @@ pub fn build(url: &Url, config: &S3Config) -> Result<S3Store, StorageError> {
     Ok(CertHint::new(store, endpoint))
 }
 
+/// The AWS credentials an `s3://` warehouse with `config` would use (the same order: `[sink.s3]`
+/// keys, `AWS_*`, the profile, web identity, the container or instance role), and the region,
+/// for signing other AWS requests (an Iceberg REST catalog with SigV4).
+pub fn credentials(
+    config: &S3Config,
+) -> Result<(object_store::aws::AwsCredentialProvider, Option<String>), StorageError> {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    // Any bucket: the provider does not depend on it.
+    let url = Url::parse("s3://cdcd-signing").map_err(|e| StorageError::S3 {
+        url: "s3://cdcd-signing".into(),
+        detail: e.to_string(),
+    })?;
+    let (builder, _) = builder(&url, config, &env)?;
+    let region = builder.get_config_value(&AmazonS3ConfigKey::Region);
+    let store = builder.build().map_err(|e| StorageError::S3 {
+        url: "(catalog signing)".into(),
+        detail: e.to_string(),
+    })?;
+    Ok((std::sync::Arc::clone(store.credentials()), region))
+}
+
 /// The configured builder and the endpoint to name in messages, from `config` and `env` (the
 /// process environment as pairs; tests pass their own).
 fn builder(

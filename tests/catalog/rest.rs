@@ -606,3 +606,85 @@ async fn a_source_transaction_over_two_tables_appears_in_both_at_once() {
     );
     p.sigterm_and_wait(Duration::from_secs(60)).await;
 }
+
+/// `sigv4 = true` (AWS Glue's and S3 Tables' REST endpoints): every request cdcd sends carries a
+/// SigV4 signature that botocore, AWS's own signer, recomputes to the same value (the proxy
+/// refuses any other with 403), with the credentials from the `AWS_*` environment. A wrong
+/// secret is refused and named by `cdcd check` without showing it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_sigv4_signatures_verify() {
+    let Some(env) = test_env("rest_sigv4_signatures_verify") else {
+        return;
+    };
+    let name = unique("catrestsig");
+    let t = format!("{name}_orders");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let dir = p.dir.as_ref().unwrap().path().to_owned();
+    let server = Rustberg::start(&dir, &p.warehouse);
+    let (key_id, secret) = ("AKIDCDCDSIGV4TEST", "sIgV4/s3cret+Key");
+    let proxy = Proxy::start(
+        &env,
+        &server,
+        &dir,
+        &["--sigv4", &format!("glue:eu-west-1:{key_id}:{secret}")],
+    );
+    let settings = Settings {
+        sink_extra: catalog_section(
+            &proxy.uri,
+            "sigv4 = true\nsigning_name = \"glue\"\nsigning_region = \"eu-west-1\"",
+        ),
+        ..Settings::default()
+    };
+    p.write_config(&settings);
+    let aws = |secret: &str| {
+        vec![
+            ("AWS_ACCESS_KEY_ID".to_owned(), key_id.to_owned()),
+            ("AWS_SECRET_ACCESS_KEY".to_owned(), secret.to_owned()),
+            (
+                "AWS_SESSION_TOKEN".to_owned(),
+                "session-token-0001".to_owned(),
+            ),
+        ]
+    };
+    let check = |secret: &str| {
+        let out = Command::new(crate::support::cdcd_bin())
+            .args(["check", "--config", p.config.to_str().unwrap()])
+            .envs(aws(secret))
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let (ok, out) = check("a-wrong-secret");
+    assert!(
+        !ok && out.contains("403") && !out.contains("a-wrong-secret"),
+        "cdcd check with a wrong secret:\n{out}"
+    );
+    let (ok, out) = check(secret);
+    assert!(
+        ok && out.contains("AWS SigV4 for \"glue\""),
+        "cdcd check:\n{out}"
+    );
+    p.env_vars.extend(aws(secret));
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    exec(&client, &changes(&t, 1)).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    let log = proxy.log();
+    assert!(
+        // The one refused: `cdcd check` with the wrong secret.
+        log.matches("sigv4-ok POST").count() >= 3 && log.matches("sigv4: ").count() == 1,
+        "not every request was signed right:\n{log}"
+    );
+    let out = p.output();
+    assert!(!out.contains(secret), "the secret reached the log:\n{out}");
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}

@@ -2,7 +2,7 @@
 the REST catalog tests (tests/catalog/rest.rs).
 
 Usage: restproxy.py UPSTREAM_URL --upstream-token KEY [--oauth ID:SECRET --token-ttl S --announce-ttl S]
-                    [--lose-answer N,N,...] [--refuse N,N,...] [--log FILE]
+                    [--sigv4 SERVICE:REGION:KEY_ID:SECRET] [--lose-answer N,N,...] [--refuse N,N,...] [--log FILE]
 Prints `listening <port>` on stdout once it accepts connections (it binds 127.0.0.1:0).
 
 Every request is forwarded to UPSTREAM_URL with `Authorization: Bearer <--upstream-token>`.
@@ -10,6 +10,8 @@ Every request is forwarded to UPSTREAM_URL with `Authorization: Bearer <--upstre
   with the right client_id and client_secret gets a new random token that really expires after --token-ttl
   seconds, while the answer's expires_in says --announce-ttl. Any other request must carry a token the proxy
   issued and that has not expired, else 401. Without --oauth, the client's Authorization is not checked.
+- With --sigv4, every request must carry an AWS SigV4 signature for that service, region and key that
+  botocore (AWS's own Python signer, sharing no code with cdcd) recomputes to the same value, else 403.
 - Commits (POST /v1/.../namespaces/<ns>/tables/<t>, and multi-table POST /v1/.../transactions/commit) are
   counted from 1. The ones named by
   --lose-answer are forwarded and then answered 503 (the commit landed; the client does not know); the ones
@@ -20,6 +22,7 @@ Every request is forwarded to UPSTREAM_URL with `Authorization: Bearer <--upstre
 import argparse
 import http.client
 import http.server
+import re
 import secrets
 import sys
 import threading
@@ -32,6 +35,7 @@ ap.add_argument("--upstream-token", required=True)
 ap.add_argument("--oauth")
 ap.add_argument("--token-ttl", type=float, default=3600)
 ap.add_argument("--announce-ttl", type=int, default=None)
+ap.add_argument("--sigv4")
 ap.add_argument("--lose-answer", default="")
 ap.add_argument("--refuse", default="")
 ap.add_argument("--log")
@@ -53,6 +57,30 @@ def is_commit(method, path):
     # /v1[/prefix]/namespaces/<ns>/tables/<t>, or /v1[/prefix]/transactions/commit
     if method == "POST" and parts[-2:] == ["transactions", "commit"]: return True
     return method == "POST" and len(parts) >= 5 and parts[-2] == "tables" and parts[-4] == "namespaces"
+
+SIGV4 = re.compile(r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request, ?"
+                   r"SignedHeaders=([^,]+), ?Signature=([0-9a-f]{64})$")
+
+def sigv4_problem(handler, body):
+    """None when the request's SigV4 signature is right, else why not."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    service, region, key_id, secret = args.sigv4.split(":", 3)
+    m = SIGV4.match(handler.headers.get("Authorization", ""))
+    if not m: return "no SigV4 Authorization header"
+    key, _, reg, svc, signed, signature = m.groups()
+    if (key, reg, svc) != (key_id, region, service): return f"scope {key}/{reg}/{svc}"
+    names = signed.split(";")
+    if "host" not in names or "x-amz-date" not in names: return f"signed headers {signed}"
+    headers = {n: handler.headers.get(n, "") for n in names}
+    req = AWSRequest(method=handler.command, url="http://" + handler.headers["Host"] + handler.path,
+                     data=body, headers=headers)
+    req.context["timestamp"] = handler.headers.get("X-Amz-Date", "")
+    auth = SigV4Auth(Credentials(key_id, secret, handler.headers.get("X-Amz-Security-Token")), service, region)
+    auth._modify_request_before_signing(req)
+    expected = auth.signature(auth.string_to_sign(req, auth.canonical_request(req)), req)
+    return None if expected == signature else "signature does not match"
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -90,6 +118,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if not ok:
                 log(f"401 {self.command} {path}")
                 return self.answer(401, b'{"error":{"message":"token expired or unknown","type":"NotAuthorizedException","code":401}}')
+        if args.sigv4:
+            problem = sigv4_problem(self, body)
+            if problem:
+                log(f"403 {self.command} {path} sigv4: {problem}")
+                return self.answer(403, b'{"error":{"message":"SigV4: %s","type":"ForbiddenException","code":403}}' % problem.encode())
+            log(f"sigv4-ok {self.command} {path}")
         fault = None
         if is_commit(self.command, path):
             with lock:

@@ -39,11 +39,12 @@ pub struct RawCatalog {
     pub oauth2_server_uri: Option<String>,
     /// rest: the OAuth2 scope (default "catalog").
     pub scope: Option<String>,
-    /// rest: AWS SigV4 request signing (Glue, S3 Tables); not supported yet.
+    /// rest: sign every request with AWS SigV4 (AWS Glue's and S3 Tables' REST endpoints), with
+    /// the credentials an `s3://` warehouse would use (`[sink.s3]`, `AWS_*`, the profile, …).
     pub sigv4: Option<bool>,
-    /// rest: the SigV4 service name; with `sigv4` only.
+    /// rest: the SigV4 service name (default "glue"; S3 Tables: "s3tables").
     pub signing_name: Option<String>,
-    /// rest: the SigV4 region; with `sigv4` only.
+    /// rest: the SigV4 region (default: `sink.s3.region`, else `AWS_REGION`, else "us-east-1").
     pub signing_region: Option<String>,
 }
 
@@ -108,6 +109,15 @@ pub enum RestAuth {
         server_uri: Option<String>,
         scope: String,
     },
+    /// Every request signed with AWS SigV4 for service `name` in `region` (`None`: from the S3
+    /// settings and the environment, at start), with the credentials an `s3://` warehouse with
+    /// `s3`'s settings would use (set by `crate::config` after `[sink.s3]` is read).
+    SigV4 {
+        name: String,
+        region: Option<String>,
+        /// Boxed: it is large and most configurations have no SigV4.
+        s3: Box<crate::config::S3Config>,
+    },
 }
 
 impl fmt::Debug for RestConfig {
@@ -137,7 +147,27 @@ impl fmt::Debug for RestAuth {
                 .field("server_uri", server_uri)
                 .field("scope", scope)
                 .finish(),
+            RestAuth::SigV4 { name, region, .. } => f
+                .debug_struct("SigV4")
+                .field("name", name)
+                .field("region", region)
+                .finish(),
         }
+    }
+}
+
+impl CatalogConfig {
+    /// Hands `[sink.s3]` to a SigV4-signing REST catalog, whose credentials come from the same
+    /// settings and chain as an `s3://` warehouse's.
+    pub fn with_s3(mut self, settings: &crate::config::S3Config) -> CatalogConfig {
+        if let CatalogConfig::Rest(RestConfig {
+            auth: RestAuth::SigV4 { s3, .. },
+            ..
+        }) = &mut self
+        {
+            **s3 = settings.clone();
+        }
+        self
     }
 }
 
@@ -150,6 +180,7 @@ impl RestAuth {
             RestAuth::ClientCredentials { client_id, .. } => {
                 format!("OAuth2 client credentials of {client_id:?}")
             }
+            RestAuth::SigV4 { name, .. } => format!("AWS SigV4 for {name:?}"),
         }
     }
 }
@@ -330,10 +361,11 @@ impl RawCatalog {
                 "applies to kind = \"sql\" only (a REST catalog is named by its uri and warehouse)",
             ));
         }
-        if self.sigv4.is_some() || self.signing_name.is_some() || self.signing_region.is_some() {
+        let sigv4 = self.sigv4.unwrap_or(false);
+        if !sigv4 && (self.signing_name.is_some() || self.signing_region.is_some()) {
             return Err(ctx.invalid(
-                "sink.catalog.sigv4",
-                "SigV4 signing (AWS Glue, S3 Tables) is not supported yet; use a catalog that takes a bearer token or OAuth2 client credentials",
+                "sink.catalog.signing_name",
+                "applies with sigv4 = true only",
             ));
         }
         let Some(uri) = self.uri else {
@@ -357,6 +389,24 @@ impl RawCatalog {
                 "sink.catalog.uri",
                 "leave /v1 out: cdcd adds it (uri = \"http://host:port\")",
             ));
+        }
+        if sigv4 {
+            if self.token.is_some() || self.credential.is_some() || self.oauth2_server_uri.is_some()
+            {
+                return Err(ctx.invalid(
+                    "sink.catalog.sigv4",
+                    "signs with AWS credentials: leave token, credential and oauth2_server_uri out",
+                ));
+            }
+            return Ok(CatalogConfig::Rest(RestConfig {
+                uri,
+                warehouse: self.warehouse,
+                auth: RestAuth::SigV4 {
+                    name: self.signing_name.unwrap_or_else(|| "glue".to_owned()),
+                    region: self.signing_region,
+                    s3: Box::default(),
+                },
+            }));
         }
         let auth = match (self.token, self.credential) {
             (Some(_), Some(_)) => {
@@ -562,6 +612,29 @@ mod tests {
     }
 
     #[test]
+    fn rest_with_sigv4() {
+        let CatalogConfig::Rest(rest) = catalog(
+            "kind = \"rest\"\nuri = \"https://glue.us-east-1.amazonaws.com/iceberg\"\nwarehouse = \"123456789012\"\nsigv4 = true",
+        ) else {
+            panic!("rest")
+        };
+        assert_eq!(
+            rest.auth,
+            RestAuth::SigV4 {
+                name: "glue".into(),
+                region: None,
+                s3: Box::default(),
+            }
+        );
+        let CatalogConfig::Rest(rest) = catalog(
+            "kind = \"rest\"\nuri = \"https://s3tables.eu-west-1.amazonaws.com/iceberg\"\nsigv4 = true\nsigning_name = \"s3tables\"\nsigning_region = \"eu-west-1\"",
+        ) else {
+            panic!("rest")
+        };
+        assert_eq!(rest.auth.summary(), "AWS SigV4 for \"s3tables\"");
+    }
+
+    #[test]
     fn rest_errors_name_the_key() {
         for (section, key, words) in [
             ("kind = \"rest\"", "sink.catalog.uri", "missing"),
@@ -586,9 +659,14 @@ mod tests {
                 "client_id:client_secret",
             ),
             (
-                "kind = \"rest\"\nuri = \"http://h\"\nsigv4 = true",
+                "kind = \"rest\"\nuri = \"http://h\"\nsigv4 = true\ntoken = \"t\"",
                 "sink.catalog.sigv4",
-                "not supported yet",
+                "leave token",
+            ),
+            (
+                "kind = \"rest\"\nuri = \"http://h\"\nsigning_name = \"glue\"",
+                "sink.catalog.signing_name",
+                "sigv4 = true",
             ),
             (
                 "kind = \"rest\"\nuri = \"http://h\"\nname = \"x\"",

@@ -7,9 +7,11 @@
 //! - [`HttpError::Unknown`]: a 5xx, a timeout, a dropped connection: a write may or may not
 //!   have been applied, and the caller finds out by reading (`rest.rs`).
 //!
-//! Authentication: a fixed bearer token, or OAuth2 client credentials (RFC 6749 §4.4) exchanged
-//! for a token that is renewed before it expires and once after a 401 (a 401 is answered before
-//! anything is applied, so the request is sent again as it was). Secrets appear in no message.
+//! Authentication: a fixed bearer token, OAuth2 client credentials (RFC 6749 §4.4) exchanged for
+//! a token that is renewed before it expires and once after a 401 (a 401 is answered before
+//! anything is applied, so the request is sent again as it was), or AWS SigV4 (the `aws-sigv4`
+//! crate; credentials from the chain an `s3://` warehouse uses, `storage/s3.rs`), as AWS Glue's
+//! and S3 Tables' REST endpoints require. Secrets appear in no message.
 
 use std::time::{Duration, Instant};
 
@@ -66,6 +68,14 @@ pub(crate) struct Client {
     config: RestConfig,
     token: Mutex<Option<Token>>,
     server: tokio::sync::OnceCell<ServerConfig>,
+    /// SigV4: where the credentials come from, the service and the region.
+    aws: Option<Signer>,
+}
+
+struct Signer {
+    credentials: object_store::aws::AwsCredentialProvider,
+    name: String,
+    region: String,
 }
 
 impl Client {
@@ -75,11 +85,28 @@ impl Client {
             .connect_timeout(Duration::from_secs(10))
             .build()
             .map_err(|e| HttpError::Failed(format!("building the HTTP client: {e}")))?;
+        let aws = match &config.auth {
+            RestAuth::SigV4 { name, region, s3 } => {
+                let (credentials, s3_region) = crate::storage::s3::credentials(s3)
+                    .map_err(|e| HttpError::Failed(format!("AWS credentials for SigV4: {e}")))?;
+                let region = region
+                    .clone()
+                    .or(s3_region)
+                    .unwrap_or_else(|| "us-east-1".to_owned());
+                Some(Signer {
+                    credentials,
+                    name: name.clone(),
+                    region,
+                })
+            }
+            _ => None,
+        };
         Ok(Client {
             http,
             config: config.clone(),
             token: Mutex::new(None),
             server: tokio::sync::OnceCell::new(),
+            aws,
         })
     }
 
@@ -165,6 +192,15 @@ impl Client {
                     .header(reqwest::header::CONTENT_TYPE, "application/json")
                     .body(body.clone());
             }
+            if let Some(signer) = &self.aws {
+                let signed = signer
+                    .sign(&method, url, body.as_deref(), idempotency_key)
+                    .await
+                    .map_err(|e| HttpError::Failed(format!("{what}: signing: {e}")))?;
+                for (name, value) in signed {
+                    request = request.header(name, value);
+                }
+            }
             let response = match request.send().await {
                 Ok(r) => r,
                 // Refused before it was sent: nothing applied.
@@ -196,6 +232,7 @@ impl Client {
     }
 
     fn renewable(&self) -> bool {
+        // SigV4: a 401/403 is not cured by asking again.
         matches!(self.config.auth, RestAuth::ClientCredentials { .. })
     }
 
@@ -261,6 +298,63 @@ impl Client {
             });
         }
         Ok(token.as_ref().map(|t| t.value.clone()))
+    }
+}
+
+impl Signer {
+    /// The SigV4 headers (`authorization`, `x-amz-date`, `x-amz-security-token`) for a request
+    /// with these parts; the content type and idempotency key are signed too.
+    async fn sign(
+        &self,
+        method: &Method,
+        url: &str,
+        body: Option<&[u8]>,
+        idempotency_key: Option<&str>,
+    ) -> Result<Vec<(String, String)>, String> {
+        use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
+        let credential = self
+            .credentials
+            .get_credential()
+            .await
+            .map_err(|e| format!("getting AWS credentials: {e}"))?;
+        let identity = aws_credential_types::Credentials::new(
+            credential.key_id.clone(),
+            credential.secret_key.clone(),
+            credential.token.clone(),
+            None,
+            "cdcd",
+        )
+        .into();
+        let params = aws_sigv4::sign::v4::SigningParams::builder()
+            .identity(&identity)
+            .region(&self.region)
+            .name(&self.name)
+            .time(std::time::SystemTime::now())
+            .settings(SigningSettings::default())
+            .build()
+            .map_err(|e| e.to_string())?
+            .into();
+        let mut headers: Vec<(&str, &str)> = Vec::new();
+        if body.is_some() {
+            headers.push(("content-type", "application/json"));
+        }
+        if let Some(key) = idempotency_key {
+            headers.push(("idempotency-key", key));
+        }
+        let signable = SignableRequest::new(
+            method.as_str(),
+            url,
+            headers.into_iter(),
+            SignableBody::Bytes(body.unwrap_or_default()),
+        )
+        .map_err(|e| e.to_string())?;
+        let (instructions, _) = sign(signable, &params)
+            .map_err(|e| e.to_string())?
+            .into_parts();
+        Ok(instructions
+            .headers()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect())
     }
 }
 
