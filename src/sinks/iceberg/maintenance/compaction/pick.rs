@@ -12,10 +12,22 @@
 //! it has a delete-heavy file or at least `min-input-files` files: one small file rewritten alone
 //! would come out as one small file again.
 //!
+//! Size tiers: a small file joins only while it is at most [`TIER_RATIO`] times the bytes of the
+//! smaller small files already chosen (universal compaction's size ratio, as in RocksDB and
+//! Cassandra's size-tiered strategy). Without it every cycle re-merged the table's one large
+//! output with the few new files of the last minute, rewriting the whole table each cycle and
+//! holding the table's commits that long (docs/performance.md, "Long-run maintenance"); with
+//! it a file is rewritten about log(table / new bytes per cycle) times, and the large outputs
+//! are merged when enough smaller ones have come together.
+//!
 //! Outputs are packed in pick order by estimated live bytes (a file's bytes times its share of
 //! live rows) up to the target size; a file is never split across outputs.
 
 use crate::sinks::iceberg::maintenance::properties::Compaction;
+
+/// A small file joins a cycle's rewrite only if it is at most this many times the bytes of the
+/// smaller small files chosen before it (see the module doc).
+pub(crate) const TIER_RATIO: u64 = 2;
 
 /// One live data file as the picker sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,12 +113,21 @@ pub(crate) fn choose(policy: &Compaction, files: &[Candidate]) -> Choice {
     });
     let mut picked = Vec::new();
     let mut bytes = 0u64;
+    let mut small_bytes = 0u64;
     for i in order {
         let size = files[i].size_bytes;
+        let heavy = files[i].delete_heavy(policy);
+        // Smallest first: once one small file is too large for its tier, so are the rest.
+        if !heavy && small_bytes > 0 && size > small_bytes.saturating_mul(TIER_RATIO) {
+            break;
+        }
         if !picked.is_empty() && bytes.saturating_add(size) > policy.max_bytes_per_cycle {
             continue;
         }
         bytes = bytes.saturating_add(size);
+        if !heavy {
+            small_bytes = small_bytes.saturating_add(size);
+        }
         picked.push(i);
     }
     let heavy = picked.iter().any(|&i| files[i].delete_heavy(policy));
@@ -185,6 +206,27 @@ mod tests {
         let c = choose(&policy(), &files);
         // 100 + 200 + 300 + 400 = 1000 ≤ target: one output; the 900-byte file is not small.
         assert_eq!(c.outputs, vec![vec![2, 3, 0, 4]]);
+    }
+
+    #[test]
+    fn a_small_file_much_larger_than_the_new_ones_waits_for_its_tier() {
+        // 100 + 100 + 100 = 300: the 700-byte output of earlier cycles (small: < 750) is more
+        // than twice that, so it is not rewritten again with them.
+        let files = [
+            file(700, 70, 0, 1),
+            file(100, 10, 0, 2),
+            file(100, 10, 0, 3),
+            file(100, 10, 0, 4),
+        ];
+        assert_eq!(choose(&policy(), &files).outputs, vec![vec![1, 2, 3]]);
+        // Once the smaller ones add up to half its size, it joins them.
+        let files = [
+            file(600, 60, 0, 1),
+            file(100, 10, 0, 2),
+            file(100, 10, 0, 3),
+            file(100, 10, 0, 4),
+        ];
+        assert_eq!(choose(&policy(), &files).inputs().count(), 4);
     }
 
     #[test]
