@@ -688,3 +688,94 @@ async fn rest_sigv4_signatures_verify() {
     assert!(!out.contains(secret), "the secret reached the log:\n{out}");
     p.sigterm_and_wait(Duration::from_secs(60)).await;
 }
+
+/// Spark (Iceberg-Java 1.10) maintains cdcd's table through the same REST catalog while cdcd
+/// streams updates and deletes to it: `rewrite_data_files`, `rewrite_position_delete_files` and
+/// `expire_snapshots`, each followed by changes to rows they moved. The table ends equal, read by
+/// pyiceberg, DuckDB and Spark. Needs Spark, which the test bed does not install: runs when
+/// `CDCD_TEST_SPARK_PYTHON` (a python with pyspark 3.5 and snowpark-connect-deps-iceberg) and
+/// `CDCD_TEST_SPARK_JARS` (iceberg-shaded-jackson.jar, iceberg-shaded-hc5.jar) are set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spark_maintenance_beside_cdcd() {
+    let Some(env) = test_env("spark_maintenance_beside_cdcd") else {
+        return;
+    };
+    let (Ok(spark), Ok(jars)) = (
+        std::env::var("CDCD_TEST_SPARK_PYTHON"),
+        std::env::var("CDCD_TEST_SPARK_JARS"),
+    ) else {
+        eprintln!("skipping spark_maintenance_beside_cdcd: CDCD_TEST_SPARK_PYTHON / CDCD_TEST_SPARK_JARS unset");
+        return;
+    };
+    let name = unique("catrestspark");
+    let t = format!("{name}_orders");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let dir = p.dir.as_ref().unwrap().path().to_owned();
+    let server = Rustberg::start(&dir, &p.warehouse);
+    let settings = Settings {
+        sink_extra: format!(
+            "maintenance_interval_ms = 0\n{}\n[sink.table_properties]\n\"cdcd.compaction.enabled\" = \"false\"\n\"cdcd.expiry.enabled\" = \"false\"\n",
+            catalog_section(&server.uri, &format!("token = {KEY:?}"))
+        ),
+        ..Settings::default()
+    };
+    p.write_config(&settings);
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    for round in 1..=2 {
+        exec(&client, &changes(&t, round)).await;
+        assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    }
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/support/spark_maintain.py"
+    );
+    let table = format!("{NAMESPACE}.{t}");
+    let run_spark = |procedure: &str| {
+        let out = Command::new(&spark)
+            .args([script, &jars, &server.uri, KEY, &table, procedure])
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "spark {procedure}:\n{text}");
+        eprintln!(
+            "spark {procedure}: {}",
+            text.lines()
+                .find(|l| l.starts_with("result:") || l.starts_with("rows:"))
+                .unwrap_or("")
+        );
+        text
+    };
+    for (round, procedure) in [
+        (3, "rewrite_data_files"),
+        (4, "rewrite_position_delete_files"),
+        (5, "expire_snapshots"),
+    ] {
+        run_spark(procedure);
+        exec(&client, &changes(&t, round)).await;
+        assert_equal_through_catalog(&mut p, &server.uri, &t, 90).await;
+    }
+    let counted = run_spark("count");
+    let source: i64 = client
+        .query_one(&format!("SELECT count(*) FROM {t}"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        counted.contains(&format!("rows: {source}")),
+        "Spark counts otherwise than the source ({source}):\n{counted}"
+    );
+    let out = p.output();
+    assert!(
+        out.contains("planning the commit again on top of it"),
+        "cdcd never met Spark's commits:\n{out}"
+    );
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}
