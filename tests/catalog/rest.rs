@@ -779,3 +779,52 @@ async fn spark_maintenance_beside_cdcd() {
     );
     p.sigterm_and_wait(Duration::from_secs(60)).await;
 }
+
+/// `ALTER TABLE … ADD COLUMN` (nullable, then with a constant default) and a widening through the
+/// REST catalog: the commit carries `add-schema` and `set-current-schema` with the schema
+/// requirements; old rows read NULL or the default, new rows their values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_schema_changes_commit_through_the_catalog() {
+    let Some(env) = test_env("rest_schema_changes_commit_through_the_catalog") else {
+        return;
+    };
+    let name = unique("catrestddl");
+    let t = format!("{name}_orders");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let dir = p.dir.as_ref().unwrap().path().to_owned();
+    let server = Rustberg::start(&dir, &p.warehouse);
+    let settings = Settings {
+        sink_extra: catalog_section(&server.uri, &format!("token = {KEY:?}")),
+        ..Settings::default()
+    };
+    p.write_config(&settings);
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    exec(
+        &client,
+        &format!(
+            "ALTER TABLE {t} ADD COLUMN note text; ALTER TABLE {t} ALTER COLUMN n TYPE int8;
+             UPDATE {t} SET note = 'noted', n = n + 5000000000 WHERE id % 5 = 0;
+             INSERT INTO {t} VALUES (90001, 'after', 7, 'new');"
+        ),
+    )
+    .await;
+    assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    // v3 only: a constant default becomes the field's initial-default.
+    if std::env::var("CDCD_TEST_DELETE_MODE").as_deref() != Ok("equality") {
+        exec(
+            &client,
+            &format!(
+                "ALTER TABLE {t} ADD COLUMN tier text DEFAULT 'basic';
+                 INSERT INTO {t} VALUES (90002, 'later', 8, NULL, 'gold');"
+            ),
+        )
+        .await;
+        assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    }
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}

@@ -306,7 +306,16 @@ impl RestCatalog {
                 Ok(Reply::Ok(body)) => {
                     let answer: LoadTable =
                         parse(&body, &what).map_err(|e| self.error(&what, e))?;
-                    return self.loaded(answer, &what);
+                    let landed = self.loaded(answer, &what)?;
+                    // A server that applied the updates otherwise (another schema id, fields
+                    // renumbered, another head) leaves a table cdcd's files do not match: stop.
+                    if head(&landed.metadata) != head(&next) {
+                        return Err(self.error(&what, "committed, but main's head is not the snapshot cdcd sent; stopping"));
+                    }
+                    same_schema(&next, &landed.metadata).map_err(|e| {
+                        self.error(&what, format!("committed, but the catalog's current schema is not the one cdcd sent ({e}); stopping"))
+                    })?;
+                    return Ok(landed);
                 }
                 Ok(Reply::Refused(StatusCode::CONFLICT, message)) => {
                     tracing::info!(table = %t.id, detail = %message, "the catalog refused the commit: another writer committed first");

@@ -226,8 +226,12 @@ fn fresh_snapshot_id(meta: &TableMetadata) -> i64 {
 pub(super) struct RowDelta<'a> {
     target: Target<'a>,
     input: Input<'a>,
-    /// The metadata this commit builds on (its current snapshot is the parent).
+    /// The metadata this commit builds on (its current snapshot is the parent), with the
+    /// evolved schema when the commit evolves it.
     base: Arc<Loaded>,
+    /// The table's metadata as the catalog gave it: what the catalog commit replaces (a REST
+    /// catalog is sent the difference from it, the schema change included).
+    loaded: Arc<Loaded>,
     plan: Plan,
     names: Names,
     /// The table is format v3: deletion vectors, located through the primary-key index.
@@ -242,6 +246,7 @@ impl<'a> RowDelta<'a> {
         base: Arc<Loaded>,
         wanted: &Schema,
     ) -> Result<RowDelta<'a>, SinkError> {
+        let loaded = Arc::clone(&base);
         let base = match schema::schema_difference(base.metadata.current_schema(), wanted) {
             None => base,
             Some(detail) => match schema::evolve(&base.metadata, wanted) {
@@ -284,6 +289,7 @@ impl<'a> RowDelta<'a> {
             target,
             input,
             base,
+            loaded,
             plan,
             names,
             v3,
@@ -295,9 +301,10 @@ impl<'a> RowDelta<'a> {
         &self.base.metadata
     }
 
-    /// The metadata this commit builds on, as loaded (its file; for a catalog's commit).
+    /// The table's metadata as the catalog gave it (before this commit's schema change): the
+    /// catalog commit's base.
     pub(super) fn base_loaded(&self) -> &Arc<Loaded> {
-        &self.base
+        &self.loaded
     }
 
     fn table(&self) -> &TableId {
@@ -418,7 +425,7 @@ impl<'a> RowDelta<'a> {
         next: TableMetadata,
     ) -> Result<Arc<Loaded>, SinkError> {
         catalog
-            .commit(self.target.warehouse, table, &self.base, next)
+            .commit(self.target.warehouse, table, &self.loaded, next)
             .await
             .map(Arc::new)
     }
