@@ -310,7 +310,10 @@ impl RestCatalog {
                     // A server that applied the updates otherwise (another schema id, fields
                     // renumbered, another head) leaves a table cdcd's files do not match: stop.
                     if head(&landed.metadata) != head(&next) {
-                        return Err(self.error(&what, "committed, but main's head is not the snapshot cdcd sent; stopping"));
+                        return Err(self.error(
+                            &what,
+                            "committed, but main's head is not the snapshot cdcd sent; stopping",
+                        ));
                     }
                     same_schema(&next, &landed.metadata).map_err(|e| {
                         self.error(&what, format!("committed, but the catalog's current schema is not the one cdcd sent ({e}); stopping"))
@@ -467,6 +470,12 @@ impl RestCatalog {
                     ),
                 ));
             }
+            same_schema(next, &now.metadata).map_err(|e| {
+                self.error(
+                    what,
+                    format!("committed, but the current schema of {} is not the one cdcd sent ({e}); stopping", t.id),
+                )
+            })?;
             out.push(now);
         }
         Ok(out)
