@@ -122,7 +122,8 @@ impl IcebergSink {
         let Some(mut live) = guard.live.take() else {
             return Ok(None);
         };
-        let choice = pick::choose(&policy, &candidates(&live));
+        let tiered = meta.format_version() >= iceberg::spec::FormatVersion::V3;
+        let choice = pick::choose(&policy, &candidates(&live), tiered);
         if choice.is_empty() {
             guard.live = Some(live);
             return Ok(None);
