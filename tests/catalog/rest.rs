@@ -828,3 +828,72 @@ async fn rest_schema_changes_commit_through_the_catalog() {
     }
     p.sigterm_and_wait(Duration::from_secs(60)).await;
 }
+
+/// `kill -9` at random moments while cdcd streams transactions over two tables through the REST
+/// catalog (multi-table commits in flight, answers in flight): after each restart the tables
+/// continue from the checkpoints the catalog holds, and both end equal to the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_kill_dash_nine_at_random_moments() {
+    let test = "rest_kill_dash_nine_at_random_moments";
+    let Some(env) = test_env(test) else {
+        return;
+    };
+    let mut rng = crate::support::Rng::from_env_or_clock(test);
+    let name = unique("catrestk9");
+    let (a, b) = (format!("{name}_a"), format!("{name}_b"));
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&a)).await;
+    exec(&client, &create_table(&b)).await;
+    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    let dir = p.dir.as_ref().unwrap().path().to_owned();
+    let server = Rustberg::start(&dir, &p.warehouse);
+    let settings = Settings {
+        sink_extra: catalog_section(&server.uri, &format!("token = {KEY:?}")),
+        ..Settings::default()
+    };
+    p.write_config(&settings);
+    p.start();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let client = connect(&env.pg_url).await;
+        let (a, b, stop) = (a.clone(), b.clone(), stop.clone());
+        let seed = rng.next();
+        tokio::spawn(async move {
+            let mut rng = crate::support::Rng::from_seed(seed);
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                let id = 100_000 + n as i64;
+                let k = rng.range(1, 400) as i64;
+                let sql = format!(
+                    "BEGIN; INSERT INTO {a} VALUES ({id}, 'tx {n}', {n}); INSERT INTO {b} VALUES ({id}, 'tx {n}', {n});
+                     UPDATE {a} SET v = 'u{n}', n = n + 1 WHERE id = {k}; DELETE FROM {b} WHERE id = {k};
+                     COMMIT;"
+                );
+                if let Err(e) = client.batch_execute(&sql).await {
+                    panic!("workload: {e}");
+                }
+                tokio::time::sleep(Duration::from_millis(rng.range(5, 40))).await;
+            }
+            n
+        })
+    };
+    for i in 0..5 {
+        let up = rng.range(300, 3000);
+        tokio::time::sleep(Duration::from_millis(up)).await;
+        p.assert_running();
+        eprintln!("kill -9 #{} after {up} ms", i + 1);
+        p.kill9();
+        p.wait_slot_inactive(&client, Duration::from_secs(30)).await;
+        p.start();
+    }
+    tokio::time::sleep(Duration::from_millis(rng.range(500, 2000))).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let txs = load.await.expect("workload failed");
+    eprintln!("workload: {txs} transactions");
+    assert_equal_through_catalog(&mut p, &server.uri, &a, 240).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &b, 240).await;
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0), "exit status after SIGTERM: {st}");
+}
