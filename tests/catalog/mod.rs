@@ -8,3 +8,23 @@
 
 mod rest;
 mod sql;
+
+/// A keyed table with 300 rows.
+pub(super) fn create_table(t: &str) -> String {
+    format!(
+        "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int8 PRIMARY KEY, v text, n int4);
+         INSERT INTO {t} SELECT g, 'seed ' || g, g FROM generate_series(1, 300) g;"
+    )
+}
+
+/// Round `round` of changes: inserts, updates, deletes, and a transaction that updates, deletes and
+/// re-inserts one key.
+pub(super) fn changes(t: &str, round: u32) -> String {
+    let base = 1000 * round;
+    format!(
+        "INSERT INTO {t} SELECT {base} + g, 'new ' || g, g FROM generate_series(1, 200) g;
+         UPDATE {t} SET v = 'upd {round}', n = n + 1 WHERE id % 7 = 0;
+         DELETE FROM {t} WHERE id % 11 = 0;
+         BEGIN; UPDATE {t} SET v = NULL WHERE id = 5; DELETE FROM {t} WHERE id = 6; INSERT INTO {t} VALUES (6, 'again', 6); COMMIT;"
+    )
+}

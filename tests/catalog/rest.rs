@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::{changes, create_table};
 use crate::support::{
     connect, exec, run_cdcd, test_env, unique, write_file, Pipeline, Settings, TestEnv, NAMESPACE,
 };
@@ -79,6 +80,37 @@ impl Drop for Rustberg {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// One source table `<tag>_<pid>_orders` (`create_table`), a pipeline replicating it, and a
+/// rustberg server of its own in the pipeline's directory; the test writes the config once it
+/// knows the server's URI.
+struct Bed {
+    p: Pipeline,
+    server: Rustberg,
+    dir: PathBuf,
+    client: tokio_postgres::Client,
+    t: String,
+}
+
+impl Bed {
+    async fn orders(env: &TestEnv, tag: &str) -> Bed {
+        let name = unique(tag);
+        let t = format!("{name}_orders");
+        let client = connect(&env.pg_url).await;
+        exec(&client, &create_table(&t)).await;
+        let mut p = Pipeline::new(env, &name, &[&t], &Settings::default());
+        p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+        let dir = p.dir.as_ref().unwrap().path().to_owned();
+        let server = Rustberg::start(&dir, &p.warehouse);
+        Bed {
+            p,
+            server,
+            dir,
+            client,
+            t,
+        }
     }
 }
 
@@ -212,23 +244,6 @@ async fn assert_equal_through_catalog(p: &mut Pipeline, uri: &str, table: &str, 
     }
 }
 
-fn create_table(t: &str) -> String {
-    format!(
-        "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int8 PRIMARY KEY, v text, n int4);
-         INSERT INTO {t} SELECT g, 'seed ' || g, g FROM generate_series(1, 300) g;"
-    )
-}
-
-fn changes(t: &str, round: u32) -> String {
-    let base = 1000 * round;
-    format!(
-        "INSERT INTO {t} SELECT {base} + g, 'new ' || g, g FROM generate_series(1, 200) g;
-         UPDATE {t} SET v = 'upd {round}', n = n + 1 WHERE id % 7 = 0;
-         DELETE FROM {t} WHERE id % 11 = 0;
-         BEGIN; UPDATE {t} SET v = NULL WHERE id = 5; DELETE FROM {t} WHERE id = 6; INSERT INTO {t} VALUES (6, 'again', 6); COMMIT;"
-    )
-}
-
 /// Replication through rustberg: `cdcd check`, the copy, three rounds of changes with a restart
 /// in between, `cdcd status` and `cdcd cleanup` through the catalog; pyiceberg lists what cdcd
 /// created.
@@ -330,14 +345,13 @@ async fn rest_commits_whose_answers_are_lost_or_refused_land_once() {
     let Some(env) = test_env("rest_commits_whose_answers_are_lost_or_refused_land_once") else {
         return;
     };
-    let name = unique("catrestlost");
-    let t = format!("{name}_orders");
-    let client = connect(&env.pg_url).await;
-    exec(&client, &create_table(&t)).await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    let dir = p.dir.as_ref().unwrap().path().to_owned();
-    let server = Rustberg::start(&dir, &p.warehouse);
+    let Bed {
+        mut p,
+        server,
+        dir,
+        client,
+        t,
+    } = Bed::orders(&env, "catrestlost").await;
     // Commit 1 is the copy; 2 and 4 land unanswered, 3 and 6 are refused unsent.
     let proxy = Proxy::start(
         &env,
@@ -381,14 +395,13 @@ async fn rest_oauth2_tokens_that_expire_are_renewed() {
     let Some(env) = test_env("rest_oauth2_tokens_that_expire_are_renewed") else {
         return;
     };
-    let name = unique("catrestoauth");
-    let t = format!("{name}_orders");
-    let client = connect(&env.pg_url).await;
-    exec(&client, &create_table(&t)).await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    let dir = p.dir.as_ref().unwrap().path().to_owned();
-    let server = Rustberg::start(&dir, &p.warehouse);
+    let Bed {
+        mut p,
+        server,
+        dir,
+        client,
+        t,
+    } = Bed::orders(&env, "catrestoauth").await;
     let proxy = Proxy::start(
         &env,
         &server,
@@ -444,14 +457,13 @@ async fn a_rewrite_by_another_engine_is_built_upon() {
     let Some(env) = test_env("a_rewrite_by_another_engine_is_built_upon") else {
         return;
     };
-    let name = unique("catrestshare");
-    let t = format!("{name}_orders");
-    let client = connect(&env.pg_url).await;
-    exec(&client, &create_table(&t)).await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    let dir = p.dir.as_ref().unwrap().path().to_owned();
-    let server = Rustberg::start(&dir, &p.warehouse);
+    let Bed {
+        mut p,
+        server,
+        dir,
+        client,
+        t,
+    } = Bed::orders(&env, "catrestshare").await;
     // The daemon's own maintenance off (the other engine maintains this table); compaction
     // eager so the other engine's cycle rewrites the few small files there are.
     let sink_extra = format!(
@@ -616,14 +628,13 @@ async fn rest_sigv4_signatures_verify() {
     let Some(env) = test_env("rest_sigv4_signatures_verify") else {
         return;
     };
-    let name = unique("catrestsig");
-    let t = format!("{name}_orders");
-    let client = connect(&env.pg_url).await;
-    exec(&client, &create_table(&t)).await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    let dir = p.dir.as_ref().unwrap().path().to_owned();
-    let server = Rustberg::start(&dir, &p.warehouse);
+    let Bed {
+        mut p,
+        server,
+        dir,
+        client,
+        t,
+    } = Bed::orders(&env, "catrestsig").await;
     let (key_id, secret) = ("AKIDCDCDSIGV4TEST", "sIgV4/s3cret+Key");
     let proxy = Proxy::start(
         &env,
@@ -707,14 +718,13 @@ async fn spark_maintenance_beside_cdcd() {
         eprintln!("skipping spark_maintenance_beside_cdcd: CDCD_TEST_SPARK_PYTHON / CDCD_TEST_SPARK_JARS unset");
         return;
     };
-    let name = unique("catrestspark");
-    let t = format!("{name}_orders");
-    let client = connect(&env.pg_url).await;
-    exec(&client, &create_table(&t)).await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    let dir = p.dir.as_ref().unwrap().path().to_owned();
-    let server = Rustberg::start(&dir, &p.warehouse);
+    let Bed {
+        mut p,
+        server,
+        dir: _,
+        client,
+        t,
+    } = Bed::orders(&env, "catrestspark").await;
     let settings = Settings {
         sink_extra: format!(
             "maintenance_interval_ms = 0\n{}\n[sink.table_properties]\n\"cdcd.compaction.enabled\" = \"false\"\n\"cdcd.expiry.enabled\" = \"false\"\n",
@@ -788,14 +798,13 @@ async fn rest_schema_changes_commit_through_the_catalog() {
     let Some(env) = test_env("rest_schema_changes_commit_through_the_catalog") else {
         return;
     };
-    let name = unique("catrestddl");
-    let t = format!("{name}_orders");
-    let client = connect(&env.pg_url).await;
-    exec(&client, &create_table(&t)).await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    let dir = p.dir.as_ref().unwrap().path().to_owned();
-    let server = Rustberg::start(&dir, &p.warehouse);
+    let Bed {
+        mut p,
+        server,
+        dir: _,
+        client,
+        t,
+    } = Bed::orders(&env, "catrestddl").await;
     let settings = Settings {
         sink_extra: catalog_section(&server.uri, &format!("token = {KEY:?}")),
         ..Settings::default()

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use super::{changes, create_table};
 use crate::support::{
     connect, exec, run_cdcd, test_env, unique, Pipeline, Settings, TestEnv, NAMESPACE,
 };
@@ -143,23 +144,6 @@ async fn assert_equal_through_catalog(
         "lakecheck public.{table}: {}",
         out.lines().last().unwrap_or("")
     );
-}
-
-fn create_table(t: &str) -> String {
-    format!(
-        "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int8 PRIMARY KEY, v text, n int4);
-         INSERT INTO {t} SELECT g, 'seed ' || g, g FROM generate_series(1, 300) g;"
-    )
-}
-
-fn changes(t: &str, round: u32) -> String {
-    let base = 1000 * round;
-    format!(
-        "INSERT INTO {t} SELECT {base} + g, 'new ' || g, g FROM generate_series(1, 200) g;
-         UPDATE {t} SET v = 'upd {round}', n = n + 1 WHERE id % 7 = 0;
-         DELETE FROM {t} WHERE id % 11 = 0;
-         BEGIN; UPDATE {t} SET v = NULL WHERE id = 5; DELETE FROM {t} WHERE id = 6; INSERT INTO {t} VALUES (6, 'again', 6); COMMIT;"
-    )
 }
 
 async fn replicates(env: TestEnv, postgres: bool) {
