@@ -540,7 +540,7 @@ rustberg_up() {
   local cargo=cargo
   command -v cargo >/dev/null || cargo=$HOME/.cargo/bin/cargo
   mkdir -p "$RUSTBERG_ROOT"; rm -f "$RUSTBERG_STATUS"
-  log "building rustberg 0.3.0 in the background (once per machine, ~10 min on 2 cores; $LOGS/rustberg-build.log)"
+  log "building rustberg 0.3.0 in the background (once per machine, ~15 min on 2 cores beside cdcd's build; $LOGS/rustberg-build.log)"
   CARGO_PROFILE_DEV_DEBUG=0 nohup bash -c "nice -n 5 '$cargo' install rustberg --version 0.3.0 --locked --debug \
       --no-default-features --features cli --root '$RUSTBERG_ROOT' && echo ok > '$RUSTBERG_STATUS' \
       || echo failed > '$RUSTBERG_STATUS'" >"$LOGS/rustberg-build.log" 2>&1 &
