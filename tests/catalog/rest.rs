@@ -906,3 +906,45 @@ async fn rest_kill_dash_nine_at_random_moments() {
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0), "exit status after SIGTERM: {st}");
 }
+
+/// A pipeline that ran with the filesystem catalog switches to a REST catalog: its table
+/// directory is registered as it is (`POST …/register`), the checkpoint in it holds, and
+/// replication continues through the catalog without copying the table again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_from_the_filesystem_catalog_registers_the_table() {
+    let Some(env) = test_env("switching_from_the_filesystem_catalog_registers_the_table") else {
+        return;
+    };
+    let Bed {
+        mut p,
+        server,
+        dir: _,
+        client,
+        t,
+    } = Bed::orders(&env, "catrestswitch").await;
+    p.write_config(&Settings::default());
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    exec(&client, &changes(&t, 1)).await;
+    p.assert_equal(&t, 60).await;
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+
+    exec(&client, &changes(&t, 2)).await;
+    let settings = Settings {
+        sink_extra: catalog_section(&server.uri, &format!("token = {KEY:?}")),
+        ..Settings::default()
+    };
+    p.write_config(&settings);
+    p.start();
+    assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    exec(&client, &changes(&t, 3)).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    let out = p.output();
+    let second = out.split("===== cdcd start #2").nth(1).unwrap_or("");
+    assert!(
+        second.contains("registering the table's existing metadata in the catalog")
+            && !second.contains("initial copy starting"),
+        "the table was not registered, or copied again, after the switch:\n{second}"
+    );
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}

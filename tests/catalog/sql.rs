@@ -489,3 +489,38 @@ async fn sql_catalog_on_postgres_over_verified_tls() {
     )
     .await;
 }
+
+/// A pipeline that ran with the filesystem catalog switches to a SQL catalog: its table is
+/// registered as it is at start, the checkpoint holds (no second copy), replication goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_from_the_filesystem_catalog_keeps_the_checkpoint() {
+    let Some(env) = test_env("switching_from_the_filesystem_catalog_keeps_the_checkpoint") else {
+        return;
+    };
+    let name = unique("catsqswitch");
+    let t = format!("{name}_orders");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let scratch = tempfile::tempdir().unwrap();
+    let cat = CatalogDb::sqlite(scratch.path());
+    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    exec(&client, &changes(&t, 1)).await;
+    p.assert_equal(&t, 60).await;
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+
+    exec(&client, &changes(&t, 2)).await;
+    p.write_config(&cat.settings());
+    p.start();
+    assert_equal_through_catalog(&mut p, &cat, &t, 60).await;
+    let out = p.output();
+    let second = out.split("===== cdcd start #2").nth(1).unwrap_or("");
+    assert!(
+        second.contains("registering the table's existing metadata in the catalog")
+            && !second.contains("initial copy starting"),
+        "the table was not registered, or copied again, after the switch:\n{second}"
+    );
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}

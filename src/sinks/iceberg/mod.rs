@@ -209,6 +209,37 @@ impl IcebergSink {
         Ok(loaded)
     }
 
+    /// A table the catalog does not know but whose directory holds metadata (the pipeline ran
+    /// with the filesystem catalog before): registered in the catalog as it is, so its
+    /// checkpoint holds and nothing is copied again. `None` when there is nothing to adopt.
+    async fn adopt(&self, table: &TableId) -> Result<Option<Arc<Loaded>>, SinkError> {
+        if matches!(self.catalog, Catalog::Filesystem) {
+            return Ok(None);
+        }
+        let location = self.table_location(table);
+        let Some(existing) = catalog::filesystem::load(&self.warehouse, &location).await? else {
+            return Ok(None);
+        };
+        let registered = self
+            .catalog
+            .create(
+                &self.warehouse,
+                &self.table_ref(table, &location),
+                existing.metadata,
+            )
+            .await;
+        match registered {
+            Ok(loaded) => {
+                let loaded = Arc::new(loaded);
+                self.remember(table, Some(loaded.clone()));
+                Ok(Some(loaded))
+            }
+            // Registered meanwhile by another writer: theirs.
+            Err(SinkError::CommitConflict { .. }) => self.load(table).await,
+            Err(e) => Err(e),
+        }
+    }
+
     /// The cached or stored metadata, creating the table (v1) when it does not exist.
     async fn load_or_create(
         &self,
@@ -371,8 +402,12 @@ impl TableSlot {
 #[async_trait]
 impl Sink for IcebergSink {
     async fn checkpoint(&self, table: &TableId) -> Result<Option<Checkpoint>, SinkError> {
-        let Some(loaded) = self.load(table).await? else {
-            return Ok(None);
+        let loaded = match self.load(table).await? {
+            Some(loaded) => loaded,
+            None => match self.adopt(table).await? {
+                Some(loaded) => loaded,
+                None => return Ok(None),
+            },
         };
         pipeline_checkpoint(&self.pipeline, &loaded.metadata)
     }
