@@ -278,7 +278,10 @@ async fn rest_catalog_replicates_and_readers_find_the_table() {
 
     let (ok, out) = run_cdcd(&["check"], &p.config);
     let line = format!("catalog rest {}: ok (bearer token;", server.uri);
-    assert!(ok && out.contains(&line), "cdcd check:\n{out}");
+    assert!(
+        ok && out.contains(&line) && out.contains(&format!("namespace {NAMESPACE}: ok")),
+        "cdcd check:\n{out}"
+    );
     assert!(!out.contains(KEY), "cdcd check shows the token:\n{out}");
 
     p.start();

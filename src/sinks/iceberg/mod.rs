@@ -589,22 +589,32 @@ impl Sink for IcebergSink {
 }
 
 impl IcebergSink {
-    /// `cdcd check` on a REST catalog: its configuration (reachable, authenticated), then the
-    /// namespaces and tables it lets cdcd list.
+    /// `cdcd check` on a REST catalog: its configuration (reachable, authenticated), the
+    /// namespaces and tables it lets cdcd list, and the configured namespace (created if absent).
     async fn check_rest(&self, rest: &catalog::rest::RestCatalog) -> Result<Vec<String>, String> {
         let fail = |e: SinkError| format!("{e}; {}", rest.fix());
         let transactions = rest.offers_transactions().await.map_err(fail)?;
         let tables = rest.tables().await.map_err(fail)?;
+        // The namespace cdcd will create its tables in (when configured; otherwise each source
+        // schema's, created at its table's first commit): created now if absent, which proves
+        // the permission.
+        let namespace = match &self.namespace {
+            Some(ns) => {
+                rest.create_namespace(ns).await.map_err(fail)?;
+                format!("; namespace {ns}: ok")
+            }
+            None => String::new(),
+        };
+        let offered = if transactions {
+            "offered"
+        } else {
+            "not offered"
+        };
         Ok(vec![format!(
-            "catalog rest {}: ok ({}; {} tables; multi-table commits: {})",
+            "catalog rest {}: ok ({}; {} tables; multi-table commits: {offered}{namespace})",
             rest.uri(),
             rest.auth_summary(),
             tables.len(),
-            if transactions {
-                "offered"
-            } else {
-                "not offered"
-            }
         )])
     }
 

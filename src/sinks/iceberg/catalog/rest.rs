@@ -155,7 +155,7 @@ impl RestCatalog {
     }
 
     /// Creates the namespace when absent.
-    async fn create_namespace(&self, namespace: &str) -> Result<(), SinkError> {
+    pub async fn create_namespace(&self, namespace: &str) -> Result<(), SinkError> {
         let what = format!("creating namespace {namespace}");
         let body = wire::CreateNamespace {
             namespace: [namespace],
