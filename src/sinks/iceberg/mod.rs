@@ -282,9 +282,12 @@ impl IcebergSink {
     /// again on the table as it is now, at most [`COMMIT_ATTEMPTS`] times: the live files and
     /// the primary-key index are caught up from the new snapshot, so deletes are located in the
     /// files that hold the rows now (a rewrite moved them), and nothing of the lost attempt is
-    /// referenced. Only when the winner did not advance this pipeline's checkpoint: if it did,
-    /// another cdcd on this pipeline committed these changes, and planning them again would
-    /// apply them twice, so the conflict stops the pipeline.
+    /// referenced. Only when the table is cdcd's last state plus other writers' commits
+    /// ([`only_others_committed`]): if a new snapshot carries this pipeline's checkpoint,
+    /// another cdcd on this pipeline committed these changes and planning them again would apply
+    /// them twice; if `main` no longer descends from cdcd's last snapshot (a rollback), planning
+    /// on top would build on rows the checkpoint does not describe. Then the conflict stops the
+    /// pipeline, which restarts from the table's checkpoint.
     async fn commit_inner(
         &self,
         schema: &Arc<TableSchema>,
@@ -307,10 +310,8 @@ impl IcebergSink {
             let Some(now) = self.load(table).await? else {
                 return Err(conflict);
             };
-            let ours = pipeline_checkpoint(&self.pipeline, &before.metadata)?;
-            let theirs = pipeline_checkpoint(&self.pipeline, &now.metadata)?;
-            if ours != theirs {
-                tracing::warn!(table = %table, "another writer committed this pipeline's checkpoint first; stopping rather than applying the changes twice");
+            if !only_others_committed(&self.pipeline, &before.metadata, &now.metadata)? {
+                tracing::warn!(table = %table, "the table moved other than by other engines' commits on top of cdcd's last one (this pipeline's checkpoint, a rollback, or history expired past it); stopping rather than guessing");
                 return Err(conflict);
             }
             let winner = now.metadata.current_snapshot();
@@ -652,6 +653,38 @@ impl IcebergSink {
 
 /// Commit attempts when other writers keep committing first (see `commit_inner`).
 const COMMIT_ATTEMPTS: u32 = 5;
+
+/// Whether `now` is `before` plus other writers' commits only: walking back from `now`'s
+/// current snapshot reaches `before`'s (by parent ids, which outlive an expired parent) without
+/// passing a snapshot that carries another checkpoint of `pipeline` than `before` holds (a
+/// compaction carries the same one; a commit of this pipeline's changes a newer one). `false`
+/// after a rollback (the walk misses `before`'s snapshot) and when the lineage never reaches it.
+fn only_others_committed(
+    pipeline: &str,
+    before: &TableMetadata,
+    now: &TableMetadata,
+) -> Result<bool, SinkError> {
+    let ours = pipeline_checkpoint(pipeline, before)?;
+    let head = before.current_snapshot().map(|s| s.snapshot_id());
+    let mut id = now.current_snapshot().map(|s| s.snapshot_id());
+    // Each step goes to a parent; more steps than snapshots would be a cycle.
+    for _ in 0..=now.snapshots().len() {
+        if id == head {
+            return Ok(true);
+        }
+        let Some(snapshot) = id.and_then(|i| now.snapshot_by_id(i)) else {
+            return Ok(false);
+        };
+        let props = &snapshot.summary().additional_properties;
+        if let Some(cp) = Checkpoint::from_properties(pipeline, props)? {
+            if ours.as_ref() != Some(&cp) {
+                return Ok(false);
+            }
+        }
+        id = snapshot.parent_snapshot_id();
+    }
+    Ok(false)
+}
 
 /// `pipeline`'s newest checkpoint in `meta`, walking back from the current snapshot: another
 /// writer (a compaction, a maintenance job, Spark) may have committed on top of cdcd's newest

@@ -570,6 +570,7 @@ mod types;
 mod index;
 
 mod compaction;
+mod conflict;
 mod maintenance;
 mod merge;
 

@@ -6,7 +6,8 @@
 //! Locks: every table's slot is held from staging to the end of the publish, taken in table
 //! order; maintenance holds one slot at a time, so no two holders wait on each other.
 //! A conflict (another writer committed to one of the tables first) re-plans all of them, on the
-//! same rule as one table's commit: only when no table's checkpoint of this pipeline moved.
+//! same rule as one table's commit: only when every table is cdcd's last state plus other
+//! writers' commits.
 
 use std::sync::Arc;
 
@@ -14,7 +15,7 @@ use super::catalog::rest::RestCatalog;
 use super::catalog::TableRef;
 use super::commit::{Input, RowDelta, Staged, Target};
 use super::metadata::Loaded;
-use super::{maintenance, pipeline_checkpoint, schema, IcebergSink, COMMIT_ATTEMPTS};
+use super::{maintenance, only_others_committed, schema, IcebergSink, COMMIT_ATTEMPTS};
 use crate::sinks::{CommitStats, SinkError, TableCommit};
 
 impl IcebergSink {
@@ -39,13 +40,11 @@ impl IcebergSink {
                 let Some(before) = before else {
                     return Err(conflict);
                 };
-                let now = self.load(&c.schema.id).await?;
-                let theirs = match &now {
-                    Some(now) => pipeline_checkpoint(&self.pipeline, &now.metadata)?,
-                    None => return Err(conflict),
+                let Some(now) = self.load(&c.schema.id).await? else {
+                    return Err(conflict);
                 };
-                if pipeline_checkpoint(&self.pipeline, &before.metadata)? != theirs {
-                    tracing::warn!(table = %c.schema.id, "another writer committed this pipeline's checkpoint first; stopping rather than applying the changes twice");
+                if !only_others_committed(&self.pipeline, &before.metadata, &now.metadata)? {
+                    tracing::warn!(table = %c.schema.id, "the table moved other than by other engines' commits on top of cdcd's last one; stopping rather than guessing");
                     return Err(conflict);
                 }
             }
