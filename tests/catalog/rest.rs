@@ -766,12 +766,17 @@ async fn spark_maintenance_beside_cdcd() {
         );
         text
     };
-    for (round, procedure) in [
-        (3, "rewrite_data_files"),
-        (4, "rewrite_position_delete_files"),
-        (5, "expire_snapshots"),
+    // The last round expires right after a rewrite, before cdcd commits again: the snapshot
+    // holding cdcd's checkpoint is gone, and only the rewrite's parent id still names it.
+    for (round, procedures) in [
+        (3, &["rewrite_data_files"][..]),
+        (4, &["rewrite_position_delete_files"][..]),
+        (5, &["expire_snapshots"][..]),
+        (6, &["rewrite_data_files", "expire_snapshots"][..]),
     ] {
-        run_spark(procedure);
+        for procedure in procedures {
+            run_spark(procedure);
+        }
         exec(&client, &changes(&t, round)).await;
         assert_equal_through_catalog(&mut p, &server.uri, &t, 90).await;
     }
