@@ -121,7 +121,13 @@ fn listing(dir: &Path) -> BTreeMap<String, u64> {
                 walk(root, &path, out);
             } else {
                 let rel = path.strip_prefix(root).unwrap().display().to_string();
-                if !rel.contains("lease.json") && !rel.ends_with("progress.json") {
+                // `<name>#<n>`: object_store's local staging file of a put in progress (renamed
+                // to `<name>` when it completes); a put the holder was paused in finishes after
+                // SIGCONT, and its staging file then leaves: not a delete of a file.
+                let staging = rel
+                    .rsplit_once('#')
+                    .is_some_and(|(_, n)| n.parse::<u64>().is_ok());
+                if !rel.contains("lease.json") && !rel.ends_with("progress.json") && !staging {
                     out.insert(rel, e.metadata().map(|m| m.len()).unwrap_or(0));
                 }
             }
