@@ -327,6 +327,30 @@ impl IcebergSink {
         unreachable!("the loop returns")
     }
 
+    /// Stages one table's commit while its slot is held: the base loaded (or the table
+    /// created), the changes planned, every file the snapshot names written (commit/mod.rs,
+    /// steps 1–2). Nothing is visible yet; the caller publishes.
+    async fn stage<'a>(
+        &'a self,
+        slot: &'a mut TableSlot,
+        input: Input<'a>,
+    ) -> Result<(RowDelta<'a>, Staged, Cached<'a>), SinkError> {
+        let table = &input.schema.id;
+        let wanted = schema::iceberg_schema(input.schema)?;
+        let base = self.load_or_create(table, wanted.clone()).await?;
+        let target = Target {
+            warehouse: &self.warehouse,
+            index_location: self.index_location(table),
+            limits: self.limits,
+        };
+        let mut delta = RowDelta::new(target, input, base, &wanted)?;
+        let mut cached = slot
+            .for_commit(&self.warehouse, table, delta.base())
+            .await?;
+        let staged = delta.stage(&mut cached).await?;
+        Ok((delta, staged, cached))
+    }
+
     /// One commit attempt, in the steps of the producer (commit/mod.rs); this keeps the table
     /// cache.
     async fn commit_once(
@@ -336,27 +360,17 @@ impl IcebergSink {
         checkpoint: &Checkpoint,
     ) -> Result<CommitStats, SinkError> {
         let table = &schema.id;
-        let wanted = schema::iceberg_schema(schema)?;
         // The table's cached state (live files, vectors, index), held for the whole commit, from
         // before the base is loaded: a maintenance commit in between would take its version.
         let slot = self.table_slot(table);
         let mut guard = slot.lock().await;
-        let base = self.load_or_create(table, wanted.clone()).await?;
-        let target = Target {
-            warehouse: &self.warehouse,
-            index_location: self.index_location(table),
-            limits: self.limits,
-        };
         let input = Input {
             schema,
             changes,
             checkpoint,
         };
-        let mut delta = RowDelta::new(target, input, Arc::clone(&base), &wanted)?;
-        let mut cached = guard
-            .for_commit(&self.warehouse, table, delta.base())
-            .await?;
-        let Staged { next, after } = delta.stage(&mut cached).await?;
+        let (delta, Staged { next, after }, cached) = self.stage(&mut guard, input).await?;
+        let base = Arc::clone(delta.base_loaded());
         let location = self.table_location(table);
         let published = delta
             .publish(&self.catalog, &self.table_ref(table, &location), next)

@@ -13,9 +13,9 @@ use std::sync::Arc;
 
 use super::catalog::rest::RestCatalog;
 use super::catalog::TableRef;
-use super::commit::{Input, RowDelta, Staged, Target};
+use super::commit::{Input, Staged};
 use super::metadata::Loaded;
-use super::{maintenance, only_others_committed, schema, IcebergSink, COMMIT_ATTEMPTS};
+use super::{maintenance, only_others_committed, IcebergSink, COMMIT_ATTEMPTS};
 use crate::sinks::{CommitStats, SinkError, TableCommit};
 
 impl IcebergSink {
@@ -79,24 +79,12 @@ impl IcebergSink {
         let mut staged = Vec::with_capacity(order.len());
         for ((guard, &i), location) in guards.iter_mut().zip(&order).zip(&locations) {
             let c = &commits[i];
-            let table = &c.schema.id;
-            let wanted = schema::iceberg_schema(c.schema)?;
-            let base = self.load_or_create(table, wanted.clone()).await?;
-            let target = Target {
-                warehouse: &self.warehouse,
-                index_location: self.index_location(table),
-                limits: self.limits,
-            };
             let input = Input {
                 schema: c.schema,
                 changes: c.changes,
                 checkpoint: c.checkpoint,
             };
-            let mut delta = RowDelta::new(target, input, Arc::clone(&base), &wanted)?;
-            let mut cached = guard
-                .for_commit(&self.warehouse, table, delta.base())
-                .await?;
-            let Staged { next, after } = delta.stage(&mut cached).await?;
+            let (delta, Staged { next, after }, cached) = self.stage(guard, input).await?;
             staged.push((i, location, delta, next, after, cached));
         }
         let items: Vec<(TableRef<'_>, &Loaded, &iceberg::spec::TableMetadata)> = staged
