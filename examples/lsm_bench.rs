@@ -33,6 +33,7 @@ fn schema() -> Arc<TableSchema> {
         nullable: true,
         source_type: String::new(),
         initial_default: None,
+        former_names: Vec::new(),
     };
     Arc::new(TableSchema {
         id: TableId::new("public", "bench"),

@@ -142,6 +142,7 @@ fn schema() -> Arc<TableSchema> {
         nullable: true,
         source_type: String::new(),
         initial_default: None,
+        former_names: Vec::new(),
     };
     Arc::new(TableSchema {
         id: TableId::new("bench", "t"),

@@ -112,10 +112,14 @@ impl TableChanges {
         let n = self.rows.num_rows();
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(rows_schema.fields().len());
         let mut present = Vec::with_capacity(rows_schema.fields().len());
+        // Each new column's old one: by name or renamed (`evolves_to` has ruled out ambiguity).
+        let map = newer
+            .columns_in(self.schema.columns.iter().map(|c| c.name.as_str()))
+            .map_err(ArrowError::SchemaError)?;
         for (i, field) in rows_schema.fields().iter().enumerate() {
-            // By name: a dropped column's values are left behind (`evolves_to` rules out a
-            // rename), a kept one is cast to its (maybe wider) type.
-            if let Some(j) = self.schema.column_index(field.name()) {
+            // A dropped column's values are left behind, a kept one is cast to its (maybe
+            // wider) type.
+            if let Some(j) = map.iter().position(|at| *at == Some(i)) {
                 columns.push(arrow_cast::cast(self.rows.column(j), field.data_type())?);
                 present.push(self.present.get(j).cloned().flatten());
             } else {
@@ -422,6 +426,7 @@ mod tests {
                     nullable: false,
                     source_type: "int8".into(),
                     initial_default: None,
+                    former_names: Vec::new(),
                 },
                 Column {
                     name: "body".into(),
@@ -429,6 +434,7 @@ mod tests {
                     nullable: true,
                     source_type: "text".into(),
                     initial_default: None,
+                    former_names: Vec::new(),
                 },
             ],
             primary_key: vec![0],
@@ -541,6 +547,7 @@ mod tests {
                 nullable: true,
                 source_type: "int8".into(),
                 initial_default: None,
+                former_names: Vec::new(),
             });
             let newer = Arc::new(newer);
             let mut b = TableChangesBuilder::new(older.clone(), 2);

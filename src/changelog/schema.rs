@@ -42,6 +42,12 @@ pub struct Column {
     /// `DEFAULT` literal). Sinks that can store it keep it (Iceberg v3 `initial-default`); the
     /// others refuse the change. `None`: such rows read NULL.
     pub initial_default: Option<String>,
+    /// The names this column had before, oldest first (a `RENAME COLUMN` the source declared
+    /// exactly, e.g. MySQL's statement text): a sink holding the column under one of them
+    /// renames it in place (its values and its Iceberg field id stay). Empty: never renamed, or
+    /// renamed where the source cannot tell (a Postgres Relation message), which then looks
+    /// like a drop plus an add and is refused ([`TableSchema::evolves_to`]).
+    pub former_names: Vec<String>,
 }
 
 impl Column {
@@ -105,43 +111,112 @@ impl TableSchema {
 
     /// Whether rows decoded under `self` can be rewritten as rows of `newer` without losing
     /// anything the table keeps, the schema changes a sink can apply (docs/guarantees.md, "Schema
-    /// changes"): the same key columns; the old columns that stay, first, in the same order under
-    /// the same names, each with its type or a wider one ([`widens`]) and as nullable as before or
-    /// more; then any added columns, nullable or with an
-    /// [`initial_default`](Column::initial_default). Columns may be dropped (not key columns) or
-    /// added, not both at once: a Postgres Relation message carries no column identity, and a
-    /// column that leaves while another arrives may be a rename, which cdcd never guesses.
+    /// changes"): the same key columns under the same names; the old columns that stay
+    /// ([`columns_in`](Self::columns_in): by name, or renamed), first, in the same order, each
+    /// with its type or a wider one ([`widens`]) and as nullable as before or more; then any
+    /// added columns, nullable or with an [`initial_default`](Column::initial_default). Columns
+    /// may be dropped (not key columns) or added, not both at once: a Postgres Relation message
+    /// carries no column identity, and a column that leaves while another arrives may be a
+    /// rename, which cdcd never guesses (a rename the source declares is a kept column).
     pub fn evolves_to(&self, newer: &TableSchema) -> bool {
         let key = |s: &TableSchema| -> Vec<String> {
             s.key_names().into_iter().map(str::to_owned).collect()
         };
-        let kept: Vec<(usize, &Column)> = self
+        let Ok(map) = newer.columns_in(self.columns.iter().map(|c| c.name.as_str())) else {
+            return false;
+        };
+        let kept: Vec<(usize, &Column, usize)> = self
             .columns
             .iter()
             .enumerate()
-            .filter(|(_, c)| newer.column_index(&c.name).is_some())
+            .zip(&map)
+            .filter_map(|((i, c), at)| at.map(|at| (i, c, at)))
             .collect();
         let dropped = kept.len() < self.columns.len();
         let added = newer.columns.len() > kept.len();
         self.id == newer.id
             && key(self) == key(newer)
             && !(dropped && added)
-            && kept.iter().zip(&newer.columns).all(|((i, old), new)| {
+            && kept.iter().enumerate().all(|(n, (i, old, at))| {
+                let Some(new) = newer.columns.get(*at) else {
+                    return false;
+                };
                 let same_type = old.data_type == new.data_type
                     || (!self.primary_key.contains(i) && widens(&old.data_type, &new.data_type));
-                old.name == new.name && same_type && (new.nullable || !old.nullable)
+                *at == n && same_type && (new.nullable || !old.nullable)
             })
             && newer.columns[kept.len()..].iter().all(|c| {
                 (c.nullable || c.initial_default.is_some()) && self.column_index(&c.name).is_none()
             })
     }
 
+    /// Where each of `old` (a table's column names, e.g. a sink's current schema) is among
+    /// `self`'s columns: under the same name, or renamed (a column whose
+    /// [`former_names`](Column::former_names) hold it); `None`: dropped. An error names a
+    /// column that two of `self`'s columns could be (a name given up by a rename and taken by
+    /// another column while the sink held the old shape), or two old columns that would become
+    /// one: such a change is never guessed.
+    pub fn columns_in<'a>(
+        &self,
+        old: impl Iterator<Item = &'a str>,
+    ) -> Result<Vec<Option<usize>>, String> {
+        let mut map: Vec<Option<usize>> = Vec::new();
+        for name in old {
+            let candidates: Vec<usize> = self
+                .columns
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.name == name || c.former_names.iter().any(|f| f == name))
+                .map(|(i, _)| i)
+                .collect();
+            match candidates.as_slice() {
+                [] => map.push(None),
+                [one] if !map.contains(&Some(*one)) => map.push(Some(*one)),
+                [one] => {
+                    return Err(format!(
+                        "two columns would both become column {}",
+                        self.columns[*one].name
+                    ))
+                }
+                _ => {
+                    return Err(format!(
+                    "column {name} could be any of {} (a name one column gave up and another took)",
+                    candidates
+                        .iter()
+                        .map(|&i| self.columns[i].name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+                }
+            }
+        }
+        Ok(map)
+    }
+
+    /// The renames from `old` (a table's column names) to `self`: (old name, new name).
+    pub fn renames_from<'a>(
+        &self,
+        old: impl Iterator<Item = &'a str> + Clone,
+    ) -> Vec<(String, String)> {
+        let map = self.columns_in(old.clone()).unwrap_or_default();
+        old.zip(map)
+            .filter_map(|(name, at)| {
+                let new = &self.columns.get(at?)?.name;
+                (new != name).then(|| (name.to_owned(), new.clone()))
+            })
+            .collect()
+    }
+
     /// The columns of `self` that `newer` no longer has.
     pub fn dropped_in(&self, newer: &TableSchema) -> Vec<&str> {
+        let map = newer
+            .columns_in(self.columns.iter().map(|c| c.name.as_str()))
+            .unwrap_or_default();
         self.columns
             .iter()
-            .filter(|c| newer.column_index(&c.name).is_none())
-            .map(|c| c.name.as_str())
+            .zip(map.into_iter().chain(std::iter::repeat(None)))
+            .filter(|(_, at)| at.is_none())
+            .map(|(c, _)| c.name.as_str())
             .collect()
     }
 
@@ -190,6 +265,7 @@ mod tests {
                     nullable: *nullable,
                     source_type: (*source_type).into(),
                     initial_default: None,
+                    former_names: Vec::new(),
                 })
                 .collect(),
             primary_key: vec![0],
@@ -312,5 +388,47 @@ mod tests {
             ("n", DataType::Decimal128(10, 2), true, "numeric(10,2)"),
         ]);
         assert!(!old.evolves_to(&inserted), "a column not at the end");
+    }
+
+    #[test]
+    fn a_declared_rename_keeps_the_column_and_an_ambiguous_one_is_refused() {
+        let old = schema(&[
+            ("id", DataType::Int32, false, "int4"),
+            ("x", DataType::Int32, true, "int4"),
+            ("y", DataType::Utf8, true, "text"),
+        ]);
+        let mut renamed = old.clone();
+        renamed.columns[1].name = "x2".into();
+        renamed.columns[1].former_names = vec!["x".into()];
+        assert!(old.evolves_to(&renamed));
+        assert_eq!(
+            renamed.renames_from(old.columns.iter().map(|c| c.name.as_str())),
+            [("x".to_owned(), "x2".to_owned())]
+        );
+        assert!(old.dropped_in(&renamed).is_empty());
+        // Renamed and widened at once, with a column added after.
+        let mut more = renamed.clone();
+        more.columns[1].data_type = DataType::Int64;
+        more.columns.push(Column {
+            name: "z".into(),
+            ..old.columns[2].clone()
+        });
+        assert!(old.evolves_to(&more));
+        // Swapped names (x → t, y → x, t → y) seen at once: x could be either column.
+        let mut swapped = old.clone();
+        swapped.columns[1].name = "y".into();
+        swapped.columns[1].former_names = vec!["x".into(), "t".into()];
+        swapped.columns[2].name = "x".into();
+        swapped.columns[2].former_names = vec!["y".into()];
+        assert!(!old.evolves_to(&swapped));
+        assert!(swapped
+            .columns_in(old.columns.iter().map(|c| c.name.as_str()))
+            .unwrap_err()
+            .contains("could be any of"));
+        // A key column's rename changes the key.
+        let mut key = old.clone();
+        key.columns[0].name = "key".into();
+        key.columns[0].former_names = vec!["id".into()];
+        assert!(!old.evolves_to(&key));
     }
 }

@@ -26,6 +26,7 @@ fn schema_as(table: &str, column: &str, source_type: &str) -> Arc<TableSchema> {
             nullable: false,
             source_type: source_type.into(),
             initial_default: None,
+            former_names: Vec::new(),
         }],
         primary_key: vec![0],
     })
@@ -316,6 +317,7 @@ fn with_added_column(table: &str) -> Arc<TableSchema> {
         nullable: true,
         source_type: "text".into(),
         initial_default: None,
+        former_names: Vec::new(),
     });
     Arc::new(s)
 }

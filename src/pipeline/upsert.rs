@@ -101,6 +101,7 @@ mod tests {
                     nullable: false,
                     source_type: "int8".into(),
                     initial_default: None,
+                    former_names: Vec::new(),
                 },
                 Column {
                     name: "t".into(),
@@ -108,6 +109,7 @@ mod tests {
                     nullable: true,
                     source_type: "text".into(),
                     initial_default: None,
+                    former_names: Vec::new(),
                 },
             ],
             primary_key: vec![0],

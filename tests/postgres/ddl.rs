@@ -282,6 +282,69 @@ async fn a_type_change_inside_a_transaction_stops_before_it() {
     }
 }
 
+/// `ALTER TABLE … RENAME TO` and `DROP TABLE` + `CREATE TABLE` of a captured table while cdcd
+/// streams: pgoutput sends neither, only Relation messages naming the new name (same oid) or the
+/// old name (new oid) before the next change. Both stop cdcd before that change, naming the
+/// table and what happened, with everything before committed; never a change skipped or mixed
+/// into the old table's rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renamed_or_recreated_table_stops_cdcd() {
+    let Some(env) = test_env("a_renamed_or_recreated_table_stops_cdcd") else {
+        return;
+    };
+    for recreate in [false, true] {
+        let name = unique(if recreate { "ddlre" } else { "ddlrn" });
+        let (a, b) = (format!("{name}_a"), format!("{name}_b"));
+        let client = connect(&env.pg_url).await;
+        exec(&client, &create_tables(&a, &b)).await;
+        let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
+        p.on_cleanup(format!(
+            "DROP TABLE IF EXISTS {a}, {b}, {a}_renamed, {a}_before"
+        ));
+        p.start();
+        p.wait_slot_active(&client, Duration::from_secs(120)).await;
+        exec(
+            &client,
+            &format!("UPDATE {a} SET v = 'kept' WHERE id <= 10"),
+        )
+        .await;
+        p.assert_equal(&a, 60).await;
+        exec(
+            &client,
+            &format!(
+                "CREATE TABLE {a}_before AS SELECT * FROM {a}; ALTER TABLE {a}_before ADD PRIMARY KEY (id);"
+            ),
+        )
+        .await;
+        let change = if recreate {
+            format!(
+                "DROP TABLE {a}; CREATE TABLE {a} (LIKE {a}_before INCLUDING ALL);
+                 ALTER PUBLICATION {publication} ADD TABLE {a};
+                 INSERT INTO {a} SELECT * FROM {a}_before WHERE id > 50;
+                 UPDATE {a} SET v = 'new table' WHERE id = 60;",
+                publication = p.publication
+            )
+        } else {
+            format!("ALTER TABLE {a} RENAME TO {a}_renamed; UPDATE {a}_renamed SET v = 'gone' WHERE id = 11;")
+        };
+        exec(&client, &change).await;
+        let status = p.wait_exit(Duration::from_secs(60)).await;
+        assert!(!status.success(), "cdcd must stop, got {status}");
+        let out = p.output();
+        let wanted = if recreate {
+            "dropped and created again"
+        } else {
+            "renamed to"
+        };
+        assert!(
+            out.contains(wanted) && out.contains(&format!("public.{a}")),
+            "the stop names the table and what happened:\n{out}"
+        );
+        let (code, text) = lakecheck_against(&p, &format!("{a}_before"), &a).await;
+        assert_eq!(code, Some(0), "{a} holds exactly the rows before:\n{text}");
+    }
+}
+
 /// lakecheck of source table `public.<source>` against the lake table `<lake>`.
 async fn lakecheck_against(p: &Pipeline, source: &str, lake: &str) -> (Option<i32>, String) {
     let out = tokio::process::Command::new(&p.env.python)

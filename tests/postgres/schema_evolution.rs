@@ -10,50 +10,10 @@
 
 use std::time::Duration;
 
-use crate::support::{connect, exec, test_env, unique, Pipeline, Settings, NAMESPACE};
-
-/// The table's current metadata file (the highest `v<N>.metadata.json`), parsed.
-fn current_metadata(p: &Pipeline, table: &str) -> serde_json::Value {
-    let dir = p.table_dir(table).join("metadata");
-    let newest = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| {
-            let name = e.unwrap().file_name().into_string().unwrap();
-            let n: u64 = name
-                .strip_prefix('v')?
-                .strip_suffix(".metadata.json")?
-                .parse()
-                .ok()?;
-            Some((n, name))
-        })
-        .max()
-        .unwrap()
-        .1;
-    serde_json::from_slice(&std::fs::read(dir.join(newest)).unwrap()).unwrap()
-}
-
-/// `(name, id, type)` of the current schema's top-level fields.
-fn current_fields(meta: &serde_json::Value) -> Vec<(String, i64, String)> {
-    let current = meta["current-schema-id"].as_i64().unwrap();
-    let schema = meta["schemas"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["schema-id"].as_i64() == Some(current))
-        .unwrap();
-    schema["fields"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            (
-                f["name"].as_str().unwrap().to_owned(),
-                f["id"].as_i64().unwrap(),
-                f["type"].to_string().trim_matches('"').to_owned(),
-            )
-        })
-        .collect()
-}
+use crate::support::{
+    connect, current_fields, current_metadata, exec, test_env, unique, Pipeline, Settings,
+    NAMESPACE,
+};
 
 /// Equal by DuckDB, and by pyiceberg where it can read the table: it refuses equality deletes
 /// (the format v2 pass, `CDCD_TEST_DELETE_MODE=equality`).
@@ -96,7 +56,7 @@ async fn add_column_and_widening_keep_replicating_iceberg() {
     )
     .await;
     assert_equal_both(&mut p, &a).await;
-    let before = current_fields(&current_metadata(&p, &a));
+    let before = current_fields(&current_metadata(&p.table_dir(&a)));
 
     // ADD COLUMN alone, then inserts, updates and deletes under the new schema. The update of
     // `x` leaves `big` unchanged: pgoutput sends it as unchanged-TOAST, completed from a file
@@ -113,7 +73,7 @@ async fn add_column_and_widening_keep_replicating_iceberg() {
     )
     .await;
     assert_equal_both(&mut p, &a).await;
-    let meta = current_metadata(&p, &a);
+    let meta = current_metadata(&p.table_dir(&a));
     let fields = current_fields(&meta);
     assert_eq!(
         &fields[..before.len()],
@@ -150,7 +110,7 @@ async fn add_column_and_widening_keep_replicating_iceberg() {
     )
     .await;
     assert_equal_both(&mut p, &a).await;
-    let fields = current_fields(&current_metadata(&p, &a));
+    let fields = current_fields(&current_metadata(&p.table_dir(&a)));
     let x = fields.iter().find(|f| f.0 == "x").unwrap();
     assert_eq!((x.1, x.2.as_str()), (2, "long"), "x keeps its id as a long");
     let f = fields.iter().find(|f| f.0 == "f").unwrap();
@@ -171,7 +131,7 @@ async fn add_column_and_widening_keep_replicating_iceberg() {
     )
     .await;
     assert_equal_both(&mut p, &a).await;
-    let meta = current_metadata(&p, &a);
+    let meta = current_metadata(&p.table_dir(&a));
     let fields = current_fields(&meta);
     assert_eq!(
         (fields[6].0.as_str(), fields[6].1),
@@ -285,7 +245,7 @@ async fn add_column_with_a_constant_default_reads_it_in_older_rows() {
         return;
     }
     assert_equal_both(&mut p, &a).await;
-    let meta = current_metadata(&p, &a);
+    let meta = current_metadata(&p.table_dir(&a));
     // The current schema (the list's order is not the ids').
     let schema = meta["schemas"]
         .as_array()
@@ -382,7 +342,7 @@ async fn drop_column_case(test: &str, lsm: bool) {
     p.assert_equal(&a, 60).await;
     if !lsm {
         assert_equal_both(&mut p, &a).await;
-        let fields: Vec<String> = current_fields(&current_metadata(&p, &a))
+        let fields: Vec<String> = current_fields(&current_metadata(&p.table_dir(&a)))
             .into_iter()
             .map(|f| f.0)
             .collect();
@@ -516,4 +476,116 @@ async fn add_column_and_widening_keep_replicating_lsm() {
     .await;
     p.assert_equal(&a, 60).await;
     p.assert_running();
+}
+
+/// With the DDL trigger of `migrations/postgres/002_ddl_capture.sql` installed, `RENAME COLUMN`
+/// replicates exactly into Iceberg: the field keeps its id under the new name. Covered: a
+/// rename followed by updates that leave a TOAST value unchanged (cdcd completes them from a
+/// file written before the rename, found by field id), a rename inside a transaction between
+/// its DML, the last column renamed (without the trigger exactly the shape that stops), a rename
+/// made while cdcd is down (replayed from the slot), and two renames of one column before its
+/// next change. Read back by DuckDB and pyiceberg. In its own database: the trigger is
+/// database-wide, and the other tests expect a rename to stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rename_column_with_the_ddl_trigger_iceberg() {
+    let test = "rename_column_with_the_ddl_trigger_iceberg";
+    let Some(env) = test_env(test) else {
+        return;
+    };
+    let database = unique("srename_db");
+    let admin = connect(&env.pg_url).await;
+    exec(
+        &admin,
+        &format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"),
+    )
+    .await;
+    exec(&admin, &format!("CREATE DATABASE {database}")).await;
+    let (server, _) = env.pg_url.rsplit_once('/').unwrap();
+    let env = crate::support::TestEnv {
+        pg_url: format!("{server}/{database}"),
+        python: env.python.clone(),
+    };
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        include_str!("../../migrations/postgres/002_ddl_capture.sql"),
+    )
+    .await;
+    let a = unique("srename");
+    exec(
+        &client,
+        &format!(
+            "CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, b text, big text, c int4);
+             ALTER TABLE {a} ALTER COLUMN big SET STORAGE EXTERNAL;
+             INSERT INTO {a} SELECT g, g, 'b' || g, repeat(md5(g::text), 200), g
+               FROM generate_series(1, 100) g;"
+        ),
+    )
+    .await;
+    let mut p = Pipeline::new(&env, &a, &[&a], &Settings::default());
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    exec(&client, &format!("UPDATE {a} SET x = -x WHERE id <= 5")).await;
+    assert_equal_both(&mut p, &a).await;
+
+    // The TOAST column renamed, then updates that leave it unchanged: pgoutput sends it as
+    // unchanged, cdcd reads it from a file that still calls it `big`.
+    exec(
+        &client,
+        &format!(
+            "ALTER TABLE {a} RENAME COLUMN big TO huge;
+             UPDATE {a} SET x = 1000 + id WHERE id BETWEEN 6 AND 15;"
+        ),
+    )
+    .await;
+    assert_equal_both(&mut p, &a).await;
+
+    // Inside one transaction, between its DML; and the last column renamed.
+    exec(
+        &client,
+        &format!(
+            "BEGIN;
+             UPDATE {a} SET b = 'before' WHERE id = 16;
+             ALTER TABLE {a} RENAME COLUMN b TO bb;
+             UPDATE {a} SET bb = 'after' WHERE id = 17;
+             INSERT INTO {a} (id, x, bb, huge, c) VALUES (101, 101, 'new', 'small', 101);
+             COMMIT;
+             ALTER TABLE {a} RENAME c TO w;
+             UPDATE {a} SET w = -w WHERE id BETWEEN 18 AND 20;"
+        ),
+    )
+    .await;
+    assert_equal_both(&mut p, &a).await;
+
+    // While cdcd is down: two renames of one column, then changes; the restart replays the
+    // trigger's messages from the slot.
+    p.kill9();
+    exec(
+        &client,
+        &format!(
+            "ALTER TABLE {a} RENAME COLUMN x TO x1;
+             ALTER TABLE {a} RENAME COLUMN x1 TO x2;
+             UPDATE {a} SET x2 = 0 WHERE id BETWEEN 21 AND 25;
+             DELETE FROM {a} WHERE id = 26;"
+        ),
+    )
+    .await;
+    p.start();
+    assert_equal_both(&mut p, &a).await;
+    let fields: Vec<(String, i64)> = current_fields(&current_metadata(&p.table_dir(&a)))
+        .into_iter()
+        .map(|f| (f.0, f.1))
+        .collect();
+    let expected: Vec<(String, i64)> = [("id", 1), ("x2", 2), ("bb", 3), ("huge", 4), ("w", 5)]
+        .into_iter()
+        .map(|(n, i)| (n.to_owned(), i))
+        .collect();
+    assert_eq!(fields, expected, "renamed columns keep their field ids");
+    drop(p);
+    drop(client);
+    exec(
+        &admin,
+        &format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"),
+    )
+    .await;
 }

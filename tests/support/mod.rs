@@ -683,3 +683,46 @@ pub fn log_field(line: &str, key: &str) -> Option<u64> {
         .parse()
         .ok()
 }
+
+/// An Iceberg table's current metadata file (the highest `v<N>.metadata.json`), parsed.
+pub fn current_metadata(table_dir: &Path) -> serde_json::Value {
+    let dir = table_dir.join("metadata");
+    let newest = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            let n: u64 = name
+                .strip_prefix('v')?
+                .strip_suffix(".metadata.json")?
+                .parse()
+                .ok()?;
+            Some((n, name))
+        })
+        .max()
+        .unwrap()
+        .1;
+    serde_json::from_slice(&std::fs::read(dir.join(newest)).unwrap()).unwrap()
+}
+
+/// `(name, id, type)` of the current schema's top-level fields.
+pub fn current_fields(meta: &serde_json::Value) -> Vec<(String, i64, String)> {
+    let current = meta["current-schema-id"].as_i64().unwrap();
+    let schema = meta["schemas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["schema-id"].as_i64() == Some(current))
+        .unwrap();
+    schema["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap().to_owned(),
+                f["id"].as_i64().unwrap(),
+                f["type"].to_string().trim_matches('"').to_owned(),
+            )
+        })
+        .collect()
+}

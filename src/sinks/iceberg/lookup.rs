@@ -26,10 +26,11 @@ use parquet::arrow::ProjectionMask;
 
 use iceberg::spec::DataFileFormat;
 
-use super::deletes::commit_vectors::LiveDvs;
+use super::live::LiveState;
 use super::locator::RowAddress;
-use super::manifest::{read, LiveFiles};
+use super::manifest::read;
 use super::plan::KeyRef;
+use super::schema::Projection;
 use super::writer::key_batch;
 use crate::changelog::{TableChanges, TableSchema};
 use crate::sinks::SinkError;
@@ -40,12 +41,13 @@ use crate::storage::Warehouse;
 pub(crate) async fn lookup(
     warehouse: &Warehouse,
     schema: &TableSchema,
-    files: &LiveFiles,
-    dvs: &LiveDvs,
+    live: &LiveState,
     changes: &[TableChanges],
     keys: &[KeyRef],
     droppable: &[bool],
+    projection: &Projection,
 ) -> Result<(RecordBatch, Vec<bool>), SinkError> {
+    let (files, dvs) = (&live.files, &live.dvs);
     let arrow = |context: String| {
         let table = schema.id.clone();
         move |e: ArrowError| SinkError::Arrow {
@@ -136,7 +138,8 @@ pub(crate) async fn lookup(
                 next += 1;
             }
             if !take.is_empty() {
-                let cols = project(&batch, &rows_schema).map_err(arrow(path.to_owned()))?;
+                let cols = project_filled(&batch, &rows_schema, projection)
+                    .map_err(arrow(path.to_owned()))?;
                 let idx = UInt32Array::from(take);
                 let taken = cols
                     .iter()
@@ -272,6 +275,7 @@ pub(crate) async fn fetch(
     keys: &RecordBatch,
     at: &[Option<RowAddress>],
     droppable: &[bool],
+    projection: &Projection,
 ) -> Result<(RecordBatch, Vec<bool>), SinkError> {
     let rows_schema = TableChanges::rows_schema(schema);
     let mut missing = vec![false; at.len()];
@@ -355,7 +359,7 @@ pub(crate) async fn fetch(
             &batches,
         )
         .map_err(arrow)?;
-        let cols = project(&all, &rows_schema).map_err(arrow)?;
+        let cols = project_filled(&all, &rows_schema, projection).map_err(arrow)?;
         if cols.first().map_or(0, |c| c.len()) != out_row {
             return Err(SinkError::Corrupt {
                 path: path.to_owned(),
@@ -393,40 +397,47 @@ pub(crate) async fn fetch(
 }
 
 /// The columns of `batch` named like `schema`'s fields, cast to their types (a file written
-/// before a type promotion holds the narrower type). A column the file lacks was added to the
-/// table after the file was written (the only schema change that adds a name,
-/// `schema.rs`, `evolve`): its rows read NULL there, as any Iceberg reader projects them.
+/// before a type promotion holds the narrower type), matched by name: for key columns and
+/// delete files, which are never renamed. A column the file lacks reads NULL.
 pub(crate) fn project(
     batch: &RecordBatch,
     schema: &SchemaRef,
 ) -> Result<Vec<ArrayRef>, ArrowError> {
-    project_filled(batch, schema, &HashMap::new())
+    project_filled(batch, schema, &Projection::default())
 }
 
-/// [`project`], a column the file lacks reading its field's initial default (`defaults`, from
-/// `schema::initial_defaults`) rather than NULL: the value the table's readers see there.
+/// [`project`], a file column found by its field id ([`Projection`]: a renamed column under its
+/// new name) and a column the file lacks reading its field's initial default rather than NULL:
+/// what the table's readers see there.
 pub(crate) fn project_filled(
     batch: &RecordBatch,
     schema: &SchemaRef,
-    defaults: &HashMap<String, String>,
+    projection: &Projection,
 ) -> Result<Vec<ArrayRef>, ArrowError> {
     let n = batch.num_rows();
+    let file = batch.schema();
     schema
         .fields()
         .iter()
-        .map(|f| match batch.column_by_name(f.name()) {
-            Some(col) => arrow_cast::cast(col, f.data_type()),
-            None => match defaults.get(f.name()) {
-                Some(text) => {
-                    let texts = arrow_array::StringArray::from(vec![text.as_str(); n]);
-                    let exact = arrow_cast::CastOptions {
-                        safe: false,
-                        ..Default::default()
-                    };
-                    arrow_cast::cast_with_options(&texts, f.data_type(), &exact)
-                }
-                None => Ok(arrow_array::new_null_array(f.data_type(), n)),
-            },
+        .map(|f| {
+            let found = file
+                .fields()
+                .iter()
+                .position(|c| projection.current_name(c) == Some(f.name().as_str()));
+            match found {
+                Some(i) => arrow_cast::cast(batch.column(i), f.data_type()),
+                None => match projection.default_of(f.name()) {
+                    Some(text) => {
+                        let texts = arrow_array::StringArray::from(vec![text; n]);
+                        let exact = arrow_cast::CastOptions {
+                            safe: false,
+                            ..Default::default()
+                        };
+                        arrow_cast::cast_with_options(&texts, f.data_type(), &exact)
+                    }
+                    None => Ok(arrow_array::new_null_array(f.data_type(), n)),
+                },
+            }
         })
         .collect()
 }

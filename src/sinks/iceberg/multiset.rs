@@ -30,6 +30,7 @@ use super::locator::RowAddress;
 use super::lookup::{decode, key_text, project_filled};
 use super::manifest::{read, LiveFiles};
 use super::plan::RowRef;
+use super::schema::Projection;
 use crate::changelog::{TableChanges, TableSchema};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
@@ -42,7 +43,7 @@ pub(crate) async fn locate(
     dvs: &LiveDvs,
     changes: &[TableChanges],
     deletes: &[RowRef],
-    defaults: &HashMap<String, String>,
+    projection: &Projection,
 ) -> Result<Vec<RowAddress>, SinkError> {
     let table = &schema.id;
     let arrow = |context: &str| {
@@ -91,7 +92,7 @@ pub(crate) async fn locate(
         let bytes = read(warehouse, path).await?;
         let mut pos = 0u64;
         for batch in decode(&bytes, path, None)? {
-            let cols = project_filled(&batch, &rows_schema, defaults).map_err(arrow(path))?;
+            let cols = project_filled(&batch, &rows_schema, projection).map_err(arrow(path))?;
             let rows = converter.convert_columns(&cols).map_err(arrow(path))?;
             for row in rows.iter() {
                 let here = pos;

@@ -112,29 +112,60 @@ fn default_literal(col: &crate::changelog::Column) -> Result<Option<Literal>, St
     Ok(Some(literal))
 }
 
-/// The `initial-default` of `schema`'s top-level fields that have one, by name, as text an
-/// Arrow cast reads back into the column's type ([`changelog::Column::initial_default`]'s form):
-/// what a row of a data file written before the field existed holds in it.
-///
-/// [`changelog::Column::initial_default`]: crate::changelog::Column::initial_default
-pub(crate) fn initial_defaults(schema: &Schema) -> std::collections::HashMap<String, String> {
-    schema
-        .as_struct()
-        .fields()
-        .iter()
-        .filter_map(|f| {
-            let json = f
-                .initial_default
-                .clone()?
-                .try_into_json(&f.field_type)
-                .ok()?;
-            let text = match json {
-                serde_json::Value::String(s) => s,
-                other => other.to_string(),
-            };
-            Some((f.name.clone(), text))
-        })
-        .collect()
+/// How a row of any live data file reads under the table's current schema (Iceberg spec,
+/// "Column Projection"): a file column is found by its field id (`PARQUET:field_id`), so a
+/// renamed column reads under its new name and a dropped one is never taken for a later column
+/// of the same name; a column the file lacks reads its field's `initial-default`, or NULL.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Projection {
+    /// The current name of each top-level field id (empty: files are matched by name).
+    names: std::collections::HashMap<i32, String>,
+    /// The `initial-default` of the fields that have one, by name, as text an Arrow cast reads
+    /// back into the column's type ([`changelog::Column::initial_default`]'s form).
+    ///
+    /// [`changelog::Column::initial_default`]: crate::changelog::Column::initial_default
+    defaults: std::collections::HashMap<String, String>,
+}
+
+impl Projection {
+    pub(crate) fn of(schema: &Schema) -> Projection {
+        let fields = schema.as_struct().fields();
+        let names = fields.iter().map(|f| (f.id, f.name.clone())).collect();
+        let defaults = fields
+            .iter()
+            .filter_map(|f| {
+                let json = f
+                    .initial_default
+                    .clone()?
+                    .try_into_json(&f.field_type)
+                    .ok()?;
+                let text = match json {
+                    serde_json::Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                Some((f.name.clone(), text))
+            })
+            .collect();
+        Projection { names, defaults }
+    }
+
+    /// The name a file's column `field` reads under now: its field id's current name (`None`:
+    /// the field was dropped), or its own name in a file without field ids.
+    pub(crate) fn current_name<'a>(&'a self, field: &'a Field) -> Option<&'a str> {
+        let id = field
+            .metadata()
+            .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
+            .and_then(|v| v.parse::<i32>().ok());
+        match id {
+            Some(id) if !self.names.is_empty() => self.names.get(&id).map(String::as_str),
+            _ => Some(field.name().as_str()),
+        }
+    }
+
+    /// The initial default of the column named `name`, as text.
+    pub(crate) fn default_of(&self, name: &str) -> Option<&str> {
+        self.defaults.get(name).map(String::as_str)
+    }
 }
 
 /// Arrow → Iceberg type (the mapping table of the sink's contract); `None`: not storable.
@@ -212,42 +243,64 @@ pub(crate) fn schema_difference(existing: &Schema, wanted: &Schema) -> Option<St
     (!problems.is_empty()).then(|| problems.join(", "))
 }
 
-/// The table's next schema when `wanted` is `meta`'s current schema evolved the ways Iceberg
-/// allows and cdcd applies (README, "Guarantees and limits": DDL): the same columns in the same
-/// order, each with its type or a promoted one (Iceberg spec, "Schema Evolution": int → long,
-/// float → double, decimal(P,S) → decimal(P',S), P' ≥ P; never of a key column), the same key,
-/// then added optional columns (with their `initial-default` on format v3 only); or non-key
-/// columns dropped (never both at once: that may be a rename; never re-adding a name an earlier
-/// schema had). Kept columns keep their field ids (a promotion changes only the
-/// type); added ones get fresh ids above `last-column-id`, nested fields included, so no id is
-/// ever reused. `None`: any other change, which stops the commit with [`schema_difference`]'s
-/// description.
-pub(crate) fn evolve(meta: &TableMetadata, wanted: &Schema) -> Option<Schema> {
+/// The table's next schema when `wanted` (built from `table`) is `meta`'s current schema evolved
+/// the ways Iceberg allows and cdcd applies (docs/guarantees.md, "Schema changes"): the same
+/// columns in the same order, found by name or renamed (`table`'s
+/// [`former_names`](crate::changelog::Column::former_names), [`TableSchema::columns_in`]), each
+/// with its type or a promoted one (Iceberg spec, "Schema Evolution": int → long, float →
+/// double, decimal(P,S) → decimal(P',S), P' ≥ P; never of a key column), the same key, then
+/// added optional columns (with their `initial-default` on format v3 only); or non-key columns
+/// dropped (never both at once: that may be a rename the source could not declare; never
+/// re-adding a name an earlier schema had). Kept columns keep their field ids (a promotion
+/// changes only the type, a rename only the name: old files are read by field id); added ones
+/// get fresh ids above `last-column-id`, nested fields included, so no id is ever reused.
+/// `None`: any other change, which stops the commit with [`schema_difference`]'s description.
+pub(crate) fn evolve(meta: &TableMetadata, wanted: &Schema, table: &TableSchema) -> Option<Schema> {
     let existing = meta.current_schema();
     let key_ids: Vec<i32> = existing.identifier_field_ids().collect();
     let new = wanted.as_struct().fields();
-    // Kept columns by name, in the table's order; the others are dropped (metadata only: the
-    // field leaves the schema, old files keep it, its id is never reused).
-    let old: Vec<&NestedFieldRef> = existing
-        .as_struct()
-        .fields()
+    let current = existing.as_struct().fields();
+    // Kept columns (by name or renamed), in the table's order; the others are dropped (metadata
+    // only: the field leaves the schema, old files keep it, its id is never reused).
+    let map = table
+        .columns_in(current.iter().map(|o| o.name.as_str()))
+        .ok()?;
+    let old: Vec<(&NestedFieldRef, usize)> = current
         .iter()
-        .filter(|o| new.iter().any(|f| f.name == o.name))
+        .zip(map)
+        .filter_map(|(o, at)| at.map(|at| (o, at)))
         .collect();
-    let dropped = old.len() < existing.as_struct().fields().len();
+    let dropped = old.len() < current.len();
     if dropped && new.len() > old.len() {
         // A column left while another arrived: maybe a rename, which is never guessed.
         return None;
     }
-    if key_ids.iter().any(|id| !old.iter().any(|o| o.id == *id)) {
+    if key_ids
+        .iter()
+        .any(|id| !old.iter().any(|(o, _)| o.id == *id))
+    {
         return None;
     }
+    // A name some earlier schema gave another field: engines resolve by id, but a person
+    // reading two snapshots would see one name for two columns.
+    let named_elsewhere = |name: &str, id: i32| {
+        meta.schemas_iter().any(|s| {
+            s.as_struct()
+                .fields()
+                .iter()
+                .any(|o| o.name == name && o.id != id)
+        })
+    };
     let mut fields: Vec<NestedFieldRef> = Vec::with_capacity(new.len());
-    for (o, f) in old.iter().zip(new) {
-        // A key column keeps its type: the primary-key index and the equality deletes of
-        // earlier snapshots hold keys encoded by it.
-        let promoted = !key_ids.contains(&o.id) && promotes(&o.field_type, &f.field_type);
-        let kept = o.name == f.name
+    for (n, (o, at)) in old.iter().enumerate() {
+        let f = new.get(*at)?;
+        let is_key = key_ids.contains(&o.id);
+        // A key column keeps its type and its name: the primary-key index and the equality
+        // deletes of earlier snapshots hold keys encoded by it.
+        let promoted = !is_key && promotes(&o.field_type, &f.field_type);
+        let renamed = o.name != f.name;
+        let kept = *at == n
+            && (!renamed || (!is_key && !named_elsewhere(&f.name, o.id)))
             && (f.required == o.required || !f.required)
             && (same_shape(&o.field_type, &f.field_type) || promoted);
         if !kept {
@@ -258,12 +311,13 @@ pub(crate) fn evolve(meta: &TableMetadata, wanted: &Schema) -> Option<Schema> {
         if !same_shape(&o.field_type, &f.field_type) {
             field.field_type = f.field_type.clone();
         }
+        field.name = f.name.clone();
         field.required = f.required;
         fields.push(Arc::new(field));
     }
     let mut next_id = meta.last_column_id() + 1;
     for f in &new[old.len()..] {
-        if f.required || old.iter().any(|o| o.name == f.name) {
+        if f.required || old.iter().any(|(o, _)| o.name == f.name) {
             return None;
         }
         if f.initial_default.is_some() && meta.format_version() < FormatVersion::V3 {
@@ -422,6 +476,7 @@ mod tests {
             nullable: true,
             source_type: String::new(),
             initial_default: None,
+            former_names: Vec::new(),
         }
     }
 
@@ -553,8 +608,9 @@ mod tests {
         let mut cols = first.columns.clone();
         cols[1].data_type = DataType::Int64;
         cols.push(col("c", list));
-        let wanted = iceberg_schema(&table(cols, vec![0])).unwrap();
-        let next = evolve(&meta, &wanted).unwrap();
+        let wanted_table = table(cols, vec![0]);
+        let wanted = iceberg_schema(&wanted_table).unwrap();
+        let next = evolve(&meta, &wanted, &wanted_table).unwrap();
         let f = next.as_struct().fields();
         assert_eq!((f[1].id, f[1].field_type.to_string()), (2, "long".into()));
         assert_eq!(f[2].id, 3, "a kept list keeps its id");
@@ -567,16 +623,14 @@ mod tests {
         assert_eq!(next.schema_id(), 1);
 
         // A drop of a non-key column: the field leaves, the ids stay.
-        let dropped = evolve(
-            &meta,
-            &iceberg_schema(&table(first.columns[..2].to_vec(), vec![0])).unwrap(),
-        )
-        .unwrap();
+        let two = table(first.columns[..2].to_vec(), vec![0]);
+        let dropped = evolve(&meta, &iceberg_schema(&two).unwrap(), &two).unwrap();
         let ids: Vec<i32> = dropped.as_struct().fields().iter().map(|f| f.id).collect();
         assert_eq!(ids, [1, 2]);
         // Refused: a narrowing, a change of type family, a rename, a key change.
         let refused = |cols: Vec<Column>, key: Vec<usize>| {
-            evolve(&meta, &iceberg_schema(&table(cols, key)).unwrap()).is_none()
+            let t = table(cols, key);
+            evolve(&meta, &iceberg_schema(&t).unwrap(), &t).is_none()
         };
         assert!(refused(
             vec![
@@ -588,6 +642,26 @@ mod tests {
         ));
         let mut renamed = first.columns.clone();
         renamed[1].name = "y".into();
+        assert!(
+            refused(renamed.clone(), vec![0]),
+            "a rename nobody declared"
+        );
+        // A declared rename keeps the field id and changes only the name.
+        renamed[1].former_names = vec!["x".into()];
+        let t = table(renamed.clone(), vec![0]);
+        let next_renamed = evolve(&meta, &iceberg_schema(&t).unwrap(), &t).unwrap();
+        let f = next_renamed.as_struct().fields();
+        assert_eq!((f[1].id, f[1].name.as_str()), (2, "y"));
+        // Never a key column's rename.
+        let mut key_renamed = first.columns.clone();
+        key_renamed[0].name = "key".into();
+        key_renamed[0].former_names = vec!["id".into()];
+        assert!(refused(key_renamed, vec![0]));
+        // A name given up and taken by another column at once: never guessed.
+        renamed.push(Column {
+            name: "x".into(),
+            ..col("x", DataType::Int32)
+        });
         assert!(refused(renamed, vec![0]));
         assert!(refused(first.columns.clone(), vec![0, 1]));
         let int_key = table(vec![col("k", DataType::Int32)], vec![0]);
@@ -601,7 +675,7 @@ mod tests {
         .unwrap();
         let long_key = table(vec![col("k", DataType::Int64)], vec![0]);
         assert!(
-            evolve(&int_meta, &iceberg_schema(&long_key).unwrap()).is_none(),
+            evolve(&int_meta, &iceberg_schema(&long_key).unwrap(), &long_key).is_none(),
             "a key column keeps its type"
         );
         let narrowed = table(
@@ -618,6 +692,6 @@ mod tests {
             .build()
             .unwrap()
             .metadata;
-        assert!(evolve(&wide_meta, &iceberg_schema(&narrowed).unwrap()).is_none());
+        assert!(evolve(&wide_meta, &iceberg_schema(&narrowed).unwrap(), &narrowed).is_none());
     }
 }

@@ -149,6 +149,7 @@ mod tests {
             nullable: true,
             source_type: "x".into(),
             initial_default: None,
+            former_names: Vec::new(),
         };
         let schema = Arc::new(TableSchema {
             id: TableId::new("public", "t"),

@@ -396,6 +396,7 @@ mod tests {
                     nullable: false,
                     source_type: "int8".into(),
                     initial_default: None,
+                    former_names: Vec::new(),
                 },
                 Column {
                     name: "state".into(),
@@ -403,6 +404,7 @@ mod tests {
                     nullable: true,
                     source_type: "text".into(),
                     initial_default: None,
+                    former_names: Vec::new(),
                 },
             ],
             primary_key: vec![0],

@@ -268,6 +268,7 @@ mod tests {
                     data_type: DataType::Int32,
                     source_type: "int4".into(),
                     initial_default: None,
+                    former_names: Vec::new(),
                 },
                 Column {
                     name: "s".into(),
@@ -275,6 +276,7 @@ mod tests {
                     data_type: DataType::Utf8,
                     source_type: "text".into(),
                     initial_default: None,
+                    former_names: Vec::new(),
                 },
             ],
             primary_key: vec![],

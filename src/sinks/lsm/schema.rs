@@ -333,6 +333,7 @@ pub fn table_schema(
             data_type: dt,
             source_type: text,
             initial_default: None,
+            former_names: Vec::new(),
         });
     }
     let primary_key = schema
@@ -453,6 +454,7 @@ mod tests {
             nullable: true,
             source_type: String::new(),
             initial_default: None,
+            former_names: Vec::new(),
         }
     }
 

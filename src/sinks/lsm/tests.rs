@@ -25,6 +25,7 @@ fn col(name: &str, dt: DataType) -> Column {
         nullable: true,
         source_type: String::new(),
         initial_default: None,
+        former_names: Vec::new(),
     }
 }
 

@@ -363,16 +363,19 @@ impl Assembler {
             .map(str::to_owned)
             .collect();
         for name in &key {
-            if let Some(c) = columns.iter_mut().find(|c| &c.name == name) {
-                // MySQL keeps PRIMARY KEY columns NOT NULL whatever MODIFY says; a key of
-                // source.key_columns must stay NOT NULL to identify rows.
-                if c.nullable && before.key_origin == crate::changelog::KeyOrigin::Override {
-                    return Err(stop(format!(
-                        "key column {name} (source.key_columns) becomes nullable"
-                    )));
-                }
-                c.nullable = false;
+            let Some(c) = columns.iter_mut().find(|c| &c.name == name) else {
+                return Err(stop(format!(
+                    "key column {name} is renamed or dropped: the key changes (copy the table again under its new shape: drop its lake table and restart)"
+                )));
+            };
+            // MySQL keeps PRIMARY KEY columns NOT NULL whatever MODIFY says; a key of
+            // source.key_columns must stay NOT NULL to identify rows.
+            if c.nullable && before.key_origin == crate::changelog::KeyOrigin::Override {
+                return Err(stop(format!(
+                    "key column {name} (source.key_columns) becomes nullable"
+                )));
             }
+            c.nullable = false;
         }
         let mut after = build_entry(id.clone(), &columns, &key).map_err(|e| stop(e.to_string()))?;
         // Columns keep the initial default they were added with; an added one takes its DEFAULT.
@@ -391,7 +394,7 @@ impl Assembler {
         after.charset = before.charset.clone();
         if !before.schema.evolves_to(&after.schema) {
             return Err(stop(format!(
-                "the lake cannot follow this change from ({}) to ({}): only columns added at the end (nullable, no default), widened types and relaxed nullability are applied",
+                "the lake cannot follow this change from ({}) to ({}): only columns added at the end (nullable, or with a constant default), renamed or dropped columns, widened types and relaxed nullability are applied",
                 before.schema.describe_columns(),
                 after.schema.describe_columns()
             )));

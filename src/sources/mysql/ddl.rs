@@ -8,12 +8,14 @@
 //! ([`ColumnInfo`]), so the same converters decode the rows that follow.
 //!
 //! What is applied: `ADD [COLUMN]` of a nullable column with no default (or `DEFAULT NULL`) at the
-//! end; `MODIFY`/`CHANGE` of a column under the same name, in place, to a type whose values widen
+//! end; `RENAME COLUMN` (the old name is kept in `former_names`, so the lake renames its column
+//! rather than dropping one and adding another); `MODIFY`/`CHANGE` of a column, in place (renamed
+//! by `CHANGE old new`), to a type whose values widen
 //! (checked by the caller with [`TableSchema::evolves_to`](crate::changelog::TableSchema::evolves_to)),
 //! or to the same type with another length, nullability or default; `ALTER COLUMN … SET/DROP
 //! DEFAULT`; `DROP [COLUMN]`; and the operations that leave columns alone (indexes, constraints other than the
 //! primary key, `ALGORITHM`, `LOCK`, `AUTO_INCREMENT`, table options). Anything else — a
-//! renamed or reordered column, a column added with an expression default the source fills into existing rows,
+//! reordered column, a column added with an expression default the source fills into existing rows,
 //! a primary-key change, a statement the parser cannot read — is an [`AlterError`] naming what,
 //! and the stream stops rather than guess.
 
@@ -165,9 +167,7 @@ fn apply_operation(
         AlterTableOperation::RenameColumn {
             old_column_name,
             new_column_name,
-        } => Err(AlterError(format!(
-            "RENAME COLUMN {old_column_name} TO {new_column_name} is not applied yet"
-        ))),
+        } => rename(columns, &old_column_name.value, &new_column_name.value),
         AlterTableOperation::AddConstraint { constraint, .. } => match constraint {
             TableConstraint::PrimaryKey(_) => Err(AlterError(
                 "the primary key changes (ADD PRIMARY KEY)".into(),
@@ -221,24 +221,42 @@ fn redefine(
     let Some(i) = position_of(columns, old) else {
         return Err(AlterError(format!("column {old} does not exist")));
     };
-    if !old.eq_ignore_ascii_case(new) {
-        return Err(AlterError(format!(
-            "column {old} is renamed to {new}; renames are not applied yet"
-        )));
-    }
     if moved {
         return Err(AlterError(format!(
             "column {old} is moved (FIRST/AFTER); only columns kept in place are applied"
         )));
     }
+    rename(columns, old, new)?;
     let options: Vec<&ColumnOption> = options.iter().collect();
     let mut column = column_info(&columns[i].name, data_type, &options, default_charset)?;
+    column.former_names = columns[i].former_names.clone();
     // A text column keeps its character set unless the clause names one (MySQL keeps the table's
     // default, which is what the column had when it was not declared otherwise).
     if column.charset.is_some() && !has_charset(&options) {
         column.charset = columns[i].charset.clone().or(column.charset);
     }
     columns[i] = column;
+    Ok(())
+}
+
+/// `RENAME COLUMN old TO new`, or `CHANGE old new …`: the column keeps its place, its values and
+/// (in the lake) its field id; `old` joins its former names, so a sink that still holds it under
+/// `old` renames it. A case-only change is a rename too (MySQL names are case-insensitive, the
+/// lake's are not).
+fn rename(columns: &mut [ColumnInfo], old: &str, new: &str) -> Result<(), AlterError> {
+    if old == new {
+        return Ok(());
+    }
+    let Some(i) = position_of(columns, old) else {
+        return Err(AlterError(format!("column {old} does not exist")));
+    };
+    if position_of(columns, new).is_some_and(|j| j != i) {
+        return Err(AlterError(format!("column {new} already exists")));
+    }
+    let column = &mut columns[i];
+    let former = std::mem::replace(&mut column.name, new.to_owned());
+    column.former_names.retain(|n| n != new);
+    column.former_names.push(former);
     Ok(())
 }
 
@@ -317,6 +335,7 @@ fn column_info(
         nullable: !not_null,
         json_check: false,
         default,
+        former_names: Vec::new(),
     })
 }
 
@@ -360,6 +379,7 @@ mod tests {
             nullable: false,
             json_check: false,
             default: None,
+            former_names: Vec::new(),
         }
     }
 
@@ -459,10 +479,46 @@ mod tests {
     }
 
     #[test]
+    fn renames_keep_the_column_in_place_and_remember_its_names() {
+        let next = apply_alter(
+            "ALTER TABLE t RENAME COLUMN qty TO amount, ADD note text",
+            &table(),
+            "utf8mb4",
+        )
+        .unwrap();
+        assert_eq!(next[2].name, "amount");
+        assert_eq!(next[2].former_names, ["qty"]);
+        assert_eq!(next[2].column_type, "smallint(6)", "only the name changes");
+        assert_eq!(next[3].name, "note");
+        // CHANGE renames and redefines at once; the names add up.
+        let again = apply_alter("ALTER TABLE t CHANGE amount total int", &next, "utf8mb4").unwrap();
+        assert_eq!(again[2].name, "total");
+        assert_eq!(again[2].data_type, "int");
+        assert_eq!(again[2].former_names, ["qty", "amount"]);
+        // Back to an earlier name: that name leaves the former ones.
+        let back = apply_alter(
+            "ALTER TABLE t RENAME COLUMN total TO qty",
+            &again,
+            "utf8mb4",
+        )
+        .unwrap();
+        assert_eq!(back[2].former_names, ["amount", "total"]);
+        // MODIFY and a CHANGE under the same name are no rename.
+        let same = apply_alter("ALTER TABLE t CHANGE qty qty int", &table(), "utf8mb4").unwrap();
+        assert!(same[2].former_names.is_empty());
+    }
+
+    #[test]
     fn what_is_not_applied_is_an_error_naming_it() {
         let cases = [
-            ("ALTER TABLE t RENAME COLUMN qty TO amount", "RENAME COLUMN"),
-            ("ALTER TABLE t CHANGE qty amount int", "renamed to amount"),
+            (
+                "ALTER TABLE t RENAME COLUMN qty TO name",
+                "name already exists",
+            ),
+            (
+                "ALTER TABLE t RENAME COLUMN nope TO x",
+                "nope does not exist",
+            ),
             (
                 "ALTER TABLE t ADD c int NOT NULL",
                 "NOT NULL without a default",

@@ -54,6 +54,7 @@ pub fn build_entry(
             nullable: info.nullable,
             source_type: info.column_type.clone(),
             initial_default: None,
+            former_names: info.former_names.clone(),
         });
         kinds.push(kind);
     }

@@ -201,6 +201,7 @@ pub async fn load_table(
                     nullable: nullable == "YES",
                     json_check,
                     default,
+                    former_names: Vec::new(),
                 }
             },
         )

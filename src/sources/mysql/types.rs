@@ -103,6 +103,10 @@ pub struct ColumnInfo {
     pub json_check: bool,
     /// `COLUMN_DEFAULT` as the server shows it (MariaDB quotes strings and writes `NULL`).
     pub default: Option<String>,
+    /// The names a `RENAME COLUMN` or `CHANGE` gave up, oldest first (not in
+    /// `information_schema`: kept by the schema history, `changelog::Column::former_names`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub former_names: Vec<String>,
 }
 
 /// A column's default, for INSERTs whose MINIMAL image leaves the column out.

@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::ddl::DdlMessage;
 use super::decoder::{
     decode, pg_time_to_unix_micros, ColumnValue, DecodeOptions, OldTuple, PgOutputMessage,
     Relation, TupleData,
@@ -81,6 +82,15 @@ struct OpenTxn {
 /// Relations, their schemas and the type information they were built with.
 struct Catalog {
     captured: HashSet<TableId>,
+    /// The captured tables' `pg_class` oids when the stream started (empty: not known). A
+    /// Relation message of one of them under another name is a `RENAME TO`, and a captured name
+    /// under another oid is a table dropped and created again: pgoutput sends neither as such,
+    /// and both would otherwise go unnoticed (changes skipped, or mixed into the old table's).
+    oids: HashMap<u32, TableId>,
+    /// Relations named like a captured table that are an older table of that name, dropped
+    /// before the captured one was created (a replay from before it): their changes are not
+    /// the captured table's (`Assembler::foreign_relation`).
+    stale: HashSet<u32>,
     /// Key column names per captured table, in key order (`key.rs`).
     keys: HashMap<TableId, Vec<String>>,
     /// Non-builtin types by OID; `None`: looked up and not found.
@@ -90,6 +100,13 @@ struct Catalog {
     /// Per relation, the values rows that predate an added column read (from the catalog,
     /// `catalog::added_columns`), for the next Relation message of that relation.
     added_defaults: HashMap<u32, HashMap<String, String>>,
+    /// Per captured table, the former names of its columns by current name
+    /// (`Column::former_names`), from the renames the optional event trigger reported (`ddl.rs`),
+    /// kept across restarts by the source (`state.rs`): cumulative, so a Relation message after
+    /// any number of renames carries every name a sink may still hold.
+    former: HashMap<TableId, HashMap<String, Vec<String>>>,
+    /// `former` changed since the source last saved it.
+    former_changed: bool,
 }
 
 struct CapturedRel {
@@ -117,16 +134,70 @@ impl Assembler {
             proto_version: cfg.proto_version,
             catalog: Catalog {
                 captured: captured.into_iter().collect(),
+                oids: HashMap::new(),
+                stale: HashSet::new(),
                 keys,
                 types: HashMap::new(),
                 relations: HashMap::new(),
                 added_defaults: HashMap::new(),
+                former: HashMap::new(),
+                former_changed: false,
             },
             open: None,
             changes: Changes::default(),
             stream_xid: None,
             streams: StreamBuffers::new(cfg.stream_memory_bytes, cfg.spill_dir),
         }
+    }
+
+    /// The captured tables' oids as the catalog showed them when the stream started.
+    pub fn set_table_oids(&mut self, oids: HashMap<u32, TableId>) {
+        self.catalog.oids = oids;
+    }
+
+    /// A Relation message in `payload` naming a captured table under an oid other than the one
+    /// the table had when the stream started: `(its oid, the captured oid)`. The caller asks the
+    /// catalog whether the captured oid still exists: then the message is of an older table of
+    /// that name ([`Self::mark_stale`]); if not, the captured table was dropped and created again
+    /// since the stream started, which stops cdcd when the message is applied.
+    pub fn foreign_relation(&self, payload: &[u8]) -> Option<(u32, u32)> {
+        if payload.first() != Some(&b'R') {
+            return None;
+        }
+        let Ok(PgOutputMessage::Relation(rel)) = decode(payload, self.decode_options()) else {
+            return None;
+        };
+        if self.catalog.oids.contains_key(&rel.oid) || self.catalog.stale.contains(&rel.oid) {
+            return None;
+        }
+        let table = TableId::new(rel.namespace.clone(), rel.name.clone());
+        self.catalog
+            .oids
+            .iter()
+            .find(|(_, t)| **t == table)
+            .map(|(&captured, _)| (rel.oid, captured))
+    }
+
+    /// The captured tables' former column names as the source saved them (`state.rs`).
+    pub fn seed_former_names(&mut self, former: HashMap<TableId, HashMap<String, Vec<String>>>) {
+        self.catalog.former = former;
+    }
+
+    /// The former column names, when a rename changed them since the last call: the source
+    /// saves them before anything after the rename is delivered (so before the slot can move
+    /// past the trigger's message).
+    pub fn former_names_changed(
+        &mut self,
+    ) -> Option<HashMap<TableId, HashMap<String, Vec<String>>>> {
+        if !std::mem::take(&mut self.catalog.former_changed) {
+            return None;
+        }
+        Some(self.catalog.former.clone())
+    }
+
+    /// Marks `oid` as an older table named like a captured one: its changes are skipped.
+    pub fn mark_stale(&mut self, oid: u32) {
+        self.catalog.stale.insert(oid);
     }
 
     /// Whether a heartbeat position may be reported now: no transaction or stream block open.
@@ -307,6 +378,9 @@ impl Assembler {
                         })?;
                         match &msg {
                             PgOutputMessage::Relation(rel) => catalog.apply_relation(rel),
+                            PgOutputMessage::Message {
+                                prefix, content, ..
+                            } => catalog.apply_message(prefix, content),
                             PgOutputMessage::Insert { .. }
                             | PgOutputMessage::Update { .. }
                             | PgOutputMessage::Delete { .. }
@@ -323,9 +397,13 @@ impl Assembler {
                 self.streams.abort(xid, subxid);
                 Ok(None)
             }
-            PgOutputMessage::Type { .. }
-            | PgOutputMessage::Origin { .. }
-            | PgOutputMessage::Message { .. } => Ok(None),
+            PgOutputMessage::Message {
+                prefix, content, ..
+            } => {
+                self.catalog.apply_message(prefix, content)?;
+                Ok(None)
+            }
+            PgOutputMessage::Type { .. } | PgOutputMessage::Origin { .. } => Ok(None),
             PgOutputMessage::StreamStop => Err(SourceError::Protocol(format!(
                 "Stream Stop without Stream Start (XLogData at {wal_start})"
             ))),
@@ -406,6 +484,31 @@ impl Catalog {
     /// schema `Arc`, so consecutive changes still share one run.
     fn apply_relation(&mut self, rel: &Relation) -> Result<(), SourceError> {
         let table = TableId::new(rel.namespace.clone(), rel.name.clone());
+        match self.oids.get(&rel.oid) {
+            Some(captured) if *captured != table => {
+                return Err(SourceError::Table {
+                    table: captured.clone(),
+                    detail: format!(
+                        "the table was renamed to {table} (ALTER TABLE … RENAME TO); cdcd stops rather than lose its changes or mix two tables: rename it back, or capture {table} as a new table (add it to source.tables; it is copied) and drop the lake table of {captured}"
+                    ),
+                });
+            }
+            None if self.stale.contains(&rel.oid) => {
+                // An older table of this name (`Assembler::foreign_relation`).
+                self.relations.insert(rel.oid, None);
+                return Ok(());
+            }
+            None if self.captured.contains(&table) && self.oids.values().any(|t| *t == table) => {
+                return Err(SourceError::Table {
+                    table,
+                    detail: format!(
+                        "the table was dropped and created again (its oid is now {}); its lake table still holds the old table's rows: drop the lake table and restart cdcd to copy it anew",
+                        rel.oid
+                    ),
+                });
+            }
+            _ => {}
+        }
         if !self.captured.contains(&table) {
             self.relations.insert(rel.oid, None);
             return Ok(());
@@ -435,12 +538,45 @@ impl Catalog {
                     old.columns.get(i)?.initial_default.clone()
                 });
         }
+        // Without the event trigger's renames a rename looks like a drop plus an add, which
+        // stops later (`TableSchema::evolves_to`).
+        if let Some(former) = self.former.get(&table) {
+            for column in &mut schema.columns {
+                column.former_names = former.get(&column.name).cloned().unwrap_or_default();
+            }
+        }
         let schema = match self.relations.get(&rel.oid) {
             Some(Some(old)) if *old.schema == schema => old.schema.clone(),
             _ => Arc::new(schema),
         };
         self.relations
             .insert(rel.oid, Some(CapturedRel { schema, types }));
+        Ok(())
+    }
+
+    /// Applies a `cdcd.ddl` message (`ddl.rs`) of a captured table: a rename joins the column's
+    /// former names. Other logical decoding messages are someone else's and ignored. A message
+    /// that does not parse is an error: it can only come from a trigger that is not cdcd's. A
+    /// replayed message (after a restart) changes nothing.
+    fn apply_message(&mut self, prefix: &str, content: &[u8]) -> Result<(), SourceError> {
+        if prefix != super::ddl::PREFIX {
+            return Ok(());
+        }
+        let message = DdlMessage::parse(content).map_err(SourceError::Protocol)?;
+        let Some(table) = self.oids.get(&message.relid) else {
+            return Ok(());
+        };
+        let Some((old, new)) = message.rename(table) else {
+            return Ok(());
+        };
+        let former = self.former.entry(table.clone()).or_default();
+        let mut names = former.remove(&old).unwrap_or_default();
+        names.retain(|n| *n != new && *n != old);
+        names.push(old);
+        if former.get(&new) != Some(&names) {
+            former.insert(new, names);
+            self.former_changed = true;
+        }
         Ok(())
     }
 

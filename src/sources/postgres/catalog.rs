@@ -47,6 +47,50 @@ pub async fn table_columns(
         .collect())
 }
 
+/// The `pg_class` oid of each of `tables` that exists now (the assembler's guard against a
+/// captured table renamed or dropped and created again while streaming).
+pub async fn table_oids(
+    client: &Client,
+    tables: &[TableId],
+) -> Result<HashMap<u32, TableId>, SourceError> {
+    let (namespaces, names): (Vec<&str>, Vec<&str>) = tables
+        .iter()
+        .map(|t| (t.namespace.as_str(), t.name.as_str()))
+        .unzip();
+    let rows = client
+        .query(
+            "SELECT c.oid, n.nspname::text, c.relname::text
+             FROM pg_class c
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             JOIN unnest($1::text[], $2::text[]) AS t(nsp, rel)
+               ON t.nsp = n.nspname AND t.rel = c.relname",
+            &[&namespaces, &names],
+        )
+        .await
+        .map_err(|e| server("reading the captured tables' oids", &e))?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            (
+                r.get(0),
+                TableId::new(r.get::<_, String>(1), r.get::<_, String>(2)),
+            )
+        })
+        .collect())
+}
+
+/// Whether a relation with `oid` exists now.
+pub async fn oid_exists(client: &Client, oid: u32) -> Result<bool, SourceError> {
+    let row = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_class WHERE oid = $1)",
+            &[&oid],
+        )
+        .await
+        .map_err(|e| server("looking up a relation's oid", &e))?;
+    Ok(row.get(0))
+}
+
 /// `format_type` of each of `columns` of `table` (e.g. `integer`, `character varying(10)`), in
 /// the order given: the casts a key range's text bounds need.
 pub async fn column_type_names(

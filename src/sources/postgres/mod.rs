@@ -25,6 +25,7 @@
 pub mod assembler;
 pub mod catalog;
 pub mod config;
+pub mod ddl;
 pub mod decoder;
 pub mod key;
 pub mod monitor;
@@ -35,6 +36,7 @@ pub mod replication;
 pub mod setup;
 pub mod snapshot;
 mod startup;
+pub mod state;
 mod stream;
 pub mod types;
 
@@ -53,7 +55,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::changelog::{KeyOrigin, Lsn, Position, TableId, TableKey, TableSchema};
 use crate::config::{PostgresConfig, SnapshotMode};
-use crate::sources::{Prepared, Resume, Source, SourceError, SourceEvent, TableCopy};
+use crate::sources::{
+    Prepared, Resume, Source, SourceError, SourceEvent, SourceStateStore, TableCopy,
+};
 use assembler::{Assembler, AssemblerConfig};
 use relation::{build_schema, unresolved_types};
 use replication::{ReplicationConnection, StartOptions};
@@ -82,6 +86,8 @@ pub struct PostgresSource {
     cfg: PostgresConfig,
     extra_options: String,
     prepared: Option<PreparedState>,
+    /// Where the captured tables' oids are kept between runs (`state.rs`).
+    state: Option<Arc<dyn SourceStateStore>>,
 }
 
 /// What `prepare` learned, kept for `run`.
@@ -100,6 +106,7 @@ impl PostgresSource {
             cfg,
             extra_options: String::new(),
             prepared: None,
+            state: None,
         }
     }
 
@@ -210,6 +217,10 @@ impl Source for PostgresSource {
             .unwrap_or(monitor::DEFAULT_WATCH_INTERVAL)
     }
 
+    fn keep_state_in(&mut self, store: Arc<dyn SourceStateStore>) {
+        self.state = Some(store);
+    }
+
     async fn prepare(&mut self) -> Result<Prepared, SourceError> {
         let cfg = &self.cfg;
         let client = setup::connect(cfg).await?;
@@ -268,6 +279,16 @@ impl Source for PostgresSource {
             return Err(SourceError::Config("source was not prepared".to_owned()));
         };
         let cfg = self.cfg;
+        // Before any copy or change: a table dropped and created again since cdcd last streamed
+        // it stops here (`state.rs`); then the oids of this run are recorded.
+        let oids = catalog::table_oids(&state.client, &state.tables).await?;
+        let saved = match self.state.take() {
+            Some(store) => {
+                let recorded = check_table_oids(store.as_ref(), &oids, &resume).await?;
+                Some((store, recorded))
+            }
+            None => None,
+        };
         let mut types: HashMap<u32, Option<TypeInfo>> = HashMap::new();
         let mut conn =
             ReplicationConnection::connect_with_options(&cfg, &self.extra_options).await?;
@@ -317,7 +338,9 @@ impl Source for PostgresSource {
             proto_version: state.proto_version,
             publications: state.publications.clone(),
             streaming: state.proto_version >= 2,
-            messages: false,
+            // The `messages` option exists from Postgres 14 (proto 2); it carries the optional
+            // DDL trigger's renames (`ddl.rs`).
+            messages: state.proto_version >= 2,
         };
         if let Err(e) = conn.start(&cfg.slot, start, &opts).await {
             return Err(monitor::explain_start_error(&state.client, &cfg.slot, e).await);
@@ -332,6 +355,10 @@ impl Source for PostgresSource {
             state.tables.iter().cloned(),
             state.keys.clone(),
         );
+        assembler.set_table_oids(oids);
+        if let Some((_, recorded)) = &saved {
+            assembler.seed_former_names(recorded.former_names(&state.tables));
+        }
         let known: Vec<u32> = types.keys().copied().collect();
         assembler.add_types(
             &known,
@@ -349,6 +376,7 @@ impl Source for PostgresSource {
             acked: Lsn::ZERO,
             delivered: start,
             last_skipped_beat: None,
+            saved,
         };
         // The slot watch ends the stream only for a lost slot; it stops with the stream.
         let watch_stop = shutdown.child_token();
@@ -622,4 +650,43 @@ async fn deliver(
         _ = shutdown.cancelled() => Ok(false),
         r = events.send(event) => r.map(|_| true).map_err(|_| SourceError::Closed),
     }
+}
+
+/// Stops when a captured table's oid is not the one cdcd last streamed (`state.rs`): it was
+/// dropped and created again meanwhile, and only a new copy makes its lake table right. Tables
+/// copied now (all of them for a fresh copy) are exempt. Then records `oids`, and returns the
+/// state (a fresh copy forgets earlier renames: its tables are created under today's names).
+async fn check_table_oids(
+    store: &dyn SourceStateStore,
+    oids: &HashMap<u32, TableId>,
+    resume: &Resume,
+) -> Result<state::PgSourceState, SourceError> {
+    let mut recorded = match store.read().await? {
+        Some(bytes) => state::PgSourceState::from_json(&bytes).map_err(|e| {
+            SourceError::Config(format!(
+                "the pipeline's source-state.json under _cdcd/ is unreadable ({e}); restore it or delete it"
+            ))
+        })?,
+        None => state::PgSourceState::default(),
+    };
+    if !resume.snapshot {
+        let copying: Vec<TableId> = resume.copy.iter().map(|c| c.table.clone()).collect();
+        if let Some((table, was, now)) = recorded.recreated(oids, &copying).into_iter().next() {
+            return Err(SourceError::Table {
+                table,
+                detail: format!(
+                    "the table was dropped and created again since cdcd last streamed it (oid {was}, now {now}): changes the new table had before it joined the publication were never published, and its lake table still holds the old table's rows. Copy it anew: drop its lake table and restart cdcd"
+                ),
+            });
+        }
+    }
+    let before = recorded.clone();
+    if resume.snapshot {
+        recorded.former_names.clear();
+    }
+    recorded.record(oids);
+    if recorded != before {
+        store.write(recorded.to_json()).await?;
+    }
+    Ok(recorded)
 }

@@ -74,6 +74,7 @@ pub fn build_schema(
             nullable: !primary_key.contains(&i),
             source_type: t.source_name(),
             initial_default: None,
+            former_names: Vec::new(),
         })
         .collect();
     Ok((

@@ -5,6 +5,8 @@
 //! Where it sits: [`super::PostgresSource::run`] opens the replication connection, copies what
 //! must be copied, then hands the connection to [`Streaming::run`] until shutdown or failure.
 
+use std::sync::Arc;
+
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_postgres::Client;
@@ -13,9 +15,10 @@ use tokio_util::sync::CancellationToken;
 use super::assembler::{Assembled, Assembler};
 use super::catalog::{self, AddedColumn};
 use super::replication::{ReplicationConnection, ReplicationMessage};
+use super::state::PgSourceState;
 use super::{deliver, SKIPPED_HEARTBEAT_INTERVAL, STATUS_INTERVAL};
 use crate::changelog::{Lsn, Position};
-use crate::sources::{SourceError, SourceEvent};
+use crate::sources::{SourceError, SourceEvent, SourceStateStore};
 
 /// The streaming phase's state.
 pub(super) struct Streaming<'a> {
@@ -30,6 +33,9 @@ pub(super) struct Streaming<'a> {
     pub(super) delivered: Lsn,
     /// When the last heartbeat for a skipped transaction went out.
     pub(super) last_skipped_beat: Option<Instant>,
+    /// Where the source's state is kept, and what it holds (`state.rs`): renames are saved
+    /// there before anything after them is delivered.
+    pub(super) saved: Option<(Arc<dyn SourceStateStore>, PgSourceState)>,
 }
 
 impl Streaming<'_> {
@@ -100,6 +106,11 @@ impl Streaming<'_> {
                     let found = catalog::lookup_types(self.client, &missing).await?;
                     self.assembler.add_types(&missing, found);
                 }
+                if let Some((oid, captured)) = self.assembler.foreign_relation(&data) {
+                    if catalog::oid_exists(self.client, captured).await? {
+                        self.assembler.mark_stale(oid);
+                    }
+                }
                 if let Some((oid, table, added)) = self.assembler.added_columns(&data) {
                     let found = catalog::added_columns(self.client, oid, &added).await?;
                     let rewritten: Vec<&str> = found
@@ -125,7 +136,14 @@ impl Streaming<'_> {
                         .collect();
                     self.assembler.set_added_defaults(oid, defaults);
                 }
-                let event = match self.assembler.feed(wal_start, data)? {
+                let fed = self.assembler.feed(wal_start, data)?;
+                if let Some(former) = self.assembler.former_names_changed() {
+                    if let Some((store, state)) = &mut self.saved {
+                        state.set_former_names(&former);
+                        store.write(state.to_json()).await?;
+                    }
+                }
+                let event = match fed {
                     None => return Ok(true),
                     Some(Assembled::Transaction(tx)) => {
                         if let Position::Postgres(end) = tx.position {

@@ -12,6 +12,7 @@ use arrow_array::RecordBatch;
 use super::{Cached, Found, RowDelta};
 use crate::changelog::TableChanges;
 use crate::sinks::iceberg::locator::{IndexLocator, RowLocator};
+use crate::sinks::iceberg::schema::Projection;
 use crate::sinks::iceberg::{lookup, multiset, window, writer};
 use crate::sinks::SinkError;
 
@@ -40,10 +41,6 @@ impl RowDelta<'_> {
         } else {
             let (files, dvs) = (&cached.live.files, &cached.live.dvs);
             let (schema, changes) = (self.input.schema, self.input.changes);
-            // Rows of files from before an added column read its initial default.
-            let defaults = crate::sinks::iceberg::schema::initial_defaults(
-                self.base.metadata.current_schema(),
-            );
             multiset::locate(
                 self.target.warehouse,
                 schema,
@@ -51,7 +48,7 @@ impl RowDelta<'_> {
                 dvs,
                 changes,
                 &self.plan.row_deletes,
-                &defaults,
+                &self.projection(),
             )
             .await?
             .into_iter()
@@ -84,13 +81,37 @@ impl RowDelta<'_> {
                 let keys = writer::key_batch(changes, keys, &schema.primary_key, &keys_schema)
                     .map_err(self.arrow("gathering lookup keys"))?;
                 let at = IndexLocator::new(index, files, dvs).locate(&keys).await?;
-                lookup::fetch(warehouse, schema, &keys, &at, &droppable).await?
+                lookup::fetch(
+                    warehouse,
+                    schema,
+                    &keys,
+                    &at,
+                    &droppable,
+                    &self.projection(),
+                )
+                .await?
             }
             None => {
-                lookup::lookup(warehouse, schema, files, dvs, changes, keys, &droppable).await?
+                let projection = self.projection();
+                lookup::lookup(
+                    warehouse,
+                    schema,
+                    cached.live,
+                    changes,
+                    keys,
+                    &droppable,
+                    &projection,
+                )
+                .await?
             }
         };
         Ok(Some(found))
+    }
+
+    /// How rows of earlier files read under the schema this commit writes: renamed columns by
+    /// field id, columns added since with their initial default.
+    fn projection(&self) -> Projection {
+        Projection::of(self.base.metadata.current_schema())
     }
 
     /// Drops from the plan the partial updates whose lookup row is `missing` (allowed only inside

@@ -249,7 +249,7 @@ impl<'a> RowDelta<'a> {
         let loaded = Arc::clone(&base);
         let base = match schema::schema_difference(base.metadata.current_schema(), wanted) {
             None => base,
-            Some(detail) => match schema::evolve(&base.metadata, wanted) {
+            Some(detail) => match schema::evolve(&base.metadata, wanted, input.schema) {
                 Some(next) => {
                     tracing::info!(table = %input.schema.id, change = %detail, schema_id = next.schema_id(), "evolving the table's schema");
                     Arc::new(publish::with_schema(&input.schema.id, &base, next)?)

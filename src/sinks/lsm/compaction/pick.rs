@@ -463,6 +463,7 @@ pub(crate) mod tests {
             nullable: true,
             source_type: String::new(),
             initial_default: None,
+            former_names: Vec::new(),
         };
         let schemas = FileSchemas::new(&TableSchema {
             id: TableId::new("p", "t"),

@@ -16,6 +16,7 @@ fn info(data_type: &str, column_type: &str) -> ColumnInfo {
         nullable: true,
         json_check: false,
         default: None,
+        former_names: Vec::new(),
     }
 }
 

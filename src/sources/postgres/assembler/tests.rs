@@ -401,22 +401,7 @@ fn a_transaction_without_captured_changes_is_skipped_at_its_end_lsn() {
 fn a_new_relation_layout_starts_a_new_run() {
     let dir = tempfile::tempdir().unwrap();
     let mut a = assembler_with(1 << 20, dir.path());
-    let renamed = {
-        let mut b = B::new(b'R')
-            .u32(T1)
-            .cstr("public")
-            .cstr("t1")
-            .u8(b'd')
-            .u16(3);
-        for (col, ty, key) in [
-            ("id", INT4, true),
-            ("text", TEXT, false),
-            ("n", INT4, false),
-        ] {
-            b = b.u8(u8::from(key)).cstr(col).u32(ty).i32(-1);
-        }
-        b.done()
-    };
+    let renamed = renamed_relation();
     let tx = one_tx(feed(
         &mut a,
         &[
@@ -674,4 +659,129 @@ fn keyless_changes_without_a_whole_old_row_stop() {
             "{e}"
         );
     }
+}
+
+/// A `'M'` logical decoding message (transactional, outside a stream block).
+fn logical_message(prefix: &str, content: &str) -> Bytes {
+    let mut b = B::new(b'M')
+        .u8(1)
+        .u64(90)
+        .cstr(prefix)
+        .u32(content.len() as u32);
+    b.0.extend_from_slice(content.as_bytes());
+    b.done()
+}
+
+/// `public.t1` with column `body` renamed to `text`.
+fn renamed_relation() -> Bytes {
+    let mut b = B::new(b'R')
+        .u32(T1)
+        .cstr("public")
+        .cstr("t1")
+        .u8(b'd')
+        .u16(3);
+    for (col, ty, key) in [
+        ("id", INT4, true),
+        ("text", TEXT, false),
+        ("n", INT4, false),
+    ] {
+        b = b.u8(u8::from(key)).cstr(col).u32(ty).i32(-1);
+    }
+    b.done()
+}
+
+#[test]
+fn the_ddl_triggers_rename_becomes_former_names_and_is_saved() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = assembler_with(1 << 20, dir.path());
+    a.set_table_oids([(T1, TableId::new("public", "t1"))].into());
+    let ddl = format!(
+        r#"{{"relid": {T1}, "attnum": 2, "object": "public.t1.text", "query": "ALTER TABLE t1 RENAME body TO text"}}"#
+    );
+    let out = feed(
+        &mut a,
+        &[
+            relation(None, T1, "t1"),
+            begin(100, 7),
+            insert(None, T1, &[Some("1"), None, None]),
+            logical_message("cdcd.ddl", &ddl),
+            logical_message("someone.else", "not json"),
+            renamed_relation(),
+            insert(None, T1, &[Some("2"), None, None]),
+            commit(120),
+        ],
+    );
+    let tx = one_tx(out);
+    assert_eq!(
+        tx.changes[0].schema.columns[1].former_names,
+        Vec::<String>::new()
+    );
+    let after = &tx.changes[1].schema.columns[1];
+    assert_eq!(
+        (after.name.as_str(), after.former_names.clone()),
+        ("text", vec!["body".to_owned()])
+    );
+    let saved = a.former_names_changed().expect("the rename is to be saved");
+    assert_eq!(saved[&TableId::new("public", "t1")]["text"], ["body"]);
+    assert!(a.former_names_changed().is_none(), "saved once");
+
+    // A restart after the slot moved past the message: the saved names carry the rename.
+    let mut b = assembler_with(1 << 20, dir.path());
+    b.set_table_oids([(T1, TableId::new("public", "t1"))].into());
+    b.seed_former_names(saved);
+    let tx = one_tx(feed(
+        &mut b,
+        &[
+            renamed_relation(),
+            begin(200, 8),
+            insert(None, T1, &[Some("3"), None, None]),
+            commit(220),
+        ],
+    ));
+    assert_eq!(tx.changes[0].schema.columns[1].former_names, ["body"]);
+    // A replayed message changes nothing.
+    feed(
+        &mut b,
+        &[
+            begin(300, 9),
+            logical_message("cdcd.ddl", &ddl),
+            commit(320),
+        ],
+    );
+    assert!(b.former_names_changed().is_none());
+}
+
+#[test]
+fn a_renamed_or_recreated_captured_table_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = assembler_with(1 << 20, dir.path());
+    a.set_table_oids([(T1, TableId::new("public", "t1"))].into());
+    // The captured oid under another name: renamed.
+    let err = a
+        .feed(Lsn(1), relation(None, T1, "t9"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("renamed to public.t9"), "{err}");
+
+    let mut a = assembler_with(1 << 20, dir.path());
+    a.set_table_oids([(T1, TableId::new("public", "t1"))].into());
+    // The captured name under another oid: the caller asks whether T1 still exists.
+    let other = relation(None, OTHER, "t1");
+    assert_eq!(a.foreign_relation(&other), Some((OTHER, T1)));
+    assert_eq!(a.foreign_relation(&relation(None, T1, "t1")), None);
+    // T1 is gone: dropped and created again.
+    let err = a.feed(Lsn(1), other.clone()).unwrap_err().to_string();
+    assert!(err.contains("dropped and created again"), "{err}");
+    // T1 exists: an older table of that name (a replay), whose changes are skipped.
+    a.mark_stale(OTHER);
+    let out = feed(
+        &mut a,
+        &[
+            other,
+            begin(100, 7),
+            insert(None, OTHER, &[Some("1"), None, None]),
+            commit(120),
+        ],
+    );
+    assert!(matches!(out.as_slice(), [Assembled::Skipped(_)]), "{out:?}");
 }

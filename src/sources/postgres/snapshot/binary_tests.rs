@@ -136,6 +136,7 @@ fn schema(types: &[ColumnType]) -> Arc<TableSchema> {
                 nullable: true,
                 source_type: t.source_name(),
                 initial_default: None,
+                former_names: Vec::new(),
             })
             .collect(),
         primary_key: vec![0],
@@ -390,6 +391,7 @@ async fn sampled_chunks_are_even() {
         nullable: name != "id",
         source_type: String::new(),
         initial_default: None,
+        former_names: Vec::new(),
     };
     let schema = Arc::new(TableSchema {
         id: TableId::new(ns.clone(), "t"),

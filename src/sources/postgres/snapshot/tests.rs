@@ -25,6 +25,7 @@ fn schema_of(name: &str, columns: &[(&str, &ColumnType)]) -> Arc<TableSchema> {
                 nullable: true,
                 source_type: t.source_name(),
                 initial_default: None,
+                former_names: Vec::new(),
             })
             .collect(),
         primary_key: vec![0],

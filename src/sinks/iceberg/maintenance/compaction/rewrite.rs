@@ -105,7 +105,7 @@ impl Rewrite<'_> {
         let file_schema = schema::data_file_schema(self.meta().current_schema())?;
         // Rows of files older than an added column read its initial default, and a rewrite
         // stores what they read (the new file has the column).
-        let defaults = schema::initial_defaults(self.meta().current_schema());
+        let projection = schema::Projection::of(self.meta().current_schema());
         let mut written = Written::default();
         for (n, inputs) in self.choice.outputs.iter().enumerate() {
             let path = self.names.data_file(n);
@@ -113,7 +113,8 @@ impl Rewrite<'_> {
             let mut keys = Vec::new();
             let mut end = 0u64;
             for f in inputs.iter().filter_map(|&i| self.live.files.data.get(i)) {
-                let (kept, dropped, next) = self.read_live(f, &file_schema, &defaults, end).await?;
+                let (kept, dropped, next) =
+                    self.read_live(f, &file_schema, &projection, end).await?;
                 written.dropped_rows += dropped;
                 end = next;
                 written.removed_data.push(f.file.clone());
@@ -154,7 +155,7 @@ impl Rewrite<'_> {
         &self,
         f: &LiveFile,
         file_schema: &SchemaRef,
-        defaults: &std::collections::HashMap<String, String>,
+        projection: &schema::Projection,
         start: u64,
     ) -> Result<(Vec<RecordBatch>, u64, u64), SinkError> {
         let path = f.file.file_path();
@@ -171,8 +172,8 @@ impl Rewrite<'_> {
         let mut dropped = 0u64;
         for batch in batches {
             let placed = placer.next_batch(batch.num_rows());
-            let columns =
-                project_filled(&batch, file_schema, defaults).map_err(self.arrow("projecting"))?;
+            let columns = project_filled(&batch, file_schema, projection)
+                .map_err(self.arrow("projecting"))?;
             let whole = RecordBatch::try_new(Arc::clone(file_schema), columns)
                 .map_err(self.arrow("projecting"))?;
             let mask = keep_mask(&placed);

@@ -1,0 +1,120 @@
+//! What the Postgres source keeps beside the checkpoints (`_cdcd/<pipeline>/source-state.json`,
+//! through [`SourceStateStore`](crate::sources::SourceStateStore)): each captured table's
+//! `pg_class` oid as cdcd last streamed it, and the former names of renamed columns (pure).
+//!
+//! Why: pgoutput says nothing when a table is dropped and created again under the same name. If
+//! that happens while cdcd is not running, the new table's rows made before cdcd added it back
+//! to the publication were never published, and its later changes would be applied over the old
+//! table's rows in the lake. The oid tells the two tables apart: a captured table whose oid
+//! changed since cdcd last streamed it stops cdcd at start, unless it is being copied anew.
+//! (While cdcd runs, the assembler notices the same from the Relation messages.)
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::changelog::TableId;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgSourceState {
+    /// `schema.table` → oid.
+    #[serde(default)]
+    pub table_oids: BTreeMap<String, u32>,
+    /// `schema.table` → column → the names it had before, oldest first, from the DDL trigger's
+    /// renames (`ddl.rs`). Kept so a restart between a rename and the table's next change (the
+    /// slot has moved past the trigger's message) still renames the lake's column.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub former_names: BTreeMap<String, BTreeMap<String, Vec<String>>>,
+}
+
+impl PgSourceState {
+    pub fn from_json(bytes: &[u8]) -> Result<PgSourceState, String> {
+        serde_json::from_slice(bytes).map_err(|e| e.to_string())
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        // Strings and integers only: serializing cannot fail.
+        serde_json::to_vec_pretty(self).unwrap_or_default()
+    }
+
+    /// The captured tables (`current`: their oids now) whose oid is not the recorded one,
+    /// leaving out `copying` (copied anew now, from the current table).
+    pub fn recreated(
+        &self,
+        current: &HashMap<u32, TableId>,
+        copying: &[TableId],
+    ) -> Vec<(TableId, u32, u32)> {
+        let mut out: Vec<(TableId, u32, u32)> = current
+            .iter()
+            .filter(|(_, table)| !copying.contains(table))
+            .filter_map(|(&oid, table)| {
+                let recorded = *self.table_oids.get(&table.to_string())?;
+                (recorded != oid).then(|| (table.clone(), recorded, oid))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The former names by table, for the assembler.
+    pub fn former_names(
+        &self,
+        tables: &[TableId],
+    ) -> HashMap<TableId, HashMap<String, Vec<String>>> {
+        tables
+            .iter()
+            .filter_map(|t| {
+                let names = self.former_names.get(&t.to_string())?;
+                Some((
+                    t.clone(),
+                    names.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                ))
+            })
+            .collect()
+    }
+
+    /// Replaces the former names of the tables in `former`.
+    pub fn set_former_names(&mut self, former: &HashMap<TableId, HashMap<String, Vec<String>>>) {
+        for (table, names) in former {
+            self.former_names.insert(
+                table.to_string(),
+                names.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            );
+        }
+    }
+
+    /// Records `current` (tables no longer captured keep their entry: they may come back).
+    pub fn record(&mut self, current: &HashMap<u32, TableId>) {
+        for (&oid, table) in current {
+            self.table_oids.insert(table.to_string(), oid);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_changed_oid_is_a_recreated_table_unless_it_is_copied_anew() {
+        let t = TableId::new("public", "t");
+        let u = TableId::new("public", "u");
+        let mut state = PgSourceState::default();
+        let first: HashMap<u32, TableId> = [(10, t.clone()), (11, u.clone())].into();
+        assert!(
+            state.recreated(&first, &[]).is_empty(),
+            "nothing recorded yet"
+        );
+        state.record(&first);
+        let back = PgSourceState::from_json(&state.to_json()).unwrap();
+        assert_eq!(back, state);
+        assert!(state.recreated(&first, &[]).is_empty());
+        let later: HashMap<u32, TableId> = [(20, t.clone()), (11, u.clone())].into();
+        assert_eq!(state.recreated(&later, &[]), [(t.clone(), 10, 20)]);
+        assert!(state.recreated(&later, &[t]).is_empty(), "copied anew");
+        assert!(PgSourceState::from_json(b"{}")
+            .unwrap()
+            .table_oids
+            .is_empty());
+    }
+}
