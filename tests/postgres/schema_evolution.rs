@@ -483,8 +483,9 @@ async fn add_column_and_widening_keep_replicating_lsm() {
 /// rename followed by updates that leave a TOAST value unchanged (cdcd completes them from a
 /// file written before the rename, found by field id), a rename inside a transaction between
 /// its DML, the last column renamed (without the trigger exactly the shape that stops), a rename
-/// made while cdcd is down (replayed from the slot), and two renames of one column before its
-/// next change. Read back by DuckDB and pyiceberg. In its own database: the trigger is
+/// made while cdcd is down (replayed from the slot), two renames of one column before its next
+/// change, and a restart after the slot moved past a rename (kept in the source's state). Read
+/// back by DuckDB and pyiceberg. In its own database: the trigger is
 /// database-wide, and the other tests expect a rename to stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rename_column_with_the_ddl_trigger_iceberg() {
@@ -581,6 +582,44 @@ async fn rename_column_with_the_ddl_trigger_iceberg() {
         .map(|(n, i)| (n.to_owned(), i))
         .collect();
     assert_eq!(fields, expected, "renamed columns keep their field ids");
+
+    // A rename, then a restart after the slot moved past the trigger's message (the DDL's
+    // transaction has no rows, so cdcd acknowledges it): the rename was saved with the source's
+    // state, and the table's next change still renames the lake's column.
+    exec(&client, &format!("ALTER TABLE {a} RENAME COLUMN w TO w2")).await;
+    let ddl_end: String = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let past: bool = client
+            .query_one(
+                "SELECT confirmed_flush_lsn >= $1::text::pg_lsn FROM pg_replication_slots WHERE slot_name = $2",
+                &[&ddl_end, &p.slot],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if past {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slot never moved past the rename"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    p.kill9();
+    exec(&client, &format!("UPDATE {a} SET w2 = 7 WHERE id BETWEEN 27 AND 30")).await;
+    p.start();
+    assert_equal_both(&mut p, &a).await;
+    let fields = current_fields(&current_metadata(&p.table_dir(&a)));
+    assert!(
+        fields.iter().any(|f| f.0 == "w2" && f.1 == 5),
+        "renamed after the restart, same field id: {fields:?}"
+    );
     drop(p);
     drop(client);
     exec(
