@@ -489,11 +489,62 @@ async fn add_column_and_widening_keep_replicating_lsm() {
 /// database-wide, and the other tests expect a rename to stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rename_column_with_the_ddl_trigger_iceberg() {
-    let test = "rename_column_with_the_ddl_trigger_iceberg";
+    rename_case("rename_column_with_the_ddl_trigger_iceberg", false).await;
+}
+
+/// The same into the LSM (Paimon) sink: `schema-N` keeps the field id under the new name, and
+/// cdcd's own lookups read files written before the rename under the older name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rename_column_with_the_ddl_trigger_lsm() {
+    rename_case("rename_column_with_the_ddl_trigger_lsm", true).await;
+}
+
+/// `(name, field id)` of the table's current schema: Iceberg's metadata, or Paimon's newest
+/// `schema/schema-N`.
+fn field_ids(p: &Pipeline, table: &str, lsm: bool) -> Vec<(String, i64)> {
+    if !lsm {
+        return current_fields(&current_metadata(&p.table_dir(table)))
+            .into_iter()
+            .map(|f| (f.0, f.1))
+            .collect();
+    }
+    let dir = p
+        .warehouse
+        .join(format!("{NAMESPACE}.db"))
+        .join(table)
+        .join("schema");
+    let newest = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_prefix("schema-")?.parse::<u64>().ok()
+        })
+        .max()
+        .unwrap();
+    let schema: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join(format!("schema-{newest}"))).unwrap())
+            .unwrap();
+    schema["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap().to_owned(),
+                f["id"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+async fn rename_case(test: &str, lsm: bool) {
     let Some(env) = test_env(test) else {
         return;
     };
-    let database = unique("srename_db");
+    if lsm && std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality") {
+        return;
+    }
+    let database = unique(if lsm { "srenamel_db" } else { "srename_db" });
     let admin = connect(&env.pg_url).await;
     exec(
         &admin,
@@ -512,7 +563,7 @@ async fn rename_column_with_the_ddl_trigger_iceberg() {
         include_str!("../../migrations/postgres/002_ddl_capture.sql"),
     )
     .await;
-    let a = unique("srename");
+    let a = unique(if lsm { "srenamel" } else { "srename" });
     exec(
         &client,
         &format!(
@@ -523,11 +574,15 @@ async fn rename_column_with_the_ddl_trigger_iceberg() {
         ),
     )
     .await;
-    let mut p = Pipeline::new(&env, &a, &[&a], &Settings::default());
+    let mut p = if lsm {
+        Pipeline::new_lsm(&env, &a, &[&a], &Settings::default(), 2)
+    } else {
+        Pipeline::new(&env, &a, &[&a], &Settings::default())
+    };
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     exec(&client, &format!("UPDATE {a} SET x = -x WHERE id <= 5")).await;
-    assert_equal_both(&mut p, &a).await;
+    equal(&mut p, &a, lsm).await;
 
     // The TOAST column renamed, then updates that leave it unchanged: pgoutput sends it as
     // unchanged, cdcd reads it from a file that still calls it `big`.
@@ -539,7 +594,7 @@ async fn rename_column_with_the_ddl_trigger_iceberg() {
         ),
     )
     .await;
-    assert_equal_both(&mut p, &a).await;
+    equal(&mut p, &a, lsm).await;
 
     // Inside one transaction, between its DML; and the last column renamed.
     exec(
@@ -556,7 +611,7 @@ async fn rename_column_with_the_ddl_trigger_iceberg() {
         ),
     )
     .await;
-    assert_equal_both(&mut p, &a).await;
+    equal(&mut p, &a, lsm).await;
 
     // While cdcd is down: two renames of one column, then changes; the restart replays the
     // trigger's messages from the slot.
@@ -572,13 +627,13 @@ async fn rename_column_with_the_ddl_trigger_iceberg() {
     )
     .await;
     p.start();
-    assert_equal_both(&mut p, &a).await;
-    let fields: Vec<(String, i64)> = current_fields(&current_metadata(&p.table_dir(&a)))
+    equal(&mut p, &a, lsm).await;
+    let fields = field_ids(&p, &a, lsm);
+    // Iceberg's ids start at 1, Paimon's at 0.
+    let first = i64::from(!lsm);
+    let expected: Vec<(String, i64)> = ["id", "x2", "bb", "huge", "w"]
         .into_iter()
-        .map(|f| (f.0, f.1))
-        .collect();
-    let expected: Vec<(String, i64)> = [("id", 1), ("x2", 2), ("bb", 3), ("huge", 4), ("w", 5)]
-        .into_iter()
+        .zip(first..)
         .map(|(n, i)| (n.to_owned(), i))
         .collect();
     assert_eq!(fields, expected, "renamed columns keep their field ids");
@@ -612,12 +667,16 @@ async fn rename_column_with_the_ddl_trigger_iceberg() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     p.kill9();
-    exec(&client, &format!("UPDATE {a} SET w2 = 7 WHERE id BETWEEN 27 AND 30")).await;
+    exec(
+        &client,
+        &format!("UPDATE {a} SET w2 = 7 WHERE id BETWEEN 27 AND 30"),
+    )
+    .await;
     p.start();
-    assert_equal_both(&mut p, &a).await;
-    let fields = current_fields(&current_metadata(&p.table_dir(&a)));
+    equal(&mut p, &a, lsm).await;
+    let fields = field_ids(&p, &a, lsm);
     assert!(
-        fields.iter().any(|f| f.0 == "w2" && f.1 == 5),
+        fields.iter().any(|f| f.0 == "w2" && f.1 == 4 + first),
         "renamed after the restart, same field id: {fields:?}"
     );
     drop(p);
@@ -627,4 +686,13 @@ async fn rename_column_with_the_ddl_trigger_iceberg() {
         &format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"),
     )
     .await;
+}
+
+/// Equal by DuckDB and pyiceberg (Iceberg), or by pypaimon (LSM).
+async fn equal(p: &mut Pipeline, table: &str, lsm: bool) {
+    if lsm {
+        p.assert_equal(table, 60).await;
+    } else {
+        assert_equal_both(p, table).await;
+    }
 }

@@ -200,7 +200,7 @@ impl Inner {
         })?;
         let mut guard = handle.state.lock().await;
         self.refuse_added_defaults(schema, &mut guard).await?;
-        let state = self.ensure_created(table, &mut guard, &wanted).await?;
+        let state = self.ensure_created(schema, &mut guard, &wanted).await?;
         let mut change = Change::default();
         // `commit::publish` advances `next_sequence` past the files' sequence numbers.
         let mut sequence = state.next_sequence;

@@ -136,6 +136,10 @@ pub struct TableState {
     /// The next unused sequence number.
     pub next_sequence: i64,
     pub commit_user: String,
+    /// Names earlier schemas gave fields the current schema has under another name (a
+    /// `RENAME COLUMN`), to the current name: files written under those schemas hold the old
+    /// name (cdcd's files carry no field ids; Paimon readers map by the file's `_SCHEMA_ID`).
+    pub aliases: HashMap<String, String>,
 }
 
 impl TableState {
@@ -328,7 +332,15 @@ pub async fn load(w: &Warehouse, location: &str) -> Result<Option<TableState>, S
         files: BTreeMap::new(),
         next_sequence: 0,
         commit_user: uuid::Uuid::new_v4().to_string(),
+        aliases: HashMap::new(),
     };
+    for id in 0..schema_id {
+        if let Some(older) = read_schema(w, location, id).await? {
+            state
+                .aliases
+                .extend(super::schema::aliases(&older, &state.schema));
+        }
+    }
     let Some(id) = latest_id(w, location).await? else {
         return Ok(Some(state));
     };

@@ -252,8 +252,10 @@ impl LsmSink {
         let wanted = schema::paimon_schema(schema, inner.table_options())?;
         let mut guard = handle.state.lock().await;
         inner.refuse_added_defaults(schema, &mut guard).await?;
-        let state = inner.ensure_created(table, &mut guard, &wanted).await?;
-        let schemas = FileSchemas::new(schema).with_schema_id(state.schema.id);
+        let state = inner.ensure_created(schema, &mut guard, &wanted).await?;
+        let schemas = FileSchemas::new(schema)
+            .with_schema_id(state.schema.id)
+            .with_aliases(state.aliases.clone());
         let buckets = state.buckets(inner.config.buckets);
         let complete = inner.config.merge_engine == MergeEngine::Deduplicate;
         let mut plan =
@@ -456,7 +458,17 @@ impl Inner {
         let Some(state) = guard.as_ref() else {
             return Ok(None);
         };
-        if schema::evolution(&state.schema, &wanted) != schema::Evolution::Behind {
+        let forward = renames(schema, &state.schema);
+        let behind = match schema::evolution(&state.schema, &wanted, &forward) {
+            schema::Evolution::Behind => true,
+            // A rename whose schema file landed before the crash: the table's older names
+            // lead back to the changes' ones.
+            schema::Evolution::Incompatible(_) => {
+                schema::behind_by_renames(&state.schema, &wanted, &state.aliases)
+            }
+            schema::Evolution::Same | schema::Evolution::To(_) => false,
+        };
+        if !behind {
             return Ok(None);
         }
         // Only a schema the table really had is a replay; anything else (a narrowing on the
@@ -472,12 +484,20 @@ impl Inner {
         if !had {
             return Ok(None);
         }
-        let newer = schema::table_schema(table, &state.schema)
-            .map(Arc::new)
-            .map_err(|detail| SinkError::Corrupt {
+        let mut newer =
+            schema::table_schema(table, &state.schema).map_err(|detail| SinkError::Corrupt {
                 path: state.location.clone(),
                 detail,
             })?;
+        for column in &mut newer.columns {
+            column.former_names = state
+                .aliases
+                .iter()
+                .filter(|(_, now)| **now == column.name)
+                .map(|(old, _)| old.clone())
+                .collect();
+        }
+        let newer = Arc::new(newer);
         let widened = changes
             .iter()
             .map(|c| c.evolve(&newer))
@@ -529,10 +549,11 @@ impl Inner {
     /// file before the commit that first writes under it); refused otherwise.
     async fn ensure_created<'a>(
         &self,
-        table: &TableId,
+        changes_schema: &TableSchema,
         slot: &'a mut Option<TableState>,
         wanted: &schema::PaimonSchema,
     ) -> Result<&'a mut TableState, SinkError> {
+        let table = &changes_schema.id;
         self.ensure_loaded(table, slot).await?;
         if slot.is_none() {
             let location = self.table_location(table);
@@ -541,7 +562,11 @@ impl Inner {
             self.ensure_loaded(table, slot).await?;
         }
         let evolution = match slot.as_ref() {
-            Some(state) => schema::evolution(&state.schema, wanted),
+            Some(state) => schema::evolution(
+                &state.schema,
+                wanted,
+                &renames(changes_schema, &state.schema),
+            ),
             None => {
                 return Err(SinkError::Corrupt {
                     path: self.table_location(table),
@@ -555,10 +580,17 @@ impl Inner {
             // compaction), so a dropped column's old values would show through.
             let current = slot.as_ref().map(|s| s.schema.clone());
             if let Some(current) = current {
+                // Added columns, and columns renamed to a new name.
                 let added: Vec<&str> = next
                     .fields
                     .iter()
-                    .filter(|f| f.id > current.highest_field_id)
+                    .filter(|f| {
+                        f.id > current.highest_field_id
+                            || current
+                                .fields
+                                .iter()
+                                .any(|c| c.id == f.id && c.name != f.name)
+                    })
                     .map(|f| f.name.as_str())
                     .collect();
                 for id in 0..current.id {
@@ -572,7 +604,7 @@ impl Inner {
                         return Err(SinkError::SchemaChanged {
                             table: table.clone(),
                             detail: format!(
-                                "column {name} is added again after it was dropped, which cdcd does not apply"
+                                "column {name} is added (or a column renamed to it) after an earlier column of that name was dropped or renamed, which cdcd does not apply"
                             ),
                         });
                     }
@@ -787,4 +819,10 @@ impl Sink for LsmSink {
         }
         Ok(reports)
     }
+}
+
+/// The renames `changes_schema` declares (its columns' former names) from the table's current
+/// column names.
+fn renames(changes_schema: &TableSchema, table: &schema::PaimonSchema) -> Vec<(String, String)> {
+    changes_schema.renames_from(table.fields.iter().map(|f| f.name.as_str()))
 }

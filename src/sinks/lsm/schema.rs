@@ -8,7 +8,7 @@
 //! expects, so values written by cdcd read back without a cast: TIME is `time32[ms]` (Paimon's
 //! TIME is millisecond-based in Parquet), timestamps with a zone use `UTC`, UUIDs are BYTES.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
@@ -239,30 +239,69 @@ pub enum Evolution {
 
 /// Whether `wanted`'s columns are `existing`'s evolved the ways the pipeline allows
 /// ([`TableSchema::evolves_to`](crate::changelog::TableSchema::evolves_to): columns added at the
-/// end, non-key types widened — Paimon's `updateColumnType` accepts the same promotions).
-pub fn evolution(existing: &PaimonSchema, wanted: &PaimonSchema) -> Evolution {
+/// end, dropped or renamed (`renames`: old name → new name, from the changes' declared former
+/// names), non-key types widened — Paimon's `updateColumnType` accepts the same promotions,
+/// `renameColumn` keeps the field id).
+pub fn evolution(
+    existing: &PaimonSchema,
+    wanted: &PaimonSchema,
+    renames: &[(String, String)],
+) -> Evolution {
     if difference(existing, wanted).is_none() {
         return Evolution::Same;
     }
-    if let Some(next) = evolved(existing, wanted) {
+    if let Some(next) = evolved(existing, wanted, renames) {
         return Evolution::To(next);
     }
-    if evolved(wanted, existing).is_some() {
+    let back: Vec<(String, String)> = renames
+        .iter()
+        .map(|(old, new)| (new.clone(), old.clone()))
+        .collect();
+    if evolved(wanted, existing, &back).is_some() {
         return Evolution::Behind;
     }
     Evolution::Incompatible(difference(existing, wanted).unwrap_or_default())
 }
 
+/// Whether `wanted` is a schema the table had before renames (`aliases`: older name → current
+/// name) and evolved from since: changes read before a rename whose schema file landed.
+pub fn behind_by_renames(
+    existing: &PaimonSchema,
+    wanted: &PaimonSchema,
+    aliases: &HashMap<String, String>,
+) -> bool {
+    let renames: Vec<(String, String)> = aliases
+        .iter()
+        .map(|(old, now)| (old.clone(), now.clone()))
+        .collect();
+    evolved(wanted, existing, &renames).is_some()
+}
+
 /// `older` evolved into `newer`'s columns as the next schema, if `newer` is such an evolution.
-fn evolved(older: &PaimonSchema, newer: &PaimonSchema) -> Option<PaimonSchema> {
+fn evolved(
+    older: &PaimonSchema,
+    newer: &PaimonSchema,
+    renames: &[(String, String)],
+) -> Option<PaimonSchema> {
     if older.primary_keys != newer.primary_keys {
         return None;
     }
-    // Kept fields by name, in the table's order; the others are dropped (old files keep them).
+    let renamed = |name: &str| -> String {
+        renames
+            .iter()
+            .find(|(old, _)| old == name)
+            .map_or_else(|| name.to_owned(), |(_, new)| new.clone())
+    };
+    if older.primary_keys.iter().any(|k| renamed(k) != *k) {
+        // A key column keeps its name: files hold it as `_KEY_<name>`.
+        return None;
+    }
+    // Kept fields by name (or renamed), in the table's order; the others are dropped (old files
+    // keep them).
     let kept: Vec<&PaimonField> = older
         .fields
         .iter()
-        .filter(|o| newer.fields.iter().any(|f| f.name == o.name))
+        .filter(|o| newer.fields.iter().any(|f| f.name == renamed(&o.name)))
         .collect();
     let dropped = kept.len() < older.fields.len();
     if (dropped && newer.fields.len() > kept.len())
@@ -276,7 +315,7 @@ fn evolved(older: &PaimonSchema, newer: &PaimonSchema) -> Option<PaimonSchema> {
     }
     let mut fields = Vec::with_capacity(newer.fields.len());
     for (old, new) in kept.iter().zip(&newer.fields) {
-        if old.name != new.name {
+        if renamed(&old.name) != new.name {
             return None;
         }
         if old.data_type != new.data_type {
@@ -314,6 +353,19 @@ fn evolved(older: &PaimonSchema, newer: &PaimonSchema) -> Option<PaimonSchema> {
         time_millis: chrono::Utc::now().timestamp_millis(),
         ..older.clone()
     })
+}
+
+/// The names `older` gave fields that `current` has under another name (renamed columns), to
+/// their current names.
+pub fn aliases(older: &PaimonSchema, current: &PaimonSchema) -> Vec<(String, String)> {
+    older
+        .fields
+        .iter()
+        .filter_map(|o| {
+            let now = current.fields.iter().find(|f| f.id == o.id)?;
+            (now.name != o.name).then(|| (o.name.clone(), now.name.clone()))
+        })
+        .collect()
 }
 
 /// The table's columns as the changelog describes them (for widening changes to a table that is
@@ -365,6 +417,11 @@ pub struct FileSchemas {
     pub columns: usize,
     /// The Paimon schema id files written with these schemas carry.
     pub schema_id: i64,
+    /// Older names of renamed columns, to their current names (`TableState::aliases`): a file
+    /// written before the rename holds the column under the old name.
+    ///
+    /// [`TableState::aliases`]: super::commit::TableState::aliases
+    pub aliases: HashMap<String, String>,
 }
 
 impl FileSchemas {
@@ -390,7 +447,13 @@ impl FileSchemas {
             key: table.primary_key.clone(),
             columns: table.columns.len(),
             schema_id: 0,
+            aliases: HashMap::new(),
         }
+    }
+
+    /// These schemas reading renamed columns under their older names too.
+    pub fn with_aliases(self, aliases: HashMap<String, String>) -> FileSchemas {
+        FileSchemas { aliases, ..self }
     }
 
     /// The data file schemas of an existing table, from its schema file (the compactor has no
@@ -563,16 +626,16 @@ mod tests {
             BTreeMap::new(),
         )
         .unwrap();
-        let Evolution::To(v1) = evolution(&v0, &wanted) else {
-            panic!("an evolution: {:?}", evolution(&v0, &wanted));
+        let Evolution::To(v1) = evolution(&v0, &wanted, &[]) else {
+            panic!("an evolution: {:?}", evolution(&v0, &wanted, &[]));
         };
         assert_eq!(v1.id, 1);
         let ids: Vec<(i32, &str)> = v1.fields.iter().map(|f| (f.id, f.name.as_str())).collect();
         assert_eq!(ids, [(0, "id"), (1, "x"), (2, "c")]);
         assert_eq!(v1.highest_field_id, 2);
         assert_eq!(v1.fields[1].data_type, serde_json::json!("BIGINT"));
-        assert_eq!(evolution(&v1, &wanted), Evolution::Same);
-        assert_eq!(evolution(&v1, &v0), Evolution::Behind);
+        assert_eq!(evolution(&v1, &wanted, &[]), Evolution::Same);
+        assert_eq!(evolution(&v1, &v0, &[]), Evolution::Behind);
         let narrowed = paimon_schema(
             &t(vec![col("id", DataType::Int64), col("x", DataType::Int16)]),
             BTreeMap::new(),
@@ -580,15 +643,39 @@ mod tests {
         .unwrap();
         // Structurally behind; the sink takes it as a replay only when the table once had
         // exactly that schema (`LsmSink::behind`), so a source narrowing still stops.
-        assert_eq!(evolution(&v0, &narrowed), Evolution::Behind);
+        assert_eq!(evolution(&v0, &narrowed, &[]), Evolution::Behind);
         let renamed = paimon_schema(
             &t(vec![col("id", DataType::Int64), col("y", DataType::Int32)]),
             BTreeMap::new(),
         )
         .unwrap();
         assert!(matches!(
-            evolution(&v0, &renamed),
+            evolution(&v0, &renamed, &[]),
             Evolution::Incompatible(_)
+        ));
+        // Declared by the source: the field keeps its id under the new name, and files written
+        // before read the column under its older name.
+        let rename = [("x".to_owned(), "y".to_owned())];
+        let Evolution::To(r1) = evolution(&v0, &renamed, &rename) else {
+            panic!("a rename: {:?}", evolution(&v0, &renamed, &rename));
+        };
+        let ids: Vec<(i32, &str)> = r1.fields.iter().map(|f| (f.id, f.name.as_str())).collect();
+        assert_eq!(ids, [(0, "id"), (1, "y")]);
+        assert_eq!(aliases(&v0, &r1), [("x".to_owned(), "y".to_owned())]);
+        assert!(behind_by_renames(
+            &r1,
+            &v0,
+            &aliases(&v0, &r1).into_iter().collect()
+        ));
+        // Never a key column's rename.
+        let key_renamed = paimon_schema(
+            &t(vec![col("key", DataType::Int64), col("x", DataType::Int32)]),
+            BTreeMap::new(),
+        )
+        .unwrap();
+        assert!(!matches!(
+            evolution(&v0, &key_renamed, &[("id".to_owned(), "key".to_owned())]),
+            Evolution::To(_)
         ));
         // Old files read under the new schema: added columns NULL, widened ones cast.
         let old_files = FileSchemas::from_paimon(&v0).unwrap();
@@ -616,5 +703,19 @@ mod tests {
             42
         );
         assert!(read.column(5).is_null(0));
+        let renamed_files = FileSchemas::from_paimon(&r1)
+            .unwrap()
+            .with_aliases(aliases(&v0, &r1).into_iter().collect());
+        // The same old file, read under the renamed schema.
+        let read = crate::sinks::lsm::writer::to_table_shape(&batch, &renamed_files).unwrap();
+        assert_eq!(
+            read.column(4)
+                .as_any()
+                .downcast_ref::<arrow_array::Int32Array>()
+                .unwrap()
+                .value(0),
+            42,
+            "the renamed column's value, read under its older name"
+        );
     }
 }

@@ -265,8 +265,9 @@ impl RunStats {
 
 /// Decodes a whole data file into one batch of `schemas.file`'s shape. A file written under an
 /// older schema of the table (before columns were added, dropped or widened: `_SCHEMA_ID` lower
-/// than the table's) is read by column name: added columns read NULL, dropped ones are left out,
-/// widened ones are cast (exact for the promotions a schema change allows, `schema::evolution`).
+/// than the table's) is read by column name (a renamed column by its older name,
+/// `FileSchemas::aliases`): added columns read NULL, dropped ones are left out, widened ones are
+/// cast (exact for the promotions a schema change allows, `schema::evolution`).
 pub fn decode(data: Bytes, schemas: &FileSchemas) -> Result<RecordBatch, FileError> {
     let reader = ParquetRecordBatchReaderBuilder::try_new(data)?
         .with_batch_size(64 * 1024)
@@ -299,7 +300,14 @@ pub fn to_table_shape(b: &RecordBatch, schemas: &FileSchemas) -> Result<RecordBa
     }
     let mut columns = Vec::with_capacity(fields.len());
     for field in fields {
-        let column = match b.column_by_name(field.name()) {
+        let found = b.column_by_name(field.name()).or_else(|| {
+            let old = schemas
+                .aliases
+                .iter()
+                .find(|(old, now)| *now == field.name() && b.column_by_name(old).is_some())?;
+            b.column_by_name(old.0)
+        });
+        let column = match found {
             Some(c) if c.data_type() == field.data_type() => c.clone(),
             Some(c) => arrow_cast::cast(c, field.data_type())?,
             None if field.is_nullable() => {

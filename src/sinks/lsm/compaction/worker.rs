@@ -151,7 +151,11 @@ pub(in crate::sinks::lsm) async fn run(
                 }
             }
             match job {
-                Some(j) => (j, FileSchemas::from_paimon(&state.schema)),
+                Some(j) => (
+                    j,
+                    FileSchemas::from_paimon(&state.schema)
+                        .map(|s| s.with_aliases(state.aliases.clone())),
+                ),
                 None => return Ok(stats),
             }
         };
