@@ -58,7 +58,8 @@ if [ "$rc" = 0 ] && [ "${CDCD_NO_TESTBED:-0}" != 1 ] && [ $# = 0 ]; then
   CDCD_TEST_DELETE_MODE=equality timeout --kill-after=30 "${CDCD_TEST_TIMEOUT:-1800}" \
     cargo test "${locked[@]}" --test e2e --no-fail-fast -- --test-threads="$THREADS" \
     postgres::replication:: postgres::crash::kill_dash_nine_at_random_moments_iceberg postgres::lifecycle:: postgres::ddl:: \
-    postgres::keyless:: postgres::schema_evolution::add_column_with_a_constant_default catalog::rest:: 2>&1 | tee -a "$LOG_DIR/test.log"
+    postgres::keyless:: postgres::schema_evolution::add_column_with_a_constant_default \
+    postgres::schema_evolution::rename_column_with_the_ddl_trigger_iceberg catalog::rest:: 2>&1 | tee -a "$LOG_DIR/test.log"
   rc=${PIPESTATUS[0]}
 fi
 set -e
