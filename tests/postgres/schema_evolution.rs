@@ -484,8 +484,9 @@ async fn add_column_and_widening_keep_replicating_lsm() {
 /// file written before the rename, found by field id), a rename inside a transaction between
 /// its DML, the last column renamed (without the trigger exactly the shape that stops), a rename
 /// made while cdcd is down (replayed from the slot), two renames of one column before its next
-/// change, and a restart after the slot moved past a rename (kept in the source's state). Read
-/// back by DuckDB and pyiceberg. In its own database: the trigger is
+/// change, and a restart after the slot moved past a rename (kept in the source's state); a
+/// column dropped and another added under its name stops cdcd. Read back by DuckDB and
+/// pyiceberg. In its own database: the trigger is
 /// database-wide, and the other tests expect a rename to stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rename_column_with_the_ddl_trigger_iceberg() {
@@ -678,6 +679,24 @@ async fn rename_case(test: &str, lsm: bool) {
     assert!(
         fields.iter().any(|f| f.0 == "w2" && f.1 == 4 + first),
         "renamed after the restart, same field id: {fields:?}"
+    );
+
+    // A column dropped and another added under its name, with no change between: the lake still
+    // holds the dropped one, so cdcd stops rather than take the new one for it.
+    exec(
+        &client,
+        &format!(
+            "ALTER TABLE {a} DROP COLUMN bb; ALTER TABLE {a} ADD COLUMN bb text;
+             UPDATE {a} SET bb = 'new' WHERE id = 31;"
+        ),
+    )
+    .await;
+    let status = p.wait_exit(Duration::from_secs(60)).await;
+    assert!(!status.success(), "cdcd must stop, got {status}");
+    let out = p.output();
+    assert!(
+        out.contains("column bb takes the name of a column dropped earlier"),
+        "the stop names the column:\n{out}"
     );
     drop(p);
     drop(client);

@@ -378,12 +378,35 @@ impl Assembler {
             c.nullable = false;
         }
         let mut after = build_entry(id.clone(), &columns, &key).map_err(|e| stop(e.to_string()))?;
+        // Each column before, among the columns after (by name or renamed; `None`: dropped).
+        let kept = after
+            .schema
+            .columns_in(before.schema.columns.iter().map(|c| c.name.as_str()))
+            .map_err(&stop)?;
+        after.dropped = before.dropped.clone();
+        for (column, at) in before.schema.columns.iter().zip(&kept) {
+            if at.is_none() && !after.dropped.contains(&column.name) {
+                after.dropped.push(column.name.clone());
+            }
+        }
         // Columns keep the initial default they were added with; an added one takes its DEFAULT.
-        for (i, column) in after.schema_mut().columns.iter_mut().enumerate() {
-            column.initial_default = match before.schema.columns.get(i) {
+        // A column under a dropped column's name (added, or renamed to it) would reach a lake
+        // that may still hold the dropped one as that same column: refused.
+        let before_columns = &before.schema.columns;
+        for (j, column) in after.schema_mut().columns.iter_mut().enumerate() {
+            let old = kept.iter().position(|at| *at == Some(j));
+            let renamed =
+                old.is_some_and(|i| before_columns.get(i).is_some_and(|c| c.name != column.name));
+            if (old.is_none() || renamed) && before.dropped.contains(&column.name) {
+                return Err(stop(format!(
+                    "column {} takes the name of a column dropped earlier, which the lake cannot tell apart from it (copy the table again: drop its lake table and restart)",
+                    column.name
+                )));
+            }
+            column.initial_default = match old.and_then(|i| before_columns.get(i)) {
                 Some(kept) => kept.initial_default.clone(),
                 None => columns
-                    .get(i)
+                    .get(j)
                     .map(ddl::added_default)
                     .transpose()
                     .map_err(|e| stop(e.0))?

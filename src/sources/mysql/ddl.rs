@@ -50,6 +50,15 @@ pub fn apply_alter(
     };
     let mut next = columns.to_vec();
     for op in &alter.operations {
+        if let AlterTableOperation::AddColumn { column_def, .. } = op {
+            let name = &column_def.name.value;
+            let existed = columns.iter().any(|c| c.name.eq_ignore_ascii_case(name));
+            if existed && position_of(&next, name).is_none() {
+                return Err(AlterError(format!(
+                    "column {name} is dropped and added again; the lake cannot tell the new column from the old one"
+                )));
+            }
+        }
         apply_operation(op, &mut next, default_charset)?;
     }
     Ok(next)
@@ -535,6 +544,10 @@ mod tests {
             ("ALTER TABLE t ADD id int", "already exists"),
             ("ALTER TABLE t MODIFY nope int", "nope does not exist"),
             ("ALTER TABLE t ADD j json", "JSON"),
+            (
+                "ALTER TABLE t DROP COLUMN qty, ADD COLUMN qty int",
+                "dropped and added again",
+            ),
             ("ALTER TABLE t FROB", "cannot be parsed"),
         ];
         for (sql, wanted) in cases {

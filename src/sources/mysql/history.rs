@@ -49,6 +49,9 @@ pub struct SchemaVersion {
     /// Per column, the initial default it was added with (`changelog::Column::initial_default`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub initial_defaults: Vec<Option<String>>,
+    /// Names of columns dropped up to this version (`TableEntry::dropped`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<String>,
     /// The DDL's text (shortened), for people reading the file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub statement: Option<String>,
@@ -169,6 +172,7 @@ impl SchemaVersion {
             } else {
                 Vec::new()
             },
+            dropped: entry.dropped.clone(),
             statement,
         }
     }
@@ -183,6 +187,7 @@ impl SchemaVersion {
             other => KeyOrigin::IdentityIndex(other.to_owned()),
         };
         entry.charset = self.charset.clone();
+        entry.dropped = self.dropped.clone();
         for (column, default) in entry
             .schema_mut()
             .columns

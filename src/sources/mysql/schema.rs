@@ -28,6 +28,10 @@ pub struct TableEntry {
     pub columns: Vec<ColumnInfo>,
     /// The table's default character set, for text columns a DDL adds without one.
     pub charset: String,
+    /// Names of columns an `ALTER TABLE` dropped (since cdcd first saw the table): a later
+    /// column under one of them is refused (`Assembler::alter`), as the lake cannot tell it
+    /// from the dropped one.
+    pub dropped: Vec<String>,
 }
 
 impl TableEntry {
@@ -81,6 +85,7 @@ pub fn build_entry(
         },
         columns: columns.to_vec(),
         charset: "utf8mb4".to_owned(),
+        dropped: Vec::new(),
     })
 }
 

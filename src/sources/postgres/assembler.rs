@@ -53,6 +53,16 @@ pub struct AssemblerConfig {
     pub spill_dir: PathBuf,
 }
 
+/// What the event trigger's messages told about the captured tables (`ddl.rs`), kept across
+/// restarts by the source (`state.rs`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TableDdl {
+    /// Per table, the former names of its columns by current name.
+    pub former: HashMap<TableId, HashMap<String, Vec<String>>>,
+    /// Per table, the dropped columns and the LSN of the message that said so.
+    pub dropped: HashMap<TableId, Vec<(String, Lsn)>>,
+}
+
 /// What one payload completed.
 #[derive(Debug)]
 pub enum Assembled {
@@ -105,7 +115,12 @@ struct Catalog {
     /// kept across restarts by the source (`state.rs`): cumulative, so a Relation message after
     /// any number of renames carries every name a sink may still hold.
     former: HashMap<TableId, HashMap<String, Vec<String>>>,
-    /// `former` changed since the source last saved it.
+    /// Per captured table, the columns the event trigger reported dropped, with the LSN of its
+    /// message: a Relation message of a later transaction showing a column under such a name is
+    /// a new column the lake cannot tell from the dropped one (a replay of a transaction from
+    /// before the drop still shows the old column, legitimately).
+    dropped: HashMap<TableId, Vec<(String, Lsn)>>,
+    /// `former` or `dropped` changed since the source last saved them.
     former_changed: bool,
 }
 
@@ -141,6 +156,7 @@ impl Assembler {
                 relations: HashMap::new(),
                 added_defaults: HashMap::new(),
                 former: HashMap::new(),
+                dropped: HashMap::new(),
                 former_changed: false,
             },
             open: None,
@@ -178,21 +194,24 @@ impl Assembler {
             .map(|(&captured, _)| (rel.oid, captured))
     }
 
-    /// The captured tables' former column names as the source saved them (`state.rs`).
-    pub fn seed_former_names(&mut self, former: HashMap<TableId, HashMap<String, Vec<String>>>) {
-        self.catalog.former = former;
+    /// The captured tables' former column names and dropped columns as the source saved them
+    /// (`state.rs`).
+    pub fn seed_ddl(&mut self, ddl: TableDdl) {
+        self.catalog.former = ddl.former;
+        self.catalog.dropped = ddl.dropped;
     }
 
-    /// The former column names, when a rename changed them since the last call: the source
-    /// saves them before anything after the rename is delivered (so before the slot can move
-    /// past the trigger's message).
-    pub fn former_names_changed(
-        &mut self,
-    ) -> Option<HashMap<TableId, HashMap<String, Vec<String>>>> {
+    /// The former column names and dropped columns, when a DDL message changed them since the
+    /// last call: the source saves them before anything after the message is delivered (so
+    /// before the slot can move past it).
+    pub fn ddl_changed(&mut self) -> Option<TableDdl> {
         if !std::mem::take(&mut self.catalog.former_changed) {
             return None;
         }
-        Some(self.catalog.former.clone())
+        Some(TableDdl {
+            former: self.catalog.former.clone(),
+            dropped: self.catalog.dropped.clone(),
+        })
     }
 
     /// Marks `oid` as an older table named like a captured one: its changes are skipped.
@@ -288,7 +307,7 @@ impl Assembler {
                 }
                 PgOutputMessage::Relation(rel) => {
                     // Applied now as well as on replay, so no later change finds it missing.
-                    self.catalog.apply_relation(rel)?;
+                    self.catalog.apply_relation(rel, None)?;
                     rel.xid
                 }
                 PgOutputMessage::Insert { xid, .. }
@@ -331,7 +350,8 @@ impl Assembler {
                 Ok(Some(complete(changes, end_lsn, commit_time)))
             }
             PgOutputMessage::Relation(rel) => {
-                self.catalog.apply_relation(&rel)?;
+                let at = self.open.as_ref().map(|o| o.final_lsn);
+                self.catalog.apply_relation(&rel, at)?;
                 Ok(None)
             }
             PgOutputMessage::Insert { .. }
@@ -377,10 +397,15 @@ impl Assembler {
                             ))
                         })?;
                         match &msg {
-                            PgOutputMessage::Relation(rel) => catalog.apply_relation(rel),
+                            PgOutputMessage::Relation(rel) => {
+                                catalog.apply_relation(rel, Some(end_lsn))
+                            }
                             PgOutputMessage::Message {
-                                prefix, content, ..
-                            } => catalog.apply_message(prefix, content),
+                                prefix,
+                                content,
+                                lsn,
+                                ..
+                            } => catalog.apply_message(prefix, content, *lsn),
                             PgOutputMessage::Insert { .. }
                             | PgOutputMessage::Update { .. }
                             | PgOutputMessage::Delete { .. }
@@ -398,9 +423,12 @@ impl Assembler {
                 Ok(None)
             }
             PgOutputMessage::Message {
-                prefix, content, ..
+                prefix,
+                content,
+                lsn,
+                ..
             } => {
-                self.catalog.apply_message(prefix, content)?;
+                self.catalog.apply_message(prefix, content, lsn)?;
                 Ok(None)
             }
             PgOutputMessage::Type { .. } | PgOutputMessage::Origin { .. } => Ok(None),
@@ -482,7 +510,9 @@ impl Catalog {
 
     /// Caches a Relation message. A captured relation whose layout did not change keeps its
     /// schema `Arc`, so consecutive changes still share one run.
-    fn apply_relation(&mut self, rel: &Relation) -> Result<(), SourceError> {
+    /// `at`: the LSN of the transaction the message belongs to, when known (not for a streamed
+    /// transaction's block, which is applied again at its commit).
+    fn apply_relation(&mut self, rel: &Relation, at: Option<Lsn>) -> Result<(), SourceError> {
         let table = TableId::new(rel.namespace.clone(), rel.name.clone());
         match self.oids.get(&rel.oid) {
             Some(captured) if *captured != table => {
@@ -538,6 +568,19 @@ impl Catalog {
                     old.columns.get(i)?.initial_default.clone()
                 });
         }
+        if let (Some(at), Some(dropped)) = (at, self.dropped.get(&table)) {
+            if let Some((name, _)) = dropped
+                .iter()
+                .find(|(name, lsn)| *lsn < at && rel.columns.iter().any(|c| c.name == *name))
+            {
+                return Err(SourceError::Table {
+                    table,
+                    detail: format!(
+                        "column {name} takes the name of a column dropped earlier, which the lake cannot tell apart from it (copy the table again: drop its lake table and restart)"
+                    ),
+                });
+            }
+        }
         // Without the event trigger's renames a rename looks like a drop plus an add, which
         // stops later (`TableSchema::evolves_to`).
         if let Some(former) = self.former.get(&table) {
@@ -558,7 +601,7 @@ impl Catalog {
     /// former names. Other logical decoding messages are someone else's and ignored. A message
     /// that does not parse is an error: it can only come from a trigger that is not cdcd's. A
     /// replayed message (after a restart) changes nothing.
-    fn apply_message(&mut self, prefix: &str, content: &[u8]) -> Result<(), SourceError> {
+    fn apply_message(&mut self, prefix: &str, content: &[u8], lsn: Lsn) -> Result<(), SourceError> {
         if prefix != super::ddl::PREFIX {
             return Ok(());
         }
@@ -566,6 +609,13 @@ impl Catalog {
         let Some(table) = self.oids.get(&message.relid) else {
             return Ok(());
         };
+        for name in message.dropped_columns(table) {
+            let dropped = self.dropped.entry(table.clone()).or_default();
+            if !dropped.contains(&(name.clone(), lsn)) {
+                dropped.push((name, lsn));
+                self.former_changed = true;
+            }
+        }
         let Some((old, new)) = message.rename(table) else {
             return Ok(());
         };

@@ -66,6 +66,34 @@ impl DdlMessage {
     }
 }
 
+impl DdlMessage {
+    /// The columns of `table` the statement drops (`ALTER TABLE … DROP [COLUMN] c`), for a
+    /// command on the table itself; empty for anything else or an unreadable statement.
+    pub fn dropped_columns(&self, table: &TableId) -> Vec<String> {
+        if self.attnum != 0 {
+            return Vec::new();
+        }
+        let Ok(statements) = Parser::parse_sql(&PostgreSqlDialect {}, &self.query) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for statement in &statements {
+            let Statement::AlterTable(alter) = statement else {
+                continue;
+            };
+            if !names_table(&alter.name, table) {
+                continue;
+            }
+            for op in &alter.operations {
+                if let AlterTableOperation::DropColumn { column_names, .. } = op {
+                    out.extend(column_names.iter().map(folded));
+                }
+            }
+        }
+        out
+    }
+}
+
 /// An identifier as Postgres stores it: unquoted ones are folded to lower case.
 fn folded(ident: &Ident) -> String {
     match ident.quote_style {
@@ -146,6 +174,20 @@ mod tests {
         .unwrap();
         assert_eq!(m, message(2, "public.t.c", "ALTER TABLE t RENAME b TO c"));
         assert!(DdlMessage::parse(b"not json").is_err());
+    }
+
+    #[test]
+    fn finds_the_dropped_columns() {
+        let t = TableId::new("public", "t");
+        let m = message(
+            0,
+            "public.t",
+            "ALTER TABLE t DROP COLUMN b, DROP c; ALTER TABLE u DROP x",
+        );
+        assert_eq!(m.dropped_columns(&t), ["b", "c"]);
+        assert!(message(2, "public.t.b", "ALTER TABLE t DROP b")
+            .dropped_columns(&t)
+            .is_empty());
     }
 
     #[test]

@@ -357,7 +357,7 @@ impl Source for PostgresSource {
         );
         assembler.set_table_oids(oids);
         if let Some((_, recorded)) = &saved {
-            assembler.seed_former_names(recorded.former_names(&state.tables));
+            assembler.seed_ddl(recorded.ddl(&state.tables));
         }
         let known: Vec<u32> = types.keys().copied().collect();
         assembler.add_types(
@@ -683,6 +683,7 @@ async fn check_table_oids(
     let before = recorded.clone();
     if resume.snapshot {
         recorded.former_names.clear();
+        recorded.dropped_columns.clear();
     }
     recorded.record(oids);
     if recorded != before {

@@ -13,7 +13,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::changelog::TableId;
+use super::assembler::TableDdl;
+use crate::changelog::{Lsn, TableId};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgSourceState {
@@ -25,6 +26,10 @@ pub struct PgSourceState {
     /// slot has moved past the trigger's message) still renames the lake's column.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub former_names: BTreeMap<String, BTreeMap<String, Vec<String>>>,
+    /// `schema.table` → the columns the DDL trigger reported dropped, each with the LSN of its
+    /// message (`ddl.rs`): a column under such a name later is refused.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub dropped_columns: BTreeMap<String, Vec<(String, String)>>,
 }
 
 impl PgSourceState {
@@ -56,29 +61,45 @@ impl PgSourceState {
         out
     }
 
-    /// The former names by table, for the assembler.
-    pub fn former_names(
-        &self,
-        tables: &[TableId],
-    ) -> HashMap<TableId, HashMap<String, Vec<String>>> {
-        tables
-            .iter()
-            .filter_map(|t| {
-                let names = self.former_names.get(&t.to_string())?;
-                Some((
+    /// What the DDL trigger told about `tables`, for the assembler (an unreadable LSN drops
+    /// that entry: it only ever makes cdcd stop, never skip).
+    pub fn ddl(&self, tables: &[TableId]) -> TableDdl {
+        let mut out = TableDdl::default();
+        for t in tables {
+            if let Some(names) = self.former_names.get(&t.to_string()) {
+                out.former.insert(
                     t.clone(),
                     names.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                ))
-            })
-            .collect()
+                );
+            }
+            if let Some(dropped) = self.dropped_columns.get(&t.to_string()) {
+                out.dropped.insert(
+                    t.clone(),
+                    dropped
+                        .iter()
+                        .filter_map(|(name, lsn)| Some((name.clone(), lsn.parse::<Lsn>().ok()?)))
+                        .collect(),
+                );
+            }
+        }
+        out
     }
 
-    /// Replaces the former names of the tables in `former`.
-    pub fn set_former_names(&mut self, former: &HashMap<TableId, HashMap<String, Vec<String>>>) {
-        for (table, names) in former {
+    /// Replaces what is kept for the tables in `ddl`.
+    pub fn set_ddl(&mut self, ddl: &TableDdl) {
+        for (table, names) in &ddl.former {
             self.former_names.insert(
                 table.to_string(),
                 names.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            );
+        }
+        for (table, dropped) in &ddl.dropped {
+            self.dropped_columns.insert(
+                table.to_string(),
+                dropped
+                    .iter()
+                    .map(|(name, lsn)| (name.clone(), lsn.to_string()))
+                    .collect(),
             );
         }
     }
@@ -116,5 +137,19 @@ mod tests {
             .unwrap()
             .table_oids
             .is_empty());
+    }
+
+    #[test]
+    fn renames_and_drops_round_trip() {
+        let t = TableId::new("public", "t");
+        let mut ddl = TableDdl::default();
+        ddl.former
+            .insert(t.clone(), [("c".to_owned(), vec!["b".to_owned()])].into());
+        ddl.dropped
+            .insert(t.clone(), vec![("x".to_owned(), Lsn(0x1_0000_0090))]);
+        let mut state = PgSourceState::default();
+        state.set_ddl(&ddl);
+        let back = PgSourceState::from_json(&state.to_json()).unwrap();
+        assert_eq!(back.ddl(&[t]), ddl);
     }
 }

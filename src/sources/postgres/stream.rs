@@ -137,9 +137,9 @@ impl Streaming<'_> {
                     self.assembler.set_added_defaults(oid, defaults);
                 }
                 let fed = self.assembler.feed(wal_start, data)?;
-                if let Some(former) = self.assembler.former_names_changed() {
+                if let Some(ddl) = self.assembler.ddl_changed() {
                     if let Some((store, state)) = &mut self.saved {
-                        state.set_former_names(&former);
+                        state.set_ddl(&ddl);
                         store.write(state.to_json()).await?;
                     }
                 }

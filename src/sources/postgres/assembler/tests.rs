@@ -721,14 +721,17 @@ fn the_ddl_triggers_rename_becomes_former_names_and_is_saved() {
         (after.name.as_str(), after.former_names.clone()),
         ("text", vec!["body".to_owned()])
     );
-    let saved = a.former_names_changed().expect("the rename is to be saved");
-    assert_eq!(saved[&TableId::new("public", "t1")]["text"], ["body"]);
-    assert!(a.former_names_changed().is_none(), "saved once");
+    let saved = a.ddl_changed().expect("the rename is to be saved");
+    assert_eq!(
+        saved.former[&TableId::new("public", "t1")]["text"],
+        ["body"]
+    );
+    assert!(a.ddl_changed().is_none(), "saved once");
 
     // A restart after the slot moved past the message: the saved names carry the rename.
     let mut b = assembler_with(1 << 20, dir.path());
     b.set_table_oids([(T1, TableId::new("public", "t1"))].into());
-    b.seed_former_names(saved);
+    b.seed_ddl(saved);
     let tx = one_tx(feed(
         &mut b,
         &[
@@ -748,7 +751,7 @@ fn the_ddl_triggers_rename_becomes_former_names_and_is_saved() {
             commit(320),
         ],
     );
-    assert!(b.former_names_changed().is_none());
+    assert!(b.ddl_changed().is_none());
 }
 
 #[test]
@@ -784,4 +787,49 @@ fn a_renamed_or_recreated_captured_table_is_an_error() {
         ],
     );
     assert!(matches!(out.as_slice(), [Assembled::Skipped(_)]), "{out:?}");
+}
+
+#[test]
+fn a_column_under_a_dropped_columns_name_is_an_error_after_the_drop_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = assembler_with(1 << 20, dir.path());
+    a.set_table_oids([(T1, TableId::new("public", "t1"))].into());
+    let drop = format!(
+        r#"{{"relid": {T1}, "attnum": 0, "object": "public.t1", "query": "ALTER TABLE t1 DROP COLUMN body"}}"#
+    );
+    // The DDL's transaction (message at 0/90), then a transaction whose Relation shows `body`
+    // again: a new column of the dropped one's name.
+    feed(
+        &mut a,
+        &[
+            begin(100, 7),
+            logical_message("cdcd.ddl", &drop),
+            commit(120),
+        ],
+    );
+    let saved = a.ddl_changed().expect("the drop is to be saved");
+    let err = a
+        .feed(Lsn(1), begin(200, 8))
+        .and_then(|_| a.feed(Lsn(1), relation(None, T1, "t1")))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("column body takes the name of a column dropped earlier"),
+        "{err}"
+    );
+
+    // After a restart, a replay of a transaction from before the drop shows the old column.
+    let mut b = assembler_with(1 << 20, dir.path());
+    b.set_table_oids([(T1, TableId::new("public", "t1"))].into());
+    b.seed_ddl(saved);
+    let tx = one_tx(feed(
+        &mut b,
+        &[
+            begin(80, 6),
+            relation(None, T1, "t1"),
+            insert(None, T1, &[Some("1"), Some("old"), None]),
+            commit(85),
+        ],
+    ));
+    assert_eq!(tx.changes[0].len(), 1);
 }
