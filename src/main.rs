@@ -70,6 +70,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Copy one table again, online, and replace the replica with the copy in one atomic commit
+    /// (after a schema change cdcd cannot apply, or a damaged table). Stores a request under
+    /// <warehouse>/_cdcd/<pipeline>/resync/ and exits: the running cdcd picks it up within a few
+    /// seconds (without one, the next start does), copies the table into a new lineage while
+    /// the other tables keep their positions and the slot stays, and swaps it in when the copy
+    /// is complete. Readers see the old table until then. Iceberg sink, filesystem or SQL
+    /// catalog.
+    Resync {
+        /// The table: schema.table (Postgres) or database.table (MySQL), as source.tables names it.
+        #[arg(long, value_name = "TABLE")]
+        table: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -192,6 +204,25 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 ExitCode::SUCCESS
             })
+        }
+        Some(Command::Resync { table }) => {
+            match cdcd::commands::resync(&config, &table).await? {
+                cdcd::commands::ResyncRequested::Created {
+                    table,
+                    id,
+                    location,
+                } => println!(
+                    "resync of {table} requested (id {id}, {location}): a running cdcd starts it within a few seconds, otherwise the next start does; readers see the current table until the new copy replaces it"
+                ),
+                cdcd::commands::ResyncRequested::Pending {
+                    table,
+                    id,
+                    location,
+                } => println!(
+                    "a resync of {table} is already requested (id {id}, {location}) and not finished; it goes on"
+                ),
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Some(Command::Status { json }) => {
             let rows = cdcd::commands::status(&config).await?;

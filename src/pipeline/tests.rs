@@ -218,6 +218,7 @@ fn settings(max_rows: usize, snapshot: SnapshotMode) -> Settings {
         slot: "cdcd_p".into(),
         progress: None,
         source_state: None,
+        resync: None,
     }
 }
 
