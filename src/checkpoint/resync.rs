@@ -199,7 +199,8 @@ mod tests {
     #[tokio::test]
     async fn a_second_request_finds_the_pending_one_and_remove_ends_it() {
         let dir = tempfile::tempdir().unwrap();
-        let warehouse = Warehouse::from_url(dir.path().to_str().unwrap()).unwrap();
+        let url = format!("file://{}", dir.path().display());
+        let warehouse = Warehouse::from_url(&url).unwrap();
         let store = ResyncStore::new(&warehouse, "p");
         let t = TableId::new("public", "orders");
         let Requested::Created(first) = store.request(&t).await.unwrap() else {

@@ -49,6 +49,14 @@ fn writes(t: &str, round: u64, rows: u64) -> String {
     );
     for k in 0..8 {
         let id = at(k);
+        if id % 100 == 0 {
+            // A TOASTed row changes only its small columns (`t` arrives absent). Its key is never
+            // changed: a key change of a row the copy already moved, replayed in the upsert
+            // window without its TOASTed value, is the documented limit of every copy
+            // (docs/exactly-once.md, section 5), not something a resync adds.
+            sql += &format!("UPDATE {t} SET v = v + 1 WHERE id = {id};\n");
+            continue;
+        }
         match k % 4 {
             0 => sql += &format!("UPDATE {t} SET v = v + 1 WHERE id = {id};\n"),
             1 => sql += &format!("DELETE FROM {t} WHERE id = {id};\n"),
@@ -145,15 +153,17 @@ fn versions(dir: &Path) -> Vec<(u64, PathBuf)> {
 /// The live table's current snapshot summary and properties in metadata file `path`.
 fn current_summary(path: &Path) -> (serde_json::Value, serde_json::Value) {
     let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
-    let current = meta["current-snapshot-id"].as_i64().unwrap();
-    let snapshot = meta["snapshots"]
+    // A table's first version has no snapshot yet: an empty summary.
+    let current = meta["current-snapshot-id"].as_i64();
+    let summary = meta["snapshots"]
         .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["snapshot-id"].as_i64() == Some(current))
-        .unwrap()
-        .clone();
-    (snapshot["summary"].clone(), meta["properties"].clone())
+        .and_then(|snapshots| {
+            snapshots
+                .iter()
+                .find(|s| current.is_some() && s["snapshot-id"].as_i64() == current)
+        })
+        .map_or(serde_json::Value::Null, |s| s["summary"].clone());
+    (summary, meta["properties"].clone())
 }
 
 /// The swap was one step: the live table's versions are the old lineage's, then, from one
