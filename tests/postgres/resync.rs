@@ -103,7 +103,12 @@ fn tune(p: &Pipeline, chunk_rows: u64) {
 }
 
 /// Waits until the whole output satisfies `ready`, failing if cdcd dies.
-async fn wait_for(p: &mut Pipeline, what: &str, timeout: Duration, ready: impl Fn(&str) -> bool) {
+pub(crate) async fn wait_for(
+    p: &mut Pipeline,
+    what: &str,
+    timeout: Duration,
+    ready: impl Fn(&str) -> bool,
+) {
     let deadline = Instant::now() + timeout;
     while !ready(&p.output()) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -115,7 +120,7 @@ async fn wait_for(p: &mut Pipeline, what: &str, timeout: Duration, ready: impl F
 /// The damage a resync repairs: while cdcd is stopped, `t` leaves the publication, loses every
 /// 10th row and changes every 10th other one, and joins it again. cdcd never sees those changes,
 /// so the replica keeps the deleted rows and the old values.
-async fn damage(client: &Client, p: &Pipeline, t: &str) {
+pub(crate) async fn damage(client: &Client, p: &Pipeline, t: &str) {
     exec(
         client,
         &format!(
