@@ -93,10 +93,17 @@ impl IcebergSink {
         let slot = self.table_slot(table);
         let _serialized = slot.lock().await;
         let location = self.table_location(table);
-        let live = self
+        let mut live = self
             .catalog
             .load(&self.warehouse, &self.table_ref(table, &location))
-            .await?;
+            .await?
+            .map(Arc::new);
+        if live.is_none() && self.resync_id(table).is_none() {
+            // A table the catalog does not know but whose directory holds metadata (the pipeline
+            // ran with the filesystem catalog before): registered first, as every start does, so
+            // the swap replaces it rather than registering it over the lineage.
+            live = self.adopt(table).await?;
+        }
         let live_checkpoint = match &live {
             Some(l) => super::pipeline_checkpoint(&self.pipeline, &l.metadata)?,
             None => None,
