@@ -70,13 +70,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Copy one table again, online, and replace the replica with the copy in one atomic commit
-    /// (after a schema change cdcd cannot apply, or a damaged table). Stores a request under
-    /// <warehouse>/_cdcd/<pipeline>/resync/ and exits: the running cdcd picks it up within a few
-    /// seconds (without one, the next start does), copies the table into a new lineage while
-    /// the other tables keep their positions and the slot stays, and swaps it in when the copy
-    /// is complete. Readers see the old table until then. Iceberg sink, filesystem or SQL
-    /// catalog.
+    /// Copy one table again, online, and swap the copy in with one atomic commit.
+    ///
+    /// The way out after a schema change cdcd stops on (a narrowing, int -> text, a primary-key
+    /// change) or a damaged replica. Stores a request under <warehouse>/_cdcd/<pipeline>/resync/
+    /// and exits: the running cdcd picks it up within a few seconds (without one, the next start
+    /// does), copies the table into a new lineage while the other tables keep their positions
+    /// and the slot stays, and replaces the table with it when the copy is complete. Readers see
+    /// the old table until then. Iceberg sink, filesystem or SQL catalog; after a stop on a
+    /// schema change, run it, then start cdcd.
     Resync {
         /// The table: schema.table (Postgres) or database.table (MySQL), as source.tables names it.
         #[arg(long, value_name = "TABLE")]

@@ -335,6 +335,16 @@ async fn a_kill_mid_resync_resumes_the_copy_and_ends_equal() {
     let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
     p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
     tune(&p, 5_000);
+    // Maintenance every 200 ms compacts small files, on the live tables and on the lineage while
+    // it is copied: its commits take turns with the copy's and the swap's.
+    let mut text = std::fs::read_to_string(&p.config).unwrap();
+    text.push_str(
+        "\n[sink.table_properties]\n\"write.target-file-size-bytes\" = \"1000000\"\n\
+         \"cdcd.compaction.min-input-files\" = \"3\"\n",
+    );
+    std::fs::write(&p.config, text).unwrap();
+    p.env_vars
+        .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "200".into()));
     p.start();
     p.assert_equal(&a, 120).await;
     p.assert_equal(&b, 240).await;
@@ -441,6 +451,8 @@ async fn a_kill_mid_resync_resumes_the_copy_and_ends_equal() {
         out.contains("resuming an interrupted initial copy"),
         "the restart did not resume the lineage's copy:\n{out}"
     );
+    let compactions = p.output().matches("compaction committed").count();
+    eprintln!("{compactions} compactions committed");
     let planned = out
         .lines()
         .find(|l| l.contains("planned initial copy"))
@@ -516,6 +528,9 @@ async fn a_resync_is_the_way_out_of_a_type_change_cdcd_stops_on() {
 
     let (ok, out) = run_cdcd(&["resync", "--table", &format!("public.{a}")], &p.config);
     assert!(ok && out.contains("requested"), "{out}");
+    // A second request while the first is pending is that one, not a new resync.
+    let (ok, again) = run_cdcd(&["resync", "--table", &format!("public.{a}")], &p.config);
+    assert!(ok && again.contains("already requested"), "{again}");
     p.start();
     // `v` is text now: `v = v + 1` would fail.
     let text_writes = |round| writes(&a, round, 5_000).replace("v = v + 1", "v = v || '+'");
