@@ -525,6 +525,12 @@ async fn a_resync_is_the_way_out_of_a_type_change_cdcd_stops_on() {
         !status.success(),
         "cdcd must stop on int4 -> text, got {status}"
     );
+    let way_out = format!("cdcd resync --table public.{a}");
+    assert!(
+        p.output().contains(&way_out),
+        "the stop does not name the way out ({way_out}):\n{}",
+        p.output()
+    );
 
     let (ok, out) = run_cdcd(&["resync", "--table", &format!("public.{a}")], &p.config);
     assert!(ok && out.contains("requested"), "{out}");
