@@ -316,6 +316,34 @@ mod tests {
         publish::new_table(id, location, schema, FormatVersion::V3, props).unwrap()
     }
 
+    /// The sink offers resync on the filesystem and SQL catalogs and refuses it on a REST catalog,
+    /// naming the way out.
+    #[tokio::test]
+    async fn a_rest_catalog_refuses_resync_naming_the_way_out() {
+        use crate::config::tests::MINIMAL;
+        use crate::config::{Config, SinkConfig};
+        use crate::sinks::Sink;
+        let sink = |section: &str| {
+            let text = format!("{MINIMAL}\n{section}\n");
+            let SinkConfig::Iceberg(ice) = Config::from_toml(&text, "p.toml").unwrap().sink else {
+                panic!("iceberg");
+            };
+            IcebergSink::new(&ice, "p").unwrap()
+        };
+        assert_eq!(sink("").resync_refusal(), None);
+        let sql = sink("[sink.catalog]\nkind = \"sql\"\nuri = \"sqlite:///tmp/c.db\"");
+        assert_eq!(sql.resync_refusal(), None);
+        let rest = sink("[sink.catalog]\nkind = \"rest\"\nuri = \"http://127.0.0.1:1\"");
+        let why = rest.resync_refusal().expect("refused");
+        assert!(
+            why.contains("REST catalog") && why.contains("start cdcd"),
+            "{why}"
+        );
+        let t = TableId::new("shop", "orders");
+        let e = rest.resync(&t, "abc").await.unwrap_err().to_string();
+        assert!(e.contains("shop.orders") && e.contains("REST"), "{e}");
+    }
+
     /// The swap's metadata is the lineage's (its schema) as the live table: the live uuid,
     /// location, properties and metadata log, plus the resync id.
     #[test]
