@@ -1,6 +1,7 @@
 //! What the CLI's commands do: `run` (the daemon, under the pipeline's lease, with the sink's
-//! maintenance in the background), `check` (preflight), `status`, `cleanup` (orphan files) and
-//! `maintain` (one maintenance cycle, under the lease), built from the configured source and sink.
+//! maintenance in the background), `check` (preflight), `status`, `cleanup` (orphan files),
+//! `maintain` (one maintenance cycle, under the lease) and `resync` (a request the daemon picks
+//! up: `checkpoint/resync.rs`), built from the configured source and sink.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +12,9 @@ use tokio_util::sync::CancellationToken;
 use crate::changelog::{KeyOrigin, TableId, TableKey};
 use crate::checkpoint::lease::{Lease, LeaseError, LeaseSettings};
 use crate::checkpoint::progress::{ProgressError, ProgressStore};
+use crate::checkpoint::resync::{Requested, ResyncError, ResyncStore};
 use crate::checkpoint::source_state::{SourceStateFile, SOURCE_STATE_FILE};
-use crate::config::Config;
+use crate::config::{Config, SnapshotMode};
 use crate::pipeline::{self, PipelineError, Settings};
 use crate::sinks::{MaintenanceReport, Sink, SinkError};
 use crate::sources::{Source, SourceError};
@@ -60,7 +62,20 @@ pub enum CommandError {
     Warehouse(#[from] StorageError),
     #[error("--table {0:?}: name a table as schema.table (Postgres) or database.table (MySQL)")]
     TableName(String),
+    #[error(transparent)]
+    Resync(#[from] ResyncError),
+    #[error("table {table} is not captured by pipeline {pipeline} (source.tables matches: {captured}); add it to source.tables, or name one of these")]
+    NotCaptured {
+        table: TableId,
+        pipeline: String,
+        captured: String,
+    },
+    #[error("cannot resync {table}: source.snapshot = \"never\" copies no table; set source.snapshot = \"initial\"")]
+    ResyncWithoutCopy { table: TableId },
 }
+
+/// How often the daemon looks for new resync requests (`cdcd resync`).
+const RESYNC_POLL: Duration = Duration::from_secs(2);
 
 fn settings(config: &Config, source: &dyn Source) -> Settings {
     Settings {
@@ -72,7 +87,17 @@ fn settings(config: &Config, source: &dyn Source) -> Settings {
         slot: source.stream_name(),
         progress: None,
         source_state: None,
+        resync: None,
     }
+}
+
+/// `schema.table` (Postgres) or `database.table` (MySQL) as given to `--table`.
+fn parse_table(t: &str) -> Result<TableId, CommandError> {
+    let (ns, name) = t
+        .split_once('.')
+        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+        .ok_or_else(|| CommandError::TableName(t.to_owned()))?;
+    Ok(TableId::new(ns, name))
 }
 
 /// The configured sink; with `fence`, every write it makes passes the lease's fence.
@@ -119,25 +144,43 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
         return Ok(());
     };
     let fence = lease.fence();
-    let source = crate::sources::build(&config.source);
     let sink = build_sink(config, Some(fence.clone()))?;
     let renewing = CancellationToken::new();
-    let mut settings = settings(config, source.as_ref());
     // The progress file is pipeline state like the tables: written only while the lease holds.
     let fenced = warehouse.clone().fenced(fence.clone());
-    settings.progress =
-        Some(ProgressStore::new(&fenced, &config.pipeline).map_err(PipelineError::from)?);
-    settings.source_state = Some(Arc::new(
+    let progress = ProgressStore::new(&fenced, &config.pipeline).map_err(PipelineError::from)?;
+    let source_state: Arc<dyn crate::sources::SourceStateStore> = Arc::new(
         SourceStateFile::new(&fenced, &config.pipeline, SOURCE_STATE_FILE)
             .map_err(|e| PipelineError::from(ProgressError::from(e)))?,
-    ));
+    );
+    let resync = ResyncStore::new(&fenced, &config.pipeline);
     // The sink's maintenance runs beside the pipeline, through the same fenced store; it ends
     // with this function (aborted where it is: a cycle is crash-safe at every await).
     let _maintenance = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
         maintain_in_background(Arc::clone(&sink)),
     ));
     let outcome = {
-        let pipeline = pipeline::run(source, sink, settings, shutdown);
+        let pipeline = async {
+            // A round is one run of the pipeline; a new resync request ends it cleanly (what is
+            // buffered is committed) and the next round starts with the table marked.
+            loop {
+                let known = resync.list().await.map_err(PipelineError::from)?;
+                let round = shutdown.child_token();
+                let _watch = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+                    watch_resync_requests(resync.clone(), known, round.clone()),
+                ));
+                let source = crate::sources::build(&config.source);
+                let mut settings = settings(config, source.as_ref());
+                settings.progress = Some(progress.clone());
+                settings.source_state = Some(source_state.clone());
+                settings.resync = Some(resync.clone());
+                pipeline::run(source, Arc::clone(&sink), settings, round.clone()).await?;
+                if shutdown.is_cancelled() || !round.is_cancelled() {
+                    return Ok::<(), PipelineError>(());
+                }
+                tracing::info!("restarting the pipeline to start a requested resync");
+            }
+        };
         let keep = lease.keep(&renewing);
         tokio::pin!(pipeline, keep);
         tokio::select! {
@@ -165,6 +208,98 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
     Ok(())
 }
 
+/// Ends a pipeline round (`round`) once a resync request appears that was not there when it
+/// started (`known`), so the next round starts it; an unreadable folder is retried.
+async fn watch_resync_requests(
+    store: ResyncStore,
+    known: Vec<crate::checkpoint::resync::ResyncRequest>,
+    round: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = round.cancelled() => return,
+            _ = tokio::time::sleep(RESYNC_POLL) => {}
+        }
+        match store.list().await {
+            Ok(now) => {
+                if let Some(new) = now.iter().find(|r| !known.iter().any(|k| k.id == r.id)) {
+                    tracing::info!(table = %new.table(), id = %new.id, "a resync was requested: committing what is buffered and restarting the pipeline with the table marked");
+                    round.cancel();
+                    return;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the resync requests; trying again"),
+        }
+    }
+}
+
+/// What `cdcd resync` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResyncRequested {
+    /// The request is stored under this id.
+    Created {
+        table: TableId,
+        id: String,
+        location: String,
+    },
+    /// A request for the table was pending already (its resync has not finished).
+    Pending {
+        table: TableId,
+        id: String,
+        location: String,
+    },
+}
+
+/// `cdcd resync --table T`: checks that the pipeline captures `table` and that the sink can
+/// resync it, then stores a request (`checkpoint/resync.rs`) that the daemon holding the lease
+/// picks up within [`RESYNC_POLL`] (or the next start, when none runs). Takes no lease: the
+/// request is a create-if-absent put, and the copy itself runs in the daemon.
+pub async fn resync(config: &Config, table: &str) -> Result<ResyncRequested, CommandError> {
+    let table = parse_table(table)?;
+    let sink = build_sink(config, None)?;
+    if let Some(why) = sink.resync_refusal() {
+        return Err(Box::new(SinkError::ResyncUnsupported { table, why }).into());
+    }
+    let source = crate::sources::build(&config.source);
+    if source.snapshot_mode() == SnapshotMode::Never {
+        return Err(CommandError::ResyncWithoutCopy { table });
+    }
+    let captured: Vec<TableId> = source
+        .tables()
+        .await?
+        .into_iter()
+        .map(|k| k.table)
+        .collect();
+    if !captured.contains(&table) {
+        let mut names: Vec<String> = captured.iter().take(10).map(ToString::to_string).collect();
+        if captured.len() > names.len() {
+            names.push(format!("… {} more", captured.len() - names.len()));
+        }
+        if names.is_empty() {
+            names.push("no table".to_owned());
+        }
+        return Err(CommandError::NotCaptured {
+            table,
+            pipeline: config.pipeline.clone(),
+            captured: names.join(", "),
+        });
+    }
+    let store = ResyncStore::new(&open_warehouse(config)?, &config.pipeline);
+    let location = store.request_location(&table);
+    Ok(match store.request(&table).await? {
+        Requested::Created(r) => ResyncRequested::Created {
+            table,
+            id: r.id,
+            location,
+        },
+        Requested::Pending(r) => ResyncRequested::Pending {
+            table,
+            id: r.id,
+            location,
+        },
+    })
+}
+
 /// Runs the sink's maintenance every [`Sink::maintenance_interval`] on the tables it commits to;
 /// stops at a broken fence (the daemon is stopping then).
 async fn maintain_in_background(sink: Arc<dyn Sink>) {
@@ -188,13 +323,7 @@ pub async fn maintain(
     table: Option<&str>,
 ) -> Result<Vec<MaintenanceReport>, CommandError> {
     let tables: Vec<TableId> = match table {
-        Some(t) => {
-            let (ns, name) = t
-                .split_once('.')
-                .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
-                .ok_or_else(|| CommandError::TableName(t.to_owned()))?;
-            vec![TableId::new(ns, name)]
-        }
+        Some(t) => vec![parse_table(t)?],
         None => crate::sources::build(&config.source)
             .tables()
             .await?

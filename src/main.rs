@@ -70,6 +70,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Copy one table again, online, and swap the copy in with one atomic commit.
+    ///
+    /// The way out after a schema change cdcd stops on (a narrowing, int -> text, a primary-key
+    /// change) or a damaged replica. Stores a request under <warehouse>/_cdcd/<pipeline>/resync/
+    /// and exits: the running cdcd picks it up within a few seconds (without one, the next start
+    /// does), copies the table into a new lineage while the other tables keep their positions
+    /// and the slot stays, and replaces the table with it when the copy is complete. Readers see
+    /// the old table until then. Iceberg sink, filesystem or SQL catalog; after a stop on a
+    /// schema change, run it, then start cdcd.
+    Resync {
+        /// The table: schema.table (Postgres) or database.table (MySQL), as source.tables names it.
+        #[arg(long, value_name = "TABLE")]
+        table: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -192,6 +206,25 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 ExitCode::SUCCESS
             })
+        }
+        Some(Command::Resync { table }) => {
+            match cdcd::commands::resync(&config, &table).await? {
+                cdcd::commands::ResyncRequested::Created {
+                    table,
+                    id,
+                    location,
+                } => println!(
+                    "resync of {table} requested (id {id}, {location}): a running cdcd starts it within a few seconds, otherwise the next start does; readers see the current table until the new copy replaces it"
+                ),
+                cdcd::commands::ResyncRequested::Pending {
+                    table,
+                    id,
+                    location,
+                } => println!(
+                    "a resync of {table} is already requested (id {id}, {location}) and not finished; it goes on"
+                ),
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Some(Command::Status { json }) => {
             let rows = cdcd::commands::status(&config).await?;

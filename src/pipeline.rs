@@ -46,9 +46,10 @@ use tracing::{debug, info, warn};
 
 use crate::changelog::{Position, TableChanges, TableId, Transaction};
 use crate::checkpoint::progress::{Progress, ProgressError, ProgressStore};
+use crate::checkpoint::resync::{ResyncError, ResyncStore};
 use crate::config::SnapshotMode;
 use crate::metrics as m;
-use crate::sinks::{Sink, SinkError};
+use crate::sinks::{ResyncState, Sink, SinkError};
 use crate::sources::{
     Prepared, Resume, SnapshotProgress, Source, SourceError, SourceEvent, SourceStateStore,
     TableCopy,
@@ -103,6 +104,10 @@ pub enum PipelineError {
     SchemaChangedInTransaction(Box<SchemaChangeStop>),
     #[error(transparent)]
     Progress(#[from] ProgressError),
+    #[error(transparent)]
+    Resync(#[from] ResyncError),
+    #[error("a resync of {table} is requested ({request}), but source.snapshot = \"never\" copies no table: set source.snapshot = \"initial\", or remove the request")]
+    ResyncWithoutCopy { table: TableId, request: String },
     #[error("table {table} has no key and REPLICA IDENTITY FULL: cdcd applies its updates and deletes to one row equal to the whole before image (a multiset), which this sink cannot store exactly ({why}); give the table a primary key or name unique NOT NULL columns in source.key_columns, use the iceberg sink, or remove the table from source.tables")]
     MultisetUnsupported { table: TableId, why: &'static str },
 }
@@ -135,6 +140,8 @@ impl PipelineError {
             PipelineError::SchemaChangedInTransaction(_) => "schema_changed",
             PipelineError::MultisetUnsupported { .. } => "config",
             PipelineError::Progress(_) => "progress",
+            PipelineError::Resync(_) => "resync",
+            PipelineError::ResyncWithoutCopy { .. } => "config",
         }
     }
 }
@@ -154,6 +161,9 @@ pub struct Settings {
     pub progress: Option<ProgressStore>,
     /// Where the source keeps its own durable state ([`Source::keep_state_in`]); `None`: nowhere.
     pub source_state: Option<Arc<dyn SourceStateStore>>,
+    /// `_cdcd/<pipeline>/resync/` (`checkpoint::resync`): tables to copy again into a new
+    /// lineage, read at start; `None`: no resyncs.
+    pub resync: Option<ResyncStore>,
 }
 
 /// Runs a pipeline until `shutdown` is cancelled (then commits what is buffered and returns `Ok`)
@@ -190,6 +200,7 @@ async fn run_batched(
         });
     }
     let mut tables = Tables::default();
+    start_resyncs(&prepared, sink.as_ref(), &settings, &mut tables).await?;
     for table in &prepared.tables {
         let cp = sink.checkpoint(table).await?;
         if let Some(cp) = &cp {
@@ -262,6 +273,7 @@ async fn run_batched(
             }
             _ = tick.tick() => {
                 committer.report(health);
+                committer.resyncs_finished().await;
                 let due = committer
                     .tables
                     .oldest_streamed()
@@ -309,6 +321,7 @@ async fn run_batched(
         }
     };
     committer.report(health);
+    committer.resyncs_finished().await;
     committer.progress.finish().await;
     committer.sink.settle().await;
     if let Err(e) = &outcome {
@@ -331,6 +344,55 @@ async fn run_batched(
         }
     }
     outcome
+}
+
+/// Hands every requested resync of a captured table to the sink before the checkpoints are read
+/// (`checkpoint::resync`): the sink then answers the table's checkpoint from its new lineage
+/// (none at first, so the table is copied like an added one). A request the live table already
+/// carries out (the swap landed before a stop) is removed.
+async fn start_resyncs(
+    prepared: &Prepared,
+    sink: &dyn Sink,
+    settings: &Settings,
+    tables: &mut Tables,
+) -> Result<(), PipelineError> {
+    let Some(store) = &settings.resync else {
+        return Ok(());
+    };
+    for request in store.list().await? {
+        let table = request.table();
+        let location = store.request_location(&table);
+        if !prepared.tables.contains(&table) {
+            warn!(table = %table, request = %location, "a resync is requested for a table this pipeline does not capture; ignored (add the table to source.tables, or remove the request)");
+            continue;
+        }
+        if settings.snapshot == SnapshotMode::Never {
+            return Err(PipelineError::ResyncWithoutCopy {
+                table,
+                request: location,
+            });
+        }
+        match sink.resync(&table, &request.id).await? {
+            ResyncState::Done => {
+                store.remove(&request).await?;
+                info!(table = %table, id = %request.id, "resync finished: the table is its new copy");
+            }
+            ResyncState::UnderWay { live } => {
+                info!(table = %table, id = %request.id, "resync under way: copying the table into a new lineage; readers see the old table until the copy is complete");
+                // The old table's changes were in the source before the request, so in every
+                // snapshot the lineage is copied at: replayed, they are skipped as committed
+                // (older schemas among them, which the lineage's may not take, included).
+                if let Some(position) = live
+                    .map(|cp| cp.position)
+                    .filter(|p| !p.is_snapshot_incomplete())
+                {
+                    tables.copied_up_to.insert(table.clone(), position);
+                }
+                tables.resyncing.insert(table, request);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Where to start the source, from the slot's existence, the tables' checkpoints and the stored

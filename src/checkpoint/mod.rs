@@ -24,6 +24,7 @@ use crate::changelog::{ParsePositionError, Position};
 
 pub mod lease;
 pub mod progress;
+pub mod resync;
 pub mod source_state;
 
 /// Snapshot property naming the pipeline that wrote the snapshot.

@@ -147,6 +147,8 @@ impl Health {
         self.with(|s| {
             s.started = true;
             s.standby = false;
+            // A pipeline started again in-process (a resync request) is no longer stopping.
+            s.stopping = false;
             let now = Instant::now();
             s.source_seen = Some(now);
             s.pipeline_seen = Some(now);

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::task::JoinHandle;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::{Committer, PipelineError};
 use crate::changelog::{Position, TableChanges, TableId, TableSchema};
@@ -40,6 +40,8 @@ pub(super) struct Committed {
     pub table: TableId,
     pub checkpoint: Checkpoint,
     pub window: Option<Position>,
+    /// The commit ended the table's resync ([`CommitStats::resync_swapped`]).
+    pub swapped: bool,
 }
 
 /// Counts a failed commit and marks the sink unhealthy.
@@ -124,6 +126,7 @@ impl PendingCommit {
             table: self.table,
             checkpoint: self.checkpoint,
             window: self.window,
+            swapped: stats.resync_swapped,
         }
     }
 }
@@ -282,9 +285,28 @@ impl Committer {
         if c.window.is_none() && !c.checkpoint.position.is_snapshot_incomplete() {
             self.tables.upsert_until.remove(&c.table);
         }
+        if c.swapped {
+            if let Some(request) = self.tables.resyncing.remove(&c.table) {
+                info!(table = %c.table, id = %request.id, "resync finished: the new copy replaced the table");
+                self.tables.resynced.push(request);
+            }
+        }
         self.tables
             .committed
             .insert(c.table, Some(c.checkpoint.position));
+    }
+
+    /// Removes the requests of the resyncs whose swap landed. A failure is only logged: the
+    /// next start finds the request done and removes it then.
+    pub(super) async fn resyncs_finished(&mut self) {
+        let Some(store) = self.settings.resync.clone() else {
+            return;
+        };
+        for request in std::mem::take(&mut self.tables.resynced) {
+            if let Err(e) = store.remove(&request).await {
+                warn!(table = %request.table(), error = %e, "cannot remove a finished resync's request; the next start removes it");
+            }
+        }
     }
 }
 

@@ -11,6 +11,7 @@ use arrow_schema::ArrowError;
 use super::upsert;
 use super::PipelineError;
 use crate::changelog::{Position, TableChanges, TableId, TableSchema};
+use crate::checkpoint::resync::ResyncRequest;
 use crate::sources::SnapshotProgress;
 
 /// Buffered changes of one table, not yet committed.
@@ -55,14 +56,27 @@ pub(super) struct Tables {
     pub(super) progress: BTreeMap<TableId, SnapshotProgress>,
     /// Open upsert windows: the table's changes at or below this position are upserts.
     pub(super) upsert_until: BTreeMap<TableId, Position>,
+    /// Resyncs under way (`checkpoint::resync`): the sink commits these tables to their new
+    /// lineage until a commit reports the swap.
+    pub(super) resyncing: BTreeMap<TableId, ResyncRequest>,
+    /// Resyncs whose swap landed, whose requests are still to be removed.
+    pub(super) resynced: Vec<ResyncRequest>,
+    /// Per table under resync, the old table's checkpoint: every change at or below it is in the
+    /// lineage's copy (see `start_resyncs` in pipeline.rs).
+    pub(super) copied_up_to: BTreeMap<TableId, Position>,
 }
 
 impl Tables {
     pub(super) fn is_committed(&self, table: &TableId, position: &Position) -> bool {
-        match self.committed.get(table) {
+        let committed = match self.committed.get(table) {
             Some(Some(done)) => !done.is_snapshot_incomplete() && done.covers(position),
             _ => false,
-        }
+        };
+        committed
+            || self
+                .copied_up_to
+                .get(table)
+                .is_some_and(|copied| copied.covers(position))
     }
 
     /// Rewrites `changes` as upserts when its table's upsert window covers `position`.

@@ -219,6 +219,7 @@ fn settings(max_rows: usize, snapshot: SnapshotMode) -> Settings {
         slot: "cdcd_p".into(),
         progress: None,
         source_state: None,
+        resync: None,
     }
 }
 
@@ -925,4 +926,125 @@ async fn acknowledged_progress_raises_an_idle_tables_start() {
     )
     .await;
     assert_eq!(r.resume.unwrap().start, Some(g("0-1-5")));
+}
+
+/// A recording sink with `table` under resync: its lineage holds nothing yet, `live` is the old
+/// table's checkpoint, and a commit of the table at a complete position is the swap.
+struct ResyncSink {
+    inner: RecordingSink,
+    table: TableId,
+    live: Checkpoint,
+}
+
+#[async_trait]
+impl Sink for ResyncSink {
+    async fn checkpoint(&self, table: &TableId) -> Result<Option<Checkpoint>, SinkError> {
+        if *table == self.table {
+            return Ok(None);
+        }
+        self.inner.checkpoint(table).await
+    }
+
+    async fn commit(
+        &self,
+        schema: &Arc<TableSchema>,
+        changes: &[TableChanges],
+        checkpoint: &Checkpoint,
+    ) -> Result<CommitStats, SinkError> {
+        let mut stats = self.inner.commit(schema, changes, checkpoint).await?;
+        stats.resync_swapped =
+            schema.id == self.table && !checkpoint.position.is_snapshot_incomplete();
+        Ok(stats)
+    }
+
+    async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError> {
+        self.inner.status(table).await
+    }
+
+    async fn cleanup(
+        &self,
+        grace: Duration,
+        dry_run: bool,
+    ) -> Result<Vec<crate::storage::cleanup::TableCleanup>, SinkError> {
+        self.inner.cleanup(grace, dry_run).await
+    }
+
+    fn resync_refusal(&self) -> Option<String> {
+        None
+    }
+
+    async fn resync(&self, table: &TableId, _id: &str) -> Result<ResyncState, SinkError> {
+        assert_eq!(*table, self.table);
+        Ok(ResyncState::UnderWay {
+            live: Some(self.live.clone()),
+        })
+    }
+}
+
+// issue 20: a requested resync copies the table again (the source is asked to), skips the
+// replayed changes the old table already held (the copy has them, possibly under an older
+// schema), commits the newer ones to the lineage, and removes the request once the sink reports
+// the swap. The other table is untouched by all of it.
+#[tokio::test]
+async fn a_resync_skips_what_the_old_table_held_and_ends_its_request_at_the_swap() {
+    use crate::checkpoint::resync::ResyncStore;
+    let dir = tempfile::tempdir().unwrap();
+    let warehouse =
+        crate::storage::Warehouse::from_url(&format!("file://{}", dir.path().display())).unwrap();
+    let store = ResyncStore::new(&warehouse, "p");
+    let b = TableId::new("public", "b");
+    store.request(&b).await.unwrap();
+    let record = Arc::new(Mutex::new(Record::default()));
+    let shutdown = CancellationToken::new();
+    let source = ScriptedSource {
+        slot_exists: true,
+        tables: vec![TableId::new("public", "a"), b.clone()],
+        events: vec![
+            tx(
+                15,
+                vec![
+                    changes("b", Op::Insert, &[1]),
+                    changes("a", Op::Insert, &[1]),
+                ],
+            ),
+            tx(25, vec![changes("b", Op::Insert, &[2])]),
+        ],
+        record: record.clone(),
+        done: shutdown.clone(),
+    };
+    let sink = ResyncSink {
+        inner: RecordingSink {
+            checkpoints: [(TableId::new("public", "a"), Checkpoint::new("p", pos(10)))].into(),
+            record: record.clone(),
+        },
+        table: b.clone(),
+        live: Checkpoint::new("p", pos(20)),
+    };
+    let mut s = settings(1000, SnapshotMode::Initial);
+    s.resync = Some(store.clone());
+    run(Box::new(source), Arc::new(sink), s, shutdown)
+        .await
+        .unwrap();
+    let r = Arc::try_unwrap(record).ok().unwrap().into_inner().unwrap();
+    let copy: Vec<TableId> = r
+        .resume
+        .unwrap()
+        .copy
+        .into_iter()
+        .map(|c| c.table)
+        .collect();
+    assert_eq!(copy, vec![b]);
+    let mut commits = r.commits.clone();
+    commits.sort();
+    assert_eq!(
+        commits,
+        vec![
+            ("a".to_owned(), 1, "0/F".to_owned()),
+            ("b".to_owned(), 1, "0/19".to_owned()),
+        ]
+    );
+    assert!(
+        store.list().await.unwrap().is_empty(),
+        "request left behind"
+    );
 }

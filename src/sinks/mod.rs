@@ -80,6 +80,21 @@ pub struct CommitStats {
     pub data_rows: u64,
     pub deleted_rows: u64,
     pub files_written: usize,
+    /// This commit ended a resync of its table (`Sink::resync`): the new lineage replaced the
+    /// old one in the live table.
+    pub resync_swapped: bool,
+}
+
+/// Where a table's resync stands ([`Sink::resync`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResyncState {
+    /// The new lineage is under way (or starts with the table's next commit): until it replaces
+    /// the live table, [`Sink::checkpoint`] answers from it and commits go to it. `live` is the
+    /// live table's checkpoint: every change at or below it was in the source before the
+    /// request, so the lineage's copy holds it.
+    UnderWay { live: Option<Checkpoint> },
+    /// The live table already is this resync's lineage: nothing to do.
+    Done,
 }
 
 /// The sink `config` describes, writing checkpoints of `pipeline` into `warehouse` (the one
@@ -193,12 +208,35 @@ pub trait Sink: Send + Sync {
     fn multiset_refusal(&self) -> Option<&'static str> {
         None
     }
+
+    /// Why this sink cannot resync a table (`cdcd resync`: copy it again into a new lineage that
+    /// replaces the live one in one commit), with the way out; `None` when it can.
+    fn resync_refusal(&self) -> Option<String> {
+        Some("this sink cannot copy a table into a new lineage".to_owned())
+    }
+
+    /// Marks `table` for a resync named `id` ([`crate::checkpoint::resync`]): from now on
+    /// [`Sink::checkpoint`] reads the new lineage's checkpoint (none before its first commit,
+    /// so the pipeline copies the table as it copies an added one), and [`Sink::commit`] writes
+    /// to it; readers keep seeing the live table, unchanged. The lineage's first commit at a
+    /// complete position (the end of its copy) replaces the live table with the lineage in one
+    /// atomic metadata commit and reports it in [`CommitStats::resync_swapped`]. Idempotent;
+    /// after a crash the lineage is found again. `Done` when the live table already is this
+    /// lineage (the swap landed before a crash, or the lineage was complete and is swapped now).
+    async fn resync(&self, table: &TableId, _id: &str) -> Result<ResyncState, SinkError> {
+        Err(SinkError::ResyncUnsupported {
+            table: table.clone(),
+            why: self
+                .resync_refusal()
+                .unwrap_or_else(|| "this sink cannot resync".to_owned()),
+        })
+    }
 }
 
 /// A sink failed. Each variant names the table or path involved.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
-    #[error("schema of {table} changed ({detail}); this sink cannot apply that change (docs/guarantees.md, \"Schema changes\"): stop writes to the table, recreate the replica, or remove the table from source.tables")]
+    #[error("schema of {table} changed ({detail}); this sink cannot apply that change (docs/guarantees.md, \"Schema changes\"): copy the table again under its new schema (Iceberg: `cdcd resync --table {table}`, then start cdcd; otherwise recreate the replica), or remove the table from source.tables")]
     SchemaChanged { table: TableId, detail: String },
     #[error("column {column} of {table}: type {data_type} cannot be stored in {sink}")]
     UnsupportedType {
@@ -235,6 +273,8 @@ pub enum SinkError {
     },
     #[error("{path} is not valid table metadata: {detail}")]
     Corrupt { path: String, detail: String },
+    #[error("cannot resync {table}: {why}")]
+    ResyncUnsupported { table: TableId, why: String },
     #[error("another writer committed version {version} of {table} first; is a second cdcd running on this pipeline?")]
     CommitConflict { table: TableId, version: u64 },
     /// The Iceberg SQL catalog at `uri` (password removed) failed.
@@ -264,6 +304,7 @@ impl SinkError {
             SinkError::Arrow { .. } => "arrow",
             SinkError::Corrupt { .. } => "corrupt",
             SinkError::CommitConflict { .. } => "commit_conflict",
+            SinkError::ResyncUnsupported { .. } => "config",
             SinkError::Catalog { .. } => "catalog",
             SinkError::Checkpoint(_) => "checkpoint",
             SinkError::Fenced(_) => "lease_lost",

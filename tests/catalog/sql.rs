@@ -524,3 +524,52 @@ async fn switching_from_the_filesystem_catalog_keeps_the_checkpoint() {
     );
     p.sigterm_and_wait(Duration::from_secs(60)).await;
 }
+
+/// `cdcd resync` through the SQL catalog (SQLite): the lineage is kept on the filesystem, and the
+/// swap is one update of the catalog's row, to metadata that is the lineage's with the table's
+/// identity and `cdcd.resync-id`. A row the replica kept after the source deleted it (while the
+/// table was out of the publication) is gone; pyiceberg's SqlCatalog reads the table equal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resync_swaps_through_the_sql_catalog() {
+    let Some(env) = test_env("a_resync_swaps_through_the_sql_catalog") else {
+        return;
+    };
+    let name = unique("catrs");
+    let t = format!("{name}_orders");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let scratch = tempfile::tempdir().unwrap();
+    let cat = CatalogDb::sqlite(scratch.path());
+    let mut p = Pipeline::new(&env, &name, &[&t], &cat.settings());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    p.start();
+    assert_equal_through_catalog(&mut p, &cat, &t, 60).await;
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+    crate::postgres::resync::damage(&client, &p, &t).await;
+    let (before, _) = cat.row(&t).await;
+
+    let (ok, out) = run_cdcd(&["resync", "--table", &format!("public.{t}")], &p.config);
+    assert!(ok && out.contains("requested"), "{out}");
+    p.start();
+    crate::postgres::resync::wait_for(&mut p, "the resync", Duration::from_secs(120), |o| {
+        o.contains("resync finished")
+    })
+    .await;
+    exec(&client, &changes(&t, 1)).await;
+    assert_equal_through_catalog(&mut p, &cat, &t, 60).await;
+    let (current, _) = cat.row(&t).await;
+    assert_ne!(current, before);
+    let path = current.strip_prefix("file://").unwrap_or(&current);
+    let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    assert!(
+        meta["properties"]["cdcd.resync-id"].is_string(),
+        "the catalog's current metadata is not the resync's lineage: {}",
+        meta["properties"]
+    );
+    assert!(
+        !meta["location"].as_str().unwrap_or("").contains("resync-"),
+        "{}",
+        meta["location"]
+    );
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}

@@ -9,5 +9,6 @@ mod lsm;
 mod maintenance;
 mod multiset;
 mod replication;
+mod resync;
 mod snapshot;
 mod tls;

@@ -9,6 +9,7 @@ mod lifecycle;
 mod maintenance;
 mod multiset;
 mod replication;
+pub(crate) mod resync;
 mod schema_evolution;
 mod snapshot;
 mod tls;

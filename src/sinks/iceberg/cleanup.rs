@@ -50,7 +50,29 @@ pub async fn clean_table(
 ) -> Result<TableCleanup, CleanupError> {
     let objects = list_table(warehouse, table).await?;
     let live = live_files(warehouse, table, &objects, current).await?;
-    remove_unreferenced(warehouse, table, &objects, &live, |_| true, grace, dry_run).await
+    let lineages = lineages_under_way(&objects);
+    let candidate = |path: &str| !lineages.iter().any(|l| path.starts_with(l.as_str()));
+    remove_unreferenced(warehouse, table, &objects, &live, candidate, grace, dry_run).await
+}
+
+/// The store path prefixes (`…/<table>/resync-<id>/`) of the resync lineages under way in a
+/// table's listing: directories that hold their own `metadata/v<N>.metadata.json`
+/// (`resync.rs`). Their files belong to the lineage, not to the live table's orphans; after the
+/// swap the lineage's metadata files are removed and its files are the live table's again.
+fn lineages_under_way(objects: &[ObjectMeta]) -> Vec<String> {
+    let mut lineages: Vec<String> = objects
+        .iter()
+        .filter_map(|o| {
+            let path = o.location.as_ref();
+            let (dir, file) = path.rsplit_once("/metadata/")?;
+            let (_, last) = dir.rsplit_once('/')?;
+            let is_metadata = file.starts_with('v') && file.ends_with(".metadata.json");
+            (is_metadata && last.starts_with("resync-")).then(|| format!("{dir}/"))
+        })
+        .collect();
+    lineages.sort();
+    lineages.dedup();
+    lineages
 }
 
 /// Store paths of every file some metadata version of the table at `table` references, plus the
@@ -78,8 +100,13 @@ async fn live_files(
     let mut lists = HashSet::new();
     let mut manifests = HashSet::new();
     let mut newest: Option<(u64, &ObjectMeta)> = None;
+    // A resync lineage's own metadata is not a version of this table.
+    let lineages = lineages_under_way(objects);
     for o in objects {
         let p = o.location.as_ref();
+        if lineages.iter().any(|l| p.starts_with(l.as_str())) {
+            continue;
+        }
         let Some((_, file)) = p.rsplit_once("/metadata/") else {
             continue;
         };
@@ -152,4 +179,39 @@ async fn live_files(
     }
     tracing::debug!(table, live = live.len(), "live files");
     Ok(live)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod lineage_tests {
+    use super::*;
+
+    fn object(path: &str) -> ObjectMeta {
+        ObjectMeta {
+            location: object_store::path::Path::from(path),
+            last_modified: chrono::Utc::now(),
+            size: 1,
+            e_tag: None,
+            version: None,
+        }
+    }
+
+    /// A `resync-<id>/` directory with its own metadata is a lineage under way; one whose
+    /// metadata is gone (after the swap) and other directories are not.
+    #[test]
+    fn only_resync_directories_with_metadata_are_lineages() {
+        let objects: Vec<ObjectMeta> = [
+            "wh/ns/t/metadata/v3.metadata.json",
+            "wh/ns/t/data/a.parquet",
+            "wh/ns/t/resync-abc/metadata/v2.metadata.json",
+            "wh/ns/t/resync-abc/data/b.parquet",
+            "wh/ns/t/resync-old/data/c.parquet",
+            "wh/ns/t/resync-old/metadata/snap-1.avro",
+            "wh/ns/t/other/metadata/v1.metadata.json",
+        ]
+        .into_iter()
+        .map(object)
+        .collect();
+        assert_eq!(lineages_under_way(&objects), vec!["wh/ns/t/resync-abc/"]);
+    }
 }

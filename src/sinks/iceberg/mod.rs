@@ -37,7 +37,8 @@ use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
 use crate::config::{DeleteMode, IcebergConfig};
 use crate::sinks::{
-    CommitStats, MaintenanceReport, Sink, SinkError, TableCommit, TableFiles, TableStatus,
+    CommitStats, MaintenanceReport, ResyncState, Sink, SinkError, TableCommit, TableFiles,
+    TableStatus,
 };
 use crate::storage::cleanup::TableCleanup;
 use crate::storage::Warehouse;
@@ -58,6 +59,7 @@ mod manifest;
 mod metadata;
 mod multiset;
 pub mod plan;
+mod resync;
 mod schema;
 mod transaction;
 mod window;
@@ -101,6 +103,12 @@ pub struct IcebergSink {
     maintenance: tokio::sync::Mutex<maintenance::MaintenanceState>,
     /// The log said once that the REST catalog offers no multi-table commits.
     said_no_transactions: std::sync::atomic::AtomicBool,
+    /// Tables under resync ([`Sink::resync`]) and their request ids: their commits go to the new
+    /// lineage at `<table>/resync-<id>` (resync.rs) until it replaces the live table.
+    resyncs: Mutex<HashMap<TableId, String>>,
+    /// The catalog of resync lineages: always the filesystem (a lineage is cdcd's own until
+    /// the swap publishes it through [`IcebergSink::catalog`]).
+    lineage_catalog: Catalog,
 }
 
 type Slot = Arc<tokio::sync::Mutex<TableSlot>>;
@@ -135,6 +143,8 @@ impl IcebergSink {
                 .then(|| Duration::from_millis(config.maintenance_interval_ms)),
             maintenance: tokio::sync::Mutex::default(),
             said_no_transactions: std::sync::atomic::AtomicBool::new(false),
+            resyncs: Mutex::new(HashMap::new()),
+            lineage_catalog: Catalog::Filesystem,
         })
     }
 
@@ -157,7 +167,26 @@ impl IcebergSink {
         self.warehouse.location(&[ns, &table.name])
     }
 
-    /// `table` as the catalog names it; `location` is [`IcebergSink::table_location`]'s.
+    /// Where `table`'s commits go now: its resync lineage while one is under way (resync.rs),
+    /// else [`IcebergSink::table_location`].
+    fn current_location(&self, table: &TableId) -> String {
+        match self.resync_id(table) {
+            Some(id) => resync::lineage_location(&self.table_location(table), &id),
+            None => self.table_location(table),
+        }
+    }
+
+    /// The catalog `table`'s commits go through now: the filesystem for a resync lineage, else
+    /// the configured one.
+    fn catalog_for(&self, table: &TableId) -> &Catalog {
+        if self.resync_id(table).is_some() {
+            &self.lineage_catalog
+        } else {
+            &self.catalog
+        }
+    }
+
+    /// `table` as the catalog names it; `location` is [`IcebergSink::current_location`]'s.
     fn table_ref<'a>(&'a self, table: &'a TableId, location: &'a str) -> TableRef<'a> {
         TableRef {
             id: table,
@@ -199,9 +228,9 @@ impl IcebergSink {
 
     /// The current metadata, through the catalog (refreshing the cache).
     async fn load(&self, table: &TableId) -> Result<Option<Arc<Loaded>>, SinkError> {
-        let location = self.table_location(table);
+        let location = self.current_location(table);
         let loaded = self
-            .catalog
+            .catalog_for(table)
             .load(&self.warehouse, &self.table_ref(table, &location))
             .await?
             .map(Arc::new);
@@ -213,15 +242,15 @@ impl IcebergSink {
     /// with the filesystem catalog before): registered in the catalog as it is, so its
     /// checkpoint holds and nothing is copied again. `None` when there is nothing to adopt.
     async fn adopt(&self, table: &TableId) -> Result<Option<Arc<Loaded>>, SinkError> {
-        if matches!(self.catalog, Catalog::Filesystem) {
+        if matches!(self.catalog_for(table), Catalog::Filesystem) {
             return Ok(None);
         }
-        let location = self.table_location(table);
+        let location = self.current_location(table);
         let Some(existing) = catalog::filesystem::load(&self.warehouse, &location).await? else {
             return Ok(None);
         };
         let registered = self
-            .catalog
+            .catalog_for(table)
             .create(
                 &self.warehouse,
                 &self.table_ref(table, &location),
@@ -252,11 +281,11 @@ impl IcebergSink {
         if let Some(l) = self.load(table).await? {
             return Ok(l);
         }
-        let location = self.table_location(table);
+        let location = self.current_location(table);
         let properties = maintenance::properties::for_new_table(&self.table_properties);
         let metadata = publish::new_table(table, &location, schema, self.format, properties)?;
         let created = self
-            .catalog
+            .catalog_for(table)
             .create(&self.warehouse, &self.table_ref(table, &location), metadata)
             .await;
         match created {
@@ -371,27 +400,38 @@ impl IcebergSink {
         };
         let (delta, Staged { next, after }, cached) = self.stage(&mut guard, input).await?;
         let base = Arc::clone(delta.base_loaded());
-        let location = self.table_location(table);
+        let location = self.current_location(table);
+        let catalog = self.catalog_for(table);
         let published = delta
-            .publish(&self.catalog, &self.table_ref(table, &location), next)
+            .publish(catalog, &self.table_ref(table, &location), next)
             .await;
-        match published {
+        let published = match published {
             Ok(published) => {
                 maintenance::metadata_log::delete_after_commit(
                     &self.warehouse,
                     &base,
                     &published,
-                    self.catalog.names_previous(),
+                    catalog.names_previous(),
                 );
-                self.remember(table, Some(published));
+                self.remember(table, Some(Arc::clone(&published)));
+                published
             }
             Err(e) => {
                 // Conflict or unknown outcome: reload before the next attempt.
                 self.remember(table, None);
                 return Err(e);
             }
+        };
+        let mut stats = delta.finish(after, cached);
+        // A resync lineage whose copy is complete replaces the live table now, while the slot
+        // is still held (resync.rs).
+        if let Some(id) = self.resync_id(table) {
+            if !checkpoint.position.is_snapshot_incomplete() {
+                self.swap(table, &id, &published).await?;
+                stats.resync_swapped = true;
+            }
         }
-        Ok(delta.finish(after, cached))
+        Ok(stats)
     }
 }
 
@@ -560,6 +600,14 @@ impl Sink for IcebergSink {
 
     fn maintenance_interval(&self) -> Option<Duration> {
         self.maintenance_interval
+    }
+
+    fn resync_refusal(&self) -> Option<String> {
+        self.resync_refused()
+    }
+
+    async fn resync(&self, table: &TableId, id: &str) -> Result<ResyncState, SinkError> {
+        self.begin_resync(table, id).await
     }
 
     async fn cleanup(

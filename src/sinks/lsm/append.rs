@@ -244,6 +244,7 @@ impl Inner {
             data_rows: plan.rows() as u64,
             deleted_rows,
             files_written,
+            resync_swapped: false,
         })
     }
 }

@@ -363,6 +363,7 @@ impl LsmSink {
                 - plan.rows.iter().filter(|r| r.delete).count() as u64,
             deleted_rows,
             files_written,
+            resync_swapped: false,
         })
     }
 }
@@ -724,6 +725,11 @@ impl Sink for LsmSink {
         // A Paimon primary-key table cannot hold two equal rows, and an append table has no
         // row-level delete that readers (pypaimon) apply reliably (sinks/lsm/append.rs).
         Some("a Paimon primary-key table cannot hold duplicate rows, and Paimon append tables have no row-level delete its readers apply")
+    }
+
+    fn resync_refusal(&self) -> Option<String> {
+        // A Paimon table has one snapshot lineage with no branch cdcd could swap in atomically.
+        Some("the lsm (Paimon) sink cannot copy a table into a new lineage beside the live one; to copy it again, stop cdcd, delete the table's directory (<warehouse>/<namespace>.db/<table>) and start cdcd: a table without a checkpoint is copied again while the others keep their positions".to_owned())
     }
 
     async fn checkpoint(&self, table: &TableId) -> Result<Option<Checkpoint>, SinkError> {

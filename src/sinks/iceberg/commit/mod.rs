@@ -480,6 +480,7 @@ impl<'a> RowDelta<'a> {
             data_rows,
             deleted_rows: deletes.deleted_rows,
             files_written,
+            resync_swapped: false,
         }
     }
 }

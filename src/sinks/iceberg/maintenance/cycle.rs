@@ -101,9 +101,12 @@ impl IcebergSink {
             }
             Err(unchanged) => unchanged,
         };
-        report.metadata_files_deleted =
-            metadata_log::sweep(&self.warehouse, &current, self.catalog.names_previous()).await?
-                as u64;
+        report.metadata_files_deleted = metadata_log::sweep(
+            &self.warehouse,
+            &current,
+            self.catalog_for(table).names_previous(),
+        )
+        .await? as u64;
         self.describe(&current, &mut report).await?;
         record(&report);
         Ok(Some(report))
@@ -160,9 +163,9 @@ impl IcebergSink {
         };
         journal::write(&self.warehouse, journal, &record).await?;
         let next = without(table, &before, &expiry)?;
-        let location = self.table_location(table);
+        let location = self.current_location(table);
         let committed = self
-            .catalog
+            .catalog_for(table)
             .commit(
                 &self.warehouse,
                 &self.table_ref(table, &location),
@@ -184,7 +187,7 @@ impl IcebergSink {
             &self.warehouse,
             &before,
             &after,
-            self.catalog.names_previous(),
+            self.catalog_for(table).names_previous(),
         );
         tracing::debug!(table = %table, version, expired = expiry.snapshots.len(), "expiry committed");
         Ok(Some(Ok(Committed {

@@ -165,9 +165,9 @@ impl IcebergSink {
         let staged = rewrite
             .stage(&written, &mut carried, checkpoint.as_ref())
             .await?;
-        let location = self.table_location(table);
+        let location = self.current_location(table);
         let published = self
-            .catalog
+            .catalog_for(table)
             .commit(
                 &self.warehouse,
                 &self.table_ref(table, &location),
@@ -189,7 +189,7 @@ impl IcebergSink {
             &self.warehouse,
             &base,
             &after,
-            self.catalog.names_previous(),
+            self.catalog_for(table).names_previous(),
         );
         let removed: Vec<&str> = written.removed_data.iter().map(|f| f.file_path()).collect();
         let outputs: Vec<(&str, &[arrow_array::RecordBatch])> = written

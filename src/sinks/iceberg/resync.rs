@@ -1,0 +1,390 @@
+//! Resync (`cdcd resync --table T`): the table is copied again into a new lineage beside the
+//! live one, and the complete lineage replaces the live table in one metadata commit.
+//!
+//! Where it sits: the pipeline marks a requested table ([`IcebergSink::begin_resync`]) before it
+//! reads the checkpoints; from then on the sink sends everything about the table to its lineage,
+//! a table of its own at `<table>/resync-<id>/` kept through the filesystem catalog whatever
+//! `[sink.catalog]` says. The lineage has no checkpoint at first, so the pipeline copies the
+//! table as it copies a table added to `source.tables` (chunked, resumable, with an upsert
+//! window), and streams the table's later changes into the lineage as well. Readers keep
+//! reading the live table, unchanged, the whole time.
+//!
+//! The swap ([`IcebergSink::swap`]): the lineage's first commit at a complete position (the end
+//! of its copy) is followed, under the same slot lock, by one commit of the live table through
+//! the configured catalog: its next
+//! metadata is the lineage's metadata (schemas, snapshots, refs, sequence numbers) with the live
+//! table's uuid, location, properties and metadata log, plus `cdcd.resync-id = <id>` in the
+//! properties. Like Iceberg-Java's REPLACE TABLE: same table, new lineage; the old snapshots leave
+//! the metadata, and their files become orphans that `cdcd cleanup` removes (the cleanup keeps a
+//! lineage under way: `cleanup.rs`). Data files stay where the lineage wrote them, under the
+//! table's directory; later commits write to the table's own `data/` again.
+//!
+//! Why this is exactly once: the lineage is an ordinary cdcd table with its own checkpoint, so a
+//! crash anywhere before the swap resumes the lineage's copy or stream like any table's (the
+//! request stays until the swap, `checkpoint/resync.rs`). The swap itself is one create-if-absent
+//! metadata put (or one catalog row update): before it readers see the old table, after it the
+//! new one, never a mix. A crash after it finds `cdcd.resync-id` in the live table's
+//! properties: the resync is done ([`ResyncState::Done`]). Between the lineage's commit and the
+//! swap nothing is lost either: the lineage is durable and complete, and the restart's
+//! [`IcebergSink::begin_resync`] swaps before the pipeline reads the table's checkpoint. Rows
+//! deleted at the source but still in the old table are in no copied range, so the new lineage
+//! does not have them.
+//!
+//! What readers see after the swap is what they see of a table added to `source.tables` after
+//! its copy: complete at the position streaming resumed from, with the upsert window
+//! (`cdcd.upsert_until`) still replaying the changes the copy may already hold; the window's
+//! bookkeeping moves with the lineage's checkpoint, so it closes on the live table as it would
+//! have on the lineage.
+//!
+//! Not offered on a REST catalog: it publishes commits as updates of the table's own lineage
+//! (requirements on `main`), with no way to replace it by another table's snapshots.
+
+use std::sync::Arc;
+
+use iceberg::spec::TableMetadata;
+use object_store::ObjectStoreExt;
+
+use super::catalog::Catalog;
+use super::metadata::Loaded;
+use super::IcebergSink;
+use crate::changelog::TableId;
+use crate::sinks::{ResyncState, SinkError};
+
+/// The table property the swap sets: the id of the resync whose lineage the table now is.
+pub const RESYNC_ID_PROPERTY: &str = "cdcd.resync-id";
+
+/// How often the swap's commit is tried when another writer commits to the live table first.
+const SWAP_ATTEMPTS: u32 = 5;
+
+/// The location of resync `id`'s lineage of the table at `table_location`.
+pub fn lineage_location(table_location: &str, id: &str) -> String {
+    format!("{}/resync-{id}", table_location.trim_end_matches('/'))
+}
+
+impl IcebergSink {
+    /// The id of `table`'s resync under way in this sink, if any.
+    pub(super) fn resync_id(&self, table: &TableId) -> Option<String> {
+        self.resyncs.lock().ok()?.get(table).cloned()
+    }
+
+    /// Why this sink cannot resync (`None`: it can).
+    pub(super) fn resync_refused(&self) -> Option<String> {
+        match &self.catalog {
+            Catalog::Rest(_) => Some("the Iceberg REST catalog publishes commits as updates of the table's own lineage and cannot replace it with a new one; to copy the table again, stop cdcd, drop the table with its files (DROP TABLE … PURGE) and start cdcd: a table without a checkpoint is copied again".to_owned()),
+            Catalog::Filesystem | Catalog::Sql(_) => None,
+        }
+    }
+
+    /// [`crate::sinks::Sink::resync`]: `Done` when the live table already carries `id`,
+    /// else `table` is marked so its checkpoint and commits go to the lineage.
+    pub(super) async fn begin_resync(
+        &self,
+        table: &TableId,
+        id: &str,
+    ) -> Result<ResyncState, SinkError> {
+        if let Some(why) = self.resync_refused() {
+            return Err(SinkError::ResyncUnsupported {
+                table: table.clone(),
+                why,
+            });
+        }
+        // Under the table's slot lock: a maintenance cycle or commit of the live table never
+        // sees the switch halfway.
+        let slot = self.table_slot(table);
+        let _serialized = slot.lock().await;
+        let location = self.table_location(table);
+        let mut live = self
+            .catalog
+            .load(&self.warehouse, &self.table_ref(table, &location))
+            .await?
+            .map(Arc::new);
+        if live.is_none() && self.resync_id(table).is_none() {
+            // A table the catalog does not know but whose directory holds metadata (the pipeline
+            // ran with the filesystem catalog before): registered first, as every start does, so
+            // the swap replaces it rather than registering it over the lineage.
+            live = self.adopt(table).await?;
+        }
+        let live_checkpoint = match &live {
+            Some(l) => super::pipeline_checkpoint(&self.pipeline, &l.metadata)?,
+            None => None,
+        };
+        if self.resync_id(table).is_some_and(|ours| ours == id) {
+            return Ok(ResyncState::UnderWay {
+                live: live_checkpoint,
+            });
+        }
+        let done = live
+            .as_ref()
+            .and_then(|l| l.metadata.properties().get(RESYNC_ID_PROPERTY))
+            .is_some_and(|done| done == id);
+        if done {
+            self.forget_lineage_metadata(table, &lineage_location(&location, id))
+                .await;
+            return Ok(ResyncState::Done);
+        }
+        if let Ok(mut resyncs) = self.resyncs.lock() {
+            resyncs.insert(table.clone(), id.to_owned());
+        }
+        // The cached metadata is the live table's; the next load reads the lineage.
+        self.remember(table, None);
+        // A lineage whose copy completed before a crash took the swap with it: swap now.
+        if let Some(lineage) = self.load(table).await? {
+            let complete = super::pipeline_checkpoint(&self.pipeline, &lineage.metadata)?
+                .is_some_and(|cp| !cp.position.is_snapshot_incomplete());
+            if complete {
+                self.swap(table, id, &lineage).await?;
+                return Ok(ResyncState::Done);
+            }
+        }
+        tracing::info!(table = %table, lineage = %lineage_location(&location, id), "resync: the table's commits go to a new lineage until its copy is complete");
+        Ok(ResyncState::UnderWay {
+            live: live_checkpoint,
+        })
+    }
+
+    /// Replaces the live table with resync `id`'s lineage, whose newest metadata is `lineage`.
+    /// Called with the table's slot lock held, right after the lineage's commit. Another
+    /// writer's commit to the live table meanwhile is replaced too (REPLACE TABLE semantics),
+    /// after reloading it. Never answers `CommitConflict`: the lineage's commit is durable, so
+    /// the caller must not plan it again; a failure stops the pipeline and the restart swaps.
+    pub(super) async fn swap(
+        &self,
+        table: &TableId,
+        id: &str,
+        lineage: &Loaded,
+    ) -> Result<(), SinkError> {
+        let location = self.table_location(table);
+        let t = self.table_ref(table, &location);
+        for attempt in 1..=SWAP_ATTEMPTS {
+            let live = self.catalog.load(&self.warehouse, &t).await?;
+            let next = replaced(table, live.as_ref(), &lineage.metadata, &location, id)?;
+            let committed = match &live {
+                Some(base) => self.catalog.commit(&self.warehouse, &t, base, next).await,
+                None => self.catalog.create(&self.warehouse, &t, next).await,
+            };
+            match committed {
+                Ok(swapped) => {
+                    let version = swapped.version;
+                    if let Ok(mut resyncs) = self.resyncs.lock() {
+                        resyncs.remove(table);
+                    }
+                    self.remember(table, Some(Arc::new(swapped)));
+                    tracing::info!(table = %table, version, snapshot = ?lineage.metadata.current_snapshot_id(), "resync: the new lineage replaced the live table");
+                    self.forget_lineage_metadata(table, &lineage_location(&location, id))
+                        .await;
+                    return Ok(());
+                }
+                Err(SinkError::CommitConflict { .. }) if attempt < SWAP_ATTEMPTS => {
+                    tracing::info!(table = %table, attempt, "resync: another writer committed to the live table first; replacing it again");
+                }
+                Err(SinkError::CommitConflict { version, .. }) => {
+                    return Err(SinkError::Data {
+                        table: table.clone(),
+                        detail: format!("resync: other writers kept committing to the live table (version {version}); the lineage is complete and durable, the next start replaces the table with it"),
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(SinkError::Data {
+            table: table.clone(),
+            detail: "resync: the swap was not attempted".to_owned(),
+        })
+    }
+
+    /// Removes the lineage's own metadata files after the swap, so its directory is no longer a
+    /// table of its own: the files the live table references there stay, the rest become the
+    /// live table's orphans. Best effort (a leftover only keeps a few small files).
+    async fn forget_lineage_metadata(&self, table: &TableId, lineage: &str) {
+        use futures::TryStreamExt;
+        let Ok(prefix) = self.warehouse.path(&format!("{lineage}/metadata")) else {
+            return;
+        };
+        let listed: Result<Vec<object_store::ObjectMeta>, _> = self
+            .warehouse
+            .store()
+            .list(Some(&prefix))
+            .try_collect()
+            .await;
+        let listed = match listed {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(table = %table, lineage, error = %e, "resync: cannot list the lineage's metadata to remove it; `cdcd cleanup` keeps its files");
+                return;
+            }
+        };
+        for o in listed {
+            let name = o.location.filename().unwrap_or_default();
+            if !(name.ends_with(".metadata.json") || name == "version-hint.text") {
+                continue;
+            }
+            if let Err(e) = self.warehouse.store().delete(&o.location).await {
+                tracing::warn!(table = %table, file = %o.location, error = %e, "resync: cannot remove a metadata file of the lineage");
+            }
+        }
+    }
+}
+
+/// The live table's next metadata: `lineage` as the table at `location` (the live table's
+/// uuid, properties and metadata log when it exists), marked with resync `id`.
+fn replaced(
+    table: &TableId,
+    live: Option<&Loaded>,
+    lineage: &TableMetadata,
+    location: &str,
+    id: &str,
+) -> Result<TableMetadata, SinkError> {
+    let corrupt = |detail: String| SinkError::Data {
+        table: table.clone(),
+        detail: format!("resync: building the live table's metadata from the lineage: {detail}"),
+    };
+    let json = |m: &TableMetadata| serde_json::to_value(m).map_err(|e| corrupt(e.to_string()));
+    let mut next = json(lineage)?;
+    let Some(obj) = next.as_object_mut() else {
+        return Err(corrupt(
+            "the lineage's metadata is not a JSON object".into(),
+        ));
+    };
+    let mut properties = serde_json::Map::new();
+    if let Some(live) = live {
+        let base = json(&live.metadata)?;
+        obj.insert(
+            "table-uuid".into(),
+            serde_json::Value::String(live.metadata.uuid().to_string()),
+        );
+        // The live table's log, plus the version this commit replaces (as any commit adds it).
+        let mut log = base
+            .get("metadata-log")
+            .and_then(|l| l.as_array())
+            .cloned()
+            .unwrap_or_default();
+        log.push(serde_json::json!({
+            "metadata-file": live.file,
+            "timestamp-ms": live.metadata.last_updated_ms(),
+        }));
+        obj.insert("metadata-log".into(), serde_json::Value::Array(log));
+        if let Some(p) = base.get("properties").and_then(|p| p.as_object()) {
+            properties = p.clone();
+        }
+    } else {
+        obj.insert("metadata-log".into(), serde_json::Value::Array(Vec::new()));
+        if let Some(p) = obj.get("properties").and_then(|p| p.as_object()) {
+            properties = p.clone();
+        }
+    }
+    properties.insert(
+        RESYNC_ID_PROPERTY.into(),
+        serde_json::Value::String(id.to_owned()),
+    );
+    obj.insert("properties".into(), serde_json::Value::Object(properties));
+    obj.insert(
+        "location".into(),
+        serde_json::Value::String(location.to_owned()),
+    );
+    let now = chrono::Utc::now()
+        .timestamp_millis()
+        .max(lineage.last_updated_ms())
+        .max(live.map_or(0, |l| l.metadata.last_updated_ms()));
+    obj.insert("last-updated-ms".into(), serde_json::Value::from(now));
+    serde_json::from_value(next).map_err(|e| corrupt(e.to_string()))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::collections::HashMap;
+
+    use iceberg::spec::{FormatVersion, NestedField, PrimitiveType, Schema, Type};
+
+    use super::*;
+    use crate::sinks::iceberg::commit::publish;
+
+    fn table(id: &TableId, location: &str, column: PrimitiveType, prop: &str) -> TableMetadata {
+        let schema = Schema::builder()
+            .with_schema_id(0)
+            .with_fields(vec![
+                Arc::new(NestedField::required(
+                    1,
+                    "id",
+                    Type::Primitive(PrimitiveType::Long),
+                )),
+                Arc::new(NestedField::optional(2, "v", Type::Primitive(column))),
+            ])
+            .build()
+            .unwrap();
+        let props = HashMap::from([("p".to_owned(), prop.to_owned())]);
+        publish::new_table(id, location, schema, FormatVersion::V3, props).unwrap()
+    }
+
+    /// The sink offers resync on the filesystem and SQL catalogs and refuses it on a REST catalog,
+    /// naming the way out.
+    #[tokio::test]
+    async fn a_rest_catalog_refuses_resync_naming_the_way_out() {
+        use crate::config::tests::MINIMAL;
+        use crate::config::{Config, SinkConfig};
+        use crate::sinks::Sink;
+        let sink = |section: &str| {
+            let text = format!("{MINIMAL}\n{section}\n");
+            let SinkConfig::Iceberg(ice) = Config::from_toml(&text, "p.toml").unwrap().sink else {
+                panic!("iceberg");
+            };
+            IcebergSink::new(&ice, "p").unwrap()
+        };
+        assert_eq!(sink("").resync_refusal(), None);
+        let sql = sink("[sink.catalog]\nkind = \"sql\"\nuri = \"sqlite:///tmp/c.db\"");
+        assert_eq!(sql.resync_refusal(), None);
+        let rest = sink("[sink.catalog]\nkind = \"rest\"\nuri = \"http://127.0.0.1:1\"");
+        let why = rest.resync_refusal().expect("refused");
+        assert!(
+            why.contains("REST catalog") && why.contains("start cdcd"),
+            "{why}"
+        );
+        let t = TableId::new("shop", "orders");
+        let e = rest.resync(&t, "abc").await.unwrap_err().to_string();
+        assert!(e.contains("shop.orders") && e.contains("REST"), "{e}");
+    }
+
+    /// The swap's metadata is the lineage's (its schema) as the live table: the live uuid,
+    /// location, properties and metadata log, plus the resync id.
+    #[test]
+    fn the_swap_keeps_the_live_identity_and_takes_the_lineage() {
+        let id = TableId::new("shop", "orders");
+        let location = "file:///wh/shop/orders";
+        let live = Loaded {
+            version: 7,
+            metadata: table(&id, location, PrimitiveType::Int, "live"),
+            file: format!("{location}/metadata/v7.metadata.json"),
+        };
+        let lineage_at = lineage_location(location, "abc");
+        assert_eq!(lineage_at, "file:///wh/shop/orders/resync-abc");
+        let lineage = table(&id, &lineage_at, PrimitiveType::String, "lineage");
+        let next = replaced(&id, Some(&live), &lineage, location, "abc").unwrap();
+        assert_eq!(next.location(), location);
+        assert_eq!(next.uuid(), live.metadata.uuid());
+        assert_eq!(next.properties().get("p").map(String::as_str), Some("live"));
+        assert_eq!(
+            next.properties()
+                .get(RESYNC_ID_PROPERTY)
+                .map(String::as_str),
+            Some("abc")
+        );
+        let log: Vec<&str> = next
+            .metadata_log()
+            .iter()
+            .map(|l| l.metadata_file.as_str())
+            .collect();
+        assert_eq!(log, vec![live.file.as_str()]);
+        let v = next.current_schema().field_by_name("v").unwrap();
+        assert_eq!(*v.field_type, Type::Primitive(PrimitiveType::String));
+
+        // No live table: the lineage becomes the table, with the id.
+        let first = replaced(&id, None, &lineage, location, "abc").unwrap();
+        assert_eq!(first.location(), location);
+        assert_eq!(first.uuid(), lineage.uuid());
+        assert!(first.metadata_log().is_empty());
+        assert_eq!(
+            first.properties().get("p").map(String::as_str),
+            Some("lineage")
+        );
+    }
+}

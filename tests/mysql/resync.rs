@@ -1,0 +1,152 @@
+//! End to end, `cdcd resync` from MariaDB (issue 20): a table copied again online into a new
+//! lineage beside the live one while both it and another table are written in MINIMAL and FULL
+//! images, `kill -9` in the middle of the resync's copy, and the swap: the table ends equal to
+//! the source (lakecheck: DuckDB against pymysql), the other table never stopped, and every
+//! metadata version of the live table is either the old lineage or the complete new one.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::postgres::resync::assert_swapped_in_one_step;
+use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
+use crate::support::{run_cdcd, unique};
+
+/// `rows` rows; `b` is a BLOB (MINIMAL images leave it out when unchanged).
+fn create_table(t: &str, rows: u64) -> String {
+    format!(
+        "CREATE TABLE {t} (id BIGINT PRIMARY KEY, v INT, s VARCHAR(40), b BLOB);
+         INSERT INTO {t} SELECT seq, seq % 1000, CONCAT('row ', seq), REPEAT('b', seq % 50)
+           FROM seq_1_to_{rows}"
+    )
+}
+
+/// One round of inserts, partial updates, deletes (MINIMAL session) and a key change (FULL).
+fn writes(t: &str, round: u64, rows: u64) -> (String, String) {
+    let at = |k: u64| (round * 7919 + k * 104_729) % rows + 1;
+    let mut minimal = String::from("BEGIN;\n");
+    minimal += &format!(
+        "INSERT INTO {t} SELECT {base} + seq, seq, 'new', 'nb' FROM seq_1_to_10;\n",
+        base = 10_000_000 + round * 100
+    );
+    for k in 0..6 {
+        let id = at(k);
+        match k % 3 {
+            0 => minimal += &format!("UPDATE {t} SET v = v + 1 WHERE id = {id};\n"),
+            1 => minimal += &format!("DELETE FROM {t} WHERE id = {id};\n"),
+            _ => minimal += &format!("UPDATE {t} SET s = 'upd' WHERE id = {id};\n"),
+        }
+    }
+    minimal += "COMMIT;";
+    let id = at(9);
+    let full = format!("UPDATE {t} SET id = id + 20000000 WHERE id = {id} AND id < 20000000");
+    (minimal, full)
+}
+
+async fn write_until(url: String, t: String, rows: u64, stop: Arc<AtomicBool>) -> u64 {
+    let mut minimal = my_connect(&url).await;
+    my_exec(&mut minimal, "SET SESSION binlog_row_image = 'MINIMAL'").await;
+    let mut full = my_connect(&url).await;
+    my_exec(&mut full, "SET SESSION binlog_row_image = 'FULL'").await;
+    let mut round = 0;
+    while !stop.load(Ordering::Relaxed) {
+        round += 1;
+        let (m, f) = writes(&t, round, rows);
+        my_exec(&mut minimal, &m).await;
+        my_exec(&mut full, &f).await;
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    round
+}
+
+async fn wait_for(p: &mut MyPipeline, what: &str, timeout: Duration, ready: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !ready(&p.output()) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            p.wait_exit(Duration::from_millis(50)).await.is_none(),
+            "cdcd exited while waiting for {what}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mariadb_table_is_resynced_online_through_a_kill() {
+    let Some(env) = my_env("a_mariadb_table_is_resynced_online_through_a_kill") else {
+        return;
+    };
+    let name = unique("myrsync");
+    let rows = 150_000;
+    let mut p = MyPipeline::new(&env, &name, "initial", "").await;
+    let hash = name
+        .bytes()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    p.server_id = 200_000 + hash % 1_000_000;
+    p.write_config("initial", "");
+    let text = std::fs::read_to_string(&p.config).unwrap();
+    let text = text
+        .replacen("[source]\n", "[source]\nsnapshot_chunk_rows = 5000\n", 1)
+        .replacen(
+            "[pipeline]\n",
+            "[pipeline]\nsnapshot_commit_rows = 5000\n",
+            1,
+        );
+    std::fs::write(&p.config, text).unwrap();
+    let url = env.url_for(&p.db);
+    let mut c = my_connect(&url).await;
+    my_exec(&mut c, &create_table("o", 2_000)).await;
+    my_exec(&mut c, &create_table("t", rows)).await;
+    p.start();
+    p.assert_equal("o", 120).await;
+    p.assert_equal("t", 240).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let wt = tokio::spawn(write_until(url.clone(), "t".into(), rows, stop.clone()));
+    let wo = tokio::spawn(write_until(url.clone(), "o".into(), 2_000, stop.clone()));
+    let (ok, out) = run_cdcd(&["resync", "--table", &format!("{}.t", p.db)], &p.config);
+    assert!(ok && out.contains("requested"), "{out}");
+    let copy_commits = |o: &str| {
+        o.split("resync under way").nth(1).map_or(0, |after| {
+            after
+                .lines()
+                .filter(|l| l.contains("committed") && l.contains(".t "))
+                .count()
+        })
+    };
+    wait_for(
+        &mut p,
+        "two commits of the resync's copy",
+        Duration::from_secs(240),
+        |o| copy_commits(o) >= 2,
+    )
+    .await;
+    assert!(
+        !p.output().contains("resync finished"),
+        "the resync ended before the kill; make the table bigger"
+    );
+    eprintln!("kill -9 in the middle of the resync");
+    p.kill9();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    p.start();
+    wait_for(
+        &mut p,
+        "the resumed resync",
+        Duration::from_secs(300),
+        |o| crate::support::start_output(o, 2).contains("resync finished"),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.store(true, Ordering::Relaxed);
+    let rounds = (wt.await.unwrap(), wo.await.unwrap());
+    eprintln!("{rounds:?} write rounds to t and o");
+    let out = crate::support::start_output(&p.output(), 2);
+    assert!(
+        out.contains("resuming an interrupted initial copy"),
+        "the restart did not resume the lineage's copy:\n{out}"
+    );
+    p.assert_equal("o", 240).await;
+    p.assert_equal("t", 240).await;
+    assert_swapped_in_one_step(&p.table_dir("t"));
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0));
+}
