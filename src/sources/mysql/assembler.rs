@@ -365,7 +365,7 @@ impl Assembler {
         for name in &key {
             let Some(c) = columns.iter_mut().find(|c| &c.name == name) else {
                 return Err(stop(format!(
-                    "key column {name} is renamed or dropped: the key changes (copy the table again under its new shape: drop its lake table and restart)"
+                    "key column {name} is renamed or dropped: the key changes"
                 )));
             };
             // MySQL keeps PRIMARY KEY columns NOT NULL whatever MODIFY says; a key of
@@ -399,7 +399,7 @@ impl Assembler {
                 old.is_some_and(|i| before_columns.get(i).is_some_and(|c| c.name != column.name));
             if (old.is_none() || renamed) && before.dropped.contains(&column.name) {
                 return Err(stop(format!(
-                    "column {} takes the name of a column dropped earlier, which the lake cannot tell apart from it (copy the table again: drop its lake table and restart)",
+                    "column {} takes the name of a column dropped earlier, which the lake cannot tell apart from it",
                     column.name
                 )));
             }

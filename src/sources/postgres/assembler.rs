@@ -122,6 +122,9 @@ struct Catalog {
     dropped: HashMap<TableId, Vec<(String, Lsn)>>,
     /// `former` or `dropped` changed since the source last saved them.
     former_changed: bool,
+    /// Tables copied anew in this run (`Resume::copy`): their lake table is created from their
+    /// current shape, so a column under a dropped column's name is no reason to stop.
+    copied_now: HashSet<TableId>,
 }
 
 struct CapturedRel {
@@ -158,6 +161,7 @@ impl Assembler {
                 former: HashMap::new(),
                 dropped: HashMap::new(),
                 former_changed: false,
+                copied_now: HashSet::new(),
             },
             open: None,
             changes: Changes::default(),
@@ -192,6 +196,11 @@ impl Assembler {
             .iter()
             .find(|(_, t)| **t == table)
             .map(|(&captured, _)| (rel.oid, captured))
+    }
+
+    /// The tables copied anew in this run (`Resume::copy`).
+    pub fn copied_now(&mut self, tables: HashSet<TableId>) {
+        self.catalog.copied_now = tables;
     }
 
     /// The captured tables' former column names and dropped columns as the source saved them
@@ -530,9 +539,9 @@ impl Catalog {
             }
             None if self.captured.contains(&table) && self.oids.values().any(|t| *t == table) => {
                 return Err(SourceError::Table {
-                    table,
+                    table: table.clone(),
                     detail: format!(
-                        "the table was dropped and created again (its oid is now {}); its lake table still holds the old table's rows: drop the lake table and restart cdcd to copy it anew",
+                        "the table was dropped and created again (its oid is now {}); its lake table still holds the old table's rows: copy it anew with `cdcd resync --table {table}` (or drop its lake table and restart cdcd)",
                         rel.oid
                     ),
                 });
@@ -568,15 +577,19 @@ impl Catalog {
                     old.columns.get(i)?.initial_default.clone()
                 });
         }
-        if let (Some(at), Some(dropped)) = (at, self.dropped.get(&table)) {
+        let dropped = self
+            .dropped
+            .get(&table)
+            .filter(|_| !self.copied_now.contains(&table));
+        if let (Some(at), Some(dropped)) = (at, dropped) {
             if let Some((name, _)) = dropped
                 .iter()
                 .find(|(name, lsn)| *lsn < at && rel.columns.iter().any(|c| c.name == *name))
             {
                 return Err(SourceError::Table {
-                    table,
+                    table: table.clone(),
                     detail: format!(
-                        "column {name} takes the name of a column dropped earlier, which the lake cannot tell apart from it (copy the table again: drop its lake table and restart)"
+                        "column {name} takes the name of a column dropped earlier, which the lake cannot tell apart from it: copy the table again with `cdcd resync --table {table}` (or drop its lake table and restart cdcd)"
                     ),
                 });
             }

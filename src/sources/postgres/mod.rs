@@ -356,6 +356,8 @@ impl Source for PostgresSource {
             state.keys.clone(),
         );
         assembler.set_table_oids(oids);
+        // Copied now, from their current shape: a replay of their older DDL is no reason to stop.
+        assembler.copied_now(resume.copy.iter().map(|c| c.table.clone()).collect());
         if let Some((_, recorded)) = &saved {
             assembler.seed_ddl(recorded.ddl(&state.tables));
         }
@@ -673,17 +675,22 @@ async fn check_table_oids(
         let copying: Vec<TableId> = resume.copy.iter().map(|c| c.table.clone()).collect();
         if let Some((table, was, now)) = recorded.recreated(oids, &copying).into_iter().next() {
             return Err(SourceError::Table {
-                table,
+                table: table.clone(),
                 detail: format!(
-                    "the table was dropped and created again since cdcd last streamed it (oid {was}, now {now}): changes the new table had before it joined the publication were never published, and its lake table still holds the old table's rows. Copy it anew: drop its lake table and restart cdcd"
+                    "the table was dropped and created again since cdcd last streamed it (oid {was}, now {now}): changes the new table had before it joined the publication were never published, and its lake table still holds the old table's rows. Copy it anew: `cdcd resync --table {table}`, then start cdcd (or drop its lake table and restart cdcd)"
                 ),
             });
         }
     }
     let before = recorded.clone();
+    // A table copied now is created from its current shape: what the DDL trigger said of its
+    // past no longer applies to it.
     if resume.snapshot {
         recorded.former_names.clear();
         recorded.dropped_columns.clear();
+    }
+    for copy in &resume.copy {
+        recorded.forget_ddl(&copy.table);
     }
     recorded.record(oids);
     if recorded != before {

@@ -104,6 +104,12 @@ impl PgSourceState {
         }
     }
 
+    /// Forgets what the DDL trigger said of `table` (it is copied anew).
+    pub fn forget_ddl(&mut self, table: &TableId) {
+        self.former_names.remove(&table.to_string());
+        self.dropped_columns.remove(&table.to_string());
+    }
+
     /// Records `current` (tables no longer captured keep their entry: they may come back).
     pub fn record(&mut self, current: &HashMap<u32, TableId>) {
         for (&oid, table) in current {
