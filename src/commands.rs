@@ -106,7 +106,13 @@ fn build_sink(config: &Config, fence: Option<Fence>) -> Result<Arc<dyn Sink>, Co
     if let Some(fence) = fence {
         warehouse = warehouse.fenced(fence);
     }
-    crate::sinks::build(&config.sink, &config.pipeline, warehouse).map_err(|e| Box::new(e).into())
+    crate::sinks::build(
+        &config.sink,
+        &config.pipeline,
+        warehouse,
+        config.schema_change,
+    )
+    .map_err(|e| Box::new(e).into())
 }
 
 /// The configured warehouse with `[sink.s3]` applied.

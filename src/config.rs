@@ -140,6 +140,19 @@ pub struct RawConfig {
     pub metrics: RawMetrics,
 }
 
+/// `source.schema_change`: what a schema change of a captured table does (either source).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SchemaChange {
+    /// The lake's table follows the changes it can express (README, "Schema changes"); the
+    /// others stop cdcd.
+    #[default]
+    Evolve,
+    /// Every change of a lake table's schema stops cdcd before the transaction that needs it,
+    /// naming the table and the change: for pipelines whose lake schema is changed only by hand.
+    Stop,
+}
+
 /// How existing rows are handled when a pipeline starts on a table for the first time
 /// (`source.snapshot`, either source).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -275,6 +288,8 @@ pub struct Config {
     pub snapshot_commit_rows: usize,
     pub source: SourceConfig,
     pub sink: SinkConfig,
+    /// `source.schema_change`.
+    pub schema_change: SchemaChange,
     pub metrics_listen: Option<String>,
     /// `[sink.s3]`: how to reach an `s3://` warehouse (unset keys come from `AWS_*`).
     pub s3: S3Config,
@@ -329,6 +344,10 @@ impl RawConfig {
             pipeline: &pipeline.name,
             spill_dir: self.pipeline.spill_dir.as_deref(),
         };
+        let schema_change = match &self.source {
+            RawSource::Postgres(raw) => raw.schema_change,
+            RawSource::Mysql(raw) => raw.schema_change,
+        };
         let source = match self.source {
             RawSource::Postgres(raw) => SourceConfig::Postgres(raw.validate(&ctx)?),
             RawSource::Mysql(raw) => SourceConfig::MySql(raw.validate(&ctx)?),
@@ -362,6 +381,7 @@ impl RawConfig {
             snapshot_commit_rows: self.pipeline.snapshot_commit_rows,
             source,
             sink,
+            schema_change,
             metrics_listen: self.metrics.listen,
             s3,
             lease_ttl_ms: self.pipeline.lease_ttl_ms,
@@ -533,6 +553,20 @@ warehouse = "/tmp/wh"
         );
         let err = Config::from_toml(&zero, "p.toml").unwrap_err().to_string();
         assert!(err.contains("pipeline.snapshot_commit_rows"), "{err}");
+    }
+
+    #[test]
+    fn schema_change_defaults_to_evolve_and_takes_stop() {
+        let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
+        assert_eq!(c.schema_change, SchemaChange::Evolve);
+        let stop = MINIMAL.replace("[source]", "[source]\nschema_change = \"stop\"");
+        assert_eq!(
+            Config::from_toml(&stop, "p.toml").unwrap().schema_change,
+            SchemaChange::Stop
+        );
+        let bad = MINIMAL.replace("[source]", "[source]\nschema_change = \"ignore\"");
+        let err = Config::from_toml(&bad, "p.toml").unwrap_err().to_string();
+        assert!(err.contains("source.schema_change"), "{err}");
     }
 
     #[test]

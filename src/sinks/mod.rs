@@ -105,12 +105,18 @@ pub fn build(
     config: &SinkConfig,
     pipeline: &str,
     warehouse: Warehouse,
+    schema_change: crate::config::SchemaChange,
 ) -> Result<Arc<dyn Sink>, SinkError> {
     Ok(match config {
-        SinkConfig::Iceberg(iceberg) => {
-            Arc::new(iceberg::IcebergSink::new(iceberg, pipeline)?.with_warehouse(warehouse))
-        }
-        SinkConfig::Lsm(lsm) => Arc::new(lsm::LsmSink::with_warehouse(lsm, pipeline, warehouse)),
+        SinkConfig::Iceberg(iceberg) => Arc::new(
+            iceberg::IcebergSink::new(iceberg, pipeline)?
+                .with_warehouse(warehouse)
+                .with_schema_change(schema_change),
+        ),
+        SinkConfig::Lsm(lsm) => Arc::new(
+            lsm::LsmSink::with_warehouse(lsm, pipeline, warehouse)
+                .with_schema_change(schema_change),
+        ),
     })
 }
 

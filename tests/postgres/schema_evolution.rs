@@ -715,3 +715,72 @@ async fn equal(p: &mut Pipeline, table: &str, lsm: bool) {
         assert_equal_both(p, table).await;
     }
 }
+
+/// `source.schema_change = "stop"`: an `ADD COLUMN` stops cdcd before the first transaction that
+/// needs it, naming the table, the change and the setting; the lake keeps the rows before it,
+/// under its old schema. Changes that leave the lake's schema alone (`varchar(10)` →
+/// `varchar(20)`) go on. Iceberg and Paimon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_change_stop_keeps_the_lake_schema() {
+    let Some(env) = test_env("schema_change_stop_keeps_the_lake_schema") else {
+        return;
+    };
+    for lsm in [false, true] {
+        if lsm && std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality") {
+            continue;
+        }
+        let a = unique(if lsm { "sstopl" } else { "sstop" });
+        let client = connect(&env.pg_url).await;
+        exec(
+            &client,
+            &format!(
+                "DROP TABLE IF EXISTS {a}, {a}_before;
+                 CREATE TABLE {a} (id int4 PRIMARY KEY, v varchar(10));
+                 INSERT INTO {a} SELECT g, 'v' || g FROM generate_series(1, 50) g;"
+            ),
+        )
+        .await;
+        let settings = Settings {
+            source_extra: "schema_change = \"stop\"".into(),
+            ..Settings::default()
+        };
+        let mut p = if lsm {
+            Pipeline::new_lsm(&env, &a, &[&a], &settings, 2)
+        } else {
+            Pipeline::new(&env, &a, &[&a], &settings)
+        };
+        p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {a}_before"));
+        p.start();
+        p.wait_slot_active(&client, Duration::from_secs(120)).await;
+        exec(
+            &client,
+            &format!(
+                "ALTER TABLE {a} ALTER COLUMN v TYPE varchar(20);
+                 UPDATE {a} SET v = 'longer value' WHERE id = 1;"
+            ),
+        )
+        .await;
+        p.assert_equal(&a, 60).await;
+        exec(
+            &client,
+            &format!("ALTER TABLE {a} ADD COLUMN w int4; INSERT INTO {a} VALUES (51, 'new', 51);"),
+        )
+        .await;
+        let status = p.wait_exit(Duration::from_secs(60)).await;
+        assert!(!status.success(), "cdcd must stop, got {status}");
+        let out = p.output();
+        assert!(
+            out.contains(&format!("public.{a}"))
+                && (lsm || out.contains("column w added"))
+                && out.contains("source.schema_change = \"stop\""),
+            "the stop names the table, the change and the setting:\n{out}"
+        );
+        if !lsm {
+            let fields: Vec<String> = current_fields(&current_metadata(&p.table_dir(&a)))
+                .into_iter()
+                .map(|f| f.0)
+                .collect();
+            assert_eq!(fields, ["id", "v"], "the lake's schema is unchanged");
+        }
+    }
+}

@@ -35,7 +35,7 @@ use iceberg::spec::{FormatVersion, TableMetadata};
 
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
-use crate::config::{DeleteMode, IcebergConfig};
+use crate::config::{DeleteMode, IcebergConfig, SchemaChange};
 use crate::sinks::{
     CommitStats, MaintenanceReport, ResyncState, Sink, SinkError, TableCommit, TableFiles,
     TableStatus,
@@ -97,6 +97,8 @@ pub struct IcebergSink {
     slots: Mutex<HashMap<TableId, Slot>>,
     /// `[sink.table_properties]`: set on the tables this sink creates.
     table_properties: BTreeMap<String, String>,
+    /// `source.schema_change`.
+    schema_change: SchemaChange,
     /// How often the daemon runs a maintenance cycle (`None`: never).
     maintenance_interval: Option<Duration>,
     /// One maintenance cycle at a time; what cycles keep between them.
@@ -145,7 +147,14 @@ impl IcebergSink {
             said_no_transactions: std::sync::atomic::AtomicBool::new(false),
             resyncs: Mutex::new(HashMap::new()),
             lineage_catalog: Catalog::Filesystem,
+            schema_change: SchemaChange::Evolve,
         })
+    }
+
+    /// `source.schema_change`: with `stop`, a commit that would change a table's schema fails.
+    pub fn with_schema_change(mut self, schema_change: SchemaChange) -> IcebergSink {
+        self.schema_change = schema_change;
+        self
     }
 
     /// Writes through `warehouse` (opened with `[sink.s3]` settings) instead of the store opened
@@ -371,6 +380,7 @@ impl IcebergSink {
             warehouse: &self.warehouse,
             index_location: self.index_location(table),
             limits: self.limits,
+            schema_change: self.schema_change,
         };
         let mut delta = RowDelta::new(target, input, base, &wanted)?;
         let mut cached = slot

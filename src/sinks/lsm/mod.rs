@@ -112,6 +112,8 @@ struct Inner {
     pipeline: String,
     compaction: compaction::Options,
     tables: Mutex<HashMap<TableId, Arc<Handle>>>,
+    /// `source.schema_change`: with `stop`, a commit that would change a table's schema fails.
+    schema_change: crate::config::SchemaChange,
 }
 
 /// Writes Paimon primary-key tables under one warehouse for one pipeline.
@@ -165,8 +167,18 @@ impl LsmSink {
                     ..compaction::Options::default()
                 },
                 tables: Mutex::new(HashMap::new()),
+                schema_change: crate::config::SchemaChange::Evolve,
             }),
         }
+    }
+
+    /// `source.schema_change`: with `stop`, a commit that would change a table's schema fails.
+    /// Set before the sink is shared.
+    pub fn with_schema_change(mut self, schema_change: crate::config::SchemaChange) -> LsmSink {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.schema_change = schema_change;
+        }
+        self
     }
 
     /// `<warehouse>/<namespace>.db/<table>`; namespace = the configured one or the source schema.
@@ -576,6 +588,18 @@ impl Inner {
             }
         };
         if let schema::Evolution::To(next) = &evolution {
+            if self.schema_change == crate::config::SchemaChange::Stop {
+                let detail = slot
+                    .as_ref()
+                    .and_then(|state| schema::difference(&state.schema, next))
+                    .unwrap_or_default();
+                return Err(SinkError::SchemaChanged {
+                    table: table.clone(),
+                    detail: format!(
+                        "{detail}; source.schema_change = \"stop\" keeps the lake's schema as it is (change it by hand, or set schema_change = \"evolve\")"
+                    ),
+                });
+            }
             let location = self.table_location(table);
             // A name an earlier schema had: cdcd reads older files by name (lookups,
             // compaction), so a dropped column's old values would show through.

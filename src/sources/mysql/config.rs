@@ -63,6 +63,10 @@ pub struct RawMySql {
     /// `binlog_row_image = FULL` (a MINIMAL before image may leave them out).
     #[serde(default)]
     pub key_columns: std::collections::BTreeMap<String, Vec<String>>,
+    /// What a schema change of a captured table does: `evolve` the lake's table (default) or
+    /// `stop` cdcd before the change's transaction.
+    #[serde(default)]
+    pub schema_change: crate::config::SchemaChange,
 }
 
 impl fmt::Debug for RawMySql {

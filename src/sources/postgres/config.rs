@@ -69,6 +69,10 @@ pub struct RawPostgres {
     /// in the data, and the table needs REPLICA IDENTITY FULL.
     #[serde(default)]
     pub key_columns: std::collections::BTreeMap<String, Vec<String>>,
+    /// What a schema change of a captured table does: `evolve` the lake's table (default) or
+    /// `stop` cdcd before the change's transaction.
+    #[serde(default)]
+    pub schema_change: crate::config::SchemaChange,
 }
 
 impl fmt::Debug for RawPostgres {

@@ -69,6 +69,8 @@ pub(super) struct Target<'a> {
     pub warehouse: &'a Warehouse,
     pub index_location: String,
     pub limits: FileLimits,
+    /// `source.schema_change`: with `stop`, a commit that would change the schema fails.
+    pub schema_change: crate::config::SchemaChange,
 }
 
 /// The table's state cached between commits, as one commit reads and advances it (the sink's
@@ -249,6 +251,14 @@ impl<'a> RowDelta<'a> {
         let loaded = Arc::clone(&base);
         let base = match schema::schema_difference(base.metadata.current_schema(), wanted) {
             None => base,
+            Some(detail) if target.schema_change == crate::config::SchemaChange::Stop => {
+                return Err(SinkError::SchemaChanged {
+                    table: input.schema.id.clone(),
+                    detail: format!(
+                        "{detail}; source.schema_change = \"stop\" keeps the lake's schema as it is (change it by hand, or set schema_change = \"evolve\")"
+                    ),
+                });
+            }
             Some(detail) => match schema::evolve(&base.metadata, wanted, input.schema) {
                 Some(next) => {
                     tracing::info!(table = %input.schema.id, change = %detail, schema_id = next.schema_id(), "evolving the table's schema");
