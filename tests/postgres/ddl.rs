@@ -371,6 +371,47 @@ async fn a_renamed_or_recreated_table_stops_cdcd() {
     }
 }
 
+/// A captured table renamed away and a new table created under its name, published, written:
+/// only the new table's Relation messages arrive (the captured oid still exists, under another
+/// name). They are never taken for an older table of the name and skipped: cdcd stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_taking_a_captured_tables_name_stops_cdcd() {
+    let Some(env) = test_env("a_table_taking_a_captured_tables_name_stops_cdcd") else {
+        return;
+    };
+    let name = unique("ddltk");
+    let (a, b) = (format!("{name}_a"), format!("{name}_b"));
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_tables(&a, &b)).await;
+    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}, {a}_old"));
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    exec(
+        &client,
+        &format!("UPDATE {b} SET v = 'kept' WHERE id <= 10"),
+    )
+    .await;
+    p.assert_equal(&b, 60).await;
+    exec(
+        &client,
+        &format!(
+            "ALTER TABLE {a} RENAME TO {a}_old; CREATE TABLE {a} (LIKE {a}_old INCLUDING ALL);
+             ALTER PUBLICATION {publication} ADD TABLE {a};",
+            publication = p.publication
+        ),
+    )
+    .await;
+    exec(&client, &format!("INSERT INTO {a} VALUES (1, 'new')")).await;
+    let status = p.wait_exit(Duration::from_secs(60)).await;
+    assert!(!status.success(), "cdcd must stop, got {status}");
+    let out = p.output();
+    assert!(
+        out.contains("dropped and created again") && out.contains(&format!("public.{a}")),
+        "the stop names the table:\n{out}"
+    );
+}
+
 /// lakecheck of source table `public.<source>` against the lake table `<lake>`.
 async fn lakecheck_against(p: &Pipeline, source: &str, lake: &str) -> (Option<i32>, String) {
     let out = tokio::process::Command::new(&p.env.python)

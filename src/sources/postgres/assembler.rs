@@ -177,9 +177,10 @@ impl Assembler {
 
     /// A Relation message in `payload` naming a captured table under an oid other than the one
     /// the table had when the stream started: `(its oid, the captured oid)`. The caller asks the
-    /// catalog whether the captured oid still exists: then the message is of an older table of
-    /// that name ([`Self::mark_stale`]); if not, the captured table was dropped and created again
-    /// since the stream started, which stops cdcd when the message is applied.
+    /// catalog whether the captured oid still has that name: then the message is of an older
+    /// table of that name ([`Self::mark_stale`]); if not, the captured table was dropped (or
+    /// renamed away) and another one took its name since the stream started, which stops cdcd
+    /// when the message is applied, never skips the other table's changes.
     pub fn foreign_relation(&self, payload: &[u8]) -> Option<(u32, u32)> {
         if payload.first() != Some(&b'R') {
             return None;
@@ -221,6 +222,11 @@ impl Assembler {
             former: self.catalog.former.clone(),
             dropped: self.catalog.dropped.clone(),
         })
+    }
+
+    /// The captured table whose oid was `oid` when the stream started.
+    pub fn captured_table(&self, oid: u32) -> Option<&TableId> {
+        self.catalog.oids.get(&oid)
     }
 
     /// Marks `oid` as an older table named like a captured one: its changes are skipped.
@@ -541,7 +547,7 @@ impl Catalog {
                 return Err(SourceError::Table {
                     table: table.clone(),
                     detail: format!(
-                        "the table was dropped and created again (its oid is now {}); its lake table still holds the old table's rows: copy it anew with `cdcd resync --table {table}` (or drop its lake table and restart cdcd)",
+                        "the table was dropped and created again, or renamed away and another created under its name (its oid is now {}); its lake table still holds the old table's rows: copy it anew with `cdcd resync --table {table}` (or drop its lake table and restart cdcd)",
                         rel.oid
                     ),
                 });

@@ -79,12 +79,13 @@ pub async fn table_oids(
         .collect())
 }
 
-/// Whether a relation with `oid` exists now.
-pub async fn oid_exists(client: &Client, oid: u32) -> Result<bool, SourceError> {
+/// Whether the relation with `oid` exists now and is named `table`.
+pub async fn oid_is_named(client: &Client, oid: u32, table: &TableId) -> Result<bool, SourceError> {
     let row = client
         .query_one(
-            "SELECT EXISTS (SELECT 1 FROM pg_class WHERE oid = $1)",
-            &[&oid],
+            "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                            WHERE c.oid = $1 AND n.nspname = $2 AND c.relname = $3)",
+            &[&oid, &table.namespace, &table.name],
         )
         .await
         .map_err(|e| server("looking up a relation's oid", &e))?;

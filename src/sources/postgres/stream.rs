@@ -107,8 +107,13 @@ impl Streaming<'_> {
                     self.assembler.add_types(&missing, found);
                 }
                 if let Some((oid, captured)) = self.assembler.foreign_relation(&data) {
-                    if catalog::oid_exists(self.client, captured).await? {
-                        self.assembler.mark_stale(oid);
+                    // The captured table still under its name: `oid` is an older table of that
+                    // name (a replay). Otherwise another table took the name: a stop, not a skip.
+                    let table = self.assembler.captured_table(captured).cloned();
+                    if let Some(table) = table {
+                        if catalog::oid_is_named(self.client, captured, &table).await? {
+                            self.assembler.mark_stale(oid);
+                        }
                     }
                 }
                 if let Some((oid, table, added)) = self.assembler.added_columns(&data) {
