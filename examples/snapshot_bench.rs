@@ -103,6 +103,7 @@ async fn main() -> Result<(), Error> {
         start: None,
         snapshot: true,
         copy: Vec::new(),
+        copy_only: false,
     };
     let run = tokio::spawn(Box::new(source).run(resume, tx, ack_rx, shutdown.clone()));
     let (mut copied, mut arrow_bytes) = (0u64, 0u64);

@@ -15,8 +15,8 @@ use crate::checkpoint::progress::{ProgressError, ProgressStore};
 use crate::checkpoint::resync::{Requested, ResyncError, ResyncStore};
 use crate::checkpoint::source_state::{SourceStateFile, SOURCE_STATE_FILE};
 use crate::config::{Config, SnapshotMode};
-use crate::pipeline::{self, PipelineError, Settings};
-use crate::sinks::{MaintenanceReport, Sink, SinkError};
+use crate::pipeline::{self, PipelineError, ResyncPlan, Settings};
+use crate::sinks::{MaintenanceReport, ResyncMode, Sink, SinkError};
 use crate::sources::{Source, SourceError};
 use crate::storage::cleanup::{CleanupError, TableCleanup};
 use crate::storage::{Fence, StorageError, Warehouse};
@@ -88,6 +88,8 @@ fn settings(config: &Config, source: &dyn Source) -> Settings {
         progress: None,
         source_state: None,
         resync: None,
+        resyncs: None,
+        ack_hold: None,
     }
 }
 
@@ -110,7 +112,7 @@ fn build_sink(config: &Config, fence: Option<Fence>) -> Result<Arc<dyn Sink>, Co
         &config.sink,
         &config.pipeline,
         warehouse,
-        config.schema_change,
+        config.schema_change.clone(),
     )
     .map_err(|e| Box::new(e).into())
 }
@@ -167,24 +169,56 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
     ));
     let outcome = {
         let pipeline = async {
-            // A round is one run of the pipeline; a new resync request ends it cleanly (what is
-            // buffered is committed) and the next round starts with the table marked.
+            // A round is one run of the pipeline. It takes on the resync requests in `plan`
+            // (at the first start: every request there is, copied before streaming resumes);
+            // one made while it runs gets a copy job beside it (`pipeline/resync.rs`), whose end
+            // ends the round cleanly (what is buffered is committed), and the next round
+            // replays the table into its lineage.
+            let mut plan = ResyncPlan::default();
+            for request in resync.list().await.map_err(PipelineError::from)? {
+                plan.modes.insert(request.id, ResyncMode::SwapAtCopyEnd);
+            }
             loop {
-                let known = resync.list().await.map_err(PipelineError::from)?;
                 let round = shutdown.child_token();
-                let _watch = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
-                    watch_resync_requests(resync.clone(), known, round.clone()),
-                ));
+                let hold = pipeline::AckHold::default();
+                let outcome = Arc::new(std::sync::Mutex::new(None));
+                let watch = ResyncWatch {
+                    store: resync.clone(),
+                    known: plan.modes.keys().cloned().collect(),
+                    round: round.clone(),
+                    hold: hold.clone(),
+                    config: config.clone(),
+                    fence: fence.clone(),
+                    outcome: Arc::clone(&outcome),
+                };
+                let _watch = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(watch.run()));
                 let source = crate::sources::build(&config.source);
                 let mut settings = settings(config, source.as_ref());
                 settings.progress = Some(progress.clone());
                 settings.source_state = Some(source_state.clone());
                 settings.resync = Some(resync.clone());
+                settings.resyncs = Some(plan.clone());
+                settings.ack_hold = Some(hold);
                 pipeline::run(source, Arc::clone(&sink), settings, round.clone()).await?;
                 if shutdown.is_cancelled() || !round.is_cancelled() {
-                    return Ok::<(), PipelineError>(());
+                    return Ok::<(), CommandError>(());
                 }
-                tracing::info!("restarting the pipeline to start a requested resync");
+                let taken = outcome.lock().unwrap_or_else(|p| p.into_inner()).take();
+                match taken {
+                    Some(OnlineResync::Copied { id, table, schema }) => {
+                        plan.modes.insert(id, ResyncMode::SwapWhenCaughtUp);
+                        if let Some(schema) = schema {
+                            plan.schemas.insert(table, schema);
+                        }
+                        tracing::info!("restarting the pipeline: a resync's copy is complete, its table's changes since now replay into the new lineage");
+                    }
+                    Some(OnlineResync::AtStart { id }) => {
+                        plan.modes.insert(id, ResyncMode::SwapAtCopyEnd);
+                        tracing::info!("restarting the pipeline to start a requested resync");
+                    }
+                    Some(OnlineResync::Failed(e)) => return Err(e),
+                    None => tracing::info!("restarting the pipeline"),
+                }
             }
         };
         let keep = lease.keep(&renewing);
@@ -201,6 +235,7 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
             done = &mut pipeline => done,
         }
     };
+    let outcome: Result<(), CommandError> = outcome;
     // A pipeline that failed because the fence refused its writes lost the lease: say that,
     // not which write was refused (that is in the log), and do not release what is not ours.
     if outcome.is_err() {
@@ -214,28 +249,95 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
     Ok(())
 }
 
-/// Ends a pipeline round (`round`) once a resync request appears that was not there when it
-/// started (`known`), so the next round starts it; an unreadable folder is retried.
-async fn watch_resync_requests(
+/// What the watcher did about a resync requested while a round ran.
+enum OnlineResync {
+    /// Its copy job filled the lineage, complete at the position the round was held at.
+    Copied {
+        id: String,
+        table: TableId,
+        schema: Option<Arc<crate::changelog::TableSchema>>,
+    },
+    /// The round had no position to hold at yet: the next round copies it before streaming.
+    AtStart {
+        id: String,
+    },
+    Failed(CommandError),
+}
+
+/// Watches `_cdcd/<pipeline>/resync/` during a round: the first request the round did not take
+/// on gets a copy job beside it (`pipeline::copy_for_resync`), with the round's
+/// acknowledgements held where the copy is declared complete; once the job is done, the round
+/// ends so the next one replays the table into its lineage. An unreadable folder is retried.
+struct ResyncWatch {
     store: ResyncStore,
-    known: Vec<crate::checkpoint::resync::ResyncRequest>,
+    known: Vec<String>,
     round: CancellationToken,
-) {
-    loop {
-        tokio::select! {
-            _ = round.cancelled() => return,
-            _ = tokio::time::sleep(RESYNC_POLL) => {}
-        }
-        match store.list().await {
-            Ok(now) => {
-                if let Some(new) = now.iter().find(|r| !known.iter().any(|k| k.id == r.id)) {
-                    tracing::info!(table = %new.table(), id = %new.id, "a resync was requested: committing what is buffered and restarting the pipeline with the table marked");
-                    round.cancel();
-                    return;
-                }
+    hold: pipeline::AckHold,
+    config: Config,
+    fence: Fence,
+    outcome: Arc<std::sync::Mutex<Option<OnlineResync>>>,
+}
+
+impl ResyncWatch {
+    async fn run(mut self) {
+        loop {
+            tokio::select! {
+                _ = self.round.cancelled() => return,
+                _ = tokio::time::sleep(RESYNC_POLL) => {}
             }
-            Err(e) => tracing::warn!(error = %e, "cannot read the resync requests; trying again"),
+            let new = match self.store.list().await {
+                Ok(now) => now.into_iter().find(|r| !self.known.contains(&r.id)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the resync requests; trying again");
+                    continue;
+                }
+            };
+            let Some(request) = new else {
+                continue;
+            };
+            tracing::info!(table = %request.table(), id = %request.id, "a resync was requested");
+            let outcome = match self.hold.hold() {
+                None => OnlineResync::AtStart { id: request.id },
+                Some(at) => match self.copy(&request, at).await {
+                    Ok(pipeline::ResyncCopy::Complete(schema)) => OnlineResync::Copied {
+                        table: request.table(),
+                        id: request.id,
+                        schema,
+                    },
+                    Ok(pipeline::ResyncCopy::Stopped) => return,
+                    Ok(pipeline::ResyncCopy::Nothing) => {
+                        self.hold.release();
+                        self.known.push(request.id);
+                        continue;
+                    }
+                    Err(e) => OnlineResync::Failed(e),
+                },
+            };
+            *self.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
+            self.round.cancel();
+            return;
         }
+    }
+
+    /// The copy job, through a source and a sink of its own.
+    async fn copy(
+        &self,
+        request: &crate::checkpoint::resync::ResyncRequest,
+        at: crate::changelog::Position,
+    ) -> Result<pipeline::ResyncCopy, CommandError> {
+        let source = crate::sources::build(&self.config.source);
+        let sink = build_sink(&self.config, Some(self.fence.clone()))?;
+        let settings = settings(&self.config, source.as_ref());
+        let copied = pipeline::copy_for_resync(
+            source,
+            sink,
+            settings,
+            request,
+            at,
+            self.round.child_token(),
+        )
+        .await?;
+        Ok(copied)
     }
 }
 

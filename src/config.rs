@@ -14,12 +14,15 @@
 //! `config/context.rs` has what connectors share (the source URL, table patterns, the
 //! warehouse), `config/messages.rs` the wording of load errors.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use figment::providers::{Format, Serialized, Toml};
 use figment::Figment;
 use serde::Deserialize;
+
+use crate::changelog::TableId;
 
 mod context;
 mod env;
@@ -151,6 +154,98 @@ pub enum SchemaChange {
     /// Every change of a lake table's schema stops cdcd before the transaction that needs it,
     /// naming the table and the change: for pipelines whose lake schema is changed only by hand.
     Stop,
+}
+
+impl SchemaChange {
+    fn parse(value: &str) -> Option<SchemaChange> {
+        match value {
+            "evolve" => Some(SchemaChange::Evolve),
+            "stop" => Some(SchemaChange::Stop),
+            _ => None,
+        }
+    }
+}
+
+/// `source.schema_change` as written: one mode for every table (`"stop"`), or a map of tables to
+/// modes where `"*"` names the rest (`{ "public.audit" = "stop", "*" = "evolve" }`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum RawSchemaChange {
+    All(String),
+    PerTable(BTreeMap<String, String>),
+}
+
+impl Default for RawSchemaChange {
+    fn default() -> Self {
+        RawSchemaChange::All("evolve".to_owned())
+    }
+}
+
+/// `source.schema_change`, validated: the mode of each table.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SchemaChangePolicy {
+    /// Tables not named below (`"*"`, or the single mode).
+    pub rest: SchemaChange,
+    pub tables: BTreeMap<TableId, SchemaChange>,
+}
+
+impl SchemaChangePolicy {
+    /// One mode for every table.
+    pub fn all(mode: SchemaChange) -> SchemaChangePolicy {
+        SchemaChangePolicy {
+            rest: mode,
+            tables: BTreeMap::new(),
+        }
+    }
+
+    /// What a schema change of `table` does.
+    pub fn for_table(&self, table: &TableId) -> SchemaChange {
+        self.tables.get(table).copied().unwrap_or(self.rest)
+    }
+
+    fn validate(
+        raw: RawSchemaChange,
+        ctx: &Context<'_>,
+        container: &str,
+    ) -> Result<SchemaChangePolicy, ConfigError> {
+        const KEY: &str = "source.schema_change";
+        let mode = |value: &str, table: Option<&str>| {
+            SchemaChange::parse(value).ok_or_else(|| {
+                let at = table.map(|t| format!(" for {t:?}")).unwrap_or_default();
+                ctx.invalid(KEY, format!("{value:?}{at} is not \"evolve\" or \"stop\""))
+            })
+        };
+        match raw {
+            RawSchemaChange::All(value) => Ok(SchemaChangePolicy::all(mode(&value, None)?)),
+            RawSchemaChange::PerTable(map) => {
+                let mut policy = SchemaChangePolicy::default();
+                for (table, value) in map {
+                    let m = mode(&value, Some(&table))?;
+                    if table == "*" {
+                        policy.rest = m;
+                        continue;
+                    }
+                    match table.split_once('.') {
+                        Some((a, b))
+                            if !a.is_empty()
+                                && !b.is_empty()
+                                && !b.contains('.')
+                                && !table.contains('*') =>
+                        {
+                            policy.tables.insert(TableId::new(a, b), m);
+                        }
+                        _ => {
+                            return Err(ctx.invalid(
+                                KEY,
+                                format!("{table:?} is not {container}.table (one table, no wildcards) or \"*\" (every other table)"),
+                            ))
+                        }
+                    }
+                }
+                Ok(policy)
+            }
+        }
+    }
 }
 
 /// How existing rows are handled when a pipeline starts on a table for the first time
@@ -289,7 +384,7 @@ pub struct Config {
     pub source: SourceConfig,
     pub sink: SinkConfig,
     /// `source.schema_change`.
-    pub schema_change: SchemaChange,
+    pub schema_change: SchemaChangePolicy,
     pub metrics_listen: Option<String>,
     /// `[sink.s3]`: how to reach an `s3://` warehouse (unset keys come from `AWS_*`).
     pub s3: S3Config,
@@ -345,8 +440,12 @@ impl RawConfig {
             spill_dir: self.pipeline.spill_dir.as_deref(),
         };
         let schema_change = match &self.source {
-            RawSource::Postgres(raw) => raw.schema_change,
-            RawSource::Mysql(raw) => raw.schema_change,
+            RawSource::Postgres(raw) => {
+                SchemaChangePolicy::validate(raw.schema_change.clone(), &ctx, "schema")?
+            }
+            RawSource::Mysql(raw) => {
+                SchemaChangePolicy::validate(raw.schema_change.clone(), &ctx, "db")?
+            }
         };
         let source = match self.source {
             RawSource::Postgres(raw) => SourceConfig::Postgres(raw.validate(&ctx)?),
@@ -557,16 +656,45 @@ warehouse = "/tmp/wh"
 
     #[test]
     fn schema_change_defaults_to_evolve_and_takes_stop() {
+        let (a, b) = (TableId::new("public", "a"), TableId::new("public", "b"));
         let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
-        assert_eq!(c.schema_change, SchemaChange::Evolve);
+        assert_eq!(c.schema_change.for_table(&a), SchemaChange::Evolve);
         let stop = MINIMAL.replace("[source]", "[source]\nschema_change = \"stop\"");
-        assert_eq!(
-            Config::from_toml(&stop, "p.toml").unwrap().schema_change,
-            SchemaChange::Stop
-        );
+        let c = Config::from_toml(&stop, "p.toml").unwrap();
+        assert_eq!(c.schema_change.for_table(&a), SchemaChange::Stop);
         let bad = MINIMAL.replace("[source]", "[source]\nschema_change = \"ignore\"");
         let err = Config::from_toml(&bad, "p.toml").unwrap_err().to_string();
-        assert!(err.contains("source.schema_change"), "{err}");
+        assert!(
+            err.contains("source.schema_change") && err.contains("ignore"),
+            "{err}"
+        );
+        // Per table, `"*"` for the rest (default: evolve).
+        let per_table = MINIMAL.replace(
+            "[source]",
+            "[source]\nschema_change = { \"public.a\" = \"stop\" }",
+        );
+        let c = Config::from_toml(&per_table, "p.toml").unwrap();
+        assert_eq!(c.schema_change.for_table(&a), SchemaChange::Stop);
+        assert_eq!(c.schema_change.for_table(&b), SchemaChange::Evolve);
+        let rest = MINIMAL.replace(
+            "[source]",
+            "[source]\nschema_change = { \"public.a\" = \"evolve\", \"*\" = \"stop\" }",
+        );
+        let c = Config::from_toml(&rest, "p.toml").unwrap();
+        assert_eq!(c.schema_change.for_table(&a), SchemaChange::Evolve);
+        assert_eq!(c.schema_change.for_table(&b), SchemaChange::Stop);
+        for (bad, names) in [
+            ("{ \"public.*\" = \"stop\" }", "public.*"),
+            ("{ \"a\" = \"stop\" }", "schema.table"),
+            ("{ \"public.a\" = \"halt\" }", "halt"),
+        ] {
+            let text = MINIMAL.replace("[source]", &format!("[source]\nschema_change = {bad}"));
+            let err = Config::from_toml(&text, "p.toml").unwrap_err().to_string();
+            assert!(
+                err.contains("source.schema_change") && err.contains(names),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -49,7 +49,7 @@ use crate::checkpoint::progress::{Progress, ProgressError, ProgressStore};
 use crate::checkpoint::resync::{ResyncError, ResyncStore};
 use crate::config::SnapshotMode;
 use crate::metrics as m;
-use crate::sinks::{ResyncState, Sink, SinkError};
+use crate::sinks::{Sink, SinkError};
 use crate::sources::{
     Prepared, Resume, SnapshotProgress, Source, SourceError, SourceEvent, SourceStateStore,
     TableCopy,
@@ -164,6 +164,11 @@ pub struct Settings {
     /// `_cdcd/<pipeline>/resync/` (`checkpoint::resync`): tables to copy again into a new
     /// lineage, read at start; `None`: no resyncs.
     pub resync: Option<ResyncStore>,
+    /// Which of those requests this run takes on, and how (`pipeline/resync.rs`); `None`: every
+    /// one, copied before streaming resumes.
+    pub resyncs: Option<ResyncPlan>,
+    /// Where a resync's copy job holds this run's acknowledgements (`pipeline/resync.rs`).
+    pub ack_hold: Option<AckHold>,
 }
 
 /// Runs a pipeline until `shutdown` is cancelled (then commits what is buffered and returns `Ok`)
@@ -200,7 +205,7 @@ async fn run_batched(
         });
     }
     let mut tables = Tables::default();
-    start_resyncs(&prepared, sink.as_ref(), &settings, &mut tables).await?;
+    resync::start_resyncs(&prepared, sink.as_ref(), &settings, &mut tables).await?;
     for table in &prepared.tables {
         let cp = sink.checkpoint(table).await?;
         if let Some(cp) = &cp {
@@ -220,11 +225,23 @@ async fn run_batched(
         Some(store) => store.read().await?,
         None => None,
     };
-    let resume = decide_resume(&prepared, &tables, &settings, stored_progress.as_ref())?;
+    let mut resume = decide_resume(&prepared, &tables, &settings, stored_progress.as_ref())?;
     if resume.snapshot {
         // A new slot: every table is copied again from scratch at its exported snapshot.
         tables.progress.clear();
         tables.upsert_until.clear();
+        tables.held_at.clear();
+    }
+    // A resync copy job's unfinished lineage resumes from where the job held the stream: its
+    // chunks lack every change after that (`pipeline/resync.rs`).
+    for held in tables.held_at.values() {
+        resume.start = Some(match resume.start.take() {
+            Some(start) => start.meet(held).unwrap_or_else(|| held.clone()),
+            None => held.clone(),
+        });
+    }
+    if let Some(hold) = &settings.ack_hold {
+        hold.started_at(resume.start.as_ref());
     }
     info!(
         pipeline = %settings.pipeline,
@@ -235,16 +252,14 @@ async fn run_batched(
         "starting"
     );
 
-    let (event_tx, mut events) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
+    let (event_tx, events) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
     let (ack_tx, ack_rx) = watch::channel(None);
     let source_stop = CancellationToken::new();
-    let mut source_task = tokio::spawn(source.run(resume, event_tx, ack_rx, source_stop.clone()));
-    let health = m::Health::global();
-    health.set_started();
-
-    let mut committer = Committer {
+    let source_task = tokio::spawn(source.run(resume, event_tx, ack_rx, source_stop.clone()));
+    let progress = ProgressWriter::start(settings.progress.clone());
+    let committer = Committer {
         sink,
-        settings: settings.clone(),
+        settings,
         tables,
         received: None,
         acked: None,
@@ -253,8 +268,43 @@ async fn run_batched(
         durable_time: None,
         in_flight: InFlight::default(),
         snapshot_batch,
-        progress: ProgressWriter::start(settings.progress.clone()),
+        progress,
     };
+    drive(
+        committer,
+        events,
+        source_task,
+        source_stop,
+        shutdown,
+        Role::Stream,
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Who runs the loop: the daemon's streaming pipeline, or a resync's copy job beside it (which
+/// leaves the process's health alone and ends when its source has sent the copy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Stream,
+    CopyJob,
+}
+
+/// The loop: source events in, commits out, until `shutdown`, an error, or (a copy job) the
+/// source's end; then what is buffered is committed and the source stopped.
+async fn drive(
+    mut committer: Committer,
+    mut events: mpsc::Receiver<SourceEvent>,
+    mut source_task: tokio::task::JoinHandle<Result<(), SourceError>>,
+    source_stop: CancellationToken,
+    shutdown: CancellationToken,
+    role: Role,
+) -> Result<Committer, PipelineError> {
+    let settings = committer.settings.clone();
+    let health = m::Health::global();
+    if role == Role::Stream {
+        health.set_started();
+    }
     let mut tick = tokio::time::interval(settings.commit_interval.min(Duration::from_millis(250)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
@@ -262,7 +312,9 @@ async fn run_batched(
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => {
-                info!("shutdown requested: committing what is buffered");
+                if role == Role::Stream {
+                    info!("shutdown requested: committing what is buffered");
+                }
                 break Ok(());
             }
             // A background commit's result comes before more reading (STYLE rule 5).
@@ -272,8 +324,13 @@ async fn run_batched(
                 }
             }
             _ = tick.tick() => {
-                committer.report(health);
+                if role == Role::Stream {
+                    committer.report(health);
+                }
                 committer.resyncs_finished().await;
+                if let Err(e) = committer.catch_up_resyncs().await {
+                    break Err(e);
+                }
                 let due = committer
                     .tables
                     .oldest_streamed()
@@ -289,13 +346,16 @@ async fn run_batched(
             event = events.recv() => {
                 let Some(event) = event else {
                     // The source ended on its own: its result says why.
-                    break Err(match (&mut source_task).await {
-                        Ok(Ok(())) => PipelineError::SourceTask("the source stopped without an error".into()),
-                        Ok(Err(e)) => PipelineError::Source(e),
-                        Err(e) => PipelineError::SourceTask(e.to_string()),
-                    });
+                    break match (&mut source_task).await {
+                        Ok(Ok(())) if role == Role::CopyJob => Ok(()),
+                        Ok(Ok(())) => Err(PipelineError::SourceTask("the source stopped without an error".into())),
+                        Ok(Err(e)) => Err(PipelineError::Source(e)),
+                        Err(e) => Err(PipelineError::SourceTask(e.to_string())),
+                    };
                 };
-                health.source_ok();
+                if role == Role::Stream {
+                    health.source_ok();
+                }
                 if let Err(e) = committer.handle(event).await {
                     break Err(e);
                 }
@@ -310,7 +370,9 @@ async fn run_batched(
         }
     };
 
-    health.set_stopping();
+    if role == Role::Stream {
+        health.set_stopping();
+    }
     let outcome = match outcome {
         Ok(()) => committer.flush().await,
         Err(e) => {
@@ -320,7 +382,9 @@ async fn run_batched(
             Err(e)
         }
     };
-    committer.report(health);
+    if role == Role::Stream {
+        committer.report(health);
+    }
     committer.resyncs_finished().await;
     committer.progress.finish().await;
     committer.sink.settle().await;
@@ -343,56 +407,7 @@ async fn run_batched(
             warn!("the source did not stop within 10 s");
         }
     }
-    outcome
-}
-
-/// Hands every requested resync of a captured table to the sink before the checkpoints are read
-/// (`checkpoint::resync`): the sink then answers the table's checkpoint from its new lineage
-/// (none at first, so the table is copied like an added one). A request the live table already
-/// carries out (the swap landed before a stop) is removed.
-async fn start_resyncs(
-    prepared: &Prepared,
-    sink: &dyn Sink,
-    settings: &Settings,
-    tables: &mut Tables,
-) -> Result<(), PipelineError> {
-    let Some(store) = &settings.resync else {
-        return Ok(());
-    };
-    for request in store.list().await? {
-        let table = request.table();
-        let location = store.request_location(&table);
-        if !prepared.tables.contains(&table) {
-            warn!(table = %table, request = %location, "a resync is requested for a table this pipeline does not capture; ignored (add the table to source.tables, or remove the request)");
-            continue;
-        }
-        if settings.snapshot == SnapshotMode::Never {
-            return Err(PipelineError::ResyncWithoutCopy {
-                table,
-                request: location,
-            });
-        }
-        match sink.resync(&table, &request.id).await? {
-            ResyncState::Done => {
-                store.remove(&request).await?;
-                info!(table = %table, id = %request.id, "resync finished: the table is its new copy");
-            }
-            ResyncState::UnderWay { live } => {
-                info!(table = %table, id = %request.id, "resync under way: copying the table into a new lineage; readers see the old table until the copy is complete");
-                // The old table's changes were in the source before the request, so in every
-                // snapshot the lineage is copied at: replayed, they are skipped as committed
-                // (older schemas among them, which the lineage's may not take, included).
-                if let Some(position) = live
-                    .map(|cp| cp.position)
-                    .filter(|p| !p.is_snapshot_incomplete())
-                {
-                    tables.copied_up_to.insert(table.clone(), position);
-                }
-                tables.resyncing.insert(table, request);
-            }
-        }
-    }
-    Ok(())
+    outcome.map(|()| committer)
 }
 
 /// Where to start the source, from the slot's existence, the tables' checkpoints and the stored
@@ -410,6 +425,7 @@ fn decide_resume(
             start: None,
             snapshot: true,
             copy: Vec::new(),
+            copy_only: false,
         }),
         SnapshotMode::Initial => {
             // The slot stays: only the tables without a completed copy are copied, each from
@@ -437,6 +453,7 @@ fn decide_resume(
                 start,
                 snapshot: false,
                 copy,
+                copy_only: false,
             })
         }
         SnapshotMode::Never => {
@@ -457,6 +474,7 @@ fn decide_resume(
                 start,
                 snapshot: false,
                 copy: Vec::new(),
+                copy_only: false,
             })
         }
     }
@@ -698,6 +716,9 @@ use progress::ProgressWriter;
 
 mod tables;
 use tables::{TableBuffer, Tables};
+
+mod resync;
+pub use resync::{copy_for_resync, AckHold, ResyncCopy, ResyncPlan};
 
 #[cfg(test)]
 mod tests;

@@ -286,6 +286,7 @@ impl Committer {
             self.tables.upsert_until.remove(&c.table);
         }
         if c.swapped {
+            self.tables.catch_up.remove(&c.table);
             if let Some(request) = self.tables.resyncing.remove(&c.table) {
                 info!(table = %c.table, id = %request.id, "resync finished: the new copy replaced the table");
                 self.tables.resynced.push(request);
@@ -332,6 +333,11 @@ impl Committer {
         }
         let Some(received) = self.received.clone() else {
             return;
+        };
+        // A resync's copy job may hold the acknowledgements back (`pipeline/resync.rs`).
+        let received = match &self.settings.ack_hold {
+            Some(hold) => hold.limit(&received),
+            None => received,
         };
         if self.acked.as_ref().is_some_and(|a| a.covers(&received)) {
             return;

@@ -220,6 +220,8 @@ fn settings(max_rows: usize, snapshot: SnapshotMode) -> Settings {
         progress: None,
         source_state: None,
         resync: None,
+        resyncs: None,
+        ack_hold: None,
     }
 }
 
@@ -649,6 +651,7 @@ async fn an_incomplete_copy_is_resumed_and_a_lost_slot_is_an_error() {
         chunks: vec!["x".into(), "y".into(), "z".into()],
         started: [1].into(),
         done: [0].into(),
+        ..SnapshotProgress::default()
     };
     let mut a = Checkpoint::new("p", pos(0));
     a.snapshot = Some(progress.to_json());
@@ -749,6 +752,7 @@ async fn copy_progress_is_committed_with_the_rows() {
             chunks: vec!["c0".into(), "c1".into()],
             started: [1].into(),
             done: [0].into(),
+            ..SnapshotProgress::default()
         })
     );
 }
@@ -973,9 +977,14 @@ impl Sink for ResyncSink {
         None
     }
 
-    async fn resync(&self, table: &TableId, _id: &str) -> Result<ResyncState, SinkError> {
+    async fn resync(
+        &self,
+        table: &TableId,
+        _id: &str,
+        _mode: crate::sinks::ResyncMode,
+    ) -> Result<crate::sinks::ResyncState, SinkError> {
         assert_eq!(*table, self.table);
-        Ok(ResyncState::UnderWay {
+        Ok(crate::sinks::ResyncState::UnderWay {
             live: Some(self.live.clone()),
         })
     }

@@ -85,6 +85,21 @@ pub struct CommitStats {
     pub resync_swapped: bool,
 }
 
+/// When a resync's lineage replaces the live table ([`Sink::resync`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResyncMode {
+    /// The lineage is copied by this pipeline before it streams (the table's changes wait):
+    /// its first commit at a complete position, the end of its copy, replaces the live table.
+    SwapAtCopyEnd,
+    /// A copy job beside the streaming pipeline (`pipeline/resync.rs`) fills the lineage and
+    /// never replaces the live table, which keeps taking the table's changes meanwhile.
+    CopyOnly,
+    /// The lineage was filled by a copy job while the live table kept streaming, so the live
+    /// table is ahead of it: the lineage replaces it at its first complete commit at or past
+    /// the live table's checkpoint, never earlier (readers never see the table go back).
+    SwapWhenCaughtUp,
+}
+
 /// Where a table's resync stands ([`Sink::resync`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResyncState {
@@ -105,7 +120,7 @@ pub fn build(
     config: &SinkConfig,
     pipeline: &str,
     warehouse: Warehouse,
-    schema_change: crate::config::SchemaChange,
+    schema_change: crate::config::SchemaChangePolicy,
 ) -> Result<Arc<dyn Sink>, SinkError> {
     Ok(match config {
         SinkConfig::Iceberg(iceberg) => Arc::new(
@@ -224,12 +239,17 @@ pub trait Sink: Send + Sync {
     /// Marks `table` for a resync named `id` ([`crate::checkpoint::resync`]): from now on
     /// [`Sink::checkpoint`] reads the new lineage's checkpoint (none before its first commit,
     /// so the pipeline copies the table as it copies an added one), and [`Sink::commit`] writes
-    /// to it; readers keep seeing the live table, unchanged. The lineage's first commit at a
-    /// complete position (the end of its copy) replaces the live table with the lineage in one
-    /// atomic metadata commit and reports it in [`CommitStats::resync_swapped`]. Idempotent;
+    /// to it; readers keep seeing the live table, unchanged. `mode` says which commit of the
+    /// lineage replaces the live table with it, in one atomic metadata commit reported in
+    /// [`CommitStats::resync_swapped`]. Idempotent;
     /// after a crash the lineage is found again. `Done` when the live table already is this
     /// lineage (the swap landed before a crash, or the lineage was complete and is swapped now).
-    async fn resync(&self, table: &TableId, _id: &str) -> Result<ResyncState, SinkError> {
+    async fn resync(
+        &self,
+        table: &TableId,
+        _id: &str,
+        _mode: ResyncMode,
+    ) -> Result<ResyncState, SinkError> {
         Err(SinkError::ResyncUnsupported {
             table: table.clone(),
             why: self

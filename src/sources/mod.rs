@@ -82,6 +82,11 @@ pub struct SnapshotProgress {
     pub started: BTreeSet<u32>,
     /// Chunks entirely in the table.
     pub done: BTreeSet<u32>,
+    /// A resync's copy job beside the streaming pipeline: the position the copy declares its
+    /// table complete at, where the pipeline held its acknowledgements (`pipeline/resync.rs`).
+    /// A restart resumes such a copy from there, never from later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_at: Option<String>,
 }
 
 impl SnapshotProgress {
@@ -247,6 +252,10 @@ pub struct Resume {
     /// Without `snapshot`: tables to copy first at a new snapshot (not the slot's), each ending
     /// with `SnapshotUpsertUntil` and `SnapshotDone` at the position streaming starts from.
     pub copy: Vec<TableCopy>,
+    /// Copy `copy` (declared complete at `start`) and end without streaming: a resync's copy
+    /// job beside the streaming pipeline (`pipeline::resync`), which holds its acknowledgements
+    /// at `start` meanwhile. The source creates no slot and changes no source state.
+    pub copy_only: bool,
 }
 
 /// A source failed. Each variant names what it was doing.

@@ -1,8 +1,9 @@
 //! End to end, `cdcd resync` from MariaDB (issue 20): a table copied again online into a new
 //! lineage beside the live one while both it and another table are written in MINIMAL and FULL
 //! images, `kill -9` in the middle of the resync's copy, and the swap: the table ends equal to
-//! the source (lakecheck: DuckDB against pymysql), the other table never stopped, and every
-//! metadata version of the live table is either the old lineage or the complete new one.
+//! the source (lakecheck: DuckDB against pymysql), the other table and the live table itself kept
+//! streaming during the copy, every metadata version of the live table is either the old lineage
+//! or the complete new one, and the swap never took the table back.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -109,15 +110,30 @@ async fn a_mariadb_table_is_resynced_online_through_a_kill() {
         o.split("resync under way").nth(1).map_or(0, |after| {
             after
                 .lines()
-                .filter(|l| l.contains("committed") && l.contains(".t "))
+                // The copy's commits, at the incomplete position (`:0`); the live table's
+                // streaming commits go on beside them.
+                .filter(|l| {
+                    l.contains("committed") && l.contains(".t ") && l.contains("position=:0 ")
+                })
+                .count()
+        })
+    };
+    // The live table streams on beside the copy: its own commits, at real positions.
+    let live_commits = |o: &str| {
+        o.split("resync under way").nth(1).map_or(0, |after| {
+            after
+                .lines()
+                .filter(|l| {
+                    l.contains("committed") && l.contains(".t ") && !l.contains("position=:0 ")
+                })
                 .count()
         })
     };
     wait_for(
         &mut p,
-        "two commits of the resync's copy",
+        "two commits of the resync's copy and one of the live table beside them",
         Duration::from_secs(240),
-        |o| copy_commits(o) >= 2,
+        |o| copy_commits(o) >= 2 && live_commits(o) >= 1,
     )
     .await;
     assert!(

@@ -3,8 +3,12 @@
 //!
 //! What each test proves, read back by the independent oracle (DuckDB and pyiceberg through
 //! `lakecheck.py`) and by reading the table's metadata files:
-//! - the daemon picks the request up while it runs (no restart of the process, the slot stays),
-//!   the other table keeps streaming, and writes to both tables during the resync end equal;
+//! - the daemon picks the request up while it runs (no restart of the process, the slot stays)
+//!   and copies the table beside the streaming pipeline: both the other table and the resynced
+//!   table's live one keep taking commits during the copy, and writes to both tables during the
+//!   resync end equal;
+//! - the swap never takes the table back: its first version on the new lineage is at or past the
+//!   live table's last position;
 //! - rows the replica kept although the source deleted them (the damage a resync repairs) are
 //!   gone after it;
 //! - readers never see the copy half done: every metadata version of the live table written after
@@ -182,6 +186,21 @@ pub(crate) fn assert_swapped_in_one_step(dir: &Path) -> u64 {
         .find(|(_, path)| current_summary(path).1["cdcd.resync-id"].is_string())
         .map(|(n, _)| *n)
         .expect("no version of the live table is the resync's lineage");
+    // Readers never see the table go back: the new lineage replaces the live table at or past
+    // the live table's last position.
+    let position_at = |n: u64| {
+        all.iter().find(|(m, _)| *m == n).and_then(|(_, path)| {
+            let (summary, _) = current_summary(path);
+            summary["cdcd.position"].as_str().and_then(position_order)
+        })
+    };
+    if let (Some(before), Some(after)) = (position_at(first - 1), position_at(first)) {
+        assert!(
+            after >= before,
+            "the swap took the table back: v{} at {before}, v{first} at {after}",
+            first - 1
+        );
+    }
     let later: Vec<&(u64, PathBuf)> = all.iter().filter(|(n, _)| *n >= first).collect();
     for (n, path) in later {
         let (summary, properties) = current_summary(path);
@@ -196,6 +215,23 @@ pub(crate) fn assert_swapped_in_one_step(dir: &Path) -> u64 {
         );
     }
     first
+}
+
+/// A checkpoint position as a number that orders it, where one number does: a Postgres LSN,
+/// a one-domain MariaDB GTID list, a one-interval MySQL GTID set.
+fn position_order(position: &str) -> Option<u64> {
+    if let Some((hi, lo)) = position.split_once('/') {
+        let hi = u64::from_str_radix(hi, 16).ok()?;
+        let lo = u64::from_str_radix(lo, 16).ok()?;
+        return Some(hi << 32 | lo);
+    }
+    if position.contains(',') {
+        return None;
+    }
+    if let Some((_, interval)) = position.split_once(':') {
+        return interval.rsplit('-').next()?.parse().ok();
+    }
+    position.rsplit('-').next()?.parse().ok()
 }
 
 /// The `resync-<id>` directories under a table's directory.
@@ -287,8 +323,9 @@ async fn a_resync_replaces_a_damaged_table_while_the_others_stream() {
 
     let out = crate::support::start_output(&p.output(), 2);
     assert!(
-        out.contains("restarting the pipeline to start a requested resync"),
-        "the running daemon did not pick the request up:\n{out}"
+        out.contains("while the pipeline streams on")
+            && out.contains("a resync's copy is complete"),
+        "the running daemon did not copy the table beside the streaming pipeline:\n{out}"
     );
     assert!(
         !out.contains("created replication slot"),
@@ -374,6 +411,7 @@ async fn a_kill_mid_resync_resumes_the_copy_and_ends_equal() {
     )
     .await;
     let before = versions(&p.table_dir(&b)).last().map_or(0, |(n, _)| *n);
+    let a_before = versions(&p.table_dir(&a)).last().map_or(0, |(n, _)| *n);
     wait_for(
         &mut p,
         "two commits of the resync's copy",
@@ -389,11 +427,21 @@ async fn a_kill_mid_resync_resumes_the_copy_and_ends_equal() {
         !p.output().contains("resync finished"),
         "the resync ended before the kill; make the table bigger"
     );
-    // Readers still see the old table: no version of it since the request.
-    assert_eq!(
-        versions(&p.table_dir(&b)).last().map_or(0, |(n, _)| *n),
-        before,
-        "the live table changed during the copy"
+    // Readers see the live table, kept streaming during the copy (and the other table too):
+    // new versions since the request, none of them the lineage.
+    let now = versions(&p.table_dir(&b));
+    assert!(
+        now.last().map_or(0, |(n, _)| *n) > before,
+        "the live table took no commit during the copy"
+    );
+    assert!(
+        now.iter()
+            .all(|(_, path)| !current_summary(path).1["cdcd.resync-id"].is_string()),
+        "the lineage replaced the live table before its copy was complete"
+    );
+    assert!(
+        versions(&p.table_dir(&a)).last().map_or(0, |(n, _)| *n) > a_before,
+        "the other table took no commit during the copy"
     );
     assert_eq!(lineages(&p.table_dir(&b)).len(), 1);
     // Cleanup beside a lineage under way keeps its files: they are not the live table's orphans

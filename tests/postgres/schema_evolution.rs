@@ -730,26 +730,32 @@ async fn schema_change_stop_keeps_the_lake_schema() {
             continue;
         }
         let a = unique(if lsm { "sstopl" } else { "sstop" });
+        // Per table: `a` stops, every other table (`free`) evolves.
+        let free = format!("{a}_free");
         let client = connect(&env.pg_url).await;
         exec(
             &client,
             &format!(
-                "DROP TABLE IF EXISTS {a}, {a}_before;
+                "DROP TABLE IF EXISTS {a}, {free};
                  CREATE TABLE {a} (id int4 PRIMARY KEY, v varchar(10));
-                 INSERT INTO {a} SELECT g, 'v' || g FROM generate_series(1, 50) g;"
+                 INSERT INTO {a} SELECT g, 'v' || g FROM generate_series(1, 50) g;
+                 CREATE TABLE {free} (id int4 PRIMARY KEY, v varchar(10));
+                 INSERT INTO {free} SELECT g, 'v' || g FROM generate_series(1, 50) g;"
             ),
         )
         .await;
         let settings = Settings {
-            source_extra: "schema_change = \"stop\"".into(),
+            source_extra: format!(
+                "schema_change = {{ \"public.{a}\" = \"stop\", \"*\" = \"evolve\" }}"
+            ),
             ..Settings::default()
         };
         let mut p = if lsm {
-            Pipeline::new_lsm(&env, &a, &[&a], &settings, 2)
+            Pipeline::new_lsm(&env, &a, &[&a, &free], &settings, 2)
         } else {
-            Pipeline::new(&env, &a, &[&a], &settings)
+            Pipeline::new(&env, &a, &[&a, &free], &settings)
         };
-        p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {a}_before"));
+        p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {free}"));
         p.start();
         p.wait_slot_active(&client, Duration::from_secs(120)).await;
         exec(
@@ -761,6 +767,15 @@ async fn schema_change_stop_keeps_the_lake_schema() {
         )
         .await;
         p.assert_equal(&a, 60).await;
+        // The other table's schema follows its source.
+        exec(
+            &client,
+            &format!(
+                "ALTER TABLE {free} ADD COLUMN w int4; INSERT INTO {free} VALUES (51, 'new', 51);"
+            ),
+        )
+        .await;
+        p.assert_equal(&free, 60).await;
         exec(
             &client,
             &format!("ALTER TABLE {a} ADD COLUMN w int4; INSERT INTO {a} VALUES (51, 'new', 51);"),
@@ -772,7 +787,7 @@ async fn schema_change_stop_keeps_the_lake_schema() {
         assert!(
             out.contains(&format!("public.{a}"))
                 && (lsm || out.contains("column w added"))
-                && out.contains("source.schema_change = \"stop\""),
+                && out.contains("source.schema_change = \"stop\" (for this table)"),
             "the stop names the table, the change and the setting:\n{out}"
         );
         if !lsm {
@@ -781,6 +796,11 @@ async fn schema_change_stop_keeps_the_lake_schema() {
                 .map(|f| f.0)
                 .collect();
             assert_eq!(fields, ["id", "v"], "the lake's schema is unchanged");
+            let fields: Vec<String> = current_fields(&current_metadata(&p.table_dir(&free)))
+                .into_iter()
+                .map(|f| f.0)
+                .collect();
+            assert_eq!(fields, ["id", "v", "w"], "the other table evolved");
         }
     }
 }

@@ -35,7 +35,7 @@ use iceberg::spec::{FormatVersion, TableMetadata};
 
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
-use crate::config::{DeleteMode, IcebergConfig, SchemaChange};
+use crate::config::{DeleteMode, IcebergConfig, SchemaChangePolicy};
 use crate::sinks::{
     CommitStats, MaintenanceReport, ResyncState, Sink, SinkError, TableCommit, TableFiles,
     TableStatus,
@@ -98,7 +98,7 @@ pub struct IcebergSink {
     /// `[sink.table_properties]`: set on the tables this sink creates.
     table_properties: BTreeMap<String, String>,
     /// `source.schema_change`.
-    schema_change: SchemaChange,
+    schema_change: SchemaChangePolicy,
     /// How often the daemon runs a maintenance cycle (`None`: never).
     maintenance_interval: Option<Duration>,
     /// One maintenance cycle at a time; what cycles keep between them.
@@ -107,7 +107,7 @@ pub struct IcebergSink {
     said_no_transactions: std::sync::atomic::AtomicBool,
     /// Tables under resync ([`Sink::resync`]) and their request ids: their commits go to the new
     /// lineage at `<table>/resync-<id>` (resync.rs) until it replaces the live table.
-    resyncs: Mutex<HashMap<TableId, String>>,
+    resyncs: Mutex<HashMap<TableId, resync::Lineage>>,
     /// The catalog of resync lineages: always the filesystem (a lineage is cdcd's own until
     /// the swap publishes it through [`IcebergSink::catalog`]).
     lineage_catalog: Catalog,
@@ -147,12 +147,12 @@ impl IcebergSink {
             said_no_transactions: std::sync::atomic::AtomicBool::new(false),
             resyncs: Mutex::new(HashMap::new()),
             lineage_catalog: Catalog::Filesystem,
-            schema_change: SchemaChange::Evolve,
+            schema_change: SchemaChangePolicy::default(),
         })
     }
 
     /// `source.schema_change`: with `stop`, a commit that would change a table's schema fails.
-    pub fn with_schema_change(mut self, schema_change: SchemaChange) -> IcebergSink {
+    pub fn with_schema_change(mut self, schema_change: SchemaChangePolicy) -> IcebergSink {
         self.schema_change = schema_change;
         self
     }
@@ -380,7 +380,7 @@ impl IcebergSink {
             warehouse: &self.warehouse,
             index_location: self.index_location(table),
             limits: self.limits,
-            schema_change: self.schema_change,
+            schema_change: self.schema_change.for_table(table),
         };
         let mut delta = RowDelta::new(target, input, base, &wanted)?;
         let mut cached = slot
@@ -434,10 +434,10 @@ impl IcebergSink {
         };
         let mut stats = delta.finish(after, cached);
         // A resync lineage whose copy is complete replaces the live table now, while the slot
-        // is still held (resync.rs).
-        if let Some(id) = self.resync_id(table) {
-            if !checkpoint.position.is_snapshot_incomplete() {
-                self.swap(table, &id, &published).await?;
+        // is still held, when its mode says this commit is the one (resync.rs).
+        if let Some(lineage) = self.resync_lineage(table) {
+            if lineage.swaps_at(&checkpoint.position) {
+                self.swap(table, &lineage.id, &published).await?;
                 stats.resync_swapped = true;
             }
         }
@@ -616,8 +616,13 @@ impl Sink for IcebergSink {
         self.resync_refused()
     }
 
-    async fn resync(&self, table: &TableId, id: &str) -> Result<ResyncState, SinkError> {
-        self.begin_resync(table, id).await
+    async fn resync(
+        &self,
+        table: &TableId,
+        id: &str,
+        mode: crate::sinks::ResyncMode,
+    ) -> Result<ResyncState, SinkError> {
+        self.begin_resync(table, id, mode).await
     }
 
     async fn cleanup(

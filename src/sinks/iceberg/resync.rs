@@ -47,8 +47,9 @@ use object_store::ObjectStoreExt;
 use super::catalog::Catalog;
 use super::metadata::Loaded;
 use super::IcebergSink;
+use crate::changelog::Position;
 use crate::changelog::TableId;
-use crate::sinks::{ResyncState, SinkError};
+use crate::sinks::{ResyncMode, ResyncState, SinkError};
 
 /// The table property the swap sets: the id of the resync whose lineage the table now is.
 pub const RESYNC_ID_PROPERTY: &str = "cdcd.resync-id";
@@ -61,9 +62,40 @@ pub fn lineage_location(table_location: &str, id: &str) -> String {
     format!("{}/resync-{id}", table_location.trim_end_matches('/'))
 }
 
+/// A resync under way in this sink: its id, and which commit of the lineage swaps.
+#[derive(Debug, Clone)]
+pub(super) struct Lineage {
+    pub id: String,
+    mode: ResyncMode,
+    /// The live table's checkpoint when the resync was marked (`None`: no live table).
+    live: Option<Position>,
+}
+
+impl Lineage {
+    /// Whether the lineage's commit at `position` replaces the live table.
+    pub fn swaps_at(&self, position: &Position) -> bool {
+        if position.is_snapshot_incomplete() {
+            return false;
+        }
+        match self.mode {
+            ResyncMode::SwapAtCopyEnd => true,
+            ResyncMode::CopyOnly => false,
+            ResyncMode::SwapWhenCaughtUp => self
+                .live
+                .as_ref()
+                .is_none_or(|live| live.is_snapshot_incomplete() || position.covers(live)),
+        }
+    }
+}
+
 impl IcebergSink {
     /// The id of `table`'s resync under way in this sink, if any.
     pub(super) fn resync_id(&self, table: &TableId) -> Option<String> {
+        self.resync_lineage(table).map(|l| l.id)
+    }
+
+    /// `table`'s resync under way in this sink, if any.
+    pub(super) fn resync_lineage(&self, table: &TableId) -> Option<Lineage> {
         self.resyncs.lock().ok()?.get(table).cloned()
     }
 
@@ -81,6 +113,7 @@ impl IcebergSink {
         &self,
         table: &TableId,
         id: &str,
+        mode: ResyncMode,
     ) -> Result<ResyncState, SinkError> {
         if let Some(why) = self.resync_refused() {
             return Err(SinkError::ResyncUnsupported {
@@ -108,7 +141,15 @@ impl IcebergSink {
             Some(l) => super::pipeline_checkpoint(&self.pipeline, &l.metadata)?,
             None => None,
         };
+        let lineage = Lineage {
+            id: id.to_owned(),
+            mode,
+            live: live_checkpoint.as_ref().map(|cp| cp.position.clone()),
+        };
         if self.resync_id(table).is_some_and(|ours| ours == id) {
+            if let Ok(mut resyncs) = self.resyncs.lock() {
+                resyncs.insert(table.clone(), lineage);
+            }
             return Ok(ResyncState::UnderWay {
                 live: live_checkpoint,
             });
@@ -123,16 +164,17 @@ impl IcebergSink {
             return Ok(ResyncState::Done);
         }
         if let Ok(mut resyncs) = self.resyncs.lock() {
-            resyncs.insert(table.clone(), id.to_owned());
+            resyncs.insert(table.clone(), lineage.clone());
         }
         // The cached metadata is the live table's; the next load reads the lineage.
         self.remember(table, None);
-        // A lineage whose copy completed before a crash took the swap with it: swap now.
-        if let Some(lineage) = self.load(table).await? {
-            let complete = super::pipeline_checkpoint(&self.pipeline, &lineage.metadata)?
-                .is_some_and(|cp| !cp.position.is_snapshot_incomplete());
-            if complete {
-                self.swap(table, id, &lineage).await?;
+        // A lineage whose copy completed before a crash took the swap with it: swap now (when
+        // its mode lets this position swap; else a later commit does).
+        if let Some(loaded) = self.load(table).await? {
+            let swaps = super::pipeline_checkpoint(&self.pipeline, &loaded.metadata)?
+                .is_some_and(|cp| lineage.swaps_at(&cp.position));
+            if swaps {
+                self.swap(table, id, &loaded).await?;
                 return Ok(ResyncState::Done);
             }
         }
@@ -340,7 +382,11 @@ mod tests {
             "{why}"
         );
         let t = TableId::new("shop", "orders");
-        let e = rest.resync(&t, "abc").await.unwrap_err().to_string();
+        let e = rest
+            .resync(&t, "abc", ResyncMode::SwapAtCopyEnd)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("shop.orders") && e.contains("REST"), "{e}");
     }
 

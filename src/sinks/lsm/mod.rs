@@ -113,7 +113,7 @@ struct Inner {
     compaction: compaction::Options,
     tables: Mutex<HashMap<TableId, Arc<Handle>>>,
     /// `source.schema_change`: with `stop`, a commit that would change a table's schema fails.
-    schema_change: crate::config::SchemaChange,
+    schema_change: crate::config::SchemaChangePolicy,
 }
 
 /// Writes Paimon primary-key tables under one warehouse for one pipeline.
@@ -167,14 +167,17 @@ impl LsmSink {
                     ..compaction::Options::default()
                 },
                 tables: Mutex::new(HashMap::new()),
-                schema_change: crate::config::SchemaChange::Evolve,
+                schema_change: crate::config::SchemaChangePolicy::default(),
             }),
         }
     }
 
     /// `source.schema_change`: with `stop`, a commit that would change a table's schema fails.
     /// Set before the sink is shared.
-    pub fn with_schema_change(mut self, schema_change: crate::config::SchemaChange) -> LsmSink {
+    pub fn with_schema_change(
+        mut self,
+        schema_change: crate::config::SchemaChangePolicy,
+    ) -> LsmSink {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.schema_change = schema_change;
         }
@@ -588,7 +591,7 @@ impl Inner {
             }
         };
         if let schema::Evolution::To(next) = &evolution {
-            if self.schema_change == crate::config::SchemaChange::Stop {
+            if self.schema_change.for_table(table) == crate::config::SchemaChange::Stop {
                 let detail = slot
                     .as_ref()
                     .and_then(|state| schema::difference(&state.schema, next))
@@ -596,7 +599,7 @@ impl Inner {
                 return Err(SinkError::SchemaChanged {
                     table: table.clone(),
                     detail: format!(
-                        "{detail}; source.schema_change = \"stop\" keeps the lake's schema as it is (change it by hand, or set schema_change = \"evolve\")"
+                        "{detail}; source.schema_change = \"stop\" (for this table) keeps the lake's schema as it is (change it by hand, or set schema_change = \"evolve\" for it)"
                     ),
                 });
             }

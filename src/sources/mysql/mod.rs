@@ -234,6 +234,12 @@ impl Source for MySqlSource {
             .iter()
             .map(|c| (&c.table, c.progress.as_ref()))
             .collect();
+        if resume.copy_only && (resume.start.is_none() || wanted.is_empty()) {
+            return Err(SourceError::Config(
+                "a copy job needs tables to copy and the position to declare them complete at"
+                    .to_owned(),
+            ));
+        }
         let start = if resume.snapshot || !wanted.is_empty() {
             let copied: Vec<(&TableEntry, Option<&SnapshotProgress>)> = entries
                 .iter()
@@ -262,6 +268,11 @@ impl Source for MySqlSource {
             let Some(position) = position else {
                 return Ok(());
             };
+            if resume.copy_only {
+                // A resync's copy job: the tables are complete at `start`, where the streaming
+                // pipeline holds its acknowledgements; no stream, no schema history written.
+                return Ok(());
+            }
             position
         } else {
             match resume.start {

@@ -70,9 +70,9 @@ pub struct RawPostgres {
     #[serde(default)]
     pub key_columns: std::collections::BTreeMap<String, Vec<String>>,
     /// What a schema change of a captured table does: `evolve` the lake's table (default) or
-    /// `stop` cdcd before the change's transaction.
+    /// `stop` cdcd before the change's transaction; for every table, or per table.
     #[serde(default)]
-    pub schema_change: crate::config::SchemaChange,
+    pub schema_change: crate::config::RawSchemaChange,
 }
 
 impl fmt::Debug for RawPostgres {

@@ -290,6 +290,29 @@ impl Source for PostgresSource {
             None => None,
         };
         let mut types: HashMap<u32, Option<TypeInfo>> = HashMap::new();
+        if resume.copy_only {
+            // A resync's copy job: the tables at a new snapshot, complete at `start` (where the
+            // streaming pipeline holds its acknowledgements), and no stream.
+            let start = match resume.start {
+                Some(Position::Postgres(lsn)) if !lsn.is_zero() => lsn,
+                other => {
+                    return Err(SourceError::Config(format!(
+                        "a copy job needs a Postgres position to declare its tables complete at, not {other:?}"
+                    )))
+                }
+            };
+            copy_at_new_snapshot(
+                &cfg,
+                &state,
+                &mut types,
+                start,
+                &resume.copy,
+                &events,
+                &shutdown,
+            )
+            .await?;
+            return Ok(());
+        }
         let mut conn =
             ReplicationConnection::connect_with_options(&cfg, &self.extra_options).await?;
         let start = if resume.snapshot {

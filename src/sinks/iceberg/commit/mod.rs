@@ -255,7 +255,7 @@ impl<'a> RowDelta<'a> {
                 return Err(SinkError::SchemaChanged {
                     table: input.schema.id.clone(),
                     detail: format!(
-                        "{detail}; source.schema_change = \"stop\" keeps the lake's schema as it is (change it by hand, or set schema_change = \"evolve\")"
+                        "{detail}; source.schema_change = \"stop\" (for this table) keeps the lake's schema as it is (change it by hand, or set schema_change = \"evolve\" for it)"
                     ),
                 });
             }

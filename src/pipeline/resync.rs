@@ -1,0 +1,357 @@
+//! Resync (`cdcd resync --table T`, requests in `checkpoint/resync.rs`) on the pipeline's side:
+//! which requests a run takes on and how, and the copy job that copies a table beside the
+//! streaming pipeline. The lineage and its swap are the sink's (`sinks/iceberg/resync.rs`).
+//!
+//! A lineage is filled one of two ways:
+//! - **Online**, for a request made while the daemon streams (`commands.rs` watches for them):
+//!   a copy job ([`copy_for_resync`], its own source connection and sink) copies the table into
+//!   its lineage at a new snapshot while the pipeline keeps streaming every table, this one into
+//!   its live table. Before the copy starts, the pipeline's acknowledgements are held
+//!   ([`AckHold`]) at P, the newest position it offered to acknowledge: every transaction at or
+//!   before P is in the copy's snapshot, so the lineage is declared complete at P with an upsert
+//!   window up to the snapshot, exactly like a table added to `source.tables`. Held, the slot
+//!   (Postgres) and the progress file (MySQL) stay at or before P, so once the copy is done the
+//!   daemon restarts the pipeline in-process and the stream replays from P into the lineage (the
+//!   other tables skip what they hold). The live table is ahead of the lineage then, so the
+//!   lineage replaces it at its first commit at or past the live table's checkpoint
+//!   ([`ResyncMode::SwapWhenCaughtUp`]), never earlier: readers never see the table go back. An
+//!   idle table gets an empty commit there ([`Committer::catch_up_resyncs`]).
+//! - **At start**, for a request found when the daemon starts (cdcd was stopped, or stopped on
+//!   the very change the resync is the way out of): the table is copied before streaming
+//!   resumes, like an interrupted copy, while the other tables wait
+//!   ([`ResyncMode::SwapAtCopyEnd`]). Its replayed changes up to the live table's checkpoint are
+//!   skipped: the copy, read later, holds them (perhaps under an older schema the lineage cannot
+//!   take). A copy job's lineage found at start (the daemon stopped mid-copy) is different: its
+//!   chunks were read at a snapshot older than the live table's checkpoint, so it resumes from
+//!   the position the job held (`SnapshotProgress::held_at`), skips nothing, and swaps when
+//!   caught up.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::{
+    drive, Committer, InFlight, PipelineError, ProgressWriter, Role, Settings, TableBuffer, Tables,
+    EVENT_CHANNEL_CAPACITY,
+};
+use crate::changelog::{Position, TableId, TableSchema};
+use crate::checkpoint::resync::ResyncRequest;
+use crate::config::SnapshotMode;
+use crate::sinks::{ResyncMode, ResyncState, Sink};
+use crate::sources::{Prepared, Resume, SnapshotProgress, Source, TableCopy};
+
+/// Which resync requests a pipeline run takes on (`Settings::resyncs`).
+#[derive(Debug, Clone, Default)]
+pub struct ResyncPlan {
+    /// Request id → how its lineage replaces the live table. Requests not listed are left to
+    /// the daemon's watcher, which starts a copy job for them.
+    pub modes: BTreeMap<String, ResyncMode>,
+    /// The schema each copy job copied its table under: an idle table's catch-up commit
+    /// ([`Committer::catch_up_resyncs`]) needs one before the stream brings any.
+    pub schemas: BTreeMap<TableId, Arc<TableSchema>>,
+}
+
+/// Holds the pipeline's acknowledgements at a position while a resync's copy job runs, so the
+/// source keeps everything after it for the replay into the lineage.
+#[derive(Debug, Clone, Default)]
+pub struct AckHold(Arc<Mutex<HoldState>>);
+
+#[derive(Debug, Default)]
+struct HoldState {
+    /// The newest position the pipeline offered to acknowledge (every table held everything up
+    /// to it then), or the position it started from.
+    offered: Option<Position>,
+    /// Acknowledgements go no further than this.
+    cap: Option<Position>,
+}
+
+impl AckHold {
+    fn state(&self) -> MutexGuard<'_, HoldState> {
+        // The state is two positions, consistent at every instant: a panic elsewhere cannot
+        // leave it half written.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// From now on acknowledgements stop at the newest position the pipeline offered to
+    /// acknowledge (or started from), which this returns: every transaction at or before it is
+    /// committed in every table, so any snapshot read from now on holds it. `None`: the pipeline
+    /// has no position yet (nothing to hold; the resync then copies at the next start).
+    pub fn hold(&self) -> Option<Position> {
+        let mut state = self.state();
+        let at = state.offered.clone()?;
+        state.cap = Some(at.clone());
+        Some(at)
+    }
+
+    /// Acknowledgements go on again (the copy job found nothing to copy).
+    pub fn release(&self) {
+        self.state().cap = None;
+    }
+
+    /// The pipeline started from `start` (every table holds everything up to it).
+    pub(super) fn started_at(&self, start: Option<&Position>) {
+        let mut state = self.state();
+        if state.offered.is_none() {
+            state.offered = start.filter(|p| !p.is_snapshot_incomplete()).cloned();
+        }
+    }
+
+    /// The pipeline may acknowledge `received`: what it may tell the source.
+    pub(super) fn limit(&self, received: &Position) -> Position {
+        let mut state = self.state();
+        state.offered = Some(received.clone());
+        match &state.cap {
+            Some(cap) if !cap.covers(received) => cap.clone(),
+            _ => received.clone(),
+        }
+    }
+}
+
+/// Hands the requested resyncs this run takes on to the sink before the checkpoints are read:
+/// the sink then answers each table's checkpoint from its lineage. A request the live table
+/// already carries out (the swap landed before a stop) is removed.
+pub(super) async fn start_resyncs(
+    prepared: &Prepared,
+    sink: &dyn Sink,
+    settings: &Settings,
+    tables: &mut Tables,
+) -> Result<(), PipelineError> {
+    let Some(store) = &settings.resync else {
+        return Ok(());
+    };
+    for request in store.list().await? {
+        let table = request.table();
+        let location = store.request_location(&table);
+        let mode = match &settings.resyncs {
+            None => ResyncMode::SwapAtCopyEnd,
+            Some(plan) => match plan.modes.get(&request.id) {
+                Some(mode) => *mode,
+                None => continue,
+            },
+        };
+        if !prepared.tables.contains(&table) {
+            warn!(table = %table, request = %location, "a resync is requested for a table this pipeline does not capture; ignored (add the table to source.tables, or remove the request)");
+            continue;
+        }
+        if settings.snapshot == SnapshotMode::Never {
+            return Err(PipelineError::ResyncWithoutCopy {
+                table,
+                request: location,
+            });
+        }
+        let mut state = sink.resync(&table, &request.id, mode).await?;
+        let mut mode = mode;
+        // A copy job's lineage found at start: it resumes from where the job held.
+        let held_at = match (&state, mode) {
+            (ResyncState::UnderWay { .. }, ResyncMode::SwapAtCopyEnd) => {
+                held_at(sink, &table).await?
+            }
+            _ => None,
+        };
+        if held_at.is_some() {
+            mode = ResyncMode::SwapWhenCaughtUp;
+            state = sink.resync(&table, &request.id, mode).await?;
+        }
+        match state {
+            ResyncState::Done => {
+                store.remove(&request).await?;
+                info!(table = %table, id = %request.id, "resync finished: the table is its new copy");
+            }
+            ResyncState::UnderWay { live } => {
+                let live = live
+                    .map(|cp| cp.position)
+                    .filter(|p| !p.is_snapshot_incomplete());
+                match mode {
+                    ResyncMode::SwapAtCopyEnd => {
+                        info!(table = %table, id = %request.id, "resync under way: copying the table into a new lineage before streaming resumes; readers see the old table until the copy is complete");
+                        // The old table's changes were in the source before this copy's
+                        // snapshot: replayed, they are skipped as committed (older schemas
+                        // among them, which the lineage's may not take, included).
+                        if let Some(position) = live {
+                            tables.copied_up_to.insert(table.clone(), position);
+                        }
+                    }
+                    ResyncMode::SwapWhenCaughtUp | ResyncMode::CopyOnly => {
+                        info!(table = %table, id = %request.id, held_at = ?held_at.as_ref().map(ToString::to_string), "resync under way: the lineage catches up with the live table, which it then replaces");
+                        if let Some(position) = held_at {
+                            tables.held_at.insert(table.clone(), position);
+                        }
+                        if let Some(position) = live {
+                            tables.catch_up.insert(table.clone(), position);
+                        }
+                    }
+                }
+                tables.resyncing.insert(table, request);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The position a copy job held the pipeline at, if `table`'s lineage is such a job's
+/// unfinished copy.
+async fn held_at(sink: &dyn Sink, table: &TableId) -> Result<Option<Position>, PipelineError> {
+    let Some(cp) = sink.checkpoint(table).await? else {
+        return Ok(None);
+    };
+    if !cp.position.is_snapshot_incomplete() {
+        return Ok(None);
+    }
+    let held = cp
+        .snapshot
+        .as_deref()
+        .and_then(SnapshotProgress::from_json)
+        .and_then(|p| p.held_at)
+        .and_then(|p| p.parse::<Position>().ok());
+    Ok(held)
+}
+
+/// What a copy job left.
+#[derive(Debug)]
+pub enum ResyncCopy {
+    /// The lineage is complete at the held position; the table's schema as copied.
+    Complete(Option<Arc<TableSchema>>),
+    /// Shut down before the copy was complete.
+    Stopped,
+    /// Nothing to copy: the table is not captured, or its resync is done already.
+    Nothing,
+}
+
+/// A resync's copy job: copies `request`'s table into its lineage at a new snapshot, declared
+/// complete at `held_at` (where the streaming pipeline holds its acknowledgements), through its
+/// own `source` and `sink` (a sink of the same configuration: the lineage is a table of its own,
+/// the streaming pipeline's sink keeps committing the live one). See the module doc.
+pub async fn copy_for_resync(
+    mut source: Box<dyn Source>,
+    sink: Arc<dyn Sink>,
+    settings: Settings,
+    request: &ResyncRequest,
+    held_at: Position,
+    shutdown: CancellationToken,
+) -> Result<ResyncCopy, PipelineError> {
+    let table = request.table();
+    let prepared = source.prepare().await?;
+    if !prepared.tables.contains(&table) {
+        warn!(table = %table, "a resync is requested for a table this pipeline does not capture; ignored (add the table to source.tables, or remove the request)");
+        return Ok(ResyncCopy::Nothing);
+    }
+    if let ResyncState::Done = sink
+        .resync(&table, &request.id, ResyncMode::CopyOnly)
+        .await?
+    {
+        return Ok(ResyncCopy::Nothing);
+    }
+    let checkpoint = sink.checkpoint(&table).await?;
+    if checkpoint
+        .as_ref()
+        .is_some_and(|cp| !cp.position.is_snapshot_incomplete())
+    {
+        // Copied before (a job that ended as the daemon stopped): the next run catches it up.
+        return Ok(ResyncCopy::Complete(None));
+    }
+    info!(table = %table, id = %request.id, held_at = %held_at, "resync under way: copying the table into a new lineage while the pipeline streams on; readers see the live table, still streaming, until the copy has caught up");
+    let mut tables = Tables::default();
+    tables
+        .committed
+        .insert(table.clone(), checkpoint.map(|c| c.position));
+    tables.held_at.insert(table.clone(), held_at.clone());
+    let resume = Resume {
+        start: Some(held_at),
+        snapshot: false,
+        // From scratch (the first batch replaces whatever the lineage holds): a copy job starts
+        // only for a request no run has taken on.
+        copy: vec![TableCopy {
+            table: table.clone(),
+            progress: None,
+        }],
+        copy_only: true,
+    };
+    let (event_tx, events) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
+    let (ack_tx, ack_rx) = watch::channel(None);
+    let source_stop = CancellationToken::new();
+    let source_task = tokio::spawn(source.run(resume, event_tx, ack_rx, source_stop.clone()));
+    let committer = Committer {
+        sink,
+        settings,
+        tables,
+        received: None,
+        acked: None,
+        acks: ack_tx,
+        received_time: None,
+        durable_time: None,
+        in_flight: InFlight::default(),
+        snapshot_batch: super::SnapshotBatch::default(),
+        progress: ProgressWriter::start(None),
+    };
+    let committer = drive(
+        committer,
+        events,
+        source_task,
+        source_stop,
+        shutdown,
+        Role::CopyJob,
+    )
+    .await?;
+    let complete = committer
+        .tables
+        .committed
+        .get(&table)
+        .and_then(Option::as_ref)
+        .is_some_and(|p| !p.is_snapshot_incomplete());
+    Ok(if complete {
+        ResyncCopy::Complete(committer.tables.schemas.get(&table).cloned())
+    } else {
+        ResyncCopy::Stopped
+    })
+}
+
+impl Committer {
+    /// Lineages that wait to catch up with their live table ([`ResyncMode::SwapWhenCaughtUp`])
+    /// with nothing buffered, once everything received is past the live table's checkpoint: an
+    /// empty commit at the received position replaces the live table (an idle table would
+    /// otherwise wait for its next change, and readers for the repair).
+    pub(super) async fn catch_up_resyncs(&mut self) -> Result<(), PipelineError> {
+        let Some(received) = self.received.clone() else {
+            return Ok(());
+        };
+        let due: Vec<TableId> = self
+            .tables
+            .catch_up
+            .iter()
+            .filter(|(t, live)| {
+                // Only a lineage whose copy is complete: an empty commit at a complete
+                // position would end an unfinished copy.
+                let complete = self
+                    .tables
+                    .committed
+                    .get(*t)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|p| !p.is_snapshot_incomplete());
+                complete
+                    && !self.tables.progress.contains_key(*t)
+                    && received.covers(live)
+                    && !self.tables.buffers.contains_key(*t)
+            })
+            .map(|(t, _)| t.clone())
+            .collect();
+        for table in due {
+            let schema = self.tables.schemas.get(&table).cloned().or_else(|| {
+                self.settings
+                    .resyncs
+                    .as_ref()
+                    .and_then(|plan| plan.schemas.get(&table).cloned())
+            });
+            let Some(schema) = schema else {
+                continue;
+            };
+            let mut buffer = TableBuffer::new(schema, &received);
+            buffer.force = true;
+            self.tables.buffers.insert(table.clone(), buffer);
+            self.commit_table(&table).await?;
+        }
+        Ok(())
+    }
+}
