@@ -176,7 +176,8 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
             // replays the table into its lineage.
             let mut plan = ResyncPlan::default();
             for request in resync.list().await.map_err(PipelineError::from)? {
-                plan.modes.insert(request.id, ResyncMode::SwapAtCopyEnd);
+                plan.modes
+                    .insert(request.id.clone(), pipeline::mode_at_start(&request));
             }
             loop {
                 let round = shutdown.child_token();
@@ -298,20 +299,32 @@ impl ResyncWatch {
             tracing::info!(table = %request.table(), id = %request.id, "a resync was requested");
             let outcome = match self.hold.hold() {
                 None => OnlineResync::AtStart { id: request.id },
-                Some(at) => match self.copy(&request, at).await {
-                    Ok(pipeline::ResyncCopy::Complete(schema)) => OnlineResync::Copied {
-                        table: request.table(),
-                        id: request.id,
-                        schema,
-                    },
-                    Ok(pipeline::ResyncCopy::Stopped) => return,
-                    Ok(pipeline::ResyncCopy::Nothing) => {
+                Some(at) => {
+                    // Recorded before any copy: a restart resumes the copy from there.
+                    let held = crate::checkpoint::resync::ResyncRequest {
+                        held_at: Some(at.to_string()),
+                        ..request.clone()
+                    };
+                    if let Err(e) = self.store.update(&held).await {
+                        tracing::warn!(table = %request.table(), error = %e, "cannot record where the resync's copy starts; trying again");
                         self.hold.release();
-                        self.known.push(request.id);
                         continue;
                     }
-                    Err(e) => OnlineResync::Failed(e),
-                },
+                    match self.copy(&held, at).await {
+                        Ok(pipeline::ResyncCopy::Complete(schema)) => OnlineResync::Copied {
+                            table: request.table(),
+                            id: request.id,
+                            schema,
+                        },
+                        Ok(pipeline::ResyncCopy::Stopped) => return,
+                        Ok(pipeline::ResyncCopy::Nothing) => {
+                            self.hold.release();
+                            self.known.push(request.id);
+                            continue;
+                        }
+                        Err(e) => OnlineResync::Failed(e),
+                    }
+                }
             };
             *self.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
             self.round.cancel();

@@ -374,7 +374,11 @@ async fn drive(
         health.set_stopping();
     }
     let outcome = match outcome {
-        Ok(()) => committer.flush().await,
+        // A lineage that caught up swaps before the stop, not at the next start.
+        Ok(()) => match committer.flush().await {
+            Ok(()) => committer.catch_up_resyncs().await,
+            Err(e) => Err(e),
+        },
         Err(e) => {
             // A background commit still running ends like any commit; its result no longer
             // matters (nothing is acknowledged after an error).
@@ -718,7 +722,7 @@ mod tables;
 use tables::{TableBuffer, Tables};
 
 mod resync;
-pub use resync::{copy_for_resync, AckHold, ResyncCopy, ResyncPlan};
+pub use resync::{copy_for_resync, mode_at_start, AckHold, ResyncCopy, ResyncPlan};
 
 #[cfg(test)]
 mod tests;

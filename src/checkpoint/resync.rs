@@ -48,6 +48,11 @@ pub struct ResyncRequest {
     /// Wall-clock time of the request, for people reading the file.
     #[serde(default)]
     pub requested_at: String,
+    /// Set by the daemon before it copies the table beside the streaming pipeline: the position
+    /// the copy is complete at, where the pipeline holds its acknowledgements until the copy is
+    /// done (`pipeline/resync.rs`). A restart resumes such a copy from there, never later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_at: Option<String>,
 }
 
 impl ResyncRequest {
@@ -60,6 +65,7 @@ impl ResyncRequest {
             // 12 hex digits are plenty to tell one table's resyncs apart; short paths read better.
             id: id.chars().take(12).collect(),
             requested_at: unix_now(),
+            held_at: None,
         }
     }
 
@@ -178,6 +184,23 @@ impl ResyncStore {
             }
         }
         Ok(requests)
+    }
+
+    /// Rewrites `request` in place (the daemon recorded where it holds the stream). Only the
+    /// daemon holding the lease writes a pending request, so a plain overwrite is safe.
+    pub async fn update(&self, request: &ResyncRequest) -> Result<(), ResyncError> {
+        let location = self.request_location(&request.table());
+        let path = self.warehouse.path(&location)?;
+        let body = serde_json::to_vec_pretty(request).map_err(|e| ResyncError::Unreadable {
+            path: location.clone(),
+            detail: e.to_string(),
+        })?;
+        self.warehouse
+            .store()
+            .put(&path, Bytes::from(body).into())
+            .await
+            .map_err(|e| self.storage(&location, e))?;
+        Ok(())
     }
 
     /// Removes `request` (its resync finished). Absent already is fine.

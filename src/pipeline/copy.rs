@@ -50,7 +50,6 @@ impl Committer {
         if !same {
             let progress = SnapshotProgress {
                 chunks,
-                held_at: self.tables.held_at.get(&table).map(ToString::to_string),
                 ..SnapshotProgress::default()
             };
             self.tables.progress.insert(table, progress);

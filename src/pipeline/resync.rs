@@ -21,10 +21,10 @@
 //!   resumes, like an interrupted copy, while the other tables wait
 //!   ([`ResyncMode::SwapAtCopyEnd`]). Its replayed changes up to the live table's checkpoint are
 //!   skipped: the copy, read later, holds them (perhaps under an older schema the lineage cannot
-//!   take). A copy job's lineage found at start (the daemon stopped mid-copy) is different: its
-//!   chunks were read at a snapshot older than the live table's checkpoint, so it resumes from
-//!   the position the job held (`SnapshotProgress::held_at`), skips nothing, and swaps when
-//!   caught up.
+//!   take). A copy job's lineage found at start (the daemon stopped mid-copy or mid-catch-up) is
+//!   different: its chunks were read at a snapshot older than the live table's checkpoint, so it
+//!   resumes from the position the job held (recorded in the request, `held_at`, before the job
+//!   started), skips nothing, and swaps when caught up.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -41,7 +41,7 @@ use crate::changelog::{Position, TableId, TableSchema};
 use crate::checkpoint::resync::ResyncRequest;
 use crate::config::SnapshotMode;
 use crate::sinks::{ResyncMode, ResyncState, Sink};
-use crate::sources::{Prepared, Resume, SnapshotProgress, Source, TableCopy};
+use crate::sources::{Prepared, Resume, Source, TableCopy};
 
 /// Which resync requests a pipeline run takes on (`Settings::resyncs`).
 #[derive(Debug, Clone, Default)]
@@ -126,7 +126,7 @@ pub(super) async fn start_resyncs(
         let table = request.table();
         let location = store.request_location(&table);
         let mode = match &settings.resyncs {
-            None => ResyncMode::SwapAtCopyEnd,
+            None => mode_at_start(&request),
             Some(plan) => match plan.modes.get(&request.id) {
                 Some(mode) => *mode,
                 None => continue,
@@ -142,20 +142,17 @@ pub(super) async fn start_resyncs(
                 request: location,
             });
         }
-        let mut state = sink.resync(&table, &request.id, mode).await?;
-        let mut mode = mode;
-        // A copy job's lineage found at start: it resumes from where the job held.
-        let held_at = match (&state, mode) {
-            (ResyncState::UnderWay { .. }, ResyncMode::SwapAtCopyEnd) => {
-                held_at(sink, &table).await?
+        // A copy job's lineage, found unfinished at start, resumes from where the job held.
+        let held_at = match request.held_at.as_deref().map(str::parse::<Position>) {
+            Some(Ok(p)) if mode == ResyncMode::SwapWhenCaughtUp => Some(p),
+            Some(Err(e)) => {
+                return Err(PipelineError::SourceTask(format!(
+                    "resync request {location}: held_at is not a position ({e}); remove the request and run `cdcd resync` again"
+                )))
             }
             _ => None,
         };
-        if held_at.is_some() {
-            mode = ResyncMode::SwapWhenCaughtUp;
-            state = sink.resync(&table, &request.id, mode).await?;
-        }
-        match state {
+        match sink.resync(&table, &request.id, mode).await? {
             ResyncState::Done => {
                 store.remove(&request).await?;
                 info!(table = %table, id = %request.id, "resync finished: the table is its new copy");
@@ -176,6 +173,8 @@ pub(super) async fn start_resyncs(
                     }
                     ResyncMode::SwapWhenCaughtUp | ResyncMode::CopyOnly => {
                         info!(table = %table, id = %request.id, held_at = ?held_at.as_ref().map(ToString::to_string), "resync under way: the lineage catches up with the live table, which it then replaces");
+                        // The stream starts no later than there: an unfinished copy lacks every
+                        // change after it (a complete lineage's checkpoint is there or later).
                         if let Some(position) = held_at {
                             tables.held_at.insert(table.clone(), position);
                         }
@@ -191,22 +190,14 @@ pub(super) async fn start_resyncs(
     Ok(())
 }
 
-/// The position a copy job held the pipeline at, if `table`'s lineage is such a job's
-/// unfinished copy.
-async fn held_at(sink: &dyn Sink, table: &TableId) -> Result<Option<Position>, PipelineError> {
-    let Some(cp) = sink.checkpoint(table).await? else {
-        return Ok(None);
-    };
-    if !cp.position.is_snapshot_incomplete() {
-        return Ok(None);
+/// How a request found at start is carried out: a copy job's (it recorded where it held the
+/// stream) catches up and swaps when past the live table; any other is copied before streaming.
+pub fn mode_at_start(request: &ResyncRequest) -> ResyncMode {
+    if request.held_at.is_some() {
+        ResyncMode::SwapWhenCaughtUp
+    } else {
+        ResyncMode::SwapAtCopyEnd
     }
-    let held = cp
-        .snapshot
-        .as_deref()
-        .and_then(SnapshotProgress::from_json)
-        .and_then(|p| p.held_at)
-        .and_then(|p| p.parse::<Position>().ok());
-    Ok(held)
 }
 
 /// What a copy job left.
@@ -257,9 +248,8 @@ pub async fn copy_for_resync(
     tables
         .committed
         .insert(table.clone(), checkpoint.map(|c| c.position));
-    tables.held_at.insert(table.clone(), held_at.clone());
     let resume = Resume {
-        start: Some(held_at),
+        start: Some(held_at.clone()),
         snapshot: false,
         // From scratch (the first batch replaces whatever the lineage holds): a copy job starts
         // only for a request no run has taken on.
@@ -273,17 +263,22 @@ pub async fn copy_for_resync(
     let (ack_tx, ack_rx) = watch::channel(None);
     let source_stop = CancellationToken::new();
     let source_task = tokio::spawn(source.run(resume, event_tx, ack_rx, source_stop.clone()));
+    let settings_rows = settings.snapshot_commit_rows;
     let committer = Committer {
         sink,
         settings,
         tables,
-        received: None,
+        // The copy's commits sit at the incomplete position of the source's kind.
+        received: Some(held_at),
         acked: None,
         acks: ack_tx,
         received_time: None,
         durable_time: None,
         in_flight: InFlight::default(),
-        snapshot_batch: super::SnapshotBatch::default(),
+        snapshot_batch: super::SnapshotBatch {
+            rows: settings_rows,
+            ..super::SnapshotBatch::default()
+        },
         progress: ProgressWriter::start(None),
     };
     let committer = drive(
@@ -353,5 +348,35 @@ impl Committer {
             self.commit_table(&table).await?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::changelog::Lsn;
+
+    fn pos(n: u64) -> Position {
+        Position::Postgres(Lsn(n))
+    }
+
+    #[test]
+    fn a_hold_stops_acknowledgements_where_the_pipeline_was_and_releases() {
+        let hold = AckHold::default();
+        assert_eq!(hold.hold(), None, "nothing to hold at yet");
+        hold.started_at(Some(&pos(5)));
+        assert_eq!(hold.limit(&pos(8)), pos(8), "not held: everything goes");
+        // Held at the newest position offered: later ones are held back, older ones go.
+        assert_eq!(hold.hold(), Some(pos(8)));
+        assert_eq!(hold.limit(&pos(12)), pos(8));
+        assert_eq!(hold.limit(&pos(20)), pos(8));
+        hold.release();
+        assert_eq!(hold.limit(&pos(21)), pos(21));
+        // A start position is what a fresh hold holds at before any acknowledgement.
+        let fresh = AckHold::default();
+        fresh.started_at(Some(&pos(3)));
+        assert_eq!(fresh.hold(), Some(pos(3)));
+        assert_eq!(fresh.limit(&pos(9)), pos(3));
     }
 }

@@ -82,11 +82,6 @@ pub struct SnapshotProgress {
     pub started: BTreeSet<u32>,
     /// Chunks entirely in the table.
     pub done: BTreeSet<u32>,
-    /// A resync's copy job beside the streaming pipeline: the position the copy declares its
-    /// table complete at, where the pipeline held its acknowledgements (`pipeline/resync.rs`).
-    /// A restart resumes such a copy from there, never from later.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub held_at: Option<String>,
 }
 
 impl SnapshotProgress {

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::postgres::resync::assert_swapped_in_one_step;
+use crate::postgres::resync::{assert_swap_never_went_back, assert_swapped_in_one_step};
 use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
 use crate::support::{run_cdcd, unique};
 
@@ -163,6 +163,7 @@ async fn a_mariadb_table_is_resynced_online_through_a_kill() {
     p.assert_equal("o", 240).await;
     p.assert_equal("t", 240).await;
     assert_swapped_in_one_step(&p.table_dir("t"));
+    assert_swap_never_went_back(&p.table_dir("t"));
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0));
 }

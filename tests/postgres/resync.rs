@@ -186,21 +186,6 @@ pub(crate) fn assert_swapped_in_one_step(dir: &Path) -> u64 {
         .find(|(_, path)| current_summary(path).1["cdcd.resync-id"].is_string())
         .map(|(n, _)| *n)
         .expect("no version of the live table is the resync's lineage");
-    // Readers never see the table go back: the new lineage replaces the live table at or past
-    // the live table's last position.
-    let position_at = |n: u64| {
-        all.iter().find(|(m, _)| *m == n).and_then(|(_, path)| {
-            let (summary, _) = current_summary(path);
-            summary["cdcd.position"].as_str().and_then(position_order)
-        })
-    };
-    if let (Some(before), Some(after)) = (position_at(first - 1), position_at(first)) {
-        assert!(
-            after >= before,
-            "the swap took the table back: v{} at {before}, v{first} at {after}",
-            first - 1
-        );
-    }
     let later: Vec<&(u64, PathBuf)> = all.iter().filter(|(n, _)| *n >= first).collect();
     for (n, path) in later {
         let (summary, properties) = current_summary(path);
@@ -215,6 +200,32 @@ pub(crate) fn assert_swapped_in_one_step(dir: &Path) -> u64 {
         );
     }
     first
+}
+
+/// An online resync (the live table streamed on during the copy) never takes the table back:
+/// the new lineage replaces the live table at or past the live table's last position.
+pub(crate) fn assert_swap_never_went_back(dir: &Path) {
+    let all = versions(dir);
+    let first = all
+        .iter()
+        .find(|(_, path)| current_summary(path).1["cdcd.resync-id"].is_string())
+        .map(|(n, _)| *n)
+        .expect("no version of the live table is the resync's lineage");
+    let position_at = |n: u64| {
+        all.iter().find(|(m, _)| *m == n).and_then(|(_, path)| {
+            let (summary, _) = current_summary(path);
+            summary["cdcd.position"].as_str().and_then(position_order)
+        })
+    };
+    if let (Some(before), Some(after)) = (position_at(first - 1), position_at(first)) {
+        assert!(
+            after >= before,
+            "the swap took the table back: v{} at {before}, v{first} at {after}",
+            first - 1
+        );
+    } else {
+        panic!("no positions to compare around the swap (v{first})");
+    }
 }
 
 /// A checkpoint position as a number that orders it, where one number does: a Postgres LSN,
@@ -340,6 +351,7 @@ async fn a_resync_replaces_a_damaged_table_while_the_others_stream() {
     p.assert_equal(&a, 240).await;
     p.assert_equal(&b, 240).await;
     let swapped = assert_swapped_in_one_step(&p.table_dir(&b));
+    assert_swap_never_went_back(&p.table_dir(&b));
     eprintln!("the new lineage is b's live table from v{swapped} on");
     // The request is gone; a new one would start a new resync.
     let requests = p.warehouse.join("_cdcd").join(&p.name).join("resync");
@@ -516,6 +528,7 @@ async fn a_kill_mid_resync_resumes_the_copy_and_ends_equal() {
     p.assert_equal(&a, 240).await;
     p.assert_equal(&b, 240).await;
     assert!(assert_swapped_in_one_step(&p.table_dir(&b)) > before);
+    assert_swap_never_went_back(&p.table_dir(&b));
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0));
 }

@@ -235,6 +235,24 @@ impl IcebergSink {
         index::location(&self.warehouse, &self.pipeline, ns, &table.name)
     }
 
+    /// Where the index of `table` as of `meta` lives: a resync lineage has its own (it is
+    /// written beside the live table's, by a copy job's sink while the pipeline's commits the
+    /// live table: `resync.rs`), and keeps it once it is the live table (its `cdcd.resync-id`
+    /// names it), so the swap needs no rebuild.
+    fn index_location_for(&self, table: &TableId, meta: &TableMetadata) -> String {
+        let id = self
+            .resync_id(table)
+            .or_else(|| meta.properties().get(resync::RESYNC_ID_PROPERTY).cloned());
+        match id {
+            Some(id) => {
+                let ns = self.namespace.as_deref().unwrap_or(&table.namespace);
+                let name = format!("{}.resync-{id}", table.name);
+                index::location(&self.warehouse, &self.pipeline, ns, &name)
+            }
+            None => self.index_location(table),
+        }
+    }
+
     /// The current metadata, through the catalog (refreshing the cache).
     async fn load(&self, table: &TableId) -> Result<Option<Arc<Loaded>>, SinkError> {
         let location = self.current_location(table);
@@ -378,7 +396,7 @@ impl IcebergSink {
         let base = self.load_or_create(table, wanted.clone()).await?;
         let target = Target {
             warehouse: &self.warehouse,
-            index_location: self.index_location(table),
+            index_location: self.index_location_for(table, &base.metadata),
             limits: self.limits,
             schema_change: self.schema_change.for_table(table),
         };

@@ -339,6 +339,34 @@ mod tests {
     use iceberg::spec::{FormatVersion, NestedField, PrimitiveType, Schema, Type};
 
     use super::*;
+
+    #[test]
+    fn a_lineage_swaps_at_the_commit_its_mode_names() {
+        use crate::changelog::Lsn;
+        let pos = |n| Position::Postgres(Lsn(n));
+        let lineage = |mode, live| Lineage {
+            id: "x".into(),
+            mode,
+            live,
+        };
+        let incomplete = Position::snapshot_incomplete(&pos(1));
+        for mode in [
+            ResyncMode::SwapAtCopyEnd,
+            ResyncMode::CopyOnly,
+            ResyncMode::SwapWhenCaughtUp,
+        ] {
+            assert!(
+                !lineage(mode, Some(pos(10))).swaps_at(&incomplete),
+                "{mode:?}"
+            );
+        }
+        assert!(lineage(ResyncMode::SwapAtCopyEnd, Some(pos(10))).swaps_at(&pos(5)));
+        assert!(!lineage(ResyncMode::CopyOnly, Some(pos(10))).swaps_at(&pos(50)));
+        let caught_up = lineage(ResyncMode::SwapWhenCaughtUp, Some(pos(10)));
+        assert!(!caught_up.swaps_at(&pos(9)), "behind the live table");
+        assert!(caught_up.swaps_at(&pos(10)) && caught_up.swaps_at(&pos(11)));
+        assert!(lineage(ResyncMode::SwapWhenCaughtUp, None).swaps_at(&pos(1)));
+    }
     use crate::sinks::iceberg::commit::publish;
 
     fn table(id: &TableId, location: &str, column: PrimitiveType, prop: &str) -> TableMetadata {
