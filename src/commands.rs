@@ -311,11 +311,14 @@ impl ResyncWatch {
                         continue;
                     }
                     match self.copy(&held, at).await {
-                        Ok(pipeline::ResyncCopy::Complete(schema)) => OnlineResync::Copied {
-                            table: request.table(),
-                            id: request.id,
-                            schema,
-                        },
+                        Ok(pipeline::ResyncCopy::Complete(schema)) => {
+                            crate::failpoints::crash_point(crate::failpoints::RESYNC_COPIED);
+                            OnlineResync::Copied {
+                                table: request.table(),
+                                id: request.id,
+                                schema,
+                            }
+                        }
                         Ok(pipeline::ResyncCopy::Stopped) => return,
                         Ok(pipeline::ResyncCopy::Nothing) => {
                             self.hold.release();

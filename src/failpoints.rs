@@ -35,6 +35,11 @@
 //!   the rewrite did not happen, the table and the index are the old ones, the files are orphans.
 //! - [`COMPACT_AFTER_COMMIT`] (same place): the `replace` snapshot is committed, the index is not
 //!   yet told (the next commit catches it up from the table).
+//! - [`RESYNC_COPIED`] (online resync, `commands.rs`): a copy job's lineage is complete at the
+//!   position the pipeline holds its acknowledgements at; the pipeline has not restarted to
+//!   replay into it, the live table is still the old one.
+//! - [`RESYNC_BEFORE_SWAP`] (Iceberg resync, `sinks/iceberg/mod.rs`): the lineage's commit that
+//!   replaces the live table is durable; the swap is not done, readers see the old table.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -63,6 +68,11 @@ pub const EXPIRE_DURING_DELETE: &str = "expire-during-delete";
 pub const COMPACT_BEFORE_COMMIT: &str = "compact-before-commit";
 /// A compaction's snapshot is committed; the primary-key index does not know yet.
 pub const COMPACT_AFTER_COMMIT: &str = "compact-after-commit";
+
+/// An online resync's copy is complete; the pipeline has not restarted to replay into it.
+pub const RESYNC_COPIED: &str = "resync-copied";
+/// A resync lineage's swapping commit is durable; the swap is not done.
+pub const RESYNC_BEFORE_SWAP: &str = "resync-before-swap";
 
 /// The crash point named by `CDCD_FAILPOINT` and at which hit it fires, read once.
 fn armed() -> Option<&'static (String, u64)> {

@@ -622,3 +622,75 @@ async fn a_resync_is_the_way_out_of_a_type_change_cdcd_stops_on() {
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0));
 }
+
+// Crashes around an online resync's end, each a `kill -9` between two writes: right after the
+// copy job completed (the pipeline has not restarted to replay into the lineage; the request
+// holds the position the copy is complete at), and right after the lineage's commit that
+// replaces the live table (the swap itself not done). Each restart finishes the resync while
+// both tables take writes; both end equal, the swap is one step and never takes the table back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashes_around_an_online_resyncs_end_recover_equal() {
+    let Some(env) = test_env("crashes_around_an_online_resyncs_end_recover_equal") else {
+        return;
+    };
+    for (i, point) in ["resync-copied", "resync-before-swap"]
+        .into_iter()
+        .enumerate()
+    {
+        let name = unique(&format!("rsyncx{i}"));
+        let (a, b) = (format!("{name}_a"), format!("{name}_b"));
+        let client = connect(&env.pg_url).await;
+        exec(&client, &create_table(&a, 2_000)).await;
+        exec(&client, &create_table(&b, 20_000)).await;
+        let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
+        p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+        tune(&p, 4_000);
+        p.env_vars.push(("CDCD_FAILPOINT".into(), point.to_owned()));
+        p.start();
+        p.assert_equal(&a, 120).await;
+        p.assert_equal(&b, 120).await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let wa = tokio::spawn(write_until(
+            connect(&env.pg_url).await,
+            a.clone(),
+            2_000,
+            1,
+            stop.clone(),
+        ));
+        let wb = tokio::spawn(write_until(
+            connect(&env.pg_url).await,
+            b.clone(),
+            20_000,
+            1,
+            stop.clone(),
+        ));
+        request_resync(&p, &b);
+        let status = p.wait_exit(Duration::from_secs(180)).await;
+        assert!(!status.success(), "{point}: cdcd must abort, got {status}");
+        assert!(
+            p.output().contains(&format!("failpoint {point}")),
+            "{point}: aborted elsewhere:\n{}",
+            p.output()
+        );
+        p.env_vars.retain(|(k, _)| k != "CDCD_FAILPOINT");
+        p.wait_slot_inactive(&client, Duration::from_secs(30)).await;
+        p.start();
+        wait_for(
+            &mut p,
+            "the resync to finish after the crash",
+            Duration::from_secs(240),
+            |o| crate::support::start_output(o, 2).contains("resync finished"),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        stop.store(true, Ordering::Relaxed);
+        let rounds = (wa.await.unwrap(), wb.await.unwrap());
+        eprintln!("{point}: {rounds:?} write transactions to a and b");
+        p.assert_equal(&a, 240).await;
+        p.assert_equal(&b, 240).await;
+        assert_swapped_in_one_step(&p.table_dir(&b));
+        assert_swap_never_went_back(&p.table_dir(&b));
+        let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+        assert_eq!(st.code(), Some(0));
+    }
+}

@@ -455,6 +455,7 @@ impl IcebergSink {
         // is still held, when its mode says this commit is the one (resync.rs).
         if let Some(lineage) = self.resync_lineage(table) {
             if lineage.swaps_at(&checkpoint.position) {
+                crate::failpoints::crash_point(crate::failpoints::RESYNC_BEFORE_SWAP);
                 self.swap(table, &lineage.id, &published).await?;
                 stats.resync_swapped = true;
             }
