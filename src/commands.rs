@@ -176,14 +176,33 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
             // replays the table into its lineage.
             let mut plan = ResyncPlan::default();
             for request in resync.list().await.map_err(PipelineError::from)? {
-                plan.modes
-                    .insert(request.id.clone(), pipeline::mode_at_start(&request));
+                if let Some(mode) = pipeline::mode_at_start(&request) {
+                    plan.modes.insert(request.id.clone(), mode);
+                }
             }
             loop {
                 let round = shutdown.child_token();
                 let hold = pipeline::AckHold::default();
+                // A copy job that began before a stop held the stream: held again from the
+                // start, until its lineage takes over (`pipeline/resync.rs`).
+                for request in resync.list().await.map_err(PipelineError::from)? {
+                    if plan.modes.contains_key(&request.id) {
+                        continue;
+                    }
+                    if let Some(at) = request.held_at.as_deref() {
+                        let at: crate::changelog::Position = at.parse().map_err(|e| {
+                            PipelineError::from(crate::checkpoint::resync::ResyncError::Unreadable {
+                                path: resync.request_location(&request.table()),
+                                detail: format!("held_at {at:?}: {e}"),
+                            })
+                        })?;
+                        hold.hold_at(&at);
+                    }
+                }
                 let outcome = Arc::new(std::sync::Mutex::new(None));
+                let copying = Arc::new(std::sync::Mutex::new(None));
                 let watch = ResyncWatch {
+                    copying: Arc::clone(&copying),
                     store: resync.clone(),
                     known: plan.modes.keys().cloned().collect(),
                     round: round.clone(),
@@ -200,7 +219,12 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
                 settings.resync = Some(resync.clone());
                 settings.resyncs = Some(plan.clone());
                 settings.ack_hold = Some(hold);
-                pipeline::run(source, Arc::clone(&sink), settings, round.clone()).await?;
+                let ran = pipeline::run(source, Arc::clone(&sink), settings, round.clone()).await;
+                if let Err(e) = ran {
+                    let copying = copying.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    start_online_resyncs_over(&resync, sink.as_ref(), &plan, copying).await;
+                    return Err(e.into());
+                }
                 if shutdown.is_cancelled() || !round.is_cancelled() {
                     return Ok::<(), CommandError>(());
                 }
@@ -250,6 +274,40 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
     Ok(())
 }
 
+/// The pipeline stopped on an error while resyncs were carried out online (a copy job running,
+/// or a lineage catching up): each starts over under a new id, copied at the next start. A
+/// lineage copied online is complete at a position before the error, so its catch-up replays
+/// the changes before it, and a schema change among them that the lineage (copied under the
+/// newer schema) cannot take would stop every restart; a copy at start skips what the live table
+/// holds (`pipeline/resync.rs`), which is the way out of such a stop. Best effort: a failure is
+/// logged, and the online resync resumes at the next start instead.
+async fn start_online_resyncs_over(
+    store: &ResyncStore,
+    sink: &dyn Sink,
+    plan: &ResyncPlan,
+    copying: Option<crate::checkpoint::resync::ResyncRequest>,
+) {
+    let Ok(pending) = store.list().await else {
+        return;
+    };
+    for request in pending {
+        let online = plan.modes.get(&request.id) == Some(&ResyncMode::SwapWhenCaughtUp)
+            || copying.as_ref().is_some_and(|c| c.id == request.id);
+        if !online {
+            continue;
+        }
+        match store.start_over(&request).await {
+            Ok(fresh) => {
+                sink.abandon_resync(&request.table(), &request.id).await;
+                tracing::warn!(table = %request.table(), id = %request.id, new_id = %fresh.id, "the pipeline stopped while this table was resynced online: its resync starts over, copied at the next start");
+            }
+            Err(e) => {
+                tracing::warn!(table = %request.table(), error = %e, "cannot start the resync over; it resumes online at the next start");
+            }
+        }
+    }
+}
+
 /// What the watcher did about a resync requested while a round ran.
 enum OnlineResync {
     /// Its copy job filled the lineage, complete at the position the round was held at.
@@ -277,6 +335,8 @@ struct ResyncWatch {
     config: Config,
     fence: Fence,
     outcome: Arc<std::sync::Mutex<Option<OnlineResync>>>,
+    /// The request whose copy job runs, if one does.
+    copying: Arc<std::sync::Mutex<Option<crate::checkpoint::resync::ResyncRequest>>>,
 }
 
 impl ResyncWatch {
@@ -310,6 +370,7 @@ impl ResyncWatch {
                         self.hold.release();
                         continue;
                     }
+                    *self.copying.lock().unwrap_or_else(|p| p.into_inner()) = Some(held.clone());
                     match self.copy(&held, at).await {
                         Ok(pipeline::ResyncCopy::Complete(schema)) => {
                             crate::failpoints::crash_point(crate::failpoints::RESYNC_COPIED);

@@ -225,20 +225,11 @@ async fn run_batched(
         Some(store) => store.read().await?,
         None => None,
     };
-    let mut resume = decide_resume(&prepared, &tables, &settings, stored_progress.as_ref())?;
+    let resume = decide_resume(&prepared, &tables, &settings, stored_progress.as_ref())?;
     if resume.snapshot {
         // A new slot: every table is copied again from scratch at its exported snapshot.
         tables.progress.clear();
         tables.upsert_until.clear();
-        tables.held_at.clear();
-    }
-    // A resync copy job's unfinished lineage resumes from where the job held the stream: its
-    // chunks lack every change after that (`pipeline/resync.rs`).
-    for held in tables.held_at.values() {
-        resume.start = Some(match resume.start.take() {
-            Some(start) => start.meet(held).unwrap_or_else(|| held.clone()),
-            None => held.clone(),
-        });
     }
     if let Some(hold) = &settings.ack_hold {
         hold.started_at(resume.start.as_ref());

@@ -203,6 +203,14 @@ impl ResyncStore {
         Ok(())
     }
 
+    /// Replaces `request` by a fresh one for the same table (a new id, so a new lineage, and no
+    /// held position): the resync starts again from scratch, copied at the next start.
+    pub async fn start_over(&self, request: &ResyncRequest) -> Result<ResyncRequest, ResyncError> {
+        let fresh = ResyncRequest::new(&request.table());
+        self.update(&fresh).await?;
+        Ok(fresh)
+    }
+
     /// Removes `request` (its resync finished). Absent already is fine.
     pub async fn remove(&self, request: &ResyncRequest) -> Result<(), ResyncError> {
         let location = self.request_location(&request.table());

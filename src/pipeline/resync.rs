@@ -5,26 +5,32 @@
 //! A lineage is filled one of two ways:
 //! - **Online**, for a request made while the daemon streams (`commands.rs` watches for them):
 //!   a copy job ([`copy_for_resync`], its own source connection and sink) copies the table into
-//!   its lineage at a new snapshot while the pipeline keeps streaming every table, this one into
-//!   its live table. Before the copy starts, the pipeline's acknowledgements are held
-//!   ([`AckHold`]) at P, the newest position it offered to acknowledge: every transaction at or
-//!   before P is in the copy's snapshot, so the lineage is declared complete at P with an upsert
-//!   window up to the snapshot, exactly like a table added to `source.tables`. Held, the slot
-//!   (Postgres) and the progress file (MySQL) stay at or before P, so once the copy is done the
-//!   daemon restarts the pipeline in-process and the stream replays from P into the lineage (the
-//!   other tables skip what they hold). The live table is ahead of the lineage then, so the
-//!   lineage replaces it at its first commit at or past the live table's checkpoint
+//!   its lineage while the pipeline keeps streaming every table, this one into its live table.
+//!   First the pipeline's acknowledgements are held ([`AckHold`]) at P, the newest position it
+//!   offered to acknowledge, and P is recorded in the request. Then the job copies the table
+//!   whole at a new snapshot whose position C is exact (Postgres: a temporary slot's exported
+//!   snapshot and consistent point; MySQL: the consistent snapshot's binlog position): every
+//!   transaction at or before C is in the copy, none after, so the lineage is complete at C with
+//!   no upsert window. Exact matters: with a window, the changes between P and the snapshot would
+//!   be replayed into a lineage copied under a newer schema when a DDL fell between them, a
+//!   change it cannot take. Held at P ≤ C, the slot (Postgres) and the progress file (MySQL)
+//!   keep everything after C, so once the copy is done the daemon restarts the pipeline
+//!   in-process and the stream replays the table's changes after C into the lineage (the other
+//!   tables skip what they hold). The live table is ahead of the lineage then, so the lineage
+//!   replaces it at its first commit at or past the live table's checkpoint
 //!   ([`ResyncMode::SwapWhenCaughtUp`]), never earlier: readers never see the table go back. An
 //!   idle table gets an empty commit there ([`Committer::catch_up_resyncs`]).
+//!   A daemon that stops mid-copy finds the request (with P) at its next start and leaves it to
+//!   a copy job again: a complete lineage catches up, an unfinished one is copied again whole
+//!   (its chunks are exact at their own snapshot, not at another one). A daemon that stops on an
+//!   error while a table is resynced online starts that resync over under a new id
+//!   (`commands.rs`), copied at the next start: the way out when the error is the table's own.
 //! - **At start**, for a request found when the daemon starts (cdcd was stopped, or stopped on
 //!   the very change the resync is the way out of): the table is copied before streaming
 //!   resumes, like an interrupted copy, while the other tables wait
 //!   ([`ResyncMode::SwapAtCopyEnd`]). Its replayed changes up to the live table's checkpoint are
 //!   skipped: the copy, read later, holds them (perhaps under an older schema the lineage cannot
-//!   take). A copy job's lineage found at start (the daemon stopped mid-copy or mid-catch-up) is
-//!   different: its chunks were read at a snapshot older than the live table's checkpoint, so it
-//!   resumes from the position the job held (recorded in the request, `held_at`, before the job
-//!   started), skips nothing, and swaps when caught up.
+//!   take).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -79,11 +85,28 @@ impl AckHold {
     /// acknowledge (or started from), which this returns: every transaction at or before it is
     /// committed in every table, so any snapshot read from now on holds it. `None`: the pipeline
     /// has no position yet (nothing to hold; the resync then copies at the next start).
+    /// Already held (by [`AckHold::hold_at`]): that position, which never moves up.
     pub fn hold(&self) -> Option<Position> {
         let mut state = self.state();
+        if let Some(cap) = &state.cap {
+            return Some(cap.clone());
+        }
         let at = state.offered.clone()?;
         state.cap = Some(at.clone());
         Some(at)
+    }
+
+    /// Holds acknowledgements at `at` or before from the start: a resync's copy job began
+    /// before the daemon stopped and held the stream there (its request's `held_at`), so its
+    /// lineage, complete or not, may need every change after it.
+    pub fn hold_at(&self, at: &Position) {
+        let mut state = self.state();
+        let lower = match &state.cap {
+            Some(cap) if !at.covers(cap) => at.clone(),
+            Some(cap) => cap.clone(),
+            None => at.clone(),
+        };
+        state.cap = Some(lower);
     }
 
     /// Acknowledgements go on again (the copy job found nothing to copy).
@@ -126,7 +149,7 @@ pub(super) async fn start_resyncs(
         let table = request.table();
         let location = store.request_location(&table);
         let mode = match &settings.resyncs {
-            None => mode_at_start(&request),
+            None => ResyncMode::SwapAtCopyEnd,
             Some(plan) => match plan.modes.get(&request.id) {
                 Some(mode) => *mode,
                 None => continue,
@@ -142,16 +165,6 @@ pub(super) async fn start_resyncs(
                 request: location,
             });
         }
-        // A copy job's lineage, found unfinished at start, resumes from where the job held.
-        let held_at = match request.held_at.as_deref().map(str::parse::<Position>) {
-            Some(Ok(p)) if mode == ResyncMode::SwapWhenCaughtUp => Some(p),
-            Some(Err(e)) => {
-                return Err(PipelineError::SourceTask(format!(
-                    "resync request {location}: held_at is not a position ({e}); remove the request and run `cdcd resync` again"
-                )))
-            }
-            _ => None,
-        };
         match sink.resync(&table, &request.id, mode).await? {
             ResyncState::Done => {
                 store.remove(&request).await?;
@@ -172,12 +185,7 @@ pub(super) async fn start_resyncs(
                         }
                     }
                     ResyncMode::SwapWhenCaughtUp | ResyncMode::CopyOnly => {
-                        info!(table = %table, id = %request.id, held_at = ?held_at.as_ref().map(ToString::to_string), "resync under way: the lineage catches up with the live table, which it then replaces");
-                        // The stream starts no later than there: an unfinished copy lacks every
-                        // change after it (a complete lineage's checkpoint is there or later).
-                        if let Some(position) = held_at {
-                            tables.held_at.insert(table.clone(), position);
-                        }
+                        info!(table = %table, id = %request.id, "resync under way: the lineage catches up with the live table, which it then replaces");
                         if let Some(position) = live {
                             tables.catch_up.insert(table.clone(), position);
                         }
@@ -190,13 +198,14 @@ pub(super) async fn start_resyncs(
     Ok(())
 }
 
-/// How a request found at start is carried out: a copy job's (it recorded where it held the
-/// stream) catches up and swaps when past the live table; any other is copied before streaming.
-pub fn mode_at_start(request: &ResyncRequest) -> ResyncMode {
-    if request.held_at.is_some() {
-        ResyncMode::SwapWhenCaughtUp
-    } else {
-        ResyncMode::SwapAtCopyEnd
+/// How a request found at start is carried out: one a copy job had begun (it recorded where it
+/// held the stream) is left to a copy job again (`None`: the daemon's watcher starts one, which
+/// finds a complete lineage as it is and copies an unfinished one again from scratch); any other
+/// is copied before streaming resumes.
+pub fn mode_at_start(request: &ResyncRequest) -> Option<ResyncMode> {
+    match request.held_at {
+        Some(_) => None,
+        None => Some(ResyncMode::SwapAtCopyEnd),
     }
 }
 
@@ -373,6 +382,14 @@ mod tests {
         assert_eq!(hold.limit(&pos(20)), pos(8));
         hold.release();
         assert_eq!(hold.limit(&pos(21)), pos(21));
+        // Held from the start (a copy job's request): later holds keep the lower position.
+        let restarted = AckHold::default();
+        restarted.hold_at(&pos(4));
+        restarted.started_at(Some(&pos(6)));
+        assert_eq!(restarted.limit(&pos(9)), pos(4));
+        assert_eq!(restarted.hold(), Some(pos(4)));
+        restarted.hold_at(&pos(7));
+        assert_eq!(restarted.limit(&pos(9)), pos(4));
         // A start position is what a fresh hold holds at before any acknowledgement.
         let fresh = AckHold::default();
         fresh.started_at(Some(&pos(3)));

@@ -64,9 +64,6 @@ pub(super) struct Tables {
     /// Per table under resync, the old table's checkpoint: every change at or below it is in the
     /// lineage's copy (see `start_resyncs` in pipeline/resync.rs).
     pub(super) copied_up_to: BTreeMap<TableId, Position>,
-    /// Per table copied by a resync's copy job, the position the job held the stream at: the
-    /// copy is complete there (`pipeline/resync.rs`).
-    pub(super) held_at: BTreeMap<TableId, Position>,
     /// Per lineage that replaces its live table once caught up, the live table's checkpoint
     /// (`Committer::catch_up_resyncs`).
     pub(super) catch_up: BTreeMap<TableId, Position>,

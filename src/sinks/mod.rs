@@ -244,6 +244,10 @@ pub trait Sink: Send + Sync {
     /// [`CommitStats::resync_swapped`]. Idempotent;
     /// after a crash the lineage is found again. `Done` when the live table already is this
     /// lineage (the swap landed before a crash, or the lineage was complete and is swapped now).
+    /// Gives up resync `id`'s lineage of `table` (it will be copied again under a new id): its
+    /// files become orphans for `cdcd cleanup`. Best effort.
+    async fn abandon_resync(&self, _table: &TableId, _id: &str) {}
+
     async fn resync(
         &self,
         table: &TableId,

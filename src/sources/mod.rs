@@ -247,9 +247,10 @@ pub struct Resume {
     /// Without `snapshot`: tables to copy first at a new snapshot (not the slot's), each ending
     /// with `SnapshotUpsertUntil` and `SnapshotDone` at the position streaming starts from.
     pub copy: Vec<TableCopy>,
-    /// Copy `copy` (declared complete at `start`) and end without streaming: a resync's copy
-    /// job beside the streaming pipeline (`pipeline::resync`), which holds its acknowledgements
-    /// at `start` meanwhile. The source creates no slot and changes no source state.
+    /// Copy `copy` from scratch, each table declared complete exactly at the position of the
+    /// snapshot it is read at (no upsert window), and end without streaming: a resync's copy job
+    /// beside the streaming pipeline (`pipeline/resync.rs`), which holds its acknowledgements at
+    /// `start` (at or before that snapshot) meanwhile. No slot, no source state is changed.
     pub copy_only: bool,
 }
 

@@ -157,8 +157,8 @@ async fn a_mariadb_table_is_resynced_online_through_a_kill() {
     eprintln!("{rounds:?} write rounds to t and o");
     let out = crate::support::start_output(&p.output(), 2);
     assert!(
-        out.contains("resuming an interrupted initial copy"),
-        "the restart did not resume the lineage's copy:\n{out}"
+        out.contains("while the pipeline streams on"),
+        "the restart did not copy the table again online:\n{out}"
     );
     p.assert_equal("o", 240).await;
     p.assert_equal("t", 240).await;

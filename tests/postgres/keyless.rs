@@ -237,7 +237,7 @@ async fn a_kill_mid_copy_of_a_keyless_table_is_copied_again_exactly() {
     p.assert_equal(&t, 240).await;
     assert!(
         p.output()
-            .contains("copying keyless tables whole at a temporary slot's snapshot"),
+            .contains("copying tables whole at a temporary slot's snapshot"),
         "{}",
         p.output()
     );

@@ -14,8 +14,9 @@
 //! - readers never see the copy half done: every metadata version of the live table written after
 //!   the request is the complete new lineage (`cdcd.resync-id` set, a complete position), and no
 //!   version before it was touched;
-//! - `kill -9` in the middle of the resync's copy resumes it from the lineage's committed chunks
-//!   and ends equal;
+//! - `kill -9` in the middle of the resync's online copy: the restart copies the table again
+//!   online, from scratch (an online copy is exact at its own snapshot, so its chunks are not
+//!   resumed at another), and ends equal;
 //! - `cdcd cleanup` beside a lineage under way or after the swap deletes nothing live;
 //! - bad requests (a table the pipeline does not capture, the lsm sink) fail naming the thing and
 //!   the fix.
@@ -372,8 +373,8 @@ async fn a_resync_replaces_a_damaged_table_while_the_others_stream() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_kill_mid_resync_resumes_the_copy_and_ends_equal() {
-    let Some(env) = test_env("a_kill_mid_resync_resumes_the_copy_and_ends_equal") else {
+async fn a_kill_mid_resync_copies_again_online_and_ends_equal() {
+    let Some(env) = test_env("a_kill_mid_resync_copies_again_online_and_ends_equal") else {
         return;
     };
     let name = unique("rsynk");
@@ -508,8 +509,8 @@ async fn a_kill_mid_resync_resumes_the_copy_and_ends_equal() {
 
     let out = crate::support::start_output(&p.output(), 2);
     assert!(
-        out.contains("resuming an interrupted initial copy"),
-        "the restart did not resume the lineage's copy:\n{out}"
+        out.contains("while the pipeline streams on"),
+        "the restart did not copy the table again online:\n{out}"
     );
     let compactions = p.output().matches("compaction committed").count();
     eprintln!("{compactions} compactions committed");
@@ -521,9 +522,9 @@ async fn a_kill_mid_resync_resumes_the_copy_and_ends_equal() {
         crate::support::log_field(planned, "chunks").unwrap(),
         crate::support::log_field(planned, "to_copy").unwrap(),
     );
-    assert!(
-        to_copy < chunks,
-        "the resync restarted from zero: {planned}"
+    assert_eq!(
+        to_copy, chunks,
+        "an online copy starts over whole: {planned}"
     );
     p.assert_equal(&a, 240).await;
     p.assert_equal(&b, 240).await;
@@ -693,4 +694,82 @@ async fn crashes_around_an_online_resyncs_end_recover_equal() {
         let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
         assert_eq!(st.code(), Some(0));
     }
+}
+
+// A type change cdcd stops on lands while the table is resynced online, after the position the
+// pipeline is held at (it is busy with a large transaction on the other table, so it has not
+// acknowledged past it) and before the copy's snapshot. The copy is exact at its own snapshot, so
+// the lineage holds the change and skips every change before it: the resync itself is the way
+// out, and the table streams on under its new type. Should the pipeline reach the `ALTER` on the
+// live table before the copy is complete, it stops, the online resync starts over under a new id,
+// and the restart copies the table at start (skipping what the live table held). Either way the
+// table ends equal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_type_change_during_an_online_resync_ends_equal() {
+    let Some(env) = test_env("a_type_change_during_an_online_resync_ends_equal") else {
+        return;
+    };
+    let name = unique("rsyncw");
+    let (a, b) = (format!("{name}_a"), format!("{name}_b"));
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&a, 400_000)).await;
+    exec(&client, &create_table(&b, 20_000)).await;
+    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    tune(&p, 5_000);
+    p.start();
+    p.assert_equal(&a, 240).await;
+    p.assert_equal(&b, 120).await;
+    // Seconds of work for the pipeline, then the type change right behind it.
+    exec(&client, &format!("UPDATE {a} SET n = n + 1")).await;
+    exec(&client, &writes(&b, 1, 20_000)).await;
+    exec(
+        &client,
+        &format!("ALTER TABLE {b} ALTER COLUMN v TYPE text USING 'v' || v::text"),
+    )
+    .await;
+    exec(
+        &client,
+        &format!("UPDATE {b} SET v = v || '!' WHERE id % 7 = 0"),
+    )
+    .await;
+    request_resync(&p, &b);
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for the resync"
+        );
+        if p.output().contains("resync finished") {
+            break;
+        }
+        if let Some(status) = p.try_exit() {
+            assert!(!status.success(), "cdcd exited cleanly: {status}");
+            let out = p.output();
+            assert!(
+                out.contains("its resync starts over"),
+                "cdcd stopped and the online resync was not started over:\n{out}"
+            );
+            eprintln!("the pipeline reached the ALTER first: the resync starts over at start");
+            p.wait_slot_inactive(&client, Duration::from_secs(30)).await;
+            p.start();
+            wait_for(
+                &mut p,
+                "the resync (started over) to finish",
+                Duration::from_secs(240),
+                |o| crate::support::start_output(o, 2).contains("resync finished"),
+            )
+            .await;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let text_writes = |round| writes(&b, round, 20_000).replace("v = v + 1", "v = v || '+'");
+    exec(&client, &text_writes(2)).await;
+    exec(&client, &writes(&a, 2, 400_000)).await;
+    p.assert_equal(&a, 240).await;
+    p.assert_equal(&b, 240).await;
+    assert_swapped_in_one_step(&p.table_dir(&b));
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0));
 }

@@ -365,6 +365,14 @@ impl Pipeline {
 
     /// Waits up to `timeout` for cdcd to exit (on its own, or after a signal sent before);
     /// kills it (and panics) if it does not.
+    /// cdcd's exit status if it has exited (then it is no longer running), else `None`.
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+        let child = self.daemon.as_mut()?;
+        let st = child.try_wait().unwrap()?;
+        self.daemon = None;
+        Some(st)
+    }
+
     pub async fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
         let mut child = self.daemon.take().expect("cdcd is not running");
         let deadline = Instant::now() + timeout;

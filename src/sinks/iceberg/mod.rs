@@ -644,6 +644,10 @@ impl Sink for IcebergSink {
         self.begin_resync(table, id, mode).await
     }
 
+    async fn abandon_resync(&self, table: &TableId, id: &str) {
+        self.abandon_lineage(table, id).await;
+    }
+
     async fn cleanup(
         &self,
         grace: std::time::Duration,

@@ -234,6 +234,19 @@ impl IcebergSink {
         })
     }
 
+    /// Gives up resync `id`'s lineage (never swapped): without its metadata its directory is no
+    /// longer a table of its own, and its files are the live table's orphans.
+    pub(super) async fn abandon_lineage(&self, table: &TableId, id: &str) {
+        if let Ok(mut resyncs) = self.resyncs.lock() {
+            if resyncs.get(table).is_some_and(|l| l.id == id) {
+                resyncs.remove(table);
+            }
+        }
+        let location = self.table_location(table);
+        self.forget_lineage_metadata(table, &lineage_location(&location, id))
+            .await;
+    }
+
     /// Removes the lineage's own metadata files after the swap, so its directory is no longer a
     /// table of its own: the files the live table references there stay, the rest become the
     /// live table's orphans. Best effort (a leftover only keeps a few small files).

@@ -234,10 +234,9 @@ impl Source for MySqlSource {
             .iter()
             .map(|c| (&c.table, c.progress.as_ref()))
             .collect();
-        if resume.copy_only && (resume.start.is_none() || wanted.is_empty()) {
+        if resume.copy_only && wanted.is_empty() {
             return Err(SourceError::Config(
-                "a copy job needs tables to copy and the position to declare them complete at"
-                    .to_owned(),
+                "a copy job needs tables to copy".to_owned(),
             ));
         }
         let start = if resume.snapshot || !wanted.is_empty() {
@@ -254,7 +253,8 @@ impl Source for MySqlSource {
             // Streaming starts at the oldest of the other tables' checkpoints and of the
             // positions interrupted copies declared their tables complete at; with neither, the
             // copy is fresh and streaming starts at its snapshot.
-            let origin = if resume.snapshot {
+            // A resync's copy job copies exactly at its snapshot (`pipeline/resync.rs`).
+            let origin = if resume.snapshot || resume.copy_only {
                 None
             } else {
                 let interrupted = copied
@@ -269,8 +269,8 @@ impl Source for MySqlSource {
                 return Ok(());
             };
             if resume.copy_only {
-                // A resync's copy job: the tables are complete at `start`, where the streaming
-                // pipeline holds its acknowledgements; no stream, no schema history written.
+                // A resync's copy job: the tables are complete at the snapshot's position; no
+                // stream, no schema history written.
                 return Ok(());
             }
             position

@@ -291,24 +291,18 @@ impl Source for PostgresSource {
         };
         let mut types: HashMap<u32, Option<TypeInfo>> = HashMap::new();
         if resume.copy_only {
-            // A resync's copy job: the tables at a new snapshot, complete at `start` (where the
-            // streaming pipeline holds its acknowledgements), and no stream.
-            let start = match resume.start {
-                Some(Position::Postgres(lsn)) if !lsn.is_zero() => lsn,
-                other => {
-                    return Err(SourceError::Config(format!(
-                        "a copy job needs a Postgres position to declare its tables complete at, not {other:?}"
-                    )))
-                }
-            };
-            copy_at_new_snapshot(
+            // A resync's copy job: the tables whole at a temporary slot's snapshot, complete
+            // exactly at its consistent point, and no stream (`pipeline/resync.rs` says why
+            // exactly, not with an upsert window).
+            let temporary = format!("{}_resync", cfg.slot);
+            copy_exactly(
                 &cfg,
                 &state,
                 &mut types,
-                start,
                 &resume.copy,
                 &events,
                 &shutdown,
+                &temporary,
             )
             .await?;
             return Ok(());
@@ -510,8 +504,9 @@ async fn copy_at_new_snapshot(
         .iter()
         .cloned()
         .partition(|c| state.keys.get(&c.table).is_some_and(|k| k.is_empty()));
+    let temporary = format!("{}_copy", cfg.slot);
     if !keyless.is_empty()
-        && !copy_keyless_exactly(cfg, state, types, &keyless, events, shutdown).await?
+        && !copy_exactly(cfg, state, types, &keyless, events, shutdown, &temporary).await?
     {
         return Ok(false);
     }
@@ -552,16 +547,18 @@ async fn copy_at_new_snapshot(
     Ok(true)
 }
 
-/// Copies the keyless tables `copies` whole (from scratch: the first batch replaces what the
-/// table holds) at the snapshot a temporary logical slot exports, and declares each complete at
-/// that slot's consistent point. False: shutdown during the copy.
-async fn copy_keyless_exactly(
+/// Copies `copies` whole (from scratch: the first batch replaces what the table holds) at the
+/// snapshot a temporary logical slot named `temporary` exports, and declares each complete at
+/// that slot's consistent point: keyless tables beside streamed ones, and a resync's copy job.
+/// False: shutdown during the copy.
+async fn copy_exactly(
     cfg: &PostgresConfig,
     state: &PreparedState,
     types: &mut HashMap<u32, Option<TypeInfo>>,
     copies: &[TableCopy],
     events: &mpsc::Sender<SourceEvent>,
     shutdown: &CancellationToken,
+    temporary: &str,
 ) -> Result<bool, SourceError> {
     let whole: Vec<TableCopy> = copies
         .iter()
@@ -574,9 +571,8 @@ async fn copy_keyless_exactly(
     // The slot lives as long as this connection, which stays idle (so the exported snapshot stays
     // valid) until the copy is done.
     let mut conn = ReplicationConnection::connect(cfg).await?;
-    let temporary = format!("{}_copy", cfg.slot);
-    let (consistent, snapshot) = conn.create_temporary_slot(&temporary).await?;
-    tracing::info!(tables = copies.len(), complete_at = %consistent, "copying keyless tables whole at a temporary slot's snapshot");
+    let (consistent, snapshot) = conn.create_temporary_slot(temporary).await?;
+    tracing::info!(tables = copies.len(), complete_at = %consistent, "copying tables whole at a temporary slot's snapshot");
     let run = CopyRun {
         cfg,
         snapshot: &snapshot,
