@@ -191,10 +191,12 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
                     }
                     if let Some(at) = request.held_at.as_deref() {
                         let at: crate::changelog::Position = at.parse().map_err(|e| {
-                            PipelineError::from(crate::checkpoint::resync::ResyncError::Unreadable {
-                                path: resync.request_location(&request.table()),
-                                detail: format!("held_at {at:?}: {e}"),
-                            })
+                            PipelineError::from(
+                                crate::checkpoint::resync::ResyncError::Unreadable {
+                                    path: resync.request_location(&request.table()),
+                                    detail: format!("held_at {at:?}: {e}"),
+                                },
+                            )
                         })?;
                         hold.hold_at(&at);
                     }
