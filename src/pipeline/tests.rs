@@ -651,7 +651,6 @@ async fn an_incomplete_copy_is_resumed_and_a_lost_slot_is_an_error() {
         chunks: vec!["x".into(), "y".into(), "z".into()],
         started: [1].into(),
         done: [0].into(),
-        ..SnapshotProgress::default()
     };
     let mut a = Checkpoint::new("p", pos(0));
     a.snapshot = Some(progress.to_json());
@@ -752,7 +751,6 @@ async fn copy_progress_is_committed_with_the_rows() {
             chunks: vec!["c0".into(), "c1".into()],
             started: [1].into(),
             done: [0].into(),
-            ..SnapshotProgress::default()
         })
     );
 }
