@@ -59,7 +59,9 @@ if [ "$rc" = 0 ] && [ "${CDCD_NO_TESTBED:-0}" != 1 ] && [ $# = 0 ]; then
     cargo test "${locked[@]}" --test e2e --no-fail-fast -- --test-threads="$THREADS" \
     postgres::replication:: postgres::crash::kill_dash_nine_at_random_moments_iceberg postgres::lifecycle:: postgres::ddl:: \
     postgres::keyless:: postgres::schema_evolution::add_column_with_a_constant_default \
-    postgres::schema_evolution::rename_column_with_the_ddl_trigger_iceberg catalog::rest:: 2>&1 | tee -a "$LOG_DIR/test.log"
+    postgres::schema_evolution::rename_column_with_the_ddl_trigger_iceberg \
+    postgres::resync::a_resync_replaces_a_damaged_table_while_the_others_stream \
+    postgres::resync::crashes_around_an_online_resyncs_end_recover_equal catalog::rest:: 2>&1 | tee -a "$LOG_DIR/test.log"
   rc=${PIPESTATUS[0]}
 fi
 set -e
