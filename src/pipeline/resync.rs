@@ -101,9 +101,9 @@ impl AckHold {
     /// lineage, complete or not, may need every change after it.
     pub fn hold_at(&self, at: &Position) {
         let mut state = self.state();
+        // The meet: GTID sets and lists are only partially ordered.
         let lower = match &state.cap {
-            Some(cap) if !at.covers(cap) => at.clone(),
-            Some(cap) => cap.clone(),
+            Some(cap) => cap.meet(at).unwrap_or_else(|| at.clone()),
             None => at.clone(),
         };
         state.cap = Some(lower);
@@ -126,9 +126,11 @@ impl AckHold {
     pub(super) fn limit(&self, received: &Position) -> Position {
         let mut state = self.state();
         state.offered = Some(received.clone());
+        // The meet, not the older of the two: GTID sets and lists are only partially ordered,
+        // and an acknowledgement must not claim a transaction either one lacks.
         match &state.cap {
-            Some(cap) if !cap.covers(received) => cap.clone(),
-            _ => received.clone(),
+            Some(cap) => cap.meet(received).unwrap_or_else(|| cap.clone()),
+            None => received.clone(),
         }
     }
 }
@@ -390,6 +392,14 @@ mod tests {
         assert_eq!(restarted.hold(), Some(pos(4)));
         restarted.hold_at(&pos(7));
         assert_eq!(restarted.limit(&pos(9)), pos(4));
+        // GTID lists are partially ordered: the hold acknowledges their meet, never a
+        // transaction either side lacks.
+        let gtid = |s: &str| s.parse::<Position>().unwrap();
+        let lists = AckHold::default();
+        lists.hold_at(&gtid("0-1-10,1-1-5"));
+        assert_eq!(lists.limit(&gtid("0-1-7,1-1-9")), gtid("0-1-7,1-1-5"));
+        lists.hold_at(&gtid("0-1-12,1-1-3"));
+        assert_eq!(lists.limit(&gtid("0-1-20,1-1-20")), gtid("0-1-10,1-1-3"));
         // A start position is what a fresh hold holds at before any acknowledgement.
         let fresh = AckHold::default();
         fresh.started_at(Some(&pos(3)));

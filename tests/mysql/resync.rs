@@ -167,3 +167,74 @@ async fn a_mariadb_table_is_resynced_online_through_a_kill() {
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0));
 }
+
+// Crashes around an online resync's end from MariaDB, where nothing on the server holds the
+// stream (no slot): right after the copy job completed, and right after the lineage's commit that
+// replaces the live table. The restart must hold its acknowledgements (and `progress.json`) at
+// the position the copy job held from its very start, or the other tables' progress carries the
+// start past the lineage's position and its catch-up misses changes. Each restart finishes the
+// resync while both tables take writes; both end equal and the swap never goes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashes_around_a_mariadb_online_resyncs_end_recover_equal() {
+    let Some(env) = my_env("crashes_around_a_mariadb_online_resyncs_end_recover_equal") else {
+        return;
+    };
+    for (i, point) in ["resync-copied", "resync-before-swap"]
+        .into_iter()
+        .enumerate()
+    {
+        let name = unique(&format!("myrsyncx{i}"));
+        let rows = 20_000;
+        let mut p = MyPipeline::new(&env, &name, "initial", "").await;
+        let text = std::fs::read_to_string(&p.config).unwrap();
+        let text = text
+            .replacen("[source]\n", "[source]\nsnapshot_chunk_rows = 4000\n", 1)
+            .replacen(
+                "[pipeline]\n",
+                "[pipeline]\nsnapshot_commit_rows = 4000\n",
+                1,
+            );
+        std::fs::write(&p.config, text).unwrap();
+        let url = env.url_for(&p.db);
+        let mut c = my_connect(&url).await;
+        my_exec(&mut c, &create_table("o", 2_000)).await;
+        my_exec(&mut c, &create_table("t", rows)).await;
+        p.env_vars.push(("CDCD_FAILPOINT".into(), point.to_owned()));
+        p.start();
+        p.assert_equal("o", 120).await;
+        p.assert_equal("t", 240).await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let wt = tokio::spawn(write_until(url.clone(), "t".into(), rows, stop.clone()));
+        let wo = tokio::spawn(write_until(url.clone(), "o".into(), 2_000, stop.clone()));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let (ok, out) = run_cdcd(&["resync", "--table", &format!("{}.t", p.db)], &p.config);
+        assert!(ok && out.contains("requested"), "{out}");
+        let status = p.wait_exit(Duration::from_secs(180)).await;
+        let status = status.unwrap_or_else(|| panic!("{point}: cdcd did not abort"));
+        assert!(!status.success(), "{point}: cdcd must abort, got {status}");
+        assert!(
+            p.output().contains(&format!("failpoint {point}")),
+            "{point}: aborted elsewhere:\n{}",
+            p.output()
+        );
+        p.env_vars.clear();
+        p.start();
+        wait_for(
+            &mut p,
+            "the resync to finish after the crash",
+            Duration::from_secs(240),
+            |o| crate::support::start_output(o, 2).contains("resync finished"),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        stop.store(true, Ordering::Relaxed);
+        let rounds = (wt.await.unwrap(), wo.await.unwrap());
+        eprintln!("{point}: {rounds:?} write rounds to t and o");
+        p.assert_equal("o", 240).await;
+        p.assert_equal("t", 240).await;
+        assert_swapped_in_one_step(&p.table_dir("t"));
+        assert_swap_never_went_back(&p.table_dir("t"));
+        let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+        assert_eq!(st.code(), Some(0));
+    }
+}

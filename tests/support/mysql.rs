@@ -80,6 +80,8 @@ pub struct MyPipeline {
     pub lsm_buckets: Option<u32>,
     /// `Some`: the warehouse is `s3://<bucket>/wh` on this moto endpoint ([`MyPipeline::use_s3`]).
     pub s3: Option<super::s3::S3Target>,
+    /// Extra environment for cdcd (a crash point, say).
+    pub env_vars: Vec<(String, String)>,
     daemon: Option<Child>,
     starts: u32,
 }
@@ -108,6 +110,7 @@ impl MyPipeline {
             dir: Some(dir),
             lsm_buckets: None,
             s3: None,
+            env_vars: Vec::new(),
             daemon: None,
             starts: 0,
         };
@@ -181,6 +184,7 @@ impl MyPipeline {
             .arg("--config")
             .arg(&self.config)
             .env("CDCD_LOG", "info")
+            .envs(self.env_vars.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))
