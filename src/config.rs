@@ -225,22 +225,9 @@ impl SchemaChangePolicy {
                         policy.rest = m;
                         continue;
                     }
-                    match table.split_once('.') {
-                        Some((a, b))
-                            if !a.is_empty()
-                                && !b.is_empty()
-                                && !b.contains('.')
-                                && !table.contains('*') =>
-                        {
-                            policy.tables.insert(TableId::new(a, b), m);
-                        }
-                        _ => {
-                            return Err(ctx.invalid(
-                                KEY,
-                                format!("{table:?} is not {container}.table (one table, no wildcards) or \"*\" (every other table)"),
-                            ))
-                        }
-                    }
+                    let id =
+                        ctx.one_table(KEY, &table, container, " or \"*\" (every other table)")?;
+                    policy.tables.insert(id, m);
                 }
                 Ok(policy)
             }

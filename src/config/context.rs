@@ -44,6 +44,28 @@ impl Context<'_> {
         self.at_least_one("source.snapshot_chunk_rows", value.unwrap_or(250_000))
     }
 
+    /// `table` as one `<container>.table` (no wildcards) under `key`; `or` names what else the
+    /// key takes, for the message.
+    pub fn one_table(
+        &self,
+        key: &'static str,
+        table: &str,
+        container: &str,
+        or: &str,
+    ) -> Result<crate::changelog::TableId, ConfigError> {
+        match table.split_once('.') {
+            Some((a, b))
+                if !a.is_empty() && !b.is_empty() && !b.contains('.') && !table.contains('*') =>
+            {
+                Ok(crate::changelog::TableId::new(a, b))
+            }
+            _ => Err(self.invalid(
+                key,
+                format!("{table:?} is not {container}.table (one table, no wildcards){or}"),
+            )),
+        }
+    }
+
     /// Checks `source.key_columns` (either source): each entry names one table as
     /// `<container>.table` (no wildcards) and a non-empty list of distinct column names. Whether
     /// the table is captured and the columns exist and are NOT NULL is checked against the server
@@ -56,22 +78,7 @@ impl Context<'_> {
     {
         let mut out = std::collections::BTreeMap::new();
         for (table, columns) in raw {
-            let id = match table.split_once('.') {
-                Some((a, b))
-                    if !a.is_empty()
-                        && !b.is_empty()
-                        && !b.contains('.')
-                        && !table.contains('*') =>
-                {
-                    crate::changelog::TableId::new(a, b)
-                }
-                _ => {
-                    return Err(self.invalid(
-                        "source.key_columns",
-                        format!("{table:?} is not {container}.table (one table, no wildcards)"),
-                    ))
-                }
-            };
+            let id = self.one_table("source.key_columns", &table, container, "")?;
             if columns.is_empty() {
                 return Err(self.invalid(
                     "source.key_columns",

@@ -930,19 +930,23 @@ async fn acknowledged_progress_raises_an_idle_tables_start() {
     assert_eq!(r.resume.unwrap().start, Some(g("0-1-5")));
 }
 
-/// A recording sink with `table` under resync: its lineage holds nothing yet, `live` is the old
-/// table's checkpoint, and a commit of the table at a complete position is the swap.
+/// A recording sink with `table` under resync: its lineage holds `lineage` (nothing: its copy
+/// has not begun), `live` is the old table's checkpoint, and a commit of the table swaps as the
+/// mode last handed to [`Sink::resync`] says (at a complete position; once caught up, at or past
+/// `live`).
 struct ResyncSink {
     inner: RecordingSink,
     table: TableId,
     live: Checkpoint,
+    lineage: Option<Checkpoint>,
+    modes: Arc<Mutex<Vec<crate::sinks::ResyncMode>>>,
 }
 
 #[async_trait]
 impl Sink for ResyncSink {
     async fn checkpoint(&self, table: &TableId) -> Result<Option<Checkpoint>, SinkError> {
         if *table == self.table {
-            return Ok(None);
+            return Ok(self.lineage.clone());
         }
         self.inner.checkpoint(table).await
     }
@@ -954,8 +958,14 @@ impl Sink for ResyncSink {
         checkpoint: &Checkpoint,
     ) -> Result<CommitStats, SinkError> {
         let mut stats = self.inner.commit(schema, changes, checkpoint).await?;
-        stats.resync_swapped =
-            schema.id == self.table && !checkpoint.position.is_snapshot_incomplete();
+        let position = &checkpoint.position;
+        let swaps = match self.modes.lock().unwrap().last() {
+            Some(crate::sinks::ResyncMode::SwapWhenCaughtUp) => {
+                position.covers(&self.live.position)
+            }
+            _ => !position.is_snapshot_incomplete(),
+        };
+        stats.resync_swapped = schema.id == self.table && swaps;
         Ok(stats)
     }
 
@@ -979,9 +989,10 @@ impl Sink for ResyncSink {
         &self,
         table: &TableId,
         _id: &str,
-        _mode: crate::sinks::ResyncMode,
+        mode: crate::sinks::ResyncMode,
     ) -> Result<crate::sinks::ResyncState, SinkError> {
         assert_eq!(*table, self.table);
+        self.modes.lock().unwrap().push(mode);
         Ok(crate::sinks::ResyncState::UnderWay {
             live: Some(self.live.clone()),
         })
@@ -1026,6 +1037,8 @@ async fn a_resync_skips_what_the_old_table_held_and_ends_its_request_at_the_swap
         },
         table: b.clone(),
         live: Checkpoint::new("p", pos(20)),
+        lineage: None,
+        modes: Arc::default(),
     };
     let mut s = settings(1000, SnapshotMode::Initial);
     s.resync = Some(store.clone());
@@ -1054,64 +1067,6 @@ async fn a_resync_skips_what_the_old_table_held_and_ends_its_request_at_the_swap
         store.list().await.unwrap().is_empty(),
         "request left behind"
     );
-}
-
-/// A recording sink where `table`'s lineage was filled by a copy job (complete at its
-/// checkpoint) while the live table went on to `live`: a commit of the lineage swaps once it
-/// is at or past `live`.
-struct CaughtUpSink {
-    inner: RecordingSink,
-    table: TableId,
-    live: Checkpoint,
-    modes: Arc<Mutex<Vec<crate::sinks::ResyncMode>>>,
-}
-
-#[async_trait]
-impl Sink for CaughtUpSink {
-    async fn checkpoint(&self, table: &TableId) -> Result<Option<Checkpoint>, SinkError> {
-        self.inner.checkpoint(table).await
-    }
-
-    async fn commit(
-        &self,
-        schema: &Arc<TableSchema>,
-        changes: &[TableChanges],
-        checkpoint: &Checkpoint,
-    ) -> Result<CommitStats, SinkError> {
-        let mut stats = self.inner.commit(schema, changes, checkpoint).await?;
-        stats.resync_swapped =
-            schema.id == self.table && checkpoint.position.covers(&self.live.position);
-        Ok(stats)
-    }
-
-    async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError> {
-        self.inner.status(table).await
-    }
-
-    async fn cleanup(
-        &self,
-        grace: Duration,
-        dry_run: bool,
-    ) -> Result<Vec<crate::storage::cleanup::TableCleanup>, SinkError> {
-        self.inner.cleanup(grace, dry_run).await
-    }
-
-    fn resync_refusal(&self) -> Option<String> {
-        None
-    }
-
-    async fn resync(
-        &self,
-        table: &TableId,
-        _id: &str,
-        mode: crate::sinks::ResyncMode,
-    ) -> Result<crate::sinks::ResyncState, SinkError> {
-        assert_eq!(*table, self.table);
-        self.modes.lock().unwrap().push(mode);
-        Ok(crate::sinks::ResyncState::UnderWay {
-            live: Some(self.live.clone()),
-        })
-    }
 }
 
 // issue 20: a table copied online (its live table streamed on past the copy's position) is not
@@ -1152,17 +1107,14 @@ async fn an_online_resync_replays_past_the_lineage_and_swaps_once_caught_up() {
             done: shutdown.clone(),
         };
         let modes = Arc::new(Mutex::new(Vec::new()));
-        let sink = CaughtUpSink {
+        let sink = ResyncSink {
             inner: RecordingSink {
-                checkpoints: [
-                    (TableId::new("public", "a"), Checkpoint::new("p", pos(12))),
-                    (b.clone(), Checkpoint::new("p", pos(10))),
-                ]
-                .into(),
+                checkpoints: [(TableId::new("public", "a"), Checkpoint::new("p", pos(12)))].into(),
                 record: record.clone(),
             },
             table: b.clone(),
             live: Checkpoint::new("p", pos(20)),
+            lineage: Some(Checkpoint::new("p", pos(10))),
             modes: modes.clone(),
         };
         let mut s = settings(1000, SnapshotMode::Initial);

@@ -60,6 +60,23 @@ async fn write_until(url: String, t: String, rows: u64, stop: Arc<AtomicBool>) -
     round
 }
 
+/// Copy tuning: chunks of `chunk_rows`, a commit per chunk (a copy is many commits).
+fn tune(p: &MyPipeline, chunk_rows: u64) {
+    let text = std::fs::read_to_string(&p.config).unwrap();
+    let text = text
+        .replacen(
+            "[source]\n",
+            &format!("[source]\nsnapshot_chunk_rows = {chunk_rows}\n"),
+            1,
+        )
+        .replacen(
+            "[pipeline]\n",
+            &format!("[pipeline]\nsnapshot_commit_rows = {chunk_rows}\n"),
+            1,
+        );
+    std::fs::write(&p.config, text).unwrap();
+}
+
 async fn wait_for(p: &mut MyPipeline, what: &str, timeout: Duration, ready: impl Fn(&str) -> bool) {
     let deadline = Instant::now() + timeout;
     while !ready(&p.output()) {
@@ -84,15 +101,7 @@ async fn a_mariadb_table_is_resynced_online_through_a_kill() {
         .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
     p.server_id = 200_000 + hash % 1_000_000;
     p.write_config("initial", "");
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    let text = text
-        .replacen("[source]\n", "[source]\nsnapshot_chunk_rows = 5000\n", 1)
-        .replacen(
-            "[pipeline]\n",
-            "[pipeline]\nsnapshot_commit_rows = 5000\n",
-            1,
-        );
-    std::fs::write(&p.config, text).unwrap();
+    tune(&p, 5000);
     let url = env.url_for(&p.db);
     let mut c = my_connect(&url).await;
     my_exec(&mut c, &create_table("o", 2_000)).await;
@@ -186,15 +195,7 @@ async fn crashes_around_a_mariadb_online_resyncs_end_recover_equal() {
         let name = unique(&format!("myrsyncx{i}"));
         let rows = 20_000;
         let mut p = MyPipeline::new(&env, &name, "initial", "").await;
-        let text = std::fs::read_to_string(&p.config).unwrap();
-        let text = text
-            .replacen("[source]\n", "[source]\nsnapshot_chunk_rows = 4000\n", 1)
-            .replacen(
-                "[pipeline]\n",
-                "[pipeline]\nsnapshot_commit_rows = 4000\n",
-                1,
-            );
-        std::fs::write(&p.config, text).unwrap();
+        tune(&p, 4000);
         let url = env.url_for(&p.db);
         let mut c = my_connect(&url).await;
         my_exec(&mut c, &create_table("o", 2_000)).await;

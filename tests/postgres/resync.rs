@@ -90,6 +90,40 @@ async fn write_until(
     round
 }
 
+/// Writers of [`writes`] transactions to tables, one connection each, until [`Writers::stop`].
+struct Writers {
+    stop: Arc<AtomicBool>,
+    running: Vec<tokio::task::JoinHandle<u64>>,
+}
+
+impl Writers {
+    async fn start<const N: usize>(pg_url: &str, tables: [(&String, u64); N]) -> Writers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut running = Vec::new();
+        for (t, rows) in tables {
+            let client = connect(pg_url).await;
+            running.push(tokio::spawn(write_until(
+                client,
+                t.clone(),
+                rows,
+                1,
+                stop.clone(),
+            )));
+        }
+        Writers { stop, running }
+    }
+
+    /// Stops the writers; the number of transactions each wrote.
+    async fn stop(self) -> Vec<u64> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut rounds = Vec::new();
+        for w in self.running {
+            rounds.push(w.await.unwrap());
+        }
+        rounds
+    }
+}
+
 /// Copy tuning: chunks of `chunk_rows`, one connection, a commit every 5 chunks (so the copy
 /// of a large table is several commits and a kill lands between two).
 fn tune(p: &Pipeline, chunk_rows: u64) {
@@ -303,21 +337,7 @@ async fn a_resync_replaces_a_damaged_table_while_the_others_stream() {
     let (ok, out) = run_cdcd(&["resync", "--table", "nodot"], &p.config);
     assert!(!ok && out.contains("schema.table"), "{out}");
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let wa = tokio::spawn(write_until(
-        connect(&env.pg_url).await,
-        a.clone(),
-        3_000,
-        1,
-        stop.clone(),
-    ));
-    let wb = tokio::spawn(write_until(
-        connect(&env.pg_url).await,
-        b.clone(),
-        40_000,
-        1,
-        stop.clone(),
-    ));
+    let writers = Writers::start(&env.pg_url, [(&a, 3_000), (&b, 40_000)]).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     request_resync(&p, &b);
     wait_for(
@@ -329,8 +349,7 @@ async fn a_resync_replaces_a_damaged_table_while_the_others_stream() {
     .await;
     // The other table streamed on after the resync, and so did b, now on its new lineage.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    stop.store(true, Ordering::Relaxed);
-    let rounds = (wa.await.unwrap(), wb.await.unwrap());
+    let rounds = writers.stop().await;
     eprintln!("{rounds:?} write transactions to a and b");
 
     let out = crate::support::start_output(&p.output(), 2);
@@ -400,21 +419,7 @@ async fn a_kill_mid_resync_copies_again_online_and_ends_equal() {
     p.assert_equal(&b, 240).await;
 
     // Requested while cdcd runs, then the copy is killed after two of its commits.
-    let stop = Arc::new(AtomicBool::new(false));
-    let wa = tokio::spawn(write_until(
-        connect(&env.pg_url).await,
-        a.clone(),
-        2_000,
-        1,
-        stop.clone(),
-    ));
-    let wb = tokio::spawn(write_until(
-        connect(&env.pg_url).await,
-        b.clone(),
-        200_000,
-        1,
-        stop.clone(),
-    ));
+    let writers = Writers::start(&env.pg_url, [(&a, 2_000), (&b, 200_000)]).await;
     request_resync(&p, &b);
     wait_for(
         &mut p,
@@ -503,8 +508,7 @@ async fn a_kill_mid_resync_copies_again_online_and_ends_equal() {
     )
     .await;
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    stop.store(true, Ordering::Relaxed);
-    let rounds = (wa.await.unwrap(), wb.await.unwrap());
+    let rounds = writers.stop().await;
     eprintln!("{rounds:?} write transactions to a and b");
 
     let out = crate::support::start_output(&p.output(), 2);
@@ -650,21 +654,7 @@ async fn crashes_around_an_online_resyncs_end_recover_equal() {
         p.start();
         p.assert_equal(&a, 120).await;
         p.assert_equal(&b, 120).await;
-        let stop = Arc::new(AtomicBool::new(false));
-        let wa = tokio::spawn(write_until(
-            connect(&env.pg_url).await,
-            a.clone(),
-            2_000,
-            1,
-            stop.clone(),
-        ));
-        let wb = tokio::spawn(write_until(
-            connect(&env.pg_url).await,
-            b.clone(),
-            20_000,
-            1,
-            stop.clone(),
-        ));
+        let writers = Writers::start(&env.pg_url, [(&a, 2_000), (&b, 20_000)]).await;
         request_resync(&p, &b);
         let status = p.wait_exit(Duration::from_secs(180)).await;
         assert!(!status.success(), "{point}: cdcd must abort, got {status}");
@@ -684,8 +674,7 @@ async fn crashes_around_an_online_resyncs_end_recover_equal() {
         )
         .await;
         tokio::time::sleep(Duration::from_millis(1000)).await;
-        stop.store(true, Ordering::Relaxed);
-        let rounds = (wa.await.unwrap(), wb.await.unwrap());
+        let rounds = writers.stop().await;
         eprintln!("{point}: {rounds:?} write transactions to a and b");
         p.assert_equal(&a, 240).await;
         p.assert_equal(&b, 240).await;
