@@ -280,6 +280,21 @@ fn position_order(position: &str) -> Option<u64> {
     position.rsplit('-').next()?.parse().ok()
 }
 
+/// How many files are under `dir` (none when it is missing).
+fn files_under(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |rd| {
+        rd.filter_map(|e| e.ok())
+            .map(|e| {
+                if e.path().is_dir() {
+                    files_under(&e.path())
+                } else {
+                    1
+                }
+            })
+            .sum()
+    })
+}
+
 /// The `resync-<id>` directories under a table's directory.
 fn lineages(dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
@@ -372,6 +387,38 @@ async fn a_resync_replaces_a_damaged_table_while_the_others_stream() {
     p.assert_equal(&b, 240).await;
     let swapped = assert_swapped_in_one_step(&p.table_dir(&b));
     assert_swap_never_went_back(&p.table_dir(&b));
+    // The replaced table's primary-key index is deleted (in the background); the lineage's is
+    // the table's now (deletion-vector tables have one).
+    let indexes = p
+        .warehouse
+        .join("_cdcd")
+        .join(&p.name)
+        .join("index")
+        .join("shop");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while files_under(&indexes.join(&b)) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the replaced table's index is still at {}",
+            indexes.join(&b).display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if std::env::var("CDCD_TEST_DELETE_MODE").map_or(true, |m| m != "equality") {
+        let lineage_index = std::fs::read_dir(&indexes)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .any(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("{b}.resync-"))
+            });
+        assert!(
+            lineage_index,
+            "no index for the new lineage in {}",
+            indexes.display()
+        );
+    }
     eprintln!("the new lineage is b's live table from v{swapped} on");
     // The request is gone; a new one would start a new resync.
     let requests = p.warehouse.join("_cdcd").join(&p.name).join("resync");

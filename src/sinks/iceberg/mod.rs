@@ -243,7 +243,12 @@ impl IcebergSink {
         let id = self
             .resync_id(table)
             .or_else(|| meta.properties().get(resync::RESYNC_ID_PROPERTY).cloned());
-        match id {
+        self.index_location_of(table, id.as_deref())
+    }
+
+    /// The index location of `table`'s lineage `resync_id` (`None`: the table as first created).
+    fn index_location_of(&self, table: &TableId, resync_id: Option<&str>) -> String {
+        match resync_id {
             Some(id) => {
                 let ns = self.namespace.as_deref().unwrap_or(&table.namespace);
                 let name = format!("{}.resync-{id}", table.name);

@@ -199,6 +199,11 @@ impl IcebergSink {
         let t = self.table_ref(table, &location);
         for attempt in 1..=SWAP_ATTEMPTS {
             let live = self.catalog.load(&self.warehouse, &t).await?;
+            // The index of the table being replaced: nothing reads it after the swap.
+            let replaced_index = live.as_ref().map(|l| {
+                let id = l.metadata.properties().get(RESYNC_ID_PROPERTY);
+                self.index_location_of(table, id.map(String::as_str))
+            });
             let next = replaced(table, live.as_ref(), &lineage.metadata, &location, id)?;
             let committed = match &live {
                 Some(base) => self.catalog.commit(&self.warehouse, &t, base, next).await,
@@ -214,6 +219,9 @@ impl IcebergSink {
                     tracing::info!(table = %table, version, snapshot = ?lineage.metadata.current_snapshot_id(), "resync: the new lineage replaced the live table");
                     self.forget_lineage_metadata(table, &lineage_location(&location, id))
                         .await;
+                    if let Some(index) = replaced_index {
+                        self.forget_index(table, index);
+                    }
                     return Ok(());
                 }
                 Err(SinkError::CommitConflict { .. }) if attempt < SWAP_ATTEMPTS => {
@@ -245,6 +253,27 @@ impl IcebergSink {
         let location = self.table_location(table);
         self.forget_lineage_metadata(table, &lineage_location(&location, id))
             .await;
+    }
+
+    /// Deletes the replaced table's primary-key index at `index`, in the background (it may be
+    /// many files and the swap holds the table's lock). Best effort: a leftover is never read
+    /// again (an index covering a snapshot the table does not have is rebuilt).
+    fn forget_index(&self, table: &TableId, index: String) {
+        use futures::{StreamExt, TryStreamExt};
+        let warehouse = self.warehouse.clone();
+        let table = table.clone();
+        tokio::spawn(async move {
+            let Ok(prefix) = warehouse.path(&index) else {
+                return;
+            };
+            let store = warehouse.store();
+            let listed = store.list(Some(&prefix)).map_ok(|o| o.location).boxed();
+            let deleted: Vec<_> = store.delete_stream(listed).collect().await;
+            let failed = deleted.iter().filter(|d| d.is_err()).count();
+            if failed > 0 {
+                tracing::warn!(table = %table, index, failed, "resync: some files of the replaced table's index were not deleted; they are never read again");
+            }
+        });
     }
 
     /// Removes the lineage's own metadata files after the swap, so its directory is no longer a
