@@ -178,11 +178,12 @@ async fn a_mariadb_table_is_resynced_online_through_a_kill() {
 }
 
 // Crashes around an online resync's end from MariaDB, where nothing on the server holds the
-// stream (no slot): right after the copy job completed, and right after the lineage's commit that
-// replaces the live table. The restart must hold its acknowledgements (and `progress.json`) at
-// the position the copy job held from its very start, or the other tables' progress carries the
-// start past the lineage's position and its catch-up misses changes. Each restart finishes the
-// resync while both tables take writes; both end equal and the swap never goes back.
+// stream (no slot; the restart position is the meet of the tables' checkpoints, the lineage's
+// among them, raised by `progress.json` only where its claim holds): right after the copy job
+// completed, and right after the lineage's commit that replaces the live table. Each restart
+// finishes the resync while both tables take writes; both end equal and the swap never goes
+// back. (The Postgres twin is the one that lost rows before the restart held its
+// acknowledgements: there the slot is the position.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashes_around_a_mariadb_online_resyncs_end_recover_equal() {
     let Some(env) = my_env("crashes_around_a_mariadb_online_resyncs_end_recover_equal") else {
