@@ -41,6 +41,10 @@ pub struct StatusRow {
     pub live_files: Option<u64>,
     pub live_bytes: Option<u64>,
     pub snapshots: Option<u64>,
+    /// A pending `cdcd resync` of the table: `requested <id>`, or `online <id> since <position>`
+    /// once a copy job began (the pipeline holds its acknowledgements there until it is done).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resync: Option<String>,
 }
 
 /// A command failed before or while running the pipeline.
@@ -688,6 +692,9 @@ async fn probe_warehouse(config: &Config) -> Result<(), String> {
 pub async fn status(config: &Config) -> Result<Vec<StatusRow>, CommandError> {
     let sink = build_sink(config, None)?;
     let tables: Vec<TableKey> = crate::sources::build(&config.source).tables().await?;
+    let resyncs = ResyncStore::new(&open_warehouse(config)?, &config.pipeline)
+        .list()
+        .await?;
     let mut rows = Vec::new();
     for key in tables {
         let table = &key.table;
@@ -710,6 +717,13 @@ pub async fn status(config: &Config) -> Result<Vec<StatusRow>, CommandError> {
             live_files: status.as_ref().and_then(|s| s.files).map(|f| f.live_files),
             live_bytes: status.as_ref().and_then(|s| s.files).map(|f| f.live_bytes),
             snapshots: status.as_ref().and_then(|s| s.files).map(|f| f.snapshots),
+            resync: resyncs
+                .iter()
+                .find(|r| r.table() == *table)
+                .map(|r| match &r.held_at {
+                    Some(at) => format!("online {} since {at}", r.id),
+                    None => format!("requested {}", r.id),
+                }),
         });
     }
     Ok(rows)

@@ -256,6 +256,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         dash(r.live_bytes),
                         dash(r.snapshots),
                     );
+                    if let Some(resync) = &r.resync {
+                        println!("  resync: {resync}");
+                    }
                 }
             }
             Ok(ExitCode::SUCCESS)

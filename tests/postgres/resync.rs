@@ -461,6 +461,9 @@ async fn a_kill_mid_resync_copies_again_online_and_ends_equal() {
     std::fs::write(&p.config, text).unwrap();
     p.env_vars
         .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "200".into()));
+    // Streaming commits every 200 ms, so some land beside the copy's.
+    p.env_vars
+        .push(("CDCD_PIPELINE__COMMIT_INTERVAL_MS".into(), "200".into()));
     p.start();
     p.assert_equal(&a, 120).await;
     p.assert_equal(&b, 240).await;
@@ -477,14 +480,19 @@ async fn a_kill_mid_resync_copies_again_online_and_ends_equal() {
     .await;
     let before = versions(&p.table_dir(&b)).last().map_or(0, |(n, _)| *n);
     let a_before = versions(&p.table_dir(&a)).last().map_or(0, |(n, _)| *n);
+    let (a_dir, b_dir) = (p.table_dir(&a), p.table_dir(&b));
+    let newest = |dir: &Path| versions(dir).last().map_or(0, |(n, _)| *n);
     wait_for(
         &mut p,
-        "two commits of the resync's copy",
+        "two commits of the resync's copy and streaming commits of both tables beside them",
         Duration::from_secs(240),
         |o| {
-            o.split("resync under way")
+            let copy_commits = o
+                .split("resync under way")
                 .nth(1)
-                .is_some_and(|after| after.matches("position=0/0").count() >= 2)
+                .map_or(0, |after| after.matches("position=0/0").count());
+            o.contains("resync finished")
+                || (copy_commits >= 2 && newest(&b_dir) > before && newest(&a_dir) > a_before)
         },
     )
     .await;
@@ -507,6 +515,14 @@ async fn a_kill_mid_resync_copies_again_online_and_ends_equal() {
     assert!(
         versions(&p.table_dir(&a)).last().map_or(0, |(n, _)| *n) > a_before,
         "the other table took no commit during the copy"
+    );
+    // `cdcd status` shows the resync under way, online, for b only.
+    let (ok, status) = run_cdcd(&["status"], &p.config);
+    assert!(ok, "{status}");
+    assert_eq!(
+        status.matches("  resync: online ").count(),
+        1,
+        "cdcd status does not show b's online resync:\n{status}"
     );
     assert_eq!(lineages(&p.table_dir(&b)).len(), 1);
     // Cleanup beside a lineage under way keeps its files: they are not the live table's orphans
@@ -650,6 +666,11 @@ async fn a_resync_is_the_way_out_of_a_type_change_cdcd_stops_on() {
     // A second request while the first is pending is that one, not a new resync.
     let (ok, again) = run_cdcd(&["resync", "--table", &format!("public.{a}")], &p.config);
     assert!(ok && again.contains("already requested"), "{again}");
+    let (ok, status) = run_cdcd(&["status", "--json"], &p.config);
+    assert!(
+        ok && status.contains("\"resync\": \"requested "),
+        "cdcd status does not show the request:\n{status}"
+    );
     p.start();
     // `v` is text now: `v = v + 1` would fail.
     let text_writes = |round| writes(&a, round, 5_000).replace("v = v + 1", "v = v || '+'");
