@@ -373,7 +373,7 @@ impl ResyncWatch {
                     };
                     if let Err(e) = self.store.update(&held).await {
                         tracing::warn!(table = %request.table(), error = %e, "cannot record where the resync's copy starts; trying again");
-                        self.hold.release();
+                        self.release_hold(&request.id).await;
                         continue;
                     }
                     *self.copying.lock().unwrap_or_else(|p| p.into_inner()) = Some(held.clone());
@@ -387,8 +387,18 @@ impl ResyncWatch {
                             }
                         }
                         Ok(pipeline::ResyncCopy::Stopped) => return,
+                        Ok(pipeline::ResyncCopy::Done) => {
+                            self.release_hold(&request.id).await;
+                            if let Err(e) = self.store.remove(&request).await {
+                                tracing::warn!(table = %request.table(), error = %e, "cannot remove a finished resync's request; trying again");
+                                continue;
+                            }
+                            tracing::info!(table = %request.table(), id = %request.id, "resync finished: the table is its new copy");
+                            self.known.push(request.id);
+                            continue;
+                        }
                         Ok(pipeline::ResyncCopy::Nothing) => {
-                            self.hold.release();
+                            self.release_hold(&request.id).await;
                             self.known.push(request.id);
                             continue;
                         }
@@ -400,6 +410,33 @@ impl ResyncWatch {
             self.round.cancel();
             return;
         }
+    }
+
+    /// Holds only where the requests a copy job began before a stop, and no copy job has taken
+    /// again yet, still need (their `held_at`), now that `done` needs nothing. An unreadable
+    /// request keeps the hold as it is.
+    async fn release_hold(&self, done: &str) {
+        let Ok(pending) = self.store.list().await else {
+            return;
+        };
+        let mut keep: Option<crate::changelog::Position> = None;
+        // Requests this round took on (`known`) have their lineage marked: they need no hold.
+        for r in pending
+            .iter()
+            .filter(|r| r.id != done && !self.known.contains(&r.id))
+        {
+            let Some(at) = r.held_at.as_deref() else {
+                continue;
+            };
+            let Ok(at) = at.parse::<crate::changelog::Position>() else {
+                return;
+            };
+            keep = Some(match keep {
+                Some(k) => k.meet(&at).unwrap_or(at),
+                None => at,
+            });
+        }
+        self.hold.release_to(keep);
     }
 
     /// The copy job, through a source and a sink of its own.

@@ -109,9 +109,10 @@ impl AckHold {
         state.cap = Some(lower);
     }
 
-    /// Acknowledgements go on again (the copy job found nothing to copy).
-    pub fn release(&self) {
-        self.state().cap = None;
+    /// Holds at `keep` only (`None`: acknowledgements go on): the copy job found nothing to
+    /// copy, and `keep` is what other requests still need.
+    pub fn release_to(&self, keep: Option<Position>) {
+        self.state().cap = keep;
     }
 
     /// The pipeline started from `start` (every table holds everything up to it).
@@ -218,7 +219,10 @@ pub enum ResyncCopy {
     Complete(Option<Arc<TableSchema>>),
     /// Shut down before the copy was complete.
     Stopped,
-    /// Nothing to copy: the table is not captured, or its resync is done already.
+    /// The live table already is this resync's lineage (the swap landed before a stop that
+    /// left the request): only the request is left to remove.
+    Done,
+    /// Nothing to copy: the table is not captured.
     Nothing,
 }
 
@@ -244,7 +248,7 @@ pub async fn copy_for_resync(
         .resync(&table, &request.id, ResyncMode::CopyOnly)
         .await?
     {
-        return Ok(ResyncCopy::Nothing);
+        return Ok(ResyncCopy::Done);
     }
     let checkpoint = sink.checkpoint(&table).await?;
     if checkpoint
@@ -382,7 +386,7 @@ mod tests {
         assert_eq!(hold.hold(), Some(pos(8)));
         assert_eq!(hold.limit(&pos(12)), pos(8));
         assert_eq!(hold.limit(&pos(20)), pos(8));
-        hold.release();
+        hold.release_to(None);
         assert_eq!(hold.limit(&pos(21)), pos(21));
         // Held from the start (a copy job's request): later holds keep the lower position.
         let restarted = AckHold::default();
