@@ -240,3 +240,70 @@ async fn crashes_around_a_mariadb_online_resyncs_end_recover_equal() {
         assert_eq!(st.code(), Some(0));
     }
 }
+
+// `kill -9` at random moments of online resyncs from MariaDB (the slot-less restart): while both
+// tables take MINIMAL and FULL writes, cdcd is started, a resync of `t` is requested whenever
+// none is pending, and cdcd is killed after a random 0.3–3.5 s. A last start finishes whatever
+// is pending; both tables end equal and no request is left. `CDCD_TEST_SEED` repeats a run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_dash_nine_at_random_moments_of_mariadb_online_resyncs() {
+    let test = "kill_dash_nine_at_random_moments_of_mariadb_online_resyncs";
+    let Some(env) = my_env(test) else {
+        return;
+    };
+    let mut rng = crate::support::Rng::from_env_or_clock(test);
+    let name = unique("myrsyncr");
+    let rows = 40_000;
+    let mut p = MyPipeline::new(&env, &name, "initial", "").await;
+    tune(&p, 5_000);
+    let url = env.url_for(&p.db);
+    let mut c = my_connect(&url).await;
+    my_exec(&mut c, &create_table("o", 2_000)).await;
+    my_exec(&mut c, &create_table("t", rows)).await;
+    p.start();
+    p.assert_equal("o", 120).await;
+    p.assert_equal("t", 240).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let wt = tokio::spawn(write_until(url.clone(), "t".into(), rows, stop.clone()));
+    let wo = tokio::spawn(write_until(url.clone(), "o".into(), 2_000, stop.clone()));
+    let requests = p.warehouse.join("_cdcd").join(&p.name).join("resync");
+    let pending = || std::fs::read_dir(&requests).map_or(0, |rd| rd.count());
+    let mut requested = 0;
+    for round in 0..6 {
+        if round > 0 {
+            p.start();
+        }
+        if pending() == 0 {
+            let (ok, out) = run_cdcd(&["resync", "--table", &format!("{}.t", p.db)], &p.config);
+            assert!(ok && out.contains("requested"), "{out}");
+            requested += 1;
+        }
+        let wait = rng.range(300, 3_500);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        assert!(
+            p.wait_exit(Duration::from_millis(1)).await.is_none(),
+            "round {round}: cdcd exited on its own:\n{}",
+            p.output()
+        );
+        eprintln!("round {round}: kill -9 after {wait} ms");
+        p.kill9();
+    }
+    p.start();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while pending() > 0 {
+        assert!(Instant::now() < deadline, "a resync is still pending");
+        assert!(
+            p.wait_exit(Duration::from_millis(200)).await.is_none(),
+            "cdcd exited on its own:\n{}",
+            p.output()
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    let rounds = (wt.await.unwrap(), wo.await.unwrap());
+    eprintln!("{requested} resyncs requested; {rounds:?} write rounds to t and o");
+    p.assert_equal("o", 240).await;
+    p.assert_equal("t", 240).await;
+    assert_swapped_in_one_step(&p.table_dir("t"));
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0));
+}
