@@ -56,7 +56,7 @@ pub struct ResyncPlan {
     /// the daemon's watcher, which starts a copy job for them.
     pub modes: BTreeMap<String, ResyncMode>,
     /// The schema each copy job copied its table under: an idle table's catch-up commit
-    /// ([`Committer::catch_up_resyncs`]) needs one before the stream brings any.
+    /// (`Committer::catch_up_resyncs`) needs one before the stream brings any.
     pub schemas: BTreeMap<TableId, Arc<TableSchema>>,
 }
 

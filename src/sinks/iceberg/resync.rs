@@ -2,16 +2,18 @@
 //! live one, and the complete lineage replaces the live table in one metadata commit.
 //!
 //! Where it sits: the pipeline marks a requested table ([`IcebergSink::begin_resync`]) before it
-//! reads the checkpoints; from then on the sink sends everything about the table to its lineage,
-//! a table of its own at `<table>/resync-<id>/` kept through the filesystem catalog whatever
-//! `[sink.catalog]` says. The lineage has no checkpoint at first, so the pipeline copies the
-//! table as it copies a table added to `source.tables` (chunked, resumable, with an upsert
-//! window), and streams the table's later changes into the lineage as well. Readers keep
-//! reading the live table, unchanged, the whole time.
+//! reads the checkpoints; from then on this sink sends everything about the table to its
+//! lineage, a table of its own at `<table>/resync-<id>/` kept through the filesystem catalog
+//! whatever `[sink.catalog]` says, with a primary-key index of its own. Who fills it is the
+//! pipeline's business (`pipeline/resync.rs`): a copy at start (chunked, resumable, with an
+//! upsert window, the live table frozen meanwhile), or a copy job beside the streaming pipeline,
+//! through a second sink marked [`ResyncMode::CopyOnly`] while this one keeps committing the live
+//! table. Readers read the live table until the swap.
 //!
-//! The swap ([`IcebergSink::swap`]): the lineage's first commit at a complete position (the end
-//! of its copy) is followed, under the same slot lock, by one commit of the live table through
-//! the configured catalog: its next
+//! The swap ([`IcebergSink::swap`]): the lineage's commit that its [`ResyncMode`] names (the end
+//! of a copy at start; for an online copy, the first complete commit at or past the live
+//! table's checkpoint, so readers never see the table go back) is followed, under the same slot
+//! lock, by one commit of the live table through the configured catalog: its next
 //! metadata is the lineage's metadata (schemas, snapshots, refs, sequence numbers) with the live
 //! table's uuid, location, properties and metadata log, plus `cdcd.resync-id = <id>` in the
 //! properties. Like Iceberg-Java's REPLACE TABLE: same table, new lineage; the old snapshots leave
