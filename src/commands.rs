@@ -193,15 +193,13 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
                     if plan.modes.contains_key(&request.id) {
                         continue;
                     }
-                    if let Some(at) = request.held_at.as_deref() {
-                        let at: crate::changelog::Position = at.parse().map_err(|e| {
-                            PipelineError::from(
-                                crate::checkpoint::resync::ResyncError::Unreadable {
-                                    path: resync.request_location(&request.table()),
-                                    detail: format!("held_at {at:?}: {e}"),
-                                },
-                            )
-                        })?;
+                    let held = request.held_position().map_err(|detail| {
+                        PipelineError::from(crate::checkpoint::resync::ResyncError::Unreadable {
+                            path: resync.request_location(&request.table()),
+                            detail,
+                        })
+                    })?;
+                    if let Some(at) = held {
                         hold.hold_at(&at);
                     }
                 }
@@ -425,11 +423,10 @@ impl ResyncWatch {
             .iter()
             .filter(|r| r.id != done && !self.known.contains(&r.id))
         {
-            let Some(at) = r.held_at.as_deref() else {
-                continue;
-            };
-            let Ok(at) = at.parse::<crate::changelog::Position>() else {
-                return;
+            let at = match r.held_position() {
+                Ok(Some(at)) => at,
+                Ok(None) => continue,
+                Err(_) => return,
             };
             keep = Some(match keep {
                 Some(k) => k.meet(&at).unwrap_or(at),

@@ -72,6 +72,14 @@ impl ResyncRequest {
     pub fn table(&self) -> TableId {
         TableId::new(self.namespace.clone(), self.name.clone())
     }
+
+    /// [`ResyncRequest::held_at`] as a position; `Err` names what does not parse.
+    pub fn held_position(&self) -> Result<Option<crate::changelog::Position>, String> {
+        self.held_at
+            .as_deref()
+            .map(|at| at.parse().map_err(|e| format!("held_at {at:?}: {e}")))
+            .transpose()
+    }
 }
 
 fn unix_now() -> String {
