@@ -7,6 +7,9 @@
 //! `OnceLock`. Each point is a constant below, and the tests (`tests/s3/crash.rs`, the crash
 //! tests) name the same strings.
 //!
+//! `CDCD_PAUSEPOINT=<name>:<ms>` makes [`pause_point`] `<name>` sleep `<ms>` milliseconds each
+//! time it is reached: the paused process that wakes up late, or a window a race test widens.
+//!
 //! Where the points sit and what storage holds when they fire:
 //! - [`MULTIPART_AFTER_FIRST_PART`] (`storage/large.rs`): a multipart upload has sent one part
 //!   and is not complete; no object is visible.
@@ -35,6 +38,8 @@
 //!   the rewrite did not happen, the table and the index are the old ones, the files are orphans.
 //! - [`COMPACT_AFTER_COMMIT`] (same place): the `replace` snapshot is committed, the index is not
 //!   yet told (the next commit catches it up from the table).
+//! - [`COMPACT_REWRITTEN`] (same place, a pause point): a v3 compaction wrote its output files
+//!   without the table's lock and has not taken it back to commit; streaming commits go on.
 //! - [`RESYNC_COPIED`] (online resync, `commands.rs`): a copy job's lineage is complete at the
 //!   position the pipeline holds its acknowledgements at; the pipeline has not restarted to
 //!   replay into it, the live table is still the old one.
@@ -69,6 +74,9 @@ pub const COMPACT_BEFORE_COMMIT: &str = "compact-before-commit";
 /// A compaction's snapshot is committed; the primary-key index does not know yet.
 pub const COMPACT_AFTER_COMMIT: &str = "compact-after-commit";
 
+/// A v3 compaction's outputs are written outside the table's lock; it has not committed.
+pub const COMPACT_REWRITTEN: &str = "compact-rewritten";
+
 /// An online resync's copy is complete; the pipeline has not restarted to replay into it.
 pub const RESYNC_COPIED: &str = "resync-copied";
 /// A resync lineage's swapping commit is durable; the swap is not done.
@@ -95,6 +103,22 @@ pub fn crash_point(name: &str) {
         if point == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == *nth {
             eprintln!("cdcd: failpoint {name} (hit {nth}): aborting");
             std::process::abort();
+        }
+    }
+}
+
+/// Sleeps at `name` when `CDCD_PAUSEPOINT` names it (tests only set it).
+pub async fn pause_point(name: &str) {
+    static PAUSE: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    let armed = PAUSE.get_or_init(|| {
+        let v = std::env::var("CDCD_PAUSEPOINT").ok()?;
+        let (point, ms) = v.split_once(':')?;
+        Some((point.to_owned(), ms.parse().ok()?))
+    });
+    if let Some((point, ms)) = armed {
+        if point == name {
+            tracing::info!(point = name, ms, "pause point");
+            tokio::time::sleep(std::time::Duration::from_millis(*ms)).await;
         }
     }
 }

@@ -32,6 +32,7 @@ use arrow_schema::{ArrowError, SchemaRef};
 use iceberg::spec::TableMetadata;
 
 use super::deletes::commit_vectors::LiveDvs;
+use super::deletes::deletion_vector::DeletionVector;
 use super::lookup::{decode, project};
 use super::manifest::{read, LiveFile, LiveFiles};
 use super::plan::{encode_keys, Plan};
@@ -48,6 +49,15 @@ pub(super) use slot::IndexSlot;
 pub(crate) const MEMORY_BUDGET: usize = 64 * 1024 * 1024;
 /// Changes handed to the index between checks of its memtable budget.
 const APPLY_CHUNK: usize = 16 * 1024;
+
+/// One file a compaction wrote, as the index follows it: its path, the key columns of its rows
+/// in position order, and the positions deleted in the same snapshot (deletes committed while
+/// the rewrite ran: those keys already point at their newer rows, or nowhere).
+pub(crate) struct RewrittenOutput<'a> {
+    pub path: &'a str,
+    pub keys: &'a [RecordBatch],
+    pub deleted: Option<&'a DeletionVector>,
+}
 
 /// The index of one table and the key encoding it was built with.
 pub(crate) struct TableIndex {
@@ -328,11 +338,16 @@ impl TableIndex {
     pub async fn record_rewrite(
         &mut self,
         removed: &[&str],
-        outputs: &[(&str, &[RecordBatch])],
+        outputs: &[RewrittenOutput<'_>],
         snapshot_id: i64,
     ) -> Result<(), SinkError> {
         self.index.remove_files(removed.iter().copied());
-        for (path, batches) in outputs {
+        for RewrittenOutput {
+            path,
+            keys: batches,
+            deleted,
+        } in outputs
+        {
             let mut offset = 0u64;
             for batch in *batches {
                 let arrow = |source| SinkError::Arrow {
@@ -344,7 +359,9 @@ impl TableIndex {
                 let rows: Vec<(&[u8], Option<u64>)> = keys
                     .iter()
                     .enumerate()
-                    .map(|(r, key)| (key.data(), Some(offset + r as u64)))
+                    .map(|(r, key)| (key.data(), offset + r as u64))
+                    .filter(|(_, at)| !deleted.is_some_and(|d| d.contains(*at)))
+                    .map(|(key, at)| (key, Some(at)))
                     .collect();
                 for chunk in rows.chunks(APPLY_CHUNK) {
                     apply_file_rows(&mut self.index, &self.table, path, chunk).await?;

@@ -82,6 +82,10 @@ pub(crate) struct Rewritten {
     pub removed_data: HashSet<String>,
     /// Delete files removed by path (v2: those that applied to no live file any more).
     pub removed_deletes: HashSet<String>,
+    /// Deletion vectors added on the files written (deletes committed while the rewrite ran),
+    /// by data file: the delete-file entry and the vector; and the manifest listing them.
+    pub vectors: BTreeMap<String, (DataFile, DeletionVector)>,
+    pub vectors_manifest: Option<Arc<str>>,
 }
 
 impl LiveState {
@@ -146,13 +150,19 @@ impl LiveState {
         for d in self.dvs.values_mut() {
             moved(&mut d.entry);
         }
+        let live = |file: DataFile, manifest: &Option<Arc<str>>| LiveFile {
+            file,
+            sequence: r.sequence,
+            snapshot_id: r.snapshot_id,
+            manifest: manifest.clone().unwrap_or_else(|| Arc::from("")),
+        };
         for file in r.added {
-            files.data.push(LiveFile {
-                file,
-                sequence: r.sequence,
-                snapshot_id: r.snapshot_id,
-                manifest: r.added_manifest.clone().unwrap_or_else(|| Arc::from("")),
-            });
+            files.data.push(live(file, &r.added_manifest));
+        }
+        for (data_file, (file, dv)) in r.vectors {
+            let entry = live(file, &r.vectors_manifest);
+            files.position_deletes.push(entry.clone());
+            self.dvs.insert(data_file, LiveDv { entry, dv });
         }
         self.manifests = r.manifests;
         self.snapshot_id = Some(r.snapshot_id);

@@ -168,11 +168,22 @@ impl Names {
         }
     }
 
+    /// The same files' names for a snapshot built on `meta` instead (a compaction whose
+    /// rewrite ran while other commits landed: its data files keep their names).
+    pub(crate) fn rebased(&self, meta: &TableMetadata) -> Names {
+        Names {
+            snapshot_id: fresh_snapshot_id(meta),
+            sequence: meta.last_sequence_number() + 1,
+            commit_id: self.commit_id,
+            location: self.location.clone(),
+        }
+    }
+
     pub(crate) fn data_file(&self, i: usize) -> String {
         format!("{}/data/{}-{i:05}.parquet", self.location, self.commit_id)
     }
 
-    fn vector_file(&self, i: usize) -> String {
+    pub(crate) fn vector_file(&self, i: usize) -> String {
         format!("{}/data/{}-dv-{i:05}.puffin", self.location, self.commit_id)
     }
 

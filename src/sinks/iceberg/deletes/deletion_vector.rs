@@ -141,6 +141,20 @@ impl DeletionVector {
         self.positions.len()
     }
 
+    /// How many positions below `position` are deleted (where a row lands once the deleted rows
+    /// before it are dropped: compaction's `moves.rs` and `redelete.rs`).
+    pub fn deleted_before(&self, position: u64) -> u64 {
+        match position.checked_sub(1) {
+            Some(last) => self.positions.rank(last),
+            None => 0,
+        }
+    }
+
+    /// Whether every position `other` deletes is deleted here too.
+    pub fn covers(&self, other: &DeletionVector) -> bool {
+        other.positions.is_subset(&self.positions)
+    }
+
     /// Whether no position is deleted.
     pub fn is_empty(&self) -> bool {
         self.positions.is_empty()

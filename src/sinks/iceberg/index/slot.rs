@@ -16,6 +16,7 @@ use arrow_array::RecordBatch;
 use iceberg::spec::TableMetadata;
 use tokio::task::JoinHandle;
 
+use super::RewrittenOutput;
 use super::TableIndex;
 use crate::changelog::{TableChanges, TableSchema};
 use crate::sinks::iceberg::deletes::commit_vectors::LiveDvs;
@@ -129,7 +130,7 @@ impl IndexSlot {
         &mut self,
         parent: Option<i64>,
         removed: &[&str],
-        outputs: &[(&str, &[RecordBatch])],
+        outputs: &[RewrittenOutput<'_>],
         snapshot_id: i64,
     ) {
         self.settle().await;

@@ -233,6 +233,154 @@ async fn compaction_rewrites_small_and_deleted_files_and_moved_rows_stay_located
     assert_eq!(s.checkpoint(&t.id).await.unwrap(), Some(cp(2000)));
 }
 
+/// A compaction whose rewrite runs while streaming commits update and delete rows of the files
+/// it rewrites (the commits land between its rewrite and its commit, without the table's lock):
+/// the deletes committed meanwhile are carried over as vectors on its outputs, nothing comes
+/// back, the index locates every key at its newest row, and later commits and cycles read equal.
+#[tokio::test]
+async fn deletes_committed_while_a_rewrite_runs_are_carried_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = compacting(dir.path());
+    let t = schema();
+    seed(&s).await;
+    commits(&s, 0, 20).await;
+    let mut model = Model::seeded();
+    model.commits(0, 20);
+    s.settle().await;
+    let before = live(&s).await;
+    let replaced: HashSet<String> = before
+        .files
+        .data
+        .iter()
+        .map(|f| f.file.file_path().to_owned())
+        .collect();
+
+    let racing = async {
+        commits(&s, 20, 3).await;
+        // Rows still in the seed file: deleted, updated in full and partially.
+        let cs = [
+            del(20),
+            del(21),
+            upd(30, Some("moved"), 7),
+            upd(31, None, 311),
+            upd(102, None, 1020),
+        ];
+        s.commit(&t, &[changes(&cs)], &cp(2000)).await.unwrap();
+    };
+    let compacted = s
+        .compact_table_beside(&t.id, racing)
+        .await
+        .unwrap()
+        .expect("the rewrite commits on the newer snapshot");
+    model.commits(20, 3);
+    model.0.remove(&20);
+    model.0.remove(&21);
+    model.0.insert(30, ("moved", 7));
+    for (id, b) in [(31, 311), (102, 1020)] {
+        if let Some(row) = model.0.get_mut(&id) {
+            row.1 = b;
+        }
+    }
+    assert_eq!(compacted.files_rewritten, replaced.len() as u64);
+    assert!(compacted.deletes_carried >= 5, "{compacted:?}");
+    assert_cached_state_is_fresh(&s).await;
+
+    // The `replace` snapshot is on top of the racing commits, keeps their checkpoint, and its
+    // output carries a vector; none of the replaced files or their vectors is left.
+    let after = live(&s).await;
+    assert!(after
+        .files
+        .data
+        .iter()
+        .all(|f| !replaced.contains(f.file.file_path())));
+    assert!(after.dvs.keys().all(|f| !replaced.contains(f)));
+    assert!(!after.dvs.is_empty());
+    let meta = s.load(&t.id).await.unwrap().unwrap();
+    let head = meta.metadata.current_snapshot().unwrap();
+    assert_eq!(head.summary().operation, iceberg::spec::Operation::Replace);
+    assert_eq!(s.checkpoint(&t.id).await.unwrap(), Some(cp(2000)));
+    let status = s.status(&t.id).await.unwrap().unwrap();
+    assert_eq!(status.rows, Some(model.0.len() as u64));
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+    if let Some(rows) = pyiceberg_rows(dir.path()) {
+        assert_eq!(rows, model.text());
+    }
+
+    // The index: updates of every key the racing commits touched, and of moved rows, land once.
+    commits(&s, 23, 4).await;
+    model.commits(23, 4);
+    let cs = [upd(30, Some("again"), 8), del(102), upd(40, None, 404)];
+    s.commit(&t, &[changes(&cs)], &cp(3000)).await.unwrap();
+    model.0.insert(30, ("again", 8));
+    model.0.remove(&102);
+    if let Some(row) = model.0.get_mut(&40) {
+        row.1 = 404;
+    }
+    let status = s.status(&t.id).await.unwrap().unwrap();
+    assert_eq!(status.rows, Some(model.0.len() as u64));
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+    // Another sink (its index caught up from the table, the carried vectors counted) agrees.
+    let other = compacting(dir.path());
+    let cs = [upd(30, Some("other"), 9), del(103)];
+    other.commit(&t, &[changes(&cs)], &cp(3001)).await.unwrap();
+    model.0.insert(30, ("other", 9));
+    model.0.remove(&103);
+    let status = other.status(&t.id).await.unwrap().unwrap();
+    assert_eq!(status.rows, Some(model.0.len() as u64));
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+    if let Some(rows) = pyiceberg_rows(dir.path()) {
+        assert_eq!(rows, model.text());
+    }
+}
+
+/// A rewrite whose inputs leave the table while it runs (another writer compacted them) is
+/// stale: nothing is committed, its files are deleted, the table reads the same.
+#[tokio::test]
+async fn a_rewrite_whose_inputs_left_the_table_commits_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = compacting(dir.path());
+    let t = schema();
+    seed(&s).await;
+    commits(&s, 0, 10).await;
+    let mut model = Model::seeded();
+    model.commits(0, 10);
+    s.settle().await;
+    let data_dir = dir.path().join("public/t/data");
+    let parquet = || {
+        std::fs::read_dir(&data_dir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "parquet"))
+            })
+            .count()
+    };
+    let files_before = parquet();
+    let other = compacting(dir.path());
+    let racing = async {
+        let r = other
+            .maintain(Some(std::slice::from_ref(&t.id)))
+            .await
+            .unwrap();
+        assert!(r[0].files_rewritten > 5, "{r:?}");
+    };
+    let outcome = s.compact_table_beside(&t.id, racing).await.unwrap();
+    assert_eq!(outcome, None);
+    // The other sink's output is new; the stale one was deleted.
+    assert_eq!(parquet(), files_before + 1, "{}", data_dir.display());
+    commits(&s, 10, 2).await;
+    model.commits(10, 2);
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+}
+
 /// Another sink compacts (its index is not open, so the persisted index stays at the parent);
 /// the first sink's next commit catches its index up by replaying the compaction's files, and
 /// its updates and deletes of moved rows land.

@@ -6,43 +6,54 @@
 //! rows it copies and drops the delete files that then apply to no live file (`equality.rs`).
 //!
 //! Layout: `pick.rs` (pure: which files, into which outputs), `moves.rs` (pure: where each kept
-//! row lands), `summary.rs` (pure: the `replace` summary), `equality.rs` (v2: the deletes a
-//! rewrite applies, the delete files it drops), `rewrite.rs` (the worker: read, drop, write,
-//! manifests, snapshot), this file (the driver: lock, decide, publish, move the index).
+//! row lands), `redelete.rs` (pure: the deletes committed meanwhile, at their new places),
+//! `summary.rs` (pure: the `replace` summary), `equality.rs` (v2: the deletes a rewrite applies,
+//! the delete files it drops), `rewrite.rs` (the worker's first half: read, drop, write),
+//! `replace.rs` (its second half: vectors, manifests, snapshot), this file (the driver: lock,
+//! decide, publish, move the index).
 //!
-//! # Why no delete is lost: the rewrite holds the table's slot lock
+//! # Why no delete is lost: re-applied (v3), or no commit in between (v2)
 //!
 //! Iceberg's rule for a rewrite is that it must fail, or re-apply, when a delete was committed
 //! against a file it replaces after it started (Iceberg spec, "Scan Planning"/"Deletion Vectors";
 //! Java's `validateNoNewDeletesForDataFiles`): otherwise the rewritten copy of a deleted row would
-//! come back. cdcd avoids the race instead of detecting it: the whole compaction — load the
-//! current snapshot, read the files and vectors, write, publish, move the index — runs under the
-//! table's slot lock, the lock every streaming commit of that table holds from loading its base
-//! to publishing. So no cdcd commit lands between the vectors the rewrite read and its own
-//! commit, and each streaming commit afterwards builds on the compaction's snapshot (the cached
-//! live state advanced to it, `LiveState::apply_rewrite`; the index following the moved rows).
-//! The price is that the table's streaming commits wait while its compaction runs;
-//! `cdcd.compaction.max-bytes-per-cycle` bounds that.
-//! A commit of another writer (another engine) in between makes the publish a conflict (the
-//! create-if-absent `v<N+1>`, or the SQL catalog's row swap): nothing is committed, the next
-//! cycle decides again from the new snapshot.
+//! come back. A compaction runs in three steps, the first and the last under the table's slot
+//! lock (the lock every streaming commit of that table holds from loading its base to
+//! publishing):
+//! 1. choose: load the current snapshot, pick the files, copy their deletion vectors;
+//! 2. rewrite (v3: without the lock, so the table's streaming commits go on): read the files,
+//!    drop the rows those vectors delete, write the outputs, note where each row landed;
+//! 3. commit: load the current snapshot again. Streaming commits since may have deleted more rows
+//!    of the inputs (their vectors grew); each such row is deleted at its new place by a vector
+//!    the `replace` snapshot adds (`redelete.rs`), and the snapshot is built on the current one,
+//!    its manifests carried without the inputs and their current vectors. An input that left the
+//!    table, a vector that lost a position, or a schema change meanwhile make the rewrite stale:
+//!    nothing is committed, its files are deleted, the next cycle decides again.
+//!
+//! On a format-v2 table the three steps run under one hold of the lock, as before: a streaming
+//! commit there adds equality deletes that would have to apply to the outputs at their new
+//! sequence number (they could, by writing the outputs at the starting sequence number as
+//! Iceberg-Java's `use-starting-sequence-number` does; not done yet).
+//! A commit of another writer (another engine) between choosing and publishing makes the publish
+//! a conflict (the create-if-absent `v<N+1>`, or the SQL catalog's row swap) or the rewrite stale.
 //!
 //! # The index follows atomically
 //!
 //! The table commit is the truth, the index is persisted after it naming the snapshot it covers
 //! (`sinks/pk_index`, recovery contract). After the compaction's commit the keys of the rewritten
-//! rows are upserted at their new file and position and the replaced files are forgotten, then
+//! rows are upserted at their new file and position (except the rows deleted meanwhile: their
+//! keys already point at their newer rows, or nowhere) and the replaced files are forgotten, then
 //! the index is persisted as covering the compaction's snapshot. A crash before the commit leaves
 //! the old table and the old index (the written files are orphans for `cdcd cleanup`); a crash
 //! after it leaves an index covering the parent, which the next commit catches up by replaying
-//! the compaction's added files (live rows only) and forgetting the files that left the table —
-//! the same as the in-process update.
+//! the compaction's added files (live rows only: the carried vectors count) and forgetting the
+//! files that left the table — the same as the in-process update.
 //!
 //! # Not done
 //! - v2: files are picked by size only (how many of a file's rows the equality deletes remove is
 //!   known only by reading it), so an equality delete file stays while a file older than it is
 //!   not rewritten (a large one).
-//! - v3 row lineage: rewritten rows get new row ids (rewrite.rs, `stage`).
+//! - v3 row lineage: rewritten rows get new row ids (replace.rs, `stage`).
 //! - Puffin consolidation: each vector stays in its own Puffin file. Several blobs per Puffin
 //!   file are what DuckDB 1.5.5 misreads (commit/files.rs); compaction instead removes the
 //!   vectors of the files it rewrites.
@@ -50,28 +61,33 @@
 mod equality;
 mod moves;
 mod pick;
+mod redelete;
+mod replace;
 mod rewrite;
 mod summary;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use iceberg::spec::{FormatVersion, TableMetadata};
+use object_store::ObjectStoreExt;
 
 use super::properties::Compaction;
 use crate::changelog::TableId;
 use crate::checkpoint::Checkpoint;
 use crate::failpoints;
-use crate::sinks::iceberg::commit::Names;
-use crate::sinks::iceberg::index::IndexSlot;
+use crate::sinks::iceberg::deletes::deletion_vector::DeletionVector;
+use crate::sinks::iceberg::index::{IndexSlot, RewrittenOutput};
 use crate::sinks::iceberg::live::{LiveState, Rewritten};
 use crate::sinks::iceberg::maintenance::metadata_log;
 use crate::sinks::iceberg::metadata::Loaded;
-use crate::sinks::iceberg::IcebergSink;
+use crate::sinks::iceberg::{IcebergSink, TableSlot};
 use crate::sinks::SinkError;
 use equality::V2Deletes;
 use pick::{Candidate, Choice};
-use rewrite::{Rewrite, Written};
+use redelete::Carry;
+use replace::Replace;
+use rewrite::{Input, Rewrite, Written};
 
 /// What one compaction committed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -85,19 +101,65 @@ pub(crate) struct Compacted {
     pub vectors_removed: u64,
     /// Rows their deletes deleted, dropped from the table's files.
     pub rows_dropped: u64,
+    /// Rows deleted while the rewrite ran, deleted again in its outputs (v3).
+    pub deletes_carried: u64,
+}
+
+/// A rewrite chosen under the table's lock (step 1), to carry out and commit.
+struct Chosen<'a> {
+    rewrite: Rewrite<'a>,
+    /// v2: delete files the rewrite makes useless.
+    dropped_deletes: HashSet<String>,
+    /// The key columns the primary-key index keeps (`None`: no index follows).
+    key_names: Option<Vec<String>>,
 }
 
 impl IcebergSink {
     /// Compacts `table` once if its properties and files call for it; `Ok(None)` when nothing
-    /// was rewritten (no table, disabled, nothing worth it). Holds the table's slot lock
-    /// throughout (the module doc says why).
+    /// was rewritten (no table, disabled, nothing worth it, or the rewrite went stale). The
+    /// module doc has the steps and which of them hold the table's slot lock.
     pub(crate) async fn compact_table(
         &self,
         table: &TableId,
     ) -> Result<Option<Compacted>, SinkError> {
+        let pause = failpoints::pause_point(failpoints::COMPACT_REWRITTEN);
+        self.compact_table_beside(table, pause).await
+    }
+
+    /// [`compact_table`](Self::compact_table), running `meanwhile` (v3) between the rewrite and
+    /// its commit, without the table's lock: where the tests land their racing commits.
+    pub(crate) async fn compact_table_beside(
+        &self,
+        table: &TableId,
+        meanwhile: impl std::future::Future<Output = ()>,
+    ) -> Result<Option<Compacted>, SinkError> {
         let slot = self.table_slot(table);
         let mut guard = slot.lock().await;
-        guard.index.settle().await;
+        let Some(chosen) = self.choose(table, &mut guard).await? else {
+            return Ok(None);
+        };
+        let keys = chosen.key_names.as_deref();
+        if chosen.rewrite.v2.is_some() {
+            let written = chosen.rewrite.write(keys).await?;
+            return self
+                .commit_rewrite(table, &mut guard, chosen, written)
+                .await;
+        }
+        drop(guard);
+        let written = chosen.rewrite.write(keys).await?;
+        meanwhile.await;
+        let mut guard = slot.lock().await;
+        self.commit_rewrite(table, &mut guard, chosen, written)
+            .await
+    }
+
+    /// Step 1: what to rewrite, from the current snapshot (`None`: nothing).
+    async fn choose<'a>(
+        &'a self,
+        table: &'a TableId,
+        slot: &mut TableSlot,
+    ) -> Result<Option<Chosen<'a>>, SinkError> {
+        slot.index.settle().await;
         let Some(base) = self.load(table).await? else {
             return Ok(None);
         };
@@ -113,57 +175,139 @@ impl IcebergSink {
         if !policy.enabled {
             return Ok(None);
         }
-        if !guard.live.as_ref().is_some_and(|l| l.describes(meta)) {
-            guard.live = Some(LiveState::load(&self.warehouse, table, meta).await?);
+        if !slot.live.as_ref().is_some_and(|l| l.describes(meta)) {
+            slot.live = Some(LiveState::load(&self.warehouse, table, meta).await?);
         }
-        // Out of the slot while the rewrite reads it; put back advanced to the `replace`
-        // snapshot after a commit (so the next commit reads nothing back), unchanged when
-        // nothing is rewritten, and left out after a failure (the next commit rereads it).
-        let Some(mut live) = guard.live.take() else {
+        let Some(live) = slot.live.as_ref() else {
             return Ok(None);
         };
-        let tiered = meta.format_version() >= iceberg::spec::FormatVersion::V3;
-        let choice = pick::choose(&policy, &candidates(&live), tiered);
+        let tiered = meta.format_version() >= FormatVersion::V3;
+        let choice = pick::choose(&policy, &candidates(live), tiered);
         if choice.is_empty() {
-            guard.live = Some(live);
             return Ok(None);
         }
+        let (v2, dropped_deletes) = self.v2_deletes(table, meta, live, &choice).await?;
+        let inputs = inputs(live, &choice);
+        let names = crate::sinks::iceberg::commit::Names::new(meta);
+        Ok(Some(Chosen {
+            rewrite: Rewrite {
+                warehouse: &self.warehouse,
+                table,
+                base,
+                inputs,
+                names,
+                v2,
+            },
+            dropped_deletes,
+            key_names: slot.index.key_names(),
+        }))
+    }
+
+    /// Step 3: commits `written` on the current snapshot, carrying over the deletes committed
+    /// since step 1; `Ok(None)` when the rewrite went stale (its files are deleted).
+    async fn commit_rewrite(
+        &self,
+        table: &TableId,
+        slot: &mut TableSlot,
+        chosen: Chosen<'_>,
+        written: Written,
+    ) -> Result<Option<Compacted>, SinkError> {
+        slot.index.settle().await;
+        let Some(current) = self.load(table).await? else {
+            return self
+                .stale(table, "the table is gone".into(), &written)
+                .await;
+        };
+        let base = &chosen.rewrite.base.metadata;
+        let moved_on = current.metadata.current_snapshot_id() != base.current_snapshot_id();
+        if moved_on && chosen.rewrite.v2.is_some() {
+            return self
+                .stale(
+                    table,
+                    "another writer committed (format v2)".into(),
+                    &written,
+                )
+                .await;
+        }
+        if current.metadata.current_schema_id() != base.current_schema_id() {
+            return self
+                .stale(table, "the table's schema changed".into(), &written)
+                .await;
+        }
+        if !slot
+            .live
+            .as_ref()
+            .is_some_and(|l| l.describes(&current.metadata))
+        {
+            slot.live = Some(LiveState::load(&self.warehouse, table, &current.metadata).await?);
+        }
+        // Out of the slot while the commit reads it; put back advanced to the `replace`
+        // snapshot after a commit (so the next commit reads nothing back), unchanged when the
+        // rewrite is stale, and left out after a failure (the next commit rereads it).
+        let Some(mut live) = slot.live.take() else {
+            return Ok(None);
+        };
+        let carried = if chosen.rewrite.v2.is_some() {
+            BTreeMap::new()
+        } else {
+            let data: HashSet<&str> = live.files.data.iter().map(|f| f.file.file_path()).collect();
+            match redelete::carried_deletes(&written.placed, &data, &live.dvs) {
+                Carry::Deletes(d) => d,
+                Carry::Stale(why) => {
+                    slot.live = Some(live);
+                    return self.stale(table, why, &written).await;
+                }
+            }
+        };
         let (compacted, rewritten) = self
-            .rewrite_chosen(table, &mut guard.index, base, &live, choice)
+            .publish_rewrite(
+                table,
+                &mut slot.index,
+                current,
+                &live,
+                chosen,
+                written,
+                carried,
+            )
             .await?;
         live.apply_rewrite(rewritten);
-        guard.live = Some(live);
+        slot.live = Some(live);
         Ok(Some(compacted))
     }
 
-    /// Rewrites `choice` of `live` (the state of `base`'s current snapshot), publishes the
-    /// `replace` snapshot and moves the index; returns what `live` must learn.
-    async fn rewrite_chosen(
+    /// Writes the `replace` snapshot of `written` on `current` (whose state is `live`) with the
+    /// `carried` deletes, publishes it and moves the index; returns what `live` must learn.
+    #[allow(clippy::too_many_arguments)]
+    async fn publish_rewrite(
         &self,
         table: &TableId,
         index: &mut IndexSlot,
-        base: Arc<Loaded>,
+        current: Arc<Loaded>,
         live: &LiveState,
-        choice: Choice,
+        chosen: Chosen<'_>,
+        written: Written,
+        carried: BTreeMap<String, DeletionVector>,
     ) -> Result<(Compacted, Rewritten), SinkError> {
-        let meta = &base.metadata;
+        let meta = &current.metadata;
         let parent = meta.current_snapshot().map(|s| s.snapshot_id());
         let checkpoint = self.carried_checkpoint(meta)?;
-        let (v2, dropped_deletes) = self.v2_deletes(table, meta, live, &choice).await?;
-        let rewrite = Rewrite {
+        let replace = Replace {
             warehouse: &self.warehouse,
             table,
-            base: Arc::clone(&base),
+            base: Arc::clone(&current),
             live,
-            choice,
-            names: Names::new(meta),
-            v2,
-            dropped_deletes,
+            names: chosen.rewrite.names.rebased(meta),
+            replaced: written
+                .removed_data
+                .iter()
+                .map(|f| f.file_path().to_owned())
+                .collect(),
+            dropped_deletes: chosen.dropped_deletes,
         };
-        let written = rewrite.write(index.key_names().as_deref()).await?;
-        let mut carried = rewrite.carry().await?;
-        let staged = rewrite
-            .stage(&written, &mut carried, checkpoint.as_ref())
+        let vectors = replace.write_vectors(carried).await?;
+        let mut manifests = replace.carry().await?;
+        let staged = replace
+            .stage(&written, &vectors, &mut manifests, checkpoint.as_ref())
             .await?;
         let location = self.current_location(table);
         let published = self
@@ -171,7 +315,7 @@ impl IcebergSink {
             .commit(
                 &self.warehouse,
                 &self.table_ref(table, &location),
-                &base,
+                &current,
                 staged.next,
             )
             .await;
@@ -187,35 +331,62 @@ impl IcebergSink {
         self.remember(table, Some(Arc::clone(&after)));
         metadata_log::delete_after_commit(
             &self.warehouse,
-            &base,
+            &current,
             &after,
             self.catalog_for(table).names_previous(),
         );
         let removed: Vec<&str> = written.removed_data.iter().map(|f| f.file_path()).collect();
-        let outputs: Vec<(&str, &[arrow_array::RecordBatch])> = written
+        let outputs: Vec<RewrittenOutput<'_>> = written
             .outputs
             .iter()
-            .map(|o| (o.path.as_str(), o.keys.as_slice()))
+            .map(|o| RewrittenOutput {
+                path: &o.path,
+                keys: &o.keys,
+                deleted: vectors.vectors.get(&o.path).map(|(_, dv)| dv),
+            })
             .collect();
         index
-            .follow_rewrite(parent, &removed, &outputs, rewrite.names.snapshot_id)
+            .follow_rewrite(parent, &removed, &outputs, replace.names.snapshot_id)
             .await;
-        let compacted = Compacted::of(&written, carried.removed_deletes.len());
+        let mut compacted = Compacted::of(&written, manifests.removed_deletes.len());
+        compacted.deletes_carried = vectors
+            .vectors
+            .values()
+            .map(|(_, dv)| dv.cardinality())
+            .sum();
         let rewritten = Rewritten {
-            snapshot_id: rewrite.names.snapshot_id,
-            sequence: rewrite.names.sequence,
+            snapshot_id: replace.names.snapshot_id,
+            sequence: replace.names.sequence,
             manifests: staged.listed,
             added: written.outputs.into_iter().map(|o| o.file).collect(),
             added_manifest: staged.added_manifest,
-            rewritten: carried.rewritten,
-            removed_data: written
-                .removed_data
-                .iter()
-                .map(|f| f.file_path().to_owned())
-                .collect(),
-            removed_deletes: rewrite.dropped_deletes,
+            rewritten: manifests.rewritten,
+            removed_data: replace.replaced,
+            removed_deletes: replace.dropped_deletes,
+            vectors: vectors.vectors,
+            vectors_manifest: staged.vectors_manifest,
         };
         Ok((compacted, rewritten))
+    }
+
+    /// Gives up a rewrite that no longer applies (`why`) and deletes its files (best effort:
+    /// what is left is an orphan for `cdcd cleanup`).
+    async fn stale(
+        &self,
+        table: &TableId,
+        why: String,
+        written: &Written,
+    ) -> Result<Option<Compacted>, SinkError> {
+        tracing::info!(table = %table, reason = %why, "compaction went stale; nothing committed, the next cycle decides again");
+        for o in &written.outputs {
+            let Ok(path) = self.warehouse.path(&o.path) else {
+                continue;
+            };
+            if let Err(e) = self.warehouse.store().delete(&path).await {
+                tracing::debug!(path = %o.path, error = %e, "cannot delete a stale compaction output; cdcd cleanup will");
+            }
+        }
+        Ok(None)
     }
 
     /// v2: the deletes the rewrite of `choice` applies and the delete files it drops
@@ -276,6 +447,7 @@ impl Compacted {
                 .sum(),
             vectors_removed: deletes_removed as u64,
             rows_dropped: written.dropped_rows,
+            deletes_carried: 0,
         }
     }
 }
@@ -293,6 +465,25 @@ fn candidates(live: &LiveState) -> Vec<Candidate> {
                 .get(f.file.file_path())
                 .map_or(0, |d| d.dv.cardinality()),
             sequence: f.sequence,
+        })
+        .collect()
+}
+
+/// The chosen files of `live` by output, each with the vector it has now (copied: the rewrite
+/// reads it without the lock).
+fn inputs(live: &LiveState, choice: &Choice) -> Vec<Vec<Input>> {
+    choice
+        .outputs
+        .iter()
+        .map(|output| {
+            output
+                .iter()
+                .filter_map(|&i| live.files.data.get(i))
+                .map(|f| Input {
+                    file: f.clone(),
+                    dv: live.dvs.get(f.file.file_path()).map(|d| d.dv.clone()),
+                })
+                .collect()
         })
         .collect()
 }

@@ -14,6 +14,8 @@ use crate::checkpoint::{Checkpoint, LEASE_EPOCH_KEY};
 /// What a rewrite adds and removes.
 pub(crate) struct Replaced<'a> {
     pub added: &'a [DataFile],
+    /// Deletion vectors on added files: deletes committed while the rewrite ran, carried over.
+    pub added_deletes: &'a [DataFile],
     pub removed_data: &'a [DataFile],
     /// Deletion vectors of the removed data files; v2: delete files that no longer apply.
     pub removed_deletes: &'a [DataFile],
@@ -49,6 +51,7 @@ pub(crate) fn summary(
     let (removed_pos_files, removed_positions) = count(&of(DataContentType::PositionDeletes));
     let (removed_eq_files, removed_eq_rows) = count(&of(DataContentType::EqualityDeletes));
     let removed_deletes = removed_pos_files + removed_eq_files;
+    let (added_dvs, added_positions) = count(r.added_deletes);
     let removed_dvs = r
         .removed_deletes
         .iter()
@@ -62,6 +65,12 @@ pub(crate) fn summary(
     put("added-records", added_records);
     put("deleted-data-files", deleted);
     put("deleted-records", deleted_records);
+    if added_dvs > 0 {
+        put("added-delete-files", added_dvs);
+        put("added-position-delete-files", added_dvs);
+        put("added-dvs", added_dvs);
+        put("added-position-deletes", added_positions);
+    }
     put("removed-delete-files", removed_deletes);
     put("removed-position-delete-files", removed_pos_files);
     put("removed-equality-delete-files", removed_eq_files);
@@ -78,7 +87,7 @@ pub(crate) fn summary(
     );
     put(
         "total-delete-files",
-        previous("total-delete-files").saturating_sub(removed_deletes),
+        (previous("total-delete-files") + added_dvs).saturating_sub(removed_deletes),
     );
     put(
         "total-equality-deletes",
@@ -86,7 +95,7 @@ pub(crate) fn summary(
     );
     put(
         "total-position-deletes",
-        previous("total-position-deletes").saturating_sub(removed_positions),
+        (previous("total-position-deletes") + added_positions).saturating_sub(removed_positions),
     );
     // The epoch only beside this pipeline's checkpoint: it counts that pipeline's lease
     // (`commit/publish.rs`, `winner_epoch`).
@@ -157,6 +166,7 @@ mod tests {
         let s = summary(
             &Replaced {
                 added: &added,
+                added_deletes: &[],
                 removed_data: &removed_data,
                 removed_deletes: &removed_deletes,
             },

@@ -1,0 +1,272 @@
+//! The worker's committing half: the `replace` snapshot of a rewrite (`rewrite.rs`), built on the
+//! snapshot the compaction commits on, which is the one it chose on or (v3) a newer one that
+//! streaming commits made while it ran. One method per step: carry the base's manifests without
+//! the replaced files and their vectors (`carry`), write the vectors that carry over the deletes
+//! committed meanwhile (`write_vectors`, `redelete.rs`), write the new manifests and the manifest
+//! list and build the snapshot (`stage`). Publishing and the index update are the driver's
+//! (`mod.rs`), under the table's slot lock.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use iceberg::spec::{
+    DataContentType, DataFile, FormatVersion, ManifestContentType, ManifestFile, Snapshot,
+    TableMetadata,
+};
+
+use super::rewrite::Written;
+use super::summary::{self, Replaced};
+use crate::changelog::TableId;
+use crate::checkpoint::Checkpoint;
+use crate::failpoints;
+use crate::sinks::iceberg::commit::manifest_list::{self, ListTarget};
+use crate::sinks::iceberg::commit::publish;
+use crate::sinks::iceberg::commit::Names;
+use crate::sinks::iceberg::deletes::commit_vectors;
+use crate::sinks::iceberg::deletes::deletion_vector::DeletionVector;
+use crate::sinks::iceberg::live::LiveState;
+use crate::sinks::iceberg::manifest::{self, ManifestTarget};
+use crate::sinks::iceberg::metadata::Loaded;
+use crate::sinks::SinkError;
+use crate::storage::Warehouse;
+
+/// The base's manifests as the `replace` snapshot keeps them (`Replace::carry`).
+#[derive(Default)]
+pub(crate) struct Carried {
+    pub manifests: Vec<ManifestFile>,
+    /// Delete files left out of rewritten manifests.
+    pub removed_deletes: Vec<DataFile>,
+    /// Rewritten manifests: old path → new path (`None`: nothing was left).
+    pub rewritten: HashMap<String, Option<Arc<str>>>,
+}
+
+/// The vectors the `replace` snapshot adds to its outputs (`Replace::write_vectors`).
+#[derive(Default)]
+pub(crate) struct CarriedVectors {
+    /// One delete-file entry per vector, and the vector, by output data file.
+    pub vectors: BTreeMap<String, (DataFile, DeletionVector)>,
+}
+
+impl CarriedVectors {
+    pub fn entries(&self) -> Vec<DataFile> {
+        self.vectors.values().map(|(f, _)| f.clone()).collect()
+    }
+}
+
+/// What `Replace::stage` wrote: the metadata to publish, the manifest list as written and the
+/// new manifests (for the cached live state).
+pub(crate) struct Staged {
+    pub next: TableMetadata,
+    pub listed: Vec<ManifestFile>,
+    pub added_manifest: Option<Arc<str>>,
+    pub vectors_manifest: Option<Arc<str>>,
+}
+
+/// The `replace` snapshot of one rewrite on top of the current snapshot of `base`.
+pub(crate) struct Replace<'a> {
+    pub warehouse: &'a Warehouse,
+    pub table: &'a TableId,
+    pub base: Arc<Loaded>,
+    /// The state of `base`'s current snapshot.
+    pub live: &'a LiveState,
+    /// Names for a snapshot on `base` (the rewrite's files keep the names they were written at).
+    pub names: Names,
+    /// The data files replaced.
+    pub replaced: HashSet<String>,
+    /// v2: delete files the rewrite makes useless, dropped with it.
+    pub dropped_deletes: HashSet<String>,
+}
+
+impl Replace<'_> {
+    fn meta(&self) -> &TableMetadata {
+        &self.base.metadata
+    }
+
+    fn manifest_target(&self, deletes: bool, spec_id: i32) -> Result<ManifestTarget, SinkError> {
+        let meta = self.meta();
+        let spec = meta
+            .partition_spec_by_id(spec_id)
+            .ok_or_else(|| SinkError::Data {
+                table: self.table.clone(),
+                detail: format!("partition spec {spec_id} is not in the table"),
+            })?;
+        Ok(ManifestTarget {
+            version: meta.format_version(),
+            schema: meta.current_schema().clone(),
+            spec: spec.clone(),
+            snapshot_id: self.names.snapshot_id,
+            deletes,
+        })
+    }
+
+    /// The base's manifests as the new snapshot keeps them: those listing a replaced data file,
+    /// a vector of one or (v2) a dropped delete file are rewritten without those entries
+    /// (omitted, as the commit omits replaced vectors: `manifest::rewrite_manifest` says why).
+    pub async fn carry(&self) -> Result<Carried, SinkError> {
+        let replaced = &self.replaced;
+        let files = &self.live.files;
+        let mut touched: HashSet<&str> = files
+            .data
+            .iter()
+            .filter(|f| replaced.contains(f.file.file_path()))
+            .map(|f| &*f.manifest)
+            .collect();
+        for path in replaced {
+            if let Some(dv) = self.live.dvs.get(path) {
+                touched.insert(&dv.entry.manifest);
+            }
+        }
+        for f in files.position_deletes.iter().chain(&files.equality_deletes) {
+            if self.dropped_deletes.contains(f.file.file_path()) {
+                touched.insert(&f.manifest);
+            }
+        }
+        let dropped = &self.dropped_deletes;
+        let mut carried = Carried::default();
+        for (i, m) in self.live.manifests.iter().enumerate() {
+            if !touched.contains(m.manifest_path.as_str()) {
+                if m.has_added_files() || m.has_existing_files() {
+                    carried.manifests.push(m.clone());
+                }
+                continue;
+            }
+            let deletes = m.content == ManifestContentType::Deletes;
+            let target = self.manifest_target(deletes, m.partition_spec_id)?;
+            let path = self.names.rewritten_manifest(i);
+            let (rewritten, removed) =
+                manifest::rewrite_manifest(self.warehouse, path, &target, m, |f| {
+                    match f.content_type() {
+                        DataContentType::Data => replaced.contains(f.file_path()),
+                        DataContentType::PositionDeletes => {
+                            dropped.contains(f.file_path())
+                                || f.referenced_data_file()
+                                    .is_some_and(|r| replaced.contains(r.as_str()))
+                        }
+                        DataContentType::EqualityDeletes => dropped.contains(f.file_path()),
+                    }
+                })
+                .await?;
+            if deletes {
+                carried.removed_deletes.extend(removed);
+            }
+            carried.rewritten.insert(
+                m.manifest_path.clone(),
+                rewritten
+                    .as_ref()
+                    .map(|r| Arc::from(r.manifest_path.as_str())),
+            );
+            carried.manifests.extend(rewritten);
+        }
+        Ok(carried)
+    }
+
+    /// Writes `deletes` (positions in output files, `redelete.rs`) as deletion vectors, one
+    /// Puffin file each, as streaming commits write them (`commit/files.rs` says why one).
+    pub async fn write_vectors(
+        &self,
+        deletes: BTreeMap<String, DeletionVector>,
+    ) -> Result<CarriedVectors, SinkError> {
+        let mut out = CarriedVectors::default();
+        for (i, (output, vector)) in deletes.into_iter().enumerate() {
+            let path = self.names.vector_file(i);
+            let one = BTreeMap::from([(output.clone(), vector)]);
+            let entries =
+                commit_vectors::write_puffin(self.warehouse, self.table, &path, &one).await?;
+            for (entry, (_, vector)) in entries.into_iter().zip(one) {
+                out.vectors.insert(output.clone(), (entry, vector));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes the new data manifest, the manifest of `vectors` and the manifest list, and
+    /// returns the metadata naming the `replace` snapshot (not published). `checkpoint`: the
+    /// one the snapshot carries.
+    pub async fn stage(
+        &self,
+        written: &Written,
+        vectors: &CarriedVectors,
+        carried: &mut Carried,
+        checkpoint: Option<&Checkpoint>,
+    ) -> Result<Staged, SinkError> {
+        let meta = self.meta();
+        let added: Vec<DataFile> = written.outputs.iter().map(|o| o.file.clone()).collect();
+        let added_deletes = vectors.entries();
+        let mut manifests = Vec::with_capacity(carried.manifests.len() + 2);
+        let mut added_manifest = None;
+        let mut vectors_manifest = None;
+        for (n, (files, deletes)) in [(&added, false), (&added_deletes, true)]
+            .into_iter()
+            .enumerate()
+        {
+            if files.is_empty() {
+                continue;
+            }
+            let target = self.manifest_target(deletes, meta.default_partition_spec_id())?;
+            let m = manifest::write_manifest(
+                self.warehouse,
+                self.names.added_manifest(n),
+                &target,
+                self.names.sequence,
+                files.clone(),
+            )
+            .await?;
+            let path = Some(Arc::from(m.manifest_path.as_str()));
+            if deletes {
+                vectors_manifest = path;
+            } else {
+                added_manifest = path;
+            }
+            manifests.push(m);
+        }
+        manifests.append(&mut carried.manifests);
+        let list_path = self.names.manifest_list();
+        let parent = meta.current_snapshot();
+        let list = ListTarget {
+            version: meta.format_version(),
+            snapshot_id: self.names.snapshot_id,
+            parent: parent.map(|s| s.snapshot_id()),
+            sequence: self.names.sequence,
+            first_row_id: meta.next_row_id(),
+        };
+        let (added_rows, listed) =
+            manifest_list::write_manifest_list(self.warehouse, &list_path, &list, manifests)
+                .await?;
+        failpoints::crash_point(failpoints::COMPACT_BEFORE_COMMIT);
+        let summary = summary::summary(
+            &Replaced {
+                added: &added,
+                added_deletes: &added_deletes,
+                removed_data: &written.removed_data,
+                removed_deletes: &carried.removed_deletes,
+            },
+            parent.map(|s| s.as_ref()),
+            checkpoint,
+            self.warehouse.lease_epoch(),
+        );
+        // v3 row lineage (Iceberg spec, "Row Lineage"): the rewritten rows get fresh row ids
+        // from `next-row-id` like any added rows; the spec asks a rewrite to copy `_row_id` into
+        // the new files instead, which cdcd's writer does not do yet (docs/internals.md).
+        let builder = Snapshot::builder()
+            .with_snapshot_id(self.names.snapshot_id)
+            .with_parent_snapshot_id(parent.map(|s| s.snapshot_id()))
+            .with_sequence_number(self.names.sequence)
+            .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
+            .with_manifest_list(list_path)
+            .with_summary(summary)
+            .with_schema_id(meta.current_schema_id());
+        let snapshot = if meta.format_version() >= FormatVersion::V3 {
+            builder
+                .with_row_range(list.first_row_id, added_rows)
+                .build()
+        } else {
+            builder.build()
+        };
+        Ok(Staged {
+            next: publish::with_snapshot(self.table, &self.base, snapshot)?,
+            listed,
+            added_manifest,
+            vectors_manifest,
+        })
+    }
+}
