@@ -357,6 +357,7 @@ fn record_compaction(c: &super::compaction::Compacted, report: &mut MaintenanceR
         bytes_written = c.bytes_written,
         vectors_removed = c.vectors_removed,
         rows_dropped = c.rows_dropped,
+        deletes_carried = c.deletes_carried,
         "compaction committed"
     );
     let t = || table.to_owned();
