@@ -71,6 +71,8 @@ pub(crate) struct Published<'a> {
 pub(crate) struct Rewritten {
     pub snapshot_id: i64,
     pub sequence: i64,
+    /// The data sequence number of the files written (v2: the rewrite's starting one).
+    pub data_sequence: i64,
     /// The new snapshot's manifest list, in order.
     pub manifests: Vec<ManifestFile>,
     /// The files written, and the manifest listing them.
@@ -150,17 +152,19 @@ impl LiveState {
         for d in self.dvs.values_mut() {
             moved(&mut d.entry);
         }
-        let live = |file: DataFile, manifest: &Option<Arc<str>>| LiveFile {
+        let live = |file: DataFile, sequence: i64, manifest: &Option<Arc<str>>| LiveFile {
             file,
-            sequence: r.sequence,
+            sequence,
             snapshot_id: r.snapshot_id,
             manifest: manifest.clone().unwrap_or_else(|| Arc::from("")),
         };
         for file in r.added {
-            files.data.push(live(file, &r.added_manifest));
+            files
+                .data
+                .push(live(file, r.data_sequence, &r.added_manifest));
         }
         for (data_file, (file, dv)) in r.vectors {
-            let entry = live(file, &r.vectors_manifest);
+            let entry = live(file, r.sequence, &r.vectors_manifest);
             files.position_deletes.push(entry.clone());
             self.dvs.insert(data_file, LiveDv { entry, dv });
         }

@@ -339,6 +339,80 @@ async fn deletes_committed_while_a_rewrite_runs_are_carried_over() {
     }
 }
 
+/// Format v2: the rewrite runs while streaming commits update and delete its rows by equality
+/// deletes; its outputs keep the starting data sequence number, so those deletes (committed
+/// after it) still apply to the copies; duckdb reads the source's rows, the delete files the
+/// rewrite made useless are gone, and a later cycle drops the ones committed meanwhile.
+#[tokio::test]
+async fn equality_deletes_committed_while_a_rewrite_runs_still_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sink_with(
+        dir.path(),
+        DeleteMode::Equality,
+        &[("write.target-file-size-bytes", "1000000")],
+    );
+    let t = schema();
+    seed(&s).await;
+    commits(&s, 0, 12).await;
+    let mut model = Model::seeded();
+    model.commits(0, 12);
+    let starting = s
+        .load(&t.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .metadata
+        .current_snapshot()
+        .unwrap()
+        .sequence_number();
+    let racing = async {
+        commits(&s, 12, 3).await;
+        let cs = [del(20), upd(30, Some("moved"), 7), upd(31, None, 311)];
+        s.commit(&t, &[changes(&cs)], &cp(2000)).await.unwrap();
+    };
+    let compacted = s
+        .compact_table_beside(&t.id, racing)
+        .await
+        .unwrap()
+        .expect("the rewrite commits on the newer snapshot");
+    assert!(compacted.files_rewritten > 10, "{compacted:?}");
+    model.commits(12, 3);
+    model.0.remove(&20);
+    model.0.insert(30, ("moved", 7));
+    if let Some(row) = model.0.get_mut(&31) {
+        row.1 = 311;
+    }
+    assert_cached_state_is_fresh(&s).await;
+    let after = live(&s).await;
+    let outputs: Vec<_> = after
+        .files
+        .data
+        .iter()
+        .filter(|f| f.sequence == starting)
+        .collect();
+    assert_eq!(
+        outputs.len(),
+        1,
+        "the output keeps the starting sequence number"
+    );
+    assert!(after
+        .files
+        .equality_deletes
+        .iter()
+        .all(|f| f.sequence > starting));
+    assert_eq!(s.checkpoint(&t.id).await.unwrap(), Some(cp(2000)));
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+    // The next cycle rewrites the output with the files since and drops the deletes.
+    let r = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+    assert_eq!(r[0].error, None, "{r:?}");
+    assert!(live(&s).await.files.equality_deletes.is_empty());
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, model.text());
+    }
+}
+
 /// A rewrite whose inputs leave the table while it runs (another writer compacted them) is
 /// stale: nothing is committed, its files are deleted, the table reads the same.
 #[tokio::test]

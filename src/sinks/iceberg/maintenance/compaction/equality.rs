@@ -3,12 +3,15 @@
 //!
 //! Iceberg spec, "Scan Planning": a position delete applies to a data file when the file's data
 //! sequence number is ≤ the delete's; an equality delete applies when the file's is strictly <
-//! the delete's. A rewrite writes the kept rows at the new snapshot's sequence number, above every
-//! existing delete, so it must apply all of them to the rows it copies: no delete would reach the
-//! copies afterwards. Then:
+//! the delete's. A rewrite writes the kept rows at the data sequence number of the snapshot it
+//! chose on (its starting sequence number, as Iceberg-Java's `use-starting-sequence-number`
+//! does), at or above every delete it read, so it must apply all of them to the rows it copies:
+//! none of them reaches the copies afterwards. Equality deletes committed while it ran have
+//! higher sequence numbers and do reach them; a position delete committed meanwhile naming one
+//! of its inputs would not, and makes the rewrite stale (`inputs_deleted_since`). Then:
 //! - a position delete file whose referenced data files were all rewritten applies to nothing;
 //! - an equality delete file of sequence S applies to nothing once no live data file has a
-//!   sequence number below S (outputs have the new, higher one).
+//!   sequence number below S (outputs have the starting one, at or above S).
 //!
 //! Both are dropped with the rewrite (what Iceberg-Java's `RewriteDataFiles` leaves to
 //! `rewrite_position_delete_files` and `remove-dangling-deletes`). A table's delete files are all
@@ -65,33 +68,14 @@ impl V2Deletes {
                 });
             }
             let mut only_chosen = true;
-            for batch in decode(&read(warehouse, path).await?, path, None)? {
-                let (Some(files), Some(pos)) = (
-                    batch
-                        .column_by_name("file_path")
-                        .and_then(|c| c.as_string_opt::<i32>()),
-                    batch
-                        .column_by_name("pos")
-                        .and_then(|c| c.as_primitive_opt::<arrow_array::types::Int64Type>()),
-                ) else {
-                    return Err(SinkError::Corrupt {
-                        path: path.to_owned(),
-                        detail: "position delete file without file_path/pos".into(),
-                    });
-                };
-                for (file, p) in files.iter().zip(pos.iter()) {
-                    let (Some(file), Some(p)) = (file, p) else {
-                        continue;
-                    };
-                    if chosen.contains(file) {
-                        let at = u64::try_from(p).unwrap_or(u64::MAX);
-                        out.positions
-                            .entry(file.to_owned())
-                            .or_default()
-                            .push((f.sequence, at));
-                    } else {
-                        only_chosen = false;
-                    }
+            for (file, at) in position_deletes(warehouse, path).await? {
+                if chosen.contains(file.as_str()) {
+                    out.positions
+                        .entry(file)
+                        .or_default()
+                        .push((f.sequence, at));
+                } else {
+                    only_chosen = false;
                 }
             }
             if only_chosen {
@@ -181,6 +165,62 @@ impl V2Deletes {
         out.extend(self.only_chosen.iter().cloned());
         out
     }
+}
+
+/// Whether a position delete file of `live` committed after data sequence number `since`
+/// deletes a row of one of `inputs`: such a delete, committed while a rewrite of `inputs` ran,
+/// would not reach the rewritten rows (cdcd's keyed tables never write one: their position
+/// deletes name rows of their own commit; a keyless table's can).
+pub(crate) async fn inputs_deleted_since(
+    warehouse: &Warehouse,
+    live: &LiveState,
+    since: i64,
+    inputs: &HashSet<&str>,
+) -> Result<bool, SinkError> {
+    for f in live
+        .files
+        .position_deletes
+        .iter()
+        .filter(|f| f.sequence > since)
+    {
+        let deleted = position_deletes(warehouse, f.file.file_path()).await?;
+        if deleted
+            .iter()
+            .any(|(file, _)| inputs.contains(file.as_str()))
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The (data file, position) pairs of the position delete file at `path`.
+async fn position_deletes(
+    warehouse: &Warehouse,
+    path: &str,
+) -> Result<Vec<(String, u64)>, SinkError> {
+    let mut out = Vec::new();
+    for batch in decode(&read(warehouse, path).await?, path, None)? {
+        let (Some(files), Some(pos)) = (
+            batch
+                .column_by_name("file_path")
+                .and_then(|c| c.as_string_opt::<i32>()),
+            batch
+                .column_by_name("pos")
+                .and_then(|c| c.as_primitive_opt::<arrow_array::types::Int64Type>()),
+        ) else {
+            return Err(SinkError::Corrupt {
+                path: path.to_owned(),
+                detail: "position delete file without file_path/pos".into(),
+            });
+        };
+        for (file, p) in files.iter().zip(pos.iter()) {
+            if let (Some(file), Some(p)) = (file, p) {
+                out.push((file.to_owned(), u64::try_from(p).unwrap_or(u64::MAX)));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The equality delete files (path, sequence) that apply to none of the data files whose

@@ -30,10 +30,11 @@
 //!    table, a vector that lost a position, or a schema change meanwhile make the rewrite stale:
 //!    nothing is committed, its files are deleted, the next cycle decides again.
 //!
-//! On a format-v2 table the three steps run under one hold of the lock, as before: a streaming
-//! commit there adds equality deletes that would have to apply to the outputs at their new
-//! sequence number (they could, by writing the outputs at the starting sequence number as
-//! Iceberg-Java's `use-starting-sequence-number` does; not done yet).
+//! On a format-v2 table the outputs keep the data sequence number of the snapshot chosen on (the
+//! starting sequence number, as Iceberg-Java's `use-starting-sequence-number` does): equality
+//! deletes committed meanwhile have higher ones and so apply to the outputs as they applied to
+//! the inputs (`equality.rs`). A position delete committed meanwhile against an input (only a
+//! keyless table writes one) makes the rewrite stale.
 //! A commit of another writer (another engine) between choosing and publishing makes the publish
 //! a conflict (the create-if-absent `v<N+1>`, or the SQL catalog's row swap) or the rewrite stale.
 //!
@@ -110,6 +111,8 @@ struct Chosen<'a> {
     rewrite: Rewrite<'a>,
     /// v2: delete files the rewrite makes useless.
     dropped_deletes: HashSet<String>,
+    /// v2: the outputs' data sequence number, the chosen snapshot's (`None`: the new one's).
+    data_sequence: Option<i64>,
     /// The key columns the primary-key index keeps (`None`: no index follows).
     key_names: Option<Vec<String>>,
 }
@@ -126,7 +129,7 @@ impl IcebergSink {
         self.compact_table_beside(table, pause).await
     }
 
-    /// [`compact_table`](Self::compact_table), running `meanwhile` (v3) between the rewrite and
+    /// [`compact_table`](Self::compact_table), running `meanwhile` between the rewrite and
     /// its commit, without the table's lock: where the tests land their racing commits.
     pub(crate) async fn compact_table_beside(
         &self,
@@ -139,12 +142,6 @@ impl IcebergSink {
             return Ok(None);
         };
         let keys = chosen.key_names.as_deref();
-        if chosen.rewrite.v2.is_some() {
-            let written = chosen.rewrite.write(keys).await?;
-            return self
-                .commit_rewrite(table, &mut guard, chosen, written)
-                .await;
-        }
         drop(guard);
         let written = chosen.rewrite.write(keys).await?;
         meanwhile.await;
@@ -188,6 +185,10 @@ impl IcebergSink {
         }
         let (v2, dropped_deletes) = self.v2_deletes(table, meta, live, &choice).await?;
         let inputs = inputs(live, &choice);
+        let data_sequence = v2
+            .is_some()
+            .then(|| meta.current_snapshot().map(|s| s.sequence_number()))
+            .flatten();
         let names = crate::sinks::iceberg::commit::Names::new(meta);
         Ok(Some(Chosen {
             rewrite: Rewrite {
@@ -199,6 +200,7 @@ impl IcebergSink {
                 v2,
             },
             dropped_deletes,
+            data_sequence,
             key_names: slot.index.key_names(),
         }))
     }
@@ -219,16 +221,6 @@ impl IcebergSink {
                 .await;
         };
         let base = &chosen.rewrite.base.metadata;
-        let moved_on = current.metadata.current_snapshot_id() != base.current_snapshot_id();
-        if moved_on && chosen.rewrite.v2.is_some() {
-            return self
-                .stale(
-                    table,
-                    "another writer committed (format v2)".into(),
-                    &written,
-                )
-                .await;
-        }
         if current.metadata.current_schema_id() != base.current_schema_id() {
             return self
                 .stale(table, "the table's schema changed".into(), &written)
@@ -247,7 +239,13 @@ impl IcebergSink {
         let Some(mut live) = slot.live.take() else {
             return Ok(None);
         };
-        let carried = if chosen.rewrite.v2.is_some() {
+        let carried = if let Some(since) = chosen.data_sequence {
+            let inputs: HashSet<&str> = written.placed.iter().map(|p| p.input.as_str()).collect();
+            if equality::inputs_deleted_since(&self.warehouse, &live, since, &inputs).await? {
+                slot.live = Some(live);
+                let why = "a position delete was committed against an input".to_owned();
+                return self.stale(table, why, &written).await;
+            }
             BTreeMap::new()
         } else {
             let data: HashSet<&str> = live.files.data.iter().map(|f| f.file.file_path()).collect();
@@ -303,6 +301,7 @@ impl IcebergSink {
                 .map(|f| f.file_path().to_owned())
                 .collect(),
             dropped_deletes: chosen.dropped_deletes,
+            data_sequence: chosen.data_sequence,
         };
         let vectors = replace.write_vectors(carried).await?;
         let mut manifests = replace.carry().await?;
@@ -357,6 +356,7 @@ impl IcebergSink {
         let rewritten = Rewritten {
             snapshot_id: replace.names.snapshot_id,
             sequence: replace.names.sequence,
+            data_sequence: replace.data_sequence(),
             manifests: staged.listed,
             added: written.outputs.into_iter().map(|o| o.file).collect(),
             added_manifest: staged.added_manifest,

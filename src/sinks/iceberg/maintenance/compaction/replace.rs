@@ -75,11 +75,18 @@ pub(crate) struct Replace<'a> {
     pub replaced: HashSet<String>,
     /// v2: delete files the rewrite makes useless, dropped with it.
     pub dropped_deletes: HashSet<String>,
+    /// v2: the outputs' data sequence number (`equality.rs`); `None`: the new snapshot's.
+    pub data_sequence: Option<i64>,
 }
 
 impl Replace<'_> {
     fn meta(&self) -> &TableMetadata {
         &self.base.metadata
+    }
+
+    /// The data sequence number of the files written.
+    pub fn data_sequence(&self) -> i64 {
+        self.data_sequence.unwrap_or(self.names.sequence)
     }
 
     fn manifest_target(&self, deletes: bool, spec_id: i32) -> Result<ManifestTarget, SinkError> {
@@ -203,11 +210,16 @@ impl Replace<'_> {
                 continue;
             }
             let target = self.manifest_target(deletes, meta.default_partition_spec_id())?;
+            let sequence = if deletes {
+                self.names.sequence
+            } else {
+                self.data_sequence()
+            };
             let m = manifest::write_manifest(
                 self.warehouse,
                 self.names.added_manifest(n),
                 &target,
-                self.names.sequence,
+                sequence,
                 files.clone(),
             )
             .await?;
