@@ -197,7 +197,8 @@ async fn a_narrowing_type_change_still_stops() {
 /// cdcd stores it as the new field's `initial-default`, so DuckDB and pyiceberg read it for every
 /// older row; rows of the same transaction before the ALTER take it too. Format v2 (equality
 /// mode) has no initial default and the LSM sink neither: they stop, naming the table, the column
-/// and the fix. A volatile default (`now()`) rewrites the table with values nobody streams: that
+/// and the fix. The same after a restart, when the added column is the first thing cdcd sees of
+/// the table. A volatile default (`now()`) rewrites the table with values nobody streams: that
 /// stops everywhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn add_column_with_a_constant_default_reads_it_in_older_rows() {
@@ -269,6 +270,19 @@ async fn add_column_with_a_constant_default_reads_it_in_older_rows() {
         &format!("INSERT INTO {a} (id) VALUES (54); DELETE FROM {a} WHERE id = 5;"),
     )
     .await;
+    assert_equal_both(&mut p, &a).await;
+
+    // Added while cdcd is down, and first seen after the restart, with no earlier shape of the
+    // table in that session to compare with: the catalog still tells the default.
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0), "{st}");
+    exec(
+        &client,
+        &format!("ALTER TABLE {a} ADD COLUMN e int8 DEFAULT 42; INSERT INTO {a} (id) VALUES (56);"),
+    )
+    .await;
+    p.start();
+    exec(&client, &format!("UPDATE {a} SET e = 1 WHERE id = 6;")).await;
     assert_equal_both(&mut p, &a).await;
 
     // A volatile default gives each existing row its own value: cdcd stops before the change.

@@ -265,7 +265,7 @@ impl Assembler {
     /// The columns a Relation message in `payload` adds to a captured table whose earlier
     /// Relation this assembler holds (`relation oid`, table, names); `None` for anything else.
     /// A column added with a DEFAULT gives existing rows the default in the source, which a
-    /// Relation message does not say: the caller asks the catalog (`catalog::defaulted_columns`)
+    /// Relation message does not say: the caller asks the catalog (`catalog::added_columns`)
     /// before the change reaches a sink that would read those rows as NULL.
     pub fn added_columns(&self, payload: &[u8]) -> Option<(u32, TableId, Vec<String>)> {
         if payload.first() != Some(&b'R') {
@@ -284,6 +284,23 @@ impl Assembler {
             .filter(|name| old.schema.column_index(name).is_none())
             .collect();
         (!added.is_empty()).then(|| (rel.oid, old.schema.id.clone(), added))
+    }
+
+    /// The relation oid of a Relation message in `payload` that is the first this assembler sees
+    /// of a captured table (after a start: it has no earlier shape to tell added columns by).
+    /// The caller asks the catalog for the stored defaults of all its columns
+    /// (`catalog::stored_defaults`): a column added with a constant default while cdcd was
+    /// stopped is in the lake only from now on, and its older rows must read the default there.
+    pub fn first_relation(&self, payload: &[u8]) -> Option<u32> {
+        if payload.first() != Some(&b'R') {
+            return None;
+        }
+        let Ok(PgOutputMessage::Relation(rel)) = decode(payload, self.decode_options()) else {
+            return None;
+        };
+        let table = TableId::new(rel.namespace.clone(), rel.name.clone());
+        let first = !self.catalog.relations.contains_key(&rel.oid);
+        (first && self.catalog.captured.contains(&table)).then_some(rel.oid)
     }
 
     /// The values rows that predate the columns the next Relation of `oid` adds read, by column

@@ -261,6 +261,31 @@ pub async fn added_columns(
     })
 }
 
+/// The value rows that predate each column of relation `oid` read where the catalog stores one
+/// (`attmissingval`: a column added with a constant default; PostgreSQL 11+), as the type's
+/// text, by column name. Read from the catalog now, once per table and session
+/// ([`Assembler::first_relation`](super::assembler::Assembler::first_relation)): unlike
+/// [`added_columns`] nothing is waited for and nothing stops; a column without a stored value
+/// is absent.
+pub async fn stored_defaults(
+    client: &Client,
+    oid: u32,
+) -> Result<std::collections::HashMap<String, String>, SourceError> {
+    let rows = client
+        .query(
+            "SELECT attname::text, (attmissingval::text::text[])[1]
+             FROM pg_attribute
+             WHERE attrelid = $1 AND attnum > 0 AND atthasmissing AND NOT attisdropped",
+            &[&oid],
+        )
+        .await
+        .map_err(|e| server("reading column defaults", &e))?;
+    Ok(rows
+        .iter()
+        .filter_map(|r| Some((r.get::<_, String>(0), r.get::<_, Option<String>>(1)?)))
+        .collect())
+}
+
 /// `"schema"."table"`.
 pub fn qualified(t: &TableId) -> String {
     format!("{}.{}", quote_ident(&t.namespace), quote_ident(&t.name))

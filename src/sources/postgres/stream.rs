@@ -116,6 +116,12 @@ impl Streaming<'_> {
                         }
                     }
                 }
+                if let Some(oid) = self.assembler.first_relation(&data) {
+                    let stored = catalog::stored_defaults(self.client, oid).await?;
+                    if !stored.is_empty() {
+                        self.assembler.set_added_defaults(oid, stored);
+                    }
+                }
                 if let Some((oid, table, added)) = self.assembler.added_columns(&data) {
                     let found = catalog::added_columns(self.client, oid, &added).await?;
                     let rewritten: Vec<&str> = found
