@@ -11,8 +11,8 @@
 use std::time::Duration;
 
 use crate::support::{
-    connect, current_fields, current_metadata, exec, test_env, unique, Pipeline, Settings,
-    NAMESPACE,
+    connect, current_fields, current_metadata, exec, run_cdcd, start_output, test_env, unique,
+    Pipeline, Settings, NAMESPACE,
 };
 
 /// Equal by DuckDB, and by pyiceberg where it can read the table: it refuses equality deletes
@@ -299,6 +299,68 @@ async fn add_column_with_a_constant_default_reads_it_in_older_rows() {
             && out.contains("column(s) t added with a volatile DEFAULT"),
         "the stop names the table and the column:\n{out}"
     );
+}
+
+/// Without the DDL trigger, `DROP COLUMN b` then `ADD COLUMN b` of the same type with no change
+/// between is invisible in pgoutput's Relation messages when `b` is the last column: the lake
+/// would keep the dropped column's values where the source now holds NULL. cdcd reads the
+/// columns' numbers (`attnum`) from the catalog at each Relation message and stops, naming the
+/// table and the column; `cdcd resync` is the way out. The same change made while cdcd is
+/// stopped stops it at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_column_dropped_and_added_again_stops_and_resync_recovers() {
+    let Some(env) = test_env("a_column_dropped_and_added_again_stops_and_resync_recovers") else {
+        return;
+    };
+    let a = unique("sreadd");
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {a};
+             CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, b int4);
+             INSERT INTO {a} SELECT g, g, g FROM generate_series(1, 50) g;"
+        ),
+    )
+    .await;
+    let mut p = Pipeline::new(&env, &a, &[&a], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}"));
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    exec(&client, &format!("UPDATE {a} SET x = -x WHERE id <= 5")).await;
+    p.assert_equal(&a, 60).await;
+    let readd = format!("ALTER TABLE {a} DROP COLUMN b; ALTER TABLE {a} ADD COLUMN b int4;");
+    exec(
+        &client,
+        &format!("{readd} UPDATE {a} SET x = 0 WHERE id = 7;"),
+    )
+    .await;
+    let stopped = |out: String, when: &str| {
+        assert!(
+            out.contains(&format!("public.{a}"))
+                && out.contains("column b was dropped and added again"),
+            "{when}: the stop names the table and the column:\n{out}"
+        );
+    };
+    let status = p.wait_exit(Duration::from_secs(60)).await;
+    assert!(!status.success(), "cdcd must stop, got {status}");
+    stopped(p.output(), "running");
+
+    let (ok, out) = run_cdcd(&["resync", "--table", &format!("public.{a}")], &p.config);
+    assert!(ok, "{out}");
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    exec(&client, &format!("UPDATE {a} SET b = 1 WHERE id = 3")).await;
+    assert_equal_both(&mut p, &a).await;
+
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0), "{st}");
+    exec(&client, &readd).await;
+    p.start();
+    let status = p.wait_exit(Duration::from_secs(60)).await;
+    assert!(!status.success(), "cdcd must stop at start, got {status}");
+    // The third start's output only: the first stop said the same.
+    stopped(start_output(&p.output(), 3), "at start");
 }
 
 /// `DROP COLUMN` (metadata only: the column leaves the current schema, old files keep it) into

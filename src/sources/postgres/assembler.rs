@@ -286,12 +286,14 @@ impl Assembler {
         (!added.is_empty()).then(|| (rel.oid, old.schema.id.clone(), added))
     }
 
-    /// The relation oid of a Relation message in `payload` that is the first this assembler sees
-    /// of a captured table (after a start: it has no earlier shape to tell added columns by).
-    /// The caller asks the catalog for the stored defaults of all its columns
-    /// (`catalog::stored_defaults`): a column added with a constant default while cdcd was
-    /// stopped is in the lake only from now on, and its older rows must read the default there.
-    pub fn first_relation(&self, payload: &[u8]) -> Option<u32> {
+    /// A Relation message in `payload` of a captured table: its oid, the table, and whether it
+    /// is the first this assembler sees of it (after a start: no earlier shape to tell added
+    /// columns by). On each, the caller reads the catalog: the columns' numbers
+    /// (`state.rs`: a column dropped and added again), and on the first the stored defaults of
+    /// all columns (`catalog::stored_defaults`: a column added with a constant default while
+    /// cdcd was stopped is in the lake only from now on, and its older rows must read the
+    /// default there).
+    pub fn captured_relation(&self, payload: &[u8]) -> Option<(u32, TableId, bool)> {
         if payload.first() != Some(&b'R') {
             return None;
         }
@@ -300,7 +302,10 @@ impl Assembler {
         };
         let table = TableId::new(rel.namespace.clone(), rel.name.clone());
         let first = !self.catalog.relations.contains_key(&rel.oid);
-        (first && self.catalog.captured.contains(&table)).then_some(rel.oid)
+        self.catalog
+            .captured
+            .contains(&table)
+            .then_some((rel.oid, table, first))
     }
 
     /// The values rows that predate the columns the next Relation of `oid` adds read, by column

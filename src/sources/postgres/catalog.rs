@@ -79,6 +79,29 @@ pub async fn table_oids(
         .collect())
 }
 
+/// The column numbers (`attnum`) of the live columns of relations `oids`, by relation and
+/// column name, from the catalog now (`state.rs` says what they tell).
+pub async fn column_attnums(
+    client: &Client,
+    oids: &[u32],
+) -> Result<HashMap<u32, std::collections::BTreeMap<String, i16>>, SourceError> {
+    let rows = client
+        .query(
+            "SELECT attrelid, attname::text, attnum FROM pg_attribute
+             WHERE attrelid = ANY($1) AND attnum > 0 AND NOT attisdropped",
+            &[&oids],
+        )
+        .await
+        .map_err(|e| server("reading the captured tables' column numbers", &e))?;
+    let mut out: HashMap<u32, std::collections::BTreeMap<String, i16>> = HashMap::new();
+    for r in &rows {
+        out.entry(r.get(0))
+            .or_default()
+            .insert(r.get::<_, String>(1), r.get(2));
+    }
+    Ok(out)
+}
+
 /// Whether the relation with `oid` exists now and is named `table`.
 pub async fn oid_is_named(client: &Client, oid: u32, table: &TableId) -> Result<bool, SourceError> {
     let row = client

@@ -284,7 +284,9 @@ impl Source for PostgresSource {
         let oids = catalog::table_oids(&state.client, &state.tables).await?;
         let saved = match self.state.take() {
             Some(store) => {
-                let recorded = check_table_oids(store.as_ref(), &oids, &resume).await?;
+                let captured: Vec<u32> = oids.keys().copied().collect();
+                let attnums = catalog::column_attnums(&state.client, &captured).await?;
+                let recorded = check_table_oids(store.as_ref(), &oids, &attnums, &resume).await?;
                 Some((store, recorded))
             }
             None => None,
@@ -674,12 +676,14 @@ async fn deliver(
 }
 
 /// Stops when a captured table's oid is not the one cdcd last streamed (`state.rs`): it was
-/// dropped and created again meanwhile, and only a new copy makes its lake table right. Tables
-/// copied now (all of them for a fresh copy) are exempt. Then records `oids`, and returns the
-/// state (a fresh copy forgets earlier renames: its tables are created under today's names).
+/// dropped and created again meanwhile, and only a new copy makes its lake table right; the
+/// same for a column dropped and added again (its number in `attnums` changed). Tables copied
+/// now (all of them for a fresh copy) are exempt. Then records `oids` and `attnums`, and returns
+/// the state (a fresh copy forgets earlier renames: its tables are created under today's names).
 async fn check_table_oids(
     store: &dyn SourceStateStore,
     oids: &HashMap<u32, TableId>,
+    attnums: &HashMap<u32, std::collections::BTreeMap<String, i16>>,
     resume: &Resume,
 ) -> Result<state::PgSourceState, SourceError> {
     let mut recorded = match store.read().await? {
@@ -700,6 +704,16 @@ async fn check_table_oids(
                 ),
             });
         }
+        let mut captured: Vec<(&u32, &TableId)> = oids.iter().collect();
+        captured.sort_by_key(|(_, t)| *t);
+        for (oid, table) in captured {
+            let Some(now) = attnums.get(oid).filter(|_| !copying.contains(table)) else {
+                continue;
+            };
+            if let Some(readded) = recorded.readded(table, now).into_iter().next() {
+                return Err(state::readded_column(table, &readded));
+            }
+        }
     }
     let before = recorded.clone();
     // A table copied now is created from its current shape: what the DDL trigger said of its
@@ -712,6 +726,11 @@ async fn check_table_oids(
         recorded.forget_ddl(&copy.table);
     }
     recorded.record(oids);
+    for (oid, table) in oids {
+        if let Some(now) = attnums.get(oid) {
+            recorded.set_attnums(table, now.clone());
+        }
+    }
     if recorded != before {
         store.write(recorded.to_json()).await?;
     }

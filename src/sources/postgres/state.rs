@@ -1,6 +1,7 @@
 //! What the Postgres source keeps beside the checkpoints (`_cdcd/<pipeline>/source-state.json`,
 //! through [`SourceStateStore`](crate::sources::SourceStateStore)): each captured table's
-//! `pg_class` oid as cdcd last streamed it, and the former names of renamed columns (pure).
+//! `pg_class` oid as cdcd last streamed it, its columns' numbers, and the former names of renamed
+//! columns (pure).
 //!
 //! Why: pgoutput says nothing when a table is dropped and created again under the same name. If
 //! that happens while cdcd is not running, the new table's rows made before cdcd added it back
@@ -8,6 +9,13 @@
 //! table's rows in the lake. The oid tells the two tables apart: a captured table whose oid
 //! changed since cdcd last streamed it stops cdcd at start, unless it is being copied anew.
 //! (While cdcd runs, the assembler notices the same from the Relation messages.)
+//!
+//! The same for a column: one dropped and added again under the same name gets a new `attnum`,
+//! and when it is the table's last column pgoutput's Relation message looks exactly as before
+//! (same names, same types). The lake column would keep the old column's values for rows that
+//! read NULL (or the new default) in the source. cdcd compares each captured column's `attnum`
+//! with the recorded one at start and at each Relation message of the table, and stops on a
+//! change (`readded`).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -15,6 +23,18 @@ use serde::{Deserialize, Serialize};
 
 use super::assembler::TableDdl;
 use crate::changelog::{Lsn, TableId};
+use crate::sources::SourceError;
+
+/// The stop for a column `readded` (name, recorded and current `attnum`) of `table`.
+pub fn readded_column(table: &TableId, readded: &(String, i16, i16)) -> SourceError {
+    let (column, was, now) = readded;
+    SourceError::Table {
+        table: table.clone(),
+        detail: format!(
+            "column {column} was dropped and added again (column number {was}, now {now}): its lake column still holds the dropped column's values, which the source no longer has, and the replication stream cannot tell the two apart. Copy the table again: `cdcd resync --table {table}`, then start cdcd"
+        ),
+    }
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgSourceState {
@@ -30,6 +50,9 @@ pub struct PgSourceState {
     /// message (`ddl.rs`): a column under such a name later is refused.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub dropped_columns: BTreeMap<String, Vec<(String, String)>>,
+    /// `schema.table` → column → its `attnum` when cdcd last read the catalog.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub column_attnums: BTreeMap<String, BTreeMap<String, i16>>,
 }
 
 impl PgSourceState {
@@ -104,6 +127,30 @@ impl PgSourceState {
         }
     }
 
+    /// The columns of `table` whose `attnum` now (`now`, by name) is not the recorded one, with
+    /// both numbers: each was dropped and added again since.
+    pub fn readded(&self, table: &TableId, now: &BTreeMap<String, i16>) -> Vec<(String, i16, i16)> {
+        let Some(recorded) = self.column_attnums.get(&table.to_string()) else {
+            return Vec::new();
+        };
+        now.iter()
+            .filter_map(|(name, &at)| {
+                let was = *recorded.get(name)?;
+                (was != at).then(|| (name.clone(), was, at))
+            })
+            .collect()
+    }
+
+    /// Records `now` as `table`'s column numbers; whether that changed anything.
+    pub fn set_attnums(&mut self, table: &TableId, now: BTreeMap<String, i16>) -> bool {
+        let key = table.to_string();
+        if self.column_attnums.get(&key) == Some(&now) {
+            return false;
+        }
+        self.column_attnums.insert(key, now);
+        true
+    }
+
     /// Forgets what the DDL trigger said of `table` (it is copied anew).
     pub fn forget_ddl(&mut self, table: &TableId) {
         self.former_names.remove(&table.to_string());
@@ -121,6 +168,30 @@ impl PgSourceState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_column_whose_number_changed_was_added_again() {
+        let t = TableId::new("public", "t");
+        let mut state = PgSourceState::default();
+        let cols = |v: &[(&str, i16)]| -> BTreeMap<String, i16> {
+            v.iter().map(|(n, a)| ((*n).to_owned(), *a)).collect()
+        };
+        let first = cols(&[("id", 1), ("b", 2)]);
+        assert!(state.readded(&t, &first).is_empty(), "nothing recorded yet");
+        assert!(state.set_attnums(&t, first.clone()));
+        assert!(!state.set_attnums(&t, first.clone()), "unchanged");
+        let back = PgSourceState::from_json(&state.to_json()).unwrap();
+        assert_eq!(back, state);
+        // Dropped (absent) or added (new name): no stop; `b` again under number 4: a stop.
+        assert!(state.readded(&t, &cols(&[("id", 1), ("c", 3)])).is_empty());
+        assert_eq!(
+            state.readded(&t, &cols(&[("id", 1), ("b", 4)])),
+            [("b".to_owned(), 2, 4)]
+        );
+        assert!(state
+            .readded(&TableId::new("public", "u"), &first)
+            .is_empty());
+    }
 
     #[test]
     fn a_changed_oid_is_a_recreated_table_unless_it_is_copied_anew() {

@@ -15,9 +15,9 @@ use tokio_util::sync::CancellationToken;
 use super::assembler::{Assembled, Assembler};
 use super::catalog::{self, AddedColumn};
 use super::replication::{ReplicationConnection, ReplicationMessage};
-use super::state::PgSourceState;
+use super::state::{self, PgSourceState};
 use super::{deliver, SKIPPED_HEARTBEAT_INTERVAL, STATUS_INTERVAL};
-use crate::changelog::{Lsn, Position};
+use crate::changelog::{Lsn, Position, TableId};
 use crate::sources::{SourceError, SourceEvent, SourceStateStore};
 
 /// The streaming phase's state.
@@ -70,6 +70,27 @@ impl Streaming<'_> {
     }
 
     /// Takes a newer acknowledged position; true if `acked` moved. Never backwards, never 0.
+    /// Stops when a column of captured table `table` (relation `oid`) was dropped and added
+    /// again since cdcd last read its column numbers (`state.rs`), then records them.
+    async fn check_attnums(&mut self, oid: u32, table: &TableId) -> Result<(), SourceError> {
+        let Some((store, state)) = &mut self.saved else {
+            return Ok(());
+        };
+        let Some(now) = catalog::column_attnums(self.client, &[oid])
+            .await?
+            .remove(&oid)
+        else {
+            return Ok(());
+        };
+        if let Some(readded) = state.readded(table, &now).into_iter().next() {
+            return Err(state::readded_column(table, &readded));
+        }
+        if state.set_attnums(table, now) {
+            store.write(state.to_json()).await?;
+        }
+        Ok(())
+    }
+
     fn take_ack(&mut self) -> bool {
         let ack = self.acks.borrow_and_update().clone();
         match ack {
@@ -116,10 +137,13 @@ impl Streaming<'_> {
                         }
                     }
                 }
-                if let Some(oid) = self.assembler.first_relation(&data) {
-                    let stored = catalog::stored_defaults(self.client, oid).await?;
-                    if !stored.is_empty() {
-                        self.assembler.set_added_defaults(oid, stored);
+                if let Some((oid, table, first)) = self.assembler.captured_relation(&data) {
+                    self.check_attnums(oid, &table).await?;
+                    if first {
+                        let stored = catalog::stored_defaults(self.client, oid).await?;
+                        if !stored.is_empty() {
+                            self.assembler.set_added_defaults(oid, stored);
+                        }
                     }
                 }
                 if let Some((oid, table, added)) = self.assembler.added_columns(&data) {
