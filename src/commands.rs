@@ -531,12 +531,38 @@ async fn maintain_in_background(sink: Arc<dyn Sink>) {
     let Some(interval) = sink.maintenance_interval() else {
         return;
     };
+    let wanted = sink.maintenance_wanted();
+    // Asked cycles (`sinks/wanted.rs`) come at most this often, so a table that stays above its
+    // trigger (a cycle that cannot rewrite enough) does not take a core.
+    let gap = interval / 20;
+    let mut scheduled = tokio::time::Instant::now() + interval;
     loop {
-        tokio::time::sleep(interval).await;
-        if let Err(e) = sink.maintain(None).await {
+        let asked = tokio::select! {
+            _ = tokio::time::sleep_until(scheduled) => None,
+            asked = asked_tables(wanted.as_deref()) => Some(asked),
+        };
+        let outcome = match &asked {
+            None => {
+                scheduled = tokio::time::Instant::now() + interval;
+                sink.maintain(None).await
+            }
+            Some(tables) => sink.maintain(Some(tables)).await,
+        };
+        if let Err(e) = outcome {
             tracing::warn!(error = %e, "maintenance stopped");
             return;
         }
+        if asked.is_some() {
+            tokio::time::sleep(gap).await;
+        }
+    }
+}
+
+/// The next tables that ask for a cycle; never, for a sink that asks for none.
+async fn asked_tables(wanted: Option<&crate::sinks::MaintenanceWanted>) -> Vec<TableId> {
+    match wanted {
+        Some(w) => w.next().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -23,6 +23,9 @@ pub mod iceberg;
 mod key_prefix;
 pub mod lsm;
 pub mod pk_index;
+mod wanted;
+
+pub use wanted::MaintenanceWanted;
 
 /// What a committed snapshot holds, for logs, metrics and `cdcd status`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -220,6 +223,11 @@ pub trait Sink: Send + Sync {
 
     /// How often the daemon calls [`Sink::maintain`] in the background (`None`: never).
     fn maintenance_interval(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Tables that ask for a cycle before the next interval (`wanted.rs`); `None`: never.
+    fn maintenance_wanted(&self) -> Option<Arc<MaintenanceWanted>> {
         None
     }
 

@@ -101,6 +101,8 @@ pub struct IcebergSink {
     schema_change: SchemaChangePolicy,
     /// How often the daemon runs a maintenance cycle (`None`: never).
     maintenance_interval: Option<Duration>,
+    /// Tables whose commits ask for a cycle before the interval (`Compaction::triggered`).
+    maintenance_wanted: Arc<crate::sinks::MaintenanceWanted>,
     /// One maintenance cycle at a time; what cycles keep between them.
     maintenance: tokio::sync::Mutex<maintenance::MaintenanceState>,
     /// The log said once that the REST catalog offers no multi-table commits.
@@ -144,6 +146,7 @@ impl IcebergSink {
             maintenance_interval: (config.maintenance_interval_ms > 0)
                 .then(|| Duration::from_millis(config.maintenance_interval_ms)),
             maintenance: tokio::sync::Mutex::default(),
+            maintenance_wanted: Arc::default(),
             said_no_transactions: std::sync::atomic::AtomicBool::new(false),
             resyncs: Mutex::new(HashMap::new()),
             lineage_catalog: Catalog::Filesystem,
@@ -456,6 +459,7 @@ impl IcebergSink {
             }
         };
         let mut stats = delta.finish(after, cached);
+        self.ask_maintenance_if_due(table, &published.metadata, guard.live.as_ref());
         // A resync lineage whose copy is complete replaces the live table now, while the slot
         // is still held, when its mode says this commit is the one (resync.rs).
         if let Some(lineage) = self.resync_lineage(table) {
@@ -634,6 +638,10 @@ impl Sink for IcebergSink {
 
     fn maintenance_interval(&self) -> Option<Duration> {
         self.maintenance_interval
+    }
+
+    fn maintenance_wanted(&self) -> Option<Arc<crate::sinks::MaintenanceWanted>> {
+        Some(Arc::clone(&self.maintenance_wanted))
     }
 
     fn resync_refusal(&self) -> Option<String> {

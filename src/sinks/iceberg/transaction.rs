@@ -109,9 +109,11 @@ impl IcebergSink {
             }
         };
         let mut stats: Vec<Option<CommitStats>> = vec![None; commits.len()];
+        let mut landed = Vec::with_capacity(commits.len());
         for ((i, _, delta, _, after, cached), published) in staged.into_iter().zip(published) {
             let table = &commits[i].schema.id;
             let published = Arc::new(published);
+            landed.push((table, Arc::clone(&published)));
             maintenance::metadata_log::delete_after_commit(
                 &self.warehouse,
                 delta.base_loaded(),
@@ -120,6 +122,10 @@ impl IcebergSink {
             );
             self.remember(table, Some(published));
             stats[i] = Some(delta.finish(after, cached));
+        }
+        // `landed` is in the order of the guards (both follow `order`).
+        for (guard, (table, published)) in guards.iter().zip(landed) {
+            self.ask_maintenance_if_due(table, &published.metadata, guard.live.as_ref());
         }
         stats
             .into_iter()

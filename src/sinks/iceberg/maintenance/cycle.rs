@@ -20,12 +20,13 @@ use iceberg::spec::{SnapshotReference, TableMetadata, TableMetadataBuilder};
 use super::expire::{self, Expiry, Pins, SnapshotInfo};
 use super::journal::{self, Expiring};
 use super::metadata_log;
-use super::properties::Retention;
+use super::properties::{Compaction, Retention};
 use super::reachable::{reachable, ManifestCache, Missing, Reachable};
 use crate::changelog::TableId;
 use crate::checkpoint::Checkpoint;
 use crate::failpoints;
 use crate::metrics as m;
+use crate::sinks::iceberg::live::LiveState;
 use crate::sinks::iceberg::manifest::{load_manifests, read};
 use crate::sinks::iceberg::metadata::Loaded;
 use crate::sinks::iceberg::IcebergSink;
@@ -46,6 +47,25 @@ struct Committed {
 }
 
 impl IcebergSink {
+    /// After a commit of `table` (now at `meta`, its live files `live`): asks for a cycle of it
+    /// before the next interval when its small data files reached
+    /// `cdcd.compaction.trigger-small-files` (`sinks/wanted.rs`). A bad property asks nothing
+    /// (the cycle reports it).
+    pub(crate) fn ask_maintenance_if_due(
+        &self,
+        table: &TableId,
+        meta: &TableMetadata,
+        live: Option<&LiveState>,
+    ) {
+        let (Some(live), Ok(policy)) = (live, Compaction::from_properties(meta.properties()))
+        else {
+            return;
+        };
+        if policy.triggered(live.files.data.iter().map(|f| f.file.file_size_in_bytes())) {
+            self.maintenance_wanted.want(table);
+        }
+    }
+
     /// One cycle of `table`; `Ok(None)` when the table does not exist.
     pub(crate) async fn maintain_table(
         &self,

@@ -26,6 +26,8 @@ pub const TARGET_FILE_SIZE_BYTES: &str = "write.target-file-size-bytes";
 pub const COMPACTION_ENABLED: &str = "cdcd.compaction.enabled";
 pub const COMPACTION_MAX_BYTES_PER_CYCLE: &str = "cdcd.compaction.max-bytes-per-cycle";
 pub const COMPACTION_MIN_INPUT_FILES: &str = "cdcd.compaction.min-input-files";
+/// Small data files at which a commit asks for a cycle of its table before the next interval.
+pub const COMPACTION_TRIGGER_SMALL_FILES: &str = "cdcd.compaction.trigger-small-files";
 pub const COMPACTION_DELETE_RATIO_PERCENT: &str = "cdcd.compaction.delete-ratio-percent";
 
 /// Iceberg-Java's defaults.
@@ -36,6 +38,9 @@ const DEFAULT_MIN_COUNT_TO_MERGE: usize = 100;
 const DEFAULT_MANIFEST_TARGET_SIZE_BYTES: u64 = 8 * 1024 * 1024;
 /// Iceberg-Java's `RewriteDataFiles` defaults: `min-input-files` 5, `delete-ratio-threshold` 0.3.
 const DEFAULT_MIN_INPUT_FILES: usize = 5;
+/// One small file per commit: a cycle every 16 commits at most when commits come faster than
+/// the interval (60 s), so a reader's scan carries at most ~16 small files and their vectors.
+const DEFAULT_TRIGGER_SMALL_FILES: usize = 16;
 const DEFAULT_DELETE_RATIO_PERCENT: u64 = 30;
 
 /// The target data file size when a table does not set `write.target-file-size-bytes`: 128 MiB,
@@ -189,6 +194,10 @@ pub struct Compaction {
     /// `cdcd.compaction.delete-ratio-percent`: a file whose deletion vector deletes at least this
     /// share of its rows is rewritten whatever its size (Iceberg's `delete-ratio-threshold`).
     pub delete_ratio_percent: u64,
+    /// `cdcd.compaction.trigger-small-files`: a commit that leaves this many small data files in
+    /// its table asks for a cycle of it before the next interval (0: never; at least
+    /// `min_input_files`, so the cycle it asks for has something to rewrite).
+    pub trigger_small_files: usize,
 }
 
 impl Compaction {
@@ -214,7 +223,20 @@ impl Compaction {
                 DEFAULT_DELETE_RATIO_PERCENT,
             )?
             .clamp(1, 100),
+            trigger_small_files: number(
+                get(COMPACTION_TRIGGER_SMALL_FILES),
+                DEFAULT_TRIGGER_SMALL_FILES,
+            )?,
         })
+    }
+
+    /// Whether a table whose live data files have `sizes` (bytes) asks for a cycle now.
+    pub fn triggered(&self, sizes: impl Iterator<Item = u64>) -> bool {
+        if !self.enabled || self.trigger_small_files == 0 {
+            return false;
+        }
+        let at = self.trigger_small_files.max(self.min_input_files);
+        sizes.filter(|&s| s < self.min_file_size_bytes).count() >= at
     }
 }
 
@@ -348,6 +370,26 @@ mod tests {
         assert_eq!(set.delete_ratio_percent, 100);
         let bad = BTreeMap::from([(TARGET_FILE_SIZE_BYTES.to_owned(), "1GB".to_owned())]);
         assert_eq!(check(&bad).unwrap_err().key, TARGET_FILE_SIZE_BYTES);
+    }
+
+    #[test]
+    fn enough_small_files_trigger_a_cycle() {
+        let small = |n: usize| std::iter::repeat_n(10u64, n).chain([200 << 20]);
+        let d = Compaction::from_properties(&HashMap::new()).unwrap();
+        assert_eq!(d.trigger_small_files, 16);
+        assert!(!d.triggered(small(15)));
+        assert!(d.triggered(small(16)));
+        let off = Compaction::from_properties(&props(&[(COMPACTION_TRIGGER_SMALL_FILES, "0")]));
+        assert!(!off.unwrap().triggered(small(100)));
+        // Never below what a rewrite needs.
+        let low = Compaction::from_properties(&props(&[
+            (COMPACTION_TRIGGER_SMALL_FILES, "2"),
+            (COMPACTION_MIN_INPUT_FILES, "6"),
+        ]))
+        .unwrap();
+        assert!(!low.triggered(small(5)) && low.triggered(small(6)));
+        let disabled = Compaction::from_properties(&props(&[(COMPACTION_ENABLED, "false")]));
+        assert!(!disabled.unwrap().triggered(small(100)));
     }
 
     #[test]
