@@ -759,6 +759,53 @@ async fn a_paused_compaction_lets_commits_through_and_carries_their_deletes() {
     assert_eq!(v["missing"], Value::Array(vec![]), "{v}");
 }
 
+/// Issue 19, scans stay short between cycles: with the daemon's default interval (60 s) a table
+/// whose commits leave `cdcd.compaction.trigger-small-files` small files gets its compaction
+/// at once; the test ends long before the first scheduled cycle, the current snapshot holds a
+/// few data files, and the lake is equal by both readers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_ask_for_a_compaction_before_the_interval() {
+    let Some(env) = test_env("commits_ask_for_a_compaction_before_the_interval") else {
+        return;
+    };
+    let name = unique("mctrig");
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    set_table_properties(
+        &p,
+        &[
+            COMPACTING[0],
+            COMPACTING[1],
+            ("cdcd.compaction.trigger-small-files", "4"),
+        ],
+    );
+    p.env_vars
+        .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "60000".into()));
+    let began = Instant::now();
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    commits(&client, &t, 0, 12).await;
+    p.assert_equal(&t, 60).await;
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0), "{st}");
+    assert!(
+        began.elapsed() < Duration::from_secs(55),
+        "before the first interval"
+    );
+    let out = p.output();
+    assert!(
+        out.contains("compaction committed"),
+        "a commit asked for a compaction:\n{out}"
+    );
+    let c = current(&p, &t);
+    assert!(c["replaces"].as_u64().unwrap() >= 1, "{c}");
+    assert!(total(&c, "total-data-files") <= 6, "{c}");
+    equal_by_both_readers(&mut p, &t).await;
+}
+
 /// Issue 19: `kill -9` during a compaction, after its files and manifest list are written but
 /// before its commit, and right after its commit (the primary-key index not yet told). Both end
 /// readable and equal; the restarted daemon updates and deletes moved rows correctly (its index
