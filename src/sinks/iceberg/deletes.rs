@@ -5,4 +5,5 @@
 
 pub(super) mod commit_vectors;
 pub mod deletion_vector;
+pub(crate) mod position_deletes;
 pub mod puffin;

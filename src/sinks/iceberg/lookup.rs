@@ -15,7 +15,6 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch, UInt32Array};
 use arrow_cast::display::{ArrayFormatter, FormatOptions};
 use arrow_row::{RowConverter, SortField};
@@ -33,6 +32,7 @@ use super::plan::KeyRef;
 use super::schema::Projection;
 use super::writer::key_batch;
 use crate::changelog::{TableChanges, TableSchema};
+use crate::sinks::iceberg::deletes::position_deletes::read_pairs;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
@@ -169,26 +169,9 @@ pub(crate) async fn lookup(
             .iter()
             .filter(|f| f.file.file_format() != DataFileFormat::Puffin)
         {
-            for batch in read_parquet(warehouse, f.file.file_path()).await? {
-                let (Some(paths), Some(pos)) = (
-                    batch
-                        .column_by_name("file_path")
-                        .and_then(|c| c.as_string_opt::<i32>()),
-                    batch
-                        .column_by_name("pos")
-                        .and_then(|c| c.as_primitive_opt::<arrow_array::types::Int64Type>()),
-                ) else {
-                    return Err(SinkError::Corrupt {
-                        path: f.file.file_path().to_owned(),
-                        detail: "position delete file without file_path/pos".into(),
-                    });
-                };
-                for (p, n) in paths.iter().zip(pos.iter()) {
-                    if let (Some(p), Some(n)) = (p, n) {
-                        if let Some(&fi) = by_path.get(p) {
-                            pos_deleted.insert((fi, n as u64));
-                        }
-                    }
+            for (p, n) in read_pairs(warehouse, f.file.file_path()).await? {
+                if let Some(&fi) = by_path.get(p.as_str()) {
+                    pos_deleted.insert((fi, n));
                 }
             }
         }

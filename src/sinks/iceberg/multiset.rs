@@ -18,8 +18,6 @@
 
 use std::collections::{HashMap, HashSet};
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
 use arrow_array::{Array, RecordBatch};
 use arrow_row::{RowConverter, SortField};
 use arrow_schema::{ArrowError, SchemaRef};
@@ -32,6 +30,7 @@ use super::manifest::{read, LiveFiles};
 use super::plan::RowRef;
 use super::schema::Projection;
 use crate::changelog::{TableChanges, TableSchema};
+use crate::sinks::iceberg::deletes::position_deletes::read_pairs;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
@@ -150,27 +149,7 @@ async fn position_deletes(
         .iter()
         .filter(|f| f.file.file_format() != DataFileFormat::Puffin)
     {
-        let path = f.file.file_path();
-        for batch in decode(&read(warehouse, path).await?, path, None)? {
-            let (Some(paths), Some(pos)) = (
-                batch
-                    .column_by_name("file_path")
-                    .and_then(|c| c.as_string_opt::<i32>()),
-                batch
-                    .column_by_name("pos")
-                    .and_then(|c| c.as_primitive_opt::<Int64Type>()),
-            ) else {
-                return Err(SinkError::Corrupt {
-                    path: path.to_owned(),
-                    detail: "position delete file without file_path/pos".into(),
-                });
-            };
-            for (p, n) in paths.iter().zip(pos.iter()) {
-                if let (Some(p), Some(n)) = (p, n) {
-                    out.insert((p.to_owned(), n as u64));
-                }
-            }
-        }
+        out.extend(read_pairs(warehouse, f.file.file_path()).await?);
     }
     Ok(out)
 }

@@ -20,7 +20,6 @@
 
 use std::collections::{HashMap, HashSet};
 
-use arrow_array::cast::AsArray;
 use arrow_array::RecordBatch;
 use arrow_row::{RowConverter, SortField};
 use arrow_schema::{ArrowError, Schema as ArrowSchema, SchemaRef};
@@ -28,6 +27,7 @@ use iceberg::spec::{DataFileFormat, Schema};
 
 use crate::changelog::TableId;
 use crate::sinks::iceberg::deletes::deletion_vector::DeletionVector;
+use crate::sinks::iceberg::deletes::position_deletes::read_pairs;
 use crate::sinks::iceberg::live::LiveState;
 use crate::sinks::iceberg::lookup::{decode, project};
 use crate::sinks::iceberg::manifest::read;
@@ -68,7 +68,7 @@ impl V2Deletes {
                 });
             }
             let mut only_chosen = true;
-            for (file, at) in position_deletes(warehouse, path).await? {
+            for (file, at) in read_pairs(warehouse, path).await? {
                 if chosen.contains(file.as_str()) {
                     out.positions
                         .entry(file)
@@ -183,7 +183,7 @@ pub(crate) async fn inputs_deleted_since(
         .iter()
         .filter(|f| f.sequence > since)
     {
-        let deleted = position_deletes(warehouse, f.file.file_path()).await?;
+        let deleted = read_pairs(warehouse, f.file.file_path()).await?;
         if deleted
             .iter()
             .any(|(file, _)| inputs.contains(file.as_str()))
@@ -192,35 +192,6 @@ pub(crate) async fn inputs_deleted_since(
         }
     }
     Ok(false)
-}
-
-/// The (data file, position) pairs of the position delete file at `path`.
-async fn position_deletes(
-    warehouse: &Warehouse,
-    path: &str,
-) -> Result<Vec<(String, u64)>, SinkError> {
-    let mut out = Vec::new();
-    for batch in decode(&read(warehouse, path).await?, path, None)? {
-        let (Some(files), Some(pos)) = (
-            batch
-                .column_by_name("file_path")
-                .and_then(|c| c.as_string_opt::<i32>()),
-            batch
-                .column_by_name("pos")
-                .and_then(|c| c.as_primitive_opt::<arrow_array::types::Int64Type>()),
-        ) else {
-            return Err(SinkError::Corrupt {
-                path: path.to_owned(),
-                detail: "position delete file without file_path/pos".into(),
-            });
-        };
-        for (file, p) in files.iter().zip(pos.iter()) {
-            if let (Some(file), Some(p)) = (file, p) {
-                out.push((file.to_owned(), u64::try_from(p).unwrap_or(u64::MAX)));
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// The equality delete files (path, sequence) that apply to none of the data files whose
