@@ -15,8 +15,8 @@
 //! `maintenance_interval_ms` = 60 s, i.e. one cycle per 60 commits; the bench compresses the clock
 //! by committing back to back and waking the maintenance task every `--maintain-every` commits
 //! (default 60), and when a commit asks for a cycle as the daemon's task is woken
-//! (`cdcd.compaction.trigger-small-files`, 16 small files by default; `--no-trigger`: only the
-//! ticks). Snapshot expiry is by age, and ages cannot be compressed, so the tables get
+//! (`cdcd.compaction.trigger-small-files`, 64 small files by default, which a 60-commit tick
+//! never reaches; `--no-trigger`: only the ticks). Snapshot expiry is by age, and ages cannot be compressed, so the tables get
 //! `history.expire.max-snapshot-age-ms = --snapshot-age-ms` (default 5,000) instead of cdcd's
 //! 10 minutes (`min-snapshots-to-keep` stays Iceberg's default 1); every other property is
 //! cdcd's default (manifest merging at 16, compaction's 128 MiB target, 64 MiB per cycle).
