@@ -103,6 +103,13 @@ def lose_first(method, path):
         return True
 
 
+def unlose(path):
+    """Forgets a first PUT whose forward did not land, so the next one is lost instead."""
+    with lock:
+        seen_puts.discard(path)
+        stats["lost_first"] -= 1
+
+
 def decide():
     with lock:
         stats["requests"] += 1
@@ -150,7 +157,8 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
         held = stall(self.command, self.path)
-        kind, delay_ms = ("lost_response", 0) if lose_first(self.command, self.path) else decide()
+        first = lose_first(self.command, self.path)
+        kind, delay_ms = ("lost_response", 0) if first else decide()
         if kind == "slowdown":
             return self.reply(503, SLOWDOWN, [("Content-Type", "application/xml")])
         if kind == "error":
@@ -167,7 +175,13 @@ class Handler(BaseHTTPRequestHandler):
         try:
             status, data, headers, length = self.forward(body)
         except Exception as e:  # upstream down: a 502 the client retries
+            if first:
+                unlose(self.path)
             return self.reply(502, str(e).encode(), [])
+        if first and not 200 <= status < 300:
+            # Upstream did not create the object: the client's retry is the real first PUT.
+            unlose(self.path)
+            kind = None
         if held:
             log(f"answer:{status}", self.command, self.path)
         if kind == "lost_response":
