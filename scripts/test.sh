@@ -61,7 +61,9 @@ if [ "$rc" = 0 ] && [ "${CDCD_NO_TESTBED:-0}" != 1 ] && [ $# = 0 ]; then
     postgres::keyless:: postgres::schema_evolution::add_column_with_a_constant_default \
     postgres::schema_evolution::rename_column_with_the_ddl_trigger_iceberg \
     postgres::resync::a_resync_replaces_a_damaged_table_while_the_others_stream \
-    postgres::resync::crashes_around_an_online_resyncs_end_recover_equal catalog::rest:: 2>&1 | tee -a "$LOG_DIR/test.log"
+    postgres::resync::crashes_around_an_online_resyncs_end_recover_equal catalog::rest:: \
+    postgres::maintenance::a_paused_compaction_lets_commits_through_and_carries_their_deletes \
+    postgres::maintenance::kill_dash_nine_at_random_moments_of_compaction 2>&1 | tee -a "$LOG_DIR/test.log"
   rc=${PIPESTATUS[0]}
 fi
 set -e
