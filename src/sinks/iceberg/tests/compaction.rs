@@ -417,7 +417,18 @@ async fn equality_deletes_committed_while_a_rewrite_runs_still_apply() {
 /// stale: nothing is committed, its files are deleted, the table reads the same.
 #[tokio::test]
 async fn a_rewrite_whose_inputs_left_the_table_commits_nothing() {
+    inputs_left_the_table(DeleteMode::DeletionVectors).await;
+}
+
+#[tokio::test]
+async fn a_v2_rewrite_whose_inputs_left_the_table_commits_nothing() {
+    inputs_left_the_table(DeleteMode::Equality).await;
+}
+
+async fn inputs_left_the_table(mode: DeleteMode) {
     let dir = tempfile::tempdir().unwrap();
+    let compacting =
+        |dir: &Path| sink_with(dir, mode, &[("write.target-file-size-bytes", "1000000")]);
     let s = compacting(dir.path());
     let t = schema();
     seed(&s).await;

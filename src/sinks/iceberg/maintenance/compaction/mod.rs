@@ -239,6 +239,20 @@ impl IcebergSink {
         let Some(mut live) = slot.live.take() else {
             return Ok(None);
         };
+        // Committing an input that left the table (another writer's rewrite, a truncate) would
+        // bring its rows back.
+        let gone = {
+            let data: HashSet<&str> = live.files.data.iter().map(|f| f.file.file_path()).collect();
+            written
+                .placed
+                .iter()
+                .find(|p| !data.contains(p.input.as_str()))
+                .map(|p| format!("{} left the table", p.input))
+        };
+        if let Some(why) = gone {
+            slot.live = Some(live);
+            return self.stale(table, why, &written).await;
+        }
         let carried = if let Some(since) = chosen.data_sequence {
             let inputs: HashSet<&str> = written.placed.iter().map(|p| p.input.as_str()).collect();
             if equality::inputs_deleted_since(&self.warehouse, &live, since, &inputs).await? {
