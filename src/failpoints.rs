@@ -38,7 +38,7 @@
 //!   the rewrite did not happen, the table and the index are the old ones, the files are orphans.
 //! - [`COMPACT_AFTER_COMMIT`] (same place): the `replace` snapshot is committed, the index is not
 //!   yet told (the next commit catches it up from the table).
-//! - [`COMPACT_REWRITTEN`] (same place, a pause point): a v3 compaction wrote its output files
+//! - [`COMPACT_REWRITTEN`] (same place, a pause point): a compaction wrote its output files
 //!   without the table's lock and has not taken it back to commit; streaming commits go on.
 //! - [`RESYNC_COPIED`] (online resync, `commands.rs`): a copy job's lineage is complete at the
 //!   position the pipeline holds its acknowledgements at; the pipeline has not restarted to
@@ -74,7 +74,7 @@ pub const COMPACT_BEFORE_COMMIT: &str = "compact-before-commit";
 /// A compaction's snapshot is committed; the primary-key index does not know yet.
 pub const COMPACT_AFTER_COMMIT: &str = "compact-after-commit";
 
-/// A v3 compaction's outputs are written outside the table's lock; it has not committed.
+/// A compaction's outputs are written outside the table's lock; it has not committed.
 pub const COMPACT_REWRITTEN: &str = "compact-rewritten";
 
 /// An online resync's copy is complete; the pipeline has not restarted to replay into it.

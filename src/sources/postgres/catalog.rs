@@ -287,7 +287,7 @@ pub async fn added_columns(
 /// The value rows that predate each column of relation `oid` read where the catalog stores one
 /// (`attmissingval`: a column added with a constant default; PostgreSQL 11+), as the type's
 /// text, by column name. Read from the catalog now, once per table and session
-/// ([`Assembler::first_relation`](super::assembler::Assembler::first_relation)): unlike
+/// ([`Assembler::captured_relation`](super::assembler::Assembler::captured_relation)): unlike
 /// [`added_columns`] nothing is waited for and nothing stops; a column without a stored value
 /// is absent.
 pub async fn stored_defaults(

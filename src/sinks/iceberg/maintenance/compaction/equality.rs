@@ -177,12 +177,14 @@ pub(crate) async fn inputs_deleted_since(
     since: i64,
     inputs: &HashSet<&str>,
 ) -> Result<bool, SinkError> {
-    for f in live
-        .files
-        .position_deletes
-        .iter()
-        .filter(|f| f.sequence > since)
-    {
+    // A file naming its one data file (`referenced_data_file`) is answered without reading it.
+    let may_hit = |f: &&crate::sinks::iceberg::manifest::LiveFile| {
+        f.sequence > since
+            && f.file
+                .referenced_data_file()
+                .is_none_or(|r| inputs.contains(r.as_str()))
+    };
+    for f in live.files.position_deletes.iter().filter(may_hit) {
         let deleted = read_pairs(warehouse, f.file.file_path()).await?;
         if deleted
             .iter()

@@ -21,7 +21,7 @@
 //! lock (the lock every streaming commit of that table holds from loading its base to
 //! publishing):
 //! 1. choose: load the current snapshot, pick the files, copy their deletion vectors;
-//! 2. rewrite (v3: without the lock, so the table's streaming commits go on): read the files,
+//! 2. rewrite without the lock, so the table's streaming commits go on: read the files,
 //!    drop the rows those vectors delete, write the outputs, note where each row landed;
 //! 3. commit: load the current snapshot again. Streaming commits since may have deleted more rows
 //!    of the inputs (their vectors grew); each such row is deleted at its new place by a vector
