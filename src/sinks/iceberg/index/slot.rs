@@ -126,15 +126,21 @@ impl IndexSlot {
     /// covering anything else, or one the update failed on, is dropped: the next commit reopens
     /// it and replays the compaction's files from the table (index.rs, recovery), which is as
     /// correct, only slower. Never fails: the snapshot is durable.
+    /// `outputs` carry no keys when the index was not open as the rewrite began (it reads keys
+    /// only for an open index): an index opened meanwhile is then dropped too, never told
+    /// the replaced files are gone without the keys that moved.
     pub(crate) async fn follow_rewrite(
         &mut self,
         parent: Option<i64>,
         removed: &[&str],
-        outputs: &[RewrittenOutput<'_>],
+        outputs: Option<&[RewrittenOutput<'_>]>,
         snapshot_id: i64,
     ) {
         self.settle().await;
         let Some(mut index) = self.index.take() else {
+            return;
+        };
+        let Some(outputs) = outputs else {
             return;
         };
         if index.covers() != parent {

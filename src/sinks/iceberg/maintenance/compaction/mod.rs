@@ -358,8 +358,10 @@ impl IcebergSink {
                 deleted: vectors.vectors.get(&o.path).map(|(_, dv)| dv),
             })
             .collect();
+        // Keys were read only if the index was open when the rewrite was chosen.
+        let keyed = chosen.key_names.is_some().then_some(outputs.as_slice());
         index
-            .follow_rewrite(parent, &removed, &outputs, replace.names.snapshot_id)
+            .follow_rewrite(parent, &removed, keyed, replace.names.snapshot_id)
             .await;
         let mut compacted = Compacted::of(&written, manifests.removed_deletes.len());
         compacted.deletes_carried = vectors
