@@ -81,6 +81,12 @@ pub enum CommandError {
 /// How often the daemon looks for new resync requests (`cdcd resync`).
 const RESYNC_POLL: Duration = Duration::from_secs(2);
 
+/// How long a stop waits for a running maintenance cycle before aborting it. A cycle is
+/// crash-safe at every await, so the abort loses nothing; waiting lets the usual short cycle
+/// end with its outputs committed (or its snapshot create's retry answered) instead of leaving
+/// orphans for `cdcd cleanup`.
+const MAINTENANCE_GRACE: Duration = Duration::from_secs(10);
+
 fn settings(config: &Config, source: &dyn Source) -> Settings {
     Settings {
         pipeline: config.pipeline.clone(),
@@ -166,10 +172,12 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
             .map_err(|e| PipelineError::from(ProgressError::from(e)))?,
     );
     let resync = ResyncStore::new(&fenced, &config.pipeline);
-    // The sink's maintenance runs beside the pipeline, through the same fenced store; it ends
-    // with this function (aborted where it is: a cycle is crash-safe at every await).
-    let _maintenance = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
-        maintain_in_background(Arc::clone(&sink)),
+    // The sink's maintenance runs beside the pipeline, through the same fenced store. A stop
+    // lets a running cycle finish (`MAINTENANCE_GRACE`); a lost lease or a panic drops it where
+    // it is (a cycle is crash-safe at every await).
+    let maintenance_stop = CancellationToken::new();
+    let mut maintenance = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+        maintain_in_background(Arc::clone(&sink), maintenance_stop.clone()),
     ));
     let outcome = {
         let pipeline = async {
@@ -271,6 +279,13 @@ async fn run_leased(config: &Config, shutdown: CancellationToken) -> Result<(), 
         if let Err(fenced) = fence.check() {
             return Err(LeaseError::Fenced(fenced).into());
         }
+    }
+    maintenance_stop.cancel();
+    if tokio::time::timeout(MAINTENANCE_GRACE, &mut maintenance)
+        .await
+        .is_err()
+    {
+        tracing::info!("stopping a maintenance cycle that is still running (its outputs become orphans for `cdcd cleanup`)");
     }
     renewing.cancel();
     lease.release().await;
@@ -525,9 +540,11 @@ pub async fn resync(config: &Config, table: &str) -> Result<ResyncRequested, Com
     })
 }
 
-/// Runs the sink's maintenance every [`Sink::maintenance_interval`] on the tables it commits to;
-/// stops at a broken fence (the daemon is stopping then).
-async fn maintain_in_background(sink: Arc<dyn Sink>) {
+/// Runs the sink's maintenance every [`Sink::maintenance_interval`] on the tables it commits to,
+/// and when commits ask for it; ends at `stop`, which it notices between cycles (the caller
+/// bounds how long it waits for the running one), or at an error (a broken fence: the daemon
+/// is stopping then).
+async fn maintain_in_background(sink: Arc<dyn Sink>, stop: CancellationToken) {
     let Some(interval) = sink.maintenance_interval() else {
         return;
     };
@@ -538,6 +555,7 @@ async fn maintain_in_background(sink: Arc<dyn Sink>) {
     let mut scheduled = tokio::time::Instant::now() + interval;
     loop {
         let asked = tokio::select! {
+            _ = stop.cancelled() => return,
             _ = tokio::time::sleep_until(scheduled) => None,
             asked = asked_tables(wanted.as_deref()) => Some(asked),
         };
@@ -553,7 +571,10 @@ async fn maintain_in_background(sink: Arc<dyn Sink>) {
             return;
         }
         if asked.is_some() {
-            tokio::time::sleep(gap).await;
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(gap) => {}
+            }
         }
     }
 }

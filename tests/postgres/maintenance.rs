@@ -759,6 +759,52 @@ async fn a_paused_compaction_lets_commits_through_and_carries_their_deletes() {
     assert_eq!(v["missing"], Value::Array(vec![]), "{v}");
 }
 
+/// Issue 19, a stop in the middle of a compaction: SIGTERM while a compaction is paused 3 s
+/// between its rewrite and its commit. The daemon lets the cycle end before it exits (it waits up
+/// to 10 s for it), so the compaction commits (or finds itself stale and deletes its outputs):
+/// no file is left that no snapshot reaches, and the lake is equal by both readers. Before,
+/// the stop dropped the cycle where it was and its outputs waited for `cdcd cleanup`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_lets_a_running_compaction_end() {
+    let Some(env) = test_env("a_stop_lets_a_running_compaction_end") else {
+        return;
+    };
+    let name = unique("mcstop");
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    set_table_properties(&p, &COMPACTING);
+    p.env_vars = vec![
+        ("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "300".into()),
+        ("CDCD_PAUSEPOINT".into(), "compact-rewritten:3000".into()),
+    ];
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    let mut round = 0;
+    while !p.output().contains("pause point") && round < 60 {
+        commits(&client, &t, round, 1).await;
+        round += 1;
+    }
+    assert!(
+        p.output().contains("pause point"),
+        "a compaction paused:\n{}",
+        p.output()
+    );
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0), "{st}");
+    let out = p.output();
+    let after_stop = out.split_once("SIGTERM").map(|(_, a)| a).unwrap_or("");
+    assert!(
+        after_stop.contains("compaction committed") || after_stop.contains("compaction went stale"),
+        "the paused compaction ended after the stop:\n{out}"
+    );
+    let v = inspect(&p, &t);
+    assert_consistent(&v, "after a stop during a compaction");
+    equal_by_both_readers(&mut p, &t).await;
+}
+
 /// Issue 19, scans stay short between cycles: with the daemon's default interval (60 s) a table
 /// whose commits leave `cdcd.compaction.trigger-small-files` small files gets its compaction
 /// at once; the test ends long before the first scheduled cycle, the current snapshot holds a
