@@ -244,6 +244,10 @@ pub trait Sink: Send + Sync {
         Some("this sink cannot copy a table into a new lineage".to_owned())
     }
 
+    /// Gives up resync `id`'s lineage of `table` (it will be copied again under a new id): its
+    /// files become orphans for `cdcd cleanup`. Best effort.
+    async fn abandon_resync(&self, _table: &TableId, _id: &str) {}
+
     /// Marks `table` for a resync named `id` ([`crate::checkpoint::resync`]): from now on
     /// [`Sink::checkpoint`] reads the new lineage's checkpoint (none before its first commit,
     /// so the pipeline copies the table as it copies an added one), and [`Sink::commit`] writes
@@ -252,10 +256,6 @@ pub trait Sink: Send + Sync {
     /// [`CommitStats::resync_swapped`]. Idempotent;
     /// after a crash the lineage is found again. `Done` when the live table already is this
     /// lineage (the swap landed before a crash, or the lineage was complete and is swapped now).
-    /// Gives up resync `id`'s lineage of `table` (it will be copied again under a new id): its
-    /// files become orphans for `cdcd cleanup`. Best effort.
-    async fn abandon_resync(&self, _table: &TableId, _id: &str) {}
-
     async fn resync(
         &self,
         table: &TableId,
