@@ -645,7 +645,7 @@ impl Sink for IcebergSink {
     }
 
     fn resync_refusal(&self) -> Option<String> {
-        self.resync_refused()
+        None
     }
 
     async fn resync(

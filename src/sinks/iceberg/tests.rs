@@ -574,6 +574,7 @@ mod compaction;
 mod conflict;
 mod maintenance;
 mod merge;
+mod resync;
 
 /// Issue 17.3: a commit that loses its race to a newer lease holder (a higher
 /// `cdcd.lease-epoch` in the winning snapshot) breaks this daemon's fence for every table; one

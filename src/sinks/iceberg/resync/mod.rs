@@ -13,18 +13,17 @@
 //! The swap ([`IcebergSink::swap`]): the lineage's commit that its [`ResyncMode`] names (the end
 //! of a copy at start; for an online copy, the first complete commit at or past the live
 //! table's checkpoint, so readers never see the table go back) is followed, under the same slot
-//! lock, by one commit of the live table through the configured catalog: its next
-//! metadata is the lineage's metadata (schemas, snapshots, refs, sequence numbers) with the live
-//! table's uuid, location, properties and metadata log, plus `cdcd.resync-id = <id>` in the
-//! properties. Like Iceberg-Java's REPLACE TABLE: same table, new lineage; the old snapshots leave
-//! the metadata, and their files become orphans that `cdcd cleanup` removes (the cleanup keeps a
-//! lineage under way: `cleanup.rs`). Data files stay where the lineage wrote them, under the
+//! lock, by one commit of the live table through the configured catalog: one new snapshot on its
+//! head holding the lineage's current state (its manifests, checkpoint and schema), with
+//! `cdcd.resync-id = <id>` in the table's properties (`rebase.rs`). Like Iceberg-Java's REPLACE
+//! TABLE: same table, new lineage; the old snapshots leave the metadata, and their files become
+//! orphans that `cdcd cleanup` removes (the cleanup keeps a lineage under way: `cleanup.rs`). Data files stay where the lineage wrote them, under the
 //! table's directory; later commits write to the table's own `data/` again.
 //!
 //! Why this is exactly once: the lineage is an ordinary cdcd table with its own checkpoint, so a
 //! crash anywhere before the swap resumes the lineage's copy or stream like any table's (the
-//! request stays until the swap, `checkpoint/resync.rs`). The swap itself is one create-if-absent
-//! metadata put (or one catalog row update): before it readers see the old table, after it the
+//! request stays until the swap, `checkpoint/resync.rs`). The swap itself is one catalog commit (a
+//! create-if-absent metadata put, a catalog row update, a REST `update-table`): before it readers see the old table, after it the
 //! new one, never a mix. A crash after it finds `cdcd.resync-id` in the live table's
 //! properties: the resync is done ([`ResyncState::Done`]). Between the lineage's commit and the
 //! swap nothing is lost either: the lineage is durable and complete, and the restart's
@@ -38,20 +37,24 @@
 //! bookkeeping moves with the lineage's checkpoint, so it closes on the live table as it would
 //! have on the lineage.
 //!
-//! Not offered on a REST catalog: it publishes commits as updates of the table's own lineage
-//! (requirements on `main`), with no way to replace it by another table's snapshots.
+//! The swap is one ordinary commit on top of the live table's head, the same for every catalog
+//! (`rebase.rs`), so a REST catalog takes it as it takes any commit.
 
 use std::sync::Arc;
 
-use iceberg::spec::TableMetadata;
 use object_store::ObjectStoreExt;
 
-use super::catalog::Catalog;
+use super::catalog::TableRef;
+use super::commit::publish;
 use super::metadata::Loaded;
 use super::IcebergSink;
 use crate::changelog::Position;
 use crate::changelog::TableId;
 use crate::sinks::{ResyncMode, ResyncState, SinkError};
+
+mod rebase;
+
+use rebase::Rebase;
 
 /// The table property the swap sets: the id of the resync whose lineage the table now is.
 pub const RESYNC_ID_PROPERTY: &str = "cdcd.resync-id";
@@ -101,14 +104,6 @@ impl IcebergSink {
         self.resyncs.lock().ok()?.get(table).cloned()
     }
 
-    /// Why this sink cannot resync (`None`: it can).
-    pub(super) fn resync_refused(&self) -> Option<String> {
-        match &self.catalog {
-            Catalog::Rest(_) => Some("the Iceberg REST catalog publishes commits as updates of the table's own lineage and cannot replace it with a new one; to copy the table again, stop cdcd, drop the table with its files (DROP TABLE … PURGE) and start cdcd: a table without a checkpoint is copied again".to_owned()),
-            Catalog::Filesystem | Catalog::Sql(_) => None,
-        }
-    }
-
     /// [`crate::sinks::Sink::resync`]: `Done` when the live table already carries `id`,
     /// else `table` is marked so its checkpoint and commits go to the lineage.
     pub(super) async fn begin_resync(
@@ -117,12 +112,6 @@ impl IcebergSink {
         id: &str,
         mode: ResyncMode,
     ) -> Result<ResyncState, SinkError> {
-        if let Some(why) = self.resync_refused() {
-            return Err(SinkError::ResyncUnsupported {
-                table: table.clone(),
-                why,
-            });
-        }
         // Under the table's slot lock: a maintenance cycle or commit of the live table never
         // sees the switch halfway.
         let slot = self.table_slot(table);
@@ -206,11 +195,24 @@ impl IcebergSink {
                 let id = l.metadata.properties().get(RESYNC_ID_PROPERTY);
                 self.index_location_of(table, id.map(String::as_str))
             });
-            let next = replaced(table, live.as_ref(), &lineage.metadata, &location, id)?;
-            let committed = match &live {
-                Some(base) => self.catalog.commit(&self.warehouse, &t, base, next).await,
-                None => self.catalog.create(&self.warehouse, &t, next).await,
+            let live = match live {
+                Some(live) => live,
+                None => match self.create_for_swap(&t, lineage).await {
+                    Ok(created) => created,
+                    Err(SinkError::CommitConflict { .. }) => continue,
+                    Err(e) => return Err(e),
+                },
             };
+            let next = Rebase {
+                table,
+                pipeline: &self.pipeline,
+                id,
+                live: &live,
+                lineage,
+            }
+            .metadata(&self.warehouse)
+            .await?;
+            let committed = self.catalog.commit(&self.warehouse, &t, &live, next).await;
             match committed {
                 Ok(swapped) => {
                     let version = swapped.version;
@@ -242,6 +244,25 @@ impl IcebergSink {
             table: table.clone(),
             detail: "resync: the swap was not attempted".to_owned(),
         })
+    }
+
+    /// An empty live table for a lineage to replace, when the catalog has none (the table was
+    /// dropped, or never created): the lineage's schema, properties and format version. The
+    /// swap is then the table's first snapshot, as with a live table.
+    async fn create_for_swap(
+        &self,
+        t: &TableRef<'_>,
+        lineage: &Loaded,
+    ) -> Result<Loaded, SinkError> {
+        let meta = &lineage.metadata;
+        let empty = publish::new_table(
+            t.id,
+            t.location,
+            meta.current_schema().as_ref().clone(),
+            meta.format_version(),
+            meta.properties().clone(),
+        )?;
+        self.catalog.create(&self.warehouse, t, empty).await
     }
 
     /// Gives up resync `id`'s lineage (never swapped): without its metadata its directory is no
@@ -311,77 +332,9 @@ impl IcebergSink {
     }
 }
 
-/// The live table's next metadata: `lineage` as the table at `location` (the live table's
-/// uuid, properties and metadata log when it exists), marked with resync `id`.
-fn replaced(
-    table: &TableId,
-    live: Option<&Loaded>,
-    lineage: &TableMetadata,
-    location: &str,
-    id: &str,
-) -> Result<TableMetadata, SinkError> {
-    let corrupt = |detail: String| SinkError::Data {
-        table: table.clone(),
-        detail: format!("resync: building the live table's metadata from the lineage: {detail}"),
-    };
-    let json = |m: &TableMetadata| serde_json::to_value(m).map_err(|e| corrupt(e.to_string()));
-    let mut next = json(lineage)?;
-    let Some(obj) = next.as_object_mut() else {
-        return Err(corrupt(
-            "the lineage's metadata is not a JSON object".into(),
-        ));
-    };
-    let mut properties = serde_json::Map::new();
-    if let Some(live) = live {
-        let base = json(&live.metadata)?;
-        obj.insert(
-            "table-uuid".into(),
-            serde_json::Value::String(live.metadata.uuid().to_string()),
-        );
-        // The live table's log, plus the version this commit replaces (as any commit adds it).
-        let mut log = base
-            .get("metadata-log")
-            .and_then(|l| l.as_array())
-            .cloned()
-            .unwrap_or_default();
-        log.push(serde_json::json!({
-            "metadata-file": live.file,
-            "timestamp-ms": live.metadata.last_updated_ms(),
-        }));
-        obj.insert("metadata-log".into(), serde_json::Value::Array(log));
-        if let Some(p) = base.get("properties").and_then(|p| p.as_object()) {
-            properties = p.clone();
-        }
-    } else {
-        obj.insert("metadata-log".into(), serde_json::Value::Array(Vec::new()));
-        if let Some(p) = obj.get("properties").and_then(|p| p.as_object()) {
-            properties = p.clone();
-        }
-    }
-    properties.insert(
-        RESYNC_ID_PROPERTY.into(),
-        serde_json::Value::String(id.to_owned()),
-    );
-    obj.insert("properties".into(), serde_json::Value::Object(properties));
-    obj.insert(
-        "location".into(),
-        serde_json::Value::String(location.to_owned()),
-    );
-    let now = chrono::Utc::now()
-        .timestamp_millis()
-        .max(lineage.last_updated_ms())
-        .max(live.map_or(0, |l| l.metadata.last_updated_ms()));
-    obj.insert("last-updated-ms".into(), serde_json::Value::from(now));
-    serde_json::from_value(next).map_err(|e| corrupt(e.to_string()))
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
-    use std::collections::HashMap;
-
-    use iceberg::spec::{FormatVersion, NestedField, PrimitiveType, Schema, Type};
-
     use super::*;
 
     #[test]
@@ -410,99 +363,5 @@ mod tests {
         assert!(!caught_up.swaps_at(&pos(9)), "behind the live table");
         assert!(caught_up.swaps_at(&pos(10)) && caught_up.swaps_at(&pos(11)));
         assert!(lineage(ResyncMode::SwapWhenCaughtUp, None).swaps_at(&pos(1)));
-    }
-    use crate::sinks::iceberg::commit::publish;
-
-    fn table(id: &TableId, location: &str, column: PrimitiveType, prop: &str) -> TableMetadata {
-        let schema = Schema::builder()
-            .with_schema_id(0)
-            .with_fields(vec![
-                Arc::new(NestedField::required(
-                    1,
-                    "id",
-                    Type::Primitive(PrimitiveType::Long),
-                )),
-                Arc::new(NestedField::optional(2, "v", Type::Primitive(column))),
-            ])
-            .build()
-            .unwrap();
-        let props = HashMap::from([("p".to_owned(), prop.to_owned())]);
-        publish::new_table(id, location, schema, FormatVersion::V3, props).unwrap()
-    }
-
-    /// The sink offers resync on the filesystem and SQL catalogs and refuses it on a REST catalog,
-    /// naming the way out.
-    #[tokio::test]
-    async fn a_rest_catalog_refuses_resync_naming_the_way_out() {
-        use crate::config::tests::MINIMAL;
-        use crate::config::{Config, SinkConfig};
-        use crate::sinks::Sink;
-        let sink = |section: &str| {
-            let text = format!("{MINIMAL}\n{section}\n");
-            let SinkConfig::Iceberg(ice) = Config::from_toml(&text, "p.toml").unwrap().sink else {
-                panic!("iceberg");
-            };
-            IcebergSink::new(&ice, "p").unwrap()
-        };
-        assert_eq!(sink("").resync_refusal(), None);
-        let sql = sink("[sink.catalog]\nkind = \"sql\"\nuri = \"sqlite:///tmp/c.db\"");
-        assert_eq!(sql.resync_refusal(), None);
-        let rest = sink("[sink.catalog]\nkind = \"rest\"\nuri = \"http://127.0.0.1:1\"");
-        let why = rest.resync_refusal().expect("refused");
-        assert!(
-            why.contains("REST catalog") && why.contains("start cdcd"),
-            "{why}"
-        );
-        let t = TableId::new("shop", "orders");
-        let e = rest
-            .resync(&t, "abc", ResyncMode::SwapAtCopyEnd)
-            .await
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("shop.orders") && e.contains("REST"), "{e}");
-    }
-
-    /// The swap's metadata is the lineage's (its schema) as the live table: the live uuid,
-    /// location, properties and metadata log, plus the resync id.
-    #[test]
-    fn the_swap_keeps_the_live_identity_and_takes_the_lineage() {
-        let id = TableId::new("shop", "orders");
-        let location = "file:///wh/shop/orders";
-        let live = Loaded {
-            version: 7,
-            metadata: table(&id, location, PrimitiveType::Int, "live"),
-            file: format!("{location}/metadata/v7.metadata.json"),
-        };
-        let lineage_at = lineage_location(location, "abc");
-        assert_eq!(lineage_at, "file:///wh/shop/orders/resync-abc");
-        let lineage = table(&id, &lineage_at, PrimitiveType::String, "lineage");
-        let next = replaced(&id, Some(&live), &lineage, location, "abc").unwrap();
-        assert_eq!(next.location(), location);
-        assert_eq!(next.uuid(), live.metadata.uuid());
-        assert_eq!(next.properties().get("p").map(String::as_str), Some("live"));
-        assert_eq!(
-            next.properties()
-                .get(RESYNC_ID_PROPERTY)
-                .map(String::as_str),
-            Some("abc")
-        );
-        let log: Vec<&str> = next
-            .metadata_log()
-            .iter()
-            .map(|l| l.metadata_file.as_str())
-            .collect();
-        assert_eq!(log, vec![live.file.as_str()]);
-        let v = next.current_schema().field_by_name("v").unwrap();
-        assert_eq!(*v.field_type, Type::Primitive(PrimitiveType::String));
-
-        // No live table: the lineage becomes the table, with the id.
-        let first = replaced(&id, None, &lineage, location, "abc").unwrap();
-        assert_eq!(first.location(), location);
-        assert_eq!(first.uuid(), lineage.uuid());
-        assert!(first.metadata_log().is_empty());
-        assert_eq!(
-            first.properties().get("p").map(String::as_str),
-            Some("lineage")
-        );
     }
 }
