@@ -933,6 +933,91 @@ async fn rest_resync_swaps_through_the_catalog() {
     assert!(st.success(), "{st}");
 }
 
+/// The resync's swap is one REST commit; here the catalog applies it and the answer is lost
+/// (503). cdcd loads the table, finds its swap landed, and streams on without swapping again: the
+/// replica ends equal through the catalog, the swap is in the table's history once, and a restart
+/// neither swaps nor copies again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_resync_swap_whose_answer_is_lost_lands_once() {
+    let Some(env) = test_env("rest_resync_swap_whose_answer_is_lost_lands_once") else {
+        return;
+    };
+    let Bed {
+        mut p,
+        server,
+        dir,
+        client,
+        t,
+    } = Bed::orders(&env, "catrestrsl").await;
+    let direct = Settings {
+        sink_extra: format!(
+            "maintenance_interval_ms = 0\n{}",
+            catalog_section(&server.uri, &format!("token = {KEY:?}"))
+        ),
+        ..Settings::default()
+    };
+    p.write_config(&direct);
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    exec(&client, &changes(&t, 1)).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert!(st.success(), "{st}");
+    crate::postgres::resync::damage(&client, &p, &t).await;
+    let (ok, out) = run_cdcd(&["resync", "--table", &format!("public.{t}")], &p.config);
+    assert!(ok && out.contains("requested"), "{out}");
+
+    // The lineage is kept through the filesystem catalog: the first commit the proxy sees for
+    // this start is the swap.
+    let proxy = Proxy::start(&env, &server, &dir, &["--lose-answer", "1"]);
+    p.write_config(&Settings {
+        sink_extra: format!(
+            "maintenance_interval_ms = 0\n{}",
+            catalog_section(&proxy.uri, "token = \"ignored-by-the-proxy\"")
+        ),
+        ..Settings::default()
+    });
+    p.start();
+    crate::postgres::resync::wait_for(
+        &mut p,
+        "the resync at start",
+        Duration::from_secs(180),
+        |o| crate::support::start_output(o, 2).contains("resync finished"),
+    )
+    .await;
+    exec(&client, &changes(&t, 2)).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    let log = proxy.log();
+    assert_eq!(
+        log.matches("lost POST").count(),
+        1,
+        "the proxy did not lose the swap's answer:\n{log}"
+    );
+    let out = crate::support::start_output(&p.output(), 2);
+    assert!(
+        out.contains("commit landed on an earlier attempt")
+            && out
+                .matches("the new lineage replaced the live table")
+                .count()
+                == 1,
+        "cdcd did not find its landed swap, or swapped twice:\n{out}"
+    );
+
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert!(st.success(), "{st}");
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    exec(&client, &changes(&t, 3)).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    let third = crate::support::start_output(&p.output(), 3);
+    assert!(
+        !third.contains("resync") && !third.contains("initial copy"),
+        "the restart resynced or copied again:\n{third}"
+    );
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert!(st.success(), "{st}");
+}
+
 /// `kill -9` at random moments while cdcd streams transactions over two tables through the REST
 /// catalog (multi-table commits in flight, answers in flight): after each restart the tables
 /// continue from the checkpoints the catalog holds, and both end equal to the source.

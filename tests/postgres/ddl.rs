@@ -202,7 +202,7 @@ async fn ddl_inside_a_streamed_transaction_loses_no_rows() {
 }
 
 /// `postgres://user@host…` with the user replaced by `role`.
-fn role_url(url: &str, role: &str) -> String {
+pub(crate) fn role_url(url: &str, role: &str) -> String {
     let rest = url
         .split_once("://")
         .map(|(_, r)| r)

@@ -883,3 +883,140 @@ async fn schema_change_stop_keeps_the_lake_schema() {
         }
     }
 }
+
+/// The same change inside a transaction big enough to be streamed (pgoutput v2) while it is still
+/// open: its Relation message reaches cdcd before the transaction commits, when the catalog still
+/// shows the old column numbers. cdcd checks them once the transaction has committed and is
+/// visible, so it stops before applying it, as it does for an ordinary transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_column_readded_inside_a_streamed_transaction_stops() {
+    let Some(env) = test_env("a_column_readded_inside_a_streamed_transaction_stops") else {
+        return;
+    };
+    let a = unique("sreadds");
+    let (filler, role) = (format!("{a}_f"), format!("{a}_r"));
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {a}, {filler};
+             CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, b int4);
+             INSERT INTO {a} SELECT g, g, g FROM generate_series(1, 50) g;
+             CREATE TABLE {filler} (id int4, t text);
+             DROP ROLE IF EXISTS {role}; CREATE ROLE {role} SUPERUSER LOGIN REPLICATION;
+             ALTER ROLE {role} SET logical_decoding_work_mem = '64kB';"
+        ),
+    )
+    .await;
+    // The walsender takes the role's settings: a tiny decoding memory streams the transaction.
+    let settings = Settings {
+        url: Some(crate::postgres::ddl::role_url(&env.pg_url, &role)),
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new(&env, &a, &[&a], &settings);
+    p.on_cleanup(format!(
+        "DROP TABLE IF EXISTS {a}, {filler}; DROP ROLE IF EXISTS {role}"
+    ));
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    exec(&client, &format!("UPDATE {a} SET x = -x WHERE id <= 5")).await;
+    p.assert_equal(&a, 60).await;
+    exec(
+        &client,
+        &format!(
+            "BEGIN;
+             ALTER TABLE {a} DROP COLUMN b; ALTER TABLE {a} ADD COLUMN b int4;
+             UPDATE {a} SET x = 0 WHERE id = 7;
+             INSERT INTO {filler} SELECT g, repeat('f', 100) FROM generate_series(1, 5000) g;
+             SELECT pg_sleep(2);
+             COMMIT;"
+        ),
+    )
+    .await;
+    let status = p.wait_exit(Duration::from_secs(60)).await;
+    assert!(!status.success(), "cdcd must stop, got {status}");
+    let out = p.output();
+    assert!(
+        out.contains(&format!("public.{a}"))
+            && out.contains("column b was dropped and added again"),
+        "the stop names the table and the column:\n{out}"
+    );
+    let streamed: i64 = client
+        .query_one(
+            "SELECT coalesce(sum(stream_txns), 0)::int8 FROM pg_stat_replication_slots WHERE slot_name = $1",
+            &[&p.slot],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        streamed > 0,
+        "the transaction was not streamed (stream_txns = 0)"
+    );
+}
+
+/// `ADD COLUMN … DEFAULT` inside a transaction that is streamed (pgoutput v2) and stays open
+/// for 12 s after it (in `b` between two changes of the table, so two Relation messages): what older rows read is taken from the catalog once the transaction has
+/// committed (before, the catalog does not show the column yet), so the column replicates with
+/// older rows reading 7 instead of cdcd giving up on a column it cannot find.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_default_added_inside_a_long_streamed_transaction_replicates() {
+    let Some(env) = test_env("a_default_added_inside_a_long_streamed_transaction_replicates")
+    else {
+        return;
+    };
+    if std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality") {
+        return; // v2 tables stop on a DEFAULT (README)
+    }
+    let a = unique("sdefs");
+    let (b, filler, role) = (format!("{a}_b"), format!("{a}_f"), format!("{a}_r"));
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {a}, {b}, {filler};
+             CREATE TABLE {a} (id int4 PRIMARY KEY, x int4);
+             INSERT INTO {a} SELECT g, g FROM generate_series(1, 50) g;
+             CREATE TABLE {b} (id int4 PRIMARY KEY, x int4);
+             INSERT INTO {b} SELECT g, g FROM generate_series(1, 50) g;
+             CREATE TABLE {filler} (id int4, t text);
+             DROP ROLE IF EXISTS {role}; CREATE ROLE {role} SUPERUSER LOGIN REPLICATION;
+             ALTER ROLE {role} SET logical_decoding_work_mem = '64kB';"
+        ),
+    )
+    .await;
+    let settings = Settings {
+        url: Some(crate::postgres::ddl::role_url(&env.pg_url, &role)),
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new(&env, &a, &[&a, &b], &settings);
+    p.on_cleanup(format!(
+        "DROP TABLE IF EXISTS {a}, {b}, {filler}; DROP ROLE IF EXISTS {role}"
+    ));
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    // `b` has a change before the transaction (its columns are known: the added column is read
+    // as added); `a` has none (its first Relation is the transaction's: read as stored).
+    exec(&client, &format!("UPDATE {b} SET x = -x WHERE id = 1")).await;
+    p.assert_equal(&a, 60).await;
+    p.assert_equal(&b, 60).await;
+    exec(
+        &client,
+        &format!(
+            "BEGIN;
+             ALTER TABLE {a} ADD COLUMN c int4 DEFAULT 7;
+             UPDATE {a} SET x = 0, c = 1 WHERE id = 7;
+             UPDATE {b} SET x = 0 WHERE id = 9;
+             ALTER TABLE {b} ADD COLUMN c int4 DEFAULT 8;
+             UPDATE {b} SET x = 1 WHERE id = 9;
+             INSERT INTO {filler} SELECT g, repeat('f', 100) FROM generate_series(1, 5000) g;
+             SELECT pg_sleep(12);
+             COMMIT;"
+        ),
+    )
+    .await;
+    exec(&client, &format!("UPDATE {a} SET x = -x WHERE id <= 3")).await;
+    p.assert_equal(&a, 60).await;
+    p.assert_equal(&b, 60).await;
+    p.assert_running();
+}

@@ -73,6 +73,23 @@ pub enum Assembled {
     Skipped(Lsn),
 }
 
+/// The transaction a payload belongs to ([`Assembler::open_xid`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenXid {
+    /// A transaction sent at its commit: it has committed (though a new snapshot may not see it
+    /// for a moment yet: `catalog::column_attnums_seen`).
+    Committed(u32),
+    /// A transaction streamed while still open (pgoutput v2): it may commit later, or abort.
+    Streamed(u32),
+}
+
+/// A streamed transaction's end ([`Assembler::stream_end`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamEnd {
+    Committed(u32),
+    Aborted(u32),
+}
+
 /// Turns pgoutput payloads into transactions. See the module doc.
 pub struct Assembler {
     proto_version: u32,
@@ -87,6 +104,7 @@ pub struct Assembler {
 
 struct OpenTxn {
     final_lsn: Lsn,
+    xid: u32,
 }
 
 /// Relations, their schemas and the type information they were built with.
@@ -234,6 +252,31 @@ impl Assembler {
         self.catalog.stale.insert(oid);
     }
 
+    /// Where the next payload belongs: the xid of the open transaction, or of the stream block
+    /// being received (top-level, `Streamed`: that transaction has not committed yet).
+    pub fn open_xid(&self) -> Option<OpenXid> {
+        match (&self.open, self.stream_xid) {
+            (_, Some(top)) => Some(OpenXid::Streamed(top)),
+            (Some(open), None) => Some(OpenXid::Committed(open.xid)),
+            (None, None) => None,
+        }
+    }
+
+    /// The streamed transaction `payload` ends, if it is a Stream Commit or the Stream Abort of
+    /// a whole (top-level) transaction.
+    pub fn stream_end(&self, payload: &[u8]) -> Option<StreamEnd> {
+        if !matches!(payload.first(), Some(b'c') | Some(b'A')) {
+            return None;
+        }
+        match decode(payload, self.decode_options()).ok()? {
+            PgOutputMessage::StreamCommit { xid, .. } => Some(StreamEnd::Committed(xid)),
+            PgOutputMessage::StreamAbort { xid, subxid, .. } if xid == subxid => {
+                Some(StreamEnd::Aborted(xid))
+            }
+            _ => None,
+        }
+    }
+
     /// Whether a heartbeat position may be reported now: no transaction or stream block open.
     /// (In-progress streamed transactions are fine: they commit after any position seen now.)
     pub fn is_idle(&self) -> bool {
@@ -370,7 +413,7 @@ impl Assembler {
                         "Begin of xid {xid} inside an open transaction (XLogData at {wal_start})"
                     )));
                 }
-                self.open = Some(OpenTxn { final_lsn });
+                self.open = Some(OpenTxn { final_lsn, xid });
                 Ok(None)
             }
             PgOutputMessage::Commit {
@@ -434,8 +477,16 @@ impl Assembler {
                             ))
                         })?;
                         match &msg {
+                            // The values older rows read in added columns (read from the
+                            // catalog at this commit, `stream.rs`) serve every Relation of the
+                            // table in the transaction, not only the first.
                             PgOutputMessage::Relation(rel) => {
-                                catalog.apply_relation(rel, Some(end_lsn))
+                                let defaults = catalog.added_defaults.get(&rel.oid).cloned();
+                                catalog.apply_relation(rel, Some(end_lsn))?;
+                                if let Some(defaults) = defaults {
+                                    catalog.added_defaults.insert(rel.oid, defaults);
+                                }
+                                Ok(())
                             }
                             PgOutputMessage::Message {
                                 prefix,
@@ -452,6 +503,7 @@ impl Assembler {
                             _ => Ok(()),
                         }
                     })?;
+                    self.catalog.added_defaults.clear();
                 }
                 Ok(Some(complete(changes.finish()?, end_lsn, commit_time)))
             }

@@ -102,6 +102,45 @@ pub async fn column_attnums(
     Ok(out)
 }
 
+/// Waits until a new snapshot sees transaction `xid`, which has committed; every later read
+/// then sees it too.
+///
+/// The walsender sends a transaction once its commit record is flushed, and the committing
+/// backend becomes visible to new snapshots only after that: a catalog read in between would
+/// find the catalog as it was before the transaction's DDL. The 32-bit `xid` of the stream is
+/// widened to a txid with the epoch of the snapshot's `xmax` (the transaction is recent: within
+/// 2^31 of it either way).
+pub async fn await_visible(client: &Client, xid: u32) -> Result<(), SourceError> {
+    const ATTEMPTS: u32 = 500;
+    for _ in 0..ATTEMPTS {
+        let seen: bool = client
+            .query_one(
+                "WITH s AS (SELECT txid_current_snapshot() AS snap),
+                      x AS (SELECT snap, txid_snapshot_xmax(snap) >> 32 AS epoch,
+                                   txid_snapshot_xmax(snap) & 4294967295 AS low FROM s)
+                 SELECT txid_visible_in_snapshot(GREATEST(epoch + CASE
+                            WHEN $1::int8 - low > 2147483648 THEN -1
+                            WHEN low - $1::int8 > 2147483648 THEN 1
+                            ELSE 0 END, 0) * 4294967296 + $1::int8, snap)
+                 FROM x",
+                &[&i64::from(xid)],
+            )
+            .await
+            .map_err(|e| server("waiting for a transaction to become visible", &e))?
+            .get(0);
+        if seen {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    Err(SourceError::Server {
+        context: "waiting for a transaction to become visible".into(),
+        detail: format!(
+            "transaction {xid} is in the replication stream as committed but no snapshot has seen it after 10 s; cdcd stopped before applying it"
+        ),
+    })
+}
+
 /// Whether the relation with `oid` exists now and is named `table`.
 pub async fn oid_is_named(client: &Client, oid: u32, table: &TableId) -> Result<bool, SourceError> {
     let row = client

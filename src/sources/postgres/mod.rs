@@ -398,6 +398,7 @@ impl Source for PostgresSource {
             delivered: start,
             last_skipped_beat: None,
             saved,
+            streamed_reads: Vec::new(),
         };
         // The slot watch ends the stream only for a lost slot; it stops with the stream.
         let watch_stop = shutdown.child_token();

@@ -5,6 +5,7 @@
 //! Where it sits: [`super::PostgresSource::run`] opens the replication connection, copies what
 //! must be copied, then hands the connection to [`Streaming::run`] until shutdown or failure.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
@@ -12,7 +13,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
-use super::assembler::{Assembled, Assembler};
+use super::assembler::{Assembled, Assembler, OpenXid, StreamEnd};
 use super::catalog::{self, AddedColumn};
 use super::replication::{ReplicationConnection, ReplicationMessage};
 use super::state::{self, PgSourceState};
@@ -36,6 +37,28 @@ pub(super) struct Streaming<'a> {
     /// Where the source's state is kept, and what it holds (`state.rs`): renames are saved
     /// there before anything after them is delivered.
     pub(super) saved: Option<(Arc<dyn SourceStateStore>, PgSourceState)>,
+    /// The catalog reads asked for by Relation messages that came inside a streamed
+    /// transaction, by its xid: done at its Stream Commit ([`CatalogRead`]).
+    pub(super) streamed_reads: Vec<(u32, CatalogRead)>,
+}
+
+/// What a captured table's Relation message makes cdcd read from the catalog
+/// ([`Streaming::read_catalog`]): its columns' numbers (a column dropped and added again,
+/// `state.rs`); on the first of the table in this session, the values older rows read in columns
+/// added with a constant default while cdcd was away (`catalog::stored_defaults`); and the same
+/// for the columns it adds (`catalog::added_columns`).
+///
+/// The reads must see the transaction the message belongs to, which may hold the DDL. A
+/// transaction sent at its commit has committed, and the reads wait until a snapshot sees it
+/// (`catalog::await_visible`). A streamed one (pgoutput v2) is sent while still open, when the
+/// catalog shows none of its DDL: its reads wait for its Stream Commit, and are made before
+/// anything of it is delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct CatalogRead {
+    oid: u32,
+    table: TableId,
+    first: bool,
+    added: Vec<String>,
 }
 
 impl Streaming<'_> {
@@ -69,7 +92,50 @@ impl Streaming<'_> {
         self.send_status(false).await
     }
 
-    /// Takes a newer acknowledged position; true if `acked` moved. Never backwards, never 0.
+    /// Makes `reads` (of one transaction, which every snapshot now sees): stops on a column
+    /// dropped and added again, and hands the assembler the values older rows read in added
+    /// columns, for the next Relation message of each table (merged, since a streamed
+    /// transaction's Relation messages are applied together at its commit).
+    async fn read_catalog(&mut self, reads: Vec<CatalogRead>) -> Result<(), SourceError> {
+        let mut defaults: HashMap<u32, HashMap<String, String>> = HashMap::new();
+        for read in reads {
+            self.check_attnums(read.oid, &read.table).await?;
+            if read.first {
+                let stored = catalog::stored_defaults(self.client, read.oid).await?;
+                defaults.entry(read.oid).or_default().extend(stored);
+            }
+            if !read.added.is_empty() {
+                let added = self.added_defaults(&read).await?;
+                defaults.entry(read.oid).or_default().extend(added);
+            }
+        }
+        for (oid, values) in defaults {
+            if !values.is_empty() {
+                self.assembler.set_added_defaults(oid, values);
+            }
+        }
+        Ok(())
+    }
+
+    /// The reads a streamed transaction's Relation messages asked for, once it has ended
+    /// (`payload` is its Stream Commit or Stream Abort; any other payload: nothing).
+    async fn read_catalog_for_stream(&mut self, payload: &[u8]) -> Result<(), SourceError> {
+        let Some(end) = self.assembler.stream_end(payload) else {
+            return Ok(());
+        };
+        let (StreamEnd::Committed(xid) | StreamEnd::Aborted(xid)) = end;
+        let (ended, open): (Vec<_>, Vec<_>) = std::mem::take(&mut self.streamed_reads)
+            .into_iter()
+            .partition(|(x, _)| *x == xid);
+        self.streamed_reads = open;
+        if matches!(end, StreamEnd::Committed(_)) && !ended.is_empty() {
+            catalog::await_visible(self.client, xid).await?;
+            self.read_catalog(ended.into_iter().map(|(_, read)| read).collect())
+                .await?;
+        }
+        Ok(())
+    }
+
     /// Stops when a column of captured table `table` (relation `oid`) was dropped and added
     /// again since cdcd last read its column numbers (`state.rs`), then records them.
     async fn check_attnums(&mut self, oid: u32, table: &TableId) -> Result<(), SourceError> {
@@ -91,6 +157,38 @@ impl Streaming<'_> {
         Ok(())
     }
 
+    /// What rows that predate the columns `read` adds hold in them: a constant default
+    /// (Postgres keeps it in `attmissingval`), by column name; none; or unknowable (a volatile
+    /// default rewrote the table: stop).
+    async fn added_defaults(
+        &self,
+        read: &CatalogRead,
+    ) -> Result<HashMap<String, String>, SourceError> {
+        let found = catalog::added_columns(self.client, read.oid, &read.added).await?;
+        let rewritten: Vec<&str> = found
+            .iter()
+            .filter(|(_, c)| *c == AddedColumn::Rewritten)
+            .map(|(name, _)| name.as_str())
+            .collect();
+        if !rewritten.is_empty() {
+            return Err(SourceError::Table {
+                table: read.table.clone(),
+                detail: format!(
+                    "column(s) {} added with a volatile DEFAULT (or the table was rewritten since): each existing row got a value the replication stream does not carry, so the replica cannot know them; cdcd stopped before the change. Add the column without a default, or with a constant one, and fill it with UPDATE (which replicates), or recreate the replica",
+                    rewritten.join(", ")
+                ),
+            });
+        }
+        Ok(found
+            .into_iter()
+            .filter_map(|(name, c)| match c {
+                AddedColumn::Missing(Some(value)) => Some((name, value)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Takes a newer acknowledged position; true if `acked` moved. Never backwards, never 0.
     fn take_ack(&mut self) -> bool {
         let ack = self.acks.borrow_and_update().clone();
         match ack {
@@ -138,39 +236,27 @@ impl Streaming<'_> {
                     }
                 }
                 if let Some((oid, table, first)) = self.assembler.captured_relation(&data) {
-                    self.check_attnums(oid, &table).await?;
-                    if first {
-                        let stored = catalog::stored_defaults(self.client, oid).await?;
-                        if !stored.is_empty() {
-                            self.assembler.set_added_defaults(oid, stored);
+                    let added = self
+                        .assembler
+                        .added_columns(&data)
+                        .map(|(_, _, added)| added)
+                        .unwrap_or_default();
+                    let read = CatalogRead {
+                        oid,
+                        table,
+                        first,
+                        added,
+                    };
+                    match self.assembler.open_xid() {
+                        Some(OpenXid::Streamed(xid)) => self.streamed_reads.push((xid, read)),
+                        Some(OpenXid::Committed(xid)) => {
+                            catalog::await_visible(self.client, xid).await?;
+                            self.read_catalog(vec![read]).await?;
                         }
+                        None => self.read_catalog(vec![read]).await?,
                     }
                 }
-                if let Some((oid, table, added)) = self.assembler.added_columns(&data) {
-                    let found = catalog::added_columns(self.client, oid, &added).await?;
-                    let rewritten: Vec<&str> = found
-                        .iter()
-                        .filter(|(_, c)| *c == AddedColumn::Rewritten)
-                        .map(|(name, _)| name.as_str())
-                        .collect();
-                    if !rewritten.is_empty() {
-                        return Err(SourceError::Table {
-                            table,
-                            detail: format!(
-                                "column(s) {} added with a volatile DEFAULT (or the table was rewritten since): each existing row got a value the replication stream does not carry, so the replica cannot know them; cdcd stopped before the change. Add the column without a default, or with a constant one, and fill it with UPDATE (which replicates), or recreate the replica",
-                                rewritten.join(", ")
-                            ),
-                        });
-                    }
-                    let defaults = found
-                        .into_iter()
-                        .filter_map(|(name, c)| match c {
-                            AddedColumn::Missing(Some(value)) => Some((name, value)),
-                            _ => None,
-                        })
-                        .collect();
-                    self.assembler.set_added_defaults(oid, defaults);
-                }
+                self.read_catalog_for_stream(&data).await?;
                 let fed = self.assembler.feed(wal_start, data)?;
                 if let Some(ddl) = self.assembler.ddl_changed() {
                     if let Some((store, state)) = &mut self.saved {
