@@ -230,6 +230,9 @@ impl Streaming<'_> {
                     // name (a replay). Otherwise another table took the name: a stop, not a skip.
                     let table = self.assembler.captured_table(captured).cloned();
                     if let Some(table) = table {
+                        if let Some(OpenXid::Committed(xid)) = self.assembler.open_xid() {
+                            catalog::await_visible(self.client, xid).await?;
+                        }
                         if catalog::oid_is_named(self.client, captured, &table).await? {
                             self.assembler.mark_stale(oid);
                         }
