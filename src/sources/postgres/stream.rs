@@ -128,12 +128,27 @@ impl Streaming<'_> {
             .into_iter()
             .partition(|(x, _)| *x == xid);
         self.streamed_reads = open;
-        if matches!(end, StreamEnd::Committed(_)) && !ended.is_empty() {
-            catalog::await_visible(self.client, xid).await?;
-            self.read_catalog(ended.into_iter().map(|(_, read)| read).collect())
-                .await?;
+        if ended.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        let reads = ended.into_iter().map(|(_, read)| read);
+        match end {
+            StreamEnd::Committed(xid) => {
+                catalog::await_visible(self.client, xid).await?;
+                self.read_catalog(reads.collect()).await
+            }
+            // Its Relation messages were applied when they came: a table's first one still
+            // needs the stored defaults for the next. Its added columns never existed.
+            StreamEnd::Aborted(_) => {
+                let reads = reads
+                    .map(|read| CatalogRead {
+                        added: Vec::new(),
+                        ..read
+                    })
+                    .collect();
+                self.read_catalog(reads).await
+            }
+        }
     }
 
     /// Stops when a column of captured table `table` (relation `oid`) was dropped and added

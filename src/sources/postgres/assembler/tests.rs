@@ -451,6 +451,78 @@ fn streamed_transaction_committed() {
     assert_eq!(present(c, 1), vec![true, true, false]);
 }
 
+/// What the stream layer (`stream.rs`) needs to make a Relation message's catalog reads at the
+/// right moment: the transaction a payload belongs to (sent committed, or streamed while open)
+/// and which payload ends a streamed one.
+#[test]
+fn the_open_transaction_and_a_streams_end_are_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = assembler_with(1 << 20, dir.path());
+    assert_eq!(a.open_xid(), None);
+    feed(&mut a, &[begin(90, 60)]);
+    assert_eq!(a.open_xid(), Some(OpenXid::Committed(60)));
+    feed(&mut a, &[commit(100), stream_start(50)]);
+    assert_eq!(a.open_xid(), Some(OpenXid::Streamed(50)));
+    feed(&mut a, &[stream_stop()]);
+    assert_eq!(a.open_xid(), None);
+    assert_eq!(
+        a.stream_end(&stream_commit(50, 200)),
+        Some(StreamEnd::Committed(50))
+    );
+    assert_eq!(
+        a.stream_end(&stream_abort(50, 50)),
+        Some(StreamEnd::Aborted(50))
+    );
+    assert_eq!(
+        a.stream_end(&stream_abort(50, 51)),
+        None,
+        "a subtransaction"
+    );
+    assert_eq!(a.stream_end(&commit(300)), None);
+}
+
+/// Defaults read at a streamed transaction's commit serve every Relation message of the table in
+/// its replay: the one before the column was added, and the one after.
+#[test]
+fn defaults_serve_every_relation_of_a_streamed_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = assembler_with(1 << 20, dir.path());
+    let with_c = {
+        let mut b = B::new(b'R')
+            .xid(Some(50))
+            .u32(T1)
+            .cstr("public")
+            .cstr("t1")
+            .u8(b'd')
+            .u16(4);
+        for (col, ty, key) in [
+            ("id", INT4, true),
+            ("body", TEXT, false),
+            ("n", INT4, false),
+            ("c", INT4, false),
+        ] {
+            b = b.u8(u8::from(key)).cstr(col).u32(ty).i32(-1);
+        }
+        b.done()
+    };
+    feed(
+        &mut a,
+        &[
+            stream_start(50),
+            relation(Some(50), T1, "t1"),
+            insert(Some(50), T1, &[Some("1"), None, None]),
+            with_c,
+            insert(Some(50), T1, &[Some("2"), None, None, Some("5")]),
+            stream_stop(),
+        ],
+    );
+    a.set_added_defaults(T1, HashMap::from([("c".to_owned(), "7".to_owned())]));
+    let tx = one_tx(feed(&mut a, &[stream_commit(50, 200)]));
+    let last = tx.changes.last().unwrap();
+    let c = last.schema.column_index("c").unwrap();
+    assert_eq!(last.schema.columns[c].initial_default.as_deref(), Some("7"));
+}
+
 #[test]
 fn streamed_transaction_aborted() {
     let dir = tempfile::tempdir().unwrap();
