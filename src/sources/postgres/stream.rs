@@ -266,7 +266,18 @@ impl Streaming<'_> {
                         added,
                     };
                     match self.assembler.open_xid() {
-                        Some(OpenXid::Streamed(xid)) => self.streamed_reads.push((xid, read)),
+                        Some(OpenXid::Streamed(xid)) => {
+                            // The defaults stored before this transaction serve the changes of
+                            // others committed before it (which take this Relation as the
+                            // table's shape); its own, if any, come at its commit.
+                            if read.first {
+                                let stored = catalog::stored_defaults(self.client, oid).await?;
+                                if !stored.is_empty() {
+                                    self.assembler.set_added_defaults(oid, stored);
+                                }
+                            }
+                            self.streamed_reads.push((xid, read));
+                        }
                         Some(OpenXid::Committed(xid)) => {
                             catalog::await_visible(self.client, xid).await?;
                             self.read_catalog(vec![read]).await?;
