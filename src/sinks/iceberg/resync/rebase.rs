@@ -92,12 +92,18 @@ impl Rebase<'_> {
             .map(fresh_row_ids)
             .collect();
         let list_path = names.manifest_list();
+        // v3 row ids: the lineage's rows may store ids below its own `next-row-id` (explicit
+        // `first_row_id`s of carried entries, `_row_id` columns of compaction outputs), so the
+        // ids its manifests inherit start at or past it, and at or past the live table's. The
+        // snapshot's range covers the gap (`added-rows` is an upper bound, spec "Row Lineage").
+        let first_row_id = meta.next_row_id().max(lineage.next_row_id());
+        let gap = first_row_id - meta.next_row_id();
         let target = ListTarget {
             version: meta.format_version(),
             snapshot_id: names.snapshot_id,
             parent: meta.current_snapshot().map(|s| s.snapshot_id()),
             sequence: names.sequence,
-            first_row_id: meta.next_row_id(),
+            first_row_id,
         };
         let (added_rows, _) =
             write_manifest_list(warehouse, &list_path, &target, manifests).await?;
@@ -131,7 +137,7 @@ impl Rebase<'_> {
             .with_schema_id(meta.current_schema_id());
         let snapshot = match meta.format_version() {
             iceberg::spec::FormatVersion::V3 => snapshot
-                .with_row_range(target.first_row_id, added_rows)
+                .with_row_range(meta.next_row_id(), gap + added_rows)
                 .build(),
             _ => snapshot.build(),
         };

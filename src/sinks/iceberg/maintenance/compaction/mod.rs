@@ -54,12 +54,12 @@
 //! - v2: files are picked by size only (how many of a file's rows the equality deletes remove is
 //!   known only by reading it), so an equality delete file stays while a file older than it is
 //!   not rewritten (a large one).
-//! - v3 row lineage: rewritten rows get new row ids (replace.rs, `stage`).
 //! - Puffin consolidation: each vector stays in its own Puffin file. Several blobs per Puffin
 //!   file are what DuckDB 1.5.5 misreads (commit/files.rs); compaction instead removes the
 //!   vectors of the files it rewrites.
 
 mod equality;
+mod lineage;
 mod moves;
 mod pick;
 mod redelete;

@@ -256,9 +256,9 @@ impl Replace<'_> {
             checkpoint,
             self.warehouse.lease_epoch(),
         );
-        // v3 row lineage (Iceberg spec, "Row Lineage"): the rewritten rows get fresh row ids
-        // from `next-row-id` like any added rows; the spec asks a rewrite to copy `_row_id` into
-        // the new files instead, which cdcd's writer does not do yet (docs/internals.md).
+        // v3 row lineage (Iceberg spec, "Row Lineage"): the outputs store their rows' `_row_id`
+        // and `_last_updated_sequence_number` (`lineage.rs`); the row range the list assigns
+        // them from `next-row-id` is inherited by no row.
         let builder = Snapshot::builder()
             .with_snapshot_id(self.names.snapshot_id)
             .with_parent_snapshot_id(parent.map(|s| s.snapshot_id()))

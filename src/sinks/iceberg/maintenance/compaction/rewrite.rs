@@ -5,13 +5,15 @@
 //! where each input landed (`redelete::Placed`), so the commit half (`replace.rs`) can carry over
 //! the deletes committed while it ran. On v3 this runs outside the table's lock (`mod.rs`).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use arrow_schema::SchemaRef;
-use iceberg::spec::{DataContentType, DataFile, TableMetadata};
+use arrow_schema::{Schema, SchemaRef};
+use iceberg::spec::{DataContentType, DataFile, FormatVersion, TableMetadata};
 
 use super::equality::V2Deletes;
+use super::lineage;
 use super::moves::{keep_mask, Placer};
 use super::redelete::Placed;
 use crate::changelog::TableId;
@@ -88,6 +90,29 @@ impl Rewrite<'_> {
     /// keep for the primary-key index, when it follows.
     pub async fn write(&self, key_names: Option<&[String]>) -> Result<Written, SinkError> {
         let file_schema = schema::data_file_schema(self.meta().current_schema())?;
+        // v3: the rows keep their lineage (`lineage.rs`), written beside the table's columns.
+        let row_ids = if self.meta().format_version() >= FormatVersion::V3 {
+            let paths: HashSet<&str> = self
+                .inputs
+                .iter()
+                .flatten()
+                .map(|i| i.file.file.file_path())
+                .collect();
+            Some(lineage::first_row_ids(self.warehouse, self.meta(), &paths).await?)
+        } else {
+            None
+        };
+        let out_schema = match &row_ids {
+            Some(_) => {
+                let mut fields: Vec<_> = file_schema.fields().iter().cloned().collect();
+                fields.extend(lineage::fields().map(Arc::new));
+                Arc::new(Schema::new_with_metadata(
+                    fields,
+                    file_schema.metadata().clone(),
+                ))
+            }
+            None => Arc::clone(&file_schema),
+        };
         // Rows of files older than an added column read its initial default, and a rewrite
         // stores what they read (the new file has the column).
         let projection = schema::Projection::of(self.meta().current_schema());
@@ -98,8 +123,12 @@ impl Rewrite<'_> {
             let mut keys = Vec::new();
             let mut end = 0u64;
             for input in inputs {
+                let lineage = row_ids.as_ref().map(|ids| Lineage {
+                    first_row_id: ids.get(input.file.file.file_path()).copied(),
+                    schema: Arc::clone(&out_schema),
+                });
                 let read = self
-                    .read_live(input, &file_schema, &projection, end)
+                    .read_live(input, &file_schema, &projection, lineage, end)
                     .await?;
                 let kept = read.kept;
                 written.dropped_rows += read.dropped;
@@ -144,12 +173,14 @@ impl Rewrite<'_> {
 
     /// The rows of `input` its deletion vector keeps, in the table's current file schema (a file
     /// written before a column was added reads its `initial-default` there, or NULL, as every
-    /// reader projects it), placed from output position `start`.
+    /// reader projects it), with their lineage columns on v3 (`lineage`), placed from output
+    /// position `start`.
     async fn read_live(
         &self,
         input: &Input,
         file_schema: &SchemaRef,
         projection: &schema::Projection,
+        lineage: Option<Lineage>,
         start: u64,
     ) -> Result<ReadInput, SinkError> {
         let f = &input.file;
@@ -165,12 +196,25 @@ impl Rewrite<'_> {
         let mut placer = Placer::new(dv.as_ref(), start);
         let mut kept = Vec::new();
         let mut dropped = 0u64;
+        let mut position = 0u64;
         for batch in batches {
             let placed = placer.next_batch(batch.num_rows());
-            let columns = project_filled(&batch, file_schema, projection)
+            let mut columns = project_filled(&batch, file_schema, projection)
                 .map_err(self.arrow("projecting"))?;
-            let whole = RecordBatch::try_new(Arc::clone(file_schema), columns)
-                .map_err(self.arrow("projecting"))?;
+            let schema = match &lineage {
+                Some(l) => {
+                    columns.extend(lineage::columns(
+                        &batch,
+                        position,
+                        l.first_row_id,
+                        f.sequence,
+                    ));
+                    Arc::clone(&l.schema)
+                }
+                None => Arc::clone(file_schema),
+            };
+            position += batch.num_rows() as u64;
+            let whole = RecordBatch::try_new(schema, columns).map_err(self.arrow("projecting"))?;
             let mask = keep_mask(&placed);
             let live = arrow_select::filter::filter_record_batch(&whole, &mask)
                 .map_err(self.arrow("dropping deleted rows"))?;
@@ -186,6 +230,13 @@ impl Rewrite<'_> {
             used: dv,
         })
     }
+}
+
+/// An input's row lineage to carry (v3): its first row id, and the output schema with the
+/// lineage columns.
+struct Lineage {
+    first_row_id: Option<u64>,
+    schema: SchemaRef,
 }
 
 /// Appends `batches` to the output file at `path` (opened at its first batch), on the blocking
