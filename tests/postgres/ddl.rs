@@ -186,10 +186,16 @@ async fn ddl_inside_a_streamed_transaction_loses_no_rows() {
     .await;
     p.assert_equal(&a, 90).await;
     p.assert_equal(&b, 60).await;
+    assert_streamed(&client, &p.slot).await;
+    p.assert_running();
+}
+
+/// Fails unless the walsender of `slot` has streamed a transaction (pgoutput v2).
+pub(crate) async fn assert_streamed(client: &tokio_postgres::Client, slot: &str) {
     let streamed: i64 = client
         .query_one(
             "SELECT coalesce(sum(stream_txns), 0)::int8 FROM pg_stat_replication_slots WHERE slot_name = $1",
-            &[&p.slot],
+            &[&slot],
         )
         .await
         .unwrap()
@@ -198,7 +204,6 @@ async fn ddl_inside_a_streamed_transaction_loses_no_rows() {
         streamed > 0,
         "the transaction was not streamed (stream_txns = 0)"
     );
-    p.assert_running();
 }
 
 /// `postgres://user@host…` with the user replaced by `role`.

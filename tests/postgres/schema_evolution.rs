@@ -10,9 +10,11 @@
 
 use std::time::Duration;
 
+use tokio_postgres::Client;
+
 use crate::support::{
     connect, current_fields, current_metadata, exec, run_cdcd, start_output, test_env, unique,
-    Pipeline, Settings, NAMESPACE,
+    Pipeline, Settings, TestEnv, NAMESPACE,
 };
 
 /// Equal by DuckDB, and by pyiceberg where it can read the table: it refuses equality deletes
@@ -884,6 +886,50 @@ async fn schema_change_stop_keeps_the_lake_schema() {
     }
 }
 
+/// A pipeline over `tables` (created by the caller) whose walsender streams every transaction
+/// past 64 kB while it is still open (pgoutput v2): cdcd connects as a role with
+/// `logical_decoding_work_mem = 64kB` (the walsender takes the role's settings), and
+/// [`fill`](Streamed::fill) inserts enough into an uncaptured table to pass that.
+struct Streamed {
+    p: Pipeline,
+    filler: String,
+}
+
+impl Streamed {
+    async fn start(env: &TestEnv, client: &Client, name: &str, tables: &[&str]) -> Streamed {
+        let (filler, role) = (format!("{name}_f"), format!("{name}_r"));
+        exec(
+            client,
+            &format!(
+                "DROP TABLE IF EXISTS {filler}; CREATE TABLE {filler} (id int4, t text);
+                 DROP ROLE IF EXISTS {role}; CREATE ROLE {role} SUPERUSER LOGIN REPLICATION;
+                 ALTER ROLE {role} SET logical_decoding_work_mem = '64kB';"
+            ),
+        )
+        .await;
+        let settings = Settings {
+            url: Some(crate::postgres::ddl::role_url(&env.pg_url, &role)),
+            ..Settings::default()
+        };
+        let mut p = Pipeline::new(env, name, tables, &settings);
+        p.on_cleanup(format!(
+            "DROP TABLE IF EXISTS {}, {filler}; DROP ROLE IF EXISTS {role}",
+            tables.join(", ")
+        ));
+        p.start();
+        p.wait_slot_active(client, Duration::from_secs(120)).await;
+        Streamed { p, filler }
+    }
+
+    /// SQL that makes the transaction it is in larger than the walsender's decoding memory.
+    fn fill(&self) -> String {
+        format!(
+            "INSERT INTO {} SELECT g, repeat('f', 100) FROM generate_series(1, 5000) g;",
+            self.filler
+        )
+    }
+}
+
 /// The same change inside a transaction big enough to be streamed (pgoutput v2) while it is still
 /// open: its Relation message reaches cdcd before the transaction commits, when the catalog still
 /// shows the old column numbers. cdcd checks them once the transaction has committed and is
@@ -894,31 +940,19 @@ async fn a_column_readded_inside_a_streamed_transaction_stops() {
         return;
     };
     let a = unique("sreadds");
-    let (filler, role) = (format!("{a}_f"), format!("{a}_r"));
     let client = connect(&env.pg_url).await;
     exec(
         &client,
         &format!(
-            "DROP TABLE IF EXISTS {a}, {filler};
+            "DROP TABLE IF EXISTS {a};
              CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, b int4);
-             INSERT INTO {a} SELECT g, g, g FROM generate_series(1, 50) g;
-             CREATE TABLE {filler} (id int4, t text);
-             DROP ROLE IF EXISTS {role}; CREATE ROLE {role} SUPERUSER LOGIN REPLICATION;
-             ALTER ROLE {role} SET logical_decoding_work_mem = '64kB';"
+             INSERT INTO {a} SELECT g, g, g FROM generate_series(1, 50) g;"
         ),
     )
     .await;
-    // The walsender takes the role's settings: a tiny decoding memory streams the transaction.
-    let settings = Settings {
-        url: Some(crate::postgres::ddl::role_url(&env.pg_url, &role)),
-        ..Settings::default()
-    };
-    let mut p = Pipeline::new(&env, &a, &[&a], &settings);
-    p.on_cleanup(format!(
-        "DROP TABLE IF EXISTS {a}, {filler}; DROP ROLE IF EXISTS {role}"
-    ));
-    p.start();
-    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    let mut bed = Streamed::start(&env, &client, &a, &[&a]).await;
+    let fill = bed.fill();
+    let p = &mut bed.p;
     exec(&client, &format!("UPDATE {a} SET x = -x WHERE id <= 5")).await;
     p.assert_equal(&a, 60).await;
     exec(
@@ -927,7 +961,7 @@ async fn a_column_readded_inside_a_streamed_transaction_stops() {
             "BEGIN;
              ALTER TABLE {a} DROP COLUMN b; ALTER TABLE {a} ADD COLUMN b int4;
              UPDATE {a} SET x = 0 WHERE id = 7;
-             INSERT INTO {filler} SELECT g, repeat('f', 100) FROM generate_series(1, 5000) g;
+             {fill}
              SELECT pg_sleep(2);
              COMMIT;"
         ),
@@ -941,18 +975,7 @@ async fn a_column_readded_inside_a_streamed_transaction_stops() {
             && out.contains("column b was dropped and added again"),
         "the stop names the table and the column:\n{out}"
     );
-    let streamed: i64 = client
-        .query_one(
-            "SELECT coalesce(sum(stream_txns), 0)::int8 FROM pg_stat_replication_slots WHERE slot_name = $1",
-            &[&p.slot],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert!(
-        streamed > 0,
-        "the transaction was not streamed (stream_txns = 0)"
-    );
+    crate::postgres::ddl::assert_streamed(&client, &p.slot).await;
 }
 
 /// `ADD COLUMN … DEFAULT` inside a transaction that is streamed (pgoutput v2) and stays open
@@ -969,32 +992,22 @@ async fn a_default_added_inside_a_long_streamed_transaction_replicates() {
         return; // v2 tables stop on a DEFAULT (README)
     }
     let a = unique("sdefs");
-    let (b, filler, role) = (format!("{a}_b"), format!("{a}_f"), format!("{a}_r"));
+    let b = format!("{a}_b");
     let client = connect(&env.pg_url).await;
     exec(
         &client,
         &format!(
-            "DROP TABLE IF EXISTS {a}, {b}, {filler};
+            "DROP TABLE IF EXISTS {a}, {b};
              CREATE TABLE {a} (id int4 PRIMARY KEY, x int4);
              INSERT INTO {a} SELECT g, g FROM generate_series(1, 50) g;
              CREATE TABLE {b} (id int4 PRIMARY KEY, x int4);
-             INSERT INTO {b} SELECT g, g FROM generate_series(1, 50) g;
-             CREATE TABLE {filler} (id int4, t text);
-             DROP ROLE IF EXISTS {role}; CREATE ROLE {role} SUPERUSER LOGIN REPLICATION;
-             ALTER ROLE {role} SET logical_decoding_work_mem = '64kB';"
+             INSERT INTO {b} SELECT g, g FROM generate_series(1, 50) g;"
         ),
     )
     .await;
-    let settings = Settings {
-        url: Some(crate::postgres::ddl::role_url(&env.pg_url, &role)),
-        ..Settings::default()
-    };
-    let mut p = Pipeline::new(&env, &a, &[&a, &b], &settings);
-    p.on_cleanup(format!(
-        "DROP TABLE IF EXISTS {a}, {b}, {filler}; DROP ROLE IF EXISTS {role}"
-    ));
-    p.start();
-    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    let mut bed = Streamed::start(&env, &client, &a, &[&a, &b]).await;
+    let fill = bed.fill();
+    let p = &mut bed.p;
     // `b` has a change before the transaction (its columns are known: the added column is read
     // as added); `a` has none (its first Relation is the transaction's: read as stored).
     exec(&client, &format!("UPDATE {b} SET x = -x WHERE id = 1")).await;
@@ -1009,7 +1022,7 @@ async fn a_default_added_inside_a_long_streamed_transaction_replicates() {
              UPDATE {b} SET x = 0 WHERE id = 9;
              ALTER TABLE {b} ADD COLUMN c int4 DEFAULT 8;
              UPDATE {b} SET x = 1 WHERE id = 9;
-             INSERT INTO {filler} SELECT g, repeat('f', 100) FROM generate_series(1, 5000) g;
+             {fill}
              SELECT pg_sleep(12);
              COMMIT;"
         ),
@@ -1018,6 +1031,7 @@ async fn a_default_added_inside_a_long_streamed_transaction_replicates() {
     exec(&client, &format!("UPDATE {a} SET x = -x WHERE id <= 3")).await;
     p.assert_equal(&a, 60).await;
     p.assert_equal(&b, 60).await;
+    crate::postgres::ddl::assert_streamed(&client, &p.slot).await;
     p.assert_running();
 }
 
@@ -1037,30 +1051,19 @@ async fn a_stored_default_reaches_a_transaction_committed_inside_a_streamed_one(
         return; // v2 tables stop on a DEFAULT (README)
     }
     let a = unique("sdefc");
-    let (filler, role) = (format!("{a}_f"), format!("{a}_r"));
     let client = connect(&env.pg_url).await;
     exec(
         &client,
         &format!(
-            "DROP TABLE IF EXISTS {a}, {filler};
+            "DROP TABLE IF EXISTS {a};
              CREATE TABLE {a} (id int4 PRIMARY KEY, x int4);
-             INSERT INTO {a} SELECT g, g FROM generate_series(1, 50) g;
-             CREATE TABLE {filler} (id int4, t text);
-             DROP ROLE IF EXISTS {role}; CREATE ROLE {role} SUPERUSER LOGIN REPLICATION;
-             ALTER ROLE {role} SET logical_decoding_work_mem = '64kB';"
+             INSERT INTO {a} SELECT g, g FROM generate_series(1, 50) g;"
         ),
     )
     .await;
-    let settings = Settings {
-        url: Some(crate::postgres::ddl::role_url(&env.pg_url, &role)),
-        ..Settings::default()
-    };
-    let mut p = Pipeline::new(&env, &a, &[&a], &settings);
-    p.on_cleanup(format!(
-        "DROP TABLE IF EXISTS {a}, {filler}; DROP ROLE IF EXISTS {role}"
-    ));
-    p.start();
-    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    let mut bed = Streamed::start(&env, &client, &a, &[&a]).await;
+    let fill = bed.fill();
+    let p = &mut bed.p;
     p.assert_equal(&a, 60).await;
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0), "{st}");
@@ -1075,7 +1078,7 @@ async fn a_stored_default_reaches_a_transaction_committed_inside_a_streamed_one(
     let streamed_tx = format!(
         "BEGIN;
          UPDATE {a} SET x = 0 WHERE id = 7;
-         INSERT INTO {filler} SELECT g, repeat('f', 100) FROM generate_series(1, 5000) g;
+         {fill}
          SELECT pg_sleep(4);
          COMMIT;"
     );
@@ -1087,17 +1090,6 @@ async fn a_stored_default_reaches_a_transaction_committed_inside_a_streamed_one(
     exec(&client, &format!("UPDATE {a} SET x = -x WHERE id <= 3")).await;
     open.await.unwrap();
     p.assert_equal(&a, 60).await;
-    let streamed: i64 = client
-        .query_one(
-            "SELECT coalesce(sum(stream_txns), 0)::int8 FROM pg_stat_replication_slots WHERE slot_name = $1",
-            &[&p.slot],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert!(
-        streamed > 0,
-        "the transaction was not streamed (stream_txns = 0)"
-    );
+    crate::postgres::ddl::assert_streamed(&client, &p.slot).await;
     p.assert_running();
 }
