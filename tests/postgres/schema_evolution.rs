@@ -896,7 +896,14 @@ struct Streamed {
 }
 
 impl Streamed {
-    async fn start(env: &TestEnv, client: &Client, name: &str, tables: &[&str]) -> Streamed {
+    /// `before`: SQL run once the pipeline is set up, before cdcd starts.
+    async fn start(
+        env: &TestEnv,
+        client: &Client,
+        name: &str,
+        tables: &[&str],
+        before: &str,
+    ) -> Streamed {
         let (filler, role) = (format!("{name}_f"), format!("{name}_r"));
         exec(
             client,
@@ -916,6 +923,9 @@ impl Streamed {
             "DROP TABLE IF EXISTS {}, {filler}; DROP ROLE IF EXISTS {role}",
             tables.join(", ")
         ));
+        if !before.is_empty() {
+            exec(client, before).await;
+        }
         p.start();
         p.wait_slot_active(client, Duration::from_secs(120)).await;
         Streamed { p, filler }
@@ -950,7 +960,7 @@ async fn a_column_readded_inside_a_streamed_transaction_stops() {
         ),
     )
     .await;
-    let mut bed = Streamed::start(&env, &client, &a, &[&a]).await;
+    let mut bed = Streamed::start(&env, &client, &a, &[&a], "").await;
     let fill = bed.fill();
     let p = &mut bed.p;
     exec(&client, &format!("UPDATE {a} SET x = -x WHERE id <= 5")).await;
@@ -1005,7 +1015,7 @@ async fn a_default_added_inside_a_long_streamed_transaction_replicates() {
         ),
     )
     .await;
-    let mut bed = Streamed::start(&env, &client, &a, &[&a, &b]).await;
+    let mut bed = Streamed::start(&env, &client, &a, &[&a, &b], "").await;
     let fill = bed.fill();
     let p = &mut bed.p;
     // `b` has a change before the transaction (its columns are known: the added column is read
@@ -1061,7 +1071,7 @@ async fn a_stored_default_reaches_a_transaction_committed_inside_a_streamed_one(
         ),
     )
     .await;
-    let mut bed = Streamed::start(&env, &client, &a, &[&a]).await;
+    let mut bed = Streamed::start(&env, &client, &a, &[&a], "").await;
     let fill = bed.fill();
     let p = &mut bed.p;
     p.assert_equal(&a, 60).await;
@@ -1092,4 +1102,61 @@ async fn a_stored_default_reaches_a_transaction_committed_inside_a_streamed_one(
     p.assert_equal(&a, 60).await;
     crate::postgres::ddl::assert_streamed(&client, &p.slot).await;
     p.assert_running();
+}
+
+/// With a publication of all tables (`FOR ALL TABLES`, which cdcd accepts), one streamed
+/// transaction renames the captured table away and creates another under its name, with rows.
+/// Its Relation message comes while the transaction is open, when the catalog still shows the
+/// captured table under the name: cdcd must not take the new table for an older one of that
+/// name and skip its rows. It stops, naming the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_taking_the_name_inside_a_streamed_transaction_stops() {
+    let Some(env) = test_env("a_table_taking_the_name_inside_a_streamed_transaction_stops") else {
+        return;
+    };
+    let a = unique("sswap");
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {a}, {a}_old;
+             CREATE TABLE {a} (id int4 PRIMARY KEY, x int4);
+             INSERT INTO {a} SELECT g, g FROM generate_series(1, 50) g;"
+        ),
+    )
+    .await;
+    let mut bed = Streamed::start(
+        &env,
+        &client,
+        &a,
+        &[&a],
+        &format!("CREATE PUBLICATION cdcd_{a} FOR ALL TABLES"),
+    )
+    .await;
+    let fill = bed.fill();
+    let p = &mut bed.p;
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}_old"));
+    exec(&client, &format!("UPDATE {a} SET x = -x WHERE id <= 5")).await;
+    p.assert_equal(&a, 60).await;
+    exec(
+        &client,
+        &format!(
+            "BEGIN;
+             ALTER TABLE {a} RENAME TO {a}_old;
+             CREATE TABLE {a} (id int4 PRIMARY KEY, x int4);
+             INSERT INTO {a} SELECT g, 1000 + g FROM generate_series(1, 10) g;
+             {fill}
+             SELECT pg_sleep(2);
+             COMMIT;"
+        ),
+    )
+    .await;
+    let status = p.wait_exit(Duration::from_secs(60)).await;
+    assert!(!status.success(), "cdcd must stop, got {status}");
+    let out = p.output();
+    assert!(
+        out.contains(&format!("public.{a}")) && out.contains("created again"),
+        "the stop names the table:\n{out}"
+    );
+    crate::postgres::ddl::assert_streamed(&client, &p.slot).await;
 }

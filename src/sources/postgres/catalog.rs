@@ -141,6 +141,40 @@ pub async fn await_visible(client: &Client, xid: u32) -> Result<(), SourceError>
     })
 }
 
+/// Where transaction `xid` stands (`txid_status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XactStatus {
+    Committed,
+    Aborted,
+    InProgress,
+}
+
+/// Whether transaction `xid` (a recent one: widened to a txid as in [`await_visible`]) has
+/// committed, aborted, or is still in progress. A transaction too old for the commit log to
+/// say is long finished; cdcd only asks about one it has just seen, so that counts as committed.
+pub async fn xact_status(client: &Client, xid: u32) -> Result<XactStatus, SourceError> {
+    let status: Option<String> = client
+        .query_one(
+            "WITH s AS (SELECT txid_current_snapshot() AS snap),
+                  x AS (SELECT txid_snapshot_xmax(snap) >> 32 AS epoch,
+                               txid_snapshot_xmax(snap) & 4294967295 AS low FROM s)
+             SELECT txid_status(GREATEST(epoch + CASE
+                        WHEN $1::int8 - low > 2147483648 THEN -1
+                        WHEN low - $1::int8 > 2147483648 THEN 1
+                        ELSE 0 END, 0) * 4294967296 + $1::int8)
+             FROM x",
+            &[&i64::from(xid)],
+        )
+        .await
+        .map_err(|e| server("reading a transaction's status", &e))?
+        .get(0);
+    Ok(match status.as_deref() {
+        Some("aborted") => XactStatus::Aborted,
+        Some("in progress") => XactStatus::InProgress,
+        _ => XactStatus::Committed,
+    })
+}
+
 /// Whether the relation with `oid` exists now and is named `table`.
 pub async fn oid_is_named(client: &Client, oid: u32, table: &TableId) -> Result<bool, SourceError> {
     let row = client

@@ -151,6 +151,39 @@ impl Streaming<'_> {
         }
     }
 
+    /// A Relation message of relation `oid`, named like captured relation `captured` but not it.
+    /// If the captured table still has its name, `oid` is an older table of that name (a replay
+    /// from before it was created): its changes are skipped (`mark_stale`). Otherwise another
+    /// table took the name: left unmarked, the assembler stops on it, never skips it.
+    ///
+    /// The catalog must be read as the message's transaction left it: once it is visible when
+    /// it was sent committed. A streamed one may still be open, with the rename that freed the
+    /// name not yet visible: the read would find the captured table under its name and skip the
+    /// new table's rows. So a streamed transaction still in progress is not judged (the stop
+    /// comes; a restart after it commits or aborts judges it then), and one that aborted is
+    /// skipped whole (none of its changes is ever applied).
+    async fn judge_foreign_relation(&mut self, oid: u32, captured: u32) -> Result<(), SourceError> {
+        let Some(table) = self.assembler.captured_table(captured).cloned() else {
+            return Ok(());
+        };
+        match self.assembler.open_xid() {
+            Some(OpenXid::Committed(xid)) => catalog::await_visible(self.client, xid).await?,
+            Some(OpenXid::Streamed(xid)) => match catalog::xact_status(self.client, xid).await? {
+                catalog::XactStatus::Committed => catalog::await_visible(self.client, xid).await?,
+                catalog::XactStatus::Aborted => {
+                    self.assembler.mark_stale(oid);
+                    return Ok(());
+                }
+                catalog::XactStatus::InProgress => return Ok(()),
+            },
+            None => {}
+        }
+        if catalog::oid_is_named(self.client, captured, &table).await? {
+            self.assembler.mark_stale(oid);
+        }
+        Ok(())
+    }
+
     /// Stops when a column of captured table `table` (relation `oid`) was dropped and added
     /// again since cdcd last read its column numbers (`state.rs`), then records them.
     async fn check_attnums(&mut self, oid: u32, table: &TableId) -> Result<(), SourceError> {
@@ -241,17 +274,7 @@ impl Streaming<'_> {
                     self.assembler.add_types(&missing, found);
                 }
                 if let Some((oid, captured)) = self.assembler.foreign_relation(&data) {
-                    // The captured table still under its name: `oid` is an older table of that
-                    // name (a replay). Otherwise another table took the name: a stop, not a skip.
-                    let table = self.assembler.captured_table(captured).cloned();
-                    if let Some(table) = table {
-                        if let Some(OpenXid::Committed(xid)) = self.assembler.open_xid() {
-                            catalog::await_visible(self.client, xid).await?;
-                        }
-                        if catalog::oid_is_named(self.client, captured, &table).await? {
-                            self.assembler.mark_stale(oid);
-                        }
-                    }
+                    self.judge_foreign_relation(oid, captured).await?;
                 }
                 if let Some((oid, table, first)) = self.assembler.captured_relation(&data) {
                     let added = self
