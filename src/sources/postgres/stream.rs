@@ -270,6 +270,10 @@ impl Streaming<'_> {
                     if missing.is_empty() {
                         break;
                     }
+                    // A type the transaction created is in the catalog once it is visible.
+                    if let Some(OpenXid::Committed(xid)) = self.assembler.open_xid() {
+                        catalog::await_visible(self.client, xid).await?;
+                    }
                     let found = catalog::lookup_types(self.client, &missing).await?;
                     self.assembler.add_types(&missing, found);
                 }
