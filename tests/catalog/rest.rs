@@ -468,9 +468,10 @@ async fn a_rewrite_by_another_engine_is_built_upon() {
         t,
     } = Bed::orders(&env, "catrestshare").await;
     // The daemon's own maintenance off (the other engine maintains this table); compaction
-    // eager so the other engine's cycle rewrites the few small files there are.
+    // eager so the other engine's cycle rewrites the few small files there are, and the file
+    // the first cycle wrote once the next changes delete some of its rows.
     let sink_extra = format!(
-        "maintenance_interval_ms = 0\n{}\n[sink.table_properties]\n\"cdcd.compaction.min-input-files\" = \"2\"\n",
+        "maintenance_interval_ms = 0\n{}\n[sink.table_properties]\n\"cdcd.compaction.min-input-files\" = \"2\"\n\"cdcd.compaction.delete-ratio-percent\" = \"1\"\n",
         catalog_section(&server.uri, &format!("token = {KEY:?}"))
     );
     let settings = Settings {
