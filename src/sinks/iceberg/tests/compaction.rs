@@ -776,11 +776,17 @@ async fn measure_compaction() {
     let next_commit_ms = started.elapsed().as_millis();
     eprintln!(
         "{commits} commits in {stream_ms} ms; before: {} data files, {} vectors, scan {scan_before:?}; \
-         cycle {compact_ms} ms: {r:?}; after: {} data files, {} vectors, scan {scan_after:?}; \
+         cycle {compact_ms} ms: {r:?}; after: {} data files ({} bytes), {} vectors, scan {scan_after:?}; \
          next commit {next_commit_ms} ms",
         before.files.data.len(),
         before.dvs.len(),
         after.files.data.len(),
+        after
+            .files
+            .data
+            .iter()
+            .map(|f| f.file.file_size_in_bytes())
+            .sum::<u64>(),
         after.dvs.len(),
     );
 }
