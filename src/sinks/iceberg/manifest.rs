@@ -171,11 +171,10 @@ fn carry_entries(
         let sequence = e.sequence_number().unwrap_or(old.sequence_number);
         let file_sequence = Some(e.file_sequence_number.unwrap_or(old.sequence_number));
         let mut file = e.data_file().clone();
-        if let (Some(next), None, DataContentType::Data) =
-            (next_row_id, file.first_row_id(), file.content_type())
-        {
-            next_row_id = Some(next.saturating_add(file.record_count()));
-            file = with_first_row_id(&file, next, old)?;
+        if file.first_row_id().is_none() {
+            if let Some(inherited) = inherit_first_row_id(&mut next_row_id, &file) {
+                file = with_first_row_id(&file, inherited, old)?;
+            }
         }
         if remove(&file) {
             removed.push(file);
@@ -188,6 +187,22 @@ fn carry_entries(
             .map_err(ice(format!("adding an entry to {location}")))?;
     }
     Ok((kept, removed))
+}
+
+/// The first row id of data file `file`, the next live entry of a manifest (Iceberg spec, "First
+/// Row ID Inheritance"): its own, or, when it has none, `next` (the manifest's `first_row_id`
+/// plus the record counts of the live entries before it that had none), which it advances.
+/// `None` for a delete file, or a manifest without row ids (written before v3).
+pub(crate) fn inherit_first_row_id(next: &mut Option<u64>, file: &DataFile) -> Option<u64> {
+    if file.content_type() != DataContentType::Data {
+        return None;
+    }
+    if let Some(own) = file.first_row_id() {
+        return u64::try_from(own).ok();
+    }
+    let inherited = *next;
+    *next = inherited.map(|n| n.saturating_add(file.record_count()));
+    inherited
 }
 
 /// `file`, listed by `old`, with an explicit first row id (iceberg's `DataFile` has no setter).

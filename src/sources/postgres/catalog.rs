@@ -102,27 +102,29 @@ pub async fn column_attnums(
     Ok(out)
 }
 
+/// The start of a statement that widens the 32-bit xid `$1` of a recent transaction (within 2^31
+/// of the current snapshot's `xmax` either way) to a 64-bit txid with that `xmax`'s epoch: a
+/// relation `t(snap, txid)`, `snap` the statement's own snapshot.
+const RECENT_TXID: &str = "WITH s AS (SELECT txid_current_snapshot() AS snap),
+     x AS (SELECT snap, txid_snapshot_xmax(snap) >> 32 AS epoch,
+                  txid_snapshot_xmax(snap) & 4294967295 AS low FROM s),
+     t AS (SELECT snap, GREATEST(epoch + CASE
+                   WHEN $1::int8 - low > 2147483648 THEN -1
+                   WHEN low - $1::int8 > 2147483648 THEN 1
+                   ELSE 0 END, 0) * 4294967296 + $1::int8 AS txid FROM x)";
+
 /// Waits until a new snapshot sees transaction `xid`, which has committed; every later read
 /// then sees it too.
 ///
 /// The walsender sends a transaction once its commit record is flushed, and the committing
 /// backend becomes visible to new snapshots only after that: a catalog read in between would
-/// find the catalog as it was before the transaction's DDL. The 32-bit `xid` of the stream is
-/// widened to a txid with the epoch of the snapshot's `xmax` (the transaction is recent: within
-/// 2^31 of it either way).
+/// find the catalog as it was before the transaction's DDL (`xid`: [`RECENT_TXID`]).
 pub async fn await_visible(client: &Client, xid: u32) -> Result<(), SourceError> {
     const ATTEMPTS: u32 = 500;
     for _ in 0..ATTEMPTS {
         let seen: bool = client
             .query_one(
-                "WITH s AS (SELECT txid_current_snapshot() AS snap),
-                      x AS (SELECT snap, txid_snapshot_xmax(snap) >> 32 AS epoch,
-                                   txid_snapshot_xmax(snap) & 4294967295 AS low FROM s)
-                 SELECT txid_visible_in_snapshot(GREATEST(epoch + CASE
-                            WHEN $1::int8 - low > 2147483648 THEN -1
-                            WHEN low - $1::int8 > 2147483648 THEN 1
-                            ELSE 0 END, 0) * 4294967296 + $1::int8, snap)
-                 FROM x",
+                &format!("{RECENT_TXID} SELECT txid_visible_in_snapshot(txid, snap) FROM t"),
                 &[&i64::from(xid)],
             )
             .await
@@ -149,20 +151,13 @@ pub enum XactStatus {
     InProgress,
 }
 
-/// Whether transaction `xid` (a recent one: widened to a txid as in [`await_visible`]) has
+/// Whether transaction `xid` (a recent one: [`RECENT_TXID`]) has
 /// committed, aborted, or is still in progress. A transaction too old for the commit log to
 /// say is long finished; cdcd only asks about one it has just seen, so that counts as committed.
 pub async fn xact_status(client: &Client, xid: u32) -> Result<XactStatus, SourceError> {
     let status: Option<String> = client
         .query_one(
-            "WITH s AS (SELECT txid_current_snapshot() AS snap),
-                  x AS (SELECT txid_snapshot_xmax(snap) >> 32 AS epoch,
-                               txid_snapshot_xmax(snap) & 4294967295 AS low FROM s)
-             SELECT txid_status(GREATEST(epoch + CASE
-                        WHEN $1::int8 - low > 2147483648 THEN -1
-                        WHEN low - $1::int8 > 2147483648 THEN 1
-                        ELSE 0 END, 0) * 4294967296 + $1::int8)
-             FROM x",
+            &format!("{RECENT_TXID} SELECT txid_status(txid) FROM t"),
             &[&i64::from(xid)],
         )
         .await

@@ -117,6 +117,26 @@ impl Streaming<'_> {
         Ok(())
     }
 
+    /// Keeps `read` for the Stream Commit of `xid`, merged with one of the same table there
+    /// already (a streamed transaction sends a table's Relation again after each DDL).
+    fn defer_read(&mut self, xid: u32, read: CatalogRead) {
+        let same = self
+            .streamed_reads
+            .iter_mut()
+            .find(|(x, r)| *x == xid && r.oid == read.oid);
+        match same {
+            Some((_, kept)) => {
+                kept.first |= read.first;
+                for column in read.added {
+                    if !kept.added.contains(&column) {
+                        kept.added.push(column);
+                    }
+                }
+            }
+            None => self.streamed_reads.push((xid, read)),
+        }
+    }
+
     /// The reads a streamed transaction's Relation messages asked for, once it has ended
     /// (`payload` is its Stream Commit or Stream Abort; any other payload: nothing).
     async fn read_catalog_for_stream(&mut self, payload: &[u8]) -> Result<(), SourceError> {
@@ -303,7 +323,7 @@ impl Streaming<'_> {
                                     self.assembler.set_added_defaults(oid, stored);
                                 }
                             }
-                            self.streamed_reads.push((xid, read));
+                            self.defer_read(xid, read);
                         }
                         Some(OpenXid::Committed(xid)) => {
                             catalog::await_visible(self.client, xid).await?;

@@ -6,18 +6,18 @@
 //!
 //! A data file's `first_row_id` is inherited when its manifest entry has none (spec, "First Row
 //! ID Inheritance"): the manifest's `first_row_id` plus the record counts of the live entries
-//! before it that have none, the rule `manifest::carry_entries` follows when it makes them
-//! explicit.
+//! before it that have none (`manifest::inherit_first_row_id`, which a manifest rewrite also uses
+//! to make them explicit).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field};
-use iceberg::spec::{DataContentType, Manifest, TableMetadata};
+use iceberg::spec::{Manifest, TableMetadata};
 use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 
-use crate::sinks::iceberg::manifest::{load_manifests, read};
+use crate::sinks::iceberg::manifest::{inherit_first_row_id, load_manifests, read};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
@@ -60,17 +60,7 @@ pub(crate) async fn first_row_ids(
         let mut next = m.first_row_id;
         for e in manifest.entries().iter().filter(|e| e.is_alive()) {
             let file = e.data_file();
-            if file.content_type() != DataContentType::Data {
-                continue;
-            }
-            let first = match file.first_row_id() {
-                Some(explicit) => u64::try_from(explicit).ok(),
-                None => {
-                    let inherited = next;
-                    next = next.map(|n| n.saturating_add(file.record_count()));
-                    inherited
-                }
-            };
+            let first = inherit_first_row_id(&mut next, file);
             if let Some(first) = first.filter(|_| paths.contains(file.file_path())) {
                 out.insert(file.file_path().to_owned(), first);
             }
