@@ -44,7 +44,11 @@
 //!   position the pipeline holds its acknowledgements at; the pipeline has not restarted to
 //!   replay into it, the live table is still the old one.
 //! - [`RESYNC_BEFORE_SWAP`] (Iceberg resync, `sinks/iceberg/mod.rs`): the lineage's commit that
-//!   replaces the live table is durable; the swap is not done, readers see the old table.
+//!   replaces the live table is durable; the swap is not done, readers see the old table. Also
+//!   on the LSM sink (`sinks/lsm/mod.rs`).
+//! - [`LSM_SWAP_BEFORE_SNAPSHOT`] (Paimon resync, `sinks/lsm/resync.rs`): the lineage's schemas
+//!   are written as the live table's newest and its files copied into the live table; the
+//!   `OVERWRITE` snapshot is not, so readers see the old table (under a schema with the new columns).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -81,6 +85,8 @@ pub const COMPACT_REWRITTEN: &str = "compact-rewritten";
 pub const RESYNC_COPIED: &str = "resync-copied";
 /// A resync lineage's swapping commit is durable; the swap is not done.
 pub const RESYNC_BEFORE_SWAP: &str = "resync-before-swap";
+/// A Paimon swap wrote the live table's schemas and copied the files; no snapshot yet.
+pub const LSM_SWAP_BEFORE_SNAPSHOT: &str = "lsm-swap-before-snapshot";
 
 /// The crash point named by `CDCD_FAILPOINT` and at which hit it fires, read once.
 fn armed() -> Option<&'static (String, u64)> {

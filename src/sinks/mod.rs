@@ -23,6 +23,7 @@ pub mod iceberg;
 mod key_prefix;
 pub mod lsm;
 pub mod pk_index;
+pub mod resync;
 mod wanted;
 
 pub use wanted::MaintenanceWanted;
@@ -274,7 +275,7 @@ pub trait Sink: Send + Sync {
 /// A sink failed. Each variant names the table or path involved.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
-    #[error("schema of {table} changed ({detail}); this sink cannot apply that change (docs/guarantees.md, \"Schema changes\"): copy the table again under its new schema (Iceberg: `cdcd resync --table {table}`, then start cdcd; otherwise recreate the replica), or remove the table from source.tables")]
+    #[error("schema of {table} changed ({detail}); this sink cannot apply that change (docs/guarantees.md, \"Schema changes\"): copy the table again under its new schema (`cdcd resync --table {table}`, then start cdcd), or remove the table from source.tables")]
     SchemaChanged { table: TableId, detail: String },
     #[error("column {column} of {table}: type {data_type} cannot be stored in {sink}")]
     UnsupportedType {

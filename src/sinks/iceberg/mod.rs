@@ -109,7 +109,7 @@ pub struct IcebergSink {
     said_no_transactions: std::sync::atomic::AtomicBool,
     /// Tables under resync ([`Sink::resync`]) and their request ids: their commits go to the new
     /// lineage at `<table>/resync-<id>` (resync.rs) until it replaces the live table.
-    resyncs: Mutex<HashMap<TableId, resync::Lineage>>,
+    resyncs: Mutex<HashMap<TableId, crate::sinks::resync::Lineage>>,
     /// The catalog of resync lineages: always the filesystem (a lineage is cdcd's own until
     /// the swap publishes it through [`IcebergSink::catalog`]).
     lineage_catalog: Catalog,

@@ -21,6 +21,7 @@ use super::manifest::{self, DataFileMeta, FileKind, ManifestEntry, ManifestFileM
 use super::schema::PaimonSchema;
 use crate::changelog::TableId;
 use crate::failpoints;
+use crate::sinks::resync::RESYNC_ID_PROPERTY;
 use crate::sinks::SinkError;
 use crate::storage::{put_create, Created, Warehouse};
 
@@ -140,6 +141,10 @@ pub struct TableState {
     /// `RENAME COLUMN`), to the current name: files written under those schemas hold the old
     /// name (cdcd's files carry no field ids; Paimon readers map by the file's `_SCHEMA_ID`).
     pub aliases: HashMap<String, String>,
+    /// The oldest schema of the table's current lineage: a resync's swap (`resync.rs`) starts
+    /// a new one, and schemas before it describe files no snapshot from the swap on holds, so
+    /// they say nothing about names the table had (renames, dropped columns).
+    pub lineage_start: i64,
 }
 
 impl TableState {
@@ -183,6 +188,16 @@ pub async fn put(w: &Warehouse, location: &str, data: Vec<u8>) -> Result<(), Sin
         .await
         .map_err(storage(location))?;
     Ok(())
+}
+
+/// Copies the object at `from` to `to`, replacing what is there (server-side on S3, a hard link
+/// on local disk where it can).
+pub async fn copy(w: &Warehouse, from: &str, to: &str) -> Result<(), SinkError> {
+    let (source, target) = (w.path(from)?, w.path(to)?);
+    w.store()
+        .copy(&source, &target)
+        .await
+        .map_err(storage(from))
 }
 
 pub async fn delete(w: &Warehouse, location: &str) -> Result<(), SinkError> {
@@ -333,13 +348,25 @@ pub async fn load(w: &Warehouse, location: &str) -> Result<Option<TableState>, S
         next_sequence: 0,
         commit_user: uuid::Uuid::new_v4().to_string(),
         aliases: HashMap::new(),
+        lineage_start: 0,
     };
-    for id in 0..schema_id {
-        if let Some(older) = read_schema(w, location, id).await? {
-            state
-                .aliases
-                .extend(super::schema::aliases(&older, &state.schema));
+    let resync = state.schema.options.get(RESYNC_ID_PROPERTY).cloned();
+    let mut older = Vec::new();
+    for id in (0..schema_id).rev() {
+        let Some(schema) = read_schema(w, location, id).await? else {
+            continue;
+        };
+        if schema.options.get(RESYNC_ID_PROPERTY) != resync.as_ref() {
+            break;
         }
+        state.lineage_start = id;
+        older.push(schema);
+    }
+    // Oldest first: a name used twice maps to what its latest use became.
+    for schema in older.iter().rev() {
+        state
+            .aliases
+            .extend(super::schema::aliases(schema, &state.schema));
     }
     let Some(id) = latest_id(w, location).await? else {
         return Ok(Some(state));

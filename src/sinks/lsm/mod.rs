@@ -78,6 +78,7 @@ mod lookup;
 pub mod manifest;
 mod placement;
 pub mod plan;
+mod resync;
 pub mod schema;
 mod writer;
 
@@ -117,6 +118,9 @@ struct Inner {
     tables: Mutex<HashMap<TableId, Arc<Handle>>>,
     /// `source.schema_change`: with `stop`, a commit that would change a table's schema fails.
     schema_change: crate::config::SchemaChangePolicy,
+    /// Tables under resync ([`Sink::resync`]): their commits go to the lineage at
+    /// `<table>/resync-<id>` (resync.rs) until it replaces the live table.
+    resyncs: Mutex<HashMap<TableId, crate::sinks::resync::Lineage>>,
 }
 
 /// Writes Paimon primary-key tables under one warehouse for one pipeline.
@@ -171,6 +175,7 @@ impl LsmSink {
                 },
                 tables: Mutex::new(HashMap::new()),
                 schema_change: crate::config::SchemaChangePolicy::default(),
+                resyncs: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -189,7 +194,7 @@ impl LsmSink {
 
     /// `<warehouse>/<namespace>.db/<table>`; namespace = the configured one or the source schema.
     pub fn table_location(&self, table: &TableId) -> String {
-        self.inner.table_location(table)
+        self.inner.live_location(table)
     }
 
     /// Live data files per bucket (for the benchmark and tests).
@@ -399,7 +404,18 @@ impl TableState {
 }
 
 impl Inner {
+    /// Where `table`'s commits go now: its resync lineage while one is under way (resync.rs),
+    /// else the live table.
     fn table_location(&self, table: &TableId) -> String {
+        let live = self.live_location(table);
+        match self.lineage(table) {
+            Some(lineage) => crate::sinks::resync::lineage_location(&live, &lineage.id),
+            None => live,
+        }
+    }
+
+    /// `<warehouse>/<namespace>.db/<table>`: the table readers read.
+    fn live_location(&self, table: &TableId) -> String {
         let ns = self.config.namespace.as_deref().unwrap_or(&table.namespace);
         self.warehouse.location(&[&format!("{ns}.db"), &table.name])
     }
@@ -493,7 +509,7 @@ impl Inner {
         // Only a schema the table really had is a replay; anything else (a narrowing on the
         // source) is left to `ensure_created`, which refuses it.
         let mut had = false;
-        for id in (0..state.schema.id).rev() {
+        for id in (state.lineage_start..state.schema.id).rev() {
             let older = commit::read_schema(&self.warehouse, &state.location, id).await?;
             if older.is_some_and(|older| schema::difference(&older, &wanted).is_none()) {
                 had = true;
@@ -557,7 +573,7 @@ impl Inner {
         Err(SinkError::SchemaChanged {
             table: schema.id.clone(),
             detail: format!(
-                "column {} is added with a default the existing rows hold; a Paimon table has no initial default (they would read NULL): add the column without a default and backfill it with UPDATE",
+                "column {} is added with a default the existing rows hold; a Paimon table has no initial default (they would read NULL)",
                 added.join(", ")
             ),
         })
@@ -609,8 +625,8 @@ impl Inner {
             let location = self.table_location(table);
             // A name an earlier schema had: cdcd reads older files by name (lookups,
             // compaction), so a dropped column's old values would show through.
-            let current = slot.as_ref().map(|s| s.schema.clone());
-            if let Some(current) = current {
+            let current = slot.as_ref().map(|s| (s.schema.clone(), s.lineage_start));
+            if let Some((current, lineage_start)) = current {
                 // Added columns, and columns renamed to a new name.
                 let added: Vec<&str> = next
                     .fields
@@ -624,7 +640,7 @@ impl Inner {
                     })
                     .map(|f| f.name.as_str())
                     .collect();
-                for id in 0..current.id {
+                for id in lineage_start..current.id {
                     let older = commit::read_schema(&self.warehouse, &location, id).await?;
                     if let Some(name) = older.and_then(|o| {
                         added
@@ -758,8 +774,20 @@ impl Sink for LsmSink {
     }
 
     fn resync_refusal(&self) -> Option<String> {
-        // A Paimon table has one snapshot lineage with no branch cdcd could swap in atomically.
-        Some("the lsm (Paimon) sink cannot copy a table into a new lineage beside the live one; to copy it again, stop cdcd, delete the table's directory (<warehouse>/<namespace>.db/<table>) and start cdcd: a table without a checkpoint is copied again while the others keep their positions".to_owned())
+        None
+    }
+
+    async fn resync(
+        &self,
+        table: &TableId,
+        id: &str,
+        mode: crate::sinks::ResyncMode,
+    ) -> Result<crate::sinks::ResyncState, SinkError> {
+        self.inner.begin_resync(table, id, mode).await
+    }
+
+    async fn abandon_resync(&self, table: &TableId, id: &str) {
+        self.inner.abandon_lineage(table, id).await;
     }
 
     /// Lets the tables' background compactions end, for up to [`SETTLE_GRACE`] in all: a clean
@@ -790,31 +818,11 @@ impl Sink for LsmSink {
         let mut guard = handle.state.lock().await;
         // Always from storage: a restart must see what is durable, not a cache.
         *guard = commit::load(&self.inner.warehouse, &self.inner.table_location(table)).await?;
-        let Some(state) = guard.as_ref() else {
-            return Ok(None);
-        };
-        // Walk back: a snapshot by another writer carries no checkpoint of this pipeline.
-        let mut next = state.snapshot.clone();
-        let location = state.location.clone();
-        let earliest = match &next {
-            Some(s) => commit::earliest_id(&self.inner.warehouse, &location, s.id)
-                .await?
-                .unwrap_or(1),
-            None => 1,
-        };
-        while let Some(s) = next {
-            if let Some(props) = &s.properties {
-                let props: HashMap<String, String> = props.clone().into_iter().collect();
-                if let Some(cp) = Checkpoint::from_properties(&self.inner.pipeline, &props)? {
-                    return Ok(Some(cp));
-                }
-            }
-            if s.id <= earliest {
-                break;
-            }
-            next = commit::read_snapshot(&self.inner.warehouse, &location, s.id - 1).await?;
+        match guard.as_ref() {
+            // Walk back: a snapshot by another writer carries no checkpoint of this pipeline.
+            Some(state) => self.inner.checkpoint_in(state).await,
+            None => Ok(None),
         }
-        Ok(None)
     }
 
     async fn commit(
@@ -823,7 +831,12 @@ impl Sink for LsmSink {
         changes: &[TableChanges],
         checkpoint: &Checkpoint,
     ) -> Result<CommitStats, SinkError> {
-        self.commit_inner(schema, changes, checkpoint).await
+        let mut stats = self.commit_inner(schema, changes, checkpoint).await?;
+        stats.resync_swapped = self
+            .inner
+            .swap_if_due(&schema.id, &checkpoint.position)
+            .await?;
+        Ok(stats)
     }
 
     async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError> {

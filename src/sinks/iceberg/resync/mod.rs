@@ -48,50 +48,17 @@ use super::catalog::TableRef;
 use super::commit::publish;
 use super::metadata::Loaded;
 use super::IcebergSink;
-use crate::changelog::Position;
 use crate::changelog::TableId;
+pub use crate::sinks::resync::{lineage_location, RESYNC_ID_PROPERTY};
+use crate::sinks::resync::Lineage;
 use crate::sinks::{ResyncMode, ResyncState, SinkError};
 
 mod rebase;
 
 use rebase::Rebase;
 
-/// The table property the swap sets: the id of the resync whose lineage the table now is.
-pub const RESYNC_ID_PROPERTY: &str = "cdcd.resync-id";
-
 /// How often the swap's commit is tried when another writer commits to the live table first.
 const SWAP_ATTEMPTS: u32 = 5;
-
-/// The location of resync `id`'s lineage of the table at `table_location`.
-pub fn lineage_location(table_location: &str, id: &str) -> String {
-    format!("{}/resync-{id}", table_location.trim_end_matches('/'))
-}
-
-/// A resync under way in this sink: its id, and which commit of the lineage swaps.
-#[derive(Debug, Clone)]
-pub(super) struct Lineage {
-    pub id: String,
-    mode: ResyncMode,
-    /// The live table's checkpoint when the resync was marked (`None`: no live table).
-    live: Option<Position>,
-}
-
-impl Lineage {
-    /// Whether the lineage's commit at `position` replaces the live table.
-    pub fn swaps_at(&self, position: &Position) -> bool {
-        if position.is_snapshot_incomplete() {
-            return false;
-        }
-        match self.mode {
-            ResyncMode::SwapAtCopyEnd => true,
-            ResyncMode::CopyOnly => false,
-            ResyncMode::SwapWhenCaughtUp => self
-                .live
-                .as_ref()
-                .is_none_or(|live| live.is_snapshot_incomplete() || position.covers(live)),
-        }
-    }
-}
 
 impl IcebergSink {
     /// The id of `table`'s resync under way in this sink, if any.
@@ -132,11 +99,11 @@ impl IcebergSink {
             Some(l) => super::pipeline_checkpoint(&self.pipeline, &l.metadata)?,
             None => None,
         };
-        let lineage = Lineage {
-            id: id.to_owned(),
+        let lineage = Lineage::new(
+            id,
             mode,
-            live: live_checkpoint.as_ref().map(|cp| cp.position.clone()),
-        };
+            live_checkpoint.as_ref().map(|cp| cp.position.clone()),
+        );
         if self.resync_id(table).is_some_and(|ours| ours == id) {
             if let Ok(mut resyncs) = self.resyncs.lock() {
                 resyncs.insert(table.clone(), lineage);
@@ -329,39 +296,5 @@ impl IcebergSink {
                 tracing::warn!(table = %table, file = %o.location, error = %e, "resync: cannot remove a metadata file of the lineage");
             }
         }
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_lineage_swaps_at_the_commit_its_mode_names() {
-        use crate::changelog::Lsn;
-        let pos = |n| Position::Postgres(Lsn(n));
-        let lineage = |mode, live| Lineage {
-            id: "x".into(),
-            mode,
-            live,
-        };
-        let incomplete = Position::snapshot_incomplete(&pos(1));
-        for mode in [
-            ResyncMode::SwapAtCopyEnd,
-            ResyncMode::CopyOnly,
-            ResyncMode::SwapWhenCaughtUp,
-        ] {
-            assert!(
-                !lineage(mode, Some(pos(10))).swaps_at(&incomplete),
-                "{mode:?}"
-            );
-        }
-        assert!(lineage(ResyncMode::SwapAtCopyEnd, Some(pos(10))).swaps_at(&pos(5)));
-        assert!(!lineage(ResyncMode::CopyOnly, Some(pos(10))).swaps_at(&pos(50)));
-        let caught_up = lineage(ResyncMode::SwapWhenCaughtUp, Some(pos(10)));
-        assert!(!caught_up.swaps_at(&pos(9)), "behind the live table");
-        assert!(caught_up.swaps_at(&pos(10)) && caught_up.swaps_at(&pos(11)));
-        assert!(lineage(ResyncMode::SwapWhenCaughtUp, None).swaps_at(&pos(1)));
     }
 }

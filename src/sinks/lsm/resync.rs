@@ -1,0 +1,456 @@
+//! Resync on the LSM sink (`cdcd resync --table T`): the table is copied again into a new
+//! lineage, a Paimon table of its own at `<table>/resync-<id>/`, and the complete lineage
+//! replaces the live table in one `OVERWRITE` snapshot.
+//!
+//! Where it sits: as on the Iceberg sink (`sinks/iceberg/resync/`), the pipeline marks the table
+//! ([`Inner::begin_resync`]) before it reads its checkpoint; from then on this sink loads,
+//! commits to, compacts and expires the lineage instead of the live table (`Inner::table_location`
+//! answers with the lineage's). Who fills it is the pipeline's business (`pipeline/resync.rs`).
+//! Readers (pypaimon, Flink, Spark) read the live table until the swap.
+//!
+//! The swap ([`Inner::swap`]), after the lineage's commit that the shared rule
+//! ([`Lineage::swaps_at`]) names, under the table's lock:
+//! 1. the lineage's schemas are written as the live table's next ones (`schema-(L+1+i)` for the
+//!    lineage's `schema-i`), each field id moved past every id the live table used and the
+//!    option `cdcd.resync-id = <id>` added: a Paimon reader maps a file's columns by the field
+//!    ids of the schema its `_SCHEMA_ID` names, so the lineage's files read the same under the
+//!    moved ids, and no id means two columns in one table's history;
+//! 2. the lineage's live data files are copied into the live table's `bucket-N/` (a server-side
+//!    copy on S3, a hard link on local disk): a Paimon manifest names a data file by its name
+//!    under the table's own bucket directory, so the files must be there;
+//! 3. one `OVERWRITE` snapshot of the live table deletes every file it held and adds the copies
+//!    (schema ids moved as in 1), carrying the lineage's checkpoint: what Paimon's own `INSERT
+//!    OVERWRITE` of a whole table commits, so readers see the old table or the new one, and
+//!    expiry later deletes the old files as it deletes any file a snapshot removed.
+//!
+//! Why this is exactly once: the lineage is an ordinary table with its own checkpoint, so a crash
+//! before the snapshot's create-if-absent put resumes the lineage (its schemas and copies in the
+//! live table are then unreferenced: the schemas are never a snapshot's, the copies are orphans
+//! for `cdcd cleanup`), and the next commit of the lineage swaps again. A crash after it finds the
+//! live table's newest snapshot written under a schema carrying `cdcd.resync-id = <id>`: the
+//! resync is done. The lineage's directory is deleted after the swap (best effort; a leftover is
+//! a table of its own to `cdcd cleanup`, never read).
+//!
+//! Later schema changes compare names only with the schemas from the swap on
+//! (`TableState::lineage_start`): a column the old table had dropped may come back in the copy.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+
+use futures::{StreamExt, TryStreamExt};
+
+use super::commit::{self, Change, TableState};
+use super::manifest::DataFileMeta;
+use super::schema::PaimonSchema;
+use super::Inner;
+use crate::changelog::{Position, TableId};
+use crate::checkpoint::Checkpoint;
+use crate::sinks::resync::{lineage_location, Lineage, RESYNC_ID_PROPERTY};
+use crate::sinks::{ResyncMode, ResyncState, SinkError};
+
+/// Data files copied at once during a swap.
+const COPY_CONCURRENCY: usize = 16;
+
+impl Inner {
+    /// `table`'s resync under way in this sink, if any.
+    pub(super) fn lineage(&self, table: &TableId) -> Option<Lineage> {
+        self.resyncs.lock().ok()?.get(table).cloned()
+    }
+
+    /// [`crate::sinks::Sink::resync`]: `Done` when the live table already is lineage `id`, else
+    /// the table is marked so its checkpoint and commits go to the lineage (and the lineage swaps
+    /// now when it already may: its copy completed before a crash).
+    pub(super) async fn begin_resync(
+        &self,
+        table: &TableId,
+        id: &str,
+        mode: ResyncMode,
+    ) -> Result<ResyncState, SinkError> {
+        let handle = self.handle(table);
+        let mut guard = handle.state.lock().await;
+        let live_location = self.live_location(table);
+        let live = commit::load(&self.warehouse, &live_location).await?;
+        if let Some(live) = &live {
+            if self.is_lineage(live, id).await? {
+                if self.lineage(table).is_some_and(|l| l.id == id) {
+                    self.forget(table);
+                    *guard = None;
+                }
+                self.remove_lineage(table, &lineage_location(&live_location, id))
+                    .await;
+                return Ok(ResyncState::Done);
+            }
+        }
+        let live_checkpoint = match &live {
+            Some(state) => self.checkpoint_in(state).await?,
+            None => None,
+        };
+        let lineage = Lineage::new(
+            id,
+            mode,
+            live_checkpoint.as_ref().map(|cp| cp.position.clone()),
+        );
+        if let Ok(mut resyncs) = self.resyncs.lock() {
+            resyncs.insert(table.clone(), lineage.clone());
+        }
+        // The cached state was the live table's (or an older mark's); expiry counts afresh.
+        *guard = None;
+        handle.expiry_tried.store(0, Ordering::Release);
+        self.ensure_loaded(table, &mut guard).await?;
+        let complete = match guard.as_ref() {
+            Some(state) => self
+                .checkpoint_in(state)
+                .await?
+                .is_some_and(|cp| lineage.swaps_at(&cp.position)),
+            None => false,
+        };
+        if complete {
+            self.swap(table, &lineage, &mut guard).await?;
+            return Ok(ResyncState::Done);
+        }
+        tracing::info!(table = %table, lineage = %lineage_location(&live_location, id), "resync: the table's commits go to a new lineage until its copy is complete");
+        Ok(ResyncState::UnderWay {
+            live: live_checkpoint,
+        })
+    }
+
+    /// After a commit of `table` at `position`: swaps its lineage in when the commit was the
+    /// one that replaces the live table. `Ok(true)`: swapped. Never `CommitConflict`: the
+    /// lineage's commit is durable, so the pipeline must not plan it again; a failed swap stops
+    /// the pipeline and the next start swaps.
+    pub(super) async fn swap_if_due(
+        &self,
+        table: &TableId,
+        position: &Position,
+    ) -> Result<bool, SinkError> {
+        let Some(lineage) = self.lineage(table).filter(|l| l.swaps_at(position)) else {
+            return Ok(false);
+        };
+        crate::failpoints::crash_point(crate::failpoints::RESYNC_BEFORE_SWAP);
+        let handle = self.handle(table);
+        let mut guard = handle.state.lock().await;
+        match self.swap(table, &lineage, &mut guard).await {
+            Ok(()) => Ok(true),
+            Err(SinkError::CommitConflict { version, .. }) => Err(SinkError::Data {
+                table: table.clone(),
+                detail: format!("resync: another writer took snapshot {version} of the live table during the swap; the lineage is complete and durable, the next start replaces the table with it"),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Replaces the live table with `lineage`, whose state is in `slot` (the table's lock is
+    /// held). Afterwards `slot` holds the live table and the sink no longer knows the lineage.
+    async fn swap(
+        &self,
+        table: &TableId,
+        lineage: &Lineage,
+        slot: &mut Option<TableState>,
+    ) -> Result<(), SinkError> {
+        self.ensure_loaded(table, slot).await?;
+        let Some(from) = slot.as_ref() else {
+            return Err(SinkError::Data {
+                table: table.clone(),
+                detail: "resync: the lineage to swap in has no schema".into(),
+            });
+        };
+        let live_location = self.live_location(table);
+        let swapped = Swap {
+            inner: self,
+            table,
+            id: &lineage.id,
+            lineage: from,
+            live_location: &live_location,
+        }
+        .run()
+        .await;
+        let live = match swapped {
+            Ok(live) => live,
+            Err(e) => {
+                // What is durable is reloaded by the next commit.
+                *slot = None;
+                return Err(e);
+            }
+        };
+        let lineage_dir = from.location.clone();
+        tracing::info!(table = %table, snapshot = live.snapshot_id(), files = live.files.values().map(Vec::len).sum::<usize>(), "resync: the new lineage replaced the live table");
+        *slot = Some(live);
+        self.forget(table);
+        self.handle(table).expiry_tried.store(0, Ordering::Release);
+        self.remove_lineage(table, &lineage_dir).await;
+        Ok(())
+    }
+
+    /// [`crate::sinks::Sink::abandon_resync`]: lineage `id` will be copied again under a new id;
+    /// its directory is deleted (nothing else references its files before a swap).
+    pub(super) async fn abandon_lineage(&self, table: &TableId, id: &str) {
+        if self.lineage(table).is_some_and(|l| l.id == id) {
+            self.forget(table);
+            *self.handle(table).state.lock().await = None;
+        }
+        let location = lineage_location(&self.live_location(table), id);
+        self.remove_lineage(table, &location).await;
+    }
+
+    fn forget(&self, table: &TableId) {
+        if let Ok(mut resyncs) = self.resyncs.lock() {
+            resyncs.remove(table);
+        }
+    }
+
+    /// Whether the table in `live` is resync `id`'s lineage: its newest snapshot was written
+    /// under a schema the swap of `id` wrote (or a later one, which keeps the option).
+    async fn is_lineage(&self, live: &TableState, id: &str) -> Result<bool, SinkError> {
+        let Some(snapshot) = &live.snapshot else {
+            return Ok(false);
+        };
+        let schema = if snapshot.schema_id == live.schema.id {
+            Some(live.schema.clone())
+        } else {
+            commit::read_schema(&self.warehouse, &live.location, snapshot.schema_id).await?
+        };
+        Ok(schema.is_some_and(|s| {
+            s.options
+                .get(RESYNC_ID_PROPERTY)
+                .is_some_and(|done| done == id)
+        }))
+    }
+
+    /// The newest checkpoint of this pipeline in the table `state` holds, walking back past
+    /// snapshots of other writers.
+    pub(super) async fn checkpoint_in(
+        &self,
+        state: &TableState,
+    ) -> Result<Option<Checkpoint>, SinkError> {
+        let mut next = state.snapshot.clone();
+        let location = &state.location;
+        let earliest = match &next {
+            Some(s) => commit::earliest_id(&self.warehouse, location, s.id)
+                .await?
+                .unwrap_or(1),
+            None => 1,
+        };
+        while let Some(s) = next {
+            if let Some(props) = &s.properties {
+                let props: HashMap<String, String> = props.clone().into_iter().collect();
+                if let Some(cp) = Checkpoint::from_properties(&self.pipeline, &props)? {
+                    return Ok(Some(cp));
+                }
+            }
+            if s.id <= earliest {
+                break;
+            }
+            next = commit::read_snapshot(&self.warehouse, location, s.id - 1).await?;
+        }
+        Ok(None)
+    }
+
+    /// Deletes the lineage directory at `location`. Best effort: a leftover is a table of its
+    /// own to `cdcd cleanup`, and never read again.
+    async fn remove_lineage(&self, table: &TableId, location: &str) {
+        let Ok(prefix) = self.warehouse.path(location) else {
+            return;
+        };
+        let store = self.warehouse.store();
+        let listed = store.list(Some(&prefix)).map_ok(|o| o.location).boxed();
+        let failed = store
+            .delete_stream(listed)
+            .filter(|r| {
+                std::future::ready(
+                    r.as_ref()
+                        .is_err_and(|e| !matches!(e, object_store::Error::NotFound { .. })),
+                )
+            })
+            .count()
+            .await;
+        if failed > 0 {
+            tracing::warn!(table = %table, lineage = location, failed, "resync: some files of the lineage were not deleted; `cdcd cleanup` sees it as a table of its own");
+        }
+    }
+}
+
+/// One swap of a complete lineage into the live table (steps in the module doc).
+struct Swap<'a> {
+    inner: &'a Inner,
+    table: &'a TableId,
+    id: &'a str,
+    lineage: &'a TableState,
+    live_location: &'a str,
+}
+
+impl Swap<'_> {
+    async fn run(&self) -> Result<TableState, SinkError> {
+        let w = &self.inner.warehouse;
+        let live = commit::load(w, self.live_location).await?;
+        let schema_ids = self.write_schemas(live.as_ref()).await?;
+        self.copy_files().await?;
+        crate::failpoints::crash_point(crate::failpoints::LSM_SWAP_BEFORE_SNAPSHOT);
+        let Some(mut live) = commit::load(w, self.live_location).await? else {
+            return Err(self.failed("the live table's schemas vanished"));
+        };
+        let moved_current = schema_ids.get(&self.lineage.schema.id).copied();
+        if moved_current != Some(live.schema.id) {
+            return Err(self.failed(format!(
+                "another writer changed the live table's schema during the swap (schema {} is newest, the swap wrote {moved_current:?})",
+                live.schema.id
+            )));
+        }
+        let deleted: Vec<(i32, DataFileMeta)> = live
+            .files
+            .iter()
+            .flat_map(|(b, files)| files.iter().map(move |f| (*b, f.clone())))
+            .collect();
+        let mut added = Vec::new();
+        for (b, files) in &self.lineage.files {
+            for f in files {
+                let Some(&schema_id) = schema_ids.get(&f.schema_id) else {
+                    return Err(self.failed(format!(
+                        "data file {} names schema {}, which the lineage does not have",
+                        f.file_name, f.schema_id
+                    )));
+                };
+                added.push((
+                    *b,
+                    DataFileMeta {
+                        schema_id,
+                        ..f.clone()
+                    },
+                ));
+            }
+        }
+        let properties: BTreeMap<String, String> = self
+            .lineage
+            .snapshot
+            .as_ref()
+            .and_then(|s| s.properties.clone())
+            .unwrap_or_default();
+        let buckets = if self.lineage.schema.primary_keys.is_empty() {
+            super::append::UNAWARE_BUCKETS
+        } else {
+            self.lineage.buckets(self.inner.config.buckets) as i32
+        };
+        commit::publish(
+            w,
+            self.table,
+            &mut live,
+            Change { added, deleted },
+            "OVERWRITE",
+            properties,
+            buckets,
+        )
+        .await?;
+        Ok(live)
+    }
+
+    fn failed(&self, detail: impl std::fmt::Display) -> SinkError {
+        SinkError::Data {
+            table: self.table.clone(),
+            detail: format!("resync: swapping the lineage in: {detail}"),
+        }
+    }
+
+    /// Writes the lineage's schemas as the live table's next ones; returns the lineage's schema
+    /// ids to the live table's.
+    async fn write_schemas(
+        &self,
+        live: Option<&TableState>,
+    ) -> Result<HashMap<i64, i64>, SinkError> {
+        let w = &self.inner.warehouse;
+        let (first, field_offset) = live.map_or((0, 0), |l| {
+            (l.schema.id + 1, l.schema.highest_field_id.max(-1) + 1)
+        });
+        let mut ids = HashMap::new();
+        for id in 0..=self.lineage.schema.id {
+            let Some(schema) = commit::read_schema(w, &self.lineage.location, id).await? else {
+                continue;
+            };
+            let moved = moved_schema(&schema, first + id, field_offset, self.id);
+            commit::create(w, self.live_location, &moved).await?;
+            // Create-if-absent keeps a file already there: it must be this one.
+            let written = commit::read_schema(w, self.live_location, moved.id).await?;
+            if !written.is_some_and(|s| s.fields == moved.fields && s.options == moved.options) {
+                return Err(self.failed(format!(
+                    "schema {} of the live table was written by another writer",
+                    moved.id
+                )));
+            }
+            ids.insert(id, moved.id);
+        }
+        Ok(ids)
+    }
+
+    /// Copies the lineage's live data files into the live table's bucket directories.
+    async fn copy_files(&self) -> Result<(), SinkError> {
+        let w = &self.inner.warehouse;
+        let mut copies = Vec::new();
+        for (b, files) in &self.lineage.files {
+            for f in files {
+                let name = format!("bucket-{b}/{}", f.file_name);
+                copies.push((
+                    format!("{}/{name}", self.lineage.location),
+                    format!("{}/{name}", self.live_location),
+                ));
+            }
+        }
+        futures::stream::iter(copies)
+            .map(|(from, to)| async move { commit::copy(w, &from, &to).await })
+            .buffer_unordered(COPY_CONCURRENCY)
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
+    }
+}
+
+/// `schema` as the live table's schema `id`: its field ids moved up by `field_offset`, and the
+/// option that marks the table as resync `resync_id`'s lineage.
+fn moved_schema(
+    schema: &PaimonSchema,
+    id: i64,
+    field_offset: i32,
+    resync_id: &str,
+) -> PaimonSchema {
+    let mut moved = schema.clone();
+    moved.id = id;
+    for f in &mut moved.fields {
+        f.id += field_offset;
+    }
+    moved.highest_field_id += field_offset;
+    moved
+        .options
+        .insert(RESYNC_ID_PROPERTY.to_owned(), resync_id.to_owned());
+    moved
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_moved_schema_keeps_its_columns_under_new_ids() {
+        let schema: PaimonSchema = serde_json::from_value(serde_json::json!({
+            "version": 3, "id": 1, "highestFieldId": 2,
+            "fields": [
+                {"id": 0, "name": "id", "type": "BIGINT NOT NULL"},
+                {"id": 2, "name": "v", "type": "INT"}
+            ],
+            "partitionKeys": [], "primaryKeys": ["id"],
+            "options": {"bucket": "2"}, "timeMillis": 1
+        }))
+        .unwrap();
+        let moved = moved_schema(&schema, 7, 5, "r1");
+        assert_eq!(moved.id, 7);
+        assert_eq!(
+            moved
+                .fields
+                .iter()
+                .map(|f| (f.id, f.name.as_str()))
+                .collect::<Vec<_>>(),
+            [(5, "id"), (7, "v")]
+        );
+        assert_eq!(moved.highest_field_id, 7);
+        assert_eq!(moved.options.get("bucket").unwrap(), "2");
+        assert_eq!(moved.options.get(RESYNC_ID_PROPERTY).unwrap(), "r1");
+        assert_eq!(moved.primary_keys, schema.primary_keys);
+    }
+}
