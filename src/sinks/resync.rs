@@ -8,8 +8,8 @@
 use crate::changelog::Position;
 use crate::sinks::ResyncMode;
 
-/// The table property the swap sets (Iceberg: a table property; Paimon: a table option of the
-/// schemas the swap writes): the id of the resync whose lineage the table now is.
+/// The property the swap sets (Iceberg: a table property; Paimon: a snapshot property every
+/// later snapshot keeps): the id of the resync whose lineage the table now is.
 pub const RESYNC_ID_PROPERTY: &str = "cdcd.resync-id";
 
 /// The location of resync `id`'s lineage of the table at `table_location`.

@@ -18,8 +18,9 @@
 //!   online, from scratch (an online copy is exact at its own snapshot, so its chunks are not
 //!   resumed at another), and ends equal;
 //! - `cdcd cleanup` beside a lineage under way or after the swap deletes nothing live;
-//! - bad requests (a table the pipeline does not capture, the lsm sink) fail naming the thing and
-//!   the fix.
+//! - bad requests (a table the pipeline does not capture) fail naming the thing and the fix;
+//! - the same on the LSM (Paimon) sink: online beside streaming, through random `kill -9`s, and
+//!   as the way out of a stop (`ADD COLUMN … DEFAULT`); the swap is one `OVERWRITE` snapshot.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -611,20 +612,290 @@ async fn a_kill_mid_resync_copies_again_online_and_ends_equal() {
     assert_eq!(st.code(), Some(0));
 }
 
+/// The live Paimon table's snapshots still present, by id: commit kind, the resync mark it
+/// carries, its checkpoint position, and whether it carries copy progress.
+struct PaimonSnapshot {
+    id: i64,
+    kind: String,
+    resync_id: Option<String>,
+    position: Option<String>,
+    copying: bool,
+}
+
+fn paimon_snapshots(dir: &Path) -> Vec<PaimonSnapshot> {
+    let read = |p: PathBuf| -> Option<serde_json::Value> {
+        serde_json::from_slice(&std::fs::read(p).ok()?).ok()
+    };
+    let mut all: Vec<PaimonSnapshot> = std::fs::read_dir(dir.join("snapshot"))
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().to_string();
+                    let id: i64 = name.strip_prefix("snapshot-")?.parse().ok()?;
+                    // Expiry may delete it between the listing and the read.
+                    let snap = read(e.path())?;
+                    Some(PaimonSnapshot {
+                        id,
+                        kind: snap["commitKind"].as_str().unwrap_or("").to_owned(),
+                        resync_id: snap["properties"]["cdcd.resync-id"]
+                            .as_str()
+                            .map(String::from),
+                        position: snap["properties"]["cdcd.position"]
+                            .as_str()
+                            .map(String::from),
+                        copying: snap["properties"].get("cdcd.snapshot").is_some(),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    all.sort_by_key(|s| s.id);
+    all
+}
+
+/// The Paimon swap was one step: the first snapshot carrying a resync's mark is an
+/// `OVERWRITE` (unless expired), and every later one is the lineage's, at a complete position (readers never saw
+/// a copy half done). With `online`, the swap also never took the table back: the snapshot
+/// before it (when expiry kept it) is not at a later position. Returns the swap's snapshot id.
+fn assert_lsm_swapped_in_one_step(dir: &Path, online: bool) -> i64 {
+    let all = paimon_snapshots(dir);
+    let first = all
+        .iter()
+        .position(|s| s.resync_id.is_some())
+        .expect("no snapshot of the live table is a resync's lineage");
+    let swap = &all[first];
+    if first > 0 {
+        // Else expiry removed the swap (the table keeps `snapshots_retained` snapshots).
+        assert_eq!(swap.kind, "OVERWRITE", "the swap is snapshot {}", swap.id);
+    }
+    for s in &all[first..] {
+        assert!(
+            s.resync_id.is_some(),
+            "snapshot {} of the live table is not the lineage's",
+            s.id
+        );
+        assert!(
+            !s.copying && s.position.as_deref().is_some_and(|p| p != "0/0"),
+            "snapshot {} shows an incomplete copy to readers",
+            s.id
+        );
+    }
+    if online && first > 0 && all[first - 1].id == swap.id - 1 {
+        let order = |s: &PaimonSnapshot| s.position.as_deref().and_then(position_order);
+        if let (Some(before), Some(after)) = (order(&all[first - 1]), order(swap)) {
+            assert!(
+                after >= before,
+                "the swap took the table back: snapshot {} at {before}, {} at {after}",
+                swap.id - 1,
+                swap.id
+            );
+        }
+    }
+    swap.id
+}
+
+/// The LSM (Paimon) sink's resync, online while both tables take writes: the damaged table is
+/// copied again into a lineage beside the live table, which readers (pypaimon) keep reading and
+/// which keeps streaming, and is replaced in one `OVERWRITE` snapshot; the other table loses
+/// nothing; `cdcd cleanup` afterwards deletes nothing live.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resync_on_the_lsm_sink_is_refused_naming_the_workaround() {
-    let Some(env) = test_env("resync_on_the_lsm_sink_is_refused_naming_the_workaround") else {
+async fn an_lsm_table_is_resynced_online_while_the_others_stream() {
+    let Some(env) = test_env("an_lsm_table_is_resynced_online_while_the_others_stream") else {
         return;
     };
     let name = unique("rsynl");
-    let t = format!("{name}_t");
-    let p = Pipeline::new_lsm(&env, &name, &[&t], &Settings::default(), 2);
-    let (ok, out) = run_cdcd(&["resync", "--table", &format!("public.{t}")], &p.config);
-    assert!(!ok, "{out}");
-    assert!(
-        out.contains(&t) && out.contains("lsm") && out.contains("delete the table's directory"),
-        "{out}"
+    let (a, b) = (format!("{name}_a"), format!("{name}_b"));
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&a, 3_000)).await;
+    exec(&client, &create_table(&b, 40_000)).await;
+    let mut p = Pipeline::new_lsm(&env, &name, &[&a, &b], &Settings::default(), 2);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    tune(&p, 4_000);
+    p.start();
+    p.assert_equal(&a, 120).await;
+    p.assert_equal(&b, 120).await;
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0));
+
+    damage(&client, &p, &b).await;
+    p.start();
+    let (code, out) = p.lakecheck(&b, 5, &[]).await;
+    assert_ne!(
+        code,
+        Some(0),
+        "the damage did not reach the replica; the test proves nothing:\n{out}"
     );
+    let dir = p
+        .warehouse
+        .join(format!("{}.db", crate::support::NAMESPACE))
+        .join(&b);
+    let before = paimon_snapshots(&dir).last().map_or(0, |s| s.id);
+
+    let writers = Writers::start(&env.pg_url, [(&a, 3_000), (&b, 40_000)]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    request_resync(&p, &b);
+    wait_for(
+        &mut p,
+        "the resync to finish",
+        Duration::from_secs(240),
+        |o| o.contains("resync finished"),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let rounds = writers.stop().await;
+    eprintln!("{rounds:?} write transactions to a and b");
+
+    let out = crate::support::start_output(&p.output(), 2);
+    assert!(
+        out.contains("while the pipeline streams on")
+            && out.contains("a resync's copy is complete"),
+        "the running daemon did not copy the table beside the streaming pipeline:\n{out}"
+    );
+    assert!(
+        !out.contains("created replication slot"),
+        "the slot was recreated:\n{out}"
+    );
+    p.assert_equal(&a, 240).await;
+    p.assert_equal(&b, 240).await;
+    let swap = assert_lsm_swapped_in_one_step(&dir, true);
+    assert!(
+        swap > before + 1,
+        "the live table streamed on during the copy"
+    );
+    assert!(
+        lineages(&dir).iter().all(|l| files_under(l) == 0),
+        "the lineage's files are left after the swap"
+    );
+    let (ok, out) = run_cdcd(&["cleanup", "--grace-secs", "0"], &p.config);
+    assert!(ok, "{out}");
+    p.assert_equal(&b, 60).await;
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0));
+}
+
+// `kill -9` at random moments of online resyncs on the LSM (Paimon) sink, as
+// `kill_dash_nine_at_random_moments_of_online_resyncs` does on Iceberg: in the copy, the catch-up,
+// between the swap's schemas and copies and its snapshot, or plain streaming. Both tables end
+// equal (pypaimon) and every snapshot of `b` after the first swap is a complete lineage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_dash_nine_at_random_moments_of_online_lsm_resyncs() {
+    let test = "kill_dash_nine_at_random_moments_of_online_lsm_resyncs";
+    let Some(env) = test_env(test) else {
+        return;
+    };
+    let mut rng = crate::support::Rng::from_env_or_clock(test);
+    let name = unique("rsynlr");
+    let (a, b) = (format!("{name}_a"), format!("{name}_b"));
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&a, 2_000)).await;
+    exec(&client, &create_table(&b, 60_000)).await;
+    let mut p = Pipeline::new_lsm(&env, &name, &[&a, &b], &Settings::default(), 2);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    tune(&p, 5_000);
+    p.env_vars
+        .push(("CDCD_PIPELINE__COMMIT_INTERVAL_MS".into(), "200".into()));
+    p.start();
+    p.assert_equal(&a, 120).await;
+    p.assert_equal(&b, 240).await;
+    let writers = Writers::start(&env.pg_url, [(&a, 2_000), (&b, 60_000)]).await;
+    let requests = p.warehouse.join("_cdcd").join(&p.name).join("resync");
+    let pending = || std::fs::read_dir(&requests).map_or(0, |rd| rd.count());
+    let mut requested = 0;
+    for round in 0..6 {
+        if round > 0 {
+            p.start();
+        }
+        if pending() == 0 {
+            request_resync(&p, &b);
+            requested += 1;
+        }
+        let wait = rng.range(300, 3_000);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        p.assert_running();
+        eprintln!("round {round}: kill -9 after {wait} ms");
+        p.kill9();
+        p.wait_slot_inactive(&client, Duration::from_secs(30)).await;
+    }
+    p.start();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while pending() > 0 {
+        assert!(Instant::now() < deadline, "a resync is still pending");
+        p.assert_running();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let rounds = writers.stop().await;
+    eprintln!("{requested} resyncs requested; {rounds:?} write transactions to a and b");
+    p.assert_equal(&a, 240).await;
+    p.assert_equal(&b, 240).await;
+    let dir = p
+        .warehouse
+        .join(format!("{}.db", crate::support::NAMESPACE))
+        .join(&b);
+    assert_lsm_swapped_in_one_step(&dir, false);
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0));
+}
+
+/// The way out of `ADD COLUMN … DEFAULT` on the LSM sink: a Paimon column added later reads NULL
+/// in older files, so cdcd stops naming `cdcd resync`; the resync copies the table again with
+/// the column's values, which pypaimon then reads for the older rows too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resync_is_the_way_out_of_a_default_added_on_the_lsm_sink() {
+    let Some(env) = test_env("a_resync_is_the_way_out_of_a_default_added_on_the_lsm_sink") else {
+        return;
+    };
+    let name = unique("rsynld");
+    let (a, b) = (format!("{name}_a"), format!("{name}_b"));
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&a, 3_000)).await;
+    exec(&client, &create_table(&b, 1_000)).await;
+    let mut p = Pipeline::new_lsm(&env, &name, &[&a, &b], &Settings::default(), 2);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    p.start();
+    p.assert_equal(&a, 120).await;
+    p.assert_equal(&b, 120).await;
+    exec(
+        &client,
+        &format!(
+            "ALTER TABLE {a} ADD COLUMN d int4 NOT NULL DEFAULT 7;
+             UPDATE {a} SET d = 8, v = v + 1 WHERE id % 9 = 0;
+             INSERT INTO {b} VALUES (900001, 1, 1, 'after')"
+        ),
+    )
+    .await;
+    let status = p.wait_exit(Duration::from_secs(60)).await;
+    assert!(!status.success(), "cdcd must stop on the added default");
+    let way_out = format!("cdcd resync --table public.{a}");
+    assert!(
+        p.output().contains(&way_out) && p.output().contains("column d"),
+        "the stop does not name the column and the way out ({way_out}):\n{}",
+        p.output()
+    );
+    request_resync(&p, &a);
+    p.start();
+    exec(&client, &writes(&a, 2, 3_000)).await;
+    exec(&client, &writes(&b, 2, 1_000)).await;
+    wait_for(
+        &mut p,
+        "the resync to finish",
+        Duration::from_secs(240),
+        |o| crate::support::start_output(o, 2).contains("resync finished"),
+    )
+    .await;
+    exec(
+        &client,
+        &format!("UPDATE {a} SET d = 9 WHERE id % 11 = 0; DELETE FROM {a} WHERE id % 13 = 0"),
+    )
+    .await;
+    p.assert_equal(&a, 240).await;
+    p.assert_equal(&b, 240).await;
+    let dir = p
+        .warehouse
+        .join(format!("{}.db", crate::support::NAMESPACE))
+        .join(&a);
+    assert_lsm_swapped_in_one_step(&dir, false);
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0));
 }
 
 /// The way out of a schema change cdcd stops on (issue 20): `int4 → text` stops cdcd before the
@@ -716,16 +987,36 @@ async fn crashes_around_an_online_resyncs_end_recover_equal() {
     let Some(env) = test_env("crashes_around_an_online_resyncs_end_recover_equal") else {
         return;
     };
-    for (i, point) in ["resync-copied", "resync-before-swap"]
-        .into_iter()
-        .enumerate()
-    {
+    crashes_around_an_online_resyncs_end(&env, None).await;
+}
+
+// The same on the LSM (Paimon) sink, and one more crash: after the swap wrote the lineage's
+// schemas as the live table's newest and copied its files there, before the `OVERWRITE` snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashes_around_an_online_lsm_resyncs_end_recover_equal() {
+    let Some(env) = test_env("crashes_around_an_online_lsm_resyncs_end_recover_equal") else {
+        return;
+    };
+    crashes_around_an_online_resyncs_end(&env, Some(2)).await;
+}
+
+async fn crashes_around_an_online_resyncs_end(env: &crate::support::TestEnv, lsm: Option<u32>) {
+    let mut points = vec!["resync-copied", "resync-before-swap"];
+    if lsm.is_some() {
+        points.push("lsm-swap-before-snapshot");
+    }
+    for (i, point) in points.into_iter().enumerate() {
         let name = unique(&format!("rsyncx{i}"));
         let (a, b) = (format!("{name}_a"), format!("{name}_b"));
         let client = connect(&env.pg_url).await;
         exec(&client, &create_table(&a, 2_000)).await;
         exec(&client, &create_table(&b, 20_000)).await;
-        let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
+        let mut p = match lsm {
+            Some(buckets) => {
+                Pipeline::new_lsm(env, &name, &[&a, &b], &Settings::default(), buckets)
+            }
+            None => Pipeline::new(env, &name, &[&a, &b], &Settings::default()),
+        };
         p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
         tune(&p, 4_000);
         p.env_vars.push(("CDCD_FAILPOINT".into(), point.to_owned()));
@@ -742,6 +1033,15 @@ async fn crashes_around_an_online_resyncs_end_recover_equal() {
             p.output()
         );
         p.env_vars.retain(|(k, _)| k != "CDCD_FAILPOINT");
+        if lsm.is_some() {
+            // The schemas a swap wrote before its snapshot are the live table's newest at once:
+            // its files must still read under them (the source moved on: only unreadable fails).
+            let (_, out) = p.lakecheck(&b, 1, &[]).await;
+            assert!(
+                !out.contains("error: pypaimon"),
+                "{point}: pypaimon cannot read the live table after the crash:\n{out}"
+            );
+        }
         p.wait_slot_inactive(&client, Duration::from_secs(30)).await;
         p.start();
         wait_for(
@@ -756,8 +1056,19 @@ async fn crashes_around_an_online_resyncs_end_recover_equal() {
         eprintln!("{point}: {rounds:?} write transactions to a and b");
         p.assert_equal(&a, 240).await;
         p.assert_equal(&b, 240).await;
-        assert_swapped_in_one_step(&p.table_dir(&b));
-        assert_swap_never_went_back(&p.table_dir(&b));
+        match lsm {
+            Some(_) => {
+                let dir = p
+                    .warehouse
+                    .join(format!("{}.db", crate::support::NAMESPACE))
+                    .join(&b);
+                assert_lsm_swapped_in_one_step(&dir, true);
+            }
+            None => {
+                assert_swapped_in_one_step(&p.table_dir(&b));
+                assert_swap_never_went_back(&p.table_dir(&b));
+            }
+        }
         let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
         assert_eq!(st.code(), Some(0));
     }

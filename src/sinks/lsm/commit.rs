@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::binary_row;
 use super::manifest::{self, DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta};
+use super::resync::LINEAGE_SCHEMA_PROPERTY;
 use super::schema::PaimonSchema;
 use crate::changelog::TableId;
 use crate::failpoints;
@@ -141,9 +142,10 @@ pub struct TableState {
     /// `RENAME COLUMN`), to the current name: files written under those schemas hold the old
     /// name (cdcd's files carry no field ids; Paimon readers map by the file's `_SCHEMA_ID`).
     pub aliases: HashMap<String, String>,
-    /// The oldest schema of the table's current lineage: a resync's swap (`resync.rs`) starts
-    /// a new one, and schemas before it describe files no snapshot from the swap on holds, so
-    /// they say nothing about names the table had (renames, dropped columns).
+    /// The oldest schema of the table's current lineage (its newest snapshot's
+    /// `cdcd.lineage-first-schema`, else 0): a resync's swap (`resync.rs`) starts a new one, and
+    /// schemas before it describe files no snapshot from the swap on holds, so they say nothing
+    /// about names the table had (renames, dropped columns).
     pub lineage_start: i64,
 }
 
@@ -350,30 +352,33 @@ pub async fn load(w: &Warehouse, location: &str) -> Result<Option<TableState>, S
         aliases: HashMap::new(),
         lineage_start: 0,
     };
-    let resync = state.schema.options.get(RESYNC_ID_PROPERTY).cloned();
-    let mut older = Vec::new();
-    for id in (0..schema_id).rev() {
-        let Some(schema) = read_schema(w, location, id).await? else {
-            continue;
+    let snapshot =
+        match latest_id(w, location).await? {
+            Some(id) => Some(read_snapshot(w, location, id).await?.ok_or_else(|| {
+                corrupt(&snapshot_location(location, id), "vanished while loading")
+            })?),
+            None => None,
         };
-        if schema.options.get(RESYNC_ID_PROPERTY) != resync.as_ref() {
-            break;
+    state.lineage_start = snapshot
+        .as_ref()
+        .and_then(|s| {
+            s.properties
+                .as_ref()?
+                .get(LINEAGE_SCHEMA_PROPERTY)?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0);
+    for id in state.lineage_start..schema_id {
+        if let Some(older) = read_schema(w, location, id).await? {
+            state
+                .aliases
+                .extend(super::schema::aliases(&older, &state.schema));
         }
-        state.lineage_start = id;
-        older.push(schema);
     }
-    // Oldest first: a name used twice maps to what its latest use became.
-    for schema in older.iter().rev() {
-        state
-            .aliases
-            .extend(super::schema::aliases(schema, &state.schema));
-    }
-    let Some(id) = latest_id(w, location).await? else {
+    let Some(snapshot) = snapshot else {
         return Ok(Some(state));
     };
-    let snapshot = read_snapshot(w, location, id)
-        .await?
-        .ok_or_else(|| corrupt(&snapshot_location(location, id), "vanished while loading"))?;
     let mut manifests = read_manifest_list(w, location, &snapshot.base_manifest_list).await?;
     manifests.extend(read_manifest_list(w, location, &snapshot.delta_manifest_list).await?);
     let mut live: HashMap<(i32, String), DataFileMeta> = HashMap::new();
@@ -445,6 +450,17 @@ pub async fn publish(
     mut properties: BTreeMap<String, String>,
     buckets: i32,
 ) -> Result<i64, SinkError> {
+    // A resync's marks stay on every later snapshot (resync.rs): which resync's lineage the
+    // table is, and where its schema history starts.
+    if let Some(before) = state.snapshot.as_ref().and_then(|s| s.properties.as_ref()) {
+        for key in [RESYNC_ID_PROPERTY, LINEAGE_SCHEMA_PROPERTY] {
+            if let Some(value) = before.get(key) {
+                properties
+                    .entry(key.to_owned())
+                    .or_insert_with(|| value.clone());
+            }
+        }
+    }
     let epoch = w.lease_epoch();
     if epoch > 0 {
         // Also on compaction snapshots, which copy the properties of the one before.

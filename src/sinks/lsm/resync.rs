@@ -11,25 +11,29 @@
 //! The swap ([`Inner::swap`]), after the lineage's commit that the shared rule
 //! ([`Lineage::swaps_at`]) names, under the table's lock:
 //! 1. the lineage's schemas are written as the live table's next ones (`schema-(L+1+i)` for the
-//!    lineage's `schema-i`), each field id moved past every id the live table used and the
-//!    option `cdcd.resync-id = <id>` added: a Paimon reader maps a file's columns by the field
-//!    ids of the schema its `_SCHEMA_ID` names, so the lineage's files read the same under the
-//!    moved ids, and no id means two columns in one table's history;
+//!    lineage's `schema-i`), as an evolution of the live table's newest schema would be: a
+//!    column of the same name and a type it widens to keeps its field id, any other gets a new
+//!    one. A Paimon reader maps a file's columns by the field ids of the schema its
+//!    `_SCHEMA_ID` names, so the live table's older files still read right under these schemas:
+//!    written before the snapshot that uses them (as Paimon commits a schema change), they are
+//!    the live table's newest schemas at once, and a crash, or a commit of another writer in
+//!    between, must find them a schema like any other;
 //! 2. the lineage's live data files are copied into the live table's `bucket-N/` (a server-side
 //!    copy on S3, a hard link on local disk): a Paimon manifest names a data file by its name
 //!    under the table's own bucket directory, so the files must be there;
 //! 3. one `OVERWRITE` snapshot of the live table deletes every file it held and adds the copies
-//!    (schema ids moved as in 1), carrying the lineage's checkpoint: what Paimon's own `INSERT
-//!    OVERWRITE` of a whole table commits, so readers see the old table or the new one, and
-//!    expiry later deletes the old files as it deletes any file a snapshot removed.
+//!    (schema ids moved as in 1), carrying the lineage's checkpoint and the marks
+//!    `cdcd.resync-id` and `cdcd.lineage-first-schema` (the first schema of 1), which every later
+//!    snapshot keeps (`commit::publish`): what Paimon's own `INSERT OVERWRITE` of a whole table
+//!    commits, so readers see the old table or the new one, and expiry later deletes the old
+//!    files as it deletes any file a snapshot removed.
 //!
 //! Why this is exactly once: the lineage is an ordinary table with its own checkpoint, so a crash
-//! before the snapshot's create-if-absent put resumes the lineage (its schemas and copies in the
-//! live table are then unreferenced: the schemas are never a snapshot's, the copies are orphans
-//! for `cdcd cleanup`), and the next commit of the lineage swaps again. A crash after it finds the
-//! live table's newest snapshot written under a schema carrying `cdcd.resync-id = <id>`: the
-//! resync is done. The lineage's directory is deleted after the swap (best effort; a leftover is
-//! a table of its own to `cdcd cleanup`, never read).
+//! before the snapshot's create-if-absent put resumes the lineage (its copies in the live table
+//! are orphans for `cdcd cleanup`), and the next commit of the lineage (or the next start's
+//! [`Inner::begin_resync`]) swaps again. A crash after it finds `cdcd.resync-id = <id>` on the
+//! live table's newest snapshot: the resync is done. The lineage's directory is deleted after
+//! the swap (best effort; a leftover is a table of its own to `cdcd cleanup`, never read).
 //!
 //! Later schema changes compare names only with the schemas from the swap on
 //! (`TableState::lineage_start`): a column the old table had dropped may come back in the copy.
@@ -41,7 +45,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::commit::{self, Change, TableState};
 use super::manifest::DataFileMeta;
-use super::schema::PaimonSchema;
+use super::schema::{same_column, PaimonSchema};
 use super::Inner;
 use crate::changelog::{Position, TableId};
 use crate::checkpoint::Checkpoint;
@@ -50,6 +54,9 @@ use crate::sinks::{ResyncMode, ResyncState, SinkError};
 
 /// Data files copied at once during a swap.
 const COPY_CONCURRENCY: usize = 16;
+
+/// The snapshot property naming the first schema of the table's current lineage (module doc).
+pub(super) const LINEAGE_SCHEMA_PROPERTY: &str = "cdcd.lineage-first-schema";
 
 impl Inner {
     /// `table`'s resync under way in this sink, if any.
@@ -71,7 +78,7 @@ impl Inner {
         let live_location = self.live_location(table);
         let live = commit::load(&self.warehouse, &live_location).await?;
         if let Some(live) = &live {
-            if self.is_lineage(live, id).await? {
+            if Self::is_lineage(live, id) {
                 if self.lineage(table).is_some_and(|l| l.id == id) {
                     self.forget(table);
                     *guard = None;
@@ -198,22 +205,13 @@ impl Inner {
         }
     }
 
-    /// Whether the table in `live` is resync `id`'s lineage: its newest snapshot was written
-    /// under a schema the swap of `id` wrote (or a later one, which keeps the option).
-    async fn is_lineage(&self, live: &TableState, id: &str) -> Result<bool, SinkError> {
-        let Some(snapshot) = &live.snapshot else {
-            return Ok(false);
-        };
-        let schema = if snapshot.schema_id == live.schema.id {
-            Some(live.schema.clone())
-        } else {
-            commit::read_schema(&self.warehouse, &live.location, snapshot.schema_id).await?
-        };
-        Ok(schema.is_some_and(|s| {
-            s.options
-                .get(RESYNC_ID_PROPERTY)
-                .is_some_and(|done| done == id)
-        }))
+    /// Whether the table in `live` is resync `id`'s lineage: its newest snapshot carries the
+    /// mark the swap of `id` set (kept by every later one).
+    fn is_lineage(live: &TableState, id: &str) -> bool {
+        live.snapshot
+            .as_ref()
+            .and_then(|s| s.properties.as_ref()?.get(RESYNC_ID_PROPERTY))
+            .is_some_and(|done| done == id)
     }
 
     /// The newest checkpoint of this pipeline in the table `state` holds, walking back past
@@ -318,12 +316,15 @@ impl Swap<'_> {
                 ));
             }
         }
-        let properties: BTreeMap<String, String> = self
+        let mut properties: BTreeMap<String, String> = self
             .lineage
             .snapshot
             .as_ref()
             .and_then(|s| s.properties.clone())
             .unwrap_or_default();
+        properties.insert(RESYNC_ID_PROPERTY.to_owned(), self.id.to_owned());
+        let first_schema = schema_ids.values().min().copied().unwrap_or(live.schema.id);
+        properties.insert(LINEAGE_SCHEMA_PROPERTY.to_owned(), first_schema.to_string());
         let buckets = if self.lineage.schema.primary_keys.is_empty() {
             super::append::UNAWARE_BUCKETS
         } else {
@@ -356,25 +357,27 @@ impl Swap<'_> {
         live: Option<&TableState>,
     ) -> Result<HashMap<i64, i64>, SinkError> {
         let w = &self.inner.warehouse;
-        let (first, field_offset) = live.map_or((0, 0), |l| {
-            (l.schema.id + 1, l.schema.highest_field_id.max(-1) + 1)
-        });
-        let mut ids = HashMap::new();
+        let mut schemas = Vec::new();
         for id in 0..=self.lineage.schema.id {
-            let Some(schema) = commit::read_schema(w, &self.lineage.location, id).await? else {
-                continue;
-            };
-            let moved = moved_schema(&schema, first + id, field_offset, self.id);
+            if let Some(schema) = commit::read_schema(w, &self.lineage.location, id).await? {
+                schemas.push(schema);
+            }
+        }
+        let fields = FieldIds::new(live.map(|l| &l.schema), &self.lineage.schema, &schemas);
+        let first = live.map_or(0, |l| l.schema.id + 1);
+        let mut ids = HashMap::new();
+        for schema in &schemas {
+            let moved = fields.moved(schema, first + schema.id);
             commit::create(w, self.live_location, &moved).await?;
             // Create-if-absent keeps a file already there: it must be this one.
             let written = commit::read_schema(w, self.live_location, moved.id).await?;
-            if !written.is_some_and(|s| s.fields == moved.fields && s.options == moved.options) {
+            if !written.is_some_and(|s| s.fields == moved.fields) {
                 return Err(self.failed(format!(
                     "schema {} of the live table was written by another writer",
                     moved.id
                 )));
             }
-            ids.insert(id, moved.id);
+            ids.insert(schema.id, moved.id);
         }
         Ok(ids)
     }
@@ -401,24 +404,69 @@ impl Swap<'_> {
     }
 }
 
-/// `schema` as the live table's schema `id`: its field ids moved up by `field_offset`, and the
-/// option that marks the table as resync `resync_id`'s lineage.
-fn moved_schema(
-    schema: &PaimonSchema,
-    id: i64,
-    field_offset: i32,
-    resync_id: &str,
-) -> PaimonSchema {
-    let mut moved = schema.clone();
-    moved.id = id;
-    for f in &mut moved.fields {
-        f.id += field_offset;
+/// The field ids the lineage's columns take in the live table: a column of the live table's
+/// newest schema with the same name and a type it widens to (`schema::same_column`) keeps its id,
+/// every other field of the lineage gets a new one past every id the live table used.
+struct FieldIds {
+    ids: HashMap<i32, i32>,
+    highest: i32,
+}
+
+impl FieldIds {
+    fn new(live: Option<&PaimonSchema>, current: &PaimonSchema, all: &[PaimonSchema]) -> FieldIds {
+        let mut ids = HashMap::new();
+        let Some(live) = live else {
+            // No live table to agree with: the lineage's own ids.
+            let fields = all.iter().chain([current]).flat_map(|s| s.fields.iter());
+            for f in fields {
+                ids.insert(f.id, f.id);
+            }
+            let highest = all
+                .iter()
+                .chain([current])
+                .map(|s| s.highest_field_id)
+                .max();
+            return FieldIds {
+                ids,
+                highest: highest.unwrap_or(-1),
+            };
+        };
+        let mut highest = live.highest_field_id;
+        // The lineage's current columns first (they are what readers read from the swap on),
+        // then the fields only its older schemas had.
+        let fields = current
+            .fields
+            .iter()
+            .chain(all.iter().flat_map(|s| s.fields.iter()));
+        for field in fields {
+            if ids.contains_key(&field.id) {
+                continue;
+            }
+            let kept = live
+                .fields
+                .iter()
+                .find(|f| same_column(f, field))
+                .filter(|f| !ids.values().any(|&taken| taken == f.id))
+                .map(|f| f.id);
+            let id = kept.unwrap_or_else(|| {
+                highest += 1;
+                highest
+            });
+            ids.insert(field.id, id);
+        }
+        FieldIds { ids, highest }
     }
-    moved.highest_field_id += field_offset;
-    moved
-        .options
-        .insert(RESYNC_ID_PROPERTY.to_owned(), resync_id.to_owned());
-    moved
+
+    /// `schema` as the live table's schema `id`.
+    fn moved(&self, schema: &PaimonSchema, id: i64) -> PaimonSchema {
+        let mut moved = schema.clone();
+        moved.id = id;
+        for f in &mut moved.fields {
+            f.id = self.ids.get(&f.id).copied().unwrap_or(f.id);
+        }
+        moved.highest_field_id = self.highest;
+        moved
+    }
 }
 
 #[cfg(test)]
@@ -426,31 +474,67 @@ fn moved_schema(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_moved_schema_keeps_its_columns_under_new_ids() {
-        let schema: PaimonSchema = serde_json::from_value(serde_json::json!({
-            "version": 3, "id": 1, "highestFieldId": 2,
-            "fields": [
-                {"id": 0, "name": "id", "type": "BIGINT NOT NULL"},
-                {"id": 2, "name": "v", "type": "INT"}
-            ],
+    fn schema(id: i64, highest: i32, fields: &[(i32, &str, &str)]) -> PaimonSchema {
+        serde_json::from_value(serde_json::json!({
+            "version": 3, "id": id, "highestFieldId": highest,
+            "fields": fields.iter().map(|(i, n, t)| serde_json::json!({"id": i, "name": n, "type": t})).collect::<Vec<_>>(),
             "partitionKeys": [], "primaryKeys": ["id"],
             "options": {"bucket": "2"}, "timeMillis": 1
         }))
-        .unwrap();
-        let moved = moved_schema(&schema, 7, 5, "r1");
-        assert_eq!(moved.id, 7);
+        .unwrap()
+    }
+
+    fn ids(s: &PaimonSchema) -> Vec<(i32, &str)> {
+        s.fields.iter().map(|f| (f.id, f.name.as_str())).collect()
+    }
+
+    #[test]
+    fn the_lineages_columns_keep_the_live_tables_field_ids_where_they_read_the_same() {
+        // The live table: `v` dropped (id 1) and re-added as text (id 4), `w` int (id 2),
+        // `x` (id 3) dropped.
+        let live = schema(
+            3,
+            4,
+            &[
+                (0, "id", "BIGINT NOT NULL"),
+                (2, "w", "INT"),
+                (4, "v", "STRING"),
+            ],
+        );
+        // The lineage (copied under the source's schema): `v` is an int again, `w` widened to
+        // bigint, a new `y`; its older schema had a column `z` it dropped since.
+        let older = schema(
+            0,
+            3,
+            &[
+                (0, "id", "BIGINT NOT NULL"),
+                (1, "v", "INT"),
+                (2, "w", "BIGINT"),
+                (3, "z", "INT"),
+            ],
+        );
+        let current = schema(
+            1,
+            4,
+            &[
+                (0, "id", "BIGINT NOT NULL"),
+                (1, "v", "INT"),
+                (2, "w", "BIGINT"),
+                (4, "y", "INT"),
+            ],
+        );
+        let fields = FieldIds::new(Some(&live), &current, &[older.clone(), current.clone()]);
+        let moved = fields.moved(&current, 5);
+        assert_eq!(moved.id, 5);
+        assert_eq!(ids(&moved), [(0, "id"), (5, "v"), (2, "w"), (6, "y")]);
         assert_eq!(
-            moved
-                .fields
-                .iter()
-                .map(|f| (f.id, f.name.as_str()))
-                .collect::<Vec<_>>(),
-            [(5, "id"), (7, "v")]
+            ids(&fields.moved(&older, 4)),
+            [(0, "id"), (5, "v"), (2, "w"), (7, "z")]
         );
         assert_eq!(moved.highest_field_id, 7);
-        assert_eq!(moved.options.get("bucket").unwrap(), "2");
-        assert_eq!(moved.options.get(RESYNC_ID_PROPERTY).unwrap(), "r1");
-        assert_eq!(moved.primary_keys, schema.primary_keys);
+        assert_eq!(moved.primary_keys, current.primary_keys);
+        // No live table: the lineage's ids stay as they are.
+        let fields = FieldIds::new(None, &current, &[older, current.clone()]);
+        assert_eq!(ids(&fields.moved(&current, 0)), ids(&current));
     }
 }

@@ -355,6 +355,24 @@ fn evolved(
     })
 }
 
+/// Whether a file written with field `older` reads correctly as field `newer` under one field
+/// id: the same name, and the same type or one Paimon widens to (`evolved`'s rule).
+pub fn same_column(older: &PaimonField, newer: &PaimonField) -> bool {
+    if older.name != newer.name {
+        return false;
+    }
+    if older.data_type == newer.data_type {
+        return true;
+    }
+    match (
+        arrow_type_json(&older.data_type),
+        arrow_type_json(&newer.data_type),
+    ) {
+        (Some(from), Some(to)) => from == to || crate::changelog::widens(&from, &to),
+        _ => false,
+    }
+}
+
 /// The names `older` gave fields that `current` has under another name (renamed columns), to
 /// their current names.
 pub fn aliases(older: &PaimonSchema, current: &PaimonSchema) -> Vec<(String, String)> {

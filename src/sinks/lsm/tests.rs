@@ -698,28 +698,46 @@ async fn a_resync_lineage_replaces_the_live_table_in_one_snapshot() {
     let dir = tempfile::tempdir().unwrap();
     let s = sink(dir.path());
     let t = schema();
-    s.commit(&t, &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])], &cp(100))
-        .await
-        .unwrap();
+    s.commit(
+        &t,
+        &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])],
+        &cp(100),
+    )
+    .await
+    .unwrap();
     s.commit(&t, &[changes(&[upd(1, Some("a2"), 11), del(2)])], &cp(200))
         .await
         .unwrap();
     let table = dir.path().join("public.db/t");
     let live_files: Vec<_> = walk_parquet(&table);
 
-    let state = s.resync(&t.id, "r1", ResyncMode::SwapAtCopyEnd).await.unwrap();
-    assert!(matches!(state, ResyncState::UnderWay { live: Some(ref l) } if *l == cp(200)), "{state:?}");
+    let state = s
+        .resync(&t.id, "r1", ResyncMode::SwapAtCopyEnd)
+        .await
+        .unwrap();
+    assert!(
+        matches!(state, ResyncState::UnderWay { live: Some(ref l) } if *l == cp(200)),
+        "{state:?}"
+    );
     assert_eq!(s.checkpoint(&t.id).await.unwrap(), None, "the lineage's");
     let mut copying = Checkpoint::new("shop", Position::Postgres(Lsn(0)));
     copying.snapshot = Some("chunk 1".into());
     let first = s
-        .commit(&t, &[changes(&[ins(10, "x"), ins(11, "y"), ins(12, "z")])], &copying)
+        .commit(
+            &t,
+            &[changes(&[ins(10, "x"), ins(11, "y"), ins(12, "z")])],
+            &copying,
+        )
         .await
         .unwrap();
     assert!(!first.resync_swapped);
     assert!(table.join("resync-r1/snapshot/snapshot-1").exists());
     if let Some(rows) = paimon_rows(dir.path()) {
-        assert_eq!(rows, vec!["1|a2|11", "3|c|30"], "readers see the live table");
+        assert_eq!(
+            rows,
+            vec!["1|a2|11", "3|c|30"],
+            "readers see the live table"
+        );
     }
     let swapped = s
         .commit(&t, &[changes(&[upd(10, Some("x2"), 7), del(11)])], &cp(300))
@@ -736,40 +754,61 @@ async fn a_resync_lineage_replaces_the_live_table_in_one_snapshot() {
         assert_eq!(rows, vec!["10|x2|7", "12|z|120"]);
     }
     let snapshot: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(table.join("snapshot/snapshot-3")).unwrap())
-            .unwrap();
+        serde_json::from_slice(&std::fs::read(table.join("snapshot/snapshot-3")).unwrap()).unwrap();
     assert_eq!(snapshot["commitKind"], "OVERWRITE");
     assert_eq!(snapshot["schemaId"], 1);
+    assert_eq!(snapshot["properties"]["cdcd.resync-id"], "r1");
+    assert_eq!(snapshot["properties"]["cdcd.lineage-first-schema"], "1");
     let moved: serde_json::Value =
         serde_json::from_slice(&std::fs::read(table.join("schema/schema-1")).unwrap()).unwrap();
-    assert_eq!(moved["options"]["cdcd.resync-id"], "r1");
     let ids: Vec<i64> = moved["fields"]
         .as_array()
         .unwrap()
         .iter()
         .map(|f| f["id"].as_i64().unwrap())
         .collect();
-    assert_eq!(ids, [3, 4, 5], "field ids past the live table's");
+    assert_eq!(ids, [0, 1, 2], "the same columns keep their field ids");
     // The replaced table's files stay until expiry removes the snapshots that hold them.
     for (f, _) in &live_files {
         assert!(f.exists(), "{}", f.display());
     }
 
     // Later commits reach the lineage's rows (their sequence numbers go on rising).
-    s.commit(&t, &[changes(&[upd(12, Some("z2"), 1), ins(20, "n")])], &cp(400))
-        .await
-        .unwrap();
+    s.commit(
+        &t,
+        &[changes(&[upd(12, Some("z2"), 1), ins(20, "n")])],
+        &cp(400),
+    )
+    .await
+    .unwrap();
     s.compact(&t.id, true).await.unwrap();
     if let Some(rows) = paimon_rows(dir.path()) {
         assert_eq!(rows, vec!["10|x2|7", "12|z2|1", "20|n|200"]);
     }
+    for (id, kind) in [(4, "APPEND"), (5, "COMPACT")] {
+        let later: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(table.join(format!("snapshot/snapshot-{id}"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(later["commitKind"], kind);
+        assert_eq!(
+            later["properties"]["cdcd.resync-id"], "r1",
+            "later snapshots keep the mark"
+        );
+    }
     // A restart that still holds the request finds the resync done.
     let again = sink(dir.path());
-    let state = again.resync(&t.id, "r1", ResyncMode::SwapAtCopyEnd).await.unwrap();
+    let state = again
+        .resync(&t.id, "r1", ResyncMode::SwapAtCopyEnd)
+        .await
+        .unwrap();
     assert_eq!(state, ResyncState::Done);
     assert_eq!(again.checkpoint(&t.id).await.unwrap(), Some(cp(400)));
     // Another resync starts a lineage of its own.
-    let state = again.resync(&t.id, "r2", ResyncMode::SwapAtCopyEnd).await.unwrap();
+    let state = again
+        .resync(&t.id, "r2", ResyncMode::SwapAtCopyEnd)
+        .await
+        .unwrap();
     assert!(matches!(state, ResyncState::UnderWay { .. }), "{state:?}");
     again.abandon_resync(&t.id, "r2").await;
     assert_eq!(again.checkpoint(&t.id).await.unwrap(), Some(cp(400)));

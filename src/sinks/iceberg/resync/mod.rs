@@ -49,8 +49,8 @@ use super::commit::publish;
 use super::metadata::Loaded;
 use super::IcebergSink;
 use crate::changelog::TableId;
-pub use crate::sinks::resync::{lineage_location, RESYNC_ID_PROPERTY};
 use crate::sinks::resync::Lineage;
+pub use crate::sinks::resync::{lineage_location, RESYNC_ID_PROPERTY};
 use crate::sinks::{ResyncMode, ResyncState, SinkError};
 
 mod rebase;

@@ -37,8 +37,8 @@ pub(in crate::sinks::lsm) fn file_error(
 }
 
 /// `bucket-<n>/<name>` under the table.
-fn file_location(state: &TableState, bucket: i32, name: &str) -> String {
-    format!("{}/bucket-{bucket}/{name}", state.location)
+fn file_location(location: &str, bucket: i32, name: &str) -> String {
+    format!("{location}/bucket-{bucket}/{name}")
 }
 
 /// Encodes `batch` (sorted, one row per key) on the blocking pool (a large file is CPU work of
@@ -71,7 +71,7 @@ pub(in crate::sinks::lsm) async fn write_file(
     let size = bytes.len();
     commit::put(
         &inner.warehouse,
-        &format!("{location}/bucket-{bucket}/{name}"),
+        &file_location(location, bucket, &name),
         bytes,
     )
     .await?;
@@ -88,7 +88,7 @@ pub(in crate::sinks::lsm) async fn read_file_at(
     bucket: i32,
     file: &DataFileMeta,
 ) -> Result<arrow_array::RecordBatch, SinkError> {
-    let loc = format!("{state_location}/bucket-{bucket}/{}", file.file_name);
+    let loc = file_location(state_location, bucket, &file.file_name);
     let data: Bytes = commit::read(w, &loc)
         .await?
         .ok_or_else(|| SinkError::Corrupt {
@@ -170,7 +170,7 @@ pub(in crate::sinks::lsm) async fn run(
         let mut encoded = Vec::with_capacity(inputs.len());
         let chains = crate::sinks::lsm::placement::chains(&inputs, &schemas.key_types);
         for f in &inputs {
-            let loc = format!("{location}/bucket-{bucket}/{}", f.file_name);
+            let loc = file_location(&location, bucket, &f.file_name);
             let data =
                 commit::read(&inner.warehouse, &loc)
                     .await?
@@ -212,7 +212,7 @@ pub(in crate::sinks::lsm) async fn run(
             let size = bytes.len();
             commit::put(
                 &inner.warehouse,
-                &format!("{location}/bucket-{bucket}/{name}"),
+                &file_location(&location, bucket, &name),
                 bytes,
             )
             .await?;
@@ -229,14 +229,17 @@ pub(in crate::sinks::lsm) async fn run(
             return Ok(stats);
         };
         let live = state.files.get(&bucket);
-        let all_live = inputs
-            .iter()
-            .all(|f| live.is_some_and(|l| l.iter().any(|x| x.file_name == f.file_name)));
+        // The same table too: a resync's swap (resync.rs) gives the live table copies of the
+        // lineage's files under their names, while this output went to the lineage.
+        let all_live = state.location == location
+            && inputs
+                .iter()
+                .all(|f| live.is_some_and(|l| l.iter().any(|x| x.file_name == f.file_name)));
         if !all_live {
             if let Some(o) = &output {
                 commit::delete(
                     &inner.warehouse,
-                    &file_location(state, bucket, &o.file_name),
+                    &file_location(&location, bucket, &o.file_name),
                 )
                 .await?;
             }
