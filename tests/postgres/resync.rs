@@ -1006,7 +1006,8 @@ async fn crashes_around_an_online_resyncs_end(env: &crate::support::TestEnv, lsm
         points.push("lsm-swap-before-snapshot");
     }
     for (i, point) in points.into_iter().enumerate() {
-        let name = unique(&format!("rsyncx{i}"));
+        let prefix = if lsm.is_some() { "rsynlx" } else { "rsyncx" };
+        let name = unique(&format!("{prefix}{i}"));
         let (a, b) = (format!("{name}_a"), format!("{name}_b"));
         let client = connect(&env.pg_url).await;
         exec(&client, &create_table(&a, 2_000)).await;
