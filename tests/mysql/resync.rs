@@ -189,13 +189,39 @@ async fn crashes_around_a_mariadb_online_resyncs_end_recover_equal() {
     let Some(env) = my_env("crashes_around_a_mariadb_online_resyncs_end_recover_equal") else {
         return;
     };
-    for (i, point) in ["resync-copied", "resync-before-swap"]
-        .into_iter()
-        .enumerate()
-    {
-        let name = unique(&format!("myrsyncx{i}"));
+    crashes_around_a_mariadb_online_resyncs_end(&env, None).await;
+}
+
+// The same into the LSM (Paimon) sink, with the crash between the swap's schemas and copies
+// and its `OVERWRITE` snapshot besides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashes_around_a_mariadb_online_lsm_resyncs_end_recover_equal() {
+    let Some(env) = my_env("crashes_around_a_mariadb_online_lsm_resyncs_end_recover_equal") else {
+        return;
+    };
+    crashes_around_a_mariadb_online_resyncs_end(&env, Some(2)).await;
+}
+
+async fn crashes_around_a_mariadb_online_resyncs_end(
+    env: &crate::support::mysql::MyEnv,
+    lsm: Option<u32>,
+) {
+    let mut points = vec!["resync-copied", "resync-before-swap"];
+    if lsm.is_some() {
+        points.push("lsm-swap-before-snapshot");
+    }
+    for (i, point) in points.into_iter().enumerate() {
+        let prefix = if lsm.is_some() {
+            "myrsynlx"
+        } else {
+            "myrsyncx"
+        };
+        let name = unique(&format!("{prefix}{i}"));
         let rows = 20_000;
-        let mut p = MyPipeline::new(&env, &name, "initial", "").await;
+        let mut p = MyPipeline::new(env, &name, "initial", "").await;
+        if let Some(buckets) = lsm {
+            p.use_lsm(buckets, "initial", "");
+        }
         tune(&p, 4000);
         let url = env.url_for(&p.db);
         let mut c = my_connect(&url).await;
@@ -234,8 +260,15 @@ async fn crashes_around_a_mariadb_online_resyncs_end_recover_equal() {
         eprintln!("{point}: {rounds:?} write rounds to t and o");
         p.assert_equal("o", 240).await;
         p.assert_equal("t", 240).await;
-        assert_swapped_in_one_step(&p.table_dir("t"));
-        assert_swap_never_went_back(&p.table_dir("t"));
+        match lsm {
+            Some(_) => {
+                crate::postgres::resync::assert_lsm_swapped_in_one_step(&p.table_dir("t"), true);
+            }
+            None => {
+                assert_swapped_in_one_step(&p.table_dir("t"));
+                assert_swap_never_went_back(&p.table_dir("t"));
+            }
+        }
         let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
         assert_eq!(st.code(), Some(0));
     }

@@ -657,7 +657,7 @@ fn paimon_snapshots(dir: &Path) -> Vec<PaimonSnapshot> {
 /// `OVERWRITE` (unless expired), and every later one is the lineage's, at a complete position (readers never saw
 /// a copy half done). With `online`, the swap also never took the table back: the snapshot
 /// before it (when expiry kept it) is not at a later position. Returns the swap's snapshot id.
-fn assert_lsm_swapped_in_one_step(dir: &Path, online: bool) -> i64 {
+pub(crate) fn assert_lsm_swapped_in_one_step(dir: &Path, online: bool) -> i64 {
     let all = paimon_snapshots(dir);
     let first = all
         .iter()
