@@ -780,60 +780,9 @@ async fn an_lsm_table_is_resynced_online_while_the_others_stream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_dash_nine_at_random_moments_of_online_lsm_resyncs() {
     let test = "kill_dash_nine_at_random_moments_of_online_lsm_resyncs";
-    let Some(env) = test_env(test) else {
-        return;
-    };
-    let mut rng = crate::support::Rng::from_env_or_clock(test);
-    let name = unique("rsynlr");
-    let (a, b) = (format!("{name}_a"), format!("{name}_b"));
-    let client = connect(&env.pg_url).await;
-    exec(&client, &create_table(&a, 2_000)).await;
-    exec(&client, &create_table(&b, 60_000)).await;
-    let mut p = Pipeline::new_lsm(&env, &name, &[&a, &b], &Settings::default(), 2);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
-    tune(&p, 5_000);
-    p.env_vars
-        .push(("CDCD_PIPELINE__COMMIT_INTERVAL_MS".into(), "200".into()));
-    p.start();
-    p.assert_equal(&a, 120).await;
-    p.assert_equal(&b, 240).await;
-    let writers = Writers::start(&env.pg_url, [(&a, 2_000), (&b, 60_000)]).await;
-    let requests = p.warehouse.join("_cdcd").join(&p.name).join("resync");
-    let pending = || std::fs::read_dir(&requests).map_or(0, |rd| rd.count());
-    let mut requested = 0;
-    for round in 0..6 {
-        if round > 0 {
-            p.start();
-        }
-        if pending() == 0 {
-            request_resync(&p, &b);
-            requested += 1;
-        }
-        let wait = rng.range(300, 3_000);
-        tokio::time::sleep(Duration::from_millis(wait)).await;
-        p.assert_running();
-        eprintln!("round {round}: kill -9 after {wait} ms");
-        p.kill9();
-        p.wait_slot_inactive(&client, Duration::from_secs(30)).await;
+    if let Some(env) = test_env(test) {
+        kill_dash_nine_at_random_moments(&env, test, "rsynlr", Some(2)).await;
     }
-    p.start();
-    let deadline = Instant::now() + Duration::from_secs(240);
-    while pending() > 0 {
-        assert!(Instant::now() < deadline, "a resync is still pending");
-        p.assert_running();
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let rounds = writers.stop().await;
-    eprintln!("{requested} resyncs requested; {rounds:?} write transactions to a and b");
-    p.assert_equal(&a, 240).await;
-    p.assert_equal(&b, 240).await;
-    let dir = p
-        .warehouse
-        .join(format!("{}.db", crate::support::NAMESPACE))
-        .join(&b);
-    assert_lsm_swapped_in_one_step(&dir, false);
-    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
-    assert_eq!(st.code(), Some(0));
 }
 
 /// The way out of `ADD COLUMN … DEFAULT` on the LSM sink: a Paimon column added later reads NULL
@@ -1194,16 +1143,28 @@ async fn a_type_change_during_an_online_resync_ends_equal() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_dash_nine_at_random_moments_of_online_resyncs() {
     let test = "kill_dash_nine_at_random_moments_of_online_resyncs";
-    let Some(env) = test_env(test) else {
-        return;
-    };
+    if let Some(env) = test_env(test) {
+        kill_dash_nine_at_random_moments(&env, test, "rsyncr", None).await;
+    }
+}
+
+/// The rounds of `kill -9` above, on the Iceberg sink or (`lsm`: its buckets) the LSM sink.
+async fn kill_dash_nine_at_random_moments(
+    env: &crate::support::TestEnv,
+    test: &str,
+    prefix: &str,
+    lsm: Option<u32>,
+) {
     let mut rng = crate::support::Rng::from_env_or_clock(test);
-    let name = unique("rsyncr");
+    let name = unique(prefix);
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 2_000)).await;
     exec(&client, &create_table(&b, 60_000)).await;
-    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
+    let mut p = match lsm {
+        Some(buckets) => Pipeline::new_lsm(env, &name, &[&a, &b], &Settings::default(), buckets),
+        None => Pipeline::new(env, &name, &[&a, &b], &Settings::default()),
+    };
     p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
     tune(&p, 5_000);
     p.env_vars
@@ -1241,7 +1202,18 @@ async fn kill_dash_nine_at_random_moments_of_online_resyncs() {
     eprintln!("{requested} resyncs requested; {rounds:?} write transactions to a and b");
     p.assert_equal(&a, 240).await;
     p.assert_equal(&b, 240).await;
-    assert_swapped_in_one_step(&p.table_dir(&b));
+    match lsm {
+        Some(_) => {
+            let dir = p
+                .warehouse
+                .join(format!("{}.db", crate::support::NAMESPACE))
+                .join(&b);
+            assert_lsm_swapped_in_one_step(&dir, false);
+        }
+        None => {
+            assert_swapped_in_one_step(&p.table_dir(&b));
+        }
+    }
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0));
 }
