@@ -42,7 +42,8 @@
 //!
 //! `cargo run --release --example maintenance_bench -- [--commits 10000] [--every 1000]
 //! [--delete-mode dv|equality|both] [--maintain-every 60] [--snapshot-age-ms 5000]
-//! [--seed-rows 100000] [--off-commits M] [--off-scan] [--no-trigger] [--no-maintenance | --maintenance-only] [--dir DIR]`, with the test bed's
+//! [--seed-rows 100000] [--off-commits M] [--off-scan] [--no-trigger] [--no-maintenance | --maintenance-only] [--dir DIR]
+//! [--property name=value …]`, with the test bed's
 //! venv (`scripts/testbed.sh up`; `CDCD_TB`, default /tmp/cdcd-tb, or `CDCD_TEST_PYTHON`).
 
 use std::collections::{BTreeMap, HashSet};
@@ -84,6 +85,8 @@ struct Args {
     /// for a cycle (`cdcd.compaction.trigger-small-files`).
     no_trigger: bool,
     dir: Option<PathBuf>,
+    /// More table properties (`--property name=value`, repeatable), to compare settings.
+    properties: Vec<(String, String)>,
 }
 
 fn args() -> anyhow::Result<Args> {
@@ -99,6 +102,7 @@ fn args() -> anyhow::Result<Args> {
         off_scan: false,
         no_trigger: false,
         dir: None,
+        properties: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -113,6 +117,13 @@ fn args() -> anyhow::Result<Args> {
             "--snapshot-age-ms" => a.snapshot_age_ms = value()?.parse()?,
             "--seed-rows" => a.seed_rows = value()?.parse()?,
             "--dir" => a.dir = Some(value()?.into()),
+            "--property" => {
+                let v = value()?;
+                let (name, value) = v
+                    .split_once('=')
+                    .ok_or_else(|| anyhow::anyhow!("--property {v}: use name=value"))?;
+                a.properties.push((name.to_owned(), value.to_owned()));
+            }
             "--off-commits" => a.off_commits = Some(value()?.parse()?),
             "--delete-mode" => {
                 a.modes = match value()?.as_str() {
@@ -288,15 +299,22 @@ impl Model {
     }
 }
 
-fn sink(warehouse: &Path, mode: DeleteMode, snapshot_age_ms: u64) -> anyhow::Result<IcebergSink> {
+fn sink(
+    warehouse: &Path,
+    mode: DeleteMode,
+    snapshot_age_ms: u64,
+    properties: &[(String, String)],
+) -> anyhow::Result<IcebergSink> {
+    let mut table_properties = BTreeMap::from([(
+        "history.expire.max-snapshot-age-ms".to_owned(),
+        snapshot_age_ms.to_string(),
+    )]);
+    table_properties.extend(properties.iter().cloned());
     let config = IcebergConfig {
         warehouse: format!("file://{}", warehouse.display()),
         namespace: None,
         delete_mode: mode,
-        table_properties: BTreeMap::from([(
-            "history.expire.max-snapshot-age-ms".to_owned(),
-            snapshot_age_ms.to_string(),
-        )]),
+        table_properties,
         // The bench schedules the cycles itself (see the module docs).
         maintenance_interval_ms: 0,
         catalog: Default::default(),
@@ -605,7 +623,7 @@ async fn run_pass(
 ) -> anyhow::Result<(Pass, Model)> {
     // Peak RSS per pass: "5" resets VmHWM to the current RSS (proc(5), clear_refs).
     let _ = std::fs::write("/proc/self/clear_refs", "5");
-    let s = Arc::new(sink(dir, mode, a.snapshot_age_ms)?);
+    let s = Arc::new(sink(dir, mode, a.snapshot_age_ms, &a.properties)?);
     let t = schema();
     let mut model = Model::seeded(a.seed_rows);
     let mut lsn = 0;
@@ -726,7 +744,7 @@ async fn run_pass(
 
 /// The model's rows written once, as inserts, into a fresh table of the same format.
 async fn baseline(dir: &Path, mode: DeleteMode, model: &Model) -> anyhow::Result<()> {
-    let s = sink(dir, mode, 600_000)?;
+    let s = sink(dir, mode, 600_000, &[])?;
     let t = schema();
     let rows: Vec<Change> = model
         .version
