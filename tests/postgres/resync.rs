@@ -888,12 +888,29 @@ async fn a_resync_is_the_way_out_of_a_type_change_cdcd_stops_on() {
     let Some(env) = test_env("a_resync_is_the_way_out_of_a_type_change_cdcd_stops_on") else {
         return;
     };
-    let name = unique("rsynd");
+    a_type_change_then_resync(&env, "rsynd", None).await;
+}
+
+/// The same on the LSM (Paimon) sink: the lineage's `v` (text) takes a new field id in the live
+/// table (the old files' `v` was an int under its own id), and pypaimon reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resync_is_the_way_out_of_a_type_change_on_the_lsm_sink() {
+    let Some(env) = test_env("a_resync_is_the_way_out_of_a_type_change_on_the_lsm_sink") else {
+        return;
+    };
+    a_type_change_then_resync(&env, "rsynlt", Some(2)).await;
+}
+
+async fn a_type_change_then_resync(env: &crate::support::TestEnv, prefix: &str, lsm: Option<u32>) {
+    let name = unique(prefix);
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 5_000)).await;
     exec(&client, &create_table(&b, 2_000)).await;
-    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
+    let mut p = match lsm {
+        Some(buckets) => Pipeline::new_lsm(env, &name, &[&a, &b], &Settings::default(), buckets),
+        None => Pipeline::new(env, &name, &[&a, &b], &Settings::default()),
+    };
     p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
     p.start();
     p.assert_equal(&a, 120).await;
@@ -953,7 +970,18 @@ async fn a_resync_is_the_way_out_of_a_type_change_cdcd_stops_on() {
     exec(&client, &writes(&b, 3, 2_000)).await;
     p.assert_equal(&a, 240).await;
     p.assert_equal(&b, 240).await;
-    assert_swapped_in_one_step(&p.table_dir(&a));
+    match lsm {
+        Some(_) => {
+            let dir = p
+                .warehouse
+                .join(format!("{}.db", crate::support::NAMESPACE))
+                .join(&a);
+            assert_lsm_swapped_in_one_step(&dir, false);
+        }
+        None => {
+            assert_swapped_in_one_step(&p.table_dir(&a));
+        }
+    }
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0));
 }
