@@ -28,7 +28,8 @@
 //! (pure: level 0 or bottom-level files for a copy commit's rows), `lookup.rs`
 //! (current rows for partial updates), `writer.rs` (Parquet runs and their `DataFileMeta`),
 //! `manifest.rs` (Avro), `commit.rs` (load and publish snapshots), `append.rs` (keyless tables), `compaction/pick.rs` (pure:
-//! pick and merge), `compaction/worker.rs` (the worker), `expire.rs`. The Iceberg sink's planner and row
+//! pick and merge), `compaction/worker.rs` (the worker), `expire.rs`, `resync.rs` (`cdcd resync`: a lineage table
+//! beside the live one, swapped in by one `OVERWRITE` snapshot). The Iceberg sink's planner and row
 //! lookup are not shared on purpose: Iceberg deletes rows by key across files, whereas an LSM
 //! commit folds the changes of a key into one upsert or delete, so the two planners have little
 //! in common beyond Arrow `interleave`, and the Parquet writing shared would be a few lines.
