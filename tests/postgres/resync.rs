@@ -264,6 +264,20 @@ pub(crate) fn assert_swap_never_went_back(dir: &Path) {
     }
 }
 
+/// The resync's swap of `table` was one step, on whichever sink `p` writes; with `online`, it
+/// never took the table back either.
+fn assert_swapped(p: &Pipeline, table: &str, online: bool) {
+    let dir = p.table_dir(table);
+    if p.is_lsm() {
+        assert_lsm_swapped_in_one_step(&dir, online);
+        return;
+    }
+    assert_swapped_in_one_step(&dir);
+    if online {
+        assert_swap_never_went_back(&dir);
+    }
+}
+
 /// A checkpoint position as a number that orders it, where one number does: a Postgres LSN,
 /// a one-domain MariaDB GTID list, a one-interval MySQL GTID set.
 fn position_order(position: &str) -> Option<u64> {
@@ -725,10 +739,7 @@ async fn an_lsm_table_is_resynced_online_while_the_others_stream() {
         Some(0),
         "the damage did not reach the replica; the test proves nothing:\n{out}"
     );
-    let dir = p
-        .warehouse
-        .join(format!("{}.db", crate::support::NAMESPACE))
-        .join(&b);
+    let dir = p.table_dir(&b);
     let before = paimon_snapshots(&dir).last().map_or(0, |s| s.id);
 
     let writers = Writers::start(&env.pg_url, [(&a, 3_000), (&b, 40_000)]).await;
@@ -863,18 +874,7 @@ async fn a_default_added_then_resync(
     .await;
     p.assert_equal(&a, 240).await;
     p.assert_equal(&b, 240).await;
-    match lsm {
-        Some(_) => {
-            let dir = p
-                .warehouse
-                .join(format!("{}.db", crate::support::NAMESPACE))
-                .join(&a);
-            assert_lsm_swapped_in_one_step(&dir, false);
-        }
-        None => {
-            assert_swapped_in_one_step(&p.table_dir(&a));
-        }
-    }
+    assert_swapped(&p, &a, false);
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0));
 }
@@ -970,18 +970,7 @@ async fn a_type_change_then_resync(env: &crate::support::TestEnv, prefix: &str, 
     exec(&client, &writes(&b, 3, 2_000)).await;
     p.assert_equal(&a, 240).await;
     p.assert_equal(&b, 240).await;
-    match lsm {
-        Some(_) => {
-            let dir = p
-                .warehouse
-                .join(format!("{}.db", crate::support::NAMESPACE))
-                .join(&a);
-            assert_lsm_swapped_in_one_step(&dir, false);
-        }
-        None => {
-            assert_swapped_in_one_step(&p.table_dir(&a));
-        }
-    }
+    assert_swapped(&p, &a, false);
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0));
 }
@@ -1066,19 +1055,7 @@ async fn crashes_around_an_online_resyncs_end(env: &crate::support::TestEnv, lsm
         eprintln!("{point}: {rounds:?} write transactions to a and b");
         p.assert_equal(&a, 240).await;
         p.assert_equal(&b, 240).await;
-        match lsm {
-            Some(_) => {
-                let dir = p
-                    .warehouse
-                    .join(format!("{}.db", crate::support::NAMESPACE))
-                    .join(&b);
-                assert_lsm_swapped_in_one_step(&dir, true);
-            }
-            None => {
-                assert_swapped_in_one_step(&p.table_dir(&b));
-                assert_swap_never_went_back(&p.table_dir(&b));
-            }
-        }
+        assert_swapped(&p, &b, true);
         let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
         assert_eq!(st.code(), Some(0));
     }
@@ -1230,18 +1207,7 @@ async fn kill_dash_nine_at_random_moments(
     eprintln!("{requested} resyncs requested; {rounds:?} write transactions to a and b");
     p.assert_equal(&a, 240).await;
     p.assert_equal(&b, 240).await;
-    match lsm {
-        Some(_) => {
-            let dir = p
-                .warehouse
-                .join(format!("{}.db", crate::support::NAMESPACE))
-                .join(&b);
-            assert_lsm_swapped_in_one_step(&dir, false);
-        }
-        None => {
-            assert_swapped_in_one_step(&p.table_dir(&b));
-        }
-    }
+    assert_swapped(&p, &b, false);
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0));
 }

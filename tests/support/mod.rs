@@ -400,9 +400,18 @@ impl Pipeline {
         fs::read_to_string(&self.stderr_log).unwrap_or_default()
     }
 
-    /// `<warehouse>/<namespace>/<table>` for a bare table name.
+    /// Whether this pipeline writes with the LSM (Paimon) sink.
+    pub fn is_lsm(&self) -> bool {
+        self.lsm_buckets.is_some()
+    }
+
+    /// The directory of a bare table name: `<warehouse>/<namespace>/<table>` (Iceberg), or
+    /// `<warehouse>/<namespace>.db/<table>` (the LSM sink, Paimon's layout).
     pub fn table_dir(&self, table: &str) -> PathBuf {
-        self.warehouse.join(NAMESPACE).join(table)
+        match self.lsm_buckets {
+            Some(_) => self.warehouse.join(format!("{NAMESPACE}.db")).join(table),
+            None => self.warehouse.join(NAMESPACE).join(table),
+        }
     }
 
     /// How many `v<N>.metadata.json` the table has (0 before its first commit).
