@@ -573,6 +573,7 @@ async fn copy_exactly(
     let plans = plan_tables(cfg, state, types, &whole).await?;
     // The slot lives as long as this connection, which stays idle (so the exported snapshot stays
     // valid) until the copy is done.
+    await_gone(state, temporary).await?;
     let mut conn = ReplicationConnection::connect(cfg).await?;
     let (consistent, snapshot) = conn.create_temporary_slot(temporary).await?;
     tracing::info!(tables = copies.len(), complete_at = %consistent, "copying tables whole at a temporary slot's snapshot");
@@ -598,6 +599,24 @@ async fn copy_exactly(
         }
     }
     Ok(true)
+}
+
+/// How long a temporary slot of a previous process may take to go (`await_gone`).
+const TEMPORARY_SLOT_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits until no slot named `slot` exists. A temporary slot lives as long as its session, and
+/// the session of a process that was killed ends only when the server notices (the lease says
+/// no other cdcd of this pipeline runs): creating it again meanwhile fails with "already exists".
+/// After [`TEMPORARY_SLOT_GRACE`] the create is tried anyway and names the slot if it fails.
+async fn await_gone(state: &PreparedState, slot: &str) -> Result<(), SourceError> {
+    let deadline = tokio::time::Instant::now() + TEMPORARY_SLOT_GRACE;
+    while setup::slot_exists(&state.client, slot).await?.is_some() {
+        if tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    Ok(())
 }
 
 /// The copy plan of each table in `copies`.
