@@ -28,6 +28,12 @@
 //! - [`LSM_SCHEMA_WRITTEN`] (Paimon schema evolution, `sinks/lsm/mod.rs`): `schema-N` of the
 //!   evolved schema is written, the commit that first writes under it is not; readers see the new
 //!   columns (NULL) and the restart replays the changes before the DDL into a table that is ahead.
+//! - [`LSM_EXPIRE_AFTER_HINT`] (Paimon expiry, `sinks/lsm/expire.rs`): `EARLIEST` names the
+//!   first retained snapshot; the expired snapshot files and every file only they name are there.
+//! - [`LSM_EXPIRE_DURING_DELETE`] (same place): half of those data files and manifests (in
+//!   deletion order: data files, manifests, manifest lists) are deleted; no snapshot file is.
+//! - [`LSM_EXPIRE_DURING_SNAPSHOTS`] (same place): those files are all deleted and the older half
+//!   of the expired snapshot files; the rest stay below `EARLIEST` for the next expiry.
 //! - [`EXPIRE_AFTER_COMMIT`] (Iceberg maintenance, `sinks/iceberg/maintenance/cycle.rs`): the
 //!   metadata without the expired snapshots is committed, none of their files is deleted, the
 //!   expiry's journal is still there.
@@ -67,6 +73,12 @@ pub const LSM_BEFORE_SNAPSHOT: &str = "lsm-commit-before-snapshot";
 pub const LSM_AFTER_SNAPSHOT: &str = "lsm-commit-after-snapshot";
 /// A Paimon schema change wrote `schema/schema-N`; no snapshot uses it yet.
 pub const LSM_SCHEMA_WRITTEN: &str = "lsm-schema-written";
+/// A Paimon expiry moved `EARLIEST`; no file is deleted yet.
+pub const LSM_EXPIRE_AFTER_HINT: &str = "lsm-expire-after-hint";
+/// A Paimon expiry deleted the first half of the data files and manifests it removes.
+pub const LSM_EXPIRE_DURING_DELETE: &str = "lsm-expire-during-delete";
+/// A Paimon expiry deleted every file the expired snapshots named and half of their snapshot files.
+pub const LSM_EXPIRE_DURING_SNAPSHOTS: &str = "lsm-expire-during-snapshots";
 
 /// An expiry's metadata commit landed; no file is deleted yet.
 pub const EXPIRE_AFTER_COMMIT: &str = "expire-after-commit";

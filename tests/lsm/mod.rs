@@ -1,3 +1,4 @@
 //! The LSM (Apache Paimon) sink end to end from Postgres, read back by pypaimon.
 
+mod expiry;
 mod replication;

@@ -75,31 +75,10 @@ os.write(fd, json.dumps(m).encode()); os.close(fd)
 open(f"{md}/version-hint.text", "w").write(str(n + 1))
 "#;
 
-fn python(p: &Pipeline, code: &str, args: &[&str]) -> String {
-    let lakecheck_dir = std::path::Path::new(crate::support::LAKECHECK)
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let out = Command::new(&p.env.python)
-        .env("LAKECHECK_DIR", lakecheck_dir)
-        .arg("-c")
-        .arg(code)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
-
 fn inspect(p: &Pipeline, table: &str) -> Value {
     let dir = p.table_dir(table).display().to_string();
     // The last line: DuckDB may print a note first.
-    let out = python(p, INSPECT, &[&dir]);
+    let out = p.python(INSPECT, &[&dir]);
     serde_json::from_str(out.lines().last().unwrap_or("")).unwrap()
 }
 
@@ -302,7 +281,7 @@ async fn properties_set_by_another_engine_bound_snapshots_and_metadata_log() {
     // Another engine sets the properties; the daemon's next cycles follow them.
     let dir = p.table_dir(&t).display().to_string();
     let props = r#"{"history.expire.max-snapshot-age-ms": "1", "history.expire.min-snapshots-to-keep": "2", "write.metadata.previous-versions-max": "3"}"#;
-    python(&p, SET_PROPERTIES, &[&dir, props]);
+    p.python(SET_PROPERTIES, &[&dir, props]);
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     // The daemon holds the lease and maintains its tables itself: `cdcd maintain` refuses.
@@ -474,7 +453,7 @@ print(json.dumps({
 
 fn manifests(p: &Pipeline, table: &str) -> Value {
     let dir = p.table_dir(table).display().to_string();
-    let out = python(p, MANIFESTS, &[&dir]);
+    let out = p.python(MANIFESTS, &[&dir]);
     serde_json::from_str(out.lines().last().unwrap_or("")).unwrap()
 }
 
@@ -602,7 +581,7 @@ print(json.dumps({
 
 fn current(p: &Pipeline, table: &str) -> Value {
     let dir = p.table_dir(table).display().to_string();
-    let out = python(p, CURRENT, &[&dir]);
+    let out = p.python(CURRENT, &[&dir]);
     serde_json::from_str(out.lines().last().unwrap_or("")).unwrap()
 }
 

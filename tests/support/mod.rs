@@ -363,8 +363,6 @@ impl Pipeline {
         self.wait_exit(timeout).await
     }
 
-    /// Waits up to `timeout` for cdcd to exit (on its own, or after a signal sent before);
-    /// kills it (and panics) if it does not.
     /// cdcd's exit status if it has exited (then it is no longer running), else `None`.
     pub fn try_exit(&mut self) -> Option<ExitStatus> {
         let child = self.daemon.as_mut()?;
@@ -373,6 +371,8 @@ impl Pipeline {
         Some(st)
     }
 
+    /// Waits up to `timeout` for cdcd to exit (on its own, or after a signal sent before);
+    /// kills it (and panics) if it does not.
     pub async fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
         let mut child = self.daemon.take().expect("cdcd is not running");
         let deadline = Instant::now() + timeout;
@@ -398,6 +398,29 @@ impl Pipeline {
     /// Everything cdcd wrote to stdout/stderr so far, over all starts.
     pub fn output(&self) -> String {
         fs::read_to_string(&self.stderr_log).unwrap_or_default()
+    }
+
+    /// Runs `code` with the test bed's Python (`LAKECHECK_DIR` set, for `duck_load` and
+    /// lakecheck's helpers) and returns its stdout; panics when it fails.
+    pub fn python(&self, code: &str, args: &[&str]) -> String {
+        let lakecheck_dir = Path::new(LAKECHECK)
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let out = std::process::Command::new(&self.env.python)
+            .env("LAKECHECK_DIR", lakecheck_dir)
+            .arg("-c")
+            .arg(code)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "python: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
     }
 
     /// Whether this pipeline writes with the LSM (Paimon) sink.

@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use super::commit;
-use super::expire::{collect, Refs};
+use super::expire::{collect, Refs, Scope};
 use crate::storage::cleanup::{
     list_table, remove_unreferenced, table_dirs, CleanupError, TableCleanup,
 };
@@ -115,7 +115,12 @@ async fn referenced(
     let mut cache = HashMap::new();
     let mut read = 0usize;
     for id in earliest..=latest {
-        let found = collect(warehouse, table, id, live_only, &mut refs, &mut cache)
+        let scope = if live_only {
+            Scope::Live
+        } else {
+            Scope::Listed
+        };
+        let found = collect(warehouse, table, id, scope, &mut refs, &mut cache)
             .await
             .map_err(unreadable)?;
         read += usize::from(found.is_some());

@@ -311,11 +311,24 @@ pub async fn read_manifest_list(
     table: &str,
     name: &str,
 ) -> Result<Vec<ManifestFileMeta>, SinkError> {
-    let loc = format!("{table}/manifest/{name}");
-    let data = read(w, &loc)
+    read_manifest_list_if_present(w, table, name)
         .await?
-        .ok_or_else(|| corrupt(&loc, "missing"))?;
-    manifest::decode_list(&data).map_err(|e| corrupt(&loc, e))
+        .ok_or_else(|| corrupt(&format!("{table}/manifest/{name}"), "missing"))
+}
+
+/// A manifest list, or `None` when it is not there.
+pub async fn read_manifest_list_if_present(
+    w: &Warehouse,
+    table: &str,
+    name: &str,
+) -> Result<Option<Vec<ManifestFileMeta>>, SinkError> {
+    let loc = format!("{table}/manifest/{name}");
+    let Some(data) = read(w, &loc).await? else {
+        return Ok(None);
+    };
+    manifest::decode_list(&data)
+        .map(Some)
+        .map_err(|e| corrupt(&loc, e))
 }
 
 pub async fn read_manifest(
@@ -323,11 +336,24 @@ pub async fn read_manifest(
     table: &str,
     name: &str,
 ) -> Result<Vec<ManifestEntry>, SinkError> {
-    let loc = format!("{table}/manifest/{name}");
-    let data = read(w, &loc)
+    read_manifest_if_present(w, table, name)
         .await?
-        .ok_or_else(|| corrupt(&loc, "missing"))?;
-    manifest::decode_entries(&data).map_err(|e| corrupt(&loc, e))
+        .ok_or_else(|| corrupt(&format!("{table}/manifest/{name}"), "missing"))
+}
+
+/// A manifest's entries, or `None` when it is not there.
+pub async fn read_manifest_if_present(
+    w: &Warehouse,
+    table: &str,
+    name: &str,
+) -> Result<Option<Vec<ManifestEntry>>, SinkError> {
+    let loc = format!("{table}/manifest/{name}");
+    let Some(data) = read(w, &loc).await? else {
+        return Ok(None);
+    };
+    manifest::decode_entries(&data)
+        .map(Some)
+        .map_err(|e| corrupt(&loc, e))
 }
 
 /// Loads the table at `location`; `Ok(None)` when it has no schema yet.

@@ -2,9 +2,13 @@
 //! window is set, older than it too), and deletes the data files no remaining snapshot holds live
 //! and the manifests and manifest lists no remaining snapshot names.
 //!
-//! Order makes a crash harmless: `EARLIEST` moves first (readers stop looking at the expired
-//! snapshots), then the snapshot files go, then the files only they referenced; a crash leaves
-//! unreferenced files at worst. It runs without the table lock: files a new snapshot can
+//! Order makes a crash harmless and the next expiry finish it: `EARLIEST` moves first (readers
+//! stop looking at the expired snapshots), then the data files only the expired snapshots
+//! referenced go, then their manifests, then their manifest lists, and the snapshot files last
+//! (Paimon's `ExpireSnapshotsImpl` also deletes snapshot files after what they name). An expiry
+//! starts at the lowest snapshot file still there, below the `EARLIEST` hint when a crash left
+//! some, and skips the manifests and lists an interrupted expiry already deleted: every file
+//! they named went before them. It runs without the table lock: files a new snapshot can
 //! reference are live in the newest snapshot (retained) or new (never a candidate).
 
 use std::collections::{HashMap, HashSet};
@@ -13,6 +17,7 @@ use super::commit::{self, TableState};
 use super::manifest::{FileKind, ManifestEntry};
 use super::{Handle, Inner};
 use crate::config::LsmConfig;
+use crate::failpoints;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
@@ -32,27 +37,55 @@ pub(super) struct Refs {
     pub(super) files: HashSet<(i32, String)>,
 }
 
-/// Adds what snapshot `id` references to `refs`: its lists and manifests, and its data files —
-/// only the live ones (ADD not undone by a DELETE) when `live_only`, else every file it ever
-/// listed. Returns `None` when the snapshot is gone.
+/// Which files of a snapshot [`collect`] adds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Scope {
+    /// Its live data files (ADD not undone by a DELETE), lists and manifests.
+    Live,
+    /// Every data file it ever listed, its lists and manifests.
+    Listed,
+    /// As `Listed`, for a snapshot being expired: a manifest list or manifest that is gone was
+    /// deleted by an interrupted expiry, after every file it named.
+    Expiring,
+}
+
+/// Adds what snapshot `id` references to `refs` (which files: `scope`). Returns `None` when the
+/// snapshot is gone.
 pub(super) async fn collect(
     w: &Warehouse,
     location: &str,
     id: i64,
-    live_only: bool,
+    scope: Scope,
     refs: &mut Refs,
     cache: &mut HashMap<String, Vec<ManifestEntry>>,
 ) -> Result<Option<()>, SinkError> {
     let Some(s) = commit::read_snapshot(w, location, id).await? else {
         return Ok(None);
     };
+    let live_only = scope == Scope::Live;
     let mut live: HashSet<(i32, String)> = HashSet::new();
     for list in [&s.base_manifest_list, &s.delta_manifest_list] {
         refs.lists.insert(list.clone());
-        for m in commit::read_manifest_list(w, location, list).await? {
+        let manifests = match scope {
+            Scope::Expiring => commit::read_manifest_list_if_present(w, location, list).await?,
+            Scope::Live | Scope::Listed => {
+                Some(commit::read_manifest_list(w, location, list).await?)
+            }
+        };
+        for m in manifests.into_iter().flatten() {
             refs.manifests.insert(m.file_name.clone());
             if !cache.contains_key(&m.file_name) {
-                let entries = commit::read_manifest(w, location, &m.file_name).await?;
+                let entries = match scope {
+                    Scope::Expiring => {
+                        commit::read_manifest_if_present(w, location, &m.file_name).await?
+                    }
+                    Scope::Live | Scope::Listed => {
+                        Some(commit::read_manifest(w, location, &m.file_name).await?)
+                    }
+                };
+                let Some(entries) = entries else {
+                    continue;
+                };
                 cache.insert(m.file_name.clone(), entries);
             }
             for e in cache.get(&m.file_name).into_iter().flatten() {
@@ -83,9 +116,26 @@ pub(super) async fn expire(inner: &Inner, handle: &Handle) -> Result<usize, Sink
         }
     };
     let w = &inner.warehouse;
-    let Some(earliest) = commit::earliest_id(w, &location, latest).await? else {
+    let Some(hinted) = commit::earliest_id(w, &location, latest).await? else {
         return Ok(0);
     };
+    // Snapshot files below the hint: an expiry that crashed after moving it (module doc).
+    let mut earliest = hinted;
+    while earliest > 1
+        && commit::read(w, &commit::snapshot_location(&location, earliest - 1))
+            .await?
+            .is_some()
+    {
+        earliest -= 1;
+    }
+    if earliest < hinted {
+        tracing::info!(
+            table = %handle.table,
+            from = earliest,
+            to = hinted - 1,
+            "finishing an interrupted snapshot expiry"
+        );
+    }
     let keep = inner.config.snapshots_retained.max(1) as i64;
     let mut cut = (latest - keep + 1).max(earliest);
     let mut cache = HashMap::new();
@@ -103,35 +153,55 @@ pub(super) async fn expire(inner: &Inner, handle: &Handle) -> Result<usize, Sink
         }
         cut = id;
     }
+    // The hint never moves back: a time window may keep snapshots an interrupted count-based
+    // expiry had already hinted past.
+    let cut = cut.max(hinted);
     if cut <= earliest {
         return Ok(0);
     }
     let mut retained = Refs::default();
     for id in cut..=latest {
-        collect(w, &location, id, true, &mut retained, &mut cache).await?;
+        collect(w, &location, id, Scope::Live, &mut retained, &mut cache).await?;
     }
     let mut expired = Refs::default();
     for id in earliest..cut {
-        collect(w, &location, id, false, &mut expired, &mut cache).await?;
+        collect(w, &location, id, Scope::Expiring, &mut expired, &mut cache).await?;
     }
-    commit::put(
-        w,
-        &format!("{location}/snapshot/EARLIEST"),
-        cut.to_string().into_bytes(),
-    )
-    .await?;
+    if cut > hinted {
+        commit::put(
+            w,
+            &format!("{location}/snapshot/EARLIEST"),
+            cut.to_string().into_bytes(),
+        )
+        .await?;
+    }
+    failpoints::crash_point(failpoints::LSM_EXPIRE_AFTER_HINT);
+    // In dependency order: what a file names goes before it (module doc).
+    let mut doomed: Vec<String> = expired
+        .files
+        .difference(&retained.files)
+        .map(|(bucket, name)| format!("{location}/bucket-{bucket}/{name}"))
+        .collect();
+    doomed.extend(
+        expired
+            .manifests
+            .difference(&retained.manifests)
+            .chain(expired.lists.difference(&retained.lists))
+            .map(|name| format!("{location}/manifest/{name}")),
+    );
+    let half = doomed.len() / 2;
+    for (i, file) in doomed.iter().enumerate() {
+        if i == half {
+            failpoints::crash_point(failpoints::LSM_EXPIRE_DURING_DELETE);
+        }
+        commit::delete(w, file).await?;
+    }
+    let middle = earliest + (cut - earliest) / 2;
     for id in earliest..cut {
+        if id == middle {
+            failpoints::crash_point(failpoints::LSM_EXPIRE_DURING_SNAPSHOTS);
+        }
         commit::delete(w, &commit::snapshot_location(&location, id)).await?;
-    }
-    for (bucket, name) in expired.files.difference(&retained.files) {
-        commit::delete(w, &format!("{location}/bucket-{bucket}/{name}")).await?;
-    }
-    for name in expired
-        .manifests
-        .difference(&retained.manifests)
-        .chain(expired.lists.difference(&retained.lists))
-    {
-        commit::delete(w, &format!("{location}/manifest/{name}")).await?;
     }
     tracing::debug!(table = %handle.table, from = earliest, to = cut - 1, "expired snapshots");
     Ok((cut - earliest) as usize)
