@@ -13,6 +13,7 @@
 
 pub mod health;
 pub mod http;
+pub mod maintenance;
 pub mod notify;
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -41,8 +42,9 @@ pub const HEARTBEATS_TOTAL: &str = "cdcd_heartbeats_total";
 /// 1 while the replication slot is invalidated (`wal_status = 'lost'`), else 0 (Postgres).
 pub const REPLICATION_SLOT_LOST: &str = "cdcd_replication_slot_lost";
 
-/// Maintenance runs, by table and kind (`expire`: every cycle; `rewrite_data_files`: every
-/// compaction committed).
+/// Maintenance runs, by table and kind (`maintenance::KIND_*`: `expire` every Iceberg cycle and
+/// every LSM expiry; `rewrite_data_files` every Iceberg compaction committed, `compact` every LSM
+/// one). Recorded through `maintenance.rs`.
 pub const MAINTENANCE_RUNS_TOTAL: &str = "cdcd_maintenance_runs_total";
 /// Snapshots removed from tables' metadata by expiry.
 pub const MAINTENANCE_SNAPSHOTS_EXPIRED_TOTAL: &str = "cdcd_maintenance_snapshots_expired_total";
@@ -52,8 +54,6 @@ pub const MAINTENANCE_FILES_DELETED_TOTAL: &str = "cdcd_maintenance_files_delete
 pub const MAINTENANCE_FILES_REWRITTEN_TOTAL: &str = "cdcd_maintenance_files_rewritten_total";
 /// Bytes of the data files replaced by compaction.
 pub const MAINTENANCE_BYTES_REWRITTEN_TOTAL: &str = "cdcd_maintenance_bytes_rewritten_total";
-/// `kind` of a compaction run (Iceberg's procedure name).
-pub const KIND_REWRITE_DATA_FILES: &str = "rewrite_data_files";
 /// Snapshots in the table's metadata after the last maintenance cycle.
 pub const TABLE_SNAPSHOTS: &str = "cdcd_table_snapshots";
 /// Data and delete files of the table's current snapshot.

@@ -1,7 +1,8 @@
 //! End to end, the operations contract (DESIGN "Metrics", issue 8): while a pipeline runs,
 //! `/metrics` serves the DESIGN names, each with the `pipeline` label; `cdcd_source_lag_seconds`
 //! falls to about 0 once cdcd has caught up and the source is idle (heartbeats); `/healthz` and
-//! `/readyz` answer 200; JSON logs are one object per line and carry no password.
+//! `/readyz` answer 200; JSON logs are one object per line and carry no password; the
+//! maintenance metrics of both sinks (issue 19, "Visible").
 
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,11 @@ async fn get(port: u16, path: &str) -> Option<(String, String)> {
 
 /// The value of the first sample of `name` whose labels contain `labels` (e.g. `table="x"`).
 fn sample(metrics: &str, name: &str, labels: &str) -> Option<f64> {
+    sample_labeled(metrics, name, &[labels])
+}
+
+/// The value of the first sample of `name` whose labels contain each of `labels`.
+fn sample_labeled(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
     metrics
         .lines()
         .filter(|l| !l.starts_with('#'))
@@ -37,7 +43,7 @@ fn sample(metrics: &str, name: &str, labels: &str) -> Option<f64> {
             l.strip_prefix(name)
                 .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
         })
-        .find(|l| l.contains(labels))
+        .find(|l| labels.iter().all(|x| l.contains(x)))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
 }
@@ -221,5 +227,111 @@ async fn metrics_are_served_and_lag_falls_to_zero() {
             v.get("level").is_some() && v.get("timestamp").is_some(),
             "{line}"
         );
+    }
+}
+
+/// Issue 19, "Visible": both sinks' maintenance shows on `/metrics`, per table: runs by kind
+/// (`expire`, and `rewrite_data_files` on Iceberg or `compact` on the LSM sink), snapshots
+/// expired, files deleted, files and bytes compaction rewrote, and the table's snapshots, live
+/// files and manifests. Iceberg runs its cycle every 300 ms with a 1 ms snapshot age; the LSM
+/// sink keeps two snapshots and compacts at two runs, in the writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_metrics_are_served_for_both_sinks() {
+    let Some(env) = test_env("maintenance_metrics_are_served_for_both_sinks") else {
+        return;
+    };
+    for lsm in [false, true] {
+        let name = unique(if lsm { "opsmtl" } else { "opsmti" });
+        let t = format!("{name}_t");
+        let client = connect(&env.pg_url).await;
+        exec(
+            &client,
+            &format!(
+                "DROP TABLE IF EXISTS {t};
+                 CREATE TABLE {t} (id int8 PRIMARY KEY, v int8);
+                 INSERT INTO {t} SELECT g, 0 FROM generate_series(1, 100) g;"
+            ),
+        )
+        .await;
+        let sink_extra = if lsm {
+            "snapshots_retained = 2\ncompaction_trigger = 2\n"
+        } else {
+            "\n[sink.table_properties]\n\
+             \"history.expire.max-snapshot-age-ms\" = \"1\"\n\
+             \"history.expire.min-snapshots-to-keep\" = \"2\"\n\
+             \"write.target-file-size-bytes\" = \"1000000\"\n\
+             \"cdcd.compaction.min-input-files\" = \"3\"\n"
+        };
+        let settings = Settings {
+            commit_interval_ms: 50,
+            sink_extra: sink_extra.into(),
+            ..Settings::default()
+        };
+        let mut p = if lsm {
+            Pipeline::new_lsm(&env, &name, &[&t], &settings, 1)
+        } else {
+            Pipeline::new(&env, &name, &[&t], &settings)
+        };
+        p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+        let port = free_port();
+        add_ops_config(&p, port, 500);
+        if !lsm {
+            p.env_vars
+                .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "300".into()));
+        }
+        p.start();
+        p.wait_slot_active(&client, Duration::from_secs(120)).await;
+
+        let table = format!("table=\"public.{t}\"");
+        let compaction = if lsm {
+            "kind=\"compact\""
+        } else {
+            "kind=\"rewrite_data_files\""
+        };
+        let wanted: [(&str, Vec<&str>); 10] = [
+            (
+                "cdcd_maintenance_runs_total",
+                vec![&table, "kind=\"expire\""],
+            ),
+            ("cdcd_maintenance_runs_total", vec![&table, compaction]),
+            ("cdcd_maintenance_snapshots_expired_total", vec![&table]),
+            ("cdcd_maintenance_files_deleted_total", vec![&table]),
+            ("cdcd_maintenance_files_rewritten_total", vec![&table]),
+            ("cdcd_maintenance_bytes_rewritten_total", vec![&table]),
+            ("cdcd_table_snapshots", vec![&table]),
+            ("cdcd_table_live_files", vec![&table]),
+            ("cdcd_table_manifests", vec![&table]),
+            ("cdcd_commits_total", vec![&table]),
+        ];
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let mut k = 0;
+        loop {
+            p.assert_running();
+            let (_, body) = get(port, "/metrics").await.expect("no /metrics");
+            let absent: Vec<&str> = wanted
+                .iter()
+                .filter(|(name, labels)| {
+                    !sample_labeled(&body, name, labels).is_some_and(|v| v > 0.0)
+                })
+                .map(|(name, _)| *name)
+                .collect();
+            if absent.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "lsm = {lsm}: {absent:?} missing or 0 for {t}:\n{body}"
+            );
+            exec(
+                &client,
+                &format!("UPDATE {t} SET v = v + 1 WHERE id % 10 = {}", k % 10),
+            )
+            .await;
+            k += 1;
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        p.assert_equal(&t, 60).await;
+        let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+        assert_eq!(st.code(), Some(0), "{st}");
     }
 }

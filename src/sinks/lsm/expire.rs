@@ -18,6 +18,7 @@ use super::manifest::{FileKind, ManifestEntry};
 use super::{Handle, Inner};
 use crate::config::LsmConfig;
 use crate::failpoints;
+use crate::metrics::maintenance as maintenance_metrics;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
@@ -160,7 +161,9 @@ pub(super) async fn expire(inner: &Inner, handle: &Handle) -> Result<usize, Sink
         return Ok(0);
     }
     let mut retained = Refs::default();
-    for id in cut..=latest {
+    collect(w, &location, latest, Scope::Live, &mut retained, &mut cache).await?;
+    let (live_files, manifests) = (retained.files.len(), retained.manifests.len());
+    for id in cut..latest {
         collect(w, &location, id, Scope::Live, &mut retained, &mut cache).await?;
     }
     let mut expired = Refs::default();
@@ -204,5 +207,14 @@ pub(super) async fn expire(inner: &Inner, handle: &Handle) -> Result<usize, Sink
         commit::delete(w, &commit::snapshot_location(&location, id)).await?;
     }
     tracing::debug!(table = %handle.table, from = earliest, to = cut - 1, "expired snapshots");
-    Ok((cut - earliest) as usize)
+    let table = handle.table.to_string();
+    let expired = (cut - earliest) as u64;
+    maintenance_metrics::expiry(&table, expired, doomed.len() as u64 + expired);
+    maintenance_metrics::table_shape(
+        &table,
+        (latest - cut + 1) as u64,
+        live_files as u64,
+        manifests as u64,
+    );
+    Ok(expired as usize)
 }

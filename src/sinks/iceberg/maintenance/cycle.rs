@@ -26,6 +26,7 @@ use crate::changelog::TableId;
 use crate::checkpoint::Checkpoint;
 use crate::failpoints;
 use crate::metrics as m;
+use crate::metrics::maintenance as maintenance_metrics;
 use crate::sinks::iceberg::live::LiveState;
 use crate::sinks::iceberg::manifest::{load_manifests, read};
 use crate::sinks::iceberg::metadata::Loaded;
@@ -380,13 +381,12 @@ fn record_compaction(c: &super::compaction::Compacted, report: &mut MaintenanceR
         deletes_carried = c.deletes_carried,
         "compaction committed"
     );
-    let t = || table.to_owned();
-    metrics::counter!(m::MAINTENANCE_RUNS_TOTAL, m::LABEL_TABLE => t(), m::LABEL_KIND => m::KIND_REWRITE_DATA_FILES)
-        .increment(1);
-    metrics::counter!(m::MAINTENANCE_FILES_REWRITTEN_TOTAL, m::LABEL_TABLE => t())
-        .increment(c.files_rewritten);
-    metrics::counter!(m::MAINTENANCE_BYTES_REWRITTEN_TOTAL, m::LABEL_TABLE => t())
-        .increment(c.bytes_rewritten);
+    maintenance_metrics::compaction(
+        table,
+        maintenance_metrics::KIND_REWRITE_DATA_FILES,
+        c.files_rewritten,
+        c.bytes_rewritten,
+    );
     report.files_rewritten += c.files_rewritten;
     report.bytes_rewritten += c.bytes_rewritten;
     report.files_written += c.files_written;
@@ -406,14 +406,10 @@ fn record(r: &MaintenanceReport) {
         manifests = r.manifests,
         "maintenance cycle"
     );
-    let t = || r.table.clone();
-    metrics::counter!(m::MAINTENANCE_RUNS_TOTAL, m::LABEL_TABLE => t(), m::LABEL_KIND => "expire")
-        .increment(1);
-    metrics::counter!(m::MAINTENANCE_SNAPSHOTS_EXPIRED_TOTAL, m::LABEL_TABLE => t())
-        .increment(r.snapshots_expired);
-    metrics::counter!(m::MAINTENANCE_FILES_DELETED_TOTAL, m::LABEL_TABLE => t())
-        .increment(r.files_deleted + r.metadata_files_deleted);
-    metrics::gauge!(m::TABLE_SNAPSHOTS, m::LABEL_TABLE => t()).set(r.snapshots as f64);
-    metrics::gauge!(m::TABLE_LIVE_FILES, m::LABEL_TABLE => t()).set(r.live_files as f64);
-    metrics::gauge!(m::TABLE_MANIFESTS, m::LABEL_TABLE => t()).set(r.manifests as f64);
+    maintenance_metrics::expiry(
+        &r.table,
+        r.snapshots_expired,
+        r.files_deleted + r.metadata_files_deleted,
+    );
+    maintenance_metrics::table_shape(&r.table, r.snapshots, r.live_files, r.manifests);
 }

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use crate::sinks::lsm::commit::{self, Change, TableState};
 
 use crate::changelog::TableId;
+use crate::metrics::maintenance as maintenance_metrics;
 use crate::sinks::lsm::compaction::{self, Unit};
 use crate::sinks::lsm::manifest::DataFileMeta;
 use crate::sinks::lsm::schema::FileSchemas;
@@ -168,6 +169,7 @@ pub(in crate::sinks::lsm) async fn run(
             done.push(bucket);
         }
         let mut encoded = Vec::with_capacity(inputs.len());
+        let mut bytes_in = 0;
         let chains = crate::sinks::lsm::placement::chains(&inputs, &schemas.key_types);
         for f in &inputs {
             let loc = file_location(&location, bucket, &f.file_name);
@@ -178,7 +180,7 @@ pub(in crate::sinks::lsm) async fn run(
                         path: loc.clone(),
                         detail: "a live data file is missing".into(),
                     })?;
-            stats.bytes_in += data.len() as u64;
+            bytes_in += data.len() as u64;
             encoded.push(data);
         }
         // CPU-bound: off the async workers.
@@ -252,7 +254,9 @@ pub(in crate::sinks::lsm) async fn run(
             .and_then(|s| s.properties.clone())
             .unwrap_or_default();
         let buckets = state.buckets(inner.config.buckets) as i32;
-        stats.files_in += inputs.len() as u64;
+        let files_in = inputs.len() as u64;
+        stats.files_in += files_in;
+        stats.bytes_in += bytes_in;
         stats.files_out += u64::from(output.is_some());
         stats.rows_out += rows_out as u64;
         let change = Change {
@@ -270,7 +274,15 @@ pub(in crate::sinks::lsm) async fn run(
         )
         .await
         {
-            Ok(_) => stats.snapshots += 1,
+            Ok(_) => {
+                stats.snapshots += 1;
+                maintenance_metrics::compaction(
+                    &table.to_string(),
+                    maintenance_metrics::KIND_COMPACT,
+                    files_in,
+                    bytes_in,
+                );
+            }
             Err(e) => {
                 *guard = None;
                 return Err(e);
