@@ -1102,3 +1102,138 @@ async fn compaction_rewrites_files_of_older_schemas() {
     equal_by_both_readers(&mut p, &t).await;
     p.assert_running();
 }
+
+/// Rewrites `p`'s config to format v2 (`delete_mode = "equality"`) whatever
+/// `CDCD_TEST_DELETE_MODE` says.
+fn force_equality(p: &Pipeline) {
+    let text = std::fs::read_to_string(&p.config).unwrap();
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with("delete_mode"))
+        .collect();
+    let text = kept
+        .join("\n")
+        .replacen("[sink]\n", "[sink]\ndelete_mode = \"equality\"\n", 1);
+    std::fs::write(&p.config, text + "\n").unwrap();
+}
+
+/// Issue 19, format v2, Jepsen-style: compaction leaves every file past 75% of a 1.6 KB target in
+/// place (the seed file among them), so the equality deletes of the streamed updates and deletes
+/// of its rows can leave only as position deletes (`compaction/convert.rs`). A writer keeps
+/// changing those rows while the daemon compacts every 200 ms, each compaction paused a random
+/// 100–800 ms between its work and its commit, and cdcd is killed at four random moments. The
+/// lake ends equal by DuckDB; a last cycle leaves no equality delete, and then pyiceberg (which
+/// refuses tables with equality deletes) reads it equal too. The seed is printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn equality_deletes_of_large_files_become_positions_through_kills() {
+    let test = "equality_deletes_of_large_files_become_positions_through_kills";
+    let Some(env) = test_env(test) else {
+        return;
+    };
+    let mut rng = crate::support::Rng::from_env_or_clock(test);
+    let name = unique("mcconv");
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    force_equality(&p);
+    set_table_properties(
+        &p,
+        &[
+            ("write.target-file-size-bytes", "1600"),
+            ("cdcd.compaction.min-input-files", "3"),
+        ],
+    );
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (client, t, stop) = (connect(&env.pg_url).await, t.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut i = 0i64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let sql = format!(
+                    "BEGIN;
+                     INSERT INTO {t} VALUES ({k}, {i}, 'w {i}');
+                     UPDATE {t} SET v = v + 1 WHERE id % 13 = {m};
+                     UPDATE {t} SET s = 'u {i}' WHERE id = {n};
+                     DELETE FROM {t} WHERE id = {d} OR id = {k2};
+                     COMMIT;",
+                    k = 100_000 + i,
+                    m = i % 13,
+                    n = (i * 17) % 200 + 1,
+                    d = (i * 37) % 200 + 1,
+                    k2 = 100_000 + i / 2,
+                );
+                if client.batch_execute(&sql).await.is_err() {
+                    break;
+                }
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(80)).await;
+            }
+            i
+        })
+    };
+    for round in 0..4 {
+        let pause = rng.range(100, 800);
+        p.env_vars = vec![
+            ("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "200".into()),
+            (
+                "CDCD_PAUSEPOINT".into(),
+                format!("compact-rewritten:{pause}"),
+            ),
+        ];
+        if round > 0 {
+            p.start();
+        }
+        let wait = rng.range(800, 3_000);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        p.assert_running();
+        eprintln!("round {round}: compactions paused {pause} ms, kill -9 after {wait} ms");
+        p.kill9();
+        p.wait_slot_inactive(&client, Duration::from_secs(30)).await;
+        let crashed = inspect(&p, &t);
+        assert_eq!(
+            crashed["missing"],
+            Value::Array(vec![]),
+            "round {round}: {crashed}"
+        );
+    }
+    p.env_vars = vec![("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "200".into())];
+    p.start();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written = writer.await.unwrap();
+    eprintln!("{written} write transactions");
+    p.assert_equal(&t, 120).await;
+    // The source is quiet: the next cycles convert what the last commits left.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let c = current(&p, &t);
+        if total(&c, "total-equality-deletes") == 0 && total(&c, "total-data-files") > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "equality deletes remain: {c}");
+        p.assert_running();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0), "{st}");
+    let out = p.output();
+    let converted: u64 = out
+        .lines()
+        .filter_map(|l| l.split("positions_converted=").nth(1))
+        .filter_map(|v| {
+            v.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert!(converted > 0, "no compaction converted a position:\n{out}");
+    let c = current(&p, &t);
+    assert!(total(&c, "total-position-deletes") > 0, "{c}");
+    p.assert_equal(&t, 10).await;
+    let (code, out) = p.lakecheck(&t, 30, &["--reader", "pyiceberg"]).await;
+    assert_eq!(code, Some(0), "pyiceberg: {out}");
+}

@@ -187,7 +187,7 @@ impl Names {
         format!("{}/data/{}-dv-{i:05}.puffin", self.location, self.commit_id)
     }
 
-    fn position_deletes(&self) -> String {
+    pub(crate) fn position_deletes(&self) -> String {
         format!(
             "{}/data/{}-pos-deletes.parquet",
             self.location, self.commit_id

@@ -379,6 +379,7 @@ fn record_compaction(c: &super::compaction::Compacted, report: &mut MaintenanceR
         vectors_removed = c.vectors_removed,
         rows_dropped = c.rows_dropped,
         deletes_carried = c.deletes_carried,
+        positions_converted = c.positions_converted,
         "compaction committed"
     );
     maintenance_metrics::compaction(

@@ -106,8 +106,17 @@ impl V2Deletes {
         Ok(out)
     }
 
-    /// The rows of data file `path` (data sequence number `sequence`, rows `batches`) the
-    /// table's deletes delete, as a vector (`None`: none).
+    /// The equality key columns, as the table's data files name them (empty: no equality
+    /// delete is live).
+    pub fn key_names(&self) -> Vec<String> {
+        self.key_schema
+            .as_ref()
+            .map(|(s, _)| s.fields().iter().map(|f| f.name().clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The rows of data file `path` (data sequence number `sequence`, rows `batches`: at least
+    /// the key columns) the table's deletes delete, as a vector (`None`: none).
     pub fn vector(
         &self,
         path: &str,

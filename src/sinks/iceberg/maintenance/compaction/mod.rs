@@ -58,6 +58,7 @@
 //!   file are what DuckDB 1.5.5 misreads (commit/files.rs); compaction instead removes the
 //!   vectors of the files it rewrites.
 
+mod convert;
 mod equality;
 mod lineage;
 mod moves;
@@ -81,6 +82,7 @@ use crate::sinks::iceberg::deletes::deletion_vector::DeletionVector;
 use crate::sinks::iceberg::index::{IndexSlot, RewrittenOutput};
 use crate::sinks::iceberg::live::{LiveState, Rewritten};
 use crate::sinks::iceberg::maintenance::metadata_log;
+use crate::sinks::iceberg::manifest::LiveFile;
 use crate::sinks::iceberg::metadata::Loaded;
 use crate::sinks::iceberg::{IcebergSink, TableSlot};
 use crate::sinks::SinkError;
@@ -104,6 +106,9 @@ pub(crate) struct Compacted {
     pub rows_dropped: u64,
     /// Rows deleted while the rewrite ran, deleted again in its outputs (v3).
     pub deletes_carried: u64,
+    /// v2: rows of files left in place whose equality (and older position) deletes became
+    /// one position delete file (`convert.rs`).
+    pub positions_converted: u64,
 }
 
 /// A rewrite chosen under the table's lock (step 1), to carry out and commit.
@@ -178,12 +183,23 @@ impl IcebergSink {
         let Some(live) = slot.live.as_ref() else {
             return Ok(None);
         };
-        let tiered = meta.format_version() >= FormatVersion::V3;
-        let choice = pick::choose(&policy, &candidates(live), tiered);
-        if choice.is_empty() {
+        let v3 = meta.format_version() >= FormatVersion::V3;
+        let choice = pick::choose(&policy, &candidates(live), v3);
+        let staying = if v3 {
+            Vec::new()
+        } else {
+            let chosen = chosen_paths(live, &choice);
+            let budget = policy
+                .max_bytes_per_cycle
+                .saturating_mul(convert::CONVERT_BUDGET_FACTOR);
+            convert::staying_targets(live, &chosen, budget)
+        };
+        if choice.is_empty() && staying.is_empty() {
             return Ok(None);
         }
-        let (v2, dropped_deletes) = self.v2_deletes(table, meta, live, &choice).await?;
+        let (v2, dropped_deletes) = self
+            .v2_deletes(table, meta, live, &choice, &staying)
+            .await?;
         let inputs = inputs(live, &choice);
         let data_sequence = v2
             .is_some()
@@ -198,6 +214,7 @@ impl IcebergSink {
                 inputs,
                 names,
                 v2,
+                staying,
             },
             dropped_deletes,
             data_sequence,
@@ -240,14 +257,17 @@ impl IcebergSink {
             return Ok(None);
         };
         // Committing an input that left the table (another writer's rewrite, a truncate) would
-        // bring its rows back.
+        // bring its rows back; a converted file that left was replaced by one the dropped
+        // equality deletes may still apply to.
         let gone = {
             let data: HashSet<&str> = live.files.data.iter().map(|f| f.file.file_path()).collect();
             written
                 .placed
                 .iter()
-                .find(|p| !data.contains(p.input.as_str()))
-                .map(|p| format!("{} left the table", p.input))
+                .map(|p| p.input.as_str())
+                .chain(chosen.rewrite.staying.iter().map(|f| f.file.file_path()))
+                .find(|p| !data.contains(p))
+                .map(|p| format!("{p} left the table"))
         };
         if let Some(why) = gone {
             slot.live = Some(live);
@@ -271,6 +291,9 @@ impl IcebergSink {
                 }
             }
         };
+        // The live state learns a rewrite's files, not a converted position delete file: after
+        // a conversion the next commit reads the state back from the table.
+        let converted = written.converted.is_some();
         let (compacted, rewritten) = self
             .publish_rewrite(
                 table,
@@ -282,8 +305,10 @@ impl IcebergSink {
                 carried,
             )
             .await?;
-        live.apply_rewrite(rewritten);
-        slot.live = Some(live);
+        if !converted {
+            live.apply_rewrite(rewritten);
+            slot.live = Some(live);
+        }
         Ok(Some(compacted))
     }
 
@@ -394,34 +419,41 @@ impl IcebergSink {
         written: &Written,
     ) -> Result<Option<Compacted>, SinkError> {
         tracing::info!(table = %table, reason = %why, "compaction went stale; nothing committed, the next cycle decides again");
-        for o in &written.outputs {
-            let Ok(path) = self.warehouse.path(&o.path) else {
+        let converted = written.converted.iter().map(|f| f.file_path());
+        for at in written
+            .outputs
+            .iter()
+            .map(|o| o.path.as_str())
+            .chain(converted)
+        {
+            let Ok(path) = self.warehouse.path(at) else {
                 continue;
             };
             if let Err(e) = self.warehouse.store().delete(&path).await {
-                tracing::debug!(path = %o.path, error = %e, "cannot delete a stale compaction output; cdcd cleanup will");
+                tracing::debug!(path = %at, error = %e, "cannot delete a stale compaction output; cdcd cleanup will");
             }
         }
         Ok(None)
     }
 
-    /// v2: the deletes the rewrite of `choice` applies and the delete files it drops
-    /// (`equality.rs`); nothing on v3, whose vectors are in `live`.
+    /// v2: the deletes the rewrite of `choice` and the conversion of `staying` apply, and the
+    /// delete files they drop (`equality.rs`, `convert.rs`); nothing on v3, whose vectors are in
+    /// `live`.
     async fn v2_deletes(
         &self,
         table: &TableId,
         meta: &TableMetadata,
         live: &LiveState,
         choice: &Choice,
+        staying: &[LiveFile],
     ) -> Result<(Option<V2Deletes>, HashSet<String>), SinkError> {
         if meta.format_version() >= FormatVersion::V3 {
             return Ok((None, HashSet::new()));
         }
-        let chosen: HashSet<&str> = choice
-            .inputs()
-            .filter_map(|i| live.files.data.get(i))
-            .map(|f| f.file.file_path())
-            .collect();
+        // A converted file's positions carry those of the position delete files naming it, as a
+        // rewritten file's rows leave them behind: both kinds of file count as handled.
+        let mut chosen = chosen_paths(live, choice);
+        chosen.extend(staying.iter().map(|f| f.file.file_path()));
         let schema = meta.current_schema();
         let file_schema = crate::sinks::iceberg::schema::data_file_schema(schema)?;
         let deletes =
@@ -464,8 +496,18 @@ impl Compacted {
             vectors_removed: deletes_removed as u64,
             rows_dropped: written.dropped_rows,
             deletes_carried: 0,
+            positions_converted: written.converted.as_ref().map_or(0, |f| f.record_count()),
         }
     }
+}
+
+/// The paths of the files `choice` rewrites.
+fn chosen_paths<'a>(live: &'a LiveState, choice: &Choice) -> HashSet<&'a str> {
+    choice
+        .inputs()
+        .filter_map(|i| live.files.data.get(i))
+        .map(|f| f.file.file_path())
+        .collect()
 }
 
 /// The picker's view of `live`'s data files (v3: their vectors' cardinality; v2: none known).

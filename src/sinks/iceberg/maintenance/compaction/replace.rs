@@ -198,7 +198,8 @@ impl Replace<'_> {
     ) -> Result<Staged, SinkError> {
         let meta = self.meta();
         let added: Vec<DataFile> = written.outputs.iter().map(|o| o.file.clone()).collect();
-        let added_deletes = vectors.entries();
+        let mut added_deletes = vectors.entries();
+        added_deletes.extend(written.converted.clone());
         let mut manifests = Vec::with_capacity(carried.manifests.len() + 2);
         let mut added_manifest = None;
         let mut vectors_manifest = None;

@@ -12,6 +12,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::{Schema, SchemaRef};
 use iceberg::spec::{DataContentType, DataFile, FormatVersion, TableMetadata};
 
+use super::convert;
 use super::equality::V2Deletes;
 use super::lineage;
 use super::moves::{keep_mask, Placer};
@@ -44,6 +45,9 @@ pub(crate) struct Written {
     pub dropped_rows: u64,
     /// Where each input's rows went, with the vector applied to it.
     pub placed: Vec<Placed>,
+    /// v2: the position delete file of the rows the live deletes delete in `Rewrite::staying`
+    /// (`convert.rs`), when any is.
+    pub converted: Option<DataFile>,
 }
 
 /// One chosen data file with the deletion vector it had when chosen (v3; `None` on v2, whose
@@ -77,6 +81,9 @@ pub(crate) struct Rewrite<'a> {
     /// Format v2: the position and equality deletes the rewritten rows must not escape
     /// (`equality.rs`); `None` on v3, whose vectors are in `inputs`.
     pub v2: Option<V2Deletes>,
+    /// Format v2: the data files an equality delete applies to that the rewrite leaves in
+    /// place; their deleted rows become one position delete file (`convert.rs`).
+    pub staying: Vec<LiveFile>,
 }
 
 impl Rewrite<'_> {
@@ -162,6 +169,16 @@ impl Rewrite<'_> {
             )
             .await?;
             written.outputs.push(Output { path, file, keys });
+        }
+        if let (Some(deletes), false) = (&self.v2, self.staying.is_empty()) {
+            written.converted = convert::write_positions(
+                self.warehouse,
+                self.table,
+                deletes,
+                &self.staying,
+                self.names.position_deletes(),
+            )
+            .await?;
         }
         Ok(written)
     }
