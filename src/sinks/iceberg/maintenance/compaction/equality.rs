@@ -14,7 +14,9 @@
 //!   sequence number below S (outputs have the starting one, at or above S).
 //!
 //! Both are dropped with the rewrite (what Iceberg-Java's `RewriteDataFiles` leaves to
-//! `rewrite_position_delete_files` and `remove-dangling-deletes`). A table's delete files are all
+//! `rewrite_position_delete_files` and `remove-dangling-deletes`). The data files a rewrite
+//! leaves in place count as rewritten here when their deleted rows are converted to positions in
+//! the same commit (`convert.rs`). A table's delete files are all
 //! read for this, every cycle that rewrites: cdcd's tables carry one small position and one
 //! equality delete file per commit, and each rewrite removes those it made useless.
 

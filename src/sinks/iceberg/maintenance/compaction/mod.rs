@@ -52,8 +52,9 @@
 //!
 //! # Not done
 //! - v2: files are picked by size only (how many of a file's rows the equality deletes remove is
-//!   known only by reading it), so an equality delete file stays while a file older than it is
-//!   not rewritten (a large one).
+//!   known only by reading it); the files an equality delete applies to that a cycle leaves in
+//!   place have their deleted rows converted to positions (`convert.rs`) within a budget, beyond
+//!   which an equality delete file stays while a file older than it is not rewritten.
 //! - Puffin consolidation: each vector stays in its own Puffin file. Several blobs per Puffin
 //!   file are what DuckDB 1.5.5 misreads (commit/files.rs); compaction instead removes the
 //!   vectors of the files it rewrites.
