@@ -142,7 +142,9 @@ async fn expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach(mode: D
 
 async fn the_default_age_expires_nothing_young(mode: DeleteMode) {
     let dir = tempfile::tempdir().unwrap();
-    let s = sink(dir.path(), mode);
+    // Expiry alone: on v2 a cycle's compaction would commit a snapshot of its own (converting
+    // the equality deletes).
+    let s = sink_with(dir.path(), mode, &[("cdcd.compaction.enabled", "false")]);
     let t = schema();
     seed(&s).await;
     commits(&s, 0, 3).await;
