@@ -669,6 +669,61 @@ async fn equality_deletes_of_files_left_in_place_become_positions() {
     }
 }
 
+/// v2 within the conversion's budget picks by size tiers as v3 does: a large file (5,000 rows
+/// bulk-loaded) is left in place cycle after cycle instead of rewritten with the few small files
+/// of the last commits, while the updates and deletes of its rows become positions; one position
+/// delete file is left after each cycle (it carries the last cycle's), no equality delete file,
+/// and DuckDB reads the model every time.
+#[tokio::test]
+async fn a_v2_cycle_leaves_a_large_file_in_place_and_converts_its_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sink_with(
+        dir.path(),
+        DeleteMode::Equality,
+        &[
+            ("write.target-file-size-bytes", "1000000"),
+            ("cdcd.compaction.min-input-files", "2"),
+        ],
+    );
+    let t = schema();
+    let mut model = Model::default();
+    let bulk: Vec<C> = (1000..6000).map(|i| ins(i, "bulk")).collect();
+    s.commit(&t, &[changes(&bulk)], &cp(1)).await.unwrap();
+    model.0.extend((1000..6000).map(|i| (i, ("bulk", i * 10))));
+    let large = live(&s).await.files.data[0].file.file_path().to_owned();
+    let mut lsn = 10;
+    for cycle in 0..3i64 {
+        for i in 0..4i64 {
+            let k = cycle * 4 + i;
+            let cs = [
+                ins(k, "new"),
+                upd(1000 + k * 7, Some("u"), k),
+                del(3000 + k),
+            ];
+            lsn += 1;
+            s.commit(&t, &[changes(&cs)], &cp(lsn)).await.unwrap();
+            model.0.insert(k, ("new", k * 10));
+            model.0.insert(1000 + k * 7, ("u", k));
+            model.0.remove(&(3000 + k));
+        }
+        let r = s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+        assert_eq!(r[0].error, None, "{r:?}");
+        let now = live(&s).await;
+        assert!(
+            now.files.data.iter().any(|f| f.file.file_path() == large),
+            "cycle {cycle}: the large file is left in place"
+        );
+        assert!(r[0].files_rewritten >= 2, "cycle {cycle}: {r:?}");
+        assert!(now.files.equality_deletes.is_empty(), "cycle {cycle}");
+        assert_eq!(now.files.position_deletes.len(), 1, "cycle {cycle}");
+        if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+            assert_eq!(rows, model.text(), "cycle {cycle}");
+        }
+    }
+    let status = s.status(&t.id).await.unwrap().unwrap();
+    assert_eq!(status.rows, Some(model.0.len() as u64));
+}
+
 /// v2, files left in place that add up to more than the conversion's budget (four cycles'
 /// bytes; here ~25 KB of ~1 KB files against 4 × 2,300 bytes): their equality deletes stay,
 /// each cycle still rewrites two small files, and the table reads the same after every cycle.

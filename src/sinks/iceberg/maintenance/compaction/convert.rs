@@ -20,8 +20,10 @@
 //!
 //! Bounded: a cycle converts only while the files that stay add up to at most
 //! [`CONVERT_BUDGET_FACTOR`] times the cycle's byte budget (they are read whole, one at a time,
-//! and only their key columns decoded). A larger table keeps its equality deletes until a rewrite
-//! reaches its older files (Spark's `rewrite_data_files`), as before.
+//! and only their key columns decoded). Within it, a v2 cycle picks by size tiers as v3 does
+//! (`pick.rs`: large files are left alone instead of rewritten each cycle); past it the pick
+//! is untiered and a larger table keeps its equality deletes until a rewrite reaches its older
+//! files (Spark's `rewrite_data_files`), as before the conversion.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -42,16 +44,16 @@ use crate::storage::Warehouse;
 pub(crate) const CONVERT_BUDGET_FACTOR: u64 = 4;
 
 /// The live data files of `live` that an equality delete applies to and the rewrite of `chosen`
-/// leaves in place: pure. Empty when there is no equality delete, or when they add up to more
-/// than `budget` bytes (then none is converted: an equality delete leaves only when every file
-/// older than it is rewritten or converted).
+/// leaves in place: pure. Empty when there is no equality delete; `None` when they add up to
+/// more than `budget` bytes (then none is converted: an equality delete leaves only when every
+/// file older than it is rewritten or converted).
 pub(crate) fn staying_targets(
     live: &LiveState,
     chosen: &HashSet<&str>,
     budget: u64,
-) -> Vec<LiveFile> {
+) -> Option<Vec<LiveFile>> {
     let Some(newest) = live.files.equality_deletes.iter().map(|f| f.sequence).max() else {
-        return Vec::new();
+        return Some(Vec::new());
     };
     let targets: Vec<LiveFile> = live
         .files
@@ -61,10 +63,7 @@ pub(crate) fn staying_targets(
         .cloned()
         .collect();
     let bytes: u64 = targets.iter().map(|f| f.file.file_size_in_bytes()).sum();
-    if bytes > budget {
-        return Vec::new();
-    }
-    targets
+    (bytes <= budget).then_some(targets)
 }
 
 /// Writes, at `path`, the position delete file of every row of `targets` that `deletes`

@@ -3,12 +3,15 @@
 //! one `replace` snapshot that removes the old files and their vectors and carries the table's
 //! checkpoint (Iceberg-Java's `RewriteDataFiles`, bin-pack strategy). On a format-v2
 //! (equality-delete) table the rewrite applies the table's position and equality deletes to the
-//! rows it copies and drops the delete files that then apply to no live file (`equality.rs`).
+//! rows it copies and drops the delete files that then apply to no live file (`equality.rs`);
+//! the rows those deletes remove from the files it leaves in place become one position delete
+//! file in the same snapshot (`convert.rs`), so every equality delete file leaves with it.
 //!
 //! Layout: `pick.rs` (pure: which files, into which outputs), `moves.rs` (pure: where each kept
 //! row lands), `redelete.rs` (pure: the deletes committed meanwhile, at their new places),
 //! `summary.rs` (pure: the `replace` summary), `equality.rs` (v2: the deletes a rewrite applies,
-//! the delete files it drops), `rewrite.rs` (the worker's first half: read, drop, write),
+//! the delete files it drops), `convert.rs` (v2: the deletes of the files left in place, as
+//! positions), `rewrite.rs` (the worker's first half: read, drop, write),
 //! `replace.rs` (its second half: vectors, manifests, snapshot), this file (the driver: lock,
 //! decide, publish, move the index).
 //!
@@ -185,16 +188,24 @@ impl IcebergSink {
             return Ok(None);
         };
         let v3 = meta.format_version() >= FormatVersion::V3;
-        let choice = pick::choose(&policy, &candidates(live), v3);
-        let staying = if v3 {
-            Vec::new()
-        } else {
-            let chosen = chosen_paths(live, &choice);
+        let files = candidates(live);
+        let mut choice = pick::choose(&policy, &files, true);
+        let mut staying = Vec::new();
+        if !v3 {
+            // Size tiers leave large files in place, which only the conversion lets an
+            // equality delete get past (`convert.rs`); beyond its budget, the untiered pick.
             let budget = policy
                 .max_bytes_per_cycle
                 .saturating_mul(convert::CONVERT_BUDGET_FACTOR);
-            convert::staying_targets(live, &chosen, budget)
-        };
+            match convert::staying_targets(live, &chosen_paths(live, &choice), budget) {
+                Some(files) => staying = files,
+                None => {
+                    choice = pick::choose(&policy, &files, false);
+                    let chosen = chosen_paths(live, &choice);
+                    staying = convert::staying_targets(live, &chosen, budget).unwrap_or_default();
+                }
+            }
+        }
         if choice.is_empty() && staying.is_empty() {
             return Ok(None);
         }

@@ -18,11 +18,11 @@
 //! output with the few new files of the last minute, rewriting the whole table each cycle and
 //! holding the table's commits that long (docs/performance.md, "Long-run maintenance"); with
 //! it a file is rewritten about log(table / new bytes per cycle) times, and the large outputs
-//! are merged when enough smaller ones have come together. Not on v2 tables: an equality delete
-//! file leaves the table only when every older data file is rewritten or converted
-//! (`equality.rs`, `convert.rs`), and the conversion is bounded, so a tiered pick that leaves
-//! more files out would keep more equality deletes on large tables (measured before the
-//! conversion: DuckDB's scan went from 1 s to 22 s over 4,000 commits).
+//! are merged when enough smaller ones have come together. On v2 tables only while the
+//! conversion of the files left in place fits its budget (`convert.rs`): an equality delete file
+//! leaves the table only when every older data file is rewritten or converted (`equality.rs`),
+//! so past the budget the pick is untiered (measured with tiers and no conversion: DuckDB's scan
+//! went from 1 s to 22 s over 4,000 commits).
 //!
 //! Outputs are packed in pick order by estimated live bytes (a file's bytes times its share of
 //! live rows) up to the target size; a file is never split across outputs.
@@ -89,7 +89,7 @@ impl Choice {
 }
 
 /// Chooses this cycle's rewrite of `files` (see the module doc); empty when nothing is worth it.
-/// `tiered`: apply the size tiers (format v3 tables).
+/// `tiered`: apply the size tiers (`mod.rs` says when).
 pub(crate) fn choose(policy: &Compaction, files: &[Candidate], tiered: bool) -> Choice {
     if !policy.enabled {
         return Choice::default();
