@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{cdcd_bin, connect, exec, log_field, test_env, unique, Pipeline, Settings};
+use crate::support::{
+    cdcd_bin, connect, exec, log_field, test_env, unique, Pipeline, Settings, TestEnv,
+};
 
 /// Reads a table directory with pyiceberg: the newest metadata's snapshots (oldest first), rows
 /// at each snapshot, the files they reach that are missing, and the files on disk nothing
@@ -853,59 +855,8 @@ async fn kill_dash_nine_at_random_moments_of_compaction() {
     set_table_properties(&p, &COMPACTING);
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
-        let (client, t, stop) = (connect(&env.pg_url).await, t.clone(), stop.clone());
-        tokio::spawn(async move {
-            let mut i = 0i64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let sql = format!(
-                    "BEGIN;
-                     INSERT INTO {t} VALUES ({k}, {i}, 'w {i}');
-                     UPDATE {t} SET v = v + 1 WHERE id % 7 = {m};
-                     UPDATE {t} SET s = 'u {i}' WHERE id % 11 = {n};
-                     DELETE FROM {t} WHERE id = {d} OR id = {k2};
-                     COMMIT;",
-                    k = 100_000 + i,
-                    m = i % 7,
-                    n = i % 11,
-                    d = (i * 37) % 200 + 1,
-                    k2 = 100_000 + i / 2,
-                );
-                if client.batch_execute(&sql).await.is_err() {
-                    break;
-                }
-                i += 1;
-                tokio::time::sleep(Duration::from_millis(80)).await;
-            }
-            i
-        })
-    };
-    for round in 0..6 {
-        let pause = rng.range(100, 800);
-        p.env_vars = vec![
-            ("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "200".into()),
-            (
-                "CDCD_PAUSEPOINT".into(),
-                format!("compact-rewritten:{pause}"),
-            ),
-        ];
-        if round > 0 {
-            p.start();
-        }
-        let wait = rng.range(500, 3_000);
-        tokio::time::sleep(Duration::from_millis(wait)).await;
-        p.assert_running();
-        eprintln!("round {round}: compactions paused {pause} ms, kill -9 after {wait} ms");
-        p.kill9();
-        p.wait_slot_inactive(&client, Duration::from_secs(30)).await;
-        let crashed = inspect(&p, &t);
-        assert_eq!(
-            crashed["missing"],
-            Value::Array(vec![]),
-            "round {round}: {crashed}"
-        );
-    }
+    let (stop, writer) = changing_writer(&env, &t).await;
+    kill_while_compacting(&mut p, &client, &t, &mut rng, 6, (500, 3_000)).await;
     p.env_vars = vec![("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "200".into())];
     p.start();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -1147,59 +1098,8 @@ async fn equality_deletes_of_large_files_become_positions_through_kills() {
     );
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
-        let (client, t, stop) = (connect(&env.pg_url).await, t.clone(), stop.clone());
-        tokio::spawn(async move {
-            let mut i = 0i64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let sql = format!(
-                    "BEGIN;
-                     INSERT INTO {t} VALUES ({k}, {i}, 'w {i}');
-                     UPDATE {t} SET v = v + 1 WHERE id % 13 = {m};
-                     UPDATE {t} SET s = 'u {i}' WHERE id = {n};
-                     DELETE FROM {t} WHERE id = {d} OR id = {k2};
-                     COMMIT;",
-                    k = 100_000 + i,
-                    m = i % 13,
-                    n = (i * 17) % 200 + 1,
-                    d = (i * 37) % 200 + 1,
-                    k2 = 100_000 + i / 2,
-                );
-                if client.batch_execute(&sql).await.is_err() {
-                    break;
-                }
-                i += 1;
-                tokio::time::sleep(Duration::from_millis(80)).await;
-            }
-            i
-        })
-    };
-    for round in 0..4 {
-        let pause = rng.range(100, 800);
-        p.env_vars = vec![
-            ("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "200".into()),
-            (
-                "CDCD_PAUSEPOINT".into(),
-                format!("compact-rewritten:{pause}"),
-            ),
-        ];
-        if round > 0 {
-            p.start();
-        }
-        let wait = rng.range(800, 3_000);
-        tokio::time::sleep(Duration::from_millis(wait)).await;
-        p.assert_running();
-        eprintln!("round {round}: compactions paused {pause} ms, kill -9 after {wait} ms");
-        p.kill9();
-        p.wait_slot_inactive(&client, Duration::from_secs(30)).await;
-        let crashed = inspect(&p, &t);
-        assert_eq!(
-            crashed["missing"],
-            Value::Array(vec![]),
-            "round {round}: {crashed}"
-        );
-    }
+    let (stop, writer) = changing_writer(&env, &t).await;
+    kill_while_compacting(&mut p, &client, &t, &mut rng, 4, (800, 3_000)).await;
     p.env_vars = vec![("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "200".into())];
     p.start();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -1236,4 +1136,77 @@ async fn equality_deletes_of_large_files_become_positions_through_kills() {
     p.assert_equal(&t, 10).await;
     let (code, out) = p.lakecheck(&t, 30, &["--reader", "pyiceberg"]).await;
     assert_eq!(code, Some(0), "pyiceberg: {out}");
+}
+
+type Stop = std::sync::Arc<std::sync::atomic::AtomicBool>;
+
+/// A writer that inserts, updates (the seed rows among them) and deletes rows of `t` every 80 ms
+/// until stopped; its task returns how many transactions it committed.
+async fn changing_writer(env: &TestEnv, t: &str) -> (Stop, tokio::task::JoinHandle<i64>) {
+    let stop: Stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (client, t, flag) = (connect(&env.pg_url).await, t.to_owned(), stop.clone());
+    let task = tokio::spawn(async move {
+        let mut i = 0i64;
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            let sql = format!(
+                "BEGIN;
+                 INSERT INTO {t} VALUES ({k}, {i}, 'w {i}');
+                 UPDATE {t} SET v = v + 1 WHERE id % 7 = {m};
+                 UPDATE {t} SET s = 'u {i}' WHERE id % 11 = {n};
+                 DELETE FROM {t} WHERE id = {d} OR id = {k2};
+                 COMMIT;",
+                k = 100_000 + i,
+                m = i % 7,
+                n = i % 11,
+                d = (i * 37) % 200 + 1,
+                k2 = 100_000 + i / 2,
+            );
+            if client.batch_execute(&sql).await.is_err() {
+                break;
+            }
+            i += 1;
+            tokio::time::sleep(Duration::from_millis(80)).await;
+        }
+        i
+    });
+    (stop, task)
+}
+
+/// `rounds` times: cdcd runs with a cycle every 200 ms, each compaction paused a random
+/// 100–800 ms between its work and its commit, and is killed (`kill -9`) after a random time in
+/// `wait_ms`; each crash must leave every file the table references on disk. The first round
+/// uses the running process.
+async fn kill_while_compacting(
+    p: &mut Pipeline,
+    client: &tokio_postgres::Client,
+    t: &str,
+    rng: &mut crate::support::Rng,
+    rounds: u32,
+    wait_ms: (u64, u64),
+) {
+    for round in 0..rounds {
+        let pause = rng.range(100, 800);
+        p.env_vars = vec![
+            ("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "200".into()),
+            (
+                "CDCD_PAUSEPOINT".into(),
+                format!("compact-rewritten:{pause}"),
+            ),
+        ];
+        if round > 0 {
+            p.start();
+        }
+        let wait = rng.range(wait_ms.0, wait_ms.1);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        p.assert_running();
+        eprintln!("round {round}: compactions paused {pause} ms, kill -9 after {wait} ms");
+        p.kill9();
+        p.wait_slot_inactive(client, Duration::from_secs(30)).await;
+        let crashed = inspect(p, t);
+        assert_eq!(
+            crashed["missing"],
+            Value::Array(vec![]),
+            "round {round}: {crashed}"
+        );
+    }
 }
