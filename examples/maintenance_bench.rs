@@ -467,6 +467,23 @@ fn python() -> (String, String) {
     (bed, python)
 }
 
+/// Runs a reader `script` with `python` and returns the six space-separated fields of its
+/// `READ …` line (the last field, the scan's answer, may hold spaces).
+fn run_reader(python: &str, script: &str) -> anyhow::Result<Vec<String>> {
+    let out = Command::new(python).arg("-c").arg(script).output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{python} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout)?;
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("READ "))
+        .ok_or_else(|| anyhow::anyhow!("no result in {text:?}"))?;
+    Ok(line.splitn(6, ' ').map(str::to_owned).collect())
+}
+
 /// What pyiceberg and DuckDB see of the table at one metadata file.
 struct Reader {
     manifests: u64,
@@ -520,22 +537,13 @@ print('READ', m, d, de, len(df), best, r)
         metadata = metadata.display(),
         table = table.display(),
     );
-    let out = Command::new(&python).arg("-c").arg(script).output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "{python} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout)?;
-    let line = text
-        .lines()
-        .find_map(|l| l.strip_prefix("READ "))
-        .ok_or_else(|| anyhow::anyhow!("no result in {text:?}"))?;
-    let mut parts = line.splitn(6, ' ');
+    let fields = run_reader(&python, &script)?;
+    let mut parts = fields.iter();
     let mut next = || {
         parts
             .next()
-            .ok_or_else(|| anyhow::anyhow!("short result {line:?}"))
+            .map(String::as_str)
+            .ok_or_else(|| anyhow::anyhow!("short result {fields:?}"))
     };
     Ok(Reader {
         manifests: next()?.parse()?,
@@ -602,22 +610,13 @@ print('READ', size, len(names), m, d, best, r)
             .ok_or_else(|| anyhow::anyhow!("{} is not <ns>.db/t", table.display()))?,
         scan = if scan { "True" } else { "False" },
     );
-    let out = Command::new(&python).arg("-c").arg(script).output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "{python} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout)?;
-    let line = text
-        .lines()
-        .find_map(|l| l.strip_prefix("READ "))
-        .ok_or_else(|| anyhow::anyhow!("no result in {text:?}"))?;
-    let mut parts = line.splitn(6, ' ');
+    let fields = run_reader(&python, &script)?;
+    let mut parts = fields.iter();
     let mut next = || {
         parts
             .next()
-            .ok_or_else(|| anyhow::anyhow!("short result {line:?}"))
+            .map(String::as_str)
+            .ok_or_else(|| anyhow::anyhow!("short result {fields:?}"))
     };
     let plan_bytes = next()?.parse()?;
     let snapshots = next()?.parse()?;
