@@ -467,9 +467,20 @@ fn python() -> (String, String) {
     (bed, python)
 }
 
-/// Runs a reader `script` with `python` and returns the six space-separated fields of its
-/// `READ …` line (the last field, the scan's answer, may hold spaces).
-fn run_reader(python: &str, script: &str) -> anyhow::Result<Vec<String>> {
+/// The six space-separated fields of a reader script's `READ …` line, taken in order (the last,
+/// the scan's answer, may hold spaces).
+struct Fields(std::vec::IntoIter<String>);
+
+impl Fields {
+    fn next(&mut self) -> anyhow::Result<String> {
+        self.0
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("a reader's result is short"))
+    }
+}
+
+/// Runs a reader `script` with `python` and returns the fields of its `READ …` line.
+fn run_reader(python: &str, script: &str) -> anyhow::Result<Fields> {
     let out = Command::new(python).arg("-c").arg(script).output()?;
     anyhow::ensure!(
         out.status.success(),
@@ -481,7 +492,8 @@ fn run_reader(python: &str, script: &str) -> anyhow::Result<Vec<String>> {
         .lines()
         .find_map(|l| l.strip_prefix("READ "))
         .ok_or_else(|| anyhow::anyhow!("no result in {text:?}"))?;
-    Ok(line.splitn(6, ' ').map(str::to_owned).collect())
+    let fields: Vec<String> = line.splitn(6, ' ').map(str::to_owned).collect();
+    Ok(Fields(fields.into_iter()))
 }
 
 /// What pyiceberg and DuckDB see of the table at one metadata file.
@@ -537,21 +549,15 @@ print('READ', m, d, de, len(df), best, r)
         metadata = metadata.display(),
         table = table.display(),
     );
-    let fields = run_reader(&python, &script)?;
-    let mut parts = fields.iter();
-    let mut next = || {
-        parts
-            .next()
-            .map(String::as_str)
-            .ok_or_else(|| anyhow::anyhow!("short result {fields:?}"))
-    };
+    let mut fields = run_reader(&python, &script)?;
+    let mut next = || fields.next();
     Ok(Reader {
         manifests: next()?.parse()?,
         data_files: next()?.parse()?,
         delete_entries: next()?.parse()?,
         delete_files: next()?.parse()?,
         scan_secs: next()?.parse()?,
-        answer: next()?.to_owned(),
+        answer: next()?,
     })
 }
 
@@ -610,14 +616,8 @@ print('READ', size, len(names), m, d, best, r)
             .ok_or_else(|| anyhow::anyhow!("{} is not <ns>.db/t", table.display()))?,
         scan = if scan { "True" } else { "False" },
     );
-    let fields = run_reader(&python, &script)?;
-    let mut parts = fields.iter();
-    let mut next = || {
-        parts
-            .next()
-            .map(String::as_str)
-            .ok_or_else(|| anyhow::anyhow!("short result {fields:?}"))
-    };
+    let mut fields = run_reader(&python, &script)?;
+    let mut next = || fields.next();
     let plan_bytes = next()?.parse()?;
     let snapshots = next()?.parse()?;
     let read = Reader {
@@ -626,7 +626,7 @@ print('READ', size, len(names), m, d, best, r)
         delete_entries: 0,
         delete_files: 0,
         scan_secs: next()?.parse()?,
-        answer: next()?.to_owned(),
+        answer: next()?,
     };
     Ok((plan_bytes, snapshots, read))
 }

@@ -91,8 +91,14 @@ pub(crate) async fn write_positions(
             continue;
         };
         for p in deleted.iter() {
+            // A position past i64 cannot be written, and the equality delete it stands for is
+            // dropped with this file: stop rather than resurrect the row.
+            let pos = i64::try_from(p).map_err(|_| SinkError::Corrupt {
+                path: at.to_owned(),
+                detail: format!("deleted position {p} does not fit a position delete file"),
+            })?;
             files.push(at);
-            positions.push(i64::try_from(p).unwrap_or(i64::MAX));
+            positions.push(pos);
         }
     }
     if files.is_empty() {
