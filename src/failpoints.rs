@@ -55,6 +55,11 @@
 //! - [`LSM_SWAP_BEFORE_SNAPSHOT`] (Paimon resync, `sinks/lsm/resync.rs`): the lineage's schemas
 //!   are written as the live table's newest and its files copied into the live table; the
 //!   `OVERWRITE` snapshot is not, so readers see the old table (under a schema with the new columns).
+//! - [`COPY_PLANNED`] (Postgres copy, `sources/postgres/snapshot/parallel.rs`, a pause point):
+//!   the copy's snapshot is taken and its tables planned at it; no table is locked, so DDL can
+//!   still commit on them (the window a migration during a long copy falls into).
+//! - [`COPY_CHUNK_COPIED`] (same place, a pause point): a worker finished a chunk and holds the
+//!   locks of the tables it verified; the tables queued behind are not locked.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -99,6 +104,11 @@ pub const RESYNC_COPIED: &str = "resync-copied";
 pub const RESYNC_BEFORE_SWAP: &str = "resync-before-swap";
 /// A Paimon swap wrote the live table's schemas and copied the files; no snapshot yet.
 pub const LSM_SWAP_BEFORE_SNAPSHOT: &str = "lsm-swap-before-snapshot";
+
+/// A Postgres copy is planned at its snapshot; no worker has locked a table yet.
+pub const COPY_PLANNED: &str = "copy-planned";
+/// A Postgres copy worker sent a chunk's rows and its end; it has not taken the next chunk.
+pub const COPY_CHUNK_COPIED: &str = "copy-chunk-copied";
 
 /// The crash point named by `CDCD_FAILPOINT` and at which hit it fires, read once.
 fn armed() -> Option<&'static (String, u64)> {

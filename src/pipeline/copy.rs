@@ -23,6 +23,14 @@ impl Committer {
         let rows = changes.ops.iter().filter(|op| **op != Op::Truncate).count();
         metrics::counter!(m::SNAPSHOT_ROWS_TOTAL, m::LABEL_PIPELINE => self.settings.pipeline.clone(), m::LABEL_TABLE => table.to_string())
             .increment(rows as u64);
+        if changes.ops.first() == Some(&Op::Truncate) {
+            // A copy from scratch (the marker replaces what the table holds): no chunk of an
+            // earlier copy of the table is in it any more, even under the same plan.
+            if let Some(progress) = self.tables.progress.get_mut(&table) {
+                progress.started.clear();
+                progress.done.clear();
+            }
+        }
         self.schema_switch(&changes, None).await?;
         self.tables.push(changes, &incomplete);
         let full = self
@@ -100,8 +108,10 @@ impl Committer {
             }
         }
         debug!(table = %table, position = %position, "copy done");
+        // Not a position received from the stream: a table copied exactly at a temporary slot's
+        // snapshot is complete at a point past where the stream starts, and acknowledging that
+        // point would let the slot forget the other tables' changes before it.
         self.commit_table(table).await?;
-        self.advance_received(position);
         Ok(())
     }
 }

@@ -617,6 +617,54 @@ async fn initial_copy_commits_incomplete_then_the_consistent_point() {
     );
 }
 
+/// A table copied exactly at a temporary slot's snapshot is complete past the point the stream
+/// starts from; acknowledging that point would let the slot forget the other tables' changes
+/// before it (a crash then loses them). Only positions the stream delivered are acknowledged.
+#[tokio::test]
+async fn a_copy_complete_past_the_stream_start_is_not_acknowledged() {
+    let r = run_script(
+        false,
+        &[],
+        vec![
+            SourceEvent::SnapshotRows(changes("a", Op::Insert, &[1, 2])),
+            SourceEvent::SnapshotDone {
+                table: TableId::new("public", "a"),
+                position: pos(100),
+            },
+            SourceEvent::SnapshotRows(changes("b", Op::Insert, &[1])),
+            SourceEvent::SnapshotDone {
+                table: TableId::new("public", "b"),
+                position: pos(300),
+            },
+            SourceEvent::Heartbeat(pos(150)),
+            tx(
+                200,
+                vec![
+                    changes("a", Op::Insert, &[3]),
+                    changes("b", Op::Insert, &[9]),
+                ],
+            ),
+        ],
+        settings(1000, SnapshotMode::Initial),
+    )
+    .await;
+    assert!(
+        r.acks.iter().all(|a| pos(200).covers(a)),
+        "acknowledged past what the stream delivered: {:?}",
+        r.acks
+    );
+    assert_eq!(r.acks.first(), Some(&pos(150)));
+    assert_eq!(
+        r.commits,
+        vec![
+            ("a".into(), 2, "0/64".into()),
+            ("b".into(), 1, "0/12C".into()),
+            ("a".into(), 1, "0/C8".into())
+        ],
+        "b's change at 0/C8 is inside its copy and skipped"
+    );
+}
+
 #[tokio::test]
 async fn commit_max_rows_does_not_cut_copy_batches() {
     // Copy rows are committed by the snapshot batch size (default 1M rows): a streaming limit of

@@ -47,6 +47,46 @@ pub async fn table_columns(
         .collect())
 }
 
+/// What a copy at a snapshot depends on: the table's replicated columns, and the storage of it
+/// and its partitions (`pg_class` oid and `relfilenode` of each relation in its inheritance tree).
+///
+/// Read in a transaction at an exported snapshot it is the shape the snapshot sees; read by a
+/// plain connection it is the shape now. A table-rewriting `ALTER TABLE`, `TRUNCATE`, `CLUSTER`
+/// and `VACUUM FULL` give the table new storage, and a rewrite is not MVCC-safe (Postgres docs,
+/// "MVCC Caveats"): its new heap's rows carry the rewriting transaction's xid, invisible to an
+/// older snapshot, so a `COPY` at that snapshot returns no rows and no error. Two shapes that
+/// differ mean a copy at the older snapshot cannot be trusted (`snapshot/parallel.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableShape {
+    pub columns: Vec<ColumnDef>,
+    /// `(oid, relfilenode)` of the table and every partition under it, by oid.
+    pub storage: Vec<(u32, u32)>,
+}
+
+/// The [`TableShape`] of `table` as `client`'s transaction sees it.
+pub async fn table_shape(client: &Client, table: &TableId) -> Result<TableShape, SourceError> {
+    let columns = table_columns(client, table).await?;
+    // pg_inherits read as a table, not through `pg_partition_tree()`: the function reads the
+    // catalog as of now, the query as of the transaction's snapshot.
+    let rows = client
+        .query(
+            "WITH RECURSIVE tree(oid) AS (
+               SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = $1 AND c.relname = $2
+               UNION
+               SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.oid)
+             SELECT c.oid, c.relfilenode FROM tree JOIN pg_class c ON c.oid = tree.oid
+             ORDER BY c.oid",
+            &[&table.namespace, &table.name],
+        )
+        .await
+        .map_err(|e| server(&format!("reading the storage of {table}"), &e))?;
+    Ok(TableShape {
+        columns,
+        storage: rows.iter().map(|r| (r.get(0), r.get(1))).collect(),
+    })
+}
+
 /// The `pg_class` oid of each of `tables` that exists now (the assembler's guard against a
 /// captured table renamed or dropped and created again while streaming).
 pub async fn table_oids(

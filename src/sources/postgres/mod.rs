@@ -11,8 +11,9 @@
 //! - `setup.rs`: publication, slot and server checks over a regular connection.
 //! - `assembler.rs`: decoded messages to changelog transactions (streamed transactions, spill).
 //! - `stream.rs`: the streaming loop (I/O): frames in, transactions out, status updates back.
-//! - `snapshot.rs` and `snapshot/`: the initial copy of existing rows (parallel key ranges,
-//!   binary COPY read off the socket by `snapshot/session.rs`, resumable).
+//! - `copy.rs`: which tables are copied at which snapshot (fresh, beside the slot, exactly);
+//!   `snapshot.rs` and `snapshot/`: how (parallel key ranges, binary COPY read off the socket
+//!   by `snapshot/session.rs`, resumable).
 //! - `monitor.rs`: heartbeats, slot lag and retained WAL, an invalidated slot.
 //! - `preflight.rs`: further `cdcd check` lines (replica identity, publication rights).
 //!
@@ -25,6 +26,7 @@
 pub mod assembler;
 pub mod catalog;
 pub mod config;
+mod copy;
 pub mod ddl;
 pub mod decoder;
 pub mod key;
@@ -53,19 +55,16 @@ use tokio::time::Instant;
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
-use crate::changelog::{KeyOrigin, Lsn, Position, TableId, TableKey, TableSchema};
+use crate::changelog::{KeyOrigin, Lsn, Position, TableId, TableKey};
 use crate::config::{PostgresConfig, SnapshotMode};
-use crate::sources::{
-    Prepared, Resume, Source, SourceError, SourceEvent, SourceStateStore, TableCopy,
-};
+use crate::sources::{Prepared, Resume, Source, SourceError, SourceEvent, SourceStateStore};
 use assembler::{Assembler, AssemblerConfig};
-use relation::{build_schema, unresolved_types};
+use copy::{copy_at_new_snapshot, copy_exactly, initial_copy};
 use replication::{ReplicationConnection, StartOptions};
 use setup::CheckProblem;
-use snapshot::parallel::{copy_tables, plan_table, CopyRun, NewSnapshot, TablePlan};
 use snapshot::BatchLimits;
 use stream::Streaming;
-use types::{ColumnType, TypeInfo};
+use types::TypeInfo;
 
 /// Status updates go out at least this often, well within the default `wal_sender_timeout` (60 s).
 const STATUS_INTERVAL: Duration = Duration::from_secs(10);
@@ -419,253 +418,6 @@ impl Source for PostgresSource {
             Err(e) => Err(e),
         }
     }
-}
-
-/// Drops and re-creates the slot with an exported snapshot, copies every table as of it, and
-/// returns the consistent point to stream from (`None`: shutdown during the copy).
-async fn initial_copy(
-    cfg: &PostgresConfig,
-    state: &PreparedState,
-    types: &mut HashMap<u32, Option<TypeInfo>>,
-    conn: &mut ReplicationConnection,
-    events: &mpsc::Sender<SourceEvent>,
-    shutdown: &CancellationToken,
-) -> Result<Option<Lsn>, SourceError> {
-    if setup::slot_exists(&state.client, &cfg.slot)
-        .await?
-        .is_some()
-    {
-        conn.drop_slot(&cfg.slot).await?;
-        tracing::info!(slot = %cfg.slot, "dropped replication slot for a new initial copy");
-    }
-    // Plans first (catalog reads and key samples): the exported snapshot lives only until the
-    // next command on `conn`, and the copy should start right after it.
-    let copies: Vec<TableCopy> = state
-        .tables
-        .iter()
-        .map(|t| TableCopy {
-            table: t.clone(),
-            progress: None,
-        })
-        .collect();
-    let plans = plan_tables(cfg, state, types, &copies).await?;
-    let (point, snapshot_name) = conn.create_slot(&cfg.slot).await?;
-    tracing::info!(slot = %cfg.slot, consistent_point = %point, snapshot = %snapshot_name, "created replication slot; copying tables");
-    let run = CopyRun {
-        cfg,
-        snapshot: &snapshot_name,
-        events,
-        shutdown,
-        limits: SNAPSHOT_BATCH,
-    };
-    let Some(plans) = copy_tables(plans, run).await? else {
-        return Ok(None);
-    };
-    for plan in plans {
-        let done = SourceEvent::SnapshotDone {
-            table: plan.schema.id.clone(),
-            position: Position::Postgres(point),
-        };
-        if !deliver(events, done, shutdown).await? {
-            return Ok(None);
-        }
-    }
-    Ok(Some(point))
-}
-
-/// Copies `copies` (an interrupted copy's remaining chunks, added tables) at a snapshot exported
-/// now, while the slot stays. Each table ends "complete at" the position streaming starts from,
-/// with an upsert window up to the WAL position read after the snapshot (the argument is in
-/// `snapshot.rs`). False: shutdown during the copy.
-async fn copy_at_new_snapshot(
-    cfg: &PostgresConfig,
-    state: &PreparedState,
-    types: &mut HashMap<u32, Option<TypeInfo>>,
-    start: Lsn,
-    copies: &[TableCopy],
-    events: &mpsc::Sender<SourceEvent>,
-    shutdown: &CancellationToken,
-) -> Result<bool, SourceError> {
-    // Streaming starts at `start`, or where the slot stands.
-    let from = if start.is_zero() {
-        setup::slot_exists(&state.client, &cfg.slot)
-            .await?
-            .and_then(|s| s.confirmed_flush)
-            .ok_or_else(|| SourceError::Server {
-                context: format!("replication slot {}", cfg.slot),
-                detail: "has no confirmed position to stream from".into(),
-            })?
-    } else {
-        start
-    };
-    // A keyless table's copy cannot take an upsert window (nothing tells a doubled row apart in a
-    // multiset), so it is copied again whole at the exported snapshot of a temporary slot: every
-    // transaction committed before that slot's consistent point is in the snapshot and none after
-    // (the same argument as the fresh copy, snapshot.rs), so the table is complete at that point
-    // and the stream's changes to it at or below it are skipped as committed.
-    let (keyless, keyed): (Vec<TableCopy>, Vec<TableCopy>) = copies
-        .iter()
-        .cloned()
-        .partition(|c| state.keys.get(&c.table).is_some_and(|k| k.is_empty()));
-    let temporary = format!("{}_copy", cfg.slot);
-    if !keyless.is_empty()
-        && !copy_exactly(cfg, state, types, &keyless, events, shutdown, &temporary).await?
-    {
-        return Ok(false);
-    }
-    if keyed.is_empty() {
-        return Ok(true);
-    }
-    let copies = keyed.as_slice();
-    let plans = plan_tables(cfg, state, types, copies).await?;
-    let snapshot = NewSnapshot::export(cfg).await?;
-    tracing::info!(tables = copies.len(), stream_from = %from, upsert_until = %snapshot.lsn, "copying tables at a new snapshot while the slot stays");
-    let run = CopyRun {
-        cfg,
-        snapshot: &snapshot.name,
-        events,
-        shutdown,
-        limits: SNAPSHOT_BATCH,
-    };
-    let copied = copy_tables(plans, run).await;
-    let until = snapshot.lsn;
-    snapshot.close().await;
-    let Some(plans) = copied? else {
-        return Ok(false);
-    };
-    for plan in plans {
-        let table = plan.schema.id.clone();
-        let window = SourceEvent::SnapshotUpsertUntil {
-            table: table.clone(),
-            until: Position::Postgres(until),
-        };
-        let done = SourceEvent::SnapshotDone {
-            table,
-            position: Position::Postgres(from),
-        };
-        if !deliver(events, window, shutdown).await? || !deliver(events, done, shutdown).await? {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-/// Copies `copies` whole (from scratch: the first batch replaces what the table holds) at the
-/// snapshot a temporary logical slot named `temporary` exports, and declares each complete at
-/// that slot's consistent point: keyless tables beside streamed ones, and a resync's copy job.
-/// False: shutdown during the copy.
-async fn copy_exactly(
-    cfg: &PostgresConfig,
-    state: &PreparedState,
-    types: &mut HashMap<u32, Option<TypeInfo>>,
-    copies: &[TableCopy],
-    events: &mpsc::Sender<SourceEvent>,
-    shutdown: &CancellationToken,
-    temporary: &str,
-) -> Result<bool, SourceError> {
-    let whole: Vec<TableCopy> = copies
-        .iter()
-        .map(|c| TableCopy {
-            table: c.table.clone(),
-            progress: None,
-        })
-        .collect();
-    let plans = plan_tables(cfg, state, types, &whole).await?;
-    // The slot lives as long as this connection, which stays idle (so the exported snapshot stays
-    // valid) until the copy is done.
-    await_gone(state, temporary).await?;
-    let mut conn = ReplicationConnection::connect(cfg).await?;
-    let (consistent, snapshot) = conn.create_temporary_slot(temporary).await?;
-    tracing::info!(tables = copies.len(), complete_at = %consistent, "copying tables whole at a temporary slot's snapshot");
-    let run = CopyRun {
-        cfg,
-        snapshot: &snapshot,
-        events,
-        shutdown,
-        limits: SNAPSHOT_BATCH,
-    };
-    let copied = copy_tables(plans, run).await;
-    drop(conn);
-    let Some(plans) = copied? else {
-        return Ok(false);
-    };
-    for plan in plans {
-        let done = SourceEvent::SnapshotDone {
-            table: plan.schema.id.clone(),
-            position: Position::Postgres(consistent),
-        };
-        if !deliver(events, done, shutdown).await? {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-/// How long a temporary slot of a previous process may take to go (`await_gone`).
-const TEMPORARY_SLOT_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Waits until no slot named `slot` exists. A temporary slot lives as long as its session, and
-/// the session of a process that was killed ends only when the server notices (the lease says
-/// no other cdcd of this pipeline runs): creating it again meanwhile fails with "already exists".
-/// After [`TEMPORARY_SLOT_GRACE`] the create is tried anyway and names the slot if it fails.
-async fn await_gone(state: &PreparedState, slot: &str) -> Result<(), SourceError> {
-    let deadline = tokio::time::Instant::now() + TEMPORARY_SLOT_GRACE;
-    while setup::slot_exists(&state.client, slot).await?.is_some() {
-        if tokio::time::Instant::now() >= deadline {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
-    Ok(())
-}
-
-/// The copy plan of each table in `copies`.
-async fn plan_tables(
-    cfg: &PostgresConfig,
-    state: &PreparedState,
-    types: &mut HashMap<u32, Option<TypeInfo>>,
-    copies: &[TableCopy],
-) -> Result<Vec<TablePlan>, SourceError> {
-    let mut plans = Vec::with_capacity(copies.len());
-    for c in copies {
-        let (schema, col_types) =
-            table_schema(&state.client, &c.table, state.keys.get(&c.table), types).await?;
-        let plan = plan_table(
-            &state.client,
-            schema,
-            col_types,
-            c.progress.as_ref(),
-            cfg.snapshot_chunk_rows,
-        )
-        .await?;
-        tracing::info!(table = %c.table, chunks = plan.chunks.len(), to_copy = plan.todo.len(), estimated_rows = plan.estimated_rows, binary = plan.binary, "planned initial copy");
-        plans.push(plan);
-    }
-    Ok(plans)
-}
-
-/// The schema and column types of `table` from the catalog, looking up non-builtin types.
-async fn table_schema(
-    client: &Client,
-    table: &TableId,
-    keys: Option<&Vec<String>>,
-    types: &mut HashMap<u32, Option<TypeInfo>>,
-) -> Result<(Arc<TableSchema>, Vec<ColumnType>), SourceError> {
-    let columns = catalog::table_columns(client, table).await?;
-    loop {
-        let missing = unresolved_types(&columns, &|oid| types.get(&oid).cloned());
-        if missing.is_empty() {
-            break;
-        }
-        let found = catalog::lookup_types(client, &missing).await?;
-        for oid in &missing {
-            types.insert(*oid, found.get(oid).cloned());
-        }
-    }
-    let lookup = |oid: u32| types.get(&oid).cloned().flatten();
-    let (schema, col_types) =
-        build_schema(table.clone(), &columns, keys.map(Vec::as_slice), &lookup)?;
-    Ok((Arc::new(schema), col_types))
 }
 
 /// Waits until no walsender holds `slot` (a killed predecessor's session lingers until Postgres

@@ -62,6 +62,7 @@ use crate::changelog::{Op, TableChanges, TableChangesBuilder, TableId, TableSche
 use crate::sources::SourceError;
 
 pub mod binary;
+pub mod held;
 pub mod parallel;
 pub mod plan;
 mod progress;

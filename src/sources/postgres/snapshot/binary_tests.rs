@@ -337,10 +337,19 @@ async fn binary_equals_text_and_chunks_cover_the_table_once() {
     }
 
     // Key ranges from a sample: every row in exactly one chunk.
-    let plan =
-        super::super::parallel::plan_table(&client, schema.clone(), types.clone(), None, 100)
-            .await
-            .unwrap();
+    let shape = crate::sources::postgres::catalog::table_shape(&client, &table)
+        .await
+        .unwrap();
+    let plan = super::super::parallel::plan_table(
+        &client,
+        schema.clone(),
+        types.clone(),
+        shape,
+        None,
+        100,
+    )
+    .await
+    .unwrap();
     assert!(plan.chunks.len() > 2, "{}", plan.chunks.len());
     let mut ids = Vec::new();
     for range in &plan.chunks {
@@ -408,7 +417,10 @@ async fn sampled_chunks_are_even() {
         },
     ];
     let chunk_rows = 10_000;
-    let plan = super::super::parallel::plan_table(&client, schema, types, None, chunk_rows)
+    let shape = crate::sources::postgres::catalog::table_shape(&client, &schema.id)
+        .await
+        .unwrap();
+    let plan = super::super::parallel::plan_table(&client, schema, types, shape, None, chunk_rows)
         .await
         .unwrap();
     assert!(plan.chunks.len() >= 15, "{} chunks", plan.chunks.len());

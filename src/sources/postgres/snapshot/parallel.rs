@@ -1,16 +1,21 @@
 //! Runs an initial copy: plans each table as key ranges, copies the ranges on several connections
 //! that import one snapshot, and tells the pipeline what is started and done.
 //!
-//! Where it sits: `PostgresSource::run` calls [`plan_table`] for each table to copy, then
-//! [`copy_tables`] with a snapshot name (the new slot's exported snapshot, or one exported by
-//! [`NewSnapshot`] when the slot already exists), then streams. Events go out on the pipeline's
-//! bounded channel, so a slow sink stops the workers (memory stays bounded: at most the channel's
-//! batches plus one batch per worker, each cut at [`BatchLimits`]).
+//! Where it sits: the source's copies (`copy.rs`) call [`plan_table`] for each table to copy, at
+//! the copy's snapshot, then [`copy_tables`] with that snapshot's name (a new slot's, a temporary
+//! slot's, or one exported by `held::NewSnapshot` when the slot already exists), then stream.
+//! Events go out on the pipeline's bounded channel, so a slow sink stops the workers (memory
+//! stays bounded: at most the channel's batches plus one batch per worker, each cut at
+//! [`BatchLimits`]).
+//!
+//! Each worker locks a table and checks its shape against the plan's before its first chunk of
+//! it (`verify`): a DDL between the snapshot and the lock makes the copy at the snapshot wrong,
+//! and such a table is left to the caller to copy again ([`Copied::changed`]).
 //!
 //! Why one queue of chunks across tables: small tables finish while a big one is still split
 //! among all workers, and a resumed copy simply has fewer chunks in the queue.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -26,8 +31,10 @@ use super::{
     copy_chunk, import_snapshot, marker_batch, prefer_page_order, quote_ident, supports_binary,
     BatchLimits, ChunkCopy, CopySession, SnapshotError,
 };
-use crate::changelog::{Lsn, Op, TableSchema};
+use crate::changelog::{Op, TableId, TableSchema};
 use crate::config::PostgresConfig;
+use crate::failpoints;
+use crate::sources::postgres::catalog::TableShape;
 use crate::sources::postgres::types::ColumnType;
 use crate::sources::postgres::{catalog, setup};
 use crate::sources::{ChunkState, SnapshotProgress, SourceError, SourceEvent};
@@ -46,6 +53,9 @@ const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
 pub struct TablePlan {
     pub schema: Arc<TableSchema>,
     pub types: Vec<ColumnType>,
+    /// The table's shape at the copy's snapshot (what `schema` was built from); a worker copies
+    /// the table only while its shape now is the same (`verify`).
+    pub shape: TableShape,
     pub key: KeyColumns,
     /// Binary COPY (every column has a binary decoder).
     pub binary: bool,
@@ -74,6 +84,7 @@ pub async fn plan_table(
     client: &Client,
     schema: Arc<TableSchema>,
     types: Vec<ColumnType>,
+    shape: TableShape,
     progress: Option<&SnapshotProgress>,
     chunk_rows: u64,
 ) -> Result<TablePlan, SourceError> {
@@ -111,6 +122,7 @@ pub async fn plan_table(
         return Ok(TablePlan {
             schema,
             types,
+            shape,
             key,
             binary,
             chunks,
@@ -130,6 +142,7 @@ pub async fn plan_table(
     Ok(TablePlan {
         schema,
         types,
+        shape,
         key,
         binary,
         chunks,
@@ -214,55 +227,6 @@ async fn sample_keys(
     Ok(samples)
 }
 
-/// A snapshot exported by a plain transaction (when the slot exists already), and the WAL
-/// position read after it was taken: every transaction it sees ends at or below `lsn`. Keep it
-/// until the copy ends.
-pub struct NewSnapshot {
-    client: Client,
-    pub name: String,
-    pub lsn: Lsn,
-}
-
-impl NewSnapshot {
-    pub async fn export(cfg: &PostgresConfig) -> Result<Self, SourceError> {
-        let client = setup::connect(cfg).await?;
-        let err = |context: &str| {
-            let context = context.to_owned();
-            move |e: tokio_postgres::Error| SourceError::Server {
-                context,
-                detail: e.to_string(),
-            }
-        };
-        client
-            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .await
-            .map_err(err("opening the snapshot transaction"))?;
-        // The first query takes the transaction's snapshot; the LSN is read after it. The insert
-        // position, not the write position: with synchronous_commit = off a commit is visible
-        // before its WAL is written.
-        let name: String = client
-            .query_one("SELECT pg_export_snapshot()", &[])
-            .await
-            .map_err(err("exporting a snapshot"))?
-            .get(0);
-        let lsn: String = client
-            .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
-            .await
-            .map_err(err("reading the WAL position"))?
-            .get(0);
-        let lsn = lsn.parse::<Lsn>().map_err(|e| SourceError::Server {
-            context: "reading the WAL position".into(),
-            detail: e.to_string(),
-        })?;
-        Ok(NewSnapshot { client, name, lsn })
-    }
-
-    pub async fn close(self) {
-        // The copy is done; the transaction only held the snapshot.
-        let _ = self.client.batch_execute("COMMIT").await;
-    }
-}
-
 /// What [`copy_tables`] needs besides the plans.
 pub struct CopyRun<'a> {
     pub cfg: &'a PostgresConfig,
@@ -270,6 +234,16 @@ pub struct CopyRun<'a> {
     pub events: &'a mpsc::Sender<SourceEvent>,
     pub shutdown: &'a CancellationToken,
     pub limits: BatchLimits,
+}
+
+/// How a copy run ended (unless shutdown interrupted it).
+pub struct Copied {
+    /// The tables copied whole at the run's snapshot (their plans, for their ids).
+    pub tables: Vec<TablePlan>,
+    /// The tables whose shape changed after the run's snapshot was taken and before a worker
+    /// locked them (`verify`): what the run copied of them cannot be trusted, and no chunk of
+    /// theirs was reported done. The caller copies them again at a newer snapshot.
+    pub changed: Vec<TableId>,
 }
 
 struct Job {
@@ -287,16 +261,29 @@ struct Shared {
     limits: BatchLimits,
     /// Rows copied per table (same order as `tables`), for progress.
     copied: Vec<AtomicU64>,
+    /// A plain connection (its own snapshot per statement): the tables' shapes now.
+    now: Client,
+    /// Tables (indexes into `tables`) found changed since the snapshot: no worker copies them.
+    changed: Mutex<BTreeSet<usize>>,
+}
+
+impl Shared {
+    fn is_changed(&self, table: usize) -> bool {
+        self.changed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&table)
+    }
 }
 
 /// Copies every chunk in `plans` at `run.snapshot` on up to `cfg.snapshot_parallelism`
 /// connections. Sends each plan, the Truncate marker of fresh tables, and chunk events with the
-/// rows; not `SnapshotDone` (the caller knows the position). Returns the plans (for their ids)
-/// and false if shutdown interrupted the copy.
+/// rows; not `SnapshotDone` (the caller knows the position). Returns `None` if shutdown
+/// interrupted the copy.
 pub async fn copy_tables(
     plans: Vec<TablePlan>,
     run: CopyRun<'_>,
-) -> Result<Option<Vec<TablePlan>>, SourceError> {
+) -> Result<Option<Copied>, SourceError> {
     for plan in &plans {
         send(run.events, plan.plan_event()).await?;
         if plan.fresh {
@@ -326,6 +313,7 @@ pub async fn copy_tables(
         binary = plans.iter().filter(|p| p.binary).count(),
         "initial copy starting"
     );
+    failpoints::pause_point(failpoints::COPY_PLANNED).await;
     let shared = Arc::new(Shared {
         cfg: run.cfg.clone(),
         snapshot: run.snapshot.to_owned(),
@@ -334,6 +322,8 @@ pub async fn copy_tables(
         jobs: Mutex::new(jobs),
         events: run.events.clone(),
         limits: run.limits,
+        now: setup::connect(run.cfg).await?,
+        changed: Mutex::new(BTreeSet::new()),
     });
     let mut meter = Meter::new(
         shared
@@ -377,7 +367,22 @@ pub async fn copy_tables(
     meter.finish(&counts(&shared), started.elapsed());
     let shared = Arc::try_unwrap(shared)
         .map_err(|_| SourceError::Protocol("initial copy workers still running".into()))?;
-    Ok(Some(shared.tables))
+    let changed = shared
+        .changed
+        .into_inner()
+        .unwrap_or_else(PoisonError::into_inner);
+    let (changed, tables): (Vec<(usize, TablePlan)>, Vec<(usize, TablePlan)>) = shared
+        .tables
+        .into_iter()
+        .enumerate()
+        .partition(|(i, _)| changed.contains(i));
+    Ok(Some(Copied {
+        tables: tables.into_iter().map(|(_, p)| p).collect(),
+        changed: changed
+            .into_iter()
+            .map(|(_, p)| p.schema.id.clone())
+            .collect(),
+    }))
 }
 
 fn counts(shared: &Shared) -> Vec<u64> {
@@ -392,6 +397,46 @@ async fn send(events: &mpsc::Sender<SourceEvent>, event: SourceEvent) -> Result<
     events.send(event).await.map_err(|_| SourceError::Closed)
 }
 
+/// Whether `plan`'s table may be copied at the snapshot by this worker's transaction, called
+/// before the worker's first chunk of it: locks the table (`ACCESS SHARE`, held until the
+/// worker's transaction ends, as its `COPY` would) and compares its shape now with its shape at
+/// the snapshot.
+///
+/// Why: the workers' snapshot was taken before any of them locked the table, and a DDL that
+/// commits in between is not in the snapshot but is in the table: a rewrite leaves the snapshot
+/// an empty heap, a column added and filled is missing from the plan's column list
+/// ([`TableShape`]). Once the lock is held no DDL can commit on the table (every `ALTER TABLE`
+/// that changes columns or storage, `TRUNCATE`, `CLUSTER` and `VACUUM FULL` need `ACCESS
+/// EXCLUSIVE`), so a shape that is the same now stays the same for this transaction's chunks.
+/// Each worker checks for itself: another worker's lock ends with its transaction, possibly
+/// before this worker's chunk starts.
+async fn verify(
+    session: &mut CopySession,
+    now: &Client,
+    plan: &TablePlan,
+) -> Result<bool, SourceError> {
+    let table = &plan.schema.id;
+    let lock = format!(
+        "LOCK TABLE {}.{} IN ACCESS SHARE MODE",
+        quote_ident(&table.namespace),
+        quote_ident(&table.name)
+    );
+    session
+        .execute(&lock)
+        .await
+        .map_err(|source| SnapshotError::Query {
+            table: table.clone(),
+            context: "locking the table for its copy",
+            source,
+        })?;
+    let shape = catalog::table_shape(now, table).await?;
+    if shape == plan.shape {
+        return Ok(true);
+    }
+    tracing::warn!(table = %table, "the table changed after the copy's snapshot was taken (DDL, TRUNCATE, CLUSTER or VACUUM FULL before the copy reached it); it is copied again at a new snapshot");
+    Ok(false)
+}
+
 /// One connection: imports the snapshot, then copies chunks from the queue until it is empty.
 async fn worker(shared: Arc<Shared>) -> Result<(), SourceError> {
     let Some(first) = shared.tables.first() else {
@@ -400,6 +445,7 @@ async fn worker(shared: Arc<Shared>) -> Result<(), SourceError> {
     let mut session = CopySession::connect(&shared.cfg).await?;
     prefer_page_order(&mut session, &first.schema.id).await?;
     import_snapshot(&mut session, &shared.snapshot, &first.schema.id).await?;
+    let mut verified: HashSet<usize> = HashSet::new();
     loop {
         let job = shared
             .jobs
@@ -413,6 +459,20 @@ async fn worker(shared: Arc<Shared>) -> Result<(), SourceError> {
         let Some(range) = plan.chunks.get(job.chunk as usize) else {
             continue;
         };
+        if shared.is_changed(job.table) {
+            continue;
+        }
+        if !verified.contains(&job.table) {
+            if !verify(&mut session, &shared.now, plan).await? {
+                shared
+                    .changed
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(job.table);
+                continue;
+            }
+            verified.insert(job.table);
+        }
         let table = plan.schema.id.clone();
         let chunk_event = |state| SourceEvent::SnapshotChunk {
             table: table.clone(),
@@ -447,6 +507,7 @@ async fn worker(shared: Arc<Shared>) -> Result<(), SourceError> {
         let rows = copy_chunk(&mut session, spec, emit).await?;
         send(&shared.events, chunk_event(ChunkState::Done)).await?;
         tracing::debug!(table = %table, chunk = job.chunk, of = plan.chunks.len(), rows, ms = started.elapsed().as_millis() as u64, upsert = job.op == Op::Update, "chunk copied");
+        failpoints::pause_point(failpoints::COPY_CHUNK_COPIED).await;
     }
     // The transaction only read; ending it releases the snapshot.
     let _ = session.execute("COMMIT").await;
