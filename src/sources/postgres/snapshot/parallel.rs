@@ -371,18 +371,18 @@ pub async fn copy_tables(
         .changed
         .into_inner()
         .unwrap_or_else(PoisonError::into_inner);
-    let (changed, tables): (Vec<(usize, TablePlan)>, Vec<(usize, TablePlan)>) = shared
-        .tables
-        .into_iter()
-        .enumerate()
-        .partition(|(i, _)| changed.contains(i));
-    Ok(Some(Copied {
-        tables: tables.into_iter().map(|(_, p)| p).collect(),
-        changed: changed
-            .into_iter()
-            .map(|(_, p)| p.schema.id.clone())
-            .collect(),
-    }))
+    let mut copied = Copied {
+        tables: Vec::new(),
+        changed: Vec::new(),
+    };
+    for (i, plan) in shared.tables.into_iter().enumerate() {
+        if changed.contains(&i) {
+            copied.changed.push(plan.schema.id.clone());
+        } else {
+            copied.tables.push(plan);
+        }
+    }
+    Ok(Some(copied))
 }
 
 fn counts(shared: &Shared) -> Vec<u64> {
