@@ -124,10 +124,10 @@ async fn a_rewrite_during_the_fresh_copy_of_another_table_loses_nothing() {
     })
     .await;
     exec(&client, &format!("UPDATE {z} SET s = 'after' WHERE id = 5")).await;
-    assert_recopied(&p.output(), "rewrite during the copy");
     assert_eq!(count(&client, &z).await, 1_000);
     p.assert_equal(&a, 240).await;
     p.assert_equal(&z, 240).await;
+    assert_recopied(&p.output(), "rewrite during the copy");
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0));
 }
@@ -160,9 +160,9 @@ async fn ddl_between_the_fresh_copys_plan_and_its_rows_loses_nothing() {
         o.contains("replication started")
     })
     .await;
-    assert_recopied(&p.output(), "DDL after the plan");
     p.assert_equal(&x, 240).await;
     p.assert_equal(&z, 240).await;
+    assert_recopied(&p.output(), "DDL after the plan");
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0));
 }
@@ -242,11 +242,11 @@ async fn ddl_during_the_copy_of_added_tables_loses_nothing() {
         o.contains("replication started")
     })
     .await;
-    let out = crate::support::start_output(&p.output(), 2);
-    assert_recopied(&out, "DDL during the added tables' copies");
     p.assert_equal(&a, 240).await;
     p.assert_equal(&b, 240).await;
     p.assert_equal(&k, 240).await;
+    let out = crate::support::start_output(&p.output(), 2);
+    assert_recopied(&out, "DDL during the added tables' copies");
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0));
 }
