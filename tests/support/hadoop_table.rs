@@ -20,6 +20,7 @@ use object_store::{ObjectStoreExt, PutPayload};
 use serde_json::{json, Value};
 
 /// One table directory (`<warehouse>/<namespace>/<table>`) written as another engine.
+#[derive(Clone)]
 pub struct HadoopTable {
     pub warehouse: Warehouse,
     /// The table's location as its metadata names it, e.g. `file:///tmp/…/wh/shop/t`.

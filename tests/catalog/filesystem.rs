@@ -1,0 +1,184 @@
+//! The filesystem catalog (the default) shared with another engine that commits to the same
+//! table directory the way Iceberg-Java's `HadoopTableOperations` does, and deletes the metadata
+//! files that leave its metadata log (`tests/support/hadoop_table.rs`). Needs the test bed.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cdcd::storage::Warehouse;
+
+use super::create_table;
+use crate::support::hadoop_table::HadoopTable;
+use crate::support::{connect, exec, parse_lsn, test_env, unique, Pipeline, Settings};
+
+/// Rounds of (a source transaction, cdcd's commit of it, three commits by the other writer).
+const ROUNDS: u64 = 8;
+
+/// Issue 34 part 3. With `write.metadata.previous-versions-max = 1` and delete-after-commit on,
+/// the other writer's three commits on top of cdcd's version N delete N+1, so cdcd's next
+/// commit, built on its cached N, would find `v<N+1>` free: before the fix it created it in the
+/// gap, moved the hint back below the other writer's newest version, and acknowledged the
+/// source; readers (which probe past the hint) never saw those rows, the next commit conflicted
+/// and stopped, and the restart resumed past them. Now every such commit is a conflict and is
+/// planned again on the newest version: the table stays equal to the source through every
+/// round, the versions left form one chain, and no hint is ever left below an existing version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_writers_deleted_versions_never_fork_the_table() {
+    let Some(env) = test_env("another_writers_deleted_versions_never_fork_the_table") else {
+        return;
+    };
+    let name = unique("catfs");
+    let t = format!("{name}_orders");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    // No maintenance cycle: its load would refresh cdcd's cached base before the next commit.
+    let settings = Settings {
+        sink_extra: "maintenance_interval_ms = 0\n\n[sink.table_properties]\n\
+                     \"write.metadata.previous-versions-max\" = \"1\"\n"
+            .into(),
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    p.assert_equal(&t, 60).await;
+
+    let warehouse = Warehouse::from_url(&format!("file://{}", p.warehouse.display())).unwrap();
+    let other = HadoopTable::new(warehouse, &format!("file://{}", p.table_dir(&t).display()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = tokio::spawn(watch_hint(other.clone(), Arc::clone(&stop)));
+    let mut restarts = 0;
+    for round in 1..=ROUNDS {
+        let before = current_lsn(&client).await;
+        exec(
+            &client,
+            &format!(
+                "INSERT INTO {t} SELECT {base} + g, 'round {round}', g FROM generate_series(1, 20) g",
+                base = 10_000 * round
+            ),
+        )
+        .await;
+        restarts += wait_acked(&mut p, &client, before).await;
+        // Readers (and the watcher) see the state cdcd's commit left.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for i in 1..=3 {
+            other
+                .set_property("other.engine", &format!("round {round} commit {i}"))
+                .await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let low_hints = watcher.await.unwrap();
+
+    if p.try_exit().is_some() {
+        restarts += 1;
+        p.start();
+    }
+    exec(
+        &client,
+        &format!("UPDATE {t} SET v = 'last' WHERE id % 5 = 0"),
+    )
+    .await;
+    p.assert_equal(&t, 60).await;
+    eprintln!("cdcd restarts: {restarts}");
+    let out = p.output();
+    assert!(
+        out.contains("a newer metadata version exists than the commit's base"),
+        "no commit met the other writer's versions: the test did not exercise the gap\n{out}"
+    );
+    assert!(
+        out.contains("planning the commit again on top of it"),
+        "{out}"
+    );
+    assert!(
+        low_hints.is_empty(),
+        "version-hint.text was left below an existing version: {low_hints:?}"
+    );
+    assert_one_chain(&other).await;
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}
+
+async fn current_lsn(client: &tokio_postgres::Client) -> u64 {
+    let row = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap();
+    parse_lsn(row.get(0))
+}
+
+/// Waits until cdcd acknowledged a position past `before` (its commit of the transaction that
+/// followed), restarting it when it stopped; returns the number of restarts.
+async fn wait_acked(p: &mut Pipeline, client: &tokio_postgres::Client, before: u64) -> u32 {
+    let mut restarts = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if p.confirmed_flush_lsn(client).await.is_some_and(|a| a > before) {
+            return restarts;
+        }
+        if p.try_exit().is_some() {
+            restarts += 1;
+            p.start();
+            p.wait_slot_active(client, Duration::from_secs(60)).await;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cdcd acknowledged nothing past {before:X} in 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Samples the hint and the newest listed version until `stop`: a hint two or more versions
+/// below the newest, unchanged for 300 ms, was written below an existing version (a writer's
+/// own hint lags its create by a version for a moment only). Returns what it saw.
+async fn watch_hint(table: HadoopTable, stop: Arc<AtomicBool>) -> Vec<String> {
+    let mut low = Vec::new();
+    let mut since: Option<(u64, u64, Instant)> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let hint = table.hint().await;
+        let newest = table.versions().await.last().copied();
+        since = match (hint, newest, since) {
+            (Some(h), Some(n), Some((sh, sn, at))) if h + 1 < n && (sh, sn) == (h, n) => {
+                if at.elapsed() >= Duration::from_millis(300) {
+                    low.push(format!("hint {h} with v{n} listed"));
+                    None
+                } else {
+                    Some((sh, sn, at))
+                }
+            }
+            (Some(h), Some(n), _) if h + 1 < n => Some((h, n, Instant::now())),
+            _ => None,
+        };
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    low
+}
+
+/// The versions left are one history: each names the one before it (when that one is still
+/// there) in its metadata log, with that file's own timestamp. A version created beside
+/// another writer's history would not be named by the version after it.
+async fn assert_one_chain(table: &HadoopTable) {
+    let versions = table.versions().await;
+    assert!(!versions.is_empty());
+    for pair in versions.windows(2) {
+        let (older, newer) = (pair[0], pair[1]);
+        if newer != older + 1 {
+            continue;
+        }
+        let (Some(o), Some(n)) = (table.read(older).await, table.read(newer).await) else {
+            continue;
+        };
+        let file = format!("{}/metadata/v{older}.metadata.json", table.location);
+        let logged = n["metadata-log"].as_array().unwrap().iter().any(|e| {
+            e["metadata-file"].as_str() == Some(file.as_str())
+                && e["timestamp-ms"] == o["last-updated-ms"]
+        });
+        assert!(
+            logged,
+            "v{newer} does not descend from v{older} (versions {versions:?})"
+        );
+    }
+}
