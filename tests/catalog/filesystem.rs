@@ -10,19 +10,24 @@ use cdcd::storage::Warehouse;
 
 use super::create_table;
 use crate::support::hadoop_table::HadoopTable;
-use crate::support::{connect, exec, parse_lsn, test_env, unique, Pipeline, Settings};
+use crate::support::{
+    connect, exec, parse_lsn, test_env, unique, Pipeline, Settings, LAKECHECK,
+};
 
 /// Rounds of (a source transaction, cdcd's commit of it, three commits by the other writer).
 const ROUNDS: u64 = 8;
 
 /// Issue 34 part 3. With `write.metadata.previous-versions-max = 1` and delete-after-commit on,
 /// the other writer's three commits on top of cdcd's version N delete N+1, so cdcd's next
-/// commit, built on its cached N, would find `v<N+1>` free: before the fix it created it in the
-/// gap, moved the hint back below the other writer's newest version, and acknowledged the
-/// source; readers (which probe past the hint) never saw those rows, the next commit conflicted
-/// and stopped, and the restart resumed past them. Now every such commit is a conflict and is
-/// planned again on the newest version: the table stays equal to the source through every
-/// round, the versions left form one chain, and no hint is ever left below an existing version.
+/// commit, built on its cached N, finds `v<N+1>` free. Before the fix it created it in the gap,
+/// moved the hint back below the other writer's newest version and acknowledged the source:
+/// then either the next commit found the other writer's next version, conflicted and stopped,
+/// and the restart resumed past the acknowledged rows (lost), or, as here once the other
+/// writer ran ahead, the two went on as two histories, cdcd's in the gaps (where the hint
+/// pointed) and the other writer's above it (what a reader that lists, and the other engine,
+/// saw: without cdcd's rows). Now every such commit is a conflict and is planned again on the
+/// newest version: the newest version holds every row, the versions left form one chain, the
+/// hint names the newest, and no hint is ever left below an existing version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_writers_deleted_versions_never_fork_the_table() {
     let Some(env) = test_env("another_writers_deleted_versions_never_fork_the_table") else {
@@ -83,7 +88,28 @@ async fn another_writers_deleted_versions_never_fork_the_table() {
     )
     .await;
     p.assert_equal(&t, 60).await;
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
     eprintln!("cdcd restarts: {restarts}");
+
+    // The table as every reader finds it: the newest listed version is the hinted one, the
+    // versions left are one history, and that newest version holds every row.
+    let versions = other.versions().await;
+    let newest = *versions.last().unwrap();
+    assert_eq!(
+        other.hint().await,
+        Some(newest),
+        "the hint does not name the newest version (versions {versions:?})"
+    );
+    assert_one_chain(&other, &versions).await;
+    let newest_file = p
+        .table_dir(&t)
+        .join(format!("metadata/v{newest}.metadata.json"));
+    let (code, out) = lakecheck_file(&p, &t, &newest_file).await;
+    assert_eq!(code, Some(0), "v{newest} differs from the source:\n{out}");
+    assert!(
+        low_hints.is_empty(),
+        "version-hint.text was left below an existing version: {low_hints:?}"
+    );
     let out = p.output();
     assert!(
         out.contains("a newer metadata version exists than the commit's base"),
@@ -93,12 +119,26 @@ async fn another_writers_deleted_versions_never_fork_the_table() {
         out.contains("planning the commit again on top of it"),
         "{out}"
     );
-    assert!(
-        low_hints.is_empty(),
-        "version-hint.text was left below an existing version: {low_hints:?}"
+}
+
+/// lakecheck of `public.<table>` against the metadata file `file` (not the table directory,
+/// whose hint a reader may follow).
+async fn lakecheck_file(p: &Pipeline, table: &str, file: &std::path::Path) -> (Option<i32>, String) {
+    let out = tokio::process::Command::new(&p.env.python)
+        .arg(LAKECHECK)
+        .args(["--source", &p.env.pg_url])
+        .args(["--source-table", &format!("public.{table}")])
+        .arg("--iceberg")
+        .arg(file)
+        .output()
+        .await
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
     );
-    assert_one_chain(&other).await;
-    p.sigterm_and_wait(Duration::from_secs(60)).await;
+    (out.status.code(), text)
 }
 
 async fn current_lsn(client: &tokio_postgres::Client) -> u64 {
@@ -157,20 +197,18 @@ async fn watch_hint(table: HadoopTable, stop: Arc<AtomicBool>) -> Vec<String> {
     low
 }
 
-/// The versions left are one history: each names the one before it (when that one is still
-/// there) in its metadata log, with that file's own timestamp. A version created beside
-/// another writer's history would not be named by the version after it.
-async fn assert_one_chain(table: &HadoopTable) {
-    let versions = table.versions().await;
+/// The versions left (`versions`, ascending) are one history: no gap among them, and each
+/// names the one before it in its metadata log with that file's own timestamp. A version
+/// created beside another writer's history breaks either.
+async fn assert_one_chain(table: &HadoopTable, versions: &[u64]) {
     assert!(!versions.is_empty());
     for pair in versions.windows(2) {
         let (older, newer) = (pair[0], pair[1]);
-        if newer != older + 1 {
-            continue;
-        }
-        let (Some(o), Some(n)) = (table.read(older).await, table.read(newer).await) else {
-            continue;
-        };
+        assert_eq!(newer, older + 1, "a gap among the versions left: {versions:?}");
+        let (o, n) = (
+            table.read(older).await.unwrap(),
+            table.read(newer).await.unwrap(),
+        );
         let file = format!("{}/metadata/v{older}.metadata.json", table.location);
         let logged = n["metadata-log"].as_array().unwrap().iter().any(|e| {
             e["metadata-file"].as_str() == Some(file.as_str())
