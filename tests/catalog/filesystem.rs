@@ -10,9 +10,8 @@ use cdcd::storage::Warehouse;
 
 use super::create_table;
 use crate::support::hadoop_table::HadoopTable;
-use crate::support::{
-    connect, exec, parse_lsn, test_env, unique, Pipeline, Settings, LAKECHECK,
-};
+use crate::support::s3::{moto, s3_config, S3Pipeline};
+use crate::support::{connect, exec, parse_lsn, test_env, unique, Pipeline, Settings, LAKECHECK};
 
 /// Rounds of (a source transaction, cdcd's commit of it, three commits by the other writer).
 const ROUNDS: u64 = 8;
@@ -35,25 +34,113 @@ async fn another_writers_deleted_versions_never_fork_the_table() {
     };
     let name = unique("catfs");
     let t = format!("{name}_orders");
-    let client = connect(&env.pg_url).await;
-    exec(&client, &create_table(&t)).await;
-    // No maintenance cycle: its load would refresh cdcd's cached base before the next commit.
-    let settings = Settings {
+    let mut p = Pipeline::new(&env, &name, &[&t], &settings());
+    let lake = Lake {
+        endpoint: None,
+        table: format!("file://{}", p.table_dir(&t).display()),
+        warehouse: Warehouse::from_url(&format!("file://{}", p.warehouse.display())).unwrap(),
+    };
+    shared_with_another_writer(&mut p, &t, lake).await;
+}
+
+/// The same on S3 (the serial moto, whose create-if-absent is atomic): the listings go through
+/// S3's `ListObjectsV2` with `start-after`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_writers_deleted_versions_never_fork_the_table_on_s3() {
+    let test = "another_writers_deleted_versions_never_fork_the_table_on_s3";
+    let Some(env) = test_env(test) else {
+        return;
+    };
+    let Some(endpoint) = moto(test, true) else {
+        return;
+    };
+    let name = unique("catfs3");
+    let t = format!("{name}_orders");
+    let mut s = S3Pipeline::new(&env, &name, &[&t], &endpoint);
+    s.write_config(&settings(), &endpoint);
+    let lake = Lake {
+        endpoint: Some(endpoint.clone()),
+        table: s.table_url(&t),
+        warehouse: Warehouse::open(&s.warehouse_url, &s3_config(&endpoint)).unwrap(),
+    };
+    shared_with_another_writer(&mut s.p, &t, lake).await;
+}
+
+/// `write.metadata.previous-versions-max = 1`; no maintenance cycle: its load would refresh
+/// cdcd's cached base before the next commit.
+fn settings() -> Settings {
+    Settings {
         sink_extra: "maintenance_interval_ms = 0\n\n[sink.table_properties]\n\
                      \"write.metadata.previous-versions-max\" = \"1\"\n"
             .into(),
         ..Settings::default()
-    };
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
+    }
+}
+
+/// Where the test's table is, for the other writer and the oracle.
+struct Lake {
+    /// moto's endpoint; `None`: local disk.
+    endpoint: Option<String>,
+    /// The table's location (`file:///…/shop/<t>` or `s3://…/shop/<t>`).
+    table: String,
+    warehouse: Warehouse,
+}
+
+impl Lake {
+    /// lakecheck of `public.<table>` against `iceberg` (the table, or one metadata file),
+    /// polling up to `wait_secs`; panics with its output unless equal.
+    async fn assert_equal(&self, p: &Pipeline, table: &str, iceberg: &str, wait_secs: u32) {
+        let mut cmd = tokio::process::Command::new(&p.env.python);
+        cmd.arg(LAKECHECK)
+            .args(["--source", &p.env.pg_url])
+            .args(["--source-table", &format!("public.{table}")])
+            .args(["--iceberg", iceberg])
+            .args(["--wait", &wait_secs.to_string()]);
+        if let Some(endpoint) = &self.endpoint {
+            cmd.env("AWS_ENDPOINT_URL", endpoint)
+                .env("AWS_ACCESS_KEY_ID", "test")
+                .env("AWS_SECRET_ACCESS_KEY", "test")
+                .env("AWS_REGION", "us-east-1");
+        }
+        let out = cmd.kill_on_drop(true).output().await.unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "lakecheck {iceberg}: differs from the source:\n{text}"
+        );
+        eprintln!("lakecheck {iceberg}: {}", text.lines().last().unwrap_or(""));
+    }
+}
+
+/// The test of both: cdcd streams `public.<t>` while the other writer commits on top of it
+/// after each of cdcd's commits.
+async fn shared_with_another_writer(p: &mut Pipeline, t: &str, lake: Lake) {
+    let client = connect(&p.env.pg_url).await;
+    exec(&client, &create_table(t)).await;
     p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(60)).await;
-    p.assert_equal(&t, 60).await;
+    lake.assert_equal(p, t, &lake.table, 60).await;
 
-    let warehouse = Warehouse::from_url(&format!("file://{}", p.warehouse.display())).unwrap();
-    let other = HadoopTable::new(warehouse, &format!("file://{}", p.table_dir(&t).display()));
+    let other = HadoopTable::new(lake.warehouse.clone(), &lake.table);
     let stop = Arc::new(AtomicBool::new(false));
-    let watcher = tokio::spawn(watch_hint(other.clone(), Arc::clone(&stop)));
+    // moto serves one request at a time: sampled less often there, and its slower commits
+    // leave a hint behind its create for longer.
+    let (every, persisting) = match lake.endpoint {
+        None => (Duration::from_millis(25), Duration::from_millis(300)),
+        Some(_) => (Duration::from_millis(200), Duration::from_secs(2)),
+    };
+    let watcher = tokio::spawn(watch_hint(
+        other.clone(),
+        Arc::clone(&stop),
+        every,
+        persisting,
+    ));
     let mut restarts = 0;
     for round in 1..=ROUNDS {
         let before = current_lsn(&client).await;
@@ -65,7 +152,7 @@ async fn another_writers_deleted_versions_never_fork_the_table() {
             ),
         )
         .await;
-        restarts += wait_acked(&mut p, &client, before).await;
+        restarts += wait_acked(p, &client, before).await;
         // Readers (and the watcher) see the state cdcd's commit left.
         tokio::time::sleep(Duration::from_millis(500)).await;
         for i in 1..=3 {
@@ -87,7 +174,7 @@ async fn another_writers_deleted_versions_never_fork_the_table() {
         &format!("UPDATE {t} SET v = 'last' WHERE id % 5 = 0"),
     )
     .await;
-    p.assert_equal(&t, 60).await;
+    lake.assert_equal(p, t, &lake.table, 60).await;
     p.sigterm_and_wait(Duration::from_secs(60)).await;
     eprintln!("cdcd restarts: {restarts}");
 
@@ -101,11 +188,8 @@ async fn another_writers_deleted_versions_never_fork_the_table() {
         "the hint does not name the newest version (versions {versions:?})"
     );
     assert_one_chain(&other, &versions).await;
-    let newest_file = p
-        .table_dir(&t)
-        .join(format!("metadata/v{newest}.metadata.json"));
-    let (code, out) = lakecheck_file(&p, &t, &newest_file).await;
-    assert_eq!(code, Some(0), "v{newest} differs from the source:\n{out}");
+    let newest_file = format!("{}/metadata/v{newest}.metadata.json", lake.table);
+    lake.assert_equal(p, t, &newest_file, 0).await;
     assert!(
         low_hints.is_empty(),
         "version-hint.text was left below an existing version: {low_hints:?}"
@@ -119,26 +203,6 @@ async fn another_writers_deleted_versions_never_fork_the_table() {
         out.contains("planning the commit again on top of it"),
         "{out}"
     );
-}
-
-/// lakecheck of `public.<table>` against the metadata file `file` (not the table directory,
-/// whose hint a reader may follow).
-async fn lakecheck_file(p: &Pipeline, table: &str, file: &std::path::Path) -> (Option<i32>, String) {
-    let out = tokio::process::Command::new(&p.env.python)
-        .arg(LAKECHECK)
-        .args(["--source", &p.env.pg_url])
-        .args(["--source-table", &format!("public.{table}")])
-        .arg("--iceberg")
-        .arg(file)
-        .output()
-        .await
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    (out.status.code(), text)
 }
 
 async fn current_lsn(client: &tokio_postgres::Client) -> u64 {
@@ -155,7 +219,10 @@ async fn wait_acked(p: &mut Pipeline, client: &tokio_postgres::Client, before: u
     let mut restarts = 0;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if p.confirmed_flush_lsn(client).await.is_some_and(|a| a > before) {
+        if p.confirmed_flush_lsn(client)
+            .await
+            .is_some_and(|a| a > before)
+        {
             return restarts;
         }
         if p.try_exit().is_some() {
@@ -171,10 +238,16 @@ async fn wait_acked(p: &mut Pipeline, client: &tokio_postgres::Client, before: u
     }
 }
 
-/// Samples the hint and the newest listed version until `stop`: a hint two or more versions
-/// below the newest, unchanged for 300 ms, was written below an existing version (a writer's
-/// own hint lags its create by a version for a moment only). Returns what it saw.
-async fn watch_hint(table: HadoopTable, stop: Arc<AtomicBool>) -> Vec<String> {
+/// Samples the hint and the newest listed version every `every` until `stop`: a hint two or
+/// more versions below the newest, unchanged for `persisting`, was written below an existing
+/// version (a writer's own hint lags its create by a version for a moment only). Returns what
+/// it saw.
+async fn watch_hint(
+    table: HadoopTable,
+    stop: Arc<AtomicBool>,
+    every: Duration,
+    persisting: Duration,
+) -> Vec<String> {
     let mut low = Vec::new();
     let mut since: Option<(u64, u64, Instant)> = None;
     while !stop.load(Ordering::Relaxed) {
@@ -182,7 +255,7 @@ async fn watch_hint(table: HadoopTable, stop: Arc<AtomicBool>) -> Vec<String> {
         let newest = table.versions().await.last().copied();
         since = match (hint, newest, since) {
             (Some(h), Some(n), Some((sh, sn, at))) if h + 1 < n && (sh, sn) == (h, n) => {
-                if at.elapsed() >= Duration::from_millis(300) {
+                if at.elapsed() >= persisting {
                     low.push(format!("hint {h} with v{n} listed"));
                     None
                 } else {
@@ -192,7 +265,7 @@ async fn watch_hint(table: HadoopTable, stop: Arc<AtomicBool>) -> Vec<String> {
             (Some(h), Some(n), _) if h + 1 < n => Some((h, n, Instant::now())),
             _ => None,
         };
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        tokio::time::sleep(every).await;
     }
     low
 }
@@ -204,7 +277,11 @@ async fn assert_one_chain(table: &HadoopTable, versions: &[u64]) {
     assert!(!versions.is_empty());
     for pair in versions.windows(2) {
         let (older, newer) = (pair[0], pair[1]);
-        assert_eq!(newer, older + 1, "a gap among the versions left: {versions:?}");
+        assert_eq!(
+            newer,
+            older + 1,
+            "a gap among the versions left: {versions:?}"
+        );
         let (o, n) = (
             table.read(older).await.unwrap(),
             table.read(newer).await.unwrap(),

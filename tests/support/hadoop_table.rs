@@ -56,7 +56,12 @@ impl HadoopTable {
         let mut versions: Vec<u64> = listed
             .iter()
             .filter_map(|o| o.location.filename())
-            .filter_map(|n| n.strip_prefix('v')?.strip_suffix(".metadata.json")?.parse().ok())
+            .filter_map(|n| {
+                n.strip_prefix('v')?
+                    .strip_suffix(".metadata.json")?
+                    .parse()
+                    .ok()
+            })
             .collect();
         versions.sort_unstable();
         versions
@@ -64,7 +69,11 @@ impl HadoopTable {
 
     /// The metadata of `v<version>`, `None` when the file is absent (deleted meanwhile).
     pub async fn read(&self, version: u64) -> Option<Value> {
-        let got = self.warehouse.store().get(&self.path(&self.file(version))).await;
+        let got = self
+            .warehouse
+            .store()
+            .get(&self.path(&self.file(version)))
+            .await;
         let bytes = got.ok()?.bytes().await.ok()?;
         Some(serde_json::from_slice(&bytes).unwrap())
     }
@@ -82,7 +91,15 @@ impl HadoopTable {
     /// The version `version-hint.text` names, if it exists.
     pub async fn hint(&self) -> Option<u64> {
         let hint = self.path(&format!("{}/metadata/version-hint.text", self.location));
-        let bytes = self.warehouse.store().get(&hint).await.ok()?.bytes().await.ok()?;
+        let bytes = self
+            .warehouse
+            .store()
+            .get(&hint)
+            .await
+            .ok()?
+            .bytes()
+            .await
+            .ok()?;
         std::str::from_utf8(&bytes).ok()?.trim().parse().ok()
     }
 

@@ -73,16 +73,10 @@ mod tests {
     fn any_version_above_the_base_is_taken() {
         // Base v3, committing v4.
         assert_eq!(before_create(4, Some(3)), BeforeCreate::Free);
-        assert_eq!(
-            before_create(4, Some(4)),
-            BeforeCreate::Taken { newest: 4 }
-        );
+        assert_eq!(before_create(4, Some(4)), BeforeCreate::Taken { newest: 4 });
         // v4…v6 deleted by the other writer's metadata-log trimming, v7 its newest: v4's name is
         // free, the version is not.
-        assert_eq!(
-            before_create(4, Some(7)),
-            BeforeCreate::Taken { newest: 7 }
-        );
+        assert_eq!(before_create(4, Some(7)), BeforeCreate::Taken { newest: 7 });
         // A new table, and a table whose metadata vanished.
         assert_eq!(before_create(1, None), BeforeCreate::Free);
         assert_eq!(before_create(1, Some(1)), BeforeCreate::Taken { newest: 1 });
