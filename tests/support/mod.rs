@@ -16,6 +16,7 @@
 //! a machine with no servers.
 #![allow(dead_code)] // not every area uses every helper
 
+pub mod hadoop_table;
 pub mod mysql;
 pub mod s3;
 
