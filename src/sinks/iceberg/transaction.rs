@@ -117,7 +117,10 @@ impl IcebergSink {
         }
         // The catalog knows only live tables: a lineage's commit named as its live table would
         // be refused, or worse, land there (see the module doc).
-        if let Some(c) = commits.iter().find(|c| self.resync_id(&c.schema.id).is_some()) {
+        if let Some(c) = commits
+            .iter()
+            .find(|c| self.resync_id(&c.schema.id).is_some())
+        {
             return Err(SinkError::Data {
                 table: c.schema.id.clone(),
                 detail: "a table under resync cannot join a catalog transaction; its commits go to its lineage".into(),
