@@ -1192,6 +1192,66 @@ async fn an_online_resync_under_multi_table_commits_swaps_while_the_other_table_
     assert!(st.success(), "{st}");
 }
 
+/// Another engine drops the table and creates it again under the same name while cdcd streams:
+/// the catalog refuses cdcd's next commit (its base is the old table: `assert-table-uuid`), and
+/// cdcd stops naming both tables rather than blaming another writer's version or a second cdcd
+/// (the message the lineage's transaction showed before issue 34).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_created_again_by_another_engine_stops_naming_both_uuids() {
+    let Some(env) = test_env("a_table_created_again_by_another_engine_stops_naming_both_uuids")
+    else {
+        return;
+    };
+    let Bed {
+        mut p,
+        server,
+        dir: _,
+        client,
+        t,
+    } = Bed::orders(&env, "catrestuuid").await;
+    p.write_config(&Settings {
+        sink_extra: format!(
+            "maintenance_interval_ms = 0\n{}",
+            catalog_section(&server.uri, &format!("token = {KEY:?}"))
+        ),
+        ..Settings::default()
+    });
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    exec(&client, &changes(&t, 1)).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    let uuids = p.python(
+        &format!(
+            "from pyiceberg.catalog import load_catalog\n\
+             c = load_catalog('rest', type='rest', uri={uri:?}, token={KEY:?})\n\
+             old = c.load_table(({NAMESPACE:?}, {t:?}))\n\
+             c.drop_table(({NAMESPACE:?}, {t:?}))\n\
+             new = c.create_table(({NAMESPACE:?}, {t:?}), old.schema(), location=old.location() + '/again')\n\
+             print(old.metadata.table_uuid, new.metadata.table_uuid)\n",
+            uri = server.uri,
+        ),
+        &[],
+    );
+    let (old, new) = uuids.trim().split_once(' ').expect("two uuids");
+    exec(&client, &changes(&t, 2)).await;
+    let status = p.wait_exit(Duration::from_secs(60)).await;
+    assert!(!status.success(), "cdcd committed to a table created again");
+    let out = crate::support::start_output(&p.output(), 1);
+    assert!(
+        out.contains("is not the one the commit was built on")
+            && out.contains(old)
+            && out.contains(new)
+            && !out.contains("second cdcd"),
+        "the stop does not say the table was created again:\n{out}"
+    );
+    eprintln!(
+        "{}",
+        out.lines()
+            .find(|l| l.contains("is not the one"))
+            .unwrap_or_default()
+    );
+}
+
 /// `kill -9` at random moments while cdcd streams transactions over two tables through the REST
 /// catalog (multi-table commits in flight, answers in flight): after each restart the tables
 /// continue from the checkpoints the catalog holds, and both end equal to the source.

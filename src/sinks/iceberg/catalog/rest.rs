@@ -529,7 +529,7 @@ impl RestCatalog {
         (ours != theirs).then(|| {
             self.error(
                 &format!("committing {}", t.id),
-                format!("the catalog's table (uuid {theirs}, at {}) is not the one the commit was built on (uuid {ours}, at {}); stopping", now.metadata.location(), base.metadata.location()),
+                format!("the catalog's table (uuid {theirs}, at {}) is not the one the commit was built on (uuid {ours}, at {}): dropped and created again by another engine? Stopping", now.metadata.location(), base.metadata.location()),
             )
         })
     }
