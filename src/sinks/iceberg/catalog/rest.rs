@@ -521,9 +521,10 @@ impl RestCatalog {
         }
     }
 
-    /// The error for a refused commit whose base is not the catalog's table at all (`assert-table-uuid`
-    /// failed: dropped and created again by another engine, or the commit was built on another
-    /// table): no writer beat cdcd to a version of it, and planning again would not help.
+    /// The error for a refused commit whose base is not the catalog's table at all
+    /// (`assert-table-uuid` failed: dropped and created again by another engine, or the commit
+    /// was built on another table): no writer beat cdcd to a version of it, and planning again
+    /// would not help.
     fn another_table(&self, t: &TableRef<'_>, base: &Loaded, now: &Loaded) -> Option<SinkError> {
         let (ours, theirs) = (base.metadata.uuid(), now.metadata.uuid());
         (ours != theirs).then(|| {
