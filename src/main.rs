@@ -75,10 +75,11 @@ enum Command {
     /// The way out after a schema change cdcd stops on (a narrowing, int -> text, a primary-key
     /// change) or a damaged replica. Stores a request under <warehouse>/_cdcd/<pipeline>/resync/
     /// and exits: the running cdcd picks it up within a few seconds (without one, the next start
-    /// does), copies the table into a new lineage while the other tables keep their positions
-    /// and the slot stays, and replaces the table with it when the copy is complete. Readers see
-    /// the old table until then. Iceberg sink, filesystem or SQL catalog; after a stop on a
-    /// schema change, run it, then start cdcd.
+    /// does), copies the table into a new lineage while every table streams on (this one into
+    /// its live table) and the slot keeps its position, and replaces the table with it once the
+    /// copy has caught up. Readers see the old table until then. Iceberg sink with any catalog
+    /// (filesystem, SQL, REST: one metadata commit) or Paimon sink (one OVERWRITE snapshot);
+    /// after a stop on a schema change, run it, then start cdcd.
     Resync {
         /// The table: schema.table (Postgres) or database.table (MySQL), as source.tables names it.
         #[arg(long, value_name = "TABLE")]

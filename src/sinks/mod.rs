@@ -140,6 +140,7 @@ pub fn build(
 }
 
 /// One table's part of [`Sink::commit_tables`].
+#[derive(Clone, Copy)]
 pub struct TableCommit<'a> {
     pub schema: &'a Arc<TableSchema>,
     pub changes: &'a [TableChanges],

@@ -1019,6 +1019,239 @@ async fn rest_resync_swap_whose_answer_is_lost_lands_once() {
     assert!(st.success(), "{st}");
 }
 
+/// An online resync while transactions over two tables stream through the catalog's
+/// `transactions/commit` (issue 34): every transaction updates both tables, so every flush of the
+/// resync's catch-up holds both, one of them under resync. The resynced table's commits go to its
+/// lineage and its swap is one commit of the live table, as table by table; the other table
+/// streams on through the copy and the catch-up, and both go on being committed together after
+/// the swap. No commit is refused and the daemon never stops; the damage the resync repairs is
+/// gone, and both tables end equal to the source through the catalog (pyiceberg and DuckDB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_online_resync_under_multi_table_commits_swaps_while_the_other_table_streams() {
+    let Some(env) =
+        test_env("an_online_resync_under_multi_table_commits_swaps_while_the_other_table_streams")
+    else {
+        return;
+    };
+    let name = unique("catrestrstx");
+    let (a, b) = (format!("{name}_a"), format!("{name}_b"));
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&a)).await;
+    // Large enough that the resync's copy outlasts a few flushes of the live table: the lineage
+    // then ends behind it and catches up through flushes that hold both tables, rather than
+    // swapping as the pipeline restarts.
+    exec(
+        &client,
+        &format!("INSERT INTO {a} SELECT g, repeat(md5(g::text), 4), g FROM generate_series(301, 200000) g"),
+    )
+    .await;
+    exec(&client, &create_table(&b)).await;
+    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    let dir = p.dir.as_ref().unwrap().path().to_owned();
+    let server = Rustberg::start(&dir, &p.warehouse);
+    let proxy = Proxy::start(&env, &server, &dir, &[]);
+    p.write_config(&Settings {
+        sink_extra: format!(
+            "maintenance_interval_ms = 0\n{}",
+            catalog_section(&proxy.uri, "token = \"ignored-by-the-proxy\"")
+        ),
+        ..Settings::default()
+    });
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &a, 60).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &b, 60).await;
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert!(st.success(), "{st}");
+    crate::postgres::resync::damage(&client, &p, &a).await;
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    let t = format!("{NAMESPACE}.{a}");
+    let catalog = [
+        "--rest-catalog",
+        &server.uri,
+        "--catalog-token",
+        KEY,
+        "--catalog-table",
+        &t,
+        "--reader",
+        "duckdb",
+    ];
+    let (code, out) = p.lakecheck(&a, 2, &catalog).await;
+    assert_ne!(
+        code,
+        Some(0),
+        "the damage did not reach the replica; the test proves nothing:\n{out}"
+    );
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let client = connect(&env.pg_url).await;
+        let (a, b, stop) = (a.clone(), b.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut n = 0i64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                let (id, ka, kb) = (1_000_000 + n, n * 7919 % 300 + 1, n * 104_729 % 300 + 1);
+                client
+                    .batch_execute(&format!(
+                        "BEGIN; INSERT INTO {a} VALUES ({id}, 'tx {n}', {n}); INSERT INTO {b} VALUES ({id}, 'tx {n}', {n});
+                         UPDATE {a} SET v = 'u{n}', n = n + 1 WHERE id = {ka}; UPDATE {b} SET v = 'u{n}', n = n + 1 WHERE id = {kb};
+                         DELETE FROM {b} WHERE id = {id} - 3; COMMIT;"
+                    ))
+                    .await
+                    .unwrap_or_else(|e| panic!("writer: {e:?}"));
+                tokio::time::sleep(Duration::from_millis(40)).await;
+            }
+            n
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let (ok, out) = run_cdcd(&["resync", "--table", &format!("public.{a}")], &p.config);
+    assert!(ok && out.contains("requested"), "{out}");
+    crate::postgres::resync::wait_for(&mut p, "the online resync", Duration::from_secs(240), |o| {
+        crate::support::start_output(o, 2).contains("resync finished")
+    })
+    .await;
+    let together = |log: &str| {
+        log.lines()
+            .filter(|l| l.starts_with('2') && l.ends_with(" POST /v1/transactions/commit"))
+            .count()
+    };
+    let at_swap = together(&proxy.log());
+    // Both tables are committed together again after the swap.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while together(&proxy.log()) < at_swap + 3 {
+        assert!(
+            Instant::now() < deadline,
+            "no transaction over both tables after the swap:\n{}",
+            proxy.log()
+        );
+        p.assert_running();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let txs = writer.await.expect("writer failed");
+    eprintln!("writer: {txs} transactions over both tables");
+    assert_equal_through_catalog(&mut p, &server.uri, &a, 120).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &b, 120).await;
+    p.assert_running();
+
+    let out = crate::support::start_output(&p.output(), 2);
+    assert!(
+        out.contains("while the pipeline streams on")
+            && out.contains("a resync's copy is complete")
+            && out
+                .matches("the new lineage replaced the live table")
+                .count()
+                == 1,
+        "the table was not copied online and swapped once:\n{out}"
+    );
+    // The swap came with a commit of the catch-up (a flush of both tables), not as the pipeline
+    // restarted.
+    let requested = out
+        .find("a resync was requested")
+        .expect("no request in the log");
+    let copied = out.find("a resync's copy is complete").unwrap_or(0);
+    let restarted = copied + out[copied..].find("starting pipeline").unwrap_or(0);
+    let swapped = out
+        .find("the new lineage replaced the live table")
+        .unwrap_or(0);
+    assert!(
+        copied > requested && restarted > copied && swapped > restarted,
+        "the lineage did not catch up through the restarted pipeline's commits:\n{out}"
+    );
+    // The other table streamed on through the copy job and through the catch-up (its commit of
+    // the swapping flush is logged before the resync's end).
+    let finished = out.find("resync finished").expect("no finish in the log");
+    let commits_of_b = |part: &str| {
+        part.lines()
+            .filter(|l| l.contains(" committed ") && l.contains(&format!("table=public.{b} ")))
+            .count()
+    };
+    let (copying, catching_up) = (
+        commits_of_b(&out[requested..copied]),
+        commits_of_b(&out[copied..finished]),
+    );
+    assert!(
+        copying >= 1 && catching_up >= 1,
+        "{b} took {copying} commits during the copy and {catching_up} during the catch-up:\n{out}"
+    );
+    // (A 409 on creating the namespace only says it exists.)
+    let log = proxy.log();
+    let refused: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with("409") && !l.ends_with(" POST /v1/namespaces"))
+        .collect();
+    assert!(
+        refused.is_empty() && !out.contains("planning the transaction again"),
+        "a commit was refused during the resync: {refused:?}\n{out}"
+    );
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert!(st.success(), "{st}");
+}
+
+/// Another engine drops the table and creates it again under the same name while cdcd streams:
+/// the catalog refuses cdcd's next commit (its base is the old table: `assert-table-uuid`), and
+/// cdcd stops naming both tables rather than blaming another writer's version or a second cdcd
+/// (the message the lineage's transaction showed before issue 34).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_created_again_by_another_engine_stops_naming_both_uuids() {
+    let Some(env) = test_env("a_table_created_again_by_another_engine_stops_naming_both_uuids")
+    else {
+        return;
+    };
+    let Bed {
+        mut p,
+        server,
+        dir: _,
+        client,
+        t,
+    } = Bed::orders(&env, "catrestuuid").await;
+    p.write_config(&Settings {
+        sink_extra: format!(
+            "maintenance_interval_ms = 0\n{}",
+            catalog_section(&server.uri, &format!("token = {KEY:?}"))
+        ),
+        ..Settings::default()
+    });
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    exec(&client, &changes(&t, 1)).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    let uuids = p.python(
+        &format!(
+            "from pyiceberg.catalog import load_catalog\n\
+             c = load_catalog('rest', type='rest', uri={uri:?}, token={KEY:?})\n\
+             old = c.load_table(({NAMESPACE:?}, {t:?}))\n\
+             c.drop_table(({NAMESPACE:?}, {t:?}))\n\
+             new = c.create_table(({NAMESPACE:?}, {t:?}), old.schema(), location=old.location() + '/again')\n\
+             print(old.metadata.table_uuid, new.metadata.table_uuid)\n",
+            uri = server.uri,
+        ),
+        &[],
+    );
+    let (old, new) = uuids.trim().split_once(' ').expect("two uuids");
+    exec(&client, &changes(&t, 2)).await;
+    let status = p.wait_exit(Duration::from_secs(60)).await;
+    assert!(!status.success(), "cdcd committed to a table created again");
+    let out = crate::support::start_output(&p.output(), 1);
+    assert!(
+        out.contains("is not the one the commit was built on")
+            && out.contains(old)
+            && out.contains(new)
+            && !out.contains("second cdcd"),
+        "the stop does not say the table was created again:\n{out}"
+    );
+    eprintln!(
+        "{}",
+        out.lines()
+            .find(|l| l.contains("is not the one"))
+            .unwrap_or_default()
+    );
+}
+
 /// `kill -9` at random moments while cdcd streams transactions over two tables through the REST
 /// catalog (multi-table commits in flight, answers in flight): after each restart the tables
 /// continue from the checkpoints the catalog holds, and both end equal to the source.

@@ -15,7 +15,9 @@
 //! updated in the background), `deletes/` (deletion vectors, their Puffin files), `writer.rs`
 //! (the files' rows), `encode.rs` (Parquet settings, columns encoded in parallel), `manifest.rs`
 //! (Avro manifests, reading a snapshot's files), `metadata.rs` (find the newest metadata),
-//! `catalog/` (where tables are found and commits published: the filesystem or a SQL catalog),
+//! `catalog/` (where tables are found and commits published: the filesystem, a SQL or a REST
+//! catalog), `transaction.rs` (several tables in one REST transaction), `resync/` (a table copied
+//! again into a new lineage and swapped in),
 //! `cleanup.rs` (orphan files for `cdcd cleanup`), `maintenance/` (snapshot expiry and the
 //! metadata log, following the table's properties; `Sink::maintain`). This
 //! file keeps the [`Sink`] impl and the table cache. Tables live at

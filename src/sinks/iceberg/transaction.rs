@@ -8,6 +8,14 @@
 //! A conflict (another writer committed to one of the tables first) re-plans all of them, on the
 //! same rule as one table's commit: only when every table is cdcd's last state plus other
 //! writers' commits.
+//!
+//! A table under resync (`resync/`) is not part of the transaction: its commits go to its
+//! lineage, a table of the filesystem catalog that the REST catalog does not know, and the one
+//! its mode names swaps the lineage into the live table, exactly as without the endpoint
+//! (`IcebergSink::commit_once`). Until the swap, readers see the live table, which takes no commit
+//! meanwhile, so the transaction could not make the lineage's rows visible with the others'
+//! anyway. Its commit runs after the other tables' transaction: until the swap lands the table is
+//! behind the others, never ahead.
 
 use std::sync::Arc;
 
@@ -19,9 +27,44 @@ use super::{maintenance, only_others_committed, IcebergSink, COMMIT_ATTEMPTS};
 use crate::sinks::{CommitStats, SinkError, TableCommit};
 
 impl IcebergSink {
-    /// Commits `commits` in one catalog transaction (see the module doc), re-planned after a
-    /// conflict at most [`COMMIT_ATTEMPTS`] times.
+    /// Commits `commits` in one catalog transaction, the tables under resync each on its own
+    /// after it (see the module doc). The stats are in `commits`' order.
     pub(super) async fn commit_together(
+        &self,
+        rest: &RestCatalog,
+        commits: &[TableCommit<'_>],
+    ) -> Result<Vec<CommitStats>, SinkError> {
+        let (lineages, live): (Vec<usize>, Vec<usize>) =
+            (0..commits.len()).partition(|&i| self.resync_id(&commits[i].schema.id).is_some());
+        let mut stats: Vec<Option<CommitStats>> = vec![None; commits.len()];
+        let one_by_one = if live.len() > 1 {
+            let together: Vec<TableCommit<'_>> = live.iter().map(|&i| commits[i]).collect();
+            let landed = self.transaction(rest, &together).await?;
+            for (&i, s) in live.iter().zip(landed) {
+                stats[i] = Some(s);
+            }
+            lineages
+        } else {
+            live.into_iter().chain(lineages).collect()
+        };
+        for i in one_by_one {
+            let c = &commits[i];
+            stats[i] = Some(self.commit_inner(c.schema, c.changes, c.checkpoint).await?);
+        }
+        stats
+            .into_iter()
+            .map(|s| {
+                s.ok_or_else(|| SinkError::Corrupt {
+                    path: "transaction".into(),
+                    detail: "a table of the flush has no result".into(),
+                })
+            })
+            .collect()
+    }
+
+    /// Commits `commits` (no table under resync) in one catalog transaction, re-planned after a
+    /// conflict at most [`COMMIT_ATTEMPTS`] times.
+    async fn transaction(
         &self,
         rest: &RestCatalog,
         commits: &[TableCommit<'_>],
@@ -71,6 +114,17 @@ impl IcebergSink {
         let mut guards = Vec::with_capacity(slots.len());
         for slot in &slots {
             guards.push(slot.lock().await);
+        }
+        // The catalog knows only live tables: a lineage's commit named as its live table would
+        // be refused, or worse, land there (see the module doc).
+        if let Some(c) = commits
+            .iter()
+            .find(|c| self.resync_id(&c.schema.id).is_some())
+        {
+            return Err(SinkError::Data {
+                table: c.schema.id.clone(),
+                detail: "a table under resync cannot join a catalog transaction; its commits go to its lineage".into(),
+            });
         }
         let locations: Vec<String> = order
             .iter()

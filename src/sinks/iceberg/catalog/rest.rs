@@ -489,6 +489,9 @@ impl RestCatalog {
     ) -> SinkError {
         for (t, base, _) in items {
             if let Ok(Some(now)) = self.load(t).await {
+                if let Some(other) = self.another_table(t, base, &now) {
+                    return other;
+                }
                 if head(&now.metadata) != head(&base.metadata) {
                     return publish::lost_to(warehouse, t.id, base.version + 1, &now.file).await;
                 }
@@ -507,12 +510,29 @@ impl RestCatalog {
     /// metadata was committed under a newer lease, else `CommitConflict`.
     async fn lost(&self, warehouse: &Warehouse, t: &TableRef<'_>, base: &Loaded) -> SinkError {
         match self.load(t).await {
-            Ok(Some(now)) => publish::lost_to(warehouse, t.id, base.version + 1, &now.file).await,
+            Ok(Some(now)) => match self.another_table(t, base, &now) {
+                Some(other) => other,
+                None => publish::lost_to(warehouse, t.id, base.version + 1, &now.file).await,
+            },
             _ => SinkError::CommitConflict {
                 table: t.id.clone(),
                 version: base.version + 1,
             },
         }
+    }
+
+    /// The error for a refused commit whose base is not the catalog's table at all
+    /// (`assert-table-uuid` failed: dropped and created again by another engine, or the commit
+    /// was built on another table): no writer beat cdcd to a version of it, and planning again
+    /// would not help.
+    fn another_table(&self, t: &TableRef<'_>, base: &Loaded, now: &Loaded) -> Option<SinkError> {
+        let (ours, theirs) = (base.metadata.uuid(), now.metadata.uuid());
+        (ours != theirs).then(|| {
+            self.error(
+                &format!("committing {}", t.id),
+                format!("the catalog's table (uuid {theirs}, at {}) is not the one the commit was built on (uuid {ours}, at {}): dropped and created again by another engine? Stopping", now.metadata.location(), base.metadata.location()),
+            )
+        })
     }
 
     /// The table after a commit whose answer was lost: loaded a few times; if it cannot be, the
