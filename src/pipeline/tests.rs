@@ -222,6 +222,7 @@ fn settings(max_rows: usize, snapshot: SnapshotMode) -> Settings {
         resync: None,
         resyncs: None,
         ack_hold: None,
+        schema_change: Default::default(),
     }
 }
 

@@ -275,7 +275,7 @@ pub trait Sink: Send + Sync {
 /// A sink failed. Each variant names the table or path involved.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
-    #[error("schema of {table} changed ({detail}); this sink cannot apply that change (docs/guarantees.md, \"Schema changes\"): copy the table again under its new schema (`cdcd resync --table {table}`, then start cdcd), or remove the table from source.tables")]
+    #[error("schema of {table} changed ({detail}); this sink cannot apply that change (docs/guarantees.md, \"Schema changes\"), so cdcd stops before the transaction that needs it. Ways out: set source.schema_change = \"resync\" for the table (`{{ \"{table}\" = \"resync\", \"*\" = \"evolve\" }}`) and start cdcd, which then copies the table again under its new schema by itself, online, while the other tables stream on; or do that by hand: `cdcd resync --table {table}`, then start cdcd; when the change is a Postgres RENAME COLUMN (a column dropped while another arrives), the DDL trigger of migrations/postgres/002_ddl_capture.sql makes renames made after it is installed replicate in place; or remove the table from source.tables")]
     SchemaChanged { table: TableId, detail: String },
     #[error("column {column} of {table}: type {data_type} cannot be stored in {sink}")]
     UnsupportedType {

@@ -1,0 +1,144 @@
+//! A schema change a table's lake table cannot express, left to that table's resync instead of
+//! a stop: with `source.schema_change = "resync"` for the table, or when a resync of it is
+//! requested or under way already. The table is *parked* (this run commits nothing more to it and
+//! drops its changes), a resync request is written, and the daemon's watcher (`commands.rs`)
+//! copies the table online beside the streaming pipeline (`pipeline/resync.rs`); every other
+//! table streams on meanwhile, including the rest of the transaction that carried the change.
+//!
+//! The changes: a commit the sink refuses (`SinkError::SchemaChanged`: `ADD COLUMN … DEFAULT` on
+//! Paimon or format v2, a type change the format cannot widen, a column dropped while another
+//! arrives, which is how a Postgres rename looks without the DDL trigger), and a transaction that
+//! writes a table under two shapes ([`super::SchemaChangeStop`]). Changes the source itself stops
+//! on (a statement it cannot parse, a table dropped and created again) still stop.
+//!
+//! Exactly once. Let T be the transaction whose change table X cannot take, and L the position
+//! X's lake table holds: every change of X before T is in it (commits end at transaction
+//! boundaries, and whatever was buffered before T under another schema was committed first).
+//! 1. The request is durable before anything at or past T is acknowledged: it is written here,
+//!    in the pipeline's task, before the flush that found the refusal acknowledges anything. The
+//!    acknowledgements are held ([`super::AckHold`]) at H, the newest position offered so far,
+//!    which is before T (X's buffer holding T was never committed, so nothing at or past T was
+//!    offered), and H is recorded in the request (`held_at`), so a restart holds there too.
+//! 2. The source had committed T before cdcd read it, so every snapshot read from now on holds T
+//!    and whatever of X came after it up to that snapshot. The online copy is exact at its
+//!    snapshot's position C (past T); the lineage then takes X's changes after C, which the slot
+//!    still has (held at H, before C). X's changes from T up to C were dropped here and are in
+//!    the copy; after C they are replayed into the lineage: none in both, none in neither. T
+//!    itself, two shapes or not, is at or below C, so the lineage skips it whole.
+//! 3. The other tables: X's rows are dropped from each transaction, never the transaction; their
+//!    commits and checkpoints are what a run without X would make.
+//! 4. A crash or a stop keeps the request until the swap. With `held_at`, the next start leaves
+//!    it to a copy job again and holds at H (X streams into its live table, reaches T, and is
+//!    parked again). Without (no position to hold at yet, or the resync started over after an
+//!    error), the table is copied at start, and its replay skips X's changes up to `received_at`
+//!    (T's position; in every copy read after the request), so T's two shapes never reach it.
+//! 5. A lineage (copied at start, or catching up) that meets a change it cannot take either: the
+//!    resync starts over under a new id past that change and the old lineage is given up. Each
+//!    start-over is past a newer change, so a table under a run of `ALTER`s converges once they
+//!    stop.
+//!
+//! Readers see X as of L until the swap, which is one commit (README, "Copying one table again").
+
+use tracing::{info, warn};
+
+use super::{Committer, PipelineError};
+use crate::changelog::{Position, TableId};
+use crate::checkpoint::resync::{Requested, ResyncRequest};
+use crate::config::{SchemaChange, SnapshotMode};
+use crate::metrics as m;
+use crate::sinks::SinkError;
+
+/// The table and the change, when `e` is a sink's refusal of a schema change.
+pub(super) fn refused_table(e: &SinkError) -> Option<(&TableId, &str)> {
+    match e {
+        SinkError::SchemaChanged { table, detail } => Some((table, detail.as_str())),
+        _ => None,
+    }
+}
+
+impl Committer {
+    /// `table`'s lake table cannot take a schema change (`cause`) of the transaction at
+    /// `position` (for a refused commit: the newest transaction of the refused buffer). Returns
+    /// `true` when the table is parked and left to a resync (see the module doc), `false` when
+    /// the caller stops as before: `source.schema_change` is not `resync` for the table and no
+    /// resync of it is requested, or this run cannot resync (a copy job, `snapshot = "never"`,
+    /// a sink without resyncs).
+    pub(super) async fn resync_instead(
+        &mut self,
+        table: &TableId,
+        cause: &str,
+        position: &Position,
+    ) -> Result<bool, PipelineError> {
+        if self.tables.parked.contains(table) {
+            return Ok(true);
+        }
+        let mode = self.settings.schema_change.for_table(table);
+        let (Some(store), Some(hold)) = (
+            self.settings.resync.clone(),
+            self.settings.ack_hold.clone(),
+        ) else {
+            return Ok(false);
+        };
+        if mode == SchemaChange::Stop
+            || self.settings.snapshot == SnapshotMode::Never
+            || self.sink.resync_refusal().is_some()
+        {
+            return Ok(false);
+        }
+        let under_way = self.tables.resyncing.get(table).cloned();
+        let pending = match under_way {
+            Some(_) => None,
+            None => store
+                .list()
+                .await?
+                .into_iter()
+                .find(|r| r.table() == *table),
+        };
+        if under_way.is_none() && pending.is_none() && mode != SchemaChange::Resync {
+            return Ok(false);
+        }
+        // From here on nothing at or past `position` is acknowledged (module doc, 1).
+        let held = hold.hold();
+        let fresh = ResyncRequest {
+            held_at: held.as_ref().map(ToString::to_string),
+            received_at: Some(position.to_string()),
+            ..ResyncRequest::new(table)
+        };
+        let pipeline = self.settings.pipeline.clone();
+        let count = || {
+            metrics::counter!(m::SCHEMA_RESYNCS_TOTAL, m::LABEL_PIPELINE => pipeline.clone(), m::LABEL_TABLE => table.to_string())
+                .increment(1);
+        };
+        match (under_way, pending) {
+            (Some(old), _) => {
+                // Written over the old request: the old lineage is no one's any more.
+                store.update(&fresh).await?;
+                self.sink.abandon_resync(table, &old.id).await;
+                self.tables.resyncing.remove(table);
+                self.tables.catch_up.remove(table);
+                self.tables.copied_up_to.remove(table);
+                self.tables.upsert_until.remove(table);
+                self.tables.progress.remove(table);
+                count();
+                warn!(table = %table, position = %position, change = cause, id = %old.id, new_id = %fresh.id, "schema change the table's new copy cannot take either: its resync starts over, copied again online past this change, while the other tables stream on");
+            }
+            (None, Some(pending)) => {
+                info!(table = %table, position = %position, change = cause, id = %pending.id, "schema change the lake table cannot take; a resync of the table is requested already, which copies it past this change: its changes are left to it, the other tables stream on");
+            }
+            (None, None) => {
+                let request = match store.request_as(fresh).await? {
+                    Requested::Created(r) | Requested::Pending(r) => r,
+                };
+                count();
+                warn!(table = %table, position = %position, change = cause, id = %request.id, "schema change the lake table cannot take: source.schema_change = \"resync\" copies the table again, online, while the other tables stream on; readers see the table as it was until the new copy replaces it");
+            }
+        }
+        if let Some(buffer) = self.tables.buffers.remove(table) {
+            self.tables.buffered_rows -= buffer.rows;
+        }
+        self.tables.parked.insert(table.clone());
+        // The refused commit marked the sink as failing (`/readyz`); nothing is failing now.
+        m::Health::global().sink_ok();
+        Ok(true)
+    }
+}
