@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use crate::ops::metrics::{free_port, get, sample};
 use crate::postgres::resync::{assert_swapped, create_table, wait_for, writes, Writers};
-use crate::support::{connect, exec, start_output, test_env, unique, Pipeline, Settings, TestEnv};
+use crate::support::{
+    connect, current_metadata, exec, start_output, test_env, unique, Pipeline, Settings, TestEnv,
+};
 
 /// What a test changes in table `a`.
 struct Change {
@@ -137,6 +139,7 @@ async fn resynced_while_the_other_streams(env: &TestEnv, prefix: &str, sink: Sin
         .lines()
         .position(|l| l.contains("copies the table again, online") && l.contains(&table_a))
         .unwrap_or_else(|| panic!("no log line says that {a} is resynced:\n{out}"));
+    eprintln!("{}", out.lines().nth(started).unwrap_or(""));
     let finished = out
         .lines()
         .position(|l| l.contains("resync finished") && l.contains(&table_a))
@@ -162,6 +165,10 @@ async fn resynced_while_the_other_streams(env: &TestEnv, prefix: &str, sink: Sin
     p.assert_equal(&a, 240).await;
     p.assert_equal(&b, 240).await;
     assert_swapped(&p, &a, true);
+    if let Sink::IcebergV2 = sink {
+        let meta = current_metadata(&p.table_dir(&a));
+        assert_eq!(meta["format-version"], 2, "{a} is not a format v2 table");
+    }
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0));
 }
