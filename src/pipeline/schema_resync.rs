@@ -133,6 +133,7 @@ impl Committer {
                 warn!(table = %table, position = %position, change = cause, id = %request.id, "schema change the lake table cannot take: source.schema_change = \"resync\" copies the table again, online, while the other tables stream on; readers see the table as it was until the new copy replaces it");
             }
         }
+        crate::failpoints::crash_point(crate::failpoints::SCHEMA_RESYNC_REQUESTED);
         if let Some(buffer) = self.tables.buffers.remove(table) {
             self.tables.buffered_rows -= buffer.rows;
         }

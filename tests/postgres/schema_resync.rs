@@ -15,8 +15,9 @@
 //! The changes: `ADD COLUMN … DEFAULT` on the LSM (Paimon) sink and on a format v2 Iceberg table
 //! (`delete_mode = "equality"`), `int4 → text`, and a rename without the DDL trigger inside a
 //! transaction that writes the table before and after it (and `b` too). Under the default
-//! `"evolve"`, that last one still stops, and its message names every way out; the setting named
-//! there is one.
+//! `"evolve"`, that last one still stops, and its message names every way out; the setting and
+//! `cdcd resync` named there each get past it. A `kill -9` after the request is written, and after
+//! the copy, recovers equal.
 
 use std::time::Duration;
 
@@ -208,17 +209,40 @@ async fn a_rename_without_the_trigger_inside_a_transaction_resyncs_the_table_alo
         .await;
 }
 
-/// Under the default `"evolve"` the same rename stops cdcd before its transaction, and the
-/// message names the cause and every way out: the DDL trigger, `cdcd resync --table`, and the
-/// setting. Taking the last one (the config changed, cdcd started again) ends equal.
+/// How a test gets past a stop.
+#[derive(Clone, Copy, Debug)]
+enum WayOut {
+    /// `schema_change = "resync"` for the table, then a start.
+    Setting,
+    /// `cdcd resync --table` (still under `"evolve"`), then a start: the copy made at start
+    /// meets the transaction's two shapes again, and its resync starts over online, past it.
+    ResyncCommand,
+}
+
+/// Under the default `"evolve"` the rename inside a transaction stops cdcd before it, and the
+/// message names the cause and every way out: the setting, `cdcd resync --table`, the DDL
+/// trigger. Taking the setting ends equal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_under_evolve_names_every_way_out_and_the_setting_is_one() {
     let Some(env) = test_env("a_stop_under_evolve_names_every_way_out_and_the_setting_is_one")
     else {
         return;
     };
+    stopped_then(&env, "screv", WayOut::Setting).await;
+}
+
+/// The same stop; `cdcd resync --table` is a way out too (the table is copied twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_under_evolve_and_the_resync_command_is_a_way_out() {
+    let Some(env) = test_env("a_stop_under_evolve_and_the_resync_command_is_a_way_out") else {
+        return;
+    };
+    stopped_then(&env, "screc", WayOut::ResyncCommand).await;
+}
+
+async fn stopped_then(env: &TestEnv, prefix: &str, way_out: WayOut) {
     let port = free_port();
-    let (mut p, a, b) = pipeline(&env, "screv", Sink::Iceberg, "evolve", port).await;
+    let (mut p, a, b) = pipeline(env, prefix, Sink::Iceberg, "evolve", port).await;
     let client = connect(&env.pg_url).await;
     p.start();
     p.assert_equal(&a, 120).await;
@@ -240,21 +264,31 @@ async fn a_stop_under_evolve_names_every_way_out_and_the_setting_is_one() {
         .lines()
         .find(|l| l.contains(&format!("schema of public.{a} changed")))
         .unwrap_or_else(|| panic!("no stop names {a}:\n{out}"));
-    for way_out in [
+    for named in [
         "both before and after the change".to_owned(),
         "migrations/postgres/002_ddl_capture.sql".to_owned(),
         format!("cdcd resync --table public.{a}"),
         "source.schema_change = \"resync\"".to_owned(),
     ] {
-        assert!(stop.contains(&way_out), "the stop does not name {way_out:?}:\n{stop}");
+        assert!(stop.contains(&named), "the stop does not name {named:?}:\n{stop}");
     }
 
-    // The setting, for `a` only.
-    let text = std::fs::read_to_string(&p.config).unwrap().replace(
-        "schema_change = \"evolve\"",
-        &format!("schema_change = {{ \"public.{a}\" = \"resync\", \"*\" = \"evolve\" }}"),
-    );
-    std::fs::write(&p.config, text).unwrap();
+    match way_out {
+        WayOut::Setting => {
+            let text = std::fs::read_to_string(&p.config).unwrap().replace(
+                "schema_change = \"evolve\"",
+                &format!("schema_change = {{ \"public.{a}\" = \"resync\", \"*\" = \"evolve\" }}"),
+            );
+            std::fs::write(&p.config, text).unwrap();
+        }
+        WayOut::ResyncCommand => {
+            let (ok, out) = crate::support::run_cdcd(
+                &["resync", "--table", &format!("public.{a}")],
+                &p.config,
+            );
+            assert!(ok && out.contains("requested"), "{out}");
+        }
+    }
     p.wait_slot_inactive(&client, Duration::from_secs(30)).await;
     p.start();
     wait_for(
@@ -264,6 +298,13 @@ async fn a_stop_under_evolve_names_every_way_out_and_the_setting_is_one() {
         |o| start_output(o, 2).contains("resync finished"),
     )
     .await;
+    if let WayOut::ResyncCommand = way_out {
+        let second = start_output(&p.output(), 2);
+        assert!(
+            second.contains("its resync starts over, copied again online past this change"),
+            "the copy made at start did not start over past the transaction:\n{second}"
+        );
+    }
     exec(
         &client,
         &(RENAME_INSIDE_A_TRANSACTION.adapt)(writes(&a, 1, 3_000)),
@@ -275,4 +316,78 @@ async fn a_stop_under_evolve_names_every_way_out_and_the_setting_is_one() {
     assert_swapped(&p, &a, true);
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0));
+}
+
+/// `kill -9` right after the resync request is durable (the table not parked yet), and right
+/// after the online copy is complete (the pipeline not restarted to replay into it): each
+/// restart finishes the resync online while `b` takes writes, and both end equal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashes_around_a_schema_resync_recover_equal() {
+    let Some(env) = test_env("crashes_around_a_schema_resync_recover_equal") else {
+        return;
+    };
+    for (i, point) in ["schema-resync-requested", "resync-copied"].into_iter().enumerate() {
+        let port = free_port();
+        let (mut p, a, b) =
+            pipeline(&env, &format!("scrx{i}"), Sink::Iceberg, "resync", port).await;
+        let client = connect(&env.pg_url).await;
+        p.env_vars.push(("CDCD_FAILPOINT".into(), point.to_owned()));
+        p.start();
+        p.assert_equal(&a, 120).await;
+        p.assert_equal(&b, 120).await;
+        let writers = Writers::start(&env.pg_url, [(&b, 20_000)]).await;
+        exec(
+            &client,
+            &RENAME_INSIDE_A_TRANSACTION
+                .sql
+                .replace("{a}", &a)
+                .replace("{b}", &b),
+        )
+        .await;
+        exec(
+            &client,
+            &(RENAME_INSIDE_A_TRANSACTION.adapt)(writes(&a, 1, 3_000)),
+        )
+        .await;
+        let status = p.wait_exit(Duration::from_secs(120)).await;
+        assert!(!status.success(), "{point}: cdcd must abort, got {status}");
+        assert!(
+            p.output().contains(&format!("failpoint {point}")),
+            "{point}: aborted elsewhere:\n{}",
+            p.output()
+        );
+        p.env_vars.retain(|(k, _)| k != "CDCD_FAILPOINT");
+        p.wait_slot_inactive(&client, Duration::from_secs(30)).await;
+        p.start();
+        exec(
+            &client,
+            &(RENAME_INSIDE_A_TRANSACTION.adapt)(writes(&a, 2, 3_000)),
+        )
+        .await;
+        wait_for(
+            &mut p,
+            "the resync to finish after the crash",
+            Duration::from_secs(240),
+            |o| start_output(o, 2).contains("resync finished"),
+        )
+        .await;
+        let second = start_output(&p.output(), 2);
+        assert!(
+            !second.contains("before streaming resumes"),
+            "{point}: the restart copied the table at start, not online:\n{second}"
+        );
+        exec(
+            &client,
+            &(RENAME_INSIDE_A_TRANSACTION.adapt)(writes(&a, 3, 3_000)),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let rounds = writers.stop().await;
+        eprintln!("{point}: {rounds:?} write transactions to b");
+        p.assert_equal(&a, 240).await;
+        p.assert_equal(&b, 240).await;
+        assert_swapped(&p, &a, true);
+        let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+        assert_eq!(st.code(), Some(0));
+    }
 }
