@@ -365,6 +365,10 @@ impl Committer {
         }
         if c.swapped {
             self.tables.catch_up.remove(&c.table);
+            if c.window.is_some() {
+                // Copied at start: its replay is still inside the copy's upsert window.
+                self.tables.swapped_in_window.insert(c.table.clone());
+            }
             if let Some(request) = self.tables.resyncing.remove(&c.table) {
                 info!(table = %c.table, id = %request.id, "resync finished: the new copy replaced the table");
                 self.tables.resynced.push(request);

@@ -32,10 +32,12 @@
 //!    parked again). Without (no position to hold at yet, or the resync started over after an
 //!    error), the table is copied at start, and its replay skips X's changes up to `received_at`
 //!    (T's position; in every copy read after the request), so T's two shapes never reach it.
-//! 5. A lineage (copied at start, or catching up) that meets a change it cannot take either: the
-//!    resync starts over under a new id past that change and the old lineage is given up. Each
-//!    start-over is past a newer change, so a table under a run of `ALTER`s converges once they
-//!    stop.
+//! 5. A lineage (copied at start, or catching up) that meets a change it cannot take either, or a
+//!    table copied at start and swapped in that meets one inside its copy's upsert window (the
+//!    replay of transactions the copy holds: a `cdcd resync` past a stop on two shapes in one
+//!    transaction): the resync starts over under a new id past that change, online, and the old
+//!    lineage is given up. Each start-over is past a newer change, so a table under a run of
+//!    `ALTER`s converges once they stop.
 //!
 //! Readers see X as of L until the swap, which is one commit (README, "Copying one table again").
 
@@ -86,15 +88,34 @@ impl Committer {
             return Ok(false);
         }
         let under_way = self.tables.resyncing.get(table).cloned();
+        // A resync that copied the table at start and swapped it in replays, inside the copy's
+        // upsert window, transactions the copy holds: one of them that the table cannot take
+        // (the two shapes the resync was the way out of) is that resync's business still.
+        let in_window = self.tables.swapped_in_window.contains(table)
+            && self
+                .tables
+                .upsert_until
+                .get(table)
+                .is_some_and(|until| until.covers(position));
+        // A request whose swap landed in this run waits for its removal (`resyncs_finished`):
+        // it is done, not pending, and a new one takes its place (never removed with it).
+        let swapped: Vec<String> = self
+            .tables
+            .resynced
+            .iter()
+            .filter(|r| r.table() == *table)
+            .map(|r| r.id.clone())
+            .collect();
         let pending = match under_way {
             Some(_) => None,
             None => store
                 .list()
                 .await?
                 .into_iter()
-                .find(|r| r.table() == *table),
+                .find(|r| r.table() == *table && !swapped.contains(&r.id)),
         };
-        if under_way.is_none() && pending.is_none() && mode != SchemaChange::Resync {
+        let starts_over = under_way.is_some() || in_window;
+        if !starts_over && pending.is_none() && mode != SchemaChange::Resync {
             return Ok(false);
         }
         // From here on nothing at or past `position` is acknowledged (module doc, 1).
@@ -109,29 +130,36 @@ impl Committer {
             metrics::counter!(m::SCHEMA_RESYNCS_TOTAL, m::LABEL_PIPELINE => pipeline.clone(), m::LABEL_TABLE => table.to_string())
                 .increment(1);
         };
-        match (under_way, pending) {
-            (Some(old), _) => {
-                // Written over the old request: the old lineage is no one's any more.
-                store.update(&fresh).await?;
+        if starts_over {
+            // Written over the old request: its lineage, if any, is no one's any more.
+            self.tables.resynced.retain(|r| r.table() != *table);
+            store.update(&fresh).await?;
+            if let Some(old) = &under_way {
                 self.sink.abandon_resync(table, &old.id).await;
-                self.tables.resyncing.remove(table);
-                self.tables.catch_up.remove(table);
-                self.tables.copied_up_to.remove(table);
-                self.tables.upsert_until.remove(table);
-                self.tables.progress.remove(table);
-                count();
-                warn!(table = %table, position = %position, change = cause, id = %old.id, new_id = %fresh.id, "schema change the table's new copy cannot take either: its resync starts over, copied again online past this change, while the other tables stream on");
             }
-            (None, Some(pending)) => {
-                info!(table = %table, position = %position, change = cause, id = %pending.id, "schema change the lake table cannot take; a resync of the table is requested already, which copies it past this change: its changes are left to it, the other tables stream on");
-            }
-            (None, None) => {
-                let request = match store.request_as(fresh).await? {
+            self.tables.resyncing.remove(table);
+            self.tables.catch_up.remove(table);
+            self.tables.copied_up_to.remove(table);
+            self.tables.upsert_until.remove(table);
+            self.tables.progress.remove(table);
+            self.tables.swapped_in_window.remove(table);
+            count();
+            let old = under_way.map(|r| r.id).or(swapped.first().cloned());
+            warn!(table = %table, position = %position, change = cause, id = ?old, new_id = %fresh.id, "schema change the table's new copy cannot take either: its resync starts over, copied again online past this change, while the other tables stream on");
+        } else if let Some(pending) = pending {
+            info!(table = %table, position = %position, change = cause, id = %pending.id, "schema change the lake table cannot take; a resync of the table is requested already, which copies it past this change: its changes are left to it, the other tables stream on");
+        } else {
+            let request = if !swapped.is_empty() {
+                self.tables.resynced.retain(|r| r.table() != *table);
+                store.update(&fresh).await?;
+                fresh
+            } else {
+                match store.request_as(fresh).await? {
                     Requested::Created(r) | Requested::Pending(r) => r,
-                };
-                count();
-                warn!(table = %table, position = %position, change = cause, id = %request.id, "schema change the lake table cannot take: source.schema_change = \"resync\" copies the table again, online, while the other tables stream on; readers see the table as it was until the new copy replaces it");
-            }
+                }
+            };
+            count();
+            warn!(table = %table, position = %position, change = cause, id = %request.id, "schema change the lake table cannot take: source.schema_change = \"resync\" copies the table again, online, while the other tables stream on; readers see the table as it was until the new copy replaces it");
         }
         crate::failpoints::crash_point(crate::failpoints::SCHEMA_RESYNC_REQUESTED);
         if let Some(buffer) = self.tables.buffers.remove(table) {

@@ -67,6 +67,9 @@ pub(super) struct Tables {
     /// Per lineage that replaces its live table once caught up, the live table's checkpoint
     /// (`Committer::catch_up_resyncs`).
     pub(super) catch_up: BTreeMap<TableId, Position>,
+    /// Tables whose resync copied them at start and swapped with the copy's upsert window open
+    /// (`ResyncMode::SwapAtCopyEnd`): the replay in that window brings changes the copy holds.
+    pub(super) swapped_in_window: BTreeSet<TableId>,
     /// Tables whose changes this run leaves to their pending resync: a schema change their
     /// lake table could not take (`pipeline/schema_resync.rs`).
     pub(super) parked: BTreeSet<TableId>,
