@@ -513,7 +513,8 @@ impl Committer {
             }
             // A parked table's copy (a lineage given up: `pipeline/schema_resync.rs`) goes
             // nowhere: its resync copies it again.
-            SourceEvent::SnapshotRows(changes) if self.tables.parked.contains(&changes.schema.id) => {}
+            SourceEvent::SnapshotRows(changes)
+                if self.tables.parked.contains(&changes.schema.id) => {}
             SourceEvent::SnapshotPlan { table, .. }
             | SourceEvent::SnapshotChunk { table, .. }
             | SourceEvent::SnapshotUpsertUntil { table, .. }
@@ -561,7 +562,10 @@ impl Committer {
                         "columns ({}) became ({}) inside one transaction that writes the table under both",
                         stop.before, stop.after
                     );
-                    if !self.resync_instead(&stop.table, &cause, &tx.position).await? {
+                    if !self
+                        .resync_instead(&stop.table, &cause, &tx.position)
+                        .await?
+                    {
                         return Err(PipelineError::SchemaChangedInTransaction(stop));
                     }
                     // The table is parked now: the other tables' runs are looked at again.
@@ -611,8 +615,7 @@ impl Committer {
         let mut last: BTreeMap<&TableId, &TableChanges> = BTreeMap::new();
         for changes in tx.changes.iter().filter(|c| !c.is_empty()) {
             let table = &changes.schema.id;
-            if self.tables.is_committed(table, &tx.position) || self.tables.parked.contains(table)
-            {
+            if self.tables.is_committed(table, &tx.position) || self.tables.parked.contains(table) {
                 continue;
             }
             if let Some(before) = last.insert(table, changes) {

@@ -237,7 +237,11 @@ impl Committer {
                     }
                     let refused = refused_table(&unfinished.error).and_then(|(table, cause)| {
                         let p = unfinished.left.iter().find(|p| p.table == *table)?;
-                        Some((table.clone(), cause.to_owned(), p.checkpoint.position.clone()))
+                        Some((
+                            table.clone(),
+                            cause.to_owned(),
+                            p.checkpoint.position.clone(),
+                        ))
                     });
                     let Some((table, cause, position)) = refused else {
                         return Err(unfinished.error.into());

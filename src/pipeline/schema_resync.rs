@@ -75,10 +75,9 @@ impl Committer {
             return Ok(true);
         }
         let mode = self.settings.schema_change.for_table(table);
-        let (Some(store), Some(hold)) = (
-            self.settings.resync.clone(),
-            self.settings.ack_hold.clone(),
-        ) else {
+        let (Some(store), Some(hold)) =
+            (self.settings.resync.clone(), self.settings.ack_hold.clone())
+        else {
             return Ok(false);
         };
         if mode == SchemaChange::Stop

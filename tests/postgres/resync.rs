@@ -98,7 +98,10 @@ pub(crate) struct Writers {
 }
 
 impl Writers {
-    pub(crate) async fn start<const N: usize>(pg_url: &str, tables: [(&String, u64); N]) -> Writers {
+    pub(crate) async fn start<const N: usize>(
+        pg_url: &str,
+        tables: [(&String, u64); N],
+    ) -> Writers {
         let stop = Arc::new(AtomicBool::new(false));
         let mut running = Vec::new();
         for (t, rows) in tables {

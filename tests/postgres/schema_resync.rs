@@ -77,7 +77,13 @@ enum Sink {
 
 /// A pipeline over `a` (3,000 rows) and `b` (20,000 rows) with `schema_change` and `[metrics]`
 /// on `port`.
-async fn pipeline(env: &TestEnv, prefix: &str, sink: Sink, schema_change: &str, port: u16) -> (Pipeline, String, String) {
+async fn pipeline(
+    env: &TestEnv,
+    prefix: &str,
+    sink: Sink,
+    schema_change: &str,
+    port: u16,
+) -> (Pipeline, String, String) {
     let name = unique(prefix);
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
@@ -158,7 +164,11 @@ async fn resynced_while_the_other_streams(env: &TestEnv, prefix: &str, sink: Sin
     );
     let (_, metrics) = get(port, "/metrics").await.expect("no /metrics");
     assert_eq!(
-        sample(&metrics, "cdcd_schema_resyncs_total", &format!("table=\"public.{a}\"")),
+        sample(
+            &metrics,
+            "cdcd_schema_resyncs_total",
+            &format!("table=\"public.{a}\"")
+        ),
         Some(1.0),
         "cdcd_schema_resyncs_total of {a}:\n{metrics}"
     );
@@ -258,7 +268,10 @@ async fn stopped_then(env: &TestEnv, prefix: &str, way_out: WayOut) {
     .await;
     exec(&client, &writes(&b, 2, 20_000)).await;
     let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(!status.success(), "cdcd must stop on the rename, got {status}");
+    assert!(
+        !status.success(),
+        "cdcd must stop on the rename, got {status}"
+    );
     let out = p.output();
     let stop = out
         .lines()
@@ -270,7 +283,10 @@ async fn stopped_then(env: &TestEnv, prefix: &str, way_out: WayOut) {
         format!("cdcd resync --table public.{a}"),
         "source.schema_change = \"resync\"".to_owned(),
     ] {
-        assert!(stop.contains(&named), "the stop does not name {named:?}:\n{stop}");
+        assert!(
+            stop.contains(&named),
+            "the stop does not name {named:?}:\n{stop}"
+        );
     }
 
     match way_out {
@@ -282,10 +298,8 @@ async fn stopped_then(env: &TestEnv, prefix: &str, way_out: WayOut) {
             std::fs::write(&p.config, text).unwrap();
         }
         WayOut::ResyncCommand => {
-            let (ok, out) = crate::support::run_cdcd(
-                &["resync", "--table", &format!("public.{a}")],
-                &p.config,
-            );
+            let (ok, out) =
+                crate::support::run_cdcd(&["resync", "--table", &format!("public.{a}")], &p.config);
             assert!(ok && out.contains("requested"), "{out}");
         }
     }
@@ -326,7 +340,10 @@ async fn crashes_around_a_schema_resync_recover_equal() {
     let Some(env) = test_env("crashes_around_a_schema_resync_recover_equal") else {
         return;
     };
-    for (i, point) in ["schema-resync-requested", "resync-copied"].into_iter().enumerate() {
+    for (i, point) in ["schema-resync-requested", "resync-copied"]
+        .into_iter()
+        .enumerate()
+    {
         let port = free_port();
         let (mut p, a, b) =
             pipeline(&env, &format!("scrx{i}"), Sink::Iceberg, "resync", port).await;
