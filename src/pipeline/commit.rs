@@ -60,14 +60,15 @@ pub(super) struct Unfinished {
     pub left: Vec<PendingCommit>,
 }
 
-/// Commits every table of a flush through `sink` at once ([`Sink::commit_tables`]: one catalog
-/// transaction where the catalog offers it), then emits each commit's metrics and log line.
+/// Commits every table of a flush through `sink`: at once where its catalog commits several
+/// tables in one transaction ([`Sink::commits_tables_together`]), else table by table (so an
+/// error says exactly which landed); then emits each commit's metrics and log line.
 pub(super) async fn run_together(
     pending: Vec<PendingCommit>,
     sink: Arc<dyn Sink>,
     pipeline: &str,
 ) -> Result<Vec<Committed>, Unfinished> {
-    if pending.len() < 2 {
+    if pending.len() < 2 || !sink.commits_tables_together().await {
         let mut committed = Vec::new();
         let mut left = pending.into_iter();
         while let Some(p) = left.next() {
@@ -95,6 +96,7 @@ pub(super) async fn run_together(
         .collect();
     let stats = match sink.commit_tables(&commits).await {
         Ok(stats) => stats,
+        // All or nothing: none of them landed.
         Err(error) => {
             failed(pipeline, &error);
             drop(commits);

@@ -11,18 +11,19 @@
 //! writes a table under two shapes ([`super::SchemaChangeStop`]). Changes the source itself stops
 //! on (a statement it cannot parse, a table dropped and created again) still stop.
 //!
-//! Exactly once. Let T be the transaction whose change table X cannot take, and L the position
-//! X's lake table holds: every change of X before T is in it (commits end at transaction
-//! boundaries, and whatever was buffered before T under another schema was committed first).
-//! 1. The request is durable before anything at or past T is acknowledged: it is written here,
-//!    in the pipeline's task, before the flush that found the refusal acknowledges anything. The
+//! Exactly once. Let L be the checkpoint of X's lake table, and T the newest transaction of the
+//! commit X's sink refused (or the transaction that writes X under two shapes): the changes of X
+//! after L are those of the refused buffer (or of T) and later ones, none of them in the lake.
+//! 1. The request is durable before anything past L is acknowledged: it is written here, in the
+//!    pipeline's task, before the flush that found the refusal acknowledges anything. The
 //!    acknowledgements are held ([`super::AckHold`]) at H, the newest position offered so far,
-//!    which is before T (X's buffer holding T was never committed, so nothing at or past T was
-//!    offered), and H is recorded in the request (`held_at`), so a restart holds there too.
-//! 2. The source had committed T before cdcd read it, so every snapshot read from now on holds T
-//!    and whatever of X came after it up to that snapshot. The online copy is exact at its
-//!    snapshot's position C (past T); the lineage then takes X's changes after C, which the slot
-//!    still has (held at H, before C). X's changes from T up to C were dropped here and are in
+//!    which is before X's first change after L (that change was never committed, so nothing at
+//!    or past it was offered), and H is recorded in the request (`held_at`), so a restart holds
+//!    there too.
+//! 2. The source had committed T before cdcd read it, so every snapshot read from now on holds
+//!    X's changes up to T, and whatever came after up to that snapshot. The online copy is exact
+//!    at its snapshot's position C (past T); the lineage then takes X's changes after C, which the
+//!    slot still has (held at H, before C). X's changes from L to C were dropped here and are in
 //!    the copy; after C they are replayed into the lineage: none in both, none in neither. T
 //!    itself, two shapes or not, is at or below C, so the lineage skips it whole.
 //! 3. The other tables: X's rows are dropped from each transaction, never the transaction; their
@@ -38,6 +39,10 @@
 //!    transaction): the resync starts over under a new id past that change, online, and the old
 //!    lineage is given up. Each start-over is past a newer change, so a table under a run of
 //!    `ALTER`s converges once they stop.
+//!
+//! A flush commits table by table unless the sink commits all its tables in one transaction
+//! ([`crate::sinks::Sink::commits_tables_together`]), so after a refusal the pipeline knows which
+//! of the others landed and commits only the rest, once.
 //!
 //! Readers see X as of L until the swap, which is one commit (README, "Copying one table again").
 

@@ -187,6 +187,14 @@ pub trait Sink: Send + Sync {
         Ok(stats)
     }
 
+    /// Whether [`Sink::commit_tables`] makes several tables' commits visible together or not
+    /// at all (one catalog transaction). When not, the pipeline commits a flush table by table
+    /// itself, so after an error it knows which commits landed (a table refused for a schema
+    /// change may be left to a resync while the others commit: `pipeline/schema_resync.rs`).
+    async fn commits_tables_together(&self) -> bool {
+        false
+    }
+
     /// The state of `table` for `cdcd status`; `None` when it does not exist.
     async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError>;
 
