@@ -100,6 +100,7 @@ fn settings(config: &Config, source: &dyn Source) -> Settings {
         resync: None,
         resyncs: None,
         ack_hold: None,
+        schema_change: config.schema_change.clone(),
     }
 }
 

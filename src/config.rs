@@ -154,6 +154,9 @@ pub enum SchemaChange {
     /// Every change of a lake table's schema stops cdcd before the transaction that needs it,
     /// naming the table and the change: for pipelines whose lake schema is changed only by hand.
     Stop,
+    /// As `Evolve`, and a change the lake table cannot express starts that table's online
+    /// resync instead of a stop: the other tables stream on (`pipeline/schema_resync.rs`).
+    Resync,
 }
 
 impl SchemaChange {
@@ -161,13 +164,14 @@ impl SchemaChange {
         match value {
             "evolve" => Some(SchemaChange::Evolve),
             "stop" => Some(SchemaChange::Stop),
+            "resync" => Some(SchemaChange::Resync),
             _ => None,
         }
     }
 }
 
 /// `source.schema_change` as written: one mode for every table (`"stop"`), or a map of tables to
-/// modes where `"*"` names the rest (`{ "public.audit" = "stop", "*" = "evolve" }`).
+/// modes where `"*"` names the rest (`{ "public.audit" = "stop", "*" = "resync" }`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(untagged)]
 pub enum RawSchemaChange {
@@ -203,6 +207,12 @@ impl SchemaChangePolicy {
         self.tables.get(table).copied().unwrap_or(self.rest)
     }
 
+    /// Whether any table is resynced on a change its lake table cannot express.
+    pub fn resyncs_any(&self) -> bool {
+        self.rest == SchemaChange::Resync
+            || self.tables.values().any(|m| *m == SchemaChange::Resync)
+    }
+
     fn validate(
         raw: RawSchemaChange,
         ctx: &Context<'_>,
@@ -212,7 +222,10 @@ impl SchemaChangePolicy {
         let mode = |value: &str, table: Option<&str>| {
             SchemaChange::parse(value).ok_or_else(|| {
                 let at = table.map(|t| format!(" for {t:?}")).unwrap_or_default();
-                ctx.invalid(KEY, format!("{value:?}{at} is not \"evolve\" or \"stop\""))
+                ctx.invalid(
+                    KEY,
+                    format!("{value:?}{at} is not \"evolve\", \"stop\" or \"resync\""),
+                )
             })
         };
         match raw {
@@ -438,6 +451,17 @@ impl RawConfig {
             RawSource::Postgres(raw) => SourceConfig::Postgres(raw.validate(&ctx)?),
             RawSource::Mysql(raw) => SourceConfig::MySql(raw.validate(&ctx)?),
         };
+        let snapshot = match &source {
+            SourceConfig::Postgres(pg) => pg.snapshot,
+            SourceConfig::MySql(my) => my.snapshot,
+        };
+        if schema_change.resyncs_any() && snapshot == SnapshotMode::Never {
+            // A resync is a copy of the table.
+            return Err(ctx.invalid(
+                "source.schema_change",
+                "\"resync\" copies the table again, which source.snapshot = \"never\" forbids: set source.snapshot = \"initial\", or use \"evolve\"",
+            ));
+        }
         let (sink, s3) = match self.sink {
             RawSink::Iceberg(raw) => {
                 let s3 = raw.s3.clone();
@@ -642,13 +666,24 @@ warehouse = "/tmp/wh"
     }
 
     #[test]
-    fn schema_change_defaults_to_evolve_and_takes_stop() {
+    fn schema_change_defaults_to_evolve_and_takes_stop_and_resync() {
         let (a, b) = (TableId::new("public", "a"), TableId::new("public", "b"));
         let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
         assert_eq!(c.schema_change.for_table(&a), SchemaChange::Evolve);
         let stop = MINIMAL.replace("[source]", "[source]\nschema_change = \"stop\"");
         let c = Config::from_toml(&stop, "p.toml").unwrap();
         assert_eq!(c.schema_change.for_table(&a), SchemaChange::Stop);
+        let resync = MINIMAL.replace("[source]", "[source]\nschema_change = \"resync\"");
+        let c = Config::from_toml(&resync, "p.toml").unwrap();
+        assert_eq!(c.schema_change.for_table(&a), SchemaChange::Resync);
+        assert!(c.schema_change.resyncs_any());
+        // A resync is a copy: refused where copies are.
+        let never = resync.replace("[source]", "[source]\nsnapshot = \"never\"");
+        let err = Config::from_toml(&never, "p.toml").unwrap_err().to_string();
+        assert!(
+            err.contains("source.schema_change") && err.contains("snapshot"),
+            "{err}"
+        );
         let bad = MINIMAL.replace("[source]", "[source]\nschema_change = \"ignore\"");
         let err = Config::from_toml(&bad, "p.toml").unwrap_err().to_string();
         assert!(

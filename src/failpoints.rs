@@ -49,6 +49,10 @@
 //! - [`RESYNC_COPIED`] (online resync, `commands.rs`): a copy job's lineage is complete at the
 //!   position the pipeline holds its acknowledgements at; the pipeline has not restarted to
 //!   replay into it, the live table is still the old one.
+//! - [`SCHEMA_RESYNC_REQUESTED`] (`pipeline/schema_resync.rs`): a schema change a table could
+//!   not take has the table's resync request durable (written with the position the pipeline
+//!   holds its acknowledgements at, renewed, or found pending); the table is not parked yet, and
+//!   nothing past the change is acknowledged.
 //! - [`RESYNC_BEFORE_SWAP`] (Iceberg resync, `sinks/iceberg/mod.rs`): the lineage's commit that
 //!   replaces the live table is durable; the swap is not done, readers see the old table. Also
 //!   on the LSM sink (`sinks/lsm/mod.rs`).
@@ -100,6 +104,8 @@ pub const COMPACT_REWRITTEN: &str = "compact-rewritten";
 
 /// An online resync's copy is complete; the pipeline has not restarted to replay into it.
 pub const RESYNC_COPIED: &str = "resync-copied";
+/// A schema change a table could not take wrote its resync request; the table is not parked.
+pub const SCHEMA_RESYNC_REQUESTED: &str = "schema-resync-requested";
 /// A resync lineage's swapping commit is durable; the swap is not done.
 pub const RESYNC_BEFORE_SWAP: &str = "resync-before-swap";
 /// A Paimon swap wrote the live table's schemas and copied the files; no snapshot yet.

@@ -47,7 +47,7 @@ use tracing::{debug, info, warn};
 use crate::changelog::{Position, TableChanges, TableId, Transaction};
 use crate::checkpoint::progress::{Progress, ProgressError, ProgressStore};
 use crate::checkpoint::resync::{ResyncError, ResyncStore};
-use crate::config::SnapshotMode;
+use crate::config::{SchemaChangePolicy, SnapshotMode};
 use crate::metrics as m;
 use crate::sinks::{Sink, SinkError};
 use crate::sources::{
@@ -115,7 +115,7 @@ pub enum PipelineError {
 /// Where and why a schema change inside a transaction stopped the pipeline
 /// ([`PipelineError::SchemaChangedInTransaction`]).
 #[derive(Debug, thiserror::Error)]
-#[error("schema of {table} changed inside the transaction that ends at {position} (columns ({before}) became ({after})); cdcd commits a transaction whole or not at all and cannot store both shapes in one commit, so it stopped before that transaction: everything before it is committed, nothing of it is. Stop writes to the table, recreate the replica, or remove the table from source.tables")]
+#[error("schema of {table} changed inside the transaction that ends at {position}, which writes the table both before and after the change (columns ({before}) became ({after})): cdcd commits a transaction whole, and one commit cannot store both shapes, so it stopped before that transaction (everything before it is committed, nothing of it). Ways out: set source.schema_change = \"resync\" for the table (`{{ \"{table}\" = \"resync\", \"*\" = \"evolve\" }}`) and start cdcd, which then copies the table again online at a snapshot past this transaction while the other tables stream on; or run `cdcd resync --table {table}` and start cdcd (the same by hand: the copy made at start replays this transaction, finds it again and is copied once more, online, past it); a Postgres RENAME COLUMN replicates in place, also inside such a transaction, once the DDL trigger of migrations/postgres/002_ddl_capture.sql is installed (it applies to renames made after it); or remove the table from source.tables")]
 pub struct SchemaChangeStop {
     pub table: TableId,
     pub position: Position,
@@ -169,6 +169,9 @@ pub struct Settings {
     pub resyncs: Option<ResyncPlan>,
     /// Where a resync's copy job holds this run's acknowledgements (`pipeline/resync.rs`).
     pub ack_hold: Option<AckHold>,
+    /// `source.schema_change`: with `resync`, a change a table's lake table cannot express
+    /// starts its resync instead of a stop (`pipeline/schema_resync.rs`).
+    pub schema_change: SchemaChangePolicy,
 }
 
 /// Runs a pipeline until `shutdown` is cancelled (then commits what is buffered and returns `Ok`)
@@ -508,6 +511,15 @@ impl Committer {
                     self.ack_received();
                 }
             }
+            // A parked table's copy (a lineage given up: `pipeline/schema_resync.rs`) goes
+            // nowhere: its resync copies it again.
+            SourceEvent::SnapshotRows(changes)
+                if self.tables.parked.contains(&changes.schema.id) => {}
+            SourceEvent::SnapshotPlan { table, .. }
+            | SourceEvent::SnapshotChunk { table, .. }
+            | SourceEvent::SnapshotUpsertUntil { table, .. }
+            | SourceEvent::SnapshotDone { table, .. }
+                if self.tables.parked.contains(&table) => {}
             SourceEvent::SnapshotRows(changes) => self.copy_rows(changes).await?,
             SourceEvent::SnapshotPlan {
                 table,
@@ -532,23 +544,36 @@ impl Committer {
     async fn transaction(&mut self, tx: Transaction) -> Result<(), PipelineError> {
         metrics::counter!(m::TRANSACTIONS_TOTAL, m::LABEL_PIPELINE => self.settings.pipeline.clone())
             .increment(1);
-        match self.reshaped_inside(&tx) {
-            Reshaped::No => {}
-            Reshaped::Evolves => {
-                // The buffered transactions were read under the old schema: they are committed
-                // under it, so only this transaction's own earlier runs are rewritten to the new
-                // one ([`Self::schema_switch`]).
-                self.flush().await?;
-            }
-            Reshaped::Stop(stop) => {
-                // Everything buffered belongs to earlier, whole transactions: commit it, so the
-                // stop lands exactly at this transaction's start.
-                self.flush().await?;
-                return Err(stop);
+        loop {
+            match self.reshaped_inside(&tx) {
+                Reshaped::No => break,
+                Reshaped::Evolves => {
+                    // The buffered transactions were read under the old schema: they are
+                    // committed under it, so only this transaction's own earlier runs are
+                    // rewritten to the new one ([`Self::schema_switch`]).
+                    self.flush().await?;
+                    break;
+                }
+                Reshaped::Stop(stop) => {
+                    // Everything buffered belongs to earlier, whole transactions: commit it, so
+                    // the stop (or the resync instead) lands exactly at this transaction's start.
+                    self.flush().await?;
+                    let cause = format!(
+                        "columns ({}) became ({}) inside one transaction that writes the table under both",
+                        stop.before, stop.after
+                    );
+                    if !self
+                        .resync_instead(&stop.table, &cause, &tx.position)
+                        .await?
+                    {
+                        return Err(PipelineError::SchemaChangedInTransaction(stop));
+                    }
+                    // The table is parked now: the other tables' runs are looked at again.
+                }
             }
         }
         for mut changes in tx.changes {
-            if changes.is_empty() {
+            if changes.is_empty() || self.tables.parked.contains(&changes.schema.id) {
                 continue;
             }
             if self.tables.is_committed(&changes.schema.id, &tx.position) {
@@ -557,6 +582,10 @@ impl Committer {
             }
             self.tables.upsert_in_window(&mut changes, &tx.position)?;
             self.schema_switch(&changes, Some(&tx.position)).await?;
+            // Parked by the switch (its table's resync has the change now).
+            if self.tables.parked.contains(&changes.schema.id) {
+                continue;
+            }
             self.tables.push(changes, &tx.position);
         }
         self.received_time = Some(
@@ -586,7 +615,7 @@ impl Committer {
         let mut last: BTreeMap<&TableId, &TableChanges> = BTreeMap::new();
         for changes in tx.changes.iter().filter(|c| !c.is_empty()) {
             let table = &changes.schema.id;
-            if self.tables.is_committed(table, &tx.position) {
+            if self.tables.is_committed(table, &tx.position) || self.tables.parked.contains(table) {
                 continue;
             }
             if let Some(before) = last.insert(table, changes) {
@@ -596,14 +625,12 @@ impl Committer {
                 if before.schema.evolves_to(&changes.schema) {
                     evolves = true;
                 } else {
-                    return Reshaped::Stop(PipelineError::SchemaChangedInTransaction(Box::new(
-                        SchemaChangeStop {
-                            table: table.clone(),
-                            position: tx.position.clone(),
-                            before: before.schema.describe_columns(),
-                            after: changes.schema.describe_columns(),
-                        },
-                    )));
+                    return Reshaped::Stop(Box::new(SchemaChangeStop {
+                        table: table.clone(),
+                        position: tx.position.clone(),
+                        before: before.schema.describe_columns(),
+                        after: changes.schema.describe_columns(),
+                    }));
                 }
             }
         }
@@ -642,14 +669,22 @@ impl Committer {
                     }))
                 });
             }
-            return Err(PipelineError::SchemaChangedInTransaction(Box::new(
-                SchemaChangeStop {
-                    table: table.clone(),
-                    position: position.clone(),
-                    before: buffer.schema.describe_columns(),
-                    after: changes.schema.describe_columns(),
-                },
-            )));
+            let stop = Box::new(SchemaChangeStop {
+                table: table.clone(),
+                position: position.clone(),
+                before: buffer.schema.describe_columns(),
+                after: changes.schema.describe_columns(),
+            });
+            let cause = format!(
+                "columns ({}) became ({}) inside one transaction that writes the table under both",
+                stop.before, stop.after
+            );
+            let position = position.clone();
+            // Its buffer holds only this transaction: parked, it is dropped with the rest of it.
+            if self.resync_instead(&stop.table, &cause, &position).await? {
+                return Ok(());
+            }
+            return Err(PipelineError::SchemaChangedInTransaction(stop));
         }
         let table = table.clone();
         self.commit_table(&table).await
@@ -676,7 +711,7 @@ enum Reshaped {
     /// A table's schema evolved between its runs: its earlier runs are rewritten to the new one.
     Evolves,
     /// A change the rows cannot cross.
-    Stop(PipelineError),
+    Stop(Box<SchemaChangeStop>),
 }
 
 /// `cdcd_changes_total{table,op}`, counted per batch.
@@ -711,6 +746,8 @@ use progress::ProgressWriter;
 
 mod tables;
 use tables::{TableBuffer, Tables};
+
+mod schema_resync;
 
 mod resync;
 pub use resync::{copy_for_resync, mode_at_start, AckHold, ResyncCopy, ResyncPlan};

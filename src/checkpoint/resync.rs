@@ -53,6 +53,12 @@ pub struct ResyncRequest {
     /// done (`pipeline/resync.rs`). A restart resumes such a copy from there, never later.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_at: Option<String>,
+    /// Set when cdcd requested the resync itself (`source.schema_change = "resync"`): the
+    /// position of the transaction whose schema change the table could not take. The source had
+    /// committed it before this request was written, so every snapshot the lineage is copied at
+    /// holds it, and the replay skips the table's changes up to it (`pipeline/resync.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub received_at: Option<String>,
 }
 
 impl ResyncRequest {
@@ -66,6 +72,7 @@ impl ResyncRequest {
             id: id.chars().take(12).collect(),
             requested_at: unix_now(),
             held_at: None,
+            received_at: None,
         }
     }
 
@@ -78,6 +85,14 @@ impl ResyncRequest {
         self.held_at
             .as_deref()
             .map(|at| at.parse().map_err(|e| format!("held_at {at:?}: {e}")))
+            .transpose()
+    }
+
+    /// [`ResyncRequest::received_at`] as a position; `Err` names what does not parse.
+    pub fn received_position(&self) -> Result<Option<crate::changelog::Position>, String> {
+        self.received_at
+            .as_deref()
+            .map(|at| at.parse().map_err(|e| format!("received_at {at:?}: {e}")))
             .transpose()
     }
 }
@@ -129,9 +144,13 @@ impl ResyncStore {
 
     /// Stores a request for `table`, unless one is pending (then that one is the answer).
     pub async fn request(&self, table: &TableId) -> Result<Requested, ResyncError> {
-        let location = self.request_location(table);
+        self.request_as(ResyncRequest::new(table)).await
+    }
+
+    /// Stores `request`, unless one for its table is pending (then that one is the answer).
+    pub async fn request_as(&self, request: ResyncRequest) -> Result<Requested, ResyncError> {
+        let location = self.request_location(&request.table());
         let path = self.warehouse.path(&location)?;
-        let request = ResyncRequest::new(table);
         let body = serde_json::to_vec_pretty(&request).map_err(|e| ResyncError::Unreadable {
             path: location.clone(),
             detail: e.to_string(),
@@ -212,9 +231,13 @@ impl ResyncStore {
     }
 
     /// Replaces `request` by a fresh one for the same table (a new id, so a new lineage, and no
-    /// held position): the resync starts again from scratch, copied at the next start.
+    /// held position): the resync starts again from scratch, copied at the next start. The
+    /// position the old one was requested past still holds for the fresh one, written later.
     pub async fn start_over(&self, request: &ResyncRequest) -> Result<ResyncRequest, ResyncError> {
-        let fresh = ResyncRequest::new(&request.table());
+        let fresh = ResyncRequest {
+            received_at: request.received_at.clone(),
+            ..ResyncRequest::new(&request.table())
+        };
         self.update(&fresh).await?;
         Ok(fresh)
     }

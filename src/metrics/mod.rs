@@ -37,6 +37,9 @@ pub const BUFFERED_ROWS: &str = "cdcd_buffered_rows";
 pub const ERRORS_TOTAL: &str = "cdcd_errors_total";
 pub const SNAPSHOT_ROWS_TOTAL: &str = "cdcd_snapshot_rows_total";
 pub const SNAPSHOT_ROWS_ESTIMATED: &str = "cdcd_snapshot_rows_estimated";
+/// Tables whose resync cdcd started by itself, on a schema change their lake table cannot
+/// express (`source.schema_change = "resync"`; `pipeline/schema_resync.rs`).
+pub const SCHEMA_RESYNCS_TOTAL: &str = "cdcd_schema_resyncs_total";
 /// Heartbeats written to the source (Postgres `pg_logical_emit_message`).
 pub const HEARTBEATS_TOTAL: &str = "cdcd_heartbeats_total";
 /// 1 while the replication slot is invalidated (`wal_status = 'lost'`), else 0 (Postgres).

@@ -17,6 +17,7 @@ use std::time::Instant;
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
+use super::schema_resync::refused_table;
 use super::{Committer, PipelineError};
 use crate::changelog::{Position, TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
@@ -51,17 +52,36 @@ fn failed(pipeline: &str, e: &SinkError) {
     m::Health::global().sink_failed(e.to_string());
 }
 
-/// Commits every table of a flush through `sink` at once ([`Sink::commit_tables`]: one catalog
-/// transaction where the catalog offers it), then emits each commit's metrics and log line.
+/// A flush's commits that did not all land: the error, the commits that landed before it
+/// (tables committed one after another), and the rest, the failed one first.
+pub(super) struct Unfinished {
+    pub error: SinkError,
+    pub committed: Vec<Committed>,
+    pub left: Vec<PendingCommit>,
+}
+
+/// Commits every table of a flush through `sink`: at once where its catalog commits several
+/// tables in one transaction ([`Sink::commits_tables_together`]), else table by table (so an
+/// error says exactly which landed); then emits each commit's metrics and log line.
 pub(super) async fn run_together(
     pending: Vec<PendingCommit>,
     sink: Arc<dyn Sink>,
     pipeline: &str,
-) -> Result<Vec<Committed>, SinkError> {
-    if pending.len() < 2 {
+) -> Result<Vec<Committed>, Unfinished> {
+    if pending.len() < 2 || !sink.commits_tables_together().await {
         let mut committed = Vec::new();
-        for p in pending {
-            committed.push(p.run(Arc::clone(&sink), pipeline.to_owned()).await?);
+        let mut left = pending.into_iter();
+        while let Some(p) = left.next() {
+            match p.attempt(sink.as_ref(), pipeline).await {
+                Ok((stats, elapsed)) => committed.push(p.record(stats, elapsed, pipeline)),
+                Err(error) => {
+                    return Err(Unfinished {
+                        error,
+                        committed,
+                        left: std::iter::once(p).chain(left).collect(),
+                    })
+                }
+            }
         }
         return Ok(committed);
     }
@@ -74,10 +94,20 @@ pub(super) async fn run_together(
             checkpoint: &p.checkpoint,
         })
         .collect();
-    let stats = sink
-        .commit_tables(&commits)
-        .await
-        .inspect_err(|e| failed(pipeline, e))?;
+    let stats = match sink.commit_tables(&commits).await {
+        Ok(stats) => stats,
+        // All or nothing: none of them landed.
+        Err(error) => {
+            failed(pipeline, &error);
+            drop(commits);
+            return Err(Unfinished {
+                error,
+                committed: Vec::new(),
+                left: pending,
+            });
+        }
+    };
+    drop(commits);
     m::Health::global().sink_ok();
     let elapsed = started.elapsed();
     Ok(pending
@@ -90,13 +120,24 @@ pub(super) async fn run_together(
 impl PendingCommit {
     /// Commits through `sink` and emits the commit's metrics and log line.
     pub async fn run(self, sink: Arc<dyn Sink>, pipeline: String) -> Result<Committed, SinkError> {
+        let (stats, elapsed) = self.attempt(sink.as_ref(), &pipeline).await?;
+        Ok(self.record(stats, elapsed, &pipeline))
+    }
+
+    /// Commits through `sink`, keeping the commit (a failed one may be left to a resync:
+    /// `pipeline/schema_resync.rs`).
+    async fn attempt(
+        &self,
+        sink: &dyn Sink,
+        pipeline: &str,
+    ) -> Result<(CommitStats, std::time::Duration), SinkError> {
         let started = Instant::now();
         let stats: CommitStats = sink
             .commit(&self.schema, &self.changes, &self.checkpoint)
             .await
-            .inspect_err(|e| failed(&pipeline, e))?;
+            .inspect_err(|e| failed(pipeline, e))?;
         m::Health::global().sink_ok();
-        Ok(self.record(stats, started.elapsed(), &pipeline))
+        Ok((stats, started.elapsed()))
     }
 
     /// The metrics and log line of a durable commit that took `elapsed`.
@@ -177,15 +218,46 @@ impl Committer {
     }
 
     /// Commits every buffered table (together: [`run_together`]), then acknowledges what was
-    /// received.
+    /// received. A table whose commit the sink refuses for a schema change it cannot express
+    /// may be left to a resync (`pipeline/schema_resync.rs`): the others are committed without it.
     pub(super) async fn flush(&mut self) -> Result<(), PipelineError> {
         self.settle().await?;
         let tables: Vec<TableId> = self.tables.buffers.keys().cloned().collect();
-        let pending: Vec<PendingCommit> =
+        let mut pending: Vec<PendingCommit> =
             tables.iter().filter_map(|t| self.take_commit(t)).collect();
-        let committed = run_together(pending, self.sink.clone(), &self.settings.pipeline).await?;
-        for c in committed {
-            self.committed(c);
+        while !pending.is_empty() {
+            match run_together(pending, self.sink.clone(), &self.settings.pipeline).await {
+                Ok(committed) => {
+                    for c in committed {
+                        self.committed(c);
+                    }
+                    break;
+                }
+                Err(unfinished) => {
+                    for c in unfinished.committed {
+                        self.committed(c);
+                    }
+                    let refused = refused_table(&unfinished.error).and_then(|(table, cause)| {
+                        let p = unfinished.left.iter().find(|p| p.table == *table)?;
+                        Some((
+                            table.clone(),
+                            cause.to_owned(),
+                            p.checkpoint.position.clone(),
+                        ))
+                    });
+                    let Some((table, cause, position)) = refused else {
+                        return Err(unfinished.error.into());
+                    };
+                    if !self.resync_instead(&table, &cause, &position).await? {
+                        return Err(unfinished.error.into());
+                    }
+                    pending = unfinished
+                        .left
+                        .into_iter()
+                        .filter(|p| p.table != table)
+                        .collect();
+                }
+            }
         }
         self.ack_received();
         Ok(())
@@ -219,11 +291,23 @@ impl Committer {
         let Some(pending) = self.take_commit(table) else {
             return Ok(());
         };
-        let committed = pending
+        let position = pending.checkpoint.position.clone();
+        match pending
             .run(self.sink.clone(), self.settings.pipeline.clone())
-            .await?;
-        self.committed(committed);
-        Ok(())
+            .await
+        {
+            Ok(committed) => {
+                self.committed(committed);
+                Ok(())
+            }
+            Err(e) => {
+                let refused = refused_table(&e).map(|(t, cause)| (t.clone(), cause.to_owned()));
+                match refused {
+                    Some((t, cause)) if self.resync_instead(&t, &cause, &position).await? => Ok(()),
+                    _ => Err(e.into()),
+                }
+            }
+        }
     }
 
     /// Starts committing `table`'s buffer (initial-copy rows) on a task, after the previous
@@ -287,6 +371,10 @@ impl Committer {
         }
         if c.swapped {
             self.tables.catch_up.remove(&c.table);
+            if c.window.is_some() {
+                // Copied at start: its replay is still inside the copy's upsert window.
+                self.tables.swapped_in_window.insert(c.table.clone());
+            }
             if let Some(request) = self.tables.resyncing.remove(&c.table) {
                 info!(table = %c.table, id = %request.id, "resync finished: the new copy replaced the table");
                 self.tables.resynced.push(request);
@@ -344,7 +432,15 @@ impl Committer {
         }
         debug!(position = %received, "acknowledging");
         self.acked = Some(received.clone());
-        self.progress.acked(&received, &self.tables.committed);
+        if self.tables.parked.is_empty() {
+            self.progress.acked(&received, &self.tables.committed);
+        } else {
+            // A parked table holds nothing past its checkpoint: the progress file must not
+            // claim it does (`pipeline/schema_resync.rs`).
+            let mut committed = self.tables.committed.clone();
+            committed.retain(|t, _| !self.tables.parked.contains(t));
+            self.progress.acked(&received, &committed);
+        }
         // A closed receiver means the source already stopped; there is no one left to tell.
         let _ = self.acks.send(Some(received));
     }

@@ -44,7 +44,7 @@ use super::{
     EVENT_CHANNEL_CAPACITY,
 };
 use crate::changelog::{Position, TableId, TableSchema};
-use crate::checkpoint::resync::ResyncRequest;
+use crate::checkpoint::resync::{ResyncError, ResyncRequest};
 use crate::config::SnapshotMode;
 use crate::sinks::{ResyncMode, ResyncState, Sink};
 use crate::sources::{Prepared, Resume, Source, TableCopy};
@@ -182,8 +182,21 @@ pub(super) async fn start_resyncs(
                         info!(table = %table, id = %request.id, "resync under way: copying the table into a new lineage before streaming resumes; readers see the old table until the copy is complete");
                         // The old table's changes were in the source before this copy's
                         // snapshot: replayed, they are skipped as committed (older schemas
-                        // among them, which the lineage's may not take, included).
-                        if let Some(position) = live {
+                        // among them, which the lineage's may not take, included). So was the
+                        // transaction a request cdcd wrote itself names (`received_at`): the
+                        // one whose schema change the live table could not take, which may
+                        // write the table under two shapes.
+                        let received = request.received_position().map_err(|detail| {
+                            ResyncError::Unreadable {
+                                path: location.clone(),
+                                detail,
+                            }
+                        })?;
+                        let copied = match (live, received) {
+                            (Some(live), Some(received)) if !received.covers(&live) => Some(live),
+                            (live, received) => received.or(live),
+                        };
+                        if let Some(position) = copied {
                             tables.copied_up_to.insert(table.clone(), position);
                         }
                     }

@@ -2,7 +2,7 @@
 //! the committed checkpoints, initial-copy progress and upsert windows. `pipeline.rs` decides
 //! when to commit; this file only keeps the books.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -67,6 +67,12 @@ pub(super) struct Tables {
     /// Per lineage that replaces its live table once caught up, the live table's checkpoint
     /// (`Committer::catch_up_resyncs`).
     pub(super) catch_up: BTreeMap<TableId, Position>,
+    /// Tables whose resync copied them at start and swapped with the copy's upsert window open
+    /// (`ResyncMode::SwapAtCopyEnd`): the replay in that window brings changes the copy holds.
+    pub(super) swapped_in_window: BTreeSet<TableId>,
+    /// Tables whose changes this run leaves to their pending resync: a schema change their
+    /// lake table could not take (`pipeline/schema_resync.rs`).
+    pub(super) parked: BTreeSet<TableId>,
 }
 
 impl Tables {

@@ -222,6 +222,7 @@ fn settings(max_rows: usize, snapshot: SnapshotMode) -> Settings {
         resync: None,
         resyncs: None,
         ack_hold: None,
+        schema_change: Default::default(),
     }
 }
 
@@ -1194,4 +1195,218 @@ async fn an_online_resync_replays_past_the_lineage_and_swaps_once_caught_up() {
             "request left behind"
         );
     }
+}
+
+/// A recording sink that can resync and refuses, like a format that cannot express the change,
+/// every commit under a schema whose key column is named `key` (a rename).
+struct RefusingSink(RecordingSink);
+
+#[async_trait]
+impl Sink for RefusingSink {
+    async fn checkpoint(&self, table: &TableId) -> Result<Option<Checkpoint>, SinkError> {
+        self.0.checkpoint(table).await
+    }
+
+    async fn commit(
+        &self,
+        schema: &Arc<TableSchema>,
+        changes: &[TableChanges],
+        checkpoint: &Checkpoint,
+    ) -> Result<CommitStats, SinkError> {
+        if schema.columns[0].name == "key" {
+            return Err(SinkError::SchemaChanged {
+                table: schema.id.clone(),
+                detail: "column key added, column id removed".into(),
+            });
+        }
+        self.0.commit(schema, changes, checkpoint).await
+    }
+
+    async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError> {
+        self.0.status(table).await
+    }
+
+    async fn cleanup(
+        &self,
+        grace: Duration,
+        dry_run: bool,
+    ) -> Result<Vec<crate::storage::cleanup::TableCleanup>, SinkError> {
+        self.0.cleanup(grace, dry_run).await
+    }
+
+    fn resync_refusal(&self) -> Option<String> {
+        None
+    }
+}
+
+/// Runs `events` over tables `a` and `b` (both committed at 0/5) into a [`RefusingSink`] with
+/// `schema_change`, a resync store and an acknowledgement hold, as the daemon runs it.
+async fn run_refusing(
+    events: Vec<SourceEvent>,
+    schema_change: crate::config::SchemaChange,
+) -> (
+    Record,
+    Result<(), PipelineError>,
+    Vec<crate::checkpoint::resync::ResyncRequest>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let warehouse =
+        crate::storage::Warehouse::from_url(&format!("file://{}", dir.path().display())).unwrap();
+    let store = crate::checkpoint::resync::ResyncStore::new(&warehouse, "p");
+    let record = Arc::new(Mutex::new(Record::default()));
+    let shutdown = CancellationToken::new();
+    let source = ScriptedSource {
+        slot_exists: true,
+        tables: vec![TableId::new("public", "a"), TableId::new("public", "b")],
+        events,
+        record: record.clone(),
+        done: shutdown.clone(),
+    };
+    let sink = RefusingSink(RecordingSink {
+        checkpoints: ["a", "b"]
+            .into_iter()
+            .map(|t| (TableId::new("public", t), Checkpoint::new("p", pos(5))))
+            .collect(),
+        record: record.clone(),
+    });
+    let mut s = settings(1000, SnapshotMode::Initial);
+    s.resync = Some(store.clone());
+    s.ack_hold = Some(AckHold::default());
+    s.schema_change = crate::config::SchemaChangePolicy::all(schema_change);
+    let outcome = run(Box::new(source), Arc::new(sink), s, shutdown).await;
+    let record = Arc::try_unwrap(record).ok().unwrap().into_inner().unwrap();
+    (record, outcome, store.list().await.unwrap())
+}
+
+// issue 34: with `schema_change = "resync"`, a commit the sink refuses for a schema change
+// parks the table and requests its resync, durable before anything past the change is
+// acknowledged (the hold stays at the start, and the request records it and the refused
+// buffer's position); the other table commits everything, the changing transactions included.
+#[tokio::test]
+async fn a_refused_schema_change_requests_the_resync_and_the_other_table_commits() {
+    use crate::config::SchemaChange;
+    let renamed = schema_as("a", "key", "int8");
+    let events = || {
+        vec![
+            tx(
+                10,
+                vec![
+                    changes("a", Op::Insert, &[1]),
+                    changes("b", Op::Insert, &[1]),
+                ],
+            ),
+            tx(
+                20,
+                vec![
+                    changes_as(renamed.clone(), Op::Insert, &[2]),
+                    changes("b", Op::Insert, &[2]),
+                ],
+            ),
+            tx(
+                30,
+                vec![
+                    changes_as(renamed.clone(), Op::Insert, &[3]),
+                    changes("b", Op::Insert, &[3]),
+                ],
+            ),
+        ]
+    };
+    let (r, outcome, requests) = run_refusing(events(), SchemaChange::Resync).await;
+    outcome.unwrap();
+    assert_eq!(
+        r.commits,
+        vec![
+            ("a".into(), 1, "0/A".into()),
+            ("b".into(), 3, "0/1E".into())
+        ],
+        "a's transaction before the change, then b whole"
+    );
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0].table(), TableId::new("public", "a"));
+    assert_eq!(requests[0].held_at.as_deref(), Some("0/5"));
+    assert_eq!(requests[0].received_at.as_deref(), Some("0/1E"));
+    assert!(
+        r.acks.iter().all(|a| pos(5).covers(a)),
+        "acknowledged past the hold: {:?}",
+        r.acks
+    );
+
+    // The refused table second in the flush: the first is committed once.
+    let renamed_b = schema_as("b", "key", "int8");
+    let (r, outcome, requests) = run_refusing(
+        vec![
+            tx(10, vec![changes("b", Op::Insert, &[1])]),
+            tx(
+                20,
+                vec![
+                    changes("a", Op::Insert, &[2]),
+                    changes_as(renamed_b, Op::Insert, &[2]),
+                ],
+            ),
+        ],
+        SchemaChange::Resync,
+    )
+    .await;
+    outcome.unwrap();
+    assert_eq!(
+        r.commits,
+        vec![
+            ("b".into(), 1, "0/A".into()),
+            ("a".into(), 1, "0/14".into())
+        ]
+    );
+    assert_eq!(requests[0].table(), TableId::new("public", "b"));
+
+    // Under "evolve" the same refusal stops the pipeline, naming every way out.
+    let (_, outcome, requests) = run_refusing(events(), SchemaChange::Evolve).await;
+    let e = outcome.unwrap_err().to_string();
+    for named in [
+        "source.schema_change = \"resync\"",
+        "cdcd resync --table public.a",
+        "migrations/postgres/002_ddl_capture.sql",
+    ] {
+        assert!(e.contains(named), "{named:?} not in: {e}");
+    }
+    assert!(requests.is_empty());
+}
+
+// issue 34: a transaction that writes a table under two shapes, with `schema_change = "resync"`:
+// no stop; the table is parked from that transaction on, the transaction's other rows commit.
+#[tokio::test]
+async fn two_shapes_in_one_transaction_request_the_resync_and_the_rest_commits() {
+    use crate::config::SchemaChange;
+    let renamed = schema_as("a", "key", "int8");
+    let (r, outcome, requests) = run_refusing(
+        vec![
+            tx(10, vec![changes("a", Op::Insert, &[1])]),
+            tx(
+                20,
+                vec![
+                    changes("a", Op::Insert, &[2]),
+                    changes("b", Op::Insert, &[2]),
+                    changes_as(renamed.clone(), Op::Insert, &[3]),
+                ],
+            ),
+            tx(
+                30,
+                vec![
+                    changes_as(renamed, Op::Insert, &[4]),
+                    changes("b", Op::Insert, &[3]),
+                ],
+            ),
+        ],
+        SchemaChange::Resync,
+    )
+    .await;
+    outcome.unwrap();
+    assert_eq!(
+        r.commits,
+        vec![
+            ("a".into(), 1, "0/A".into()),
+            ("b".into(), 2, "0/1E".into())
+        ]
+    );
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0].received_at.as_deref(), Some("0/14"));
+    assert!(r.acks.iter().all(|a| !a.covers(&pos(20))), "{:?}", r.acks);
 }

@@ -188,6 +188,14 @@ pub trait Sink: Send + Sync {
         Ok(stats)
     }
 
+    /// Whether [`Sink::commit_tables`] makes several tables' commits visible together or not
+    /// at all (one catalog transaction). When not, the pipeline commits a flush table by table
+    /// itself, so after an error it knows which commits landed (a table refused for a schema
+    /// change may be left to a resync while the others commit: `pipeline/schema_resync.rs`).
+    async fn commits_tables_together(&self) -> bool {
+        false
+    }
+
     /// The state of `table` for `cdcd status`; `None` when it does not exist.
     async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError>;
 
@@ -276,7 +284,7 @@ pub trait Sink: Send + Sync {
 /// A sink failed. Each variant names the table or path involved.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
-    #[error("schema of {table} changed ({detail}); this sink cannot apply that change (docs/guarantees.md, \"Schema changes\"): copy the table again under its new schema (`cdcd resync --table {table}`, then start cdcd), or remove the table from source.tables")]
+    #[error("schema of {table} changed ({detail}); this sink cannot apply that change (docs/guarantees.md, \"Schema changes\"), so cdcd stops before the transaction that needs it. Ways out: set source.schema_change = \"resync\" for the table (`{{ \"{table}\" = \"resync\", \"*\" = \"evolve\" }}`) and start cdcd, which then copies the table again under its new schema by itself, online, while the other tables stream on; or do that by hand: `cdcd resync --table {table}`, then start cdcd; when the change is a Postgres RENAME COLUMN (a column dropped while another arrives), the DDL trigger of migrations/postgres/002_ddl_capture.sql makes renames made after it is installed replicate in place; or remove the table from source.tables")]
     SchemaChanged { table: TableId, detail: String },
     #[error("column {column} of {table}: type {data_type} cannot be stored in {sink}")]
     UnsupportedType {

@@ -9,6 +9,7 @@ mod lsm;
 mod maintenance;
 mod multiset;
 mod replication;
-mod resync;
+pub(crate) mod resync;
+mod schema_resync;
 mod snapshot;
 mod tls;

@@ -14,7 +14,7 @@ use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
 use crate::support::{run_cdcd, unique};
 
 /// `rows` rows; `b` is a BLOB (MINIMAL images leave it out when unchanged).
-fn create_table(t: &str, rows: u64) -> String {
+pub(crate) fn create_table(t: &str, rows: u64) -> String {
     format!(
         "CREATE TABLE {t} (id BIGINT PRIMARY KEY, v INT, s VARCHAR(40), b BLOB);
          INSERT INTO {t} SELECT seq, seq % 1000, CONCAT('row ', seq), REPEAT('b', seq % 50)
@@ -44,7 +44,7 @@ fn writes(t: &str, round: u64, rows: u64) -> (String, String) {
     (minimal, full)
 }
 
-async fn write_until(url: String, t: String, rows: u64, stop: Arc<AtomicBool>) -> u64 {
+pub(crate) async fn write_until(url: String, t: String, rows: u64, stop: Arc<AtomicBool>) -> u64 {
     let mut minimal = my_connect(&url).await;
     my_exec(&mut minimal, "SET SESSION binlog_row_image = 'MINIMAL'").await;
     let mut full = my_connect(&url).await;
@@ -77,7 +77,12 @@ fn tune(p: &MyPipeline, chunk_rows: u64) {
     std::fs::write(&p.config, text).unwrap();
 }
 
-async fn wait_for(p: &mut MyPipeline, what: &str, timeout: Duration, ready: impl Fn(&str) -> bool) {
+pub(crate) async fn wait_for(
+    p: &mut MyPipeline,
+    what: &str,
+    timeout: Duration,
+    ready: impl Fn(&str) -> bool,
+) {
     let deadline = Instant::now() + timeout;
     while !ready(&p.output()) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");

@@ -10,13 +10,13 @@ use crate::support::{connect, exec, test_env, unique, Pipeline, Settings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A port nothing listens on right now (bound and released; a race with another bind is unlikely).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
 }
 
 /// `GET path` → (status line, body); `None` while nothing listens.
-async fn get(port: u16, path: &str) -> Option<(String, String)> {
+pub(crate) async fn get(port: u16, path: &str) -> Option<(String, String)> {
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .ok()?;
@@ -30,7 +30,7 @@ async fn get(port: u16, path: &str) -> Option<(String, String)> {
 }
 
 /// The value of the first sample of `name` whose labels contain `labels` (e.g. `table="x"`).
-fn sample(metrics: &str, name: &str, labels: &str) -> Option<f64> {
+pub(crate) fn sample(metrics: &str, name: &str, labels: &str) -> Option<f64> {
     sample_labeled(metrics, name, &[labels])
 }
 

@@ -1,5 +1,5 @@
 //! Operating cdcd: `cdcd check`, the metrics and health endpoints, systemd notification.
 
 mod check;
-mod metrics;
+pub(crate) mod metrics;
 mod notify;

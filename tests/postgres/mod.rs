@@ -12,5 +12,6 @@ mod multiset;
 mod replication;
 pub(crate) mod resync;
 mod schema_evolution;
+mod schema_resync;
 mod snapshot;
 mod tls;

@@ -32,7 +32,7 @@ use tokio_postgres::Client;
 use crate::support::{connect, exec, run_cdcd, test_env, unique, Pipeline, Settings};
 
 /// A table of `rows` rows; every 100th row holds a TOASTed `t`.
-fn create_table(t: &str, rows: u64) -> String {
+pub(crate) fn create_table(t: &str, rows: u64) -> String {
     format!(
         "DROP TABLE IF EXISTS {t};
          CREATE TABLE {t} (id int8 PRIMARY KEY, v int4, n numeric(12,2), t text);
@@ -46,7 +46,7 @@ fn create_table(t: &str, rows: u64) -> String {
 
 /// One transaction of inserts, updates (one leaving the TOASTed `t` unchanged), a delete and a
 /// key change, spread over the key space.
-fn writes(t: &str, round: u64, rows: u64) -> String {
+pub(crate) fn writes(t: &str, round: u64, rows: u64) -> String {
     let at = |k: u64| (round * 7919 + k * 104_729) % rows + 1;
     let mut sql = String::from("BEGIN;\n");
     sql += &format!(
@@ -92,13 +92,16 @@ async fn write_until(
 }
 
 /// Writers of [`writes`] transactions to tables, one connection each, until [`Writers::stop`].
-struct Writers {
+pub(crate) struct Writers {
     stop: Arc<AtomicBool>,
     running: Vec<tokio::task::JoinHandle<u64>>,
 }
 
 impl Writers {
-    async fn start<const N: usize>(pg_url: &str, tables: [(&String, u64); N]) -> Writers {
+    pub(crate) async fn start<const N: usize>(
+        pg_url: &str,
+        tables: [(&String, u64); N],
+    ) -> Writers {
         let stop = Arc::new(AtomicBool::new(false));
         let mut running = Vec::new();
         for (t, rows) in tables {
@@ -115,7 +118,7 @@ impl Writers {
     }
 
     /// Stops the writers; the number of transactions each wrote.
-    async fn stop(self) -> Vec<u64> {
+    pub(crate) async fn stop(self) -> Vec<u64> {
         self.stop.store(true, Ordering::Relaxed);
         let mut rounds = Vec::new();
         for w in self.running {
@@ -127,7 +130,7 @@ impl Writers {
 
 /// Copy tuning: chunks of `chunk_rows`, one connection, a commit every 5 chunks (so the copy
 /// of a large table is several commits and a kill lands between two).
-fn tune(p: &Pipeline, chunk_rows: u64) {
+pub(crate) fn tune(p: &Pipeline, chunk_rows: u64) {
     let text = std::fs::read_to_string(&p.config).unwrap();
     let text = text.replacen(
         "[source]\n",
@@ -266,7 +269,7 @@ pub(crate) fn assert_swap_never_went_back(dir: &Path) {
 
 /// The resync's swap of `table` was one step, on whichever sink `p` writes; with `online`, it
 /// never took the table back either.
-fn assert_swapped(p: &Pipeline, table: &str, online: bool) {
+pub(crate) fn assert_swapped(p: &Pipeline, table: &str, online: bool) {
     let dir = p.table_dir(table);
     if p.is_lsm() {
         assert_lsm_swapped_in_one_step(&dir, online);

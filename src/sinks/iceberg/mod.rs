@@ -516,6 +516,22 @@ impl Sink for IcebergSink {
         self.commit_inner(schema, changes, checkpoint).await
     }
 
+    async fn commits_tables_together(&self) -> bool {
+        let Catalog::Rest(rest) = &self.catalog else {
+            return false;
+        };
+        // Unknown (the configuration unreadable): table by table, which is always safe.
+        let offers = rest.offers_transactions().await.unwrap_or(false);
+        if !offers
+            && !self
+                .said_no_transactions
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::info!(catalog = %rest.uri(), "the REST catalog does not offer multi-table commits (POST /v1/{{prefix}}/transactions/commit); committing table by table, so a source transaction over several tables may be visible in one before the others");
+        }
+        offers
+    }
+
     async fn commit_tables(
         &self,
         commits: &[TableCommit<'_>],
