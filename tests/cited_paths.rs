@@ -92,7 +92,11 @@ fn backticked_paths_name_files_that_exist() {
         let Ok(text) = std::fs::read_to_string(&file) else {
             continue; // not text (no such file is cited)
         };
-        let rel = file.strip_prefix(ROOT).unwrap_or(&file).display().to_string();
+        let rel = file
+            .strip_prefix(ROOT)
+            .unwrap_or(&file)
+            .display()
+            .to_string();
         for (n, line) in text.lines().enumerate() {
             for path in cited_paths(line) {
                 checked += 1;
@@ -102,7 +106,10 @@ fn backticked_paths_name_files_that_exist() {
             }
         }
     }
-    assert!(checked > 100, "only {checked} paths found: is the scan broken?");
+    assert!(
+        checked > 100,
+        "only {checked} paths found: is the scan broken?"
+    );
     assert!(
         stale.is_empty(),
         "{} backticked paths name nothing in the repository (moved or removed? point them at the \
@@ -132,9 +139,13 @@ fn code_does_not_cite_design_md() {
 
 #[test]
 fn the_scan_finds_what_it_should() {
-    let tree: BTreeSet<String> = ["src/sinks/iceberg/index.rs", "src/sinks/iceberg", "docs/a.md"]
-        .map(String::from)
-        .into();
+    let tree: BTreeSet<String> = [
+        "src/sinks/iceberg/index.rs",
+        "src/sinks/iceberg",
+        "docs/a.md",
+    ]
+    .map(String::from)
+    .into();
     let line = "see `src/sinks/iceberg/index.rs`, `iceberg/index.rs`, `docs/a.md`, `src/sinks/iceberg/`, \
                 `src/gone.rs`, `gone/x.rs`, `metadata/v1.metadata.json`, `<warehouse>/x.rs`, `/tmp/a.rs`, \
                 `../shared/x.md`, `index.rs`, `b.rs`, `cdcd check`";
