@@ -42,3 +42,7 @@ pub mod postgres_tls;
 pub mod sinks;
 pub mod sources;
 pub mod storage;
+
+#[cfg(test)]
+#[path = "../tests/support/ground.rs"]
+pub(crate) mod test_ground;

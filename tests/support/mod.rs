@@ -12,10 +12,11 @@
 //! holds WAL forever), the publication and the test's tables, and on failure prints cdcd's stderr.
 //!
 //! The servers come from `scripts/testbed.sh`: `CDCD_TEST_PG` (a Postgres URL) and `CDCD_TEST_PYTHON` (the
-//! venv with the readers). Without `CDCD_TEST_PG` the tests print a note and pass, so `cargo test` works on
-//! a machine with no servers.
+//! venv with the readers). Without them a test fails under CI or `scripts/test.sh`, and skips with a note
+//! on a developer's machine ([`ground`]).
 #![allow(dead_code)] // not every area uses every helper
 
+pub mod ground;
 pub mod mysql;
 pub mod s3;
 
@@ -60,20 +61,10 @@ pub struct TestEnv {
     pub python: String,
 }
 
-/// The test bed's addresses, or `None` (after printing why) when `CDCD_TEST_PG` is unset.
+/// The test bed's addresses, or `None` when the test skips without them ([`ground::var`]).
 pub fn test_env(test: &str) -> Option<TestEnv> {
-    let Ok(pg_url) = std::env::var("CDCD_TEST_PG") else {
-        eprintln!(
-            "skipping {test}: CDCD_TEST_PG is unset (start the servers with `scripts/testbed.sh up` and \
-             `eval \"$(scripts/testbed.sh env)\"`, or run scripts/test.sh)"
-        );
-        return None;
-    };
-    let python = std::env::var("CDCD_TEST_PYTHON").unwrap_or_else(|_| {
-        panic!(
-            "CDCD_TEST_PG is set but CDCD_TEST_PYTHON is not: eval \"$(scripts/testbed.sh env)\""
-        )
-    });
+    let pg_url = ground::var(test, "CDCD_TEST_PG")?;
+    let python = ground::var(test, "CDCD_TEST_PYTHON")?;
     Some(TestEnv { pg_url, python })
 }
 

@@ -120,12 +120,16 @@ fn sink(dir: &Path) -> LsmSink {
     LsmSink::new(&config(dir), "shop").unwrap()
 }
 
-/// Reads `public.t` with pypaimon: rows sorted by id as `id|a|b` lines; `None` without the venv.
+/// Reads `public.t` with pypaimon: rows sorted by id as `id|a|b` lines; `None` without the venv
+/// when the check may skip ([`crate::test_ground`]: under CI or `scripts/test.sh` it fails instead).
 fn paimon_rows(dir: &Path) -> Option<Vec<String>> {
     let bed = test_bed();
     let python = format!("{bed}/venv/bin/python");
     if !Path::new(&python).exists() {
-        eprintln!("note: {python} missing; pypaimon check skipped");
+        crate::test_ground::missing(
+            "the pypaimon check",
+            &format!("{python} is missing (scripts/testbed.sh up; CDCD_TB names another test bed)"),
+        );
         return None;
     }
     let code = format!(
