@@ -558,9 +558,9 @@ rustberg_env() {
 # and OpenJDK 17 from Debian. That runtime jar leaves out the relocated libraries Maven's shaded jar bundles
 # (org.apache.iceberg.shaded.*): scripts/testbed/relocate_jar.py makes them, jackson from pyspark's own jars,
 # and httpclient5 5.6 / httpcore5 5.4 (the REST catalog client) from the Debian packages vendored in
-# scripts/testbed/debs, as bookworm's 5.2 lacks what Iceberg 1.10's HTTP client calls. Used by
-# tests/catalog/rest.rs (Spark's rewrite_data_files, expire_snapshots beside cdcd) and lakecheck.py
-# --reader spark. Installed once per machine (~400 MB); a Spark session starts in 5-15 s.
+# scripts/testbed/debs: bookworm's 5.2.1 lacks TlsSocketStrategy (5.4+), which Iceberg 1.10's HTTP client
+# calls. Used by tests/catalog/rest.rs (Spark's rewrite_data_files, expire_snapshots beside cdcd) and
+# lakecheck.py --reader spark. Installed once per machine (~400 MB, ~2 min); a Spark session starts in 5-15 s.
 SPARK_JARS=$CDCD_TB/spark-jars
 SPARK_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/testbed
 spark_apt() { apt_want openjdk-17-jre-headless; }
