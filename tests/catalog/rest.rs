@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::{changes, create_table};
 use crate::support::{
-    connect, exec, ground, run_cdcd, test_env, unique, write_file, Pipeline, Settings, TestEnv,
+    connect, exec, run_cdcd, spark, test_env, unique, write_file, Pipeline, Settings, TestEnv,
     NAMESPACE,
 };
 
@@ -731,23 +731,9 @@ async fn spark_maintenance_beside_cdcd() {
     let Some(env) = test_env("spark_maintenance_beside_cdcd") else {
         return;
     };
-    let test = "spark_maintenance_beside_cdcd";
-    let (Some(spark), Some(jars)) = (
-        ground::var(test, "CDCD_TEST_SPARK_PYTHON"),
-        ground::var(test, "CDCD_TEST_SPARK_JARS"),
-    ) else {
+    let Some((spark, jars)) = spark("spark_maintenance_beside_cdcd") else {
         return;
     };
-    // `testbed.sh env` names the component's paths whether or not `up` installed it.
-    if !Path::new(&jars).join("iceberg-shaded-hc5.jar").exists() {
-        ground::missing(
-            test,
-            &format!(
-                "no Spark in the test bed ({jars} is empty: scripts/testbed.sh up installs it)"
-            ),
-        );
-        return;
-    }
     let Bed {
         mut p,
         server,

@@ -68,6 +68,24 @@ pub fn test_env(test: &str) -> Option<TestEnv> {
     Some(TestEnv { pg_url, python })
 }
 
+/// The test bed's Spark (its `spark` component, in the readers' venv): the python with pyspark
+/// and the folder of the relocated jars, or `None` when the test skips without it.
+pub fn spark(test: &str) -> Option<(String, String)> {
+    let python = ground::var(test, "CDCD_TEST_SPARK_PYTHON")?;
+    let jars = ground::var(test, "CDCD_TEST_SPARK_JARS")?;
+    // `testbed.sh env` names the component's paths whether or not `up` installed it.
+    if !Path::new(&jars).join("iceberg-shaded-hc5.jar").exists() {
+        ground::missing(
+            test,
+            &format!(
+                "no Spark in the test bed ({jars} is empty: scripts/testbed.sh up installs it)"
+            ),
+        );
+        return None;
+    }
+    Some((python, jars))
+}
+
 /// `<tag>_<pid>`: unique per test and per concurrent test run, and a valid slot name (`[a-z0-9_]`, < 64).
 pub fn unique(tag: &str) -> String {
     format!("{tag}_{}", std::process::id())
@@ -511,6 +529,24 @@ impl Pipeline {
             code,
             Some(0),
             "lakecheck public.{table}: replica differs from the source:\n{out}"
+        );
+        eprintln!(
+            "lakecheck public.{table}: {}",
+            out.lines().last().unwrap_or("")
+        );
+    }
+
+    /// lakecheck with Iceberg-Java, the reference implementation (`--reader spark`, through the
+    /// test bed's `spark` component), on a local table: equal, or the test fails.
+    pub async fn assert_equal_by_spark(&mut self, table: &str) {
+        if spark(&format!("the Spark read of pipeline {}", self.name)).is_none() {
+            return;
+        }
+        let (code, out) = self.lakecheck(table, 0, &["--reader", "spark"]).await;
+        assert_eq!(
+            code,
+            Some(0),
+            "Spark (Iceberg-Java) reads otherwise:\n{out}"
         );
         eprintln!(
             "lakecheck public.{table}: {}",
