@@ -18,9 +18,9 @@
 //!   deletes, row-delta snapshots; `lsm/`: Apache Paimon primary-key tables; `index/`: the
 //!   primary-key index that locates rows for deletion vectors).
 //! - [`checkpoint`]: the `cdcd.*` keys every snapshot carries, and the pipeline's lease.
-//! - [`postgres_tls`]: libpq's `sslmode` and friends as one rustls config, and the connector,
-//!   for every Postgres connection: the source's and the SQL catalog's (beside the flow, so that
-//!   a sink need not import a source).
+//! - [`tls`]: one rustls stack for every database connection, in libpq's words (`sslmode`: the
+//!   Postgres source and the SQL catalog) and the MySQL client's (`ssl-mode`), beside the flow so
+//!   that a sink need not import a source.
 //! - [`storage`]: one `object_store` from a warehouse URL (local or S3), multipart uploads, the
 //!   one create-if-absent publish (`put_create`), Iceberg orphan cleanup.
 //! - [`metrics`]: metric names, the Prometheus endpoint, health/readiness, systemd notification.
@@ -38,10 +38,10 @@ pub mod failpoints;
 pub mod malloc;
 pub mod metrics;
 pub mod pipeline;
-pub mod postgres_tls;
 pub mod sinks;
 pub mod sources;
 pub mod storage;
+pub mod tls;
 
 #[cfg(test)]
 #[path = "../tests/support/ground.rs"]

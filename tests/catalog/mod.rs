@@ -5,7 +5,10 @@
 //! (rustberg), read back by pyiceberg's `RestCatalog` and DuckDB. Also: another writer's commit
 //! makes cdcd's next one conflict (it plans again on top, never overwrites), a crash between the
 //! metadata file and the row update leaves only an orphan, lost commit answers, expiring tokens.
+//! And the default filesystem catalog shared with another engine that deletes old metadata
+//! files: cdcd never commits beside its newer versions.
 
+mod filesystem;
 mod rest;
 mod sql;
 

@@ -15,6 +15,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::snapshot::tune;
 use crate::support::{connect, exec, run_cdcd, test_env, unique, Pipeline, Settings};
 use tokio_postgres::Client;
 
@@ -43,19 +44,6 @@ fn rewrite(t: &str) -> String {
 /// change the stream replays if the DDL is older than the copy's snapshot.
 fn add_and_fill(t: &str) -> String {
     format!("ALTER TABLE {t} ADD COLUMN c int; UPDATE {t} SET c = 7 WHERE id <= 10;")
-}
-
-/// Adds copy tuning to the generated config's `[source]` section.
-fn tune(p: &Pipeline, chunk_rows: u64, parallelism: usize) {
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    let text = text.replacen(
-        "[source]\n",
-        &format!(
-            "[source]\nsnapshot_chunk_rows = {chunk_rows}\nsnapshot_parallelism = {parallelism}\n"
-        ),
-        1,
-    );
-    std::fs::write(&p.config, text).unwrap();
 }
 
 /// Waits until the output of the current run (since start `n`) satisfies `ready`.

@@ -95,6 +95,25 @@ async fn sigterm_commits_and_exits_zero() {
         status.status,
         String::from_utf8_lossy(&status.stderr)
     );
+    // Issue 34: BYTES read 0 for every Iceberg table. The live files' bytes are at most what
+    // the data directory holds (a deletion vector counts its blob, not its whole Puffin file).
+    let start = out.find('[').unwrap_or_else(|| panic!("no JSON:\n{out}"));
+    let rows: serde_json::Value = serde_json::from_str(&out[start..]).unwrap();
+    let row = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["table"] == format!("public.{t}"))
+        .unwrap_or_else(|| panic!("status lacks {t}:\n{out}"));
+    let live_bytes = row["live_bytes"].as_u64().unwrap_or(0);
+    let on_disk: u64 = std::fs::read_dir(p.table_dir(&t).join("data"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(
+        live_bytes > 0 && live_bytes <= on_disk,
+        "live_bytes {live_bytes}, {on_disk} bytes under data/:\n{out}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

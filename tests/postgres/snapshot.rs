@@ -72,7 +72,7 @@ async fn write_until(
 }
 
 /// Adds copy tuning to the generated config's `[source]` section.
-fn tune(p: &Pipeline, chunk_rows: u64, parallelism: usize) {
+pub(super) fn tune(p: &Pipeline, chunk_rows: u64, parallelism: usize) {
     let text = std::fs::read_to_string(&p.config).unwrap();
     let text = text.replacen(
         "[source]\n",

@@ -17,6 +17,7 @@
 #![allow(dead_code)] // not every area uses every helper
 
 pub mod ground;
+pub mod hadoop_table;
 pub mod mysql;
 pub mod s3;
 

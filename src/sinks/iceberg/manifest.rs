@@ -305,6 +305,19 @@ pub(crate) struct LiveFiles {
     pub equality_deletes: Vec<LiveFile>,
 }
 
+impl LiveFiles {
+    /// The bytes of every live file, as the snapshot summary counts them
+    /// (`commit/summary.rs`, `bytes_of`: a deletion vector counts its blob).
+    pub fn bytes(&self) -> u64 {
+        self.data
+            .iter()
+            .chain(&self.position_deletes)
+            .chain(&self.equality_deletes)
+            .map(|f| crate::sinks::iceberg::commit::summary::bytes_of(&f.file))
+            .sum()
+    }
+}
+
 /// Reads every manifest and collects the live (ADDED or EXISTING) files.
 pub(crate) async fn load_files(
     warehouse: &Warehouse,

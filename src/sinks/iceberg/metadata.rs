@@ -1,8 +1,11 @@
 //! Finding and loading a table's newest metadata file: `metadata/v<N>.metadata.json`.
 //!
-//! `version-hint.text` is only a hint (it is written after the metadata file, so a crash can leave
-//! it one or more versions behind): loading starts at the hinted N and probes N+1, N+2… until a
-//! version is absent. Without a hint, the newest N is found by listing `metadata/`.
+//! The newest N is the highest one listed in `metadata/`, then probed past (N+1, N+2… until one
+//! is absent). `version-hint.text` is not read: it is only a hint, written after the metadata
+//! file (a crash leaves it behind), and another writer's deletion of old metadata files
+//! (`write.metadata.delete-after-commit.enabled`) can leave a gap above a stale hint that a
+//! probe from the hint stops at, reading an old version as the newest. cdcd still writes the
+//! hint for readers that cannot list (`catalog/filesystem.rs`).
 
 use futures::TryStreamExt;
 use iceberg::spec::TableMetadata;
@@ -71,50 +74,53 @@ pub(crate) async fn load_latest(
     warehouse: &Warehouse,
     table: &str,
 ) -> Result<Option<Loaded>, SinkError> {
-    let Some(mut version) = newest_version_hint(warehouse, table).await? else {
-        return Ok(None);
-    };
-    while exists(warehouse, &metadata_location(table, version + 1)).await? {
-        version += 1;
-    }
-    let location = metadata_location(table, version);
-    let metadata = read_metadata(warehouse, &location).await?;
-    Ok(Some(Loaded {
-        version,
-        metadata,
-        file: location,
-    }))
-}
-
-/// The hinted version when the hint and its file exist, else the newest listed one.
-async fn newest_version_hint(warehouse: &Warehouse, table: &str) -> Result<Option<u64>, SinkError> {
-    let hint = hint_location(table);
-    match read(warehouse, &hint).await {
-        Ok(bytes) => {
-            let hinted = std::str::from_utf8(&bytes)
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok());
-            if let Some(v) = hinted {
-                if exists(warehouse, &metadata_location(table, v)).await? {
-                    return Ok(Some(v));
-                }
-            }
+    // The newest version is never deleted by a writer (only versions that left a newer one's
+    // metadata log are), but a version cdcd found beside a newer one is (`catalog/filesystem.rs`):
+    // a file listed as the newest and gone when read is listed again.
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let Some(mut version) = newest_listed(warehouse, table).await? else {
+            return Ok(None);
+        };
+        while exists(warehouse, &metadata_location(table, version + 1)).await? {
+            version += 1;
         }
-        Err(SinkError::Storage {
-            source: object_store::Error::NotFound { .. },
-            ..
-        }) => {}
-        Err(e) => return Err(e),
+        let location = metadata_location(table, version);
+        match read_metadata(warehouse, &location).await {
+            Ok(metadata) => {
+                return Ok(Some(Loaded {
+                    version,
+                    metadata,
+                    file: location,
+                }))
+            }
+            Err(SinkError::Storage {
+                source: object_store::Error::NotFound { .. },
+                ..
+            }) if attempts < LOAD_ATTEMPTS => continue,
+            Err(e) => return Err(e),
+        }
     }
-    newest_listed(warehouse, table).await
 }
 
-async fn newest_listed(warehouse: &Warehouse, table: &str) -> Result<Option<u64>, SinkError> {
+/// Listings tried by [`load_latest`] when the newest listed file is gone before it is read.
+const LOAD_ATTEMPTS: u32 = 3;
+
+/// The highest N of the `v<N>.metadata.json` files listed under the table at `table` (its
+/// location), `None` when there is none. The listing starts after `metadata/v` (S3's
+/// `start-after`): the manifests and manifest lists beside them (`snap-…`, `<uuid>-m0.avro`) sort
+/// before it and are not returned, so one request covers the versions a table keeps.
+pub(crate) async fn newest_listed(
+    warehouse: &Warehouse,
+    table: &str,
+) -> Result<Option<u64>, SinkError> {
     let dir = format!("{table}/metadata");
     let prefix = warehouse.path(&dir)?;
+    let offset = warehouse.path(&format!("{dir}/v"))?;
     let objects: Vec<_> = warehouse
         .store()
-        .list(Some(&prefix))
+        .list_with_offset(Some(&prefix), &offset)
         .try_collect()
         .await
         .map_err(|source| SinkError::Storage { path: dir, source })?;

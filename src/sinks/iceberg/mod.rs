@@ -580,14 +580,35 @@ impl Sink for IcebergSink {
                 .saturating_sub(get("total-position-deletes"))
                 .saturating_sub(get("total-equality-deletes"))
         });
-        let files = props.map(|p| {
-            let get = |k: &str| p.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            TableFiles {
-                live_files: get("total-data-files") + get("total-delete-files"),
-                live_bytes: get("total-files-size"),
-                snapshots: loaded.metadata.snapshots().len() as u64,
+        let files = match (snapshot, props) {
+            (Some(snapshot), Some(p)) => {
+                let get = |k: &str| p.get(k).and_then(|v| v.parse::<u64>().ok());
+                // A snapshot without the total (written before cdcd kept it, or by another
+                // engine): counted from its manifests.
+                let live_bytes = match get("total-files-size") {
+                    Some(bytes) => bytes,
+                    None => {
+                        let version = loaded.metadata.format_version();
+                        let manifests = manifest::load_manifests(
+                            &self.warehouse,
+                            snapshot.manifest_list(),
+                            version,
+                        )
+                        .await?;
+                        manifest::load_files(&self.warehouse, &manifests)
+                            .await?
+                            .bytes()
+                    }
+                };
+                Some(TableFiles {
+                    live_files: get("total-data-files").unwrap_or(0)
+                        + get("total-delete-files").unwrap_or(0),
+                    live_bytes,
+                    snapshots: loaded.metadata.snapshots().len() as u64,
+                })
             }
-        });
+            _ => None,
+        };
         Ok(Some(TableStatus {
             snapshot_id: snapshot.map_or(0, |s| s.snapshot_id()),
             checkpoint,

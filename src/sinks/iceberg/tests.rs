@@ -1,6 +1,6 @@
 //! Round trips on a temp warehouse, read back by independent readers (DuckDB's iceberg
-//! extension, pyiceberg) from the testbed venv; those checks are skipped with a note when the venv
-//! is missing.
+//! extension, pyiceberg) from the testbed venv; without the venv those checks fail under CI or
+//! `scripts/test.sh` and skip with a note elsewhere (`crate::test_ground`).
 
 use std::path::Path;
 use std::process::Command;
@@ -535,6 +535,64 @@ async fn multiset_deletes_remove_one_copy_each(mode: DeleteMode) {
     assert_eq!(eq, 0, "an equality delete would remove every copy");
 }
 
+/// `cdcd status` showed 0 bytes for every Iceberg table: snapshots carried no
+/// `total-files-size`. The total is the live files' bytes, and a snapshot without it (written
+/// before cdcd kept it) is counted from its manifests.
+async fn status_counts_the_bytes_of_the_live_files(mode: DeleteMode) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sink(dir.path(), mode);
+    let t = schema();
+    s.commit(&t, &[changes(&[ins(1, "a"), ins(2, "b")])], &cp(1))
+        .await
+        .unwrap();
+    s.commit(&t, &[changes(&[ins(3, "c")])], &cp(2))
+        .await
+        .unwrap();
+    let data_dir = dir.path().join("public/t/data");
+    let on_disk: u64 = std::fs::read_dir(&data_dir)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(on_disk > 0);
+    let bytes = |st: TableStatus| st.files.unwrap().live_bytes;
+    assert_eq!(bytes(s.status(&t.id).await.unwrap().unwrap()), on_disk);
+
+    // Deletes and an update add delete files and a data file.
+    s.commit(&t, &[changes(&[del(1), upd(3, Some("c2"), 33)])], &cp(3))
+        .await
+        .unwrap();
+    let after = bytes(s.status(&t.id).await.unwrap().unwrap());
+    assert!(after > on_disk, "{after} <= {on_disk}");
+
+    // The same table as an older cdcd left it: no total in the snapshot summary.
+    s.settle().await;
+    let metadata_dir = dir.path().join("public/t/metadata");
+    let newest = (1..)
+        .map(|v| metadata_dir.join(format!("v{v}.metadata.json")))
+        .take_while(|p| p.exists())
+        .last()
+        .unwrap();
+    let mut meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&newest).unwrap()).unwrap();
+    let current = meta["current-snapshot-id"].clone();
+    for snapshot in meta["snapshots"].as_array_mut().unwrap() {
+        if snapshot["snapshot-id"] == current {
+            let summary = snapshot["summary"].as_object_mut().unwrap();
+            assert!(summary.remove("total-files-size").is_some());
+        }
+    }
+    std::fs::write(&newest, serde_json::to_vec(&meta).unwrap()).unwrap();
+    let fresh = sink(dir.path(), mode);
+    assert_eq!(bytes(fresh.status(&t.id).await.unwrap().unwrap()), after);
+    // Its next commit counts the total from the live files again.
+    fresh
+        .commit(&t, &[changes(&[ins(4, "d")])], &cp(4))
+        .await
+        .unwrap();
+    let last = bytes(fresh.status(&t.id).await.unwrap().unwrap());
+    assert!(last > after, "{last} <= {after}");
+}
+
 /// Runs each round trip in both delete modes: `equality::x` (v2) and `dv::x` (v3).
 macro_rules! both_modes {
     ($($name:ident),* $(,)?) => {
@@ -563,7 +621,8 @@ both_modes!(
     stale_or_missing_hint_still_finds_the_newest_version,
     pyiceberg_reads_position_deletes,
     memory_warehouse_round_trips,
-    multiset_deletes_remove_one_copy_each
+    multiset_deletes_remove_one_copy_each,
+    status_counts_the_bytes_of_the_live_files
 );
 
 mod format_v3;

@@ -1,5 +1,6 @@
 //! Sink-level round trips on a temp warehouse, read back by pypaimon 2.1 (the independent Paimon
-//! reader in the test bed's venv); those checks are skipped with a note when the venv is missing.
+//! reader in the test bed's venv); without the venv those checks fail under CI or `scripts/test.sh`
+//! and skip with a note elsewhere (`crate::test_ground`).
 
 use std::path::Path;
 use std::process::Command;

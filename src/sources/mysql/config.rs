@@ -7,9 +7,9 @@ use std::fmt;
 
 use serde::Deserialize;
 
-use super::tls::{TlsSettings, PARAMETERS};
 use crate::changelog::Position;
 use crate::config::{redact_url, ConfigError, Context, SnapshotMode, SourceUrl};
+use crate::tls::mysql::{TlsSettings, PARAMETERS};
 
 /// `[source]` with `kind = "mysql"`.
 #[derive(Clone, Deserialize)]
@@ -274,7 +274,7 @@ impl RawMySql {
 mod tests {
     use super::ZeroDate;
     use crate::config::{Config, SourceConfig};
-    use crate::sources::mysql::tls::SslMode;
+    use crate::tls::mysql::SslMode;
 
     #[test]
     fn mysql_source_validates() {

@@ -7,8 +7,9 @@
 //! - `assembler.rs`: binlog events to changelog transactions (the assembler; pure).
 //! - `stream.rs`: the binlog connection and its read loop (I/O).
 //! - `setup.rs`: regular connections, catalog reads, `cdcd check`.
-//! - `tls.rs`: `ssl-mode`, `ssl-ca`, `ssl-cert`/`ssl-key` as mysql_async's TLS options, and
-//!   what a failed TLS connection means for the user.
+//! - TLS (`ssl-mode`, `ssl-ca`, `ssl-cert`/`ssl-key` as mysql_async's options, and what a failed
+//!   TLS connection means for the user) is [`crate::tls::mysql`], on the same rustls stack as
+//!   Postgres's.
 //! - `snapshot.rs`: the consistent snapshot and its binlog position; reading rows into batches.
 //! - `chunks.rs`: a table's copy plan as primary-key ranges (pure).
 //! - `copy.rs`: the initial copy, chunk by chunk, resumable after a crash (and why it converges).
@@ -34,7 +35,6 @@ pub mod schema;
 pub mod setup;
 pub mod snapshot;
 mod stream;
-pub mod tls;
 
 #[cfg(test)]
 mod auth_tests;

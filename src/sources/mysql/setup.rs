@@ -13,8 +13,8 @@ use crate::sources::SourceError;
 
 use super::key;
 use super::schema::{build_entry, matches_patterns, TableEntry};
-use super::tls::SslMode;
 use super::types::ColumnInfo;
+use crate::tls::mysql::SslMode;
 
 /// Which server and how it numbers transactions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::config::{redact_url, ConfigError, Context, SnapshotMode, SourceUrl};
-use crate::postgres_tls::{TlsSettings, PARAMETERS};
+use crate::tls::postgres::{TlsSettings, PARAMETERS};
 
 /// `[source]` with `kind = "postgres"`.
 #[derive(Clone, Deserialize)]
@@ -285,7 +285,7 @@ mod tests {
     /// each parameter's origin kept for `cdcd check`.
     #[test]
     fn tls_from_url_and_keys() {
-        use crate::postgres_tls::{RootCerts, SslMode};
+        use crate::tls::postgres::{RootCerts, SslMode};
         let pg = |text: &str| match Config::from_toml(text, "p.toml").map(|c| c.source) {
             Ok(SourceConfig::Postgres(pg)) => Ok(pg),
             Ok(_) => panic!("postgres source expected"),

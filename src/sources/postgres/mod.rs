@@ -5,7 +5,7 @@
 //! - `relation.rs`: table schemas from Relation messages or the catalog, built one way.
 //! - `startup.rs`: connecting and authenticating (TLS, StartupMessage, trust/cleartext/md5/SCRAM).
 //! - TLS (libpq's `sslmode` and friends, the SSLRequest handshake, tokio-postgres's connector) is
-//!   [`crate::postgres_tls`], shared with the Iceberg sink's SQL catalog.
+//!   [`crate::tls::postgres`], shared with the Iceberg sink's SQL catalog.
 //! - `replication.rs`: the replication connection (a walsender session, pgwire-replication's
 //!   framing).
 //! - `setup.rs`: publication, slot and server checks over a regular connection.

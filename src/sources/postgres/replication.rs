@@ -30,8 +30,8 @@ use super::startup::{self, SessionKind};
 use super::types::TEXT_FORMAT_SETTINGS;
 use crate::changelog::Lsn;
 use crate::config::PostgresConfig;
-use crate::postgres_tls::stream::PgStream;
 use crate::sources::SourceError;
+use crate::tls::postgres::stream::PgStream;
 
 pub(super) mod wire;
 pub use wire::{create_slot_sql, encode_status, quote_ident, start_replication_sql};

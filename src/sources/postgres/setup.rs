@@ -18,9 +18,9 @@ use super::publication::resolve_report;
 use super::replication::{quote_ident, session_options};
 use crate::changelog::{Lsn, TableId, TableKey};
 use crate::config::PostgresConfig;
-use crate::postgres_tls::stream::Connector;
-use crate::postgres_tls::{requires_tls_hint, SslMode, TlsError};
 use crate::sources::SourceError;
+use crate::tls::postgres::stream::Connector;
+use crate::tls::postgres::{requires_tls_hint, tls_refused, SslMode, TlsError};
 
 pub use crate::sources::CheckProblem;
 
@@ -110,11 +110,9 @@ fn connect_detail(e: &tokio_postgres::Error, cfg: &PostgresConfig) -> String {
         Some(source) => match source.downcast_ref::<TlsError>() {
             Some(tls) => tls.to_string(),
             // tokio-postgres's words when the server answers the SSLRequest with N.
-            None if source.to_string().contains("does not support TLS") => TlsError::Refused {
-                host: cfg.host.clone(),
-                mode: cfg.tls.mode,
+            None if source.to_string().contains("does not support TLS") => {
+                tls_refused(&cfg.host, cfg.tls.mode).to_string()
             }
-            .to_string(),
             None => format!("{e}: {source}"),
         },
         None => e.to_string(),

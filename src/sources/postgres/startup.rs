@@ -3,8 +3,8 @@
 //! (`replication.rs`) and the initial copy's sessions (`snapshot/session.rs`), which differ only in
 //! the `replication` parameter and in what they do after.
 //!
-//! Transport: the source's `sslmode` (`crate::postgres_tls`): an SSLRequest and a rustls handshake
-//! first (`postgres_tls/stream.rs`) unless the mode is `disable`, or `allow` (plain first, and a second
+//! Transport: the source's `sslmode` (`crate::tls::postgres`): an SSLRequest and a rustls handshake
+//! first (`tls/postgres/stream.rs`) unless the mode is `disable`, or `allow` (plain first, and a second
 //! connection in TLS if the server refuses the plain one, as libpq does).
 //! Auth: trust, cleartext, md5 and SCRAM-SHA-256. The password never appears in an error or a log
 //! line; a refusal names the user and the method.
@@ -19,8 +19,8 @@ use pgwire_replication::PgWireError;
 use tokio::io::BufReader;
 use tokio::net::TcpStream;
 
-use crate::postgres_tls::stream::{self as tls_stream, PgStream, StartError};
-use crate::postgres_tls::{requires_tls_hint, SslMode};
+use crate::tls::postgres::stream::{self as tls_stream, PgStream, StartError};
+use crate::tls::postgres::{requires_tls_hint, SslMode};
 
 use super::replication::session_options;
 use super::replication::wire::{

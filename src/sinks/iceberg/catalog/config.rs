@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::config::{redact_url, ConfigError, Context};
-use crate::postgres_tls::{TlsSettings, PARAMETERS};
+use crate::tls::postgres::{TlsSettings, PARAMETERS};
 
 /// `[sink.catalog]`: where the Iceberg sink finds and commits its tables.
 #[derive(Clone, Default, Deserialize)]
@@ -196,7 +196,7 @@ pub enum SqlUri {
 
 /// A Postgres catalog URI split in two: what tokio-postgres is given, and the libpq TLS
 /// parameters (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`, `sslsni`) that cdcd's own
-/// connector (`crate::postgres_tls`) handles. They are taken out of the URI because
+/// connector (`crate::tls::postgres`) handles. They are taken out of the URI because
 /// tokio-postgres knows only `sslmode` disable|prefer|require, and would refuse `verify-full`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct PostgresUri {
@@ -513,7 +513,7 @@ mod tests {
 
     #[test]
     fn postgres_tls_parameters_come_from_the_query() {
-        use crate::postgres_tls::{RootCerts, SslMode};
+        use crate::tls::postgres::{RootCerts, SslMode};
         // libpq's default.
         let pg = postgres("postgres://cat:s3cret@db:5432/lake").unwrap();
         assert_eq!(pg.tls, TlsSettings::default());

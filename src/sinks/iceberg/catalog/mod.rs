@@ -13,7 +13,7 @@
 //!   commit wrote.
 //!
 //! Kinds (`[sink.catalog]`): `filesystem.rs`, the default (the metadata file's create-if-absent
-//! is the commit point), `sql.rs` (an Iceberg JDBC/SQL catalog row; its update is the commit
+//! is the commit point, when no newer version is listed before and after it), `sql.rs` (an Iceberg JDBC/SQL catalog row; its update is the commit
 //! point) and `rest.rs` (an Iceberg REST catalog; the server applies cdcd's changes and writes
 //! the metadata file). An enum rather than a trait object: three kinds, all in this crate, and
 //! async methods.

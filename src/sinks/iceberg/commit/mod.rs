@@ -54,7 +54,7 @@ pub(super) mod manifest_list;
 mod manifests;
 mod merge;
 pub(super) mod publish;
-mod summary;
+pub(super) mod summary;
 
 /// What the pipeline hands to one commit.
 #[derive(Clone, Copy)]
@@ -362,6 +362,7 @@ impl<'a> RowDelta<'a> {
                 data: &data.files,
                 deletes: &deletes.files,
                 removed_deletes: &carried.removed_deletes,
+                base_bytes: cached.live.files.bytes(),
             },
             self.base().current_snapshot().map(|s| s.as_ref()),
             self.input.checkpoint,

@@ -6,6 +6,13 @@
 //! delete files (`added-dvs` / `removed-dvs` as well, like Java's `SnapshotSummary`); a DV that
 //! replaces an older one removes the old one's files and records, so `total-position-deletes`
 //! stays the number of deleted rows and `status()` can count live rows.
+//!
+//! Bytes (`added-files-size`, `removed-files-size`, `total-files-size`, read by `cdcd status`)
+//! count a file's size, a deletion vector's blob (`content_size_in_bytes`: several vectors share
+//! a Puffin file), as Iceberg-Java's `SnapshotSummary` does. The total is the base's live bytes,
+//! counted from the live state the commit builds on, rather than carried from the parent: a
+//! table written before cdcd kept it, or a parent committed by another engine without it, would
+//! otherwise leave it wrong forever.
 
 use std::collections::HashMap;
 
@@ -20,6 +27,16 @@ pub(crate) struct Changes<'a> {
     pub deletes: &'a [DataFile],
     /// Delete files this snapshot removes (DVs replaced by merged ones).
     pub removed_deletes: &'a [DataFile],
+    /// The bytes of the base snapshot's live files ([`bytes_of`] each).
+    pub base_bytes: u64,
+}
+
+/// The bytes a file counts for in the summary: a deletion vector's blob, else the whole file.
+pub(crate) fn bytes_of(file: &DataFile) -> u64 {
+    match (file.file_format(), file.content_size_in_bytes()) {
+        (DataFileFormat::Puffin, Some(blob)) => u64::try_from(blob).unwrap_or(0),
+        _ => file.file_size_in_bytes(),
+    }
 }
 
 pub(crate) fn summary(
@@ -92,6 +109,19 @@ pub(crate) fn summary(
         "total-position-deletes",
         (previous("total-position-deletes") + pos_rows).saturating_sub(rm_pos_rows),
     );
+    let bytes = |files: &[DataFile]| files.iter().map(bytes_of).sum::<u64>();
+    let added_bytes = bytes(c.data) + bytes(c.deletes);
+    let removed_bytes = bytes(c.removed_deletes);
+    put("added-files-size", added_bytes);
+    if removed_bytes > 0 {
+        put("removed-files-size", removed_bytes);
+    }
+    let total_bytes = if c.truncate {
+        added_bytes
+    } else {
+        (c.base_bytes + added_bytes).saturating_sub(removed_bytes)
+    };
+    put("total-files-size", total_bytes);
     p.extend(checkpoint.to_properties());
     let has_deletes = !c.deletes.is_empty();
     let operation = match (c.truncate, data_files > 0, has_deletes) {

@@ -17,8 +17,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::super::replication::wire::{describe, server_error};
 use super::super::startup::{self, SessionKind, MAX_MESSAGE_BYTES};
 use crate::config::PostgresConfig;
-use crate::postgres_tls::stream::PgStream;
 use crate::sources::SourceError;
+use crate::tls::postgres::stream::PgStream;
 
 /// Bytes asked of the socket per read.
 const READ_BYTES: usize = 256 * 1024;

@@ -5,7 +5,7 @@
 //!   error that is not the server's answer to a statement (a dropped connection, a timeout), so
 //!   the next call reconnects. TLS as libpq would do it for the URI's `sslmode`, `sslrootcert`,
 //!   `sslcert`/`sslkey` and `sslsni` (default `prefer`), through the connector the Postgres source
-//!   uses too ([`crate::postgres_tls`]), so both verify alike and fail with the same words.
+//!   uses too ([`crate::tls::postgres`]), so both verify alike and fail with the same words.
 //! - SQLite through rusqlite (the library is bundled): a connection per call, on the blocking
 //!   pool (rusqlite is synchronous), with a busy timeout so another process's write (pyiceberg,
 //!   a second reader) makes it wait rather than fail.
@@ -21,8 +21,8 @@ use tokio_postgres::config::{Host, SslMode as PgSslMode};
 use tokio_postgres::types::ToSql;
 
 use super::super::config::PostgresUri;
-use crate::postgres_tls::stream::Connector;
-use crate::postgres_tls::{requires_tls_hint, SslMode, TlsError};
+use crate::tls::postgres::stream::Connector;
+use crate::tls::postgres::{requires_tls_hint, tls_refused, SslMode, TlsError};
 
 /// How long one statement may take, connection included.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -202,10 +202,7 @@ impl Postgres {
             let refused = std::error::Error::source(&e)
                 .is_some_and(|s| s.to_string().contains("does not support TLS"));
             if refused {
-                DbError::Tls(TlsError::Refused {
-                    host: first_host(&config),
-                    mode: tls.mode,
-                })
+                DbError::Tls(tls_refused(&first_host(&config), tls.mode))
             } else {
                 DbError::Postgres(e)
             }

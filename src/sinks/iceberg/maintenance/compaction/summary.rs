@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use iceberg::spec::{DataContentType, DataFile, DataFileFormat, Operation, Snapshot, Summary};
 
 use crate::checkpoint::{Checkpoint, LEASE_EPOCH_KEY};
+use crate::sinks::iceberg::commit::summary::bytes_of;
 
 /// What a rewrite adds and removes.
 pub(crate) struct Replaced<'a> {
@@ -97,6 +98,22 @@ pub(crate) fn summary(
         "total-position-deletes",
         (previous("total-position-deletes") + added_positions).saturating_sub(removed_positions),
     );
+    // Bytes as a streaming commit counts them (`commit/summary.rs`); the total only from the
+    // parent's (Iceberg-Java's rule): the next streaming commit counts it from the live files.
+    let bytes = |files: &[DataFile]| files.iter().map(bytes_of).sum::<u64>();
+    let added_bytes = bytes(r.added) + bytes(r.added_deletes);
+    let removed_bytes = bytes(r.removed_data) + bytes(r.removed_deletes);
+    put("added-files-size", added_bytes);
+    put("removed-files-size", removed_bytes);
+    let parent_total = parent
+        .and_then(|s| s.summary().additional_properties.get("total-files-size"))
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(total) = parent_total {
+        put(
+            "total-files-size",
+            (total + added_bytes).saturating_sub(removed_bytes),
+        );
+    }
     // The epoch only beside this pipeline's checkpoint: it counts that pipeline's lease
     // (`commit/publish.rs`, `winner_epoch`).
     if let Some(cp) = checkpoint {
@@ -153,6 +170,7 @@ mod tests {
                     ("total-records", "100"),
                     ("total-delete-files", "3"),
                     ("total-position-deletes", "30"),
+                    ("total-files-size", "500"),
                 ]
                 .into_iter()
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -182,6 +200,9 @@ mod tests {
         // Live rows unchanged: 100 - 30 before, 80 - 10 after.
         assert_eq!(get("total-position-deletes"), "10");
         assert_eq!(get("removed-dvs"), "1");
+        // 10 bytes per file: one added, two data files and a vector (no blob size: the
+        // file's) removed.
+        assert_eq!(get("total-files-size"), "480");
         assert_eq!(get("cdcd.position"), cp.position.to_string());
         assert_eq!(get(LEASE_EPOCH_KEY), "7");
     }

@@ -1,11 +1,10 @@
 //! TLS settings for every Postgres connection cdcd opens, with libpq's meaning: `sslmode`,
 //! `sslrootcert`, `sslcert`/`sslkey` and `sslsni`, turned into one rustls `ClientConfig`.
 //!
-//! Where it sits: beside the data flow, not in it. Both ends of the flow talk to Postgres: the
-//! source (`sources/postgres`) and the Iceberg sink's SQL catalog (`sinks/iceberg/catalog/sql`).
-//! A sink may not import a source, so the TLS both use lives here, at the crate's top, and knows
-//! neither of them. Each fills [`TlsSettings`] from its URL's query parameters (the source also
-//! from `[source]` keys); `postgres_tls/stream.rs` uses [`TlsSettings::client_config`] both for
+//! Where it sits: in `tls/` beside the data flow (the module doc there says why). Both ends of
+//! the flow talk to Postgres: the source (`sources/postgres`) and the Iceberg sink's SQL catalog
+//! (`sinks/iceberg/catalog/sql`). Each fills [`TlsSettings`] from its URL's query parameters (the
+//! source also from `[source]` keys); `tls/postgres/stream.rs` uses [`TlsSettings::client_config`] both for
 //! the source's own start-up exchange (walsender and copy sessions) and as tokio-postgres's
 //! connector (the source's catalog queries, heartbeats, `cdcd check`; the SQL catalog), so every
 //! connection verifies the same way and fails with the same words. Nothing in this file touches
@@ -21,25 +20,21 @@
 //!
 //! One difference: `sslrootcert` unset means the OS's roots (as `sslrootcert=system`), where libpq
 //! would read `~/.postgresql/root.crt`; cdcd runs as a service, with no such home.
-//!
-//! Why rustls with ring named: one TLS stack for the whole binary (mysql_async and object_store use
-//! rustls), and the tree enables both of rustls's crypto providers, so rustls picks no default.
 
 pub mod stream;
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::danger::ServerCertVerifier;
 use rustls::client::WebPkiServerVerifier;
-use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{
-    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
-};
+use rustls::pki_types::ServerName;
+use rustls::{CertificateError, ClientConfig, RootCertStore};
+
+use super::{load_certs, load_key, non_empty_path, trust_anchors, ChainOnly, NoVerification};
+pub use super::{RootCerts, TlsError};
 
 /// libpq's `sslmode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -106,24 +101,6 @@ impl FromStr for SslMode {
     }
 }
 
-/// Where the certificates that anchor verification come from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RootCerts {
-    /// The operating system's store (`sslrootcert=system`).
-    System,
-    /// A PEM bundle (e.g. the RDS CA bundle).
-    File(PathBuf),
-}
-
-impl fmt::Display for RootCerts {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RootCerts::System => f.write_str("the system's CA certificates"),
-            RootCerts::File(p) => write!(f, "the CA file {}", p.display()),
-        }
-    }
-}
-
 /// The TLS part of a Postgres source's settings. Holds paths only: no key material is read
 /// until a connection is made, and none is kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,35 +130,6 @@ impl Default for TlsSettings {
 
 /// The libpq parameter names [`TlsSettings::set`] understands.
 pub const PARAMETERS: [&str; 5] = ["sslmode", "sslrootcert", "sslcert", "sslkey", "sslsni"];
-
-/// Setting up or carrying out TLS failed. Every message names what to change.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    #[error("cannot read {what} {}: {detail}", path.display())]
-    File {
-        what: &'static str,
-        path: PathBuf,
-        detail: String,
-    },
-    #[error("the system's CA certificates cannot be loaded ({detail}): set sslrootcert to a CA bundle file")]
-    SystemRoots { detail: String },
-    #[error("TLS setup: {0}")]
-    Setup(String),
-    #[error("{host:?} cannot be checked against a certificate (not a DNS name or IP address)")]
-    ServerName { host: String },
-    #[error("the server {host} does not accept TLS connections, and sslmode={mode} requires TLS: enable ssl on the server, or lower sslmode")]
-    Refused { host: String, mode: SslMode },
-    #[error("the certificate of the server {host} does not verify against {roots} ({reason}): set sslrootcert to the CA bundle that signed it")]
-    Untrusted {
-        host: String,
-        roots: RootCerts,
-        reason: String,
-    },
-    #[error("the certificate of the server {host} is not valid for the name {host:?} ({reason}): connect with a name the certificate lists, or use sslmode=verify-ca")]
-    WrongName { host: String, reason: String },
-    #[error("TLS handshake with {host} failed: {detail}")]
-    Handshake { host: String, detail: String },
-}
 
 impl TlsSettings {
     /// Sets the libpq parameter `name`; `Ok(false)` when it is not one of [`PARAMETERS`].
@@ -272,7 +220,13 @@ impl TlsSettings {
             .map_err(|e| TlsError::Setup(e.to_string()))?;
         let verifier: Arc<dyn ServerCertVerifier> = match self.effective_mode() {
             SslMode::VerifyFull | SslMode::VerifyCa => {
-                let roots = Arc::new(load_roots(&self.roots())?);
+                let mut roots = RootCertStore::empty();
+                roots.add_parsable_certificates(trust_anchors(
+                    &self.roots(),
+                    "CA file (sslrootcert)",
+                    "sslrootcert",
+                )?);
+                let roots = Arc::new(roots);
                 let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
                     .build()
                     .map_err(|e| TlsError::Setup(e.to_string()))?;
@@ -290,7 +244,7 @@ impl TlsSettings {
         let mut config = match (&self.cert, &self.key) {
             (Some(cert), Some(key)) => {
                 let chain = load_certs(cert, "client certificate (sslcert)")?;
-                let key_der = load_key(key)?;
+                let key_der = load_key(key, "client key (sslkey)")?;
                 builder
                     .with_client_auth_cert(chain, key_der)
                     .map_err(|e| TlsError::File {
@@ -324,11 +278,13 @@ impl TlsSettings {
             )) => TlsError::WrongName {
                 host: host.to_owned(),
                 reason: e.to_string(),
+                chain_only: "sslmode=verify-ca",
             },
             Some(rustls::Error::InvalidCertificate(_)) => TlsError::Untrusted {
                 host: host.to_owned(),
                 roots: self.roots(),
                 reason: e.to_string(),
+                parameter: "sslrootcert",
             },
             _ => TlsError::Handshake {
                 host: host.to_owned(),
@@ -338,185 +294,21 @@ impl TlsSettings {
     }
 }
 
+/// The error for a server that refuses TLS while `mode` requires it.
+pub fn tls_refused(host: &str, mode: SslMode) -> TlsError {
+    TlsError::Refused {
+        host: host.to_owned(),
+        mode: format!("sslmode={mode}"),
+        enable: "enable ssl on the server",
+        parameter: "sslmode",
+    }
+}
+
 /// The advice to add to a server's refusal of a plain connection: Postgres says "no pg_hba.conf
 /// entry for host …, no encryption" when only `hostssl` lines would match.
 pub fn requires_tls_hint(server_message: &str) -> Option<&'static str> {
     (server_message.contains("no pg_hba.conf entry") && server_message.contains("no encryption"))
         .then_some("the server requires TLS: set sslmode=require or stronger")
-}
-
-fn non_empty_path(name: &str, value: &str) -> Result<PathBuf, String> {
-    if value.is_empty() {
-        Err(format!("{name} is empty: a PEM file path"))
-    } else {
-        Ok(PathBuf::from(value))
-    }
-}
-
-fn load_roots(roots: &RootCerts) -> Result<RootCertStore, TlsError> {
-    let mut store = RootCertStore::empty();
-    match roots {
-        RootCerts::File(path) => {
-            let certs = load_certs(path, "CA file (sslrootcert)")?;
-            let (added, _) = store.add_parsable_certificates(certs);
-            if added == 0 {
-                return Err(TlsError::File {
-                    what: "CA file (sslrootcert)",
-                    path: path.clone(),
-                    detail: "no usable CA certificate in it".into(),
-                });
-            }
-        }
-        RootCerts::System => {
-            let found = rustls_native_certs::load_native_certs();
-            let (added, _) = store.add_parsable_certificates(found.certs);
-            if added == 0 {
-                let detail = match found.errors.first() {
-                    Some(e) => e.to_string(),
-                    None => "none found".to_owned(),
-                };
-                return Err(TlsError::SystemRoots { detail });
-            }
-        }
-    }
-    Ok(store)
-}
-
-fn load_certs(path: &Path, what: &'static str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let file_error = |detail: String| TlsError::File {
-        what,
-        path: path.to_owned(),
-        detail,
-    };
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| file_error(e.to_string()))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| file_error(e.to_string()))?;
-    if certs.is_empty() {
-        return Err(file_error("no PEM certificate in it".into()));
-    }
-    Ok(certs)
-}
-
-/// The key's own bytes never reach a message: pem errors name sections, not contents.
-fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| TlsError::File {
-        what: "client key (sslkey)",
-        path: path.to_owned(),
-        detail: match e {
-            rustls::pki_types::pem::Error::NoItemsFound => {
-                "no PEM private key in it (PKCS#8, PKCS#1 or SEC1)".to_owned()
-            }
-            other => other.to_string(),
-        },
-    })
-}
-
-/// `prefer`, `allow` and `require`: any certificate, as libpq. The handshake signature is still
-/// checked against the certificate's key, so the peer holds the key of what it presented.
-#[derive(Debug)]
-struct NoVerification {
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for NoVerification {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
-/// `verify-ca`: the full WebPKI check except the name (libpq checks no name in this mode).
-#[derive(Debug)]
-struct ChainOnly {
-    inner: Arc<WebPkiServerVerifier>,
-}
-
-impl ServerCertVerifier for ChainOnly {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        match self.inner.verify_server_cert(
-            end_entity,
-            intermediates,
-            server_name,
-            ocsp_response,
-            now,
-        ) {
-            // webpki checks the name last, after the chain, validity and usage.
-            Err(rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
-    }
 }
 
 #[cfg(test)]

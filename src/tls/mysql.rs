@@ -2,8 +2,9 @@
 //! catalog connections, `cdcd check`), with the MySQL client's meaning: `ssl-mode`, `ssl-ca`,
 //! `ssl-cert`/`ssl-key`, turned into mysql_async's [`SslOpts`].
 //!
-//! Where it sits: `config.rs` fills [`TlsSettings`] from the URL's query parameters (and
-//! `[source]` keys); `setup::connect` makes every connection from [`TlsSettings::ssl_opts`], so all
+//! Where it sits: in `tls/` beside the data flow, on the rustls stack and PEM loading shared
+//! with Postgres (`tls/mod.rs`). The source's `config.rs` fills [`TlsSettings`] from the URL's
+//! query parameters (and `[source]` keys); its `setup::connect` makes every connection from [`TlsSettings::ssl_opts`], so all
 //! of them verify the same way, and words its failures with [`TlsSettings::connect_error`].
 //!
 //! Why the MySQL client's semantics (MySQL 8.0 reference, "Command Options for Encrypted
@@ -22,7 +23,8 @@
 //! Two mysql_async 0.37.1 facts shape [`TlsSettings::ssl_opts`]:
 //! - It builds its rustls config with `ClientConfig::builder()`, which needs a process-wide
 //!   crypto provider; the tree enables both ring and aws-lc-rs, so rustls picks none and that
-//!   call panics. [`install_crypto_provider`] installs ring (the provider cdcd names elsewhere).
+//!   call panics. [`install_crypto_provider`](super::install_crypto_provider) installs ring (the
+//!   provider cdcd names elsewhere).
 //! - Its `skip_domain_validation` (our `verify_ca`) searches the rustls error's text for
 //!   `NotValidForName` (mysql_async issue #404, fixed by #408 after 0.37.1). rustls 0.23 writes
 //!   that error as `certificate not valid for name "<the name asked for>"; …`, so the text holds
@@ -31,13 +33,14 @@
 //!   a release carries #408.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::str::FromStr;
 
 use mysql_async::{ClientIdentity, SslOpts};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::{CertificateError, RootCertStore};
+use rustls::CertificateError;
+
+use super::{certs_in, install_crypto_provider, key_in, non_empty_path, read, trust_anchors};
+pub use super::{RootCerts, TlsError};
 
 /// The MySQL client's `--ssl-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -94,24 +97,6 @@ impl FromStr for SslMode {
     }
 }
 
-/// Where the certificates that anchor verification come from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RootCerts {
-    /// The operating system's store (`ssl-ca` unset).
-    System,
-    /// A PEM bundle (e.g. the RDS CA bundle).
-    File(PathBuf),
-}
-
-impl fmt::Display for RootCerts {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RootCerts::System => f.write_str("the system's CA certificates"),
-            RootCerts::File(p) => write!(f, "the CA file {}", p.display()),
-        }
-    }
-}
-
 /// The TLS part of a MySQL source's settings. Holds paths only: key material is read when a
 /// connection is made (so a rotated bundle is picked up by the next one), and not kept.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -133,32 +118,11 @@ pub const PARAMETERS: [&str; 4] = ["ssl-mode", "ssl-ca", "ssl-cert", "ssl-key"];
 /// MariaDB servers ignore.
 pub const CHAIN_ONLY_NAME: &str = "NotValidForName.cdcd.invalid";
 
-/// Setting up TLS failed before any connection. Every message names what to change.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    #[error("cannot read the {what} {}: {detail}", path.display())]
-    File {
-        what: &'static str,
-        path: PathBuf,
-        detail: String,
-    },
-    #[error(
-        "the system's CA certificates cannot be loaded ({detail}): set ssl-ca to a CA bundle file"
-    )]
-    SystemRoots { detail: String },
-}
-
 impl TlsSettings {
     /// Sets the parameter `name` (one of [`PARAMETERS`], or `sslmode` as cdcd accepted before);
     /// `Ok(false)` when it is none of them.
     pub fn set(&mut self, name: &str, value: &str) -> Result<bool, String> {
-        let path = |what: &str| {
-            if value.is_empty() {
-                Err(format!("{what} is empty: a PEM file path"))
-            } else {
-                Ok(Some(PathBuf::from(value)))
-            }
-        };
+        let path = |what: &str| non_empty_path(what, value).map(Some);
         match name {
             "ssl-mode" | "sslmode" => self.mode = Some(value.parse()?),
             "ssl-ca" => self.ca = path(name)?,
@@ -223,7 +187,7 @@ impl TlsSettings {
                 .with_danger_accept_invalid_certs(true)
                 .with_danger_skip_domain_validation(true),
             SslMode::VerifyCa | SslMode::VerifyIdentity => {
-                let roots = load_roots(&self.roots())?;
+                let roots = trust_anchors(&self.roots(), "CA file (ssl-ca)", "ssl-ca")?;
                 let opts = opts.with_disable_built_in_roots(true).with_root_certs(
                     roots
                         .into_iter()
@@ -243,16 +207,7 @@ impl TlsSettings {
             let chain = read(cert, "client certificate (ssl-cert)")?;
             certs_in(&chain, cert, "client certificate (ssl-cert)")?;
             let key_pem = read(key, "client key (ssl-key)")?;
-            PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsError::File {
-                what: "client key (ssl-key)",
-                path: key.clone(),
-                detail: match e {
-                    rustls::pki_types::pem::Error::NoItemsFound => {
-                        "no PEM private key in it (PKCS#8, PKCS#1 or SEC1)".to_owned()
-                    }
-                    other => other.to_string(),
-                },
-            })?;
+            key_in(&key_pem, key, "client key (ssl-key)")?;
             opts =
                 opts.with_client_identity(Some(ClientIdentity::new(chain.into(), key_pem.into())));
         }
@@ -287,26 +242,44 @@ impl TlsSettings {
         use mysql_async::{DriverError, Error, IoError};
         let mode = self.effective_mode();
         match e {
-            Error::Driver(DriverError::NoClientSslFlagFromServer) => Some(format!(
-                "the server {host} does not accept TLS connections, and ssl-mode={mode} requires TLS: enable TLS on the server (ssl_cert, ssl_key), or lower ssl-mode"
-            )),
+            Error::Driver(DriverError::NoClientSslFlagFromServer) => Some(
+                TlsError::Refused {
+                    host: host.to_owned(),
+                    mode: format!("ssl-mode={mode}"),
+                    enable: "enable TLS on the server (ssl_cert, ssl_key)",
+                    parameter: "ssl-mode",
+                }
+                .to_string(),
+            ),
             Error::Io(IoError::Io(io)) => {
                 let rustls_error = io
                     .get_ref()
                     .and_then(|inner| inner.downcast_ref::<rustls::Error>())?;
-                Some(match rustls_error {
-                    rustls::Error::InvalidCertificate(
-                        CertificateError::NotValidForName
-                        | CertificateError::NotValidForNameContext { .. },
-                    ) => format!(
-                        "the certificate of the server {host} is not valid for the name {host:?} ({rustls_error}): connect with a name the certificate lists, or use ssl-mode=verify_ca"
-                    ),
-                    rustls::Error::InvalidCertificate(_) => format!(
-                        "the certificate of the server {host} does not verify against {} ({rustls_error}): set ssl-ca to the CA bundle that signed it",
-                        self.roots()
-                    ),
-                    other => format!("TLS handshake with {host} failed: {other}"),
-                })
+                let reason = rustls_error.to_string();
+                let host = host.to_owned();
+                Some(
+                    match rustls_error {
+                        rustls::Error::InvalidCertificate(
+                            CertificateError::NotValidForName
+                            | CertificateError::NotValidForNameContext { .. },
+                        ) => TlsError::WrongName {
+                            host,
+                            reason,
+                            chain_only: "ssl-mode=verify_ca",
+                        },
+                        rustls::Error::InvalidCertificate(_) => TlsError::Untrusted {
+                            host,
+                            roots: self.roots(),
+                            reason,
+                            parameter: "ssl-ca",
+                        },
+                        _ => TlsError::Handshake {
+                            host,
+                            detail: reason,
+                        },
+                    }
+                    .to_string(),
+                )
             }
             Error::Io(IoError::Tls(t)) => Some(format!("TLS with {host}: {t}")),
             _ => None,
@@ -320,77 +293,6 @@ impl TlsSettings {
             (false, _) => "check source.password; if the account requires TLS (REQUIRE SSL), set ssl-mode=required or stronger",
             (true, None) => "check source.password; if the account requires a client certificate (REQUIRE X509), set ssl-cert and ssl-key",
             (true, Some(_)) => "check source.password, and that the server's ssl_ca signed the client certificate",
-        }
-    }
-}
-
-/// Installs ring as the process's rustls provider, once (see the module docs). A provider
-/// installed before (by anything) stays.
-pub fn install_crypto_provider() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
-}
-
-fn read(path: &Path, what: &'static str) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|e| TlsError::File {
-        what,
-        path: path.to_owned(),
-        detail: e.to_string(),
-    })
-}
-
-fn certs_in(
-    pem: &[u8],
-    path: &Path,
-    what: &'static str,
-) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let file_error = |detail: String| TlsError::File {
-        what,
-        path: path.to_owned(),
-        detail,
-    };
-    let certs = CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| file_error(e.to_string()))?;
-    if certs.is_empty() {
-        return Err(file_error("no PEM certificate in it".into()));
-    }
-    Ok(certs)
-}
-
-/// The roots as DER, each one rustls accepts as a trust anchor: mysql_async adds every root it is
-/// given and fails the connection on the first it cannot parse, and OS stores hold odd ones.
-fn load_roots(roots: &RootCerts) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let usable = |c: &CertificateDer<'static>| RootCertStore::empty().add(c.clone()).is_ok();
-    match roots {
-        RootCerts::File(path) => {
-            let what = "CA file (ssl-ca)";
-            let certs: Vec<_> = certs_in(&read(path, what)?, path, what)?
-                .into_iter()
-                .filter(usable)
-                .collect();
-            if certs.is_empty() {
-                return Err(TlsError::File {
-                    what,
-                    path: path.clone(),
-                    detail: "no usable CA certificate in it".into(),
-                });
-            }
-            Ok(certs)
-        }
-        RootCerts::System => {
-            let found = rustls_native_certs::load_native_certs();
-            let certs: Vec<_> = found.certs.into_iter().filter(usable).collect();
-            if certs.is_empty() {
-                let detail = match found.errors.first() {
-                    Some(e) => e.to_string(),
-                    None => "none found".to_owned(),
-                };
-                return Err(TlsError::SystemRoots { detail });
-            }
-            Ok(certs)
         }
     }
 }
