@@ -2,7 +2,7 @@
 # cdcd's test bed: the servers and independent lake readers its integration tests need, on one fresh
 # Debian 12 machine, as root. Idempotent: re-running does only what is not done or not running.
 #
-#   scripts/testbed.sh [up]   install what is missing, start what is not running (first run ~2-3 min)
+#   scripts/testbed.sh [up]   install what is missing, start what is not running (first run ~5 min with Spark)
 #   scripts/testbed.sh env    print `export CDCD_TEST_…=…` lines for the tests:  eval "$(scripts/testbed.sh env)"
 #   scripts/testbed.sh stop   stop the servers this script started
 #
