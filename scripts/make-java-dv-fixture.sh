@@ -2,13 +2,12 @@
 # Makes tests/fixtures/iceberg-java-dv/: an Iceberg format-v3 table written by Iceberg-Java 1.10 (Spark 3.5),
 # with one data file of 20 rows and two successive Puffin deletion vectors on it (the second one merges the
 # first: Iceberg v3 keeps at most one vector per data file). cdcd's deletion-vector and Puffin codecs
-# are tested against it (src/sinks/iceberg/deletion_vector.rs, puffin.rs), so that what cdcd writes is
+# are tested against it (src/sinks/iceberg/deletes/deletion_vector.rs, puffin.rs), so that what cdcd writes is
 # byte-compatible with the reference implementation.
 #
-# Needs the shared test bed with Spark, from the `shared/` folder beside this repository (not part of
-# it; scripts/testbed.sh does not install Spark): `WITH_SPARK=1 bash ../shared/testbed/setup.sh` run
-# from the repository root (pyspark 3.5.8, iceberg-spark-runtime 1.10.2, OpenJDK 17; DuckDB 1.5.5 and
-# pyiceberg 0.12 read the table back as well). TB names its directory (default /tmp/cdcd-testbed).
+# Needs the test bed with its spark component (`scripts/testbed.sh up`: pyspark 3.5.8, iceberg-spark-runtime
+# 1.10.2, OpenJDK 17; DuckDB 1.5.5 and pyiceberg 0.12 read the table back as well). CDCD_TB names its
+# directory (default /tmp/cdcd-tb); OUT may name another output directory (to compare without replacing).
 #
 # The table lives at a fixed path (WH below) because Iceberg metadata stores absolute locations: the
 # fixture's manifest and Puffin footer name `file:$WH/db/events/data/...`. The tests only compare those names
@@ -19,24 +18,20 @@
 # tests/fixtures/iceberg-java-dv/expected.json: what Spark, DuckDB and pyiceberg saw.
 set -euo pipefail
 
-TB=${TB:-/tmp/cdcd-testbed}
+TB=${CDCD_TB:-/tmp/cdcd-tb}
 PY=$TB/venv/bin/python
+JARS=$TB/spark-jars
 WH=/tmp/cdcd-java-dv-fixture/warehouse
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-OUT=$ROOT/tests/fixtures/iceberg-java-dv
-SETUP=../shared/testbed/setup.sh   # relative to the repository root
+OUT=${OUT:-$ROOT/tests/fixtures/iceberg-java-dv}
 
-setup_hint() {
-  if [ -f "$ROOT/$SETUP" ]; then echo "run from $ROOT: WITH_SPARK=1 TB=$TB bash $SETUP"
-  else echo "this needs the shared test bed ($SETUP beside the repository, not found from $ROOT)"; fi
-}
-[ -x "$PY" ] || { echo "no venv at $TB: $(setup_hint)" >&2; exit 2; }
-[ -s "$TB/jars/iceberg-shaded-jackson.jar" ] || { echo "no Spark in $TB: $(setup_hint)" >&2; exit 2; }
+[ -x "$PY" ] || { echo "no venv at $TB: scripts/testbed.sh up" >&2; exit 2; }
+[ -s "$JARS/iceberg-shaded-jackson.jar" ] || { echo "no Spark in $TB: scripts/testbed.sh up (component spark)" >&2; exit 2; }
 
 rm -rf "$WH"
 mkdir -p "$WH"
 
-TB="$TB" WH="$WH" OUT="$OUT" SPARK_LOCAL_IP=127.0.0.1 TZ=UTC "$PY" - <<'EOF'
+TB="$TB" JARS="$JARS" WH="$WH" OUT="$OUT" SPARK_LOCAL_IP=127.0.0.1 TZ=UTC "$PY" - <<'EOF'
 import glob, json, os, shutil, sys
 
 import snowpark_connect_deps_iceberg as dep
@@ -45,7 +40,7 @@ from pyspark.sql import SparkSession
 tb, wh, out = os.environ["TB"], os.environ["WH"], os.environ["OUT"]
 runtime = glob.glob(os.path.join(os.path.dirname(dep.__file__), "jars", "iceberg-spark-runtime-3.5_2.12-*.jar"))[0]
 spark = (SparkSession.builder.master("local[1]").appName("cdcd-java-dv-fixture")
-         .config("spark.jars", runtime + "," + tb + "/jars/iceberg-shaded-jackson.jar")
+         .config("spark.jars", runtime + "," + os.environ["JARS"] + "/iceberg-shaded-jackson.jar")
          .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
          .config("spark.sql.catalog.local", "org.apache.iceberg.spark.SparkCatalog")
          .config("spark.sql.catalog.local.type", "hadoop")

@@ -5,10 +5,13 @@
 #
 #   scripts/test.sh                 everything
 #   scripts/test.sh <filter>        extra arguments go to the test binaries (e.g. a test name)
-# Env: CDCD_TB, PG_PORT (see testbed.sh); CDCD_TEST_THREADS (default 2); CDCD_NO_TESTBED=1 skips the
-# test bed (the end-to-end tests then skip themselves).
+# Env: CDCD_TB, PG_PORT (see testbed.sh); CDCD_TEST_THREADS (default 2); CDCD_NO_TESTBED=1 does not start
+# the test bed (the tests use the servers the CDCD_TEST_* variables already name).
+# A test whose server, reader or tool is missing fails here (CDCD_TEST_REQUIRE=1, tests/support/ground.rs):
+# a run cannot pass by skipping. CDCD_TEST_ALLOW_SKIP=1, typed by a developer, lets such tests skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export CDCD_TEST_REQUIRE=1
 
 THREADS=${CDCD_TEST_THREADS:-2}
 LOG_DIR=${CDCD_TEST_LOGS:-target/test-logs}
@@ -21,7 +24,6 @@ if [ "${CDCD_NO_TESTBED:-0}" != 1 ]; then
   step "test bed"
   scripts/testbed.sh up
   eval "$(scripts/testbed.sh env)"
-  export CDCD_TB CDCD_TEST_PG CDCD_TEST_PYTHON
   # A test run that was killed (timeout, ^C) never ran its drop guards: drop the slots and publications
   # of test processes that are gone (names end in _<pid>, see tests/support), as an idle slot holds WAL.
   "$CDCD_TEST_PG_BIN/psql" "$CDCD_TEST_PG" -qAtX -c "select slot_name from pg_replication_slots where not active
@@ -34,7 +36,7 @@ if [ "${CDCD_NO_TESTBED:-0}" != 1 ]; then
         where slot_name = '$name' and not active" -c "drop publication if exists \"$name\"" >/dev/null || true
   done
 else
-  echo "CDCD_NO_TESTBED=1: the end-to-end tests skip themselves"
+  echo "CDCD_NO_TESTBED=1: the tests use the servers the CDCD_TEST_* variables name"
 fi
 
 step "build"

@@ -2,14 +2,14 @@
 # cdcd's test bed: the servers and independent lake readers its integration tests need, on one fresh
 # Debian 12 machine, as root. Idempotent: re-running does only what is not done or not running.
 #
-#   scripts/testbed.sh [up]   install what is missing, start what is not running (first run ~2-3 min)
+#   scripts/testbed.sh [up]   install what is missing, start what is not running (first run ~5 min with Spark)
 #   scripts/testbed.sh env    print `export CDCD_TEST_…=…` lines for the tests:  eval "$(scripts/testbed.sh env)"
 #   scripts/testbed.sh stop   stop the servers this script started
 #
 # Env: CDCD_TB (default /tmp/cdcd-tb: data, logs, venv), PG_PORT (default 55440), PG_TLS_PORT (default 55441),
 # MY_PORT (default 53316), MY_TLS_PORT (default 53317), MOTO_PORT (default 59010), MOTO_SERIAL_PORT (default
 # 59011), MOTO_TLS_PORT (default 59012), CDCD_TB_COMPONENTS (default all: "postgres python mariadb moto pgtls
-# mytls mototls rustberg"; scripts/demo.sh asks for "postgres python" only).
+# mytls mototls rustberg spark"; scripts/demo.sh asks for "postgres python" only).
 #
 # Components are functions named <name>_apt / <name>_up / <name>_stop / <name>_env, listed in COMPONENTS.
 set -euo pipefail
@@ -28,7 +28,7 @@ VENV=$CDCD_TB/venv
 PY=$VENV/bin/python
 RUN=$CDCD_TB/run
 LOGS=$CDCD_TB/logs
-read -ra COMPONENTS <<< "${CDCD_TB_COMPONENTS:-postgres python mariadb moto pgtls mytls mototls rustberg}"
+read -ra COMPONENTS <<< "${CDCD_TB_COMPONENTS:-postgres python mariadb moto pgtls mytls mototls rustberg spark}"
 
 log() { printf '[testbed %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -550,6 +550,81 @@ rustberg_stop() { :; }
 rustberg_env() {
   echo "export CDCD_TEST_RUSTBERG=$RUSTBERG"
   echo "export CDCD_TEST_RUSTBERG_STATUS=$RUSTBERG_STATUS"
+}
+
+# ------------------------------------------------------------------ spark: Iceberg-Java, the reference implementation
+# pyspark 3.5.8 in the readers' venv, with Iceberg 1.10.2's Spark runtime and SQL extensions jars from the
+# snowpark-connect-deps-iceberg wheel (PyPI: the test bed downloads from apt and PyPI only, not from Maven),
+# and OpenJDK 17 from Debian. That runtime jar leaves out the relocated libraries Maven's shaded jar bundles
+# (org.apache.iceberg.shaded.*): scripts/testbed/relocate_jar.py makes them, jackson from pyspark's own jars,
+# and httpclient5 5.6 / httpcore5 5.4 (the REST catalog client) from the Debian packages vendored in
+# scripts/testbed/debs: bookworm's 5.2.1 lacks TlsSocketStrategy (5.4+), which Iceberg 1.10's HTTP client
+# calls. Used by tests/catalog/rest.rs (Spark's rewrite_data_files, expire_snapshots beside cdcd) and
+# lakecheck.py --reader spark. Installed once per machine (~400 MB, ~2 min); a Spark session starts in 5-15 s.
+SPARK_JARS=$CDCD_TB/spark-jars
+SPARK_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/testbed
+spark_apt() { apt_want openjdk-17-jre-headless; }
+spark_up() {
+  [ -x "$PY" ] || die "the spark component installs into the python component's venv ($VENV): add python to CDCD_TB_COMPONENTS"
+  local req=$CDCD_TB/requirements-spark.txt
+  printf 'pyspark==3.5.8\nsnowpark-connect-deps-iceberg==1.0.3\n' > "$req.new"
+  if ! cmp -s "$req.new" "$req" || [ ! -f "$VENV/.spark-ok" ]; then
+    log "pip install pyspark 3.5.8 + Iceberg 1.10.2's Spark runtime (once per machine, ~400 MB)"
+    rm -f "$VENV/.spark-ok"
+    "$VENV/bin/pip" install -q -r "$req.new"
+    mv "$req.new" "$req"
+  else
+    rm -f "$req.new"
+  fi
+  if [ ! -s "$SPARK_JARS/iceberg-shaded-jackson.jar" ] || [ ! -s "$SPARK_JARS/iceberg-shaded-hc5.jar" ]; then
+    log "relocating jackson and httpclient5 into $SPARK_JARS"
+    local tmp; tmp=$(mktemp -d)
+    (cd "$SPARK_SRC/debs" && sha256sum -c --quiet SHA256SUMS) || die "the vendored .debs in $SPARK_SRC/debs do not match SHA256SUMS"
+    local deb; for deb in "$SPARK_SRC"/debs/*.deb; do dpkg-deb -x "$deb" "$tmp"; done
+    mkdir -p "$SPARK_JARS"
+    local pyjars; pyjars=$("$PY" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')
+    "$PY" "$SPARK_SRC/relocate_jar.py" "$SPARK_JARS/iceberg-shaded-jackson.jar.new" com.fasterxml.jackson \
+      "$pyjars"/jackson-core-2*.jar "$pyjars"/jackson-databind-2*.jar "$pyjars"/jackson-annotations-2*.jar >/dev/null
+    "$PY" "$SPARK_SRC/relocate_jar.py" "$SPARK_JARS/iceberg-shaded-hc5.jar.new" org.apache.hc \
+      "$tmp"/usr/share/java/httpclient5-5.*.jar "$tmp"/usr/share/java/httpcore5-5.*.jar "$tmp"/usr/share/java/httpcore5-h2-5.*.jar >/dev/null
+    mv "$SPARK_JARS/iceberg-shaded-jackson.jar.new" "$SPARK_JARS/iceberg-shaded-jackson.jar"
+    mv "$SPARK_JARS/iceberg-shaded-hc5.jar.new" "$SPARK_JARS/iceberg-shaded-hc5.jar"
+    rm -rf "$tmp"
+  fi
+  if [ ! -f "$VENV/.spark-ok" ]; then
+    # Once: Iceberg-Java writes a v3 table with a deletion vector and reads it back, and the REST
+    # client's relocated httpclient5 loads, so a broken install fails here and not in a test.
+    log "checking Spark with Iceberg (a v3 table, a deletion vector, the REST client's classes)"
+    SPARK_LOCAL_IP=127.0.0.1 CDCD_TEST_SPARK_JARS=$SPARK_JARS "$PY" - "$CDCD_TB/spark-check" >"$LOGS/spark-check.log" 2>&1 <<'EOF' \
+      || die "Spark with Iceberg does not work: see $LOGS/spark-check.log"
+import glob, os, shutil, sys
+import snowpark_connect_deps_iceberg as dep
+from pyspark.sql import SparkSession
+wheel = os.path.join(os.path.dirname(dep.__file__), "jars")
+jars = glob.glob(f"{wheel}/iceberg-spark-runtime-3.5_2.12-*.jar") + glob.glob(f"{wheel}/iceberg-spark-extensions-3.5_2.12-*.jar") \
+    + glob.glob(os.environ["CDCD_TEST_SPARK_JARS"] + "/*.jar")
+wh = sys.argv[1]
+shutil.rmtree(wh, True)
+spark = (SparkSession.builder.master("local[1]").config("spark.jars", ",".join(jars))
+         .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+         .config("spark.sql.catalog.h", "org.apache.iceberg.spark.SparkCatalog").config("spark.sql.catalog.h.type", "hadoop")
+         .config("spark.sql.catalog.h.warehouse", "file://" + wh).config("spark.ui.enabled", "false").getOrCreate())
+spark.sql("CREATE TABLE h.db.t (id bigint) USING iceberg TBLPROPERTIES ('format-version' = '3', 'write.delete.mode' = 'merge-on-read')")
+spark.sql("INSERT INTO h.db.t VALUES (1), (2), (3)")
+spark.sql("DELETE FROM h.db.t WHERE id = 2")
+assert [r[0] for r in spark.sql("SELECT id FROM h.db.t ORDER BY id").collect()] == [1, 3]
+spark._jvm.org.apache.iceberg.rest.HTTPClient.builder(spark._jvm.java.util.HashMap()).uri("http://127.0.0.1:9").build().close()
+spark.stop()
+shutil.rmtree(wh, True)
+print("ok")
+EOF
+    touch "$VENV/.spark-ok"
+  fi
+}
+spark_stop() { :; }
+spark_env() {
+  echo "export CDCD_TEST_SPARK_PYTHON=$PY"
+  echo "export CDCD_TEST_SPARK_JARS=$SPARK_JARS"
 }
 
 # ------------------------------------------------------------------ main

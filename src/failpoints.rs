@@ -1,5 +1,5 @@
 //! Named crash points: places where the fault tests make cdcd abort, like a `kill -9`, to check
-//! that what is on storage at that moment recovers (DESIGN.md, exactly-once).
+//! that what is on storage at that moment recovers (`docs/exactly-once.md`).
 //!
 //! `CDCD_FAILPOINT=<name>[:<n>]` aborts the process at the n-th time the point `<name>` is
 //! reached (default: the first), after printing `cdcd: failpoint <name> (hit <n>): aborting` to

@@ -42,3 +42,7 @@ pub mod sinks;
 pub mod sources;
 pub mod storage;
 pub mod tls;
+
+#[cfg(test)]
+#[path = "../tests/support/ground.rs"]
+pub(crate) mod test_ground;

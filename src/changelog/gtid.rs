@@ -3,9 +3,9 @@
 //! These are the values of [`Position::MySqlGtid`](super::Position::MySqlGtid),
 //! [`Position::MariaDbGtid`](super::Position::MariaDbGtid) and
 //! [`Position::MySqlFile`](super::Position::MySqlFile). Their text is exactly what the
-//! `cdcd.position` checkpoint key stores (DESIGN.md): `uuid:1-42,…` (MySQL's own
-//! `gtid_executed` syntax, tags included), `0-1-42,1-2-7` (MariaDB's `gtid_binlog_pos` syntax) and
-//! `binlog.000003:4711`.
+//! `cdcd.position` checkpoint key stores (`docs/exactly-once.md`, section 1): `uuid:1-42,…`
+//! (MySQL's own `gtid_executed` syntax, tags included), `0-1-42,1-2-7` (MariaDB's
+//! `gtid_binlog_pos` syntax) and `binlog.000003:4711`.
 //!
 //! Ordering is partial: a GTID set is at or past another when it contains it; a MariaDB list is
 //! at or past another when every replication domain's sequence number is; a file position by

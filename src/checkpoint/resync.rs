@@ -5,7 +5,7 @@
 //! writes a request and exits; the daemon holding the lease finds it (it polls this folder, and
 //! reads it at every start), restarts its pipeline with the table marked for a new copy, and the
 //! sink copies the table into a new lineage that replaces the old one in one commit
-//! (`sinks/iceberg/resync.rs`). The request is removed only once the table's live metadata says
+//! (`sinks/iceberg/resync/mod.rs`). The request is removed only once the table's live metadata says
 //! the new lineage replaced it (the sink's `Done`), so a crash anywhere in between finds the
 //! request again and the copy resumes from the new lineage's own checkpoint.
 //!

@@ -1,6 +1,6 @@
 //! Resync (`cdcd resync --table T`, requests in `checkpoint/resync.rs`) on the pipeline's side:
 //! which requests a run takes on and how, and the copy job that copies a table beside the
-//! streaming pipeline. The lineage and its swap are the sink's (`sinks/iceberg/resync.rs`).
+//! streaming pipeline. The lineage and its swap are the sink's (`sinks/iceberg/resync/mod.rs`).
 //!
 //! A lineage is filled one of two ways:
 //! - **Online**, for a request made while the daemon streams (`commands.rs` watches for them):

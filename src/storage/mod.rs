@@ -3,7 +3,8 @@
 //!
 //! Sits under the sinks and the checkpoint lease: table writers read and write every file (data,
 //! deletes, manifests, metadata) and the lease lives through a [`Warehouse`]. cdcd has one storage
-//! stack (DESIGN.md, "One storage stack"): object_store 0.13, which parquet already uses.
+//! stack (`docs/architecture.md`, "Decisions, briefly"): object_store 0.13, which parquet
+//! already uses.
 //!
 //! Why iceberg's `FileIO` is not served by an object_store adapter: iceberg 0.10's `Storage`
 //! trait is `typetag`-serde (an implementation must be serializable and registered globally, and

@@ -27,7 +27,7 @@
 //! - Retries (object_store `RetryConfig`): exponential backoff from 100 ms to 15 s, up to 10
 //!   retries within 3 minutes, for throttling (503 SlowDown, 429), other 5xx, connection errors and
 //!   timeouts. A retried create whose first attempt did land answers 412; the commit path checks
-//!   whether the existing object is its own (`sinks/iceberg/commit.rs`).
+//!   whether the existing object is its own (`sinks/iceberg/commit/publish.rs`).
 //! - Timeouts: 5 s to connect, 120 s per request (a 10 MiB multipart part over a slow link).
 //! - `http://` endpoints are allowed only when `allow_http` (or `AWS_ALLOW_HTTP`) says so; an
 //!   `http://` endpoint with `allow_http` unset allows it, since the user named the scheme.

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use super::{changes, create_table};
 use crate::support::{
-    connect, exec, run_cdcd, test_env, unique, write_file, Pipeline, Settings, TestEnv, NAMESPACE,
+    connect, exec, run_cdcd, spark, test_env, unique, write_file, Pipeline, Settings, TestEnv,
+    NAMESPACE,
 };
 
 /// The API key every test server accepts (rustberg: `^rb_[A-Za-z0-9_-]{7,61}$`).
@@ -722,19 +723,15 @@ async fn rest_sigv4_signatures_verify() {
 /// Spark (Iceberg-Java 1.10) maintains cdcd's table through the same REST catalog while cdcd
 /// streams updates and deletes to it: `rewrite_data_files`, `rewrite_position_delete_files` and
 /// `expire_snapshots`, each followed by changes to rows they moved. The table ends equal, read by
-/// pyiceberg, DuckDB and Spark. Needs Spark, which the test bed does not install: runs when
+/// pyiceberg, DuckDB and Spark. Spark is the test bed's `spark` component:
 /// `CDCD_TEST_SPARK_PYTHON` (a python with pyspark 3.5 and snowpark-connect-deps-iceberg) and
-/// `CDCD_TEST_SPARK_JARS` (iceberg-shaded-jackson.jar, iceberg-shaded-hc5.jar) are set.
+/// `CDCD_TEST_SPARK_JARS` (iceberg-shaded-jackson.jar, iceberg-shaded-hc5.jar).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spark_maintenance_beside_cdcd() {
     let Some(env) = test_env("spark_maintenance_beside_cdcd") else {
         return;
     };
-    let (Ok(spark), Ok(jars)) = (
-        std::env::var("CDCD_TEST_SPARK_PYTHON"),
-        std::env::var("CDCD_TEST_SPARK_JARS"),
-    ) else {
-        eprintln!("skipping spark_maintenance_beside_cdcd: CDCD_TEST_SPARK_PYTHON / CDCD_TEST_SPARK_JARS unset");
+    let Some((spark, jars)) = spark("spark_maintenance_beside_cdcd") else {
         return;
     };
     let Bed {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{changes, create_table};
 use crate::support::{
-    connect, exec, run_cdcd, test_env, unique, Pipeline, Settings, TestEnv, NAMESPACE,
+    connect, exec, ground, run_cdcd, test_env, unique, Pipeline, Settings, TestEnv, NAMESPACE,
 };
 
 /// Where a test's catalog is, as cdcd and as pyiceberg (SQLAlchemy) spell it.
@@ -371,14 +371,9 @@ async fn a_crash_before_the_row_update_leaves_only_an_orphan() {
 /// The TLS test cluster (`pgtls`, see tests/postgres/tls.rs): its admin URL (trust, plain), its
 /// `127.0.0.1:<port>`, the test CA and the directory of its certificates; `None` without it.
 fn tls_cluster(test: &str) -> Option<(String, String, std::path::PathBuf, std::path::PathBuf)> {
-    let Ok(admin) = std::env::var("CDCD_TEST_PG_TLS") else {
-        eprintln!(
-            "skipping {test}: CDCD_TEST_PG_TLS is unset (eval \"$(scripts/testbed.sh env)\")"
-        );
-        return None;
-    };
-    let ca = std::env::var("CDCD_TEST_PG_TLS_CA").expect("CDCD_TEST_PG_TLS_CA");
-    let dir = std::env::var("CDCD_TEST_PG_TLS_DIR").expect("CDCD_TEST_PG_TLS_DIR");
+    let admin = ground::var(test, "CDCD_TEST_PG_TLS")?;
+    let ca = ground::var(test, "CDCD_TEST_PG_TLS_CA")?;
+    let dir = ground::var(test, "CDCD_TEST_PG_TLS_DIR")?;
     let url = url::Url::parse(&admin).unwrap();
     let addr = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap());
     Some((admin, addr, ca.into(), dir.into()))

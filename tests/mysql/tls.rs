@@ -14,7 +14,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 
 use crate::support::mysql::{my_connect, my_exec, MyEnv, MyPipeline};
-use crate::support::unique;
+use crate::support::{ground, unique};
 
 /// Passwords the test bed's script sets.
 const TLS_PASSWORD: &str = "cdc-tls-pw";
@@ -31,15 +31,10 @@ struct TlsBed {
 }
 
 fn tls_bed(test: &str) -> Option<TlsBed> {
-    let Ok(url) = std::env::var("CDCD_TEST_MY_TLS") else {
-        eprintln!(
-            "skipping {test}: CDCD_TEST_MY_TLS is unset (scripts/testbed.sh up, then eval \"$(scripts/testbed.sh env)\")"
-        );
-        return None;
-    };
-    let python = std::env::var("CDCD_TEST_PYTHON").expect("CDCD_TEST_PYTHON with CDCD_TEST_MY_TLS");
-    let ca = PathBuf::from(std::env::var("CDCD_TEST_MY_TLS_CA").expect("CDCD_TEST_MY_TLS_CA"));
-    let dir = PathBuf::from(std::env::var("CDCD_TEST_MY_TLS_DIR").expect("CDCD_TEST_MY_TLS_DIR"));
+    let url = ground::var(test, "CDCD_TEST_MY_TLS")?;
+    let python = ground::var(test, "CDCD_TEST_PYTHON")?;
+    let ca = PathBuf::from(ground::var(test, "CDCD_TEST_MY_TLS_CA")?);
+    let dir = PathBuf::from(ground::var(test, "CDCD_TEST_MY_TLS_DIR")?);
     let parsed = url::Url::parse(&url).unwrap();
     let addr = format!("{}:{}", parsed.host_str().unwrap(), parsed.port().unwrap());
     Some(TlsBed {

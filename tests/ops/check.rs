@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::support::run_cdcd as cdcd;
-use crate::support::{connect, exec, test_env, unique, Pipeline, Settings};
+use crate::support::{connect, exec, ground, test_env, unique, Pipeline, Settings};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_names_replica_identity_and_status_hides_passwords() {
@@ -83,12 +83,12 @@ struct Throwaway {
 }
 
 impl Throwaway {
-    fn start(settings: &str) -> Option<Throwaway> {
+    fn start(test: &str, settings: &str) -> Option<Throwaway> {
         let bin = Path::new("/usr/lib/postgresql/15/bin");
         if !bin.join("initdb").exists() {
-            eprintln!(
-                "skipping the wal_level=replica cluster: no {}",
-                bin.display()
+            ground::missing(
+                test,
+                &format!("no {} (Postgres 15's server)", bin.display()),
             );
             return None;
         }
@@ -172,7 +172,7 @@ async fn check_names_wal_level_replica() {
     if test_env("check_names_wal_level_replica").is_none() {
         return;
     }
-    let Some(pg) = Throwaway::start("-c wal_level=replica") else {
+    let Some(pg) = Throwaway::start("check_names_wal_level_replica", "-c wal_level=replica") else {
         return;
     };
     let url = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
@@ -212,7 +212,10 @@ async fn lost_slot_is_reported() {
     if test_env("lost_slot_is_reported").is_none() {
         return;
     }
-    let Some(pg) = Throwaway::start("-c wal_level=logical -c max_slot_wal_keep_size=1MB") else {
+    let Some(pg) = Throwaway::start(
+        "lost_slot_is_reported",
+        "-c wal_level=logical -c max_slot_wal_keep_size=1MB",
+    ) else {
         return;
     };
     let url = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);

@@ -657,7 +657,8 @@ async fn compaction_racing_streaming_updates_and_deletes_ends_equal() {
 /// they commit meanwhile are carried over into the compaction's outputs (v3: vectors its log
 /// line counts; v2: its outputs keep the starting sequence number, so the equality deletes
 /// committed meanwhile apply to them), and the lake ends equal to the source by DuckDB and
-/// pyiceberg. Then `kill -9` during a pause: the restart ends equal too.
+/// pyiceberg. Then `kill -9` during a pause: the restart ends equal too, also read by Spark
+/// (Iceberg-Java: the reference implementation reads cdcd's vectors or equality deletes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_compaction_lets_commits_through_and_carries_their_deletes() {
     let Some(env) = test_env("a_paused_compaction_lets_commits_through_and_carries_their_deletes")
@@ -736,6 +737,7 @@ async fn a_paused_compaction_lets_commits_through_and_carries_their_deletes() {
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0), "{st}");
     equal_by_both_readers(&mut p, &t).await;
+    p.assert_equal_by_spark(&t).await;
     let v = inspect(&p, &t);
     assert_eq!(v["missing"], Value::Array(vec![]), "{v}");
 }

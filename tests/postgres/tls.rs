@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 
-use crate::support::{cdcd_bin, connect, exec, unique, Pipeline, Settings, TestEnv};
+use crate::support::{cdcd_bin, connect, exec, ground, unique, Pipeline, Settings, TestEnv};
 
 /// Passwords the test bed's script sets for its roles.
 const TLS_PASSWORD: &str = "cdcd-tls-pw";
@@ -29,15 +29,10 @@ struct TlsBed {
 }
 
 fn tls_bed(test: &str) -> Option<TlsBed> {
-    let Ok(pg_url) = std::env::var("CDCD_TEST_PG_TLS") else {
-        eprintln!(
-            "skipping {test}: CDCD_TEST_PG_TLS is unset (scripts/testbed.sh up, then eval \"$(scripts/testbed.sh env)\")"
-        );
-        return None;
-    };
-    let python = std::env::var("CDCD_TEST_PYTHON").expect("CDCD_TEST_PYTHON with CDCD_TEST_PG_TLS");
-    let ca = PathBuf::from(std::env::var("CDCD_TEST_PG_TLS_CA").expect("CDCD_TEST_PG_TLS_CA"));
-    let dir = PathBuf::from(std::env::var("CDCD_TEST_PG_TLS_DIR").expect("CDCD_TEST_PG_TLS_DIR"));
+    let pg_url = ground::var(test, "CDCD_TEST_PG_TLS")?;
+    let python = ground::var(test, "CDCD_TEST_PYTHON")?;
+    let ca = PathBuf::from(ground::var(test, "CDCD_TEST_PG_TLS_CA")?);
+    let dir = PathBuf::from(ground::var(test, "CDCD_TEST_PG_TLS_DIR")?);
     let url = url::Url::parse(&pg_url).unwrap();
     let addr = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap());
     Some(TlsBed {

@@ -10,17 +10,6 @@ use std::process::{Child, Command, Stdio};
 
 use crate::support::{Pipeline, Settings, TestEnv, LAKECHECK, NAMESPACE};
 
-/// `var`'s value, or `None` after printing why `test` skips.
-pub fn need(test: &str, var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(v) => Some(v),
-        Err(_) => {
-            eprintln!("skipping {test}: {var} is unset (scripts/testbed.sh up; eval \"$(scripts/testbed.sh env)\")");
-            None
-        }
-    }
-}
-
 /// Creates `bucket` on `endpoint` (boto3, trusting `ca` for https).
 pub fn create_bucket(env: &TestEnv, endpoint: &str, ca: Option<&str>, bucket: &str) {
     let verify = ca.map_or("None".to_owned(), |c| format!("{c:?}"));

@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use super::access::{create_bucket, need, S3Custom};
+use super::access::{create_bucket, S3Custom};
+use crate::support::ground::var;
 use crate::support::s3::bucket_name;
 use crate::support::{connect, exec, test_env, unique};
 
@@ -15,9 +16,9 @@ async fn s3_https_with_ca_file_reads_back_and_without_it_stops_clearly() {
     let test = "s3_https_with_ca_file_reads_back_and_without_it_stops_clearly";
     let Some(env) = test_env(test) else { return };
     let (Some(endpoint), Some(ca), Some(other_ca)) = (
-        need(test, "CDCD_TEST_S3_TLS"),
-        need(test, "CDCD_TEST_S3_TLS_CA"),
-        need(test, "CDCD_TEST_S3_TLS_OTHER_CA"),
+        var(test, "CDCD_TEST_S3_TLS"),
+        var(test, "CDCD_TEST_S3_TLS_CA"),
+        var(test, "CDCD_TEST_S3_TLS_OTHER_CA"),
     ) else {
         return;
     };

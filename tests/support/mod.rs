@@ -12,10 +12,11 @@
 //! holds WAL forever), the publication and the test's tables, and on failure prints cdcd's stderr.
 //!
 //! The servers come from `scripts/testbed.sh`: `CDCD_TEST_PG` (a Postgres URL) and `CDCD_TEST_PYTHON` (the
-//! venv with the readers). Without `CDCD_TEST_PG` the tests print a note and pass, so `cargo test` works on
-//! a machine with no servers.
+//! venv with the readers). Without them a test fails under CI or `scripts/test.sh`, and skips with a note
+//! on a developer's machine ([`ground`]).
 #![allow(dead_code)] // not every area uses every helper
 
+pub mod ground;
 pub mod hadoop_table;
 pub mod mysql;
 pub mod s3;
@@ -61,21 +62,29 @@ pub struct TestEnv {
     pub python: String,
 }
 
-/// The test bed's addresses, or `None` (after printing why) when `CDCD_TEST_PG` is unset.
+/// The test bed's addresses, or `None` when the test skips without them ([`ground::var`]).
 pub fn test_env(test: &str) -> Option<TestEnv> {
-    let Ok(pg_url) = std::env::var("CDCD_TEST_PG") else {
-        eprintln!(
-            "skipping {test}: CDCD_TEST_PG is unset (start the servers with `scripts/testbed.sh up` and \
-             `eval \"$(scripts/testbed.sh env)\"`, or run scripts/test.sh)"
+    let pg_url = ground::var(test, "CDCD_TEST_PG")?;
+    let python = ground::var(test, "CDCD_TEST_PYTHON")?;
+    Some(TestEnv { pg_url, python })
+}
+
+/// The test bed's Spark (its `spark` component, in the readers' venv): the python with pyspark
+/// and the folder of the relocated jars, or `None` when the test skips without it.
+pub fn spark(test: &str) -> Option<(String, String)> {
+    let python = ground::var(test, "CDCD_TEST_SPARK_PYTHON")?;
+    let jars = ground::var(test, "CDCD_TEST_SPARK_JARS")?;
+    // `testbed.sh env` names the component's paths whether or not `up` installed it.
+    if !Path::new(&jars).join("iceberg-shaded-hc5.jar").exists() {
+        ground::missing(
+            test,
+            &format!(
+                "no Spark in the test bed ({jars} is empty: scripts/testbed.sh up installs it)"
+            ),
         );
         return None;
-    };
-    let python = std::env::var("CDCD_TEST_PYTHON").unwrap_or_else(|_| {
-        panic!(
-            "CDCD_TEST_PG is set but CDCD_TEST_PYTHON is not: eval \"$(scripts/testbed.sh env)\""
-        )
-    });
-    Some(TestEnv { pg_url, python })
+    }
+    Some((python, jars))
 }
 
 /// `<tag>_<pid>`: unique per test and per concurrent test run, and a valid slot name (`[a-z0-9_]`, < 64).
@@ -521,6 +530,24 @@ impl Pipeline {
             code,
             Some(0),
             "lakecheck public.{table}: replica differs from the source:\n{out}"
+        );
+        eprintln!(
+            "lakecheck public.{table}: {}",
+            out.lines().last().unwrap_or("")
+        );
+    }
+
+    /// lakecheck with Iceberg-Java, the reference implementation (`--reader spark`, through the
+    /// test bed's `spark` component), on a local table: equal, or the test fails.
+    pub async fn assert_equal_by_spark(&mut self, table: &str) {
+        if spark(&format!("the Spark read of pipeline {}", self.name)).is_none() {
+            return;
+        }
+        let (code, out) = self.lakecheck(table, 0, &["--reader", "spark"]).await;
+        assert_eq!(
+            code,
+            Some(0),
+            "Spark (Iceberg-Java) reads otherwise:\n{out}"
         );
         eprintln!(
             "lakecheck public.{table}: {}",

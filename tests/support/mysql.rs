@@ -19,7 +19,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
 
-use super::{cdcd_bin, LAKECHECK, NAMESPACE};
+use super::{cdcd_bin, ground, LAKECHECK, NAMESPACE};
 
 /// The MariaDB test server and the Python readers.
 #[derive(Clone, Debug)]
@@ -29,14 +29,10 @@ pub struct MyEnv {
     pub python: String,
 }
 
-/// The test bed's MariaDB, or `None` (after printing why) when `CDCD_TEST_MYSQL` is unset.
+/// The test bed's MariaDB, or `None` when the test skips without it ([`ground::var`]).
 pub fn my_env(test: &str) -> Option<MyEnv> {
-    let Ok(url) = std::env::var("CDCD_TEST_MYSQL") else {
-        eprintln!("skipping {test}: CDCD_TEST_MYSQL is unset (scripts/testbed.sh up; eval \"$(scripts/testbed.sh env)\")");
-        return None;
-    };
-    let python = std::env::var("CDCD_TEST_PYTHON")
-        .unwrap_or_else(|_| panic!("CDCD_TEST_MYSQL is set but CDCD_TEST_PYTHON is not"));
+    let url = ground::var(test, "CDCD_TEST_MYSQL")?;
+    let python = ground::var(test, "CDCD_TEST_PYTHON")?;
     Some(MyEnv { url, python })
 }
 
@@ -436,7 +432,7 @@ impl PrivateMaria {
                 .is_ok_and(|s| s.success())
         };
         if !found("mariadbd") || !found("mariadb-install-db") {
-            eprintln!("skipping {test}: mariadbd / mariadb-install-db are not installed");
+            ground::missing(test, "mariadbd / mariadb-install-db are not installed");
             return None;
         }
         let dir = tempfile::Builder::new()

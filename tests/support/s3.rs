@@ -16,22 +16,16 @@ use cdcd::storage::Warehouse;
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
 
-use crate::support::{Pipeline, Settings, TestEnv, LAKECHECK, NAMESPACE};
+use crate::support::{ground, Pipeline, Settings, TestEnv, LAKECHECK, NAMESPACE};
 
-/// moto's address for this test, or `None` (after printing why).
+/// moto's address for this test, or `None` when the test skips without it ([`ground::var`]).
 pub fn moto(test: &str, serial: bool) -> Option<String> {
     let var = if serial {
         "CDCD_TEST_S3_SERIAL"
     } else {
         "CDCD_TEST_S3"
     };
-    match std::env::var(var) {
-        Ok(v) => Some(v),
-        Err(_) => {
-            eprintln!("skipping {test}: {var} is unset (scripts/testbed.sh up; eval \"$(scripts/testbed.sh env)\")");
-            None
-        }
-    }
+    ground::var(test, var)
 }
 
 /// A bucket name for `name` (S3: lowercase, digits, '-', 3..63).

@@ -1,9 +1,9 @@
 """Runs one Iceberg maintenance procedure with Spark (Iceberg-Java) on a table of an Iceberg REST catalog,
-for tests/catalog/rest.rs (`spark_maintenance_beside_cdcd`, run when CDCD_TEST_SPARK_PYTHON is set).
+for tests/catalog/rest.rs (`spark_maintenance_beside_cdcd`; scripts/testbed.sh, component spark, installs Spark).
 
 Usage: spark_maintain.py JARS_DIR URI TOKEN NAMESPACE.TABLE PROCEDURE
   PROCEDURE: rewrite_data_files | rewrite_position_delete_files | expire_snapshots | count
-JARS_DIR holds iceberg-shaded-jackson.jar and iceberg-shaded-hc5.jar (the test bed README's recipe); the
+JARS_DIR (CDCD_TEST_SPARK_JARS) holds iceberg-shaded-jackson.jar and iceberg-shaded-hc5.jar; the
 Iceberg runtime and extensions jars come from the snowpark-connect-deps-iceberg wheel. Prints the procedure's
 result row as `result: ...` (count: `rows: N`).
 """

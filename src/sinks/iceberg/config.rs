@@ -49,8 +49,9 @@ fn default_maintenance_interval_ms() -> u64 {
 pub enum DeleteMode {
     /// Format v2: equality deletes for rows of earlier snapshots, position deletes within a commit.
     Equality,
-    /// Format v3: deletion vectors. The default (DESIGN.md): engines that refuse or slow down on
-    /// equality deletes read deletion vectors well; the primary-key index locates rows.
+    /// Format v3: deletion vectors. The default (`docs/performance.md`, "Deletion vectors against
+    /// equality deletes"): engines that refuse or slow down on equality deletes read deletion
+    /// vectors well; the primary-key index locates rows.
     #[default]
     DeletionVectors,
 }

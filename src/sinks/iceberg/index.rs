@@ -8,9 +8,9 @@
 //! memory) is `sinks/pk_index/`; this file only maps Iceberg commits onto its changes.
 //!
 //! Where it lives: `<warehouse>/_cdcd/<pipeline>/index/<namespace>/<table>/`, with the pipeline's
-//! other state (DESIGN.md, "Where tables live"), not under the table's own folder: Iceberg's
-//! orphan-file removal (Spark `remove_orphan_files`, pyiceberg maintenance) deletes every file
-//! under a table location that no metadata names, and would delete the index.
+//! other state (`docs/internals.md`, "The primary-key index"), not under the table's own
+//! folder: Iceberg's orphan-file removal (Spark `remove_orphan_files`, pyiceberg maintenance)
+//! deletes every file under a table location that no metadata names, and would delete the index.
 //!
 //! Recovery (the contract in `sinks/pk_index/mod.rs`): the table commit is the truth, and the index
 //! is persisted after it. On open, if the index covers an older snapshot that is an ancestor of

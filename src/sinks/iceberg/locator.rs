@@ -1,15 +1,17 @@
 //! Row location for deletion vectors: where (data file, row position) the current row of a key
 //! lives, so that an update or delete of a committed row can be written as a deletion vector on
-//! that file (Iceberg v3 writers must not write equality deletes for this; DESIGN.md).
+//! that file (Iceberg v3 writers must not write equality deletes for this;
+//! `docs/internals.md`, "Deletion vectors").
 //!
 //! Sits between the planner and the DV writer: the planner names keys whose row lives in an
 //! earlier snapshot (`Plan::equality_deletes`), a [`RowLocator`] turns them into positions, and
-//! `dv.rs` groups those per file. The same answer lets `lookup::fetch` read the current row of a
-//! partial update by position. The locator is the primary-key index (`sinks/pk_index/`, wired in
-//! `pk_index.rs`), checked against the snapshot: an entry the index still holds for a row that
-//! left the table (a file dropped by a truncate or another writer's rewrite, or a position in
-//! the file's deletion vector) reads as no row. That check is what makes a replay after a crash
-//! need only the files added since the index was persisted (see `pk_index.rs`).
+//! `deletes/commit_vectors.rs` groups those per file. The same answer lets `lookup::fetch` read
+//! the current row of a partial update by position. The locator is the primary-key index
+//! (`sinks/pk_index/`, wired in `index.rs`), checked against the snapshot: an entry the index
+//! still holds for a row that left the table (a file dropped by a truncate or another writer's
+//! rewrite, or a position in the file's deletion vector) reads as no row. That check is what
+//! makes a replay after a crash need only the files added since the index was persisted (see
+//! `index.rs`).
 
 use std::collections::HashSet;
 use std::sync::Arc;

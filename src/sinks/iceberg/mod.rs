@@ -4,8 +4,9 @@
 //! primary-key index, or equality + position delete files (format v2, `delete_mode = "equality"`).
 //!
 //! Sits at the end of the flow: pipeline → [`IcebergSink::commit`] → (durable) → ack to source.
-//! iceberg-rust's `Transaction` can only fast-append, so cdcd owns the commit (DESIGN.md): it
-//! writes manifests, the manifest list and `v<N+1>.metadata.json` itself, create-if-absent.
+//! iceberg-rust's `Transaction` can only fast-append, so cdcd owns the commit
+//! (`docs/architecture.md`, "Decisions, briefly"): it writes manifests, the manifest list and
+//! `v<N+1>.metadata.json` itself, create-if-absent.
 //!
 //! Layout by role: `commit/` (the commit as a row-delta producer, one method per step: locate,
 //! files, manifests, summary, manifest list, publish), `schema.rs` (types and field ids),
@@ -21,8 +22,8 @@
 //! `cleanup.rs` (orphan files for `cdcd cleanup`), `maintenance/` (snapshot expiry and the
 //! metadata log, following the table's properties; `Sink::maintain`). This
 //! file keeps the [`Sink`] impl and the table cache. Tables live at
-//! `<warehouse>/<namespace>/<table>/` so any engine finds them without cdcd (DESIGN.md, "Where
-//! tables live").
+//! `<warehouse>/<namespace>/<table>/` so any engine finds them without cdcd (README, "Where
+//! the tables are").
 
 // `SinkError` is large because it carries `iceberg::Error` by value (sinks/mod.rs); boxing it
 // there would change the shared seam, so the lint is allowed for this sink.

@@ -1,6 +1,6 @@
 //! Round trips on a temp warehouse, read back by independent readers (DuckDB's iceberg
-//! extension, pyiceberg) from the testbed venv; those checks are skipped with a note when the venv
-//! is missing.
+//! extension, pyiceberg) from the testbed venv; without the venv those checks fail under CI or
+//! `scripts/test.sh` and skip with a note elsewhere (`crate::test_ground`).
 
 use std::path::Path;
 use std::process::Command;
@@ -115,13 +115,15 @@ fn sink(dir: &Path, mode: DeleteMode) -> IcebergSink {
     IcebergSink::new(&config, "shop").unwrap()
 }
 
-/// Runs `code` in the testbed venv with `con` (DuckDB) ready; `None` when the venv is missing.
+/// Runs `code` in the testbed venv with `con` (DuckDB) ready; `None` when the venv is missing and
+/// the check may skip ([`crate::test_ground`]: under CI or `scripts/test.sh` it fails instead).
 fn python(code: &str) -> Option<String> {
     let bed = test_bed();
     let python = format!("{bed}/venv/bin/python");
     if !Path::new(&python).exists() {
-        eprintln!(
-            "note: {python} missing (scripts/testbed.sh up), skipping the independent-reader check"
+        crate::test_ground::missing(
+            "the independent-reader check (DuckDB, pyiceberg)",
+            &format!("{python} is missing (scripts/testbed.sh up; CDCD_TB names another test bed)"),
         );
         return None;
     }

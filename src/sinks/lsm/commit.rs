@@ -8,7 +8,7 @@
 //! a conflict instead of overwriting, and a retried put that finds its own bytes is a success. `LATEST` (and `EARLIEST` on the first
 //! snapshot) are hints written afterwards; readers verify them (pypaimon `SnapshotManager`).
 //! Crash points `failpoints::LSM_BEFORE_SNAPSHOT` / `LSM_AFTER_SNAPSHOT` bracket the snapshot put.
-//! The checkpoint rides in the snapshot's `properties` (DESIGN.md, "Checkpoint keys").
+//! The checkpoint rides in the snapshot's `properties` (`docs/exactly-once.md`, section 1).
 
 use std::collections::{BTreeMap, HashMap};
 

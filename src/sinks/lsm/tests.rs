@@ -1,5 +1,6 @@
 //! Sink-level round trips on a temp warehouse, read back by pypaimon 2.1 (the independent Paimon
-//! reader in the test bed's venv); those checks are skipped with a note when the venv is missing.
+//! reader in the test bed's venv); without the venv those checks fail under CI or `scripts/test.sh`
+//! and skip with a note elsewhere (`crate::test_ground`).
 
 use std::path::Path;
 use std::process::Command;
@@ -120,12 +121,16 @@ fn sink(dir: &Path) -> LsmSink {
     LsmSink::new(&config(dir), "shop").unwrap()
 }
 
-/// Reads `public.t` with pypaimon: rows sorted by id as `id|a|b` lines; `None` without the venv.
+/// Reads `public.t` with pypaimon: rows sorted by id as `id|a|b` lines; `None` without the venv
+/// when the check may skip ([`crate::test_ground`]: under CI or `scripts/test.sh` it fails instead).
 fn paimon_rows(dir: &Path) -> Option<Vec<String>> {
     let bed = test_bed();
     let python = format!("{bed}/venv/bin/python");
     if !Path::new(&python).exists() {
-        eprintln!("note: {python} missing; pypaimon check skipped");
+        crate::test_ground::missing(
+            "the pypaimon check",
+            &format!("{python} is missing (scripts/testbed.sh up; CDCD_TB names another test bed)"),
+        );
         return None;
     }
     let code = format!(

@@ -364,8 +364,8 @@ mod tests {
     /// a wrong or missing password fails with an error that says so and does not hold it.
     #[tokio::test]
     async fn scram_sessions_on_a_real_server() {
-        let Ok(url) = std::env::var("CDCD_TEST_PG") else {
-            eprintln!("skipped: set CDCD_TEST_PG to run");
+        let test = "scram_sessions_on_a_real_server";
+        let Some(url) = crate::test_ground::var(test, "CDCD_TEST_PG") else {
             return;
         };
         let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
@@ -382,8 +382,9 @@ mod tests {
             .unwrap()
             .get(0);
         if forced == 0 {
-            eprintln!(
-                "skipped: no scram-sha-256 line for cdcd_scram (scripts/testbed.sh up adds it)"
+            crate::test_ground::missing(
+                test,
+                "no scram-sha-256 line for cdcd_scram in pg_hba.conf (scripts/testbed.sh up adds it)",
             );
             return;
         }
@@ -430,8 +431,9 @@ mod tests {
     /// over TLS; a wrong password fails naming the user and the method, not the password.
     #[tokio::test]
     async fn md5_sessions_on_a_real_server() {
-        let Ok(url) = std::env::var("CDCD_TEST_PG_TLS") else {
-            eprintln!("skipped: set CDCD_TEST_PG_TLS to run (scripts/testbed.sh env)");
+        let Some(url) =
+            crate::test_ground::var("md5_sessions_on_a_real_server", "CDCD_TEST_PG_TLS")
+        else {
             return;
         };
         let as_md5 = |password: &str, sslmode: &str| {

@@ -33,9 +33,8 @@ impl Drop for Cleanup {
     }
 }
 
-fn pg_url() -> Option<String> {
-    let url = std::env::var("CDCD_TEST_PG").ok()?;
-    (!url.is_empty()).then_some(url)
+fn pg_url(test: &str) -> Option<String> {
+    crate::test_ground::var(test, "CDCD_TEST_PG")
 }
 
 async fn client(url: &str) -> Client {
@@ -103,8 +102,7 @@ fn ids32(c: &TableChanges) -> Vec<i32> {
 
 #[tokio::test]
 async fn source_against_postgres() {
-    let Some(url) = pg_url() else {
-        eprintln!("note: CDCD_TEST_PG is not set; skipping the Postgres source test");
+    let Some(url) = pg_url("source_against_postgres") else {
         return;
     };
     let tag = format!("tr_m_{}", std::process::id());
@@ -322,8 +320,7 @@ async fn source_against_postgres() {
 
 #[tokio::test]
 async fn setup_checks_against_postgres() {
-    let Some(url) = pg_url() else {
-        eprintln!("note: CDCD_TEST_PG is not set; skipping the Postgres setup test");
+    let Some(url) = pg_url("setup_checks_against_postgres") else {
         return;
     };
     let tag = format!("tr_s_{}", std::process::id());

@@ -1,5 +1,5 @@
 //! Which of the carried-over manifests a commit merges, and into which new manifests: the pure
-//! plan ([`choose`]); `merging.rs` carries it out. Iceberg-Java's semantics
+//! plan ([`choose`]); `manifests.rs` carries it out. Iceberg-Java's semantics
 //! (`MergingSnapshotProducer`, `ManifestMergeManager`):
 //! - manifests are grouped by kind (data, deletes) and partition spec; a merged manifest never
 //!   mixes two groups (the Iceberg spec: a manifest holds one content type and one spec);

@@ -25,7 +25,7 @@
 //!    its update, both from what the commit wrote; nothing here can fail the commit.
 //!
 //! iceberg-rust's `Transaction` can only fast-append, which is why cdcd produces the snapshot
-//! itself (DESIGN.md).
+//! itself (`docs/architecture.md`, "Decisions, briefly").
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! The snapshot summary of a commit: operation, the usual counters, and the pipeline checkpoint
 //! (`cdcd.pipeline` / `cdcd.position`), which is how the position is committed inside the same
-//! snapshot as the data (DESIGN.md).
+//! snapshot as the data (`docs/exactly-once.md`, section 1).
 //!
 //! Totals carry over from the parent (reset by a truncate). Deletion vectors count as position
 //! delete files (`added-dvs` / `removed-dvs` as well, like Java's `SnapshotSummary`); a DV that

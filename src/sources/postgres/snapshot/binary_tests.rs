@@ -253,10 +253,7 @@ INSERT INTO binary_types (id, nu) SELECT g * 997, 0 FROM generate_series(2, 1000
 
 /// The test server's URL and a client to it, or `None` (the test is skipped) without one.
 async fn test_client() -> Option<(String, tokio_postgres::Client)> {
-    let Ok(url) = std::env::var("CDCD_TEST_PG") else {
-        eprintln!("skipped: set CDCD_TEST_PG to run");
-        return None;
-    };
+    let url = crate::test_ground::var("the binary COPY test", "CDCD_TEST_PG")?;
     let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
         .await
         .unwrap();

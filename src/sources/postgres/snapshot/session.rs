@@ -311,8 +311,8 @@ mod tests {
 
     #[tokio::test]
     async fn statements_copies_and_errors_on_a_real_server() {
-        let Ok(url) = std::env::var("CDCD_TEST_PG") else {
-            eprintln!("skipped: set CDCD_TEST_PG to run");
+        let test = "statements_copies_and_errors_on_a_real_server";
+        let Some(url) = crate::test_ground::var(test, "CDCD_TEST_PG") else {
             return;
         };
         let mut session = test_session(&url).await;

@@ -201,8 +201,8 @@ INSERT INTO types_all VALUES
 
 #[tokio::test]
 async fn copies_every_type_from_a_real_server() {
-    let Ok(url) = std::env::var("CDCD_TEST_PG") else {
-        eprintln!("skipped: set CDCD_TEST_PG=postgres://postgres@127.0.0.1:55432/cdc to run");
+    let Some(url) = crate::test_ground::var("copies_every_type_from_a_real_server", "CDCD_TEST_PG")
+    else {
         return;
     };
     let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
