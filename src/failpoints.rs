@@ -55,6 +55,10 @@
 //! - [`LSM_SWAP_BEFORE_SNAPSHOT`] (Paimon resync, `sinks/lsm/resync.rs`): the lineage's schemas
 //!   are written as the live table's newest and its files copied into the live table; the
 //!   `OVERWRITE` snapshot is not, so readers see the old table (under a schema with the new columns).
+//! - [`MYSQL_BEFORE_SNAPSHOT`] (MySQL/MariaDB copy, `sources/mysql/`, a pause point): the copied
+//!   tables' columns are read from `information_schema`; the consistent snapshot is not begun.
+//! - [`MYSQL_COPY_TABLE`] (same place, a pause point): the snapshot is begun and every table
+//!   planned; the next table's copy has not read it yet.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -99,6 +103,11 @@ pub const RESYNC_COPIED: &str = "resync-copied";
 pub const RESYNC_BEFORE_SWAP: &str = "resync-before-swap";
 /// A Paimon swap wrote the live table's schemas and copied the files; no snapshot yet.
 pub const LSM_SWAP_BEFORE_SNAPSHOT: &str = "lsm-swap-before-snapshot";
+
+/// A MySQL/MariaDB copy read its tables' columns and has not begun its snapshot.
+pub const MYSQL_BEFORE_SNAPSHOT: &str = "mysql-before-snapshot";
+/// A MySQL/MariaDB copy is about to read its next table at the snapshot.
+pub const MYSQL_COPY_TABLE: &str = "mysql-copy-table";
 
 /// The crash point named by `CDCD_FAILPOINT` and at which hit it fires, read once.
 fn armed() -> Option<&'static (String, u64)> {

@@ -250,6 +250,7 @@ pub async fn copy_tables(
     let started = Instant::now();
     let mut total = 0u64;
     for plan in plans {
+        crate::failpoints::pause_point(crate::failpoints::MYSQL_COPY_TABLE).await;
         let table = plan.entry.schema.id.clone();
         info!(table = %table, chunks = plan.chunks.len(), to_copy = plan.todo.len(), estimated_rows = plan.estimated_rows, "planned initial copy");
         send(

@@ -411,6 +411,7 @@ async fn copy_at_new_snapshot(
             tables = &keyed;
         }
     }
+    crate::failpoints::pause_point(crate::failpoints::MYSQL_BEFORE_SNAPSHOT).await;
     let snapshot = snapshot::begin(conn, flavor).await?;
     info!(%snapshot, from = %origin.as_ref().unwrap_or(&snapshot), tables = tables.len(), "initial copy from a consistent snapshot");
     let finish = match &origin {
