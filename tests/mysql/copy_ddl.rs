@@ -123,8 +123,10 @@ async fn columns_changed_between_the_catalog_read_and_the_snapshot_are_copied() 
     let mut c = my_connect(&env.url_for(&p.db)).await;
     my_exec(&mut c, &small_table("t", 100)).await;
     my_exec(&mut c, &small_table("u", 100)).await;
-    p.env_vars
-        .push(("CDCD_PAUSEPOINT".into(), "mysql-before-snapshot:3000".into()));
+    p.env_vars.push((
+        "CDCD_PAUSEPOINT".into(),
+        "mysql-before-snapshot:3000".into(),
+    ));
     p.start();
     wait_output(&mut p, "pause point", Duration::from_secs(120)).await;
     my_exec(

@@ -365,7 +365,11 @@ async fn lag_stays_at_zero_while_a_mysql_source_is_quiet() {
     .unwrap();
     p.start();
     p.assert_equal("t", 120).await;
-    my_exec(&mut c, "INSERT INTO t SELECT seq + 100, seq FROM seq_1_to_100").await;
+    my_exec(
+        &mut c,
+        "INSERT INTO t SELECT seq + 100, seq FROM seq_1_to_100",
+    )
+    .await;
     p.assert_equal("t", 60).await;
 
     // Committed and quiet: every sample over 12 s (two heartbeat periods and more) is about 0.
