@@ -59,6 +59,9 @@
 //!   tables' columns are read from `information_schema`; the consistent snapshot is not begun.
 //! - [`MYSQL_COPY_TABLE`] (same place, a pause point): the snapshot is begun and every table
 //!   planned; the next table's copy has not read it yet.
+//! - [`MYSQL_COPY_WHOLE`] (same place): a table is about to be copied whole at a snapshot of its
+//!   own (a keyless table of a resumed copy, or one altered under the shared snapshot); nothing
+//!   of this copy is sent yet, the schema history records the table's columns at the shared one.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -108,6 +111,9 @@ pub const LSM_SWAP_BEFORE_SNAPSHOT: &str = "lsm-swap-before-snapshot";
 pub const MYSQL_BEFORE_SNAPSHOT: &str = "mysql-before-snapshot";
 /// A MySQL/MariaDB copy is about to read its next table at the snapshot.
 pub const MYSQL_COPY_TABLE: &str = "mysql-copy-table";
+
+/// A MySQL/MariaDB copy is about to copy a table whole at a snapshot of its own.
+pub const MYSQL_COPY_WHOLE: &str = "mysql-copy-whole";
 
 /// The crash point named by `CDCD_FAILPOINT` and at which hit it fires, read once.
 fn armed() -> Option<&'static (String, u64)> {
