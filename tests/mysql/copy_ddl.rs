@@ -48,11 +48,14 @@ fn chunk_rows(p: &MyPipeline, rows: u64) {
     std::fs::write(&p.config, text).unwrap();
 }
 
-/// The ALTERs of part 1, each followed by an update that uses the new shape, run while the copy
-/// has planned every table and not read the `z_` tables yet.
+/// The ALTERs of part 1, each followed by an update that uses the new shape (and some after an
+/// update in the older one), run while the copy has planned every table and not read the `z_`
+/// tables yet.
 const ALTERS_UNDER_THE_COPY: &str = "
+    UPDATE z_rewrite SET w = w + 1 WHERE id <= 5;
     ALTER TABLE z_rewrite MODIFY v BIGINT;
     UPDATE z_rewrite SET v = v + 5000000000 WHERE id <= 10;
+    UPDATE z_drop SET w = w + 1 WHERE id <= 5;
     ALTER TABLE z_drop DROP COLUMN w;
     UPDATE z_drop SET v = -v WHERE id <= 10;
     ALTER TABLE z_rename RENAME COLUMN w TO w2;
@@ -175,8 +178,10 @@ async fn a_crash_before_an_altered_table_is_copied_again_converges() {
     wait_output(&mut p, "pause point", Duration::from_secs(120)).await;
     my_exec(
         &mut c,
-        "ALTER TABLE z_rewrite MODIFY v BIGINT;
+        "UPDATE z_rewrite SET w = w + 1 WHERE id <= 5;
+         ALTER TABLE z_rewrite MODIFY v BIGINT;
          UPDATE z_rewrite SET v = v + 5000000000 WHERE id <= 10;
+         UPDATE z_drop SET w = w + 1 WHERE id <= 5;
          ALTER TABLE z_drop DROP COLUMN w;
          UPDATE z_drop SET v = -v WHERE id <= 10",
     )
