@@ -34,7 +34,7 @@ use tracing::info;
 use super::altered::{self, Altered, CopyError, COPY_ATTEMPTS};
 use super::copy::{self, Copied, Finish};
 use super::schema::TableEntry;
-use super::setup::{server_err, Flavor};
+use super::setup::{self, server_err, Flavor};
 use super::snapshot::{self, Pinned};
 use super::stream::HistoryWriter;
 use crate::changelog::{Position, TableId};
@@ -77,7 +77,10 @@ impl CopyJob<'_> {
         let (whole, shared): (Vec<ToCopy<'_>>, Vec<ToCopy<'_>>) = tables
             .into_iter()
             .partition(|(e, _)| origin.is_some() && e.schema.primary_key.is_empty());
-        let mut whole: Vec<TableEntry> = whole.into_iter().map(|(e, _)| e).collect();
+        let mut whole: Vec<TableId> = whole
+            .into_iter()
+            .map(|(e, _)| e.schema.id.clone())
+            .collect();
         if !whole.is_empty() {
             info!(
                 tables = whole.len(),
@@ -97,12 +100,12 @@ impl CopyJob<'_> {
                 origin.unwrap_or(position)
             }
         };
-        for entry in whole {
+        for table in whole {
             if self.shutdown.is_cancelled() {
                 return Ok(None);
             }
-            let first = !entries.iter().any(|e| e.schema.id == entry.schema.id);
-            match self.whole(entry).await? {
+            let first = !entries.iter().any(|e| e.schema.id == table);
+            match self.whole(table).await? {
                 None => return Ok(None),
                 Some(at) if first => entries.push(at),
                 Some(_) => {}
@@ -118,7 +121,7 @@ impl CopyJob<'_> {
         &mut self,
         tables: Vec<ToCopy<'_>>,
         origin: Option<&Position>,
-    ) -> Result<Option<(Position, Vec<TableEntry>, Vec<TableEntry>)>, SourceError> {
+    ) -> Result<Option<(Position, Vec<TableEntry>, Vec<TableId>)>, SourceError> {
         let progress: HashMap<TableId, &SnapshotProgress> = tables
             .iter()
             .filter_map(|(e, p)| p.map(|p| (e.schema.id.clone(), p)))
@@ -133,7 +136,7 @@ impl CopyJob<'_> {
             match origin {
                 Some(from) if self.moved_since(entry, from)? => {
                     info!(table = %entry.schema.id, from = %from, "the table's columns changed since the position it resumes from: copying it whole at a snapshot of its own");
-                    again.push(entry.clone());
+                    again.push(entry.schema.id.clone());
                 }
                 _ => here.push(entry),
             }
@@ -195,26 +198,28 @@ impl CopyJob<'_> {
             if !a.copies_again() {
                 return Err(altered::stop(table, *a, 1));
             }
-            if let Some(e) = entries.iter().find(|e| &e.schema.id == table) {
-                again.push(e.clone());
-            }
+            again.push(table.clone());
         }
         Ok(Some((position, entries, again)))
     }
 
-    /// Copies `entry`'s table whole at a snapshot of its own, declared complete exactly there,
-    /// and again at a newer one while it is found altered after it. Returns the table's entry at
-    /// the snapshot it was copied at, or `None` when shut down.
-    async fn whole(&mut self, mut entry: TableEntry) -> Result<Option<TableEntry>, SourceError> {
-        let table = entry.schema.id.clone();
+    /// Copies `table` whole at a snapshot of its own, declared complete exactly there, and again
+    /// at a newer one while it is found altered after it. Returns the table's entry at the
+    /// snapshot it was copied at, or `None` when shut down.
+    async fn whole(&mut self, table: TableId) -> Result<Option<TableEntry>, SourceError> {
         let mut cause = Altered::Rebuilt;
         for attempt in 1..=COPY_ATTEMPTS {
             crate::failpoints::crash_point(crate::failpoints::MYSQL_COPY_WHOLE);
+            let key = self.cfg.key_columns.get(&table).map(Vec::as_slice);
+            let gone = || altered::stop(&table, Altered::TableGone, attempt);
+            let Some(before) = setup::load_table(self.conn, &table, key).await? else {
+                return Err(gone());
+            };
             let Pinned { position, entries } =
-                snapshot::begin_pinned(self.conn, self.flavor, self.cfg, vec![entry]).await?;
+                snapshot::begin_pinned(self.conn, self.flavor, self.cfg, vec![before]).await?;
             let Some(at) = entries.into_iter().next() else {
                 self.end_snapshot().await?;
-                return Err(altered::stop(&table, Altered::TableGone, attempt));
+                return Err(gone());
             };
             self.record_columns(std::slice::from_ref(&at), false)
                 .await?;
@@ -250,7 +255,6 @@ impl CopyJob<'_> {
                 Some(a) if !a.copies_again() => return Err(altered::stop(&table, a, attempt)),
                 Some(a) => cause = a,
             }
-            entry = at;
         }
         Err(altered::stop(&table, cause, COPY_ATTEMPTS))
     }
