@@ -109,6 +109,20 @@ async fn a_table_altered_before_the_copy_reaches_it_is_copied_again() {
     for t in ALTERED {
         p.assert_equal(t, 120).await;
     }
+    // The rebuilt table (1412) and the two that lost a column (1054); the instant ADD COLUMN
+    // reads fine at the snapshot.
+    let out = p.output();
+    for t in ["z_rewrite", "z_drop", "z_rename"] {
+        assert!(
+            out.lines()
+                .any(|l| l.contains("copied again at a new snapshot")
+                    && l.contains(&format!(".{t} "))),
+            "{t} was copied again:\n{out}"
+        );
+    }
+    assert!(!out
+        .lines()
+        .any(|l| l.contains("copied again at a new snapshot") && l.contains(".z_add ")));
 }
 
 // Issue 34 part 2: `ADD COLUMN` + `UPDATE` between the read of the columns and the snapshot. The

@@ -84,7 +84,7 @@ impl CopyJob<'_> {
         if !whole.is_empty() {
             info!(
                 tables = whole.len(),
-                "copying keyless tables whole, each at a snapshot of its own"
+                "copying keyless tables whole at a snapshot of their own"
             );
         }
         let mut entries = Vec::new();
