@@ -78,7 +78,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, Row};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::altered::{read_err, Altered, CopyError};
 use super::chunks::{chunk_count, ranges_from_bounds, KeyRange, KeyValue};
@@ -288,7 +288,11 @@ pub async fn copy_tables(
             Ok(Some(rows)) => rows,
             Ok(None) => return Ok(Copied::ShutDown),
             Err(CopyError::Altered(a)) => {
-                info!(table = %table, cause = %a, "the table changed after the snapshot, before the copy read it: it is copied again at a new snapshot");
+                if a.copies_again() {
+                    info!(table = %table, cause = %a, "the table changed after the snapshot, before the copy read it: it is copied again at a new snapshot");
+                } else {
+                    warn!(table = %table, cause = %a, "the table is gone since the snapshot: cdcd stops once the other tables are copied");
+                }
                 altered.push((table, a));
                 continue;
             }

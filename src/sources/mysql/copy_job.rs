@@ -170,7 +170,7 @@ impl CopyJob<'_> {
                     plans.push(plan);
                 }
                 Err(CopyError::Altered(a)) => {
-                    info!(table = %entry.schema.id, cause = %a, "the table changed after the snapshot, before its chunks were planned: it is copied again at a new snapshot");
+                    info!(table = %entry.schema.id, cause = %a, "the table changed after the snapshot, before its chunks were planned");
                     altered.push((entry.schema.id.clone(), a));
                 }
                 Err(CopyError::Source(e)) => return Err(e),
