@@ -64,6 +64,13 @@
 //!   still commit on them (the window a migration during a long copy falls into).
 //! - [`COPY_CHUNK_COPIED`] (same place, a pause point): a worker finished a chunk and holds the
 //!   locks of the tables it verified; the tables queued behind are not locked.
+//! - [`MYSQL_BEFORE_SNAPSHOT`] (MySQL/MariaDB copy, `sources/mysql/`, a pause point): the copied
+//!   tables' columns are read from `information_schema`; the consistent snapshot is not begun.
+//! - [`MYSQL_COPY_TABLE`] (same place, a pause point): the snapshot is begun and every table
+//!   planned; the next table's copy has not read it yet.
+//! - [`MYSQL_COPY_WHOLE`] (same place): a table is about to be copied whole at a snapshot of its
+//!   own (a keyless table of a resumed copy, or one altered under the shared snapshot); nothing
+//!   of this copy is sent yet, the schema history records the table's columns at the shared one.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -115,6 +122,13 @@ pub const LSM_SWAP_BEFORE_SNAPSHOT: &str = "lsm-swap-before-snapshot";
 pub const COPY_PLANNED: &str = "copy-planned";
 /// A Postgres copy worker sent a chunk's rows and its end; it has not taken the next chunk.
 pub const COPY_CHUNK_COPIED: &str = "copy-chunk-copied";
+/// A MySQL/MariaDB copy read its tables' columns and has not begun its snapshot.
+pub const MYSQL_BEFORE_SNAPSHOT: &str = "mysql-before-snapshot";
+/// A MySQL/MariaDB copy is about to read its next table at the snapshot.
+pub const MYSQL_COPY_TABLE: &str = "mysql-copy-table";
+
+/// A MySQL/MariaDB copy is about to copy a table whole at a snapshot of its own.
+pub const MYSQL_COPY_WHOLE: &str = "mysql-copy-whole";
 
 /// The crash point named by `CDCD_FAILPOINT` and at which hit it fires, read once.
 fn armed() -> Option<&'static (String, u64)> {

@@ -28,7 +28,8 @@
 //! `pipeline/tables.rs` the per-table books (buffers, committed checkpoints, copy progress,
 //! upsert windows); `pipeline/commit.rs` a commit carried out (awaited or in the background) and
 //! the acknowledgement; `pipeline/copy.rs` the initial copy's events; `pipeline/upsert.rs` the
-//! upsert window's rewrite; `pipeline/progress.rs` the MySQL restart position.
+//! upsert window's rewrite; `pipeline/progress.rs` the MySQL restart position; `pipeline/lag.rs`
+//! the lag gauge.
 //!
 //! Exactly-once: on start each table's checkpoint is read back; a transaction at or below it is
 //! already in the table and is skipped for that table. The source resumes from the oldest
@@ -258,8 +259,7 @@ async fn run_batched(
         received: None,
         acked: None,
         acks: ack_tx,
-        received_time: None,
-        durable_time: None,
+        lag: Lag::default(),
         in_flight: InFlight::default(),
         snapshot_batch,
         progress,
@@ -488,12 +488,8 @@ struct Committer {
     received: Option<Position>,
     acked: Option<Position>,
     acks: watch::Sender<Option<Position>>,
-    /// Source time (µs since the epoch) up to which `received` is complete: a transaction's commit
-    /// time, or for a heartbeat the time it arrived (the source had nothing newer then).
-    received_time: Option<i64>,
-    /// `received_time` as of the newest acknowledgement: everything the source had by then is
-    /// in the tables. `cdcd_source_lag_seconds` is now minus this.
-    durable_time: Option<i64>,
+    /// `cdcd_source_lag_seconds`: the oldest change received and not yet durable.
+    lag: Lag,
     /// An initial-copy batch being committed in the background.
     in_flight: InFlight,
     snapshot_batch: SnapshotBatch,
@@ -505,7 +501,7 @@ impl Committer {
         match event {
             SourceEvent::Transaction(tx) => self.transaction(tx).await?,
             SourceEvent::Heartbeat(position) => {
-                self.received_time = Some(m::unix_now_micros());
+                self.lag.heard();
                 self.advance_received(position);
                 if self.idle() {
                     self.ack_received();
@@ -572,6 +568,7 @@ impl Committer {
                 }
             }
         }
+        let mut buffered = false;
         for mut changes in tx.changes {
             if changes.is_empty() || self.tables.parked.contains(&changes.schema.id) {
                 continue;
@@ -587,11 +584,13 @@ impl Committer {
                 continue;
             }
             self.tables.push(changes, &tx.position);
+            buffered = true;
         }
-        self.received_time = Some(
-            self.received_time
-                .map_or(tx.commit_time_micros, |t| t.max(tx.commit_time_micros)),
-        );
+        if buffered {
+            self.lag.waiting(tx.commit_time_micros);
+        } else {
+            self.lag.heard();
+        }
         self.advance_received(tx.position);
         metrics::gauge!(m::BUFFERED_ROWS, m::LABEL_PIPELINE => self.settings.pipeline.clone())
             .set(self.tables.buffered_rows as f64);
@@ -695,9 +694,8 @@ impl Committer {
     fn report(&self, health: &m::Health) {
         health.pipeline_turn(self.tables.oldest());
         let pipeline = || self.settings.pipeline.clone();
-        if let Some(durable) = self.durable_time {
-            metrics::gauge!(m::SOURCE_LAG_SECONDS, m::LABEL_PIPELINE => pipeline())
-                .set(m::lag_seconds(m::unix_now_micros(), durable));
+        if let Some(lag) = self.lag.seconds(m::unix_now_micros()) {
+            metrics::gauge!(m::SOURCE_LAG_SECONDS, m::LABEL_PIPELINE => pipeline()).set(lag);
         }
         metrics::gauge!(m::BUFFERED_ROWS, m::LABEL_PIPELINE => pipeline())
             .set(self.tables.buffered_rows as f64);
@@ -740,6 +738,9 @@ mod commit;
 use commit::InFlight;
 
 mod copy;
+
+mod lag;
+use lag::Lag;
 
 mod progress;
 use progress::ProgressWriter;

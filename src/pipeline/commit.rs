@@ -416,9 +416,7 @@ impl Committer {
 
     /// Acknowledges everything received: call only when nothing is buffered.
     pub(super) fn ack_received(&mut self) {
-        if self.received_time.is_some() {
-            self.durable_time = self.received_time;
-        }
+        self.lag.durable();
         let Some(received) = self.received.clone() else {
             return;
         };

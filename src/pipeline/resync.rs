@@ -300,8 +300,7 @@ pub async fn copy_for_resync(
         received: Some(held_at),
         acked: None,
         acks: ack_tx,
-        received_time: None,
-        durable_time: None,
+        lag: super::Lag::default(),
         in_flight: InFlight::default(),
         snapshot_batch: super::SnapshotBatch {
             rows: settings_rows,

@@ -1410,3 +1410,63 @@ async fn two_shapes_in_one_transaction_request_the_resync_and_the_rest_commits()
     assert_eq!(requests[0].received_at.as_deref(), Some("0/14"));
     assert!(r.acks.iter().all(|a| !a.covers(&pos(20))), "{:?}", r.acks);
 }
+
+// Issue 34, "Also seen": the lag is the age of the oldest change not yet committed. It used to
+// be now − the newest committed commit time, which climbed 1 s per second once the source went
+// quiet (to 3,700 s here after an hour of quiet).
+#[tokio::test]
+async fn the_lag_is_zero_once_everything_received_is_committed() {
+    let sink = RecordingSink {
+        checkpoints: BTreeMap::new(),
+        record: Arc::new(Mutex::new(Record::default())),
+    };
+    let (acks, _acks_rx) = watch::channel(None);
+    let mut committer = Committer {
+        sink: Arc::new(sink),
+        settings: settings(1000, SnapshotMode::Never),
+        tables: Tables::default(),
+        received: None,
+        acked: None,
+        acks,
+        lag: Lag::default(),
+        in_flight: InFlight::default(),
+        snapshot_batch: SnapshotBatch::default(),
+        progress: ProgressWriter::start(None),
+    };
+    let now = m::unix_now_micros();
+    let hour = 3_600_000_000;
+    assert_eq!(committer.lag.seconds(now), None, "nothing received yet");
+    let committed_at = now - 100_000_000;
+    let insert = SourceEvent::Transaction(Transaction {
+        position: pos(10),
+        commit_time_micros: committed_at,
+        changes: vec![changes("a", Op::Insert, &[1])],
+    });
+    committer.handle(insert).await.unwrap();
+    assert_eq!(
+        committer.lag.seconds(now),
+        Some(100.0),
+        "buffered, not committed"
+    );
+    committer.flush().await.unwrap();
+    assert_eq!(committer.lag.seconds(now), Some(0.0));
+    assert_eq!(
+        committer.lag.seconds(now + hour),
+        Some(0.0),
+        "an hour of quiet"
+    );
+    committer
+        .handle(SourceEvent::Heartbeat(pos(20)))
+        .await
+        .unwrap();
+    assert_eq!(committer.lag.seconds(now + hour), Some(0.0));
+    // A transaction the table already holds leaves nothing waiting.
+    committer.tables.committed.insert(table("a"), Some(pos(30)));
+    let replayed = SourceEvent::Transaction(Transaction {
+        position: pos(30),
+        commit_time_micros: committed_at,
+        changes: vec![changes("a", Op::Insert, &[2])],
+    });
+    committer.handle(replayed).await.unwrap();
+    assert_eq!(committer.lag.seconds(now + hour), Some(0.0));
+}

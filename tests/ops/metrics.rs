@@ -2,10 +2,12 @@
 //! `/metrics` serves the DESIGN names, each with the `pipeline` label; `cdcd_source_lag_seconds`
 //! falls to about 0 once cdcd has caught up and the source is idle (heartbeats); `/healthz` and
 //! `/readyz` answer 200; JSON logs are one object per line and carry no password; the
-//! maintenance metrics of both sinks (issue 19, "Visible").
+//! maintenance metrics of both sinks (issue 19, "Visible"); the lag stays at 0 while the source is
+//! quiet, between heartbeats too (issue 34, "Also seen").
 
 use std::time::{Duration, Instant};
 
+use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
 use crate::support::{connect, exec, test_env, unique, Pipeline, Settings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -334,4 +336,56 @@ async fn maintenance_metrics_are_served_for_both_sinks() {
         let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
         assert_eq!(st.code(), Some(0), "{st}");
     }
+}
+
+/// Issue 34, "Also seen": `cdcd_source_lag_seconds` is the age of the oldest change cdcd has not
+/// committed, so once everything the source sent is committed it is 0 however long the source
+/// stays quiet. MariaDB sends a heartbeat every 5 s; the old lag (now − the newest committed
+/// commit or heartbeat time) climbed 1 s per second between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lag_stays_at_zero_while_a_mysql_source_is_quiet() {
+    let Some(env) = my_env("lag_stays_at_zero_while_a_mysql_source_is_quiet") else {
+        return;
+    };
+    let name = unique("opsmylag");
+    let mut p = MyPipeline::new(&env, &name, "initial", "").await;
+    let mut c = my_connect(&env.url_for(&p.db)).await;
+    my_exec(
+        &mut c,
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT);
+         INSERT INTO t SELECT seq, seq FROM seq_1_to_100",
+    )
+    .await;
+    let port = free_port();
+    let text = std::fs::read_to_string(&p.config).unwrap();
+    std::fs::write(
+        &p.config,
+        format!("{text}\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
+    )
+    .unwrap();
+    p.start();
+    p.assert_equal("t", 120).await;
+    my_exec(
+        &mut c,
+        "INSERT INTO t SELECT seq + 100, seq FROM seq_1_to_100",
+    )
+    .await;
+    p.assert_equal("t", 60).await;
+
+    // Committed and quiet: every sample over 12 s (two heartbeat periods and more) is about 0.
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    while started.elapsed() < Duration::from_secs(12) {
+        let (_, body) = get(port, "/metrics").await.expect("no /metrics");
+        if let Some(lag) = sample(&body, "cdcd_source_lag_seconds", "") {
+            samples.push(lag);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(samples.len() >= 10, "lag samples: {samples:?}");
+    assert!(
+        samples.iter().all(|&lag| lag < 1.0),
+        "lag while the source is quiet and everything is committed: {samples:?}"
+    );
+    p.stop(Duration::from_secs(60)).await;
 }

@@ -1,8 +1,9 @@
 //! The initial copy of MySQL/MariaDB tables, chunk by chunk, resumable after a crash.
 //!
-//! Where it sits: `MySqlSource::run` opens a consistent snapshot (`snapshot::begin`, which also
-//! gives the snapshot's binlog position), calls [`plan_table`] for each table to copy and
-//! [`copy_tables`], commits the snapshot transaction, then streams the binlog. Each table's
+//! Where it sits: `copy_job.rs` opens a consistent snapshot (`snapshot::begin_pinned`, which also
+//! gives the snapshot's binlog position and the tables' columns at it), calls [`plan_table`] for
+//! each table to copy and [`copy_tables`], commits the snapshot transaction, then
+//! `MySqlSource::run` streams the binlog. Each table's
 //! plan goes to the pipeline as `SnapshotPlan`, each chunk as `SnapshotChunk` Started → rows →
 //! Done; the pipeline commits the rows with the progress (`cdcd.snapshot`), so a restart hands the
 //! plan back ([`crate::sources::TableCopy::progress`]) and only the chunks not done are copied.
@@ -53,6 +54,23 @@
 //!   partial and none of this arises.
 //! - A chunk started but not done at the crash may be partly committed: it is read again as
 //!   updates (upserts), which replace those rows instead of doubling them.
+//!
+//! The window replays changes from `from` over rows read at S2, so it needs the table's columns
+//! to be the same at both: a change replayed in an older shape over rows copied in a newer one
+//! cannot be applied (a narrower type), or drops a column the newer rows carry. A table whose
+//! columns at `from` (the schema history's) differ from those at S2 is therefore copied whole at
+//! a snapshot of its own and declared complete there, as a keyless table is (`copy_job.rs`).
+//!
+//! # A table altered under the copy
+//!
+//! A table the transaction has not read yet can be altered after the snapshot; its first read
+//! then fails (`altered.rs`: error 1412 after a rebuild, 1054 for a dropped or renamed column).
+//! Nothing of it has been sent: [`copy_tables`] announces a table's plan and first chunk only
+//! with its first rows. The other tables go on at the snapshot; the altered one is copied whole
+//! at a new snapshot S2 and declared complete at S2 (no upsert window). Streaming starts at P,
+//! before S2: the stream decodes the table's changes from P with its columns at P and replays the
+//! ALTER, and the pipeline skips them up to S2 as committed, so nothing of the older shape
+//! reaches the rows copied in the newer one.
 
 use std::time::Instant;
 
@@ -60,13 +78,14 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, Row};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
+use super::altered::{read_err, Altered, CopyError};
 use super::chunks::{chunk_count, ranges_from_bounds, KeyRange, KeyValue};
 use super::schema::TableEntry;
 use super::setup::server_err;
-use super::snapshot::{copy_rows, quote, send_truncate_marker, RowsQuery};
-use crate::changelog::{Op, Position};
+use super::snapshot::{announced, copy_rows, quote, truncate_marker, RowsQuery};
+use crate::changelog::{Op, Position, TableId};
 use crate::config::MySqlConfig;
 use crate::sources::{ChunkState, SnapshotProgress, SourceError, SourceEvent};
 
@@ -108,7 +127,7 @@ pub async fn plan_table<'a>(
     progress: Option<&SnapshotProgress>,
     chunk_rows: u64,
     from: &Position,
-) -> Result<TablePlan<'a>, SourceError> {
+) -> Result<TablePlan<'a>, CopyError> {
     let estimated_rows = estimated_rows(conn, entry).await?;
     let stored = progress.and_then(|p| {
         let chunks: Option<Vec<KeyRange>> = p
@@ -194,7 +213,7 @@ async fn key_ranges(
     entry: &TableEntry,
     estimated_rows: u64,
     chunk_rows: u64,
-) -> Result<Vec<KeyRange>, SourceError> {
+) -> Result<Vec<KeyRange>, CopyError> {
     let id = &entry.schema.id;
     let key = key_columns(entry);
     // The estimate only decides whether to plan at all; the walk finds the real count.
@@ -224,7 +243,7 @@ async fn key_ranges(
         let row: Option<Row> = conn
             .exec_first(sql, params)
             .await
-            .map_err(server_err(format!("planning the chunks of {id}")))?;
+            .map_err(read_err(format!("planning the chunks of {id}")))?;
         let Some(row) = row else { break };
         let bound: Option<Vec<KeyValue>> = (0..key.len())
             .map(|i| row.as_ref(i).and_then(KeyValue::from_value))
@@ -237,8 +256,19 @@ async fn key_ranges(
     Ok(ranges_from_bounds(bounds))
 }
 
+/// What [`copy_tables`] did.
+#[derive(Debug)]
+pub enum Copied {
+    /// Every plan is copied, except the tables found altered at their first read: none of
+    /// their events was sent.
+    All {
+        altered: Vec<(TableId, Altered)>,
+    },
+    ShutDown,
+}
+
 /// Copies every chunk to copy of `plans` on `conn` (inside the open snapshot), announcing each
-/// plan and chunk, and ends each table with `finish`'s events. Returns false when shut down.
+/// plan and chunk, and ends each table with `finish`'s events.
 pub async fn copy_tables(
     conn: &mut Conn,
     cfg: &MySqlConfig,
@@ -246,59 +276,28 @@ pub async fn copy_tables(
     finish: &Finish,
     events: &mpsc::Sender<SourceEvent>,
     shutdown: &CancellationToken,
-) -> Result<bool, SourceError> {
+) -> Result<Copied, SourceError> {
     let started = Instant::now();
     let mut total = 0u64;
+    let mut altered = Vec::new();
     for plan in plans {
+        crate::failpoints::pause_point(crate::failpoints::MYSQL_COPY_TABLE).await;
         let table = plan.entry.schema.id.clone();
         info!(table = %table, chunks = plan.chunks.len(), to_copy = plan.todo.len(), estimated_rows = plan.estimated_rows, "planned initial copy");
-        send(
-            events,
-            SourceEvent::SnapshotPlan {
-                table: table.clone(),
-                chunks: plan.descriptions.clone(),
-                estimated_rows: plan.estimated_rows,
-            },
-        )
-        .await?;
-        if plan.fresh {
-            send_truncate_marker(plan.entry, events).await?;
-        }
-        let key = key_columns(plan.entry);
-        let mut table_rows = 0u64;
-        for &(chunk, op) in &plan.todo {
-            let Some(range) = plan.chunks.get(chunk as usize) else {
+        let table_rows = match copy_table(conn, cfg, plan, events, shutdown).await {
+            Ok(Some(rows)) => rows,
+            Ok(None) => return Ok(Copied::ShutDown),
+            Err(CopyError::Altered(a)) => {
+                if a.copies_again() {
+                    info!(table = %table, cause = %a, "the table changed after the snapshot, before the copy read it: it is copied again at a new snapshot");
+                } else {
+                    warn!(table = %table, cause = %a, "the table is gone since the snapshot: cdcd stops once the other tables are copied");
+                }
+                altered.push((table, a));
                 continue;
-            };
-            let (filter, params) = range.where_clause(&key).ok_or_else(|| SourceError::Table {
-                table: table.clone(),
-                detail: format!(
-                    "chunk {chunk} of the stored copy plan does not match the primary key ({})",
-                    key.join(", ")
-                ),
-            })?;
-            let state = |state| SourceEvent::SnapshotChunk {
-                table: table.clone(),
-                chunk,
-                state,
-            };
-            send(events, state(ChunkState::Started)).await?;
-            let query = RowsQuery {
-                entry: plan.entry,
-                filter,
-                params,
-                op,
-            };
-            let Some(rows) = copy_rows(conn, cfg, query, events, shutdown).await? else {
-                return Ok(false);
-            };
-            send(events, state(ChunkState::Done)).await?;
-            table_rows += rows;
-            tracing::debug!(table = %table, chunk, of = plan.chunks.len(), rows, upsert = op == Op::Update, "chunk copied");
-            if shutdown.is_cancelled() {
-                return Ok(false);
             }
-        }
+            Err(CopyError::Source(e)) => return Err(e),
+        };
         total += table_rows;
         if let Some(until) = &finish.upsert_until {
             let window = SourceEvent::SnapshotUpsertUntil {
@@ -321,7 +320,81 @@ pub async fn copy_tables(
         rows_per_s = (total as f64 / seconds.max(1e-9)) as u64,
         "initial copy finished"
     );
-    Ok(true)
+    Ok(Copied::All { altered })
+}
+
+/// Copies the chunks of `plan` to copy; returns the rows sent, or `None` when shut down.
+///
+/// The table's plan (and its truncate marker) goes out with its first chunk's first rows, so a
+/// table altered after the snapshot fails its first read before anything of it is sent
+/// ([`CopyError::Altered`]). Once read, the transaction holds the table's metadata lock and no
+/// ALTER can touch it until the copy ends.
+async fn copy_table(
+    conn: &mut Conn,
+    cfg: &MySqlConfig,
+    plan: &TablePlan<'_>,
+    events: &mpsc::Sender<SourceEvent>,
+    shutdown: &CancellationToken,
+) -> Result<Option<u64>, CopyError> {
+    let table = plan.entry.schema.id.clone();
+    let mut announce = vec![SourceEvent::SnapshotPlan {
+        table: table.clone(),
+        chunks: plan.descriptions.clone(),
+        estimated_rows: plan.estimated_rows,
+    }];
+    if plan.fresh {
+        announce.push(truncate_marker(plan.entry)?);
+    }
+    let key = key_columns(plan.entry);
+    let mut table_rows = 0u64;
+    for &(chunk, op) in &plan.todo {
+        let Some(range) = plan.chunks.get(chunk as usize) else {
+            continue;
+        };
+        let (filter, params) = range.where_clause(&key).ok_or_else(|| SourceError::Table {
+            table: table.clone(),
+            detail: format!(
+                "chunk {chunk} of the stored copy plan does not match the primary key ({})",
+                key.join(", ")
+            ),
+        })?;
+        let state = |state| SourceEvent::SnapshotChunk {
+            table: table.clone(),
+            chunk,
+            state,
+        };
+        announce.push(state(ChunkState::Started));
+        let query = RowsQuery {
+            entry: plan.entry,
+            filter,
+            params,
+            op,
+        };
+        let first = announce
+            .iter()
+            .any(|e| matches!(e, SourceEvent::SnapshotPlan { .. }));
+        let rows = match copy_rows(conn, cfg, query, &mut announce, events, shutdown).await {
+            Ok(Some(rows)) => rows,
+            Ok(None) => return Ok(None),
+            Err(CopyError::Altered(a)) if !first => {
+                // Cannot happen while the transaction holds the table's metadata lock.
+                return Err(CopyError::Source(SourceError::Table {
+                    table: table.clone(),
+                    detail: format!("{a}, while its copy was under way"),
+                }));
+            }
+            Err(e) => return Err(e),
+        };
+        announced(&mut announce, events).await?;
+        send(events, state(ChunkState::Done)).await?;
+        table_rows += rows;
+        tracing::debug!(table = %table, chunk, of = plan.chunks.len(), rows, upsert = op == Op::Update, "chunk copied");
+        if shutdown.is_cancelled() {
+            return Ok(None);
+        }
+    }
+    announced(&mut announce, events).await?;
+    Ok(Some(table_rows))
 }
 
 async fn send(events: &mpsc::Sender<SourceEvent>, event: SourceEvent) -> Result<(), SourceError> {

@@ -10,9 +10,13 @@
 //! - TLS (`ssl-mode`, `ssl-ca`, `ssl-cert`/`ssl-key` as mysql_async's options, and what a failed
 //!   TLS connection means for the user) is [`crate::tls::mysql`], on the same rustls stack as
 //!   Postgres's.
-//! - `snapshot.rs`: the consistent snapshot and its binlog position; reading rows into batches.
+//! - `snapshot.rs`: the consistent snapshot, its binlog position and the tables' columns at it;
+//!   reading rows into batches.
 //! - `chunks.rs`: a table's copy plan as primary-key ranges (pure).
 //! - `copy.rs`: the initial copy, chunk by chunk, resumable after a crash (and why it converges).
+//! - `copy_job.rs`: one run's copy: which tables share a snapshot, which are copied whole at one
+//!   of their own, and the schema history the stream starts from.
+//! - `altered.rs`: a table altered after the copy's snapshot, before the copy read it (pure).
 //!
 //! This file is [`MySqlSource`], the [`Source`] the pipeline runs: it resolves the tables, copies
 //! them when asked, then opens the binlog stream at the resume position (MariaDB: GTID list with
@@ -22,10 +26,12 @@
 //! matter to the pipeline; binlog retention is the server's (`binlog_expire_logs_seconds`), and
 //! a purged binlog stops the source with an error naming the position.
 
+pub mod altered;
 pub mod assembler;
 pub mod chunks;
 pub mod config;
 pub mod copy;
+mod copy_job;
 pub mod ddl;
 pub mod decoder;
 pub mod history;
@@ -45,8 +51,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use mysql_async::prelude::Queryable;
-use mysql_async::Conn;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -57,6 +61,7 @@ use crate::sources::{
     Prepared, Resume, SnapshotProgress, Source, SourceError, SourceEvent, SourceStateStore,
 };
 use assembler::Assembler;
+use copy_job::CopyJob;
 use schema::TableEntry;
 use setup::{CheckProblem, Flavor};
 use stream::{stream_once, Failure, HistoryWriter};
@@ -239,22 +244,37 @@ impl Source for MySqlSource {
                 "a copy job needs tables to copy".to_owned(),
             ));
         }
+        let copied: Vec<(TableEntry, Option<&SnapshotProgress>)> = entries
+            .iter()
+            .filter_map(|e| {
+                if resume.snapshot {
+                    Some((e.clone(), None))
+                } else {
+                    wanted.get(&e.schema.id).map(|p| (e.clone(), *p))
+                }
+            })
+            .collect();
+        if resume.copy_only {
+            // A resync's copy job: the tables are complete exactly at their snapshots
+            // (`pipeline/resync.rs`); no stream, no schema history written.
+            let job = CopyJob {
+                conn: &mut conn,
+                flavor,
+                cfg: &cfg,
+                events: &events,
+                shutdown: &shutdown,
+                history: None,
+            };
+            job.run(copied, None).await?;
+            return Ok(());
+        }
+        // A fresh copy starts a new history: information_schema describes every table at it.
+        let mut history = HistoryWriter::open(self.state, resume.snapshot).await?;
         let start = if resume.snapshot || !wanted.is_empty() {
-            let copied: Vec<(&TableEntry, Option<&SnapshotProgress>)> = entries
-                .iter()
-                .filter_map(|e| {
-                    if resume.snapshot {
-                        Some((e, None))
-                    } else {
-                        wanted.get(&e.schema.id).map(|p| (e, *p))
-                    }
-                })
-                .collect();
             // Streaming starts at the oldest of the other tables' checkpoints and of the
             // positions interrupted copies declared their tables complete at; with neither, the
             // copy is fresh and streaming starts at its snapshot.
-            // A resync's copy job copies exactly at its snapshot (`pipeline/resync.rs`).
-            let origin = if resume.snapshot || resume.copy_only {
+            let origin = if resume.snapshot {
                 None
             } else {
                 let interrupted = copied
@@ -262,18 +282,25 @@ impl Source for MySqlSource {
                     .filter_map(|(_, p)| p.and_then(copy::resume_origin));
                 oldest(resume.start.iter().cloned().chain(interrupted))
             };
-            let position =
-                copy_at_new_snapshot(&mut conn, flavor, &cfg, &copied, origin, &events, &shutdown)
-                    .await?;
-            let Some(position) = position else {
+            let job = CopyJob {
+                conn: &mut conn,
+                flavor,
+                cfg: &cfg,
+                events: &events,
+                shutdown: &shutdown,
+                history: Some(&mut history),
+            };
+            let Some(copy) = job.run(copied, origin).await? else {
                 return Ok(());
             };
-            if resume.copy_only {
-                // A resync's copy job: the tables are complete at the snapshot's position; no
-                // stream, no schema history written.
-                return Ok(());
+            // The stream decodes the copied tables with their columns at the copy, which the
+            // schema history now records, not with the read before it.
+            for at in copy.entries {
+                if let Some(e) = entries.iter_mut().find(|e| e.schema.id == at.schema.id) {
+                    *e = at;
+                }
             }
-            position
+            copy.start
         } else {
             match resume.start {
                 Some(p) => p,
@@ -286,8 +313,6 @@ impl Source for MySqlSource {
             }
         };
         let start = in_flavor(start, flavor);
-        // A fresh copy starts a new history: information_schema describes every table at it.
-        let mut history = HistoryWriter::open(self.state, resume.snapshot).await?;
         let mut assembler = Assembler::new(cfg.tables.clone(), cfg.zero_date, start.clone());
         let mut adopted = false;
         for e in entries {
@@ -358,96 +383,6 @@ fn in_flavor(position: Position, flavor: Flavor) -> Position {
         Flavor::MySqlGtid => Position::MySqlGtid(GtidSet::default()),
         Flavor::MySqlFile => position,
     }
-}
-
-/// Copies `tables` chunk by chunk inside one new consistent-snapshot transaction and returns the
-/// position streaming starts from, or `None` when shut down mid-copy.
-///
-/// `origin`: `None` for a fresh copy (the tables are complete at the snapshot, where streaming
-/// starts); otherwise the tables are declared complete at `origin` with an upsert window up to
-/// the snapshot, and interrupted copies keep their done chunks (the argument is in `copy.rs`).
-async fn copy_at_new_snapshot(
-    conn: &mut Conn,
-    flavor: Flavor,
-    cfg: &MySqlConfig,
-    tables: &[(&TableEntry, Option<&SnapshotProgress>)],
-    origin: Option<Position>,
-    events: &mpsc::Sender<SourceEvent>,
-    shutdown: &CancellationToken,
-) -> Result<Option<Position>, SourceError> {
-    // A keyless table copied while streaming resumes (an interrupted copy beside checkpointed
-    // tables, an added table) cannot take an upsert window: a multiset has no key to match the
-    // replayed inserts of (origin, snapshot] on. So it is copied again whole at a snapshot of its
-    // own and declared complete there, exactly as a fresh copy is; the stream's changes to it at
-    // or below that position are then skipped as committed.
-    let keyed: Vec<(&TableEntry, Option<&SnapshotProgress>)>;
-    let mut tables = tables;
-    if let Some(from) = &origin {
-        let whole: Vec<(&TableEntry, Option<&SnapshotProgress>)> = tables
-            .iter()
-            .filter(|(e, _)| e.schema.primary_key.is_empty())
-            .map(|(e, _)| (*e, None))
-            .collect();
-        if !whole.is_empty() {
-            info!(
-                tables = whole.len(),
-                "copying keyless tables whole at a snapshot of their own"
-            );
-            let copied = Box::pin(copy_at_new_snapshot(
-                conn, flavor, cfg, &whole, None, events, shutdown,
-            ))
-            .await?;
-            if copied.is_none() {
-                return Ok(None);
-            }
-            keyed = tables
-                .iter()
-                .filter(|(e, _)| !e.schema.primary_key.is_empty())
-                .copied()
-                .collect();
-            if keyed.is_empty() {
-                return Ok(Some(from.clone()));
-            }
-            tables = &keyed;
-        }
-    }
-    let snapshot = snapshot::begin(conn, flavor).await?;
-    info!(%snapshot, from = %origin.as_ref().unwrap_or(&snapshot), tables = tables.len(), "initial copy from a consistent snapshot");
-    let finish = match &origin {
-        None => copy::Finish {
-            upsert_until: None,
-            done_at: snapshot.clone(),
-        },
-        Some(from) => copy::Finish {
-            upsert_until: Some(snapshot.clone()),
-            done_at: from.clone(),
-        },
-    };
-    let mut plans = Vec::with_capacity(tables.len());
-    for (entry, progress) in tables {
-        // A fresh copy replaces whatever an interrupted one left: without an origin, done chunks
-        // read at an unknown position cannot be kept.
-        let progress = progress.filter(|_| origin.is_some());
-        let plan = copy::plan_table(
-            conn,
-            entry,
-            progress,
-            cfg.snapshot_chunk_rows,
-            &finish.done_at,
-        )
-        .await?;
-        if !plan.fresh {
-            info!(table = %entry.schema.id, chunks = plan.chunks.len(), to_copy = plan.todo.len(), "resuming an interrupted initial copy at a new snapshot");
-        }
-        plans.push(plan);
-    }
-    if !copy::copy_tables(conn, cfg, &plans, &finish, events, shutdown).await? {
-        return Ok(None);
-    }
-    conn.query_drop("COMMIT")
-        .await
-        .map_err(setup::server_err("ending the snapshot"))?;
-    Ok(Some(finish.done_at))
 }
 
 #[cfg(test)]

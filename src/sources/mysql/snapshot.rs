@@ -7,6 +7,10 @@
 //! so cdcd holds `FLUSH TABLES WITH READ LOCK` just while it starts the transaction and reads
 //! `gtid_executed` / `SHOW MASTER STATUS` (needs RELOAD; writes pause for that moment).
 //!
+//! The columns copied are the columns at the snapshot ([`begin_pinned`]): `information_schema`
+//! is not versioned, so the tables are read from it before the snapshot and again inside it, and
+//! the snapshot is begun again when a DDL moved them in between (issue 34).
+//!
 //! Inside that transaction `copy.rs` copies each table chunk by chunk (primary-key ranges,
 //! `chunks.rs`) with [`copy_rows`]; why that makes the copy resumable and still exact is argued in
 //! `copy.rs`. Values are read over the binary protocol (typed, `Origin::Query`) and appended
@@ -22,8 +26,9 @@ use crate::changelog::{BinlogFile, Op, Position, TableChangesBuilder, TableId};
 use crate::config::MySqlConfig;
 use crate::sources::{SourceError, SourceEvent};
 
+use super::altered::{read_err, CopyError};
 use super::schema::TableEntry;
-use super::setup::{server_err, Flavor};
+use super::setup::{self, server_err, Flavor};
 use super::types::{append, Origin};
 
 /// Rows per `SnapshotRows` batch.
@@ -89,6 +94,77 @@ pub async fn begin(conn: &mut Conn, flavor: Flavor) -> Result<Position, SourceEr
     started
 }
 
+/// How often [`begin_pinned`] begins the snapshot before it gives up on tables whose columns keep
+/// changing.
+const BEGIN_ATTEMPTS: u32 = 10;
+
+/// A consistent snapshot open on a connection, and the copied tables as they are at it.
+pub struct Pinned {
+    pub position: Position,
+    /// Each table's entry at the snapshot, in the order asked; tables dropped before it are left out.
+    pub entries: Vec<TableEntry>,
+}
+
+/// Begins a consistent snapshot on `conn` at which the tables of `before` (their entries, read
+/// before) have known columns. Each is read again inside the snapshot: when every table reads as
+/// before, nothing changed between two reads on either side of the snapshot, so those are its
+/// columns at the snapshot. When one differs, a DDL ran in between, before or after the snapshot
+/// (`information_schema` cannot say which): the snapshot is rolled back and begun again, with the
+/// second reads as the new first ones. A table gone from `information_schema` is left out.
+pub async fn begin_pinned(
+    conn: &mut Conn,
+    flavor: Flavor,
+    cfg: &MySqlConfig,
+    mut before: Vec<TableEntry>,
+) -> Result<Pinned, SourceError> {
+    let mut moved = Vec::new();
+    for attempt in 1..=BEGIN_ATTEMPTS {
+        crate::failpoints::pause_point(crate::failpoints::MYSQL_BEFORE_SNAPSHOT).await;
+        let position = begin(conn, flavor).await?;
+        let mut at = Vec::with_capacity(before.len());
+        moved.clear();
+        for entry in &before {
+            let id = &entry.schema.id;
+            let key = cfg.key_columns.get(id).map(Vec::as_slice);
+            match setup::load_table(conn, id, key).await? {
+                Some(now) => {
+                    if !same_definition(entry, &now) {
+                        moved.push(id.to_string());
+                    }
+                    at.push(now);
+                }
+                None => moved.push(id.to_string()),
+            }
+        }
+        if moved.is_empty() {
+            return Ok(Pinned {
+                position,
+                entries: at,
+            });
+        }
+        tracing::info!(tables = %moved.join(", "), attempt, "tables changed while the copy's snapshot began: beginning it again");
+        conn.query_drop("ROLLBACK")
+            .await
+            .map_err(server_err("ending a snapshot to begin it again"))?;
+        before = at;
+    }
+    Err(SourceError::Server {
+        context: "beginning the initial copy's snapshot".into(),
+        detail: format!(
+            "the definition of {} changed each of the {BEGIN_ATTEMPTS} times the snapshot began (ALTER TABLE running?); restart cdcd once the schema changes are done",
+            moved.join(", ")
+        ),
+    })
+}
+
+/// Whether two reads of a table describe the same table: columns, key and character set.
+fn same_definition(a: &TableEntry, b: &TableEntry) -> bool {
+    a.columns == b.columns
+        && a.schema.key_names() == b.schema.key_names()
+        && a.key_origin == b.key_origin
+        && a.charset == b.charset
+}
+
 /// The server's current binlog position (where a stream without a checkpoint starts).
 pub async fn current_position(conn: &mut Conn, flavor: Flavor) -> Result<Position, SourceError> {
     let parse_err = |e: crate::changelog::ParsePositionError| SourceError::Protocol(e.to_string());
@@ -150,15 +226,19 @@ pub struct RowsQuery<'a> {
 
 /// Runs one `SELECT` of the table's columns (inside whatever transaction `conn` has open) and
 /// sends the rows as `SnapshotRows` batches of [`BATCH_ROWS`] or [`BATCH_BYTES`], awaiting each send (the
-/// backpressure: the result set is streamed, so memory holds one batch). Returns the rows sent,
-/// or `None` when shut down part way.
+/// backpressure: the result set is streamed, so memory holds one batch). `announce` is sent
+/// before the first batch (the table's plan and the chunk's start): a table altered after the
+/// snapshot fails at its first row, and then nothing of it has been sent ([`CopyError::Altered`]).
+/// What is left in `announce` was not sent. Returns the rows sent, or `None` when shut down part
+/// way.
 pub async fn copy_rows(
     conn: &mut Conn,
     cfg: &MySqlConfig,
     query: RowsQuery<'_>,
+    announce: &mut Vec<SourceEvent>,
     events: &mpsc::Sender<SourceEvent>,
     shutdown: &CancellationToken,
-) -> Result<Option<u64>, SourceError> {
+) -> Result<Option<u64>, CopyError> {
     let entry = query.entry;
     let schema = &entry.schema;
     let id: &TableId = &schema.id;
@@ -186,17 +266,17 @@ pub async fn copy_rows(
     let mut result = conn
         .exec_iter(sql, params)
         .await
-        .map_err(server_err(format!("copying {id}")))?;
+        .map_err(read_err(format!("copying {id}")))?;
     let mut batch = TableChangesBuilder::new(schema.clone(), BATCH_ROWS);
     let mut batch_bytes = 0usize;
     let mut rows_sent = 0u64;
     let mut stream = result
         .stream::<Row>()
         .await
-        .map_err(server_err(format!("copying {id}")))?;
+        .map_err(read_err(format!("copying {id}")))?;
     if let Some(rows) = stream.as_mut() {
         while let Some(row) = rows.next().await {
-            let row = row.map_err(server_err(format!("copying {id}")))?;
+            let row = row.map_err(read_err(format!("copying {id}")))?;
             batch.begin(query.op);
             for (i, kind) in entry.kinds.iter().enumerate() {
                 let value = row
@@ -221,6 +301,7 @@ pub async fn copy_rows(
                     TableChangesBuilder::new(schema.clone(), BATCH_ROWS),
                 );
                 rows_sent += full.len() as u64;
+                announced(announce, events).await?;
                 send(events, full, &table_err).await?;
                 if shutdown.is_cancelled() {
                     return Ok(None);
@@ -231,17 +312,26 @@ pub async fn copy_rows(
     drop(stream);
     if !batch.is_empty() {
         rows_sent += batch.len() as u64;
+        announced(announce, events).await?;
         send(events, batch, &table_err).await?;
     }
     Ok(Some(rows_sent))
 }
 
-/// Sends the batch that starts a fresh copy: one `Truncate` (all columns absent), so a copy
-/// started again from scratch replaces whatever an earlier attempt left.
-pub async fn send_truncate_marker(
-    entry: &TableEntry,
+/// Sends what `announce` holds, in order, and leaves it empty.
+pub async fn announced(
+    announce: &mut Vec<SourceEvent>,
     events: &mpsc::Sender<SourceEvent>,
 ) -> Result<(), SourceError> {
+    for event in announce.drain(..) {
+        events.send(event).await.map_err(|_| SourceError::Closed)?;
+    }
+    Ok(())
+}
+
+/// The batch that starts a fresh copy: one `Truncate` (all columns absent), so a copy started
+/// again from scratch replaces whatever an earlier attempt left.
+pub fn truncate_marker(entry: &TableEntry) -> Result<SourceEvent, SourceError> {
     let schema = &entry.schema;
     let table_err = |detail: String| SourceError::Table {
         table: schema.id.clone(),
@@ -253,7 +343,8 @@ pub async fn send_truncate_marker(
         batch.absent(i).map_err(|e| table_err(e.to_string()))?;
     }
     batch.no_old_key().map_err(|e| table_err(e.to_string()))?;
-    send(events, batch, &table_err).await
+    let changes = batch.finish().map_err(|e| table_err(e.to_string()))?;
+    Ok(SourceEvent::SnapshotRows(changes))
 }
 
 async fn send(

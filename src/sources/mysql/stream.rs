@@ -86,6 +86,11 @@ impl HistoryWriter {
         self.history.adopt(entry)
     }
 
+    /// Forgets `table`'s history (it is copied again and streamed from that copy's snapshot).
+    pub(super) fn forget(&mut self, table: &TableId) -> bool {
+        self.history.forget(table)
+    }
+
     /// Records DDL the assembler applied; durable when it returns, so nothing after the DDL
     /// reaches the pipeline (and no checkpoint passes it) before its version is on record.
     async fn record(&mut self, applied: Vec<AppliedDdl>) -> Result<(), SourceError> {
