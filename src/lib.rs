@@ -24,8 +24,11 @@
 //! - [`storage`]: one `object_store` from a warehouse URL (local or S3), multipart uploads, the
 //!   one create-if-absent publish (`put_create`), Iceberg orphan cleanup.
 //! - [`metrics`]: metric names, the Prometheus endpoint, health/readiness, systemd notification.
-//! - [`commands`]: what `run`, `check`, `status` and `cleanup` do; [`malloc`]: the arena cap;
-//!   [`failpoints`]: the named crash points the fault tests abort at.
+//! - [`daemon`]: what `cdcd` alone runs: the pipeline under the lease, in rounds, with online
+//!   resyncs supervised and the sink's maintenance in the background.
+//! - [`commands`]: the other commands (`check`, `status`, `cleanup`, `maintain`, `resync`), one
+//!   file each with its output; [`malloc`]: the arena cap; [`failpoints`]: the named crash points
+//!   the fault tests abort at.
 //!
 //! The house in more detail: `docs/architecture.md`.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -34,6 +37,7 @@ pub mod changelog;
 pub mod checkpoint;
 pub mod commands;
 pub mod config;
+pub mod daemon;
 pub mod failpoints;
 pub mod malloc;
 pub mod metrics;

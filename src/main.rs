@@ -1,4 +1,6 @@
-//! The `cdcd` command line: parse, load the config, run. Everything else lives in the library.
+//! The `cdcd` command line: parse, load the config, dispatch to the daemon (`src/daemon/mod.rs`)
+//! or a command (`src/commands/`), which does its work and prints its output. Everything else lives
+//! in the library.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -117,154 +119,41 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    use cdcd::commands;
     let path = cli
         .config
         .context("missing --config FILE (see config/pipeline.example.toml)")?;
     let config = cdcd::config::Config::load(&path)?;
-    match cli.command {
+    let code = match cli.command {
         None => {
             let shutdown = CancellationToken::new();
             tokio::spawn(stop_on_signal(shutdown.clone()));
-            cdcd::commands::run(&config, shutdown).await?;
+            cdcd::daemon::run(&config, shutdown).await?;
             info!("stopped");
-            Ok(ExitCode::SUCCESS)
+            ExitCode::SUCCESS
         }
-        Some(Command::Check) => {
-            for line in cdcd::commands::check_settings(&config) {
-                println!("{line}");
-            }
-            let mut problems = cdcd::commands::check(&config).await;
-            match cdcd::commands::check_sink(&config).await {
-                Ok(lines) => lines.iter().for_each(|line| println!("{line}")),
-                Err(problem) => problems.push(problem),
-            }
-            for line in cdcd::commands::check_keys(&config).await {
-                println!("{line}");
-            }
-            if problems.is_empty() {
-                println!("ok: {} is ready", config.pipeline);
-                Ok(ExitCode::SUCCESS)
-            } else {
-                for p in &problems {
-                    println!("{p}");
-                }
-                Ok(ExitCode::FAILURE)
-            }
+        Some(Command::Check) => commands::check::run(&config).await,
+        Some(Command::Status { json }) => {
+            commands::status::run(&config, json).await?;
+            ExitCode::SUCCESS
         }
         Some(Command::Cleanup {
             grace_secs,
             dry_run,
             json,
         }) => {
-            let grace = std::time::Duration::from_secs(grace_secs);
-            let reports = cdcd::commands::cleanup(&config, grace, dry_run).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&reports)?);
-            } else {
-                let verb = if dry_run { "would delete" } else { "deleted" };
-                for r in &reports {
-                    for o in &r.orphans {
-                        println!("{verb} {o}");
-                    }
-                    println!(
-                        "{}: {} live files, {verb} {} orphans, kept {} younger than {grace_secs}s",
-                        r.table,
-                        r.live,
-                        r.orphans.len(),
-                        r.young
-                    );
-                }
-            }
-            Ok(ExitCode::SUCCESS)
+            commands::cleanup::run(&config, grace_secs, dry_run, json).await?;
+            ExitCode::SUCCESS
         }
         Some(Command::Maintain { table, json }) => {
-            let reports = cdcd::commands::maintain(&config, table.as_deref()).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&reports)?);
-            } else {
-                for r in &reports {
-                    match &r.error {
-                        Some(e) => println!("{}: failed: {e}", r.table),
-                        None => println!(
-                            "{}: rewrote {} data files ({} bytes) into {}; expired {} snapshots, deleted {} files and {} metadata files; {} snapshots, {} live files, {} manifests",
-                            r.table,
-                            r.files_rewritten,
-                            r.bytes_rewritten,
-                            r.files_written,
-                            r.snapshots_expired,
-                            r.files_deleted,
-                            r.metadata_files_deleted,
-                            r.snapshots,
-                            r.live_files,
-                            r.manifests
-                        ),
-                    }
-                }
-            }
-            let failed = reports.iter().any(|r| r.error.is_some());
-            Ok(if failed {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            })
+            commands::maintain::run(&config, table.as_deref(), json).await?
         }
         Some(Command::Resync { table }) => {
-            match cdcd::commands::resync(&config, &table).await? {
-                cdcd::commands::ResyncRequested::Created {
-                    table,
-                    id,
-                    location,
-                } => println!(
-                    "resync of {table} requested (id {id}, {location}): a running cdcd starts it within a few seconds, otherwise the next start does; readers see the current table until the new copy replaces it"
-                ),
-                cdcd::commands::ResyncRequested::Pending {
-                    table,
-                    id,
-                    location,
-                } => println!(
-                    "a resync of {table} is already requested (id {id}, {location}) and not finished; it goes on"
-                ),
-            }
-            Ok(ExitCode::SUCCESS)
+            commands::resync::run(&config, &table).await?;
+            ExitCode::SUCCESS
         }
-        Some(Command::Status { json }) => {
-            let rows = cdcd::commands::status(&config).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
-            } else {
-                let dash = |v: Option<u64>| v.map(|s| s.to_string()).unwrap_or_else(|| "-".into());
-                println!(
-                    "{:<40} {:<32} {:<20} {:>20} {:>12} {:>8} {:>14} {:>9}",
-                    "TABLE", "KEY", "POSITION", "SNAPSHOT", "ROWS", "FILES", "BYTES", "SNAPSHOTS"
-                );
-                for r in rows {
-                    let key = match (r.key.is_empty(), &r.key_index) {
-                        (true, _) if r.key_origin == "full_row" => "full row (multiset)".to_owned(),
-                        (true, _) => "-".to_owned(),
-                        (false, Some(index)) => format!("({}) {index}", r.key.join(", ")),
-                        (false, None) => format!("({}) {}", r.key.join(", "), r.key_origin),
-                    };
-                    println!(
-                        "{:<40} {:<32} {:<20} {:>20} {:>12} {:>8} {:>14} {:>9}",
-                        r.table,
-                        key,
-                        r.position.as_deref().unwrap_or("-"),
-                        r.snapshot_id
-                            .map(|s| s.to_string())
-                            .unwrap_or_else(|| "-".into()),
-                        dash(r.rows),
-                        dash(r.live_files),
-                        dash(r.live_bytes),
-                        dash(r.snapshots),
-                    );
-                    if let Some(resync) = &r.resync {
-                        println!("  resync: {resync}");
-                    }
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-    }
+    };
+    Ok(code)
 }
 
 /// Logs go to stderr, filtered by `CDCD_LOG` (default `info`). Secrets never reach them: the
