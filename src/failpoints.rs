@@ -46,9 +46,9 @@
 //!   yet told (the next commit catches it up from the table).
 //! - [`COMPACT_REWRITTEN`] (same place, a pause point): a compaction wrote its output files
 //!   without the table's lock and has not taken it back to commit; streaming commits go on.
-//! - [`RESYNC_COPIED`] (online resync, `commands.rs`): a copy job's lineage is complete at the
-//!   position the pipeline holds its acknowledgements at; the pipeline has not restarted to
-//!   replay into it, the live table is still the old one.
+//! - [`RESYNC_COPIED`] (online resync, `daemon/resync_watch.rs`): a copy job's lineage is
+//!   complete at the position the pipeline holds its acknowledgements at; the pipeline has not
+//!   restarted to replay into it, the live table is still the old one.
 //! - [`SCHEMA_RESYNC_REQUESTED`] (`pipeline/schema_resync.rs`): a schema change a table could
 //!   not take has the table's resync request durable (written with the position the pipeline
 //!   holds its acknowledgements at, renewed, or found pending); the table is not parked yet, and

@@ -1,7 +1,7 @@
 //! Fencing: one active cdcd per pipeline and warehouse, through a lease object at
 //! `<warehouse>/_cdcd/<pipeline>/lease.json` renewed by conditional put.
 //!
-//! Where it sits: around the whole pipeline (`commands::run`): acquire before reading the
+//! Where it sits: around the whole pipeline (`daemon::run`): acquire before reading the
 //! source, renew while running, release on a clean stop. Why a lease as well as conditional
 //! commits: a commit by create-if-absent already guarantees that two writers never both publish
 //! version N of a table (the loser gets a conflict, nothing of it becomes visible), so a second

@@ -1,6 +1,6 @@
 //! A tiny HTTP/1.1 responder for `/metrics`, `/healthz` and `/readyz` on `[metrics] listen`.
 //!
-//! Where it sits: a task beside the pipeline, started by `commands::run`; it reads the Prometheus
+//! Where it sits: a task beside the pipeline, started by `daemon::run`; it reads the Prometheus
 //! handle and [`Health`] and writes nothing anywhere else.
 //!
 //! Why not hyper: three fixed GET routes answered with `Connection: close` need no HTTP stack.

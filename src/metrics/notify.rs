@@ -2,7 +2,7 @@
 //! started, `WATCHDOG=1` at half the watchdog period while the pipeline loop turns, `STOPPING=1`
 //! when shutdown begins.
 //!
-//! Where it sits: a task beside the pipeline (`commands::run`), reading [`Health`].
+//! Where it sits: a task beside the pipeline (`daemon::run`), reading [`Health`].
 //!
 //! Why no crate: the protocol is one datagram per message to the `AF_UNIX` socket named by
 //! `$NOTIFY_SOCKET`, where a leading `@` means Linux's abstract namespace (sd_notify(3),

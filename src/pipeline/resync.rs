@@ -3,10 +3,10 @@
 //! streaming pipeline. The lineage and its swap are the sink's (`sinks/iceberg/resync/mod.rs`).
 //!
 //! A lineage is filled one of two ways:
-//! - **Online**, for a request made while the daemon streams (`commands.rs` watches for them):
-//!   a copy job ([`copy_for_resync`], its own source connection and sink) copies the table into
-//!   its lineage while the pipeline keeps streaming every table, this one into its live table.
-//!   First the pipeline's acknowledgements are held ([`AckHold`]) at P, the newest position it
+//! - **Online**, for a request made while the daemon streams (`daemon/resync_watch.rs` watches
+//!   for them): a copy job ([`copy_for_resync`], its own source connection and sink) copies the
+//!   table into its lineage while the pipeline keeps streaming every table, this one into its
+//!   live table. First the pipeline's acknowledgements are held ([`AckHold`]) at P, the newest position it
 //!   offered to acknowledge, and P is recorded in the request. Then the job copies the table
 //!   whole at a new snapshot whose position C is exact (Postgres: a temporary slot's exported
 //!   snapshot and consistent point; MySQL: the consistent snapshot's binlog position): every
@@ -24,7 +24,8 @@
 //!   a copy job again: a complete lineage catches up, an unfinished one is copied again whole
 //!   (its chunks are exact at their own snapshot, not at another one). A daemon that stops on an
 //!   error while a table is resynced online starts that resync over under a new id
-//!   (`commands.rs`), copied at the next start: the way out when the error is the table's own.
+//!   (`daemon/resync_watch.rs`), copied at the next start: the way out when the error is the
+//!   table's own.
 //! - **At start**, for a request found when the daemon starts (cdcd was stopped, or stopped on
 //!   the very change the resync is the way out of): the table is copied before streaming
 //!   resumes, like an interrupted copy, while the other tables wait

@@ -1,9 +1,10 @@
 //! A schema change a table's lake table cannot express, left to that table's resync instead of
 //! a stop: with `source.schema_change = "resync"` for the table, or when a resync of it is
 //! requested or under way already. The table is *parked* (this run commits nothing more to it and
-//! drops its changes), a resync request is written, and the daemon's watcher (`commands.rs`)
-//! copies the table online beside the streaming pipeline (`pipeline/resync.rs`); every other
-//! table streams on meanwhile, including the rest of the transaction that carried the change.
+//! drops its changes), a resync request is written, and the daemon's watcher
+//! (`daemon/resync_watch.rs`) copies the table online beside the streaming pipeline
+//! (`pipeline/resync.rs`); every other table streams on meanwhile, including the rest of the
+//! transaction that carried the change.
 //!
 //! The changes: a commit the sink refuses (`SinkError::SchemaChanged`: `ADD COLUMN … DEFAULT` on
 //! Paimon or format v2, a type change the format cannot widen, a column dropped while another

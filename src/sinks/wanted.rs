@@ -1,8 +1,8 @@
 //! Tables whose sink asks for maintenance before the next scheduled cycle (Flink's Iceberg
 //! `TableMaintenance` triggers on file counts the same way): the sink marks a table after a
 //! commit that leaves it with enough small files (`cdcd.compaction.trigger-small-files`, 64), and the
-//! daemon's background task (`commands.rs`, `maintain_in_background`) runs a cycle of those
-//! tables then instead of waiting for `sink.maintenance_interval_ms`.
+//! daemon's background task (`daemon/maintenance.rs`) runs a cycle of those tables then instead
+//! of waiting for `sink.maintenance_interval_ms`.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
