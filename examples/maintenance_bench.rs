@@ -9,9 +9,10 @@
 //! table grows by 10 rows per commit. The stream is deterministic (xorshift), so every pass and
 //! mode commits the same changes.
 //!
-//! Maintenance runs as the daemon runs it (`daemon/maintenance.rs`): a background task calling
-//! `Sink::maintain(None)` beside the streaming commits. The daemon's defaults are a commit per
-//! `commit_interval_ms` = 1 s and a cycle per `maintenance_interval_ms` = 60 s, i.e. one cycle per 60 commits; the bench compresses the clock
+//! Maintenance runs as the daemon runs it (`daemon/maintenance.rs`, `maintain_in_background`): a
+//! background task calling `Sink::maintain(None)` beside the streaming commits. The daemon's
+//! defaults are a commit per `commit_interval_ms` = 1 s and a cycle per
+//! `maintenance_interval_ms` = 60 s, i.e. one cycle per 60 commits; the bench compresses the clock
 //! by committing back to back and waking the maintenance task every `--maintain-every` commits
 //! (default 60), and when a commit asks for a cycle as the daemon's task is woken
 //! (`cdcd.compaction.trigger-small-files`, 64 small files by default, which a 60-commit tick
@@ -872,7 +873,8 @@ async fn run_pass(
         s.commit(&t, &[batch], &checkpoint(lsn)).await?;
         window.push(began.elapsed());
         // The daemon serves a commit's ask at once (`daemon/maintenance.rs`; its minimum gap
-        // between asked cycles, 1/20 of the interval, is 3 commits at this compressed clock: ignored).
+        // between asked cycles, 1/20 of the interval, is 3 commits at this compressed clock:
+        // ignored).
         let asked = !a.no_trigger && s.maintenance_wanted().is_some_and(|w| !w.take().is_empty());
         if maintenance && (c % a.maintain_every == 0 || asked) {
             tick.notify_one();
