@@ -571,4 +571,6 @@ fn read_relation(r: &mut Reader<'_>, xid: Option<u32>) -> Result<Relation, Decod
 #[cfg(test)]
 pub(crate) mod captured;
 #[cfg(test)]
+pub(crate) mod message_bytes;
+#[cfg(test)]
 mod tests;

@@ -2,6 +2,7 @@
 //! Replication Message Formats"), protocol 3 as Postgres 15 sends it.
 
 use super::*;
+use crate::sources::postgres::decoder::message_bytes::{Msg, TOAST};
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int32Type;
 use arrow_array::Array;
@@ -12,73 +13,12 @@ const T1: u32 = 16384;
 const T2: u32 = 16390;
 const OTHER: u32 = 16400;
 
-/// A pgoutput message under construction.
-struct B(Vec<u8>);
-
-impl B {
-    fn new(tag: u8) -> Self {
-        B(vec![tag])
-    }
-    fn u8(mut self, v: u8) -> Self {
-        self.0.push(v);
-        self
-    }
-    fn u16(mut self, v: u16) -> Self {
-        self.0.extend_from_slice(&v.to_be_bytes());
-        self
-    }
-    fn u32(mut self, v: u32) -> Self {
-        self.0.extend_from_slice(&v.to_be_bytes());
-        self
-    }
-    fn i32(mut self, v: i32) -> Self {
-        self.0.extend_from_slice(&v.to_be_bytes());
-        self
-    }
-    fn u64(mut self, v: u64) -> Self {
-        self.0.extend_from_slice(&v.to_be_bytes());
-        self
-    }
-    fn xid(self, xid: Option<u32>) -> Self {
-        match xid {
-            Some(x) => self.u32(x),
-            None => self,
-        }
-    }
-    fn cstr(mut self, s: &str) -> Self {
-        self.0.extend_from_slice(s.as_bytes());
-        self.0.push(0);
-        self
-    }
-    /// A TupleData: `None` = NULL, `Some("\u{0}u")` = unchanged TOAST, else text.
-    fn tuple(mut self, values: &[Option<&str>]) -> Self {
-        self = self.u16(values.len() as u16);
-        for v in values {
-            match v {
-                None => self.0.push(b'n'),
-                Some("\u{0}u") => self.0.push(b'u'),
-                Some(t) => {
-                    self.0.push(b't');
-                    self = self.i32(t.len() as i32);
-                    self.0.extend_from_slice(t.as_bytes());
-                }
-            }
-        }
-        self
-    }
-    fn done(self) -> Bytes {
-        Bytes::from(self.0)
-    }
-}
-
-const TOAST: Option<&str> = Some("\u{0}u");
-
 fn begin(final_lsn: u64, xid: u32) -> Bytes {
-    B::new(b'B').u64(final_lsn).u64(1_000_000).u32(xid).done()
+    Msg::new(b'B').u64(final_lsn).u64(1_000_000).u32(xid).done()
 }
 
 fn commit(end_lsn: u64) -> Bytes {
-    B::new(b'C')
+    Msg::new(b'C')
         .u8(0)
         .u64(end_lsn - 8)
         .u64(end_lsn)
@@ -88,7 +28,7 @@ fn commit(end_lsn: u64) -> Bytes {
 
 /// `public.<name>(id int4 key, body text, n int4)`.
 fn relation(xid: Option<u32>, oid: u32, name: &str) -> Bytes {
-    let mut b = B::new(b'R')
+    let mut b = Msg::new(b'R')
         .xid(xid)
         .u32(oid)
         .cstr("public")
@@ -106,7 +46,12 @@ fn relation(xid: Option<u32>, oid: u32, name: &str) -> Bytes {
 }
 
 fn insert(xid: Option<u32>, oid: u32, row: &[Option<&str>]) -> Bytes {
-    B::new(b'I').xid(xid).u32(oid).u8(b'N').tuple(row).done()
+    Msg::new(b'I')
+        .xid(xid)
+        .u32(oid)
+        .u8(b'N')
+        .text_tuple(row)
+        .done()
 }
 
 fn update(
@@ -115,19 +60,24 @@ fn update(
     old: Option<(u8, &[Option<&str>])>,
     new: &[Option<&str>],
 ) -> Bytes {
-    let mut b = B::new(b'U').xid(xid).u32(oid);
+    let mut b = Msg::new(b'U').xid(xid).u32(oid);
     if let Some((kind, row)) = old {
-        b = b.u8(kind).tuple(row);
+        b = b.u8(kind).text_tuple(row);
     }
-    b.u8(b'N').tuple(new).done()
+    b.u8(b'N').text_tuple(new).done()
 }
 
 fn delete(xid: Option<u32>, oid: u32, kind: u8, row: &[Option<&str>]) -> Bytes {
-    B::new(b'D').xid(xid).u32(oid).u8(kind).tuple(row).done()
+    Msg::new(b'D')
+        .xid(xid)
+        .u32(oid)
+        .u8(kind)
+        .text_tuple(row)
+        .done()
 }
 
 fn truncate(xid: Option<u32>, oids: &[u32]) -> Bytes {
-    let mut b = B::new(b'T').xid(xid).u32(oids.len() as u32).u8(0);
+    let mut b = Msg::new(b'T').xid(xid).u32(oids.len() as u32).u8(0);
     for o in oids {
         b = b.u32(*o);
     }
@@ -135,15 +85,15 @@ fn truncate(xid: Option<u32>, oids: &[u32]) -> Bytes {
 }
 
 fn stream_start(xid: u32) -> Bytes {
-    B::new(b'S').u32(xid).u8(1).done()
+    Msg::new(b'S').u32(xid).u8(1).done()
 }
 
 fn stream_stop() -> Bytes {
-    B::new(b'E').done()
+    Msg::new(b'E').done()
 }
 
 fn stream_commit(xid: u32, end_lsn: u64) -> Bytes {
-    B::new(b'c')
+    Msg::new(b'c')
         .u32(xid)
         .u8(0)
         .u64(end_lsn - 8)
@@ -153,7 +103,7 @@ fn stream_commit(xid: u32, end_lsn: u64) -> Bytes {
 }
 
 fn stream_abort(xid: u32, subxid: u32) -> Bytes {
-    B::new(b'A').u32(xid).u32(subxid).done()
+    Msg::new(b'A').u32(xid).u32(subxid).done()
 }
 
 fn assembler_with(memory: usize, dir: &std::path::Path) -> Assembler {
@@ -488,7 +438,7 @@ fn defaults_serve_every_relation_of_a_streamed_replay() {
     let dir = tempfile::tempdir().unwrap();
     let mut a = assembler_with(1 << 20, dir.path());
     let with_c = {
-        let mut b = B::new(b'R')
+        let mut b = Msg::new(b'R')
             .xid(Some(50))
             .u32(T1)
             .cstr("public")
@@ -625,7 +575,7 @@ fn relation_zero_lsn_and_protocol_errors() {
 fn unknown_types_are_reported_then_resolved() {
     let dir = tempfile::tempdir().unwrap();
     let mut a = assembler_with(1 << 20, dir.path());
-    let rel = B::new(b'R')
+    let rel = Msg::new(b'R')
         .u32(T1)
         .cstr("public")
         .cstr("t1")
@@ -653,10 +603,10 @@ fn unknown_types_are_reported_then_resolved() {
     assert!(a.missing_types(&rel).unwrap().is_empty());
     a.feed(Lsn(1), rel).unwrap();
     a.feed(Lsn(1), begin(10, 1)).unwrap();
-    let row = B::new(b'I')
+    let row = Msg::new(b'I')
         .u32(T1)
         .u8(b'N')
-        .tuple(&[Some("1"), Some("happy")])
+        .text_tuple(&[Some("1"), Some("happy")])
         .done();
     a.feed(Lsn(1), row).unwrap();
     let tx = one_tx(feed(&mut a, &[commit(20)]));
@@ -735,7 +685,7 @@ fn keyless_changes_without_a_whole_old_row_stop() {
 
 /// A `'M'` logical decoding message (transactional, outside a stream block).
 fn logical_message(prefix: &str, content: &str) -> Bytes {
-    let mut b = B::new(b'M')
+    let mut b = Msg::new(b'M')
         .u8(1)
         .u64(90)
         .cstr(prefix)
@@ -746,7 +696,7 @@ fn logical_message(prefix: &str, content: &str) -> Bytes {
 
 /// `public.t1` with column `body` renamed to `text`.
 fn renamed_relation() -> Bytes {
-    let mut b = B::new(b'R')
+    let mut b = Msg::new(b'R')
         .u32(T1)
         .cstr("public")
         .cstr("t1")

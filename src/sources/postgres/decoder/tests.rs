@@ -4,6 +4,7 @@
 use super::*;
 
 use super::captured::{captured_v1, captured_v2, hex};
+use super::message_bytes::Msg;
 
 fn v1() -> DecodeOptions {
     DecodeOptions::new(1)
@@ -21,58 +22,6 @@ fn values<'a>(t: &TupleData<'a>) -> Vec<ColumnValue<'a>> {
 }
 
 use ColumnValue::{Null, Text, UnchangedToast};
-
-/// Builds messages byte by byte, big-endian as the protocol is.
-#[derive(Default)]
-struct W(Vec<u8>);
-
-impl W {
-    fn tag(c: u8) -> Self {
-        W(vec![c])
-    }
-    fn u8(mut self, v: u8) -> Self {
-        self.0.push(v);
-        self
-    }
-    fn u16(mut self, v: u16) -> Self {
-        self.0.extend_from_slice(&v.to_be_bytes());
-        self
-    }
-    fn u32(mut self, v: u32) -> Self {
-        self.0.extend_from_slice(&v.to_be_bytes());
-        self
-    }
-    fn i32(mut self, v: i32) -> Self {
-        self.0.extend_from_slice(&v.to_be_bytes());
-        self
-    }
-    fn i64(mut self, v: i64) -> Self {
-        self.0.extend_from_slice(&v.to_be_bytes());
-        self
-    }
-    fn cstr(mut self, s: &str) -> Self {
-        self.0.extend_from_slice(s.as_bytes());
-        self.0.push(0);
-        self
-    }
-    fn tuple(mut self, cols: &[ColumnValue<'_>]) -> Self {
-        self.0
-            .extend_from_slice(&u16::try_from(cols.len()).unwrap().to_be_bytes());
-        for c in cols {
-            match c {
-                Null => self.0.push(b'n'),
-                UnchangedToast => self.0.push(b'u'),
-                Text(v) | ColumnValue::Binary(v) => {
-                    self.0.push(if matches!(c, Text(_)) { b't' } else { b'b' });
-                    self.0
-                        .extend_from_slice(&i32::try_from(v.len()).unwrap().to_be_bytes());
-                    self.0.extend_from_slice(v);
-                }
-            }
-        }
-        self
-    }
-}
 
 // ---- protocol 1, captured ----
 
@@ -207,7 +156,7 @@ fn delete_by_key() {
 
 #[test]
 fn delete_by_old_row() {
-    let bytes = W::tag(b'D')
+    let bytes = Msg::new(b'D')
         .u32(16398)
         .u8(b'O')
         .tuple(&[Text(b"7"), Text(b"SEVEN")])
@@ -247,7 +196,7 @@ fn message_and_truncate() {
 
 #[test]
 fn origin_type_and_binary_columns() {
-    let origin = W::tag(b'O').i64(0x1234).cstr("node_a").0;
+    let origin = Msg::new(b'O').i64(0x1234).cstr("node_a").0;
     assert_eq!(
         decode(&origin, v1()).unwrap(),
         PgOutputMessage::Origin {
@@ -255,7 +204,7 @@ fn origin_type_and_binary_columns() {
             name: "node_a",
         }
     );
-    let ty = W::tag(b'Y').u32(16411).cstr("public").cstr("mood").0;
+    let ty = Msg::new(b'Y').u32(16411).cstr("public").cstr("mood").0;
     assert_eq!(
         decode(&ty, v1()).unwrap(),
         PgOutputMessage::Type {
@@ -265,7 +214,7 @@ fn origin_type_and_binary_columns() {
             name: "mood",
         }
     );
-    let insert = W::tag(b'I')
+    let insert = Msg::new(b'I')
         .u32(7)
         .u8(b'N')
         .tuple(&[ColumnValue::Binary(&[0, 0, 0, 42]), Text(b""), Null])
@@ -282,7 +231,7 @@ fn origin_type_and_binary_columns() {
 
 #[test]
 fn truncate_options_and_several_relations() {
-    let bytes = W::tag(b'T').i32(3).u8(3).u32(1).u32(2).u32(3).0;
+    let bytes = Msg::new(b'T').i32(3).u8(3).u32(1).u32(2).u32(3).0;
     assert_eq!(
         decode(&bytes, v1()).unwrap(),
         PgOutputMessage::Truncate {
@@ -295,12 +244,12 @@ fn truncate_options_and_several_relations() {
 
 #[test]
 fn empty_tuple_and_non_transactional_message() {
-    let insert = W::tag(b'I').u32(9).u8(b'N').tuple(&[]).0;
+    let insert = Msg::new(b'I').u32(9).u8(b'N').tuple(&[]).0;
     let PgOutputMessage::Insert { new, .. } = decode(&insert, v1()).unwrap() else {
         panic!("not an insert")
     };
     assert!(new.is_empty());
-    let msg = W::tag(b'M').u8(0).i64(5).cstr("p").i32(0).0;
+    let msg = Msg::new(b'M').u8(0).i64(5).cstr("p").i32(0).0;
     assert_eq!(
         decode(&msg, v1()).unwrap(),
         PgOutputMessage::Message {
@@ -431,7 +380,7 @@ fn streamed_changes_carry_xid() {
 
 #[test]
 fn streamed_truncate_carries_xid() {
-    let bytes = W::tag(b'T').u32(900).i32(2).u8(1).u32(10).u32(11).0;
+    let bytes = Msg::new(b'T').u32(900).i32(2).u8(1).u32(10).u32(11).0;
     assert_eq!(
         decode(&bytes, streamed(2)).unwrap(),
         PgOutputMessage::Truncate {
@@ -475,7 +424,7 @@ fn wrong_stream_state_is_an_error_not_a_misread() {
 #[test]
 fn two_phase_messages() {
     let v3 = DecodeOptions::new(3);
-    let bytes = W::tag(b'b')
+    let bytes = Msg::new(b'b')
         .i64(100)
         .i64(200)
         .i64(300)
@@ -492,7 +441,7 @@ fn two_phase_messages() {
             gid: "gid1",
         }
     );
-    let bytes = W::tag(b'P')
+    let bytes = Msg::new(b'P')
         .u8(0)
         .i64(100)
         .i64(200)
@@ -511,7 +460,7 @@ fn two_phase_messages() {
             gid: "gid1",
         }
     );
-    let bytes = W::tag(b'K')
+    let bytes = Msg::new(b'K')
         .u8(0)
         .i64(400)
         .i64(500)
@@ -530,7 +479,7 @@ fn two_phase_messages() {
             gid: "gid1",
         }
     );
-    let bytes = W::tag(b'r')
+    let bytes = Msg::new(b'r')
         .u8(0)
         .i64(200)
         .i64(700)
@@ -551,7 +500,7 @@ fn two_phase_messages() {
             gid: "gid1",
         }
     );
-    let bytes = W::tag(b'p')
+    let bytes = Msg::new(b'p')
         .u8(0)
         .i64(100)
         .i64(200)
@@ -576,7 +525,7 @@ fn two_phase_messages() {
 
 #[test]
 fn stream_abort_v4_parallel_carries_lsn_and_time() {
-    let bytes = W::tag(b'A').u32(757).u32(758).i64(0x1afb800).i64(42).0;
+    let bytes = Msg::new(b'A').u32(757).u32(758).i64(0x1afb800).i64(42).0;
     assert_eq!(
         decode(&bytes, DecodeOptions::new(4)).unwrap(),
         PgOutputMessage::StreamAbort {
@@ -618,7 +567,7 @@ fn stream_abort_v4_parallel_carries_lsn_and_time() {
 
 #[test]
 fn streamed_changes_v4() {
-    let bytes = W::tag(b'U')
+    let bytes = Msg::new(b'U')
         .u32(77)
         .u32(16417)
         .u8(b'K')
@@ -665,7 +614,7 @@ fn errors_name_message_field_and_offset() {
         })
     );
     // Column 1 of the insert has kind 'x'.
-    let bad_kind = W::tag(b'I').u32(1).u8(b'N').u16(2).u8(b'n').u8(b'x').0;
+    let bad_kind = Msg::new(b'I').u32(1).u8(b'N').u16(2).u8(b'n').u8(b'x').0;
     let err = decode(&bad_kind, v1()).unwrap_err();
     assert!(
         matches!(
@@ -680,7 +629,7 @@ fn errors_name_message_field_and_offset() {
         ),
         "{err:?}"
     );
-    let negative = W::tag(b'I').u32(1).u8(b'N').u16(1).u8(b't').i32(-2).0;
+    let negative = Msg::new(b'I').u32(1).u8(b'N').u16(1).u8(b't').i32(-2).0;
     assert!(matches!(
         decode(&negative, v1()),
         Err(DecodeError::InvalidColumn {
@@ -689,7 +638,7 @@ fn errors_name_message_field_and_offset() {
             ..
         })
     ));
-    let short_value = W::tag(b'I')
+    let short_value = Msg::new(b'I')
         .u32(1)
         .u8(b'N')
         .u16(1)
@@ -708,7 +657,7 @@ fn errors_name_message_field_and_offset() {
         }
     ));
     assert!(err.to_string().contains("Insert"), "{err}");
-    let bad_utf8 = W::tag(b'O').i64(1).u8(0xff).u8(0).0;
+    let bad_utf8 = Msg::new(b'O').i64(1).u8(0xff).u8(0).0;
     assert!(matches!(
         decode(&bad_utf8, v1()),
         Err(DecodeError::Invalid {
@@ -717,7 +666,7 @@ fn errors_name_message_field_and_offset() {
             ..
         })
     ));
-    let unterminated = W::tag(b'Y').u32(1).cstr("ns").u8(b'a').0;
+    let unterminated = Msg::new(b'Y').u32(1).cstr("ns").u8(b'a').0;
     assert!(matches!(
         decode(&unterminated, v1()),
         Err(DecodeError::Truncated {
@@ -725,7 +674,7 @@ fn errors_name_message_field_and_offset() {
             ..
         })
     ));
-    let bad_identity = W::tag(b'R').u32(1).cstr("a").cstr("b").u8(b'z').u16(0).0;
+    let bad_identity = Msg::new(b'R').u32(1).cstr("a").cstr("b").u8(b'z').u16(0).0;
     assert!(matches!(
         decode(&bad_identity, v1()),
         Err(DecodeError::Invalid {
@@ -733,7 +682,7 @@ fn errors_name_message_field_and_offset() {
             ..
         })
     ));
-    let bad_marker = W::tag(b'D').u32(1).u8(b'N').tuple(&[]).0;
+    let bad_marker = Msg::new(b'D').u32(1).u8(b'N').tuple(&[]).0;
     assert!(matches!(
         decode(&bad_marker, v1()),
         Err(DecodeError::Invalid {
@@ -746,7 +695,7 @@ fn errors_name_message_field_and_offset() {
 
 #[test]
 fn huge_counts_do_not_allocate() {
-    let truncate = W::tag(b'T').i32(i32::MAX).u8(0).0;
+    let truncate = Msg::new(b'T').i32(i32::MAX).u8(0).0;
     assert!(matches!(
         decode(&truncate, v1()),
         Err(DecodeError::Truncated {
@@ -754,7 +703,7 @@ fn huge_counts_do_not_allocate() {
             ..
         })
     ));
-    let negative = W::tag(b'T').i32(-1).u8(0).0;
+    let negative = Msg::new(b'T').i32(-1).u8(0).0;
     assert!(matches!(
         decode(&negative, v1()),
         Err(DecodeError::Invalid {
@@ -762,7 +711,7 @@ fn huge_counts_do_not_allocate() {
             ..
         })
     ));
-    let message = W::tag(b'M').u8(1).i64(0).cstr("p").i32(i32::MAX).0;
+    let message = Msg::new(b'M').u8(1).i64(0).cstr("p").i32(i32::MAX).0;
     assert!(matches!(
         decode(&message, v1()),
         Err(DecodeError::Truncated {
@@ -770,7 +719,7 @@ fn huge_counts_do_not_allocate() {
             ..
         })
     ));
-    let relation = W::tag(b'R')
+    let relation = Msg::new(b'R')
         .u32(1)
         .cstr("a")
         .cstr("b")
@@ -784,7 +733,7 @@ fn huge_counts_do_not_allocate() {
             ..
         })
     ));
-    let tuple = W::tag(b'I').u32(1).u8(b'N').u16(u16::MAX).0;
+    let tuple = Msg::new(b'I').u32(1).u8(b'N').u16(u16::MAX).0;
     assert!(matches!(
         decode(&tuple, v1()),
         Err(DecodeError::InvalidColumn { column: 0, .. })
@@ -823,11 +772,11 @@ fn corpus() -> Vec<(Vec<u8>, DecodeOptions)> {
         out.push((hex(h), streamed(2)));
     }
     out.push((
-        W::tag(b'A').u32(1).u32(2).i64(3).i64(4).0,
+        Msg::new(b'A').u32(1).u32(2).i64(3).i64(4).0,
         DecodeOptions::new(4),
     ));
     out.push((
-        W::tag(b'r')
+        Msg::new(b'r')
             .u8(0)
             .i64(1)
             .i64(2)
@@ -839,15 +788,15 @@ fn corpus() -> Vec<(Vec<u8>, DecodeOptions)> {
         v1(),
     ));
     out.push((
-        W::tag(b'K').u8(0).i64(1).i64(2).i64(3).u32(5).cstr("g").0,
+        Msg::new(b'K').u8(0).i64(1).i64(2).i64(3).u32(5).cstr("g").0,
         v1(),
     ));
-    out.push((W::tag(b'b').i64(1).i64(2).i64(3).u32(5).cstr("g").0, v1()));
+    out.push((Msg::new(b'b').i64(1).i64(2).i64(3).u32(5).cstr("g").0, v1()));
     out.push((
-        W::tag(b'p').u8(0).i64(1).i64(2).i64(3).u32(5).cstr("g").0,
+        Msg::new(b'p').u8(0).i64(1).i64(2).i64(3).u32(5).cstr("g").0,
         v1(),
     ));
-    out.push((W::tag(b'O').i64(1).cstr("o").0, v1()));
+    out.push((Msg::new(b'O').i64(1).cstr("o").0, v1()));
     out
 }
 
