@@ -23,11 +23,12 @@ use arrow_schema::{Field, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
 
 use super::binary_row;
-use super::commit::{self, Change};
-use super::compaction::worker::file_error;
+use super::files::{file_error, file_location, new_file_name};
 use super::manifest::{DataFileMeta, Stats};
+use super::store;
+use super::table::Change;
+use super::tables::{Handle, Tables};
 use super::writer::{writer_properties, FileError};
-use super::{Handle, Inner};
 use crate::changelog::{Op, TableChanges, TableSchema};
 use crate::checkpoint::Checkpoint;
 use crate::sinks::{CommitStats, SinkError};
@@ -180,7 +181,7 @@ pub fn encode(
     Ok((bytes, meta))
 }
 
-impl Inner {
+impl Tables {
     /// Commits `changes` of a keyless table (the caller holds nothing): one `APPEND` snapshot
     /// (`OVERWRITE` after a TRUNCATE) carrying `checkpoint`. No compaction runs on append tables,
     /// so a commit never stalls on one.
@@ -202,10 +203,10 @@ impl Inner {
         self.refuse_added_defaults(schema, &mut guard).await?;
         let state = self.ensure_created(schema, &mut guard, &wanted).await?;
         let mut change = Change::default();
-        // `commit::publish` advances `next_sequence` past the files' sequence numbers.
+        // `publish::publish` advances `next_sequence` past the files' sequence numbers.
         let mut sequence = state.next_sequence;
         for batch in &plan.files {
-            let name = format!("data-{}-0.parquet", uuid::Uuid::new_v4());
+            let name = new_file_name();
             let encoded = batch.clone();
             let first = sequence;
             let schema_id = state.schema.id;
@@ -217,9 +218,9 @@ impl Inner {
                         detail: format!("encoding a data file: {e}"),
                     })?
                     .map_err(file_error(table, "encoding a data file"))?;
-            commit::put(
+            store::put(
                 &self.warehouse,
-                &format!("{}/bucket-0/{}", state.location, meta.file_name),
+                &file_location(&state.location, 0, &meta.file_name),
                 bytes,
             )
             .await?;

@@ -6,3 +6,23 @@ pub(super) mod pick;
 pub(super) mod worker;
 
 pub use pick::*;
+
+/// How one compaction pass went.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompactStats {
+    pub snapshots: u64,
+    pub files_in: u64,
+    pub files_out: u64,
+    pub bytes_in: u64,
+    pub rows_out: u64,
+}
+
+impl CompactStats {
+    pub(super) fn add(&mut self, o: &CompactStats) {
+        self.snapshots += o.snapshots;
+        self.files_in += o.files_in;
+        self.files_out += o.files_out;
+        self.bytes_in += o.bytes_in;
+        self.rows_out += o.rows_out;
+    }
+}

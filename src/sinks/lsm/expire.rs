@@ -13,9 +13,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::commit::{self, TableState};
 use super::manifest::{FileKind, ManifestEntry};
-use super::{Handle, Inner};
+use super::snapshot;
+use super::store;
+use super::table::TableState;
+use super::tables::{Handle, Tables};
 use crate::config::LsmConfig;
 use crate::failpoints;
 use crate::metrics::maintenance as maintenance_metrics;
@@ -60,7 +62,7 @@ pub(super) async fn collect(
     refs: &mut Refs,
     cache: &mut HashMap<String, Vec<ManifestEntry>>,
 ) -> Result<Option<()>, SinkError> {
-    let Some(s) = commit::read_snapshot(w, location, id).await? else {
+    let Some(s) = snapshot::read_snapshot(w, location, id).await? else {
         return Ok(None);
     };
     let live_only = scope == Scope::Live;
@@ -68,9 +70,9 @@ pub(super) async fn collect(
     for list in [&s.base_manifest_list, &s.delta_manifest_list] {
         refs.lists.insert(list.clone());
         let manifests = match scope {
-            Scope::Expiring => commit::read_manifest_list_if_present(w, location, list).await?,
+            Scope::Expiring => snapshot::read_manifest_list_if_present(w, location, list).await?,
             Scope::Live | Scope::Listed => {
-                Some(commit::read_manifest_list(w, location, list).await?)
+                Some(snapshot::read_manifest_list(w, location, list).await?)
             }
         };
         for m in manifests.into_iter().flatten() {
@@ -78,10 +80,10 @@ pub(super) async fn collect(
             if !cache.contains_key(&m.file_name) {
                 let entries = match scope {
                     Scope::Expiring => {
-                        commit::read_manifest_if_present(w, location, &m.file_name).await?
+                        snapshot::read_manifest_if_present(w, location, &m.file_name).await?
                     }
                     Scope::Live | Scope::Listed => {
-                        Some(commit::read_manifest(w, location, &m.file_name).await?)
+                        Some(snapshot::read_manifest(w, location, &m.file_name).await?)
                     }
                 };
                 let Some(entries) = entries else {
@@ -108,7 +110,7 @@ pub(super) async fn collect(
 }
 
 /// Expires old snapshots of `handle`'s table. Returns how many were removed.
-pub(super) async fn expire(inner: &Inner, handle: &Handle) -> Result<usize, SinkError> {
+pub(super) async fn expire(tables: &Tables, handle: &Handle) -> Result<usize, SinkError> {
     let (location, latest) = {
         let guard = handle.state.lock().await;
         match guard.as_ref() {
@@ -116,14 +118,14 @@ pub(super) async fn expire(inner: &Inner, handle: &Handle) -> Result<usize, Sink
             None => return Ok(0),
         }
     };
-    let w = &inner.warehouse;
-    let Some(hinted) = commit::earliest_id(w, &location, latest).await? else {
+    let w = &tables.warehouse;
+    let Some(hinted) = snapshot::earliest_id(w, &location, latest).await? else {
         return Ok(0);
     };
     // Snapshot files below the hint: an expiry that crashed after moving it (module doc).
     let mut earliest = hinted;
     while earliest > 1
-        && commit::read(w, &commit::snapshot_location(&location, earliest - 1))
+        && store::read(w, &snapshot::snapshot_location(&location, earliest - 1))
             .await?
             .is_some()
     {
@@ -137,15 +139,15 @@ pub(super) async fn expire(inner: &Inner, handle: &Handle) -> Result<usize, Sink
             "finishing an interrupted snapshot expiry"
         );
     }
-    let keep = inner.config.snapshots_retained.max(1) as i64;
+    let keep = tables.config.snapshots_retained.max(1) as i64;
     let mut cut = (latest - keep + 1).max(earliest);
     let mut cache = HashMap::new();
     // A time window keeps younger snapshots too.
-    if let Some(window) = inner.config.snapshot_time_retained_ms {
+    if let Some(window) = tables.config.snapshot_time_retained_ms {
         let horizon = chrono::Utc::now().timestamp_millis() - window as i64;
         let mut id = earliest;
         while id < cut {
-            if let Some(s) = commit::read_snapshot(w, &location, id).await? {
+            if let Some(s) = snapshot::read_snapshot(w, &location, id).await? {
                 if s.time_millis >= horizon {
                     break;
                 }
@@ -171,7 +173,7 @@ pub(super) async fn expire(inner: &Inner, handle: &Handle) -> Result<usize, Sink
         collect(w, &location, id, Scope::Expiring, &mut expired, &mut cache).await?;
     }
     if cut > hinted {
-        commit::put(
+        store::put(
             w,
             &format!("{location}/snapshot/EARLIEST"),
             cut.to_string().into_bytes(),
@@ -197,14 +199,14 @@ pub(super) async fn expire(inner: &Inner, handle: &Handle) -> Result<usize, Sink
         if i == half {
             failpoints::crash_point(failpoints::LSM_EXPIRE_DURING_DELETE);
         }
-        commit::delete(w, file).await?;
+        store::delete(w, file).await?;
     }
     let middle = earliest + (cut - earliest) / 2;
     for id in earliest..cut {
         if id == middle {
             failpoints::crash_point(failpoints::LSM_EXPIRE_DURING_SNAPSHOTS);
         }
-        commit::delete(w, &commit::snapshot_location(&location, id)).await?;
+        store::delete(w, &snapshot::snapshot_location(&location, id)).await?;
     }
     tracing::debug!(table = %handle.table, from = earliest, to = cut - 1, "expired snapshots");
     let table = handle.table.to_string();

@@ -14,9 +14,10 @@ use arrow_array::types::{Int64Type, Int8Type};
 use arrow_array::{Array, RecordBatch};
 use arrow_row::{RowConverter, SortField};
 
-use super::commit::TableState;
+use super::files::read_file_at;
 use super::plan::{Plan, Src};
 use super::schema::{FileSchemas, KIND_DELETE};
+use super::table::TableState;
 use crate::changelog::{TableChanges, TableId};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
@@ -69,15 +70,7 @@ pub async fn lookup(
             continue;
         };
         for f in files {
-            let batch = super::compaction::worker::read_file_at(
-                w,
-                table,
-                &state.location,
-                schemas,
-                bucket,
-                f,
-            )
-            .await?;
+            let batch = read_file_at(w, table, &state.location, schemas, bucket, f).await?;
             let rows = converter
                 .convert_columns(batch.columns().get(..nk).unwrap_or_default())
                 .map_err(arrow("key encoding"))?;

@@ -53,12 +53,11 @@
 #![allow(clippy::result_large_err)]
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::Notify;
 
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
@@ -70,84 +69,39 @@ use crate::storage::Warehouse;
 mod append;
 pub mod binary_row;
 pub mod cleanup;
-mod commit;
 pub mod compaction;
 pub mod config;
-
 mod expire;
+mod files;
 mod lookup;
 pub mod manifest;
 mod placement;
 pub mod plan;
+mod publish;
 mod resync;
 pub mod schema;
+mod snapshot;
+mod store;
+mod table;
+mod tables;
 mod writer;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests;
 
-use commit::{Change, TableState};
+pub use compaction::CompactStats;
 use schema::FileSchemas;
+use table::{Change, TableState};
+use tables::{Handle, Tables};
 
 /// How long a clean stop waits for background compactions ([`Sink::settle`]).
 const SETTLE_GRACE: Duration = Duration::from_secs(10);
 
-/// One table: its state as of the newest snapshot, and its compactor's flags.
-struct Handle {
-    table: TableId,
-    state: tokio::sync::Mutex<Option<TableState>>,
-    compacting: AtomicBool,
-    /// Signalled whenever the compactor publishes or stops.
-    progress: Notify,
-    /// What the background compactor did so far, and the time it spent.
-    totals: Mutex<(CompactStats, Duration)>,
-    /// The background compactor's last failure, for a commit stalled on it.
-    failure: Mutex<Option<String>>,
-    /// The snapshot id after which expiry was last tried (0: not yet).
-    expiry_tried: AtomicI64,
-    /// The last commit carried initial-copy progress: its bottom files stay as they are until
-    /// the copy is done (`compaction::consolidate`).
-    copying: AtomicBool,
-}
-
-struct Inner {
-    warehouse: Warehouse,
-    config: LsmConfig,
-    pipeline: String,
-    compaction: compaction::Options,
-    tables: Mutex<HashMap<TableId, Arc<Handle>>>,
-    /// `source.schema_change`: with `stop`, a commit that would change a table's schema fails.
-    schema_change: crate::config::SchemaChangePolicy,
-    /// Tables under resync ([`Sink::resync`]): their commits go to the lineage at
-    /// `<table>/resync-<id>` (resync.rs) until it replaces the live table.
-    resyncs: Mutex<HashMap<TableId, crate::sinks::resync::Lineage>>,
-}
-
 /// Writes Paimon primary-key tables under one warehouse for one pipeline.
 #[derive(Clone)]
 pub struct LsmSink {
-    inner: Arc<Inner>,
-}
-
-/// How one compaction pass went.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CompactStats {
-    pub snapshots: u64,
-    pub files_in: u64,
-    pub files_out: u64,
-    pub bytes_in: u64,
-    pub rows_out: u64,
-}
-
-impl CompactStats {
-    fn add(&mut self, o: &CompactStats) {
-        self.snapshots += o.snapshots;
-        self.files_in += o.files_in;
-        self.files_out += o.files_out;
-        self.bytes_in += o.bytes_in;
-        self.rows_out += o.rows_out;
-    }
+    tables: Arc<Tables>,
 }
 
 impl LsmSink {
@@ -162,22 +116,8 @@ impl LsmSink {
     /// Writes through `warehouse` (opened with `[sink.s3]` settings) instead of the store opened
     /// from the URL alone.
     pub fn with_warehouse(config: &LsmConfig, pipeline: &str, warehouse: Warehouse) -> LsmSink {
-        let trigger = config.compaction_trigger.max(2);
         LsmSink {
-            inner: Arc::new(Inner {
-                warehouse,
-                config: config.clone(),
-                pipeline: pipeline.to_owned(),
-                compaction: compaction::Options {
-                    trigger,
-                    stop_trigger: trigger + 3,
-                    max_level: trigger as i32,
-                    ..compaction::Options::default()
-                },
-                tables: Mutex::new(HashMap::new()),
-                schema_change: crate::config::SchemaChangePolicy::default(),
-                resyncs: Mutex::new(HashMap::new()),
-            }),
+            tables: Arc::new(Tables::new(config, pipeline, warehouse)),
         }
     }
 
@@ -187,15 +127,15 @@ impl LsmSink {
         mut self,
         schema_change: crate::config::SchemaChangePolicy,
     ) -> LsmSink {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.schema_change = schema_change;
+        if let Some(tables) = Arc::get_mut(&mut self.tables) {
+            tables.schema_change = schema_change;
         }
         self
     }
 
     /// `<warehouse>/<namespace>.db/<table>`; namespace = the configured one or the source schema.
     pub fn table_location(&self, table: &TableId) -> String {
-        self.inner.live_location(table)
+        self.tables.live_location(table)
     }
 
     /// Live data files per bucket (for the benchmark and tests).
@@ -203,9 +143,9 @@ impl LsmSink {
         &self,
         table: &TableId,
     ) -> Result<BTreeMap<i32, usize>, SinkError> {
-        let handle = self.inner.handle(table);
+        let handle = self.tables.handle(table);
         let mut guard = handle.state.lock().await;
-        self.inner.ensure_loaded(table, &mut guard).await?;
+        self.tables.ensure_loaded(table, &mut guard).await?;
         Ok(guard
             .as_ref()
             .map(|s| s.files.iter().map(|(b, f)| (*b, f.len())).collect())
@@ -215,10 +155,10 @@ impl LsmSink {
     /// Compacts `table` now, in the caller's task: `full` merges every bucket into one bottom
     /// run (deletes dropped); otherwise only what the universal picker asks for.
     pub async fn compact(&self, table: &TableId, full: bool) -> Result<CompactStats, SinkError> {
-        let handle = self.inner.handle(table);
+        let handle = self.tables.handle(table);
         // Marked as running, so commits meanwhile write level 0 only (see "Concurrency").
         let marked = !handle.compacting.swap(true, Ordering::AcqRel);
-        let result = compaction::worker::run(&self.inner, &handle, full).await;
+        let result = compaction::worker::run(&self.tables, &handle, full).await;
         if marked {
             handle.compacting.store(false, Ordering::Release);
             handle.progress.notify_waiters();
@@ -229,24 +169,24 @@ impl LsmSink {
     /// Expires old snapshots of `table` now (commits also do it every 10 snapshots); returns how
     /// many were removed.
     pub async fn expire(&self, table: &TableId) -> Result<usize, SinkError> {
-        let handle = self.inner.handle(table);
+        let handle = self.tables.handle(table);
         {
             let mut guard = handle.state.lock().await;
-            self.inner.ensure_loaded(table, &mut guard).await?;
+            self.tables.ensure_loaded(table, &mut guard).await?;
         }
-        expire::expire(&self.inner, &handle).await
+        expire::expire(&self.tables, &handle).await
     }
 
     /// What the background compactor of `table` did so far, and the time it spent.
     pub fn background_compaction(&self, table: &TableId) -> (CompactStats, Duration) {
-        let handle = self.inner.handle(table);
+        let handle = self.tables.handle(table);
         let totals = handle.totals.lock().map(|t| t.clone());
         totals.unwrap_or_default()
     }
 
     /// Waits until no background compaction of `table` is running.
     pub async fn wait_compaction(&self, table: &TableId) {
-        let handle = self.inner.handle(table);
+        let handle = self.tables.handle(table);
         while handle.compacting.load(Ordering::Acquire) {
             let _ =
                 tokio::time::timeout(Duration::from_millis(200), handle.progress.notified()).await;
@@ -259,36 +199,36 @@ impl LsmSink {
         changes: &[TableChanges],
         checkpoint: &Checkpoint,
     ) -> Result<CommitStats, SinkError> {
-        let inner = &self.inner;
+        let tables = &self.tables;
         let table = &schema.id;
-        let handle = inner.handle(table);
-        let widened = inner.behind(schema, changes, &handle).await?;
+        let handle = tables.handle(table);
+        let widened = tables.behind(schema, changes, &handle).await?;
         let (schema, changes) = match &widened {
             Some((newer, widened)) => (newer.as_ref(), widened.as_slice()),
             None => (schema, changes),
         };
         if schema.primary_key.is_empty() {
-            return inner
+            return tables
                 .commit_append(&handle, schema, changes, checkpoint)
                 .await;
         }
-        inner.stall(&handle).await?;
-        let wanted = schema::paimon_schema(schema, inner.table_options())?;
+        tables.stall(&handle).await?;
+        let wanted = schema::paimon_schema(schema, tables.table_options())?;
         let mut guard = handle.state.lock().await;
-        inner.refuse_added_defaults(schema, &mut guard).await?;
-        let state = inner.ensure_created(schema, &mut guard, &wanted).await?;
+        tables.refuse_added_defaults(schema, &mut guard).await?;
+        let state = tables.ensure_created(schema, &mut guard, &wanted).await?;
         let schemas = FileSchemas::new(schema)
             .with_schema_id(state.schema.id)
             .with_aliases(state.aliases.clone());
-        let buckets = state.buckets(inner.config.buckets);
-        let complete = inner.config.merge_engine == MergeEngine::Deduplicate;
+        let buckets = state.buckets(tables.config.buckets);
+        let complete = tables.config.merge_engine == MergeEngine::Deduplicate;
         let mut plan =
             plan::plan(changes, &schemas, buckets, complete).map_err(|e| SinkError::Data {
                 table: table.clone(),
                 detail: format!("planning the commit: {e}"),
             })?;
         let (lookup_batch, found) =
-            lookup::lookup(&inner.warehouse, table, state, &schemas, &plan, changes).await?;
+            lookup::lookup(&tables.warehouse, table, state, &schemas, &plan, changes).await?;
         // A key whose partial updates found no row inside an upsert window ends deleted
         // (lookup.rs): the row is deleted later inside the window anyway.
         for (i, f) in found.iter().enumerate() {
@@ -328,7 +268,7 @@ impl LsmSink {
             };
             match bottom {
                 Some(cuts) => {
-                    let level = inner.compaction.max_level;
+                    let level = tables.compaction.max_level;
                     for (start, rows) in cuts {
                         files.push((bucket as i32, part.slice(start, rows), level));
                     }
@@ -341,8 +281,15 @@ impl LsmSink {
                 let location = &state.location;
                 let schemas = &schemas;
                 async move {
-                    let file = compaction::worker::write_file(
-                        inner, table, location, schemas, bucket, part, level, 0,
+                    let file = files::write_file(
+                        &tables.warehouse,
+                        table,
+                        location,
+                        schemas,
+                        bucket,
+                        part,
+                        level,
+                        0,
                     )
                     .await?;
                     Ok::<_, SinkError>((bucket, file))
@@ -354,7 +301,7 @@ impl LsmSink {
             ..Change::default()
         };
         let files_written = change.added.len();
-        let (snapshot_id, truncated) = inner
+        let (snapshot_id, truncated) = tables
             .publish_commit(
                 table,
                 &mut guard,
@@ -367,7 +314,7 @@ impl LsmSink {
         let deleted_rows = plan.rows.iter().filter(|r| r.delete).count() as u64 + truncated;
         let Some(state) = guard.as_mut() else {
             return Err(SinkError::Corrupt {
-                path: inner.table_location(table),
+                path: tables.table_location(table),
                 detail: "the table's state vanished during a commit".into(),
             });
         };
@@ -375,12 +322,12 @@ impl LsmSink {
         handle
             .copying
             .store(checkpoint.snapshot.is_some(), Ordering::Release);
-        let needs_compaction = inner.needs_compaction(state, &handle);
+        let needs_compaction = tables.needs_compaction(state, &handle);
         drop(guard);
         if needs_compaction {
-            inner.spawn_compaction(&handle);
+            tables.spawn_compaction(&handle);
         }
-        inner.expire_if_due(&handle, snapshot_id).await;
+        tables.expire_if_due(&handle, snapshot_id).await;
         Ok(CommitStats {
             snapshot_id,
             data_rows: plan.rows.len() as u64
@@ -392,94 +339,7 @@ impl LsmSink {
     }
 }
 
-impl TableState {
-    /// The table's bucket count (its `bucket` option), else the configured one.
-    fn buckets(&self, configured: u32) -> u32 {
-        self.schema
-            .options
-            .get("bucket")
-            .and_then(|b| b.parse::<u32>().ok())
-            .filter(|&b| b > 0)
-            .unwrap_or(configured.max(1))
-    }
-}
-
-impl Inner {
-    /// Where `table`'s commits go now: its resync lineage while one is under way (resync.rs),
-    /// else the live table.
-    fn table_location(&self, table: &TableId) -> String {
-        let live = self.live_location(table);
-        match self.lineage(table) {
-            Some(lineage) => crate::sinks::resync::lineage_location(&live, &lineage.id),
-            None => live,
-        }
-    }
-
-    /// `<warehouse>/<namespace>.db/<table>`: the table readers read.
-    fn live_location(&self, table: &TableId) -> String {
-        let ns = self.config.namespace.as_deref().unwrap_or(&table.namespace);
-        self.warehouse.location(&[&format!("{ns}.db"), &table.name])
-    }
-
-    fn handle(&self, table: &TableId) -> Arc<Handle> {
-        let mut tables = match self.tables.lock() {
-            Ok(t) => t,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        tables
-            .entry(table.clone())
-            .or_insert_with(|| {
-                Arc::new(Handle {
-                    table: table.clone(),
-                    state: tokio::sync::Mutex::new(None),
-                    compacting: AtomicBool::new(false),
-                    progress: Notify::new(),
-                    totals: Mutex::new((CompactStats::default(), Duration::ZERO)),
-                    failure: Mutex::new(None),
-                    expiry_tried: AtomicI64::new(0),
-                    copying: AtomicBool::new(false),
-                })
-            })
-            .clone()
-    }
-
-    /// Paimon table options cdcd sets on tables it creates.
-    fn table_options(&self) -> BTreeMap<String, String> {
-        let o = &self.compaction;
-        let mut m = BTreeMap::from([
-            ("bucket".to_owned(), self.config.buckets.max(1).to_string()),
-            ("file.format".to_owned(), "parquet".to_owned()),
-            (
-                "num-sorted-run.compaction-trigger".to_owned(),
-                o.trigger.to_string(),
-            ),
-            (
-                "num-sorted-run.stop-trigger".to_owned(),
-                o.stop_trigger.to_string(),
-            ),
-            ("num-levels".to_owned(), (o.max_level + 1).to_string()),
-        ]);
-        if self.config.deletion_vectors {
-            m.insert("deletion-vectors.enabled".into(), "true".into());
-        }
-        match self.config.merge_engine {
-            MergeEngine::Deduplicate => {
-                m.insert("merge-engine".into(), "deduplicate".into());
-            }
-            MergeEngine::PartialUpdate => {
-                m.insert("merge-engine".into(), "partial-update".into());
-                m.insert(
-                    "partial-update.remove-record-on-delete".into(),
-                    "true".into(),
-                );
-            }
-        }
-        m
-    }
-
-    /// The schema the table already has when `changes` were read under an older one
-    /// ([`schema::Evolution::Behind`]: a schema change whose commit did not land wrote its schema
-    /// file, then the changes before the DDL were replayed), with the changes widened to it;
+impl Tables {
     /// `None` when the changes can be committed as they are.
     async fn behind(
         &self,
@@ -511,7 +371,7 @@ impl Inner {
         // source) is left to `ensure_created`, which refuses it.
         let mut had = false;
         for id in (state.lineage_start..state.schema.id).rev() {
-            let older = commit::read_schema(&self.warehouse, &state.location, id).await?;
+            let older = table::read_schema(&self.warehouse, &state.location, id).await?;
             if older.is_some_and(|older| schema::difference(&older, &wanted).is_none()) {
                 had = true;
                 break;
@@ -593,7 +453,7 @@ impl Inner {
         self.ensure_loaded(table, slot).await?;
         if slot.is_none() {
             let location = self.table_location(table);
-            commit::create(&self.warehouse, &location, wanted).await?;
+            table::create_schema(&self.warehouse, &location, wanted).await?;
             tracing::info!(table = %table, location = %location, "created Paimon table");
             self.ensure_loaded(table, slot).await?;
         }
@@ -642,7 +502,7 @@ impl Inner {
                     .map(|f| f.name.as_str())
                     .collect();
                 for id in lineage_start..current.id {
-                    let older = commit::read_schema(&self.warehouse, &location, id).await?;
+                    let older = table::read_schema(&self.warehouse, &location, id).await?;
                     if let Some(name) = older.and_then(|o| {
                         added
                             .iter()
@@ -660,7 +520,7 @@ impl Inner {
             }
             // A schema file left by an attempt whose commit did not land, or another writer's,
             // may hold this id already: it wins, and must then be this evolution.
-            commit::create(&self.warehouse, &location, next).await?;
+            table::create_schema(&self.warehouse, &location, next).await?;
             crate::failpoints::crash_point(crate::failpoints::LSM_SCHEMA_WRITTEN);
             *slot = None;
             self.ensure_loaded(table, slot).await?;
@@ -721,7 +581,7 @@ impl Inner {
         let kind = if truncate { "OVERWRITE" } else { "APPEND" };
         let props: BTreeMap<String, String> = checkpoint.to_properties().into_iter().collect();
         let published =
-            commit::publish(&self.warehouse, table, state, change, kind, props, buckets).await;
+            publish::publish(&self.warehouse, table, state, change, kind, props, buckets).await;
         match published {
             Ok(id) => Ok((id, truncated)),
             Err(e) => {
@@ -752,18 +612,6 @@ impl Inner {
             tracing::warn!(table = %handle.table, error = %e, "snapshot expiry failed; retried after a later commit");
         }
     }
-
-    /// Loads the table into `slot` when it is not cached.
-    async fn ensure_loaded(
-        &self,
-        table: &TableId,
-        slot: &mut Option<TableState>,
-    ) -> Result<(), SinkError> {
-        if slot.is_none() {
-            *slot = commit::load(&self.warehouse, &self.table_location(table)).await?;
-        }
-        Ok(())
-    }
 }
 
 #[async_trait]
@@ -784,11 +632,11 @@ impl Sink for LsmSink {
         id: &str,
         mode: crate::sinks::ResyncMode,
     ) -> Result<crate::sinks::ResyncState, SinkError> {
-        self.inner.begin_resync(table, id, mode).await
+        self.tables.begin_resync(table, id, mode).await
     }
 
     async fn abandon_resync(&self, table: &TableId, id: &str) {
-        self.inner.abandon_lineage(table, id).await;
+        self.tables.abandon_lineage(table, id).await;
     }
 
     /// Lets the tables' background compactions end, for up to [`SETTLE_GRACE`] in all: a clean
@@ -796,10 +644,7 @@ impl Sink for LsmSink {
     /// lost answer to it (harmless, the snapshot is whole, but nobody then knows it landed) and
     /// fewer orphans. A longer one is left to the process's exit (crash-safe at every await).
     async fn settle(&self) {
-        let handles: Vec<Arc<Handle>> = match self.inner.tables.lock() {
-            Ok(t) => t.values().cloned().collect(),
-            Err(poisoned) => poisoned.into_inner().values().cloned().collect(),
-        };
+        let handles = self.tables.handles();
         let deadline = tokio::time::Instant::now() + SETTLE_GRACE;
         for handle in handles {
             while handle.compacting.load(Ordering::Acquire) {
@@ -815,13 +660,13 @@ impl Sink for LsmSink {
     }
 
     async fn checkpoint(&self, table: &TableId) -> Result<Option<Checkpoint>, SinkError> {
-        let handle = self.inner.handle(table);
+        let handle = self.tables.handle(table);
         let mut guard = handle.state.lock().await;
         // Always from storage: a restart must see what is durable, not a cache.
-        *guard = commit::load(&self.inner.warehouse, &self.inner.table_location(table)).await?;
+        *guard = table::load(&self.tables.warehouse, &self.tables.table_location(table)).await?;
         match guard.as_ref() {
             // Walk back: a snapshot by another writer carries no checkpoint of this pipeline.
-            Some(state) => self.inner.checkpoint_in(state).await,
+            Some(state) => self.tables.checkpoint_in(state).await,
             None => Ok(None),
         }
     }
@@ -834,30 +679,30 @@ impl Sink for LsmSink {
     ) -> Result<CommitStats, SinkError> {
         let mut stats = self.commit_inner(schema, changes, checkpoint).await?;
         stats.resync_swapped = self
-            .inner
+            .tables
             .swap_if_due(&schema.id, &checkpoint.position)
             .await?;
         Ok(stats)
     }
 
     async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError> {
-        let handle = self.inner.handle(table);
+        let handle = self.tables.handle(table);
         let mut guard = handle.state.lock().await;
-        *guard = commit::load(&self.inner.warehouse, &self.inner.table_location(table)).await?;
+        *guard = table::load(&self.tables.warehouse, &self.tables.table_location(table)).await?;
         let Some(state) = guard.as_ref() else {
             return Ok(None);
         };
         let checkpoint = match state.snapshot.as_ref().and_then(|s| s.properties.as_ref()) {
             Some(p) => {
                 let p: HashMap<String, String> = p.clone().into_iter().collect();
-                Checkpoint::from_properties(&self.inner.pipeline, &p)?
+                Checkpoint::from_properties(&self.tables.pipeline, &p)?
             }
             None => None,
         };
         // Snapshots kept: from EARLIEST (moved first by expiry) to the newest.
         let snapshots = match &state.snapshot {
             Some(s) => {
-                let earliest = commit::earliest_id(&self.inner.warehouse, &state.location, s.id)
+                let earliest = snapshot::earliest_id(&self.tables.warehouse, &state.location, s.id)
                     .await?
                     .unwrap_or(1);
                 (s.id - earliest + 1).max(1) as u64
@@ -885,7 +730,7 @@ impl Sink for LsmSink {
         grace: std::time::Duration,
         dry_run: bool,
     ) -> Result<Vec<TableCleanup>, SinkError> {
-        let warehouse = &self.inner.warehouse;
+        let warehouse = &self.tables.warehouse;
         let mut reports = Vec::new();
         for table in cleanup::find_tables(warehouse).await? {
             reports.push(cleanup::clean_table(warehouse, &table, grace, dry_run).await?);

@@ -438,7 +438,7 @@ pub struct FileSchemas {
     /// Older names of renamed columns, to their current names (`TableState::aliases`): a file
     /// written before the rename holds the column under the old name.
     ///
-    /// [`TableState::aliases`]: super::commit::TableState::aliases
+    /// [`TableState::aliases`]: super::table::TableState::aliases
     pub aliases: HashMap<String, String>,
 }
 

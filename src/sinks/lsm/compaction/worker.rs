@@ -14,95 +14,22 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::sinks::lsm::commit::{self, Change, TableState};
-
-use crate::changelog::TableId;
 use crate::metrics::maintenance as maintenance_metrics;
-use crate::sinks::lsm::compaction::{self, Unit};
+use crate::sinks::lsm::compaction::{self, CompactStats, Unit};
+use crate::sinks::lsm::files::{self, file_error, file_location};
 use crate::sinks::lsm::manifest::DataFileMeta;
+use crate::sinks::lsm::publish;
 use crate::sinks::lsm::schema::FileSchemas;
-use crate::sinks::lsm::writer::{self, FileError};
-use crate::sinks::lsm::{CompactStats, Handle, Inner};
+use crate::sinks::lsm::store;
+use crate::sinks::lsm::table::{Change, TableState};
+use crate::sinks::lsm::tables::{Handle, Tables};
+use crate::sinks::lsm::writer;
 use crate::sinks::SinkError;
-
-pub(in crate::sinks::lsm) fn file_error(
-    table: &TableId,
-    what: &str,
-) -> impl FnOnce(FileError) -> SinkError {
-    let table = table.clone();
-    let what = what.to_owned();
-    move |e| SinkError::Data {
-        table,
-        detail: format!("{what}: {e}"),
-    }
-}
-
-/// `bucket-<n>/<name>` under the table.
-fn file_location(location: &str, bucket: i32, name: &str) -> String {
-    format!("{location}/bucket-{bucket}/{name}")
-}
-
-/// Encodes `batch` (sorted, one row per key) on the blocking pool (a large file is CPU work of
-/// a second or more, which the source's connections on the runtime workers must not wait for)
-/// and puts it as a new data file of `bucket`.
-#[allow(clippy::too_many_arguments)]
-pub(in crate::sinks::lsm) async fn write_file(
-    inner: &Inner,
-    table: &TableId,
-    location: &str,
-    schemas: &FileSchemas,
-    bucket: i32,
-    batch: arrow_array::RecordBatch,
-    level: i32,
-    file_source: i32,
-) -> Result<DataFileMeta, SinkError> {
-    let name = format!("data-{}-0.parquet", uuid::Uuid::new_v4());
-    let encode_schemas = schemas.clone();
-    let (bytes, run) = tokio::task::spawn_blocking(move || {
-        let mut w = writer::RunWriter::new(&encode_schemas)?;
-        w.write(&batch)?;
-        w.finish()
-    })
-    .await
-    .map_err(|e| SinkError::Data {
-        table: table.clone(),
-        detail: format!("encoding a data file of bucket {bucket}: {e}"),
-    })?
-    .map_err(file_error(table, "encoding a data file"))?;
-    let size = bytes.len();
-    commit::put(
-        &inner.warehouse,
-        &file_location(location, bucket, &name),
-        bytes,
-    )
-    .await?;
-    run.describe(name, size, level, file_source)
-        .map_err(file_error(table, "describing a data file"))
-}
-
-/// Reads a live data file of `bucket`.
-pub(in crate::sinks::lsm) async fn read_file_at(
-    w: &crate::storage::Warehouse,
-    table: &TableId,
-    state_location: &str,
-    schemas: &FileSchemas,
-    bucket: i32,
-    file: &DataFileMeta,
-) -> Result<arrow_array::RecordBatch, SinkError> {
-    let loc = file_location(state_location, bucket, &file.file_name);
-    let data: Bytes = commit::read(w, &loc)
-        .await?
-        .ok_or_else(|| SinkError::Corrupt {
-            path: loc.clone(),
-            detail: "a live data file is missing".into(),
-        })?;
-    writer::decode(data, schemas).map_err(file_error(table, &format!("reading {loc}")))
-}
 
 /// Compacts buckets of `handle`'s table until the picker (or, when `full`, the full-compaction
 /// rule) finds nothing more to do.
 pub(in crate::sinks::lsm) async fn run(
-    inner: &Inner,
+    tables: &Tables,
     handle: &Handle,
     full: bool,
 ) -> Result<CompactStats, SinkError> {
@@ -113,7 +40,7 @@ pub(in crate::sinks::lsm) async fn run(
     loop {
         let job = {
             let mut guard = handle.state.lock().await;
-            inner.ensure_loaded(table, &mut guard).await?;
+            tables.ensure_loaded(table, &mut guard).await?;
             let Some(state) = guard.as_ref() else {
                 return Ok(stats);
             };
@@ -128,17 +55,17 @@ pub(in crate::sinks::lsm) async fn run(
                 }
                 let runs = compaction::runs(files);
                 // Deletion-vector tables keep one bottom run per bucket (see mod.rs).
-                let dv = inner.config.deletion_vectors && files.iter().any(|f| f.level == 0);
+                let dv = tables.config.deletion_vectors && files.iter().any(|f| f.level == 0);
                 let unit = if full || dv {
-                    compaction::full(&runs, files, &inner.compaction)
+                    compaction::full(&runs, files, &tables.compaction)
                 } else {
-                    compaction::pick(&runs, &inner.compaction)
+                    compaction::pick(&runs, &tables.compaction)
                 };
                 // An initial copy's many bottom files, once the copy is done.
                 let copying = handle.copying.load(Ordering::Acquire);
                 let unit = unit.or_else(|| {
                     (!copying)
-                        .then(|| compaction::consolidate(&runs, &inner.compaction))
+                        .then(|| compaction::consolidate(&runs, &tables.compaction))
                         .flatten()
                 });
                 if let Some(u) = unit {
@@ -172,14 +99,7 @@ pub(in crate::sinks::lsm) async fn run(
         let mut bytes_in = 0;
         let chains = crate::sinks::lsm::placement::chains(&inputs, &schemas.key_types);
         for f in &inputs {
-            let loc = file_location(&location, bucket, &f.file_name);
-            let data =
-                commit::read(&inner.warehouse, &loc)
-                    .await?
-                    .ok_or_else(|| SinkError::Corrupt {
-                        path: loc.clone(),
-                        detail: "a live data file is missing".into(),
-                    })?;
+            let data = files::read_bytes(&tables.warehouse, &location, bucket, f).await?;
             bytes_in += data.len() as u64;
             encoded.push(data);
         }
@@ -210,23 +130,24 @@ pub(in crate::sinks::lsm) async fn run(
         let (bytes, run) = merged;
         let rows_out = run.rows();
         let output = if rows_out > 0 {
-            let name = format!("data-{}-0.parquet", uuid::Uuid::new_v4());
-            let size = bytes.len();
-            commit::put(
-                &inner.warehouse,
-                &file_location(&location, bucket, &name),
-                bytes,
-            )
-            .await?;
             Some(
-                run.describe(name, size, unit.output_level, 1)
-                    .map_err(file_error(table, "describing a data file"))?,
+                files::put_run(
+                    &tables.warehouse,
+                    table,
+                    &location,
+                    bucket,
+                    bytes,
+                    &run,
+                    unit.output_level,
+                    1,
+                )
+                .await?,
             )
         } else {
             None
         };
         let mut guard = handle.state.lock().await;
-        inner.ensure_loaded(table, &mut guard).await?;
+        tables.ensure_loaded(table, &mut guard).await?;
         let Some(state) = guard.as_mut() else {
             return Ok(stats);
         };
@@ -239,8 +160,8 @@ pub(in crate::sinks::lsm) async fn run(
                 .all(|f| live.is_some_and(|l| l.iter().any(|x| x.file_name == f.file_name)));
         if !all_live {
             if let Some(o) = &output {
-                commit::delete(
-                    &inner.warehouse,
+                store::delete(
+                    &tables.warehouse,
                     &file_location(&location, bucket, &o.file_name),
                 )
                 .await?;
@@ -253,7 +174,7 @@ pub(in crate::sinks::lsm) async fn run(
             .as_ref()
             .and_then(|s| s.properties.clone())
             .unwrap_or_default();
-        let buckets = state.buckets(inner.config.buckets) as i32;
+        let buckets = state.buckets(tables.config.buckets) as i32;
         let files_in = inputs.len() as u64;
         stats.files_in += files_in;
         stats.bytes_in += bytes_in;
@@ -263,8 +184,8 @@ pub(in crate::sinks::lsm) async fn run(
             added: output.into_iter().map(|f| (bucket, f)).collect(),
             deleted: inputs.into_iter().map(|f| (bucket, f)).collect(),
         };
-        match commit::publish(
-            &inner.warehouse,
+        match publish::publish(
+            &tables.warehouse,
             table,
             state,
             change,
@@ -294,7 +215,7 @@ pub(in crate::sinks::lsm) async fn run(
 }
 
 /// Scheduling: the write stall and the background compactor of a table.
-impl Inner {
+impl Tables {
     /// Waits while any bucket has `stop_trigger` sorted runs or more (write stall).
     pub(in crate::sinks::lsm) async fn stall(
         self: &Arc<Self>,
@@ -342,12 +263,12 @@ impl Inner {
         if handle.compacting.swap(true, Ordering::AcqRel) {
             return;
         }
-        let inner = self.clone();
+        let tables = self.clone();
         let handle = handle.clone();
         tokio::spawn(async move {
             loop {
                 let started = std::time::Instant::now();
-                match run(&inner, &handle, false).await {
+                match run(&tables, &handle, false).await {
                     Ok(stats) => {
                         if let Ok(mut t) = handle.totals.lock() {
                             t.0.add(&stats);
@@ -370,7 +291,7 @@ impl Inner {
                     let guard = handle.state.lock().await;
                     guard
                         .as_ref()
-                        .is_some_and(|s| inner.needs_compaction(s, &handle))
+                        .is_some_and(|s| tables.needs_compaction(s, &handle))
                 };
                 if !more || handle.compacting.swap(true, Ordering::AcqRel) {
                     break;
