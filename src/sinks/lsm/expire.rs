@@ -12,6 +12,7 @@
 //! reference are live in the newest snapshot (retained) or new (never a candidate).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 
 use super::manifest::{FileKind, ManifestEntry};
 use super::snapshot;
@@ -107,6 +108,28 @@ pub(super) async fn collect(
     }
     refs.files.extend(live);
     Ok(Some(()))
+}
+
+/// Expires old snapshots after the commit of `snapshot_id` when due ([`due`]); a failure is
+/// logged and retried after a later commit (the commit itself stands).
+pub(super) async fn expire_if_due(tables: &Tables, handle: &Handle, snapshot_id: i64) {
+    let due = {
+        let guard = handle.state.lock().await;
+        guard.as_ref().is_some_and(|state| {
+            due(
+                state,
+                &tables.config,
+                handle.expiry_tried.load(Ordering::Acquire),
+            )
+        })
+    };
+    if !due {
+        return;
+    }
+    handle.expiry_tried.store(snapshot_id, Ordering::Release);
+    if let Err(e) = expire(tables, handle).await {
+        tracing::warn!(table = %handle.table, error = %e, "snapshot expiry failed; retried after a later commit");
+    }
 }
 
 /// Expires old snapshots of `handle`'s table. Returns how many were removed.

@@ -61,7 +61,7 @@ use async_trait::async_trait;
 
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
-use crate::config::{LsmConfig, MergeEngine};
+use crate::config::LsmConfig;
 use crate::sinks::{CommitStats, Sink, SinkError, TableFiles, TableStatus};
 use crate::storage::cleanup::TableCleanup;
 use crate::storage::Warehouse;
@@ -69,6 +69,7 @@ use crate::storage::Warehouse;
 mod append;
 pub mod binary_row;
 pub mod cleanup;
+mod commit;
 pub mod compaction;
 pub mod config;
 mod expire;
@@ -91,9 +92,7 @@ mod writer;
 mod tests;
 
 pub use compaction::CompactStats;
-use schema::FileSchemas;
-use table::{Change, TableState};
-use tables::{Handle, Tables};
+use tables::Tables;
 
 /// How long a clean stop waits for background compactions ([`Sink::settle`]).
 const SETTLE_GRACE: Duration = Duration::from_secs(10);
@@ -192,426 +191,6 @@ impl LsmSink {
                 tokio::time::timeout(Duration::from_millis(200), handle.progress.notified()).await;
         }
     }
-
-    async fn commit_inner(
-        &self,
-        schema: &TableSchema,
-        changes: &[TableChanges],
-        checkpoint: &Checkpoint,
-    ) -> Result<CommitStats, SinkError> {
-        let tables = &self.tables;
-        let table = &schema.id;
-        let handle = tables.handle(table);
-        let widened = tables.behind(schema, changes, &handle).await?;
-        let (schema, changes) = match &widened {
-            Some((newer, widened)) => (newer.as_ref(), widened.as_slice()),
-            None => (schema, changes),
-        };
-        if schema.primary_key.is_empty() {
-            return tables
-                .commit_append(&handle, schema, changes, checkpoint)
-                .await;
-        }
-        tables.stall(&handle).await?;
-        let wanted = schema::paimon_schema(schema, tables.table_options())?;
-        let mut guard = handle.state.lock().await;
-        tables.refuse_added_defaults(schema, &mut guard).await?;
-        let state = tables.ensure_created(schema, &mut guard, &wanted).await?;
-        let schemas = FileSchemas::new(schema)
-            .with_schema_id(state.schema.id)
-            .with_aliases(state.aliases.clone());
-        let buckets = state.buckets(tables.config.buckets);
-        let complete = tables.config.merge_engine == MergeEngine::Deduplicate;
-        let mut plan =
-            plan::plan(changes, &schemas, buckets, complete).map_err(|e| SinkError::Data {
-                table: table.clone(),
-                detail: format!("planning the commit: {e}"),
-            })?;
-        let (lookup_batch, found) =
-            lookup::lookup(&tables.warehouse, table, state, &schemas, &plan, changes).await?;
-        // A key whose partial updates found no row inside an upsert window ends deleted
-        // (lookup.rs): the row is deleted later inside the window anyway.
-        for (i, f) in found.iter().enumerate() {
-            let row = plan.lookups.get(i).map(|l| l.row).filter(|_| f.is_none());
-            if let Some(out) = row.and_then(|r| plan.rows.get_mut(r)) {
-                out.delete = true;
-            }
-        }
-        let base = state.next_sequence;
-        let batch = plan
-            .build(&schemas, base, lookup_batch.as_ref(), &found)
-            .map_err(|e| SinkError::Data {
-                table: table.clone(),
-                detail: format!("building data files: {e}"),
-            })?;
-        // An initial copy's key blocks go straight to the bottom level (placement.rs), unless
-        // a compaction is running: its output, placed by the inputs it read, could then
-        // overlap them on its level.
-        let copying = checkpoint.snapshot.is_some() || plan.truncate;
-        let to_bottom = copying && !handle.compacting.load(Ordering::Acquire);
-        let chunks: Vec<Option<u32>> = changes.iter().map(|c| c.copy_chunk).collect();
-        let mut files = Vec::new();
-        for (bucket, first, len) in plan.bucket_ranges() {
-            let part = batch.slice(first, len);
-            let bottom = if to_bottom {
-                let live = if plan.truncate {
-                    &[][..]
-                } else {
-                    state
-                        .files
-                        .get(&(bucket as i32))
-                        .map_or(&[][..], Vec::as_slice)
-                };
-                placement::for_bucket(&plan, &chunks, &schemas, first, &part, live)
-            } else {
-                None
-            };
-            match bottom {
-                Some(cuts) => {
-                    let level = tables.compaction.max_level;
-                    for (start, rows) in cuts {
-                        files.push((bucket as i32, part.slice(start, rows), level));
-                    }
-                }
-                None => files.push((bucket as i32, part, 0)),
-            }
-        }
-        let written =
-            futures::future::try_join_all(files.into_iter().map(|(bucket, part, level)| {
-                let location = &state.location;
-                let schemas = &schemas;
-                async move {
-                    let file = files::write_file(
-                        &tables.warehouse,
-                        table,
-                        location,
-                        schemas,
-                        bucket,
-                        part,
-                        level,
-                        0,
-                    )
-                    .await?;
-                    Ok::<_, SinkError>((bucket, file))
-                }
-            }))
-            .await?;
-        let change = Change {
-            added: written,
-            ..Change::default()
-        };
-        let files_written = change.added.len();
-        let (snapshot_id, truncated) = tables
-            .publish_commit(
-                table,
-                &mut guard,
-                change,
-                plan.truncate,
-                checkpoint,
-                buckets as i32,
-            )
-            .await?;
-        let deleted_rows = plan.rows.iter().filter(|r| r.delete).count() as u64 + truncated;
-        let Some(state) = guard.as_mut() else {
-            return Err(SinkError::Corrupt {
-                path: tables.table_location(table),
-                detail: "the table's state vanished during a commit".into(),
-            });
-        };
-        state.next_sequence = state.next_sequence.max(base + plan.changes as i64 + 1);
-        handle
-            .copying
-            .store(checkpoint.snapshot.is_some(), Ordering::Release);
-        let needs_compaction = tables.needs_compaction(state, &handle);
-        drop(guard);
-        if needs_compaction {
-            tables.spawn_compaction(&handle);
-        }
-        tables.expire_if_due(&handle, snapshot_id).await;
-        Ok(CommitStats {
-            snapshot_id,
-            data_rows: plan.rows.len() as u64
-                - plan.rows.iter().filter(|r| r.delete).count() as u64,
-            deleted_rows,
-            files_written,
-            resync_swapped: false,
-        })
-    }
-}
-
-impl Tables {
-    /// `None` when the changes can be committed as they are.
-    async fn behind(
-        &self,
-        schema: &TableSchema,
-        changes: &[TableChanges],
-        handle: &Arc<Handle>,
-    ) -> Result<Option<(Arc<TableSchema>, Vec<TableChanges>)>, SinkError> {
-        let table = &schema.id;
-        let wanted = schema::paimon_schema(schema, self.table_options())?;
-        let mut guard = handle.state.lock().await;
-        self.ensure_loaded(table, &mut guard).await?;
-        let Some(state) = guard.as_ref() else {
-            return Ok(None);
-        };
-        let forward = renames(schema, &state.schema);
-        let behind = match schema::evolution(&state.schema, &wanted, &forward) {
-            schema::Evolution::Behind => true,
-            // A rename whose schema file landed before the crash: the table's older names
-            // lead back to the changes' ones.
-            schema::Evolution::Incompatible(_) => {
-                schema::behind_by_renames(&state.schema, &wanted, &state.aliases)
-            }
-            schema::Evolution::Same | schema::Evolution::To(_) => false,
-        };
-        if !behind {
-            return Ok(None);
-        }
-        // Only a schema the table really had is a replay; anything else (a narrowing on the
-        // source) is left to `ensure_created`, which refuses it.
-        let mut had = false;
-        for id in (state.lineage_start..state.schema.id).rev() {
-            let older = table::read_schema(&self.warehouse, &state.location, id).await?;
-            if older.is_some_and(|older| schema::difference(&older, &wanted).is_none()) {
-                had = true;
-                break;
-            }
-        }
-        if !had {
-            return Ok(None);
-        }
-        let mut newer =
-            schema::table_schema(table, &state.schema).map_err(|detail| SinkError::Corrupt {
-                path: state.location.clone(),
-                detail,
-            })?;
-        for column in &mut newer.columns {
-            column.former_names = state
-                .aliases
-                .iter()
-                .filter(|(_, now)| **now == column.name)
-                .map(|(old, _)| old.clone())
-                .collect();
-        }
-        let newer = Arc::new(newer);
-        let widened = changes
-            .iter()
-            .map(|c| c.evolve(&newer))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|source| SinkError::Arrow {
-                context: format!("widening the changes of {table} to the table's schema"),
-                source,
-            })?;
-        tracing::info!(table = %table, schema_id = state.schema.id, "the table is already at a newer schema: committing the older changes widened to it");
-        Ok(Some((newer, widened)))
-    }
-
-    /// Refuses changes that add a column with a default the table's existing rows must read:
-    /// Paimon has no initial default (a column added to a Paimon table reads NULL in older
-    /// files), so they would read NULL where the source holds the default.
-    async fn refuse_added_defaults(
-        &self,
-        schema: &TableSchema,
-        slot: &mut Option<TableState>,
-    ) -> Result<(), SinkError> {
-        if schema.columns.iter().all(|c| c.initial_default.is_none()) {
-            return Ok(());
-        }
-        self.ensure_loaded(&schema.id, slot).await?;
-        let Some(state) = slot.as_ref() else {
-            return Ok(());
-        };
-        let added: Vec<&str> = schema
-            .columns
-            .iter()
-            .filter(|c| c.initial_default.is_some())
-            .filter(|c| !state.schema.fields.iter().any(|f| f.name == c.name))
-            .map(|c| c.name.as_str())
-            .collect();
-        if added.is_empty() {
-            return Ok(());
-        }
-        Err(SinkError::SchemaChanged {
-            table: schema.id.clone(),
-            detail: format!(
-                "column {} is added with a default the existing rows hold; a Paimon table has no initial default (they would read NULL)",
-                added.join(", ")
-            ),
-        })
-    }
-
-    /// The table's state in `slot`, loaded, or created with schema `wanted` when it does not
-    /// exist; evolved to `wanted` when that adds columns or widens types (a new `schema-N`
-    /// file before the commit that first writes under it); refused otherwise.
-    async fn ensure_created<'a>(
-        &self,
-        changes_schema: &TableSchema,
-        slot: &'a mut Option<TableState>,
-        wanted: &schema::PaimonSchema,
-    ) -> Result<&'a mut TableState, SinkError> {
-        let table = &changes_schema.id;
-        self.ensure_loaded(table, slot).await?;
-        if slot.is_none() {
-            let location = self.table_location(table);
-            table::create_schema(&self.warehouse, &location, wanted).await?;
-            tracing::info!(table = %table, location = %location, "created Paimon table");
-            self.ensure_loaded(table, slot).await?;
-        }
-        let evolution = match slot.as_ref() {
-            Some(state) => schema::evolution(
-                &state.schema,
-                wanted,
-                &renames(changes_schema, &state.schema),
-            ),
-            None => {
-                return Err(SinkError::Corrupt {
-                    path: self.table_location(table),
-                    detail: "schema/schema-0 exists but cannot be loaded".into(),
-                })
-            }
-        };
-        if let schema::Evolution::To(next) = &evolution {
-            if self.schema_change.for_table(table) == crate::config::SchemaChange::Stop {
-                let detail = slot
-                    .as_ref()
-                    .and_then(|state| schema::difference(&state.schema, next))
-                    .unwrap_or_default();
-                return Err(SinkError::SchemaChanged {
-                    table: table.clone(),
-                    detail: format!(
-                        "{detail}; source.schema_change = \"stop\" (for this table) keeps the lake's schema as it is (change it by hand, or set schema_change = \"evolve\" for it)"
-                    ),
-                });
-            }
-            let location = self.table_location(table);
-            // A name an earlier schema had: cdcd reads older files by name (lookups,
-            // compaction), so a dropped column's old values would show through.
-            let current = slot.as_ref().map(|s| (s.schema.clone(), s.lineage_start));
-            if let Some((current, lineage_start)) = current {
-                // Added columns, and columns renamed to a new name.
-                let added: Vec<&str> = next
-                    .fields
-                    .iter()
-                    .filter(|f| {
-                        f.id > current.highest_field_id
-                            || current
-                                .fields
-                                .iter()
-                                .any(|c| c.id == f.id && c.name != f.name)
-                    })
-                    .map(|f| f.name.as_str())
-                    .collect();
-                for id in lineage_start..current.id {
-                    let older = table::read_schema(&self.warehouse, &location, id).await?;
-                    if let Some(name) = older.and_then(|o| {
-                        added
-                            .iter()
-                            .find(|a| o.fields.iter().any(|f| f.name == **a))
-                            .map(|a| a.to_string())
-                    }) {
-                        return Err(SinkError::SchemaChanged {
-                            table: table.clone(),
-                            detail: format!(
-                                "column {name} is added (or a column renamed to it) after an earlier column of that name was dropped or renamed, which cdcd does not apply"
-                            ),
-                        });
-                    }
-                }
-            }
-            // A schema file left by an attempt whose commit did not land, or another writer's,
-            // may hold this id already: it wins, and must then be this evolution.
-            table::create_schema(&self.warehouse, &location, next).await?;
-            crate::failpoints::crash_point(crate::failpoints::LSM_SCHEMA_WRITTEN);
-            *slot = None;
-            self.ensure_loaded(table, slot).await?;
-        }
-        let Some(state) = slot.as_mut() else {
-            return Err(SinkError::Corrupt {
-                path: self.table_location(table),
-                detail: "the table vanished while its schema evolved".into(),
-            });
-        };
-        match evolution {
-            schema::Evolution::Same => Ok(state),
-            schema::Evolution::To(_) => {
-                if let Some(detail) = schema::difference(&state.schema, wanted) {
-                    return Err(SinkError::SchemaChanged {
-                        table: table.clone(),
-                        detail,
-                    });
-                }
-                tracing::info!(table = %table, schema_id = state.schema.id, "evolved the Paimon table's schema");
-                Ok(state)
-            }
-            schema::Evolution::Behind | schema::Evolution::Incompatible(_) => {
-                Err(SinkError::SchemaChanged {
-                    table: table.clone(),
-                    detail: schema::difference(&state.schema, wanted).unwrap_or_default(),
-                })
-            }
-        }
-    }
-
-    /// Publishes `change` as one snapshot of the table in `slot` carrying `checkpoint`: an
-    /// `APPEND`, or after a TRUNCATE an `OVERWRITE` that also deletes every live file. On failure
-    /// the cached state is dropped (the next commit reloads what is durable). Returns the new
-    /// snapshot id and the rows the truncate removed.
-    async fn publish_commit(
-        &self,
-        table: &TableId,
-        slot: &mut Option<TableState>,
-        mut change: Change,
-        truncate: bool,
-        checkpoint: &Checkpoint,
-        buckets: i32,
-    ) -> Result<(i64, u64), SinkError> {
-        let Some(state) = slot.as_mut() else {
-            return Err(SinkError::Corrupt {
-                path: self.table_location(table),
-                detail: "a commit to a table that is not loaded".into(),
-            });
-        };
-        let mut truncated = 0u64;
-        if truncate {
-            for (b, files) in &state.files {
-                truncated += files.iter().map(|f| f.row_count as u64).sum::<u64>();
-                change.deleted.extend(files.iter().map(|f| (*b, f.clone())));
-            }
-        }
-        let kind = if truncate { "OVERWRITE" } else { "APPEND" };
-        let props: BTreeMap<String, String> = checkpoint.to_properties().into_iter().collect();
-        let published =
-            publish::publish(&self.warehouse, table, state, change, kind, props, buckets).await;
-        match published {
-            Ok(id) => Ok((id, truncated)),
-            Err(e) => {
-                *slot = None;
-                Err(e)
-            }
-        }
-    }
-
-    /// Expires old snapshots after the commit of `snapshot_id` when due (`expire::due`); a
-    /// failure is logged and retried after a later commit (the commit itself stands).
-    async fn expire_if_due(&self, handle: &Arc<Handle>, snapshot_id: i64) {
-        let due = {
-            let guard = handle.state.lock().await;
-            guard.as_ref().is_some_and(|state| {
-                expire::due(
-                    state,
-                    &self.config,
-                    handle.expiry_tried.load(Ordering::Acquire),
-                )
-            })
-        };
-        if !due {
-            return;
-        }
-        handle.expiry_tried.store(snapshot_id, Ordering::Release);
-        if let Err(e) = expire::expire(self, handle).await {
-            tracing::warn!(table = %handle.table, error = %e, "snapshot expiry failed; retried after a later commit");
-        }
-    }
 }
 
 #[async_trait]
@@ -677,7 +256,12 @@ impl Sink for LsmSink {
         changes: &[TableChanges],
         checkpoint: &Checkpoint,
     ) -> Result<CommitStats, SinkError> {
-        let mut stats = self.commit_inner(schema, changes, checkpoint).await?;
+        let input = commit::Input {
+            schema: schema.as_ref(),
+            changes,
+            checkpoint,
+        };
+        let mut stats = commit::commit(&self.tables, input).await?;
         stats.resync_swapped = self
             .tables
             .swap_if_due(&schema.id, &checkpoint.position)
@@ -737,10 +321,4 @@ impl Sink for LsmSink {
         }
         Ok(reports)
     }
-}
-
-/// The renames `changes_schema` declares (its columns' former names) from the table's current
-/// column names.
-fn renames(changes_schema: &TableSchema, table: &schema::PaimonSchema) -> Vec<(String, String)> {
-    changes_schema.renames_from(table.fields.iter().map(|f| f.name.as_str()))
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use arrow_array::builder::{Int64Builder, StringBuilder};
 use arrow_schema::DataType;
 
+use super::schema::FileSchemas;
 use super::*;
 use crate::changelog::{Column, Lsn, Op, Position, TableChangesBuilder};
 use crate::config::{LsmConfig, MergeEngine};
