@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use super::binary_row;
-use super::manifest::{self, FileKind, ManifestEntry};
+use super::manifest::{self, DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta};
 use super::schema::PaimonSchema;
 use super::snapshot::{read_snapshot, snapshot_location, Snapshot};
 use super::store::{corrupt, put, storage};
@@ -103,11 +103,37 @@ pub async fn publish(
     state: &mut TableState,
     change: Change,
     kind: &str,
-    mut properties: BTreeMap<String, String>,
+    properties: BTreeMap<String, String>,
     buckets: i32,
 ) -> Result<i64, SinkError> {
-    // A resync's marks stay on every later snapshot (resync.rs): which resync's lineage the
-    // table is, and where its schema history starts.
+    let properties = carried(state, w.lease_epoch(), properties);
+    let manifests = Manifests {
+        w,
+        location: state.location.clone(),
+        commit: uuid::Uuid::new_v4(),
+        buckets,
+        empty: binary_row::empty_row(),
+    };
+    let delta = manifests.write_delta(&change).await?;
+    let mut base = manifests.write_base(state).await?;
+    let lists = manifests.write_lists(&base, &delta).await?;
+    let snapshot = snapshot(state, lists, &change, kind, properties);
+    let id = snapshot.id;
+    put_snapshot(w, table, &state.location, &snapshot).await?;
+    write_hints(w, table, &state.location, id).await;
+    base.extend(delta);
+    apply(state, change, base, snapshot);
+    Ok(id)
+}
+
+/// `properties` with what every snapshot of the table carries on: a resync's marks stay on
+/// every later snapshot (resync.rs): which resync's lineage the table is, and where its schema
+/// history starts; and the writer's lease epoch.
+fn carried(
+    state: &TableState,
+    epoch: u64,
+    mut properties: BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
     if let Some(before) = state.snapshot.as_ref().and_then(|s| s.properties.as_ref()) {
         for key in [RESYNC_ID_PROPERTY, LINEAGE_SCHEMA_PROPERTY] {
             if let Some(value) = before.get(key) {
@@ -117,7 +143,6 @@ pub async fn publish(
             }
         }
     }
-    let epoch = w.lease_epoch();
     if epoch > 0 {
         // Also on compaction snapshots, which copy the properties of the one before.
         properties.insert(
@@ -125,96 +150,127 @@ pub async fn publish(
             epoch.to_string(),
         );
     }
-    let loc = state.location.clone();
-    let empty = binary_row::empty_row();
-    let commit = uuid::Uuid::new_v4();
-    let enc = |e: manifest::ManifestError| corrupt(&format!("{loc}/manifest"), e);
-    let entries: Vec<ManifestEntry> = change
-        .deleted
-        .iter()
-        .map(|(b, f)| (FileKind::Delete, *b, f))
-        .chain(change.added.iter().map(|(b, f)| (FileKind::Add, *b, f)))
-        .map(|(kind, bucket, f)| ManifestEntry {
+    properties
+}
+
+/// The manifests and manifest lists one publish writes before its snapshot, all under
+/// `manifest/` and named after a fresh commit uuid, so no two publishes' files collide.
+struct Manifests<'a> {
+    w: &'a Warehouse,
+    location: String,
+    commit: uuid::Uuid,
+    /// `_TOTAL_BUCKETS` of the manifest entries.
+    buckets: i32,
+    /// Paimon's empty `BinaryRow`: the partition of every entry (cdcd's tables are unpartitioned).
+    empty: Vec<u8>,
+}
+
+/// The two manifest lists a snapshot names, as written.
+struct Lists {
+    base_name: String,
+    base_size: i64,
+    delta_name: String,
+    delta_size: i64,
+}
+
+impl Manifests<'_> {
+    fn enc(&self) -> impl Fn(manifest::ManifestError) -> SinkError + '_ {
+        |e| corrupt(&format!("{}/manifest", self.location), e)
+    }
+
+    fn entry(&self, kind: FileKind, bucket: i32, file: &DataFileMeta) -> ManifestEntry {
+        ManifestEntry {
             kind,
             bucket,
-            total_buckets: buckets,
-            file: f.clone(),
-        })
-        .collect();
-    let mut delta = Vec::new();
-    if !entries.is_empty() {
-        let name = format!("manifest-{commit}-0");
-        let bytes = manifest::encode_entries(&entries, &empty).map_err(enc)?;
-        let meta = manifest::describe(name.clone(), bytes.len(), &entries);
-        put(w, &format!("{loc}/manifest/{name}"), bytes).await?;
-        delta.push(meta);
+            total_buckets: self.buckets,
+            file: file.clone(),
+        }
     }
-    // The base list: the previous snapshot's manifests, rewritten as manifests of the live files
-    // (of about the target size) once there are many: otherwise every commit would make every
-    // reader open more.
-    let merge = ManifestMerge::of(&state.schema);
-    let mut base = state.manifests.clone();
-    if base.len() > merge.min_count {
+
+    async fn put_manifest_file(&self, name: &str, bytes: Vec<u8>) -> Result<(), SinkError> {
+        put(self.w, &format!("{}/manifest/{name}", self.location), bytes).await
+    }
+
+    /// This snapshot's manifest: the files `change` deletes, then those it adds (none for an
+    /// empty change).
+    async fn write_delta(&self, change: &Change) -> Result<Vec<ManifestFileMeta>, SinkError> {
+        let entries: Vec<ManifestEntry> = change
+            .deleted
+            .iter()
+            .map(|(b, f)| self.entry(FileKind::Delete, *b, f))
+            .chain(
+                change
+                    .added
+                    .iter()
+                    .map(|(b, f)| self.entry(FileKind::Add, *b, f)),
+            )
+            .collect();
+        if entries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let name = format!("manifest-{}-0", self.commit);
+        let bytes = manifest::encode_entries(&entries, &self.empty).map_err(self.enc())?;
+        let meta = manifest::describe(name.clone(), bytes.len(), &entries);
+        self.put_manifest_file(&name, bytes).await?;
+        Ok(vec![meta])
+    }
+
+    /// The base list: the previous snapshot's manifests, rewritten as manifests of the live
+    /// files (of about the target size) once there are many: otherwise every commit would make
+    /// every reader open more.
+    async fn write_base(&self, state: &TableState) -> Result<Vec<ManifestFileMeta>, SinkError> {
+        let merge = ManifestMerge::of(&state.schema);
+        if state.manifests.len() <= merge.min_count {
+            return Ok(state.manifests.clone());
+        }
         let live: Vec<ManifestEntry> = state
             .files
             .iter()
-            .flat_map(|(b, fs)| {
-                fs.iter().map(move |f| ManifestEntry {
-                    kind: FileKind::Add,
-                    bucket: *b,
-                    total_buckets: buckets,
-                    file: f.clone(),
-                })
-            })
+            .flat_map(|(b, fs)| fs.iter().map(move |f| self.entry(FileKind::Add, *b, f)))
             .collect();
-        base.clear();
-        if !live.is_empty() {
-            let whole = manifest::encode_entries(&live, &empty).map_err(enc)?;
-            let parts = split_for_target(&live, whole.len(), merge.target_bytes);
-            for (i, part) in parts.into_iter().enumerate() {
-                let name = format!("manifest-{commit}-{}", i + 1);
-                let bytes = if part.len() == live.len() {
-                    whole.clone()
-                } else {
-                    manifest::encode_entries(part, &empty).map_err(enc)?
-                };
-                base.push(manifest::describe(name.clone(), bytes.len(), part));
-                put(w, &format!("{loc}/manifest/{name}"), bytes).await?;
-            }
+        let mut base = Vec::new();
+        if live.is_empty() {
+            return Ok(base);
         }
+        let whole = manifest::encode_entries(&live, &self.empty).map_err(self.enc())?;
+        let parts = split_for_target(&live, whole.len(), merge.target_bytes);
+        for (i, part) in parts.into_iter().enumerate() {
+            let name = format!("manifest-{}-{}", self.commit, i + 1);
+            let bytes = if part.len() == live.len() {
+                whole.clone()
+            } else {
+                manifest::encode_entries(part, &self.empty).map_err(self.enc())?
+            };
+            base.push(manifest::describe(name.clone(), bytes.len(), part));
+            self.put_manifest_file(&name, bytes).await?;
+        }
+        Ok(base)
     }
-    let base_name = format!("manifest-list-{commit}-0");
-    let delta_name = format!("manifest-list-{commit}-1");
-    let base_bytes = manifest::encode_list(&base, &empty).map_err(enc)?;
-    let delta_bytes = manifest::encode_list(&delta, &empty).map_err(enc)?;
-    let (base_size, delta_size) = (base_bytes.len() as i64, delta_bytes.len() as i64);
-    put(w, &format!("{loc}/manifest/{base_name}"), base_bytes).await?;
-    put(w, &format!("{loc}/manifest/{delta_name}"), delta_bytes).await?;
 
-    let added_rows: i64 = change.added.iter().map(|(_, f)| f.row_count).sum();
-    let deleted_rows: i64 = change.deleted.iter().map(|(_, f)| f.row_count).sum();
-    let id = state.snapshot_id() + 1;
-    let snapshot = Snapshot {
-        version: 3,
-        id,
-        schema_id: state.schema.id,
-        base_manifest_list: base_name,
-        base_manifest_list_size: Some(base_size),
-        delta_manifest_list: delta_name,
-        delta_manifest_list_size: Some(delta_size),
-        changelog_manifest_list: None,
-        index_manifest: None,
-        commit_user: state.commit_user.clone(),
-        commit_identifier: id,
-        commit_kind: kind.to_owned(),
-        time_millis: chrono::Utc::now().timestamp_millis(),
-        total_record_count: state.live_rows() + added_rows - deleted_rows,
-        delta_record_count: added_rows - deleted_rows,
-        changelog_record_count: None,
-        properties: Some(properties),
-    };
-    put_snapshot(w, table, &loc, &snapshot).await?;
-    // Hints: failures here do not undo the commit (readers verify hints).
+    async fn write_lists(
+        &self,
+        base: &[ManifestFileMeta],
+        delta: &[ManifestFileMeta],
+    ) -> Result<Lists, SinkError> {
+        let base_name = format!("manifest-list-{}-0", self.commit);
+        let delta_name = format!("manifest-list-{}-1", self.commit);
+        let base_bytes = manifest::encode_list(base, &self.empty).map_err(self.enc())?;
+        let delta_bytes = manifest::encode_list(delta, &self.empty).map_err(self.enc())?;
+        let (base_size, delta_size) = (base_bytes.len() as i64, delta_bytes.len() as i64);
+        self.put_manifest_file(&base_name, base_bytes).await?;
+        self.put_manifest_file(&delta_name, delta_bytes).await?;
+        Ok(Lists {
+            base_name,
+            base_size,
+            delta_name,
+            delta_size,
+        })
+    }
+}
+
+/// `LATEST`, and `EARLIEST` for the first snapshot: failures here do not undo the commit
+/// (readers verify hints).
+async fn write_hints(w: &Warehouse, table: &TableId, loc: &str, id: i64) {
     if let Err(e) = put(
         w,
         &format!("{loc}/snapshot/LATEST"),
@@ -227,6 +283,48 @@ pub async fn publish(
     if id == 1 {
         let _ = put(w, &format!("{loc}/snapshot/EARLIEST"), b"1".to_vec()).await;
     }
+}
+
+/// The snapshot after `state`'s newest, naming `lists`.
+fn snapshot(
+    state: &TableState,
+    lists: Lists,
+    change: &Change,
+    kind: &str,
+    properties: BTreeMap<String, String>,
+) -> Snapshot {
+    let added_rows: i64 = change.added.iter().map(|(_, f)| f.row_count).sum();
+    let deleted_rows: i64 = change.deleted.iter().map(|(_, f)| f.row_count).sum();
+    let id = state.snapshot_id() + 1;
+    Snapshot {
+        version: 3,
+        id,
+        schema_id: state.schema.id,
+        base_manifest_list: lists.base_name,
+        base_manifest_list_size: Some(lists.base_size),
+        delta_manifest_list: lists.delta_name,
+        delta_manifest_list_size: Some(lists.delta_size),
+        changelog_manifest_list: None,
+        index_manifest: None,
+        commit_user: state.commit_user.clone(),
+        commit_identifier: id,
+        commit_kind: kind.to_owned(),
+        time_millis: chrono::Utc::now().timestamp_millis(),
+        total_record_count: state.live_rows() + added_rows - deleted_rows,
+        delta_record_count: added_rows - deleted_rows,
+        changelog_record_count: None,
+        properties: Some(properties),
+    }
+}
+
+/// Advances `state` to the published `snapshot`: `change` applied to the live files, `manifests`
+/// (base, then delta) as the snapshot's.
+fn apply(
+    state: &mut TableState,
+    change: Change,
+    manifests: Vec<ManifestFileMeta>,
+    snapshot: Snapshot,
+) {
     for (b, f) in &change.deleted {
         if let Some(files) = state.files.get_mut(b) {
             files.retain(|x| x.file_name != f.file_name);
@@ -237,10 +335,8 @@ pub async fn publish(
         state.files.entry(b).or_default().push(f);
     }
     state.files.retain(|_, fs| !fs.is_empty());
-    base.extend(delta);
-    state.manifests = base;
+    state.manifests = manifests;
     state.snapshot = Some(snapshot);
-    Ok(id)
 }
 
 /// The commit point: puts `snapshot` as `snapshot/snapshot-<id>` of the table at `location`,
