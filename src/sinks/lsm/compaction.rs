@@ -1,8 +1,11 @@
 //! Compaction of a bucket's sorted runs, split as lsm-tree's `compaction/`: `pick.rs` chooses which
-//! runs to merge and merges rows (pure), `worker.rs` reads the chosen files, writes the result and
-//! publishes it as a `COMPACT` snapshot.
+//! runs to merge (pure), `merge.rs` merges their rows (pure), `worker.rs` reads the chosen files,
+//! writes the result and publishes it as a `COMPACT` snapshot, and `schedule.rs` says when: the
+//! background compactor of each table, and the write stall.
 
+pub(super) mod merge;
 pub(super) mod pick;
+pub(super) mod schedule;
 pub(super) mod worker;
 
 pub use pick::*;
