@@ -145,15 +145,7 @@ pub(super) async fn expire(tables: &Tables, handle: &Handle) -> Result<usize, Si
     let Some(hinted) = snapshot::earliest_id(w, &location, latest).await? else {
         return Ok(0);
     };
-    // Snapshot files below the hint: an expiry that crashed after moving it (module doc).
-    let mut earliest = hinted;
-    while earliest > 1
-        && store::read(w, &snapshot::snapshot_location(&location, earliest - 1))
-            .await?
-            .is_some()
-    {
-        earliest -= 1;
-    }
+    let earliest = lowest_present(w, &location, hinted).await?;
     if earliest < hinted {
         tracing::info!(
             table = %handle.table,
@@ -162,29 +154,14 @@ pub(super) async fn expire(tables: &Tables, handle: &Handle) -> Result<usize, Si
             "finishing an interrupted snapshot expiry"
         );
     }
-    let keep = tables.config.snapshots_retained.max(1) as i64;
-    let mut cut = (latest - keep + 1).max(earliest);
-    let mut cache = HashMap::new();
-    // A time window keeps younger snapshots too.
-    if let Some(window) = tables.config.snapshot_time_retained_ms {
-        let horizon = chrono::Utc::now().timestamp_millis() - window as i64;
-        let mut id = earliest;
-        while id < cut {
-            if let Some(s) = snapshot::read_snapshot(w, &location, id).await? {
-                if s.time_millis >= horizon {
-                    break;
-                }
-            }
-            id += 1;
-        }
-        cut = id;
-    }
+    let cut = first_kept(w, &tables.config, &location, earliest, latest).await?;
     // The hint never moves back: a time window may keep snapshots an interrupted count-based
     // expiry had already hinted past.
     let cut = cut.max(hinted);
     if cut <= earliest {
         return Ok(0);
     }
+    let mut cache = HashMap::new();
     let mut retained = Refs::default();
     collect(w, &location, latest, Scope::Live, &mut retained, &mut cache).await?;
     let (live_files, manifests) = (retained.files.len(), retained.manifests.len());
@@ -204,7 +181,71 @@ pub(super) async fn expire(tables: &Tables, handle: &Handle) -> Result<usize, Si
         .await?;
     }
     failpoints::crash_point(failpoints::LSM_EXPIRE_AFTER_HINT);
-    // In dependency order: what a file names goes before it (module doc).
+    let deleted_files = delete_unreferenced(w, &location, &expired, &retained).await?;
+    delete_snapshots(w, &location, earliest, cut).await?;
+    tracing::debug!(table = %handle.table, from = earliest, to = cut - 1, "expired snapshots");
+    let table = handle.table.to_string();
+    let expired = (cut - earliest) as u64;
+    maintenance_metrics::expiry(&table, expired, deleted_files as u64 + expired);
+    maintenance_metrics::table_shape(
+        &table,
+        (latest - cut + 1) as u64,
+        live_files as u64,
+        manifests as u64,
+    );
+    Ok(expired as usize)
+}
+
+/// The lowest snapshot present, from the `EARLIEST` hint down: snapshot files below the hint are
+/// an expiry that crashed after moving it (module doc).
+async fn lowest_present(w: &Warehouse, location: &str, hinted: i64) -> Result<i64, SinkError> {
+    let mut earliest = hinted;
+    while earliest > 1
+        && store::read(w, &snapshot::snapshot_location(location, earliest - 1))
+            .await?
+            .is_some()
+    {
+        earliest -= 1;
+    }
+    Ok(earliest)
+}
+
+/// The oldest snapshot to keep: the newest `snapshots_retained`, and with a time window any
+/// younger than it too.
+async fn first_kept(
+    w: &Warehouse,
+    config: &LsmConfig,
+    location: &str,
+    earliest: i64,
+    latest: i64,
+) -> Result<i64, SinkError> {
+    let keep = config.snapshots_retained.max(1) as i64;
+    let cut = (latest - keep + 1).max(earliest);
+    // A time window keeps younger snapshots too.
+    let Some(window) = config.snapshot_time_retained_ms else {
+        return Ok(cut);
+    };
+    let horizon = chrono::Utc::now().timestamp_millis() - window as i64;
+    let mut id = earliest;
+    while id < cut {
+        if let Some(s) = snapshot::read_snapshot(w, location, id).await? {
+            if s.time_millis >= horizon {
+                break;
+            }
+        }
+        id += 1;
+    }
+    Ok(id)
+}
+
+/// Deletes what the expired snapshots referenced and no retained one does, in dependency order:
+/// what a file names goes before it (module doc). Returns how many files that was.
+async fn delete_unreferenced(
+    w: &Warehouse,
+    location: &str,
+    expired: &Refs,
+    retained: &Refs,
+) -> Result<usize, SinkError> {
     let mut doomed: Vec<String> = expired
         .files
         .difference(&retained.files)
@@ -224,22 +265,22 @@ pub(super) async fn expire(tables: &Tables, handle: &Handle) -> Result<usize, Si
         }
         store::delete(w, file).await?;
     }
+    Ok(doomed.len())
+}
+
+/// Deletes snapshot files `earliest..cut`, oldest first.
+async fn delete_snapshots(
+    w: &Warehouse,
+    location: &str,
+    earliest: i64,
+    cut: i64,
+) -> Result<(), SinkError> {
     let middle = earliest + (cut - earliest) / 2;
     for id in earliest..cut {
         if id == middle {
             failpoints::crash_point(failpoints::LSM_EXPIRE_DURING_SNAPSHOTS);
         }
-        store::delete(w, &snapshot::snapshot_location(&location, id)).await?;
+        store::delete(w, &snapshot::snapshot_location(location, id)).await?;
     }
-    tracing::debug!(table = %handle.table, from = earliest, to = cut - 1, "expired snapshots");
-    let table = handle.table.to_string();
-    let expired = (cut - earliest) as u64;
-    maintenance_metrics::expiry(&table, expired, doomed.len() as u64 + expired);
-    maintenance_metrics::table_shape(
-        &table,
-        (latest - cut + 1) as u64,
-        live_files as u64,
-        manifests as u64,
-    );
-    Ok(expired as usize)
+    Ok(())
 }
