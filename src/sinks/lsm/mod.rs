@@ -5,14 +5,15 @@
 //! Sits at the end of the flow: pipeline → [`LsmSink::commit`] → (durable) → ack to source. Each
 //! commit writes, per touched bucket, one level-0 Parquet file holding the last state of every key
 //! the commit changed (`plan.rs`), and publishes it as one `APPEND` snapshot whose `properties`
-//! carry the checkpoint (`commit.rs`). An initial copy's commits (checkpoint with copy progress,
-//! or after a TRUNCATE) put blocks of keys no live file's range holds straight into the bottom
-//! level instead, so the copy is not rewritten by compaction (`placement.rs` says when and why).
-//! A background task per table merges sorted runs
-//! (`compaction/pick.rs` decides, `compaction/worker.rs` does it) and publishes `COMPACT` snapshots that carry
-//! the same checkpoint; readers see either the runs before or the merged file after. Commits wait
-//! while a bucket has `stop_trigger` runs or more, so compaction can never fall behind for good.
-//! Old snapshots and the files only they reference are deleted (`expire.rs`).
+//! carry the checkpoint (`commit.rs`, the steps; `publish.rs`, the commit point). An initial
+//! copy's commits (checkpoint with copy progress, or after a TRUNCATE) put blocks of keys no live
+//! file's range holds straight into the bottom level instead, so the copy is not rewritten by
+//! compaction (`placement.rs` says when and why). A background task per table merges sorted runs
+//! (`compaction/`: `pick.rs` decides, `worker.rs` does it, `schedule.rs` says when) and publishes
+//! `COMPACT` snapshots that carry the same checkpoint; readers see either the runs before or the
+//! merged file after. Commits wait while a bucket has `stop_trigger` runs or more, so compaction
+//! can never fall behind for good. Old snapshots and the files only they reference are deleted
+//! (`expire.rs`).
 //!
 //! Why cdcd completes partial rows itself instead of relying on Paimon's `partial-update` merge
 //! engine: that engine reads a NULL field as "unchanged", so an UPDATE that sets a column to NULL
@@ -20,19 +21,37 @@
 //! row's current value and every file holds whole rows. `merge_engine = "partial-update"` is
 //! offered for users who accept that: absent columns are then written NULL without a lookup.
 //!
-//! Layout (`<warehouse>/<namespace>.db/<table>/`, Paimon's filesystem catalog): `schema/schema-0`,
-//! `snapshot/snapshot-N` + `LATEST` + `EARLIEST`, `manifest/`, `bucket-<n>/data-*.parquet`.
+//! On storage (`<warehouse>/<namespace>.db/<table>/`, Paimon's filesystem catalog):
+//! `schema/schema-N`, `snapshot/snapshot-N` + `LATEST` + `EARLIEST`, `manifest/`,
+//! `bucket-<n>/data-*.parquet`.
 //!
-//! Files by role: `schema.rs` (types, schema JSON, data file shape), `binary_row.rs` (Paimon's
-//! `BinaryRow` and bucket hash), `plan.rs` (pure: changes → one row per key), `placement.rs`
-//! (pure: level 0 or bottom-level files for a copy commit's rows), `lookup.rs`
-//! (current rows for partial updates), `writer.rs` (Parquet runs and their `DataFileMeta`),
-//! `manifest.rs` (Avro), `commit.rs` (load and publish snapshots), `append.rs` (keyless tables), `compaction/pick.rs` (pure:
-//! pick and merge), `compaction/worker.rs` (the worker), `expire.rs`, `resync.rs` (`cdcd resync`: a lineage table
-//! beside the live one, swapped in by one `OVERWRITE` snapshot). The Iceberg sink's planner and row
-//! lookup are not shared on purpose: Iceberg deletes rows by key across files, whereas an LSM
-//! commit folds the changes of a key into one upsert or delete, so the two planners have little
-//! in common beyond Arrow `interleave`, and the Parquet writing shared would be a few lines.
+//! # Modules
+//! The bottom floor, which every other module imports and which imports none of them:
+//! - `table.rs`: `TableState`, a table as of its newest snapshot, loaded from storage; the schema
+//!   files; `Change`, the files one snapshot adds and deletes.
+//! - `tables.rs`: `Tables`, what the sink's tasks share (warehouse, config, resyncs), and each
+//!   table's `Handle` (its state behind the lock, its compactor's flags).
+//! - `store.rs` (object I/O), `snapshot.rs` (reading snapshots, hints, manifests), `files.rs`
+//!   (putting and reading data files).
+//!
+//! Pure formats and decisions: `schema.rs` (types, schema JSON, data file shape, evolution),
+//! `binary_row.rs` (Paimon's `BinaryRow` and bucket hash), `manifest.rs` (Avro), `writer.rs`
+//! (Parquet runs and their `DataFileMeta`), `plan.rs` (changes → one row per key),
+//! `placement.rs` (level 0 or bottom-level files for a copy commit's rows), `append.rs` (keyless
+//! tables: format and plan), `compaction/pick.rs` and `compaction/merge.rs`.
+//!
+//! Operations on a table, each a room of its own: `commit.rs` (the commit producer;
+//! `commit/evolve.rs` brings the schema to the changes', `commit/append.rs` commits a keyless
+//! table), `lookup.rs` (current rows for partial updates), `publish.rs` (the one way any
+//! operation publishes a snapshot), `compaction/` (worker and scheduling), `expire.rs`,
+//! `resync.rs` (`cdcd resync`: a lineage table beside the live one, swapped in by one `OVERWRITE`
+//! snapshot), `cleanup.rs` (orphans). This file keeps [`LsmSink`]: the `Sink` impl and the calls
+//! benchmarks and tests make.
+//!
+//! The Iceberg sink's planner and row lookup are not shared on purpose: Iceberg deletes rows by
+//! key across files, whereas an LSM commit folds the changes of a key into one upsert or delete,
+//! so the two planners have little in common beyond Arrow `interleave`, and the Parquet writing
+//! shared would be a few lines.
 //!
 //! Deletion-vector mode (`deletion_vectors = true`, Paimon `deletion-vectors.enabled`): readers
 //! skip level 0 and read the higher levels without merging. cdcd keeps that valid without
@@ -41,10 +60,10 @@
 //! become visible to readers when the background compaction after their commit has published
 //! (an initial copy's bottom-level files at once: each holds keys no other file has).
 //!
-//! Concurrency: each table has one handle whose state sits behind a tokio mutex, held across the
-//! awaits of one commit (a commit is read-modify-write of the table's newest snapshot; the
-//! writer and the compactor take turns). The compactor does its reading and merging without the
-//! lock and re-checks, under it, that its inputs are still live before publishing. A copy commit
+//! Concurrency: each table has one handle (`tables.rs`) whose state sits behind a tokio mutex,
+//! held across the awaits of one commit (a commit is read-modify-write of the table's newest
+//! snapshot; the writer and the compactor take turns). The compactor does its reading and merging
+//! without the lock and re-checks, under it, that its inputs are still live before publishing. A copy commit
 //! puts files at the bottom level only while no compaction runs (`Handle::compacting`, read under
 //! the lock): a compaction's output goes to a level chosen from the inputs it read, and could
 //! otherwise overlap the new files' key ranges there.

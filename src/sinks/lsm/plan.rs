@@ -107,7 +107,7 @@ pub fn plan(
     complete: bool,
 ) -> Result<Plan, PlanError> {
     let (start, truncate) = after_last_truncate(changes);
-    let (cast, old_cast) = cast_changes(changes, schemas)?;
+    let Cast { cast, old_cast } = cast_changes(changes, schemas)?;
     let whole_rows = whole_rows(changes, start);
     let records = Records::new(changes, schemas, start, &cast, &old_cast, whole_rows)?;
     let key_columns = KeyColumns::new(schemas, &cast, &old_cast);
@@ -122,15 +122,14 @@ pub fn plan(
         },
         &mut key_buf,
     )?;
-    let (rows, sources, lookups) =
-        in_bucket_order(folded, schemas, &key_columns, buckets, &mut key_buf)?;
+    let ordered = in_bucket_order(folded, schemas, &key_columns, buckets, &mut key_buf)?;
     Ok(Plan {
         truncate,
-        rows,
-        sources,
+        rows: ordered.rows,
+        sources: ordered.sources,
         columns: schemas.columns,
         changes: records.consumed,
-        lookups,
+        lookups: ordered.lookups,
         cast,
         old_cast,
     })
@@ -152,12 +151,14 @@ fn after_last_truncate(changes: &[TableChanges]) -> ((usize, usize), bool) {
     (start, truncate)
 }
 
-/// The changes' columns and old key columns cast to their stored types: `[batch][column]`.
-#[allow(clippy::type_complexity)]
-fn cast_changes(
-    changes: &[TableChanges],
-    schemas: &FileSchemas,
-) -> Result<(Vec<Vec<ArrayRef>>, Vec<Vec<ArrayRef>>), PlanError> {
+/// The changes' columns and old key columns cast to their stored types (`Plan::cast`,
+/// `Plan::old_cast`).
+struct Cast {
+    cast: Vec<Vec<ArrayRef>>,
+    old_cast: Vec<Vec<ArrayRef>>,
+}
+
+fn cast_changes(changes: &[TableChanges], schemas: &FileSchemas) -> Result<Cast, PlanError> {
     let mut cast = Vec::with_capacity(changes.len());
     let mut old_cast = Vec::with_capacity(changes.len());
     for c in changes {
@@ -176,7 +177,7 @@ fn cast_changes(
         cast.push(cols);
         old_cast.push(old);
     }
-    Ok((cast, old_cast))
+    Ok(Cast { cast, old_cast })
 }
 
 /// An insert-only commit with every column present (an initial copy's; only the changes after
@@ -522,15 +523,22 @@ fn collect_records(
     Ok((recs, order))
 }
 
+/// The rows of a plan in bucket order, with their sources and lookups (as in [`Plan`]).
+struct Ordered {
+    rows: Vec<Out>,
+    sources: Vec<Src>,
+    lookups: Vec<Lookup>,
+}
+
 /// `folded` in bucket order, stably (rows keep key order within a bucket), with each lookup's
-/// bucket: the rows, their sources, the lookups.
+/// bucket.
 fn in_bucket_order(
     folded: Folded,
     schemas: &FileSchemas,
     key_columns: &KeyColumns<'_>,
     buckets: u32,
     key_buf: &mut Vec<u8>,
-) -> Result<(Vec<Out>, Vec<Src>, Vec<Lookup>), PlanError> {
+) -> Result<Ordered, PlanError> {
     let Folded {
         rows,
         sources,
@@ -564,7 +572,11 @@ fn in_bucket_order(
             bucket,
         });
     }
-    Ok((sorted_rows, sorted_sources, sorted_lookups))
+    Ok(Ordered {
+        rows: sorted_rows,
+        sources: sorted_sources,
+        lookups: sorted_lookups,
+    })
 }
 
 /// Row indexes ordered by bucket, stably (rows keep key order within each bucket): a counting

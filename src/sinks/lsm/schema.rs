@@ -435,10 +435,8 @@ pub struct FileSchemas {
     pub columns: usize,
     /// The Paimon schema id files written with these schemas carry.
     pub schema_id: i64,
-    /// Older names of renamed columns, to their current names (`TableState::aliases`): a file
-    /// written before the rename holds the column under the old name.
-    ///
-    /// [`TableState::aliases`]: super::table::TableState::aliases
+    /// Older names of renamed columns, to their current names (`TableState::aliases`, in
+    /// `table.rs`): a file written before the rename holds the column under the old name.
     pub aliases: HashMap<String, String>,
 }
 
