@@ -25,9 +25,10 @@
 //!   manifest lists are written, `snapshot/snapshot-N` is not; the commit did not happen.
 //! - [`LSM_AFTER_SNAPSHOT`] (same place): `snapshot-N` is ours, so the commit is durable;
 //!   `LATEST` is not yet updated.
-//! - [`LSM_SCHEMA_WRITTEN`] (Paimon schema evolution, `sinks/lsm/commit/evolve.rs`): `schema-N` of the
-//!   evolved schema is written, the commit that first writes under it is not; readers see the new
-//!   columns (NULL) and the restart replays the changes before the DDL into a table that is ahead.
+//! - [`LSM_SCHEMA_WRITTEN`] (Paimon schema evolution, `sinks/lsm/commit/evolve.rs`): `schema-N`
+//!   of the evolved schema is written, the commit that first writes under it is not; readers see
+//!   the new columns (NULL) and the restart replays the changes before the DDL into a table that
+//!   is ahead.
 //! - [`LSM_EXPIRE_AFTER_HINT`] (Paimon expiry, `sinks/lsm/expire.rs`): `EARLIEST` names the
 //!   first retained snapshot; the expired snapshot files and every file only they name are there.
 //! - [`LSM_EXPIRE_DURING_DELETE`] (same place): half of those data files and manifests (in
