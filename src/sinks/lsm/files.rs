@@ -34,9 +34,26 @@ pub fn new_file_name() -> String {
     format!("data-{}-0.parquet", uuid::Uuid::new_v4())
 }
 
-/// Encodes `batch` (sorted, one row per key) on the blocking pool (a large file is CPU work of
-/// a second or more, which the source's connections on the runtime workers must not wait for)
-/// and puts it as a new data file of `bucket`.
+/// Runs `work`, encoding or merging data files, on the blocking pool: a large file is CPU work
+/// of a second or more, which the source's connections on the runtime workers must not wait
+/// for. `task` names the work in a failure of the task, `what` in a failure of the work.
+pub async fn off_runtime<T: Send + 'static>(
+    table: &TableId,
+    task: String,
+    what: &str,
+    work: impl FnOnce() -> Result<T, FileError> + Send + 'static,
+) -> Result<T, SinkError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| SinkError::Data {
+            table: table.clone(),
+            detail: format!("{task}: {e}"),
+        })?
+        .map_err(file_error(table, what))
+}
+
+/// Encodes `batch` (sorted, one row per key) off the runtime ([`off_runtime`]) and puts it as a
+/// new data file of `bucket`.
 #[allow(clippy::too_many_arguments)]
 pub async fn write_file(
     w: &Warehouse,
@@ -49,17 +66,13 @@ pub async fn write_file(
     file_source: i32,
 ) -> Result<DataFileMeta, SinkError> {
     let encode_schemas = schemas.clone();
-    let (bytes, run) = tokio::task::spawn_blocking(move || {
+    let task = format!("encoding a data file of bucket {bucket}");
+    let (bytes, run) = off_runtime(table, task, "encoding a data file", move || {
         let mut w = writer::RunWriter::new(&encode_schemas)?;
         w.write(&batch)?;
         w.finish()
     })
-    .await
-    .map_err(|e| SinkError::Data {
-        table: table.clone(),
-        detail: format!("encoding a data file of bucket {bucket}: {e}"),
-    })?
-    .map_err(file_error(table, "encoding a data file"))?;
+    .await?;
     put_run(w, table, location, bucket, bytes, &run, level, file_source).await
 }
 

@@ -12,7 +12,7 @@ use std::collections::{BTreeSet, HashMap};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int64Type, Int8Type};
 use arrow_array::{Array, ArrayRef, RecordBatch};
-use arrow_row::{RowConverter, Rows, SortField};
+use arrow_row::{RowConverter, Rows};
 use arrow_schema::ArrowError;
 
 use super::files::read_file_at;
@@ -43,14 +43,9 @@ pub async fn lookup(
     let keys = plan
         .key_batch(schemas)
         .map_err(arrow(table, "gathering keys to look up"))?;
-    let converter = RowConverter::new(
-        schemas
-            .key_types
-            .iter()
-            .map(|t| SortField::new(t.clone()))
-            .collect(),
-    )
-    .map_err(arrow(table, "key encoding"))?;
+    let converter = schemas
+        .key_converter()
+        .map_err(arrow(table, "key encoding"))?;
     let wanted = converter
         .convert_columns(&keys)
         .map_err(arrow(table, "key encoding"))?;

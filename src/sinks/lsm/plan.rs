@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::{new_null_array, Array, ArrayRef, Int64Array, Int8Array, RecordBatch};
-use arrow_row::{Row, RowConverter, Rows, SortField};
+use arrow_row::{Row, Rows};
 use arrow_schema::ArrowError;
 
 use super::binary_row;
@@ -452,12 +452,7 @@ fn encode_keys(
     cast: &[Vec<ArrayRef>],
     old_cast: &[Vec<ArrayRef>],
 ) -> Result<(Vec<Rows>, Vec<Rows>), PlanError> {
-    let fields = schemas
-        .key_types
-        .iter()
-        .map(|t| SortField::new(t.clone()))
-        .collect();
-    let converter = RowConverter::new(fields)?;
+    let converter = schemas.key_converter()?;
     let mut keys: Vec<Rows> = Vec::with_capacity(cast.len());
     let mut old_keys: Vec<Rows> = Vec::with_capacity(cast.len());
     for (b, cols) in cast.iter().enumerate() {

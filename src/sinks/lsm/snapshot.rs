@@ -98,6 +98,7 @@ pub async fn latest_id(w: &Warehouse, table: &str) -> Result<Option<i64>, SinkEr
     Ok(Some(id))
 }
 
+/// A manifest list (a snapshot names it); its absence is corruption.
 pub async fn read_manifest_list(
     w: &Warehouse,
     table: &str,
@@ -105,7 +106,7 @@ pub async fn read_manifest_list(
 ) -> Result<Vec<ManifestFileMeta>, SinkError> {
     read_manifest_list_if_present(w, table, name)
         .await?
-        .ok_or_else(|| corrupt(&format!("{table}/manifest/{name}"), "missing"))
+        .ok_or_else(|| missing(table, name))
 }
 
 /// A manifest list, or `None` when it is not there.
@@ -114,15 +115,10 @@ pub async fn read_manifest_list_if_present(
     table: &str,
     name: &str,
 ) -> Result<Option<Vec<ManifestFileMeta>>, SinkError> {
-    let loc = format!("{table}/manifest/{name}");
-    let Some(data) = read(w, &loc).await? else {
-        return Ok(None);
-    };
-    manifest::decode_list(&data)
-        .map(Some)
-        .map_err(|e| corrupt(&loc, e))
+    read_manifest_file(w, table, name, manifest::decode_list).await
 }
 
+/// A manifest's entries (a manifest list names it); its absence is corruption.
 pub async fn read_manifest(
     w: &Warehouse,
     table: &str,
@@ -130,7 +126,7 @@ pub async fn read_manifest(
 ) -> Result<Vec<ManifestEntry>, SinkError> {
     read_manifest_if_present(w, table, name)
         .await?
-        .ok_or_else(|| corrupt(&format!("{table}/manifest/{name}"), "missing"))
+        .ok_or_else(|| missing(table, name))
 }
 
 /// A manifest's entries, or `None` when it is not there.
@@ -139,11 +135,23 @@ pub async fn read_manifest_if_present(
     table: &str,
     name: &str,
 ) -> Result<Option<Vec<ManifestEntry>>, SinkError> {
+    read_manifest_file(w, table, name, manifest::decode_entries).await
+}
+
+/// `manifest/<name>` decoded by `decode`, or `None` when it is not there.
+async fn read_manifest_file<T>(
+    w: &Warehouse,
+    table: &str,
+    name: &str,
+    decode: fn(&[u8]) -> Result<T, manifest::ManifestError>,
+) -> Result<Option<T>, SinkError> {
     let loc = format!("{table}/manifest/{name}");
     let Some(data) = read(w, &loc).await? else {
         return Ok(None);
     };
-    manifest::decode_entries(&data)
-        .map(Some)
-        .map_err(|e| corrupt(&loc, e))
+    decode(&data).map(Some).map_err(|e| corrupt(&loc, e))
+}
+
+fn missing(table: &str, name: &str) -> SinkError {
+    corrupt(&format!("{table}/manifest/{name}"), "missing")
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::{Commit, Input, Published};
 use crate::sinks::lsm::append::{self, AppendPlan, UNAWARE_BUCKETS};
 use crate::sinks::lsm::expire;
-use crate::sinks::lsm::files::{file_error, file_location, new_file_name};
+use crate::sinks::lsm::files::{file_location, new_file_name, off_runtime};
 use crate::sinks::lsm::schema;
 use crate::sinks::lsm::store;
 use crate::sinks::lsm::table::Change;
@@ -51,15 +51,11 @@ impl Commit<'_> {
             let encoded = batch.clone();
             let first = sequence;
             let schema_id = state.schema.id;
-            let (bytes, meta) = tokio::task::spawn_blocking(move || {
+            let what = "encoding a data file";
+            let (bytes, meta) = off_runtime(table, what.to_owned(), what, move || {
                 append::encode(&encoded, name, first, schema_id)
             })
-            .await
-            .map_err(|e| SinkError::Data {
-                table: table.clone(),
-                detail: format!("encoding a data file: {e}"),
-            })?
-            .map_err(file_error(table, "encoding a data file"))?;
+            .await?;
             store::put(
                 &self.tables.warehouse,
                 &file_location(&state.location, 0, &meta.file_name),

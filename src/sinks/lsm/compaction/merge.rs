@@ -6,7 +6,7 @@
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int64Type, Int8Type};
 use arrow_array::{Int64Array, Int8Array, RecordBatch};
-use arrow_row::{RowConverter, Rows, SortField};
+use arrow_row::{RowConverter, Rows};
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 
@@ -88,13 +88,7 @@ pub fn merge_runs(
     drop_deletes: bool,
     out: &mut RunWriter,
 ) -> Result<(), FileError> {
-    let conv = RowConverter::new(
-        schemas
-            .key_types
-            .iter()
-            .map(|t| SortField::new(t.clone()))
-            .collect(),
-    )?;
+    let conv = schemas.key_converter()?;
     let mut cursors = Vec::with_capacity(inputs.len());
     for run in inputs {
         let mut rest = run.into_iter();

@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use crate::metrics::maintenance as maintenance_metrics;
 use crate::sinks::lsm::compaction::{self, merge, CompactStats, Unit};
-use crate::sinks::lsm::files::{self, file_error, file_location};
+use crate::sinks::lsm::files::{self, file_location};
 use crate::sinks::lsm::manifest::DataFileMeta;
 use crate::sinks::lsm::placement;
 use crate::sinks::lsm::publish;
@@ -159,15 +159,14 @@ impl Worker<'_> {
         // CPU-bound: off the async workers.
         let merge_schemas = job.schemas.clone();
         let drop_deletes = job.unit.drop_deletes;
-        let (bytes, run) = tokio::task::spawn_blocking(move || {
+        let (task, what) = (
+            format!("compaction task of bucket {bucket}"),
+            format!("merging bucket {bucket}"),
+        );
+        let (bytes, run) = files::off_runtime(table, task, &what, move || {
             merge_chains(encoded, &chains, &merge_schemas, drop_deletes)
         })
-        .await
-        .map_err(|e| SinkError::Data {
-            table: table.clone(),
-            detail: format!("compaction task of bucket {bucket}: {e}"),
-        })?
-        .map_err(file_error(table, &format!("merging bucket {bucket}")))?;
+        .await?;
         let rows_out = run.rows();
         let output = if rows_out > 0 {
             let level = job.unit.output_level;
