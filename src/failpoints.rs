@@ -21,13 +21,14 @@
 //! - [`COMMIT_AFTER_MERGE`] (Iceberg commit, `sinks/iceberg/commit/manifests.rs`): data files,
 //!   deletes and a manifest merged from the parent's are written; the manifest list and
 //!   `v<N>.metadata.json` are not, so the commit did not happen and its files are orphans.
-//! - [`LSM_BEFORE_SNAPSHOT`] (Paimon publish, `sinks/lsm/commit.rs`): the manifest and both
+//! - [`LSM_BEFORE_SNAPSHOT`] (Paimon publish, `sinks/lsm/publish.rs`): the manifest and both
 //!   manifest lists are written, `snapshot/snapshot-N` is not; the commit did not happen.
 //! - [`LSM_AFTER_SNAPSHOT`] (same place): `snapshot-N` is ours, so the commit is durable;
 //!   `LATEST` is not yet updated.
-//! - [`LSM_SCHEMA_WRITTEN`] (Paimon schema evolution, `sinks/lsm/mod.rs`): `schema-N` of the
-//!   evolved schema is written, the commit that first writes under it is not; readers see the new
-//!   columns (NULL) and the restart replays the changes before the DDL into a table that is ahead.
+//! - [`LSM_SCHEMA_WRITTEN`] (Paimon schema evolution, `sinks/lsm/commit/evolve.rs`): `schema-N`
+//!   of the evolved schema is written, the commit that first writes under it is not; readers see
+//!   the new columns (NULL) and the restart replays the changes before the DDL into a table that
+//!   is ahead.
 //! - [`LSM_EXPIRE_AFTER_HINT`] (Paimon expiry, `sinks/lsm/expire.rs`): `EARLIEST` names the
 //!   first retained snapshot; the expired snapshot files and every file only they name are there.
 //! - [`LSM_EXPIRE_DURING_DELETE`] (same place): half of those data files and manifests (in
@@ -55,7 +56,7 @@
 //!   nothing past the change is acknowledged.
 //! - [`RESYNC_BEFORE_SWAP`] (Iceberg resync, `sinks/iceberg/mod.rs`): the lineage's commit that
 //!   replaces the live table is durable; the swap is not done, readers see the old table. Also
-//!   on the LSM sink (`sinks/lsm/mod.rs`).
+//!   on the LSM sink (`sinks/lsm/resync.rs`).
 //! - [`LSM_SWAP_BEFORE_SNAPSHOT`] (Paimon resync, `sinks/lsm/resync.rs`): the lineage's schemas
 //!   are written as the live table's newest and its files copied into the live table; the
 //!   `OVERWRITE` snapshot is not, so readers see the old table (under a schema with the new columns).

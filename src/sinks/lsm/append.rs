@@ -23,14 +23,9 @@ use arrow_schema::{Field, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
 
 use super::binary_row;
-use super::commit::{self, Change};
-use super::compaction::worker::file_error;
 use super::manifest::{DataFileMeta, Stats};
 use super::writer::{writer_properties, FileError};
-use super::{Handle, Inner};
 use crate::changelog::{Op, TableChanges, TableSchema};
-use crate::checkpoint::Checkpoint;
-use crate::sinks::{CommitStats, SinkError};
 
 /// Rows per data file at most: an initial copy's large commits become several files.
 pub const MAX_FILE_ROWS: usize = 1 << 20;
@@ -178,75 +173,6 @@ pub fn encode(
         file_source: 0,
     };
     Ok((bytes, meta))
-}
-
-impl Inner {
-    /// Commits `changes` of a keyless table (the caller holds nothing): one `APPEND` snapshot
-    /// (`OVERWRITE` after a TRUNCATE) carrying `checkpoint`. No compaction runs on append tables,
-    /// so a commit never stalls on one.
-    pub(super) async fn commit_append(
-        &self,
-        handle: &Arc<Handle>,
-        schema: &TableSchema,
-        changes: &[TableChanges],
-        checkpoint: &Checkpoint,
-    ) -> Result<CommitStats, SinkError> {
-        let table = &schema.id;
-        let wanted = super::schema::paimon_schema(schema, table_options())?;
-        let file_schema = file_schema(schema);
-        let plan = plan(changes, &file_schema).map_err(|e| SinkError::Data {
-            table: table.clone(),
-            detail: format!("planning the commit: {e}"),
-        })?;
-        let mut guard = handle.state.lock().await;
-        self.refuse_added_defaults(schema, &mut guard).await?;
-        let state = self.ensure_created(schema, &mut guard, &wanted).await?;
-        let mut change = Change::default();
-        // `commit::publish` advances `next_sequence` past the files' sequence numbers.
-        let mut sequence = state.next_sequence;
-        for batch in &plan.files {
-            let name = format!("data-{}-0.parquet", uuid::Uuid::new_v4());
-            let encoded = batch.clone();
-            let first = sequence;
-            let schema_id = state.schema.id;
-            let (bytes, meta) =
-                tokio::task::spawn_blocking(move || encode(&encoded, name, first, schema_id))
-                    .await
-                    .map_err(|e| SinkError::Data {
-                        table: table.clone(),
-                        detail: format!("encoding a data file: {e}"),
-                    })?
-                    .map_err(file_error(table, "encoding a data file"))?;
-            commit::put(
-                &self.warehouse,
-                &format!("{}/bucket-0/{}", state.location, meta.file_name),
-                bytes,
-            )
-            .await?;
-            sequence += meta.row_count;
-            change.added.push((0, meta));
-        }
-        let files_written = change.added.len();
-        let (snapshot_id, deleted_rows) = self
-            .publish_commit(
-                table,
-                &mut guard,
-                change,
-                plan.truncate,
-                checkpoint,
-                UNAWARE_BUCKETS,
-            )
-            .await?;
-        drop(guard);
-        self.expire_if_due(handle, snapshot_id).await;
-        Ok(CommitStats {
-            snapshot_id,
-            data_rows: plan.rows() as u64,
-            deleted_rows,
-            files_written,
-            resync_swapped: false,
-        })
-    }
 }
 
 #[cfg(test)]

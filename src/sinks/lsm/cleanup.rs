@@ -16,8 +16,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use super::commit;
 use super::expire::{collect, Refs, Scope};
+use super::snapshot;
 use crate::storage::cleanup::{
     list_table, remove_unreferenced, table_dirs, CleanupError, TableCleanup,
 };
@@ -102,13 +102,13 @@ async fn referenced(
         detail: e.to_string(),
     };
     let mut refs = Refs::default();
-    let Some(latest) = commit::latest_id(warehouse, table)
+    let Some(latest) = snapshot::latest_id(warehouse, table)
         .await
         .map_err(unreadable)?
     else {
         return Ok(refs);
     };
-    let earliest = commit::earliest_id(warehouse, table, latest)
+    let earliest = snapshot::earliest_id(warehouse, table, latest)
         .await
         .map_err(unreadable)?
         .unwrap_or(latest);

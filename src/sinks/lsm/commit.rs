@@ -1,731 +1,373 @@
-//! Snapshots: loading a table's newest state and publishing a new snapshot.
+//! The commit: one table's changes become one snapshot carrying the checkpoint, produced in
+//! steps by [`Commit`], one method per step (iceberg-rust's `SnapshotProducer` is the model, as
+//! for the Iceberg sink's `RowDelta` in `sinks/iceberg/commit/`).
 //!
-//! A Paimon snapshot (`snapshot/snapshot-N`, JSON, Paimon `Snapshot.java`) names two manifest
-//! lists: `baseManifestList` (every manifest of the previous snapshot) and `deltaManifestList`
-//! (this commit's manifest). Publishing writes the manifest, both lists, then `snapshot-N`
-//! create-if-absent (`storage::put_create`, atomic on local disk and S3): that single put is the
-//! commit point, so a crash before it leaves only unreferenced files, a second writer loses with
-//! a conflict instead of overwriting, and a retried put that finds its own bytes is a success. `LATEST` (and `EARLIEST` on the first
-//! snapshot) are hints written afterwards; readers verify them (pypaimon `SnapshotManager`).
-//! Crash points `failpoints::LSM_BEFORE_SNAPSHOT` / `LSM_AFTER_SNAPSHOT` bracket the snapshot put.
-//! The checkpoint rides in the snapshot's `properties` (`docs/exactly-once.md`, section 1).
+//! [`commit`] drives the steps:
+//! 0. Changes read under an older schema than the table's are widened to it (`evolve.rs`,
+//!    `behind`). A keyless table's go to an append commit (`commit/append.rs`). A primary-key
+//!    table's commit waits while a bucket has `stop_trigger` sorted runs or more (the write stall,
+//!    `compaction/schedule.rs`), so compaction can never fall behind for good.
+//! 1. [`Commit::new`] takes the table's lock, held until the snapshot is published (a commit is
+//!    read-modify-write of the table's newest snapshot), and creates the table or evolves its
+//!    schema to the changes' (`evolve.rs`).
+//! 2. [`Commit::plan`]: the changes become one row per touched key, sorted by (bucket, key)
+//!    (`plan.rs`, pure).
+//! 3. [`Commit::lookup`]: the current rows that complete partial updates (`lookup.rs`).
+//! 4. [`Commit::write`]: per touched bucket one level-0 Parquet file holding the last state of
+//!    every key the commit changed, or, for an initial copy, key blocks straight at the bottom
+//!    level (`placement.rs`); each encoded off the async workers and put (`files.rs`). None is
+//!    visible yet.
+//! 5. [`Commit::publish`]: one `APPEND` snapshot (after a TRUNCATE an `OVERWRITE` that also
+//!    deletes every live file) through `publish.rs`: the commit point. On failure the cached
+//!    state is dropped and the next commit reloads what is durable.
+//! 6. [`Commit::finish`]: the cached state advances, the background compactor starts when a
+//!    bucket needs it, and old snapshots are expired when due; nothing here fails the commit.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use bytes::Bytes;
-use object_store::{ObjectStoreExt, PutPayload};
-use serde::{Deserialize, Serialize};
+use arrow_array::RecordBatch;
+use tokio::sync::MutexGuard;
 
-use super::binary_row;
-use super::manifest::{self, DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta};
-use super::resync::LINEAGE_SCHEMA_PROPERTY;
-use super::schema::PaimonSchema;
-use crate::changelog::TableId;
-use crate::failpoints;
-use crate::sinks::resync::RESYNC_ID_PROPERTY;
-use crate::sinks::SinkError;
-use crate::storage::{put_create, Created, Warehouse};
+use super::expire;
+use super::files;
+use super::lookup;
+use super::placement;
+use super::plan::{self, Plan};
+use super::publish;
+use super::schema::{self, FileSchemas, PaimonSchema};
+use super::table::{Change, TableState};
+use super::tables::{Handle, Tables};
+use crate::changelog::{TableChanges, TableId, TableSchema};
+use crate::checkpoint::Checkpoint;
+use crate::config::MergeEngine;
+use crate::sinks::{CommitStats, SinkError};
 
-/// Paimon's default `manifest.merge-min-count`: above this many manifests the base list is
-/// rewritten as manifests of the live files.
-const MERGE_MIN_COUNT: usize = 30;
+mod append;
+mod evolve;
 
-/// Paimon's default `manifest.target-file-size` (8 MiB).
-const MANIFEST_TARGET_BYTES: usize = 8 << 20;
-
-/// When a commit rewrites its base manifest list, and how large each rewritten manifest may be:
-/// the table's own options `manifest.merge-min-count` and `manifest.target-file-size` (Paimon's
-/// names, so a table another Paimon writer tuned keeps its tuning), else Paimon's defaults.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ManifestMerge {
-    pub min_count: usize,
-    pub target_bytes: usize,
+/// What the pipeline hands to one commit.
+#[derive(Clone, Copy)]
+pub(super) struct Input<'a> {
+    pub schema: &'a TableSchema,
+    pub changes: &'a [TableChanges],
+    pub checkpoint: &'a Checkpoint,
 }
 
-impl ManifestMerge {
-    /// The settings of the table whose schema is `schema`; a value that does not parse keeps the
-    /// default (with a warning: a table option is another writer's word, not cdcd's config).
-    pub fn of(schema: &PaimonSchema) -> ManifestMerge {
-        let option = |name: &str, parse: fn(&str) -> Option<usize>, default: usize| {
-            match schema.options.get(name) {
-                None => default,
-                Some(v) => parse(v).filter(|&n| n > 0).unwrap_or_else(|| {
-                    tracing::warn!(option = name, value = %v, "unreadable Paimon table option; using the default");
-                    default
-                }),
-            }
-        };
-        ManifestMerge {
-            min_count: option(
-                "manifest.merge-min-count",
-                |v| v.trim().parse().ok(),
-                MERGE_MIN_COUNT,
-            ),
-            target_bytes: option(
-                "manifest.target-file-size",
-                memory_size,
-                MANIFEST_TARGET_BYTES,
-            ),
-        }
-    }
-}
-
-/// A Paimon `MemorySize` text (`8 mb`, `8MB`, `512kb`, `1048576`, `2 gb`) in bytes.
-pub fn memory_size(text: &str) -> Option<usize> {
-    let t = text.trim().to_ascii_lowercase();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (number, unit) = t.split_at(digits);
-    let n: usize = number.parse().ok()?;
-    let shift = match unit.trim() {
-        "" | "b" | "bytes" => 0,
-        "k" | "kb" | "kibibytes" => 10,
-        "m" | "mb" | "mebibytes" => 20,
-        "g" | "gb" | "gibibytes" => 30,
-        _ => return None,
-    };
-    n.checked_mul(1usize << shift)
-}
-
-/// `entries` cut into consecutive runs whose manifests stay near `target_bytes`, judged by the
-/// size of all of them encoded as one (`encoded`): equal entry counts per manifest.
-pub fn split_for_target<T>(entries: &[T], encoded: usize, target_bytes: usize) -> Vec<&[T]> {
-    let parts = encoded.div_ceil(target_bytes.max(1)).max(1);
-    let per = entries.len().div_ceil(parts).max(1);
-    entries.chunks(per).collect()
-}
-
-/// `snapshot/snapshot-N`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct Snapshot {
-    pub version: i32,
-    pub id: i64,
-    pub schema_id: i64,
-    pub base_manifest_list: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub base_manifest_list_size: Option<i64>,
-    pub delta_manifest_list: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delta_manifest_list_size: Option<i64>,
-    #[serde(default)]
-    pub changelog_manifest_list: Option<String>,
-    #[serde(default)]
-    pub index_manifest: Option<String>,
-    pub commit_user: String,
-    pub commit_identifier: i64,
-    /// `APPEND`, `COMPACT` or `OVERWRITE`.
-    pub commit_kind: String,
-    pub time_millis: i64,
-    pub total_record_count: i64,
-    pub delta_record_count: i64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub changelog_record_count: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub properties: Option<BTreeMap<String, String>>,
-}
-
-/// What a table holds as of its newest snapshot: the schema, the live files per bucket and the
-/// manifests that list them.
-#[derive(Debug, Clone)]
-pub struct TableState {
-    pub location: String,
-    pub schema: PaimonSchema,
-    pub snapshot: Option<Snapshot>,
-    /// Every manifest of the newest snapshot (its base list, then its delta list).
-    pub manifests: Vec<ManifestFileMeta>,
-    /// Live data files by bucket.
-    pub files: BTreeMap<i32, Vec<DataFileMeta>>,
-    /// The next unused sequence number.
-    pub next_sequence: i64,
-    pub commit_user: String,
-    /// Names earlier schemas gave fields the current schema has under another name (a
-    /// `RENAME COLUMN`), to the current name: files written under those schemas hold the old
-    /// name (cdcd's files carry no field ids; Paimon readers map by the file's `_SCHEMA_ID`).
-    pub aliases: HashMap<String, String>,
-    /// The oldest schema of the table's current lineage (its newest snapshot's
-    /// `cdcd.lineage-first-schema`, else 0): a resync's swap (`resync.rs`) starts a new one, and
-    /// schemas before it describe files no snapshot from the swap on holds, so they say nothing
-    /// about names the table had (renames, dropped columns).
-    pub lineage_start: i64,
-}
-
-impl TableState {
-    pub fn live_rows(&self) -> i64 {
-        self.files.values().flatten().map(|f| f.row_count).sum()
-    }
-
-    pub fn snapshot_id(&self) -> i64 {
-        self.snapshot.as_ref().map_or(0, |s| s.id)
-    }
-}
-
-/// One commit's file changes.
-#[derive(Debug, Default)]
-pub struct Change {
-    pub added: Vec<(i32, DataFileMeta)>,
-    pub deleted: Vec<(i32, DataFileMeta)>,
-}
-
-pub fn storage(path: &str) -> impl FnOnce(object_store::Error) -> SinkError + '_ {
-    move |source| SinkError::Storage {
-        path: path.to_owned(),
-        source,
-    }
-}
-
-/// Reads an object; `Ok(None)` when it does not exist.
-pub async fn read(w: &Warehouse, location: &str) -> Result<Option<Bytes>, SinkError> {
-    let path = w.path(location)?;
-    match w.store().get(&path).await {
-        Ok(r) => Ok(Some(r.bytes().await.map_err(storage(location))?)),
-        Err(object_store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(storage(location)(e)),
-    }
-}
-
-pub async fn put(w: &Warehouse, location: &str, data: Vec<u8>) -> Result<(), SinkError> {
-    let path = w.path(location)?;
-    w.store()
-        .put(&path, PutPayload::from(data))
-        .await
-        .map_err(storage(location))?;
-    Ok(())
-}
-
-/// Copies the object at `from` to `to`, replacing what is there (server-side on S3, a hard link
-/// on local disk where it can).
-pub async fn copy(w: &Warehouse, from: &str, to: &str) -> Result<(), SinkError> {
-    let (source, target) = (w.path(from)?, w.path(to)?);
-    w.store()
-        .copy(&source, &target)
-        .await
-        .map_err(storage(from))
-}
-
-pub async fn delete(w: &Warehouse, location: &str) -> Result<(), SinkError> {
-    let path = w.path(location)?;
-    match w.store().delete(&path).await {
-        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-        Err(e) => Err(storage(location)(e)),
-    }
-}
-
-fn corrupt(location: &str, detail: impl ToString) -> SinkError {
-    SinkError::Corrupt {
-        path: location.to_owned(),
-        detail: detail.to_string(),
-    }
-}
-
-pub fn snapshot_location(table: &str, id: i64) -> String {
-    format!("{table}/snapshot/snapshot-{id}")
-}
-
-pub async fn read_snapshot(
-    w: &Warehouse,
-    table: &str,
-    id: i64,
-) -> Result<Option<Snapshot>, SinkError> {
-    read_json(w, &snapshot_location(table, id)).await
-}
-
-/// The JSON object at `loc`, if it exists.
-async fn read_json<T: serde::de::DeserializeOwned>(
-    w: &Warehouse,
-    loc: &str,
-) -> Result<Option<T>, SinkError> {
-    match read(w, loc).await? {
-        Some(b) => serde_json::from_slice(&b)
-            .map(Some)
-            .map_err(|e| corrupt(loc, e)),
-        None => Ok(None),
-    }
-}
-
-/// The highest `N` of the files `<dir>/<prefix>N`; `None` when there are none.
-async fn highest_numbered(
-    w: &Warehouse,
-    dir: &str,
-    prefix: &str,
-) -> Result<Option<i64>, SinkError> {
-    use futures::TryStreamExt;
-    let listed: Vec<_> = w
-        .store()
-        .list(Some(&w.path(dir)?))
-        .try_collect()
-        .await
-        .map_err(storage(dir))?;
-    Ok(listed
-        .iter()
-        .filter_map(|m| {
-            m.location
-                .filename()?
-                .strip_prefix(prefix)?
-                .parse::<i64>()
-                .ok()
-        })
-        .max())
-}
-
-async fn read_hint(w: &Warehouse, table: &str, name: &str) -> Result<Option<i64>, SinkError> {
-    let loc = format!("{table}/snapshot/{name}");
-    Ok(read(w, &loc)
-        .await?
-        .and_then(|b| std::str::from_utf8(&b).ok()?.trim().parse().ok()))
-}
-
-/// The oldest snapshot id still present (the `EARLIEST` hint, checked), if any.
-pub async fn earliest_id(
-    w: &Warehouse,
-    table: &str,
-    latest: i64,
-) -> Result<Option<i64>, SinkError> {
-    let mut id = read_hint(w, table, "EARLIEST").await?.unwrap_or(1).max(1);
-    while id <= latest {
-        if read(w, &snapshot_location(table, id)).await?.is_some() {
-            return Ok(Some(id));
-        }
-        id += 1;
-    }
-    Ok(None)
-}
-
-/// The newest snapshot id: the `LATEST` hint, then forward while newer snapshots exist; without
-/// a hint, a listing of `snapshot/`.
-pub async fn latest_id(w: &Warehouse, table: &str) -> Result<Option<i64>, SinkError> {
-    let mut id = match read_hint(w, table, "LATEST").await? {
-        Some(id) => id,
-        None => match highest_numbered(w, &format!("{table}/snapshot"), "snapshot-").await? {
-            Some(id) => id,
-            None => return Ok(None),
+/// Commits `input` to its table, in the steps of the module doc.
+pub(super) async fn commit(
+    tables: &Arc<Tables>,
+    input: Input<'_>,
+) -> Result<CommitStats, SinkError> {
+    let handle = tables.handle(&input.schema.id);
+    let widened = tables.behind(input.schema, input.changes, &handle).await?;
+    let input = match &widened {
+        Some((newer, widened)) => Input {
+            schema: newer.as_ref(),
+            changes: widened.as_slice(),
+            ..input
         },
+        None => input,
     };
-    while read(w, &snapshot_location(table, id + 1)).await?.is_some() {
-        id += 1;
+    if input.schema.primary_key.is_empty() {
+        return append::commit(tables, &handle, input).await;
     }
-    Ok(Some(id))
+    tables.stall(&handle).await?;
+    let wanted = schema::paimon_schema(input.schema, tables.table_options())?;
+    let mut commit = Commit::new(tables, &handle, input, &wanted).await?;
+    let mut planned = commit.plan()?;
+    let found = commit.lookup(&mut planned).await?;
+    let written = commit.write(&planned, &found).await?;
+    let buckets = planned.buckets as i32;
+    let published = commit
+        .publish(written.change, planned.plan.truncate, buckets)
+        .await?;
+    commit.finish(&planned, written.base, published).await
 }
 
-pub async fn read_manifest_list(
-    w: &Warehouse,
-    table: &str,
-    name: &str,
-) -> Result<Vec<ManifestFileMeta>, SinkError> {
-    read_manifest_list_if_present(w, table, name)
-        .await?
-        .ok_or_else(|| corrupt(&format!("{table}/manifest/{name}"), "missing"))
+/// One commit of one table; see the module doc for the steps.
+pub(super) struct Commit<'a> {
+    tables: &'a Arc<Tables>,
+    handle: &'a Arc<Handle>,
+    input: Input<'a>,
+    /// The table's state, locked from [`Commit::new`] until the commit is finished.
+    slot: MutexGuard<'a, Option<TableState>>,
 }
 
-/// A manifest list, or `None` when it is not there.
-pub async fn read_manifest_list_if_present(
-    w: &Warehouse,
-    table: &str,
-    name: &str,
-) -> Result<Option<Vec<ManifestFileMeta>>, SinkError> {
-    let loc = format!("{table}/manifest/{name}");
-    let Some(data) = read(w, &loc).await? else {
-        return Ok(None);
-    };
-    manifest::decode_list(&data)
-        .map(Some)
-        .map_err(|e| corrupt(&loc, e))
+/// What [`Commit::plan`] decided: the rows to write, and the shape of the files holding them.
+pub(super) struct Planned {
+    plan: Plan,
+    schemas: FileSchemas,
+    buckets: u32,
 }
 
-pub async fn read_manifest(
-    w: &Warehouse,
-    table: &str,
-    name: &str,
-) -> Result<Vec<ManifestEntry>, SinkError> {
-    read_manifest_if_present(w, table, name)
-        .await?
-        .ok_or_else(|| corrupt(&format!("{table}/manifest/{name}"), "missing"))
+/// The current rows [`Commit::lookup`] found: the batch (data file shape) and, per
+/// `plan.lookups` entry, its row in it (`None`: no row, the key ends deleted).
+pub(super) struct Found {
+    batch: Option<RecordBatch>,
+    rows: Vec<Option<u32>>,
 }
 
-/// A manifest's entries, or `None` when it is not there.
-pub async fn read_manifest_if_present(
-    w: &Warehouse,
-    table: &str,
-    name: &str,
-) -> Result<Option<Vec<ManifestEntry>>, SinkError> {
-    let loc = format!("{table}/manifest/{name}");
-    let Some(data) = read(w, &loc).await? else {
-        return Ok(None);
-    };
-    manifest::decode_entries(&data)
-        .map(Some)
-        .map_err(|e| corrupt(&loc, e))
-}
-
-/// Loads the table at `location`; `Ok(None)` when it has no schema yet.
-pub async fn load(w: &Warehouse, location: &str) -> Result<Option<TableState>, SinkError> {
-    let Some(schema_id) = latest_schema_id(w, location).await? else {
-        return Ok(None);
-    };
-    let Some(schema) = read_schema(w, location, schema_id).await? else {
-        return Err(corrupt(
-            &schema_location(location, schema_id),
-            "listed but vanished",
-        ));
-    };
-    let mut state = TableState {
-        location: location.to_owned(),
-        schema,
-        snapshot: None,
-        manifests: Vec::new(),
-        files: BTreeMap::new(),
-        next_sequence: 0,
-        commit_user: uuid::Uuid::new_v4().to_string(),
-        aliases: HashMap::new(),
-        lineage_start: 0,
-    };
-    let snapshot =
-        match latest_id(w, location).await? {
-            Some(id) => Some(read_snapshot(w, location, id).await?.ok_or_else(|| {
-                corrupt(&snapshot_location(location, id), "vanished while loading")
-            })?),
-            None => None,
-        };
-    state.lineage_start = snapshot
-        .as_ref()
-        .and_then(|s| {
-            s.properties
-                .as_ref()?
-                .get(LINEAGE_SCHEMA_PROPERTY)?
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0);
-    for id in state.lineage_start..schema_id {
-        if let Some(older) = read_schema(w, location, id).await? {
-            state
-                .aliases
-                .extend(super::schema::aliases(&older, &state.schema));
-        }
-    }
-    let Some(snapshot) = snapshot else {
-        return Ok(Some(state));
-    };
-    let mut manifests = read_manifest_list(w, location, &snapshot.base_manifest_list).await?;
-    manifests.extend(read_manifest_list(w, location, &snapshot.delta_manifest_list).await?);
-    let mut live: HashMap<(i32, String), DataFileMeta> = HashMap::new();
-    for m in &manifests {
-        for e in read_manifest(w, location, &m.file_name).await? {
-            let id = (e.bucket, e.file.file_name.clone());
-            match e.kind {
-                FileKind::Add => {
-                    live.insert(id, e.file);
-                }
-                FileKind::Delete => {
-                    live.remove(&id);
-                }
-            }
-        }
-    }
-    for ((bucket, _), f) in live {
-        state.next_sequence = state.next_sequence.max(f.max_sequence + 1);
-        state.files.entry(bucket).or_default().push(f);
-    }
-    state.manifests = manifests;
-    state.snapshot = Some(snapshot);
-    Ok(Some(state))
-}
-
-/// `schema/schema-<id>`.
-fn schema_location(location: &str, id: i64) -> String {
-    format!("{location}/schema/schema-{id}")
-}
-
-/// The newest schema id (Paimon's `SchemaManager.latest`: the highest `schema-N` file);
-/// `None` when the table has no schema yet.
-async fn latest_schema_id(w: &Warehouse, location: &str) -> Result<Option<i64>, SinkError> {
-    highest_numbered(w, &format!("{location}/schema"), "schema-").await
-}
-
-/// Schema file `schema-<id>`, if it exists.
-pub async fn read_schema(
-    w: &Warehouse,
-    location: &str,
-    id: i64,
-) -> Result<Option<PaimonSchema>, SinkError> {
-    read_json(w, &schema_location(location, id)).await
-}
-
-/// Creates schema file `schema-<schema.id>` (create-if-absent: schema 0 makes the table, a later
-/// one evolves it, as Paimon's `SchemaManager` commits a schema change). A file that is already
-/// there (a concurrent creator's, or ours from an attempt whose commit did not land) wins: the
-/// caller reloads the table and compares.
-pub async fn create(w: &Warehouse, location: &str, schema: &PaimonSchema) -> Result<(), SinkError> {
-    let loc = schema_location(location, schema.id);
-    let body = serde_json::to_vec_pretty(schema).map_err(|e| corrupt(&loc, e))?;
-    let path = w.path(&loc)?;
-    match put_create(w.store().as_ref(), &path, Bytes::from(body)).await {
-        Ok(Created::Created | Created::AlreadyOurs | Created::Conflict) => Ok(()),
-        Err(e) => Err(storage(&loc)(e)),
-    }
-}
-
-/// Publishes `change` as snapshot `state.snapshot_id() + 1` of kind `kind`, carrying
-/// `properties`, and applies it to `state`. On `Err` nothing was published (or a conflict: another
-/// writer took the id) and `state` is unchanged.
-pub async fn publish(
-    w: &Warehouse,
-    table: &TableId,
-    state: &mut TableState,
+/// The data files [`Commit::write`] put, and the sequence number they start at.
+pub(super) struct Written {
     change: Change,
-    kind: &str,
-    mut properties: BTreeMap<String, String>,
-    buckets: i32,
-) -> Result<i64, SinkError> {
-    // A resync's marks stay on every later snapshot (resync.rs): which resync's lineage the
-    // table is, and where its schema history starts.
-    if let Some(before) = state.snapshot.as_ref().and_then(|s| s.properties.as_ref()) {
-        for key in [RESYNC_ID_PROPERTY, LINEAGE_SCHEMA_PROPERTY] {
-            if let Some(value) = before.get(key) {
-                properties
-                    .entry(key.to_owned())
-                    .or_insert_with(|| value.clone());
-            }
-        }
-    }
-    let epoch = w.lease_epoch();
-    if epoch > 0 {
-        // Also on compaction snapshots, which copy the properties of the one before.
-        properties.insert(
-            crate::checkpoint::LEASE_EPOCH_KEY.to_owned(),
-            epoch.to_string(),
-        );
-    }
-    let loc = state.location.clone();
-    let empty = binary_row::empty_row();
-    let commit = uuid::Uuid::new_v4();
-    let enc = |e: manifest::ManifestError| corrupt(&format!("{loc}/manifest"), e);
-    let entries: Vec<ManifestEntry> = change
-        .deleted
-        .iter()
-        .map(|(b, f)| (FileKind::Delete, *b, f))
-        .chain(change.added.iter().map(|(b, f)| (FileKind::Add, *b, f)))
-        .map(|(kind, bucket, f)| ManifestEntry {
-            kind,
-            bucket,
-            total_buckets: buckets,
-            file: f.clone(),
+    base: i64,
+}
+
+/// What [`Commit::publish`] made durable.
+pub(super) struct Published {
+    snapshot_id: i64,
+    /// Rows a TRUNCATE removed (the live files' rows).
+    truncated: u64,
+    files_written: usize,
+}
+
+impl<'a> Commit<'a> {
+    /// Locks the table and brings it to `wanted`, the schema the changes need: created when it
+    /// does not exist, evolved when that adds columns or widens types, refused otherwise.
+    pub(super) async fn new(
+        tables: &'a Arc<Tables>,
+        handle: &'a Arc<Handle>,
+        input: Input<'a>,
+        wanted: &PaimonSchema,
+    ) -> Result<Commit<'a>, SinkError> {
+        let mut slot = handle.state.lock().await;
+        tables
+            .refuse_added_defaults(input.schema, &mut slot)
+            .await?;
+        tables
+            .ensure_created(input.schema, &mut slot, wanted)
+            .await?;
+        Ok(Commit {
+            tables,
+            handle,
+            input,
+            slot,
         })
-        .collect();
-    let mut delta = Vec::new();
-    if !entries.is_empty() {
-        let name = format!("manifest-{commit}-0");
-        let bytes = manifest::encode_entries(&entries, &empty).map_err(enc)?;
-        let meta = manifest::describe(name.clone(), bytes.len(), &entries);
-        put(w, &format!("{loc}/manifest/{name}"), bytes).await?;
-        delta.push(meta);
     }
-    // The base list: the previous snapshot's manifests, rewritten as manifests of the live files
-    // (of about the target size) once there are many: otherwise every commit would make every
-    // reader open more.
-    let merge = ManifestMerge::of(&state.schema);
-    let mut base = state.manifests.clone();
-    if base.len() > merge.min_count {
-        let live: Vec<ManifestEntry> = state
-            .files
-            .iter()
-            .flat_map(|(b, fs)| {
-                fs.iter().map(move |f| ManifestEntry {
-                    kind: FileKind::Add,
-                    bucket: *b,
-                    total_buckets: buckets,
-                    file: f.clone(),
-                })
-            })
-            .collect();
-        base.clear();
-        if !live.is_empty() {
-            let whole = manifest::encode_entries(&live, &empty).map_err(enc)?;
-            let parts = split_for_target(&live, whole.len(), merge.target_bytes);
-            for (i, part) in parts.into_iter().enumerate() {
-                let name = format!("manifest-{commit}-{}", i + 1);
-                let bytes = if part.len() == live.len() {
-                    whole.clone()
-                } else {
-                    manifest::encode_entries(part, &empty).map_err(enc)?
-                };
-                base.push(manifest::describe(name.clone(), bytes.len(), part));
-                put(w, &format!("{loc}/manifest/{name}"), bytes).await?;
+
+    fn table(&self) -> &'a TableId {
+        &self.input.schema.id
+    }
+
+    /// The table's state, loaded by [`Commit::new`].
+    fn state(&self) -> Result<&TableState, SinkError> {
+        self.slot.as_ref().ok_or_else(|| SinkError::Corrupt {
+            path: self.tables.table_location(self.table()),
+            detail: "a commit to a table that is not loaded".into(),
+        })
+    }
+
+    /// Plans the changes: one row per touched key, each column naming where its value comes
+    /// from.
+    pub(super) fn plan(&self) -> Result<Planned, SinkError> {
+        let state = self.state()?;
+        let schemas = FileSchemas::new(self.input.schema)
+            .with_schema_id(state.schema.id)
+            .with_aliases(state.aliases.clone());
+        let buckets = state.buckets(self.tables.config.buckets);
+        let complete = self.tables.config.merge_engine == MergeEngine::Deduplicate;
+        let plan = plan::plan(self.input.changes, &schemas, buckets, complete).map_err(|e| {
+            SinkError::Data {
+                table: self.table().clone(),
+                detail: format!("planning the commit: {e}"),
+            }
+        })?;
+        Ok(Planned {
+            plan,
+            schemas,
+            buckets,
+        })
+    }
+
+    /// Finds the current rows of the keys whose partial updates need them.
+    pub(super) async fn lookup(&self, planned: &mut Planned) -> Result<Found, SinkError> {
+        let state = self.state()?;
+        let (batch, rows) = lookup::lookup(
+            &self.tables.warehouse,
+            self.table(),
+            state,
+            &planned.schemas,
+            &planned.plan,
+            self.input.changes,
+        )
+        .await?;
+        // A key whose partial updates found no row inside an upsert window ends deleted
+        // (lookup.rs): the row is deleted later inside the window anyway.
+        let plan = &mut planned.plan;
+        for (i, f) in rows.iter().enumerate() {
+            let row = plan.lookups.get(i).map(|l| l.row).filter(|_| f.is_none());
+            if let Some(out) = row.and_then(|r| plan.rows.get_mut(r)) {
+                out.delete = true;
             }
         }
+        Ok(Found { batch, rows })
     }
-    let base_name = format!("manifest-list-{commit}-0");
-    let delta_name = format!("manifest-list-{commit}-1");
-    let base_bytes = manifest::encode_list(&base, &empty).map_err(enc)?;
-    let delta_bytes = manifest::encode_list(&delta, &empty).map_err(enc)?;
-    let (base_size, delta_size) = (base_bytes.len() as i64, delta_bytes.len() as i64);
-    put(w, &format!("{loc}/manifest/{base_name}"), base_bytes).await?;
-    put(w, &format!("{loc}/manifest/{delta_name}"), delta_bytes).await?;
 
-    let added_rows: i64 = change.added.iter().map(|(_, f)| f.row_count).sum();
-    let deleted_rows: i64 = change.deleted.iter().map(|(_, f)| f.row_count).sum();
-    let id = state.snapshot_id() + 1;
-    let snapshot = Snapshot {
-        version: 3,
-        id,
-        schema_id: state.schema.id,
-        base_manifest_list: base_name,
-        base_manifest_list_size: Some(base_size),
-        delta_manifest_list: delta_name,
-        delta_manifest_list_size: Some(delta_size),
-        changelog_manifest_list: None,
-        index_manifest: None,
-        commit_user: state.commit_user.clone(),
-        commit_identifier: id,
-        commit_kind: kind.to_owned(),
-        time_millis: chrono::Utc::now().timestamp_millis(),
-        total_record_count: state.live_rows() + added_rows - deleted_rows,
-        delta_record_count: added_rows - deleted_rows,
-        changelog_record_count: None,
-        properties: Some(properties),
-    };
-    put_snapshot(w, table, &loc, &snapshot).await?;
-    // Hints: failures here do not undo the commit (readers verify hints).
-    if let Err(e) = put(
-        w,
-        &format!("{loc}/snapshot/LATEST"),
-        id.to_string().into_bytes(),
-    )
-    .await
-    {
-        tracing::warn!(table = %table, error = %e, "could not update snapshot/LATEST");
-    }
-    if id == 1 {
-        let _ = put(w, &format!("{loc}/snapshot/EARLIEST"), b"1".to_vec()).await;
-    }
-    for (b, f) in &change.deleted {
-        if let Some(files) = state.files.get_mut(b) {
-            files.retain(|x| x.file_name != f.file_name);
-        }
-    }
-    for (b, f) in change.added {
-        state.next_sequence = state.next_sequence.max(f.max_sequence + 1);
-        state.files.entry(b).or_default().push(f);
-    }
-    state.files.retain(|_, fs| !fs.is_empty());
-    base.extend(delta);
-    state.manifests = base;
-    state.snapshot = Some(snapshot);
-    Ok(id)
-}
-
-/// The commit point: puts `snapshot` as `snapshot/snapshot-<id>` of the table at `location`,
-/// create-if-absent. `Ok`: the commit is durable; `CommitConflict` (or `Fenced`, when the winner
-/// holds a newer lease epoch): another writer took the id; any other error leaves the outcome
-/// unknown.
-async fn put_snapshot(
-    w: &Warehouse,
-    table: &TableId,
-    location: &str,
-    snapshot: &Snapshot,
-) -> Result<(), SinkError> {
-    let id = snapshot.id;
-    let snap_loc = snapshot_location(location, id);
-    let body = serde_json::to_vec_pretty(snapshot).map_err(|e| corrupt(&snap_loc, e))?;
-    let path = w.path(&snap_loc)?;
-    failpoints::crash_point(failpoints::LSM_BEFORE_SNAPSHOT);
-    let created = put_create(w.store().as_ref(), &path, Bytes::from(body)).await;
-    if created.as_ref().is_ok_and(|c| c.is_ours()) {
-        failpoints::crash_point(failpoints::LSM_AFTER_SNAPSHOT);
-    }
-    match created {
-        Ok(Created::Created) => Ok(()),
-        // The snapshot names this commit's manifest lists (fresh uuids): equal bytes are this
-        // very commit, landed by an attempt object_store retried.
-        Ok(Created::AlreadyOurs) => {
-            tracing::info!(table = %table, path = %snap_loc, "commit landed on an earlier attempt");
-            Ok(())
-        }
-        Ok(Created::Conflict) => {
-            let winner = read_snapshot(w, location, id)
-                .await
-                .ok()
-                .flatten()
-                .and_then(|s| {
-                    s.properties?
-                        .get(crate::checkpoint::LEASE_EPOCH_KEY)?
-                        .parse()
-                        .ok()
-                });
-            if let Some(fenced) = crate::sinks::fenced_by_winner(w, table, winner) {
-                return Err(fenced);
-            }
-            Err(SinkError::CommitConflict {
+    /// Builds the planned rows and puts them as data files, all at once; none is visible yet.
+    pub(super) async fn write(
+        &self,
+        planned: &Planned,
+        found: &Found,
+    ) -> Result<Written, SinkError> {
+        let state = self.state()?;
+        let table = self.table();
+        let base = state.next_sequence;
+        let batch = planned
+            .plan
+            .build(&planned.schemas, base, found.batch.as_ref(), &found.rows)
+            .map_err(|e| SinkError::Data {
                 table: table.clone(),
-                version: id as u64,
-            })
+                detail: format!("building data files: {e}"),
+            })?;
+        let parts = self.place(planned, &batch, state);
+        let warehouse = &self.tables.warehouse;
+        let (location, schemas) = (&state.location, &planned.schemas);
+        let added = futures::future::try_join_all(parts.into_iter().map(
+            |(bucket, part, level)| async move {
+                let file =
+                    files::write_file(warehouse, table, location, schemas, bucket, part, level, 0)
+                        .await?;
+                Ok::<_, SinkError>((bucket, file))
+            },
+        ))
+        .await?;
+        Ok(Written {
+            change: Change {
+                added,
+                ..Change::default()
+            },
+            base,
+        })
+    }
+
+    /// The files `batch` (every bucket's rows, in plan order) is cut into, as `(bucket, rows,
+    /// level)`: each bucket's rows as one level-0 run, except an initial copy's key blocks.
+    fn place(
+        &self,
+        planned: &Planned,
+        batch: &RecordBatch,
+        state: &TableState,
+    ) -> Vec<(i32, RecordBatch, i32)> {
+        let plan = &planned.plan;
+        // An initial copy's key blocks go straight to the bottom level (placement.rs), unless
+        // a compaction is running: its output, placed by the inputs it read, could then
+        // overlap them on its level.
+        let copying = self.input.checkpoint.snapshot.is_some() || plan.truncate;
+        let to_bottom = copying && !self.handle.compacting.load(Ordering::Acquire);
+        let chunks: Vec<Option<u32>> = self.input.changes.iter().map(|c| c.copy_chunk).collect();
+        let mut files = Vec::new();
+        for (bucket, first, len) in plan.bucket_ranges() {
+            let part = batch.slice(first, len);
+            let bottom = if to_bottom {
+                let live = if plan.truncate {
+                    &[][..]
+                } else {
+                    state
+                        .files
+                        .get(&(bucket as i32))
+                        .map_or(&[][..], Vec::as_slice)
+                };
+                placement::for_bucket(plan, &chunks, &planned.schemas, first, &part, live)
+            } else {
+                None
+            };
+            match bottom {
+                Some(cuts) => {
+                    let level = self.tables.compaction.max_level;
+                    for (start, rows) in cuts {
+                        files.push((bucket as i32, part.slice(start, rows), level));
+                    }
+                }
+                None => files.push((bucket as i32, part, 0)),
+            }
         }
-        Err(e) => Err(storage(&snap_loc)(e)),
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod merge_tests {
-    use super::*;
-
-    #[test]
-    fn memory_sizes_read_as_paimon_writes_them() {
-        assert_eq!(memory_size("8 mb"), Some(8 << 20));
-        assert_eq!(memory_size("8MB"), Some(8 << 20));
-        assert_eq!(memory_size("512kb"), Some(512 << 10));
-        assert_eq!(memory_size("1048576"), Some(1 << 20));
-        assert_eq!(memory_size("2 gb"), Some(2 << 30));
-        assert_eq!(memory_size("lots"), None);
-        assert_eq!(memory_size("8 parsecs"), None);
+        files
     }
 
-    #[test]
-    fn table_options_override_the_defaults_and_bad_values_keep_them() {
-        let mut schema = PaimonSchema {
-            version: 3,
-            id: 0,
-            fields: Vec::new(),
-            highest_field_id: -1,
-            partition_keys: Vec::new(),
-            primary_keys: Vec::new(),
-            options: BTreeMap::new(),
-            comment: None,
-            time_millis: 0,
+    /// Publishes `change` as one snapshot of the table carrying the checkpoint: an `APPEND`, or
+    /// after a TRUNCATE an `OVERWRITE` that also deletes every live file. On failure the cached
+    /// state is dropped (the next commit reloads what is durable).
+    pub(super) async fn publish(
+        &mut self,
+        mut change: Change,
+        truncate: bool,
+        buckets: i32,
+    ) -> Result<Published, SinkError> {
+        let table = self.table();
+        let Some(state) = self.slot.as_mut() else {
+            return Err(SinkError::Corrupt {
+                path: self.tables.table_location(table),
+                detail: "a commit to a table that is not loaded".into(),
+            });
         };
-        let defaults = ManifestMerge {
-            min_count: 30,
-            target_bytes: 8 << 20,
-        };
-        assert_eq!(ManifestMerge::of(&schema), defaults);
-        schema
-            .options
-            .insert("manifest.merge-min-count".into(), "5".into());
-        schema
-            .options
-            .insert("manifest.target-file-size".into(), "1 mb".into());
-        let tuned = ManifestMerge {
-            min_count: 5,
-            target_bytes: 1 << 20,
-        };
-        assert_eq!(ManifestMerge::of(&schema), tuned);
-        schema
-            .options
-            .insert("manifest.merge-min-count".into(), "0".into());
-        schema
-            .options
-            .insert("manifest.target-file-size".into(), "big".into());
-        assert_eq!(ManifestMerge::of(&schema), defaults);
+        let files_written = change.added.len();
+        let mut truncated = 0u64;
+        if truncate {
+            for (b, files) in &state.files {
+                truncated += files.iter().map(|f| f.row_count as u64).sum::<u64>();
+                change.deleted.extend(files.iter().map(|f| (*b, f.clone())));
+            }
+        }
+        let kind = if truncate { "OVERWRITE" } else { "APPEND" };
+        let props: BTreeMap<String, String> =
+            self.input.checkpoint.to_properties().into_iter().collect();
+        let published = publish::publish(
+            &self.tables.warehouse,
+            table,
+            state,
+            change,
+            kind,
+            props,
+            buckets,
+        )
+        .await;
+        match published {
+            Ok(snapshot_id) => Ok(Published {
+                snapshot_id,
+                truncated,
+                files_written,
+            }),
+            Err(e) => {
+                *self.slot = None;
+                Err(e)
+            }
+        }
     }
 
-    #[test]
-    fn live_entries_split_into_manifests_near_the_target() {
-        let entries: Vec<u32> = (0..10).collect();
-        assert_eq!(split_for_target(&entries, 100, 1000).len(), 1);
-        let parts = split_for_target(&entries, 2500, 1000);
-        assert_eq!(parts.len(), 3);
-        assert_eq!(parts.concat(), entries);
-        assert!(split_for_target::<u32>(&[], 0, 1000)
-            .iter()
-            .all(|p| p.is_empty()));
+    /// After a successful publish: advances the cached state past the commit's sequence
+    /// numbers, releases the table, and starts what the commit made due (compaction, expiry).
+    pub(super) async fn finish(
+        mut self,
+        planned: &Planned,
+        base: i64,
+        published: Published,
+    ) -> Result<CommitStats, SinkError> {
+        let plan = &planned.plan;
+        let deletes = plan.rows.iter().filter(|r| r.delete).count() as u64;
+        let Some(state) = self.slot.as_mut() else {
+            return Err(SinkError::Corrupt {
+                path: self.tables.table_location(self.table()),
+                detail: "the table's state vanished during a commit".into(),
+            });
+        };
+        state.next_sequence = state.next_sequence.max(base + plan.changes as i64 + 1);
+        self.handle
+            .copying
+            .store(self.input.checkpoint.snapshot.is_some(), Ordering::Release);
+        let needs_compaction = self.tables.needs_compaction(state, self.handle);
+        drop(self.slot);
+        if needs_compaction {
+            self.tables.spawn_compaction(self.handle);
+        }
+        expire::expire_if_due(self.tables, self.handle, published.snapshot_id).await;
+        Ok(CommitStats {
+            snapshot_id: published.snapshot_id,
+            data_rows: plan.rows.len() as u64 - deletes,
+            deleted_rows: deletes + published.truncated,
+            files_written: published.files_written,
+            resync_swapped: false,
+        })
     }
 }

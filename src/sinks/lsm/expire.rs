@@ -12,10 +12,13 @@
 //! reference are live in the newest snapshot (retained) or new (never a candidate).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 
-use super::commit::{self, TableState};
 use super::manifest::{FileKind, ManifestEntry};
-use super::{Handle, Inner};
+use super::snapshot;
+use super::store;
+use super::table::TableState;
+use super::tables::{Handle, Tables};
 use crate::config::LsmConfig;
 use crate::failpoints;
 use crate::metrics::maintenance as maintenance_metrics;
@@ -60,7 +63,7 @@ pub(super) async fn collect(
     refs: &mut Refs,
     cache: &mut HashMap<String, Vec<ManifestEntry>>,
 ) -> Result<Option<()>, SinkError> {
-    let Some(s) = commit::read_snapshot(w, location, id).await? else {
+    let Some(s) = snapshot::read_snapshot(w, location, id).await? else {
         return Ok(None);
     };
     let live_only = scope == Scope::Live;
@@ -68,9 +71,9 @@ pub(super) async fn collect(
     for list in [&s.base_manifest_list, &s.delta_manifest_list] {
         refs.lists.insert(list.clone());
         let manifests = match scope {
-            Scope::Expiring => commit::read_manifest_list_if_present(w, location, list).await?,
+            Scope::Expiring => snapshot::read_manifest_list_if_present(w, location, list).await?,
             Scope::Live | Scope::Listed => {
-                Some(commit::read_manifest_list(w, location, list).await?)
+                Some(snapshot::read_manifest_list(w, location, list).await?)
             }
         };
         for m in manifests.into_iter().flatten() {
@@ -78,10 +81,10 @@ pub(super) async fn collect(
             if !cache.contains_key(&m.file_name) {
                 let entries = match scope {
                     Scope::Expiring => {
-                        commit::read_manifest_if_present(w, location, &m.file_name).await?
+                        snapshot::read_manifest_if_present(w, location, &m.file_name).await?
                     }
                     Scope::Live | Scope::Listed => {
-                        Some(commit::read_manifest(w, location, &m.file_name).await?)
+                        Some(snapshot::read_manifest(w, location, &m.file_name).await?)
                     }
                 };
                 let Some(entries) = entries else {
@@ -107,8 +110,30 @@ pub(super) async fn collect(
     Ok(Some(()))
 }
 
+/// Expires old snapshots after the commit of `snapshot_id` when due ([`due`]); a failure is
+/// logged and retried after a later commit (the commit itself stands).
+pub(super) async fn expire_if_due(tables: &Tables, handle: &Handle, snapshot_id: i64) {
+    let due = {
+        let guard = handle.state.lock().await;
+        guard.as_ref().is_some_and(|state| {
+            due(
+                state,
+                &tables.config,
+                handle.expiry_tried.load(Ordering::Acquire),
+            )
+        })
+    };
+    if !due {
+        return;
+    }
+    handle.expiry_tried.store(snapshot_id, Ordering::Release);
+    if let Err(e) = expire(tables, handle).await {
+        tracing::warn!(table = %handle.table, error = %e, "snapshot expiry failed; retried after a later commit");
+    }
+}
+
 /// Expires old snapshots of `handle`'s table. Returns how many were removed.
-pub(super) async fn expire(inner: &Inner, handle: &Handle) -> Result<usize, SinkError> {
+pub(super) async fn expire(tables: &Tables, handle: &Handle) -> Result<usize, SinkError> {
     let (location, latest) = {
         let guard = handle.state.lock().await;
         match guard.as_ref() {
@@ -116,19 +141,11 @@ pub(super) async fn expire(inner: &Inner, handle: &Handle) -> Result<usize, Sink
             None => return Ok(0),
         }
     };
-    let w = &inner.warehouse;
-    let Some(hinted) = commit::earliest_id(w, &location, latest).await? else {
+    let w = &tables.warehouse;
+    let Some(hinted) = snapshot::earliest_id(w, &location, latest).await? else {
         return Ok(0);
     };
-    // Snapshot files below the hint: an expiry that crashed after moving it (module doc).
-    let mut earliest = hinted;
-    while earliest > 1
-        && commit::read(w, &commit::snapshot_location(&location, earliest - 1))
-            .await?
-            .is_some()
-    {
-        earliest -= 1;
-    }
+    let earliest = lowest_present(w, &location, hinted).await?;
     if earliest < hinted {
         tracing::info!(
             table = %handle.table,
@@ -137,29 +154,14 @@ pub(super) async fn expire(inner: &Inner, handle: &Handle) -> Result<usize, Sink
             "finishing an interrupted snapshot expiry"
         );
     }
-    let keep = inner.config.snapshots_retained.max(1) as i64;
-    let mut cut = (latest - keep + 1).max(earliest);
-    let mut cache = HashMap::new();
-    // A time window keeps younger snapshots too.
-    if let Some(window) = inner.config.snapshot_time_retained_ms {
-        let horizon = chrono::Utc::now().timestamp_millis() - window as i64;
-        let mut id = earliest;
-        while id < cut {
-            if let Some(s) = commit::read_snapshot(w, &location, id).await? {
-                if s.time_millis >= horizon {
-                    break;
-                }
-            }
-            id += 1;
-        }
-        cut = id;
-    }
+    let cut = first_kept(w, &tables.config, &location, earliest, latest).await?;
     // The hint never moves back: a time window may keep snapshots an interrupted count-based
     // expiry had already hinted past.
     let cut = cut.max(hinted);
     if cut <= earliest {
         return Ok(0);
     }
+    let mut cache = HashMap::new();
     let mut retained = Refs::default();
     collect(w, &location, latest, Scope::Live, &mut retained, &mut cache).await?;
     let (live_files, manifests) = (retained.files.len(), retained.manifests.len());
@@ -171,7 +173,7 @@ pub(super) async fn expire(inner: &Inner, handle: &Handle) -> Result<usize, Sink
         collect(w, &location, id, Scope::Expiring, &mut expired, &mut cache).await?;
     }
     if cut > hinted {
-        commit::put(
+        store::put(
             w,
             &format!("{location}/snapshot/EARLIEST"),
             cut.to_string().into_bytes(),
@@ -179,7 +181,71 @@ pub(super) async fn expire(inner: &Inner, handle: &Handle) -> Result<usize, Sink
         .await?;
     }
     failpoints::crash_point(failpoints::LSM_EXPIRE_AFTER_HINT);
-    // In dependency order: what a file names goes before it (module doc).
+    let deleted_files = delete_unreferenced(w, &location, &expired, &retained).await?;
+    delete_snapshots(w, &location, earliest, cut).await?;
+    tracing::debug!(table = %handle.table, from = earliest, to = cut - 1, "expired snapshots");
+    let table = handle.table.to_string();
+    let expired = (cut - earliest) as u64;
+    maintenance_metrics::expiry(&table, expired, deleted_files as u64 + expired);
+    maintenance_metrics::table_shape(
+        &table,
+        (latest - cut + 1) as u64,
+        live_files as u64,
+        manifests as u64,
+    );
+    Ok(expired as usize)
+}
+
+/// The lowest snapshot present, from the `EARLIEST` hint down: snapshot files below the hint are
+/// an expiry that crashed after moving it (module doc).
+async fn lowest_present(w: &Warehouse, location: &str, hinted: i64) -> Result<i64, SinkError> {
+    let mut earliest = hinted;
+    while earliest > 1
+        && store::read(w, &snapshot::snapshot_location(location, earliest - 1))
+            .await?
+            .is_some()
+    {
+        earliest -= 1;
+    }
+    Ok(earliest)
+}
+
+/// The oldest snapshot to keep: the newest `snapshots_retained`, and with a time window any
+/// younger than it too.
+async fn first_kept(
+    w: &Warehouse,
+    config: &LsmConfig,
+    location: &str,
+    earliest: i64,
+    latest: i64,
+) -> Result<i64, SinkError> {
+    let keep = config.snapshots_retained.max(1) as i64;
+    let cut = (latest - keep + 1).max(earliest);
+    // A time window keeps younger snapshots too.
+    let Some(window) = config.snapshot_time_retained_ms else {
+        return Ok(cut);
+    };
+    let horizon = chrono::Utc::now().timestamp_millis() - window as i64;
+    let mut id = earliest;
+    while id < cut {
+        if let Some(s) = snapshot::read_snapshot(w, location, id).await? {
+            if s.time_millis >= horizon {
+                break;
+            }
+        }
+        id += 1;
+    }
+    Ok(id)
+}
+
+/// Deletes what the expired snapshots referenced and no retained one does, in dependency order:
+/// what a file names goes before it (module doc). Returns how many files that was.
+async fn delete_unreferenced(
+    w: &Warehouse,
+    location: &str,
+    expired: &Refs,
+    retained: &Refs,
+) -> Result<usize, SinkError> {
     let mut doomed: Vec<String> = expired
         .files
         .difference(&retained.files)
@@ -197,24 +263,24 @@ pub(super) async fn expire(inner: &Inner, handle: &Handle) -> Result<usize, Sink
         if i == half {
             failpoints::crash_point(failpoints::LSM_EXPIRE_DURING_DELETE);
         }
-        commit::delete(w, file).await?;
+        store::delete(w, file).await?;
     }
+    Ok(doomed.len())
+}
+
+/// Deletes snapshot files `earliest..cut`, oldest first.
+async fn delete_snapshots(
+    w: &Warehouse,
+    location: &str,
+    earliest: i64,
+    cut: i64,
+) -> Result<(), SinkError> {
     let middle = earliest + (cut - earliest) / 2;
     for id in earliest..cut {
         if id == middle {
             failpoints::crash_point(failpoints::LSM_EXPIRE_DURING_SNAPSHOTS);
         }
-        commit::delete(w, &commit::snapshot_location(&location, id)).await?;
+        store::delete(w, &snapshot::snapshot_location(location, id)).await?;
     }
-    tracing::debug!(table = %handle.table, from = earliest, to = cut - 1, "expired snapshots");
-    let table = handle.table.to_string();
-    let expired = (cut - earliest) as u64;
-    maintenance_metrics::expiry(&table, expired, doomed.len() as u64 + expired);
-    maintenance_metrics::table_shape(
-        &table,
-        (latest - cut + 1) as u64,
-        live_files as u64,
-        manifests as u64,
-    );
-    Ok(expired as usize)
+    Ok(())
 }

@@ -11,12 +11,14 @@ use std::collections::{BTreeSet, HashMap};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int64Type, Int8Type};
-use arrow_array::{Array, RecordBatch};
-use arrow_row::{RowConverter, SortField};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_row::{RowConverter, Rows};
+use arrow_schema::ArrowError;
 
-use super::commit::TableState;
+use super::files::read_file_at;
 use super::plan::{Plan, Src};
 use super::schema::{FileSchemas, KIND_DELETE};
+use super::table::TableState;
 use crate::changelog::{TableChanges, TableId};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
@@ -38,112 +40,136 @@ pub async fn lookup(
     if plan.lookups.is_empty() {
         return Ok((None, Vec::new()));
     }
-    let arrow = |what: &str| {
-        let context = format!("{what} of {table}");
-        move |source| SinkError::Arrow { context, source }
-    };
     let keys = plan
         .key_batch(schemas)
-        .map_err(arrow("gathering keys to look up"))?;
-    let converter = RowConverter::new(
-        schemas
-            .key_types
-            .iter()
-            .map(|t| SortField::new(t.clone()))
-            .collect(),
-    )
-    .map_err(arrow("key encoding"))?;
+        .map_err(arrow(table, "gathering keys to look up"))?;
+    let converter = schemas
+        .key_converter()
+        .map_err(arrow(table, "key encoding"))?;
     let wanted = converter
         .convert_columns(&keys)
-        .map_err(arrow("key encoding"))?;
-    let index: HashMap<&[u8], usize> = (0..wanted.num_rows())
-        .map(|i| (wanted.row(i).data(), i))
-        .collect();
-    let buckets: BTreeSet<i32> = plan.lookups.iter().map(|l| l.bucket as i32).collect();
-    let nk = schemas.key.len();
-    // Per wanted key: (batch, row, sequence, is delete).
-    let mut best: Vec<Option<(usize, usize, i64, bool)>> = vec![None; wanted.num_rows()];
-    let mut batches: Vec<RecordBatch> = Vec::new();
-    for bucket in buckets {
-        let Some(files) = state.files.get(&bucket) else {
-            continue;
-        };
-        for f in files {
-            let batch = super::compaction::worker::read_file_at(
-                w,
-                table,
-                &state.location,
-                schemas,
-                bucket,
-                f,
-            )
-            .await?;
-            let rows = converter
-                .convert_columns(batch.columns().get(..nk).unwrap_or_default())
-                .map_err(arrow("key encoding"))?;
-            let (Some(seq), Some(kind)) = (
-                batch.column(nk).as_primitive_opt::<Int64Type>(),
-                batch.column(nk + 1).as_primitive_opt::<Int8Type>(),
-            ) else {
-                continue;
-            };
-            let mut hit = false;
-            for r in 0..batch.num_rows() {
-                let Some(&i) = index.get(rows.row(r).data()) else {
-                    continue;
-                };
-                let s = seq.value(r);
-                if let Some(slot) = best.get_mut(i) {
-                    if slot.is_none_or(|(_, _, old, _)| s > old) {
-                        *slot = Some((batches.len(), r, s, kind.value(r) == KIND_DELETE));
-                        hit = true;
-                    }
-                }
-            }
-            if hit {
-                batches.push(batch);
-            }
-        }
-    }
+        .map_err(arrow(table, "key encoding"))?;
+    let newest = Newest::find(w, table, state, schemas, plan, &converter, &wanted).await?;
     let mut idx = Vec::new();
-    let mut found = Vec::with_capacity(best.len());
-    for (i, b) in best.iter().enumerate() {
+    let mut found = Vec::with_capacity(newest.best.len());
+    for (i, b) in newest.best.iter().enumerate() {
         match b {
             Some((batch, row, _, false)) => {
                 found.push(Some(idx.len() as u32));
                 idx.push((*batch, *row));
             }
             _ if droppable(plan, changes, i) => found.push(None),
-            _ => {
-                let key = keys
-                    .iter()
-                    .map(|k| arrow_cast::display::array_value_to_string(k, i).unwrap_or_default())
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                return Err(SinkError::Data {
-                    table: table.clone(),
-                    detail: format!(
-                        "an update of key ({key}) leaves columns unchanged (absent) but the table holds no row with that key to take them from"
-                    ),
-                });
-            }
+            _ => return Err(no_current_row(table, &keys, i)),
         }
     }
     if idx.is_empty() {
         // Every looked-up key was missing (and droppable): no rows to gather.
         return Ok((None, found));
     }
+    let batch =
+        gather(schemas, &newest.batches, &idx).map_err(arrow(table, "gathering current rows"))?;
+    Ok((Some(batch), found))
+}
+
+fn arrow(table: &TableId, what: &str) -> impl FnOnce(ArrowError) -> SinkError {
+    let context = format!("{what} of {table}");
+    move |source| SinkError::Arrow { context, source }
+}
+
+/// The newest row of each wanted key in the table's live files.
+struct Newest {
+    /// Per wanted key: (batch, row, sequence, is delete).
+    best: Vec<Option<(usize, usize, i64, bool)>>,
+    /// The data files that hold a newest row.
+    batches: Vec<RecordBatch>,
+}
+
+impl Newest {
+    /// Reads the live files of the buckets the lookups hash to, keeping per key the row with the
+    /// highest sequence number (`wanted`: the keys, encoded by `converter`).
+    async fn find(
+        w: &Warehouse,
+        table: &TableId,
+        state: &TableState,
+        schemas: &FileSchemas,
+        plan: &Plan,
+        converter: &RowConverter,
+        wanted: &Rows,
+    ) -> Result<Newest, SinkError> {
+        let index: HashMap<&[u8], usize> = (0..wanted.num_rows())
+            .map(|i| (wanted.row(i).data(), i))
+            .collect();
+        let buckets: BTreeSet<i32> = plan.lookups.iter().map(|l| l.bucket as i32).collect();
+        let nk = schemas.key.len();
+        let mut newest = Newest {
+            best: vec![None; wanted.num_rows()],
+            batches: Vec::new(),
+        };
+        for bucket in buckets {
+            let Some(files) = state.files.get(&bucket) else {
+                continue;
+            };
+            for f in files {
+                let batch = read_file_at(w, table, &state.location, schemas, bucket, f).await?;
+                let rows = converter
+                    .convert_columns(batch.columns().get(..nk).unwrap_or_default())
+                    .map_err(arrow(table, "key encoding"))?;
+                let (Some(seq), Some(kind)) = (
+                    batch.column(nk).as_primitive_opt::<Int64Type>(),
+                    batch.column(nk + 1).as_primitive_opt::<Int8Type>(),
+                ) else {
+                    continue;
+                };
+                let mut hit = false;
+                for r in 0..batch.num_rows() {
+                    let Some(&i) = index.get(rows.row(r).data()) else {
+                        continue;
+                    };
+                    let s = seq.value(r);
+                    let held = newest.batches.len();
+                    if let Some(slot) = newest.best.get_mut(i) {
+                        if slot.is_none_or(|(_, _, old, _)| s > old) {
+                            *slot = Some((held, r, s, kind.value(r) == KIND_DELETE));
+                            hit = true;
+                        }
+                    }
+                }
+                if hit {
+                    newest.batches.push(batch);
+                }
+            }
+        }
+        Ok(newest)
+    }
+}
+
+/// The error for lookup `i`, whose key has no current row to complete its partial update from.
+fn no_current_row(table: &TableId, keys: &[ArrayRef], i: usize) -> SinkError {
+    let key = keys
+        .iter()
+        .map(|k| arrow_cast::display::array_value_to_string(k, i).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join(", ");
+    SinkError::Data {
+        table: table.clone(),
+        detail: format!(
+            "an update of key ({key}) leaves columns unchanged (absent) but the table holds no row with that key to take them from"
+        ),
+    }
+}
+
+/// Rows `idx` (`(batch, row)`) of `batches`, as one batch of the data file shape.
+fn gather(
+    schemas: &FileSchemas,
+    batches: &[RecordBatch],
+    idx: &[(usize, usize)],
+) -> Result<RecordBatch, ArrowError> {
     let mut cols = Vec::with_capacity(schemas.file.fields().len());
     for c in 0..schemas.file.fields().len() {
         let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
-        cols.push(
-            arrow_select::interleave::interleave(&arrays, &idx)
-                .map_err(arrow("gathering current rows"))?,
-        );
+        cols.push(arrow_select::interleave::interleave(&arrays, idx)?);
     }
-    let batch = RecordBatch::try_new(schemas.file.clone(), cols)
-        .map_err(arrow("gathering current rows"))?;
-    Ok((Some(batch), found))
+    RecordBatch::try_new(schemas.file.clone(), cols)
 }
 
 /// Whether lookup `i` may find no row: it completes a partial update inside an upsert window

@@ -1,10 +1,10 @@
 //! Paimon manifests (Avro): `ManifestEntry` files listing data files added or deleted per bucket,
 //! and manifest lists (`ManifestFileMeta`) naming the manifests of a snapshot.
 //!
-//! Pure encoding and decoding (bytes in, bytes out); `commit.rs` does the I/O. Field names, order
-//! and types are Paimon's (`ManifestEntrySerializer`, `DataFileMetaSerializer`,
-//! `ManifestFileMetaSerializer`; the Avro schemas below are the writer schemas pypaimon 2.1 emits,
-//! captured from a table it wrote). Readers decode with the writer schema embedded in each file,
+//! Pure encoding and decoding (bytes in, bytes out); `snapshot.rs` reads and `publish.rs` writes
+//! them. Field names, order and types are Paimon's (`ManifestEntrySerializer`,
+//! `DataFileMetaSerializer`, `ManifestFileMetaSerializer`; the Avro schemas below are the writer
+//! schemas pypaimon 2.1 emits, captured from a table it wrote). Readers decode with the writer schema embedded in each file,
 //! so optional trailing fields cdcd does not use are written as NULL.
 
 use apache_avro::types::Value;

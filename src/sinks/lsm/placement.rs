@@ -31,13 +31,13 @@
 //! one rewrite after the copy instead of merges during it, which no longer holds up the copy.
 //! [`chains`] lets that rewrite, and any merge, read a level's disjoint files as one sorted run.
 
-use arrow_row::{OwnedRow, Row, RowConverter, Rows, SortField};
+use arrow_row::{OwnedRow, Row, RowConverter, Rows};
 use arrow_schema::DataType;
 
 use super::binary_row;
 use super::manifest::DataFileMeta;
 use super::plan::{Plan, Src};
-use super::schema::FileSchemas;
+use super::schema::{key_converter, FileSchemas};
 
 /// More cuts than this in one bucket of one commit: the rows are not in key blocks (a heap
 /// order unrelated to the key), and files this small would only be merged later: level 0.
@@ -177,14 +177,7 @@ pub fn for_bucket(
             _ => return None,
         }
     }
-    let converter = arrow_row::RowConverter::new(
-        schemas
-            .key_types
-            .iter()
-            .map(|t| arrow_row::SortField::new(t.clone()))
-            .collect(),
-    )
-    .ok()?;
+    let converter = schemas.key_converter().ok()?;
     let occupied = match occupied(live, &schemas.key_types, &converter) {
         Ok(o) => o,
         Err(detail) => {
@@ -216,12 +209,7 @@ pub fn chains(files: &[DataFileMeta], key_types: &[DataType]) -> Vec<Vec<usize>>
             .filter(|&i| files.get(i).is_some_and(|f| f.level == 0))
             .map(|i| vec![i]),
     );
-    let converter = RowConverter::new(
-        key_types
-            .iter()
-            .map(|t| SortField::new(t.clone()))
-            .collect(),
-    );
+    let converter = key_converter(key_types);
     for level in levels {
         let members: Vec<usize> = (0..files.len())
             .filter(|&i| files.get(i).is_some_and(|f| f.level == level))

@@ -5,7 +5,7 @@
 //! commit touched: an upsert (`_VALUE_KIND` 0) with the whole row, or a delete (3). Earlier
 //! changes to the same key in the same commit are folded away here, as Paimon's write buffer
 //! does. A partial row (absent columns: unchanged TOAST values) is completed from earlier
-//! changes to the key in this commit, else from the table (`lookup` marks those rows; `mod.rs`
+//! changes to the key in this commit, else from the table (`lookup` marks those rows; the commit
 //! reads them). Sequence numbers follow source order, so a later commit always wins the
 //! deduplicate merge. Keys compare in `arrow-row` order, which for cdcd's key types (integers,
 //! strings and bytes bytewise, decimals, dates, timestamps, booleans) is Paimon's key order.
@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::{new_null_array, Array, ArrayRef, Int64Array, Int8Array, RecordBatch};
-use arrow_row::{RowConverter, Rows, SortField};
+use arrow_row::{Row, Rows};
 use arrow_schema::ArrowError;
 
 use super::binary_row;
@@ -91,27 +91,53 @@ pub enum PlanError {
     Key(String),
 }
 
-struct Rec {
-    /// The key's [`key_prefix`], which decides most comparisons of the sort.
-    prefix: [u64; 2],
-    batch: u32,
-    row: u32,
-    old: bool,
-    order: u64,
-}
-
 /// Plans one commit. `complete`: fill absent columns (deduplicate engine); when false
 /// (partial-update engine) absent columns are written NULL, which that engine reads as
 /// "unchanged" — except after a key change, where the engine has no earlier row under the new key
 /// and the values are taken from the old key's row as in the deduplicate mode.
+///
+/// The phases: the changes after the last TRUNCATE, cast to their stored types; one record per
+/// change (two for a key change: a delete of the old key) sorted by (key, source order)
+/// ([`Records`]); one row per key folded from its records ([`Records::fold`]); the rows in
+/// bucket order ([`in_bucket_order`]).
 pub fn plan(
     changes: &[TableChanges],
     schemas: &FileSchemas,
     buckets: u32,
     complete: bool,
 ) -> Result<Plan, PlanError> {
-    let columns = schemas.columns;
-    // Only changes after the last TRUNCATE matter; the truncate removes every earlier row.
+    let (start, truncate) = after_last_truncate(changes);
+    let Cast { cast, old_cast } = cast_changes(changes, schemas)?;
+    let whole_rows = whole_rows(changes, start);
+    let records = Records::new(changes, schemas, start, &cast, &old_cast, whole_rows)?;
+    let key_columns = KeyColumns::new(schemas, &cast, &old_cast);
+    let mut key_buf = Vec::new();
+    let folded = records.fold(
+        &Fold {
+            schemas,
+            key_columns: &key_columns,
+            buckets,
+            complete,
+            whole_rows,
+        },
+        &mut key_buf,
+    )?;
+    let ordered = in_bucket_order(folded, schemas, &key_columns, buckets, &mut key_buf)?;
+    Ok(Plan {
+        truncate,
+        rows: ordered.rows,
+        sources: ordered.sources,
+        columns: schemas.columns,
+        changes: records.consumed,
+        lookups: ordered.lookups,
+        cast,
+        old_cast,
+    })
+}
+
+/// Where the changes that matter start, `(batch, row)`, and whether a TRUNCATE came before them:
+/// only changes after the last TRUNCATE matter; the truncate removes every earlier row.
+fn after_last_truncate(changes: &[TableChanges]) -> ((usize, usize), bool) {
     let mut start = (0usize, 0usize);
     let mut truncate = false;
     for (b, c) in changes.iter().enumerate() {
@@ -122,6 +148,17 @@ pub fn plan(
             }
         }
     }
+    (start, truncate)
+}
+
+/// The changes' columns and old key columns cast to their stored types (`Plan::cast`,
+/// `Plan::old_cast`).
+struct Cast {
+    cast: Vec<Vec<ArrayRef>>,
+    old_cast: Vec<Vec<ArrayRef>>,
+}
+
+fn cast_changes(changes: &[TableChanges], schemas: &FileSchemas) -> Result<Cast, PlanError> {
     let mut cast = Vec::with_capacity(changes.len());
     let mut old_cast = Vec::with_capacity(changes.len());
     for c in changes {
@@ -140,14 +177,284 @@ pub fn plan(
         cast.push(cols);
         old_cast.push(old);
     }
-    let fields = schemas
-        .key_types
-        .iter()
-        .map(|t| SortField::new(t.clone()))
-        .collect();
-    let converter = RowConverter::new(fields)?;
-    let mut keys: Vec<Rows> = Vec::with_capacity(changes.len());
-    let mut old_keys: Vec<Rows> = Vec::with_capacity(changes.len());
+    Ok(Cast { cast, old_cast })
+}
+
+/// An insert-only commit with every column present (an initial copy's; only the changes after
+/// a truncate count, such as a fresh copy's marker) takes every column of a key's row from its
+/// last insert: the per-column resolution of [`Records::fold`], and the groups and key-change
+/// anchors it walks, are not needed.
+fn whole_rows(changes: &[TableChanges], start: (usize, usize)) -> bool {
+    changes.iter().enumerate().skip(start.0).all(|(b, c)| {
+        let first = if b == start.0 { start.1 } else { 0 };
+        let ops = c.ops.get(first..).unwrap_or_default();
+        ops.iter().all(|op| *op == Op::Insert) && (ops.is_empty() || !c.has_absent())
+    })
+}
+
+/// One change as the planner sorts it: a change's new key, or (`old`) the old key a key change
+/// deletes.
+struct Rec {
+    /// The key's [`key_prefix`], which decides most comparisons of the sort.
+    prefix: [u64; 2],
+    batch: u32,
+    row: u32,
+    old: bool,
+    order: u64,
+}
+
+/// The key record `r` names, `arrow-row` encoded.
+fn key_of<'k>(keys: &'k [Rows], old_keys: &'k [Rows], r: &Rec) -> Option<Row<'k>> {
+    let rows = if r.old { old_keys } else { keys };
+    rows.get(r.batch as usize)
+        .map(|rows| rows.row(r.row as usize))
+}
+
+/// The records of the changes that matter, sorted by (key, source order), with what the fold
+/// asks of them.
+struct Records<'a> {
+    changes: &'a [TableChanges],
+    recs: Vec<Rec>,
+    /// Each batch's keys and old keys, `arrow-row` encoded: `keys[batch]`.
+    keys: Vec<Rows>,
+    old_keys: Vec<Rows>,
+    /// Changes consumed (the sequence number advance).
+    consumed: u64,
+    /// Where each key's run of records starts (empty with whole rows).
+    group_start: Vec<usize>,
+    /// Where the old-key record of a key change sits, by `(batch, row)`.
+    old_at: HashMap<(u32, u32), usize>,
+}
+
+/// What [`Records::fold`] needs besides the records.
+struct Fold<'a> {
+    schemas: &'a FileSchemas,
+    key_columns: &'a KeyColumns<'a>,
+    buckets: u32,
+    complete: bool,
+    whole_rows: bool,
+}
+
+/// One row per key, before the bucket order: `rows`, their row-major `sources` (see
+/// [`Plan::sources`]), and `(row, key)` of each row to complete from the table.
+struct Folded {
+    rows: Vec<Out>,
+    sources: Vec<Src>,
+    lookups: Vec<(usize, Src)>,
+}
+
+impl<'a> Records<'a> {
+    fn new(
+        changes: &'a [TableChanges],
+        schemas: &FileSchemas,
+        start: (usize, usize),
+        cast: &[Vec<ArrayRef>],
+        old_cast: &[Vec<ArrayRef>],
+        whole_rows: bool,
+    ) -> Result<Records<'a>, PlanError> {
+        let (keys, old_keys) = encode_keys(schemas, cast, old_cast)?;
+        let (mut recs, consumed) =
+            collect_records(changes, schemas, start, cast, &keys, &old_keys)?;
+        recs.sort_by(|a, b| {
+            a.prefix
+                .cmp(&b.prefix)
+                .then_with(|| key_of(&keys, &old_keys, a).cmp(&key_of(&keys, &old_keys, b)))
+                .then(a.order.cmp(&b.order))
+        });
+        let mut records = Records {
+            changes,
+            recs,
+            keys,
+            old_keys,
+            consumed,
+            group_start: Vec::new(),
+            old_at: HashMap::new(),
+        };
+        if !whole_rows {
+            records.index_groups();
+        }
+        Ok(records)
+    }
+
+    /// Where each key's run of records starts, and where the old-key record of a key change sits.
+    fn index_groups(&mut self) {
+        let mut group_start = vec![0usize; self.recs.len()];
+        for i in 0..self.recs.len() {
+            let same = i > 0 && self.same_key(&self.recs[i - 1], &self.recs[i]);
+            group_start[i] = if same { group_start[i - 1] } else { i };
+            if self.recs[i].old {
+                self.old_at
+                    .insert((self.recs[i].batch, self.recs[i].row), i);
+            }
+        }
+        self.group_start = group_start;
+    }
+
+    /// Different prefixes are different keys; only equal ones need the whole keys compared.
+    fn same_key(&self, a: &Rec, b: &Rec) -> bool {
+        a.prefix == b.prefix
+            && key_of(&self.keys, &self.old_keys, a) == key_of(&self.keys, &self.old_keys, b)
+    }
+
+    fn is_delete(&self, r: &Rec) -> bool {
+        r.old
+            || self
+                .changes
+                .get(r.batch as usize)
+                .and_then(|c| c.ops.get(r.row as usize))
+                == Some(&Op::Delete)
+    }
+
+    fn key_changed(&self, r: &Rec) -> bool {
+        !r.old
+            && self
+                .changes
+                .get(r.batch as usize)
+                .and_then(|c| c.key_changed.get(r.row as usize))
+                == Some(&true)
+    }
+
+    /// The value of `col` for the row record `k` wrote: from `k` itself, else from the row's
+    /// state before it, following key changes back to the old key, else `Pending(key to look
+    /// up)`.
+    fn resolve(&self, k: usize, col: usize) -> Result<Src, Src> {
+        let recs = &self.recs;
+        let mut cur = k;
+        loop {
+            let Some(r) = recs.get(cur) else {
+                return Ok(Src::Null);
+            };
+            if present(self.changes, r, col) {
+                return Ok(Src::Row(r.batch, r.row));
+            }
+            let (anchor, lookup_key) = if self.key_changed(r) {
+                match self.old_at.get(&(r.batch, r.row)) {
+                    Some(&o) => (o, Src::Old(r.batch, r.row)),
+                    None => return Err(Src::Old(r.batch, r.row)),
+                }
+            } else {
+                (cur, Src::Row(r.batch, r.row))
+            };
+            if self.group_start.get(anchor).is_none_or(|&g| g == anchor) {
+                return Err(lookup_key);
+            }
+            let pred = anchor - 1;
+            match recs.get(pred) {
+                // Deleted (or moved away) before: nothing earlier to take the value from.
+                Some(p) if self.is_delete(p) => return Err(lookup_key),
+                Some(_) => cur = pred,
+                None => return Err(lookup_key),
+            }
+        }
+    }
+
+    /// One row per key, in key order: the key's last record decides whether the row is a delete
+    /// and where its key comes from; every other column is resolved ([`Records::resolve`]).
+    fn fold(&self, f: &Fold<'_>, key_buf: &mut Vec<u8>) -> Result<Folded, PlanError> {
+        let (recs, columns) = (&self.recs, f.schemas.columns);
+        let mut rows = Vec::with_capacity(recs.len());
+        // Row-major sources, kept only once a row needs them (see `Plan::sources`).
+        let mut sources: Vec<Src> = Vec::new();
+        let mut row_sources: Vec<Src> = Vec::with_capacity(columns);
+        let mut lookups: Vec<(usize, Src)> = Vec::new();
+        let mut i = 0;
+        while i < recs.len() {
+            let mut j = i + 1;
+            while j < recs.len() && self.same_key(&recs[j], &recs[i]) {
+                j += 1;
+            }
+            let Some(last) = recs.get(j - 1) else { break };
+            let delete = self.is_delete(last);
+            let key_src = if last.old {
+                Src::Old(last.batch, last.row)
+            } else {
+                Src::Row(last.batch, last.row)
+            };
+            let bucket = key_bucket(key_buf, f.schemas, f.key_columns, key_src, f.buckets)?;
+            row_sources.clear();
+            let pending = if f.whole_rows {
+                None
+            } else {
+                self.row_sources(j - 1, key_src, delete, f, &mut row_sources)
+            };
+            // (With `whole_rows`, `row_sources` stays empty: uniform.)
+            let uniform = row_sources.iter().all(|&s| s == key_src);
+            if !uniform && sources.is_empty() {
+                // The first row that needs its sources: earlier rows take every column from their
+                // key source.
+                sources.reserve(recs.len() * columns);
+                for r in &rows {
+                    let r: &Out = r;
+                    sources.extend(std::iter::repeat_n(r.key, columns));
+                }
+            }
+            if !uniform || !sources.is_empty() {
+                sources.extend_from_slice(&row_sources);
+            }
+            if let Some(key) = pending {
+                lookups.push((rows.len(), key));
+            }
+            rows.push(Out {
+                bucket,
+                delete,
+                order: last.order / 2,
+                key: key_src,
+            });
+            i = j;
+        }
+        Ok(Folded {
+            rows,
+            sources,
+            lookups,
+        })
+    }
+
+    /// The source of every column of the row record `k` (its key's last) writes, pushed to
+    /// `out`; returns the key to look up when a column is left `Pending`.
+    fn row_sources(
+        &self,
+        k: usize,
+        key_src: Src,
+        delete: bool,
+        f: &Fold<'_>,
+        out: &mut Vec<Src>,
+    ) -> Option<Src> {
+        let last = self.recs.get(k)?;
+        let mut pending = None;
+        for col in 0..f.schemas.columns {
+            let src = if f.schemas.key.contains(&col) {
+                key_src
+            } else if last.old {
+                Src::Null
+            } else if present(self.changes, last, col) {
+                Src::Row(last.batch, last.row)
+            } else if delete || (!f.complete && !self.key_changed(last)) {
+                Src::Null
+            } else {
+                match self.resolve(k, col) {
+                    Ok(src) => src,
+                    Err(key) => {
+                        pending = Some(key);
+                        Src::Pending
+                    }
+                }
+            };
+            out.push(src);
+        }
+        pending
+    }
+}
+
+/// Each batch's keys and old keys (stored types), `arrow-row` encoded: their byte order is the
+/// key order.
+fn encode_keys(
+    schemas: &FileSchemas,
+    cast: &[Vec<ArrayRef>],
+    old_cast: &[Vec<ArrayRef>],
+) -> Result<(Vec<Rows>, Vec<Rows>), PlanError> {
+    let converter = schemas.key_converter()?;
+    let mut keys: Vec<Rows> = Vec::with_capacity(cast.len());
+    let mut old_keys: Vec<Rows> = Vec::with_capacity(cast.len());
     for (b, cols) in cast.iter().enumerate() {
         let kc: Vec<ArrayRef> = schemas
             .key
@@ -158,7 +465,19 @@ pub fn plan(
         let oc = old_cast.get(b).cloned().unwrap_or_default();
         old_keys.push(converter.convert_columns(&oc)?);
     }
+    Ok((keys, old_keys))
+}
 
+/// One record per change from `start` on (none for a TRUNCATE), two for a key change (its old
+/// key first), in source order; and the changes consumed. A NULL key column is refused.
+fn collect_records(
+    changes: &[TableChanges],
+    schemas: &FileSchemas,
+    start: (usize, usize),
+    cast: &[Vec<ArrayRef>],
+    keys: &[Rows],
+    old_keys: &[Rows],
+) -> Result<(Vec<Rec>, u64), PlanError> {
     let mut recs = Vec::new();
     let mut order = 0u64;
     for (b, c) in changes.iter().enumerate().skip(start.0) {
@@ -180,7 +499,7 @@ pub fn plan(
                 |rows: &[Rows]| rows.get(b).map_or([0; 2], |k| key_prefix(k.row(r).data()));
             if c.key_changed.get(r) == Some(&true) {
                 recs.push(Rec {
-                    prefix: prefix(&old_keys),
+                    prefix: prefix(old_keys),
                     batch: b as u32,
                     row: r as u32,
                     old: true,
@@ -188,7 +507,7 @@ pub fn plan(
                 });
             }
             recs.push(Rec {
-                prefix: prefix(&keys),
+                prefix: prefix(keys),
                 batch: b as u32,
                 row: r as u32,
                 old: false,
@@ -196,156 +515,31 @@ pub fn plan(
             });
         }
     }
-    let key_of = |r: &Rec| {
-        let rows = if r.old { &old_keys } else { &keys };
-        rows.get(r.batch as usize)
-            .map(|rows| rows.row(r.row as usize))
-    };
-    recs.sort_by(|a, b| {
-        a.prefix
-            .cmp(&b.prefix)
-            .then_with(|| key_of(a).cmp(&key_of(b)))
-            .then(a.order.cmp(&b.order))
-    });
+    Ok((recs, order))
+}
 
-    // Different prefixes are different keys; only equal ones need the whole keys compared.
-    let same_key = |a: &Rec, b: &Rec| a.prefix == b.prefix && key_of(a) == key_of(b);
-    let is_delete = |r: &Rec| {
-        r.old
-            || changes
-                .get(r.batch as usize)
-                .and_then(|c| c.ops.get(r.row as usize))
-                == Some(&Op::Delete)
-    };
-    let key_changed = |r: &Rec| {
-        !r.old
-            && changes
-                .get(r.batch as usize)
-                .and_then(|c| c.key_changed.get(r.row as usize))
-                == Some(&true)
-    };
-    // An insert-only commit with every column present (an initial copy's; only the changes after
-    // a truncate count, such as a fresh copy's marker) takes every column of a key's row from its
-    // last insert: the per-column resolution below, and the groups and key-change anchors it
-    // walks, are not needed.
-    let whole_rows = changes.iter().enumerate().skip(start.0).all(|(b, c)| {
-        let first = if b == start.0 { start.1 } else { 0 };
-        let ops = c.ops.get(first..).unwrap_or_default();
-        ops.iter().all(|op| *op == Op::Insert) && (ops.is_empty() || !c.has_absent())
-    });
-    // Where each key's run of records starts, and where the old-key record of a key change sits.
-    let mut group_start = vec![0usize; if whole_rows { 0 } else { recs.len() }];
-    let mut old_at: HashMap<(u32, u32), usize> = HashMap::new();
-    if !whole_rows {
-        for i in 0..recs.len() {
-            let same = i > 0 && same_key(&recs[i - 1], &recs[i]);
-            group_start[i] = if same { group_start[i - 1] } else { i };
-            if recs[i].old {
-                old_at.insert((recs[i].batch, recs[i].row), i);
-            }
-        }
-    }
-    // The value of `col` for the row record `k` wrote: from `k` itself, else from the row's state
-    // before it, following key changes back to the old key, else `Pending(key to look up)`.
-    let resolve = |k: usize, col: usize| -> Result<Src, Src> {
-        let mut cur = k;
-        loop {
-            let Some(r) = recs.get(cur) else {
-                return Ok(Src::Null);
-            };
-            if present(changes, r, col) {
-                return Ok(Src::Row(r.batch, r.row));
-            }
-            let (anchor, lookup_key) = if key_changed(r) {
-                match old_at.get(&(r.batch, r.row)) {
-                    Some(&o) => (o, Src::Old(r.batch, r.row)),
-                    None => return Err(Src::Old(r.batch, r.row)),
-                }
-            } else {
-                (cur, Src::Row(r.batch, r.row))
-            };
-            if group_start.get(anchor).is_none_or(|&g| g == anchor) {
-                return Err(lookup_key);
-            }
-            let pred = anchor - 1;
-            match recs.get(pred) {
-                // Deleted (or moved away) before: nothing earlier to take the value from.
-                Some(p) if is_delete(p) => return Err(lookup_key),
-                Some(_) => cur = pred,
-                None => return Err(lookup_key),
-            }
-        }
-    };
-    let key_columns = KeyColumns::new(schemas, &cast, &old_cast);
-    let mut rows = Vec::with_capacity(recs.len());
-    // Row-major sources, kept only once a row needs them (see `Plan::sources`).
-    let mut sources: Vec<Src> = Vec::new();
-    let mut row_sources: Vec<Src> = Vec::with_capacity(columns);
-    let mut lookups: Vec<(usize, Src)> = Vec::new();
-    let mut key_buf = Vec::new();
-    let mut i = 0;
-    while i < recs.len() {
-        let mut j = i + 1;
-        while j < recs.len() && same_key(&recs[j], &recs[i]) {
-            j += 1;
-        }
-        let Some(last) = recs.get(j - 1) else { break };
-        let delete = is_delete(last);
-        let key_src = if last.old {
-            Src::Old(last.batch, last.row)
-        } else {
-            Src::Row(last.batch, last.row)
-        };
-        let bucket = key_bucket(&mut key_buf, schemas, &key_columns, key_src, buckets)?;
-        let mut pending = None;
-        row_sources.clear();
-        if !whole_rows {
-            for col in 0..columns {
-                let src = if schemas.key.contains(&col) {
-                    key_src
-                } else if last.old {
-                    Src::Null
-                } else if present(changes, last, col) {
-                    Src::Row(last.batch, last.row)
-                } else if delete || (!complete && !key_changed(last)) {
-                    Src::Null
-                } else {
-                    match resolve(j - 1, col) {
-                        Ok(src) => src,
-                        Err(key) => {
-                            pending = Some(key);
-                            Src::Pending
-                        }
-                    }
-                };
-                row_sources.push(src);
-            }
-        }
-        // (With `whole_rows`, `row_sources` stays empty: uniform.)
-        let uniform = row_sources.iter().all(|&s| s == key_src);
-        if !uniform && sources.is_empty() {
-            // The first row that needs its sources: earlier rows take every column from their key
-            // source.
-            sources.reserve(recs.len() * columns);
-            for r in &rows {
-                let r: &Out = r;
-                sources.extend(std::iter::repeat_n(r.key, columns));
-            }
-        }
-        if !uniform || !sources.is_empty() {
-            sources.extend_from_slice(&row_sources);
-        }
-        if let Some(key) = pending {
-            lookups.push((rows.len(), key));
-        }
-        rows.push(Out {
-            bucket,
-            delete,
-            order: last.order / 2,
-            key: key_src,
-        });
-        i = j;
-    }
+/// The rows of a plan in bucket order, with their sources and lookups (as in [`Plan`]).
+struct Ordered {
+    rows: Vec<Out>,
+    sources: Vec<Src>,
+    lookups: Vec<Lookup>,
+}
+
+/// `folded` in bucket order, stably (rows keep key order within a bucket), with each lookup's
+/// bucket.
+fn in_bucket_order(
+    folded: Folded,
+    schemas: &FileSchemas,
+    key_columns: &KeyColumns<'_>,
+    buckets: u32,
+    key_buf: &mut Vec<u8>,
+) -> Result<Ordered, PlanError> {
+    let Folded {
+        rows,
+        sources,
+        lookups,
+    } = folded;
+    let columns = schemas.columns;
     let idx = by_bucket(&rows, buckets);
     let mut new_pos = vec![0usize; rows.len()];
     let mut sorted_rows = Vec::with_capacity(rows.len());
@@ -366,22 +560,17 @@ pub fn plan(
     }
     let mut sorted_lookups = Vec::with_capacity(lookups.len());
     for (row, key) in lookups {
-        let bucket = key_bucket(&mut key_buf, schemas, &key_columns, key, buckets)?;
+        let bucket = key_bucket(key_buf, schemas, key_columns, key, buckets)?;
         sorted_lookups.push(Lookup {
             row: new_pos.get(row).copied().unwrap_or(0),
             key,
             bucket,
         });
     }
-    Ok(Plan {
-        truncate,
+    Ok(Ordered {
         rows: sorted_rows,
         sources: sorted_sources,
-        columns,
-        changes: order,
         lookups: sorted_lookups,
-        cast,
-        old_cast,
     })
 }
 

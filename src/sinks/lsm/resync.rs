@@ -3,12 +3,12 @@
 //! replaces the live table in one `OVERWRITE` snapshot.
 //!
 //! Where it sits: as on the Iceberg sink (`sinks/iceberg/resync/`), the pipeline marks the table
-//! ([`Inner::begin_resync`]) before it reads its checkpoint; from then on this sink loads,
-//! commits to, compacts and expires the lineage instead of the live table (`Inner::table_location`
+//! ([`Tables::begin_resync`]) before it reads its checkpoint; from then on this sink loads,
+//! commits to, compacts and expires the lineage instead of the live table (`Tables::table_location`
 //! answers with the lineage's). Who fills it is the pipeline's business (`pipeline/resync.rs`).
 //! Readers (pypaimon, Flink, Spark) read the live table until the swap.
 //!
-//! The swap ([`Inner::swap`]), after the lineage's commit that the shared rule
+//! The swap ([`Tables::swap`]), after the lineage's commit that the shared rule
 //! ([`Lineage::swaps_at`]) names, under the table's lock:
 //! 1. the lineage's schemas are written as the live table's next ones (`schema-(L+1+i)` for the
 //!    lineage's `schema-i`), as an evolution of the live table's newest schema would be: a
@@ -24,14 +24,14 @@
 //! 3. one `OVERWRITE` snapshot of the live table deletes every file it held and adds the copies
 //!    (schema ids moved as in 1), carrying the lineage's checkpoint and the marks
 //!    `cdcd.resync-id` and `cdcd.lineage-first-schema` (the first schema of 1), which every later
-//!    snapshot keeps (`commit::publish`): what Paimon's own `INSERT OVERWRITE` of a whole table
+//!    snapshot keeps (`publish::publish`): what Paimon's own `INSERT OVERWRITE` of a whole table
 //!    commits, so readers see the old table or the new one, and expiry later deletes the old
 //!    files as it deletes any file a snapshot removed.
 //!
 //! Why this is exactly once: the lineage is an ordinary table with its own checkpoint, so a crash
 //! before the snapshot's create-if-absent put resumes the lineage (its copies in the live table
 //! are orphans for `cdcd cleanup`), and the next commit of the lineage (or the next start's
-//! [`Inner::begin_resync`]) swaps again. A crash after it finds `cdcd.resync-id = <id>` on the
+//! [`Tables::begin_resync`]) swaps again. A crash after it finds `cdcd.resync-id = <id>` on the
 //! live table's newest snapshot: the resync is done. The lineage's directory is deleted after
 //! the swap (best effort; a leftover is a table of its own to `cdcd cleanup`, never read).
 //!
@@ -43,10 +43,13 @@ use std::sync::atomic::Ordering;
 
 use futures::{StreamExt, TryStreamExt};
 
-use super::commit::{self, Change, TableState};
 use super::manifest::DataFileMeta;
+use super::publish;
 use super::schema::{same_column, PaimonSchema};
-use super::Inner;
+use super::snapshot;
+use super::store;
+use super::table::{self, Change, TableState, LINEAGE_SCHEMA_PROPERTY};
+use super::tables::Tables;
 use crate::changelog::{Position, TableId};
 use crate::checkpoint::Checkpoint;
 use crate::sinks::resync::{lineage_location, Lineage, RESYNC_ID_PROPERTY};
@@ -55,15 +58,7 @@ use crate::sinks::{ResyncMode, ResyncState, SinkError};
 /// Data files copied at once during a swap.
 const COPY_CONCURRENCY: usize = 16;
 
-/// The snapshot property naming the first schema of the table's current lineage (module doc).
-pub(super) const LINEAGE_SCHEMA_PROPERTY: &str = "cdcd.lineage-first-schema";
-
-impl Inner {
-    /// `table`'s resync under way in this sink, if any.
-    pub(super) fn lineage(&self, table: &TableId) -> Option<Lineage> {
-        self.resyncs.lock().ok()?.get(table).cloned()
-    }
-
+impl Tables {
     /// [`crate::sinks::Sink::resync`]: `Done` when the live table already is lineage `id`, else
     /// the table is marked so its checkpoint and commits go to the lineage (and the lineage swaps
     /// now when it already may: its copy completed before a crash).
@@ -76,7 +71,7 @@ impl Inner {
         let handle = self.handle(table);
         let mut guard = handle.state.lock().await;
         let live_location = self.live_location(table);
-        let live = commit::load(&self.warehouse, &live_location).await?;
+        let live = table::load(&self.warehouse, &live_location).await?;
         if let Some(live) = &live {
             if Self::is_lineage(live, id) {
                 if self.lineage(table).is_some_and(|l| l.id == id) {
@@ -163,7 +158,7 @@ impl Inner {
         };
         let live_location = self.live_location(table);
         let swapped = Swap {
-            inner: self,
+            tables: self,
             table,
             id: &lineage.id,
             lineage: from,
@@ -223,7 +218,7 @@ impl Inner {
         let mut next = state.snapshot.clone();
         let location = &state.location;
         let earliest = match &next {
-            Some(s) => commit::earliest_id(&self.warehouse, location, s.id)
+            Some(s) => snapshot::earliest_id(&self.warehouse, location, s.id)
                 .await?
                 .unwrap_or(1),
             None => 1,
@@ -238,7 +233,7 @@ impl Inner {
             if s.id <= earliest {
                 break;
             }
-            next = commit::read_snapshot(&self.warehouse, location, s.id - 1).await?;
+            next = snapshot::read_snapshot(&self.warehouse, location, s.id - 1).await?;
         }
         Ok(None)
     }
@@ -269,7 +264,7 @@ impl Inner {
 
 /// One swap of a complete lineage into the live table (steps in the module doc).
 struct Swap<'a> {
-    inner: &'a Inner,
+    tables: &'a Tables,
     table: &'a TableId,
     id: &'a str,
     lineage: &'a TableState,
@@ -278,12 +273,12 @@ struct Swap<'a> {
 
 impl Swap<'_> {
     async fn run(&self) -> Result<TableState, SinkError> {
-        let w = &self.inner.warehouse;
-        let live = commit::load(w, self.live_location).await?;
+        let w = &self.tables.warehouse;
+        let live = table::load(w, self.live_location).await?;
         let schema_ids = self.write_schemas(live.as_ref()).await?;
         self.copy_files().await?;
         crate::failpoints::crash_point(crate::failpoints::LSM_SWAP_BEFORE_SNAPSHOT);
-        let Some(mut live) = commit::load(w, self.live_location).await? else {
+        let Some(mut live) = table::load(w, self.live_location).await? else {
             return Err(self.failed("the live table's schemas vanished"));
         };
         let moved_current = schema_ids.get(&self.lineage.schema.id).copied();
@@ -328,9 +323,9 @@ impl Swap<'_> {
         let buckets = if self.lineage.schema.primary_keys.is_empty() {
             super::append::UNAWARE_BUCKETS
         } else {
-            self.lineage.buckets(self.inner.config.buckets) as i32
+            self.lineage.buckets(self.tables.config.buckets) as i32
         };
-        commit::publish(
+        publish::publish(
             w,
             self.table,
             &mut live,
@@ -356,10 +351,10 @@ impl Swap<'_> {
         &self,
         live: Option<&TableState>,
     ) -> Result<HashMap<i64, i64>, SinkError> {
-        let w = &self.inner.warehouse;
+        let w = &self.tables.warehouse;
         let mut schemas = Vec::new();
         for id in 0..=self.lineage.schema.id {
-            if let Some(schema) = commit::read_schema(w, &self.lineage.location, id).await? {
+            if let Some(schema) = table::read_schema(w, &self.lineage.location, id).await? {
                 schemas.push(schema);
             }
         }
@@ -368,9 +363,9 @@ impl Swap<'_> {
         let mut ids = HashMap::new();
         for schema in &schemas {
             let moved = fields.moved(schema, first + schema.id);
-            commit::create(w, self.live_location, &moved).await?;
+            table::create_schema(w, self.live_location, &moved).await?;
             // Create-if-absent keeps a file already there: it must be this one.
-            let written = commit::read_schema(w, self.live_location, moved.id).await?;
+            let written = table::read_schema(w, self.live_location, moved.id).await?;
             if !written.is_some_and(|s| s.fields == moved.fields) {
                 return Err(self.failed(format!(
                     "schema {} of the live table was written by another writer",
@@ -384,7 +379,7 @@ impl Swap<'_> {
 
     /// Copies the lineage's live data files into the live table's bucket directories.
     async fn copy_files(&self) -> Result<(), SinkError> {
-        let w = &self.inner.warehouse;
+        let w = &self.tables.warehouse;
         let mut copies = Vec::new();
         for (b, files) in &self.lineage.files {
             for f in files {
@@ -396,7 +391,7 @@ impl Swap<'_> {
             }
         }
         futures::stream::iter(copies)
-            .map(|(from, to)| async move { commit::copy(w, &from, &to).await })
+            .map(|(from, to)| async move { store::copy(w, &from, &to).await })
             .buffer_unordered(COPY_CONCURRENCY)
             .try_collect::<Vec<()>>()
             .await?;

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
+use arrow_row::{RowConverter, SortField};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
 use serde::{Deserialize, Serialize};
 
@@ -423,6 +424,17 @@ pub fn table_schema(
     })
 }
 
+/// An `arrow-row` converter of keys of `key_types` (stored types): encoded keys compare bytewise
+/// in key order, which for cdcd's key types is Paimon's (`plan.rs`).
+pub fn key_converter(key_types: &[DataType]) -> Result<RowConverter, ArrowError> {
+    RowConverter::new(
+        key_types
+            .iter()
+            .map(|t| SortField::new(t.clone()))
+            .collect(),
+    )
+}
+
 /// Arrow schemas of one table's data files.
 #[derive(Debug, Clone)]
 pub struct FileSchemas {
@@ -435,10 +447,8 @@ pub struct FileSchemas {
     pub columns: usize,
     /// The Paimon schema id files written with these schemas carry.
     pub schema_id: i64,
-    /// Older names of renamed columns, to their current names (`TableState::aliases`): a file
-    /// written before the rename holds the column under the old name.
-    ///
-    /// [`TableState::aliases`]: super::commit::TableState::aliases
+    /// Older names of renamed columns, to their current names (`TableState::aliases`, in
+    /// `table.rs`): a file written before the rename holds the column under the old name.
     pub aliases: HashMap<String, String>,
 }
 
@@ -490,6 +500,11 @@ impl FileSchemas {
             schema_id: id,
             ..self
         }
+    }
+
+    /// An `arrow-row` converter of the key columns ([`key_converter`]).
+    pub fn key_converter(&self) -> Result<RowConverter, ArrowError> {
+        key_converter(&self.key_types)
     }
 
     /// Index of the first table column in a data file.

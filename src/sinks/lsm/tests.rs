@@ -10,6 +10,7 @@ use std::time::Duration;
 use arrow_array::builder::{Int64Builder, StringBuilder};
 use arrow_schema::DataType;
 
+use super::schema::FileSchemas;
 use super::*;
 use crate::changelog::{Column, Lsn, Op, Position, TableChangesBuilder};
 use crate::config::{LsmConfig, MergeEngine};
@@ -425,12 +426,12 @@ async fn partial_update_engine_writes_absent_columns_as_null() {
     let opts = std::fs::read_to_string(dir.path().join("public.db/t/schema/schema-0")).unwrap();
     assert!(opts.contains("partial-update"), "{opts}");
     let w = Warehouse::from_url(&format!("file://{}", dir.path().display())).unwrap();
-    let state = commit::load(&w, &loc).await.unwrap().unwrap();
+    let state = table::load(&w, &loc).await.unwrap().unwrap();
     let schemas = FileSchemas::new(&schema);
     let mut newest: Option<(i64, bool)> = None;
     for (b, files) in &state.files {
         for f in files {
-            let batch = compaction::worker::read_file_at(&w, &schema.id, &loc, &schemas, *b, f)
+            let batch = files::read_file_at(&w, &schema.id, &loc, &schemas, *b, f)
                 .await
                 .unwrap();
             let ids = batch.column(0).as_primitive::<Int64Type>();

@@ -1,7 +1,7 @@
 //! Data files: one sorted run of key-value rows (`_KEY_*`, `_SEQUENCE_NUMBER`, `_VALUE_KIND`,
 //! columns) encoded as Parquet, and the `DataFileMeta` that describes it in a manifest.
 //!
-//! Pure: batches in, bytes and metadata out (`commit.rs` and `compaction/` put them through the
+//! Pure: batches in, bytes and metadata out (`files.rs` puts them through the
 //! warehouse). Rows must arrive sorted by key with one row per key: Paimon's readers merge the
 //! sorted runs of a bucket (pypaimon `SortMergeReader`) and rely on both.
 

@@ -9,226 +9,205 @@
 //! so its position, is unchanged.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::sinks::lsm::commit::{self, Change, TableState};
-
-use crate::changelog::TableId;
 use crate::metrics::maintenance as maintenance_metrics;
-use crate::sinks::lsm::compaction::{self, Unit};
+use crate::sinks::lsm::compaction::{self, merge, CompactStats, Unit};
+use crate::sinks::lsm::files::{self, file_location};
 use crate::sinks::lsm::manifest::DataFileMeta;
+use crate::sinks::lsm::placement;
+use crate::sinks::lsm::publish;
 use crate::sinks::lsm::schema::FileSchemas;
-use crate::sinks::lsm::writer::{self, FileError};
-use crate::sinks::lsm::{CompactStats, Handle, Inner};
+use crate::sinks::lsm::store;
+use crate::sinks::lsm::table::Change;
+use crate::sinks::lsm::tables::{Handle, Tables};
+use crate::sinks::lsm::writer::{self, FileError, RunStats};
 use crate::sinks::SinkError;
-
-pub(in crate::sinks::lsm) fn file_error(
-    table: &TableId,
-    what: &str,
-) -> impl FnOnce(FileError) -> SinkError {
-    let table = table.clone();
-    let what = what.to_owned();
-    move |e| SinkError::Data {
-        table,
-        detail: format!("{what}: {e}"),
-    }
-}
-
-/// `bucket-<n>/<name>` under the table.
-fn file_location(location: &str, bucket: i32, name: &str) -> String {
-    format!("{location}/bucket-{bucket}/{name}")
-}
-
-/// Encodes `batch` (sorted, one row per key) on the blocking pool (a large file is CPU work of
-/// a second or more, which the source's connections on the runtime workers must not wait for)
-/// and puts it as a new data file of `bucket`.
-#[allow(clippy::too_many_arguments)]
-pub(in crate::sinks::lsm) async fn write_file(
-    inner: &Inner,
-    table: &TableId,
-    location: &str,
-    schemas: &FileSchemas,
-    bucket: i32,
-    batch: arrow_array::RecordBatch,
-    level: i32,
-    file_source: i32,
-) -> Result<DataFileMeta, SinkError> {
-    let name = format!("data-{}-0.parquet", uuid::Uuid::new_v4());
-    let encode_schemas = schemas.clone();
-    let (bytes, run) = tokio::task::spawn_blocking(move || {
-        let mut w = writer::RunWriter::new(&encode_schemas)?;
-        w.write(&batch)?;
-        w.finish()
-    })
-    .await
-    .map_err(|e| SinkError::Data {
-        table: table.clone(),
-        detail: format!("encoding a data file of bucket {bucket}: {e}"),
-    })?
-    .map_err(file_error(table, "encoding a data file"))?;
-    let size = bytes.len();
-    commit::put(
-        &inner.warehouse,
-        &file_location(location, bucket, &name),
-        bytes,
-    )
-    .await?;
-    run.describe(name, size, level, file_source)
-        .map_err(file_error(table, "describing a data file"))
-}
-
-/// Reads a live data file of `bucket`.
-pub(in crate::sinks::lsm) async fn read_file_at(
-    w: &crate::storage::Warehouse,
-    table: &TableId,
-    state_location: &str,
-    schemas: &FileSchemas,
-    bucket: i32,
-    file: &DataFileMeta,
-) -> Result<arrow_array::RecordBatch, SinkError> {
-    let loc = file_location(state_location, bucket, &file.file_name);
-    let data: Bytes = commit::read(w, &loc)
-        .await?
-        .ok_or_else(|| SinkError::Corrupt {
-            path: loc.clone(),
-            detail: "a live data file is missing".into(),
-        })?;
-    writer::decode(data, schemas).map_err(file_error(table, &format!("reading {loc}")))
-}
 
 /// Compacts buckets of `handle`'s table until the picker (or, when `full`, the full-compaction
 /// rule) finds nothing more to do.
 pub(in crate::sinks::lsm) async fn run(
-    inner: &Inner,
+    tables: &Tables,
     handle: &Handle,
     full: bool,
 ) -> Result<CompactStats, SinkError> {
-    let table = &handle.table;
-    let mut stats = CompactStats::default();
-    // Buckets a full pass already did (a full pass visits each once).
-    let mut done: Vec<i32> = Vec::new();
-    loop {
-        let job = {
-            let mut guard = handle.state.lock().await;
-            inner.ensure_loaded(table, &mut guard).await?;
-            let Some(state) = guard.as_ref() else {
-                return Ok(stats);
-            };
-            // An append table (keyless, `append.rs`) has no sorted runs to merge.
-            if state.schema.primary_keys.is_empty() {
-                return Ok(stats);
-            }
-            let mut job: Option<(i32, Unit, Vec<DataFileMeta>, String)> = None;
-            for (bucket, files) in &state.files {
-                if done.contains(bucket) {
-                    continue;
-                }
-                let runs = compaction::runs(files);
-                // Deletion-vector tables keep one bottom run per bucket (see mod.rs).
-                let dv = inner.config.deletion_vectors && files.iter().any(|f| f.level == 0);
-                let unit = if full || dv {
-                    compaction::full(&runs, files, &inner.compaction)
-                } else {
-                    compaction::pick(&runs, &inner.compaction)
-                };
-                // An initial copy's many bottom files, once the copy is done.
-                let copying = handle.copying.load(Ordering::Acquire);
-                let unit = unit.or_else(|| {
-                    (!copying)
-                        .then(|| compaction::consolidate(&runs, &inner.compaction))
-                        .flatten()
-                });
-                if let Some(u) = unit {
-                    let inputs = u
-                        .files
-                        .iter()
-                        .filter_map(|&i| files.get(i).cloned())
-                        .collect();
-                    job = Some((*bucket, u, inputs, state.location.clone()));
-                    break;
-                }
-            }
-            match job {
-                Some(j) => (
-                    j,
-                    FileSchemas::from_paimon(&state.schema)
-                        .map(|s| s.with_aliases(state.aliases.clone())),
-                ),
-                None => return Ok(stats),
-            }
+    let mut worker = Worker {
+        tables,
+        handle,
+        full,
+        stats: CompactStats::default(),
+        done: Vec::new(),
+    };
+    while let Some(job) = worker.next_job().await? {
+        if full {
+            worker.done.push(job.bucket);
+        }
+        let merged = worker.merge(&job).await?;
+        if !worker.publish(job, merged).await? {
+            break;
+        }
+    }
+    Ok(worker.stats)
+}
+
+/// One pass of a table's compactor.
+struct Worker<'a> {
+    tables: &'a Tables,
+    handle: &'a Handle,
+    /// Merge every bucket into one bottom run (deletes dropped), not only what the picker asks.
+    full: bool,
+    stats: CompactStats,
+    /// Buckets a full pass already did (a full pass visits each once).
+    done: Vec<i32>,
+}
+
+/// One bucket's compaction, as picked.
+struct Job {
+    bucket: i32,
+    unit: Unit,
+    /// The files `unit` names.
+    inputs: Vec<DataFileMeta>,
+    /// The table (or resync lineage) the inputs are in.
+    location: String,
+    schemas: FileSchemas,
+}
+
+/// What a job's merge put: the output file (none when every row was a dropped delete).
+struct Merged {
+    output: Option<DataFileMeta>,
+    bytes_in: u64,
+    rows_out: u64,
+}
+
+impl Worker<'_> {
+    /// The next bucket with work, under the table's lock; `None` when there is none (or no
+    /// table, or an append table: keyless, `append.rs`, it has no sorted runs to merge).
+    async fn next_job(&self) -> Result<Option<Job>, SinkError> {
+        let (tables, handle) = (self.tables, self.handle);
+        let mut guard = handle.state.lock().await;
+        tables.ensure_loaded(&handle.table, &mut guard).await?;
+        let Some(state) = guard.as_ref() else {
+            return Ok(None);
         };
-        let ((bucket, unit, inputs, location), schemas) = job;
+        if state.schema.primary_keys.is_empty() {
+            return Ok(None);
+        }
+        let picked = state
+            .files
+            .iter()
+            .filter(|(bucket, _)| !self.done.contains(bucket))
+            .find_map(|(bucket, files)| Some((*bucket, files, self.unit(files)?)));
+        let Some((bucket, files, unit)) = picked else {
+            return Ok(None);
+        };
+        let inputs = unit
+            .files
+            .iter()
+            .filter_map(|&i| files.get(i).cloned())
+            .collect();
+        let location = state.location.clone();
+        let schemas =
+            FileSchemas::from_paimon(&state.schema).map(|s| s.with_aliases(state.aliases.clone()));
+        drop(guard);
         let schemas = schemas.map_err(|detail| SinkError::Corrupt {
             path: format!("{location}/schema/schema-0"),
             detail,
         })?;
-        if full {
-            done.push(bucket);
-        }
-        let mut encoded = Vec::with_capacity(inputs.len());
+        Ok(Some(Job {
+            bucket,
+            unit,
+            inputs,
+            location,
+            schemas,
+        }))
+    }
+
+    /// What to merge in a bucket holding `files`, if anything.
+    fn unit(&self, files: &[DataFileMeta]) -> Option<Unit> {
+        let options = &self.tables.compaction;
+        let runs = compaction::runs(files);
+        // Deletion-vector tables keep one bottom run per bucket (see mod.rs).
+        let dv = self.tables.config.deletion_vectors && files.iter().any(|f| f.level == 0);
+        let unit = if self.full || dv {
+            compaction::full(&runs, files, options)
+        } else {
+            compaction::pick(&runs, options)
+        };
+        // An initial copy's many bottom files, once the copy is done.
+        let copying = self.handle.copying.load(Ordering::Acquire);
+        unit.or_else(|| {
+            (!copying)
+                .then(|| compaction::consolidate(&runs, options))
+                .flatten()
+        })
+    }
+
+    /// Reads the job's inputs, merges them off the async workers and puts the output; without
+    /// the table's lock.
+    async fn merge(&self, job: &Job) -> Result<Merged, SinkError> {
+        let (table, bucket) = (&self.handle.table, job.bucket);
+        let warehouse = &self.tables.warehouse;
+        let mut encoded = Vec::with_capacity(job.inputs.len());
         let mut bytes_in = 0;
-        let chains = crate::sinks::lsm::placement::chains(&inputs, &schemas.key_types);
-        for f in &inputs {
-            let loc = file_location(&location, bucket, &f.file_name);
-            let data =
-                commit::read(&inner.warehouse, &loc)
-                    .await?
-                    .ok_or_else(|| SinkError::Corrupt {
-                        path: loc.clone(),
-                        detail: "a live data file is missing".into(),
-                    })?;
+        let chains = placement::chains(&job.inputs, &job.schemas.key_types);
+        for f in &job.inputs {
+            let data = files::read_bytes(warehouse, &job.location, bucket, f).await?;
             bytes_in += data.len() as u64;
             encoded.push(data);
         }
         // CPU-bound: off the async workers.
-        let merge_schemas = schemas.clone();
-        let drop_deletes = unit.drop_deletes;
-        let merged = tokio::task::spawn_blocking(move || {
-            let mut out = writer::RunWriter::new(&merge_schemas)?;
-            let mut encoded: Vec<Option<Bytes>> = encoded.into_iter().map(Some).collect();
-            let runs = chains
-                .iter()
-                .map(|chain| {
-                    chain
-                        .iter()
-                        .filter_map(|&i| encoded.get_mut(i).and_then(Option::take))
-                        .collect()
-                })
-                .collect();
-            compaction::merge_runs(runs, &merge_schemas, drop_deletes, &mut out)?;
-            out.finish()
+        let merge_schemas = job.schemas.clone();
+        let drop_deletes = job.unit.drop_deletes;
+        let (task, what) = (
+            format!("compaction task of bucket {bucket}"),
+            format!("merging bucket {bucket}"),
+        );
+        let (bytes, run) = files::off_runtime(table, task, &what, move || {
+            merge_chains(encoded, &chains, &merge_schemas, drop_deletes)
         })
-        .await
-        .map_err(|e| SinkError::Data {
-            table: table.clone(),
-            detail: format!("compaction task of bucket {bucket}: {e}"),
-        })?
-        .map_err(file_error(table, &format!("merging bucket {bucket}")))?;
-        let (bytes, run) = merged;
+        .await?;
         let rows_out = run.rows();
         let output = if rows_out > 0 {
-            let name = format!("data-{}-0.parquet", uuid::Uuid::new_v4());
-            let size = bytes.len();
-            commit::put(
-                &inner.warehouse,
-                &file_location(&location, bucket, &name),
-                bytes,
-            )
-            .await?;
+            let level = job.unit.output_level;
             Some(
-                run.describe(name, size, unit.output_level, 1)
-                    .map_err(file_error(table, "describing a data file"))?,
+                files::put_run(
+                    warehouse,
+                    table,
+                    &job.location,
+                    bucket,
+                    bytes,
+                    &run,
+                    level,
+                    1,
+                )
+                .await?,
             )
         } else {
             None
         };
+        Ok(Merged {
+            output,
+            bytes_in,
+            rows_out: rows_out as u64,
+        })
+    }
+
+    /// Publishes the merge as a `COMPACT` snapshot under the table's lock, if its inputs are
+    /// still live (else its output is deleted). `Ok(false)`: the table is gone, the pass ends.
+    async fn publish(&mut self, job: Job, merged: Merged) -> Result<bool, SinkError> {
+        let (tables, handle) = (self.tables, self.handle);
+        let table = &handle.table;
+        let Job {
+            bucket,
+            inputs,
+            location,
+            ..
+        } = job;
         let mut guard = handle.state.lock().await;
-        inner.ensure_loaded(table, &mut guard).await?;
+        tables.ensure_loaded(table, &mut guard).await?;
         let Some(state) = guard.as_mut() else {
-            return Ok(stats);
+            return Ok(false);
         };
         let live = state.files.get(&bucket);
         // The same table too: a resync's swap (resync.rs) gives the live table copies of the
@@ -238,33 +217,31 @@ pub(in crate::sinks::lsm) async fn run(
                 .iter()
                 .all(|f| live.is_some_and(|l| l.iter().any(|x| x.file_name == f.file_name)));
         if !all_live {
-            if let Some(o) = &output {
-                commit::delete(
-                    &inner.warehouse,
-                    &file_location(&location, bucket, &o.file_name),
-                )
-                .await?;
+            if let Some(o) = &merged.output {
+                let loc = file_location(&location, bucket, &o.file_name);
+                store::delete(&tables.warehouse, &loc).await?;
             }
             tracing::info!(table = %table, bucket, "compaction inputs changed meanwhile; result dropped");
-            continue;
+            return Ok(true);
         }
         let properties = state
             .snapshot
             .as_ref()
             .and_then(|s| s.properties.clone())
             .unwrap_or_default();
-        let buckets = state.buckets(inner.config.buckets) as i32;
+        let buckets = state.buckets(tables.config.buckets) as i32;
         let files_in = inputs.len() as u64;
+        let stats = &mut self.stats;
         stats.files_in += files_in;
-        stats.bytes_in += bytes_in;
-        stats.files_out += u64::from(output.is_some());
-        stats.rows_out += rows_out as u64;
+        stats.bytes_in += merged.bytes_in;
+        stats.files_out += u64::from(merged.output.is_some());
+        stats.rows_out += merged.rows_out;
         let change = Change {
-            added: output.into_iter().map(|f| (bucket, f)).collect(),
+            added: merged.output.into_iter().map(|f| (bucket, f)).collect(),
             deleted: inputs.into_iter().map(|f| (bucket, f)).collect(),
         };
-        match commit::publish(
-            &inner.warehouse,
+        let published = publish::publish(
+            &tables.warehouse,
             table,
             state,
             change,
@@ -272,129 +249,43 @@ pub(in crate::sinks::lsm) async fn run(
             properties,
             buckets,
         )
-        .await
-        {
-            Ok(_) => {
-                stats.snapshots += 1;
-                maintenance_metrics::compaction(
-                    &table.to_string(),
-                    maintenance_metrics::KIND_COMPACT,
-                    files_in,
-                    bytes_in,
-                );
-            }
-            Err(e) => {
-                *guard = None;
-                return Err(e);
-            }
+        .await;
+        if let Err(e) = published {
+            *guard = None;
+            return Err(e);
         }
+        stats.snapshots += 1;
+        maintenance_metrics::compaction(
+            &table.to_string(),
+            maintenance_metrics::KIND_COMPACT,
+            files_in,
+            merged.bytes_in,
+        );
         drop(guard);
         handle.progress.notify_waiters();
+        Ok(true)
     }
 }
 
-/// Scheduling: the write stall and the background compactor of a table.
-impl Inner {
-    /// Waits while any bucket has `stop_trigger` sorted runs or more (write stall).
-    pub(in crate::sinks::lsm) async fn stall(
-        self: &Arc<Self>,
-        handle: &Arc<Handle>,
-    ) -> Result<(), SinkError> {
-        let mut warned = false;
-        loop {
-            let worst = {
-                let mut guard = handle.state.lock().await;
-                self.ensure_loaded(&handle.table, &mut guard).await?;
-                guard.as_ref().map_or(0, |s| {
-                    s.files
-                        .values()
-                        .map(|f| compaction::runs(f).len())
-                        .max()
-                        .unwrap_or(0)
-                })
-            };
-            if worst < self.compaction.stop_trigger {
-                return Ok(());
-            }
-            // A stalled commit cannot wait for a compactor that fails: fail the commit instead
-            // (the pipeline retries from its checkpoint) rather than hang.
-            let failed = handle.failure.lock().ok().and_then(|mut f| f.take());
-            if let Some(detail) = failed.filter(|_| warned) {
-                return Err(SinkError::Data {
-                    table: handle.table.clone(),
-                    detail: format!(
-                        "{worst} sorted runs in a bucket and compaction fails: {detail}"
-                    ),
-                });
-            }
-            if !warned {
-                tracing::info!(table = %handle.table, runs = worst, "write stall: waiting for compaction");
-                warned = true;
-            }
-            self.spawn_compaction(handle);
-            let _ =
-                tokio::time::timeout(Duration::from_millis(500), handle.progress.notified()).await;
-        }
-    }
-
-    /// Starts the table's background compactor unless it is running.
-    pub(in crate::sinks::lsm) fn spawn_compaction(self: &Arc<Self>, handle: &Arc<Handle>) {
-        if handle.compacting.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let inner = self.clone();
-        let handle = handle.clone();
-        tokio::spawn(async move {
-            loop {
-                let started = std::time::Instant::now();
-                match run(&inner, &handle, false).await {
-                    Ok(stats) => {
-                        if let Ok(mut t) = handle.totals.lock() {
-                            t.0.add(&stats);
-                            t.1 += started.elapsed();
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(table = %handle.table, error = %e, "compaction failed; retried after the next commit");
-                        if let Ok(mut f) = handle.failure.lock() {
-                            *f = Some(e.to_string());
-                        }
-                        handle.compacting.store(false, Ordering::Release);
-                        break;
-                    }
-                }
-                handle.compacting.store(false, Ordering::Release);
-                // A commit that landed between the last pick and the store above saw the flag
-                // set and started nothing: look again before leaving.
-                let more = {
-                    let guard = handle.state.lock().await;
-                    guard
-                        .as_ref()
-                        .is_some_and(|s| inner.needs_compaction(s, &handle))
-                };
-                if !more || handle.compacting.swap(true, Ordering::AcqRel) {
-                    break;
-                }
-            }
-            handle.progress.notify_waiters();
-        });
-    }
-
-    /// Whether any bucket of `state` has compaction work.
-    pub(in crate::sinks::lsm) fn needs_compaction(
-        &self,
-        state: &TableState,
-        handle: &Handle,
-    ) -> bool {
-        let copying = handle.copying.load(Ordering::Acquire);
-        state.files.values().any(|f| {
-            let runs = compaction::runs(f);
-            let merge = if self.config.deletion_vectors {
-                f.iter().any(|f| f.level == 0)
-            } else {
-                compaction::pick(&runs, &self.compaction).is_some()
-            };
-            merge || (!copying && compaction::consolidate(&runs, &self.compaction).is_some())
+/// Merges the encoded input files, grouped into sorted runs by `chains` (indexes into
+/// `encoded`), into one run.
+fn merge_chains(
+    encoded: Vec<Bytes>,
+    chains: &[Vec<usize>],
+    schemas: &FileSchemas,
+    drop_deletes: bool,
+) -> Result<(Vec<u8>, RunStats), FileError> {
+    let mut out = writer::RunWriter::new(schemas)?;
+    let mut encoded: Vec<Option<Bytes>> = encoded.into_iter().map(Some).collect();
+    let runs = chains
+        .iter()
+        .map(|chain| {
+            chain
+                .iter()
+                .filter_map(|&i| encoded.get_mut(i).and_then(Option::take))
+                .collect()
         })
-    }
+        .collect();
+    merge::merge_runs(runs, schemas, drop_deletes, &mut out)?;
+    out.finish()
 }

@@ -1,0 +1,126 @@
+//! Data files in storage: where a bucket's file lives (`bucket-<n>/<name>` under the table, as
+//! a Paimon manifest names it), putting a new one and reading a live one back.
+//!
+//! The commit, the compactor, the row lookup and the append commit all write or read data files;
+//! their bytes are made and parsed by `writer.rs` (pure), and only this module moves them.
+
+use bytes::Bytes;
+
+use super::manifest::DataFileMeta;
+use super::schema::FileSchemas;
+use super::store;
+use super::writer::{self, FileError, RunStats};
+use crate::changelog::TableId;
+use crate::sinks::SinkError;
+use crate::storage::Warehouse;
+
+/// A data file error of `table`, saying what was being done.
+pub fn file_error(table: &TableId, what: &str) -> impl FnOnce(FileError) -> SinkError {
+    let table = table.clone();
+    let what = what.to_owned();
+    move |e| SinkError::Data {
+        table,
+        detail: format!("{what}: {e}"),
+    }
+}
+
+/// `bucket-<n>/<name>` under the table.
+pub fn file_location(location: &str, bucket: i32, name: &str) -> String {
+    format!("{location}/bucket-{bucket}/{name}")
+}
+
+/// A fresh data file name: a new uuid, so no two writers' files collide.
+pub fn new_file_name() -> String {
+    format!("data-{}-0.parquet", uuid::Uuid::new_v4())
+}
+
+/// Runs `work`, encoding or merging data files, on the blocking pool: a large file is CPU work
+/// of a second or more, which the source's connections on the runtime workers must not wait
+/// for. `task` names the work in a failure of the task, `what` in a failure of the work.
+pub async fn off_runtime<T: Send + 'static>(
+    table: &TableId,
+    task: String,
+    what: &str,
+    work: impl FnOnce() -> Result<T, FileError> + Send + 'static,
+) -> Result<T, SinkError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| SinkError::Data {
+            table: table.clone(),
+            detail: format!("{task}: {e}"),
+        })?
+        .map_err(file_error(table, what))
+}
+
+/// Encodes `batch` (sorted, one row per key) off the runtime ([`off_runtime`]) and puts it as a
+/// new data file of `bucket`.
+#[allow(clippy::too_many_arguments)]
+pub async fn write_file(
+    w: &Warehouse,
+    table: &TableId,
+    location: &str,
+    schemas: &FileSchemas,
+    bucket: i32,
+    batch: arrow_array::RecordBatch,
+    level: i32,
+    file_source: i32,
+) -> Result<DataFileMeta, SinkError> {
+    let encode_schemas = schemas.clone();
+    let task = format!("encoding a data file of bucket {bucket}");
+    let (bytes, run) = off_runtime(table, task, "encoding a data file", move || {
+        let mut w = writer::RunWriter::new(&encode_schemas)?;
+        w.write(&batch)?;
+        w.finish()
+    })
+    .await?;
+    put_run(w, table, location, bucket, bytes, &run, level, file_source).await
+}
+
+/// Puts an encoded sorted run as a new data file of `bucket` and describes it.
+#[allow(clippy::too_many_arguments)]
+pub async fn put_run(
+    w: &Warehouse,
+    table: &TableId,
+    location: &str,
+    bucket: i32,
+    bytes: Vec<u8>,
+    run: &RunStats,
+    level: i32,
+    file_source: i32,
+) -> Result<DataFileMeta, SinkError> {
+    let name = new_file_name();
+    let size = bytes.len();
+    store::put(w, &file_location(location, bucket, &name), bytes).await?;
+    run.describe(name, size, level, file_source)
+        .map_err(file_error(table, "describing a data file"))
+}
+
+/// The bytes of a live data file of `bucket`; its absence is corruption.
+pub async fn read_bytes(
+    w: &Warehouse,
+    location: &str,
+    bucket: i32,
+    file: &DataFileMeta,
+) -> Result<Bytes, SinkError> {
+    let loc = file_location(location, bucket, &file.file_name);
+    store::read(w, &loc)
+        .await?
+        .ok_or_else(|| SinkError::Corrupt {
+            path: loc,
+            detail: "a live data file is missing".into(),
+        })
+}
+
+/// Reads a live data file of `bucket`.
+pub async fn read_file_at(
+    w: &Warehouse,
+    table: &TableId,
+    location: &str,
+    schemas: &FileSchemas,
+    bucket: i32,
+    file: &DataFileMeta,
+) -> Result<arrow_array::RecordBatch, SinkError> {
+    let data = read_bytes(w, location, bucket, file).await?;
+    let loc = file_location(location, bucket, &file.file_name);
+    writer::decode(data, schemas).map_err(file_error(table, &format!("reading {loc}")))
+}
