@@ -50,3 +50,7 @@ pub mod tls;
 #[cfg(test)]
 #[path = "../tests/support/ground.rs"]
 pub(crate) mod test_ground;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+pub(crate) mod test_fixtures;

@@ -410,35 +410,15 @@ pub fn append_null(builder: &mut dyn ArrayBuilder) -> Result<(), ArrowError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::changelog::schema::{Column, TableId};
+    use crate::changelog::schema::Column;
+    use crate::test_fixtures::id_text_schema;
     use arrow_array::builder::{Int64Builder, StringBuilder};
     use arrow_array::cast::AsArray;
     use arrow_array::types::Int64Type;
     use arrow_schema::DataType;
 
     fn schema() -> Arc<TableSchema> {
-        Arc::new(TableSchema {
-            id: TableId::new("public", "t"),
-            columns: vec![
-                Column {
-                    name: "id".into(),
-                    data_type: DataType::Int64,
-                    nullable: false,
-                    source_type: "int8".into(),
-                    initial_default: None,
-                    former_names: Vec::new(),
-                },
-                Column {
-                    name: "body".into(),
-                    data_type: DataType::Utf8,
-                    nullable: true,
-                    source_type: "text".into(),
-                    initial_default: None,
-                    former_names: Vec::new(),
-                },
-            ],
-            primary_key: vec![0],
-        })
+        id_text_schema("t", "body")
     }
 
     fn int(b: Option<&mut dyn ArrayBuilder>, v: i64) {

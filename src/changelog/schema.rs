@@ -253,23 +253,16 @@ pub fn widens(old: &DataType, new: &DataType) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_fixtures::{column, table};
 
     fn schema(columns: &[(&str, DataType, bool, &str)]) -> TableSchema {
-        TableSchema {
-            id: TableId::new("public", "a"),
-            columns: columns
-                .iter()
-                .map(|(name, data_type, nullable, source_type)| Column {
-                    name: (*name).into(),
-                    data_type: data_type.clone(),
-                    nullable: *nullable,
-                    source_type: (*source_type).into(),
-                    initial_default: None,
-                    former_names: Vec::new(),
-                })
-                .collect(),
-            primary_key: vec![0],
-        }
+        let columns = columns
+            .iter()
+            .map(|(name, dt, nullable, source_type)| {
+                column(name, dt.clone(), *nullable, source_type)
+            })
+            .collect();
+        table("public", "a", columns, vec![0])
     }
 
     #[test]

@@ -11,6 +11,7 @@ use super::*;
 use crate::changelog::{Column, Lsn, Op, TableChangesBuilder, TableSchema};
 use crate::checkpoint::Checkpoint;
 use crate::sinks::{CommitStats, TableStatus};
+use crate::test_fixtures as fixtures;
 
 fn schema(name: &str) -> Arc<TableSchema> {
     schema_as(name, "id", "int8")
@@ -18,18 +19,8 @@ fn schema(name: &str) -> Arc<TableSchema> {
 
 /// A one-column schema of `table` whose key column is `column` of source type `source_type`.
 fn schema_as(table: &str, column: &str, source_type: &str) -> Arc<TableSchema> {
-    Arc::new(TableSchema {
-        id: TableId::new("public", table),
-        columns: vec![Column {
-            name: column.into(),
-            data_type: arrow_schema::DataType::Int64,
-            nullable: false,
-            source_type: source_type.into(),
-            initial_default: None,
-            former_names: Vec::new(),
-        }],
-        primary_key: vec![0],
-    })
+    let key = fixtures::column(column, arrow_schema::DataType::Int64, false, source_type);
+    Arc::new(fixtures::table("public", table, vec![key], vec![0]))
 }
 
 fn changes(table: &str, op: Op, ids: &[i64]) -> TableChanges {

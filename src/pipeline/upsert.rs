@@ -89,31 +89,11 @@ mod tests {
     use arrow_array::types::Int64Type;
 
     use super::*;
-    use crate::changelog::{Column, TableChangesBuilder, TableId, TableSchema};
+    use crate::changelog::{TableChangesBuilder, TableSchema};
+    use crate::test_fixtures::id_text_schema;
 
     fn schema() -> Arc<TableSchema> {
-        Arc::new(TableSchema {
-            id: TableId::new("public", "t"),
-            columns: vec![
-                Column {
-                    name: "id".into(),
-                    data_type: arrow_schema::DataType::Int64,
-                    nullable: false,
-                    source_type: "int8".into(),
-                    initial_default: None,
-                    former_names: Vec::new(),
-                },
-                Column {
-                    name: "t".into(),
-                    data_type: arrow_schema::DataType::Utf8,
-                    nullable: true,
-                    source_type: "text".into(),
-                    initial_default: None,
-                    former_names: Vec::new(),
-                },
-            ],
-            primary_key: vec![0],
-        })
+        id_text_schema("t", "t")
     }
 
     fn int(b: &mut TableChangesBuilder, col: usize, v: i64) {

@@ -103,11 +103,7 @@ impl Lake {
                 .env("AWS_REGION", "us-east-1");
         }
         let out = cmd.kill_on_drop(true).output().await.unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stderr),
-            String::from_utf8_lossy(&out.stdout)
-        );
+        let text = crate::support::stderr_then_stdout(&out);
         assert_eq!(
             out.status.code(),
             Some(0),

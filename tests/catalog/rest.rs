@@ -609,11 +609,7 @@ async fn a_source_transaction_over_two_tables_appears_in_both_at_once() {
     assert_equal_through_catalog(&mut p, &server.uri, &b, 60).await;
     write_file(&stop, "");
     let out = watch.wait_with_output().await.unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = crate::support::stdout_then_stderr(&out);
     let checks: u32 = said
         .split_whitespace()
         .skip_while(|w| *w != "checks")
@@ -686,11 +682,7 @@ async fn rest_sigv4_signatures_verify() {
             .envs(aws(secret))
             .output()
             .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = crate::support::stdout_then_stderr(&out);
         (out.status.success(), text)
     };
     let (ok, out) = check("a-wrong-secret");
@@ -765,11 +757,7 @@ async fn spark_maintenance_beside_cdcd() {
             .args([script, &jars, &server.uri, KEY, &table, procedure])
             .output()
             .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = crate::support::stdout_then_stderr(&out);
         assert!(out.status.success(), "spark {procedure}:\n{text}");
         eprintln!(
             "spark {procedure}: {}",

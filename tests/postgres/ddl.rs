@@ -429,10 +429,6 @@ async fn lakecheck_against(p: &Pipeline, source: &str, lake: &str) -> (Option<i3
         .output()
         .await
         .unwrap_or_else(|e| panic!("run {LAKECHECK}: {e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
+    let text = crate::support::stderr_then_stdout(&out);
     (out.status.code(), text)
 }

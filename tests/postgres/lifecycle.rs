@@ -235,15 +235,5 @@ async fn check_reports_problems() {
 
 /// `cdcd check --config <file>`: (exit 0, stdout + stderr).
 fn check(p: &Pipeline) -> (bool, String) {
-    let out = Command::new(cdcd_bin())
-        .args(["check", "--config"])
-        .arg(&p.config)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    crate::support::run_cdcd(&["check"], &p.config)
 }

@@ -210,11 +210,7 @@ async fn expiry_keeps_exactly_what_the_properties_say() {
 
     // With no daemon holding the pipeline's lease, `cdcd maintain` runs one cycle and exits 0.
     let out = maintain(&p, &["--table", &format!("public.{t}")]);
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = crate::support::stdout_then_stderr(&out);
     assert!(out.status.success(), "cdcd maintain: {text}");
     assert!(
         text.contains(&format!("expired {} snapshots", all.len() - 3)),
@@ -466,11 +462,7 @@ fn cleanup(p: &Pipeline) -> String {
         .envs(p.env_vars.iter().map(|(k, v)| (k, v)))
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = crate::support::stdout_then_stderr(&out);
     assert!(out.status.success(), "cdcd cleanup: {text}");
     text
 }
@@ -1031,11 +1023,7 @@ async fn compaction_rewrites_files_of_older_schemas() {
     assert_eq!(st.code(), Some(0), "{st}");
 
     let out = maintain(&p, &["--table", &format!("public.{t}")]);
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = crate::support::stdout_then_stderr(&out);
     assert!(out.status.success(), "cdcd maintain: {text}");
     assert!(!text.contains("rewrote 0 data files"), "{text}");
     let c = current(&p, &t);

@@ -8,12 +8,11 @@
 //! `localhost` and `127.0.0.1` only; the cluster also listens on 127.0.0.2, a name it lacks.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use tokio_postgres::Client;
 
-use crate::support::{cdcd_bin, connect, exec, ground, unique, Pipeline, Settings, TestEnv};
+use crate::support::{connect, exec, ground, run_cdcd, unique, Pipeline, Settings, TestEnv};
 
 /// Passwords the test bed's script sets for its roles.
 const TLS_PASSWORD: &str = "cdcd-tls-pw";
@@ -83,18 +82,7 @@ async fn change_rows(client: &Client, t: &str) {
 
 /// `cdcd check --config <file>`: (exit 0, stdout + stderr).
 fn check(config: &std::path::Path) -> (bool, String) {
-    let out = Command::new(cdcd_bin())
-        .arg("check")
-        .arg("--config")
-        .arg(config)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    run_cdcd(&["check"], config)
 }
 
 /// The initial copy, streaming and the heartbeat/slot-watch connection over `verify-full` TLS

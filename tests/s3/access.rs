@@ -87,11 +87,7 @@ impl S3Custom {
             .output()
             .await
             .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stderr),
-            String::from_utf8_lossy(&out.stdout)
-        );
+        let text = crate::support::stderr_then_stdout(&out);
         (out.status.code(), text)
     }
 

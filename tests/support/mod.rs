@@ -36,6 +36,25 @@ pub const LAKECHECK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/
 pub fn cdcd_bin() -> String {
     std::env::var("CDCD_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_cdcd").to_string())
 }
+/// A finished command's output as one text, stdout first: what a test searches for a message
+/// without caring which stream carried it.
+pub fn stdout_then_stderr(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The same, stderr first (where the log leads and the report follows).
+pub fn stderr_then_stdout(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    )
+}
+
 /// `cdcd <args> --config <file>`: (exit 0, stdout + stderr).
 pub fn run_cdcd(args: &[&str], config: &Path) -> (bool, String) {
     let out = Command::new(cdcd_bin())
@@ -44,11 +63,7 @@ pub fn run_cdcd(args: &[&str], config: &Path) -> (bool, String) {
         .arg(config)
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = stdout_then_stderr(&out);
     (out.status.success(), text)
 }
 
@@ -603,11 +618,7 @@ impl Pipeline {
                 }
             }
         };
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stderr),
-            String::from_utf8_lossy(&out.stdout)
-        );
+        let text = stderr_then_stdout(&out);
         (out.status.code(), text)
     }
 

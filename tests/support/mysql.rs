@@ -197,14 +197,7 @@ impl MyPipeline {
             .arg(&self.config)
             .output()
             .unwrap();
-        (
-            out.status.code(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
+        (out.status.code(), crate::support::stdout_then_stderr(&out))
     }
 
     /// The running daemon's pid.
@@ -340,11 +333,7 @@ impl MyPipeline {
                 _ = tokio::time::sleep(Duration::from_millis(500)) => self.assert_running(),
             }
         };
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stderr),
-            String::from_utf8_lossy(&out.stdout)
-        );
+        let text = crate::support::stderr_then_stdout(&out);
         (out.status.code(), text)
     }
 

@@ -128,11 +128,7 @@ pub async fn lakecheck_s3(
         .output()
         .await
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
+    let text = crate::support::stderr_then_stdout(&out);
     (out.status.code(), text)
 }
 
@@ -301,14 +297,7 @@ impl S3Pipeline {
             .args(args)
             .output()
             .unwrap();
-        (
-            out.status.code(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
+        (out.status.code(), crate::support::stdout_then_stderr(&out))
     }
 }
 

@@ -467,25 +467,11 @@ pub(crate) fn position_delete_schema() -> SchemaRef {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-    use crate::changelog::{Column, TableId};
-
-    fn col(name: &str, dt: DataType) -> Column {
-        Column {
-            name: name.into(),
-            data_type: dt,
-            nullable: true,
-            source_type: String::new(),
-            initial_default: None,
-            former_names: Vec::new(),
-        }
-    }
+    use crate::changelog::Column;
+    use crate::test_fixtures::col;
 
     fn table(cols: Vec<Column>, key: Vec<usize>) -> TableSchema {
-        TableSchema {
-            id: TableId::new("s", "t"),
-            columns: cols,
-            primary_key: key,
-        }
+        crate::test_fixtures::table("s", "t", cols, key)
     }
 
     #[test]

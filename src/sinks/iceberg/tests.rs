@@ -10,98 +10,11 @@ use arrow_array::builder::{Int64Builder, StringBuilder};
 use arrow_schema::DataType;
 
 use super::*;
-use crate::changelog::{Column, Lsn, Op, Position, TableChangesBuilder};
+use crate::changelog::{Lsn, Op, Position, TableChangesBuilder};
 use crate::config::DeleteMode;
-
-/// The test bed (`scripts/testbed.sh`): its venv holds the independent readers.
-fn test_bed() -> String {
-    std::env::var("CDCD_TB").unwrap_or_else(|_| "/tmp/cdcd-tb".into())
-}
-
-fn col(name: &str, dt: DataType) -> Column {
-    Column {
-        name: name.into(),
-        data_type: dt,
-        nullable: true,
-        source_type: String::new(),
-        initial_default: None,
-        former_names: Vec::new(),
-    }
-}
-
-fn schema() -> Arc<TableSchema> {
-    Arc::new(TableSchema {
-        id: TableId::new("public", "t"),
-        columns: vec![
-            col("id", DataType::Int64),
-            col("a", DataType::Utf8),
-            col("b", DataType::Int64),
-        ],
-        primary_key: vec![0],
-    })
-}
-
-/// One change: op, key, old key (key change), `a` and `b` (None = absent).
-type C = (Op, i64, Option<i64>, Option<&'static str>, Option<i64>);
-
-fn ins(id: i64, a: &'static str) -> C {
-    (Op::Insert, id, None, Some(a), Some(id * 10))
-}
-fn upd(id: i64, a: Option<&'static str>, b: i64) -> C {
-    (Op::Update, id, None, a, Some(b))
-}
-fn del(id: i64) -> C {
-    (Op::Delete, id, None, None, None)
-}
-
-fn changes(cs: &[C]) -> TableChanges {
-    let mut b = TableChangesBuilder::new(schema(), cs.len());
-    let int = |b: &mut TableChangesBuilder, col: usize, v: Option<i64>| match v {
-        Some(v) => b
-            .value(col)
-            .unwrap()
-            .as_any_mut()
-            .downcast_mut::<Int64Builder>()
-            .unwrap()
-            .append_value(v),
-        None => b.absent(col).unwrap(),
-    };
-    for &(op, id, old, a, bv) in cs {
-        b.begin(op);
-        if op == Op::Truncate {
-            (0..3).for_each(|c| b.absent(c).unwrap());
-            b.no_old_key().unwrap();
-            continue;
-        }
-        int(&mut b, 0, Some(id));
-        match a {
-            Some(a) => b
-                .value(1)
-                .unwrap()
-                .as_any_mut()
-                .downcast_mut::<StringBuilder>()
-                .unwrap()
-                .append_value(a),
-            None => b.absent(1).unwrap(),
-        }
-        int(&mut b, 2, bv);
-        match old {
-            Some(o) => b
-                .old_key(0)
-                .unwrap()
-                .as_any_mut()
-                .downcast_mut::<Int64Builder>()
-                .unwrap()
-                .append_value(o),
-            None => b.no_old_key().unwrap(),
-        }
-    }
-    b.finish().unwrap()
-}
-
-fn cp(lsn: u64) -> Checkpoint {
-    Checkpoint::new("shop", Position::Postgres(Lsn(lsn)))
-}
+use crate::test_fixtures::{
+    changes, col, cp, del, ins, schema, table, test_bed, upd, without_key, C,
+};
 
 fn sink(dir: &Path, mode: DeleteMode) -> IcebergSink {
     let config = IcebergConfig {
@@ -458,9 +371,7 @@ async fn memory_warehouse_round_trips(mode: DeleteMode) {
 
 /// `public.t` without a key, and whole-row changes of it: (op, id, a); b = id * 10.
 fn keyless_changes(cs: &[(Op, i64, &'static str)]) -> (Arc<TableSchema>, TableChanges) {
-    let mut t = (*schema()).clone();
-    t.primary_key.clear();
-    let t = Arc::new(t);
+    let t = without_key(&schema());
     let mut b = TableChangesBuilder::new(t.clone(), cs.len());
     for &(op, id, a) in cs {
         b.begin(op);

@@ -142,23 +142,14 @@ mod tests {
         use arrow_array::builder::Int64Builder;
         use std::sync::Arc;
 
-        use crate::changelog::{Column, Op, TableChangesBuilder, TableId};
-        let column = |name: &str, data_type| Column {
-            name: name.into(),
-            data_type,
-            nullable: true,
-            source_type: "x".into(),
-            initial_default: None,
-            former_names: Vec::new(),
-        };
-        let schema = Arc::new(TableSchema {
-            id: TableId::new("public", "t"),
-            columns: vec![
-                column("id", arrow_schema::DataType::Int64),
-                column("t", arrow_schema::DataType::Utf8),
-            ],
-            primary_key: vec![0],
-        });
+        use crate::changelog::{Op, TableChangesBuilder};
+        use crate::test_fixtures::{column, table};
+        use arrow_schema::DataType;
+        let columns = vec![
+            column("id", DataType::Int64, true, "x"),
+            column("t", DataType::Utf8, true, "x"),
+        ];
+        let schema = Arc::new(table("public", "t", columns, vec![0]));
         let mut b = TableChangesBuilder::new(schema, 1);
         b.begin(Op::Update);
         let int = |b: &mut dyn arrow_array::builder::ArrayBuilder, v| {

@@ -385,30 +385,9 @@ mod tests {
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
     fn inserts(first: i64, n: usize) -> TableChanges {
-        use crate::changelog::{Column, Op, TableChangesBuilder};
+        use crate::changelog::{Op, TableChangesBuilder};
         use arrow_array::builder::{Int64Builder, StringBuilder};
-        let schema = Arc::new(TableSchema {
-            id: TableId::new("public", "t"),
-            columns: vec![
-                Column {
-                    name: "id".into(),
-                    data_type: arrow_schema::DataType::Int64,
-                    nullable: false,
-                    source_type: "int8".into(),
-                    initial_default: None,
-                    former_names: Vec::new(),
-                },
-                Column {
-                    name: "state".into(),
-                    data_type: arrow_schema::DataType::Utf8,
-                    nullable: true,
-                    source_type: "text".into(),
-                    initial_default: None,
-                    former_names: Vec::new(),
-                },
-            ],
-            primary_key: vec![0],
-        });
+        let schema = crate::test_fixtures::id_text_schema("t", "state");
         let mut b = TableChangesBuilder::new(schema, n);
         for id in first..first + n as i64 {
             b.begin(Op::Insert);

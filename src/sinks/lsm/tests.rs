@@ -7,103 +7,11 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_array::builder::{Int64Builder, StringBuilder};
-use arrow_schema::DataType;
-
 use super::schema::FileSchemas;
 use super::*;
-use crate::changelog::{Column, Lsn, Op, Position, TableChangesBuilder};
+use crate::changelog::{Lsn, Op, Position};
 use crate::config::{LsmConfig, MergeEngine};
-
-/// The test bed (`scripts/testbed.sh`): its venv holds the independent readers.
-fn test_bed() -> String {
-    std::env::var("CDCD_TB").unwrap_or_else(|_| "/tmp/cdcd-tb".into())
-}
-
-fn col(name: &str, dt: DataType) -> Column {
-    Column {
-        name: name.into(),
-        data_type: dt,
-        nullable: true,
-        source_type: String::new(),
-        initial_default: None,
-        former_names: Vec::new(),
-    }
-}
-
-fn schema() -> Arc<TableSchema> {
-    Arc::new(TableSchema {
-        id: TableId::new("public", "t"),
-        columns: vec![
-            col("id", DataType::Int64),
-            col("a", DataType::Utf8),
-            col("b", DataType::Int64),
-        ],
-        primary_key: vec![0],
-    })
-}
-
-/// One change: op, key, old key (key change), `a` and `b` (None = absent).
-type C = (Op, i64, Option<i64>, Option<&'static str>, Option<i64>);
-
-fn ins(id: i64, a: &'static str) -> C {
-    (Op::Insert, id, None, Some(a), Some(id * 10))
-}
-fn upd(id: i64, a: Option<&'static str>, b: i64) -> C {
-    (Op::Update, id, None, a, Some(b))
-}
-fn del(id: i64) -> C {
-    (Op::Delete, id, None, None, None)
-}
-
-fn changes(cs: &[C]) -> TableChanges {
-    let mut b = TableChangesBuilder::new(schema(), cs.len());
-    let int = |b: &mut TableChangesBuilder, col: usize, v: Option<i64>| match v {
-        Some(v) => b
-            .value(col)
-            .unwrap()
-            .as_any_mut()
-            .downcast_mut::<Int64Builder>()
-            .unwrap()
-            .append_value(v),
-        None => b.absent(col).unwrap(),
-    };
-    for &(op, id, old, a, bv) in cs {
-        b.begin(op);
-        if op == Op::Truncate {
-            (0..3).for_each(|c| b.absent(c).unwrap());
-            b.no_old_key().unwrap();
-            continue;
-        }
-        int(&mut b, 0, Some(id));
-        match a {
-            Some(a) => b
-                .value(1)
-                .unwrap()
-                .as_any_mut()
-                .downcast_mut::<StringBuilder>()
-                .unwrap()
-                .append_value(a),
-            None => b.absent(1).unwrap(),
-        }
-        int(&mut b, 2, bv);
-        match old {
-            Some(o) => b
-                .old_key(0)
-                .unwrap()
-                .as_any_mut()
-                .downcast_mut::<Int64Builder>()
-                .unwrap()
-                .append_value(o),
-            None => b.no_old_key().unwrap(),
-        }
-    }
-    b.finish().unwrap()
-}
-
-fn cp(lsn: u64) -> Checkpoint {
-    Checkpoint::new("shop", Position::Postgres(Lsn(lsn)))
-}
+use crate::test_fixtures::{changes, cp, del, ins, schema, test_bed, upd, without_key, C};
 
 fn config(dir: &Path) -> LsmConfig {
     LsmConfig {
@@ -623,12 +531,7 @@ async fn a_retried_snapshot_put_that_landed_commits() {
 async fn keyless_tables_are_append_tables_read_back_by_pypaimon() {
     let dir = tempfile::tempdir().unwrap();
     let s = sink(dir.path());
-    let keyed = schema();
-    let schema = Arc::new(TableSchema {
-        id: keyed.id.clone(),
-        columns: keyed.columns.clone(),
-        primary_key: vec![],
-    });
+    let schema = without_key(&schema());
     let keyless = |cs: &[C]| {
         let c = changes(cs);
         TableChanges {

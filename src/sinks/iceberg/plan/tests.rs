@@ -1,30 +1,9 @@
-use std::sync::Arc;
-
 use arrow_array::builder::{Int64Builder, StringBuilder};
 use arrow_schema::DataType;
 
 use super::*;
-use crate::changelog::{Column, TableChangesBuilder, TableId, TableSchema};
-
-fn schema() -> Arc<TableSchema> {
-    let col = |n: &str, dt: DataType| Column {
-        name: n.into(),
-        data_type: dt,
-        nullable: true,
-        source_type: String::new(),
-        initial_default: None,
-        former_names: Vec::new(),
-    };
-    Arc::new(TableSchema {
-        id: TableId::new("s", "t"),
-        columns: vec![
-            col("id", DataType::Int64),
-            col("a", DataType::Utf8),
-            col("b", DataType::Int64),
-        ],
-        primary_key: vec![0],
-    })
-}
+use crate::changelog::TableChangesBuilder;
+use crate::test_fixtures::{changes, schema};
 
 /// One change: op, key, optional old key, and `a`/`b` (None = absent).
 #[derive(Clone, Copy)]
@@ -79,52 +58,10 @@ fn trunc() -> C {
     }
 }
 
+/// The changes `cs` as one batch of the fixtures' `public.t` (its `b` as `c.b`, not `id * 10`).
 fn batch(cs: &[C]) -> TableChanges {
-    let mut b = TableChangesBuilder::new(schema(), cs.len());
-    let i64b = |b: &mut TableChangesBuilder, col: usize, v: i64| {
-        b.value(col)
-            .unwrap()
-            .as_any_mut()
-            .downcast_mut::<Int64Builder>()
-            .unwrap()
-            .append_value(v)
-    };
-    for c in cs {
-        b.begin(c.op);
-        if c.op == Op::Truncate {
-            for col in 0..3 {
-                b.absent(col).unwrap();
-            }
-            b.no_old_key().unwrap();
-            continue;
-        }
-        i64b(&mut b, 0, c.id);
-        match c.a {
-            Some(a) => b
-                .value(1)
-                .unwrap()
-                .as_any_mut()
-                .downcast_mut::<StringBuilder>()
-                .unwrap()
-                .append_value(a),
-            None => b.absent(1).unwrap(),
-        }
-        match c.b {
-            Some(v) => i64b(&mut b, 2, v),
-            None => b.absent(2).unwrap(),
-        }
-        match c.old {
-            Some(o) => b
-                .old_key(0)
-                .unwrap()
-                .as_any_mut()
-                .downcast_mut::<Int64Builder>()
-                .unwrap()
-                .append_value(o),
-            None => b.no_old_key().unwrap(),
-        }
-    }
-    b.finish().unwrap()
+    let cs: Vec<_> = cs.iter().map(|c| (c.op, c.id, c.old, c.a, c.b)).collect();
+    changes(&cs)
 }
 
 fn run(cs: &[C]) -> Plan {

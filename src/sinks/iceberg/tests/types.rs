@@ -34,11 +34,8 @@ fn typed_schema() -> Arc<TableSchema> {
         ("u", DataType::FixedSizeBinary(16)),
         ("li", list),
     ];
-    Arc::new(TableSchema {
-        id: TableId::new("public", "typed"),
-        columns: cols.into_iter().map(|(n, dt)| col(n, dt)).collect(),
-        primary_key: vec![0, 1],
-    })
+    let columns = cols.into_iter().map(|(n, dt)| col(n, dt)).collect();
+    Arc::new(table("public", "typed", columns, vec![0, 1]))
 }
 
 fn batch(

@@ -5,9 +5,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;
-use crate::changelog::{Column, TableId};
+use crate::changelog::TableId;
 use crate::sources::postgres::snapshot::session::test_session;
 use crate::sources::postgres::snapshot::{copy_chunk, ChunkCopy};
+use crate::test_fixtures::{column, table};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Decimal128Type, Int32Type};
 
@@ -125,22 +126,12 @@ fn dates_and_timestamps_match_the_text_sentinels() {
 }
 
 fn schema(types: &[ColumnType]) -> Arc<TableSchema> {
-    Arc::new(TableSchema {
-        id: TableId::new("public", "t"),
-        columns: types
-            .iter()
-            .enumerate()
-            .map(|(i, t)| Column {
-                name: format!("c{i}"),
-                data_type: t.data_type(),
-                nullable: true,
-                source_type: t.source_name(),
-                initial_default: None,
-                former_names: Vec::new(),
-            })
-            .collect(),
-        primary_key: vec![0],
-    })
+    let columns = types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| column(&format!("c{i}"), t.data_type(), true, &t.source_name()))
+        .collect();
+    Arc::new(table("public", "t", columns, vec![0]))
 }
 
 /// Header, three rows (one with a NULL), trailer.
@@ -391,22 +382,11 @@ async fn sampled_chunks_are_even() {
         ))
         .await
         .unwrap();
-    let col = |name: &str, data_type| Column {
-        name: name.into(),
-        data_type,
-        nullable: name != "id",
-        source_type: String::new(),
-        initial_default: None,
-        former_names: Vec::new(),
-    };
-    let schema = Arc::new(TableSchema {
-        id: TableId::new(ns.clone(), "t"),
-        columns: vec![
-            col("id", arrow_schema::DataType::Int64),
-            col("pad", arrow_schema::DataType::Utf8),
-        ],
-        primary_key: vec![0],
-    });
+    let columns = vec![
+        column("id", arrow_schema::DataType::Int64, false, ""),
+        column("pad", arrow_schema::DataType::Utf8, true, ""),
+    ];
+    let schema = Arc::new(table(&ns, "t", columns, vec![0]));
     let types = vec![
         ColumnType::Int64,
         ColumnType::Text {

@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;
-use crate::changelog::Column;
 use crate::sources::postgres::types::TypeInfo;
+use crate::test_fixtures::{column, table};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
     Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type,
@@ -15,21 +15,11 @@ use arrow_array::Array;
 use std::collections::HashMap;
 
 fn schema_of(name: &str, columns: &[(&str, &ColumnType)]) -> Arc<TableSchema> {
-    Arc::new(TableSchema {
-        id: TableId::new("public", name),
-        columns: columns
-            .iter()
-            .map(|(n, t)| Column {
-                name: (*n).into(),
-                data_type: t.data_type(),
-                nullable: true,
-                source_type: t.source_name(),
-                initial_default: None,
-                former_names: Vec::new(),
-            })
-            .collect(),
-        primary_key: vec![0],
-    })
+    let columns = columns
+        .iter()
+        .map(|(n, t)| column(n, t.data_type(), true, &t.source_name()))
+        .collect();
+    Arc::new(table("public", name, columns, vec![0]))
 }
 
 fn text_ty() -> ColumnType {
@@ -162,10 +152,9 @@ fn bad_rows_name_table_row_and_column() {
 #[test]
 fn statement_quotes_identifiers() {
     let types = [ColumnType::Int32];
-    let schema = Arc::new(TableSchema {
-        id: TableId::new("My\"Schema", "t"),
-        ..(*schema_of("t", &[("we\"ird", &types[0])])).clone()
-    });
+    let mut schema = (*schema_of("t", &[("we\"ird", &types[0])])).clone();
+    schema.id = TableId::new("My\"Schema", "t");
+    let schema = Arc::new(schema);
     assert_eq!(
         copy_statement(&schema),
         r#"COPY (SELECT "we""ird" FROM "My""Schema"."t") TO STDOUT"#

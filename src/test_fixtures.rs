@@ -1,0 +1,148 @@
+//! Schemas, changes and checkpoints for unit tests, built one way for every test module: the
+//! sinks, the planner and the pipeline all feed on the same changelog shapes, so a test states only
+//! what differs (a column's type, a key, the ops) and the builder plumbing lives here.
+
+use std::sync::Arc;
+
+use arrow_array::builder::{Int64Builder, StringBuilder};
+use arrow_schema::DataType;
+
+use crate::changelog::{Column, Lsn, Op, Position, TableChanges, TableChangesBuilder};
+use crate::changelog::{TableId, TableSchema};
+use crate::checkpoint::Checkpoint;
+
+/// A nullable column with no source type, the shape most tests need.
+pub fn col(name: &str, data_type: DataType) -> Column {
+    column(name, data_type, true, "")
+}
+
+/// A column with its nullability and the source's type name.
+pub fn column(name: &str, data_type: DataType, nullable: bool, source_type: &str) -> Column {
+    Column {
+        name: name.into(),
+        data_type,
+        nullable,
+        source_type: source_type.into(),
+        initial_default: None,
+        former_names: Vec::new(),
+    }
+}
+
+/// The table `namespace.name` with `columns`, keyed on the columns at `key`.
+pub fn table(namespace: &str, name: &str, columns: Vec<Column>, key: Vec<usize>) -> TableSchema {
+    TableSchema {
+        id: TableId::new(namespace, name),
+        columns,
+        primary_key: key,
+    }
+}
+
+/// `public.<name> (id int8 not null key, <text> text)`: a key and one text column, with source
+/// types as Postgres names them.
+pub fn id_text_schema(name: &str, text: &str) -> Arc<TableSchema> {
+    Arc::new(table(
+        "public",
+        name,
+        vec![
+            column("id", DataType::Int64, false, "int8"),
+            column(text, DataType::Utf8, true, "text"),
+        ],
+        vec![0],
+    ))
+}
+
+/// `schema` with the same columns and no primary key.
+pub fn without_key(schema: &TableSchema) -> Arc<TableSchema> {
+    Arc::new(TableSchema {
+        primary_key: Vec::new(),
+        ..schema.clone()
+    })
+}
+
+/// `public.t (id int64 key, a utf8, b int64)`, all nullable: the sinks' and the planner's table.
+pub fn schema() -> Arc<TableSchema> {
+    Arc::new(table(
+        "public",
+        "t",
+        vec![
+            col("id", DataType::Int64),
+            col("a", DataType::Utf8),
+            col("b", DataType::Int64),
+        ],
+        vec![0],
+    ))
+}
+
+/// One change of [`schema`]: op, key, old key (key change), `a` and `b` (None = absent).
+pub type C = (Op, i64, Option<i64>, Option<&'static str>, Option<i64>);
+
+/// An insert of `id` with `a`, and `b = id * 10`.
+pub fn ins(id: i64, a: &'static str) -> C {
+    (Op::Insert, id, None, Some(a), Some(id * 10))
+}
+
+/// An update of `id`: `a` (None = absent) and `b`.
+pub fn upd(id: i64, a: Option<&'static str>, b: i64) -> C {
+    (Op::Update, id, None, a, Some(b))
+}
+
+/// A delete of `id` (key only).
+pub fn del(id: i64) -> C {
+    (Op::Delete, id, None, None, None)
+}
+
+/// The changes `cs` of [`schema`] as one batch; a truncate carries no values.
+pub fn changes(cs: &[C]) -> TableChanges {
+    let mut b = TableChangesBuilder::new(schema(), cs.len());
+    let int = |b: &mut TableChangesBuilder, col: usize, v: Option<i64>| match v {
+        Some(v) => b
+            .value(col)
+            .unwrap()
+            .as_any_mut()
+            .downcast_mut::<Int64Builder>()
+            .unwrap()
+            .append_value(v),
+        None => b.absent(col).unwrap(),
+    };
+    for &(op, id, old, a, bv) in cs {
+        b.begin(op);
+        if op == Op::Truncate {
+            (0..3).for_each(|c| b.absent(c).unwrap());
+            b.no_old_key().unwrap();
+            continue;
+        }
+        int(&mut b, 0, Some(id));
+        match a {
+            Some(a) => b
+                .value(1)
+                .unwrap()
+                .as_any_mut()
+                .downcast_mut::<StringBuilder>()
+                .unwrap()
+                .append_value(a),
+            None => b.absent(1).unwrap(),
+        }
+        int(&mut b, 2, bv);
+        match old {
+            Some(o) => b
+                .old_key(0)
+                .unwrap()
+                .as_any_mut()
+                .downcast_mut::<Int64Builder>()
+                .unwrap()
+                .append_value(o),
+            None => b.no_old_key().unwrap(),
+        }
+    }
+    b.finish().unwrap()
+}
+
+/// The checkpoint of pipeline `shop` at Postgres LSN `lsn`.
+pub fn cp(lsn: u64) -> Checkpoint {
+    Checkpoint::new("shop", Position::Postgres(Lsn(lsn)))
+}
+
+/// The test bed's folder (`scripts/testbed.sh`): its venv holds the independent readers.
+pub fn test_bed() -> String {
+    std::env::var("CDCD_TB").unwrap_or_else(|_| "/tmp/cdcd-tb".into())
+}
