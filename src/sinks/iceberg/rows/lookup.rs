@@ -27,12 +27,12 @@ use iceberg::spec::DataFileFormat;
 
 use super::live::LiveState;
 use super::locator::RowAddress;
-use super::manifest::read;
-use super::plan::KeyRef;
-use super::schema::Projection;
-use super::writer::key_batch;
 use crate::changelog::{TableChanges, TableSchema};
 use crate::sinks::iceberg::deletes::position_deletes::read_pairs;
+use crate::sinks::iceberg::files::manifest::read;
+use crate::sinks::iceberg::files::writer::key_batch;
+use crate::sinks::iceberg::plan::KeyRef;
+use crate::sinks::iceberg::schema::Projection;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
