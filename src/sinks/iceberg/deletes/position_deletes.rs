@@ -5,8 +5,8 @@
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 
+use crate::sinks::iceberg::files::decode::decode;
 use crate::sinks::iceberg::files::manifest::read;
-use crate::sinks::iceberg::rows::lookup::decode;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 

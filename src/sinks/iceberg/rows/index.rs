@@ -31,10 +31,10 @@ use arrow_row::{RowConverter, Rows, SortField};
 use arrow_schema::{ArrowError, SchemaRef};
 use iceberg::spec::TableMetadata;
 
-use super::lookup::{decode, project};
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::sinks::iceberg::deletes::commit_vectors::LiveDvs;
 use crate::sinks::iceberg::deletes::deletion_vector::DeletionVector;
+use crate::sinks::iceberg::files::decode::{decode, project};
 use crate::sinks::iceberg::files::manifest::{read, LiveFile, LiveFiles};
 use crate::sinks::iceberg::plan::{encode_keys, Plan};
 use crate::sinks::pk_index::{IndexChange, IndexError, IndexOp, PrimaryKeyIndex, RowLocation};

@@ -1043,7 +1043,7 @@ async fn lineage_of_the_one_file(s: &IcebergSink) -> Vec<(i64, Option<i64>, Opti
         .await
         .unwrap();
     let mut rows = Vec::new();
-    for b in crate::sinks::iceberg::rows::lookup::decode(&bytes, &path, None).unwrap() {
+    for b in crate::sinks::iceberg::files::decode::decode(&bytes, &path, None).unwrap() {
         let col = |name: &str| {
             b.column_by_name(name)
                 .unwrap()

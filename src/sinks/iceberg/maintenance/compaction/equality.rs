@@ -30,9 +30,9 @@ use iceberg::spec::{DataFileFormat, Schema};
 use crate::changelog::TableId;
 use crate::sinks::iceberg::deletes::deletion_vector::DeletionVector;
 use crate::sinks::iceberg::deletes::position_deletes::read_pairs;
+use crate::sinks::iceberg::files::decode::{decode, project};
 use crate::sinks::iceberg::files::manifest::read;
 use crate::sinks::iceberg::rows::live::LiveState;
-use crate::sinks::iceberg::rows::lookup::{decode, project};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
