@@ -10,9 +10,9 @@
 //! trait is `typetag`-serde (an implementation must be serializable and registered globally, and
 //! `FileIO` rebuilds it from a scheme + properties map, so it cannot carry our configured client).
 //! Instead the Iceberg sink lets iceberg's Avro writers write into iceberg's in-memory `FileIO`
-//! and puts the bytes through this store (see `sinks/iceberg/manifest.rs`); iceberg never opens
-//! a network connection, and every byte cdcd writes goes through the one store built here, with
-//! its retries, timeouts and credentials.
+//! and puts the bytes through this store (see `sinks/iceberg/files/manifest.rs`); iceberg never
+//! opens a network connection, and every byte cdcd writes goes through the one store built here,
+//! with its retries, timeouts and credentials.
 //!
 //! Supported URLs: `file:///abs/path` (local disk; directories are created as needed),
 //! `s3://bucket/prefix` (see [`s3`]: `[sink.s3]`, then the `AWS_*` environment) and `memory://`

@@ -6,8 +6,9 @@
 
 #![allow(clippy::result_large_err)]
 
+use super::files::writer;
 use super::plan::{KeyRef, PlanError};
-use super::{lookup, writer};
+use super::rows::lookup;
 use crate::changelog::{TableChanges, TableSchema};
 use crate::sinks::SinkError;
 
@@ -85,7 +86,7 @@ pub(super) fn plan_error(
         ),
         PlanError::NoSuchRow { row } => {
             let rows = TableChanges::rows_schema(schema);
-            let text = super::multiset::gather(changes, &[*row], &rows)
+            let text = super::rows::multiset::gather(changes, &[*row], &rows)
                 .map(|b| lookup::key_text(&b, 0))
                 .unwrap_or_else(|_| "?".into());
             format!("{e} (row {text})")

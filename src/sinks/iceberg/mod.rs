@@ -10,12 +10,13 @@
 //!
 //! Layout by role: `commit/` (the commit as a row-delta producer, one method per step: locate,
 //! files, manifests, summary, manifest list, publish), `schema.rs` (types and field ids),
-//! `input.rs` (checks of a commit's batches), `plan.rs` (pure: what to write), `live.rs` (the
-//! snapshot's files and vectors, cached between commits), `lookup.rs` (current rows to complete
-//! partial updates), `index.rs` + `index/slot.rs` + `locator.rs` (v3: where each key's row is,
-//! updated in the background), `deletes/` (deletion vectors, their Puffin files), `writer.rs`
-//! (the files' rows), `encode.rs` (Parquet settings, columns encoded in parallel), `manifest.rs`
-//! (Avro manifests, reading a snapshot's files), `metadata.rs` (find the newest metadata),
+//! `input.rs` (checks of a commit's batches), `plan.rs` (pure: what to write), `rows/` (where a
+//! row is: the snapshot's files and vectors cached between commits in `live.rs`, current rows to
+//! complete partial updates in `lookup.rs`, v3's primary-key index in `index.rs` +
+//! `index/slot.rs` + `locator.rs`, updated in the background, keyless multiset rows, the upsert
+//! window), `files/` (the files' rows in `writer.rs`, Parquet settings and parallel columns in
+//! `encode.rs`, Avro manifests and a snapshot's files in `manifest.rs`, the newest metadata in
+//! `metadata.rs`), `deletes/` (deletion vectors, their Puffin files, v2 position deletes),
 //! `catalog/` (where tables are found and commits published: the filesystem, a SQL or a REST
 //! catalog), `transaction.rs` (several tables in one REST transaction), `resync/` (a table copied
 //! again into a new lineage and swapped in),
@@ -51,29 +52,21 @@ pub mod cleanup;
 mod commit;
 pub mod config;
 pub mod deletes;
-mod encode;
-mod index;
+mod files;
 mod input;
-mod live;
-mod locator;
-mod lookup;
 pub(crate) mod maintenance;
-mod manifest;
-mod metadata;
-mod multiset;
 pub mod plan;
 mod resync;
+mod rows;
 mod schema;
 mod transaction;
-mod window;
-mod writer;
 
 use catalog::{Catalog, TableRef};
 use commit::{publish, Cached, Input, RowDelta, Staged, Target};
-use index::IndexSlot;
-use live::LiveState;
-use metadata::Loaded;
+use files::metadata::Loaded;
 use plan::FileLimits;
+use rows::index::IndexSlot;
+use rows::live::LiveState;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -94,7 +87,7 @@ pub struct IcebergSink {
     /// existing table keeps its format: the commit path follows the table's, not the config's.
     format: FormatVersion,
     tables: Mutex<HashMap<TableId, Arc<Loaded>>>,
-    /// What each table's commits keep between them (live.rs, pk_index.rs). The async mutex is
+    /// What each table's commits keep between them (rows/live.rs, pk_index.rs). The async mutex is
     /// held for a whole commit of that table (commits of one table are sequential anyway), and
     /// by a maintenance commit (maintenance/cycle.rs), so the two never race for a version.
     slots: Mutex<HashMap<TableId, Slot>>,
@@ -124,7 +117,7 @@ type Slot = Arc<tokio::sync::Mutex<TableSlot>>;
 /// snapshot a commit builds on.
 #[derive(Default)]
 struct TableSlot {
-    /// Primary-key index of a v3 table (index/slot.rs: ready, or updated in the background).
+    /// Primary-key index of a v3 table (rows/index/slot.rs: ready, or updated in the background).
     index: IndexSlot,
     /// Manifests, live files and vectors of the snapshot the last commit made or read.
     live: Option<LiveState>,
@@ -238,7 +231,7 @@ impl IcebergSink {
     /// Where the primary-key index of `table` lives (pk_index.rs says why there).
     pub fn index_location(&self, table: &TableId) -> String {
         let ns = self.namespace.as_deref().unwrap_or(&table.namespace);
-        index::location(&self.warehouse, &self.pipeline, ns, &table.name)
+        rows::index::location(&self.warehouse, &self.pipeline, ns, &table.name)
     }
 
     /// Where the index of `table` as of `meta` lives: a resync lineage has its own (it is
@@ -258,7 +251,7 @@ impl IcebergSink {
             Some(id) => {
                 let ns = self.namespace.as_deref().unwrap_or(&table.namespace);
                 let name = format!("{}.resync-{id}", table.name);
-                index::location(&self.warehouse, &self.pipeline, ns, &name)
+                rows::index::location(&self.warehouse, &self.pipeline, ns, &name)
             }
             None => self.index_location(table),
         }
@@ -336,7 +329,7 @@ impl IcebergSink {
             // Someone created it first: use theirs (the schema check follows).
             Err(SinkError::CommitConflict { .. }) => {
                 self.load(table).await?.ok_or_else(|| SinkError::Corrupt {
-                    path: metadata::metadata_location(&location, 1),
+                    path: files::metadata::metadata_location(&location, 1),
                     detail: "exists but cannot be loaded".into(),
                 })
             }
@@ -607,13 +600,13 @@ impl Sink for IcebergSink {
                     Some(bytes) => bytes,
                     None => {
                         let version = loaded.metadata.format_version();
-                        let manifests = manifest::load_manifests(
+                        let manifests = files::manifest::load_manifests(
                             &self.warehouse,
                             snapshot.manifest_list(),
                             version,
                         )
                         .await?;
-                        manifest::load_files(&self.warehouse, &manifests)
+                        files::manifest::load_files(&self.warehouse, &manifests)
                             .await?
                             .bytes()
                     }
@@ -726,7 +719,8 @@ impl Sink for IcebergSink {
                 tracing::info!(table = %format!("{}.{}", row.namespace, row.name), "not under this warehouse; skipped");
                 continue;
             }
-            let metadata = metadata::read_metadata(&self.warehouse, &row.metadata_location).await?;
+            let metadata =
+                files::metadata::read_metadata(&self.warehouse, &row.metadata_location).await?;
             let location = metadata.location().to_owned();
             let report = cleanup::clean_table(
                 &self.warehouse,

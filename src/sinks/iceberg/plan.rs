@@ -1,7 +1,8 @@
 //! The commit planner: decides, without any I/O, what one commit writes for an ordered run of
 //! changes — which input rows go into which data file at which position, which keys get an
 //! equality delete, which written rows get a position delete, and where each absent column's value
-//! comes from. `writer.rs` carries the plan out; `lookup.rs` fetches the table rows it asks for.
+//! comes from. `files/writer.rs` carries the plan out; `rows/lookup.rs` fetches the table rows it
+//! asks for.
 //!
 //! Why two kinds of deletes: an equality delete applies only to data files with a strictly lower
 //! data sequence number (Iceberg spec, "Scan Planning": "an equality delete file must be applied

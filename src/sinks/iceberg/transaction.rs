@@ -22,7 +22,7 @@ use std::sync::Arc;
 use super::catalog::rest::RestCatalog;
 use super::catalog::TableRef;
 use super::commit::{Input, Staged};
-use super::metadata::Loaded;
+use super::files::metadata::Loaded;
 use super::{maintenance, only_others_committed, IcebergSink, COMMIT_ATTEMPTS};
 use crate::sinks::{CommitStats, SinkError, TableCommit};
 

@@ -28,7 +28,7 @@ use crate::storage::Warehouse;
 /// A key without a current row is an error, except for a partial update with its key unchanged
 /// replayed inside an upsert window (`TableChanges::upsert_window`): its entry is `None`, and
 /// the caller writes the key's row as a delete (the row is deleted later inside the window; the
-/// argument is in `sources/mysql/copy.rs` and `sinks/iceberg/window.rs`).
+/// argument is in `sources/mysql/copy.rs` and `sinks/iceberg/rows/window.rs`).
 pub async fn lookup(
     w: &Warehouse,
     table: &TableId,

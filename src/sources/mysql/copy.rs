@@ -45,7 +45,7 @@
 //!   wrote R after `from` and before p was replayed, and R's chunk holds R as of X, so the row is
 //!   missing only if R was last written before `from`, p ≤ X, and R does not exist at X: a later
 //!   change in (p, X] deletes R or moves its key away. The sinks drop U and every row of the
-//!   commit that takes a value from it (`sinks/iceberg/window.rs`, `sinks/lsm/lookup.rs`): a
+//!   commit that takes a value from it (`sinks/iceberg/rows/window.rs`, `sinks/lsm/lookup.rs`): a
 //!   delete then removes what U would have written, so the end state is the same. A key change
 //!   R → R2 of such a missing row still stops the sink: R's unchanged values exist in no chunk,
 //!   and R2's chunk may have been read at P, before R2 existed. (When R2's chunk was read at

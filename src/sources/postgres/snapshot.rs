@@ -41,7 +41,7 @@
 //!   existed before the update but not at S2 (R's chunk holds R as of S2, and every earlier
 //!   change that wrote R was replayed), so a change after the update and before S2 deletes R or
 //!   moves its key away. The sinks drop such an update inside the window
-//!   (`TableChanges::upsert_window`, `sinks/iceberg/window.rs`): the delete removes what it
+//!   (`TableChanges::upsert_window`, `sinks/iceberg/rows/window.rs`): the delete removes what it
 //!   would have written. A key change of such a row still stops the sink: the unchanged values
 //!   it would carry to the new key are in no chunk (copy the table again: drop it, see README).
 //! - A chunk that was started but not done at the crash may hold some of its rows: it is copied

@@ -1,5 +1,5 @@
 //! The filesystem catalog (the default): a table is found by path, its current metadata is the
-//! highest `metadata/v<N>.metadata.json` (`metadata.rs`), and the commit point is the
+//! highest `metadata/v<N>.metadata.json` (`files/metadata.rs`), and the commit point is the
 //! create-if-absent put of `v<N+1>.metadata.json` when nothing newer exists.
 //!
 //! A commit of version N+1 on base N, in steps:
@@ -27,7 +27,7 @@ use object_store::ObjectStoreExt;
 
 use crate::changelog::TableId;
 use crate::sinks::iceberg::commit::publish;
-use crate::sinks::iceberg::metadata::{self, metadata_location, Loaded};
+use crate::sinks::iceberg::files::metadata::{self, metadata_location, Loaded};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 

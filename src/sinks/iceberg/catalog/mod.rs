@@ -21,7 +21,7 @@
 use iceberg::spec::TableMetadata;
 
 use crate::changelog::TableId;
-use crate::sinks::iceberg::metadata::Loaded;
+use crate::sinks::iceberg::files::metadata::Loaded;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 

@@ -35,7 +35,7 @@ use reqwest::{Method, StatusCode};
 use super::config::RestConfig;
 use super::TableRef;
 use crate::sinks::iceberg::commit::publish;
-use crate::sinks::iceberg::metadata::{version_of_file, Loaded};
+use crate::sinks::iceberg::files::metadata::{version_of_file, Loaded};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 

@@ -30,7 +30,9 @@ use iceberg::spec::TableMetadata;
 use super::config::SqlUri;
 use super::TableRef;
 use crate::sinks::iceberg::commit::publish;
-use crate::sinks::iceberg::metadata::{metadata_location, read_metadata, version_of_file, Loaded};
+use crate::sinks::iceberg::files::metadata::{
+    metadata_location, read_metadata, version_of_file, Loaded,
+};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 

@@ -1,4 +1,4 @@
-//! The file steps: a commit's data files (`writer.rs` gathers and encodes them), then its
+//! The file steps: a commit's data files (`files/writer.rs` gathers and encodes them), then its
 //! deletes: on v3 one deletion vector per touched data file, merged with that file's live
 //! vector, each in its own Puffin file (`deletes/`); on v2 one position delete file (rows this
 //! commit superseded, and rows of earlier snapshots a keyless multiset table's deletes remove)
@@ -11,9 +11,10 @@ use iceberg::spec::DataContentType;
 
 use super::{DataFiles, Deletes, Found, RowDelta};
 use crate::sinks::iceberg::deletes::commit_vectors::{self, LiveDvs, NewDvs};
-use crate::sinks::iceberg::live::LiveState;
-use crate::sinks::iceberg::locator::RowAddress;
-use crate::sinks::iceberg::{schema, writer};
+use crate::sinks::iceberg::files::writer;
+use crate::sinks::iceberg::rows::live::LiveState;
+use crate::sinks::iceberg::rows::locator::RowAddress;
+use crate::sinks::iceberg::schema;
 use crate::sinks::SinkError;
 
 impl RowDelta<'_> {

@@ -2,18 +2,19 @@
 //! (absent columns, e.g. unchanged TOAST values) are completed from the current rows, read
 //! through the primary-key index on v3 (`lookup::fetch`) or by scanning the key columns of the
 //! live files on v2 (`lookup::lookup`); inside an upsert window a partial update of a row the
-//! table no longer holds is dropped (`window.rs`). On v3 the rows this commit deletes from
+//! table no longer holds is dropped (`rows/window.rs`). On v3 the rows this commit deletes from
 //! earlier snapshots are located through the index, for their deletion vectors; the rows a
-//! keyless multiset table's deletes remove are located by content (`multiset.rs`), on v3 for
+//! keyless multiset table's deletes remove are located by content (`rows/multiset.rs`), on v3 for
 //! deletion vectors and on v2 for position deletes.
 
 use arrow_array::RecordBatch;
 
 use super::{Cached, Found, RowDelta};
 use crate::changelog::TableChanges;
-use crate::sinks::iceberg::locator::{IndexLocator, RowLocator};
+use crate::sinks::iceberg::files::writer;
+use crate::sinks::iceberg::rows::locator::{IndexLocator, RowLocator};
+use crate::sinks::iceberg::rows::{lookup, multiset, window};
 use crate::sinks::iceberg::schema::Projection;
-use crate::sinks::iceberg::{lookup, multiset, window, writer};
 use crate::sinks::SinkError;
 
 impl RowDelta<'_> {

@@ -12,9 +12,9 @@ use super::manifest_list::{self, ListTarget};
 use super::merge::{self, Candidate, Output};
 use super::{Carried, DataFiles, Deletes, Listed, RowDelta};
 use crate::failpoints;
-use crate::sinks::iceberg::live::LiveState;
+use crate::sinks::iceberg::files::manifest::{self, ManifestTarget};
 use crate::sinks::iceberg::maintenance::properties::Merging;
-use crate::sinks::iceberg::manifest::{self, ManifestTarget};
+use crate::sinks::iceberg::rows::live::LiveState;
 use crate::sinks::SinkError;
 
 /// What the merge did, for the snapshot summary (Iceberg-Java's `manifests-*` keys).

@@ -8,9 +8,9 @@
 //!    other change), the
 //!    batches are checked (`input.rs`) and planned (`plan.rs`: what to write; pure).
 //! 2. [`RowDelta::stage`] writes every file the snapshot names; none is visible yet:
-//!    - `locate.rs`: current rows that complete partial updates (`lookup.rs`, through the
+//!    - `locate.rs`: current rows that complete partial updates (`rows/lookup.rs`, through the
 //!      primary-key index on v3) — a partial update of a row deleted later inside an upsert
-//!      window is dropped (`window.rs`) — and, v3, where the rows this commit deletes are;
+//!      window is dropped (`rows/window.rs`) — and, v3, where the rows this commit deletes are;
 //!    - `files.rs`: the data files, then the deletes: v3 deletion vectors merged with the live
 //!      ones (one Puffin file each), v2 position and equality delete files;
 //!    - `manifests.rs`: the parent's manifests carried over (rewritten where they list a replaced
@@ -36,12 +36,12 @@ use iceberg::spec::{DataFile, FormatVersion, ManifestFile, Schema, Snapshot, Tab
 
 use super::catalog::{Catalog, TableRef};
 use super::deletes::deletion_vector::DeletionVector;
-use super::index::IndexSlot;
+use super::files::metadata::Loaded;
 use super::input::{check_batches, plan_error};
-use super::live::{LiveState, Published};
-use super::locator::RowAddress;
-use super::metadata::Loaded;
 use super::plan::{self, FileLimits, Plan};
+use super::rows::index::IndexSlot;
+use super::rows::live::{LiveState, Published};
+use super::rows::locator::RowAddress;
 use super::schema;
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
@@ -399,7 +399,7 @@ impl<'a> RowDelta<'a> {
         self.v3 && !self.input.schema.primary_key.is_empty()
     }
 
-    /// Makes the primary-key index ready for a commit on the base snapshot (index/slot.rs).
+    /// Makes the primary-key index ready for a commit on the base snapshot (rows/index/slot.rs).
     async fn ready_index(&self, cached: &mut Cached<'_>) -> Result<(), SinkError> {
         let (files, dvs) = (&cached.live.files, &cached.live.dvs);
         cached
@@ -484,7 +484,7 @@ impl<'a> RowDelta<'a> {
         // The snapshot is durable: a failure from here on must not fail the commit (the caller
         // would retry changes the table already holds). The index is dropped instead, and the
         // next commit reopens it and replays this snapshot (pk_index.rs, recovery). The update
-        // runs in the background until the next commit readies the index (index/slot.rs).
+        // runs in the background until the next commit readies the index (rows/index/slot.rs).
         let data_rows = self.plan.data_rows() as u64;
         let indexed = self.indexed();
         if indexed {

@@ -17,7 +17,7 @@ use object_store::{ObjectStoreExt, PutPayload};
 
 use crate::changelog::TableId;
 use crate::failpoints;
-use crate::sinks::iceberg::metadata::{hint_location, Loaded};
+use crate::sinks::iceberg::files::metadata::{hint_location, Loaded};
 use crate::sinks::SinkError;
 use crate::storage::{put_create, Created, Warehouse};
 

@@ -1,9 +1,10 @@
 //! Deletion vectors of a commit (format v3): reads the live DVs of a snapshot, merges this
 //! commit's deleted positions into them, and writes them as one Puffin file.
 //!
-//! Sits after the planner and the [`RowLocator`](crate::sinks::iceberg::locator::RowLocator): positions come from
-//! located keys (rows of earlier snapshots) and from `Plan::position_deletes` (rows this commit
-//! wrote and superseded). The spec allows at most one DV per data file per snapshot (Iceberg spec,
+//! Sits after the planner and the
+//! [`RowLocator`](crate::sinks::iceberg::rows::locator::RowLocator): positions come from located
+//! keys (rows of earlier snapshots) and from `Plan::position_deletes` (rows this commit wrote and
+//! superseded). The spec allows at most one DV per data file per snapshot (Iceberg spec,
 //! "Deletion Vectors"), so a file that already has one gets the union, and the old entry is
 //! removed from its manifest by `mod.rs` (a DELETED entry in a rewritten manifest).
 //!
@@ -20,7 +21,7 @@ use object_store::{ObjectStoreExt, PutPayload};
 use super::deletion_vector::DeletionVector;
 use super::puffin::PuffinWriter;
 use crate::changelog::TableId;
-use crate::sinks::iceberg::manifest::{LiveFile, LiveFiles};
+use crate::sinks::iceberg::files::manifest::{LiveFile, LiveFiles};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 

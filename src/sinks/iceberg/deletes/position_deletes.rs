@@ -1,12 +1,12 @@
 //! Position delete files (format v2): Parquet files of `(file_path, pos)` rows, each deleting
 //! row `pos` of data file `file_path` (Iceberg spec, "Position Delete Files"). Read by the
-//! lookup of keyed rows, multiset deletes and compaction; written by `writer.rs`.
+//! lookup of keyed rows, multiset deletes and compaction; written by `files/writer.rs`.
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 
-use crate::sinks::iceberg::lookup::decode;
-use crate::sinks::iceberg::manifest::read;
+use crate::sinks::iceberg::files::decode::decode;
+use crate::sinks::iceberg::files::manifest::read;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 

@@ -27,9 +27,9 @@ use crate::checkpoint::Checkpoint;
 use crate::failpoints;
 use crate::metrics as m;
 use crate::metrics::maintenance as maintenance_metrics;
-use crate::sinks::iceberg::live::LiveState;
-use crate::sinks::iceberg::manifest::{load_manifests, read};
-use crate::sinks::iceberg::metadata::Loaded;
+use crate::sinks::iceberg::files::manifest::{load_manifests, read};
+use crate::sinks::iceberg::files::metadata::Loaded;
+use crate::sinks::iceberg::rows::live::LiveState;
 use crate::sinks::iceberg::IcebergSink;
 use crate::sinks::{MaintenanceReport, SinkError};
 

@@ -14,7 +14,7 @@ use futures::TryStreamExt;
 use object_store::ObjectStoreExt;
 
 use super::properties::Retention;
-use crate::sinks::iceberg::metadata::Loaded;
+use crate::sinks::iceberg::files::metadata::Loaded;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use iceberg::spec::{Manifest, TableMetadata};
 
-use crate::sinks::iceberg::manifest::{load_manifests, read};
+use crate::sinks::iceberg::files::manifest::{load_manifests, read};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 

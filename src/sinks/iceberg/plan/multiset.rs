@@ -12,11 +12,11 @@
 //! same multiset. A delete first takes a copy this commit inserted and still holds (the newest:
 //! it is dropped from the open file, or gets a position delete if its file is closed) and
 //! otherwise names one copy in an earlier snapshot ([`Plan::row_deletes`]); the commit then
-//! locates one distinct live row per such delete by scanning the snapshot (`iceberg/multiset.rs`)
-//! and stops if there are fewer live copies than deletes. The order inside the commit is kept,
-//! so a delete never takes a copy inserted after it, and a delete with no copy anywhere stops
-//! instead of being skipped. State lives only in the snapshot the commit builds on: there is no
-//! occurrence counter to replay after a crash.
+//! locates one distinct live row per such delete by scanning the snapshot
+//! (`iceberg/rows/multiset.rs`) and stops if there are fewer live copies than deletes. The order
+//! inside the commit is kept, so a delete never takes a copy inserted after it, and a delete with
+//! no copy anywhere stops instead of being skipped. State lives only in the snapshot the commit
+//! builds on: there is no occurrence counter to replay after a crash.
 
 use std::collections::HashMap;
 

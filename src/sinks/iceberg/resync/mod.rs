@@ -46,7 +46,7 @@ use object_store::ObjectStoreExt;
 
 use super::catalog::TableRef;
 use super::commit::publish;
-use super::metadata::Loaded;
+use super::files::metadata::Loaded;
 use super::IcebergSink;
 use crate::changelog::TableId;
 use crate::sinks::resync::Lineage;

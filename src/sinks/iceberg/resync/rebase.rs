@@ -42,8 +42,8 @@ use crate::changelog::TableId;
 use crate::checkpoint::LEASE_EPOCH_KEY;
 use crate::sinks::iceberg::commit::manifest_list::{write_manifest_list, ListTarget};
 use crate::sinks::iceberg::commit::{publish, Names};
-use crate::sinks::iceberg::manifest::load_manifests;
-use crate::sinks::iceberg::metadata::Loaded;
+use crate::sinks::iceberg::files::manifest::load_manifests;
+use crate::sinks::iceberg::files::metadata::Loaded;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 

@@ -10,7 +10,7 @@ use arrow_array::builder::{Int64Builder, StringBuilder};
 
 use super::maintenance::{commits, seed, sink_with};
 use super::*;
-use crate::sinks::iceberg::live::LiveState;
+use crate::sinks::iceberg::rows::live::LiveState;
 use crate::sinks::pk_index::PrimaryKeyIndex;
 
 /// The rows `seed` + `commits(from, n)` leave, as DuckDB prints them (`(id, 'a', b)`).
@@ -60,7 +60,7 @@ async fn assert_cached_state_is_fresh(s: &IcebergSink) {
         [Vec<Entry>; 3],
         Vec<(String, String, u64)>,
     );
-    fn entries(files: &[crate::sinks::iceberg::manifest::LiveFile]) -> Vec<Entry> {
+    fn entries(files: &[crate::sinks::iceberg::files::manifest::LiveFile]) -> Vec<Entry> {
         let mut v: Vec<Entry> = files
             .iter()
             .map(|f| {
@@ -1039,11 +1039,11 @@ async fn lineage_of_the_one_file(s: &IcebergSink) -> Vec<(i64, Option<i64>, Opti
     let state = live(s).await;
     assert_eq!(state.files.data.len(), 1);
     let path = state.files.data[0].file.file_path().to_owned();
-    let bytes = crate::sinks::iceberg::manifest::read(&s.warehouse, &path)
+    let bytes = crate::sinks::iceberg::files::manifest::read(&s.warehouse, &path)
         .await
         .unwrap();
     let mut rows = Vec::new();
-    for b in crate::sinks::iceberg::lookup::decode(&bytes, &path, None).unwrap() {
+    for b in crate::sinks::iceberg::files::decode::decode(&bytes, &path, None).unwrap() {
         let col = |name: &str| {
             b.column_by_name(name)
                 .unwrap()

@@ -19,14 +19,16 @@ async fn live_deletes(s: &IcebergSink) -> Vec<iceberg::spec::DataFile> {
     let t = schema();
     let loaded = s.load(&t.id).await.unwrap().unwrap();
     let snap = loaded.metadata.current_snapshot().unwrap();
-    let ms = manifest::load_manifests(
+    let ms = files::manifest::load_manifests(
         &s.warehouse,
         snap.manifest_list(),
         loaded.metadata.format_version(),
     )
     .await
     .unwrap();
-    let files = manifest::load_files(&s.warehouse, &ms).await.unwrap();
+    let files = files::manifest::load_files(&s.warehouse, &ms)
+        .await
+        .unwrap();
     assert!(
         files.equality_deletes.is_empty(),
         "v3 writes no equality deletes"

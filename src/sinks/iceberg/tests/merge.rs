@@ -9,7 +9,7 @@ use iceberg::spec::{FormatVersion, Manifest, ManifestFile, ManifestStatus, Table
 use super::maintenance::{commits, files_on_disk, is_metadata_file, seed, sink_with};
 use super::*;
 use crate::sinks::iceberg::cleanup::referenced_files;
-use crate::sinks::iceberg::manifest::{load_manifests, read};
+use crate::sinks::iceberg::files::manifest::{load_manifests, read};
 
 async fn current_manifests(s: &IcebergSink, meta: &TableMetadata) -> Vec<ManifestFile> {
     let snap = meta.current_snapshot().unwrap();

@@ -12,7 +12,7 @@ use iceberg::spec::{
 use object_store::{ObjectStoreExt, PutPayload};
 
 use super::*;
-use crate::sinks::iceberg::metadata::hint_location;
+use crate::sinks::iceberg::files::metadata::hint_location;
 
 const LOCATION: &str = "memory://w/shop/t";
 

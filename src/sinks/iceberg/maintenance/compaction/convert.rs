@@ -33,10 +33,11 @@ use iceberg::spec::{DataContentType, DataFile};
 
 use super::equality::V2Deletes;
 use crate::changelog::TableId;
-use crate::sinks::iceberg::live::LiveState;
-use crate::sinks::iceberg::lookup::decode;
-use crate::sinks::iceberg::manifest::{read, LiveFile};
-use crate::sinks::iceberg::{schema, writer};
+use crate::sinks::iceberg::files::decode::decode;
+use crate::sinks::iceberg::files::manifest::{read, LiveFile};
+use crate::sinks::iceberg::files::writer;
+use crate::sinks::iceberg::rows::live::LiveState;
+use crate::sinks::iceberg::schema;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 

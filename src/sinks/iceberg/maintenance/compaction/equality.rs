@@ -30,9 +30,9 @@ use iceberg::spec::{DataFileFormat, Schema};
 use crate::changelog::TableId;
 use crate::sinks::iceberg::deletes::deletion_vector::DeletionVector;
 use crate::sinks::iceberg::deletes::position_deletes::read_pairs;
-use crate::sinks::iceberg::live::LiveState;
-use crate::sinks::iceberg::lookup::{decode, project};
-use crate::sinks::iceberg::manifest::read;
+use crate::sinks::iceberg::files::decode::{decode, project};
+use crate::sinks::iceberg::files::manifest::read;
+use crate::sinks::iceberg::rows::live::LiveState;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
@@ -189,7 +189,7 @@ pub(crate) async fn inputs_deleted_since(
     inputs: &HashSet<&str>,
 ) -> Result<bool, SinkError> {
     // A file naming its one data file (`referenced_data_file`) is answered without reading it.
-    let may_hit = |f: &&crate::sinks::iceberg::manifest::LiveFile| {
+    let may_hit = |f: &&crate::sinks::iceberg::files::manifest::LiveFile| {
         f.sequence > since
             && f.file
                 .referenced_data_file()
@@ -223,7 +223,7 @@ fn key_schema(
     table: &TableId,
     schema: &Schema,
     file_schema: &SchemaRef,
-    f: &crate::sinks::iceberg::manifest::LiveFile,
+    f: &crate::sinks::iceberg::files::manifest::LiveFile,
 ) -> Result<(SchemaRef, RowConverter), SinkError> {
     let bad = |detail: String| SinkError::Data {
         table: table.clone(),

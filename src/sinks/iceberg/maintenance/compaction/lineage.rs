@@ -17,7 +17,7 @@ use arrow_schema::{DataType, Field};
 use iceberg::spec::{Manifest, TableMetadata};
 use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 
-use crate::sinks::iceberg::manifest::{inherit_first_row_id, load_manifests, read};
+use crate::sinks::iceberg::files::manifest::{inherit_first_row_id, load_manifests, read};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 

@@ -84,8 +84,8 @@ pub(crate) fn carried_deletes(placed: &[Placed], live: &HashSet<&str>, now: &Liv
 mod tests {
     use super::*;
     use crate::sinks::iceberg::deletes::commit_vectors::LiveDv;
+    use crate::sinks::iceberg::files::manifest::LiveFile;
     use crate::sinks::iceberg::maintenance::compaction::moves::Placer;
-    use crate::sinks::iceberg::manifest::LiveFile;
     use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, Struct};
     use std::sync::Arc;
 

@@ -24,9 +24,9 @@ use crate::sinks::iceberg::commit::publish;
 use crate::sinks::iceberg::commit::Names;
 use crate::sinks::iceberg::deletes::commit_vectors;
 use crate::sinks::iceberg::deletes::deletion_vector::DeletionVector;
-use crate::sinks::iceberg::live::LiveState;
-use crate::sinks::iceberg::manifest::{self, ManifestTarget};
-use crate::sinks::iceberg::metadata::Loaded;
+use crate::sinks::iceberg::files::manifest::{self, ManifestTarget};
+use crate::sinks::iceberg::files::metadata::Loaded;
+use crate::sinks::iceberg::rows::live::LiveState;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 

@@ -20,11 +20,12 @@ use super::redelete::Placed;
 use crate::changelog::TableId;
 use crate::sinks::iceberg::commit::Names;
 use crate::sinks::iceberg::deletes::deletion_vector::DeletionVector;
-use crate::sinks::iceberg::encode::StreamingFile;
-use crate::sinks::iceberg::lookup::{decode, project_filled};
-use crate::sinks::iceberg::manifest::{read, LiveFile};
-use crate::sinks::iceberg::metadata::Loaded;
-use crate::sinks::iceberg::{schema, writer};
+use crate::sinks::iceberg::files::decode::{decode, project_filled};
+use crate::sinks::iceberg::files::encode::StreamingFile;
+use crate::sinks::iceberg::files::manifest::{read, LiveFile};
+use crate::sinks::iceberg::files::metadata::Loaded;
+use crate::sinks::iceberg::files::writer;
+use crate::sinks::iceberg::schema;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 

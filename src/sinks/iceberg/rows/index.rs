@@ -31,12 +31,12 @@ use arrow_row::{RowConverter, Rows, SortField};
 use arrow_schema::{ArrowError, SchemaRef};
 use iceberg::spec::TableMetadata;
 
-use super::deletes::commit_vectors::LiveDvs;
-use super::deletes::deletion_vector::DeletionVector;
-use super::lookup::{decode, project};
-use super::manifest::{read, LiveFile, LiveFiles};
-use super::plan::{encode_keys, Plan};
 use crate::changelog::{TableChanges, TableId, TableSchema};
+use crate::sinks::iceberg::deletes::commit_vectors::LiveDvs;
+use crate::sinks::iceberg::deletes::deletion_vector::DeletionVector;
+use crate::sinks::iceberg::files::decode::{decode, project};
+use crate::sinks::iceberg::files::manifest::{read, LiveFile, LiveFiles};
+use crate::sinks::iceberg::plan::{encode_keys, Plan};
 use crate::sinks::pk_index::{IndexChange, IndexError, IndexOp, PrimaryKeyIndex, RowLocation};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
@@ -44,7 +44,7 @@ use crate::storage::Warehouse;
 /// Memory budget of one table's index (memtable + block cache; run metas come on top, ~1.3 B
 /// per key: README "Deletion vectors").
 mod slot;
-pub(super) use slot::IndexSlot;
+pub(crate) use slot::IndexSlot;
 
 pub(crate) const MEMORY_BUDGET: usize = 64 * 1024 * 1024;
 /// Changes handed to the index between checks of its memtable budget.

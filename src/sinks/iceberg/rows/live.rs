@@ -25,10 +25,10 @@ use std::sync::Arc;
 
 use iceberg::spec::{DataContentType, DataFile, ManifestFile, TableMetadata};
 
-use super::deletes::commit_vectors::{self, LiveDv, LiveDvs};
-use super::deletes::deletion_vector::DeletionVector;
-use super::manifest::{self, LiveFile, LiveFiles};
 use crate::changelog::TableId;
+use crate::sinks::iceberg::deletes::commit_vectors::{self, LiveDv, LiveDvs};
+use crate::sinks::iceberg::deletes::deletion_vector::DeletionVector;
+use crate::sinks::iceberg::files::manifest::{self, LiveFile, LiveFiles};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 

@@ -19,9 +19,9 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use async_trait::async_trait;
 
-use super::deletes::commit_vectors::LiveDvs;
 use super::index::TableIndex;
-use super::manifest::LiveFiles;
+use crate::sinks::iceberg::deletes::commit_vectors::LiveDvs;
+use crate::sinks::iceberg::files::manifest::LiveFiles;
 use crate::sinks::SinkError;
 
 /// Where a row is: the data file's location and the row's position in it.

@@ -12,8 +12,8 @@
 //!
 //! Pure: it edits the plan (rows, fills, position deletes) before anything is written.
 
-use super::plan::{CellSource, KeyRef, Plan, PlannedFile, RowRef};
 use crate::changelog::{TableChanges, TableSchema};
+use crate::sinks::iceberg::plan::{CellSource, KeyRef, Plan, PlannedFile, RowRef};
 use crate::sinks::SinkError;
 
 /// Per lookup key: whether the table may lack its row (a partial update with its key unchanged,
@@ -77,7 +77,8 @@ pub(crate) fn drop_unfillable(
         }
         for fill in &file.fills {
             if let Some(Some(pos)) = map.get(fill.pos as usize) {
-                kept.fills.push(super::plan::Fill { pos: *pos, ..*fill });
+                kept.fills
+                    .push(crate::sinks::iceberg::plan::Fill { pos: *pos, ..*fill });
             }
         }
         if kept.rows.is_empty() {
@@ -112,7 +113,7 @@ pub(crate) fn key_change_error(
     changes: &[TableChanges],
     row: RowRef,
 ) -> SinkError {
-    let key = super::writer::key_batch(
+    let key = crate::sinks::iceberg::files::writer::key_batch(
         changes,
         &[KeyRef {
             batch: row.batch,
@@ -134,8 +135,8 @@ pub(crate) fn key_change_error(
 
 #[cfg(test)]
 mod tests {
-    use super::super::plan::Fill;
     use super::*;
+    use crate::sinks::iceberg::plan::Fill;
 
     /// One update of `public.t (id int8 key, t text)` to id 3 with `t` absent; `rekey`: from id 2.
     fn partial_update(rekey: bool) -> TableChanges {

@@ -20,7 +20,7 @@ use super::RewrittenOutput;
 use super::TableIndex;
 use crate::changelog::{TableChanges, TableSchema};
 use crate::sinks::iceberg::deletes::commit_vectors::LiveDvs;
-use crate::sinks::iceberg::manifest::LiveFiles;
+use crate::sinks::iceberg::files::manifest::LiveFiles;
 use crate::sinks::iceberg::plan::Plan;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;

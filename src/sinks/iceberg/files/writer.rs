@@ -1,7 +1,8 @@
-//! File writer: carries out a [`Plan`](super::plan::Plan) — materializes each planned data file
-//! from the change batches (absent cells filled from earlier changes or the table lookup), and
-//! builds the equality delete file (key columns) and the position delete file (`file_path`, `pos`),
-//! each encoded as Parquet with Iceberg field ids and put through the warehouse store.
+//! File writer: carries out a [`Plan`](crate::sinks::iceberg::plan::Plan) — materializes each
+//! planned data file from the change batches (absent cells filled from earlier changes or the
+//! table lookup), and builds the equality delete file (key columns) and the position delete file
+//! (`file_path`, `pos`), each encoded as Parquet with Iceberg field ids and put through the
+//! warehouse store.
 //!
 //! Rows are gathered column by column with `interleave` over the change batches, so no row is
 //! copied one value at a time; types are then cast to the file schema (Int16 → int, time zones →
@@ -22,10 +23,10 @@ use object_store::{ObjectStoreExt, PutPayload};
 use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 
 use super::encode;
-use super::locator::RowAddress;
-use super::plan::{CellSource, KeyRef, Plan, PlannedFile};
-use super::schema;
 use crate::changelog::{TableChanges, TableId, TableSchema};
+use crate::sinks::iceberg::plan::{CellSource, KeyRef, Plan, PlannedFile};
+use crate::sinks::iceberg::rows::locator::RowAddress;
+use crate::sinks::iceberg::schema;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
@@ -414,7 +415,8 @@ mod tests {
         let changes = vec![inserts(0, 3000), inserts(3000, 2000)];
         let table = changes[0].schema.clone();
         let plan =
-            super::super::plan::plan(&changes, &table.primary_key, Default::default()).unwrap();
+            crate::sinks::iceberg::plan::plan(&changes, &table.primary_key, Default::default())
+                .unwrap();
         let file = &plan.files[0];
         let file_schema =
             schema::data_file_schema(&schema::iceberg_schema(&table).unwrap()).unwrap();

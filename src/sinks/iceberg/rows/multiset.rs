@@ -23,14 +23,15 @@ use arrow_row::{RowConverter, SortField};
 use arrow_schema::{ArrowError, SchemaRef};
 use iceberg::spec::DataFileFormat;
 
-use super::deletes::commit_vectors::LiveDvs;
 use super::locator::RowAddress;
-use super::lookup::{decode, key_text, project_filled};
-use super::manifest::{read, LiveFiles};
-use super::plan::RowRef;
-use super::schema::Projection;
+use super::lookup::key_text;
 use crate::changelog::{TableChanges, TableSchema};
+use crate::sinks::iceberg::deletes::commit_vectors::LiveDvs;
 use crate::sinks::iceberg::deletes::position_deletes::read_pairs;
+use crate::sinks::iceberg::files::decode::{decode, project_filled};
+use crate::sinks::iceberg::files::manifest::{read, LiveFiles};
+use crate::sinks::iceberg::plan::RowRef;
+use crate::sinks::iceberg::schema::Projection;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
