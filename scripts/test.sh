@@ -50,14 +50,14 @@ step "test (--test-threads=$THREADS)"
 # The end-to-end tests in one binary run in parallel (each has its own slot, publication, tables and
 # warehouse); the binaries run one after another. The timeout stops a hung test from holding CI.
 set +e
-timeout --kill-after=30 "${CDCD_TEST_TIMEOUT:-1800}" \
+timeout --kill-after=30 "${CDCD_TEST_TIMEOUT:-2700}" \
   cargo test "${locked[@]}" --all-targets --no-fail-fast -- --test-threads="$THREADS" "$@" 2>&1 | tee "$LOG_DIR/test.log"
 rc=${PIPESTATUS[0]}
 if [ "$rc" = 0 ] && [ "${CDCD_NO_TESTBED:-0}" != 1 ] && [ $# = 0 ]; then
   # The end-to-end tests once more with Iceberg equality deletes (format v2) instead of the
   # default deletion vectors, so both delete modes are proven against the real server and DuckDB.
   step "end-to-end tests with delete_mode = equality"
-  CDCD_TEST_DELETE_MODE=equality timeout --kill-after=30 "${CDCD_TEST_TIMEOUT:-1800}" \
+  CDCD_TEST_DELETE_MODE=equality timeout --kill-after=30 "${CDCD_TEST_TIMEOUT:-2700}" \
     cargo test "${locked[@]}" --test e2e --no-fail-fast -- --test-threads="$THREADS" \
     postgres::replication:: postgres::crash::kill_dash_nine_at_random_moments_iceberg postgres::lifecycle:: postgres::ddl:: \
     postgres::keyless:: postgres::schema_evolution::add_column_with_a_constant_default \
@@ -74,7 +74,7 @@ step "summary ($(elapsed))"
 awk '/^ *Running /{bin=$0; sub(/^ *Running /, "", bin); sub(/ \(.*$/, "", bin)} /^test result:/{sub(/^test result: /, ""); print "  " bin ": " $0}' "$LOG_DIR/test.log"
 failed=$(sed -nE 's/^test (.*) \.\.\. FAILED$/\1/p' "$LOG_DIR/test.log")
 if [ "$rc" != 0 ]; then
-  [ "$rc" = 124 ] && echo "  timed out after ${CDCD_TEST_TIMEOUT:-1800}s"
+  [ "$rc" = 124 ] && echo "  timed out after ${CDCD_TEST_TIMEOUT:-2700}s"
   if [ -n "$failed" ]; then echo "  FAILED:"; printf '    %s\n' $failed; fi
   echo "FAIL (cargo test exit $rc; full log $LOG_DIR/test.log)"
   exit "$rc"
