@@ -30,16 +30,15 @@
 // there would change the shared seam, so the lint is allowed for this sink.
 #![allow(clippy::result_large_err)]
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use iceberg::spec::{FormatVersion, TableMetadata};
+use iceberg::spec::TableMetadata;
 
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
-use crate::config::{DeleteMode, IcebergConfig, SchemaChangePolicy};
+use crate::config::{IcebergConfig, SchemaChangePolicy};
 use crate::sinks::{
     CommitStats, MaintenanceReport, ResyncState, Sink, SinkError, TableCommit, TableFiles,
     TableStatus,
@@ -59,14 +58,16 @@ pub mod plan;
 mod resync;
 mod rows;
 mod schema;
+mod tables;
 mod transaction;
 
-use catalog::{Catalog, TableRef};
-use commit::{publish, Cached, Input, RowDelta, Staged, Target};
-use files::metadata::Loaded;
+use catalog::Catalog;
+use commit::{Input, Staged};
+use maintenance::MaintenanceCycle;
 use plan::FileLimits;
-use rows::index::IndexSlot;
-use rows::live::LiveState;
+use resync::ResyncSwap;
+use tables::Tables;
+use transaction::MultiTableCommit;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -75,26 +76,10 @@ mod tests;
 /// Writes Iceberg tables under one warehouse for one pipeline.
 ///
 /// Single writer per table: the newest metadata of each table is cached between commits and
-/// reloaded after a conflict.
+/// reloaded after a conflict (`tables.rs`).
 pub struct IcebergSink {
-    warehouse: Warehouse,
-    /// Where tables are found and commits published (`[sink.catalog]`, catalog/).
-    catalog: Catalog,
-    namespace: Option<String>,
-    pipeline: String,
-    limits: FileLimits,
-    /// Format of tables this sink creates: v3 (deletion vectors) or v2 (equality deletes). An
-    /// existing table keeps its format: the commit path follows the table's, not the config's.
-    format: FormatVersion,
-    tables: Mutex<HashMap<TableId, Arc<Loaded>>>,
-    /// What each table's commits keep between them (rows/live.rs, pk_index.rs). The async mutex is
-    /// held for a whole commit of that table (commits of one table are sequential anyway), and
-    /// by a maintenance commit (maintenance/cycle.rs), so the two never race for a version.
-    slots: Mutex<HashMap<TableId, Slot>>,
-    /// `[sink.table_properties]`: set on the tables this sink creates.
-    table_properties: BTreeMap<String, String>,
-    /// `source.schema_change`.
-    schema_change: SchemaChangePolicy,
+    /// Where the tables are, how they are written, and what is cached of each.
+    tables: Tables,
     /// How often the daemon runs a maintenance cycle (`None`: never).
     maintenance_interval: Option<Duration>,
     /// Tables whose commits ask for a cycle before the interval (`Compaction::triggered`).
@@ -103,238 +88,48 @@ pub struct IcebergSink {
     maintenance: tokio::sync::Mutex<maintenance::MaintenanceState>,
     /// The log said once that the REST catalog offers no multi-table commits.
     said_no_transactions: std::sync::atomic::AtomicBool,
-    /// Tables under resync ([`Sink::resync`]) and their request ids: their commits go to the new
-    /// lineage at `<table>/resync-<id>` (resync.rs) until it replaces the live table.
-    resyncs: Mutex<HashMap<TableId, crate::sinks::resync::Lineage>>,
-    /// The catalog of resync lineages: always the filesystem (a lineage is cdcd's own until
-    /// the swap publishes it through [`IcebergSink::catalog`]).
-    lineage_catalog: Catalog,
-}
-
-type Slot = Arc<tokio::sync::Mutex<TableSlot>>;
-
-/// A table's state cached between commits; each part is reread when it does not describe the
-/// snapshot a commit builds on.
-#[derive(Default)]
-struct TableSlot {
-    /// Primary-key index of a v3 table (rows/index/slot.rs: ready, or updated in the background).
-    index: IndexSlot,
-    /// Manifests, live files and vectors of the snapshot the last commit made or read.
-    live: Option<LiveState>,
 }
 
 impl IcebergSink {
     /// A sink for `config`'s warehouse, writing checkpoints of `pipeline`.
     pub fn new(config: &IcebergConfig, pipeline: &str) -> Result<IcebergSink, SinkError> {
         Ok(IcebergSink {
-            warehouse: Warehouse::from_url(&config.warehouse)?,
-            catalog: Catalog::new(&config.catalog),
-            namespace: config.namespace.clone(),
-            pipeline: pipeline.to_owned(),
-            limits: FileLimits::default(),
-            format: match config.delete_mode {
-                DeleteMode::DeletionVectors => FormatVersion::V3,
-                DeleteMode::Equality => FormatVersion::V2,
-            },
-            tables: Mutex::new(HashMap::new()),
-            slots: Mutex::new(HashMap::new()),
-            table_properties: config.table_properties.clone(),
+            tables: Tables::new(config, pipeline)?,
             maintenance_interval: (config.maintenance_interval_ms > 0)
                 .then(|| Duration::from_millis(config.maintenance_interval_ms)),
             maintenance: tokio::sync::Mutex::default(),
             maintenance_wanted: Arc::default(),
             said_no_transactions: std::sync::atomic::AtomicBool::new(false),
-            resyncs: Mutex::new(HashMap::new()),
-            lineage_catalog: Catalog::Filesystem,
-            schema_change: SchemaChangePolicy::default(),
         })
     }
 
     /// `source.schema_change`: with `stop`, a commit that would change a table's schema fails.
     pub fn with_schema_change(mut self, schema_change: SchemaChangePolicy) -> IcebergSink {
-        self.schema_change = schema_change;
+        self.tables.schema_change = schema_change;
         self
     }
 
     /// Writes through `warehouse` (opened with `[sink.s3]` settings) instead of the store opened
     /// from the URL alone.
     pub fn with_warehouse(mut self, warehouse: Warehouse) -> IcebergSink {
-        self.warehouse = warehouse;
+        self.tables.warehouse = warehouse;
         self
     }
 
     /// Rolls data files at other limits than ~128 MiB / 1M rows.
     pub fn with_file_limits(mut self, limits: FileLimits) -> IcebergSink {
-        self.limits = limits;
+        self.tables.limits = limits;
         self
     }
 
     /// `<warehouse>/<namespace>/<table>`; namespace = the configured one or the source schema.
     pub fn table_location(&self, table: &TableId) -> String {
-        let ns = self.namespace.as_deref().unwrap_or(&table.namespace);
-        self.warehouse.location(&[ns, &table.name])
-    }
-
-    /// Where `table`'s commits go now: its resync lineage while one is under way (resync.rs),
-    /// else [`IcebergSink::table_location`].
-    fn current_location(&self, table: &TableId) -> String {
-        match self.resync_id(table) {
-            Some(id) => resync::lineage_location(&self.table_location(table), &id),
-            None => self.table_location(table),
-        }
-    }
-
-    /// The catalog `table`'s commits go through now: the filesystem for a resync lineage, else
-    /// the configured one.
-    fn catalog_for(&self, table: &TableId) -> &Catalog {
-        if self.resync_id(table).is_some() {
-            &self.lineage_catalog
-        } else {
-            &self.catalog
-        }
-    }
-
-    /// `table` as the catalog names it; `location` is [`IcebergSink::current_location`]'s.
-    fn table_ref<'a>(&'a self, table: &'a TableId, location: &'a str) -> TableRef<'a> {
-        TableRef {
-            id: table,
-            namespace: self.namespace.as_deref().unwrap_or(&table.namespace),
-            name: &table.name,
-            location,
-        }
-    }
-
-    fn cached(&self, table: &TableId) -> Option<Arc<Loaded>> {
-        self.tables.lock().ok()?.get(table).cloned()
-    }
-
-    fn remember(&self, table: &TableId, loaded: Option<Arc<Loaded>>) {
-        if let Ok(mut t) = self.tables.lock() {
-            match loaded {
-                Some(l) => t.insert(table.clone(), l),
-                None => t.remove(table),
-            };
-        }
-    }
-
-    fn table_slot(&self, table: &TableId) -> Slot {
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        Arc::clone(slots.entry(table.clone()).or_default())
-    }
-
-    /// Waits for `table`'s background index update, if one runs.
-    async fn settle_index(&self, table: &TableId) {
-        let slot = self.table_slot(table);
-        slot.lock().await.index.settle().await;
+        self.tables.table_location(table)
     }
 
     /// Where the primary-key index of `table` lives (pk_index.rs says why there).
     pub fn index_location(&self, table: &TableId) -> String {
-        let ns = self.namespace.as_deref().unwrap_or(&table.namespace);
-        rows::index::location(&self.warehouse, &self.pipeline, ns, &table.name)
-    }
-
-    /// Where the index of `table` as of `meta` lives: a resync lineage has its own (it is
-    /// written beside the live table's, by a copy job's sink while the pipeline's commits the
-    /// live table: `resync.rs`), and keeps it once it is the live table (its `cdcd.resync-id`
-    /// names it), so the swap needs no rebuild.
-    fn index_location_for(&self, table: &TableId, meta: &TableMetadata) -> String {
-        let id = self
-            .resync_id(table)
-            .or_else(|| meta.properties().get(resync::RESYNC_ID_PROPERTY).cloned());
-        self.index_location_of(table, id.as_deref())
-    }
-
-    /// The index location of `table`'s lineage `resync_id` (`None`: the table as first created).
-    fn index_location_of(&self, table: &TableId, resync_id: Option<&str>) -> String {
-        match resync_id {
-            Some(id) => {
-                let ns = self.namespace.as_deref().unwrap_or(&table.namespace);
-                let name = format!("{}.resync-{id}", table.name);
-                rows::index::location(&self.warehouse, &self.pipeline, ns, &name)
-            }
-            None => self.index_location(table),
-        }
-    }
-
-    /// The current metadata, through the catalog (refreshing the cache).
-    async fn load(&self, table: &TableId) -> Result<Option<Arc<Loaded>>, SinkError> {
-        let location = self.current_location(table);
-        let loaded = self
-            .catalog_for(table)
-            .load(&self.warehouse, &self.table_ref(table, &location))
-            .await?
-            .map(Arc::new);
-        self.remember(table, loaded.clone());
-        Ok(loaded)
-    }
-
-    /// A table the catalog does not know but whose directory holds metadata (the pipeline ran
-    /// with the filesystem catalog before): registered in the catalog as it is, so its
-    /// checkpoint holds and nothing is copied again. `None` when there is nothing to adopt.
-    async fn adopt(&self, table: &TableId) -> Result<Option<Arc<Loaded>>, SinkError> {
-        if matches!(self.catalog_for(table), Catalog::Filesystem) {
-            return Ok(None);
-        }
-        let location = self.current_location(table);
-        let Some(existing) = catalog::filesystem::load(&self.warehouse, &location).await? else {
-            return Ok(None);
-        };
-        let registered = self
-            .catalog_for(table)
-            .create(
-                &self.warehouse,
-                &self.table_ref(table, &location),
-                existing.metadata,
-            )
-            .await;
-        match registered {
-            Ok(loaded) => {
-                let loaded = Arc::new(loaded);
-                self.remember(table, Some(loaded.clone()));
-                Ok(Some(loaded))
-            }
-            // Registered meanwhile by another writer: theirs.
-            Err(SinkError::CommitConflict { .. }) => self.load(table).await,
-            Err(e) => Err(e),
-        }
-    }
-
-    /// The cached or stored metadata, creating the table (v1) when it does not exist.
-    async fn load_or_create(
-        &self,
-        table: &TableId,
-        schema: iceberg::spec::Schema,
-    ) -> Result<Arc<Loaded>, SinkError> {
-        if let Some(l) = self.cached(table) {
-            return Ok(l);
-        }
-        if let Some(l) = self.load(table).await? {
-            return Ok(l);
-        }
-        let location = self.current_location(table);
-        let properties = maintenance::properties::for_new_table(&self.table_properties);
-        let metadata = publish::new_table(table, &location, schema, self.format, properties)?;
-        let created = self
-            .catalog_for(table)
-            .create(&self.warehouse, &self.table_ref(table, &location), metadata)
-            .await;
-        match created {
-            Ok(loaded) => {
-                tracing::info!(table = %table, location = %location, "created Iceberg table");
-                let loaded = Arc::new(loaded);
-                self.remember(table, Some(loaded.clone()));
-                Ok(loaded)
-            }
-            // Someone created it first: use theirs (the schema check follows).
-            Err(SinkError::CommitConflict { .. }) => {
-                self.load(table).await?.ok_or_else(|| SinkError::Corrupt {
-                    path: files::metadata::metadata_location(&location, 1),
-                    detail: "exists but cannot be loaded".into(),
-                })
-            }
-            Err(e) => Err(e),
-        }
+        self.tables.index_location(table)
     }
 
     /// One commit. A commit another writer beat (`CommitConflict`: a Spark or Trino job, an
@@ -356,7 +151,8 @@ impl IcebergSink {
     ) -> Result<CommitStats, SinkError> {
         let table = &schema.id;
         for attempt in 1.. {
-            let before = self.cached(table);
+            let tables = &self.tables;
+            let before = tables.cached(table);
             let conflict = match self.commit_once(schema, changes, checkpoint).await {
                 Err(e @ SinkError::CommitConflict { .. }) => e,
                 other => return other,
@@ -367,10 +163,10 @@ impl IcebergSink {
             let Some(before) = before else {
                 return Err(conflict);
             };
-            let Some(now) = self.load(table).await? else {
+            let Some(now) = tables.load(table).await? else {
                 return Err(conflict);
             };
-            if !only_others_committed(&self.pipeline, &before.metadata, &now.metadata)? {
+            if !only_others_committed(&tables.pipeline, &before.metadata, &now.metadata)? {
                 tracing::warn!(table = %table, "the table moved other than by other engines' commits on top of cdcd's last one (this pipeline's checkpoint, a rollback, or history expired past it); stopping rather than guessing");
                 return Err(conflict);
             }
@@ -387,31 +183,6 @@ impl IcebergSink {
         unreachable!("the loop returns")
     }
 
-    /// Stages one table's commit while its slot is held: the base loaded (or the table
-    /// created), the changes planned, every file the snapshot names written (commit/mod.rs,
-    /// steps 1–2). Nothing is visible yet; the caller publishes.
-    async fn stage<'a>(
-        &'a self,
-        slot: &'a mut TableSlot,
-        input: Input<'a>,
-    ) -> Result<(RowDelta<'a>, Staged, Cached<'a>), SinkError> {
-        let table = &input.schema.id;
-        let wanted = schema::iceberg_schema(input.schema)?;
-        let base = self.load_or_create(table, wanted.clone()).await?;
-        let target = Target {
-            warehouse: &self.warehouse,
-            index_location: self.index_location_for(table, &base.metadata),
-            limits: self.limits,
-            schema_change: self.schema_change.for_table(table),
-        };
-        let mut delta = RowDelta::new(target, input, base, &wanted)?;
-        let mut cached = slot
-            .for_commit(&self.warehouse, table, delta.base())
-            .await?;
-        let staged = delta.stage(&mut cached).await?;
-        Ok((delta, staged, cached))
-    }
-
     /// One commit attempt, in the steps of the producer (commit/mod.rs); this keeps the table
     /// cache.
     async fn commit_once(
@@ -423,82 +194,109 @@ impl IcebergSink {
         let table = &schema.id;
         // The table's cached state (live files, vectors, index), held for the whole commit, from
         // before the base is loaded: a maintenance commit in between would take its version.
-        let slot = self.table_slot(table);
+        let tables = &self.tables;
+        let slot = tables.slot(table);
         let mut guard = slot.lock().await;
         let input = Input {
             schema,
             changes,
             checkpoint,
         };
-        let (delta, Staged { next, after }, cached) = self.stage(&mut guard, input).await?;
+        let (delta, Staged { next, after }, cached) = tables.stage(&mut guard, input).await?;
         let base = Arc::clone(delta.base_loaded());
-        let location = self.current_location(table);
-        let catalog = self.catalog_for(table);
+        let location = tables.current_location(table);
+        let catalog = tables.catalog_for(table);
         let published = delta
-            .publish(catalog, &self.table_ref(table, &location), next)
+            .publish(catalog, &tables.table_ref(table, &location), next)
             .await;
         let published = match published {
             Ok(published) => {
                 maintenance::metadata_log::delete_after_commit(
-                    &self.warehouse,
+                    &tables.warehouse,
                     &base,
                     &published,
                     catalog.names_previous(),
                 );
-                self.remember(table, Some(Arc::clone(&published)));
+                tables.remember(table, Some(Arc::clone(&published)));
                 published
             }
             Err(e) => {
                 // Conflict or unknown outcome: reload before the next attempt.
-                self.remember(table, None);
+                tables.remember(table, None);
                 return Err(e);
             }
         };
         let mut stats = delta.finish(after, cached);
-        self.ask_maintenance_if_due(table, &published.metadata, guard.live.as_ref());
+        maintenance::ask_if_due(
+            &self.maintenance_wanted,
+            table,
+            &published.metadata,
+            guard.live.as_ref(),
+        );
         // A resync lineage whose copy is complete replaces the live table now, while the slot
-        // is still held, when its mode says this commit is the one (resync.rs).
-        if let Some(lineage) = self.resync_lineage(table) {
+        // is still held, when its mode says this commit is the one (resync/).
+        if let Some(lineage) = tables.resync_lineage(table) {
             if lineage.swaps_at(&checkpoint.position) {
                 crate::failpoints::crash_point(crate::failpoints::RESYNC_BEFORE_SWAP);
-                self.swap(table, &lineage.id, &published).await?;
+                ResyncSwap::new(tables, table, &lineage.id, &published)
+                    .commit(&mut guard)
+                    .await?;
                 stats.resync_swapped = true;
             }
         }
         Ok(stats)
     }
-}
 
-impl TableSlot {
-    /// The index and the live state of `meta`'s current snapshot, for one commit: the cached
-    /// state when it describes that snapshot, else reread.
-    async fn for_commit(
-        &mut self,
-        warehouse: &Warehouse,
-        table: &TableId,
-        meta: &TableMetadata,
-    ) -> Result<Cached<'_>, SinkError> {
-        let TableSlot { index, live } = self;
-        if !live.as_ref().is_some_and(|state| state.describes(meta)) {
-            *live = Some(LiveState::load(warehouse, table, meta).await?);
+    /// Commits `commits` in one catalog transaction ([`MultiTableCommit`], `transaction.rs`),
+    /// the tables under resync each on its own after it (see that module's doc). The stats are
+    /// in `commits`' order.
+    async fn commit_together(
+        &self,
+        rest: &catalog::rest::RestCatalog,
+        commits: &[TableCommit<'_>],
+    ) -> Result<Vec<CommitStats>, SinkError> {
+        let (lineages, live): (Vec<usize>, Vec<usize>) = (0..commits.len())
+            .partition(|&i| self.tables.resync_id(&commits[i].schema.id).is_some());
+        let mut stats: Vec<Option<CommitStats>> = vec![None; commits.len()];
+        let one_by_one = if live.len() > 1 {
+            let together: Vec<TableCommit<'_>> = live.iter().map(|&i| commits[i]).collect();
+            let landed = MultiTableCommit::new(&self.tables, rest, &self.maintenance_wanted)
+                .commit(&together)
+                .await?;
+            for (&i, s) in live.iter().zip(landed) {
+                stats[i] = Some(s);
+            }
+            lineages
+        } else {
+            live.into_iter().chain(lineages).collect()
+        };
+        for i in one_by_one {
+            let c = &commits[i];
+            stats[i] = Some(self.commit_inner(c.schema, c.changes, c.checkpoint).await?);
         }
-        // Always `Some` here (loaded just above when it was not).
-        let live = live.get_or_insert_with(LiveState::default);
-        Ok(Cached { index, live })
+        stats
+            .into_iter()
+            .map(|s| {
+                s.ok_or_else(|| SinkError::Corrupt {
+                    path: "transaction".into(),
+                    detail: "a table of the flush has no result".into(),
+                })
+            })
+            .collect()
     }
 }
 
 #[async_trait]
 impl Sink for IcebergSink {
     async fn checkpoint(&self, table: &TableId) -> Result<Option<Checkpoint>, SinkError> {
-        let loaded = match self.load(table).await? {
+        let loaded = match self.tables.load(table).await? {
             Some(loaded) => loaded,
-            None => match self.adopt(table).await? {
+            None => match self.tables.adopt(table).await? {
                 Some(loaded) => loaded,
                 None => return Ok(None),
             },
         };
-        pipeline_checkpoint(&self.pipeline, &loaded.metadata)
+        pipeline_checkpoint(&self.tables.pipeline, &loaded.metadata)
     }
 
     async fn commit(
@@ -511,7 +309,7 @@ impl Sink for IcebergSink {
     }
 
     async fn commits_tables_together(&self) -> bool {
-        let Catalog::Rest(rest) = &self.catalog else {
+        let Catalog::Rest(rest) = &self.tables.catalog else {
             return false;
         };
         // Unknown (the configuration unreadable): table by table, which is always safe.
@@ -530,7 +328,7 @@ impl Sink for IcebergSink {
         &self,
         commits: &[TableCommit<'_>],
     ) -> Result<Vec<CommitStats>, SinkError> {
-        if let Catalog::Rest(rest) = &self.catalog {
+        if let Catalog::Rest(rest) = &self.tables.catalog {
             if commits.len() > 1 {
                 if rest.offers_transactions().await? {
                     return self.commit_together(rest, commits).await;
@@ -551,7 +349,7 @@ impl Sink for IcebergSink {
     }
 
     async fn check(&self) -> Result<Vec<String>, String> {
-        match &self.catalog {
+        match &self.tables.catalog {
             Catalog::Filesystem => Ok(Vec::new()),
             Catalog::Sql(sql) => match sql.tables().await {
                 Ok(_) => Ok(vec![match sql.tls_summary() {
@@ -565,23 +363,19 @@ impl Sink for IcebergSink {
     }
 
     async fn settle(&self) {
-        let tables: Vec<TableId> = {
-            let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-            slots.keys().cloned().collect()
-        };
-        for table in &tables {
-            self.settle_index(table).await;
+        for table in &self.tables.with_slots() {
+            self.tables.settle_index(table).await;
         }
     }
 
     async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError> {
-        let Some(loaded) = self.load(table).await? else {
+        let Some(loaded) = self.tables.load(table).await? else {
             return Ok(None);
         };
         let snapshot = loaded.metadata.current_snapshot();
         let props = snapshot.map(|s| &s.summary().additional_properties);
         let checkpoint = match props {
-            Some(p) => Checkpoint::from_properties(&self.pipeline, p)?,
+            Some(p) => Checkpoint::from_properties(&self.tables.pipeline, p)?,
             None => None,
         };
         // Approximate: an equality delete may name a key that had no row.
@@ -601,12 +395,12 @@ impl Sink for IcebergSink {
                     None => {
                         let version = loaded.metadata.format_version();
                         let manifests = files::manifest::load_manifests(
-                            &self.warehouse,
+                            &self.tables.warehouse,
                             snapshot.manifest_list(),
                             version,
                         )
                         .await?;
-                        files::manifest::load_files(&self.warehouse, &manifests)
+                        files::manifest::load_files(&self.tables.warehouse, &manifests)
                             .await?
                             .bytes()
                     }
@@ -635,22 +429,12 @@ impl Sink for IcebergSink {
     ) -> Result<Vec<MaintenanceReport>, SinkError> {
         let tables: Vec<TableId> = match tables {
             Some(t) => t.to_vec(),
-            None => {
-                let mut t: Vec<TableId> = {
-                    let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-                    slots.keys().cloned().collect()
-                };
-                if let Ok(loaded) = self.tables.lock() {
-                    t.extend(loaded.keys().cloned());
-                }
-                t.sort_by_key(|t| t.to_string());
-                t.dedup();
-                t
-            }
+            None => self.tables.known(),
         };
         let mut reports = Vec::new();
         for table in &tables {
-            match self.maintain_table(table).await {
+            let cycle = MaintenanceCycle::new(&self.tables, &self.maintenance, table);
+            match cycle.run().await {
                 Ok(Some(report)) => reports.push(report),
                 Ok(None) => {}
                 // A fenced daemon must stop, not go on to the next table.
@@ -687,11 +471,11 @@ impl Sink for IcebergSink {
         id: &str,
         mode: crate::sinks::ResyncMode,
     ) -> Result<ResyncState, SinkError> {
-        self.begin_resync(table, id, mode).await
+        resync::begin(&self.tables, table, id, mode).await
     }
 
     async fn abandon_resync(&self, table: &TableId, id: &str) {
-        self.abandon_lineage(table, id).await;
+        resync::abandon(&self.tables, table, id).await;
     }
 
     async fn cleanup(
@@ -700,13 +484,14 @@ impl Sink for IcebergSink {
         dry_run: bool,
     ) -> Result<Vec<TableCleanup>, SinkError> {
         let mut reports = Vec::new();
-        let sql = match &self.catalog {
+        let sql = match &self.tables.catalog {
             Catalog::Sql(sql) => sql,
             Catalog::Rest(rest) => return self.cleanup_rest(rest, grace, dry_run).await,
             Catalog::Filesystem => {
-                for table in cleanup::find_tables(&self.warehouse).await? {
+                for table in cleanup::find_tables(&self.tables.warehouse).await? {
                     let report =
-                        cleanup::clean_table(&self.warehouse, &table, None, grace, dry_run).await?;
+                        cleanup::clean_table(&self.tables.warehouse, &table, None, grace, dry_run)
+                            .await?;
                     reports.push(report);
                 }
                 return Ok(reports);
@@ -715,15 +500,16 @@ impl Sink for IcebergSink {
         // The catalog's tables, each from the file its row names: a directory no row names is
         // left alone (it may be a table of another catalog, or a create that never registered).
         for row in sql.tables().await? {
-            if self.warehouse.path(&row.metadata_location).is_err() {
+            if self.tables.warehouse.path(&row.metadata_location).is_err() {
                 tracing::info!(table = %format!("{}.{}", row.namespace, row.name), "not under this warehouse; skipped");
                 continue;
             }
             let metadata =
-                files::metadata::read_metadata(&self.warehouse, &row.metadata_location).await?;
+                files::metadata::read_metadata(&self.tables.warehouse, &row.metadata_location)
+                    .await?;
             let location = metadata.location().to_owned();
             let report = cleanup::clean_table(
-                &self.warehouse,
+                &self.tables.warehouse,
                 &location,
                 Some(&row.metadata_location),
                 grace,
@@ -746,7 +532,7 @@ impl IcebergSink {
         // The namespace cdcd will create its tables in (when configured; otherwise each source
         // schema's, created at its table's first commit): created now if absent, which proves
         // the permission.
-        let namespace = match &self.namespace {
+        let namespace = match &self.tables.namespace {
             Some(ns) => {
                 rest.create_namespace(ns).await.map_err(fail)?;
                 format!("; namespace {ns}: ok")
@@ -779,13 +565,13 @@ impl IcebergSink {
             let Some(loaded) = rest.load_listed(&listed).await? else {
                 continue;
             };
-            if self.warehouse.path(&loaded.file).is_err() {
+            if self.tables.warehouse.path(&loaded.file).is_err() {
                 tracing::info!(table = %format!("{}.{}", listed.namespace, listed.name), "not under this warehouse; skipped");
                 continue;
             }
             let location = loaded.metadata.location().to_owned();
             let report = cleanup::clean_table(
-                &self.warehouse,
+                &self.tables.warehouse,
                 &location,
                 Some(&loaded.file),
                 grace,

@@ -577,7 +577,7 @@ async fn losing_to_a_newer_lease_epoch_breaks_the_fence() {
         .await
         .unwrap();
     new.settle().await;
-    let loaded = new.load(&t.id).await.unwrap().unwrap();
+    let loaded = new.tables.load(&t.id).await.unwrap().unwrap();
     let summary = &loaded.metadata.current_snapshot().unwrap().summary();
     assert_eq!(
         summary

@@ -1,7 +1,8 @@
-//! Several tables' commits of one flush made visible together: staged table by table as
-//! [`IcebergSink::commit_once`](super::IcebergSink) stages one, then published in one REST catalog
-//! transaction (`catalog/rest.rs`, `commit_many`), so a source transaction that touched several
-//! tables appears in all of them at once, or in none. Each table keeps its own checkpoint.
+//! The multi-table commit ([`MultiTableCommit`]): several tables' commits of one flush made
+//! visible together, staged table by table as one table's commit stages ([`Tables::stage`]),
+//! then published in one REST catalog transaction (`catalog/rest.rs`, `commit_many`), so a source
+//! transaction that touched several tables appears in all of them at once, or in none. Each table
+//! keeps its own checkpoint.
 //!
 //! Locks: every table's slot is held from staging to the end of the publish, taken in table
 //! order; maintenance holds one slot at a time, so no two holders wait on each other.
@@ -12,7 +13,8 @@
 //! A table under resync (`resync/`) is not part of the transaction: its commits go to its
 //! lineage, a table of the filesystem catalog that the REST catalog does not know, and the one
 //! its mode names swaps the lineage into the live table, exactly as without the endpoint
-//! (`IcebergSink::commit_once`). Until the swap, readers see the live table, which takes no commit
+//! (`IcebergSink::commit_once`); the sink sorts the tables out (`IcebergSink::commit_together`,
+//! mod.rs). Until the swap, readers see the live table, which takes no commit
 //! meanwhile, so the transaction could not make the lineage's rows visible with the others'
 //! anyway. Its commit runs after the other tables' transaction: until the swap lands the table is
 //! behind the others, never ahead.
@@ -23,56 +25,45 @@ use super::catalog::rest::RestCatalog;
 use super::catalog::TableRef;
 use super::commit::{Input, Staged};
 use super::files::metadata::Loaded;
-use super::{maintenance, only_others_committed, IcebergSink, COMMIT_ATTEMPTS};
-use crate::sinks::{CommitStats, SinkError, TableCommit};
+use super::tables::Tables;
+use super::{maintenance, only_others_committed, COMMIT_ATTEMPTS};
+use crate::sinks::{CommitStats, MaintenanceWanted, SinkError, TableCommit};
 
-impl IcebergSink {
-    /// Commits `commits` in one catalog transaction, the tables under resync each on its own
-    /// after it (see the module doc). The stats are in `commits`' order.
-    pub(super) async fn commit_together(
-        &self,
-        rest: &RestCatalog,
-        commits: &[TableCommit<'_>],
-    ) -> Result<Vec<CommitStats>, SinkError> {
-        let (lineages, live): (Vec<usize>, Vec<usize>) =
-            (0..commits.len()).partition(|&i| self.resync_id(&commits[i].schema.id).is_some());
-        let mut stats: Vec<Option<CommitStats>> = vec![None; commits.len()];
-        let one_by_one = if live.len() > 1 {
-            let together: Vec<TableCommit<'_>> = live.iter().map(|&i| commits[i]).collect();
-            let landed = self.transaction(rest, &together).await?;
-            for (&i, s) in live.iter().zip(landed) {
-                stats[i] = Some(s);
-            }
-            lineages
-        } else {
-            live.into_iter().chain(lineages).collect()
-        };
-        for i in one_by_one {
-            let c = &commits[i];
-            stats[i] = Some(self.commit_inner(c.schema, c.changes, c.checkpoint).await?);
+/// One flush's commits of several tables (none under resync), published in one REST catalog
+/// transaction; see the module doc.
+pub(super) struct MultiTableCommit<'a> {
+    tables: &'a Tables,
+    rest: &'a RestCatalog,
+    /// Told of a table whose small files call for a maintenance cycle, as after any commit.
+    wanted: &'a MaintenanceWanted,
+}
+
+impl<'a> MultiTableCommit<'a> {
+    pub(super) fn new(
+        tables: &'a Tables,
+        rest: &'a RestCatalog,
+        wanted: &'a MaintenanceWanted,
+    ) -> MultiTableCommit<'a> {
+        MultiTableCommit {
+            tables,
+            rest,
+            wanted,
         }
-        stats
-            .into_iter()
-            .map(|s| {
-                s.ok_or_else(|| SinkError::Corrupt {
-                    path: "transaction".into(),
-                    detail: "a table of the flush has no result".into(),
-                })
-            })
-            .collect()
     }
 
     /// Commits `commits` (no table under resync) in one catalog transaction, re-planned after a
-    /// conflict at most [`COMMIT_ATTEMPTS`] times.
-    async fn transaction(
+    /// conflict at most [`COMMIT_ATTEMPTS`] times. The stats are in `commits`' order.
+    pub(super) async fn commit(
         &self,
-        rest: &RestCatalog,
         commits: &[TableCommit<'_>],
     ) -> Result<Vec<CommitStats>, SinkError> {
+        let tables = self.tables;
         for attempt in 1.. {
-            let before: Vec<Option<Arc<Loaded>>> =
-                commits.iter().map(|c| self.cached(&c.schema.id)).collect();
-            let conflict = match self.together_once(rest, commits).await {
+            let before: Vec<Option<Arc<Loaded>>> = commits
+                .iter()
+                .map(|c| tables.cached(&c.schema.id))
+                .collect();
+            let conflict = match self.attempt(commits).await {
                 Err(e @ SinkError::CommitConflict { .. }) => e,
                 other => return other,
             };
@@ -83,10 +74,10 @@ impl IcebergSink {
                 let Some(before) = before else {
                     return Err(conflict);
                 };
-                let Some(now) = self.load(&c.schema.id).await? else {
+                let Some(now) = tables.load(&c.schema.id).await? else {
                     return Err(conflict);
                 };
-                if !only_others_committed(&self.pipeline, &before.metadata, &now.metadata)? {
+                if !only_others_committed(&tables.pipeline, &before.metadata, &now.metadata)? {
                     tracing::warn!(table = %c.schema.id, "the table moved other than by other engines' commits on top of cdcd's last one; stopping rather than guessing");
                     return Err(conflict);
                 }
@@ -100,16 +91,15 @@ impl IcebergSink {
         unreachable!("the loop returns")
     }
 
-    async fn together_once(
-        &self,
-        rest: &RestCatalog,
-        commits: &[TableCommit<'_>],
-    ) -> Result<Vec<CommitStats>, SinkError> {
+    /// One attempt: every table's slot locked in table order, each table staged, all published
+    /// in one transaction, then each table's cache and index advanced.
+    async fn attempt(&self, commits: &[TableCommit<'_>]) -> Result<Vec<CommitStats>, SinkError> {
+        let tables = self.tables;
         let mut order: Vec<usize> = (0..commits.len()).collect();
         order.sort_by_key(|&i| commits[i].schema.id.to_string());
         let slots: Vec<_> = order
             .iter()
-            .map(|&i| self.table_slot(&commits[i].schema.id))
+            .map(|&i| tables.slot(&commits[i].schema.id))
             .collect();
         let mut guards = Vec::with_capacity(slots.len());
         for slot in &slots {
@@ -119,7 +109,7 @@ impl IcebergSink {
         // be refused, or worse, land there (see the module doc).
         if let Some(c) = commits
             .iter()
-            .find(|c| self.resync_id(&c.schema.id).is_some())
+            .find(|c| tables.resync_id(&c.schema.id).is_some())
         {
             return Err(SinkError::Data {
                 table: c.schema.id.clone(),
@@ -128,7 +118,7 @@ impl IcebergSink {
         }
         let locations: Vec<String> = order
             .iter()
-            .map(|&i| self.table_location(&commits[i].schema.id))
+            .map(|&i| tables.table_location(&commits[i].schema.id))
             .collect();
         let mut staged = Vec::with_capacity(order.len());
         for ((guard, &i), location) in guards.iter_mut().zip(&order).zip(&locations) {
@@ -138,26 +128,26 @@ impl IcebergSink {
                 changes: c.changes,
                 checkpoint: c.checkpoint,
             };
-            let (delta, Staged { next, after }, cached) = self.stage(guard, input).await?;
+            let (delta, Staged { next, after }, cached) = tables.stage(guard, input).await?;
             staged.push((i, location, delta, next, after, cached));
         }
         let items: Vec<(TableRef<'_>, &Loaded, &iceberg::spec::TableMetadata)> = staged
             .iter()
             .map(|(i, location, delta, next, _, _)| {
                 (
-                    self.table_ref(&commits[*i].schema.id, location),
+                    tables.table_ref(&commits[*i].schema.id, location),
                     delta.base_loaded().as_ref(),
                     next,
                 )
             })
             .collect();
-        let published = rest.commit_many(&self.warehouse, &items).await;
+        let published = self.rest.commit_many(&tables.warehouse, &items).await;
         drop(items);
         let published = match published {
             Ok(p) => p,
             Err(e) => {
                 for c in commits {
-                    self.remember(&c.schema.id, None);
+                    tables.remember(&c.schema.id, None);
                 }
                 return Err(e);
             }
@@ -169,17 +159,17 @@ impl IcebergSink {
             let published = Arc::new(published);
             landed.push((table, Arc::clone(&published)));
             maintenance::metadata_log::delete_after_commit(
-                &self.warehouse,
+                &tables.warehouse,
                 delta.base_loaded(),
                 &published,
                 false,
             );
-            self.remember(table, Some(published));
+            tables.remember(table, Some(published));
             stats[i] = Some(delta.finish(after, cached));
         }
         // `landed` is in the order of the guards (both follow `order`).
         for (guard, (table, published)) in guards.iter().zip(landed) {
-            self.ask_maintenance_if_due(table, &published.metadata, guard.live.as_ref());
+            maintenance::ask_if_due(self.wanted, table, &published.metadata, guard.live.as_ref());
         }
         stats
             .into_iter()

@@ -3,22 +3,26 @@
 //! replication (`Sink::maintain`, run every `sink.maintenance_interval_ms`) or on demand
 //! (`cdcd maintain`).
 //!
-//! Layout: `properties.rs` (the properties honoured, their defaults, cdcd's defaults for new
-//! tables), `expire.rs` (pure: which snapshots and refs expire), `reachable.rs` (the files a set
-//! of snapshots reaches), `metadata_log.rs` (old `vN.metadata.json` files deleted after commit,
-//! and swept), `journal.rs` (the expiry in progress, so a crash's leftovers are found),
-//! `cycle.rs` (one cycle of one table: compact, then expire, delete, report), `compaction/`
-//! (data-file compaction of v3 tables: pick, rewrite, commit a `replace` snapshot, move the
-//! primary-key index; its module doc has the concurrency argument).
+//! Layout: the actions, each a type over the sink's `Tables` (`tables.rs`) that takes the
+//! table's slot lock for its commits: `cycle.rs` ([`MaintenanceCycle`]: one cycle of one table:
+//! compact, then expire, sweep, report), `compaction/` (`RewriteDataFiles`: data-file compaction:
+//! pick, rewrite, commit a `replace` snapshot, move the primary-key index; its module doc has
+//! the concurrency argument), `expire_snapshots.rs` (`ExpireSnapshots`: commit an expiry, delete
+//! what only the expired snapshots reached, finish one a crash interrupted). What they use:
+//! `properties.rs` (the properties honoured, their defaults, cdcd's defaults for new tables),
+//! `expire.rs` (pure: which snapshots and refs expire), `reachable.rs` (the files a set of
+//! snapshots reaches), `metadata_log.rs` (old `vN.metadata.json` files deleted after commit, and
+//! swept), `journal.rs` (the expiry in progress, so a crash's leftovers are found).
 //!
 //! The safety argument is in docs/internals.md ("Maintenance"): an expiry is a metadata commit
 //! like any other (create-if-absent `v<N+1>`, serialized with this process's streaming commits
 //! by the table's slot lock; a conflict reloads and decides again); files are deleted only after
 //! it landed, and only those `reachable(expired) − reachable(retained)`.
 
-mod compaction;
+pub(super) mod compaction;
 mod cycle;
 pub(crate) mod expire;
+mod expire_snapshots;
 mod journal;
 pub(crate) mod metadata_log;
 pub(crate) mod properties;
@@ -27,6 +31,7 @@ mod reachable;
 use std::collections::HashMap;
 
 use crate::changelog::TableId;
+pub(super) use cycle::{ask_if_due, MaintenanceCycle};
 
 /// What maintenance keeps between cycles, per table (the manifests' file lists).
 #[derive(Debug, Default)]

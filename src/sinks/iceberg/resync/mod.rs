@@ -1,7 +1,7 @@
 //! Resync (`cdcd resync --table T`): the table is copied again into a new lineage beside the
 //! live one, and the complete lineage replaces the live table in one metadata commit.
 //!
-//! Where it sits: the pipeline marks a requested table ([`IcebergSink::begin_resync`]) before it
+//! Where it sits: the pipeline marks a requested table ([`begin`]) before it
 //! reads the checkpoints; from then on this sink sends everything about the table to its
 //! lineage, a table of its own at `<table>/resync-<id>/` kept through the filesystem catalog
 //! whatever `[sink.catalog]` says, with a primary-key index of its own. Who fills it is the
@@ -10,7 +10,7 @@
 //! through a second sink marked [`ResyncMode::CopyOnly`] while this one keeps committing the live
 //! table. Readers read the live table until the swap.
 //!
-//! The swap ([`IcebergSink::swap`]): the lineage's commit that its [`ResyncMode`] names (the end
+//! The swap ([`ResyncSwap`], `swap.rs`): the lineage's commit that its [`ResyncMode`] names (the end
 //! of a copy at start; for an online copy, the first complete commit at or past the live
 //! table's checkpoint, so readers never see the table go back) is followed, under the same slot
 //! lock, by one commit of the live table through the configured catalog: one new snapshot on its
@@ -27,7 +27,7 @@
 //! new one, never a mix. A crash after it finds `cdcd.resync-id` in the live table's
 //! properties: the resync is done ([`ResyncState::Done`]). Between the lineage's commit and the
 //! swap nothing is lost either: the lineage is durable and complete, and the restart's
-//! [`IcebergSink::begin_resync`] swaps before the pipeline reads the table's checkpoint. Rows
+//! [`begin`] swaps before the pipeline reads the table's checkpoint. Rows
 //! deleted at the source but still in the old table are in no copied range, so the new lineage
 //! does not have them.
 //!
@@ -44,257 +44,126 @@ use std::sync::Arc;
 
 use object_store::ObjectStoreExt;
 
-use super::catalog::TableRef;
-use super::commit::publish;
-use super::files::metadata::Loaded;
-use super::IcebergSink;
+use super::tables::Tables;
 use crate::changelog::TableId;
 use crate::sinks::resync::Lineage;
 pub use crate::sinks::resync::{lineage_location, RESYNC_ID_PROPERTY};
 use crate::sinks::{ResyncMode, ResyncState, SinkError};
+use crate::storage::Warehouse;
 
 mod rebase;
+mod swap;
 
-use rebase::Rebase;
+pub(super) use swap::ResyncSwap;
 
-/// How often the swap's commit is tried when another writer commits to the live table first.
-const SWAP_ATTEMPTS: u32 = 5;
-
-impl IcebergSink {
-    /// The id of `table`'s resync under way in this sink, if any.
-    pub(super) fn resync_id(&self, table: &TableId) -> Option<String> {
-        self.resync_lineage(table).map(|l| l.id)
+/// [`crate::sinks::Sink::resync`]: `Done` when the live table already carries `id`,
+/// else `table` is marked so its checkpoint and commits go to the lineage.
+pub(super) async fn begin(
+    tables: &Tables,
+    table: &TableId,
+    id: &str,
+    mode: ResyncMode,
+) -> Result<ResyncState, SinkError> {
+    // Under the table's slot lock: a maintenance cycle or commit of the live table never
+    // sees the switch halfway.
+    let slot = tables.slot(table);
+    let mut guard = slot.lock().await;
+    let location = tables.table_location(table);
+    let mut live = tables
+        .catalog
+        .load(&tables.warehouse, &tables.table_ref(table, &location))
+        .await?
+        .map(Arc::new);
+    if live.is_none() && tables.resync_id(table).is_none() {
+        // A table the catalog does not know but whose directory holds metadata (the pipeline
+        // ran with the filesystem catalog before): registered first, as every start does, so
+        // the swap replaces it rather than registering it over the lineage.
+        live = tables.adopt(table).await?;
     }
-
-    /// `table`'s resync under way in this sink, if any.
-    pub(super) fn resync_lineage(&self, table: &TableId) -> Option<Lineage> {
-        self.resyncs.lock().ok()?.get(table).cloned()
-    }
-
-    /// [`crate::sinks::Sink::resync`]: `Done` when the live table already carries `id`,
-    /// else `table` is marked so its checkpoint and commits go to the lineage.
-    pub(super) async fn begin_resync(
-        &self,
-        table: &TableId,
-        id: &str,
-        mode: ResyncMode,
-    ) -> Result<ResyncState, SinkError> {
-        // Under the table's slot lock: a maintenance cycle or commit of the live table never
-        // sees the switch halfway.
-        let slot = self.table_slot(table);
-        let _serialized = slot.lock().await;
-        let location = self.table_location(table);
-        let mut live = self
-            .catalog
-            .load(&self.warehouse, &self.table_ref(table, &location))
-            .await?
-            .map(Arc::new);
-        if live.is_none() && self.resync_id(table).is_none() {
-            // A table the catalog does not know but whose directory holds metadata (the pipeline
-            // ran with the filesystem catalog before): registered first, as every start does, so
-            // the swap replaces it rather than registering it over the lineage.
-            live = self.adopt(table).await?;
+    let live_checkpoint = match &live {
+        Some(l) => super::pipeline_checkpoint(&tables.pipeline, &l.metadata)?,
+        None => None,
+    };
+    let lineage = Lineage::new(
+        id,
+        mode,
+        live_checkpoint.as_ref().map(|cp| cp.position.clone()),
+    );
+    if tables.resync_id(table).is_some_and(|ours| ours == id) {
+        if let Ok(mut resyncs) = tables.resyncs.lock() {
+            resyncs.insert(table.clone(), lineage);
         }
-        let live_checkpoint = match &live {
-            Some(l) => super::pipeline_checkpoint(&self.pipeline, &l.metadata)?,
-            None => None,
-        };
-        let lineage = Lineage::new(
-            id,
-            mode,
-            live_checkpoint.as_ref().map(|cp| cp.position.clone()),
-        );
-        if self.resync_id(table).is_some_and(|ours| ours == id) {
-            if let Ok(mut resyncs) = self.resyncs.lock() {
-                resyncs.insert(table.clone(), lineage);
-            }
-            return Ok(ResyncState::UnderWay {
-                live: live_checkpoint,
-            });
-        }
-        let done = live
-            .as_ref()
-            .and_then(|l| l.metadata.properties().get(RESYNC_ID_PROPERTY))
-            .is_some_and(|done| done == id);
-        if done {
-            self.forget_lineage_metadata(table, &lineage_location(&location, id))
-                .await;
-            return Ok(ResyncState::Done);
-        }
-        if let Ok(mut resyncs) = self.resyncs.lock() {
-            resyncs.insert(table.clone(), lineage.clone());
-        }
-        // The cached metadata is the live table's; the next load reads the lineage.
-        self.remember(table, None);
-        // A lineage whose copy completed before a crash took the swap with it: swap now (when
-        // its mode lets this position swap; else a later commit does).
-        if let Some(loaded) = self.load(table).await? {
-            let swaps = super::pipeline_checkpoint(&self.pipeline, &loaded.metadata)?
-                .is_some_and(|cp| lineage.swaps_at(&cp.position));
-            if swaps {
-                self.swap(table, id, &loaded).await?;
-                return Ok(ResyncState::Done);
-            }
-        }
-        tracing::info!(table = %table, lineage = %lineage_location(&location, id), "resync: the table's commits go to a new lineage until its copy is complete");
-        Ok(ResyncState::UnderWay {
+        return Ok(ResyncState::UnderWay {
             live: live_checkpoint,
-        })
-    }
-
-    /// Replaces the live table with resync `id`'s lineage, whose newest metadata is `lineage`.
-    /// Called with the table's slot lock held, right after the lineage's commit. Another
-    /// writer's commit to the live table meanwhile is replaced too (REPLACE TABLE semantics),
-    /// after reloading it. Never answers `CommitConflict`: the lineage's commit is durable, so
-    /// the caller must not plan it again; a failure stops the pipeline and the restart swaps.
-    pub(super) async fn swap(
-        &self,
-        table: &TableId,
-        id: &str,
-        lineage: &Loaded,
-    ) -> Result<(), SinkError> {
-        let location = self.table_location(table);
-        let t = self.table_ref(table, &location);
-        for attempt in 1..=SWAP_ATTEMPTS {
-            let live = self.catalog.load(&self.warehouse, &t).await?;
-            // The index of the table being replaced: nothing reads it after the swap.
-            let replaced_index = live.as_ref().map(|l| {
-                let id = l.metadata.properties().get(RESYNC_ID_PROPERTY);
-                self.index_location_of(table, id.map(String::as_str))
-            });
-            let live = match live {
-                Some(live) => live,
-                None => match self.create_for_swap(&t, lineage).await {
-                    Ok(created) => created,
-                    Err(SinkError::CommitConflict { .. }) => continue,
-                    Err(e) => return Err(e),
-                },
-            };
-            let next = Rebase {
-                table,
-                pipeline: &self.pipeline,
-                id,
-                live: &live,
-                lineage,
-            }
-            .metadata(&self.warehouse)
-            .await?;
-            let committed = self.catalog.commit(&self.warehouse, &t, &live, next).await;
-            match committed {
-                Ok(swapped) => {
-                    let version = swapped.version;
-                    if let Ok(mut resyncs) = self.resyncs.lock() {
-                        resyncs.remove(table);
-                    }
-                    self.remember(table, Some(Arc::new(swapped)));
-                    tracing::info!(table = %table, version, snapshot = ?lineage.metadata.current_snapshot_id(), "resync: the new lineage replaced the live table");
-                    self.forget_lineage_metadata(table, &lineage_location(&location, id))
-                        .await;
-                    if let Some(index) = replaced_index {
-                        self.forget_index(table, index);
-                    }
-                    return Ok(());
-                }
-                Err(SinkError::CommitConflict { .. }) if attempt < SWAP_ATTEMPTS => {
-                    tracing::info!(table = %table, attempt, "resync: another writer committed to the live table first; replacing it again");
-                }
-                Err(SinkError::CommitConflict { version, .. }) => {
-                    return Err(SinkError::Data {
-                        table: table.clone(),
-                        detail: format!("resync: other writers kept committing to the live table (version {version}); the lineage is complete and durable, the next start replaces the table with it"),
-                    });
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(SinkError::Data {
-            table: table.clone(),
-            detail: "resync: the swap was not attempted".to_owned(),
-        })
-    }
-
-    /// An empty live table for a lineage to replace, when the catalog has none (the table was
-    /// dropped, or never created): the lineage's schema, properties and format version. The
-    /// swap is then the table's first snapshot, as with a live table.
-    async fn create_for_swap(
-        &self,
-        t: &TableRef<'_>,
-        lineage: &Loaded,
-    ) -> Result<Loaded, SinkError> {
-        let meta = &lineage.metadata;
-        let empty = publish::new_table(
-            t.id,
-            t.location,
-            meta.current_schema().as_ref().clone(),
-            meta.format_version(),
-            meta.properties().clone(),
-        )?;
-        self.catalog.create(&self.warehouse, t, empty).await
-    }
-
-    /// Gives up resync `id`'s lineage (never swapped): without its metadata its directory is no
-    /// longer a table of its own, and its files are the live table's orphans.
-    pub(super) async fn abandon_lineage(&self, table: &TableId, id: &str) {
-        if let Ok(mut resyncs) = self.resyncs.lock() {
-            if resyncs.get(table).is_some_and(|l| l.id == id) {
-                resyncs.remove(table);
-            }
-        }
-        let location = self.table_location(table);
-        self.forget_lineage_metadata(table, &lineage_location(&location, id))
-            .await;
-    }
-
-    /// Deletes the replaced table's primary-key index at `index`, in the background (it may be
-    /// many files and the swap holds the table's lock). Best effort: a leftover is never read
-    /// again (an index covering a snapshot the table does not have is rebuilt).
-    fn forget_index(&self, table: &TableId, index: String) {
-        use futures::{StreamExt, TryStreamExt};
-        let warehouse = self.warehouse.clone();
-        let table = table.clone();
-        tokio::spawn(async move {
-            let Ok(prefix) = warehouse.path(&index) else {
-                return;
-            };
-            let store = warehouse.store();
-            let listed = store.list(Some(&prefix)).map_ok(|o| o.location).boxed();
-            let deleted: Vec<_> = store.delete_stream(listed).collect().await;
-            let failed = deleted.iter().filter(|d| d.is_err()).count();
-            if failed > 0 {
-                tracing::warn!(table = %table, index, failed, "resync: some files of the replaced table's index were not deleted; they are never read again");
-            }
         });
     }
+    let done = live
+        .as_ref()
+        .and_then(|l| l.metadata.properties().get(RESYNC_ID_PROPERTY))
+        .is_some_and(|done| done == id);
+    if done {
+        forget_lineage_metadata(&tables.warehouse, table, &lineage_location(&location, id)).await;
+        return Ok(ResyncState::Done);
+    }
+    if let Ok(mut resyncs) = tables.resyncs.lock() {
+        resyncs.insert(table.clone(), lineage.clone());
+    }
+    // The cached metadata is the live table's; the next load reads the lineage.
+    tables.remember(table, None);
+    // A lineage whose copy completed before a crash took the swap with it: swap now (when
+    // its mode lets this position swap; else a later commit does).
+    if let Some(loaded) = tables.load(table).await? {
+        let swaps = super::pipeline_checkpoint(&tables.pipeline, &loaded.metadata)?
+            .is_some_and(|cp| lineage.swaps_at(&cp.position));
+        if swaps {
+            ResyncSwap::new(tables, table, id, &loaded)
+                .commit(&mut guard)
+                .await?;
+            return Ok(ResyncState::Done);
+        }
+    }
+    tracing::info!(table = %table, lineage = %lineage_location(&location, id), "resync: the table's commits go to a new lineage until its copy is complete");
+    Ok(ResyncState::UnderWay {
+        live: live_checkpoint,
+    })
+}
 
-    /// Removes the lineage's own metadata files after the swap, so its directory is no longer a
-    /// table of its own: the files the live table references there stay, the rest become the
-    /// live table's orphans. Best effort (a leftover only keeps a few small files).
-    async fn forget_lineage_metadata(&self, table: &TableId, lineage: &str) {
-        use futures::TryStreamExt;
-        let Ok(prefix) = self.warehouse.path(&format!("{lineage}/metadata")) else {
+/// Gives up resync `id`'s lineage (never swapped): without its metadata its directory is no
+/// longer a table of its own, and its files are the live table's orphans.
+pub(super) async fn abandon(tables: &Tables, table: &TableId, id: &str) {
+    if let Ok(mut resyncs) = tables.resyncs.lock() {
+        if resyncs.get(table).is_some_and(|l| l.id == id) {
+            resyncs.remove(table);
+        }
+    }
+    let location = tables.table_location(table);
+    forget_lineage_metadata(&tables.warehouse, table, &lineage_location(&location, id)).await;
+}
+
+/// Removes the lineage's own metadata files after the swap, so its directory is no longer a
+/// table of its own: the files the live table references there stay, the rest become the
+/// live table's orphans. Best effort (a leftover only keeps a few small files).
+pub(super) async fn forget_lineage_metadata(warehouse: &Warehouse, table: &TableId, lineage: &str) {
+    use futures::TryStreamExt;
+    let Ok(prefix) = warehouse.path(&format!("{lineage}/metadata")) else {
+        return;
+    };
+    let listed: Result<Vec<object_store::ObjectMeta>, _> =
+        warehouse.store().list(Some(&prefix)).try_collect().await;
+    let listed = match listed {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(table = %table, lineage, error = %e, "resync: cannot list the lineage's metadata to remove it; `cdcd cleanup` keeps its files");
             return;
-        };
-        let listed: Result<Vec<object_store::ObjectMeta>, _> = self
-            .warehouse
-            .store()
-            .list(Some(&prefix))
-            .try_collect()
-            .await;
-        let listed = match listed {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(table = %table, lineage, error = %e, "resync: cannot list the lineage's metadata to remove it; `cdcd cleanup` keeps its files");
-                return;
-            }
-        };
-        for o in listed {
-            let name = o.location.filename().unwrap_or_default();
-            if !(name.ends_with(".metadata.json") || name == "version-hint.text") {
-                continue;
-            }
-            if let Err(e) = self.warehouse.store().delete(&o.location).await {
-                tracing::warn!(table = %table, file = %o.location, error = %e, "resync: cannot remove a metadata file of the lineage");
-            }
+        }
+    };
+    for o in listed {
+        let name = o.location.filename().unwrap_or_default();
+        if !(name.ends_with(".metadata.json") || name == "version-hint.text") {
+            continue;
+        }
+        if let Err(e) = warehouse.store().delete(&o.location).await {
+            tracing::warn!(table = %table, file = %o.location, error = %e, "resync: cannot remove a metadata file of the lineage");
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The swap's commit (`IcebergSink::swap`): the lineage's current state becomes one new
+//! The swap's commit (`ResyncSwap`, `swap.rs`): the lineage's current state becomes one new
 //! `overwrite` snapshot on top of the live table's head, through whichever catalog the table
 //! is in.
 //!

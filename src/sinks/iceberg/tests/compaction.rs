@@ -10,6 +10,7 @@ use arrow_array::builder::{Int64Builder, StringBuilder};
 
 use super::maintenance::{commits, seed, sink_with};
 use super::*;
+use crate::sinks::iceberg::maintenance::compaction::RewriteDataFiles;
 use crate::sinks::iceberg::rows::live::LiveState;
 use crate::sinks::pk_index::PrimaryKeyIndex;
 
@@ -43,8 +44,8 @@ impl Model {
 
 async fn live(s: &IcebergSink) -> LiveState {
     let t = schema();
-    let loaded = s.load(&t.id).await.unwrap().unwrap();
-    LiveState::load(&s.warehouse, &t.id, &loaded.metadata)
+    let loaded = s.tables.load(&t.id).await.unwrap().unwrap();
+    LiveState::load(&s.tables.warehouse, &t.id, &loaded.metadata)
         .await
         .unwrap()
 }
@@ -98,7 +99,7 @@ async fn assert_cached_state_is_fresh(s: &IcebergSink) {
     }
     let fresh = live(s).await;
     let t = schema();
-    let slot = s.table_slot(&t.id);
+    let slot = s.tables.slot(&t.id);
     let guard = slot.lock().await;
     let cached = guard
         .live
@@ -136,7 +137,7 @@ async fn compaction_rewrites_small_and_deleted_files_and_moved_rows_stay_located
     model.commits(0, 20);
     s.settle().await;
     let before = live(&s).await;
-    let parent = s.load(&t.id).await.unwrap().unwrap();
+    let parent = s.tables.load(&t.id).await.unwrap().unwrap();
     let replaced: HashSet<String> = before
         .files
         .data
@@ -166,7 +167,7 @@ async fn compaction_rewrites_small_and_deleted_files_and_moved_rows_stay_located
         .data
         .iter()
         .all(|f| !replaced.contains(f.file.file_path())));
-    let meta = s.load(&t.id).await.unwrap().unwrap();
+    let meta = s.tables.load(&t.id).await.unwrap().unwrap();
     let head = meta.metadata.current_snapshot().unwrap();
     assert_eq!(head.summary().operation, iceberg::spec::Operation::Replace);
     assert_eq!(
@@ -188,8 +189,8 @@ async fn compaction_rewrites_small_and_deleted_files_and_moved_rows_stay_located
     }
     // The index moved with the rows and covers the compaction's snapshot.
     s.settle().await;
-    let root = s.warehouse.path(&s.index_location(&t.id)).unwrap();
-    let index = PrimaryKeyIndex::open(Arc::clone(s.warehouse.store()), root, 1 << 20)
+    let root = s.tables.warehouse.path(&s.index_location(&t.id)).unwrap();
+    let index = PrimaryKeyIndex::open(Arc::clone(s.tables.warehouse.store()), root, 1 << 20)
         .await
         .unwrap();
     assert_eq!(index.covered_snapshot(), Some(head.snapshot_id()));
@@ -267,8 +268,8 @@ async fn deletes_committed_while_a_rewrite_runs_are_carried_over() {
         ];
         s.commit(&t, &[changes(&cs)], &cp(2000)).await.unwrap();
     };
-    let compacted = s
-        .compact_table_beside(&t.id, racing)
+    let compacted = RewriteDataFiles::new(&s.tables, &t.id)
+        .commit_beside(racing)
         .await
         .unwrap()
         .expect("the rewrite commits on the newer snapshot");
@@ -295,7 +296,7 @@ async fn deletes_committed_while_a_rewrite_runs_are_carried_over() {
         .all(|f| !replaced.contains(f.file.file_path())));
     assert!(after.dvs.keys().all(|f| !replaced.contains(f)));
     assert!(!after.dvs.is_empty());
-    let meta = s.load(&t.id).await.unwrap().unwrap();
+    let meta = s.tables.load(&t.id).await.unwrap().unwrap();
     let head = meta.metadata.current_snapshot().unwrap();
     assert_eq!(head.summary().operation, iceberg::spec::Operation::Replace);
     assert_eq!(s.checkpoint(&t.id).await.unwrap(), Some(cp(2000)));
@@ -358,7 +359,10 @@ async fn an_index_opened_while_a_rewrite_runs_still_finds_the_moved_rows() {
     let racing = async {
         commits(&s, 10, 1).await;
     };
-    let compacted = s.compact_table_beside(&t.id, racing).await.unwrap();
+    let compacted = RewriteDataFiles::new(&s.tables, &t.id)
+        .commit_beside(racing)
+        .await
+        .unwrap();
     assert!(compacted.is_some());
     model.commits(10, 1);
     let cs = [upd(30, None, 303), upd(3, None, 333), del(40)];
@@ -394,6 +398,7 @@ async fn equality_deletes_committed_while_a_rewrite_runs_still_apply() {
     let mut model = Model::seeded();
     model.commits(0, 12);
     let starting = s
+        .tables
         .load(&t.id)
         .await
         .unwrap()
@@ -407,8 +412,8 @@ async fn equality_deletes_committed_while_a_rewrite_runs_still_apply() {
         let cs = [del(20), upd(30, Some("moved"), 7), upd(31, None, 311)];
         s.commit(&t, &[changes(&cs)], &cp(2000)).await.unwrap();
     };
-    let compacted = s
-        .compact_table_beside(&t.id, racing)
+    let compacted = RewriteDataFiles::new(&s.tables, &t.id)
+        .commit_beside(racing)
         .await
         .unwrap()
         .expect("the rewrite commits on the newer snapshot");
@@ -492,7 +497,10 @@ async fn inputs_left_the_table(mode: DeleteMode) {
             .unwrap();
         assert!(r[0].files_rewritten > 5, "{r:?}");
     };
-    let outcome = s.compact_table_beside(&t.id, racing).await.unwrap();
+    let outcome = RewriteDataFiles::new(&s.tables, &t.id)
+        .commit_beside(racing)
+        .await
+        .unwrap();
     assert_eq!(outcome, None);
     // The other sink's output is new; the stale one was deleted.
     assert_eq!(parquet(), files_before + 1, "{}", data_dir.display());
@@ -827,7 +835,7 @@ async fn replaced_files_leave_with_the_expired_snapshots() {
     assert_eq!(r[0].files_rewritten, replaced.len() as u64, "{r:?}");
     assert_eq!((r[0].snapshots, r[0].error.clone()), (1, None), "{r:?}");
     let disk = files_on_disk(dir.path());
-    let live_files = referenced_files(&s.warehouse, &s.table_location(&t.id))
+    let live_files = referenced_files(&s.tables.warehouse, &s.table_location(&t.id))
         .await
         .unwrap();
     let missing: Vec<_> = live_files.difference(&disk).collect();
@@ -1039,7 +1047,7 @@ async fn lineage_of_the_one_file(s: &IcebergSink) -> Vec<(i64, Option<i64>, Opti
     let state = live(s).await;
     assert_eq!(state.files.data.len(), 1);
     let path = state.files.data[0].file.file_path().to_owned();
-    let bytes = crate::sinks::iceberg::files::manifest::read(&s.warehouse, &path)
+    let bytes = crate::sinks::iceberg::files::manifest::read(&s.tables.warehouse, &path)
         .await
         .unwrap();
     let mut rows = Vec::new();
@@ -1079,7 +1087,14 @@ async fn rewritten_rows_keep_their_row_ids_and_sequence_numbers() {
     seed(&s).await;
     commits(&s, 0, 20).await;
     s.settle().await;
-    let next_row_id = s.load(&t.id).await.unwrap().unwrap().metadata.next_row_id() as i64;
+    let next_row_id = s
+        .tables
+        .load(&t.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .metadata
+        .next_row_id() as i64;
     s.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
     // Commit i's sequence number: after the seed's 1, and after the first compaction's (22).
     let sequence_of = |i: i64| if i < 20 { i + 2 } else { i + 3 };

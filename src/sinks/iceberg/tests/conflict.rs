@@ -9,6 +9,7 @@ use iceberg::spec::{
 };
 
 use super::*;
+use crate::sinks::iceberg::commit::publish;
 
 fn empty() -> TableMetadata {
     let schema = Schema::builder()

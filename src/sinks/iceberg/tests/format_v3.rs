@@ -17,16 +17,16 @@ fn metadata(dir: &Path, version: u64) -> serde_json::Value {
 /// Live delete files of the current snapshot of a freshly loaded table.
 async fn live_deletes(s: &IcebergSink) -> Vec<iceberg::spec::DataFile> {
     let t = schema();
-    let loaded = s.load(&t.id).await.unwrap().unwrap();
+    let loaded = s.tables.load(&t.id).await.unwrap().unwrap();
     let snap = loaded.metadata.current_snapshot().unwrap();
     let ms = files::manifest::load_manifests(
-        &s.warehouse,
+        &s.tables.warehouse,
         snap.manifest_list(),
         loaded.metadata.format_version(),
     )
     .await
     .unwrap();
-    let files = files::manifest::load_files(&s.warehouse, &ms)
+    let files = files::manifest::load_files(&s.tables.warehouse, &ms)
         .await
         .unwrap();
     assert!(

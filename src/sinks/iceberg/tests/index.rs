@@ -12,9 +12,9 @@ fn dv_sink(dir: &Path) -> IcebergSink {
 /// The snapshot the persisted index of `t` covers.
 async fn covered(s: &IcebergSink) -> Option<i64> {
     let t = schema();
-    s.settle_index(&t.id).await;
-    let root = s.warehouse.path(&s.index_location(&t.id)).unwrap();
-    let index = PrimaryKeyIndex::open(Arc::clone(s.warehouse.store()), root, 1 << 20)
+    s.tables.settle_index(&t.id).await;
+    let root = s.tables.warehouse.path(&s.index_location(&t.id)).unwrap();
+    let index = PrimaryKeyIndex::open(Arc::clone(s.tables.warehouse.store()), root, 1 << 20)
         .await
         .unwrap();
     index.covered_snapshot()
@@ -96,7 +96,7 @@ async fn restart_with_the_index_behind_the_table_replays_the_difference() {
     s.commit(&t, &[changes(&[upd(2, Some("b2"), 22), del(3)])], &cp(2))
         .await
         .unwrap();
-    s.settle_index(&t.id).await;
+    s.tables.settle_index(&t.id).await;
     drop(s);
     // The index as it was before the second commit's persist.
     std::fs::remove_dir_all(index_dir(dir.path())).unwrap();
@@ -143,7 +143,7 @@ async fn missing_index_is_rebuilt_from_the_table() {
     s.commit(&t, &[changes(&[upd(3, Some("c2"), 3), del(1)])], &cp(2))
         .await
         .unwrap();
-    s.settle_index(&t.id).await;
+    s.tables.settle_index(&t.id).await;
     drop(s);
     std::fs::remove_dir_all(dir.path().join("_cdcd")).unwrap();
 
@@ -167,14 +167,14 @@ async fn index_behind_a_truncate_forgets_dropped_files() {
     s.commit(&t, &[changes(&[ins(1, "a"), ins(2, "b")])], &cp(1))
         .await
         .unwrap();
-    s.settle_index(&t.id).await;
+    s.tables.settle_index(&t.id).await;
     let saved = dir.path().join("saved-index");
     copy_dir(&index_dir(dir.path()), &saved);
     let trunc = (Op::Truncate, 0, None, None, None);
     s.commit(&t, &[changes(&[trunc, ins(2, "b2")])], &cp(2))
         .await
         .unwrap();
-    s.settle_index(&t.id).await;
+    s.tables.settle_index(&t.id).await;
     drop(s);
     std::fs::remove_dir_all(index_dir(dir.path())).unwrap();
     copy_dir(&saved, &index_dir(dir.path()));
@@ -214,7 +214,7 @@ async fn partial_update_after_restart_is_completed_through_the_index() {
     )
     .await
     .unwrap();
-    s.settle_index(&t.id).await;
+    s.tables.settle_index(&t.id).await;
     drop(s);
     let s = dv_sink(dir.path());
     s.commit(
@@ -246,12 +246,12 @@ async fn open_index_behind_another_writers_commit_is_caught_up() {
         .await
         .unwrap();
     // One index writer at a time (in the daemon the lease sees to it).
-    a.settle_index(&t.id).await;
+    a.tables.settle_index(&t.id).await;
     let b = dv_sink(dir.path());
     b.commit(&t, &[changes(&[upd(1, Some("from-b"), 5)])], &cp(2))
         .await
         .unwrap();
-    b.settle_index(&t.id).await;
+    b.tables.settle_index(&t.id).await;
     // `a`'s cached metadata is stale: its publish conflicts, then the retry builds on `b`'s.
     let stale = a
         .commit(&t, &[changes(&[upd(1, None, 6)])], &cp(3))
@@ -277,7 +277,7 @@ async fn index_runs_are_written_with_per_block_filters() {
     s.commit(&t, &[changes(&[ins(1, "a"), ins(2, "b")])], &cp(1))
         .await
         .unwrap();
-    s.settle_index(&t.id).await;
+    s.tables.settle_index(&t.id).await;
     let runs: Vec<_> = std::fs::read_dir(index_dir(dir.path()))
         .unwrap()
         .map(|e| e.unwrap().path())

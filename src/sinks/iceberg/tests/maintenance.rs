@@ -2,7 +2,7 @@
 //! and deletes only files no retained snapshot reaches; the metadata log stays bounded and the
 //! files that left it are deleted, leftovers swept; DuckDB reads the table after each step.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::*;
 use crate::sinks::iceberg::cleanup::referenced_files;
@@ -83,7 +83,7 @@ async fn expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach(mode: D
     seed(&s).await;
     commits(&s, 0, 8).await;
     s.settle().await;
-    let before = s.load(&t.id).await.unwrap().unwrap();
+    let before = s.tables.load(&t.id).await.unwrap().unwrap();
     let mut chain: Vec<_> = before.metadata.snapshots().cloned().collect();
     chain.sort_by_key(|s| s.sequence_number());
     assert_eq!(chain.len(), 9);
@@ -99,7 +99,7 @@ async fn expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach(mode: D
     );
     assert!(r.files_deleted > 0, "{r:?}");
 
-    let after = s.load(&t.id).await.unwrap().unwrap();
+    let after = s.tables.load(&t.id).await.unwrap().unwrap();
     let kept: Vec<i64> = {
         let mut k: Vec<_> = after.metadata.snapshots().cloned().collect();
         k.sort_by_key(|s| s.sequence_number());
@@ -109,7 +109,7 @@ async fn expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach(mode: D
     assert_eq!(kept, newest);
     assert_eq!(after.version, before.version + 1);
     // Every file a retained snapshot reaches exists; nothing else but metadata files is left.
-    let wh = s.warehouse.clone();
+    let wh = s.tables.warehouse.clone();
     let live = referenced_files(&wh, &s.table_location(&t.id))
         .await
         .unwrap();
@@ -148,7 +148,7 @@ async fn the_default_age_expires_nothing_young(mode: DeleteMode) {
     let t = schema();
     seed(&s).await;
     commits(&s, 0, 3).await;
-    let meta = s.load(&t.id).await.unwrap().unwrap();
+    let meta = s.tables.load(&t.id).await.unwrap().unwrap();
     let props = meta.metadata.properties();
     assert_eq!(
         props
@@ -164,7 +164,10 @@ async fn the_default_age_expires_nothing_young(mode: DeleteMode) {
     );
     let r = s.maintain(None).await.unwrap();
     assert_eq!((r[0].snapshots_expired, r[0].snapshots), (0, 4), "{r:?}");
-    assert_eq!(s.load(&t.id).await.unwrap().unwrap().version, meta.version);
+    assert_eq!(
+        s.tables.load(&t.id).await.unwrap().unwrap().version,
+        meta.version
+    );
 }
 
 async fn metadata_log_is_bounded_and_leftovers_swept(mode: DeleteMode) {
@@ -182,7 +185,7 @@ async fn metadata_log_is_bounded_and_leftovers_swept(mode: DeleteMode) {
     commits(&s, 0, 6).await;
     // The deletions run in the background after each commit.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let meta = s.load(&t.id).await.unwrap().unwrap();
+    let meta = s.tables.load(&t.id).await.unwrap().unwrap();
     assert_eq!(meta.metadata.metadata_log().len(), 2);
     let versions = |d: &Path| {
         let mut v: Vec<u64> = std::fs::read_dir(d.join("public/t/metadata"))
@@ -216,7 +219,7 @@ async fn a_bad_property_is_refused_at_the_table(mode: DeleteMode) {
     let t = schema();
     seed(&s).await;
     // Another engine sets a value cdcd cannot read: the cycle reports it, the data is untouched.
-    let loaded = s.load(&t.id).await.unwrap().unwrap();
+    let loaded = s.tables.load(&t.id).await.unwrap().unwrap();
     let mut props = HashMap::new();
     props.insert(
         "history.expire.min-snapshots-to-keep".to_owned(),
@@ -232,7 +235,7 @@ async fn a_bad_property_is_refused_at_the_table(mode: DeleteMode) {
     .unwrap()
     .metadata;
     crate::sinks::iceberg::catalog::filesystem::commit_version(
-        &s.warehouse,
+        &s.tables.warehouse,
         &t.id,
         loaded.version + 1,
         next,

@@ -13,9 +13,13 @@ use crate::sinks::iceberg::files::manifest::{load_manifests, read};
 
 async fn current_manifests(s: &IcebergSink, meta: &TableMetadata) -> Vec<ManifestFile> {
     let snap = meta.current_snapshot().unwrap();
-    load_manifests(&s.warehouse, snap.manifest_list(), meta.format_version())
-        .await
-        .unwrap()
+    load_manifests(
+        &s.tables.warehouse,
+        snap.manifest_list(),
+        meta.format_version(),
+    )
+    .await
+    .unwrap()
 }
 
 /// Checks every entry of the current snapshot's manifests: the manifest list's counts match the
@@ -26,7 +30,7 @@ async fn check_entries(s: &IcebergSink, meta: &TableMetadata) -> usize {
     let mut merged_entries = 0;
     let mut row_ranges = Vec::new();
     for m in current_manifests(s, meta).await {
-        let bytes = read(&s.warehouse, &m.manifest_path).await.unwrap();
+        let bytes = read(&s.tables.warehouse, &m.manifest_path).await.unwrap();
         let parsed = Manifest::parse_avro(&bytes).unwrap();
         let count = |st: ManifestStatus| {
             let es = parsed.entries().iter().filter(|e| e.status() == st);
@@ -122,8 +126,22 @@ async fn merging_bounds_the_list_and_keeps_entries(mode: DeleteMode) {
         commits(sink, 0, 30).await;
         sink.settle().await;
     }
-    let meta = s.load(&t.id).await.unwrap().unwrap().metadata.clone();
-    let plain_meta = plain.load(&t.id).await.unwrap().unwrap().metadata.clone();
+    let meta = s
+        .tables
+        .load(&t.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .metadata
+        .clone();
+    let plain_meta = plain
+        .tables
+        .load(&t.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .metadata
+        .clone();
     let merged_list = current_manifests(&s, &meta).await.len();
     let plain_list = current_manifests(&plain, &plain_meta).await.len();
     eprintln!("manifests in the current snapshot: {merged_list} merged, {plain_list} unmerged");
@@ -149,7 +167,7 @@ async fn merging_bounds_the_list_and_keeps_entries(mode: DeleteMode) {
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     let r = s.maintain(None).await.unwrap();
     assert_eq!((r[0].snapshots, r[0].error.clone()), (3, None), "{r:?}");
-    let live = referenced_files(&s.warehouse, &s.table_location(&t.id))
+    let live = referenced_files(&s.tables.warehouse, &s.table_location(&t.id))
         .await
         .unwrap();
     let disk = files_on_disk(dir.path());
@@ -170,7 +188,14 @@ async fn merging_bounds_the_list_and_keeps_entries(mode: DeleteMode) {
     commits(&plain, 50, 8).await;
     cold.settle().await;
     plain.settle().await;
-    let meta = cold.load(&t.id).await.unwrap().unwrap().metadata.clone();
+    let meta = cold
+        .tables
+        .load(&t.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .metadata
+        .clone();
     check_entries(&cold, &meta).await;
     assert_eq!(
         duck(&table_dir(dir.path()), "id, a, b"),
@@ -200,7 +225,14 @@ async fn expiry_keeps_merged_away_manifests_an_older_snapshot_needs(mode: Delete
     let mut merged_by = None;
     for i in 0..20 {
         commits(&s, i, 1).await;
-        let meta = s.load(&t.id).await.unwrap().unwrap().metadata.clone();
+        let meta = s
+            .tables
+            .load(&t.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .metadata
+            .clone();
         let snap = meta.current_snapshot().unwrap();
         if snap
             .summary()
@@ -220,13 +252,16 @@ async fn expiry_keeps_merged_away_manifests_an_older_snapshot_needs(mode: Delete
                 .unwrap(),
         )
         .unwrap();
-    let parent_manifests: Vec<String> =
-        load_manifests(&s.warehouse, parent.manifest_list(), meta.format_version())
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|m| m.manifest_path)
-            .collect();
+    let parent_manifests: Vec<String> = load_manifests(
+        &s.tables.warehouse,
+        parent.manifest_list(),
+        meta.format_version(),
+    )
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|m| m.manifest_path)
+    .collect();
     let current: Vec<String> = current_manifests(&s, &meta)
         .await
         .into_iter()
@@ -288,7 +323,7 @@ async fn a_conflict_never_publishes_a_merge_of_a_stale_list(mode: DeleteMode) {
         one.commit(&t, &changes, &cp(lsn)).await.unwrap();
     }
     one.settle().await;
-    let live = referenced_files(&a.warehouse, &a.table_location(&t.id))
+    let live = referenced_files(&a.tables.warehouse, &a.table_location(&t.id))
         .await
         .unwrap();
     let stale: Vec<String> = files_on_disk(dir.path())
@@ -298,7 +333,14 @@ async fn a_conflict_never_publishes_a_merge_of_a_stale_list(mode: DeleteMode) {
     assert!(!stale.is_empty(), "the lost attempt merged (an orphan)");
     let disk = files_on_disk(dir.path());
     assert!(live.is_subset(&disk), "{:?}", live.difference(&disk));
-    let meta = a.load(&t.id).await.unwrap().unwrap().metadata.clone();
+    let meta = a
+        .tables
+        .load(&t.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .metadata
+        .clone();
     check_entries(&a, &meta).await;
     let rows = duck(&table_dir(dir.path()), "id, a, b");
     assert!(

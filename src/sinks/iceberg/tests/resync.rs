@@ -20,7 +20,7 @@ async fn the_swap_is_one_snapshot_on_the_live_head(mode: DeleteMode) {
     s.commit(&t, &[changes(&[upd(1, Some("a2"), 11), del(2)])], &cp(200))
         .await
         .unwrap();
-    let before = s.load(&t.id).await.unwrap().unwrap();
+    let before = s.tables.load(&t.id).await.unwrap().unwrap();
     let before = &before.metadata;
 
     let state = s
@@ -50,7 +50,7 @@ async fn the_swap_is_one_snapshot_on_the_live_head(mode: DeleteMode) {
         .unwrap();
     assert!(swapped.resync_swapped);
 
-    let after = s.load(&t.id).await.unwrap().unwrap();
+    let after = s.tables.load(&t.id).await.unwrap().unwrap();
     let after = &after.metadata;
     let head = after.current_snapshot().unwrap();
     assert_eq!(after.uuid(), before.uuid());

@@ -12,8 +12,8 @@
 //! `summary.rs` (pure: the `replace` summary), `equality.rs` (v2: the deletes a rewrite applies,
 //! the delete files it drops), `convert.rs` (v2: the deletes of the files left in place, as
 //! positions), `rewrite.rs` (the worker's first half: read, drop, write),
-//! `replace.rs` (its second half: vectors, manifests, snapshot), this file (the driver: lock,
-//! decide, publish, move the index).
+//! `replace.rs` (its second half: vectors, manifests, snapshot), this file (the action,
+//! [`RewriteDataFiles`]: lock, decide, publish, move the index).
 //!
 //! # Why no delete is lost: re-applied (v3), or no commit in between (v2)
 //!
@@ -78,6 +78,7 @@ use std::sync::Arc;
 use iceberg::spec::{FormatVersion, TableMetadata};
 use object_store::ObjectStoreExt;
 
+use super::expire_snapshots::checkpoint_snapshot;
 use super::properties::Compaction;
 use crate::changelog::TableId;
 use crate::checkpoint::Checkpoint;
@@ -88,7 +89,7 @@ use crate::sinks::iceberg::files::metadata::Loaded;
 use crate::sinks::iceberg::maintenance::metadata_log;
 use crate::sinks::iceberg::rows::index::{IndexSlot, RewrittenOutput};
 use crate::sinks::iceberg::rows::live::{LiveState, Rewritten};
-use crate::sinks::iceberg::{IcebergSink, TableSlot};
+use crate::sinks::iceberg::tables::{TableSlot, Tables};
 use crate::sinks::SinkError;
 use equality::V2Deletes;
 use pick::{Candidate, Choice};
@@ -126,28 +127,37 @@ struct Chosen<'a> {
     key_names: Option<Vec<String>>,
 }
 
-impl IcebergSink {
-    /// Compacts `table` once if its properties and files call for it; `Ok(None)` when nothing
-    /// was rewritten (no table, disabled, nothing worth it, or the rewrite went stale). The
-    /// module doc has the steps and which of them hold the table's slot lock.
-    pub(crate) async fn compact_table(
-        &self,
-        table: &TableId,
-    ) -> Result<Option<Compacted>, SinkError> {
-        let pause = failpoints::pause_point(failpoints::COMPACT_REWRITTEN);
-        self.compact_table_beside(table, pause).await
+/// The compaction of one table's data files; see the module doc.
+pub(in crate::sinks::iceberg) struct RewriteDataFiles<'a> {
+    tables: &'a Tables,
+    table: &'a TableId,
+}
+
+impl<'a> RewriteDataFiles<'a> {
+    pub(in crate::sinks::iceberg) fn new(
+        tables: &'a Tables,
+        table: &'a TableId,
+    ) -> RewriteDataFiles<'a> {
+        RewriteDataFiles { tables, table }
     }
 
-    /// [`compact_table`](Self::compact_table), running `meanwhile` between the rewrite and
-    /// its commit, without the table's lock: where the tests land their racing commits.
-    pub(crate) async fn compact_table_beside(
+    /// Compacts the table once if its properties and files call for it; `Ok(None)` when nothing
+    /// was rewritten (no table, disabled, nothing worth it, or the rewrite went stale). The
+    /// module doc has the steps and which of them hold the table's slot lock.
+    pub(in crate::sinks::iceberg) async fn commit(&self) -> Result<Option<Compacted>, SinkError> {
+        let pause = failpoints::pause_point(failpoints::COMPACT_REWRITTEN);
+        self.commit_beside(pause).await
+    }
+
+    /// [`commit`](Self::commit), running `meanwhile` between the rewrite and its commit,
+    /// without the table's lock: where the tests land their racing commits.
+    pub(in crate::sinks::iceberg) async fn commit_beside(
         &self,
-        table: &TableId,
         meanwhile: impl std::future::Future<Output = ()>,
     ) -> Result<Option<Compacted>, SinkError> {
-        let slot = self.table_slot(table);
+        let slot = self.tables.slot(self.table);
         let mut guard = slot.lock().await;
-        let Some(chosen) = self.choose(table, &mut guard).await? else {
+        let Some(chosen) = self.choose(&mut guard).await? else {
             return Ok(None);
         };
         let keys = chosen.key_names.as_deref();
@@ -155,18 +165,14 @@ impl IcebergSink {
         let written = chosen.rewrite.write(keys).await?;
         meanwhile.await;
         let mut guard = slot.lock().await;
-        self.commit_rewrite(table, &mut guard, chosen, written)
-            .await
+        self.commit_rewrite(&mut guard, chosen, written).await
     }
 
     /// Step 1: what to rewrite, from the current snapshot (`None`: nothing).
-    async fn choose<'a>(
-        &'a self,
-        table: &'a TableId,
-        slot: &mut TableSlot,
-    ) -> Result<Option<Chosen<'a>>, SinkError> {
+    async fn choose(&self, slot: &mut TableSlot) -> Result<Option<Chosen<'a>>, SinkError> {
+        let (tables, table) = (self.tables, self.table);
         slot.index.settle().await;
-        let Some(base) = self.load(table).await? else {
+        let Some(base) = tables.load(table).await? else {
             return Ok(None);
         };
         let meta = &base.metadata;
@@ -182,7 +188,7 @@ impl IcebergSink {
             return Ok(None);
         }
         if !slot.live.as_ref().is_some_and(|l| l.describes(meta)) {
-            slot.live = Some(LiveState::load(&self.warehouse, table, meta).await?);
+            slot.live = Some(LiveState::load(&tables.warehouse, table, meta).await?);
         }
         let Some(live) = slot.live.as_ref() else {
             return Ok(None);
@@ -209,9 +215,7 @@ impl IcebergSink {
         if choice.is_empty() && staying.is_empty() {
             return Ok(None);
         }
-        let (v2, dropped_deletes) = self
-            .v2_deletes(table, meta, live, &choice, &staying)
-            .await?;
+        let (v2, dropped_deletes) = self.v2_deletes(meta, live, &choice, &staying).await?;
         let inputs = inputs(live, &choice);
         let data_sequence = v2
             .is_some()
@@ -220,7 +224,7 @@ impl IcebergSink {
         let names = crate::sinks::iceberg::commit::Names::new(meta);
         Ok(Some(Chosen {
             rewrite: Rewrite {
-                warehouse: &self.warehouse,
+                warehouse: &tables.warehouse,
                 table,
                 base,
                 inputs,
@@ -238,21 +242,19 @@ impl IcebergSink {
     /// since step 1; `Ok(None)` when the rewrite went stale (its files are deleted).
     async fn commit_rewrite(
         &self,
-        table: &TableId,
         slot: &mut TableSlot,
         chosen: Chosen<'_>,
         written: Written,
     ) -> Result<Option<Compacted>, SinkError> {
+        let (tables, table) = (self.tables, self.table);
         slot.index.settle().await;
-        let Some(current) = self.load(table).await? else {
-            return self
-                .stale(table, "the table is gone".into(), &written)
-                .await;
+        let Some(current) = tables.load(table).await? else {
+            return self.stale("the table is gone".into(), &written).await;
         };
         let base = &chosen.rewrite.base.metadata;
         if current.metadata.current_schema_id() != base.current_schema_id() {
             return self
-                .stale(table, "the table's schema changed".into(), &written)
+                .stale("the table's schema changed".into(), &written)
                 .await;
         }
         if !slot
@@ -260,7 +262,7 @@ impl IcebergSink {
             .as_ref()
             .is_some_and(|l| l.describes(&current.metadata))
         {
-            slot.live = Some(LiveState::load(&self.warehouse, table, &current.metadata).await?);
+            slot.live = Some(LiveState::load(&tables.warehouse, table, &current.metadata).await?);
         }
         // Out of the slot while the commit reads it; put back advanced to the `replace`
         // snapshot after a commit (so the next commit reads nothing back), unchanged when the
@@ -283,14 +285,14 @@ impl IcebergSink {
         };
         if let Some(why) = gone {
             slot.live = Some(live);
-            return self.stale(table, why, &written).await;
+            return self.stale(why, &written).await;
         }
         let carried = if let Some(since) = chosen.data_sequence {
             let inputs: HashSet<&str> = written.placed.iter().map(|p| p.input.as_str()).collect();
-            if equality::inputs_deleted_since(&self.warehouse, &live, since, &inputs).await? {
+            if equality::inputs_deleted_since(&tables.warehouse, &live, since, &inputs).await? {
                 slot.live = Some(live);
                 let why = "a position delete was committed against an input".to_owned();
-                return self.stale(table, why, &written).await;
+                return self.stale(why, &written).await;
             }
             BTreeMap::new()
         } else {
@@ -299,7 +301,7 @@ impl IcebergSink {
                 Carry::Deletes(d) => d,
                 Carry::Stale(why) => {
                     slot.live = Some(live);
-                    return self.stale(table, why, &written).await;
+                    return self.stale(why, &written).await;
                 }
             }
         };
@@ -307,15 +309,7 @@ impl IcebergSink {
         // a conversion the next commit reads the state back from the table.
         let converted = written.converted.is_some();
         let (compacted, rewritten) = self
-            .publish_rewrite(
-                table,
-                &mut slot.index,
-                current,
-                &live,
-                chosen,
-                written,
-                carried,
-            )
+            .publish_rewrite(&mut slot.index, current, &live, chosen, written, carried)
             .await?;
         if !converted {
             live.apply_rewrite(rewritten);
@@ -326,10 +320,8 @@ impl IcebergSink {
 
     /// Writes the `replace` snapshot of `written` on `current` (whose state is `live`) with the
     /// `carried` deletes, publishes it and moves the index; returns what `live` must learn.
-    #[allow(clippy::too_many_arguments)]
     async fn publish_rewrite(
         &self,
-        table: &TableId,
         index: &mut IndexSlot,
         current: Arc<Loaded>,
         live: &LiveState,
@@ -337,11 +329,12 @@ impl IcebergSink {
         written: Written,
         carried: BTreeMap<String, DeletionVector>,
     ) -> Result<(Compacted, Rewritten), SinkError> {
+        let (tables, table) = (self.tables, self.table);
         let meta = &current.metadata;
         let parent = meta.current_snapshot().map(|s| s.snapshot_id());
         let checkpoint = self.carried_checkpoint(meta)?;
         let replace = Replace {
-            warehouse: &self.warehouse,
+            warehouse: &tables.warehouse,
             table,
             base: Arc::clone(&current),
             live,
@@ -359,12 +352,12 @@ impl IcebergSink {
         let staged = replace
             .stage(&written, &vectors, &mut manifests, checkpoint.as_ref())
             .await?;
-        let location = self.current_location(table);
-        let published = self
+        let location = tables.current_location(table);
+        let published = tables
             .catalog_for(table)
             .commit(
-                &self.warehouse,
-                &self.table_ref(table, &location),
+                &tables.warehouse,
+                &tables.table_ref(table, &location),
                 &current,
                 staged.next,
             )
@@ -373,17 +366,17 @@ impl IcebergSink {
             Ok(after) => Arc::new(after),
             Err(e) => {
                 // Conflict or unknown outcome: the next load tells; the files are orphans.
-                self.remember(table, None);
+                tables.remember(table, None);
                 return Err(e);
             }
         };
         failpoints::crash_point(failpoints::COMPACT_AFTER_COMMIT);
-        self.remember(table, Some(Arc::clone(&after)));
+        tables.remember(table, Some(Arc::clone(&after)));
         metadata_log::delete_after_commit(
-            &self.warehouse,
+            &tables.warehouse,
             &current,
             &after,
-            self.catalog_for(table).names_previous(),
+            tables.catalog_for(table).names_previous(),
         );
         let removed: Vec<&str> = written.removed_data.iter().map(|f| f.file_path()).collect();
         let outputs: Vec<RewrittenOutput<'_>> = written
@@ -424,13 +417,9 @@ impl IcebergSink {
 
     /// Gives up a rewrite that no longer applies (`why`) and deletes its files (best effort:
     /// what is left is an orphan for `cdcd cleanup`).
-    async fn stale(
-        &self,
-        table: &TableId,
-        why: String,
-        written: &Written,
-    ) -> Result<Option<Compacted>, SinkError> {
-        tracing::info!(table = %table, reason = %why, "compaction went stale; nothing committed, the next cycle decides again");
+    async fn stale(&self, why: String, written: &Written) -> Result<Option<Compacted>, SinkError> {
+        let warehouse = &self.tables.warehouse;
+        tracing::info!(table = %self.table, reason = %why, "compaction went stale; nothing committed, the next cycle decides again");
         let converted = written.converted.iter().map(|f| f.file_path());
         for at in written
             .outputs
@@ -438,10 +427,10 @@ impl IcebergSink {
             .map(|o| o.path.as_str())
             .chain(converted)
         {
-            let Ok(path) = self.warehouse.path(at) else {
+            let Ok(path) = warehouse.path(at) else {
                 continue;
             };
-            if let Err(e) = self.warehouse.store().delete(&path).await {
+            if let Err(e) = warehouse.store().delete(&path).await {
                 tracing::debug!(path = %at, error = %e, "cannot delete a stale compaction output; cdcd cleanup will");
             }
         }
@@ -453,7 +442,6 @@ impl IcebergSink {
     /// `live`.
     async fn v2_deletes(
         &self,
-        table: &TableId,
         meta: &TableMetadata,
         live: &LiveState,
         choice: &Choice,
@@ -468,8 +456,9 @@ impl IcebergSink {
         chosen.extend(staying.iter().map(|f| f.file.file_path()));
         let schema = meta.current_schema();
         let file_schema = crate::sinks::iceberg::schema::data_file_schema(schema)?;
+        let warehouse = &self.tables.warehouse;
         let deletes =
-            V2Deletes::load(&self.warehouse, table, live, schema, &file_schema, &chosen).await?;
+            V2Deletes::load(warehouse, self.table, live, schema, &file_schema, &chosen).await?;
         let dropped = deletes.droppable(live, &chosen);
         Ok((Some(deletes), dropped))
     }
@@ -477,14 +466,15 @@ impl IcebergSink {
     /// The checkpoint the compaction's snapshot carries: that of the newest snapshot of `main`
     /// with one of this pipeline (normally the current one).
     fn carried_checkpoint(&self, meta: &TableMetadata) -> Result<Option<Checkpoint>, SinkError> {
-        let Some(id) = self.checkpoint_snapshot(meta)? else {
+        let pipeline = &self.tables.pipeline;
+        let Some(id) = checkpoint_snapshot(pipeline, meta)? else {
             return Ok(None);
         };
         let Some(snapshot) = meta.snapshot_by_id(id) else {
             return Ok(None);
         };
         Ok(Checkpoint::from_properties(
-            &self.pipeline,
+            pipeline,
             &snapshot.summary().additional_properties,
         )?)
     }
