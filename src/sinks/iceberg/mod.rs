@@ -8,21 +8,33 @@
 //! (`docs/architecture.md`, "Decisions, briefly"): it writes manifests, the manifest list and
 //! `v<N+1>.metadata.json` itself, create-if-absent.
 //!
-//! Layout by role: `commit/` (the commit as a row-delta producer, one method per step: locate,
-//! files, manifests, summary, manifest list, publish), `schema.rs` (types and field ids),
-//! `input.rs` (checks of a commit's batches), `plan.rs` (pure: what to write), `rows/` (where a
-//! row is: the snapshot's files and vectors cached between commits in `live.rs`, current rows to
-//! complete partial updates in `lookup.rs`, v3's primary-key index in `index.rs` +
-//! `index/slot.rs` + `locator.rs`, updated in the background, keyless multiset rows, the upsert
-//! window), `files/` (the files' rows in `writer.rs`, Parquet settings and parallel columns in
-//! `encode.rs`, Avro manifests and a snapshot's files in `manifest.rs`, the newest metadata in
-//! `metadata.rs`), `deletes/` (deletion vectors, their Puffin files, v2 position deletes),
-//! `catalog/` (where tables are found and commits published: the filesystem, a SQL or a REST
-//! catalog), `transaction.rs` (several tables in one REST transaction), `resync/` (a table copied
-//! again into a new lineage and swapped in),
-//! `cleanup.rs` (orphan files for `cdcd cleanup`), `maintenance/` (snapshot expiry and the
-//! metadata log, following the table's properties; `Sink::maintain`). This
-//! file keeps the [`Sink`] impl and the table cache. Tables live at
+//! Layout by role. This file keeps [`IcebergSink`]: the [`Sink`] impl and the scheduling (a
+//! commit's attempts, which tables of a flush commit together, which tables a cycle maintains).
+//! `tables.rs` is the table cache every commit and action shares (`Tables`: where each table is,
+//! its newest metadata, its slot of live state and index behind the slot lock). Each way of
+//! changing a table is an action type, one per file, taking `Tables` and the slot lock as
+//! `RowDelta` does:
+//! - `commit/`: one table's changes as a row-delta snapshot (`RowDelta`, one method per step:
+//!   locate, files, manifests, summary, manifest list, publish);
+//! - `transaction.rs`: several tables' commits in one REST catalog transaction
+//!   (`MultiTableCommit`);
+//! - `resync/`: a table copied again into a new lineage (`resync/mod.rs`: begin, abandon) and
+//!   swapped in (`resync/swap.rs`: `ResyncSwap`; `resync/rebase.rs`: the swap's metadata);
+//! - `maintenance/` (`Sink::maintain`, following the table's properties): one table's cycle
+//!   (`maintenance/cycle.rs`: `MaintenanceCycle`), data-file compaction
+//!   (`maintenance/compaction/`: `RewriteDataFiles`), snapshot expiry
+//!   (`maintenance/expire_snapshots.rs`: `ExpireSnapshots`) and the metadata log.
+//!
+//! What they use: `schema.rs` (types and field ids), `input.rs` (checks of a commit's batches),
+//! `plan.rs` (pure: what to write), `rows/` (where a row is: the snapshot's files and vectors
+//! cached between commits in `live.rs`, current rows to complete partial updates in
+//! `lookup.rs`, v3's primary-key index in `index.rs` + `index/slot.rs` + `locator.rs`, updated
+//! in the background, keyless multiset rows, the upsert window), `files/` (the files' rows in
+//! `writer.rs`, Parquet settings and parallel columns in `encode.rs`, Avro manifests and a
+//! snapshot's files in `manifest.rs`, the newest metadata in `metadata.rs`), `deletes/`
+//! (deletion vectors, their Puffin files, v2 position deletes), `catalog/` (where tables are
+//! found and commits published: the filesystem, a SQL or a REST catalog), `cleanup.rs` (orphan
+//! files for `cdcd cleanup`). Tables live at
 //! `<warehouse>/<namespace>/<table>/` so any engine finds them without cdcd (README, "Where
 //! the tables are").
 

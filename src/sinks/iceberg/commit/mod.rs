@@ -2,7 +2,7 @@
 //! [`RowDelta`], one method per step (iceberg-rust's `SnapshotProducer` is the model: the new
 //! snapshot's identity and file names in one place, manifests, summary, manifest list, commit).
 //!
-//! `IcebergSink::commit` (`mod.rs`, which owns the table cache) drives the steps:
+//! `IcebergSink::commit` (`mod.rs`; the table cache is `tables.rs`) drives the steps:
 //! 1. [`RowDelta::new`]: the table's schema must be the changes' or evolve to it (`schema.rs`,
 //!    `evolve`: the new schema joins the metadata this commit publishes; `SchemaChanged` for any
 //!    other change), the

@@ -1,5 +1,5 @@
 //! Which snapshots and refs expire: a pure decision over the table's snapshots, refs and
-//! retention properties (no I/O; `cycle.rs` carries it out). Follows Iceberg-Java's
+//! retention properties (no I/O; `expire_snapshots.rs` carries it out). Follows Iceberg-Java's
 //! `RemoveSnapshots`:
 //!
 //! - a ref other than `main` whose snapshot is older than its `max-ref-age-ms` (the ref's own or
