@@ -27,12 +27,17 @@ use crate::changelog::TableId;
 mod context;
 mod env;
 mod messages;
+mod tables;
 
 pub use crate::sinks::iceberg::config::{DeleteMode, IcebergConfig, RawIceberg};
 pub use crate::sinks::lsm::config::{LsmConfig, MergeEngine, RawLsm};
 pub use crate::sources::mysql::config::{MySqlConfig, RawMySql, ZeroDate};
 pub use crate::sources::postgres::config::{PostgresConfig, RawPostgres};
 pub use context::{normalize_warehouse, redact_url, Context, SourceUrl};
+pub use tables::{
+    Configured, Origin, PartitionField, RawTableSettings, SinkKind, SortField, TableSettings,
+    TablesConfig,
+};
 use messages::describe;
 
 /// A configuration problem, naming the key and where it came from.

@@ -23,6 +23,7 @@ fn config(dir: &Path) -> LsmConfig {
         snapshots_retained: 30,
         snapshot_time_retained_ms: None,
         deletion_vectors: false,
+        tables: Default::default(),
     }
 }
 
