@@ -102,7 +102,7 @@ impl fmt::Display for SortField {
 }
 
 /// `transform` of `column` as the config writes it (`day(created_at)`, `bucket(16, id)`, `id`).
-pub fn write_transform(f: &mut impl fmt::Write, transform: Transform, column: &str) -> fmt::Result {
+fn write_transform(f: &mut impl fmt::Write, transform: Transform, column: &str) -> fmt::Result {
     match transform {
         Transform::Identity => write!(f, "{column}"),
         Transform::Bucket(n) => write!(f, "bucket({n}, {column})"),

@@ -53,7 +53,9 @@ mod commit;
 pub mod config;
 pub mod deletes;
 mod files;
+mod evolve;
 mod input;
+mod layout;
 pub(crate) mod maintenance;
 pub mod plan;
 mod resync;
@@ -93,6 +95,8 @@ pub struct IcebergSink {
     slots: Mutex<HashMap<TableId, Slot>>,
     /// `[sink.table_properties]`: set on the tables this sink creates.
     table_properties: BTreeMap<String, String>,
+    /// `[sink.tables.*]`: each table's spec, sort order and properties (layout.rs, evolve.rs).
+    settings: crate::config::TablesConfig,
     /// `source.schema_change`.
     schema_change: SchemaChangePolicy,
     /// How often the daemon runs a maintenance cycle (`None`: never).
@@ -139,6 +143,7 @@ impl IcebergSink {
             tables: Mutex::new(HashMap::new()),
             slots: Mutex::new(HashMap::new()),
             table_properties: config.table_properties.clone(),
+            settings: config.tables.clone(),
             maintenance_interval: (config.maintenance_interval_ms > 0)
                 .then(|| Duration::from_millis(config.maintenance_interval_ms)),
             maintenance: tokio::sync::Mutex::default(),
@@ -313,8 +318,20 @@ impl IcebergSink {
             return Ok(l);
         }
         let location = self.current_location(table);
-        let properties = maintenance::properties::for_new_table(&self.table_properties);
-        let metadata = publish::new_table(table, &location, schema, self.format, properties)?;
+        // The table's settings are checked against its schema before anything is written.
+        let settings = self.settings.resolve(table)?;
+        let layout = layout::bind(table, &settings, &schema, None)?;
+        let mut properties = self.table_properties.clone();
+        properties.extend(settings.properties);
+        let properties = maintenance::properties::for_new_table(&properties);
+        let metadata = publish::new_table_with(
+            table,
+            &location,
+            schema,
+            self.format,
+            properties,
+            layout.for_new_table(),
+        )?;
         let created = self
             .catalog_for(table)
             .create(&self.warehouse, &self.table_ref(table, &location), metadata)
@@ -510,6 +527,13 @@ impl Sink for IcebergSink {
         self.commit_inner(schema, changes, checkpoint).await
     }
 
+    async fn prepare(&self, tables: &[TableId]) -> Result<(), SinkError> {
+        for table in tables {
+            self.evolve_layout(table).await?;
+        }
+        Ok(())
+    }
+
     async fn commits_tables_together(&self) -> bool {
         let Catalog::Rest(rest) = &self.catalog else {
             return false;
@@ -626,6 +650,7 @@ impl Sink for IcebergSink {
             rows,
             location: loaded.metadata.location().to_owned(),
             files,
+            layout: Some(layout::describe(&loaded.metadata)),
         }))
     }
 

@@ -288,6 +288,22 @@ impl Sink for LsmSink {
         Ok(stats)
     }
 
+    /// Resolves every table's settings (refusing equally specific globs), and refuses
+    /// `partition_by`: cdcd does not write partitioned Paimon tables yet.
+    async fn prepare(&self, tables: &[TableId]) -> Result<(), SinkError> {
+        for table in tables {
+            if let Some(partition_by) = self.tables.config.tables.resolve(table)?.partition_by {
+                return Err(partition_by
+                    .origin
+                    .invalid(format!(
+                        "{table}: partitioned Paimon tables are not supported yet: remove                          partition_by for this table, or use sink.kind = \"iceberg\""
+                    ))
+                    .into());
+            }
+        }
+        Ok(())
+    }
+
     async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError> {
         let handle = self.tables.handle(table);
         let mut guard = handle.state.lock().await;
@@ -325,6 +341,7 @@ impl Sink for LsmSink {
             rows: Some(state.live_rows().max(0) as u64),
             location: state.location.clone(),
             files: Some(files),
+            layout: None,
         }))
     }
 

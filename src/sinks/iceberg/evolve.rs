@@ -1,0 +1,75 @@
+//! At start ([`Sink::prepare`](crate::sinks::Sink::prepare)): an existing table whose configured
+//! partition spec or sort order (`[sink.tables.*]`) is not its default gets them, in one metadata
+//! commit of its own before anything is written, logged once. What it builds is `layout.rs`'s;
+//! this is the I/O: load through the catalog, commit through it, under the table's slot so a
+//! maintenance commit cannot take the version meanwhile. A table that does not exist yet gets
+//! its layout when it is created (`load_or_create`).
+
+use std::sync::Arc;
+
+use super::{layout, IcebergSink};
+use crate::changelog::TableId;
+use crate::sinks::SinkError;
+
+impl IcebergSink {
+    /// Makes `table`'s default spec and sort order the configured ones, if it exists and they
+    /// are not. Refuses settings that do not fit its schema.
+    pub(super) async fn evolve_layout(&self, table: &TableId) -> Result<(), SinkError> {
+        let settings = self.settings.resolve(table)?;
+        if settings.partition_by.is_none() && settings.sort_by.is_none() {
+            return Ok(());
+        }
+        let slot = self.table_slot(table);
+        let _held = slot.lock().await;
+        let Some(base) = self.load(table).await? else {
+            return Ok(());
+        };
+        let meta = &base.metadata;
+        let bound = layout::bind(table, &settings, meta.current_schema(), Some(meta))?;
+        let evolved = layout::evolve(meta, &base.file, &bound).map_err(|source| {
+            SinkError::Iceberg {
+                context: format!("evolving the partition spec and sort order of {table}"),
+                source,
+            }
+        })?;
+        let Some(evolved) = evolved else {
+            return Ok(());
+        };
+        let shown = layout::describe(&evolved.metadata);
+        let location = self.current_location(table);
+        let catalog = self.catalog_for(table);
+        let published = catalog
+            .commit(
+                &self.warehouse,
+                &self.table_ref(table, &location),
+                &base,
+                evolved.metadata,
+            )
+            .await;
+        match published {
+            Ok(published) => {
+                super::maintenance::metadata_log::delete_after_commit(
+                    &self.warehouse,
+                    &base,
+                    &published,
+                    catalog.names_previous(),
+                );
+                tracing::info!(
+                    table = %table,
+                    spec = %shown.partition_spec,
+                    order = %shown.sort_order,
+                    spec_changed = evolved.spec_id.is_some(),
+                    order_changed = evolved.order_id.is_some(),
+                    version = published.version,
+                    "evolved the table's partition spec and sort order to the configured ones"
+                );
+                self.remember(table, Some(Arc::new(published)));
+                Ok(())
+            }
+            Err(e) => {
+                self.remember(table, None);
+                Err(e)
+            }
+        }
+    }
+}
