@@ -160,7 +160,10 @@ async fn configured_spec_and_sort_order_are_created_then_evolved() {
         .iter()
         .find(|r| r["table"] == format!("public.{t}"))
         .unwrap_or_else(|| panic!("status lacks {t}:\n{out}"));
-    assert_eq!(row["partition_spec"], "spec 0: day(created_at), bucket(4, id)");
+    assert_eq!(
+        row["partition_spec"],
+        "spec 0: day(created_at), bucket(4, id)"
+    );
     assert_eq!(row["sort_order"], "order 1: id asc nulls first");
 
     // Spark's DROP PARTITION FIELD days(created_at), ADD PARTITION FIELD months(created_at).
@@ -193,7 +196,11 @@ async fn configured_spec_and_sort_order_are_created_then_evolved() {
             field(1002, "created_at_month", "month", "created_at"),
         ]
     );
-    assert_eq!(spec_fields(&evolved, 0).len(), 2, "spec 0 is kept: {evolved}");
+    assert_eq!(
+        spec_fields(&evolved, 0).len(),
+        2,
+        "spec 0 is kept: {evolved}"
+    );
     assert_eq!(evolved["last_partition_id"], 1002);
     assert_eq!(evolved["sort_order"]["order_id"], 1, "{evolved}");
     assert!(p.metadata_versions(&t) > versions);
@@ -216,7 +223,9 @@ async fn configured_spec_and_sort_order_are_created_then_evolved() {
 /// applies.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transform_the_column_type_does_not_take_is_refused_before_anything_is_written() {
-    let Some(env) = test_env("a_transform_the_column_type_does_not_take_is_refused_before_anything_is_written") else {
+    let Some(env) =
+        test_env("a_transform_the_column_type_does_not_take_is_refused_before_anything_is_written")
+    else {
         return;
     };
     let name = unique("badlayout");
@@ -232,7 +241,7 @@ async fn a_transform_the_column_type_does_not_take_is_refused_before_anything_is
     )
     .await;
     let settings = Settings {
-        sink_extra: format!("[sink.tables.\"public.*\"]\npartition_by = [\"day(name)\"]\n"),
+        sink_extra: "[sink.tables.\"public.*\"]\npartition_by = [\"day(name)\"]\n".to_owned(),
         ..Settings::default()
     };
     let mut p = Pipeline::new(&env, &name, &[&t], &settings);

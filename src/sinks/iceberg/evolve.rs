@@ -26,12 +26,11 @@ impl IcebergSink {
         };
         let meta = &base.metadata;
         let bound = layout::bind(table, &settings, meta.current_schema(), Some(meta))?;
-        let evolved = layout::evolve(meta, &base.file, &bound).map_err(|source| {
-            SinkError::Iceberg {
+        let evolved =
+            layout::evolve(meta, &base.file, &bound).map_err(|source| SinkError::Iceberg {
                 context: format!("evolving the partition spec and sort order of {table}"),
                 source,
-            }
-        })?;
+            })?;
         let Some(evolved) = evolved else {
             return Ok(());
         };
@@ -99,12 +98,11 @@ impl IcebergSink {
         let meta = &base.metadata;
         let now = layout::describe(meta);
         let bound = layout::bind(table, &settings, meta.current_schema(), Some(meta))?;
-        let evolved = layout::evolve(meta, &base.file, &bound).map_err(|source| {
-            SinkError::Iceberg {
+        let evolved =
+            layout::evolve(meta, &base.file, &bound).map_err(|source| SinkError::Iceberg {
                 context: format!("evolving the partition spec and sort order of {table}"),
                 source,
-            }
-        })?;
+            })?;
         let mut line = format!(
             "table {table}: partition {}; sort {}",
             now.partition_spec, now.sort_order

@@ -296,7 +296,8 @@ impl Sink for LsmSink {
                 return Err(partition_by
                     .origin
                     .invalid(format!(
-                        "{table}: partitioned Paimon tables are not supported yet: remove                          partition_by for this table, or use sink.kind = \"iceberg\""
+                        "{table}: partitioned Paimon tables are not supported yet: remove \
+                         partition_by for this table, or use sink.kind = \"iceberg\""
                     ))
                     .into());
             }
