@@ -86,6 +86,7 @@ fn sink(warehouse: &Path, mode: DeleteMode) -> anyhow::Result<IcebergSink> {
         table_properties: Default::default(),
         maintenance_interval_ms: 0,
         catalog: Default::default(),
+        tables: Default::default(),
     };
     Ok(IcebergSink::new(&config, "bench")?)
 }

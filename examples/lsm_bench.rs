@@ -111,6 +111,7 @@ async fn main() -> anyhow::Result<()> {
         snapshots_retained: 30,
         snapshot_time_retained_ms: None,
         deletion_vectors: false,
+        tables: Default::default(),
     };
     let sink = LsmSink::new(&config, "bench")?;
     let schema = schema();

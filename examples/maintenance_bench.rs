@@ -367,6 +367,7 @@ fn sink(
                 snapshots_retained: 30,
                 snapshot_time_retained_ms: None,
                 deletion_vectors: false,
+                tables: Default::default(),
             };
             return Ok(Arc::new(LsmSink::new(&config, "bench")?));
         }
@@ -384,6 +385,7 @@ fn sink(
         // The bench schedules the cycles itself (see the module docs).
         maintenance_interval_ms: 0,
         catalog: Default::default(),
+        tables: Default::default(),
     };
     Ok(Arc::new(IcebergSink::new(&config, "bench")?))
 }

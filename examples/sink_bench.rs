@@ -246,6 +246,7 @@ fn open_sink(kind: &str, dir: &Path, compaction_trigger: usize) -> anyhow::Resul
             table_properties: Default::default(),
             maintenance_interval_ms: 0,
             catalog: Default::default(),
+            tables: Default::default(),
         };
         Ok(Arc::new(IcebergSink::new(&config, "bench")?))
     };
@@ -262,6 +263,7 @@ fn open_sink(kind: &str, dir: &Path, compaction_trigger: usize) -> anyhow::Resul
                 snapshots_retained: 30,
                 snapshot_time_retained_ms: None,
                 deletion_vectors: false,
+                tables: Default::default(),
             };
             let lsm = Arc::new(LsmSink::new(&config, "bench")?);
             (lsm.clone(), Some(lsm))

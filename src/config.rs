@@ -27,6 +27,7 @@ use crate::changelog::TableId;
 mod context;
 mod env;
 mod messages;
+mod tables;
 
 pub use crate::sinks::iceberg::config::{DeleteMode, IcebergConfig, RawIceberg};
 pub use crate::sinks::lsm::config::{LsmConfig, MergeEngine, RawLsm};
@@ -34,6 +35,10 @@ pub use crate::sources::mysql::config::{MySqlConfig, RawMySql, ZeroDate};
 pub use crate::sources::postgres::config::{PostgresConfig, RawPostgres};
 pub use context::{normalize_warehouse, redact_url, Context, SourceUrl};
 use messages::describe;
+pub use tables::{
+    Configured, Origin, PartitionField, RawTableSettings, SinkKind, SortField, TableSettings,
+    TablesConfig,
+};
 
 /// A configuration problem, naming the key and where it came from.
 #[derive(Debug, thiserror::Error)]

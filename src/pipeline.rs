@@ -208,6 +208,8 @@ async fn run_batched(
             why,
         });
     }
+    // Per-table settings: refused or applied (a spec evolved) before anything is written.
+    sink.prepare(&prepared.tables).await?;
     let mut tables = Tables::default();
     resync::start_resyncs(&prepared, sink.as_ref(), &settings, &mut tables).await?;
     for table in &prepared.tables {

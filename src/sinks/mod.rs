@@ -41,6 +41,18 @@ pub struct TableStatus {
     pub location: String,
     /// Live files and snapshots (`None` when the sink does not tell).
     pub files: Option<TableFiles>,
+    /// The default partition spec and sort order; `None` when the sink does not tell.
+    pub layout: Option<TableLayout>,
+}
+
+/// A table's default partition spec and sort order in the config's words, for `cdcd status`
+/// and `cdcd check`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TableLayout {
+    /// `spec 1: day(created_at), bucket(4, id)`, `spec 0: unpartitioned`.
+    pub partition_spec: String,
+    /// `order 1: id asc nulls first`, `order 0: unsorted`.
+    pub sort_order: String,
 }
 
 /// A table's file counts, for `cdcd status`.
@@ -196,6 +208,21 @@ pub trait Sink: Send + Sync {
         false
     }
 
+    /// At start, before anything is written: makes the existing ones of `tables` follow their
+    /// `[sink.tables.*]` settings (the Iceberg sink evolves a table's partition spec and sort
+    /// order to the configured ones) and refuses settings this sink cannot apply, naming the
+    /// table. A table created later gets its settings when it is created.
+    async fn prepare(&self, _tables: &[TableId]) -> Result<(), SinkError> {
+        Ok(())
+    }
+
+    /// `cdcd check`: for each of `tables`, a line on its settings as the sink applies them (the
+    /// Iceberg sink: its partition spec and sort order, and what [`Sink::prepare`] would change),
+    /// or the problem [`Sink::prepare`] or the table's creation would refuse. Changes nothing.
+    async fn check_tables(&self, _tables: &[TableId]) -> Vec<Result<String, String>> {
+        Vec::new()
+    }
+
     /// The state of `table` for `cdcd status`; `None` when it does not exist.
     async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError>;
 
@@ -337,6 +364,10 @@ pub enum SinkError {
     Warehouse(#[from] crate::storage::StorageError),
     #[error(transparent)]
     Cleanup(#[from] CleanupError),
+    /// A table's `[sink.tables.*]` settings do not fit the table (a column it lacks, a transform
+    /// its type does not take) or this sink (not supported yet).
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
 }
 
 impl SinkError {
@@ -358,6 +389,7 @@ impl SinkError {
             SinkError::Fenced(_) => "lease_lost",
             SinkError::Warehouse(_) => "storage",
             SinkError::Cleanup(_) => "cleanup",
+            SinkError::Config(_) => "config",
         }
     }
 }

@@ -121,6 +121,7 @@ async fn streams_into_paimon_and_reads_equal_after_compaction() {
             snapshots_retained: 10,
             snapshot_time_retained_ms: None,
             deletion_vectors: false,
+            tables: Default::default(),
         },
         &p.name,
     )

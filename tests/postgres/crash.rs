@@ -243,6 +243,7 @@ async fn kill_dash_nine_at_random_moments(sink: SinkKind) {
             snapshots_retained: 10,
             snapshot_time_retained_ms: None,
             deletion_vectors: false,
+            tables: Default::default(),
         },
         &p.name,
     )

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::config::{default_warehouse, ConfigError, Context, RawS3};
+use crate::config::{
+    default_warehouse, ConfigError, Context, RawS3, RawTableSettings, SinkKind, TablesConfig,
+};
 pub use crate::sinks::iceberg::catalog::config::{CatalogConfig, RawCatalog, SqlUri};
 
 /// `[sink]` with `kind = "iceberg"` (the default kind).
@@ -37,6 +39,9 @@ pub struct RawIceberg {
     /// `[sink.catalog]`: where tables are found and committed (default: the filesystem).
     #[serde(default)]
     pub catalog: Option<RawCatalog>,
+    /// `[sink.tables."<table or glob>"]`: partition spec, sort order and properties per table.
+    #[serde(default)]
+    pub tables: BTreeMap<String, RawTableSettings>,
 }
 
 fn default_maintenance_interval_ms() -> u64 {
@@ -66,6 +71,8 @@ pub struct IcebergConfig {
     pub table_properties: BTreeMap<String, String>,
     pub maintenance_interval_ms: u64,
     pub catalog: CatalogConfig,
+    /// `[sink.tables.*]` over `[sink.table_properties]`: each table's settings.
+    pub tables: TablesConfig,
 }
 
 impl RawIceberg {
@@ -74,6 +81,18 @@ impl RawIceberg {
         let (warehouse, namespace) = ctx.sink_location(&self.warehouse, self.namespace)?;
         crate::sinks::iceberg::maintenance::properties::check(&self.table_properties)
             .map_err(|e| ctx.invalid("sink.table_properties", e.to_string()))?;
+        for (key, section) in &self.tables {
+            crate::sinks::iceberg::maintenance::properties::check(&section.properties).map_err(
+                |e| {
+                    crate::config::Origin {
+                        file: ctx.file.to_owned(),
+                        key: format!("sink.tables.{key:?}.properties"),
+                    }
+                    .invalid(e)
+                },
+            )?;
+        }
+        let tables = TablesConfig::validate(self.tables, SinkKind::Iceberg, ctx)?;
         Ok(IcebergConfig {
             warehouse,
             namespace,
@@ -84,6 +103,7 @@ impl RawIceberg {
                 Some(raw) => raw.validate(ctx)?,
                 None => CatalogConfig::Filesystem,
             },
+            tables,
         })
     }
 }

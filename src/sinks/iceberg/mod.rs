@@ -63,8 +63,10 @@ pub mod cleanup;
 mod commit;
 pub mod config;
 pub mod deletes;
+mod evolve;
 mod files;
 mod input;
+mod layout;
 pub(crate) mod maintenance;
 pub mod plan;
 mod resync;
@@ -79,6 +81,7 @@ use maintenance::MaintenanceCycle;
 use plan::FileLimits;
 use resync::ResyncSwap;
 use tables::Tables;
+use evolve::EvolveLayout;
 use transaction::MultiTableCommit;
 
 #[cfg(test)]
@@ -320,6 +323,25 @@ impl Sink for IcebergSink {
         self.commit_inner(schema, changes, checkpoint).await
     }
 
+    async fn prepare(&self, tables: &[TableId]) -> Result<(), SinkError> {
+        for table in tables {
+            EvolveLayout::new(&self.tables, table).commit().await?;
+        }
+        Ok(())
+    }
+
+    async fn check_tables(&self, tables: &[TableId]) -> Vec<Result<String, String>> {
+        let mut lines = Vec::new();
+        for table in tables {
+            match EvolveLayout::new(&self.tables, table).check().await {
+                Ok(Some(line)) => lines.push(Ok(line)),
+                Ok(None) => {}
+                Err(e) => lines.push(Err(e.to_string())),
+            }
+        }
+        lines
+    }
+
     async fn commits_tables_together(&self) -> bool {
         let Catalog::Rest(rest) = &self.tables.catalog else {
             return false;
@@ -432,6 +454,7 @@ impl Sink for IcebergSink {
             rows,
             location: loaded.metadata.location().to_owned(),
             files,
+            layout: Some(layout::describe(&loaded.metadata)),
         }))
     }
 

@@ -24,7 +24,7 @@ use super::files::metadata::Loaded;
 use super::plan::FileLimits;
 use super::rows::index::IndexSlot;
 use super::rows::live::LiveState;
-use super::{files, maintenance, resync, rows, schema};
+use super::{files, layout, maintenance, resync, rows, schema};
 use crate::changelog::TableId;
 use crate::config::{DeleteMode, IcebergConfig, SchemaChangePolicy};
 use crate::sinks::resync::Lineage;
@@ -52,6 +52,8 @@ pub(super) struct Tables {
     table_properties: BTreeMap<String, String>,
     /// `source.schema_change`.
     pub(super) schema_change: SchemaChangePolicy,
+    /// `[sink.tables.*]`: each table's spec, sort order and properties (layout.rs, evolve.rs).
+    pub(super) settings: crate::config::TablesConfig,
     /// Tables under resync ([`crate::sinks::Sink::resync`]) and their request ids: their commits
     /// go to the new lineage at `<table>/resync-<id>` (resync/) until it replaces the live table.
     pub(super) resyncs: Mutex<HashMap<TableId, Lineage>>,
@@ -92,6 +94,7 @@ impl Tables {
             resyncs: Mutex::new(HashMap::new()),
             lineage_catalog: Catalog::Filesystem,
             schema_change: SchemaChangePolicy::default(),
+            settings: config.tables.clone(),
         })
     }
 
@@ -270,8 +273,20 @@ impl Tables {
             return Ok(l);
         }
         let location = self.current_location(table);
-        let properties = maintenance::properties::for_new_table(&self.table_properties);
-        let metadata = publish::new_table(table, &location, schema, self.format, properties)?;
+        // The table's settings are checked against its schema before anything is written.
+        let settings = self.settings.resolve(table)?;
+        let layout = layout::bind(table, &settings, &schema, None)?;
+        let mut properties = self.table_properties.clone();
+        properties.extend(settings.properties);
+        let properties = maintenance::properties::for_new_table(&properties);
+        let metadata = publish::new_table_with(
+            table,
+            &location,
+            schema,
+            self.format,
+            properties,
+            layout.for_new_table(),
+        )?;
         let created = self
             .catalog_for(table)
             .create(&self.warehouse, &self.table_ref(table, &location), metadata)

@@ -24,6 +24,7 @@ fn sink(dir: &Path, mode: DeleteMode) -> IcebergSink {
         table_properties: Default::default(),
         maintenance_interval_ms: 0,
         catalog: Default::default(),
+        tables: Default::default(),
     };
     IcebergSink::new(&config, "shop").unwrap()
 }
@@ -248,6 +249,7 @@ async fn empty_commit_publishes_the_checkpoint(mode: DeleteMode) {
             table_properties: Default::default(),
             maintenance_interval_ms: 0,
             catalog: Default::default(),
+            tables: Default::default(),
         },
         "other",
     )
@@ -355,6 +357,7 @@ async fn memory_warehouse_round_trips(mode: DeleteMode) {
         table_properties: Default::default(),
         maintenance_interval_ms: 0,
         catalog: Default::default(),
+        tables: Default::default(),
     };
     let s = IcebergSink::new(&config, "shop").unwrap();
     let t = schema();

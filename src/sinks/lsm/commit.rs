@@ -74,7 +74,7 @@ pub(super) async fn commit(
         return append::commit(tables, &handle, input).await;
     }
     tables.stall(&handle).await?;
-    let wanted = schema::paimon_schema(input.schema, tables.table_options())?;
+    let wanted = schema::paimon_schema(input.schema, tables.table_options(&input.schema.id))?;
     let mut commit = Commit::new(tables, &handle, input, &wanted).await?;
     let mut planned = commit.plan()?;
     let found = commit.lookup(&mut planned).await?;
@@ -166,7 +166,7 @@ impl<'a> Commit<'a> {
         let schemas = FileSchemas::new(self.input.schema)
             .with_schema_id(state.schema.id)
             .with_aliases(state.aliases.clone());
-        let buckets = state.buckets(self.tables.config.buckets);
+        let buckets = state.buckets(self.tables.config.buckets_for(self.table()));
         let complete = self.tables.config.merge_engine == MergeEngine::Deduplicate;
         let plan = plan::plan(self.input.changes, &schemas, buckets, complete).map_err(|e| {
             SinkError::Data {

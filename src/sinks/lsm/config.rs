@@ -4,7 +4,12 @@
 
 use serde::Deserialize;
 
-use crate::config::{default_warehouse, ConfigError, Context, RawS3};
+use std::collections::BTreeMap;
+
+use crate::changelog::TableId;
+use crate::config::{
+    default_warehouse, ConfigError, Context, RawS3, RawTableSettings, SinkKind, TablesConfig,
+};
 
 /// `[sink]` with `kind = "lsm"`: Apache Paimon primary-key tables.
 #[derive(Debug, Clone, Deserialize)]
@@ -44,6 +49,10 @@ pub struct RawLsm {
     /// `[sink.catalog]` is refused: read only to say why (Paimon's filesystem layout is kept).
     #[serde(default)]
     pub catalog: Option<serde::de::IgnoredAny>,
+    /// `[sink.tables."<table or glob>"]`: `buckets` (and `partition_by`, not supported yet) per
+    /// table.
+    #[serde(default)]
+    pub tables: BTreeMap<String, RawTableSettings>,
 }
 
 /// How an LSM (Paimon) table merges the versions of a key (`sink.merge_engine`).
@@ -70,6 +79,20 @@ pub struct LsmConfig {
     pub snapshot_time_retained_ms: Option<u64>,
     /// Paimon `deletion-vectors.enabled`: readers read only compacted files.
     pub deletion_vectors: bool,
+    /// `[sink.tables.*]`: each table's settings.
+    pub tables: TablesConfig,
+}
+
+impl LsmConfig {
+    /// Buckets of `table` when cdcd creates it: its section's `buckets`, else `sink.buckets`.
+    /// (Two equally specific globs over the table are refused at start: `LsmSink::prepare`.)
+    pub fn buckets_for(&self, table: &TableId) -> u32 {
+        self.tables
+            .resolve(table)
+            .ok()
+            .and_then(|s| s.buckets)
+            .unwrap_or(self.buckets)
+    }
 }
 
 impl RawLsm {
@@ -97,6 +120,7 @@ impl RawLsm {
             "sink.snapshots_retained",
             self.snapshots_retained.unwrap_or(30),
         )?;
+        let tables = TablesConfig::validate(self.tables, SinkKind::Lsm, ctx)?;
         Ok(LsmConfig {
             warehouse,
             namespace,
@@ -106,6 +130,7 @@ impl RawLsm {
             snapshots_retained,
             snapshot_time_retained_ms: self.snapshot_time_retained_ms,
             deletion_vectors: self.deletion_vectors,
+            tables,
         })
     }
 }

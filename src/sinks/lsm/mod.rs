@@ -288,6 +288,33 @@ impl Sink for LsmSink {
         Ok(stats)
     }
 
+    /// Resolves every table's settings (refusing equally specific globs), and refuses
+    /// `partition_by`: cdcd does not write partitioned Paimon tables yet.
+    async fn prepare(&self, tables: &[TableId]) -> Result<(), SinkError> {
+        for table in tables {
+            if let Some(partition_by) = self.tables.config.tables.resolve(table)?.partition_by {
+                return Err(partition_by
+                    .origin
+                    .invalid(format!(
+                        "{table}: partitioned Paimon tables are not supported yet: remove \
+                         partition_by for this table, or use sink.kind = \"iceberg\""
+                    ))
+                    .into());
+            }
+        }
+        Ok(())
+    }
+
+    async fn check_tables(&self, tables: &[TableId]) -> Vec<Result<String, String>> {
+        let mut lines = Vec::new();
+        for table in tables {
+            if let Err(e) = self.prepare(std::slice::from_ref(table)).await {
+                lines.push(Err(e.to_string()));
+            }
+        }
+        lines
+    }
+
     async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError> {
         let handle = self.tables.handle(table);
         let mut guard = handle.state.lock().await;
@@ -325,6 +352,7 @@ impl Sink for LsmSink {
             rows: Some(state.live_rows().max(0) as u64),
             location: state.location.clone(),
             files: Some(files),
+            layout: None,
         }))
     }
 

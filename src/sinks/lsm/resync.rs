@@ -323,7 +323,8 @@ impl Swap<'_> {
         let buckets = if self.lineage.schema.primary_keys.is_empty() {
             super::append::UNAWARE_BUCKETS
         } else {
-            self.lineage.buckets(self.tables.config.buckets) as i32
+            self.lineage
+                .buckets(self.tables.config.buckets_for(self.table)) as i32
         };
         publish::publish(
             w,

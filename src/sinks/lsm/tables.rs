@@ -120,11 +120,14 @@ impl Tables {
         }
     }
 
-    /// Paimon table options cdcd sets on tables it creates.
-    pub(super) fn table_options(&self) -> BTreeMap<String, String> {
+    /// Paimon table options cdcd sets on `table` when it creates it.
+    pub(super) fn table_options(&self, table: &TableId) -> BTreeMap<String, String> {
         let o = &self.compaction;
         let mut m = BTreeMap::from([
-            ("bucket".to_owned(), self.config.buckets.max(1).to_string()),
+            (
+                "bucket".to_owned(),
+                self.config.buckets_for(table).max(1).to_string(),
+            ),
             ("file.format".to_owned(), "parquet".to_owned()),
             (
                 "num-sorted-run.compaction-trigger".to_owned(),

@@ -35,10 +35,27 @@ pub(crate) fn new_table(
     version: FormatVersion,
     properties: HashMap<String, String>,
 ) -> Result<TableMetadata, SinkError> {
-    TableMetadataBuilder::new(
-        schema,
+    let unpartitioned = (
         UnboundPartitionSpec::builder().build(),
         SortOrder::unsorted_order(),
+    );
+    new_table_with(table, location, schema, version, properties, unpartitioned)
+}
+
+/// [`new_table`] with a partition spec and sort order (`layout.rs`), bound to `schema`'s field
+/// ids: the table's spec 0 and, if sorted, its sort order 1.
+pub(crate) fn new_table_with(
+    table: &TableId,
+    location: &str,
+    schema: Schema,
+    version: FormatVersion,
+    properties: HashMap<String, String>,
+    (spec, order): (UnboundPartitionSpec, SortOrder),
+) -> Result<TableMetadata, SinkError> {
+    TableMetadataBuilder::new(
+        schema,
+        spec,
+        order,
         location.to_owned(),
         version,
         properties,

@@ -18,6 +18,7 @@ pub(super) fn sink_with(dir: &Path, mode: DeleteMode, props: &[(&str, &str)]) ->
             .collect::<BTreeMap<_, _>>(),
         maintenance_interval_ms: 0,
         catalog: Default::default(),
+        tables: Default::default(),
     };
     IcebergSink::new(&config, "shop").unwrap()
 }

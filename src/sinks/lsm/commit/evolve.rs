@@ -29,7 +29,7 @@ impl Tables {
         handle: &Arc<Handle>,
     ) -> Result<Option<(Arc<TableSchema>, Vec<TableChanges>)>, SinkError> {
         let table = &schema.id;
-        let wanted = schema::paimon_schema(schema, self.table_options())?;
+        let wanted = schema::paimon_schema(schema, self.table_options(table))?;
         let mut guard = handle.state.lock().await;
         self.ensure_loaded(table, &mut guard).await?;
         let Some(state) = guard.as_ref() else {

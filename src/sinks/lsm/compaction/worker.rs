@@ -229,7 +229,7 @@ impl Worker<'_> {
             .as_ref()
             .and_then(|s| s.properties.clone())
             .unwrap_or_default();
-        let buckets = state.buckets(tables.config.buckets) as i32;
+        let buckets = state.buckets(tables.config.buckets_for(&handle.table)) as i32;
         let files_in = inputs.len() as u64;
         let stats = &mut self.stats;
         stats.files_in += files_in;

@@ -6,14 +6,16 @@
 //! for the filesystem and SQL catalogs; a REST server instead applies updates to its own current
 //! metadata and writes the file itself. Diffing keeps one commit path for all catalogs. What cdcd
 //! changes, and so what is diffed: snapshots (added, removed), refs, schemas (added, current),
-//! properties, the format version. Partition specs, sort orders and the location never change
-//! under cdcd; a difference there is refused rather than sent half.
+//! properties, the format version, partition specs and sort orders (added, default: the
+//! configured layout, `layout.rs`). Specs and orders are never removed and the location never
+//! changes under cdcd; a difference there is refused rather than sent half.
 //!
 //! Requirements: the table's UUID (a table dropped and recreated under the name is another
 //! table) and `main`'s snapshot id (optimistic concurrency: any other writer's commit to `main`
 //! in between fails this one with 409, and cdcd re-plans on the new state); with a schema
 //! change also the current schema id and the last assigned field id, as Iceberg-Java's
-//! `UpdateSchema` requires.
+//! `UpdateSchema` requires; with a spec change the default spec id and the last assigned
+//! partition id (`UpdatePartitionSpec`), with an order change the default order id.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -47,6 +49,7 @@ pub(crate) fn between(base: &TableMetadata, next: &TableMetadata) -> Result<Chan
         });
     }
     schema_updates(base, next, &mut requirements, &mut updates);
+    layout_updates(base, next, &mut requirements, &mut updates);
     snapshot_updates(base, next, &mut updates)?;
     property_updates(base, next, &mut updates);
     Ok(Changes {
@@ -62,17 +65,78 @@ fn refuse_unsendable(base: &TableMetadata, next: &TableMetadata) -> Result<(), S
     if base.location() != next.location() {
         return Err("the table's location changed".into());
     }
-    if base.default_partition_spec_id() != next.default_partition_spec_id()
-        || base.partition_specs_iter().len() != next.partition_specs_iter().len()
+    let specs: HashSet<i32> = next.partition_specs_iter().map(|s| s.spec_id()).collect();
+    if base
+        .partition_specs_iter()
+        .any(|s| !specs.contains(&s.spec_id()))
     {
-        return Err("the partition spec changed".into());
+        return Err("a partition spec was removed".into());
     }
-    if base.default_sort_order_id() != next.default_sort_order_id()
-        || base.sort_orders_iter().len() != next.sort_orders_iter().len()
+    let orders: HashSet<i64> = next.sort_orders_iter().map(|o| o.order_id).collect();
+    if base
+        .sort_orders_iter()
+        .any(|o| !orders.contains(&o.order_id))
     {
-        return Err("the sort order changed".into());
+        return Err("a sort order was removed".into());
     }
     Ok(())
+}
+
+/// Added partition specs and sort orders, and a new default of either (`layout.rs`).
+fn layout_updates(
+    base: &TableMetadata,
+    next: &TableMetadata,
+    requirements: &mut Vec<TableRequirement>,
+    updates: &mut Vec<TableUpdate>,
+) {
+    let known: HashSet<i32> = base.partition_specs_iter().map(|s| s.spec_id()).collect();
+    let mut added: Vec<_> = next
+        .partition_specs_iter()
+        .filter(|s| !known.contains(&s.spec_id()))
+        .collect();
+    added.sort_by_key(|s| s.spec_id());
+    let default = next.default_partition_spec_id();
+    if !added.is_empty() || default != base.default_partition_spec_id() {
+        requirements.push(TableRequirement::LastAssignedPartitionIdMatch {
+            last_assigned_partition_id: base.last_partition_id(),
+        });
+        requirements.push(TableRequirement::DefaultSpecIdMatch {
+            default_spec_id: base.default_partition_spec_id(),
+        });
+        let default_is_added = added.last().is_some_and(|s| s.spec_id() == default);
+        for spec in added {
+            updates.push(TableUpdate::AddSpec {
+                spec: spec.as_ref().clone().into_unbound(),
+            });
+        }
+        if default != base.default_partition_spec_id() {
+            // -1: "the spec added last", since a server may number an added spec itself.
+            let spec_id = if default_is_added { -1 } else { default };
+            updates.push(TableUpdate::SetDefaultSpec { spec_id });
+        }
+    }
+    let known: HashSet<i64> = base.sort_orders_iter().map(|o| o.order_id).collect();
+    let mut added: Vec<_> = next
+        .sort_orders_iter()
+        .filter(|o| !known.contains(&o.order_id))
+        .collect();
+    added.sort_by_key(|o| o.order_id);
+    let default = next.default_sort_order_id();
+    if !added.is_empty() || default != base.default_sort_order_id() {
+        requirements.push(TableRequirement::DefaultSortOrderIdMatch {
+            default_sort_order_id: base.default_sort_order_id(),
+        });
+        let default_is_added = added.last().is_some_and(|o| o.order_id == default);
+        for order in added {
+            updates.push(TableUpdate::AddSortOrder {
+                sort_order: order.as_ref().clone(),
+            });
+        }
+        if default != base.default_sort_order_id() {
+            let sort_order_id = if default_is_added { -1 } else { default };
+            updates.push(TableUpdate::SetDefaultSortOrder { sort_order_id });
+        }
+    }
 }
 
 fn schema_updates(
@@ -212,7 +276,18 @@ pub(crate) fn landed(base: &TableMetadata, next: &TableMetadata, now: &TableMeta
         .properties()
         .iter()
         .all(|(k, v)| now.properties().get(k) == Some(v));
-    removed.iter().all(|id| now.snapshot_by_id(*id).is_none()) && props_applied
+    // A layout change shows by its defaults (a server may number them otherwise: compared by
+    // fields).
+    let layout_applied = next.default_partition_spec().fields().len()
+        == now.default_partition_spec().fields().len()
+        && next
+            .default_partition_spec()
+            .fields()
+            .iter()
+            .zip(now.default_partition_spec().fields())
+            .all(|(a, b)| a.source_id == b.source_id && a.transform == b.transform)
+        && next.default_sort_order().fields == now.default_sort_order().fields;
+    removed.iter().all(|id| now.snapshot_by_id(*id).is_none()) && props_applied && layout_applied
 }
 
 #[cfg(test)]
@@ -362,6 +437,77 @@ mod tests {
             ]
         );
         assert_eq!(json[1]["schema-id"], -1);
+    }
+
+    /// Issue 36: a changed `partition_by`/`sort_by` is sent as Iceberg-Java's
+    /// `UpdatePartitionSpec`/`ReplaceSortOrder` send it, and a server applying the updates ends
+    /// with the same default spec and order.
+    #[test]
+    fn a_layout_change_adds_and_sets_the_spec_and_order_under_their_requirements() {
+        let base = with_snapshot(&table(), snapshot(11, None, 1));
+        let spec = iceberg::spec::UnboundPartitionSpec::builder()
+            .add_partition_field(1, "id_bucket_4", iceberg::spec::Transform::Bucket(4))
+            .unwrap()
+            .build();
+        let order = iceberg::spec::SortOrder::builder()
+            .with_sort_field(iceberg::spec::SortField {
+                source_id: 1,
+                transform: iceberg::spec::Transform::Identity,
+                direction: iceberg::spec::SortDirection::Descending,
+                null_order: iceberg::spec::NullOrder::Last,
+            })
+            .build(base.current_schema())
+            .unwrap();
+        let layout = crate::sinks::iceberg::layout::Layout {
+            spec: Some(spec),
+            order: Some(order),
+        };
+        let next = crate::sinks::iceberg::layout::evolve(&base, "file:///m/v2.json", &layout)
+            .unwrap()
+            .unwrap()
+            .metadata;
+        let c = between(&base, &next).unwrap();
+        for r in [
+            TableRequirement::LastAssignedPartitionIdMatch {
+                last_assigned_partition_id: 999,
+            },
+            TableRequirement::DefaultSpecIdMatch { default_spec_id: 0 },
+            TableRequirement::DefaultSortOrderIdMatch {
+                default_sort_order_id: 0,
+            },
+        ] {
+            assert!(c.requirements.contains(&r), "{r:?}: {:?}", c.requirements);
+        }
+        let json = serde_json::to_value(&c.updates).unwrap();
+        let actions: Vec<&str> = json
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| u["action"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            actions,
+            [
+                "add-spec",
+                "set-default-spec",
+                "add-sort-order",
+                "set-default-sort-order"
+            ]
+        );
+        assert_eq!(json[1]["spec-id"], -1);
+        assert_eq!(json[3]["sort-order-id"], -1);
+        let mut applied = TableMetadataBuilder::new_from_metadata(base.clone(), None);
+        for u in c.updates {
+            applied = u.apply(applied).unwrap();
+        }
+        let applied = applied.build().unwrap().metadata;
+        assert_eq!(
+            applied.default_partition_spec(),
+            next.default_partition_spec()
+        );
+        assert_eq!(applied.default_sort_order(), next.default_sort_order());
+        assert!(landed(&base, &next, &applied));
+        assert!(!landed(&base, &next, &base));
     }
 
     #[test]
