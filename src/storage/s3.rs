@@ -42,13 +42,14 @@ use object_store::{BackoffConfig, Certificate, ClientOptions, RetryConfig};
 use url::Url;
 
 use super::StorageError;
-use crate::config::{Addressing, S3Config};
 
 mod cert_hint;
+pub mod config;
 mod credential_process;
 pub mod profile;
 
 pub use cert_hint::CertHint;
+pub use config::{Addressing, RawS3, S3Config};
 use credential_process::ProcessCredentials;
 use profile::{Chosen, Profile};
 

@@ -6,8 +6,10 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::config::{default_warehouse, ConfigError, Context, RawS3};
+use crate::config::context::{default_warehouse, Context};
+use crate::config::error::ConfigError;
 pub use crate::sinks::iceberg::catalog::config::{CatalogConfig, RawCatalog, SqlUri};
+use crate::storage::s3::RawS3;
 
 /// `[sink]` with `kind = "iceberg"` (the default kind).
 #[derive(Debug, Clone, Deserialize)]

@@ -4,7 +4,9 @@
 
 use serde::Deserialize;
 
-use crate::config::{default_warehouse, ConfigError, Context, RawS3};
+use crate::config::context::{default_warehouse, Context};
+use crate::config::error::ConfigError;
+use crate::storage::s3::RawS3;
 
 /// `[sink]` with `kind = "lsm"`: Apache Paimon primary-key tables.
 #[derive(Debug, Clone, Deserialize)]
