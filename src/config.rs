@@ -9,49 +9,44 @@
 //! connector owns its section in its own folder — the raw struct, its `validate()` and the
 //! validated settings: `sources/postgres/config.rs`, `sources/mysql/config.rs`,
 //! `sinks/iceberg/config.rs`, `sinks/lsm/config.rs` — so a key of another kind (`server_id` under
-//! `kind = "postgres"`) is refused by the type. This file holds the loader, `[pipeline]`,
-//! `[metrics]`, `[sink.s3]` and the dispatch on `kind`, and re-exports the connectors' types;
-//! `config/context.rs` has what connectors share (the source URL, table patterns, the
-//! warehouse), `config/messages.rs` the wording of load errors.
+//! `kind = "postgres"`) is refused by the type; `[sink.s3]` belongs to the storage layer
+//! (`storage/s3/config.rs`). This file holds the loader, `[pipeline]`, `[metrics]` and the
+//! dispatch on `kind`, and re-exports the connectors' types.
+//!
+//! What connectors share sits in leaf modules that import nothing else of `config/`, so a
+//! connector's section never imports this file back: `config/error.rs` ([`ConfigError`]),
+//! `config/context.rs` (what `validate()` is handed, the source URL, table patterns, the
+//! warehouse), `config/snapshot_mode.rs` and `config/schema_change.rs` (the two keys both sources
+//! take). `config/messages.rs` words the load errors, `config/env.rs` reads `CDCD_*`.
 
-use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use figment::providers::{Format, Serialized, Toml};
 use figment::Figment;
 use serde::Deserialize;
 
-use crate::changelog::TableId;
-
-mod context;
+pub mod context;
 mod env;
+pub mod error;
 mod messages;
-mod tables;
+pub mod schema_change;
+pub mod snapshot_mode;
+pub mod tables;
 
 pub use crate::sinks::iceberg::config::{DeleteMode, IcebergConfig, RawIceberg};
 pub use crate::sinks::lsm::config::{LsmConfig, MergeEngine, RawLsm};
 pub use crate::sources::mysql::config::{MySqlConfig, RawMySql, ZeroDate};
 pub use crate::sources::postgres::config::{PostgresConfig, RawPostgres};
+pub use crate::storage::s3::{Addressing, RawS3, S3Config};
 pub use context::{normalize_warehouse, redact_url, Context, SourceUrl};
+pub use error::ConfigError;
 use messages::describe;
+pub use schema_change::{RawSchemaChange, SchemaChange, SchemaChangePolicy};
+pub use snapshot_mode::SnapshotMode;
 pub use tables::{
     Configured, Origin, PartitionField, RawTableSettings, SinkKind, SortField, TableSettings,
     TablesConfig,
 };
-
-/// A configuration problem, naming the key and where it came from.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{file}: {detail}")]
-    Parse { file: String, detail: String },
-    #[error("{file}: key `{key}`: {detail}")]
-    Invalid {
-        file: String,
-        key: &'static str,
-        detail: String,
-    },
-}
 
 /// `[pipeline]`
 #[derive(Debug, Clone, Deserialize)]
@@ -124,11 +119,6 @@ pub enum RawSink {
 /// loader supplies it as the lowest-priority value of `sink.kind`.
 pub const DEFAULT_SINK_KIND: &str = "iceberg";
 
-/// `sink.warehouse` when unset (either sink).
-pub(crate) fn default_warehouse() -> String {
-    "./warehouse".into()
-}
-
 /// `[metrics]`
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -148,217 +138,10 @@ pub struct RawConfig {
     pub metrics: RawMetrics,
 }
 
-/// `source.schema_change`: what a schema change of a captured table does (either source).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SchemaChange {
-    /// The lake's table follows the changes it can express (README, "Schema changes"); the
-    /// others stop cdcd.
-    #[default]
-    Evolve,
-    /// Every change of a lake table's schema stops cdcd before the transaction that needs it,
-    /// naming the table and the change: for pipelines whose lake schema is changed only by hand.
-    Stop,
-    /// As `Evolve`, and a change the lake table cannot express starts that table's online
-    /// resync instead of a stop: the other tables stream on (`pipeline/schema_resync.rs`).
-    Resync,
-}
-
-impl SchemaChange {
-    fn parse(value: &str) -> Option<SchemaChange> {
-        match value {
-            "evolve" => Some(SchemaChange::Evolve),
-            "stop" => Some(SchemaChange::Stop),
-            "resync" => Some(SchemaChange::Resync),
-            _ => None,
-        }
-    }
-}
-
-/// `source.schema_change` as written: one mode for every table (`"stop"`), or a map of tables to
-/// modes where `"*"` names the rest (`{ "public.audit" = "stop", "*" = "resync" }`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(untagged)]
-pub enum RawSchemaChange {
-    All(String),
-    PerTable(BTreeMap<String, String>),
-}
-
-impl Default for RawSchemaChange {
-    fn default() -> Self {
-        RawSchemaChange::All("evolve".to_owned())
-    }
-}
-
-/// `source.schema_change`, validated: the mode of each table.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SchemaChangePolicy {
-    /// Tables not named below (`"*"`, or the single mode).
-    pub rest: SchemaChange,
-    pub tables: BTreeMap<TableId, SchemaChange>,
-}
-
-impl SchemaChangePolicy {
-    /// One mode for every table.
-    pub fn all(mode: SchemaChange) -> SchemaChangePolicy {
-        SchemaChangePolicy {
-            rest: mode,
-            tables: BTreeMap::new(),
-        }
-    }
-
-    /// What a schema change of `table` does.
-    pub fn for_table(&self, table: &TableId) -> SchemaChange {
-        self.tables.get(table).copied().unwrap_or(self.rest)
-    }
-
-    /// Whether any table is resynced on a change its lake table cannot express.
-    pub fn resyncs_any(&self) -> bool {
-        self.rest == SchemaChange::Resync
-            || self.tables.values().any(|m| *m == SchemaChange::Resync)
-    }
-
-    fn validate(
-        raw: RawSchemaChange,
-        ctx: &Context<'_>,
-        container: &str,
-    ) -> Result<SchemaChangePolicy, ConfigError> {
-        const KEY: &str = "source.schema_change";
-        let mode = |value: &str, table: Option<&str>| {
-            SchemaChange::parse(value).ok_or_else(|| {
-                let at = table.map(|t| format!(" for {t:?}")).unwrap_or_default();
-                ctx.invalid(
-                    KEY,
-                    format!("{value:?}{at} is not \"evolve\", \"stop\" or \"resync\""),
-                )
-            })
-        };
-        match raw {
-            RawSchemaChange::All(value) => Ok(SchemaChangePolicy::all(mode(&value, None)?)),
-            RawSchemaChange::PerTable(map) => {
-                let mut policy = SchemaChangePolicy::default();
-                for (table, value) in map {
-                    let m = mode(&value, Some(&table))?;
-                    if table == "*" {
-                        policy.rest = m;
-                        continue;
-                    }
-                    let id =
-                        ctx.one_table(KEY, &table, container, " or \"*\" (every other table)")?;
-                    policy.tables.insert(id, m);
-                }
-                Ok(policy)
-            }
-        }
-    }
-}
-
-/// How existing rows are handled when a pipeline starts on a table for the first time
-/// (`source.snapshot`, either source).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SnapshotMode {
-    /// Copy the rows that exist, then stream from exactly the point the copy saw.
-    #[default]
-    Initial,
-    /// Stream changes only.
-    Never,
-}
-
 #[derive(Debug, Clone)]
 pub enum SourceConfig {
     Postgres(PostgresConfig),
     MySql(MySqlConfig),
-}
-
-/// `[sink.s3]`: how to reach an `s3://` warehouse (either sink's section takes it). Every unset
-/// key falls back to the standard `AWS_*` environment, then the AWS shared files' profile, then
-/// the instance credential chain.
-#[derive(Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawS3 {
-    /// `http://` or `https://` URL of an S3-compatible store (MinIO, Ceph, moto…), without the
-    /// bucket; unset: AWS.
-    pub endpoint: Option<String>,
-    pub region: Option<String>,
-    /// Set with `secret_access_key`, or neither. Never logged.
-    pub access_key_id: Option<String>,
-    /// Never logged; prefer `CDCD_SINK__S3__SECRET_ACCESS_KEY`.
-    pub secret_access_key: Option<String>,
-    /// Allow plain HTTP (default: true only for an `http://` endpoint).
-    pub allow_http: Option<bool>,
-    /// PEM bundle of the CA(s) that signed an `https` endpoint's certificate (a private MinIO or
-    /// Ceph), trusted in addition to the system's roots. Default: `AWS_CA_BUNDLE`, then the
-    /// profile's `ca_bundle`.
-    pub ca_file: Option<PathBuf>,
-    /// `path` (`https://host/bucket/key`) or `virtual-hosted` (`https://bucket.host/key`).
-    /// Default: `path` with an `endpoint`, `virtual-hosted` on AWS.
-    pub addressing: Option<Addressing>,
-    /// Profile of the AWS shared files (`~/.aws/credentials`, `~/.aws/config`) to take keys,
-    /// region, endpoint and CA bundle from; default `AWS_PROFILE`, then `default`.
-    pub profile: Option<String>,
-}
-
-/// `sink.s3.addressing`: where the bucket goes in a request URL.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Addressing {
-    /// `https://host/bucket/key`: MinIO, Ceph, moto, and bucket names with dots.
-    Path,
-    /// `https://bucket.host/key`: AWS's default; stores that route by host name.
-    VirtualHosted,
-}
-
-impl fmt::Debug for RawS3 {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RawS3")
-            .field("endpoint", &self.endpoint)
-            .field("region", &self.region)
-            .field("access_key_id", &self.access_key_id.as_ref().map(|_| "***"))
-            .field(
-                "secret_access_key",
-                &self.secret_access_key.as_ref().map(|_| "***"),
-            )
-            .field("allow_http", &self.allow_http)
-            .field("ca_file", &self.ca_file)
-            .field("addressing", &self.addressing)
-            .field("profile", &self.profile)
-            .finish()
-    }
-}
-
-/// Validated `[sink.s3]`; every unset key falls back to the standard `AWS_*` environment
-/// (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_CA_BUNDLE`, …), then the AWS
-/// shared files' profile, then the instance/container credential chain (`storage/s3.rs`).
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct S3Config {
-    pub endpoint: Option<String>,
-    pub region: Option<String>,
-    pub access_key_id: Option<String>,
-    pub secret_access_key: Option<String>,
-    pub allow_http: Option<bool>,
-    /// Checked at load time: readable, with at least one PEM certificate.
-    pub ca_file: Option<PathBuf>,
-    pub addressing: Option<Addressing>,
-    pub profile: Option<String>,
-}
-
-impl fmt::Debug for S3Config {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("S3Config")
-            .field("endpoint", &self.endpoint)
-            .field("region", &self.region)
-            .field("access_key_id", &self.access_key_id.as_ref().map(|_| "***"))
-            .field(
-                "secret_access_key",
-                &self.secret_access_key.as_ref().map(|_| "***"),
-            )
-            .field("allow_http", &self.allow_http)
-            .field("ca_file", &self.ca_file)
-            .field("addressing", &self.addressing)
-            .field("profile", &self.profile)
-            .finish()
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -555,86 +338,11 @@ impl RawPipeline {
     }
 }
 
-impl RawS3 {
-    fn validate(self, ctx: &Context<'_>) -> Result<S3Config, ConfigError> {
-        if let Some(endpoint) = &self.endpoint {
-            let ok = url::Url::parse(endpoint)
-                .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
-            if !ok {
-                return Err(ctx.invalid(
-                    "sink.s3.endpoint",
-                    format!("{endpoint:?} must be an http:// or https:// URL"),
-                ));
-            }
-        }
-        if self.access_key_id.is_some() != self.secret_access_key.is_some() {
-            return Err(ctx.invalid(
-                "sink.s3.secret_access_key",
-                "set both access_key_id and secret_access_key, or neither",
-            ));
-        }
-        if let Some(path) = &self.ca_file {
-            check_ca_file(path).map_err(|d| ctx.invalid("sink.s3.ca_file", d))?;
-        }
-        if let Some(profile) = &self.profile {
-            if profile.trim().is_empty() || profile.contains(['[', ']']) {
-                return Err(ctx.invalid(
-                    "sink.s3.profile",
-                    format!("{profile:?}: name a profile of ~/.aws/config or ~/.aws/credentials"),
-                ));
-            }
-        }
-        if let (Some(Addressing::VirtualHosted), Some(endpoint)) = (self.addressing, &self.endpoint)
-        {
-            let ip = url::Url::parse(endpoint)
-                .is_ok_and(|u| matches!(u.host(), Some(url::Host::Ipv4(_) | url::Host::Ipv6(_))));
-            if ip {
-                return Err(ctx.invalid(
-                    "sink.s3.addressing",
-                    format!(
-                        "virtual-hosted puts the bucket in the host name, and {endpoint:?} is an \
-                         IP address: use a host name or addressing = \"path\""
-                    ),
-                ));
-            }
-        }
-        Ok(S3Config {
-            endpoint: self.endpoint,
-            region: self.region,
-            access_key_id: self.access_key_id,
-            secret_access_key: self.secret_access_key,
-            allow_http: self.allow_http,
-            ca_file: self.ca_file,
-            addressing: self.addressing,
-            profile: self.profile,
-        })
-    }
-}
-
-/// `sink.s3.ca_file` can be read and holds at least one PEM certificate (the message names the
-/// file; the caller names the key).
-fn check_ca_file(path: &Path) -> Result<(), String> {
-    use rustls::pki_types::{pem::PemObject, CertificateDer};
-    let shown = path.display();
-    let text = std::fs::read(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
-    let mut count = 0;
-    for cert in CertificateDer::pem_slice_iter(&text) {
-        cert.map_err(|e| format!("{shown} is not a PEM bundle: {e}"))?;
-        count += 1;
-    }
-    if count == 0 {
-        return Err(format!(
-            "{shown} holds no PEM certificate (-----BEGIN CERTIFICATE-----): give the CA bundle \
-             that signed the endpoint's certificate"
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::messages::{kind_names, kinds, one_of};
     use super::*;
+    use crate::changelog::TableId;
 
     /// A Postgres source and an Iceberg sink, every other key at its default.
     pub(crate) const MINIMAL: &str = r#"
@@ -818,100 +526,8 @@ warehouse = "/tmp/wh"
         assert!(normalize_warehouse("rel").unwrap().starts_with("file:///"));
     }
 
-    #[test]
-    fn s3_section_is_validated_and_redacted() {
-        let text = format!(
-            "{MINIMAL}[sink.s3]\nendpoint = \"http://127.0.0.1:9000\"\nregion = \"eu-west-1\"\n\
-             access_key_id = \"AKIDSECRETID\"\nsecret_access_key = \"topsecretkey\"\nallow_http = true\n"
-        )
-        .replace("warehouse = \"/tmp/wh\"", "warehouse = \"s3://bucket/wh/\"");
-        let c = Config::from_toml(&text, "p.toml").unwrap();
-        assert_eq!(c.sink.warehouse(), "s3://bucket/wh");
-        assert_eq!(c.s3.region.as_deref(), Some("eu-west-1"));
-        assert_eq!(c.s3.allow_http, Some(true));
-        let shown = format!("{c:?}");
-        assert!(
-            !shown.contains("topsecretkey") && !shown.contains("AKIDSECRETID"),
-            "{shown}"
-        );
-        assert_eq!(c.lease_ttl_ms, 30_000);
-        assert!(c.standby);
-
-        let half = format!("{MINIMAL}[sink.s3]\naccess_key_id = \"x\"\n");
-        let e = Config::from_toml(&half, "p.toml").unwrap_err().to_string();
-        assert!(e.contains("sink.s3.secret_access_key"), "{e}");
-        let bad = format!("{MINIMAL}[sink.s3]\nendpoint = \"localhost:9000\"\n");
-        let e = Config::from_toml(&bad, "p.toml").unwrap_err().to_string();
-        assert!(e.contains("sink.s3.endpoint"), "{e}");
-    }
-
-    #[test]
-    fn s3_tls_addressing_and_profile_keys() {
-        let dir = tempfile::tempdir().unwrap();
-        // A certificate as PEM (the bytes need not be a valid certificate to count as one).
-        let ca = dir.path().join("ca.pem");
-        std::fs::write(
-            &ca,
-            "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----\n",
-        )
-        .unwrap();
-        let with = |keys: &str| format!("{MINIMAL}[sink.s3]\n{keys}\n");
-        let c = Config::from_toml(
-            &with(&format!(
-                "endpoint = \"https://minio.internal:9000\"\nca_file = {:?}\n\
-                 addressing = \"virtual-hosted\"\nprofile = \"minio\"",
-                ca.display().to_string()
-            )),
-            "p.toml",
-        )
-        .unwrap();
-        assert_eq!(c.s3.ca_file.as_deref(), Some(ca.as_path()));
-        assert_eq!(c.s3.addressing, Some(Addressing::VirtualHosted));
-        assert_eq!(c.s3.profile.as_deref(), Some("minio"));
-        let c = Config::from_toml(&with("addressing = \"path\""), "p.toml").unwrap();
-        assert_eq!(c.s3.addressing, Some(Addressing::Path));
-
-        let e = error(&with("addressing = \"virtual\""));
-        assert!(e.contains("sink.s3.addressing"), "{e}");
-        let e = error(&with(
-            "endpoint = \"http://127.0.0.1:9000\"\naddressing = \"virtual-hosted\"",
-        ));
-        assert!(
-            e.contains("sink.s3.addressing") && e.contains("IP address"),
-            "{e}"
-        );
-        let e = error(&with("profile = \"\""));
-        assert!(e.contains("sink.s3.profile"), "{e}");
-
-        // A CA file that is missing, or holds no certificate: the key and the file.
-        let missing = dir.path().join("missing.pem");
-        let e = error(&with(&format!(
-            "ca_file = {:?}",
-            missing.display().to_string()
-        )));
-        assert!(
-            e.contains("key `sink.s3.ca_file`")
-                && e.contains("missing.pem")
-                && e.contains("cannot read"),
-            "{e}"
-        );
-        let key = dir.path().join("key.pem");
-        std::fs::write(
-            &key,
-            "-----BEGIN PRIVATE KEY-----\nMC4CAQA=\n-----END PRIVATE KEY-----\n",
-        )
-        .unwrap();
-        let e = error(&with(&format!("ca_file = {:?}", key.display().to_string())));
-        assert!(
-            e.contains("key `sink.s3.ca_file`")
-                && e.contains("key.pem")
-                && e.contains("no PEM certificate"),
-            "{e}"
-        );
-    }
-
     /// The message a user sees for `text`.
-    fn error(text: &str) -> String {
+    pub(crate) fn error(text: &str) -> String {
         match Config::from_toml(text, "p.toml") {
             Ok(_) => panic!("accepted:\n{text}"),
             Err(e) => e.to_string(),

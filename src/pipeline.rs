@@ -320,34 +320,14 @@ async fn drive(
                 }
             }
             _ = tick.tick() => {
-                if role == Role::Stream {
-                    committer.report(health);
-                }
-                committer.resyncs_finished().await;
-                if let Err(e) = committer.catch_up_resyncs().await {
+                if let Err(e) = on_tick(&mut committer, role, health).await {
                     break Err(e);
-                }
-                let due = committer
-                    .tables
-                    .oldest_streamed()
-                    .is_some_and(|t| t.elapsed() >= settings.commit_interval);
-                if due {
-                    if let Err(e) = committer.flush().await {
-                        break Err(e);
-                    }
-                } else if committer.idle() {
-                    committer.ack_received();
                 }
             }
             event = events.recv() => {
                 let Some(event) = event else {
                     // The source ended on its own: its result says why.
-                    break match (&mut source_task).await {
-                        Ok(Ok(())) if role == Role::CopyJob => Ok(()),
-                        Ok(Ok(())) => Err(PipelineError::SourceTask("the source stopped without an error".into())),
-                        Ok(Err(e)) => Err(PipelineError::Source(e)),
-                        Err(e) => Err(PipelineError::SourceTask(e.to_string())),
-                    };
+                    break source_ended(&mut source_task, role).await;
                 };
                 if role == Role::Stream {
                     health.source_ok();
@@ -366,6 +346,59 @@ async fn drive(
         }
     };
 
+    let outcome = wind_down(&mut committer, outcome, role, health).await;
+    stop_source(&source_stop, &source_task, &mut events).await;
+    outcome.map(|()| committer)
+}
+
+/// Every tick of [`drive`]: report, take in finished resyncs, and commit what is due (or
+/// acknowledge when nothing is buffered).
+async fn on_tick(
+    committer: &mut Committer,
+    role: Role,
+    health: &m::Health,
+) -> Result<(), PipelineError> {
+    if role == Role::Stream {
+        committer.report(health);
+    }
+    committer.resyncs_finished().await;
+    committer.catch_up_resyncs().await?;
+    let due = committer
+        .tables
+        .oldest_streamed()
+        .is_some_and(|t| t.elapsed() >= committer.settings.commit_interval);
+    if due {
+        committer.flush().await?;
+    } else if committer.idle() {
+        committer.ack_received();
+    }
+    Ok(())
+}
+
+/// Why the source's channel closed: its task's result (a copy job's source ends when it has sent
+/// the copy; a stream's never ends on its own).
+async fn source_ended(
+    source_task: &mut tokio::task::JoinHandle<Result<(), SourceError>>,
+    role: Role,
+) -> Result<(), PipelineError> {
+    match source_task.await {
+        Ok(Ok(())) if role == Role::CopyJob => Ok(()),
+        Ok(Ok(())) => Err(PipelineError::SourceTask(
+            "the source stopped without an error".into(),
+        )),
+        Ok(Err(e)) => Err(PipelineError::Source(e)),
+        Err(e) => Err(PipelineError::SourceTask(e.to_string())),
+    }
+}
+
+/// After [`drive`]'s loop: commit what is buffered (when the loop ended cleanly), settle the
+/// sink and the progress file, and count the error.
+async fn wind_down(
+    committer: &mut Committer,
+    outcome: Result<(), PipelineError>,
+    role: Role,
+    health: &m::Health,
+) -> Result<(), PipelineError> {
     if role == Role::Stream {
         health.set_stopping();
     }
@@ -391,12 +424,20 @@ async fn drive(
     if let Err(e) = &outcome {
         // Sink errors were counted where the commit failed.
         if !matches!(e, PipelineError::Sink(_)) {
-            metrics::counter!(m::ERRORS_TOTAL, m::LABEL_PIPELINE => settings.pipeline.clone(), m::LABEL_KIND => e.kind())
+            metrics::counter!(m::ERRORS_TOTAL, m::LABEL_PIPELINE => committer.settings.pipeline.clone(), m::LABEL_KIND => e.kind())
                 .increment(1);
         }
     }
-    // Stop the source after the final ack is out; drain so a source blocked on a full channel
-    // sees the cancellation. Drained events are not acknowledged: the source resends them.
+    outcome
+}
+
+/// Stops the source after the final ack is out; drains so a source blocked on a full channel
+/// sees the cancellation. Drained events are not acknowledged: the source resends them.
+async fn stop_source(
+    source_stop: &CancellationToken,
+    source_task: &tokio::task::JoinHandle<Result<(), SourceError>>,
+    events: &mut mpsc::Receiver<SourceEvent>,
+) {
     source_stop.cancel();
     if !source_task.is_finished() {
         let drain = async { while events.recv().await.is_some() {} };
@@ -407,7 +448,6 @@ async fn drive(
             warn!("the source did not stop within 10 s");
         }
     }
-    outcome.map(|()| committer)
 }
 
 /// Where to start the source, from the slot's existence, the tables' checkpoints and the stored

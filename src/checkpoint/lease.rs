@@ -203,49 +203,15 @@ impl Lease {
             path: location.clone(),
             source,
         };
-        // (content, etag) last seen and when it was first seen unchanged.
-        let mut watched: Option<(LeaseRecord, UpdateVersion, Instant)> = None;
+        let mut watched = Watch::default();
         let mut announced = false;
         // When our last create or takeover put was sent.
         let mut last_sent: Option<Instant> = None;
         loop {
-            let current = match warehouse.store().get(&path).await {
-                Ok(got) => {
-                    let version = UpdateVersion {
-                        e_tag: got.meta.e_tag.clone(),
-                        version: got.meta.version.clone(),
-                    };
-                    let bytes = got.bytes().await.map_err(storage)?;
-                    // An unreadable lease (hand-edited, truncated) is treated like a dead one
-                    // whose holder is unknown: it is still replaced only by conditional put.
-                    let record =
-                        serde_json::from_slice::<LeaseRecord>(&bytes).unwrap_or_else(|_| {
-                            LeaseRecord {
-                                holder: "<unreadable lease>".into(),
-                                counter: 0,
-                                ttl_ms,
-                                written_at: String::new(),
-                                released: true,
-                                machine: None,
-                                pid: 0,
-                                epoch: 0,
-                            }
-                        });
-                    Some((record, version))
-                }
-                Err(object_store::Error::NotFound { .. }) => None,
-                Err(e) => return Err(storage(e)),
-            };
-            let mine = LeaseRecord {
-                holder: me.clone(),
-                counter: current.as_ref().map_or(0, |(r, _)| r.counter + 1),
-                ttl_ms,
-                written_at: chrono::Utc::now().to_rfc3339(),
-                released: false,
-                machine: machine_id(),
-                pid: std::process::id(),
-                epoch: current.as_ref().map_or(1, |(r, _)| r.epoch + 1),
-            };
+            let current = read_record(warehouse, &path, ttl_ms)
+                .await
+                .map_err(storage)?;
+            let mine = claim(&me, ttl_ms, current.as_ref().map(|(r, _)| r));
             // Our own create or takeover landed although its response was lost (then retried).
             if let Some((record, version)) = &current {
                 if record.holder == me && !record.released {
@@ -265,18 +231,7 @@ impl Lease {
             let take = match &current {
                 None => Some(PutMode::Create),
                 Some((record, version)) => {
-                    let now = Instant::now();
-                    let unchanged_since = match &watched {
-                        Some((r, v, since)) if r == record && v == version => *since,
-                        _ => now,
-                    };
-                    watched = Some((record.clone(), version.clone(), unchanged_since));
-                    // The holder's own ttl counts: it renews at its ttl / 3.
-                    let their_ttl = Duration::from_millis(record.ttl_ms.max(ttl_ms));
-                    if record.released
-                        || holder_gone_locally(record)
-                        || now.duration_since(unchanged_since) >= their_ttl
-                    {
+                    if watched.holder_gone(record, version, ttl_ms) {
                         Some(PutMode::Update(version.clone()))
                     } else if !settings.standby {
                         return Err(LeaseError::Held {
@@ -299,19 +254,9 @@ impl Lease {
                 }
             };
             if let Some(mode) = take {
-                let body = serde_json::to_vec(&mine).unwrap_or_default();
                 let sent = Instant::now();
                 last_sent = Some(sent);
-                let put = match mode {
-                    PutMode::Update(v) => put_update(warehouse, &location, &path, body, &v).await,
-                    mode => warehouse
-                        .store()
-                        .put_opts(&path, PutPayload::from(body), PutOptions::from(mode))
-                        .await
-                        .map(|r| version_of(&r))
-                        .map_err(storage),
-                };
-                match put {
+                match put_claim(warehouse, &location, &path, mode, &mine).await {
                     Ok(version) => {
                         tracing::info!(pipeline = %settings.pipeline, holder = %me, lease = %location, epoch = mine.epoch,
                             previous = ?current.as_ref().map(|(r, _)| r.holder.as_str()), "lease acquired");
@@ -326,7 +271,7 @@ impl Lease {
                             | object_store::Error::Precondition { .. },
                         ..
                     }) => {
-                        watched = None;
+                        watched = Watch::default();
                     }
                     Err(e) => return Err(e),
                 }
@@ -549,6 +494,100 @@ impl Lease {
         read.await
             .map(|r| r.holder)
             .unwrap_or_else(|| "another cdcd".into())
+    }
+}
+
+/// The lease record at `path` and its version; `None` when there is none. An unreadable lease
+/// (hand-edited, truncated) is treated like a dead one whose holder is unknown: it is still
+/// replaced only by conditional put.
+async fn read_record(
+    warehouse: &Warehouse,
+    path: &Path,
+    ttl_ms: u64,
+) -> Result<Option<(LeaseRecord, UpdateVersion)>, object_store::Error> {
+    let got = match warehouse.store().get(path).await {
+        Ok(got) => got,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let version = UpdateVersion {
+        e_tag: got.meta.e_tag.clone(),
+        version: got.meta.version.clone(),
+    };
+    let bytes = got.bytes().await?;
+    let record = serde_json::from_slice::<LeaseRecord>(&bytes).unwrap_or_else(|_| LeaseRecord {
+        holder: "<unreadable lease>".into(),
+        counter: 0,
+        ttl_ms,
+        written_at: String::new(),
+        released: true,
+        machine: None,
+        pid: 0,
+        epoch: 0,
+    });
+    Ok(Some((record, version)))
+}
+
+/// The record `me` writes to take the lease over `current` (the next counter and epoch).
+fn claim(me: &str, ttl_ms: u64, current: Option<&LeaseRecord>) -> LeaseRecord {
+    LeaseRecord {
+        holder: me.to_owned(),
+        counter: current.map_or(0, |r| r.counter + 1),
+        ttl_ms,
+        written_at: chrono::Utc::now().to_rfc3339(),
+        released: false,
+        machine: machine_id(),
+        pid: std::process::id(),
+        epoch: current.map_or(1, |r| r.epoch + 1),
+    }
+}
+
+/// The holder's record as last seen (content and etag) and since when it has been unchanged:
+/// a standby's clock for deciding that the holder stopped renewing.
+#[derive(Default)]
+struct Watch {
+    seen: Option<(LeaseRecord, UpdateVersion, Instant)>,
+}
+
+impl Watch {
+    /// Whether the lease may be taken over: released, its holder's process gone from this
+    /// machine, or unchanged for a whole ttl (the holder's own, if longer: it renews at its
+    /// ttl / 3).
+    fn holder_gone(&mut self, record: &LeaseRecord, version: &UpdateVersion, ttl_ms: u64) -> bool {
+        let now = Instant::now();
+        let unchanged_since = match &self.seen {
+            Some((r, v, since)) if r == record && v == version => *since,
+            _ => now,
+        };
+        self.seen = Some((record.clone(), version.clone(), unchanged_since));
+        let their_ttl = Duration::from_millis(record.ttl_ms.max(ttl_ms));
+        record.released
+            || holder_gone_locally(record)
+            || now.duration_since(unchanged_since) >= their_ttl
+    }
+}
+
+/// Writes `mine` with `mode`: a create where there is no lease, a conditional update over the
+/// version read.
+async fn put_claim(
+    warehouse: &Warehouse,
+    location: &str,
+    path: &Path,
+    mode: PutMode,
+    mine: &LeaseRecord,
+) -> Result<UpdateVersion, LeaseError> {
+    let body = serde_json::to_vec(mine).unwrap_or_default();
+    match mode {
+        PutMode::Update(v) => put_update(warehouse, location, path, body, &v).await,
+        mode => warehouse
+            .store()
+            .put_opts(path, PutPayload::from(body), PutOptions::from(mode))
+            .await
+            .map(|r| version_of(&r))
+            .map_err(|source| LeaseError::Storage {
+                path: location.to_owned(),
+                source,
+            }),
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::ConfigError;
+use super::error::ConfigError;
 
 /// What a connector's `validate` needs besides its own section.
 pub struct Context<'a> {
@@ -208,6 +208,11 @@ fn percent_decode(s: &str) -> String {
         .next()
         .map(|(_, v)| v.into_owned())
         .unwrap_or_else(|| s.to_owned())
+}
+
+/// `sink.warehouse` when unset (either sink).
+pub(crate) fn default_warehouse() -> String {
+    "./warehouse".into()
 }
 
 /// A warehouse URL in canonical form: `file:///absolute/path` (a bare path is made absolute) or

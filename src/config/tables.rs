@@ -21,7 +21,8 @@ use std::fmt;
 use iceberg::spec::{NullOrder, SortDirection, Transform};
 use serde::Deserialize;
 
-use super::{ConfigError, Context};
+use super::context::Context;
+use super::error::ConfigError;
 use crate::changelog::TableId;
 
 /// `[sink.tables."<table or glob>"]`: settings of the tables the key names.

@@ -49,9 +49,9 @@
 
 use tracing::{info, warn};
 
-use super::{Committer, PipelineError};
+use super::{AckHold, Committer, PipelineError};
 use crate::changelog::{Position, TableId};
-use crate::checkpoint::resync::{Requested, ResyncRequest};
+use crate::checkpoint::resync::{Requested, ResyncRequest, ResyncStore};
 use crate::config::{SchemaChange, SnapshotMode};
 use crate::metrics as m;
 use crate::sinks::SinkError;
@@ -80,18 +80,9 @@ impl Committer {
         if self.tables.parked.contains(table) {
             return Ok(true);
         }
-        let mode = self.settings.schema_change.for_table(table);
-        let (Some(store), Some(hold)) =
-            (self.settings.resync.clone(), self.settings.ack_hold.clone())
-        else {
+        let Some((store, hold, mode)) = self.resync_allowed(table) else {
             return Ok(false);
         };
-        if mode == SchemaChange::Stop
-            || self.settings.snapshot == SnapshotMode::Never
-            || self.sink.resync_refusal().is_some()
-        {
-            return Ok(false);
-        }
         let under_way = self.tables.resyncing.get(table).cloned();
         // A resync that copied the table at start and swapped it in replays, inside the copy's
         // upsert window, transactions the copy holds: one of them that the table cannot take
@@ -130,49 +121,116 @@ impl Committer {
             received_at: Some(position.to_string()),
             ..ResyncRequest::new(table)
         };
-        let pipeline = self.settings.pipeline.clone();
-        let count = || {
-            metrics::counter!(m::SCHEMA_RESYNCS_TOTAL, m::LABEL_PIPELINE => pipeline.clone(), m::LABEL_TABLE => table.to_string())
-                .increment(1);
+        let change = Change {
+            table,
+            cause,
+            position,
         };
         if starts_over {
-            // Written over the old request: its lineage, if any, is no one's any more.
-            self.tables.resynced.retain(|r| r.table() != *table);
-            store.update(&fresh).await?;
-            if let Some(old) = &under_way {
-                self.sink.abandon_resync(table, &old.id).await;
-            }
-            self.tables.resyncing.remove(table);
-            self.tables.catch_up.remove(table);
-            self.tables.copied_up_to.remove(table);
-            self.tables.upsert_until.remove(table);
-            self.tables.progress.remove(table);
-            self.tables.swapped_in_window.remove(table);
-            count();
-            let old = under_way.map(|r| r.id).or(swapped.first().cloned());
-            warn!(table = %table, position = %position, change = cause, id = ?old, new_id = %fresh.id, "schema change the table's new copy cannot take either: its resync starts over, copied again online past this change, while the other tables stream on");
+            self.start_over(&store, &change, under_way, &swapped, fresh)
+                .await?;
         } else if let Some(pending) = pending {
             info!(table = %table, position = %position, change = cause, id = %pending.id, "schema change the lake table cannot take; a resync of the table is requested already, which copies it past this change: its changes are left to it, the other tables stream on");
         } else {
-            let request = if !swapped.is_empty() {
-                self.tables.resynced.retain(|r| r.table() != *table);
-                store.update(&fresh).await?;
-                fresh
-            } else {
-                match store.request_as(fresh).await? {
-                    Requested::Created(r) | Requested::Pending(r) => r,
-                }
-            };
-            count();
-            warn!(table = %table, position = %position, change = cause, id = %request.id, "schema change the lake table cannot take: source.schema_change = \"resync\" copies the table again, online, while the other tables stream on; readers see the table as it was until the new copy replaces it");
+            self.request(&store, &change, &swapped, fresh).await?;
         }
         crate::failpoints::crash_point(crate::failpoints::SCHEMA_RESYNC_REQUESTED);
+        self.park(table);
+        Ok(true)
+    }
+
+    /// The resync store, the acknowledgement hold and `table`'s mode, when a change `table`
+    /// cannot take may be left to a resync in this run.
+    fn resync_allowed(&self, table: &TableId) -> Option<(ResyncStore, AckHold, SchemaChange)> {
+        let mode = self.settings.schema_change.for_table(table);
+        let (Some(store), Some(hold)) =
+            (self.settings.resync.clone(), self.settings.ack_hold.clone())
+        else {
+            return None;
+        };
+        if mode == SchemaChange::Stop
+            || self.settings.snapshot == SnapshotMode::Never
+            || self.sink.resync_refusal().is_some()
+        {
+            return None;
+        }
+        Some((store, hold, mode))
+    }
+
+    /// The table's resync under way (or swapped in within its upsert window) starts over with
+    /// `fresh`, written over the old request: its lineage, if any, is no one's any more.
+    async fn start_over(
+        &mut self,
+        store: &ResyncStore,
+        change: &Change<'_>,
+        under_way: Option<ResyncRequest>,
+        swapped: &[String],
+        fresh: ResyncRequest,
+    ) -> Result<(), PipelineError> {
+        let table = change.table;
+        self.tables.resynced.retain(|r| r.table() != *table);
+        store.update(&fresh).await?;
+        if let Some(old) = &under_way {
+            self.sink.abandon_resync(table, &old.id).await;
+        }
+        self.tables.resyncing.remove(table);
+        self.tables.catch_up.remove(table);
+        self.tables.copied_up_to.remove(table);
+        self.tables.upsert_until.remove(table);
+        self.tables.progress.remove(table);
+        self.tables.swapped_in_window.remove(table);
+        self.count_schema_resync(table);
+        let old = under_way.map(|r| r.id).or(swapped.first().cloned());
+        let (position, cause) = (change.position, change.cause);
+        warn!(table = %table, position = %position, change = cause, id = ?old, new_id = %fresh.id, "schema change the table's new copy cannot take either: its resync starts over, copied again online past this change, while the other tables stream on");
+        Ok(())
+    }
+
+    /// Requests a resync of the table (`source.schema_change = "resync"`), over a request whose
+    /// swap landed in this run if there is one.
+    async fn request(
+        &mut self,
+        store: &ResyncStore,
+        change: &Change<'_>,
+        swapped: &[String],
+        fresh: ResyncRequest,
+    ) -> Result<(), PipelineError> {
+        let table = change.table;
+        let request = if !swapped.is_empty() {
+            self.tables.resynced.retain(|r| r.table() != *table);
+            store.update(&fresh).await?;
+            fresh
+        } else {
+            match store.request_as(fresh).await? {
+                Requested::Created(r) | Requested::Pending(r) => r,
+            }
+        };
+        self.count_schema_resync(table);
+        let (position, cause) = (change.position, change.cause);
+        warn!(table = %table, position = %position, change = cause, id = %request.id, "schema change the lake table cannot take: source.schema_change = \"resync\" copies the table again, online, while the other tables stream on; readers see the table as it was until the new copy replaces it");
+        Ok(())
+    }
+
+    fn count_schema_resync(&self, table: &TableId) {
+        metrics::counter!(m::SCHEMA_RESYNCS_TOTAL, m::LABEL_PIPELINE => self.settings.pipeline.clone(), m::LABEL_TABLE => table.to_string())
+            .increment(1);
+    }
+
+    /// Drops the table's buffer and parks it: its changes are the resync's from here on.
+    fn park(&mut self, table: &TableId) {
         if let Some(buffer) = self.tables.buffers.remove(table) {
             self.tables.buffered_rows -= buffer.rows;
         }
         self.tables.parked.insert(table.clone());
         // The refused commit marked the sink as failing (`/readyz`); nothing is failing now.
         m::Health::global().sink_ok();
-        Ok(true)
     }
+}
+
+/// A schema change a lake table cannot take: the table, the change, and the position of the
+/// transaction that carries it.
+struct Change<'a> {
+    table: &'a TableId,
+    cause: &'a str,
+    position: &'a Position,
 }

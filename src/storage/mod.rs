@@ -28,13 +28,13 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 use url::Url;
 
-use crate::config::S3Config;
-
 pub mod cleanup;
 mod fence;
 mod large;
 mod publish;
 pub mod s3;
+
+use s3::S3Config;
 
 pub use fence::{Fence, Fenced, FencedStore};
 pub use large::LargePuts;

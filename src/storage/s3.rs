@@ -42,13 +42,14 @@ use object_store::{BackoffConfig, Certificate, ClientOptions, RetryConfig};
 use url::Url;
 
 use super::StorageError;
-use crate::config::{Addressing, S3Config};
 
 mod cert_hint;
+pub mod config;
 mod credential_process;
 pub mod profile;
 
 pub use cert_hint::CertHint;
+pub use config::{Addressing, RawS3, S3Config};
 use credential_process::ProcessCredentials;
 use profile::{Chosen, Profile};
 
@@ -123,27 +124,8 @@ fn builder(
         .filter(|b| !b.is_empty())
         .ok_or_else(|| failed("the URL names no bucket: use s3://bucket/prefix".into()))?;
 
-    let chosen = match (&config.profile, var("AWS_PROFILE")) {
-        (Some(p), _) => Chosen::Key(p.clone()),
-        (None, Some(p)) => Chosen::Env(p),
-        (None, None) => Chosen::Default,
-    };
-    let (config_file, credentials_file) = profile::file_paths(var);
-    let profile = profile::load(&chosen, config_file.as_deref(), credentials_file.as_deref())
-        .map_err(failed)?;
-    // Which credentials: see the module doc for the order.
+    let (profile, profile_keys) = profile_and_keys(config, &var).map_err(failed)?;
     let config_keys = config.access_key_id.is_some() && config.secret_access_key.is_some();
-    let env_keys = var("AWS_ACCESS_KEY_ID").is_some();
-    let profile_wanted = !config_keys && (matches!(chosen, Chosen::Key(_)) || !env_keys);
-    let profile_keys = match &profile {
-        Some(p) if profile_wanted => {
-            if let Some(why) = p.unusable(&chosen) {
-                return Err(failed(why));
-            }
-            p.access_key_id.is_some() || p.credential_process.is_some()
-        }
-        _ => false,
-    };
     let skip_env_keys = config_keys || profile_keys;
 
     let mut client = ClientOptions::new()
@@ -154,14 +136,67 @@ fn builder(
     }
     // Client options first: `with_client_options` replaces them, and the environment may set
     // client keys (AWS_ALLOW_HTTP, AWS_PROXY_URL) that must survive.
-    let mut builder = AmazonS3Builder::new()
+    let builder = AmazonS3Builder::new()
         .with_client_options(client)
         .with_retry(retry_config())
         .with_conditional_put(S3ConditionalPut::ETagMatch);
-    let mut env_endpoint = None;
-    let mut env_virtual_hosted = None;
+    let (builder, from_env) = with_environment(builder, env, skip_env_keys);
+    let builder = builder.with_bucket_name(bucket);
+    let (builder, endpoint) =
+        with_endpoint(builder, config, bucket, from_env, profile.as_ref()).map_err(failed)?;
+    let builder = with_region(builder, config, profile.as_ref());
+    let builder = with_keys(builder, config, profile.as_ref().filter(|_| profile_keys));
+    let shown = endpoint.unwrap_or_else(|| "AWS S3".to_owned());
+    Ok((builder, shown))
+}
+
+/// The profile of the AWS shared files (`sink.s3.profile`, `AWS_PROFILE`, else `default`), and
+/// whether its credentials are the ones used (see the module doc for the order).
+fn profile_and_keys(
+    config: &S3Config,
+    var: &impl Fn(&str) -> Option<String>,
+) -> Result<(Option<Profile>, bool), String> {
+    let chosen = match (&config.profile, var("AWS_PROFILE")) {
+        (Some(p), _) => Chosen::Key(p.clone()),
+        (None, Some(p)) => Chosen::Env(p),
+        (None, None) => Chosen::Default,
+    };
+    let (config_file, credentials_file) = profile::file_paths(var);
+    let profile = profile::load(&chosen, config_file.as_deref(), credentials_file.as_deref())?;
+    // Which credentials: see the module doc for the order.
+    let config_keys = config.access_key_id.is_some() && config.secret_access_key.is_some();
+    let env_keys = var("AWS_ACCESS_KEY_ID").is_some();
+    let profile_wanted = !config_keys && (matches!(chosen, Chosen::Key(_)) || !env_keys);
+    let profile_keys = match &profile {
+        Some(p) if profile_wanted => {
+            if let Some(why) = p.unusable(&chosen) {
+                return Err(why);
+            }
+            p.access_key_id.is_some() || p.credential_process.is_some()
+        }
+        _ => false,
+    };
+    Ok((profile, profile_keys))
+}
+
+/// What the `AWS_*` environment says about the endpoint and addressing, which `sink.s3` keys
+/// override (the builder takes the rest of the environment as it is).
+#[derive(Default)]
+struct FromEnv {
+    endpoint: Option<String>,
+    virtual_hosted: Option<bool>,
+}
+
+/// `builder` with every `AWS_*` variable object_store knows, except the keys when `skip_keys`
+/// (keys from `[sink.s3]` or a profile win).
+fn with_environment(
+    mut builder: AmazonS3Builder,
+    env: &[(String, String)],
+    skip_keys: bool,
+) -> (AmazonS3Builder, FromEnv) {
+    let mut from_env = FromEnv::default();
     for (key, value) in env {
-        // An empty variable counts as unset (as `var` above), not as an empty region or key.
+        // An empty variable counts as unset (as `var` in `builder`), not as an empty region or key.
         if !key.starts_with("AWS_") || value.is_empty() {
             continue;
         }
@@ -170,15 +205,15 @@ fn builder(
             continue;
         };
         match k {
-            AmazonS3ConfigKey::Endpoint => env_endpoint = Some(value.clone()),
+            AmazonS3ConfigKey::Endpoint => from_env.endpoint = Some(value.clone()),
             AmazonS3ConfigKey::VirtualHostedStyleRequest => {
-                env_virtual_hosted = Some(value.eq_ignore_ascii_case("true"));
+                from_env.virtual_hosted = Some(value.eq_ignore_ascii_case("true"));
                 continue;
             }
             AmazonS3ConfigKey::AccessKeyId
             | AmazonS3ConfigKey::SecretAccessKey
             | AmazonS3ConfigKey::Token
-                if skip_env_keys =>
+                if skip_keys =>
             {
                 continue;
             }
@@ -186,21 +221,33 @@ fn builder(
         }
         builder = builder.with_config(k, value);
     }
-    builder = builder.with_bucket_name(bucket);
+    (builder, from_env)
+}
 
+/// `builder` with the endpoint (`sink.s3.endpoint`, `AWS_ENDPOINT_URL`, the profile's), the
+/// addressing style and `allow_http`; the endpoint is returned for messages.
+fn with_endpoint(
+    mut builder: AmazonS3Builder,
+    config: &S3Config,
+    bucket: &str,
+    from_env: FromEnv,
+    profile: Option<&Profile>,
+) -> Result<(AmazonS3Builder, Option<String>), String> {
     let endpoint = config
         .endpoint
         .clone()
-        .or(env_endpoint)
-        .or_else(|| profile.as_ref().and_then(|p| p.endpoint_url.clone()));
+        .or(from_env.endpoint)
+        .or_else(|| profile.and_then(|p| p.endpoint_url.clone()));
     let virtual_hosted = match config.addressing {
         Some(a) => a == Addressing::VirtualHosted,
-        None => env_virtual_hosted.unwrap_or(endpoint.is_none() && !bucket.contains('.')),
+        None => from_env
+            .virtual_hosted
+            .unwrap_or(endpoint.is_none() && !bucket.contains('.')),
     };
     builder = builder.with_virtual_hosted_style_request(virtual_hosted);
     if let Some(endpoint) = &endpoint {
         builder = if virtual_hosted {
-            builder.with_endpoint(bucket_endpoint(endpoint, bucket).map_err(failed)?)
+            builder.with_endpoint(bucket_endpoint(endpoint, bucket)?)
         } else {
             builder.with_endpoint(endpoint)
         };
@@ -211,6 +258,15 @@ fn builder(
     if let Some(allow) = config.allow_http {
         builder = builder.with_allow_http(allow);
     }
+    Ok((builder, endpoint))
+}
+
+/// `builder` with `sink.s3.region`, else the environment's (already in it), else the profile's.
+fn with_region(
+    mut builder: AmazonS3Builder,
+    config: &S3Config,
+    profile: Option<&Profile>,
+) -> AmazonS3Builder {
     if let Some(region) = &config.region {
         builder = builder.with_region(region);
     } else if builder
@@ -218,15 +274,25 @@ fn builder(
         .or_else(|| builder.get_config_value(&AmazonS3ConfigKey::DefaultRegion))
         .is_none()
     {
-        if let Some(region) = profile.as_ref().and_then(|p| p.region.clone()) {
+        if let Some(region) = profile.and_then(|p| p.region.clone()) {
             builder = builder.with_region(region);
         }
     }
+    builder
+}
+
+/// `builder` with the `[sink.s3]` keys, else those of `profile` (given only when its keys are
+/// the ones used): static keys and session token, or its `credential_process`.
+fn with_keys(
+    mut builder: AmazonS3Builder,
+    config: &S3Config,
+    profile: Option<&Profile>,
+) -> AmazonS3Builder {
     if let (Some(id), Some(secret)) = (&config.access_key_id, &config.secret_access_key) {
         builder = builder
             .with_access_key_id(id)
             .with_secret_access_key(secret);
-    } else if let Some(p) = profile.as_ref().filter(|_| profile_keys) {
+    } else if let Some(p) = profile {
         if let (Some(id), Some(secret)) = (&p.access_key_id, &p.secret_access_key) {
             builder = builder
                 .with_access_key_id(id)
@@ -240,8 +306,7 @@ fn builder(
             builder = builder.with_credentials(std::sync::Arc::new(process));
         }
     }
-    let shown = endpoint.unwrap_or_else(|| "AWS S3".to_owned());
-    Ok((builder, shown))
+    builder
 }
 
 /// The certificates to add to the roots: `sink.s3.ca_file`, else `AWS_CA_BUNDLE`, else the

@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::config::{
-    default_warehouse, ConfigError, Context, RawS3, RawTableSettings, SinkKind, TablesConfig,
-};
+use crate::config::context::{default_warehouse, Context};
+use crate::config::error::ConfigError;
+use crate::config::tables::{RawTableSettings, SinkKind, TablesConfig};
 pub use crate::sinks::iceberg::catalog::config::{CatalogConfig, RawCatalog, SqlUri};
+use crate::storage::s3::RawS3;
 
 /// `[sink]` with `kind = "iceberg"` (the default kind).
 #[derive(Debug, Clone, Deserialize)]

@@ -77,11 +77,11 @@ mod transaction;
 
 use catalog::Catalog;
 use commit::{Input, Staged};
+use evolve::EvolveLayout;
 use maintenance::MaintenanceCycle;
 use plan::FileLimits;
 use resync::ResyncSwap;
 use tables::Tables;
-use evolve::EvolveLayout;
 use transaction::MultiTableCommit;
 
 #[cfg(test)]

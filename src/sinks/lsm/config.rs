@@ -2,14 +2,15 @@
 //! docs), their checks, and the settings the LSM (Apache Paimon) sink runs with ([`LsmConfig`]).
 //! `crate::config` reads the file and picks this struct by `kind`.
 
-use serde::Deserialize;
-
 use std::collections::BTreeMap;
 
+use serde::Deserialize;
+
 use crate::changelog::TableId;
-use crate::config::{
-    default_warehouse, ConfigError, Context, RawS3, RawTableSettings, SinkKind, TablesConfig,
-};
+use crate::config::context::{default_warehouse, Context};
+use crate::config::error::ConfigError;
+use crate::config::tables::{RawTableSettings, SinkKind, TablesConfig};
+use crate::storage::s3::RawS3;
 
 /// `[sink]` with `kind = "lsm"`: Apache Paimon primary-key tables.
 #[derive(Debug, Clone, Deserialize)]

@@ -31,7 +31,7 @@ use super::ddl;
 use super::decoder::{self, DdlVerb, Statement};
 use super::image::{Cell, ImagePlan, Scratch};
 use super::schema::{build_entry, matches_patterns, TableEntry};
-use super::types::{append, ColumnDefault, Origin};
+use fallback::RowImages;
 
 /// Rows a table's builder is sized for.
 const BUILDER_CAPACITY: usize = 64;
@@ -258,60 +258,7 @@ impl Assembler {
                         self.finish(u64::from(header.log_pos()), header.timestamp())
                     }
                     Statement::Ddl { verb, tables } => {
-                        let mut altered = Vec::new();
-                        for (db, name) in tables {
-                            let id = TableId::new(db, name);
-                            if !matches_patterns(&self.patterns, &id) {
-                                continue;
-                            }
-                            match verb {
-                                DdlVerb::Create => {
-                                    self.tables.remove(&id);
-                                }
-                                DdlVerb::Truncate => {
-                                    let Some(entry) = self.tables.get(&id) else {
-                                        return Ok(Step::NeedTable(id));
-                                    };
-                                    let schema = entry.schema.clone();
-                                    let position = self.position.to_string();
-                                    let err = |e: arrow_schema::ArrowError| StreamError::Table {
-                                        table: id.clone(),
-                                        detail: e.to_string(),
-                                        position: position.clone(),
-                                    };
-                                    let b = self.builder_for(&schema)?;
-                                    b.begin(Op::Truncate);
-                                    for i in 0..schema.columns.len() {
-                                        b.absent(i).map_err(err)?;
-                                    }
-                                    b.no_old_key().map_err(err)?;
-                                }
-                                DdlVerb::Alter => {
-                                    if let Some(change) = self.alter(&id, &sql)? {
-                                        altered.push(change);
-                                    }
-                                }
-                                DdlVerb::Drop | DdlVerb::Rename => {
-                                    return Err(StreamError::Ddl {
-                                        table: id,
-                                        reason: "the table is dropped or renamed".into(),
-                                        statement: sql.chars().take(300).collect(),
-                                        position: self.position.to_string(),
-                                    });
-                                }
-                            }
-                        }
-                        let step = self.after_statement(header.log_pos(), header.timestamp())?;
-                        // The new shape holds from the position after the DDL's transaction.
-                        for (before, after) in altered {
-                            self.applied_ddl.push(AppliedDdl {
-                                before,
-                                after,
-                                at: self.position.clone(),
-                                statement: sql.chars().take(300).collect(),
-                            });
-                        }
-                        Ok(step)
+                        self.on_ddl(verb, tables, &sql, header.log_pos(), header.timestamp())
                     }
                     Statement::Other => self.after_statement(header.log_pos(), header.timestamp()),
                 }
@@ -328,6 +275,72 @@ impl Assembler {
             )),
             _ => Ok(Step::Nothing),
         }
+    }
+
+    /// DDL on the captured tables among `tables`: a CREATE forgets the cached shape, a TRUNCATE
+    /// is a change of the transaction, an ALTER is applied (`ddl.rs`), a DROP or RENAME stops.
+    fn on_ddl(
+        &mut self,
+        verb: DdlVerb,
+        tables: Vec<(String, String)>,
+        sql: &str,
+        log_pos: u32,
+        timestamp: u32,
+    ) -> Result<Step, StreamError> {
+        let mut altered = Vec::new();
+        for (db, name) in tables {
+            let id = TableId::new(db, name);
+            if !matches_patterns(&self.patterns, &id) {
+                continue;
+            }
+            match verb {
+                DdlVerb::Create => {
+                    self.tables.remove(&id);
+                }
+                DdlVerb::Truncate => {
+                    let Some(entry) = self.tables.get(&id) else {
+                        return Ok(Step::NeedTable(id));
+                    };
+                    let schema = entry.schema.clone();
+                    let position = self.position.to_string();
+                    let err = |e: arrow_schema::ArrowError| StreamError::Table {
+                        table: id.clone(),
+                        detail: e.to_string(),
+                        position: position.clone(),
+                    };
+                    let b = self.builder_for(&schema)?;
+                    b.begin(Op::Truncate);
+                    for i in 0..schema.columns.len() {
+                        b.absent(i).map_err(err)?;
+                    }
+                    b.no_old_key().map_err(err)?;
+                }
+                DdlVerb::Alter => {
+                    if let Some(change) = self.alter(&id, sql)? {
+                        altered.push(change);
+                    }
+                }
+                DdlVerb::Drop | DdlVerb::Rename => {
+                    return Err(StreamError::Ddl {
+                        table: id,
+                        reason: "the table is dropped or renamed".into(),
+                        statement: sql.chars().take(300).collect(),
+                        position: self.position.to_string(),
+                    });
+                }
+            }
+        }
+        let step = self.after_statement(log_pos, timestamp)?;
+        // The new shape holds from the position after the DDL's transaction.
+        for (before, after) in altered {
+            self.applied_ddl.push(AppliedDdl {
+                before,
+                after,
+                at: self.position.clone(),
+                statement: sql.chars().take(300).collect(),
+            });
+        }
+        Ok(step)
     }
 
     /// A statement outside BEGIN…COMMIT is its own group (DDL's implicit commit, MariaDB
@@ -530,45 +543,14 @@ impl Assembler {
                 position: self.position.to_string(),
             });
         }
-        let op = match rows {
-            RowsEventData::WriteRowsEventV1(_) | RowsEventData::WriteRowsEvent(_) => Op::Insert,
-            RowsEventData::UpdateRowsEventV1(_) | RowsEventData::UpdateRowsEvent(_) => Op::Update,
-            RowsEventData::DeleteRowsEventV1(_) | RowsEventData::DeleteRowsEvent(_) => Op::Delete,
-            RowsEventData::PartialUpdateRowsEvent(_) => {
-                return Err(StreamError::Table {
-                    table: id,
-                    detail: "PARTIAL_JSON update rows events are not supported: SET GLOBAL binlog_row_value_options = '' on the server".into(),
-                    position: self.position.to_string(),
-                })
-            }
-        };
+        let op = self.op_of(rows, &id)?;
         // A keyless table is a multiset: an update or delete is applied to one row equal to its
         // whole before image (`assembler/multiset.rs`), which only the FULL row image carries.
         if op != Op::Insert && entry.schema.primary_key.is_empty() {
             let entry = entry.clone();
             return self.on_keyless_rows(rows, tme, op, &entry);
         }
-        // The before image locates the row; MINIMAL/NOBLOB images hold only the columns MySQL
-        // identifies rows by, which a `source.key_columns` key need not be (`key.rs`).
-        if let (true, Some(before)) = (op != Op::Insert, rows.columns_before_image()) {
-            if let Some(&col) = entry
-                .schema
-                .primary_key
-                .iter()
-                .find(|&&col| !before.get(col).is_some_and(|bit| *bit))
-            {
-                let name = entry
-                    .schema
-                    .columns
-                    .get(col)
-                    .map_or("?", |c| c.name.as_str());
-                return Err(StreamError::Table {
-                    table: id,
-                    detail: format!("the before image of an update or delete leaves out key column {name}, so the row cannot be found: SET GLOBAL binlog_row_image = 'FULL' on the server (writers must reconnect)"),
-                    position: self.position.to_string(),
-                });
-            }
-        }
+        self.check_before_image(rows, op, &id, entry)?;
         if self.planned && self.plan.plan(tme, &entry.kinds) {
             let entry = entry.clone();
             return self.on_rows_planned(rows, op, &entry);
@@ -584,99 +566,69 @@ impl Assembler {
             ncols,
         );
         let entry = entry.clone();
-        let position = self.position.to_string();
-        let zero_date = self.zero_date;
         let before_slots = std::mem::take(&mut self.before_slots);
         let after_slots = std::mem::take(&mut self.after_slots);
-        let result = (|| {
-            let b = self.builder_for(&entry.schema)?;
-            let err = |detail: String| StreamError::Table {
-                table: entry.schema.id.clone(),
-                detail,
-                position: position.clone(),
-            };
-            for row in rows.rows(tme) {
-                let (before, after) = row.map_err(|e| err(format!("rows event: {e}")))?;
-                let (image, slots) = match (op, &after, &before) {
-                    (Op::Delete, _, Some(b)) => (b, &before_slots),
-                    (_, Some(a), _) => (a, &after_slots),
-                    _ => return Err(err("rows event without an image".into())),
-                };
-                b.begin(op);
-                for (i, kind) in entry.kinds.iter().enumerate() {
-                    let from_after = slots.get(i).copied().flatten().map(|s| (image, s));
-                    // A key column missing from an update's after image (MINIMAL) comes from the
-                    // before image, which holds the key.
-                    let is_key = entry.schema.primary_key.contains(&i);
-                    let source = from_after.or_else(|| {
-                        (op == Op::Update && is_key)
-                            .then_some(())
-                            .and(before.as_ref())
-                            .and_then(|bi| before_slots.get(i).copied().flatten().map(|s| (bi, s)))
-                    });
-                    match source {
-                        Some((img, s)) => {
-                            let v = value_of(img, s)
-                                .map_err(|d| column_err(&entry, i, d, &position))?;
-                            let builder = b
-                                .value(i)
-                                .ok_or_else(|| err(format!("no builder for column {i}")))?;
-                            append(builder, kind, &v, Origin::Binlog, zero_date)
-                                .map_err(|e| column_err(&entry, i, e.0, &position))?;
-                        }
-                        // MariaDB's MINIMAL image of an INSERT holds only the columns the
-                        // statement named; the others took their defaults.
-                        None if op == Op::Insert => {
-                            let builder = b
-                                .value(i)
-                                .ok_or_else(|| err(format!("no builder for column {i}")))?;
-                            match entry.defaults.get(i) {
-                                Some(ColumnDefault::Value(v)) => {
-                                    append(builder, kind, v, Origin::Query, zero_date)
-                                        .map_err(|e| column_err(&entry, i, format!("default: {}", e.0), &position))?
-                                }
-                                other => {
-                                    return Err(column_err(
-                                        &entry,
-                                        i,
-                                        format!("an INSERT's row image leaves the column out and its default {other:?} is not a constant cdcd can apply; use binlog_row_image = FULL"),
-                                        &position,
-                                    ))
-                                }
-                            }
-                        }
-                        None => b.absent(i).map_err(|e| err(e.to_string()))?,
-                    }
-                }
-                match (op, &before, &after) {
-                    (Op::Update, Some(bi), Some(ai))
-                        if key_changed(&entry, bi, &before_slots, ai, &after_slots) =>
-                    {
-                        for (k, &col) in entry.schema.primary_key.iter().enumerate() {
-                            let s = before_slots.get(col).copied().flatten().ok_or_else(|| {
-                                err("key column missing from the before image".into())
-                            })?;
-                            let v = value_of(bi, s)
-                                .map_err(|d| column_err(&entry, col, d, &position))?;
-                            let kind = entry
-                                .kinds
-                                .get(col)
-                                .ok_or_else(|| err("key column out of range".into()))?;
-                            let builder = b
-                                .old_key(k)
-                                .ok_or_else(|| err("no old-key builder".into()))?;
-                            append(builder, kind, &v, Origin::Binlog, zero_date)
-                                .map_err(|e| column_err(&entry, col, e.0, &position))?;
-                        }
-                    }
-                    _ => b.no_old_key().map_err(|e| err(e.to_string()))?,
-                }
-            }
-            Ok(Step::Nothing)
-        })();
+        let images = RowImages {
+            entry: &entry,
+            before_slots: &before_slots,
+            after_slots: &after_slots,
+            position: self.position.to_string(),
+            zero_date: self.zero_date,
+        };
+        let result = self
+            .builder_for(&entry.schema)
+            .and_then(|b| images.append_all(b, rows, tme, op));
         self.before_slots = before_slots;
         self.after_slots = after_slots;
         result
+    }
+
+    /// The change a rows event makes.
+    fn op_of(&self, rows: &RowsEventData<'_>, id: &TableId) -> Result<Op, StreamError> {
+        Ok(match rows {
+            RowsEventData::WriteRowsEventV1(_) | RowsEventData::WriteRowsEvent(_) => Op::Insert,
+            RowsEventData::UpdateRowsEventV1(_) | RowsEventData::UpdateRowsEvent(_) => Op::Update,
+            RowsEventData::DeleteRowsEventV1(_) | RowsEventData::DeleteRowsEvent(_) => Op::Delete,
+            RowsEventData::PartialUpdateRowsEvent(_) => {
+                return Err(StreamError::Table {
+                    table: id.clone(),
+                    detail: "PARTIAL_JSON update rows events are not supported: SET GLOBAL binlog_row_value_options = '' on the server".into(),
+                    position: self.position.to_string(),
+                })
+            }
+        })
+    }
+
+    /// Refuses an update or delete whose before image leaves out a key column.
+    fn check_before_image(
+        &self,
+        rows: &RowsEventData<'_>,
+        op: Op,
+        id: &TableId,
+        entry: &TableEntry,
+    ) -> Result<(), StreamError> {
+        // The before image locates the row; MINIMAL/NOBLOB images hold only the columns MySQL
+        // identifies rows by, which a `source.key_columns` key need not be (`key.rs`).
+        if let (true, Some(before)) = (op != Op::Insert, rows.columns_before_image()) {
+            if let Some(&col) = entry
+                .schema
+                .primary_key
+                .iter()
+                .find(|&&col| !before.get(col).is_some_and(|bit| *bit))
+            {
+                let name = entry
+                    .schema
+                    .columns
+                    .get(col)
+                    .map_or("?", |c| c.name.as_str());
+                return Err(StreamError::Table {
+                    table: id.clone(),
+                    detail: format!("the before image of an update or delete leaves out key column {name}, so the row cannot be found: SET GLOBAL binlog_row_image = 'FULL' on the server (writers must reconnect)"),
+                    position: self.position.to_string(),
+                });
+            }
+        }
+        Ok(())
     }
 
     fn protocol(&self, detail: String) -> StreamError {
@@ -744,25 +696,7 @@ fn value_of(image: &BinlogRow, slot: usize) -> Result<Value, String> {
     }
 }
 
-fn key_changed(
-    entry: &TableEntry,
-    before: &BinlogRow,
-    before_slots: &[Option<usize>],
-    after: &BinlogRow,
-    after_slots: &[Option<usize>],
-) -> bool {
-    !entry.schema.primary_key.is_empty()
-        && entry.schema.primary_key.iter().any(|&col| {
-            match (
-                before_slots.get(col).copied().flatten(),
-                after_slots.get(col).copied().flatten(),
-            ) {
-                (Some(b), Some(a)) => before.as_ref(b) != after.as_ref(a),
-                _ => false,
-            }
-        })
-}
-
+mod fallback;
 mod multiset;
 mod planned;
 

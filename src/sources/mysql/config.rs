@@ -8,7 +8,9 @@ use std::fmt;
 use serde::Deserialize;
 
 use crate::changelog::Position;
-use crate::config::{redact_url, ConfigError, Context, SnapshotMode, SourceUrl};
+use crate::config::context::{redact_url, Context, SourceUrl};
+use crate::config::error::ConfigError;
+use crate::config::snapshot_mode::SnapshotMode;
 use crate::tls::mysql::{TlsSettings, PARAMETERS};
 
 /// `[source]` with `kind = "mysql"`.
@@ -66,7 +68,7 @@ pub struct RawMySql {
     /// What a schema change of a captured table does: `evolve` the lake's table (default) or
     /// `stop` cdcd before the change's transaction; for every table, or per table.
     #[serde(default)]
-    pub schema_change: crate::config::RawSchemaChange,
+    pub schema_change: crate::config::schema_change::RawSchemaChange,
 }
 
 impl fmt::Debug for RawMySql {

@@ -75,38 +75,13 @@ fn apply_operation(
             column_position,
             if_not_exists,
             ..
-        } => {
-            let name = &column_def.name.value;
-            if position_of(columns, name).is_some() {
-                return if *if_not_exists {
-                    Ok(())
-                } else {
-                    Err(AlterError(format!("column {name} already exists")))
-                };
-            }
-            if column_position.is_some() {
-                return Err(AlterError(format!(
-                    "column {name} is added FIRST or AFTER another column; only columns added at the end are applied"
-                )));
-            }
-            let options: Vec<&ColumnOption> =
-                column_def.options.iter().map(|o| &o.option).collect();
-            let column = column_info(name, &column_def.data_type, &options, default_charset)?;
-            // The source fills existing rows with the default: the lake stores it as the
-            // column's initial default (`added_default`); without one they read NULL, which a
-            // NOT NULL column cannot.
-            match added_default(&column)? {
-                Some(_) => {}
-                None if !column.nullable => {
-                    return Err(AlterError(format!(
-                        "column {name} is added NOT NULL without a default: MySQL fills existing rows with an implicit value the lake cannot know"
-                    )));
-                }
-                None => {}
-            }
-            columns.push(column);
-            Ok(())
-        }
+        } => add_column(
+            columns,
+            column_def,
+            column_position.is_some(),
+            *if_not_exists,
+            default_charset,
+        ),
         AlterTableOperation::ModifyColumn {
             col_name,
             data_type,
@@ -137,42 +112,13 @@ fn apply_operation(
             default_charset,
         ),
         AlterTableOperation::AlterColumn { column_name, op } => {
-            let name = &column_name.value;
-            let Some(i) = position_of(columns, name) else {
-                return Err(AlterError(format!("column {name} does not exist")));
-            };
-            match op {
-                AlterColumnOperation::SetDefault { value } => {
-                    columns[i].default = Some(default_text(value));
-                    Ok(())
-                }
-                AlterColumnOperation::DropDefault => {
-                    columns[i].default = None;
-                    Ok(())
-                }
-                other => Err(AlterError(format!("ALTER COLUMN {name} {other}"))),
-            }
+            alter_column(columns, &column_name.value, op)
         }
         AlterTableOperation::DropColumn {
             column_names,
             if_exists,
             ..
-        } => {
-            // Metadata only in the lake: the column leaves the schema, old files keep it. A key
-            // column's drop changes the key, which the caller refuses.
-            for name in column_names {
-                match position_of(columns, &name.value) {
-                    Some(i) => {
-                        columns.remove(i);
-                    }
-                    None if *if_exists => {}
-                    None => {
-                        return Err(AlterError(format!("column {name} does not exist")));
-                    }
-                }
-            }
-            Ok(())
-        }
+        } => drop_columns(columns, column_names, *if_exists),
         AlterTableOperation::RenameColumn {
             old_column_name,
             new_column_name,
@@ -198,6 +144,89 @@ fn apply_operation(
         | AlterTableOperation::SetOptionsParens { .. } => Ok(()),
         other => Err(AlterError(format!("{other} is not applied"))),
     }
+}
+
+/// `ADD COLUMN`: applied at the end of the table only, with a default existing rows can read.
+fn add_column(
+    columns: &mut Vec<ColumnInfo>,
+    column_def: &sqlparser::ast::ColumnDef,
+    positioned: bool,
+    if_not_exists: bool,
+    default_charset: &str,
+) -> Result<(), AlterError> {
+    let name = &column_def.name.value;
+    if position_of(columns, name).is_some() {
+        return if if_not_exists {
+            Ok(())
+        } else {
+            Err(AlterError(format!("column {name} already exists")))
+        };
+    }
+    if positioned {
+        return Err(AlterError(format!(
+            "column {name} is added FIRST or AFTER another column; only columns added at the end are applied"
+        )));
+    }
+    let options: Vec<&ColumnOption> = column_def.options.iter().map(|o| &o.option).collect();
+    let column = column_info(name, &column_def.data_type, &options, default_charset)?;
+    // The source fills existing rows with the default: the lake stores it as the
+    // column's initial default (`added_default`); without one they read NULL, which a
+    // NOT NULL column cannot.
+    match added_default(&column)? {
+        Some(_) => {}
+        None if !column.nullable => {
+            return Err(AlterError(format!(
+                "column {name} is added NOT NULL without a default: MySQL fills existing rows with an implicit value the lake cannot know"
+            )));
+        }
+        None => {}
+    }
+    columns.push(column);
+    Ok(())
+}
+
+/// `ALTER COLUMN name SET DEFAULT / DROP DEFAULT`.
+fn alter_column(
+    columns: &mut [ColumnInfo],
+    name: &str,
+    op: &AlterColumnOperation,
+) -> Result<(), AlterError> {
+    let Some(i) = position_of(columns, name) else {
+        return Err(AlterError(format!("column {name} does not exist")));
+    };
+    match op {
+        AlterColumnOperation::SetDefault { value } => {
+            columns[i].default = Some(default_text(value));
+            Ok(())
+        }
+        AlterColumnOperation::DropDefault => {
+            columns[i].default = None;
+            Ok(())
+        }
+        other => Err(AlterError(format!("ALTER COLUMN {name} {other}"))),
+    }
+}
+
+/// `DROP COLUMN`s.
+fn drop_columns(
+    columns: &mut Vec<ColumnInfo>,
+    column_names: &[sqlparser::ast::Ident],
+    if_exists: bool,
+) -> Result<(), AlterError> {
+    // Metadata only in the lake: the column leaves the schema, old files keep it. A key
+    // column's drop changes the key, which the caller refuses.
+    for name in column_names {
+        match position_of(columns, &name.value) {
+            Some(i) => {
+                columns.remove(i);
+            }
+            None if if_exists => {}
+            None => {
+                return Err(AlterError(format!("column {name} does not exist")));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The value rows that predate `column` read when it is added, as text (`None`: NULL): its

@@ -224,14 +224,7 @@ impl Source for MySqlSource {
             ..resume
         };
         let mut conn = setup::connect(&cfg).await?;
-        let mut entries = Vec::with_capacity(tables.len());
-        for t in &tables {
-            if let Some(e) =
-                setup::load_table(&mut conn, t, cfg.key_columns.get(t).map(Vec::as_slice)).await?
-            {
-                entries.push(e);
-            }
-        }
+        let mut entries = load_entries(&mut conn, &tables, &cfg).await?;
         // Tables to copy: all of them for a fresh pipeline; else those without a completed copy
         // (an interrupted copy, or a table added to `tables`), which the pipeline names.
         let wanted: HashMap<&TableId, Option<&SnapshotProgress>> = resume
@@ -244,16 +237,7 @@ impl Source for MySqlSource {
                 "a copy job needs tables to copy".to_owned(),
             ));
         }
-        let copied: Vec<(TableEntry, Option<&SnapshotProgress>)> = entries
-            .iter()
-            .filter_map(|e| {
-                if resume.snapshot {
-                    Some((e.clone(), None))
-                } else {
-                    wanted.get(&e.schema.id).map(|p| (e.clone(), *p))
-                }
-            })
-            .collect();
+        let copied = tables_to_copy(&entries, resume.snapshot, &wanted);
         if resume.copy_only {
             // A resync's copy job: the tables are complete exactly at their snapshots
             // (`pipeline/resync.rs`); no stream, no schema history written.
@@ -302,63 +286,138 @@ impl Source for MySqlSource {
             }
             copy.start
         } else {
-            match resume.start {
-                Some(p) => p,
-                // source.start_position (snapshot = "never" only): a pipeline without checkpoints
-                // replays from there instead of the server's current position.
-                None => match cfg.start_position.clone() {
-                    Some(p) => p,
-                    None => snapshot::current_position(&mut conn, flavor).await?,
-                },
-            }
+            start_without_copy(resume.start, &cfg, &mut conn, flavor).await?
         };
         let start = in_flavor(start, flavor);
-        let mut assembler = Assembler::new(cfg.tables.clone(), cfg.zero_date, start.clone());
-        let mut adopted = false;
-        for e in entries {
-            let id = e.schema.id.clone();
-            match history.in_force(&id, &start)? {
-                Some(then) => {
-                    if then.columns != e.columns {
-                        info!(table = %id, position = %start, "a DDL after the start position is replayed: decoding with the columns the schema history records there");
-                    }
-                    assembler.set_table(then);
+        let mut assembler = assembler_at(&cfg, start, entries, &mut history).await?;
+        stream_with_reconnects(
+            &cfg,
+            flavor,
+            conn,
+            &mut assembler,
+            &mut history,
+            &events,
+            &shutdown,
+        )
+        .await
+    }
+}
+
+/// The tables to copy, with the progress of an interrupted copy: all of them for a fresh
+/// pipeline (`snapshot`); else those the pipeline names (`wanted`).
+fn tables_to_copy<'r>(
+    entries: &[TableEntry],
+    snapshot: bool,
+    wanted: &HashMap<&TableId, Option<&'r SnapshotProgress>>,
+) -> Vec<(TableEntry, Option<&'r SnapshotProgress>)> {
+    entries
+        .iter()
+        .filter_map(|e| {
+            if snapshot {
+                Some((e.clone(), None))
+            } else {
+                wanted.get(&e.schema.id).map(|p| (e.clone(), *p))
+            }
+        })
+        .collect()
+}
+
+/// Where streaming starts when nothing is copied: the checkpoint, else `source.start_position`,
+/// else the server's current position.
+async fn start_without_copy(
+    checkpoint: Option<Position>,
+    cfg: &MySqlConfig,
+    conn: &mut mysql_async::Conn,
+    flavor: Flavor,
+) -> Result<Position, SourceError> {
+    Ok(match checkpoint {
+        Some(p) => p,
+        // source.start_position (snapshot = "never" only): a pipeline without checkpoints
+        // replays from there instead of the server's current position.
+        None => match cfg.start_position.clone() {
+            Some(p) => p,
+            None => snapshot::current_position(conn, flavor).await?,
+        },
+    })
+}
+
+/// The captured tables' columns and keys as the server describes them now.
+async fn load_entries(
+    conn: &mut mysql_async::Conn,
+    tables: &[TableId],
+    cfg: &MySqlConfig,
+) -> Result<Vec<TableEntry>, SourceError> {
+    let mut entries = Vec::with_capacity(tables.len());
+    for t in tables {
+        if let Some(e) =
+            setup::load_table(conn, t, cfg.key_columns.get(t).map(Vec::as_slice)).await?
+        {
+            entries.push(e);
+        }
+    }
+    Ok(entries)
+}
+
+/// The assembler at `start`, each table decoded with the columns the schema history records
+/// in force there (the columns read now for a table the history does not know yet, which it
+/// adopts and saves).
+async fn assembler_at(
+    cfg: &MySqlConfig,
+    start: Position,
+    entries: Vec<TableEntry>,
+    history: &mut HistoryWriter,
+) -> Result<Assembler, SourceError> {
+    let mut assembler = Assembler::new(cfg.tables.clone(), cfg.zero_date, start.clone());
+    let mut adopted = false;
+    for e in entries {
+        let id = e.schema.id.clone();
+        match history.in_force(&id, &start)? {
+            Some(then) => {
+                if then.columns != e.columns {
+                    info!(table = %id, position = %start, "a DDL after the start position is replayed: decoding with the columns the schema history records there");
                 }
-                None => {
-                    adopted |= history.adopt(&e);
-                    assembler.set_table(e);
-                }
+                assembler.set_table(then);
+            }
+            None => {
+                adopted |= history.adopt(&e);
+                assembler.set_table(e);
             }
         }
-        if adopted {
-            history.save().await?;
-        }
-        let mut backoff = BACKOFF_MIN;
-        loop {
-            let outcome = stream_once(
-                &cfg,
-                flavor,
-                &mut conn,
-                &mut assembler,
-                &mut history,
-                &events,
-                &shutdown,
-            )
-            .await;
-            match outcome {
-                Ok(()) => return Ok(()),
-                Err(Failure::Fatal(e)) => return Err(e),
-                Err(Failure::Retry(e)) => {
-                    warn!(error = %e, position = %assembler.position(), retry_in = ?backoff, "binlog stream lost; reconnecting");
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return Ok(()),
-                        _ = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
-                    match setup::connect(&cfg).await {
-                        Ok(c) => conn = c,
-                        Err(e) => warn!(error = %e, "reconnect failed"),
-                    }
+    }
+    if adopted {
+        history.save().await?;
+    }
+    Ok(assembler)
+}
+
+/// Streams from the assembler's position until shutdown or a fatal error, reconnecting with
+/// backoff when the stream is lost.
+async fn stream_with_reconnects(
+    cfg: &MySqlConfig,
+    flavor: Flavor,
+    mut conn: mysql_async::Conn,
+    assembler: &mut Assembler,
+    history: &mut HistoryWriter,
+    events: &mpsc::Sender<SourceEvent>,
+    shutdown: &CancellationToken,
+) -> Result<(), SourceError> {
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        let outcome =
+            stream_once(cfg, flavor, &mut conn, assembler, history, events, shutdown).await;
+        match outcome {
+            Ok(()) => return Ok(()),
+            Err(Failure::Fatal(e)) => return Err(e),
+            Err(Failure::Retry(e)) => {
+                warn!(error = %e, position = %assembler.position(), retry_in = ?backoff, "binlog stream lost; reconnecting");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                match setup::connect(cfg).await {
+                    Ok(c) => conn = c,
+                    Err(e) => warn!(error = %e, "reconnect failed"),
                 }
             }
         }

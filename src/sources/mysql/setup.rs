@@ -250,12 +250,30 @@ pub async fn check(
     cfg: &MySqlConfig,
 ) -> Result<(Vec<TableKey>, Vec<CheckProblem>), SourceError> {
     let mut problems = Vec::new();
-    let mut p = |problem: String, fix: &str| {
+    let row_image = check_binlog(conn, cfg, &mut problems).await?;
+    check_grants(conn, cfg, &mut problems).await?;
+    let keys = check_tables(conn, cfg, row_image.as_deref(), &mut problems).await?;
+    Ok((keys, problems))
+}
+
+/// Records a problem and its fix in `problems`.
+fn reporter(problems: &mut Vec<CheckProblem>) -> impl FnMut(String, &str) + '_ {
+    move |problem: String, fix: &str| {
         problems.push(CheckProblem {
             problem,
             fix: fix.to_owned(),
         })
-    };
+    }
+}
+
+/// The binary log's settings (`log_bin`, `binlog_format`, `binlog_row_image`, `server_id`,
+/// `gtid_mode`); returns `binlog_row_image`.
+async fn check_binlog(
+    conn: &mut Conn,
+    cfg: &MySqlConfig,
+    problems: &mut Vec<CheckProblem>,
+) -> Result<Option<String>, SourceError> {
+    let mut p = reporter(problems);
     match variable(conn, "log_bin").await?.as_deref() {
         Some("ON") => {}
         other => p(
@@ -309,6 +327,16 @@ pub async fn check(
             );
         }
     }
+    Ok(row_image)
+}
+
+/// The user's privileges: REPLICATION SLAVE, SELECT, REPLICATION CLIENT (or BINLOG MONITOR).
+async fn check_grants(
+    conn: &mut Conn,
+    cfg: &MySqlConfig,
+    problems: &mut Vec<CheckProblem>,
+) -> Result<(), SourceError> {
+    let mut p = reporter(problems);
     let grants: Vec<String> = conn
         .query("SHOW GRANTS")
         .await
@@ -338,6 +366,17 @@ pub async fn check(
             ),
         );
     }
+    Ok(())
+}
+
+/// The captured tables and their keys (a `source.key_columns` key needs the FULL row image).
+async fn check_tables(
+    conn: &mut Conn,
+    cfg: &MySqlConfig,
+    row_image: Option<&str>,
+    problems: &mut Vec<CheckProblem>,
+) -> Result<Vec<TableKey>, SourceError> {
+    let mut p = reporter(problems);
     let tables = resolve_tables(conn, &cfg.tables).await?;
     if tables.is_empty() {
         p(
@@ -355,13 +394,11 @@ pub async fn check(
     for t in &tables {
         match table_key(conn, cfg, t).await {
             Ok(Some(Ok(k))) => {
-                if k.origin == KeyOrigin::Override
-                    && !matches!(row_image.as_deref(), Some("FULL") | None)
-                {
+                if k.origin == KeyOrigin::Override && !matches!(row_image, Some("FULL") | None) {
                     p(
                         format!(
                             "binlog_row_image is {}: the before images of {t}'s updates and deletes may leave out its source.key_columns",
-                            row_image.as_deref().unwrap_or_default()
+                            row_image.unwrap_or_default()
                         ),
                         "SET GLOBAL binlog_row_image = 'FULL' (and binlog_row_image=FULL in the server's config); writers must reconnect",
                     );
@@ -376,7 +413,7 @@ pub async fn check(
             ),
         }
     }
-    Ok((keys, problems))
+    Ok(keys)
 }
 
 /// The key of `table` (its primary key, else its `source.key_columns` entry), or what is wrong

@@ -380,30 +380,10 @@ impl Assembler {
         let msg = decode(&data, self.decode_options())
             .map_err(|e| SourceError::Protocol(format!("{e} (XLogData at {wal_start})")))?;
         if let Some(top) = self.stream_xid {
-            let subxid = match &msg {
-                PgOutputMessage::StreamStop => {
-                    self.stream_xid = None;
-                    return Ok(None);
-                }
-                PgOutputMessage::Relation(rel) => {
-                    // Applied now as well as on replay, so no later change finds it missing.
-                    self.catalog.apply_relation(rel, None)?;
-                    rel.xid
-                }
-                PgOutputMessage::Insert { xid, .. }
-                | PgOutputMessage::Update { xid, .. }
-                | PgOutputMessage::Delete { xid, .. }
-                | PgOutputMessage::Truncate { xid, .. }
-                | PgOutputMessage::Type { xid, .. }
-                | PgOutputMessage::Message { xid, .. } => *xid,
-                other => {
-                    return Err(SourceError::Protocol(format!(
-                    "unexpected {} inside the stream block of xid {top} (XLogData at {wal_start})",
-                    name(other)
-                )))
-                }
-            };
-            self.streams.push(top, subxid.unwrap_or(top), data)?;
+            // Buffered until the stream's commit or abort; Stream Stop ends the block.
+            if let Some(xid) = self.in_stream_block(top, &msg, wal_start)? {
+                self.streams.push(top, xid, data)?;
+            }
             return Ok(None);
         }
         match msg {
@@ -462,51 +442,7 @@ impl Assembler {
                 end_lsn,
                 commit_time,
                 ..
-            } => {
-                let mut changes = Changes::default();
-                if let Some(buffered) = self.streams.take(xid) {
-                    let opts = DecodeOptions {
-                        proto_version: self.proto_version,
-                        in_stream: true,
-                    };
-                    let catalog = &mut self.catalog;
-                    buffered.replay(|payload| {
-                        let msg = decode(payload, opts).map_err(|e| {
-                            SourceError::Protocol(format!(
-                                "{e} (streamed transaction {xid}, commit at {end_lsn})"
-                            ))
-                        })?;
-                        match &msg {
-                            // The values older rows read in added columns (read from the
-                            // catalog at this commit, `stream.rs`) serve every Relation of the
-                            // table in the transaction, not only the first.
-                            PgOutputMessage::Relation(rel) => {
-                                let defaults = catalog.added_defaults.get(&rel.oid).cloned();
-                                catalog.apply_relation(rel, Some(end_lsn))?;
-                                if let Some(defaults) = defaults {
-                                    catalog.added_defaults.insert(rel.oid, defaults);
-                                }
-                                Ok(())
-                            }
-                            PgOutputMessage::Message {
-                                prefix,
-                                content,
-                                lsn,
-                                ..
-                            } => catalog.apply_message(prefix, content, *lsn),
-                            PgOutputMessage::Insert { .. }
-                            | PgOutputMessage::Update { .. }
-                            | PgOutputMessage::Delete { .. }
-                            | PgOutputMessage::Truncate { .. } => {
-                                catalog.apply_change(&mut changes, &msg, end_lsn)
-                            }
-                            _ => Ok(()),
-                        }
-                    })?;
-                    self.catalog.added_defaults.clear();
-                }
-                Ok(Some(complete(changes.finish()?, end_lsn, commit_time)))
-            }
+            } => self.stream_commit(xid, end_lsn, commit_time),
             PgOutputMessage::StreamAbort { xid, subxid, .. } => {
                 self.streams.abort(xid, subxid);
                 Ok(None)
@@ -529,6 +465,93 @@ impl Assembler {
                 name(&other)
             ))),
         }
+    }
+
+    /// A message inside a stream block (Stream Start … Stream Stop) of the top transaction
+    /// `top`: the (sub)transaction whose buffer takes it, or `None` when it is the Stream Stop.
+    fn in_stream_block(
+        &mut self,
+        top: u32,
+        msg: &PgOutputMessage<'_>,
+        wal_start: Lsn,
+    ) -> Result<Option<u32>, SourceError> {
+        let subxid = match msg {
+            PgOutputMessage::StreamStop => {
+                self.stream_xid = None;
+                return Ok(None);
+            }
+            PgOutputMessage::Relation(rel) => {
+                // Applied now as well as on replay, so no later change finds it missing.
+                self.catalog.apply_relation(rel, None)?;
+                rel.xid
+            }
+            PgOutputMessage::Insert { xid, .. }
+            | PgOutputMessage::Update { xid, .. }
+            | PgOutputMessage::Delete { xid, .. }
+            | PgOutputMessage::Truncate { xid, .. }
+            | PgOutputMessage::Type { xid, .. }
+            | PgOutputMessage::Message { xid, .. } => *xid,
+            other => {
+                return Err(SourceError::Protocol(format!(
+                    "unexpected {} inside the stream block of xid {top} (XLogData at {wal_start})",
+                    name(other)
+                )))
+            }
+        };
+        Ok(Some(subxid.unwrap_or(top)))
+    }
+
+    /// A streamed transaction's commit: its buffered messages replayed in order (`spill.rs`)
+    /// into one transaction.
+    fn stream_commit(
+        &mut self,
+        xid: u32,
+        end_lsn: Lsn,
+        commit_time: i64,
+    ) -> Result<Option<Assembled>, SourceError> {
+        let mut changes = Changes::default();
+        if let Some(buffered) = self.streams.take(xid) {
+            let opts = DecodeOptions {
+                proto_version: self.proto_version,
+                in_stream: true,
+            };
+            let catalog = &mut self.catalog;
+            buffered.replay(|payload| {
+                let msg = decode(payload, opts).map_err(|e| {
+                    SourceError::Protocol(format!(
+                        "{e} (streamed transaction {xid}, commit at {end_lsn})"
+                    ))
+                })?;
+                match &msg {
+                    // The values older rows read in added columns (read from the
+                    // catalog at this commit, `stream.rs`) serve every Relation of the
+                    // table in the transaction, not only the first.
+                    PgOutputMessage::Relation(rel) => {
+                        let defaults = catalog.added_defaults.get(&rel.oid).cloned();
+                        catalog.apply_relation(rel, Some(end_lsn))?;
+                        if let Some(defaults) = defaults {
+                            catalog.added_defaults.insert(rel.oid, defaults);
+                        }
+                        Ok(())
+                    }
+                    PgOutputMessage::Message {
+                        prefix,
+                        content,
+                        lsn,
+                        ..
+                    } => catalog.apply_message(prefix, content, *lsn),
+                    PgOutputMessage::Insert { .. }
+                    | PgOutputMessage::Update { .. }
+                    | PgOutputMessage::Delete { .. }
+                    | PgOutputMessage::Truncate { .. } => {
+                        catalog.apply_change(&mut changes, &msg, end_lsn)
+                    }
+                    _ => Ok(()),
+                }
+            })?;
+            self.catalog.added_defaults.clear();
+        }
+        Ok(Some(complete(changes.finish()?, end_lsn, commit_time)))
     }
 }
 

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::config::{redact_url, ConfigError, Context, SnapshotMode, SourceUrl};
+use crate::config::context::{redact_url, Context, SourceUrl};
+use crate::config::error::ConfigError;
+use crate::config::snapshot_mode::SnapshotMode;
 use crate::tls::postgres::{TlsSettings, PARAMETERS};
 
 /// `[source]` with `kind = "postgres"`.
@@ -72,7 +74,7 @@ pub struct RawPostgres {
     /// What a schema change of a captured table does: `evolve` the lake's table (default) or
     /// `stop` cdcd before the change's transaction; for every table, or per table.
     #[serde(default)]
-    pub schema_change: crate::config::RawSchemaChange,
+    pub schema_change: crate::config::schema_change::RawSchemaChange,
 }
 
 impl fmt::Debug for RawPostgres {

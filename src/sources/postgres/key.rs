@@ -131,6 +131,17 @@ pub fn resolve(
         };
         return Ok(key(Vec::new(), origin));
     };
+    override_columns_usable(table, facts, wanted)?;
+    Ok(key(wanted.to_vec(), KeyOrigin::Override))
+}
+
+/// Checks a `source.key_columns` entry for a table without a primary key or replica identity
+/// index: its columns exist and are NOT NULL, and the table sends the whole old row (FULL).
+fn override_columns_usable(
+    table: &TableId,
+    facts: &KeyFacts,
+    wanted: &[String],
+) -> Result<(), CheckProblem> {
     for c in wanted {
         match facts.columns.iter().find(|(name, _)| name == c) {
             None => {
@@ -178,7 +189,7 @@ pub fn resolve(
             ),
         ));
     }
-    Ok(key(wanted.to_vec(), KeyOrigin::Override))
+    Ok(())
 }
 
 /// [`KeyFacts`] of `table` from the catalog; `None` if there is no such table.

@@ -318,76 +318,19 @@ impl Source for PostgresSource {
                 None => return conn.finish().await,
             }
         } else {
-            if setup::slot_exists(&state.client, &cfg.slot)
-                .await?
-                .is_none()
-            {
-                let point = conn.create_slot_without_snapshot(&cfg.slot).await?;
-                tracing::info!(slot = %cfg.slot, consistent_point = %point, "created replication slot");
+            let started = stream_start(
+                &cfg, &state, &mut types, &mut conn, &resume, &events, &shutdown,
+            )
+            .await?;
+            match started {
+                Some(start) => start,
+                None => return conn.finish().await,
             }
-            let start = match resume.start {
-                Some(Position::Postgres(lsn)) => lsn,
-                Some(other) => {
-                    return Err(SourceError::Config(format!(
-                        "checkpoint {other} is not a Postgres position"
-                    )))
-                }
-                None => Lsn::ZERO,
-            };
-            if !resume.copy.is_empty() {
-                let copied = copy_at_new_snapshot(
-                    &cfg,
-                    &state,
-                    &mut types,
-                    start,
-                    &resume.copy,
-                    &events,
-                    &shutdown,
-                )
-                .await?;
-                if !copied {
-                    return conn.finish().await;
-                }
-            }
-            start
         };
         wait_slot_released(&state.client, &cfg.slot).await?;
-        let opts = StartOptions {
-            proto_version: state.proto_version,
-            publications: state.publications.clone(),
-            streaming: state.proto_version >= 2,
-            // The `messages` option exists from Postgres 14 (proto 2); it carries the optional
-            // DDL trigger's renames (`ddl.rs`).
-            messages: state.proto_version >= 2,
-        };
-        if let Err(e) = conn.start(&cfg.slot, start, &opts).await {
-            return Err(monitor::explain_start_error(&state.client, &cfg.slot, e).await);
-        }
-        tracing::info!(slot = %cfg.slot, start = %start, proto_version = opts.proto_version, "replication started");
-        let mut assembler = Assembler::new(
-            AssemblerConfig {
-                proto_version: state.proto_version,
-                stream_memory_bytes: cfg.stream_memory_bytes,
-                spill_dir: cfg.spill_dir.clone(),
-            },
-            state.tables.iter().cloned(),
-            state.keys.clone(),
-        );
-        assembler.set_table_oids(oids);
-        // Copied now, from their current shape: a replay of their older DDL is no reason to stop.
-        assembler.copied_now(resume.copy.iter().map(|c| c.table.clone()).collect());
-        if let Some((_, recorded)) = &saved {
-            assembler.seed_ddl(recorded.ddl(&state.tables));
-        }
-        let known: Vec<u32> = types.keys().copied().collect();
-        assembler.add_types(
-            &known,
-            types
-                .into_iter()
-                .filter_map(|(k, v)| Some((k, v?)))
-                .collect(),
-        );
-        let mut stream = Streaming {
+        start_replication(&mut conn, &state, &cfg.slot, start).await?;
+        let assembler = assembler_for(&cfg, &state, oids, &resume, saved.as_ref(), types);
+        let stream = Streaming {
             conn,
             client: &state.client,
             assembler,
@@ -399,24 +342,130 @@ impl Source for PostgresSource {
             saved,
             streamed_reads: Vec::new(),
         };
-        // The slot watch ends the stream only for a lost slot; it stops with the stream.
-        let watch_stop = shutdown.child_token();
-        let _watch_guard = watch_stop.clone().drop_guard();
-        let mut watch = tokio::spawn(monitor::run(cfg.clone(), watch_stop));
-        let lost = async {
-            match (&mut watch).await {
-                Ok(Err(e)) => e,
-                _ => std::future::pending().await,
-            }
-        };
-        let result = tokio::select! {
-            r = stream.run(&shutdown) => r,
-            e = lost => Err(e),
-        };
-        match result {
-            Ok(()) => stream.conn.finish().await,
-            Err(e) => Err(e),
+        stream_until_lost(stream, &cfg, &shutdown).await
+    }
+}
+
+/// Where streaming starts when no initial copy runs: the checkpoint (the slot created if it is
+/// missing), after the tables the pipeline names are copied at a new snapshot. `None`: shutdown
+/// came during that copy.
+async fn stream_start(
+    cfg: &PostgresConfig,
+    state: &PreparedState,
+    types: &mut HashMap<u32, Option<TypeInfo>>,
+    conn: &mut ReplicationConnection,
+    resume: &Resume,
+    events: &mpsc::Sender<SourceEvent>,
+    shutdown: &CancellationToken,
+) -> Result<Option<Lsn>, SourceError> {
+    if setup::slot_exists(&state.client, &cfg.slot)
+        .await?
+        .is_none()
+    {
+        let point = conn.create_slot_without_snapshot(&cfg.slot).await?;
+        tracing::info!(slot = %cfg.slot, consistent_point = %point, "created replication slot");
+    }
+    let start = match &resume.start {
+        Some(Position::Postgres(lsn)) => *lsn,
+        Some(other) => {
+            return Err(SourceError::Config(format!(
+                "checkpoint {other} is not a Postgres position"
+            )))
         }
+        None => Lsn::ZERO,
+    };
+    if !resume.copy.is_empty() {
+        let copied =
+            copy_at_new_snapshot(cfg, state, types, start, &resume.copy, events, shutdown).await?;
+        if !copied {
+            return Ok(None);
+        }
+    }
+    Ok(Some(start))
+}
+
+/// START_REPLICATION on `slot` at `start`, with the options the server's protocol version takes;
+/// a refusal is explained from the slot's state.
+async fn start_replication(
+    conn: &mut ReplicationConnection,
+    state: &PreparedState,
+    slot: &str,
+    start: Lsn,
+) -> Result<(), SourceError> {
+    let opts = StartOptions {
+        proto_version: state.proto_version,
+        publications: state.publications.clone(),
+        streaming: state.proto_version >= 2,
+        // The `messages` option exists from Postgres 14 (proto 2); it carries the optional
+        // DDL trigger's renames (`ddl.rs`).
+        messages: state.proto_version >= 2,
+    };
+    if let Err(e) = conn.start(slot, start, &opts).await {
+        return Err(monitor::explain_start_error(&state.client, slot, e).await);
+    }
+    tracing::info!(slot = %slot, start = %start, proto_version = opts.proto_version, "replication started");
+    Ok(())
+}
+
+/// The assembler of this run: the captured tables with their oids, keys, the DDL the state
+/// file recorded, and the types the copy already looked up.
+fn assembler_for(
+    cfg: &PostgresConfig,
+    state: &PreparedState,
+    oids: HashMap<u32, TableId>,
+    resume: &Resume,
+    saved: Option<&(Arc<dyn SourceStateStore>, state::PgSourceState)>,
+    types: HashMap<u32, Option<TypeInfo>>,
+) -> Assembler {
+    let mut assembler = Assembler::new(
+        AssemblerConfig {
+            proto_version: state.proto_version,
+            stream_memory_bytes: cfg.stream_memory_bytes,
+            spill_dir: cfg.spill_dir.clone(),
+        },
+        state.tables.iter().cloned(),
+        state.keys.clone(),
+    );
+    assembler.set_table_oids(oids);
+    // Copied now, from their current shape: a replay of their older DDL is no reason to stop.
+    assembler.copied_now(resume.copy.iter().map(|c| c.table.clone()).collect());
+    if let Some((_, recorded)) = saved {
+        assembler.seed_ddl(recorded.ddl(&state.tables));
+    }
+    let known: Vec<u32> = types.keys().copied().collect();
+    assembler.add_types(
+        &known,
+        types
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, v?)))
+            .collect(),
+    );
+    assembler
+}
+
+/// Runs `stream` until shutdown or an error, beside the slot watch, which ends it only for a
+/// lost slot and stops with it.
+async fn stream_until_lost(
+    mut stream: Streaming<'_>,
+    cfg: &PostgresConfig,
+    shutdown: &CancellationToken,
+) -> Result<(), SourceError> {
+    let watch_stop = shutdown.child_token();
+    let _watch_guard = watch_stop.clone().drop_guard();
+    let mut watch = tokio::spawn(monitor::run(cfg.clone(), watch_stop));
+    let lost = async {
+        match (&mut watch).await {
+            Ok(Err(e)) => e,
+            _ => std::future::pending().await,
+        }
+    };
+    let result = tokio::select! {
+        r = stream.run(shutdown) => r,
+        e = lost => Err(e),
+    };
+    match result {
+        Ok(()) => stream.conn.finish().await,
+        Err(e) => Err(e),
     }
 }
 

@@ -203,83 +203,7 @@ impl Startup<'_> {
                 b'R' => {
                     let (code, data) =
                         parse_auth_request(&msg.payload).map_err(|e| self.lost(e))?;
-                    match code {
-                        auth::OK => {}
-                        auth::CLEARTEXT_PASSWORD => {
-                            self.method = Some("password");
-                            let password = self.password(cfg)?;
-                            let mut payload = Vec::with_capacity(password.len() + 1);
-                            payload.extend_from_slice(password.as_bytes());
-                            payload.push(0);
-                            write_password_message(&mut self.stream, &payload)
-                                .await
-                                .map_err(|e| self.lost(e))?;
-                        }
-                        auth::MD5_PASSWORD => {
-                            self.method = Some("md5");
-                            let Ok(salt) = <[u8; 4]>::try_from(data) else {
-                                return Err(self.auth_failed("md5 request without a 4-byte salt"));
-                            };
-                            let mut payload =
-                                md5_response(&cfg.user, self.password(cfg)?, salt).into_bytes();
-                            payload.push(0);
-                            write_password_message(&mut self.stream, &payload)
-                                .await
-                                .map_err(|e| self.lost(e))?;
-                        }
-                        auth::SASL => {
-                            if !sasl_offers_scram(data) {
-                                return Err(self.auth_failed(
-                                    "the server offers no SASL mechanism cdcd supports (SCRAM-SHA-256)",
-                                ));
-                            }
-                            self.method = Some("scram-sha-256");
-                            let client = ScramClient::new(&cfg.user);
-                            let first = client.client_first.as_bytes();
-                            let mut init = Vec::with_capacity(first.len() + 20);
-                            init.extend_from_slice(b"SCRAM-SHA-256\0");
-                            init.extend_from_slice(&len_i32(first.len()).to_be_bytes());
-                            init.extend_from_slice(first);
-                            write_password_message(&mut self.stream, &init)
-                                .await
-                                .map_err(|e| self.lost(e))?;
-                            scram = Some(ScramState {
-                                client,
-                                proof: None,
-                            });
-                        }
-                        auth::SASL_CONTINUE => {
-                            let password = self.password(cfg)?.to_owned();
-                            let Some(ScramState { client, proof }) = scram.as_mut() else {
-                                return Err(self.auth_failed("SASLContinue without SASL start"));
-                            };
-                            let server_first = String::from_utf8_lossy(data);
-                            let (client_final, auth_message, salted) = client
-                                .client_final(&password, &server_first)
-                                .map_err(|e| self.auth_failed(&describe(&e)))?;
-                            *proof = Some((auth_message, salted));
-                            write_password_message(&mut self.stream, client_final.as_bytes())
-                                .await
-                                .map_err(|e| self.lost(e))?;
-                        }
-                        auth::SASL_FINAL => {
-                            let Some(ScramState {
-                                proof: Some((auth_message, salted)),
-                                ..
-                            }) = scram.as_ref()
-                            else {
-                                return Err(self.auth_failed("SASLFinal before SASLContinue"));
-                            };
-                            let server_final = String::from_utf8_lossy(data);
-                            ScramClient::verify_server_final(&server_final, salted, auth_message)
-                                .map_err(|e| self.auth_failed(&describe(&e)))?;
-                        }
-                        other => {
-                            return Err(self.auth_failed(&format!(
-                                "unsupported authentication request {other}: use trust, password, md5 or scram-sha-256"
-                            )));
-                        }
-                    }
+                    self.answer(cfg, code, data, &mut scram).await?;
                 }
                 b'E' => {
                     self.refused = true;
@@ -295,6 +219,94 @@ impl Startup<'_> {
                 _ => {}
             }
         }
+    }
+
+    /// Answers one authentication request (`code`, with its `data`); `scram` carries a SCRAM
+    /// exchange from one request to the next.
+    async fn answer(
+        &mut self,
+        cfg: &PostgresConfig,
+        code: i32,
+        data: &[u8],
+        scram: &mut Option<ScramState>,
+    ) -> Result<(), SourceError> {
+        match code {
+            auth::OK => {}
+            auth::CLEARTEXT_PASSWORD => {
+                self.method = Some("password");
+                let password = self.password(cfg)?;
+                let mut payload = Vec::with_capacity(password.len() + 1);
+                payload.extend_from_slice(password.as_bytes());
+                payload.push(0);
+                write_password_message(&mut self.stream, &payload)
+                    .await
+                    .map_err(|e| self.lost(e))?;
+            }
+            auth::MD5_PASSWORD => {
+                self.method = Some("md5");
+                let Ok(salt) = <[u8; 4]>::try_from(data) else {
+                    return Err(self.auth_failed("md5 request without a 4-byte salt"));
+                };
+                let mut payload = md5_response(&cfg.user, self.password(cfg)?, salt).into_bytes();
+                payload.push(0);
+                write_password_message(&mut self.stream, &payload)
+                    .await
+                    .map_err(|e| self.lost(e))?;
+            }
+            auth::SASL => {
+                if !sasl_offers_scram(data) {
+                    return Err(self.auth_failed(
+                        "the server offers no SASL mechanism cdcd supports (SCRAM-SHA-256)",
+                    ));
+                }
+                self.method = Some("scram-sha-256");
+                let client = ScramClient::new(&cfg.user);
+                let first = client.client_first.as_bytes();
+                let mut init = Vec::with_capacity(first.len() + 20);
+                init.extend_from_slice(b"SCRAM-SHA-256\0");
+                init.extend_from_slice(&len_i32(first.len()).to_be_bytes());
+                init.extend_from_slice(first);
+                write_password_message(&mut self.stream, &init)
+                    .await
+                    .map_err(|e| self.lost(e))?;
+                *scram = Some(ScramState {
+                    client,
+                    proof: None,
+                });
+            }
+            auth::SASL_CONTINUE => {
+                let password = self.password(cfg)?.to_owned();
+                let Some(ScramState { client, proof }) = scram.as_mut() else {
+                    return Err(self.auth_failed("SASLContinue without SASL start"));
+                };
+                let server_first = String::from_utf8_lossy(data);
+                let (client_final, auth_message, salted) = client
+                    .client_final(&password, &server_first)
+                    .map_err(|e| self.auth_failed(&describe(&e)))?;
+                *proof = Some((auth_message, salted));
+                write_password_message(&mut self.stream, client_final.as_bytes())
+                    .await
+                    .map_err(|e| self.lost(e))?;
+            }
+            auth::SASL_FINAL => {
+                let Some(ScramState {
+                    proof: Some((auth_message, salted)),
+                    ..
+                }) = scram.as_ref()
+                else {
+                    return Err(self.auth_failed("SASLFinal before SASLContinue"));
+                };
+                let server_final = String::from_utf8_lossy(data);
+                ScramClient::verify_server_final(&server_final, salted, auth_message)
+                    .map_err(|e| self.auth_failed(&describe(&e)))?;
+            }
+            other => {
+                return Err(self.auth_failed(&format!(
+                    "unsupported authentication request {other}: use trust, password, md5 or scram-sha-256"
+                )));
+            }
+        }
+        Ok(())
     }
 
     async fn read(&mut self) -> Result<BackendMessage, SourceError> {

@@ -275,6 +275,87 @@ impl Streaming<'_> {
         self.conn.send_status(a, a, a, reply).await
     }
 
+    /// Looks up the types `payload` (a Relation) names that the assembler does not know yet.
+    async fn resolve_types(&mut self, payload: &[u8]) -> Result<(), SourceError> {
+        loop {
+            let missing = self.assembler.missing_types(payload)?;
+            if missing.is_empty() {
+                break;
+            }
+            // A type the transaction created is in the catalog once it is visible.
+            if let Some(OpenXid::Committed(xid)) = self.assembler.open_xid() {
+                catalog::await_visible(self.client, xid).await?;
+            }
+            let found = catalog::lookup_types(self.client, &missing).await?;
+            self.assembler.add_types(&missing, found);
+        }
+        Ok(())
+    }
+
+    /// Reads the catalog for a captured table's Relation in `payload` (its added columns'
+    /// defaults), now or, inside a streamed transaction, at its commit.
+    async fn read_relation(&mut self, payload: &[u8]) -> Result<(), SourceError> {
+        if let Some((oid, table, first)) = self.assembler.captured_relation(payload) {
+            let added = self
+                .assembler
+                .added_columns(payload)
+                .map(|(_, _, added)| added)
+                .unwrap_or_default();
+            let read = CatalogRead {
+                oid,
+                table,
+                first,
+                added,
+            };
+            match self.assembler.open_xid() {
+                Some(OpenXid::Streamed(xid)) => {
+                    // The defaults stored before this transaction serve the changes of
+                    // others committed before it (which take this Relation as the
+                    // table's shape); its own, if any, come at its commit.
+                    if read.first {
+                        let stored = catalog::stored_defaults(self.client, oid).await?;
+                        if !stored.is_empty() {
+                            self.assembler.set_added_defaults(oid, stored);
+                        }
+                    }
+                    self.defer_read(xid, read);
+                }
+                Some(OpenXid::Committed(xid)) => {
+                    catalog::await_visible(self.client, xid).await?;
+                    self.read_catalog(vec![read]).await?;
+                }
+                None => self.read_catalog(vec![read]).await?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The event for what the assembler completed: a transaction, or a heartbeat for skipped
+    /// ones (`None`: already covered, or throttled).
+    fn event_of(&mut self, fed: Assembled) -> Option<SourceEvent> {
+        let event = match fed {
+            Assembled::Transaction(tx) => {
+                if let Position::Postgres(end) = tx.position {
+                    self.delivered = self.delivered.max(end);
+                }
+                SourceEvent::Transaction(tx)
+            }
+            Assembled::Skipped(end) => {
+                let recent = self
+                    .last_skipped_beat
+                    .is_some_and(|t| t.elapsed() < SKIPPED_HEARTBEAT_INTERVAL);
+                // A throttled one is covered by the next keepalive's heartbeat.
+                if end <= self.delivered || recent {
+                    return None;
+                }
+                self.last_skipped_beat = Some(Instant::now());
+                self.delivered = end;
+                SourceEvent::Heartbeat(Position::Postgres(end))
+            }
+        };
+        Some(event)
+    }
+
     /// One message from the server; false when shutdown interrupted a delivery.
     async fn handle(
         &mut self,
@@ -285,53 +366,11 @@ impl Streaming<'_> {
             ReplicationMessage::XLogData {
                 wal_start, data, ..
             } => {
-                loop {
-                    let missing = self.assembler.missing_types(&data)?;
-                    if missing.is_empty() {
-                        break;
-                    }
-                    // A type the transaction created is in the catalog once it is visible.
-                    if let Some(OpenXid::Committed(xid)) = self.assembler.open_xid() {
-                        catalog::await_visible(self.client, xid).await?;
-                    }
-                    let found = catalog::lookup_types(self.client, &missing).await?;
-                    self.assembler.add_types(&missing, found);
-                }
+                self.resolve_types(&data).await?;
                 if let Some((oid, captured)) = self.assembler.foreign_relation(&data) {
                     self.judge_foreign_relation(oid, captured).await?;
                 }
-                if let Some((oid, table, first)) = self.assembler.captured_relation(&data) {
-                    let added = self
-                        .assembler
-                        .added_columns(&data)
-                        .map(|(_, _, added)| added)
-                        .unwrap_or_default();
-                    let read = CatalogRead {
-                        oid,
-                        table,
-                        first,
-                        added,
-                    };
-                    match self.assembler.open_xid() {
-                        Some(OpenXid::Streamed(xid)) => {
-                            // The defaults stored before this transaction serve the changes of
-                            // others committed before it (which take this Relation as the
-                            // table's shape); its own, if any, come at its commit.
-                            if read.first {
-                                let stored = catalog::stored_defaults(self.client, oid).await?;
-                                if !stored.is_empty() {
-                                    self.assembler.set_added_defaults(oid, stored);
-                                }
-                            }
-                            self.defer_read(xid, read);
-                        }
-                        Some(OpenXid::Committed(xid)) => {
-                            catalog::await_visible(self.client, xid).await?;
-                            self.read_catalog(vec![read]).await?;
-                        }
-                        None => self.read_catalog(vec![read]).await?,
-                    }
-                }
+                self.read_relation(&data).await?;
                 self.read_catalog_for_stream(&data).await?;
                 let fed = self.assembler.feed(wal_start, data)?;
                 if let Some(ddl) = self.assembler.ddl_changed() {
@@ -340,28 +379,10 @@ impl Streaming<'_> {
                         store.write(state.to_json()).await?;
                     }
                 }
-                let event = match fed {
-                    None => return Ok(true),
-                    Some(Assembled::Transaction(tx)) => {
-                        if let Position::Postgres(end) = tx.position {
-                            self.delivered = self.delivered.max(end);
-                        }
-                        SourceEvent::Transaction(tx)
-                    }
-                    Some(Assembled::Skipped(end)) => {
-                        let recent = self
-                            .last_skipped_beat
-                            .is_some_and(|t| t.elapsed() < SKIPPED_HEARTBEAT_INTERVAL);
-                        // A throttled one is covered by the next keepalive's heartbeat.
-                        if end <= self.delivered || recent {
-                            return Ok(true);
-                        }
-                        self.last_skipped_beat = Some(Instant::now());
-                        self.delivered = end;
-                        SourceEvent::Heartbeat(Position::Postgres(end))
-                    }
-                };
-                deliver(&self.events, event, shutdown).await
+                match fed.and_then(|fed| self.event_of(fed)) {
+                    Some(event) => deliver(&self.events, event, shutdown).await,
+                    None => Ok(true),
+                }
             }
             ReplicationMessage::KeepAlive {
                 wal_end,

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::config::{redact_url, ConfigError, Context};
+use crate::config::context::{redact_url, Context};
+use crate::config::error::ConfigError;
 use crate::tls::postgres::{TlsSettings, PARAMETERS};
 
 /// `[sink.catalog]`: where the Iceberg sink finds and commits its tables.
@@ -116,7 +117,7 @@ pub enum RestAuth {
         name: String,
         region: Option<String>,
         /// Boxed: it is large and most configurations have no SigV4.
-        s3: Box<crate::config::S3Config>,
+        s3: Box<crate::storage::s3::S3Config>,
     },
 }
 
@@ -159,7 +160,7 @@ impl fmt::Debug for RestAuth {
 impl CatalogConfig {
     /// Hands `[sink.s3]` to a SigV4-signing REST catalog, whose credentials come from the same
     /// settings and chain as an `s3://` warehouse's.
-    pub fn with_s3(mut self, settings: &crate::config::S3Config) -> CatalogConfig {
+    pub fn with_s3(mut self, settings: &crate::storage::s3::S3Config) -> CatalogConfig {
         if let CatalogConfig::Rest(RestConfig {
             auth: RestAuth::SigV4 { s3, .. },
             ..

@@ -180,29 +180,53 @@ fn append_rows(
             }
         }
         if op == Op::Update && has_before && key_changed(key, data, before, after) {
-            for (k, &col) in key.iter().enumerate() {
-                let old = b
-                    .old_key(k)
-                    .ok_or_else(|| err("no old-key builder".into()))?;
-                match before.get(col).copied() {
-                    Some(Cell::At { start, end }) => {
-                        let kind = entry
-                            .kinds
-                            .get(col)
-                            .ok_or_else(|| err("key column out of range".into()))?;
-                        let layout = plan
-                            .layout(col)
-                            .ok_or_else(|| err("key column out of range".into()))?;
-                        let bytes = data.get(start..end).unwrap_or_default();
-                        append_cell(old, kind, layout, bytes, zero_date, scratch)
-                            .map_err(|e| column_err(entry, col, e.0, position))?;
-                    }
-                    Some(Cell::Null) => append_null(old).map_err(|e| err(e.to_string()))?,
-                    _ => return Err(err("key column missing from the before image".into())),
-                }
-            }
+            append_old_key(b, data, entry, plan, before, scratch, zero_date, position)?;
         } else {
             b.no_old_key().map_err(|e| err(e.to_string()))?;
+        }
+    }
+    Ok(())
+}
+
+/// The old key of an update that changed its key, from the before image's cells.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one rows event's inputs, split out so the builder borrow stays local"
+)]
+fn append_old_key(
+    b: &mut crate::changelog::TableChangesBuilder,
+    data: &[u8],
+    entry: &TableEntry,
+    plan: &ImagePlan,
+    before: &[Cell],
+    scratch: &mut Scratch,
+    zero_date: ZeroDate,
+    position: &str,
+) -> Result<(), StreamError> {
+    let err = |detail: String| StreamError::Table {
+        table: entry.schema.id.clone(),
+        detail,
+        position: position.to_owned(),
+    };
+    for (k, &col) in entry.schema.primary_key.iter().enumerate() {
+        let old = b
+            .old_key(k)
+            .ok_or_else(|| err("no old-key builder".into()))?;
+        match before.get(col).copied() {
+            Some(Cell::At { start, end }) => {
+                let kind = entry
+                    .kinds
+                    .get(col)
+                    .ok_or_else(|| err("key column out of range".into()))?;
+                let layout = plan
+                    .layout(col)
+                    .ok_or_else(|| err("key column out of range".into()))?;
+                let bytes = data.get(start..end).unwrap_or_default();
+                append_cell(old, kind, layout, bytes, zero_date, scratch)
+                    .map_err(|e| column_err(entry, col, e.0, position))?;
+            }
+            Some(Cell::Null) => append_null(old).map_err(|e| err(e.to_string()))?,
+            _ => return Err(err("key column missing from the before image".into())),
         }
     }
     Ok(())

@@ -284,27 +284,8 @@ pub async fn copy_tables(
     plans: Vec<TablePlan>,
     run: CopyRun<'_>,
 ) -> Result<Option<Copied>, SourceError> {
-    for plan in &plans {
-        send(run.events, plan.plan_event()).await?;
-        if plan.fresh {
-            send(
-                run.events,
-                SourceEvent::SnapshotRows(marker_batch(&plan.schema)?),
-            )
-            .await?;
-        }
-    }
-    let jobs: VecDeque<Job> = plans
-        .iter()
-        .enumerate()
-        .flat_map(|(t, p)| {
-            p.todo.iter().map(move |&(chunk, op)| Job {
-                table: t,
-                chunk,
-                op,
-            })
-        })
-        .collect();
+    announce(&plans, run.events).await?;
+    let jobs = jobs_of(&plans);
     let workers = run.cfg.snapshot_parallelism.clamp(1, jobs.len().max(1));
     tracing::info!(
         tables = plans.len(),
@@ -367,6 +348,45 @@ pub async fn copy_tables(
     meter.finish(&counts(&shared), started.elapsed());
     let shared = Arc::try_unwrap(shared)
         .map_err(|_| SourceError::Protocol("initial copy workers still running".into()))?;
+    Ok(Some(copied_of(shared)))
+}
+
+/// Sends each plan, and the Truncate marker of fresh tables, before any rows.
+async fn announce(
+    plans: &[TablePlan],
+    events: &mpsc::Sender<SourceEvent>,
+) -> Result<(), SourceError> {
+    for plan in plans {
+        send(events, plan.plan_event()).await?;
+        if plan.fresh {
+            send(
+                events,
+                SourceEvent::SnapshotRows(marker_batch(&plan.schema)?),
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Every chunk still to copy, as jobs for the workers, table by table.
+fn jobs_of(plans: &[TablePlan]) -> VecDeque<Job> {
+    plans
+        .iter()
+        .enumerate()
+        .flat_map(|(t, p)| {
+            p.todo.iter().map(move |&(chunk, op)| Job {
+                table: t,
+                chunk,
+                op,
+            })
+        })
+        .collect()
+}
+
+/// The run's outcome once every worker is done: the tables copied, apart from those whose
+/// shape changed under the copy.
+fn copied_of(shared: Shared) -> Copied {
     let changed = shared
         .changed
         .into_inner()
@@ -382,7 +402,7 @@ pub async fn copy_tables(
             copied.tables.push(plan);
         }
     }
-    Ok(Some(copied))
+    copied
 }
 
 fn counts(shared: &Shared) -> Vec<u64> {
