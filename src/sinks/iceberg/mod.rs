@@ -55,6 +55,7 @@ pub mod deletes;
 mod files;
 mod input;
 pub(crate) mod maintenance;
+mod partitioning;
 pub mod plan;
 mod resync;
 mod rows;
