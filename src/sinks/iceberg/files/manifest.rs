@@ -295,6 +295,15 @@ pub(crate) struct LiveFile {
     pub snapshot_id: i64,
     /// Path of the manifest that lists it (a rewrite of that manifest moves the entry).
     pub manifest: Arc<str>,
+    /// The partition spec of that manifest, which the file is written under.
+    pub spec_id: i32,
+}
+
+impl LiveFile {
+    /// Where the file sits in the table's partitioning.
+    pub fn placement(&self) -> crate::sinks::iceberg::files::writer::Placement {
+        crate::sinks::iceberg::files::writer::Placement::of(self.spec_id, &self.file)
+    }
 }
 
 /// The live data files and delete files of a snapshot.
@@ -335,6 +344,7 @@ pub(crate) async fn load_files(
                 snapshot_id: e.snapshot_id().unwrap_or(m.added_snapshot_id),
                 file: e.data_file().clone(),
                 manifest: Arc::clone(&manifest_path),
+                spec_id: m.partition_spec_id,
             };
             match e.content_type() {
                 DataContentType::Data => out.data.push(live),
