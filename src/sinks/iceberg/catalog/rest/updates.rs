@@ -6,8 +6,9 @@
 //! for the filesystem and SQL catalogs; a REST server instead applies updates to its own current
 //! metadata and writes the file itself. Diffing keeps one commit path for all catalogs. What cdcd
 //! changes, and so what is diffed: snapshots (added, removed), refs, schemas (added, current),
-//! properties, the format version. Partition specs, sort orders and the location never change
-//! under cdcd; a difference there is refused rather than sent half.
+//! partition specs (added, never made the default), properties, the format version. The default
+//! spec, sort orders and the location never change under cdcd; a difference there is refused
+//! rather than sent half.
 //!
 //! Requirements: the table's UUID (a table dropped and recreated under the name is another
 //! table) and `main`'s snapshot id (optimistic concurrency: any other writer's commit to `main`
@@ -47,6 +48,7 @@ pub(crate) fn between(base: &TableMetadata, next: &TableMetadata) -> Result<Chan
         });
     }
     schema_updates(base, next, &mut requirements, &mut updates);
+    spec_updates(base, next, &mut requirements, &mut updates);
     snapshot_updates(base, next, &mut updates)?;
     property_updates(base, next, &mut updates);
     Ok(Changes {
@@ -62,8 +64,12 @@ fn refuse_unsendable(base: &TableMetadata, next: &TableMetadata) -> Result<(), S
     if base.location() != next.location() {
         return Err("the table's location changed".into());
     }
+    // Specs may be added (a v2 commit's unpartitioned spec for equality deletes:
+    // `commit/publish.rs`, `with_unpartitioned_spec`), never removed, nor the default changed.
     if base.default_partition_spec_id() != next.default_partition_spec_id()
-        || base.partition_specs_iter().len() != next.partition_specs_iter().len()
+        || base
+            .partition_specs_iter()
+            .any(|s| next.partition_spec_by_id(s.spec_id()).is_none())
     {
         return Err("the partition spec changed".into());
     }
@@ -114,6 +120,36 @@ fn schema_updates(
             next.current_schema_id()
         };
         updates.push(TableUpdate::SetCurrentSchema { schema_id });
+    }
+}
+
+/// Specs `next` adds to `base`. The server numbers an added spec itself, as cdcd's builder did
+/// (the next id), provided its specs are `base`'s: hence the default spec and last partition id
+/// requirements (a spec another writer added in between fails the commit with 409).
+fn spec_updates(
+    base: &TableMetadata,
+    next: &TableMetadata,
+    requirements: &mut Vec<TableRequirement>,
+    updates: &mut Vec<TableUpdate>,
+) {
+    let mut added: Vec<_> = next
+        .partition_specs_iter()
+        .filter(|s| base.partition_spec_by_id(s.spec_id()).is_none())
+        .collect();
+    if added.is_empty() {
+        return;
+    }
+    added.sort_by_key(|s| s.spec_id());
+    requirements.push(TableRequirement::DefaultSpecIdMatch {
+        default_spec_id: base.default_partition_spec_id(),
+    });
+    requirements.push(TableRequirement::LastAssignedPartitionIdMatch {
+        last_assigned_partition_id: base.last_partition_id(),
+    });
+    for spec in added {
+        updates.push(TableUpdate::AddSpec {
+            spec: spec.as_ref().clone().into_unbound(),
+        });
     }
 }
 
@@ -408,6 +444,58 @@ mod tests {
         assert!(landed(&base, &ours, &later));
         assert!(!landed(&base, &ours, &base));
         assert!(!landed(&base, &ours, &theirs));
+    }
+
+    /// Issue 36: a v2 commit on a table partitioned from its creation adds a spec without fields
+    /// for its equality deletes; the server is sent it, not made the default, under requirements
+    /// that its specs are the ones cdcd numbered from.
+    #[test]
+    fn an_added_unpartitioned_spec_is_sent_under_the_spec_requirements() {
+        let base = TableMetadataBuilder::new_from_metadata(table(), None)
+            .add_default_partition_spec(
+                iceberg::spec::UnboundPartitionSpec::builder()
+                    .add_partition_field(1, "id_bucket", iceberg::spec::Transform::Bucket(4))
+                    .unwrap()
+                    .build(),
+            )
+            .unwrap()
+            .remove_partition_specs(&[0])
+            .unwrap()
+            .build()
+            .unwrap()
+            .metadata;
+        assert!(base.partition_specs_iter().all(|s| !s.fields().is_empty()));
+        let loaded = crate::sinks::iceberg::files::metadata::Loaded {
+            version: 1,
+            metadata: base.clone(),
+            file: "file:///w/shop/t/metadata/v1.metadata.json".into(),
+        };
+        let (next, spec_id) =
+            publish::with_unpartitioned_spec(&TableId::new("shop", "t"), &loaded).unwrap();
+        let next = next.metadata;
+        assert_eq!(
+            next.default_partition_spec_id(),
+            base.default_partition_spec_id()
+        );
+        let changes = between(&base, &next).unwrap();
+        assert_eq!(
+            changes.updates,
+            vec![TableUpdate::AddSpec {
+                spec: next
+                    .partition_spec_by_id(spec_id)
+                    .unwrap()
+                    .as_ref()
+                    .clone()
+                    .into_unbound()
+            }]
+        );
+        assert!(changes
+            .requirements
+            .contains(&TableRequirement::DefaultSpecIdMatch {
+                default_spec_id: base.default_partition_spec_id()
+            }));
+        let dropped = between(&next, &base).unwrap_err();
+        assert!(dropped.contains("partition spec"), "{dropped}");
     }
 
     #[test]
