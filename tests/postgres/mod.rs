@@ -9,6 +9,7 @@ mod keys;
 mod lifecycle;
 mod maintenance;
 mod multiset;
+mod partitioned;
 mod replication;
 pub(crate) mod resync;
 mod schema_evolution;
