@@ -450,6 +450,59 @@ async fn spark_partitions_keyless_tables_and_cdcd_stays_exact() {
     p.sigterm_and_wait(Duration::from_secs(60)).await;
 }
 
+/// Issue 36: a format v2 table created partitioned (by Spark, before cdcd's first start) has no
+/// spec without fields; cdcd's first equality deletes add one (not as the default) and go under
+/// it, so they delete rows in every partition, also rows that moved partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn equality_deletes_on_a_table_created_partitioned_apply_in_every_partition() {
+    let test = "equality_deletes_on_a_table_created_partitioned_apply_in_every_partition";
+    let Some(env) = test_env(test) else {
+        return;
+    };
+    let Some(spark) = spark(test) else {
+        return;
+    };
+    let name = unique("ptcr");
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create(&t)).await;
+    let settings = Settings {
+        sink_extra: "maintenance_interval_ms = 0\n".into(),
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new(&env, &name, &[t.as_str()], &settings);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    force_equality(&p);
+    let table = format!("h.{NAMESPACE}.{t}");
+    run_spark(
+        &spark,
+        &p,
+        &[
+            format!(
+                "CREATE TABLE {table} (id bigint NOT NULL, created_at timestamp NOT NULL, n int, big string) USING iceberg \
+                 PARTITIONED BY (days(created_at), bucket(4, id)) TBLPROPERTIES ('format-version' = '2')"
+            ),
+            format!("ALTER TABLE {table} SET IDENTIFIER FIELDS id"),
+        ],
+    );
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    p.assert_equal(&t, 90).await;
+    let copied = layout(&p, &t);
+    eprintln!("layout after the copy: {copied}");
+    assert!(copied["partitions"].as_u64().unwrap_or(0) >= 10, "{copied}");
+    for round in 1..=2 {
+        let lsn = change(&client, &t, &moving(&t, round), -round).await;
+        equal(&mut p, &t, true, lsn).await;
+    }
+    let seen = layout(&p, &t);
+    eprintln!("layout after streaming: {seen}");
+    assert!(seen["equality_files"].as_u64().unwrap_or(0) > 0, "{seen}");
+    assert_eq!(seen["default_spec"], copied["default_spec"], "{seen}");
+    assert_eq!(seen["specs"].as_array().map(Vec::len), Some(2), "{seen}");
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}
+
 /// Issue 36, deletion vectors (format v3).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spark_partitions_the_table_and_cdcd_stays_exact_with_vectors() {
