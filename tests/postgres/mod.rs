@@ -9,7 +9,7 @@ mod keys;
 mod lifecycle;
 mod maintenance;
 mod multiset;
-mod partitioned;
+pub(crate) mod partitioned;
 mod replication;
 pub(crate) mod resync;
 mod schema_evolution;

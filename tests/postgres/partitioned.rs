@@ -138,14 +138,18 @@ print(json.dumps(counts), flush=True)
 "#;
 
 fn layout(p: &Pipeline, table: &str) -> Value {
-    let dir = p.table_dir(table);
-    let out = Command::new(&p.env.python)
+    layout_of(&p.env.python, &p.table_dir(table))
+}
+
+/// The [`LAYOUT`] check of the table directory `dir`, with the readers' `python`.
+pub(crate) fn layout_of(python: &str, dir: &std::path::Path) -> Value {
+    let out = Command::new(python)
         .args(["-c", LAYOUT])
-        .arg(&dir)
+        .arg(dir)
         .output()
         .unwrap();
     let text = stdout_then_stderr(&out);
-    assert!(out.status.success(), "layout of {table}:\n{text}");
+    assert!(out.status.success(), "layout of {}:\n{text}", dir.display());
     let line = text
         .lines()
         .rev()
@@ -155,10 +159,19 @@ fn layout(p: &Pipeline, table: &str) -> Value {
 }
 
 fn run_spark(spark: &(String, String), p: &Pipeline, statements: &[String]) {
+    spark_sql(spark, &p.warehouse, statements);
+}
+
+/// Runs `statements` with Spark on the hadoop catalog `h` over the local `warehouse`.
+pub(crate) fn spark_sql(
+    spark: &(String, String),
+    warehouse: &std::path::Path,
+    statements: &[String],
+) {
     let (python, jars) = spark;
     let out = Command::new(python)
         .args(["-c", SPARK_SQL, jars])
-        .arg(&p.warehouse)
+        .arg(warehouse)
         .args(statements)
         .output()
         .unwrap();
