@@ -5,6 +5,8 @@
 //! before the file step, which writes each file with its [`Placement`]. Also where a v2 commit's
 //! equality deletes go: under a spec without fields, so that they apply in every partition.
 
+use std::sync::Arc;
+
 use arrow_array::RecordBatch;
 
 use super::{publish, RowDelta};
@@ -12,7 +14,6 @@ use crate::sinks::iceberg::files::writer::{self, Placement};
 use crate::sinks::iceberg::partitioning::{split_plan, Layout};
 use crate::sinks::iceberg::schema;
 use crate::sinks::SinkError;
-use std::sync::Arc;
 
 impl RowDelta<'_> {
     /// Splits the plan's data files by partition and orders their rows (`lookup`: the rows that
