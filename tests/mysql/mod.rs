@@ -9,6 +9,7 @@ mod keys;
 mod lsm;
 mod maintenance;
 mod multiset;
+mod partitioned;
 mod replication;
 pub(crate) mod resync;
 mod schema_resync;

@@ -9,6 +9,7 @@ mod keys;
 mod lifecycle;
 mod maintenance;
 mod multiset;
+pub(crate) mod partitioned;
 mod replication;
 pub(crate) mod resync;
 mod schema_evolution;

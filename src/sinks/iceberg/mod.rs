@@ -68,6 +68,7 @@ mod files;
 mod input;
 mod layout;
 pub(crate) mod maintenance;
+mod partitioning;
 pub mod plan;
 mod resync;
 mod rows;

@@ -4,29 +4,32 @@
 //! commit superseded, and rows of earlier snapshots a keyless multiset table's deletes remove)
 //! and one equality delete file (keys of earlier snapshots).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use arrow_array::RecordBatch;
 use iceberg::spec::DataContentType;
 
 use super::{DataFiles, Deletes, Found, RowDelta};
-use crate::sinks::iceberg::deletes::commit_vectors::{self, LiveDvs, NewDvs};
-use crate::sinks::iceberg::files::writer;
+use crate::sinks::iceberg::deletes::commit_vectors::{self, NewDvs};
+use crate::sinks::iceberg::files::manifest::LiveFiles;
+use crate::sinks::iceberg::files::writer::{self, Placement};
 use crate::sinks::iceberg::rows::live::LiveState;
 use crate::sinks::iceberg::rows::locator::RowAddress;
 use crate::sinks::iceberg::schema;
 use crate::sinks::SinkError;
 
 impl RowDelta<'_> {
-    /// Writes the plan's data files, completing partial rows from `lookup`.
+    /// Writes the plan's data files, completing partial rows from `lookup`, each at its
+    /// placement (`layout.rs`, in plan order).
     pub(super) async fn write_data(
         &self,
         lookup: Option<&RecordBatch>,
+        placements: &[Placement],
     ) -> Result<DataFiles, SinkError> {
         let file_schema = schema::data_file_schema(self.base().current_schema())?;
         let mut files = Vec::with_capacity(self.plan.files.len());
         let mut paths = Vec::with_capacity(self.plan.files.len());
-        for (i, f) in self.plan.files.iter().enumerate() {
+        for (i, (f, placement)) in self.plan.files.iter().zip(placements).enumerate() {
             let path = self.names.data_file(i);
             let batches = writer::data_batches(self.input.changes, f, lookup, &file_schema)
                 .map_err(self.arrow("gathering data rows"))?;
@@ -37,6 +40,7 @@ impl RowDelta<'_> {
                 batches,
                 DataContentType::Data,
                 None,
+                placement,
             )
             .await?;
             files.push(file);
@@ -44,35 +48,39 @@ impl RowDelta<'_> {
         }
         Ok(DataFiles {
             files,
+            placements: placements.to_vec(),
             paths,
             schema: file_schema,
         })
     }
 
-    /// Writes the deletes: vectors on v3, delete files on v2.
+    /// Writes the deletes: vectors on v3, delete files on v2 (`equality_spec`: where equality
+    /// deletes go, `layout.rs`).
     pub(super) async fn write_deletes(
         &self,
         live: &LiveState,
         found: &Found,
         data: &DataFiles,
+        equality_spec: Option<i32>,
     ) -> Result<Deletes, SinkError> {
         if self.v3 {
-            self.write_vectors(&live.dvs, &found.located, &data.paths)
-                .await
+            self.write_vectors(live, &found.located, data).await
         } else {
-            self.write_v2_deletes(data, &found.located).await
+            self.write_v2_deletes(live, data, &found.located, equality_spec)
+                .await
         }
     }
 
     /// v3: marks the `located` rows of earlier snapshots and the superseded rows of this
-    /// commit's files (`paths`) deleted, merges each vector with the live one it replaces and
-    /// writes the vectors.
+    /// commit's files (`data`) deleted, merges each vector with the live one it replaces and
+    /// writes the vectors, each placed with its data file.
     async fn write_vectors(
         &self,
-        live_dvs: &LiveDvs,
+        live: &LiveState,
         located: &[Option<RowAddress>],
-        paths: &[String],
+        data: &DataFiles,
     ) -> Result<Deletes, SinkError> {
+        let (live_dvs, paths) = (&live.dvs, &data.paths);
         let table = self.table();
         let mut new_dvs = NewDvs::default();
         for addr in located.iter().flatten() {
@@ -96,30 +104,48 @@ impl RowDelta<'_> {
         // data file after some commits (seen again in tests/s3/crash.rs and s3/standby.rs; Spark
         // and pyiceberg read the same tables right). One blob per file sidesteps it at the
         // cost of more small files.
+        let placements = placements_of(new_dvs.dvs.keys(), data, &live.files);
         let mut files = Vec::new();
+        let mut spec_ids = Vec::new();
         for (i, (file, vector)) in new_dvs.dvs.iter().enumerate() {
+            let Some(placement) = placements.get(file.as_str()) else {
+                return Err(SinkError::Data {
+                    table: table.clone(),
+                    detail: format!("deleting rows of {file}, which is not a live data file"),
+                });
+            };
             let path = self.names.vector_file(i);
             let one = BTreeMap::from([(file.clone(), vector.clone())]);
-            files.extend(
-                commit_vectors::write_puffin(self.target.warehouse, table, &path, &one).await?,
-            );
+            let written =
+                commit_vectors::write_puffin(self.target.warehouse, table, &path, &one, placement)
+                    .await?;
+            spec_ids.extend(written.iter().map(|_| placement.spec_id));
+            files.extend(written);
         }
         Ok(Deletes {
             files,
+            spec_ids,
             deleted_rows: new_dvs.deleted,
             replaced,
             vectors: new_dvs.dvs,
         })
     }
 
-    /// v2: the position delete file (rows this commit superseded, and the `located` rows of
-    /// earlier snapshots a keyless multiset table's deletes remove) and the equality delete file.
+    /// v2: the position delete files (rows this commit superseded, and the `located` rows of
+    /// earlier snapshots a keyless multiset table's deletes remove), one per partition, and the
+    /// equality delete file under `equality_spec`.
     async fn write_v2_deletes(
         &self,
+        live: &LiveState,
         data: &DataFiles,
         located: &[Option<RowAddress>],
+        equality_spec: Option<i32>,
     ) -> Result<Deletes, SinkError> {
         let plan = &self.plan;
+        let earlier: Vec<&str> = located.iter().flatten().map(|a| &*a.file).collect();
+        let earlier_placements = placements_of(earlier.into_iter(), data, &live.files);
+        let earlier_placement = |f: &str| earlier_placements.get(f).cloned();
+        let position_path = |n: usize| self.names.position_deletes_in(n);
         let files = writer::write_v2_deletes(
             self.target.warehouse,
             &writer::Planned {
@@ -127,21 +153,50 @@ impl RowDelta<'_> {
                 changes: self.input.changes,
                 plan,
             },
-            &data.paths,
             located,
             &data.schema,
-            &writer::V2DeletePaths {
-                position: self.names.position_deletes(),
-                equality: self.names.equality_deletes(),
+            &writer::V2Targets {
+                data_paths: &data.paths,
+                data_placements: &data.placements,
+                earlier_placement: &earlier_placement,
+                equality_spec: equality_spec.unwrap_or(self.base().default_partition_spec_id()),
+                position_path: &position_path,
+                equality_path: self.names.equality_deletes(),
             },
         )
         .await?;
+        let (files, placements): (Vec<_>, Vec<Placement>) = files.into_iter().unzip();
         Ok(Deletes {
             files,
+            spec_ids: placements.iter().map(|p| p.spec_id).collect(),
             deleted_rows: (plan.position_deletes.len()
                 + located.iter().flatten().count()
                 + plan.equality_deletes.len()) as u64,
             ..Deletes::default()
         })
     }
+}
+
+/// Where each data file of `paths` sits: this commit's (`data`) or a live one (`live`); a path
+/// that is neither is left out.
+fn placements_of<'p>(
+    paths: impl Iterator<Item = &'p (impl AsRef<str> + ?Sized + 'p)>,
+    data: &DataFiles,
+    live: &LiveFiles,
+) -> HashMap<&'p str, Placement> {
+    let mut wanted: HashMap<&str, Option<Placement>> = paths.map(|p| (p.as_ref(), None)).collect();
+    for (path, placement) in data.paths.iter().zip(&data.placements) {
+        if let Some(slot @ None) = wanted.get_mut(path.as_str()) {
+            *slot = Some(placement.clone());
+        }
+    }
+    for f in &live.data {
+        if let Some(slot @ None) = wanted.get_mut(f.file.file_path()) {
+            *slot = Some(f.placement());
+        }
+    }
+    wanted
+        .into_iter()
+        .filter_map(|(p, placement)| Some((p, placement?)))
+        .collect()
 }

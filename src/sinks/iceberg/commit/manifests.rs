@@ -3,14 +3,14 @@
 //! ones (planned by `merge.rs`), this commit's data and delete manifests, and the manifest list
 //! naming them all, new ones first.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use iceberg::spec::{DataContentType, ManifestContentType, ManifestFile};
+use iceberg::spec::{DataContentType, DataFile, ManifestContentType, ManifestFile};
 
 use super::manifest_list::{self, ListTarget};
 use super::merge::{self, Candidate, Output};
-use super::{Carried, DataFiles, Deletes, Listed, RowDelta};
+use super::{Added, Carried, DataFiles, Deletes, Listed, RowDelta};
 use crate::failpoints;
 use crate::sinks::iceberg::files::manifest::{self, ManifestTarget};
 use crate::sinks::iceberg::maintenance::properties::Merging;
@@ -63,7 +63,7 @@ impl RowDelta<'_> {
                 continue;
             }
             let path = self.names.rewritten_manifest(i);
-            let target = self.manifest_target(true);
+            let target = self.spec_target(true, m.partition_spec_id)?;
             let (kept, removed) =
                 manifest::rewrite_manifest(self.target.warehouse, path, &target, m, |f| {
                     f.content_type() == DataContentType::PositionDeletes
@@ -155,40 +155,62 @@ impl RowDelta<'_> {
         Ok(merged)
     }
 
-    /// Writes this commit's data manifest and delete manifest (each only when it has files).
-    /// Returns them and their paths `[data, deletes]`.
+    /// Writes this commit's data manifest (its data files are all of the default spec) and its
+    /// delete manifests, one per spec of the delete files (a deletion vector or position delete
+    /// file takes its data file's spec, an equality delete file the spec `layout.rs` chose); each
+    /// only when it has files. Returns them and their paths.
     pub(super) async fn write_added_manifests(
         &self,
         data: &DataFiles,
         deletes: &Deletes,
-    ) -> Result<(Vec<ManifestFile>, [Option<Arc<str>>; 2]), SinkError> {
-        let mut paths: [Option<Arc<str>>; 2] = [None, None];
+    ) -> Result<(Vec<ManifestFile>, Added), SinkError> {
+        let mut paths = Added::default();
         let mut added = Vec::new();
-        for (n, (files, is_deletes)) in [(&data.files, false), (&deletes.files, true)]
-            .into_iter()
-            .enumerate()
-        {
-            if files.is_empty() {
-                continue;
-            }
-            let path = self.names.added_manifest(n);
-            if let Some(p) = paths.get_mut(n) {
-                *p = Some(Arc::from(path.as_str()));
-            }
-            let target = self.manifest_target(is_deletes);
-            let sequence = self.names.sequence;
+        let sequence = self.names.sequence;
+        if !data.files.is_empty() {
+            let path = self.names.added_manifest(0);
+            paths.data = Some(Arc::from(path.as_str()));
+            let target = self.manifest_target(false);
             added.push(
                 manifest::write_manifest(
                     self.target.warehouse,
                     path,
                     &target,
                     sequence,
-                    files.clone(),
+                    data.files.clone(),
                 )
                 .await?,
             );
         }
+        let mut by_spec: BTreeMap<i32, Vec<DataFile>> = BTreeMap::new();
+        for (f, &spec_id) in deletes.files.iter().zip(&deletes.spec_ids) {
+            by_spec.entry(spec_id).or_default().push(f.clone());
+        }
+        for (n, (spec_id, files)) in by_spec.into_iter().enumerate() {
+            let path = self.names.added_manifest(n + 1);
+            paths.deletes.insert(spec_id, Arc::from(path.as_str()));
+            let target = self.spec_target(true, spec_id)?;
+            added.push(
+                manifest::write_manifest(self.target.warehouse, path, &target, sequence, files)
+                    .await?,
+            );
+        }
         Ok((added, paths))
+    }
+
+    /// A new manifest of this snapshot for files of spec `spec_id`.
+    fn spec_target(&self, deletes: bool, spec_id: i32) -> Result<ManifestTarget, SinkError> {
+        let spec = self
+            .base()
+            .partition_spec_by_id(spec_id)
+            .ok_or_else(|| SinkError::Data {
+                table: self.table().clone(),
+                detail: format!("a file of partition spec {spec_id}, which is not in the table"),
+            })?;
+        Ok(ManifestTarget {
+            spec: spec.clone(),
+            ..self.manifest_target(deletes)
+        })
     }
 
     /// Writes the manifest list of `manifests`, in order: this commit's first, so readers see its

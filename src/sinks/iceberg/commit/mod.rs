@@ -37,6 +37,7 @@ use iceberg::spec::{DataFile, FormatVersion, ManifestFile, Schema, Snapshot, Tab
 use super::catalog::{Catalog, TableRef};
 use super::deletes::deletion_vector::DeletionVector;
 use super::files::metadata::Loaded;
+use super::files::writer::Placement;
 use super::input::{check_batches, plan_error};
 use super::plan::{self, FileLimits, Plan};
 use super::rows::index::IndexSlot;
@@ -49,6 +50,7 @@ use crate::sinks::{CommitStats, SinkError};
 use crate::storage::Warehouse;
 
 mod files;
+mod layout;
 mod locate;
 pub(super) mod manifest_list;
 mod manifests;
@@ -93,8 +95,8 @@ pub(super) struct After {
     data: DataFiles,
     deletes: Deletes,
     carried: Carried,
-    /// Paths of this commit's data manifest and delete manifest, when written.
-    added: [Option<Arc<str>>; 2],
+    /// Paths of this commit's data manifest and delete manifests, when written.
+    added: Added,
     /// The new snapshot's manifest list as written.
     manifests: Vec<ManifestFile>,
 }
@@ -112,6 +114,8 @@ struct Found {
 /// The data files written (`files.rs`).
 struct DataFiles {
     files: Vec<DataFile>,
+    /// Where each sits (all under the default spec).
+    placements: Vec<Placement>,
     /// Their locations, in plan order (position deletes name files by index into it).
     paths: Vec<String>,
     /// The Arrow schema of the table's data files.
@@ -122,12 +126,23 @@ struct DataFiles {
 #[derive(Default)]
 struct Deletes {
     files: Vec<DataFile>,
+    /// The spec of each file: its data file's (vectors, position deletes), or the one equality
+    /// deletes go under (`layout.rs`).
+    spec_ids: Vec<i32>,
     /// Rows this commit deletes.
     deleted_rows: u64,
     /// v3: data files whose live vector this commit replaces with a merged one.
     replaced: HashSet<String>,
     /// v3: the vectors written, merged with the ones they replace, by data file.
     vectors: BTreeMap<String, DeletionVector>,
+}
+
+/// The manifests a commit adds (`manifests.rs`): its data files' (all of the default spec) and
+/// its delete files', one per spec (a delete file takes its data file's spec).
+#[derive(Default)]
+pub(super) struct Added {
+    data: Option<Arc<str>>,
+    deletes: HashMap<i32, Arc<str>>,
 }
 
 /// The parent's manifests as the new snapshot keeps them (`manifests.rs`).
@@ -194,6 +209,18 @@ impl Names {
         )
     }
 
+    /// The `n`-th position delete file of a commit (one per partition); the first is
+    /// [`position_deletes`](Self::position_deletes).
+    pub(crate) fn position_deletes_in(&self, n: usize) -> String {
+        if n == 0 {
+            return self.position_deletes();
+        }
+        format!(
+            "{}/data/{}-pos-deletes-{n:05}.parquet",
+            self.location, self.commit_id
+        )
+    }
+
     fn equality_deletes(&self) -> String {
         format!(
             "{}/data/{}-eq-deletes.parquet",
@@ -211,7 +238,7 @@ impl Names {
         format!("{}/metadata/{}-g{n}.avro", self.location, self.commit_id)
     }
 
-    /// This commit's data (`n` = 0) or delete (`n` = 1) manifest.
+    /// This commit's data (`n` = 0) or delete (`n` ≥ 1, one per partition spec) manifest.
     pub(crate) fn added_manifest(&self, n: usize) -> String {
         format!("{}/metadata/{}-m{n}.avro", self.location, self.commit_id)
     }
@@ -349,8 +376,12 @@ impl<'a> RowDelta<'a> {
             self.ready_index(cached).await?;
         }
         let found = self.locate(cached).await?;
-        let data = self.write_data(found.lookup.as_ref()).await?;
-        let deletes = self.write_deletes(cached.live, &found, &data).await?;
+        let placements = self.lay_out(found.lookup.as_ref())?;
+        let data = self.write_data(found.lookup.as_ref(), &placements).await?;
+        let equality_spec = self.equality_spec()?;
+        let deletes = self
+            .write_deletes(cached.live, &found, &data, equality_spec)
+            .await?;
         if self.indexed() && !index_first {
             self.ready_index(cached).await?;
         }
@@ -460,7 +491,7 @@ impl<'a> RowDelta<'a> {
             data,
             deletes,
             carried,
-            added: [data_manifest, delete_manifest],
+            added,
             manifests,
         } = after;
         let snapshot_id = self.names.snapshot_id;
@@ -474,9 +505,10 @@ impl<'a> RowDelta<'a> {
             truncate: self.plan.truncate,
             manifests,
             data: data.files,
-            data_manifest,
-            deletes: deletes.files,
-            delete_manifest,
+            data_spec: self.base.metadata.default_partition_spec_id(),
+            data_manifest: added.data,
+            deletes: deletes.files.into_iter().zip(deletes.spec_ids).collect(),
+            delete_manifests: added.deletes,
             rewritten: carried.rewritten,
             replaced: &deletes.replaced,
             vectors: deletes.vectors,

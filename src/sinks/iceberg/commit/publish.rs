@@ -85,6 +85,45 @@ pub(crate) fn with_schema(
         .map_err(ice(table, "adding the new schema"))
 }
 
+/// `prev` with a spec without fields added (not made the default), and its id: where a v2
+/// commit writes equality deletes that must apply in every partition (`files/writer.rs`,
+/// `V2Targets::equality_spec`). An existing spec without fields is reused (the builder reuses
+/// an equal spec), so this changes nothing on a table that has one. Published with the snapshot
+/// that first uses it, as a schema is ([`with_schema`]).
+pub(crate) fn with_unpartitioned_spec(
+    table: &TableId,
+    prev: &Loaded,
+) -> Result<(Loaded, i32), SinkError> {
+    if let Some(spec) = prev
+        .metadata
+        .partition_specs_iter()
+        .find(|s| s.fields().is_empty())
+    {
+        return Ok((prev.clone(), spec.spec_id()));
+    }
+    let built = TableMetadataBuilder::new_from_metadata(prev.metadata.clone(), None)
+        .add_partition_spec(UnboundPartitionSpec::builder().build())
+        .and_then(|b| b.build())
+        .map_err(ice(table, "adding an unpartitioned spec"))?;
+    let metadata = built.metadata;
+    let spec_id = metadata
+        .partition_specs_iter()
+        .find(|s| s.fields().is_empty())
+        .map(|s| s.spec_id())
+        .ok_or_else(|| SinkError::Data {
+            table: table.clone(),
+            detail: "adding an unpartitioned spec left none".into(),
+        })?;
+    Ok((
+        Loaded {
+            version: prev.version,
+            metadata,
+            file: prev.file.clone(),
+        },
+        spec_id,
+    ))
+}
+
 /// The metadata after `prev` with `snapshot` as the new head of `main`.
 pub(crate) fn with_snapshot(
     table: &TableId,

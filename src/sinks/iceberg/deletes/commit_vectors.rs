@@ -15,13 +15,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use iceberg::spec::{DataContentType, DataFile, DataFileBuilder, DataFileFormat, Struct};
+use iceberg::spec::{DataContentType, DataFile, DataFileBuilder, DataFileFormat};
 use object_store::{ObjectStoreExt, PutPayload};
 
 use super::deletion_vector::DeletionVector;
 use super::puffin::PuffinWriter;
 use crate::changelog::TableId;
 use crate::sinks::iceberg::files::manifest::{LiveFile, LiveFiles};
+use crate::sinks::iceberg::files::writer::Placement;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
@@ -141,12 +142,16 @@ impl NewDvs {
     }
 }
 
-/// Writes `dvs` as one Puffin file at `location` and describes each blob as a delete file.
+/// Writes `dvs` as one Puffin file at `location` and describes each blob as a delete file placed
+/// with its data file, which all sit at `placement`: a vector's entry carries its data file's
+/// spec id and partition tuple (readers such as pyiceberg match a vector to its data file by
+/// partition; Iceberg spec, "Deletion Vectors").
 pub(crate) async fn write_puffin(
     warehouse: &Warehouse,
     table: &TableId,
     location: &str,
     dvs: &BTreeMap<String, DeletionVector>,
+    placement: &Placement,
 ) -> Result<Vec<DataFile>, SinkError> {
     let puffin = |e: super::puffin::PuffinError| SinkError::Data {
         table: table.clone(),
@@ -185,8 +190,8 @@ pub(crate) async fn write_puffin(
                 .content(DataContentType::PositionDeletes)
                 .file_path(location.to_owned())
                 .file_format(DataFileFormat::Puffin)
-                .partition(Struct::empty())
-                .partition_spec_id(0)
+                .partition(placement.partition.clone())
+                .partition_spec_id(placement.spec_id)
                 .record_count(b.cardinality)
                 .file_size_in_bytes(size)
                 .referenced_data_file(Some(b.referenced_data_file))

@@ -295,6 +295,15 @@ pub(crate) struct LiveFile {
     pub snapshot_id: i64,
     /// Path of the manifest that lists it (a rewrite of that manifest moves the entry).
     pub manifest: Arc<str>,
+    /// The partition spec of that manifest, which the file is written under.
+    pub spec_id: i32,
+}
+
+impl LiveFile {
+    /// Where the file sits in the table's partitioning.
+    pub fn placement(&self) -> crate::sinks::iceberg::files::writer::Placement {
+        crate::sinks::iceberg::files::writer::Placement::of(self.spec_id, &self.file)
+    }
 }
 
 /// The live data files and delete files of a snapshot.
@@ -335,6 +344,7 @@ pub(crate) async fn load_files(
                 snapshot_id: e.snapshot_id().unwrap_or(m.added_snapshot_id),
                 file: e.data_file().clone(),
                 manifest: Arc::clone(&manifest_path),
+                spec_id: m.partition_spec_id,
             };
             match e.content_type() {
                 DataContentType::Data => out.data.push(live),
@@ -344,4 +354,106 @@ pub(crate) async fn load_files(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::sinks::iceberg::files::writer::Placement;
+    use iceberg::spec::{
+        Literal, NestedField, PrimitiveType, Schema, Struct, Transform, Type, UnboundPartitionSpec,
+    };
+
+    /// Issue 36: a manifest of a partitioned spec lists its entries' tuples, and its summary in
+    /// the manifest list has each field's bounds and whether a NULL occurs.
+    #[tokio::test]
+    async fn a_partitioned_manifest_summarises_its_tuples() {
+        let dir = tempfile::tempdir().unwrap();
+        let wh = Warehouse::from_url(&format!("file://{}", dir.path().display())).unwrap();
+        let schema = Arc::new(
+            Schema::builder()
+                .with_fields(vec![
+                    NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+                    NestedField::optional(2, "ts", Type::Primitive(PrimitiveType::Timestamptz))
+                        .into(),
+                ])
+                .build()
+                .unwrap(),
+        );
+        let spec = UnboundPartitionSpec::builder()
+            .with_spec_id(3)
+            .add_partition_field(2, "ts_day", Transform::Day)
+            .unwrap()
+            .add_partition_field(1, "id_bucket", Transform::Bucket(4))
+            .unwrap()
+            .build()
+            .bind(Arc::clone(&schema))
+            .unwrap();
+        let target = ManifestTarget {
+            version: FormatVersion::V3,
+            schema,
+            spec: Arc::new(spec),
+            snapshot_id: 7,
+            deletes: false,
+        };
+        let file = |n: usize, day: Option<i32>, bucket: i32| {
+            let placement = Placement {
+                spec_id: 3,
+                partition: Struct::from_iter([day.map(Literal::date), Some(Literal::int(bucket))]),
+                sort_order_id: None,
+            };
+            DataFileBuilder::default()
+                .content(DataContentType::Data)
+                .file_path(format!("file:///t/data/{n}.parquet"))
+                .file_format(iceberg::spec::DataFileFormat::Parquet)
+                .partition(placement.partition)
+                .partition_spec_id(placement.spec_id)
+                .record_count(1)
+                .file_size_in_bytes(10)
+                .build()
+                .unwrap()
+        };
+        let location = format!("file://{}/m.avro", dir.path().display());
+        let files = vec![
+            file(0, Some(19724), 3),
+            file(1, Some(19730), 0),
+            file(2, None, 1),
+        ];
+        let m = write_manifest(&wh, location, &target, 1, files)
+            .await
+            .unwrap();
+        assert_eq!(m.partition_spec_id, 3);
+        let summary = m.partitions.clone().unwrap();
+        assert_eq!(summary.len(), 2);
+        assert!(summary[0].contains_null);
+        assert_eq!(
+            summary[0].lower_bound.as_deref().map(|b| b.as_slice()),
+            Some(&19724i32.to_le_bytes()[..])
+        );
+        assert_eq!(
+            summary[0].upper_bound.as_deref().map(|b| b.as_slice()),
+            Some(&19730i32.to_le_bytes()[..])
+        );
+        assert!(!summary[1].contains_null);
+        assert_eq!(
+            summary[1].lower_bound.as_deref().map(|b| b.as_slice()),
+            Some(&0i32.to_le_bytes()[..])
+        );
+        assert_eq!(
+            summary[1].upper_bound.as_deref().map(|b| b.as_slice()),
+            Some(&3i32.to_le_bytes()[..])
+        );
+        let live = load_files(&wh, &[m]).await.unwrap();
+        let tuples: Vec<Placement> = live.data.iter().map(LiveFile::placement).collect();
+        assert_eq!(
+            tuples[0].partition,
+            Struct::from_iter([Some(Literal::date(19724)), Some(Literal::int(3))])
+        );
+        assert_eq!(
+            tuples[2].partition,
+            Struct::from_iter([None, Some(Literal::int(1))])
+        );
+        assert!(tuples.iter().all(|p| p.spec_id == 3));
+    }
 }

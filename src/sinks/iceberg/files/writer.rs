@@ -117,10 +117,51 @@ pub(crate) fn data_batch(
     lookup: Option<&RecordBatch>,
     file_schema: &SchemaRef,
 ) -> Result<RecordBatch, ArrowError> {
+    let all: Vec<usize> = (0..file_schema.fields().len()).collect();
+    let columns = gather_columns(changes, file, lookup, file_schema, &all)?;
+    RecordBatch::try_new(file_schema.clone(), columns)
+}
+
+/// Gathers columns `wanted` (indexes into the file schema) of the rows of one planned data file,
+/// in the file schema's types, as a batch of those columns only (what a partitioned table's
+/// layout reads to split the file: `partitioning/`).
+pub(crate) fn column_batch(
+    changes: &[TableChanges],
+    file: &PlannedFile,
+    lookup: Option<&RecordBatch>,
+    file_schema: &SchemaRef,
+    wanted: &[usize],
+) -> Result<RecordBatch, ArrowError> {
+    let columns = gather_columns(changes, file, lookup, file_schema, wanted)?;
+    let fields: Vec<_> = wanted
+        .iter()
+        .filter_map(|&c| file_schema.fields().get(c).cloned())
+        .collect();
+    RecordBatch::try_new_with_options(
+        Arc::new(arrow_schema::Schema::new(fields)),
+        columns,
+        &arrow_array::RecordBatchOptions::new().with_row_count(Some(file.rows.len())),
+    )
+}
+
+/// Columns `wanted` of the rows of `file`, absent cells filled, cast to the file schema's types.
+fn gather_columns(
+    changes: &[TableChanges],
+    file: &PlannedFile,
+    lookup: Option<&RecordBatch>,
+    file_schema: &SchemaRef,
+    wanted: &[usize],
+) -> Result<Vec<ArrayRef>, ArrowError> {
     let lookup_index = changes.len();
-    let mut columns = Vec::with_capacity(file_schema.fields().len());
+    let mut columns = Vec::with_capacity(wanted.len());
     let mut indices: Vec<(usize, usize)> = Vec::with_capacity(file.rows.len());
-    for (col, field) in file_schema.fields().iter().enumerate() {
+    for &col in wanted {
+        let Some(field) = file_schema.fields().get(col) else {
+            return Err(ArrowError::InvalidArgumentError(format!(
+                "column {col} of a file schema of {}",
+                file_schema.fields().len()
+            )));
+        };
         let mut arrays: Vec<&dyn Array> = Vec::with_capacity(changes.len() + 1);
         for c in changes {
             arrays.push(c.rows.column(col).as_ref());
@@ -142,7 +183,7 @@ pub(crate) fn data_batch(
         let gathered = arrow_select::interleave::interleave(&arrays, &indices)?;
         columns.push(arrow_cast::cast(&gathered, field.data_type())?);
     }
-    RecordBatch::try_new(file_schema.clone(), columns)
+    Ok(columns)
 }
 
 /// Gathers the keys of an equality delete file, in `key_schema` (the key fields of the file schema).
@@ -175,39 +216,22 @@ pub(crate) fn key_batch(
 /// A position delete file's rows: `deletes` are (file index, pos) into `paths`, already sorted by
 /// file index then position; file indexes follow path order, so the rows are sorted by path then
 /// position as the spec requires.
+#[cfg(test)]
 pub(crate) fn position_batch(
     paths: &[String],
     deletes: &[(u32, u32)],
     schema: &SchemaRef,
 ) -> Result<RecordBatch, ArrowError> {
-    let files: StringArray = deletes
-        .iter()
-        .map(|(f, _)| paths.get(*f as usize).map(String::as_str))
-        .collect();
-    let pos: Int64Array = deletes.iter().map(|(_, p)| Some(i64::from(*p))).collect();
-    RecordBatch::try_new(
-        schema.clone(),
-        vec![Arc::new(files) as ArrayRef, Arc::new(pos) as ArrayRef],
-    )
-}
-
-/// A position delete file's rows for this commit's superseded rows (`deletes`, as in
-/// [`position_batch`]) and rows of earlier snapshots' files (`earlier`), sorted by path then
-/// position as the spec requires.
-pub(crate) fn position_batch_with_earlier(
-    paths: &[String],
-    deletes: &[(u32, u32)],
-    earlier: &[Option<RowAddress>],
-    schema: &SchemaRef,
-) -> Result<RecordBatch, ArrowError> {
-    let mut rows: Vec<(&str, i64)> = deletes
+    let rows: Vec<(&str, i64)> = deletes
         .iter()
         .filter_map(|(f, p)| Some((paths.get(*f as usize)?.as_str(), i64::from(*p))))
         .collect();
-    for a in earlier.iter().flatten() {
-        rows.push((&a.file, i64::try_from(a.pos).unwrap_or(i64::MAX)));
-    }
-    rows.sort_unstable();
+    position_rows(&rows, schema)
+}
+
+/// A position delete file of `rows` (path, position), sorted by path then position as the spec
+/// requires.
+fn position_rows(rows: &[(&str, i64)], schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
     let files: StringArray = rows.iter().map(|(f, _)| Some(*f)).collect();
     let pos: Int64Array = rows.iter().map(|(_, p)| Some(*p)).collect();
     RecordBatch::try_new(
@@ -216,8 +240,39 @@ pub(crate) fn position_batch_with_earlier(
     )
 }
 
+/// Where a file sits in the table's partitioning: the spec it is written under, its partition
+/// tuple in that spec, and (data files) the sort order its rows follow. A manifest entry carries
+/// the tuple; the manifest listing it is one of that spec (Iceberg spec, "Manifests").
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Placement {
+    pub spec_id: i32,
+    pub partition: Struct,
+    pub sort_order_id: Option<i32>,
+}
+
+impl Placement {
+    /// Unpartitioned under spec `spec_id` (a spec without fields), unsorted.
+    pub fn unpartitioned(spec_id: i32) -> Placement {
+        Placement {
+            spec_id,
+            partition: Struct::empty(),
+            sort_order_id: None,
+        }
+    }
+
+    /// Where `file`, of spec `spec_id`, sits (a delete file placed with its data file takes no
+    /// sort order). iceberg's `DataFile` does not expose its spec id: it is the manifest's.
+    pub fn of(spec_id: i32, file: &DataFile) -> Placement {
+        Placement {
+            spec_id,
+            partition: file.partition().clone(),
+            sort_order_id: None,
+        }
+    }
+}
+
 /// Writes `batches` (one schema, in order) to `location` as one file and describes it as an
-/// Iceberg file of `content`. Encoding runs on the blocking pool.
+/// Iceberg file of `content` placed at `placement`. Encoding runs on the blocking pool.
 pub(crate) async fn write_file(
     warehouse: &Warehouse,
     table: &TableId,
@@ -225,6 +280,7 @@ pub(crate) async fn write_file(
     batches: Vec<RecordBatch>,
     content: DataContentType,
     equality_ids: Option<Vec<i32>>,
+    placement: &Placement,
 ) -> Result<DataFile, SinkError> {
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
     let encoded = tokio::task::spawn_blocking(move || encode::encode_parquet(&batches)).await;
@@ -246,12 +302,14 @@ pub(crate) async fn write_file(
         rows as u64,
         content,
         equality_ids,
+        placement,
     )
     .await
 }
 
 /// Puts the encoded file `bytes` (`rows` rows) at `location` and describes it as an Iceberg file
-/// of `content`.
+/// of `content` placed at `placement`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn put_file(
     warehouse: &Warehouse,
     table: &TableId,
@@ -260,6 +318,7 @@ pub(crate) async fn put_file(
     rows: u64,
     content: DataContentType,
     equality_ids: Option<Vec<i32>>,
+    placement: &Placement,
 ) -> Result<DataFile, SinkError> {
     let size = bytes.len() as u64;
     let path = warehouse.path(&location)?;
@@ -271,20 +330,22 @@ pub(crate) async fn put_file(
             path: location.clone(),
             source,
         })?;
-    DataFileBuilder::default()
-        .content(content)
+    let mut file = DataFileBuilder::default();
+    file.content(content)
         .file_path(location)
         .file_format(DataFileFormat::Parquet)
-        .partition(Struct::empty())
-        .partition_spec_id(0)
+        .partition(placement.partition.clone())
+        .partition_spec_id(placement.spec_id)
         .record_count(rows)
         .file_size_in_bytes(size)
-        .equality_ids(equality_ids)
-        .build()
-        .map_err(|e| SinkError::Data {
-            table: table.clone(),
-            detail: format!("describing a written file: {e}"),
-        })
+        .equality_ids(equality_ids);
+    if let Some(order) = placement.sort_order_id {
+        file.sort_order_id(order);
+    }
+    file.build().map_err(|e| SinkError::Data {
+        table: table.clone(),
+        detail: format!("describing a written file: {e}"),
+    })
 }
 
 /// A commit's changes as planned: what the delete writers read.
@@ -294,22 +355,34 @@ pub(crate) struct Planned<'a> {
     pub plan: &'a Plan,
 }
 
-/// Where a v2 commit's delete files go.
-pub(crate) struct V2DeletePaths {
-    pub position: String,
-    pub equality: String,
+/// Where a v2 commit's deletes apply, and where its delete files go.
+pub(crate) struct V2Targets<'a> {
+    /// This commit's data files, in plan order (position deletes name them by index).
+    pub data_paths: &'a [String],
+    pub data_placements: &'a [Placement],
+    /// Where an earlier snapshot's data file sits (`None`: not a live data file).
+    pub earlier_placement: &'a (dyn Fn(&str) -> Option<Placement> + Sync),
+    /// The spec equality deletes are written under: one without fields, so that they apply in
+    /// every partition of every spec (an equality delete of a partitioned spec applies only to
+    /// data files of its own partition: Iceberg spec, "Scan Planning"), wherever the deleted
+    /// row lives, a row moved by another engine's rewrite or files of an older spec included.
+    pub equality_spec: i32,
+    /// The location of the `n`-th position delete file.
+    pub position_path: &'a (dyn Fn(usize) -> String + Sync),
+    pub equality_path: String,
 }
 
-/// Format v2: the position delete file (rows superseded in this commit, in the data files at
-/// `data_paths`) and the equality delete file (keys of earlier snapshots), each when needed.
+/// Format v2: the position delete files (rows superseded in this commit, in the data files at
+/// `to.data_paths`, and the `earlier` rows of earlier snapshots), one per partition of the files
+/// they delete from (a position delete applies only to data files of its spec and partition),
+/// and the equality delete file (keys of earlier snapshots), each when needed.
 pub(crate) async fn write_v2_deletes(
     warehouse: &Warehouse,
     planned: &Planned<'_>,
-    data_paths: &[String],
     earlier: &[Option<RowAddress>],
     file_schema: &arrow_schema::SchemaRef,
-    to: &V2DeletePaths,
-) -> Result<Vec<DataFile>, SinkError> {
+    to: &V2Targets<'_>,
+) -> Result<Vec<(DataFile, Placement)>, SinkError> {
     let Planned {
         schema,
         changes,
@@ -321,33 +394,60 @@ pub(crate) async fn write_v2_deletes(
         move |source| SinkError::Arrow { context, source }
     };
     let mut delete_files = Vec::new();
-    if !plan.position_deletes.is_empty() || earlier.iter().any(Option::is_some) {
-        let batch = if earlier.iter().any(Option::is_some) {
-            position_batch_with_earlier(
-                data_paths,
-                &plan.position_deletes,
-                earlier,
-                &schema::position_delete_schema(),
-            )
-        } else {
-            position_batch(
-                data_paths,
-                &plan.position_deletes,
-                &schema::position_delete_schema(),
-            )
+    let mut by_partition: Vec<(Placement, Vec<(&str, i64)>)> = Vec::new();
+    fn add<'p>(
+        by_partition: &mut Vec<(Placement, Vec<(&'p str, i64)>)>,
+        placement: Placement,
+        path: &'p str,
+        pos: i64,
+    ) {
+        match by_partition.iter_mut().find(|(p, _)| *p == placement) {
+            Some((_, rows)) => rows.push((path, pos)),
+            None => by_partition.push((placement, vec![(path, pos)])),
         }
-        .map_err(arrow("gathering position deletes"))?;
-        delete_files.push(
-            write_file(
-                warehouse,
-                table,
-                to.position.clone(),
-                vec![batch],
-                DataContentType::PositionDeletes,
-                None,
-            )
-            .await?,
-        );
+    }
+    for &(f, pos) in &plan.position_deletes {
+        let (Some(path), Some(placement)) = (
+            to.data_paths.get(f as usize),
+            to.data_placements.get(f as usize),
+        ) else {
+            continue;
+        };
+        add(&mut by_partition, placement.clone(), path, i64::from(pos));
+    }
+    let mut unplaced = None;
+    for a in earlier.iter().flatten() {
+        match (to.earlier_placement)(&a.file) {
+            Some(placement) => add(
+                &mut by_partition,
+                placement,
+                &a.file,
+                i64::try_from(a.pos).unwrap_or(i64::MAX),
+            ),
+            None => unplaced = Some(a.file.to_string()),
+        }
+    }
+    if let Some(file) = unplaced {
+        return Err(SinkError::Data {
+            table: table.clone(),
+            detail: format!("deleting a row of {file}, which is not a live data file"),
+        });
+    }
+    for (n, (placement, mut rows)) in by_partition.into_iter().enumerate() {
+        rows.sort_unstable();
+        let batch = position_rows(&rows, &schema::position_delete_schema())
+            .map_err(arrow("gathering position deletes"))?;
+        let file = write_file(
+            warehouse,
+            table,
+            (to.position_path)(n),
+            vec![batch],
+            DataContentType::PositionDeletes,
+            None,
+            &placement,
+        )
+        .await?;
+        delete_files.push((file, placement));
     }
     if !plan.equality_deletes.is_empty() {
         let key_schema = schema::key_file_schema(file_schema, &schema.primary_key);
@@ -363,17 +463,18 @@ pub(crate) async fn write_v2_deletes(
             &key_schema,
         )
         .map_err(arrow("gathering equality deletes"))?;
-        delete_files.push(
-            write_file(
-                warehouse,
-                table,
-                to.equality.clone(),
-                vec![batch],
-                DataContentType::EqualityDeletes,
-                Some(ids),
-            )
-            .await?,
-        );
+        let placement = Placement::unpartitioned(to.equality_spec);
+        let file = write_file(
+            warehouse,
+            table,
+            to.equality_path.clone(),
+            vec![batch],
+            DataContentType::EqualityDeletes,
+            Some(ids),
+            &placement,
+        )
+        .await?;
+        delete_files.push((file, placement));
     }
     Ok(delete_files)
 }

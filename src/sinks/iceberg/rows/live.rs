@@ -53,12 +53,14 @@ pub(crate) struct Published<'a> {
     pub truncate: bool,
     /// The new snapshot's manifest list, in order.
     pub manifests: Vec<ManifestFile>,
-    /// Data files added, and the manifest listing them.
+    /// Data files added (all of spec `data_spec`), and the manifest listing them.
     pub data: Vec<DataFile>,
+    pub data_spec: i32,
     pub data_manifest: Option<Arc<str>>,
-    /// Delete files added (DVs or v2 delete files), and the manifest listing them.
-    pub deletes: Vec<DataFile>,
-    pub delete_manifest: Option<Arc<str>>,
+    /// Delete files added (DVs or v2 delete files) with their spec, and the manifests listing
+    /// them, by spec.
+    pub deletes: Vec<(DataFile, i32)>,
+    pub delete_manifests: HashMap<i32, Arc<str>>,
     /// Manifests rewritten by this commit: old path → new path (`None`: nothing was left).
     pub rewritten: HashMap<String, Option<Arc<str>>>,
     /// Data files whose deletion vector this commit replaced.
@@ -78,6 +80,8 @@ pub(crate) struct Rewritten {
     /// The files written, and the manifest listing them.
     pub added: Vec<DataFile>,
     pub added_manifest: Option<Arc<str>>,
+    /// The spec of every file written (the default spec).
+    pub spec_id: i32,
     /// Manifests rewritten: old path → new path (`None`: nothing was left).
     pub rewritten: HashMap<String, Option<Arc<str>>>,
     /// Data files removed (their vectors leave with them).
@@ -157,6 +161,7 @@ impl LiveState {
             sequence,
             snapshot_id: r.snapshot_id,
             manifest: manifest.clone().unwrap_or_else(|| Arc::from("")),
+            spec_id: r.spec_id,
         };
         for file in r.added {
             files
@@ -197,18 +202,20 @@ impl LiveState {
         for d in self.dvs.values_mut() {
             moved(&mut d.entry);
         }
-        let live = |file: DataFile, manifest: &Option<Arc<str>>| LiveFile {
+        let live = |file: DataFile, manifest: &Option<Arc<str>>, spec_id: i32| LiveFile {
             file,
             sequence: p.sequence,
             snapshot_id: p.snapshot_id,
             manifest: manifest.clone().unwrap_or_else(|| Arc::from("")),
+            spec_id,
         };
         for f in p.data {
-            self.files.data.push(live(f, &p.data_manifest));
+            self.files.data.push(live(f, &p.data_manifest, p.data_spec));
         }
         let mut vectors = p.vectors;
-        for f in p.deletes {
-            let entry = live(f, &p.delete_manifest);
+        for (f, spec_id) in p.deletes {
+            let manifest = p.delete_manifests.get(&spec_id).cloned();
+            let entry = live(f, &manifest, spec_id);
             match entry.file.content_type() {
                 DataContentType::EqualityDeletes => self.files.equality_deletes.push(entry),
                 DataContentType::PositionDeletes => {
@@ -261,6 +268,7 @@ mod tests {
 
     fn live(f: DataFile, manifest: &str) -> LiveFile {
         LiveFile {
+            spec_id: 0,
             file: f,
             sequence: 1,
             snapshot_id: 1,
@@ -313,9 +321,10 @@ mod tests {
             truncate: false,
             manifests: Vec::new(),
             data: vec![file("c", DataContentType::Data, None)],
+            data_spec: 0,
             data_manifest: Some(Arc::from("m0")),
-            deletes: vec![file("p2", DataContentType::PositionDeletes, Some("a"))],
-            delete_manifest: Some(Arc::from("m1")),
+            deletes: vec![(file("p2", DataContentType::PositionDeletes, Some("a")), 0)],
+            delete_manifests: HashMap::from([(0, Arc::from("m1"))]),
             rewritten: HashMap::from([("m-del".to_owned(), Some(Arc::from("m-del-r")))]),
             replaced: &replaced,
             vectors: BTreeMap::from([("a".to_owned(), merged.clone())]),

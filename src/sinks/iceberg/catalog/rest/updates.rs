@@ -556,6 +556,58 @@ mod tests {
         assert!(!landed(&base, &ours, &theirs));
     }
 
+    /// Issue 36: a v2 commit on a table partitioned from its creation adds a spec without fields
+    /// for its equality deletes; the server is sent it, not made the default, under requirements
+    /// that its specs are the ones cdcd numbered from.
+    #[test]
+    fn an_added_unpartitioned_spec_is_sent_under_the_spec_requirements() {
+        let base = TableMetadataBuilder::new_from_metadata(table(), None)
+            .add_default_partition_spec(
+                iceberg::spec::UnboundPartitionSpec::builder()
+                    .add_partition_field(1, "id_bucket", iceberg::spec::Transform::Bucket(4))
+                    .unwrap()
+                    .build(),
+            )
+            .unwrap()
+            .remove_partition_specs(&[0])
+            .unwrap()
+            .build()
+            .unwrap()
+            .metadata;
+        assert!(base.partition_specs_iter().all(|s| !s.fields().is_empty()));
+        let loaded = crate::sinks::iceberg::files::metadata::Loaded {
+            version: 1,
+            metadata: base.clone(),
+            file: "file:///w/shop/t/metadata/v1.metadata.json".into(),
+        };
+        let (next, spec_id) =
+            publish::with_unpartitioned_spec(&TableId::new("shop", "t"), &loaded).unwrap();
+        let next = next.metadata;
+        assert_eq!(
+            next.default_partition_spec_id(),
+            base.default_partition_spec_id()
+        );
+        let changes = between(&base, &next).unwrap();
+        assert_eq!(
+            changes.updates,
+            vec![TableUpdate::AddSpec {
+                spec: next
+                    .partition_spec_by_id(spec_id)
+                    .unwrap()
+                    .as_ref()
+                    .clone()
+                    .into_unbound()
+            }]
+        );
+        assert!(changes
+            .requirements
+            .contains(&TableRequirement::DefaultSpecIdMatch {
+                default_spec_id: base.default_partition_spec_id()
+            }));
+        let dropped = between(&next, &base).unwrap_err();
+        assert!(dropped.contains("partition spec"), "{dropped}");
+    }
+
     #[test]
     fn what_cdcd_never_changes_is_refused_not_sent() {
         let base = table();

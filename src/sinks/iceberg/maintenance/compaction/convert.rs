@@ -35,7 +35,7 @@ use super::equality::V2Deletes;
 use crate::changelog::TableId;
 use crate::sinks::iceberg::files::decode::decode;
 use crate::sinks::iceberg::files::manifest::{read, LiveFile};
-use crate::sinks::iceberg::files::writer;
+use crate::sinks::iceberg::files::writer::{self, Placement};
 use crate::sinks::iceberg::rows::live::LiveState;
 use crate::sinks::iceberg::schema;
 use crate::sinks::SinkError;
@@ -52,6 +52,7 @@ pub(crate) fn staying_targets(
     live: &LiveState,
     chosen: &HashSet<&str>,
     budget: u64,
+    default_spec: i32,
 ) -> Option<Vec<LiveFile>> {
     let Some(newest) = live.files.equality_deletes.iter().map(|f| f.sequence).max() else {
         return Some(Vec::new());
@@ -64,7 +65,15 @@ pub(crate) fn staying_targets(
         .cloned()
         .collect();
     let bytes: u64 = targets.iter().map(|f| f.file.file_size_in_bytes()).sum();
-    (bytes <= budget).then_some(targets)
+    // The conversion writes one position delete file, which applies only to data files of its
+    // spec and partition, and is listed in a manifest of the default spec: targets in several
+    // partitions or of an older spec are not converted (their equality deletes stay until the
+    // files are rewritten).
+    let mut placements = targets.iter().map(LiveFile::placement);
+    let one_partition = placements
+        .next()
+        .is_none_or(|first| first.spec_id == default_spec && placements.all(|p| p == first));
+    (bytes <= budget && one_partition).then_some(targets)
 }
 
 /// Writes, at `path`, the position delete file of every row of `targets` that `deletes`
@@ -116,6 +125,11 @@ pub(crate) async fn write_positions(
         context: format!("gathering the converted position deletes of {table}"),
         source,
     })?;
+    // `staying_targets` chose files of one partition.
+    let placement = targets
+        .first()
+        .map(LiveFile::placement)
+        .unwrap_or_else(|| Placement::unpartitioned(0));
     let file = writer::write_file(
         warehouse,
         table,
@@ -123,6 +137,7 @@ pub(crate) async fn write_positions(
         vec![batch],
         DataContentType::PositionDeletes,
         None,
+        &placement,
     )
     .await?;
     Ok(Some(file))

@@ -194,7 +194,7 @@ impl<'a> RewriteDataFiles<'a> {
             return Ok(None);
         };
         let v3 = meta.format_version() >= FormatVersion::V3;
-        let files = candidates(live);
+        let files = candidates(live, meta.default_partition_spec_id());
         let mut choice = pick::choose(&policy, &files, true);
         let mut staying = Vec::new();
         if !v3 {
@@ -203,12 +203,23 @@ impl<'a> RewriteDataFiles<'a> {
             let budget = policy
                 .max_bytes_per_cycle
                 .saturating_mul(convert::CONVERT_BUDGET_FACTOR);
-            match convert::staying_targets(live, &chosen_paths(live, &choice), budget) {
+            match convert::staying_targets(
+                live,
+                &chosen_paths(live, &choice),
+                budget,
+                meta.default_partition_spec_id(),
+            ) {
                 Some(files) => staying = files,
                 None => {
                     choice = pick::choose(&policy, &files, false);
                     let chosen = chosen_paths(live, &choice);
-                    staying = convert::staying_targets(live, &chosen, budget).unwrap_or_default();
+                    staying = convert::staying_targets(
+                        live,
+                        &chosen,
+                        budget,
+                        meta.default_partition_spec_id(),
+                    )
+                    .unwrap_or_default();
                 }
             }
         }
@@ -347,7 +358,7 @@ impl<'a> RewriteDataFiles<'a> {
             dropped_deletes: chosen.dropped_deletes,
             data_sequence: chosen.data_sequence,
         };
-        let vectors = replace.write_vectors(carried).await?;
+        let vectors = replace.write_vectors(carried, &written).await?;
         let mut manifests = replace.carry().await?;
         let staged = replace
             .stage(&written, &vectors, &mut manifests, checkpoint.as_ref())
@@ -406,6 +417,7 @@ impl<'a> RewriteDataFiles<'a> {
             manifests: staged.listed,
             added: written.outputs.into_iter().map(|o| o.file).collect(),
             added_manifest: staged.added_manifest,
+            spec_id: meta.default_partition_spec_id(),
             rewritten: manifests.rewritten,
             removed_data: replace.replaced,
             removed_deletes: replace.dropped_deletes,
@@ -513,7 +525,7 @@ fn chosen_paths<'a>(live: &'a LiveState, choice: &Choice) -> HashSet<&'a str> {
 }
 
 /// The picker's view of `live`'s data files (v3: their vectors' cardinality; v2: none known).
-fn candidates(live: &LiveState) -> Vec<Candidate> {
+fn candidates(live: &LiveState, default_spec: i32) -> Vec<Candidate> {
     live.files
         .data
         .iter()
@@ -525,6 +537,7 @@ fn candidates(live: &LiveState) -> Vec<Candidate> {
                 .get(f.file.file_path())
                 .map_or(0, |d| d.dv.cardinality()),
             sequence: f.sequence,
+            partition: pick::Group::of(f, default_spec),
         })
         .collect()
 }

@@ -26,7 +26,15 @@
 //!
 //! Outputs are packed in pick order by estimated live bytes (a file's bytes times its share of
 //! live rows) up to the target size; a file is never split across outputs.
+//!
+//! Partitioned tables: a file of the table's default spec is rewritten only with files of the
+//! same partition ([`Group`]), so an output holds one partition, as its manifest entry says;
+//! `min-input-files` counts per partition. Files of an older spec (written before another engine
+//! or cdcd's config evolved the spec) are left as they are: rewriting them would repartition their
+//! rows into the current spec, which this compaction does not do.
 
+use crate::sinks::iceberg::files::manifest::LiveFile;
+use crate::sinks::iceberg::files::writer::Placement;
 use crate::sinks::iceberg::maintenance::properties::Compaction;
 
 /// A small file joins a cycle's rewrite only if it is at most this many times the bytes of the
@@ -42,6 +50,20 @@ pub(crate) struct Candidate {
     pub deleted_rows: u64,
     /// Data sequence number (the tie-break: older first).
     pub sequence: i64,
+    /// The files it may be rewritten with.
+    pub partition: Group,
+}
+
+/// Which files may share an output: those of one partition of the default spec; a file of an
+/// older spec is in no group and is never rewritten.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Group(Option<Placement>);
+
+impl Group {
+    /// The group of `file`, whose table's default spec is `default_spec`.
+    pub fn of(file: &LiveFile, default_spec: i32) -> Group {
+        Group((file.spec_id == default_spec).then(|| file.placement()))
+    }
 }
 
 impl Candidate {
@@ -96,9 +118,9 @@ pub(crate) fn choose(policy: &Compaction, files: &[Candidate], tiered: bool) -> 
     }
     let mut order: Vec<usize> = (0..files.len())
         .filter(|&i| {
-            files
-                .get(i)
-                .is_some_and(|f| f.small(policy) || f.delete_heavy(policy))
+            files.get(i).is_some_and(|f| {
+                f.partition.0.is_some() && (f.small(policy) || f.delete_heavy(policy))
+            })
         })
         .collect();
     // Delete-heavy first (most deleted rows first), then small ones smallest first; older first.
@@ -135,13 +157,23 @@ pub(crate) fn choose(policy: &Compaction, files: &[Candidate], tiered: bool) -> 
         }
         picked.push(i);
     }
-    let heavy = picked.iter().any(|&i| files[i].delete_heavy(policy));
-    if !heavy && picked.len() < policy.min_input_files {
-        return Choice::default();
+    // Per partition, in pick order: rewritten when it has a delete-heavy file or enough files.
+    let mut groups: Vec<(&Group, Vec<usize>)> = Vec::new();
+    for i in picked {
+        let group = &files[i].partition;
+        match groups.iter_mut().find(|(g, _)| *g == group) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((group, vec![i])),
+        }
     }
-    Choice {
-        outputs: pack(policy.target_file_size_bytes, files, &picked),
+    let mut outputs = Vec::new();
+    for (_, members) in groups {
+        let heavy = members.iter().any(|&i| files[i].delete_heavy(policy));
+        if heavy || members.len() >= policy.min_input_files {
+            outputs.extend(pack(policy.target_file_size_bytes, files, &members));
+        }
     }
+    Choice { outputs }
 }
 
 /// Packs `picked` (in order) into outputs of up to `target` estimated live bytes each.
@@ -181,12 +213,52 @@ mod tests {
     }
 
     fn file(size: u64, rows: u64, deleted: u64, sequence: i64) -> Candidate {
+        in_partition(size, rows, deleted, sequence, Some(0))
+    }
+
+    /// A file of partition `day` of the default spec (`None`: of an older spec).
+    fn in_partition(
+        size: u64,
+        rows: u64,
+        deleted: u64,
+        sequence: i64,
+        day: Option<i32>,
+    ) -> Candidate {
+        use iceberg::spec::{Literal, Struct};
         Candidate {
             size_bytes: size,
             record_count: rows,
             deleted_rows: deleted,
             sequence,
+            partition: Group(day.map(|d| Placement {
+                spec_id: 1,
+                partition: Struct::from_iter([Some(Literal::date(d))]),
+                sort_order_id: None,
+            })),
         }
+    }
+
+    /// Issue 36: an output never mixes partitions, `min-input-files` counts per partition, and
+    /// files of an older spec stay.
+    #[test]
+    fn outputs_hold_one_partition_and_old_spec_files_stay() {
+        let mut p = policy();
+        p.max_bytes_per_cycle = 10_000;
+        let files = [
+            in_partition(100, 10, 0, 1, Some(1)),
+            in_partition(100, 10, 0, 2, Some(2)),
+            in_partition(100, 10, 0, 3, Some(1)),
+            in_partition(100, 10, 0, 4, Some(2)),
+            in_partition(100, 10, 0, 5, Some(1)),
+            in_partition(100, 10, 0, 6, None),
+            in_partition(100, 10, 0, 7, None),
+            in_partition(100, 10, 0, 8, None),
+            in_partition(900, 100, 50, 9, Some(3)),
+        ];
+        let c = choose(&p, &files, true);
+        // Day 3's delete-heavy file alone; day 1's three files; day 2 has two (< 3) and waits;
+        // the older spec's files are never chosen.
+        assert_eq!(c.outputs, vec![vec![8], vec![0, 2, 4]]);
     }
 
     #[test]

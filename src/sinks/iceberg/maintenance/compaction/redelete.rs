@@ -108,6 +108,7 @@ mod tests {
             sequence: 1,
             snapshot_id: 1,
             manifest: Arc::from("m"),
+            spec_id: 0,
         };
         (
             data_file.to_owned(),

@@ -172,13 +172,26 @@ impl Replace<'_> {
     pub async fn write_vectors(
         &self,
         deletes: BTreeMap<String, DeletionVector>,
+        written: &Written,
     ) -> Result<CarriedVectors, SinkError> {
         let mut out = CarriedVectors::default();
         for (i, (output, vector)) in deletes.into_iter().enumerate() {
             let path = self.names.vector_file(i);
             let one = BTreeMap::from([(output.clone(), vector)]);
+            let Some(placement) = written
+                .outputs
+                .iter()
+                .find(|o| o.path == output)
+                .map(|o| o.placement.clone())
+            else {
+                return Err(SinkError::Data {
+                    table: self.table.clone(),
+                    detail: format!("carrying deletes over to {output}, not an output"),
+                });
+            };
             let entries =
-                commit_vectors::write_puffin(self.warehouse, self.table, &path, &one).await?;
+                commit_vectors::write_puffin(self.warehouse, self.table, &path, &one, &placement)
+                    .await?;
             for (entry, (_, vector)) in entries.into_iter().zip(one) {
                 out.vectors.insert(output.clone(), (entry, vector));
             }

@@ -24,7 +24,7 @@ use crate::sinks::iceberg::files::decode::{decode, project_filled};
 use crate::sinks::iceberg::files::encode::StreamingFile;
 use crate::sinks::iceberg::files::manifest::{read, LiveFile};
 use crate::sinks::iceberg::files::metadata::Loaded;
-use crate::sinks::iceberg::files::writer;
+use crate::sinks::iceberg::files::writer::{self, Placement};
 use crate::sinks::iceberg::schema;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
@@ -34,6 +34,8 @@ use crate::storage::Warehouse;
 pub(crate) struct Output {
     pub path: String,
     pub file: DataFile,
+    /// Where it sits: where its inputs did.
+    pub placement: Placement,
     pub keys: Vec<RecordBatch>,
 }
 
@@ -158,6 +160,7 @@ impl Rewrite<'_> {
             let Some(file) = out else {
                 continue;
             };
+            let placement = self.placement(inputs)?;
             let bytes = blocking(&path, move || file.finish()).await?;
             let file = writer::put_file(
                 self.warehouse,
@@ -167,9 +170,15 @@ impl Rewrite<'_> {
                 end,
                 DataContentType::Data,
                 None,
+                &placement,
             )
             .await?;
-            written.outputs.push(Output { path, file, keys });
+            written.outputs.push(Output {
+                path,
+                file,
+                placement,
+                keys,
+            });
         }
         if let (Some(deletes), false) = (&self.v2, self.staying.is_empty()) {
             written.converted = convert::write_positions(
@@ -182,6 +191,22 @@ impl Rewrite<'_> {
             .await?;
         }
         Ok(written)
+    }
+
+    /// Where the output of `inputs` sits: where they all do (the pick groups files by spec and
+    /// partition, `pick.rs`; an output never mixes partitions, so a mixed group is refused).
+    fn placement(&self, inputs: &[Input]) -> Result<Placement, SinkError> {
+        let mut placements = inputs.iter().map(|i| i.file.placement());
+        let first = placements
+            .next()
+            .unwrap_or_else(|| Placement::unpartitioned(self.meta().default_partition_spec_id()));
+        if placements.any(|p| p != first) {
+            return Err(SinkError::Data {
+                table: self.table.clone(),
+                detail: "compaction chose files of different partitions for one output".into(),
+            });
+        }
+        Ok(first)
     }
 
     fn arrow(&self, what: &str) -> impl FnOnce(arrow_schema::ArrowError) -> SinkError {

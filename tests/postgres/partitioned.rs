@@ -1,0 +1,540 @@
+//! End to end, partitioned Iceberg tables (issue 36). A table cdcd created unpartitioned is given
+//! `days(created_at)` + `bucket(4, id)` and `WRITE ORDERED BY n` by Spark (Iceberg-Java, hadoop
+//! catalog on cdcd's filesystem warehouse) while cdcd runs, after the initial copy; cdcd's next
+//! commit must write with that spec and order. Streaming changes then move rows across partitions
+//! (full updates, an update whose big TOASTed column is unchanged, key changes, an insert updated
+//! in the same transaction), update and delete rows of the old spec's files, in both delete modes.
+//! Spark's `rewrite_data_files` runs beside cdcd, then cdcd's own compaction (`cdcd maintain`).
+//! Keyless tables (an append table, a `REPLICA IDENTITY FULL` multiset) are partitioned the same
+//! way.
+//!
+//! Oracles: Spark reads every state, pyiceberg every deletion-vector state (it refuses equality
+//! deletes); DuckDB 1.5.5 is not used, since it reads tables whose spec evolved wrongly. A pyiceberg
+//! script checks the layout: each data file's rows all lie in the partition its entry names, files
+//! of the sort order are sorted, a deletion vector or position delete file sits in its data file's
+//! spec and partition, and equality deletes in a spec without fields.
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::{
+    cdcd_bin, connect, current_metadata, exec, parse_lsn, spark, stdout_then_stderr, test_env,
+    unique, Pipeline, Settings, NAMESPACE,
+};
+
+/// Runs SQL statements with Spark on a hadoop catalog `h` over a local warehouse.
+/// Usage: python -c SPARK_SQL JARS_DIR WAREHOUSE STATEMENT...
+const SPARK_SQL: &str = r#"
+import glob, json, os, sys
+import snowpark_connect_deps_iceberg as dep
+from pyspark.sql import SparkSession
+jars_dir, warehouse = sys.argv[1:3]
+wheel = os.path.join(os.path.dirname(dep.__file__), "jars")
+jars = [glob.glob(f"{wheel}/iceberg-spark-runtime-3.5_2.12-*.jar")[0],
+        glob.glob(f"{wheel}/iceberg-spark-extensions-3.5_2.12-*.jar")[0],
+        f"{jars_dir}/iceberg-shaded-jackson.jar"]
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+spark = (SparkSession.builder.master("local[2]").appName("partitioned")
+         .config("spark.jars", ",".join(jars))
+         .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+         .config("spark.sql.catalog.h", "org.apache.iceberg.spark.SparkCatalog")
+         .config("spark.sql.catalog.h.type", "hadoop")
+         .config("spark.sql.catalog.h.warehouse", "file://" + warehouse)
+         .config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "1g").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+for statement in sys.argv[3:]:
+    rows = spark.sql(statement).collect()
+    print("result:", json.dumps([r.asDict() for r in rows], default=str), flush=True)
+"#;
+
+/// Checks the layout of the table at argv[1] with pyiceberg; prints a JSON summary, exits 1 with
+/// the first problem.
+const LAYOUT: &str = r#"
+import json, os, re, sys
+import pyarrow as pa, pyarrow.parquet as pq
+from pyiceberg.table import StaticTable
+d = sys.argv[1]
+md = d + "/metadata"
+vs = sorted(int(m.group(1)) for n in os.listdir(md) if (m := re.fullmatch(r"v(\d+)\.metadata\.json", n)))
+t = StaticTable.from_metadata(f"{md}/v{vs[-1]}.metadata.json")
+meta, io, schema = t.metadata, t.io, t.schema()
+specs = {s.spec_id: s for s in meta.partition_specs}
+order = meta.sort_order_by_id(meta.default_sort_order_id)
+local = lambda p: p[len("file://"):] if p.startswith("file://") else p
+def problem(what):
+    print(json.dumps({"problem": what}), flush=True); sys.exit(1)
+def tuple_of(spec, partition):
+    return tuple(partition[i] for i in range(len(spec.fields)))
+def norm(v):
+    import datetime
+    if isinstance(v, datetime.date):
+        return (v - datetime.date(1970, 1, 1)).days
+    return v
+data, deletes = {}, []
+for mf in meta.snapshot_by_id(meta.current_snapshot_id).manifests(io):
+    for e in mf.fetch_manifest_entry(io, discard_deleted=True):
+        f = e.data_file
+        if mf.partition_spec_id != f.spec_id:
+            problem(f"{f.file_path}: spec {f.spec_id} in a manifest of spec {mf.partition_spec_id}")
+        (data.__setitem__(f.file_path, f) if f.content == 0 else deletes.append(f))
+counts = {"data_files": 0, "partitions": set(), "sorted_files": 0, "dvs": 0, "position_files": 0, "equality_files": 0}
+for path, f in data.items():
+    spec = specs[f.spec_id]
+    if not spec.fields:
+        continue
+    rows = pq.read_table(local(path))
+    got = tuple(norm(v) for v in tuple_of(spec, f.partition))
+    for i, field in enumerate(spec.fields):
+        src = schema.find_field(field.source_id)
+        col = rows.column(src.name)
+        if pa.types.is_timestamp(col.type):
+            col = col.cast(pa.timestamp("us", tz=col.type.tz)).cast(pa.int64())
+        fn = field.transform.transform(src.field_type)
+        for v in col.to_pylist():
+            want = norm(fn(v)) if v is not None else None
+            if want != got[i]:
+                problem(f"{path}: a row's {field.name} is {want}, its entry says {got[i]}")
+    counts["data_files"] += 1
+    counts["partitions"].add((f.spec_id, got))
+    if order.fields and f.sort_order_id == order.order_id:
+        key = schema.find_field(order.fields[0].source_id).name
+        values = rows.column(key).to_pylist()
+        if values != sorted(values):
+            problem(f"{path}: written under sort order {order.order_id} but not sorted by {key}")
+        counts["sorted_files"] += 1
+for f in deletes:
+    spec = specs[f.spec_id]
+    if f.content == 2:
+        counts["equality_files"] += 1
+        if spec.fields:
+            problem(f"{f.file_path}: an equality delete file in partitioned spec {f.spec_id}")
+        continue
+    if f.file_format.name == "PUFFIN":
+        # pyiceberg's DataFile has no referenced_data_file: read it from the Puffin footer
+        # (payload, payload size, flags, magic at the end; uncompressed JSON).
+        raw = open(local(f.file_path), "rb").read()
+        size = int.from_bytes(raw[-12:-8], "little")
+        footer = json.loads(raw[-12 - size:-12])
+        targets = [b["properties"]["referenced-data-file"] for b in footer["blobs"]]
+        counts["dvs"] += 1
+    else:
+        targets = sorted(set(pq.read_table(local(f.file_path), columns=["file_path"]).column(0).to_pylist()))
+        counts["position_files"] += 1
+    for target in targets:
+        d = data.get(target)
+        if d is None:
+            continue
+        if (d.spec_id, tuple_of(specs[d.spec_id], d.partition)) != (f.spec_id, tuple_of(spec, f.partition)):
+            problem(f"{f.file_path}: placed in spec {f.spec_id} {f.partition}, its data file {target} in spec {d.spec_id} {d.partition}")
+replaces = [s for s in meta.snapshots if s.summary and s.summary.operation.value == "replace"]
+counts["partitions"] = len(counts["partitions"])
+counts["cdcd_replaces"] = sum(1 for s in replaces if (s.summary.additional_properties or {}).get("cdcd.pipeline"))
+counts["specs"] = sorted(specs)
+counts["default_spec"] = meta.default_spec_id
+print(json.dumps(counts), flush=True)
+"#;
+
+fn layout(p: &Pipeline, table: &str) -> Value {
+    layout_of(&p.env.python, &p.table_dir(table))
+}
+
+/// The [`LAYOUT`] check of the table directory `dir`, with the readers' `python`.
+pub(crate) fn layout_of(python: &str, dir: &std::path::Path) -> Value {
+    let out = Command::new(python)
+        .args(["-c", LAYOUT])
+        .arg(dir)
+        .output()
+        .unwrap();
+    let text = stdout_then_stderr(&out);
+    assert!(out.status.success(), "layout of {}:\n{text}", dir.display());
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or("");
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+fn run_spark(spark: &(String, String), p: &Pipeline, statements: &[String]) {
+    spark_sql(spark, &p.warehouse, statements);
+}
+
+/// Runs `statements` with Spark on the hadoop catalog `h` over the local `warehouse`.
+pub(crate) fn spark_sql(
+    spark: &(String, String),
+    warehouse: &std::path::Path,
+    statements: &[String],
+) {
+    let (python, jars) = spark;
+    let out = Command::new(python)
+        .args(["-c", SPARK_SQL, jars])
+        .arg(warehouse)
+        .args(statements)
+        .output()
+        .unwrap();
+    let text = stdout_then_stderr(&out);
+    assert!(out.status.success(), "spark {statements:?}:\n{text}");
+    eprintln!(
+        "spark: {}",
+        text.lines()
+            .filter(|l| l.starts_with("result:"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+}
+
+/// Equal to the source by Spark, and by pyiceberg where it reads the table (no equality deletes).
+/// Spark reads once: first cdcd's checkpoint must pass `lsn`, read before the changes' last
+/// transaction committed.
+async fn equal(p: &mut Pipeline, t: &str, equality: bool, lsn: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let meta = current_metadata(&p.table_dir(t));
+        let committed = meta["snapshots"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["summary"]["cdcd.position"].as_str())
+            .map(parse_lsn)
+            .max()
+            .unwrap_or(0);
+        if committed >= lsn {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "cdcd did not commit past {lsn:X} (at {committed:X})"
+        );
+        p.assert_running();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    if !equality {
+        let (code, out) = p.lakecheck(t, 30, &["--reader", "pyiceberg"]).await;
+        assert_eq!(code, Some(0), "pyiceberg reads otherwise:\n{out}");
+        eprintln!("pyiceberg: {}", out.lines().last().unwrap_or(""));
+    }
+    p.assert_equal_by_spark(t).await;
+}
+
+/// Runs `sql`, then one more transaction on `t` whose WAL position (read inside it, so below its
+/// commit) is returned.
+async fn change(client: &tokio_postgres::Client, t: &str, sql: &str, marker: i64) -> u64 {
+    exec(client, sql).await;
+    exec(
+        client,
+        &format!("BEGIN; INSERT INTO {t} VALUES ({marker}, '2024-01-05 00:00+00', 0, 'marker')"),
+    )
+    .await;
+    let lsn: String = client
+        .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    exec(client, "COMMIT").await;
+    parse_lsn(&lsn)
+}
+
+/// The rows: ten days of `created_at`, every seventh row with a big value stored out of line
+/// (`STORAGE EXTERNAL`: > 2 KB, uncompressed), which an update leaving it alone sends as unchanged.
+fn create(t: &str) -> String {
+    format!(
+        "DROP TABLE IF EXISTS {t};
+         CREATE TABLE {t} (id int8 PRIMARY KEY, created_at timestamptz NOT NULL, n int4, big text);
+         ALTER TABLE {t} ALTER COLUMN big SET STORAGE EXTERNAL;
+         INSERT INTO {t} SELECT g, timestamptz '2024-01-01 00:00+00' + (g % 10) * interval '1 day' + g * interval '1 minute', g,
+           CASE WHEN g % 7 = 0 THEN repeat(md5(g::text), 200) ELSE 'small ' || g END
+         FROM generate_series(1, 300) g;"
+    )
+}
+
+/// Changes that move rows across partitions, in every way a row can move.
+fn moving(t: &str, round: i64) -> String {
+    let base = 1000 * round;
+    format!(
+        "INSERT INTO {t} SELECT g, timestamptz '2024-01-01 00:00+00' + (g % 15) * interval '1 day', g % 50, 'new ' || g
+           FROM generate_series({base} + 1, {base} + 60) g;
+         UPDATE {t} SET created_at = created_at + interval '3 days', n = n + 1 WHERE id % 5 = {r5};
+         UPDATE {t} SET created_at = created_at - interval '20 days' WHERE id % 7 = 0 AND id % 3 = {r3};
+         UPDATE {t} SET id = id + 100000 WHERE id % 11 = {r11} AND id < 100000;
+         DELETE FROM {t} WHERE id % 13 = {r13};
+         BEGIN;
+           INSERT INTO {t} VALUES ({base} + 500, '2024-01-02 10:00+00', 1, 'moved twice');
+           UPDATE {t} SET created_at = '2024-01-09 10:00+00' WHERE id = {base} + 500;
+           UPDATE {t} SET n = 2, created_at = '2024-01-04 10:00+00' WHERE id = {base} + 500;
+         COMMIT;",
+        r5 = round % 5,
+        r3 = round % 3,
+        r11 = round % 11,
+        r13 = round % 13,
+    )
+}
+
+async fn partitioned_by_spark(test: &str, tag: &str, equality: bool) {
+    let Some(env) = test_env(test) else {
+        return;
+    };
+    let Some(spark) = spark(test) else {
+        return;
+    };
+    let name = unique(tag);
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create(&t)).await;
+    let settings = Settings {
+        sink_extra: "maintenance_interval_ms = 0\n[sink.table_properties]\n\"cdcd.compaction.min-input-files\" = \"2\"\n".into(),
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new(&env, &name, &[t.as_str()], &settings);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    if equality {
+        force_equality(&p);
+    }
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    p.assert_equal(&t, 90).await;
+
+    // Another engine partitions and orders the table while cdcd runs (nothing in flight).
+    let table = format!("h.{NAMESPACE}.{t}");
+    run_spark(
+        &spark,
+        &p,
+        &[
+            format!("ALTER TABLE {table} ADD PARTITION FIELD days(created_at)"),
+            format!("ALTER TABLE {table} ADD PARTITION FIELD bucket(4, id)"),
+            format!("ALTER TABLE {table} WRITE ORDERED BY n"),
+        ],
+    );
+    for round in 1..=3 {
+        let lsn = change(&client, &t, &moving(&t, round), -round).await;
+        equal(&mut p, &t, equality, lsn).await;
+    }
+    let seen = layout(&p, &t);
+    eprintln!("layout after streaming: {seen}");
+    assert!(
+        seen["partitions"].as_u64().unwrap_or(0) >= 8,
+        "cdcd's commits did not split by the new spec: {seen}"
+    );
+    assert!(seen["sorted_files"].as_u64().unwrap_or(0) >= 8, "{seen}");
+    if equality {
+        assert!(seen["equality_files"].as_u64().unwrap_or(0) > 0, "{seen}");
+    } else {
+        assert!(seen["dvs"].as_u64().unwrap_or(0) > 0, "{seen}");
+    }
+
+    // Spark rewrites the table beside cdcd (old-spec files into the new spec); cdcd goes on.
+    run_spark(
+        &spark,
+        &p,
+        &[format!(
+            "CALL h.system.rewrite_data_files(table => '{NAMESPACE}.{t}', options => map('min-input-files', '2', 'rewrite-all', 'true'))"
+        )],
+    );
+    let lsn = change(&client, &t, &moving(&t, 4), -4).await;
+    equal(&mut p, &t, equality, lsn).await;
+
+    // cdcd's own compaction: small files of one partition merge, never across partitions.
+    for round in 5..=6 {
+        let lsn = change(&client, &t, &moving(&t, round), -round).await;
+        equal(&mut p, &t, equality, lsn).await;
+    }
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+    let out = Command::new(cdcd_bin())
+        .args(["maintain", "--config"])
+        .arg(&p.config)
+        .args(["--table", &format!("public.{t}")])
+        .envs(p.env_vars.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let text = stdout_then_stderr(&out);
+    assert!(out.status.success(), "cdcd maintain:\n{text}");
+    let seen = layout(&p, &t);
+    eprintln!("layout after cdcd's compaction: {seen}");
+    assert!(
+        seen["cdcd_replaces"].as_u64().unwrap_or(0) > 0,
+        "cdcd's compaction rewrote nothing:\n{text}\n{seen}"
+    );
+    p.assert_equal_by_spark(&t).await;
+    if !equality {
+        let (code, out) = p.lakecheck(&t, 0, &["--reader", "pyiceberg"]).await;
+        assert_eq!(code, Some(0), "pyiceberg reads otherwise:\n{out}");
+    }
+    // And commits go on after it.
+    p.start();
+    let lsn = change(&client, &t, &moving(&t, 7), -7).await;
+    equal(&mut p, &t, equality, lsn).await;
+    layout(&p, &t);
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}
+
+/// Rewrites `p`'s config to format v2 (`delete_mode = "equality"`) whatever
+/// `CDCD_TEST_DELETE_MODE` says.
+fn force_equality(p: &Pipeline) {
+    let text = std::fs::read_to_string(&p.config).unwrap();
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with("delete_mode"))
+        .collect();
+    let text = kept
+        .join("\n")
+        .replacen("[sink]\n", "[sink]\ndelete_mode = \"equality\"\n", 1);
+    std::fs::write(&p.config, text + "\n").unwrap();
+}
+
+/// Issue 36, keyless tables: an append table (inserts only) and a `REPLICA IDENTITY FULL`
+/// multiset, partitioned by Spark mid-stream; single-duplicate updates that move a row and
+/// deletes find it in its partition (a deletion vector, or a v2 position delete file of that
+/// partition with `CDCD_TEST_DELETE_MODE = equality`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spark_partitions_keyless_tables_and_cdcd_stays_exact() {
+    let test = "spark_partitions_keyless_tables_and_cdcd_stays_exact";
+    let Some(env) = test_env(test) else {
+        return;
+    };
+    let Some(spark) = spark(test) else {
+        return;
+    };
+    let name = unique("ptkl");
+    let (a, m) = (format!("{name}_a"), format!("{name}_m"));
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {a}, {m};
+             CREATE TABLE {a} (created_at timestamptz NOT NULL, g int4, note text);
+             CREATE TABLE {m} (created_at timestamptz NOT NULL, g int4, note text);
+             ALTER TABLE {m} REPLICA IDENTITY FULL;
+             INSERT INTO {a} SELECT timestamptz '2024-03-01 00:00+00' + (i % 6) * interval '1 day', i % 4, 'a' FROM generate_series(1, 120) i;
+             INSERT INTO {m} SELECT timestamptz '2024-03-01 00:00+00' + (i % 6) * interval '1 day', i % 4, 'a' FROM generate_series(1, 120) i;"
+        ),
+    )
+    .await;
+    let settings = Settings {
+        sink_extra: "maintenance_interval_ms = 0\n".into(),
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new(&env, &name, &[a.as_str(), m.as_str()], &settings);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {m}"));
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    p.assert_equal(&a, 90).await;
+    p.assert_equal(&m, 90).await;
+    let mut statements = Vec::new();
+    for t in [&a, &m] {
+        statements.push(format!(
+            "ALTER TABLE h.{NAMESPACE}.{t} ADD PARTITION FIELD days(created_at)"
+        ));
+        statements.push(format!(
+            "ALTER TABLE h.{NAMESPACE}.{t} ADD PARTITION FIELD truncate(2, note)"
+        ));
+    }
+    run_spark(&spark, &p, &statements);
+    for i in 1..=3 {
+        exec(
+            &client,
+            &format!(
+                "INSERT INTO {a} SELECT timestamptz '2024-03-01 00:00+00' + (j % 9) * interval '1 day', {i}, 'new{i}' FROM generate_series(1, 30) j;
+                 BEGIN;
+                 UPDATE {m} SET created_at = created_at + interval '2 days', note = 'moved{i}'
+                   WHERE ctid = (SELECT ctid FROM {m} WHERE g = {g} AND note = 'a' LIMIT 1);
+                 UPDATE {m} SET created_at = created_at - interval '4 days' WHERE g = {h} AND note = 'a';
+                 DELETE FROM {m} WHERE ctid = (SELECT ctid FROM {m} WHERE g = {h} LIMIT 1);
+                 INSERT INTO {m} VALUES ('2024-03-03 00:00+00', {i}, 'a'), ('2024-03-03 00:00+00', {i}, 'a');
+                 COMMIT;",
+                g = i % 4,
+                h = (i + 1) % 4,
+            ),
+        )
+        .await;
+        // Position deletes only (none by equality, even on format v2): pyiceberg reads both.
+        for t in [&a, &m] {
+            let (code, out) = p.lakecheck(t, 90, &["--reader", "pyiceberg"]).await;
+            assert_eq!(code, Some(0), "pyiceberg reads {t} otherwise:\n{out}");
+        }
+    }
+    for t in [&a, &m] {
+        p.assert_equal_by_spark(t).await;
+        let seen = layout(&p, t);
+        eprintln!("layout of {t}: {seen}");
+        assert!(seen["partitions"].as_u64().unwrap_or(0) >= 4, "{seen}");
+    }
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}
+
+/// Issue 36: a format v2 table created partitioned (by Spark, before cdcd's first start) has no
+/// spec without fields; cdcd's first equality deletes add one (not as the default) and go under
+/// it, so they delete rows in every partition, also rows that moved partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn equality_deletes_on_a_table_created_partitioned_apply_in_every_partition() {
+    let test = "equality_deletes_on_a_table_created_partitioned_apply_in_every_partition";
+    let Some(env) = test_env(test) else {
+        return;
+    };
+    let Some(spark) = spark(test) else {
+        return;
+    };
+    let name = unique("ptcr");
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create(&t)).await;
+    let settings = Settings {
+        sink_extra: "maintenance_interval_ms = 0\n".into(),
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new(&env, &name, &[t.as_str()], &settings);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    force_equality(&p);
+    let table = format!("h.{NAMESPACE}.{t}");
+    run_spark(
+        &spark,
+        &p,
+        &[
+            format!(
+                "CREATE TABLE {table} (id bigint NOT NULL, created_at timestamp NOT NULL, n int, big string) USING iceberg \
+                 PARTITIONED BY (days(created_at), bucket(4, id)) TBLPROPERTIES ('format-version' = '2')"
+            ),
+            format!("ALTER TABLE {table} SET IDENTIFIER FIELDS id"),
+        ],
+    );
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    p.assert_equal(&t, 90).await;
+    let copied = layout(&p, &t);
+    eprintln!("layout after the copy: {copied}");
+    assert!(copied["partitions"].as_u64().unwrap_or(0) >= 10, "{copied}");
+    for round in 1..=2 {
+        let lsn = change(&client, &t, &moving(&t, round), -round).await;
+        equal(&mut p, &t, true, lsn).await;
+    }
+    let seen = layout(&p, &t);
+    eprintln!("layout after streaming: {seen}");
+    assert!(seen["equality_files"].as_u64().unwrap_or(0) > 0, "{seen}");
+    assert_eq!(seen["default_spec"], copied["default_spec"], "{seen}");
+    assert_eq!(seen["specs"].as_array().map(Vec::len), Some(2), "{seen}");
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}
+
+/// Issue 36, deletion vectors (format v3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spark_partitions_the_table_and_cdcd_stays_exact_with_vectors() {
+    partitioned_by_spark(
+        "spark_partitions_the_table_and_cdcd_stays_exact_with_vectors",
+        "ptdv",
+        false,
+    )
+    .await;
+}
+
+/// Issue 36, equality deletes (format v2): they go under a spec without fields, so they apply to
+/// the deleted row in any partition of any spec.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spark_partitions_the_table_and_cdcd_stays_exact_with_equality_deletes() {
+    partitioned_by_spark(
+        "spark_partitions_the_table_and_cdcd_stays_exact_with_equality_deletes",
+        "pteq",
+        true,
+    )
+    .await;
+}
