@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use super::{changes, create_table};
 use crate::support::{
-    connect, exec, run_cdcd, spark, test_env, unique, write_file, Pipeline, Settings, TestEnv,
-    NAMESPACE,
+    connect, current_test, exec, run_cdcd, spark, test_env, test_env_and_name, unique, write_file,
+    Pipeline, Settings, TestEnv, NAMESPACE,
 };
 
 /// The API key every test server accepts (rustberg: `^rb_[A-Za-z0-9_-]{7,61}$`).
@@ -250,10 +250,9 @@ async fn assert_equal_through_catalog(p: &mut Pipeline, uri: &str, table: &str, 
 /// created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_catalog_replicates_and_readers_find_the_table() {
-    let Some(env) = test_env("rest_catalog_replicates_and_readers_find_the_table") else {
+    let Some((env, name)) = test_env_and_name("catrest") else {
         return;
     };
-    let name = unique("catrest");
     let t = format!("{name}_orders");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -522,10 +521,9 @@ async fn a_rewrite_by_another_engine_is_built_upon() {
 /// answer of one transaction that landed and refuses one before it arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_transaction_over_two_tables_appears_in_both_at_once() {
-    let Some(env) = test_env("a_source_transaction_over_two_tables_appears_in_both_at_once") else {
+    let Some((env, name)) = test_env_and_name("catresttx") else {
         return;
     };
-    let name = unique("catresttx");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     for t in [&a, &b] {
@@ -1013,12 +1011,9 @@ async fn rest_resync_swap_whose_answer_is_lost_lands_once() {
 /// gone, and both tables end equal to the source through the catalog (pyiceberg and DuckDB).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_online_resync_under_multi_table_commits_swaps_while_the_other_table_streams() {
-    let Some(env) =
-        test_env("an_online_resync_under_multi_table_commits_swaps_while_the_other_table_streams")
-    else {
+    let Some((env, name)) = test_env_and_name("catrestrstx") else {
         return;
     };
-    let name = unique("catrestrstx");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a)).await;
@@ -1183,8 +1178,7 @@ async fn an_online_resync_under_multi_table_commits_swaps_while_the_other_table_
 /// (the message the lineage's transaction showed before issue 34).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_created_again_by_another_engine_stops_naming_both_uuids() {
-    let Some(env) = test_env("a_table_created_again_by_another_engine_stops_naming_both_uuids")
-    else {
+    let Some(env) = test_env(&current_test()) else {
         return;
     };
     let Bed {

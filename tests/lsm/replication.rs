@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::support::{connect, exec, test_env, unique, Pipeline, Settings, NAMESPACE};
+use crate::support::{connect, exec, test_env_and_name, Pipeline, Settings, NAMESPACE};
 use cdcd::changelog::TableId;
 use cdcd::config::{LsmConfig, MergeEngine};
 use cdcd::sinks::lsm::LsmSink;
@@ -65,10 +65,9 @@ fn change_everything(t: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_into_paimon_and_reads_equal_after_compaction() {
-    let Some(env) = test_env("streams_into_paimon_and_reads_equal_after_compaction") else {
+    let Some((env, name)) = test_env_and_name("lsm") else {
         return;
     };
-    let name = unique("lsm");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
+use crate::support::mysql::{my_connect, my_env, my_env_and_name, my_exec, MyPipeline};
 use crate::support::{unique, Rng};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,10 +73,9 @@ async fn row_images(test: &str, on_s3: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paimon_replica_survives_kill9() {
-    let Some(env) = my_env("paimon_replica_survives_kill9") else {
+    let Some((env, name)) = my_env_and_name("mylsmk") else {
         return;
     };
-    let name = unique("mylsmk");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     p.use_lsm(2, "initial", "");
     let mut c = my_connect(&env.url_for(&p.db)).await;
@@ -114,11 +113,9 @@ async fn paimon_replica_survives_kill9() {
 /// while cdcd is down is replayed from the schema history. Read back by pypaimon (by field id).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renamed_columns_replicate_into_paimon() {
-    let test = "renamed_columns_replicate_into_paimon";
-    let Some(env) = my_env(test) else {
+    let Some((env, name)) = my_env_and_name("mylsmrn") else {
         return;
     };
-    let name = unique("mylsmrn");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     p.use_lsm(2, "initial", "");
     let mut c = my_connect(&env.url_for(&p.db)).await;

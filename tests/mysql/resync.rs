@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::postgres::resync::{assert_swap_never_went_back, assert_swapped_in_one_step};
-use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
+use crate::support::mysql::{my_connect, my_env, my_env_and_name, my_exec, MyPipeline};
 use crate::support::{run_cdcd, unique};
 
 /// `rows` rows; `b` is a BLOB (MINIMAL images leave it out when unchanged).
@@ -95,10 +95,9 @@ pub(crate) async fn wait_for(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mariadb_table_is_resynced_online_through_a_kill() {
-    let Some(env) = my_env("a_mariadb_table_is_resynced_online_through_a_kill") else {
+    let Some((env, name)) = my_env_and_name("myrsync") else {
         return;
     };
-    let name = unique("myrsync");
     let rows = 150_000;
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     let hash = name

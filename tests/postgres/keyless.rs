@@ -9,7 +9,9 @@
 
 use std::time::Duration;
 
-use crate::support::{connect, exec, run_cdcd, test_env, unique, Pipeline, Settings, NAMESPACE};
+use crate::support::{
+    connect, exec, run_cdcd, test_env, test_env_and_name, unique, Pipeline, Settings, NAMESPACE,
+};
 
 const TABLES: [&str; 4] = [
     "pgbench_accounts",
@@ -180,10 +182,9 @@ fn assert_no_identifier_fields(p: &Pipeline) {
 /// multiset ends equal, with rows written while cdcd was down and during the second copy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_mid_copy_of_a_keyless_table_is_copied_again_exactly() {
-    let Some(env) = test_env("a_kill_mid_copy_of_a_keyless_table_is_copied_again_exactly") else {
+    let Some((env, name)) = test_env_and_name("keylessk") else {
         return;
     };
-    let name = unique("keylessk");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(

@@ -11,7 +11,9 @@
 
 use std::time::Duration;
 
-use crate::support::{connect, exec, run_cdcd, test_env, unique, Pipeline, Settings};
+use crate::support::{
+    connect, exec, run_cdcd, test_env, test_env_and_name, unique, Pipeline, Settings,
+};
 
 /// One single-duplicate update, one single-duplicate delete, one insert of a duplicate, and a
 /// keyed row written beside them, in one transaction (round `i`).
@@ -31,10 +33,9 @@ fn round(m: &str, k: &str, i: u32) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_identity_full_keyless_table_is_a_multiset() {
-    let Some(env) = test_env("replica_identity_full_keyless_table_is_a_multiset") else {
+    let Some((env, name)) = test_env_and_name("multiset") else {
         return;
     };
-    let name = unique("multiset");
     let (m, k) = (format!("{name}_m"), format!("{name}_k"));
     let client = connect(&env.pg_url).await;
     exec(
@@ -257,10 +258,9 @@ async fn replica_identity_full_keyless_table_is_refused_on_lsm() {
 /// during the copy is streamed after the copied rows and applied to one equal row of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_identity_full_changes_during_the_copy() {
-    let Some(env) = test_env("replica_identity_full_changes_during_the_copy") else {
+    let Some((env, name)) = test_env_and_name("multisetc") else {
         return;
     };
-    let name = unique("multisetc");
     let m = format!("{name}_m");
     let client = connect(&env.pg_url).await;
     exec(
@@ -310,10 +310,9 @@ async fn replica_identity_full_changes_during_the_copy() {
 /// next start refuses to continue it as a multiset, naming the table and the fix.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identity_changed_to_full_while_replicated_is_refused() {
-    let Some(env) = test_env("identity_changed_to_full_while_replicated_is_refused") else {
+    let Some((env, name)) = test_env_and_name("multiseti") else {
         return;
     };
-    let name = unique("multiseti");
     let m = format!("{name}_m");
     let client = connect(&env.pg_url).await;
     exec(

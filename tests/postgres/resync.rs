@@ -29,7 +29,9 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
 
-use crate::support::{connect, exec, run_cdcd, test_env, unique, Pipeline, Settings};
+use crate::support::{
+    connect, exec, run_cdcd, test_env, test_env_and_name, unique, Pipeline, Settings,
+};
 
 /// A table of `rows` rows; every 100th row holds a TOASTed `t`.
 pub(crate) fn create_table(t: &str, rows: u64) -> String {
@@ -335,10 +337,9 @@ fn request_resync(p: &Pipeline, t: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_replaces_a_damaged_table_while_the_others_stream() {
-    let Some(env) = test_env("a_resync_replaces_a_damaged_table_while_the_others_stream") else {
+    let Some((env, name)) = test_env_and_name("rsync") else {
         return;
     };
-    let name = unique("rsync");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 3_000)).await;
@@ -458,10 +459,9 @@ async fn a_resync_replaces_a_damaged_table_while_the_others_stream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_mid_resync_copies_again_online_and_ends_equal() {
-    let Some(env) = test_env("a_kill_mid_resync_copies_again_online_and_ends_equal") else {
+    let Some((env, name)) = test_env_and_name("rsynk") else {
         return;
     };
-    let name = unique("rsynk");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 2_000)).await;
@@ -717,10 +717,9 @@ pub(crate) fn assert_lsm_swapped_in_one_step(dir: &Path, online: bool) -> i64 {
 /// nothing; `cdcd cleanup` afterwards deletes nothing live.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_lsm_table_is_resynced_online_while_the_others_stream() {
-    let Some(env) = test_env("an_lsm_table_is_resynced_online_while_the_others_stream") else {
+    let Some((env, name)) = test_env_and_name("rsynl") else {
         return;
     };
-    let name = unique("rsynl");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 3_000)).await;
@@ -1074,10 +1073,9 @@ async fn crashes_around_an_online_resyncs_end(env: &crate::support::TestEnv, lsm
 // table ends equal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_type_change_during_an_online_resync_ends_equal() {
-    let Some(env) = test_env("a_type_change_during_an_online_resync_ends_equal") else {
+    let Some((env, name)) = test_env_and_name("rsyncw") else {
         return;
     };
-    let name = unique("rsyncw");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 400_000)).await;

@@ -84,6 +84,21 @@ pub fn test_env(test: &str) -> Option<TestEnv> {
     Some(TestEnv { pg_url, python })
 }
 
+/// The running test's name: libtest runs each test on a thread named after it
+/// (`postgres::lifecycle::restart_with_nothing_new_writes_no_snapshot`).
+pub fn current_test() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("this test")
+        .to_owned()
+}
+
+/// [`test_env`] of the running test and its [`unique`] name from `tag`: the opening of most
+/// Postgres tests.
+pub fn test_env_and_name(tag: &str) -> Option<(TestEnv, String)> {
+    Some((test_env(&current_test())?, unique(tag)))
+}
+
 /// The test bed's Spark (its `spark` component, in the readers' venv): the python with pyspark
 /// and the folder of the relocated jars, or `None` when the test skips without it.
 pub fn spark(test: &str) -> Option<(String, String)> {

@@ -36,6 +36,12 @@ pub fn my_env(test: &str) -> Option<MyEnv> {
     Some(MyEnv { url, python })
 }
 
+/// [`my_env`] of the running test and its [`super::unique`] name from `tag` (its database's
+/// name).
+pub fn my_env_and_name(tag: &str) -> Option<(MyEnv, String)> {
+    Some((my_env(&super::current_test())?, super::unique(tag)))
+}
+
 impl MyEnv {
     /// The URL with `db` as its database.
     pub fn url_for(&self, db: &str) -> String {
