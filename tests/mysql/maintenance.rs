@@ -6,6 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
+use crate::support::output_ok;
 
 /// The current snapshot's summary of the table at `dir`, read with Python's json alone.
 const SUMMARY: &str = r#"
@@ -69,17 +70,7 @@ async fn mysql_compaction_racing_the_binlog_ends_equal() {
     p.stop(Duration::from_secs(60)).await;
     p.assert_equal("t", 30).await;
     let dir = p.table_dir("t").display().to_string();
-    let out = Command::new(&env.python)
-        .arg("-c")
-        .arg(SUMMARY)
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = output_ok(Command::new(&env.python).arg("-c").arg(SUMMARY).arg(&dir));
     let v: serde_json::Value = serde_json::from_slice(out.stdout.trim_ascii()).unwrap_or_default();
     eprintln!("current snapshot: {v}");
     assert!(

@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use crate::support::table_files::{assert_no_equality_deletes, assert_no_identifier_fields};
 use crate::support::{
     connect, exec, run_cdcd, test_env, test_env_and_name, unique, Pipeline, Settings,
 };
@@ -189,26 +190,8 @@ async fn replica_identity_full_keyless_table_is_a_multiset() {
 /// The table's metadata declares no identifier fields, and no equality delete file was ever
 /// written to it (one would remove every duplicate).
 fn assert_no_equality_deletes_or_identifiers(p: &Pipeline, table: &str) {
-    let dir = p.table_dir(table);
-    let meta = std::fs::read_dir(dir.join("metadata"))
-        .unwrap()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|f| f.to_string_lossy().ends_with(".metadata.json"))
-        .max_by_key(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok())
-        .unwrap();
-    let text = std::fs::read_to_string(&meta).unwrap();
-    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
-    for s in doc["schemas"].as_array().unwrap() {
-        let ids = s["identifier-field-ids"].as_array().map_or(0, Vec::len);
-        assert_eq!(ids, 0, "keyless table with identifier fields: {s}");
-    }
-    let eq = std::fs::read_dir(dir.join("data"))
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().contains("eq-deletes"))
-        .count();
-    assert_eq!(eq, 0, "equality delete files in a multiset table");
+    assert_no_identifier_fields(&p.table_dir(table));
+    assert_no_equality_deletes(&p.table_dir(table));
 }
 
 /// The lsm sink cannot store a multiset with row-level deletes: the table is refused by `cdcd

@@ -551,22 +551,11 @@ async fn a_kill_mid_resync_copies_again_online_and_ends_equal() {
     assert_eq!(lineages(&p.table_dir(&b)).len(), 1);
     // Cleanup beside a lineage under way keeps its files: they are not the live table's orphans
     // (the lineage is a table of its own to the cleanup, judged by its own metadata).
-    let out = std::process::Command::new(crate::support::cdcd_bin())
-        .args([
-            "cleanup",
-            "--grace-secs",
-            "0",
-            "--dry-run",
-            "--json",
-            "--config",
-        ])
-        .arg(&p.config)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = crate::support::output_ok(
+        std::process::Command::new(crate::support::cdcd_bin())
+            .args(["cleanup", "--grace-secs", "0", "--dry-run", "--json"])
+            .arg("--config")
+            .arg(&p.config),
     );
     let reports: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let live = p.table_dir(&b).display().to_string();

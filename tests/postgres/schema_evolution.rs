@@ -13,8 +13,8 @@ use std::time::Duration;
 use tokio_postgres::Client;
 
 use crate::support::{
-    connect, current_fields, current_metadata, current_test, exec, run_cdcd, start_output,
-    test_env, test_env_and_name, unique, Pipeline, Settings, TestEnv, NAMESPACE,
+    connect, current_fields, current_metadata, current_test, exec, run_cdcd, schema_fields,
+    start_output, test_env, test_env_and_name, unique, Pipeline, Settings, TestEnv, NAMESPACE,
 };
 
 /// Equal by DuckDB, and by pyiceberg where it can read the table: it refuses equality deletes
@@ -577,12 +577,16 @@ async fn rename_column_with_the_ddl_trigger_lsm() {
 /// `(name, field id)` of the table's current schema: Iceberg's metadata, or Paimon's newest
 /// `schema/schema-N`.
 fn field_ids(p: &Pipeline, table: &str, lsm: bool) -> Vec<(String, i64)> {
-    if !lsm {
-        return current_fields(&current_metadata(&p.table_dir(table)))
-            .into_iter()
-            .map(|f| (f.0, f.1))
-            .collect();
-    }
+    let fields = if lsm {
+        paimon_fields(p, table)
+    } else {
+        current_fields(&current_metadata(&p.table_dir(table)))
+    };
+    fields.into_iter().map(|f| (f.0, f.1)).collect()
+}
+
+/// `(name, id, type)` of the fields in Paimon's newest `schema/schema-N`.
+fn paimon_fields(p: &Pipeline, table: &str) -> Vec<(String, i64, String)> {
     let dir = p
         .warehouse
         .join(format!("{NAMESPACE}.db"))
@@ -599,17 +603,7 @@ fn field_ids(p: &Pipeline, table: &str, lsm: bool) -> Vec<(String, i64)> {
     let schema: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join(format!("schema-{newest}"))).unwrap())
             .unwrap();
-    schema["fields"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            (
-                f["name"].as_str().unwrap().to_owned(),
-                f["id"].as_i64().unwrap(),
-            )
-        })
-        .collect()
+    schema_fields(&schema)
 }
 
 async fn rename_case(test: &str, lsm: bool) {

@@ -8,7 +8,7 @@ use std::io::BufRead as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-use crate::support::{Pipeline, Settings, TestEnv, LAKECHECK, NAMESPACE};
+use crate::support::{output_ok, Pipeline, Settings, TestEnv, LAKECHECK, NAMESPACE};
 
 /// Creates `bucket` on `endpoint` (boto3, trusting `ca` for https).
 pub fn create_bucket(env: &TestEnv, endpoint: &str, ca: Option<&str>, bucket: &str) {
@@ -18,15 +18,7 @@ pub fn create_bucket(env: &TestEnv, endpoint: &str, ca: Option<&str>, bucket: &s
          aws_secret_access_key='test', region_name='us-east-1', verify={verify})\n\
          try:\n    c.create_bucket(Bucket={bucket:?})\nexcept c.exceptions.BucketAlreadyOwnedByYou:\n    pass\n"
     );
-    let out = Command::new(&env.python)
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "create bucket {bucket} on {endpoint}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    output_ok(Command::new(&env.python).args(["-c", &script]));
 }
 
 /// A pipeline replicating `table` into `s3://<bucket>/wh` with `[sink.s3]` = `section`.

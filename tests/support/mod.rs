@@ -20,6 +20,7 @@ pub mod ground;
 pub mod hadoop_table;
 pub mod mysql;
 pub mod s3;
+pub mod table_files;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write as _;
@@ -53,6 +54,17 @@ pub fn stderr_then_stdout(out: &std::process::Output) -> String {
         String::from_utf8_lossy(&out.stderr),
         String::from_utf8_lossy(&out.stdout)
     )
+}
+
+/// Runs `cmd` to its end; panics naming the command and with its output unless it exits 0.
+pub fn output_ok(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        stderr_then_stdout(&out)
+    );
+    out
 }
 
 /// `cdcd <args> --config <file>`: (exit 0, stdout + stderr).
@@ -447,18 +459,12 @@ impl Pipeline {
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_default();
-        let out = std::process::Command::new(&self.env.python)
-            .env("LAKECHECK_DIR", lakecheck_dir)
-            .arg("-c")
-            .arg(code)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "python: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        let out = output_ok(
+            Command::new(&self.env.python)
+                .env("LAKECHECK_DIR", lakecheck_dir)
+                .arg("-c")
+                .arg(code)
+                .args(args),
         );
         String::from_utf8_lossy(&out.stdout).to_string()
     }
@@ -807,6 +813,11 @@ pub fn current_fields(meta: &serde_json::Value) -> Vec<(String, i64, String)> {
         .iter()
         .find(|s| s["schema-id"].as_i64() == Some(current))
         .unwrap();
+    schema_fields(schema)
+}
+
+/// `(name, id, type)` of a schema's top-level fields: an Iceberg schema, or Paimon's `schema-N`.
+pub fn schema_fields(schema: &serde_json::Value) -> Vec<(String, i64, String)> {
     schema["fields"]
         .as_array()
         .unwrap()

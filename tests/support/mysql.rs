@@ -469,21 +469,15 @@ impl PrivateMaria {
             assert!(st.success(), "chown mysql {}", root.display());
         }
         let defaults = format!("--defaults-file={}", cnf.display());
-        let out = Command::new("mariadb-install-db")
-            .arg(&defaults)
-            .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
-            .args(if is_root() {
-                &["--user=mysql"][..]
-            } else {
-                &[]
-            })
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "mariadb-install-db: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        super::output_ok(
+            Command::new("mariadb-install-db")
+                .arg(&defaults)
+                .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+                .args(if is_root() {
+                    &["--user=mysql"][..]
+                } else {
+                    &[]
+                }),
         );
         let server = Command::new("mariadbd")
             .arg(&defaults)

@@ -16,7 +16,7 @@ use cdcd::storage::Warehouse;
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
 
-use crate::support::{ground, Pipeline, Settings, TestEnv, LAKECHECK, NAMESPACE};
+use crate::support::{ground, output_ok, Pipeline, Settings, TestEnv, LAKECHECK, NAMESPACE};
 
 /// moto's address for this test, or `None` when the test skips without it ([`ground::var`]).
 pub fn moto(test: &str, serial: bool) -> Option<String> {
@@ -40,15 +40,7 @@ pub fn create_bucket(env: &TestEnv, endpoint: &str, bucket: &str) {
          aws_secret_access_key='test', region_name='us-east-1')\n\
          try:\n    c.create_bucket(Bucket={bucket:?})\nexcept c.exceptions.BucketAlreadyOwnedByYou:\n    pass\n"
     );
-    let out = std::process::Command::new(&env.python)
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "create bucket {bucket}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    output_ok(std::process::Command::new(&env.python).args(["-c", &script]));
 }
 
 /// The `[sink.s3]` settings cdcd gets for `endpoint`.
