@@ -9,8 +9,6 @@ use std::time::Duration;
 
 use crate::support::{connect, exec, test_env_and_name, Pipeline, Settings, NAMESPACE};
 use cdcd::changelog::TableId;
-use cdcd::config::{LsmConfig, MergeEngine};
-use cdcd::sinks::lsm::LsmSink;
 
 /// The types the LSM sink stores (`time` is kept to milliseconds, as Paimon's TIME is, so the rows
 /// use no finer times).
@@ -110,20 +108,7 @@ async fn streams_into_paimon_and_reads_equal_after_compaction() {
     );
 
     // A full compaction (every bucket to one bottom run, deletes dropped), then read again.
-    let sink = LsmSink::new(
-        &LsmConfig {
-            warehouse: format!("file://{}", p.warehouse.display()),
-            namespace: Some(NAMESPACE.into()),
-            buckets: 3,
-            merge_engine: MergeEngine::Deduplicate,
-            compaction_trigger: 3,
-            snapshots_retained: 10,
-            snapshot_time_retained_ms: None,
-            deletion_vectors: false,
-        },
-        &p.name,
-    )
-    .unwrap();
+    let sink = p.lsm_sink();
     let id = TableId::new("public", t.clone());
     let stats = sink.compact(&id, true).await.unwrap();
     eprintln!("full compaction: {stats:?}");

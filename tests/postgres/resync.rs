@@ -472,14 +472,7 @@ async fn a_kill_mid_resync_copies_again_online_and_ends_equal() {
     tune(&p, 1_000);
     // Maintenance every 200 ms compacts small files, on the live tables and on the lineage while
     // it is copied: its commits take turns with the copy's and the swap's.
-    let mut text = std::fs::read_to_string(&p.config).unwrap();
-    text.push_str(
-        "\n[sink.table_properties]\n\"write.target-file-size-bytes\" = \"1000000\"\n\
-         \"cdcd.compaction.min-input-files\" = \"3\"\n",
-    );
-    std::fs::write(&p.config, text).unwrap();
-    p.env_vars
-        .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "200".into()));
+    p.compact_often();
     // Streaming commits every 200 ms, so some land beside the copy's.
     p.env_vars
         .push(("CDCD_PIPELINE__COMMIT_INTERVAL_MS".into(), "200".into()));

@@ -357,6 +357,39 @@ impl Pipeline {
         fs::write(&self.config, text).unwrap();
     }
 
+    /// Background maintenance every 200 ms that compacts a table once it has 3 files under 1 MB:
+    /// table properties after `[sink]`, the config's last table.
+    pub fn compact_often(&mut self) {
+        let mut text = fs::read_to_string(&self.config).unwrap();
+        text.push_str(
+            "\n[sink.table_properties]\n\"write.target-file-size-bytes\" = \"1000000\"\n\
+             \"cdcd.compaction.min-input-files\" = \"3\"\n",
+        );
+        fs::write(&self.config, text).unwrap();
+        self.env_vars
+            .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "200".into()));
+    }
+
+    /// An LSM sink of the test's own over the pipeline's warehouse, set up as the generated config
+    /// sets cdcd's (for a full compaction the test runs itself).
+    pub fn lsm_sink(&self) -> cdcd::sinks::lsm::LsmSink {
+        let buckets = self.lsm_buckets.expect("not an LSM pipeline");
+        cdcd::sinks::lsm::LsmSink::new(
+            &cdcd::config::LsmConfig {
+                warehouse: format!("file://{}", self.warehouse.display()),
+                namespace: Some(NAMESPACE.into()),
+                buckets,
+                merge_engine: cdcd::config::MergeEngine::Deduplicate,
+                compaction_trigger: 3,
+                snapshots_retained: 10,
+                snapshot_time_retained_ms: None,
+                deletion_vectors: false,
+            },
+            &self.name,
+        )
+        .unwrap()
+    }
+
     /// SQL to run at cleanup (after cdcd is gone and the slot dropped), e.g. `DROP TABLE IF EXISTS x`.
     pub fn on_cleanup(&mut self, sql: impl Into<String>) {
         self.cleanup_sql.push(sql.into());

@@ -19,7 +19,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
 
-use super::{cdcd_bin, ground, LAKECHECK, NAMESPACE};
+use super::{cdcd_bin, ground, Rng, LAKECHECK, NAMESPACE};
 
 /// The MariaDB test server and the Python readers.
 #[derive(Clone, Debug)]
@@ -65,6 +65,36 @@ pub async fn my_connect(url: &str) -> Conn {
 pub async fn my_exec(conn: &mut Conn, sql: &str) {
     if let Err(e) = conn.query_drop(sql).await {
         panic!("SQL failed: {e}\n--- statement:\n{sql}");
+    }
+}
+
+/// Four rounds on a new table `acct`: cdcd starts, `writes` random inserts, updates and deletes
+/// (seeded as [`Rng::from_env_or_clock`] says for `test`), then a kill -9 at a random moment.
+/// cdcd is not running at the end.
+pub async fn writes_through_kills(p: &mut MyPipeline, c: &mut Conn, test: &str, writes: u32) {
+    my_exec(
+        c,
+        "CREATE TABLE acct (id INT PRIMARY KEY, n BIGINT, note VARCHAR(40))",
+    )
+    .await;
+    let mut rng = Rng::from_env_or_clock(test);
+    let mut next_id = 0;
+    for round in 0..4 {
+        p.start();
+        for _ in 0..writes {
+            let k = rng.range(0, 40);
+            let sql = match rng.range(0, 4) {
+                0 | 1 => {
+                    next_id += 1;
+                    format!("INSERT INTO acct VALUES ({next_id}, {k}, 'r{round}')")
+                }
+                2 => format!("UPDATE acct SET n = n + 1, note = 'u{round}' WHERE id % 40 = {k}"),
+                _ => format!("DELETE FROM acct WHERE id % 40 = {k}"),
+            };
+            my_exec(c, &sql).await;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.range(50, 1500))).await;
+        p.kill9();
     }
 }
 
