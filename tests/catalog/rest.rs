@@ -7,13 +7,14 @@
 //! and deletes to it; the daemon's next commit conflicts (409) and is planned again on the
 //! rewritten files.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::{changes, create_table};
+use crate::support::proxy::{ProxyProcess, RESTPROXY};
 use crate::support::{
     connect, current_test, exec, run_cdcd, spark, test_env, test_env_and_name, unique, write_file,
     Pipeline, Settings, TestEnv, NAMESPACE,
@@ -117,49 +118,32 @@ impl Bed {
 
 /// A restproxy.py in front of a server.
 struct Proxy {
-    child: Child,
+    _process: ProxyProcess,
     uri: String,
     log: PathBuf,
 }
 
 impl Proxy {
     fn start(env: &TestEnv, upstream: &Rustberg, dir: &Path, args: &[&str]) -> Proxy {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/restproxy.py");
         let log = dir.join("restproxy.log");
-        let mut child = Command::new(&env.python)
-            .arg(script)
-            .arg(&upstream.uri)
-            .args(["--upstream-token", KEY, "--log", log.to_str().unwrap()])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port: u16 = line
-            .trim()
-            .strip_prefix("listening ")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("restproxy said {line:?}"));
+        let upstream_args = ["--upstream-token", KEY, "--log", log.to_str().unwrap()];
+        let args = upstream_args.iter().chain(args);
+        let process = ProxyProcess::start(
+            &env.python,
+            RESTPROXY,
+            &upstream.uri,
+            args,
+            Stdio::inherit(),
+        );
         Proxy {
-            child,
-            uri: format!("http://127.0.0.1:{port}"),
+            uri: process.url.clone(),
+            _process: process,
             log,
         }
     }
 
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

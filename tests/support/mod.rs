@@ -19,6 +19,7 @@
 pub mod ground;
 pub mod hadoop_table;
 pub mod mysql;
+pub mod proxy;
 pub mod s3;
 pub mod table_files;
 
