@@ -10,10 +10,8 @@ use cdcd::storage::Warehouse;
 
 use super::create_table;
 use crate::support::hadoop_table::HadoopTable;
-use crate::support::s3::{moto, s3_config, S3Pipeline};
-use crate::support::{
-    connect, exec, parse_lsn, test_env, test_env_and_name, unique, Pipeline, Settings, LAKECHECK,
-};
+use crate::support::s3::{moto_test_env, s3_config, S3Pipeline};
+use crate::support::{connect, exec, parse_lsn, test_env_and_name, Pipeline, Settings, LAKECHECK};
 
 /// Rounds of (a source transaction, cdcd's commit of it, three commits by the other writer).
 const ROUNDS: u64 = 8;
@@ -48,14 +46,9 @@ async fn another_writers_deleted_versions_never_fork_the_table() {
 /// S3's `ListObjectsV2` with `start-after`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_writers_deleted_versions_never_fork_the_table_on_s3() {
-    let test = "another_writers_deleted_versions_never_fork_the_table_on_s3";
-    let Some(env) = test_env(test) else {
+    let Some((env, endpoint, name)) = moto_test_env(true, "catfs3") else {
         return;
     };
-    let Some(endpoint) = moto(test, true) else {
-        return;
-    };
-    let name = unique("catfs3");
     let t = format!("{name}_orders");
     let mut s = S3Pipeline::new(&env, &name, &[&t], &endpoint);
     s.write_config(&settings(), &endpoint);

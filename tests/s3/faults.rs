@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::proxy::{ProxyProcess, FAULTPROXY};
-use crate::support::s3::{create_bucket, moto, s3_config, S3Pipeline, SinkKind};
+use crate::support::s3::{create_bucket, moto, moto_test_env, s3_config, S3Pipeline, SinkKind};
 use crate::support::{connect, exec, test_env, unique};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
@@ -253,14 +253,9 @@ async fn s3_lsm_retried_snapshot_create_is_its_own_commit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_lsm_stalled_snapshot_creates_hold_the_ack() {
-    let test = "s3_lsm_stalled_snapshot_creates_hold_the_ack";
-    let Some(env) = test_env(test) else {
+    let Some((env, endpoint, n)) = moto_test_env(true, "s3stalll") else {
         return;
     };
-    let Some(endpoint) = moto(test, true) else {
-        return;
-    };
-    let n = unique("s3stalll");
     let client = connect(&env.pg_url).await;
     lsm_table(&client, &n, 500).await;
     let mut s = S3Pipeline::with_sink(&env, &n, &[&n], &endpoint, SinkKind::Lsm);
@@ -340,14 +335,9 @@ async fn s3_lsm_stalled_snapshot_creates_hold_the_ack() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_lsm_late_snapshot_create_of_a_dead_holder_changes_nothing() {
-    let test = "s3_lsm_late_snapshot_create_of_a_dead_holder_changes_nothing";
-    let Some(env) = test_env(test) else {
+    let Some((env, endpoint, n)) = moto_test_env(true, "s3latel") else {
         return;
     };
-    let Some(endpoint) = moto(test, true) else {
-        return;
-    };
-    let n = unique("s3latel");
     let client = connect(&env.pg_url).await;
     lsm_table(&client, &n, 500).await;
     let mut s = S3Pipeline::with_sink(&env, &n, &[&n], &endpoint, SinkKind::Lsm);
