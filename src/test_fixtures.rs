@@ -137,6 +137,11 @@ pub fn changes(cs: &[C]) -> TableChanges {
     b.finish().unwrap()
 }
 
+/// Rows 1 `a`, 2 `b` and 3 `c` inserted: the first commit of many tests.
+pub fn abc() -> TableChanges {
+    changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])
+}
+
 /// The checkpoint of pipeline `shop` at Postgres LSN `lsn`.
 pub fn cp(lsn: u64) -> Checkpoint {
     Checkpoint::new("shop", Position::Postgres(Lsn(lsn)))

@@ -11,7 +11,7 @@ use super::schema::FileSchemas;
 use super::*;
 use crate::changelog::{Lsn, Op, Position};
 use crate::config::{LsmConfig, MergeEngine};
-use crate::test_fixtures::{changes, cp, del, ins, schema, test_bed, upd, without_key, C};
+use crate::test_fixtures::{abc, changes, cp, del, ins, schema, test_bed, upd, without_key, C};
 
 fn config(dir: &Path) -> LsmConfig {
     LsmConfig {
@@ -74,14 +74,7 @@ async fn one_commit_reads_back_in_pypaimon() {
     let dir = tempfile::tempdir().unwrap();
     let s = sink(dir.path());
     let schema = schema();
-    let stats = s
-        .commit(
-            &schema,
-            &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])],
-            &cp(100),
-        )
-        .await
-        .unwrap();
+    let stats = s.commit(&schema, &[abc()], &cp(100)).await.unwrap();
     assert_eq!(stats.snapshot_id, 1);
     assert_eq!(stats.data_rows, 3);
     let table = dir.path().join("public.db/t");
@@ -291,13 +284,7 @@ async fn deletion_vector_tables_read_equal_after_the_background_compaction() {
     c.deletion_vectors = true;
     let s = LsmSink::new(&c, "shop").unwrap();
     let schema = schema();
-    s.commit(
-        &schema,
-        &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])],
-        &cp(1),
-    )
-    .await
-    .unwrap();
+    s.commit(&schema, &[abc()], &cp(1)).await.unwrap();
     s.commit(&schema, &[changes(&[upd(1, None, 11), del(2)])], &cp(2))
         .await
         .unwrap();
@@ -607,13 +594,7 @@ async fn a_resync_lineage_replaces_the_live_table_in_one_snapshot() {
     let dir = tempfile::tempdir().unwrap();
     let s = sink(dir.path());
     let t = schema();
-    s.commit(
-        &t,
-        &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])],
-        &cp(100),
-    )
-    .await
-    .unwrap();
+    s.commit(&t, &[abc()], &cp(100)).await.unwrap();
     s.commit(&t, &[changes(&[upd(1, Some("a2"), 11), del(2)])], &cp(200))
         .await
         .unwrap();

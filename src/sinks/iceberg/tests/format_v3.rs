@@ -119,13 +119,7 @@ async fn delete_reinsert_key_change_and_partial_update_over_a_dv() {
     });
     let t = schema();
     let td = table_dir(dir.path());
-    s.commit(
-        &t,
-        &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])],
-        &cp(1),
-    )
-    .await
-    .unwrap();
+    s.commit(&t, &[abc()], &cp(1)).await.unwrap();
     // Delete + re-insert, key change 3 → 30, and an insert + update in one commit whose first
     // version sits in a closed file (DV on this commit's own file).
     s.commit(

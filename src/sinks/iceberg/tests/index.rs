@@ -133,13 +133,7 @@ async fn missing_index_is_rebuilt_from_the_table() {
         max_rows: 2,
         max_bytes: usize::MAX,
     });
-    s.commit(
-        &t,
-        &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])],
-        &cp(1),
-    )
-    .await
-    .unwrap();
+    s.commit(&t, &[abc()], &cp(1)).await.unwrap();
     s.commit(&t, &[changes(&[upd(3, Some("c2"), 3), del(1)])], &cp(2))
         .await
         .unwrap();
@@ -197,13 +191,7 @@ async fn partial_update_after_restart_is_completed_through_the_index() {
     let dir = tempfile::tempdir().unwrap();
     let t = schema();
     let s = dv_sink(dir.path());
-    s.commit(
-        &t,
-        &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])],
-        &cp(1),
-    )
-    .await
-    .unwrap();
+    s.commit(&t, &[abc()], &cp(1)).await.unwrap();
     s.commit(
         &t,
         &[changes(&[
