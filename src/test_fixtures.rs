@@ -147,6 +147,17 @@ pub fn cp(lsn: u64) -> Checkpoint {
     Checkpoint::new("shop", Position::Postgres(Lsn(lsn)))
 }
 
+/// An Iceberg schema of one required `long`, `id` (field 1): the table of tests about metadata
+/// rather than rows.
+pub fn iceberg_id_schema() -> iceberg::spec::Schema {
+    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+    let id = NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long));
+    Schema::builder()
+        .with_fields(vec![Arc::new(id)])
+        .build()
+        .unwrap()
+}
+
 /// The test bed's folder (`scripts/testbed.sh`): its venv holds the independent readers.
 pub fn test_bed() -> String {
     std::env::var("CDCD_TB").unwrap_or_else(|_| "/tmp/cdcd-tb".into())
