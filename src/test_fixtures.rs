@@ -137,9 +137,14 @@ pub fn changes(cs: &[C]) -> TableChanges {
     b.finish().unwrap()
 }
 
-/// Rows 1 `a`, 2 `b` and 3 `c` inserted: the first commit of many tests.
-pub fn abc() -> TableChanges {
-    changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])
+/// Rows 1 `a`, 2 `b`, … `n` inserted (`n` ≤ 26): the first commit of many tests.
+pub fn first_rows(n: usize) -> TableChanges {
+    const LETTERS: [&str; 26] = [
+        "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r",
+        "s", "t", "u", "v", "w", "x", "y", "z",
+    ];
+    let rows: Vec<C> = (1..).zip(&LETTERS[..n]).map(|(id, a)| ins(id, a)).collect();
+    changes(&rows)
 }
 
 /// The checkpoint of pipeline `shop` at Postgres LSN `lsn`.

@@ -13,7 +13,7 @@ use super::*;
 use crate::changelog::{Lsn, Op, Position, TableChangesBuilder};
 use crate::config::DeleteMode;
 use crate::test_fixtures::{
-    abc, changes, col, cp, del, ins, schema, table, test_bed, upd, without_key, C,
+    changes, col, cp, del, first_rows, ins, schema, table, test_bed, upd, without_key, C,
 };
 
 fn sink(dir: &Path, mode: DeleteMode) -> IcebergSink {
@@ -78,7 +78,7 @@ async fn inserts_updates_deletes_read_back_in_duckdb(mode: DeleteMode) {
     let t = schema();
     assert_eq!(s.checkpoint(&t.id).await.unwrap(), None);
 
-    let st = s.commit(&t, &[abc()], &cp(100)).await.unwrap();
+    let st = s.commit(&t, &[first_rows(3)], &cp(100)).await.unwrap();
     assert_eq!((st.data_rows, st.deleted_rows, st.files_written), (3, 0, 2));
     let td = table_dir(dir.path());
     if let Some(rows) = duck(&td, "id, a, b") {
@@ -162,7 +162,7 @@ async fn partial_updates_are_completed_from_the_table(mode: DeleteMode) {
     let dir = tempfile::tempdir().unwrap();
     let s = sink(dir.path(), mode);
     let t = schema();
-    s.commit(&t, &[abc()], &cp(1)).await.unwrap();
+    s.commit(&t, &[first_rows(3)], &cp(1)).await.unwrap();
     // Row 2's current value comes from a later snapshot than its insert.
     s.commit(&t, &[changes(&[upd(2, Some("b2"), 22)])], &cp(2))
         .await

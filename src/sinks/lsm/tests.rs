@@ -11,7 +11,9 @@ use super::schema::FileSchemas;
 use super::*;
 use crate::changelog::{Lsn, Op, Position};
 use crate::config::{LsmConfig, MergeEngine};
-use crate::test_fixtures::{abc, changes, cp, del, ins, schema, test_bed, upd, without_key, C};
+use crate::test_fixtures::{
+    changes, cp, del, first_rows, ins, schema, test_bed, upd, without_key, C,
+};
 
 fn config(dir: &Path) -> LsmConfig {
     LsmConfig {
@@ -74,7 +76,7 @@ async fn one_commit_reads_back_in_pypaimon() {
     let dir = tempfile::tempdir().unwrap();
     let s = sink(dir.path());
     let schema = schema();
-    let stats = s.commit(&schema, &[abc()], &cp(100)).await.unwrap();
+    let stats = s.commit(&schema, &[first_rows(3)], &cp(100)).await.unwrap();
     assert_eq!(stats.snapshot_id, 1);
     assert_eq!(stats.data_rows, 3);
     let table = dir.path().join("public.db/t");
@@ -109,18 +111,7 @@ async fn updates_deletes_and_partial_rows_merge_across_commits() {
     let dir = tempfile::tempdir().unwrap();
     let s = sink(dir.path());
     let schema = schema();
-    s.commit(
-        &schema,
-        &[changes(&[
-            ins(1, "a"),
-            ins(2, "b"),
-            ins(3, "c"),
-            ins(4, "d"),
-        ])],
-        &cp(1),
-    )
-    .await
-    .unwrap();
+    s.commit(&schema, &[first_rows(4)], &cp(1)).await.unwrap();
     // Partial update of 1 (a absent: from the table), update then delete of 2 in one commit,
     // partial update of 3 completed from an earlier change in the same commit.
     s.commit(
@@ -284,7 +275,7 @@ async fn deletion_vector_tables_read_equal_after_the_background_compaction() {
     c.deletion_vectors = true;
     let s = LsmSink::new(&c, "shop").unwrap();
     let schema = schema();
-    s.commit(&schema, &[abc()], &cp(1)).await.unwrap();
+    s.commit(&schema, &[first_rows(3)], &cp(1)).await.unwrap();
     s.commit(&schema, &[changes(&[upd(1, None, 11), del(2)])], &cp(2))
         .await
         .unwrap();
@@ -594,7 +585,7 @@ async fn a_resync_lineage_replaces_the_live_table_in_one_snapshot() {
     let dir = tempfile::tempdir().unwrap();
     let s = sink(dir.path());
     let t = schema();
-    s.commit(&t, &[abc()], &cp(100)).await.unwrap();
+    s.commit(&t, &[first_rows(3)], &cp(100)).await.unwrap();
     s.commit(&t, &[changes(&[upd(1, Some("a2"), 11), del(2)])], &cp(200))
         .await
         .unwrap();
