@@ -163,6 +163,31 @@ pub fn iceberg_id_schema() -> iceberg::spec::Schema {
         .unwrap()
 }
 
+/// Runs `code` with the test bed venv's python (it holds the independent readers) and returns
+/// its stdout; `None` when the venv is missing and `check` may skip ([`crate::test_ground`]: under
+/// CI or `scripts/test.sh` it fails instead).
+pub fn run_reader(check: &str, code: &str) -> Option<String> {
+    let python = format!("{}/venv/bin/python", test_bed());
+    if !std::path::Path::new(&python).exists() {
+        crate::test_ground::missing(
+            check,
+            &format!("{python} is missing (scripts/testbed.sh up; CDCD_TB names another test bed)"),
+        );
+        return None;
+    }
+    let out = std::process::Command::new(&python)
+        .arg("-c")
+        .arg(code)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{check} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8(out.stdout).unwrap())
+}
+
 /// The test bed's folder (`scripts/testbed.sh`): its venv holds the independent readers.
 pub fn test_bed() -> String {
     std::env::var("CDCD_TB").unwrap_or_else(|_| "/tmp/cdcd-tb".into())

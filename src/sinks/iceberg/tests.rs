@@ -3,7 +3,6 @@
 //! `scripts/test.sh` and skip with a note elsewhere (`crate::test_ground`).
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use arrow_array::builder::{Int64Builder, StringBuilder};
@@ -13,7 +12,8 @@ use super::*;
 use crate::changelog::{Lsn, Op, Position, TableChangesBuilder};
 use crate::config::DeleteMode;
 use crate::test_fixtures::{
-    changes, col, cp, del, first_rows, ins, schema, table, test_bed, upd, without_key, C,
+    changes, col, cp, del, first_rows, ins, run_reader, schema, table, test_bed, upd, without_key,
+    C,
 };
 
 fn sink(dir: &Path, mode: DeleteMode) -> IcebergSink {
@@ -32,28 +32,11 @@ fn sink(dir: &Path, mode: DeleteMode) -> IcebergSink {
 /// the check may skip ([`crate::test_ground`]: under CI or `scripts/test.sh` it fails instead).
 fn python(code: &str) -> Option<String> {
     let bed = test_bed();
-    let python = format!("{bed}/venv/bin/python");
-    if !Path::new(&python).exists() {
-        crate::test_ground::missing(
-            "the independent-reader check (DuckDB, pyiceberg)",
-            &format!("{python} is missing (scripts/testbed.sh up; CDCD_TB names another test bed)"),
-        );
-        return None;
-    }
     let script = format!(
         "import sys, json\nsys.path.insert(0, '{bed}')\nfrom duck_load import connect\n{code}\n"
     );
-    let out = Command::new(&python)
-        .arg("-c")
-        .arg(script)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(String::from_utf8(out.stdout).unwrap().trim().to_owned())
+    let out = run_reader("the independent-reader check (DuckDB, pyiceberg)", &script)?;
+    Some(out.trim().to_owned())
 }
 
 /// DuckDB's rows of `iceberg_scan(table)`, ordered by the first column, as text. The progress

@@ -3,7 +3,6 @@
 //! and skip with a note elsewhere (`crate::test_ground`).
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +11,7 @@ use super::*;
 use crate::changelog::{Lsn, Op, Position};
 use crate::config::{LsmConfig, MergeEngine};
 use crate::test_fixtures::{
-    changes, cp, del, first_rows, ins, schema, test_bed, upd, without_key, C,
+    changes, cp, del, first_rows, ins, run_reader, schema, upd, without_key, C,
 };
 
 fn config(dir: &Path) -> LsmConfig {
@@ -35,15 +34,6 @@ fn sink(dir: &Path) -> LsmSink {
 /// Reads `public.t` with pypaimon: rows sorted by id as `id|a|b` lines; `None` without the venv
 /// when the check may skip ([`crate::test_ground`]: under CI or `scripts/test.sh` it fails instead).
 fn paimon_rows(dir: &Path) -> Option<Vec<String>> {
-    let bed = test_bed();
-    let python = format!("{bed}/venv/bin/python");
-    if !Path::new(&python).exists() {
-        crate::test_ground::missing(
-            "the pypaimon check",
-            &format!("{python} is missing (scripts/testbed.sh up; CDCD_TB names another test bed)"),
-        );
-        return None;
-    }
     let code = format!(
         r#"
 from pypaimon import CatalogFactory
@@ -56,19 +46,8 @@ for r in sorted(rows, key=lambda r: r['id']):
 "#,
         dir.display()
     );
-    let out = Command::new(&python).arg("-c").arg(&code).output().unwrap();
-    assert!(
-        out.status.success(),
-        "pypaimon failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(String::from)
-            .collect(),
-    )
+    let out = run_reader("the pypaimon check", &code)?;
+    Some(out.lines().map(String::from).collect())
 }
 
 #[tokio::test]
