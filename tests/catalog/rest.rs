@@ -864,7 +864,7 @@ async fn rest_resync_swaps_through_the_catalog() {
     let (ok, out) = run_cdcd(&["resync", "--table", &format!("public.{t}")], &p.config);
     assert!(ok && out.contains("requested"), "{out}");
     exec(&client, &changes(&t, 2)).await;
-    crate::postgres::resync::wait_for(&mut p, "the online resync", Duration::from_secs(180), |o| {
+    crate::support::wait_for(&mut p, "the online resync", Duration::from_secs(180), |o| {
         o.contains("resync finished")
     })
     .await;
@@ -884,7 +884,7 @@ async fn rest_resync_swaps_through_the_catalog() {
     let (ok, out) = run_cdcd(&["resync", "--table", &format!("public.{t}")], &p.config);
     assert!(ok && out.contains("requested"), "{out}");
     p.start();
-    crate::postgres::resync::wait_for(
+    crate::support::wait_for(
         &mut p,
         "the resync at start",
         Duration::from_secs(180),
@@ -946,7 +946,7 @@ async fn rest_resync_swap_whose_answer_is_lost_lands_once() {
         ..Settings::default()
     });
     p.start();
-    crate::postgres::resync::wait_for(
+    crate::support::wait_for(
         &mut p,
         "the resync at start",
         Duration::from_secs(180),
@@ -1074,7 +1074,7 @@ async fn an_online_resync_under_multi_table_commits_swaps_while_the_other_table_
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let (ok, out) = run_cdcd(&["resync", "--table", &format!("public.{a}")], &p.config);
     assert!(ok && out.contains("requested"), "{out}");
-    crate::postgres::resync::wait_for(&mut p, "the online resync", Duration::from_secs(240), |o| {
+    crate::support::wait_for(&mut p, "the online resync", Duration::from_secs(240), |o| {
         crate::support::start_output(o, 2).contains("resync finished")
     })
     .await;

@@ -543,7 +543,7 @@ async fn a_resync_swaps_through_the_sql_catalog() {
     let (ok, out) = run_cdcd(&["resync", "--table", &format!("public.{t}")], &p.config);
     assert!(ok && out.contains("requested"), "{out}");
     p.start();
-    crate::postgres::resync::wait_for(&mut p, "the resync", Duration::from_secs(120), |o| {
+    crate::support::wait_for(&mut p, "the resync", Duration::from_secs(120), |o| {
         o.contains("resync finished")
     })
     .await;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::postgres::resync::{assert_swap_never_went_back, assert_swapped_in_one_step};
+use crate::support::mysql::wait_for;
 use crate::support::mysql::{my_connect, my_env, my_env_and_name, my_exec, MyPipeline};
 use crate::support::{run_cdcd, unique};
 
@@ -75,22 +76,6 @@ fn tune(p: &MyPipeline, chunk_rows: u64) {
             1,
         );
     std::fs::write(&p.config, text).unwrap();
-}
-
-pub(crate) async fn wait_for(
-    p: &mut MyPipeline,
-    what: &str,
-    timeout: Duration,
-    ready: impl Fn(&str) -> bool,
-) {
-    let deadline = Instant::now() + timeout;
-    while !ready(&p.output()) {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        assert!(
-            p.wait_exit(Duration::from_millis(50)).await.is_none(),
-            "cdcd exited while waiting for {what}"
-        );
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::mysql::resync::{create_table, wait_for, write_until};
+use crate::mysql::resync::{create_table, write_until};
+use crate::support::mysql::wait_for;
 use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::mysql::wait_for;
 use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
 
 /// `rows` rows; `b` is a BLOB (NOBLOB/MINIMAL images leave it out when unchanged).
@@ -103,18 +104,6 @@ fn tune(p: &MyPipeline, chunk_rows: u64) {
 /// The output of the `n`-th start (1-based).
 fn start_output(p: &MyPipeline, n: u32) -> String {
     crate::support::start_output(&p.output(), n)
-}
-
-/// Waits until the whole output satisfies `ready`.
-async fn wait_for(p: &mut MyPipeline, what: &str, timeout: Duration, ready: impl Fn(&str) -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !ready(&p.output()) {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        assert!(
-            p.wait_exit(Duration::from_millis(50)).await.is_none(),
-            "cdcd exited while waiting for {what}"
-        );
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

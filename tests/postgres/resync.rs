@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
 
+use crate::support::wait_for;
 use crate::support::{
     connect, exec, run_cdcd, test_env, test_env_and_name, unique, Pipeline, Settings,
 };
@@ -145,21 +146,6 @@ pub(crate) fn tune(p: &Pipeline, chunk_rows: u64) {
         1,
     );
     std::fs::write(&p.config, text).unwrap();
-}
-
-/// Waits until the whole output satisfies `ready`, failing if cdcd dies.
-pub(crate) async fn wait_for(
-    p: &mut Pipeline,
-    what: &str,
-    timeout: Duration,
-    ready: impl Fn(&str) -> bool,
-) {
-    let deadline = Instant::now() + timeout;
-    while !ready(&p.output()) {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        p.assert_running();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// The damage a resync repairs: while cdcd is stopped, `t` leaves the publication, loses every

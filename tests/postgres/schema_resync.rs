@@ -22,7 +22,8 @@
 use std::time::Duration;
 
 use crate::ops::metrics::{free_port, get, sample};
-use crate::postgres::resync::{assert_swapped, create_table, wait_for, writes, Writers};
+use crate::postgres::resync::{assert_swapped, create_table, writes, Writers};
+use crate::support::wait_for;
 use crate::support::{
     connect, current_metadata, current_test, exec, start_output, test_env, unique, Pipeline,
     Settings, TestEnv,

@@ -8,8 +8,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::support::wait_for;
 use crate::support::{connect, exec, test_env_and_name, Pipeline, Settings};
 use tokio_postgres::Client;
 
@@ -93,16 +94,6 @@ pub(super) fn tune(p: &Pipeline, chunk_rows: u64, parallelism: usize) {
 /// The output of the `n`-th start (1-based).
 fn start_output(p: &Pipeline, n: u32) -> String {
     crate::support::start_output(&p.output(), n)
-}
-
-/// Waits until the output of the current run satisfies `ready`.
-async fn wait_for(p: &mut Pipeline, what: &str, timeout: Duration, ready: impl Fn(&str) -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !ready(&p.output()) {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        p.assert_running();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -742,6 +742,21 @@ impl Pipeline {
     }
 }
 
+/// Waits until cdcd's whole output satisfies `ready`; fails if cdcd dies or `timeout` passes.
+pub async fn wait_for(
+    p: &mut Pipeline,
+    what: &str,
+    timeout: Duration,
+    ready: impl Fn(&str) -> bool,
+) {
+    let deadline = Instant::now() + timeout;
+    while !ready(&p.output()) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        p.assert_running();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Drops `slot` if it exists; a walsender still attached (cdcd just died) is terminated first.
 pub async fn drop_slot(client: &Client, slot: &str) -> Result<(), String> {
     for _ in 0..50 {

@@ -98,6 +98,26 @@ pub async fn writes_through_kills(p: &mut MyPipeline, c: &mut Conn, test: &str, 
     }
 }
 
+/// Waits until cdcd's whole output satisfies `ready`; fails if cdcd exits or `timeout` passes.
+pub async fn wait_for(
+    p: &mut MyPipeline,
+    what: &str,
+    timeout: Duration,
+    ready: impl Fn(&str) -> bool,
+) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !ready(&p.output()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        assert!(
+            p.wait_exit(Duration::from_millis(50)).await.is_none(),
+            "cdcd exited while waiting for {what}"
+        );
+    }
+}
+
 /// One cdcd pipeline on a MariaDB database. Drop guard.
 pub struct MyPipeline {
     pub env: MyEnv,
