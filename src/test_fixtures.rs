@@ -137,9 +137,55 @@ pub fn changes(cs: &[C]) -> TableChanges {
     b.finish().unwrap()
 }
 
+/// Rows 1 `a`, 2 `b`, … `n` inserted (`n` ≤ 26): the first commit of many tests.
+pub fn first_rows(n: usize) -> TableChanges {
+    const LETTERS: [&str; 26] = [
+        "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r",
+        "s", "t", "u", "v", "w", "x", "y", "z",
+    ];
+    let rows: Vec<C> = (1..).zip(&LETTERS[..n]).map(|(id, a)| ins(id, a)).collect();
+    changes(&rows)
+}
+
 /// The checkpoint of pipeline `shop` at Postgres LSN `lsn`.
 pub fn cp(lsn: u64) -> Checkpoint {
     Checkpoint::new("shop", Position::Postgres(Lsn(lsn)))
+}
+
+/// An Iceberg schema of one required `long`, `id` (field 1): the table of tests about metadata
+/// rather than rows.
+pub fn iceberg_id_schema() -> iceberg::spec::Schema {
+    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+    let id = NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long));
+    Schema::builder()
+        .with_fields(vec![Arc::new(id)])
+        .build()
+        .unwrap()
+}
+
+/// Runs `code` with the test bed venv's python (it holds the independent readers) and returns
+/// its stdout; `None` when the venv is missing and `check` may skip ([`crate::test_ground`]: under
+/// CI or `scripts/test.sh` it fails instead).
+pub fn run_reader(check: &str, code: &str) -> Option<String> {
+    let python = format!("{}/venv/bin/python", test_bed());
+    if !std::path::Path::new(&python).exists() {
+        crate::test_ground::missing(
+            check,
+            &format!("{python} is missing (scripts/testbed.sh up; CDCD_TB names another test bed)"),
+        );
+        return None;
+    }
+    let out = std::process::Command::new(&python)
+        .arg("-c")
+        .arg(code)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{check} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8(out.stdout).unwrap())
 }
 
 /// The test bed's folder (`scripts/testbed.sh`): its venv holds the independent readers.

@@ -10,8 +10,8 @@ use cdcd::storage::Warehouse;
 
 use super::create_table;
 use crate::support::hadoop_table::HadoopTable;
-use crate::support::s3::{moto, s3_config, S3Pipeline};
-use crate::support::{connect, exec, parse_lsn, test_env, unique, Pipeline, Settings, LAKECHECK};
+use crate::support::s3::{moto_test_env, s3_config, S3Pipeline};
+use crate::support::{connect, exec, parse_lsn, test_env_and_name, Pipeline, Settings, LAKECHECK};
 
 /// Rounds of (a source transaction, cdcd's commit of it, three commits by the other writer).
 const ROUNDS: u64 = 8;
@@ -29,10 +29,9 @@ const ROUNDS: u64 = 8;
 /// hint names the newest, and no hint is ever left below an existing version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_writers_deleted_versions_never_fork_the_table() {
-    let Some(env) = test_env("another_writers_deleted_versions_never_fork_the_table") else {
+    let Some((env, name)) = test_env_and_name("catfs") else {
         return;
     };
-    let name = unique("catfs");
     let t = format!("{name}_orders");
     let mut p = Pipeline::new(&env, &name, &[&t], &settings());
     let lake = Lake {
@@ -47,14 +46,9 @@ async fn another_writers_deleted_versions_never_fork_the_table() {
 /// S3's `ListObjectsV2` with `start-after`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_writers_deleted_versions_never_fork_the_table_on_s3() {
-    let test = "another_writers_deleted_versions_never_fork_the_table_on_s3";
-    let Some(env) = test_env(test) else {
+    let Some((env, endpoint, name)) = moto_test_env(true, "catfs3") else {
         return;
     };
-    let Some(endpoint) = moto(test, true) else {
-        return;
-    };
-    let name = unique("catfs3");
     let t = format!("{name}_orders");
     let mut s = S3Pipeline::new(&env, &name, &[&t], &endpoint);
     s.write_config(&settings(), &endpoint);

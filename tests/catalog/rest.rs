@@ -7,16 +7,17 @@
 //! and deletes to it; the daemon's next commit conflicts (409) and is planned again on the
 //! rewritten files.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::{changes, create_table};
+use crate::support::proxy::{ProxyProcess, RESTPROXY};
 use crate::support::{
-    connect, exec, run_cdcd, spark, test_env, unique, write_file, Pipeline, Settings, TestEnv,
-    NAMESPACE,
+    connect, current_test, exec, run_cdcd, spark, test_env, test_env_and_name, unique, write_file,
+    Pipeline, Settings, TestEnv, NAMESPACE,
 };
 
 /// The API key every test server accepts (rustberg: `^rb_[A-Za-z0-9_-]{7,61}$`).
@@ -117,49 +118,32 @@ impl Bed {
 
 /// A restproxy.py in front of a server.
 struct Proxy {
-    child: Child,
+    _process: ProxyProcess,
     uri: String,
     log: PathBuf,
 }
 
 impl Proxy {
     fn start(env: &TestEnv, upstream: &Rustberg, dir: &Path, args: &[&str]) -> Proxy {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/restproxy.py");
         let log = dir.join("restproxy.log");
-        let mut child = Command::new(&env.python)
-            .arg(script)
-            .arg(&upstream.uri)
-            .args(["--upstream-token", KEY, "--log", log.to_str().unwrap()])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port: u16 = line
-            .trim()
-            .strip_prefix("listening ")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("restproxy said {line:?}"));
+        let upstream_args = ["--upstream-token", KEY, "--log", log.to_str().unwrap()];
+        let args = upstream_args.iter().chain(args);
+        let process = ProxyProcess::start(
+            &env.python,
+            RESTPROXY,
+            &upstream.uri,
+            args,
+            Stdio::inherit(),
+        );
         Proxy {
-            child,
-            uri: format!("http://127.0.0.1:{port}"),
+            uri: process.url.clone(),
+            _process: process,
             log,
         }
     }
 
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -250,10 +234,9 @@ async fn assert_equal_through_catalog(p: &mut Pipeline, uri: &str, table: &str, 
 /// created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_catalog_replicates_and_readers_find_the_table() {
-    let Some(env) = test_env("rest_catalog_replicates_and_readers_find_the_table") else {
+    let Some((env, name)) = test_env_and_name("catrest") else {
         return;
     };
-    let name = unique("catrest");
     let t = format!("{name}_orders");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -522,10 +505,9 @@ async fn a_rewrite_by_another_engine_is_built_upon() {
 /// answer of one transaction that landed and refuses one before it arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_transaction_over_two_tables_appears_in_both_at_once() {
-    let Some(env) = test_env("a_source_transaction_over_two_tables_appears_in_both_at_once") else {
+    let Some((env, name)) = test_env_and_name("catresttx") else {
         return;
     };
-    let name = unique("catresttx");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     for t in [&a, &b] {
@@ -882,7 +864,7 @@ async fn rest_resync_swaps_through_the_catalog() {
     let (ok, out) = run_cdcd(&["resync", "--table", &format!("public.{t}")], &p.config);
     assert!(ok && out.contains("requested"), "{out}");
     exec(&client, &changes(&t, 2)).await;
-    crate::postgres::resync::wait_for(&mut p, "the online resync", Duration::from_secs(180), |o| {
+    crate::support::wait_for(&mut p, "the online resync", Duration::from_secs(180), |o| {
         o.contains("resync finished")
     })
     .await;
@@ -902,7 +884,7 @@ async fn rest_resync_swaps_through_the_catalog() {
     let (ok, out) = run_cdcd(&["resync", "--table", &format!("public.{t}")], &p.config);
     assert!(ok && out.contains("requested"), "{out}");
     p.start();
-    crate::postgres::resync::wait_for(
+    crate::support::wait_for(
         &mut p,
         "the resync at start",
         Duration::from_secs(180),
@@ -964,7 +946,7 @@ async fn rest_resync_swap_whose_answer_is_lost_lands_once() {
         ..Settings::default()
     });
     p.start();
-    crate::postgres::resync::wait_for(
+    crate::support::wait_for(
         &mut p,
         "the resync at start",
         Duration::from_secs(180),
@@ -1013,12 +995,9 @@ async fn rest_resync_swap_whose_answer_is_lost_lands_once() {
 /// gone, and both tables end equal to the source through the catalog (pyiceberg and DuckDB).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_online_resync_under_multi_table_commits_swaps_while_the_other_table_streams() {
-    let Some(env) =
-        test_env("an_online_resync_under_multi_table_commits_swaps_while_the_other_table_streams")
-    else {
+    let Some((env, name)) = test_env_and_name("catrestrstx") else {
         return;
     };
-    let name = unique("catrestrstx");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a)).await;
@@ -1095,7 +1074,7 @@ async fn an_online_resync_under_multi_table_commits_swaps_while_the_other_table_
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let (ok, out) = run_cdcd(&["resync", "--table", &format!("public.{a}")], &p.config);
     assert!(ok && out.contains("requested"), "{out}");
-    crate::postgres::resync::wait_for(&mut p, "the online resync", Duration::from_secs(240), |o| {
+    crate::support::wait_for(&mut p, "the online resync", Duration::from_secs(240), |o| {
         crate::support::start_output(o, 2).contains("resync finished")
     })
     .await;
@@ -1183,8 +1162,7 @@ async fn an_online_resync_under_multi_table_commits_swaps_while_the_other_table_
 /// (the message the lineage's transaction showed before issue 34).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_created_again_by_another_engine_stops_naming_both_uuids() {
-    let Some(env) = test_env("a_table_created_again_by_another_engine_stops_naming_both_uuids")
-    else {
+    let Some(env) = test_env(&current_test()) else {
         return;
     };
     let Bed {

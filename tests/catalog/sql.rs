@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use super::{changes, create_table};
 use crate::support::{
-    connect, exec, ground, run_cdcd, test_env, unique, Pipeline, Settings, TestEnv, NAMESPACE,
+    connect, exec, ground, run_cdcd, test_env, test_env_and_name, unique, Pipeline, Settings,
+    TestEnv, NAMESPACE,
 };
 
 /// Where a test's catalog is, as cdcd and as pyiceberg (SQLAlchemy) spell it.
@@ -235,10 +236,9 @@ async fn sql_catalog_on_postgres_replicates() {
 /// swaps the row back, loads the other writer's metadata and commits on top of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_commit_is_built_upon_not_overwritten() {
-    let Some(env) = test_env("a_foreign_commit_is_built_upon_not_overwritten") else {
+    let Some((env, name)) = test_env_and_name("catfc") else {
         return;
     };
-    let name = unique("catfc");
     let t = format!("{name}_orders");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -288,10 +288,9 @@ async fn a_foreign_commit_is_built_upon_not_overwritten() {
 /// the file is an orphan the row never names; the restarted cdcd commits past it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_before_the_row_update_leaves_only_an_orphan() {
-    let Some(env) = test_env("a_crash_before_the_row_update_leaves_only_an_orphan") else {
+    let Some((env, name)) = test_env_and_name("catcr") else {
         return;
     };
-    let name = unique("catcr");
     let t = format!("{name}_orders");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -489,10 +488,9 @@ async fn sql_catalog_on_postgres_over_verified_tls() {
 /// registered as it is at start, the checkpoint holds (no second copy), replication goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switching_from_the_filesystem_catalog_keeps_the_checkpoint() {
-    let Some(env) = test_env("switching_from_the_filesystem_catalog_keeps_the_checkpoint") else {
+    let Some((env, name)) = test_env_and_name("catsqswitch") else {
         return;
     };
-    let name = unique("catsqswitch");
     let t = format!("{name}_orders");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -526,10 +524,9 @@ async fn switching_from_the_filesystem_catalog_keeps_the_checkpoint() {
 /// table was out of the publication) is gone; pyiceberg's SqlCatalog reads the table equal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_swaps_through_the_sql_catalog() {
-    let Some(env) = test_env("a_resync_swaps_through_the_sql_catalog") else {
+    let Some((env, name)) = test_env_and_name("catrs") else {
         return;
     };
-    let name = unique("catrs");
     let t = format!("{name}_orders");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -546,7 +543,7 @@ async fn a_resync_swaps_through_the_sql_catalog() {
     let (ok, out) = run_cdcd(&["resync", "--table", &format!("public.{t}")], &p.config);
     assert!(ok && out.contains("requested"), "{out}");
     p.start();
-    crate::postgres::resync::wait_for(&mut p, "the resync", Duration::from_secs(120), |o| {
+    crate::support::wait_for(&mut p, "the resync", Duration::from_secs(120), |o| {
         o.contains("resync finished")
     })
     .await;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{connect, exec, test_env, unique, Pipeline, Settings};
+use crate::support::{connect, current_test, exec, test_env, unique, Pipeline, Settings};
 
 /// What a Paimon table directory holds, as JSON: the `EARLIEST` hint, the snapshot files and
 /// those below the hint, `doomed` (files on disk that only snapshots below the hint name: what
@@ -102,9 +102,7 @@ async fn transactions(client: &tokio_postgres::Client, t: &str, from: i32, n: i3
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill9_during_lsm_expiry_ends_equal_and_the_next_expiry_removes_leftovers() {
-    let Some(env) =
-        test_env("kill9_during_lsm_expiry_ends_equal_and_the_next_expiry_removes_leftovers")
-    else {
+    let Some(env) = test_env(&current_test()) else {
         return;
     };
     let points = [

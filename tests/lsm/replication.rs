@@ -7,10 +7,8 @@
 
 use std::time::Duration;
 
-use crate::support::{connect, exec, test_env, unique, Pipeline, Settings, NAMESPACE};
+use crate::support::{connect, exec, test_env_and_name, Pipeline, Settings, NAMESPACE};
 use cdcd::changelog::TableId;
-use cdcd::config::{LsmConfig, MergeEngine};
-use cdcd::sinks::lsm::LsmSink;
 
 /// The types the LSM sink stores (`time` is kept to milliseconds, as Paimon's TIME is, so the rows
 /// use no finer times).
@@ -65,10 +63,9 @@ fn change_everything(t: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_into_paimon_and_reads_equal_after_compaction() {
-    let Some(env) = test_env("streams_into_paimon_and_reads_equal_after_compaction") else {
+    let Some((env, name)) = test_env_and_name("lsm") else {
         return;
     };
-    let name = unique("lsm");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -111,21 +108,7 @@ async fn streams_into_paimon_and_reads_equal_after_compaction() {
     );
 
     // A full compaction (every bucket to one bottom run, deletes dropped), then read again.
-    let sink = LsmSink::new(
-        &LsmConfig {
-            warehouse: format!("file://{}", p.warehouse.display()),
-            namespace: Some(NAMESPACE.into()),
-            buckets: 3,
-            merge_engine: MergeEngine::Deduplicate,
-            compaction_trigger: 3,
-            snapshots_retained: 10,
-            snapshot_time_retained_ms: None,
-            deletion_vectors: false,
-            tables: Default::default(),
-        },
-        &p.name,
-    )
-    .unwrap();
+    let sink = p.lsm_sink();
     let id = TableId::new("public", t.clone());
     let stats = sink.compact(&id, true).await.unwrap();
     eprintln!("full compaction: {stats:?}");

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::replication::SERVER_GLOBALS;
 use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
-use crate::support::unique;
+use crate::support::{current_test, unique};
 
 /// A table of `rows` rows with an int `v`, an int `w` and a short string.
 fn small_table(t: &str, rows: u64) -> String {
@@ -130,8 +130,7 @@ async fn a_table_altered_before_the_copy_reaches_it_is_copied_again() {
 // the update.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn columns_changed_between_the_catalog_read_and_the_snapshot_are_copied() {
-    let Some(env) = my_env("columns_changed_between_the_catalog_read_and_the_snapshot_are_copied")
-    else {
+    let Some(env) = my_env(&current_test()) else {
         return;
     };
     let _globals = SERVER_GLOBALS.read().await;

@@ -14,13 +14,14 @@
 //! Readers: lakecheck (DuckDB; pypaimon for the Paimon variants) against MariaDB.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::fs::OpenOptions;
-use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
+use crate::support::proxy::{ProxyProcess, FAULTPROXY};
 use crate::support::s3::{bucket_name, create_bucket, lakecheck_s3, moto, wait_until, Lake};
 use crate::support::{sigterm, unique, TestEnv, NAMESPACE};
 
@@ -308,7 +309,7 @@ async fn paused_holder(mut p: MyPipeline) {
 /// The fault proxy in front of moto, holding the lease renewals while `flag` exists; killed on
 /// drop.
 struct StallProxy {
-    child: Child,
+    _process: ProxyProcess,
     url: String,
     flag: PathBuf,
     log: PathBuf,
@@ -316,33 +317,19 @@ struct StallProxy {
 
 impl StallProxy {
     fn start(python: &str, upstream: &str, dir: &Path) -> StallProxy {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/faultproxy.py");
         let flag = dir.join("stall-lease");
         let log = dir.join("proxy.log");
-        let mut child = Command::new(python)
-            .arg(script)
-            .arg(upstream)
-            .args(["--fail", "0", "--delay", "0", "--stall-path", "lease.json"])
-            .arg("--stall-flag")
-            .arg(&flag)
-            .arg("--log")
-            .arg(&log)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(stdout)
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .trim()
-            .strip_prefix("listening ")
-            .unwrap_or_else(|| panic!("faultproxy said {line:?}"));
+        let args = ["--fail", "0", "--delay", "0", "--stall-path", "lease.json"];
+        let args = args.iter().map(OsStr::new).chain([
+            OsStr::new("--stall-flag"),
+            flag.as_os_str(),
+            OsStr::new("--log"),
+            log.as_os_str(),
+        ]);
+        let process = ProxyProcess::start(python, FAULTPROXY, upstream, args, Stdio::null());
         StallProxy {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
+            url: process.url.clone(),
+            _process: process,
             flag,
             log,
         }
@@ -367,10 +354,9 @@ impl StallProxy {
 }
 
 impl Drop for StallProxy {
+    // Fields drop after this: the flag is gone before the proxy is killed.
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.flag);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

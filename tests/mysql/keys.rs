@@ -5,7 +5,7 @@
 //! the key out (MariaDB logs only a unique NOT NULL index's columns then) stops cdcd instead of
 //! guessing the row.
 
-use crate::support::mysql::{my_connect, my_env, my_exec, MyEnv, MyPipeline};
+use crate::support::mysql::{my_connect, my_env, my_env_and_name, my_exec, MyEnv, MyPipeline};
 use crate::support::unique;
 
 async fn key_columns_replicate(env: MyEnv, lsm: bool) {
@@ -84,10 +84,9 @@ async fn mysql_key_columns_lsm() {
 /// must not commit the update.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_minimal_image_without_the_key_stops() {
-    let Some(env) = my_env("mysql_minimal_image_without_the_key_stops") else {
+    let Some((env, name)) = my_env_and_name("mykeysm") else {
         return;
     };
-    let name = unique("mykeysm");
     let extra = format!("key_columns = {{ \"{name}.ev\" = [\"tenant\", \"event\"] }}");
     let mut p = MyPipeline::new(&env, &name, "initial", &extra).await;
     let mut c = my_connect(&env.url_for(&p.db)).await;

@@ -7,10 +7,10 @@
 //! Needs the test bed (`scripts/testbed.sh`, components `mariadb` and `python`; `moto` for S3);
 //! without `CDCD_TEST_MYSQL` (or `CDCD_TEST_S3`) each test prints a note and passes.
 
-use std::time::Duration;
-
-use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
-use crate::support::{unique, Rng};
+use crate::support::mysql::{
+    my_connect, my_env, my_env_and_name, my_exec, writes_through_kills, MyPipeline,
+};
+use crate::support::unique;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row_images_replicate_into_paimon() {
@@ -73,37 +73,13 @@ async fn row_images(test: &str, on_s3: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paimon_replica_survives_kill9() {
-    let Some(env) = my_env("paimon_replica_survives_kill9") else {
+    let Some((env, name)) = my_env_and_name("mylsmk") else {
         return;
     };
-    let name = unique("mylsmk");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     p.use_lsm(2, "initial", "");
     let mut c = my_connect(&env.url_for(&p.db)).await;
-    my_exec(
-        &mut c,
-        "CREATE TABLE acct (id INT PRIMARY KEY, n BIGINT, note VARCHAR(40))",
-    )
-    .await;
-    let mut rng = Rng::from_env_or_clock("paimon_replica_survives_kill9");
-    let mut next_id = 0;
-    for round in 0..4 {
-        p.start();
-        for _ in 0..25 {
-            let k = rng.range(0, 40);
-            let sql = match rng.range(0, 4) {
-                0 | 1 => {
-                    next_id += 1;
-                    format!("INSERT INTO acct VALUES ({next_id}, {k}, 'r{round}')")
-                }
-                2 => format!("UPDATE acct SET n = n + 1, note = 'u{round}' WHERE id % 40 = {k}"),
-                _ => format!("DELETE FROM acct WHERE id % 40 = {k}"),
-            };
-            my_exec(&mut c, &sql).await;
-        }
-        tokio::time::sleep(Duration::from_millis(rng.range(50, 1500))).await;
-        p.kill9();
-    }
+    writes_through_kills(&mut p, &mut c, "paimon_replica_survives_kill9", 25).await;
     p.start();
     p.assert_equal("acct", 120).await;
 }
@@ -114,11 +90,9 @@ async fn paimon_replica_survives_kill9() {
 /// while cdcd is down is replayed from the schema history. Read back by pypaimon (by field id).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renamed_columns_replicate_into_paimon() {
-    let test = "renamed_columns_replicate_into_paimon";
-    let Some(env) = my_env(test) else {
+    let Some((env, name)) = my_env_and_name("mylsmrn") else {
         return;
     };
-    let name = unique("mylsmrn");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     p.use_lsm(2, "initial", "");
     let mut c = my_connect(&env.url_for(&p.db)).await;

@@ -5,8 +5,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
-use crate::support::unique;
+use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
+use crate::support::output_ok;
 
 /// The current snapshot's summary of the table at `dir`, read with Python's json alone.
 const SUMMARY: &str = r#"
@@ -23,10 +23,9 @@ print(json.dumps({
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_compaction_racing_the_binlog_ends_equal() {
-    let Some(env) = my_env("mysql_compaction_racing_the_binlog_ends_equal") else {
+    let Some((env, name)) = my_env_and_name("mycomp") else {
         return;
     };
-    let name = unique("mycomp");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     // `[sink]` is the config's last table: the interval joins it, the properties follow.
     let mut config = std::fs::read_to_string(&p.config).unwrap();
@@ -71,17 +70,7 @@ async fn mysql_compaction_racing_the_binlog_ends_equal() {
     p.stop(Duration::from_secs(60)).await;
     p.assert_equal("t", 30).await;
     let dir = p.table_dir("t").display().to_string();
-    let out = Command::new(&env.python)
-        .arg("-c")
-        .arg(SUMMARY)
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = output_ok(Command::new(&env.python).arg("-c").arg(SUMMARY).arg(&dir));
     let v: serde_json::Value = serde_json::from_slice(out.stdout.trim_ascii()).unwrap_or_default();
     eprintln!("current snapshot: {v}");
     assert!(

@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use crate::support::mysql::{my_connect, my_env, my_exec, MyEnv, MyPipeline};
+use crate::support::table_files::assert_no_equality_deletes;
 use crate::support::unique;
 
 /// A round of single-duplicate changes and keyed writes in one transaction.
@@ -127,13 +128,7 @@ async fn multiset(env: MyEnv, equality: bool) {
     )
     .await;
     p.assert_equal("bag", 120).await;
-    let data = p.table_dir("bag").join("data");
-    let eq = std::fs::read_dir(&data)
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().contains("eq-deletes"))
-        .count();
-    assert_eq!(eq, 0, "equality delete files in a multiset table");
+    assert_no_equality_deletes(&p.table_dir("bag"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

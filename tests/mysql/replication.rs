@@ -9,8 +9,10 @@
 
 use std::time::Duration;
 
-use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline, PrivateMaria};
-use crate::support::{unique, Rng};
+use crate::support::mysql::{
+    my_connect, my_env, my_exec, writes_through_kills, MyPipeline, PrivateMaria,
+};
+use crate::support::unique;
 
 /// `check_names_statement_binlog_format` flips a server-global setting: the other tests of this
 /// binary hold the read side so no cdcd of theirs starts while it is flipped.
@@ -125,30 +127,7 @@ async fn resumes_exactly_after_kill9() {
     let name = unique("mykill");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     let mut c = my_connect(&env.url_for(&p.db)).await;
-    my_exec(
-        &mut c,
-        "CREATE TABLE acct (id INT PRIMARY KEY, n BIGINT, note VARCHAR(40))",
-    )
-    .await;
-    let mut rng = Rng::from_env_or_clock("resumes_exactly_after_kill9");
-    let mut next_id = 0;
-    for round in 0..4 {
-        p.start();
-        for _ in 0..20 {
-            let k = rng.range(0, 40);
-            let sql = match rng.range(0, 4) {
-                0 | 1 => {
-                    next_id += 1;
-                    format!("INSERT INTO acct VALUES ({next_id}, {k}, 'r{round}')")
-                }
-                2 => format!("UPDATE acct SET n = n + 1, note = 'u{round}' WHERE id % 40 = {k}"),
-                _ => format!("DELETE FROM acct WHERE id % 40 = {k}"),
-            };
-            my_exec(&mut c, &sql).await;
-        }
-        tokio::time::sleep(Duration::from_millis(rng.range(50, 1500))).await;
-        p.kill9();
-    }
+    writes_through_kills(&mut p, &mut c, "resumes_exactly_after_kill9", 20).await;
     p.start();
     p.assert_equal("acct", 120).await;
 }

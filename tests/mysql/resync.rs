@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::postgres::resync::{assert_swap_never_went_back, assert_swapped_in_one_step};
-use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
+use crate::support::mysql::wait_for;
+use crate::support::mysql::{my_connect, my_env, my_env_and_name, my_exec, MyPipeline};
 use crate::support::{run_cdcd, unique};
 
 /// `rows` rows; `b` is a BLOB (MINIMAL images leave it out when unchanged).
@@ -77,28 +78,11 @@ fn tune(p: &MyPipeline, chunk_rows: u64) {
     std::fs::write(&p.config, text).unwrap();
 }
 
-pub(crate) async fn wait_for(
-    p: &mut MyPipeline,
-    what: &str,
-    timeout: Duration,
-    ready: impl Fn(&str) -> bool,
-) {
-    let deadline = Instant::now() + timeout;
-    while !ready(&p.output()) {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        assert!(
-            p.wait_exit(Duration::from_millis(50)).await.is_none(),
-            "cdcd exited while waiting for {what}"
-        );
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mariadb_table_is_resynced_online_through_a_kill() {
-    let Some(env) = my_env("a_mariadb_table_is_resynced_online_through_a_kill") else {
+    let Some((env, name)) = my_env_and_name("myrsync") else {
         return;
     };
-    let name = unique("myrsync");
     let rows = 150_000;
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     let hash = name

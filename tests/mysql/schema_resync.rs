@@ -7,17 +7,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::mysql::resync::{create_table, wait_for, write_until};
-use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
-use crate::support::unique;
+use crate::mysql::resync::{create_table, write_until};
+use crate::support::mysql::wait_for;
+use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mariadb_default_the_lsm_sink_cannot_store_resyncs_the_table_alone() {
-    let Some(env) = my_env("a_mariadb_default_the_lsm_sink_cannot_store_resyncs_the_table_alone")
-    else {
+    let Some((env, name)) = my_env_and_name("myscr") else {
         return;
     };
-    let name = unique("myscr");
     let extra = "schema_change = \"resync\"";
     let mut p = MyPipeline::new(&env, &name, "initial", extra).await;
     p.use_lsm(2, "initial", extra);

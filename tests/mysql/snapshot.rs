@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
-use crate::support::unique;
+use crate::support::mysql::wait_for;
+use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
 
 /// `rows` rows; `b` is a BLOB (NOBLOB/MINIMAL images leave it out when unchanged).
 fn create_table(t: &str, rows: u64) -> String {
@@ -106,24 +106,11 @@ fn start_output(p: &MyPipeline, n: u32) -> String {
     crate::support::start_output(&p.output(), n)
 }
 
-/// Waits until the whole output satisfies `ready`.
-async fn wait_for(p: &mut MyPipeline, what: &str, timeout: Duration, ready: impl Fn(&str) -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !ready(&p.output()) {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        assert!(
-            p.wait_exit(Duration::from_millis(50)).await.is_none(),
-            "cdcd exited while waiting for {what}"
-        );
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_during_a_chunked_copy_converge() {
-    let Some(env) = my_env("writes_during_a_chunked_copy_converge") else {
+    let Some((env, name)) = my_env_and_name("mysnapw") else {
         return;
     };
-    let name = unique("mysnapw");
     let rows = 60_000;
     let mut p = pipeline(&env, &name).await;
     let url = env.url_for(&p.db);
@@ -159,10 +146,9 @@ async fn writes_during_a_chunked_copy_converge() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
-    let Some(env) = my_env("a_kill_mid_copy_resumes_from_the_committed_chunks") else {
+    let Some((env, name)) = my_env_and_name("mysnapk") else {
         return;
     };
-    let name = unique("mysnapk");
     let rows = 200_000;
     let mut p = pipeline(&env, &name).await;
     let url = env.url_for(&p.db);
@@ -284,10 +270,9 @@ async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
 /// the update finds no row inside the window: the sink drops it (it used to stop with "no
 /// current row"). Run for Iceberg with deletion vectors and with equality deletes, and for LSM.
 async fn added_table_window_gap(sink: &str) {
-    let Some(env) = my_env("a_partial_update_of_a_row_deleted_inside_the_window") else {
+    let Some((env, name)) = my_env_and_name(&format!("mygap{}", &sink[..2])) else {
         return;
     };
-    let name = unique(&format!("mygap{}", &sink[..2]));
     let mut p = pipeline(&env, &name).await;
     if sink == "lsm" {
         p.use_lsm(2, "initial", "");
@@ -381,10 +366,9 @@ fn copy_commits(p: &MyPipeline, n: u32) -> usize {
 /// snapshot with its own upsert window. The third start keeps the chunks of both earlier starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_kill_during_the_resumed_copy_converges() {
-    let Some(env) = my_env("a_second_kill_during_the_resumed_copy_converges") else {
+    let Some((env, name)) = my_env_and_name("mysnap2k") else {
         return;
     };
-    let name = unique("mysnap2k");
     let rows = 200_000;
     let mut p = pipeline(&env, &name).await;
     let url = env.url_for(&p.db);
@@ -446,10 +430,9 @@ async fn a_second_kill_during_the_resumed_copy_converges() {
 /// skipped and the later ones applied; duplicates stay duplicates (issue 23).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyless_table_is_copied_again_exactly_after_a_kill_mid_copy() {
-    let Some(env) = my_env("a_keyless_table_is_copied_again_exactly_after_a_kill_mid_copy") else {
+    let Some((env, name)) = my_env_and_name("mysnapkl") else {
         return;
     };
-    let name = unique("mysnapkl");
     let mut p = pipeline(&env, &name).await;
     let url = env.url_for(&p.db);
     let mut c = my_connect(&url).await;

@@ -14,7 +14,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 
 use crate::support::mysql::{my_connect, my_exec, MyEnv, MyPipeline};
-use crate::support::{ground, unique};
+use crate::support::{current_test, ground, unique};
 
 /// Passwords the test bed's script sets.
 const TLS_PASSWORD: &str = "cdc-tls-pw";
@@ -30,19 +30,23 @@ struct TlsBed {
     dir: PathBuf,
 }
 
-fn tls_bed(test: &str) -> Option<TlsBed> {
+/// The TLS server and the running test's [`unique`] name from `tag`.
+fn tls_bed(tag: &str) -> Option<(TlsBed, String)> {
+    let test = current_test();
+    let test = test.as_str();
     let url = ground::var(test, "CDCD_TEST_MY_TLS")?;
     let python = ground::var(test, "CDCD_TEST_PYTHON")?;
     let ca = PathBuf::from(ground::var(test, "CDCD_TEST_MY_TLS_CA")?);
     let dir = PathBuf::from(ground::var(test, "CDCD_TEST_MY_TLS_DIR")?);
     let parsed = url::Url::parse(&url).unwrap();
     let addr = format!("{}:{}", parsed.host_str().unwrap(), parsed.port().unwrap());
-    Some(TlsBed {
+    let bed = TlsBed {
         env: MyEnv { url, python },
         addr,
         ca,
         dir,
-    })
+    };
+    Some((bed, unique(tag)))
 }
 
 impl TlsBed {
@@ -106,10 +110,9 @@ async fn sessions_of(p: &MyPipeline, user: &str) -> Vec<(String, String, u64)> {
 /// cdcd reconnected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replication_and_copy_run_over_verified_tls() {
-    let Some(bed) = tls_bed("replication_and_copy_run_over_verified_tls") else {
+    let Some((bed, name)) = tls_bed("mytlsrep") else {
         return;
     };
-    let name = unique("mytlsrep");
     let mut p = MyPipeline::new(&bed.env, &name, "initial", "").await;
     table_with_rows(&p, "t").await;
     let query = format!("ssl-mode=verify_identity&ssl-ca={}", bed.ca.display());
@@ -189,10 +192,9 @@ async fn binlog_session_over_tls(p: &MyPipeline, not: Option<u64>) -> u64 {
 /// verification) and the default (`preferred`: TLS since the server offers it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_misconfigurations_fail_clearly() {
-    let Some(bed) = tls_bed("tls_misconfigurations_fail_clearly") else {
+    let Some((bed, name)) = tls_bed("mytlsbad") else {
         return;
     };
-    let name = unique("mytlsbad");
     let p = MyPipeline::new(&bed.env, &name, "initial", "").await;
     table_with_rows(&p, "t").await;
     let db = p.db.clone();
@@ -319,10 +321,9 @@ async fn tls_misconfigurations_fail_clearly() {
 /// and the stream with `ssl-cert`/`ssl-key` over `verify_identity`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificate_account_replicates() {
-    let Some(bed) = tls_bed("client_certificate_account_replicates") else {
+    let Some((bed, name)) = tls_bed("mytlscrt") else {
         return;
     };
-    let name = unique("mytlscrt");
     let mut p = MyPipeline::new(&bed.env, &name, "initial", "").await;
     table_with_rows(&p, "t").await;
     let verify = format!("ssl-mode=verify_identity&ssl-ca={}", bed.ca.display());
@@ -370,10 +371,9 @@ async fn client_certificate_account_replicates() {
 /// enabled, mysql_common panicked on this request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ed25519_account_replicates() {
-    let Some(bed) = tls_bed("ed25519_account_replicates") else {
+    let Some((bed, name)) = tls_bed("mytlsed") else {
         return;
     };
-    let name = unique("mytlsed");
     let mut p = MyPipeline::new(&bed.env, &name, "initial", "").await;
     table_with_rows(&p, "t").await;
     let url = bed.url("cdc_ed", None, &p.db, "ssl-mode=disabled");

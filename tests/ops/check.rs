@@ -6,14 +6,15 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::support::run_cdcd as cdcd;
-use crate::support::{connect, exec, ground, test_env, unique, Pipeline, Settings};
+use crate::support::{
+    connect, exec, ground, output_ok, test_env, test_env_and_name, Pipeline, Settings,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_names_replica_identity_and_status_hides_passwords() {
-    let Some(env) = test_env("check_names_replica_identity_and_status_hides_passwords") else {
+    let Some((env, name)) = test_env_and_name("opsc") else {
         return;
     };
-    let name = unique("opsc");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(
@@ -97,16 +98,10 @@ impl Throwaway {
             .tempdir()
             .unwrap();
         let as_postgres = |args: &[&str]| {
-            let st = Command::new("runuser")
-                .args(["-u", "postgres", "--"])
-                .args(args)
-                .output()
-                .unwrap();
-            assert!(
-                st.status.success(),
-                "{args:?}: {}{}",
-                String::from_utf8_lossy(&st.stdout),
-                String::from_utf8_lossy(&st.stderr)
+            output_ok(
+                Command::new("runuser")
+                    .args(["-u", "postgres", "--"])
+                    .args(args),
             );
         };
         let chown = Command::new("chown")

@@ -7,8 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
-use crate::support::{connect, exec, test_env, unique, Pipeline, Settings};
+use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
+use crate::support::{connect, exec, test_env, test_env_and_name, unique, Pipeline, Settings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A port nothing listens on right now (bound and released; a race with another bind is unlikely).
@@ -64,10 +64,9 @@ fn add_ops_config(p: &Pipeline, port: u16, heartbeat_ms: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_served_and_lag_falls_to_zero() {
-    let Some(env) = test_env("metrics_are_served_and_lag_falls_to_zero") else {
+    let Some((env, name)) = test_env_and_name("opsm") else {
         return;
     };
-    let name = unique("opsm");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(
@@ -344,10 +343,9 @@ async fn maintenance_metrics_are_served_for_both_sinks() {
 /// commit or heartbeat time) climbed 1 s per second between them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lag_stays_at_zero_while_a_mysql_source_is_quiet() {
-    let Some(env) = my_env("lag_stays_at_zero_while_a_mysql_source_is_quiet") else {
+    let Some((env, name)) = my_env_and_name("opsmylag") else {
         return;
     };
-    let name = unique("opsmylag");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     let mut c = my_connect(&env.url_for(&p.db)).await;
     my_exec(

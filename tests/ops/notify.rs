@@ -6,14 +6,13 @@ use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{cdcd_bin, connect, exec, sigterm, test_env, unique, Pipeline, Settings};
+use crate::support::{cdcd_bin, connect, exec, sigterm, test_env_and_name, Pipeline, Settings};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notifies_ready_watchdog_and_stopping() {
-    let Some(env) = test_env("notifies_ready_watchdog_and_stopping") else {
+    let Some((env, name)) = test_env_and_name("opsn") else {
         return;
     };
-    let name = unique("opsn");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(
@@ -91,10 +90,9 @@ async fn notifies_ready_watchdog_and_stopping() {
 /// `TimeoutStartSec`; when the active one stops, it takes over and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_is_ready_for_systemd_and_reports_the_takeover() {
-    let Some(env) = test_env("a_standby_is_ready_for_systemd_and_reports_the_takeover") else {
+    let Some((env, name)) = test_env_and_name("opss") else {
         return;
     };
-    let name = unique("opss");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(

@@ -16,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use super::snapshot::tune;
-use crate::support::{connect, exec, run_cdcd, test_env, unique, Pipeline, Settings};
+use crate::support::{connect, exec, run_cdcd, test_env_and_name, Pipeline, Settings};
 use tokio_postgres::Client;
 
 /// A keyed table of `rows` rows with a column a rewrite widens (`v int4`), a `float4` and a
@@ -83,11 +83,9 @@ fn assert_recopied(out: &str, what: &str) {
 /// behind it is rewritten. Before: the lake's copy of it was empty.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rewrite_during_the_fresh_copy_of_another_table_loses_nothing() {
-    let Some(env) = test_env("a_rewrite_during_the_fresh_copy_of_another_table_loses_nothing")
-    else {
+    let Some((env, name)) = test_env_and_name("cddl1") else {
         return;
     };
-    let name = unique("cddl1");
     let (a, z) = (format!("{name}_a"), format!("{name}_z"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 20_000)).await;
@@ -125,10 +123,9 @@ async fn a_rewrite_during_the_fresh_copy_of_another_table_loses_nothing() {
 /// as NULL (the UPDATE was in the snapshot, not in the stream).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ddl_between_the_fresh_copys_plan_and_its_rows_loses_nothing() {
-    let Some(env) = test_env("ddl_between_the_fresh_copys_plan_and_its_rows_loses_nothing") else {
+    let Some((env, name)) = test_env_and_name("cddl2") else {
         return;
     };
-    let name = unique("cddl2");
     let (x, z) = (format!("{name}_x"), format!("{name}_z"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&x, 1_000)).await;
@@ -159,10 +156,9 @@ async fn ddl_between_the_fresh_copys_plan_and_its_rows_loses_nothing() {
 /// slot, and exactly at a temporary slot's); both change shape between their plan and their rows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ddl_during_the_copy_of_added_tables_loses_nothing() {
-    let Some(env) = test_env("ddl_during_the_copy_of_added_tables_loses_nothing") else {
+    let Some((env, name)) = test_env_and_name("cddl3") else {
         return;
     };
-    let name = unique("cddl3");
     let (a, b, k) = (
         format!("{name}_a"),
         format!("{name}_b"),
@@ -244,10 +240,9 @@ async fn ddl_during_the_copy_of_added_tables_loses_nothing() {
 /// filled during it was copied as NULL and the swap replaced the live table with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ddl_while_a_resync_waits_for_a_lingering_slot_loses_nothing() {
-    let Some(env) = test_env("ddl_while_a_resync_waits_for_a_lingering_slot_loses_nothing") else {
+    let Some((env, name)) = test_env_and_name("cddl4") else {
         return;
     };
-    let name = unique("cddl4");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 1_000)).await;

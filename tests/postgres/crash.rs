@@ -177,15 +177,7 @@ async fn kill_dash_nine_at_random_moments(sink: SinkKind) {
         SinkKind::Lsm => Pipeline::new_lsm(&env, &name, &refs, &Settings::default(), 2),
     };
     if sink == SinkKind::IcebergCompacting {
-        // `[sink]` is the config's last table: the properties follow it.
-        let mut text = std::fs::read_to_string(&p.config).unwrap();
-        text.push_str(
-            "\n[sink.table_properties]\n\"write.target-file-size-bytes\" = \"1000000\"\n\
-             \"cdcd.compaction.min-input-files\" = \"3\"\n",
-        );
-        std::fs::write(&p.config, text).unwrap();
-        p.env_vars
-            .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "200".into()));
+        p.compact_often();
     }
     p.on_cleanup(format!("DROP TABLE IF EXISTS {}", tables.join(", ")));
 
@@ -233,21 +225,7 @@ async fn kill_dash_nine_at_random_moments(sink: SinkKind) {
         return;
     }
     // Whatever the kills left (orphan files, stale hints), a full compaction reads back equal.
-    let sink = cdcd::sinks::lsm::LsmSink::new(
-        &cdcd::config::LsmConfig {
-            warehouse: format!("file://{}", p.warehouse.display()),
-            namespace: Some(crate::support::NAMESPACE.into()),
-            buckets: 2,
-            merge_engine: cdcd::config::MergeEngine::Deduplicate,
-            compaction_trigger: 3,
-            snapshots_retained: 10,
-            snapshot_time_retained_ms: None,
-            deletion_vectors: false,
-            tables: Default::default(),
-        },
-        &p.name,
-    )
-    .unwrap();
+    let sink = p.lsm_sink();
     for t in &tables {
         let id = cdcd::changelog::TableId::new("public", t.clone());
         sink.compact(&id, true).await.unwrap();

@@ -11,7 +11,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::support::{
-    connect, exec, run_cdcd, test_env, unique, Pipeline, Settings, LAKECHECK, NAMESPACE,
+    connect, exec, run_cdcd, test_env, test_env_and_name, unique, Pipeline, Settings, LAKECHECK,
+    NAMESPACE,
 };
 
 fn create_tables(a: &str, b: &str) -> String {
@@ -68,15 +69,9 @@ fn ddl_transactions(a: &str, b: &str) -> Vec<String> {
 }
 
 async fn ddl_inside_transactions_loses_no_rows(lsm: bool) {
-    let test = if lsm {
-        "ddl_inside_transactions_loses_no_rows_lsm"
-    } else {
-        "ddl_inside_transactions_loses_no_rows"
-    };
-    let Some(env) = test_env(test) else {
+    let Some((env, name)) = test_env_and_name(if lsm { "ddll" } else { "ddl" }) else {
         return;
     };
-    let name = unique(if lsm { "ddll" } else { "ddl" });
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_tables(&a, &b)).await;
@@ -137,10 +132,9 @@ async fn ddl_inside_transactions_loses_no_rows_lsm() {
 /// after the DDL arrives between stream blocks, and the whole transaction still lands in one commit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ddl_inside_a_streamed_transaction_loses_no_rows() {
-    let Some(env) = test_env("ddl_inside_a_streamed_transaction_loses_no_rows") else {
+    let Some((env, name)) = test_env_and_name("ddls") else {
         return;
     };
-    let name = unique("ddls");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let role = format!("{name}_r");
     let client = connect(&env.pg_url).await;
@@ -224,10 +218,9 @@ pub(crate) fn role_url(url: &str, role: &str) -> String {
 /// it stops at the same place again: the transaction is never skipped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_type_change_inside_a_transaction_stops_before_it() {
-    let Some(env) = test_env("a_type_change_inside_a_transaction_stops_before_it") else {
+    let Some((env, name)) = test_env_and_name("ddlx") else {
         return;
     };
-    let name = unique("ddlx");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_tables(&a, &b)).await;
@@ -381,10 +374,9 @@ async fn a_renamed_or_recreated_table_stops_cdcd() {
 /// name). They are never taken for an older table of the name and skipped: cdcd stops.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_taking_a_captured_tables_name_stops_cdcd() {
-    let Some(env) = test_env("a_table_taking_a_captured_tables_name_stops_cdcd") else {
+    let Some((env, name)) = test_env_and_name("ddltk") else {
         return;
     };
-    let name = unique("ddltk");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_tables(&a, &b)).await;

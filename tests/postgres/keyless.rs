@@ -9,7 +9,10 @@
 
 use std::time::Duration;
 
-use crate::support::{connect, exec, run_cdcd, test_env, unique, Pipeline, Settings, NAMESPACE};
+use crate::support::table_files::assert_no_identifier_fields;
+use crate::support::{
+    connect, exec, run_cdcd, test_env, test_env_and_name, unique, Pipeline, Settings, NAMESPACE,
+};
 
 const TABLES: [&str; 4] = [
     "pgbench_accounts",
@@ -126,7 +129,8 @@ async fn pgbench_history_case(test: &str, lsm: bool) {
         assert_eq!(code, Some(0), "pyiceberg {history}:\n{out}");
     }
     if !lsm {
-        assert_no_identifier_fields(&p);
+        // The Iceberg table of `pgbench_history` is an append table.
+        assert_no_identifier_fields(&p.table_dir("pgbench_history"));
     }
 
     // kill -9 while pgbench writes, more while cdcd is down: the restart resumes exactly (the
@@ -157,33 +161,15 @@ async fn pgbench_history_case(test: &str, lsm: bool) {
     p.assert_running();
 }
 
-/// The Iceberg table of `pgbench_history` is an append table: no identifier fields.
-fn assert_no_identifier_fields(p: &Pipeline) {
-    let meta = std::fs::read_dir(p.table_dir("pgbench_history").join("metadata"))
-        .unwrap()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|f| f.to_string_lossy().ends_with(".metadata.json"))
-        .max_by_key(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok())
-        .unwrap();
-    let text = std::fs::read_to_string(&meta).unwrap();
-    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
-    for s in doc["schemas"].as_array().unwrap() {
-        let ids = s["identifier-field-ids"].as_array().map_or(0, Vec::len);
-        assert_eq!(ids, 0, "keyless table with identifier fields: {s}");
-    }
-}
-
 /// A kill -9 in the middle of a keyless table's copy: the restart copies it again whole, at the
 /// snapshot a temporary slot exports, and declares it complete at that slot's consistent point,
 /// so the stream's replayed inserts from before it are skipped and later ones applied: the
 /// multiset ends equal, with rows written while cdcd was down and during the second copy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_mid_copy_of_a_keyless_table_is_copied_again_exactly() {
-    let Some(env) = test_env("a_kill_mid_copy_of_a_keyless_table_is_copied_again_exactly") else {
+    let Some((env, name)) = test_env_and_name("keylessk") else {
         return;
     };
-    let name = unique("keylessk");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(

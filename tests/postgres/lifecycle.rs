@@ -6,7 +6,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::{cdcd_bin, connect, exec, parse_lsn, test_env, unique, Pipeline, Settings};
+use crate::support::{cdcd_bin, connect, exec, parse_lsn, test_env_and_name, Pipeline, Settings};
 use tokio_postgres::Client;
 
 /// Waits until the walsender of `slot` has sent everything written so far (cdcd then has the changes in
@@ -57,10 +57,9 @@ fn some_changes(t: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_commits_and_exits_zero() {
-    let Some(env) = test_env("sigterm_commits_and_exits_zero") else {
+    let Some((env, name)) = test_env_and_name("term") else {
         return;
     };
-    let name = unique("term");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -118,10 +117,9 @@ async fn sigterm_commits_and_exits_zero() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_with_nothing_new_writes_no_snapshot() {
-    let Some(env) = test_env("restart_with_nothing_new_writes_no_snapshot") else {
+    let Some((env, name)) = test_env_and_name("idle") else {
         return;
     };
-    let name = unique("idle");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -162,10 +160,9 @@ async fn restart_with_nothing_new_writes_no_snapshot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_reports_problems() {
-    let Some(env) = test_env("check_reports_problems") else {
+    let Some((env, name)) = test_env_and_name("chk") else {
         return;
     };
-    let name = unique("chk");
     let (good, nopk) = (format!("{name}_pk"), format!("{name}_nopk"));
     let secret = format!("sekrit-{}", std::process::id());
     let url_secret = format!("urlsekrit-{}", std::process::id());

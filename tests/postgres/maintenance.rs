@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::support::{
-    cdcd_bin, connect, exec, log_field, test_env, unique, Pipeline, Settings, TestEnv,
+    cdcd_bin, connect, current_test, exec, log_field, test_env, test_env_and_name, unique,
+    Pipeline, Settings, TestEnv,
 };
 
 /// Reads a table directory with pyiceberg: the newest metadata's snapshots (oldest first), rows
@@ -167,10 +168,9 @@ fn maintain(p: &Pipeline, extra: &[&str]) -> std::process::Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expiry_keeps_exactly_what_the_properties_say() {
-    let Some(env) = test_env("expiry_keeps_exactly_what_the_properties_say") else {
+    let Some((env, name)) = test_env_and_name("mexp") else {
         return;
     };
-    let name = unique("mexp");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -253,11 +253,9 @@ async fn expiry_keeps_exactly_what_the_properties_say() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn properties_set_by_another_engine_bound_snapshots_and_metadata_log() {
-    let Some(env) = test_env("properties_set_by_another_engine_bound_snapshots_and_metadata_log")
-    else {
+    let Some((env, name)) = test_env_and_name("mprop") else {
         return;
     };
-    let name = unique("mprop");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -329,8 +327,7 @@ async fn properties_set_by_another_engine_bound_snapshots_and_metadata_log() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill9_during_expiry_ends_equal_and_the_next_cycle_removes_leftovers() {
-    let Some(env) = test_env("kill9_during_expiry_ends_equal_and_the_next_cycle_removes_leftovers")
-    else {
+    let Some(env) = test_env(&current_test()) else {
         return;
     };
     for (i, point) in ["expire-after-commit", "expire-during-delete"]
@@ -473,10 +470,9 @@ fn cleanup(p: &Pipeline) -> String {
 /// the source's rows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manifest_merging_keeps_the_manifest_list_bounded() {
-    let Some(env) = test_env("manifest_merging_keeps_the_manifest_list_bounded") else {
+    let Some((env, name)) = test_env_and_name("mmerge") else {
         return;
     };
-    let name = unique("mmerge");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -509,10 +505,9 @@ async fn manifest_merging_keeps_the_manifest_list_bounded() {
 /// orphan that `cdcd cleanup` removes, and a restart replays the lost commit and ends equal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill9_during_a_merging_commit_ends_equal() {
-    let Some(env) = test_env("kill9_during_a_merging_commit_ends_equal") else {
+    let Some((env, name)) = test_env_and_name("mmkill") else {
         return;
     };
-    let name = unique("mmkill");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -600,10 +595,9 @@ const COMPACTING: [(&str, &str); 2] = [
 /// deletes and drop those that no longer apply.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_racing_streaming_updates_and_deletes_ends_equal() {
-    let Some(env) = test_env("compaction_racing_streaming_updates_and_deletes_ends_equal") else {
+    let Some((env, name)) = test_env_and_name("mcomp") else {
         return;
     };
-    let name = unique("mcomp");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -653,8 +647,7 @@ async fn compaction_racing_streaming_updates_and_deletes_ends_equal() {
 /// (Iceberg-Java: the reference implementation reads cdcd's vectors or equality deletes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_compaction_lets_commits_through_and_carries_their_deletes() {
-    let Some(env) = test_env("a_paused_compaction_lets_commits_through_and_carries_their_deletes")
-    else {
+    let Some(env) = test_env(&current_test()) else {
         return;
     };
     let v2 = std::env::var("CDCD_TEST_DELETE_MODE").as_deref() == Ok("equality");
@@ -741,10 +734,9 @@ async fn a_paused_compaction_lets_commits_through_and_carries_their_deletes() {
 /// the stop dropped the cycle where it was and its outputs waited for `cdcd cleanup`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_lets_a_running_compaction_end() {
-    let Some(env) = test_env("a_stop_lets_a_running_compaction_end") else {
+    let Some((env, name)) = test_env_and_name("mcstop") else {
         return;
     };
-    let name = unique("mcstop");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -786,10 +778,9 @@ async fn a_stop_lets_a_running_compaction_end() {
 /// few data files, and the lake is equal by both readers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commits_ask_for_a_compaction_before_the_interval() {
-    let Some(env) = test_env("commits_ask_for_a_compaction_before_the_interval") else {
+    let Some((env, name)) = test_env_and_name("mctrig") else {
         return;
     };
-    let name = unique("mctrig");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -969,10 +960,9 @@ async fn kill9_during_compaction_ends_equal() {
 /// streams on over the result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_rewrites_files_of_older_schemas() {
-    let Some(env) = test_env("compaction_rewrites_files_of_older_schemas") else {
+    let Some((env, t)) = test_env_and_name("mcsev") else {
         return;
     };
-    let t = unique("mcsev");
     let client = connect(&env.pg_url).await;
     exec(
         &client,

@@ -11,7 +11,10 @@
 
 use std::time::Duration;
 
-use crate::support::{connect, exec, run_cdcd, test_env, unique, Pipeline, Settings};
+use crate::support::table_files::{assert_no_equality_deletes, assert_no_identifier_fields};
+use crate::support::{
+    connect, exec, run_cdcd, test_env, test_env_and_name, unique, Pipeline, Settings,
+};
 
 /// One single-duplicate update, one single-duplicate delete, one insert of a duplicate, and a
 /// keyed row written beside them, in one transaction (round `i`).
@@ -31,10 +34,9 @@ fn round(m: &str, k: &str, i: u32) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_identity_full_keyless_table_is_a_multiset() {
-    let Some(env) = test_env("replica_identity_full_keyless_table_is_a_multiset") else {
+    let Some((env, name)) = test_env_and_name("multiset") else {
         return;
     };
-    let name = unique("multiset");
     let (m, k) = (format!("{name}_m"), format!("{name}_k"));
     let client = connect(&env.pg_url).await;
     exec(
@@ -188,26 +190,8 @@ async fn replica_identity_full_keyless_table_is_a_multiset() {
 /// The table's metadata declares no identifier fields, and no equality delete file was ever
 /// written to it (one would remove every duplicate).
 fn assert_no_equality_deletes_or_identifiers(p: &Pipeline, table: &str) {
-    let dir = p.table_dir(table);
-    let meta = std::fs::read_dir(dir.join("metadata"))
-        .unwrap()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|f| f.to_string_lossy().ends_with(".metadata.json"))
-        .max_by_key(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok())
-        .unwrap();
-    let text = std::fs::read_to_string(&meta).unwrap();
-    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
-    for s in doc["schemas"].as_array().unwrap() {
-        let ids = s["identifier-field-ids"].as_array().map_or(0, Vec::len);
-        assert_eq!(ids, 0, "keyless table with identifier fields: {s}");
-    }
-    let eq = std::fs::read_dir(dir.join("data"))
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().contains("eq-deletes"))
-        .count();
-    assert_eq!(eq, 0, "equality delete files in a multiset table");
+    assert_no_identifier_fields(&p.table_dir(table));
+    assert_no_equality_deletes(&p.table_dir(table));
 }
 
 /// The lsm sink cannot store a multiset with row-level deletes: the table is refused by `cdcd
@@ -257,10 +241,9 @@ async fn replica_identity_full_keyless_table_is_refused_on_lsm() {
 /// during the copy is streamed after the copied rows and applied to one equal row of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_identity_full_changes_during_the_copy() {
-    let Some(env) = test_env("replica_identity_full_changes_during_the_copy") else {
+    let Some((env, name)) = test_env_and_name("multisetc") else {
         return;
     };
-    let name = unique("multisetc");
     let m = format!("{name}_m");
     let client = connect(&env.pg_url).await;
     exec(
@@ -310,10 +293,9 @@ async fn replica_identity_full_changes_during_the_copy() {
 /// next start refuses to continue it as a multiset, naming the table and the fix.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identity_changed_to_full_while_replicated_is_refused() {
-    let Some(env) = test_env("identity_changed_to_full_while_replicated_is_refused") else {
+    let Some((env, name)) = test_env_and_name("multiseti") else {
         return;
     };
-    let name = unique("multiseti");
     let m = format!("{name}_m");
     let client = connect(&env.pg_url).await;
     exec(

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::support::{connect, exec, test_env, unique, Pipeline, Settings};
+use crate::support::{connect, exec, test_env_and_name, Pipeline, Settings};
 
 /// Every type of cdcd's mapping (DESIGN "Type mapping"), NULL-able everywhere but the key.
 fn create_types_table(table: &str, mood: &str) -> String {
@@ -89,10 +89,9 @@ fn change_everything(t: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_type_and_every_change_replicates() {
-    let Some(env) = test_env("every_type_and_every_change_replicates") else {
+    let Some((env, name)) = test_env_and_name("ev") else {
         return;
     };
-    let name = unique("ev");
     let (t, o) = (format!("{name}_types"), format!("{name}_other"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_types_table(&t, &format!("{t}_mood"))).await;
@@ -160,10 +159,9 @@ async fn every_type_and_every_change_replicates() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn initial_snapshot_copies_existing_rows() {
-    let Some(env) = test_env("initial_snapshot_copies_existing_rows") else {
+    let Some((env, name)) = test_env_and_name("snap") else {
         return;
     };
-    let name = unique("snap");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(

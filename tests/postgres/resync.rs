@@ -29,7 +29,10 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
 
-use crate::support::{connect, exec, run_cdcd, test_env, unique, Pipeline, Settings};
+use crate::support::wait_for;
+use crate::support::{
+    connect, exec, run_cdcd, test_env, test_env_and_name, unique, Pipeline, Settings,
+};
 
 /// A table of `rows` rows; every 100th row holds a TOASTed `t`.
 pub(crate) fn create_table(t: &str, rows: u64) -> String {
@@ -143,21 +146,6 @@ pub(crate) fn tune(p: &Pipeline, chunk_rows: u64) {
         1,
     );
     std::fs::write(&p.config, text).unwrap();
-}
-
-/// Waits until the whole output satisfies `ready`, failing if cdcd dies.
-pub(crate) async fn wait_for(
-    p: &mut Pipeline,
-    what: &str,
-    timeout: Duration,
-    ready: impl Fn(&str) -> bool,
-) {
-    let deadline = Instant::now() + timeout;
-    while !ready(&p.output()) {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        p.assert_running();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// The damage a resync repairs: while cdcd is stopped, `t` leaves the publication, loses every
@@ -335,10 +323,9 @@ fn request_resync(p: &Pipeline, t: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_replaces_a_damaged_table_while_the_others_stream() {
-    let Some(env) = test_env("a_resync_replaces_a_damaged_table_while_the_others_stream") else {
+    let Some((env, name)) = test_env_and_name("rsync") else {
         return;
     };
-    let name = unique("rsync");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 3_000)).await;
@@ -458,10 +445,9 @@ async fn a_resync_replaces_a_damaged_table_while_the_others_stream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_mid_resync_copies_again_online_and_ends_equal() {
-    let Some(env) = test_env("a_kill_mid_resync_copies_again_online_and_ends_equal") else {
+    let Some((env, name)) = test_env_and_name("rsynk") else {
         return;
     };
-    let name = unique("rsynk");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 2_000)).await;
@@ -472,14 +458,7 @@ async fn a_kill_mid_resync_copies_again_online_and_ends_equal() {
     tune(&p, 1_000);
     // Maintenance every 200 ms compacts small files, on the live tables and on the lineage while
     // it is copied: its commits take turns with the copy's and the swap's.
-    let mut text = std::fs::read_to_string(&p.config).unwrap();
-    text.push_str(
-        "\n[sink.table_properties]\n\"write.target-file-size-bytes\" = \"1000000\"\n\
-         \"cdcd.compaction.min-input-files\" = \"3\"\n",
-    );
-    std::fs::write(&p.config, text).unwrap();
-    p.env_vars
-        .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "200".into()));
+    p.compact_often();
     // Streaming commits every 200 ms, so some land beside the copy's.
     p.env_vars
         .push(("CDCD_PIPELINE__COMMIT_INTERVAL_MS".into(), "200".into()));
@@ -551,22 +530,11 @@ async fn a_kill_mid_resync_copies_again_online_and_ends_equal() {
     assert_eq!(lineages(&p.table_dir(&b)).len(), 1);
     // Cleanup beside a lineage under way keeps its files: they are not the live table's orphans
     // (the lineage is a table of its own to the cleanup, judged by its own metadata).
-    let out = std::process::Command::new(crate::support::cdcd_bin())
-        .args([
-            "cleanup",
-            "--grace-secs",
-            "0",
-            "--dry-run",
-            "--json",
-            "--config",
-        ])
-        .arg(&p.config)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = crate::support::output_ok(
+        std::process::Command::new(crate::support::cdcd_bin())
+            .args(["cleanup", "--grace-secs", "0", "--dry-run", "--json"])
+            .arg("--config")
+            .arg(&p.config),
     );
     let reports: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let live = p.table_dir(&b).display().to_string();
@@ -717,10 +685,9 @@ pub(crate) fn assert_lsm_swapped_in_one_step(dir: &Path, online: bool) -> i64 {
 /// nothing; `cdcd cleanup` afterwards deletes nothing live.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_lsm_table_is_resynced_online_while_the_others_stream() {
-    let Some(env) = test_env("an_lsm_table_is_resynced_online_while_the_others_stream") else {
+    let Some((env, name)) = test_env_and_name("rsynl") else {
         return;
     };
-    let name = unique("rsynl");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 3_000)).await;
@@ -1074,10 +1041,9 @@ async fn crashes_around_an_online_resyncs_end(env: &crate::support::TestEnv, lsm
 // table ends equal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_type_change_during_an_online_resync_ends_equal() {
-    let Some(env) = test_env("a_type_change_during_an_online_resync_ends_equal") else {
+    let Some((env, name)) = test_env_and_name("rsyncw") else {
         return;
     };
-    let name = unique("rsyncw");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 400_000)).await;

@@ -13,8 +13,8 @@ use std::time::Duration;
 use tokio_postgres::Client;
 
 use crate::support::{
-    connect, current_fields, current_metadata, exec, run_cdcd, start_output, test_env, unique,
-    Pipeline, Settings, TestEnv, NAMESPACE,
+    connect, current_fields, current_metadata, current_test, exec, run_cdcd, schema_fields,
+    start_output, test_env, test_env_and_name, unique, Pipeline, Settings, TestEnv, NAMESPACE,
 };
 
 /// Equal by DuckDB, and by pyiceberg where it can read the table: it refuses equality deletes
@@ -30,10 +30,9 @@ async fn assert_equal_both(p: &mut Pipeline, table: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn add_column_and_widening_keep_replicating_iceberg() {
-    let Some(env) = test_env("add_column_and_widening_keep_replicating_iceberg") else {
+    let Some((env, a)) = test_env_and_name("sev") else {
         return;
     };
-    let a = unique("sev");
     let client = connect(&env.pg_url).await;
     exec(
         &client,
@@ -161,10 +160,9 @@ async fn add_column_and_widening_keep_replicating_iceberg() {
 /// a message naming the table; the replica keeps everything before it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_narrowing_type_change_still_stops() {
-    let Some(env) = test_env("a_narrowing_type_change_still_stops") else {
+    let Some((env, a)) = test_env_and_name("sevx") else {
         return;
     };
-    let a = unique("sevx");
     let client = connect(&env.pg_url).await;
     exec(
         &client,
@@ -311,10 +309,9 @@ async fn add_column_with_a_constant_default_reads_it_in_older_rows() {
 /// stopped stops it at start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_column_dropped_and_added_again_stops_and_resync_recovers() {
-    let Some(env) = test_env("a_column_dropped_and_added_again_stops_and_resync_recovers") else {
+    let Some((env, a)) = test_env_and_name("sreadd") else {
         return;
     };
-    let a = unique("sreadd");
     let client = connect(&env.pg_url).await;
     exec(
         &client,
@@ -457,10 +454,9 @@ async fn drop_column_case(test: &str, lsm: bool) {
 /// transaction commits under it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn add_column_and_widening_keep_replicating_lsm() {
-    let Some(env) = test_env("add_column_and_widening_keep_replicating_lsm") else {
+    let Some((env, a)) = test_env_and_name("sevl") else {
         return;
     };
-    let a = unique("sevl");
     let client = connect(&env.pg_url).await;
     exec(
         &client,
@@ -581,12 +577,16 @@ async fn rename_column_with_the_ddl_trigger_lsm() {
 /// `(name, field id)` of the table's current schema: Iceberg's metadata, or Paimon's newest
 /// `schema/schema-N`.
 fn field_ids(p: &Pipeline, table: &str, lsm: bool) -> Vec<(String, i64)> {
-    if !lsm {
-        return current_fields(&current_metadata(&p.table_dir(table)))
-            .into_iter()
-            .map(|f| (f.0, f.1))
-            .collect();
-    }
+    let fields = if lsm {
+        paimon_fields(p, table)
+    } else {
+        current_fields(&current_metadata(&p.table_dir(table)))
+    };
+    fields.into_iter().map(|f| (f.0, f.1)).collect()
+}
+
+/// `(name, id, type)` of the fields in Paimon's newest `schema/schema-N`.
+fn paimon_fields(p: &Pipeline, table: &str) -> Vec<(String, i64, String)> {
     let dir = p
         .warehouse
         .join(format!("{NAMESPACE}.db"))
@@ -603,17 +603,7 @@ fn field_ids(p: &Pipeline, table: &str, lsm: bool) -> Vec<(String, i64)> {
     let schema: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join(format!("schema-{newest}"))).unwrap())
             .unwrap();
-    schema["fields"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            (
-                f["name"].as_str().unwrap().to_owned(),
-                f["id"].as_i64().unwrap(),
-            )
-        })
-        .collect()
+    schema_fields(&schema)
 }
 
 async fn rename_case(test: &str, lsm: bool) {
@@ -946,10 +936,9 @@ impl Streamed {
 /// visible, so it stops before applying it, as it does for an ordinary transaction.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_column_readded_inside_a_streamed_transaction_stops() {
-    let Some(env) = test_env("a_column_readded_inside_a_streamed_transaction_stops") else {
+    let Some((env, a)) = test_env_and_name("sreadds") else {
         return;
     };
-    let a = unique("sreadds");
     let client = connect(&env.pg_url).await;
     exec(
         &client,
@@ -1052,9 +1041,7 @@ async fn a_default_added_inside_a_long_streamed_transaction_replicates() {
 /// lake, not NULL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stored_default_reaches_a_transaction_committed_inside_a_streamed_one() {
-    let Some(env) =
-        test_env("a_stored_default_reaches_a_transaction_committed_inside_a_streamed_one")
-    else {
+    let Some(env) = test_env(&current_test()) else {
         return;
     };
     if std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality") {
@@ -1111,10 +1098,9 @@ async fn a_stored_default_reaches_a_transaction_committed_inside_a_streamed_one(
 /// name and skip its rows. It stops, naming the table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_taking_the_name_inside_a_streamed_transaction_stops() {
-    let Some(env) = test_env("a_table_taking_the_name_inside_a_streamed_transaction_stops") else {
+    let Some((env, a)) = test_env_and_name("sswap") else {
         return;
     };
-    let a = unique("sswap");
     let client = connect(&env.pg_url).await;
     exec(
         &client,

@@ -22,9 +22,11 @@
 use std::time::Duration;
 
 use crate::ops::metrics::{free_port, get, sample};
-use crate::postgres::resync::{assert_swapped, create_table, wait_for, writes, Writers};
+use crate::postgres::resync::{assert_swapped, create_table, writes, Writers};
+use crate::support::wait_for;
 use crate::support::{
-    connect, current_metadata, exec, start_output, test_env, unique, Pipeline, Settings, TestEnv,
+    connect, current_metadata, current_test, exec, start_output, test_env, unique, Pipeline,
+    Settings, TestEnv,
 };
 
 /// What a test changes in table `a`.
@@ -210,9 +212,7 @@ async fn a_type_change_no_format_widens_resyncs_the_table_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rename_without_the_trigger_inside_a_transaction_resyncs_the_table_alone() {
-    let Some(env) =
-        test_env("a_rename_without_the_trigger_inside_a_transaction_resyncs_the_table_alone")
-    else {
+    let Some(env) = test_env(&current_test()) else {
         return;
     };
     resynced_while_the_other_streams(&env, "scrrn", Sink::Iceberg, RENAME_INSIDE_A_TRANSACTION)
@@ -234,8 +234,7 @@ enum WayOut {
 /// trigger. Taking the setting ends equal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_under_evolve_names_every_way_out_and_the_setting_is_one() {
-    let Some(env) = test_env("a_stop_under_evolve_names_every_way_out_and_the_setting_is_one")
-    else {
+    let Some(env) = test_env(&current_test()) else {
         return;
     };
     stopped_then(&env, "screv", WayOut::Setting).await;

@@ -8,9 +8,10 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::support::{connect, exec, test_env, unique, Pipeline, Settings};
+use crate::support::wait_for;
+use crate::support::{connect, exec, test_env_and_name, Pipeline, Settings};
 use tokio_postgres::Client;
 
 /// A table of `rows` rows; every 100th row holds a TOASTed `t` (stored out of line).
@@ -95,22 +96,11 @@ fn start_output(p: &Pipeline, n: u32) -> String {
     crate::support::start_output(&p.output(), n)
 }
 
-/// Waits until the output of the current run satisfies `ready`.
-async fn wait_for(p: &mut Pipeline, what: &str, timeout: Duration, ready: impl Fn(&str) -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !ready(&p.output()) {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        p.assert_running();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_during_a_parallel_copy_converge() {
-    let Some(env) = test_env("writes_during_a_parallel_copy_converge") else {
+    let Some((env, name)) = test_env_and_name("snapw") else {
         return;
     };
-    let name = unique("snapw");
     let t = format!("{name}_t");
     let rows = 100_000;
     let client = connect(&env.pg_url).await;
@@ -156,10 +146,9 @@ async fn writes_during_a_parallel_copy_converge() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
-    let Some(env) = test_env("a_kill_mid_copy_resumes_from_the_committed_chunks") else {
+    let Some((env, name)) = test_env_and_name("snapk") else {
         return;
     };
-    let name = unique("snapk");
     let t = format!("{name}_t");
     let rows = 400_000;
     let client = connect(&env.pg_url).await;
@@ -229,10 +218,9 @@ async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_added_later_is_copied_alone() {
-    let Some(env) = test_env("a_table_added_later_is_copied_alone") else {
+    let Some((env, name)) = test_env_and_name("snapa") else {
         return;
     };
-    let name = unique("snapa");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 5_000)).await;
@@ -306,11 +294,9 @@ async fn a_table_added_later_is_copied_alone() {
 /// with "cannot complete a partial update: row not in table".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partial_update_of_a_row_deleted_inside_the_window_is_dropped() {
-    let Some(env) = test_env("a_partial_update_of_a_row_deleted_inside_the_window_is_dropped")
-    else {
+    let Some((env, name)) = test_env_and_name("snapg") else {
         return;
     };
-    let name = unique("snapg");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 1_000)).await;

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 
-use crate::support::{connect, exec, ground, run_cdcd, unique, Pipeline, Settings, TestEnv};
+use crate::support::{
+    connect, current_test, exec, ground, run_cdcd, unique, Pipeline, Settings, TestEnv,
+};
 
 /// Passwords the test bed's script sets for its roles.
 const TLS_PASSWORD: &str = "cdcd-tls-pw";
@@ -27,19 +29,23 @@ struct TlsBed {
     dir: PathBuf,
 }
 
-fn tls_bed(test: &str) -> Option<TlsBed> {
+/// The TLS server and the running test's [`unique`] name from `tag`.
+fn tls_bed(tag: &str) -> Option<(TlsBed, String)> {
+    let test = current_test();
+    let test = test.as_str();
     let pg_url = ground::var(test, "CDCD_TEST_PG_TLS")?;
     let python = ground::var(test, "CDCD_TEST_PYTHON")?;
     let ca = PathBuf::from(ground::var(test, "CDCD_TEST_PG_TLS_CA")?);
     let dir = PathBuf::from(ground::var(test, "CDCD_TEST_PG_TLS_DIR")?);
     let url = url::Url::parse(&pg_url).unwrap();
     let addr = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap());
-    Some(TlsBed {
+    let bed = TlsBed {
         env: TestEnv { pg_url, python },
         addr,
         ca,
         dir,
-    })
+    };
+    Some((bed, unique(tag)))
 }
 
 impl TlsBed {
@@ -90,10 +96,9 @@ fn check(config: &std::path::Path) -> (bool, String) {
 /// the pipeline, and `pg_stat_ssl` shows each of cdcd's live backends (walsender, monitor) in TLS.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replication_copy_and_heartbeat_run_over_verified_tls() {
-    let Some(bed) = tls_bed("replication_copy_and_heartbeat_run_over_verified_tls") else {
+    let Some((bed, name)) = tls_bed("tlsrep") else {
         return;
     };
-    let name = unique("tlsrep");
     let t = format!("{name}_t");
     let client = connect(&bed.env.pg_url).await;
     table_with_rows(&client, &t).await;
@@ -160,10 +165,9 @@ async fn replication_copy_and_heartbeat_run_over_verified_tls() {
 /// `allow` (plain refused, then TLS) and `require` (no verification).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_misconfigurations_fail_clearly() {
-    let Some(bed) = tls_bed("tls_misconfigurations_fail_clearly") else {
+    let Some((bed, name)) = tls_bed("tlsbad") else {
         return;
     };
-    let name = unique("tlsbad");
     let t = format!("{name}_t");
     let client = connect(&bed.env.pg_url).await;
     table_with_rows(&client, &t).await;
@@ -265,10 +269,9 @@ async fn tls_misconfigurations_fail_clearly() {
 /// wrong password names the user and the method.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn md5_authentication_replicates() {
-    let Some(bed) = tls_bed("md5_authentication_replicates") else {
+    let Some((bed, name)) = tls_bed("tlsmd5") else {
         return;
     };
-    let name = unique("tlsmd5");
     let t = format!("{name}_t");
     let client = connect(&bed.env.pg_url).await;
     table_with_rows(&client, &t).await;
@@ -307,10 +310,9 @@ async fn md5_authentication_replicates() {
 /// A client certificate (`cert` authentication, no password) over `verify-ca`: copy and stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificate_authentication_replicates() {
-    let Some(bed) = tls_bed("client_certificate_authentication_replicates") else {
+    let Some((bed, name)) = tls_bed("tlscrt") else {
         return;
     };
-    let name = unique("tlscrt");
     let t = format!("{name}_t");
     let client = connect(&bed.env.pg_url).await;
     table_with_rows(&client, &t).await;

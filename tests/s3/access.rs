@@ -4,11 +4,12 @@
 //! reader's own settings, and the fault proxy as a logging pass-through.
 #![allow(dead_code)]
 
-use std::io::BufRead as _;
+use std::ffi::OsStr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
-use crate::support::{Pipeline, Settings, TestEnv, LAKECHECK, NAMESPACE};
+use crate::support::proxy::{ProxyProcess, FAULTPROXY};
+use crate::support::{output_ok, Pipeline, Settings, TestEnv, LAKECHECK, NAMESPACE};
 
 /// Creates `bucket` on `endpoint` (boto3, trusting `ca` for https).
 pub fn create_bucket(env: &TestEnv, endpoint: &str, ca: Option<&str>, bucket: &str) {
@@ -18,15 +19,7 @@ pub fn create_bucket(env: &TestEnv, endpoint: &str, ca: Option<&str>, bucket: &s
          aws_secret_access_key='test', region_name='us-east-1', verify={verify})\n\
          try:\n    c.create_bucket(Bucket={bucket:?})\nexcept c.exceptions.BucketAlreadyOwnedByYou:\n    pass\n"
     );
-    let out = Command::new(&env.python)
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "create bucket {bucket} on {endpoint}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    output_ok(Command::new(&env.python).args(["-c", &script]));
 }
 
 /// A pipeline replicating `table` into `s3://<bucket>/wh` with `[sink.s3]` = `section`.
@@ -115,7 +108,7 @@ impl S3Custom {
 
 /// The fault proxy with no faults, logging each request's host and access key id; killed on drop.
 pub struct LoggingProxy {
-    child: Child,
+    _process: ProxyProcess,
     pub url: String,
     pub log: PathBuf,
     _dir: tempfile::TempDir,
@@ -125,28 +118,12 @@ impl LoggingProxy {
     pub fn start(python: &str, upstream: &str) -> LoggingProxy {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("requests.log");
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/faultproxy.py");
-        let mut child = Command::new(python)
-            .arg(script)
-            .arg(upstream)
-            .args(["--fail", "0", "--delay", "0", "--log-auth", "--log"])
-            .arg(&log)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .trim()
-            .strip_prefix("listening ")
-            .unwrap_or_else(|| panic!("faultproxy said {line:?}"))
-            .to_owned();
+        let args = ["--fail", "0", "--delay", "0", "--log-auth", "--log"];
+        let args = args.iter().map(OsStr::new).chain([log.as_os_str()]);
+        let process = ProxyProcess::start(python, FAULTPROXY, upstream, args, Stdio::null());
         LoggingProxy {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
+            url: process.url.clone(),
+            _process: process,
             log,
             _dir: dir,
         }
@@ -174,12 +151,5 @@ impl LoggingProxy {
                 }
             })
             .collect()
-    }
-}
-
-impl Drop for LoggingProxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

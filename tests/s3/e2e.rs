@@ -5,19 +5,15 @@
 
 use std::time::Duration;
 
-use crate::support::s3::{moto, S3Pipeline};
-use crate::support::{connect, exec, test_env, unique};
+use crate::support::s3::{moto_test_env, S3Pipeline};
+use crate::support::{connect, exec};
 use object_store::ObjectStoreExt;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_warehouse_reads_back_equal() {
-    let Some(env) = test_env("s3_warehouse_reads_back_equal") else {
+    let Some((env, endpoint, n)) = moto_test_env(false, "s3e2e") else {
         return;
     };
-    let Some(endpoint) = moto("s3_warehouse_reads_back_equal", false) else {
-        return;
-    };
-    let n = unique("s3e2e");
     let client = connect(&env.pg_url).await;
     exec(
         &client,

@@ -13,12 +13,12 @@
 //!   commits `snapshot-N` itself, then the dead one's create arrives: it is refused (412), the
 //!   object stays the new holder's, and the table equals the source.
 
-use std::io::BufRead as _;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::s3::{create_bucket, moto, s3_config, S3Pipeline, SinkKind};
+use crate::support::proxy::{ProxyProcess, FAULTPROXY};
+use crate::support::s3::{create_bucket, moto, moto_test_env, s3_config, S3Pipeline, SinkKind};
 use crate::support::{connect, exec, test_env, unique};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
@@ -72,53 +72,18 @@ async fn s3_conditional_create_has_exactly_one_winner() {
     }
 }
 
-/// The fault proxy, killed on drop.
-struct Proxy {
-    child: Child,
-    pub url: String,
+/// The fault proxy in front of `upstream`, failing `fail` of the requests.
+fn fault_proxy(python: &str, upstream: &str, fail: f64) -> ProxyProcess {
+    fault_proxy_with(
+        python,
+        upstream,
+        &["--fail", &fail.to_string(), "--seed", "7"],
+    )
 }
 
-impl Proxy {
-    fn start(python: &str, upstream: &str, fail: f64) -> Proxy {
-        Proxy::with_args(
-            python,
-            upstream,
-            &["--fail", &fail.to_string(), "--seed", "7"],
-        )
-    }
-
-    /// The proxy with `args` (faultproxy.py's options).
-    fn with_args(python: &str, upstream: &str, args: &[&str]) -> Proxy {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/faultproxy.py");
-        let mut child = Command::new(python)
-            .arg(script)
-            .arg(upstream)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(stdout)
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .trim()
-            .strip_prefix("listening ")
-            .unwrap_or_else(|| panic!("faultproxy said {line:?}"));
-        Proxy {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-        }
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The fault proxy with `args` (faultproxy.py's options).
+fn fault_proxy_with(python: &str, upstream: &str, args: &[&str]) -> ProxyProcess {
+    ProxyProcess::start(python, FAULTPROXY, upstream, args, Stdio::inherit())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,7 +104,7 @@ async fn faulty_network(test: &str, sink: SinkKind) {
     let Some(endpoint) = moto(test, true) else {
         return;
     };
-    let proxy = Proxy::start(&env.python, &endpoint, 0.10);
+    let proxy = fault_proxy(&env.python, &endpoint, 0.10);
     let n = unique(match sink {
         SinkKind::Iceberg => "s3fault",
         SinkKind::Lsm => "s3faultl",
@@ -227,7 +192,7 @@ async fn s3_lsm_retried_snapshot_create_is_its_own_commit() {
     let Some(endpoint) = moto(test, true) else {
         return;
     };
-    let proxy = Proxy::with_args(
+    let proxy = fault_proxy_with(
         &env.python,
         &endpoint,
         &[
@@ -288,21 +253,16 @@ async fn s3_lsm_retried_snapshot_create_is_its_own_commit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_lsm_stalled_snapshot_creates_hold_the_ack() {
-    let test = "s3_lsm_stalled_snapshot_creates_hold_the_ack";
-    let Some(env) = test_env(test) else {
+    let Some((env, endpoint, n)) = moto_test_env(true, "s3stalll") else {
         return;
     };
-    let Some(endpoint) = moto(test, true) else {
-        return;
-    };
-    let n = unique("s3stalll");
     let client = connect(&env.pg_url).await;
     lsm_table(&client, &n, 500).await;
     let mut s = S3Pipeline::with_sink(&env, &n, &[&n], &endpoint, SinkKind::Lsm);
     s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
     let flag = s.p.config.with_file_name("stall-snapshots");
     let flag_arg = flag.display().to_string();
-    let proxy = Proxy::with_args(
+    let proxy = fault_proxy_with(
         &env.python,
         &endpoint,
         &[
@@ -375,14 +335,9 @@ async fn s3_lsm_stalled_snapshot_creates_hold_the_ack() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_lsm_late_snapshot_create_of_a_dead_holder_changes_nothing() {
-    let test = "s3_lsm_late_snapshot_create_of_a_dead_holder_changes_nothing";
-    let Some(env) = test_env(test) else {
+    let Some((env, endpoint, n)) = moto_test_env(true, "s3latel") else {
         return;
     };
-    let Some(endpoint) = moto(test, true) else {
-        return;
-    };
-    let n = unique("s3latel");
     let client = connect(&env.pg_url).await;
     lsm_table(&client, &n, 500).await;
     let mut s = S3Pipeline::with_sink(&env, &n, &[&n], &endpoint, SinkKind::Lsm);
@@ -391,7 +346,7 @@ async fn s3_lsm_late_snapshot_create_of_a_dead_holder_changes_nothing() {
     let flag = s.p.config.with_file_name("stall-snapshots");
     let log = s.p.config.with_file_name("proxy.log");
     let (flag_arg, log_arg) = (flag.display().to_string(), log.display().to_string());
-    let proxy = Proxy::with_args(
+    let proxy = fault_proxy_with(
         &env.python,
         &endpoint,
         &[

@@ -7,21 +7,16 @@
 
 use std::time::Duration;
 
-use crate::support::s3::{moto, S3Pipeline, SinkKind};
-use crate::support::{connect, exec, test_env, unique};
+use crate::support::s3::{moto_test_env, S3Pipeline, SinkKind};
+use crate::support::{connect, exec};
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_lsm_warehouse_reads_back_equal() {
-    let test = "s3_lsm_warehouse_reads_back_equal";
-    let Some(env) = test_env(test) else {
+    let Some((env, endpoint, n)) = moto_test_env(false, "s3lsm") else {
         return;
     };
-    let Some(endpoint) = moto(test, false) else {
-        return;
-    };
-    let n = unique("s3lsm");
     let client = connect(&env.pg_url).await;
     exec(
         &client,
@@ -116,14 +111,9 @@ async fn s3_lsm_warehouse_reads_back_equal() {
 /// files without touching a live one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_lsm_resync_swaps_on_the_object_store() {
-    let test = "s3_lsm_resync_swaps_on_the_object_store";
-    let Some(env) = test_env(test) else {
+    let Some((env, endpoint, n)) = moto_test_env(false, "s3lsmrs") else {
         return;
     };
-    let Some(endpoint) = moto(test, false) else {
-        return;
-    };
-    let n = unique("s3lsmrs");
     let client = connect(&env.pg_url).await;
     exec(
         &client,

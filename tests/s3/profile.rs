@@ -10,17 +10,14 @@
 use std::time::Duration;
 
 use super::access::{create_bucket, LoggingProxy, S3Custom};
-use crate::support::s3::{bucket_name, moto};
-use crate::support::{connect, exec, test_env, unique};
+use crate::support::s3::{bucket_name, moto_test_env};
+use crate::support::{connect, exec};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_credentials_from_an_aws_profile_only() {
-    let test = "s3_credentials_from_an_aws_profile_only";
-    let Some(env) = test_env(test) else { return };
-    let Some(moto_url) = moto(test, false) else {
+    let Some((env, moto_url, n)) = moto_test_env(false, "s3prof") else {
         return;
     };
-    let n = unique("s3prof");
     let client = connect(&env.pg_url).await;
     exec(
         &client,

@@ -7,8 +7,8 @@ use std::fs::OpenOptions;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::support::s3::{moto, wait_until, S3Pipeline};
-use crate::support::{connect, exec, test_env, unique};
+use crate::support::s3::{moto_test_env, wait_until, S3Pipeline};
+use crate::support::{connect, exec};
 
 fn spawn(config: &std::path::Path, log: &std::path::Path) -> Child {
     let out = OpenOptions::new()
@@ -28,13 +28,9 @@ fn spawn(config: &std::path::Path, log: &std::path::Path) -> Child {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_standby_takes_over() {
-    let Some(env) = test_env("s3_standby_takes_over") else {
+    let Some((env, endpoint, n)) = moto_test_env(true, "s3standby") else {
         return;
     };
-    let Some(endpoint) = moto("s3_standby_takes_over", true) else {
-        return;
-    };
-    let n = unique("s3standby");
     let client = connect(&env.pg_url).await;
     exec(
         &client,

@@ -19,7 +19,9 @@
 pub mod ground;
 pub mod hadoop_table;
 pub mod mysql;
+pub mod proxy;
 pub mod s3;
+pub mod table_files;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write as _;
@@ -55,6 +57,17 @@ pub fn stderr_then_stdout(out: &std::process::Output) -> String {
     )
 }
 
+/// Runs `cmd` to its end; panics naming the command and with its output unless it exits 0.
+pub fn output_ok(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        stderr_then_stdout(&out)
+    );
+    out
+}
+
 /// `cdcd <args> --config <file>`: (exit 0, stdout + stderr).
 pub fn run_cdcd(args: &[&str], config: &Path) -> (bool, String) {
     let out = Command::new(cdcd_bin())
@@ -82,6 +95,21 @@ pub fn test_env(test: &str) -> Option<TestEnv> {
     let pg_url = ground::var(test, "CDCD_TEST_PG")?;
     let python = ground::var(test, "CDCD_TEST_PYTHON")?;
     Some(TestEnv { pg_url, python })
+}
+
+/// The running test's name: libtest runs each test on a thread named after it
+/// (`postgres::lifecycle::restart_with_nothing_new_writes_no_snapshot`).
+pub fn current_test() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("this test")
+        .to_owned()
+}
+
+/// [`test_env`] of the running test and its [`unique`] name from `tag`: the opening of most
+/// Postgres tests.
+pub fn test_env_and_name(tag: &str) -> Option<(TestEnv, String)> {
+    Some((test_env(&current_test())?, unique(tag)))
 }
 
 /// The test bed's Spark (its `spark` component, in the readers' venv): the python with pyspark
@@ -330,6 +358,40 @@ impl Pipeline {
         fs::write(&self.config, text).unwrap();
     }
 
+    /// Background maintenance every 200 ms that compacts a table once it has 3 files under 1 MB:
+    /// table properties after `[sink]`, the config's last table.
+    pub fn compact_often(&mut self) {
+        let mut text = fs::read_to_string(&self.config).unwrap();
+        text.push_str(
+            "\n[sink.table_properties]\n\"write.target-file-size-bytes\" = \"1000000\"\n\
+             \"cdcd.compaction.min-input-files\" = \"3\"\n",
+        );
+        fs::write(&self.config, text).unwrap();
+        self.env_vars
+            .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "200".into()));
+    }
+
+    /// An LSM sink of the test's own over the pipeline's warehouse, set up as the generated config
+    /// sets cdcd's (for a full compaction the test runs itself).
+    pub fn lsm_sink(&self) -> cdcd::sinks::lsm::LsmSink {
+        let buckets = self.lsm_buckets.expect("not an LSM pipeline");
+        cdcd::sinks::lsm::LsmSink::new(
+            &cdcd::config::LsmConfig {
+                warehouse: format!("file://{}", self.warehouse.display()),
+                namespace: Some(NAMESPACE.into()),
+                buckets,
+                merge_engine: cdcd::config::MergeEngine::Deduplicate,
+                compaction_trigger: 3,
+                snapshots_retained: 10,
+                snapshot_time_retained_ms: None,
+                deletion_vectors: false,
+                tables: Default::default(),
+            },
+            &self.name,
+        )
+        .unwrap()
+    }
+
     /// SQL to run at cleanup (after cdcd is gone and the slot dropped), e.g. `DROP TABLE IF EXISTS x`.
     pub fn on_cleanup(&mut self, sql: impl Into<String>) {
         self.cleanup_sql.push(sql.into());
@@ -437,18 +499,12 @@ impl Pipeline {
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_default();
-        let out = std::process::Command::new(&self.env.python)
-            .env("LAKECHECK_DIR", lakecheck_dir)
-            .arg("-c")
-            .arg(code)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "python: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        let out = output_ok(
+            Command::new(&self.env.python)
+                .env("LAKECHECK_DIR", lakecheck_dir)
+                .arg("-c")
+                .arg(code)
+                .args(args),
         );
         String::from_utf8_lossy(&out.stdout).to_string()
     }
@@ -692,6 +748,21 @@ impl Pipeline {
     }
 }
 
+/// Waits until cdcd's whole output satisfies `ready`; fails if cdcd dies or `timeout` passes.
+pub async fn wait_for(
+    p: &mut Pipeline,
+    what: &str,
+    timeout: Duration,
+    ready: impl Fn(&str) -> bool,
+) {
+    let deadline = Instant::now() + timeout;
+    while !ready(&p.output()) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        p.assert_running();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Drops `slot` if it exists; a walsender still attached (cdcd just died) is terminated first.
 pub async fn drop_slot(client: &Client, slot: &str) -> Result<(), String> {
     for _ in 0..50 {
@@ -797,6 +868,11 @@ pub fn current_fields(meta: &serde_json::Value) -> Vec<(String, i64, String)> {
         .iter()
         .find(|s| s["schema-id"].as_i64() == Some(current))
         .unwrap();
+    schema_fields(schema)
+}
+
+/// `(name, id, type)` of a schema's top-level fields: an Iceberg schema, or Paimon's `schema-N`.
+pub fn schema_fields(schema: &serde_json::Value) -> Vec<(String, i64, String)> {
     schema["fields"]
         .as_array()
         .unwrap()

@@ -19,7 +19,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
 
-use super::{cdcd_bin, ground, LAKECHECK, NAMESPACE};
+use super::{cdcd_bin, ground, Rng, LAKECHECK, NAMESPACE};
 
 /// The MariaDB test server and the Python readers.
 #[derive(Clone, Debug)]
@@ -34,6 +34,12 @@ pub fn my_env(test: &str) -> Option<MyEnv> {
     let url = ground::var(test, "CDCD_TEST_MYSQL")?;
     let python = ground::var(test, "CDCD_TEST_PYTHON")?;
     Some(MyEnv { url, python })
+}
+
+/// [`my_env`] of the running test and its [`super::unique`] name from `tag` (its database's
+/// name).
+pub fn my_env_and_name(tag: &str) -> Option<(MyEnv, String)> {
+    Some((my_env(&super::current_test())?, super::unique(tag)))
 }
 
 impl MyEnv {
@@ -59,6 +65,56 @@ pub async fn my_connect(url: &str) -> Conn {
 pub async fn my_exec(conn: &mut Conn, sql: &str) {
     if let Err(e) = conn.query_drop(sql).await {
         panic!("SQL failed: {e}\n--- statement:\n{sql}");
+    }
+}
+
+/// Four rounds on a new table `acct`: cdcd starts, `writes` random inserts, updates and deletes
+/// (seeded as [`Rng::from_env_or_clock`] says for `test`), then a kill -9 at a random moment.
+/// cdcd is not running at the end.
+pub async fn writes_through_kills(p: &mut MyPipeline, c: &mut Conn, test: &str, writes: u32) {
+    my_exec(
+        c,
+        "CREATE TABLE acct (id INT PRIMARY KEY, n BIGINT, note VARCHAR(40))",
+    )
+    .await;
+    let mut rng = Rng::from_env_or_clock(test);
+    let mut next_id = 0;
+    for round in 0..4 {
+        p.start();
+        for _ in 0..writes {
+            let k = rng.range(0, 40);
+            let sql = match rng.range(0, 4) {
+                0 | 1 => {
+                    next_id += 1;
+                    format!("INSERT INTO acct VALUES ({next_id}, {k}, 'r{round}')")
+                }
+                2 => format!("UPDATE acct SET n = n + 1, note = 'u{round}' WHERE id % 40 = {k}"),
+                _ => format!("DELETE FROM acct WHERE id % 40 = {k}"),
+            };
+            my_exec(c, &sql).await;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.range(50, 1500))).await;
+        p.kill9();
+    }
+}
+
+/// Waits until cdcd's whole output satisfies `ready`; fails if cdcd exits or `timeout` passes.
+pub async fn wait_for(
+    p: &mut MyPipeline,
+    what: &str,
+    timeout: Duration,
+    ready: impl Fn(&str) -> bool,
+) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !ready(&p.output()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        assert!(
+            p.wait_exit(Duration::from_millis(50)).await.is_none(),
+            "cdcd exited while waiting for {what}"
+        );
     }
 }
 
@@ -463,21 +519,15 @@ impl PrivateMaria {
             assert!(st.success(), "chown mysql {}", root.display());
         }
         let defaults = format!("--defaults-file={}", cnf.display());
-        let out = Command::new("mariadb-install-db")
-            .arg(&defaults)
-            .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
-            .args(if is_root() {
-                &["--user=mysql"][..]
-            } else {
-                &[]
-            })
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "mariadb-install-db: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        super::output_ok(
+            Command::new("mariadb-install-db")
+                .arg(&defaults)
+                .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+                .args(if is_root() {
+                    &["--user=mysql"][..]
+                } else {
+                    &[]
+                }),
         );
         let server = Command::new("mariadbd")
             .arg(&defaults)

@@ -16,7 +16,10 @@ use cdcd::storage::Warehouse;
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
 
-use crate::support::{ground, Pipeline, Settings, TestEnv, LAKECHECK, NAMESPACE};
+use crate::support::{
+    current_test, ground, output_ok, test_env, unique, Pipeline, Settings, TestEnv, LAKECHECK,
+    NAMESPACE,
+};
 
 /// moto's address for this test, or `None` when the test skips without it ([`ground::var`]).
 pub fn moto(test: &str, serial: bool) -> Option<String> {
@@ -26,6 +29,15 @@ pub fn moto(test: &str, serial: bool) -> Option<String> {
         "CDCD_TEST_S3"
     };
     ground::var(test, var)
+}
+
+/// The opening of most S3 tests: the test bed, moto's address ([`moto`]) and the running test's
+/// unique name from `tag`; `None` when the test skips.
+pub fn moto_test_env(serial: bool, tag: &str) -> Option<(TestEnv, String, String)> {
+    let test = current_test();
+    let env = test_env(&test)?;
+    let endpoint = moto(&test, serial)?;
+    Some((env, endpoint, unique(tag)))
 }
 
 /// A bucket name for `name` (S3: lowercase, digits, '-', 3..63).
@@ -40,15 +52,7 @@ pub fn create_bucket(env: &TestEnv, endpoint: &str, bucket: &str) {
          aws_secret_access_key='test', region_name='us-east-1')\n\
          try:\n    c.create_bucket(Bucket={bucket:?})\nexcept c.exceptions.BucketAlreadyOwnedByYou:\n    pass\n"
     );
-    let out = std::process::Command::new(&env.python)
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "create bucket {bucket}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    output_ok(std::process::Command::new(&env.python).args(["-c", &script]));
 }
 
 /// The `[sink.s3]` settings cdcd gets for `endpoint`.

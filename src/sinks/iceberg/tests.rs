@@ -3,7 +3,6 @@
 //! `scripts/test.sh` and skip with a note elsewhere (`crate::test_ground`).
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use arrow_array::builder::{Int64Builder, StringBuilder};
@@ -13,7 +12,8 @@ use super::*;
 use crate::changelog::{Lsn, Op, Position, TableChangesBuilder};
 use crate::config::DeleteMode;
 use crate::test_fixtures::{
-    changes, col, cp, del, ins, schema, table, test_bed, upd, without_key, C,
+    changes, col, cp, del, first_rows, ins, run_reader, schema, table, test_bed, upd, without_key,
+    C,
 };
 
 fn sink(dir: &Path, mode: DeleteMode) -> IcebergSink {
@@ -33,28 +33,11 @@ fn sink(dir: &Path, mode: DeleteMode) -> IcebergSink {
 /// the check may skip ([`crate::test_ground`]: under CI or `scripts/test.sh` it fails instead).
 fn python(code: &str) -> Option<String> {
     let bed = test_bed();
-    let python = format!("{bed}/venv/bin/python");
-    if !Path::new(&python).exists() {
-        crate::test_ground::missing(
-            "the independent-reader check (DuckDB, pyiceberg)",
-            &format!("{python} is missing (scripts/testbed.sh up; CDCD_TB names another test bed)"),
-        );
-        return None;
-    }
     let script = format!(
         "import sys, json\nsys.path.insert(0, '{bed}')\nfrom duck_load import connect\n{code}\n"
     );
-    let out = Command::new(&python)
-        .arg("-c")
-        .arg(script)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(String::from_utf8(out.stdout).unwrap().trim().to_owned())
+    let out = run_reader("the independent-reader check (DuckDB, pyiceberg)", &script)?;
+    Some(out.trim().to_owned())
 }
 
 /// DuckDB's rows of `iceberg_scan(table)`, ordered by the first column, as text. The progress
@@ -79,14 +62,7 @@ async fn inserts_updates_deletes_read_back_in_duckdb(mode: DeleteMode) {
     let t = schema();
     assert_eq!(s.checkpoint(&t.id).await.unwrap(), None);
 
-    let st = s
-        .commit(
-            &t,
-            &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])],
-            &cp(100),
-        )
-        .await
-        .unwrap();
+    let st = s.commit(&t, &[first_rows(3)], &cp(100)).await.unwrap();
     assert_eq!((st.data_rows, st.deleted_rows, st.files_written), (3, 0, 2));
     let td = table_dir(dir.path());
     if let Some(rows) = duck(&td, "id, a, b") {
@@ -170,13 +146,7 @@ async fn partial_updates_are_completed_from_the_table(mode: DeleteMode) {
     let dir = tempfile::tempdir().unwrap();
     let s = sink(dir.path(), mode);
     let t = schema();
-    s.commit(
-        &t,
-        &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])],
-        &cp(1),
-    )
-    .await
-    .unwrap();
+    s.commit(&t, &[first_rows(3)], &cp(1)).await.unwrap();
     // Row 2's current value comes from a later snapshot than its insert.
     s.commit(&t, &[changes(&[upd(2, Some("b2"), 22)])], &cp(2))
         .await

@@ -3,7 +3,6 @@
 //! and skip with a note elsewhere (`crate::test_ground`).
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +10,9 @@ use super::schema::FileSchemas;
 use super::*;
 use crate::changelog::{Lsn, Op, Position};
 use crate::config::{LsmConfig, MergeEngine};
-use crate::test_fixtures::{changes, cp, del, ins, schema, test_bed, upd, without_key, C};
+use crate::test_fixtures::{
+    changes, cp, del, first_rows, ins, run_reader, schema, upd, without_key, C,
+};
 
 fn config(dir: &Path) -> LsmConfig {
     LsmConfig {
@@ -34,15 +35,6 @@ fn sink(dir: &Path) -> LsmSink {
 /// Reads `public.t` with pypaimon: rows sorted by id as `id|a|b` lines; `None` without the venv
 /// when the check may skip ([`crate::test_ground`]: under CI or `scripts/test.sh` it fails instead).
 fn paimon_rows(dir: &Path) -> Option<Vec<String>> {
-    let bed = test_bed();
-    let python = format!("{bed}/venv/bin/python");
-    if !Path::new(&python).exists() {
-        crate::test_ground::missing(
-            "the pypaimon check",
-            &format!("{python} is missing (scripts/testbed.sh up; CDCD_TB names another test bed)"),
-        );
-        return None;
-    }
     let code = format!(
         r#"
 from pypaimon import CatalogFactory
@@ -55,19 +47,8 @@ for r in sorted(rows, key=lambda r: r['id']):
 "#,
         dir.display()
     );
-    let out = Command::new(&python).arg("-c").arg(&code).output().unwrap();
-    assert!(
-        out.status.success(),
-        "pypaimon failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(String::from)
-            .collect(),
-    )
+    let out = run_reader("the pypaimon check", &code)?;
+    Some(out.lines().map(String::from).collect())
 }
 
 #[tokio::test]
@@ -75,14 +56,7 @@ async fn one_commit_reads_back_in_pypaimon() {
     let dir = tempfile::tempdir().unwrap();
     let s = sink(dir.path());
     let schema = schema();
-    let stats = s
-        .commit(
-            &schema,
-            &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])],
-            &cp(100),
-        )
-        .await
-        .unwrap();
+    let stats = s.commit(&schema, &[first_rows(3)], &cp(100)).await.unwrap();
     assert_eq!(stats.snapshot_id, 1);
     assert_eq!(stats.data_rows, 3);
     let table = dir.path().join("public.db/t");
@@ -117,18 +91,7 @@ async fn updates_deletes_and_partial_rows_merge_across_commits() {
     let dir = tempfile::tempdir().unwrap();
     let s = sink(dir.path());
     let schema = schema();
-    s.commit(
-        &schema,
-        &[changes(&[
-            ins(1, "a"),
-            ins(2, "b"),
-            ins(3, "c"),
-            ins(4, "d"),
-        ])],
-        &cp(1),
-    )
-    .await
-    .unwrap();
+    s.commit(&schema, &[first_rows(4)], &cp(1)).await.unwrap();
     // Partial update of 1 (a absent: from the table), update then delete of 2 in one commit,
     // partial update of 3 completed from an earlier change in the same commit.
     s.commit(
@@ -292,13 +255,7 @@ async fn deletion_vector_tables_read_equal_after_the_background_compaction() {
     c.deletion_vectors = true;
     let s = LsmSink::new(&c, "shop").unwrap();
     let schema = schema();
-    s.commit(
-        &schema,
-        &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])],
-        &cp(1),
-    )
-    .await
-    .unwrap();
+    s.commit(&schema, &[first_rows(3)], &cp(1)).await.unwrap();
     s.commit(&schema, &[changes(&[upd(1, None, 11), del(2)])], &cp(2))
         .await
         .unwrap();
@@ -608,13 +565,7 @@ async fn a_resync_lineage_replaces_the_live_table_in_one_snapshot() {
     let dir = tempfile::tempdir().unwrap();
     let s = sink(dir.path());
     let t = schema();
-    s.commit(
-        &t,
-        &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])],
-        &cp(100),
-    )
-    .await
-    .unwrap();
+    s.commit(&t, &[first_rows(3)], &cp(100)).await.unwrap();
     s.commit(&t, &[changes(&[upd(1, Some("a2"), 11), del(2)])], &cp(200))
         .await
         .unwrap();

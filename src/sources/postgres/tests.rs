@@ -100,6 +100,19 @@ fn ids32(c: &TableChanges) -> Vec<i32> {
         .to_vec()
 }
 
+/// Cancels a source's `run` and waits (at most 20 s) for it to end without an error.
+async fn stop<T, E: std::fmt::Debug>(
+    shutdown: &CancellationToken,
+    run: tokio::task::JoinHandle<Result<T, E>>,
+) {
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
+
 #[tokio::test]
 async fn source_against_postgres() {
     let Some(url) = pg_url("source_against_postgres") else {
@@ -278,12 +291,7 @@ async fn source_against_postgres() {
     }
     assert_eq!(confirmed, acked);
 
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(20), run)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    stop(&shutdown, run).await;
 
     // A restart without snapshot resumes after the acknowledged position: only what came since.
     pg.batch_execute(&format!("INSERT INTO {a} VALUES (6, 'six', 6)"))
@@ -310,12 +318,7 @@ async fn source_against_postgres() {
     assert_eq!(t.len(), 1, "{:?}", summary(&resumed));
     assert!(t[0].position > Position::Postgres(acked));
     assert_eq!(ids32(&t[0].changes[0]), vec![6]);
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(20), run)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    stop(&shutdown, run).await;
 }
 
 #[tokio::test]

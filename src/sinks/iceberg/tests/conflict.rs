@@ -4,22 +4,15 @@
 use std::collections::HashMap;
 
 use iceberg::spec::{
-    FormatVersion, NestedField, Operation, PrimitiveType, Schema, Snapshot, Summary, TableMetadata,
-    TableMetadataBuilder, Type,
+    FormatVersion, Operation, Snapshot, Summary, TableMetadata, TableMetadataBuilder,
 };
 
 use super::*;
 use crate::sinks::iceberg::commit::publish;
+use crate::test_fixtures::iceberg_id_schema;
 
 fn empty() -> TableMetadata {
-    let schema = Schema::builder()
-        .with_fields(vec![Arc::new(NestedField::required(
-            1,
-            "id",
-            Type::Primitive(PrimitiveType::Long),
-        ))])
-        .build()
-        .unwrap();
+    let schema = iceberg_id_schema();
     publish::new_table(
         &TableId::new("shop", "t"),
         "file:///w/shop/t",

@@ -49,18 +49,7 @@ async fn existing_dv_is_merged_and_its_entry_removed() {
     let s = dv_sink(dir.path());
     let t = schema();
     let td = table_dir(dir.path());
-    s.commit(
-        &t,
-        &[changes(&[
-            ins(1, "a"),
-            ins(2, "b"),
-            ins(3, "c"),
-            ins(4, "d"),
-        ])],
-        &cp(1),
-    )
-    .await
-    .unwrap();
+    s.commit(&t, &[first_rows(4)], &cp(1)).await.unwrap();
     assert_eq!(metadata(dir.path(), 2)["format-version"], 3);
     // First DV on the file: row 1 updated, row 2 deleted.
     let st = s
@@ -119,13 +108,7 @@ async fn delete_reinsert_key_change_and_partial_update_over_a_dv() {
     });
     let t = schema();
     let td = table_dir(dir.path());
-    s.commit(
-        &t,
-        &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])],
-        &cp(1),
-    )
-    .await
-    .unwrap();
+    s.commit(&t, &[first_rows(3)], &cp(1)).await.unwrap();
     // Delete + re-insert, key change 3 → 30, and an insert + update in one commit whose first
     // version sits in a closed file (DV on this commit's own file).
     s.commit(

@@ -78,18 +78,7 @@ async fn restart_with_the_index_behind_the_table_replays_the_difference() {
     let dir = tempfile::tempdir().unwrap();
     let t = schema();
     let s = dv_sink(dir.path());
-    s.commit(
-        &t,
-        &[changes(&[
-            ins(1, "a"),
-            ins(2, "b"),
-            ins(3, "c"),
-            ins(4, "d"),
-        ])],
-        &cp(1),
-    )
-    .await
-    .unwrap();
+    s.commit(&t, &[first_rows(4)], &cp(1)).await.unwrap();
     let first = covered(&s).await;
     let saved = dir.path().join("saved-index");
     copy_dir(&index_dir(dir.path()), &saved);
@@ -133,13 +122,7 @@ async fn missing_index_is_rebuilt_from_the_table() {
         max_rows: 2,
         max_bytes: usize::MAX,
     });
-    s.commit(
-        &t,
-        &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])],
-        &cp(1),
-    )
-    .await
-    .unwrap();
+    s.commit(&t, &[first_rows(3)], &cp(1)).await.unwrap();
     s.commit(&t, &[changes(&[upd(3, Some("c2"), 3), del(1)])], &cp(2))
         .await
         .unwrap();
@@ -197,13 +180,7 @@ async fn partial_update_after_restart_is_completed_through_the_index() {
     let dir = tempfile::tempdir().unwrap();
     let t = schema();
     let s = dv_sink(dir.path());
-    s.commit(
-        &t,
-        &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])],
-        &cp(1),
-    )
-    .await
-    .unwrap();
+    s.commit(&t, &[first_rows(3)], &cp(1)).await.unwrap();
     s.commit(
         &t,
         &[changes(&[

@@ -10,13 +10,7 @@ async fn the_swap_is_one_snapshot_on_the_live_head(mode: DeleteMode) {
     let dir = tempfile::tempdir().unwrap();
     let s = sink(dir.path(), mode);
     let t = schema();
-    s.commit(
-        &t,
-        &[changes(&[ins(1, "a"), ins(2, "b"), ins(3, "c")])],
-        &cp(100),
-    )
-    .await
-    .unwrap();
+    s.commit(&t, &[first_rows(3)], &cp(100)).await.unwrap();
     s.commit(&t, &[changes(&[upd(1, Some("a2"), 11), del(2)])], &cp(200))
         .await
         .unwrap();

@@ -3,16 +3,14 @@
 //! on an in-memory warehouse: the versions it leaves, the hint, and what a load finds.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use bytes::Bytes;
-use iceberg::spec::{
-    FormatVersion, NestedField, PrimitiveType, Schema, TableMetadata, TableMetadataBuilder, Type,
-};
+use iceberg::spec::{FormatVersion, TableMetadata, TableMetadataBuilder};
 use object_store::{ObjectStoreExt, PutPayload};
 
 use super::*;
 use crate::sinks::iceberg::files::metadata::hint_location;
+use crate::test_fixtures::iceberg_id_schema;
 
 const LOCATION: &str = "memory://w/shop/t";
 
@@ -25,14 +23,7 @@ fn warehouse() -> Warehouse {
 }
 
 fn v1() -> TableMetadata {
-    let schema = Schema::builder()
-        .with_fields(vec![Arc::new(NestedField::required(
-            1,
-            "id",
-            Type::Primitive(PrimitiveType::Long),
-        ))])
-        .build()
-        .unwrap();
+    let schema = iceberg_id_schema();
     publish::new_table(
         &table(),
         LOCATION,

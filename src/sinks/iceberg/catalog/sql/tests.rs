@@ -3,14 +3,14 @@
 //! writer named.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use iceberg::spec::{FormatVersion, NestedField, PrimitiveType, Schema, TableMetadata, Type};
+use iceberg::spec::{FormatVersion, TableMetadata};
 
 use super::*;
 use crate::changelog::TableId;
 use crate::sinks::iceberg::catalog::TableRef;
 use crate::sinks::iceberg::commit::publish;
+use crate::test_fixtures::iceberg_id_schema;
 
 struct Bed {
     _dir: tempfile::TempDir,
@@ -49,15 +49,7 @@ impl Bed {
     }
 
     fn metadata(&self) -> TableMetadata {
-        let schema = Schema::builder()
-            .with_schema_id(0)
-            .with_fields(vec![Arc::new(NestedField::required(
-                1,
-                "id",
-                Type::Primitive(PrimitiveType::Long),
-            ))])
-            .build()
-            .unwrap();
+        let schema = iceberg_id_schema();
         publish::new_table(
             &self.id,
             &self.location,
