@@ -34,11 +34,11 @@ pub use crate::sinks::lsm::config::{LsmConfig, MergeEngine, RawLsm};
 pub use crate::sources::mysql::config::{MySqlConfig, RawMySql, ZeroDate};
 pub use crate::sources::postgres::config::{PostgresConfig, RawPostgres};
 pub use context::{normalize_warehouse, redact_url, Context, SourceUrl};
+use messages::describe;
 pub use tables::{
     Configured, Origin, PartitionField, RawTableSettings, SinkKind, SortField, TableSettings,
     TablesConfig,
 };
-use messages::describe;
 
 /// A configuration problem, naming the key and where it came from.
 #[derive(Debug, thiserror::Error)]

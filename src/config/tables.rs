@@ -250,10 +250,14 @@ impl TablesConfig {
     pub fn resolve(&self, table: &TableId) -> Result<TableSettings, ConfigError> {
         let matching: Vec<&Section> = self.sections.iter().filter(|s| s.matches(table)).collect();
         let partition_by = self
-            .pick(table, &matching, "partition_by", |s| s.partition_by.is_some())?
+            .pick(table, &matching, "partition_by", |s| {
+                s.partition_by.is_some()
+            })?
             .and_then(|s| {
                 let origin = s.origin(&self.file, "partition_by");
-                s.partition_by.clone().map(|value| Configured { value, origin })
+                s.partition_by
+                    .clone()
+                    .map(|value| Configured { value, origin })
             });
         let sort_by = self
             .pick(table, &matching, "sort_by", |s| s.sort_by.is_some())?
@@ -485,13 +489,17 @@ fn expression(text: &str) -> Result<(String, Transform), String> {
         return column_name(t, text).map(|c| (c, Transform::Identity));
     };
     let Some(inner) = t[open + 1..].strip_suffix(')') else {
-        return Err(format!("{text:?} is not {FORMS} (a \")\" is missing or misplaced)"));
+        return Err(format!(
+            "{text:?} is not {FORMS} (a \")\" is missing or misplaced)"
+        ));
     };
     let name = t[..open].trim().to_ascii_lowercase();
     let args: Vec<&str> = inner.split(',').map(str::trim).collect();
     let one = |transform: Transform| match args.as_slice() {
         [column] => column_name(column, text).map(|c| (c, transform)),
-        _ => Err(format!("{text:?}: {name} takes one column, e.g. {name}(created_at)")),
+        _ => Err(format!(
+            "{text:?}: {name} takes one column, e.g. {name}(created_at)"
+        )),
     };
     let sized = |make: fn(u32) -> String, what: &str| {
         let (n, column) = match args.as_slice() {
@@ -519,7 +527,9 @@ fn expression(text: &str) -> Result<(String, Transform), String> {
         "void" => one(Transform::Void),
         "bucket" => sized(|n| format!("bucket[{n}]"), "N"),
         "truncate" => sized(|w| format!("truncate[{w}]"), "W"),
-        _ => Err(format!("{text:?}: {name:?} is not a transform; use {FORMS}")),
+        _ => Err(format!(
+            "{text:?}: {name:?} is not a transform; use {FORMS}"
+        )),
     }
 }
 

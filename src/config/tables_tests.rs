@@ -104,7 +104,9 @@ properties = { "write.target-file-size-bytes" = "268435456" }
         ]
     );
     assert_eq!(
-        s.properties.get("write.target-file-size-bytes").map(String::as_str),
+        s.properties
+            .get("write.target-file-size-bytes")
+            .map(String::as_str),
         Some("268435456")
     );
     // Empty lists are settings too (unpartitioned, unsorted); absent ones are not.
@@ -142,7 +144,10 @@ fn bad_expressions_name_the_file_the_key_and_the_entry() {
         );
     }
     for (entry, says) in [
-        ("id descending", "write asc or desc, then nulls first or nulls last"),
+        (
+            "id descending",
+            "write asc or desc, then nulls first or nulls last",
+        ),
         ("id desc nulls", "write asc or desc"),
         ("id nulls middle", "write nulls first or nulls last"),
         ("id desc nulls last extra", "write asc or desc"),
@@ -163,7 +168,10 @@ fn bad_expressions_name_the_file_the_key_and_the_entry() {
     let e = error(&with_sections(
         "[sink.tables.\"public.orders\"]\nsort_by = [\"id\", \"id desc\"]\n",
     ));
-    assert!(e.contains("\"id desc\" sorts by a field listed before"), "{e}");
+    assert!(
+        e.contains("\"id desc\" sorts by a field listed before"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -173,51 +181,72 @@ fn section_keys_and_unknown_keys_are_refused() {
             "[sink.tables.{key:?}]\nsort_by = [\"id\"]\n"
         )));
         assert!(
-            e.starts_with(&format!("p.toml: key `sink.tables.{key:?}`: is not a table name")),
+            e.starts_with(&format!(
+                "p.toml: key `sink.tables.{key:?}`: is not a table name"
+            )),
             "{key}: {e}"
         );
     }
     // Keys the contract names for later issues are unknown until they are implemented.
-    for later in ["changelog = true", "deletes = \"soft\"", "row_metadata = true", "json = \"variant\""] {
+    for later in [
+        "changelog = true",
+        "deletes = \"soft\"",
+        "row_metadata = true",
+        "json = \"variant\"",
+    ] {
         let e = error(&with_sections(&format!(
             "[sink.tables.\"public.orders\"]\n{later}\n"
         )));
         assert!(
-            e.contains("unknown key") && e.contains("`partition_by`") && e.contains("public.orders"),
+            e.contains("unknown key")
+                && e.contains("`partition_by`")
+                && e.contains("public.orders"),
             "{later}: {e}"
         );
     }
     let e = error(&with_sections(
         "[sink.tables.\"public.orders\"]\npartition_by = \"day(ts)\"\n",
     ));
-    assert!(e.contains("partition_by") && e.contains("invalid type"), "{e}");
+    assert!(
+        e.contains("partition_by") && e.contains("invalid type"),
+        "{e}"
+    );
 }
 
 #[test]
 fn keys_of_the_other_kind_are_refused_with_the_reason() {
-    let e = error(&with_sections("[sink.tables.\"public.orders\"]\nbuckets = 8\n"));
+    let e = error(&with_sections(
+        "[sink.tables.\"public.orders\"]\nbuckets = 8\n",
+    ));
     assert!(
-        e.starts_with("p.toml: key `sink.tables.\"public.orders\".buckets`: applies to lsm sinks only")
-            && e.contains("bucket(16, id)"),
+        e.starts_with(
+            "p.toml: key `sink.tables.\"public.orders\".buckets`: applies to lsm sinks only"
+        ) && e.contains("bucket(16, id)"),
         "{e}"
     );
     let e = error(&lsm_with_sections(
         "[sink.tables.\"public.orders\"]\nsort_by = [\"id\"]\n",
     ));
     assert!(
-        e.starts_with("p.toml: key `sink.tables.\"public.orders\".sort_by`: applies to iceberg sinks only"),
+        e.starts_with(
+            "p.toml: key `sink.tables.\"public.orders\".sort_by`: applies to iceberg sinks only"
+        ),
         "{e}"
     );
     let e = error(&lsm_with_sections(
         "[sink.tables.\"public.orders\"]\nproperties = { a = \"b\" }\n",
     ));
-    assert!(e.contains(".properties`: applies to iceberg sinks only"), "{e}");
+    assert!(
+        e.contains(".properties`: applies to iceberg sinks only"),
+        "{e}"
+    );
     let e = error(&lsm_with_sections(
         "[sink.tables.\"public.orders\"]\npartition_by = [\"day(created_at)\"]\n",
     ));
     assert!(
-        e.starts_with("p.toml: key `sink.tables.\"public.orders\".partition_by`: \"day(created_at)\": Paimon")
-            && e.contains("no partition transforms"),
+        e.starts_with(
+            "p.toml: key `sink.tables.\"public.orders\".partition_by`: \"day(created_at)\": Paimon"
+        ) && e.contains("no partition transforms"),
         "{e}"
     );
     for bad in ["0", "1025"] {

@@ -26,12 +26,11 @@ impl IcebergSink {
         };
         let meta = &base.metadata;
         let bound = layout::bind(table, &settings, meta.current_schema(), Some(meta))?;
-        let evolved = layout::evolve(meta, &base.file, &bound).map_err(|source| {
-            SinkError::Iceberg {
+        let evolved =
+            layout::evolve(meta, &base.file, &bound).map_err(|source| SinkError::Iceberg {
                 context: format!("evolving the partition spec and sort order of {table}"),
                 source,
-            }
-        })?;
+            })?;
         let Some(evolved) = evolved else {
             return Ok(());
         };

@@ -55,7 +55,14 @@ pub(crate) fn bind(
             let mut builder = UnboundPartitionSpec::builder();
             for field in &configured.value {
                 let shown = field.to_string();
-                let source = column(table, schema, &field.column, field.transform, &shown, origin)?;
+                let source = column(
+                    table,
+                    schema,
+                    &field.column,
+                    field.transform,
+                    &shown,
+                    origin,
+                )?;
                 let name = existing
                     .and_then(|meta| kept_name(meta, source.id, field.transform))
                     .unwrap_or_else(|| field_name(&field.column, field.transform));
@@ -73,7 +80,14 @@ pub(crate) fn bind(
             let mut builder = SortOrder::builder();
             for field in &configured.value {
                 let shown = field.to_string();
-                let source = column(table, schema, &field.column, field.transform, &shown, origin)?;
+                let source = column(
+                    table,
+                    schema,
+                    &field.column,
+                    field.transform,
+                    &shown,
+                    origin,
+                )?;
                 builder.with_sort_field(IcebergSortField {
                     source_id: source.id,
                     transform: field.transform,

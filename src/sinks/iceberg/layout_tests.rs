@@ -79,7 +79,10 @@ fn a_new_table_gets_spec_0_and_sort_order_1() {
     );
     assert_eq!(meta.default_sort_order_id(), 1);
     let shown = describe(&meta);
-    assert_eq!(shown.partition_spec, "spec 0: day(created_at), bucket(4, id)");
+    assert_eq!(
+        shown.partition_spec,
+        "spec 0: day(created_at), bucket(4, id)"
+    );
     assert_eq!(shown.sort_order, "order 1: id asc nulls first");
     // Nothing configured: unpartitioned, unsorted, as before.
     let meta = created(bind(&table(), &settings(""), &schema(), None).unwrap());
@@ -116,7 +119,10 @@ fn a_changed_partition_by_adds_a_spec_keeping_the_ids_of_kept_fields() {
     assert_eq!(next.last_partition_id(), 1002);
     assert_eq!(next.partition_specs_iter().len(), 2);
     let shown = describe(next);
-    assert_eq!(shown.partition_spec, "spec 1: bucket(4, id), truncate(2, name)");
+    assert_eq!(
+        shown.partition_spec,
+        "spec 1: bucket(4, id), truncate(2, name)"
+    );
     assert_eq!(shown.sort_order, "order 1: created_at desc nulls last");
 
     // Back to the first: its spec (and field ids) again, as Iceberg-Java reuses a spec.
@@ -127,13 +133,21 @@ fn a_changed_partition_by_adds_a_spec_keeping_the_ids_of_kept_fields() {
     assert_eq!(ids(&back.metadata)[0].0, 1000);
 
     // partition_by = []: unpartitioned from now on (a new, empty spec).
-    let layout = bind(&table(), &settings("partition_by = []"), next.current_schema(), Some(next))
-        .unwrap();
+    let layout = bind(
+        &table(),
+        &settings("partition_by = []"),
+        next.current_schema(),
+        Some(next),
+    )
+    .unwrap();
     let none = evolve(next, "v2.metadata.json", &layout).unwrap().unwrap();
     assert!(none.metadata.default_partition_spec().fields().is_empty());
     // Unset keys leave the table's spec and order alone.
     let layout = bind(&table(), &settings(""), next.current_schema(), Some(next)).unwrap();
-    assert_eq!((layout.spec.is_none(), layout.order.is_none()), (true, true));
+    assert_eq!(
+        (layout.spec.is_none(), layout.order.is_none()),
+        (true, true)
+    );
     assert_eq!(evolve(next, "v2.metadata.json", &layout).unwrap(), None);
 }
 
@@ -170,26 +184,41 @@ fn a_field_another_engine_named_keeps_its_name() {
 
 #[test]
 fn unknown_columns_and_transforms_that_do_not_apply_are_refused() {
-    let e = bind(&table(), &settings("partition_by = [\"day(nope)\"]"), &schema(), None)
-        .unwrap_err()
-        .to_string();
+    let e = bind(
+        &table(),
+        &settings("partition_by = [\"day(nope)\"]"),
+        &schema(),
+        None,
+    )
+    .unwrap_err()
+    .to_string();
     assert_eq!(
         e,
         "p.toml: key `sink.tables.\"public.orders\".partition_by`: public.orders has no column \
          \"nope\" (its columns: id, name, created_at, amount)"
     );
-    let e = bind(&table(), &settings("partition_by = [\"day(name)\"]"), &schema(), None)
-        .unwrap_err()
-        .to_string();
+    let e = bind(
+        &table(),
+        &settings("partition_by = [\"day(name)\"]"),
+        &schema(),
+        None,
+    )
+    .unwrap_err()
+    .to_string();
     assert_eq!(
         e,
         "p.toml: key `sink.tables.\"public.orders\".partition_by`: public.orders: day(name) does \
          not apply to column \"name\" of type string; what applies to string: name, \
          bucket(N, name), truncate(W, name), void(name)"
     );
-    let e = bind(&table(), &settings("sort_by = [\"bucket(4, amount) desc\"]"), &schema(), None)
-        .unwrap_err()
-        .to_string();
+    let e = bind(
+        &table(),
+        &settings("sort_by = [\"bucket(4, amount) desc\"]"),
+        &schema(),
+        None,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(
         e.starts_with("p.toml: key `sink.tables.\"public.orders\".sort_by`: public.orders: bucket(4, amount) desc nulls last does not apply to column \"amount\" of type double")
             && e.ends_with("what applies to double: amount, void(amount)"),

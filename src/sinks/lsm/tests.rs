@@ -340,7 +340,7 @@ async fn partial_update_engine_writes_absent_columns_as_null() {
     let mut newest: Option<(i64, bool)> = None;
     for (b, files) in &state.files {
         for f in files {
-            let batch = files::read_file_at(&w, &schema.id, &loc, &schemas, *b, f)
+            let batch = files::read_file_at(&w, &schema.id, &loc, &schemas, b, f)
                 .await
                 .unwrap();
             let ids = batch.column(0).as_primitive::<Int64Type>();

@@ -73,7 +73,10 @@ fn refuse_unsendable(base: &TableMetadata, next: &TableMetadata) -> Result<(), S
         return Err("a partition spec was removed".into());
     }
     let orders: HashSet<i64> = next.sort_orders_iter().map(|o| o.order_id).collect();
-    if base.sort_orders_iter().any(|o| !orders.contains(&o.order_id)) {
+    if base
+        .sort_orders_iter()
+        .any(|o| !orders.contains(&o.order_id))
+    {
         return Err("a sort order was removed".into());
     }
     Ok(())
@@ -498,7 +501,10 @@ mod tests {
             applied = u.apply(applied).unwrap();
         }
         let applied = applied.build().unwrap().metadata;
-        assert_eq!(applied.default_partition_spec(), next.default_partition_spec());
+        assert_eq!(
+            applied.default_partition_spec(),
+            next.default_partition_spec()
+        );
         assert_eq!(applied.default_sort_order(), next.default_sort_order());
         assert!(landed(&base, &next, &applied));
         assert!(!landed(&base, &next, &base));
