@@ -1,5 +1,6 @@
-//! `cdcd check`: the preflight. Prints the source's settings, the sink's lines and each captured
-//! table's key, then `ok: <pipeline> is ready` or one line per problem with how to fix it.
+//! `cdcd check`: the preflight. Prints the source's settings, the sink's lines, each captured
+//! table's key and layout (partition spec and sort order, `[sink.tables.*]`), then
+//! `ok: <pipeline> is ready` or one line per problem with how to fix it.
 
 use std::process::ExitCode;
 
@@ -21,6 +22,12 @@ pub async fn run(config: &Config) -> ExitCode {
     }
     for line in key_lines(config).await {
         println!("{line}");
+    }
+    for line in table_lines(config).await {
+        match line {
+            Ok(line) => println!("{line}"),
+            Err(problem) => problems.push(problem),
+        }
     }
     if problems.is_empty() {
         println!("ok: {} is ready", config.pipeline);
@@ -98,6 +105,34 @@ async fn key_lines(config: &Config) -> Vec<String> {
         .iter()
         .map(ToString::to_string)
         .collect()
+}
+
+/// A line per captured table on its `[sink.tables.*]` settings as the sink applies them (its
+/// partition spec and sort order, and what the next start changes), or the problem the start
+/// would refuse; then a problem per section that names a table not captured.
+async fn table_lines(config: &Config) -> Vec<Result<String, String>> {
+    let Ok(tables) = crate::sources::build(&config.source).tables().await else {
+        return Vec::new();
+    };
+    let tables: Vec<_> = tables.into_iter().map(|k| k.table).collect();
+    let Ok(sink) = build_sink(config, None) else {
+        return Vec::new();
+    };
+    let mut lines = sink.check_tables(&tables).await;
+    let sections = match &config.sink {
+        crate::config::SinkConfig::Iceberg(c) => &c.tables,
+        crate::config::SinkConfig::Lsm(c) => &c.tables,
+    };
+    for key in sections.keys() {
+        if !key.contains('*') && !sections.key_matches_any(key, &tables) {
+            lines.push(Err(format!(
+                "{}: key `sink.tables.{key:?}`: {key} is not a captured table: add it to \
+                 source.tables or remove the section",
+                config.file
+            )));
+        }
+    }
+    lines
 }
 
 /// Writes and removes a small object under `<warehouse>/_cdcd/<pipeline>/` to prove the warehouse

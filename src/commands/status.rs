@@ -29,6 +29,12 @@ pub struct StatusRow {
     pub live_files: Option<u64>,
     pub live_bytes: Option<u64>,
     pub snapshots: Option<u64>,
+    /// The default partition spec and sort order (`spec 1: day(created_at)`,
+    /// `order 0: unsorted`); Iceberg only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition_spec: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sort_order: Option<String>,
     /// A pending `cdcd resync` of the table: `requested <id>`, or `online <id> since <position>`
     /// once a copy job began (the pipeline holds its acknowledgements there until it is done).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -66,6 +72,9 @@ pub async fn run(config: &Config, json: bool) -> Result<(), CommandError> {
             dash(r.live_bytes),
             dash(r.snapshots),
         );
+        if let (Some(spec), Some(order)) = (&r.partition_spec, &r.sort_order) {
+            println!("  partition {spec}; sort {order}");
+        }
         if let Some(resync) = &r.resync {
             println!("  resync: {resync}");
         }
@@ -84,6 +93,7 @@ pub async fn status(config: &Config) -> Result<Vec<StatusRow>, CommandError> {
     for key in tables {
         let table = &key.table;
         let status = sink.status(table).await.map_err(Box::new)?;
+        let layout = status.as_ref().and_then(|s| s.layout.as_ref());
         rows.push(StatusRow {
             table: table.to_string(),
             key_origin: key.origin.label(),
@@ -102,6 +112,8 @@ pub async fn status(config: &Config) -> Result<Vec<StatusRow>, CommandError> {
             live_files: status.as_ref().and_then(|s| s.files).map(|f| f.live_files),
             live_bytes: status.as_ref().and_then(|s| s.files).map(|f| f.live_bytes),
             snapshots: status.as_ref().and_then(|s| s.files).map(|f| f.snapshots),
+            partition_spec: layout.map(|l| l.partition_spec.clone()),
+            sort_order: layout.map(|l| l.sort_order.clone()),
             resync: resyncs
                 .iter()
                 .find(|r| r.table() == *table)

@@ -308,7 +308,9 @@ impl TablesConfig {
                 key: "sink.tables".to_owned(),
             }
             .invalid(format!(
-                "{table} matches both {:?} and {:?}, equally specific globs that both set                  {field}: add a section [sink.tables.\"{table}\"] or make one glob name more of                  the table",
+                "{table} matches both {:?} and {:?}, equally specific globs that both set \
+                 {field}: add a section [sink.tables.\"{table}\"] or make one glob name more of \
+                 the table",
                 first.key, second.key
             ))),
             _ => Ok(Some(first)),

@@ -329,7 +329,7 @@ fn equally_specific_globs_over_one_table_are_refused_naming_both() {
         e.starts_with("p.toml: key `sink.tables`: public.audit_log matches both")
             && e.contains("\"public.audit*\"")
             && e.contains("\"public.*t_log\"")
-            && e.contains("[sink.tables.\"public.audit_log\"]"),
+            && e.contains("equally specific globs that both set sort_by: add a section [sink.tables.\"public.audit_log\"] or make one glob name more of the table"),
         "{e}"
     );
     // Only where both match, and only for the keys both set.

@@ -216,6 +216,13 @@ pub trait Sink: Send + Sync {
         Ok(())
     }
 
+    /// `cdcd check`: for each of `tables`, a line on its settings as the sink applies them (the
+    /// Iceberg sink: its partition spec and sort order, and what [`Sink::prepare`] would change),
+    /// or the problem [`Sink::prepare`] or the table's creation would refuse. Changes nothing.
+    async fn check_tables(&self, _tables: &[TableId]) -> Vec<Result<String, String>> {
+        Vec::new()
+    }
+
     /// The state of `table` for `cdcd status`; `None` when it does not exist.
     async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError>;
 

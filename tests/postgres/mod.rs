@@ -14,4 +14,5 @@ pub(crate) mod resync;
 mod schema_evolution;
 mod schema_resync;
 mod snapshot;
+mod table_settings;
 mod tls;

@@ -358,6 +358,11 @@ impl Pipeline {
         self.daemon = Some(child);
     }
 
+    /// Whether a cdcd this pipeline started has not been seen to exit.
+    pub fn is_running(&self) -> bool {
+        self.daemon.is_some()
+    }
+
     pub fn pid(&self) -> u32 {
         self.daemon.as_ref().expect("cdcd is not running").id()
     }

@@ -71,4 +71,49 @@ impl IcebergSink {
             }
         }
     }
+
+    /// `cdcd check`'s line on `table`'s layout: the existing table's spec and order, and what
+    /// the next start changes; the configured layout of a table not created yet (`None` when
+    /// nothing is configured for it). `Err`: what the start or the table's creation refuses.
+    pub(super) async fn check_layout(&self, table: &TableId) -> Result<Option<String>, SinkError> {
+        let settings = self.settings.resolve(table)?;
+        let Some(base) = self.load(table).await? else {
+            let mut parts = Vec::new();
+            if let Some(p) = &settings.partition_by {
+                let fields: Vec<String> = p.value.iter().map(ToString::to_string).collect();
+                parts.push(format!("partition_by [{}]", fields.join(", ")));
+            }
+            if let Some(s) = &settings.sort_by {
+                let fields: Vec<String> = s.value.iter().map(ToString::to_string).collect();
+                parts.push(format!("sort_by [{}]", fields.join(", ")));
+            }
+            return Ok((!parts.is_empty()).then(|| {
+                format!(
+                    "table {table}: not created yet; created with {} (columns and types are \
+                     checked then)",
+                    parts.join(", ")
+                )
+            }));
+        };
+        let meta = &base.metadata;
+        let now = layout::describe(meta);
+        let bound = layout::bind(table, &settings, meta.current_schema(), Some(meta))?;
+        let evolved =
+            layout::evolve(meta, &base.file, &bound).map_err(|source| SinkError::Iceberg {
+                context: format!("evolving the partition spec and sort order of {table}"),
+                source,
+            })?;
+        let mut line = format!(
+            "table {table}: partition {}; sort {}",
+            now.partition_spec, now.sort_order
+        );
+        if let Some(evolved) = evolved {
+            let next = layout::describe(&evolved.metadata);
+            line.push_str(&format!(
+                "; the next start evolves it to partition {}; sort {}",
+                next.partition_spec, next.sort_order
+            ));
+        }
+        Ok(Some(line))
+    }
 }

@@ -534,6 +534,18 @@ impl Sink for IcebergSink {
         Ok(())
     }
 
+    async fn check_tables(&self, tables: &[TableId]) -> Vec<Result<String, String>> {
+        let mut lines = Vec::new();
+        for table in tables {
+            match self.check_layout(table).await {
+                Ok(Some(line)) => lines.push(Ok(line)),
+                Ok(None) => {}
+                Err(e) => lines.push(Err(e.to_string())),
+            }
+        }
+        lines
+    }
+
     async fn commits_tables_together(&self) -> bool {
         let Catalog::Rest(rest) = &self.catalog else {
             return false;

@@ -327,6 +327,16 @@ impl Sink for LsmSink {
         Ok(())
     }
 
+    async fn check_tables(&self, tables: &[TableId]) -> Vec<Result<String, String>> {
+        let mut lines = Vec::new();
+        for table in tables {
+            if let Err(e) = self.prepare(std::slice::from_ref(table)).await {
+                lines.push(Err(e.to_string()));
+            }
+        }
+        lines
+    }
+
     async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError> {
         let handle = self.tables.handle(table);
         let mut guard = handle.state.lock().await;

@@ -194,9 +194,14 @@ impl Tables {
             configured.origin.invalid(format!("{table}: {why}")).into()
         };
         if let Some(existing) = existing.filter(|e| *e != names) {
+            let has = if existing.is_empty() {
+                "unpartitioned".to_owned()
+            } else {
+                format!("partitioned by [{}]", existing.join(", "))
+            };
             return Err(refuse(format!(
-                "the Paimon table is partitioned by [{}], and Paimon cannot change a table's                  partitioning: set partition_by to that, or drop the table to copy it again                  partitioned",
-                existing.join(", ")
+                "the Paimon table is {has}, and Paimon cannot change a table's partitioning: \
+                 set partition_by to that, or drop the table to copy it again partitioned"
             )));
         }
         if names.is_empty() {
@@ -219,7 +224,9 @@ impl Tables {
             };
             if schema.primary_key.contains(&i) {
                 return Err(refuse(format!(
-                    "{name:?} is a column of the primary key: cdcd partitions Paimon tables by                      columns outside the key only (a partition key inside it changes the files'                      key and bucket hash, which cdcd does not write yet)"
+                    "{name:?} is a column of the primary key: cdcd partitions Paimon tables by \
+                     columns outside the key only (a partition key inside it changes the files' \
+                     key and bucket hash, which cdcd does not write yet)"
                 )));
             }
             let stored = super::schema::file_type(&column.data_type);

@@ -723,3 +723,65 @@ async fn a_resync_lineage_replaces_the_live_table_in_one_snapshot() {
     again.abandon_resync(&t.id, "r2").await;
     assert_eq!(again.checkpoint(&t.id).await.unwrap(), Some(cp(400)));
 }
+
+/// Issue 36: `[sink.tables.*]` `buckets` sets a new table's bucket count (pypaimon reads it back);
+/// a `partition_by` that differs from an existing table's partitioning is refused at start naming
+/// the table and the key (a new table's is checked at its first commit).
+#[tokio::test]
+async fn per_table_buckets_and_partition_by_checked_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "{}[sink.tables.\"public.t\"]\nbuckets = 3\n[sink.tables.\"public.p*\"]\npartition_by = [\"region\"]\n",
+        crate::config::tests::MINIMAL
+            .replace("[sink]", "[sink]\nkind = \"lsm\"")
+            .replace("/tmp/wh", &dir.path().display().to_string())
+    );
+    let config = text.clone();
+    let c = crate::config::Config::from_toml(&text, "p.toml").unwrap();
+    let crate::config::SinkConfig::Lsm(lsm) = &c.sink else {
+        panic!("lsm")
+    };
+    assert_eq!(lsm.buckets_for(&TableId::new("public", "t")), 3);
+    assert_eq!(lsm.buckets_for(&TableId::new("public", "u")), 4);
+    let s = LsmSink::new(lsm, "shop").unwrap();
+    s.prepare(&[TableId::new("public", "t")]).await.unwrap();
+    s.prepare(&[TableId::new("public", "t"), TableId::new("public", "parts")])
+        .await
+        .unwrap();
+    let schema = schema();
+    let rows: Vec<_> = (1..=12).map(|i| ins(i, "x")).collect();
+    s.commit(&schema, &[changes(&rows)], &cp(100))
+        .await
+        .unwrap();
+    let text = std::fs::read_to_string(dir.path().join("public.db/t/schema/schema-0")).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(doc["options"]["bucket"], "3");
+    let buckets: std::collections::BTreeSet<String> =
+        std::fs::read_dir(dir.path().join("public.db/t"))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("bucket-"))
+            .collect();
+    assert!(
+        buckets.len() <= 3 && buckets.iter().all(|b| b.as_str() <= "bucket-2"),
+        "{buckets:?}"
+    );
+    if let Some(rows) = paimon_rows(dir.path()) {
+        assert_eq!(rows.len(), 12, "{rows:?}");
+    }
+    let repartitioned = config.replace("public.p*", "public.*");
+    let c = crate::config::Config::from_toml(&repartitioned, "p.toml").unwrap();
+    let crate::config::SinkConfig::Lsm(lsm) = &c.sink else {
+        panic!("lsm")
+    };
+    let e = LsmSink::new(lsm, "shop")
+        .unwrap()
+        .prepare(&[TableId::new("public", "t")])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("p.toml: key `sink.tables.\"public.*\".partition_by`: public.t: the Paimon table is unpartitioned, and Paimon cannot change a table's partitioning"),
+        "{e}"
+    );
+}
