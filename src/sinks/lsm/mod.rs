@@ -23,7 +23,10 @@
 //!
 //! On storage (`<warehouse>/<namespace>.db/<table>/`, Paimon's filesystem catalog):
 //! `schema/schema-N`, `snapshot/snapshot-N` + `LATEST` + `EARLIEST`, `manifest/`,
-//! `bucket-<n>/data-*.parquet`.
+//! `bucket-<n>/data-*.parquet`, or `<col>=<value>/bucket-<n>/…` in a partitioned table
+//! (`partition.rs`: what a partition is; `locate.rs`: the partition a key's row is in, so a row
+//! whose partition changes is deleted where it was; docs/internals.md, "Partitioned Paimon
+//! tables").
 //!
 //! # Modules
 //! The bottom floor, which every other module imports and which imports none of them:
