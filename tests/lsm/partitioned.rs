@@ -190,3 +190,57 @@ async fn a_paimon_partition_column_inside_the_key_is_refused_with_the_reason() {
         "nothing was written"
     );
 }
+
+/// MariaDB with MINIMAL row images: an update's image holds the key and the changed columns only
+/// and a delete's the key only, so the partition a row is in comes from the table (the lookup of
+/// the row, and the key's current partition); a row whose `region` changes moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_minimal_images_move_rows_between_paimon_partitions() {
+    use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
+    let Some(env) = my_env("mariadb_minimal_images_move_rows_between_paimon_partitions") else {
+        return;
+    };
+    let name = unique("mylsmpart");
+    let mut p = MyPipeline::new(&env, &name, "initial", "").await;
+    p.use_lsm(2, "initial", "");
+    let mut text = std::fs::read_to_string(&p.config).unwrap();
+    text.push_str(&format!(
+        "\n[sink.tables.\"{}.item\"]\npartition_by = [\"region\"]\n",
+        p.db
+    ));
+    std::fs::write(&p.config, text).unwrap();
+    let mut c = my_connect(&env.url_for(&p.db)).await;
+    my_exec(
+        &mut c,
+        "CREATE TABLE item (id BIGINT PRIMARY KEY, region VARCHAR(10), n INT, body TEXT)",
+    )
+    .await;
+    my_exec(
+        &mut c,
+        "INSERT INTO item SELECT seq, ELT(seq % 4 + 1, 'eu', 'us', 'ap', NULL), seq, REPEAT('b', seq)
+         FROM seq_1_to_200",
+    )
+    .await;
+    p.start();
+    p.assert_equal("item", 120).await;
+    let dir = p.table_dir("item");
+    assert!(
+        dir.join("region=us").is_dir() && dir.join("region=__DEFAULT_PARTITION__").is_dir(),
+        "not partitioned by region: {}",
+        dir.display()
+    );
+    my_exec(&mut c, "SET SESSION binlog_row_image = 'MINIMAL'").await;
+    my_exec(
+        &mut c,
+        "UPDATE item SET n = n + 1 WHERE id % 7 = 0;
+         UPDATE item SET region = 'us' WHERE id % 5 = 0;
+         UPDATE item SET region = NULL, body = 'x' WHERE id % 11 = 0;
+         UPDATE item SET id = id + 1000 WHERE id % 13 = 0;
+         DELETE FROM item WHERE id % 17 = 0;
+         INSERT INTO item (id, n) VALUES (5000, 1);
+         UPDATE item SET region = 'eu' WHERE id = 5000;
+         UPDATE item SET n = 2 WHERE id = 5000;",
+    )
+    .await;
+    p.assert_equal("item", 120).await;
+}
