@@ -8,6 +8,8 @@
 
 use std::time::Duration;
 
+use object_store::ObjectStoreExt;
+
 use crate::support::{connect, exec, test_env, unique, Pipeline, Settings, NAMESPACE};
 
 /// `[sink.tables."public.<t>"]` with `partition_by` appended to the pipeline's config.
@@ -147,6 +149,27 @@ async fn rows_move_between_partitions_of_a_paimon_table_and_read_equal() {
     p.assert_equal(&t, 120).await;
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0), "exit status after SIGTERM: {st}");
+
+    // Expiry ran (snapshots_retained = 10) and deleted files by their partition directory:
+    // every file a snapshot kept references is there, under its partition.
+    let url = format!("file://{}", p.warehouse.display());
+    let wh = cdcd::storage::Warehouse::from_url(&url).unwrap();
+    let earliest = std::fs::read_to_string(dir.join("snapshot/EARLIEST")).unwrap();
+    assert!(earliest.trim() != "1", "no snapshot expired");
+    let files =
+        cdcd::sinks::lsm::cleanup::referenced_files(&wh, &format!("{url}/{NAMESPACE}.db/{t}"))
+            .await
+            .unwrap();
+    assert!(
+        files.iter().any(|f| f.contains("/region=us/bucket-")),
+        "{files:?}"
+    );
+    for f in &files {
+        wh.store()
+            .head(&object_store::path::Path::from(f.as_str()))
+            .await
+            .unwrap_or_else(|e| panic!("referenced file {f} is missing: {e}"));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

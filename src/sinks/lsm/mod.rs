@@ -377,7 +377,18 @@ impl Sink for LsmSink {
             rows: Some(state.live_rows().max(0) as u64),
             location: state.location.clone(),
             files: Some(files),
-            layout: None,
+            // A Paimon table's layout: its partition keys and buckets; files sorted by key.
+            layout: Some(crate::sinks::TableLayout {
+                partition_spec: match state.schema.partition_keys.as_slice() {
+                    [] => format!("unpartitioned, bucket {}", state.buckets(0)),
+                    keys => format!(
+                        "partition keys: {}, bucket {}",
+                        keys.join(", "),
+                        state.buckets(0)
+                    ),
+                },
+                sort_order: format!("primary key: {}", state.schema.primary_keys.join(", ")),
+            }),
         }))
     }
 

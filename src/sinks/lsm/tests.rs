@@ -769,6 +769,15 @@ async fn per_table_buckets_and_partition_by_checked_at_start() {
     if let Some(rows) = paimon_rows(dir.path()) {
         assert_eq!(rows.len(), 12, "{rows:?}");
     }
+    let layout = s
+        .status(&TableId::new("public", "t"))
+        .await
+        .unwrap()
+        .unwrap()
+        .layout
+        .unwrap();
+    assert_eq!(layout.partition_spec, "unpartitioned, bucket 3");
+    assert_eq!(layout.sort_order, "primary key: id");
     let repartitioned = config.replace("public.p*", "public.*");
     let c = crate::config::Config::from_toml(&repartitioned, "p.toml").unwrap();
     let crate::config::SinkConfig::Lsm(lsm) = &c.sink else {
