@@ -172,8 +172,8 @@ impl Tables {
     /// The partition keys `schema`'s table is written with: its `partition_by` when set, else
     /// the existing table's (none for a new one). Refused, naming the table and the setting: a
     /// column the table lacks or of a type cdcd does not partition by, a column of the source's
-    /// primary key, a keyless table, and a `partition_by` other than the existing table's
-    /// (Paimon cannot change a table's partitioning).
+    /// primary key, a keyless table, the partial-update engine, and a `partition_by` other than
+    /// the existing table's (Paimon cannot change a table's partitioning).
     pub(super) async fn partition_keys(
         &self,
         handle: &Handle,
@@ -210,6 +210,16 @@ impl Tables {
         if schema.primary_key.is_empty() {
             return Err(refuse(
                 "a keyless table becomes a Paimon append table, which cdcd writes unpartitioned"
+                    .into(),
+            ));
+        }
+        if self.config.merge_engine == MergeEngine::PartialUpdate {
+            // That engine's rows leave absent columns NULL, a partition column among them: the
+            // row's partition would be the NULL one.
+            return Err(refuse(
+                "sink.merge_engine = \"partial-update\" writes the columns an update leaves \
+                 out as NULL, so a row's partition is not known: use the deduplicate engine for \
+                 partitioned tables"
                     .into(),
             ));
         }

@@ -794,3 +794,45 @@ async fn per_table_buckets_and_partition_by_checked_at_start() {
         "{e}"
     );
 }
+
+/// Issue 36: what a partitioned Paimon table cannot be is refused before anything is written,
+/// naming the table, the setting and the reason: a partition key inside the primary key, a
+/// column the table lacks, and the partial-update engine (its rows leave the partition column
+/// out). (Types whose directory names readers disagree on: `partition.rs`'s `type_refusal`.)
+#[tokio::test]
+async fn partition_by_that_paimon_cannot_hold_is_refused_before_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = crate::config::tests::MINIMAL
+        .replace("[sink]", "[sink]\nkind = \"lsm\"")
+        .replace("/tmp/wh", &dir.path().display().to_string());
+    for (columns, engine, why) in [
+        ("\"id\"", "", "is a column of the primary key"),
+        ("\"nope\"", "", "the table has no column \"nope\""),
+        (
+            "\"a\"",
+            "merge_engine = \"partial-update\"\n",
+            "partial-update",
+        ),
+    ] {
+        let text = format!(
+            "{}[sink.tables.\"public.t\"]\npartition_by = [{columns}]\n",
+            base.replace("kind = \"lsm\"", &format!("kind = \"lsm\"\n{engine}"))
+        );
+        let c = crate::config::Config::from_toml(&text, "p.toml").unwrap();
+        let crate::config::SinkConfig::Lsm(lsm) = &c.sink else {
+            panic!("lsm")
+        };
+        let s = LsmSink::new(lsm, "shop").unwrap();
+        let e = s
+            .commit(&schema(), &[changes(&[ins(1, "x")])], &cp(100))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("p.toml: key `sink.tables.\"public.t\".partition_by`: public.t: ")
+                && e.contains(why),
+            "{e}"
+        );
+        assert!(!dir.path().join("public.db/t").exists(), "{e}: written");
+    }
+}
