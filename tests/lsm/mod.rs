@@ -1,4 +1,5 @@
 //! The LSM (Apache Paimon) sink end to end from Postgres, read back by pypaimon.
 
 mod expiry;
+mod partitioned;
 mod replication;

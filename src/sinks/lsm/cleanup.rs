@@ -7,7 +7,8 @@
 //! What is live: every snapshot present from `EARLIEST` to the newest, and everything each one
 //! references: its base and delta manifest lists, every manifest in them, and every data file of
 //! every entry (added or deleted: conservative, like Iceberg's). Only files under `manifest/` and
-//! `bucket-N/` can be orphans; `snapshot/`, `schema/` and anything else are never touched. A
+//! `bucket-N/` can be orphans (a partitioned table's data files, under `<col>=<value>/bucket-N/`,
+//! are never deleted here); `snapshot/`, `schema/` and anything else are never touched. A
 //! file younger than the grace period is kept (a commit writes its files before its snapshot).
 //! If a snapshot, list or manifest cannot be read, nothing of the table is deleted. Files that a
 //! snapshot published during the pass references are live in the snapshot before it or new,
@@ -16,7 +17,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use super::expire::{collect, Refs, Scope};
+use super::expire::{collect, file_path, Refs, Scope};
+use super::partition::PartitionKeys;
 use super::snapshot;
 use crate::storage::cleanup::{
     list_table, remove_unreferenced, table_dirs, CleanupError, TableCleanup,
@@ -40,7 +42,8 @@ pub async fn clean_table(
         warehouse,
         table,
         &referenced(warehouse, table, false).await?,
-    )?;
+    )
+    .await?;
     let dir = warehouse.path(table)?.to_string();
     let candidate = |path: &str| {
         let rel = path
@@ -66,11 +69,28 @@ pub async fn referenced_files(
     warehouse: &Warehouse,
     table: &str,
 ) -> Result<HashSet<String>, CleanupError> {
-    paths(warehouse, table, &referenced(warehouse, table, true).await?)
+    paths(warehouse, table, &referenced(warehouse, table, true).await?).await
 }
 
-/// The store paths of `refs`.
-fn paths(warehouse: &Warehouse, table: &str, refs: &Refs) -> Result<HashSet<String>, CleanupError> {
+/// The store paths of `refs` (data files under their partition directories, read with the
+/// table's newest schema: Paimon never changes a table's partition keys).
+async fn paths(
+    warehouse: &Warehouse,
+    table: &str,
+    refs: &Refs,
+) -> Result<HashSet<String>, CleanupError> {
+    let unreadable = |detail: String| CleanupError::Unreadable {
+        path: table.to_owned(),
+        what: "a Paimon table",
+        detail,
+    };
+    let partitions = match super::table::load_schema(warehouse, table)
+        .await
+        .map_err(|e| unreadable(e.to_string()))?
+    {
+        Some(schema) => PartitionKeys::of(&schema).map_err(unreadable)?,
+        None => PartitionKeys::default(),
+    };
     let mut live = HashSet::new();
     for name in refs.lists.iter().chain(&refs.manifests) {
         live.insert(
@@ -79,12 +99,9 @@ fn paths(warehouse: &Warehouse, table: &str, refs: &Refs) -> Result<HashSet<Stri
                 .to_string(),
         );
     }
-    for (bucket, name) in &refs.files {
-        live.insert(
-            warehouse
-                .path(&format!("{table}/bucket-{bucket}/{name}"))?
-                .to_string(),
-        );
+    for file in &refs.files {
+        let path = file_path(&partitions, file).map_err(unreadable)?;
+        live.insert(warehouse.path(&format!("{table}/{path}"))?.to_string());
     }
     Ok(live)
 }

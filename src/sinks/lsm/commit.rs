@@ -27,16 +27,20 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int8Type;
 use arrow_array::RecordBatch;
 use tokio::sync::MutexGuard;
 
 use super::expire;
 use super::files;
+use super::locate;
 use super::lookup;
+use super::partition::Slot;
 use super::placement;
 use super::plan::{self, Plan};
 use super::publish;
-use super::schema::{self, FileSchemas, PaimonSchema};
+use super::schema::{self, FileSchemas, PaimonSchema, KIND_DELETE};
 use super::table::{Change, TableState};
 use super::tables::{Handle, Tables};
 use crate::changelog::{TableChanges, TableId, TableSchema};
@@ -71,10 +75,17 @@ pub(super) async fn commit(
         None => input,
     };
     if input.schema.primary_key.is_empty() {
+        // Refuses a partition_by for the keyless table.
+        tables.partition_keys(&handle, input.schema).await?;
         return append::commit(tables, &handle, input).await;
     }
     tables.stall(&handle).await?;
-    let wanted = schema::paimon_schema(input.schema, tables.table_options(&input.schema.id))?;
+    let partition = tables.partition_keys(&handle, input.schema).await?;
+    let wanted = schema::paimon_schema(
+        input.schema,
+        tables.table_options(&input.schema.id),
+        &partition,
+    )?;
     let mut commit = Commit::new(tables, &handle, input, &wanted).await?;
     let mut planned = commit.plan()?;
     let found = commit.lookup(&mut planned).await?;
@@ -221,15 +232,19 @@ impl<'a> Commit<'a> {
                 table: table.clone(),
                 detail: format!("building data files: {e}"),
             })?;
-        let parts = self.place(planned, &batch, state);
+        let parts = if state.partitions.is_empty() {
+            self.place(planned, &batch, state)
+        } else {
+            self.partitioned(planned, &batch, state).await?
+        };
         let warehouse = &self.tables.warehouse;
         let (location, schemas) = (&state.location, &planned.schemas);
         let added = futures::future::try_join_all(parts.into_iter().map(
-            |(bucket, part, level)| async move {
+            |(slot, part, level)| async move {
                 let file =
-                    files::write_file(warehouse, table, location, schemas, bucket, part, level, 0)
+                    files::write_file(warehouse, table, location, schemas, &slot, part, level, 0)
                         .await?;
-                Ok::<_, SinkError>((bucket, file))
+                Ok::<_, SinkError>((slot, file))
             },
         ))
         .await?;
@@ -249,7 +264,7 @@ impl<'a> Commit<'a> {
         planned: &Planned,
         batch: &RecordBatch,
         state: &TableState,
-    ) -> Vec<(i32, RecordBatch, i32)> {
+    ) -> Vec<(Slot, RecordBatch, i32)> {
         let plan = &planned.plan;
         // An initial copy's key blocks go straight to the bottom level (placement.rs), unless
         // a compaction is running: its output, placed by the inputs it read, could then
@@ -266,7 +281,7 @@ impl<'a> Commit<'a> {
                 } else {
                     state
                         .files
-                        .get(&(bucket as i32))
+                        .get(&Slot::unpartitioned(bucket as i32))
                         .map_or(&[][..], Vec::as_slice)
                 };
                 placement::for_bucket(plan, &chunks, &planned.schemas, first, &part, live)
@@ -277,13 +292,127 @@ impl<'a> Commit<'a> {
                 Some(cuts) => {
                     let level = self.tables.compaction.max_level;
                     for (start, rows) in cuts {
-                        files.push((bucket as i32, part.slice(start, rows), level));
+                        let slot = Slot::unpartitioned(bucket as i32);
+                        files.push((slot, part.slice(start, rows), level));
                     }
                 }
-                None => files.push((bucket as i32, part, 0)),
+                None => files.push((Slot::unpartitioned(bucket as i32), part, 0)),
             }
         }
         files
+    }
+
+    /// The files `batch` (every bucket's rows, in plan order) is cut into in a partitioned
+    /// table, as `(slot, rows, level)`: each row in the partition its values name, a delete in
+    /// the partition its key's row is in (none: nothing to delete), and a row whose partition
+    /// changed also as a delete in the partition it leaves, under the same sequence number
+    /// (`locate.rs`). All at level 0: an initial copy's rows are not placed at the bottom level
+    /// in a partitioned table.
+    async fn partitioned(
+        &self,
+        planned: &Planned,
+        batch: &RecordBatch,
+        state: &TableState,
+    ) -> Result<Vec<(Slot, RecordBatch, i32)>, SinkError> {
+        let table = self.table();
+        let rows = &planned.plan.rows;
+        let buckets: Vec<i32> = rows.iter().map(|r| r.bucket as i32).collect();
+        let current = if planned.plan.truncate {
+            // Every live file goes with this commit.
+            vec![None; rows.len()]
+        } else {
+            locate::current_partitions(
+                &self.tables.warehouse,
+                table,
+                state,
+                &planned.schemas,
+                batch,
+                &buckets,
+            )
+            .await?
+        };
+        let partitions = &state.partitions;
+        let values: Vec<&dyn arrow_array::Array> = partitions
+            .names
+            .iter()
+            .map(|name| {
+                let column = batch
+                    .schema()
+                    .index_of(name)
+                    .map_err(|source| SinkError::Arrow {
+                        context: format!("partition column {name} of {table}"),
+                        source,
+                    })?;
+                Ok(batch.column(column).as_ref())
+            })
+            .collect::<Result<_, SinkError>>()?;
+        // (slot, batch row, written as a delete whatever its kind)
+        let mut out: Vec<(Slot, u32, bool)> = Vec::with_capacity(rows.len());
+        for (i, (row, current)) in rows.iter().zip(current).enumerate() {
+            let bucket = row.bucket as i32;
+            if row.delete {
+                if let Some(partition) = current {
+                    out.push((Slot { partition, bucket }, i as u32, false));
+                }
+                continue;
+            }
+            let partition =
+                partitions
+                    .partition_of(&values, i)
+                    .map_err(|detail| SinkError::Data {
+                        table: table.clone(),
+                        detail: format!("the partition of a row: {detail}"),
+                    })?;
+            if let Some(left) = current.filter(|c| *c != partition) {
+                out.push((
+                    Slot {
+                        partition: left,
+                        bucket,
+                    },
+                    i as u32,
+                    true,
+                ));
+            }
+            out.push((Slot { partition, bucket }, i as u32, false));
+        }
+        // Stable: rows keep key order within a slot.
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        let kinds = planned.schemas.key.len() + 1;
+        let mut files = Vec::new();
+        for group in out.chunk_by(|a, b| a.0 == b.0) {
+            let Some((slot, _, _)) = group.first() else {
+                continue;
+            };
+            let take = arrow_array::UInt32Array::from_iter_values(group.iter().map(|g| g.1));
+            let part = arrow_select::take::take_record_batch(batch, &take)
+                .and_then(|part| {
+                    if !group.iter().any(|g| g.2) {
+                        return Ok(part);
+                    }
+                    let kind = part.column(kinds).as_primitive::<Int8Type>();
+                    let moved: arrow_array::ArrayRef =
+                        Arc::new(arrow_array::Int8Array::from_iter_values(
+                            group.iter().enumerate().map(|(r, g)| {
+                                if g.2 {
+                                    KIND_DELETE
+                                } else {
+                                    kind.value(r)
+                                }
+                            }),
+                        ));
+                    let mut columns = part.columns().to_vec();
+                    if let Some(c) = columns.get_mut(kinds) {
+                        *c = moved;
+                    }
+                    RecordBatch::try_new(part.schema(), columns)
+                })
+                .map_err(|source| SinkError::Arrow {
+                    context: format!("cutting the commit's rows by partition of {table}"),
+                    source,
+                })?;
+            files.push((slot.clone(), part, 0));
+        }
+        Ok(files)
     }
 
     /// Publishes `change` as one snapshot of the table carrying the checkpoint: an `APPEND`, or
@@ -307,7 +436,9 @@ impl<'a> Commit<'a> {
         if truncate {
             for (b, files) in &state.files {
                 truncated += files.iter().map(|f| f.row_count as u64).sum::<u64>();
-                change.deleted.extend(files.iter().map(|f| (*b, f.clone())));
+                change
+                    .deleted
+                    .extend(files.iter().map(|f| (b.clone(), f.clone())));
             }
         }
         let kind = if truncate { "OVERWRITE" } else { "APPEND" };

@@ -50,8 +50,7 @@ pub struct RawLsm {
     /// `[sink.catalog]` is refused: read only to say why (Paimon's filesystem layout is kept).
     #[serde(default)]
     pub catalog: Option<serde::de::IgnoredAny>,
-    /// `[sink.tables."<table or glob>"]`: `buckets` (and `partition_by`, not supported yet) per
-    /// table.
+    /// `[sink.tables."<table or glob>"]`: `buckets` and `partition_by` (column names) per table.
     #[serde(default)]
     pub tables: BTreeMap<String, RawTableSettings>,
 }

@@ -15,6 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
 use super::manifest::{FileKind, ManifestEntry};
+use super::partition::{PartitionKeys, Slot};
 use super::snapshot;
 use super::store;
 use super::table::TableState;
@@ -37,8 +38,21 @@ pub fn due(state: &TableState, config: &LsmConfig, last_try: i64) -> bool {
 pub(super) struct Refs {
     pub(super) lists: HashSet<String>,
     pub(super) manifests: HashSet<String>,
-    /// (bucket, file name)
-    pub(super) files: HashSet<(i32, String)>,
+    /// (`_PARTITION` row, bucket, file name)
+    pub(super) files: HashSet<(Vec<u8>, i32, String)>,
+}
+
+/// `<partition dirs>bucket-<n>/<name>`, the path under the table of `file` (a [`Refs`] entry)
+/// of a table partitioned by `partitions`.
+pub(super) fn file_path(
+    partitions: &PartitionKeys,
+    (row, bucket, name): &(Vec<u8>, i32, String),
+) -> Result<String, String> {
+    let slot = Slot {
+        partition: partitions.decode(row)?,
+        bucket: *bucket,
+    };
+    Ok(format!("{}/{name}", slot.dir()))
 }
 
 /// Which files of a snapshot [`collect`] adds.
@@ -67,7 +81,7 @@ pub(super) async fn collect(
         return Ok(None);
     };
     let live_only = scope == Scope::Live;
-    let mut live: HashSet<(i32, String)> = HashSet::new();
+    let mut live: HashSet<(Vec<u8>, i32, String)> = HashSet::new();
     for list in [&s.base_manifest_list, &s.delta_manifest_list] {
         refs.lists.insert(list.clone());
         let manifests = match scope {
@@ -93,7 +107,7 @@ pub(super) async fn collect(
                 cache.insert(m.file_name.clone(), entries);
             }
             for e in cache.get(&m.file_name).into_iter().flatten() {
-                let key = (e.bucket, e.file.file_name.clone());
+                let key = (e.partition.clone(), e.bucket, e.file.file_name.clone());
                 match e.kind {
                     FileKind::Add => {
                         live.insert(key);
@@ -134,10 +148,10 @@ pub(super) async fn expire_if_due(tables: &Tables, handle: &Handle, snapshot_id:
 
 /// Expires old snapshots of `handle`'s table. Returns how many were removed.
 pub(super) async fn expire(tables: &Tables, handle: &Handle) -> Result<usize, SinkError> {
-    let (location, latest) = {
+    let (location, latest, partitions) = {
         let guard = handle.state.lock().await;
         match guard.as_ref() {
-            Some(s) => (s.location.clone(), s.snapshot_id()),
+            Some(s) => (s.location.clone(), s.snapshot_id(), s.partitions.clone()),
             None => return Ok(0),
         }
     };
@@ -181,7 +195,7 @@ pub(super) async fn expire(tables: &Tables, handle: &Handle) -> Result<usize, Si
         .await?;
     }
     failpoints::crash_point(failpoints::LSM_EXPIRE_AFTER_HINT);
-    let deleted_files = delete_unreferenced(w, &location, &expired, &retained).await?;
+    let deleted_files = delete_unreferenced(w, &location, &partitions, &expired, &retained).await?;
     delete_snapshots(w, &location, earliest, cut).await?;
     tracing::debug!(table = %handle.table, from = earliest, to = cut - 1, "expired snapshots");
     let table = handle.table.to_string();
@@ -243,14 +257,19 @@ async fn first_kept(
 async fn delete_unreferenced(
     w: &Warehouse,
     location: &str,
+    partitions: &PartitionKeys,
     expired: &Refs,
     retained: &Refs,
 ) -> Result<usize, SinkError> {
     let mut doomed: Vec<String> = expired
         .files
         .difference(&retained.files)
-        .map(|(bucket, name)| format!("{location}/bucket-{bucket}/{name}"))
-        .collect();
+        .map(|file| {
+            file_path(partitions, file)
+                .map(|path| format!("{location}/{path}"))
+                .map_err(|e| store::corrupt(&format!("{location}/manifest"), e))
+        })
+        .collect::<Result<_, _>>()?;
     doomed.extend(
         expired
             .manifests

@@ -1,5 +1,6 @@
-//! Data files in storage: where a bucket's file lives (`bucket-<n>/<name>` under the table, as
-//! a Paimon manifest names it), putting a new one and reading a live one back.
+//! Data files in storage: where a bucket's file lives (`<partition dirs>bucket-<n>/<name>`
+//! under the table, as a Paimon reader finds it from a manifest entry), putting a new one and
+//! reading a live one back.
 //!
 //! The commit, the compactor, the row lookup and the append commit all write or read data files;
 //! their bytes are made and parsed by `writer.rs` (pure), and only this module moves them.
@@ -7,6 +8,7 @@
 use bytes::Bytes;
 
 use super::manifest::DataFileMeta;
+use super::partition::Slot;
 use super::schema::FileSchemas;
 use super::store;
 use super::writer::{self, FileError, RunStats};
@@ -24,9 +26,9 @@ pub fn file_error(table: &TableId, what: &str) -> impl FnOnce(FileError) -> Sink
     }
 }
 
-/// `bucket-<n>/<name>` under the table.
-pub fn file_location(location: &str, bucket: i32, name: &str) -> String {
-    format!("{location}/bucket-{bucket}/{name}")
+/// `<partition dirs>bucket-<n>/<name>` under the table.
+pub fn file_location(location: &str, slot: &Slot, name: &str) -> String {
+    format!("{location}/{}/{name}", slot.dir())
 }
 
 /// A fresh data file name: a new uuid, so no two writers' files collide.
@@ -53,36 +55,36 @@ pub async fn off_runtime<T: Send + 'static>(
 }
 
 /// Encodes `batch` (sorted, one row per key) off the runtime ([`off_runtime`]) and puts it as a
-/// new data file of `bucket`.
+/// new data file of `slot`.
 #[allow(clippy::too_many_arguments)]
 pub async fn write_file(
     w: &Warehouse,
     table: &TableId,
     location: &str,
     schemas: &FileSchemas,
-    bucket: i32,
+    slot: &Slot,
     batch: arrow_array::RecordBatch,
     level: i32,
     file_source: i32,
 ) -> Result<DataFileMeta, SinkError> {
     let encode_schemas = schemas.clone();
-    let task = format!("encoding a data file of bucket {bucket}");
+    let task = format!("encoding a data file of {}", slot.dir());
     let (bytes, run) = off_runtime(table, task, "encoding a data file", move || {
         let mut w = writer::RunWriter::new(&encode_schemas)?;
         w.write(&batch)?;
         w.finish()
     })
     .await?;
-    put_run(w, table, location, bucket, bytes, &run, level, file_source).await
+    put_run(w, table, location, slot, bytes, &run, level, file_source).await
 }
 
-/// Puts an encoded sorted run as a new data file of `bucket` and describes it.
+/// Puts an encoded sorted run as a new data file of `slot` and describes it.
 #[allow(clippy::too_many_arguments)]
 pub async fn put_run(
     w: &Warehouse,
     table: &TableId,
     location: &str,
-    bucket: i32,
+    slot: &Slot,
     bytes: Vec<u8>,
     run: &RunStats,
     level: i32,
@@ -90,19 +92,19 @@ pub async fn put_run(
 ) -> Result<DataFileMeta, SinkError> {
     let name = new_file_name();
     let size = bytes.len();
-    store::put(w, &file_location(location, bucket, &name), bytes).await?;
+    store::put(w, &file_location(location, slot, &name), bytes).await?;
     run.describe(name, size, level, file_source)
         .map_err(file_error(table, "describing a data file"))
 }
 
-/// The bytes of a live data file of `bucket`; its absence is corruption.
+/// The bytes of a live data file of `slot`; its absence is corruption.
 pub async fn read_bytes(
     w: &Warehouse,
     location: &str,
-    bucket: i32,
+    slot: &Slot,
     file: &DataFileMeta,
 ) -> Result<Bytes, SinkError> {
-    let loc = file_location(location, bucket, &file.file_name);
+    let loc = file_location(location, slot, &file.file_name);
     store::read(w, &loc)
         .await?
         .ok_or_else(|| SinkError::Corrupt {
@@ -111,16 +113,16 @@ pub async fn read_bytes(
         })
 }
 
-/// Reads a live data file of `bucket`.
+/// Reads a live data file of `slot`.
 pub async fn read_file_at(
     w: &Warehouse,
     table: &TableId,
     location: &str,
     schemas: &FileSchemas,
-    bucket: i32,
+    slot: &Slot,
     file: &DataFileMeta,
 ) -> Result<arrow_array::RecordBatch, SinkError> {
-    let data = read_bytes(w, location, bucket, file).await?;
-    let loc = file_location(location, bucket, &file.file_name);
+    let data = read_bytes(w, location, slot, file).await?;
+    let loc = file_location(location, slot, &file.file_name);
     writer::decode(data, schemas).map_err(file_error(table, &format!("reading {loc}")))
 }

@@ -105,12 +105,17 @@ impl Newest {
             best: vec![None; wanted.num_rows()],
             batches: Vec::new(),
         };
-        for bucket in buckets {
-            let Some(files) = state.files.get(&bucket) else {
-                continue;
-            };
+        // A partitioned table's key may be in any partition: the files of every partition's
+        // bucket are read, and the newest row wins (cdcd deletes a row from the partition it
+        // leaves, under the same sequence number as its insert in the new one, and writes
+        // sequence numbers across the table's partitions from one counter).
+        let slots = state
+            .files
+            .iter()
+            .filter(|(slot, _)| buckets.contains(&slot.bucket));
+        for (slot, files) in slots {
             for f in files {
-                let batch = read_file_at(w, table, &state.location, schemas, bucket, f).await?;
+                let batch = read_file_at(w, table, &state.location, schemas, slot, f).await?;
                 let rows = converter
                     .convert_columns(batch.columns().get(..nk).unwrap_or_default())
                     .map_err(arrow(table, "key encoding"))?;
@@ -128,8 +133,14 @@ impl Newest {
                     let s = seq.value(r);
                     let held = newest.batches.len();
                     if let Some(slot) = newest.best.get_mut(i) {
-                        if slot.is_none_or(|(_, _, old, _)| s > old) {
-                            *slot = Some((held, r, s, kind.value(r) == KIND_DELETE));
+                        let delete = kind.value(r) == KIND_DELETE;
+                        // At one sequence number, a row's insert in the partition it moved to
+                        // wins over its delete in the one it left.
+                        let newer = slot.is_none_or(|(_, _, old, was_delete)| {
+                            s > old || (s == old && was_delete && !delete)
+                        });
+                        if newer {
+                            *slot = Some((held, r, s, delete));
                             hit = true;
                         }
                     }

@@ -102,6 +102,9 @@ pub enum FileKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ManifestEntry {
     pub kind: FileKind,
+    /// `_PARTITION`: the serialized `BinaryRow` of the file's partition values (the empty row
+    /// for an unpartitioned table).
+    pub partition: Vec<u8>,
     pub bucket: i32,
     pub total_buckets: i32,
     pub file: DataFileMeta,
@@ -120,6 +123,8 @@ pub struct ManifestFileMeta {
     pub min_level: i32,
     pub max_level: i32,
     pub total_buckets: i32,
+    /// `_PARTITION_STATS`: least and greatest partition values of the entries.
+    pub partition_stats: Stats,
 }
 
 fn some(v: Value) -> Value {
@@ -194,7 +199,7 @@ pub fn encode_entries(
         w.append(Value::Record(vec![
             ("_VERSION".into(), Value::Int(2)),
             ("_KIND".into(), Value::Int(e.kind as i32)),
-            ("_PARTITION".into(), Value::Bytes(empty_row.to_vec())),
+            ("_PARTITION".into(), Value::Bytes(e.partition.clone())),
             ("_BUCKET".into(), Value::Int(e.bucket)),
             ("_TOTAL_BUCKETS".into(), Value::Int(e.total_buckets)),
             ("_FILE".into(), file_value(&e.file, empty_row)),
@@ -204,7 +209,7 @@ pub fn encode_entries(
 }
 
 /// Encodes a manifest list.
-pub fn encode_list(metas: &[ManifestFileMeta], empty_row: &[u8]) -> Result<Vec<u8>, ManifestError> {
+pub fn encode_list(metas: &[ManifestFileMeta]) -> Result<Vec<u8>, ManifestError> {
     let schema = Schema::parse_str(&list_schema())?;
     let mut w = Writer::with_codec(&schema, Vec::new(), Codec::Null);
     for m in metas {
@@ -214,14 +219,7 @@ pub fn encode_list(metas: &[ManifestFileMeta], empty_row: &[u8]) -> Result<Vec<u
             ("_FILE_SIZE".into(), Value::Long(m.file_size)),
             ("_NUM_ADDED_FILES".into(), Value::Long(m.num_added)),
             ("_NUM_DELETED_FILES".into(), Value::Long(m.num_deleted)),
-            (
-                "_PARTITION_STATS".into(),
-                stats_value(&Stats {
-                    min: empty_row.to_vec(),
-                    max: empty_row.to_vec(),
-                    null_counts: Vec::new(),
-                }),
-            ),
+            ("_PARTITION_STATS".into(), stats_value(&m.partition_stats)),
             ("_SCHEMA_ID".into(), Value::Long(m.schema_id)),
             ("_MIN_BUCKET".into(), some(Value::Int(m.min_bucket))),
             ("_MAX_BUCKET".into(), some(Value::Int(m.max_bucket))),
@@ -236,8 +234,14 @@ pub fn encode_list(metas: &[ManifestFileMeta], empty_row: &[u8]) -> Result<Vec<u
     Ok(w.into_inner()?)
 }
 
-/// The manifest-list entry for a manifest holding `entries`, `size` bytes long.
-pub fn describe(file_name: String, size: usize, entries: &[ManifestEntry]) -> ManifestFileMeta {
+/// The manifest-list entry for a manifest holding `entries`, `size` bytes long, whose
+/// partitions' statistics are `partition_stats`.
+pub fn describe(
+    file_name: String,
+    size: usize,
+    entries: &[ManifestEntry],
+    partition_stats: Stats,
+) -> ManifestFileMeta {
     let bucket = |f: fn(i32, i32) -> i32| entries.iter().map(|e| e.bucket).reduce(f).unwrap_or(0);
     let level =
         |f: fn(i32, i32) -> i32| entries.iter().map(|e| e.file.level).reduce(f).unwrap_or(0);
@@ -256,6 +260,7 @@ pub fn describe(file_name: String, size: usize, entries: &[ManifestEntry]) -> Ma
         min_level: level(i32::min),
         max_level: level(i32::max),
         total_buckets: entries.first().map_or(0, |e| e.total_buckets),
+        partition_stats,
     }
 }
 
@@ -368,6 +373,7 @@ pub fn decode_entries(data: &[u8]) -> Result<Vec<ManifestEntry>, ManifestError> 
             };
             Ok(ManifestEntry {
                 kind,
+                partition: bytes(&r, "_PARTITION")?,
                 bucket: int(&r, "_BUCKET")?,
                 total_buckets: int(&r, "_TOTAL_BUCKETS")?,
                 file: DataFileMeta {
@@ -406,6 +412,7 @@ pub fn decode_list(data: &[u8]) -> Result<Vec<ManifestFileMeta>, ManifestError> 
                 min_level: int(&r, "_MIN_LEVEL").unwrap_or(0),
                 max_level: int(&r, "_MAX_LEVEL").unwrap_or(0),
                 total_buckets: int(&r, "_TOTAL_BUCKETS").unwrap_or(0),
+                partition_stats: stats(record(&r, "_PARTITION_STATS")?)?,
             })
         })
         .collect()
@@ -444,12 +451,14 @@ mod tests {
         let entries = vec![
             ManifestEntry {
                 kind: FileKind::Add,
+                partition: empty.clone(),
                 bucket: 1,
                 total_buckets: 4,
                 file: file("data-a.parquet", 0),
             },
             ManifestEntry {
                 kind: FileKind::Delete,
+                partition: empty.clone(),
                 bucket: 3,
                 total_buckets: 4,
                 file: file("data-b.parquet", 5),
@@ -457,12 +466,17 @@ mod tests {
         ];
         let bytes = encode_entries(&entries, &empty).unwrap();
         assert_eq!(decode_entries(&bytes).unwrap(), entries);
-        let meta = describe("manifest-x-0".into(), bytes.len(), &entries);
+        let stats = Stats {
+            min: empty.clone(),
+            max: empty.clone(),
+            null_counts: Vec::new(),
+        };
+        let meta = describe("manifest-x-0".into(), bytes.len(), &entries, stats);
         assert_eq!(
             (meta.min_bucket, meta.max_bucket, meta.max_level),
             (1, 3, 5)
         );
-        let list = encode_list(std::slice::from_ref(&meta), &empty).unwrap();
+        let list = encode_list(std::slice::from_ref(&meta)).unwrap();
         assert_eq!(decode_list(&list).unwrap(), vec![meta]);
     }
 }

@@ -23,7 +23,10 @@
 //!
 //! On storage (`<warehouse>/<namespace>.db/<table>/`, Paimon's filesystem catalog):
 //! `schema/schema-N`, `snapshot/snapshot-N` + `LATEST` + `EARLIEST`, `manifest/`,
-//! `bucket-<n>/data-*.parquet`.
+//! `bucket-<n>/data-*.parquet`, or `<col>=<value>/bucket-<n>/…` in a partitioned table
+//! (`partition.rs`: what a partition is; `locate.rs`: the partition a key's row is in, so a row
+//! whose partition changes is deleted where it was; docs/internals.md, "Partitioned Paimon
+//! tables").
 //!
 //! # Modules
 //! The bottom floor, which every other module imports and which imports none of them:
@@ -93,8 +96,10 @@ pub mod compaction;
 pub mod config;
 mod expire;
 mod files;
+mod locate;
 mod lookup;
 pub mod manifest;
+pub mod partition;
 mod placement;
 pub mod plan;
 mod publish;
@@ -156,7 +161,7 @@ impl LsmSink {
         self.tables.live_location(table)
     }
 
-    /// Live data files per bucket (for the benchmark and tests).
+    /// Live data files per bucket, over all partitions (for the benchmark and tests).
     pub async fn files_per_bucket(
         &self,
         table: &TableId,
@@ -164,10 +169,11 @@ impl LsmSink {
         let handle = self.tables.handle(table);
         let mut guard = handle.state.lock().await;
         self.tables.ensure_loaded(table, &mut guard).await?;
-        Ok(guard
-            .as_ref()
-            .map(|s| s.files.iter().map(|(b, f)| (*b, f.len())).collect())
-            .unwrap_or_default())
+        let mut out = BTreeMap::new();
+        for (slot, files) in guard.iter().flat_map(|s| &s.files) {
+            *out.entry(slot.bucket).or_default() += files.len();
+        }
+        Ok(out)
     }
 
     /// Compacts `table` now, in the caller's task: `full` merges every bucket into one bottom
@@ -288,18 +294,37 @@ impl Sink for LsmSink {
         Ok(stats)
     }
 
-    /// Resolves every table's settings (refusing equally specific globs), and refuses
-    /// `partition_by`: cdcd does not write partitioned Paimon tables yet.
+    /// Resolves every table's settings (refusing equally specific globs), and checks each
+    /// existing table's `partition_by` against the table (`Tables::partition_keys`: its columns,
+    /// and the partitioning it has, which Paimon cannot change). A new table is checked against
+    /// the source's columns at its first commit, before it is created.
     async fn prepare(&self, tables: &[TableId]) -> Result<(), SinkError> {
         for table in tables {
-            if let Some(partition_by) = self.tables.config.tables.resolve(table)?.partition_by {
-                return Err(partition_by
-                    .origin
-                    .invalid(format!(
-                        "{table}: partitioned Paimon tables are not supported yet: remove \
-                         partition_by for this table, or use sink.kind = \"iceberg\""
-                    ))
-                    .into());
+            if self
+                .tables
+                .config
+                .tables
+                .resolve(table)?
+                .partition_by
+                .is_none()
+            {
+                continue;
+            }
+            let handle = self.tables.handle(table);
+            let existing = {
+                let mut guard = handle.state.lock().await;
+                self.tables.ensure_loaded(table, &mut guard).await?;
+                guard
+                    .as_ref()
+                    .map(|s| (s.location.clone(), s.schema.clone()))
+            };
+            if let Some((location, paimon)) = existing {
+                let schema =
+                    schema::table_schema(table, &paimon).map_err(|detail| SinkError::Corrupt {
+                        path: location,
+                        detail,
+                    })?;
+                self.tables.partition_keys(&handle, &schema).await?;
             }
         }
         Ok(())
@@ -352,7 +377,18 @@ impl Sink for LsmSink {
             rows: Some(state.live_rows().max(0) as u64),
             location: state.location.clone(),
             files: Some(files),
-            layout: None,
+            // A Paimon table's layout: its partition keys and buckets; files sorted by key.
+            layout: Some(crate::sinks::TableLayout {
+                partition_spec: match state.schema.partition_keys.as_slice() {
+                    [] => format!("unpartitioned, bucket {}", state.buckets(0)),
+                    keys => format!(
+                        "partition keys: {}, bucket {}",
+                        keys.join(", "),
+                        state.buckets(0)
+                    ),
+                },
+                sort_order: format!("primary key: {}", state.schema.primary_keys.join(", ")),
+            }),
         }))
     }
 

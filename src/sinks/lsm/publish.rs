@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use super::binary_row;
-use super::manifest::{self, DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta};
+use super::manifest::{self, DataFileMeta, FileKind, ManifestEntry, ManifestFileMeta, Stats};
+use super::partition::{PartitionKeys, Slot};
 use super::schema::PaimonSchema;
 use super::snapshot::{read_snapshot, snapshot_location, Snapshot};
 use super::store::{corrupt, put, storage};
@@ -112,11 +113,12 @@ pub async fn publish(
         location: state.location.clone(),
         commit: uuid::Uuid::new_v4(),
         buckets,
-        empty: binary_row::empty_row(),
+        partitions: &state.partitions,
     };
     let delta = manifests.write_delta(&change).await?;
     let mut base = manifests.write_base(state).await?;
     let lists = manifests.write_lists(&base, &delta).await?;
+    drop(manifests);
     let snapshot = snapshot(state, lists, &change, kind, properties);
     let id = snapshot.id;
     put_snapshot(w, table, &state.location, &snapshot).await?;
@@ -161,8 +163,8 @@ struct Manifests<'a> {
     commit: uuid::Uuid,
     /// `_TOTAL_BUCKETS` of the manifest entries.
     buckets: i32,
-    /// Paimon's empty `BinaryRow`: the partition of every entry (cdcd's tables are unpartitioned).
-    empty: Vec<u8>,
+    /// The table's partition keys, for the manifests' partition statistics.
+    partitions: &'a PartitionKeys,
 }
 
 /// The two manifest lists a snapshot names, as written.
@@ -178,13 +180,23 @@ impl Manifests<'_> {
         |e| corrupt(&format!("{}/manifest", self.location), e)
     }
 
-    fn entry(&self, kind: FileKind, bucket: i32, file: &DataFileMeta) -> ManifestEntry {
+    fn entry(&self, kind: FileKind, slot: &Slot, file: &DataFileMeta) -> ManifestEntry {
         ManifestEntry {
             kind,
-            bucket,
+            partition: slot.partition.row.to_vec(),
+            bucket: slot.bucket,
             total_buckets: self.buckets,
             file: file.clone(),
         }
+    }
+
+    /// `_PARTITION_STATS` of a manifest whose entries lie in `slots`.
+    fn stats<'s>(&self, slots: impl Iterator<Item = &'s Slot>) -> Result<Stats, SinkError> {
+        let mut seen = std::collections::BTreeSet::new();
+        let partitions = slots.map(|s| &s.partition).filter(|p| seen.insert(*p));
+        self.partitions
+            .stats(partitions)
+            .map_err(|e| corrupt(&format!("{}/manifest", self.location), e))
     }
 
     async fn put_manifest_file(&self, name: &str, bytes: Vec<u8>) -> Result<(), SinkError> {
@@ -197,20 +209,22 @@ impl Manifests<'_> {
         let entries: Vec<ManifestEntry> = change
             .deleted
             .iter()
-            .map(|(b, f)| self.entry(FileKind::Delete, *b, f))
+            .map(|(b, f)| self.entry(FileKind::Delete, b, f))
             .chain(
                 change
                     .added
                     .iter()
-                    .map(|(b, f)| self.entry(FileKind::Add, *b, f)),
+                    .map(|(b, f)| self.entry(FileKind::Add, b, f)),
             )
             .collect();
+        let slots = change.deleted.iter().chain(&change.added).map(|(s, _)| s);
         if entries.is_empty() {
             return Ok(Vec::new());
         }
         let name = format!("manifest-{}-0", self.commit);
-        let bytes = manifest::encode_entries(&entries, &self.empty).map_err(self.enc())?;
-        let meta = manifest::describe(name.clone(), bytes.len(), &entries);
+        let bytes =
+            manifest::encode_entries(&entries, &binary_row::empty_row()).map_err(self.enc())?;
+        let meta = manifest::describe(name.clone(), bytes.len(), &entries, self.stats(slots)?);
         self.put_manifest_file(&name, bytes).await?;
         Ok(vec![meta])
     }
@@ -223,25 +237,31 @@ impl Manifests<'_> {
         if state.manifests.len() <= merge.min_count {
             return Ok(state.manifests.clone());
         }
-        let live: Vec<ManifestEntry> = state
+        let live: Vec<(&Slot, ManifestEntry)> = state
             .files
             .iter()
-            .flat_map(|(b, fs)| fs.iter().map(move |f| self.entry(FileKind::Add, *b, f)))
+            .flat_map(|(b, fs)| fs.iter().map(move |f| (b, self.entry(FileKind::Add, b, f))))
             .collect();
         let mut base = Vec::new();
         if live.is_empty() {
             return Ok(base);
         }
-        let whole = manifest::encode_entries(&live, &self.empty).map_err(self.enc())?;
+        let (slots, live): (Vec<&Slot>, Vec<ManifestEntry>) = live.into_iter().unzip();
+        let empty = binary_row::empty_row();
+        let whole = manifest::encode_entries(&live, &empty).map_err(self.enc())?;
         let parts = split_for_target(&live, whole.len(), merge.target_bytes);
+        let mut at = 0;
         for (i, part) in parts.into_iter().enumerate() {
             let name = format!("manifest-{}-{}", self.commit, i + 1);
             let bytes = if part.len() == live.len() {
                 whole.clone()
             } else {
-                manifest::encode_entries(part, &self.empty).map_err(self.enc())?
+                manifest::encode_entries(part, &empty).map_err(self.enc())?
             };
-            base.push(manifest::describe(name.clone(), bytes.len(), part));
+            let part_slots = slots.get(at..at + part.len()).unwrap_or_default();
+            at += part.len();
+            let stats = self.stats(part_slots.iter().copied())?;
+            base.push(manifest::describe(name.clone(), bytes.len(), part, stats));
             self.put_manifest_file(&name, bytes).await?;
         }
         Ok(base)
@@ -254,8 +274,8 @@ impl Manifests<'_> {
     ) -> Result<Lists, SinkError> {
         let base_name = format!("manifest-list-{}-0", self.commit);
         let delta_name = format!("manifest-list-{}-1", self.commit);
-        let base_bytes = manifest::encode_list(base, &self.empty).map_err(self.enc())?;
-        let delta_bytes = manifest::encode_list(delta, &self.empty).map_err(self.enc())?;
+        let base_bytes = manifest::encode_list(base).map_err(self.enc())?;
+        let delta_bytes = manifest::encode_list(delta).map_err(self.enc())?;
         let (base_size, delta_size) = (base_bytes.len() as i64, delta_bytes.len() as i64);
         self.put_manifest_file(&base_name, base_bytes).await?;
         self.put_manifest_file(&delta_name, delta_bytes).await?;

@@ -44,6 +44,7 @@ use std::sync::atomic::Ordering;
 use futures::{StreamExt, TryStreamExt};
 
 use super::manifest::DataFileMeta;
+use super::partition::Slot;
 use super::publish;
 use super::schema::{same_column, PaimonSchema};
 use super::snapshot;
@@ -288,10 +289,10 @@ impl Swap<'_> {
                 live.schema.id
             )));
         }
-        let deleted: Vec<(i32, DataFileMeta)> = live
+        let deleted: Vec<(Slot, DataFileMeta)> = live
             .files
             .iter()
-            .flat_map(|(b, files)| files.iter().map(move |f| (*b, f.clone())))
+            .flat_map(|(b, files)| files.iter().map(move |f| (b.clone(), f.clone())))
             .collect();
         let mut added = Vec::new();
         for (b, files) in &self.lineage.files {
@@ -303,7 +304,7 @@ impl Swap<'_> {
                     )));
                 };
                 added.push((
-                    *b,
+                    b.clone(),
                     DataFileMeta {
                         schema_id,
                         ..f.clone()
@@ -378,13 +379,14 @@ impl Swap<'_> {
         Ok(ids)
     }
 
-    /// Copies the lineage's live data files into the live table's bucket directories.
+    /// Copies the lineage's live data files into the live table's (partition and) bucket
+    /// directories.
     async fn copy_files(&self) -> Result<(), SinkError> {
         let w = &self.tables.warehouse;
         let mut copies = Vec::new();
         for (b, files) in &self.lineage.files {
             for f in files {
-                let name = format!("bucket-{b}/{}", f.file_name);
+                let name = format!("{}/{}", b.dir(), f.file_name);
                 copies.push((
                     format!("{}/{name}", self.lineage.location),
                     format!("{}/{name}", self.live_location),

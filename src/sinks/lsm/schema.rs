@@ -151,10 +151,21 @@ pub(super) fn file_type(dt: &DataType) -> DataType {
     }
 }
 
-/// The schema file content for a new table.
+/// The stored (data file) type of a Paimon type in a schema file; `None` when cdcd does not
+/// write it.
+pub(super) fn stored_type(v: &serde_json::Value) -> Option<DataType> {
+    arrow_type_json(v).map(|t| file_type(&t))
+}
+
+/// The schema file content for a new table partitioned by `partition` (column names; empty:
+/// unpartitioned). Paimon's primary key holds the partition keys (a fixed-bucket table requires
+/// it): the source's key, then the partition keys it lacks; its files' keys and bucket hash are
+/// the primary key without the partition keys (`trimmed`), which is the source's key when that
+/// holds no partition key (sinks/lsm/partition.rs).
 pub fn paimon_schema(
     table: &TableSchema,
     options: BTreeMap<String, String>,
+    partition: &[String],
 ) -> Result<PaimonSchema, SinkError> {
     let mut fields = Vec::with_capacity(table.columns.len());
     for (i, c) in table.columns.iter().enumerate() {
@@ -181,8 +192,18 @@ pub fn paimon_schema(
         id: 0,
         highest_field_id: fields.len() as i32 - 1,
         fields,
-        partition_keys: Vec::new(),
-        primary_keys: table.key_names().into_iter().map(String::from).collect(),
+        partition_keys: partition.to_vec(),
+        primary_keys: table
+            .key_names()
+            .into_iter()
+            .map(String::from)
+            .chain(
+                partition
+                    .iter()
+                    .filter(|p| !table.key_names().contains(&p.as_str()))
+                    .cloned(),
+            )
+            .collect(),
         options,
         comment: None,
         time_millis: chrono::Utc::now().timestamp_millis(),
@@ -407,9 +428,12 @@ pub fn table_schema(
             former_names: Vec::new(),
         });
     }
+    // A partitioned table's data files key rows by the primary key without the partition keys
+    // (Paimon's trimmed primary key), which is what the changelog's key is here.
     let primary_key = schema
         .primary_keys
         .iter()
+        .filter(|k| !schema.partition_keys.contains(k))
         .map(|k| {
             columns
                 .iter()
@@ -568,7 +592,7 @@ mod tests {
             ],
             primary_key: vec![0],
         };
-        let s = paimon_schema(&t, BTreeMap::new()).unwrap();
+        let s = paimon_schema(&t, BTreeMap::new(), &[]).unwrap();
         let types: Vec<&str> = s
             .fields
             .iter()
@@ -604,7 +628,7 @@ mod tests {
             columns: vec![col("id", DataType::Int64), col("ia", list)],
             ..t
         };
-        let s = paimon_schema(&t, BTreeMap::new()).unwrap();
+        let s = paimon_schema(&t, BTreeMap::new(), &[]).unwrap();
         assert_eq!(
             s.fields[1].data_type,
             serde_json::json!({"type": "ARRAY", "element": "INT"})
@@ -621,7 +645,7 @@ mod tests {
             primary_key: vec![0],
         };
         assert!(matches!(
-            paimon_schema(&t, BTreeMap::new()),
+            paimon_schema(&t, BTreeMap::new(), &[]),
             Err(SinkError::UnsupportedType { .. })
         ));
         // A keyless table: no primary keys, every column nullable (issue 23, `append.rs`).
@@ -630,7 +654,7 @@ mod tests {
             columns: vec![col("id", DataType::Int64), col("x", DataType::Utf8)],
             primary_key: vec![],
         };
-        let s = paimon_schema(&t, BTreeMap::new()).unwrap();
+        let s = paimon_schema(&t, BTreeMap::new(), &[]).unwrap();
         assert!(s.primary_keys.is_empty());
         assert!(s
             .fields
@@ -648,6 +672,7 @@ mod tests {
         let v0 = paimon_schema(
             &t(vec![col("id", DataType::Int64), col("x", DataType::Int32)]),
             BTreeMap::new(),
+            &[],
         )
         .unwrap();
         let wanted = paimon_schema(
@@ -657,6 +682,7 @@ mod tests {
                 col("c", DataType::Utf8),
             ]),
             BTreeMap::new(),
+            &[],
         )
         .unwrap();
         let Evolution::To(v1) = evolution(&v0, &wanted, &[]) else {
@@ -672,6 +698,7 @@ mod tests {
         let narrowed = paimon_schema(
             &t(vec![col("id", DataType::Int64), col("x", DataType::Int16)]),
             BTreeMap::new(),
+            &[],
         )
         .unwrap();
         // Structurally behind; the sink takes it as a replay only when the table once had
@@ -680,6 +707,7 @@ mod tests {
         let renamed = paimon_schema(
             &t(vec![col("id", DataType::Int64), col("y", DataType::Int32)]),
             BTreeMap::new(),
+            &[],
         )
         .unwrap();
         assert!(matches!(
@@ -704,6 +732,7 @@ mod tests {
         let key_renamed = paimon_schema(
             &t(vec![col("key", DataType::Int64), col("x", DataType::Int32)]),
             BTreeMap::new(),
+            &[],
         )
         .unwrap();
         assert!(!matches!(

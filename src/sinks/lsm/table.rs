@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::Bytes;
 
 use super::manifest::{DataFileMeta, FileKind, ManifestFileMeta};
+use super::partition::{Partition, PartitionKeys, Slot};
 use super::schema::PaimonSchema;
 use super::snapshot::{
     latest_id, read_manifest, read_manifest_list, read_snapshot, snapshot_location, Snapshot,
@@ -23,17 +24,19 @@ use crate::storage::{put_create, Created, Warehouse};
 /// [`TableState::lineage_start`].
 pub const LINEAGE_SCHEMA_PROPERTY: &str = "cdcd.lineage-first-schema";
 
-/// What a table holds as of its newest snapshot: the schema, the live files per bucket and the
-/// manifests that list them.
+/// What a table holds as of its newest snapshot: the schema, the live files per (partition,
+/// bucket) and the manifests that list them.
 #[derive(Debug, Clone)]
 pub struct TableState {
     pub location: String,
     pub schema: PaimonSchema,
+    /// The schema's partition keys (none: unpartitioned).
+    pub partitions: PartitionKeys,
     pub snapshot: Option<Snapshot>,
     /// Every manifest of the newest snapshot (its base list, then its delta list).
     pub manifests: Vec<ManifestFileMeta>,
-    /// Live data files by bucket.
-    pub files: BTreeMap<i32, Vec<DataFileMeta>>,
+    /// Live data files by (partition, bucket).
+    pub files: BTreeMap<Slot, Vec<DataFileMeta>>,
     /// The next unused sequence number.
     pub next_sequence: i64,
     pub commit_user: String,
@@ -71,8 +74,8 @@ impl TableState {
 /// One commit's file changes.
 #[derive(Debug, Default)]
 pub struct Change {
-    pub added: Vec<(i32, DataFileMeta)>,
-    pub deleted: Vec<(i32, DataFileMeta)>,
+    pub added: Vec<(Slot, DataFileMeta)>,
+    pub deleted: Vec<(Slot, DataFileMeta)>,
 }
 
 /// Loads the table at `location`; `Ok(None)` when it has no schema yet.
@@ -86,9 +89,12 @@ pub async fn load(w: &Warehouse, location: &str) -> Result<Option<TableState>, S
             "listed but vanished",
         ));
     };
+    let partitions = PartitionKeys::of(&schema)
+        .map_err(|e| corrupt(&schema_location(location, schema_id), e))?;
     let mut state = TableState {
         location: location.to_owned(),
         schema,
+        partitions,
         snapshot: None,
         manifests: Vec::new(),
         files: BTreeMap::new(),
@@ -126,10 +132,26 @@ pub async fn load(w: &Warehouse, location: &str) -> Result<Option<TableState>, S
     };
     let mut manifests = read_manifest_list(w, location, &snapshot.base_manifest_list).await?;
     manifests.extend(read_manifest_list(w, location, &snapshot.delta_manifest_list).await?);
-    let mut live: HashMap<(i32, String), DataFileMeta> = HashMap::new();
+    let mut live: HashMap<(Slot, String), DataFileMeta> = HashMap::new();
+    let mut decoded: HashMap<Vec<u8>, Partition> = HashMap::new();
     for m in &manifests {
         for e in read_manifest(w, location, &m.file_name).await? {
-            let id = (e.bucket, e.file.file_name.clone());
+            let partition = match decoded.get(&e.partition) {
+                Some(p) => p.clone(),
+                None => {
+                    let p = state
+                        .partitions
+                        .decode(&e.partition)
+                        .map_err(|d| corrupt(&format!("{location}/manifest/{}", m.file_name), d))?;
+                    decoded.insert(e.partition.clone(), p.clone());
+                    p
+                }
+            };
+            let slot = Slot {
+                partition,
+                bucket: e.bucket,
+            };
+            let id = (slot, e.file.file_name.clone());
             match e.kind {
                 FileKind::Add => {
                     live.insert(id, e.file);
@@ -140,13 +162,21 @@ pub async fn load(w: &Warehouse, location: &str) -> Result<Option<TableState>, S
             }
         }
     }
-    for ((bucket, _), f) in live {
+    for ((slot, _), f) in live {
         state.next_sequence = state.next_sequence.max(f.max_sequence + 1);
-        state.files.entry(bucket).or_default().push(f);
+        state.files.entry(slot).or_default().push(f);
     }
     state.manifests = manifests;
     state.snapshot = Some(snapshot);
     Ok(Some(state))
+}
+
+/// The table's newest schema; `None` when it has none.
+pub async fn load_schema(w: &Warehouse, location: &str) -> Result<Option<PaimonSchema>, SinkError> {
+    match latest_schema_id(w, location).await? {
+        Some(id) => read_schema(w, location, id).await,
+        None => Ok(None),
+    }
 }
 
 /// `schema/schema-<id>`.

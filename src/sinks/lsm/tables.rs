@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 
 use super::compaction::{self, CompactStats};
 use super::table::{self, TableState};
-use crate::changelog::TableId;
+use crate::changelog::{TableId, TableSchema};
 use crate::config::{LsmConfig, MergeEngine};
 use crate::sinks::resync::Lineage;
 use crate::sinks::SinkError;
@@ -139,6 +139,18 @@ impl Tables {
             ),
             ("num-levels".to_owned(), (o.max_level + 1).to_string()),
         ]);
+        let partitioned = self
+            .config
+            .tables
+            .resolve(table)
+            .ok()
+            .and_then(|s| s.partition_by)
+            .is_some_and(|p| !p.value.is_empty());
+        if partitioned {
+            // Partition directories named by the value's text, as pypaimon names them
+            // (partition.rs).
+            m.insert(super::partition::LEGACY_NAME_OPTION.into(), "false".into());
+        }
         if self.config.deletion_vectors {
             m.insert("deletion-vectors.enabled".into(), "true".into());
         }
@@ -155,6 +167,87 @@ impl Tables {
             }
         }
         m
+    }
+
+    /// The partition keys `schema`'s table is written with: its `partition_by` when set, else
+    /// the existing table's (none for a new one). Refused, naming the table and the setting: a
+    /// column the table lacks or of a type cdcd does not partition by, a column of the source's
+    /// primary key, a keyless table, the partial-update engine, and a `partition_by` other than
+    /// the existing table's (Paimon cannot change a table's partitioning).
+    pub(super) async fn partition_keys(
+        &self,
+        handle: &Handle,
+        schema: &TableSchema,
+    ) -> Result<Vec<String>, SinkError> {
+        let table = &schema.id;
+        let configured = self.config.tables.resolve(table)?.partition_by;
+        let existing = {
+            let mut guard = handle.state.lock().await;
+            self.ensure_loaded(table, &mut guard).await?;
+            guard.as_ref().map(|s| s.schema.partition_keys.clone())
+        };
+        let Some(configured) = configured else {
+            return Ok(existing.unwrap_or_default());
+        };
+        let names: Vec<String> = configured.value.iter().map(|f| f.column.clone()).collect();
+        let refuse = |why: String| -> SinkError {
+            configured.origin.invalid(format!("{table}: {why}")).into()
+        };
+        if let Some(existing) = existing.filter(|e| *e != names) {
+            let has = if existing.is_empty() {
+                "unpartitioned".to_owned()
+            } else {
+                format!("partitioned by [{}]", existing.join(", "))
+            };
+            return Err(refuse(format!(
+                "the Paimon table is {has}, and Paimon cannot change a table's partitioning: \
+                 set partition_by to that, or drop the table to copy it again partitioned"
+            )));
+        }
+        if names.is_empty() {
+            return Ok(names);
+        }
+        if schema.primary_key.is_empty() {
+            return Err(refuse(
+                "a keyless table becomes a Paimon append table, which cdcd writes unpartitioned"
+                    .into(),
+            ));
+        }
+        if self.config.merge_engine == MergeEngine::PartialUpdate {
+            // That engine's rows leave absent columns NULL, a partition column among them: the
+            // row's partition would be the NULL one.
+            return Err(refuse(
+                "sink.merge_engine = \"partial-update\" writes the columns an update leaves \
+                 out as NULL, so a row's partition is not known: use the deduplicate engine for \
+                 partitioned tables"
+                    .into(),
+            ));
+        }
+        for name in &names {
+            let Some((i, column)) = schema
+                .columns
+                .iter()
+                .enumerate()
+                .find(|(_, c)| &c.name == name)
+            else {
+                return Err(refuse(format!("the table has no column {name:?}")));
+            };
+            if schema.primary_key.contains(&i) {
+                return Err(refuse(format!(
+                    "{name:?} is a column of the primary key: cdcd partitions Paimon tables by \
+                     columns outside the key only (a partition key inside it changes the files' \
+                     key and bucket hash, which cdcd does not write yet)"
+                )));
+            }
+            let stored = super::schema::file_type(&column.data_type);
+            if let Some(why) = super::partition::type_refusal(&stored) {
+                return Err(refuse(format!(
+                    "column {name:?} ({}): {why}",
+                    column.source_type
+                )));
+            }
+        }
+        Ok(names)
     }
 
     /// `table`'s resync under way in this sink, if any.

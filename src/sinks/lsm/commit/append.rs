@@ -9,6 +9,7 @@ use super::{Commit, Input, Published};
 use crate::sinks::lsm::append::{self, AppendPlan, UNAWARE_BUCKETS};
 use crate::sinks::lsm::expire;
 use crate::sinks::lsm::files::{file_location, new_file_name, off_runtime};
+use crate::sinks::lsm::partition::Slot;
 use crate::sinks::lsm::schema;
 use crate::sinks::lsm::store;
 use crate::sinks::lsm::table::Change;
@@ -23,7 +24,7 @@ pub(super) async fn commit(
     input: Input<'_>,
 ) -> Result<CommitStats, SinkError> {
     let table = &input.schema.id;
-    let wanted = schema::paimon_schema(input.schema, append::table_options())?;
+    let wanted = schema::paimon_schema(input.schema, append::table_options(), &[])?;
     let file_schema = append::file_schema(input.schema);
     let plan = append::plan(input.changes, &file_schema).map_err(|e| SinkError::Data {
         table: table.clone(),
@@ -58,12 +59,12 @@ impl Commit<'_> {
             .await?;
             store::put(
                 &self.tables.warehouse,
-                &file_location(&state.location, 0, &meta.file_name),
+                &file_location(&state.location, &Slot::unpartitioned(0), &meta.file_name),
                 bytes,
             )
             .await?;
             sequence += meta.row_count;
-            change.added.push((0, meta));
+            change.added.push((Slot::unpartitioned(0), meta));
         }
         Ok(change)
     }

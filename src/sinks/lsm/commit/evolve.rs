@@ -29,12 +29,16 @@ impl Tables {
         handle: &Arc<Handle>,
     ) -> Result<Option<(Arc<TableSchema>, Vec<TableChanges>)>, SinkError> {
         let table = &schema.id;
-        let wanted = schema::paimon_schema(schema, self.table_options(table))?;
         let mut guard = handle.state.lock().await;
         self.ensure_loaded(table, &mut guard).await?;
         let Some(state) = guard.as_ref() else {
             return Ok(None);
         };
+        let wanted = schema::paimon_schema(
+            schema,
+            self.table_options(table),
+            &state.schema.partition_keys,
+        )?;
         let forward = renames(schema, &state.schema);
         let behind = match schema::evolution(&state.schema, &wanted, &forward) {
             schema::Evolution::Behind => true,

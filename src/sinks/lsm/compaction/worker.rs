@@ -16,6 +16,7 @@ use crate::metrics::maintenance as maintenance_metrics;
 use crate::sinks::lsm::compaction::{self, merge, CompactStats, Unit};
 use crate::sinks::lsm::files::{self, file_location};
 use crate::sinks::lsm::manifest::DataFileMeta;
+use crate::sinks::lsm::partition::Slot;
 use crate::sinks::lsm::placement;
 use crate::sinks::lsm::publish;
 use crate::sinks::lsm::schema::FileSchemas;
@@ -41,7 +42,7 @@ pub(in crate::sinks::lsm) async fn run(
     };
     while let Some(job) = worker.next_job().await? {
         if full {
-            worker.done.push(job.bucket);
+            worker.done.push(job.slot.clone());
         }
         let merged = worker.merge(&job).await?;
         if !worker.publish(job, merged).await? {
@@ -59,12 +60,12 @@ struct Worker<'a> {
     full: bool,
     stats: CompactStats,
     /// Buckets a full pass already did (a full pass visits each once).
-    done: Vec<i32>,
+    done: Vec<Slot>,
 }
 
 /// One bucket's compaction, as picked.
 struct Job {
-    bucket: i32,
+    slot: Slot,
     unit: Unit,
     /// The files `unit` names.
     inputs: Vec<DataFileMeta>,
@@ -96,9 +97,9 @@ impl Worker<'_> {
         let picked = state
             .files
             .iter()
-            .filter(|(bucket, _)| !self.done.contains(bucket))
-            .find_map(|(bucket, files)| Some((*bucket, files, self.unit(files)?)));
-        let Some((bucket, files, unit)) = picked else {
+            .filter(|(slot, _)| !self.done.contains(slot))
+            .find_map(|(slot, files)| Some((slot.clone(), files, self.unit(files)?)));
+        let Some((slot, files, unit)) = picked else {
             return Ok(None);
         };
         let inputs = unit
@@ -115,7 +116,7 @@ impl Worker<'_> {
             detail,
         })?;
         Ok(Some(Job {
-            bucket,
+            slot,
             unit,
             inputs,
             location,
@@ -146,13 +147,13 @@ impl Worker<'_> {
     /// Reads the job's inputs, merges them off the async workers and puts the output; without
     /// the table's lock.
     async fn merge(&self, job: &Job) -> Result<Merged, SinkError> {
-        let (table, bucket) = (&self.handle.table, job.bucket);
+        let (table, slot) = (&self.handle.table, &job.slot);
         let warehouse = &self.tables.warehouse;
         let mut encoded = Vec::with_capacity(job.inputs.len());
         let mut bytes_in = 0;
         let chains = placement::chains(&job.inputs, &job.schemas.key_types);
         for f in &job.inputs {
-            let data = files::read_bytes(warehouse, &job.location, bucket, f).await?;
+            let data = files::read_bytes(warehouse, &job.location, slot, f).await?;
             bytes_in += data.len() as u64;
             encoded.push(data);
         }
@@ -160,8 +161,8 @@ impl Worker<'_> {
         let merge_schemas = job.schemas.clone();
         let drop_deletes = job.unit.drop_deletes;
         let (task, what) = (
-            format!("compaction task of bucket {bucket}"),
-            format!("merging bucket {bucket}"),
+            format!("compaction task of {}", slot.dir()),
+            format!("merging {}", slot.dir()),
         );
         let (bytes, run) = files::off_runtime(table, task, &what, move || {
             merge_chains(encoded, &chains, &merge_schemas, drop_deletes)
@@ -171,17 +172,8 @@ impl Worker<'_> {
         let output = if rows_out > 0 {
             let level = job.unit.output_level;
             Some(
-                files::put_run(
-                    warehouse,
-                    table,
-                    &job.location,
-                    bucket,
-                    bytes,
-                    &run,
-                    level,
-                    1,
-                )
-                .await?,
+                files::put_run(warehouse, table, &job.location, slot, bytes, &run, level, 1)
+                    .await?,
             )
         } else {
             None
@@ -199,7 +191,7 @@ impl Worker<'_> {
         let (tables, handle) = (self.tables, self.handle);
         let table = &handle.table;
         let Job {
-            bucket,
+            slot,
             inputs,
             location,
             ..
@@ -209,7 +201,7 @@ impl Worker<'_> {
         let Some(state) = guard.as_mut() else {
             return Ok(false);
         };
-        let live = state.files.get(&bucket);
+        let live = state.files.get(&slot);
         // The same table too: a resync's swap (resync.rs) gives the live table copies of the
         // lineage's files under their names, while this output went to the lineage.
         let all_live = state.location == location
@@ -218,10 +210,10 @@ impl Worker<'_> {
                 .all(|f| live.is_some_and(|l| l.iter().any(|x| x.file_name == f.file_name)));
         if !all_live {
             if let Some(o) = &merged.output {
-                let loc = file_location(&location, bucket, &o.file_name);
+                let loc = file_location(&location, &slot, &o.file_name);
                 store::delete(&tables.warehouse, &loc).await?;
             }
-            tracing::info!(table = %table, bucket, "compaction inputs changed meanwhile; result dropped");
+            tracing::info!(table = %table, slot = %slot.dir(), "compaction inputs changed meanwhile; result dropped");
             return Ok(true);
         }
         let properties = state
@@ -237,8 +229,12 @@ impl Worker<'_> {
         stats.files_out += u64::from(merged.output.is_some());
         stats.rows_out += merged.rows_out;
         let change = Change {
-            added: merged.output.into_iter().map(|f| (bucket, f)).collect(),
-            deleted: inputs.into_iter().map(|f| (bucket, f)).collect(),
+            added: merged
+                .output
+                .into_iter()
+                .map(|f| (slot.clone(), f))
+                .collect(),
+            deleted: inputs.into_iter().map(|f| (slot.clone(), f)).collect(),
         };
         let published = publish::publish(
             &tables.warehouse,
