@@ -2,7 +2,7 @@
 # Makes tests/fixtures/iceberg-java-dv/: an Iceberg format-v3 table written by Iceberg-Java 1.10 (Spark 3.5),
 # with one data file of 20 rows and two successive Puffin deletion vectors on it (the second one merges the
 # first: Iceberg v3 keeps at most one vector per data file). cdcd's deletion-vector and Puffin codecs
-# are tested against it (src/sinks/iceberg/deletes/deletion_vector.rs, puffin.rs), so that what cdcd writes is
+# are tested against it (src/sinks/iceberg/deletes/deletion_vector/mod.rs, puffin.rs), so that what cdcd writes is
 # byte-compatible with the reference implementation.
 #
 # Needs the test bed with its spark component (`scripts/testbed.sh up`: pyspark 3.5.8, iceberg-spark-runtime

@@ -11,7 +11,7 @@
 //!   which chunks of the copy are started and done, so a restart copies only the rest;
 //! - `cdcd.upsert_until` (only after a copy taken at a snapshot newer than the stream's start):
 //!   changes at or below this position may already be in the copied rows, so they are applied as
-//!   upserts (see `sources/postgres/snapshot.rs` for why that converges).
+//!   upserts (see `sources/postgres/snapshot/mod.rs` for why that converges).
 //!
 //! On start the pipeline reads each table's checkpoint back; a transaction whose position is at or
 //! below its table's checkpoint is already in the table and is skipped. The source is acknowledged
@@ -36,7 +36,7 @@ pub const SNAPSHOT_KEY: &str = "cdcd.snapshot";
 /// Snapshot property: changes at or below this position are applied as upserts.
 pub const UPSERT_UNTIL_KEY: &str = "cdcd.upsert_until";
 /// Snapshot property: the lease epoch of the daemon that committed the snapshot
-/// (`checkpoint/lease.rs`); absent when written without a lease.
+/// (`checkpoint/lease/mod.rs`); absent when written without a lease.
 pub const LEASE_EPOCH_KEY: &str = "cdcd.lease-epoch";
 
 /// A pipeline's position as stored in one table snapshot.

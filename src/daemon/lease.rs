@@ -1,4 +1,4 @@
-//! Work done while the pipeline's lease is kept (`checkpoint/lease.rs`): the daemon's rounds and
+//! Work done while the pipeline's lease is kept (`checkpoint/lease/mod.rs`): the daemon's rounds and
 //! `cdcd maintain`'s cycle both run this way, writing through the lease's fence.
 
 use std::future::Future;

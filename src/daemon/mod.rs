@@ -23,7 +23,7 @@ use crate::storage::Warehouse;
 /// notification beside it, holding the pipeline's lease (`checkpoint::lease`): waits as a standby
 /// while another cdcd holds it, and stops at once, without committing what is buffered, if the
 /// lease is lost or not renewed in time. The sinks write through the lease's fence
-/// (`storage/fence.rs`), so nothing is written after the lease's deadline, also by a commit
+/// (`storage/fence/mod.rs`), so nothing is written after the lease's deadline, also by a commit
 /// already under way or one running in the background.
 pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), CommandError> {
     let (ops, notifier) = operations::start_operations(config, &shutdown).await?;

@@ -10,7 +10,7 @@
 
 use crate::metrics as m;
 
-/// The pipeline's book for the lag gauge, fed from the loop (`pipeline.rs`) and the
+/// The pipeline's book for the lag gauge, fed from the loop (`pipeline/mod.rs`) and the
 /// acknowledgement (`pipeline/commit.rs`).
 #[derive(Debug, Default)]
 pub(super) struct Lag {

@@ -1,5 +1,5 @@
 //! What the pipeline holds per table while it runs: the changes buffered for the next commit,
-//! the committed checkpoints, initial-copy progress and upsert windows. `pipeline.rs` decides
+//! the committed checkpoints, initial-copy progress and upsert windows. `pipeline/mod.rs` decides
 //! when to commit; this file only keeps the books.
 
 use std::collections::{BTreeMap, BTreeSet};

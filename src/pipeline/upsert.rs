@@ -1,7 +1,7 @@
 //! The upsert window: a table's changes that may already be in its copied rows are rewritten so
-//! that applying them again converges (the argument is in `sources/postgres/snapshot.rs`).
+//! that applying them again converges (the argument is in `sources/postgres/snapshot/mod.rs`).
 //!
-//! Where it sits: `pipeline.rs` calls [`upsert`] on each replayed change run of a table whose
+//! Where it sits: `pipeline/mod.rs` calls [`upsert`] on each replayed change run of a table whose
 //! checkpoint carries `cdcd.upsert_until` at or above the transaction's position.
 //!
 //! - An insert becomes an update: the sink then deletes the key's row (if any) before writing.

@@ -398,7 +398,7 @@ impl SinkError {
 /// (`winner`, its `cdcd.lease-epoch`) than this daemon's, this daemon lost the lease: its fence
 /// is broken for every table (not only this one, and whatever its clock says; Kafka fences a
 /// producer the same way when a newer epoch has written) and the error says so. A winner of an
-/// older epoch is a fenced holder's commit that landed late (`storage/fence.rs`): logged, and the
+/// older epoch is a fenced holder's commit that landed late (`storage/fence/mod.rs`): logged, and the
 /// conflict stands (the pipeline restarts from the table's checkpoint).
 pub(crate) fn fenced_by_winner(
     warehouse: &crate::storage::Warehouse,

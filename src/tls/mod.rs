@@ -7,7 +7,7 @@
 //! sink may not import a source, so the TLS they use lives here, at the crate's top, and knows
 //! none of them.
 //!
-//! - `postgres.rs` (+ `postgres/stream.rs`): libpq's `sslmode`, `sslrootcert`, `sslcert`/`sslkey`,
+//! - `postgres/mod.rs` (+ `postgres/stream.rs`): libpq's `sslmode`, `sslrootcert`, `sslcert`/`sslkey`,
 //!   `sslsni` as one rustls `ClientConfig`, the SSLRequest handshake and tokio-postgres's
 //!   connector (the Postgres source and the SQL catalog).
 //! - `mysql.rs`: the MySQL client's `ssl-mode`, `ssl-ca`, `ssl-cert`/`ssl-key` as mysql_async's

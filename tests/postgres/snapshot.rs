@@ -3,7 +3,7 @@
 //! from zero), and a table added to `tables` later that is copied alone while the slot stays.
 //!
 //! The writes hit every kind of change the convergence argument in
-//! `src/sources/postgres/snapshot.rs` covers: inserts, updates, deletes, primary-key changes that
+//! `src/sources/postgres/snapshot/mod.rs` covers: inserts, updates, deletes, primary-key changes that
 //! move a row to another chunk, and updates that leave a TOASTed value unchanged (absent).
 
 use std::sync::atomic::{AtomicBool, Ordering};

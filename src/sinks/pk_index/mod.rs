@@ -61,7 +61,7 @@
 //! # Two writers (a fenced holder and its successor)
 //!
 //! One cdcd writes a pipeline's index at a time (the lease), but a holder that lost the lease
-//! may still have a write in flight (`storage/fence.rs` says how small that window is). Two rules
+//! may still have a write in flight (`storage/fence/mod.rs` says how small that window is). Two rules
 //! keep that from breaking the successor's index:
 //! - **a run no manifest names is deleted only after a manifest written by this process is
 //!   durable** (it joins the obsolete files of the next `persist`), never at open. An unnamed

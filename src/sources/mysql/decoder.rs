@@ -2,7 +2,7 @@
 //! GTID_LIST (0xa3) events, and which captured tables a QUERY event's DDL touches.
 //!
 //! Everything else (event framing, checksums, TABLE_MAP, rows events v1/v2, MySQL GTID events,
-//! JSONB, TRANSACTION_PAYLOAD) is `mysql_common`'s; `assembler.rs` turns both into transactions.
+//! JSONB, TRANSACTION_PAYLOAD) is `mysql_common`'s; `assembler/mod.rs` turns both into transactions.
 
 use crate::changelog::{GtidList, MariaGtid};
 

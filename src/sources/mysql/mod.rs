@@ -2,9 +2,9 @@
 //!
 //! - `decoder.rs`: MariaDB GTID/GTID_LIST events and DDL statements from bytes (pure).
 //! - `types.rs`: column types to Arrow, values into Arrow builders (pure).
-//! - `image.rs`: row images read in place, straight into Arrow builders (pure; the fast path).
+//! - `image/mod.rs`: row images read in place, straight into Arrow builders (pure; the fast path).
 //! - `schema.rs`: a table's schema and converters from `information_schema` rows (pure).
-//! - `assembler.rs`: binlog events to changelog transactions (the assembler; pure).
+//! - `assembler/mod.rs`: binlog events to changelog transactions (the assembler; pure).
 //! - `stream.rs`: the binlog connection and its read loop (I/O).
 //! - `setup.rs`: regular connections, catalog reads, `cdcd check`.
 //! - TLS (`ssl-mode`, `ssl-ca`, `ssl-cert`/`ssl-key` as mysql_async's options, and what a failed

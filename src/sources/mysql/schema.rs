@@ -5,7 +5,7 @@
 //! names, signedness, ENUM/SET members or primary key; `information_schema` has them all on every
 //! server version, so cdcd reads it once per table and checks each TABLE_MAP against it (column
 //! count, and names when FULL metadata sends them). A mismatch means the table changed after the
-//! event was written: DDL seen in the binlog stops the pipeline before that happens (`assembler.rs`).
+//! event was written: DDL seen in the binlog stops the pipeline before that happens (`assembler/mod.rs`).
 
 use std::sync::Arc;
 

@@ -1,5 +1,5 @@
 //! The binlog stream of the MySQL/MariaDB source (I/O): a replica connection opened at the
-//! assembler's position (`open`), every event fed to the assembler (`assembler.rs`, pure) and the
+//! assembler's position (`open`), every event fed to the assembler (`assembler/mod.rs`, pure) and the
 //! transactions it completes sent to the pipeline, until shutdown or a failure that
 //! [`super::MySqlSource::run`] retries with backoff or reports.
 

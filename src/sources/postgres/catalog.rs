@@ -1,7 +1,7 @@
 //! Catalog lookups for one table: its columns, type names and OIDs, and the planner's row
 //! estimate (its key is `key.rs`'s).
 //!
-//! Where it sits: `assembler.rs` asks for types when a Relation message names a type it has not
+//! Where it sits: `assembler/mod.rs` asks for types when a Relation message names a type it has not
 //! seen; the initial copy (`snapshot/`) plans its chunks from the key and the
 //! estimate. Plain catalog SQL over a regular connection.
 

@@ -9,7 +9,7 @@
 //! - `replication.rs`: the replication connection (a walsender session, pgwire-replication's
 //!   framing).
 //! - `setup.rs`: publication, slot and server checks over a regular connection.
-//! - `assembler.rs`: decoded messages to changelog transactions (streamed transactions, spill).
+//! - `assembler/mod.rs`: decoded messages to changelog transactions (streamed transactions, spill).
 //! - `stream.rs`: the streaming loop (I/O): frames in, transactions out, status updates back.
 //! - `copy.rs`: which tables are copied at which snapshot (fresh, beside the slot, exactly);
 //!   `snapshot.rs` and `snapshot/`: how (parallel key ranges, binary COPY read off the socket

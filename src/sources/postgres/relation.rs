@@ -1,7 +1,7 @@
 //! Table schemas for the changelog, built one way whether the columns come from a Relation message
 //! (streaming) or from `pg_attribute` (the initial copy).
 //!
-//! Where it sits: `assembler.rs` builds a schema on every Relation message of a captured table, and
+//! Where it sits: `assembler/mod.rs` builds a schema on every Relation message of a captured table, and
 //! `mod.rs` builds one per table before the copy. Building both the same way matters: the pipeline
 //! commits a table's buffer early when a batch arrives with a different schema, so the copy's
 //! schema and the stream's must compare equal when the table did not change.

@@ -1,5 +1,5 @@
 //! The streaming phase of the Postgres source (I/O): frames from the walsender go through the
-//! assembler (`assembler.rs`, pure) to the pipeline as transactions or heartbeats, and standby
+//! assembler (`assembler/mod.rs`, pure) to the pipeline as transactions or heartbeats, and standby
 //! status updates go back carrying only acknowledged (committed) positions (STYLE rule 6).
 //!
 //! Where it sits: [`super::PostgresSource::run`] opens the replication connection, copies what

@@ -69,7 +69,7 @@ impl fmt::Debug for RawS3 {
 
 /// Validated `[sink.s3]`; every unset key falls back to the standard `AWS_*` environment
 /// (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_CA_BUNDLE`, …), then the AWS
-/// shared files' profile, then the instance/container credential chain (`storage/s3.rs`).
+/// shared files' profile, then the instance/container credential chain (`storage/s3/mod.rs`).
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct S3Config {
     pub endpoint: Option<String>,

@@ -10,7 +10,7 @@
 //! parsed as if they came through TLS (CVE-2021-23222's lesson).
 //!
 //! Why our own connector rather than `tokio-postgres-rustls`: it is 40 lines over tokio-rustls,
-//! and this way the one `ClientConfig` of `tls/postgres.rs` (its verifiers for verify-ca and require) and
+//! and this way the one `ClientConfig` of `tls/postgres/mod.rs` (its verifiers for verify-ca and require) and
 //! its error texts serve tokio-postgres too; the crate would bring its own copy of that logic
 //! and another dependency to keep in step with rustls. Channel binding is not offered
 //! ([`TlsStream::channel_binding`] is none): SCRAM then runs without `-PLUS`, as it does on the

@@ -1,6 +1,6 @@
 //! The assembler's planned path for rows events: row images read in place by
 //! [`super::super::image`] and converted straight into the transaction's Arrow builders, with no
-//! per-row or per-value allocation. `assembler.rs` takes it whenever every column of the table has
+//! per-row or per-value allocation. `assembler/mod.rs` takes it whenever every column of the table has
 //! a planned layout, and falls back to `mysql_common`'s rows otherwise; both give the same
 //! changes (the tests in `image/tests.rs` compare them on captured events).
 

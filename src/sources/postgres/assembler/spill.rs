@@ -1,7 +1,7 @@
 //! Buffers of streamed in-progress transactions: each top-level xid's raw pgoutput payloads (with
 //! the subtransaction xid that sent them) in memory up to a total byte bound, then in a spill file.
 //!
-//! Where it sits: `assembler.rs` pushes every data message of a Stream Start … Stream Stop block here
+//! Where it sits: `assembler/mod.rs` pushes every data message of a Stream Start … Stream Stop block here
 //! and, on Stream Commit, replays the xid's payloads through the ordinary change path. Payloads
 //! stay raw (`Bytes` slices of the received frame) because decoding borrows from them and because
 //! an aborted transaction should cost nothing but its bytes.

@@ -1,5 +1,5 @@
 //! pgoutput messages captured from a real PostgreSQL 15.18 server, as hex. Shared by the decoder
-//! tests and by `assembler.rs` tests that need real protocol bytes.
+//! tests and by `assembler/mod.rs` tests that need real protocol bytes.
 //!
 //! Captured with `pg_logical_slot_peek_binary_changes` (the SQL interface returns the same
 //! payloads the replication protocol sends in XLogData), on slot `dec_test` and publication

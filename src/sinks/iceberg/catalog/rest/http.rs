@@ -10,7 +10,7 @@
 //! Authentication: a fixed bearer token, OAuth2 client credentials (RFC 6749 §4.4) exchanged for
 //! a token that is renewed before it expires and once after a 401 (a 401 is answered before
 //! anything is applied, so the request is sent again as it was), or AWS SigV4 (the `aws-sigv4`
-//! crate; credentials from the chain an `s3://` warehouse uses, `storage/s3.rs`), as AWS Glue's
+//! crate; credentials from the chain an `s3://` warehouse uses, `storage/s3/mod.rs`), as AWS Glue's
 //! and S3 Tables' REST endpoints require. Secrets appear in no message.
 
 use std::time::{Duration, Instant};

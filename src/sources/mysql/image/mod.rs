@@ -14,7 +14,7 @@
 //! with fractional bytes by precision, strings and blobs behind a 1–4 byte length. Only the
 //! common layouts are planned; a table with any other column type (pre-5.6 temporal types,
 //! MySQL's binary JSON, DECIMAL wider than 38 digits) or whose TABLE_MAP disagrees with the
-//! catalog has no plan, and its events go through `mysql_common` as before (`assembler.rs`).
+//! catalog has no plan, and its events go through `mysql_common` as before (`assembler/mod.rs`).
 
 use arrow_array::builder::{
     ArrayBuilder, BinaryBuilder, Date32Builder, Decimal128Builder, Float32Builder, Float64Builder,

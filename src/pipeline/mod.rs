@@ -22,7 +22,7 @@
 //! upsert window (`cdcd.upsert_until`): its changes up to that position are replayed over rows
 //! that may already reflect them, so inserts become updates (upserts); every change is keyed and
 //! carries whole rows, so the replay converges (the argument is in
-//! `sources/postgres/snapshot.rs`).
+//! `sources/postgres/snapshot/mod.rs`).
 //!
 //! Files: this one is the loop, the resume decision and the streamed transactions;
 //! `pipeline/tables.rs` the per-table books (buffers, committed checkpoints, copy progress,

@@ -2,7 +2,7 @@
 //! ([`PuffinReader`]) (Iceberg Puffin spec, "File structure", "Footer structure",
 //! "deletion-vector-v1 blob type").
 //!
-//! Sits after `deletion_vector.rs` in the v3 commit path: the vectors of one commit go into one
+//! Sits after `deletion_vector/mod.rs` in the v3 commit path: the vectors of one commit go into one
 //! Puffin file, and each blob's `(offset, length)` becomes the `content_offset` /
 //! `content_size_in_bytes` of its delete manifest entry, whose `referenced_data_file` equals the
 //! blob's `referenced-data-file` property (table spec, "Deletion Vectors"). Pure: the caller

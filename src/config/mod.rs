@@ -695,7 +695,7 @@ server_id = 4242
 
     #[test]
     fn shipped_example_config_is_valid() {
-        let text = include_str!("../config/pipeline.example.toml");
+        let text = include_str!("../../config/pipeline.example.toml");
         let c = Config::from_toml(text, "pipeline.example.toml").unwrap();
         assert!(matches!(c.source, SourceConfig::Postgres(_)));
         assert!(matches!(c.sink, SinkConfig::Iceberg(_)));

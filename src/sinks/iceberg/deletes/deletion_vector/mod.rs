@@ -5,7 +5,7 @@
 //! Sits between the primary-key index and the Puffin writer: with `delete_mode =
 //! "deletion-vectors"` (format v3) an update or delete of a row in a committed data file becomes a
 //! position in that file's vector; the vector is serialized here, stored as a blob in a Puffin
-//! file (`puffin.rs`), and referenced from a delete manifest entry.
+//! file (`puffin/mod.rs`), and referenced from a delete manifest entry.
 //!
 //! Blob layout, all of it checked on read:
 //!

@@ -1,7 +1,7 @@
 //! The lease fence: a deadline after which this daemon writes nothing to the warehouse, and the
 //! store wrapper ([`FencedStore`]) that enforces it on every write.
 //!
-//! Where it sits: `checkpoint/lease.rs` owns the lease and moves the deadline forward after each
+//! Where it sits: `checkpoint/lease/mod.rs` owns the lease and moves the deadline forward after each
 //! successful renewal; `daemon::run` wraps the sinks' warehouse in [`Warehouse::fenced`], so
 //! every write of a table writer (data files, manifests, the metadata or snapshot commit, the
 //! primary-key index) passes through [`Fence::guard`]. Reads are not fenced.

@@ -1,6 +1,6 @@
 //! Postgres column types to Arrow, and Postgres text values straight into Arrow builders.
 //!
-//! Where it sits: the pgoutput decoder (`assembler.rs`) and the initial copy (`snapshot.rs`) both
+//! Where it sits: the pgoutput decoder (`assembler/mod.rs`) and the initial copy (`snapshot.rs`) both
 //! receive each column as the type's *text output*. A table's Relation message gives each column's
 //! type OID and typmod; [`ColumnType::resolve`] turns that into a [`ColumnType`] once per table, and
 //! [`ColumnType::append_text`] then parses every value from `&[u8]` directly into the column's

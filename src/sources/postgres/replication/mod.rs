@@ -3,7 +3,7 @@
 //!
 //! Where it sits: `mod.rs` opens one of these per run, creates the slot (with an exported snapshot
 //! for the initial copy), starts logical replication and then feeds every `XLogData` payload to
-//! `assembler.rs`; acknowledged positions go back through [`ReplicationConnection::send_status`].
+//! `assembler/mod.rs`; acknowledged positions go back through [`ReplicationConnection::send_status`].
 //!
 //! Why not pgwire-replication's `ReplicationClient`: it hardcodes `proto_version '1'`, so it cannot
 //! ask for streamed in-progress transactions (protocol 2+) and runs its own feedback policy. cdcd

@@ -2,7 +2,7 @@
 //! protocol versions 1–4.
 //!
 //! Data flow: `replication.rs` strips the CopyData/XLogData framing and hands each payload (the
-//! bytes after the `'w'` header, exactly one pgoutput message) to [`decode`]; `assembler.rs` turns the
+//! bytes after the `'w'` header, exactly one pgoutput message) to [`decode`]; `assembler/mod.rs` turns the
 //! decoded [`PgOutputMessage`]s into changelog transactions. The decoder does no I/O and keeps no
 //! state: whether a payload sits inside a streamed block (between Stream Start and Stream Stop) is
 //! state the caller tracks and passes in [`DecodeOptions`].
@@ -567,7 +567,7 @@ fn read_relation(r: &mut Reader<'_>, xid: Option<u32>) -> Result<Relation, Decod
     })
 }
 
-/// Real pgoutput messages captured from Postgres, for tests here and in `assembler.rs`.
+/// Real pgoutput messages captured from Postgres, for tests here and in `assembler/mod.rs`.
 #[cfg(test)]
 pub(crate) mod captured;
 #[cfg(test)]

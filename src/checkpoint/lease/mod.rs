@@ -22,7 +22,7 @@
 //!   stops too, before any standby can consider the lease dead (it needs a full `ttl` without
 //!   change). That deadline is a timer of its own ([`Lease::keep`] races every renewal against
 //!   it), not a check after the renewal returns: object_store retries a request for minutes;
-//! - the deadline is also the lease's [`Fence`] (`storage/fence.rs`, which holds the argument
+//! - the deadline is also the lease's [`Fence`] (`storage/fence/mod.rs`, which holds the argument
 //!   and its limits): every write the sinks make checks it right before it is sent, so a holder
 //!   that wakes from SIGSTOP or a VM freeze past its deadline writes nothing, even if its
 //!   commit runs before the renewal task has noticed;
