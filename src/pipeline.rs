@@ -155,6 +155,8 @@ pub struct Settings {
     pub commit_max_rows: usize,
     /// Rows of one table's initial copy per commit (`pipeline.snapshot_commit_rows`).
     pub snapshot_commit_rows: usize,
+    /// Tables committed at once in a round (`pipeline.commit_concurrency`; `pipeline/commit.rs`).
+    pub commit_concurrency: usize,
     pub snapshot: SnapshotMode,
     /// The slot name, for messages.
     pub slot: String,
@@ -325,16 +327,8 @@ async fn drive(
                 if let Err(e) = committer.catch_up_resyncs().await {
                     break Err(e);
                 }
-                let due = committer
-                    .tables
-                    .oldest_streamed()
-                    .is_some_and(|t| t.elapsed() >= settings.commit_interval);
-                if due {
-                    if let Err(e) = committer.flush().await {
-                        break Err(e);
-                    }
-                } else if committer.idle() {
-                    committer.ack_received();
+                if let Err(e) = committer.commit_due(tick.period()).await {
+                    break Err(e);
                 }
             }
             event = events.recv() => {
@@ -356,7 +350,7 @@ async fn drive(
                 // Initial-copy rows are committed by `snapshot_batch`, in the background; counted
                 // here they made every copy commit `commit_max_rows` rows, awaited in place.
                 if committer.tables.streamed_rows() >= settings.commit_max_rows {
-                    if let Err(e) = committer.flush().await {
+                    if let Err(e) = committer.commit_due(Duration::ZERO).await {
                         break Err(e);
                     }
                 }
@@ -503,9 +497,7 @@ impl Committer {
             SourceEvent::Heartbeat(position) => {
                 self.lag.heard();
                 self.advance_received(position);
-                if self.idle() {
-                    self.ack_received();
-                }
+                self.acknowledge();
             }
             // A parked table's copy (a lineage given up: `pipeline/schema_resync.rs`) goes
             // nowhere: its resync copies it again.
@@ -583,7 +575,11 @@ impl Committer {
             if self.tables.parked.contains(&changes.schema.id) {
                 continue;
             }
-            self.tables.push(changes, &tx.position);
+            let opened = Opened {
+                after: self.received.clone(),
+                commit_micros: tx.commit_time_micros,
+            };
+            self.tables.push(changes, &tx.position, Some(opened));
             buffered = true;
         }
         if buffered {
@@ -746,7 +742,9 @@ mod progress;
 use progress::ProgressWriter;
 
 mod tables;
-use tables::{TableBuffer, Tables};
+use tables::{Opened, TableBuffer, Tables};
+
+mod cadence;
 
 mod schema_resync;
 
