@@ -6,12 +6,14 @@
 //!      └──────── acks (watch) ◄─────────┘  only positions every table has committed
 //! ```
 //!
-//! The pipeline buffers changes per table and commits when the oldest buffered change is
-//! `commit_interval_ms` old, when `commit_max_rows` changes are buffered, at the end of a table's
-//! initial copy, and at shutdown. Each commit is one table snapshot carrying the table's checkpoint.
-//! Only after every table holding buffered changes has committed does the source learn the new
-//! durable position (STYLE rule 6). While a commit runs the pipeline reads nothing, so the bounded
-//! event channel fills and the source stops reading: that is the backpressure.
+//! The pipeline buffers changes per table and commits a table when its oldest buffered change is
+//! `commit_interval_ms` old, the largest tables when `commit_max_rows` changes are buffered, a
+//! table at the end of its initial copy, and everything at shutdown (`pipeline/cadence.rs`); the
+//! tables of a round commit concurrently (`pipeline/commit.rs`). Each commit is one table snapshot
+//! carrying the table's checkpoint. The source learns a new durable position only when every table
+//! holds everything up to it: a table still waiting for its commit holds it back (STYLE rule 6).
+//! While a round runs the pipeline reads nothing, so the bounded event channel fills and the
+//! source stops reading: that is the backpressure.
 //!
 //! Initial copies (source-neutral): a copy's rows are committed at the incomplete position with the
 //! copy's progress (`cdcd.snapshot`: the chunk plan, chunks started, chunks done), so a restart
@@ -26,8 +28,9 @@
 //!
 //! Files: this one is the loop, the resume decision and the streamed transactions;
 //! `pipeline/tables.rs` the per-table books (buffers, committed checkpoints, copy progress,
-//! upsert windows); `pipeline/commit.rs` a commit carried out (awaited or in the background) and
-//! the acknowledgement; `pipeline/copy.rs` the initial copy's events; `pipeline/upsert.rs` the
+//! upsert windows); `pipeline/cadence.rs` which tables are due and what may be acknowledged;
+//! `pipeline/commit.rs` a round of commits carried out (awaited or in the background) and the
+//! acknowledgement; `pipeline/copy.rs` the initial copy's events; `pipeline/upsert.rs` the
 //! upsert window's rewrite; `pipeline/progress.rs` the MySQL restart position; `pipeline/lag.rs`
 //! the lag gauge.
 //!

@@ -1,6 +1,8 @@
-//! One table commit, taken out of the pipeline's buffers and carried out on its own: either
-//! awaited in place ([`Committer::commit_table`](super::Committer)) or, for a batch of an initial
-//! copy, run as a background task while the pipeline keeps reading the copy ([`InFlight`]).
+//! Table commits taken out of the pipeline's buffers and carried out: a round of tables awaited
+//! together, up to `pipeline.commit_concurrency` at once or in one catalog transaction
+//! ([`run_together`]); one table awaited in place ([`Committer::commit_table`](super::Committer));
+//! or, for a batch of an initial copy, a background task while the pipeline keeps reading the copy
+//! ([`InFlight`]). Which tables a round holds is `pipeline/cadence.rs`'s decision.
 //!
 //! Why in the background: a copy batch is large (up to [`super::SNAPSHOT_BATCH_ROWS`] rows), and
 //! encoding it to Parquet and committing takes a second or more. Awaited in place, the source's

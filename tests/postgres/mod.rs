@@ -8,6 +8,7 @@ mod keyless;
 mod keys;
 mod lifecycle;
 mod maintenance;
+mod many_tables;
 mod multiset;
 mod replication;
 pub(crate) mod resync;
