@@ -216,15 +216,23 @@ listen = "127.0.0.1:%d"
         return commits, lag
 
     def files_since(self, since):
-        n = 0
+        """Files under the warehouse written since `since` (and still there), by kind."""
+        kinds = {}
         for root, _, files in os.walk(self.warehouse):
             for name in files:
                 try:
-                    if os.stat(os.path.join(root, name)).st_mtime >= since:
-                        n += 1
+                    if os.stat(os.path.join(root, name)).st_mtime < since:
+                        continue
                 except OSError:
-                    pass
-        return n
+                    continue
+                if "/_cdcd/" in root + "/":
+                    kind = "index"
+                elif name.endswith(".metadata.json"):
+                    kind = "metadata.json"
+                else:
+                    kind = name.rsplit(".", 1)[-1]
+                kinds[kind] = kinds.get(kind, 0) + 1
+        return kinds
 
     def loaded(self):
         """pgbench at the target rate, with markers for the lag and samplers for the rest."""
@@ -288,7 +296,8 @@ listen = "127.0.0.1:%d"
             "markers": len(lags),
             "gauge_p99": common.percentile_ms(gauge, 0.99),
             "commits_s": ((commits1 or 0) - (commits0 or 0)) / elapsed,
-            "files_min": files / elapsed * 60,
+            "files_min": sum(files.values()) / elapsed * 60,
+            "files_by_kind": files,
             "cpu": ((cpu1 or 0) - (cpu0 or 0)) / elapsed,
             "rss_peak_mib": (rss or 0) / 1024,
         }
@@ -368,6 +377,9 @@ def main():
               % (r["lag_p50"], r["lag_p99"], r["markers"], r["gauge_p99"]))
         print("commits: %.1f/s; files written: %.0f/min; cdcd CPU %.2f cores, peak RSS %.0f MiB"
               % (r["commits_s"], r["files_min"], r["cpu"], r["rss_peak_mib"]))
+        commits = max(r["commits_s"] * args.seconds, 1)
+        print("files per commit by kind: " + ", ".join(
+            "%s %.1f" % (k, n / commits) for k, n in sorted(r["files_by_kind"].items(), key=lambda kv: -kv[1])))
         checked = b.check_equal([0, 1, args.busy - 1] + ([args.tables - 1] if args.tables > args.busy else []))
         print("replica: " + ", ".join("%s %s" % (t, "equal" if ok else "NOT EQUAL") for t, ok in checked))
         b.stop_cdcd()
