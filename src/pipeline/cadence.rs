@@ -61,7 +61,7 @@ impl Cadence {
         }
         if streamed_rows >= self.max_rows {
             // Largest first: the fewest commits that free the memory.
-            waiting.sort_by(|a, b| b.1.cmp(&a.1));
+            waiting.sort_by_key(|w| std::cmp::Reverse(w.1));
             for (table, rows) in waiting {
                 if left <= self.max_rows / 2 {
                     break;
@@ -89,11 +89,8 @@ pub(super) fn durable_bound(
     let mut bound = received.cloned()?;
     for buffer in buffers.values() {
         let after = buffer.opened.as_ref()?.after.as_ref()?;
-        bound = match bound.meet(after) {
-            Some(meet) => meet,
-            // Positions of different kinds: no source sends them; acknowledge nothing.
-            None => return None,
-        };
+        // `None` for positions of different kinds (no source sends them): acknowledge nothing.
+        bound = bound.meet(after)?;
     }
     Some(bound)
 }
