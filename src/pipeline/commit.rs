@@ -169,7 +169,9 @@ async fn run_concurrently(
     match error {
         None => Ok(committed),
         Some(error) => {
-            // The error's own commit first (`flush` looks for the table it names).
+            // A commit that landed after the failure marked the sink healthy again.
+            m::Health::global().sink_failed(error.to_string());
+            // The error's own commit first (`commit_round` looks for the table it names).
             failed_left.extend(not_started);
             Err(Unfinished {
                 error,
