@@ -19,6 +19,7 @@ pub(crate) fn settings(config: &Config, source: &dyn Source) -> Settings {
         commit_interval: Duration::from_millis(config.commit_interval_ms),
         commit_max_rows: config.commit_max_rows,
         snapshot_commit_rows: config.snapshot_commit_rows,
+        commit_concurrency: config.commit_concurrency,
         snapshot: source.snapshot_mode(),
         slot: source.stream_name(),
         progress: None,

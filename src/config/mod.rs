@@ -64,6 +64,10 @@ pub struct RawPipeline {
     /// copy faster; a crash re-copies at most the chunks not yet committed).
     #[serde(default = "default_snapshot_commit_rows")]
     pub snapshot_commit_rows: usize,
+    /// How many tables' commits of one round run at once (each table's own commits stay in
+    /// order): a round costs about its slowest table, not the sum (docs/many-tables.md).
+    #[serde(default = "default_commit_concurrency")]
+    pub commit_concurrency: usize,
     /// Directory for spill files of large streamed transactions (default: the system temp dir).
     #[serde(default)]
     pub spill_dir: Option<PathBuf>,
@@ -92,6 +96,11 @@ fn default_snapshot_commit_rows() -> usize {
 
 fn default_commit_max_rows() -> usize {
     100_000
+}
+/// Above this, concurrent commits only queue on the object store's connections.
+const MAX_COMMIT_CONCURRENCY: usize = 256;
+fn default_commit_concurrency() -> usize {
+    16
 }
 
 /// `[source]`: which database cdcd reads, and its kind's keys.
@@ -169,6 +178,8 @@ pub struct Config {
     pub commit_max_rows: usize,
     /// See [`RawPipeline::snapshot_commit_rows`].
     pub snapshot_commit_rows: usize,
+    /// See [`RawPipeline::commit_concurrency`].
+    pub commit_concurrency: usize,
     pub source: SourceConfig,
     pub sink: SinkConfig,
     /// `source.schema_change`.
@@ -277,6 +288,7 @@ impl RawConfig {
             commit_interval_ms: self.pipeline.commit_interval_ms,
             commit_max_rows: self.pipeline.commit_max_rows,
             snapshot_commit_rows: self.pipeline.snapshot_commit_rows,
+            commit_concurrency: self.pipeline.commit_concurrency,
             source,
             sink,
             schema_change,
@@ -334,6 +346,16 @@ impl RawPipeline {
                 "must be at least 1".into(),
             ));
         }
+        if !(1..=MAX_COMMIT_CONCURRENCY).contains(&self.commit_concurrency) {
+            return Err(bad(
+                "pipeline.commit_concurrency",
+                format!(
+                    "{} must be between 1 and {MAX_COMMIT_CONCURRENCY} (each commit in flight \
+                     holds its table's rows and open object-store requests)",
+                    self.commit_concurrency
+                ),
+            ));
+        }
         Ok(Pipeline { name })
     }
 }
@@ -355,6 +377,24 @@ tables = ["public.*"]
 [sink]
 warehouse = "/tmp/wh"
 "#;
+
+    #[test]
+    fn commit_concurrency_defaults_and_is_bounded() {
+        let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
+        assert_eq!(c.commit_concurrency, 16);
+        let with = |n: &str| {
+            let set = MINIMAL.replace(
+                "name = \"shop\"\n",
+                &format!("name = \"shop\"\ncommit_concurrency = {n}\n"),
+            );
+            Config::from_toml(&set, "p.toml")
+        };
+        assert_eq!(with("4").unwrap().commit_concurrency, 4);
+        for refused in ["0", "257"] {
+            let err = with(refused).unwrap_err().to_string();
+            assert!(err.contains("pipeline.commit_concurrency"), "{err}");
+        }
+    }
 
     #[test]
     fn snapshot_commit_rows_defaults_and_must_be_positive() {

@@ -1,6 +1,8 @@
-//! One table commit, taken out of the pipeline's buffers and carried out on its own: either
-//! awaited in place ([`Committer::commit_table`](super::Committer)) or, for a batch of an initial
-//! copy, run as a background task while the pipeline keeps reading the copy ([`InFlight`]).
+//! Table commits taken out of the pipeline's buffers and carried out: a round of tables awaited
+//! together, up to `pipeline.commit_concurrency` at once or in one catalog transaction
+//! ([`run_together`]); one table awaited in place ([`Committer::commit_table`](super::Committer));
+//! or, for a batch of an initial copy, a background task while the pipeline keeps reading the copy
+//! ([`InFlight`]). Which tables a round holds is `pipeline/cadence.rs`'s decision.
 //!
 //! Why in the background: a copy batch is large (up to [`super::SNAPSHOT_BATCH_ROWS`] rows), and
 //! encoding it to Parquet and committing takes a second or more. Awaited in place, the source's
@@ -11,12 +13,15 @@
 //! rule 6) are as if it had been awaited. Only copy batches go to the background: their
 //! checkpoint is the incomplete position, which no acknowledgement depends on.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures::stream::{self, StreamExt};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
+use super::cadence;
 use super::schema_resync::refused_table;
 use super::{Committer, PipelineError};
 use crate::changelog::{Position, TableChanges, TableId, TableSchema};
@@ -52,38 +57,31 @@ fn failed(pipeline: &str, e: &SinkError) {
     m::Health::global().sink_failed(e.to_string());
 }
 
-/// A flush's commits that did not all land: the error, the commits that landed before it
-/// (tables committed one after another), and the rest, the failed one first.
+/// A round's commits that did not all land: the first error, the commits that landed (beside
+/// the failed ones, or before them), and the rest, the failed ones first, then those not started.
 pub(super) struct Unfinished {
     pub error: SinkError,
     pub committed: Vec<Committed>,
     pub left: Vec<PendingCommit>,
 }
 
-/// Commits every table of a flush through `sink`: at once where its catalog commits several
-/// tables in one transaction ([`Sink::commits_tables_together`]), else table by table (so an
-/// error says exactly which landed); then emits each commit's metrics and log line.
+/// Commits every table of a round through `sink`: in one request where its catalog commits
+/// several tables in one transaction ([`Sink::commits_tables_together`]), else up to
+/// `concurrency` tables at once ([`run_concurrently`]); then emits each commit's metrics and
+/// log line.
 pub(super) async fn run_together(
     pending: Vec<PendingCommit>,
     sink: Arc<dyn Sink>,
     pipeline: &str,
+    concurrency: usize,
 ) -> Result<Vec<Committed>, Unfinished> {
     if pending.len() < 2 || !sink.commits_tables_together().await {
-        let mut committed = Vec::new();
-        let mut left = pending.into_iter();
-        while let Some(p) = left.next() {
-            match p.attempt(sink.as_ref(), pipeline).await {
-                Ok((stats, elapsed)) => committed.push(p.record(stats, elapsed, pipeline)),
-                Err(error) => {
-                    return Err(Unfinished {
-                        error,
-                        committed,
-                        left: std::iter::once(p).chain(left).collect(),
-                    })
-                }
-            }
-        }
-        return Ok(committed);
+        let limit = if sink.commits_tables_concurrently() {
+            concurrency.max(1)
+        } else {
+            1
+        };
+        return run_concurrently(pending, sink.as_ref(), pipeline, limit).await;
     }
     let started = Instant::now();
     let commits: Vec<TableCommit<'_>> = pending
@@ -117,6 +115,76 @@ pub(super) async fn run_together(
         .collect())
 }
 
+/// Commits `pending` (one commit per table) with at most `limit` running at once, so a round
+/// costs about its slowest commits, not the sum of all.
+///
+/// Why every outcome is awaited, even after an error: a commit cut off mid-way may or may not
+/// have published, and the pipeline must know exactly which landed (their checkpoints are
+/// recorded, the rest are retried or left to the restart). Once one fails no further commit
+/// starts: the round is given up, and what has not started is left as it was.
+async fn run_concurrently(
+    pending: Vec<PendingCommit>,
+    sink: &dyn Sink,
+    pipeline: &str,
+    limit: usize,
+) -> Result<Vec<Committed>, Unfinished> {
+    let given_up = AtomicBool::new(false);
+    let outcomes: Vec<(PendingCommit, Option<Attempt>)> = stream::iter(pending)
+        .map(|p| {
+            let given_up = &given_up;
+            async move {
+                if given_up.load(Ordering::Acquire) {
+                    return (p, None);
+                }
+                let attempt = p.attempt(sink, pipeline).await;
+                if attempt.is_err() {
+                    given_up.store(true, Ordering::Release);
+                }
+                (p, Some(attempt))
+            }
+        })
+        .buffer_unordered(limit)
+        .collect()
+        .await;
+    let mut committed = Vec::with_capacity(outcomes.len());
+    let mut error: Option<SinkError> = None;
+    let mut failed_left = Vec::new();
+    let mut not_started = Vec::new();
+    for (p, attempt) in outcomes {
+        match attempt {
+            Some(Ok((stats, elapsed))) => committed.push(p.record(stats, elapsed, pipeline)),
+            Some(Err(e)) => {
+                match &error {
+                    None => error = Some(e),
+                    // The first error is the round's; the others are logged (and were counted).
+                    Some(_) => {
+                        warn!(table = %p.table, error = %e, "commit failed in the same round")
+                    }
+                }
+                failed_left.push(p);
+            }
+            None => not_started.push(p),
+        }
+    }
+    match error {
+        None => Ok(committed),
+        Some(error) => {
+            // A commit that landed after the failure marked the sink healthy again.
+            m::Health::global().sink_failed(error.to_string());
+            // The error's own commit first (`commit_round` looks for the table it names).
+            failed_left.extend(not_started);
+            Err(Unfinished {
+                error,
+                committed,
+                left: failed_left,
+            })
+        }
+    }
+}
+
+/// A commit's outcome: its stats and how long it took, or why it failed.
+type Attempt = Result<(CommitStats, std::time::Duration), SinkError>;
+
 impl PendingCommit {
     /// Commits through `sink` and emits the commit's metrics and log line.
     pub async fn run(self, sink: Arc<dyn Sink>, pipeline: String) -> Result<Committed, SinkError> {
@@ -126,11 +194,7 @@ impl PendingCommit {
 
     /// Commits through `sink`, keeping the commit (a failed one may be left to a resync:
     /// `pipeline/schema_resync.rs`).
-    async fn attempt(
-        &self,
-        sink: &dyn Sink,
-        pipeline: &str,
-    ) -> Result<(CommitStats, std::time::Duration), SinkError> {
+    async fn attempt(&self, sink: &dyn Sink, pipeline: &str) -> Attempt {
         let started = Instant::now();
         let stats: CommitStats = sink
             .commit(&self.schema, &self.changes, &self.checkpoint)
@@ -212,21 +276,32 @@ impl InFlight {
 
 /// Committing: buffers out, commits run in place or in the background, outcomes recorded.
 impl Committer {
-    /// Nothing buffered and no commit running: everything received is durable.
-    pub(super) fn idle(&self) -> bool {
-        self.tables.buffers.is_empty() && !self.in_flight.is_running()
+    /// Commits every buffered table (a round: [`Self::commit_round`]), then acknowledges what
+    /// was received.
+    pub(super) async fn flush(&mut self) -> Result<(), PipelineError> {
+        let tables: Vec<TableId> = self.tables.buffers.keys().cloned().collect();
+        self.commit_round(tables).await?;
+        self.acknowledge();
+        Ok(())
     }
 
-    /// Commits every buffered table (together: [`run_together`]), then acknowledges what was
-    /// received. A table whose commit the sink refuses for a schema change it cannot express
-    /// may be left to a resync (`pipeline/schema_resync.rs`): the others are committed without it.
-    pub(super) async fn flush(&mut self) -> Result<(), PipelineError> {
+    /// Commits the buffers of `tables` (together: [`run_together`]). A table whose commit the
+    /// sink refuses for a schema change it cannot express may be left to a resync
+    /// (`pipeline/schema_resync.rs`): the others are committed without it. On any other error
+    /// the commits that landed are recorded and the pipeline stops: the rest are committed
+    /// again after the restart, from their tables' checkpoints.
+    pub(super) async fn commit_round(&mut self, tables: Vec<TableId>) -> Result<(), PipelineError> {
         self.settle().await?;
-        let tables: Vec<TableId> = self.tables.buffers.keys().cloned().collect();
         let mut pending: Vec<PendingCommit> =
             tables.iter().filter_map(|t| self.take_commit(t)).collect();
         while !pending.is_empty() {
-            match run_together(pending, self.sink.clone(), &self.settings.pipeline).await {
+            let round = run_together(
+                pending,
+                self.sink.clone(),
+                &self.settings.pipeline,
+                self.settings.commit_concurrency,
+            );
+            match round.await {
                 Ok(committed) => {
                     for c in committed {
                         self.committed(c);
@@ -259,7 +334,6 @@ impl Committer {
                 }
             }
         }
-        self.ack_received();
         Ok(())
     }
 
@@ -414,10 +488,18 @@ impl Committer {
         }
     }
 
-    /// Acknowledges everything received: call only when nothing is buffered.
-    pub(super) fn ack_received(&mut self) {
+    /// Acknowledges what every table holds ([`cadence::durable_bound`]): everything received
+    /// when nothing is buffered, else up to the oldest buffer still waiting for its commit.
+    pub(super) fn acknowledge(&mut self) {
+        if self.in_flight.is_running() {
+            return;
+        }
         self.lag.durable();
-        let Some(received) = self.received.clone() else {
+        if let Some(oldest) = cadence::oldest_waiting(&self.tables.buffers) {
+            self.lag.waiting(oldest);
+        }
+        let Some(received) = cadence::durable_bound(&self.tables.buffers, self.received.as_ref())
+        else {
             return;
         };
         // A resync's copy job may hold the acknowledgements back (`pipeline/resync.rs`).

@@ -32,7 +32,7 @@ impl Committer {
             }
         }
         self.schema_switch(&changes, None).await?;
-        self.tables.push(changes, &incomplete);
+        self.tables.push(changes, &incomplete, None);
         let full = self
             .tables
             .buffers

@@ -6,12 +6,14 @@
 //!      └──────── acks (watch) ◄─────────┘  only positions every table has committed
 //! ```
 //!
-//! The pipeline buffers changes per table and commits when the oldest buffered change is
-//! `commit_interval_ms` old, when `commit_max_rows` changes are buffered, at the end of a table's
-//! initial copy, and at shutdown. Each commit is one table snapshot carrying the table's checkpoint.
-//! Only after every table holding buffered changes has committed does the source learn the new
-//! durable position (STYLE rule 6). While a commit runs the pipeline reads nothing, so the bounded
-//! event channel fills and the source stops reading: that is the backpressure.
+//! The pipeline buffers changes per table and commits a table when its oldest buffered change is
+//! `commit_interval_ms` old, the largest tables when `commit_max_rows` changes are buffered, a
+//! table at the end of its initial copy, and everything at shutdown (`pipeline/cadence.rs`); the
+//! tables of a round commit concurrently (`pipeline/commit.rs`). Each commit is one table snapshot
+//! carrying the table's checkpoint. The source learns a new durable position only when every table
+//! holds everything up to it: a table still waiting for its commit holds it back (STYLE rule 6).
+//! While a round runs the pipeline reads nothing, so the bounded event channel fills and the
+//! source stops reading: that is the backpressure.
 //!
 //! Initial copies (source-neutral): a copy's rows are committed at the incomplete position with the
 //! copy's progress (`cdcd.snapshot`: the chunk plan, chunks started, chunks done), so a restart
@@ -26,8 +28,9 @@
 //!
 //! Files: this one is the loop, the resume decision and the streamed transactions;
 //! `pipeline/tables.rs` the per-table books (buffers, committed checkpoints, copy progress,
-//! upsert windows); `pipeline/commit.rs` a commit carried out (awaited or in the background) and
-//! the acknowledgement; `pipeline/copy.rs` the initial copy's events; `pipeline/upsert.rs` the
+//! upsert windows); `pipeline/cadence.rs` which tables are due and what may be acknowledged;
+//! `pipeline/commit.rs` a round of commits carried out (awaited or in the background) and the
+//! acknowledgement; `pipeline/copy.rs` the initial copy's events; `pipeline/upsert.rs` the
 //! upsert window's rewrite; `pipeline/progress.rs` the MySQL restart position; `pipeline/lag.rs`
 //! the lag gauge.
 //!
@@ -155,6 +158,8 @@ pub struct Settings {
     pub commit_max_rows: usize,
     /// Rows of one table's initial copy per commit (`pipeline.snapshot_commit_rows`).
     pub snapshot_commit_rows: usize,
+    /// Tables committed at once in a round (`pipeline.commit_concurrency`; `pipeline/commit.rs`).
+    pub commit_concurrency: usize,
     pub snapshot: SnapshotMode,
     /// The slot name, for messages.
     pub slot: String,
@@ -320,7 +325,7 @@ async fn drive(
                 }
             }
             _ = tick.tick() => {
-                if let Err(e) = on_tick(&mut committer, role, health).await {
+                if let Err(e) = on_tick(&mut committer, role, health, tick.period()).await {
                     break Err(e);
                 }
             }
@@ -338,7 +343,7 @@ async fn drive(
                 // Initial-copy rows are committed by `snapshot_batch`, in the background; counted
                 // here they made every copy commit `commit_max_rows` rows, awaited in place.
                 if committer.tables.streamed_rows() >= settings.commit_max_rows {
-                    if let Err(e) = committer.flush().await {
+                    if let Err(e) = committer.commit_due(Duration::ZERO).await {
                         break Err(e);
                     }
                 }
@@ -357,22 +362,14 @@ async fn on_tick(
     committer: &mut Committer,
     role: Role,
     health: &m::Health,
+    period: Duration,
 ) -> Result<(), PipelineError> {
     if role == Role::Stream {
         committer.report(health);
     }
     committer.resyncs_finished().await;
     committer.catch_up_resyncs().await?;
-    let due = committer
-        .tables
-        .oldest_streamed()
-        .is_some_and(|t| t.elapsed() >= committer.settings.commit_interval);
-    if due {
-        committer.flush().await?;
-    } else if committer.idle() {
-        committer.ack_received();
-    }
-    Ok(())
+    committer.commit_due(period).await
 }
 
 /// Why the source's channel closed: its task's result (a copy job's source ends when it has sent
@@ -545,9 +542,7 @@ impl Committer {
             SourceEvent::Heartbeat(position) => {
                 self.lag.heard();
                 self.advance_received(position);
-                if self.idle() {
-                    self.ack_received();
-                }
+                self.acknowledge();
             }
             // A parked table's copy (a lineage given up: `pipeline/schema_resync.rs`) goes
             // nowhere: its resync copies it again.
@@ -625,7 +620,11 @@ impl Committer {
             if self.tables.parked.contains(&changes.schema.id) {
                 continue;
             }
-            self.tables.push(changes, &tx.position);
+            let opened = Opened {
+                after: self.received.clone(),
+                commit_micros: tx.commit_time_micros,
+            };
+            self.tables.push(changes, &tx.position, Some(opened));
             buffered = true;
         }
         if buffered {
@@ -788,7 +787,9 @@ mod progress;
 use progress::ProgressWriter;
 
 mod tables;
-use tables::{TableBuffer, Tables};
+use tables::{Opened, TableBuffer, Tables};
+
+mod cadence;
 
 mod schema_resync;
 

@@ -26,6 +26,19 @@ pub(super) struct TableBuffer {
     /// Commit even with no rows (the end of an initial copy records the consistent point).
     pub(super) force: bool,
     pub(super) since: Instant,
+    /// A buffer of streamed changes: where it opened (`None`: initial-copy rows).
+    pub(super) opened: Option<Opened>,
+}
+
+/// Where a buffer of streamed changes opened, for the acknowledgement and the lag while the
+/// table waits for its own commit (`pipeline/cadence.rs`).
+#[derive(Debug, Clone)]
+pub(super) struct Opened {
+    /// The position received just before the buffer's first change (`None`: nothing was): this
+    /// table holds every change up to it, since its earlier changes were all committed.
+    pub(super) after: Option<Position>,
+    /// Source commit time (µs since the epoch) of the buffer's first change.
+    pub(super) commit_micros: i64,
 }
 
 impl TableBuffer {
@@ -39,6 +52,7 @@ impl TableBuffer {
             position: position.clone(),
             force: false,
             since: Instant::now(),
+            opened: None,
         }
     }
 }
@@ -113,17 +127,6 @@ impl Tables {
         self.buffers.values().map(|b| b.since).min()
     }
 
-    /// The oldest buffered change that the commit interval applies to: initial-copy rows are
-    /// not visible as complete before the copy ends, so they are committed by size (and with
-    /// the rest when a commit is due), not by age.
-    pub(super) fn oldest_streamed(&self) -> Option<Instant> {
-        self.buffers
-            .values()
-            .filter(|b| !b.position.is_snapshot_incomplete())
-            .map(|b| b.since)
-            .min()
-    }
-
     /// Buffered changes that `commit_max_rows` applies to: all but initial-copy rows.
     pub(super) fn streamed_rows(&self) -> usize {
         self.buffers
@@ -160,14 +163,22 @@ impl Tables {
         Ok(())
     }
 
-    pub(super) fn push(&mut self, changes: TableChanges, position: &Position) {
+    /// Buffers `changes` at `position`; `opened` says where a buffer of streamed changes opens
+    /// (`None`: initial-copy rows), kept from the buffer's first change.
+    pub(super) fn push(
+        &mut self,
+        changes: TableChanges,
+        position: &Position,
+        opened: Option<Opened>,
+    ) {
         let table = changes.schema.id.clone();
         let rows = changes.len();
         self.schemas.insert(table.clone(), changes.schema.clone());
-        let buffer = self
-            .buffers
-            .entry(table)
-            .or_insert_with(|| TableBuffer::new(changes.schema.clone(), position));
+        let buffer = self.buffers.entry(table).or_insert_with(|| {
+            let mut b = TableBuffer::new(changes.schema.clone(), position);
+            b.opened = opened;
+            b
+        });
         buffer.schema = changes.schema.clone();
         buffer.rows += rows;
         buffer.bytes += changes.rows.get_array_memory_size();

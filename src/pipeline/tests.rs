@@ -206,6 +206,7 @@ fn settings(max_rows: usize, snapshot: SnapshotMode) -> Settings {
         commit_interval: Duration::from_secs(3600),
         commit_max_rows: max_rows,
         snapshot_commit_rows: crate::pipeline::SNAPSHOT_BATCH_ROWS,
+        commit_concurrency: 16,
         snapshot,
         slot: "cdcd_p".into(),
         progress: None,
@@ -1460,4 +1461,266 @@ async fn the_lag_is_zero_once_everything_received_is_committed() {
     });
     committer.handle(replayed).await.unwrap();
     assert_eq!(committer.lag.seconds(now + hour), Some(0.0));
+}
+
+/// A sink whose commits take `delay` and whose commits of `fail` fail, counting how many run at
+/// once; `concurrent` is its answer to [`Sink::commits_tables_concurrently`].
+struct SlowSink {
+    inner: RecordingSink,
+    delay: Duration,
+    fail: &'static [&'static str],
+    concurrent: bool,
+    running: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl SlowSink {
+    fn new(record: Arc<Mutex<Record>>, delay: Duration, fail: &'static [&'static str]) -> SlowSink {
+        SlowSink {
+            inner: RecordingSink {
+                checkpoints: ["a", "b", "c", "d", "e", "f"]
+                    .into_iter()
+                    .map(|t| (table(t), Checkpoint::new("p", pos(5))))
+                    .collect(),
+                record,
+            },
+            delay,
+            fail,
+            concurrent: true,
+            running: Default::default(),
+            most: Default::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl Sink for SlowSink {
+    async fn checkpoint(&self, table: &TableId) -> Result<Option<Checkpoint>, SinkError> {
+        self.inner.checkpoint(table).await
+    }
+
+    async fn commit(
+        &self,
+        schema: &Arc<TableSchema>,
+        changes: &[TableChanges],
+        checkpoint: &Checkpoint,
+    ) -> Result<CommitStats, SinkError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.running.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        // The failing table fails early, while the others started with it are still committing.
+        let failing = self.fail.contains(&schema.id.name.as_str());
+        let delay = if failing { self.delay / 5 } else { self.delay };
+        tokio::time::sleep(delay).await;
+        self.running.fetch_sub(1, SeqCst);
+        if failing {
+            return Err(SinkError::Data {
+                table: schema.id.clone(),
+                detail: "injected failure".into(),
+            });
+        }
+        self.inner.commit(schema, changes, checkpoint).await
+    }
+
+    fn commits_tables_concurrently(&self) -> bool {
+        self.concurrent
+    }
+
+    async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError> {
+        self.inner.status(table).await
+    }
+
+    async fn cleanup(
+        &self,
+        grace: Duration,
+        dry_run: bool,
+    ) -> Result<Vec<crate::storage::cleanup::TableCleanup>, SinkError> {
+        self.inner.cleanup(grace, dry_run).await
+    }
+}
+
+/// A committer over `sink` with the tables `a`..`f` committed at 0/5, and the receiver of its
+/// acknowledgements.
+async fn committer_over(
+    sink: Arc<dyn Sink>,
+    concurrency: usize,
+) -> (Committer, watch::Receiver<Option<Position>>) {
+    let (acks, acks_rx) = watch::channel(None);
+    let mut s = settings(1000, SnapshotMode::Never);
+    s.commit_concurrency = concurrency;
+    s.commit_interval = Duration::from_secs(1);
+    let mut tables = Tables::default();
+    for t in ["a", "b", "c", "d", "e", "f"] {
+        let cp = sink
+            .checkpoint(&table(t))
+            .await
+            .unwrap()
+            .map(|c| c.position);
+        tables.committed.insert(table(t), cp);
+    }
+    let committer = Committer {
+        sink,
+        settings: s,
+        tables,
+        received: None,
+        acked: None,
+        acks,
+        lag: Lag::default(),
+        in_flight: InFlight::default(),
+        snapshot_batch: SnapshotBatch::default(),
+        progress: ProgressWriter::start(None),
+    };
+    (committer, acks_rx)
+}
+
+fn tx_at(n: u64, micros: i64, parts: Vec<TableChanges>) -> SourceEvent {
+    SourceEvent::Transaction(Transaction {
+        position: pos(n),
+        commit_time_micros: micros,
+        changes: parts,
+    })
+}
+
+// Issue 37: a round's commits run concurrently, at most `commit_concurrency` at once, so a
+// round costs about its slowest commit, not the sum; a sink that says it cannot gets them one
+// after another.
+#[tokio::test]
+async fn a_rounds_commits_run_concurrently_up_to_the_limit() {
+    let all = ["a", "b", "c", "d", "e", "f"];
+    for (limit, concurrent, expected) in [(4, true, 4), (16, true, 6), (16, false, 1)] {
+        let record = Arc::new(Mutex::new(Record::default()));
+        let mut sink = SlowSink::new(record.clone(), Duration::from_millis(50), &[]);
+        sink.concurrent = concurrent;
+        let sink = Arc::new(sink);
+        let (mut c, _acks) = committer_over(sink.clone(), limit).await;
+        let parts = all.iter().map(|t| changes(t, Op::Insert, &[1])).collect();
+        c.handle(tx(10, parts)).await.unwrap();
+        c.flush().await.unwrap();
+        let most = sink.most.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(most, expected, "limit {limit}, concurrent {concurrent}");
+        assert_eq!(record.lock().unwrap().commits.len(), 6);
+        for t in all {
+            assert_eq!(c.tables.committed[&table(t)], Some(pos(10)));
+        }
+    }
+}
+
+// Issue 37: two tables' commits fail while the others of their round are still committing: the
+// ones that landed are recorded (their checkpoints), the failed ones are not, and nothing past
+// the failed tables' last commits is acknowledged.
+#[tokio::test]
+async fn a_failed_commit_in_a_concurrent_round_records_the_landed_ones_and_acks_nothing_past_it() {
+    let record = Arc::new(Mutex::new(Record::default()));
+    let sink = Arc::new(SlowSink::new(
+        record.clone(),
+        Duration::from_millis(50),
+        &["b", "d"],
+    ));
+    let (mut c, acks) = committer_over(sink, 16).await;
+    let parts = ["a", "b", "c", "d", "e"]
+        .iter()
+        .map(|t| changes(t, Op::Insert, &[1]))
+        .collect();
+    c.handle(tx(10, parts)).await.unwrap();
+    let err = c.flush().await.unwrap_err();
+    assert!(err.to_string().contains("injected failure"), "{err}");
+    let landed: Vec<String> = record
+        .lock()
+        .unwrap()
+        .commits
+        .iter()
+        .map(|(t, _, _)| t.clone())
+        .collect();
+    assert_eq!(
+        landed,
+        ["a", "c", "e"],
+        "the others' commits ran to the end"
+    );
+    for (t, at) in [("a", 10), ("b", 5), ("c", 10), ("d", 5), ("e", 10)] {
+        assert_eq!(c.tables.committed[&table(t)], Some(pos(at)), "{t}");
+    }
+    assert_eq!(*acks.borrow(), None, "acknowledged past the failed table");
+}
+
+// Issue 37: tables commit on their own clocks. While a table waits for its commit, the
+// acknowledgement stops at the position received just before its first waiting change, however
+// far the other tables' commits have gone; once it lands, everything received goes.
+#[tokio::test]
+async fn the_ack_never_passes_a_table_still_waiting_for_its_commit() {
+    let record = Arc::new(Mutex::new(Record::default()));
+    let sink = Arc::new(SlowSink::new(record.clone(), Duration::ZERO, &[]));
+    let (mut c, acks) = committer_over(sink, 16).await;
+    let now = m::unix_now_micros();
+    c.handle(SourceEvent::Heartbeat(pos(8))).await.unwrap();
+    assert_eq!(*acks.borrow(), Some(pos(8)), "nothing buffered");
+    c.handle(tx_at(
+        10,
+        now - 3_000_000,
+        vec![changes("a", Op::Insert, &[1])],
+    ))
+    .await
+    .unwrap();
+    c.handle(tx_at(
+        20,
+        now - 500_000,
+        vec![
+            changes("b", Op::Insert, &[1]),
+            changes("a", Op::Insert, &[2]),
+        ],
+    ))
+    .await
+    .unwrap();
+    c.handle(tx_at(30, now, vec![changes("a", Op::Insert, &[3])]))
+        .await
+        .unwrap();
+    // `a` has waited past the freshness target, `b` not.
+    let past = std::time::Instant::now() - Duration::from_secs(2);
+    c.tables.buffers.get_mut(&table("a")).unwrap().since = past;
+    c.commit_due(Duration::from_millis(250)).await.unwrap();
+    assert_eq!(
+        record.lock().unwrap().commits,
+        vec![("a".into(), 3, "0/1E".into())]
+    );
+    assert_eq!(
+        *acks.borrow(),
+        Some(pos(10)),
+        "b holds everything up to 0/A, not its change at 0/14"
+    );
+    let lag = c.lag.seconds(now).unwrap();
+    assert!((0.4..0.6).contains(&lag), "the lag is b's wait: {lag}");
+    // A heartbeat moves nothing while b waits.
+    c.handle(SourceEvent::Heartbeat(pos(35))).await.unwrap();
+    assert_eq!(*acks.borrow(), Some(pos(10)));
+    c.tables.buffers.get_mut(&table("b")).unwrap().since = past;
+    c.commit_due(Duration::from_millis(250)).await.unwrap();
+    assert_eq!(
+        record.lock().unwrap().commits[1],
+        ("b".into(), 1, "0/14".into())
+    );
+    assert_eq!(*acks.borrow(), Some(pos(35)));
+    assert_eq!(c.lag.seconds(now), Some(0.0));
+}
+
+// Issue 37: a waiting table whose commit then fails keeps the acknowledgement where it was.
+#[tokio::test]
+async fn a_waiting_table_whose_commit_fails_holds_the_ack() {
+    let record = Arc::new(Mutex::new(Record::default()));
+    let sink = Arc::new(SlowSink::new(record.clone(), Duration::ZERO, &["b"]));
+    let (mut c, acks) = committer_over(sink, 16).await;
+    c.handle(SourceEvent::Heartbeat(pos(8))).await.unwrap();
+    c.handle(tx(10, vec![changes("b", Op::Insert, &[1])]))
+        .await
+        .unwrap();
+    c.handle(tx(20, vec![changes("a", Op::Insert, &[1])]))
+        .await
+        .unwrap();
+    let past = std::time::Instant::now() - Duration::from_secs(2);
+    c.tables.buffers.get_mut(&table("a")).unwrap().since = past;
+    c.commit_due(Duration::ZERO).await.unwrap();
+    assert_eq!(*acks.borrow(), Some(pos(8)), "b waits from 0/A");
+    c.tables.buffers.get_mut(&table("b")).unwrap().since = past;
+    assert!(c.commit_due(Duration::ZERO).await.is_err());
+    assert_eq!(*acks.borrow(), Some(pos(8)));
+    assert_eq!(c.tables.committed[&table("a")], Some(pos(20)));
+    assert_eq!(c.tables.committed[&table("b")], Some(pos(5)));
 }

@@ -223,6 +223,15 @@ pub trait Sink: Send + Sync {
         Vec::new()
     }
 
+    /// Whether commits to different tables may run at the same time (the pipeline then commits
+    /// up to `pipeline.commit_concurrency` tables of a round at once; one table's commits stay
+    /// sequential). Both sinks serialize a table's commit on its own slot (a per-table async
+    /// mutex) and share nothing else a commit writes; a sink whose commits of different tables
+    /// would race on shared state answers `false`, and the pipeline commits one after another.
+    fn commits_tables_concurrently(&self) -> bool {
+        true
+    }
+
     /// The state of `table` for `cdcd status`; `None` when it does not exist.
     async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError>;
 

@@ -8,6 +8,7 @@ mod keyless;
 mod keys;
 mod lifecycle;
 mod maintenance;
+mod many_tables;
 mod multiset;
 pub(crate) mod partitioned;
 mod replication;
