@@ -27,9 +27,9 @@ use iceberg::spec::DataFileFormat;
 use super::live::LiveState;
 use super::locator::RowAddress;
 use crate::changelog::{TableChanges, TableId, TableSchema};
+use crate::sinks::iceberg::deletes::commit_vectors::LiveDvs;
 use crate::sinks::iceberg::deletes::position_deletes::read_pairs;
 use crate::sinks::iceberg::files::decode::{decode, project, project_filled};
-use crate::sinks::iceberg::deletes::commit_vectors::LiveDvs;
 use crate::sinks::iceberg::files::manifest::{read, LiveFile, LiveFiles};
 use crate::sinks::iceberg::files::writer::key_batch;
 use crate::sinks::iceberg::plan::KeyRef;
@@ -84,7 +84,14 @@ pub(crate) async fn lookup(
         .candidates(warehouse, &files.data, &rows_schema, projection)
         .await?;
     let pos_deleted = position_deleted(warehouse, files, &candidates).await?;
-    let best = newest_live(files, dvs, &candidates, &deleted_at, &pos_deleted, keys.len());
+    let best = newest_live(
+        files,
+        dvs,
+        &candidates,
+        &deleted_at,
+        &pos_deleted,
+        keys.len(),
+    );
     let mut indices = Vec::with_capacity(keys.len());
     let mut missing = vec![false; keys.len()];
     for (i, b) in best.iter().enumerate() {
