@@ -441,6 +441,9 @@ pub(crate) async fn write_v2_deletes(
     Ok(delete_files)
 }
 
+/// Rows deleted by position, (data file, position), by the placement of their data file.
+type ByPartition<'p> = Vec<(Placement, Vec<(&'p str, i64)>)>;
+
 /// The rows a v2 commit deletes by position (superseded in this commit, and the `earlier` rows),
 /// as (file, position) grouped by the placement of the data file they delete from.
 fn position_deletes_by_partition<'p>(
@@ -448,7 +451,7 @@ fn position_deletes_by_partition<'p>(
     earlier: &'p [Option<RowAddress>],
     to: &'p V2Targets<'_>,
     table: &TableId,
-) -> Result<Vec<(Placement, Vec<(&'p str, i64)>)>, SinkError> {
+) -> Result<ByPartition<'p>, SinkError> {
     let mut by_partition: Vec<(Placement, Vec<(&str, i64)>)> = Vec::new();
     fn add<'p>(
         by_partition: &mut Vec<(Placement, Vec<(&'p str, i64)>)>,

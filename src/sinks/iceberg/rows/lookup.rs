@@ -412,7 +412,7 @@ async fn read_positions(
     wanted: &[(u64, usize)],
     rows_schema: &SchemaRef,
     projection: &Projection,
-) -> Result<(RecordBatch, Vec<(usize, usize)>), SinkError> {
+) -> Result<(RecordBatch, RowOfKey), SinkError> {
     let arrow = |source| SinkError::Arrow {
         context: format!("reading rows of {path}"),
         source,
@@ -449,6 +449,9 @@ async fn read_positions(
     Ok((rows, row_of))
 }
 
+/// (key index, row) pairs: where each key's row is in what a read selects.
+type RowOfKey = Vec<(usize, usize)>;
+
 /// The row selection of the `wanted` positions of a file of `total` rows, the row of each key
 /// index in what it selects, and how many rows it selects.
 fn select_positions(
@@ -456,7 +459,7 @@ fn select_positions(
     path: &str,
     total: u64,
     wanted: &[(u64, usize)],
-) -> Result<(Vec<RowSelector>, Vec<(usize, usize)>, usize), SinkError> {
+) -> Result<(Vec<RowSelector>, RowOfKey, usize), SinkError> {
     // Select the wanted positions (deduplicated, ascending) and skip the gaps between them.
     let mut selectors = Vec::new();
     let mut row_of = Vec::with_capacity(wanted.len());
