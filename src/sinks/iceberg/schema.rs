@@ -281,6 +281,40 @@ pub(crate) fn evolve(meta: &TableMetadata, wanted: &Schema, table: &TableSchema)
     {
         return None;
     }
+    let mut fields = kept_fields(meta, &old, new, &key_ids)?;
+    fields.extend(added_fields(meta, &new[old.len()..], &old)?);
+    let key_names = |s: &Schema| {
+        let mut k: Vec<String> = s
+            .identifier_field_ids()
+            .filter_map(|id| s.field_by_id(id).map(|f| f.name.clone()))
+            .collect();
+        k.sort_unstable();
+        k
+    };
+    let next_schema_id = meta
+        .schemas_iter()
+        .map(|s| s.schema_id())
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let schema = Schema::builder()
+        .with_schema_id(next_schema_id)
+        .with_fields(fields)
+        .with_identifier_field_ids(key_ids)
+        .build()
+        .ok()?;
+    (key_names(&schema) == key_names(wanted)).then_some(schema)
+}
+
+/// The kept columns (`old`, each with its place in `new`) as the evolved schema has them: same
+/// ids, a promoted type, a new name, a relaxed `required`. `None` if one changes otherwise.
+fn kept_fields(
+    meta: &TableMetadata,
+    old: &[(&NestedFieldRef, usize)],
+    new: &[NestedFieldRef],
+    key_ids: &[i32],
+) -> Option<Vec<NestedFieldRef>> {
+    let mut fields: Vec<NestedFieldRef> = Vec::with_capacity(new.len());
     // A name some earlier schema gave another field: engines resolve by id, but a person
     // reading two snapshots would see one name for two columns.
     let named_elsewhere = |name: &str, id: i32| {
@@ -291,7 +325,6 @@ pub(crate) fn evolve(meta: &TableMetadata, wanted: &Schema, table: &TableSchema)
                 .any(|o| o.name == name && o.id != id)
         })
     };
-    let mut fields: Vec<NestedFieldRef> = Vec::with_capacity(new.len());
     for (n, (o, at)) in old.iter().enumerate() {
         let f = new.get(*at)?;
         let is_key = key_ids.contains(&o.id);
@@ -315,8 +348,18 @@ pub(crate) fn evolve(meta: &TableMetadata, wanted: &Schema, table: &TableSchema)
         field.required = f.required;
         fields.push(Arc::new(field));
     }
+    Some(fields)
+}
+
+/// The `added` columns with fresh ids above `last-column-id`. `None` if one cannot be added.
+fn added_fields(
+    meta: &TableMetadata,
+    added: &[NestedFieldRef],
+    old: &[(&NestedFieldRef, usize)],
+) -> Option<Vec<NestedFieldRef>> {
+    let mut fields = Vec::with_capacity(added.len());
     let mut next_id = meta.last_column_id() + 1;
-    for f in &new[old.len()..] {
+    for f in added {
         if f.required || old.iter().any(|(o, _)| o.name == f.name) {
             return None;
         }
@@ -334,27 +377,7 @@ pub(crate) fn evolve(meta: &TableMetadata, wanted: &Schema, table: &TableSchema)
         }
         fields.push(Arc::new(fresh_ids(f, &mut next_id)));
     }
-    let key_names = |s: &Schema| {
-        let mut k: Vec<String> = s
-            .identifier_field_ids()
-            .filter_map(|id| s.field_by_id(id).map(|f| f.name.clone()))
-            .collect();
-        k.sort_unstable();
-        k
-    };
-    let next_schema_id = meta
-        .schemas_iter()
-        .map(|s| s.schema_id())
-        .max()
-        .unwrap_or(0)
-        + 1;
-    let schema = Schema::builder()
-        .with_schema_id(next_schema_id)
-        .with_fields(fields)
-        .with_identifier_field_ids(key_ids)
-        .build()
-        .ok()?;
-    (key_names(&schema) == key_names(wanted)).then_some(schema)
+    Some(fields)
 }
 
 /// A type promotion the Iceberg spec allows ("Schema Evolution"), top-level primitives only.

@@ -394,45 +394,7 @@ pub(crate) async fn write_v2_deletes(
         move |source| SinkError::Arrow { context, source }
     };
     let mut delete_files = Vec::new();
-    let mut by_partition: Vec<(Placement, Vec<(&str, i64)>)> = Vec::new();
-    fn add<'p>(
-        by_partition: &mut Vec<(Placement, Vec<(&'p str, i64)>)>,
-        placement: Placement,
-        path: &'p str,
-        pos: i64,
-    ) {
-        match by_partition.iter_mut().find(|(p, _)| *p == placement) {
-            Some((_, rows)) => rows.push((path, pos)),
-            None => by_partition.push((placement, vec![(path, pos)])),
-        }
-    }
-    for &(f, pos) in &plan.position_deletes {
-        let (Some(path), Some(placement)) = (
-            to.data_paths.get(f as usize),
-            to.data_placements.get(f as usize),
-        ) else {
-            continue;
-        };
-        add(&mut by_partition, placement.clone(), path, i64::from(pos));
-    }
-    let mut unplaced = None;
-    for a in earlier.iter().flatten() {
-        match (to.earlier_placement)(&a.file) {
-            Some(placement) => add(
-                &mut by_partition,
-                placement,
-                &a.file,
-                i64::try_from(a.pos).unwrap_or(i64::MAX),
-            ),
-            None => unplaced = Some(a.file.to_string()),
-        }
-    }
-    if let Some(file) = unplaced {
-        return Err(SinkError::Data {
-            table: table.clone(),
-            detail: format!("deleting a row of {file}, which is not a live data file"),
-        });
-    }
+    let by_partition = position_deletes_by_partition(plan, earlier, to, table)?;
     for (n, (placement, mut rows)) in by_partition.into_iter().enumerate() {
         rows.sort_unstable();
         let batch = position_rows(&rows, &schema::position_delete_schema())
@@ -477,6 +439,59 @@ pub(crate) async fn write_v2_deletes(
         delete_files.push((file, placement));
     }
     Ok(delete_files)
+}
+
+/// Rows deleted by position, (data file, position), by the placement of their data file.
+type ByPartition<'p> = Vec<(Placement, Vec<(&'p str, i64)>)>;
+
+/// The rows a v2 commit deletes by position (superseded in this commit, and the `earlier` rows),
+/// as (file, position) grouped by the placement of the data file they delete from.
+fn position_deletes_by_partition<'p>(
+    plan: &'p Plan,
+    earlier: &'p [Option<RowAddress>],
+    to: &'p V2Targets<'_>,
+    table: &TableId,
+) -> Result<ByPartition<'p>, SinkError> {
+    let mut by_partition: Vec<(Placement, Vec<(&str, i64)>)> = Vec::new();
+    fn add<'p>(
+        by_partition: &mut Vec<(Placement, Vec<(&'p str, i64)>)>,
+        placement: Placement,
+        path: &'p str,
+        pos: i64,
+    ) {
+        match by_partition.iter_mut().find(|(p, _)| *p == placement) {
+            Some((_, rows)) => rows.push((path, pos)),
+            None => by_partition.push((placement, vec![(path, pos)])),
+        }
+    }
+    for &(f, pos) in &plan.position_deletes {
+        let (Some(path), Some(placement)) = (
+            to.data_paths.get(f as usize),
+            to.data_placements.get(f as usize),
+        ) else {
+            continue;
+        };
+        add(&mut by_partition, placement.clone(), path, i64::from(pos));
+    }
+    let mut unplaced = None;
+    for a in earlier.iter().flatten() {
+        match (to.earlier_placement)(&a.file) {
+            Some(placement) => add(
+                &mut by_partition,
+                placement,
+                &a.file,
+                i64::try_from(a.pos).unwrap_or(i64::MAX),
+            ),
+            None => unplaced = Some(a.file.to_string()),
+        }
+    }
+    if let Some(file) = unplaced {
+        return Err(SinkError::Data {
+            table: table.clone(),
+            detail: format!("deleting a row of {file}, which is not a live data file"),
+        });
+    }
+    Ok(by_partition)
 }
 
 #[cfg(test)]

@@ -17,18 +17,20 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use arrow_array::{Array, RecordBatch, UInt32Array};
 use arrow_cast::display::{ArrayFormatter, FormatOptions};
-use arrow_row::{RowConverter, SortField};
+use arrow_row::{Row, RowConverter, SortField};
 use arrow_schema::{ArrowError, SchemaRef};
+use bytes::Bytes;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReaderBuilder, RowSelection, RowSelector};
 
 use iceberg::spec::DataFileFormat;
 
 use super::live::LiveState;
 use super::locator::RowAddress;
-use crate::changelog::{TableChanges, TableSchema};
+use crate::changelog::{TableChanges, TableId, TableSchema};
+use crate::sinks::iceberg::deletes::commit_vectors::LiveDvs;
 use crate::sinks::iceberg::deletes::position_deletes::read_pairs;
 use crate::sinks::iceberg::files::decode::{decode, project, project_filled};
-use crate::sinks::iceberg::files::manifest::read;
+use crate::sinks::iceberg::files::manifest::{read, LiveFile, LiveFiles};
 use crate::sinks::iceberg::files::writer::key_batch;
 use crate::sinks::iceberg::plan::KeyRef;
 use crate::sinks::iceberg::schema::Projection;
@@ -47,13 +49,7 @@ pub(crate) async fn lookup(
     projection: &Projection,
 ) -> Result<(RecordBatch, Vec<bool>), SinkError> {
     let (files, dvs) = (&live.files, &live.dvs);
-    let arrow = |context: String| {
-        let table = schema.id.clone();
-        move |e: ArrowError| SinkError::Arrow {
-            context: format!("{context} of {table}"),
-            source: e,
-        }
-    };
+    let arrow = |context: String| arrow_error(&schema.id, context);
     let rows_schema = TableChanges::rows_schema(schema);
     let keys_schema = TableChanges::keys_schema(schema);
     let wanted_batch = key_batch(changes, keys, &schema.primary_key, &keys_schema)
@@ -69,132 +65,33 @@ pub(crate) async fn lookup(
     let wanted_rows = converter
         .convert_columns(wanted_batch.columns())
         .map_err(arrow("encoding keys".into()))?;
-    let wanted: HashMap<_, usize> = wanted_rows
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (r, i))
-        .collect();
-
-    // Newest equality delete per wanted key.
-    let mut deleted_at = vec![i64::MIN; keys.len()];
-    for f in &files.equality_deletes {
-        for batch in read_parquet(warehouse, f.file.file_path()).await? {
-            let cols = project(&batch, &keys_schema).map_err(arrow(f.file.file_path().into()))?;
-            let rows = converter
-                .convert_columns(&cols)
-                .map_err(arrow(f.file.file_path().into()))?;
-            for r in rows.iter() {
-                if let Some(&i) = wanted.get(&r) {
-                    if let Some(d) = deleted_at.get_mut(i) {
-                        *d = (*d).max(f.sequence);
-                    }
-                }
-            }
-        }
-    }
-
-    // Candidate rows: (wanted index, data file index, position, found batch, row in it).
-    let mut candidates: Vec<(usize, usize, u64, usize, usize)> = Vec::new();
-    let mut found: Vec<RecordBatch> = Vec::new();
-    let key_names: Vec<&str> = keys_schema
-        .fields()
-        .iter()
-        .map(|f| f.name().as_str())
-        .collect();
-    for (fi, f) in files.data.iter().enumerate() {
-        let path = f.file.file_path();
-        let bytes = read(warehouse, path).await?;
-        // First pass decodes only the key columns: most files hold none of the wanted keys.
-        let mut positions: Vec<(usize, u64)> = Vec::new();
-        let mut offset = 0u64;
-        for batch in decode(&bytes, path, Some(&key_names))? {
-            let cols = project(&batch, &keys_schema).map_err(arrow(path.to_owned()))?;
-            let rows = converter
-                .convert_columns(&cols)
-                .map_err(arrow(path.to_owned()))?;
-            for (r, row) in rows.iter().enumerate() {
-                if let Some(&i) = wanted.get(&row) {
-                    positions.push((i, offset + r as u64));
-                }
-            }
-            offset += batch.num_rows() as u64;
-        }
-        if positions.is_empty() {
-            continue;
-        }
-        // Second pass: whole rows, only for files with a match.
-        let mut offset = 0u64;
-        let mut next = 0usize;
-        for batch in decode(&bytes, path, None)? {
-            let end = offset + batch.num_rows() as u64;
-            let mut take = Vec::new();
-            while let Some(&(i, pos)) = positions.get(next) {
-                if pos >= end {
-                    break;
-                }
-                candidates.push((i, fi, pos, found.len(), take.len()));
-                take.push((pos - offset) as u32);
-                next += 1;
-            }
-            if !take.is_empty() {
-                let cols = project_filled(&batch, &rows_schema, projection)
-                    .map_err(arrow(path.to_owned()))?;
-                let idx = UInt32Array::from(take);
-                let taken = cols
-                    .iter()
-                    .map(|c| arrow_select::take::take(c.as_ref(), &idx, None))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(arrow(path.to_owned()))?;
-                found.push(
-                    RecordBatch::try_new(rows_schema.clone(), taken)
-                        .map_err(arrow(path.to_owned()))?,
-                );
-            }
-            offset = end;
-        }
-    }
-
-    // Position deletes of the files that hold candidates.
-    let candidate_files: HashSet<usize> = candidates.iter().map(|c| c.1).collect();
-    let by_path: HashMap<&str, usize> = candidate_files
-        .iter()
-        .filter_map(|&fi| files.data.get(fi).map(|f| (f.file.file_path(), fi)))
-        .collect();
-    let mut pos_deleted: HashSet<(usize, u64)> = HashSet::new();
-    if !by_path.is_empty() {
-        // Deletion vectors (v3) are checked per candidate below, from `dvs`.
-        for f in files
-            .position_deletes
+    let wanted = Wanted {
+        table: &schema.id,
+        keys_schema: &keys_schema,
+        converter: &converter,
+        index: wanted_rows
             .iter()
-            .filter(|f| f.file.file_format() != DataFileFormat::Puffin)
-        {
-            for (p, n) in read_pairs(warehouse, f.file.file_path()).await? {
-                if let Some(&fi) = by_path.get(p.as_str()) {
-                    pos_deleted.insert((fi, n));
-                }
-            }
-        }
-    }
+            .enumerate()
+            .map(|(i, r)| (r, i))
+            .collect(),
+        count: keys.len(),
+    };
 
-    // The live candidate per key (the newest, should a key somehow have two).
-    let mut best: Vec<Option<(i64, usize, usize)>> = vec![None; keys.len()];
-    for &(i, fi, pos, b, r) in &candidates {
-        let seq = files.data.get(fi).map_or(i64::MIN, |f| f.sequence);
-        let eq_deleted = deleted_at.get(i).is_some_and(|&d| d > seq);
-        let dv_deleted = files
-            .data
-            .get(fi)
-            .and_then(|f| dvs.get(f.file.file_path()))
-            .is_some_and(|d| d.dv.contains(pos));
-        if eq_deleted || dv_deleted || pos_deleted.contains(&(fi, pos)) {
-            continue;
-        }
-        if let Some(slot) = best.get_mut(i) {
-            if slot.is_none_or(|(s, _, _)| seq >= s) {
-                *slot = Some((seq, b, r));
-            }
-        }
-    }
+    let deleted_at = wanted
+        .equality_deleted_at(warehouse, &files.equality_deletes)
+        .await?;
+    let (candidates, mut found) = wanted
+        .candidates(warehouse, &files.data, &rows_schema, projection)
+        .await?;
+    let pos_deleted = position_deleted(warehouse, files, &candidates).await?;
+    let best = newest_live(
+        files,
+        dvs,
+        &candidates,
+        &deleted_at,
+        &pos_deleted,
+        keys.len(),
+    );
     let mut indices = Vec::with_capacity(keys.len());
     let mut missing = vec![false; keys.len()];
     for (i, b) in best.iter().enumerate() {
@@ -217,17 +114,217 @@ pub(crate) async fn lookup(
             }
         }
     }
+    let rows = gather(&found, &indices, rows_schema, &schema.id)?;
+    Ok((rows, missing))
+}
+
+/// A row of a data file that holds a wanted key: (wanted index, data file index, position,
+/// found batch, row in it).
+type Candidate = (usize, usize, u64, usize, usize);
+
+/// The keys a [`lookup`] wants, row-encoded, so that a file's key columns are matched by hash.
+struct Wanted<'a> {
+    table: &'a TableId,
+    keys_schema: &'a SchemaRef,
+    converter: &'a RowConverter,
+    index: HashMap<Row<'a>, usize>,
+    count: usize,
+}
+
+impl Wanted<'_> {
+    /// The sequence number of the newest equality delete per wanted key (`i64::MIN` for none).
+    async fn equality_deleted_at(
+        &self,
+        warehouse: &Warehouse,
+        equality_deletes: &[LiveFile],
+    ) -> Result<Vec<i64>, SinkError> {
+        let arrow = |context: String| arrow_error(self.table, context);
+        let mut deleted_at = vec![i64::MIN; self.count];
+        for f in equality_deletes {
+            for batch in read_parquet(warehouse, f.file.file_path()).await? {
+                let cols =
+                    project(&batch, self.keys_schema).map_err(arrow(f.file.file_path().into()))?;
+                let rows = self
+                    .converter
+                    .convert_columns(&cols)
+                    .map_err(arrow(f.file.file_path().into()))?;
+                for r in rows.iter() {
+                    if let Some(&i) = self.index.get(&r) {
+                        if let Some(d) = deleted_at.get_mut(i) {
+                            *d = (*d).max(f.sequence);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(deleted_at)
+    }
+
+    /// The rows of `data` that hold a wanted key, and the batches (`found`) they were taken into.
+    async fn candidates(
+        &self,
+        warehouse: &Warehouse,
+        data: &[LiveFile],
+        rows_schema: &SchemaRef,
+        projection: &Projection,
+    ) -> Result<(Vec<Candidate>, Vec<RecordBatch>), SinkError> {
+        let arrow = |context: String| arrow_error(self.table, context);
+        let mut candidates: Vec<Candidate> = Vec::new();
+        let mut found: Vec<RecordBatch> = Vec::new();
+        for (fi, f) in data.iter().enumerate() {
+            let path = f.file.file_path();
+            let bytes = read(warehouse, path).await?;
+            let positions = self.positions(&bytes, path)?;
+            if positions.is_empty() {
+                continue;
+            }
+            // Second pass: whole rows, only for files with a match.
+            let mut offset = 0u64;
+            let mut next = 0usize;
+            for batch in decode(&bytes, path, None)? {
+                let end = offset + batch.num_rows() as u64;
+                let mut take = Vec::new();
+                while let Some(&(i, pos)) = positions.get(next) {
+                    if pos >= end {
+                        break;
+                    }
+                    candidates.push((i, fi, pos, found.len(), take.len()));
+                    take.push((pos - offset) as u32);
+                    next += 1;
+                }
+                if !take.is_empty() {
+                    let cols = project_filled(&batch, rows_schema, projection)
+                        .map_err(arrow(path.to_owned()))?;
+                    let idx = UInt32Array::from(take);
+                    let taken = cols
+                        .iter()
+                        .map(|c| arrow_select::take::take(c.as_ref(), &idx, None))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(arrow(path.to_owned()))?;
+                    found.push(
+                        RecordBatch::try_new(rows_schema.clone(), taken)
+                            .map_err(arrow(path.to_owned()))?,
+                    );
+                }
+                offset = end;
+            }
+        }
+        Ok((candidates, found))
+    }
+
+    /// The (wanted index, position) of each row of a data file that holds a wanted key.
+    fn positions(&self, bytes: &Bytes, path: &str) -> Result<Vec<(usize, u64)>, SinkError> {
+        let arrow = |context: String| arrow_error(self.table, context);
+        let key_names: Vec<&str> = self
+            .keys_schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        // First pass decodes only the key columns: most files hold none of the wanted keys.
+        let mut positions: Vec<(usize, u64)> = Vec::new();
+        let mut offset = 0u64;
+        for batch in decode(bytes, path, Some(&key_names))? {
+            let cols = project(&batch, self.keys_schema).map_err(arrow(path.to_owned()))?;
+            let rows = self
+                .converter
+                .convert_columns(&cols)
+                .map_err(arrow(path.to_owned()))?;
+            for (r, row) in rows.iter().enumerate() {
+                if let Some(&i) = self.index.get(&row) {
+                    positions.push((i, offset + r as u64));
+                }
+            }
+            offset += batch.num_rows() as u64;
+        }
+        Ok(positions)
+    }
+}
+
+/// The (data file index, position) pairs that position delete files name in the files holding
+/// candidates.
+async fn position_deleted(
+    warehouse: &Warehouse,
+    files: &LiveFiles,
+    candidates: &[Candidate],
+) -> Result<HashSet<(usize, u64)>, SinkError> {
+    let candidate_files: HashSet<usize> = candidates.iter().map(|c| c.1).collect();
+    let by_path: HashMap<&str, usize> = candidate_files
+        .iter()
+        .filter_map(|&fi| files.data.get(fi).map(|f| (f.file.file_path(), fi)))
+        .collect();
+    let mut pos_deleted: HashSet<(usize, u64)> = HashSet::new();
+    if !by_path.is_empty() {
+        // Deletion vectors (v3) are checked per candidate below, from `dvs`.
+        for f in files
+            .position_deletes
+            .iter()
+            .filter(|f| f.file.file_format() != DataFileFormat::Puffin)
+        {
+            for (p, n) in read_pairs(warehouse, f.file.file_path()).await? {
+                if let Some(&fi) = by_path.get(p.as_str()) {
+                    pos_deleted.insert((fi, n));
+                }
+            }
+        }
+    }
+    Ok(pos_deleted)
+}
+
+/// The live candidate per key (the newest, should a key somehow have two): (sequence number,
+/// found batch, row in it).
+fn newest_live(
+    files: &LiveFiles,
+    dvs: &LiveDvs,
+    candidates: &[Candidate],
+    deleted_at: &[i64],
+    pos_deleted: &HashSet<(usize, u64)>,
+    count: usize,
+) -> Vec<Option<(i64, usize, usize)>> {
+    let mut best: Vec<Option<(i64, usize, usize)>> = vec![None; count];
+    for &(i, fi, pos, b, r) in candidates {
+        let seq = files.data.get(fi).map_or(i64::MIN, |f| f.sequence);
+        let eq_deleted = deleted_at.get(i).is_some_and(|&d| d > seq);
+        let dv_deleted = files
+            .data
+            .get(fi)
+            .and_then(|f| dvs.get(f.file.file_path()))
+            .is_some_and(|d| d.dv.contains(pos));
+        if eq_deleted || dv_deleted || pos_deleted.contains(&(fi, pos)) {
+            continue;
+        }
+        if let Some(slot) = best.get_mut(i) {
+            if slot.is_none_or(|(s, _, _)| seq >= s) {
+                *slot = Some((seq, b, r));
+            }
+        }
+    }
+    best
+}
+
+/// The rows at `indices` ((batch, row) in `found`) as one batch.
+fn gather(
+    found: &[RecordBatch],
+    indices: &[(usize, usize)],
+    rows_schema: SchemaRef,
+    table: &TableId,
+) -> Result<RecordBatch, SinkError> {
+    let arrow = || arrow_error(table, "gathering looked-up rows".into());
     let mut columns = Vec::with_capacity(rows_schema.fields().len());
     for c in 0..rows_schema.fields().len() {
         let arrays: Vec<&dyn Array> = found.iter().map(|b| b.column(c).as_ref()).collect();
-        columns.push(
-            arrow_select::interleave::interleave(&arrays, &indices)
-                .map_err(arrow("gathering looked-up rows".into()))?,
-        );
+        columns.push(arrow_select::interleave::interleave(&arrays, indices).map_err(arrow())?);
     }
-    let rows = RecordBatch::try_new(rows_schema, columns)
-        .map_err(arrow("gathering looked-up rows".into()))?;
-    Ok((rows, missing))
+    RecordBatch::try_new(rows_schema, columns).map_err(arrow())
+}
+
+/// The error of an Arrow step (`context`) on the rows of `table`.
+fn arrow_error(table: &TableId, context: String) -> impl FnOnce(ArrowError) -> SinkError {
+    let table = table.clone();
+    move |e: ArrowError| SinkError::Arrow {
+        context: format!("{context} of {table}"),
+        source: e,
+    }
 }
 
 /// The index in `found` of a one-row all-NULL batch (added on first use): the stand-in row of a
@@ -286,96 +383,112 @@ pub(crate) async fn fetch(
     let mut indices = vec![(0usize, 0usize); at.len()];
     for (path, mut wanted) in by_file {
         wanted.sort_unstable();
-        let arrow = |source| SinkError::Arrow {
-            context: format!("reading rows of {path}"),
-            source,
-        };
-        let bytes = read(warehouse, path).await?;
-        let parquet = |source| SinkError::Parquet {
-            context: format!("reading {path}"),
-            source,
-        };
-        let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(parquet)?;
-        let total = u64::try_from(builder.metadata().file_metadata().num_rows()).unwrap_or(0);
-        // Select the wanted positions (deduplicated, ascending) and skip the gaps between them.
-        let mut selectors = Vec::new();
-        let mut next = 0u64;
-        let mut out_row = 0usize;
-        for &(pos, i) in &wanted {
-            if pos >= total {
-                return Err(SinkError::Corrupt {
-                    path: path.to_owned(),
-                    detail: format!(
-                        "the primary-key index places a row of {} at position {pos}, but the file has {total} rows",
-                        schema.id
-                    ),
-                });
-            }
-            if pos + 1 == next {
-                // Same position as the previous key (cannot happen for unique keys).
-                if let Some(slot) = indices.get_mut(i) {
-                    *slot = (found.len(), out_row.saturating_sub(1));
-                }
-                continue;
-            }
-            if pos > next {
-                selectors.push(RowSelector::skip((pos - next) as usize));
-            }
-            selectors.push(RowSelector::select(1));
-            next = pos + 1;
+        let (rows, row_of) =
+            read_positions(warehouse, schema, path, &wanted, &rows_schema, projection).await?;
+        for (i, row) in row_of {
             if let Some(slot) = indices.get_mut(i) {
-                *slot = (found.len(), out_row);
+                *slot = (found.len(), row);
             }
-            out_row += 1;
         }
-        let batches = builder
-            .with_row_selection(RowSelection::from(selectors))
-            .build()
-            .map_err(parquet)?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(arrow)?;
-        let all = arrow_select::concat::concat_batches(
-            &batches
-                .first()
-                .map_or_else(|| rows_schema.clone(), |b| b.schema()),
-            &batches,
-        )
-        .map_err(arrow)?;
-        let cols = project_filled(&all, &rows_schema, projection).map_err(arrow)?;
-        if cols.first().map_or(0, |c| c.len()) != out_row {
-            return Err(SinkError::Corrupt {
-                path: path.to_owned(),
-                detail: format!("asked for {out_row} rows, read {}", all.num_rows()),
-            });
-        }
-        found.push(RecordBatch::try_new(rows_schema.clone(), cols).map_err(arrow)?);
+        found.push(rows);
     }
     if missing.contains(&true) {
-        let null = null_row(&mut found, &rows_schema).map_err(|source| SinkError::Arrow {
-            context: format!("a stand-in row of {}", schema.id),
-            source,
-        })?;
+        let null = null_row(&mut found, &rows_schema)
+            .map_err(arrow_error(&schema.id, "a stand-in row".into()))?;
         for (slot, _) in indices.iter_mut().zip(&missing).filter(|(_, m)| **m) {
             *slot = (null, 0);
         }
     }
-    let mut columns = Vec::with_capacity(rows_schema.fields().len());
-    for c in 0..rows_schema.fields().len() {
-        let arrays: Vec<&dyn Array> = found.iter().map(|b| b.column(c).as_ref()).collect();
-        columns.push(
-            arrow_select::interleave::interleave(&arrays, &indices).map_err(|source| {
-                SinkError::Arrow {
-                    context: format!("gathering looked-up rows of {}", schema.id),
-                    source,
-                }
-            })?,
-        );
-    }
-    let rows = RecordBatch::try_new(rows_schema, columns).map_err(|source| SinkError::Arrow {
-        context: format!("gathering looked-up rows of {}", schema.id),
-        source,
-    })?;
+    let rows = gather(&found, &indices, rows_schema, &schema.id)?;
     Ok((rows, missing))
+}
+
+/// Reads the rows at the `wanted` positions (ascending, with their key index) of the data file
+/// `path`, one read with a Parquet row selection, and the row of each key index in the result.
+async fn read_positions(
+    warehouse: &Warehouse,
+    schema: &TableSchema,
+    path: &str,
+    wanted: &[(u64, usize)],
+    rows_schema: &SchemaRef,
+    projection: &Projection,
+) -> Result<(RecordBatch, RowOfKey), SinkError> {
+    let arrow = |source| SinkError::Arrow {
+        context: format!("reading rows of {path}"),
+        source,
+    };
+    let bytes = read(warehouse, path).await?;
+    let parquet = |source| SinkError::Parquet {
+        context: format!("reading {path}"),
+        source,
+    };
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(parquet)?;
+    let total = u64::try_from(builder.metadata().file_metadata().num_rows()).unwrap_or(0);
+    let (selectors, row_of, out_row) = select_positions(schema, path, total, wanted)?;
+    let batches = builder
+        .with_row_selection(RowSelection::from(selectors))
+        .build()
+        .map_err(parquet)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(arrow)?;
+    let all = arrow_select::concat::concat_batches(
+        &batches
+            .first()
+            .map_or_else(|| rows_schema.clone(), |b| b.schema()),
+        &batches,
+    )
+    .map_err(arrow)?;
+    let cols = project_filled(&all, rows_schema, projection).map_err(arrow)?;
+    if cols.first().map_or(0, |c| c.len()) != out_row {
+        return Err(SinkError::Corrupt {
+            path: path.to_owned(),
+            detail: format!("asked for {out_row} rows, read {}", all.num_rows()),
+        });
+    }
+    let rows = RecordBatch::try_new(rows_schema.clone(), cols).map_err(arrow)?;
+    Ok((rows, row_of))
+}
+
+/// (key index, row) pairs: where each key's row is in what a read selects.
+type RowOfKey = Vec<(usize, usize)>;
+
+/// The row selection of the `wanted` positions of a file of `total` rows, the row of each key
+/// index in what it selects, and how many rows it selects.
+fn select_positions(
+    schema: &TableSchema,
+    path: &str,
+    total: u64,
+    wanted: &[(u64, usize)],
+) -> Result<(Vec<RowSelector>, RowOfKey, usize), SinkError> {
+    // Select the wanted positions (deduplicated, ascending) and skip the gaps between them.
+    let mut selectors = Vec::new();
+    let mut row_of = Vec::with_capacity(wanted.len());
+    let mut next = 0u64;
+    let mut out_row = 0usize;
+    for &(pos, i) in wanted {
+        if pos >= total {
+            return Err(SinkError::Corrupt {
+                path: path.to_owned(),
+                detail: format!(
+                    "the primary-key index places a row of {} at position {pos}, but the file has {total} rows",
+                    schema.id
+                ),
+            });
+        }
+        if pos + 1 == next {
+            // Same position as the previous key (cannot happen for unique keys).
+            row_of.push((i, out_row.saturating_sub(1)));
+            continue;
+        }
+        if pos > next {
+            selectors.push(RowSelector::skip((pos - next) as usize));
+        }
+        selectors.push(RowSelector::select(1));
+        next = pos + 1;
+        row_of.push((i, out_row));
+        out_row += 1;
+    }
+    Ok((selectors, row_of, out_row))
 }
 
 async fn read_parquet(

@@ -25,7 +25,7 @@ use iceberg::spec::DataFileFormat;
 
 use super::locator::RowAddress;
 use super::lookup::key_text;
-use crate::changelog::{TableChanges, TableSchema};
+use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::sinks::iceberg::deletes::commit_vectors::LiveDvs;
 use crate::sinks::iceberg::deletes::position_deletes::read_pairs;
 use crate::sinks::iceberg::files::decode::{decode, project_filled};
@@ -50,17 +50,7 @@ pub(crate) async fn locate(
         let context = format!("{context} of {table}");
         move |source: ArrowError| SinkError::Arrow { context, source }
     };
-    if let Some(f) = files.equality_deletes.first() {
-        // cdcd never writes one to a keyless table, and one written by another engine could
-        // remove rows this scan counts as live.
-        return Err(SinkError::Data {
-            table: table.clone(),
-            detail: format!(
-                "the table has an equality delete file ({}), which cdcd does not write to a table without a key; cannot locate the rows to delete",
-                f.file.file_path()
-            ),
-        });
-    }
+    refuse_equality_deletes(files, table)?;
     let rows_schema = TableChanges::rows_schema(schema);
     let wanted_batch =
         gather(changes, deletes, &rows_schema).map_err(arrow("gathering deleted rows"))?;
@@ -120,6 +110,31 @@ pub(crate) async fn locate(
             }
         }
     }
+    every_row_located(found, &wanted_batch, table)
+}
+
+/// An equality delete file is refused: cdcd cannot tell which rows of a keyless table it removes.
+fn refuse_equality_deletes(files: &LiveFiles, table: &TableId) -> Result<(), SinkError> {
+    if let Some(f) = files.equality_deletes.first() {
+        // cdcd never writes one to a keyless table, and one written by another engine could
+        // remove rows this scan counts as live.
+        return Err(SinkError::Data {
+            table: table.clone(),
+            detail: format!(
+                "the table has an equality delete file ({}), which cdcd does not write to a table without a key; cannot locate the rows to delete",
+                f.file.file_path()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The located rows, or an error naming the first delete without one.
+fn every_row_located(
+    found: Vec<Option<RowAddress>>,
+    wanted_batch: &RecordBatch,
+    table: &TableId,
+) -> Result<Vec<RowAddress>, SinkError> {
     let mut out = Vec::with_capacity(found.len());
     for (i, at) in found.into_iter().enumerate() {
         match at {
@@ -129,7 +144,7 @@ pub(crate) async fn locate(
                     table: table.clone(),
                     detail: format!(
                         "a DELETE or UPDATE of a table without a key removes a row {} that the table does not hold (as many times as the source deleted it): the replica is not the source's multiset; copy the table anew",
-                        key_text(&wanted_batch, i)
+                        key_text(wanted_batch, i)
                     ),
                 })
             }

@@ -375,44 +375,7 @@ impl<'a> Commit<'a> {
             }
             out.push((Slot { partition, bucket }, i as u32, false));
         }
-        // Stable: rows keep key order within a slot.
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        let kinds = planned.schemas.key.len() + 1;
-        let mut files = Vec::new();
-        for group in out.chunk_by(|a, b| a.0 == b.0) {
-            let Some((slot, _, _)) = group.first() else {
-                continue;
-            };
-            let take = arrow_array::UInt32Array::from_iter_values(group.iter().map(|g| g.1));
-            let part = arrow_select::take::take_record_batch(batch, &take)
-                .and_then(|part| {
-                    if !group.iter().any(|g| g.2) {
-                        return Ok(part);
-                    }
-                    let kind = part.column(kinds).as_primitive::<Int8Type>();
-                    let moved: arrow_array::ArrayRef =
-                        Arc::new(arrow_array::Int8Array::from_iter_values(
-                            group.iter().enumerate().map(|(r, g)| {
-                                if g.2 {
-                                    KIND_DELETE
-                                } else {
-                                    kind.value(r)
-                                }
-                            }),
-                        ));
-                    let mut columns = part.columns().to_vec();
-                    if let Some(c) = columns.get_mut(kinds) {
-                        *c = moved;
-                    }
-                    RecordBatch::try_new(part.schema(), columns)
-                })
-                .map_err(|source| SinkError::Arrow {
-                    context: format!("cutting the commit's rows by partition of {table}"),
-                    source,
-                })?;
-            files.push((slot.clone(), part, 0));
-        }
-        Ok(files)
+        cut_by_slot(batch, out, planned.schemas.key.len() + 1, table)
     }
 
     /// Publishes `change` as one snapshot of the table carrying the checkpoint: an `APPEND`, or
@@ -501,4 +464,52 @@ impl<'a> Commit<'a> {
             resync_swapped: false,
         })
     }
+}
+
+/// The commit's rows cut into one batch per slot (`out`: slot, batch row, written as a delete
+/// whatever its kind; `kinds`: the kind column).
+fn cut_by_slot(
+    batch: &RecordBatch,
+    mut out: Vec<(Slot, u32, bool)>,
+    kinds: usize,
+    table: &TableId,
+) -> Result<Vec<(Slot, RecordBatch, i32)>, SinkError> {
+    // Stable: rows keep key order within a slot.
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut files = Vec::new();
+    for group in out.chunk_by(|a, b| a.0 == b.0) {
+        let Some((slot, _, _)) = group.first() else {
+            continue;
+        };
+        let take = arrow_array::UInt32Array::from_iter_values(group.iter().map(|g| g.1));
+        let part = arrow_select::take::take_record_batch(batch, &take)
+            .and_then(|part| {
+                if !group.iter().any(|g| g.2) {
+                    return Ok(part);
+                }
+                let kind = part.column(kinds).as_primitive::<Int8Type>();
+                let moved: arrow_array::ArrayRef = Arc::new(
+                    arrow_array::Int8Array::from_iter_values(group.iter().enumerate().map(
+                        |(r, g)| {
+                            if g.2 {
+                                KIND_DELETE
+                            } else {
+                                kind.value(r)
+                            }
+                        },
+                    )),
+                );
+                let mut columns = part.columns().to_vec();
+                if let Some(c) = columns.get_mut(kinds) {
+                    *c = moved;
+                }
+                RecordBatch::try_new(part.schema(), columns)
+            })
+            .map_err(|source| SinkError::Arrow {
+                context: format!("cutting the commit's rows by partition of {table}"),
+                source,
+            })?;
+        files.push((slot.clone(), part, 0));
+    }
+    Ok(files)
 }

@@ -29,75 +29,145 @@ pub(crate) fn summary(
     checkpoint: Option<&Checkpoint>,
     lease_epoch: u64,
 ) -> Summary {
-    let previous = |k: &str| -> u64 {
-        parent
-            .and_then(|s| s.summary().additional_properties.get(k))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    let count = |files: &[DataFile]| {
-        files
-            .iter()
-            .fold((0u64, 0u64), |(n, r), f| (n + 1, r + f.record_count()))
-    };
-    let (added, added_records) = count(r.added);
-    let (deleted, deleted_records) = count(r.removed_data);
-    let of = |content: DataContentType| -> Vec<DataFile> {
-        r.removed_deletes
-            .iter()
-            .filter(|f| f.content_type() == content)
-            .cloned()
-            .collect()
-    };
-    let (removed_pos_files, removed_positions) = count(&of(DataContentType::PositionDeletes));
-    let (removed_eq_files, removed_eq_rows) = count(&of(DataContentType::EqualityDeletes));
-    let removed_deletes = removed_pos_files + removed_eq_files;
-    let (added_dvs, added_positions) = count(r.added_deletes);
-    let removed_dvs = r
-        .removed_deletes
-        .iter()
-        .filter(|f| f.file_format() == DataFileFormat::Puffin)
-        .count() as u64;
+    let counts = Counts::of(r);
     let mut p: HashMap<String, String> = HashMap::new();
+    counts.put_changes(&mut p);
+    counts.put_totals(&mut p, parent);
+    put_sizes(&mut p, r, parent);
+    // The epoch only beside this pipeline's checkpoint: it counts that pipeline's lease
+    // (`commit/publish.rs`, `winner_epoch`).
+    if let Some(cp) = checkpoint {
+        p.extend(cp.to_properties());
+        if lease_epoch > 0 {
+            p.insert(LEASE_EPOCH_KEY.to_owned(), lease_epoch.to_string());
+        }
+    }
+    Summary {
+        operation: Operation::Replace,
+        additional_properties: p,
+    }
+}
+
+/// The files and rows a replace adds and removes, by kind.
+struct Counts {
+    added: u64,
+    added_records: u64,
+    deleted: u64,
+    deleted_records: u64,
+    removed_pos_files: u64,
+    removed_positions: u64,
+    removed_eq_files: u64,
+    removed_eq_rows: u64,
+    removed_deletes: u64,
+    added_dvs: u64,
+    added_positions: u64,
+    removed_dvs: u64,
+}
+
+impl Counts {
+    fn of(r: &Replaced<'_>) -> Self {
+        let count = |files: &[DataFile]| {
+            files
+                .iter()
+                .fold((0u64, 0u64), |(n, r), f| (n + 1, r + f.record_count()))
+        };
+        let (added, added_records) = count(r.added);
+        let (deleted, deleted_records) = count(r.removed_data);
+        let of = |content: DataContentType| -> Vec<DataFile> {
+            r.removed_deletes
+                .iter()
+                .filter(|f| f.content_type() == content)
+                .cloned()
+                .collect()
+        };
+        let (removed_pos_files, removed_positions) = count(&of(DataContentType::PositionDeletes));
+        let (removed_eq_files, removed_eq_rows) = count(&of(DataContentType::EqualityDeletes));
+        let removed_deletes = removed_pos_files + removed_eq_files;
+        let (added_dvs, added_positions) = count(r.added_deletes);
+        let removed_dvs = r
+            .removed_deletes
+            .iter()
+            .filter(|f| f.file_format() == DataFileFormat::Puffin)
+            .count() as u64;
+        Counts {
+            added,
+            added_records,
+            deleted,
+            deleted_records,
+            removed_pos_files,
+            removed_positions,
+            removed_eq_files,
+            removed_eq_rows,
+            removed_deletes,
+            added_dvs,
+            added_positions,
+            removed_dvs,
+        }
+    }
+
+    /// The `added-*`, `deleted-*` and `removed-*` counts.
+    fn put_changes(&self, p: &mut HashMap<String, String>) {
+        let mut put = |k: &str, v: u64| {
+            p.insert(k.to_owned(), v.to_string());
+        };
+        put("added-data-files", self.added);
+        put("added-records", self.added_records);
+        put("deleted-data-files", self.deleted);
+        put("deleted-records", self.deleted_records);
+        if self.added_dvs > 0 {
+            put("added-delete-files", self.added_dvs);
+            put("added-position-delete-files", self.added_dvs);
+            put("added-dvs", self.added_dvs);
+            put("added-position-deletes", self.added_positions);
+        }
+        put("removed-delete-files", self.removed_deletes);
+        put("removed-position-delete-files", self.removed_pos_files);
+        put("removed-equality-delete-files", self.removed_eq_files);
+        put("removed-equality-deletes", self.removed_eq_rows);
+        put("removed-dvs", self.removed_dvs);
+        put("removed-position-deletes", self.removed_positions);
+    }
+
+    /// The `total-*` counts: the parent's, moved by this replace.
+    fn put_totals(&self, p: &mut HashMap<String, String>, parent: Option<&Snapshot>) {
+        let previous = |k: &str| -> u64 {
+            parent
+                .and_then(|s| s.summary().additional_properties.get(k))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        let mut put = |k: &str, v: u64| {
+            p.insert(k.to_owned(), v.to_string());
+        };
+        put(
+            "total-data-files",
+            (previous("total-data-files") + self.added).saturating_sub(self.deleted),
+        );
+        put(
+            "total-records",
+            (previous("total-records") + self.added_records).saturating_sub(self.deleted_records),
+        );
+        put(
+            "total-delete-files",
+            (previous("total-delete-files") + self.added_dvs).saturating_sub(self.removed_deletes),
+        );
+        put(
+            "total-equality-deletes",
+            previous("total-equality-deletes").saturating_sub(self.removed_eq_rows),
+        );
+        put(
+            "total-position-deletes",
+            (previous("total-position-deletes") + self.added_positions)
+                .saturating_sub(self.removed_positions),
+        );
+    }
+}
+
+/// The `*-files-size` properties.
+fn put_sizes(p: &mut HashMap<String, String>, r: &Replaced<'_>, parent: Option<&Snapshot>) {
     let mut put = |k: &str, v: u64| {
         p.insert(k.to_owned(), v.to_string());
     };
-    put("added-data-files", added);
-    put("added-records", added_records);
-    put("deleted-data-files", deleted);
-    put("deleted-records", deleted_records);
-    if added_dvs > 0 {
-        put("added-delete-files", added_dvs);
-        put("added-position-delete-files", added_dvs);
-        put("added-dvs", added_dvs);
-        put("added-position-deletes", added_positions);
-    }
-    put("removed-delete-files", removed_deletes);
-    put("removed-position-delete-files", removed_pos_files);
-    put("removed-equality-delete-files", removed_eq_files);
-    put("removed-equality-deletes", removed_eq_rows);
-    put("removed-dvs", removed_dvs);
-    put("removed-position-deletes", removed_positions);
-    put(
-        "total-data-files",
-        (previous("total-data-files") + added).saturating_sub(deleted),
-    );
-    put(
-        "total-records",
-        (previous("total-records") + added_records).saturating_sub(deleted_records),
-    );
-    put(
-        "total-delete-files",
-        (previous("total-delete-files") + added_dvs).saturating_sub(removed_deletes),
-    );
-    put(
-        "total-equality-deletes",
-        previous("total-equality-deletes").saturating_sub(removed_eq_rows),
-    );
-    put(
-        "total-position-deletes",
-        (previous("total-position-deletes") + added_positions).saturating_sub(removed_positions),
-    );
     // Bytes as a streaming commit counts them (`commit/summary.rs`); the total only from the
     // parent's (Iceberg-Java's rule): the next streaming commit counts it from the live files.
     let bytes = |files: &[DataFile]| files.iter().map(bytes_of).sum::<u64>();
@@ -113,18 +183,6 @@ pub(crate) fn summary(
             "total-files-size",
             (total + added_bytes).saturating_sub(removed_bytes),
         );
-    }
-    // The epoch only beside this pipeline's checkpoint: it counts that pipeline's lease
-    // (`commit/publish.rs`, `winner_epoch`).
-    if let Some(cp) = checkpoint {
-        p.extend(cp.to_properties());
-        if lease_epoch > 0 {
-            p.insert(LEASE_EPOCH_KEY.to_owned(), lease_epoch.to_string());
-        }
-    }
-    Summary {
-        operation: Operation::Replace,
-        additional_properties: p,
     }
 }
 
