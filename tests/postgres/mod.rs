@@ -13,6 +13,7 @@ mod multiset;
 pub(crate) mod partitioned;
 mod replication;
 pub(crate) mod resync;
+mod resync_partitioned;
 mod schema_evolution;
 mod schema_resync;
 mod snapshot;

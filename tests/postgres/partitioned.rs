@@ -79,6 +79,9 @@ for mf in meta.snapshot_by_id(meta.current_snapshot_id).manifests(io):
         f = e.data_file
         if mf.partition_spec_id != f.spec_id:
             problem(f"{f.file_path}: spec {f.spec_id} in a manifest of spec {mf.partition_spec_id}")
+        # The tuple as the manifest file wrote it (its own Avro schema) has the spec's fields.
+        if len(f.partition) != len(specs[f.spec_id].fields):
+            problem(f"{f.file_path}: partition {f.partition} under spec {f.spec_id} of {len(specs[f.spec_id].fields)} fields")
         (data.__setitem__(f.file_path, f) if f.content == 0 else deletes.append(f))
 counts = {"data_files": 0, "partitions": set(), "sorted_files": 0, "dvs": 0, "position_files": 0, "equality_files": 0}
 for path, f in data.items():
@@ -189,7 +192,7 @@ pub(crate) fn spark_sql(
 /// Equal to the source by Spark, and by pyiceberg where it reads the table (no equality deletes).
 /// Spark reads once: first cdcd's checkpoint must pass `lsn`, read before the changes' last
 /// transaction committed.
-async fn equal(p: &mut Pipeline, t: &str, equality: bool, lsn: u64) {
+pub(crate) async fn equal(p: &mut Pipeline, t: &str, equality: bool, lsn: u64) {
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     loop {
         let meta = current_metadata(&p.table_dir(t));
@@ -221,7 +224,12 @@ async fn equal(p: &mut Pipeline, t: &str, equality: bool, lsn: u64) {
 
 /// Runs `sql`, then one more transaction on `t` whose WAL position (read inside it, so below its
 /// commit) is returned.
-async fn change(client: &tokio_postgres::Client, t: &str, sql: &str, marker: i64) -> u64 {
+pub(crate) async fn change(
+    client: &tokio_postgres::Client,
+    t: &str,
+    sql: &str,
+    marker: i64,
+) -> u64 {
     exec(client, sql).await;
     exec(
         client,
@@ -251,7 +259,7 @@ fn create(t: &str) -> String {
 }
 
 /// Changes that move rows across partitions, in every way a row can move.
-fn moving(t: &str, round: i64) -> String {
+pub(crate) fn moving(t: &str, round: i64) -> String {
     let base = 1000 * round;
     format!(
         "INSERT INTO {t} SELECT g, timestamptz '2024-01-01 00:00+00' + (g % 15) * interval '1 day', g % 50, 'new ' || g
@@ -371,7 +379,7 @@ async fn partitioned_by_spark(test: &str, tag: &str, equality: bool) {
 
 /// Rewrites `p`'s config to format v2 (`delete_mode = "equality"`) whatever
 /// `CDCD_TEST_DELETE_MODE` says.
-fn force_equality(p: &Pipeline) {
+pub(crate) fn force_equality(p: &Pipeline) {
     let text = std::fs::read_to_string(&p.config).unwrap();
     let kept: Vec<&str> = text
         .lines()

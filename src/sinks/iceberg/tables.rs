@@ -287,6 +287,22 @@ impl Tables {
             properties,
             layout.for_new_table(),
         )?;
+        let metadata = match self.resync_id(table) {
+            // A lineage takes the live table's specs and orders, so the swap carries its
+            // manifests under specs that mean the same there (resync/layout.rs).
+            Some(_) => {
+                let live_location = self.table_location(table);
+                let live = self
+                    .catalog
+                    .load(&self.warehouse, &self.table_ref(table, &live_location))
+                    .await?;
+                match live {
+                    Some(live) => resync::layout::like_live(table, metadata, &live.metadata)?,
+                    None => metadata,
+                }
+            }
+            None => metadata,
+        };
         let created = self
             .catalog_for(table)
             .create(&self.warehouse, &self.table_ref(table, &location), metadata)

@@ -51,6 +51,7 @@ pub use crate::sinks::resync::{lineage_location, RESYNC_ID_PROPERTY};
 use crate::sinks::{ResyncMode, ResyncState, SinkError};
 use crate::storage::Warehouse;
 
+pub(super) mod layout;
 mod rebase;
 mod swap;
 

@@ -86,11 +86,16 @@ impl Rebase<'_> {
         if meta.snapshot_by_id(head.snapshot_id()).is_none() {
             names.snapshot_id = head.snapshot_id();
         }
-        let manifests = load_manifests(warehouse, head.manifest_list(), lineage.format_version())
-            .await?
-            .into_iter()
-            .map(fresh_row_ids)
-            .collect();
+        let manifests: Vec<ManifestFile> =
+            load_manifests(warehouse, head.manifest_list(), lineage.format_version())
+                .await?
+                .into_iter()
+                .map(fresh_row_ids)
+                .collect();
+        for m in &manifests {
+            self.same_spec(meta, m.partition_spec_id)?;
+        }
+        self.same_spec(meta, lineage.default_partition_spec_id())?;
         let list_path = names.manifest_list();
         // v3 row ids: the lineage's rows may store ids below its own `next-row-id` (explicit
         // `first_row_id`s of carried entries, `_row_id` columns of compaction outputs), so the
@@ -145,12 +150,49 @@ impl Rebase<'_> {
         let mut table_properties = meta.properties().clone();
         table_properties.insert(RESYNC_ID_PROPERTY.to_owned(), self.id.to_owned());
         TableMetadataBuilder::new_from_metadata(meta.clone(), Some(self.live.file.clone()))
-            .set_branch_snapshot(snapshot, "main")
+            .set_default_partition_spec(lineage.default_partition_spec_id())
+            .and_then(|b| b.add_sort_order(lineage.default_sort_order().as_ref().clone()))
+            .and_then(|b| b.set_default_sort_order(TableMetadataBuilder::LAST_ADDED as i64))
+            .and_then(|b| b.set_branch_snapshot(snapshot, "main"))
             .map(|b| b.remove_snapshots(&replaced))
             .and_then(|b| b.set_properties(table_properties))
             .and_then(|b| b.build())
             .map(|r| r.metadata)
             .map_err(|e| self.corrupt(e))
+    }
+
+    /// Refuses the swap unless the live table's spec `spec_id` (`live`: with the lineage's schema
+    /// as current) is the lineage's: same fields, field ids, names, transforms and source field
+    /// ids (both bound to the lineage's schema now). The lineage was created with the live
+    /// table's specs (`layout.rs`); they differ only when a spec's column left the schema or
+    /// another engine changed the live table's specs meanwhile, and then readers would take the
+    /// lineage's partition tuples for another spec's.
+    fn same_spec(&self, live: &TableMetadata, spec_id: i32) -> Result<(), SinkError> {
+        let words = |m: &TableMetadata| {
+            m.partition_spec_by_id(spec_id).map(|s| {
+                s.fields()
+                    .iter()
+                    .map(|f| (f.source_id, f.field_id, f.name.clone(), f.transform))
+                    .collect::<Vec<_>>()
+            })
+        };
+        let ours = words(&self.lineage.metadata);
+        if ours.is_some() && ours == words(live) {
+            return Ok(());
+        }
+        Err(SinkError::Data {
+            table: self.table.clone(),
+            detail: format!(
+                "resync: the lineage's partition spec {spec_id} ({ours:?}) is not the live table's \
+                 spec {spec_id} ({:?}); the swap is refused, since readers would read the \
+                 lineage's files with the wrong spec. The live table's specs changed after the \
+                 resync began, or a partition column left the schema: stop cdcd, delete the \
+                 lineage's directory `resync-{id}` under the table's and start again (the resync \
+                 copies the table again under the live table's current specs)",
+                words(live),
+                id = self.id,
+            ),
+        })
     }
 
     /// The live table with the lineage's format version (when newer) and its current schema
