@@ -20,6 +20,14 @@
 //! orphans that `cdcd cleanup` removes (the cleanup keeps a lineage under way: `cleanup.rs`). Data files stay where the lineage wrote them, under the
 //! table's directory; later commits write to the table's own `data/` again.
 //!
+//! Partition specs: the lineage is created with the live table's specs and sort orders under the
+//! same ids (`layout.rs`), because the manifests the swap carries name their spec by id; the
+//! swap refuses, naming the table, a lineage whose specs differ from the live table's under those
+//! ids rather than carry manifests a reader would read under another spec. Rewriting the
+//! manifests under a matching spec would make the refused cases work too; it is not built: the
+//! refusal is the correct stop, and the known way into it (a live table whose column ids the
+//! fresh lineage does not share) wants the lineage to take the live ids instead.
+//!
 //! Why this is exactly once: the lineage is an ordinary cdcd table with its own checkpoint, so a
 //! crash anywhere before the swap resumes the lineage's copy or stream like any table's (the
 //! request stays until the swap, `checkpoint/resync.rs`). The swap itself is one catalog commit (a
