@@ -16,14 +16,20 @@ pub async fn run(config: &Config) -> ExitCode {
         println!("{line}");
     }
     let mut problems = problems(config).await;
-    match sink_lines(config).await {
-        Ok(lines) => lines.iter().for_each(|line| println!("{line}")),
-        Err(problem) => problems.push(problem),
-    }
+    let sink_ok = match sink_lines(config).await {
+        Ok(lines) => {
+            lines.iter().for_each(|line| println!("{line}"));
+            true
+        }
+        Err(problem) => {
+            problems.push(problem);
+            false
+        }
+    };
     for line in key_lines(config).await {
         println!("{line}");
     }
-    for line in table_lines(config).await {
+    for line in table_lines(config, sink_ok).await {
         match line {
             Ok(line) => println!("{line}"),
             Err(problem) => problems.push(problem),
@@ -109,16 +115,20 @@ async fn key_lines(config: &Config) -> Vec<String> {
 
 /// A line per captured table on its `[sink.tables.*]` settings as the sink applies them (its
 /// partition spec and sort order, and what the next start changes), or the problem the start
-/// would refuse; then a problem per section that names a table not captured.
-async fn table_lines(config: &Config) -> Vec<Result<String, String>> {
+/// would refuse; then a problem per section that names a table not captured. The tables are
+/// read through the sink only when its own check passed (`sink_ok`): a catalog that refused cdcd
+/// is reported once, not again per table.
+async fn table_lines(config: &Config, sink_ok: bool) -> Vec<Result<String, String>> {
     let Ok(tables) = crate::sources::build(&config.source).tables().await else {
         return Vec::new();
     };
     let tables: Vec<_> = tables.into_iter().map(|k| k.table).collect();
-    let Ok(sink) = build_sink(config, None) else {
-        return Vec::new();
-    };
-    let mut lines = sink.check_tables(&tables).await;
+    let mut lines = Vec::new();
+    if sink_ok {
+        if let Ok(sink) = build_sink(config, None) {
+            lines = sink.check_tables(&tables).await;
+        }
+    }
     let sections = match &config.sink {
         crate::config::SinkConfig::Iceberg(c) => &c.tables,
         crate::config::SinkConfig::Lsm(c) => &c.tables,
