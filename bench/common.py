@@ -40,6 +40,17 @@ def iceberg_summary(table_dir):
     return next((s.get("summary", {}) for s in doc.get("snapshots", []) if s.get("snapshot-id") == current), None)
 
 
+def lsn_int(text):
+    """A Postgres LSN as written (`16/B374D848`) as an integer."""
+    hi, lo = text.split("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+def lsn_text(value):
+    """An integer LSN as Postgres writes it."""
+    return "%X/%X" % (value >> 32, value & 0xFFFFFFFF)
+
+
 def iceberg_position(table_dir):
     """The newest committed cdcd.position (text) of an Iceberg table written by cdcd, or None."""
     return (iceberg_summary(table_dir) or {}).get("cdcd.position") or None

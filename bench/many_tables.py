@@ -39,19 +39,11 @@ import psycopg2
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+from common import lsn_int, lsn_text  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAKECHECK = os.path.join(ROOT, "tests", "support", "lakecheck.py")
 POSITION = re.compile(rb'"cdcd\.position"\s*:\s*"([0-9A-Fa-f]+/[0-9A-Fa-f]+)"')
-
-
-def lsn_int(text):
-    hi, lo = text.split("/")
-    return (int(hi, 16) << 32) | int(lo, 16)
-
-
-def lsn_text(value):
-    return "%X/%X" % (value >> 32, value & 0xFFFFFFFF)
 
 
 def iceberg_position_fast(table_dir):
