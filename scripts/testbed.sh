@@ -118,7 +118,8 @@ python_env() {
 PGDATA=$CDCD_TB/pg/data
 as_pg() { su postgres -s /bin/sh -c "$*"; }
 pg_running() { as_pg "$PGBIN/pg_ctl -D $PGDATA status" >/dev/null 2>&1; }
-postgres_apt() { apt_want postgresql-15 postgresql-contrib; }
+# e2fsprogs: chattr, which tests/postgres/many_tables.rs uses to make one table's commits fail.
+postgres_apt() { apt_want postgresql-15 postgresql-contrib e2fsprogs; }
 postgres_up() {
   if [ ! -f "$PGDATA/PG_VERSION" ]; then
     log "initdb $PGDATA"
