@@ -33,6 +33,9 @@ read -ra COMPONENTS <<< "${CDCD_TB_COMPONENTS:-postgres python mariadb moto pgtl
 log() { printf '[testbed %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# pid_runs FILE WORD: the process named in FILE is alive and its command line holds WORD. A pid file left in
+# /tmp by an earlier boot may name a pid the kernel has since given to another program: alive, but not ours.
+pid_runs() { [ -f "$1" ] && tr '\0' ' ' <"/proc/$(cat "$1")/cmdline" 2>/dev/null | grep -q -- "$2"; }
 
 # ------------------------------------------------------------------ Debian packages
 # Collects what every component needs, then one apt-get update + install, only when something is missing.
@@ -186,7 +189,7 @@ postgres_env() {
 # handles one request at a time. moto's conditional put (If-None-Match: *, If-Match) is check-then-act without
 # a lock, so only the serial server makes it atomic: commit-race and fencing tests must use it.
 # moto keeps objects in memory; any key/secret, region us-east-1, path-style; tests create their buckets.
-moto_alive() { [ -f "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
+moto_alive() { pid_runs "$RUN/$1.pid" moto; }
 moto_apt() { apt_want curl; }
 moto_up() {
   cat > "$CDCD_TB/moto_serial.py" <<'EOF'
@@ -537,7 +540,7 @@ RUSTBERG_STATUS=$RUSTBERG_ROOT/build.status
 rustberg_apt() { :; }
 rustberg_up() {
   [ -x "$RUSTBERG" ] && return 0
-  if [ -f "$RUN/rustberg-build.pid" ] && kill -0 "$(cat "$RUN/rustberg-build.pid")" 2>/dev/null; then return 0; fi
+  if pid_runs "$RUN/rustberg-build.pid" rustberg; then return 0; fi
   local cargo=cargo
   command -v cargo >/dev/null || cargo=$HOME/.cargo/bin/cargo
   mkdir -p "$RUSTBERG_ROOT"; rm -f "$RUSTBERG_STATUS"
