@@ -187,23 +187,21 @@ fn section_keys_and_unknown_keys_are_refused() {
             "{key}: {e}"
         );
     }
-    // Keys the contract names for later issues are unknown until they are implemented.
-    for later in [
-        "changelog = true",
-        "deletes = \"soft\"",
-        "row_metadata = true",
-        "json = \"variant\"",
-    ] {
-        let e = error(&with_sections(&format!(
-            "[sink.tables.\"public.orders\"]\n{later}\n"
-        )));
-        assert!(
-            e.contains("unknown key")
-                && e.contains("`partition_by`")
-                && e.contains("public.orders"),
-            "{later}: {e}"
-        );
-    }
+    // A key the contract names for a later issue is unknown until it is implemented.
+    let e = error(&with_sections(
+        "[sink.tables.\"public.orders\"]\njson = \"variant\"\n",
+    ));
+    assert!(
+        e.contains("unknown key") && e.contains("`partition_by`") && e.contains("public.orders"),
+        "{e}"
+    );
+    let e = error(&with_sections(
+        "[sink.tables.\"public.orders\"]\ndeletes = \"sometimes\"\n",
+    ));
+    assert!(
+        e.contains("deletes") && e.contains("use \"hard\" or \"soft\""),
+        "{e}"
+    );
     let e = error(&with_sections(
         "[sink.tables.\"public.orders\"]\npartition_by = \"day(ts)\"\n",
     ));
@@ -343,4 +341,22 @@ fn equally_specific_globs_over_one_table_are_refused_naming_both() {
         "[sink.tables.\"public.audit*\"]\nsort_by = [\"id\"]\n[sink.tables.\"public.*t_log\"]\nsort_by = [\"ts\"]\n[sink.tables.\"public.audit_log\"]\nsort_by = []\n",
     ));
     assert!(t.resolve(&TableId::new("public", "audit_log")).is_ok());
+}
+
+#[test]
+fn changelog_deletes_and_row_metadata_default_off_and_resolve_per_section() {
+    let t = tables(&with_sections(
+        r#"
+[sink.tables."public.*"]
+changelog = false
+deletes = "hard"
+row_metadata = false
+"#,
+    ));
+    let s = t.resolve(&orders()).unwrap();
+    assert!(!s.changelog && !s.row_metadata);
+    assert_eq!(s.deletes, super::Deletes::Hard);
+    let s = tables(MINIMAL).resolve(&orders()).unwrap();
+    assert!(!s.changelog && !s.row_metadata);
+    assert_eq!(s.deletes.to_string(), "hard");
 }
