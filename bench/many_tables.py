@@ -39,32 +39,10 @@ import psycopg2
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from common import lsn_int, lsn_text  # noqa: E402
+from common import iceberg_position_fast, lsn_int, lsn_text  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAKECHECK = os.path.join(ROOT, "tests", "support", "lakecheck.py")
-POSITION = re.compile(rb'"cdcd\.position"\s*:\s*"([0-9A-Fa-f]+/[0-9A-Fa-f]+)"')
-
-
-def iceberg_position_fast(table_dir):
-    """The newest committed position of an Iceberg table: the highest `cdcd.position` in its newest metadata file,
-    found by a regex instead of a JSON parse (positions only grow; hundreds of tables are polled)."""
-    meta = os.path.join(table_dir, "metadata")
-    try:
-        with open(os.path.join(meta, "version-hint.text")) as f:
-            version = int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-    while os.path.exists(os.path.join(meta, "v%d.metadata.json" % (version + 1))):
-        version += 1
-    try:
-        with open(os.path.join(meta, "v%d.metadata.json" % version), "rb") as f:
-            found = POSITION.findall(f.read())
-    except OSError:
-        return None
-    return max((lsn_int(p.decode()) for p in found), default=None)
-
-
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -826,16 +826,56 @@ async fn commits_ask_for_a_compaction_before_the_interval() {
 /// The seed is printed (CDCD_TEST_SEED repeats a run).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_dash_nine_at_random_moments_of_compaction() {
-    let test = "kill_dash_nine_at_random_moments_of_compaction";
-    let Some(env) = test_env(test) else {
+    random_kills_during_compaction(
+        "kill_dash_nine_at_random_moments_of_compaction",
+        "mcrand",
+        "",
+    )
+    .await;
+}
+
+/// Issue 36: the same on a partitioned table, `truncate(20, v)` and `bucket(2, id)`: the
+/// writer's `v = v + 1` moves rows across partitions while compactions rewrite each partition
+/// on its own and are killed. Besides equality, every data file's rows lie in the partition its
+/// entry names and every vector sits in its data file's partition (the pyiceberg layout check).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_dash_nine_at_random_moments_of_partitioned_compaction() {
+    let Some((p, t)) = random_kills_during_compaction(
+        "kill_dash_nine_at_random_moments_of_partitioned_compaction",
+        "mcpart",
+        "partition_by = [\"truncate(20, v)\", \"bucket(2, id)\"]\n",
+    )
+    .await
+    else {
         return;
     };
+    let layout = super::partitioned::layout_of(&p.env.python, &p.table_dir(&t));
+    eprintln!("layout: {layout}");
+    assert!(layout["partitions"].as_u64().unwrap() > 10, "{layout}");
+    assert!(layout["cdcd_replaces"].as_u64().unwrap() >= 1, "{layout}");
+}
+
+/// Kills cdcd at random moments of compaction (see the test above) on a table whose
+/// `[sink.tables]` section holds `section`; returns the stopped pipeline and its table.
+async fn random_kills_during_compaction(
+    test: &str,
+    tag: &str,
+    section: &str,
+) -> Option<(Pipeline, String)> {
+    let env = test_env(test)?;
     let mut rng = crate::support::Rng::from_env_or_clock(test);
-    let name = unique("mcrand");
+    let name = unique(tag);
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+    let settings = Settings {
+        sink_extra: match section {
+            "" => String::new(),
+            keys => format!("[sink.tables.\"public.{t}\"]\n{keys}"),
+        },
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
     p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
     set_table_properties(&p, &COMPACTING);
     p.start();
@@ -855,6 +895,7 @@ async fn kill_dash_nine_at_random_moments_of_compaction() {
     let committed = out.matches("compaction committed").count();
     eprintln!("{committed} compactions committed");
     assert!(committed > 0, "compactions ran:\n{out}");
+    Some((p, t))
 }
 
 /// Issue 19: `kill -9` during a compaction, after its files and manifest list are written but
