@@ -52,12 +52,20 @@ pub struct CdcColumns {
     pub defaults: bool,
 }
 
-/// Where and when in the source each change of a run happened (`row_metadata`).
+/// Where and when in the source a run of changes happened (`row_metadata`).
 pub trait ChangeMeta {
-    /// Source commit time of change `row` of `changes`, microseconds since the Unix epoch.
-    fn commit_micros(&self, changes: &TableChanges, row: usize) -> Option<i64>;
-    /// Source position of change `row` of `changes`, as `cdcd.position` writes it.
-    fn position(&self, changes: &TableChanges, row: usize) -> Option<String>;
+    /// The source commit time (microseconds since the Unix epoch) and position (as
+    /// `cdcd.position` writes it) of the changes of `run`, which are of one source transaction.
+    fn of_run(&self, run: &TableChanges) -> (Option<i64>, Option<String>);
+}
+
+/// Where a column of the table with the added columns comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// The source's column `j`.
+    Source(usize),
+    /// A column cdcd adds.
+    Added(&'static str),
 }
 
 /// How a row of the rewritten run is made.
@@ -107,10 +115,42 @@ impl CdcColumns {
         names
     }
 
-    /// `source` with the columns appended. A source column of the same name is refused: cdcd
-    /// would overwrite the source's values.
-    pub fn schema(&self, source: &TableSchema) -> Result<TableSchema, SinkError> {
-        let mut schema = source.clone();
+    /// The settings for `cdcd check`: `deletes soft, row_metadata (adds _cdc_deleted, …)`.
+    pub fn describe(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if self.soft_deletes {
+            parts.push("deletes soft");
+        }
+        if self.row_metadata {
+            parts.push("row_metadata");
+        }
+        (!parts.is_empty())
+            .then(|| format!("{} (adds {})", parts.join(", "), self.names().join(", ")))
+    }
+
+    /// `source` with the columns added, and where each column of it comes from. A source
+    /// column of the same name is refused: cdcd would overwrite the source's values. `existing`:
+    /// the table's column names in order, when it exists: a column cdcd added stays where the
+    /// table has it, so a column the source adds later comes after it (Iceberg's schema
+    /// evolution here appends new columns and keeps the order of the others).
+    pub fn schema(
+        &self,
+        source: &TableSchema,
+        existing: Option<&[String]>,
+    ) -> Result<(TableSchema, Vec<Place>), SinkError> {
+        let mut order: Vec<Place> = (0..source.columns.len()).map(Place::Source).collect();
+        let before = |order: &[Place], at: usize, existing: &[String]| {
+            let head = existing.get(..at).unwrap_or_default();
+            order
+                .iter()
+                .filter(|p| match p {
+                    Place::Source(j) => source.columns.get(*j).is_some_and(|c| {
+                        head.contains(&c.name) || c.former_names.iter().any(|f| head.contains(f))
+                    }),
+                    Place::Added(name) => head.iter().any(|h| h == name),
+                })
+                .count()
+        };
         for name in self.names() {
             if source.column_index(name).is_some() {
                 return Err(SinkError::Data {
@@ -125,24 +165,48 @@ impl CdcColumns {
                     ),
                 });
             }
-            let (data_type, source_type) = match name {
-                DELETED => (DataType::Boolean, "boolean"),
-                COMMIT_TS => (
-                    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-                    "timestamptz",
-                ),
-                _ => (DataType::Utf8, "text"),
-            };
-            schema.columns.push(Column {
-                name: name.to_owned(),
-                data_type,
-                nullable: true,
-                source_type: source_type.to_owned(),
-                initial_default: (name == DELETED && self.defaults).then(|| "false".to_owned()),
-                former_names: Vec::new(),
-            });
+            let at = existing
+                .and_then(|e| {
+                    e.iter()
+                        .position(|n| n == name)
+                        .map(|i| before(&order, i, e))
+                })
+                .unwrap_or(order.len());
+            order.insert(at.min(order.len()), Place::Added(name));
         }
-        Ok(schema)
+        let mut schema = source.clone();
+        schema.columns = order
+            .iter()
+            .filter_map(|p| match p {
+                Place::Source(j) => source.columns.get(*j).cloned(),
+                Place::Added(name) => Some(self.column(name)),
+            })
+            .collect();
+        schema.primary_key = source
+            .primary_key
+            .iter()
+            .filter_map(|k| order.iter().position(|p| *p == Place::Source(*k)))
+            .collect();
+        Ok((schema, order))
+    }
+
+    fn column(&self, name: &'static str) -> Column {
+        let (data_type, source_type) = match name {
+            DELETED => (DataType::Boolean, "boolean"),
+            COMMIT_TS => (
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                "timestamptz",
+            ),
+            _ => (DataType::Utf8, "text"),
+        };
+        Column {
+            name: name.to_owned(),
+            data_type,
+            nullable: true,
+            source_type: source_type.to_owned(),
+            initial_default: (name == DELETED && self.defaults).then(|| "false".to_owned()),
+            former_names: Vec::new(),
+        }
     }
 
     /// `changes` (of `schema`, in order) as changes of the table with the columns (see the
@@ -153,12 +217,14 @@ impl CdcColumns {
         schema: &Arc<TableSchema>,
         changes: &[TableChanges],
         copying: bool,
+        existing: Option<&[String]>,
         meta: &dyn ChangeMeta,
     ) -> Result<Option<(Arc<TableSchema>, Vec<TableChanges>)>, SinkError> {
         if self.is_none() {
             return Ok(None);
         }
-        let table = Arc::new(self.schema(schema)?);
+        let (table, order) = self.schema(schema, existing)?;
+        let table = Arc::new(table);
         let mut out = Vec::with_capacity(changes.len());
         for c in changes {
             let arrow = |source: ArrowError| SinkError::Arrow {
@@ -169,7 +235,7 @@ impl CdcColumns {
                 ),
                 source,
             };
-            out.push(self.rewrite(&table, c, copying, meta, &arrow)?);
+            out.push(self.rewrite(&table, &order, c, copying, meta, &arrow)?);
         }
         Ok(Some((table, out)))
     }
@@ -177,6 +243,7 @@ impl CdcColumns {
     fn rewrite(
         &self,
         table: &Arc<TableSchema>,
+        order: &[Place],
         c: &TableChanges,
         copying: bool,
         meta: &dyn ChangeMeta,
@@ -274,6 +341,7 @@ impl CdcColumns {
                 }))
             });
         }
+        let mut added: Vec<(&'static str, ArrayRef)> = Vec::with_capacity(3);
         if self.soft_deletes {
             let deleted = made.iter().zip(&ops).map(|(m, op)| {
                 Some(match m {
@@ -282,8 +350,10 @@ impl CdcColumns {
                     Made::As(i) => c.ops.get(*i) == Some(&Op::Delete) && *op != Op::Delete,
                 })
             });
-            columns.push(Arc::new(BooleanArray::from_iter(deleted)));
-            present.push(None);
+            added.push((
+                DELETED,
+                Arc::new(BooleanArray::from_iter(deleted)) as ArrayRef,
+            ));
         }
         if self.row_metadata {
             if keyless && ops.contains(&Op::Delete) {
@@ -292,15 +362,18 @@ impl CdcColumns {
                     detail: "a DELETE or UPDATE of a table without a key, with row_metadata = true: such a table's row is found by its whole image, and the source's image has no _cdc_commit_ts or _cdc_position. Give the table a key, or set row_metadata = false for it (a table without a key with row_metadata takes inserts only)".into(),
                 });
             }
-            let ts = made.iter().map(|m| meta.commit_micros(c, m.source()));
-            columns.push(Arc::new(
-                arrow_array::TimestampMicrosecondArray::from_iter(ts).with_timezone("UTC"),
+            let (ts, position) = meta.of_run(c);
+            added.push((
+                COMMIT_TS,
+                Arc::new(
+                    arrow_array::TimestampMicrosecondArray::from(vec![ts; n]).with_timezone("UTC"),
+                ),
             ));
-            let positions: Vec<Option<String>> =
-                made.iter().map(|m| meta.position(c, m.source())).collect();
-            columns.push(Arc::new(arrow_array::StringArray::from(positions)));
-            present.push(None);
-            present.push(None);
+            let positions = std::iter::repeat_n(position.as_deref(), n);
+            added.push((
+                POSITION,
+                Arc::new(arrow_array::StringArray::from_iter(positions)),
+            ));
         }
         let old_keys = if same_rows {
             c.old_keys.clone()
@@ -309,6 +382,26 @@ impl CdcColumns {
             let picks = arrow_array::UInt32Array::from(picks);
             arrow_select::take::take_record_batch(&c.old_keys, &picks).map_err(arrow)?
         };
+        // The source's columns and the added ones, in the table's order.
+        let mut columns_in_order = Vec::with_capacity(order.len());
+        let mut present_in_order = Vec::with_capacity(order.len());
+        for place in order {
+            match place {
+                Place::Source(j) => {
+                    if let (Some(col), Some(bits)) = (columns.get(*j), present.get(*j)) {
+                        columns_in_order.push(Arc::clone(col));
+                        present_in_order.push(bits.clone());
+                    }
+                }
+                Place::Added(name) => {
+                    if let Some((_, col)) = added.iter().find(|(n, _)| n == name) {
+                        columns_in_order.push(Arc::clone(col));
+                        present_in_order.push(None);
+                    }
+                }
+            }
+        }
+        let (columns, present) = (columns_in_order, present_in_order);
         let rows_schema = TableChanges::rows_schema(table);
         let options = RecordBatchOptions::new().with_row_count(Some(n));
         let rows =
@@ -333,12 +426,8 @@ pub struct CommitMeta {
 }
 
 impl ChangeMeta for CommitMeta {
-    fn commit_micros(&self, _changes: &TableChanges, _row: usize) -> Option<i64> {
-        None
-    }
-
-    fn position(&self, _changes: &TableChanges, _row: usize) -> Option<String> {
-        Some(self.position.clone())
+    fn of_run(&self, _run: &TableChanges) -> (Option<i64>, Option<String>) {
+        (None, Some(self.position.clone()))
     }
 }
 

@@ -18,7 +18,7 @@ fn meta() -> CommitMeta {
 
 fn soft(cs: &[crate::test_fixtures::C]) -> TableChanges {
     let (_, mut out) = SOFT
-        .apply(&schema(), &[changes(cs)], false, &meta())
+        .apply(&schema(), &[changes(cs)], false, None, &meta())
         .unwrap()
         .unwrap();
     out.remove(0)
@@ -66,6 +66,7 @@ fn a_copy_keeps_its_inserts() {
             &schema(),
             &[changes(&[ins(1, "x"), ins(2, "y")])],
             true,
+            None,
             &meta(),
         )
         .unwrap()
@@ -113,6 +114,7 @@ fn truncate_is_refused_with_what_to_do() {
             &schema(),
             &[changes(&[(Op::Truncate, 0, None, None, None)])],
             false,
+            None,
             &meta(),
         )
         .unwrap_err()
@@ -124,14 +126,14 @@ fn truncate_is_refused_with_what_to_do() {
 fn a_source_column_of_the_same_name_is_refused() {
     let mut s = (*schema()).clone();
     s.columns[1].name = DELETED.into();
-    let e = SOFT.schema(&s).unwrap_err().to_string();
+    let e = SOFT.schema(&s, None).unwrap_err().to_string();
     assert!(e.contains("_cdc_deleted") && e.contains("rename"), "{e}");
     let meta_only = CdcColumns {
         soft_deletes: false,
         row_metadata: true,
         defaults: false,
     };
-    assert!(meta_only.schema(&s).is_ok());
+    assert!(meta_only.schema(&s, None).is_ok());
 }
 
 #[test]
@@ -146,6 +148,7 @@ fn row_metadata_fills_each_row_and_hard_deletes_stay() {
             &schema(),
             &[changes(&[ins(1, "x"), upd(1, None, 3), del(1)])],
             false,
+            None,
             &meta(),
         )
         .unwrap()
@@ -162,7 +165,24 @@ fn row_metadata_fills_each_row_and_hard_deletes_stay() {
     assert!((0..3).all(|i| positions.value(i) == "0/16B3748"));
     assert_eq!(table.columns.len(), schema().columns.len() + 2);
     assert!(CdcColumns::default()
-        .apply(&schema(), &[], false, &meta())
+        .apply(&schema(), &[], false, None, &meta())
         .unwrap()
         .is_none());
+}
+
+#[test]
+fn added_columns_stay_where_the_table_has_them_when_the_source_adds_one() {
+    let mut source = (*schema()).clone();
+    let mut c = source.columns[2].clone();
+    c.name = "c".into();
+    source.columns.push(c);
+    let existing: Vec<String> = ["id", "a", "b", DELETED].map(String::from).to_vec();
+    let (table, order) = SOFT.schema(&source, Some(&existing)).unwrap();
+    let names: Vec<&str> = table.columns.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, vec!["id", "a", "b", DELETED, "c"]);
+    assert_eq!(order[3], Place::Added(DELETED));
+    assert_eq!(table.primary_key, vec![0]);
+    // A new table, or a table that did not have it: appended.
+    let (table, _) = SOFT.schema(&source, Some(&existing[..3])).unwrap();
+    assert_eq!(table.columns.last().unwrap().name, DELETED);
 }

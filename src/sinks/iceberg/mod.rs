@@ -321,7 +321,11 @@ impl Sink for IcebergSink {
         changes: &[TableChanges],
         checkpoint: &Checkpoint,
     ) -> Result<CommitStats, SinkError> {
-        match self.tables.with_cdc_columns(schema, changes, checkpoint)? {
+        match self
+            .tables
+            .with_cdc_columns(schema, changes, checkpoint)
+            .await?
+        {
             Some((schema, changes)) => self.commit_inner(&schema, &changes, checkpoint).await,
             None => self.commit_inner(schema, changes, checkpoint).await,
         }
@@ -366,13 +370,14 @@ impl Sink for IcebergSink {
         &self,
         commits: &[TableCommit<'_>],
     ) -> Result<Vec<CommitStats>, SinkError> {
-        let added = commits
-            .iter()
-            .map(|c| {
+        let mut added = Vec::with_capacity(commits.len());
+        for c in commits {
+            added.push(
                 self.tables
                     .with_cdc_columns(c.schema, c.changes, c.checkpoint)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+                    .await?,
+            );
+        }
         let commits: Vec<TableCommit<'_>> = commits
             .iter()
             .zip(&added)

@@ -360,7 +360,7 @@ impl Tables {
     /// `changes` with the columns `[sink.tables."…"]` adds to the table's rows
     /// (`sinks/cdc_columns.rs`); `None` when it adds none.
     #[allow(clippy::type_complexity)]
-    pub(super) fn with_cdc_columns(
+    pub(super) async fn with_cdc_columns(
         &self,
         schema: &Arc<TableSchema>,
         changes: &[TableChanges],
@@ -370,14 +370,37 @@ impl Tables {
         let settings = self.settings.resolve(table)?;
         // Rows from before `_cdc_deleted` was added read false where the format stores
         // initial defaults (v3).
-        let v3 = match self.cached(table) {
+        let cdc = CdcColumns::of(&settings, false);
+        if cdc.is_none() {
+            return Ok(None);
+        }
+        let loaded = match self.cached(table) {
+            Some(loaded) => Some(loaded),
+            None => self.load(table).await?,
+        };
+        let v3 = match &loaded {
             Some(loaded) => loaded.metadata.format_version() >= FormatVersion::V3,
             None => self.format >= FormatVersion::V3,
         };
+        let existing: Option<Vec<String>> = loaded.map(|l| {
+            let schema = l.metadata.current_schema();
+            schema
+                .as_struct()
+                .fields()
+                .iter()
+                .map(|f| f.name.clone())
+                .collect()
+        });
         let meta = cdc_columns::CommitMeta {
             position: checkpoint.position.to_string(),
         };
-        CdcColumns::of(&settings, v3).apply(schema, changes, checkpoint.snapshot.is_some(), &meta)
+        CdcColumns::of(&settings, v3).apply(
+            schema,
+            changes,
+            checkpoint.snapshot.is_some(),
+            existing.as_deref(),
+            &meta,
+        )
     }
 }
 
