@@ -415,19 +415,24 @@ impl CdcColumns {
             key_changed,
             upsert_window: c.upsert_window,
             copy_chunk: c.copy_chunk,
+            source_tx: c.source_tx.clone(),
         })
     }
 }
 
-/// Change metadata when the pipeline gives none per change: every change of the commit carries
-/// the commit's checkpoint position and no commit time.
+/// Each run's source transaction ([`TableChanges::source_tx`]); rows no transaction wrote (an
+/// initial copy's) carry the commit's checkpoint position, where the copy's table is consistent,
+/// and no commit time.
 pub struct CommitMeta {
     pub position: String,
 }
 
 impl ChangeMeta for CommitMeta {
-    fn of_run(&self, _run: &TableChanges) -> (Option<i64>, Option<String>) {
-        (None, Some(self.position.clone()))
+    fn of_run(&self, run: &TableChanges) -> (Option<i64>, Option<String>) {
+        match &run.source_tx {
+            Some(tx) => (Some(tx.commit_micros), Some(tx.position.to_string())),
+            None => (None, Some(self.position.clone())),
+        }
     }
 }
 
