@@ -16,7 +16,8 @@
 //! - a table without a key: a delete (the whole before image, which is how the sources send it)
 //!   removes its row as before and is followed by an insert of that image flagged. Such a table's
 //!   UPDATE arrives as a delete plus an insert, so its before image stays as a flagged row too;
-//! - TRUNCATE is refused: flagging every row means rewriting the whole table, and removing them
+//! - a source's TRUNCATE is refused (an initial copy's, which empties the table it fills, is
+//!   not): flagging every row means rewriting the whole table, and removing them
 //!   would lose what soft deletes keep (the error says what to do).
 //!
 //! `_cdc_commit_ts` and `_cdc_position` of a row are those of the change that last wrote it (a
@@ -210,7 +211,8 @@ impl CdcColumns {
     }
 
     /// `changes` (of `schema`, in order) as changes of the table with the columns (see the
-    /// module doc). `copying`: the changes are an initial copy's rows, new to the table.
+    /// module doc). `copying`: the changes are an initial copy's rows, new to the table (so are
+    /// the rows of a run without a source transaction).
     /// `None` when no column is added.
     pub fn apply(
         &self,
@@ -250,6 +252,9 @@ impl CdcColumns {
         arrow: &dyn Fn(ArrowError) -> SinkError,
     ) -> Result<TableChanges, SinkError> {
         let keyless = c.schema.primary_key.is_empty();
+        // Rows no source transaction wrote are an initial copy's (its TRUNCATE empties the
+        // table the copy fills).
+        let copying = copying || c.source_tx.is_none();
         let mut made = Vec::with_capacity(c.len());
         let mut ops = Vec::with_capacity(c.len());
         let mut key_changed = Vec::with_capacity(c.len());
@@ -262,7 +267,7 @@ impl CdcColumns {
                 continue;
             }
             match op {
-                Op::Truncate => {
+                Op::Truncate if !copying => {
                     return Err(SinkError::Data {
                         table: c.schema.id.clone(),
                         detail: "TRUNCATE of a table with deletes = \"soft\": cdcd keeps deleted rows flagged, and flagging every row would rewrite the whole table, while removing them would lose the rows soft deletes keep. Resync the table (`cdcd resync --table …`: it then holds the source's rows, none flagged), or set deletes = \"hard\" for it and resync".into(),
@@ -380,7 +385,16 @@ impl CdcColumns {
         } else {
             let picks: Vec<u32> = made.iter().map(|m| m.source() as u32).collect();
             let picks = arrow_array::UInt32Array::from(picks);
-            arrow_select::take::take_record_batch(&c.old_keys, &picks).map_err(arrow)?
+            let keys = c
+                .old_keys
+                .columns()
+                .iter()
+                .map(|k| arrow_select::take::take(k, &picks, None))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(arrow)?;
+            // A keyless table's old keys have no column: the row count says how many.
+            let options = RecordBatchOptions::new().with_row_count(Some(n));
+            RecordBatch::try_new_with_options(c.old_keys.schema(), keys, &options).map_err(arrow)?
         };
         // The source's columns and the added ones, in the table's order.
         let mut columns_in_order = Vec::with_capacity(order.len());

@@ -1,6 +1,7 @@
 use arrow_array::{Array, BooleanArray, Int64Array, StringArray};
 
 use super::*;
+use crate::changelog::{SourceTx, TxId};
 use crate::sinks::iceberg::plan::{self, CellSource, FileLimits, KeyRef, RowRef};
 use crate::test_fixtures::{changes, del, ins, schema, upd};
 
@@ -16,9 +17,20 @@ fn meta() -> CommitMeta {
     }
 }
 
+/// `cs` as a streamed run: of a source transaction.
+fn streamed(cs: &[crate::test_fixtures::C]) -> TableChanges {
+    let mut run = changes(cs);
+    run.source_tx = Some(Arc::new(SourceTx {
+        position: "0/20".parse().unwrap(),
+        commit_micros: 1_700_000_000_000_000,
+        id: TxId::Xid(7),
+    }));
+    run
+}
+
 fn soft(cs: &[crate::test_fixtures::C]) -> TableChanges {
     let (_, mut out) = SOFT
-        .apply(&schema(), &[changes(cs)], false, None, &meta())
+        .apply(&schema(), &[streamed(cs)], false, None, &meta())
         .unwrap()
         .unwrap();
     out.remove(0)
@@ -112,7 +124,7 @@ fn truncate_is_refused_with_what_to_do() {
     let e = SOFT
         .apply(
             &schema(),
-            &[changes(&[(Op::Truncate, 0, None, None, None)])],
+            &[streamed(&[(Op::Truncate, 0, None, None, None)])],
             false,
             None,
             &meta(),
@@ -146,7 +158,7 @@ fn row_metadata_fills_each_row_and_hard_deletes_stay() {
     let (table, out) = cdc
         .apply(
             &schema(),
-            &[changes(&[ins(1, "x"), upd(1, None, 3), del(1)])],
+            &[streamed(&[ins(1, "x"), upd(1, None, 3), del(1)])],
             false,
             None,
             &meta(),
@@ -162,7 +174,44 @@ fn row_metadata_fills_each_row_and_hard_deletes_stay() {
         .as_any()
         .downcast_ref::<StringArray>()
         .unwrap();
-    assert!((0..3).all(|i| positions.value(i) == "0/16B3748"));
+    assert!((0..3).all(|i| positions.value(i) == "0/20"));
+    let at = table.column_index(COMMIT_TS).unwrap();
+    let ts = c
+        .rows
+        .column(at)
+        .as_any()
+        .downcast_ref::<arrow_array::TimestampMicrosecondArray>()
+        .unwrap();
+    assert!((0..3).all(|i| ts.value(i) == 1_700_000_000_000_000));
+    // A copy's rows: the checkpoint's position, no commit time; its TRUNCATE passes.
+    let (_, out) = SOFT
+        .apply(
+            &schema(),
+            &[changes(&[(Op::Truncate, 0, None, None, None), ins(1, "x")])],
+            false,
+            None,
+            &meta(),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(out[0].ops, vec![Op::Truncate, Op::Insert]);
+    let (table, out) = cdc
+        .apply(&schema(), &[changes(&[ins(1, "x")])], false, None, &meta())
+        .unwrap()
+        .unwrap();
+    let at = table.column_index(COMMIT_TS).unwrap();
+    assert!(out[0].rows.column(at).is_null(0));
+    let at = table.column_index(POSITION).unwrap();
+    assert_eq!(
+        out[0]
+            .rows
+            .column(at)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap()
+            .value(0),
+        "0/16B3748"
+    );
     assert_eq!(table.columns.len(), schema().columns.len() + 2);
     assert!(CdcColumns::default()
         .apply(&schema(), &[], false, None, &meta())
