@@ -26,6 +26,9 @@
 //! Pure: one Arrow `interleave` per run that gains rows (key changes, keyless deletes), none
 //! otherwise.
 
+// `SinkError` is large (it carries `iceberg::Error` by value, sinks/mod.rs), as in the sinks.
+#![allow(clippy::result_large_err)]
+
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions};
@@ -42,6 +45,9 @@ pub const DELETED: &str = "_cdc_deleted";
 pub const COMMIT_TS: &str = "_cdc_commit_ts";
 /// `row_metadata = true`: the source position of the change that last wrote the row.
 pub const POSITION: &str = "_cdc_position";
+
+/// The table's schema with the added columns, and the changes rewritten for it.
+pub type WithColumns = (Arc<TableSchema>, Vec<TableChanges>);
 
 /// Which of the columns a table gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -221,7 +227,7 @@ impl CdcColumns {
         copying: bool,
         existing: Option<&[String]>,
         meta: &dyn ChangeMeta,
-    ) -> Result<Option<(Arc<TableSchema>, Vec<TableChanges>)>, SinkError> {
+    ) -> Result<Option<WithColumns>, SinkError> {
         if self.is_none() {
             return Ok(None);
         }

@@ -359,13 +359,12 @@ impl Tables {
 impl Tables {
     /// `changes` with the columns `[sink.tables."…"]` adds to the table's rows
     /// (`sinks/cdc_columns.rs`); `None` when it adds none.
-    #[allow(clippy::type_complexity)]
     pub(super) async fn with_cdc_columns(
         &self,
         schema: &Arc<TableSchema>,
         changes: &[TableChanges],
         checkpoint: &Checkpoint,
-    ) -> Result<Option<(Arc<TableSchema>, Vec<TableChanges>)>, SinkError> {
+    ) -> Result<Option<cdc_columns::WithColumns>, SinkError> {
         let table = &schema.id;
         let settings = self.settings.resolve(table)?;
         // Rows from before `_cdc_deleted` was added read false where the format stores
