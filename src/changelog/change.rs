@@ -14,6 +14,7 @@ use arrow_buffer::{BooleanBuffer, BooleanBufferBuilder};
 use arrow_schema::{ArrowError, Field, Schema, SchemaRef};
 
 use super::schema::TableSchema;
+use super::source_tx::SourceTx;
 
 /// What a change did to its row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,6 +65,10 @@ pub struct TableChanges {
     /// range, which is how the LSM sink's copy placement tells one reader's rows from another's
     /// (`sinks/lsm/placement.rs`).
     pub copy_chunk: Option<u32>,
+    /// The source transaction of every change of the run (a run never spans two:
+    /// `changelog/source_tx.rs`). `None` for initial-copy rows, which no transaction wrote (the
+    /// copy's consistent point is its table's checkpoint), and for sources that do not say.
+    pub source_tx: Option<Arc<SourceTx>>,
 }
 
 impl TableChanges {
@@ -160,6 +165,7 @@ impl TableChanges {
             key_changed: self.key_changed.clone(),
             upsert_window: self.upsert_window,
             copy_chunk: self.copy_chunk,
+            source_tx: self.source_tx.clone(),
         })
     }
 
@@ -364,6 +370,7 @@ impl TableChangesBuilder {
             key_changed: self.key_changed,
             upsert_window: false,
             copy_chunk: None,
+            source_tx: None,
         })
     }
 }

@@ -466,8 +466,8 @@ impl Section {
 fn unbuilt(raw: &RawTableSettings, kind: SinkKind) -> Option<&'static str> {
     match kind {
         SinkKind::Iceberg | SinkKind::Lsm if raw.changelog == Some(true) => Some("changelog"),
-        SinkKind::Iceberg | SinkKind::Lsm if raw.deletes == Some(Deletes::Soft) => Some("deletes"),
-        SinkKind::Iceberg | SinkKind::Lsm if raw.row_metadata == Some(true) => Some("row_metadata"),
+        SinkKind::Lsm if raw.deletes == Some(Deletes::Soft) => Some("deletes"),
+        SinkKind::Lsm if raw.row_metadata == Some(true) => Some("row_metadata"),
         _ => None,
     }
 }

@@ -360,3 +360,16 @@ row_metadata = false
     assert!(!s.changelog && !s.row_metadata);
     assert_eq!(s.deletes.to_string(), "hard");
 }
+
+#[test]
+fn soft_deletes_and_row_metadata_are_taken_by_iceberg_and_refused_by_lsm_until_built() {
+    let sections = "[sink.tables.\"public.orders\"]\ndeletes = \"soft\"\nrow_metadata = true\n";
+    let s = tables(&with_sections(sections)).resolve(&orders()).unwrap();
+    assert_eq!(s.deletes, super::Deletes::Soft);
+    assert!(s.row_metadata);
+    let e = error(&lsm_with_sections(sections));
+    assert!(
+        e.contains("deletes") && e.contains("not built yet for lsm"),
+        "{e}"
+    );
+}

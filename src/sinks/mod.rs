@@ -1,6 +1,7 @@
 //! Sinks: table writers. A sink turns a buffer of ordered changes to one table into files and
 //! commits them as one table snapshot that carries the pipeline's [`Checkpoint`].
 //!
+//! - `cdc_columns.rs`: the columns cdcd adds to rows (`_cdc_deleted`, `_cdc_commit_ts`, `_cdc_position`).
 //! - `iceberg/`: Apache Iceberg tables (deletion vectors, format v3, by default; equality deletes,
 //!   format v2, with `delete_mode = "equality"`).
 //! - `index/`: the primary-key index that tells the Iceberg sink where a key's row is.
@@ -19,6 +20,7 @@ use crate::config::SinkConfig;
 use crate::storage::cleanup::{CleanupError, TableCleanup};
 use crate::storage::Warehouse;
 
+pub mod cdc_columns;
 pub mod iceberg;
 mod key_prefix;
 pub mod lsm;

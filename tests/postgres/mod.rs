@@ -17,5 +17,6 @@ mod resync_partitioned;
 mod schema_evolution;
 mod schema_resync;
 mod snapshot;
+mod soft_deletes;
 mod table_settings;
 mod tls;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use super::layout;
 use super::tables::Tables;
 use crate::changelog::TableId;
+use crate::sinks::cdc_columns::CdcColumns;
 use crate::sinks::SinkError;
 
 /// The configured layout made the default of one table (an action over the [`Tables`] cache,
@@ -101,6 +102,7 @@ impl<'a> EvolveLayout<'a> {
                 let fields: Vec<String> = s.value.iter().map(ToString::to_string).collect();
                 parts.push(format!("sort_by [{}]", fields.join(", ")));
             }
+            parts.extend(CdcColumns::of(&settings, true).describe());
             return Ok((!parts.is_empty()).then(|| {
                 format!(
                     "table {table}: not created yet; created with {} (columns and types are \
@@ -127,6 +129,9 @@ impl<'a> EvolveLayout<'a> {
                 "; the next start evolves it to partition {}; sort {}",
                 next.partition_spec, next.sort_order
             ));
+        }
+        if let Some(cdc) = CdcColumns::of(&settings, true).describe() {
+            line.push_str(&format!("; {cdc}"));
         }
         Ok(Some(line))
     }

@@ -321,7 +321,14 @@ impl Sink for IcebergSink {
         changes: &[TableChanges],
         checkpoint: &Checkpoint,
     ) -> Result<CommitStats, SinkError> {
-        self.commit_inner(schema, changes, checkpoint).await
+        match self
+            .tables
+            .with_cdc_columns(schema, changes, checkpoint)
+            .await?
+        {
+            Some((schema, changes)) => self.commit_inner(&schema, &changes, checkpoint).await,
+            None => self.commit_inner(schema, changes, checkpoint).await,
+        }
     }
 
     async fn prepare(&self, tables: &[TableId]) -> Result<(), SinkError> {
@@ -363,6 +370,27 @@ impl Sink for IcebergSink {
         &self,
         commits: &[TableCommit<'_>],
     ) -> Result<Vec<CommitStats>, SinkError> {
+        let mut added = Vec::with_capacity(commits.len());
+        for c in commits {
+            added.push(
+                self.tables
+                    .with_cdc_columns(c.schema, c.changes, c.checkpoint)
+                    .await?,
+            );
+        }
+        let commits: Vec<TableCommit<'_>> = commits
+            .iter()
+            .zip(&added)
+            .map(|(c, added)| match added {
+                Some((schema, changes)) => TableCommit {
+                    schema,
+                    changes,
+                    checkpoint: c.checkpoint,
+                },
+                None => *c,
+            })
+            .collect();
+        let commits = commits.as_slice();
         if let Catalog::Rest(rest) = &self.tables.catalog {
             if commits.len() > 1 {
                 if rest.offers_transactions().await? {

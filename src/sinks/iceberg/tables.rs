@@ -25,8 +25,10 @@ use super::plan::FileLimits;
 use super::rows::index::IndexSlot;
 use super::rows::live::LiveState;
 use super::{files, layout, maintenance, resync, rows, schema};
-use crate::changelog::TableId;
+use crate::changelog::{TableChanges, TableId, TableSchema};
+use crate::checkpoint::Checkpoint;
 use crate::config::{DeleteMode, IcebergConfig, SchemaChangePolicy};
+use crate::sinks::cdc_columns::{self, CdcColumns};
 use crate::sinks::resync::Lineage;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
@@ -336,11 +338,14 @@ impl Tables {
         let table = &input.schema.id;
         let wanted = schema::iceberg_schema(input.schema)?;
         let base = self.load_or_create(table, wanted.clone()).await?;
+        let soft_deletes = self.settings.resolve(table)?.deletes == crate::config::Deletes::Soft;
+        cdc_columns_kept(table, &base.metadata, input.schema, soft_deletes)?;
         let target = Target {
             warehouse: &self.warehouse,
             index_location: self.index_location_for(table, &base.metadata),
             limits: self.limits,
             schema_change: self.schema_change.for_table(table),
+            soft_deletes,
         };
         let mut delta = RowDelta::new(target, input, base, &wanted)?;
         let mut cached = slot
@@ -349,6 +354,78 @@ impl Tables {
         let staged = delta.stage(&mut cached).await?;
         Ok((delta, staged, cached))
     }
+}
+
+impl Tables {
+    /// `changes` with the columns `[sink.tables."…"]` adds to the table's rows
+    /// (`sinks/cdc_columns.rs`); `None` when it adds none.
+    pub(super) async fn with_cdc_columns(
+        &self,
+        schema: &Arc<TableSchema>,
+        changes: &[TableChanges],
+        checkpoint: &Checkpoint,
+    ) -> Result<Option<cdc_columns::WithColumns>, SinkError> {
+        let table = &schema.id;
+        let settings = self.settings.resolve(table)?;
+        // Rows from before `_cdc_deleted` was added read false where the format stores
+        // initial defaults (v3).
+        let cdc = CdcColumns::of(&settings, false);
+        if cdc.is_none() {
+            return Ok(None);
+        }
+        let loaded = match self.cached(table) {
+            Some(loaded) => Some(loaded),
+            None => self.load(table).await?,
+        };
+        let v3 = match &loaded {
+            Some(loaded) => loaded.metadata.format_version() >= FormatVersion::V3,
+            None => self.format >= FormatVersion::V3,
+        };
+        let existing: Option<Vec<String>> = loaded.map(|l| {
+            let schema = l.metadata.current_schema();
+            schema
+                .as_struct()
+                .fields()
+                .iter()
+                .map(|f| f.name.clone())
+                .collect()
+        });
+        let meta = cdc_columns::CommitMeta {
+            position: checkpoint.position.to_string(),
+        };
+        CdcColumns::of(&settings, v3).apply(
+            schema,
+            changes,
+            checkpoint.snapshot.is_some(),
+            existing.as_deref(),
+            &meta,
+        )
+    }
+}
+
+/// Refuses a commit that would drop `_cdc_deleted` from a table (its `deletes = "soft"` was
+/// removed): its flagged rows would read as live rows, and a key deleted at the source could
+/// then be inserted again beside its flagged row.
+fn cdc_columns_kept(
+    table: &TableId,
+    meta: &TableMetadata,
+    schema: &TableSchema,
+    soft_deletes: bool,
+) -> Result<(), SinkError> {
+    let has = meta
+        .current_schema()
+        .field_by_name(cdc_columns::DELETED)
+        .is_some();
+    if has && !soft_deletes && schema.column_index(cdc_columns::DELETED).is_none() {
+        return Err(SinkError::Data {
+            table: table.clone(),
+            detail: format!(
+                "the table has {} from deletes = \"soft\", which its settings no longer ask for: its soft-deleted rows would read as live. Set deletes = \"soft\" for it again, or resync it (`cdcd resync --table {table}`: the new copy holds the source's rows only, without the column)",
+                cdc_columns::DELETED
+            ),
+        });
+    }
+    Ok(())
 }
 
 impl TableSlot {

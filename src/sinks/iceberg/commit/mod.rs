@@ -73,6 +73,8 @@ pub(super) struct Target<'a> {
     pub limits: FileLimits,
     /// `source.schema_change`: with `stop`, a commit that would change the schema fails.
     pub schema_change: crate::config::SchemaChange,
+    /// `deletes = "soft"`: a key change keeps the old key's flagged row (`sinks/cdc_columns.rs`).
+    pub soft_deletes: bool,
 }
 
 /// The table's state cached between commits, as one commit reads and advances it (the sink's
@@ -329,8 +331,12 @@ impl<'a> RowDelta<'a> {
         };
         let meta = &base.metadata;
         check_batches(input.schema, input.changes)?;
-        let plan = plan::plan(input.changes, &input.schema.primary_key, target.limits)
-            .map_err(|e| plan_error(input.schema, input.changes, e))?;
+        let plan = if target.soft_deletes {
+            plan::plan_keeping_old_keys(input.changes, &input.schema.primary_key, target.limits)
+        } else {
+            plan::plan(input.changes, &input.schema.primary_key, target.limits)
+        }
+        .map_err(|e| plan_error(input.schema, input.changes, e))?;
         let names = Names::new(meta);
         let v3 = meta.format_version() >= FormatVersion::V3;
         Ok(RowDelta {

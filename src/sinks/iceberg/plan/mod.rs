@@ -167,6 +167,8 @@ enum Prior {
 struct Planner<'a> {
     changes: &'a [TableChanges],
     limits: FileLimits,
+    /// A key change leaves the old key's row in place ([`plan_keeping_old_keys`]).
+    keep_old_keys: bool,
     row_bytes: Vec<usize>,
     slots: HashMap<Row<'a>, Slot>,
     appended: Vec<Appended>,
@@ -196,7 +198,21 @@ pub fn plan(
             append::plan_append(changes, limits)
         };
     }
-    plan_with(changes, key, limits, Route::Any)
+    plan_with(changes, key, limits, Route::Any, false)
+}
+
+/// [`plan`] for a table with soft deletes (`sinks/cdc_columns.rs`): an update that changes its
+/// key keeps the old key's row (a soft delete just before it flagged that row) and completes the
+/// new key's absent columns from it.
+pub fn plan_keeping_old_keys(
+    changes: &[TableChanges],
+    key: &[usize],
+    limits: FileLimits,
+) -> Result<Plan, PlanError> {
+    if key.is_empty() {
+        return plan(changes, key, limits);
+    }
+    plan_with(changes, key, limits, Route::Any, true)
 }
 
 /// Which planner may plan a commit (tests compare the two on the same input).
@@ -213,6 +229,7 @@ fn plan_with(
     key: &[usize],
     limits: FileLimits,
     route: Route,
+    keep_old_keys: bool,
 ) -> Result<Plan, PlanError> {
     let Some(first) = changes.first() else {
         return Ok(Plan::default());
@@ -246,6 +263,7 @@ fn plan_with(
     let planner = Planner {
         changes,
         limits,
+        keep_old_keys,
         row_bytes,
         // Sized for one key per change up front: growing it rehashed every key several times.
         slots: HashMap::with_capacity(changes.iter().map(TableChanges::len).sum()),
@@ -319,11 +337,17 @@ impl<'a> Planner<'a> {
                             if c.old_keys.columns().iter().any(|a| a.is_null(r)) {
                                 return Err(PlanError::NullKey { key: old_ref });
                             }
-                            let prior = self.remove(old_rows.row(r), old_ref);
+                            let prior = if self.keep_old_keys {
+                                self.find(old_rows.row(r), old_ref)
+                            } else {
+                                self.remove(old_rows.row(r), old_ref)
+                            };
                             // The new key normally has no row; if this commit wrote one, it is
                             // replaced (a row of the table under the new key cannot exist: the
-                            // source's key is unique).
-                            if let Some(Slot::Live(_)) = self.slots.get(&k) {
+                            // source's key is unique; with soft deletes it can, flagged).
+                            if self.keep_old_keys
+                                || matches!(self.slots.get(&k), Some(Slot::Live(_)))
+                            {
                                 self.remove(k, key_ref);
                             }
                             prior
@@ -385,6 +409,16 @@ impl<'a> Planner<'a> {
                 self.plan.equality_deletes.push(key_ref);
                 Prior::Table(key_ref)
             }
+        }
+    }
+
+    /// Where the current row of `k` is, leaving it in place.
+    fn find(&self, k: Row<'a>, key_ref: KeyRef) -> Prior {
+        match self.slots.get(&k) {
+            Some(Slot::Live(o)) => Prior::Ordinal(*o),
+            Some(Slot::Gone) => Prior::None,
+            None if self.plan.truncate => Prior::None,
+            None => Prior::Table(key_ref),
         }
     }
 

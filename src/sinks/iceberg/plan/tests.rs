@@ -261,7 +261,7 @@ fn fast_and_general(changes: &[TableChanges], limits: FileLimits) -> (bool, Plan
         .collect();
     let fast = inserts::plan_distinct_inserts(changes, &[0], &keys, &bytes, limits).is_some();
     let planned = plan(changes, &[0], limits).unwrap();
-    let general = plan_with(changes, &[0], limits, Route::General).unwrap();
+    let general = plan_with(changes, &[0], limits, Route::General, false).unwrap();
     assert_eq!(planned, general, "the fast path planned otherwise");
     (fast, planned)
 }

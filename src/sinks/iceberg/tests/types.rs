@@ -64,6 +64,7 @@ fn batch(
         key_changed: vec![false; n],
         upsert_window: false,
         copy_chunk: None,
+        source_tx: None,
     }
 }
 

@@ -24,6 +24,7 @@ use mysql_common::value::Value;
 
 use crate::changelog::{
     BinlogFile, MariaGtid, Op, Position, TableChanges, TableChangesBuilder, TableId, Transaction,
+    TxId,
 };
 use crate::config::ZeroDate;
 
@@ -100,6 +101,9 @@ pub struct Assembler {
     tables: HashMap<TableId, Arc<TableEntry>>,
     position: Position,
     file: String,
+    /// Where in `file` the open transaction's first event starts (its id without GTIDs); while
+    /// no transaction is open, where the event being fed starts.
+    txn_start: u64,
     txn: Option<Txn>,
     /// Per rows event: column index → index in the before/after image (reused).
     before_slots: Vec<Option<usize>>,
@@ -132,6 +136,7 @@ impl Assembler {
             tables: HashMap::new(),
             position: start,
             file,
+            txn_start: 0,
             txn: None,
             before_slots: Vec::new(),
             after_slots: Vec::new(),
@@ -189,6 +194,10 @@ impl Assembler {
     ) -> Result<Step, StreamError> {
         let header = event.header();
         let raw_type = header.event_type_raw();
+        if self.txn.is_none() {
+            // `log_pos` is where the event ends.
+            self.txn_start = u64::from(header.log_pos().saturating_sub(header.event_size()));
+        }
         match raw_type {
             decoder::MARIADB_GTID => {
                 let ev = decoder::mariadb_gtid(event.data(), header.server_id())
@@ -456,6 +465,17 @@ impl Assembler {
             txn.changes
                 .push(b.finish().map_err(|e| self.table_err(&id, e))?);
         }
+        let tx_id = match (&txn.maria, &txn.mysql) {
+            (Some(g), _) => TxId::MariaDbGtid(*g),
+            (None, Some((sid, gno))) => TxId::MySqlGtid {
+                sid: sid.clone(),
+                gno: *gno,
+            },
+            (None, None) => TxId::File(BinlogFile {
+                file: self.file.clone(),
+                pos: self.txn_start,
+            }),
+        };
         match &mut self.position {
             Position::MariaDbGtid(list) => {
                 if let Some(g) = txn.maria {
@@ -478,11 +498,12 @@ impl Assembler {
         if txn.changes.is_empty() {
             return Ok(Step::Idle(self.position.clone()));
         }
-        Ok(Step::Transaction(Transaction {
-            position: self.position.clone(),
-            commit_time_micros: i64::from(timestamp) * 1_000_000,
-            changes: txn.changes,
-        }))
+        Ok(Step::Transaction(Transaction::new(
+            self.position.clone(),
+            i64::from(timestamp) * 1_000_000,
+            tx_id,
+            txn.changes,
+        )))
     }
 
     fn builder_for(

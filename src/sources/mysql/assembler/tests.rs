@@ -80,6 +80,20 @@ fn row(id: i64, v: Option<&str>, json_true: bool) -> Vec<u8> {
     r
 }
 
+/// QUERY_EVENT (2) of `sql` in database `shop`, ending at `log_pos`.
+fn query(sql: &str, log_pos: u32) -> Vec<u8> {
+    // Post-header: thread id, exec time, db len, error code, status vars len.
+    let mut d = Vec::new();
+    d.extend(1u32.to_le_bytes());
+    d.extend(0u32.to_le_bytes());
+    d.push(4);
+    d.extend(0u16.to_le_bytes());
+    d.extend(0u16.to_le_bytes());
+    d.extend(b"shop\0");
+    d.extend(sql.as_bytes());
+    event(2, log_pos, &d)
+}
+
 fn xid(log_pos: u32) -> Vec<u8> {
     event(16, log_pos, &7u64.to_le_bytes())
 }
@@ -153,6 +167,15 @@ fn mysql8_gtid_v2_rows_and_xid_make_a_transaction() {
     assert_eq!(t.position.to_string(), format!("{UUID}:5"));
     assert_eq!(t.commit_time_micros, 1_700_000_000_000_000);
     let c = &t.changes[0];
+    let source = c
+        .source_tx
+        .as_deref()
+        .map(|s| (s.commit_micros, s.id.to_string()));
+    assert_eq!(
+        source,
+        Some((1_700_000_000_000_000, format!("{UUID}:5"))),
+        "the run names its transaction by GTID"
+    );
     assert_eq!(c.ops, vec![Op::Insert, Op::Insert, Op::Update]);
     assert_eq!(c.rows.column(1).as_string::<i32>().value(0), "héllo");
     assert!(c.rows.column(1).is_null(1));
@@ -164,6 +187,41 @@ fn mysql8_gtid_v2_rows_and_xid_make_a_transaction() {
     assert_eq!(c.key_changed, vec![false, false, true]);
     assert_eq!(c.old_keys.column(0).as_primitive::<Int64Type>().value(2), 2);
     assert_eq!(c.rows.column(0).as_primitive::<Int64Type>().value(2), 3);
+}
+
+/// Without GTIDs a transaction is named by where its first event (BEGIN) starts, and its
+/// position is where its last one ends.
+#[test]
+fn without_gtids_a_transaction_is_named_by_its_binlog_offset() {
+    let mut a = assembler();
+    a.position = Position::MySqlFile(BinlogFile {
+        file: "binlog.000003".into(),
+        pos: 4,
+    });
+    a.file = "binlog.000003".into();
+    let mut esr = EventStreamReader::new(BinlogVersion::Version4);
+    let begin = query("BEGIN", 1000);
+    let begin_starts = 1000 - begin.len() as u64;
+    let mut insert = rows_head(1, &[0b111]);
+    insert.extend(row(1, Some("a"), true));
+    for bytes in [begin, table_map(), event(30, 1200, &insert)] {
+        assert!(matches!(
+            feed(&mut a, &mut esr, &bytes).unwrap(),
+            Step::Nothing
+        ));
+    }
+    let Step::Transaction(t) = feed(&mut a, &mut esr, &xid(1300)).unwrap() else {
+        panic!("XID ends the transaction");
+    };
+    assert_eq!(t.position.to_string(), "binlog.000003:1300");
+    let Some(source) = t.changes[0].source_tx.as_deref() else {
+        panic!("the run names its transaction");
+    };
+    assert_eq!(source.position, t.position);
+    assert_eq!(
+        source.id.to_string(),
+        format!("binlog.000003:{begin_starts}")
+    );
 }
 
 #[test]
@@ -184,18 +242,7 @@ fn partial_json_updates_stop_with_the_setting_named() {
 fn ddl_on_a_captured_table_stops_and_standalone_ddl_advances() {
     let mut a = assembler();
     let mut esr = EventStreamReader::new(BinlogVersion::Version4);
-    let query = |sql: &str| {
-        // QUERY_EVENT post-header: thread id, exec time, db len, error code, status vars len.
-        let mut d = Vec::new();
-        d.extend(1u32.to_le_bytes());
-        d.extend(0u32.to_le_bytes());
-        d.push(4);
-        d.extend(0u16.to_le_bytes());
-        d.extend(0u16.to_le_bytes());
-        d.extend(b"shop\0");
-        d.extend(sql.as_bytes());
-        event(2, 600, &d)
-    };
+    let query = |sql: &str| query(sql, 600);
     feed(&mut a, &mut esr, &gtid(7)).unwrap();
     let step = feed(&mut a, &mut esr, &query("CREATE TABLE other.x (a int)")).unwrap();
     assert!(

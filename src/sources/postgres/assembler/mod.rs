@@ -38,7 +38,7 @@ use super::relation::{build_schema, unresolved_types, ColumnDef};
 use super::types::{ColumnType, TypeInfo};
 use crate::changelog::{
     append_null, Lsn, Op, Position, TableChanges, TableChangesBuilder, TableId, TableSchema,
-    Transaction,
+    Transaction, TxId,
 };
 use crate::sources::SourceError;
 use spill::StreamBuffers;
@@ -401,13 +401,13 @@ impl Assembler {
                 commit_time,
                 ..
             } => {
-                if self.open.take().is_none() {
+                let Some(open) = self.open.take() else {
                     return Err(SourceError::Protocol(format!(
                         "Commit at {end_lsn} without Begin"
                     )));
-                }
+                };
                 let changes = std::mem::take(&mut self.changes).finish()?;
-                Ok(Some(complete(changes, end_lsn, commit_time)))
+                Ok(Some(complete(changes, open.xid, end_lsn, commit_time)))
             }
             PgOutputMessage::Relation(rel) => {
                 let at = self.open.as_ref().map(|o| o.final_lsn);
@@ -551,7 +551,7 @@ impl Assembler {
             })?;
             self.catalog.added_defaults.clear();
         }
-        Ok(Some(complete(changes.finish()?, end_lsn, commit_time)))
+        Ok(Some(complete(changes.finish()?, xid, end_lsn, commit_time)))
     }
 }
 
@@ -568,15 +568,16 @@ pub fn column_defs(rel: &Relation) -> Vec<ColumnDef> {
         .collect()
 }
 
-fn complete(changes: Vec<TableChanges>, end_lsn: Lsn, commit_time: i64) -> Assembled {
+fn complete(changes: Vec<TableChanges>, xid: u32, end_lsn: Lsn, commit_time: i64) -> Assembled {
     if changes.is_empty() {
         return Assembled::Skipped(end_lsn);
     }
-    Assembled::Transaction(Transaction {
-        position: Position::Postgres(end_lsn),
-        commit_time_micros: pg_time_to_unix_micros(commit_time),
+    Assembled::Transaction(Transaction::new(
+        Position::Postgres(end_lsn),
+        pg_time_to_unix_micros(commit_time),
+        TxId::Xid(xid),
         changes,
-    })
+    ))
 }
 
 impl Changes {

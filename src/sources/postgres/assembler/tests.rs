@@ -2,6 +2,7 @@
 //! Replication Message Formats"), protocol 3 as Postgres 15 sends it.
 
 use super::*;
+use crate::changelog::SourceTx;
 use crate::sources::postgres::decoder::message_bytes::{Msg, TOAST};
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int32Type;
@@ -175,6 +176,16 @@ fn plain_transaction() {
     assert_eq!(tx.commit_time_micros, 946_684_800_000_000 + 1_000_000);
     assert_eq!(tx.changes.len(), 1);
     let c = &tx.changes[0];
+    let source = SourceTx {
+        position: Position::Postgres(Lsn(120)),
+        commit_micros: 946_684_800_000_000 + 1_000_000,
+        id: TxId::Xid(7),
+    };
+    assert_eq!(
+        c.source_tx.as_deref(),
+        Some(&source),
+        "every run names its transaction"
+    );
     assert_eq!(c.ops, vec![Op::Insert, Op::Insert]);
     assert_eq!(ints(c, 0), vec![Some(1), Some(2)]);
     assert_eq!(texts(c, 1), vec![Some("a".into()), Some("b".into())]);
@@ -396,6 +407,12 @@ fn streamed_transaction_committed() {
     let tx = one_tx(feed(&mut a, &[stream_commit(50, 200)]));
     assert_eq!(tx.position, Position::Postgres(Lsn(200)));
     let c = &tx.changes[0];
+    let source = c.source_tx.as_deref().map(|s| (&s.position, &s.id));
+    assert_eq!(
+        source,
+        Some((&Position::Postgres(Lsn(200)), &TxId::Xid(50))),
+        "a streamed transaction's changes name its top-level xid"
+    );
     assert_eq!(c.ops, vec![Op::Insert, Op::Insert, Op::Update]);
     assert_eq!(ints(c, 0), vec![Some(1), Some(2), Some(1)]);
     assert_eq!(present(c, 1), vec![true, true, false]);
