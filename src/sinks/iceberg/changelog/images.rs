@@ -202,6 +202,7 @@ pub(crate) fn images(
     };
     let mut walk = Walk {
         src: &src,
+        key,
         width,
         prior: prior.as_ref(),
         next_prior: 0,
@@ -215,7 +216,11 @@ pub(crate) fn images(
         let emit = emit.get(b).copied().unwrap_or(false);
         for (r, op) in c.ops.iter().enumerate() {
             match &keys {
-                Some(keys) => walk.keyed(keys, key, c, b, r, *op, emit)?,
+                Some(keys) => {
+                    let new_key = keys.new_key(b, r);
+                    let before_key = keys.before_key(c, b, r);
+                    walk.keyed(c, (b, r), *op, (new_key, before_key), emit);
+                }
                 None => walk.keyless(c, b, r, *op, emit),
             }
         }
@@ -234,6 +239,8 @@ pub(crate) fn images(
 /// The images followed through the commit, and the rows emitted so far.
 struct Walk<'a> {
     src: &'a Sources,
+    /// The key columns.
+    key: &'a [usize],
     width: usize,
     prior: Option<&'a Prior<'a>>,
     /// The next row of `prior` (keys are met in [`prior_keys`]'s order).
@@ -285,35 +292,32 @@ impl Walk<'_> {
         Some(vec![(self.src.prior(), i); self.width])
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Change `(b, r)` of a keyed table, whose key is `new_key` and was `before_key`.
     fn keyed(
         &mut self,
-        keys: &Keys,
-        key: &[usize],
         c: &TableChanges,
-        b: usize,
-        r: usize,
+        (b, r): (usize, usize),
         op: Op,
+        (new_key, before_key): (OwnedRow, OwnedRow),
         emit: bool,
-    ) -> Result<(), ArrowError> {
+    ) {
         match op {
             Op::Insert => {
                 let image = self.after(c, b, r, None);
                 if emit {
                     self.emit(ChangeKind::Insert, b, &image);
                 }
-                self.images.insert(keys.new_key(b, r), Some(image));
+                self.images.insert(new_key, Some(image));
             }
             Op::Update => {
                 let moved = c.key_changed.get(r).copied().unwrap_or(false);
-                let before_key = keys.before_key(c, b, r);
                 let before = self.before(&before_key);
                 let after = self.after(c, b, r, before.as_deref());
                 if emit {
                     let before = before.clone().unwrap_or_else(|| {
                         // Only the key is known: the old one when the update moved it.
                         let mut image = vec![self.src.null(); self.width];
-                        for &col in key {
+                        for &col in self.key {
                             if let Some(cell) = image.get_mut(col) {
                                 *cell = if moved {
                                     (self.src.old_key(b), r)
@@ -330,20 +334,18 @@ impl Walk<'_> {
                 if moved {
                     self.images.insert(before_key, None);
                 }
-                self.images.insert(keys.new_key(b, r), Some(after));
+                self.images.insert(new_key, Some(after));
             }
             Op::Delete => {
-                let key = keys.new_key(b, r);
-                let before = self.before(&key);
+                let before = self.before(&new_key);
                 if emit {
                     let image = before.unwrap_or_else(|| self.after(c, b, r, None));
                     self.emit(ChangeKind::Delete, b, &image);
                 }
-                self.images.insert(key, None);
+                self.images.insert(new_key, None);
             }
             Op::Truncate => self.truncate(b, emit),
         }
-        Ok(())
     }
 
     /// A keyless table's changes are whole rows: an insert, or a delete of one equal row (an

@@ -58,6 +58,10 @@ impl<'a> ChangelogWrite<'a> {
         base: &TableMetadata,
         cached: &Cached<'_>,
     ) -> Result<Option<TableChanges>, SinkError> {
+        if input.changes.iter().all(|c| c.source_tx.is_none()) {
+            // Initial-copy rows only: nothing for the changelog, nothing to read.
+            return Ok(None);
+        }
         let tables = self.tables;
         let changelog = match tables.cached(self.id()) {
             Some(loaded) => Some(loaded),
