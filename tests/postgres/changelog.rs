@@ -10,7 +10,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::support::{
-    connect, current_metadata, exec, output_ok, test_env, unique, Pipeline, Settings, LAKECHECK,
+    connect, current_metadata, exec, output_ok, run_cdcd, test_env, unique, Pipeline, Settings,
+    LAKECHECK,
 };
 
 /// Replays the changelog (DuckDB) onto the table as of the initial copy's snapshot (pyiceberg),
@@ -32,6 +33,7 @@ state = {}
 for r in rows:
     r = dict(zip(cols, r))
     state[key(r)] = r
+lc.duck().execute("SET enable_progress_bar = false")   # it prints to stdout on a slow read
 ccols, crows = lc.read_duckdb(lc.locate_iceberg(changelog_dir, notes))
 crows = sorted((dict(zip(ccols, r)) for r in crows), key=lambda r: r["_cdc_seq"])
 ops = {}
@@ -62,7 +64,7 @@ print("\n".join(bad[:20]))
 "#;
 
 /// The workload after the copy, one transaction per statement list: 23 changelog rows.
-fn workload(t: &str) -> Vec<String> {
+pub(crate) fn workload(t: &str) -> Vec<String> {
     vec![
         // 5 inserts.
         format!(
@@ -122,7 +124,13 @@ pub(crate) fn replayed(
             .arg(changelog)
             .arg(copy_snapshot),
     );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    // From the result on: a slow DuckDB scan may print a progress bar before it.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("rows="))
+        .collect();
+    lines.join("\n").trim().to_owned()
 }
 
 fn section(t: &str) -> String {
@@ -185,6 +193,13 @@ async fn replaying_the_changelog_onto_the_copy_gives_the_source() {
     assert!(spec.contains("\"day\""), "{spec}");
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0), "{st}");
+    // `cdcd check` names the changelog with the table's layout.
+    let (ok, out) = run_cdcd(&["check"], &p.config);
+    let line = format!("changelog public.{t}_changelog");
+    assert!(
+        ok && out.contains(&line),
+        "cdcd check lacks {line:?}:\n{out}"
+    );
 }
 
 /// A kill between the changelog's commit and its table's: the restart replays the table's

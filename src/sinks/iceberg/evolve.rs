@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
-use super::layout;
 use super::tables::Tables;
+use super::{changelog, layout};
 use crate::changelog::TableId;
 use crate::sinks::SinkError;
 
@@ -101,6 +101,9 @@ impl<'a> EvolveLayout<'a> {
                 let fields: Vec<String> = s.value.iter().map(ToString::to_string).collect();
                 parts.push(format!("sort_by [{}]", fields.join(", ")));
             }
+            if settings.changelog {
+                parts.push(format!("changelog {}", changelog::changelog_id(table)));
+            }
             return Ok((!parts.is_empty()).then(|| {
                 format!(
                     "table {table}: not created yet; created with {} (columns and types are \
@@ -127,6 +130,9 @@ impl<'a> EvolveLayout<'a> {
                 "; the next start evolves it to partition {}; sort {}",
                 next.partition_spec, next.sort_order
             ));
+        }
+        if settings.changelog {
+            line.push_str(&format!("; changelog {}", changelog::changelog_id(table)));
         }
         Ok(Some(line))
     }

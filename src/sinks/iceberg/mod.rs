@@ -223,19 +223,40 @@ impl IcebergSink {
             checkpoint,
         };
         let (delta, Staged { next, after }, cached) = tables.stage(&mut guard, input).await?;
-        // The changelog first, on its own checkpoint (changelog/: why that order).
-        if let Some(changelog) = ChangelogWrite::of(tables, schema)? {
-            if let Some(rows) = changelog.rows(input, delta.base(), &cached).await? {
-                changelog.commit(rows, checkpoint).await?;
-                crate::failpoints::crash_point(crate::failpoints::CHANGELOG_BEFORE_TABLE);
-            }
-        }
+        let changelog = match ChangelogWrite::of(tables, schema)? {
+            Some(changelog) => changelog
+                .rows(input, delta.base(), &cached)
+                .await?
+                .map(|rows| (changelog, rows)),
+            None => None,
+        };
         let base = Arc::clone(delta.base_loaded());
         let location = tables.current_location(table);
         let catalog = tables.catalog_for(table);
-        let published = delta
-            .publish(catalog, &tables.table_ref(table, &location), next)
-            .await;
+        let together = match (&changelog, catalog) {
+            (Some(_), Catalog::Rest(rest)) if rest.offers_transactions().await? => Some(rest),
+            _ => None,
+        };
+        // With its changelog: in one catalog transaction where offered, else the changelog
+        // first, on its own checkpoint (changelog/: why that order).
+        let published = match (changelog, together) {
+            (Some((changelog, rows)), Some(rest)) => {
+                let item = (tables.table_ref(table, &location), base.as_ref(), &next);
+                changelog.commit_with(rows, checkpoint, rest, item).await
+            }
+            (Some((changelog, rows)), None) => {
+                changelog.commit(rows, checkpoint).await?;
+                crate::failpoints::crash_point(crate::failpoints::CHANGELOG_BEFORE_TABLE);
+                delta
+                    .publish(catalog, &tables.table_ref(table, &location), next)
+                    .await
+            }
+            (None, _) => {
+                delta
+                    .publish(catalog, &tables.table_ref(table, &location), next)
+                    .await
+            }
+        };
         let published = match published {
             Ok(published) => {
                 maintenance::metadata_log::delete_after_commit(

@@ -381,7 +381,7 @@ fn gather(
     width: usize,
     cells: &[Cell],
 ) -> Result<Vec<ArrayRef>, ArrowError> {
-    let rows = if width == 0 { 0 } else { cells.len() / width };
+    let rows = cells.len().checked_div(width).unwrap_or(0);
     let mut columns = Vec::with_capacity(width);
     for col in 0..width {
         let data_type = changes
@@ -422,8 +422,11 @@ mod tests {
     use arrow_array::types::Int64Type;
     use std::sync::Arc;
 
-    /// Row `i` of the images as (kind, id, a, b).
-    fn rows(images: &Images) -> Vec<(&'static str, Option<i64>, Option<String>, Option<i64>)> {
+    /// A changelog row of the test table: (kind, id, a, b).
+    type Row = (&'static str, Option<i64>, Option<String>, Option<i64>);
+
+    /// The images as rows.
+    fn rows(images: &Images) -> Vec<Row> {
         let id = images.columns[0].as_primitive::<Int64Type>();
         let a = images.columns[1].as_string::<i32>();
         let b = images.columns[2].as_primitive::<Int64Type>();
@@ -439,12 +442,7 @@ mod tests {
             .collect()
     }
 
-    fn row(
-        kind: &'static str,
-        id: i64,
-        a: Option<&str>,
-        b: Option<i64>,
-    ) -> (&'static str, Option<i64>, Option<String>, Option<i64>) {
+    fn row(kind: &'static str, id: i64, a: Option<&str>, b: Option<i64>) -> Row {
         (kind, Some(id), a.map(str::to_owned), b)
     }
 

@@ -9,10 +9,12 @@
 //! is held, after the table's snapshot is staged and before it is published:
 //! [`ChangelogWrite::rows`] builds the rows (`images.rs`: the images, completed from the
 //! table's rows before the commit, read as the commit reads rows to complete), and
-//! [`ChangelogWrite::commit`] commits them to the changelog table with the table's checkpoint as
-//! the changelog's own `cdcd.position`; then the table's snapshot is published.
+//! [`ChangelogWrite::commit_with`] publishes the changelog's snapshot and the table's in one
+//! catalog transaction where the catalog offers one (REST `transactions/commit`); otherwise
+//! [`ChangelogWrite::commit`] commits the changelog with the table's checkpoint as its own
+//! `cdcd.position`, and then the table's snapshot is published.
 //!
-//! Why the changelog first, with its own checkpoint: the two are two catalog commits. A crash
+//! Why the changelog first, with its own checkpoint, when the two are two catalog commits: a crash
 //! between them leaves the changelog ahead of its table, never behind; the restart replays from
 //! the table's checkpoint, and the changelog takes only the transactions its own checkpoint does
 //! not cover, so nothing is missing and nothing is there twice. A reader that must never see the

@@ -12,7 +12,10 @@ use super::images::{images, prior_keys, Images, Prior};
 use super::{changelog_id, changelog_schema};
 use crate::changelog::{Op, TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
+use crate::sinks::iceberg::catalog::rest::RestCatalog;
+use crate::sinks::iceberg::catalog::TableRef;
 use crate::sinks::iceberg::commit::{Cached, Input, Staged};
+use crate::sinks::iceberg::files::metadata::Loaded;
 use crate::sinks::iceberg::files::writer;
 use crate::sinks::iceberg::pipeline_checkpoint;
 use crate::sinks::iceberg::rows::locator::{IndexLocator, RowLocator};
@@ -248,6 +251,58 @@ impl<'a> ChangelogWrite<'a> {
                 Err(e)
             }
         }
+    }
+}
+
+impl ChangelogWrite<'_> {
+    /// Commits `rows` to the changelog table and `table` (its reference, the metadata its
+    /// commit builds on, the metadata it publishes) in one catalog transaction: both or neither.
+    /// Returns the table's published metadata.
+    pub(in crate::sinks::iceberg) async fn commit_with(
+        &self,
+        rows: TableChanges,
+        checkpoint: &Checkpoint,
+        rest: &RestCatalog,
+        table: (TableRef<'_>, &Loaded, &TableMetadata),
+    ) -> Result<Arc<Loaded>, SinkError> {
+        let tables = self.tables;
+        let id = self.id();
+        let slot = tables.slot(id);
+        let mut guard = slot.lock().await;
+        let changes = [rows];
+        let input = Input {
+            schema: &self.schema,
+            changes: &changes,
+            checkpoint,
+        };
+        let (delta, Staged { next, after }, cached) = tables.stage(&mut guard, input).await?;
+        let location = tables.current_location(id);
+        let items = [
+            (
+                tables.table_ref(id, &location),
+                delta.base_loaded().as_ref(),
+                &next,
+            ),
+            table,
+        ];
+        let published = rest.commit_many(&tables.warehouse, &items).await;
+        let mut published = match published {
+            Ok(published) => published.into_iter(),
+            Err(e) => {
+                tables.remember(id, None);
+                return Err(e);
+            }
+        };
+        let (Some(changelog), Some(table)) = (published.next(), published.next()) else {
+            tables.remember(id, None);
+            return Err(SinkError::Corrupt {
+                path: "transaction".into(),
+                detail: "the catalog transaction answered for fewer tables than it was sent".into(),
+            });
+        };
+        tables.remember(id, Some(Arc::new(changelog)));
+        delta.finish(after, cached);
+        Ok(Arc::new(table))
     }
 }
 
