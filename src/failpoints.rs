@@ -21,6 +21,10 @@
 //! - [`COMMIT_AFTER_MERGE`] (Iceberg commit, `sinks/iceberg/commit/manifests.rs`): data files,
 //!   deletes and a manifest merged from the parent's are written; the manifest list and
 //!   `v<N>.metadata.json` are not, so the commit did not happen and its files are orphans.
+//! - [`CHANGELOG_BEFORE_TABLE`] (Iceberg commit of a table with `changelog = true`,
+//!   `sinks/iceberg/mod.rs`): the changelog table's snapshot with this commit's changes and
+//!   checkpoint is durable, the table's is staged and not published; the changelog is ahead of
+//!   its table until the restart replays the commit.
 //! - [`LSM_BEFORE_SNAPSHOT`] (Paimon publish, `sinks/lsm/publish.rs`): the manifest and both
 //!   manifest lists are written, `snapshot/snapshot-N` is not; the commit did not happen.
 //! - [`LSM_AFTER_SNAPSHOT`] (same place): `snapshot-N` is ours, so the commit is durable;
@@ -78,6 +82,8 @@ use std::sync::OnceLock;
 
 /// A multipart upload sent its first part and is not complete.
 pub const MULTIPART_AFTER_FIRST_PART: &str = "multipart-after-first-part";
+/// The changelog table's commit is durable, its table's is not published.
+pub const CHANGELOG_BEFORE_TABLE: &str = "changelog-before-table";
 /// An Iceberg commit is about to put its `v<N>.metadata.json` create-if-absent.
 pub const COMMIT_BEFORE_CREATE: &str = "commit-before-create";
 /// An Iceberg commit's metadata put landed; the version hint is not written yet.

@@ -1325,3 +1325,83 @@ async fn switching_from_the_filesystem_catalog_registers_the_table() {
     );
     p.sigterm_and_wait(Duration::from_secs(60)).await;
 }
+
+/// `(metadata location, current snapshot id)` of each of `tables` through the REST catalog.
+fn through_catalog(env: &TestEnv, uri: &str, tables: &[&str]) -> Vec<(String, String)> {
+    let code = "import sys\n\
+                from pyiceberg.catalog import load_catalog\n\
+                c = load_catalog('rest', type='rest', uri=sys.argv[1], token=sys.argv[2])\n\
+                for name in sys.argv[4:]:\n\
+                \x20   t = c.load_table((sys.argv[3], name))\n\
+                \x20   s = t.current_snapshot()\n\
+                \x20   print(t.metadata_location, s.snapshot_id if s else 0)\n";
+    let out = crate::support::output_ok(
+        Command::new(&env.python)
+            .args(["-c", code, uri, KEY, NAMESPACE])
+            .args(tables),
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(m, s)| (m.to_owned(), s.to_owned()))
+        .collect()
+}
+
+/// Issue 38: through a catalog that offers multi-table commits, a table with `changelog = true`
+/// and its changelog commit in one catalog transaction (both or neither visible), and the
+/// changelog, found through the catalog, replays onto the copy to the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_and_its_changelog_commit_in_one_transaction() {
+    let Some((env, name)) = test_env_and_name("catrestchl") else {
+        return;
+    };
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int PRIMARY KEY, v int, t text);
+             ALTER TABLE {t} ALTER COLUMN t SET STORAGE EXTERNAL;
+             INSERT INTO {t} SELECT g, g, repeat(md5(g::text), 400) FROM generate_series(1, 20) g;"
+        ),
+    )
+    .await;
+    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let dir = p.dir.as_ref().unwrap().path().to_owned();
+    let server = Rustberg::start(&dir, &p.warehouse);
+    let proxy = Proxy::start(&env, &server, &dir, &[]);
+    let settings = Settings {
+        sink_extra: format!(
+            "maintenance_interval_ms = 0\n{}\n[sink.tables.\"public.{t}\"]\nchangelog = true\n",
+            catalog_section(&proxy.uri, "token = \"ignored-by-the-proxy\"")
+        ),
+        ..Settings::default()
+    };
+    p.write_config(&settings);
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    let copy = through_catalog(&env, &server.uri, &[&t]).remove(0).1;
+    for sql in crate::postgres::changelog::workload(&t) {
+        exec(&client, &sql).await;
+    }
+    assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    let changelog = format!("{t}_changelog");
+    let found = through_catalog(&env, &server.uri, &[&t, &changelog]);
+    let out = crate::postgres::changelog::replayed(
+        &env.python,
+        &env.pg_url,
+        &format!("public.{t}"),
+        Path::new(&found[0].0),
+        Path::new(&found[1].0),
+        &copy,
+    );
+    assert_eq!(out, crate::postgres::changelog::ROWS);
+    let log = proxy.log();
+    assert!(
+        log.contains("POST /v1/transactions/commit"),
+        "the table and its changelog were not committed together:\n{log}"
+    );
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}

@@ -2,6 +2,7 @@
 //! restart positions (some tests start a private mariadbd, `support::mysql::PrivateMaria`), and
 //! the lease fencing a paused or cut-off holder (`fencing`, issue 17.3).
 
+mod changelog;
 mod copy_ddl;
 mod ddl;
 mod fencing;

@@ -1,6 +1,7 @@
 //! Postgres → cdcd → Iceberg (and LSM where a test says so), against the test bed's Postgres 15.
 //! `tls`: TLS with verification, md5 and client certificates (the test bed's second cluster).
 
+pub(crate) mod changelog;
 mod copy_ddl;
 mod crash;
 mod ddl;

@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
-use super::layout;
 use super::tables::Tables;
+use super::{changelog, layout};
 use crate::changelog::TableId;
 use crate::sinks::cdc_columns::CdcColumns;
 use crate::sinks::SinkError;
@@ -103,6 +103,9 @@ impl<'a> EvolveLayout<'a> {
                 parts.push(format!("sort_by [{}]", fields.join(", ")));
             }
             parts.extend(CdcColumns::of(&settings, true).describe());
+            if settings.changelog {
+                parts.push(format!("changelog {}", changelog::changelog_id(table)));
+            }
             return Ok((!parts.is_empty()).then(|| {
                 format!(
                     "table {table}: not created yet; created with {} (columns and types are \
@@ -132,6 +135,9 @@ impl<'a> EvolveLayout<'a> {
         }
         if let Some(cdc) = CdcColumns::of(&settings, true).describe() {
             line.push_str(&format!("; {cdc}"));
+        }
+        if settings.changelog {
+            line.push_str(&format!("; changelog {}", changelog::changelog_id(table)));
         }
         Ok(Some(line))
     }

@@ -18,6 +18,8 @@
 //!   locate, files, manifests, summary, manifest list, publish);
 //! - `transaction.rs`: several tables' commits in one REST catalog transaction
 //!   (`MultiTableCommit`);
+//! - `changelog/`: a table's changes also appended to its changelog table `<table>_changelog`
+//!   (`ChangelogWrite`, inside the table's commit, before it publishes);
 //! - `resync/`: a table copied again into a new lineage (`resync/mod.rs`: begin, abandon) and
 //!   swapped in (`resync/swap.rs`: `ResyncSwap`; `resync/rebase.rs`: the swap's metadata);
 //! - `maintenance/` (`Sink::maintain`, following the table's properties): one table's cycle
@@ -59,6 +61,7 @@ use crate::storage::cleanup::TableCleanup;
 use crate::storage::Warehouse;
 
 pub mod catalog;
+mod changelog;
 pub mod cleanup;
 mod commit;
 pub mod config;
@@ -77,6 +80,7 @@ mod tables;
 mod transaction;
 
 use catalog::Catalog;
+use changelog::ChangelogWrite;
 use commit::{Input, Staged};
 use evolve::EvolveLayout;
 use maintenance::MaintenanceCycle;
@@ -219,12 +223,40 @@ impl IcebergSink {
             checkpoint,
         };
         let (delta, Staged { next, after }, cached) = tables.stage(&mut guard, input).await?;
+        let changelog = match ChangelogWrite::of(tables, schema)? {
+            Some(changelog) => changelog
+                .rows(input, delta.base(), &cached)
+                .await?
+                .map(|rows| (changelog, rows)),
+            None => None,
+        };
         let base = Arc::clone(delta.base_loaded());
         let location = tables.current_location(table);
         let catalog = tables.catalog_for(table);
-        let published = delta
-            .publish(catalog, &tables.table_ref(table, &location), next)
-            .await;
+        let together = match (&changelog, catalog) {
+            (Some(_), Catalog::Rest(rest)) if rest.offers_transactions().await? => Some(rest),
+            _ => None,
+        };
+        // With its changelog: in one catalog transaction where offered, else the changelog
+        // first, on its own checkpoint (changelog/: why that order).
+        let published = match (changelog, together) {
+            (Some((changelog, rows)), Some(rest)) => {
+                let item = (tables.table_ref(table, &location), base.as_ref(), &next);
+                changelog.commit_with(rows, checkpoint, rest, item).await
+            }
+            (Some((changelog, rows)), None) => {
+                changelog.commit(rows, checkpoint).await?;
+                crate::failpoints::crash_point(crate::failpoints::CHANGELOG_BEFORE_TABLE);
+                delta
+                    .publish(catalog, &tables.table_ref(table, &location), next)
+                    .await
+            }
+            (None, _) => {
+                delta
+                    .publish(catalog, &tables.table_ref(table, &location), next)
+                    .await
+            }
+        };
         let published = match published {
             Ok(published) => {
                 maintenance::metadata_log::delete_after_commit(
@@ -271,8 +303,16 @@ impl IcebergSink {
         rest: &catalog::rest::RestCatalog,
         commits: &[TableCommit<'_>],
     ) -> Result<Vec<CommitStats>, SinkError> {
-        let (lineages, live): (Vec<usize>, Vec<usize>) = (0..commits.len())
-            .partition(|&i| self.tables.resync_id(&commits[i].schema.id).is_some());
+        // A table with a changelog commits it first, on its own (changelog/).
+        let mut by_itself = Vec::new();
+        for (i, c) in commits.iter().enumerate() {
+            let changelog = self.tables.settings.resolve(&c.schema.id)?.changelog;
+            if changelog || self.tables.resync_id(&c.schema.id).is_some() {
+                by_itself.push(i);
+            }
+        }
+        let (lineages, live): (Vec<usize>, Vec<usize>) =
+            (0..commits.len()).partition(|i| by_itself.contains(i));
         let mut stats: Vec<Option<CommitStats>> = vec![None; commits.len()];
         let one_by_one = if live.len() > 1 {
             let together: Vec<TableCommit<'_>> = live.iter().map(|&i| commits[i]).collect();

@@ -24,7 +24,7 @@ use super::files::metadata::Loaded;
 use super::plan::FileLimits;
 use super::rows::index::IndexSlot;
 use super::rows::live::LiveState;
-use super::{files, layout, maintenance, resync, rows, schema};
+use super::{changelog, files, layout, maintenance, resync, rows, schema};
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
 use crate::config::{DeleteMode, IcebergConfig, SchemaChangePolicy};
@@ -62,6 +62,9 @@ pub(super) struct Tables {
     /// The catalog of resync lineages: always the filesystem (a lineage is cdcd's own until
     /// the swap publishes it through [`Tables::catalog`]).
     lineage_catalog: Catalog,
+    /// Changelog tables written so far (`changelog/`), each with its table: a changelog table
+    /// is created with settings of its own, not its table's.
+    pub(super) changelogs: Mutex<HashMap<TableId, TableId>>,
 }
 
 /// A table's slot behind its lock (see the module doc).
@@ -97,6 +100,7 @@ impl Tables {
             lineage_catalog: Catalog::Filesystem,
             schema_change: SchemaChangePolicy::default(),
             settings: config.tables.clone(),
+            changelogs: Mutex::new(HashMap::new()),
         })
     }
 
@@ -276,7 +280,7 @@ impl Tables {
         }
         let location = self.current_location(table);
         // The table's settings are checked against its schema before anything is written.
-        let settings = self.settings.resolve(table)?;
+        let settings = self.settings_of(table)?;
         let layout = layout::bind(table, &settings, &schema, None)?;
         let mut properties = self.table_properties.clone();
         properties.extend(settings.properties);
@@ -324,6 +328,24 @@ impl Tables {
                 })
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// `table`'s settings: its sections', or, for a changelog table, those it is created with.
+    fn settings_of(
+        &self,
+        table: &TableId,
+    ) -> Result<crate::config::tables::TableSettings, SinkError> {
+        let source = self
+            .changelogs
+            .lock()
+            .ok()
+            .and_then(|c| c.get(table).cloned());
+        match source {
+            Some(source) => Ok(changelog::changelog_settings(
+                &self.settings.resolve(&source)?,
+            )),
+            None => Ok(self.settings.resolve(table)?),
         }
     }
 

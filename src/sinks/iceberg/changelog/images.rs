@@ -1,0 +1,582 @@
+//! The changelog rows of one commit (pure): every change of the commit's runs as complete row
+//! images, an update as its `update_before` and `update_after` rows.
+//!
+//! A change carries only what the source sent: an update without `REPLICA IDENTITY FULL` lacks
+//! its old row, an unchanged TOAST value or a MySQL MINIMAL/NOBLOB image leaves columns absent,
+//! a delete carries its key. Each key's image is followed through the commit: its first update
+//! or delete starts from the table's row before the commit ([`prior_keys`] names the keys to read;
+//! `write.rs` reads them as the table's own commit reads rows to complete), every later change
+//! from the image the previous change left. A key the table does not hold (a change replayed in
+//! an upsert window after the copy already had its effect, `rows/window.rs`) has no before image:
+//! its `update_before` and `delete` rows carry the key and what the change sent, other columns
+//! NULL.
+//!
+//! Cells are not copied one by one: an image is, per column, where its value is (a change's row,
+//! the table's row, the old key of a key change, or NULL), and each output column is one Arrow
+//! `interleave` over those sources.
+
+use std::collections::{HashMap, HashSet};
+
+use arrow_array::{new_null_array, Array, ArrayRef, RecordBatch};
+use arrow_row::{OwnedRow, RowConverter, Rows, SortField};
+use arrow_schema::ArrowError;
+use arrow_select::interleave::interleave;
+
+use crate::changelog::{Op, TableChanges};
+use crate::sinks::iceberg::plan::KeyRef;
+
+/// What a changelog row says happened (`_cdc_op`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChangeKind {
+    Insert,
+    UpdateBefore,
+    UpdateAfter,
+    Delete,
+    /// Every row of the table is gone; the row's source columns are NULL.
+    Truncate,
+}
+
+impl ChangeKind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::Insert => "insert",
+            ChangeKind::UpdateBefore => "update_before",
+            ChangeKind::UpdateAfter => "update_after",
+            ChangeKind::Delete => "delete",
+            ChangeKind::Truncate => "truncate",
+        }
+    }
+}
+
+/// The changelog rows of a commit: the source columns, and per row its kind and its run.
+#[derive(Debug)]
+pub(crate) struct Images {
+    /// One column per source column (the commit's schema).
+    pub columns: Vec<ArrayRef>,
+    pub kinds: Vec<ChangeKind>,
+    /// Per row, the index of the run (`changes[run]`) the change is from.
+    pub runs: Vec<usize>,
+}
+
+/// The table's rows before the commit of the keys [`prior_keys`] named, in that order, typed like
+/// the change rows; `missing[i]`: the table has no row of key `i`.
+pub(crate) struct Prior<'a> {
+    pub rows: &'a RecordBatch,
+    pub missing: &'a [bool],
+}
+
+/// The key columns of every run, encoded to compare (new keys and old keys of key changes).
+struct Keys {
+    new: Vec<Rows>,
+    old: Vec<Rows>,
+}
+
+impl Keys {
+    fn of(changes: &[TableChanges], key: &[usize]) -> Result<Keys, ArrowError> {
+        let Some(first) = changes.first() else {
+            return Ok(Keys {
+                new: Vec::new(),
+                old: Vec::new(),
+            });
+        };
+        let fields = key
+            .iter()
+            .map(|&i| SortField::new(first.rows.column(i).data_type().clone()))
+            .collect();
+        let converter = RowConverter::new(fields)?;
+        let mut new = Vec::with_capacity(changes.len());
+        let mut old = Vec::with_capacity(changes.len());
+        for c in changes {
+            let columns: Vec<ArrayRef> = key.iter().map(|&i| c.rows.column(i).clone()).collect();
+            new.push(converter.convert_columns(&columns)?);
+            old.push(converter.convert_columns(c.old_keys.columns())?);
+        }
+        Ok(Keys { new, old })
+    }
+
+    fn new_key(&self, batch: usize, row: usize) -> OwnedRow {
+        self.new[batch].row(row).owned()
+    }
+
+    /// The key the row had before change (`batch`, `row`): its old key when the change moved it.
+    fn before_key(&self, c: &TableChanges, batch: usize, row: usize) -> OwnedRow {
+        if c.key_changed.get(row).copied().unwrap_or(false) {
+            self.old[batch].row(row).owned()
+        } else {
+            self.new_key(batch, row)
+        }
+    }
+}
+
+/// The keys whose row before the commit the changelog needs, each once, in the order
+/// [`images`] consumes them: a key's first change in the commit when it is an update (its old
+/// key, when the update moves it) or a delete, unless a truncate came before. Empty for a keyless
+/// table, whose changes carry whole rows.
+pub(crate) fn prior_keys(
+    changes: &[TableChanges],
+    key: &[usize],
+) -> Result<Vec<KeyRef>, ArrowError> {
+    if key.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys = Keys::of(changes, key)?;
+    let mut seen: HashSet<OwnedRow> = HashSet::new();
+    let mut truncated = false;
+    let mut wanted = Vec::new();
+    for (b, c) in changes.iter().enumerate() {
+        for (r, op) in c.ops.iter().enumerate() {
+            let at = |old: bool| KeyRef {
+                batch: b as u32,
+                row: r as u32,
+                old,
+            };
+            match op {
+                Op::Truncate => truncated = true,
+                Op::Insert => {
+                    seen.insert(keys.new_key(b, r));
+                }
+                Op::Update => {
+                    let moved = c.key_changed.get(r).copied().unwrap_or(false);
+                    if seen.insert(keys.before_key(c, b, r)) && !truncated {
+                        wanted.push(at(moved));
+                    }
+                    seen.insert(keys.new_key(b, r));
+                }
+                Op::Delete => {
+                    if seen.insert(keys.new_key(b, r)) && !truncated {
+                        wanted.push(at(false));
+                    }
+                }
+            }
+        }
+    }
+    Ok(wanted)
+}
+
+/// Where an image's cell is: (source, row); see [`Sources`].
+type Cell = (usize, usize);
+
+/// The arrays cells point into, per column: the runs' rows (`0..n`), the prior rows (`n`), a
+/// NULL (`n + 1`), the runs' old keys (`n + 2 + batch`, key columns only; NULL for the others).
+struct Sources {
+    runs: usize,
+}
+
+impl Sources {
+    fn prior(&self) -> usize {
+        self.runs
+    }
+    fn null(&self) -> Cell {
+        (self.runs + 1, 0)
+    }
+    fn old_key(&self, batch: usize) -> usize {
+        self.runs + 2 + batch
+    }
+}
+
+/// The changelog rows of `changes` (the commit's runs, in order, of one schema; `key`: the key
+/// columns, empty for a keyless table), completed from `prior` (the table's rows of
+/// [`prior_keys`]); only runs with `emit[run]` give rows (the others, already in the changelog or
+/// copy rows, still move the images).
+pub(crate) fn images(
+    changes: &[TableChanges],
+    key: &[usize],
+    prior: Option<Prior<'_>>,
+    emit: &[bool],
+) -> Result<Images, ArrowError> {
+    let Some(first) = changes.first() else {
+        return Ok(Images {
+            columns: Vec::new(),
+            kinds: Vec::new(),
+            runs: Vec::new(),
+        });
+    };
+    let width = first.rows.num_columns();
+    let src = Sources {
+        runs: changes.len(),
+    };
+    let keys = if key.is_empty() {
+        None
+    } else {
+        Some(Keys::of(changes, key)?)
+    };
+    let mut walk = Walk {
+        src: &src,
+        key,
+        width,
+        prior: prior.as_ref(),
+        next_prior: 0,
+        images: HashMap::new(),
+        truncated: false,
+        cells: Vec::new(),
+        kinds: Vec::new(),
+        runs: Vec::new(),
+    };
+    for (b, c) in changes.iter().enumerate() {
+        let emit = emit.get(b).copied().unwrap_or(false);
+        for (r, op) in c.ops.iter().enumerate() {
+            match &keys {
+                Some(keys) => {
+                    let new_key = keys.new_key(b, r);
+                    let before_key = keys.before_key(c, b, r);
+                    walk.keyed(c, (b, r), *op, (new_key, before_key), emit);
+                }
+                None => walk.keyless(c, b, r, *op, emit),
+            }
+        }
+    }
+    let Walk {
+        cells, kinds, runs, ..
+    } = walk;
+    let columns = gather(changes, key, prior.as_ref(), &src, width, &cells)?;
+    Ok(Images {
+        columns,
+        kinds,
+        runs,
+    })
+}
+
+/// The images followed through the commit, and the rows emitted so far.
+struct Walk<'a> {
+    src: &'a Sources,
+    /// The key columns.
+    key: &'a [usize],
+    width: usize,
+    prior: Option<&'a Prior<'a>>,
+    /// The next row of `prior` (keys are met in [`prior_keys`]'s order).
+    next_prior: usize,
+    /// Each key met so far: its image, or `None` once it has no row.
+    images: HashMap<OwnedRow, Option<Vec<Cell>>>,
+    truncated: bool,
+    /// Per emitted row, its cells (`width` each, flattened).
+    cells: Vec<Cell>,
+    kinds: Vec<ChangeKind>,
+    runs: Vec<usize>,
+}
+
+impl Walk<'_> {
+    fn emit(&mut self, kind: ChangeKind, run: usize, image: &[Cell]) {
+        self.cells.extend_from_slice(image);
+        self.kinds.push(kind);
+        self.runs.push(run);
+    }
+
+    /// The row of the change, its absent cells from `base` (NULL without one).
+    fn after(&self, c: &TableChanges, b: usize, r: usize, base: Option<&[Cell]>) -> Vec<Cell> {
+        (0..self.width)
+            .map(|col| {
+                if c.is_present(col, r) {
+                    (b, r)
+                } else {
+                    base.and_then(|img| img.get(col).copied())
+                        .unwrap_or(self.src.null())
+                }
+            })
+            .collect()
+    }
+
+    /// The row a key had before the change: met earlier in the commit, else the table's.
+    fn before(&mut self, key: &OwnedRow) -> Option<Vec<Cell>> {
+        if let Some(image) = self.images.get(key) {
+            return image.clone();
+        }
+        if self.truncated {
+            return None;
+        }
+        let i = self.next_prior;
+        self.next_prior += 1;
+        let prior = self.prior?;
+        if prior.missing.get(i).copied().unwrap_or(true) || i >= prior.rows.num_rows() {
+            return None;
+        }
+        Some(vec![(self.src.prior(), i); self.width])
+    }
+
+    /// Change `(b, r)` of a keyed table, whose key is `new_key` and was `before_key`.
+    fn keyed(
+        &mut self,
+        c: &TableChanges,
+        (b, r): (usize, usize),
+        op: Op,
+        (new_key, before_key): (OwnedRow, OwnedRow),
+        emit: bool,
+    ) {
+        match op {
+            Op::Insert => {
+                let image = self.after(c, b, r, None);
+                if emit {
+                    self.emit(ChangeKind::Insert, b, &image);
+                }
+                self.images.insert(new_key, Some(image));
+            }
+            Op::Update => {
+                let moved = c.key_changed.get(r).copied().unwrap_or(false);
+                let before = self.before(&before_key);
+                let after = self.after(c, b, r, before.as_deref());
+                if emit {
+                    let before = before.clone().unwrap_or_else(|| {
+                        // Only the key is known: the old one when the update moved it.
+                        let mut image = vec![self.src.null(); self.width];
+                        for &col in self.key {
+                            if let Some(cell) = image.get_mut(col) {
+                                *cell = if moved {
+                                    (self.src.old_key(b), r)
+                                } else {
+                                    (b, r)
+                                };
+                            }
+                        }
+                        image
+                    });
+                    self.emit(ChangeKind::UpdateBefore, b, &before);
+                    self.emit(ChangeKind::UpdateAfter, b, &after);
+                }
+                if moved {
+                    self.images.insert(before_key, None);
+                }
+                self.images.insert(new_key, Some(after));
+            }
+            Op::Delete => {
+                let before = self.before(&new_key);
+                if emit {
+                    let image = before.unwrap_or_else(|| self.after(c, b, r, None));
+                    self.emit(ChangeKind::Delete, b, &image);
+                }
+                self.images.insert(new_key, None);
+            }
+            Op::Truncate => self.truncate(b, emit),
+        }
+    }
+
+    /// A keyless table's changes are whole rows: an insert, or a delete of one equal row (an
+    /// update arrives as the two).
+    fn keyless(&mut self, c: &TableChanges, b: usize, r: usize, op: Op, emit: bool) {
+        let kind = match op {
+            Op::Insert | Op::Update => ChangeKind::Insert,
+            Op::Delete => ChangeKind::Delete,
+            Op::Truncate => return self.truncate(b, emit),
+        };
+        if emit {
+            let image = self.after(c, b, r, None);
+            self.emit(kind, b, &image);
+        }
+    }
+
+    fn truncate(&mut self, b: usize, emit: bool) {
+        if emit {
+            let image = vec![self.src.null(); self.width];
+            self.emit(ChangeKind::Truncate, b, &image);
+        }
+        self.images.clear();
+        self.truncated = true;
+    }
+}
+
+/// Each output column from its cells, one `interleave` per column.
+fn gather(
+    changes: &[TableChanges],
+    key: &[usize],
+    prior: Option<&Prior<'_>>,
+    src: &Sources,
+    width: usize,
+    cells: &[Cell],
+) -> Result<Vec<ArrayRef>, ArrowError> {
+    let rows = cells.len().checked_div(width).unwrap_or(0);
+    let mut columns = Vec::with_capacity(width);
+    for col in 0..width {
+        let data_type = changes
+            .first()
+            .map(|c| c.rows.column(col).data_type().clone())
+            .ok_or_else(|| ArrowError::InvalidArgumentError("no changes".into()))?;
+        let null = new_null_array(&data_type, 1);
+        let mut arrays: Vec<&dyn Array> = changes
+            .iter()
+            .map(|c| c.rows.column(col).as_ref())
+            .collect();
+        arrays.push(match prior {
+            Some(p) => p.rows.column(col).as_ref(),
+            None => null.as_ref(),
+        });
+        arrays.push(null.as_ref());
+        let k = key.iter().position(|&i| i == col);
+        for c in changes {
+            arrays.push(match k.and_then(|k| c.old_keys.columns().get(k)) {
+                Some(old) => old.as_ref(),
+                None => null.as_ref(),
+            });
+        }
+        debug_assert_eq!(arrays.len(), src.old_key(changes.len()));
+        let indices: Vec<Cell> = (0..rows)
+            .filter_map(|r| cells.get(r * width + col).copied())
+            .collect();
+        columns.push(interleave(&arrays, &indices)?);
+    }
+    Ok(columns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_fixtures::{changes, del, ins, schema, upd, without_key};
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use std::sync::Arc;
+
+    /// A changelog row of the test table: (kind, id, a, b).
+    type Row = (&'static str, Option<i64>, Option<String>, Option<i64>);
+
+    /// The images as rows.
+    fn rows(images: &Images) -> Vec<Row> {
+        let id = images.columns[0].as_primitive::<Int64Type>();
+        let a = images.columns[1].as_string::<i32>();
+        let b = images.columns[2].as_primitive::<Int64Type>();
+        (0..images.kinds.len())
+            .map(|i| {
+                (
+                    images.kinds[i].as_str(),
+                    id.is_valid(i).then(|| id.value(i)),
+                    a.is_valid(i).then(|| a.value(i).to_owned()),
+                    b.is_valid(i).then(|| b.value(i)),
+                )
+            })
+            .collect()
+    }
+
+    fn row(kind: &'static str, id: i64, a: Option<&str>, b: Option<i64>) -> Row {
+        (kind, Some(id), a.map(str::to_owned), b)
+    }
+
+    /// An update leaving `a` absent (unchanged TOAST) and a delete carrying its key only take the
+    /// table's row before the commit; the changes after them in the commit take the image the
+    /// earlier ones left, and the table is read once per key.
+    #[test]
+    fn images_are_completed_from_the_table_then_followed_through_the_commit() {
+        let runs = [changes(&[
+            upd(1, None, 7),
+            upd(1, None, 8),
+            del(2),
+            ins(3, "c"),
+            upd(3, None, 9),
+            del(3),
+        ])];
+        let wanted = prior_keys(&runs, &[0]).unwrap();
+        assert_eq!(wanted.len(), 2, "keys 1 and 2, once each: {wanted:?}");
+        // The table's rows of keys 1 and 2.
+        let prior = changes(&[ins(1, "one"), ins(2, "two")]).rows;
+        let images = images(
+            &runs,
+            &[0],
+            Some(Prior {
+                rows: &prior,
+                missing: &[false, false],
+            }),
+            &[true],
+        )
+        .unwrap();
+        assert_eq!(
+            rows(&images),
+            vec![
+                row("update_before", 1, Some("one"), Some(10)),
+                row("update_after", 1, Some("one"), Some(7)),
+                row("update_before", 1, Some("one"), Some(7)),
+                row("update_after", 1, Some("one"), Some(8)),
+                row("delete", 2, Some("two"), Some(20)),
+                row("insert", 3, Some("c"), Some(30)),
+                row("update_before", 3, Some("c"), Some(30)),
+                row("update_after", 3, Some("c"), Some(9)),
+                row("delete", 3, Some("c"), Some(9)),
+            ]
+        );
+    }
+
+    /// A key change: the before image is the old key's row, and the old key has no row after.
+    #[test]
+    fn a_key_change_moves_the_image() {
+        let runs = [changes(&[
+            (Op::Update, 5, Some(1), None, Some(2)),
+            del(1),
+            upd(5, Some("x"), 3),
+        ])];
+        let wanted = prior_keys(&runs, &[0]).unwrap();
+        assert_eq!(wanted.len(), 1);
+        assert!(wanted[0].old);
+        let prior = changes(&[ins(1, "one")]).rows;
+        let images = images(
+            &runs,
+            &[0],
+            Some(Prior {
+                rows: &prior,
+                missing: &[false],
+            }),
+            &[true],
+        )
+        .unwrap();
+        assert_eq!(
+            rows(&images),
+            vec![
+                row("update_before", 1, Some("one"), Some(10)),
+                row("update_after", 5, Some("one"), Some(2)),
+                ("delete", Some(1), None, None),
+                row("update_before", 5, Some("one"), Some(2)),
+                row("update_after", 5, Some("x"), Some(3)),
+            ]
+        );
+    }
+
+    /// Without the table's row (an upsert window replay), the before image is the key alone;
+    /// runs not emitted still move the images; a truncate empties them.
+    #[test]
+    fn missing_rows_skipped_runs_and_truncates() {
+        let runs = [
+            changes(&[ins(1, "a")]),
+            changes(&[
+                upd(2, None, 5),
+                upd(1, None, 6),
+                (Op::Truncate, 0, None, None, None),
+                del(1),
+            ]),
+        ];
+        let prior = changes(&[ins(2, "two")]).rows;
+        let wanted = prior_keys(&runs, &[0]).unwrap();
+        assert_eq!(wanted.len(), 1, "key 2 only");
+        let images = images(
+            &runs,
+            &[0],
+            Some(Prior {
+                rows: &prior,
+                missing: &[true],
+            }),
+            &[false, true],
+        )
+        .unwrap();
+        assert_eq!(
+            rows(&images),
+            vec![
+                ("update_before", Some(2), None, None),
+                ("update_after", Some(2), None, Some(5)),
+                row("update_before", 1, Some("a"), Some(10)),
+                row("update_after", 1, Some("a"), Some(6)),
+                ("truncate", None, None, None),
+                ("delete", Some(1), None, None),
+            ]
+        );
+        assert_eq!(images.runs, vec![1; 6]);
+    }
+
+    /// A keyless table's changes are whole rows, read as they are.
+    #[test]
+    fn keyless_changes_are_their_rows() {
+        let mut run = changes(&[ins(1, "a"), (Op::Delete, 1, None, Some("a"), Some(10))]);
+        run.schema = Arc::clone(&without_key(&schema()));
+        let runs = [run];
+        assert!(prior_keys(&runs, &[]).unwrap().is_empty());
+        let images = images(&runs, &[], None, &[true]).unwrap();
+        assert_eq!(
+            rows(&images),
+            vec![
+                row("insert", 1, Some("a"), Some(10)),
+                row("delete", 1, Some("a"), Some(10))
+            ]
+        );
+    }
+}

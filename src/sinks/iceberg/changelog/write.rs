@@ -1,0 +1,316 @@
+//! [`ChangelogWrite`]: one table commit's changes appended to the table's changelog table (see
+//! the module doc of `changelog/` for when, and why first).
+
+use std::sync::Arc;
+
+use arrow_array::{
+    ArrayRef, Int64Array, RecordBatch, RecordBatchOptions, StringArray, TimestampMicrosecondArray,
+};
+use iceberg::spec::TableMetadata;
+
+use super::images::{images, prior_keys, Images, Prior};
+use super::{changelog_id, changelog_schema};
+use crate::changelog::{Op, TableChanges, TableId, TableSchema};
+use crate::checkpoint::Checkpoint;
+use crate::sinks::iceberg::catalog::rest::RestCatalog;
+use crate::sinks::iceberg::catalog::TableRef;
+use crate::sinks::iceberg::commit::{Cached, Input, Staged};
+use crate::sinks::iceberg::files::metadata::Loaded;
+use crate::sinks::iceberg::files::writer;
+use crate::sinks::iceberg::pipeline_checkpoint;
+use crate::sinks::iceberg::rows::locator::{IndexLocator, RowLocator};
+use crate::sinks::iceberg::rows::lookup;
+use crate::sinks::iceberg::schema::Projection;
+use crate::sinks::iceberg::tables::Tables;
+use crate::sinks::SinkError;
+
+/// The changelog of one table, for one commit of the table.
+pub(in crate::sinks::iceberg) struct ChangelogWrite<'a> {
+    tables: &'a Tables,
+    /// The changelog's schema for the commit's schema.
+    schema: Arc<TableSchema>,
+}
+
+impl<'a> ChangelogWrite<'a> {
+    /// The changelog of `table`'s commit, `None` when its settings do not ask for one.
+    pub(in crate::sinks::iceberg) fn of(
+        tables: &'a Tables,
+        table: &TableSchema,
+    ) -> Result<Option<ChangelogWrite<'a>>, SinkError> {
+        if !tables.settings.resolve(&table.id)?.changelog {
+            return Ok(None);
+        }
+        let schema = Arc::new(changelog_schema(table));
+        if let Ok(mut known) = tables.changelogs.lock() {
+            known.insert(changelog_id(&table.id), table.id.clone());
+        }
+        Ok(Some(ChangelogWrite { tables, schema }))
+    }
+
+    fn id(&self) -> &TableId {
+        &self.schema.id
+    }
+
+    /// The changelog rows of `input` that the changelog does not hold yet (`None`: none): its
+    /// streamed changes in transactions past the changelog's own checkpoint, completed from the
+    /// table's rows before the commit, read through `cached` (the table's slot, describing
+    /// `base`'s current snapshot, the commit's parent).
+    pub(in crate::sinks::iceberg) async fn rows(
+        &self,
+        input: Input<'_>,
+        base: &TableMetadata,
+        cached: &Cached<'_>,
+    ) -> Result<Option<TableChanges>, SinkError> {
+        if input.changes.iter().all(|c| c.source_tx.is_none()) {
+            // Initial-copy rows only: nothing for the changelog, nothing to read.
+            return Ok(None);
+        }
+        let tables = self.tables;
+        let changelog = match tables.cached(self.id()) {
+            Some(loaded) => Some(loaded),
+            None => tables.load(self.id()).await?,
+        };
+        let (held, last_seq) = match &changelog {
+            Some(loaded) => (
+                pipeline_checkpoint(&tables.pipeline, &loaded.metadata)?,
+                rows_in(&loaded.metadata),
+            ),
+            None => (None, 0),
+        };
+        let emit: Vec<bool> = input
+            .changes
+            .iter()
+            .map(|c| match (&c.source_tx, &held) {
+                (None, _) => false,
+                (Some(tx), Some(held)) => !held.position.covers(&tx.position),
+                (Some(_), None) => true,
+            })
+            .collect();
+        if !emit.contains(&true) {
+            return Ok(None);
+        }
+        let (schema, changes) = (input.schema, input.changes);
+        let key = &schema.primary_key;
+        let arrow = |context: &str| {
+            let context = format!("{context} of {}", self.id());
+            move |source| SinkError::Arrow { context, source }
+        };
+        let wanted = prior_keys(changes, key).map_err(arrow("the changelog's keys"))?;
+        let prior = if wanted.is_empty() {
+            None
+        } else {
+            Some(
+                self.prior_rows(schema, changes, &wanted, base, cached)
+                    .await?,
+            )
+        };
+        let images = images(
+            changes,
+            key,
+            prior
+                .as_ref()
+                .map(|(rows, missing)| Prior { rows, missing }),
+            &emit,
+        )
+        .map_err(arrow("the changelog's images"))?;
+        let batch = self
+            .batch(changes, images, last_seq)
+            .map_err(arrow("the changelog's rows"))?;
+        Ok(Some(batch))
+    }
+
+    /// The table's rows of `keys` before the commit, and which keys it has none of.
+    async fn prior_rows(
+        &self,
+        schema: &TableSchema,
+        changes: &[TableChanges],
+        keys: &[crate::sinks::iceberg::plan::KeyRef],
+        base: &TableMetadata,
+        cached: &Cached<'_>,
+    ) -> Result<(RecordBatch, Vec<bool>), SinkError> {
+        let warehouse = &self.tables.warehouse;
+        let projection = Projection::of(base.current_schema());
+        // A key without a row is not an error here: its before image is the key alone.
+        let droppable = vec![true; keys.len()];
+        let (files, dvs) = (&cached.live.files, &cached.live.dvs);
+        match cached.index.get() {
+            Some(index) => {
+                let keys_schema = TableChanges::keys_schema(schema);
+                let keys = writer::key_batch(changes, keys, &schema.primary_key, &keys_schema)
+                    .map_err(|source| SinkError::Arrow {
+                        context: format!("the changelog's keys of {}", schema.id),
+                        source,
+                    })?;
+                let at = IndexLocator::new(index, files, dvs).locate(&keys).await?;
+                lookup::fetch(warehouse, schema, &keys, &at, &droppable, &projection).await
+            }
+            None => {
+                lookup::lookup(
+                    warehouse,
+                    schema,
+                    cached.live,
+                    changes,
+                    keys,
+                    &droppable,
+                    &projection,
+                )
+                .await
+            }
+        }
+    }
+
+    /// The changelog's rows as one run of inserts into the changelog table.
+    fn batch(
+        &self,
+        changes: &[TableChanges],
+        images: Images,
+        last_seq: i64,
+    ) -> Result<TableChanges, arrow_schema::ArrowError> {
+        let n = images.kinds.len();
+        let runs: Vec<Option<(String, i64, String)>> = changes
+            .iter()
+            .map(|c| {
+                c.source_tx
+                    .as_ref()
+                    .map(|tx| (tx.position.to_string(), tx.commit_micros, tx.id.to_string()))
+            })
+            .collect();
+        let tx_of = |row: usize| images.runs.get(row).and_then(|&r| runs.get(r)?.as_ref());
+        let op = StringArray::from_iter_values(images.kinds.iter().map(|k| k.as_str()));
+        let position = StringArray::from_iter((0..n).map(|i| tx_of(i).map(|(p, _, _)| p.as_str())));
+        let commit_ts = TimestampMicrosecondArray::from_iter((0..n).map(|i| tx_of(i).map(|t| t.1)))
+            .with_timezone("UTC");
+        let tx = StringArray::from_iter((0..n).map(|i| tx_of(i).map(|(_, _, t)| t.as_str())));
+        let seq = Int64Array::from_iter_values((1..=n as i64).map(|i| last_seq + i));
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(op),
+            Arc::new(position),
+            Arc::new(commit_ts),
+            Arc::new(tx),
+            Arc::new(seq),
+        ];
+        columns.extend(images.columns);
+        let options = RecordBatchOptions::new().with_row_count(Some(n));
+        let rows = RecordBatch::try_new_with_options(
+            TableChanges::rows_schema(&self.schema),
+            columns,
+            &options,
+        )?;
+        let old_keys = RecordBatch::try_new_with_options(
+            TableChanges::keys_schema(&self.schema),
+            Vec::new(),
+            &options,
+        )?;
+        Ok(TableChanges {
+            schema: Arc::clone(&self.schema),
+            ops: vec![Op::Insert; n],
+            rows,
+            present: vec![None; self.schema.columns.len()],
+            old_keys,
+            key_changed: vec![false; n],
+            upsert_window: false,
+            copy_chunk: None,
+            source_tx: None,
+        })
+    }
+
+    /// Commits `rows` to the changelog table with `checkpoint` (the table's commit's), through
+    /// the catalog on its own: durable when this returns.
+    pub(in crate::sinks::iceberg) async fn commit(
+        &self,
+        rows: TableChanges,
+        checkpoint: &Checkpoint,
+    ) -> Result<(), SinkError> {
+        let tables = self.tables;
+        let id = self.id();
+        let slot = tables.slot(id);
+        let mut guard = slot.lock().await;
+        let changes = [rows];
+        let input = Input {
+            schema: &self.schema,
+            changes: &changes,
+            checkpoint,
+        };
+        let (delta, Staged { next, after }, cached) = tables.stage(&mut guard, input).await?;
+        let location = tables.current_location(id);
+        let published = delta
+            .publish(
+                tables.catalog_for(id),
+                &tables.table_ref(id, &location),
+                next,
+            )
+            .await;
+        match published {
+            Ok(published) => {
+                tables.remember(id, Some(published));
+                delta.finish(after, cached);
+                Ok(())
+            }
+            Err(e) => {
+                tables.remember(id, None);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl ChangelogWrite<'_> {
+    /// Commits `rows` to the changelog table and `table` (its reference, the metadata its
+    /// commit builds on, the metadata it publishes) in one catalog transaction: both or neither.
+    /// Returns the table's published metadata.
+    pub(in crate::sinks::iceberg) async fn commit_with(
+        &self,
+        rows: TableChanges,
+        checkpoint: &Checkpoint,
+        rest: &RestCatalog,
+        table: (TableRef<'_>, &Loaded, &TableMetadata),
+    ) -> Result<Arc<Loaded>, SinkError> {
+        let tables = self.tables;
+        let id = self.id();
+        let slot = tables.slot(id);
+        let mut guard = slot.lock().await;
+        let changes = [rows];
+        let input = Input {
+            schema: &self.schema,
+            changes: &changes,
+            checkpoint,
+        };
+        let (delta, Staged { next, after }, cached) = tables.stage(&mut guard, input).await?;
+        let location = tables.current_location(id);
+        let items = [
+            (
+                tables.table_ref(id, &location),
+                delta.base_loaded().as_ref(),
+                &next,
+            ),
+            table,
+        ];
+        let published = rest.commit_many(&tables.warehouse, &items).await;
+        let mut published = match published {
+            Ok(published) => published.into_iter(),
+            Err(e) => {
+                tables.remember(id, None);
+                return Err(e);
+            }
+        };
+        let (Some(changelog), Some(table)) = (published.next(), published.next()) else {
+            tables.remember(id, None);
+            return Err(SinkError::Corrupt {
+                path: "transaction".into(),
+                detail: "the catalog transaction answered for fewer tables than it was sent".into(),
+            });
+        };
+        tables.remember(id, Some(Arc::new(changelog)));
+        delta.finish(after, cached);
+        Ok(Arc::new(table))
+    }
+}
+
+/// Rows the changelog table holds (`total-records` of its current snapshot): the changelog is
+/// append-only, so its next change is this plus one.
+fn rows_in(meta: &TableMetadata) -> i64 {
+    meta.current_snapshot()
+        .and_then(|s| s.summary().additional_properties.get("total-records"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
