@@ -86,6 +86,11 @@ pub struct LsmConfig {
 impl LsmConfig {
     /// Buckets of `table` when cdcd creates it: its section's `buckets`, else `sink.buckets`.
     /// (Two equally specific globs over the table are refused at start: `LsmSink::prepare`.)
+    /// Whether `table` keeps a changelog (`changelog = true` in its `[sink.tables."…"]`).
+    pub fn changelog_for(&self, table: &TableId) -> bool {
+        self.tables.resolve(table).is_ok_and(|s| s.changelog)
+    }
+
     pub fn buckets_for(&self, table: &TableId) -> u32 {
         self.tables
             .resolve(table)

@@ -82,7 +82,12 @@ pub(super) async fn collect(
     };
     let live_only = scope == Scope::Live;
     let mut live: HashSet<(Vec<u8>, i32, String)> = HashSet::new();
-    for list in [&s.base_manifest_list, &s.delta_manifest_list] {
+    // A snapshot's changelog files go and stay with it (Paimon's changelog retention is the
+    // snapshots': `changelog.num-retained.*` above them is refused, docs/table-settings.md).
+    let lists = [&s.base_manifest_list, &s.delta_manifest_list]
+        .into_iter()
+        .chain(s.changelog_manifest_list.as_ref());
+    for list in lists {
         refs.lists.insert(list.clone());
         let manifests = match scope {
             Scope::Expiring => snapshot::read_manifest_list_if_present(w, location, list).await?,

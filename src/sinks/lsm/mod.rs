@@ -90,6 +90,7 @@ use crate::storage::Warehouse;
 
 mod append;
 pub mod binary_row;
+mod changelog_rows;
 pub mod cleanup;
 mod commit;
 pub mod compaction;
