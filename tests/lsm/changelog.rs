@@ -215,3 +215,236 @@ async fn pg_changes_read_back_as_paimon_changelog() {
     let incremental = per_key(&read_changelog(&p, &t, "incremental"), "id");
     assert_eq!(sorted(incremental), sorted(expected), "incremental read");
 }
+
+/// Replays `entries` key by key: `+I` only onto no row, `-U` and `-D` only of the row as it is,
+/// `+U` only after a `-U`; a gap or a duplicate breaks one of these. With `from_start` false
+/// (the oldest changes expired) a key's first entry may be a `-U` or `-D` of a row not seen.
+/// Returns the rows left, by key.
+pub fn replay(
+    entries: &BTreeMap<String, Vec<Entry>>,
+    from_start: bool,
+) -> BTreeMap<String, BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for (key, list) in entries {
+        let mut row: Option<&BTreeMap<String, String>> = None;
+        let mut before = false;
+        for (i, (kind, r)) in list.iter().enumerate() {
+            let unseen = !from_start && i == 0;
+            match kind.as_str() {
+                "+I" => {
+                    assert!(row.is_none(), "key {key}: +I onto a row: {list:?}");
+                    row = Some(r);
+                }
+                "-U" | "-D" => {
+                    assert!(
+                        unseen || row == Some(r),
+                        "key {key}: {kind} of {r:?} while the row is {row:?}: {list:?}"
+                    );
+                    before = kind == "-U";
+                    row = if before { Some(r) } else { None };
+                }
+                "+U" => {
+                    assert!(before, "key {key}: +U without -U: {list:?}");
+                    before = false;
+                    row = Some(r);
+                }
+                other => panic!("key {key}: row kind {other}"),
+            }
+            if kind != "-U" {
+                assert!(!before || kind == "+U", "key {key}: -U without +U: {list:?}");
+            }
+        }
+        if let Some(r) = row {
+            out.insert(key.clone(), r.clone());
+        }
+    }
+    out
+}
+
+/// The source table `(id, v, big)`'s rows as the changelog reads them, by id.
+async fn source_rows(
+    client: &tokio_postgres::Client,
+    t: &str,
+) -> BTreeMap<String, BTreeMap<String, String>> {
+    let rows = client
+        .query(&format!("SELECT id, v, big FROM {t}"), &[])
+        .await
+        .unwrap();
+    rows.iter()
+        .map(|r| {
+            let id: i64 = r.get(0);
+            let v: Option<i64> = r.get(1);
+            let big: Option<String> = r.get(2);
+            let row = BTreeMap::from([
+                ("id".to_owned(), id.to_string()),
+                ("v".to_owned(), v.map_or("null".to_owned(), |v| v.to_string())),
+                ("big".to_owned(), big.unwrap_or_else(|| "null".to_owned())),
+            ]);
+            (id.to_string(), row)
+        })
+        .collect()
+}
+
+/// Transaction `k` of the workload: updates (some leaving the TOASTed `big` unchanged), an
+/// insert, a key change, a delete.
+fn transaction(t: &str, k: i64) -> String {
+    format!(
+        "BEGIN;
+         UPDATE {t} SET v = v + 1 WHERE id % 5 = {m};
+         UPDATE {t} SET big = 'b{k}' WHERE id = {small};
+         INSERT INTO {t} VALUES ({new}, {k}, NULL);
+         UPDATE {t} SET id = id + 100000 WHERE id = {moved};
+         DELETE FROM {t} WHERE id = {gone};
+         COMMIT;",
+        m = k % 5,
+        small = 40 + k % 10,
+        new = 1000 + k,
+        moved = 1 + k,
+        gone = 1000 + k - 2,
+    )
+}
+
+/// A table of 60 rows, 20 with a TOASTed `big`.
+async fn workload_table(client: &tokio_postgres::Client, t: &str) {
+    exec(
+        client,
+        &format!(
+            "DROP TABLE IF EXISTS {t};
+             CREATE TABLE {t} (id int8 PRIMARY KEY, v int8, big text);
+             ALTER TABLE {t} ALTER COLUMN big SET STORAGE EXTERNAL;
+             INSERT INTO {t} SELECT g, g, CASE WHEN g <= 20 THEN
+               (SELECT string_agg(md5(h::text || '-' || g), '') FROM generate_series(1, 100) h) END
+             FROM generate_series(1, 60) g;"
+        ),
+    )
+    .await;
+}
+
+/// kill -9 at the commit's crash points (the snapshot not yet written; written, `LATEST` not):
+/// the changelog the restarted daemon goes on with has no gap and no duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paimon_changelog_has_no_gap_and_no_duplicate_through_kill9() {
+    let Some((env, name)) = test_env_and_name("lchlk") else {
+        return;
+    };
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    workload_table(&client, &t).await;
+    let settings = Settings {
+        commit_interval_ms: 100,
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new_lsm(&env, &name, &[&t], &settings, 2);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    changelog_settings(&p, &t);
+    let mut k = 0;
+    for point in ["lsm-commit-before-snapshot:3", "lsm-commit-after-snapshot:3"] {
+        p.env_vars = vec![("CDCD_FAILPOINT".into(), point.into())];
+        p.start();
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        let st = loop {
+            if let Some(st) = p.try_exit() {
+                break st;
+            }
+            assert!(std::time::Instant::now() < deadline, "{point}: no crash");
+            exec(&client, &transaction(&t, k)).await;
+            k += 1;
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        };
+        assert!(!st.success(), "{point}: {st}");
+        assert!(p.output().contains("failpoint lsm-commit"), "{}", p.output());
+    }
+    p.env_vars.clear();
+    p.start();
+    for _ in 0..5 {
+        exec(&client, &transaction(&t, k)).await;
+        k += 1;
+    }
+    p.assert_equal(&t, 60).await;
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0), "{st}");
+    let source = source_rows(&client, &t).await;
+    let streamed = per_key(&read_changelog(&p, &t, "stream"), "id");
+    assert_eq!(replay(&streamed, true), source, "stream read replayed");
+    let incremental = per_key(&read_changelog(&p, &t, "incremental"), "id");
+    let sorted = |m: &BTreeMap<String, Vec<Entry>>| -> Vec<Entry> {
+        let mut all: Vec<Entry> = m.values().flatten().cloned().collect();
+        all.sort();
+        all
+    };
+    assert_eq!(sorted(&incremental), sorted(&streamed), "incremental read");
+}
+
+/// Snapshots expire with their changelog files (3 kept): what the retained snapshots list still
+/// reads, every file they name is there, and it replays onto the source's rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retained_paimon_changelog_reads_after_expiry() {
+    let Some((env, name)) = test_env_and_name("lchle") else {
+        return;
+    };
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    workload_table(&client, &t).await;
+    let settings = Settings {
+        commit_interval_ms: 50,
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new_lsm(&env, &name, &[&t], &settings, 2);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let text = std::fs::read_to_string(&p.config)
+        .unwrap()
+        .replace("snapshots_retained = 10", "snapshots_retained = 3");
+    std::fs::write(&p.config, text).unwrap();
+    changelog_settings(&p, &t);
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    for k in 0..30 {
+        exec(&client, &transaction(&t, k)).await;
+        tokio::time::sleep(Duration::from_millis(120)).await;
+    }
+    p.assert_equal(&t, 60).await;
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0), "{st}");
+    let earliest: i64 = std::fs::read_to_string(p.table_dir(&t).join("snapshot/EARLIEST"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(earliest > 10, "no expiry: EARLIEST is {earliest}");
+    let files = p.python(
+        r#"
+import json, os, sys
+from fastavro import reader
+tbl = sys.argv[1]
+sd = os.path.join(tbl, "snapshot")
+ids = sorted(int(n[9:]) for n in os.listdir(sd) if n.startswith("snapshot-"))
+missing, changelog = [], 0
+for i in ids:
+    s = json.load(open(os.path.join(sd, "snapshot-%d" % i)))
+    lst = s.get("changelogManifestList")
+    if not lst:
+        continue
+    for m in reader(open(os.path.join(tbl, "manifest", lst), "rb")):
+        for e in reader(open(os.path.join(tbl, "manifest", m["_FILE_NAME"]), "rb")):
+            f = "bucket-%d/%s" % (e["_BUCKET"], e["_FILE"]["_FILE_NAME"])
+            changelog += 1
+            if not os.path.exists(os.path.join(tbl, f)):
+                missing.append(f)
+gone = [n for b in os.listdir(tbl) if b.startswith("bucket-")
+        for n in os.listdir(os.path.join(tbl, b)) if n.startswith("changelog-")]
+print(json.dumps({"ids": ids, "missing": missing, "listed": changelog, "on_disk": len(gone)}))
+"#,
+        &[&p.table_dir(&t).display().to_string()],
+    );
+    let v: Value = serde_json::from_str(files.lines().last().unwrap_or("")).unwrap();
+    assert_eq!(v["missing"], Value::Array(Vec::new()), "{v}");
+    assert!(v["listed"].as_u64().unwrap_or(0) > 0, "{v}");
+    // The expired snapshots' changelog files went with them.
+    assert_eq!(v["listed"], v["on_disk"], "{v}");
+    let source = source_rows(&client, &t).await;
+    let streamed = per_key(&read_changelog(&p, &t, "stream"), "id");
+    let replayed = replay(&streamed, false);
+    for (key, r) in &replayed {
+        assert_eq!(source.get(key), Some(r), "key {key}");
+    }
+}
