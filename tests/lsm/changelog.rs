@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{connect, exec, test_env_and_name, Pipeline, Settings};
+use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
+use crate::support::{connect, exec, output_ok, test_env_and_name, Pipeline, Settings, NAMESPACE};
 
 /// Reads a table's changelog with pypaimon as JSON lines `[kind, row]`, each row a JSON object:
 /// `stream` walks snapshots from the earliest with the stream read's follow-up scanner and
@@ -52,9 +53,26 @@ pub type Entry = (String, BTreeMap<String, String>);
 
 /// The changelog of `table` as pypaimon reads it (`mode`: `stream` or `incremental`).
 pub fn read_changelog(p: &Pipeline, table: &str, mode: &str) -> Vec<Entry> {
-    let wh = p.warehouse.display().to_string();
-    let out = p.python(READ_CHANGELOG, &[&wh, &format!("shop.{table}"), mode]);
-    out.lines()
+    read_changelog_in(&p.env.python, &p.warehouse, table, mode)
+}
+
+/// [`read_changelog`] of table `shop.<table>` in `warehouse`, with the test bed's `python`.
+pub fn read_changelog_in(
+    python: &str,
+    warehouse: &std::path::Path,
+    table: &str,
+    mode: &str,
+) -> Vec<Entry> {
+    let out = output_ok(
+        std::process::Command::new(python)
+            .arg("-c")
+            .arg(READ_CHANGELOG)
+            .arg(warehouse.display().to_string())
+            .arg(format!("{NAMESPACE}.{table}"))
+            .arg(mode),
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
         .filter(|l| l.starts_with('['))
         .map(|l| {
             let v: Value = serde_json::from_str(l).unwrap();
@@ -447,4 +465,73 @@ print(json.dumps({"ids": ids, "missing": missing, "listed": changelog, "on_disk"
     for (key, r) in &replayed {
         assert_eq!(source.get(key), Some(r), "key {key}");
     }
+}
+
+/// MariaDB's partial row images (`binlog_row_image = MINIMAL`: an update logs the changed columns
+/// and the key, a delete the key; NOBLOB leaves unchanged TEXT out) become whole changelog
+/// images, completed from the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_minimal_images_read_back_as_whole_paimon_changelog_rows() {
+    let Some((env, name)) = my_env_and_name("mylchl") else {
+        return;
+    };
+    let mut p = MyPipeline::new(&env, &name, "initial", "").await;
+    p.use_lsm(2, "initial", "");
+    let mut text = std::fs::read_to_string(&p.config).unwrap();
+    text.push_str(&format!(
+        "\n[sink.tables.\"{db}.item\"]\nchangelog = true\n",
+        db = p.db
+    ));
+    std::fs::write(&p.config, text).unwrap();
+    let mut c = my_connect(&env.url_for(&p.db)).await;
+    my_exec(
+        &mut c,
+        "CREATE TABLE item (id BIGINT PRIMARY KEY, n INT, note VARCHAR(40), body TEXT);
+         INSERT INTO item VALUES (1, 1, 'one', 'b1'), (2, 2, 'two', 'b2'), (3, 3, 'three', 'b3');",
+    )
+    .await;
+    p.start();
+    p.assert_equal("item", 120).await;
+    my_exec(
+        &mut c,
+        "SET SESSION binlog_row_image = 'MINIMAL';
+         UPDATE item SET n = 10 WHERE id = 1;
+         UPDATE item SET id = 20 WHERE id = 2;
+         DELETE FROM item WHERE id = 3;
+         INSERT INTO item VALUES (4, 4, 'four', 'b4');
+         SET SESSION binlog_row_image = 'NOBLOB';
+         UPDATE item SET note = NULL WHERE id = 4;
+         SET SESSION binlog_row_image = 'FULL';",
+    )
+    .await;
+    p.assert_equal("item", 120).await;
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0), "{st}");
+    let r = |kind: &str, id: i64, n: i64, note: &str, body: &str| -> Entry {
+        let row = BTreeMap::from([
+            ("id".to_owned(), id.to_string()),
+            ("n".to_owned(), n.to_string()),
+            ("note".to_owned(), note.to_owned()),
+            ("body".to_owned(), body.to_owned()),
+        ]);
+        (kind.to_owned(), row)
+    };
+    let expected = per_key(
+        &[
+            r("+I", 1, 1, "one", "b1"),
+            r("-U", 1, 1, "one", "b1"),
+            r("+U", 1, 10, "one", "b1"),
+            r("+I", 2, 2, "two", "b2"),
+            r("-D", 2, 2, "two", "b2"),
+            r("+I", 20, 2, "two", "b2"),
+            r("+I", 3, 3, "three", "b3"),
+            r("-D", 3, 3, "three", "b3"),
+            r("+I", 4, 4, "four", "b4"),
+            r("-U", 4, 4, "four", "b4"),
+            r("+U", 4, 4, "null", "b4"),
+        ],
+        "id",
+    );
+    let streamed = read_changelog_in(&env.python, &p.warehouse, "item", "stream");
+    assert_eq!(per_key(&streamed, "id"), expected, "stream read");
 }

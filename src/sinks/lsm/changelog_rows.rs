@@ -306,3 +306,87 @@ impl Changelog {
         schemas.batch(keys, seq, kind, values)
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::test_fixtures::{changes, del, ins, schema, upd};
+
+    fn walk_of(batch: &TableChanges) -> (EncodedKeys, Vec<Src>, FileSchemas) {
+        let schemas = FileSchemas::new(&schema());
+        let cast: Vec<Vec<ArrayRef>> = vec![batch
+            .rows
+            .columns()
+            .iter()
+            .map(|a| schemas.cast(a).unwrap())
+            .collect()];
+        let old: Vec<Vec<ArrayRef>> = vec![batch
+            .old_keys
+            .columns()
+            .iter()
+            .map(|a| schemas.cast(a).unwrap())
+            .collect()];
+        let keys = EncodedKeys::new(&schemas, &cast, &old).unwrap();
+        let reads = reads(std::slice::from_ref(batch), &keys);
+        (keys, reads, schemas)
+    }
+
+    #[test]
+    fn each_change_gets_whole_before_and_after_images() {
+        let batch = changes(&[
+            upd(1, None, 11),
+            upd(1, Some("x"), 12),
+            del(1),
+            ins(2, "n"),
+            (Op::Update, 5, Some(4), None, Some(50)),
+        ]);
+        let (keys, read, schemas) = walk_of(&batch);
+        // Key 1's row before the commit, and the old key 4 a key change moves.
+        assert_eq!(read, vec![Src::Row(0, 0), Src::Old(0, 4)]);
+        let log = rows(&Walk {
+            changes: std::slice::from_ref(&batch),
+            keys: &keys,
+            schemas: &schemas,
+            reads: &read,
+            found: &[Some(0), Some(1)],
+            counted: 5,
+        });
+        let (b, kd, u, a, i) = (
+            KIND_UPDATE_BEFORE,
+            KIND_DELETE,
+            KIND_UPDATE_AFTER,
+            KIND_INSERT,
+            KIND_INSERT,
+        );
+        assert_eq!(log.kinds, vec![b, u, b, u, kd, i, kd, a]);
+        assert_eq!(log.orders, vec![1, 1, 2, 2, 3, 4, 5, 5]);
+        let row = |n: usize| log.sources[n * 3..n * 3 + 3].to_vec();
+        let (l0, l1) = (Src::Lookup(0), Src::Lookup(1));
+        let r = |n| Src::Row(0, n);
+        assert_eq!(row(0), vec![l0, l0, l0], "-U from the table");
+        assert_eq!(row(1), vec![r(0), l0, r(0)], "+U: the absent column kept");
+        assert_eq!(row(2), row(1), "-U: the previous +U");
+        assert_eq!(row(3), vec![r(1), r(1), r(1)]);
+        assert_eq!(row(4), row(3), "-D: the whole row");
+        assert_eq!(row(5), vec![r(3), r(3), r(3)]);
+        assert_eq!(row(6), vec![l1, l1, l1], "-D of the old key");
+        assert_eq!(row(7), vec![r(4), l1, r(4)], "+I of the new key");
+    }
+
+    #[test]
+    fn a_delete_of_a_row_the_table_lacks_keeps_what_the_change_says() {
+        let batch = changes(&[del(9)]);
+        let (keys, read, schemas) = walk_of(&batch);
+        let log = rows(&Walk {
+            changes: std::slice::from_ref(&batch),
+            keys: &keys,
+            schemas: &schemas,
+            reads: &read,
+            found: &[None],
+            counted: 1,
+        });
+        assert_eq!(log.kinds, vec![KIND_DELETE]);
+        assert_eq!(log.sources, vec![Src::Row(0, 0), Src::Null, Src::Null]);
+    }
+}
