@@ -535,3 +535,60 @@ async fn mariadb_minimal_images_read_back_as_whole_paimon_changelog_rows() {
     let streamed = read_changelog_in(&env.python, &p.warehouse, "item", "stream");
     assert_eq!(per_key(&streamed, "id"), expected, "stream read");
 }
+
+/// `changelog = true` turned on for a table cdcd already writes: a schema of its own sets
+/// `changelog-producer = input`, and the changes from then on read back as the changelog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changelog_turned_on_for_an_existing_table() {
+    let Some((env, name)) = test_env_and_name("lchlon") else {
+        return;
+    };
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {t};
+             CREATE TABLE {t} (id int8 PRIMARY KEY, v int8, big text);
+             INSERT INTO {t} VALUES (1, 1, 'one'), (2, 2, 'two');"
+        ),
+    )
+    .await;
+    let settings = Settings {
+        commit_interval_ms: 100,
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new_lsm(&env, &name, &[&t], &settings, 2);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    exec(&client, &format!("UPDATE {t} SET v = 5 WHERE id = 2")).await;
+    p.assert_equal(&t, 60).await;
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0), "{st}");
+
+    changelog_settings(&p, &t);
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    exec(
+        &client,
+        &format!("UPDATE {t} SET v = 10 WHERE id = 1; DELETE FROM {t} WHERE id = 2"),
+    )
+    .await;
+    p.assert_equal(&t, 60).await;
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0), "{st}");
+    let expected = per_key(
+        &[
+            e("-U", 1, 1, "one"),
+            e("+U", 1, 10, "one"),
+            e("-D", 2, 5, "two"),
+        ],
+        "id",
+    );
+    assert_eq!(
+        per_key(&read_changelog(&p, &t, "stream"), "id"),
+        expected,
+        "stream read"
+    );
+}
