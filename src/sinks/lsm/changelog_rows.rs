@@ -125,13 +125,40 @@ enum Image {
 
 /// The changelog rows of one commit: `kinds[i]`, `orders[i]` (the change's rank, 1-based, from
 /// the first change the table's plan counts; 0 before it), and the row-major `sources` of their
-/// columns.
+/// columns, or (an insert-only commit, [`inserts`]) `rows[i]`, the change every column of row
+/// `i` comes from: a copy commit of a million rows needs no ten million sources.
 #[derive(Debug, Default)]
 pub struct Changelog {
     pub kinds: Vec<i8>,
     pub orders: Vec<u64>,
     pub sources: Vec<Src>,
+    pub rows: Vec<Src>,
     pub columns: usize,
+}
+
+/// Whether every change is an insert or a TRUNCATE (an initial copy's commits, the first one
+/// after its marker): each insert is its own `+I` row with the change's values, and no key's
+/// state is needed.
+pub fn insert_only(changes: &[TableChanges]) -> bool {
+    changes
+        .iter()
+        .all(|c| c.ops.iter().all(|op| matches!(op, Op::Insert | Op::Truncate)))
+}
+
+/// The changelog of an [`insert_only`] commit whose plan counts `counted` changes.
+pub fn inserts(changes: &[TableChanges], counted: u64) -> Changelog {
+    let total: u64 = changes.iter().map(|c| c.ops.len() as u64).sum();
+    let before_counted = total.saturating_sub(counted);
+    let mut out = Changelog::default();
+    for (n, (b, r, op, _)) in in_order(changes).enumerate() {
+        if op == Op::Truncate {
+            continue;
+        }
+        out.kinds.push(KIND_INSERT);
+        out.orders.push((n as u64 + 1).saturating_sub(before_counted));
+        out.rows.push(Src::Row(b, r));
+    }
+    out
 }
 
 /// What [`rows`] walks with.
@@ -285,7 +312,12 @@ impl Changelog {
             arrays.push(null.as_ref());
             idx.clear();
             idx.extend((0..self.kinds.len()).map(|row| {
-                match self.sources.get(row * self.columns + col) {
+                let src = if self.sources.is_empty() {
+                    self.rows.get(row)
+                } else {
+                    self.sources.get(row * self.columns + col)
+                };
+                match src {
                     Some(Src::Row(b, r)) => (*b as usize, *r as usize),
                     Some(Src::Old(b, r)) => (nb + *b as usize, *r as usize),
                     Some(Src::Lookup(i)) => (2 * nb, *i as usize),
@@ -372,6 +404,17 @@ mod tests {
         assert_eq!(row(5), vec![r(3), r(3), r(3)]);
         assert_eq!(row(6), vec![l1, l1, l1], "-D of the old key");
         assert_eq!(row(7), vec![r(4), l1, r(4)], "+I of the new key");
+    }
+
+    #[test]
+    fn an_insert_only_commit_names_one_source_per_row() {
+        let batch = changes(&[ins(1, "a"), ins(2, "b")]);
+        assert!(insert_only(std::slice::from_ref(&batch)));
+        let log = inserts(std::slice::from_ref(&batch), 2);
+        assert_eq!(log.kinds, vec![KIND_INSERT, KIND_INSERT]);
+        assert_eq!(log.orders, vec![1, 2]);
+        assert_eq!(log.rows, vec![Src::Row(0, 0), Src::Row(0, 1)]);
+        assert!(log.sources.is_empty());
     }
 
     #[test]

@@ -40,6 +40,52 @@ impl Commit<'_> {
                 source,
             }
         };
+        let (rows, current) = if changelog_rows::insert_only(self.input.changes) {
+            let rows = changelog_rows::inserts(self.input.changes, plan.changes);
+            (rows, None)
+        } else {
+            self.walk(planned).await?
+        };
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let batch = rows
+            .build(
+                schemas,
+                state.next_sequence,
+                &plan.cast,
+                &plan.old_cast,
+                current.as_ref(),
+            )
+            .map_err(arrow("building the changelog"))?;
+        let parts = self.by_slot(planned, &batch)?;
+        let (warehouse, location) = (&self.tables.warehouse, &state.location);
+        futures::future::try_join_all(parts.into_iter().map(|(slot, part)| async move {
+            let name = files::new_changelog_file_name();
+            let file = files::write_named_file(
+                warehouse, table, location, schemas, &slot, part, &name,
+            )
+            .await?;
+            Ok::<_, SinkError>((slot, file))
+        }))
+        .await
+    }
+
+    /// The changelog rows of a commit with updates or deletes, and the current rows their
+    /// images start from (`changelog_rows.rs`).
+    async fn walk(
+        &self,
+        planned: &Planned,
+    ) -> Result<(changelog_rows::Changelog, Option<RecordBatch>), SinkError> {
+        let state = self.state()?;
+        let table = self.table();
+        let (schemas, plan) = (&planned.schemas, &planned.plan);
+        let arrow = |what: &'static str| {
+            move |source| SinkError::Arrow {
+                context: format!("{what} of {table}"),
+                source,
+            }
+        };
         let keys = EncodedKeys::new(schemas, &plan.cast, &plan.old_cast)
             .map_err(arrow("encoding the changelog's keys"))?;
         let reads = changelog_rows::reads(self.input.changes, &keys);
@@ -75,29 +121,7 @@ impl Commit<'_> {
             found: &found,
             counted: plan.changes,
         });
-        if rows.is_empty() {
-            return Ok(Vec::new());
-        }
-        let batch = rows
-            .build(
-                schemas,
-                state.next_sequence,
-                &plan.cast,
-                &plan.old_cast,
-                current.as_ref(),
-            )
-            .map_err(arrow("building the changelog"))?;
-        let parts = self.by_slot(planned, &batch)?;
-        let (warehouse, location) = (&self.tables.warehouse, &state.location);
-        futures::future::try_join_all(parts.into_iter().map(|(slot, part)| async move {
-            let name = files::new_changelog_file_name();
-            let file = files::write_named_file(
-                warehouse, table, location, schemas, &slot, part, &name,
-            )
-            .await?;
-            Ok::<_, SinkError>((slot, file))
-        }))
-        .await
+        Ok((rows, current))
     }
 
     /// `batch` (changelog rows in source order) cut by (partition, bucket) of each row's own
