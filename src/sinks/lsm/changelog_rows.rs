@@ -140,22 +140,29 @@ pub struct Changelog {
 /// after its marker): each insert is its own `+I` row with the change's values, and no key's
 /// state is needed.
 pub fn insert_only(changes: &[TableChanges]) -> bool {
-    changes
-        .iter()
-        .all(|c| c.ops.iter().all(|op| matches!(op, Op::Insert | Op::Truncate)))
+    changes.iter().all(|c| {
+        c.ops
+            .iter()
+            .all(|op| matches!(op, Op::Insert | Op::Truncate))
+    })
 }
 
-/// The changelog of an [`insert_only`] commit whose plan counts `counted` changes.
-pub fn inserts(changes: &[TableChanges], counted: u64) -> Changelog {
+/// The changelog of an [`insert_only`] commit whose plan counts `counted` changes, of a table
+/// of `columns` columns.
+pub fn inserts(changes: &[TableChanges], counted: u64, columns: usize) -> Changelog {
     let total: u64 = changes.iter().map(|c| c.ops.len() as u64).sum();
     let before_counted = total.saturating_sub(counted);
-    let mut out = Changelog::default();
+    let mut out = Changelog {
+        columns,
+        ..Changelog::default()
+    };
     for (n, (b, r, op, _)) in in_order(changes).enumerate() {
         if op == Op::Truncate {
             continue;
         }
         out.kinds.push(KIND_INSERT);
-        out.orders.push((n as u64 + 1).saturating_sub(before_counted));
+        out.orders
+            .push((n as u64 + 1).saturating_sub(before_counted));
         out.rows.push(Src::Row(b, r));
     }
     out
@@ -410,7 +417,8 @@ mod tests {
     fn an_insert_only_commit_names_one_source_per_row() {
         let batch = changes(&[ins(1, "a"), ins(2, "b")]);
         assert!(insert_only(std::slice::from_ref(&batch)));
-        let log = inserts(std::slice::from_ref(&batch), 2);
+        let log = inserts(std::slice::from_ref(&batch), 2, 3);
+        assert_eq!(log.columns, 3);
         assert_eq!(log.kinds, vec![KIND_INSERT, KIND_INSERT]);
         assert_eq!(log.orders, vec![1, 2]);
         assert_eq!(log.rows, vec![Src::Row(0, 0), Src::Row(0, 1)]);

@@ -162,7 +162,10 @@ mod tests {
             "[sink]\nkind = \"lsm\"\nmerge_engine = \"partial-update\"",
         ) + "[sink.tables.\"public.t\"]\nchangelog = true\n";
         let err = Config::from_toml(&text, "p.toml").unwrap_err().to_string();
-        assert!(err.contains("sink.merge_engine") && err.contains("changelog"), "{err}");
+        assert!(
+            err.contains("sink.merge_engine") && err.contains("changelog"),
+            "{err}"
+        );
     }
 
     #[test]

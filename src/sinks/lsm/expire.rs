@@ -322,7 +322,9 @@ async fn first_kept(
     latest: i64,
 ) -> Result<i64, SinkError> {
     let cut = (latest - keep.min.max(1) + 1).max(earliest);
-    let at_most = keep.max.map_or(earliest, |max| (latest - max + 1).max(earliest));
+    let at_most = keep
+        .max
+        .map_or(earliest, |max| (latest - max + 1).max(earliest));
     // A time window keeps younger snapshots too.
     let Some(window) = keep.window_ms else {
         return Ok(cut.max(at_most));
@@ -430,6 +432,10 @@ mod retention_tests {
         };
         assert_eq!(ChangelogRetention::of(&o), Some(want));
         let bare = BTreeMap::from([("changelog-producer".to_owned(), "input".to_owned())]);
-        assert_eq!(ChangelogRetention::of(&bare), None, "the snapshots' retention");
+        assert_eq!(
+            ChangelogRetention::of(&bare),
+            None,
+            "the snapshots' retention"
+        );
     }
 }

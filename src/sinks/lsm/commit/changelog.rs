@@ -41,7 +41,7 @@ impl Commit<'_> {
             }
         };
         let (rows, current) = if changelog_rows::insert_only(self.input.changes) {
-            let rows = changelog_rows::inserts(self.input.changes, plan.changes);
+            let rows = changelog_rows::inserts(self.input.changes, plan.changes, schemas.columns);
             (rows, None)
         } else {
             self.walk(planned).await?
@@ -62,10 +62,9 @@ impl Commit<'_> {
         let (warehouse, location) = (&self.tables.warehouse, &state.location);
         futures::future::try_join_all(parts.into_iter().map(|(slot, part)| async move {
             let name = files::new_changelog_file_name();
-            let file = files::write_named_file(
-                warehouse, table, location, schemas, &slot, part, &name,
-            )
-            .await?;
+            let file =
+                files::write_named_file(warehouse, table, location, schemas, &slot, part, &name)
+                    .await?;
             Ok::<_, SinkError>((slot, file))
         }))
         .await
@@ -125,7 +124,10 @@ impl Commit<'_> {
     }
 
     /// `batch` (changelog rows in source order) cut by (partition, bucket) of each row's own
-    /// values, each part sorted by key with a key's rows kept in source order.
+    /// values, each part sorted by key with a key's rows kept in source order. An update that
+    /// moves its row to another partition becomes `-D` in the one it leaves and `+I` in the one
+    /// it enters: each partition's stream stays whole, and a reader reads partitions in no
+    /// order relative to each other.
     fn by_slot(
         &self,
         planned: &Planned,
@@ -179,6 +181,7 @@ impl Commit<'_> {
             };
             rows.push((slot, row as u32));
         }
+        let batch = &moved_as_delete_insert(batch, &rows, nk).map_err(arrow)?;
         // Stable: a key's rows keep source order.
         rows.sort_by(|a, b| {
             a.0.cmp(&b.0)
@@ -195,6 +198,40 @@ impl Commit<'_> {
         }
         Ok(out)
     }
+}
+
+/// `batch` with each `-U`/`+U` pair whose rows lie in different slots (`slots[i]`, in row order)
+/// made `-D`/`+I` (the kind column follows the `nk` key columns and the sequence number).
+fn moved_as_delete_insert(
+    batch: &RecordBatch,
+    slots: &[(Slot, u32)],
+    nk: usize,
+) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int8Type;
+    let column = nk + 1;
+    let Some(kinds) = batch.column(column).as_primitive_opt::<Int8Type>() else {
+        return Ok(batch.clone());
+    };
+    let mut out: Vec<i8> = kinds.values().to_vec();
+    let mut changed = false;
+    for i in 1..out.len() {
+        let pair = out[i - 1] == changelog_rows::KIND_UPDATE_BEFORE
+            && out[i] == changelog_rows::KIND_UPDATE_AFTER;
+        if pair && slots.get(i - 1).map(|s| &s.0) != slots.get(i).map(|s| &s.0) {
+            out[i - 1] = super::super::schema::KIND_DELETE;
+            out[i] = super::super::schema::KIND_INSERT;
+            changed = true;
+        }
+    }
+    if !changed {
+        return Ok(batch.clone());
+    }
+    let mut columns = batch.columns().to_vec();
+    if let Some(c) = columns.get_mut(column) {
+        *c = std::sync::Arc::new(arrow_array::Int8Array::from(out));
+    }
+    RecordBatch::try_new(batch.schema(), columns)
 }
 
 /// The key columns (stored types) of `reads`.

@@ -93,8 +93,7 @@ pub(super) async fn commit(
     let mut written = commit.write(&planned, &found).await?;
     // A resync's lineage keeps none: its swap into the live table is the changelog's boundary
     // (docs/internals.md, "Paimon changelog").
-    if tables.config.changelog_for(&input.schema.id) && tables.lineage(&input.schema.id).is_none()
-    {
+    if tables.config.changelog_for(&input.schema.id) && tables.lineage(&input.schema.id).is_none() {
         written.change.changelog = commit.changelog(&planned).await?;
     }
     let buckets = planned.buckets as i32;
