@@ -465,7 +465,6 @@ impl Section {
 /// A key of the contract that `kind`'s sink does not write yet: refused rather than ignored.
 fn unbuilt(raw: &RawTableSettings, kind: SinkKind) -> Option<&'static str> {
     match kind {
-        SinkKind::Lsm if raw.changelog == Some(true) => Some("changelog"),
         SinkKind::Lsm if raw.deletes == Some(Deletes::Soft) => Some("deletes"),
         SinkKind::Lsm if raw.row_metadata == Some(true) => Some("row_metadata"),
         _ => None,

@@ -1,5 +1,7 @@
-//! The LSM (Apache Paimon) sink end to end from Postgres, read back by pypaimon.
+//! The LSM (Apache Paimon) sink end to end from Postgres (and MariaDB for the changelog), read
+//! back by pypaimon.
 
+mod changelog;
 mod expiry;
 mod partitioned;
 mod replication;

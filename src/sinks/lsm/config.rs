@@ -86,6 +86,11 @@ pub struct LsmConfig {
 impl LsmConfig {
     /// Buckets of `table` when cdcd creates it: its section's `buckets`, else `sink.buckets`.
     /// (Two equally specific globs over the table are refused at start: `LsmSink::prepare`.)
+    /// Whether `table` keeps a changelog (`changelog = true` in its `[sink.tables."…"]`).
+    pub fn changelog_for(&self, table: &TableId) -> bool {
+        self.tables.resolve(table).is_ok_and(|s| s.changelog)
+    }
+
     pub fn buckets_for(&self, table: &TableId) -> u32 {
         self.tables
             .resolve(table)
@@ -120,6 +125,15 @@ impl RawLsm {
             "sink.snapshots_retained",
             self.snapshots_retained.unwrap_or(30),
         )?;
+        if self.merge_engine == MergeEngine::PartialUpdate
+            && self.tables.values().any(|t| t.changelog == Some(true))
+        {
+            // Whole before images come from the table's rows, which that engine leaves partial.
+            return Err(ctx.invalid(
+                "sink.merge_engine",
+                "\"partial-update\" keeps partial rows, so a changelog (changelog = true in [sink.tables]) would have partial images; use \"deduplicate\"",
+            ));
+        }
         let tables = TablesConfig::validate(self.tables, SinkKind::Lsm, ctx)?;
         Ok(LsmConfig {
             warehouse,
@@ -140,6 +154,19 @@ mod tests {
     use super::MergeEngine;
     use crate::config::tests::MINIMAL;
     use crate::config::{Config, SinkConfig};
+
+    #[test]
+    fn a_changelog_needs_the_deduplicate_engine() {
+        let text = MINIMAL.replace(
+            "[sink]",
+            "[sink]\nkind = \"lsm\"\nmerge_engine = \"partial-update\"",
+        ) + "[sink.tables.\"public.t\"]\nchangelog = true\n";
+        let err = Config::from_toml(&text, "p.toml").unwrap_err().to_string();
+        assert!(
+            err.contains("sink.merge_engine") && err.contains("changelog"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn lsm_sink_keys() {

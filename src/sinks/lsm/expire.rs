@@ -82,7 +82,12 @@ pub(super) async fn collect(
     };
     let live_only = scope == Scope::Live;
     let mut live: HashSet<(Vec<u8>, i32, String)> = HashSet::new();
-    for list in [&s.base_manifest_list, &s.delta_manifest_list] {
+    // A snapshot's changelog files go and stay with it (Paimon's changelog retention is the
+    // snapshots': `changelog.num-retained.*` above them is refused, docs/table-settings.md).
+    let lists = [&s.base_manifest_list, &s.delta_manifest_list]
+        .into_iter()
+        .chain(s.changelog_manifest_list.as_ref());
+    for list in lists {
         refs.lists.insert(list.clone());
         let manifests = match scope {
             Scope::Expiring => snapshot::read_manifest_list_if_present(w, location, list).await?,
@@ -148,10 +153,15 @@ pub(super) async fn expire_if_due(tables: &Tables, handle: &Handle, snapshot_id:
 
 /// Expires old snapshots of `handle`'s table. Returns how many were removed.
 pub(super) async fn expire(tables: &Tables, handle: &Handle) -> Result<usize, SinkError> {
-    let (location, latest, partitions) = {
+    let (location, latest, partitions, changelog) = {
         let guard = handle.state.lock().await;
         match guard.as_ref() {
-            Some(s) => (s.location.clone(), s.snapshot_id(), s.partitions.clone()),
+            Some(s) => (
+                s.location.clone(),
+                s.snapshot_id(),
+                s.partitions.clone(),
+                ChangelogRetention::of(&s.schema.options),
+            ),
             None => return Ok(0),
         }
     };
@@ -168,7 +178,17 @@ pub(super) async fn expire(tables: &Tables, handle: &Handle) -> Result<usize, Si
             "finishing an interrupted snapshot expiry"
         );
     }
-    let cut = first_kept(w, &tables.config, &location, earliest, latest).await?;
+    let own = Retention {
+        min: tables.config.snapshots_retained.max(1) as i64,
+        max: None,
+        window_ms: tables.config.snapshot_time_retained_ms,
+    };
+    let mut cut = first_kept(w, own, &location, earliest, latest).await?;
+    if let Some(changelog) = changelog {
+        // A snapshot kept is its changelog kept (expire.rs deletes a snapshot's changelog files
+        // with it): the changelog's retention keeps snapshots too.
+        cut = cut.min(first_kept(w, changelog, &location, earliest, latest).await?);
+    }
     // The hint never moves back: a time window may keep snapshots an interrupted count-based
     // expiry had already hinted past.
     let cut = cut.max(hinted);
@@ -224,20 +244,90 @@ async fn lowest_present(w: &Warehouse, location: &str, hinted: i64) -> Result<i6
     Ok(earliest)
 }
 
-/// The oldest snapshot to keep: the newest `snapshots_retained`, and with a time window any
-/// younger than it too.
+/// How many snapshots (or changelogs) to keep: the newest `min`, those younger than
+/// `window_ms` too, but never more than `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Retention {
+    pub(super) min: i64,
+    pub(super) max: Option<i64>,
+    pub(super) window_ms: Option<u64>,
+}
+
+/// A changelog table's retention (`changelog-producer = input`): Paimon's
+/// `changelog.num-retained.min` (default 1), `changelog.num-retained.max` and
+/// `changelog.time-retained` table options, or `None` when the table keeps no changelog or sets
+/// none of them. Unreadable values are left out with a warning (another writer's word).
+pub(super) struct ChangelogRetention;
+
+impl ChangelogRetention {
+    pub(super) fn of(options: &std::collections::BTreeMap<String, String>) -> Option<Retention> {
+        if options.get("changelog-producer").map(String::as_str) != Some("input") {
+            return None;
+        }
+        let number = |name: &str| -> Option<i64> {
+            let v = options.get(name)?;
+            let n = v.trim().parse::<i64>().ok().filter(|&n| n > 0);
+            if n.is_none() {
+                tracing::warn!(option = name, value = %v, "unreadable Paimon table option; ignored");
+            }
+            n
+        };
+        let (min, max) = (
+            number("changelog.num-retained.min"),
+            number("changelog.num-retained.max"),
+        );
+        let window_ms = options.get("changelog.time-retained").and_then(|v| {
+            let d = duration_ms(v);
+            if d.is_none() {
+                tracing::warn!(option = "changelog.time-retained", value = %v, "unreadable Paimon table option; ignored");
+            }
+            d
+        });
+        if min.is_none() && max.is_none() && window_ms.is_none() {
+            return None;
+        }
+        Some(Retention {
+            min: min.unwrap_or(1),
+            max,
+            window_ms,
+        })
+    }
+}
+
+/// A Paimon duration text (`TimeUtils.parseDuration`: `500 ms`, `30 s`, `10 min`, `1 h`, `2 d`,
+/// long unit names too; a bare number is milliseconds) in milliseconds.
+pub(super) fn duration_ms(text: &str) -> Option<u64> {
+    let t = text.trim().to_ascii_lowercase();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(digits);
+    let n: u64 = number.parse().ok()?;
+    let per: u64 = match unit.trim() {
+        "" | "ms" | "milli" | "millis" | "millisecond" | "milliseconds" => 1,
+        "s" | "sec" | "secs" | "second" | "seconds" => 1_000,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60_000,
+        "h" | "hour" | "hours" => 3_600_000,
+        "d" | "day" | "days" => 86_400_000,
+        _ => return None,
+    };
+    n.checked_mul(per)
+}
+
+/// The oldest snapshot to keep under `keep`: the newest `keep.min`, with a time window any
+/// younger than it too, and with a `max` no more than that many.
 async fn first_kept(
     w: &Warehouse,
-    config: &LsmConfig,
+    keep: Retention,
     location: &str,
     earliest: i64,
     latest: i64,
 ) -> Result<i64, SinkError> {
-    let keep = config.snapshots_retained.max(1) as i64;
-    let cut = (latest - keep + 1).max(earliest);
+    let cut = (latest - keep.min.max(1) + 1).max(earliest);
+    let at_most = keep
+        .max
+        .map_or(earliest, |max| (latest - max + 1).max(earliest));
     // A time window keeps younger snapshots too.
-    let Some(window) = config.snapshot_time_retained_ms else {
-        return Ok(cut);
+    let Some(window) = keep.window_ms else {
+        return Ok(cut.max(at_most));
     };
     let horizon = chrono::Utc::now().timestamp_millis() - window as i64;
     let mut id = earliest;
@@ -249,7 +339,7 @@ async fn first_kept(
         }
         id += 1;
     }
-    Ok(id)
+    Ok(id.max(at_most))
 }
 
 /// Deletes what the expired snapshots referenced and no retained one does, in dependency order:
@@ -302,4 +392,50 @@ async fn delete_snapshots(
         store::delete(w, &snapshot::snapshot_location(location, id)).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod retention_tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    #[test]
+    fn paimon_durations_read_in_milliseconds() {
+        assert_eq!(duration_ms("500 ms"), Some(500));
+        assert_eq!(duration_ms("30s"), Some(30_000));
+        assert_eq!(duration_ms("10 min"), Some(600_000));
+        assert_eq!(duration_ms("1 h"), Some(3_600_000));
+        assert_eq!(duration_ms("2 days"), Some(172_800_000));
+        assert_eq!(duration_ms("1500"), Some(1500));
+        assert_eq!(duration_ms("a while"), None);
+    }
+
+    #[test]
+    fn changelog_options_count_only_on_a_changelog_table() {
+        let mut o = BTreeMap::from([("changelog.num-retained.min".to_owned(), "50".to_owned())]);
+        assert_eq!(ChangelogRetention::of(&o), None, "no changelog-producer");
+        o.insert("changelog-producer".into(), "input".into());
+        let want = Retention {
+            min: 50,
+            max: None,
+            window_ms: None,
+        };
+        assert_eq!(ChangelogRetention::of(&o), Some(want));
+        o.insert("changelog.num-retained.max".into(), "80".into());
+        o.insert("changelog.time-retained".into(), "1 h".into());
+        let want = Retention {
+            min: 50,
+            max: Some(80),
+            window_ms: Some(3_600_000),
+        };
+        assert_eq!(ChangelogRetention::of(&o), Some(want));
+        let bare = BTreeMap::from([("changelog-producer".to_owned(), "input".to_owned())]);
+        assert_eq!(
+            ChangelogRetention::of(&bare),
+            None,
+            "the snapshots' retention"
+        );
+    }
 }

@@ -36,6 +36,11 @@ pub fn new_file_name() -> String {
     format!("data-{}-0.parquet", uuid::Uuid::new_v4())
 }
 
+/// A fresh changelog file name (Paimon's `changelog.file.prefix`, `changelog-`).
+pub fn new_changelog_file_name() -> String {
+    format!("changelog-{}-0.parquet", uuid::Uuid::new_v4())
+}
+
 /// Runs `work`, encoding or merging data files, on the blocking pool: a large file is CPU work
 /// of a second or more, which the source's connections on the runtime workers must not wait
 /// for. `task` names the work in a failure of the task, `what` in a failure of the work.
@@ -76,6 +81,31 @@ pub async fn write_file(
     })
     .await?;
     put_run(w, table, location, slot, bytes, &run, level, file_source).await
+}
+
+/// Encodes `batch` (sorted by key) off the runtime and puts it as file `name` of `slot`, at
+/// level 0: a changelog file (`commit/changelog.rs`).
+pub async fn write_named_file(
+    w: &Warehouse,
+    table: &TableId,
+    location: &str,
+    schemas: &FileSchemas,
+    slot: &Slot,
+    batch: arrow_array::RecordBatch,
+    name: &str,
+) -> Result<DataFileMeta, SinkError> {
+    let encode_schemas = schemas.clone();
+    let task = format!("encoding a changelog file of {}", slot.dir());
+    let (bytes, run) = off_runtime(table, task, "encoding a changelog file", move || {
+        let mut w = writer::RunWriter::new(&encode_schemas)?;
+        w.write(&batch)?;
+        w.finish()
+    })
+    .await?;
+    let size = bytes.len();
+    store::put(w, &file_location(location, slot, name), bytes).await?;
+    run.describe(name.to_owned(), size, 0, 0)
+        .map_err(file_error(table, "describing a changelog file"))
 }
 
 /// Puts an encoded sorted run as a new data file of `slot` and describes it.

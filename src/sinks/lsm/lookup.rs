@@ -49,7 +49,8 @@ pub async fn lookup(
     let wanted = converter
         .convert_columns(&keys)
         .map_err(arrow(table, "key encoding"))?;
-    let newest = Newest::find(w, table, state, schemas, plan, &converter, &wanted).await?;
+    let buckets: BTreeSet<i32> = plan.lookups.iter().map(|l| l.bucket as i32).collect();
+    let newest = Newest::find(w, table, state, schemas, &buckets, &converter, &wanted).await?;
     let mut idx = Vec::new();
     let mut found = Vec::with_capacity(newest.best.len());
     for (i, b) in newest.best.iter().enumerate() {
@@ -71,6 +72,43 @@ pub async fn lookup(
     Ok((Some(batch), found))
 }
 
+/// The current rows of `keys` (key columns, stored types) in the table's live files, whose
+/// buckets are `buckets`: the rows (data file shape) and, per key, its row in that batch (`None`:
+/// the table holds no row with that key). The changelog's before images (`commit/changelog.rs`).
+pub async fn current_rows(
+    w: &Warehouse,
+    table: &TableId,
+    state: &TableState,
+    schemas: &FileSchemas,
+    keys: &[ArrayRef],
+    buckets: &BTreeSet<i32>,
+) -> Result<(Option<RecordBatch>, Vec<Option<u32>>), SinkError> {
+    let converter = schemas
+        .key_converter()
+        .map_err(arrow(table, "key encoding"))?;
+    let wanted = converter
+        .convert_columns(keys)
+        .map_err(arrow(table, "key encoding"))?;
+    let newest = Newest::find(w, table, state, schemas, buckets, &converter, &wanted).await?;
+    let mut idx = Vec::new();
+    let mut found = Vec::with_capacity(newest.best.len());
+    for b in &newest.best {
+        match b {
+            Some((batch, row, _, false)) => {
+                found.push(Some(idx.len() as u32));
+                idx.push((*batch, *row));
+            }
+            _ => found.push(None),
+        }
+    }
+    if idx.is_empty() {
+        return Ok((None, found));
+    }
+    let batch =
+        gather(schemas, &newest.batches, &idx).map_err(arrow(table, "gathering current rows"))?;
+    Ok((Some(batch), found))
+}
+
 fn arrow(table: &TableId, what: &str) -> impl FnOnce(ArrowError) -> SinkError {
     let context = format!("{what} of {table}");
     move |source| SinkError::Arrow { context, source }
@@ -85,21 +123,20 @@ struct Newest {
 }
 
 impl Newest {
-    /// Reads the live files of the buckets the lookups hash to, keeping per key the row with the
-    /// highest sequence number (`wanted`: the keys, encoded by `converter`).
+    /// Reads the live files of `buckets` (those the wanted keys hash to), keeping per key the
+    /// row with the highest sequence number (`wanted`: the keys, encoded by `converter`).
     async fn find(
         w: &Warehouse,
         table: &TableId,
         state: &TableState,
         schemas: &FileSchemas,
-        plan: &Plan,
+        buckets: &BTreeSet<i32>,
         converter: &RowConverter,
         wanted: &Rows,
     ) -> Result<Newest, SinkError> {
         let index: HashMap<&[u8], usize> = (0..wanted.num_rows())
             .map(|i| (wanted.row(i).data(), i))
             .collect();
-        let buckets: BTreeSet<i32> = plan.lookups.iter().map(|l| l.bucket as i32).collect();
         let nk = schemas.key.len();
         let mut newest = Newest {
             best: vec![None; wanted.num_rows()],

@@ -40,13 +40,15 @@
 //! Pure formats and decisions: `schema.rs` (types, schema JSON, data file shape, evolution),
 //! `binary_row.rs` (Paimon's `BinaryRow` and bucket hash), `manifest.rs` (Avro), `writer.rs`
 //! (Parquet runs and their `DataFileMeta`), `plan.rs` (changes → one row per key),
+//! `changelog_rows.rs` (changes → the changelog's `+I`/`-U`/`+U`/`-D` rows, `changelog = true`),
 //! `placement.rs` (level 0 or bottom-level files for a copy commit's rows), `append.rs` (keyless
 //! tables: format and plan), `compaction/pick.rs` and `compaction/merge.rs`.
 //!
 //! Operations on a table, each a room of its own: `commit.rs` (the commit producer;
 //! `commit/evolve.rs` brings the schema to the changes', `commit/append.rs` commits a keyless
-//! table), `lookup.rs` (current rows for partial updates), `publish.rs` (the one way any
-//! operation publishes a snapshot), `compaction/` (worker and scheduling), `expire.rs`,
+//! table, `commit/changelog.rs` writes the changelog files), `lookup.rs` (current rows for
+//! partial updates and changelog images), `publish.rs` (the one way any operation publishes a
+//! snapshot), `compaction/` (worker and scheduling), `expire.rs`,
 //! `resync.rs` (`cdcd resync`: a lineage table beside the live one, swapped in by one `OVERWRITE`
 //! snapshot), `cleanup.rs` (orphans). This file keeps [`LsmSink`]: the `Sink` impl and the calls
 //! benchmarks and tests make.
@@ -90,6 +92,7 @@ use crate::storage::Warehouse;
 
 mod append;
 pub mod binary_row;
+mod changelog_rows;
 pub mod cleanup;
 mod commit;
 pub mod compaction;

@@ -118,8 +118,15 @@ pub async fn publish(
     let delta = manifests.write_delta(&change).await?;
     let mut base = manifests.write_base(state).await?;
     let lists = manifests.write_lists(&base, &delta).await?;
+    let changelog = manifests.write_changelog(&change.changelog).await?;
     drop(manifests);
-    let snapshot = snapshot(state, lists, &change, kind, properties);
+    let mut snapshot = snapshot(state, lists, &change, kind, properties);
+    if let Some((list, size)) = changelog {
+        snapshot.changelog_manifest_list = Some(list);
+        snapshot.changelog_manifest_list_size = Some(size);
+        snapshot.changelog_record_count =
+            Some(change.changelog.iter().map(|(_, f)| f.row_count).sum());
+    }
     let id = snapshot.id;
     put_snapshot(w, table, &state.location, &snapshot).await?;
     write_hints(w, table, &state.location, id).await;
@@ -267,6 +274,32 @@ impl Manifests<'_> {
         Ok(base)
     }
 
+    /// The changelog manifest and the list naming it (`manifest-list-<commit>-2`), for a commit
+    /// that wrote changelog files: the list's name and size.
+    async fn write_changelog(
+        &self,
+        files: &[(Slot, DataFileMeta)],
+    ) -> Result<Option<(String, i64)>, SinkError> {
+        if files.is_empty() {
+            return Ok(None);
+        }
+        let entries: Vec<ManifestEntry> = files
+            .iter()
+            .map(|(b, f)| self.entry(FileKind::Add, b, f))
+            .collect();
+        let name = format!("manifest-{}-changelog-0", self.commit);
+        let bytes =
+            manifest::encode_entries(&entries, &binary_row::empty_row()).map_err(self.enc())?;
+        let stats = self.stats(files.iter().map(|(s, _)| s))?;
+        let meta = manifest::describe(name.clone(), bytes.len(), &entries, stats);
+        self.put_manifest_file(&name, bytes).await?;
+        let list = format!("manifest-list-{}-2", self.commit);
+        let list_bytes = manifest::encode_list(&[meta]).map_err(self.enc())?;
+        let size = list_bytes.len() as i64;
+        self.put_manifest_file(&list, list_bytes).await?;
+        Ok(Some((list, size)))
+    }
+
     async fn write_lists(
         &self,
         base: &[ManifestFileMeta],
@@ -325,6 +358,7 @@ fn snapshot(
         delta_manifest_list: lists.delta_name,
         delta_manifest_list_size: Some(lists.delta_size),
         changelog_manifest_list: None,
+        changelog_manifest_list_size: None,
         index_manifest: None,
         commit_user: state.commit_user.clone(),
         commit_identifier: id,

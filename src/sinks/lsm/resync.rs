@@ -331,7 +331,11 @@ impl Swap<'_> {
             w,
             self.table,
             &mut live,
-            Change { added, deleted },
+            Change {
+                added,
+                deleted,
+                ..Change::default()
+            },
             "OVERWRITE",
             properties,
             buckets,

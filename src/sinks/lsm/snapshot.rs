@@ -30,8 +30,11 @@ pub struct Snapshot {
     pub delta_manifest_list: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delta_manifest_list_size: Option<i64>,
+    /// The commit's changelog files (`changelog-producer = input`), if it wrote any.
     #[serde(default)]
     pub changelog_manifest_list: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changelog_manifest_list_size: Option<i64>,
     #[serde(default)]
     pub index_manifest: Option<String>,
     pub commit_user: String,

@@ -76,6 +76,8 @@ impl TableState {
 pub struct Change {
     pub added: Vec<(Slot, DataFileMeta)>,
     pub deleted: Vec<(Slot, DataFileMeta)>,
+    /// Changelog files (`changelog = true`), listed in the snapshot's `changelogManifestList`.
+    pub changelog: Vec<(Slot, DataFileMeta)>,
 }
 
 /// Loads the table at `location`; `Ok(None)` when it has no schema yet.

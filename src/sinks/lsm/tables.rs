@@ -154,6 +154,10 @@ impl Tables {
         if self.config.deletion_vectors {
             m.insert("deletion-vectors.enabled".into(), "true".into());
         }
+        if self.config.changelog_for(table) {
+            // The changelog files are the changes as they came in (commit/changelog.rs).
+            m.insert("changelog-producer".into(), "input".into());
+        }
         match self.config.merge_engine {
             MergeEngine::Deduplicate => {
                 m.insert("merge-engine".into(), "deduplicate".into());

@@ -158,6 +158,7 @@ impl Tables {
         if let schema::Evolution::To(next) = &evolution {
             self.evolve(table, slot, next).await?;
         }
+        self.set_changelog_producer(table, slot, wanted).await?;
         let Some(state) = slot.as_mut() else {
             return Err(SinkError::Corrupt {
                 path: self.table_location(table),
@@ -183,6 +184,39 @@ impl Tables {
                 })
             }
         }
+    }
+
+    /// Brings an existing table's `changelog-producer` option to `wanted`'s (`changelog` turned on
+    /// or off for it) in a schema of its own, as Paimon's `ALTER TABLE … SET` does: readers pick
+    /// the changelog files or the data files as the stream by it. Not a schema change of the
+    /// source's, so `schema_change = "stop"` does not hold it back.
+    async fn set_changelog_producer(
+        &self,
+        table: &TableId,
+        slot: &mut Option<TableState>,
+        wanted: &PaimonSchema,
+    ) -> Result<(), SinkError> {
+        const OPTION: &str = "changelog-producer";
+        let Some(current) = slot.as_ref().map(|s| &s.schema) else {
+            return Ok(());
+        };
+        let want = wanted.options.get(OPTION).filter(|v| *v != "none");
+        let has = current.options.get(OPTION).filter(|v| *v != "none");
+        if want == has {
+            return Ok(());
+        }
+        let mut next = current.clone();
+        next.id += 1;
+        next.time_millis = chrono::Utc::now().timestamp_millis();
+        match want {
+            Some(v) => next.options.insert(OPTION.to_owned(), v.clone()),
+            None => next.options.remove(OPTION),
+        };
+        let location = self.table_location(table);
+        table::create_schema(&self.warehouse, &location, &next).await?;
+        tracing::info!(table = %table, schema_id = next.id, changelog = want.is_some(), "set the Paimon table's changelog-producer");
+        *slot = None;
+        self.ensure_loaded(table, slot).await
     }
 
     /// Writes `next` as the table's next schema and reloads the table into `slot`, unless

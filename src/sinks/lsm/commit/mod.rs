@@ -18,7 +18,7 @@
 //!    level (`placement.rs`); each encoded off the async workers and put (`files.rs`). None is
 //!    visible yet.
 //! 5. [`Commit::publish`]: one `APPEND` snapshot (after a TRUNCATE an `OVERWRITE` that also
-//!    deletes every live file) through `publish.rs`: the commit point. On failure the cached
+//!    deletes every live file; none live: an `APPEND`) through `publish.rs`: the commit point. On failure the cached
 //!    state is dropped and the next commit reloads what is durable.
 //! 6. [`Commit::finish`]: the cached state advances, the background compactor starts when a
 //!    bucket needs it, and old snapshots are expired when due; nothing here fails the commit.
@@ -49,6 +49,7 @@ use crate::config::MergeEngine;
 use crate::sinks::{CommitStats, SinkError};
 
 mod append;
+mod changelog;
 mod evolve;
 
 /// What the pipeline hands to one commit.
@@ -89,7 +90,12 @@ pub(super) async fn commit(
     let mut commit = Commit::new(tables, &handle, input, &wanted).await?;
     let mut planned = commit.plan()?;
     let found = commit.lookup(&mut planned).await?;
-    let written = commit.write(&planned, &found).await?;
+    let mut written = commit.write(&planned, &found).await?;
+    // A resync's lineage keeps none: its swap into the live table is the changelog's boundary
+    // (docs/internals.md, "Paimon changelog").
+    if tables.config.changelog_for(&input.schema.id) && tables.lineage(&input.schema.id).is_none() {
+        written.change.changelog = commit.changelog(&planned).await?;
+    }
     let buckets = planned.buckets as i32;
     let published = commit
         .publish(written.change, planned.plan.truncate, buckets)
@@ -404,7 +410,13 @@ impl<'a> Commit<'a> {
                     .extend(files.iter().map(|f| (b.clone(), f.clone())));
             }
         }
-        let kind = if truncate { "OVERWRITE" } else { "APPEND" };
+        // A TRUNCATE of an empty table (an initial copy's first commit) overwrites nothing: an
+        // `APPEND`, which incremental readers of the changelog read (they skip `OVERWRITE`s).
+        let kind = if change.deleted.is_empty() {
+            "APPEND"
+        } else {
+            "OVERWRITE"
+        };
         let props: BTreeMap<String, String> =
             self.input.checkpoint.to_properties().into_iter().collect();
         let published = publish::publish(

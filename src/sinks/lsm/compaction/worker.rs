@@ -235,6 +235,7 @@ impl Worker<'_> {
                 .map(|f| (slot.clone(), f))
                 .collect(),
             deleted: inputs.into_iter().map(|f| (slot.clone(), f)).collect(),
+            ..Change::default()
         };
         let published = publish::publish(
             &tables.warehouse,
