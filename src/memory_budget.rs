@@ -93,9 +93,9 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
         .unwrap_or(t.len());
     let (digits, unit) = t.split_at(split);
     let digits: String = digits.chars().filter(|c| *c != '_').collect();
-    let n: usize = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size: write bytes, or a number with KiB, MiB or GiB"))?;
+    let n: usize = digits.parse().map_err(|_| {
+        format!("{text:?} is not a size: write bytes, or a number with KiB, MiB or GiB")
+    })?;
     let scale: usize = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "kib" | "k" => 1 << 10,

@@ -19,7 +19,7 @@ const WIDE_ROWS: u64 = 160_000;
 const BUDGET_MIB: u64 = 64;
 /// What the process holds beside the budget's accounted parts: the debug binary's pages, the
 /// runtime and its threads, one commit's Parquet encoding, the allocator's slack.
-const MARGIN_MIB: u64 = 64;
+const MARGIN_MIB: u64 = 80;
 
 fn small(n: &str, i: u64) -> String {
     format!("{n}_s{i}")
@@ -50,7 +50,10 @@ fn transaction(n: &str, rng: &mut Rng) -> String {
             ),
             5..=8 => {
                 let t = small(n, rng.range(0, SMALL));
-                format!("UPDATE {t} SET v = v + 1, s = s || 'u' WHERE id = {}", rng.range(1, 2000))
+                format!(
+                    "UPDATE {t} SET v = v + 1, s = s || 'u' WHERE id = {}",
+                    rng.range(1, 2000)
+                )
             }
             _ => {
                 let t = small(n, rng.range(0, SMALL));

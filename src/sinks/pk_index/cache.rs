@@ -41,7 +41,11 @@ impl BlockCache {
     pub(crate) fn insert(&mut self, key: BlockKey, block: &[u8], capacity: usize) {
         self.remove(key);
         let fits = block.len() <= capacity;
-        let keep = if fits { capacity - block.len() } else { capacity };
+        let keep = if fits {
+            capacity - block.len()
+        } else {
+            capacity
+        };
         while self.used > keep {
             let Some((_, oldest)) = self.by_age.pop_first() else {
                 break;

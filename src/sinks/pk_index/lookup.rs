@@ -83,10 +83,9 @@ impl PrimaryKeyIndex {
                             continue;
                         };
                         let block_bytes = slice_block(run, block, span.bytes.start, &bytes)?;
-                        self.charges.memory().cache_block(
-                            (self.charges.owner(), run.id, block),
-                            &block_bytes,
-                        );
+                        self.charges
+                            .memory()
+                            .cache_block((self.charges.owner(), run.id, block), &block_bytes);
                         self.resolve_in(run, &block_bytes, group, &mut r)?;
                     }
                 }

@@ -193,7 +193,11 @@ mod tests {
         assert_eq!(memory.memtables(), 800_000);
         a.memtable(100_000);
         assert_eq!(memory.memtables(), 600_000);
-        assert_eq!(memory.cache_capacity(), 3 << 20, "run metas shrink the cache");
+        assert_eq!(
+            memory.cache_capacity(),
+            3 << 20,
+            "run metas shrink the cache"
+        );
         b.runs(10 << 20);
         assert_eq!(memory.cache_capacity(), MIN_CACHE, "never below the floor");
         drop(b);
@@ -234,7 +238,10 @@ mod tests {
         assert!(memory.cache().get((a.owner(), 1, 0)).is_none());
         let gone = a.owner();
         drop(a);
-        assert!(memory.cache().get((gone, 1, 63)).is_none(), "a dropped index's blocks go");
+        assert!(
+            memory.cache().get((gone, 1, 63)).is_none(),
+            "a dropped index's blocks go"
+        );
         assert!(memory.cache().get((b.owner(), 1, 63)).is_some());
     }
 }

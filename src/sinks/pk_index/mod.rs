@@ -575,11 +575,7 @@ impl PrimaryKeyIndex {
     pub fn memory_usage(&self) -> MemoryUsage {
         MemoryUsage {
             memtable: self.memtable.memory_bytes(),
-            block_cache: self
-                .charges
-                .memory()
-                .cache()
-                .used_by(self.charges.owner()),
+            block_cache: self.charges.memory().cache().used_by(self.charges.owner()),
             runs: self.runs.iter().map(|r| r.memory_bytes()).sum(),
             files: self.files.memory_bytes(),
         }
@@ -587,8 +583,8 @@ impl PrimaryKeyIndex {
 
     /// Charges the run metas and the file table to the index memory (they shrink the cache).
     fn account_runs(&mut self) {
-        let bytes = self.runs.iter().map(|r| r.memory_bytes()).sum::<usize>()
-            + self.files.memory_bytes();
+        let bytes =
+            self.runs.iter().map(|r| r.memory_bytes()).sum::<usize>() + self.files.memory_bytes();
         self.charges.runs(bytes);
     }
 

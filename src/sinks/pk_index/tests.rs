@@ -248,9 +248,10 @@ async fn a_stale_writers_unnamed_run_survives_its_successors_open() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let root = Path::from("idx");
     let file: Arc<str> = Arc::from("f1");
-    let mut old = PrimaryKeyIndex::open_as(Arc::clone(&store), root.clone(), &IndexMemory::new(0), 1)
-        .await
-        .unwrap();
+    let mut old =
+        PrimaryKeyIndex::open_as(Arc::clone(&store), root.clone(), &IndexMemory::new(0), 1)
+            .await
+            .unwrap();
     old.apply([IndexChange {
         key: b"a",
         op: IndexOp::Upsert(loc(&file, 0)),
@@ -278,9 +279,10 @@ async fn a_stale_writers_unnamed_run_survives_its_successors_open() {
     let mut new = new;
     let err = new.persist(2).await.unwrap_err();
     assert!(matches!(err, IndexError::Conflict { .. }), "{err}");
-    let mut new = PrimaryKeyIndex::open_as(Arc::clone(&store), root.clone(), &IndexMemory::new(0), 2)
-        .await
-        .unwrap();
+    let mut new =
+        PrimaryKeyIndex::open_as(Arc::clone(&store), root.clone(), &IndexMemory::new(0), 2)
+            .await
+            .unwrap();
     assert_eq!(new.covered_snapshot(), Some(2));
     assert_eq!(
         new.get_many(&[b"a", b"b"]).await.unwrap(),
@@ -342,9 +344,10 @@ async fn a_missing_run_is_corruption_and_a_reset_supersedes_it() {
     assert!(matches!(err, IndexError::Corrupt { .. }), "{err}");
     assert!(err.to_string().contains("missing"), "{err}");
 
-    let mut reset = PrimaryKeyIndex::reset_as(Arc::clone(&store), root.clone(), &IndexMemory::new(0), 3)
-        .await
-        .unwrap();
+    let mut reset =
+        PrimaryKeyIndex::reset_as(Arc::clone(&store), root.clone(), &IndexMemory::new(0), 3)
+            .await
+            .unwrap();
     assert_eq!(reset.covered_snapshot(), None);
     reset
         .apply([IndexChange {
@@ -577,8 +580,14 @@ async fn indexes_of_many_tables_share_one_memory_budget() {
             }
         }
     }
-    assert!(flushed > 0, "no memtable flushed although together over the limit");
-    assert!(peak <= 2 * limit, "memtables peaked at {peak} over a limit of {limit}");
+    assert!(
+        flushed > 0,
+        "no memtable flushed although together over the limit"
+    );
+    assert!(
+        peak <= 2 * limit,
+        "memtables peaked at {peak} over a limit of {limit}"
+    );
     for index in &mut indexes {
         index.persist(1).await.unwrap();
     }
@@ -600,7 +609,10 @@ async fn indexes_of_many_tables_share_one_memory_budget() {
     let charged = memory.runs();
     let mut first = indexes.remove(0);
     first.clear();
-    assert!(memory.runs() < charged, "a cleared index gives its run metas back");
+    assert!(
+        memory.runs() < charged,
+        "a cleared index gives its run metas back"
+    );
     drop(first);
     drop(indexes);
     assert_eq!(memory.memtables(), 0);

@@ -88,7 +88,8 @@ impl TableIndex {
         let epoch = warehouse.lease_epoch();
         // Every table's index shares the process's index memory (`memory_budget.rs`).
         let memory = crate::memory_budget::index_memory();
-        let opened = PrimaryKeyIndex::open_as(Arc::clone(&store), root.clone(), &memory, epoch).await;
+        let opened =
+            PrimaryKeyIndex::open_as(Arc::clone(&store), root.clone(), &memory, epoch).await;
         let index = match opened {
             Ok(index) => index,
             // Also a run the manifest names that is gone: rebuilt like any corruption, never
