@@ -297,8 +297,8 @@ impl PrimaryKeyIndex {
     /// Opens the index stored under `root` (empty if there is none) for the holder of lease
     /// epoch `epoch`, deleting superseded manifests; unnamed runs are deleted after this
     /// index's first manifest (module doc, "Two writers"). Its memtable, block cache and run
-    /// metas share `memory` with every other index opened with it. A manifest that cannot be read, or that names a
-    /// run storage does not hold, is [`IndexError::Corrupt`].
+    /// metas share `memory` with every other index opened with it. A manifest that cannot be
+    /// read, or that names a run storage does not hold, is [`IndexError::Corrupt`].
     pub async fn open_as(
         store: Arc<dyn ObjectStore>,
         root: Path,
