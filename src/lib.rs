@@ -27,8 +27,8 @@
 //! - [`daemon`]: what `cdcd` alone runs: the pipeline under the lease, in rounds, with online
 //!   resyncs supervised and the sink's maintenance in the background.
 //! - [`commands`]: the other commands (`check`, `status`, `cleanup`, `maintain`, `resync`), one
-//!   file each with its output; [`malloc`]: the arena cap; [`failpoints`]: the named crash points
-//!   the fault tests abort at.
+//!   file each with its output; [`malloc`]: the arena cap; [`memory_budget`]: the process's one
+//!   memory budget and its shares; [`failpoints`]: the named crash points the fault tests abort at.
 //!
 //! The house in more detail: `docs/architecture.md`.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -40,6 +40,7 @@ pub mod config;
 pub mod daemon;
 pub mod failpoints;
 pub mod malloc;
+pub mod memory_budget;
 pub mod metrics;
 pub mod pipeline;
 pub mod sinks;

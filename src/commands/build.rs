@@ -18,6 +18,7 @@ pub(crate) fn settings(config: &Config, source: &dyn Source) -> Settings {
         pipeline: config.pipeline.clone(),
         commit_interval: Duration::from_millis(config.commit_interval_ms),
         commit_max_rows: config.commit_max_rows,
+        memory_budget: config.memory_budget,
         snapshot_commit_rows: config.snapshot_commit_rows,
         commit_concurrency: config.commit_concurrency,
         snapshot: source.snapshot_mode(),
@@ -36,6 +37,8 @@ pub(crate) fn build_sink(
     config: &Config,
     fence: Option<Fence>,
 ) -> Result<Arc<dyn Sink>, CommandError> {
+    // Before any table's index opens: they share the budget's index part.
+    crate::memory_budget::install(config.memory_budget);
     let mut warehouse = open_warehouse(config)?;
     if let Some(fence) = fence {
         warehouse = warehouse.fenced(fence);

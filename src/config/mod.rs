@@ -25,6 +25,8 @@ use figment::providers::{Format, Serialized, Toml};
 use figment::Figment;
 use serde::Deserialize;
 
+use crate::memory_budget::{parse_size, MemoryBudget, MIN_MEMORY_BUDGET};
+
 pub mod context;
 mod env;
 pub mod error;
@@ -78,6 +80,19 @@ pub struct RawPipeline {
     /// When another cdcd holds the lease: `true` waits as a standby, `false` exits with a message.
     #[serde(default = "default_standby")]
     pub standby: bool,
+    /// The process's memory budget, shared by every table (`"512MiB"`, or bytes): buffered rows,
+    /// the primary-key indexes' memtables and block cache, streamed transactions
+    /// (`memory_budget.rs` has the shares).
+    #[serde(default)]
+    pub memory_budget: Option<RawSize>,
+}
+
+/// A byte size: a whole number of bytes, or a string with a unit (`"512MiB"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawSize {
+    Bytes(u64),
+    Text(String),
 }
 
 fn default_lease_ttl_ms() -> u64 {
@@ -191,6 +206,8 @@ pub struct Config {
     pub lease_ttl_ms: u64,
     /// See [`RawPipeline::standby`].
     pub standby: bool,
+    /// See [`RawPipeline::memory_budget`].
+    pub memory_budget: MemoryBudget,
 }
 
 impl Config {
@@ -247,7 +264,14 @@ impl RawConfig {
             }
         };
         let source = match self.source {
-            RawSource::Postgres(raw) => SourceConfig::Postgres(raw.validate(&ctx)?),
+            RawSource::Postgres(raw) => {
+                let stream_memory_set = raw.stream_memory_bytes.is_some();
+                let mut pg = raw.validate(&ctx)?;
+                if !stream_memory_set {
+                    pg.stream_memory_bytes = pipeline.memory_budget.streamed_transaction();
+                }
+                SourceConfig::Postgres(pg)
+            }
             RawSource::Mysql(raw) => SourceConfig::MySql(raw.validate(&ctx)?),
         };
         let snapshot = match &source {
@@ -296,6 +320,7 @@ impl RawConfig {
             s3,
             lease_ttl_ms: self.pipeline.lease_ttl_ms,
             standby: self.pipeline.standby,
+            memory_budget: pipeline.memory_budget,
         })
     }
 }
@@ -303,6 +328,7 @@ impl RawConfig {
 /// The checked `[pipeline]` values that are not copied as they are.
 struct Pipeline {
     name: String,
+    memory_budget: MemoryBudget,
 }
 
 impl RawPipeline {
@@ -356,7 +382,27 @@ impl RawPipeline {
                 ),
             ));
         }
-        Ok(Pipeline { name })
+        let memory_budget = match &self.memory_budget {
+            None => MemoryBudget::default(),
+            Some(RawSize::Bytes(n)) => MemoryBudget::new(usize::try_from(*n).unwrap_or(usize::MAX)),
+            Some(RawSize::Text(t)) => {
+                MemoryBudget::new(parse_size(t).map_err(|e| bad("pipeline.memory_budget", e))?)
+            }
+        };
+        if memory_budget.total < MIN_MEMORY_BUDGET {
+            return Err(bad(
+                "pipeline.memory_budget",
+                format!(
+                    "{} bytes is below the least budget, {} MiB",
+                    memory_budget.total,
+                    MIN_MEMORY_BUDGET >> 20
+                ),
+            ));
+        }
+        Ok(Pipeline {
+            name,
+            memory_budget,
+        })
     }
 }
 
@@ -394,6 +440,42 @@ warehouse = "/tmp/wh"
             let err = with(refused).unwrap_err().to_string();
             assert!(err.contains("pipeline.commit_concurrency"), "{err}");
         }
+    }
+
+    #[test]
+    fn memory_budget_defaults_takes_units_and_sets_the_stream_spill() {
+        let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
+        assert_eq!(c.memory_budget.total, 512 << 20);
+        let with = |v: &str| {
+            let set = MINIMAL.replace(
+                "name = \"shop\"\n",
+                &format!("name = \"shop\"\nmemory_budget = {v}\n"),
+            );
+            Config::from_toml(&set, "p.toml")
+        };
+        let c = with("\"64MiB\"").unwrap();
+        assert_eq!(c.memory_budget.total, 64 << 20);
+        let SourceConfig::Postgres(pg) = &c.source else {
+            panic!("postgres")
+        };
+        assert_eq!(pg.stream_memory_bytes, 8 << 20, "an eighth, unless set");
+        assert_eq!(with("33554432").unwrap().memory_budget.total, 32 << 20);
+        for refused in ["\"1MiB\"", "\"lots\"", "1024"] {
+            let err = with(refused).unwrap_err().to_string();
+            assert!(err.contains("pipeline.memory_budget"), "{refused}: {err}");
+        }
+        let set = MINIMAL.replace(
+            "name = \"shop\"\n",
+            "name = \"shop\"\nmemory_budget = \"64MiB\"\n",
+        ) + "";
+        let set = set.replace(
+            "tables = [\"public.*\"]\n",
+            "tables = [\"public.*\"]\nstream_memory_bytes = 1000\n",
+        );
+        let SourceConfig::Postgres(pg) = Config::from_toml(&set, "p.toml").unwrap().source else {
+            panic!("postgres")
+        };
+        assert_eq!(pg.stream_memory_bytes, 1000, "a key set wins");
     }
 
     #[test]

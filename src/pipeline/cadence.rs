@@ -3,8 +3,9 @@
 //!
 //! A table's buffer of streamed changes is due when its first change would pass the freshness
 //! target (`commit_interval_ms`) before the next tick, so no change waits longer than the target
-//! plus its commit. When the tables' streamed rows together reach `commit_max_rows`, the largest
-//! buffers are due as well, until at most half of that is left (memory, not freshness). A table
+//! plus its commit. When the tables' streamed rows together reach `commit_max_rows`, or their
+//! Arrow bytes the buffered rows' share of `pipeline.memory_budget`, the largest buffers are due
+//! as well, until at most half of each is left (memory, not freshness). A table
 //! with nothing buffered costs nothing: no commit, no snapshot, no checkpoint. The due tables of
 //! a tick commit together, concurrently (`pipeline/commit.rs`). Where the sink commits several
 //! tables in one catalog transaction, a due table brings every buffered one with it (one request
@@ -35,6 +36,8 @@ pub(super) struct Cadence {
     pub early: Duration,
     /// `commit_max_rows`: streamed rows buffered over all tables.
     pub max_rows: usize,
+    /// The memory budget's buffered rows share: Arrow bytes of streamed rows over all tables.
+    pub max_bytes: usize,
 }
 
 impl Cadence {
@@ -48,26 +51,35 @@ impl Cadence {
     ) -> Vec<TableId> {
         let deadline = now + self.early;
         let mut due: Vec<TableId> = Vec::new();
-        let mut waiting: Vec<(&TableId, usize)> = Vec::new();
-        let (mut streamed_rows, mut left) = (0, 0);
+        // (table, rows, bytes)
+        let mut waiting: Vec<(&TableId, usize, usize)> = Vec::new();
+        let (mut streamed_rows, mut streamed_bytes, mut left_rows, mut left_bytes) = (0, 0, 0, 0);
         for (table, buffer) in buffers.iter().filter(|(_, b)| b.opened.is_some()) {
             streamed_rows += buffer.rows;
+            streamed_bytes += buffer.bytes;
             if buffer.since + self.freshness <= deadline {
                 due.push(table.clone());
             } else {
-                waiting.push((table, buffer.rows));
-                left += buffer.rows;
+                waiting.push((table, buffer.rows, buffer.bytes));
+                left_rows += buffer.rows;
+                left_bytes += buffer.bytes;
             }
         }
-        if streamed_rows >= self.max_rows {
-            // Largest first: the fewest commits that free the memory.
-            waiting.sort_by_key(|w| std::cmp::Reverse(w.1));
-            for (table, rows) in waiting {
-                if left <= self.max_rows / 2 {
+        let over_bytes = streamed_bytes >= self.max_bytes;
+        if streamed_rows >= self.max_rows || over_bytes {
+            // Largest first (by what is over): the fewest commits that free the memory.
+            if over_bytes {
+                waiting.sort_by_key(|w| std::cmp::Reverse(w.2));
+            } else {
+                waiting.sort_by_key(|w| std::cmp::Reverse(w.1));
+            }
+            for (table, rows, bytes) in waiting {
+                if left_rows <= self.max_rows / 2 && left_bytes <= self.max_bytes / 2 {
                     break;
                 }
                 due.push(table.clone());
-                left -= rows;
+                left_rows -= rows;
+                left_bytes -= bytes;
             }
         }
         let copying = buffers.values().any(|b| b.opened.is_none());
@@ -109,6 +121,7 @@ impl Committer {
             freshness: self.settings.commit_interval,
             early,
             max_rows: self.settings.commit_max_rows,
+            max_bytes: self.settings.memory_budget.buffered_rows(),
         }
     }
 
@@ -168,6 +181,7 @@ mod tests {
         freshness: Duration::from_millis(1000),
         early: Duration::from_millis(250),
         max_rows: 100,
+        max_bytes: 1000,
     };
 
     fn names(tables: Vec<TableId>) -> Vec<String> {
@@ -203,6 +217,30 @@ mod tests {
         .collect();
         // 105 rows: b (60) leaves 45, at most half of 100.
         assert_eq!(names(CADENCE.pick(&buffers, now)), ["b"]);
+    }
+
+    #[test]
+    fn past_the_memory_share_the_largest_buffers_by_bytes_commit_until_half_is_left() {
+        let now = Instant::now() + Duration::from_secs(10);
+        let sized = |name, rows, bytes| {
+            let (t, mut b) = buffer(name, rows, 10, Some(5), now);
+            b.bytes = bytes;
+            (t, b)
+        };
+        // Few rows, wide ones: 1,100 bytes over a share of 1,000.
+        let buffers: BTreeMap<_, _> = [
+            sized("narrow", 9, 100),
+            sized("wide", 1, 700),
+            sized("mid", 1, 300),
+        ]
+        .into_iter()
+        .collect();
+        // wide (700) leaves 400, at most half of 1,000; rows (11) were never over.
+        assert_eq!(names(CADENCE.pick(&buffers, now)), ["wide"]);
+        let under: BTreeMap<_, _> = [sized("a", 1, 400), sized("b", 1, 500)]
+            .into_iter()
+            .collect();
+        assert!(CADENCE.pick(&under, now).is_empty());
     }
 
     #[test]

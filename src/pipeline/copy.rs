@@ -37,10 +37,15 @@ impl Committer {
             .tables
             .buffers
             .get(&table)
-            .is_some_and(|b| b.rows >= self.snapshot_batch.rows)
-            || self.tables.snapshot_bytes() >= self.snapshot_batch.bytes;
+            .is_some_and(|b| b.rows >= self.snapshot_batch.rows);
         if full {
             self.commit_in_background(&table).await?;
+        } else if self.tables.snapshot_bytes() >= self.snapshot_batch.bytes {
+            // Copies of several tables fill the bytes together: the largest buffer frees most
+            // (this batch's table may hold only a few rows of it).
+            if let Some(largest) = self.tables.largest_copy() {
+                self.commit_in_background(&largest).await?;
+            }
         }
         Ok(())
     }

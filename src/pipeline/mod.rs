@@ -52,6 +52,7 @@ use crate::changelog::{Position, TableChanges, TableId, Transaction};
 use crate::checkpoint::progress::{Progress, ProgressError, ProgressStore};
 use crate::checkpoint::resync::{ResyncError, ResyncStore};
 use crate::config::{SchemaChangePolicy, SnapshotMode};
+use crate::memory_budget::MemoryBudget;
 use crate::metrics as m;
 use crate::sinks::{Sink, SinkError};
 use crate::sources::{
@@ -60,8 +61,19 @@ use crate::sources::{
 };
 
 /// Events buffered between the source and the pipeline. Each event is a whole transaction or a
-/// snapshot batch, so this bounds memory in transactions, not rows.
+/// snapshot batch, so this bounds memory in transactions, not rows; [`event_capacity`] lowers it
+/// under a small memory budget.
 const EVENT_CHANNEL_CAPACITY: usize = 16;
+/// What one initial-copy batch event holds at most (the sources cut copy batches at 8 MiB of
+/// COPY data): the unit [`event_capacity`] counts in.
+const COPY_EVENT_BYTES: usize = 8 << 20;
+
+/// The event channel's capacity under `budget`: as many copy batches as fit in the buffered
+/// rows' share, between 2 (one being handed over, one being read) and
+/// [`EVENT_CHANNEL_CAPACITY`].
+fn event_capacity(budget: &MemoryBudget) -> usize {
+    (budget.buffered_rows() / COPY_EVENT_BYTES).clamp(2, EVENT_CHANNEL_CAPACITY)
+}
 
 /// Rows of one table's initial copy committed together (the default of
 /// `pipeline.snapshot_commit_rows`): one data file, one snapshot, one primary-key index run.
@@ -89,6 +101,17 @@ impl Default for SnapshotBatch {
         SnapshotBatch {
             rows: SNAPSHOT_BATCH_ROWS,
             bytes: SNAPSHOT_BATCH_BYTES,
+        }
+    }
+}
+
+impl SnapshotBatch {
+    /// `settings`' rows per commit, and at most half the buffered rows' share of the memory
+    /// budget in bytes: one batch fills while the one before commits in the background.
+    fn of(settings: &Settings) -> SnapshotBatch {
+        SnapshotBatch {
+            rows: settings.snapshot_commit_rows,
+            bytes: SNAPSHOT_BATCH_BYTES.min(settings.memory_budget.buffered_rows() / 2),
         }
     }
 }
@@ -178,6 +201,9 @@ pub struct Settings {
     /// `source.schema_change`: with `resync`, a change a table's lake table cannot express
     /// starts its resync instead of a stop (`pipeline/schema_resync.rs`).
     pub schema_change: SchemaChangePolicy,
+    /// `pipeline.memory_budget`: the buffered rows' share bounds the buffers in bytes
+    /// (`pipeline/cadence.rs`), the copy batches and the event channel.
+    pub memory_budget: MemoryBudget,
 }
 
 /// Runs a pipeline until `shutdown` is cancelled (then commits what is buffered and returns `Ok`)
@@ -188,10 +214,7 @@ pub async fn run(
     settings: Settings,
     shutdown: CancellationToken,
 ) -> Result<(), PipelineError> {
-    let batch = SnapshotBatch {
-        rows: settings.snapshot_commit_rows,
-        ..SnapshotBatch::default()
-    };
+    let batch = SnapshotBatch::of(&settings);
     run_batched(source, sink, settings, shutdown, batch).await
 }
 
@@ -254,7 +277,7 @@ async fn run_batched(
         "starting"
     );
 
-    let (event_tx, events) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
+    let (event_tx, events) = mpsc::channel(event_capacity(&settings.memory_budget));
     let (ack_tx, ack_rx) = watch::channel(None);
     let source_stop = CancellationToken::new();
     let source_task = tokio::spawn(source.run(resume, event_tx, ack_rx, source_stop.clone()));
@@ -342,7 +365,11 @@ async fn drive(
                 }
                 // Initial-copy rows are committed by `snapshot_batch`, in the background; counted
                 // here they made every copy commit `commit_max_rows` rows, awaited in place.
-                if committer.tables.streamed_rows() >= settings.commit_max_rows {
+                // Past the buffers' memory share the largest buffers commit now, and nothing is
+                // read meanwhile: the source waits (backpressure), never the memory.
+                if committer.tables.streamed_rows() >= settings.commit_max_rows
+                    || committer.tables.streamed_bytes() >= settings.memory_budget.buffered_rows()
+                {
                     if let Err(e) = committer.commit_due(Duration::ZERO).await {
                         break Err(e);
                     }

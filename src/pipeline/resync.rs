@@ -42,7 +42,6 @@ use tracing::{info, warn};
 
 use super::{
     drive, Committer, InFlight, PipelineError, ProgressWriter, Role, Settings, TableBuffer, Tables,
-    EVENT_CHANNEL_CAPACITY,
 };
 use crate::changelog::{Position, TableId, TableSchema};
 use crate::checkpoint::resync::{ResyncError, ResyncRequest};
@@ -288,11 +287,11 @@ pub async fn copy_for_resync(
         }],
         copy_only: true,
     };
-    let (event_tx, events) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
+    let (event_tx, events) = mpsc::channel(super::event_capacity(&settings.memory_budget));
     let (ack_tx, ack_rx) = watch::channel(None);
     let source_stop = CancellationToken::new();
     let source_task = tokio::spawn(source.run(resume, event_tx, ack_rx, source_stop.clone()));
-    let settings_rows = settings.snapshot_commit_rows;
+    let snapshot_batch = super::SnapshotBatch::of(&settings);
     let committer = Committer {
         sink,
         settings,
@@ -303,10 +302,7 @@ pub async fn copy_for_resync(
         acks: ack_tx,
         lag: super::Lag::default(),
         in_flight: InFlight::default(),
-        snapshot_batch: super::SnapshotBatch {
-            rows: settings_rows,
-            ..super::SnapshotBatch::default()
-        },
+        snapshot_batch,
         progress: ProgressWriter::start(None),
     };
     let committer = drive(

@@ -136,6 +136,25 @@ impl Tables {
             .sum()
     }
 
+    /// Arrow bytes of buffered streamed changes, over all tables: what the memory budget's
+    /// buffered rows share bounds (`pipeline/cadence.rs`).
+    pub(super) fn streamed_bytes(&self) -> usize {
+        self.buffers
+            .values()
+            .filter(|b| !b.position.is_snapshot_incomplete())
+            .map(|b| b.bytes)
+            .sum()
+    }
+
+    /// The table whose initial-copy rows take the most memory.
+    pub(super) fn largest_copy(&self) -> Option<TableId> {
+        self.buffers
+            .iter()
+            .filter(|(_, b)| b.position.is_snapshot_incomplete())
+            .max_by_key(|(_, b)| b.bytes)
+            .map(|(t, _)| t.clone())
+    }
+
     /// Arrow bytes of buffered initial-copy rows, over all tables.
     pub(super) fn snapshot_bytes(&self) -> usize {
         self.buffers

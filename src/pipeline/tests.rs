@@ -215,6 +215,7 @@ fn settings(max_rows: usize, snapshot: SnapshotMode) -> Settings {
         resyncs: None,
         ack_hold: None,
         schema_change: Default::default(),
+        memory_budget: Default::default(),
     }
 }
 

@@ -10,6 +10,7 @@ mod keys;
 mod lifecycle;
 mod maintenance;
 mod many_tables;
+mod memory_budget;
 mod multiset;
 pub(crate) mod partitioned;
 mod replication;

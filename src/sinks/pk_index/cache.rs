@@ -1,4 +1,5 @@
-//! A least-recently-used cache of run blocks, bounded by bytes.
+//! A least-recently-used cache of run blocks, bounded by bytes: one per process, over the runs of
+//! every index (`memory.rs` says why and sets the capacity).
 //!
 //! Lookups of hot keys (rows updated again and again) hit the same blocks; caching them keeps a
 //! commit's lookups off the object store without letting memory grow with the table. Blocks are
@@ -9,11 +10,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 
-/// (run id, block number).
-pub(crate) type BlockKey = (u64, usize);
+/// (owning index, run id, block number): run ids are unique only within one index.
+pub(crate) type BlockKey = (u64, u64, usize);
 
+#[derive(Default)]
 pub(crate) struct BlockCache {
-    capacity: usize,
     used: usize,
     tick: u64,
     blocks: HashMap<BlockKey, (Bytes, u64)>,
@@ -21,14 +22,8 @@ pub(crate) struct BlockCache {
 }
 
 impl BlockCache {
-    pub(crate) fn new(capacity: usize) -> BlockCache {
-        BlockCache {
-            capacity,
-            used: 0,
-            tick: 0,
-            blocks: HashMap::new(),
-            by_age: BTreeMap::new(),
-        }
+    pub(crate) fn new() -> BlockCache {
+        BlockCache::default()
     }
 
     pub(crate) fn get(&mut self, key: BlockKey) -> Option<Bytes> {
@@ -41,18 +36,26 @@ impl BlockCache {
         Some(bytes.clone())
     }
 
-    pub(crate) fn insert(&mut self, key: BlockKey, block: &[u8]) {
-        if block.len() > self.capacity {
-            return;
-        }
+    /// Caches `block`, evicting the least recently used blocks until everything fits in
+    /// `capacity` (which may have shrunk since the last insert).
+    pub(crate) fn insert(&mut self, key: BlockKey, block: &[u8], capacity: usize) {
         self.remove(key);
-        while self.used + block.len() > self.capacity {
+        let fits = block.len() <= capacity;
+        let keep = if fits {
+            capacity - block.len()
+        } else {
+            capacity
+        };
+        while self.used > keep {
             let Some((_, oldest)) = self.by_age.pop_first() else {
                 break;
             };
             if let Some((b, _)) = self.blocks.remove(&oldest) {
                 self.used -= b.len();
             }
+        }
+        if !fits {
+            return;
         }
         self.tick += 1;
         self.used += block.len();
@@ -68,23 +71,35 @@ impl BlockCache {
         }
     }
 
-    /// Drops every block of `run` (the run was compacted away or cleared).
-    pub(crate) fn forget_run(&mut self, run: u64) {
-        let keys: Vec<BlockKey> = self.blocks.keys().filter(|k| k.0 == run).copied().collect();
+    /// Drops every block of `owner`'s `run` (the run was compacted away).
+    pub(crate) fn forget_run(&mut self, owner: u64, run: u64) {
+        self.forget(|k| k.0 == owner && k.1 == run);
+    }
+
+    /// Drops every block of `owner`'s runs (the index was cleared or dropped).
+    pub(crate) fn forget_owner(&mut self, owner: u64) {
+        self.forget(|k| k.0 == owner);
+    }
+
+    fn forget(&mut self, which: impl Fn(&BlockKey) -> bool) {
+        let keys: Vec<BlockKey> = self.blocks.keys().filter(|k| which(k)).copied().collect();
         for k in keys {
             self.remove(k);
         }
     }
 
-    pub(crate) fn clear(&mut self) {
-        self.blocks.clear();
-        self.by_age.clear();
-        self.used = 0;
-    }
-
     /// Bytes of cached blocks (the bookkeeping maps add ~80 bytes per block).
     pub(crate) fn used(&self) -> usize {
         self.used
+    }
+
+    /// Bytes of `owner`'s cached blocks (a walk over every block: for reports, not lookups).
+    pub(crate) fn used_by(&self, owner: u64) -> usize {
+        self.blocks
+            .iter()
+            .filter(|(k, _)| k.0 == owner)
+            .map(|(_, (b, _))| b.len())
+            .sum()
     }
 }
 
@@ -94,21 +109,26 @@ mod tests {
 
     #[test]
     fn evicts_least_recently_used_within_capacity() {
-        let mut c = BlockCache::new(10);
-        c.insert((1, 0), b"aaaa");
-        c.insert((1, 1), b"bbbb");
-        assert!(c.get((1, 0)).is_some());
-        c.insert((2, 0), b"cccc");
-        assert!(c.get((1, 1)).is_none(), "least recently used goes first");
-        assert!(c.get((1, 0)).is_some());
+        let mut c = BlockCache::new();
+        c.insert((9, 1, 0), b"aaaa", 10);
+        c.insert((9, 1, 1), b"bbbb", 10);
+        assert!(c.get((9, 1, 0)).is_some());
+        c.insert((9, 2, 0), b"cccc", 10);
+        assert!(c.get((9, 1, 1)).is_none(), "least recently used goes first");
+        assert!(c.get((9, 1, 0)).is_some());
         assert!(c.used() <= 10);
-        c.forget_run(1);
-        assert!(c.get((1, 0)).is_none());
+        c.forget_run(9, 1);
+        assert!(c.get((9, 1, 0)).is_none());
         assert_eq!(c.used(), 4);
-        c.insert((3, 0), &[0; 11]);
+        c.insert((9, 3, 0), &[0; 11], 10);
         assert!(
-            c.get((3, 0)).is_none(),
+            c.get((9, 3, 0)).is_none(),
             "a block larger than the cache is not kept"
         );
+        c.insert((8, 1, 0), b"dd", 10);
+        c.insert((8, 1, 1), b"ee", 3);
+        assert_eq!(c.used(), 2, "a shrunk capacity evicts down to it");
+        c.forget_owner(8);
+        assert_eq!(c.used(), 0);
     }
 }

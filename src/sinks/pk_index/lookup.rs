@@ -53,12 +53,13 @@ impl PrimaryKeyIndex {
             need.sort_unstable();
             let mut misses = Vec::new();
             {
-                let mut cache = self.cache();
+                let owner = self.charges.owner();
+                let mut cache = self.charges.memory().cache();
                 for group in need.chunk_by(|a, b| a.0 == b.0) {
                     let Some(&(block, _)) = group.first() else {
                         continue;
                     };
-                    match cache.get((run.id, block)) {
+                    match cache.get((owner, run.id, block)) {
                         Some(bytes) => self.resolve_in(run, &bytes, group, &mut r)?,
                         None => misses.push(group),
                     }
@@ -82,7 +83,9 @@ impl PrimaryKeyIndex {
                             continue;
                         };
                         let block_bytes = slice_block(run, block, span.bytes.start, &bytes)?;
-                        self.cache().insert((run.id, block), &block_bytes);
+                        self.charges
+                            .memory()
+                            .cache_block((self.charges.owner(), run.id, block), &block_bytes);
                         self.resolve_in(run, &block_bytes, group, &mut r)?;
                     }
                 }

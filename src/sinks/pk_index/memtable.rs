@@ -40,6 +40,10 @@ impl Slot {
 
 const NONE: usize = usize::MAX;
 
+/// Bytes of each buffer a cleared memtable keeps for the next commit (a small commit's worth:
+/// kept by every table, more would add up over 1,000 tables).
+const KEPT_CAPACITY: usize = 4 * 1024;
+
 /// One applied change: its key is `arena[key_off..]` up to the next entry's `key_off` (keys are
 /// appended in entry order), which saves a length per entry.
 #[derive(Debug, Clone, Copy)]
@@ -160,10 +164,18 @@ impl MemTable {
             .filter_map(move |(_, i)| self.entries.get(i).map(|e| (self.key(i), e.slot)))
     }
 
-    /// Empties the memtable, keeping its buffers for reuse (the next commit refills them).
+    /// Empties the memtable, keeping its buffers for reuse (the next commit refills them) up to
+    /// [`KEPT_CAPACITY`]: a process has one memtable per table, each flushed at every commit,
+    /// and a large commit's buffers kept by each of 1,000 mostly idle tables were gigabytes.
     pub(crate) fn clear(&mut self) {
         self.arena.clear();
         self.entries.clear();
+        if self.arena.capacity() > KEPT_CAPACITY {
+            self.arena = Vec::new();
+        }
+        if self.entries.capacity() * std::mem::size_of::<Entry>() > KEPT_CAPACITY {
+            self.entries = Vec::new();
+        }
         self.chains = OnceLock::new();
     }
 

@@ -14,8 +14,8 @@
 //! table with 16-byte keys would need ~500 MB as a hash map, and tables grow without bound.
 //! Instead:
 //! - a **memtable** (`memtable.rs`) holds the changes applied since the last flush, in one byte
-//!   arena (no allocation and no hashing per row), bounded by half the memory budget
-//!   ([`PrimaryKeyIndex::needs_flush`]);
+//!   arena (no allocation and no hashing per row), bounded by the memtables' share of the
+//!   process's index memory ([`PrimaryKeyIndex::needs_flush`], `memory.rs`);
 //! - a flush writes it as an immutable **sorted run** (`run.rs`) through `object_store`: ~16 KiB
 //!   prefix-compressed blocks of (key, file id, position | tombstone), then a meta section
 //!   (`meta.rs`) with, per block, its first and last key (a sparse index), stats (entries, file
@@ -23,7 +23,8 @@
 //!   block closes: run format `CPKIRUN3`; runs of the two older formats are still read);
 //! - only run metas stay in memory; a lookup checks the memtable, then runs newest → oldest:
 //!   binary search of the sparse index, a probe of that block's filter, one block read (through
-//!   an LRU **block cache**, `cache.rs`, bounded by the other half of the budget). Keys are
+//!   an LRU **block cache**, `cache.rs`, one per process over every index, bounded by the other
+//!   share less the run metas: `memory.rs`). Keys are
 //!   compared in full, never by hash, so there are no false matches;
 //! - data file paths are interned as `u32` ids (`files.rs`);
 //! - **compaction** (`compaction/`: `pick.rs` chooses, `worker.rs` merges) merges runs size-tiered, so there are O(log n) runs, and
@@ -35,10 +36,12 @@
 //!   deleted by [`PrimaryKeyIndex::open`]; runs no manifest names only once they are proven
 //!   dead (below, "Two writers").
 //!
-//! Memory = memtable (≤ budget/2 if the caller flushes when told) + block cache (≤ budget/2) +
-//! per run meta (1.25-1.3 bytes per key of bloom filters, ~100 bytes plus two keys per 16 KiB
-//! block of sparse index) + the file table. Only the filters and the sparse index grow with the
-//! table; see the numbers below.
+//! Memory, over every index of the process ([`IndexMemory`], `memory.rs`): memtables (≤ their
+//! share together, if callers flush when told) + one block cache + per run meta (1.25-1.3 bytes
+//! per key of bloom filters, ~100 bytes plus two keys per 16 KiB block of sparse index) + the
+//! file tables, the cache and the metas together ≤ the other share (the cache shrinks as the
+//! metas grow, down to a floor). Only the filters and the sparse index grow with the tables;
+//! see the numbers below (measured when each index had its own 64 MiB budget).
 //!
 //! Alternatives rejected: a full in-memory map (unbounded); 8-byte key hashes (collisions would
 //! silently delete the wrong row); a per-file key column read at restart (a restart would reread
@@ -118,6 +121,7 @@ mod files;
 mod format_tests;
 mod lookup;
 mod manifest;
+mod memory;
 mod memtable;
 
 mod meta;
@@ -126,7 +130,7 @@ mod run;
 mod tests;
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
@@ -135,9 +139,10 @@ use object_store::path::Path;
 use object_store::PutPayload;
 use object_store::{ObjectStore, ObjectStoreExt};
 
-use self::cache::BlockCache;
 use self::files::FileTable;
 use self::manifest::{classify, manifest_path, run_path, Manifest, Name, RunEntry, FORMAT};
+use self::memory::Charges;
+pub use self::memory::IndexMemory;
 use self::memtable::{MemTable, Slot};
 use self::meta::RunMeta;
 use self::run::RunWriter;
@@ -215,8 +220,6 @@ impl IndexError {
 /// they bound the transient memory of a `get_many` (8 MiB) whatever the batch size.
 const LOOKUP_SPAN: u64 = 1024 * 1024;
 const LOOKUP_PARALLEL: usize = 8;
-/// Floor of each half of the budget: below this a run's blocks would thrash the cache.
-const MIN_HALF_BUDGET: usize = 256 * 1024;
 /// Run ids of lease epoch `e` start at `e * RUN_ID_EPOCH_STRIDE` (module doc, "Two writers").
 const RUN_ID_EPOCH_STRIDE: u64 = 1 << 32;
 
@@ -264,11 +267,11 @@ pub struct PrimaryKeyIndex {
     store: Arc<dyn ObjectStore>,
     root: Path,
     memtable: MemTable,
-    memtable_budget: usize,
+    /// What this index holds of the process's index memory (memtable, run metas, cached blocks).
+    charges: Charges,
     /// Newest first; includes runs flushed but not yet named by a manifest.
     runs: Vec<Arc<RunMeta>>,
     files: FileTable,
-    cache: Mutex<BlockCache>,
     /// Sequence number of the newest manifest (0: none yet).
     manifest_seq: u64,
     next_run_id: u64,
@@ -280,25 +283,26 @@ pub struct PrimaryKeyIndex {
 }
 
 impl PrimaryKeyIndex {
-    /// Opens the index stored under `root` (empty if there is none); [`open_as`](Self::open_as)
-    /// for lease epoch 0 (no lease: tools and tests).
+    /// Opens the index stored under `root` (empty if there is none) with a memory budget of its
+    /// own; [`open_as`](Self::open_as) for lease epoch 0 (no lease: tools and tests).
     pub async fn open(
         store: Arc<dyn ObjectStore>,
         root: Path,
         memory_budget_bytes: usize,
     ) -> Result<Self, IndexError> {
-        PrimaryKeyIndex::open_as(store, root, memory_budget_bytes, 0).await
+        let memory = IndexMemory::new(memory_budget_bytes);
+        PrimaryKeyIndex::open_as(store, root, &memory, 0).await
     }
 
     /// Opens the index stored under `root` (empty if there is none) for the holder of lease
     /// epoch `epoch`, deleting superseded manifests; unnamed runs are deleted after this
-    /// index's first manifest (module doc, "Two writers"). `memory_budget_bytes` is split
-    /// between the memtable and the block cache. A manifest that cannot be read, or that names a
-    /// run storage does not hold, is [`IndexError::Corrupt`].
+    /// index's first manifest (module doc, "Two writers"). Its memtable, block cache and run
+    /// metas share `memory` with every other index opened with it. A manifest that cannot be
+    /// read, or that names a run storage does not hold, is [`IndexError::Corrupt`].
     pub async fn open_as(
         store: Arc<dyn ObjectStore>,
         root: Path,
-        memory_budget_bytes: usize,
+        memory: &Arc<IndexMemory>,
         epoch: u64,
     ) -> Result<Self, IndexError> {
         let listing = Listing::read(&store, &root).await?;
@@ -306,7 +310,7 @@ impl PrimaryKeyIndex {
             Some(seq) => Some(read_manifest(&store, &root, seq).await?),
             None => None,
         };
-        let mut index = PrimaryKeyIndex::empty(store, root, memory_budget_bytes, epoch);
+        let mut index = PrimaryKeyIndex::empty(store, root, memory, epoch);
         let mut live: HashSet<u64> = HashSet::new();
         if let Some(m) = manifest {
             let missing = |path: &Path, seq: u64| {
@@ -347,6 +351,7 @@ impl PrimaryKeyIndex {
             index.covered = m.covered_snapshot;
         }
         index.sweep(listing, |id| live.contains(&id)).await?;
+        index.account_runs();
         Ok(index)
     }
 
@@ -357,11 +362,11 @@ impl PrimaryKeyIndex {
     pub async fn reset_as(
         store: Arc<dyn ObjectStore>,
         root: Path,
-        memory_budget_bytes: usize,
+        memory: &Arc<IndexMemory>,
         epoch: u64,
     ) -> Result<Self, IndexError> {
         let listing = Listing::read(&store, &root).await?;
-        let mut index = PrimaryKeyIndex::empty(store, root, memory_budget_bytes, epoch);
+        let mut index = PrimaryKeyIndex::empty(store, root, memory, epoch);
         // Its first manifest supersedes (and then deletes) the newest one.
         index.manifest_seq = listing.latest.unwrap_or(0);
         index.sweep(listing, |_| false).await?;
@@ -371,18 +376,16 @@ impl PrimaryKeyIndex {
     fn empty(
         store: Arc<dyn ObjectStore>,
         root: Path,
-        memory_budget_bytes: usize,
+        memory: &Arc<IndexMemory>,
         epoch: u64,
     ) -> PrimaryKeyIndex {
-        let half = (memory_budget_bytes / 2).max(MIN_HALF_BUDGET);
         PrimaryKeyIndex {
             store,
             root,
             memtable: MemTable::default(),
-            memtable_budget: half,
+            charges: Charges::new(memory),
             runs: Vec::new(),
             files: FileTable::default(),
-            cache: Mutex::new(BlockCache::new(half)),
             manifest_seq: 0,
             next_run_id: epoch.saturating_mul(RUN_ID_EPOCH_STRIDE).max(1),
             covered: None,
@@ -450,6 +453,7 @@ impl PrimaryKeyIndex {
             };
             self.memtable.insert(change.key, slot);
         }
+        self.charges.memtable(self.memtable.memory_bytes());
         Ok(())
     }
 
@@ -469,13 +473,17 @@ impl PrimaryKeyIndex {
             };
             self.memtable.insert(key, slot);
         }
+        self.charges.memtable(self.memtable.memory_bytes());
         Ok(())
     }
 
-    /// True when the memtable has reached its half of the budget: call [`flush`](Self::flush)
-    /// (or `persist`) before applying more.
+    /// True when the memtable has reached the memtables' share of the index memory, or the
+    /// memtables of every index together are over it and this one holds a sizeable part
+    /// ([`IndexMemory`]): call [`flush`](Self::flush) (or `persist`) before applying more.
     pub fn needs_flush(&self) -> bool {
-        self.memtable.used_bytes() >= self.memtable_budget
+        self.charges
+            .memory()
+            .should_flush(self.memtable.used_bytes())
     }
 
     /// Writes the memtable as a new run, then merges runs if the policy says so. The new run is
@@ -486,6 +494,7 @@ impl PrimaryKeyIndex {
     pub async fn flush(&mut self) -> Result<(), IndexError> {
         self.write_memtable().await?;
         self.compact_logged().await;
+        self.account_runs();
         Ok(())
     }
 
@@ -511,6 +520,8 @@ impl PrimaryKeyIndex {
         self.next_run_id += 1;
         self.runs.insert(0, Arc::new(meta));
         self.memtable.clear();
+        self.charges.memtable(self.memtable.memory_bytes());
+        self.account_runs();
         Ok(())
     }
 
@@ -523,6 +534,7 @@ impl PrimaryKeyIndex {
         self.write_manifest(Some(covers_snapshot)).await?;
         self.delete_obsolete().await;
         self.compact_logged().await;
+        self.account_runs();
         Ok(())
     }
 
@@ -553,27 +565,32 @@ impl PrimaryKeyIndex {
         for run in self.runs.drain(..) {
             self.obsolete.push(run.path.clone());
         }
-        self.cache().clear();
+        let owner = self.charges.owner();
+        self.charges.memory().cache().forget_owner(owner);
+        self.charges.memtable(self.memtable.memory_bytes());
+        self.account_runs();
     }
 
+    /// This index's part of the process's index memory ([`IndexMemory`] has the totals).
     pub fn memory_usage(&self) -> MemoryUsage {
         MemoryUsage {
             memtable: self.memtable.memory_bytes(),
-            block_cache: self.cache().used(),
+            block_cache: self.charges.memory().cache().used_by(self.charges.owner()),
             runs: self.runs.iter().map(|r| r.memory_bytes()).sum(),
             files: self.files.memory_bytes(),
         }
     }
 
+    /// Charges the run metas and the file table to the index memory (they shrink the cache).
+    fn account_runs(&mut self) {
+        let bytes =
+            self.runs.iter().map(|r| r.memory_bytes()).sum::<usize>() + self.files.memory_bytes();
+        self.charges.runs(bytes);
+    }
+
     /// Live runs and data files, for logs and tests.
     pub fn stats(&self) -> (usize, usize) {
         (self.runs.len(), self.files.len())
-    }
-
-    fn cache(&self) -> MutexGuard<'_, BlockCache> {
-        // A panic while holding the lock cannot leave the cache inconsistent in a way that
-        // matters: at worst its byte count is off until the next eviction.
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     async fn write_manifest(&mut self, covers: Option<i64>) -> Result<(), IndexError> {

@@ -248,9 +248,10 @@ async fn a_stale_writers_unnamed_run_survives_its_successors_open() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let root = Path::from("idx");
     let file: Arc<str> = Arc::from("f1");
-    let mut old = PrimaryKeyIndex::open_as(Arc::clone(&store), root.clone(), 0, 1)
-        .await
-        .unwrap();
+    let mut old =
+        PrimaryKeyIndex::open_as(Arc::clone(&store), root.clone(), &IndexMemory::new(0), 1)
+            .await
+            .unwrap();
     old.apply([IndexChange {
         key: b"a",
         op: IndexOp::Upsert(loc(&file, 0)),
@@ -265,7 +266,7 @@ async fn a_stale_writers_unnamed_run_survives_its_successors_open() {
     old.flush().await.unwrap();
     let stale_run = old.runs[0].path.clone();
 
-    let new = PrimaryKeyIndex::open_as(Arc::clone(&store), root.clone(), 0, 2)
+    let new = PrimaryKeyIndex::open_as(Arc::clone(&store), root.clone(), &IndexMemory::new(0), 2)
         .await
         .unwrap();
     assert!(new.next_run_id >= 2 << 32, "{}", new.next_run_id);
@@ -278,9 +279,10 @@ async fn a_stale_writers_unnamed_run_survives_its_successors_open() {
     let mut new = new;
     let err = new.persist(2).await.unwrap_err();
     assert!(matches!(err, IndexError::Conflict { .. }), "{err}");
-    let mut new = PrimaryKeyIndex::open_as(Arc::clone(&store), root.clone(), 0, 2)
-        .await
-        .unwrap();
+    let mut new =
+        PrimaryKeyIndex::open_as(Arc::clone(&store), root.clone(), &IndexMemory::new(0), 2)
+            .await
+            .unwrap();
     assert_eq!(new.covered_snapshot(), Some(2));
     assert_eq!(
         new.get_many(&[b"a", b"b"]).await.unwrap(),
@@ -342,9 +344,10 @@ async fn a_missing_run_is_corruption_and_a_reset_supersedes_it() {
     assert!(matches!(err, IndexError::Corrupt { .. }), "{err}");
     assert!(err.to_string().contains("missing"), "{err}");
 
-    let mut reset = PrimaryKeyIndex::reset_as(Arc::clone(&store), root.clone(), 0, 3)
-        .await
-        .unwrap();
+    let mut reset =
+        PrimaryKeyIndex::reset_as(Arc::clone(&store), root.clone(), &IndexMemory::new(0), 3)
+            .await
+            .unwrap();
     assert_eq!(reset.covered_snapshot(), None);
     reset
         .apply([IndexChange {
@@ -443,7 +446,7 @@ async fn a_corrupt_run_is_reported_not_trusted() {
 #[tokio::test]
 async fn memory_stays_within_the_budget() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let budget = 2 * MIN_HALF_BUDGET;
+    let budget = 2 * memory::MIN_CACHE;
     let mut index = PrimaryKeyIndex::open(Arc::clone(&store), Path::from("idx"), budget)
         .await
         .unwrap();
@@ -528,4 +531,91 @@ async fn a_retried_manifest_put_that_landed_persists() {
     // The same manifest name with another writer's bytes is still a conflict.
     let err = other.persist(2).await.unwrap_err();
     assert!(matches!(err, IndexError::Conflict { .. }), "{err}");
+}
+
+/// Many tables' indexes share one [`IndexMemory`] (issue 37): a memtable flushes once the
+/// memtables together are over their share, the one block cache stays within its capacity over
+/// every index's lookups, and a dropped or cleared index gives its memory back.
+#[tokio::test]
+async fn indexes_of_many_tables_share_one_memory_budget() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let memory = IndexMemory::split(1 << 20, 1 << 20);
+    let limit = memory.memtables_limit();
+    let file: Arc<str> = Arc::from("f");
+    let mut indexes = Vec::new();
+    // As many as commit at once (a memtable is flushed at every persist, so only the commits in
+    // flight hold one).
+    for t in 0..12 {
+        let root = Path::from(format!("idx/{t}"));
+        indexes.push(
+            PrimaryKeyIndex::open_as(Arc::clone(&store), root, &memory, 1)
+                .await
+                .unwrap(),
+        );
+    }
+    // Each table applies well under the limit on its own (a per-table budget would never
+    // flush), but together they are over it: every memtable that holds a sizeable part of the
+    // limit flushes, so the total stays near the limit.
+    let mut flushed = 0;
+    let mut peak = 0;
+    for round in 0..200u64 {
+        for (t, index) in indexes.iter_mut().enumerate() {
+            let changes: Vec<(Vec<u8>, u64)> = (0..50)
+                .map(|i| {
+                    let k = round * 50 + i;
+                    (key_of(k * 64 + t as u64), k)
+                })
+                .collect();
+            index
+                .apply(changes.iter().map(|(k, p)| IndexChange {
+                    key: k,
+                    op: IndexOp::Upsert(loc(&file, *p)),
+                }))
+                .unwrap();
+            peak = peak.max(memory.memtables());
+            if index.needs_flush() {
+                assert!(index.memory_usage().memtable < limit, "flushed early");
+                index.flush().await.unwrap();
+                flushed += 1;
+            }
+        }
+    }
+    assert!(
+        flushed > 0,
+        "no memtable flushed although together over the limit"
+    );
+    assert!(
+        peak <= 2 * limit,
+        "memtables peaked at {peak} over a limit of {limit}"
+    );
+    for index in &mut indexes {
+        index.persist(1).await.unwrap();
+    }
+    assert!(memory.runs() > 0, "run metas are charged");
+    // Lookups over every table fill one cache, within its capacity.
+    let mut rng = Rng(9);
+    for _ in 0..5 {
+        for (t, index) in indexes.iter().enumerate() {
+            let keys: Vec<Vec<u8>> = (0..200)
+                .map(|_| key_of(rng.below(200 * 50) * 64 + t as u64))
+                .collect();
+            let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+            let got = index.get_many(&refs).await.unwrap();
+            assert!(got.iter().all(Option::is_some));
+            assert!(memory.cached() <= memory.cache_capacity());
+        }
+    }
+    assert!(memory.cached() > 0);
+    let charged = memory.runs();
+    let mut first = indexes.remove(0);
+    first.clear();
+    assert!(
+        memory.runs() < charged,
+        "a cleared index gives its run metas back"
+    );
+    drop(first);
+    drop(indexes);
+    assert_eq!(memory.memtables(), 0);
+    assert_eq!(memory.runs(), 0);
+    assert_eq!(memory.cached(), 0, "dropped indexes' blocks are forgotten");
 }

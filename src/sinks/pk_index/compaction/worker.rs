@@ -144,9 +144,10 @@ impl PrimaryKeyIndex {
         self.next_run_id += 1;
         self.runs.splice(0..take, [Arc::new(merged)]);
         {
-            let mut cache = self.cache();
+            let owner = self.charges.owner();
+            let mut cache = self.charges.memory().cache();
             for run in &inputs {
-                cache.forget_run(run.id);
+                cache.forget_run(owner, run.id);
             }
         }
         self.obsolete.extend(inputs.iter().map(|r| r.path.clone()));

@@ -41,12 +41,9 @@ use crate::sinks::pk_index::{IndexChange, IndexError, IndexOp, PrimaryKeyIndex, 
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
-/// Memory budget of one table's index (memtable + block cache; run metas come on top, ~1.3 B
-/// per key: README "Deletion vectors").
 mod slot;
 pub(crate) use slot::IndexSlot;
 
-pub(crate) const MEMORY_BUDGET: usize = 64 * 1024 * 1024;
 /// Changes handed to the index between checks of its memtable budget.
 const APPLY_CHUNK: usize = 16 * 1024;
 
@@ -89,15 +86,17 @@ impl TableIndex {
         let root = warehouse.path(location)?;
         let store = Arc::clone(warehouse.store());
         let epoch = warehouse.lease_epoch();
+        // Every table's index shares the process's index memory (`memory_budget.rs`).
+        let memory = crate::memory_budget::index_memory();
         let opened =
-            PrimaryKeyIndex::open_as(Arc::clone(&store), root.clone(), MEMORY_BUDGET, epoch).await;
+            PrimaryKeyIndex::open_as(Arc::clone(&store), root.clone(), &memory, epoch).await;
         let index = match opened {
             Ok(index) => index,
             // Also a run the manifest names that is gone: rebuilt like any corruption, never
             // a standing error for every later commit.
             Err(IndexError::Corrupt { path, detail }) => {
                 tracing::warn!(table = %table, path = %path, detail = %detail, "primary-key index is corrupt; rebuilding it from the table");
-                PrimaryKeyIndex::reset_as(store, root, MEMORY_BUDGET, epoch)
+                PrimaryKeyIndex::reset_as(store, root, &memory, epoch)
                     .await
                     .map_err(|e| index_error(&table, e))?
             }
