@@ -44,8 +44,8 @@ use messages::describe;
 pub use schema_change::{RawSchemaChange, SchemaChange, SchemaChangePolicy};
 pub use snapshot_mode::SnapshotMode;
 pub use tables::{
-    Configured, Origin, PartitionField, RawTableSettings, SinkKind, SortField, TableSettings,
-    TablesConfig,
+    Configured, JsonAs, Origin, PartitionField, RawTableSettings, SinkKind, SortField,
+    TableSettings, TablesConfig,
 };
 
 /// `[pipeline]`

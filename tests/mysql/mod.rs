@@ -5,6 +5,7 @@
 mod copy_ddl;
 mod ddl;
 mod fencing;
+mod json_variant;
 mod keys;
 mod lsm;
 mod maintenance;

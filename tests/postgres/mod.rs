@@ -4,6 +4,7 @@
 mod copy_ddl;
 mod crash;
 mod ddl;
+mod json_variant;
 mod keyless;
 mod keys;
 mod lifecycle;

@@ -135,7 +135,7 @@ async fn live_files(
         live.insert(p.to_owned());
         let bytes = get(warehouse, &newest).await?;
         let metadata: TableMetadata =
-            serde_json::from_slice(&bytes).map_err(|e| CleanupError::Unreadable {
+            crate::sinks::iceberg::variant::parse_metadata(&bytes).map_err(|e| CleanupError::Unreadable {
                 path: p.to_owned(),
                 what: "table metadata",
                 detail: e.to_string(),

@@ -75,6 +75,7 @@ mod rows;
 mod schema;
 mod tables;
 mod transaction;
+mod variant;
 
 use catalog::Catalog;
 use commit::{Input, Staged};
