@@ -68,6 +68,17 @@ pub(crate) fn iceberg_schema_as(table: &TableSchema, json: JsonAs) -> Result<Sch
             sink: SINK,
         })?;
         let mut field = NestedField::new(i, &col.name, ty, required);
+        if as_variant && col.initial_default.is_some() {
+            return Err(SinkError::Data {
+                table: table.id.clone(),
+                detail: format!(
+                    "column {} is JSON added with a default, which a variant cannot hold (Iceberg \
+                     v3: a variant's initial-default is null): the earlier rows would read NULL; \
+                     add it without a default, or keep json = \"string\" for this table",
+                    col.name
+                ),
+            });
+        }
         if let Some(value) = default_literal(col).map_err(|detail| SinkError::Data {
             table: table.id.clone(),
             detail,
