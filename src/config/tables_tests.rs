@@ -376,7 +376,9 @@ json = "string"
     assert_eq!(t.resolve(&orders()).unwrap().json, JsonAs::String);
     let other = TableId::new("public", "events");
     assert_eq!(t.resolve(&other).unwrap().json, JsonAs::Variant);
-    let unset = tables(&with_sections("[sink.tables.\"public.orders\"]\nsort_by = [\"id\"]\n"));
+    let unset = tables(&with_sections(
+        "[sink.tables.\"public.orders\"]\nsort_by = [\"id\"]\n",
+    ));
     assert_eq!(unset.resolve(&orders()).unwrap().json, JsonAs::String);
 
     let v2 = MINIMAL.replace("[sink]", "[sink]\ndelete_mode = \"equality\"");
@@ -394,7 +396,12 @@ json = "string"
     let e = error(&lsm_with_sections(
         "[sink.tables.\"public.orders\"]\njson = \"variant\"\n",
     ));
-    assert!(e.contains("iceberg sinks only") && e.contains("Paimon"), "{e}");
-    let e = error(&with_sections("[sink.tables.\"public.orders\"]\njson = \"text\"\n"));
+    assert!(
+        e.contains("iceberg sinks only") && e.contains("Paimon"),
+        "{e}"
+    );
+    let e = error(&with_sections(
+        "[sink.tables.\"public.orders\"]\njson = \"text\"\n",
+    ));
     assert!(e.contains("json"), "{e}");
 }

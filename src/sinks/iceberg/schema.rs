@@ -248,14 +248,15 @@ pub(crate) fn schema_difference(existing: &Schema, wanted: &Schema) -> Option<St
                     variant::type_name(&o.field_type),
                     variant::type_name(&f.field_type),
                 );
-                let remapped = if variant::is_variant(&o.field_type) != variant::is_variant(&f.field_type) {
-                    // Never rewritten in place: every file holds the old form.
-                    " (json = \"string\" | \"variant\" in [sink.tables.\"…\"] changed; the \
+                let remapped =
+                    if variant::is_variant(&o.field_type) != variant::is_variant(&f.field_type) {
+                        // Never rewritten in place: every file holds the old form.
+                        " (json = \"string\" | \"variant\" in [sink.tables.\"…\"] changed; the \
                      table's rows are stored in one form, so this takes a resync: \
                      `cdcd resync --table …`, or source.schema_change = \"resync\")"
-                } else {
-                    ""
-                };
+                    } else {
+                        ""
+                    };
                 problems.push(format!(
                     "column {} changed type from {from} to {to}{remapped}",
                     f.name

@@ -191,7 +191,8 @@ fn append_json(text: &str, builder: &mut impl VariantBuilderExt) -> Result<(), A
     match text.as_bytes().first() {
         Some(b'{') => {
             // Duplicate keys (a Postgres `json` value may have them): the last wins, as jsonb.
-            let fields: BTreeMap<String, &RawValue> = serde_json::from_str(text).map_err(invalid)?;
+            let fields: BTreeMap<String, &RawValue> =
+                serde_json::from_str(text).map_err(invalid)?;
             let mut object = builder.try_new_object()?;
             for (key, value) in &fields {
                 let mut field = ObjectFieldBuilder::new(key, &mut object);
@@ -294,7 +295,9 @@ fn decimal(text: &str) -> Option<Variant<'static, 'static>> {
         let v = VariantDecimal8::try_new(i64::try_from(unscaled).ok()?, scale).ok()?;
         Some(v.into())
     } else {
-        VariantDecimal16::try_new(unscaled, scale).ok().map(Into::into)
+        VariantDecimal16::try_new(unscaled, scale)
+            .ok()
+            .map(Into::into)
     }
 }
 
@@ -405,7 +408,11 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
-        assert_eq!(back[3].as_deref(), Some("null"), "JSON null is not SQL NULL");
+        assert_eq!(
+            back[3].as_deref(),
+            Some("null"),
+            "JSON null is not SQL NULL"
+        );
         assert_eq!(back[4], None);
         // An exponent with no fraction left is an integer.
         assert_eq!(round_trip(&[Some("1.5e3")])[0].as_deref(), Some("1500"));
@@ -492,7 +499,10 @@ mod tests {
         let schema = iceberg_schema_as(&t, crate::config::JsonAs::Variant).unwrap();
         let fields = schema.as_struct().fields();
         assert!(is_variant(&fields[1].field_type));
-        assert!(!is_variant(&fields[2].field_type), "a text column stays a string");
+        assert!(
+            !is_variant(&fields[2].field_type),
+            "a text column stays a string"
+        );
         let strings = iceberg_schema_as(&t, crate::config::JsonAs::String).unwrap();
         assert!(!is_variant(&strings.as_struct().fields()[1].field_type));
 
@@ -525,10 +535,14 @@ mod tests {
         ];
         let batch = arrow_array::RecordBatch::try_new(file_schema.clone(), columns).unwrap();
         let parquet = encode::encode_parquet(&[batch]).unwrap();
-        let reader =
-            parquet::file::reader::SerializedFileReader::new(parquet.clone()).unwrap();
+        let reader = parquet::file::reader::SerializedFileReader::new(parquet.clone()).unwrap();
         use parquet::file::reader::FileReader;
-        let root = reader.metadata().file_metadata().schema_descr().root_schema().clone();
+        let root = reader
+            .metadata()
+            .file_metadata()
+            .schema_descr()
+            .root_schema()
+            .clone();
         let group = &root.get_fields()[1];
         assert!(
             matches!(
@@ -537,7 +551,11 @@ mod tests {
             ),
             "{group:?}"
         );
-        assert_eq!(group.get_basic_info().id(), 2, "the field id is on the group");
+        assert_eq!(
+            group.get_basic_info().id(),
+            2,
+            "the field id is on the group"
+        );
         let back = decode::decode(&parquet, "t.parquet", None).unwrap();
         let text = cast(back[0].column(1), &DataType::Utf8).unwrap();
         let text = text.as_any().downcast_ref::<StringArray>().unwrap();
