@@ -33,6 +33,13 @@ async fn mariadb_json_as_variant_reads_back_equal() {
     .await;
     p.start();
     p.assert_equal("t", 120).await;
+    let meta = crate::support::current_metadata(&p.table_dir("t"));
+    let j = &meta["schemas"].as_array().unwrap().last().unwrap()["fields"][2];
+    assert_eq!(
+        (&j["name"], &j["type"]),
+        (&"j".into(), &"variant".into()),
+        "{meta}"
+    );
     my_exec(&mut c, "SET SESSION binlog_row_image = 'MINIMAL'").await;
     my_exec(
         &mut c,
