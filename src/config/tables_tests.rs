@@ -187,9 +187,8 @@ fn section_keys_and_unknown_keys_are_refused() {
             "{key}: {e}"
         );
     }
-    // A key the contract names for a later issue is unknown until it is implemented.
     let e = error(&with_sections(
-        "[sink.tables.\"public.orders\"]\njson = \"variant\"\n",
+        "[sink.tables.\"public.orders\"]\ngeometry = \"wkb\"\n",
     ));
     assert!(
         e.contains("unknown key") && e.contains("`partition_by`") && e.contains("public.orders"),
