@@ -42,6 +42,21 @@ pub(crate) fn iceberg_schema_as(table: &TableSchema, json: JsonAs) -> Result<Sch
         detail: "too many columns".into(),
     })?;
     let mut next_id = n + 1;
+    if json == JsonAs::Variant
+        && table.primary_key.is_empty()
+        && table.columns.iter().any(variant::is_json)
+    {
+        // A keyless table's deletes find their rows by comparing whole rows (`rows/multiset.rs`):
+        // a variant read back is the value, not the source's text of it, so they would not match.
+        return Err(SinkError::Data {
+            table: table.id.clone(),
+            detail: "json = \"variant\" needs a primary key: a delete of a table without one \
+                     finds its row by comparing whole rows with the source's JSON text, which a \
+                     variant does not keep; keep json = \"string\" for this table, or give it a \
+                     key (source.key_columns)"
+                .into(),
+        });
+    }
     let mut fields: Vec<NestedFieldRef> = Vec::with_capacity(table.columns.len());
     for (i, col) in (1..).zip(&table.columns) {
         let required = table.primary_key.contains(&((i - 1) as usize));
