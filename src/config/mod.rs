@@ -46,7 +46,7 @@ use messages::describe;
 pub use schema_change::{RawSchemaChange, SchemaChange, SchemaChangePolicy};
 pub use snapshot_mode::SnapshotMode;
 pub use tables::{
-    Configured, Deletes, Origin, PartitionField, RawTableSettings, SinkKind, SortField,
+    Configured, Deletes, JsonAs, Origin, PartitionField, RawTableSettings, SinkKind, SortField,
     TableSettings, TablesConfig,
 };
 

@@ -59,6 +59,31 @@ pub struct RawTableSettings {
     /// source each row was last written. Default false.
     #[serde(default)]
     pub row_metadata: Option<bool>,
+    /// How Postgres `json`/`jsonb` and MySQL `JSON` columns are stored: `"string"` (default,
+    /// the JSON text) or `"variant"` (Iceberg v3 `variant`: `delete_mode = "deletion-vectors"`
+    /// tables only; read by DuckDB, not by pyiceberg 0.12 or Spark 3.5).
+    #[serde(default)]
+    pub json: Option<JsonAs>,
+}
+
+/// `json`: the Iceberg type of a JSON column.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JsonAs {
+    /// The JSON text, an Iceberg `string`.
+    #[default]
+    String,
+    /// An Iceberg v3 `variant`.
+    Variant,
+}
+
+impl fmt::Display for JsonAs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            JsonAs::String => "string",
+            JsonAs::Variant => "variant",
+        })
+    }
 }
 
 /// `deletes`: what a source delete does to the row in the lake.
@@ -192,6 +217,8 @@ pub struct TableSettings {
     pub deletes: Deletes,
     /// `_cdc_commit_ts` and `_cdc_position` on the table's rows.
     pub row_metadata: bool,
+    /// The Iceberg type of the table's JSON columns.
+    pub json: JsonAs,
 }
 
 /// One `[sink.tables."<key>"]` section, checked.
@@ -212,6 +239,7 @@ struct Section {
     changelog: Option<bool>,
     deletes: Option<Deletes>,
     row_metadata: Option<bool>,
+    json: Option<JsonAs>,
 }
 
 impl Section {
@@ -323,6 +351,10 @@ impl TablesConfig {
             })?
             .and_then(|s| s.row_metadata)
             .unwrap_or(false);
+        let json = self
+            .pick(table, &matching, "json", |s| s.json.is_some())?
+            .and_then(|s| s.json)
+            .unwrap_or_default();
         let mut properties = BTreeMap::new();
         for name in matching.iter().flat_map(|s| s.properties.keys()) {
             if properties.contains_key(name) {
@@ -344,6 +376,7 @@ impl TablesConfig {
             changelog,
             deletes,
             row_metadata,
+            json,
         })
     }
 
@@ -424,6 +457,13 @@ impl Section {
             SinkKind::Lsm if !raw.properties.is_empty() => {
                 return Err(only_for("properties", SinkKind::Iceberg, ""))
             }
+            SinkKind::Lsm if raw.json == Some(JsonAs::Variant) => {
+                return Err(at("json").invalid(
+                    "\"variant\" applies to iceberg sinks only: cdcd does not write Paimon's \
+                     variant type (pypaimon 2.1 reads it only as an unannotated two-field \
+                     struct, which no other reader here checks); use json = \"string\"",
+                ))
+            }
             _ => {}
         }
         if let Some(field) = unbuilt(&raw, kind) {
@@ -458,6 +498,7 @@ impl Section {
             changelog: raw.changelog,
             deletes: raw.deletes,
             row_metadata: raw.row_metadata,
+            json: raw.json,
         })
     }
 }

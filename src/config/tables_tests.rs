@@ -187,9 +187,8 @@ fn section_keys_and_unknown_keys_are_refused() {
             "{key}: {e}"
         );
     }
-    // A key the contract names for a later issue is unknown until it is implemented.
     let e = error(&with_sections(
-        "[sink.tables.\"public.orders\"]\njson = \"variant\"\n",
+        "[sink.tables.\"public.orders\"]\ngeometry = \"wkb\"\n",
     ));
     assert!(
         e.contains("unknown key") && e.contains("`partition_by`") && e.contains("public.orders"),
@@ -372,4 +371,49 @@ fn soft_deletes_and_row_metadata_are_taken_by_iceberg_and_refused_by_lsm_until_b
         e.contains("deletes") && e.contains("not built yet for lsm"),
         "{e}"
     );
+}
+
+#[test]
+fn json_as_variant_resolves_per_section_and_needs_format_v3() {
+    let t = tables(&with_sections(
+        r#"
+[sink.tables."public.*"]
+json = "variant"
+
+[sink.tables."public.orders"]
+json = "string"
+"#,
+    ));
+    use crate::config::JsonAs;
+    assert_eq!(t.resolve(&orders()).unwrap().json, JsonAs::String);
+    let other = TableId::new("public", "events");
+    assert_eq!(t.resolve(&other).unwrap().json, JsonAs::Variant);
+    let unset = tables(&with_sections(
+        "[sink.tables.\"public.orders\"]\nsort_by = [\"id\"]\n",
+    ));
+    assert_eq!(unset.resolve(&orders()).unwrap().json, JsonAs::String);
+
+    let v2 = MINIMAL.replace("[sink]", "[sink]\ndelete_mode = \"equality\"");
+    let e = error(&format!(
+        "{v2}[sink.tables.\"public.orders\"]\njson = \"variant\"\n"
+    ));
+    assert!(
+        e.contains("sink.tables.\"public.orders\".json") && e.contains("format v2"),
+        "{e}"
+    );
+    // json = "string" is what a v2 table stores anyway.
+    tables(&format!(
+        "{v2}[sink.tables.\"public.orders\"]\njson = \"string\"\n"
+    ));
+    let e = error(&lsm_with_sections(
+        "[sink.tables.\"public.orders\"]\njson = \"variant\"\n",
+    ));
+    assert!(
+        e.contains("iceberg sinks only") && e.contains("Paimon"),
+        "{e}"
+    );
+    let e = error(&with_sections(
+        "[sink.tables.\"public.orders\"]\njson = \"text\"\n",
+    ));
+    assert!(e.contains("json"), "{e}");
 }

@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use crate::config::context::{default_warehouse, Context};
 use crate::config::error::ConfigError;
-use crate::config::tables::{RawTableSettings, SinkKind, TablesConfig};
+use crate::config::tables::{JsonAs, RawTableSettings, SinkKind, TablesConfig};
 pub use crate::sinks::iceberg::catalog::config::{CatalogConfig, RawCatalog, SqlUri};
 use crate::storage::s3::RawS3;
 
@@ -92,6 +92,24 @@ impl RawIceberg {
                     .invalid(e)
                 },
             )?;
+        }
+        if self.delete_mode == DeleteMode::Equality {
+            if let Some(key) = self
+                .tables
+                .iter()
+                .find(|(_, s)| s.json == Some(JsonAs::Variant))
+                .map(|(k, _)| k)
+            {
+                return Err(crate::config::Origin {
+                    file: ctx.file.to_owned(),
+                    key: format!("sink.tables.{key:?}.json"),
+                }
+                .invalid(
+                    "\"variant\" is an Iceberg v3 type and delete_mode = \"equality\" writes \
+                     format v2 tables: use delete_mode = \"deletion-vectors\" (v3), or \
+                     json = \"string\"",
+                ));
+            }
         }
         let tables = TablesConfig::validate(self.tables, SinkKind::Iceberg, ctx)?;
         Ok(IcebergConfig {

@@ -126,6 +126,13 @@ fn column<'a>(
             columns.join(", ")
         )));
     };
+    if crate::sinks::iceberg::variant::is_variant(&field.field_type) {
+        // Iceberg spec: a variant column is never a partition or sort source.
+        return Err(origin.invalid(format!(
+            "{table}: {shown}: column {name:?} is a variant (json = \"variant\"), which cannot \
+             be partitioned or sorted by"
+        )));
+    }
     if transform.result_type(&field.field_type).is_err() {
         let ty = &field.field_type;
         let applies = applicable(ty, name);

@@ -78,6 +78,7 @@ mod rows;
 mod schema;
 mod tables;
 mod transaction;
+mod variant;
 
 use catalog::Catalog;
 use changelog::ChangelogWrite;

@@ -17,6 +17,8 @@ use iceberg::spec::{
 };
 
 use crate::changelog::TableSchema;
+use crate::config::JsonAs;
+use crate::sinks::iceberg::variant;
 use crate::sinks::SinkError;
 
 /// Field id of `file_path` in a position delete file (Iceberg spec, "Position Delete Files").
@@ -26,24 +28,72 @@ pub(crate) const POS_DELETE_POS_ID: i32 = 2147483545;
 
 const SINK: &str = "iceberg";
 
-/// The Iceberg schema for `table`: ids as described in the module doc.
+/// The Iceberg schema for `table`: ids as described in the module doc, JSON columns as strings.
+#[cfg(test)]
 pub(crate) fn iceberg_schema(table: &TableSchema) -> Result<Schema, SinkError> {
+    iceberg_schema_as(table, JsonAs::String)
+}
+
+/// The Iceberg schema for `table`, JSON columns as `json` says (`[sink.tables."…"]`): a
+/// key column stays what it is, a variant has no equality to delete by.
+pub(crate) fn iceberg_schema_as(table: &TableSchema, json: JsonAs) -> Result<Schema, SinkError> {
     let n = i32::try_from(table.columns.len()).map_err(|_| SinkError::Data {
         table: table.id.clone(),
         detail: "too many columns".into(),
     })?;
     let mut next_id = n + 1;
+    if json == JsonAs::Variant
+        && table.primary_key.is_empty()
+        && table.columns.iter().any(variant::is_json)
+    {
+        // A keyless table's deletes find their rows by comparing whole rows (`rows/multiset.rs`):
+        // a variant read back is the value, not the source's text of it, so they would not match.
+        return Err(SinkError::Data {
+            table: table.id.clone(),
+            detail: "json = \"variant\" needs a primary key: a delete of a table without one \
+                     finds its row by comparing whole rows with the source's JSON text, which a \
+                     variant does not keep; keep json = \"string\" for this table, or give it a \
+                     key (source.key_columns)"
+                .into(),
+        });
+    }
     let mut fields: Vec<NestedFieldRef> = Vec::with_capacity(table.columns.len());
     for (i, col) in (1..).zip(&table.columns) {
-        let ty =
-            to_iceberg(&col.data_type, &mut next_id).ok_or_else(|| SinkError::UnsupportedType {
-                table: table.id.clone(),
-                column: col.name.clone(),
-                data_type: col.data_type.to_string(),
-                sink: SINK,
-            })?;
         let required = table.primary_key.contains(&((i - 1) as usize));
+        let as_variant = json == JsonAs::Variant && variant::is_json(col);
+        if as_variant && required {
+            return Err(SinkError::Data {
+                table: table.id.clone(),
+                detail: format!(
+                    "column {} is JSON and part of the primary key: json = \"variant\" cannot \
+                     apply to it (a variant value has no equality to find the row by); keep \
+                     json = \"string\" for this table",
+                    col.name
+                ),
+            });
+        }
+        let ty = match as_variant {
+            true => Some(variant::placeholder()),
+            false => to_iceberg(&col.data_type, &mut next_id),
+        }
+        .ok_or_else(|| SinkError::UnsupportedType {
+            table: table.id.clone(),
+            column: col.name.clone(),
+            data_type: col.data_type.to_string(),
+            sink: SINK,
+        })?;
         let mut field = NestedField::new(i, &col.name, ty, required);
+        if as_variant && col.initial_default.is_some() {
+            return Err(SinkError::Data {
+                table: table.id.clone(),
+                detail: format!(
+                    "column {} is JSON added with a default, which a variant cannot hold (Iceberg \
+                     v3: a variant's initial-default is null): the earlier rows would read NULL; \
+                     add it without a default, or keep json = \"string\" for this table",
+                    col.name
+                ),
+            });
+        }
         if let Some(value) = default_literal(col).map_err(|detail| SinkError::Data {
             table: table.id.clone(),
             detail,
@@ -208,10 +258,25 @@ pub(crate) fn schema_difference(existing: &Schema, wanted: &Schema) -> Option<St
     for f in new {
         match old.iter().find(|o| o.name == f.name) {
             None => problems.push(format!("column {} added", f.name)),
-            Some(o) if !same_shape(&o.field_type, &f.field_type) => problems.push(format!(
-                "column {} changed type from {} to {}",
-                f.name, o.field_type, f.field_type
-            )),
+            Some(o) if !same_shape(&o.field_type, &f.field_type) => {
+                let (from, to) = (
+                    variant::type_name(&o.field_type),
+                    variant::type_name(&f.field_type),
+                );
+                let remapped =
+                    if variant::is_variant(&o.field_type) != variant::is_variant(&f.field_type) {
+                        // Never rewritten in place: every file holds the old form.
+                        " (json = \"string\" | \"variant\" in [sink.tables.\"…\"] changed; the \
+                     table's rows are stored in one form, so this takes a resync: \
+                     `cdcd resync --table …`, or source.schema_change = \"resync\")"
+                    } else {
+                        ""
+                    };
+                problems.push(format!(
+                    "column {} changed type from {from} to {to}{remapped}",
+                    f.name
+                ))
+            }
             Some(_) => {}
         }
     }
@@ -416,6 +481,9 @@ fn fresh_ids(field: &NestedField, next_id: &mut i32) -> NestedField {
 
 fn same_shape(a: &Type, b: &Type) -> bool {
     match (a, b) {
+        (a, b) if variant::is_variant(a) || variant::is_variant(b) => {
+            variant::is_variant(a) && variant::is_variant(b)
+        }
         (Type::List(x), Type::List(y)) => {
             same_shape(&x.element_field.field_type, &y.element_field.field_type)
         }
@@ -428,7 +496,11 @@ fn same_shape(a: &Type, b: &Type) -> bool {
 pub(crate) fn data_file_schema(schema: &Schema) -> Result<SchemaRef, SinkError> {
     iceberg::arrow::schema_to_arrow_schema(schema)
         .map(|s| {
-            let fields: Vec<Field> = s.fields().iter().map(|f| annotate_uuid(f)).collect();
+            let fields: Vec<Field> = s
+                .fields()
+                .iter()
+                .map(|f| variant::file_field(&annotate_uuid(f)))
+                .collect();
             Arc::new(ArrowSchema::new_with_metadata(fields, s.metadata().clone()))
         })
         .map_err(|source| SinkError::Iceberg {

@@ -52,11 +52,17 @@ pub fn build_entry(
     let mut kinds = Vec::with_capacity(columns.len());
     for info in columns {
         let (kind, data_type) = map_column(info)?;
+        // MariaDB's JSON is a longtext with a json_valid check: named JSON, as MySQL's, so a
+        // sink that stores JSON apart from text (`json = "variant"`) knows it.
+        let source_type = match kind {
+            Kind::Json => "json".to_owned(),
+            _ => info.column_type.clone(),
+        };
         cols.push(Column {
             name: info.name.clone(),
             data_type,
             nullable: info.nullable,
-            source_type: info.column_type.clone(),
+            source_type,
             initial_default: None,
             former_names: info.former_names.clone(),
         });

@@ -107,5 +107,7 @@ pub(crate) fn changelog_settings(table: &TableSettings) -> TableSettings {
         changelog: false,
         deletes: Default::default(),
         row_metadata: false,
+        // JSON as text: the changelog is for every engine, and a variant needs a keyed table.
+        json: Default::default(),
     }
 }

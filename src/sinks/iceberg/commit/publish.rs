@@ -172,9 +172,11 @@ pub(crate) async fn create_metadata_file(
     location: &str,
     metadata: &TableMetadata,
 ) -> Result<bool, SinkError> {
-    let json = serde_json::to_vec_pretty(metadata).map_err(|e| SinkError::Data {
-        table: table.clone(),
-        detail: format!("serializing {location}: {e}"),
+    let json = crate::sinks::iceberg::variant::metadata_file_bytes(metadata).map_err(|e| {
+        SinkError::Data {
+            table: table.clone(),
+            detail: format!("serializing {location}: {e}"),
+        }
     })?;
     let path = warehouse.path(location)?;
     failpoints::crash_point(failpoints::COMMIT_BEFORE_CREATE);

@@ -63,7 +63,7 @@ pub(crate) async fn read_metadata(
     location: &str,
 ) -> Result<TableMetadata, SinkError> {
     let bytes = read(warehouse, location).await?;
-    serde_json::from_slice(&bytes).map_err(|e| SinkError::Corrupt {
+    crate::sinks::iceberg::variant::parse_metadata(&bytes).map_err(|e| SinkError::Corrupt {
         path: location.to_owned(),
         detail: e.to_string(),
     })

@@ -26,7 +26,7 @@ use super::encode;
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::sinks::iceberg::plan::{CellSource, KeyRef, Plan, PlannedFile};
 use crate::sinks::iceberg::rows::locator::RowAddress;
-use crate::sinks::iceberg::schema;
+use crate::sinks::iceberg::{schema, variant};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
@@ -78,7 +78,7 @@ pub(crate) fn data_batches(
                 )));
             };
             let slice = column.slice(run.start, run.len);
-            columns.push(arrow_cast::cast(&slice, field.data_type())?);
+            columns.push(variant::cast(&slice, field.data_type())?);
         }
         batches.push(RecordBatch::try_new(file_schema.clone(), columns)?);
     }
@@ -181,7 +181,7 @@ fn gather_columns(
             }
         }
         let gathered = arrow_select::interleave::interleave(&arrays, &indices)?;
-        columns.push(arrow_cast::cast(&gathered, field.data_type())?);
+        columns.push(variant::cast(&gathered, field.data_type())?);
     }
     Ok(columns)
 }

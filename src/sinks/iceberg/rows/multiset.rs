@@ -195,7 +195,10 @@ pub(crate) fn gather(
             })
             .collect::<Result<Vec<&dyn Array>, _>>()?;
         let gathered = arrow_select::interleave::interleave(&arrays, &indices)?;
-        columns.push(arrow_cast::cast(&gathered, field.data_type())?);
+        columns.push(crate::sinks::iceberg::variant::cast(
+            &gathered,
+            field.data_type(),
+        )?);
     }
     RecordBatch::try_new(schema.clone(), columns)
 }

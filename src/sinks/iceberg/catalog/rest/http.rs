@@ -163,8 +163,14 @@ impl Client {
         body: Option<&B>,
         idempotency_key: Option<&str>,
     ) -> Result<Reply, HttpError> {
+        // A schema's variant columns are held as cdcd's placeholder: sent as the spec's type.
         let body = body
-            .map(serde_json::to_vec)
+            .map(|b| {
+                serde_json::to_value(b).and_then(|mut json| {
+                    crate::sinks::iceberg::variant::to_spec(&mut json);
+                    serde_json::to_vec(&json)
+                })
+            })
             .transpose()
             .map_err(|e| HttpError::Failed(format!("encoding the request to {path}: {e}")))?;
         let url = self.url(path).await?;
@@ -361,6 +367,10 @@ impl Signer {
 /// Parses a JSON answer; an answer that is not the spec's is an error naming the request.
 pub(crate) fn parse<T: DeserializeOwned>(body: &[u8], what: &str) -> Result<T, HttpError> {
     serde_json::from_slice(body)
+        .and_then(|mut json: serde_json::Value| {
+            crate::sinks::iceberg::variant::from_spec(&mut json);
+            serde_json::from_value(json)
+        })
         .map_err(|e| HttpError::Failed(format!("{what}: the answer is not the spec's ({e})")))
 }
 

@@ -1,0 +1,194 @@
+//! Issue 39: `json = "variant"`. Postgres `json`/`jsonb` columns of a table that opts in become
+//! Iceberg v3 `variant` columns; DuckDB reads every value back equal to the source as parsed JSON
+//! (lakecheck casts the variant to JSON, numbers compared exactly; DuckDB reads a variant's JSON
+//! null as NULL, so there the two compare as one: the unit tests of `src/sinks/iceberg/variant.rs`
+//! check cdcd writes them apart), through the initial copy, the
+//! stream, an update that leaves a TOAST jsonb unchanged (completed from the row's current value,
+//! which went through a variant file), and a kill -9 mid-stream. A table beside it that does not
+//! opt in keeps strings and is still read by pyiceberg (and Spark where the test bed has it).
+//! Changing the mapping of an existing table is refused with the reason, never rewritten.
+
+use std::time::Duration;
+
+use crate::support::{connect, current_metadata, exec, test_env_and_name, Pipeline, Settings};
+
+/// Every kind of JSON value, in both column types; `big` is stored out of line (TOAST).
+fn create(t: &str) -> String {
+    format!(
+        r#"DROP TABLE IF EXISTS {t};
+         CREATE TABLE {t} (id int8 PRIMARY KEY, n int4, j json, jb jsonb, big jsonb);
+         ALTER TABLE {t} ALTER COLUMN big SET STORAGE EXTERNAL;
+         INSERT INTO {t} VALUES
+           (1, 1, '{{"a": [1, 2.5, null], "b": "x", "nested": {{"deep": {{"k": [{{"z": true}}]}}}}}}',
+                  '{{"z": {{"y": true}}, "a": []}}', NULL),
+           (2, 2, 'null', '"str"', 'null'),
+           (3, 3, NULL, NULL, NULL),
+           (4, 4, '[1, "2", {{"3": 4}}, [], {{}}]', '12.50', '[]'),
+           (5, 5, '12345678901234567890', '-0.1000000000000000000001', '123456789012345678901234567890.12345678'),
+           (6, 6, '"héllo ✓ \"quoted\" \\ back\nnewline 😀"', '{{"ünï": "cödé", "emoji": "😀", "esc": "\u0001"}}', '1e300'),
+           (7, 7, '{{"dup": 1, "dup": 2}}', '-9223372036854775808', '9223372036854775807'),
+           (8, 8, 'true', 'false', '1e-30'),
+           (500, 1, '{{}}', '{{"k": 1}}',
+              (SELECT jsonb_build_object('chunks', jsonb_agg(md5(i::text))) FROM generate_series(1, 400) i));"#
+    )
+}
+
+/// Inserts, updates of the JSON values, an update that leaves the TOAST `big` unchanged, deletes.
+fn changes(t: &str, round: u32) -> String {
+    let base = 1000 + round * 100;
+    format!(
+        r#"INSERT INTO {t} (id, n, j, jb, big)
+             SELECT {base} + g, g, json_build_object('g', g, 'f', g / 3.0, 's', 'v' || g),
+                    jsonb_build_array(g, 'x', NULL, jsonb_build_object('n', g::int8 * 1000000007)),
+                    CASE WHEN g % 3 = 0 THEN NULL ELSE to_jsonb(g) END
+             FROM generate_series(1, 40) g;
+           UPDATE {t} SET n = n + 1 WHERE id = 500;
+           UPDATE {t} SET jb = jsonb_build_object('r', {round}, 'prev', jb) WHERE id IN (1, 4, {base} + 5);
+           UPDATE {t} SET j = 'null', jb = NULL WHERE id = {base} + 7;
+           DELETE FROM {t} WHERE id = {base} + 9;"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_as_variant_reads_back_equal_through_copy_stream_toast_and_kill() {
+    let Some((env, name)) = test_env_and_name("jvar") else {
+        return;
+    };
+    let (t, o) = (format!("{name}_v"), format!("{name}_s"));
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create(&t)).await;
+    exec(&client, &create(&o)).await;
+    let settings = Settings {
+        sink_extra: format!("[sink.tables.\"public.{t}\"]\njson = \"variant\"\n"),
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new(&env, &name, &[&t, &o], &settings);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}, {o}"));
+    p.start();
+
+    // The initial copy.
+    p.assert_equal(&t, 120).await;
+    let meta = current_metadata(&p.table_dir(&t));
+    assert_eq!(meta["format-version"], 3, "{meta}");
+    let types: Vec<(String, String)> = meta["schemas"].as_array().unwrap().last().unwrap()
+        ["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap().to_owned(),
+                f["type"].to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        types,
+        [
+            ("id", "\"long\""),
+            ("n", "\"int\""),
+            ("j", "\"variant\""),
+            ("jb", "\"variant\""),
+            ("big", "\"variant\"")
+        ]
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+    );
+
+    // The stream, with a TOAST jsonb left unchanged by an update, then kill -9 while it streams.
+    exec(&client, &changes(&t, 1)).await;
+    p.assert_equal(&t, 120).await;
+    exec(&client, &changes(&t, 2)).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    p.kill9();
+    exec(&client, &changes(&t, 3)).await;
+    p.start();
+    exec(&client, &changes(&t, 4)).await;
+    p.assert_equal(&t, 120).await;
+
+    // The table that does not opt in: strings, read by pyiceberg and Spark as before.
+    let other = current_metadata(&p.table_dir(&o));
+    assert!(
+        !other.to_string().contains("\"variant\""),
+        "a table without json = \"variant\" has no variant column: {other}"
+    );
+    p.assert_equal(&o, 120).await;
+    let (code, out) = p.lakecheck(&o, 60, &["--reader", "pyiceberg"]).await;
+    assert_eq!(code, Some(0), "pyiceberg reads the string table:\n{out}");
+    p.assert_equal_by_spark(&o).await;
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_the_json_mapping_of_an_existing_table_is_refused() {
+    let Some((env, name)) = test_env_and_name("jmap") else {
+        return;
+    };
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int8 PRIMARY KEY, jb jsonb);
+             INSERT INTO {t} VALUES (1, '{{\"a\": 1}}')"
+        ),
+    )
+    .await;
+    let mut settings = Settings::default();
+    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    p.start();
+    p.assert_equal(&t, 120).await;
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+
+    settings.sink_extra = format!("[sink.tables.\"public.{t}\"]\njson = \"variant\"\n");
+    p.write_config(&settings);
+    p.start();
+    exec(&client, &format!("INSERT INTO {t} VALUES (2, '[2]')")).await;
+    let status = p.wait_exit(Duration::from_secs(120)).await;
+    assert!(!status.success(), "{}", p.output());
+    let out = p.output();
+    assert!(
+        out.contains("column jb changed type from string to variant") && out.contains("resync"),
+        "{out}"
+    );
+    let meta = current_metadata(&p.table_dir(&t));
+    assert!(
+        !meta.to_string().contains("\"variant\""),
+        "the table is not rewritten: {meta}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyless_table_with_json_as_variant_is_refused_with_the_reason() {
+    let Some((env, name)) = test_env_and_name("jkl") else {
+        return;
+    };
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (g int8, jb jsonb);
+             ALTER TABLE {t} REPLICA IDENTITY FULL;
+             INSERT INTO {t} VALUES (1, '{{\"a\": 1}}'), (1, '{{\"a\": 1}}')"
+        ),
+    )
+    .await;
+    let settings = Settings {
+        sink_extra: format!("[sink.tables.\"public.{t}\"]\njson = \"variant\"\n"),
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    p.start();
+    // Deletes of a keyless table compare whole rows with the source's JSON text, which a variant
+    // does not keep: refused before anything is written, not at the first delete.
+    let status = p.wait_exit(Duration::from_secs(120)).await;
+    assert!(!status.success(), "{}", p.output());
+    let out = p.output();
+    assert!(
+        out.contains("json = \"variant\" needs a primary key"),
+        "{out}"
+    );
+    assert_eq!(p.metadata_versions(&t), 0, "nothing is written");
+}
