@@ -11,7 +11,8 @@ What it does and prints:
   4. pgbench at --rate tps for --seconds, while a marker transaction every 200 ms records its commit LSN and wall
      time, and a poller notes when each of its three tables' committed `cdcd.position` covers it: lag p50/p99;
   5. over the loaded window: commits/s (cdcd_commits_total), files written (files under the warehouse modified
-     during the window) per minute, cdcd's peak and current RSS and CPU (cores), and cdcd's own lag gauge p99;
+     during the window) per minute, object-store requests per minute by kind (cdcd_object_store_requests_total),
+     cdcd's peak and current RSS and CPU (cores), and cdcd's own lag gauge p99;
   6. checks a few busy tables and one idle table equal to the source (tests/support/lakecheck.py, untimed).
 
 Usage (the test bed must be up: eval "$(scripts/testbed.sh env)"):
@@ -185,6 +186,19 @@ listen = "127.0.0.1:%d"
         lag = next((float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith("cdcd_source_lag_seconds")), None)
         return commits, lag
 
+    def requests(self):
+        """cdcd_object_store_requests_total by op (put, get, head, list, delete, copy)."""
+        try:
+            text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.port, timeout=2).read().decode()
+        except OSError:
+            return {}
+        out = {}
+        for l in text.splitlines():
+            m = re.match(r'cdcd_object_store_requests_total\{.*op="([a-z]+)".*\} ([0-9.e+]+)$', l)
+            if m:
+                out[m.group(1)] = out.get(m.group(1), 0) + float(m.group(2))
+        return out
+
     def files_since(self, since):
         """Files under the warehouse written since `since` (and still there), by kind."""
         kinds = {}
@@ -243,6 +257,7 @@ listen = "127.0.0.1:%d"
 
         threads = [threading.Thread(target=mark), threading.Thread(target=poll)]
         commits0, _ = self.metrics()
+        requests0 = self.requests()
         cpu0 = common.cpu_seconds(self.cdcd.pid)
         started = time.time()
         stop_at = started + a.seconds
@@ -251,6 +266,7 @@ listen = "127.0.0.1:%d"
         tps = self.pgbench(a.seconds, a.rate)
         elapsed = time.time() - started
         commits1, _ = self.metrics()
+        requests1 = self.requests()
         cpu1 = common.cpu_seconds(self.cdcd.pid)
         rss = common.rss_peak_kib(self.cdcd.pid)
         files = self.files_since(started)
@@ -268,6 +284,7 @@ listen = "127.0.0.1:%d"
             "commits_s": ((commits1 or 0) - (commits0 or 0)) / elapsed,
             "files_min": sum(files.values()) / elapsed * 60,
             "files_by_kind": files,
+            "requests_min": {op: (n - requests0.get(op, 0)) / elapsed * 60 for op, n in requests1.items()},
             "cpu": ((cpu1 or 0) - (cpu0 or 0)) / elapsed,
             "rss_peak_mib": (rss or 0) / 1024,
         }
@@ -350,6 +367,9 @@ def main():
         commits = max(r["commits_s"] * args.seconds, 1)
         print("files per commit by kind: " + ", ".join(
             "%s %.1f" % (k, n / commits) for k, n in sorted(r["files_by_kind"].items(), key=lambda kv: -kv[1])))
+        print("object-store requests per minute: " + (", ".join(
+            "%s %.0f" % (op.upper(), n) for op, n in sorted(r["requests_min"].items(), key=lambda kv: -kv[1]))
+            or "none counted (cdcd without cdcd_object_store_requests_total)"))
         checked = b.check_equal([0, 1, args.busy - 1] + ([args.tables - 1] if args.tables > args.busy else []))
         print("replica: " + ", ".join("%s %s" % (t, "equal" if ok else "NOT EQUAL") for t, ok in checked))
         b.stop_cdcd()

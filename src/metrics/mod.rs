@@ -63,6 +63,9 @@ pub const TABLE_SNAPSHOTS: &str = "cdcd_table_snapshots";
 pub const TABLE_LIVE_FILES: &str = "cdcd_table_live_files";
 /// Manifests in the table's current snapshot.
 pub const TABLE_MANIFESTS: &str = "cdcd_table_manifests";
+/// Requests sent to the warehouse's object store, by `op` (`storage/requests.rs`: put, get, head,
+/// list, delete, copy).
+pub const OBJECT_STORE_REQUESTS_TOTAL: &str = "cdcd_object_store_requests_total";
 
 pub const LABEL_PIPELINE: &str = "pipeline";
 pub const LABEL_TABLE: &str = "table";

@@ -17,7 +17,8 @@
 //! Supported URLs: `file:///abs/path` (local disk; directories are created as needed),
 //! `s3://bucket/prefix` (see [`s3`]: `[sink.s3]`, then the `AWS_*` environment) and `memory://`
 //! (in-process, unit tests only). Every store is wrapped in [`LargePuts`], which turns a large
-//! single put into a multipart upload. Every commit point (a create-if-absent put) goes through
+//! single put into a multipart upload, over [`CountedRequests`], which counts the requests sent
+//! (`cdcd_object_store_requests_total{op}`). Every commit point (a create-if-absent put) goes through
 //! [`put_create`] (`publish.rs`), which also recognises a retried create that found its own bytes.
 
 use std::sync::Arc;
@@ -32,6 +33,7 @@ pub mod cleanup;
 mod fence;
 mod large;
 mod publish;
+pub mod requests;
 pub mod s3;
 
 use s3::S3Config;
@@ -41,6 +43,7 @@ pub use large::LargePuts;
 #[cfg(test)]
 pub(crate) use publish::LostAnswer;
 pub use publish::{put_create, Created};
+pub use requests::CountedRequests;
 
 /// A warehouse URL could not be turned into a store, or a location lies outside the warehouse.
 #[derive(Debug, thiserror::Error)]
@@ -85,9 +88,11 @@ impl Warehouse {
         let store: Arc<dyn ObjectStore> = match parsed.scheme() {
             // Root "/" so that the path of every absolute location is the location's URL path;
             // LocalFileSystem creates missing parent directories on put.
-            "file" => Arc::new(LargePuts::new(LocalFileSystem::new())),
-            "memory" => Arc::new(LargePuts::new(InMemory::new())),
-            "s3" => Arc::new(LargePuts::new(s3::build(&parsed, s3_config)?)),
+            "file" => Arc::new(LargePuts::new(CountedRequests::new(LocalFileSystem::new()))),
+            "memory" => Arc::new(LargePuts::new(CountedRequests::new(InMemory::new()))),
+            "s3" => Arc::new(LargePuts::new(CountedRequests::new(s3::build(
+                &parsed, s3_config,
+            )?))),
             other => {
                 return Err(StorageError::Unsupported {
                     url: url.to_owned(),

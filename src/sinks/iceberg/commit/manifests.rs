@@ -1,9 +1,17 @@
 //! The manifest steps: which of the parent's manifests the new snapshot keeps (a manifest that
-//! lists a deletion vector this commit replaces is rewritten without it), the merge of the kept
-//! ones (planned by `merge.rs`), this commit's data and delete manifests, and the manifest list
-//! naming them all, new ones first.
+//! lists a deletion vector this commit replaces is folded into this commit's delete manifest
+//! without it, or else rewritten without it), the merge of the kept ones (planned by
+//! `merge.rs`), this commit's data and delete manifests, and the manifest list naming them all,
+//! new ones first.
+//!
+//! Why fold: an update-heavy table replaces vectors listed by many of its delete manifests
+//! (each commit adds one), and a rewrite of each was one more file per manifest per commit
+//! (issue 37). Folded, a commit writes one delete manifest per spec whatever it replaces, and the
+//! manifests it touched leave the list, which also keeps the table's delete manifests few. The
+//! folded entries stay EXISTING with their own snapshot id and sequence numbers, as Iceberg-Java's
+//! merge-append writes new and existing entries into one manifest.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use iceberg::spec::{DataContentType, DataFile, ManifestContentType, ManifestFile};
@@ -40,26 +48,42 @@ impl RowDelta<'_> {
     }
 
     /// The parent's manifests as the new snapshot keeps them: none after a truncate; a manifest
-    /// left with no live entry is dropped, not carried forward; one that lists a `replaced`
-    /// vector is rewritten without that entry.
+    /// left with no live entry is dropped, not carried forward; a delete manifest that lists a
+    /// vector `deletes` replaces is folded into this commit's delete manifest of its spec
+    /// (written by [`write_added_manifests`](Self::write_added_manifests)), or, when the commit
+    /// writes none of that spec, rewritten without that entry.
     pub(super) async fn carry_manifests(
         &self,
         live: &LiveState,
-        replaced: &HashSet<String>,
+        deletes: &Deletes,
     ) -> Result<Carried, SinkError> {
         let mut carried = Carried::default();
         if self.plan.truncate {
             return Ok(carried);
         }
+        let replaced = &deletes.replaced;
         let rewrite: HashSet<&str> = replaced
             .iter()
             .filter_map(|f| live.dvs.get(f).map(|d| &*d.entry.manifest))
             .collect();
+        let folding_into = self.delete_manifest_paths(deletes);
         for (i, m) in live.manifests.iter().enumerate() {
             if !rewrite.contains(m.manifest_path.as_str()) {
                 if m.has_added_files() || m.has_existing_files() {
                     carried.manifests.push(m.clone());
                 }
+                continue;
+            }
+            let into = folding_into.get(&m.partition_spec_id);
+            if let (ManifestContentType::Deletes, Some(into)) = (m.content, into) {
+                carried
+                    .rewritten
+                    .insert(m.manifest_path.clone(), Some(Arc::from(into.as_str())));
+                carried
+                    .folded
+                    .entry(m.partition_spec_id)
+                    .or_default()
+                    .push(m.clone());
                 continue;
             }
             let path = self.names.rewritten_manifest(i);
@@ -155,14 +179,27 @@ impl RowDelta<'_> {
         Ok(merged)
     }
 
+    /// The path of this commit's delete manifest of each spec its delete files are of.
+    fn delete_manifest_paths(&self, deletes: &Deletes) -> BTreeMap<i32, String> {
+        let specs: BTreeSet<i32> = deletes.spec_ids.iter().copied().collect();
+        specs
+            .into_iter()
+            .enumerate()
+            .map(|(n, spec_id)| (spec_id, self.names.added_manifest(n + 1)))
+            .collect()
+    }
+
     /// Writes this commit's data manifest (its data files are all of the default spec) and its
     /// delete manifests, one per spec of the delete files (a deletion vector or position delete
     /// file takes its data file's spec, an equality delete file the spec `layout.rs` chose); each
-    /// only when it has files. Returns them and their paths.
+    /// only when it has files. A delete manifest also holds the entries of the parent's delete
+    /// manifests of its spec that `carried` folds into it, but the replaced vectors, which join
+    /// `carried.removed_deletes`. Returns them and their paths.
     pub(super) async fn write_added_manifests(
         &self,
         data: &DataFiles,
         deletes: &Deletes,
+        carried: &mut Carried,
     ) -> Result<(Vec<ManifestFile>, Added), SinkError> {
         let mut paths = Added::default();
         let mut added = Vec::new();
@@ -186,14 +223,35 @@ impl RowDelta<'_> {
         for (f, &spec_id) in deletes.files.iter().zip(&deletes.spec_ids) {
             by_spec.entry(spec_id).or_default().push(f.clone());
         }
-        for (n, (spec_id, files)) in by_spec.into_iter().enumerate() {
-            let path = self.names.added_manifest(n + 1);
+        let mut paths_by_spec = self.delete_manifest_paths(deletes);
+        let replaced = &deletes.replaced;
+        for (spec_id, files) in by_spec {
+            let Some(path) = paths_by_spec.remove(&spec_id) else {
+                continue;
+            };
             paths.deletes.insert(spec_id, Arc::from(path.as_str()));
             let target = self.spec_target(true, spec_id)?;
-            added.push(
-                manifest::write_manifest(self.target.warehouse, path, &target, sequence, files)
-                    .await?,
-            );
+            let folded: Vec<&ManifestFile> = carried
+                .folded
+                .get(&spec_id)
+                .map(|f| f.iter().collect())
+                .unwrap_or_default();
+            let (written, removed) = manifest::write_manifest_with(
+                self.target.warehouse,
+                path,
+                &target,
+                sequence,
+                files,
+                &folded,
+                |f| {
+                    f.content_type() == DataContentType::PositionDeletes
+                        && f.referenced_data_file()
+                            .is_some_and(|r| replaced.contains(&r))
+                },
+            )
+            .await?;
+            carried.removed_deletes.extend(removed);
+            added.push(written);
         }
         Ok((added, paths))
     }

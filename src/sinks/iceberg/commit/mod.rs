@@ -56,6 +56,7 @@ pub(super) mod manifest_list;
 mod manifests;
 mod merge;
 pub(super) mod publish;
+mod steps;
 pub(super) mod summary;
 
 /// What the pipeline hands to one commit.
@@ -155,6 +156,15 @@ struct Carried {
     removed_deletes: Vec<DataFile>,
     /// Rewritten manifests: old path → new path (`None`: nothing was left).
     rewritten: HashMap<String, Option<Arc<str>>>,
+    /// Delete manifests that list a replaced vector, by spec: their other entries join this
+    /// commit's delete manifest of that spec instead of a rewrite of each (also in `rewritten`).
+    folded: BTreeMap<i32, Vec<ManifestFile>>,
+}
+
+impl Carried {
+    fn folded_count(&self) -> usize {
+        self.folded.values().map(Vec::len).sum()
+    }
 }
 
 /// The manifest list written (`manifests.rs`).
@@ -278,6 +288,7 @@ pub(super) struct RowDelta<'a> {
     names: Names,
     /// The table is format v3: deletion vectors, located through the primary-key index.
     v3: bool,
+    steps: steps::Steps,
 }
 
 impl<'a> RowDelta<'a> {
@@ -347,6 +358,7 @@ impl<'a> RowDelta<'a> {
             plan,
             names,
             v3,
+            steps: steps::Steps::start(),
         })
     }
 
@@ -378,21 +390,41 @@ impl<'a> RowDelta<'a> {
         // the files, overlapping the last commit's index update with this commit's encoding.
         let index_first = self.indexed()
             && (!self.plan.lookups.is_empty() || !self.plan.equality_deletes.is_empty());
+        self.steps.lap("plan");
         if index_first {
             self.ready_index(cached).await?;
+            self.steps.lap("index");
         }
         let found = self.locate(cached).await?;
+        self.steps.lap("locate");
         let placements = self.lay_out(found.lookup.as_ref())?;
         let data = self.write_data(found.lookup.as_ref(), &placements).await?;
+        self.steps.lap("data");
+        self.steps.wrote("data", data.files.len());
         let equality_spec = self.equality_spec()?;
         let deletes = self
             .write_deletes(cached.live, &found, &data, equality_spec)
             .await?;
+        self.steps.lap("deletes");
+        self.steps.wrote("deletes", deletes.files.len());
         if self.indexed() && !index_first {
             self.ready_index(cached).await?;
+            self.steps.lap("index");
         }
-        let mut carried = self.carry_manifests(cached.live, &deletes.replaced).await?;
+        let mut carried = self.carry_manifests(cached.live, &deletes).await?;
+        self.steps.lap("carry");
+        self.steps.wrote(
+            "rewritten",
+            carried.rewritten.len() - carried.folded_count(),
+        );
         let merged = self.merge_carried(&mut carried).await?;
+        self.steps.lap("merge");
+        self.steps.wrote("merged", merged.created);
+        let (mut manifests, added) = self
+            .write_added_manifests(&data, &deletes, &mut carried)
+            .await?;
+        self.steps.lap("manifests");
+        self.steps.wrote("manifests", manifests.len());
         let mut summary = summary::summary(
             &summary::Changes {
                 truncate: self.plan.truncate,
@@ -411,12 +443,12 @@ impl<'a> RowDelta<'a> {
                 epoch.to_string(),
             );
         }
-        let (mut manifests, added) = self.write_added_manifests(&data, &deletes).await?;
         summary::record_merge(&mut summary, merged.created, merged.replaced);
         manifests.append(&mut carried.manifests);
         let listed = self.write_list(manifests).await?;
         let snapshot = self.snapshot(&listed, summary);
         let next = publish::with_snapshot(self.table(), &self.base, snapshot)?;
+        self.steps.lap("list");
         Ok(Staged {
             next,
             after: After {
@@ -491,7 +523,8 @@ impl<'a> RowDelta<'a> {
 
     /// After a successful publish: advances the cached live state to the new snapshot and hands
     /// the index this commit's rows and removed keys.
-    pub(super) fn finish(self, after: After, cached: Cached<'_>) -> CommitStats {
+    pub(super) fn finish(mut self, after: After, cached: Cached<'_>) -> CommitStats {
+        self.steps.lap("publish");
         let After {
             found,
             data,
@@ -535,6 +568,8 @@ impl<'a> RowDelta<'a> {
                 snapshot_id,
             );
         }
+        self.steps.lap("finish");
+        self.steps.log(&self.input.schema.id);
         CommitStats {
             snapshot_id,
             data_rows,

@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use futures::{StreamExt, TryStreamExt};
 use iceberg::spec::{DataContentType, DataFile, DataFileBuilder, DataFileFormat};
 use object_store::{ObjectStoreExt, PutPayload};
 
@@ -36,14 +37,46 @@ pub(crate) struct LiveDv {
 /// Live DVs by referenced data file location.
 pub(crate) type LiveDvs = HashMap<String, LiveDv>;
 
-/// Reads the DV of every live DV entry (one ranged read per blob).
+/// Blobs of a cold load read at once (`load_dvs`).
+const BLOB_READS_IN_FLIGHT: usize = 16;
+
+/// Reads the DV of every live DV entry (one ranged read per blob, [`BLOB_READS_IN_FLIGHT`] at
+/// once: a table's first commit in a process, or after another writer's, reads them all).
 pub(crate) async fn load_dvs(
     warehouse: &Warehouse,
     table: &TableId,
     files: &LiveFiles,
 ) -> Result<LiveDvs, SinkError> {
-    let mut out = LiveDvs::new();
-    for f in &files.position_deletes {
+    // Collected first (see `files/manifest.rs`, `load_files`).
+    let reads: Vec<_> = files
+        .position_deletes
+        .iter()
+        .map(|f| load_dv(warehouse, table, f))
+        .collect();
+    let loaded: Vec<(String, LiveDv)> = futures::stream::iter(reads)
+        .buffered(BLOB_READS_IN_FLIGHT)
+        .try_collect()
+        .await?;
+    let mut out = LiveDvs::with_capacity(loaded.len());
+    for (data_file, dv) in loaded {
+        let path = dv.entry.file.file_path().to_owned();
+        if out.insert(data_file.clone(), dv).is_some() {
+            return Err(SinkError::Corrupt {
+                path,
+                detail: format!("{data_file} has two live deletion vectors"),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Reads the DV of one live DV entry: its data file and the vector.
+async fn load_dv(
+    warehouse: &Warehouse,
+    table: &TableId,
+    f: &LiveFile,
+) -> Result<(String, LiveDv), SinkError> {
+    {
         let file = &f.file;
         let location = file.file_path();
         let corrupt = |detail: String| SinkError::Corrupt {
@@ -82,22 +115,14 @@ pub(crate) async fn load_dvs(
             })?;
         let dv = DeletionVector::deserialize_blob(&bytes)
             .map_err(|e| corrupt(format!("blob at {offset}+{size} for {data_file}: {e}")))?;
-        if out
-            .insert(
-                data_file.clone(),
-                LiveDv {
-                    entry: f.clone(),
-                    dv,
-                },
-            )
-            .is_some()
-        {
-            return Err(corrupt(format!(
-                "{data_file} has two live deletion vectors"
-            )));
-        }
+        Ok((
+            data_file,
+            LiveDv {
+                entry: f.clone(),
+                dv,
+            },
+        ))
     }
-    Ok(out)
 }
 
 /// This commit's new DVs by data file, each already merged with the file's live DV.

@@ -13,6 +13,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::StreamExt;
 use iceberg::io::FileIO;
 use iceberg::spec::{
     DataContentType, DataFile, DataFileBuilder, FormatVersion, Manifest, ManifestFile,
@@ -76,6 +77,24 @@ pub(crate) async fn write_manifest(
     sequence: i64,
     files: Vec<DataFile>,
 ) -> Result<ManifestFile, SinkError> {
+    write_manifest_with(warehouse, location, target, sequence, files, &[], |_| false)
+        .await
+        .map(|(m, _)| m)
+}
+
+/// [`write_manifest`], followed by the live entries of `olds` (same content and spec as
+/// `target`) as EXISTING entries, except those `remove` accepts ([`carry_entries`]): the
+/// manifests a commit folds into its own (`commit/manifests.rs`). Returns the manifest and the
+/// removed files. The old manifests are read concurrently.
+pub(crate) async fn write_manifest_with(
+    warehouse: &Warehouse,
+    location: String,
+    target: &ManifestTarget,
+    sequence: i64,
+    files: Vec<DataFile>,
+    olds: &[&ManifestFile],
+    remove: impl Fn(&DataFile) -> bool,
+) -> Result<(ManifestFile, Vec<DataFile>), SinkError> {
     let io = FileIO::new_with_memory();
     let output = io
         .new_output(&location)
@@ -86,7 +105,14 @@ pub(crate) async fn write_manifest(
             .add_file(f, sequence)
             .map_err(ice(format!("adding a file to {location}")))?;
     }
-    finish_manifest(warehouse, &io, location, writer).await
+    let parsed =
+        futures::future::try_join_all(olds.iter().map(|old| read_manifest(warehouse, old))).await?;
+    let mut removed = Vec::new();
+    for (old, parsed) in olds.iter().zip(&parsed) {
+        removed.extend(carry_entries(&mut writer, &location, old, parsed, &remove)?.1);
+    }
+    let manifest = finish_manifest(warehouse, &io, location, writer).await?;
+    Ok((manifest, removed))
 }
 
 /// Rewrites manifest `old` for a new snapshot: the live entries whose file `remove` accepts are
@@ -327,17 +353,29 @@ impl LiveFiles {
     }
 }
 
-/// Reads every manifest and collects the live (ADDED or EXISTING) files.
+/// Manifests of a cold load read at once (`load_files`).
+const MANIFEST_READS_IN_FLIGHT: usize = 16;
+
+/// Reads every manifest ([`MANIFEST_READS_IN_FLIGHT`] at once) and collects the live (ADDED or
+/// EXISTING) files, in manifest order.
 pub(crate) async fn load_files(
     warehouse: &Warehouse,
     manifests: &[ManifestFile],
 ) -> Result<LiveFiles, SinkError> {
     let mut out = LiveFiles::default();
+    // Collected first: a stream mapping with a closure is not `Send` for every lifetime, which
+    // the sink's `async_trait` futures need.
+    let reads: Vec<_> = manifests
+        .iter()
+        .map(|m| read_manifest(warehouse, m))
+        .collect();
+    let mut read_all = futures::stream::iter(reads).buffered(MANIFEST_READS_IN_FLIGHT);
     for m in manifests {
         let manifest_path: Arc<str> = Arc::from(m.manifest_path.as_str());
-        let bytes = read(warehouse, &m.manifest_path).await?;
-        let manifest =
-            Manifest::parse_avro(&bytes).map_err(ice(format!("parsing {}", m.manifest_path)))?;
+        let Some(manifest) = read_all.next().await else {
+            break;
+        };
+        let manifest = manifest?;
         for e in manifest.entries().iter().filter(|e| e.is_alive()) {
             let live = LiveFile {
                 sequence: e.sequence_number().unwrap_or(m.sequence_number),

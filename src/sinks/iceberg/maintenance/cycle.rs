@@ -7,6 +7,14 @@
 //!
 //! Concurrency with streaming commits of the same table in this process: each of the cycle's
 //! commits is made under the table's slot lock (`tables.rs`), as its action's module doc says.
+//!
+//! Idle tables cost nothing (issue 37: a daemon may capture 1,000 tables, most of them idle): a
+//! cycle that committed nothing leaves its table [`Settled`] on the metadata file it ended on,
+//! until the next expiry is due (`expire::next_due`) or [`IDLE_RECHECK_MS`] passed. While the
+//! table's newest metadata known to this process is still that file, the next cycles return at
+//! once, without a request. What could change the outcome without changing that file: the
+//! clock, which `next_due` accounts for exactly (compaction's choice does not depend on it), and
+//! another engine's commit, which the recheck catches (and cdcd's own next commit at once).
 
 use iceberg::spec::TableMetadata;
 
@@ -42,6 +50,27 @@ pub(crate) fn ask_if_due(
     }
 }
 
+/// How long a settled table is left alone at most: another engine's commit to a table cdcd no
+/// longer writes (or a change of its properties) is maintained within this time.
+pub(super) const IDLE_RECHECK_MS: i64 = 60 * 60 * 1000;
+
+/// A table whose last cycle found nothing to do; see the module doc.
+#[derive(Debug, Clone)]
+pub(crate) struct Settled {
+    /// The metadata file the cycle ended on.
+    file: String,
+    /// Until when (Unix ms) nothing can be due while the table stays on `file`.
+    until_ms: i64,
+}
+
+impl Settled {
+    /// Whether a cycle at `now_ms` would find nothing to do, the table's newest metadata known
+    /// to this process being `current`.
+    fn holds(&self, current: Option<&Loaded>, now_ms: i64) -> bool {
+        now_ms < self.until_ms && current.is_some_and(|c| c.file == self.file)
+    }
+}
+
 /// One cycle of one table; see the module doc.
 pub(in crate::sinks::iceberg) struct MaintenanceCycle<'a> {
     tables: &'a Tables,
@@ -63,23 +92,39 @@ impl<'a> MaintenanceCycle<'a> {
         }
     }
 
-    /// Runs the cycle; `Ok(None)` when the table does not exist.
+    /// Runs the cycle; `Ok(None)` when the table does not exist, or is settled (nothing can be
+    /// due: see the module doc).
     pub(in crate::sinks::iceberg) async fn run(
         &self,
     ) -> Result<Option<MaintenanceReport>, SinkError> {
         let (tables, table) = (self.tables, self.table);
         let mut state = self.state.lock().await;
-        let cache = state.manifests.entry(table.clone()).or_default();
+        let MaintenanceState { manifests, settled } = &mut *state;
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        if settled
+            .get(table)
+            .is_some_and(|s| s.holds(tables.cached(table).as_deref(), now_ms))
+        {
+            return Ok(None);
+        }
+        settled.remove(table);
+        let cache = manifests.entry(table.clone()).or_default();
         let mut report = MaintenanceReport {
             table: table.to_string(),
             ..MaintenanceReport::default()
         };
+        // Whether the cycle committed nothing (and failed nowhere): then it settles the table.
+        let mut quiet = true;
         match RewriteDataFiles::new(tables, table).commit().await {
-            Ok(Some(c)) => record_compaction(&c, &mut report),
+            Ok(Some(c)) => {
+                quiet = false;
+                record_compaction(&c, &mut report);
+            }
             Ok(None) => {}
             Err(e @ SinkError::Fenced(_)) => return Err(e),
             // Expiry goes on: a failed compaction committed nothing (its files are orphans).
             Err(e) => {
+                quiet = false;
                 tracing::warn!(table = %table, error = %e, "compaction failed; the next cycle retries");
                 metrics::counter!(m::ERRORS_TOTAL, m::LABEL_KIND => "maintenance").increment(1);
             }
@@ -89,14 +134,19 @@ impl<'a> MaintenanceCycle<'a> {
         let Some(outcome) = expiry.commit().await? else {
             return Ok(None);
         };
+        let mut next_due_ms = None;
         let current = match outcome {
             Ok(c) => {
+                quiet = false;
                 report.snapshots_expired = c.expiry.snapshots.len() as u64;
                 report.refs_removed = c.expiry.refs.len() as u64;
                 report.files_deleted += expiry.delete_expired(&c, cache).await?;
                 c.after
             }
-            Err(unchanged) => unchanged,
+            Err(unchanged) => {
+                next_due_ms = unchanged.next_due_ms;
+                unchanged.loaded
+            }
         };
         report.metadata_files_deleted = metadata_log::sweep(
             &tables.warehouse,
@@ -106,6 +156,16 @@ impl<'a> MaintenanceCycle<'a> {
         .await? as u64;
         self.describe(&current, &mut report).await?;
         record(&report);
+        if quiet {
+            let recheck = now_ms.saturating_add(IDLE_RECHECK_MS);
+            settled.insert(
+                table.clone(),
+                Settled {
+                    file: current.file.clone(),
+                    until_ms: next_due_ms.map_or(recheck, |due| due.min(recheck)),
+                },
+            );
+        }
         Ok(Some(report))
     }
 

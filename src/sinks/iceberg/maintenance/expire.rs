@@ -144,6 +144,49 @@ pub fn choose(
     }
 }
 
+/// The first time (ms, after `now_ms`) at which [`choose`] would expire a snapshot or remove a
+/// ref if the table stays as it is (`None`: never, e.g. only the current snapshot is left). What
+/// lets maintenance leave an idle table alone until then (`cycle.rs`).
+///
+/// Exact: whether something expires changes only when a cutoff (`now` minus one of the ages the
+/// rules use) passes a snapshot's timestamp, so the candidates are `timestamp + age + 1` for every
+/// snapshot and age; and `choose` only expires more as time passes (every cutoff moves forward),
+/// so the first candidate at which it expires something is found by bisection.
+pub fn next_due(
+    snapshots: &[SnapshotInfo],
+    refs: &HashMap<String, SnapshotReference>,
+    retention: &Retention,
+    pins: Pins,
+    now_ms: i64,
+) -> Option<i64> {
+    let mut ages = vec![retention.max_snapshot_age_ms, retention.max_ref_age_ms];
+    for r in refs.values() {
+        match &r.retention {
+            SnapshotRetention::Branch {
+                max_snapshot_age_ms,
+                max_ref_age_ms,
+                ..
+            } => ages.extend(max_snapshot_age_ms.iter().chain(max_ref_age_ms)),
+            SnapshotRetention::Tag { max_ref_age_ms } => ages.extend(max_ref_age_ms),
+        }
+    }
+    ages.sort_unstable();
+    ages.dedup();
+    let mut candidates: Vec<i64> = snapshots
+        .iter()
+        .flat_map(|s| {
+            ages.iter()
+                .map(move |a| s.timestamp_ms.saturating_add(*a).saturating_add(1))
+        })
+        .filter(|&t| t > now_ms)
+        .collect();
+    candidates.sort_unstable();
+    candidates.dedup();
+    let expires = |t: i64| !choose(snapshots, refs, retention, pins, t, 1).is_empty();
+    let first = candidates.partition_point(|&t| !expires(t));
+    candidates.get(first).copied()
+}
+
 /// `head` and its ancestors, newest first (stops at a missing parent or a cycle).
 fn ancestors<'a>(
     head: i64,
@@ -320,5 +363,37 @@ mod tests {
         });
         let e = choose(&s, &main_at(5), &retention(5, 10 * MIN), pins(5), now, 1000);
         assert_eq!(e.snapshots, vec![21]);
+    }
+
+    /// Issue 37: an idle table is left alone until its next expiry is due, and that time is
+    /// exact: nothing expires a millisecond before it, something at it.
+    #[test]
+    fn next_due_is_the_first_moment_something_expires() {
+        let now = 100 * MIN;
+        // Five snapshots a minute apart, the newest now; kept while younger than 10 minutes.
+        let s = chain(5, now);
+        let r = retention(1, 10 * MIN);
+        assert!(choose(&s, &main_at(5), &r, pins(5), now, 1000).is_empty());
+        let due = next_due(&s, &main_at(5), &r, pins(5), now).unwrap();
+        assert_eq!(due, s[0].timestamp_ms + 10 * MIN + 1);
+        assert!(choose(&s, &main_at(5), &r, pins(5), due - 1, 1000).is_empty());
+        assert_eq!(
+            choose(&s, &main_at(5), &r, pins(5), due, 1000).snapshots,
+            vec![1]
+        );
+        // Only the current snapshot, or every one kept by min-snapshots-to-keep: never.
+        assert_eq!(next_due(&s[4..], &main_at(5), &r, pins(5), now), None);
+        let all = retention(5, 10 * MIN);
+        assert_eq!(next_due(&s, &main_at(5), &all, pins(5), now), None);
+        // A branch's own shorter age counts: the ref leaves a minute from now.
+        let mut refs = main_at(5);
+        refs.insert(
+            "audit".to_owned(),
+            SnapshotReference::new(5, SnapshotRetention::branch(None, None, Some(MIN))),
+        );
+        let due = next_due(&s, &refs, &r, pins(5), now).unwrap();
+        assert_eq!(due, now + MIN + 1);
+        assert!(choose(&s, &refs, &r, pins(5), due - 1, 1000).is_empty());
+        assert!(!choose(&s, &refs, &r, pins(5), due, 1000).is_empty());
     }
 }

@@ -43,6 +43,13 @@ pub(super) struct Committed {
     pub(super) expiry: Expiry,
 }
 
+/// An expiry that found nothing to expire: the metadata it decided on, and when something will
+/// be due if the table stays as it is (`expire::next_due`; `None`: never).
+pub(super) struct Unchanged {
+    pub(super) loaded: Arc<Loaded>,
+    pub(super) next_due_ms: Option<i64>,
+}
+
 /// The expiry of one table's snapshots; see the module doc.
 pub(super) struct ExpireSnapshots<'a> {
     tables: &'a Tables,
@@ -77,8 +84,8 @@ impl<'a> ExpireSnapshots<'a> {
     }
 
     /// Decides and commits one expiry, deciding again after losing the commit to another writer
-    /// (a few times). `Ok(None)`: no table; `Ok(Some(Err(loaded)))`: nothing to expire.
-    pub(super) async fn commit(&self) -> Result<Option<Result<Committed, Arc<Loaded>>>, SinkError> {
+    /// (a few times). `Ok(None)`: no table; `Ok(Some(Err(_)))`: nothing to expire.
+    pub(super) async fn commit(&self) -> Result<Option<Result<Committed, Unchanged>>, SinkError> {
         let mut committed = None;
         for attempt in 1..=ATTEMPTS {
             match self.attempt().await {
@@ -111,8 +118,8 @@ impl<'a> ExpireSnapshots<'a> {
     }
 
     /// Decides and commits one expiry from the newest metadata, under the table's slot lock.
-    /// `Ok(None)`: no table; `Ok(Some(Err(loaded)))`: nothing to expire.
-    async fn attempt(&self) -> Result<Option<Result<Committed, Arc<Loaded>>>, SinkError> {
+    /// `Ok(None)`: no table; `Ok(Some(Err(_)))`: nothing to expire.
+    async fn attempt(&self) -> Result<Option<Result<Committed, Unchanged>>, SinkError> {
         let (tables, table) = (self.tables, self.table);
         let slot = tables.slot(table);
         let _serialized = slot.lock().await;
@@ -137,16 +144,22 @@ impl<'a> ExpireSnapshots<'a> {
             current: meta.current_snapshot_id(),
             checkpoint: checkpoint_snapshot(&tables.pipeline, meta)?,
         };
+        let refs = refs(table, meta)?;
+        let now = chrono::Utc::now().timestamp_millis();
         let expiry = expire::choose(
             &snapshots,
-            &refs(table, meta)?,
+            &refs,
             &retention,
             pins,
-            chrono::Utc::now().timestamp_millis(),
+            now,
             MAX_EXPIRED_PER_CYCLE,
         );
         if expiry.is_empty() {
-            return Ok(Some(Err(before)));
+            let next_due_ms = expire::next_due(&snapshots, &refs, &retention, pins, now);
+            return Ok(Some(Err(Unchanged {
+                loaded: before,
+                next_due_ms,
+            })));
         }
         let record = Expiring {
             before: before.location(),

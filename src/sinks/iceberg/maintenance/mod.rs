@@ -33,8 +33,10 @@ use std::collections::HashMap;
 use crate::changelog::TableId;
 pub(super) use cycle::{ask_if_due, MaintenanceCycle};
 
-/// What maintenance keeps between cycles, per table (the manifests' file lists).
+/// What maintenance keeps between cycles, per table (the manifests' file lists; the tables a
+/// cycle left with nothing to do, `cycle.rs`).
 #[derive(Debug, Default)]
 pub(crate) struct MaintenanceState {
     manifests: HashMap<TableId, reachable::ManifestCache>,
+    settled: HashMap<TableId, cycle::Settled>,
 }

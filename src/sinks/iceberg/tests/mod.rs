@@ -519,6 +519,7 @@ mod compaction;
 mod conflict;
 mod maintenance;
 mod merge;
+mod requests;
 mod resync;
 
 /// Issue 17.3: a commit that loses its race to a newer lease holder (a higher

@@ -1,0 +1,183 @@
+//! What commits and maintenance cycles ask of the object store (issue 37: requests must grow
+//! with the data changed, not with tables × commits), counted through a logged store
+//! (`storage/requests.rs`).
+
+use std::collections::BTreeMap;
+
+use super::maintenance::{commits, seed, sink_with};
+use super::*;
+use crate::sinks::Sink;
+use crate::storage::requests::{CountedRequests, RequestLog, OP_GET, OP_PUT};
+
+/// `s` writing through a store that logs every request into the returned log.
+fn logged(s: IcebergSink) -> (IcebergSink, RequestLog) {
+    let log = RequestLog::default();
+    let wh = s.tables.warehouse.clone();
+    let store = Arc::new(CountedRequests::logged(wh.store().clone(), log.clone()));
+    (s.with_warehouse(wh.with_store(store)), log)
+}
+
+fn taken(log: &RequestLog) -> Vec<(&'static str, String)> {
+    std::mem::take(&mut *log.lock().unwrap())
+}
+
+/// A table with nothing to maintain costs nothing: once a cycle found nothing to do, the next
+/// ones send no request, until a commit moves the table or its next expiry is due; then a cycle
+/// runs again and does it.
+#[tokio::test]
+async fn an_idle_table_costs_no_request_until_a_commit_or_its_next_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, log) = logged(sink_with(
+        dir.path(),
+        DeleteMode::DeletionVectors,
+        &[
+            ("history.expire.max-snapshot-age-ms", "1500"),
+            ("cdcd.compaction.enabled", "false"),
+        ],
+    ));
+    let t = schema();
+    seed(&s).await;
+    commits(&s, 0, 2).await;
+    s.settle().await;
+    // Nothing is old enough yet: the cycle finds nothing to do (and reads to find that out).
+    taken(&log);
+    let first = s.maintain(None).await.unwrap();
+    assert_eq!(
+        (first.len(), first[0].snapshots_expired),
+        (1, 0),
+        "{first:?}"
+    );
+    assert!(!taken(&log).is_empty());
+    // Idle: no request at all.
+    for _ in 0..3 {
+        assert!(s.maintain(None).await.unwrap().is_empty());
+        assert_eq!(taken(&log), vec![]);
+    }
+    // A commit wakes it.
+    commits(&s, 10, 1).await;
+    s.settle().await;
+    taken(&log);
+    let woken = s.maintain(None).await.unwrap();
+    assert_eq!(woken.len(), 1, "{woken:?}");
+    assert!(!taken(&log).is_empty());
+    assert!(s.maintain(None).await.unwrap().is_empty());
+    assert_eq!(taken(&log), vec![]);
+    // Its snapshots come of age: the cycle runs by itself and expires them.
+    tokio::time::sleep(std::time::Duration::from_millis(1600)).await;
+    let due = s.maintain(None).await.unwrap();
+    assert_eq!(due.len(), 1, "{due:?}");
+    assert_eq!((due[0].snapshots_expired, due[0].snapshots), (3, 1));
+    assert_eq!(s.checkpoint(&t.id).await.unwrap(), Some(cp(1010)));
+}
+
+/// The rows `commits(from, n)` (maintenance.rs) leave after `seed`, as DuckDB prints them.
+fn model(commits: &[(i64, i64)]) -> String {
+    let mut rows: BTreeMap<i64, (String, i64)> =
+        (0..60).map(|i| (i, ("seed".into(), i * 10))).collect();
+    for &(from, n) in commits {
+        for i in from..from + n {
+            rows.insert(100 + i, ("new".into(), (100 + i) * 10));
+            for id in [i % 5, i % 5 + 5] {
+                rows.insert(id, ("u".into(), i));
+            }
+            rows.remove(&(50 + i));
+        }
+    }
+    let rows: Vec<String> = rows
+        .iter()
+        .map(|(id, (a, b))| format!("({id}, '{a}', {b})"))
+        .collect();
+    format!("[{}]", rows.join(", "))
+}
+
+/// The delete manifests of `s`'s table's current snapshot.
+async fn delete_manifests(s: &IcebergSink) -> usize {
+    let t = schema();
+    let loaded = s.tables.load(&t.id).await.unwrap().unwrap();
+    let meta = &loaded.metadata;
+    let list = meta.current_snapshot().unwrap().manifest_list().to_owned();
+    files::manifest::load_manifests(&s.tables.warehouse, &list, meta.format_version())
+        .await
+        .unwrap()
+        .iter()
+        .filter(|m| m.content == iceberg::spec::ManifestContentType::Deletes)
+        .count()
+}
+
+/// Issue 37: a commit that replaces deletion vectors listed by earlier delete manifests folds
+/// those manifests into its own delete manifest instead of rewriting each: no rewritten
+/// manifest is written, the table keeps one delete manifest, a commit reads no vector back
+/// (the live ones are cached) and reads only the manifests it folds; DuckDB reads every row
+/// right, and a fresh sink (cold load of manifests and vectors) commits on from it.
+#[tokio::test]
+async fn replaced_vectors_fold_their_manifests_into_the_commits_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, log) = logged(sink_with(
+        dir.path(),
+        DeleteMode::DeletionVectors,
+        &[("cdcd.compaction.enabled", "false")],
+    ));
+    seed(&s).await;
+    commits(&s, 0, 2).await;
+    // Each of these deletes a seed row (`del(50 + i)`), so each replaces the seed file's vector,
+    // which the previous commit's delete manifest lists.
+    for i in 2..10 {
+        taken(&log);
+        commits(&s, i, 1).await;
+        let sent = taken(&log);
+        let puts: Vec<&str> = sent
+            .iter()
+            .filter(|(op, _)| *op == OP_PUT)
+            .map(|(_, p)| p.as_str())
+            .collect();
+        assert!(
+            !puts
+                .iter()
+                .any(|p| p.contains("-r") && p.ends_with(".avro")),
+            "commit {i} rewrote a manifest: {puts:?}"
+        );
+        // A data manifest, a delete manifest, the manifest list.
+        assert_eq!(
+            puts.iter().filter(|p| p.ends_with(".avro")).count(),
+            3,
+            "commit {i}: {puts:?}"
+        );
+        let gets: Vec<&str> = sent
+            .iter()
+            .filter(|(op, _)| *op == OP_GET)
+            .map(|(_, p)| p.as_str())
+            .collect();
+        assert!(
+            !gets.iter().any(|p| p.ends_with(".puffin")),
+            "commit {i} read a vector back: {gets:?}"
+        );
+        assert!(
+            gets.iter().filter(|p| p.ends_with(".avro")).count() <= 1,
+            "commit {i}: {gets:?}"
+        );
+        assert_eq!(delete_manifests(&s).await, 1, "after commit {i}");
+    }
+    s.settle().await;
+    let expected = model(&[(0, 10)]);
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, expected);
+    }
+    let s2 = super::maintenance::sink_with(
+        dir.path(),
+        DeleteMode::DeletionVectors,
+        &[("cdcd.compaction.enabled", "false")],
+    );
+    // Seed rows again: the seed file's vector, read cold, is replaced and its manifest folded.
+    let t = schema();
+    s2.commit(&t, &[changes(&[del(40), upd(41, Some("u"), 7)])], &cp(2000))
+        .await
+        .unwrap();
+    s2.settle().await;
+    assert_eq!(delete_manifests(&s2).await, 1);
+    let expected = model(&[(0, 10)])
+        .replace("(40, 'seed', 400), ", "")
+        .replace("(41, 'seed', 410)", "(41, 'u', 7)");
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, expected);
+    }
+}
