@@ -18,8 +18,10 @@ const WIDE: u64 = 2;
 const WIDE_ROWS: u64 = 160_000;
 const BUDGET_MIB: u64 = 64;
 /// What the process holds beside the budget's accounted parts: the debug binary's pages, the
-/// runtime and its threads, one commit's Parquet encoding, the allocator's slack.
-const MARGIN_MIB: u64 = 80;
+/// runtime and its threads, one commit's Parquet encoding, the allocator's slack. Measured peaks
+/// with the budget: 118 to 135 MiB, once 174 MiB on a machine at load 27 (not yet explained:
+/// docs/performance.md, "Memory budget"); without it 197 MiB, which this margin still refuses.
+const MARGIN_MIB: u64 = 112;
 
 fn small(n: &str, i: u64) -> String {
     format!("{n}_s{i}")
