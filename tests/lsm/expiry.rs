@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{connect, current_test, exec, test_env, unique, Pipeline, Settings};
+use crate::support::{current_test, exec, fresh_table, test_env, unique, Pipeline, Settings};
 
 /// What a Paimon table directory holds, as JSON: the `EARLIEST` hint, the snapshot files and
 /// those below the hint, `doomed` (files on disk that only snapshots below the hint name: what
@@ -113,15 +113,12 @@ async fn kill9_during_lsm_expiry_ends_equal_and_the_next_expiry_removes_leftover
     for (i, point) in points.iter().enumerate() {
         let name = unique(&format!("lexp{i}"));
         let t = format!("{name}_t");
-        let client = connect(&env.pg_url).await;
-        exec(
-            &client,
-            &format!(
-                "DROP TABLE IF EXISTS {t};
-                 CREATE TABLE {t} (id int8 PRIMARY KEY, v int8);
+        let client = fresh_table(&env, &t, |t| {
+            format!(
+                "CREATE TABLE {t} (id int8 PRIMARY KEY, v int8);
                  INSERT INTO {t} SELECT g, 0 FROM generate_series(1, 200) g;"
-            ),
-        )
+            )
+        })
         .await;
         // Two snapshots kept and a compaction at every second run: each expiry removes
         // snapshots whose data files compactions replaced, so it deletes data files too.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use object_store::ObjectStoreExt;
 
-use crate::support::{connect, exec, test_env, unique, Pipeline, Settings, NAMESPACE};
+use crate::support::{connect, exec, fresh_table, test_env, unique, Pipeline, Settings, NAMESPACE};
 
 /// `[sink.tables."public.<t>"]` with `partition_by` appended to the pipeline's config.
 fn partition_by(p: &Pipeline, t: &str, columns: &str) {
@@ -180,15 +180,12 @@ async fn a_paimon_partition_column_inside_the_key_is_refused_with_the_reason() {
     };
     let name = unique("lsmpkey");
     let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {t};
-             CREATE TABLE {t} (tenant int4, id int8, v text, PRIMARY KEY (tenant, id));
+    let _client = fresh_table(&env, &t, |t| {
+        format!(
+            "CREATE TABLE {t} (tenant int4, id int8, v text, PRIMARY KEY (tenant, id));
              INSERT INTO {t} VALUES (1, 1, 'a'), (2, 1, 'b');"
-        ),
-    )
+        )
+    })
     .await;
     let mut p = Pipeline::new_lsm(&env, &name, &[&t], &Settings::default(), 2);
     partition_by(&p, &t, "\"tenant\"");

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use crate::support::run_cdcd as cdcd;
 use crate::support::{
-    connect, exec, ground, output_ok, test_env, test_env_and_name, Pipeline, Settings,
+    connect, exec, fresh_table, ground, output_ok, test_env, test_env_and_name, Pipeline, Settings,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -16,15 +16,12 @@ async fn check_names_replica_identity_and_status_hides_passwords() {
         return;
     };
     let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {t};
-             CREATE TABLE {t} (id int8 PRIMARY KEY, v text);
+    let client = fresh_table(&env, &t, |t| {
+        format!(
+            "CREATE TABLE {t} (id int8 PRIMARY KEY, v text);
              ALTER TABLE {t} REPLICA IDENTITY NOTHING;"
-        ),
-    )
+        )
+    })
     .await;
     let secret = format!("chksekrit-{}", std::process::id());
     let url_secret = format!("urlchksekrit-{}", std::process::id());

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
-use crate::support::{connect, exec, test_env, test_env_and_name, unique, Pipeline, Settings};
+use crate::support::{exec, fresh_table, test_env, test_env_and_name, unique, Pipeline, Settings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A port nothing listens on right now (bound and released; a race with another bind is unlikely).
@@ -68,15 +68,12 @@ async fn metrics_are_served_and_lag_falls_to_zero() {
         return;
     };
     let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {t};
-             CREATE TABLE {t} (id int8 PRIMARY KEY, v text);
+    let client = fresh_table(&env, &t, |t| {
+        format!(
+            "CREATE TABLE {t} (id int8 PRIMARY KEY, v text);
              INSERT INTO {t} SELECT g, 'v' || g FROM generate_series(1, 100) g;"
-        ),
-    )
+        )
+    })
     .await;
     let secret = format!("opsekrit-{}", std::process::id());
     let settings = Settings {
@@ -244,15 +241,12 @@ async fn maintenance_metrics_are_served_for_both_sinks() {
     for lsm in [false, true] {
         let name = unique(if lsm { "opsmtl" } else { "opsmti" });
         let t = format!("{name}_t");
-        let client = connect(&env.pg_url).await;
-        exec(
-            &client,
-            &format!(
-                "DROP TABLE IF EXISTS {t};
-                 CREATE TABLE {t} (id int8 PRIMARY KEY, v int8);
+        let client = fresh_table(&env, &t, |t| {
+            format!(
+                "CREATE TABLE {t} (id int8 PRIMARY KEY, v int8);
                  INSERT INTO {t} SELECT g, 0 FROM generate_series(1, 100) g;"
-            ),
-        )
+            )
+        })
         .await;
         let sink_extra = if lsm {
             "snapshots_retained = 2\ncompaction_trigger = 2\n"

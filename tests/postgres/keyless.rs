@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use crate::support::table_files::assert_no_identifier_fields;
 use crate::support::{
-    connect, exec, run_cdcd, test_env, test_env_and_name, unique, Pipeline, Settings, NAMESPACE,
+    connect, exec, fresh_table, run_cdcd, test_env, test_env_and_name, unique, Pipeline, Settings,
+    NAMESPACE,
 };
 
 const TABLES: [&str; 4] = [
@@ -171,15 +172,12 @@ async fn a_kill_mid_copy_of_a_keyless_table_is_copied_again_exactly() {
         return;
     };
     let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {t};
-             CREATE TABLE {t} (g int8, note text);
+    let client = fresh_table(&env, &t, |t| {
+        format!(
+            "CREATE TABLE {t} (g int8, note text);
              INSERT INTO {t} SELECT g % 1000, repeat('x', 50) FROM generate_series(1, 400000) g;"
-        ),
-    )
+        )
+    })
     .await;
     let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
     p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));

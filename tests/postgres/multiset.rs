@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::support::table_files::{assert_no_equality_deletes, assert_no_identifier_fields};
 use crate::support::{
-    connect, exec, run_cdcd, test_env, test_env_and_name, unique, Pipeline, Settings,
+    connect, exec, fresh_table, run_cdcd, test_env, test_env_and_name, unique, Pipeline, Settings,
 };
 
 /// One single-duplicate update, one single-duplicate delete, one insert of a duplicate, and a
@@ -206,16 +206,13 @@ async fn replica_identity_full_keyless_table_is_refused_on_lsm() {
     }
     let name = unique("multisetl");
     let m = format!("{name}_m");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {m};
-             CREATE TABLE {m} (g int4, note text);
+    let _client = fresh_table(&env, &m, |m| {
+        format!(
+            "CREATE TABLE {m} (g int4, note text);
              ALTER TABLE {m} REPLICA IDENTITY FULL;
              INSERT INTO {m} VALUES (1, 'a'), (1, 'a');"
-        ),
-    )
+        )
+    })
     .await;
     let mut p = Pipeline::new_lsm(&env, &name, &[&m], &Settings::default(), 2);
     p.on_cleanup(format!("DROP TABLE IF EXISTS {m}"));
@@ -245,16 +242,13 @@ async fn replica_identity_full_changes_during_the_copy() {
         return;
     };
     let m = format!("{name}_m");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {m};
-             CREATE TABLE {m} (g int8, note text);
+    let _client = fresh_table(&env, &m, |m| {
+        format!(
+            "CREATE TABLE {m} (g int8, note text);
              ALTER TABLE {m} REPLICA IDENTITY FULL;
              INSERT INTO {m} SELECT g % 500, repeat('x', 40) FROM generate_series(1, 300000) g;"
-        ),
-    )
+        )
+    })
     .await;
     let mut p = Pipeline::new(&env, &name, &[&m], &Settings::default());
     p.on_cleanup(format!("DROP TABLE IF EXISTS {m}"));
@@ -297,15 +291,12 @@ async fn identity_changed_to_full_while_replicated_is_refused() {
         return;
     };
     let m = format!("{name}_m");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {m};
-             CREATE TABLE {m} (g int4, note text);
+    let client = fresh_table(&env, &m, |m| {
+        format!(
+            "CREATE TABLE {m} (g int4, note text);
              INSERT INTO {m} VALUES (1, 'a'), (1, 'a');"
-        ),
-    )
+        )
+    })
     .await;
     let mut p = Pipeline::new(&env, &name, &[&m], &Settings::default());
     p.on_cleanup(format!("DROP TABLE IF EXISTS {m}"));

@@ -13,8 +13,9 @@ use std::time::Duration;
 use tokio_postgres::Client;
 
 use crate::support::{
-    connect, current_fields, current_metadata, current_test, exec, run_cdcd, schema_fields,
-    start_output, test_env, test_env_and_name, unique, Pipeline, Settings, TestEnv, NAMESPACE,
+    connect, current_fields, current_metadata, current_test, exec, fresh_table, run_cdcd,
+    schema_fields, start_output, test_env, test_env_and_name, unique, Pipeline, Settings, TestEnv,
+    NAMESPACE,
 };
 
 /// Equal by DuckDB, and by pyiceberg where it can read the table: it refuses equality deletes
@@ -33,17 +34,14 @@ async fn add_column_and_widening_keep_replicating_iceberg() {
     let Some((env, a)) = test_env_and_name("sev") else {
         return;
     };
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {a};
-             CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, f float4, n numeric(8,2), big text);
+    let client = fresh_table(&env, &a, |a| {
+        format!(
+            "CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, f float4, n numeric(8,2), big text);
              ALTER TABLE {a} ALTER COLUMN big SET STORAGE EXTERNAL;
              INSERT INTO {a} SELECT g, g, g / 4.0, g / 3.0, repeat(md5(g::text), 100)
                FROM generate_series(1, 200) g;"
-        ),
-    )
+        )
+    })
     .await;
     let mut p = Pipeline::new(&env, &a, &[&a], &Settings::default());
     p.on_cleanup(format!("DROP TABLE IF EXISTS {a}"));
@@ -163,15 +161,12 @@ async fn a_narrowing_type_change_still_stops() {
     let Some((env, a)) = test_env_and_name("sevx") else {
         return;
     };
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {a};
-             CREATE TABLE {a} (id int4 PRIMARY KEY, x int8);
+    let client = fresh_table(&env, &a, |a| {
+        format!(
+            "CREATE TABLE {a} (id int4 PRIMARY KEY, x int8);
              INSERT INTO {a} SELECT g, g FROM generate_series(1, 50) g;"
-        ),
-    )
+        )
+    })
     .await;
     let mut p = Pipeline::new(&env, &a, &[&a], &Settings::default());
     p.on_cleanup(format!("DROP TABLE IF EXISTS {a}"));
@@ -207,15 +202,12 @@ async fn add_column_with_a_constant_default_reads_it_in_older_rows() {
     };
     let v2 = std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality");
     let a = unique("sevd");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {a};
-             CREATE TABLE {a} (id int4 PRIMARY KEY, x int4 DEFAULT 7);
+    let client = fresh_table(&env, &a, |a| {
+        format!(
+            "CREATE TABLE {a} (id int4 PRIMARY KEY, x int4 DEFAULT 7);
              INSERT INTO {a} SELECT g, g FROM generate_series(1, 50) g;"
-        ),
-    )
+        )
+    })
     .await;
     let mut p = Pipeline::new(&env, &a, &[&a], &Settings::default());
     p.on_cleanup(format!("DROP TABLE IF EXISTS {a}"));
@@ -312,15 +304,12 @@ async fn a_column_dropped_and_added_again_stops_and_resync_recovers() {
     let Some((env, a)) = test_env_and_name("sreadd") else {
         return;
     };
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {a};
-             CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, b int4);
+    let client = fresh_table(&env, &a, |a| {
+        format!(
+            "CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, b int4);
              INSERT INTO {a} SELECT g, g, g FROM generate_series(1, 50) g;"
-        ),
-    )
+        )
+    })
     .await;
     let mut p = Pipeline::new(&env, &a, &[&a], &Settings::default());
     p.on_cleanup(format!("DROP TABLE IF EXISTS {a}"));
@@ -384,15 +373,12 @@ async fn drop_column_case(test: &str, lsm: bool) {
         return;
     }
     let a = unique(if lsm { "sdropl" } else { "sdrop" });
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {a};
-             CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, gone text, y text, z int4);
+    let client = fresh_table(&env, &a, |a| {
+        format!(
+            "CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, gone text, y text, z int4);
              INSERT INTO {a} SELECT g, g, 'g' || g, 'y' || g, g FROM generate_series(1, 100) g;"
-        ),
-    )
+        )
+    })
     .await;
     let mut p = if lsm {
         Pipeline::new_lsm(&env, &a, &[&a], &Settings::default(), 2)
@@ -457,15 +443,12 @@ async fn add_column_and_widening_keep_replicating_lsm() {
     let Some((env, a)) = test_env_and_name("sevl") else {
         return;
     };
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {a};
-             CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, f float4, n numeric(8,2));
+    let client = fresh_table(&env, &a, |a| {
+        format!(
+            "CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, f float4, n numeric(8,2));
              INSERT INTO {a} SELECT g, g, g / 4.0, g / 3.0 FROM generate_series(1, 200) g;"
-        ),
-    )
+        )
+    })
     .await;
     let mut p = Pipeline::new_lsm(&env, &a, &[&a], &Settings::default(), 2);
     p.on_cleanup(format!("DROP TABLE IF EXISTS {a}"));
@@ -939,15 +922,12 @@ async fn a_column_readded_inside_a_streamed_transaction_stops() {
     let Some((env, a)) = test_env_and_name("sreadds") else {
         return;
     };
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {a};
-             CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, b int4);
+    let client = fresh_table(&env, &a, |a| {
+        format!(
+            "CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, b int4);
              INSERT INTO {a} SELECT g, g, g FROM generate_series(1, 50) g;"
-        ),
-    )
+        )
+    })
     .await;
     let mut bed = Streamed::start(&env, &client, &a, &[&a], "").await;
     let fill = bed.fill();
@@ -1048,15 +1028,12 @@ async fn a_stored_default_reaches_a_transaction_committed_inside_a_streamed_one(
         return; // v2 tables stop on a DEFAULT (README)
     }
     let a = unique("sdefc");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {a};
-             CREATE TABLE {a} (id int4 PRIMARY KEY, x int4);
+    let client = fresh_table(&env, &a, |a| {
+        format!(
+            "CREATE TABLE {a} (id int4 PRIMARY KEY, x int4);
              INSERT INTO {a} SELECT g, g FROM generate_series(1, 50) g;"
-        ),
-    )
+        )
+    })
     .await;
     let mut bed = Streamed::start(&env, &client, &a, &[&a], "").await;
     let fill = bed.fill();

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    cdcd_bin, connect, exec, run_cdcd, test_env, unique, Pipeline, Settings, LAKECHECK,
+    cdcd_bin, fresh_table, run_cdcd, test_env, unique, Pipeline, Settings, LAKECHECK,
 };
 
 /// The table's layout as pyiceberg reads it (`lakecheck.py --layout`).
@@ -94,16 +94,13 @@ async fn configured_spec_and_sort_order_are_created_then_evolved() {
     };
     let name = unique("layout");
     let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {t};
-             CREATE TABLE {t} (id int8 PRIMARY KEY, created_at timestamptz NOT NULL, name text);
+    let _client = fresh_table(&env, &t, |t| {
+        format!(
+            "CREATE TABLE {t} (id int8 PRIMARY KEY, created_at timestamptz NOT NULL, name text);
              INSERT INTO {t} SELECT g, timestamptz '2024-01-01 00:00+00' + g * interval '7 hours',
                                     'n' || g FROM generate_series(1, 40) g;"
-        ),
-    )
+        )
+    })
     .await;
     let mut settings = Settings {
         sink_extra: section(&t, r#"["day(created_at)", "bucket(4, id)"]"#),
@@ -230,15 +227,12 @@ async fn a_transform_the_column_type_does_not_take_is_refused_before_anything_is
     };
     let name = unique("badlayout");
     let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {t};
-             CREATE TABLE {t} (id int8 PRIMARY KEY, name text);
+    let _client = fresh_table(&env, &t, |t| {
+        format!(
+            "CREATE TABLE {t} (id int8 PRIMARY KEY, name text);
              INSERT INTO {t} VALUES (1, 'a');"
-        ),
-    )
+        )
+    })
     .await;
     let settings = Settings {
         sink_extra: "[sink.tables.\"public.*\"]\npartition_by = [\"day(name)\"]\n".to_owned(),

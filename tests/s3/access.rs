@@ -22,7 +22,8 @@ pub fn create_bucket(env: &TestEnv, endpoint: &str, ca: Option<&str>, bucket: &s
     output_ok(Command::new(&env.python).args(["-c", &script]));
 }
 
-/// A pipeline replicating `table` into `s3://<bucket>/wh` with `[sink.s3]` = `section`.
+/// A pipeline replicating `table` into `s3://<bucket>/wh` with `[sink.s3]` = `section`; the table
+/// is dropped from Postgres when it ends.
 pub struct S3Custom {
     pub p: Pipeline,
     pub bucket: String,
@@ -31,7 +32,8 @@ pub struct S3Custom {
 
 impl S3Custom {
     pub fn new(env: &TestEnv, name: &str, table: &str, bucket: &str, section: &str) -> S3Custom {
-        let p = Pipeline::new(env, name, &[table], &Settings::default());
+        let mut p = Pipeline::new(env, name, &[table], &Settings::default());
+        p.on_cleanup(format!("DROP TABLE IF EXISTS {table}"));
         let s = S3Custom {
             p,
             bucket: bucket.to_owned(),

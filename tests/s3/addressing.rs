@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::access::{create_bucket, LoggingProxy, S3Custom};
 use crate::support::s3::{bucket_name, moto_test_env};
-use crate::support::{connect, exec};
+use crate::support::{exec, fresh_table};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_virtual_hosted_requests_put_the_bucket_in_the_host() {
@@ -18,15 +18,12 @@ async fn s3_virtual_hosted_requests_put_the_bucket_in_the_host() {
         return;
     };
     let port = moto_url.rsplit(':').next().unwrap().to_owned();
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {n};
-             CREATE TABLE {n} (id int8 PRIMARY KEY, name text);
+    let client = fresh_table(&env, &n, |n| {
+        format!(
+            "CREATE TABLE {n} (id int8 PRIMARY KEY, name text);
              INSERT INTO {n} SELECT g, 'n' || g FROM generate_series(1, 1000) g;"
-        ),
-    )
+        )
+    })
     .await;
     let bucket = bucket_name(&n);
     create_bucket(&env, &moto_url, None, &bucket);
@@ -36,7 +33,6 @@ async fn s3_virtual_hosted_requests_put_the_bucket_in_the_host() {
          region = \"us-east-1\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\""
     );
     let mut s = S3Custom::new(&env, &n, &n, &bucket, &section);
-    s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
     s.p.env_vars
         .push(("AWS_PROXY_URL".into(), proxy.url.clone()));
     s.p.start();

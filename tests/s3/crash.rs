@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use crate::support::s3::{moto, S3Pipeline, SinkKind};
-use crate::support::{connect, exec, test_env, unique};
+use crate::support::{exec, fresh_table, test_env, unique};
 
 /// Starts cdcd with `failpoint` and waits until it aborts there.
 async fn crash_at(s: &mut S3Pipeline, failpoint: &str, client: &tokio_postgres::Client, n: &str) {
@@ -83,18 +83,14 @@ async fn crashes(test: &str, sink: SinkKind) {
         SinkKind::Iceberg => "s3crash",
         SinkKind::Lsm => "s3crashl",
     });
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {n};
-             CREATE TABLE {n} (id int8 PRIMARY KEY, v int4, t text);
+    let client = fresh_table(&env, &n, |n| {
+        format!(
+            "CREATE TABLE {n} (id int8 PRIMARY KEY, v int4, t text);
              INSERT INTO {n} SELECT g, g, md5(g::text) FROM generate_series(1, 5000) g;"
-        ),
-    )
+        )
+    })
     .await;
     let mut s = S3Pipeline::with_sink(&env, &n, &[&n], &endpoint, sink);
-    s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
     // A short lease so each restart takes over from the dead daemon quickly, but not so short
     // that a loaded 2-core machine starves the renewal (2000 ms lost it at load 17).
     s.extra_pipeline = "lease_ttl_ms = 4000\n".into();

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::support::s3::{moto_test_env, S3Pipeline};
-use crate::support::{connect, exec};
+use crate::support::{exec, fresh_table};
 use object_store::ObjectStoreExt;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -14,18 +14,14 @@ async fn s3_warehouse_reads_back_equal() {
     let Some((env, endpoint, n)) = moto_test_env(false, "s3e2e") else {
         return;
     };
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {n};
-             CREATE TABLE {n} (id int8 PRIMARY KEY, name text, qty numeric(10,2), at timestamptz);
+    let client = fresh_table(&env, &n, |n| {
+        format!(
+            "CREATE TABLE {n} (id int8 PRIMARY KEY, name text, qty numeric(10,2), at timestamptz);
              INSERT INTO {n} SELECT g, 'n' || g, g / 3.0, now() FROM generate_series(1, 3000) g;"
-        ),
-    )
+        )
+    })
     .await;
     let mut s = S3Pipeline::new(&env, &n, &[&n], &endpoint);
-    s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
     // Deletion vectors: pyiceberg refuses equality deletes, and both readers must read this table.
     let cfg = std::fs::read_to_string(&s.p.config).unwrap();
     let cfg = cfg.replace(

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::support::proxy::{ProxyProcess, FAULTPROXY};
 use crate::support::s3::{create_bucket, moto, moto_test_env, s3_config, S3Pipeline, SinkKind};
-use crate::support::{connect, exec, test_env, unique};
+use crate::support::{connect, exec, fresh_table, test_env, unique};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
@@ -109,18 +109,14 @@ async fn faulty_network(test: &str, sink: SinkKind) {
         SinkKind::Iceberg => "s3fault",
         SinkKind::Lsm => "s3faultl",
     });
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {n};
-             CREATE TABLE {n} (id int8 PRIMARY KEY, v int4, t text);
+    let client = fresh_table(&env, &n, |n| {
+        format!(
+            "CREATE TABLE {n} (id int8 PRIMARY KEY, v int4, t text);
              INSERT INTO {n} SELECT g, g, md5(g::text) FROM generate_series(1, 2000) g;"
-        ),
-    )
+        )
+    })
     .await;
     let mut s = S3Pipeline::with_sink(&env, &n, &[&n], &endpoint, sink);
-    s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
     s.write_config(&crate::support::Settings::default(), &proxy.url);
     s.p.start();
     s.p.wait_slot_active(&client, Duration::from_secs(90)).await;
@@ -208,7 +204,6 @@ async fn s3_lsm_retried_snapshot_create_is_its_own_commit() {
     let client = connect(&env.pg_url).await;
     lsm_table(&client, &n, 1000).await;
     let mut s = S3Pipeline::with_sink(&env, &n, &[&n], &endpoint, SinkKind::Lsm);
-    s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
     s.write_config(&crate::support::Settings::default(), &proxy.url);
     s.p.start();
     s.p.wait_slot_active(&client, Duration::from_secs(90)).await;
@@ -259,7 +254,6 @@ async fn s3_lsm_stalled_snapshot_creates_hold_the_ack() {
     let client = connect(&env.pg_url).await;
     lsm_table(&client, &n, 500).await;
     let mut s = S3Pipeline::with_sink(&env, &n, &[&n], &endpoint, SinkKind::Lsm);
-    s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
     let flag = s.p.config.with_file_name("stall-snapshots");
     let flag_arg = flag.display().to_string();
     let proxy = fault_proxy_with(
@@ -341,7 +335,6 @@ async fn s3_lsm_late_snapshot_create_of_a_dead_holder_changes_nothing() {
     let client = connect(&env.pg_url).await;
     lsm_table(&client, &n, 500).await;
     let mut s = S3Pipeline::with_sink(&env, &n, &[&n], &endpoint, SinkKind::Lsm);
-    s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
     s.extra_pipeline = "lease_ttl_ms = 4000\n".into();
     let flag = s.p.config.with_file_name("stall-snapshots");
     let log = s.p.config.with_file_name("proxy.log");

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use crate::support::s3::{moto_test_env, S3Pipeline, SinkKind};
-use crate::support::{connect, exec};
+use crate::support::{exec, fresh_table};
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
 
@@ -17,23 +17,19 @@ async fn s3_lsm_warehouse_reads_back_equal() {
     let Some((env, endpoint, n)) = moto_test_env(false, "s3lsm") else {
         return;
     };
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {n};
-             CREATE TABLE {n} (id int8 PRIMARY KEY, name text, qty numeric(10,2), at timestamptz,
+    let client = fresh_table(&env, &n, |n| {
+        format!(
+            "CREATE TABLE {n} (id int8 PRIMARY KEY, name text, qty numeric(10,2), at timestamptz,
                                ok bool, raw bytea, doc jsonb);
              ALTER TABLE {n} ALTER COLUMN name SET STORAGE EXTERNAL;
              INSERT INTO {n} SELECT g, 'n' || g, g / 3.0, timestamptz '2024-01-01 00:00+00' + g * interval '1 s',
                                     g % 2 = 0, decode(md5(g::text), 'hex'), jsonb_build_object('g', g)
              FROM generate_series(1, 3000) g;
              UPDATE {n} SET name = repeat(md5(id::text), 100) WHERE id % 500 = 0;"
-        ),
-    )
+        )
+    })
     .await;
     let mut s = S3Pipeline::with_sink(&env, &n, &[&n], &endpoint, SinkKind::Lsm);
-    s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
     s.p.start();
     s.p.wait_slot_active(&client, Duration::from_secs(60)).await;
     s.assert_equal(&n, 120, "pypaimon").await;
@@ -114,18 +110,14 @@ async fn s3_lsm_resync_swaps_on_the_object_store() {
     let Some((env, endpoint, n)) = moto_test_env(false, "s3lsmrs") else {
         return;
     };
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {n};
-             CREATE TABLE {n} (id int8 PRIMARY KEY, v int4, n numeric(12,2), t text);
+    let client = fresh_table(&env, &n, |n| {
+        format!(
+            "CREATE TABLE {n} (id int8 PRIMARY KEY, v int4, n numeric(12,2), t text);
              INSERT INTO {n} SELECT g, g % 1000, g / 7.0, 'row ' || g FROM generate_series(1, 5000) g;"
-        ),
-    )
+        )
+    })
     .await;
     let mut s = S3Pipeline::with_sink(&env, &n, &[&n], &endpoint, SinkKind::Lsm);
-    s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
     s.p.start();
     s.assert_equal(&n, 120, "pypaimon").await;
     let st = s.p.sigterm_and_wait(Duration::from_secs(60)).await;

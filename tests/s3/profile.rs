@@ -11,22 +11,19 @@ use std::time::Duration;
 
 use super::access::{create_bucket, LoggingProxy, S3Custom};
 use crate::support::s3::{bucket_name, moto_test_env};
-use crate::support::{connect, exec};
+use crate::support::{exec, fresh_table};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_credentials_from_an_aws_profile_only() {
     let Some((env, moto_url, n)) = moto_test_env(false, "s3prof") else {
         return;
     };
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {n};
-             CREATE TABLE {n} (id int8 PRIMARY KEY, v text);
+    let client = fresh_table(&env, &n, |n| {
+        format!(
+            "CREATE TABLE {n} (id int8 PRIMARY KEY, v text);
              INSERT INTO {n} SELECT g, 'v' || g FROM generate_series(1, 800) g;"
-        ),
-    )
+        )
+    })
     .await;
     let bucket = bucket_name(&n);
     create_bucket(&env, &moto_url, None, &bucket);
@@ -61,7 +58,6 @@ async fn s3_credentials_from_an_aws_profile_only() {
 
     // [sink.s3] says only that plain http is fine; everything else comes from the profile.
     let mut s = S3Custom::new(&env, &n, &n, &bucket, "allow_http = true");
-    s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
     let base_env = vec![
         (
             "AWS_SHARED_CREDENTIALS_FILE".to_owned(),

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::support::s3::{moto_test_env, wait_until, S3Pipeline};
-use crate::support::{connect, exec};
+use crate::support::{exec, fresh_table};
 
 fn spawn(config: &std::path::Path, log: &std::path::Path) -> Child {
     let out = OpenOptions::new()
@@ -31,18 +31,14 @@ async fn s3_standby_takes_over() {
     let Some((env, endpoint, n)) = moto_test_env(true, "s3standby") else {
         return;
     };
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {n};
-             CREATE TABLE {n} (id int8 PRIMARY KEY, v int4);
+    let client = fresh_table(&env, &n, |n| {
+        format!(
+            "CREATE TABLE {n} (id int8 PRIMARY KEY, v int4);
              INSERT INTO {n} SELECT g, g FROM generate_series(1, 1000) g;"
-        ),
-    )
+        )
+    })
     .await;
     let mut s = S3Pipeline::new(&env, &n, &[&n], &endpoint);
-    s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
     s.extra_pipeline = "lease_ttl_ms = 3000\n".into();
     s.write_config(&crate::support::Settings::default(), &endpoint);
     s.p.start();

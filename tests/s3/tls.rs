@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::access::{create_bucket, S3Custom};
 use crate::support::ground::var;
 use crate::support::s3::bucket_name;
-use crate::support::{connect, exec, test_env, unique};
+use crate::support::{exec, fresh_table, test_env, unique};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_https_with_ca_file_reads_back_and_without_it_stops_clearly() {
@@ -23,15 +23,12 @@ async fn s3_https_with_ca_file_reads_back_and_without_it_stops_clearly() {
         return;
     };
     let n = unique("s3tls");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {n};
-             CREATE TABLE {n} (id int8 PRIMARY KEY, name text, qty numeric(10,2));
+    let client = fresh_table(&env, &n, |n| {
+        format!(
+            "CREATE TABLE {n} (id int8 PRIMARY KEY, name text, qty numeric(10,2));
              INSERT INTO {n} SELECT g, 'n' || g, g / 4.0 FROM generate_series(1, 2000) g;"
-        ),
-    )
+        )
+    })
     .await;
     let bucket = bucket_name(&n);
     create_bucket(&env, &endpoint, Some(&ca), &bucket);
@@ -43,7 +40,6 @@ async fn s3_https_with_ca_file_reads_back_and_without_it_stops_clearly() {
     // No CA anywhere (the host's AWS_CA_BUNDLE, if any, is emptied): the system roots do not know
     // the test CA.
     let mut s = S3Custom::new(&env, &n, &n, &bucket, &base);
-    s.p.on_cleanup(format!("DROP TABLE IF EXISTS {n}"));
     s.p.env_vars.push(("AWS_CA_BUNDLE".into(), String::new()));
     s.p.start();
     let status = s.p.wait_exit(Duration::from_secs(240)).await;

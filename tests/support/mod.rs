@@ -155,6 +155,18 @@ pub async fn exec(client: &Client, sql: &str) {
     }
 }
 
+/// Connects to the test bed's Postgres and creates `table` afresh: dropped if an earlier run left
+/// it, then `ddl(table)` (its `CREATE` and first rows).
+pub async fn fresh_table(env: &TestEnv, table: &str, ddl: impl Fn(&str) -> String) -> Client {
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!("DROP TABLE IF EXISTS {table};\n{}", ddl(table)),
+    )
+    .await;
+    client
+}
+
 /// A Postgres LSN `X/Y` (hex halves) as a number, for ordering.
 pub fn parse_lsn(text: &str) -> u64 {
     let (hi, lo) = text

@@ -147,6 +147,8 @@ pub struct S3Pipeline {
 }
 
 impl S3Pipeline {
+    /// A pipeline of `tables` into a bucket of its own on `endpoint`; the tables are dropped
+    /// from Postgres when it ends.
     pub fn new(env: &TestEnv, name: &str, tables: &[&str], endpoint: &str) -> S3Pipeline {
         S3Pipeline::with_sink(env, name, tables, endpoint, SinkKind::Iceberg)
     }
@@ -159,10 +161,11 @@ impl S3Pipeline {
         endpoint: &str,
         sink: SinkKind,
     ) -> S3Pipeline {
-        let p = match sink {
+        let mut p = match sink {
             SinkKind::Iceberg => Pipeline::new(env, name, tables, &Settings::default()),
             SinkKind::Lsm => Pipeline::new_lsm(env, name, tables, &Settings::default(), 2),
         };
+        p.on_cleanup(format!("DROP TABLE IF EXISTS {}", tables.join(", ")));
         let bucket = bucket_name(name);
         create_bucket(env, endpoint, &bucket);
         let s = S3Pipeline {
