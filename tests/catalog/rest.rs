@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use super::{changes, create_table};
 use crate::support::proxy::{ProxyProcess, RESTPROXY};
 use crate::support::{
-    connect, current_test, exec, run_cdcd, spark, test_env, test_env_and_name, unique, write_file,
-    Pipeline, Settings, TestEnv, NAMESPACE,
+    connect, current_test, exec, fresh_table, run_cdcd, spark, test_env, test_env_and_name, unique,
+    write_file, Pipeline, Settings, TestEnv, NAMESPACE,
 };
 
 /// The API key every test server accepts (rustberg: `^rb_[A-Za-z0-9_-]{7,61}$`).
@@ -1356,15 +1356,13 @@ async fn a_table_and_its_changelog_commit_in_one_transaction() {
         return;
     };
     let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int PRIMARY KEY, v int, t text);
+    let client = fresh_table(&env, &t, |t| {
+        format!(
+            "CREATE TABLE {t} (id int PRIMARY KEY, v int, t text);
              ALTER TABLE {t} ALTER COLUMN t SET STORAGE EXTERNAL;
              INSERT INTO {t} SELECT g, g, repeat(md5(g::text), 400) FROM generate_series(1, 20) g;"
-        ),
-    )
+        )
+    })
     .await;
     let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
     p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));

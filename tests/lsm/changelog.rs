@@ -14,7 +14,8 @@ use serde_json::Value;
 
 use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
 use crate::support::{
-    connect, exec, output_ok, run_cdcd, test_env_and_name, Pipeline, Settings, NAMESPACE,
+    connect, exec, fresh_table, output_ok, run_cdcd, test_env_and_name, Pipeline, Settings,
+    NAMESPACE,
 };
 
 /// Reads a table's changelog with pypaimon as JSON lines `[kind, row]`, each row a JSON object:
@@ -566,15 +567,12 @@ async fn changelog_turned_on_for_an_existing_table() {
         return;
     };
     let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {t};
-             CREATE TABLE {t} (id int8 PRIMARY KEY, v int8, big text);
+    let client = fresh_table(&env, &t, |t| {
+        format!(
+            "CREATE TABLE {t} (id int8 PRIMARY KEY, v int8, big text);
              INSERT INTO {t} VALUES (1, 1, 'one'), (2, 2, 'two');"
-        ),
-    )
+        )
+    })
     .await;
     let settings = Settings {
         commit_interval_ms: 100,
@@ -623,15 +621,12 @@ async fn partitioned_paimon_changelog_moves_rows_as_delete_and_insert() {
         return;
     };
     let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {t};
-             CREATE TABLE {t} (id int8 PRIMARY KEY, region text, v int8);
+    let client = fresh_table(&env, &t, |t| {
+        format!(
+            "CREATE TABLE {t} (id int8 PRIMARY KEY, region text, v int8);
              INSERT INTO {t} VALUES (1, 'eu', 1), (2, 'us', 2);"
-        ),
-    )
+        )
+    })
     .await;
     let settings = Settings {
         commit_interval_ms: 100,

@@ -10,7 +10,9 @@
 
 use std::time::Duration;
 
-use crate::support::{connect, current_metadata, exec, test_env_and_name, Pipeline, Settings};
+use crate::support::{
+    connect, current_metadata, exec, fresh_table, test_env_and_name, Pipeline, Settings,
+};
 
 /// Every kind of JSON value, in both column types; `big` is stored out of line (TOAST).
 fn create(t: &str) -> String {
@@ -124,14 +126,12 @@ async fn changing_the_json_mapping_of_an_existing_table_is_refused() {
         return;
     };
     let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int8 PRIMARY KEY, jb jsonb);
+    let client = fresh_table(&env, &t, |t| {
+        format!(
+            "CREATE TABLE {t} (id int8 PRIMARY KEY, jb jsonb);
              INSERT INTO {t} VALUES (1, '{{\"a\": 1}}')"
-        ),
-    )
+        )
+    })
     .await;
     let mut settings = Settings::default();
     let mut p = Pipeline::new(&env, &name, &[&t], &settings);
@@ -164,15 +164,13 @@ async fn a_keyless_table_with_json_as_variant_is_refused_with_the_reason() {
         return;
     };
     let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (g int8, jb jsonb);
+    let _client = fresh_table(&env, &t, |t| {
+        format!(
+            "CREATE TABLE {t} (g int8, jb jsonb);
              ALTER TABLE {t} REPLICA IDENTITY FULL;
              INSERT INTO {t} VALUES (1, '{{\"a\": 1}}'), (1, '{{\"a\": 1}}')"
-        ),
-    )
+        )
+    })
     .await;
     let settings = Settings {
         sink_extra: format!("[sink.tables.\"public.{t}\"]\njson = \"variant\"\n"),

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::support::{
-    cdcd_bin, connect, current_test, exec, log_field, test_env, test_env_and_name, unique,
-    Pipeline, Settings, TestEnv,
+    cdcd_bin, connect, current_test, exec, fresh_table, log_field, test_env, test_env_and_name,
+    unique, Pipeline, Settings, TestEnv,
 };
 
 /// Reads a table directory with pyiceberg: the newest metadata's snapshots (oldest first), rows
@@ -1004,15 +1004,12 @@ async fn compaction_rewrites_files_of_older_schemas() {
     let Some((env, t)) = test_env_and_name("mcsev") else {
         return;
     };
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {t};
-             CREATE TABLE {t} (id int4 PRIMARY KEY, x int4, f float4, n numeric(8,2));
+    let client = fresh_table(&env, &t, |t| {
+        format!(
+            "CREATE TABLE {t} (id int4 PRIMARY KEY, x int4, f float4, n numeric(8,2));
              INSERT INTO {t} SELECT g, g, g / 4.0, g / 3.0 FROM generate_series(1, 100) g;"
-        ),
-    )
+        )
+    })
     .await;
     let mut p = Pipeline::new(&env, &t, &[&t], &Settings::default());
     p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));

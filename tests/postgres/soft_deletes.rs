@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::support::{connect, exec, run_cdcd, test_env, unique, Pipeline, Settings};
+use crate::support::{connect, exec, fresh_table, run_cdcd, test_env, unique, Pipeline, Settings};
 
 /// DuckDB, and pyiceberg unless the suite runs `CDCD_TEST_DELETE_MODE=equality` (pyiceberg reads
 /// no equality deletes).
@@ -339,15 +339,12 @@ async fn soft_deletes_added_to_an_existing_table_then_a_source_column() {
     };
     let name = unique("softadd");
     let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {t};
-             CREATE TABLE {t} (id int8 PRIMARY KEY, name text);
+    let client = fresh_table(&env, &t, |t| {
+        format!(
+            "CREATE TABLE {t} (id int8 PRIMARY KEY, name text);
              INSERT INTO {t} SELECT g, 'n' || g FROM generate_series(1, 20) g;"
-        ),
-    )
+        )
+    })
     .await;
     let mut settings = Settings::default();
     let mut p = Pipeline::new(&env, &name, &[&t], &settings);
