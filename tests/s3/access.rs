@@ -6,21 +6,11 @@
 
 use std::ffi::OsStr;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use crate::support::proxy::{ProxyProcess, FAULTPROXY};
-use crate::support::{output_ok, Pipeline, Settings, TestEnv, LAKECHECK, NAMESPACE};
-
-/// Creates `bucket` on `endpoint` (boto3, trusting `ca` for https).
-pub fn create_bucket(env: &TestEnv, endpoint: &str, ca: Option<&str>, bucket: &str) {
-    let verify = ca.map_or("None".to_owned(), |c| format!("{c:?}"));
-    let script = format!(
-        "import boto3\nc = boto3.client('s3', endpoint_url={endpoint:?}, aws_access_key_id='test', \
-         aws_secret_access_key='test', region_name='us-east-1', verify={verify})\n\
-         try:\n    c.create_bucket(Bucket={bucket:?})\nexcept c.exceptions.BucketAlreadyOwnedByYou:\n    pass\n"
-    );
-    output_ok(Command::new(&env.python).args(["-c", &script]));
-}
+use crate::support::s3::run_s3_reader;
+use crate::support::{Pipeline, Settings, TestEnv, LAKECHECK, NAMESPACE};
 
 /// A pipeline replicating `table` into `s3://<bucket>/wh` with `[sink.s3]` = `section`; the table
 /// is dropped from Postgres when it ends.
@@ -63,8 +53,8 @@ impl S3Custom {
         env: &[(&str, &str)],
         wait_secs: u32,
     ) -> (Option<i32>, String) {
-        let out = tokio::process::Command::new(&self.p.env.python)
-            .arg(LAKECHECK)
+        let mut cmd = tokio::process::Command::new(&self.p.env.python);
+        cmd.arg(LAKECHECK)
             .args(["--source", &self.p.env.pg_url])
             .args(["--source-table", &format!("public.{table}")])
             .args([
@@ -72,18 +62,8 @@ impl S3Custom {
                 &format!("{}/{NAMESPACE}/{table}", self.warehouse_url),
             ])
             .args(["--wait", &wait_secs.to_string(), "--reader", reader])
-            .env("AWS_ENDPOINT_URL", endpoint)
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("AWS_REGION", "us-east-1")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output()
-            .await
-            .unwrap();
-        let text = crate::support::stderr_then_stdout(&out);
-        (out.status.code(), text)
+            .envs(env.iter().copied());
+        run_s3_reader(cmd, endpoint).await
     }
 
     /// Panics unless lakecheck finds the table equal.

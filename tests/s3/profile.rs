@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
-use super::access::{create_bucket, LoggingProxy, S3Custom};
-use crate::support::s3::{bucket_name, moto_test_env};
+use super::access::{LoggingProxy, S3Custom};
+use crate::support::s3::{bucket_name, create_bucket, moto_test_env};
 use crate::support::{exec, fresh_table};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -26,7 +26,7 @@ async fn s3_credentials_from_an_aws_profile_only() {
     })
     .await;
     let bucket = bucket_name(&n);
-    create_bucket(&env, &moto_url, None, &bucket);
+    create_bucket(&env, &moto_url, &bucket);
     let proxy = LoggingProxy::start(&env.python, &moto_url);
     let files = tempfile::tempdir().unwrap();
     let credentials = files.path().join("credentials");

@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use super::access::{create_bucket, S3Custom};
+use super::access::S3Custom;
 use crate::support::ground::var;
-use crate::support::s3::bucket_name;
+use crate::support::s3::{bucket_name, create_bucket_trusting};
 use crate::support::{exec, fresh_table, test_env, unique};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -31,7 +31,7 @@ async fn s3_https_with_ca_file_reads_back_and_without_it_stops_clearly() {
     })
     .await;
     let bucket = bucket_name(&n);
-    create_bucket(&env, &endpoint, Some(&ca), &bucket);
+    create_bucket_trusting(&env, &endpoint, Some(&ca), &bucket);
     let base = format!(
         "endpoint = {endpoint:?}\nregion = \"us-east-1\"\naccess_key_id = \"test\"\n\
          secret_access_key = \"test\""

@@ -92,9 +92,16 @@ pub struct TestEnv {
 
 /// The test bed's addresses, or `None` when the test skips without them ([`ground::var`]).
 pub fn test_env(test: &str) -> Option<TestEnv> {
-    let pg_url = ground::var(test, "CDCD_TEST_PG")?;
-    let python = ground::var(test, "CDCD_TEST_PYTHON")?;
+    let (pg_url, python) = server_and_readers(test, "CDCD_TEST_PG")?;
     Some(TestEnv { pg_url, python })
+}
+
+/// A test server's address (the test bed's variable `server`) and the readers' python.
+pub fn server_and_readers(test: &str, server: &str) -> Option<(String, String)> {
+    Some((
+        ground::var(test, server)?,
+        ground::var(test, "CDCD_TEST_PYTHON")?,
+    ))
 }
 
 /// The running test's name: libtest runs each test on a thread named after it
@@ -133,6 +140,54 @@ pub fn spark(test: &str) -> Option<(String, String)> {
 /// `<tag>_<pid>`: unique per test and per concurrent test run, and a valid slot name (`[a-z0-9_]`, < 64).
 pub fn unique(tag: &str) -> String {
     format!("{tag}_{}", std::process::id())
+}
+
+/// Starts `cdcd --config <config>` with `vars`, its output appended to `log` after a marker line
+/// for its `start`th start.
+pub fn spawn_daemon<'a>(
+    config: &Path,
+    vars: impl Iterator<Item = (&'a str, &'a str)>,
+    log: &Path,
+    start: u32,
+) -> Child {
+    let mut out = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    writeln!(out, "===== cdcd start #{start} =====").unwrap();
+    let bin = cdcd_bin();
+    Command::new(&bin)
+        .arg("--config")
+        .arg(config)
+        .envs(vars)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out.try_clone().unwrap()))
+        .stderr(Stdio::from(out))
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {bin}: {e}"))
+}
+
+/// Runs lakecheck (`cmd`, with its arguments) to its end, calling `watch` every 500 ms meanwhile
+/// (a check that the daemon still runs); returns its exit code and output.
+pub async fn run_lakecheck(
+    mut cmd: tokio::process::Command,
+    mut watch: impl FnMut(),
+) -> (Option<i32>, String) {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let run = cmd.output();
+    tokio::pin!(run);
+    let out = loop {
+        tokio::select! {
+            out = &mut run => break out.unwrap_or_else(|e| panic!("run {LAKECHECK}: {e}")),
+            _ = tokio::time::sleep(Duration::from_millis(500)) => watch(),
+        }
+    };
+    let text = stderr_then_stdout(&out);
+    (out.status.code(), text)
 }
 
 /// A query connection (the driver task runs in the background until the client is dropped).
@@ -413,23 +468,13 @@ impl Pipeline {
     pub fn start(&mut self) {
         assert!(self.daemon.is_none(), "cdcd is already running");
         self.starts += 1;
-        let mut log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.stderr_log)
-            .unwrap();
-        writeln!(log, "===== cdcd start #{} =====", self.starts).unwrap();
-        let bin = cdcd_bin();
-        let child = Command::new(&bin)
-            .arg("--config")
-            .arg(&self.config)
-            .envs(self.env_vars.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone().unwrap()))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {bin}: {e}"));
-        self.daemon = Some(child);
+        let vars = self.env_vars.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        self.daemon = Some(spawn_daemon(
+            &self.config,
+            vars,
+            &self.stderr_log,
+            self.starts,
+        ));
     }
 
     /// Whether a cdcd this pipeline started has not been seen to exit.
@@ -554,17 +599,7 @@ impl Pipeline {
     /// Waits (at most `timeout`) until cdcd has created its slot and holds it open.
     pub async fn wait_slot_active(&mut self, client: &Client, timeout: Duration) {
         let deadline = Instant::now() + timeout;
-        loop {
-            let row = client
-                .query_opt(
-                    "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
-                    &[&self.slot],
-                )
-                .await
-                .unwrap();
-            if row.is_some_and(|r| r.get::<_, bool>(0)) {
-                return;
-            }
+        while !self.slot_active(client).await {
             self.assert_running();
             assert!(
                 Instant::now() < deadline,
@@ -578,17 +613,7 @@ impl Pipeline {
     /// Waits until no walsender holds the slot (after a kill, Postgres notices the closed socket).
     pub async fn wait_slot_inactive(&self, client: &Client, timeout: Duration) {
         let deadline = Instant::now() + timeout;
-        loop {
-            let row = client
-                .query_opt(
-                    "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
-                    &[&self.slot],
-                )
-                .await
-                .unwrap();
-            if !row.is_some_and(|r| r.get::<_, bool>(0)) {
-                return;
-            }
+        while self.slot_active(client).await {
             assert!(
                 Instant::now() < deadline,
                 "slot {} still active {timeout:?} after cdcd died",
@@ -596,6 +621,18 @@ impl Pipeline {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Whether the slot exists and a walsender holds it.
+    async fn slot_active(&self, client: &Client) -> bool {
+        let row = client
+            .query_opt(
+                "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
+                &[&self.slot],
+            )
+            .await
+            .unwrap();
+        row.is_some_and(|r| r.get::<_, bool>(0))
     }
 
     /// The slot's `confirmed_flush_lsn` (what cdcd acknowledged as durable), if the slot exists.
@@ -665,47 +702,36 @@ impl Pipeline {
         let mut cmd = tokio::process::Command::new(&self.env.python);
         cmd.arg(LAKECHECK)
             .args(["--source", &self.env.pg_url])
-            .args(["--source-table", &format!("{schema}.{table}")]);
-        if self.lsm_buckets.is_some() {
-            cmd.arg("--paimon")
-                .arg(&self.warehouse)
-                .args(["--paimon-table", &format!("{NAMESPACE}.{table}")]);
-        } else {
-            cmd.arg("--iceberg").arg(self.table_dir(table));
-        }
-        cmd.args(["--wait", &wait_secs.to_string()])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let run = cmd.output();
-        tokio::pin!(run);
-        let out = loop {
-            tokio::select! {
-                out = &mut run => break out.unwrap_or_else(|e| panic!("run {LAKECHECK}: {e}")),
-                _ = tokio::time::sleep(Duration::from_millis(500)) => {
-                    if self.daemon.is_some() {
-                        self.assert_running();
-                    }
-                }
+            .args(["--source-table", &format!("{schema}.{table}")])
+            .args(self.lake_args(table));
+        cmd.args(["--wait", &wait_secs.to_string()]).args(extra);
+        run_lakecheck(cmd, || {
+            if self.daemon.is_some() {
+                self.assert_running();
             }
-        };
-        let text = stderr_then_stdout(&out);
-        (out.status.code(), text)
+        })
+        .await
+    }
+
+    /// lakecheck's arguments naming `table` in the lake: the Paimon table or the Iceberg table's
+    /// directory.
+    fn lake_args(&self, table: &str) -> Vec<std::ffi::OsString> {
+        if self.lsm_buckets.is_some() {
+            vec![
+                "--paimon".into(),
+                self.warehouse.clone().into(),
+                "--paimon-table".into(),
+                format!("{NAMESPACE}.{table}").into(),
+            ]
+        } else {
+            vec!["--iceberg".into(), self.table_dir(table).into()]
+        }
     }
 
     /// `lakecheck --position` on the table: the newest snapshot's `cdcd.pipeline` / `cdcd.position` line.
     pub async fn position_line(&mut self, table: &str) -> String {
         let mut cmd = std::process::Command::new(&self.env.python);
-        cmd.arg(LAKECHECK);
-        if self.lsm_buckets.is_some() {
-            cmd.arg("--paimon")
-                .arg(&self.warehouse)
-                .args(["--paimon-table", &format!("{NAMESPACE}.{table}")]);
-        } else {
-            cmd.arg("--iceberg").arg(self.table_dir(table));
-        }
+        cmd.arg(LAKECHECK).args(self.lake_args(table));
         let out = cmd.arg("--position").output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         assert!(

@@ -10,8 +10,7 @@
 //! mariadbd of the same installation on its own port and data directory, started for the test.
 #![allow(dead_code)]
 
-use std::fs::{self, OpenOptions};
-use std::io::Write as _;
+use std::fs::{self};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -31,8 +30,7 @@ pub struct MyEnv {
 
 /// The test bed's MariaDB, or `None` when the test skips without it ([`ground::var`]).
 pub fn my_env(test: &str) -> Option<MyEnv> {
-    let url = ground::var(test, "CDCD_TEST_MYSQL")?;
-    let python = ground::var(test, "CDCD_TEST_PYTHON")?;
+    let (url, python) = super::server_and_readers(test, "CDCD_TEST_MYSQL")?;
     Some(MyEnv { url, python })
 }
 
@@ -226,23 +224,14 @@ impl MyPipeline {
     pub fn start(&mut self) {
         assert!(self.daemon.is_none(), "cdcd is already running");
         self.starts += 1;
-        let mut log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.stderr_log)
-            .unwrap();
-        writeln!(log, "===== cdcd start #{} =====", self.starts).unwrap();
-        let child = Command::new(cdcd_bin())
-            .arg("--config")
-            .arg(&self.config)
-            .env("CDCD_LOG", "info")
-            .envs(self.env_vars.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone().unwrap()))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .unwrap();
-        self.daemon = Some(child);
+        let vars = std::iter::once(("CDCD_LOG", "info"))
+            .chain(self.env_vars.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        self.daemon = Some(super::spawn_daemon(
+            &self.config,
+            vars,
+            &self.stderr_log,
+            self.starts,
+        ));
     }
 
     /// Runs `cdcd check` on this pipeline's config; returns exit code and output.
@@ -376,21 +365,8 @@ impl MyPipeline {
                 .args(["--paimon-table", &format!("{NAMESPACE}.{table}")]),
             None => cmd.arg("--iceberg").arg(self.table_dir(table)),
         };
-        cmd.args(["--wait", &wait_secs.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let run = cmd.output();
-        tokio::pin!(run);
-        let out = loop {
-            tokio::select! {
-                out = &mut run => break out.unwrap(),
-                _ = tokio::time::sleep(Duration::from_millis(500)) => self.assert_running(),
-            }
-        };
-        let text = crate::support::stderr_then_stdout(&out);
-        (out.status.code(), text)
+        cmd.args(["--wait", &wait_secs.to_string()]);
+        super::run_lakecheck(cmd, || self.assert_running()).await
     }
 
     pub async fn assert_equal(&mut self, table: &str, wait_secs: u32) {

@@ -47,9 +47,15 @@ pub fn bucket_name(name: &str) -> String {
 
 /// Creates `bucket` on `endpoint` with boto3 (object_store cannot create buckets).
 pub fn create_bucket(env: &TestEnv, endpoint: &str, bucket: &str) {
+    create_bucket_trusting(env, endpoint, None, bucket);
+}
+
+/// [`create_bucket`], trusting the CA file `ca` when the endpoint is https.
+pub fn create_bucket_trusting(env: &TestEnv, endpoint: &str, ca: Option<&str>, bucket: &str) {
+    let verify = ca.map_or("None".to_owned(), |c| format!("{c:?}"));
     let script = format!(
         "import boto3\nc = boto3.client('s3', endpoint_url={endpoint:?}, aws_access_key_id='test', \
-         aws_secret_access_key='test', region_name='us-east-1')\n\
+         aws_secret_access_key='test', region_name='us-east-1', verify={verify})\n\
          try:\n    c.create_bucket(Bucket={bucket:?})\nexcept c.exceptions.BucketAlreadyOwnedByYou:\n    pass\n"
     );
     output_ok(std::process::Command::new(&env.python).args(["-c", &script]));
@@ -121,8 +127,17 @@ pub async fn lakecheck_s3(
             cmd.args(["--paimon", warehouse, "--paimon-table", table]);
         }
     }
+    cmd.args(["--wait", &wait_secs.to_string()]);
+    run_s3_reader(cmd, endpoint).await
+}
+
+/// Runs `cmd`, a reader of an S3 warehouse, with moto's test credentials and `endpoint`; returns
+/// its exit code and its output.
+pub async fn run_s3_reader(
+    mut cmd: tokio::process::Command,
+    endpoint: &str,
+) -> (Option<i32>, String) {
     let out = cmd
-        .args(["--wait", &wait_secs.to_string()])
         .env("AWS_ENDPOINT_URL", endpoint)
         .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
