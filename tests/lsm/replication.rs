@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::support::{connect, exec, test_env_and_name, Pipeline, Settings, NAMESPACE};
+use crate::support::{connect, exec, test_env_and_name, Pipeline, Settings};
 use cdcd::changelog::TableId;
 
 /// The types the LSM sink stores (`time` is kept to milliseconds, as Paimon's TIME is, so the rows
@@ -91,21 +91,7 @@ async fn streams_into_paimon_and_reads_equal_after_compaction() {
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0), "exit status after SIGTERM: {st}");
 
-    let files = p
-        .warehouse
-        .join(format!("{NAMESPACE}.db"))
-        .join(&t)
-        .join("snapshot");
-    let kinds: Vec<String> = std::fs::read_dir(&files)
-        .unwrap()
-        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
-        .filter_map(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
-        .filter_map(|v| v["commitKind"].as_str().map(String::from))
-        .collect();
-    assert!(
-        kinds.iter().any(|k| k == "COMPACT"),
-        "no COMPACT snapshot among {kinds:?}"
-    );
+    p.assert_compacted(&t);
 
     // A full compaction (every bucket to one bottom run, deletes dropped), then read again.
     let sink = p.lsm_sink();

@@ -12,8 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::{connect, exec, test_env, unique, Pipeline, Rng, Settings};
-use tokio_postgres::Client;
+use crate::support::{connect, exec, spawn_writer, test_env, unique, Pipeline, Rng, Settings};
 
 const KILLS: usize = 6;
 
@@ -110,18 +109,6 @@ fn size(rng: &mut Rng) -> u64 {
     }
 }
 
-async fn workload(client: Client, n: String, seed: u64, stop: Arc<AtomicBool>) -> u64 {
-    let mut rng = Rng::from_seed(seed);
-    let mut count = 0;
-    while !stop.load(Ordering::Relaxed) {
-        let sql = transaction(&n, size(&mut rng), &mut rng);
-        exec(&client, &sql).await;
-        count += 1;
-        tokio::time::sleep(Duration::from_millis(rng.range(0, 30))).await;
-    }
-    count
-}
-
 /// The sink a crash test writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SinkKind {
@@ -183,12 +170,11 @@ async fn kill_dash_nine_at_random_moments(sink: SinkKind) {
 
     p.start();
     let stop = Arc::new(AtomicBool::new(false));
-    let load = tokio::spawn(workload(
-        connect(&env.pg_url).await,
-        name.clone(),
-        rng.next(),
-        stop.clone(),
-    ));
+    let load = spawn_writer(&env, rng.next(), stop.clone(), 30, {
+        let n = name.clone();
+        move |rng| transaction(&n, size(rng), rng)
+    })
+    .await;
     for i in 0..KILLS {
         // Some kills land during start-up and the initial snapshot, most while streaming and committing.
         let up = if i == 0 {

@@ -10,7 +10,9 @@
 
 use std::time::Duration;
 
-use crate::support::{connect, exec, run_cdcd, test_env, unique, Pipeline, Settings, TestEnv};
+use crate::support::{
+    connect, exec, run_cdcd, status_row, test_env, unique, Pipeline, Settings, TestEnv,
+};
 
 /// The two tables, with rows for the initial copy.
 fn create(ix: &str, ov: &str) -> String {
@@ -127,16 +129,7 @@ async fn keys_replicate(env: TestEnv, lsm: bool) {
 
     let (ok, out) = run_cdcd(&["status", "--json"], &p.config);
     assert!(ok, "cdcd status --json:\n{out}");
-    let start = out.find('[').unwrap_or_else(|| panic!("no JSON:\n{out}"));
-    let rows: serde_json::Value = serde_json::from_str(&out[start..]).unwrap();
-    let row = |t: &str| {
-        rows.as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["table"] == format!("public.{t}"))
-            .unwrap_or_else(|| panic!("status lacks {t}:\n{out}"))
-            .clone()
-    };
+    let row = |t: &str| status_row(&out, t);
     assert_eq!(row(&ix)["key"], serde_json::json!(["w", "u"]));
     assert_eq!(row(&ix)["key_origin"], "replica_identity_index");
     assert_eq!(row(&ix)["key_index"], format!("{ix}_uq"));

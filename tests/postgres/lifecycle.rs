@@ -6,7 +6,9 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::{cdcd_bin, connect, exec, parse_lsn, test_env_and_name, Pipeline, Settings};
+use crate::support::{
+    cdcd_bin, connect, exec, parse_lsn, status_row, test_env_and_name, Pipeline, Settings,
+};
 use tokio_postgres::Client;
 
 /// Waits until the walsender of `slot` has sent everything written so far (cdcd then has the changes in
@@ -96,14 +98,7 @@ async fn sigterm_commits_and_exits_zero() {
     );
     // Issue 34: BYTES read 0 for every Iceberg table. The live files' bytes are at most what
     // the data directory holds (a deletion vector counts its blob, not its whole Puffin file).
-    let start = out.find('[').unwrap_or_else(|| panic!("no JSON:\n{out}"));
-    let rows: serde_json::Value = serde_json::from_str(&out[start..]).unwrap();
-    let row = rows
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["table"] == format!("public.{t}"))
-        .unwrap_or_else(|| panic!("status lacks {t}:\n{out}"));
+    let row = status_row(&out, &t);
     let live_bytes = row["live_bytes"].as_u64().unwrap_or(0);
     let on_disk: u64 = std::fs::read_dir(p.table_dir(&t).join("data"))
         .unwrap()

@@ -14,8 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::{connect, exec, test_env, unique, Pipeline, Rng, Settings};
-use tokio_postgres::Client;
+use crate::support::{connect, exec, spawn_writer, test_env, unique, Pipeline, Rng, Settings};
 
 const TABLES: u64 = 30;
 
@@ -65,17 +64,6 @@ fn transaction(n: &str, rng: &mut Rng) -> String {
     sql
 }
 
-async fn workload(client: Client, n: String, seed: u64, stop: Arc<AtomicBool>) -> u64 {
-    let mut rng = Rng::from_seed(seed);
-    let mut count = 0;
-    while !stop.load(Ordering::Relaxed) {
-        exec(&client, &transaction(&n, &mut rng)).await;
-        count += 1;
-        tokio::time::sleep(Duration::from_millis(rng.range(0, 10))).await;
-    }
-    count
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_tables_survive_a_failing_table_and_crashes_in_concurrent_rounds() {
     let test = "many_tables_survive_a_failing_table_and_crashes_in_concurrent_rounds";
@@ -103,12 +91,11 @@ async fn many_tables_survive_a_failing_table_and_crashes_in_concurrent_rounds() 
     p.on_cleanup(format!("DROP TABLE IF EXISTS {}", tables.join(", ")));
     p.start();
     let stop = Arc::new(AtomicBool::new(false));
-    let load = tokio::spawn(workload(
-        connect(&env.pg_url).await,
-        name.clone(),
-        rng.next(),
-        stop.clone(),
-    ));
+    let load = spawn_writer(&env, rng.next(), stop.clone(), 10, {
+        let n = name.clone();
+        move |rng| transaction(&n, rng)
+    })
+    .await;
 
     // 1. One table's commits fail while the others keep committing: cdcd stops with the error,
     // and what landed in the other tables' commits of that round stays landed.

@@ -10,8 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::{connect, exec, test_env, unique, Pipeline, Rng, Settings};
-use tokio_postgres::Client;
+use crate::support::{connect, exec, spawn_writer, test_env, unique, Pipeline, Rng, Settings};
 
 const SMALL: u64 = 120;
 const WIDE: u64 = 2;
@@ -67,16 +66,6 @@ fn transaction(n: &str, rng: &mut Rng) -> String {
     }
     sql.push_str("COMMIT;");
     sql
-}
-
-async fn workload(client: Client, n: String, seed: u64, stop: Arc<AtomicBool>) -> u64 {
-    let mut rng = Rng::from_seed(seed);
-    let mut count = 0;
-    while !stop.load(Ordering::Relaxed) {
-        exec(&client, &transaction(&n, &mut rng)).await;
-        count += 1;
-    }
-    count
 }
 
 /// `VmHWM` (peak resident set) of process `pid`, in KiB.
@@ -150,12 +139,13 @@ async fn many_tables_stay_within_one_memory_budget() {
     let stop = Arc::new(AtomicBool::new(false));
     let mut loads = Vec::new();
     for _ in 0..3 {
-        loads.push(tokio::spawn(workload(
-            connect(&env.pg_url).await,
-            name.clone(),
-            rng.next(),
-            stop.clone(),
-        )));
+        loads.push(
+            spawn_writer(&env, rng.next(), stop.clone(), 0, {
+                let n = name.clone();
+                move |rng| transaction(&n, rng)
+            })
+            .await,
+        );
     }
     tokio::time::sleep(Duration::from_secs(20)).await;
     p.assert_running();

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    cdcd_bin, fresh_table, run_cdcd, test_env, unique, Pipeline, Settings, LAKECHECK,
+    cdcd_bin, fresh_table, run_cdcd, status_row, test_env, unique, Pipeline, Settings, LAKECHECK,
 };
 
 /// The table's layout as pyiceberg reads it (`lakecheck.py --layout`).
@@ -149,14 +149,7 @@ async fn configured_spec_and_sort_order_are_created_then_evolved() {
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&status.stdout);
-    let start = out.find('[').unwrap_or_else(|| panic!("no JSON:\n{out}"));
-    let rows: serde_json::Value = serde_json::from_str(&out[start..]).unwrap();
-    let row = rows
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["table"] == format!("public.{t}"))
-        .unwrap_or_else(|| panic!("status lacks {t}:\n{out}"));
+    let row = status_row(&out, &t);
     assert_eq!(
         row["partition_spec"],
         "spec 0: day(created_at), bucket(4, id)"

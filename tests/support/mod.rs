@@ -190,6 +190,43 @@ pub async fn run_lakecheck(
     (out.status.code(), text)
 }
 
+/// The row of `public.<table>` in `cdcd status --json`'s output `out`.
+pub fn status_row(out: &str, table: &str) -> serde_json::Value {
+    let start = out.find('[').unwrap_or_else(|| panic!("no JSON:\n{out}"));
+    let rows: serde_json::Value = serde_json::from_str(&out[start..]).unwrap();
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["table"] == format!("public.{table}"))
+        .unwrap_or_else(|| panic!("status lacks {table}:\n{out}"))
+        .clone()
+}
+
+/// A random writer: transactions from `transaction` (drawn with a random source seeded by `seed`)
+/// run on a connection of its own until `stop`, each followed by a pause of up to `max_pause_ms`;
+/// the task returns how many it ran.
+pub async fn spawn_writer(
+    env: &TestEnv,
+    seed: u64,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    max_pause_ms: u64,
+    mut transaction: impl FnMut(&mut Rng) -> String + Send + 'static,
+) -> tokio::task::JoinHandle<u64> {
+    let client = connect(&env.pg_url).await;
+    tokio::spawn(async move {
+        let mut rng = Rng::from_seed(seed);
+        let mut count = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            exec(&client, &transaction(&mut rng)).await;
+            count += 1;
+            if max_pause_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(rng.range(0, max_pause_ms))).await;
+            }
+        }
+        count
+    })
+}
+
 /// A query connection (the driver task runs in the background until the client is dropped).
 pub async fn connect(url: &str) -> Client {
     let (client, conn) = tokio_postgres::connect(url, NoTls)
@@ -578,6 +615,20 @@ impl Pipeline {
             Some(_) => self.warehouse.join(format!("{NAMESPACE}.db")).join(table),
             None => self.warehouse.join(NAMESPACE).join(table),
         }
+    }
+
+    /// Panics unless a Paimon snapshot of `table` (LSM sink) is a `COMPACT` commit.
+    pub fn assert_compacted(&self, table: &str) {
+        let kinds: Vec<String> = std::fs::read_dir(self.table_dir(table).join("snapshot"))
+            .unwrap()
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+            .filter_map(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+            .filter_map(|v| v["commitKind"].as_str().map(String::from))
+            .collect();
+        assert!(
+            kinds.iter().any(|k| k == "COMPACT"),
+            "no COMPACT snapshot among {kinds:?}"
+        );
     }
 
     /// How many `v<N>.metadata.json` the table has (0 before its first commit).
