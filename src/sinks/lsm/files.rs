@@ -59,9 +59,34 @@ pub async fn off_runtime<T: Send + 'static>(
         .map_err(file_error(table, what))
 }
 
-/// Encodes `batch` (sorted, one row per key) off the runtime ([`off_runtime`]) and puts it as a
-/// new data file of `slot`.
-#[allow(clippy::too_many_arguments)]
+/// Encodes `batch` as one Parquet run off the runtime ([`off_runtime`]); `what` names the file
+/// in errors ("a data file").
+async fn encode(
+    table: &TableId,
+    schemas: &FileSchemas,
+    slot: &Slot,
+    batch: arrow_array::RecordBatch,
+    what: &'static str,
+) -> Result<(Vec<u8>, writer::RunStats), SinkError> {
+    let encode_schemas = schemas.clone();
+    let task = format!("encoding {what} of {}", slot.dir());
+    off_runtime(table, task, &format!("encoding {what}"), move || {
+        let mut w = writer::RunWriter::new(&encode_schemas)?;
+        w.write(&batch)?;
+        w.finish()
+    })
+    .await
+}
+
+/// What [`write_file`] adds to a slot.
+pub enum NewFile<'a> {
+    /// A data file at `level` (its rows sorted, one per key).
+    Data { level: i32 },
+    /// A changelog file named `name` (its rows sorted by key; `commit/changelog.rs`).
+    Changelog { name: &'a str },
+}
+
+/// Encodes `batch` off the runtime ([`off_runtime`]) and puts it as a new file of `slot`.
 pub async fn write_file(
     w: &Warehouse,
     table: &TableId,
@@ -69,43 +94,21 @@ pub async fn write_file(
     schemas: &FileSchemas,
     slot: &Slot,
     batch: arrow_array::RecordBatch,
-    level: i32,
-    file_source: i32,
+    file: NewFile<'_>,
 ) -> Result<DataFileMeta, SinkError> {
-    let encode_schemas = schemas.clone();
-    let task = format!("encoding a data file of {}", slot.dir());
-    let (bytes, run) = off_runtime(table, task, "encoding a data file", move || {
-        let mut w = writer::RunWriter::new(&encode_schemas)?;
-        w.write(&batch)?;
-        w.finish()
-    })
-    .await?;
-    put_run(w, table, location, slot, bytes, &run, level, file_source).await
-}
-
-/// Encodes `batch` (sorted by key) off the runtime and puts it as file `name` of `slot`, at
-/// level 0: a changelog file (`commit/changelog.rs`).
-pub async fn write_named_file(
-    w: &Warehouse,
-    table: &TableId,
-    location: &str,
-    schemas: &FileSchemas,
-    slot: &Slot,
-    batch: arrow_array::RecordBatch,
-    name: &str,
-) -> Result<DataFileMeta, SinkError> {
-    let encode_schemas = schemas.clone();
-    let task = format!("encoding a changelog file of {}", slot.dir());
-    let (bytes, run) = off_runtime(table, task, "encoding a changelog file", move || {
-        let mut w = writer::RunWriter::new(&encode_schemas)?;
-        w.write(&batch)?;
-        w.finish()
-    })
-    .await?;
-    let size = bytes.len();
-    store::put(w, &file_location(location, slot, name), bytes).await?;
-    run.describe(name.to_owned(), size, 0, 0)
-        .map_err(file_error(table, "describing a changelog file"))
+    match file {
+        NewFile::Data { level } => {
+            let (bytes, run) = encode(table, schemas, slot, batch, "a data file").await?;
+            put_run(w, table, location, slot, bytes, &run, level, 0).await
+        }
+        NewFile::Changelog { name } => {
+            let (bytes, run) = encode(table, schemas, slot, batch, "a changelog file").await?;
+            let size = bytes.len();
+            store::put(w, &file_location(location, slot, name), bytes).await?;
+            run.describe(name.to_owned(), size, 0, 0)
+                .map_err(file_error(table, "describing a changelog file"))
+        }
+    }
 }
 
 /// Puts an encoded sorted run as a new data file of `slot` and describes it.

@@ -62,9 +62,9 @@ impl Commit<'_> {
         let (warehouse, location) = (&self.tables.warehouse, &state.location);
         futures::future::try_join_all(parts.into_iter().map(|(slot, part)| async move {
             let name = files::new_changelog_file_name();
+            let file = files::NewFile::Changelog { name: &name };
             let file =
-                files::write_named_file(warehouse, table, location, schemas, &slot, part, &name)
-                    .await?;
+                files::write_file(warehouse, table, location, schemas, &slot, part, file).await?;
             Ok::<_, SinkError>((slot, file))
         }))
         .await

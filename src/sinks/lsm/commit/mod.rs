@@ -247,8 +247,9 @@ impl<'a> Commit<'a> {
         let (location, schemas) = (&state.location, &planned.schemas);
         let added = futures::future::try_join_all(parts.into_iter().map(
             |(slot, part, level)| async move {
+                let file = files::NewFile::Data { level };
                 let file =
-                    files::write_file(warehouse, table, location, schemas, &slot, part, level, 0)
+                    files::write_file(warehouse, table, location, schemas, &slot, part, file)
                         .await?;
                 Ok::<_, SinkError>((slot, file))
             },
