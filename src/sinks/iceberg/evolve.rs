@@ -7,9 +7,11 @@
 
 use std::sync::Arc;
 
+use super::files::metadata::Loaded;
 use super::tables::Tables;
 use super::{changelog, layout};
 use crate::changelog::TableId;
+use crate::config::TableSettings;
 use crate::sinks::cdc_columns::CdcColumns;
 use crate::sinks::SinkError;
 
@@ -38,14 +40,7 @@ impl<'a> EvolveLayout<'a> {
         let Some(base) = tables.load(table).await? else {
             return Ok(());
         };
-        let meta = &base.metadata;
-        let bound = layout::bind(table, &settings, meta.current_schema(), Some(meta))?;
-        let evolved =
-            layout::evolve(meta, &base.file, &bound).map_err(|source| SinkError::Iceberg {
-                context: format!("evolving the partition spec and sort order of {table}"),
-                source,
-            })?;
-        let Some(evolved) = evolved else {
+        let Some(evolved) = evolved(table, &settings, &base)? else {
             return Ok(());
         };
         let shown = layout::describe(&evolved.metadata);
@@ -116,12 +111,7 @@ impl<'a> EvolveLayout<'a> {
         };
         let meta = &base.metadata;
         let now = layout::describe(meta);
-        let bound = layout::bind(table, &settings, meta.current_schema(), Some(meta))?;
-        let evolved =
-            layout::evolve(meta, &base.file, &bound).map_err(|source| SinkError::Iceberg {
-                context: format!("evolving the partition spec and sort order of {table}"),
-                source,
-            })?;
+        let evolved = evolved(table, &settings, &base)?;
         let mut line = format!(
             "table {table}: partition {}; sort {}",
             now.partition_spec, now.sort_order
@@ -141,4 +131,19 @@ impl<'a> EvolveLayout<'a> {
         }
         Ok(Some(line))
     }
+}
+
+/// The table `base` with the layout `settings` configure bound to its current schema: `None`
+/// when it already has them.
+fn evolved(
+    table: &TableId,
+    settings: &TableSettings,
+    base: &Loaded,
+) -> Result<Option<layout::Evolved>, SinkError> {
+    let meta = &base.metadata;
+    let bound = layout::bind(table, settings, meta.current_schema(), Some(meta))?;
+    layout::evolve(meta, &base.file, &bound).map_err(|source| SinkError::Iceberg {
+        context: format!("evolving the partition spec and sort order of {table}"),
+        source,
+    })
 }

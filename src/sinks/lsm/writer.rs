@@ -78,16 +78,7 @@ pub struct RunWriter {
     schema: SchemaRef,
     /// Number of `_KEY_*` columns (they come first).
     keys: usize,
-    rows: usize,
-    /// First key row, last key row, per-column minimum and maximum (one-row arrays).
-    first: Vec<ArrayRef>,
-    last: Vec<ArrayRef>,
-    lo: Vec<ArrayRef>,
-    hi: Vec<ArrayRef>,
-    min_sequence: i64,
-    max_sequence: i64,
-    deletes: usize,
-    schema_id: i64,
+    seen: RunStats,
 }
 
 impl RunWriter {
@@ -96,15 +87,17 @@ impl RunWriter {
             writer: None,
             schema: schemas.file.clone(),
             keys: schemas.key.len(),
-            schema_id: schemas.schema_id,
-            rows: 0,
-            first: Vec::new(),
-            last: Vec::new(),
-            lo: Vec::new(),
-            hi: Vec::new(),
-            min_sequence: i64::MAX,
-            max_sequence: i64::MIN,
-            deletes: 0,
+            seen: RunStats {
+                rows: 0,
+                first: Vec::new(),
+                last: Vec::new(),
+                lo: Vec::new(),
+                hi: Vec::new(),
+                min_sequence: i64::MAX,
+                max_sequence: i64::MIN,
+                deletes: 0,
+                schema_id: schemas.schema_id,
+            },
         })
     }
 
@@ -126,12 +119,12 @@ impl RunWriter {
         // Key columns come first; `_SEQUENCE_NUMBER` and `_VALUE_KIND` follow them.
         let nk = self.keys;
         let keys = batch.columns().get(..nk).unwrap_or_default();
-        if self.rows == 0 {
-            self.first = keys.iter().map(|c| c.slice(0, 1)).collect();
-            self.lo = self.first.clone();
-            self.hi = self.first.clone();
+        if self.seen.rows == 0 {
+            self.seen.first = keys.iter().map(|c| c.slice(0, 1)).collect();
+            self.seen.lo = self.seen.first.clone();
+            self.seen.hi = self.seen.first.clone();
         }
-        self.last = keys.iter().map(|c| c.slice(n - 1, 1)).collect();
+        self.seen.last = keys.iter().map(|c| c.slice(n - 1, 1)).collect();
         // Per-column extremes: with a composite key the first and last rows bound only the first
         // column, and readers prune files by these statistics.
         for (k, col) in keys.iter().enumerate() {
@@ -149,7 +142,7 @@ impl RunWriter {
                     }
                 }
             }
-            if let (Some(lo), Some(hi)) = (self.lo.get_mut(k), self.hi.get_mut(k)) {
+            if let (Some(lo), Some(hi)) = (self.seen.lo.get_mut(k), self.seen.hi.get_mut(k)) {
                 if make_comparator(col.as_ref(), lo.as_ref(), SortOptions::default())?(a, 0).is_lt()
                 {
                     *lo = col.slice(a, 1);
@@ -169,36 +162,25 @@ impl RunWriter {
             .as_primitive_opt::<Int8Type>()
             .ok_or_else(|| FileError::Shape("_VALUE_KIND is not TINYINT".into()))?;
         for &v in seq.values() {
-            self.min_sequence = self.min_sequence.min(v);
-            self.max_sequence = self.max_sequence.max(v);
+            self.seen.min_sequence = self.seen.min_sequence.min(v);
+            self.seen.max_sequence = self.seen.max_sequence.max(v);
         }
-        self.deletes += kind.values().iter().filter(|&&k| k == KIND_DELETE).count();
-        self.rows += n;
+        self.seen.deletes += kind.values().iter().filter(|&&k| k == KIND_DELETE).count();
+        self.seen.rows += n;
         Ok(())
     }
 
     /// The encoded file and a description of it as `file_name` (the run must not be empty).
     pub fn finish(self) -> Result<(Vec<u8>, RunStats), FileError> {
-        let stats = RunStats {
-            rows: self.rows,
-            first: self.first,
-            last: self.last,
-            lo: self.lo,
-            hi: self.hi,
-            min_sequence: self.min_sequence,
-            max_sequence: self.max_sequence,
-            deletes: self.deletes,
-            schema_id: self.schema_id,
-        };
         let bytes = match self.writer {
             Some(w) => w.into_inner()?,
             None => ArrowWriter::try_new(Vec::new(), self.schema, None)?.into_inner()?,
         };
-        Ok((bytes, stats))
+        Ok((bytes, self.seen))
     }
 }
 
-/// What a finished [`RunWriter`] saw.
+/// What a [`RunWriter`] saw.
 #[derive(Debug)]
 pub struct RunStats {
     rows: usize,

@@ -361,6 +361,7 @@ mod tests {
     use super::super::snapshot::session::test_config;
     use super::super::snapshot::CopySession;
     use super::md5_response;
+    use crate::config::PostgresConfig;
 
     /// The value Postgres expects (computed independently with Python's hashlib).
     #[test]
@@ -418,12 +419,7 @@ mod tests {
         };
 
         let good = as_scram(Some(secret));
-        let mut session = CopySession::connect(&good).await.unwrap();
-        session.execute("SELECT 1").await.unwrap();
-        session.close().await;
-        let mut walsender = ReplicationConnection::connect(&good).await.unwrap();
-        walsender.identify_system().await.unwrap();
-        walsender.finish().await.unwrap();
+        logs_in(&good).await;
 
         let wrong = "not-the-pw-0815";
         let Err(e) = CopySession::connect(&as_scram(Some(wrong))).await else {
@@ -436,6 +432,16 @@ mod tests {
             panic!("no password was accepted");
         };
         assert!(e.to_string().contains("none is configured"), "{e}");
+    }
+
+    /// A copy session and a walsender log in with `cfg` and run a statement each.
+    async fn logs_in(cfg: &PostgresConfig) {
+        let mut session = CopySession::connect(cfg).await.unwrap();
+        session.execute("SELECT 1").await.unwrap();
+        session.close().await;
+        let mut walsender = ReplicationConnection::connect(cfg).await.unwrap();
+        walsender.identify_system().await.unwrap();
+        walsender.finish().await.unwrap();
     }
 
     /// md5 against the TLS test bed (`scripts/testbed.sh`: role `cdcd_md5`, its password stored
@@ -458,12 +464,7 @@ mod tests {
         };
         for sslmode in ["disable", "require"] {
             let good = as_md5("cdcd-md5-pw", sslmode);
-            let mut session = CopySession::connect(&good).await.unwrap();
-            session.execute("SELECT 1").await.unwrap();
-            session.close().await;
-            let mut walsender = ReplicationConnection::connect(&good).await.unwrap();
-            walsender.identify_system().await.unwrap();
-            walsender.finish().await.unwrap();
+            logs_in(&good).await;
         }
         let wrong = "not-the-md5-pw-77";
         let Err(e) = CopySession::connect(&as_md5(wrong, "prefer")).await else {

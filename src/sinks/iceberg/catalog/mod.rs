@@ -112,3 +112,23 @@ impl Catalog {
         matches!(self, Catalog::Sql(_))
     }
 }
+
+/// Reads again after a request whose answer was lost, pausing `pauses_ms` before each try: the
+/// first answer, or the last error's text once every try failed.
+async fn read_after_lost_answer<T, E: std::fmt::Display, F>(
+    pauses_ms: &[u64],
+    mut read: impl FnMut() -> F,
+) -> Result<T, String>
+where
+    F: std::future::Future<Output = Result<T, E>>,
+{
+    let mut last = None;
+    for &pause_ms in pauses_ms {
+        tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
+        match read().await {
+            Ok(now) => return Ok(now),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.map(|e| e.to_string()).unwrap_or_default())
+}

@@ -259,28 +259,17 @@ mod tests {
     #[test]
     fn keeps_what_is_younger_than_the_age() {
         let now = 100 * MIN;
+        let four_minutes = |s: &[SnapshotInfo]| {
+            choose(s, &main_at(10), &retention(1, 4 * MIN), pins(10), now, 1000)
+        };
         let s = chain(10, now);
         // Snapshots 6..=10 are at most 4 minutes old.
-        let e = choose(
-            &s,
-            &main_at(10),
-            &retention(1, 4 * MIN),
-            pins(10),
-            now,
-            1000,
-        );
+        let e = four_minutes(&s);
         assert_eq!(e.snapshots, vec![1, 2, 3, 4, 5]);
         // An old one stops the walk even if a younger ancestor follows (Iceberg-Java).
         let mut s = chain(10, now);
         s[2].timestamp_ms = now; // snapshot 3 claims to be young
-        let e = choose(
-            &s,
-            &main_at(10),
-            &retention(1, 4 * MIN),
-            pins(10),
-            now,
-            1000,
-        );
+        let e = four_minutes(&s);
         // (Oldest first by timestamp: 3 comes last.)
         assert_eq!(e.snapshots, vec![1, 2, 4, 5, 3]);
     }

@@ -154,12 +154,7 @@ impl ReplicationConnection {
     /// next command on this connection.
     pub async fn create_slot(&mut self, slot: &str) -> Result<(Lsn, String), SourceError> {
         let sql = create_slot_sql(slot, self.server_major, true);
-        let (lsn, snapshot) = self.create(slot, &sql).await?;
-        let snapshot = snapshot.ok_or_else(|| SourceError::Server {
-            context: format!("creating replication slot {slot}"),
-            detail: "the server exported no snapshot".to_owned(),
-        })?;
-        Ok((lsn, snapshot))
+        self.create_exporting(slot, &sql).await
     }
 
     /// `CREATE_REPLICATION_SLOT <slot> TEMPORARY LOGICAL pgoutput (SNAPSHOT 'export')`: a slot
@@ -173,12 +168,7 @@ impl ReplicationConnection {
             " TEMPORARY LOGICAL ",
             1,
         );
-        let (lsn, snapshot) = self.create(slot, &sql).await?;
-        let snapshot = snapshot.ok_or_else(|| SourceError::Server {
-            context: format!("creating replication slot {slot}"),
-            detail: "the server exported no snapshot".to_owned(),
-        })?;
-        Ok((lsn, snapshot))
+        self.create_exporting(slot, &sql).await
     }
 
     /// `CREATE_REPLICATION_SLOT <slot> LOGICAL pgoutput (SNAPSHOT 'nothing')`: a slot for
@@ -186,6 +176,21 @@ impl ReplicationConnection {
     pub async fn create_slot_without_snapshot(&mut self, slot: &str) -> Result<Lsn, SourceError> {
         let sql = create_slot_sql(slot, self.server_major, false);
         Ok(self.create(slot, &sql).await?.0)
+    }
+
+    /// [`Self::create`] of a slot that exports its snapshot: the consistent point and the
+    /// snapshot's name.
+    async fn create_exporting(
+        &mut self,
+        slot: &str,
+        sql: &str,
+    ) -> Result<(Lsn, String), SourceError> {
+        let (lsn, snapshot) = self.create(slot, sql).await?;
+        let snapshot = snapshot.ok_or_else(|| SourceError::Server {
+            context: format!("creating replication slot {slot}"),
+            detail: "the server exported no snapshot".to_owned(),
+        })?;
+        Ok((lsn, snapshot))
     }
 
     async fn create(

@@ -27,7 +27,6 @@
 //!   nothing (`iceberg/transaction.rs`).
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use iceberg::spec::{FormatVersion, TableMetadata};
 use reqwest::{Method, StatusCode};
@@ -542,15 +541,11 @@ impl RestCatalog {
         t: &TableRef<'_>,
         lost: &str,
     ) -> Result<Option<Loaded>, SinkError> {
-        let mut last = None;
-        for pause_ms in [200u64, 1000, 3000] {
-            tokio::time::sleep(Duration::from_millis(pause_ms)).await;
-            match self.load(t).await {
-                Ok(now) => return Ok(now),
-                Err(e) => last = Some(e),
-            }
-        }
-        let reread = last.map(|e| e.to_string()).unwrap_or_default();
+        let reread = match super::read_after_lost_answer(&[200, 1000, 3000], || self.load(t)).await
+        {
+            Ok(now) => return Ok(now),
+            Err(e) => e,
+        };
         Err(self.error(
             &format!("outcome of the commit of {} unknown", t.id),
             format!("{lost}; loading the table failed too ({reread}); the next attempt reloads it"),

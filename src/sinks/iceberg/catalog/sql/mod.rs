@@ -23,7 +23,6 @@
 //! - `version-hint.text` is still written after a committed update, for path-based readers
 //!   (DuckDB's `iceberg_scan` on the table directory); it is a hint, the row is the truth.
 
-use std::time::Duration;
 
 use iceberg::spec::TableMetadata;
 
@@ -366,15 +365,11 @@ impl SqlCatalog {
         t: &TableRef<'_>,
         lost: &DbError,
     ) -> Result<Option<String>, SinkError> {
-        let mut last = None;
-        for pause_ms in [0u64, 500, 2000] {
-            tokio::time::sleep(Duration::from_millis(pause_ms)).await;
-            match self.current(t.namespace, t.name).await {
-                Ok(now) => return Ok(now),
-                Err(e) => last = Some(e),
-            }
-        }
-        let reread = last.map(|e| e.to_string()).unwrap_or_default();
+        let current = || self.current(t.namespace, t.name);
+        let reread = match super::read_after_lost_answer(&[0, 500, 2000], current).await {
+            Ok(now) => return Ok(now),
+            Err(e) => e,
+        };
         Err(self.error(
             &format!("outcome of the catalog update of {} unknown", t.id),
             format!("{lost}; reading the row again failed too ({reread}); the next attempt reloads the table through the catalog"),
