@@ -334,27 +334,18 @@ impl TablesConfig {
                 let origin = s.origin(&self.file, "sort_by");
                 s.sort_by.clone().map(|value| Configured { value, origin })
             });
-        let buckets = self
-            .pick(table, &matching, "buckets", |s| s.buckets.is_some())?
-            .and_then(|s| s.buckets);
+        let at = |key| (table, &matching[..], key);
+        let buckets = self.value(at("buckets"), |s| s.buckets)?;
         let changelog = self
-            .pick(table, &matching, "changelog", |s| s.changelog.is_some())?
-            .and_then(|s| s.changelog)
-            .unwrap_or(false);
+            .value(at("changelog"), |s| s.changelog)?
+            .unwrap_or_default();
         let deletes = self
-            .pick(table, &matching, "deletes", |s| s.deletes.is_some())?
-            .and_then(|s| s.deletes)
+            .value(at("deletes"), |s| s.deletes)?
             .unwrap_or_default();
         let row_metadata = self
-            .pick(table, &matching, "row_metadata", |s| {
-                s.row_metadata.is_some()
-            })?
-            .and_then(|s| s.row_metadata)
-            .unwrap_or(false);
-        let json = self
-            .pick(table, &matching, "json", |s| s.json.is_some())?
-            .and_then(|s| s.json)
+            .value(at("row_metadata"), |s| s.row_metadata)?
             .unwrap_or_default();
+        let json = self.value(at("json"), |s| s.json)?.unwrap_or_default();
         let mut properties = BTreeMap::new();
         for name in matching.iter().flat_map(|s| s.properties.keys()) {
             if properties.contains_key(name) {
@@ -382,6 +373,18 @@ impl TablesConfig {
 
     /// The most specific of `matching` (most specific first) that `sets` the key `field`;
     /// refused when the next one that sets it is a glob as specific.
+    /// The value of a key (`(table, matching sections, key)`) from the section [`Self::pick`]
+    /// chooses.
+    fn value<T>(
+        &self,
+        (table, matching, field): (&TableId, &[&Section], &str),
+        get: impl Fn(&Section) -> Option<T>,
+    ) -> Result<Option<T>, ConfigError> {
+        Ok(self
+            .pick(table, matching, field, |s| get(s).is_some())?
+            .and_then(get))
+    }
+
     fn pick<'a>(
         &self,
         table: &TableId,

@@ -129,20 +129,21 @@ impl Tables {
 
     /// Buffered changes that `commit_max_rows` applies to: all but initial-copy rows.
     pub(super) fn streamed_rows(&self) -> usize {
-        self.buffers
-            .values()
-            .filter(|b| !b.position.is_snapshot_incomplete())
-            .map(|b| b.rows)
-            .sum()
+        self.streamed(|b| b.rows)
     }
 
     /// Arrow bytes of buffered streamed changes, over all tables: what the memory budget's
     /// buffered rows share bounds (`pipeline/cadence.rs`).
     pub(super) fn streamed_bytes(&self) -> usize {
+        self.streamed(|b| b.bytes)
+    }
+
+    /// `size` summed over the buffers of streamed changes (not an initial copy's).
+    fn streamed(&self, size: fn(&TableBuffer) -> usize) -> usize {
         self.buffers
             .values()
             .filter(|b| !b.position.is_snapshot_incomplete())
-            .map(|b| b.bytes)
+            .map(size)
             .sum()
     }
 

@@ -664,27 +664,20 @@ mod tests {
 
     #[test]
     fn evolution_adds_fields_with_new_ids_widens_in_place_and_knows_when_behind() {
-        let t = |cols: Vec<Column>| TableSchema {
-            id: TableId::new("public", "t"),
-            columns: cols,
-            primary_key: vec![0],
+        let t = |cols: Vec<Column>| {
+            let t = TableSchema {
+                id: TableId::new("public", "t"),
+                columns: cols,
+                primary_key: vec![0],
+            };
+            paimon_schema(&t, BTreeMap::new(), &[]).unwrap()
         };
-        let v0 = paimon_schema(
-            &t(vec![col("id", DataType::Int64), col("x", DataType::Int32)]),
-            BTreeMap::new(),
-            &[],
-        )
-        .unwrap();
-        let wanted = paimon_schema(
-            &t(vec![
-                col("id", DataType::Int64),
-                col("x", DataType::Int64),
-                col("c", DataType::Utf8),
-            ]),
-            BTreeMap::new(),
-            &[],
-        )
-        .unwrap();
+        let v0 = t(vec![col("id", DataType::Int64), col("x", DataType::Int32)]);
+        let wanted = t(vec![
+            col("id", DataType::Int64),
+            col("x", DataType::Int64),
+            col("c", DataType::Utf8),
+        ]);
         let Evolution::To(v1) = evolution(&v0, &wanted, &[]) else {
             panic!("an evolution: {:?}", evolution(&v0, &wanted, &[]));
         };
@@ -695,21 +688,11 @@ mod tests {
         assert_eq!(v1.fields[1].data_type, serde_json::json!("BIGINT"));
         assert_eq!(evolution(&v1, &wanted, &[]), Evolution::Same);
         assert_eq!(evolution(&v1, &v0, &[]), Evolution::Behind);
-        let narrowed = paimon_schema(
-            &t(vec![col("id", DataType::Int64), col("x", DataType::Int16)]),
-            BTreeMap::new(),
-            &[],
-        )
-        .unwrap();
+        let narrowed = t(vec![col("id", DataType::Int64), col("x", DataType::Int16)]);
         // Structurally behind; the sink takes it as a replay only when the table once had
         // exactly that schema (`LsmSink::behind`), so a source narrowing still stops.
         assert_eq!(evolution(&v0, &narrowed, &[]), Evolution::Behind);
-        let renamed = paimon_schema(
-            &t(vec![col("id", DataType::Int64), col("y", DataType::Int32)]),
-            BTreeMap::new(),
-            &[],
-        )
-        .unwrap();
+        let renamed = t(vec![col("id", DataType::Int64), col("y", DataType::Int32)]);
         assert!(matches!(
             evolution(&v0, &renamed, &[]),
             Evolution::Incompatible(_)
@@ -729,12 +712,7 @@ mod tests {
             &aliases(&v0, &r1).into_iter().collect()
         ));
         // Never a key column's rename.
-        let key_renamed = paimon_schema(
-            &t(vec![col("key", DataType::Int64), col("x", DataType::Int32)]),
-            BTreeMap::new(),
-            &[],
-        )
-        .unwrap();
+        let key_renamed = t(vec![col("key", DataType::Int64), col("x", DataType::Int32)]);
         assert!(!matches!(
             evolution(&v0, &key_renamed, &[("id".to_owned(), "key".to_owned())]),
             Evolution::To(_)

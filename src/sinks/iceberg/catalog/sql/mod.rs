@@ -23,7 +23,6 @@
 //! - `version-hint.text` is still written after a committed update, for path-based readers
 //!   (DuckDB's `iceberg_scan` on the table directory); it is a hint, the row is the truth.
 
-
 use iceberg::spec::TableMetadata;
 
 use super::config::SqlUri;
