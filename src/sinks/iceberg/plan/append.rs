@@ -7,14 +7,14 @@
 //! insert-only and stop on an update or delete of one; this refuses one that got here anyway,
 //! and an insert with an absent cell (there is no earlier row to complete it from).
 
-use super::{FileLimits, Plan, PlanError, PlannedFile, RowRef};
+use super::cut::FileCutter;
+use super::{FileLimits, Plan, PlanError, RowRef};
 use crate::changelog::{Op, TableChanges};
 
 /// The plan of `changes` (all of one keyless table, in order).
 pub(super) fn plan_append(changes: &[TableChanges], limits: FileLimits) -> Result<Plan, PlanError> {
     let mut plan = Plan::default();
-    let mut open = PlannedFile::default();
-    let mut open_bytes = 0usize;
+    let mut files = FileCutter::new(limits);
     for (b, c) in changes.iter().enumerate() {
         let batch = u32::try_from(b).map_err(|_| PlanError::TooLarge)?;
         let bytes = c.rows.get_array_memory_size() / c.len().max(1);
@@ -26,8 +26,7 @@ pub(super) fn plan_append(changes: &[TableChanges], limits: FileLimits) -> Resul
                         truncate: true,
                         ..Plan::default()
                     };
-                    open = PlannedFile::default();
-                    open_bytes = 0;
+                    files.clear();
                     continue;
                 }
                 Op::Insert => {}
@@ -36,16 +35,9 @@ pub(super) fn plan_append(changes: &[TableChanges], limits: FileLimits) -> Resul
             if let Some(column) = (0..c.schema.columns.len()).find(|&col| !c.is_present(col, r)) {
                 return Err(PlanError::KeylessAbsent { column });
             }
-            open.rows.push(RowRef { batch, row });
-            open_bytes = open_bytes.saturating_add(bytes);
-            if open.rows.len() >= limits.max_rows || open_bytes >= limits.max_bytes {
-                plan.files.push(std::mem::take(&mut open));
-                open_bytes = 0;
-            }
+            files.push(RowRef { batch, row }, bytes);
         }
     }
-    if !open.rows.is_empty() {
-        plan.files.push(open);
-    }
+    plan.files = files.finish();
     Ok(plan)
 }

@@ -19,7 +19,8 @@
 
 use arrow_row::Rows;
 
-use super::{FileLimits, Plan, PlannedFile, RowRef};
+use super::cut::FileCutter;
+use super::{FileLimits, Plan, RowRef};
 use crate::changelog::{Op, TableChanges};
 
 /// The plan of `changes` if they are whole-row inserts of distinct, non-NULL keys shown distinct
@@ -120,27 +121,20 @@ fn plan_in_order(
     limits: FileLimits,
 ) -> Option<Plan> {
     let mut plan = Plan::default();
-    let mut open = PlannedFile::default();
-    let mut open_bytes = 0usize;
+    let mut files = FileCutter::new(limits);
     let mut left: usize = changes.iter().map(TableChanges::len).sum();
     for (batch, (c, &bytes)) in changes.iter().zip(row_bytes).enumerate() {
         let batch = u32::try_from(first_batch + batch).ok()?;
         u32::try_from(c.len()).ok()?;
         for row in 0..c.len() as u32 {
+            let open = files.open();
             if open.rows.capacity() == 0 {
                 open.rows.reserve_exact(left.min(limits.max_rows));
             }
             left -= 1;
-            open.rows.push(RowRef { batch, row });
-            open_bytes = open_bytes.saturating_add(bytes);
-            if open.rows.len() >= limits.max_rows || open_bytes >= limits.max_bytes {
-                plan.files.push(std::mem::take(&mut open));
-                open_bytes = 0;
-            }
+            files.push(RowRef { batch, row }, bytes);
         }
     }
-    if !open.rows.is_empty() {
-        plan.files.push(open);
-    }
+    plan.files = files.finish();
     Some(plan)
 }

@@ -28,6 +28,7 @@ use arrow_schema::ArrowError;
 use crate::changelog::{Op, TableChanges};
 
 mod append;
+mod cut;
 mod inserts;
 mod multiset;
 
