@@ -164,17 +164,12 @@ impl IcebergSink {
     /// them twice; if `main` no longer descends from cdcd's last snapshot (a rollback), planning
     /// on top would build on rows the checkpoint does not describe. Then the conflict stops the
     /// pipeline, which restarts from the table's checkpoint.
-    async fn commit_inner(
-        &self,
-        schema: &Arc<TableSchema>,
-        changes: &[TableChanges],
-        checkpoint: &Checkpoint,
-    ) -> Result<CommitStats, SinkError> {
-        let table = &schema.id;
+    async fn commit_inner(&self, input: Input<'_>) -> Result<CommitStats, SinkError> {
+        let table = &input.schema.id;
         for attempt in 1.. {
             let tables = &self.tables;
             let before = tables.cached(table);
-            let conflict = match self.commit_once(schema, changes, checkpoint).await {
+            let conflict = match self.commit_once(input).await {
                 Err(e @ SinkError::CommitConflict { .. }) => e,
                 other => return other,
             };
@@ -206,23 +201,16 @@ impl IcebergSink {
 
     /// One commit attempt, in the steps of the producer (commit/mod.rs); this keeps the table
     /// cache.
-    async fn commit_once(
-        &self,
-        schema: &Arc<TableSchema>,
-        changes: &[TableChanges],
-        checkpoint: &Checkpoint,
-    ) -> Result<CommitStats, SinkError> {
+    async fn commit_once(&self, input: Input<'_>) -> Result<CommitStats, SinkError> {
+        let Input {
+            schema, checkpoint, ..
+        } = input;
         let table = &schema.id;
         // The table's cached state (live files, vectors, index), held for the whole commit, from
         // before the base is loaded: a maintenance commit in between would take its version.
         let tables = &self.tables;
         let slot = tables.slot(table);
         let mut guard = slot.lock().await;
-        let input = Input {
-            schema,
-            changes,
-            checkpoint,
-        };
         let (delta, Staged { next, after }, cached) = tables.stage(&mut guard, input).await?;
         let changelog = match ChangelogWrite::of(tables, schema)? {
             Some(changelog) => changelog
@@ -329,7 +317,7 @@ impl IcebergSink {
         };
         for i in one_by_one {
             let c = &commits[i];
-            stats[i] = Some(self.commit_inner(c.schema, c.changes, c.checkpoint).await?);
+            stats[i] = Some(self.commit_inner(*c).await?);
         }
         stats
             .into_iter()
@@ -362,14 +350,20 @@ impl Sink for IcebergSink {
         changes: &[TableChanges],
         checkpoint: &Checkpoint,
     ) -> Result<CommitStats, SinkError> {
-        match self
+        let with_cdc_columns = self
             .tables
             .with_cdc_columns(schema, changes, checkpoint)
-            .await?
-        {
-            Some((schema, changes)) => self.commit_inner(&schema, &changes, checkpoint).await,
-            None => self.commit_inner(schema, changes, checkpoint).await,
-        }
+            .await?;
+        let (schema, changes) = match &with_cdc_columns {
+            Some((schema, changes)) => (schema, &changes[..]),
+            None => (schema, changes),
+        };
+        self.commit_inner(Input {
+            schema,
+            changes,
+            checkpoint,
+        })
+        .await
     }
 
     async fn prepare(&self, tables: &[TableId]) -> Result<(), SinkError> {
@@ -447,7 +441,7 @@ impl Sink for IcebergSink {
         }
         let mut stats = Vec::with_capacity(commits.len());
         for c in commits {
-            stats.push(self.commit_inner(c.schema, c.changes, c.checkpoint).await?);
+            stats.push(self.commit_inner(*c).await?);
         }
         Ok(stats)
     }
@@ -605,23 +599,14 @@ impl Sink for IcebergSink {
         // The catalog's tables, each from the file its row names: a directory no row names is
         // left alone (it may be a table of another catalog, or a create that never registered).
         for row in sql.tables().await? {
-            if self.tables.warehouse.path(&row.metadata_location).is_err() {
-                tracing::info!(table = %format!("{}.{}", row.namespace, row.name), "not under this warehouse; skipped");
+            if !self.in_this_warehouse(&row.namespace, &row.name, &row.metadata_location) {
                 continue;
             }
             let metadata =
                 files::metadata::read_metadata(&self.tables.warehouse, &row.metadata_location)
                     .await?;
-            let location = metadata.location().to_owned();
-            let report = cleanup::clean_table(
-                &self.tables.warehouse,
-                &location,
-                Some(&row.metadata_location),
-                grace,
-                dry_run,
-            )
-            .await?;
-            reports.push(report);
+            let (location, file) = (metadata.location(), &row.metadata_location);
+            reports.push(self.clean_cataloged(location, file, grace, dry_run).await?);
         }
         Ok(reports)
     }
@@ -670,22 +655,40 @@ impl IcebergSink {
             let Some(loaded) = rest.load_listed(&listed).await? else {
                 continue;
             };
-            if self.tables.warehouse.path(&loaded.file).is_err() {
-                tracing::info!(table = %format!("{}.{}", listed.namespace, listed.name), "not under this warehouse; skipped");
+            if !self.in_this_warehouse(&listed.namespace, &listed.name, &loaded.file) {
                 continue;
             }
-            let location = loaded.metadata.location().to_owned();
-            let report = cleanup::clean_table(
-                &self.tables.warehouse,
-                &location,
-                Some(&loaded.file),
-                grace,
-                dry_run,
-            )
-            .await?;
-            reports.push(report);
+            let location = loaded.metadata.location();
+            reports.push(
+                self.clean_cataloged(location, &loaded.file, grace, dry_run)
+                    .await?,
+            );
         }
         Ok(reports)
+    }
+
+    /// Whether `file`, the current metadata a catalog names for `namespace.name`, is under this
+    /// warehouse; a table elsewhere is not this cleanup's (logged and skipped).
+    fn in_this_warehouse(&self, namespace: &str, name: &str, file: &str) -> bool {
+        let here = self.tables.warehouse.path(file).is_ok();
+        if !here {
+            tracing::info!(table = %format!("{namespace}.{name}"), "not under this warehouse; skipped");
+        }
+        here
+    }
+
+    /// `cdcd cleanup` of the table at `location` whose current metadata a catalog names (`file`).
+    async fn clean_cataloged(
+        &self,
+        location: &str,
+        file: &str,
+        grace: std::time::Duration,
+        dry_run: bool,
+    ) -> Result<TableCleanup, SinkError> {
+        Ok(
+            cleanup::clean_table(&self.tables.warehouse, location, Some(file), grace, dry_run)
+                .await?,
+        )
     }
 }
 

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use super::catalog::rest::RestCatalog;
 use super::catalog::TableRef;
-use super::commit::{Input, Staged};
+use super::commit::Staged;
 use super::files::metadata::Loaded;
 use super::tables::Tables;
 use super::{maintenance, only_others_committed, COMMIT_ATTEMPTS};
@@ -122,13 +122,7 @@ impl<'a> MultiTableCommit<'a> {
             .collect();
         let mut staged = Vec::with_capacity(order.len());
         for ((guard, &i), location) in guards.iter_mut().zip(&order).zip(&locations) {
-            let c = &commits[i];
-            let input = Input {
-                schema: c.schema,
-                changes: c.changes,
-                checkpoint: c.checkpoint,
-            };
-            let (delta, Staged { next, after }, cached) = tables.stage(guard, input).await?;
+            let (delta, Staged { next, after }, cached) = tables.stage(guard, commits[i]).await?;
             staged.push((i, location, delta, next, after, cached));
         }
         let items: Vec<(TableRef<'_>, &Loaded, &iceberg::spec::TableMetadata)> = staged

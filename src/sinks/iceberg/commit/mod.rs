@@ -44,8 +44,7 @@ use super::rows::index::IndexSlot;
 use super::rows::live::{LiveState, Published};
 use super::rows::locator::RowAddress;
 use super::schema;
-use crate::changelog::{TableChanges, TableId, TableSchema};
-use crate::checkpoint::Checkpoint;
+use crate::changelog::TableId;
 use crate::sinks::{CommitStats, SinkError};
 use crate::storage::Warehouse;
 
@@ -60,12 +59,7 @@ mod steps;
 pub(super) mod summary;
 
 /// What the pipeline hands to one commit.
-#[derive(Clone, Copy)]
-pub(super) struct Input<'a> {
-    pub schema: &'a Arc<TableSchema>,
-    pub changes: &'a [TableChanges],
-    pub checkpoint: &'a Checkpoint,
-}
+pub(super) use crate::sinks::TableCommit as Input;
 
 /// Where a commit writes: the warehouse, the table's primary-key index, the file size limits.
 pub(super) struct Target<'a> {
