@@ -91,17 +91,29 @@ pub fn del(id: i64) -> C {
     (Op::Delete, id, None, None, None)
 }
 
+/// The builder of column `col` in `b`'s current change, as a `B` (panics on another type).
+pub fn cell<B: 'static>(b: &mut TableChangesBuilder, col: usize) -> &mut B {
+    b.value(col)
+        .unwrap()
+        .as_any_mut()
+        .downcast_mut::<B>()
+        .unwrap()
+}
+
+/// The builder of old-key column `col` in `b`'s current change, as a `B`.
+pub fn old_key_cell<B: 'static>(b: &mut TableChangesBuilder, col: usize) -> &mut B {
+    b.old_key(col)
+        .unwrap()
+        .as_any_mut()
+        .downcast_mut::<B>()
+        .unwrap()
+}
+
 /// The changes `cs` of [`schema`] as one batch; a truncate carries no values.
 pub fn changes(cs: &[C]) -> TableChanges {
     let mut b = TableChangesBuilder::new(schema(), cs.len());
     let int = |b: &mut TableChangesBuilder, col: usize, v: Option<i64>| match v {
-        Some(v) => b
-            .value(col)
-            .unwrap()
-            .as_any_mut()
-            .downcast_mut::<Int64Builder>()
-            .unwrap()
-            .append_value(v),
+        Some(v) => crate::test_fixtures::cell::<Int64Builder>(b, col).append_value(v),
         None => b.absent(col).unwrap(),
     };
     for &(op, id, old, a, bv) in cs {
@@ -113,24 +125,14 @@ pub fn changes(cs: &[C]) -> TableChanges {
         }
         int(&mut b, 0, Some(id));
         match a {
-            Some(a) => b
-                .value(1)
-                .unwrap()
-                .as_any_mut()
-                .downcast_mut::<StringBuilder>()
-                .unwrap()
-                .append_value(a),
+            Some(a) => crate::test_fixtures::cell::<StringBuilder>(&mut b, 1).append_value(a),
             None => b.absent(1).unwrap(),
         }
         int(&mut b, 2, bv);
         match old {
-            Some(o) => b
-                .old_key(0)
-                .unwrap()
-                .as_any_mut()
-                .downcast_mut::<Int64Builder>()
-                .unwrap()
-                .append_value(o),
+            Some(o) => {
+                crate::test_fixtures::old_key_cell::<Int64Builder>(&mut b, 0).append_value(o)
+            }
             None => b.no_old_key().unwrap(),
         }
     }

@@ -441,12 +441,7 @@ mod tests {
         let mut b = TableChangesBuilder::new(schema(), 4);
         b.begin(Op::Insert);
         int(b.value(0), 1);
-        b.value(1)
-            .unwrap()
-            .as_any_mut()
-            .downcast_mut::<StringBuilder>()
-            .unwrap()
-            .append_null();
+        crate::test_fixtures::cell::<StringBuilder>(&mut b, 1).append_null();
         b.no_old_key().unwrap();
         b.begin(Op::Update);
         int(b.value(0), 2);
@@ -541,12 +536,7 @@ mod tests {
             for op in [Op::Insert, Op::Delete] {
                 b.begin(op);
                 int(b.value(0), 1);
-                b.value(1)
-                    .unwrap()
-                    .as_any_mut()
-                    .downcast_mut::<StringBuilder>()
-                    .unwrap()
-                    .append_value("a");
+                crate::test_fixtures::cell::<StringBuilder>(&mut b, 1).append_value("a");
                 b.no_old_key().unwrap();
             }
             let c = b.finish().unwrap().evolve(&newer).unwrap();

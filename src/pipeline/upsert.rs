@@ -97,12 +97,7 @@ mod tests {
     }
 
     fn int(b: &mut TableChangesBuilder, col: usize, v: i64) {
-        b.value(col)
-            .unwrap()
-            .as_any_mut()
-            .downcast_mut::<Int64Builder>()
-            .unwrap()
-            .append_value(v);
+        crate::test_fixtures::cell::<Int64Builder>(b, col).append_value(v);
     }
 
     #[test]
@@ -110,23 +105,13 @@ mod tests {
         let mut b = TableChangesBuilder::new(schema(), 4);
         b.begin(Op::Insert);
         int(&mut b, 0, 1);
-        b.value(1)
-            .unwrap()
-            .as_any_mut()
-            .downcast_mut::<StringBuilder>()
-            .unwrap()
-            .append_value("x");
+        crate::test_fixtures::cell::<StringBuilder>(&mut b, 1).append_value("x");
         b.no_old_key().unwrap();
         // 2 → 3 with `t` unchanged (absent).
         b.begin(Op::Update);
         int(&mut b, 0, 3);
         b.absent(1).unwrap();
-        b.old_key(0)
-            .unwrap()
-            .as_any_mut()
-            .downcast_mut::<Int64Builder>()
-            .unwrap()
-            .append_value(2);
+        crate::test_fixtures::old_key_cell::<Int64Builder>(&mut b, 0).append_value(2);
         b.begin(Op::Delete);
         int(&mut b, 0, 1);
         b.absent(1).unwrap();

@@ -217,17 +217,8 @@ mod tests {
             if op == Op::Truncate {
                 (0..2).for_each(|c| b.absent(c).unwrap());
             } else {
-                b.value(0)
-                    .unwrap()
-                    .as_any_mut()
-                    .downcast_mut::<Int32Builder>()
-                    .unwrap()
-                    .append_value(x);
-                b.value(1)
-                    .unwrap()
-                    .as_any_mut()
-                    .downcast_mut::<StringBuilder>()
-                    .unwrap()
+                crate::test_fixtures::cell::<Int32Builder>(&mut b, 0).append_value(x);
+                crate::test_fixtures::cell::<StringBuilder>(&mut b, 1)
                     .append_value(format!("r{x}"));
             }
             b.no_old_key().unwrap();

@@ -980,22 +980,12 @@ fn schema_with_default() -> Arc<TableSchema> {
 fn inserts_with_c(rows: &[(i64, i64)]) -> TableChanges {
     let mut b = TableChangesBuilder::new(schema_with_default(), rows.len());
     let int = |b: &mut TableChangesBuilder, col: usize, v: i64| {
-        b.value(col)
-            .unwrap()
-            .as_any_mut()
-            .downcast_mut::<Int64Builder>()
-            .unwrap()
-            .append_value(v)
+        crate::test_fixtures::cell::<Int64Builder>(b, col).append_value(v)
     };
     for &(id, c) in rows {
         b.begin(Op::Insert);
         int(&mut b, 0, id);
-        b.value(1)
-            .unwrap()
-            .as_any_mut()
-            .downcast_mut::<StringBuilder>()
-            .unwrap()
-            .append_value("c");
+        crate::test_fixtures::cell::<StringBuilder>(&mut b, 1).append_value("c");
         int(&mut b, 2, id);
         int(&mut b, 3, c);
         b.no_old_key().unwrap();

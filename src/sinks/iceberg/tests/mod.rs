@@ -349,19 +349,9 @@ fn keyless_changes(cs: &[(Op, i64, &'static str)]) -> (Arc<TableSchema>, TableCh
     for &(op, id, a) in cs {
         b.begin(op);
         for (col, v) in [(0, id), (2, id * 10)] {
-            b.value(col)
-                .unwrap()
-                .as_any_mut()
-                .downcast_mut::<Int64Builder>()
-                .unwrap()
-                .append_value(v);
+            crate::test_fixtures::cell::<Int64Builder>(&mut b, col).append_value(v);
             if col == 0 {
-                b.value(1)
-                    .unwrap()
-                    .as_any_mut()
-                    .downcast_mut::<StringBuilder>()
-                    .unwrap()
-                    .append_value(a);
+                crate::test_fixtures::cell::<StringBuilder>(&mut b, 1).append_value(a);
             }
         }
         b.no_old_key().unwrap();
