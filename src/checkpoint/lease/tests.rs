@@ -8,12 +8,22 @@ fn settings(standby: bool, ttl_ms: u64) -> LeaseSettings {
     }
 }
 
-async fn both_stores_behave(w: Warehouse) {
-    let never = CancellationToken::new();
-    let first = Lease::acquire(&w, settings(false, 1000), &never)
+/// A lease acquired on `w` (a standby when `standby`) with `ttl_ms`, cancelled by `stop`.
+async fn held_until(w: &Warehouse, standby: bool, ttl_ms: u64, stop: &CancellationToken) -> Lease {
+    Lease::acquire(w, settings(standby, ttl_ms), stop)
         .await
         .unwrap()
-        .unwrap();
+        .unwrap()
+}
+
+/// [`held_until`] never cancelled.
+async fn acquired(w: &Warehouse, standby: bool, ttl_ms: u64) -> Lease {
+    held_until(w, standby, ttl_ms, &CancellationToken::new()).await
+}
+
+async fn both_stores_behave(w: Warehouse) {
+    let never = CancellationToken::new();
+    let first = held_until(&w, false, 1000, &never).await;
     // A second daemon that does not wait is refused with a message naming the holder.
     let err = Lease::acquire(&w, settings(false, 1000), &never)
         .await
@@ -38,10 +48,7 @@ async fn both_stores_behave(w: Warehouse) {
         let w = w.clone();
         tokio::spawn(async move {
             let t = Instant::now();
-            let l = Lease::acquire(&w, settings(true, 1000), &CancellationToken::new())
-                .await
-                .unwrap()
-                .unwrap();
+            let l = acquired(&w, true, 1000).await;
             (l, t.elapsed())
         })
     };
@@ -93,15 +100,9 @@ async fn a_dead_holder_is_taken_over_after_the_ttl() {
     let w = Warehouse::from_url("memory://").unwrap();
     let never = CancellationToken::new();
     // Acquired and never renewed: the daemon died.
-    let dead = Lease::acquire(&w, settings(true, 1000), &never)
-        .await
-        .unwrap()
-        .unwrap();
+    let dead = held_until(&w, true, 1000, &never).await;
     let t = Instant::now();
-    let next = Lease::acquire(&w, settings(true, 1000), &never)
-        .await
-        .unwrap()
-        .unwrap();
+    let next = held_until(&w, true, 1000, &never).await;
     assert!(
         t.elapsed() >= Duration::from_millis(1000),
         "{:?}",
@@ -114,10 +115,7 @@ async fn a_dead_holder_is_taken_over_after_the_ttl() {
 async fn shutdown_stops_a_standby() {
     let w = Warehouse::from_url("memory://").unwrap();
     let never = CancellationToken::new();
-    let _held = Lease::acquire(&w, settings(true, 60_000), &never)
-        .await
-        .unwrap()
-        .unwrap();
+    let _held = held_until(&w, true, 60_000, &never).await;
     let stop = CancellationToken::new();
     stop.cancel();
     let got = Lease::acquire(&w, settings(true, 60_000), &stop)
@@ -147,10 +145,7 @@ async fn a_dead_local_holder_is_taken_over_at_once() {
         .await
         .unwrap();
     let t = Instant::now();
-    let got = Lease::acquire(&w, settings(false, 600_000), &CancellationToken::new())
-        .await
-        .unwrap()
-        .unwrap();
+    let got = acquired(&w, false, 600_000).await;
     assert!(t.elapsed() < Duration::from_secs(5));
     assert_ne!(got.holder(), "here:4194304:x");
     assert_eq!(got.epoch(), 42);
@@ -248,10 +243,7 @@ fn stalling_pair() -> (
 async fn a_hanging_renewal_expires_at_the_deadline() {
     let (w, _, stalled) = stalling_pair();
     let t = Instant::now();
-    let mut lease = Lease::acquire(&w, settings(false, 4000), &CancellationToken::new())
-        .await
-        .unwrap()
-        .unwrap();
+    let mut lease = acquired(&w, false, 4000).await;
     let fence = lease.fence();
     stalled.store(true, std::sync::atomic::Ordering::SeqCst);
     let err = lease.keep(&CancellationToken::new()).await.unwrap_err();
@@ -265,10 +257,7 @@ async fn a_hanging_renewal_expires_at_the_deadline() {
 #[tokio::test(start_paused = true)]
 async fn renewals_keep_the_fence_open() {
     let w = Warehouse::from_url("memory://").unwrap();
-    let mut lease = Lease::acquire(&w, settings(false, 3000), &CancellationToken::new())
-        .await
-        .unwrap()
-        .unwrap();
+    let mut lease = acquired(&w, false, 3000).await;
     let fence = lease.fence();
     let stop = CancellationToken::new();
     let keeper = {
@@ -286,10 +275,7 @@ async fn renewals_keep_the_fence_open() {
 #[tokio::test(start_paused = true)]
 async fn a_holder_paused_past_its_deadline_wakes_up_fenced() {
     let w = Warehouse::from_url("memory://").unwrap();
-    let mut lease = Lease::acquire(&w, settings(false, 3000), &CancellationToken::new())
-        .await
-        .unwrap()
-        .unwrap();
+    let mut lease = acquired(&w, false, 3000).await;
     let fence = lease.fence();
     let keeper = tokio::spawn(async move { lease.keep(&CancellationToken::new()).await });
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -306,10 +292,7 @@ async fn a_holder_paused_past_its_deadline_wakes_up_fenced() {
 #[tokio::test(start_paused = true)]
 async fn the_holder_is_fenced_before_a_standby_can_take_over() {
     let (holder_wh, standby_wh, stalled) = stalling_pair();
-    let mut held = Lease::acquire(&holder_wh, settings(true, 4000), &CancellationToken::new())
-        .await
-        .unwrap()
-        .unwrap();
+    let mut held = acquired(&holder_wh, true, 4000).await;
     let fence = held.fence();
     let keeper = tokio::spawn(async move { held.keep(&CancellationToken::new()).await });
     tokio::time::sleep(Duration::from_millis(2000)).await;
@@ -325,10 +308,7 @@ async fn the_holder_is_fenced_before_a_standby_can_take_over() {
             *fenced_at.lock().unwrap() = Some(Instant::now());
         })
     };
-    let next = Lease::acquire(&standby_wh, settings(true, 4000), &CancellationToken::new())
-        .await
-        .unwrap()
-        .unwrap();
+    let next = acquired(&standby_wh, true, 4000).await;
     let took_over = Instant::now();
     watcher.await.unwrap();
     let fenced_at = fenced_at.lock().unwrap().unwrap();
