@@ -5,6 +5,7 @@ pub(crate) mod changelog;
 mod copy_ddl;
 mod crash;
 mod ddl;
+mod geometry;
 mod json_variant;
 mod keyless;
 mod keys;

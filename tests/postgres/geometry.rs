@@ -1,0 +1,211 @@
+//! Issue 39: `spatial = "geometry"`. PostGIS `geometry` columns of a table that opts in become
+//! Iceberg v3 `geometry(<crs>)` columns (the CRS from the column's SRID), written as ISO WKB in
+//! Parquet columns annotated GEOMETRY; DuckDB reads every value back equal to the source
+//! (lakecheck compares DuckDB's `ST_AsWKB` with PostGIS's `ST_AsBinary`) through the initial
+//! copy, the stream, an update that leaves a TOAST geometry unchanged, deletes and a kill -9; a
+//! bounding-box predicate (DuckDB core's `ST_Intersects_Extent`) finds the rows it should. A
+//! `geography` column is refused with the reason.
+
+use std::time::Duration;
+
+use crate::support::{connect, current_metadata, exec, test_env_and_name, Pipeline, Settings};
+
+/// PostGIS in the test database (the test bed installs the package); concurrent tests may race
+/// to create it, so under a lock.
+async fn postgis(client: &tokio_postgres::Client) {
+    exec(
+        client,
+        "BEGIN; SELECT pg_advisory_xact_lock(39039); CREATE EXTENSION IF NOT EXISTS postgis; COMMIT;",
+    )
+    .await;
+}
+
+/// Runs a DuckDB query on a table directory (`lake` names the table) and reads the bounds of
+/// one field in its live data files' manifest entries: `{"ids": [...], "bounds": [[lower
+/// length, upper length], ...]}`. DuckDB's avro reader reads the manifests (pyiceberg 0.12
+/// cannot load a table with a geometry column).
+const INSPECT: &str = r#"
+import json, os, re, sys
+sys.path.insert(0, os.environ["LAKECHECK_DIR"])
+import lakecheck
+d, field_id, query = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+md = d + "/metadata"
+n = max(int(m.group(1)) for x in os.listdir(md) if (m := re.fullmatch(r"v(\d+)\.metadata\.json", x)))
+path = f"{md}/v{n}.metadata.json"
+m = json.load(open(path))
+con = lakecheck.duck()
+ids = [r[0] for r in con.execute(query.replace("lake", "iceberg_scan('%s')" % path)).fetchall()]
+snap = next(s for s in m["snapshots"] if s["snapshot-id"] == m["current-snapshot-id"])
+strip = lambda p: p[len("file://"):] if p.startswith("file://") else p
+bounds = []
+for (mp,) in con.execute("select manifest_path from read_avro('%s')" % strip(snap["manifest-list"])).fetchall():
+    for (df,) in con.execute("select data_file from read_avro('%s') where status != 2" % strip(mp)).fetchall():
+        if df["content"] != 0:
+            continue
+        lo = {e["key"]: e["value"] for e in (df["lower_bounds"] or [])}
+        hi = {e["key"]: e["value"] for e in (df["upper_bounds"] or [])}
+        bounds.append([len(lo.get(field_id, b"")), len(hi.get(field_id, b""))])
+print(json.dumps({"ids": ids, "bounds": bounds}))
+"#;
+
+fn create(t: &str) -> String {
+    format!(
+        r#"DROP TABLE IF EXISTS {t};
+         CREATE TABLE {t} (id int8 PRIMARY KEY, n int4, p geometry(Point, 4326),
+                           g geometry(Geometry, 4326), z geometry(LineStringZ, 3857), u geometry);
+         ALTER TABLE {t} ALTER COLUMN g SET STORAGE EXTERNAL;
+         INSERT INTO {t} VALUES
+           (1, 1, 'SRID=4326;POINT(1 2)', 'SRID=4326;POLYGON((0 0, 10 0, 10 10, 0 10, 0 0), (2 2, 3 2, 3 3, 2 2))',
+                  'SRID=3857;LINESTRING Z (0 0 1, 5 5 2)', 'POINT(-71.06 42.36)'),
+           (2, 2, 'SRID=4326;POINT EMPTY', 'SRID=4326;MULTIPOLYGON(((20 20, 30 20, 30 30, 20 20)))',
+                  NULL, 'GEOMETRYCOLLECTION(POINT(1 1), LINESTRING(0 0, 1 1))'),
+           (3, 3, NULL, 'SRID=4326;MULTILINESTRING((0 0, 1 1), (2 2, 3 3))', NULL, 'POINT M (1 2 3)'),
+           (4, 4, 'SRID=4326;POINT(-180 -90)', 'SRID=4326;MULTIPOINT((1 1), (2 2))', NULL, 'POINT ZM (1 2 3 4)'),
+           (500, 5, 'SRID=4326;POINT(50 50)',
+              (SELECT ST_SetSRID(ST_MakeLine(array_agg(ST_MakePoint(i, i * 0.5))), 4326) FROM generate_series(1, 400) i),
+              NULL, NULL);"#
+    )
+}
+
+fn changes(t: &str, round: u32) -> String {
+    let base = 1000 + round * 100;
+    format!(
+        r#"INSERT INTO {t} (id, n, p, g, u)
+             SELECT {base} + i, i, ST_SetSRID(ST_MakePoint(i, -i), 4326),
+                    ST_SetSRID(ST_Buffer(ST_MakePoint(i, i), 1, 2), 4326),
+                    CASE WHEN i % 3 = 0 THEN NULL ELSE ST_MakePoint(i, i, i) END
+             FROM generate_series(1, 30) i;
+           UPDATE {t} SET n = n + 1 WHERE id = 500;
+           UPDATE {t} SET p = ST_SetSRID(ST_MakePoint({round}, {round}), 4326) WHERE id IN (1, {base} + 5);
+           UPDATE {t} SET g = NULL WHERE id = {base} + 7;
+           DELETE FROM {t} WHERE id = {base} + 9;"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn geometry_reads_back_equal_through_copy_stream_toast_and_kill() {
+    let Some((env, name)) = test_env_and_name("geo") else {
+        return;
+    };
+    let (t, o) = (format!("{name}_g"), format!("{name}_p"));
+    let client = connect(&env.pg_url).await;
+    postgis(&client).await;
+    exec(&client, &create(&t)).await;
+    exec(&client, &create(&o)).await;
+    let settings = Settings {
+        sink_extra: format!("[sink.tables.\"public.{t}\"]\nspatial = \"geometry\"\n"),
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new(&env, &name, &[&t, &o], &settings);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}, {o}"));
+    p.start();
+
+    // The initial copy.
+    p.assert_equal(&t, 120).await;
+    let meta = current_metadata(&p.table_dir(&t));
+    assert_eq!(meta["format-version"], 3, "{meta}");
+    let types: Vec<String> = meta["schemas"].as_array().unwrap().last().unwrap()["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| format!("{} {}", f["name"].as_str().unwrap(), f["type"]))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "id \"long\"",
+            "n \"int\"",
+            "p \"geometry(EPSG:4326)\"",
+            "g \"geometry(EPSG:4326)\"",
+            "z \"geometry(EPSG:3857)\"",
+            "u \"geometry\""
+        ]
+    );
+
+    // The stream, a TOAST geometry left unchanged by an update, then kill -9 while it streams.
+    exec(&client, &changes(&t, 1)).await;
+    p.assert_equal(&t, 120).await;
+    exec(&client, &changes(&t, 2)).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    p.kill9();
+    exec(&client, &changes(&t, 3)).await;
+    p.start();
+    exec(&client, &changes(&t, 4)).await;
+    p.assert_equal(&t, 120).await;
+
+    // A spatial predicate: the rows whose polygon's box meets the box (0 0, 10 10).
+    let want: Vec<i64> = client
+        .query(
+            &format!(
+                "SELECT id FROM {t} WHERE g && ST_MakeEnvelope(0, 0, 10, 10, 4326) ORDER BY id"
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(want.len() > 3, "{want:?}");
+    let out = p.python(
+        INSPECT,
+        &[
+            p.table_dir(&t).to_str().unwrap(),
+            "4",
+            "SELECT id FROM lake WHERE ST_Intersects_Extent(g, \
+             'POLYGON((0 0, 10 0, 10 10, 0 10, 0 0))'::GEOMETRY) ORDER BY id",
+        ],
+    );
+    let found: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let got: Vec<i64> = serde_json::from_value(found["ids"].clone()).unwrap();
+    assert_eq!(got, want, "{out}");
+
+    // Bounds in the manifests: the spec's x:y points for g in the live data files.
+    let bounds: Vec<(usize, usize)> = serde_json::from_value(found["bounds"].clone()).unwrap();
+    assert!(bounds.contains(&(16, 16)), "{out}");
+    assert!(
+        bounds.iter().all(|b| *b == (16, 16) || *b == (0, 0)),
+        "{out}"
+    );
+
+    // The table that does not opt in: hex EWKB strings, read by pyiceberg as before.
+    let other = current_metadata(&p.table_dir(&o));
+    assert!(!other.to_string().contains("geometry"), "{other}");
+    p.assert_equal(&o, 120).await;
+    let (code, out) = p.lakecheck(&o, 60, &["--reader", "pyiceberg"]).await;
+    assert_eq!(code, Some(0), "pyiceberg reads the plain table:\n{out}");
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_geography_column_is_refused_with_the_reason() {
+    let Some((env, name)) = test_env_and_name("geog") else {
+        return;
+    };
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    postgis(&client).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int8 PRIMARY KEY, g geography(Point, 4326));
+             INSERT INTO {t} VALUES (1, 'POINT(1 2)')"
+        ),
+    )
+    .await;
+    let settings = Settings {
+        sink_extra: format!("[sink.tables.\"public.{t}\"]\nspatial = \"geometry\"\n"),
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    p.start();
+    let status = p.wait_exit(Duration::from_secs(120)).await;
+    assert!(!status.success(), "{}", p.output());
+    let out = p.output();
+    assert!(
+        out.contains("column g is a PostGIS geography") && out.contains("no reader here"),
+        "{out}"
+    );
+    assert_eq!(p.metadata_versions(&t), 0, "nothing is written");
+}
