@@ -42,8 +42,7 @@ for (mp,) in con.execute("select manifest_path from read_avro('%s')" % strip(sna
     for (df,) in con.execute("select data_file from read_avro('%s') where status != 2" % strip(mp)).fetchall():
         if df["content"] != 0:
             continue
-        lo = {e["key"]: e["value"] for e in (df["lower_bounds"] or [])}
-        hi = {e["key"]: e["value"] for e in (df["upper_bounds"] or [])}
+        lo, hi = df["lower_bounds"] or {}, df["upper_bounds"] or {}
         bounds.append([len(lo.get(field_id, b"")), len(hi.get(field_id, b""))])
 print(json.dumps({"ids": ids, "bounds": bounds}))
 "#;

@@ -329,7 +329,8 @@ pub(crate) fn cast(array: &ArrayRef, to: &Field) -> Result<ArrayRef, ArrowError>
             append(v, false)?;
         }
     }
-    Ok(Arc::new(out.finish()))
+    // iceberg maps `binary` to Arrow's LargeBinary.
+    arrow_cast::cast(&out.finish(), to.data_type())
 }
 
 fn invalid(e: wkb::WkbError) -> ArrowError {
@@ -378,8 +379,9 @@ pub(crate) fn bounds(
         };
         let mut bbox = wkb::Bbox::default();
         for batch in batches {
-            let Some(values) = batch.column(i).as_any().downcast_ref::<BinaryArray>() else {
-                continue;
+            let values = arrow_cast::cast(batch.column(i), &DataType::Binary)?;
+            let Some(values) = values.as_any().downcast_ref::<BinaryArray>() else {
+                return Err(ArrowError::CastError("geometry values as binary".into()));
             };
             for v in values.iter().flatten() {
                 bbox.merge(&wkb::to_iso(v).map_err(invalid)?.bbox);
@@ -436,7 +438,7 @@ mod tests {
     #[test]
     fn values_become_iso_wkb_and_read_back_as_text() {
         let field = file_field(
-            Field::new("g", DataType::Binary, true)
+            Field::new("g", DataType::LargeBinary, true)
                 .with_metadata(HashMap::from([("doc".into(), "cdcd:geometry:EPSG:4326".into())])),
         );
         let texts: ArrayRef = Arc::new(StringArray::from(vec![
