@@ -19,7 +19,11 @@ async fn mariadb_spatial_as_geometry_reads_back_equal() {
         .append(true)
         .open(&p.config)
         .unwrap();
-    writeln!(section, "\n[sink.tables.\"{name}.*\"]\nspatial = \"geometry\"").unwrap();
+    writeln!(
+        section,
+        "\n[sink.tables.\"{name}.*\"]\nspatial = \"geometry\""
+    )
+    .unwrap();
     let url = env.url_for(&name);
     let mut c = my_connect(&url).await;
     my_exec(
@@ -51,7 +55,11 @@ async fn mariadb_spatial_as_geometry_reads_back_equal() {
     )
     .await;
     p.assert_equal("t", 120).await;
-    my_exec(&mut c, "INSERT INTO t VALUES (11, 11, ST_GeomFromText('POINT(11 11)'), NULL)").await;
+    my_exec(
+        &mut c,
+        "INSERT INTO t VALUES (11, 11, ST_GeomFromText('POINT(11 11)'), NULL)",
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(150)).await;
     p.kill9();
     my_exec(

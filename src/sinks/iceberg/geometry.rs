@@ -263,7 +263,12 @@ pub(crate) fn file_field(field: Field) -> Field {
 
 /// The SRID of a geometry file field (`Some(0)`: the default CRS); `None` for other fields.
 fn file_srid(field: &Field) -> Option<u32> {
-    if field.metadata().get("ARROW:extension:name").map(String::as_str) != Some(EXTENSION) {
+    if field
+        .metadata()
+        .get("ARROW:extension:name")
+        .map(String::as_str)
+        != Some(EXTENSION)
+    {
         return None;
     }
     let crs = field
@@ -339,7 +344,11 @@ fn invalid(e: wkb::WkbError) -> ArrowError {
 
 /// `array`, a column of a data file described by `from`, as `to`: a geometry read back as text
 /// is its ISO WKB in hex, which [`cast`] reads again (PostGIS's form, without the SRID).
-pub(crate) fn read_back(array: &ArrayRef, from: &Field, to: &Field) -> Result<ArrayRef, ArrowError> {
+pub(crate) fn read_back(
+    array: &ArrayRef,
+    from: &Field,
+    to: &Field,
+) -> Result<ArrayRef, ArrowError> {
     if file_srid(from).is_none() || to.data_type() != &DataType::Utf8 {
         return cast(array, to);
     }
@@ -404,7 +413,10 @@ mod tests {
     #[test]
     fn spatial_columns_and_their_srid() {
         let pg = |t: &str| spatial(&column("g", DataType::Utf8, true, t));
-        assert_eq!(pg("geometry(Point,4326)"), Some(Spatial::Geometry { srid: 4326 }));
+        assert_eq!(
+            pg("geometry(Point,4326)"),
+            Some(Spatial::Geometry { srid: 4326 })
+        );
         assert_eq!(pg("geometry"), Some(Spatial::Geometry { srid: 0 }));
         assert_eq!(pg("geometry(PointZ)"), Some(Spatial::Geometry { srid: 0 }));
         assert_eq!(
@@ -427,7 +439,10 @@ mod tests {
         ]}]});
         let original = json.clone();
         to_spec(&mut json);
-        assert_eq!(json["schemas"][0]["fields"][0]["type"], "geometry(EPSG:3857)");
+        assert_eq!(
+            json["schemas"][0]["fields"][0]["type"],
+            "geometry(EPSG:3857)"
+        );
         assert!(json["schemas"][0]["fields"][0].get("doc").is_none());
         assert_eq!(json["schemas"][0]["fields"][1]["type"], "geometry");
         assert_eq!(json["schemas"][0]["fields"][2]["type"], "binary");
@@ -437,10 +452,9 @@ mod tests {
 
     #[test]
     fn values_become_iso_wkb_and_read_back_as_text() {
-        let field = file_field(
-            Field::new("g", DataType::LargeBinary, true)
-                .with_metadata(HashMap::from([("doc".into(), "cdcd:geometry:EPSG:4326".into())])),
-        );
+        let field = file_field(Field::new("g", DataType::LargeBinary, true).with_metadata(
+            HashMap::from([("doc".into(), "cdcd:geometry:EPSG:4326".into())]),
+        ));
         let texts: ArrayRef = Arc::new(StringArray::from(vec![
             Some("0101000020E6100000000000000000F03F0000000000000040"),
             None,

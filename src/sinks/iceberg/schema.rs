@@ -274,9 +274,7 @@ pub(crate) fn schema_difference(existing: &Schema, wanted: &Schema) -> Option<St
                     != geometry::geometry_crs(f).is_some()
                 {
                     Some("spatial = \"plain\" | \"geometry\"")
-                } else if variant::is_variant(&o.field_type)
-                    != variant::is_variant(&f.field_type)
-                {
+                } else if variant::is_variant(&o.field_type) != variant::is_variant(&f.field_type) {
                     Some("json = \"string\" | \"variant\"")
                 } else {
                     None

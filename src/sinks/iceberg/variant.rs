@@ -307,8 +307,7 @@ fn decimal(text: &str) -> Option<Variant<'static, 'static>> {
 pub(crate) fn metadata_file_bytes(metadata: &TableMetadata) -> Result<Vec<u8>, serde_json::Error> {
     let has_variant = metadata.schemas_iter().any(|s| {
         s.as_struct().fields().iter().any(|f| {
-            is_variant(&f.field_type)
-                || crate::sinks::iceberg::geometry::geometry_crs(f).is_some()
+            is_variant(&f.field_type) || crate::sinks::iceberg::geometry::geometry_crs(f).is_some()
         })
     });
     if !has_variant {

@@ -78,7 +78,9 @@ impl Bbox {
                 (false, true) => axes.extend([f64::NAN, corner[3]]),
                 (true, true) => axes.extend([corner[2], corner[3]]),
             }
-            axes.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()
+            axes.iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<u8>>()
         };
         Some((point(&self.min), point(&self.max)))
     }
