@@ -95,7 +95,8 @@ impl RawIceberg {
         }
         if self.delete_mode == DeleteMode::Equality {
             // Iceberg v3 types, per table; delete_mode = "equality" writes format v2 tables.
-            let v3_only: [(&str, &str, &str, fn(&RawTableSettings) -> bool); 2] = [
+            type IsSet = fn(&RawTableSettings) -> bool;
+            let v3_only: [(&str, &str, &str, IsSet); 2] = [
                 ("json", "variant", "string", |s| {
                     s.json == Some(JsonAs::Variant)
                 }),

@@ -366,11 +366,12 @@ pub(crate) fn read_back(
     Ok(Arc::new(out.finish()))
 }
 
+/// Bounds of a data file's columns, by field id.
+pub(crate) type Bounds = HashMap<i32, Datum>;
+
 /// The Iceberg lower and upper bounds of every geometry column of `batches` (written in the
 /// file schema), by field id: the spec's bound points.
-pub(crate) fn bounds(
-    batches: &[RecordBatch],
-) -> Result<(HashMap<i32, Datum>, HashMap<i32, Datum>), ArrowError> {
+pub(crate) fn bounds(batches: &[RecordBatch]) -> Result<(Bounds, Bounds), ArrowError> {
     let (mut lower, mut upper) = (HashMap::new(), HashMap::new());
     let Some(schema) = batches.first().map(RecordBatch::schema) else {
         return Ok((lower, upper));

@@ -232,7 +232,7 @@ fn geometry(r: &mut Reader<'_>, out: &mut IsoWkb, depth: u8) -> Result<(), WkbEr
 
 /// Hex text (PostGIS's output of a geometry) as bytes.
 pub(crate) fn from_hex(text: &[u8]) -> Result<Vec<u8>, WkbError> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return Err(bad("odd hex length"));
     }
     let digit = |c: u8| match c {
