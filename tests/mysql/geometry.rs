@@ -4,7 +4,6 @@
 //! the binlog stream (MINIMAL images leave the unchanged geometry out: completed from the row's
 //! current value, read back from a geometry file), deletes and a kill -9.
 
-use std::io::Write;
 use std::time::Duration;
 
 use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
@@ -15,15 +14,7 @@ async fn mariadb_spatial_as_geometry_reads_back_equal() {
         return;
     };
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
-    let mut section = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&p.config)
-        .unwrap();
-    writeln!(
-        section,
-        "\n[sink.tables.\"{name}.*\"]\nspatial = \"geometry\""
-    )
-    .unwrap();
+    p.set_for_all_tables("spatial", "geometry");
     let url = env.url_for(&name);
     let mut c = my_connect(&url).await;
     my_exec(

@@ -8,16 +8,17 @@
 
 use std::time::Duration;
 
-use crate::support::{connect, current_metadata, exec, test_env_and_name, Pipeline, Settings};
+use crate::support::{
+    connect, current_fields, current_metadata, exec, test_env_and_name, Pipeline, Settings,
+};
 
 /// PostGIS in the test database (the test bed installs the package); concurrent tests may race
 /// to create it, so under a lock.
+const POSTGIS: &str =
+    "BEGIN; SELECT pg_advisory_xact_lock(39039); CREATE EXTENSION IF NOT EXISTS postgis; COMMIT;";
+
 async fn postgis(client: &tokio_postgres::Client) {
-    exec(
-        client,
-        "BEGIN; SELECT pg_advisory_xact_lock(39039); CREATE EXTENSION IF NOT EXISTS postgis; COMMIT;",
-    )
-    .await;
+    exec(client, POSTGIS).await;
 }
 
 /// Runs a DuckDB query on a table directory (`lake` names the table) and reads the bounds of
@@ -103,21 +104,19 @@ async fn geometry_reads_back_equal_through_copy_stream_toast_and_kill() {
     p.assert_equal(&t, 120).await;
     let meta = current_metadata(&p.table_dir(&t));
     assert_eq!(meta["format-version"], 3, "{meta}");
-    let types: Vec<String> = meta["schemas"].as_array().unwrap().last().unwrap()["fields"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| format!("{} {}", f["name"].as_str().unwrap(), f["type"]))
+    let types: Vec<String> = current_fields(&meta)
+        .into_iter()
+        .map(|(name, _, ty)| format!("{name} {ty}"))
         .collect();
     assert_eq!(
         types,
         [
-            "id \"long\"",
-            "n \"int\"",
-            "p \"geometry(EPSG:4326)\"",
-            "g \"geometry(EPSG:4326)\"",
-            "z \"geometry(EPSG:3857)\"",
-            "u \"geometry\""
+            "id long",
+            "n int",
+            "p geometry(EPSG:4326)",
+            "g geometry(EPSG:4326)",
+            "z geometry(EPSG:3857)",
+            "u geometry"
         ]
     );
 
@@ -207,4 +206,18 @@ async fn a_geography_column_is_refused_with_the_reason() {
         "{out}"
     );
     assert_eq!(p.metadata_versions(&t), 0, "nothing is written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_the_spatial_mapping_of_an_existing_table_is_refused() {
+    super::json_variant::assert_mapping_change_refused(
+        "gmap",
+        POSTGIS,
+        "g geometry(Point, 4326)",
+        &["'SRID=4326;POINT(1 2)'", "'SRID=4326;POINT(3 4)'"],
+        "spatial = \"geometry\"",
+        "column g changed type from string to geometry(EPSG:4326)",
+        "geometry(",
+    )
+    .await;
 }

@@ -120,7 +120,31 @@ async fn json_as_variant_reads_back_equal_through_copy_stream_toast_and_kill() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changing_the_json_mapping_of_an_existing_table_is_refused() {
-    let Some((env, name)) = test_env_and_name("jmap") else {
+    assert_mapping_change_refused(
+        "jmap",
+        "",
+        "jb jsonb",
+        &["'{\"a\": 1}'", "'[2]'"],
+        "json = \"variant\"",
+        "column jb changed type from string to variant",
+        "\"variant\"",
+    )
+    .await;
+}
+
+/// A table `(id int8 PRIMARY KEY, <column>)` replicated without a mapping setting, then with
+/// `setting` (`[sink.tables."…"]`) from its next change (the column's `values`, one per start):
+/// refused with `refusal` and the reason (a resync), the table left as it is (no `kept_out`).
+pub(crate) async fn assert_mapping_change_refused(
+    tag: &str,
+    before: &str,
+    column: &str,
+    values: &[&str; 2],
+    setting: &str,
+    refusal: &str,
+    kept_out: &str,
+) {
+    let Some((env, name)) = test_env_and_name(tag) else {
         return;
     };
     let t = format!("{name}_t");
@@ -128,8 +152,9 @@ async fn changing_the_json_mapping_of_an_existing_table_is_refused() {
     exec(
         &client,
         &format!(
-            "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int8 PRIMARY KEY, jb jsonb);
-             INSERT INTO {t} VALUES (1, '{{\"a\": 1}}')"
+            "{before} DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int8 PRIMARY KEY, {column});
+             INSERT INTO {t} VALUES (1, {})",
+            values[0]
         ),
     )
     .await;
@@ -140,20 +165,21 @@ async fn changing_the_json_mapping_of_an_existing_table_is_refused() {
     p.assert_equal(&t, 120).await;
     p.sigterm_and_wait(Duration::from_secs(60)).await;
 
-    settings.sink_extra = format!("[sink.tables.\"public.{t}\"]\njson = \"variant\"\n");
+    settings.sink_extra = format!("[sink.tables.\"public.{t}\"]\n{setting}\n");
     p.write_config(&settings);
     p.start();
-    exec(&client, &format!("INSERT INTO {t} VALUES (2, '[2]')")).await;
+    exec(
+        &client,
+        &format!("INSERT INTO {t} VALUES (2, {})", values[1]),
+    )
+    .await;
     let status = p.wait_exit(Duration::from_secs(120)).await;
     assert!(!status.success(), "{}", p.output());
     let out = p.output();
-    assert!(
-        out.contains("column jb changed type from string to variant") && out.contains("resync"),
-        "{out}"
-    );
+    assert!(out.contains(refusal) && out.contains("resync"), "{out}");
     let meta = current_metadata(&p.table_dir(&t));
     assert!(
-        !meta.to_string().contains("\"variant\""),
+        !meta.to_string().contains(kept_out),
         "the table is not rewritten: {meta}"
     );
 }

@@ -223,6 +223,17 @@ impl MyPipeline {
         fs::write(&self.config, text).unwrap();
     }
 
+    /// Appends `key = value` in a `[sink.tables."<db>.*"]` section to the config.
+    pub fn set_for_all_tables(&self, key: &str, value: &str) {
+        let mut config = OpenOptions::new().append(true).open(&self.config).unwrap();
+        writeln!(
+            config,
+            "\n[sink.tables.\"{}.*\"]\n{key} = {value:?}",
+            self.db
+        )
+        .unwrap();
+    }
+
     pub fn start(&mut self) {
         assert!(self.daemon.is_none(), "cdcd is already running");
         self.starts += 1;
