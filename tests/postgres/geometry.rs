@@ -172,6 +172,7 @@ async fn geometry_reads_back_equal_through_copy_stream_toast_and_kill() {
     p.assert_equal(&o, 120).await;
     let (code, out) = p.lakecheck(&o, 60, &["--reader", "pyiceberg"]).await;
     assert_eq!(code, Some(0), "pyiceberg reads the plain table:\n{out}");
+    p.assert_equal_by_spark(&o).await;
     p.sigterm_and_wait(Duration::from_secs(60)).await;
 }
 

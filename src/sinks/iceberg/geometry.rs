@@ -406,7 +406,7 @@ pub(crate) fn bounds(batches: &[RecordBatch]) -> Result<(Bounds, Bounds), ArrowE
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
     use crate::test_fixtures::column;
@@ -471,5 +471,71 @@ mod tests {
         ]));
         let e = cast(&other, &field).unwrap_err().to_string();
         assert!(e.contains("SRID 3857") && e.contains("EPSG:4326"), "{e}");
+    }
+
+    #[test]
+    fn a_geometry_column_is_annotated_in_parquet_and_bounded_in_the_manifest() {
+        use crate::sinks::iceberg::files::encode;
+        use crate::sinks::iceberg::schema::{data_file_schema, iceberg_schema_as};
+        use crate::test_fixtures::table;
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        let t = table(
+            "public",
+            "t",
+            vec![
+                column("id", DataType::Int64, false, "int8"),
+                column("g", DataType::Utf8, true, "geometry(Geometry,3857)"),
+            ],
+            vec![0],
+        );
+        let json = crate::config::JsonAs::String;
+        let schema = iceberg_schema_as(&t, json, crate::config::SpatialAs::Geometry).unwrap();
+        assert_eq!(
+            type_name(&schema.as_struct().fields()[1]),
+            "geometry(EPSG:3857)"
+        );
+        let plain = iceberg_schema_as(&t, json, crate::config::SpatialAs::Plain).unwrap();
+        assert_eq!(type_name(&plain.as_struct().fields()[1]), "string");
+
+        let file_schema = data_file_schema(&schema).unwrap();
+        // PostGIS: 'SRID=3857;LINESTRING(1 5, -2 7)', 'SRID=3857;POINT(4 -1)'.
+        let line = "0102000020110F000002000000000000000000F03F0000000000001440\
+                    00000000000000C00000000000001C40";
+        let point = "0101000020110F00000000000000001040000000000000F0BF";
+        let texts: ArrayRef = Arc::new(StringArray::from(vec![Some(line), None, Some(point)]));
+        let columns = vec![
+            Arc::new(arrow_array::Int64Array::from(vec![1, 2, 3])) as ArrayRef,
+            cast(&texts, file_schema.field(1)).unwrap(),
+        ];
+        let batch = RecordBatch::try_new(file_schema.clone(), columns).unwrap();
+        let (lower, upper) = bounds(std::slice::from_ref(&batch)).unwrap();
+        let xy = |d: &Datum| -> Vec<f64> {
+            let iceberg::spec::PrimitiveLiteral::Binary(b) = d.literal() else {
+                panic!("{d:?}")
+            };
+            b.chunks(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                .collect()
+        };
+        assert_eq!(xy(&lower[&2]), [-2.0, -1.0]);
+        assert_eq!(xy(&upper[&2]), [4.0, 7.0]);
+
+        let parquet = encode::encode_parquet(&[batch]).unwrap();
+        let reader = SerializedFileReader::new(parquet).unwrap();
+        let root = reader
+            .metadata()
+            .file_metadata()
+            .schema_descr()
+            .root_schema()
+            .clone();
+        let g = &root.get_fields()[1];
+        assert!(
+            matches!(
+                g.get_basic_info().logical_type_ref(),
+                Some(parquet::basic::LogicalType::Geometry { .. })
+            ),
+            "{g:?}"
+        );
+        assert_eq!(g.get_basic_info().id(), 2, "the field id is kept");
     }
 }
