@@ -8,18 +8,13 @@
 
 use std::time::Duration;
 
-use crate::support::{
-    connect, current_fields, current_metadata, exec, test_env_and_name, Pipeline, Settings,
-};
+use super::type_mapping::OptIn;
+use crate::support::{connect, exec, test_env_and_name, Pipeline, Settings};
 
 /// PostGIS in the test database (the test bed installs the package); concurrent tests may race
 /// to create it, so under a lock.
 const POSTGIS: &str =
     "BEGIN; SELECT pg_advisory_xact_lock(39039); CREATE EXTENSION IF NOT EXISTS postgis; COMMIT;";
-
-async fn postgis(client: &tokio_postgres::Client) {
-    exec(client, POSTGIS).await;
-}
 
 /// Runs a DuckDB query on a table directory (`lake` names the table) and reads the bounds of
 /// one field in its live data files' manifest entries: `{"ids": [...], "bounds": [[lower
@@ -84,52 +79,21 @@ fn changes(t: &str, round: u32) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn geometry_reads_back_equal_through_copy_stream_toast_and_kill() {
-    let Some((env, name)) = test_env_and_name("geo") else {
+    let types = [
+        "id long",
+        "n int",
+        "p geometry(EPSG:4326)",
+        "g geometry(EPSG:4326)",
+        "z geometry(EPSG:3857)",
+        "u geometry",
+    ];
+    let setting = "spatial = \"geometry\"";
+    let Some(mut run) = OptIn::copy("geo", POSTGIS, create, setting, &types).await else {
         return;
     };
-    let (t, o) = (format!("{name}_g"), format!("{name}_p"));
-    let client = connect(&env.pg_url).await;
-    postgis(&client).await;
-    exec(&client, &create(&t)).await;
-    exec(&client, &create(&o)).await;
-    let settings = Settings {
-        sink_extra: format!("[sink.tables.\"public.{t}\"]\nspatial = \"geometry\"\n"),
-        ..Settings::default()
-    };
-    let mut p = Pipeline::new(&env, &name, &[&t, &o], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}, {o}"));
-    p.start();
-
-    // The initial copy.
-    p.assert_equal(&t, 120).await;
-    let meta = current_metadata(&p.table_dir(&t));
-    assert_eq!(meta["format-version"], 3, "{meta}");
-    let types: Vec<String> = current_fields(&meta)
-        .into_iter()
-        .map(|(name, _, ty)| format!("{name} {ty}"))
-        .collect();
-    assert_eq!(
-        types,
-        [
-            "id long",
-            "n int",
-            "p geometry(EPSG:4326)",
-            "g geometry(EPSG:4326)",
-            "z geometry(EPSG:3857)",
-            "u geometry"
-        ]
-    );
-
     // The stream, a TOAST geometry left unchanged by an update, then kill -9 while it streams.
-    exec(&client, &changes(&t, 1)).await;
-    p.assert_equal(&t, 120).await;
-    exec(&client, &changes(&t, 2)).await;
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    p.kill9();
-    exec(&client, &changes(&t, 3)).await;
-    p.start();
-    exec(&client, &changes(&t, 4)).await;
-    p.assert_equal(&t, 120).await;
+    run.stream_and_kill(changes).await;
+    let (p, client, t) = (&mut run.p, &run.client, &run.t);
 
     // A spatial predicate: the rows whose polygon's box meets the box (0 0, 10 10).
     let want: Vec<i64> = client
@@ -166,14 +130,8 @@ async fn geometry_reads_back_equal_through_copy_stream_toast_and_kill() {
         "{out}"
     );
 
-    // The table that does not opt in: hex EWKB strings, read by pyiceberg as before.
-    let other = current_metadata(&p.table_dir(&o));
-    assert!(!other.to_string().contains("geometry"), "{other}");
-    p.assert_equal(&o, 120).await;
-    let (code, out) = p.lakecheck(&o, 60, &["--reader", "pyiceberg"]).await;
-    assert_eq!(code, Some(0), "pyiceberg reads the plain table:\n{out}");
-    p.assert_equal_by_spark(&o).await;
-    p.sigterm_and_wait(Duration::from_secs(60)).await;
+    // The table that does not opt in: hex EWKB strings, read by pyiceberg and Spark as before.
+    run.plain_table_still_read("geometry").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -183,7 +141,7 @@ async fn a_geography_column_is_refused_with_the_reason() {
     };
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
-    postgis(&client).await;
+    exec(&client, POSTGIS).await;
     exec(
         &client,
         &format!(
@@ -211,7 +169,7 @@ async fn a_geography_column_is_refused_with_the_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changing_the_spatial_mapping_of_an_existing_table_is_refused() {
-    super::json_variant::assert_mapping_change_refused(
+    super::type_mapping::assert_mapping_change_refused(
         "gmap",
         POSTGIS,
         "g geometry(Point, 4326)",

@@ -10,7 +10,8 @@
 
 use std::time::Duration;
 
-use crate::support::{connect, current_metadata, exec, test_env_and_name, Pipeline, Settings};
+use super::type_mapping::OptIn;
+use crate::support::{connect, exec, test_env_and_name, Pipeline, Settings};
 
 /// Every kind of JSON value, in both column types; `big` is stored out of line (TOAST).
 fn create(t: &str) -> String {
@@ -51,76 +52,19 @@ fn changes(t: &str, round: u32) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_as_variant_reads_back_equal_through_copy_stream_toast_and_kill() {
-    let Some((env, name)) = test_env_and_name("jvar") else {
+    let types = ["id long", "n int", "j variant", "jb variant", "big variant"];
+    let Some(mut run) = OptIn::copy("jvar", "", create, "json = \"variant\"", &types).await else {
         return;
     };
-    let (t, o) = (format!("{name}_v"), format!("{name}_s"));
-    let client = connect(&env.pg_url).await;
-    exec(&client, &create(&t)).await;
-    exec(&client, &create(&o)).await;
-    let settings = Settings {
-        sink_extra: format!("[sink.tables.\"public.{t}\"]\njson = \"variant\"\n"),
-        ..Settings::default()
-    };
-    let mut p = Pipeline::new(&env, &name, &[&t, &o], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}, {o}"));
-    p.start();
-
-    // The initial copy.
-    p.assert_equal(&t, 120).await;
-    let meta = current_metadata(&p.table_dir(&t));
-    assert_eq!(meta["format-version"], 3, "{meta}");
-    let types: Vec<(String, String)> = meta["schemas"].as_array().unwrap().last().unwrap()
-        ["fields"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            (
-                f["name"].as_str().unwrap().to_owned(),
-                f["type"].to_string(),
-            )
-        })
-        .collect();
-    assert_eq!(
-        types,
-        [
-            ("id", "\"long\""),
-            ("n", "\"int\""),
-            ("j", "\"variant\""),
-            ("jb", "\"variant\""),
-            ("big", "\"variant\"")
-        ]
-        .map(|(a, b)| (a.to_owned(), b.to_owned()))
-    );
-
     // The stream, with a TOAST jsonb left unchanged by an update, then kill -9 while it streams.
-    exec(&client, &changes(&t, 1)).await;
-    p.assert_equal(&t, 120).await;
-    exec(&client, &changes(&t, 2)).await;
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    p.kill9();
-    exec(&client, &changes(&t, 3)).await;
-    p.start();
-    exec(&client, &changes(&t, 4)).await;
-    p.assert_equal(&t, 120).await;
-
+    run.stream_and_kill(changes).await;
     // The table that does not opt in: strings, read by pyiceberg and Spark as before.
-    let other = current_metadata(&p.table_dir(&o));
-    assert!(
-        !other.to_string().contains("\"variant\""),
-        "a table without json = \"variant\" has no variant column: {other}"
-    );
-    p.assert_equal(&o, 120).await;
-    let (code, out) = p.lakecheck(&o, 60, &["--reader", "pyiceberg"]).await;
-    assert_eq!(code, Some(0), "pyiceberg reads the string table:\n{out}");
-    p.assert_equal_by_spark(&o).await;
-    p.sigterm_and_wait(Duration::from_secs(60)).await;
+    run.plain_table_still_read("\"variant\"").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changing_the_json_mapping_of_an_existing_table_is_refused() {
-    assert_mapping_change_refused(
+    super::type_mapping::assert_mapping_change_refused(
         "jmap",
         "",
         "jb jsonb",
@@ -130,58 +74,6 @@ async fn changing_the_json_mapping_of_an_existing_table_is_refused() {
         "\"variant\"",
     )
     .await;
-}
-
-/// A table `(id int8 PRIMARY KEY, <column>)` replicated without a mapping setting, then with
-/// `setting` (`[sink.tables."…"]`) from its next change (the column's `values`, one per start):
-/// refused with `refusal` and the reason (a resync), the table left as it is (no `kept_out`).
-pub(crate) async fn assert_mapping_change_refused(
-    tag: &str,
-    before: &str,
-    column: &str,
-    values: &[&str; 2],
-    setting: &str,
-    refusal: &str,
-    kept_out: &str,
-) {
-    let Some((env, name)) = test_env_and_name(tag) else {
-        return;
-    };
-    let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "{before} DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int8 PRIMARY KEY, {column});
-             INSERT INTO {t} VALUES (1, {})",
-            values[0]
-        ),
-    )
-    .await;
-    let mut settings = Settings::default();
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    p.start();
-    p.assert_equal(&t, 120).await;
-    p.sigterm_and_wait(Duration::from_secs(60)).await;
-
-    settings.sink_extra = format!("[sink.tables.\"public.{t}\"]\n{setting}\n");
-    p.write_config(&settings);
-    p.start();
-    exec(
-        &client,
-        &format!("INSERT INTO {t} VALUES (2, {})", values[1]),
-    )
-    .await;
-    let status = p.wait_exit(Duration::from_secs(120)).await;
-    assert!(!status.success(), "{}", p.output());
-    let out = p.output();
-    assert!(out.contains(refusal) && out.contains("resync"), "{out}");
-    let meta = current_metadata(&p.table_dir(&t));
-    assert!(
-        !meta.to_string().contains(kept_out),
-        "the table is not rewritten: {meta}"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

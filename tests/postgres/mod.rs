@@ -24,3 +24,4 @@ mod snapshot;
 mod soft_deletes;
 mod table_settings;
 mod tls;
+mod type_mapping;
