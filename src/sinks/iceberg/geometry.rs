@@ -432,6 +432,34 @@ mod tests {
     }
 
     #[test]
+    fn a_spatial_key_or_keyless_table_is_refused_with_the_reason() {
+        use crate::config::{JsonAs, SpatialAs};
+        use crate::sinks::iceberg::schema::iceberg_schema_as;
+        use crate::test_fixtures::table;
+        let cols = || {
+            vec![
+                column("id", DataType::Int64, false, "int8"),
+                column("g", DataType::Binary, false, "point"),
+            ]
+        };
+        let keyed_by_g = table("db", "t", cols(), vec![1]);
+        let e = iceberg_schema_as(&keyed_by_g, JsonAs::String, SpatialAs::Geometry)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("column g is spatial and part of the primary key"),
+            "{e}"
+        );
+        let keyless = table("db", "t", cols(), vec![]);
+        let e = iceberg_schema_as(&keyless, JsonAs::String, SpatialAs::Geometry)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("needs a primary key"), "{e}");
+        // Without the opt-in both stay binary, as before.
+        iceberg_schema_as(&keyless, JsonAs::String, SpatialAs::Plain).unwrap();
+    }
+
+    #[test]
     fn metadata_names_the_type_geometry_with_its_crs() {
         let mut json = serde_json::json!({"schemas": [{"fields": [
             {"id": 1, "name": "g", "required": false, "type": "binary", "doc": "cdcd:geometry:EPSG:3857"},
