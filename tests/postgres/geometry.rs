@@ -112,7 +112,7 @@ async fn geometry_reads_back_equal_through_copy_stream_toast_and_kill() {
     let out = p.python(
         INSPECT,
         &[
-            p.table_dir(&t).to_str().unwrap(),
+            p.table_dir(t).to_str().unwrap(),
             "4",
             "SELECT id FROM lake WHERE ST_Intersects_Extent(g, \
              'POLYGON((0 0, 10 0, 10 10, 0 10, 0 0))'::GEOMETRY) ORDER BY id",
