@@ -53,7 +53,9 @@ fn changes(t: &str, round: u32) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_as_variant_reads_back_equal_through_copy_stream_toast_and_kill() {
     let types = ["id long", "n int", "j variant", "jb variant", "big variant"];
-    let Some(mut run) = OptIn::copy("jvar", "", create, "json = \"variant\"", &types).await else {
+    let Some(mut run) =
+        OptIn::copy("jvar", "", create, ("json = \"variant\"", false), &types).await
+    else {
         return;
     };
     // The stream, with a TOAST jsonb left unchanged by an update, then kill -9 while it streams.

@@ -20,13 +20,14 @@ pub(crate) struct OptIn {
 }
 
 impl OptIn {
-    /// Runs `before`, creates `t` and `o` with `create`, starts with `setting` on `t` and checks
-    /// the initial copy: equal, format v3, the columns `"<name> <type>"` as `types`.
+    /// Runs `before`, creates `t` and `o` with `create`, starts with `setting` on `t` (and
+    /// compaction every 200 ms when `compact`) and checks the initial copy: equal, format v3, the
+    /// columns `"<name> <type>"` as `types`.
     pub async fn copy(
         tag: &str,
         before: &str,
         create: fn(&str) -> String,
-        setting: &str,
+        (setting, compact): (&str, bool),
         types: &[&str],
     ) -> Option<OptIn> {
         let (env, name) = test_env_and_name(tag)?;
@@ -41,6 +42,9 @@ impl OptIn {
         };
         let mut p = Pipeline::new(&env, &name, &[&t, &o], &settings);
         p.on_cleanup(format!("DROP TABLE IF EXISTS {t}, {o}"));
+        if compact {
+            p.compact_often();
+        }
         p.start();
         p.assert_equal(&t, 120).await;
         let meta = current_metadata(&p.table_dir(&t));

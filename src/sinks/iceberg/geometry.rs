@@ -34,6 +34,9 @@ use arrow_array::builder::{BinaryBuilder, StringBuilder};
 use arrow_array::{Array, ArrayRef, BinaryArray, RecordBatch, StringArray};
 use arrow_schema::{ArrowError, DataType, Field};
 use iceberg::spec::{Datum, NestedField, PrimitiveType, Type};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
+use parquet::errors::ParquetError;
 use serde_json::Value;
 
 use crate::changelog::{Column, TableSchema};
@@ -405,6 +408,29 @@ pub(crate) fn bounds(batches: &[RecordBatch]) -> Result<(Bounds, Bounds), ArrowE
     Ok((lower, upper))
 }
 
+/// [`bounds`] of an encoded Parquet data file: only its geometry columns are decoded (none
+/// when it has none: the footer alone is read).
+pub(crate) fn file_bounds(bytes: &bytes::Bytes) -> Result<(Bounds, Bounds), ParquetError> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes.clone())?;
+    let roots: Vec<usize> = builder
+        .schema()
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| file_srid(f).is_some())
+        .map(|(i, _)| i)
+        .collect();
+    if roots.is_empty() {
+        return Ok((Bounds::new(), Bounds::new()));
+    }
+    let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+    let batches = builder
+        .with_projection(mask)
+        .build()?
+        .collect::<Result<Vec<_>, _>>()?;
+    bounds(&batches).map_err(ParquetError::from)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
@@ -549,6 +575,8 @@ mod tests {
         assert_eq!(xy(&upper[&2]), [4.0, 7.0]);
 
         let parquet = encode::encode_parquet(&[batch]).unwrap();
+        // Compaction's files: the same bounds, read back from the encoded file.
+        assert_eq!(file_bounds(&parquet).unwrap(), (lower, upper));
         let reader = SerializedFileReader::new(parquet).unwrap();
         let root = reader
             .metadata()

@@ -320,8 +320,14 @@ pub(crate) async fn put_file(
     equality_ids: Option<Vec<i32>>,
     placement: &Placement,
 ) -> Result<DataFile, SinkError> {
+    // A file encoded elsewhere (compaction's rewrite): its geometry bounds are read back from it.
+    let (lower, upper) = geometry::file_bounds(&bytes).map_err(|source| SinkError::Parquet {
+        context: format!("reading the geometry bounds of {location}"),
+        source,
+    })?;
     let mut file = put(warehouse, location, bytes, rows, placement).await?;
     file.content(content).equality_ids(equality_ids);
+    file.lower_bounds(lower).upper_bounds(upper);
     describe(table, file)
 }
 
