@@ -8,10 +8,7 @@
 //! opt in keeps strings and is still read by pyiceberg (and Spark where the test bed has it).
 //! Changing the mapping of an existing table is refused with the reason, never rewritten.
 
-use std::time::Duration;
-
 use super::type_mapping::OptIn;
-use crate::support::{connect, exec, test_env_and_name, Pipeline, Settings};
 
 /// Every kind of JSON value, in both column types; `big` is stored out of line (TOAST).
 fn create(t: &str) -> String {
@@ -80,35 +77,19 @@ async fn changing_the_json_mapping_of_an_existing_table_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyless_table_with_json_as_variant_is_refused_with_the_reason() {
-    let Some((env, name)) = test_env_and_name("jkl") else {
-        return;
-    };
-    let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (g int8, jb jsonb);
-             ALTER TABLE {t} REPLICA IDENTITY FULL;
-             INSERT INTO {t} VALUES (1, '{{\"a\": 1}}'), (1, '{{\"a\": 1}}')"
-        ),
-    )
-    .await;
-    let settings = Settings {
-        sink_extra: format!("[sink.tables.\"public.{t}\"]\njson = \"variant\"\n"),
-        ..Settings::default()
-    };
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    p.start();
     // Deletes of a keyless table compare whole rows with the source's JSON text, which a variant
     // does not keep: refused before anything is written, not at the first delete.
-    let status = p.wait_exit(Duration::from_secs(120)).await;
-    assert!(!status.success(), "{}", p.output());
-    let out = p.output();
-    assert!(
-        out.contains("json = \"variant\" needs a primary key"),
-        "{out}"
-    );
-    assert_eq!(p.metadata_versions(&t), 0, "nothing is written");
+    super::type_mapping::assert_refused_at_start(
+        "jkl",
+        |t| {
+            format!(
+                "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (g int8, jb jsonb);
+                 ALTER TABLE {t} REPLICA IDENTITY FULL;
+                 INSERT INTO {t} VALUES (1, '{{\"a\": 1}}'), (1, '{{\"a\": 1}}')"
+            )
+        },
+        "json = \"variant\"",
+        &["json = \"variant\" needs a primary key"],
+    )
+    .await;
 }

@@ -1,6 +1,7 @@
 //! Issue 39's opt-in type mappings (`json = "variant"`, `spatial = "geometry"`), the parts their
 //! tests share: a table that opts in beside one that does not, through the initial copy, the
-//! stream and a kill -9 ([`OptIn`]); and a mapping change of an existing table, refused
+//! stream and a kill -9 ([`OptIn`]); a table the setting cannot apply to, refused at start
+//! ([`assert_refused_at_start`]); and a mapping change of an existing table, refused
 //! ([`assert_mapping_change_refused`]).
 
 use std::time::Duration;
@@ -136,4 +137,32 @@ pub(crate) async fn assert_mapping_change_refused(
         !meta.to_string().contains(kept_out),
         "the table is not rewritten: {meta}"
     );
+}
+
+/// A table made by `create` (given its name) with `setting`: cdcd stops before writing anything,
+/// with a message containing every one of `reasons`.
+pub(crate) async fn assert_refused_at_start(
+    tag: &str,
+    create: impl Fn(&str) -> String,
+    setting: &str,
+    reasons: &[&str],
+) {
+    let Some((env, name)) = test_env_and_name(tag) else {
+        return;
+    };
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create(&t)).await;
+    let settings = Settings {
+        sink_extra: format!("[sink.tables.\"public.{t}\"]\n{setting}\n"),
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    p.start();
+    let status = p.wait_exit(Duration::from_secs(120)).await;
+    assert!(!status.success(), "{}", p.output());
+    let out = p.output();
+    assert!(reasons.iter().all(|r| out.contains(r)), "{out}");
+    assert_eq!(p.metadata_versions(&t), 0, "nothing is written");
 }
