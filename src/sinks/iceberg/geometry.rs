@@ -20,7 +20,13 @@
 //! as a `binary` field whose doc is [`MARKER`] and the CRS, and rewrites it to the spec's
 //! `"geometry(<crs>)"` where table metadata leaves the process and back where it enters (with
 //! the variant rewrite, `variant.rs`). A `binary` bound is its bytes, so the manifests carry
-//! the spec's geometry bounds unchanged.
+//! the spec's geometry bounds unchanged; the schema iceberg's `ManifestWriter` embeds in each
+//! manifest keeps `binary` (readers take a table's schema from its metadata).
+//!
+//! **What the sources send.** pgoutput and the initial copy send PostGIS's text output, hex
+//! EWKB: the copy of a table with a geometry column uses text COPY, as for every type without
+//! a binary decoder (`snapshot/binary.rs`), so both paths give the same text. The MySQL source
+//! reads binlog and copy bytes (a 4-byte SRID, then WKB) and keeps the WKB.
 //!
 //! **The Parquet form.** ISO WKB in a `binary` column annotated GEOMETRY (parquet's
 //! `geospatial` feature writes the annotation for a field carrying the `geoarrow.wkb` extension
