@@ -122,7 +122,8 @@ PGDATA=$CDCD_TB/pg/data
 as_pg() { su postgres -s /bin/sh -c "$*"; }
 pg_running() { as_pg "$PGBIN/pg_ctl -D $PGDATA status" >/dev/null 2>&1; }
 # e2fsprogs: chattr, which tests/postgres/many_tables.rs uses to make one table's commits fail.
-postgres_apt() { apt_want postgresql-15 postgresql-contrib e2fsprogs; }
+# postgresql-15-postgis-3: the PostGIS extension tests/postgres/geometry.rs creates (CREATE EXTENSION postgis).
+postgres_apt() { apt_want postgresql-15 postgresql-contrib postgresql-15-postgis-3 e2fsprogs; }
 postgres_up() {
   if [ ! -f "$PGDATA/PG_VERSION" ]; then
     log "initdb $PGDATA"

@@ -47,7 +47,7 @@ pub use schema_change::{RawSchemaChange, SchemaChange, SchemaChangePolicy};
 pub use snapshot_mode::SnapshotMode;
 pub use tables::{
     Configured, Deletes, JsonAs, Origin, PartitionField, RawTableSettings, SinkKind, SortField,
-    TableSettings, TablesConfig,
+    SpatialAs, TableSettings, TablesConfig,
 };
 
 /// `[pipeline]`

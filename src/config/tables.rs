@@ -64,6 +64,33 @@ pub struct RawTableSettings {
     /// tables only; read by DuckDB, not by pyiceberg 0.12 or Spark 3.5).
     #[serde(default)]
     pub json: Option<JsonAs>,
+    /// How PostGIS `geometry` and MySQL/MariaDB spatial columns are stored: `"plain"` (default:
+    /// PostGIS's hex EWKB text, MySQL's WKB binary) or `"geometry"` (Iceberg v3 `geometry` with
+    /// the column's CRS: `delete_mode = "deletion-vectors"` tables only; read by DuckDB, not by
+    /// pyiceberg 0.12 or Spark 3.5).
+    #[serde(default)]
+    pub spatial: Option<SpatialAs>,
+}
+
+/// `spatial`: the Iceberg type of a spatial column.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SpatialAs {
+    /// What the column maps to without the opt-in: PostGIS's text output (hex EWKB) as a
+    /// `string`, MySQL's WKB as `binary`.
+    #[default]
+    Plain,
+    /// An Iceberg v3 `geometry(<crs>)`.
+    Geometry,
+}
+
+impl fmt::Display for SpatialAs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SpatialAs::Plain => "plain",
+            SpatialAs::Geometry => "geometry",
+        })
+    }
 }
 
 /// `json`: the Iceberg type of a JSON column.
@@ -219,6 +246,8 @@ pub struct TableSettings {
     pub row_metadata: bool,
     /// The Iceberg type of the table's JSON columns.
     pub json: JsonAs,
+    /// The Iceberg type of the table's spatial columns.
+    pub spatial: SpatialAs,
 }
 
 /// One `[sink.tables."<key>"]` section, checked.
@@ -240,6 +269,7 @@ struct Section {
     deletes: Option<Deletes>,
     row_metadata: Option<bool>,
     json: Option<JsonAs>,
+    spatial: Option<SpatialAs>,
 }
 
 impl Section {
@@ -346,6 +376,9 @@ impl TablesConfig {
             .value(at("row_metadata"), |s| s.row_metadata)?
             .unwrap_or_default();
         let json = self.value(at("json"), |s| s.json)?.unwrap_or_default();
+        let spatial = self
+            .value(at("spatial"), |s| s.spatial)?
+            .unwrap_or_default();
         let mut properties = BTreeMap::new();
         for name in matching.iter().flat_map(|s| s.properties.keys()) {
             if properties.contains_key(name) {
@@ -368,6 +401,7 @@ impl TablesConfig {
             deletes,
             row_metadata,
             json,
+            spatial,
         })
     }
 
@@ -467,6 +501,12 @@ impl Section {
                      struct, which no other reader here checks); use json = \"string\"",
                 ))
             }
+            SinkKind::Lsm if raw.spatial == Some(SpatialAs::Geometry) => {
+                return Err(at("spatial").invalid(
+                    "\"geometry\" applies to iceberg sinks only: Paimon has no geometry type; \
+                     use spatial = \"plain\"",
+                ))
+            }
             _ => {}
         }
         if let Some(field) = unbuilt(&raw, kind) {
@@ -502,6 +542,7 @@ impl Section {
             deletes: raw.deletes,
             row_metadata: raw.row_metadata,
             json: raw.json,
+            spatial: raw.spatial,
         })
     }
 }

@@ -417,3 +417,31 @@ json = "string"
     ));
     assert!(e.contains("json"), "{e}");
 }
+
+#[test]
+fn spatial_as_geometry_resolves_per_section_and_is_refused_on_v2_and_lsm() {
+    use crate::config::SpatialAs;
+    let t = tables(&with_sections(
+        "[sink.tables.\"public.*\"]\nspatial = \"geometry\"\n",
+    ));
+    assert_eq!(t.resolve(&orders()).unwrap().spatial, SpatialAs::Geometry);
+    let unset = tables(&with_sections(
+        "[sink.tables.\"public.orders\"]\nsort_by = [\"id\"]\n",
+    ));
+    assert_eq!(unset.resolve(&orders()).unwrap().spatial, SpatialAs::Plain);
+    let v2 = MINIMAL.replace("[sink]", "[sink]\ndelete_mode = \"equality\"");
+    let e = error(&format!(
+        "{v2}[sink.tables.\"public.orders\"]\nspatial = \"geometry\"\n"
+    ));
+    assert!(
+        e.contains("sink.tables.\"public.orders\".spatial") && e.contains("format v2"),
+        "{e}"
+    );
+    let e = error(&lsm_with_sections(
+        "[sink.tables.\"public.orders\"]\nspatial = \"geometry\"\n",
+    ));
+    assert!(
+        e.contains("iceberg sinks only") && e.contains("Paimon"),
+        "{e}"
+    );
+}

@@ -3,7 +3,6 @@
 //! as parsed JSON, through the initial copy, the binlog stream (MINIMAL images leave the unchanged
 //! JSON out: completed from the row's current value, read back from a variant file) and a kill -9.
 
-use std::io::Write;
 use std::time::Duration;
 
 use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
@@ -14,11 +13,7 @@ async fn mariadb_json_as_variant_reads_back_equal() {
         return;
     };
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
-    let mut section = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&p.config)
-        .unwrap();
-    writeln!(section, "\n[sink.tables.\"{name}.*\"]\njson = \"variant\"").unwrap();
+    p.set_for_all_tables("json", "variant");
     let url = env.url_for(&name);
     let mut c = my_connect(&url).await;
     my_exec(

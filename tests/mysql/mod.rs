@@ -6,6 +6,7 @@ mod changelog;
 mod copy_ddl;
 mod ddl;
 mod fencing;
+mod geometry;
 mod json_variant;
 mod keys;
 mod lsm;

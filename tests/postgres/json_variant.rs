@@ -8,11 +8,7 @@
 //! opt in keeps strings and is still read by pyiceberg (and Spark where the test bed has it).
 //! Changing the mapping of an existing table is refused with the reason, never rewritten.
 
-use std::time::Duration;
-
-use crate::support::{
-    connect, current_metadata, exec, fresh_table, test_env_and_name, Pipeline, Settings,
-};
+use super::type_mapping::OptIn;
 
 /// Every kind of JSON value, in both column types; `big` is stored out of line (TOAST).
 fn create(t: &str) -> String {
@@ -53,140 +49,47 @@ fn changes(t: &str, round: u32) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_as_variant_reads_back_equal_through_copy_stream_toast_and_kill() {
-    let Some((env, name)) = test_env_and_name("jvar") else {
+    let types = ["id long", "n int", "j variant", "jb variant", "big variant"];
+    let Some(mut run) =
+        OptIn::copy("jvar", "", create, ("json = \"variant\"", false), &types).await
+    else {
         return;
     };
-    let (t, o) = (format!("{name}_v"), format!("{name}_s"));
-    let client = connect(&env.pg_url).await;
-    exec(&client, &create(&t)).await;
-    exec(&client, &create(&o)).await;
-    let settings = Settings {
-        sink_extra: format!("[sink.tables.\"public.{t}\"]\njson = \"variant\"\n"),
-        ..Settings::default()
-    };
-    let mut p = Pipeline::new(&env, &name, &[&t, &o], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}, {o}"));
-    p.start();
-
-    // The initial copy.
-    p.assert_equal(&t, 120).await;
-    let meta = current_metadata(&p.table_dir(&t));
-    assert_eq!(meta["format-version"], 3, "{meta}");
-    let types: Vec<(String, String)> = meta["schemas"].as_array().unwrap().last().unwrap()
-        ["fields"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            (
-                f["name"].as_str().unwrap().to_owned(),
-                f["type"].to_string(),
-            )
-        })
-        .collect();
-    assert_eq!(
-        types,
-        [
-            ("id", "\"long\""),
-            ("n", "\"int\""),
-            ("j", "\"variant\""),
-            ("jb", "\"variant\""),
-            ("big", "\"variant\"")
-        ]
-        .map(|(a, b)| (a.to_owned(), b.to_owned()))
-    );
-
     // The stream, with a TOAST jsonb left unchanged by an update, then kill -9 while it streams.
-    exec(&client, &changes(&t, 1)).await;
-    p.assert_equal(&t, 120).await;
-    exec(&client, &changes(&t, 2)).await;
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    p.kill9();
-    exec(&client, &changes(&t, 3)).await;
-    p.start();
-    exec(&client, &changes(&t, 4)).await;
-    p.assert_equal(&t, 120).await;
-
+    run.stream_and_kill(changes).await;
     // The table that does not opt in: strings, read by pyiceberg and Spark as before.
-    let other = current_metadata(&p.table_dir(&o));
-    assert!(
-        !other.to_string().contains("\"variant\""),
-        "a table without json = \"variant\" has no variant column: {other}"
-    );
-    p.assert_equal(&o, 120).await;
-    let (code, out) = p.lakecheck(&o, 60, &["--reader", "pyiceberg"]).await;
-    assert_eq!(code, Some(0), "pyiceberg reads the string table:\n{out}");
-    p.assert_equal_by_spark(&o).await;
-    p.sigterm_and_wait(Duration::from_secs(60)).await;
+    run.plain_table_still_read("\"variant\"").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changing_the_json_mapping_of_an_existing_table_is_refused() {
-    let Some((env, name)) = test_env_and_name("jmap") else {
-        return;
-    };
-    let t = format!("{name}_t");
-    let client = fresh_table(&env, &t, |t| {
-        format!(
-            "CREATE TABLE {t} (id int8 PRIMARY KEY, jb jsonb);
-             INSERT INTO {t} VALUES (1, '{{\"a\": 1}}')"
-        )
-    })
+    super::type_mapping::assert_mapping_change_refused(
+        "jmap",
+        "",
+        "jb jsonb",
+        &["'{\"a\": 1}'", "'[2]'"],
+        "json = \"variant\"",
+        "column jb changed type from string to variant",
+        "\"variant\"",
+    )
     .await;
-    let mut settings = Settings::default();
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    p.start();
-    p.assert_equal(&t, 120).await;
-    p.sigterm_and_wait(Duration::from_secs(60)).await;
-
-    settings.sink_extra = format!("[sink.tables.\"public.{t}\"]\njson = \"variant\"\n");
-    p.write_config(&settings);
-    p.start();
-    exec(&client, &format!("INSERT INTO {t} VALUES (2, '[2]')")).await;
-    let status = p.wait_exit(Duration::from_secs(120)).await;
-    assert!(!status.success(), "{}", p.output());
-    let out = p.output();
-    assert!(
-        out.contains("column jb changed type from string to variant") && out.contains("resync"),
-        "{out}"
-    );
-    let meta = current_metadata(&p.table_dir(&t));
-    assert!(
-        !meta.to_string().contains("\"variant\""),
-        "the table is not rewritten: {meta}"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyless_table_with_json_as_variant_is_refused_with_the_reason() {
-    let Some((env, name)) = test_env_and_name("jkl") else {
-        return;
-    };
-    let t = format!("{name}_t");
-    let _client = fresh_table(&env, &t, |t| {
-        format!(
-            "CREATE TABLE {t} (g int8, jb jsonb);
-             ALTER TABLE {t} REPLICA IDENTITY FULL;
-             INSERT INTO {t} VALUES (1, '{{\"a\": 1}}'), (1, '{{\"a\": 1}}')"
-        )
-    })
-    .await;
-    let settings = Settings {
-        sink_extra: format!("[sink.tables.\"public.{t}\"]\njson = \"variant\"\n"),
-        ..Settings::default()
-    };
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    p.start();
     // Deletes of a keyless table compare whole rows with the source's JSON text, which a variant
     // does not keep: refused before anything is written, not at the first delete.
-    let status = p.wait_exit(Duration::from_secs(120)).await;
-    assert!(!status.success(), "{}", p.output());
-    let out = p.output();
-    assert!(
-        out.contains("json = \"variant\" needs a primary key"),
-        "{out}"
-    );
-    assert_eq!(p.metadata_versions(&t), 0, "nothing is written");
+    super::type_mapping::assert_refused_at_start(
+        "jkl",
+        |t| {
+            format!(
+                "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (g int8, jb jsonb);
+                 ALTER TABLE {t} REPLICA IDENTITY FULL;
+                 INSERT INTO {t} VALUES (1, '{{\"a\": 1}}'), (1, '{{\"a\": 1}}')"
+            )
+        },
+        "json = \"variant\"",
+        &["json = \"variant\" needs a primary key"],
+    )
+    .await;
 }

@@ -10,7 +10,8 @@
 //! mariadbd of the same installation on its own port and data directory, started for the test.
 #![allow(dead_code)]
 
-use std::fs::{self};
+use std::fs::{self, OpenOptions};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -219,6 +220,17 @@ impl MyPipeline {
             sid = self.server_id,
         );
         fs::write(&self.config, text).unwrap();
+    }
+
+    /// Appends `key = value` in a `[sink.tables."<db>.*"]` section to the config.
+    pub fn set_for_all_tables(&self, key: &str, value: &str) {
+        let mut config = OpenOptions::new().append(true).open(&self.config).unwrap();
+        writeln!(
+            config,
+            "\n[sink.tables.\"{}.*\"]\n{key} = {value:?}",
+            self.db
+        )
+        .unwrap();
     }
 
     pub fn start(&mut self) {

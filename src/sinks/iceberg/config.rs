@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use crate::config::context::{default_warehouse, Context};
 use crate::config::error::ConfigError;
-use crate::config::tables::{JsonAs, RawTableSettings, SinkKind, TablesConfig};
+use crate::config::tables::{JsonAs, RawTableSettings, SinkKind, SpatialAs, TablesConfig};
 pub use crate::sinks::iceberg::catalog::config::{CatalogConfig, RawCatalog, SqlUri};
 use crate::storage::s3::RawS3;
 
@@ -94,21 +94,28 @@ impl RawIceberg {
             )?;
         }
         if self.delete_mode == DeleteMode::Equality {
-            if let Some(key) = self
-                .tables
-                .iter()
-                .find(|(_, s)| s.json == Some(JsonAs::Variant))
-                .map(|(k, _)| k)
-            {
-                return Err(crate::config::Origin {
-                    file: ctx.file.to_owned(),
-                    key: format!("sink.tables.{key:?}.json"),
+            // Iceberg v3 types, per table; delete_mode = "equality" writes format v2 tables.
+            type IsSet = fn(&RawTableSettings) -> bool;
+            let v3_only: [(&str, &str, &str, IsSet); 2] = [
+                ("json", "variant", "string", |s| {
+                    s.json == Some(JsonAs::Variant)
+                }),
+                ("spatial", "geometry", "plain", |s| {
+                    s.spatial == Some(SpatialAs::Geometry)
+                }),
+            ];
+            for (name, v3, plain, set) in v3_only {
+                if let Some(key) = self.tables.iter().find(|(_, s)| set(s)).map(|(k, _)| k) {
+                    return Err(crate::config::Origin {
+                        file: ctx.file.to_owned(),
+                        key: format!("sink.tables.{key:?}.{name}"),
+                    }
+                    .invalid(format!(
+                        "\"{v3}\" is an Iceberg v3 type and delete_mode = \"equality\" writes \
+                         format v2 tables: use delete_mode = \"deletion-vectors\" (v3), or \
+                         {name} = \"{plain}\""
+                    )));
                 }
-                .invalid(
-                    "\"variant\" is an Iceberg v3 type and delete_mode = \"equality\" writes \
-                     format v2 tables: use delete_mode = \"deletion-vectors\" (v3), or \
-                     json = \"string\"",
-                ));
             }
         }
         let tables = TablesConfig::validate(self.tables, SinkKind::Iceberg, ctx)?;

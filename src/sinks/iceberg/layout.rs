@@ -133,6 +133,13 @@ fn column<'a>(
              be partitioned or sorted by"
         )));
     }
+    if crate::sinks::iceberg::geometry::geometry_crs(field).is_some() {
+        // Iceberg spec: no transform applies to a geometry.
+        return Err(origin.invalid(format!(
+            "{table}: {shown}: column {name:?} is a geometry (spatial = \"geometry\"), which \
+             cannot be partitioned or sorted by"
+        )));
+    }
     if transform.result_type(&field.field_type).is_err() {
         let ty = &field.field_type;
         let applies = applicable(ty, name);

@@ -68,6 +68,7 @@ pub mod config;
 pub mod deletes;
 mod evolve;
 mod files;
+mod geometry;
 mod input;
 mod layout;
 pub(crate) mod maintenance;
@@ -79,6 +80,7 @@ mod schema;
 mod tables;
 mod transaction;
 mod variant;
+mod wkb;
 
 use catalog::Catalog;
 use changelog::ChangelogWrite;

@@ -17,8 +17,8 @@ use iceberg::spec::{
 };
 
 use crate::changelog::TableSchema;
-use crate::config::JsonAs;
-use crate::sinks::iceberg::variant;
+use crate::config::{JsonAs, SpatialAs};
+use crate::sinks::iceberg::{geometry, variant};
 use crate::sinks::SinkError;
 
 /// Field id of `file_path` in a position delete file (Iceberg spec, "Position Delete Files").
@@ -31,12 +31,16 @@ const SINK: &str = "iceberg";
 /// The Iceberg schema for `table`: ids as described in the module doc, JSON columns as strings.
 #[cfg(test)]
 pub(crate) fn iceberg_schema(table: &TableSchema) -> Result<Schema, SinkError> {
-    iceberg_schema_as(table, JsonAs::String)
+    iceberg_schema_as(table, JsonAs::String, SpatialAs::Plain)
 }
 
-/// The Iceberg schema for `table`, JSON columns as `json` says (`[sink.tables."…"]`): a
-/// key column stays what it is, a variant has no equality to delete by.
-pub(crate) fn iceberg_schema_as(table: &TableSchema, json: JsonAs) -> Result<Schema, SinkError> {
+/// The Iceberg schema for `table`, JSON columns as `json` says and spatial columns as `spatial`
+/// (`[sink.tables."…"]`): a key column stays what it is, a variant has no equality to delete by.
+pub(crate) fn iceberg_schema_as(
+    table: &TableSchema,
+    json: JsonAs,
+    spatial: SpatialAs,
+) -> Result<Schema, SinkError> {
     let n = i32::try_from(table.columns.len()).map_err(|_| SinkError::Data {
         table: table.id.clone(),
         detail: "too many columns".into(),
@@ -83,6 +87,9 @@ pub(crate) fn iceberg_schema_as(table: &TableSchema, json: JsonAs) -> Result<Sch
             sink: SINK,
         })?;
         let mut field = NestedField::new(i, &col.name, ty, required);
+        if spatial == SpatialAs::Geometry {
+            field = geometry::column_field(table, col, field)?;
+        }
         if as_variant && col.initial_default.is_some() {
             return Err(SinkError::Data {
                 table: table.id.clone(),
@@ -258,20 +265,28 @@ pub(crate) fn schema_difference(existing: &Schema, wanted: &Schema) -> Option<St
     for f in new {
         match old.iter().find(|o| o.name == f.name) {
             None => problems.push(format!("column {} added", f.name)),
-            Some(o) if !same_shape(&o.field_type, &f.field_type) => {
-                let (from, to) = (
-                    variant::type_name(&o.field_type),
-                    variant::type_name(&f.field_type),
-                );
-                let remapped =
-                    if variant::is_variant(&o.field_type) != variant::is_variant(&f.field_type) {
-                        // Never rewritten in place: every file holds the old form.
-                        " (json = \"string\" | \"variant\" in [sink.tables.\"…\"] changed; the \
-                     table's rows are stored in one form, so this takes a resync: \
-                     `cdcd resync --table …`, or source.schema_change = \"resync\")"
-                    } else {
-                        ""
-                    };
+            Some(o)
+                if !same_shape(&o.field_type, &f.field_type)
+                    || geometry::geometry_crs(o) != geometry::geometry_crs(f) =>
+            {
+                let (from, to) = (geometry::type_name(o), geometry::type_name(f));
+                let setting = if geometry::geometry_crs(o).is_some()
+                    != geometry::geometry_crs(f).is_some()
+                {
+                    Some("spatial = \"plain\" | \"geometry\"")
+                } else if variant::is_variant(&o.field_type) != variant::is_variant(&f.field_type) {
+                    Some("json = \"string\" | \"variant\"")
+                } else {
+                    None
+                };
+                // Never rewritten in place: every file holds the old form.
+                let remapped = setting.map_or(String::new(), |setting| {
+                    format!(
+                        " ({setting} in [sink.tables.\"…\"] changed; the table's rows are \
+                         stored in one form, so this takes a resync: `cdcd resync --table …`, \
+                         or source.schema_change = \"resync\")"
+                    )
+                });
                 problems.push(format!(
                     "column {} changed type from {from} to {to}{remapped}",
                     f.name
@@ -499,7 +514,7 @@ pub(crate) fn data_file_schema(schema: &Schema) -> Result<SchemaRef, SinkError> 
             let fields: Vec<Field> = s
                 .fields()
                 .iter()
-                .map(|f| variant::file_field(&annotate_uuid(f)))
+                .map(|f| geometry::file_field(variant::file_field(&annotate_uuid(f))))
                 .collect();
             Arc::new(ArrowSchema::new_with_metadata(fields, s.metadata().clone()))
         })

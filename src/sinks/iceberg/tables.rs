@@ -358,8 +358,8 @@ impl Tables {
         input: Input<'a>,
     ) -> Result<(RowDelta<'a>, Staged, Cached<'a>), SinkError> {
         let table = &input.schema.id;
-        let json = self.settings.resolve(table)?.json;
-        let wanted = schema::iceberg_schema_as(input.schema, json)?;
+        let settings = self.settings.resolve(table)?;
+        let wanted = schema::iceberg_schema_as(input.schema, settings.json, settings.spatial)?;
         let base = self.load_or_create(table, wanted.clone()).await?;
         let soft_deletes = self.settings.resolve(table)?.deletes == crate::config::Deletes::Soft;
         cdc_columns_kept(table, &base.metadata, input.schema, soft_deletes)?;

@@ -306,10 +306,9 @@ fn decimal(text: &str) -> Option<Variant<'static, 'static>> {
 /// from iceberg's serializer, as before variant existed.
 pub(crate) fn metadata_file_bytes(metadata: &TableMetadata) -> Result<Vec<u8>, serde_json::Error> {
     let has_variant = metadata.schemas_iter().any(|s| {
-        s.as_struct()
-            .fields()
-            .iter()
-            .any(|f| is_variant(&f.field_type))
+        s.as_struct().fields().iter().any(|f| {
+            is_variant(&f.field_type) || crate::sinks::iceberg::geometry::geometry_crs(f).is_some()
+        })
     });
     if !has_variant {
         return serde_json::to_vec_pretty(metadata);
@@ -326,8 +325,10 @@ pub(crate) fn parse_metadata(bytes: &[u8]) -> Result<TableMetadata, serde_json::
     serde_json::from_value(json)
 }
 
-/// Rewrites every field's placeholder type in `json` (any JSON holding schemas) to `"variant"`.
+/// Rewrites every field's placeholder type in `json` (any JSON holding schemas) to `"variant"`,
+/// and geometry columns to theirs (`geometry.rs`).
 pub(crate) fn to_spec(json: &mut Value) {
+    crate::sinks::iceberg::geometry::to_spec(json);
     rewrite(json, &|ty: &Value| {
         (ty.get("type").and_then(Value::as_str) == Some("struct")
             && ty
@@ -338,8 +339,10 @@ pub(crate) fn to_spec(json: &mut Value) {
     });
 }
 
-/// Rewrites every field of type `"variant"` in `json` to cdcd's placeholder.
+/// Rewrites every field of type `"variant"` in `json` to cdcd's placeholder, and geometry
+/// columns to theirs (`geometry.rs`).
 pub(crate) fn from_spec(json: &mut Value) {
+    crate::sinks::iceberg::geometry::from_spec(json);
     rewrite(json, &|ty: &Value| {
         (ty.as_str() == Some(VARIANT))
             .then(|| serde_json::json!({ "type": "struct", "fields": [] }))
@@ -496,14 +499,15 @@ mod tests {
             ],
             vec![0],
         );
-        let schema = iceberg_schema_as(&t, crate::config::JsonAs::Variant).unwrap();
+        let plain = crate::config::SpatialAs::Plain;
+        let schema = iceberg_schema_as(&t, crate::config::JsonAs::Variant, plain).unwrap();
         let fields = schema.as_struct().fields();
         assert!(is_variant(&fields[1].field_type));
         assert!(
             !is_variant(&fields[2].field_type),
             "a text column stays a string"
         );
-        let strings = iceberg_schema_as(&t, crate::config::JsonAs::String).unwrap();
+        let strings = iceberg_schema_as(&t, crate::config::JsonAs::String, plain).unwrap();
         assert!(!is_variant(&strings.as_struct().fields()[1].field_type));
 
         // Table metadata: "variant" on disk, the placeholder in memory, nothing else changed.

@@ -70,7 +70,9 @@ pub(crate) fn project_filled(
                 .iter()
                 .position(|c| projection.current_name(c) == Some(f.name().as_str()));
             match found {
-                Some(i) => crate::sinks::iceberg::variant::cast(batch.column(i), f.data_type()),
+                Some(i) => {
+                    crate::sinks::iceberg::geometry::read_back(batch.column(i), file.field(i), f)
+                }
                 None => match projection.default_of(f.name()) {
                     Some(text) => {
                         let texts = arrow_array::StringArray::from(vec![text; n]);

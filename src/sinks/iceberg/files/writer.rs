@@ -26,7 +26,7 @@ use super::encode;
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::sinks::iceberg::plan::{CellSource, KeyRef, Plan, PlannedFile};
 use crate::sinks::iceberg::rows::locator::RowAddress;
-use crate::sinks::iceberg::{schema, variant};
+use crate::sinks::iceberg::{geometry, schema};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
@@ -78,7 +78,7 @@ pub(crate) fn data_batches(
                 )));
             };
             let slice = column.slice(run.start, run.len);
-            columns.push(variant::cast(&slice, field.data_type())?);
+            columns.push(geometry::cast(&slice, field)?);
         }
         batches.push(RecordBatch::try_new(file_schema.clone(), columns)?);
     }
@@ -181,7 +181,7 @@ fn gather_columns(
             }
         }
         let gathered = arrow_select::interleave::interleave(&arrays, &indices)?;
-        columns.push(variant::cast(&gathered, field.data_type())?);
+        columns.push(geometry::cast(&gathered, field)?);
     }
     Ok(columns)
 }
@@ -283,8 +283,13 @@ pub(crate) async fn write_file(
     placement: &Placement,
 ) -> Result<DataFile, SinkError> {
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    let encoded = tokio::task::spawn_blocking(move || encode::encode_parquet(&batches)).await;
-    let bytes = match encoded {
+    let encoded = tokio::task::spawn_blocking(move || {
+        let bounds = geometry::bounds(&batches)
+            .map_err(|e| parquet::errors::ParquetError::General(e.to_string()))?;
+        Ok((encode::encode_parquet(&batches)?, bounds))
+    })
+    .await;
+    let (bytes, bounds) = match encoded {
         Ok(result) => result,
         Err(join) => Err(parquet::errors::ParquetError::General(format!(
             "the encoding task failed: {join}"
@@ -294,17 +299,12 @@ pub(crate) async fn write_file(
         context: format!("encoding {location}"),
         source,
     })?;
-    put_file(
-        warehouse,
-        table,
-        location,
-        bytes,
-        rows as u64,
-        content,
-        equality_ids,
-        placement,
-    )
-    .await
+    let mut file = put(warehouse, location, bytes, rows as u64, placement).await?;
+    file.content(content).equality_ids(equality_ids);
+    // Only geometry columns carry bounds (`geometry.rs`): the spec's, for pruning.
+    let (lower, upper) = bounds;
+    file.lower_bounds(lower).upper_bounds(upper);
+    describe(table, file)
 }
 
 /// Puts the encoded file `bytes` (`rows` rows) at `location` and describes it as an Iceberg file
@@ -320,6 +320,25 @@ pub(crate) async fn put_file(
     equality_ids: Option<Vec<i32>>,
     placement: &Placement,
 ) -> Result<DataFile, SinkError> {
+    // A file encoded elsewhere (compaction's rewrite): its geometry bounds are read back from it.
+    let (lower, upper) = geometry::file_bounds(&bytes).map_err(|source| SinkError::Parquet {
+        context: format!("reading the geometry bounds of {location}"),
+        source,
+    })?;
+    let mut file = put(warehouse, location, bytes, rows, placement).await?;
+    file.content(content).equality_ids(equality_ids);
+    file.lower_bounds(lower).upper_bounds(upper);
+    describe(table, file)
+}
+
+/// Puts `bytes` at `location`: the description of the file so far.
+async fn put(
+    warehouse: &Warehouse,
+    location: String,
+    bytes: bytes::Bytes,
+    rows: u64,
+    placement: &Placement,
+) -> Result<DataFileBuilder, SinkError> {
     let size = bytes.len() as u64;
     let path = warehouse.path(&location)?;
     warehouse
@@ -331,17 +350,19 @@ pub(crate) async fn put_file(
             source,
         })?;
     let mut file = DataFileBuilder::default();
-    file.content(content)
-        .file_path(location)
+    file.file_path(location)
         .file_format(DataFileFormat::Parquet)
         .partition(placement.partition.clone())
         .partition_spec_id(placement.spec_id)
         .record_count(rows)
-        .file_size_in_bytes(size)
-        .equality_ids(equality_ids);
+        .file_size_in_bytes(size);
     if let Some(order) = placement.sort_order_id {
         file.sort_order_id(order);
     }
+    Ok(file)
+}
+
+fn describe(table: &TableId, file: DataFileBuilder) -> Result<DataFile, SinkError> {
     file.build().map_err(|e| SinkError::Data {
         table: table.clone(),
         detail: format!("describing a written file: {e}"),

@@ -195,10 +195,7 @@ pub(crate) fn gather(
             })
             .collect::<Result<Vec<&dyn Array>, _>>()?;
         let gathered = arrow_select::interleave::interleave(&arrays, &indices)?;
-        columns.push(crate::sinks::iceberg::variant::cast(
-            &gathered,
-            field.data_type(),
-        )?);
+        columns.push(crate::sinks::iceberg::geometry::cast(&gathered, field)?);
     }
     RecordBatch::try_new(schema.clone(), columns)
 }

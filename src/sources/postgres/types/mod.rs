@@ -35,6 +35,7 @@
 //! | enum types | `Utf8` | the label |
 //! | domains | their base type | a domain's own typmod is not known, so a domain over `numeric(p,s)` maps as `numeric` |
 //! | one-dimensional arrays of any type above | `List(element)` | field name `element`, nullable; a `[m:n]=` lower-bound prefix is dropped; a multi-dimensional value is an error naming it |
+//! | PostGIS `geometry`, `geography` | `Utf8` | the text output (hex EWKB), named with the typmod (`geometry(Point,4326)`) |
 //! | anything else (`citext`, `xml`, geometric, ranges, composites, arrays of those…) | `Utf8` | the type's text output |
 //!
 //! The infinity sentinels for `date`/`timestamp` are the values DuckDB uses for its own infinities.
@@ -270,6 +271,11 @@ impl ColumnType {
         }
         match (info.typtype, info.base, info.element) {
             (b'e', _, _) => ColumnType::Enum { type_name },
+            (b'b', _, _) if matches!(info.name.as_str(), "geometry" | "geography") => {
+                ColumnType::TextFallback {
+                    type_name: postgis_name(type_name, typmod),
+                }
+            }
             (b'd', Some(base), _) => ColumnType::Domain {
                 type_name,
                 base: Box::new(Self::resolve_at(base, typmod, lookup, depth + 1)),
@@ -549,6 +555,33 @@ fn numeric(typmod: i32) -> ColumnType {
         _ => ColumnType::NumericText {
             type_name: format!("numeric({p},{s})"),
         },
+    }
+}
+
+/// PostGIS `geometry`/`geography` named with its typmod as `format_type` shows it
+/// (`geometry(PointZ,4326)`): the SRID is what a sink storing the column as a geometry takes its
+/// CRS from. PostGIS `gserialized.h`: SRID in bits 8–28 (sign in bit 28), the shape in bits 2–7,
+/// Z bit 1, M bit 0.
+fn postgis_name(type_name: String, typmod: i32) -> String {
+    if typmod < 0 {
+        return type_name;
+    }
+    let srid = ((typmod & 0x0FFF_FF00) - (typmod & 0x1000_0000)) >> 8;
+    let shape = match (typmod & 0xFC) >> 2 {
+        1 => "Point",
+        2 => "LineString",
+        3 => "Polygon",
+        4 => "MultiPoint",
+        5 => "MultiLineString",
+        6 => "MultiPolygon",
+        7 => "GeometryCollection",
+        _ => "Geometry",
+    };
+    let z = if typmod & 2 != 0 { "Z" } else { "" };
+    let m = if typmod & 1 != 0 { "M" } else { "" };
+    match srid {
+        0 => format!("{type_name}({shape}{z}{m})"),
+        srid => format!("{type_name}({shape}{z}{m},{srid})"),
     }
 }
 

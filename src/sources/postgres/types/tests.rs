@@ -144,8 +144,21 @@ fn catalog(oid: u32) -> Option<TypeInfo> {
         90006 => Some(info("_posint", b'b', Some(90003), None)),
         90007 => Some(info("loop", b'd', None, Some(90007))),
         90008 => Some(info("point", b'b', Some(701), None)),
+        90009 => Some(info("geometry", b'b', None, None)),
         _ => None,
     }
+}
+
+#[test]
+fn postgis_geometry_is_named_with_its_typmod() {
+    // PostGIS typmods (`SELECT atttypmod` of the columns): the SRID a geometry sink takes its CRS
+    // from, in the name; the values stay the text output.
+    let r = |typmod| ColumnType::resolve(90009, typmod, &catalog);
+    assert_eq!(r(-1).source_name(), "geometry");
+    assert_eq!(r(1_107_460).source_name(), "geometry(Point,4326)");
+    assert_eq!(r(987_402).source_name(), "geometry(LineStringZ,3857)");
+    assert_eq!(r(8).source_name(), "geometry(LineString)");
+    assert_eq!(r(1_107_460).data_type(), DataType::Utf8);
 }
 
 #[test]

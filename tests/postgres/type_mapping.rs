@@ -1,0 +1,168 @@
+//! Issue 39's opt-in type mappings (`json = "variant"`, `spatial = "geometry"`), the parts their
+//! tests share: a table that opts in beside one that does not, through the initial copy, the
+//! stream and a kill -9 ([`OptIn`]); a table the setting cannot apply to, refused at start
+//! ([`assert_refused_at_start`]); and a mapping change of an existing table, refused
+//! ([`assert_mapping_change_refused`]).
+
+use std::time::Duration;
+
+use tokio_postgres::Client;
+
+use crate::support::{
+    connect, current_fields, current_metadata, exec, test_env_and_name, Pipeline, Settings,
+};
+
+/// A running pipeline of `t` (with the setting) and `o` (without), both made by the same SQL.
+pub(crate) struct OptIn {
+    pub p: Pipeline,
+    pub client: Client,
+    pub t: String,
+    pub o: String,
+}
+
+impl OptIn {
+    /// Runs `before`, creates `t` and `o` with `create`, starts with `setting` on `t` (and
+    /// compaction every 200 ms when `compact`) and checks the initial copy: equal, format v3, the
+    /// columns `"<name> <type>"` as `types`.
+    pub async fn copy(
+        tag: &str,
+        before: &str,
+        create: fn(&str) -> String,
+        (setting, compact): (&str, bool),
+        types: &[&str],
+    ) -> Option<OptIn> {
+        let (env, name) = test_env_and_name(tag)?;
+        let (t, o) = (format!("{name}_t"), format!("{name}_o"));
+        let client = connect(&env.pg_url).await;
+        exec(&client, before).await;
+        exec(&client, &create(&t)).await;
+        exec(&client, &create(&o)).await;
+        let settings = Settings {
+            sink_extra: format!("[sink.tables.\"public.{t}\"]\n{setting}\n"),
+            ..Settings::default()
+        };
+        let mut p = Pipeline::new(&env, &name, &[&t, &o], &settings);
+        p.on_cleanup(format!("DROP TABLE IF EXISTS {t}, {o}"));
+        if compact {
+            p.compact_often();
+        }
+        p.start();
+        p.assert_equal(&t, 120).await;
+        let meta = current_metadata(&p.table_dir(&t));
+        assert_eq!(meta["format-version"], 3, "{meta}");
+        let got: Vec<String> = current_fields(&meta)
+            .into_iter()
+            .map(|(name, _, ty)| format!("{name} {ty}"))
+            .collect();
+        assert_eq!(got, types, "{meta}");
+        Some(OptIn { p, client, t, o })
+    }
+
+    /// Four rounds of `changes` on `t`: checked equal after the first, kill -9 while the second
+    /// streams, the third written while cdcd is down, checked equal after the fourth.
+    pub async fn stream_and_kill(&mut self, changes: fn(&str, u32) -> String) {
+        let (p, t) = (&mut self.p, &self.t);
+        exec(&self.client, &changes(t, 1)).await;
+        p.assert_equal(t, 120).await;
+        exec(&self.client, &changes(t, 2)).await;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        p.kill9();
+        exec(&self.client, &changes(t, 3)).await;
+        p.start();
+        exec(&self.client, &changes(t, 4)).await;
+        p.assert_equal(t, 120).await;
+    }
+
+    /// The table that does not opt in has no `kept_out` type and is still read by pyiceberg and
+    /// Spark (where the test bed has it); then cdcd stops.
+    pub async fn plain_table_still_read(mut self, kept_out: &str) {
+        let (p, o) = (&mut self.p, &self.o);
+        let other = current_metadata(&p.table_dir(o));
+        assert!(!other.to_string().contains(kept_out), "{other}");
+        p.assert_equal(o, 120).await;
+        let (code, out) = p.lakecheck(o, 60, &["--reader", "pyiceberg"]).await;
+        assert_eq!(code, Some(0), "pyiceberg reads the plain table:\n{out}");
+        p.assert_equal_by_spark(o).await;
+        p.sigterm_and_wait(Duration::from_secs(60)).await;
+    }
+}
+
+/// A table `(id int8 PRIMARY KEY, <column>)` replicated without a mapping setting, then with
+/// `setting` (`[sink.tables."…"]`) from its next change (the column's `values`, one per start):
+/// refused with `refusal` and the reason (a resync), the table left as it is (no `kept_out`).
+pub(crate) async fn assert_mapping_change_refused(
+    tag: &str,
+    before: &str,
+    column: &str,
+    values: &[&str; 2],
+    setting: &str,
+    refusal: &str,
+    kept_out: &str,
+) {
+    let Some((env, name)) = test_env_and_name(tag) else {
+        return;
+    };
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "{before} DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int8 PRIMARY KEY, {column});
+             INSERT INTO {t} VALUES (1, {})",
+            values[0]
+        ),
+    )
+    .await;
+    let mut settings = Settings::default();
+    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    p.start();
+    p.assert_equal(&t, 120).await;
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+
+    settings.sink_extra = format!("[sink.tables.\"public.{t}\"]\n{setting}\n");
+    p.write_config(&settings);
+    p.start();
+    exec(
+        &client,
+        &format!("INSERT INTO {t} VALUES (2, {})", values[1]),
+    )
+    .await;
+    let status = p.wait_exit(Duration::from_secs(120)).await;
+    assert!(!status.success(), "{}", p.output());
+    let out = p.output();
+    assert!(out.contains(refusal) && out.contains("resync"), "{out}");
+    let meta = current_metadata(&p.table_dir(&t));
+    assert!(
+        !meta.to_string().contains(kept_out),
+        "the table is not rewritten: {meta}"
+    );
+}
+
+/// A table made by `create` (given its name) with `setting`: cdcd stops before writing anything,
+/// with a message containing every one of `reasons`.
+pub(crate) async fn assert_refused_at_start(
+    tag: &str,
+    create: impl Fn(&str) -> String,
+    setting: &str,
+    reasons: &[&str],
+) {
+    let Some((env, name)) = test_env_and_name(tag) else {
+        return;
+    };
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create(&t)).await;
+    let settings = Settings {
+        sink_extra: format!("[sink.tables.\"public.{t}\"]\n{setting}\n"),
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    p.start();
+    let status = p.wait_exit(Duration::from_secs(120)).await;
+    assert!(!status.success(), "{}", p.output());
+    let out = p.output();
+    assert!(reasons.iter().all(|r| out.contains(r)), "{out}");
+    assert_eq!(p.metadata_versions(&t), 0, "nothing is written");
+}
