@@ -585,7 +585,8 @@ impl Committer {
                 table,
                 chunks,
                 estimated_rows,
-            } => self.copy_plan(table, chunks, estimated_rows),
+                estimated_bytes,
+            } => self.copy_plan(table, chunks, estimated_rows, estimated_bytes),
             SourceEvent::SnapshotChunk {
                 table,
                 chunk,
@@ -806,6 +807,8 @@ mod commit;
 use commit::InFlight;
 
 mod copy;
+
+mod copy_meter;
 
 mod lag;
 use lag::Lag;

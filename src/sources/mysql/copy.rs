@@ -101,6 +101,7 @@ pub struct TablePlan<'a> {
     /// From scratch: a Truncate marker first replaces what the table holds.
     pub fresh: bool,
     pub estimated_rows: u64,
+    pub estimated_bytes: u64,
 }
 
 /// What each table's copy ends with, once all its chunks are sent.
@@ -128,7 +129,7 @@ pub async fn plan_table<'a>(
     chunk_rows: u64,
     from: &Position,
 ) -> Result<TablePlan<'a>, CopyError> {
-    let estimated_rows = estimated_rows(conn, entry).await?;
+    let (estimated_rows, estimated_bytes) = estimated_size(conn, entry).await?;
     let stored = progress.and_then(|p| {
         let chunks: Option<Vec<KeyRange>> = p
             .chunks
@@ -158,6 +159,7 @@ pub async fn plan_table<'a>(
             todo,
             fresh: false,
             estimated_rows,
+            estimated_bytes,
         });
     }
     let mut chunks = key_ranges(conn, entry, estimated_rows, chunk_rows).await?;
@@ -173,20 +175,23 @@ pub async fn plan_table<'a>(
         todo,
         fresh: true,
         estimated_rows,
+        estimated_bytes,
     })
 }
 
-/// InnoDB's row estimate (`information_schema.TABLES.TABLE_ROWS`), for planning and progress.
-async fn estimated_rows(conn: &mut Conn, entry: &TableEntry) -> Result<u64, SourceError> {
+/// InnoDB's row estimate and size on disk (`information_schema.TABLES.TABLE_ROWS`,
+/// `DATA_LENGTH`), for planning and progress.
+async fn estimated_size(conn: &mut Conn, entry: &TableEntry) -> Result<(u64, u64), SourceError> {
     let id = &entry.schema.id;
-    let rows: Option<Option<u64>> = conn
+    let size: Option<(Option<u64>, Option<u64>)> = conn
         .exec_first(
-            "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+            "SELECT TABLE_ROWS, DATA_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
             (&id.namespace, &id.name),
         )
         .await
         .map_err(server_err(format!("estimating the rows of {id}")))?;
-    Ok(rows.flatten().unwrap_or(0))
+    let (rows, bytes) = size.unwrap_or_default();
+    Ok((rows.unwrap_or(0), bytes.unwrap_or(0)))
 }
 
 /// The quoted primary-key columns, in key order.
@@ -341,6 +346,7 @@ async fn copy_table(
         table: table.clone(),
         chunks: plan.descriptions.clone(),
         estimated_rows: plan.estimated_rows,
+        estimated_bytes: plan.estimated_bytes,
     }];
     if plan.fresh {
         announce.push(truncate_marker(plan.entry)?);
