@@ -8,7 +8,9 @@
 //! (Postgres's parallel workers, MySQL's connections). Bytes are the Arrow bytes of the copied
 //! values (what cdcd holds and encodes); the estimate is the source's size on disk, which also
 //! holds row headers, page slack and indexes' neighbours, so a table's bytes end near its
-//! estimate, not at it. The ETA follows rows: the rows still estimated at the rate so far.
+//! estimate, not at it. The ETA follows rows: the rows still estimated at the rate so far; a
+//! source that plans its tables one after the other (MySQL) adds each table's estimate when it
+//! starts copying it, so until then the overall ETA counts only the tables planned.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -84,6 +86,23 @@ impl Progress {
 }
 
 impl CopyMeter {
+    /// The tables this run copies, known before their plans (MySQL plans one table after the
+    /// other): the copies are done when all of them are, and the overall rate counts from now.
+    pub(super) fn expect<'a>(&mut self, tables: impl IntoIterator<Item = &'a TableId>) {
+        let now = Instant::now();
+        for table in tables {
+            self.started.get_or_insert(now);
+            self.tables.entry(table.clone()).or_insert(TableCopy {
+                estimated_rows: 0,
+                estimated_bytes: 0,
+                rows: 0,
+                bytes: 0,
+                started: now,
+                done: false,
+            });
+        }
+    }
+
     /// `table`'s copy is planned: its estimates, and its counts from zero for this run (a
     /// resumed copy counts what this run copies).
     pub(super) fn plan(
@@ -121,6 +140,10 @@ impl CopyMeter {
         if let Some(t) = self.tables.get_mut(table) {
             t.rows += rows;
             t.bytes += bytes;
+        }
+        if rows == 0 {
+            // A truncate marker: nothing copied yet, no news to log.
+            return;
         }
         let now = Instant::now();
         let due = match (self.logged, self.started) {
@@ -264,6 +287,19 @@ mod tests {
             Progress::of(0, 1000, 0, 0, Duration::from_secs(1)).eta_s,
             None
         );
+    }
+
+    #[test]
+    fn copies_are_done_when_every_expected_table_is() {
+        let mut meter = CopyMeter::default();
+        meter.expect([&t("a"), &t("b")]);
+        meter.plan("p", &t("a"), 10, 100);
+        meter.copied("p", &t("a"), 10, 100);
+        meter.done("p", &t("a"));
+        assert!(meter.started.is_some(), "b is still to copy");
+        meter.plan("p", &t("b"), 10, 100);
+        meter.done("p", &t("b"));
+        assert!(meter.tables.is_empty() && meter.started.is_none());
     }
 
     #[test]

@@ -265,6 +265,13 @@ async fn run_batched(
         tables.progress.clear();
         tables.upsert_until.clear();
     }
+    // Every table this run copies, before any plan: a source may plan them one at a time.
+    let copying: Vec<&TableId> = if resume.snapshot {
+        prepared.tables.iter().collect()
+    } else {
+        resume.copy.iter().map(|c| &c.table).collect()
+    };
+    tables.copy_meter.expect(copying);
     if let Some(hold) = &settings.ack_hold {
         hold.started_at(resume.start.as_ref());
     }
