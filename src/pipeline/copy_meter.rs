@@ -55,6 +55,21 @@ pub(super) struct Progress {
 }
 
 impl Progress {
+    /// The progress line of `scope` (a table, or all of them).
+    fn log(&self, scope: &str) {
+        tracing::info!(
+            table = scope,
+            rows = self.rows,
+            estimated_rows = self.estimated_rows,
+            bytes = self.bytes,
+            estimated_bytes = self.estimated_bytes,
+            rows_per_s = self.rows_per_s as u64,
+            bytes_per_s = self.bytes_per_s as u64,
+            eta_s = self.eta_s.map(|s| s.round() as u64),
+            "initial copy progress"
+        );
+    }
+
     fn of(
         rows: u64,
         estimated_rows: u64,
@@ -226,33 +241,12 @@ impl CopyMeter {
                 continue;
             }
             if let Some(p) = self.table(table, now) {
-                tracing::info!(
-                    table = %table,
-                    rows = p.rows,
-                    estimated_rows = p.estimated_rows,
-                    bytes = p.bytes,
-                    estimated_bytes = p.estimated_bytes,
-                    rows_per_s = p.rows_per_s as u64,
-                    bytes_per_s = p.bytes_per_s as u64,
-                    eta_s = p.eta_s.map(|s| s.round() as u64),
-                    "initial copy progress"
-                );
+                p.log(&table.to_string());
             }
         }
         let all = self.overall(now);
         let done = self.tables.values().filter(|t| t.done).count();
-        tracing::info!(
-            tables = self.tables.len(),
-            done,
-            rows = all.rows,
-            estimated_rows = all.estimated_rows,
-            bytes = all.bytes,
-            estimated_bytes = all.estimated_bytes,
-            rows_per_s = all.rows_per_s as u64,
-            bytes_per_s = all.bytes_per_s as u64,
-            eta_s = all.eta_s.map(|s| s.round() as u64),
-            "initial copy progress, all tables"
-        );
+        all.log(&format!("all tables ({}, {done} done)", self.tables.len()));
         if let Some(eta) = all.eta_s {
             metrics::gauge!(m::SNAPSHOT_ETA_SECONDS, m::LABEL_PIPELINE => pipeline.to_owned())
                 .set(eta);

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::metrics::{free_port, get, sample};
+use super::metrics::{get, sample, serve_metrics};
 use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
 use crate::support::{connect, exec, test_env_and_name, Pipeline, Settings};
 
@@ -115,13 +115,7 @@ async fn postgres_copy_reports_rows_bytes_and_eta_per_table() {
     for t in &names {
         p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
     }
-    let port = free_port();
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    std::fs::write(
-        &p.config,
-        format!("{text}\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
-    )
-    .unwrap();
+    let port = serve_metrics(&p.config);
     // 30 chunks on 3 workers, each held 1.2 s after it: ~12 s of copying, past the log interval.
     p.env_vars
         .push(("CDCD_PAUSEPOINT".into(), "copy-chunk-copied:1200".into()));
@@ -157,13 +151,7 @@ async fn mariadb_copy_reports_rows_bytes_and_eta_per_table() {
         )
         .await;
     }
-    let port = free_port();
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    std::fs::write(
-        &p.config,
-        format!("{text}\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
-    )
-    .unwrap();
+    let port = serve_metrics(&p.config);
     // Each table's copy held 5 s before it starts: past the log interval while tables copy.
     p.env_vars
         .push(("CDCD_PAUSEPOINT".into(), "mysql-copy-table:5000".into()));

@@ -17,6 +17,15 @@ fn logged(s: IcebergSink) -> (IcebergSink, RequestLog) {
     (s.with_warehouse(wh.with_store(store)), log)
 }
 
+/// A deletion-vector sink on `dir` without compaction (whose snapshots would mix in).
+fn dv_sink(dir: &std::path::Path) -> IcebergSink {
+    sink_with(
+        dir,
+        DeleteMode::DeletionVectors,
+        &[("cdcd.compaction.enabled", "false")],
+    )
+}
+
 fn taken(log: &RequestLog) -> Vec<(&'static str, String)> {
     std::mem::take(&mut *log.lock().unwrap())
 }
@@ -112,11 +121,7 @@ async fn delete_manifests(s: &IcebergSink) -> usize {
 #[tokio::test]
 async fn replaced_vectors_fold_their_manifests_into_the_commits_own() {
     let dir = tempfile::tempdir().unwrap();
-    let (s, log) = logged(sink_with(
-        dir.path(),
-        DeleteMode::DeletionVectors,
-        &[("cdcd.compaction.enabled", "false")],
-    ));
+    let (s, log) = logged(dv_sink(dir.path()));
     seed(&s).await;
     commits(&s, 0, 2).await;
     // Each of these deletes a seed row (`del(50 + i)`), so each replaces the seed file's vector,
@@ -162,11 +167,7 @@ async fn replaced_vectors_fold_their_manifests_into_the_commits_own() {
     if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
         assert_eq!(rows, expected);
     }
-    let s2 = super::maintenance::sink_with(
-        dir.path(),
-        DeleteMode::DeletionVectors,
-        &[("cdcd.compaction.enabled", "false")],
-    );
+    let s2 = dv_sink(dir.path());
     // Seed rows again: the seed file's vector, read cold, is replaced and its manifest folded.
     let t = schema();
     s2.commit(&t, &[changes(&[del(40), upd(41, Some("u"), 7)])], &cp(2000))
@@ -191,11 +192,7 @@ async fn replaced_vectors_fold_their_manifests_into_the_commits_own() {
 #[tokio::test]
 async fn a_streaming_commit_sends_no_delete_and_no_index_request() {
     let dir = tempfile::tempdir().unwrap();
-    let (s, log) = logged(sink_with(
-        dir.path(),
-        DeleteMode::DeletionVectors,
-        &[("cdcd.compaction.enabled", "false")],
-    ));
+    let (s, log) = logged(dv_sink(dir.path()));
     let t = schema();
     seed(&s).await;
     commits(&s, 0, 2).await;
@@ -244,11 +241,7 @@ async fn a_streaming_commit_sends_no_delete_and_no_index_request() {
     // Commits the index has not persisted, then a start without a clean stop.
     commits(&s, 2 + n, 3).await;
     drop(s);
-    let s2 = sink_with(
-        dir.path(),
-        DeleteMode::DeletionVectors,
-        &[("cdcd.compaction.enabled", "false")],
-    );
+    let s2 = dv_sink(dir.path());
     commits(&s2, 2 + n + 3, 2).await;
     s2.settle().await;
     assert_eq!(
