@@ -16,8 +16,10 @@
 //! running during the copy. One `START TRANSACTION WITH CONSISTENT SNAPSHOT` needs neither: MariaDB
 //! gives its exact binlog point without any lock (`binlog_snapshot_file/position`), and InnoDB's
 //! MVCC keeps it readable while writers go on. Its cost is undo history kept for the copy's
-//! duration; chunks bound what a crash loses, not the transaction's length. Chunks are copied in
-//! key order on that one connection: MariaDB cannot share a consistent snapshot between sessions.
+//! duration; chunks bound what a crash loses, not the transaction's length. A table's chunks are
+//! copied in key order on one connection; MariaDB cannot share a snapshot between sessions, but
+//! other sessions whose snapshot began at the same binlog position read the same rows, and
+//! `parallel.rs` copies other tables on those.
 //!
 //! # Why the replica equals the source
 //!
