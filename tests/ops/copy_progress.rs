@@ -2,7 +2,8 @@
 //! several tables copied at once report rows and bytes per table against the source's estimates
 //! on `/metrics` while the copy runs and after it, and the log has the progress line (rows,
 //! bytes, rate, ETA) per table and for all of them; every table reads back equal by DuckDB.
-//! Pause points slow the copy down past the 10 s log interval.
+//! Pause points slow the copy down past the 10 s log interval. MariaDB's tables are copied on
+//! several connections at once (`sources/mysql/parallel.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -137,7 +138,13 @@ async fn mariadb_copy_reports_rows_bytes_and_eta_per_table() {
     let Some((env, name)) = my_env_and_name("cprogmy") else {
         return;
     };
-    let mut p = MyPipeline::new(&env, &name, "initial", "snapshot_chunk_rows = 4000").await;
+    let mut p = MyPipeline::new(
+        &env,
+        &name,
+        "initial",
+        "snapshot_chunk_rows = 4000\nsnapshot_parallelism = 3",
+    )
+    .await;
     let mut c = my_connect(&env.url_for(&p.db)).await;
     let names: Vec<String> = (0..TABLES).map(|i| format!("t{i}")).collect();
     for t in &names {
@@ -152,13 +159,22 @@ async fn mariadb_copy_reports_rows_bytes_and_eta_per_table() {
         .await;
     }
     let port = serve_metrics(&p.config);
-    // Each table's copy held 5 s before it starts: past the log interval while tables copy.
+    // Each table's copy held 11 s before it starts: past the log interval while tables copy,
+    // and 33 s if the tables were copied one after another.
     p.env_vars
-        .push(("CDCD_PAUSEPOINT".into(), "mysql-copy-table:5000".into()));
+        .push(("CDCD_PAUSEPOINT".into(), "mysql-copy-table:11000".into()));
+    let started = Instant::now();
     p.start();
     let labels: Vec<String> = names.iter().map(|t| format!("{}.{t}", p.db)).collect();
     let body = watch_copy(port, &labels, || p.output().contains("initial copies done")).await;
-    assert_copied(&body, &labels, 40000.0, &p.output());
+    let took = started.elapsed();
+    let log = p.output();
+    assert!(
+        log.contains("copying tables on several connections at one snapshot connections=3"),
+        "{log}"
+    );
+    assert!(took < Duration::from_secs(30), "the copy took {took:?}:\n{log}");
+    assert_copied(&body, &labels, 40000.0, &log);
     for t in &names {
         p.assert_equal(t, 60).await;
     }
