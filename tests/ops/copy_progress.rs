@@ -173,7 +173,10 @@ async fn mariadb_copy_reports_rows_bytes_and_eta_per_table() {
         log.contains("copying tables on several connections at one snapshot connections=3"),
         "{log}"
     );
-    assert!(took < Duration::from_secs(30), "the copy took {took:?}:\n{log}");
+    assert!(
+        took < Duration::from_secs(30),
+        "the copy took {took:?}:\n{log}"
+    );
     assert_copied(&body, &labels, 40000.0, &log);
     for t in &names {
         p.assert_equal(t, 60).await;

@@ -74,8 +74,6 @@
 //! ALTER, and the pipeline skips them up to S2 as committed, so nothing of the older shape
 //! reaches the rows copied in the newer one.
 
-use std::time::Instant;
-
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, Row};
 use tokio::sync::mpsc;
@@ -270,12 +268,15 @@ pub enum Copied {
     /// their events was sent.
     All {
         altered: Vec<(TableId, Altered)>,
+        /// Rows copied.
+        rows: u64,
     },
     ShutDown,
 }
 
 /// Copies every chunk to copy of `plans` on `conn` (inside the open snapshot), announcing each
-/// plan and chunk, and ends each table with `finish`'s events.
+/// plan and chunk, and ends each table with `finish`'s events. `parallel::copy_tables` runs it
+/// on each connection of a copy.
 pub async fn copy_tables(
     conn: &mut Conn,
     cfg: &MySqlConfig,
@@ -284,7 +285,6 @@ pub async fn copy_tables(
     events: &mpsc::Sender<SourceEvent>,
     shutdown: &CancellationToken,
 ) -> Result<Copied, SourceError> {
-    let started = Instant::now();
     let mut total = 0u64;
     let mut altered = Vec::new();
     for plan in plans {
@@ -320,14 +320,10 @@ pub async fn copy_tables(
         send(events, done).await?;
         info!(table = %table, rows = table_rows, "table copied");
     }
-    let seconds = started.elapsed().as_secs_f64();
-    info!(
-        rows = total,
-        seconds,
-        rows_per_s = (total as f64 / seconds.max(1e-9)) as u64,
-        "initial copy finished"
-    );
-    Ok(Copied::All { altered })
+    Ok(Copied::All {
+        altered,
+        rows: total,
+    })
 }
 
 /// Copies the chunks of `plan` to copy; returns the rows sent, or `None` when shut down.

@@ -196,7 +196,7 @@ impl CopyJob<'_> {
                 tracing::debug!(error = %e, "ending a copy connection's snapshot");
             }
         }
-        let Copied::All { altered: more } = copied else {
+        let Copied::All { altered: more, .. } = copied else {
             return Ok(None);
         };
         self.conn
@@ -241,11 +241,11 @@ impl CopyJob<'_> {
             let chunk_rows = self.cfg.snapshot_chunk_rows;
             let found = match copy::plan_table(self.conn, &at, None, chunk_rows, &position).await {
                 Ok(plan) => {
-                    let plans = [plan];
-                    let copied = copy::copy_tables(
+                    let copied = parallel::copy_tables(
                         self.conn,
+                        &mut [],
                         self.cfg,
-                        &plans,
+                        vec![plan],
                         &finish,
                         self.events,
                         self.shutdown,
@@ -253,7 +253,7 @@ impl CopyJob<'_> {
                     .await?;
                     match copied {
                         Copied::ShutDown => return Ok(None),
-                        Copied::All { altered } => altered.first().map(|(_, a)| *a),
+                        Copied::All { altered, .. } => altered.first().map(|(_, a)| *a),
                     }
                 }
                 Err(CopyError::Altered(a)) => Some(a),

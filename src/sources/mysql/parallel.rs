@@ -21,6 +21,8 @@
 //! the pipeline's bounded channel stops them all when the sink is slower; the copy's buffered rows
 //! are committed within the budget's share whatever the number of tables (`pipeline/copy.rs`).
 
+use std::time::Instant;
+
 use futures::future::join_all;
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
@@ -90,7 +92,8 @@ async fn at_snapshot(
 
 /// Copies `plans` on `main` and `more` (every one inside a snapshot at the same position): each
 /// table whole on one connection, the largest tables first, each to the connection with the
-/// fewest estimated rows so far. What [`copy::copy_tables`] does on one connection, merged.
+/// fewest estimated rows so far. What [`copy::copy_tables`] does on one connection, merged, and
+/// the copy's one "initial copy finished" line once every connection is done.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn copy_tables(
     main: &mut Conn,
@@ -109,24 +112,38 @@ pub(super) async fn copy_tables(
             "copying tables on several connections at one snapshot"
         );
     }
+    let started = Instant::now();
     let groups = spread(plans, conns.len());
     let copies = conns
         .iter_mut()
         .zip(&groups)
         .map(|(conn, plans)| copy::copy_tables(conn, cfg, plans, finish, events, shutdown));
     let mut altered = Vec::new();
+    let mut rows = 0;
     let mut shut_down = false;
     for copied in join_all(copies).await {
         match copied? {
-            Copied::All { altered: a } => altered.extend(a),
+            Copied::All {
+                altered: a,
+                rows: r,
+            } => {
+                altered.extend(a);
+                rows += r;
+            }
             Copied::ShutDown => shut_down = true,
         }
     }
-    Ok(if shut_down {
-        Copied::ShutDown
-    } else {
-        Copied::All { altered }
-    })
+    if shut_down {
+        return Ok(Copied::ShutDown);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    info!(
+        rows,
+        seconds,
+        rows_per_s = (rows as f64 / seconds.max(1e-9)) as u64,
+        "initial copy finished"
+    );
+    Ok(Copied::All { altered, rows })
 }
 
 /// `plans` in `n` groups of about equal estimated rows: largest first, each to the lightest group.
