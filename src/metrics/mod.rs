@@ -37,6 +37,13 @@ pub const BUFFERED_ROWS: &str = "cdcd_buffered_rows";
 pub const ERRORS_TOTAL: &str = "cdcd_errors_total";
 pub const SNAPSHOT_ROWS_TOTAL: &str = "cdcd_snapshot_rows_total";
 pub const SNAPSHOT_ROWS_ESTIMATED: &str = "cdcd_snapshot_rows_estimated";
+/// Arrow bytes of the values the initial copy copied, by table (`pipeline/copy_meter.rs`).
+pub const SNAPSHOT_BYTES_TOTAL: &str = "cdcd_snapshot_bytes_total";
+/// The source's size of the table on disk, by table (Postgres `pg_table_size`, MySQL
+/// `DATA_LENGTH`).
+pub const SNAPSHOT_BYTES_ESTIMATED: &str = "cdcd_snapshot_bytes_estimated";
+/// Seconds until the initial copies under way are done, at their rate so far (0 when none runs).
+pub const SNAPSHOT_ETA_SECONDS: &str = "cdcd_snapshot_eta_seconds";
 /// Tables whose resync cdcd started by itself, on a schema change their lake table cannot
 /// express (`source.schema_change = "resync"`; `pipeline/schema_resync.rs`).
 pub const SCHEMA_RESYNCS_TOTAL: &str = "cdcd_schema_resyncs_total";
@@ -152,6 +159,21 @@ fn describe(pipeline: &str) {
         SNAPSHOT_ROWS_ESTIMATED,
         "Estimated rows of the table's initial copy"
     );
+    describe_counter!(
+        SNAPSHOT_BYTES_TOTAL,
+        Unit::Bytes,
+        "Bytes of values copied by the initial copy (Arrow)"
+    );
+    describe_gauge!(
+        SNAPSHOT_BYTES_ESTIMATED,
+        Unit::Bytes,
+        "The source's size of the table on disk, for its initial copy"
+    );
+    describe_gauge!(
+        SNAPSHOT_ETA_SECONDS,
+        Unit::Seconds,
+        "Estimated seconds until the initial copies under way are done"
+    );
     describe_counter!(HEARTBEATS_TOTAL, "Heartbeats written to the source");
     describe_counter!(
         MAINTENANCE_RUNS_TOTAL,
@@ -230,6 +252,9 @@ mod tests {
             ERRORS_TOTAL,
             SNAPSHOT_ROWS_TOTAL,
             SNAPSHOT_ROWS_ESTIMATED,
+            SNAPSHOT_BYTES_TOTAL,
+            SNAPSHOT_BYTES_ESTIMATED,
+            SNAPSHOT_ETA_SECONDS,
             HEARTBEATS_TOTAL,
             REPLICATION_SLOT_LOST,
             MAINTENANCE_RUNS_TOTAL,

@@ -7,7 +7,6 @@ use tracing::debug;
 
 use super::{Committer, PipelineError, TableBuffer};
 use crate::changelog::{Lsn, Op, Position, TableChanges, TableId};
-use crate::metrics as m;
 use crate::sources::{ChunkState, SnapshotProgress};
 
 impl Committer {
@@ -21,8 +20,15 @@ impl Committer {
             .map(Position::snapshot_incomplete)
             .unwrap_or(Position::Postgres(Lsn::ZERO));
         let rows = changes.ops.iter().filter(|op| **op != Op::Truncate).count();
-        metrics::counter!(m::SNAPSHOT_ROWS_TOTAL, m::LABEL_PIPELINE => self.settings.pipeline.clone(), m::LABEL_TABLE => table.to_string())
-            .increment(rows as u64);
+        let bytes: usize = changes
+            .rows
+            .columns()
+            .iter()
+            .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0))
+            .sum();
+        self.tables
+            .copy_meter
+            .copied(&self.settings.pipeline, &table, rows as u64, bytes as u64);
         if changes.ops.first() == Some(&Op::Truncate) {
             // A copy from scratch (the marker replaces what the table holds): no chunk of an
             // earlier copy of the table is in it any more, even under the same plan.
@@ -52,9 +58,19 @@ impl Committer {
 
     /// A table's chunk plan. A resumed copy announces the plan it was given: what is started
     /// and done is kept.
-    pub(super) fn copy_plan(&mut self, table: TableId, chunks: Vec<String>, estimated_rows: u64) {
-        metrics::gauge!(m::SNAPSHOT_ROWS_ESTIMATED, m::LABEL_PIPELINE => self.settings.pipeline.clone(), m::LABEL_TABLE => table.to_string())
-            .set(estimated_rows as f64);
+    pub(super) fn copy_plan(
+        &mut self,
+        table: TableId,
+        chunks: Vec<String>,
+        estimated_rows: u64,
+        estimated_bytes: u64,
+    ) {
+        self.tables.copy_meter.plan(
+            &self.settings.pipeline,
+            &table,
+            estimated_rows,
+            estimated_bytes,
+        );
         let same = self
             .tables
             .progress
@@ -95,6 +111,7 @@ impl Committer {
         position: Position,
     ) -> Result<(), PipelineError> {
         self.tables.progress.remove(table);
+        self.tables.copy_meter.done(&self.settings.pipeline, table);
         let schema = self.tables.schemas.get(table).cloned();
         match (self.tables.buffers.get_mut(table), schema) {
             (Some(buffer), _) => {

@@ -265,6 +265,13 @@ async fn run_batched(
         tables.progress.clear();
         tables.upsert_until.clear();
     }
+    // Every table this run copies, before any plan: a source may plan them one at a time.
+    let copying: Vec<&TableId> = if resume.snapshot {
+        prepared.tables.iter().collect()
+    } else {
+        resume.copy.iter().map(|c| &c.table).collect()
+    };
+    tables.copy_meter.expect(copying);
     if let Some(hold) = &settings.ack_hold {
         hold.started_at(resume.start.as_ref());
     }
@@ -585,7 +592,8 @@ impl Committer {
                 table,
                 chunks,
                 estimated_rows,
-            } => self.copy_plan(table, chunks, estimated_rows),
+                estimated_bytes,
+            } => self.copy_plan(table, chunks, estimated_rows, estimated_bytes),
             SourceEvent::SnapshotChunk {
                 table,
                 chunk,
@@ -806,6 +814,8 @@ mod commit;
 use commit::InFlight;
 
 mod copy;
+
+mod copy_meter;
 
 mod lag;
 use lag::Lag;

@@ -87,6 +87,8 @@ pub(super) struct Tables {
     /// Tables whose changes this run leaves to their pending resync: a schema change their
     /// lake table could not take (`pipeline/schema_resync.rs`).
     pub(super) parked: BTreeSet<TableId>,
+    /// The initial copies' rows and bytes so far, for the progress log and metrics.
+    pub(super) copy_meter: super::copy_meter::CopyMeter,
 }
 
 impl Tables {

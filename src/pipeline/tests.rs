@@ -774,6 +774,7 @@ async fn copy_progress_is_committed_with_the_rows() {
                 table: table("a"),
                 chunks: vec!["c0".into(), "c1".into()],
                 estimated_rows: 4,
+                estimated_bytes: 0,
             },
             SourceEvent::SnapshotRows(changes("a", Op::Truncate, &[0])),
             chunk("a", 0, Started),
@@ -807,6 +808,7 @@ async fn inserts_in_the_upsert_window_become_updates() {
                 table: table("a"),
                 chunks: vec!["c0".into()],
                 estimated_rows: 1,
+                estimated_bytes: 0,
             },
             SourceEvent::SnapshotRows(changes("a", Op::Insert, &[1])),
             SourceEvent::SnapshotUpsertUntil {
@@ -864,6 +866,7 @@ async fn copy_batches_commit_in_the_background_in_order() {
                 table: table("a"),
                 chunks: vec!["c0".into(), "c1".into()],
                 estimated_rows: 5,
+                estimated_bytes: 0,
             },
             SourceEvent::SnapshotRows(changes("a", Op::Truncate, &[0])),
             chunk("a", 0, Started),

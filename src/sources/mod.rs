@@ -43,6 +43,9 @@ pub enum SourceEvent {
         /// The source's row estimate (Postgres: `pg_class.reltuples`), for progress and the
         /// `cdcd_snapshot_rows_estimated` metric.
         estimated_rows: u64,
+        /// The source's size of the table on disk (Postgres: `pg_table_size`, heap and TOAST;
+        /// MySQL: `DATA_LENGTH`), for the `cdcd_snapshot_bytes_estimated` metric.
+        estimated_bytes: u64,
     },
     /// Chunk `chunk` of `table`'s plan changed state. `Started` comes before any of the chunk's
     /// rows, `Done` after all of them, so a commit that records the progress never holds rows of

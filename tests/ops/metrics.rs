@@ -50,6 +50,18 @@ fn sample_labeled(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// Appends `[metrics] listen` on a free port to the config at `config`; returns the port.
+pub(crate) fn serve_metrics(config: &std::path::Path) -> u16 {
+    let port = free_port();
+    let text = std::fs::read_to_string(config).unwrap();
+    std::fs::write(
+        config,
+        format!("{text}\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
+    )
+    .unwrap();
+    port
+}
+
 /// Adds `heartbeat_interval_ms` to `[source]`, `[metrics] listen` on `port`.
 fn add_ops_config(p: &Pipeline, port: u16, heartbeat_ms: u64) {
     let text = std::fs::read_to_string(&p.config).unwrap();
@@ -348,13 +360,7 @@ async fn lag_stays_at_zero_while_a_mysql_source_is_quiet() {
          INSERT INTO t SELECT seq, seq FROM seq_1_to_100",
     )
     .await;
-    let port = free_port();
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    std::fs::write(
-        &p.config,
-        format!("{text}\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
-    )
-    .unwrap();
+    let port = serve_metrics(&p.config);
     p.start();
     p.assert_equal("t", 120).await;
     my_exec(

@@ -188,10 +188,11 @@ impl Tables {
         t
     }
 
-    /// Waits for `table`'s background index update, if one runs.
+    /// Waits for `table`'s background index update, if one runs, and persists what it left
+    /// unpersisted (`rows/index/mod.rs`, `PERSIST_EVERY`).
     pub(super) async fn settle_index(&self, table: &TableId) {
         let slot = self.slot(table);
-        slot.lock().await.index.settle().await;
+        slot.lock().await.index.persist().await;
     }
 
     /// Where the primary-key index of `table` lives (pk_index.rs says why there).

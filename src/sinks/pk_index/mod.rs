@@ -6,7 +6,8 @@
 //! sink encodes primary keys with `arrow_row::RowConverter` (so keys are opaque, order-preserving
 //! bytes), asks [`PrimaryKeyIndex::get_many`] for a commit's keys in one batch, commits the table
 //! snapshot, then [`PrimaryKeyIndex::apply`]s the new locations and removals and
-//! [`PrimaryKeyIndex::persist`]s them, naming the snapshot they cover.
+//! [`PrimaryKeyIndex::persist`]s them, naming the snapshot they cover (a streaming sink every few
+//! commits: [`PrimaryKeyIndex::persist_when_due`]).
 //!
 //! # Design: a small LSM tree of sorted runs
 //!
@@ -50,7 +51,8 @@
 //! # Recovery contract
 //!
 //! The table commit is the truth. The sink persists the index *after* the table commit, with that
-//! commit's snapshot id; apply only changes of committed snapshots. After a crash between the two,
+//! commit's snapshot id (or a later one); apply only changes of committed snapshots. After a
+//! crash between the two,
 //! [`PrimaryKeyIndex::covered_snapshot`] is older than the table's current snapshot: the sink
 //! reads the key columns of the data files added (and the deletes committed) after the covered
 //! snapshot, feeds them to [`PrimaryKeyIndex::apply`] in commit order, and persists. When the
@@ -131,6 +133,7 @@ mod tests;
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
@@ -276,6 +279,11 @@ pub struct PrimaryKeyIndex {
     manifest_seq: u64,
     next_run_id: u64,
     covered: Option<i64>,
+    /// Which table snapshot the index holds in memory: `covered`, or a later one recorded by
+    /// [`persist_when_due`](Self::persist_when_due) and not persisted yet.
+    applied: Option<i64>,
+    /// When the newest manifest was written (or the index opened).
+    persisted_at: Instant,
     /// Files to delete once a manifest that no longer names them is durable.
     obsolete: Vec<Path>,
     /// What merges did since open (copied blocks vs merged entries).
@@ -349,6 +357,7 @@ impl PrimaryKeyIndex {
             index.manifest_seq = m.seq;
             index.next_run_id = index.next_run_id.max(m.next_run_id);
             index.covered = m.covered_snapshot;
+            index.applied = m.covered_snapshot;
         }
         index.sweep(listing, |id| live.contains(&id)).await?;
         index.account_runs();
@@ -389,6 +398,8 @@ impl PrimaryKeyIndex {
             manifest_seq: 0,
             next_run_id: epoch.saturating_mul(RUN_ID_EPOCH_STRIDE).max(1),
             covered: None,
+            applied: None,
+            persisted_at: Instant::now(),
             obsolete: Vec::new(),
             merged: compaction::worker::MergeStats::default(),
         }
@@ -435,6 +446,12 @@ impl PrimaryKeyIndex {
     /// Which table snapshot the persisted index reflects; `None` for a new index.
     pub fn covered_snapshot(&self) -> Option<i64> {
         self.covered
+    }
+
+    /// Which table snapshot the index holds in memory: the persisted one, or a later one
+    /// [`persist_when_due`](Self::persist_when_due) recorded without persisting.
+    pub fn applied_snapshot(&self) -> Option<i64> {
+        self.applied
     }
 
     /// Records committed changes, in commit order (a later change to a key wins). In memory only
@@ -532,10 +549,44 @@ impl PrimaryKeyIndex {
     pub async fn persist(&mut self, covers_snapshot: i64) -> Result<(), IndexError> {
         self.write_memtable().await?;
         self.write_manifest(Some(covers_snapshot)).await?;
+        self.applied = Some(covers_snapshot);
+        self.persisted_at = Instant::now();
         self.delete_obsolete().await;
         self.compact_logged().await;
         self.account_runs();
         Ok(())
+    }
+
+    /// Records that everything applied so far is table snapshot `covers_snapshot` (committed),
+    /// and [`persist`](Self::persist)s only when the last manifest is `every` old, the memtable
+    /// needs a flush, or the memtables of every index together are over their share (then each
+    /// index empties its own at its next commit, however small); returns whether it did. Between persists the changes stay in the memtable
+    /// and the manifest names an older snapshot: a crash then replays the table's commits after
+    /// it (recovery contract), at most `every` of them, instead of every commit writing a run and
+    /// a manifest and deleting the previous manifest (issue 37: requests that grew with commits,
+    /// not with data). [`persist_applied`](Self::persist_applied) persists what is pending.
+    pub async fn persist_when_due(
+        &mut self,
+        covers_snapshot: i64,
+        every: Duration,
+    ) -> Result<bool, IndexError> {
+        self.applied = Some(covers_snapshot);
+        let memory = self.charges.memory();
+        let over = memory.memtables() > memory.memtables_limit();
+        if self.persisted_at.elapsed() < every && !over && !self.needs_flush() {
+            return Ok(false);
+        }
+        self.persist(covers_snapshot).await?;
+        Ok(true)
+    }
+
+    /// Persists the snapshot [`persist_when_due`](Self::persist_when_due) recorded, if the
+    /// manifest names an older one (a clean stop).
+    pub async fn persist_applied(&mut self) -> Result<(), IndexError> {
+        match self.applied {
+            Some(applied) if self.covered != Some(applied) => self.persist(applied).await,
+            _ => Ok(()),
+        }
     }
 
     async fn compact_logged(&mut self) {

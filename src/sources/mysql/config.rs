@@ -35,6 +35,9 @@ pub struct RawMySql {
     /// Initial copy: target rows per chunk, the unit of resuming after a crash (default 250000).
     #[serde(default)]
     pub snapshot_chunk_rows: Option<u64>,
+    /// Initial copy: connections copying tables at once (default 4; MariaDB).
+    #[serde(default)]
+    pub snapshot_parallelism: Option<usize>,
     /// How zero dates (`0000-00-00`, and dates with a zero month or day) are written: "null"
     /// (default) or "error" (stop the pipeline, naming the table and column).
     #[serde(default)]
@@ -112,6 +115,8 @@ pub struct MySqlConfig {
     pub tls_origins: Vec<String>,
     /// Target rows per chunk of the initial copy (≥ 1): the unit of resuming after a crash.
     pub snapshot_chunk_rows: u64,
+    /// Connections copying tables at once (≥ 1; `mysql/parallel.rs`).
+    pub snapshot_parallelism: usize,
     /// `source.start_position`: where to stream from when no table has a checkpoint.
     pub start_position: Option<Position>,
     /// `source.key_columns`: user-chosen keys of tables without a primary key.
@@ -207,6 +212,10 @@ impl RawMySql {
             tls,
             tls_origins,
             snapshot_chunk_rows: ctx.snapshot_chunk_rows(self.snapshot_chunk_rows)?,
+            snapshot_parallelism: ctx.at_least_one(
+                "source.snapshot_parallelism",
+                self.snapshot_parallelism.unwrap_or(4),
+            )?,
             start_position,
             key_columns,
         })

@@ -16,8 +16,10 @@
 //! running during the copy. One `START TRANSACTION WITH CONSISTENT SNAPSHOT` needs neither: MariaDB
 //! gives its exact binlog point without any lock (`binlog_snapshot_file/position`), and InnoDB's
 //! MVCC keeps it readable while writers go on. Its cost is undo history kept for the copy's
-//! duration; chunks bound what a crash loses, not the transaction's length. Chunks are copied in
-//! key order on that one connection: MariaDB cannot share a consistent snapshot between sessions.
+//! duration; chunks bound what a crash loses, not the transaction's length. A table's chunks are
+//! copied in key order on one connection; MariaDB cannot share a snapshot between sessions, but
+//! other sessions whose snapshot began at the same binlog position read the same rows, and
+//! `parallel.rs` copies other tables on those.
 //!
 //! # Why the replica equals the source
 //!
@@ -72,8 +74,6 @@
 //! ALTER, and the pipeline skips them up to S2 as committed, so nothing of the older shape
 //! reaches the rows copied in the newer one.
 
-use std::time::Instant;
-
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, Row};
 use tokio::sync::mpsc;
@@ -101,6 +101,7 @@ pub struct TablePlan<'a> {
     /// From scratch: a Truncate marker first replaces what the table holds.
     pub fresh: bool,
     pub estimated_rows: u64,
+    pub estimated_bytes: u64,
 }
 
 /// What each table's copy ends with, once all its chunks are sent.
@@ -128,7 +129,7 @@ pub async fn plan_table<'a>(
     chunk_rows: u64,
     from: &Position,
 ) -> Result<TablePlan<'a>, CopyError> {
-    let estimated_rows = estimated_rows(conn, entry).await?;
+    let (estimated_rows, estimated_bytes) = estimated_size(conn, entry).await?;
     let stored = progress.and_then(|p| {
         let chunks: Option<Vec<KeyRange>> = p
             .chunks
@@ -158,6 +159,7 @@ pub async fn plan_table<'a>(
             todo,
             fresh: false,
             estimated_rows,
+            estimated_bytes,
         });
     }
     let mut chunks = key_ranges(conn, entry, estimated_rows, chunk_rows).await?;
@@ -173,20 +175,23 @@ pub async fn plan_table<'a>(
         todo,
         fresh: true,
         estimated_rows,
+        estimated_bytes,
     })
 }
 
-/// InnoDB's row estimate (`information_schema.TABLES.TABLE_ROWS`), for planning and progress.
-async fn estimated_rows(conn: &mut Conn, entry: &TableEntry) -> Result<u64, SourceError> {
+/// InnoDB's row estimate and size on disk (`information_schema.TABLES.TABLE_ROWS`,
+/// `DATA_LENGTH`), for planning and progress.
+async fn estimated_size(conn: &mut Conn, entry: &TableEntry) -> Result<(u64, u64), SourceError> {
     let id = &entry.schema.id;
-    let rows: Option<Option<u64>> = conn
+    let size: Option<(Option<u64>, Option<u64>)> = conn
         .exec_first(
-            "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+            "SELECT TABLE_ROWS, DATA_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
             (&id.namespace, &id.name),
         )
         .await
         .map_err(server_err(format!("estimating the rows of {id}")))?;
-    Ok(rows.flatten().unwrap_or(0))
+    let (rows, bytes) = size.unwrap_or_default();
+    Ok((rows.unwrap_or(0), bytes.unwrap_or(0)))
 }
 
 /// The quoted primary-key columns, in key order.
@@ -263,12 +268,15 @@ pub enum Copied {
     /// their events was sent.
     All {
         altered: Vec<(TableId, Altered)>,
+        /// Rows copied.
+        rows: u64,
     },
     ShutDown,
 }
 
 /// Copies every chunk to copy of `plans` on `conn` (inside the open snapshot), announcing each
-/// plan and chunk, and ends each table with `finish`'s events.
+/// plan and chunk, and ends each table with `finish`'s events. `parallel::copy_tables` runs it
+/// on each connection of a copy.
 pub async fn copy_tables(
     conn: &mut Conn,
     cfg: &MySqlConfig,
@@ -277,7 +285,6 @@ pub async fn copy_tables(
     events: &mpsc::Sender<SourceEvent>,
     shutdown: &CancellationToken,
 ) -> Result<Copied, SourceError> {
-    let started = Instant::now();
     let mut total = 0u64;
     let mut altered = Vec::new();
     for plan in plans {
@@ -313,14 +320,10 @@ pub async fn copy_tables(
         send(events, done).await?;
         info!(table = %table, rows = table_rows, "table copied");
     }
-    let seconds = started.elapsed().as_secs_f64();
-    info!(
-        rows = total,
-        seconds,
-        rows_per_s = (total as f64 / seconds.max(1e-9)) as u64,
-        "initial copy finished"
-    );
-    Ok(Copied::All { altered })
+    Ok(Copied::All {
+        altered,
+        rows: total,
+    })
 }
 
 /// Copies the chunks of `plan` to copy; returns the rows sent, or `None` when shut down.
@@ -341,6 +344,7 @@ async fn copy_table(
         table: table.clone(),
         chunks: plan.descriptions.clone(),
         estimated_rows: plan.estimated_rows,
+        estimated_bytes: plan.estimated_bytes,
     }];
     if plan.fresh {
         announce.push(truncate_marker(plan.entry)?);

@@ -33,6 +33,7 @@ use tracing::info;
 
 use super::altered::{self, Altered, CopyError, COPY_ATTEMPTS};
 use super::copy::{self, Copied, Finish};
+use super::parallel;
 use super::schema::TableEntry;
 use super::setup::{self, server_err, Flavor};
 use super::snapshot::{self, Pinned};
@@ -176,17 +177,26 @@ impl CopyJob<'_> {
                 Err(CopyError::Source(e)) => return Err(e),
             }
         }
-        let copied = copy::copy_tables(
+        let wanted = self.cfg.snapshot_parallelism.min(plans.len());
+        let mut helpers =
+            parallel::open_at(self.cfg, self.flavor, &position, wanted.saturating_sub(1)).await;
+        let copied = parallel::copy_tables(
             self.conn,
+            &mut helpers,
             self.cfg,
-            &plans,
+            plans,
             &finish,
             self.events,
             self.shutdown,
         )
         .await?;
-        drop(plans);
-        let Copied::All { altered: more } = copied else {
+        for mut helper in helpers {
+            // Read-only: ending the snapshot only releases it.
+            if let Err(e) = helper.query_drop("COMMIT").await {
+                tracing::debug!(error = %e, "ending a copy connection's snapshot");
+            }
+        }
+        let Copied::All { altered: more, .. } = copied else {
             return Ok(None);
         };
         self.conn
@@ -231,11 +241,11 @@ impl CopyJob<'_> {
             let chunk_rows = self.cfg.snapshot_chunk_rows;
             let found = match copy::plan_table(self.conn, &at, None, chunk_rows, &position).await {
                 Ok(plan) => {
-                    let plans = [plan];
-                    let copied = copy::copy_tables(
+                    let copied = parallel::copy_tables(
                         self.conn,
+                        &mut [],
                         self.cfg,
-                        &plans,
+                        vec![plan],
                         &finish,
                         self.events,
                         self.shutdown,
@@ -243,7 +253,7 @@ impl CopyJob<'_> {
                     .await?;
                     match copied {
                         Copied::ShutDown => return Ok(None),
-                        Copied::All { altered } => altered.first().map(|(_, a)| *a),
+                        Copied::All { altered, .. } => altered.first().map(|(_, a)| *a),
                     }
                 }
                 Err(CopyError::Altered(a)) => Some(a),

@@ -37,6 +37,7 @@ pub mod decoder;
 pub mod history;
 pub mod image;
 pub mod key;
+mod parallel;
 pub mod schema;
 pub mod setup;
 pub mod snapshot;

@@ -260,6 +260,8 @@ pub struct TableSize {
     pub rows: u64,
     /// Heap pages now (`pg_relation_size` over the block size).
     pub pages: u64,
+    /// Bytes on disk: heap and TOAST (`pg_table_size`).
+    pub bytes: u64,
 }
 
 pub async fn table_size(client: &Client, table: &TableId) -> Result<TableSize, SourceError> {
@@ -272,7 +274,8 @@ pub async fn table_size(client: &Client, table: &TableId) -> Result<TableSize, S
              SELECT COALESCE(sum(CASE WHEN c.reltuples >= 0 THEN c.reltuples
                                       ELSE pg_relation_size(c.oid) / 100 END), 0)::float8,
                     (COALESCE(sum(pg_relation_size(c.oid)), 0)
-                     / current_setting('block_size')::int8)::int8
+                     / current_setting('block_size')::int8)::int8,
+                    COALESCE(sum(pg_table_size(c.oid)), 0)::int8
              FROM pg_class c JOIN t ON t.oid = c.oid WHERE c.relkind = 'r'",
             &[&table.namespace, &table.name],
         )
@@ -280,6 +283,7 @@ pub async fn table_size(client: &Client, table: &TableId) -> Result<TableSize, S
         .map_err(|e| server(&format!("estimating the rows of {table}"), &e))?;
     let rows: f64 = row.get(0);
     let pages: i64 = row.get(1);
+    let bytes: i64 = row.get(2);
     Ok(TableSize {
         rows: if rows.is_finite() && rows > 0.0 {
             rows as u64
@@ -287,6 +291,7 @@ pub async fn table_size(client: &Client, table: &TableId) -> Result<TableSize, S
             0
         },
         pages: u64::try_from(pages).unwrap_or(0),
+        bytes: u64::try_from(bytes).unwrap_or(0),
     })
 }
 

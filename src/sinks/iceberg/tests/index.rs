@@ -10,7 +10,7 @@ fn dv_sink(dir: &Path) -> IcebergSink {
 }
 
 /// The snapshot the persisted index of `t` covers.
-async fn covered(s: &IcebergSink) -> Option<i64> {
+pub(super) async fn covered(s: &IcebergSink) -> Option<i64> {
     let t = schema();
     s.tables.settle_index(&t.id).await;
     let root = s.tables.warehouse.path(&s.index_location(&t.id)).unwrap();

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use super::maintenance::{commits, seed, sink_with};
 use super::*;
 use crate::sinks::Sink;
-use crate::storage::requests::{CountedRequests, RequestLog, OP_GET, OP_PUT};
+use crate::storage::requests::{CountedRequests, RequestLog, OP_DELETE, OP_GET, OP_LIST, OP_PUT};
 
 /// `s` writing through a store that logs every request into the returned log.
 fn logged(s: IcebergSink) -> (IcebergSink, RequestLog) {
@@ -15,6 +15,15 @@ fn logged(s: IcebergSink) -> (IcebergSink, RequestLog) {
     let wh = s.tables.warehouse.clone();
     let store = Arc::new(CountedRequests::logged(wh.store().clone(), log.clone()));
     (s.with_warehouse(wh.with_store(store)), log)
+}
+
+/// A deletion-vector sink on `dir` without compaction (whose snapshots would mix in).
+fn dv_sink(dir: &std::path::Path) -> IcebergSink {
+    sink_with(
+        dir,
+        DeleteMode::DeletionVectors,
+        &[("cdcd.compaction.enabled", "false")],
+    )
 }
 
 fn taken(log: &RequestLog) -> Vec<(&'static str, String)> {
@@ -112,11 +121,7 @@ async fn delete_manifests(s: &IcebergSink) -> usize {
 #[tokio::test]
 async fn replaced_vectors_fold_their_manifests_into_the_commits_own() {
     let dir = tempfile::tempdir().unwrap();
-    let (s, log) = logged(sink_with(
-        dir.path(),
-        DeleteMode::DeletionVectors,
-        &[("cdcd.compaction.enabled", "false")],
-    ));
+    let (s, log) = logged(dv_sink(dir.path()));
     seed(&s).await;
     commits(&s, 0, 2).await;
     // Each of these deletes a seed row (`del(50 + i)`), so each replaces the seed file's vector,
@@ -162,11 +167,7 @@ async fn replaced_vectors_fold_their_manifests_into_the_commits_own() {
     if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
         assert_eq!(rows, expected);
     }
-    let s2 = super::maintenance::sink_with(
-        dir.path(),
-        DeleteMode::DeletionVectors,
-        &[("cdcd.compaction.enabled", "false")],
-    );
+    let s2 = dv_sink(dir.path());
     // Seed rows again: the seed file's vector, read cold, is replaced and its manifest folded.
     let t = schema();
     s2.commit(&t, &[changes(&[del(40), upd(41, Some("u"), 7)])], &cp(2000))
@@ -177,6 +178,77 @@ async fn replaced_vectors_fold_their_manifests_into_the_commits_own() {
     let expected = model(&[(0, 10)])
         .replace("(40, 'seed', 400), ", "")
         .replace("(41, 'seed', 410)", "(41, 'u', 7)");
+    if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
+        assert_eq!(rows, expected);
+    }
+}
+
+/// Issue 37: a streaming commit of one table sends no DELETE and writes nothing of the
+/// primary-key index (it persisted a run and a manifest and deleted the previous manifest on
+/// every commit, and merged the runs that piled up); its only LISTs are the filesystem
+/// catalog's three on `metadata/` (`catalog/filesystem/mod.rs`, steps 1, 3 and 4). A clean stop
+/// persists the index covering the last commit; a sink that starts without it (a crash) catches
+/// up from the table, and DuckDB reads every row right.
+#[tokio::test]
+async fn a_streaming_commit_sends_no_delete_and_no_index_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, log) = logged(dv_sink(dir.path()));
+    let t = schema();
+    seed(&s).await;
+    commits(&s, 0, 2).await;
+    s.settle().await;
+    // A commit's index update runs in the background: its requests land in the next commit's
+    // log, so the log is checked over a run of commits.
+    taken(&log);
+    let n = 10;
+    commits(&s, 2, n).await;
+    let sent = taken(&log);
+    let of = |op: &str| -> Vec<&str> {
+        sent.iter()
+            .filter(|(o, _)| *o == op)
+            .map(|(_, p)| p.as_str())
+            .collect()
+    };
+    assert_eq!(of(OP_DELETE), Vec::<&str>::new());
+    let lists = of(OP_LIST);
+    assert_eq!(lists.len(), 3 * n as usize, "{lists:?}");
+    assert!(
+        lists.iter().all(|p| p.ends_with("public/t/metadata")),
+        "{lists:?}"
+    );
+    // Reads of index blocks stay (a lookup's cache miss): they follow the keys a commit
+    // changes.
+    let index: Vec<_> = sent
+        .iter()
+        .filter(|(op, p)| *op != OP_GET && p.contains("/_cdcd/"))
+        .collect();
+    assert_eq!(index, Vec::<&(&str, String)>::new());
+    // A clean stop persists the index covering the last commit.
+    s.settle().await;
+    let stopped = taken(&log);
+    assert!(
+        stopped
+            .iter()
+            .any(|(op, p)| *op == OP_PUT && p.contains("/_cdcd/") && p.contains("manifest-")),
+        "{stopped:?}"
+    );
+    let covered = super::index::covered(&s).await;
+    let head = s.tables.load(&t.id).await.unwrap().unwrap();
+    assert_eq!(
+        covered,
+        head.metadata.current_snapshot().map(|c| c.snapshot_id())
+    );
+    // Commits the index has not persisted, then a start without a clean stop.
+    commits(&s, 2 + n, 3).await;
+    drop(s);
+    let s2 = dv_sink(dir.path());
+    commits(&s2, 2 + n + 3, 2).await;
+    s2.settle().await;
+    assert_eq!(
+        s2.checkpoint(&t.id).await.unwrap(),
+        Some(cp(1000 + 2 + n as u64 + 4))
+    );
+    let expected = model(&[(0, 2 + n + 5)]);
     if let Some(rows) = duck(&table_dir(dir.path()), "id, a, b") {
         assert_eq!(rows, expected);
     }

@@ -65,6 +65,7 @@ pub struct TablePlan {
     /// Starts from scratch: the first batch truncates what the table holds.
     pub fresh: bool,
     pub estimated_rows: u64,
+    pub estimated_bytes: u64,
 }
 
 impl TablePlan {
@@ -74,6 +75,7 @@ impl TablePlan {
             table: self.schema.id.clone(),
             chunks: self.chunks.iter().map(KeyRange::to_description).collect(),
             estimated_rows: self.estimated_rows,
+            estimated_bytes: self.estimated_bytes,
         }
     }
 }
@@ -96,6 +98,7 @@ pub async fn plan_table(
     };
     let size = catalog::table_size(client, &table).await?;
     let estimated_rows = size.rows;
+    let estimated_bytes = size.bytes;
     let binary = types.iter().all(supports_binary);
     let resumed = progress.and_then(|p| {
         let chunks: Option<Vec<KeyRange>> = p
@@ -129,6 +132,7 @@ pub async fn plan_table(
             todo,
             fresh: false,
             estimated_rows,
+            estimated_bytes,
         });
     }
     let n = chunk_count(estimated_rows, chunk_rows);
@@ -149,6 +153,7 @@ pub async fn plan_table(
         todo,
         fresh: true,
         estimated_rows,
+        estimated_bytes,
     })
 }
 

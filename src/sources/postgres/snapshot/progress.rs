@@ -1,9 +1,10 @@
-//! Progress of an initial copy for the operator: a one-line bar redrawn on stderr when stderr is
-//! a terminal, a log line per table otherwise (journald, files, CI).
+//! Progress of an initial copy for the operator at a terminal: a one-line bar redrawn on stderr
+//! when stderr is a terminal, and a last line when the copy ends.
 //!
 //! Where it sits: `parallel.rs` calls [`Meter::report`] every few seconds with the rows copied
-//! per table. The metrics (`cdcd_snapshot_rows_total`, `cdcd_snapshot_rows_estimated`) are
-//! emitted by the pipeline, which has the pipeline label. No crate for the bar: it is one line.
+//! per table. The progress log lines (rows, bytes, rates, ETA) and the metrics are the
+//! pipeline's (`pipeline/copy_meter.rs`), the same for every source. No crate for the bar: it is
+//! one line.
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
@@ -27,7 +28,7 @@ impl Meter {
         }
     }
 
-    /// Shows `copied` rows per table after `elapsed`.
+    /// Redraws the bar with `copied` rows per table after `elapsed` (at a terminal).
     pub fn report(&mut self, copied: &[u64], elapsed: Duration) {
         if self.tty {
             let line = bar_line(&self.tables, copied, elapsed);
@@ -35,19 +36,7 @@ impl Meter {
             let _ = write!(err, "\r{line}\x1b[K");
             let _ = err.flush();
             self.drawn = true;
-            return;
         }
-        for ((name, estimated), &rows) in self.tables.iter().zip(copied) {
-            if rows > 0 && rows < *estimated {
-                tracing::info!(table = %name, rows, estimated, percent = percent(rows, *estimated), "initial copy progress");
-            }
-        }
-        let total: u64 = copied.iter().sum();
-        tracing::info!(
-            rows = total,
-            rows_per_s = rate(total, elapsed),
-            "initial copy progress"
-        );
     }
 
     /// The copy ended: a final line per table.

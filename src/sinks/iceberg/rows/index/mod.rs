@@ -1,6 +1,6 @@
 //! The primary-key index of a format-v3 table, wired into the commit: opened (and caught up with
 //! the table) before a commit locates rows, told after the commit which rows it wrote and which
-//! keys it removed, then persisted naming the snapshot it covers.
+//! keys it removed, and persisted naming the snapshot it covers at most every [`PERSIST_EVERY`].
 //!
 //! Where it sits: the commit (`commit/`) → [`TableIndex::open`] (first commit of the table in this
 //! process) → `IndexLocator` (locator.rs) for DV positions and `lookup::fetch` for partial rows →
@@ -46,6 +46,14 @@ pub(crate) use slot::IndexSlot;
 
 /// Changes handed to the index between checks of its memtable budget.
 const APPLY_CHUNK: usize = 16 * 1024;
+
+/// How often a streaming commit's changes are persisted (a run and a manifest, and the previous
+/// manifest deleted): at most this often per table, plus whenever the memtable is full, a
+/// compaction, a catch-up and a clean stop. Persisting every commit cost 2 PUTs and 1 DELETE
+/// (and the merges of one run per commit) per table and commit (issue 37); a crash now replays at
+/// most this long of the table's commits from their data files (the recovery contract), which
+/// the 10-minute snapshot expiry cdcd sets on its tables keeps reachable.
+pub(crate) const PERSIST_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// One file a compaction wrote, as the index follows it: its path, the key columns of its rows
 /// in position order, and the positions deleted in the same snapshot (deletes committed while
@@ -221,9 +229,18 @@ impl TableIndex {
         Ok(upserted)
     }
 
-    /// The table snapshot the index reflects (`None`: a table without snapshots).
+    /// The table snapshot the index reflects in memory (`None`: a table without snapshots);
+    /// the persisted one may be older ([`PERSIST_EVERY`]).
     pub fn covers(&self) -> Option<i64> {
-        self.index.covered_snapshot()
+        self.index.applied_snapshot()
+    }
+
+    /// Persists what [`record`](Self::record) left unpersisted (a clean stop).
+    pub async fn persist_applied(&mut self) -> Result<(), SinkError> {
+        self.index
+            .persist_applied()
+            .await
+            .map_err(|e| index_error(&self.table, e))
     }
 
     /// The index's answer for each key row of `keys` (a batch in the key schema), unchecked
@@ -248,7 +265,8 @@ impl TableIndex {
 
     /// Records committed snapshot `snapshot_id`: `removed` holds the keys whose earlier row it
     /// deleted (`Plan::equality_deletes`, key schema), `paths` the locations of `plan.files`.
-    /// Then persists. On error the in-memory index may be ahead of what is persisted but never
+    /// Then persists if the last persist is [`PERSIST_EVERY`] old (or the memtable is full).
+    /// On error the in-memory index may be ahead of what is persisted but never
     /// ahead of the table; the caller drops it and the next open replays. `changes` are dropped
     /// once their keys are encoded: this runs beside the next commit, which holds its own rows.
     pub async fn record(
@@ -313,8 +331,9 @@ impl TableIndex {
             }
         }
         self.index
-            .persist(snapshot_id)
+            .persist_when_due(snapshot_id, PERSIST_EVERY)
             .await
+            .map(drop)
             .map_err(|e| index_error(&self.table, e))
     }
 }

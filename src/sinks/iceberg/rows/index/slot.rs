@@ -53,6 +53,19 @@ impl IndexSlot {
         }
     }
 
+    /// [`settle`](Self::settle)s, then persists what the last commits left unpersisted (a clean
+    /// stop). A failure is logged and drops the index, as a failed update does.
+    pub(crate) async fn persist(&mut self) {
+        self.settle().await;
+        let Some(index) = self.index.as_mut() else {
+            return;
+        };
+        if let Err(e) = index.persist_applied().await {
+            tracing::warn!(error = %e, "cannot persist the primary-key index; the next start catches it up from the table");
+            self.index = None;
+        }
+    }
+
     /// Makes the index ready for a commit building on `meta` (live files `files`, vectors
     /// `dvs`): settles the last update, drops an index that does not cover `meta`'s current
     /// snapshot (a publish whose outcome was unknown landed after all, or another writer
