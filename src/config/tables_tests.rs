@@ -417,3 +417,39 @@ json = "string"
     ));
     assert!(e.contains("json"), "{e}");
 }
+
+#[test]
+fn changelog_retention_takes_days_or_hours_on_iceberg_only() {
+    let section =
+        |v: &str| format!("[sink.tables.\"public.orders\"]\nchangelog_retention = {v:?}\n");
+    let s = tables(&with_sections(&section("30d")))
+        .resolve(&orders())
+        .unwrap();
+    assert_eq!(
+        s.changelog_retention,
+        Some(std::time::Duration::from_secs(30 * 86_400))
+    );
+    let s = tables(&with_sections(&section("36h")))
+        .resolve(&orders())
+        .unwrap();
+    assert_eq!(
+        s.changelog_retention,
+        Some(std::time::Duration::from_secs(36 * 3_600))
+    );
+    assert_eq!(
+        tables(MINIMAL)
+            .resolve(&orders())
+            .unwrap()
+            .changelog_retention,
+        None
+    );
+    for bad in ["30", "d", "-1d", "1.5d", "30m"] {
+        let e = error(&with_sections(&section(bad)));
+        assert!(
+            e.contains("changelog_retention") && e.contains("30d"),
+            "{bad}: {e}"
+        );
+    }
+    let e = error(&lsm_with_sections(&section("30d")));
+    assert!(e.contains("applies to iceberg sinks only"), "{e}");
+}

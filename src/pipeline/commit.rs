@@ -425,6 +425,7 @@ impl Committer {
                 None
             },
             upsert_until: window.clone(),
+            changelog_seq: None,
         };
         Some(PendingCommit {
             table: table.clone(),

@@ -532,10 +532,18 @@ impl Sink for IcebergSink {
         &self,
         tables: Option<&[TableId]>,
     ) -> Result<Vec<MaintenanceReport>, SinkError> {
-        let tables: Vec<TableId> = match tables {
+        let mut tables: Vec<TableId> = match tables {
             Some(t) => t.to_vec(),
             None => self.tables.known(),
         };
+        // A table's changelog is maintained with it (its retention too).
+        for table in tables.clone() {
+            if let Some(changelog) = changelog::known_changelog(&self.tables, &table)? {
+                if !tables.contains(&changelog) {
+                    tables.push(changelog);
+                }
+            }
+        }
         let mut reports = Vec::new();
         for table in &tables {
             let cycle = MaintenanceCycle::new(&self.tables, &self.maintenance, table);

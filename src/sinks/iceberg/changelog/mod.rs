@@ -20,12 +20,18 @@
 //! not cover, so nothing is missing and nothing is there twice. A reader that must never see the
 //! changelog ahead reads it up to its table's `cdcd.position`.
 //!
+//! Retention (`changelog_retention`, `retention.rs`): the maintenance cycle of a changelog table
+//! drops its day partitions older than the retention, whole data files in a `delete` snapshot.
+//! `_cdc_seq` comes from a counter kept in the changelog's checkpoint (`cdcd.changelog_seq`), not
+//! from the rows it holds, so it never repeats after a drop.
+//!
 //! Initial-copy rows are not changes: they carry no source transaction and are not in the
 //! changelog; replaying the changelog onto the copy gives the table. The changelog evolves with
 //! its table: its schema is the table's columns after the `_cdc_*` ones, so a column the table
 //! gains is appended to both.
 
 mod images;
+mod retention;
 mod write;
 
 use arrow_schema::{DataType, TimeUnit};
@@ -34,6 +40,7 @@ use iceberg::spec::Transform;
 use crate::changelog::{Column, TableId, TableSchema};
 use crate::config::tables::{Configured, Origin, PartitionField, TableSettings};
 
+pub(super) use retention::ChangelogRetention;
 pub(super) use write::ChangelogWrite;
 
 /// `_cdc_op`: `insert`, `update_before`, `update_after`, `delete` (or `truncate`).
@@ -46,6 +53,26 @@ pub(crate) const COMMIT_TS: &str = "_cdc_commit_ts";
 pub(crate) const TX: &str = "_cdc_tx";
 /// `_cdc_seq`: the change's place in the table's changes, from 1.
 pub(crate) const SEQ: &str = "_cdc_seq";
+
+/// `table`'s changelog table when `table` has the changelog on (`None` otherwise), made known
+/// to `tables` as its changelog (for its settings and its retention).
+pub(super) fn known_changelog(
+    tables: &crate::sinks::iceberg::tables::Tables,
+    table: &TableId,
+) -> Result<Option<TableId>, crate::sinks::SinkError> {
+    let is_changelog = tables
+        .changelogs
+        .lock()
+        .is_ok_and(|known| known.contains_key(table));
+    if is_changelog || !tables.settings.resolve(table)?.changelog {
+        return Ok(None);
+    }
+    let id = changelog_id(table);
+    if let Ok(mut known) = tables.changelogs.lock() {
+        known.insert(id.clone(), table.clone());
+    }
+    Ok(Some(id))
+}
 
 /// The changelog table of `table`.
 pub(crate) fn changelog_id(table: &TableId) -> TableId {
@@ -105,6 +132,7 @@ pub(crate) fn changelog_settings(table: &TableSettings) -> TableSettings {
         properties: table.properties.clone(),
         buckets: None,
         changelog: false,
+        changelog_retention: None,
         deletes: Default::default(),
         row_metadata: false,
         // JSON as text: the changelog is for every engine, and a variant needs a keyed table.

@@ -8,8 +8,8 @@ use arrow_array::{
 };
 use iceberg::spec::TableMetadata;
 
+use super::changelog_schema;
 use super::images::{images, prior_keys, Images, Prior};
-use super::{changelog_id, changelog_schema};
 use crate::changelog::{Op, TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
 use crate::sinks::iceberg::catalog::rest::RestCatalog;
@@ -24,6 +24,13 @@ use crate::sinks::iceberg::schema::Projection;
 use crate::sinks::iceberg::tables::Tables;
 use crate::sinks::SinkError;
 
+/// One commit's changelog rows, and the last `_cdc_seq` they give (the changelog's counter
+/// after them, `cdcd.changelog_seq`).
+pub(in crate::sinks::iceberg) struct ChangelogRows {
+    rows: TableChanges,
+    last_seq: i64,
+}
+
 /// The changelog of one table, for one commit of the table.
 pub(in crate::sinks::iceberg) struct ChangelogWrite<'a> {
     tables: &'a Tables,
@@ -37,13 +44,10 @@ impl<'a> ChangelogWrite<'a> {
         tables: &'a Tables,
         table: &TableSchema,
     ) -> Result<Option<ChangelogWrite<'a>>, SinkError> {
-        if !tables.settings.resolve(&table.id)?.changelog {
+        if super::known_changelog(tables, &table.id)?.is_none() {
             return Ok(None);
         }
         let schema = Arc::new(changelog_schema(table));
-        if let Ok(mut known) = tables.changelogs.lock() {
-            known.insert(changelog_id(&table.id), table.id.clone());
-        }
         Ok(Some(ChangelogWrite { tables, schema }))
     }
 
@@ -60,7 +64,7 @@ impl<'a> ChangelogWrite<'a> {
         input: Input<'_>,
         base: &TableMetadata,
         cached: &Cached<'_>,
-    ) -> Result<Option<TableChanges>, SinkError> {
+    ) -> Result<Option<ChangelogRows>, SinkError> {
         if input.changes.iter().all(|c| c.source_tx.is_none()) {
             // Initial-copy rows only: nothing for the changelog, nothing to read.
             return Ok(None);
@@ -71,10 +75,11 @@ impl<'a> ChangelogWrite<'a> {
             None => tables.load(self.id()).await?,
         };
         let (held, last_seq) = match &changelog {
-            Some(loaded) => (
-                pipeline_checkpoint(&tables.pipeline, &loaded.metadata)?,
-                rows_in(&loaded.metadata),
-            ),
+            Some(loaded) => {
+                let held = pipeline_checkpoint(&tables.pipeline, &loaded.metadata)?;
+                let last_seq = last_seq(held.as_ref(), &loaded.metadata);
+                (held, last_seq)
+            }
             None => (None, 0),
         };
         let emit: Vec<bool> = input
@@ -113,10 +118,11 @@ impl<'a> ChangelogWrite<'a> {
             &emit,
         )
         .map_err(arrow("the changelog's images"))?;
-        let batch = self
+        let rows = self
             .batch(changes, images, last_seq)
             .map_err(arrow("the changelog's rows"))?;
-        Ok(Some(batch))
+        let last_seq = last_seq + rows.rows.num_rows() as i64;
+        Ok(Some(ChangelogRows { rows, last_seq }))
     }
 
     /// The table's rows of `keys` before the commit, and which keys it has none of.
@@ -218,14 +224,15 @@ impl<'a> ChangelogWrite<'a> {
     /// the catalog on its own: durable when this returns.
     pub(in crate::sinks::iceberg) async fn commit(
         &self,
-        rows: TableChanges,
+        rows: ChangelogRows,
         checkpoint: &Checkpoint,
     ) -> Result<(), SinkError> {
         let tables = self.tables;
         let id = self.id();
         let slot = tables.slot(id);
         let mut guard = slot.lock().await;
-        let changes = [rows];
+        let checkpoint = &rows.checkpoint(checkpoint);
+        let changes = [rows.rows];
         let input = Input {
             schema: &self.schema,
             changes: &changes,
@@ -260,7 +267,7 @@ impl ChangelogWrite<'_> {
     /// Returns the table's published metadata.
     pub(in crate::sinks::iceberg) async fn commit_with(
         &self,
-        rows: TableChanges,
+        rows: ChangelogRows,
         checkpoint: &Checkpoint,
         rest: &RestCatalog,
         table: (TableRef<'_>, &Loaded, &TableMetadata),
@@ -269,7 +276,8 @@ impl ChangelogWrite<'_> {
         let id = self.id();
         let slot = tables.slot(id);
         let mut guard = slot.lock().await;
-        let changes = [rows];
+        let checkpoint = &rows.checkpoint(checkpoint);
+        let changes = [rows.rows];
         let input = Input {
             schema: &self.schema,
             changes: &changes,
@@ -306,9 +314,24 @@ impl ChangelogWrite<'_> {
     }
 }
 
-/// Rows the changelog table holds (`total-records` of its current snapshot): the changelog is
-/// append-only, so its next change is this plus one.
-fn rows_in(meta: &TableMetadata) -> i64 {
+impl ChangelogRows {
+    /// The changelog's checkpoint for these rows: the table's commit's, with the counter.
+    fn checkpoint(&self, table: &Checkpoint) -> Checkpoint {
+        Checkpoint {
+            changelog_seq: Some(self.last_seq),
+            ..table.clone()
+        }
+    }
+}
+
+/// The last `_cdc_seq` the changelog gave: its checkpoint's counter (`cdcd.changelog_seq`, on the
+/// newest snapshot with this pipeline's checkpoint, so commits of other engines on top do not
+/// hide it). A changelog written before the counter has dropped no rows (retention came with
+/// it), so there it is the rows it holds (`total-records` of its current snapshot).
+fn last_seq(held: Option<&Checkpoint>, meta: &TableMetadata) -> i64 {
+    if let Some(seq) = held.and_then(|cp| cp.changelog_seq) {
+        return seq;
+    }
     meta.current_snapshot()
         .and_then(|s| s.summary().additional_properties.get("total-records"))
         .and_then(|v| v.parse().ok())
