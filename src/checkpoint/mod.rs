@@ -15,7 +15,9 @@
 //! - `cdcd.changelog_seq` (only on an Iceberg changelog table, `sinks/iceberg/changelog/`): the
 //!   last `_cdc_seq` the changelog has given. Part of the checkpoint so that every commit that
 //!   carries the checkpoint forward (compaction, retention) carries it too, and expiry, which
-//!   keeps the newest snapshot with a checkpoint, keeps it.
+//!   keeps the newest snapshot with a checkpoint, keeps it;
+//! - `cdcd.changelog_resync` (same table): the last resync of its table the changelog has marked
+//!   with a `resync` row, so the marker is written once.
 //!
 //! On start the pipeline reads each table's checkpoint back; a transaction whose position is at or
 //! below its table's checkpoint is already in the table and is skipped. The source is acknowledged
@@ -44,6 +46,8 @@ pub const UPSERT_UNTIL_KEY: &str = "cdcd.upsert_until";
 pub const LEASE_EPOCH_KEY: &str = "cdcd.lease-epoch";
 /// Snapshot property of a changelog table: the last `_cdc_seq` it has given.
 pub const CHANGELOG_SEQ_KEY: &str = "cdcd.changelog_seq";
+/// Snapshot property of a changelog table: the last resync of its table it has marked.
+pub const CHANGELOG_RESYNC_KEY: &str = "cdcd.changelog_resync";
 
 /// A pipeline's position as stored in one table snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +60,8 @@ pub struct Checkpoint {
     pub upsert_until: Option<Position>,
     /// [`CHANGELOG_SEQ_KEY`]: a changelog table's last `_cdc_seq`.
     pub changelog_seq: Option<i64>,
+    /// [`CHANGELOG_RESYNC_KEY`]: the last resync a changelog table has marked.
+    pub changelog_resync: Option<String>,
 }
 
 /// A snapshot's properties did not hold a readable checkpoint.
@@ -80,6 +86,7 @@ impl Checkpoint {
             snapshot: None,
             upsert_until: None,
             changelog_seq: None,
+            changelog_resync: None,
         }
     }
 
@@ -97,6 +104,9 @@ impl Checkpoint {
         }
         if let Some(seq) = self.changelog_seq {
             p.push((CHANGELOG_SEQ_KEY.to_owned(), seq.to_string()));
+        }
+        if let Some(id) = &self.changelog_resync {
+            p.push((CHANGELOG_RESYNC_KEY.to_owned(), id.clone()));
         }
         p
     }
@@ -147,6 +157,7 @@ impl Checkpoint {
             snapshot: properties.get(SNAPSHOT_KEY).cloned(),
             upsert_until,
             changelog_seq,
+            changelog_resync: properties.get(CHANGELOG_RESYNC_KEY).cloned(),
         }))
     }
 }
@@ -169,6 +180,7 @@ mod tests {
         cp.snapshot = Some("{}".into());
         cp.upsert_until = Some(Position::Postgres(Lsn(7)));
         cp.changelog_seq = Some(42);
+        cp.changelog_resync = Some("r1".into());
         let props: HashMap<String, String> = cp.to_properties().into_iter().collect();
         assert_eq!(props["cdcd.upsert_until"], "0/7");
         assert_eq!(props["cdcd.changelog_seq"], "42");

@@ -426,6 +426,7 @@ impl Committer {
             },
             upsert_until: window.clone(),
             changelog_seq: None,
+            changelog_resync: None,
         };
         Some(PendingCommit {
             table: table.clone(),

@@ -16,7 +16,9 @@ use crate::support::{
 
 /// Replays the changelog (DuckDB) onto the table as of the initial copy's snapshot (pyiceberg),
 /// compares with the source (Postgres or MySQL), and prints `rows=<n> seqs=<distinct>
-/// ops=<op:count,…>`, then the differences.
+/// ops=<op:count,…>`, then the differences. With `resync` for the copy's snapshot: from the
+/// changelog's last `resync` row, as a consumer reloads there: the table as of the snapshot whose
+/// `cdcd.position` is the marker's `_cdc_position`, then the rows after the marker.
 const REPLAY: &str = r#"
 import os, sys, json
 sys.path.insert(0, os.environ["LAKECHECK_DIR"])
@@ -27,15 +29,20 @@ names, kinds, pk, src = lc.read_source(pg, source)
 notes = []
 meta = lc.locate_iceberg(table_dir, notes)
 t = StaticTable.from_metadata(meta)
+lc.duck().execute("SET enable_progress_bar = false")   # it prints to stdout on a slow read
+ccols, crows = lc.read_duckdb(lc.locate_iceberg(changelog_dir, notes))
+crows = sorted((dict(zip(ccols, r)) for r in crows), key=lambda r: r["_cdc_seq"])
+if copy_snapshot == "resync":
+    m = [r for r in crows if r["_cdc_op"] == "resync"][-1]
+    copy_snapshot = next(s.snapshot_id for s in t.metadata.snapshots
+                         if s.summary and s.summary.get("cdcd.position") == m["_cdc_position"])
+    crows = [r for r in crows if r["_cdc_seq"] > m["_cdc_seq"]]
 cols, rows = lc.arrow_rows(t.scan(snapshot_id=int(copy_snapshot)).to_arrow())
 key = lambda r: tuple(lc.norm(r[c], kinds[names.index(c)]) for c in pk)
 state = {}
 for r in rows:
     r = dict(zip(cols, r))
     state[key(r)] = r
-lc.duck().execute("SET enable_progress_bar = false")   # it prints to stdout on a slow read
-ccols, crows = lc.read_duckdb(lc.locate_iceberg(changelog_dir, notes))
-crows = sorted((dict(zip(ccols, r)) for r in crows), key=lambda r: r["_cdc_seq"])
 ops = {}
 for r in crows:
     op = r["_cdc_op"]
@@ -88,7 +95,7 @@ pub(crate) fn workload(t: &str) -> Vec<String> {
 pub(crate) const ROWS: &str =
     "rows=23 seqs=23 ops=delete:3,insert:6,update_after:7,update_before:7";
 
-async fn replay(p: &Pipeline, t: &str, copy_snapshot: &str) -> String {
+pub(crate) async fn replay(p: &Pipeline, t: &str, copy_snapshot: &str) -> String {
     let source = format!("public.{t}");
     replayed(
         &p.env.python,
@@ -133,13 +140,13 @@ pub(crate) fn replayed(
     lines.join("\n").trim().to_owned()
 }
 
-fn section(t: &str) -> String {
+pub(crate) fn section(t: &str) -> String {
     format!("[sink.tables.\"public.{t}\"]\nchangelog = true\n")
 }
 
 /// Creates the table (a TOASTed `t`, REPLICA IDENTITY DEFAULT), copies it, and returns the
 /// snapshot id of the copy.
-async fn copied(p: &mut Pipeline, client: &tokio_postgres::Client, t: &str) -> String {
+pub(crate) async fn copied(p: &mut Pipeline, client: &tokio_postgres::Client, t: &str) -> String {
     exec(
         client,
         &format!(

@@ -25,6 +25,10 @@
 //! `_cdc_seq` comes from a counter kept in the changelog's checkpoint (`cdcd.changelog_seq`), not
 //! from the rows it holds, so it never repeats after a drop.
 //!
+//! A resync of the table does not touch the changelog's rows; the first changelog commit after the
+//! swap (the table's `cdcd.resync-id` differs from the changelog's `cdcd.changelog_resync`) starts
+//! with one `resync` row, a boundary a consumer reloads at (`write.rs`, `Marker`).
+//!
 //! Initial-copy rows are not changes: they carry no source transaction and are not in the
 //! changelog; replaying the changelog onto the copy gives the table. The changelog evolves with
 //! its table: its schema is the table's columns after the `_cdc_*` ones, so a column the table
@@ -43,7 +47,7 @@ use crate::config::tables::{Configured, Origin, PartitionField, TableSettings};
 pub(super) use retention::ChangelogRetention;
 pub(super) use write::ChangelogWrite;
 
-/// `_cdc_op`: `insert`, `update_before`, `update_after`, `delete` (or `truncate`).
+/// `_cdc_op`: `insert`, `update_before`, `update_after`, `delete` (or `truncate`, `resync`).
 pub(crate) const OP: &str = "_cdc_op";
 /// `_cdc_position`: the position of the change's transaction, as `cdcd.position` writes it.
 pub(crate) const POSITION: &str = "_cdc_position";

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use arrow_array::{
-    ArrayRef, Int64Array, RecordBatch, RecordBatchOptions, StringArray, TimestampMicrosecondArray,
+    new_null_array, ArrayRef, Int64Array, RecordBatch, RecordBatchOptions, StringArray,
+    TimestampMicrosecondArray,
 };
 use iceberg::spec::TableMetadata;
 
@@ -18,6 +19,7 @@ use crate::sinks::iceberg::commit::{Cached, Input, Staged};
 use crate::sinks::iceberg::files::metadata::Loaded;
 use crate::sinks::iceberg::files::writer;
 use crate::sinks::iceberg::pipeline_checkpoint;
+use crate::sinks::iceberg::resync::RESYNC_ID_PROPERTY;
 use crate::sinks::iceberg::rows::locator::{IndexLocator, RowLocator};
 use crate::sinks::iceberg::rows::lookup;
 use crate::sinks::iceberg::schema::Projection;
@@ -29,6 +31,19 @@ use crate::sinks::SinkError;
 pub(in crate::sinks::iceberg) struct ChangelogRows {
     rows: TableChanges,
     last_seq: i64,
+    /// The last resync the changelog has marked (`cdcd.changelog_resync`).
+    resync: Option<String>,
+}
+
+/// A resync of the table the changelog has not marked yet: its `resync` row, before the first
+/// change committed after the swap. See the module doc of `changelog/`.
+struct Marker {
+    /// The resync's id (`cdcd.resync-id` of the table), as `_cdc_tx`.
+    id: String,
+    /// The table's `cdcd.position` before this commit: the resynced table is complete there.
+    position: String,
+    /// When the table's snapshot at `position` was committed.
+    micros: i64,
 }
 
 /// The changelog of one table, for one commit of the table.
@@ -82,6 +97,13 @@ impl<'a> ChangelogWrite<'a> {
             }
             None => (None, 0),
         };
+        let marked = held.as_ref().and_then(|cp| cp.changelog_resync.clone());
+        let resynced = base.properties().get(RESYNC_ID_PROPERTY).cloned();
+        // A changelog created after the table's last resync starts after it: nothing to mark.
+        let marker = match (&resynced, &changelog) {
+            (Some(id), Some(_)) if marked.as_ref() != Some(id) => Some(self.marker(id, base)?),
+            _ => None,
+        };
         let emit: Vec<bool> = input
             .changes
             .iter()
@@ -119,10 +141,29 @@ impl<'a> ChangelogWrite<'a> {
         )
         .map_err(arrow("the changelog's images"))?;
         let rows = self
-            .batch(changes, images, last_seq)
+            .batch(changes, images, last_seq, marker.as_ref())
             .map_err(arrow("the changelog's rows"))?;
         let last_seq = last_seq + rows.rows.num_rows() as i64;
-        Ok(Some(ChangelogRows { rows, last_seq }))
+        Ok(Some(ChangelogRows {
+            rows,
+            last_seq,
+            resync: resynced.or(marked),
+        }))
+    }
+
+    /// The `resync` row owed for resync `id` of the table at `base`.
+    fn marker(&self, id: &str, base: &TableMetadata) -> Result<Marker, SinkError> {
+        let position = pipeline_checkpoint(&self.tables.pipeline, base)?
+            .map(|cp| cp.position.to_string())
+            .unwrap_or_default();
+        let micros = base
+            .current_snapshot()
+            .map_or(0, |s| s.timestamp_ms().saturating_mul(1000));
+        Ok(Marker {
+            id: id.to_owned(),
+            position,
+            micros,
+        })
     }
 
     /// The table's rows of `keys` before the commit, and which keys it has none of.
@@ -171,7 +212,9 @@ impl<'a> ChangelogWrite<'a> {
         changes: &[TableChanges],
         images: Images,
         last_seq: i64,
+        marker: Option<&Marker>,
     ) -> Result<TableChanges, arrow_schema::ArrowError> {
+        let first = last_seq + i64::from(marker.is_some());
         let n = images.kinds.len();
         let runs: Vec<Option<(String, i64, String)>> = changes
             .iter()
@@ -187,7 +230,7 @@ impl<'a> ChangelogWrite<'a> {
         let commit_ts = TimestampMicrosecondArray::from_iter((0..n).map(|i| tx_of(i).map(|t| t.1)))
             .with_timezone("UTC");
         let tx = StringArray::from_iter((0..n).map(|i| tx_of(i).map(|(_, _, t)| t.as_str())));
-        let seq = Int64Array::from_iter_values((1..=n as i64).map(|i| last_seq + i));
+        let seq = Int64Array::from_iter_values((1..=n as i64).map(|i| first + i));
         let mut columns: Vec<ArrayRef> = vec![
             Arc::new(op),
             Arc::new(position),
@@ -197,11 +240,30 @@ impl<'a> ChangelogWrite<'a> {
         ];
         columns.extend(images.columns);
         let options = RecordBatchOptions::new().with_row_count(Some(n));
-        let rows = RecordBatch::try_new_with_options(
-            TableChanges::rows_schema(&self.schema),
-            columns,
-            &options,
-        )?;
+        let schema = TableChanges::rows_schema(&self.schema);
+        let mut rows = RecordBatch::try_new_with_options(Arc::clone(&schema), columns, &options)?;
+        if let Some(m) = marker {
+            let mut columns: Vec<ArrayRef> = vec![
+                Arc::new(StringArray::from_iter_values(["resync"])),
+                Arc::new(StringArray::from_iter_values([m.position.as_str()])),
+                Arc::new(
+                    TimestampMicrosecondArray::from_iter_values([m.micros]).with_timezone("UTC"),
+                ),
+                Arc::new(StringArray::from_iter_values([m.id.as_str()])),
+                Arc::new(Int64Array::from_iter_values([last_seq + 1])),
+            ];
+            columns.extend(
+                schema
+                    .fields()
+                    .iter()
+                    .skip(columns.len())
+                    .map(|f| new_null_array(f.data_type(), 1)),
+            );
+            let marker = RecordBatch::try_new(Arc::clone(&schema), columns)?;
+            rows = arrow_select::concat::concat_batches(&schema, [&marker, &rows])?;
+        }
+        let n = rows.num_rows();
+        let options = RecordBatchOptions::new().with_row_count(Some(n));
         let old_keys = RecordBatch::try_new_with_options(
             TableChanges::keys_schema(&self.schema),
             Vec::new(),
@@ -319,6 +381,7 @@ impl ChangelogRows {
     fn checkpoint(&self, table: &Checkpoint) -> Checkpoint {
         Checkpoint {
             changelog_seq: Some(self.last_seq),
+            changelog_resync: self.resync.clone(),
             ..table.clone()
         }
     }
