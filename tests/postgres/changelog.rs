@@ -18,7 +18,10 @@ use crate::support::{
 /// compares with the source (Postgres or MySQL), and prints `rows=<n> seqs=<distinct>
 /// ops=<op:count,…>`, then the differences. With `resync` for the copy's snapshot: from the
 /// changelog's last `resync` row, as a consumer reloads there: the table as of the snapshot whose
-/// `cdcd.position` is the marker's `_cdc_position`, then the rows after the marker.
+/// `cdcd.position` is the marker's `_cdc_position`, then the rows after the marker. With `copied`:
+/// onto the table's first snapshot with its initial copy complete (a copy that ran while the
+/// source was written: the changes it may hold again replay idempotently, complete images). A change there twice (the same
+/// `_cdc_tx`, `_cdc_op` and key) is a difference.
 const REPLAY: &str = r#"
 import os, sys, json
 sys.path.insert(0, os.environ["LAKECHECK_DIR"])
@@ -37,6 +40,9 @@ if copy_snapshot == "resync":
     copy_snapshot = next(s.snapshot_id for s in t.metadata.snapshots
                          if s.summary and s.summary.get("cdcd.position") == m["_cdc_position"])
     crows = [r for r in crows if r["_cdc_seq"] > m["_cdc_seq"]]
+if copy_snapshot == "copied":
+    copy_snapshot = next(s.snapshot_id for s in sorted(t.metadata.snapshots, key=lambda s: s.sequence_number)
+                         if s.summary and s.summary.get("cdcd.position") and not s.summary.get("cdcd.snapshot"))
 cols, rows = lc.arrow_rows(t.scan(snapshot_id=int(copy_snapshot)).to_arrow())
 key = lambda r: tuple(lc.norm(r[c], kinds[names.index(c)]) for c in pk)
 state = {}
@@ -56,6 +62,12 @@ for r in crows:
         state.clear()
 want = {key(dict(zip(names, r))): dict(zip(names, r)) for r in src}
 bad = []
+seen = set()
+for r in crows:
+    change = (r["_cdc_tx"], r["_cdc_op"], key(r))
+    if change in seen:
+        bad.append(f"twice: {change}")
+    seen.add(change)
 for k in set(want) | set(state):
     a, b = want.get(k), state.get(k)
     if a is None or b is None:
