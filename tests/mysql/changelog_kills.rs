@@ -1,7 +1,8 @@
 //! Issue 38, Jepsen-style: a writer runs random inserts, updates and deletes while cdcd is killed
 //! with `kill -9` at random moments (`writes_through_kills`); the Iceberg changelog then holds
 //! every source change exactly once: replayed in `_cdc_seq` order (DuckDB) it gives the source,
-//! no change is there twice, and `_cdc_seq` is 1, 2, 3… without a hole.
+//! no change is there twice, and no `_cdc_seq` is given twice. Each commit pauses
+//! between the changelog's commit and its table's (`CDCD_PAUSEPOINT`), so kills land there too.
 
 use std::time::Duration;
 
@@ -22,8 +23,20 @@ async fn kill9_at_random_moments_leaves_each_change_once_in_the_changelog() {
         "\n[sink.tables.\"{name}.acct\"]\nchangelog = true\n"
     ));
     std::fs::write(&p.config, config).unwrap();
+    // Each commit waits between the changelog's commit and its table's, where a kill leaves the
+    // changelog ahead (the restart must not write those changes again).
+    p.env_vars = vec![(
+        "CDCD_PAUSEPOINT".into(),
+        "changelog-before-table:300".into(),
+    )];
     let mut c = my_connect(&env.url_for(&p.db)).await;
     writes_through_kills(&mut p, &mut c, test, 60).await;
+    let paused = p.output().matches("pause point").count();
+    assert!(
+        paused > 0,
+        "no commit paused between the changelog and its table"
+    );
+    p.env_vars.clear();
     p.start();
     p.assert_equal("acct", 120).await;
     p.stop(Duration::from_secs(60)).await;

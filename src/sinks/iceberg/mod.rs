@@ -248,6 +248,7 @@ impl IcebergSink {
             (Some((changelog, rows)), None) => {
                 changelog.commit(rows, checkpoint).await?;
                 crate::failpoints::crash_point(crate::failpoints::CHANGELOG_BEFORE_TABLE);
+                crate::failpoints::pause_point(crate::failpoints::CHANGELOG_BEFORE_TABLE).await;
                 delta
                     .publish(catalog, &tables.table_ref(table, &location), next)
                     .await
