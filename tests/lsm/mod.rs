@@ -2,6 +2,7 @@
 //! back by pypaimon.
 
 mod changelog;
+mod changelog_kills;
 mod expiry;
 mod partitioned;
 mod replication;
