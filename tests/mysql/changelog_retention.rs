@@ -89,6 +89,11 @@ async fn retention_drops_old_days_whole_and_seq_never_repeats() {
     assert_eq!(before.len(), 8, "{before:?}");
     let max_before = before.iter().map(|r| r.0).max().unwrap();
     p.stop(Duration::from_secs(60)).await;
+    let (_, out) = p.check();
+    assert!(
+        out.contains(&format!("changelog {name}.t_changelog (retention 30d)")),
+        "cdcd check does not show the retention:\n{out}"
+    );
 
     let (ok, out) = run_cdcd(&["maintain", "--table", &format!("{name}.t")], &p.config);
     assert!(ok, "cdcd maintain:\n{out}");

@@ -78,6 +78,22 @@ pub(super) fn known_changelog(
     Ok(Some(id))
 }
 
+/// The changelog for `cdcd check`: `changelog <ns>.<table>_changelog (retention 30d)`; `None`
+/// when the table has none.
+pub(super) fn describe(table: &TableId, settings: &TableSettings) -> Option<String> {
+    if !settings.changelog {
+        return None;
+    }
+    let id = changelog_id(table);
+    Some(match settings.changelog_retention {
+        Some(kept) if kept.as_secs() % 86_400 == 0 => {
+            format!("changelog {id} (retention {}d)", kept.as_secs() / 86_400)
+        }
+        Some(kept) => format!("changelog {id} (retention {}h)", kept.as_secs() / 3_600),
+        None => format!("changelog {id}"),
+    })
+}
+
 /// The changelog table of `table`.
 pub(crate) fn changelog_id(table: &TableId) -> TableId {
     TableId::new(table.namespace.clone(), format!("{}_changelog", table.name))
