@@ -422,20 +422,13 @@ json = "string"
 fn changelog_retention_takes_days_or_hours_on_iceberg_only() {
     let section =
         |v: &str| format!("[sink.tables.\"public.orders\"]\nchangelog_retention = {v:?}\n");
-    let s = tables(&with_sections(&section("30d")))
-        .resolve(&orders())
-        .unwrap();
-    assert_eq!(
-        s.changelog_retention,
-        Some(std::time::Duration::from_secs(30 * 86_400))
-    );
-    let s = tables(&with_sections(&section("36h")))
-        .resolve(&orders())
-        .unwrap();
-    assert_eq!(
-        s.changelog_retention,
-        Some(std::time::Duration::from_secs(36 * 3_600))
-    );
+    for (text, secs) in [("30d", 30 * 86_400), ("36h", 36 * 3_600)] {
+        let s = tables(&with_sections(&section(text)))
+            .resolve(&orders())
+            .unwrap();
+        let want = Some(std::time::Duration::from_secs(secs));
+        assert_eq!(s.changelog_retention, want, "{text}");
+    }
     assert_eq!(
         tables(MINIMAL)
             .resolve(&orders())

@@ -107,7 +107,7 @@ pub(crate) fn workload(t: &str) -> Vec<String> {
 pub(crate) const ROWS: &str =
     "rows=23 seqs=23 ops=delete:3,insert:6,update_after:7,update_before:7";
 
-pub(crate) async fn replay(p: &Pipeline, t: &str, copy_snapshot: &str) -> String {
+async fn replay(p: &Pipeline, t: &str, copy_snapshot: &str) -> String {
     let source = format!("public.{t}");
     replayed(
         &p.env.python,
@@ -152,13 +152,13 @@ pub(crate) fn replayed(
     lines.join("\n").trim().to_owned()
 }
 
-pub(crate) fn section(t: &str) -> String {
+fn section(t: &str) -> String {
     format!("[sink.tables.\"public.{t}\"]\nchangelog = true\n")
 }
 
 /// Creates the table (a TOASTed `t`, REPLICA IDENTITY DEFAULT), copies it, and returns the
 /// snapshot id of the copy.
-pub(crate) async fn copied(p: &mut Pipeline, client: &tokio_postgres::Client, t: &str) -> String {
+async fn copied(p: &mut Pipeline, client: &tokio_postgres::Client, t: &str) -> String {
     exec(
         client,
         &format!(
@@ -177,17 +177,18 @@ pub(crate) async fn copied(p: &mut Pipeline, client: &tokio_postgres::Client, t:
     meta["current-snapshot-id"].to_string()
 }
 
-#[tokio::test]
-async fn replaying_the_changelog_onto_the_copy_gives_the_source() {
-    let Some(env) = test_env("replaying_the_changelog_onto_the_copy_gives_the_source") else {
-        return;
-    };
-    let t = unique("chl");
+/// A table `<tag>_…` with the changelog on, copied, then [`workload`] streamed and its changelog
+/// replayed to the source: the pipeline (running), a connection, the table, the copy's snapshot.
+pub(crate) async fn streamed(
+    env: &crate::support::TestEnv,
+    tag: &str,
+) -> (Pipeline, tokio_postgres::Client, String, String) {
+    let t = unique(tag);
     let settings = Settings {
         sink_extra: section(&t),
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &t, &[&t], &settings);
+    let mut p = Pipeline::new(env, &t, &[&t], &settings);
     let client = connect(&env.pg_url).await;
     let copy = copied(&mut p, &client, &t).await;
     for sql in workload(&t) {
@@ -195,6 +196,15 @@ async fn replaying_the_changelog_onto_the_copy_gives_the_source() {
     }
     p.assert_equal(&t, 60).await;
     assert_eq!(replay(&p, &t, &copy).await, ROWS);
+    (p, client, t, copy)
+}
+
+#[tokio::test]
+async fn replaying_the_changelog_onto_the_copy_gives_the_source() {
+    let Some(env) = test_env("replaying_the_changelog_onto_the_copy_gives_the_source") else {
+        return;
+    };
+    let (mut p, client, t, copy) = streamed(&env, "chl").await;
     // The changelog evolves with its table: a column added mid-stream, then set.
     exec(
         &client,

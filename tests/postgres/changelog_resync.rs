@@ -6,28 +6,16 @@
 
 use std::time::Duration;
 
-use crate::postgres::changelog::{copied, replay, section, workload, ROWS};
-use crate::support::{connect, exec, run_cdcd, test_env, unique, wait_for, Pipeline, Settings};
+use crate::postgres::changelog::{replayed, streamed};
+use crate::support::{exec, run_cdcd, test_env, wait_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_is_one_marker_row_and_replay_goes_on_after_it() {
     let Some(env) = test_env("a_resync_is_one_marker_row_and_replay_goes_on_after_it") else {
         return;
     };
-    let t = unique("chrs");
-    let settings = Settings {
-        sink_extra: section(&t),
-        ..Settings::default()
-    };
-    let mut p = Pipeline::new(&env, &t, &[&t], &settings);
-    let client = connect(&env.pg_url).await;
-    let copy = copied(&mut p, &client, &t).await;
-    for sql in workload(&t) {
-        exec(&client, &sql).await;
-    }
-    p.assert_equal(&t, 60).await;
     // Up to the resync: the changelog replays onto the copy (which the swap takes away).
-    assert_eq!(replay(&p, &t, &copy).await, ROWS);
+    let (mut p, client, t, _) = streamed(&env, "chrs").await;
 
     let (ok, out) = run_cdcd(&["resync", "--table", &format!("public.{t}")], &p.config);
     assert!(ok && out.contains("requested"), "cdcd resync:\n{out}");
@@ -49,9 +37,16 @@ async fn a_resync_is_one_marker_row_and_replay_goes_on_after_it() {
     )
     .await;
     p.assert_equal(&t, 60).await;
+    let after = replayed(
+        &env.python,
+        &env.pg_url,
+        &format!("public.{t}"),
+        &p.table_dir(&t),
+        &p.table_dir(&format!("{t}_changelog")),
+        "resync",
+    );
     assert_eq!(
-        replay(&p, &t, "resync").await,
-        "rows=5 seqs=5 ops=delete:1,insert:2,update_after:1,update_before:1",
+        after, "rows=5 seqs=5 ops=delete:1,insert:2,update_after:1,update_before:1",
         "reloading at the marker and replaying the rows after it gives the source"
     );
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;

@@ -15,7 +15,6 @@
 //! with a warning: dropping a data file would leave that delete file pointing at nothing.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 use iceberg::spec::{
@@ -113,29 +112,12 @@ impl<'a> ChangelogRetention<'a> {
         }
         // The live state is left out: the next commit reads it back from the table.
         let (next, dropped) = self.stage(&current, &live, &expired).await?;
-        let location = tables.current_location(table);
-        let catalog = tables.catalog_for(table);
-        let published = catalog
-            .commit(
-                &tables.warehouse,
-                &tables.table_ref(table, &location),
-                &current,
-                next,
-            )
-            .await;
-        let after = match published {
-            Ok(after) => Arc::new(after),
-            Err(e) => {
-                tables.remember(table, None);
-                return Err(e);
-            }
-        };
-        tables.remember(table, Some(Arc::clone(&after)));
+        let after = tables.commit_metadata(table, &current, next).await?;
         metadata_log::delete_after_commit(
             &tables.warehouse,
             &current,
             &after,
-            catalog.names_previous(),
+            tables.catalog_for(table).names_previous(),
         );
         tracing::info!(
             table = %table,
