@@ -540,7 +540,6 @@ impl Section {
 fn unbuilt(raw: &RawTableSettings, kind: SinkKind) -> Option<&'static str> {
     match kind {
         SinkKind::Lsm if raw.deletes == Some(Deletes::Soft) => Some("deletes"),
-        SinkKind::Lsm if raw.row_metadata == Some(true) => Some("row_metadata"),
         _ => None,
     }
 }

@@ -361,7 +361,7 @@ row_metadata = false
 }
 
 #[test]
-fn soft_deletes_and_row_metadata_are_taken_by_iceberg_and_refused_by_lsm_until_built() {
+fn soft_deletes_are_taken_by_iceberg_and_refused_by_lsm_until_built_row_metadata_by_both() {
     let sections = "[sink.tables.\"public.orders\"]\ndeletes = \"soft\"\nrow_metadata = true\n";
     let s = tables(&with_sections(sections)).resolve(&orders()).unwrap();
     assert_eq!(s.deletes, super::Deletes::Soft);
@@ -371,6 +371,11 @@ fn soft_deletes_and_row_metadata_are_taken_by_iceberg_and_refused_by_lsm_until_b
         e.contains("deletes") && e.contains("not built yet for lsm"),
         "{e}"
     );
+    let row_metadata = "[sink.tables.\"public.orders\"]\nrow_metadata = true\n";
+    let s = tables(&lsm_with_sections(row_metadata))
+        .resolve(&orders())
+        .unwrap();
+    assert!(s.row_metadata);
 }
 
 #[test]

@@ -6,3 +6,4 @@ mod changelog_kills;
 mod expiry;
 mod partitioned;
 mod replication;
+mod row_metadata;
