@@ -445,15 +445,11 @@ impl Tables {
                 .map(|f| f.name.clone())
                 .collect()
         });
-        let meta = cdc_columns::CommitMeta {
-            position: checkpoint.position.to_string(),
-        };
-        CdcColumns::of(&settings, v3).apply(
+        CdcColumns::of(&settings, v3).apply_to_commit(
             schema,
             changes,
-            checkpoint.snapshot.is_some(),
+            checkpoint,
             existing.as_deref(),
-            &meta,
         )
     }
 }

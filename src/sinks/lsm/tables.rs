@@ -284,16 +284,7 @@ impl Tables {
                 .as_ref()
                 .map(|s| s.schema.fields.iter().map(|f| f.name.clone()).collect())
         };
-        let meta = cdc_columns::CommitMeta {
-            position: checkpoint.position.to_string(),
-        };
-        cdc.apply(
-            schema,
-            changes,
-            checkpoint.snapshot.is_some(),
-            existing.as_deref(),
-            &meta,
-        )
+        cdc.apply_to_commit(schema, changes, checkpoint, existing.as_deref())
     }
 
     /// Loads the table into `slot` when it is not cached.
