@@ -539,7 +539,8 @@ impl Sink for IcebergSink {
         };
         // A table's changelog is maintained with it (its retention too).
         for table in tables.clone() {
-            if let Some(changelog) = changelog::known_changelog(&self.tables, &table)? {
+            // A table whose settings do not resolve is left to its own cycle, which reports it.
+            if let Ok(Some(changelog)) = changelog::known_changelog(&self.tables, &table) {
                 if !tables.contains(&changelog) {
                     tables.push(changelog);
                 }
