@@ -24,7 +24,8 @@
 //! - [`CHANGELOG_BEFORE_TABLE`] (Iceberg commit of a table with `changelog = true`,
 //!   `sinks/iceberg/mod.rs`): the changelog table's snapshot with this commit's changes and
 //!   checkpoint is durable, the table's is staged and not published; the changelog is ahead of
-//!   its table until the restart replays the commit.
+//!   its table until the restart replays the commit. Also a pause point: the window random
+//!   kills aim at (`tests/mysql/changelog_kills.rs`).
 //! - [`LSM_BEFORE_SNAPSHOT`] (Paimon publish, `sinks/lsm/publish.rs`): the manifest and both
 //!   manifest lists are written, `snapshot/snapshot-N` is not; the commit did not happen.
 //! - [`LSM_AFTER_SNAPSHOT`] (same place): `snapshot-N` is ours, so the commit is durable;

@@ -11,7 +11,13 @@
 //!   which chunks of the copy are started and done, so a restart copies only the rest;
 //! - `cdcd.upsert_until` (only after a copy taken at a snapshot newer than the stream's start):
 //!   changes at or below this position may already be in the copied rows, so they are applied as
-//!   upserts (see `sources/postgres/snapshot/mod.rs` for why that converges).
+//!   upserts (see `sources/postgres/snapshot/mod.rs` for why that converges);
+//! - `cdcd.changelog_seq` (only on an Iceberg changelog table, `sinks/iceberg/changelog/`): the
+//!   last `_cdc_seq` the changelog has given. Part of the checkpoint so that every commit that
+//!   carries the checkpoint forward (compaction, retention) carries it too, and expiry, which
+//!   keeps the newest snapshot with a checkpoint, keeps it;
+//! - `cdcd.changelog_resync` (same table): the last resync of its table the changelog has marked
+//!   with a `resync` row, so the marker is written once.
 //!
 //! On start the pipeline reads each table's checkpoint back; a transaction whose position is at or
 //! below its table's checkpoint is already in the table and is skipped. The source is acknowledged
@@ -38,6 +44,10 @@ pub const UPSERT_UNTIL_KEY: &str = "cdcd.upsert_until";
 /// Snapshot property: the lease epoch of the daemon that committed the snapshot
 /// (`checkpoint/lease/mod.rs`); absent when written without a lease.
 pub const LEASE_EPOCH_KEY: &str = "cdcd.lease-epoch";
+/// Snapshot property of a changelog table: the last `_cdc_seq` it has given.
+pub const CHANGELOG_SEQ_KEY: &str = "cdcd.changelog_seq";
+/// Snapshot property of a changelog table: the last resync of its table it has marked.
+pub const CHANGELOG_RESYNC_KEY: &str = "cdcd.changelog_resync";
 
 /// A pipeline's position as stored in one table snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +58,10 @@ pub struct Checkpoint {
     pub snapshot: Option<String>,
     /// [`UPSERT_UNTIL_KEY`]: changes at or below it may already be in the table.
     pub upsert_until: Option<Position>,
+    /// [`CHANGELOG_SEQ_KEY`]: a changelog table's last `_cdc_seq`.
+    pub changelog_seq: Option<i64>,
+    /// [`CHANGELOG_RESYNC_KEY`]: the last resync a changelog table has marked.
+    pub changelog_resync: Option<String>,
 }
 
 /// A snapshot's properties did not hold a readable checkpoint.
@@ -59,6 +73,8 @@ pub enum CheckpointError {
         value: String,
         source: ParsePositionError,
     },
+    #[error("snapshot property {CHANGELOG_SEQ_KEY} = {value:?} is not a count")]
+    BadSeq { value: String },
 }
 
 impl Checkpoint {
@@ -69,6 +85,8 @@ impl Checkpoint {
             position,
             snapshot: None,
             upsert_until: None,
+            changelog_seq: None,
+            changelog_resync: None,
         }
     }
 
@@ -83,6 +101,12 @@ impl Checkpoint {
         }
         if let Some(u) = &self.upsert_until {
             p.push((UPSERT_UNTIL_KEY.to_owned(), u.to_string()));
+        }
+        if let Some(seq) = self.changelog_seq {
+            p.push((CHANGELOG_SEQ_KEY.to_owned(), seq.to_string()));
+        }
+        if let Some(id) = &self.changelog_resync {
+            p.push((CHANGELOG_RESYNC_KEY.to_owned(), id.clone()));
         }
         p
     }
@@ -120,11 +144,20 @@ impl Checkpoint {
             }
             None => None,
         };
+        let changelog_seq = match properties.get(CHANGELOG_SEQ_KEY) {
+            Some(v) => Some(
+                v.parse::<i64>()
+                    .map_err(|_| CheckpointError::BadSeq { value: v.clone() })?,
+            ),
+            None => None,
+        };
         Ok(Some(Checkpoint {
             pipeline: pipeline.to_owned(),
             position,
             snapshot: properties.get(SNAPSHOT_KEY).cloned(),
             upsert_until,
+            changelog_seq,
+            changelog_resync: properties.get(CHANGELOG_RESYNC_KEY).cloned(),
         }))
     }
 }
@@ -146,8 +179,11 @@ mod tests {
         assert_eq!(Checkpoint::from_properties("other", &props).unwrap(), None);
         cp.snapshot = Some("{}".into());
         cp.upsert_until = Some(Position::Postgres(Lsn(7)));
+        cp.changelog_seq = Some(42);
+        cp.changelog_resync = Some("r1".into());
         let props: HashMap<String, String> = cp.to_properties().into_iter().collect();
         assert_eq!(props["cdcd.upsert_until"], "0/7");
+        assert_eq!(props["cdcd.changelog_seq"], "42");
         assert_eq!(
             Checkpoint::from_properties("shop", &props).unwrap(),
             Some(cp)

@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::time::Duration;
 
 use iceberg::spec::{NullOrder, SortDirection, Transform};
 use serde::Deserialize;
@@ -51,6 +52,11 @@ pub struct RawTableSettings {
     /// beside the table; LSM, Paimon changelog files (`changelog-producer = input`). Default false.
     #[serde(default)]
     pub changelog: Option<bool>,
+    /// Iceberg: how long the changelog table keeps changes, in days (`"30d"`) or hours
+    /// (`"36h"`): maintenance drops each day partition of `_cdc_commit_ts` once the whole day
+    /// is older than this. Unset: kept forever.
+    #[serde(default)]
+    pub changelog_retention: Option<String>,
     /// `"hard"` (default): a source delete removes the row. `"soft"`: the row stays, with
     /// `_cdc_deleted = true`, until its key is inserted again.
     #[serde(default)]
@@ -241,6 +247,8 @@ pub struct TableSettings {
     pub buckets: Option<u32>,
     /// Keep every change as a stream (`changelog = true`).
     pub changelog: bool,
+    /// `changelog_retention`: how long the changelog table keeps changes (`None`: forever).
+    pub changelog_retention: Option<Duration>,
     pub deletes: Deletes,
     /// `_cdc_commit_ts` and `_cdc_position` on the table's rows.
     pub row_metadata: bool,
@@ -266,6 +274,7 @@ struct Section {
     properties: BTreeMap<String, String>,
     buckets: Option<u32>,
     changelog: Option<bool>,
+    changelog_retention: Option<Duration>,
     deletes: Option<Deletes>,
     row_metadata: Option<bool>,
     json: Option<JsonAs>,
@@ -369,6 +378,8 @@ impl TablesConfig {
         let changelog = self
             .value(at("changelog"), |s| s.changelog)?
             .unwrap_or_default();
+        let changelog_retention =
+            self.value(at("changelog_retention"), |s| s.changelog_retention)?;
         let deletes = self
             .value(at("deletes"), |s| s.deletes)?
             .unwrap_or_default();
@@ -398,6 +409,7 @@ impl TablesConfig {
             properties,
             buckets,
             changelog,
+            changelog_retention,
             deletes,
             row_metadata,
             json,
@@ -494,6 +506,14 @@ impl Section {
             SinkKind::Lsm if !raw.properties.is_empty() => {
                 return Err(only_for("properties", SinkKind::Iceberg, ""))
             }
+            SinkKind::Lsm if raw.changelog_retention.is_some() => {
+                return Err(only_for(
+                    "changelog_retention",
+                    SinkKind::Iceberg,
+                    " (a Paimon changelog is kept by the table's changelog.time-retained and \
+                     changelog.num-retained options)",
+                ))
+            }
             SinkKind::Lsm if raw.json == Some(JsonAs::Variant) => {
                 return Err(at("json").invalid(
                     "\"variant\" applies to iceberg sinks only: cdcd does not write Paimon's \
@@ -528,6 +548,15 @@ impl Section {
             None => None,
             Some(list) => Some(sort_fields(&list, &at("sort_by"))?),
         };
+        let changelog_retention = match raw.changelog_retention {
+            None => None,
+            Some(text) => Some(retention(&text).ok_or_else(|| {
+                at("changelog_retention").invalid(format!(
+                    "{text:?} is not a retention: write a whole number of days or hours, \
+                         e.g. \"30d\" or \"36h\""
+                ))
+            })?),
+        };
         Ok(Section {
             exact: !key.contains('*'),
             literal: key.chars().filter(|c| *c != '*').count(),
@@ -539,6 +568,7 @@ impl Section {
             properties: raw.properties,
             buckets: raw.buckets,
             changelog: raw.changelog,
+            changelog_retention,
             deletes: raw.deletes,
             row_metadata: raw.row_metadata,
             json: raw.json,
@@ -551,9 +581,21 @@ impl Section {
 fn unbuilt(raw: &RawTableSettings, kind: SinkKind) -> Option<&'static str> {
     match kind {
         SinkKind::Lsm if raw.deletes == Some(Deletes::Soft) => Some("deletes"),
-        SinkKind::Lsm if raw.row_metadata == Some(true) => Some("row_metadata"),
         _ => None,
     }
+}
+
+/// `changelog_retention`: `"30d"` or `"36h"`; `None` when it is neither.
+fn retention(text: &str) -> Option<Duration> {
+    let t = text.trim();
+    let (n, unit) = t.split_at(t.len().checked_sub(1)?);
+    let n: u64 = n.parse().ok()?;
+    let secs = match unit {
+        "d" => n.checked_mul(86_400)?,
+        "h" => n.checked_mul(3_600)?,
+        _ => return None,
+    };
+    Some(Duration::from_secs(secs))
 }
 
 /// The forms `partition_by` and `sort_by` take, for messages.

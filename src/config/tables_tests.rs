@@ -361,7 +361,7 @@ row_metadata = false
 }
 
 #[test]
-fn soft_deletes_and_row_metadata_are_taken_by_iceberg_and_refused_by_lsm_until_built() {
+fn soft_deletes_are_taken_by_iceberg_and_refused_by_lsm_until_built_row_metadata_by_both() {
     let sections = "[sink.tables.\"public.orders\"]\ndeletes = \"soft\"\nrow_metadata = true\n";
     let s = tables(&with_sections(sections)).resolve(&orders()).unwrap();
     assert_eq!(s.deletes, super::Deletes::Soft);
@@ -371,6 +371,11 @@ fn soft_deletes_and_row_metadata_are_taken_by_iceberg_and_refused_by_lsm_until_b
         e.contains("deletes") && e.contains("not built yet for lsm"),
         "{e}"
     );
+    let row_metadata = "[sink.tables.\"public.orders\"]\nrow_metadata = true\n";
+    let s = tables(&lsm_with_sections(row_metadata))
+        .resolve(&orders())
+        .unwrap();
+    assert!(s.row_metadata);
 }
 
 #[test]
@@ -444,4 +449,33 @@ fn spatial_as_geometry_resolves_per_section_and_is_refused_on_v2_and_lsm() {
         e.contains("iceberg sinks only") && e.contains("Paimon"),
         "{e}"
     );
+}
+
+#[test]
+fn changelog_retention_takes_days_or_hours_on_iceberg_only() {
+    let section =
+        |v: &str| format!("[sink.tables.\"public.orders\"]\nchangelog_retention = {v:?}\n");
+    for (text, secs) in [("30d", 30 * 86_400), ("36h", 36 * 3_600)] {
+        let s = tables(&with_sections(&section(text)))
+            .resolve(&orders())
+            .unwrap();
+        let want = Some(std::time::Duration::from_secs(secs));
+        assert_eq!(s.changelog_retention, want, "{text}");
+    }
+    assert_eq!(
+        tables(MINIMAL)
+            .resolve(&orders())
+            .unwrap()
+            .changelog_retention,
+        None
+    );
+    for bad in ["30", "d", "-1d", "1.5d", "30m"] {
+        let e = error(&with_sections(&section(bad)));
+        assert!(
+            e.contains("changelog_retention") && e.contains("30d"),
+            "{bad}: {e}"
+        );
+    }
+    let e = error(&lsm_with_sections(&section("30d")));
+    assert!(e.contains("applies to iceberg sinks only"), "{e}");
 }

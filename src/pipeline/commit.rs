@@ -425,6 +425,8 @@ impl Committer {
                 None
             },
             upsert_until: window.clone(),
+            changelog_seq: None,
+            changelog_resync: None,
         };
         Some(PendingCommit {
             table: table.clone(),

@@ -248,6 +248,28 @@ impl CdcColumns {
         Ok(Some((table, out)))
     }
 
+    /// [`apply`](Self::apply) to one commit carrying `checkpoint`: its rows are an initial
+    /// copy's while the checkpoint holds copy progress, and a run without a source transaction
+    /// takes the checkpoint's position.
+    pub fn apply_to_commit(
+        &self,
+        schema: &Arc<TableSchema>,
+        changes: &[TableChanges],
+        checkpoint: &crate::checkpoint::Checkpoint,
+        existing: Option<&[String]>,
+    ) -> Result<Option<WithColumns>, SinkError> {
+        let meta = CommitMeta {
+            position: checkpoint.position.to_string(),
+        };
+        self.apply(
+            schema,
+            changes,
+            checkpoint.snapshot.is_some(),
+            existing,
+            &meta,
+        )
+    }
+
     fn rewrite(
         &self,
         table: &Arc<TableSchema>,

@@ -1403,3 +1403,146 @@ async fn a_table_and_its_changelog_commit_in_one_transaction() {
     );
     p.sigterm_and_wait(Duration::from_secs(60)).await;
 }
+
+/// Polls a REST catalog for `secs` seconds, loading table, changelog, table again each round
+/// (`GET …/tables/<name>`), and prints a line per round where the two were apart, then
+/// `polls <n> apart <m>`. Apart: the changelog holds a commit the table read after it lacks (its
+/// `cdcd.position` is past the table's), or the table read before it has a commit that changed
+/// rows past the changelog's position.
+const WATCHER: &str = r#"
+import json, sys, time, urllib.error, urllib.request
+uri, key, ns, table, changelog, secs = sys.argv[1:7]
+def load(name):
+    req = urllib.request.Request(f"{uri}/v1/namespaces/{ns}/tables/{name}",
+                                 headers={"Authorization": "Bearer " + key})
+    try:
+        with urllib.request.urlopen(req) as r:
+            return json.load(r)["metadata"]
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return None
+        raise
+def lsn(p):
+    hi, lo = p.split("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+def chain(m):
+    by = {s["snapshot-id"]: s for s in m.get("snapshots", [])}
+    s = by.get(m.get("current-snapshot-id"))
+    while s:
+        yield s
+        s = by.get(s.get("parent-snapshot-id"))
+def pos(m):
+    return next((lsn(s["summary"]["cdcd.position"]) for s in chain(m) if "cdcd.position" in s.get("summary", {})), 0)
+def changed_above(m, floor):
+    for s in chain(m):
+        sm = s.get("summary", {})
+        if "cdcd.position" not in sm:
+            continue
+        if lsn(sm["cdcd.position"]) <= floor:
+            return None
+        if any(int(sm.get(k, 0)) for k in ("added-records", "added-delete-files", "deleted-records")):
+            return sm["cdcd.position"]
+    return None
+polls = apart = 0
+end = time.time() + float(secs)
+while time.time() < end:
+    t1, c, t2 = load(table), load(changelog), load(table)
+    if not (t1 and c and t2):
+        time.sleep(0.05)
+        continue
+    polls += 1
+    pc = pos(c)
+    if pc > pos(t2):
+        apart += 1
+        print("changelog ahead: at", pc, "table read after it at", pos(t2))
+    elif (p := changed_above(t1, pc)):
+        apart += 1
+        print("changelog behind: table changed at", p, "changelog at", pc)
+print("polls", polls, "apart", apart)
+"#;
+
+/// Issue 38: a reader polling the REST catalog never sees a table and its changelog apart
+/// ([`WATCHER`]) while a writer streams changes through cdcd. Each commit also pauses between
+/// the changelog's commit and its table's where they are two commits (`CDCD_PAUSEPOINT`), so a
+/// catalog without multi-table commits would be caught apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_never_sees_a_table_and_its_changelog_apart() {
+    let Some((env, name)) = test_env_and_name("catrestchw") else {
+        return;
+    };
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int PRIMARY KEY, v int);
+             INSERT INTO {t} SELECT g, g FROM generate_series(1, 20) g;"
+        ),
+    )
+    .await;
+    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let dir = p.dir.as_ref().unwrap().path().to_owned();
+    let server = Rustberg::start(&dir, &p.warehouse);
+    let settings = Settings {
+        sink_extra: format!(
+            "maintenance_interval_ms = 0\n{}\n[sink.tables.\"public.{t}\"]\nchangelog = true\n",
+            catalog_section(&server.uri, &format!("token = {KEY:?}"))
+        ),
+        ..Settings::default()
+    };
+    p.write_config(&settings);
+    p.env_vars = vec![(
+        "CDCD_PAUSEPOINT".into(),
+        "changelog-before-table:300".into(),
+    )];
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    exec(&client, &format!("UPDATE {t} SET v = v + 1 WHERE id = 1")).await;
+    assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    let changelog = format!("{t}_changelog");
+    let watcher = Command::new(&env.python)
+        .args([
+            "-c",
+            WATCHER,
+            &server.uri,
+            KEY,
+            NAMESPACE,
+            &t,
+            &changelog,
+            "10",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(9);
+    let mut k = 100;
+    while Instant::now() < deadline {
+        exec(
+            &client,
+            &format!(
+                "INSERT INTO {t} VALUES ({k}, {k}); UPDATE {t} SET v = v + 1 WHERE id = {};
+                 DELETE FROM {t} WHERE id = {};",
+                k % 20 + 1,
+                k - 1
+            ),
+        )
+        .await;
+        k += 1;
+        tokio::time::sleep(Duration::from_millis(70)).await;
+    }
+    let out = watcher.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "watcher failed:\n{text}");
+    let last = text.lines().last().unwrap_or_default();
+    let polls: u32 = last
+        .split(' ')
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(polls >= 10, "too few polls to prove anything: {text}");
+    assert!(last.ends_with("apart 0"), "seen apart:\n{text}");
+    assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+    eprintln!("watcher: {last}");
+}

@@ -2,6 +2,8 @@
 //! back by pypaimon.
 
 mod changelog;
+mod changelog_kills;
 mod expiry;
 mod partitioned;
 mod replication;
+mod row_metadata;

@@ -3,6 +3,8 @@
 //! the lease fencing a paused or cut-off holder (`fencing`, issue 17.3).
 
 mod changelog;
+mod changelog_kills;
+mod changelog_retention;
 mod copy_ddl;
 mod ddl;
 mod fencing;

@@ -16,7 +16,12 @@ use crate::support::{
 
 /// Replays the changelog (DuckDB) onto the table as of the initial copy's snapshot (pyiceberg),
 /// compares with the source (Postgres or MySQL), and prints `rows=<n> seqs=<distinct>
-/// ops=<op:count,…>`, then the differences.
+/// ops=<op:count,…>`, then the differences. With `resync` for the copy's snapshot: from the
+/// changelog's last `resync` row, as a consumer reloads there: the table as of the snapshot whose
+/// `cdcd.position` is the marker's `_cdc_position`, then the rows after the marker. With `copied`:
+/// onto the table's first snapshot with its initial copy complete (a copy that ran while the
+/// source was written: the changes it may hold again replay idempotently, complete images). A change there twice (the same
+/// `_cdc_tx`, `_cdc_op` and key) is a difference.
 const REPLAY: &str = r#"
 import os, sys, json
 sys.path.insert(0, os.environ["LAKECHECK_DIR"])
@@ -27,15 +32,23 @@ names, kinds, pk, src = lc.read_source(pg, source)
 notes = []
 meta = lc.locate_iceberg(table_dir, notes)
 t = StaticTable.from_metadata(meta)
+lc.duck().execute("SET enable_progress_bar = false")   # it prints to stdout on a slow read
+ccols, crows = lc.read_duckdb(lc.locate_iceberg(changelog_dir, notes))
+crows = sorted((dict(zip(ccols, r)) for r in crows), key=lambda r: r["_cdc_seq"])
+if copy_snapshot == "resync":
+    m = [r for r in crows if r["_cdc_op"] == "resync"][-1]
+    copy_snapshot = next(s.snapshot_id for s in t.metadata.snapshots
+                         if s.summary and s.summary.get("cdcd.position") == m["_cdc_position"])
+    crows = [r for r in crows if r["_cdc_seq"] > m["_cdc_seq"]]
+if copy_snapshot == "copied":
+    copy_snapshot = next(s.snapshot_id for s in sorted(t.metadata.snapshots, key=lambda s: s.sequence_number)
+                         if s.summary and s.summary.get("cdcd.position") and not s.summary.get("cdcd.snapshot"))
 cols, rows = lc.arrow_rows(t.scan(snapshot_id=int(copy_snapshot)).to_arrow())
 key = lambda r: tuple(lc.norm(r[c], kinds[names.index(c)]) for c in pk)
 state = {}
 for r in rows:
     r = dict(zip(cols, r))
     state[key(r)] = r
-lc.duck().execute("SET enable_progress_bar = false")   # it prints to stdout on a slow read
-ccols, crows = lc.read_duckdb(lc.locate_iceberg(changelog_dir, notes))
-crows = sorted((dict(zip(ccols, r)) for r in crows), key=lambda r: r["_cdc_seq"])
 ops = {}
 for r in crows:
     op = r["_cdc_op"]
@@ -49,6 +62,12 @@ for r in crows:
         state.clear()
 want = {key(dict(zip(names, r))): dict(zip(names, r)) for r in src}
 bad = []
+seen = set()
+for r in crows:
+    change = (r["_cdc_tx"], r["_cdc_op"], key(r))
+    if change in seen:
+        bad.append(f"twice: {change}")
+    seen.add(change)
 for k in set(want) | set(state):
     a, b = want.get(k), state.get(k)
     if a is None or b is None:
@@ -158,17 +177,18 @@ async fn copied(p: &mut Pipeline, client: &tokio_postgres::Client, t: &str) -> S
     meta["current-snapshot-id"].to_string()
 }
 
-#[tokio::test]
-async fn replaying_the_changelog_onto_the_copy_gives_the_source() {
-    let Some(env) = test_env("replaying_the_changelog_onto_the_copy_gives_the_source") else {
-        return;
-    };
-    let t = unique("chl");
+/// A table `<tag>_…` with the changelog on, copied, then [`workload`] streamed and its changelog
+/// replayed to the source: the pipeline (running), a connection, the table, the copy's snapshot.
+pub(crate) async fn streamed(
+    env: &crate::support::TestEnv,
+    tag: &str,
+) -> (Pipeline, tokio_postgres::Client, String, String) {
+    let t = unique(tag);
     let settings = Settings {
         sink_extra: section(&t),
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &t, &[&t], &settings);
+    let mut p = Pipeline::new(env, &t, &[&t], &settings);
     let client = connect(&env.pg_url).await;
     let copy = copied(&mut p, &client, &t).await;
     for sql in workload(&t) {
@@ -176,6 +196,15 @@ async fn replaying_the_changelog_onto_the_copy_gives_the_source() {
     }
     p.assert_equal(&t, 60).await;
     assert_eq!(replay(&p, &t, &copy).await, ROWS);
+    (p, client, t, copy)
+}
+
+#[tokio::test]
+async fn replaying_the_changelog_onto_the_copy_gives_the_source() {
+    let Some(env) = test_env("replaying_the_changelog_onto_the_copy_gives_the_source") else {
+        return;
+    };
+    let (mut p, client, t, copy) = streamed(&env, "chl").await;
     // The changelog evolves with its table: a column added mid-stream, then set.
     exec(
         &client,

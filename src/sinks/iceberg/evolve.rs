@@ -98,9 +98,7 @@ impl<'a> EvolveLayout<'a> {
                 parts.push(format!("sort_by [{}]", fields.join(", ")));
             }
             parts.extend(CdcColumns::of(&settings, true).describe());
-            if settings.changelog {
-                parts.push(format!("changelog {}", changelog::changelog_id(table)));
-            }
+            parts.extend(changelog::describe(table, &settings));
             return Ok((!parts.is_empty()).then(|| {
                 format!(
                     "table {table}: not created yet; created with {} (columns and types are \
@@ -126,8 +124,8 @@ impl<'a> EvolveLayout<'a> {
         if let Some(cdc) = CdcColumns::of(&settings, true).describe() {
             line.push_str(&format!("; {cdc}"));
         }
-        if settings.changelog {
-            line.push_str(&format!("; changelog {}", changelog::changelog_id(table)));
+        if let Some(changelog) = changelog::describe(table, &settings) {
+            line.push_str(&format!("; {changelog}"));
         }
         Ok(Some(line))
     }

@@ -238,6 +238,7 @@ impl IcebergSink {
             (Some((changelog, rows)), None) => {
                 changelog.commit(rows, checkpoint).await?;
                 crate::failpoints::crash_point(crate::failpoints::CHANGELOG_BEFORE_TABLE);
+                crate::failpoints::pause_point(crate::failpoints::CHANGELOG_BEFORE_TABLE).await;
                 delta
                     .publish(catalog, &tables.table_ref(table, &location), next)
                     .await
@@ -528,10 +529,19 @@ impl Sink for IcebergSink {
         &self,
         tables: Option<&[TableId]>,
     ) -> Result<Vec<MaintenanceReport>, SinkError> {
-        let tables: Vec<TableId> = match tables {
+        let mut tables: Vec<TableId> = match tables {
             Some(t) => t.to_vec(),
             None => self.tables.known(),
         };
+        // A table's changelog is maintained with it (its retention too).
+        for table in tables.clone() {
+            // A table whose settings do not resolve is left to its own cycle, which reports it.
+            if let Ok(Some(changelog)) = changelog::known_changelog(&self.tables, &table) {
+                if !tables.contains(&changelog) {
+                    tables.push(changelog);
+                }
+            }
+        }
         let mut reports = Vec::new();
         for table in &tables {
             let cycle = MaintenanceCycle::new(&self.tables, &self.maintenance, table);

@@ -236,6 +236,38 @@ impl Tables {
         Ok(loaded)
     }
 
+    /// Commits `next` on `base` through `table`'s catalog and remembers the outcome: the
+    /// published metadata, or nothing after a conflict or an unknown outcome (the next load
+    /// tells).
+    pub(super) async fn commit_metadata(
+        &self,
+        table: &TableId,
+        base: &Loaded,
+        next: TableMetadata,
+    ) -> Result<Arc<Loaded>, SinkError> {
+        let location = self.current_location(table);
+        let published = self
+            .catalog_for(table)
+            .commit(
+                &self.warehouse,
+                &self.table_ref(table, &location),
+                base,
+                next,
+            )
+            .await;
+        match published {
+            Ok(after) => {
+                let after = Arc::new(after);
+                self.remember(table, Some(Arc::clone(&after)));
+                Ok(after)
+            }
+            Err(e) => {
+                self.remember(table, None);
+                Err(e)
+            }
+        }
+    }
+
     /// A table the catalog does not know but whose directory holds metadata (the pipeline ran
     /// with the filesystem catalog before): registered in the catalog as it is, so its
     /// checkpoint holds and nothing is copied again. `None` when there is nothing to adopt.
@@ -414,15 +446,11 @@ impl Tables {
                 .map(|f| f.name.clone())
                 .collect()
         });
-        let meta = cdc_columns::CommitMeta {
-            position: checkpoint.position.to_string(),
-        };
-        CdcColumns::of(&settings, v3).apply(
+        CdcColumns::of(&settings, v3).apply_to_commit(
             schema,
             changes,
-            checkpoint.snapshot.is_some(),
+            checkpoint,
             existing.as_deref(),
-            &meta,
         )
     }
 }

@@ -284,6 +284,14 @@ impl Sink for LsmSink {
         changes: &[TableChanges],
         checkpoint: &Checkpoint,
     ) -> Result<CommitStats, SinkError> {
+        let added = self
+            .tables
+            .with_cdc_columns(schema, changes, checkpoint)
+            .await?;
+        let (schema, changes) = match &added {
+            Some((schema, changes)) => (schema, changes.as_slice()),
+            None => (schema, changes),
+        };
         let input = commit::Input {
             schema: schema.as_ref(),
             changes,

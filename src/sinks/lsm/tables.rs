@@ -16,8 +16,10 @@ use tokio::sync::Notify;
 
 use super::compaction::{self, CompactStats};
 use super::table::{self, TableState};
-use crate::changelog::{TableId, TableSchema};
+use crate::changelog::{TableChanges, TableId, TableSchema};
+use crate::checkpoint::Checkpoint;
 use crate::config::{LsmConfig, MergeEngine};
+use crate::sinks::cdc_columns::{self, CdcColumns};
 use crate::sinks::resync::Lineage;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
@@ -257,6 +259,32 @@ impl Tables {
     /// `table`'s resync under way in this sink, if any.
     pub(super) fn lineage(&self, table: &TableId) -> Option<Lineage> {
         self.resyncs.lock().ok()?.get(table).cloned()
+    }
+
+    /// `changes` with the columns `[sink.tables."…"]` adds to the table's rows
+    /// (`sinks/cdc_columns.rs`: `row_metadata`; `deletes = "soft"` is not built for this sink
+    /// and refused by the config); `None` when it adds none. Paimon has no initial default:
+    /// rows written before the columns were added read NULL.
+    pub(super) async fn with_cdc_columns(
+        &self,
+        schema: &Arc<TableSchema>,
+        changes: &[TableChanges],
+        checkpoint: &Checkpoint,
+    ) -> Result<Option<cdc_columns::WithColumns>, SinkError> {
+        let table = &schema.id;
+        let cdc = CdcColumns::of(&self.config.tables.resolve(table)?, false);
+        if cdc.is_none() {
+            return Ok(None);
+        }
+        let handle = self.handle(table);
+        let existing: Option<Vec<String>> = {
+            let mut guard = handle.state.lock().await;
+            self.ensure_loaded(table, &mut guard).await?;
+            guard
+                .as_ref()
+                .map(|s| s.schema.fields.iter().map(|f| f.name.clone()).collect())
+        };
+        cdc.apply_to_commit(schema, changes, checkpoint, existing.as_deref())
     }
 
     /// Loads the table into `slot` when it is not cached.

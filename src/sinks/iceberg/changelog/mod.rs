@@ -20,12 +20,22 @@
 //! not cover, so nothing is missing and nothing is there twice. A reader that must never see the
 //! changelog ahead reads it up to its table's `cdcd.position`.
 //!
+//! Retention (`changelog_retention`, `retention.rs`): the maintenance cycle of a changelog table
+//! drops its day partitions older than the retention, whole data files in a `delete` snapshot.
+//! `_cdc_seq` comes from a counter kept in the changelog's checkpoint (`cdcd.changelog_seq`), not
+//! from the rows it holds, so it never repeats after a drop.
+//!
+//! A resync of the table does not touch the changelog's rows; the first changelog commit after the
+//! swap (the table's `cdcd.resync-id` differs from the changelog's `cdcd.changelog_resync`) starts
+//! with one `resync` row, a boundary a consumer reloads at (`write.rs`, `Marker`).
+//!
 //! Initial-copy rows are not changes: they carry no source transaction and are not in the
 //! changelog; replaying the changelog onto the copy gives the table. The changelog evolves with
 //! its table: its schema is the table's columns after the `_cdc_*` ones, so a column the table
 //! gains is appended to both.
 
 mod images;
+mod retention;
 mod write;
 
 use arrow_schema::{DataType, TimeUnit};
@@ -34,9 +44,10 @@ use iceberg::spec::Transform;
 use crate::changelog::{Column, TableId, TableSchema};
 use crate::config::tables::{Configured, Origin, PartitionField, TableSettings};
 
+pub(super) use retention::ChangelogRetention;
 pub(super) use write::ChangelogWrite;
 
-/// `_cdc_op`: `insert`, `update_before`, `update_after`, `delete` (or `truncate`).
+/// `_cdc_op`: `insert`, `update_before`, `update_after`, `delete` (or `truncate`, `resync`).
 pub(crate) const OP: &str = "_cdc_op";
 /// `_cdc_position`: the position of the change's transaction, as `cdcd.position` writes it.
 pub(crate) const POSITION: &str = "_cdc_position";
@@ -46,6 +57,42 @@ pub(crate) const COMMIT_TS: &str = "_cdc_commit_ts";
 pub(crate) const TX: &str = "_cdc_tx";
 /// `_cdc_seq`: the change's place in the table's changes, from 1.
 pub(crate) const SEQ: &str = "_cdc_seq";
+
+/// `table`'s changelog table when `table` has the changelog on (`None` otherwise), made known
+/// to `tables` as its changelog (for its settings and its retention).
+pub(super) fn known_changelog(
+    tables: &crate::sinks::iceberg::tables::Tables,
+    table: &TableId,
+) -> Result<Option<TableId>, crate::sinks::SinkError> {
+    let is_changelog = tables
+        .changelogs
+        .lock()
+        .is_ok_and(|known| known.contains_key(table));
+    if is_changelog || !tables.settings.resolve(table)?.changelog {
+        return Ok(None);
+    }
+    let id = changelog_id(table);
+    if let Ok(mut known) = tables.changelogs.lock() {
+        known.insert(id.clone(), table.clone());
+    }
+    Ok(Some(id))
+}
+
+/// The changelog for `cdcd check`: `changelog <ns>.<table>_changelog (retention 30d)`; `None`
+/// when the table has none.
+pub(super) fn describe(table: &TableId, settings: &TableSettings) -> Option<String> {
+    if !settings.changelog {
+        return None;
+    }
+    let id = changelog_id(table);
+    Some(match settings.changelog_retention {
+        Some(kept) if kept.as_secs() % 86_400 == 0 => {
+            format!("changelog {id} (retention {}d)", kept.as_secs() / 86_400)
+        }
+        Some(kept) => format!("changelog {id} (retention {}h)", kept.as_secs() / 3_600),
+        None => format!("changelog {id}"),
+    })
+}
 
 /// The changelog table of `table`.
 pub(crate) fn changelog_id(table: &TableId) -> TableId {
@@ -105,6 +152,7 @@ pub(crate) fn changelog_settings(table: &TableSettings) -> TableSettings {
         properties: table.properties.clone(),
         buckets: None,
         changelog: false,
+        changelog_retention: None,
         deletes: Default::default(),
         row_metadata: false,
         // JSON as text: the changelog is for every engine, and a variant needs a keyed table.

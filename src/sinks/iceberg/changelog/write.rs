@@ -4,12 +4,13 @@
 use std::sync::Arc;
 
 use arrow_array::{
-    ArrayRef, Int64Array, RecordBatch, RecordBatchOptions, StringArray, TimestampMicrosecondArray,
+    new_null_array, ArrayRef, Int64Array, RecordBatch, RecordBatchOptions, StringArray,
+    TimestampMicrosecondArray,
 };
 use iceberg::spec::TableMetadata;
 
+use super::changelog_schema;
 use super::images::{images, prior_keys, Images, Prior};
-use super::{changelog_id, changelog_schema};
 use crate::changelog::{Op, TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
 use crate::sinks::iceberg::catalog::rest::RestCatalog;
@@ -18,11 +19,32 @@ use crate::sinks::iceberg::commit::{Cached, Input, Staged};
 use crate::sinks::iceberg::files::metadata::Loaded;
 use crate::sinks::iceberg::files::writer;
 use crate::sinks::iceberg::pipeline_checkpoint;
+use crate::sinks::iceberg::resync::RESYNC_ID_PROPERTY;
 use crate::sinks::iceberg::rows::locator::{IndexLocator, RowLocator};
 use crate::sinks::iceberg::rows::lookup;
 use crate::sinks::iceberg::schema::Projection;
 use crate::sinks::iceberg::tables::Tables;
 use crate::sinks::SinkError;
+
+/// One commit's changelog rows, and the last `_cdc_seq` they give (the changelog's counter
+/// after them, `cdcd.changelog_seq`).
+pub(in crate::sinks::iceberg) struct ChangelogRows {
+    rows: TableChanges,
+    last_seq: i64,
+    /// The last resync the changelog has marked (`cdcd.changelog_resync`).
+    resync: Option<String>,
+}
+
+/// A resync of the table the changelog has not marked yet: its `resync` row, before the first
+/// change committed after the swap. See the module doc of `changelog/`.
+struct Marker {
+    /// The resync's id (`cdcd.resync-id` of the table), as `_cdc_tx`.
+    id: String,
+    /// The table's `cdcd.position` before this commit: the resynced table is complete there.
+    position: String,
+    /// When the table's snapshot at `position` was committed.
+    micros: i64,
+}
 
 /// The changelog of one table, for one commit of the table.
 pub(in crate::sinks::iceberg) struct ChangelogWrite<'a> {
@@ -37,13 +59,10 @@ impl<'a> ChangelogWrite<'a> {
         tables: &'a Tables,
         table: &TableSchema,
     ) -> Result<Option<ChangelogWrite<'a>>, SinkError> {
-        if !tables.settings.resolve(&table.id)?.changelog {
+        if super::known_changelog(tables, &table.id)?.is_none() {
             return Ok(None);
         }
         let schema = Arc::new(changelog_schema(table));
-        if let Ok(mut known) = tables.changelogs.lock() {
-            known.insert(changelog_id(&table.id), table.id.clone());
-        }
         Ok(Some(ChangelogWrite { tables, schema }))
     }
 
@@ -60,7 +79,7 @@ impl<'a> ChangelogWrite<'a> {
         input: Input<'_>,
         base: &TableMetadata,
         cached: &Cached<'_>,
-    ) -> Result<Option<TableChanges>, SinkError> {
+    ) -> Result<Option<ChangelogRows>, SinkError> {
         if input.changes.iter().all(|c| c.source_tx.is_none()) {
             // Initial-copy rows only: nothing for the changelog, nothing to read.
             return Ok(None);
@@ -71,11 +90,19 @@ impl<'a> ChangelogWrite<'a> {
             None => tables.load(self.id()).await?,
         };
         let (held, last_seq) = match &changelog {
-            Some(loaded) => (
-                pipeline_checkpoint(&tables.pipeline, &loaded.metadata)?,
-                rows_in(&loaded.metadata),
-            ),
+            Some(loaded) => {
+                let held = pipeline_checkpoint(&tables.pipeline, &loaded.metadata)?;
+                let last_seq = last_seq(held.as_ref(), &loaded.metadata);
+                (held, last_seq)
+            }
             None => (None, 0),
+        };
+        let marked = held.as_ref().and_then(|cp| cp.changelog_resync.clone());
+        let resynced = base.properties().get(RESYNC_ID_PROPERTY).cloned();
+        // A changelog created after the table's last resync starts after it: nothing to mark.
+        let marker = match (&resynced, &changelog) {
+            (Some(id), Some(_)) if marked.as_ref() != Some(id) => Some(self.marker(id, base)?),
+            _ => None,
         };
         let emit: Vec<bool> = input
             .changes
@@ -113,10 +140,30 @@ impl<'a> ChangelogWrite<'a> {
             &emit,
         )
         .map_err(arrow("the changelog's images"))?;
-        let batch = self
-            .batch(changes, images, last_seq)
+        let rows = self
+            .batch(changes, images, last_seq, marker.as_ref())
             .map_err(arrow("the changelog's rows"))?;
-        Ok(Some(batch))
+        let last_seq = last_seq + rows.rows.num_rows() as i64;
+        Ok(Some(ChangelogRows {
+            rows,
+            last_seq,
+            resync: resynced.or(marked),
+        }))
+    }
+
+    /// The `resync` row owed for resync `id` of the table at `base`.
+    fn marker(&self, id: &str, base: &TableMetadata) -> Result<Marker, SinkError> {
+        let position = pipeline_checkpoint(&self.tables.pipeline, base)?
+            .map(|cp| cp.position.to_string())
+            .unwrap_or_default();
+        let micros = base
+            .current_snapshot()
+            .map_or(0, |s| s.timestamp_ms().saturating_mul(1000));
+        Ok(Marker {
+            id: id.to_owned(),
+            position,
+            micros,
+        })
     }
 
     /// The table's rows of `keys` before the commit, and which keys it has none of.
@@ -165,7 +212,9 @@ impl<'a> ChangelogWrite<'a> {
         changes: &[TableChanges],
         images: Images,
         last_seq: i64,
+        marker: Option<&Marker>,
     ) -> Result<TableChanges, arrow_schema::ArrowError> {
+        let first = last_seq + i64::from(marker.is_some());
         let n = images.kinds.len();
         let runs: Vec<Option<(String, i64, String)>> = changes
             .iter()
@@ -181,7 +230,7 @@ impl<'a> ChangelogWrite<'a> {
         let commit_ts = TimestampMicrosecondArray::from_iter((0..n).map(|i| tx_of(i).map(|t| t.1)))
             .with_timezone("UTC");
         let tx = StringArray::from_iter((0..n).map(|i| tx_of(i).map(|(_, _, t)| t.as_str())));
-        let seq = Int64Array::from_iter_values((1..=n as i64).map(|i| last_seq + i));
+        let seq = Int64Array::from_iter_values((1..=n as i64).map(|i| first + i));
         let mut columns: Vec<ArrayRef> = vec![
             Arc::new(op),
             Arc::new(position),
@@ -191,11 +240,30 @@ impl<'a> ChangelogWrite<'a> {
         ];
         columns.extend(images.columns);
         let options = RecordBatchOptions::new().with_row_count(Some(n));
-        let rows = RecordBatch::try_new_with_options(
-            TableChanges::rows_schema(&self.schema),
-            columns,
-            &options,
-        )?;
+        let schema = TableChanges::rows_schema(&self.schema);
+        let mut rows = RecordBatch::try_new_with_options(Arc::clone(&schema), columns, &options)?;
+        if let Some(m) = marker {
+            let mut columns: Vec<ArrayRef> = vec![
+                Arc::new(StringArray::from_iter_values(["resync"])),
+                Arc::new(StringArray::from_iter_values([m.position.as_str()])),
+                Arc::new(
+                    TimestampMicrosecondArray::from_iter_values([m.micros]).with_timezone("UTC"),
+                ),
+                Arc::new(StringArray::from_iter_values([m.id.as_str()])),
+                Arc::new(Int64Array::from_iter_values([last_seq + 1])),
+            ];
+            columns.extend(
+                schema
+                    .fields()
+                    .iter()
+                    .skip(columns.len())
+                    .map(|f| new_null_array(f.data_type(), 1)),
+            );
+            let marker = RecordBatch::try_new(Arc::clone(&schema), columns)?;
+            rows = arrow_select::concat::concat_batches(&schema, [&marker, &rows])?;
+        }
+        let n = rows.num_rows();
+        let options = RecordBatchOptions::new().with_row_count(Some(n));
         let old_keys = RecordBatch::try_new_with_options(
             TableChanges::keys_schema(&self.schema),
             Vec::new(),
@@ -218,14 +286,15 @@ impl<'a> ChangelogWrite<'a> {
     /// the catalog on its own: durable when this returns.
     pub(in crate::sinks::iceberg) async fn commit(
         &self,
-        rows: TableChanges,
+        rows: ChangelogRows,
         checkpoint: &Checkpoint,
     ) -> Result<(), SinkError> {
         let tables = self.tables;
         let id = self.id();
         let slot = tables.slot(id);
         let mut guard = slot.lock().await;
-        let changes = [rows];
+        let checkpoint = &rows.checkpoint(checkpoint);
+        let changes = [rows.rows];
         let input = Input {
             schema: &self.schema,
             changes: &changes,
@@ -260,7 +329,7 @@ impl ChangelogWrite<'_> {
     /// Returns the table's published metadata.
     pub(in crate::sinks::iceberg) async fn commit_with(
         &self,
-        rows: TableChanges,
+        rows: ChangelogRows,
         checkpoint: &Checkpoint,
         rest: &RestCatalog,
         table: (TableRef<'_>, &Loaded, &TableMetadata),
@@ -269,7 +338,8 @@ impl ChangelogWrite<'_> {
         let id = self.id();
         let slot = tables.slot(id);
         let mut guard = slot.lock().await;
-        let changes = [rows];
+        let checkpoint = &rows.checkpoint(checkpoint);
+        let changes = [rows.rows];
         let input = Input {
             schema: &self.schema,
             changes: &changes,
@@ -306,9 +376,25 @@ impl ChangelogWrite<'_> {
     }
 }
 
-/// Rows the changelog table holds (`total-records` of its current snapshot): the changelog is
-/// append-only, so its next change is this plus one.
-fn rows_in(meta: &TableMetadata) -> i64 {
+impl ChangelogRows {
+    /// The changelog's checkpoint for these rows: the table's commit's, with the counter.
+    fn checkpoint(&self, table: &Checkpoint) -> Checkpoint {
+        Checkpoint {
+            changelog_seq: Some(self.last_seq),
+            changelog_resync: self.resync.clone(),
+            ..table.clone()
+        }
+    }
+}
+
+/// The last `_cdc_seq` the changelog gave: its checkpoint's counter (`cdcd.changelog_seq`, on the
+/// newest snapshot with this pipeline's checkpoint, so commits of other engines on top do not
+/// hide it). A changelog written before the counter has dropped no rows (retention came with
+/// it), so there it is the rows it holds (`total-records` of its current snapshot).
+fn last_seq(held: Option<&Checkpoint>, meta: &TableMetadata) -> i64 {
+    if let Some(seq) = held.and_then(|cp| cp.changelog_seq) {
+        return seq;
+    }
     meta.current_snapshot()
         .and_then(|s| s.summary().additional_properties.get("total-records"))
         .and_then(|v| v.parse().ok())

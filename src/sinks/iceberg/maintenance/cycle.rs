@@ -26,6 +26,7 @@ use super::MaintenanceState;
 use crate::changelog::TableId;
 use crate::metrics as m;
 use crate::metrics::maintenance as maintenance_metrics;
+use crate::sinks::iceberg::changelog::ChangelogRetention;
 use crate::sinks::iceberg::files::manifest::load_manifests;
 use crate::sinks::iceberg::files::metadata::Loaded;
 use crate::sinks::iceberg::rows::live::LiveState;
@@ -115,6 +116,13 @@ impl<'a> MaintenanceCycle<'a> {
         };
         // Whether the cycle committed nothing (and failed nowhere): then it settles the table.
         let mut quiet = true;
+        if ChangelogRetention::new(tables, table)
+            .commit()
+            .await?
+            .is_some()
+        {
+            quiet = false;
+        }
         match RewriteDataFiles::new(tables, table).commit().await {
             Ok(Some(c)) => {
                 quiet = false;

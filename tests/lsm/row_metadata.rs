@@ -1,0 +1,83 @@
+//! Issue 38: `row_metadata = true` on the LSM (Paimon) sink: every row carries `_cdc_commit_ts`
+//! and `_cdc_position` of the change that last wrote it, read back by pypaimon. MariaDB's `SET
+//! timestamp` dates one update in 2020, so the commit time read back is the source's, not
+//! cdcd's; a row of the initial copy carries the copy's position and no commit time.
+
+use std::time::Duration;
+
+use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
+use crate::support::{output_ok, NAMESPACE};
+
+/// The table's rows (pypaimon): `row <id> <_cdc_commit_ts or None> <_cdc_position>` each.
+const ROWS: &str = r#"
+import sys
+from pypaimon import CatalogFactory
+t = CatalogFactory.create({"warehouse": sys.argv[1]}).get_table(sys.argv[2])
+rb = t.new_read_builder()
+for r in sorted(rb.new_read().to_arrow(rb.new_scan().plan().splits()).to_pylist(), key=lambda r: r["id"]):
+    ts = r["_cdc_commit_ts"]
+    print("row", r["id"], ts.strftime("%Y-%m-%dT%H:%M:%S") if ts else None, r["_cdc_position"])
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row_metadata_reads_back_from_paimon() {
+    let Some((env, name)) = my_env_and_name("mylrm") else {
+        return;
+    };
+    let mut p = MyPipeline::new(&env, &name, "initial", "").await;
+    p.use_lsm(2, "initial", "");
+    let mut text = std::fs::read_to_string(&p.config).unwrap();
+    text.push_str(&format!(
+        "\n[sink.tables.\"{db}.item\"]\nrow_metadata = true\n",
+        db = p.db
+    ));
+    std::fs::write(&p.config, text).unwrap();
+    let mut c = my_connect(&env.url_for(&p.db)).await;
+    my_exec(
+        &mut c,
+        "CREATE TABLE item (id BIGINT PRIMARY KEY, n INT, note VARCHAR(40));
+         INSERT INTO item VALUES (1, 1, 'one'), (2, 2, 'two'), (3, 3, 'three');",
+    )
+    .await;
+    p.start();
+    p.assert_equal("item", 120).await;
+    my_exec(
+        &mut c,
+        "SET timestamp = UNIX_TIMESTAMP('2020-01-01 12:00:00');
+         UPDATE item SET n = 10 WHERE id = 1;
+         SET timestamp = DEFAULT;
+         SET SESSION binlog_row_image = 'MINIMAL';
+         UPDATE item SET note = 'zwei' WHERE id = 2;
+         SET SESSION binlog_row_image = 'FULL';
+         INSERT INTO item VALUES (4, 4, 'four');
+         DELETE FROM item WHERE id = 3;",
+    )
+    .await;
+    p.assert_equal("item", 120).await;
+    p.stop(Duration::from_secs(60)).await;
+    let out = output_ok(
+        std::process::Command::new(&env.python)
+            .args(["-c", ROWS])
+            .arg(&p.warehouse)
+            .arg(format!("{NAMESPACE}.item")),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("row "))
+        .map(|l| l.split(' ').collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    let (one, two, four) = (&rows[0], &rows[1], &rows[2]);
+    assert_eq!(one[0..2], ["1", "2020-01-01T12:00:00"], "{text}");
+    assert!(two[1].starts_with("20") && two[1] != one[1], "{text}");
+    assert_eq!(four[0], "4", "{text}");
+    for r in &rows {
+        assert!(
+            r[2].contains('-') && r[2] != "None",
+            "a row without its GTID position: {text}"
+        );
+    }
+    // Each row's position is its own change's: three transactions, three positions.
+    assert!(one[2] != two[2] && two[2] != four[2], "{text}");
+}
