@@ -268,6 +268,12 @@ impl<'a> RewriteDataFiles<'a> {
                 .stale("the table's schema changed".into(), &written)
                 .await;
         }
+        // The outputs were laid out in the spec chosen on, and are listed under the current one.
+        if current.metadata.default_partition_spec_id() != base.default_partition_spec_id() {
+            return self
+                .stale("the table's partition spec changed".into(), &written)
+                .await;
+        }
         if !slot
             .live
             .as_ref()
