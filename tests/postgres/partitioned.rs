@@ -83,12 +83,20 @@ for mf in meta.snapshot_by_id(meta.current_snapshot_id).manifests(io):
         if len(f.partition) != len(specs[f.spec_id].fields):
             problem(f"{f.file_path}: partition {f.partition} under spec {f.spec_id} of {len(specs[f.spec_id].fields)} fields")
         (data.__setitem__(f.file_path, f) if f.content == 0 else deletes.append(f))
-counts = {"data_files": 0, "partitions": set(), "sorted_files": 0, "dvs": 0, "position_files": 0, "equality_files": 0}
+counts = {"data_files": 0, "partitions": set(), "sorted_files": 0, "dvs": 0, "position_files": 0, "equality_files": 0, "old_spec_files": 0, "unsorted_files": 0}
 for path, f in data.items():
     spec = specs[f.spec_id]
+    counts["old_spec_files"] += f.spec_id != meta.default_spec_id
+    counts["unsorted_files"] += bool(order.fields) and f.sort_order_id != order.order_id
+    rows = pq.read_table(local(path))
+    if order.fields and f.sort_order_id == order.order_id:
+        key = schema.find_field(order.fields[0].source_id).name
+        values = rows.column(key).to_pylist()
+        if values != sorted(values):
+            problem(f"{path}: written under sort order {order.order_id} but not sorted by {key}")
+        counts["sorted_files"] += 1
     if not spec.fields:
         continue
-    rows = pq.read_table(local(path))
     got = tuple(norm(v) for v in tuple_of(spec, f.partition))
     for i, field in enumerate(spec.fields):
         src = schema.find_field(field.source_id)
@@ -102,12 +110,6 @@ for path, f in data.items():
                 problem(f"{path}: a row's {field.name} is {want}, its entry says {got[i]}")
     counts["data_files"] += 1
     counts["partitions"].add((f.spec_id, got))
-    if order.fields and f.sort_order_id == order.order_id:
-        key = schema.find_field(order.fields[0].source_id).name
-        values = rows.column(key).to_pylist()
-        if values != sorted(values):
-            problem(f"{path}: written under sort order {order.order_id} but not sorted by {key}")
-        counts["sorted_files"] += 1
 for f in deletes:
     spec = specs[f.spec_id]
     if f.content == 2:
@@ -542,6 +544,117 @@ async fn spark_partitions_the_table_and_cdcd_stays_exact_with_equality_deletes()
     partitioned_by_spark(
         "spark_partitions_the_table_and_cdcd_stays_exact_with_equality_deletes",
         "pteq",
+        true,
+    )
+    .await;
+}
+
+/// Issue 36, maintenance after partition evolution: Spark partitions the table cdcd copied
+/// (`bucket(4, id)`), cdcd streams into that spec, Spark evolves it again (`days(created_at)`
+/// added, `WRITE ORDERED BY n`), cdcd updates and deletes rows of both older specs' files; then
+/// one `cdcd maintain` rewrites every data file of an older spec into the current spec, sorted:
+/// no live data file of an older spec or without the sort order is left, and Spark and
+/// pyiceberg read the source's rows, before and after more streaming.
+async fn compaction_moves_old_spec_files(test: &str, tag: &str, equality: bool) {
+    let Some(env) = test_env(test) else {
+        return;
+    };
+    let Some(spark) = spark(test) else {
+        return;
+    };
+    let name = unique(tag);
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create(&t)).await;
+    let settings = Settings {
+        sink_extra: "maintenance_interval_ms = 0\n".into(),
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new(&env, &name, &[t.as_str()], &settings);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    if equality {
+        force_equality(&p);
+    }
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    p.assert_equal(&t, 90).await;
+    let table = format!("h.{NAMESPACE}.{t}");
+    run_spark(
+        &spark,
+        &p,
+        &[format!(
+            "ALTER TABLE {table} ADD PARTITION FIELD bucket(4, id)"
+        )],
+    );
+    let lsn = change(&client, &t, &moving(&t, 1), -1).await;
+    equal(&mut p, &t, equality, lsn).await;
+    run_spark(
+        &spark,
+        &p,
+        &[
+            format!("ALTER TABLE {table} ADD PARTITION FIELD days(created_at)"),
+            format!("ALTER TABLE {table} WRITE ORDERED BY n"),
+        ],
+    );
+    for round in 2..=3 {
+        let lsn = change(&client, &t, &moving(&t, round), -round).await;
+        equal(&mut p, &t, equality, lsn).await;
+    }
+    let seen = layout(&p, &t);
+    eprintln!("layout before cdcd's compaction: {seen}");
+    assert!(seen["old_spec_files"].as_u64().unwrap_or(0) >= 2, "{seen}");
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+
+    let out = Command::new(cdcd_bin())
+        .args(["maintain", "--config"])
+        .arg(&p.config)
+        .args(["--table", &format!("public.{t}")])
+        .envs(p.env_vars.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let text = stdout_then_stderr(&out);
+    assert!(out.status.success(), "cdcd maintain:\n{text}");
+    let seen = layout(&p, &t);
+    eprintln!("layout after cdcd's compaction: {seen}");
+    assert!(
+        seen["cdcd_replaces"].as_u64().unwrap_or(0) > 0,
+        "{text}\n{seen}"
+    );
+    assert_eq!(seen["old_spec_files"], 0, "{text}\n{seen}");
+    assert_eq!(seen["unsorted_files"], 0, "{text}\n{seen}");
+    assert_eq!(seen["default_spec"], 2, "{seen}");
+    p.assert_equal_by_spark(&t).await;
+    if !equality {
+        let (code, out) = p.lakecheck(&t, 0, &["--reader", "pyiceberg"]).await;
+        assert_eq!(code, Some(0), "pyiceberg reads otherwise:\n{out}");
+    }
+    // Updates and deletes of the moved rows find them (the index followed the rewrite).
+    p.start();
+    for round in 4..=5 {
+        let lsn = change(&client, &t, &moving(&t, round), -round).await;
+        equal(&mut p, &t, equality, lsn).await;
+    }
+    layout(&p, &t);
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}
+
+/// Issue 36, [`compaction_moves_old_spec_files`] with deletion vectors (format v3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cdcd_compaction_moves_old_spec_files_into_the_spec_spark_evolved() {
+    compaction_moves_old_spec_files(
+        "cdcd_compaction_moves_old_spec_files_into_the_spec_spark_evolved",
+        "ptrespec",
+        false,
+    )
+    .await;
+}
+
+/// Issue 36, [`compaction_moves_old_spec_files`] with equality deletes (format v2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cdcd_compaction_moves_old_spec_files_into_the_spec_spark_evolved_v2() {
+    compaction_moves_old_spec_files(
+        "cdcd_compaction_moves_old_spec_files_into_the_spec_spark_evolved_v2",
+        "ptrespec2",
         true,
     )
     .await;
