@@ -7,6 +7,10 @@
 //! the rows those deletes remove from the files it leaves in place become one position delete
 //! file in the same snapshot (`convert.rs`), so every equality delete file leaves with it.
 //!
+//! Partitioned and sorted tables: outputs are written in the table's current spec and sort order;
+//! files of older specs are picked too and their rows split into the current spec's partitions
+//! (`pick.rs`, `rewrite.rs`), each row's landing place recorded (`moves.rs`).
+//!
 //! Layout: `pick.rs` (pure: which files, into which outputs), `moves.rs` (pure: where each kept
 //! row lands), `redelete.rs` (pure: the deletes committed meanwhile, at their new places),
 //! `summary.rs` (pure: the `replace` summary), `equality.rs` (v2: the deletes a rewrite applies,
