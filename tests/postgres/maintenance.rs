@@ -156,7 +156,8 @@ async fn equal_by_both_readers(p: &mut Pipeline, t: &str) {
     assert_eq!(code, Some(0), "pyiceberg: {out}");
 }
 
-fn maintain(p: &Pipeline, extra: &[&str]) -> std::process::Output {
+/// Runs `cdcd maintain` on `p`'s config with `extra` arguments.
+pub(crate) fn maintain(p: &Pipeline, extra: &[&str]) -> std::process::Output {
     Command::new(cdcd_bin())
         .args(["maintain", "--config"])
         .arg(&p.config)
@@ -587,6 +588,30 @@ const COMPACTING: [(&str, &str); 2] = [
     ("cdcd.compaction.min-input-files", "3"),
 ];
 
+/// A started pipeline (config `sink_extra` of its table's name) on a new [`create_table`] table
+/// with the [`COMPACTING`] properties, compacting every 300 ms; with its source client and table.
+async fn compacting_every_300_ms(
+    tag: &str,
+    sink_extra: impl Fn(&str) -> String,
+) -> Option<(Pipeline, tokio_postgres::Client, String)> {
+    let (env, name) = test_env_and_name(tag)?;
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let settings = Settings {
+        sink_extra: sink_extra(&t),
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    set_table_properties(&p, &COMPACTING);
+    p.env_vars
+        .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "300".into()));
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    Some((p, client, t))
+}
+
 /// Issue 19, data-file compaction: the daemon compacts every 300 ms while 30 transactions
 /// update and delete rows of the same table (the seed rows, which compaction moves, among
 /// them); the lake ends equal to the source by DuckDB and pyiceberg, and the current snapshot
@@ -595,19 +620,9 @@ const COMPACTING: [(&str, &str); 2] = [
 /// deletes and drop those that no longer apply.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_racing_streaming_updates_and_deletes_ends_equal() {
-    let Some((env, name)) = test_env_and_name("mcomp") else {
+    let Some((mut p, client, t)) = compacting_every_300_ms("mcomp", |_| String::new()).await else {
         return;
     };
-    let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(&client, &create_table(&t)).await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    set_table_properties(&p, &COMPACTING);
-    p.env_vars
-        .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "300".into()));
-    p.start();
-    p.wait_slot_active(&client, Duration::from_secs(120)).await;
     commits(&client, &t, 0, 30).await;
     p.assert_equal(&t, 60).await;
     // Updates and deletes of rows every compaction so far has moved.
@@ -894,23 +909,10 @@ async fn kill_dash_nine_at_random_moments_of_compaction_into_a_new_spec() {
 /// data file is of the sort order and sorted by `v` (pyarrow reads each), and the lake is equal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_writes_its_outputs_in_the_sort_order() {
-    let Some((env, name)) = test_env_and_name("msort") else {
+    let sorted = |t: &str| format!("[sink.tables.\"public.{t}\"]\nsort_by = [\"v\"]\n");
+    let Some((mut p, client, t)) = compacting_every_300_ms("msort", sorted).await else {
         return;
     };
-    let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(&client, &create_table(&t)).await;
-    let settings = Settings {
-        sink_extra: format!("[sink.tables.\"public.{t}\"]\nsort_by = [\"v\"]\n"),
-        ..Settings::default()
-    };
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    set_table_properties(&p, &COMPACTING);
-    p.env_vars
-        .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "300".into()));
-    p.start();
-    p.wait_slot_active(&client, Duration::from_secs(120)).await;
     commits(&client, &t, 0, 12).await;
     p.assert_equal(&t, 60).await;
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;

@@ -10,7 +10,7 @@ use arrow_array::builder::{Int64Builder, StringBuilder};
 
 use super::maintenance::{commits, seed, sink_with};
 use super::*;
-use crate::sinks::iceberg::maintenance::compaction::RewriteDataFiles;
+use crate::sinks::iceberg::maintenance::compaction::{Compacted, RewriteDataFiles};
 use crate::sinks::iceberg::rows::live::LiveState;
 use crate::sinks::pk_index::PrimaryKeyIndex;
 
@@ -268,11 +268,7 @@ async fn deletes_committed_while_a_rewrite_runs_are_carried_over() {
         ];
         s.commit(&t, &[changes(&cs)], &cp(2000)).await.unwrap();
     };
-    let compacted = RewriteDataFiles::new(&s.tables, &t.id)
-        .commit_beside(racing)
-        .await
-        .unwrap()
-        .expect("the rewrite commits on the newer snapshot");
+    let compacted = compact_beside(&s, racing).await;
     model.commits(20, 3);
     model.0.remove(&20);
     model.0.remove(&21);
@@ -338,6 +334,19 @@ async fn deletes_committed_while_a_rewrite_runs_are_carried_over() {
     if let Some(rows) = pyiceberg_rows(dir.path()) {
         assert_eq!(rows, model.text());
     }
+}
+
+/// Compacts `s`'s table once, running `racing` between the rewrite and its commit; the rewrite
+/// must commit on the newer snapshot.
+async fn compact_beside(
+    s: &IcebergSink,
+    racing: impl std::future::Future<Output = ()>,
+) -> Compacted {
+    RewriteDataFiles::new(&s.tables, &schema().id)
+        .commit_beside(racing)
+        .await
+        .unwrap()
+        .expect("the rewrite commits on the newer snapshot")
 }
 
 /// A restarted sink compacts before its index is open (no keys are read for it), and the index
@@ -412,11 +421,7 @@ async fn equality_deletes_committed_while_a_rewrite_runs_still_apply() {
         let cs = [del(20), upd(30, Some("moved"), 7), upd(31, None, 311)];
         s.commit(&t, &[changes(&cs)], &cp(2000)).await.unwrap();
     };
-    let compacted = RewriteDataFiles::new(&s.tables, &t.id)
-        .commit_beside(racing)
-        .await
-        .unwrap()
-        .expect("the rewrite commits on the newer snapshot");
+    let compacted = compact_beside(&s, racing).await;
     assert!(compacted.files_rewritten > 10, "{compacted:?}");
     model.commits(12, 3);
     model.0.remove(&20);
@@ -1219,11 +1224,7 @@ async fn old_spec_files_are_rewritten_into_the_current_spec_in_sort_order() {
         ];
         s.commit(&t, &[changes(&cs)], &cp(2000)).await.unwrap();
     };
-    let compacted = RewriteDataFiles::new(&s.tables, &t.id)
-        .commit_beside(racing)
-        .await
-        .unwrap()
-        .expect("the rewrite commits on the newer snapshot");
+    let compacted = compact_beside(&s, racing).await;
     for id in [20, 21, 44] {
         model.0.remove(&id);
     }

@@ -199,24 +199,8 @@ impl Rewrite<'_> {
                 continue;
             };
             let placement = self.placement(inputs)?;
-            let bytes = blocking(&path, move || file.finish()).await?;
-            let file = writer::put_file(
-                self.warehouse,
-                self.table,
-                path.clone(),
-                bytes,
-                end,
-                DataContentType::Data,
-                None,
-                &placement,
-            )
-            .await?;
-            written.outputs.push(Output {
-                path,
-                file,
-                placement,
-                keys,
-            });
+            let output = self.finish(path, file, end, placement, keys).await?;
+            written.outputs.push(output);
         }
         if let (Some(deletes), false) = (&self.v2, self.staying.is_empty()) {
             written.converted = convert::write_positions(
@@ -284,24 +268,8 @@ impl Rewrite<'_> {
                 partition: part.partition,
                 sort_order_id: laid.layout.sort_order_id,
             };
-            let bytes = blocking(&path, move || file.finish()).await?;
-            let file = writer::put_file(
-                self.warehouse,
-                self.table,
-                path.clone(),
-                bytes,
-                count,
-                DataContentType::Data,
-                None,
-                &placement,
-            )
-            .await?;
-            written.outputs.push(Output {
-                path,
-                file,
-                placement,
-                keys,
-            });
+            let output = self.finish(path, file, count, placement, keys).await?;
+            written.outputs.push(output);
         }
         let mut from = 0usize;
         for (input, r) in inputs.iter().zip(read) {
@@ -321,6 +289,35 @@ impl Rewrite<'_> {
             written.removed_data.push(f.file.clone());
         }
         Ok(())
+    }
+
+    /// Finishes the output `file` of `rows` rows, puts it at `path` and describes it.
+    async fn finish(
+        &self,
+        path: String,
+        file: StreamingFile,
+        rows: u64,
+        placement: Placement,
+        keys: Vec<RecordBatch>,
+    ) -> Result<Output, SinkError> {
+        let bytes = blocking(&path, move || file.finish()).await?;
+        let file = writer::put_file(
+            self.warehouse,
+            self.table,
+            path.clone(),
+            bytes,
+            rows,
+            DataContentType::Data,
+            None,
+            &placement,
+        )
+        .await?;
+        Ok(Output {
+            path,
+            file,
+            placement,
+            keys,
+        })
     }
 
     fn too_many(&self) -> SinkError {
