@@ -116,6 +116,27 @@ impl Bed {
     }
 }
 
+impl Bed {
+    /// [`Bed::orders`] with cdcd started on it through the REST catalog, without maintenance
+    /// cycles; `properties`: the lines of its `[sink.table_properties]`.
+    async fn streaming(env: &TestEnv, tag: &str, properties: &str) -> Bed {
+        let mut bed = Bed::orders(env, tag).await;
+        let settings = Settings {
+            sink_extra: format!(
+                "maintenance_interval_ms = 0\n{}\n[sink.table_properties]\n{properties}",
+                catalog_section(&bed.server.uri, &format!("token = {KEY:?}"))
+            ),
+            ..Settings::default()
+        };
+        bed.p.write_config(&settings);
+        bed.p.start();
+        bed.p
+            .wait_slot_active(&bed.client, Duration::from_secs(60))
+            .await;
+        bed
+    }
+}
+
 /// A restproxy.py in front of a server.
 struct Proxy {
     _process: ProxyProcess,
@@ -721,23 +742,15 @@ async fn spark_maintenance_beside_cdcd() {
     let Some((spark, jars)) = spark("spark_maintenance_beside_cdcd") else {
         return;
     };
+    let properties =
+        "\"cdcd.compaction.enabled\" = \"false\"\n\"cdcd.expiry.enabled\" = \"false\"\n";
     let Bed {
         mut p,
         server,
         dir: _,
         client,
         t,
-    } = Bed::orders(&env, "catrestspark").await;
-    let settings = Settings {
-        sink_extra: format!(
-            "maintenance_interval_ms = 0\n{}\n[sink.table_properties]\n\"cdcd.compaction.enabled\" = \"false\"\n\"cdcd.expiry.enabled\" = \"false\"\n",
-            catalog_section(&server.uri, &format!("token = {KEY:?}"))
-        ),
-        ..Settings::default()
-    };
-    p.write_config(&settings);
-    p.start();
-    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    } = Bed::streaming(&env, "catrestspark", properties).await;
     for round in 1..=2 {
         exec(&client, &changes(&t, round)).await;
         assert_equal_through_catalog(&mut p, &server.uri, &t, 60).await;
@@ -757,7 +770,17 @@ async fn spark_maintenance_beside_cdcd() {
         exec(&client, &changes(&t, round)).await;
         assert_equal_through_catalog(&mut p, &server.uri, &t, 90).await;
     }
-    let counted = run_spark("count");
+    assert_spark_counts_the_source(&client, &t, &run_spark("count")).await;
+    let out = p.output();
+    assert!(
+        out.contains("planning the commit again on top of it"),
+        "cdcd never met Spark's commits:\n{out}"
+    );
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}
+
+/// Spark's `count` of `t` (its output `counted`) is the source's row count.
+async fn assert_spark_counts_the_source(client: &tokio_postgres::Client, t: &str, counted: &str) {
     let source: i64 = client
         .query_one(&format!("SELECT count(*) FROM {t}"), &[])
         .await
@@ -767,12 +790,6 @@ async fn spark_maintenance_beside_cdcd() {
         counted.contains(&format!("rows: {source}")),
         "Spark counts otherwise than the source ({source}):\n{counted}"
     );
-    let out = p.output();
-    assert!(
-        out.contains("planning the commit again on top of it"),
-        "cdcd never met Spark's commits:\n{out}"
-    );
-    p.sigterm_and_wait(Duration::from_secs(60)).await;
 }
 
 /// Runs `procedure` of `tests/support/spark_maintain.py` with Spark (`(python, jars)`) on table
@@ -825,17 +842,7 @@ async fn spark_evolves_the_spec_through_the_rest_catalog_mid_stream() {
         dir: _,
         client,
         t,
-    } = Bed::orders(&env, "catrestspec").await;
-    let settings = Settings {
-        sink_extra: format!(
-            "maintenance_interval_ms = 0\n{}\n",
-            catalog_section(&server.uri, &format!("token = {KEY:?}"))
-        ),
-        ..Settings::default()
-    };
-    p.write_config(&settings);
-    p.start();
-    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    } = Bed::streaming(&env, "catrestspec", "").await;
     let by_pyiceberg = ["pyiceberg"];
     exec(&client, &changes(&t, 1)).await;
     assert_equal_through_catalog_by(&mut p, &server.uri, &t, 60, &by_pyiceberg).await;
@@ -861,16 +868,7 @@ async fn spark_evolves_the_spec_through_the_rest_catalog_mid_stream() {
     p.start();
     exec(&client, &changes(&t, 4)).await;
     assert_equal_through_catalog_by(&mut p, &server.uri, &t, 90, &by_pyiceberg).await;
-    let counted = run_spark("count");
-    let source: i64 = client
-        .query_one(&format!("SELECT count(*) FROM {t}"), &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert!(
-        counted.contains(&format!("rows: {source}")),
-        "Spark counts otherwise than the source ({source}):\n{counted}"
-    );
+    assert_spark_counts_the_source(&client, &t, &run_spark("count")).await;
     p.sigterm_and_wait(Duration::from_secs(60)).await;
 }
 
