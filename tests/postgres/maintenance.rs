@@ -899,9 +899,20 @@ async fn kill_dash_nine_at_random_moments_of_compaction_into_a_new_spec() {
     assert_eq!(seen["old_spec_files"], 0, "{seen}");
     assert_eq!(seen["unsorted_files"], 0, "{seen}");
     assert!(seen["partitions"].as_u64().unwrap() > 10, "{seen}");
-    let (code, out) = p.lakecheck(&t, 0, &["--reader", "pyiceberg"]).await;
-    assert_eq!(code, Some(0), "pyiceberg: {out}");
+    equal_after_evolution(&mut p, &t, 0).await;
     p.assert_equal_by_spark(&t).await;
+}
+
+/// Equal to the source on a table whose spec evolved, waiting up to `wait_secs`: by pyiceberg, or
+/// by Spark under `CDCD_TEST_DELETE_MODE=equality` (pyiceberg reads no equality deletes; DuckDB
+/// 1.5.5 misreads a table whose spec evolved).
+async fn equal_after_evolution(p: &mut Pipeline, t: &str, wait_secs: u32) {
+    let reader = match std::env::var("CDCD_TEST_DELETE_MODE").as_deref() {
+        Ok("equality") => "spark",
+        _ => "pyiceberg",
+    };
+    let (code, out) = p.lakecheck(t, wait_secs, &["--reader", reader]).await;
+    assert_eq!(code, Some(0), "{reader}: {out}");
 }
 
 /// Issue 36: on a table with a sort order (`sort_by = ["v"]`), compaction writes its outputs in
@@ -975,16 +986,14 @@ async fn random_kills_during_compaction(
     let written = writer.await.unwrap();
     eprintln!("{written} write transactions");
     if evolved.is_some() {
-        let (code, out) = p.lakecheck(&t, 120, &["--reader", "pyiceberg"]).await;
-        assert_eq!(code, Some(0), "pyiceberg: {out}");
+        equal_after_evolution(&mut p, &t, 120).await;
     } else {
         p.assert_equal(&t, 120).await;
     }
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0), "{st}");
     if evolved.is_some() {
-        let (code, out) = p.lakecheck(&t, 0, &["--reader", "pyiceberg"]).await;
-        assert_eq!(code, Some(0), "pyiceberg: {out}");
+        equal_after_evolution(&mut p, &t, 0).await;
         p.assert_equal_by_spark(&t).await;
     } else {
         equal_by_both_readers(&mut p, &t).await;
