@@ -11,7 +11,7 @@ mod json_variant;
 mod keyless;
 mod keys;
 mod lifecycle;
-mod maintenance;
+pub(crate) mod maintenance;
 mod many_tables;
 mod memory_budget;
 mod multiset;

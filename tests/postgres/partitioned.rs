@@ -20,8 +20,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::support::{
-    cdcd_bin, connect, current_metadata, exec, parse_lsn, spark, stdout_then_stderr, test_env,
-    unique, Pipeline, Settings, NAMESPACE,
+    connect, current_metadata, exec, parse_lsn, spark, stdout_then_stderr, test_env, unique,
+    Pipeline, Settings, NAMESPACE,
 };
 
 /// Runs SQL statements with Spark on a hadoop catalog `h` over a local warehouse.
@@ -83,12 +83,20 @@ for mf in meta.snapshot_by_id(meta.current_snapshot_id).manifests(io):
         if len(f.partition) != len(specs[f.spec_id].fields):
             problem(f"{f.file_path}: partition {f.partition} under spec {f.spec_id} of {len(specs[f.spec_id].fields)} fields")
         (data.__setitem__(f.file_path, f) if f.content == 0 else deletes.append(f))
-counts = {"data_files": 0, "partitions": set(), "sorted_files": 0, "dvs": 0, "position_files": 0, "equality_files": 0}
+counts = {"data_files": 0, "partitions": set(), "sorted_files": 0, "dvs": 0, "position_files": 0, "equality_files": 0, "old_spec_files": 0, "unsorted_files": 0}
 for path, f in data.items():
     spec = specs[f.spec_id]
+    counts["old_spec_files"] += f.spec_id != meta.default_spec_id
+    counts["unsorted_files"] += bool(order.fields) and f.sort_order_id != order.order_id
+    rows = pq.read_table(local(path))
+    if order.fields and f.sort_order_id == order.order_id:
+        key = schema.find_field(order.fields[0].source_id).name
+        values = rows.column(key).to_pylist()
+        if values != sorted(values):
+            problem(f"{path}: written under sort order {order.order_id} but not sorted by {key}")
+        counts["sorted_files"] += 1
     if not spec.fields:
         continue
-    rows = pq.read_table(local(path))
     got = tuple(norm(v) for v in tuple_of(spec, f.partition))
     for i, field in enumerate(spec.fields):
         src = schema.find_field(field.source_id)
@@ -102,12 +110,6 @@ for path, f in data.items():
                 problem(f"{path}: a row's {field.name} is {want}, its entry says {got[i]}")
     counts["data_files"] += 1
     counts["partitions"].add((f.spec_id, got))
-    if order.fields and f.sort_order_id == order.order_id:
-        key = schema.find_field(order.fields[0].source_id).name
-        values = rows.column(key).to_pylist()
-        if values != sorted(values):
-            problem(f"{path}: written under sort order {order.order_id} but not sorted by {key}")
-        counts["sorted_files"] += 1
 for f in deletes:
     spec = specs[f.spec_id]
     if f.content == 2:
@@ -245,6 +247,21 @@ pub(crate) async fn change(
     parse_lsn(&lsn)
 }
 
+/// Streams the [`moving`] changes of each of `rounds` (each with its marker), each read back
+/// equal by [`equal`].
+async fn stream(
+    p: &mut Pipeline,
+    client: &tokio_postgres::Client,
+    t: &str,
+    equality: bool,
+    rounds: std::ops::RangeInclusive<i64>,
+) {
+    for round in rounds {
+        let lsn = change(client, t, &moving(t, round), -round).await;
+        equal(p, t, equality, lsn).await;
+    }
+}
+
 /// The rows: ten days of `created_at`, every seventh row with a big value stored out of line
 /// (`STORAGE EXTERNAL`: > 2 KB, uncompressed), which an update leaving it alone sends as unchanged.
 fn create(t: &str) -> String {
@@ -280,19 +297,23 @@ pub(crate) fn moving(t: &str, round: i64) -> String {
     )
 }
 
-async fn partitioned_by_spark(test: &str, tag: &str, equality: bool) {
-    let Some(env) = test_env(test) else {
-        return;
-    };
-    let Some(spark) = spark(test) else {
-        return;
-    };
+/// A pipeline (config `sink_extra`; format v2 if `equality`) on a new table of [`create`]'s rows,
+/// started, its initial copy equal; with its source client, its table and Spark. `None`: the
+/// test bed has no Postgres or no Spark.
+async fn copied(
+    test: &str,
+    tag: &str,
+    equality: bool,
+    sink_extra: &str,
+) -> Option<(Pipeline, tokio_postgres::Client, String, (String, String))> {
+    let env = test_env(test)?;
+    let spark = spark(test)?;
     let name = unique(tag);
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create(&t)).await;
     let settings = Settings {
-        sink_extra: "maintenance_interval_ms = 0\n[sink.table_properties]\n\"cdcd.compaction.min-input-files\" = \"2\"\n".into(),
+        sink_extra: sink_extra.into(),
         ..Settings::default()
     };
     let mut p = Pipeline::new(&env, &name, &[t.as_str()], &settings);
@@ -303,6 +324,14 @@ async fn partitioned_by_spark(test: &str, tag: &str, equality: bool) {
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(60)).await;
     p.assert_equal(&t, 90).await;
+    Some((p, client, t, spark))
+}
+
+async fn partitioned_by_spark(test: &str, tag: &str, equality: bool) {
+    let extra = "maintenance_interval_ms = 0\n[sink.table_properties]\n\"cdcd.compaction.min-input-files\" = \"2\"\n";
+    let Some((mut p, client, t, spark)) = copied(test, tag, equality, extra).await else {
+        return;
+    };
 
     // Another engine partitions and orders the table while cdcd runs (nothing in flight).
     let table = format!("h.{NAMESPACE}.{t}");
@@ -315,10 +344,7 @@ async fn partitioned_by_spark(test: &str, tag: &str, equality: bool) {
             format!("ALTER TABLE {table} WRITE ORDERED BY n"),
         ],
     );
-    for round in 1..=3 {
-        let lsn = change(&client, &t, &moving(&t, round), -round).await;
-        equal(&mut p, &t, equality, lsn).await;
-    }
+    stream(&mut p, &client, &t, equality, 1..=3).await;
     let seen = layout(&p, &t);
     eprintln!("layout after streaming: {seen}");
     assert!(
@@ -340,41 +366,33 @@ async fn partitioned_by_spark(test: &str, tag: &str, equality: bool) {
             "CALL h.system.rewrite_data_files(table => '{NAMESPACE}.{t}', options => map('min-input-files', '2', 'rewrite-all', 'true'))"
         )],
     );
-    let lsn = change(&client, &t, &moving(&t, 4), -4).await;
-    equal(&mut p, &t, equality, lsn).await;
+    stream(&mut p, &client, &t, equality, 4..=4).await;
 
     // cdcd's own compaction: small files of one partition merge, never across partitions.
-    for round in 5..=6 {
-        let lsn = change(&client, &t, &moving(&t, round), -round).await;
-        equal(&mut p, &t, equality, lsn).await;
-    }
+    stream(&mut p, &client, &t, equality, 5..=6).await;
     p.sigterm_and_wait(Duration::from_secs(60)).await;
-    let out = Command::new(cdcd_bin())
-        .args(["maintain", "--config"])
-        .arg(&p.config)
-        .args(["--table", &format!("public.{t}")])
-        .envs(p.env_vars.iter().map(|(k, v)| (k, v)))
-        .output()
-        .unwrap();
+    compacted_by_cdcd(&p, &t);
+    equal(&mut p, &t, equality, 0).await;
+    // And commits go on after it.
+    p.start();
+    stream(&mut p, &client, &t, equality, 7..=7).await;
+    layout(&p, &t);
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}
+
+/// Runs `cdcd maintain` on the stopped pipeline's table `t`; returns its output and the layout
+/// after it, in which cdcd's compaction committed.
+fn compacted_by_cdcd(p: &Pipeline, t: &str) -> (String, Value) {
+    let out = super::maintenance::maintain(p, &["--table", &format!("public.{t}")]);
     let text = stdout_then_stderr(&out);
     assert!(out.status.success(), "cdcd maintain:\n{text}");
-    let seen = layout(&p, &t);
+    let seen = layout(p, t);
     eprintln!("layout after cdcd's compaction: {seen}");
     assert!(
         seen["cdcd_replaces"].as_u64().unwrap_or(0) > 0,
         "cdcd's compaction rewrote nothing:\n{text}\n{seen}"
     );
-    p.assert_equal_by_spark(&t).await;
-    if !equality {
-        let (code, out) = p.lakecheck(&t, 0, &["--reader", "pyiceberg"]).await;
-        assert_eq!(code, Some(0), "pyiceberg reads otherwise:\n{out}");
-    }
-    // And commits go on after it.
-    p.start();
-    let lsn = change(&client, &t, &moving(&t, 7), -7).await;
-    equal(&mut p, &t, equality, lsn).await;
-    layout(&p, &t);
-    p.sigterm_and_wait(Duration::from_secs(60)).await;
+    (text, seen)
 }
 
 /// Rewrites `p`'s config to format v2 (`delete_mode = "equality"`) whatever
@@ -542,6 +560,74 @@ async fn spark_partitions_the_table_and_cdcd_stays_exact_with_equality_deletes()
     partitioned_by_spark(
         "spark_partitions_the_table_and_cdcd_stays_exact_with_equality_deletes",
         "pteq",
+        true,
+    )
+    .await;
+}
+
+/// Issue 36, maintenance after partition evolution: Spark partitions the table cdcd copied
+/// (`bucket(4, id)`), cdcd streams into that spec, Spark evolves it again (`days(created_at)`
+/// added, `WRITE ORDERED BY n`), cdcd updates and deletes rows of both older specs' files; then
+/// one `cdcd maintain` rewrites every data file of an older spec into the current spec, sorted:
+/// no live data file of an older spec or without the sort order is left, and Spark and
+/// pyiceberg read the source's rows, before and after more streaming.
+async fn compaction_moves_old_spec_files(test: &str, tag: &str, equality: bool) {
+    let extra = "maintenance_interval_ms = 0\n";
+    let Some((mut p, client, t, spark)) = copied(test, tag, equality, extra).await else {
+        return;
+    };
+    let table = format!("h.{NAMESPACE}.{t}");
+    run_spark(
+        &spark,
+        &p,
+        &[format!(
+            "ALTER TABLE {table} ADD PARTITION FIELD bucket(4, id)"
+        )],
+    );
+    stream(&mut p, &client, &t, equality, 1..=1).await;
+    run_spark(
+        &spark,
+        &p,
+        &[
+            format!("ALTER TABLE {table} ADD PARTITION FIELD days(created_at)"),
+            format!("ALTER TABLE {table} WRITE ORDERED BY n"),
+        ],
+    );
+    stream(&mut p, &client, &t, equality, 2..=3).await;
+    let seen = layout(&p, &t);
+    eprintln!("layout before cdcd's compaction: {seen}");
+    assert!(seen["old_spec_files"].as_u64().unwrap_or(0) >= 2, "{seen}");
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+
+    let (text, seen) = compacted_by_cdcd(&p, &t);
+    assert_eq!(seen["old_spec_files"], 0, "{text}\n{seen}");
+    assert_eq!(seen["unsorted_files"], 0, "{text}\n{seen}");
+    assert_eq!(seen["default_spec"], 2, "{seen}");
+    equal(&mut p, &t, equality, 0).await;
+    // Updates and deletes of the moved rows find them (the index followed the rewrite).
+    p.start();
+    stream(&mut p, &client, &t, equality, 4..=5).await;
+    layout(&p, &t);
+    p.sigterm_and_wait(Duration::from_secs(60)).await;
+}
+
+/// Issue 36, [`compaction_moves_old_spec_files`] with deletion vectors (format v3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cdcd_compaction_moves_old_spec_files_into_the_spec_spark_evolved() {
+    compaction_moves_old_spec_files(
+        "cdcd_compaction_moves_old_spec_files_into_the_spec_spark_evolved",
+        "ptrespec",
+        false,
+    )
+    .await;
+}
+
+/// Issue 36, [`compaction_moves_old_spec_files`] with equality deletes (format v2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cdcd_compaction_moves_old_spec_files_into_the_spec_spark_evolved_v2() {
+    compaction_moves_old_spec_files(
+        "cdcd_compaction_moves_old_spec_files_into_the_spec_spark_evolved_v2",
+        "ptrespec2",
         true,
     )
     .await;

@@ -3,6 +3,8 @@ for tests/catalog/rest.rs (`spark_maintenance_beside_cdcd`; scripts/testbed.sh, 
 
 Usage: spark_maintain.py JARS_DIR URI TOKEN NAMESPACE.TABLE PROCEDURE
   PROCEDURE: rewrite_data_files | rewrite_position_delete_files | expire_snapshots | count
+             | partition (ADD PARTITION FIELD bucket(4, id), WRITE ORDERED BY n)
+             | specs (the spec ids of the live data files: `specs: [..]`)
 JARS_DIR (CDCD_TEST_SPARK_JARS) holds iceberg-shaded-jackson.jar and iceberg-shaded-hc5.jar; the
 Iceberg runtime and extensions jars come from the snowpark-connect-deps-iceberg wheel. Prints the procedure's
 result row as `result: ...` (count: `rows: N`).
@@ -35,6 +37,13 @@ elif procedure == "expire_snapshots":
     import datetime
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
     rows = spark.sql(f"CALL rest.system.expire_snapshots(table => '{table}', older_than => TIMESTAMP '{now}', retain_last => 1)").collect()
+elif procedure == "partition":
+    spark.sql(f"ALTER TABLE {t} ADD PARTITION FIELD bucket(4, id)").collect()
+    rows = spark.sql(f"ALTER TABLE {t} WRITE ORDERED BY n").collect()
+elif procedure == "specs":
+    specs = sorted(r[0] for r in spark.sql(f"SELECT DISTINCT spec_id FROM {t}.data_files").collect())
+    print("specs:", specs, flush=True)
+    sys.exit(0)
 elif procedure == "count":
     print("rows:", spark.sql(f"SELECT count(*) FROM {t}").collect()[0][0], flush=True)
     sys.exit(0)

@@ -10,7 +10,7 @@ use arrow_array::builder::{Int64Builder, StringBuilder};
 
 use super::maintenance::{commits, seed, sink_with};
 use super::*;
-use crate::sinks::iceberg::maintenance::compaction::RewriteDataFiles;
+use crate::sinks::iceberg::maintenance::compaction::{Compacted, RewriteDataFiles};
 use crate::sinks::iceberg::rows::live::LiveState;
 use crate::sinks::pk_index::PrimaryKeyIndex;
 
@@ -268,11 +268,7 @@ async fn deletes_committed_while_a_rewrite_runs_are_carried_over() {
         ];
         s.commit(&t, &[changes(&cs)], &cp(2000)).await.unwrap();
     };
-    let compacted = RewriteDataFiles::new(&s.tables, &t.id)
-        .commit_beside(racing)
-        .await
-        .unwrap()
-        .expect("the rewrite commits on the newer snapshot");
+    let compacted = compact_beside(&s, racing).await;
     model.commits(20, 3);
     model.0.remove(&20);
     model.0.remove(&21);
@@ -338,6 +334,19 @@ async fn deletes_committed_while_a_rewrite_runs_are_carried_over() {
     if let Some(rows) = pyiceberg_rows(dir.path()) {
         assert_eq!(rows, model.text());
     }
+}
+
+/// Compacts `s`'s table once, running `racing` between the rewrite and its commit; the rewrite
+/// must commit on the newer snapshot.
+async fn compact_beside(
+    s: &IcebergSink,
+    racing: impl std::future::Future<Output = ()>,
+) -> Compacted {
+    RewriteDataFiles::new(&s.tables, &schema().id)
+        .commit_beside(racing)
+        .await
+        .unwrap()
+        .expect("the rewrite commits on the newer snapshot")
 }
 
 /// A restarted sink compacts before its index is open (no keys are read for it), and the index
@@ -412,11 +421,7 @@ async fn equality_deletes_committed_while_a_rewrite_runs_still_apply() {
         let cs = [del(20), upd(30, Some("moved"), 7), upd(31, None, 311)];
         s.commit(&t, &[changes(&cs)], &cp(2000)).await.unwrap();
     };
-    let compacted = RewriteDataFiles::new(&s.tables, &t.id)
-        .commit_beside(racing)
-        .await
-        .unwrap()
-        .expect("the rewrite commits on the newer snapshot");
+    let compacted = compact_beside(&s, racing).await;
     assert!(compacted.files_rewritten > 10, "{compacted:?}");
     model.commits(12, 3);
     model.0.remove(&20);
@@ -1128,6 +1133,137 @@ async fn rewritten_rows_keep_their_row_ids_and_sequence_numbers() {
     if let Some(rows) = pyiceberg_rows(dir.path()) {
         let mut model = Model::seeded();
         model.commits(0, 25);
+        assert_eq!(rows, model.text());
+    }
+}
+
+/// A sink whose `[sink.tables."public.t"]` section is `section`, compacting as [`compacting`].
+fn compacting_with(dir: &Path, section: &str) -> IcebergSink {
+    let text = format!(
+        "{}[sink.tables.\"public.t\"]\n{section}\n",
+        crate::config::tests::MINIMAL
+    );
+    let config = crate::config::Config::from_toml(&text, "p.toml").unwrap();
+    let crate::config::SinkConfig::Iceberg(mut ice) = config.sink else {
+        panic!("iceberg")
+    };
+    ice.warehouse = format!("file://{}", dir.display());
+    ice.maintenance_interval_ms = 0;
+    ice.table_properties = BTreeMap::from([(
+        "write.target-file-size-bytes".to_owned(),
+        "1000000".to_owned(),
+    )]);
+    IcebergSink::new(&ice, "shop").unwrap()
+}
+
+/// Per live data file of the current snapshot, by pyiceberg and pyarrow: its spec id, its sort
+/// order id, and whether its `b` column is descending.
+fn files_by_pyiceberg(dir: &Path) -> Option<serde_json::Value> {
+    let meta_dir = dir.join("public/t/metadata");
+    let out = python(&format!(
+        "import glob, os\nimport pyarrow.parquet as pq\nfrom pyiceberg.table import StaticTable\nnewest = max(glob.glob('{}/v*.metadata.json'), key=lambda p: int(os.path.basename(p)[1:].split('.')[0]))\nt = StaticTable.from_metadata(newest)\nout = []\nfor task in t.scan().plan_files():\n    f = task.file\n    b = pq.read_table(f.file_path.removeprefix('file://'), columns=['b']).column(0).to_pylist()\n    out.append([f.spec_id, f.sort_order_id, b == sorted(b, reverse=True)])\nprint(json.dumps(out))",
+        meta_dir.display()
+    ))?;
+    let last = out.lines().last().unwrap_or_default();
+    Some(serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {out}")))
+}
+
+/// Issue 36: after the spec evolves (`partition_by` and `sort_by` set on a table written
+/// unpartitioned), a cycle rewrites the old spec's files into the current spec, each partition's
+/// rows in the sort order (`b desc`) with its id; rows deleted and updated in those files while
+/// the rewrite runs are deleted where the split put them, and the index finds the moved rows.
+#[tokio::test]
+async fn old_spec_files_are_rewritten_into_the_current_spec_in_sort_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = schema();
+    let before = compacting(dir.path());
+    seed(&before).await;
+    commits(&before, 0, 6).await;
+    before.settle().await;
+    drop(before);
+    let mut model = Model::seeded();
+    model.commits(0, 6);
+
+    let s = compacting_with(
+        dir.path(),
+        "partition_by = [\"bucket(3, id)\"]\nsort_by = [\"b desc\"]",
+    );
+    s.prepare(std::slice::from_ref(&t.id)).await.unwrap();
+    commits(&s, 6, 2).await;
+    model.commits(6, 2);
+    s.settle().await;
+    let old: HashSet<String> = live(&s)
+        .await
+        .files
+        .data
+        .iter()
+        .filter(|f| f.spec_id == 0)
+        .map(|f| f.file.file_path().to_owned())
+        .collect();
+    assert!(!old.is_empty());
+
+    let racing = async {
+        // Rows of the seed file (spec 0): deleted, updated in full and partially.
+        let cs = [
+            del(20),
+            del(21),
+            del(44),
+            upd(30, Some("moved"), 7),
+            upd(31, None, 311),
+            upd(45, None, 450_000),
+        ];
+        s.commit(&t, &[changes(&cs)], &cp(2000)).await.unwrap();
+    };
+    let compacted = compact_beside(&s, racing).await;
+    for id in [20, 21, 44] {
+        model.0.remove(&id);
+    }
+    model.0.insert(30, ("moved", 7));
+    for (id, b) in [(31, 311), (45, 450_000)] {
+        if let Some(row) = model.0.get_mut(&id) {
+            row.1 = b;
+        }
+    }
+    assert!(compacted.deletes_carried >= 6, "{compacted:?}");
+    assert_cached_state_is_fresh(&s).await;
+    let after = live(&s).await;
+    assert!(
+        after.files.data.iter().all(|f| f.spec_id == 1),
+        "a data file of the old spec is left"
+    );
+    assert!(after.dvs.keys().all(|f| !old.contains(f)));
+    let status = s.status(&t.id).await.unwrap().unwrap();
+    assert_eq!(status.rows, Some(model.0.len() as u64));
+    if let Some(rows) = pyiceberg_rows(dir.path()) {
+        assert_eq!(rows, model.text());
+    }
+    if let Some(files) = files_by_pyiceberg(dir.path()) {
+        eprintln!("files: {files}");
+        let files = files.as_array().unwrap();
+        assert!(files.len() >= 3, "{files:?}");
+        // Every file of the replace: spec 1, sort order 1, descending by b. (The racing
+        // commit's file too: streaming commits write in the sort order.)
+        let sorted = files
+            .iter()
+            .filter(|f| f[1] == serde_json::json!(1) && f[2] == serde_json::json!(true));
+        assert!(sorted.count() >= 3, "{files:?}");
+        assert!(
+            files.iter().all(|f| f[0] == serde_json::json!(1)),
+            "{files:?}"
+        );
+    }
+
+    // The index: updates and deletes of moved rows land once.
+    let cs = [upd(32, Some("again"), 8), del(33), upd(40, None, 404)];
+    s.commit(&t, &[changes(&cs)], &cp(3000)).await.unwrap();
+    model.0.insert(32, ("again", 8));
+    model.0.remove(&33);
+    if let Some(row) = model.0.get_mut(&40) {
+        row.1 = 404;
+    }
+    let status = s.status(&t.id).await.unwrap().unwrap();
+    assert_eq!(status.rows, Some(model.0.len() as u64));
+    if let Some(rows) = pyiceberg_rows(dir.path()) {
         assert_eq!(rows, model.text());
     }
 }

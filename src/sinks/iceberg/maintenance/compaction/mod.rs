@@ -7,6 +7,10 @@
 //! the rows those deletes remove from the files it leaves in place become one position delete
 //! file in the same snapshot (`convert.rs`), so every equality delete file leaves with it.
 //!
+//! Partitioned and sorted tables: outputs are written in the table's current spec and sort order;
+//! files of older specs are picked too and their rows split into the current spec's partitions
+//! (`pick.rs`, `rewrite.rs`), each row's landing place recorded (`moves.rs`).
+//!
 //! Layout: `pick.rs` (pure: which files, into which outputs), `moves.rs` (pure: where each kept
 //! row lands), `redelete.rs` (pure: the deletes committed meanwhile, at their new places),
 //! `summary.rs` (pure: the `replace` summary), `equality.rs` (v2: the deletes a rewrite applies,
@@ -266,6 +270,12 @@ impl<'a> RewriteDataFiles<'a> {
         if current.metadata.current_schema_id() != base.current_schema_id() {
             return self
                 .stale("the table's schema changed".into(), &written)
+                .await;
+        }
+        // The outputs were laid out in the spec chosen on, and are listed under the current one.
+        if current.metadata.default_partition_spec_id() != base.default_partition_spec_id() {
+            return self
+                .stale("the table's partition spec changed".into(), &written)
                 .await;
         }
         if !slot

@@ -1,8 +1,12 @@
 //! Where a rewritten row lands: pure. Rows of one input file keep their order; the rows its
 //! deletion vector deletes are dropped; the kept ones follow each other in the output file from
-//! the position the previous inputs of that output ended at. The same mapping drives the filter
-//! that drops deleted rows and the primary-key index's new locations (a key moves from
-//! `(old file, p)` to `(output, new position of p)`).
+//! the position the previous inputs of that output ended at ([`Landed::Together`]). The same
+//! mapping drives the filter that drops deleted rows and the primary-key index's new locations
+//! (a key moves from `(old file, p)` to `(output, new position of p)`).
+//!
+//! When the rewrite splits rows by the current spec's partitions or puts them in the table's
+//! sort order (`rewrite.rs`), the kept rows of one input are scattered over the outputs: each
+//! lands where the layout put it, recorded row by row ([`Landed::Scattered`]).
 
 use arrow_array::BooleanArray;
 
@@ -49,6 +53,33 @@ impl<'a> Placer<'a> {
     }
 }
 
+/// Where the kept rows of one input landed, by their rank among its kept rows (the row at
+/// position `p` of an input whose vector deleted `d` rows before `p` has rank `p - d`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Landed {
+    /// In `output`, one after the other from position `start`.
+    Together { output: String, start: u64 },
+    /// Row of rank `n` in `outputs[at[n].0]` at position `at[n].1`.
+    Scattered {
+        outputs: Vec<String>,
+        at: Vec<(u32, u32)>,
+    },
+}
+
+impl Landed {
+    /// The output and position of the kept row of rank `rank` (`None`: the input kept fewer).
+    pub fn of(&self, rank: u64) -> Option<(&str, u64)> {
+        match self {
+            Landed::Together { output, start } => Some((output, start + rank)),
+            Landed::Scattered { outputs, at } => {
+                let &(file, position) = at.get(usize::try_from(rank).ok()?)?;
+                let output = outputs.get(file as usize)?;
+                Some((output, u64::from(position)))
+            }
+        }
+    }
+}
+
 /// The filter keeping the placed rows of a batch.
 pub(crate) fn keep_mask(placed: &[Option<u64>]) -> BooleanArray {
     placed.iter().map(|p| Some(p.is_some())).collect()
@@ -70,6 +101,22 @@ mod tests {
         let mut second = Placer::new(None, first.end());
         assert_eq!(second.next_batch(2), vec![Some(3), Some(4)]);
         assert_eq!(second.end(), 5);
+    }
+
+    #[test]
+    fn a_scattered_input_lands_row_by_row() {
+        let landed = Landed::Scattered {
+            outputs: vec!["a".into(), "b".into()],
+            at: vec![(1, 4), (0, 0), (1, 0)],
+        };
+        assert_eq!(landed.of(0), Some(("b", 4)));
+        assert_eq!(landed.of(1), Some(("a", 0)));
+        assert_eq!(landed.of(3), None);
+        let together = Landed::Together {
+            output: "c".into(),
+            start: 5,
+        };
+        assert_eq!(together.of(2), Some(("c", 7)));
     }
 
     #[test]

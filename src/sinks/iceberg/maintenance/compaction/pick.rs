@@ -30,8 +30,13 @@
 //! Partitioned tables: a file of the table's default spec is rewritten only with files of the
 //! same partition ([`Group`]), so an output holds one partition, as its manifest entry says;
 //! `min-input-files` counts per partition. Files of an older spec (written before another engine
-//! or cdcd's config evolved the spec) are left as they are: rewriting them would repartition their
-//! rows into the current spec, which this compaction does not do.
+//! or cdcd's config evolved the spec) are all candidates, whatever their size: their rows are
+//! rewritten into the current spec (`rewrite.rs` splits them by partition), after the
+//! delete-heavy files and before the small ones, within the cycle's byte budget, so a table
+//! whose spec evolved is moved into its new spec a budget per cycle. They share outputs with
+//! each other (whatever their spec and partition: the rewrite splits their rows), not with files
+//! of the current spec, and are rewritten even alone (`min-input-files` does not apply: one such
+//! file rewritten alone still leaves the old spec).
 
 use crate::sinks::iceberg::files::manifest::LiveFile;
 use crate::sinks::iceberg::files::writer::Placement;
@@ -54,8 +59,8 @@ pub(crate) struct Candidate {
     pub partition: Group,
 }
 
-/// Which files may share an output: those of one partition of the default spec; a file of an
-/// older spec is in no group and is never rewritten.
+/// Which files may share an output: those of one partition of the default spec (`Some`), or
+/// those of older specs (`None`), whose rows the rewrite repartitions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Group(Option<Placement>);
 
@@ -90,6 +95,11 @@ impl Candidate {
     fn small(&self, policy: &Compaction) -> bool {
         self.size_bytes < policy.min_file_size_bytes
     }
+
+    /// Of an older spec than the table's default one.
+    fn old_spec(&self) -> bool {
+        self.partition.0.is_none()
+    }
 }
 
 /// What one cycle rewrites: indexes into the candidates, grouped by output file. An output whose
@@ -118,17 +128,19 @@ pub(crate) fn choose(policy: &Compaction, files: &[Candidate], tiered: bool) -> 
     }
     let mut order: Vec<usize> = (0..files.len())
         .filter(|&i| {
-            files.get(i).is_some_and(|f| {
-                f.partition.0.is_some() && (f.small(policy) || f.delete_heavy(policy))
-            })
+            files
+                .get(i)
+                .is_some_and(|f| f.old_spec() || f.small(policy) || f.delete_heavy(policy))
         })
         .collect();
-    // Delete-heavy first (most deleted rows first), then small ones smallest first; older first.
+    // Delete-heavy first (most deleted rows first), then those of older specs, then small ones
+    // smallest first; older first.
     order.sort_by_key(|&i| {
         let f = &files[i];
         let heavy = f.delete_heavy(policy);
         (
             !heavy,
+            !f.old_spec(),
             if heavy {
                 u64::MAX - f.deleted_rows
             } else {
@@ -143,21 +155,22 @@ pub(crate) fn choose(policy: &Compaction, files: &[Candidate], tiered: bool) -> 
     let mut small_bytes = 0u64;
     for i in order {
         let size = files[i].size_bytes;
-        let heavy = files[i].delete_heavy(policy);
+        let tier = !files[i].delete_heavy(policy) && !files[i].old_spec();
         // Smallest first: once one small file is too large for its tier, so are the rest.
-        if tiered && !heavy && small_bytes > 0 && size > small_bytes.saturating_mul(TIER_RATIO) {
+        if tiered && tier && small_bytes > 0 && size > small_bytes.saturating_mul(TIER_RATIO) {
             break;
         }
         if !picked.is_empty() && bytes.saturating_add(size) > policy.max_bytes_per_cycle {
             continue;
         }
         bytes = bytes.saturating_add(size);
-        if !heavy {
+        if tier {
             small_bytes = small_bytes.saturating_add(size);
         }
         picked.push(i);
     }
-    // Per partition, in pick order: rewritten when it has a delete-heavy file or enough files.
+    // Per partition, in pick order: rewritten when it has a delete-heavy file or enough files;
+    // the files of older specs whenever any is picked.
     let mut groups: Vec<(&Group, Vec<usize>)> = Vec::new();
     for i in picked {
         let group = &files[i].partition;
@@ -167,9 +180,9 @@ pub(crate) fn choose(policy: &Compaction, files: &[Candidate], tiered: bool) -> 
         }
     }
     let mut outputs = Vec::new();
-    for (_, members) in groups {
+    for (group, members) in groups {
         let heavy = members.iter().any(|&i| files[i].delete_heavy(policy));
-        if heavy || members.len() >= policy.min_input_files {
+        if heavy || group.0.is_none() || members.len() >= policy.min_input_files {
             outputs.extend(pack(policy.target_file_size_bytes, files, &members));
         }
     }
@@ -238,10 +251,10 @@ mod tests {
         }
     }
 
-    /// Issue 36: an output never mixes partitions, `min-input-files` counts per partition, and
-    /// files of an older spec stay.
+    /// Issue 36: an output never mixes partitions of the current spec, `min-input-files` counts
+    /// per partition, and files of older specs are rewritten together, even alone.
     #[test]
-    fn outputs_hold_one_partition_and_old_spec_files_stay() {
+    fn outputs_hold_one_partition_and_old_spec_files_are_respecced() {
         let mut p = policy();
         p.max_bytes_per_cycle = 10_000;
         let files = [
@@ -256,9 +269,17 @@ mod tests {
             in_partition(900, 100, 50, 9, Some(3)),
         ];
         let c = choose(&p, &files, true);
-        // Day 3's delete-heavy file alone; day 1's three files; day 2 has two (< 3) and waits;
-        // the older spec's files are never chosen.
-        assert_eq!(c.outputs, vec![vec![8], vec![0, 2, 4]]);
+        // Day 3's delete-heavy file alone; the older spec's files together; day 1's three
+        // files; day 2 has two (< 3) and waits.
+        assert_eq!(c.outputs, vec![vec![8], vec![5, 6, 7], vec![0, 2, 4]]);
+        // One file of an older spec, large, not delete-heavy: rewritten alone, within the
+        // budget (the second waits for the next cycle).
+        p.max_bytes_per_cycle = 5_000;
+        let files = [
+            in_partition(4_000, 400, 0, 1, None),
+            in_partition(4_000, 400, 0, 2, None),
+        ];
+        assert_eq!(choose(&p, &files, true).outputs, vec![vec![0]]);
     }
 
     #[test]

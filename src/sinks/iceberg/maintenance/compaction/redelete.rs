@@ -7,8 +7,9 @@
 //! resurrect rows; Iceberg-Java's `validateNoNewDeletesForDataFiles` fails such a rewrite) is that
 //! those deletes are not lost. cdcd re-applies them instead of failing: every row deleted since
 //! is deleted at its place in the output, by a vector the `replace` snapshot adds. A row's place
-//! is where `moves.rs` put it: the output position the input started at, plus the row's position
-//! minus the rows the vector used had deleted before it.
+//! is where `moves.rs` put it, by its rank among the input's kept rows (its position minus the
+//! rows the vector used had deleted before it): the output position the input started at plus
+//! that rank, or (rows split by partition or sorted) the place recorded for that rank.
 //!
 //! The compaction cannot commit on the newer snapshot at all (`Stale`) when an input left the
 //! table or its vector lost a position: neither is a streaming commit's doing (another writer's,
@@ -16,6 +17,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use super::moves::Landed;
 use crate::sinks::iceberg::deletes::commit_vectors::LiveDvs;
 use crate::sinks::iceberg::deletes::deletion_vector::DeletionVector;
 
@@ -26,10 +28,8 @@ pub(crate) struct Placed {
     pub input: String,
     /// Its rows (the data file's record count).
     pub rows: u64,
-    /// The output file its kept rows went to.
-    pub output: String,
-    /// The output position of its first kept row.
-    pub start: u64,
+    /// Where its kept rows went.
+    pub landed: Landed,
     /// The vector the rewrite applied (`None`: no row was deleted).
     pub used: Option<DeletionVector>,
 }
@@ -69,10 +69,13 @@ pub(crate) fn carried_deletes(placed: &[Placed], live: &HashSet<&str>, now: &Liv
                     p.input, p.rows
                 ));
             }
-            let moved = p.start + position - used.deleted_before(position);
-            let inserted = out.entry(p.output.clone()).or_default().insert(moved);
+            let rank = position - used.deleted_before(position);
+            let Some((output, moved)) = p.landed.of(rank) else {
+                return Carry::Stale(format!("{} kept no row of rank {rank}", p.input));
+            };
+            let inserted = out.entry(output.to_owned()).or_default().insert(moved);
             if inserted.is_err() {
-                return Carry::Stale(format!("{} has no row {moved}", p.output));
+                return Carry::Stale(format!("{output} has no row {moved}"));
             }
         }
     }
@@ -123,10 +126,33 @@ mod tests {
         Placed {
             input: input.into(),
             rows,
-            output: "out".into(),
-            start,
+            landed: Landed::Together {
+                output: "out".into(),
+                start,
+            },
             used: (!used.is_empty()).then(|| dv(used)),
         }
+    }
+
+    #[test]
+    fn rows_deleted_since_follow_rows_split_by_partition() {
+        // a: 5 rows, row 1 deleted when rewritten; kept rows 0, 2, 3, 4 (ranks 0..4) went to
+        // p1 at 3, p0 at 0, p1 at 0, p0 at 2. Since: rows 2 and 4 deleted.
+        let inputs = [Placed {
+            input: "a".into(),
+            rows: 5,
+            landed: Landed::Scattered {
+                outputs: vec!["p0".into(), "p1".into()],
+                at: vec![(1, 3), (0, 0), (1, 0), (0, 2)],
+            },
+            used: Some(dv(&[1])),
+        }];
+        let now = LiveDvs::from([live_dv("a", &[1, 2, 4])]);
+        let live = HashSet::from(["a"]);
+        let Carry::Deletes(out) = carried_deletes(&inputs, &live, &now) else {
+            panic!("stale");
+        };
+        assert_eq!(out, BTreeMap::from([("p0".to_owned(), dv(&[0, 2]))]));
     }
 
     #[test]

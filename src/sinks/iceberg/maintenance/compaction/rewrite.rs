@@ -4,6 +4,14 @@
 //! target-size files (`write`; memory: one input decoded plus the output encoded). It records
 //! where each input landed (`redelete::Placed`), so the commit half (`replace.rs`) can carry over
 //! the deletes committed while it ran. On v3 this runs outside the table's lock (`mod.rs`).
+//!
+//! Rows are laid out as a streaming commit lays them out (`partitioning/`), under the table's
+//! current spec and sort order: when the table has a sort order, or an output's inputs are of
+//! an older spec, the output's kept rows are gathered (memory: one output's rows decoded, twice
+//! while a partition's rows are taken), split by the current spec's partitions and put in the
+//! sort order, one file per partition, each with the sort order's id; each row's landing place
+//! is recorded (`moves::Landed::Scattered`). Otherwise the inputs are streamed one after the
+//! other into their partition's file, as written.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -15,7 +23,7 @@ use iceberg::spec::{DataContentType, DataFile, FormatVersion, TableMetadata};
 use super::convert;
 use super::equality::V2Deletes;
 use super::lineage;
-use super::moves::{keep_mask, Placer};
+use super::moves::{keep_mask, Landed, Placer};
 use super::redelete::Placed;
 use crate::changelog::TableId;
 use crate::sinks::iceberg::commit::Names;
@@ -25,6 +33,7 @@ use crate::sinks::iceberg::files::encode::StreamingFile;
 use crate::sinks::iceberg::files::manifest::{read, LiveFile};
 use crate::sinks::iceberg::files::metadata::Loaded;
 use crate::sinks::iceberg::files::writer::{self, Placement};
+use crate::sinks::iceberg::partitioning::Layout;
 use crate::sinks::iceberg::schema;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
@@ -126,19 +135,46 @@ impl Rewrite<'_> {
         // Rows of files older than an added column read its initial default, and a rewrite
         // stores what they read (the new file has the column).
         let projection = schema::Projection::of(self.meta().current_schema());
+        let layout = Layout::of(self.meta()).map_err(|e| SinkError::Data {
+            table: self.table.clone(),
+            detail: format!("compaction: the table's partition spec or sort order: {e}"),
+        })?;
+        let default_spec = self.meta().default_partition_spec_id();
         let mut written = Written::default();
-        for (n, inputs) in self.inputs.iter().enumerate() {
-            let path = self.names.data_file(n);
+        let mut files = 0usize;
+        for inputs in &self.inputs {
+            let lineage = |input: &Input| {
+                row_ids.as_ref().map(|ids| Lineage {
+                    first_row_id: ids.get(input.file.file.file_path()).copied(),
+                    schema: Arc::clone(&out_schema),
+                })
+            };
+            let respec = inputs.iter().any(|i| i.file.spec_id != default_spec);
+            if layout.sort_order_id.is_some() || respec {
+                let mut read = Vec::with_capacity(inputs.len());
+                for input in inputs {
+                    read.push(
+                        self.read_live(input, &file_schema, &projection, lineage(input), 0)
+                            .await?,
+                    );
+                }
+                let laid = LaidOut {
+                    layout: &layout,
+                    schema: &out_schema,
+                    key_names,
+                };
+                self.write_laid_out(&laid, inputs, read, &mut files, &mut written)
+                    .await?;
+                continue;
+            }
+            let path = self.names.data_file(files);
+            files += 1;
             let mut out: Option<StreamingFile> = None;
             let mut keys = Vec::new();
             let mut end = 0u64;
             for input in inputs {
-                let lineage = row_ids.as_ref().map(|ids| Lineage {
-                    first_row_id: ids.get(input.file.file.file_path()).copied(),
-                    schema: Arc::clone(&out_schema),
-                });
                 let read = self
-                    .read_live(input, &file_schema, &projection, lineage, end)
+                    .read_live(input, &file_schema, &projection, lineage(input), end)
                     .await?;
                 let kept = read.kept;
                 written.dropped_rows += read.dropped;
@@ -146,8 +182,10 @@ impl Rewrite<'_> {
                 written.placed.push(Placed {
                     input: f.file.file_path().to_owned(),
                     rows: f.file.record_count(),
-                    output: path.clone(),
-                    start: end,
+                    landed: Landed::Together {
+                        output: path.clone(),
+                        start: end,
+                    },
                     used: read.used,
                 });
                 end = read.end;
@@ -161,24 +199,8 @@ impl Rewrite<'_> {
                 continue;
             };
             let placement = self.placement(inputs)?;
-            let bytes = blocking(&path, move || file.finish()).await?;
-            let file = writer::put_file(
-                self.warehouse,
-                self.table,
-                path.clone(),
-                bytes,
-                end,
-                DataContentType::Data,
-                None,
-                &placement,
-            )
-            .await?;
-            written.outputs.push(Output {
-                path,
-                file,
-                placement,
-                keys,
-            });
+            let output = self.finish(path, file, end, placement, keys).await?;
+            written.outputs.push(output);
         }
         if let (Some(deletes), false) = (&self.v2, self.staying.is_empty()) {
             written.converted = convert::write_positions(
@@ -191,6 +213,118 @@ impl Rewrite<'_> {
             .await?;
         }
         Ok(written)
+    }
+
+    /// Writes the kept rows `read` of `inputs` (one output of the choice) laid out as `laid`
+    /// says: split by the current spec's partitions, each partition's rows in the sort order,
+    /// one file each, named from `files` on; records where every kept row landed.
+    async fn write_laid_out(
+        &self,
+        laid: &LaidOut<'_>,
+        inputs: &[Input],
+        read: Vec<ReadInput>,
+        files: &mut usize,
+        written: &mut Written,
+    ) -> Result<(), SinkError> {
+        let batches: Vec<&RecordBatch> = read.iter().flat_map(|r| &r.kept).collect();
+        let all = arrow_select::concat::concat_batches(laid.schema, batches)
+            .map_err(self.arrow("gathering rows"))?;
+        let columns = all
+            .project(laid.layout.columns())
+            .map_err(self.arrow("gathering partition and sort columns"))?;
+        let parts = laid.layout.arrange(&columns).map_err(|e| SinkError::Data {
+            table: self.table.clone(),
+            detail: format!("compaction: partitioning rows: {e}"),
+        })?;
+        // Row `r` of `all` lands in output `landed[r].0` at position `landed[r].1`.
+        let mut landed = vec![(0u32, 0u32); all.num_rows()];
+        let mut paths = Vec::with_capacity(parts.len());
+        for (k, part) in parts.into_iter().enumerate() {
+            let k = u32::try_from(k).map_err(|_| self.too_many())?;
+            for (position, &r) in part.rows.iter().enumerate() {
+                let position = u32::try_from(position).map_err(|_| self.too_many())?;
+                if let Some(slot) = landed.get_mut(r as usize) {
+                    *slot = (k, position);
+                }
+            }
+            let indices = arrow_array::UInt32Array::from(part.rows);
+            let rows = arrow_select::take::take_record_batch(&all, &indices)
+                .map_err(self.arrow("ordering rows"))?;
+            let path = self.names.data_file(*files);
+            *files += 1;
+            paths.push(path.clone());
+            let keys = match laid.key_names {
+                Some(names) => {
+                    key_columns(std::slice::from_ref(&rows), names).map_err(self.arrow("keys"))?
+                }
+                None => Vec::new(),
+            };
+            let count = rows.num_rows() as u64;
+            let Some(file) = encode(&path, None, vec![rows]).await? else {
+                continue;
+            };
+            let placement = Placement {
+                spec_id: laid.layout.spec.spec_id(),
+                partition: part.partition,
+                sort_order_id: laid.layout.sort_order_id,
+            };
+            let output = self.finish(path, file, count, placement, keys).await?;
+            written.outputs.push(output);
+        }
+        let mut from = 0usize;
+        for (input, r) in inputs.iter().zip(read) {
+            let kept: usize = r.kept.iter().map(RecordBatch::num_rows).sum();
+            let f = &input.file;
+            written.dropped_rows += r.dropped;
+            written.placed.push(Placed {
+                input: f.file.file_path().to_owned(),
+                rows: f.file.record_count(),
+                landed: Landed::Scattered {
+                    outputs: paths.clone(),
+                    at: landed.get(from..from + kept).unwrap_or_default().to_vec(),
+                },
+                used: r.used,
+            });
+            from += kept;
+            written.removed_data.push(f.file.clone());
+        }
+        Ok(())
+    }
+
+    /// Finishes the output `file` of `rows` rows, puts it at `path` and describes it.
+    async fn finish(
+        &self,
+        path: String,
+        file: StreamingFile,
+        rows: u64,
+        placement: Placement,
+        keys: Vec<RecordBatch>,
+    ) -> Result<Output, SinkError> {
+        let bytes = blocking(&path, move || file.finish()).await?;
+        let file = writer::put_file(
+            self.warehouse,
+            self.table,
+            path.clone(),
+            bytes,
+            rows,
+            DataContentType::Data,
+            None,
+            &placement,
+        )
+        .await?;
+        Ok(Output {
+            path,
+            file,
+            placement,
+            keys,
+        })
+    }
+
+    fn too_many(&self) -> SinkError {
+        SinkError::Data {
+            table: self.table.clone(),
+            detail: "compaction: more than 2^32 rows in one output".into(),
+        }
     }
 
     /// Where the output of `inputs` sits: where they all do (the pick groups files by spec and
@@ -273,6 +407,14 @@ impl Rewrite<'_> {
             used: dv,
         })
     }
+}
+
+/// How `Rewrite::write_laid_out` lays an output's rows out.
+struct LaidOut<'a> {
+    layout: &'a Layout,
+    /// The rows' schema (the file schema, with the lineage columns on v3).
+    schema: &'a SchemaRef,
+    key_names: Option<&'a [String]>,
 }
 
 /// An input's row lineage to carry (v3): its first row id, and the output schema with the
