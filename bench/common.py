@@ -141,4 +141,12 @@ def streaming_bench_args(doc, root):
     ap.add_argument("--offered-rows", type=int, default=2000, help="rows/s offered in the freshness phase")
     ap.add_argument("--big-tx", type=int, default=0, help="also replicate one transaction of this many inserts")
     ap.add_argument("--keep", action="store_true", help="keep the warehouse and log")
+    ap.add_argument("--changelog", action="store_true",
+                    help="the table keeps its change stream too (changelog = true; issue 38's goal: "
+                         "run with and without it and compare each against the source's limit)")
     return ap
+
+
+def table_section(args, table):
+    """The `[sink.tables."…"]` section of the benchmark's table: its changelog, when asked."""
+    return '\n[sink.tables."%s"]\nchangelog = true\n' % table if args.changelog else ""

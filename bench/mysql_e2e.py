@@ -205,6 +205,7 @@ namespace = "bench"
 """
                 % (self.tag, self.args.commit_interval_ms, self.args.commit_max_rows, self.url, self.db, self.table,
                    self.server_id, start_gtid, sink, self.warehouse)
+                + common.table_section(self.args, "%s.%s" % (self.db, self.table))
             )
         return path
 
@@ -326,9 +327,10 @@ def main():
         rate = changes / cdcd_s
         rss_stream = common.rss_peak_kib(b.cdcd.pid)
         cpu = common.cpu_seconds(b.cdcd.pid) or 0.0
-        print("cdcd → %s%s: %.2f s, %.0f rows/s = %.2f× mariadb-binlog decode-rows, %.2f× --raw; peak RSS %.0f MiB; "
+        print("cdcd → %s%s%s: %.2f s, %.0f rows/s = %.2f× mariadb-binlog decode-rows, %.2f× --raw; peak RSS %.0f MiB; "
               "CPU %.2f s (%.0f rows per CPU-second)"
-              % (args.sink, " (%s)" % args.delete_mode if args.sink == "iceberg" else "", cdcd_s, rate,
+              % (args.sink, " (%s)" % args.delete_mode if args.sink == "iceberg" else "",
+                 " with its changelog" if args.changelog else "", cdcd_s, rate,
                  rate / dec_rate, rate / raw_rate, (rss_stream or 0) / 1024, cpu, changes / cpu if cpu else 0))
         if args.freshness_seconds > 0:
             offered, p50, p99, n = b.freshness(args.freshness_seconds, args.offered_rows)

@@ -163,6 +163,7 @@ namespace = "bench"
 """
                 % (self.tag, self.args.commit_interval_ms, self.args.commit_max_rows, self.url, self.table,
                    self.slot, self.publication, snapshot, sink, self.warehouse)
+                + common.table_section(self.args, "public." + self.table)
             )
         return path
 
@@ -284,8 +285,9 @@ def main():
         reached = b.wait_position(end, 1800)
         cdcd_s = reached - started
         rss_stream = rss_peak_kib(b.cdcd.pid)
-        print("cdcd → %s%s: %.2f s, %.0f rows/s = %.2f× pg_recvlogical; peak RSS %.0f MiB"
-              % (args.sink, " (%s)" % args.delete_mode if args.sink == "iceberg" else "", cdcd_s, changes / cdcd_s,
+        print("cdcd → %s%s%s: %.2f s, %.0f rows/s = %.2f× pg_recvlogical; peak RSS %.0f MiB"
+              % (args.sink, " (%s)" % args.delete_mode if args.sink == "iceberg" else "",
+                 " with its changelog" if args.changelog else "", cdcd_s, changes / cdcd_s,
                  (changes / cdcd_s) / recv_rate, (rss_stream or 0) / 1024))
         if args.freshness_seconds > 0:
             rate, p50, p99, n = b.freshness(args.freshness_seconds, args.offered_rows)

@@ -279,10 +279,41 @@ impl CdcColumns {
         meta: &dyn ChangeMeta,
         arrow: &dyn Fn(ArrowError) -> SinkError,
     ) -> Result<TableChanges, SinkError> {
-        let keyless = c.schema.primary_key.is_empty();
         // Rows no source transaction wrote are an initial copy's (its TRUNCATE empties the
         // table the copy fills).
         let copying = copying || c.source_tx.is_none();
+        let RowPlan {
+            made,
+            ops,
+            key_changed,
+        } = self.plan_rows(c, copying)?;
+        let same_rows = made.iter().enumerate().all(|(j, m)| *m == Made::As(j));
+        let n = made.len();
+        let (columns, present) = source_columns(c, &made, same_rows, arrow)?;
+        let added = self.added_columns(c, &made, &ops, meta)?;
+        let old_keys = old_keys(c, &made, same_rows, arrow)?;
+        let (columns, present) = in_table_order(order, columns, present, &added);
+        let rows_schema = TableChanges::rows_schema(table);
+        let options = RecordBatchOptions::new().with_row_count(Some(n));
+        let rows =
+            RecordBatch::try_new_with_options(rows_schema, columns, &options).map_err(arrow)?;
+        Ok(TableChanges {
+            schema: Arc::clone(table),
+            ops,
+            rows,
+            present,
+            old_keys,
+            key_changed,
+            upsert_window: c.upsert_window,
+            copy_chunk: c.copy_chunk,
+            source_tx: c.source_tx.clone(),
+        })
+    }
+
+    /// How each row of the rewritten run is made from `c`'s changes, with its op and whether it
+    /// changes its key.
+    fn plan_rows(&self, c: &TableChanges, copying: bool) -> Result<RowPlan, SinkError> {
+        let keyless = c.schema.primary_key.is_empty();
         let mut made = Vec::with_capacity(c.len());
         let mut ops = Vec::with_capacity(c.len());
         let mut key_changed = Vec::with_capacity(c.len());
@@ -334,49 +365,27 @@ impl CdcColumns {
                 }
             }
         }
-        let same_rows = made.iter().enumerate().all(|(j, m)| *m == Made::As(j));
+        Ok(RowPlan {
+            made,
+            ops,
+            key_changed,
+        })
+    }
+
+    /// The columns cdcd adds, each `made.len()` rows long: `_cdc_deleted`, `_cdc_commit_ts`,
+    /// `_cdc_position`, as the table asks.
+    fn added_columns(
+        &self,
+        c: &TableChanges,
+        made: &[Made],
+        ops: &[Op],
+        meta: &dyn ChangeMeta,
+    ) -> Result<Vec<(&'static str, ArrayRef)>, SinkError> {
+        let keyless = c.schema.primary_key.is_empty();
         let n = made.len();
-        let mut columns: Vec<ArrayRef> = Vec::with_capacity(table.columns.len());
-        let mut present: Vec<Option<BooleanBuffer>> = Vec::with_capacity(table.columns.len());
-        let key = &c.schema.primary_key;
-        let old_key_rows = made.iter().any(|m| matches!(m, Made::OldKeyDeleted(_)));
-        for (j, column) in c.rows.columns().iter().enumerate() {
-            let key_at = key.iter().position(|&k| k == j);
-            if same_rows {
-                columns.push(Arc::clone(column));
-            } else {
-                // Source 0: the rows; source 1: the old keys (key columns only).
-                let old = key_at.and_then(|at| c.old_keys.columns().get(at));
-                let sources: Vec<&dyn Array> = match old {
-                    Some(old) if old_key_rows => vec![column.as_ref(), old.as_ref()],
-                    _ => vec![column.as_ref()],
-                };
-                let picks: Vec<(usize, usize)> = made
-                    .iter()
-                    .map(|m| match m {
-                        Made::OldKeyDeleted(i) if sources.len() > 1 => (1, *i),
-                        other => (0, other.source()),
-                    })
-                    .collect();
-                let picked =
-                    arrow_select::interleave::interleave(&sources, &picks).map_err(arrow)?;
-                columns.push(picked);
-            }
-            let bits = c.present.get(j).cloned().flatten();
-            present.push(if bits.is_none() && !old_key_rows {
-                None
-            } else {
-                // A soft delete of an old key carries the key only: the rest is the row's.
-                Some(BooleanBuffer::collect_bool(n, |r| match made.get(r) {
-                    Some(Made::OldKeyDeleted(_)) => key_at.is_some(),
-                    Some(m) => c.is_present(j, m.source()),
-                    None => false,
-                }))
-            });
-        }
         let mut added: Vec<(&'static str, ArrayRef)> = Vec::with_capacity(3);
         if self.soft_deletes {
-            let deleted = made.iter().zip(&ops).map(|(m, op)| {
+            let deleted = made.iter().zip(ops).map(|(m, op)| {
                 Some(match m {
                     Made::OldKeyDeleted(_) | Made::Flagged(_) => true,
                     // A keyless delete names the live row, whose flag is false.
@@ -408,57 +417,7 @@ impl CdcColumns {
                 Arc::new(arrow_array::StringArray::from_iter(positions)),
             ));
         }
-        let old_keys = if same_rows {
-            c.old_keys.clone()
-        } else {
-            let picks: Vec<u32> = made.iter().map(|m| m.source() as u32).collect();
-            let picks = arrow_array::UInt32Array::from(picks);
-            let keys = c
-                .old_keys
-                .columns()
-                .iter()
-                .map(|k| arrow_select::take::take(k, &picks, None))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(arrow)?;
-            // A keyless table's old keys have no column: the row count says how many.
-            let options = RecordBatchOptions::new().with_row_count(Some(n));
-            RecordBatch::try_new_with_options(c.old_keys.schema(), keys, &options).map_err(arrow)?
-        };
-        // The source's columns and the added ones, in the table's order.
-        let mut columns_in_order = Vec::with_capacity(order.len());
-        let mut present_in_order = Vec::with_capacity(order.len());
-        for place in order {
-            match place {
-                Place::Source(j) => {
-                    if let (Some(col), Some(bits)) = (columns.get(*j), present.get(*j)) {
-                        columns_in_order.push(Arc::clone(col));
-                        present_in_order.push(bits.clone());
-                    }
-                }
-                Place::Added(name) => {
-                    if let Some((_, col)) = added.iter().find(|(n, _)| n == name) {
-                        columns_in_order.push(Arc::clone(col));
-                        present_in_order.push(None);
-                    }
-                }
-            }
-        }
-        let (columns, present) = (columns_in_order, present_in_order);
-        let rows_schema = TableChanges::rows_schema(table);
-        let options = RecordBatchOptions::new().with_row_count(Some(n));
-        let rows =
-            RecordBatch::try_new_with_options(rows_schema, columns, &options).map_err(arrow)?;
-        Ok(TableChanges {
-            schema: Arc::clone(table),
-            ops,
-            rows,
-            present,
-            old_keys,
-            key_changed,
-            upsert_window: c.upsert_window,
-            copy_chunk: c.copy_chunk,
-            source_tx: c.source_tx.clone(),
-        })
+        Ok(added)
     }
 }
 
@@ -467,6 +426,115 @@ impl CdcColumns {
 /// and no commit time.
 pub struct CommitMeta {
     pub position: String,
+}
+
+/// The rows of a rewritten run: how each is made, its op, whether it changes its key.
+struct RowPlan {
+    made: Vec<Made>,
+    ops: Vec<Op>,
+    key_changed: Vec<bool>,
+}
+
+/// The source's columns and presence bits for the rows `made` (the run's own when
+/// `same_rows`): an old key's soft delete takes the key from the old keys and carries only it.
+#[allow(clippy::type_complexity)]
+fn source_columns(
+    c: &TableChanges,
+    made: &[Made],
+    same_rows: bool,
+    arrow: &dyn Fn(ArrowError) -> SinkError,
+) -> Result<(Vec<ArrayRef>, Vec<Option<BooleanBuffer>>), SinkError> {
+    let n = made.len();
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(c.rows.num_columns());
+    let mut present: Vec<Option<BooleanBuffer>> = Vec::with_capacity(c.rows.num_columns());
+    let key = &c.schema.primary_key;
+    let old_key_rows = made.iter().any(|m| matches!(m, Made::OldKeyDeleted(_)));
+    for (j, column) in c.rows.columns().iter().enumerate() {
+        let key_at = key.iter().position(|&k| k == j);
+        if same_rows {
+            columns.push(Arc::clone(column));
+        } else {
+            // Source 0: the rows; source 1: the old keys (key columns only).
+            let old = key_at.and_then(|at| c.old_keys.columns().get(at));
+            let sources: Vec<&dyn Array> = match old {
+                Some(old) if old_key_rows => vec![column.as_ref(), old.as_ref()],
+                _ => vec![column.as_ref()],
+            };
+            let picks: Vec<(usize, usize)> = made
+                .iter()
+                .map(|m| match m {
+                    Made::OldKeyDeleted(i) if sources.len() > 1 => (1, *i),
+                    other => (0, other.source()),
+                })
+                .collect();
+            let picked = arrow_select::interleave::interleave(&sources, &picks).map_err(arrow)?;
+            columns.push(picked);
+        }
+        let bits = c.present.get(j).cloned().flatten();
+        present.push(if bits.is_none() && !old_key_rows {
+            None
+        } else {
+            // A soft delete of an old key carries the key only: the rest is the row's.
+            Some(BooleanBuffer::collect_bool(n, |r| match made.get(r) {
+                Some(Made::OldKeyDeleted(_)) => key_at.is_some(),
+                Some(m) => c.is_present(j, m.source()),
+                None => false,
+            }))
+        });
+    }
+    Ok((columns, present))
+}
+
+/// The old keys of the rows `made`.
+fn old_keys(
+    c: &TableChanges,
+    made: &[Made],
+    same_rows: bool,
+    arrow: &dyn Fn(ArrowError) -> SinkError,
+) -> Result<RecordBatch, SinkError> {
+    if same_rows {
+        return Ok(c.old_keys.clone());
+    }
+    let picks: Vec<u32> = made.iter().map(|m| m.source() as u32).collect();
+    let picks = arrow_array::UInt32Array::from(picks);
+    let keys = c
+        .old_keys
+        .columns()
+        .iter()
+        .map(|k| arrow_select::take::take(k, &picks, None))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(arrow)?;
+    // A keyless table's old keys have no column: the row count says how many.
+    let options = RecordBatchOptions::new().with_row_count(Some(made.len()));
+    RecordBatch::try_new_with_options(c.old_keys.schema(), keys, &options).map_err(arrow)
+}
+
+/// The source's columns and the added ones in the table's `order`.
+fn in_table_order(
+    order: &[Place],
+    columns: Vec<ArrayRef>,
+    present: Vec<Option<BooleanBuffer>>,
+    added: &[(&'static str, ArrayRef)],
+) -> (Vec<ArrayRef>, Vec<Option<BooleanBuffer>>) {
+    let mut columns_in_order = Vec::with_capacity(order.len());
+    let mut present_in_order = Vec::with_capacity(order.len());
+    for place in order {
+        match place {
+            Place::Source(j) => {
+                if let (Some(col), Some(bits)) = (columns.get(*j), present.get(*j)) {
+                    columns_in_order.push(Arc::clone(col));
+                    present_in_order.push(bits.clone());
+                }
+            }
+            Place::Added(name) => {
+                if let Some((_, col)) = added.iter().find(|(n, _)| n == name) {
+                    columns_in_order.push(Arc::clone(col));
+                    present_in_order.push(None);
+                }
+            }
+        }
+    }
+    (columns_in_order, present_in_order)
 }
 
 impl ChangeMeta for CommitMeta {

@@ -1562,14 +1562,12 @@ async fn a_watcher_never_sees_a_table_and_its_changelog_apart() {
         return;
     };
     let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int PRIMARY KEY, v int);
+    let client = fresh_table(&env, &t, |t| {
+        format!(
+            "CREATE TABLE {t} (id int PRIMARY KEY, v int);
              INSERT INTO {t} SELECT g, g FROM generate_series(1, 20) g;"
-        ),
-    )
+        )
+    })
     .await;
     let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
     p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
