@@ -169,14 +169,23 @@ async fn mariadb_copy_reports_rows_bytes_and_eta_per_table() {
     let body = watch_copy(port, &labels, || p.output().contains("initial copies done")).await;
     let took = started.elapsed();
     let log = p.output();
+    // The server is shared with the tests running beside this one: a transaction committed
+    // between two snapshots' begins puts them at different positions, and cdcd then copies on
+    // fewer connections, saying why. Either is right; three connections must also be faster
+    // than one after another.
+    let all_three =
+        log.contains("copying tables on several connections at one snapshot connections=3");
+    let moved_on = log.contains("the source moved on since the copy's snapshot began");
     assert!(
-        log.contains("copying tables on several connections at one snapshot connections=3"),
-        "{log}"
+        all_three || moved_on,
+        "neither three connections nor the reason for fewer:\n{log}"
     );
-    assert!(
-        took < Duration::from_secs(30),
-        "the copy took {took:?}:\n{log}"
-    );
+    if all_three {
+        assert!(
+            took < Duration::from_secs(30),
+            "the copy took {took:?}:\n{log}"
+        );
+    }
     assert_copied(&body, &labels, 40000.0, &log);
     for t in &names {
         p.assert_equal(t, 60).await;
