@@ -133,6 +133,10 @@ async fn postgres_copy_reports_rows_bytes_and_eta_per_table() {
     }
 }
 
+/// Rows of each MariaDB table: enough that a table's copy (one connection, no pause between its
+/// chunks) lasts past a few scrapes on a loaded machine (40,000 rows were once copied between two).
+const MY_ROWS: u64 = 200_000;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_copy_reports_rows_bytes_and_eta_per_table() {
     let Some((env, name)) = my_env_and_name("cprogmy") else {
@@ -152,7 +156,7 @@ async fn mariadb_copy_reports_rows_bytes_and_eta_per_table() {
             &mut c,
             &format!(
                 "CREATE TABLE {t} (id BIGINT PRIMARY KEY, v VARCHAR(200));
-                 INSERT INTO {t} SELECT seq, CONCAT(REPEAT('x', 90), seq) FROM seq_1_to_40000;
+                 INSERT INTO {t} SELECT seq, CONCAT(REPEAT('x', 90), seq) FROM seq_1_to_{MY_ROWS};
                  ANALYZE TABLE {t};"
             ),
         )
@@ -186,7 +190,7 @@ async fn mariadb_copy_reports_rows_bytes_and_eta_per_table() {
             "the copy took {took:?}:\n{log}"
         );
     }
-    assert_copied(&body, &labels, 40000.0, &log);
+    assert_copied(&body, &labels, MY_ROWS as f64, &log);
     for t in &names {
         p.assert_equal(t, 60).await;
     }
