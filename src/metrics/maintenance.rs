@@ -1,6 +1,6 @@
 //! The maintenance metrics both sinks record: Iceberg's cycle (`sinks/iceberg/maintenance/`) and
 //! the LSM sink's in-writer expiry and compaction (`sinks/lsm/`). Names and labels are the user
-//! contract (README, "Metrics, health, readiness").
+//! contract (docs/metrics.md).
 
 use super::{
     LABEL_KIND, LABEL_TABLE, MAINTENANCE_BYTES_REWRITTEN_TOTAL, MAINTENANCE_FILES_DELETED_TOTAL,

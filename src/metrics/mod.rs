@@ -6,7 +6,7 @@
 //! `/readyz`) and tells systemd when cdcd is ready, alive and stopping (`notify.rs`).
 //!
 //! Why a facade and a global: metrics and health are written from the source task, the pipeline
-//! and the sink, which share no handle. Names are constants so code, README and the Grafana
+//! and the sink, which share no handle. Names are constants so code, docs/metrics.md and the Grafana
 //! dashboard agree (`cdcd_<name>_<unit>[_total]`); labels are bounded (table, op, kind). The
 //! `pipeline` label is a global label of the exporter, so every series carries it even when the
 //! recording code (a source) does not know the pipeline's name.
