@@ -35,7 +35,7 @@ die() { log "ERROR: $*"; exit 1; }
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # pid_runs FILE WORD: the process named in FILE is alive and its command line holds WORD. A pid file left in
 # /tmp by an earlier boot may name a pid the kernel has since given to another program: alive, but not ours.
-pid_runs() { [ -f "$1" ] && tr '\0' ' ' <"/proc/$(cat "$1")/cmdline" 2>/dev/null | grep -q -- "$2"; }
+pid_runs() { [ -f "$1" ] && tr '\0' ' ' 2>/dev/null <"/proc/$(cat "$1")/cmdline" | grep -q -- "$2"; }
 
 # ------------------------------------------------------------------ Debian packages
 # Collects what every component needs, then one apt-get update + install, only when something is missing.
