@@ -102,7 +102,7 @@ class Bench:
                  " amount numeric(12,2) not null, note text)" % self.table)
         self.sql("insert into %s select g, (g * 7919) %% 100000, timestamptz '%s' + make_interval(secs =>"
                  " (g::float8 * %d / %d) + (g * 2654435761 %% 3600)), ((g %% 100000) / 100.0)::numeric(12,2),"
-                 " md5(g::text) from generate_series(1, %d) g"
+                 " md5(g::text) from generate_series(1::bigint, %d) g"
                  % (self.table, START.isoformat(), seconds, a.rows, a.rows))
         self.sql("vacuum analyze %s" % self.table)
 
