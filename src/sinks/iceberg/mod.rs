@@ -80,6 +80,7 @@ mod schema;
 mod tables;
 mod transaction;
 mod variant;
+mod variant_shredding;
 mod wkb;
 
 use catalog::Catalog;
