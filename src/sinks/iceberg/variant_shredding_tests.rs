@@ -10,7 +10,10 @@ use crate::sinks::iceberg::variant;
 /// A batch of `id` and the variant column `j` holding `texts`.
 fn batch(texts: &[Option<String>]) -> RecordBatch {
     let j = variant::file_field(&Field::new("j", DataType::Struct(Fields::empty()), true));
-    let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), j]));
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        j,
+    ]));
     let input: ArrayRef = Arc::new(StringArray::from(texts.to_vec()));
     let ids: Vec<i64> = (0..texts.len() as i64).collect();
     let columns = vec![
@@ -55,7 +58,11 @@ fn paths(b: &RecordBatch) -> Vec<String> {
 fn the_fields_half_the_rows_hold_with_one_type_are_picked() {
     let mut rows = Vec::new();
     for i in 0..10 {
-        let m = if i < 6 { format!("{i}") } else { format!("\"{i}\"") };
+        let m = if i < 6 {
+            format!("{i}")
+        } else {
+            format!("\"{i}\"")
+        };
         let rare = if i < 2 { r#", "rare": 1"# } else { "" };
         let o = if i < 8 {
             format!(r#"{{"x": {i}, "y": [1], "z": {{"deep": true}}}}"#)
@@ -134,13 +141,20 @@ fn shredded_values_read_back_as_written() {
     let regular: Vec<String> = (0..12)
         .map(|i| format!(r#"{{"a": {i}, "s": "r{i}", "o": {{"x": {i}}}}}"#))
         .collect();
-    let all: Vec<&str> = rows.into_iter().chain(regular.iter().map(String::as_str)).collect();
+    let all: Vec<&str> = rows
+        .into_iter()
+        .chain(regular.iter().map(String::as_str))
+        .collect();
     let b = batch(&texts(&all));
     let expected = json(b.column(1));
     let shredding = Shredding::pick(&b).unwrap();
     assert_eq!(paths(&b), ["a Int", "o.x Int", "s String"]);
     let shredded = shredding.apply(&b).unwrap();
-    let j = shredded.column(1).as_any().downcast_ref::<StructArray>().unwrap();
+    let j = shredded
+        .column(1)
+        .as_any()
+        .downcast_ref::<StructArray>()
+        .unwrap();
     let typed = j.column_by_name("typed_value").unwrap();
     let typed = typed.as_any().downcast_ref::<StructArray>().unwrap();
     let a = typed.column_by_name("a").unwrap();
@@ -150,7 +164,16 @@ fn shredded_values_read_back_as_written() {
     let got: Vec<Option<i64>> = a_typed.iter().take(8).collect();
     assert_eq!(
         got,
-        [Some(1), Some(2), Some(3), Some(4), Some(i64::MAX), None, None, None],
+        [
+            Some(1),
+            Some(2),
+            Some(3),
+            Some(4),
+            Some(i64::MAX),
+            None,
+            None,
+            None
+        ],
         "a string, a decimal and a boolean stay in the field's value"
     );
     assert_eq!(json(shredded.column(1)), expected, "unshredded in memory");
@@ -158,11 +181,17 @@ fn shredded_values_read_back_as_written() {
     // Through a Parquet file, as the sink writes and reads it.
     let parquet = encode::encode_parquet(std::slice::from_ref(&b)).unwrap();
     let back = decode::decode(&parquet, "t.parquet", None).unwrap();
-    assert_eq!(back[0].schema().field(1).data_type(), shredded.schema().field(1).data_type());
+    assert_eq!(
+        back[0].schema().field(1).data_type(),
+        shredded.schema().field(1).data_type()
+    );
     assert_eq!(json(back[0].column(1)), expected, "read back from Parquet");
     let text = variant::cast(back[0].column(1), &DataType::Utf8).unwrap();
     let text = text.as_any().downcast_ref::<StringArray>().unwrap();
-    assert_eq!(text.value(4), r#"{"a":9223372036854775807,"o":{"x":-1},"s":""}"#);
+    assert_eq!(
+        text.value(4),
+        r#"{"a":9223372036854775807,"o":{"x":-1},"s":""}"#
+    );
     let layout = variant::cast(back[0].column(1), &variant::arrow_type()).unwrap();
     assert_eq!(layout.data_type(), &variant::arrow_type());
     assert_eq!(json(&layout), expected, "compaction's unshredded layout");
