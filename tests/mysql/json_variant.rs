@@ -5,10 +5,12 @@
 
 use std::time::Duration;
 
-use crate::support::mysql::my_exec;
+use mysql_async::Conn;
 
-/// Every kind of JSON value.
-const CREATE: &str = r#"CREATE TABLE t (id BIGINT PRIMARY KEY, n INT, j JSON) DEFAULT CHARSET = utf8mb4;
+use crate::support::mysql::{my_exec, MyPipeline};
+
+/// Table `t` with every kind of JSON value in `j`.
+pub(crate) const CREATE: &str = r#"CREATE TABLE t (id BIGINT PRIMARY KEY, n INT, j JSON) DEFAULT CHARSET = utf8mb4;
            INSERT INTO t VALUES
              (1, 1, '{"a": [1, 2.5, null], "b": "x", "nested": {"deep": [{"z": true}]}}'),
              (2, 2, 'null'), (3, 3, NULL), (4, 4, '[1, "2", {"3": 4}, [], {}]'),
@@ -23,9 +25,16 @@ async fn mariadb_json_as_variant_reads_back_equal() {
         return;
     };
     assert_eq!(types[2], "j variant");
-    my_exec(&mut c, "SET SESSION binlog_row_image = 'MINIMAL'").await;
+    stream_and_kill(&mut p, &mut c).await;
+    p.stop(Duration::from_secs(60)).await;
+}
+
+/// Changes to `t` ([`CREATE`]) with MINIMAL images (an update that leaves `j` out), checked
+/// equal, then a kill -9 while one streams and changes while cdcd is down, checked equal.
+pub(crate) async fn stream_and_kill(p: &mut MyPipeline, c: &mut Conn) {
+    my_exec(c, "SET SESSION binlog_row_image = 'MINIMAL'").await;
     my_exec(
-        &mut c,
+        c,
         r#"UPDATE t SET n = n + 10 WHERE id IN (1, 8);
            INSERT INTO t VALUES (9, 9, '{"k": [1, {"m": null}]}'), (10, 10, 'true');
            UPDATE t SET j = '{"changed": 1.50}' WHERE id = 4;
@@ -33,15 +42,14 @@ async fn mariadb_json_as_variant_reads_back_equal() {
     )
     .await;
     p.assert_equal("t", 120).await;
-    my_exec(&mut c, "INSERT INTO t VALUES (11, 11, '[11]')").await;
+    my_exec(c, "INSERT INTO t VALUES (11, 11, '[11]')").await;
     tokio::time::sleep(Duration::from_millis(150)).await;
     p.kill9();
     my_exec(
-        &mut c,
+        c,
         "UPDATE t SET n = n + 1 WHERE id = 5; INSERT INTO t VALUES (12, 12, '{\"after\": \"kill\"}')",
     )
     .await;
     p.start();
     p.assert_equal("t", 120).await;
-    p.stop(Duration::from_secs(60)).await;
 }
