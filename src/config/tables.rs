@@ -67,7 +67,8 @@ pub struct RawTableSettings {
     pub row_metadata: Option<bool>,
     /// How Postgres `json`/`jsonb` and MySQL `JSON` columns are stored: `"string"` (default,
     /// the JSON text) or `"variant"` (Iceberg v3 `variant`: `delete_mode = "deletion-vectors"`
-    /// tables only; read by DuckDB, not by pyiceberg 0.12 or Spark 3.5).
+    /// tables only; read by DuckDB, not by pyiceberg 0.12 or Spark 3.5; Paimon `VARIANT`, read
+    /// by pypaimon).
     #[serde(default)]
     pub json: Option<JsonAs>,
     /// How PostGIS `geometry` and MySQL/MariaDB spatial columns are stored: `"plain"` (default:
@@ -512,13 +513,6 @@ impl Section {
                     SinkKind::Iceberg,
                     " (a Paimon changelog is kept by the table's changelog.time-retained and \
                      changelog.num-retained options)",
-                ))
-            }
-            SinkKind::Lsm if raw.json == Some(JsonAs::Variant) => {
-                return Err(at("json").invalid(
-                    "\"variant\" applies to iceberg sinks only: cdcd does not write Paimon's \
-                     variant type (pypaimon 2.1 reads it only as an unannotated two-field \
-                     struct, which no other reader here checks); use json = \"string\"",
                 ))
             }
             SinkKind::Lsm if raw.spatial == Some(SpatialAs::Geometry) => {

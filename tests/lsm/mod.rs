@@ -4,6 +4,7 @@
 mod changelog;
 mod changelog_kills;
 mod expiry;
+mod json_variant;
 mod partitioned;
 mod replication;
 mod row_metadata;

@@ -5,39 +5,36 @@
 
 use std::time::Duration;
 
-use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
+use mysql_async::Conn;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mariadb_json_as_variant_reads_back_equal() {
-    let Some((env, name)) = my_env_and_name("jvar") else {
-        return;
-    };
-    let mut p = MyPipeline::new(&env, &name, "initial", "").await;
-    p.set_for_all_tables("json", "variant");
-    let url = env.url_for(&name);
-    let mut c = my_connect(&url).await;
-    my_exec(
-        &mut c,
-        r#"CREATE TABLE t (id BIGINT PRIMARY KEY, n INT, j JSON) DEFAULT CHARSET = utf8mb4;
+use crate::support::mysql::{my_exec, MyPipeline};
+
+/// Table `t` with every kind of JSON value in `j`.
+pub(crate) const CREATE: &str = r#"CREATE TABLE t (id BIGINT PRIMARY KEY, n INT, j JSON) DEFAULT CHARSET = utf8mb4;
            INSERT INTO t VALUES
              (1, 1, '{"a": [1, 2.5, null], "b": "x", "nested": {"deep": [{"z": true}]}}'),
              (2, 2, 'null'), (3, 3, NULL), (4, 4, '[1, "2", {"3": 4}, [], {}]'),
              (5, 5, '12345678901234567890'), (6, 6, '-0.1000000000000000000001'),
-             (7, 7, '"héllo ✓ \\"quoted\\" 😀"'), (8, 8, '{"ünï": "cödé", "big": 123456789012345678901234567890.5}')"#,
-    )
-    .await;
-    p.start();
-    p.assert_equal("t", 120).await;
-    let meta = crate::support::current_metadata(&p.table_dir("t"));
-    let j = &meta["schemas"].as_array().unwrap().last().unwrap()["fields"][2];
-    assert_eq!(
-        (&j["name"], &j["type"]),
-        (&"j".into(), &"variant".into()),
-        "{meta}"
-    );
-    my_exec(&mut c, "SET SESSION binlog_row_image = 'MINIMAL'").await;
+             (7, 7, '"héllo ✓ \\"quoted\\" 😀"'), (8, 8, '{"ünï": "cödé", "big": 123456789012345678901234567890.5}')"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_json_as_variant_reads_back_equal() {
+    let Some((mut p, mut c, types)) =
+        super::geometry::opted_in("jvar", ("json", "variant"), CREATE).await
+    else {
+        return;
+    };
+    assert_eq!(types[2], "j variant");
+    stream_and_kill(&mut p, &mut c).await;
+    p.stop(Duration::from_secs(60)).await;
+}
+
+/// Changes to `t` ([`CREATE`]) with MINIMAL images (an update that leaves `j` out), checked
+/// equal, then a kill -9 while one streams and changes while cdcd is down, checked equal.
+pub(crate) async fn stream_and_kill(p: &mut MyPipeline, c: &mut Conn) {
+    my_exec(c, "SET SESSION binlog_row_image = 'MINIMAL'").await;
     my_exec(
-        &mut c,
+        c,
         r#"UPDATE t SET n = n + 10 WHERE id IN (1, 8);
            INSERT INTO t VALUES (9, 9, '{"k": [1, {"m": null}]}'), (10, 10, 'true');
            UPDATE t SET j = '{"changed": 1.50}' WHERE id = 4;
@@ -45,15 +42,14 @@ async fn mariadb_json_as_variant_reads_back_equal() {
     )
     .await;
     p.assert_equal("t", 120).await;
-    my_exec(&mut c, "INSERT INTO t VALUES (11, 11, '[11]')").await;
+    my_exec(c, "INSERT INTO t VALUES (11, 11, '[11]')").await;
     tokio::time::sleep(Duration::from_millis(150)).await;
     p.kill9();
     my_exec(
-        &mut c,
+        c,
         "UPDATE t SET n = n + 1 WHERE id = 5; INSERT INTO t VALUES (12, 12, '{\"after\": \"kill\"}')",
     )
     .await;
     p.start();
     p.assert_equal("t", 120).await;
-    p.stop(Duration::from_secs(60)).await;
 }

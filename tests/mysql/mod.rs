@@ -9,7 +9,7 @@ mod copy_ddl;
 mod ddl;
 mod fencing;
 mod geometry;
-mod json_variant;
+pub(crate) mod json_variant;
 mod keys;
 mod lsm;
 mod maintenance;

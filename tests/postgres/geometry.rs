@@ -13,34 +13,6 @@ use super::type_mapping::OptIn;
 const POSTGIS: &str =
     "BEGIN; SELECT pg_advisory_xact_lock(39039); CREATE EXTENSION IF NOT EXISTS postgis; COMMIT;";
 
-/// Runs a DuckDB query on a table directory (`lake` names the table) and reads the bounds of
-/// one field in its live data files' manifest entries: `{"ids": [...], "bounds": [[lower
-/// length, upper length, rows], ...]}`. DuckDB's avro reader reads the manifests (pyiceberg 0.12
-/// cannot load a table with a geometry column).
-const INSPECT: &str = r#"
-import json, os, re, sys
-sys.path.insert(0, os.environ["LAKECHECK_DIR"])
-import lakecheck
-d, field_id, query = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-md = d + "/metadata"
-n = max(int(m.group(1)) for x in os.listdir(md) if (m := re.fullmatch(r"v(\d+)\.metadata\.json", x)))
-path = f"{md}/v{n}.metadata.json"
-m = json.load(open(path))
-con = lakecheck.duck()
-con.execute("SET enable_progress_bar = false")   # a slow query would print one on stdout
-ids = [r[0] for r in con.execute(query.replace("lake", "iceberg_scan('%s')" % path)).fetchall()]
-snap = next(s for s in m["snapshots"] if s["snapshot-id"] == m["current-snapshot-id"])
-strip = lambda p: p[len("file://"):] if p.startswith("file://") else p
-bounds = []
-for (mp,) in con.execute("select manifest_path from read_avro('%s')" % strip(snap["manifest-list"])).fetchall():
-    for (df,) in con.execute("select data_file from read_avro('%s') where status != 2" % strip(mp)).fetchall():
-        if df["content"] != 0:
-            continue
-        lo, hi = df["lower_bounds"] or {}, df["upper_bounds"] or {}
-        bounds.append([len(lo.get(field_id, b"")), len(hi.get(field_id, b"")), df["record_count"]])
-print(json.dumps({"ids": ids, "bounds": bounds}))
-"#;
-
 fn create(t: &str) -> String {
     format!(
         r#"DROP TABLE IF EXISTS {t};
@@ -94,21 +66,14 @@ async fn geometry_reads_back_equal_through_copy_stream_toast_and_kill() {
     let (p, client, t) = (&mut run.p, &run.client, &run.t);
 
     // A spatial predicate: the rows whose polygon's box meets the box (0 0, 10 10).
-    let want: Vec<i64> = client
-        .query(
-            &format!(
-                "SELECT id FROM {t} WHERE g && ST_MakeEnvelope(0, 0, 10, 10, 4326) ORDER BY id"
-            ),
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let want = super::type_mapping::source_ids(
+        client,
+        &format!("SELECT id FROM {t} WHERE g && ST_MakeEnvelope(0, 0, 10, 10, 4326) ORDER BY id"),
+    )
+    .await;
     assert!(want.len() > 3, "{want:?}");
     let out = p.python(
-        INSPECT,
+        super::type_mapping::INSPECT,
         &[
             p.table_dir(t).to_str().unwrap(),
             "4",
@@ -116,9 +81,7 @@ async fn geometry_reads_back_equal_through_copy_stream_toast_and_kill() {
              'POLYGON((0 0, 10 0, 10 10, 0 10, 0 0))'::GEOMETRY) ORDER BY id",
         ],
     );
-    let last = out.lines().last().unwrap_or_default();
-    let found: serde_json::Value =
-        serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let found = super::type_mapping::last_json(&out);
     let got: Vec<i64> = serde_json::from_value(found["ids"].clone()).unwrap();
     assert_eq!(got, want, "{out}");
 

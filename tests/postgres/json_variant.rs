@@ -8,7 +8,7 @@
 //! opt in keeps strings and is still read by pyiceberg (and Spark where the test bed has it).
 //! Changing the mapping of an existing table is refused with the reason, never rewritten.
 
-use super::type_mapping::OptIn;
+use super::type_mapping::{OptIn, INSPECT};
 
 /// Every kind of JSON value, in both column types; `big` is stored out of line (TOAST).
 fn create(t: &str) -> String {
@@ -92,4 +92,107 @@ async fn a_keyless_table_with_json_as_variant_is_refused_with_the_reason() {
         &["json = \"variant\" needs a primary key"],
     )
     .await;
+}
+
+/// Objects whose fields recur (`n`, `s`, `o.x`, `o.y`, and `m`, an integer in three rows of four
+/// and a string in the fourth), a field of one row in twenty (`rare`), and rows that break the
+/// pattern: an array, NULL, a string `n` and an integer `o`.
+fn recurring(t: &str) -> String {
+    format!(
+        r#"DROP TABLE IF EXISTS {t};
+         CREATE TABLE {t} (id int8 PRIMARY KEY, jb jsonb);
+         {}
+         UPDATE {t} SET jb = '[1, 2]' WHERE id = 7;
+         UPDATE {t} SET jb = NULL WHERE id = 8;
+         UPDATE {t} SET jb = jb || '{{"n": "nine", "o": 5}}' WHERE id = 9;"#,
+        recurring_rows(t, 1, 300)
+    )
+}
+
+fn recurring_rows(t: &str, from: u32, to: u32) -> String {
+    format!(
+        r#"INSERT INTO {t}
+             SELECT g, jsonb_build_object('n', g, 's', 'v' || g, 'o', jsonb_build_object('x', g * 2, 'y', 'k'),
+                                          'm', CASE WHEN g % 4 = 0 THEN to_jsonb('t' || g) ELSE to_jsonb(g) END)
+                       || CASE WHEN g % 20 = 0 THEN jsonb_build_object('rare', g) ELSE '{{}}'::jsonb END
+             FROM generate_series({from}, {to}) g;"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recurring_variant_fields_are_shredded_in_every_data_file() {
+    let Some(mut run) = OptIn::copy(
+        "jshred",
+        "",
+        recurring,
+        ("json = \"variant\"", true),
+        &["id long", "jb variant"],
+    )
+    .await
+    else {
+        return;
+    };
+    let (p, client, t) = (&mut run.p, &run.client, &run.t);
+    // The stream (compaction every 200 ms rewrites and re-picks): more rows, and values of
+    // other types in shredded fields.
+    crate::support::exec(
+        client,
+        &format!(
+            r#"{}
+             UPDATE {t} SET jb = jb || '{{"n": 1.5, "m": true}}' WHERE id IN (5, 305);
+             UPDATE {t} SET jb = jb - 's' WHERE id = 306;
+             DELETE FROM {t} WHERE id = 10;"#,
+            recurring_rows(t, 301, 340)
+        ),
+    )
+    .await;
+    p.assert_equal(t, 120).await;
+    crate::support::exec(client, &recurring_rows(t, 341, 380)).await;
+    p.assert_equal(t, 120).await;
+
+    // A query on shredded paths finds the rows Postgres finds.
+    let want = super::type_mapping::source_ids(
+        client,
+        &format!(
+            "SELECT id FROM {t} WHERE jsonb_typeof(jb->'n') = 'number'
+               AND (jb->>'n')::numeric BETWEEN 100 AND 360 AND (jb->'o'->>'x')::int8 % 7 = 0
+             ORDER BY id"
+        ),
+    )
+    .await;
+    assert!(want.len() > 20, "{want:?}");
+    let query = "SELECT id FROM lake WHERE TRY_CAST(variant_extract(jb, 'n') AS DECIMAL(10, 1)) BETWEEN 100 AND 360
+               AND variant_extract(variant_extract(jb, 'o'), 'x')::BIGINT % 7 = 0 ORDER BY id";
+    let dir = p.table_dir(t).to_str().unwrap().to_owned();
+    assert_shredded(&p.python(INSPECT, &[&dir, "2", query]), &want);
+    // Compaction (every 200 ms) re-picks for the files it writes: checked again once it ran.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !crate::support::current_metadata(&p.table_dir(t))
+        .to_string()
+        .contains("\"replace\"")
+    {
+        assert!(std::time::Instant::now() < deadline, "no compaction ran");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_shredded(&p.python(INSPECT, &[&dir, "2", query]), &want);
+    p.sigterm_and_wait(std::time::Duration::from_secs(60)).await;
+}
+
+/// `out` (of [`INSPECT`]): the query found `want`, and every live data file carries
+/// typed_value columns for the recurring fields, none for the rare one.
+fn assert_shredded(out: &str, want: &[i64]) {
+    let found = super::type_mapping::last_json(out);
+    let got: Vec<i64> = serde_json::from_value(found["ids"].clone()).unwrap();
+    assert_eq!(got, want, "{out}");
+    let files: Vec<(u64, Vec<String>)> = serde_json::from_value(found["schemas"].clone()).unwrap();
+    assert!(files.iter().any(|(rows, _)| *rows >= 300), "{out}");
+    for (rows, names) in &files {
+        for name in ["typed_value", "n", "s", "o", "x", "y", "m"] {
+            assert!(
+                names.iter().any(|n| n == name),
+                "a file of {rows} rows has no {name}: {names:?}"
+            );
+        }
+        assert!(!names.iter().any(|n| n == "rare"), "{names:?}");
+    }
 }

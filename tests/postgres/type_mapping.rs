@@ -166,3 +166,46 @@ pub(crate) async fn assert_refused_at_start(
     assert!(reasons.iter().all(|r| out.contains(r)), "{out}");
     assert_eq!(p.metadata_versions(&t), 0, "nothing is written");
 }
+
+/// The JSON object a test's Python inspection prints on its last line of `out`.
+pub(crate) fn last_json(out: &str) -> serde_json::Value {
+    let last = out.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// The ids `sql` selects on the source.
+pub(crate) async fn source_ids(client: &Client, sql: &str) -> Vec<i64> {
+    let rows = client.query(sql, &[]).await.unwrap();
+    rows.iter().map(|r| r.get(0)).collect()
+}
+
+/// Runs a DuckDB query on a table directory (`lake` names the table) and reads the bounds of
+/// one field in its live data files' manifest entries and the names in their Parquet schemas:
+/// `{"ids": [...], "bounds": [[lower length, upper length, rows], ...], "schemas": [[rows,
+/// [name, ...]], ...]}`. DuckDB's avro reader reads the manifests (pyiceberg 0.12 cannot load a
+/// table with a variant or geometry column).
+pub(crate) const INSPECT: &str = r#"
+import json, os, re, sys
+sys.path.insert(0, os.environ["LAKECHECK_DIR"])
+import lakecheck
+d, field_id, query = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+md = d + "/metadata"
+n = max(int(m.group(1)) for x in os.listdir(md) if (m := re.fullmatch(r"v(\d+)\.metadata\.json", x)))
+path = f"{md}/v{n}.metadata.json"
+m = json.load(open(path))
+con = lakecheck.duck()
+con.execute("SET enable_progress_bar = false")   # a slow query would print one on stdout
+ids = [r[0] for r in con.execute(query.replace("lake", "iceberg_scan('%s')" % path)).fetchall()]
+snap = next(s for s in m["snapshots"] if s["snapshot-id"] == m["current-snapshot-id"])
+strip = lambda p: p[len("file://"):] if p.startswith("file://") else p
+bounds, schemas = [], []
+for (mp,) in con.execute("select manifest_path from read_avro('%s')" % strip(snap["manifest-list"])).fetchall():
+    for (df,) in con.execute("select data_file from read_avro('%s') where status != 2" % strip(mp)).fetchall():
+        if df["content"] != 0:
+            continue
+        lo, hi = df["lower_bounds"] or {}, df["upper_bounds"] or {}
+        bounds.append([len(lo.get(field_id, b"")), len(hi.get(field_id, b"")), df["record_count"]])
+        names = con.execute("select name from parquet_schema('%s')" % strip(df["file_path"])).fetchall()
+        schemas.append([df["record_count"], [r[0] for r in names]])
+print(json.dumps({"ids": ids, "bounds": bounds, "schemas": schemas}))
+"#;

@@ -10,11 +10,13 @@
 //! left out). Values are rewritten by `wkb.rs`.
 //!
 //! **The CRS.** From the column's SRID: PostGIS's typmod (`geometry(Point,4326)` →
-//! `EPSG:4326`). SRID 0 (PostGIS's "unknown", an unconstrained `geometry`, and every MySQL and
-//! MariaDB column: the MySQL source drops each value's SRID, and MariaDB does not enforce a
-//! column's `REF_SYSTEM_ID`) is the spec's default, `OGC:CRS84` (longitude, latitude), which is
-//! what SRID-0 data holds in practice; a PostGIS value that carries another SRID than its column
-//! maps to is an error naming it, never a mislabeled row.
+//! `EPSG:4326`), a MySQL 8 column's `SRID n`, a MariaDB column's `REF_SYSTEM_ID=n` (the MySQL
+//! source names them `point srid 4326`). SRID 0 (PostGIS's "unknown", an unconstrained
+//! `geometry`, a MySQL/MariaDB column that declares none) is the spec's default, `OGC:CRS84`
+//! (longitude, latitude), which is what SRID-0 data holds in practice; a value that carries
+//! another SRID than its column maps to (PostGIS EWKB; a MariaDB value, whose SRID the source
+//! keeps as EWKB then, since MariaDB does not enforce `REF_SYSTEM_ID`) is an error naming it,
+//! never a mislabeled row.
 //!
 //! **The schema model.** iceberg 0.10.1's `Type` has no geometry. cdcd holds a geometry column
 //! as a `binary` field whose doc is [`MARKER`] and the CRS, and rewrites it to the spec's
@@ -87,19 +89,26 @@ pub(crate) fn spatial(col: &Column) -> Option<Spatial> {
                 _ => None,
             }
         }
-        DataType::Binary => matches!(
-            ty.as_str(),
-            "geometry"
-                | "point"
-                | "linestring"
-                | "polygon"
-                | "multipoint"
-                | "multilinestring"
-                | "multipolygon"
-                | "geometrycollection"
-                | "geomcollection"
-        )
-        .then_some(Spatial::Geometry { srid: 0 }),
+        DataType::Binary => {
+            // `point`, or with a declared SRID `point srid 4326` (the MySQL source).
+            let (base, srid) = match ty.split_once(" srid ") {
+                Some((base, srid)) => (base, srid.trim().parse::<u32>().ok()?),
+                None => (ty.as_str(), 0),
+            };
+            matches!(
+                base,
+                "geometry"
+                    | "point"
+                    | "linestring"
+                    | "polygon"
+                    | "multipoint"
+                    | "multilinestring"
+                    | "multipolygon"
+                    | "geometrycollection"
+                    | "geomcollection"
+            )
+            .then_some(Spatial::Geometry { srid })
+        }
         _ => None,
     }
 }
@@ -460,7 +469,12 @@ mod tests {
         assert_eq!(pg("text"), None);
         let my = |t: &str| spatial(&column("g", DataType::Binary, true, t));
         assert_eq!(my("point"), Some(Spatial::Geometry { srid: 0 }));
+        assert_eq!(
+            my("geometry srid 4326"),
+            Some(Spatial::Geometry { srid: 4326 })
+        );
         assert_eq!(my("blob"), None);
+        assert_eq!(my("blob srid 4326"), None);
     }
 
     #[test]

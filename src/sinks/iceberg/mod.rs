@@ -79,7 +79,8 @@ mod rows;
 mod schema;
 mod tables;
 mod transaction;
-mod variant;
+pub(crate) mod variant;
+mod variant_shredding;
 mod wkb;
 
 use catalog::Catalog;

@@ -19,10 +19,9 @@
 //!
 //! **The Parquet form.** A group annotated VARIANT holding `metadata` and `value` (required
 //! binaries, unshredded): parquet 58's writer puts the annotation on a struct field carrying the
-//! `arrow.parquet.variant` extension type, and DuckDB 1.5.5 reads it. Paths are not shredded:
-//! picking them would take a per-file pass over the values (the paths present in at least half
-//! the rows of the first row group, with one scalar type, at most 16 per column), which is left
-//! for later.
+//! `arrow.parquet.variant` extension type, and DuckDB 1.5.5 reads it. That is the form of the
+//! values everywhere in cdcd; only the Parquet encoding shreds the paths that recur in a file
+//! (`variant_shredding.rs`), and reading a file back unshreds them ([`cast`]).
 //!
 //! **Why the JSON parsing here is cdcd's own.** `parquet-variant-json` reads numbers through
 //! serde_json's `f64`, so `12345678901234567890` or `0.1000000000000000000001` would lose digits.
@@ -41,7 +40,7 @@ use parquet_variant::{
     ObjectFieldBuilder, Variant, VariantBuilderExt, VariantDecimal16, VariantDecimal4,
     VariantDecimal8,
 };
-use parquet_variant_compute::{VariantArray, VariantArrayBuilder};
+use parquet_variant_compute::{unshred_variant, VariantArray, VariantArrayBuilder};
 use parquet_variant_json::VariantToJson;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -125,7 +124,7 @@ pub(crate) fn cast(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, ArrowErr
         return arrow_cast::cast(&text, to);
     }
     if is_variant_arrow(from) && from != to {
-        return to_file_layout(&VariantArray::try_new(array.as_ref())?);
+        return to_file_layout(&unshredded(array)?);
     }
     arrow_cast::cast(array, to)
 }
@@ -167,9 +166,19 @@ fn to_file_layout(values: &VariantArray) -> Result<ArrayRef, ArrowError> {
     )?))
 }
 
+/// `values` (a file's variant column, shredded or not: `variant_shredding.rs`) with every
+/// value whole in `value`.
+fn unshredded(values: &ArrayRef) -> Result<VariantArray, ArrowError> {
+    let values = VariantArray::try_new(values.as_ref())?;
+    match values.typed_value_field() {
+        Some(_) => unshred_variant(&values),
+        None => Ok(values),
+    }
+}
+
 /// Variant values as JSON texts; NULL stays NULL.
 pub(crate) fn variant_to_json(values: &ArrayRef) -> Result<StringArray, ArrowError> {
-    let values = VariantArray::try_new(values.as_ref())?;
+    let values = unshredded(values)?;
     let mut texts = Vec::with_capacity(values.len());
     for i in 0..values.len() {
         if values.is_null(i) {

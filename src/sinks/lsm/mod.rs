@@ -112,6 +112,7 @@ mod snapshot;
 mod store;
 mod table;
 mod tables;
+mod variant;
 mod writer;
 
 #[cfg(test)]
@@ -289,6 +290,12 @@ impl Sink for LsmSink {
             .with_cdc_columns(schema, changes, checkpoint)
             .await?;
         let (schema, changes) = match &added {
+            Some((schema, changes)) => (schema, changes.as_slice()),
+            None => (schema, changes),
+        };
+        let json = self.tables.config.tables.resolve(&schema.id)?.json;
+        let variants = variant::with_variants(json, schema, changes)?;
+        let (schema, changes) = match &variants {
             Some((schema, changes)) => (schema, changes.as_slice()),
             None => (schema, changes),
         };

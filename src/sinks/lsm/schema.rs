@@ -70,6 +70,7 @@ fn paimon_type(dt: &DataType) -> Option<String> {
         DataType::Timestamp(TimeUnit::Microsecond, Some(_)) => {
             "TIMESTAMP(6) WITH LOCAL TIME ZONE".into()
         }
+        dt if super::variant::is_variant(dt) => "VARIANT".into(),
         _ => return None,
     })
 }
@@ -86,6 +87,7 @@ fn arrow_type(text: &str) -> Option<DataType> {
         "DOUBLE" => DataType::Float64,
         "STRING" => DataType::Utf8,
         "BYTES" => DataType::Binary,
+        "VARIANT" => super::variant::arrow_type(),
         "DATE" => DataType::Date32,
         "TIME(3)" => DataType::Time32(TimeUnit::Millisecond),
         "TIMESTAMP(6)" => DataType::Timestamp(TimeUnit::Microsecond, None),
@@ -110,6 +112,8 @@ fn paimon_json(dt: &DataType, not_null: bool) -> Option<serde_json::Value> {
             "element": paimon_type(element.data_type())?,
         })),
         DataType::List(_) => None,
+        // A key column (the only NOT NULL ones): Paimon keys no VARIANT.
+        dt if not_null && super::variant::is_variant(dt) => None,
         other => Some(serde_json::Value::String(format!(
             "{}{suffix}",
             paimon_type(other)?

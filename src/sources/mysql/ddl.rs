@@ -374,6 +374,7 @@ fn column_info(
         json_check: false,
         default,
         former_names: Vec::new(),
+        srid: None,
     })
 }
 
@@ -418,6 +419,7 @@ mod tests {
             json_check: false,
             default: None,
             former_names: Vec::new(),
+            srid: None,
         }
     }
 

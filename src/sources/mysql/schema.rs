@@ -54,8 +54,11 @@ pub fn build_entry(
         let (kind, data_type) = map_column(info)?;
         // MariaDB's JSON is a longtext with a json_valid check: named JSON, as MySQL's, so a
         // sink that stores JSON apart from text (`json = "variant"`) knows it.
+        // A declared SRID in the name, as MySQL's DDL writes it (`point srid 4326`): the
+        // sink's CRS for the column (`spatial = "geometry"`).
         let source_type = match kind {
             Kind::Json => "json".to_owned(),
+            Kind::Geometry(srid) if srid != 0 => format!("{} srid {srid}", info.column_type),
             _ => info.column_type.clone(),
         };
         cols.push(Column {

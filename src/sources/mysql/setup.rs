@@ -184,6 +184,22 @@ pub async fn load_table(
         )
         .await
         .unwrap_or_default();
+    // Declared SRIDs: MySQL 8's view (SRS_ID NULL when none), else MariaDB's (SRID 0 when none).
+    let mut srids: Vec<(String, Option<u32>)> = Vec::new();
+    for sql in [
+        "SELECT column_name, srs_id FROM information_schema.st_geometry_columns \
+         WHERE table_schema = ? AND table_name = ?",
+        "SELECT g_geometry_column, srid FROM information_schema.geometry_columns \
+         WHERE g_table_schema = ? AND g_table_name = ?",
+    ] {
+        srids = conn
+            .exec(sql, (&table.namespace, &table.name))
+            .await
+            .unwrap_or_default();
+        if !srids.is_empty() {
+            break;
+        }
+    }
     let columns: Vec<ColumnInfo> = rows
         .into_iter()
         .map(
@@ -191,6 +207,10 @@ pub async fn load_table(
                 let json_check = checks
                     .iter()
                     .any(|c| c.contains(&format!("json_valid(`{name}`)")));
+                let srid = srids
+                    .iter()
+                    .find(|(c, _)| *c == name)
+                    .and_then(|(_, s)| s.filter(|s| *s != 0));
                 ColumnInfo {
                     name,
                     data_type,
@@ -202,6 +222,7 @@ pub async fn load_table(
                     json_check,
                     default,
                     former_names: Vec::new(),
+                    srid,
                 }
             },
         )

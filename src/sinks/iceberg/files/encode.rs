@@ -40,6 +40,8 @@ use parquet::errors::ParquetError;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
+use crate::sinks::iceberg::variant_shredding::{self, Shredding};
+
 /// More encoding threads than this gain little: the largest column bounds a row group's time.
 const MAX_ENCODING_THREADS: usize = 8;
 
@@ -79,14 +81,15 @@ fn mostly_distinct(column: &ArrayRef) -> bool {
 }
 
 /// Encodes `batches` (one schema) as one Parquet file, with the settings of
-/// [`writer_properties`].
+/// [`writer_properties`] and its variant columns shredded (`variant_shredding.rs`).
 pub(crate) fn encode_parquet(batches: &[RecordBatch]) -> Result<Bytes, ParquetError> {
     let Some(first) = batches.first() else {
         return Err(ParquetError::General(
             "a Parquet file needs at least one batch".into(),
         ));
     };
-    encode_with(batches, writer_properties(first))
+    let shredded = variant_shredding::shred(batches)?;
+    encode_with(&shredded, writer_properties(first))
 }
 
 /// A Parquet file written batch by batch, with the settings of [`writer_properties`] chosen from
@@ -95,19 +98,21 @@ pub(crate) fn encode_parquet(batches: &[RecordBatch]) -> Result<Bytes, ParquetEr
 /// another (a background rewrite does not need [`encode_parquet`]'s parallel columns).
 pub(crate) struct StreamingFile {
     writer: ArrowWriter<Vec<u8>>,
+    shredding: Shredding,
 }
 
 impl StreamingFile {
-    /// A file of `sample`'s schema.
+    /// A file of `sample`'s schema, its variant columns shredded as `sample` picks.
     pub(crate) fn new(sample: &RecordBatch) -> Result<StreamingFile, ParquetError> {
-        let writer =
-            ArrowWriter::try_new(Vec::new(), sample.schema(), Some(writer_properties(sample)))?;
-        Ok(StreamingFile { writer })
+        let shredding = Shredding::pick(sample)?;
+        let schema = shredding.apply(&sample.slice(0, 0))?.schema();
+        let writer = ArrowWriter::try_new(Vec::new(), schema, Some(writer_properties(sample)))?;
+        Ok(StreamingFile { writer, shredding })
     }
 
     /// Appends `batch` (the file's schema).
     pub(crate) fn write(&mut self, batch: &RecordBatch) -> Result<(), ParquetError> {
-        self.writer.write(batch)
+        self.writer.write(&self.shredding.apply(batch)?)
     }
 
     /// The whole file.

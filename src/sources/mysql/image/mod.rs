@@ -266,7 +266,7 @@ fn fits(kind: &Kind, layout: Layout) -> bool {
             Kind::Text { .. } | Kind::Json | Kind::Binary | Kind::FixedBinary(_),
             Layout::Var { .. } | Layout::Blob { .. },
         ) => true,
-        (Kind::Geometry, Layout::Blob { .. }) => true,
+        (Kind::Geometry(_), Layout::Blob { .. }) => true,
         (Kind::Bit | Kind::Binary, Layout::Bit { .. }) => true,
         (Kind::Enum(_), Layout::Enum { .. }) | (Kind::Set(_), Layout::Set { .. }) => true,
         _ => false,
@@ -578,10 +578,9 @@ fn append_bytes(
                 b.append_value(v);
             }
         }
-        Kind::Geometry => {
-            // MySQL stores geometry as a little-endian u32 SRID followed by WKB.
+        Kind::Geometry(declared) => {
             let b = any.downcast_mut::<BinaryBuilder>().ok_or_else(wrong)?;
-            b.append_value(v.get(4..).unwrap_or_default());
+            b.append_value(crate::sources::mysql::types::geometry_wkb(v, *declared));
         }
         other => return Err(ValueError(format!("bytes are not planned for {other:?}"))),
     }

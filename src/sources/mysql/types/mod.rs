@@ -76,7 +76,8 @@ pub enum Kind {
     Json,
     Enum(Arc<[String]>),
     Set(Arc<[String]>),
-    Geometry,
+    /// A spatial column and its declared SRID (0: none declared).
+    Geometry(u32),
 }
 
 /// A type cdcd cannot map.
@@ -107,6 +108,50 @@ pub struct ColumnInfo {
     /// `information_schema`: kept by the schema history, `changelog::Column::former_names`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub former_names: Vec<String>,
+    /// A spatial column's declared SRID (MySQL 8 `SRID n`, MariaDB `REF_SYSTEM_ID=n`; not in
+    /// `information_schema.columns`: `ST_GEOMETRY_COLUMNS` / `GEOMETRY_COLUMNS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub srid: Option<u32>,
+}
+
+/// A stored geometry (MySQL's little-endian u32 SRID, then WKB) as the WKB the source emits.
+/// In a column that declares an SRID, a value of another non-zero SRID (MariaDB does not
+/// enforce `REF_SYSTEM_ID`) keeps it as EWKB, so a sink that labels the column with its CRS
+/// (`spatial = "geometry"`) sees it and refuses it, as it does a PostGIS value's.
+pub fn geometry_wkb(stored: &[u8], declared: u32) -> std::borrow::Cow<'_, [u8]> {
+    let wkb = stored.get(4..).unwrap_or_default();
+    let srid = stored
+        .get(..4)
+        .and_then(|s| <[u8; 4]>::try_from(s).ok())
+        .map_or(0, u32::from_le_bytes);
+    let (Some(&order), Some(ty)) = (wkb.first(), wkb.get(1..5)) else {
+        return wkb.into();
+    };
+    if declared == 0 || srid == 0 || srid == declared {
+        return wkb.into();
+    }
+    // EWKB: the type word with the SRID flag, then the SRID, in the WKB's byte order.
+    const SRID_FLAG: u32 = 0x2000_0000;
+    let little = order == 1;
+    let ty = <[u8; 4]>::try_from(ty).unwrap_or_default();
+    let ty = if little {
+        u32::from_le_bytes(ty)
+    } else {
+        u32::from_be_bytes(ty)
+    } | SRID_FLAG;
+    let word = |v: u32| {
+        if little {
+            v.to_le_bytes()
+        } else {
+            v.to_be_bytes()
+        }
+    };
+    let mut out = Vec::with_capacity(wkb.len() + 4);
+    out.push(order);
+    out.extend_from_slice(&word(ty));
+    out.extend_from_slice(&word(srid));
+    out.extend_from_slice(wkb.get(5..).unwrap_or_default());
+    out.into()
 }
 
 /// A column's default, for INSERTs whose MINIMAL image leaves the column out.
@@ -241,7 +286,7 @@ pub fn map_column(info: &ColumnInfo) -> Result<(Kind, DataType), TypeError> {
         ),
         "geometry" | "point" | "linestring" | "polygon" | "multipoint" | "multilinestring"
         | "multipolygon" | "geometrycollection" | "geomcollection" => {
-            (Kind::Geometry, DataType::Binary)
+            (Kind::Geometry(info.srid.unwrap_or(0)), DataType::Binary)
         }
         other => return Err(err(format!("type {other} is not supported"))),
     })
@@ -491,9 +536,8 @@ pub fn append(
             Value::Bytes(b) => push!(BinaryBuilder, b),
             v => bad(kind, v),
         },
-        Kind::Geometry => match value {
-            // MySQL stores geometry as a little-endian u32 SRID followed by WKB.
-            Value::Bytes(b) => push!(BinaryBuilder, b.get(4..).unwrap_or_default()),
+        Kind::Geometry(declared) => match value {
+            Value::Bytes(b) => push!(BinaryBuilder, geometry_wkb(b, *declared).as_ref()),
             v => bad(kind, v),
         },
         Kind::Enum(names) => match (value, origin) {

@@ -17,6 +17,7 @@ fn info(data_type: &str, column_type: &str) -> ColumnInfo {
         json_check: false,
         default: None,
         former_names: Vec::new(),
+        srid: None,
     }
 }
 
@@ -167,4 +168,43 @@ fn latin1_is_transcoded_and_other_charsets_refused() {
     assert_eq!(b.finish().as_string::<i32>().value(0), "é");
     i.charset = Some("sjis".into());
     assert!(map_column(&i).is_err());
+}
+
+#[test]
+fn a_geometry_keeps_its_srid_as_ewkb_only_against_a_declared_other() {
+    // POINT(1 2), little-endian WKB, stored after MySQL's u32 SRID.
+    let mut wkb = vec![1u8, 1, 0, 0, 0];
+    wkb.extend_from_slice(&1f64.to_le_bytes());
+    wkb.extend_from_slice(&2f64.to_le_bytes());
+    let stored = |srid: u32| [srid.to_le_bytes().as_slice(), &wkb].concat();
+    assert_eq!(
+        geometry_wkb(&stored(3857), 0).as_ref(),
+        wkb,
+        "none declared"
+    );
+    assert_eq!(
+        geometry_wkb(&stored(4326), 4326).as_ref(),
+        wkb,
+        "the declared"
+    );
+    assert_eq!(geometry_wkb(&stored(0), 4326).as_ref(), wkb, "none given");
+    let other = stored(3857);
+    let ewkb = geometry_wkb(&other, 4326);
+    assert_eq!(
+        &ewkb[..9],
+        &[1, 1, 0, 0, 0x20, 0x11, 0x0f, 0, 0],
+        "flag, then 3857"
+    );
+    assert_eq!(&ewkb[9..], &wkb[5..]);
+    assert!(geometry_wkb(&[1, 2], 4326).is_empty(), "truncated: no WKB");
+
+    let mut i = info("point", "point");
+    i.srid = Some(4326);
+    let entry = crate::sources::mysql::schema::build_entry(
+        crate::changelog::TableId::new("d", "t"),
+        &[i],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(entry.schema.columns[0].source_type, "point srid 4326");
 }
