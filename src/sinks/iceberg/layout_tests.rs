@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 
 use iceberg::spec::{
-    FormatVersion, NestedField, PrimitiveType, Schema, TableMetadata, TableMetadataBuilder,
-    Transform, Type,
+    FormatVersion, NestedField, PrimitiveType, Schema, SortOrder, TableMetadata,
+    TableMetadataBuilder, Transform, Type, UnboundPartitionSpec,
 };
 
 use super::{bind, describe, evolve, Layout};
@@ -43,6 +43,11 @@ fn settings(section: &str) -> TableSettings {
 
 fn created(layout: Layout) -> TableMetadata {
     let (spec, order) = layout.for_new_table();
+    created_with(spec, order)
+}
+
+/// public.orders's first metadata with `spec` and `order`.
+fn created_with(spec: UnboundPartitionSpec, order: SortOrder) -> TableMetadata {
     TableMetadataBuilder::new(
         schema(),
         spec,
@@ -154,22 +159,11 @@ fn a_changed_partition_by_adds_a_spec_keeping_the_ids_of_kept_fields() {
 #[test]
 fn a_field_another_engine_named_keeps_its_name() {
     // Spark names days(created_at) `created_at_day` too, but a spec may name it anything.
-    let spec = iceberg::spec::UnboundPartitionSpec::builder()
+    let spec = UnboundPartitionSpec::builder()
         .add_partition_field(3, "by_day", Transform::Day)
         .unwrap()
         .build();
-    let meta = TableMetadataBuilder::new(
-        schema(),
-        spec,
-        iceberg::spec::SortOrder::unsorted_order(),
-        "memory://wh/public/orders".into(),
-        FormatVersion::V2,
-        HashMap::new(),
-    )
-    .unwrap()
-    .build()
-    .unwrap()
-    .metadata;
+    let meta = created_with(spec, SortOrder::unsorted_order());
     let s = settings("partition_by = [\"day(created_at)\", \"identity(name)\"]");
     let layout = bind(&table(), &s, meta.current_schema(), Some(&meta)).unwrap();
     let evolved = evolve(&meta, "v1.metadata.json", &layout).unwrap().unwrap();
