@@ -253,46 +253,9 @@ async fn a_bad_property_is_refused_at_the_table(mode: DeleteMode) {
     assert_eq!(s.checkpoint(&t.id).await.unwrap(), Some(cp(1000)));
 }
 
-mod equality {
-    #[tokio::test]
-    async fn expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach() {
-        super::expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach(
-            super::DeleteMode::Equality,
-        )
-        .await
-    }
-    #[tokio::test]
-    async fn the_default_age_expires_nothing_young() {
-        super::the_default_age_expires_nothing_young(super::DeleteMode::Equality).await
-    }
-    #[tokio::test]
-    async fn metadata_log_is_bounded_and_leftovers_swept() {
-        super::metadata_log_is_bounded_and_leftovers_swept(super::DeleteMode::Equality).await
-    }
-    #[tokio::test]
-    async fn a_bad_property_is_refused_at_the_table() {
-        super::a_bad_property_is_refused_at_the_table(super::DeleteMode::Equality).await
-    }
-}
-
-mod dv {
-    #[tokio::test]
-    async fn expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach() {
-        super::expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach(
-            super::DeleteMode::DeletionVectors,
-        )
-        .await
-    }
-    #[tokio::test]
-    async fn the_default_age_expires_nothing_young() {
-        super::the_default_age_expires_nothing_young(super::DeleteMode::DeletionVectors).await
-    }
-    #[tokio::test]
-    async fn metadata_log_is_bounded_and_leftovers_swept() {
-        super::metadata_log_is_bounded_and_leftovers_swept(super::DeleteMode::DeletionVectors).await
-    }
-    #[tokio::test]
-    async fn a_bad_property_is_refused_at_the_table() {
-        super::a_bad_property_is_refused_at_the_table(super::DeleteMode::DeletionVectors).await
-    }
-}
+both_modes!(
+    expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach,
+    the_default_age_expires_nothing_young,
+    metadata_log_is_bounded_and_leftovers_swept,
+    a_bad_property_is_refused_at_the_table,
+);
