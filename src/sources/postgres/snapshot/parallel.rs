@@ -446,14 +446,10 @@ async fn verify(
         quote_ident(&table.namespace),
         quote_ident(&table.name)
     );
-    session
-        .execute(&lock)
-        .await
-        .map_err(|source| SnapshotError::Query {
-            table: table.clone(),
-            context: "locking the table for its copy",
-            source,
-        })?;
+    session.execute(&lock).await.map_err(SnapshotError::query(
+        table,
+        "locking the table for its copy",
+    ))?;
     let shape = catalog::table_shape(now, table).await?;
     if shape == plan.shape {
         return Ok(true);
