@@ -166,26 +166,9 @@ impl<'a> ExpireSnapshots<'a> {
         };
         journal::write(&tables.warehouse, &self.journal, &record).await?;
         let next = without(table, &before, &expiry)?;
-        let location = tables.current_location(table);
-        let committed = tables
-            .catalog_for(table)
-            .commit(
-                &tables.warehouse,
-                &tables.table_ref(table, &location),
-                &before,
-                next,
-            )
-            .await;
-        let after = match committed {
-            Ok(after) => Arc::new(after),
-            Err(e) => {
-                // Conflict or unknown outcome: the next load tells; the journal says what to check.
-                tables.remember(table, None);
-                return Err(e);
-            }
-        };
+        // Conflict or unknown outcome: the next load tells; the journal says what to check.
+        let after = tables.commit_metadata(table, &before, next).await?;
         let version = after.version;
-        tables.remember(table, Some(Arc::clone(&after)));
         metadata_log::delete_after_commit(
             &tables.warehouse,
             &before,
