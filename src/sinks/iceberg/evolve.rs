@@ -43,14 +43,8 @@ impl<'a> EvolveLayout<'a> {
         };
         let shown = layout::describe(&evolved.metadata);
         let published = tables
-            .commit_metadata(table, &base, evolved.metadata)
+            .commit_metadata_and_sweep(table, &base, evolved.metadata)
             .await?;
-        super::maintenance::metadata_log::delete_after_commit(
-            &tables.warehouse,
-            &base,
-            &published,
-            tables.catalog_for(table).names_previous(),
-        );
         tracing::info!(
             table = %table,
             spec = %shown.partition_spec,

@@ -167,14 +167,10 @@ impl<'a> ExpireSnapshots<'a> {
         journal::write(&tables.warehouse, &self.journal, &record).await?;
         let next = without(table, &before, &expiry)?;
         // Conflict or unknown outcome: the next load tells; the journal says what to check.
-        let after = tables.commit_metadata(table, &before, next).await?;
+        let after = tables
+            .commit_metadata_and_sweep(table, &before, next)
+            .await?;
         let version = after.version;
-        metadata_log::delete_after_commit(
-            &tables.warehouse,
-            &before,
-            &after,
-            tables.catalog_for(table).names_previous(),
-        );
         tracing::debug!(table = %table, version, expired = expiry.snapshots.len(), "expiry committed");
         Ok(Some(Ok(Committed {
             before,

@@ -28,6 +28,14 @@ fn taken(log: &RequestLog) -> Vec<(&'static str, String)> {
     std::mem::take(&mut *log.lock().unwrap())
 }
 
+/// The paths of the `op` requests among `sent`.
+fn paths_of<'a>(sent: &'a [(&'static str, String)], op: &str) -> Vec<&'a str> {
+    sent.iter()
+        .filter(|(o, _)| *o == op)
+        .map(|(_, p)| p.as_str())
+        .collect()
+}
+
 /// A table with nothing to maintain costs nothing: once a cycle found nothing to do, the next
 /// ones send no request, until a commit moves the table or its next expiry is due; then a cycle
 /// runs again and does it.
@@ -117,11 +125,7 @@ async fn replaced_vectors_fold_their_manifests_into_the_commits_own() {
         taken(&log);
         commits(&s, i, 1).await;
         let sent = taken(&log);
-        let puts: Vec<&str> = sent
-            .iter()
-            .filter(|(op, _)| *op == OP_PUT)
-            .map(|(_, p)| p.as_str())
-            .collect();
+        let puts = paths_of(&sent, OP_PUT);
         assert!(
             !puts
                 .iter()
@@ -134,11 +138,7 @@ async fn replaced_vectors_fold_their_manifests_into_the_commits_own() {
             3,
             "commit {i}: {puts:?}"
         );
-        let gets: Vec<&str> = sent
-            .iter()
-            .filter(|(op, _)| *op == OP_GET)
-            .map(|(_, p)| p.as_str())
-            .collect();
+        let gets = paths_of(&sent, OP_GET);
         assert!(
             !gets.iter().any(|p| p.ends_with(".puffin")),
             "commit {i} read a vector back: {gets:?}"
