@@ -9,7 +9,7 @@ use iceberg::spec::{
 
 use super::{bind, describe, evolve, Layout};
 use crate::changelog::TableId;
-use crate::config::{Config, SinkConfig, TableSettings};
+use crate::config::TableSettings;
 
 fn schema() -> Schema {
     Schema::builder()
@@ -34,11 +34,10 @@ fn settings(section: &str) -> TableSettings {
         "{}[sink.tables.\"public.orders\"]\n{section}\n",
         crate::config::tests::MINIMAL
     );
-    let c = Config::from_toml(&text, "p.toml").unwrap();
-    let SinkConfig::Iceberg(ice) = c.sink else {
-        panic!("iceberg")
-    };
-    ice.tables.resolve(&table()).unwrap()
+    crate::config::tests::iceberg_sink(&text)
+        .tables
+        .resolve(&table())
+        .unwrap()
 }
 
 fn created(layout: Layout) -> TableMetadata {
