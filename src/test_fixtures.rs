@@ -9,6 +9,7 @@ use arrow_schema::DataType;
 
 use crate::changelog::{Column, Lsn, Op, Position, TableChanges, TableChangesBuilder};
 use crate::changelog::{TableId, TableSchema};
+use crate::checkpoint::progress::Progress;
 use crate::checkpoint::Checkpoint;
 
 /// A nullable column with no source type, the shape most tests need.
@@ -149,9 +150,31 @@ pub fn first_rows(n: usize) -> TableChanges {
     changes(&rows)
 }
 
+/// Postgres LSN `lsn` as a position, the position most tests need.
+pub fn pg_position(lsn: u64) -> Position {
+    Position::Postgres(Lsn(lsn))
+}
+
+/// A position written in its `cdcd.position` text.
+pub fn position(text: &str) -> Position {
+    text.parse().unwrap()
+}
+
+/// Progress acknowledged at `position`, with `tables` (of namespace `db`) at their positions; all
+/// in `cdcd.position` text.
+pub fn progress(position: &str, tables: &[(&str, &str)]) -> Progress {
+    Progress {
+        position: self::position(position),
+        tables: tables
+            .iter()
+            .map(|(t, p)| (TableId::new("db", *t), self::position(p)))
+            .collect(),
+    }
+}
+
 /// The checkpoint of pipeline `shop` at Postgres LSN `lsn`.
 pub fn cp(lsn: u64) -> Checkpoint {
-    Checkpoint::new("shop", Position::Postgres(Lsn(lsn)))
+    Checkpoint::new("shop", pg_position(lsn))
 }
 
 /// An Iceberg schema of one required `long`, `id` (field 1): the table of tests about metadata

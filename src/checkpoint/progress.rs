@@ -174,10 +174,7 @@ impl ProgressStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pos(s: &str) -> Position {
-        s.parse().unwrap()
-    }
+    use crate::test_fixtures::{position as pos, progress};
 
     #[tokio::test]
     async fn round_trips_through_the_store() {
@@ -185,15 +182,7 @@ mod tests {
         let store = ProgressStore::new(&wh, "shop").unwrap();
         assert_eq!(store.read().await.unwrap(), None);
         assert!(store.location().ends_with("/_cdcd/shop/progress.json"));
-        let progress = Progress {
-            position: pos("0-1-42"),
-            tables: [
-                (TableId::new("db", "a"), pos("0-1-40")),
-                (TableId::new("db", "b"), pos("empty-gtid-list")),
-            ]
-            .into_iter()
-            .collect(),
-        };
+        let progress = progress("0-1-42", &[("a", "0-1-40"), ("b", "empty-gtid-list")]);
         store.write(&progress).await.unwrap();
         assert_eq!(store.read().await.unwrap(), Some(progress));
         // Unreadable content is ignored, not fatal.

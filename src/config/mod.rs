@@ -424,6 +424,14 @@ tables = ["public.*"]
 warehouse = "/tmp/wh"
 "#;
 
+    /// The Iceberg sink `text` configures (the `p.toml` of a test).
+    pub(crate) fn iceberg_sink(text: &str) -> IcebergConfig {
+        match Config::from_toml(text, "p.toml").unwrap().sink {
+            SinkConfig::Iceberg(ice) => ice,
+            SinkConfig::Lsm(_) => panic!("an iceberg sink"),
+        }
+    }
+
     #[test]
     fn commit_concurrency_defaults_and_is_bounded() {
         let c = Config::from_toml(MINIMAL, "p.toml").unwrap();

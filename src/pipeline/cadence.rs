@@ -149,14 +149,9 @@ impl Committer {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::changelog::Lsn;
     use crate::pipeline::tables::Opened;
-    use crate::test_fixtures as fixtures;
+    use crate::test_fixtures::{self as fixtures, pg_position as pos};
     use std::sync::Arc;
-
-    fn pos(n: u64) -> Position {
-        Position::Postgres(Lsn(n))
-    }
 
     fn buffer(
         name: &str,

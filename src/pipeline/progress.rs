@@ -153,10 +153,7 @@ async fn write_loop(
 mod tests {
     use super::*;
     use crate::storage::Warehouse;
-
-    fn pos(s: &str) -> Position {
-        s.parse().unwrap()
-    }
+    use crate::test_fixtures::{position as pos, progress};
 
     fn books(cps: &[(&str, Option<&str>)]) -> BTreeMap<TableId, Option<Position>> {
         cps.iter()
@@ -169,15 +166,7 @@ mod tests {
     fn start_is_raised_by_progress_only_for_listed_tables() {
         let committed = books(&[("a", Some("0-1-90")), ("b", Some("0-1-3")), ("c", None)]);
         assert_eq!(start_position(&committed, None), Some(pos("0-1-3")));
-        let progress = Progress {
-            position: pos("0-1-95"),
-            tables: [
-                (TableId::new("db", "a"), pos("0-1-90")),
-                (TableId::new("db", "b"), pos("0-1-3")),
-            ]
-            .into_iter()
-            .collect(),
-        };
+        let progress = progress("0-1-95", &[("a", "0-1-90"), ("b", "0-1-3")]);
         assert_eq!(
             start_position(&committed, Some(&progress)),
             Some(pos("0-1-95"))

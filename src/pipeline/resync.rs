@@ -379,11 +379,7 @@ impl Committer {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::changelog::Lsn;
-
-    fn pos(n: u64) -> Position {
-        Position::Postgres(Lsn(n))
-    }
+    use crate::test_fixtures::pg_position as pos;
 
     #[test]
     fn a_hold_stops_acknowledgements_where_the_pipeline_was_and_releases() {

@@ -8,10 +8,10 @@ use arrow_array::builder::Int64Builder;
 use async_trait::async_trait;
 
 use super::*;
-use crate::changelog::{Column, Lsn, Op, TableChangesBuilder, TableSchema};
+use crate::changelog::{Column, Op, TableChangesBuilder, TableSchema};
 use crate::checkpoint::Checkpoint;
 use crate::sinks::{CommitStats, TableStatus};
-use crate::test_fixtures as fixtures;
+use crate::test_fixtures::{self as fixtures, pg_position as pos};
 
 fn schema(name: &str) -> Arc<TableSchema> {
     schema_as(name, "id", "int8")
@@ -39,10 +39,6 @@ fn changes_as(schema: Arc<TableSchema>, op: Op, ids: &[i64]) -> TableChanges {
         b.no_old_key().unwrap();
     }
     b.finish().unwrap()
-}
-
-fn pos(n: u64) -> Position {
-    Position::Postgres(Lsn(n))
 }
 
 fn tx(n: u64, parts: Vec<TableChanges>) -> SourceEvent {

@@ -14,18 +14,18 @@
 //! files.
 
 use std::fmt;
-use std::ops::Range;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream::{BoxStream, FuturesOrdered};
+use futures::stream::FuturesOrdered;
 use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
+    MultipartUpload, ObjectStore, PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult,
+    Result,
 };
 
+use super::layer::{Layer, Layered};
 use crate::failpoints;
 
 /// Plain puts larger than this go multipart.
@@ -50,17 +50,12 @@ pub struct LargePuts<S> {
 }
 
 impl<S: ObjectStore> LargePuts<S> {
-    pub fn new(inner: S) -> LargePuts<S> {
-        LargePuts {
+    #[allow(clippy::new_ret_no_self)] // the wrapper is only ever used as a store
+    pub fn new(inner: S) -> Layered<LargePuts<S>> {
+        Layered(LargePuts {
             inner,
             threshold: default_threshold(),
-        }
-    }
-
-    /// Another threshold (tests exercise multipart with small payloads).
-    pub fn with_threshold(mut self, threshold: usize) -> LargePuts<S> {
-        self.threshold = threshold;
-        self
+        })
     }
 
     async fn put_multipart_payload(
@@ -96,6 +91,14 @@ impl<S: ObjectStore> LargePuts<S> {
     }
 }
 
+impl<S: ObjectStore> Layered<LargePuts<S>> {
+    /// Another threshold (tests exercise multipart with small payloads).
+    pub fn with_threshold(mut self, threshold: usize) -> Layered<LargePuts<S>> {
+        self.0.threshold = threshold;
+        self
+    }
+}
+
 /// Uploads `body` in [`PART_SIZE`] slices, [`PARTS_IN_FLIGHT`] at a time.
 async fn send_parts(upload: &mut dyn MultipartUpload, body: &Bytes) -> Result<()> {
     let mut in_flight = FuturesOrdered::new();
@@ -126,64 +129,16 @@ impl<S: ObjectStore> fmt::Display for LargePuts<S> {
 }
 
 #[async_trait]
-impl<S: ObjectStore> ObjectStore for LargePuts<S> {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> Result<PutResult> {
+impl<S: ObjectStore> Layer for LargePuts<S> {
+    async fn put(&self, path: &Path, payload: PutPayload, opts: PutOptions) -> Result<PutResult> {
         if matches!(opts.mode, PutMode::Overwrite) && payload.content_length() > self.threshold {
-            return self.put_multipart_payload(location, payload, opts).await;
+            return self.put_multipart_payload(path, payload, opts).await;
         }
-        self.inner.put_opts(location, payload, opts).await
+        self.inner.put_opts(path, payload, opts).await
     }
 
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        self.inner.get_ranges(location, ranges).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, Result<Path>>,
-    ) -> BoxStream<'static, Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.list_with_offset(prefix, offset)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-
-    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
-        self.inner.rename_opts(from, to, options).await
+    fn inner(&self) -> &dyn ObjectStore {
+        &self.inner
     }
 }
 

@@ -32,6 +32,7 @@ use url::Url;
 pub mod cleanup;
 mod fence;
 mod large;
+pub mod layer;
 mod publish;
 pub mod requests;
 pub mod s3;

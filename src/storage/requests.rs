@@ -13,17 +13,13 @@
 //! objects a step read or wrote (the metric is process-wide, shared by tests running at once).
 
 use std::fmt;
-use std::ops::Range;
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use futures::stream::BoxStream;
 use futures::StreamExt;
 use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result, UploadPart,
-};
+use object_store::{MultipartUpload, ObjectStore, PutPayload, PutResult, Result, UploadPart};
+
+use super::layer::{Answers, Layer, Layered, Request, Sent};
 
 use crate::metrics::{LABEL_OP, OBJECT_STORE_REQUESTS_TOTAL};
 
@@ -49,16 +45,32 @@ pub struct CountedRequests<S> {
 }
 
 impl<S: ObjectStore> CountedRequests<S> {
-    pub fn new(inner: S) -> CountedRequests<S> {
-        CountedRequests { inner, log: None }
+    #[allow(clippy::new_ret_no_self)] // the wrapper is only ever used as a store
+    pub fn new(inner: S) -> Layered<CountedRequests<S>> {
+        Layered(CountedRequests { inner, log: None })
     }
 
     /// Also notes every request in `log` (tests).
-    pub fn logged(inner: S, log: RequestLog) -> CountedRequests<S> {
-        CountedRequests {
+    pub fn logged(inner: S, log: RequestLog) -> Layered<CountedRequests<S>> {
+        Layered(CountedRequests {
             inner,
             log: Some(log),
-        }
+        })
+    }
+
+    fn note_request(&self, request: Request<'_>) {
+        let (op, n, path) = match request {
+            Request::Put(location) | Request::StartUpload(location) => (OP_PUT, 1, Some(location)),
+            Request::Get { location, head } => {
+                (if head { OP_HEAD } else { OP_GET }, 1, Some(location))
+            }
+            Request::GetRanges { location, ranges } => (OP_GET, ranges as u64, Some(location)),
+            Request::List(prefix) => (OP_LIST, 1, prefix),
+            Request::Copy { to } | Request::Rename { to } => (OP_COPY, 1, Some(to)),
+            // Counted one per location, as the store below pulls them (`deleting`).
+            Request::Delete => return,
+        };
+        self.note(op, n, path);
     }
 
     fn note(&self, op: &'static str, n: u64, path: Option<&Path>) {
@@ -104,44 +116,20 @@ impl MultipartUpload for CountedUpload {
 }
 
 #[async_trait]
-impl<S: ObjectStore> ObjectStore for CountedRequests<S> {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> Result<PutResult> {
-        self.note(OP_PUT, 1, Some(location));
-        self.inner.put_opts(location, payload, opts).await
+impl<S: ObjectStore> Layer for CountedRequests<S> {
+    async fn send<T: Send>(&self, request: Request<'_>, sent: Sent<'_, T>) -> Result<T> {
+        self.note_request(request);
+        sent.await
     }
 
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> Result<Box<dyn MultipartUpload>> {
-        self.note(OP_PUT, 1, Some(location));
-        let inner = self.inner.put_multipart_opts(location, opts).await?;
-        Ok(Box::new(CountedUpload { inner }))
+    fn stream<T: Send + 'static>(&self, request: Request<'_>, answers: Answers<T>) -> Answers<T> {
+        self.note_request(request);
+        answers
     }
 
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        let op = if options.head { OP_HEAD } else { OP_GET };
-        self.note(op, 1, Some(location));
-        self.inner.get_opts(location, options).await
-    }
-
-    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        self.note(OP_GET, ranges.len() as u64, Some(location));
-        self.inner.get_ranges(location, ranges).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, Result<Path>>,
-    ) -> BoxStream<'static, Result<Path>> {
+    fn deleting(&self, locations: Answers<Path>) -> Answers<Path> {
         let log = self.log.clone();
-        let counted = locations
+        locations
             .map(move |l| {
                 count(OP_DELETE, 1);
                 if let (Some(log), Ok(p)) = (&log, &l) {
@@ -150,36 +138,14 @@ impl<S: ObjectStore> ObjectStore for CountedRequests<S> {
                 }
                 l
             })
-            .boxed();
-        self.inner.delete_stream(counted)
+            .boxed()
     }
 
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.note(OP_LIST, 1, prefix);
-        self.inner.list(prefix)
+    fn upload(&self, upload: Box<dyn MultipartUpload>) -> Box<dyn MultipartUpload> {
+        Box::new(CountedUpload { inner: upload })
     }
 
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.note(OP_LIST, 1, prefix);
-        self.inner.list_with_offset(prefix, offset)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        self.note(OP_LIST, 1, prefix);
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        self.note(OP_COPY, 1, Some(to));
-        self.inner.copy_opts(from, to, options).await
-    }
-
-    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
-        self.note(OP_COPY, 1, Some(to));
-        self.inner.rename_opts(from, to, options).await
+    fn inner(&self) -> &dyn ObjectStore {
+        &self.inner
     }
 }

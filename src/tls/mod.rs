@@ -14,7 +14,7 @@
 //!   `SslOpts` (the MySQL/MariaDB source).
 //! - this file: what both dialects share: where roots come from ([`RootCerts`]), reading PEM
 //!   files ([`load_certs`], [`load_key`], [`trust_anchors`]), the verifiers of the modes that
-//!   check less than WebPKI ([`NoVerification`], [`ChainOnly`]), and [`TlsError`].
+//!   check less than WebPKI ([`LenientVerifier`]), and [`TlsError`].
 //!
 //! Why two dialects and not one: users paste what their cloud console shows, and the two
 //! clients name and order their modes differently (libpq's `verify-full` is MySQL's
@@ -36,7 +36,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::RootCertStore;
 
-pub use verifiers::{ChainOnly, NoVerification};
+pub use verifiers::LenientVerifier;
 
 /// Where the certificates that anchor verification come from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,67 +10,40 @@ use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvi
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
 
-/// Any certificate (libpq's `prefer`, `allow` and `require`). The handshake signature is still
-/// checked against the certificate's key, so the peer holds the key of what it presented.
+/// The verifier of a mode that checks less than WebPKI does. The handshake signature is always
+/// checked against the certificate's key with `provider`'s algorithms (what WebPKI's own check
+/// uses), so the peer holds the key of what it presented; the certificate itself is checked as
+/// far as `chain` says.
 #[derive(Debug)]
-pub struct NoVerification {
-    pub provider: Arc<CryptoProvider>,
+pub struct LenientVerifier {
+    provider: Arc<CryptoProvider>,
+    /// `None`: any certificate (libpq's `prefer`, `allow` and `require`). `Some`: the full
+    /// WebPKI check except the name (libpq's `verify-ca` checks no name).
+    chain: Option<Arc<WebPkiServerVerifier>>,
 }
 
-impl ServerCertVerifier for NoVerification {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
+impl LenientVerifier {
+    /// Accepts any certificate.
+    pub fn any_certificate(provider: Arc<CryptoProvider>) -> LenientVerifier {
+        LenientVerifier {
+            provider,
+            chain: None,
+        }
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
+    /// Checks the chain with `webpki` (built on `provider`), not the name.
+    pub fn chain_only(
+        provider: Arc<CryptoProvider>,
+        webpki: Arc<WebPkiServerVerifier>,
+    ) -> LenientVerifier {
+        LenientVerifier {
+            provider,
+            chain: Some(webpki),
+        }
     }
 }
 
-/// The full WebPKI check except the name (libpq's `verify-ca` checks no name).
-#[derive(Debug)]
-pub struct ChainOnly {
-    pub inner: Arc<WebPkiServerVerifier>,
-}
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for LenientVerifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -79,13 +52,10 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self.inner.verify_server_cert(
-            end_entity,
-            intermediates,
-            server_name,
-            ocsp_response,
-            now,
-        ) {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             // webpki checks the name last, after the chain, validity and usage.
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
@@ -100,7 +70,8 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        verify_tls12_signature(message, cert, dss, algorithms)
     }
 
     fn verify_tls13_signature(
@@ -109,10 +80,13 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        verify_tls13_signature(message, cert, dss, algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }

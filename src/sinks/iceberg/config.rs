@@ -137,21 +137,14 @@ impl RawIceberg {
 #[cfg(test)]
 mod tests {
     use super::DeleteMode;
-    use crate::config::tests::MINIMAL;
-    use crate::config::{Config, SinkConfig};
+    use crate::config::tests::{iceberg_sink, MINIMAL};
 
     #[test]
     fn delete_mode_defaults_to_deletion_vectors() {
-        let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
-        let SinkConfig::Iceberg(ice) = &c.sink else {
-            panic!("iceberg")
-        };
+        let ice = iceberg_sink(MINIMAL);
         assert_eq!(ice.delete_mode, DeleteMode::DeletionVectors);
         let text = MINIMAL.replace("[sink]", "[sink]\ndelete_mode = \"equality\"");
-        let c = Config::from_toml(&text, "p.toml").unwrap();
-        let SinkConfig::Iceberg(ice) = &c.sink else {
-            panic!("iceberg")
-        };
+        let ice = iceberg_sink(&text);
         assert_eq!(ice.delete_mode, DeleteMode::Equality);
     }
 }

@@ -5,8 +5,6 @@
 //! maintenance commit cannot take the version meanwhile. A table that does not exist yet gets
 //! its layout when it is created (`load_or_create`).
 
-use std::sync::Arc;
-
 use super::files::metadata::Loaded;
 use super::tables::Tables;
 use super::{changelog, layout};
@@ -44,41 +42,19 @@ impl<'a> EvolveLayout<'a> {
             return Ok(());
         };
         let shown = layout::describe(&evolved.metadata);
-        let location = tables.current_location(table);
-        let catalog = tables.catalog_for(table);
-        let published = catalog
-            .commit(
-                &tables.warehouse,
-                &tables.table_ref(table, &location),
-                &base,
-                evolved.metadata,
-            )
-            .await;
-        match published {
-            Ok(published) => {
-                super::maintenance::metadata_log::delete_after_commit(
-                    &tables.warehouse,
-                    &base,
-                    &published,
-                    catalog.names_previous(),
-                );
-                tracing::info!(
-                    table = %table,
-                    spec = %shown.partition_spec,
-                    order = %shown.sort_order,
-                    spec_changed = evolved.spec_id.is_some(),
-                    order_changed = evolved.order_id.is_some(),
-                    version = published.version,
-                    "evolved the table's partition spec and sort order to the configured ones"
-                );
-                tables.remember(table, Some(Arc::new(published)));
-                Ok(())
-            }
-            Err(e) => {
-                tables.remember(table, None);
-                Err(e)
-            }
-        }
+        let published = tables
+            .commit_metadata_and_sweep(table, &base, evolved.metadata)
+            .await?;
+        tracing::info!(
+            table = %table,
+            spec = %shown.partition_spec,
+            order = %shown.sort_order,
+            spec_changed = evolved.spec_id.is_some(),
+            order_changed = evolved.order_id.is_some(),
+            version = published.version,
+            "evolved the table's partition spec and sort order to the configured ones"
+        );
+        Ok(())
     }
 
     /// `cdcd check`'s line on `table`'s layout: the existing table's spec and order, and what

@@ -17,7 +17,7 @@ use iceberg::spec::{
 };
 
 use crate::changelog::TableId;
-use crate::config::{ConfigError, Origin, PartitionField, TableSettings};
+use crate::config::{ConfigError, Origin, PartitionField, SortField, TableSettings};
 use crate::sinks::TableLayout;
 
 /// The configured spec and order of one table, bound to a schema's field ids. `None`: not
@@ -51,109 +51,127 @@ pub(crate) fn bind(
     let spec = match &settings.partition_by {
         None => None,
         Some(configured) => {
-            let origin = &configured.origin;
-            let mut builder = UnboundPartitionSpec::builder();
-            for field in &configured.value {
-                let shown = field.to_string();
-                let source = column(
-                    table,
-                    schema,
-                    &field.column,
-                    field.transform,
-                    &shown,
-                    origin,
-                )?;
-                let name = existing
-                    .and_then(|meta| kept_name(meta, source.id, field.transform))
-                    .unwrap_or_else(|| field_name(&field.column, field.transform));
-                builder = builder
-                    .add_partition_field(source.id, name, field.transform)
-                    .map_err(|e| origin.invalid(format!("{table}: {shown}: {}", e.message())))?;
-            }
-            Some(builder.build())
+            let columns = Columns::of(table, schema, &configured.origin);
+            Some(partition_spec(&columns, &configured.value, existing)?)
         }
     };
     let order = match &settings.sort_by {
         None => None,
         Some(configured) => {
-            let origin = &configured.origin;
-            let mut builder = SortOrder::builder();
-            for field in &configured.value {
-                let shown = field.to_string();
-                let source = column(
-                    table,
-                    schema,
-                    &field.column,
-                    field.transform,
-                    &shown,
-                    origin,
-                )?;
-                builder.with_sort_field(IcebergSortField {
-                    source_id: source.id,
-                    transform: field.transform,
-                    direction: field.direction,
-                    null_order: field.null_order,
-                });
-            }
-            Some(
-                builder
-                    .build(schema)
-                    .map_err(|e| origin.invalid(format!("{table}: {}", e.message())))?,
-            )
+            let columns = Columns::of(table, schema, &configured.origin);
+            Some(sort_order(&columns, &configured.value)?)
         }
     };
     Ok(Layout { spec, order })
 }
 
-/// The column `name` of `schema`, checked to take `transform`.
-fn column<'a>(
-    table: &TableId,
+/// `fields` as a partition spec; a field keeps the name `existing` gave it.
+fn partition_spec(
+    columns: &Columns<'_>,
+    fields: &[PartitionField],
+    existing: Option<&TableMetadata>,
+) -> Result<UnboundPartitionSpec, ConfigError> {
+    let mut builder = UnboundPartitionSpec::builder();
+    for field in fields {
+        let shown = field.to_string();
+        let source = columns.get(&field.column, field.transform, &shown)?;
+        let name = existing
+            .and_then(|meta| kept_name(meta, source.id, field.transform))
+            .unwrap_or_else(|| field_name(&field.column, field.transform));
+        builder = builder
+            .add_partition_field(source.id, name, field.transform)
+            .map_err(|e| columns.invalid(format!("{shown}: {}", e.message())))?;
+    }
+    Ok(builder.build())
+}
+
+/// `fields` as a sort order.
+fn sort_order(columns: &Columns<'_>, fields: &[SortField]) -> Result<SortOrder, ConfigError> {
+    let mut builder = SortOrder::builder();
+    for field in fields {
+        let source = columns.get(&field.column, field.transform, &field.to_string())?;
+        builder.with_sort_field(IcebergSortField {
+            source_id: source.id,
+            transform: field.transform,
+            direction: field.direction,
+            null_order: field.null_order,
+        });
+    }
+    builder
+        .build(columns.schema)
+        .map_err(|e| columns.invalid(e.message().to_owned()))
+}
+
+/// The columns a table's configured fields name, and the setting that names them (for errors).
+struct Columns<'a> {
+    table: &'a TableId,
     schema: &'a Schema,
-    name: &str,
-    transform: Transform,
-    shown: &str,
-    origin: &Origin,
-) -> Result<&'a NestedField, ConfigError> {
-    let Some(field) = schema.as_struct().field_by_name(name) else {
-        let columns: Vec<&str> = schema
-            .as_struct()
-            .fields()
-            .iter()
-            .map(|f| f.name.as_str())
-            .collect();
-        return Err(origin.invalid(format!(
-            "{table} has no column {name:?} (its columns: {})",
-            columns.join(", ")
-        )));
-    };
-    if crate::sinks::iceberg::variant::is_variant(&field.field_type) {
-        // Iceberg spec: a variant column is never a partition or sort source.
-        return Err(origin.invalid(format!(
+    origin: &'a Origin,
+}
+
+impl<'a> Columns<'a> {
+    fn of(table: &'a TableId, schema: &'a Schema, origin: &'a Origin) -> Columns<'a> {
+        Columns {
+            table,
+            schema,
+            origin,
+        }
+    }
+
+    /// The setting is invalid for this table: `detail`.
+    fn invalid(&self, detail: String) -> ConfigError {
+        self.origin.invalid(format!("{}: {detail}", self.table))
+    }
+
+    /// The column `name`, checked to take `transform` (the field is written `shown`).
+    fn get(
+        &self,
+        name: &str,
+        transform: Transform,
+        shown: &str,
+    ) -> Result<&'a NestedField, ConfigError> {
+        let (table, schema, origin) = (self.table, self.schema, self.origin);
+        let Some(field) = schema.as_struct().field_by_name(name) else {
+            let columns: Vec<&str> = schema
+                .as_struct()
+                .fields()
+                .iter()
+                .map(|f| f.name.as_str())
+                .collect();
+            return Err(origin.invalid(format!(
+                "{table} has no column {name:?} (its columns: {})",
+                columns.join(", ")
+            )));
+        };
+        if crate::sinks::iceberg::variant::is_variant(&field.field_type) {
+            // Iceberg spec: a variant column is never a partition or sort source.
+            return Err(origin.invalid(format!(
             "{table}: {shown}: column {name:?} is a variant (json = \"variant\"), which cannot \
              be partitioned or sorted by"
         )));
-    }
-    if crate::sinks::iceberg::geometry::geometry_crs(field).is_some() {
-        // Iceberg spec: no transform applies to a geometry.
-        return Err(origin.invalid(format!(
-            "{table}: {shown}: column {name:?} is a geometry (spatial = \"geometry\"), which \
+        }
+        if crate::sinks::iceberg::geometry::geometry_crs(field).is_some() {
+            // Iceberg spec: no transform applies to a geometry.
+            return Err(origin.invalid(format!(
+                "{table}: {shown}: column {name:?} is a geometry (spatial = \"geometry\"), which \
              cannot be partitioned or sorted by"
-        )));
-    }
-    if transform.result_type(&field.field_type).is_err() {
-        let ty = &field.field_type;
-        let applies = applicable(ty, name);
-        let applies = if applies.is_empty() {
-            "none: the column cannot be partitioned or sorted by".to_owned()
-        } else {
-            applies.join(", ")
-        };
-        return Err(origin.invalid(format!(
+            )));
+        }
+        if transform.result_type(&field.field_type).is_err() {
+            let ty = &field.field_type;
+            let applies = applicable(ty, name);
+            let applies = if applies.is_empty() {
+                "none: the column cannot be partitioned or sorted by".to_owned()
+            } else {
+                applies.join(", ")
+            };
+            return Err(origin.invalid(format!(
             "{table}: {shown} does not apply to column {name:?} of type {ty}; what applies to {ty}: \
              {applies}"
         )));
+        }
+        Ok(field)
     }
-    Ok(field)
 }
 
 /// The transforms that take a column of type `ty`, as the config writes them.

@@ -3,13 +3,13 @@
 use std::collections::HashMap;
 
 use iceberg::spec::{
-    FormatVersion, NestedField, PrimitiveType, Schema, TableMetadata, TableMetadataBuilder,
-    Transform, Type,
+    FormatVersion, NestedField, PrimitiveType, Schema, SortOrder, TableMetadata,
+    TableMetadataBuilder, Transform, Type, UnboundPartitionSpec,
 };
 
 use super::{bind, describe, evolve, Layout};
 use crate::changelog::TableId;
-use crate::config::{Config, SinkConfig, TableSettings};
+use crate::config::TableSettings;
 
 fn schema() -> Schema {
     Schema::builder()
@@ -34,15 +34,19 @@ fn settings(section: &str) -> TableSettings {
         "{}[sink.tables.\"public.orders\"]\n{section}\n",
         crate::config::tests::MINIMAL
     );
-    let c = Config::from_toml(&text, "p.toml").unwrap();
-    let SinkConfig::Iceberg(ice) = c.sink else {
-        panic!("iceberg")
-    };
-    ice.tables.resolve(&table()).unwrap()
+    crate::config::tests::iceberg_sink(&text)
+        .tables
+        .resolve(&table())
+        .unwrap()
 }
 
 fn created(layout: Layout) -> TableMetadata {
     let (spec, order) = layout.for_new_table();
+    created_with(spec, order)
+}
+
+/// public.orders's first metadata with `spec` and `order`.
+fn created_with(spec: UnboundPartitionSpec, order: SortOrder) -> TableMetadata {
     TableMetadataBuilder::new(
         schema(),
         spec,
@@ -154,22 +158,11 @@ fn a_changed_partition_by_adds_a_spec_keeping_the_ids_of_kept_fields() {
 #[test]
 fn a_field_another_engine_named_keeps_its_name() {
     // Spark names days(created_at) `created_at_day` too, but a spec may name it anything.
-    let spec = iceberg::spec::UnboundPartitionSpec::builder()
+    let spec = UnboundPartitionSpec::builder()
         .add_partition_field(3, "by_day", Transform::Day)
         .unwrap()
         .build();
-    let meta = TableMetadataBuilder::new(
-        schema(),
-        spec,
-        iceberg::spec::SortOrder::unsorted_order(),
-        "memory://wh/public/orders".into(),
-        FormatVersion::V2,
-        HashMap::new(),
-    )
-    .unwrap()
-    .build()
-    .unwrap()
-    .metadata;
+    let meta = created_with(spec, SortOrder::unsorted_order());
     let s = settings("partition_by = [\"day(created_at)\", \"identity(name)\"]");
     let layout = bind(&table(), &s, meta.current_schema(), Some(&meta)).unwrap();
     let evolved = evolve(&meta, "v1.metadata.json", &layout).unwrap().unwrap();

@@ -584,13 +584,17 @@ mod tests {
         crate::test_fixtures::table("s", "t", cols, key)
     }
 
+    /// A list of nullable ints, the nested type these tests need.
+    fn int_list() -> DataType {
+        DataType::List(Arc::new(Field::new("item", DataType::Int32, true)))
+    }
+
     #[test]
     fn maps_types_and_ids() {
-        let list = DataType::List(Arc::new(Field::new("item", DataType::Int32, true)));
         let t = table(
             vec![
                 col("id", DataType::Int64),
-                col("tags", list),
+                col("tags", int_list()),
                 col("u", DataType::FixedSizeBinary(16)),
                 col(
                     "ts",
@@ -681,29 +685,33 @@ mod tests {
         assert!(d.contains("primary key changed from (id) to (x)"), "{d}");
     }
 
+    /// A new v2 table of `schema` at `location`.
+    fn v2_table(schema: &TableSchema, location: &str) -> TableMetadata {
+        crate::sinks::iceberg::commit::publish::new_table(
+            &schema.id,
+            location,
+            iceberg_schema(schema).unwrap(),
+            iceberg::spec::FormatVersion::V2,
+            std::collections::HashMap::new(),
+        )
+        .unwrap()
+    }
+
     #[test]
     fn evolve_keeps_ids_and_never_reuses_one() {
-        let list = DataType::List(Arc::new(Field::new("item", DataType::Int32, true)));
         let first = table(
             vec![
                 col("id", DataType::Int64),
                 col("x", DataType::Int32),
-                col("tags", list.clone()),
+                col("tags", int_list()),
             ],
             vec![0],
         );
-        let meta = crate::sinks::iceberg::commit::publish::new_table(
-            &first.id,
-            "file:///tmp/t",
-            iceberg_schema(&first).unwrap(),
-            iceberg::spec::FormatVersion::V2,
-            std::collections::HashMap::new(),
-        )
-        .unwrap();
+        let meta = v2_table(&first, "file:///tmp/t");
         assert_eq!(meta.last_column_id(), 4, "3 columns and a list element");
         let mut cols = first.columns.clone();
         cols[1].data_type = DataType::Int64;
-        cols.push(col("c", list));
+        cols.push(col("c", int_list()));
         let wanted_table = table(cols, vec![0]);
         let wanted = iceberg_schema(&wanted_table).unwrap();
         let next = evolve(&meta, &wanted, &wanted_table).unwrap();
@@ -761,14 +769,7 @@ mod tests {
         assert!(refused(renamed, vec![0]));
         assert!(refused(first.columns.clone(), vec![0, 1]));
         let int_key = table(vec![col("k", DataType::Int32)], vec![0]);
-        let int_meta = crate::sinks::iceberg::commit::publish::new_table(
-            &int_key.id,
-            "file:///tmp/k",
-            iceberg_schema(&int_key).unwrap(),
-            iceberg::spec::FormatVersion::V2,
-            std::collections::HashMap::new(),
-        )
-        .unwrap();
+        let int_meta = v2_table(&int_key, "file:///tmp/k");
         let long_key = table(vec![col("k", DataType::Int64)], vec![0]);
         assert!(
             evolve(&int_meta, &iceberg_schema(&long_key).unwrap(), &long_key).is_none(),

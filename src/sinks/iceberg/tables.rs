@@ -268,6 +268,25 @@ impl Tables {
         }
     }
 
+    /// [`commit_metadata`](Self::commit_metadata), then the metadata files that left the log
+    /// are deleted in the background (`maintenance/metadata_log.rs`).
+    pub(super) async fn commit_metadata_and_sweep(
+        &self,
+        table: &TableId,
+        base: &Loaded,
+        next: TableMetadata,
+    ) -> Result<Arc<Loaded>, SinkError> {
+        let after = self.commit_metadata(table, base, next).await?;
+        let keep_previous = self.catalog_for(table).names_previous();
+        maintenance::metadata_log::delete_after_commit(
+            &self.warehouse,
+            base,
+            &after,
+            keep_previous,
+        );
+        Ok(after)
+    }
+
     /// A table the catalog does not know but whose directory holds metadata (the pipeline ran
     /// with the filesystem catalog before): registered in the catalog as it is, so its
     /// checkpoint holds and nothing is copied again. `None` when there is nothing to adopt.

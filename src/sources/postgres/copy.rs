@@ -66,24 +66,12 @@ pub(super) async fn initial_copy(
     let (point, snapshot_name) = conn.create_slot(&cfg.slot).await?;
     tracing::info!(slot = %cfg.slot, consistent_point = %point, snapshot = %snapshot_name, "created replication slot; copying tables");
     let plans = plan_at(cfg, &snapshot_name, state, types, &copies).await;
-    let run = CopyRun {
-        cfg,
-        snapshot: &snapshot_name,
-        events,
-        shutdown,
-        limits: SNAPSHOT_BATCH,
-    };
+    let run = copy_run(cfg, &snapshot_name, events, shutdown);
     let Some(copied) = copy_tables(plans?, run).await? else {
         return Ok(None);
     };
-    for plan in copied.tables {
-        let done = SourceEvent::SnapshotDone {
-            table: plan.schema.id.clone(),
-            position: Position::Postgres(point),
-        };
-        if !deliver(events, done, shutdown).await? {
-            return Ok(None);
-        }
+    if !deliver_done(&copied.tables, point, events, shutdown).await? {
+        return Ok(None);
     }
     if !copy_changed(cfg, state, types, copied.changed, events, shutdown).await? {
         return Ok(None);
@@ -152,13 +140,7 @@ pub(super) async fn copy_at_new_snapshot(
         }
     };
     tracing::info!(tables = keyed.len(), stream_from = %from, upsert_until = %snapshot.lsn, "copying tables at a new snapshot while the slot stays");
-    let run = CopyRun {
-        cfg,
-        snapshot: &snapshot.name,
-        events,
-        shutdown,
-        limits: SNAPSHOT_BATCH,
-    };
+    let run = copy_run(cfg, &snapshot.name, events, shutdown);
     let copied = copy_tables(plans, run).await;
     let until = snapshot.lsn;
     snapshot.close().await;
@@ -180,6 +162,41 @@ pub(super) async fn copy_at_new_snapshot(
         }
     }
     copy_changed(cfg, state, types, copied.changed, events, shutdown).await
+}
+
+/// A copy run at `snapshot` in batches of [`SNAPSHOT_BATCH`].
+fn copy_run<'a>(
+    cfg: &'a PostgresConfig,
+    snapshot: &'a str,
+    events: &'a mpsc::Sender<SourceEvent>,
+    shutdown: &'a CancellationToken,
+) -> CopyRun<'a> {
+    CopyRun {
+        cfg,
+        snapshot,
+        events,
+        shutdown,
+        limits: SNAPSHOT_BATCH,
+    }
+}
+
+/// Tells that `tables`, copied whole, are complete at `point`. False: shutdown.
+async fn deliver_done(
+    tables: &[TablePlan],
+    point: Lsn,
+    events: &mpsc::Sender<SourceEvent>,
+    shutdown: &CancellationToken,
+) -> Result<bool, SourceError> {
+    for plan in tables {
+        let done = SourceEvent::SnapshotDone {
+            table: plan.schema.id.clone(),
+            position: Position::Postgres(point),
+        };
+        if !deliver(events, done, shutdown).await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Copies the tables a copy found changed after its snapshot again, whole, at a newer one
@@ -248,26 +265,14 @@ pub(super) async fn copy_exactly(
         let (consistent, snapshot) = conn.create_temporary_slot(temporary).await?;
         let plans = plan_at(cfg, &snapshot, state, types, &whole(tables.clone())).await;
         tracing::info!(tables = tables.len(), complete_at = %consistent, attempt, "copying tables whole at a temporary slot's snapshot");
-        let run = CopyRun {
-            cfg,
-            snapshot: &snapshot,
-            events,
-            shutdown,
-            limits: SNAPSHOT_BATCH,
-        };
+        let run = copy_run(cfg, &snapshot, events, shutdown);
         let copied = copy_tables(plans?, run).await;
         drop(conn);
         let Some(copied) = copied? else {
             return Ok(false);
         };
-        for plan in copied.tables {
-            let done = SourceEvent::SnapshotDone {
-                table: plan.schema.id.clone(),
-                position: Position::Postgres(consistent),
-            };
-            if !deliver(events, done, shutdown).await? {
-                return Ok(false);
-            }
+        if !deliver_done(&copied.tables, consistent, events, shutdown).await? {
+            return Ok(false);
         }
         if copied.changed.is_empty() {
             return Ok(true);

@@ -178,6 +178,16 @@ fn plan_publications(
     out
 }
 
+/// [`plan_publications`] for `keys`, given whether `publication` exists already.
+async fn planned_publications(
+    client: &Client,
+    publication: &str,
+    keys: &[TableKey],
+) -> Result<Vec<(String, Publishes, Vec<TableId>)>, SourceError> {
+    let main_exists = read_publication(client, publication).await?.is_some();
+    Ok(plan_publications(publication, keys, main_exists))
+}
+
 /// Creates or verifies cdcd's publications for `keys` ([`plan_publications`]) and returns their
 /// names for `publication_names`.
 pub async fn ensure_publications(
@@ -185,13 +195,12 @@ pub async fn ensure_publications(
     publication: &str,
     keys: &[TableKey],
 ) -> Result<Vec<String>, SourceError> {
-    let main_exists = read_publication(client, publication).await?.is_some();
     if let Some(p) = full_row_in_inserts(client, publication, keys).await? {
         return Err(SourceError::Config(p.to_string()));
     }
     let keyless = keyless_tables(keys);
     let mut names = Vec::new();
-    for (name, publishes, tables) in plan_publications(publication, keys, main_exists) {
+    for (name, publishes, tables) in planned_publications(client, publication, keys).await? {
         ensure_publication(client, &name, &tables, publishes, &keyless).await?;
         names.push(name);
     }
@@ -205,13 +214,12 @@ pub async fn check_publications(
     publication: &str,
     keys: &[TableKey],
 ) -> Result<Vec<CheckProblem>, SourceError> {
-    let main_exists = read_publication(client, publication).await?.is_some();
-    let keyless = keyless_tables(keys);
     let mut problems: Vec<CheckProblem> = full_row_in_inserts(client, publication, keys)
         .await?
         .into_iter()
         .collect();
-    for (name, publishes, tables) in plan_publications(publication, keys, main_exists) {
+    let keyless = keyless_tables(keys);
+    for (name, publishes, tables) in planned_publications(client, publication, keys).await? {
         if let Some(row) = read_publication(client, &name).await? {
             problems.extend(
                 publication_problem(client, &name, &tables, publishes, &keyless, &row).await?,
@@ -237,16 +245,7 @@ async fn full_row_in_inserts(
     {
         return Ok(None);
     }
-    let published: BTreeSet<TableId> = client
-        .query(
-            "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1",
-            &[&inserts],
-        )
-        .await
-        .map_err(|e| server(&format!("reading tables of publication {inserts}"), &e))?
-        .iter()
-        .map(|r| TableId::new(r.get::<_, String>(0), r.get::<_, String>(1)))
-        .collect();
+    let published = published_tables(client, &inserts).await?;
     let Some(k) = keys
         .iter()
         .find(|k| k.origin == KeyOrigin::FullRow && published.contains(&k.table))
@@ -355,6 +354,23 @@ async fn add_missing_tables(client: &Client, publication: &str, tables: &[TableI
     }
 }
 
+/// The tables publication `publication` publishes.
+async fn published_tables(
+    client: &Client,
+    publication: &str,
+) -> Result<BTreeSet<TableId>, SourceError> {
+    Ok(client
+        .query(
+            "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1",
+            &[&publication],
+        )
+        .await
+        .map_err(|e| server(&format!("reading tables of publication {publication}"), &e))?
+        .iter()
+        .map(|r| TableId::new(r.get::<_, String>(0), r.get::<_, String>(1)))
+        .collect())
+}
+
 async fn read_publication(
     client: &Client,
     publication: &str,
@@ -404,16 +420,7 @@ async fn publication_problem(
             ),
         )));
     }
-    let published: BTreeSet<TableId> = client
-        .query(
-            "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1",
-            &[&publication],
-        )
-        .await
-        .map_err(|e| server(&format!("reading tables of publication {publication}"), &e))?
-        .iter()
-        .map(|r| TableId::new(r.get::<_, String>(0), r.get::<_, String>(1)))
-        .collect();
+    let published = published_tables(client, publication).await?;
     if publishes == Publishes::Everything {
         if let Some(t) = keyless
             .iter()

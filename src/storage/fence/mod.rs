@@ -40,19 +40,15 @@
 
 use std::fmt;
 use std::future::Future;
-use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result, UploadPart,
-};
+use object_store::{MultipartUpload, ObjectStore, PutPayload, PutResult, Result, UploadPart};
 use tokio::time::Instant;
+
+use super::layer::{Answers, Layer, Layered, Request, Sent};
 
 /// A write was refused because the lease is lost or past its deadline.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -189,12 +185,9 @@ pub struct FencedStore {
 }
 
 impl FencedStore {
-    pub fn new(inner: Arc<dyn ObjectStore>, fence: Fence) -> FencedStore {
-        FencedStore { inner, fence }
-    }
-
-    async fn write<T>(&self, fut: impl Future<Output = Result<T>>) -> Result<T> {
-        self.fence.guard(fut).await.map_err(refused)?
+    #[allow(clippy::new_ret_no_self)] // the wrapper is only ever used as a store
+    pub fn new(inner: Arc<dyn ObjectStore>, fence: Fence) -> Layered<FencedStore> {
+        Layered(FencedStore { inner, fence })
     }
 }
 
@@ -230,73 +223,32 @@ impl MultipartUpload for FencedUpload {
 }
 
 #[async_trait]
-impl ObjectStore for FencedStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> Result<PutResult> {
-        self.write(self.inner.put_opts(location, payload, opts))
-            .await
+impl Layer for FencedStore {
+    async fn send<T: Send>(&self, request: Request<'_>, sent: Sent<'_, T>) -> Result<T> {
+        if request.writes() {
+            self.fence.guard(sent).await.map_err(refused)?
+        } else {
+            sent.await
+        }
     }
 
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> Result<Box<dyn MultipartUpload>> {
-        let inner = self
-            .write(self.inner.put_multipart_opts(location, opts))
-            .await?;
-        Ok(Box::new(FencedUpload {
-            inner,
-            fence: self.fence.clone(),
-        }))
-    }
-
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        self.inner.get_ranges(location, ranges).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, Result<Path>>,
-    ) -> BoxStream<'static, Result<Path>> {
+    fn deleting(&self, locations: Answers<Path>) -> Answers<Path> {
         // Each location is checked as the inner store pulls it, right before its delete.
         let fence = self.fence.clone();
-        let checked = locations
+        locations
             .map(move |l| l.and_then(|p| fence.check().map(|()| p).map_err(refused)))
-            .boxed();
-        self.inner.delete_stream(checked)
+            .boxed()
     }
 
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.list(prefix)
+    fn upload(&self, upload: Box<dyn MultipartUpload>) -> Box<dyn MultipartUpload> {
+        Box::new(FencedUpload {
+            inner: upload,
+            fence: self.fence.clone(),
+        })
     }
 
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.list_with_offset(prefix, offset)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        self.write(self.inner.copy_opts(from, to, options)).await
-    }
-
-    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
-        self.write(self.inner.rename_opts(from, to, options)).await
+    fn inner(&self) -> &dyn ObjectStore {
+        self.inner.as_ref()
     }
 }
 

@@ -71,6 +71,13 @@ async fn a_write_in_flight_at_the_deadline_is_dropped() {
     renewer.await.unwrap();
 }
 
+/// A create of `path`, as a commit writes its metadata.
+async fn create(store: &dyn ObjectStore, path: &Path, body: &'static [u8]) -> Result<PutResult> {
+    store
+        .put_opts(path, PutPayload::from_static(body), PutMode::Create.into())
+        .await
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_fenced_store_writes_nothing_after_the_deadline() {
     let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
@@ -78,23 +85,9 @@ async fn a_fenced_store_writes_nothing_after_the_deadline() {
     let store = FencedStore::new(Arc::clone(&inner), fence.clone());
     let before = Path::from("t/metadata/v1.metadata.json");
     let after = Path::from("t/metadata/v2.metadata.json");
-    store
-        .put_opts(
-            &before,
-            PutPayload::from_static(b"v1"),
-            PutMode::Create.into(),
-        )
-        .await
-        .unwrap();
+    create(&store, &before, b"v1").await.unwrap();
     tokio::time::advance(Duration::from_millis(800)).await;
-    let err = store
-        .put_opts(
-            &after,
-            PutPayload::from_static(b"v2"),
-            PutMode::Create.into(),
-        )
-        .await
-        .unwrap_err();
+    let err = create(&store, &after, b"v2").await.unwrap_err();
     assert!(err.to_string().contains("lost the lease"), "{err}");
     assert!(store.delete(&before).await.is_err());
     assert!(store.put_multipart(&after).await.is_err());

@@ -13,18 +13,13 @@
 
 use std::error::Error as StdError;
 use std::fmt;
-use std::ops::Range;
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use futures::stream::BoxStream;
 use futures::StreamExt;
-use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
-};
+use object_store::{ObjectStore, Result};
 use rustls::CertificateError;
+
+use crate::storage::layer::{Answers, Layer, Layered, Request, Sent};
 
 /// A certificate that did not verify, with the endpoint it came from.
 #[derive(Debug, thiserror::Error)]
@@ -124,12 +119,9 @@ pub struct CertHint<S> {
 }
 
 impl<S: ObjectStore> CertHint<S> {
-    pub fn new(inner: S, endpoint: String) -> CertHint<S> {
-        CertHint { inner, endpoint }
-    }
-
-    fn explain(&self, e: object_store::Error) -> object_store::Error {
-        explain(&self.endpoint, e)
+    #[allow(clippy::new_ret_no_self)] // the wrapper is only ever used as a store
+    pub fn new(inner: S, endpoint: String) -> Layered<CertHint<S>> {
+        Layered(CertHint { inner, endpoint })
     }
 }
 
@@ -140,80 +132,20 @@ impl<S: ObjectStore> fmt::Display for CertHint<S> {
 }
 
 #[async_trait]
-impl<S: ObjectStore> ObjectStore for CertHint<S> {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> Result<PutResult> {
-        let out = self.inner.put_opts(location, payload, opts).await;
-        out.map_err(|e| self.explain(e))
+impl<S: ObjectStore> Layer for CertHint<S> {
+    async fn send<T: Send>(&self, _request: Request<'_>, sent: Sent<'_, T>) -> Result<T> {
+        sent.await.map_err(|e| explain(&self.endpoint, e))
     }
 
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> Result<Box<dyn MultipartUpload>> {
-        let out = self.inner.put_multipart_opts(location, opts).await;
-        out.map_err(|e| self.explain(e))
-    }
-
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        let out = self.inner.get_opts(location, options).await;
-        out.map_err(|e| self.explain(e))
-    }
-
-    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        let out = self.inner.get_ranges(location, ranges).await;
-        out.map_err(|e| self.explain(e))
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, Result<Path>>,
-    ) -> BoxStream<'static, Result<Path>> {
+    fn stream<T: Send + 'static>(&self, _request: Request<'_>, answers: Answers<T>) -> Answers<T> {
         let endpoint = self.endpoint.clone();
-        self.inner
-            .delete_stream(locations)
+        answers
             .map(move |r| r.map_err(|e| explain(&endpoint, e)))
             .boxed()
     }
 
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        let endpoint = self.endpoint.clone();
-        self.inner
-            .list(prefix)
-            .map(move |r| r.map_err(|e| explain(&endpoint, e)))
-            .boxed()
-    }
-
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, Result<ObjectMeta>> {
-        let endpoint = self.endpoint.clone();
-        self.inner
-            .list_with_offset(prefix, offset)
-            .map(move |r| r.map_err(|e| explain(&endpoint, e)))
-            .boxed()
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        let out = self.inner.list_with_delimiter(prefix).await;
-        out.map_err(|e| self.explain(e))
-    }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        let out = self.inner.copy_opts(from, to, options).await;
-        out.map_err(|e| self.explain(e))
-    }
-
-    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
-        let out = self.inner.rename_opts(from, to, options).await;
-        out.map_err(|e| self.explain(e))
+    fn inner(&self) -> &dyn ObjectStore {
+        &self.inner
     }
 }
 

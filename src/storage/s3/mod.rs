@@ -41,6 +41,7 @@ use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey, S3Conditio
 use object_store::{BackoffConfig, Certificate, ClientOptions, RetryConfig};
 use url::Url;
 
+use super::layer::Layered;
 use super::StorageError;
 
 mod cert_hint;
@@ -54,7 +55,7 @@ use credential_process::ProcessCredentials;
 use profile::{Chosen, Profile};
 
 /// The S3 store [`build`] makes.
-pub type S3Store = CertHint<AmazonS3>;
+pub type S3Store = Layered<CertHint<AmazonS3>>;
 
 /// The retry policy for every S3 request.
 pub fn retry_config() -> RetryConfig {

@@ -33,7 +33,7 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::ServerName;
 use rustls::{CertificateError, ClientConfig, RootCertStore};
 
-use super::{load_certs, load_key, non_empty_path, trust_anchors, ChainOnly, NoVerification};
+use super::{load_certs, load_key, non_empty_path, trust_anchors, LenientVerifier};
 pub use super::{RootCerts, TlsError};
 
 /// libpq's `sslmode`.
@@ -233,10 +233,10 @@ impl TlsSettings {
                 if self.effective_mode() == SslMode::VerifyFull {
                     webpki
                 } else {
-                    Arc::new(ChainOnly { inner: webpki })
+                    Arc::new(LenientVerifier::chain_only(provider, webpki))
                 }
             }
-            _ => Arc::new(NoVerification { provider }),
+            _ => Arc::new(LenientVerifier::any_certificate(provider)),
         };
         let builder = builder
             .dangerous()

@@ -459,7 +459,7 @@ impl RawCatalog {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
-    use crate::config::tests::MINIMAL;
+    use crate::config::tests::{iceberg_sink, MINIMAL};
     use crate::config::{Config, SinkConfig};
 
     use super::*;
@@ -478,11 +478,7 @@ mod tests {
 
     #[test]
     fn filesystem_is_the_default() {
-        let c = Config::from_toml(MINIMAL, "p.toml").unwrap();
-        let SinkConfig::Iceberg(ice) = &c.sink else {
-            panic!("iceberg")
-        };
-        assert_eq!(ice.catalog, CatalogConfig::Filesystem);
+        assert_eq!(iceberg_sink(MINIMAL).catalog, CatalogConfig::Filesystem);
         assert_eq!(catalog("kind = \"filesystem\""), CatalogConfig::Filesystem);
     }
 

@@ -17,13 +17,13 @@ use std::collections::{BTreeMap, HashMap};
 
 use futures::{StreamExt, TryStreamExt};
 use iceberg::spec::{DataContentType, DataFile, DataFileBuilder, DataFileFormat};
-use object_store::{ObjectStoreExt, PutPayload};
+use object_store::ObjectStoreExt;
 
 use super::deletion_vector::DeletionVector;
 use super::puffin::PuffinWriter;
 use crate::changelog::TableId;
 use crate::sinks::iceberg::files::manifest::{LiveFile, LiveFiles};
-use crate::sinks::iceberg::files::writer::Placement;
+use crate::sinks::iceberg::files::writer::{put_bytes, Placement};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
@@ -189,15 +189,7 @@ pub(crate) async fn write_puffin(
     }
     let bytes = writer.finish().map_err(puffin)?;
     let size = bytes.len() as u64;
-    let path = warehouse.path(location)?;
-    warehouse
-        .store()
-        .put(&path, PutPayload::from(bytes))
-        .await
-        .map_err(|source| SinkError::Storage {
-            path: location.to_owned(),
-            source,
-        })?;
+    put_bytes(warehouse, location, bytes.into()).await?;
     let describe = |e: String| SinkError::Data {
         table: table.clone(),
         detail: format!("describing deletion vectors in {location}: {e}"),

@@ -19,8 +19,9 @@ use iceberg::spec::{
     DataContentType, DataFile, DataFileBuilder, FormatVersion, Manifest, ManifestFile,
     ManifestList, ManifestWriter, ManifestWriterBuilder, PartitionSpecRef, SchemaRef,
 };
-use object_store::{ObjectStoreExt, PutPayload};
+use object_store::ObjectStoreExt;
 
+use super::writer::put_bytes;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
@@ -283,21 +284,8 @@ async fn finish_manifest(
         .read()
         .await
         .map_err(ice(format!("reading back {location}")))?;
-    put(warehouse, &location, bytes).await?;
+    put_bytes(warehouse, &location, bytes).await?;
     Ok(manifest)
-}
-
-async fn put(warehouse: &Warehouse, location: &str, bytes: Bytes) -> Result<(), SinkError> {
-    let path = warehouse.path(location)?;
-    warehouse
-        .store()
-        .put(&path, PutPayload::from_bytes(bytes))
-        .await
-        .map_err(|source| SinkError::Storage {
-            path: location.to_owned(),
-            source,
-        })?;
-    Ok(())
 }
 
 /// The manifests of a snapshot's manifest list.

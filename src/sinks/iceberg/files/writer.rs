@@ -283,28 +283,54 @@ pub(crate) async fn write_file(
     placement: &Placement,
 ) -> Result<DataFile, SinkError> {
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    let encoded = tokio::task::spawn_blocking(move || {
+    let (bytes, bounds) = encode_blocking(&location, move || {
         let bounds = geometry::bounds(&batches)
             .map_err(|e| parquet::errors::ParquetError::General(e.to_string()))?;
         Ok((encode::encode_parquet(&batches)?, bounds))
     })
-    .await;
-    let (bytes, bounds) = match encoded {
-        Ok(result) => result,
-        Err(join) => Err(parquet::errors::ParquetError::General(format!(
-            "the encoding task failed: {join}"
-        ))),
-    }
-    .map_err(|source| SinkError::Parquet {
-        context: format!("encoding {location}"),
-        source,
-    })?;
+    .await?;
     let mut file = put(warehouse, location, bytes, rows as u64, placement).await?;
     file.content(content).equality_ids(equality_ids);
     // Only geometry columns carry bounds (`geometry.rs`): the spec's, for pruning.
     let (lower, upper) = bounds;
     file.lower_bounds(lower).upper_bounds(upper);
     describe(table, file)
+}
+
+/// Runs the encoding `work` on the blocking pool; a failure names `path`.
+pub(crate) async fn encode_blocking<T: Send + 'static>(
+    path: &str,
+    work: impl FnOnce() -> Result<T, parquet::errors::ParquetError> + Send + 'static,
+) -> Result<T, SinkError> {
+    let done = tokio::task::spawn_blocking(work).await;
+    match done {
+        Ok(result) => result,
+        Err(join) => Err(parquet::errors::ParquetError::General(format!(
+            "the encoding task failed: {join}"
+        ))),
+    }
+    .map_err(|source| SinkError::Parquet {
+        context: format!("encoding {path}"),
+        source,
+    })
+}
+
+/// Puts the whole file `bytes` at `location`.
+pub(crate) async fn put_bytes(
+    warehouse: &Warehouse,
+    location: &str,
+    bytes: bytes::Bytes,
+) -> Result<(), SinkError> {
+    let path = warehouse.path(location)?;
+    warehouse
+        .store()
+        .put(&path, PutPayload::from_bytes(bytes))
+        .await
+        .map_err(|source| SinkError::Storage {
+            path: location.to_owned(),
+            source,
+        })?;
+    Ok(())
 }
 
 /// Puts the encoded file `bytes` (`rows` rows) at `location` and describes it as an Iceberg file
@@ -340,15 +366,7 @@ async fn put(
     placement: &Placement,
 ) -> Result<DataFileBuilder, SinkError> {
     let size = bytes.len() as u64;
-    let path = warehouse.path(&location)?;
-    warehouse
-        .store()
-        .put(&path, PutPayload::from_bytes(bytes))
-        .await
-        .map_err(|source| SinkError::Storage {
-            path: location.clone(),
-            source,
-        })?;
+    put_bytes(warehouse, &location, bytes).await?;
     let mut file = DataFileBuilder::default();
     file.file_path(location)
         .file_format(DataFileFormat::Parquet)

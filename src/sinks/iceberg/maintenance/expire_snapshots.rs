@@ -166,32 +166,11 @@ impl<'a> ExpireSnapshots<'a> {
         };
         journal::write(&tables.warehouse, &self.journal, &record).await?;
         let next = without(table, &before, &expiry)?;
-        let location = tables.current_location(table);
-        let committed = tables
-            .catalog_for(table)
-            .commit(
-                &tables.warehouse,
-                &tables.table_ref(table, &location),
-                &before,
-                next,
-            )
-            .await;
-        let after = match committed {
-            Ok(after) => Arc::new(after),
-            Err(e) => {
-                // Conflict or unknown outcome: the next load tells; the journal says what to check.
-                tables.remember(table, None);
-                return Err(e);
-            }
-        };
+        // Conflict or unknown outcome: the next load tells; the journal says what to check.
+        let after = tables
+            .commit_metadata_and_sweep(table, &before, next)
+            .await?;
         let version = after.version;
-        tables.remember(table, Some(Arc::clone(&after)));
-        metadata_log::delete_after_commit(
-            &tables.warehouse,
-            &before,
-            &after,
-            tables.catalog_for(table).names_previous(),
-        );
         tracing::debug!(table = %table, version, expired = expiry.snapshots.len(), "expiry committed");
         Ok(Some(Ok(Committed {
             before,

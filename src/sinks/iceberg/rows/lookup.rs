@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use arrow_array::{Array, RecordBatch, UInt32Array};
 use arrow_cast::display::{ArrayFormatter, FormatOptions};
-use arrow_row::{Row, RowConverter, SortField};
+use arrow_row::{Row, RowConverter};
 use arrow_schema::{ArrowError, SchemaRef};
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReaderBuilder, RowSelection, RowSelector};
@@ -26,6 +26,7 @@ use iceberg::spec::DataFileFormat;
 
 use super::live::LiveState;
 use super::locator::RowAddress;
+use super::{column_names, row_converter};
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::sinks::iceberg::deletes::commit_vectors::LiveDvs;
 use crate::sinks::iceberg::deletes::position_deletes::read_pairs;
@@ -54,14 +55,7 @@ pub(crate) async fn lookup(
     let keys_schema = TableChanges::keys_schema(schema);
     let wanted_batch = key_batch(changes, keys, &schema.primary_key, &keys_schema)
         .map_err(arrow("gathering lookup keys".into()))?;
-    let converter = RowConverter::new(
-        keys_schema
-            .fields()
-            .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
-            .collect(),
-    )
-    .map_err(arrow("encoding keys".into()))?;
+    let converter = row_converter(&keys_schema).map_err(arrow("encoding keys".into()))?;
     let wanted_rows = converter
         .convert_columns(wanted_batch.columns())
         .map_err(arrow("encoding keys".into()))?;
@@ -215,12 +209,7 @@ impl Wanted<'_> {
     /// The (wanted index, position) of each row of a data file that holds a wanted key.
     fn positions(&self, bytes: &Bytes, path: &str) -> Result<Vec<(usize, u64)>, SinkError> {
         let arrow = |context: String| arrow_error(self.table, context);
-        let key_names: Vec<&str> = self
-            .keys_schema
-            .fields()
-            .iter()
-            .map(|f| f.name().as_str())
-            .collect();
+        let key_names = column_names(self.keys_schema);
         // First pass decodes only the key columns: most files hold none of the wanted keys.
         let mut positions: Vec<(usize, u64)> = Vec::new();
         let mut offset = 0u64;

@@ -10,3 +10,22 @@ pub(crate) mod locator;
 pub(crate) mod lookup;
 pub(crate) mod multiset;
 pub(crate) mod window;
+
+use arrow_row::{RowConverter, SortField};
+use arrow_schema::{ArrowError, Schema};
+
+/// The row encoding of `schema`'s columns, in order: how rows are compared and hashed by value.
+pub(crate) fn row_converter(schema: &Schema) -> Result<RowConverter, ArrowError> {
+    RowConverter::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect(),
+    )
+}
+
+/// The names of `schema`'s columns, in order (the columns to decode of a file).
+pub(crate) fn column_names(schema: &Schema) -> Vec<&str> {
+    schema.fields().iter().map(|f| f.name().as_str()).collect()
+}

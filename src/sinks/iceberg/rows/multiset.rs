@@ -19,12 +19,12 @@
 use std::collections::{HashMap, HashSet};
 
 use arrow_array::{Array, RecordBatch};
-use arrow_row::{RowConverter, SortField};
 use arrow_schema::{ArrowError, SchemaRef};
 use iceberg::spec::DataFileFormat;
 
 use super::locator::RowAddress;
 use super::lookup::key_text;
+use super::row_converter;
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::sinks::iceberg::deletes::commit_vectors::LiveDvs;
 use crate::sinks::iceberg::deletes::position_deletes::read_pairs;
@@ -54,14 +54,7 @@ pub(crate) async fn locate(
     let rows_schema = TableChanges::rows_schema(schema);
     let wanted_batch =
         gather(changes, deletes, &rows_schema).map_err(arrow("gathering deleted rows"))?;
-    let converter = RowConverter::new(
-        rows_schema
-            .fields()
-            .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
-            .collect(),
-    )
-    .map_err(arrow("encoding rows"))?;
+    let converter = row_converter(&rows_schema).map_err(arrow("encoding rows"))?;
     let wanted_rows = converter
         .convert_columns(wanted_batch.columns())
         .map_err(arrow("encoding rows"))?;

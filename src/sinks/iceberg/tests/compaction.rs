@@ -8,39 +8,11 @@ use std::collections::{BTreeMap, HashSet};
 
 use arrow_array::builder::{Int64Builder, StringBuilder};
 
-use super::maintenance::{commits, seed, sink_with};
+use super::maintenance::{commits, seed, sink_with, Model};
 use super::*;
 use crate::sinks::iceberg::maintenance::compaction::{Compacted, RewriteDataFiles};
 use crate::sinks::iceberg::rows::live::LiveState;
 use crate::sinks::pk_index::PrimaryKeyIndex;
-
-/// The rows `seed` + `commits(from, n)` leave, as DuckDB prints them (`(id, 'a', b)`).
-#[derive(Default)]
-struct Model(BTreeMap<i64, (&'static str, i64)>);
-
-impl Model {
-    fn seeded() -> Model {
-        Model((0..60).map(|i| (i, ("seed", i * 10))).collect())
-    }
-
-    fn commits(&mut self, from: i64, n: i64) {
-        for i in from..from + n {
-            self.0.insert(100 + i, ("new", (100 + i) * 10));
-            self.0.insert(i % 5, ("u", i));
-            self.0.insert(i % 5 + 5, ("u", i));
-            self.0.remove(&(50 + i));
-        }
-    }
-
-    fn text(&self) -> String {
-        let rows: Vec<String> = self
-            .0
-            .iter()
-            .map(|(id, (a, b))| format!("({id}, '{a}', {b})"))
-            .collect();
-        format!("[{}]", rows.join(", "))
-    }
-}
 
 async fn live(s: &IcebergSink) -> LiveState {
     let t = schema();

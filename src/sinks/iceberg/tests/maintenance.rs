@@ -68,6 +68,34 @@ pub(super) async fn seed(s: &IcebergSink) {
         .unwrap();
 }
 
+/// The rows `seed` + `commits(from, n)` leave, as DuckDB prints them (`(id, 'a', b)`).
+#[derive(Default)]
+pub(super) struct Model(pub(super) BTreeMap<i64, (&'static str, i64)>);
+
+impl Model {
+    pub(super) fn seeded() -> Model {
+        Model((0..60).map(|i| (i, ("seed", i * 10))).collect())
+    }
+
+    pub(super) fn commits(&mut self, from: i64, n: i64) {
+        for i in from..from + n {
+            self.0.insert(100 + i, ("new", (100 + i) * 10));
+            self.0.insert(i % 5, ("u", i));
+            self.0.insert(i % 5 + 5, ("u", i));
+            self.0.remove(&(50 + i));
+        }
+    }
+
+    pub(super) fn text(&self) -> String {
+        let rows: Vec<String> = self
+            .0
+            .iter()
+            .map(|(id, (a, b))| format!("({id}, '{a}', {b})"))
+            .collect();
+        format!("[{}]", rows.join(", "))
+    }
+}
+
 async fn expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach(mode: DeleteMode) {
     let dir = tempfile::tempdir().unwrap();
     let s = sink_with(
@@ -253,46 +281,9 @@ async fn a_bad_property_is_refused_at_the_table(mode: DeleteMode) {
     assert_eq!(s.checkpoint(&t.id).await.unwrap(), Some(cp(1000)));
 }
 
-mod equality {
-    #[tokio::test]
-    async fn expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach() {
-        super::expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach(
-            super::DeleteMode::Equality,
-        )
-        .await
-    }
-    #[tokio::test]
-    async fn the_default_age_expires_nothing_young() {
-        super::the_default_age_expires_nothing_young(super::DeleteMode::Equality).await
-    }
-    #[tokio::test]
-    async fn metadata_log_is_bounded_and_leftovers_swept() {
-        super::metadata_log_is_bounded_and_leftovers_swept(super::DeleteMode::Equality).await
-    }
-    #[tokio::test]
-    async fn a_bad_property_is_refused_at_the_table() {
-        super::a_bad_property_is_refused_at_the_table(super::DeleteMode::Equality).await
-    }
-}
-
-mod dv {
-    #[tokio::test]
-    async fn expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach() {
-        super::expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach(
-            super::DeleteMode::DeletionVectors,
-        )
-        .await
-    }
-    #[tokio::test]
-    async fn the_default_age_expires_nothing_young() {
-        super::the_default_age_expires_nothing_young(super::DeleteMode::DeletionVectors).await
-    }
-    #[tokio::test]
-    async fn metadata_log_is_bounded_and_leftovers_swept() {
-        super::metadata_log_is_bounded_and_leftovers_swept(super::DeleteMode::DeletionVectors).await
-    }
-    #[tokio::test]
-    async fn a_bad_property_is_refused_at_the_table() {
-        super::a_bad_property_is_refused_at_the_table(super::DeleteMode::DeletionVectors).await
-    }
-}
+both_modes!(
+    expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach,
+    the_default_age_expires_nothing_young,
+    metadata_log_is_bounded_and_leftovers_swept,
+    a_bad_property_is_refused_at_the_table,
+);

@@ -350,41 +350,8 @@ async fn a_conflict_never_publishes_a_merge_of_a_stale_list(mode: DeleteMode) {
     assert_eq!(rows, duck(&table_dir(plain_dir.path()), "id, a, b"));
 }
 
-mod equality {
-    #[tokio::test]
-    async fn a_conflict_never_publishes_a_merge_of_a_stale_list() {
-        super::a_conflict_never_publishes_a_merge_of_a_stale_list(super::DeleteMode::Equality).await
-    }
-    #[tokio::test]
-    async fn merging_bounds_the_list_and_keeps_entries() {
-        super::merging_bounds_the_list_and_keeps_entries(super::DeleteMode::Equality).await
-    }
-    #[tokio::test]
-    async fn expiry_keeps_merged_away_manifests_an_older_snapshot_needs() {
-        super::expiry_keeps_merged_away_manifests_an_older_snapshot_needs(
-            super::DeleteMode::Equality,
-        )
-        .await
-    }
-}
-
-mod dv {
-    #[tokio::test]
-    async fn a_conflict_never_publishes_a_merge_of_a_stale_list() {
-        super::a_conflict_never_publishes_a_merge_of_a_stale_list(
-            super::DeleteMode::DeletionVectors,
-        )
-        .await
-    }
-    #[tokio::test]
-    async fn merging_bounds_the_list_and_keeps_entries() {
-        super::merging_bounds_the_list_and_keeps_entries(super::DeleteMode::DeletionVectors).await
-    }
-    #[tokio::test]
-    async fn expiry_keeps_merged_away_manifests_an_older_snapshot_needs() {
-        super::expiry_keeps_merged_away_manifests_an_older_snapshot_needs(
-            super::DeleteMode::DeletionVectors,
-        )
-        .await
-    }
-}
+both_modes!(
+    a_conflict_never_publishes_a_merge_of_a_stale_list,
+    merging_bounds_the_list_and_keeps_entries,
+    expiry_keeps_merged_away_manifests_an_older_snapshot_needs,
+);

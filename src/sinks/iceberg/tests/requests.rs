@@ -2,9 +2,7 @@
 //! with the data changed, not with tables × commits), counted through a logged store
 //! (`storage/requests.rs`).
 
-use std::collections::BTreeMap;
-
-use super::maintenance::{commits, seed, sink_with};
+use super::maintenance::{commits, seed, sink_with, Model};
 use super::*;
 use crate::sinks::Sink;
 use crate::storage::requests::{CountedRequests, RequestLog, OP_DELETE, OP_GET, OP_LIST, OP_PUT};
@@ -28,6 +26,14 @@ fn dv_sink(dir: &std::path::Path) -> IcebergSink {
 
 fn taken(log: &RequestLog) -> Vec<(&'static str, String)> {
     std::mem::take(&mut *log.lock().unwrap())
+}
+
+/// The paths of the `op` requests among `sent`.
+fn paths_of<'a>(sent: &'a [(&'static str, String)], op: &str) -> Vec<&'a str> {
+    sent.iter()
+        .filter(|(o, _)| *o == op)
+        .map(|(_, p)| p.as_str())
+        .collect()
 }
 
 /// A table with nothing to maintain costs nothing: once a cycle found nothing to do, the next
@@ -79,24 +85,13 @@ async fn an_idle_table_costs_no_request_until_a_commit_or_its_next_expiry() {
     assert_eq!(s.checkpoint(&t.id).await.unwrap(), Some(cp(1010)));
 }
 
-/// The rows `commits(from, n)` (maintenance.rs) leave after `seed`, as DuckDB prints them.
+/// The rows `seed` and then `commits(from, n)` for each of `commits` leave, as DuckDB prints them.
 fn model(commits: &[(i64, i64)]) -> String {
-    let mut rows: BTreeMap<i64, (String, i64)> =
-        (0..60).map(|i| (i, ("seed".into(), i * 10))).collect();
+    let mut model = Model::seeded();
     for &(from, n) in commits {
-        for i in from..from + n {
-            rows.insert(100 + i, ("new".into(), (100 + i) * 10));
-            for id in [i % 5, i % 5 + 5] {
-                rows.insert(id, ("u".into(), i));
-            }
-            rows.remove(&(50 + i));
-        }
+        model.commits(from, n);
     }
-    let rows: Vec<String> = rows
-        .iter()
-        .map(|(id, (a, b))| format!("({id}, '{a}', {b})"))
-        .collect();
-    format!("[{}]", rows.join(", "))
+    model.text()
 }
 
 /// The delete manifests of `s`'s table's current snapshot.
@@ -130,11 +125,7 @@ async fn replaced_vectors_fold_their_manifests_into_the_commits_own() {
         taken(&log);
         commits(&s, i, 1).await;
         let sent = taken(&log);
-        let puts: Vec<&str> = sent
-            .iter()
-            .filter(|(op, _)| *op == OP_PUT)
-            .map(|(_, p)| p.as_str())
-            .collect();
+        let puts = paths_of(&sent, OP_PUT);
         assert!(
             !puts
                 .iter()
@@ -147,11 +138,7 @@ async fn replaced_vectors_fold_their_manifests_into_the_commits_own() {
             3,
             "commit {i}: {puts:?}"
         );
-        let gets: Vec<&str> = sent
-            .iter()
-            .filter(|(op, _)| *op == OP_GET)
-            .map(|(_, p)| p.as_str())
-            .collect();
+        let gets = paths_of(&sent, OP_GET);
         assert!(
             !gets.iter().any(|p| p.ends_with(".puffin")),
             "commit {i} read a vector back: {gets:?}"

@@ -7,7 +7,7 @@
 use super::*;
 use crate::changelog::TableId;
 use crate::sources::postgres::snapshot::session::test_session;
-use crate::sources::postgres::snapshot::{copy_chunk, ChunkCopy};
+use crate::sources::postgres::snapshot::{copy_chunk, ChunkCopy, Reader};
 use crate::test_fixtures::{column, table};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Decimal128Type, Int32Type};
@@ -171,20 +171,10 @@ fn reader_handles_rows_split_at_any_offset() {
                 rows,
                 bytes: usize::MAX,
             };
-            let mut r = BinaryCopyReader::new(schema(&types), &types, limits, Op::Update).unwrap();
-            let mut batches = Vec::new();
-            for part in [&data[..split], &data[split..]] {
-                let mut rest = part;
-                while !rest.is_empty() {
-                    let used = r.feed(rest).unwrap();
-                    rest = &rest[used..];
-                    if r.is_full() {
-                        batches.push(r.take_batch().unwrap());
-                    }
-                }
-            }
-            assert_eq!(r.rows(), 3);
-            batches.extend(r.finish().unwrap());
+            let r = BinaryCopyReader::new(schema(&types), &types, limits, Op::Update).unwrap();
+            let (rows_read, batches) =
+                Reader::Binary(r).read_all(&[&data[..split], &data[split..]]);
+            assert_eq!(rows_read, 3);
             let ids: Vec<i32> = batches
                 .iter()
                 .flat_map(|b| {

@@ -137,6 +137,16 @@ pub enum SnapshotError {
 }
 
 impl SnapshotError {
+    /// The error of a statement on `table`'s copy session that failed while `context`.
+    pub fn query(table: &TableId, context: &'static str) -> impl FnOnce(SessionError) -> Self {
+        let table = table.clone();
+        move |source| SnapshotError::Query {
+            table,
+            context,
+            source,
+        }
+    }
+
     /// A short label for `cdcd_errors_total{kind}`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -181,11 +191,10 @@ pub async fn prefer_page_order(
     session
         .execute("SET enable_indexscan = off")
         .await
-        .map_err(|source| SnapshotError::Query {
-            table: table.clone(),
-            context: "setting the copy session's scan preference",
-            source,
-        })
+        .map_err(SnapshotError::query(
+            table,
+            "setting the copy session's scan preference",
+        ))
 }
 
 /// Opens a `REPEATABLE READ READ ONLY` transaction on the exported snapshot `name`. `SET
@@ -200,14 +209,10 @@ pub async fn import_snapshot(
         "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
         quote_literal(name)
     );
-    session
-        .execute(&begin)
-        .await
-        .map_err(|source| SnapshotError::Query {
-            table: table.clone(),
-            context: "importing the exported snapshot",
-            source,
-        })
+    session.execute(&begin).await.map_err(SnapshotError::query(
+        table,
+        "importing the exported snapshot",
+    ))
 }
 
 /// Copies `table` as seen by `snapshot_name` (a snapshot exported by the slot's creation; `None`:
@@ -255,11 +260,10 @@ where
             Ok(_) => session
                 .execute("COMMIT")
                 .await
-                .map_err(|source| SnapshotError::Query {
-                    table,
-                    context: "ending the snapshot transaction",
-                    source,
-                })?,
+                .map_err(SnapshotError::query(
+                    &table,
+                    "ending the snapshot transaction",
+                ))?,
             // The copy already failed; a failed rollback only means the connection is gone.
             Err(_) => {
                 let _ = session.execute("ROLLBACK").await;
@@ -369,6 +373,27 @@ impl Reader<'_> {
             Reader::Binary(r) => r.schema().id.clone(),
         }
     }
+
+    /// Feeds `parts` in order, taking each batch once full, as [`drive`] does: the rows read
+    /// before the end, and every batch (tests).
+    #[cfg(test)]
+    #[allow(clippy::unwrap_used)]
+    fn read_all(mut self, parts: &[&[u8]]) -> (u64, Vec<TableChanges>) {
+        let mut batches = Vec::new();
+        for part in parts {
+            let mut rest = *part;
+            while !rest.is_empty() {
+                let used = self.feed(rest).unwrap();
+                rest = &rest[used..];
+                if self.is_full() {
+                    batches.push(self.take_batch().unwrap());
+                }
+            }
+        }
+        let rows = self.rows();
+        batches.extend(self.finish().unwrap());
+        (rows, batches)
+    }
 }
 
 /// How many bytes of COPY data [`drive`] gathers before parsing them. Postgres sends one
@@ -387,14 +412,7 @@ where
     Fut: Future<Output = Result<(), SnapshotError>>,
 {
     let table = reader.table();
-    let query_err = |context| {
-        let table = table.clone();
-        move |source| SnapshotError::Query {
-            table,
-            context,
-            source,
-        }
-    };
+    let query_err = |context| SnapshotError::query(&table, context);
     session
         .copy_out(statement)
         .await

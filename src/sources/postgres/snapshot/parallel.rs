@@ -108,41 +108,36 @@ pub async fn plan_table(
             .collect();
         chunks.filter(|c| !c.is_empty()).map(|c| (c, p))
     });
-    if let Some((chunks, p)) = resumed {
-        let todo = (0..chunks.len() as u32)
-            .filter(|i| !p.done.contains(i))
-            .map(|i| {
-                (
-                    i,
-                    if p.started.contains(&i) {
-                        Op::Update
-                    } else {
-                        Op::Insert
-                    },
-                )
-            })
-            .collect();
-        return Ok(TablePlan {
-            schema,
-            types,
-            shape,
-            key,
-            binary,
-            chunks,
-            todo,
-            fresh: false,
-            estimated_rows,
-            estimated_bytes,
-        });
-    }
-    let n = chunk_count(estimated_rows, chunk_rows);
-    let chunks = if n > 1 && !key.names.is_empty() {
-        let samples = sample_keys(client, &schema, &key, size, n as u64).await?;
-        ranges_from_samples(&samples, n)
-    } else {
-        vec![KeyRange::default()]
+    // A resumed copy keeps its chunks and redoes what was not done; a fresh one samples them.
+    let (chunks, todo, fresh) = match resumed {
+        Some((chunks, p)) => {
+            let todo = (0..chunks.len() as u32)
+                .filter(|i| !p.done.contains(i))
+                .map(|i| {
+                    (
+                        i,
+                        if p.started.contains(&i) {
+                            Op::Update
+                        } else {
+                            Op::Insert
+                        },
+                    )
+                })
+                .collect();
+            (chunks, todo, false)
+        }
+        None => {
+            let n = chunk_count(estimated_rows, chunk_rows);
+            let chunks = if n > 1 && !key.names.is_empty() {
+                let samples = sample_keys(client, &schema, &key, size, n as u64).await?;
+                ranges_from_samples(&samples, n)
+            } else {
+                vec![KeyRange::default()]
+            };
+            let todo = (0..chunks.len() as u32).map(|i| (i, Op::Insert)).collect();
+            (chunks, todo, true)
+        }
     };
-    let todo = (0..chunks.len() as u32).map(|i| (i, Op::Insert)).collect();
     Ok(TablePlan {
         schema,
         types,
@@ -151,7 +146,7 @@ pub async fn plan_table(
         binary,
         chunks,
         todo,
-        fresh: true,
+        fresh,
         estimated_rows,
         estimated_bytes,
     })
@@ -446,14 +441,10 @@ async fn verify(
         quote_ident(&table.namespace),
         quote_ident(&table.name)
     );
-    session
-        .execute(&lock)
-        .await
-        .map_err(|source| SnapshotError::Query {
-            table: table.clone(),
-            context: "locking the table for its copy",
-            source,
-        })?;
+    session.execute(&lock).await.map_err(SnapshotError::query(
+        table,
+        "locking the table for its copy",
+    ))?;
     let shape = catalog::table_shape(now, table).await?;
     if shape == plan.shape {
         return Ok(true);

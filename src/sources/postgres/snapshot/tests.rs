@@ -83,20 +83,10 @@ fn rows_split_anywhere_across_chunks() {
     for batch_rows in [1, 2, 100] {
         for cut in 0..=DATA.len() {
             for cut2 in cut..=DATA.len() {
-                let mut reader = CopyReader::new(schema.clone(), &types, batch_rows).unwrap();
-                let mut batches = Vec::new();
-                for chunk in [&DATA[..cut], &DATA[cut..cut2], &DATA[cut2..]] {
-                    let mut rest = chunk;
-                    while !rest.is_empty() {
-                        let used = reader.feed(rest).unwrap();
-                        rest = &rest[used..];
-                        if reader.is_full() {
-                            batches.push(reader.take_batch().unwrap());
-                        }
-                    }
-                }
-                assert_eq!(reader.rows(), 3);
-                batches.extend(reader.finish().unwrap());
+                let reader = CopyReader::new(schema.clone(), &types, batch_rows).unwrap();
+                let chunks = [&DATA[..cut], &DATA[cut..cut2], &DATA[cut2..]];
+                let (rows_read, batches) = Reader::Text(reader).read_all(&chunks);
+                assert_eq!(rows_read, 3);
                 if batch_rows == 1 {
                     assert_eq!(batches.len(), 3);
                 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::{new_builder, BatchLimits, SnapshotError};
 use crate::changelog::{append_null, Op, TableChanges, TableChangesBuilder, TableSchema};
-use crate::sources::postgres::types::ColumnType;
+use crate::sources::postgres::types::{hex_value, ColumnType};
 
 /// Parses COPY text-format data (tab-separated fields, `\N` for NULL, backslash escapes, rows
 /// ending in `\n`; Postgres docs "COPY", "Text Format") into changelog batches. Pure: CopyData
@@ -256,7 +256,7 @@ pub fn unescape_copy(field: &[u8], out: &mut Vec<u8>) {
                 for _ in 0..2 {
                     match field.get(i) {
                         Some(&d) if d.is_ascii_hexdigit() => {
-                            v = v * 16 + hex_digit(d);
+                            v = v * 16 + hex_value(d);
                             i += 1;
                         }
                         _ => break,
@@ -266,14 +266,5 @@ pub fn unescape_copy(field: &[u8], out: &mut Vec<u8>) {
             }
             other => out.push(other),
         }
-    }
-}
-
-fn hex_digit(d: u8) -> u8 {
-    match d {
-        b'0'..=b'9' => d - b'0',
-        b'a'..=b'f' => d - b'a' + 10,
-        b'A'..=b'F' => d - b'A' + 10,
-        _ => 0,
     }
 }

@@ -58,6 +58,8 @@ use crate::changelog::append_null;
 
 mod text;
 
+pub(crate) use text::hex_value;
+
 #[cfg(test)]
 mod tests;
 

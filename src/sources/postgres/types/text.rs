@@ -168,7 +168,7 @@ fn is_octal(b: u8) -> bool {
 }
 
 /// The value of an ASCII hex digit (callers check `is_ascii_hexdigit` first).
-fn hex_value(b: u8) -> u8 {
+pub(crate) fn hex_value(b: u8) -> u8 {
     match b {
         b'0'..=b'9' => b - b'0',
         b'a'..=b'f' => b - b'a' + 10,

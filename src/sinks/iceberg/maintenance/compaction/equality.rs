@@ -23,7 +23,7 @@
 use std::collections::{HashMap, HashSet};
 
 use arrow_array::RecordBatch;
-use arrow_row::{RowConverter, SortField};
+use arrow_row::RowConverter;
 use arrow_schema::{ArrowError, Schema as ArrowSchema, SchemaRef};
 use iceberg::spec::{DataFileFormat, Schema};
 
@@ -33,6 +33,7 @@ use crate::sinks::iceberg::deletes::position_deletes::read_pairs;
 use crate::sinks::iceberg::files::decode::{decode, project};
 use crate::sinks::iceberg::files::manifest::read;
 use crate::sinks::iceberg::rows::live::LiveState;
+use crate::sinks::iceberg::rows::row_converter;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
@@ -244,13 +245,7 @@ fn key_schema(
         fields.push(field.clone());
     }
     let keys = std::sync::Arc::new(ArrowSchema::new(fields));
-    let codec = RowConverter::new(
-        keys.fields()
-            .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
-            .collect(),
-    )
-    .map_err(|e| bad(e.to_string()))?;
+    let codec = row_converter(&keys).map_err(|e| bad(e.to_string()))?;
     Ok((keys, codec))
 }
 

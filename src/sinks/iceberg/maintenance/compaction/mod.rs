@@ -373,26 +373,9 @@ impl<'a> RewriteDataFiles<'a> {
         let staged = replace
             .stage(&written, &vectors, &mut manifests, checkpoint.as_ref())
             .await?;
-        let location = tables.current_location(table);
-        let published = tables
-            .catalog_for(table)
-            .commit(
-                &tables.warehouse,
-                &tables.table_ref(table, &location),
-                &current,
-                staged.next,
-            )
-            .await;
-        let after = match published {
-            Ok(after) => Arc::new(after),
-            Err(e) => {
-                // Conflict or unknown outcome: the next load tells; the files are orphans.
-                tables.remember(table, None);
-                return Err(e);
-            }
-        };
+        // Conflict or unknown outcome: the next load tells; the files are orphans.
+        let after = tables.commit_metadata(table, &current, staged.next).await?;
         failpoints::crash_point(failpoints::COMPACT_AFTER_COMMIT);
-        tables.remember(table, Some(Arc::clone(&after)));
         metadata_log::delete_after_commit(
             &tables.warehouse,
             &current,

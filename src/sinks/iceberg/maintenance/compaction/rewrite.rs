@@ -300,7 +300,7 @@ impl Rewrite<'_> {
         placement: Placement,
         keys: Vec<RecordBatch>,
     ) -> Result<Output, SinkError> {
-        let bytes = blocking(&path, move || file.finish()).await?;
+        let bytes = writer::encode_blocking(&path, move || file.finish()).await?;
         let file = writer::put_file(
             self.warehouse,
             self.table,
@@ -441,7 +441,7 @@ async fn encode(
             source,
         })?,
     };
-    blocking(path, move || {
+    writer::encode_blocking(path, move || {
         for b in &batches {
             file.write(b)?;
         }
@@ -449,24 +449,6 @@ async fn encode(
     })
     .await
     .map(Some)
-}
-
-/// Runs `work` on the blocking pool; a failure names `path`.
-async fn blocking<T: Send + 'static>(
-    path: &str,
-    work: impl FnOnce() -> Result<T, parquet::errors::ParquetError> + Send + 'static,
-) -> Result<T, SinkError> {
-    let done = tokio::task::spawn_blocking(work).await;
-    match done {
-        Ok(result) => result,
-        Err(join) => Err(parquet::errors::ParquetError::General(format!(
-            "the encoding task failed: {join}"
-        ))),
-    }
-    .map_err(|source| SinkError::Parquet {
-        context: format!("encoding {path}"),
-        source,
-    })
 }
 
 /// The columns named `names` of `batches` (all of them: the keys of every kept row, in order).

@@ -27,10 +27,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use arrow_row::{RowConverter, Rows, SortField};
+use arrow_row::{RowConverter, Rows};
 use arrow_schema::{ArrowError, SchemaRef};
 use iceberg::spec::TableMetadata;
 
+use super::{column_names, row_converter};
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::sinks::iceberg::deletes::commit_vectors::LiveDvs;
 use crate::sinks::iceberg::deletes::deletion_vector::DeletionVector;
@@ -111,7 +112,7 @@ impl TableIndex {
             Err(e) => return Err(index_error(&table, e)),
         };
         let keys_schema = TableChanges::keys_schema(schema);
-        let codec = converter(&keys_schema).map_err(|source| SinkError::Arrow {
+        let codec = row_converter(&keys_schema).map_err(|source| SinkError::Arrow {
             context: format!("encoding the keys of {table}"),
             source,
         })?;
@@ -196,12 +197,7 @@ impl TableIndex {
         let path = f.file.file_path();
         let dv = dvs.get(path).map(|d| &d.dv);
         let bytes = read(warehouse, path).await?;
-        let names: Vec<&str> = self
-            .keys_schema
-            .fields()
-            .iter()
-            .map(|f| f.name().as_str())
-            .collect();
+        let names = column_names(&self.keys_schema);
         let mut offset = 0u64;
         let mut upserted = 0u64;
         for batch in decode(&bytes, path, Some(&names))? {
@@ -444,16 +440,6 @@ fn snapshots_after(meta: &TableMetadata, current: i64, covered: i64) -> Option<H
         next = s.parent_snapshot_id().and_then(|p| meta.snapshot_by_id(p));
     }
     None
-}
-
-fn converter(keys_schema: &SchemaRef) -> Result<RowConverter, ArrowError> {
-    RowConverter::new(
-        keys_schema
-            .fields()
-            .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
-            .collect(),
-    )
 }
 
 /// An index error as a sink error naming the table or the index object.
