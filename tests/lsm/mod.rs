@@ -7,3 +7,4 @@ mod expiry;
 mod partitioned;
 mod replication;
 mod row_metadata;
+mod soft_deletes;
