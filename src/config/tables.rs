@@ -523,12 +523,6 @@ impl Section {
             }
             _ => {}
         }
-        if let Some(field) = unbuilt(&raw, kind) {
-            return Err(at(field).invalid(format!(
-                "is not built yet for {} sinks; remove it (docs/table-settings.md says what is)",
-                kind.name()
-            )));
-        }
         if let Some(b) = raw.buckets {
             if !(1..=1024).contains(&b) {
                 return Err(at("buckets").invalid(format!("{b}: use 1 to 1024")));
@@ -568,14 +562,6 @@ impl Section {
             json: raw.json,
             spatial: raw.spatial,
         })
-    }
-}
-
-/// A key of the contract that `kind`'s sink does not write yet: refused rather than ignored.
-fn unbuilt(raw: &RawTableSettings, kind: SinkKind) -> Option<&'static str> {
-    match kind {
-        SinkKind::Lsm if raw.deletes == Some(Deletes::Soft) => Some("deletes"),
-        _ => None,
     }
 }
 

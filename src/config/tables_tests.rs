@@ -361,16 +361,15 @@ row_metadata = false
 }
 
 #[test]
-fn soft_deletes_are_taken_by_iceberg_and_refused_by_lsm_until_built_row_metadata_by_both() {
+fn soft_deletes_and_row_metadata_are_taken_by_both_sinks() {
     let sections = "[sink.tables.\"public.orders\"]\ndeletes = \"soft\"\nrow_metadata = true\n";
     let s = tables(&with_sections(sections)).resolve(&orders()).unwrap();
     assert_eq!(s.deletes, super::Deletes::Soft);
     assert!(s.row_metadata);
-    let e = error(&lsm_with_sections(sections));
-    assert!(
-        e.contains("deletes") && e.contains("not built yet for lsm"),
-        "{e}"
-    );
+    let s = tables(&lsm_with_sections(sections))
+        .resolve(&orders())
+        .unwrap();
+    assert_eq!(s.deletes, super::Deletes::Soft);
     let row_metadata = "[sink.tables.\"public.orders\"]\nrow_metadata = true\n";
     let s = tables(&lsm_with_sections(row_metadata))
         .resolve(&orders())

@@ -8,3 +8,4 @@ mod json_variant;
 mod partitioned;
 mod replication;
 mod row_metadata;
+mod soft_deletes;

@@ -19,5 +19,5 @@ mod replication;
 pub(crate) mod resync;
 mod schema_resync;
 mod snapshot;
-mod soft_deletes;
+pub(crate) mod soft_deletes;
 mod tls;

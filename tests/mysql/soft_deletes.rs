@@ -44,6 +44,24 @@ fn rows(p: &MyPipeline, table: &str, reader: &str) -> BTreeMap<i64, serde_json::
     rows
 }
 
+/// Creates `t` (ids 1 to 30, a 100-byte `body`), checks the config, starts cdcd and waits for the
+/// copy; returns a connection whose session writes `binlog_row_image = MINIMAL`.
+pub async fn start_on_thirty_rows(p: &mut MyPipeline) -> mysql_async::Conn {
+    let mut c = my_connect(&p.env.url_for(&p.db)).await;
+    my_exec(
+        &mut c,
+        "CREATE TABLE t (id BIGINT PRIMARY KEY, name VARCHAR(20), n INT, body TEXT);
+         INSERT INTO t SELECT seq, CONCAT('n', seq), seq, REPEAT('b', 100) FROM seq_1_to_30",
+    )
+    .await;
+    let (code, out) = p.check();
+    assert_eq!(code, Some(0), "cdcd check:\n{out}");
+    p.start();
+    p.assert_equal("t", 120).await;
+    my_exec(&mut c, "SET SESSION binlog_row_image = 'MINIMAL'").await;
+    c
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_soft_deletes_keep_flagged_rows_with_their_values() {
     let Some(env) = my_env("mysql_soft_deletes_keep_flagged_rows_with_their_values") else {
@@ -56,19 +74,7 @@ async fn mysql_soft_deletes_keep_flagged_rows_with_their_values() {
         "\n[sink.tables.\"{name}.t\"]\ndeletes = \"soft\"\nrow_metadata = true\n"
     ));
     std::fs::write(&p.config, text).unwrap();
-    let mut c = my_connect(&env.url_for(&p.db)).await;
-    my_exec(
-        &mut c,
-        "CREATE TABLE t (id BIGINT PRIMARY KEY, name VARCHAR(20), n INT, body TEXT);
-         INSERT INTO t SELECT seq, CONCAT('n', seq), seq, REPEAT('b', 100) FROM seq_1_to_30",
-    )
-    .await;
-    let (code, out) = p.check();
-    assert_eq!(code, Some(0), "cdcd check:\n{out}");
-    p.start();
-    p.assert_equal("t", 120).await;
-
-    my_exec(&mut c, "SET SESSION binlog_row_image = 'MINIMAL'").await;
+    let mut c = start_on_thirty_rows(&mut p).await;
     // Per transaction: the ids it writes, its GTID, and the wall clock around it.
     let mut txs: Vec<(Vec<i64>, String, i64, i64)> = Vec::new();
     for (ids, sql) in [

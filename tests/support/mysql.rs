@@ -71,11 +71,21 @@ pub async fn my_exec(conn: &mut Conn, sql: &str) {
 /// (seeded as [`Rng::from_env_or_clock`] says for `test`), then a kill -9 at a random moment.
 /// cdcd is not running at the end.
 pub async fn writes_through_kills(p: &mut MyPipeline, c: &mut Conn, test: &str, writes: u32) {
+    create_acct(c).await;
+    kill_rounds(p, c, test, writes).await;
+}
+
+/// Creates the table `acct` of [`writes_through_kills`].
+pub async fn create_acct(c: &mut Conn) {
     my_exec(
         c,
         "CREATE TABLE acct (id INT PRIMARY KEY, n BIGINT, note VARCHAR(40))",
     )
     .await;
+}
+
+/// The rounds of [`writes_through_kills`] on an existing `acct`.
+pub async fn kill_rounds(p: &mut MyPipeline, c: &mut Conn, test: &str, writes: u32) {
     let mut rng = Rng::from_env_or_clock(test);
     let mut next_id = 0;
     for round in 0..4 {

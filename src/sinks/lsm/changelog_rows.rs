@@ -178,6 +178,9 @@ pub struct Walk<'a> {
     pub found: &'a [Option<u32>],
     /// Changes the table's plan counts (`Plan::changes`): the last ones of the commit.
     pub counted: u64,
+    /// `deletes = "soft"`: a key change leaves the old key's row (flagged by the change before
+    /// it), so it writes no `-D` of the old key.
+    pub keep_old_keys: bool,
 }
 
 /// The commit's changelog rows (module doc).
@@ -229,6 +232,7 @@ pub fn rows(walk: &Walk<'_>) -> Changelog {
                 let before = state.get(read).copied().unwrap_or(Image::Absent);
                 let after_kind = match (before, moved) {
                     (Image::Absent, _) => KIND_INSERT,
+                    (_, true) if walk.keep_old_keys => KIND_INSERT,
                     (_, true) => {
                         out.push_image(KIND_DELETE, order, before);
                         state.insert(read, Image::Absent);
@@ -390,6 +394,7 @@ mod tests {
             reads: &read,
             found: &[Some(0), Some(1)],
             counted: 5,
+            keep_old_keys: false,
         });
         let (b, kd, u, a, i) = (
             KIND_UPDATE_BEFORE,
@@ -436,6 +441,7 @@ mod tests {
             reads: &read,
             found: &[None],
             counted: 1,
+            keep_old_keys: false,
         });
         assert_eq!(log.kinds, vec![KIND_DELETE]);
         assert_eq!(log.sources, vec![Src::Row(0, 0), Src::Null, Src::Null]);

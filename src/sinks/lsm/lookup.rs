@@ -187,6 +187,17 @@ impl Newest {
                 }
             }
         }
+        // A key wanted twice (soft deletes: a kept old key's own row and the new key completed
+        // from it) was found under one of its places: each takes that one's row.
+        for i in 0..wanted.num_rows() {
+            let at = index.get(wanted.row(i).data()).copied();
+            if let Some(row) = at.filter(|&at| at != i).and_then(|at| newest.best.get(at)) {
+                let row = *row;
+                if let Some(slot) = newest.best.get_mut(i) {
+                    *slot = row;
+                }
+            }
+        }
         Ok(newest)
     }
 }

@@ -94,7 +94,10 @@ pub enum PlanError {
 /// Plans one commit. `complete`: fill absent columns (deduplicate engine); when false
 /// (partial-update engine) absent columns are written NULL, which that engine reads as
 /// "unchanged" — except after a key change, where the engine has no earlier row under the new key
-/// and the values are taken from the old key's row as in the deduplicate mode.
+/// and the values are taken from the old key's row as in the deduplicate mode. `keep_old_keys`
+/// (soft deletes, `sinks/cdc_columns.rs`): a key change leaves the old key's row as it is (a soft
+/// delete just before it flagged that row) instead of deleting it, and the new key's absent
+/// columns still come from it.
 ///
 /// The phases: the changes after the last TRUNCATE, cast to their stored types; one record per
 /// change (two for a key change: a delete of the old key) sorted by (key, source order)
@@ -105,11 +108,13 @@ pub fn plan(
     schemas: &FileSchemas,
     buckets: u32,
     complete: bool,
+    keep_old_keys: bool,
 ) -> Result<Plan, PlanError> {
     let (start, truncate) = after_last_truncate(changes);
     let Cast { cast, old_cast } = cast_changes(changes, schemas)?;
     let whole_rows = whole_rows(changes, start);
-    let records = Records::new(changes, schemas, start, &cast, &old_cast, whole_rows)?;
+    let mut records = Records::new(changes, schemas, start, &cast, &old_cast, whole_rows)?;
+    records.keep_old_keys = keep_old_keys;
     let key_columns = KeyColumns::new(schemas, &cast, &old_cast);
     let mut key_buf = Vec::new();
     let folded = records.fold(
@@ -224,6 +229,8 @@ struct Records<'a> {
     group_start: Vec<usize>,
     /// Where the old-key record of a key change sits, by `(batch, row)`.
     old_at: HashMap<(u32, u32), usize>,
+    /// An old-key record leaves its key's row as it was ([`plan`]'s `keep_old_keys`).
+    keep_old_keys: bool,
 }
 
 /// What [`Records::fold`] needs besides the records.
@@ -269,6 +276,7 @@ impl<'a> Records<'a> {
             consumed,
             group_start: Vec::new(),
             old_at: HashMap::new(),
+            keep_old_keys: false,
         };
         if !whole_rows {
             records.index_groups();
@@ -297,7 +305,7 @@ impl<'a> Records<'a> {
     }
 
     fn is_delete(&self, r: &Rec) -> bool {
-        r.old
+        (r.old && !self.keep_old_keys)
             || self
                 .changes
                 .get(r.batch as usize)
@@ -324,10 +332,14 @@ impl<'a> Records<'a> {
             let Some(r) = recs.get(cur) else {
                 return Ok(Src::Null);
             };
-            if present(self.changes, r, col) {
+            // A kept old key's record changes nothing: the value is the one before it.
+            let kept = r.old && self.keep_old_keys;
+            if !kept && present(self.changes, r, col) {
                 return Ok(Src::Row(r.batch, r.row));
             }
-            let (anchor, lookup_key) = if self.key_changed(r) {
+            let (anchor, lookup_key) = if kept {
+                (cur, Src::Old(r.batch, r.row))
+            } else if self.key_changed(r) {
                 match self.old_at.get(&(r.batch, r.row)) {
                     Some(&o) => (o, Src::Old(r.batch, r.row)),
                     None => return Err(Src::Old(r.batch, r.row)),
@@ -363,7 +375,16 @@ impl<'a> Records<'a> {
             while j < recs.len() && self.same_key(&recs[j], &recs[i]) {
                 j += 1;
             }
-            let Some(last) = recs.get(j - 1) else { break };
+            // A key whose records are all kept old keys keeps its row: nothing to write.
+            let kept = |k: &usize| recs.get(*k).is_some_and(|r| self.keep_old_keys && r.old);
+            let last_at = match (i..j).rev().find(|k| !kept(k)) {
+                Some(k) => k,
+                None => {
+                    i = j;
+                    continue;
+                }
+            };
+            let Some(last) = recs.get(last_at) else { break };
             let delete = self.is_delete(last);
             let key_src = if last.old {
                 Src::Old(last.batch, last.row)
@@ -375,7 +396,7 @@ impl<'a> Records<'a> {
             let pending = if f.whole_rows {
                 None
             } else {
-                self.row_sources(j - 1, key_src, delete, f, &mut row_sources)
+                self.row_sources(last_at, key_src, delete, f, &mut row_sources)
             };
             // (With `whole_rows`, `row_sources` stays empty: uniform.)
             let uniform = row_sources.iter().all(|&s| s == key_src);

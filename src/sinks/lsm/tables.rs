@@ -262,9 +262,9 @@ impl Tables {
     }
 
     /// `changes` with the columns `[sink.tables."…"]` adds to the table's rows
-    /// (`sinks/cdc_columns.rs`: `row_metadata`; `deletes = "soft"` is not built for this sink
-    /// and refused by the config); `None` when it adds none. Paimon has no initial default:
-    /// rows written before the columns were added read NULL.
+    /// (`sinks/cdc_columns.rs`: `deletes = "soft"`, `row_metadata`); `None` when it adds none.
+    /// Paimon has no initial default: rows written before the columns were added read NULL
+    /// (`_cdc_deleted` NULL reads as live).
     pub(super) async fn with_cdc_columns(
         &self,
         schema: &Arc<TableSchema>,

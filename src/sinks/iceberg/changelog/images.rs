@@ -16,9 +16,10 @@
 //! `interleave` over those sources.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use arrow_array::{new_null_array, Array, ArrayRef, RecordBatch};
-use arrow_row::{OwnedRow, RowConverter, Rows, SortField};
+use arrow_row::{Row, RowConverter, Rows, SortField};
 use arrow_schema::ArrowError;
 use arrow_select::interleave::interleave;
 
@@ -66,6 +67,7 @@ pub(crate) struct Prior<'a> {
 }
 
 /// The key columns of every run, encoded to compare (new keys and old keys of key changes).
+/// Keys are borrowed from here while walking: no key is copied per change.
 struct Keys {
     new: Vec<Rows>,
     old: Vec<Rows>,
@@ -94,18 +96,58 @@ impl Keys {
         Ok(Keys { new, old })
     }
 
-    fn new_key(&self, batch: usize, row: usize) -> OwnedRow {
-        self.new[batch].row(row).owned()
+    fn new_key(&self, batch: usize, row: usize) -> Row<'_> {
+        self.new[batch].row(row)
     }
 
     /// The key the row had before change (`batch`, `row`): its old key when the change moved it.
-    fn before_key(&self, c: &TableChanges, batch: usize, row: usize) -> OwnedRow {
+    fn before_key(&self, c: &TableChanges, batch: usize, row: usize) -> Row<'_> {
         if c.key_changed.get(row).copied().unwrap_or(false) {
-            self.old[batch].row(row).owned()
+            self.old[batch].row(row)
         } else {
             self.new_key(batch, row)
         }
     }
+}
+
+/// Hashes the encoded keys (`arrow_row` bytes) of the walk's key sets: FxHash's multiply-rotate
+/// over 8-byte words. The walks hash two to four keys per change, and std's SipHash on a 9-byte
+/// int8 key cost more than the rest of the walk (profiled on the MariaDB bench, issue 38).
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl KeyHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            if let Some(head) = word.get_mut(..chunk.len()) {
+                head.copy_from_slice(chunk);
+            }
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+}
+
+type KeyHash = BuildHasherDefault<KeyHasher>;
+
+/// The changes of `changes`, one per key at most (sizes the key sets up front: growing them
+/// rehashes every key several times).
+fn change_count(changes: &[TableChanges]) -> usize {
+    changes.iter().map(TableChanges::len).sum()
 }
 
 /// The keys whose row before the commit the changelog needs, each once, in the order
@@ -120,7 +162,8 @@ pub(crate) fn prior_keys(
         return Ok(Vec::new());
     }
     let keys = Keys::of(changes, key)?;
-    let mut seen: HashSet<OwnedRow> = HashSet::new();
+    let mut seen: HashSet<Row<'_>, KeyHash> =
+        HashSet::with_capacity_and_hasher(change_count(changes), KeyHash::default());
     let mut truncated = false;
     let mut wanted = Vec::new();
     for (b, c) in changes.iter().enumerate() {
@@ -174,6 +217,15 @@ impl Sources {
     }
 }
 
+/// A key's image while walking: `width` cells at `start` of the emitted rows' cells or of the
+/// images not emitted, or a row of the table before the commit (every cell from it).
+#[derive(Debug, Clone, Copy)]
+enum Image {
+    Emitted(usize),
+    Kept(usize),
+    Prior(usize),
+}
+
 /// The changelog rows of `changes` (the commit's runs, in order, of one schema; `key`: the key
 /// columns, empty for a keyless table), completed from `prior` (the table's rows of
 /// [`prior_keys`]); only runs with `emit[run]` give rows (the others, already in the changelog or
@@ -206,9 +258,17 @@ pub(crate) fn images(
         width,
         prior: prior.as_ref(),
         next_prior: 0,
-        images: HashMap::new(),
+        images: HashMap::with_capacity_and_hasher(
+            if keys.is_some() {
+                change_count(changes)
+            } else {
+                0
+            },
+            KeyHash::default(),
+        ),
         truncated: false,
         cells: Vec::new(),
+        kept: Vec::new(),
         kinds: Vec::new(),
         runs: Vec::new(),
     };
@@ -237,7 +297,7 @@ pub(crate) fn images(
 }
 
 /// The images followed through the commit, and the rows emitted so far.
-struct Walk<'a> {
+struct Walk<'a, 'k> {
     src: &'a Sources,
     /// The key columns.
     key: &'a [usize],
@@ -246,39 +306,82 @@ struct Walk<'a> {
     /// The next row of `prior` (keys are met in [`prior_keys`]'s order).
     next_prior: usize,
     /// Each key met so far: its image, or `None` once it has no row.
-    images: HashMap<OwnedRow, Option<Vec<Cell>>>,
+    images: HashMap<Row<'k>, Option<Image>, KeyHash>,
     truncated: bool,
     /// Per emitted row, its cells (`width` each, flattened).
     cells: Vec<Cell>,
+    /// The cells of images not emitted (runs already in the changelog), `width` each.
+    kept: Vec<Cell>,
     kinds: Vec<ChangeKind>,
     runs: Vec<usize>,
 }
 
-impl Walk<'_> {
-    fn emit(&mut self, kind: ChangeKind, run: usize, image: &[Cell]) {
-        self.cells.extend_from_slice(image);
-        self.kinds.push(kind);
-        self.runs.push(run);
+impl<'k> Walk<'_, 'k> {
+    /// Cell `col` of `image`.
+    fn cell(&self, image: Image, col: usize) -> Cell {
+        let at = match image {
+            Image::Prior(i) => return (self.src.prior(), i),
+            Image::Emitted(start) => self.cells.get(start + col),
+            Image::Kept(start) => self.kept.get(start + col),
+        };
+        at.copied().unwrap_or(self.src.null())
     }
 
-    /// The row of the change, its absent cells from `base` (NULL without one).
-    fn after(&self, c: &TableChanges, b: usize, r: usize, base: Option<&[Cell]>) -> Vec<Cell> {
-        (0..self.width)
-            .map(|col| {
-                if c.is_present(col, r) {
-                    (b, r)
-                } else {
-                    base.and_then(|img| img.get(col).copied())
-                        .unwrap_or(self.src.null())
+    /// Emits a row of `kind` from `run` whose cell `col` is `cell(self, col)`; returns its image.
+    fn emit_with(
+        &mut self,
+        kind: ChangeKind,
+        run: usize,
+        cell: impl Fn(&Self, usize) -> Cell,
+    ) -> Image {
+        let start = self.cells.len();
+        for col in 0..self.width {
+            let c = cell(self, col);
+            self.cells.push(c);
+        }
+        self.kinds.push(kind);
+        self.runs.push(run);
+        Image::Emitted(start)
+    }
+
+    /// Emits `image` as a row of `kind` from `run`.
+    fn emit(&mut self, kind: ChangeKind, run: usize, image: Image) {
+        self.emit_with(kind, run, |w, col| w.cell(image, col));
+    }
+
+    /// The row of the change, its absent cells from `base` (NULL without one): emitted as a
+    /// row of `kind` when `emit` holds one, else kept.
+    fn after(
+        &mut self,
+        c: &TableChanges,
+        (b, r): (usize, usize),
+        base: Option<Image>,
+        emit: Option<ChangeKind>,
+    ) -> Image {
+        let cell = |w: &Self, col: usize| {
+            if c.is_present(col, r) {
+                (b, r)
+            } else {
+                base.map_or(w.src.null(), |img| w.cell(img, col))
+            }
+        };
+        match emit {
+            Some(kind) => self.emit_with(kind, b, cell),
+            None => {
+                let start = self.kept.len();
+                for col in 0..self.width {
+                    let c = cell(self, col);
+                    self.kept.push(c);
                 }
-            })
-            .collect()
+                Image::Kept(start)
+            }
+        }
     }
 
     /// The row a key had before the change: met earlier in the commit, else the table's.
-    fn before(&mut self, key: &OwnedRow) -> Option<Vec<Cell>> {
+    fn before(&mut self, key: &Row<'k>) -> Option<Image> {
         if let Some(image) = self.images.get(key) {
-            return image.clone();
+            return *image;
         }
         if self.truncated {
             return None;
@@ -289,7 +392,7 @@ impl Walk<'_> {
         if prior.missing.get(i).copied().unwrap_or(true) || i >= prior.rows.num_rows() {
             return None;
         }
-        Some(vec![(self.src.prior(), i); self.width])
+        Some(Image::Prior(i))
     }
 
     /// Change `(b, r)` of a keyed table, whose key is `new_key` and was `before_key`.
@@ -298,39 +401,38 @@ impl Walk<'_> {
         c: &TableChanges,
         (b, r): (usize, usize),
         op: Op,
-        (new_key, before_key): (OwnedRow, OwnedRow),
+        (new_key, before_key): (Row<'k>, Row<'k>),
         emit: bool,
     ) {
         match op {
             Op::Insert => {
-                let image = self.after(c, b, r, None);
-                if emit {
-                    self.emit(ChangeKind::Insert, b, &image);
-                }
+                let image = self.after(c, (b, r), None, emit.then_some(ChangeKind::Insert));
                 self.images.insert(new_key, Some(image));
             }
             Op::Update => {
                 let moved = c.key_changed.get(r).copied().unwrap_or(false);
                 let before = self.before(&before_key);
-                let after = self.after(c, b, r, before.as_deref());
                 if emit {
-                    let before = before.clone().unwrap_or_else(|| {
-                        // Only the key is known: the old one when the update moved it.
-                        let mut image = vec![self.src.null(); self.width];
-                        for &col in self.key {
-                            if let Some(cell) = image.get_mut(col) {
-                                *cell = if moved {
-                                    (self.src.old_key(b), r)
+                    match before {
+                        Some(image) => self.emit(ChangeKind::UpdateBefore, b, image),
+                        None => {
+                            // Only the key is known: the old one when the update moved it.
+                            let key_cell = if moved {
+                                (self.src.old_key(b), r)
+                            } else {
+                                (b, r)
+                            };
+                            self.emit_with(ChangeKind::UpdateBefore, b, |w, col| {
+                                if w.key.contains(&col) {
+                                    key_cell
                                 } else {
-                                    (b, r)
-                                };
-                            }
+                                    w.src.null()
+                                }
+                            });
                         }
-                        image
-                    });
-                    self.emit(ChangeKind::UpdateBefore, b, &before);
-                    self.emit(ChangeKind::UpdateAfter, b, &after);
+                    }
                 }
+                let after = self.after(c, (b, r), before, emit.then_some(ChangeKind::UpdateAfter));
                 if moved {
                     self.images.insert(before_key, None);
                 }
@@ -339,8 +441,12 @@ impl Walk<'_> {
             Op::Delete => {
                 let before = self.before(&new_key);
                 if emit {
-                    let image = before.unwrap_or_else(|| self.after(c, b, r, None));
-                    self.emit(ChangeKind::Delete, b, &image);
+                    match before {
+                        Some(image) => self.emit(ChangeKind::Delete, b, image),
+                        None => {
+                            self.after(c, (b, r), None, Some(ChangeKind::Delete));
+                        }
+                    }
                 }
                 self.images.insert(new_key, None);
             }
@@ -357,15 +463,13 @@ impl Walk<'_> {
             Op::Truncate => return self.truncate(b, emit),
         };
         if emit {
-            let image = self.after(c, b, r, None);
-            self.emit(kind, b, &image);
+            self.after(c, (b, r), None, Some(kind));
         }
     }
 
     fn truncate(&mut self, b: usize, emit: bool) {
         if emit {
-            let image = vec![self.src.null(); self.width];
-            self.emit(ChangeKind::Truncate, b, &image);
+            self.emit_with(ChangeKind::Truncate, b, |w, _| w.src.null());
         }
         self.images.clear();
         self.truncated = true;

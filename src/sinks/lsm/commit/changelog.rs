@@ -119,6 +119,7 @@ impl Commit<'_> {
             reads: &reads,
             found: &found,
             counted: plan.changes,
+            keep_old_keys: planned.keep_old_keys,
         });
         Ok((rows, current))
     }

@@ -45,7 +45,7 @@ use super::table::{Change, TableState};
 use super::tables::{Handle, Tables};
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
-use crate::config::MergeEngine;
+use crate::config::{Deletes, MergeEngine};
 use crate::sinks::{CommitStats, SinkError};
 
 mod append;
@@ -117,6 +117,8 @@ pub(super) struct Planned {
     plan: Plan,
     schemas: FileSchemas,
     buckets: u32,
+    /// `deletes = "soft"`: a key change leaves the old key's (flagged) row in place.
+    keep_old_keys: bool,
 }
 
 /// The current rows [`Commit::lookup`] found: the batch (data file shape) and, per
@@ -185,16 +187,24 @@ impl<'a> Commit<'a> {
             .with_aliases(state.aliases.clone());
         let buckets = state.buckets(self.tables.config.buckets_for(self.table()));
         let complete = self.tables.config.merge_engine == MergeEngine::Deduplicate;
-        let plan = plan::plan(self.input.changes, &schemas, buckets, complete).map_err(|e| {
-            SinkError::Data {
-                table: self.table().clone(),
-                detail: format!("planning the commit: {e}"),
-            }
+        let keep_old_keys =
+            self.tables.config.tables.resolve(self.table())?.deletes == Deletes::Soft;
+        let plan = plan::plan(
+            self.input.changes,
+            &schemas,
+            buckets,
+            complete,
+            keep_old_keys,
+        )
+        .map_err(|e| SinkError::Data {
+            table: self.table().clone(),
+            detail: format!("planning the commit: {e}"),
         })?;
         Ok(Planned {
             plan,
             schemas,
             buckets,
+            keep_old_keys,
         })
     }
 
