@@ -35,7 +35,7 @@ use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions
 use arrow_buffer::BooleanBuffer;
 use arrow_schema::{ArrowError, DataType, TimeUnit};
 
-use crate::changelog::{Column, Op, TableChanges, TableSchema};
+use crate::changelog::{Column, Op, TableChanges, TableId, TableSchema};
 use crate::config::{Deletes, TableSettings};
 use crate::sinks::SinkError;
 
@@ -48,6 +48,27 @@ pub const POSITION: &str = "_cdc_position";
 
 /// The table's schema with the added columns, and the changes rewritten for it.
 pub type WithColumns = (Arc<TableSchema>, Vec<TableChanges>);
+
+/// Refuses a commit that would drop `_cdc_deleted` from a table that has it (`has_deleted`) once
+/// its `deletes = "soft"` was removed: its flagged rows would read as live rows, and a key deleted
+/// at the source could then be inserted again beside its flagged row. Both sinks ask before
+/// anything is written.
+pub fn refuse_unflagging(
+    table: &TableId,
+    has_deleted: bool,
+    soft_deletes: bool,
+    schema: &TableSchema,
+) -> Result<(), SinkError> {
+    if has_deleted && !soft_deletes && schema.column_index(DELETED).is_none() {
+        return Err(SinkError::Data {
+            table: table.clone(),
+            detail: format!(
+                "the table has {DELETED} from deletes = \"soft\", which its settings no longer ask for: its soft-deleted rows would read as live. Set deletes = \"soft\" for it again, or resync it (`cdcd resync --table {table}`: the new copy holds the source's rows only, without the column)"
+            ),
+        });
+    }
+    Ok(())
+}
 
 /// Which of the columns a table gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -3,7 +3,8 @@
 //! columns): a deleted row stays with `_cdc_deleted = true` and its last values, a key inserted
 //! again is live again, a key change leaves the old key's row flagged and completes the new key
 //! from it; and through kill -9 at random moments every key ever inserted is in the table, the
-//! live ones equal to the source. Read back by pypaimon (`lakecheck.py --paimon`).
+//! live ones equal to the source; removing the setting from the table is refused. Read back by
+//! pypaimon (`lakecheck.py --paimon`).
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -107,7 +108,31 @@ async fn paimon_soft_deletes_keep_flagged_rows_with_their_values() {
         "the key moved back carries 7's values"
     );
     assert_eq!(all[&107]["name"], "n7");
+    let (code, out) = p.check();
+    assert!(
+        out.contains(&format!("table {name}.t: deletes soft (adds _cdc_deleted)")),
+        "cdcd check ({code:?}) shows the setting:\n{out}"
+    );
     p.stop(Duration::from_secs(60)).await;
+
+    // Without the setting the flagged rows would read as live: refused, saying so.
+    let text = std::fs::read_to_string(&p.config).unwrap();
+    let section = format!("\n[sink.tables.\"{name}.t\"]\ndeletes = \"soft\"\n");
+    assert!(text.contains(&section), "{text}");
+    std::fs::write(&p.config, text.replace(&section, "\n")).unwrap();
+    p.start();
+    my_exec(&mut c, "DELETE FROM t WHERE id = 6").await;
+    let status = p.wait_exit(Duration::from_secs(120)).await;
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "cdcd dropped _cdc_deleted:\n{}",
+        p.output()
+    );
+    assert!(
+        p.output().contains("no longer ask for") && p.output().contains("resync"),
+        "{}",
+        p.output()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -414,7 +414,12 @@ impl Tables {
         let wanted = schema::iceberg_schema_as(input.schema, settings.json, settings.spatial)?;
         let base = self.load_or_create(table, wanted.clone()).await?;
         let soft_deletes = self.settings.resolve(table)?.deletes == crate::config::Deletes::Soft;
-        cdc_columns_kept(table, &base.metadata, input.schema, soft_deletes)?;
+        let has_deleted = base
+            .metadata
+            .current_schema()
+            .field_by_name(cdc_columns::DELETED)
+            .is_some();
+        cdc_columns::refuse_unflagging(table, has_deleted, soft_deletes, input.schema)?;
         let target = Target {
             warehouse: &self.warehouse,
             index_location: self.index_location_for(table, &base.metadata),
@@ -472,31 +477,6 @@ impl Tables {
             existing.as_deref(),
         )
     }
-}
-
-/// Refuses a commit that would drop `_cdc_deleted` from a table (its `deletes = "soft"` was
-/// removed): its flagged rows would read as live rows, and a key deleted at the source could
-/// then be inserted again beside its flagged row.
-fn cdc_columns_kept(
-    table: &TableId,
-    meta: &TableMetadata,
-    schema: &TableSchema,
-    soft_deletes: bool,
-) -> Result<(), SinkError> {
-    let has = meta
-        .current_schema()
-        .field_by_name(cdc_columns::DELETED)
-        .is_some();
-    if has && !soft_deletes && schema.column_index(cdc_columns::DELETED).is_none() {
-        return Err(SinkError::Data {
-            table: table.clone(),
-            detail: format!(
-                "the table has {} from deletes = \"soft\", which its settings no longer ask for: its soft-deleted rows would read as live. Set deletes = \"soft\" for it again, or resync it (`cdcd resync --table {table}`: the new copy holds the source's rows only, without the column)",
-                cdc_columns::DELETED
-            ),
-        });
-    }
-    Ok(())
 }
 
 impl TableSlot {

@@ -86,6 +86,7 @@ use async_trait::async_trait;
 use crate::changelog::{TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
 use crate::config::LsmConfig;
+use crate::sinks::cdc_columns::CdcColumns;
 use crate::sinks::{CommitStats, Sink, SinkError, TableFiles, TableStatus};
 use crate::storage::cleanup::TableCleanup;
 use crate::storage::Warehouse;
@@ -353,6 +354,16 @@ impl Sink for LsmSink {
         for table in tables {
             if let Err(e) = self.prepare(std::slice::from_ref(table)).await {
                 lines.push(Err(e.to_string()));
+                continue;
+            }
+            // The columns the table's settings add, as the Iceberg sink's line says them.
+            match self.tables.config.tables.resolve(table) {
+                Ok(settings) => lines.extend(
+                    CdcColumns::of(&settings, false)
+                        .describe()
+                        .map(|cdc| Ok(format!("table {table}: {cdc}"))),
+                ),
+                Err(e) => lines.push(Err(e.to_string())),
             }
         }
         lines

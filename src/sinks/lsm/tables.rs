@@ -273,9 +273,6 @@ impl Tables {
     ) -> Result<Option<cdc_columns::WithColumns>, SinkError> {
         let table = &schema.id;
         let cdc = CdcColumns::of(&self.config.tables.resolve(table)?, false);
-        if cdc.is_none() {
-            return Ok(None);
-        }
         let handle = self.handle(table);
         let existing: Option<Vec<String>> = {
             let mut guard = handle.state.lock().await;
@@ -284,6 +281,14 @@ impl Tables {
                 .as_ref()
                 .map(|s| s.schema.fields.iter().map(|f| f.name.clone()).collect())
         };
+        let has_deleted = existing
+            .iter()
+            .flatten()
+            .any(|name| name == cdc_columns::DELETED);
+        cdc_columns::refuse_unflagging(table, has_deleted, cdc.soft_deletes, schema)?;
+        if cdc.is_none() {
+            return Ok(None);
+        }
         cdc.apply_to_commit(schema, changes, checkpoint, existing.as_deref())
     }
 
