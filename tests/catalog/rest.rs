@@ -278,8 +278,7 @@ async fn rest_catalog_replicates_and_readers_find_the_table() {
         sink_extra: String::new(),
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
     let dir = p.dir.as_ref().unwrap().path().to_owned();
     let server = Rustberg::start(&dir, &p.warehouse);
     // Snapshots expire as soon as they are not the newest: `cdcd maintain` below expires
@@ -551,8 +550,7 @@ async fn a_source_transaction_over_two_tables_appears_in_both_at_once() {
         )
         .await;
     }
-    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&a, &b], &Settings::default());
     let dir = p.dir.as_ref().unwrap().path().to_owned();
     let server = Rustberg::start(&dir, &p.warehouse);
     let proxy = Proxy::start(
@@ -1101,8 +1099,7 @@ async fn an_online_resync_under_multi_table_commits_swaps_while_the_other_table_
     )
     .await;
     exec(&client, &create_table(&b)).await;
-    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&a, &b], &Settings::default());
     let dir = p.dir.as_ref().unwrap().path().to_owned();
     let server = Rustberg::start(&dir, &p.warehouse);
     let proxy = Proxy::start(&env, &server, &dir, &[]);
@@ -1321,8 +1318,7 @@ async fn rest_kill_dash_nine_at_random_moments() {
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a)).await;
     exec(&client, &create_table(&b)).await;
-    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&a, &b], &Settings::default());
     let dir = p.dir.as_ref().unwrap().path().to_owned();
     let server = Rustberg::start(&dir, &p.warehouse);
     let settings = Settings {
@@ -1455,8 +1451,7 @@ async fn a_table_and_its_changelog_commit_in_one_transaction() {
         )
     })
     .await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     let dir = p.dir.as_ref().unwrap().path().to_owned();
     let server = Rustberg::start(&dir, &p.warehouse);
     let proxy = Proxy::start(&env, &server, &dir, &[]);
@@ -1569,8 +1564,7 @@ async fn a_watcher_never_sees_a_table_and_its_changelog_apart() {
         )
     })
     .await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     let dir = p.dir.as_ref().unwrap().path().to_owned();
     let server = Rustberg::start(&dir, &p.warehouse);
     let settings = Settings {

@@ -158,8 +158,7 @@ async fn replicates(env: TestEnv, postgres: bool) {
     } else {
         CatalogDb::sqlite(scratch.path())
     };
-    let mut p = Pipeline::new(&env, &name, &[&t], &cat.settings());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &cat.settings());
 
     let (ok, out) = run_cdcd(&["check"], &p.config);
     let line = format!("catalog sql {}: ok", cat.cdcd_uri);
@@ -247,8 +246,7 @@ async fn a_foreign_commit_is_built_upon_not_overwritten() {
     // No maintenance cycle: its load would refresh cdcd's cached base before the next commit.
     let mut settings = cat.settings();
     settings.sink_extra = format!("maintenance_interval_ms = 0\n{}", settings.sink_extra);
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(60)).await;
     assert_equal_through_catalog(&mut p, &cat, &t, 60).await;
@@ -296,8 +294,7 @@ async fn a_crash_before_the_row_update_leaves_only_an_orphan() {
     exec(&client, &create_table(&t)).await;
     let scratch = tempfile::tempdir().unwrap();
     let cat = CatalogDb::sqlite(scratch.path());
-    let mut p = Pipeline::new(&env, &name, &[&t], &cat.settings());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &cat.settings());
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(60)).await;
     assert_equal_through_catalog(&mut p, &cat, &t, 60).await;
@@ -421,8 +418,7 @@ async fn sql_catalog_on_postgres_over_verified_tls() {
         database: Some(database.clone()),
         sqlite: None,
     };
-    let mut p = Pipeline::new(&env, &name, &[&t], &cat.settings());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &cat.settings());
 
     let (ok, out) = run_cdcd(&["check"], &p.config);
     let shown = format!("postgres://cdcd_tls:***@{addr}/{database}?{verified}");
@@ -496,8 +492,7 @@ async fn switching_from_the_filesystem_catalog_keeps_the_checkpoint() {
     exec(&client, &create_table(&t)).await;
     let scratch = tempfile::tempdir().unwrap();
     let cat = CatalogDb::sqlite(scratch.path());
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(60)).await;
     exec(&client, &changes(&t, 1)).await;
@@ -532,8 +527,7 @@ async fn a_resync_swaps_through_the_sql_catalog() {
     exec(&client, &create_table(&t)).await;
     let scratch = tempfile::tempdir().unwrap();
     let cat = CatalogDb::sqlite(scratch.path());
-    let mut p = Pipeline::new(&env, &name, &[&t], &cat.settings());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &cat.settings());
     p.start();
     assert_equal_through_catalog(&mut p, &cat, &t, 60).await;
     p.sigterm_and_wait(Duration::from_secs(60)).await;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::replication::SERVER_GLOBALS;
 use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
-use crate::support::{current_test, unique};
+use crate::support::{current_test, tune_copy, unique};
 
 /// A table of `rows` rows with an int `v`, an int `w` and a short string.
 fn small_table(t: &str, rows: u64) -> String {
@@ -35,17 +35,6 @@ async fn wait_output(p: &mut MyPipeline, what: &str, timeout: Duration) {
             panic!("cdcd exited ({st}) while waiting for {what:?}");
         }
     }
-}
-
-/// Adds `snapshot_chunk_rows` to the generated config's `[source]` section.
-fn chunk_rows(p: &MyPipeline, rows: u64) {
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    let text = text.replacen(
-        "[source]\n",
-        &format!("[source]\nsnapshot_chunk_rows = {rows}\n"),
-        1,
-    );
-    std::fs::write(&p.config, text).unwrap();
 }
 
 /// The ALTERs of part 1, each followed by an update that uses the new shape (and some after an
@@ -88,7 +77,7 @@ async fn a_table_altered_before_the_copy_reaches_it_is_copied_again() {
     }
     // a_big is planned in chunks (read at planning, so MariaDB holds its metadata lock); the
     // small tables are one chunk each, first read when the copy reaches them.
-    chunk_rows(&p, 5000);
+    tune_copy(&p.config, 5000, None, None);
     p.env_vars
         .push(("CDCD_PAUSEPOINT".into(), "mysql-copy-table:1500".into()));
     p.start();
@@ -182,12 +171,9 @@ async fn a_crash_before_an_altered_table_is_copied_again_converges() {
     my_exec(&mut c, &small_table("a_big", 3000)).await;
     my_exec(&mut c, &small_table("z_rewrite", 1000)).await;
     my_exec(&mut c, &small_table("z_drop", 1000)).await;
-    chunk_rows(&p, 1000);
     // One connection: the pause in `a_big` holds the copy before it reaches the `z_` tables
     // (with parallel connections they would be copied before the ALTERs).
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    let text = text.replacen("[source]\n", "[source]\nsnapshot_parallelism = 1\n", 1);
-    std::fs::write(&p.config, text).unwrap();
+    tune_copy(&p.config, 1000, Some(1), None);
     p.env_vars
         .push(("CDCD_PAUSEPOINT".into(), "mysql-copy-table:1500".into()));
     p.env_vars

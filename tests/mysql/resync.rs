@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::postgres::resync::{assert_swap_never_went_back, assert_swapped_in_one_step};
 use crate::support::mysql::wait_for;
 use crate::support::mysql::{my_connect, my_env, my_env_and_name, my_exec, MyPipeline};
-use crate::support::{run_cdcd, unique};
+use crate::support::{run_cdcd, tune_copy, unique};
 
 /// `rows` rows; `b` is a BLOB (MINIMAL images leave it out when unchanged).
 pub(crate) fn create_table(t: &str, rows: u64) -> String {
@@ -63,19 +63,7 @@ pub(crate) async fn write_until(url: String, t: String, rows: u64, stop: Arc<Ato
 
 /// Copy tuning: chunks of `chunk_rows`, a commit per chunk (a copy is many commits).
 fn tune(p: &MyPipeline, chunk_rows: u64) {
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    let text = text
-        .replacen(
-            "[source]\n",
-            &format!("[source]\nsnapshot_chunk_rows = {chunk_rows}\n"),
-            1,
-        )
-        .replacen(
-            "[pipeline]\n",
-            &format!("[pipeline]\nsnapshot_commit_rows = {chunk_rows}\n"),
-            1,
-        );
-    std::fs::write(&p.config, text).unwrap();
+    tune_copy(&p.config, chunk_rows, None, Some(chunk_rows));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

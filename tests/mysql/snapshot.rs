@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::mysql::wait_for;
 use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
+use crate::support::tune_copy;
 
 /// `rows` rows; `b` is a BLOB (NOBLOB/MINIMAL images leave it out when unchanged).
 fn create_table(t: &str, rows: u64) -> String {
@@ -84,21 +85,10 @@ async fn pipeline(env: &crate::support::mysql::MyEnv, name: &str) -> MyPipeline 
     p
 }
 
-/// Adds `snapshot_chunk_rows` to the generated config's `[source]` section.
+/// Copy tuning: chunks of `chunk_rows`, a commit per chunk (a kill lands between commits of one
+/// table's copy).
 fn tune(p: &MyPipeline, chunk_rows: u64) {
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    let text = text.replacen(
-        "[source]\n",
-        &format!("[source]\nsnapshot_chunk_rows = {chunk_rows}\n"),
-        1,
-    );
-    // A commit per chunk, so a kill lands between commits of one table's copy.
-    let text = text.replacen(
-        "[pipeline]\n",
-        &format!("[pipeline]\nsnapshot_commit_rows = {chunk_rows}\n"),
-        1,
-    );
-    std::fs::write(&p.config, text).unwrap();
+    tune_copy(&p.config, chunk_rows, None, Some(chunk_rows));
 }
 
 /// The output of the `n`-th start (1-based).
@@ -445,10 +435,7 @@ async fn a_keyless_table_is_copied_again_exactly_after_a_kill_mid_copy() {
          INSERT INTO z_log SELECT seq % 100, 'seed' FROM seq_1_to_5000",
     )
     .await;
-    tune(&p, 10_000);
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    let text = text.replacen("[source]\n", "[source]\nsnapshot_parallelism = 1\n", 1);
-    std::fs::write(&p.config, text).unwrap();
+    tune_copy(&p.config, 10_000, Some(1), Some(10_000));
     p.start();
     wait_for(
         &mut p,

@@ -31,8 +31,7 @@ async fn check_names_replica_identity_and_status_hides_passwords() {
         password: Some(secret.clone()),
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
     let (ok, out) = cdcd(&["check"], &p.config);
     assert!(!ok, "check passed REPLICA IDENTITY NOTHING:\n{out}");
     let line = out

@@ -92,8 +92,7 @@ async fn metrics_are_served_and_lag_falls_to_zero() {
         password: Some(secret.clone()),
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
     let port = free_port();
     add_ops_config(&p, port, 500);
     p.env_vars.push(("CDCD_LOG_FORMAT".into(), "json".into()));

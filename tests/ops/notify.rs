@@ -20,8 +20,7 @@ async fn notifies_ready_watchdog_and_stopping() {
         &format!("DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int8 PRIMARY KEY);"),
     )
     .await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     let dir = tempfile::tempdir().unwrap();
     let socket_path = dir.path().join("notify.sock");
     let socket = UnixDatagram::bind(&socket_path).unwrap();
@@ -100,8 +99,7 @@ async fn a_standby_is_ready_for_systemd_and_reports_the_takeover() {
         &format!("DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int8 PRIMARY KEY);"),
     )
     .await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
 

@@ -90,8 +90,7 @@ async fn a_rewrite_during_the_fresh_copy_of_another_table_loses_nothing() {
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 20_000)).await;
     exec(&client, &create_table(&z, 1_000)).await;
-    let mut p = Pipeline::new(&env, &name, &[&a, &z], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {z}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&a, &z], &Settings::default());
     tune(&p, 5_000, 1);
     p.env_vars
         .push(("CDCD_PAUSEPOINT".into(), "copy-chunk-copied:1500".into()));
@@ -130,8 +129,7 @@ async fn ddl_between_the_fresh_copys_plan_and_its_rows_loses_nothing() {
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&x, 1_000)).await;
     exec(&client, &create_table(&z, 1_000)).await;
-    let mut p = Pipeline::new(&env, &name, &[&x, &z], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {x}, {z}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&x, &z], &Settings::default());
     p.env_vars
         .push(("CDCD_PAUSEPOINT".into(), "copy-planned:3000".into()));
     p.start();
@@ -247,8 +245,7 @@ async fn ddl_while_a_resync_waits_for_a_lingering_slot_loses_nothing() {
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 1_000)).await;
     exec(&client, &create_table(&b, 2_000)).await;
-    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&a, &b], &Settings::default());
     p.start();
     p.assert_equal(&a, 120).await;
     p.assert_equal(&b, 120).await;

@@ -179,8 +179,7 @@ async fn a_kill_mid_copy_of_a_keyless_table_is_copied_again_exactly() {
         )
     })
     .await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     // Several commits per copy, so a kill lands between two commits of the table's copy.
     let text = std::fs::read_to_string(&p.config).unwrap();
     let text = text.replacen(

@@ -71,8 +71,7 @@ async fn sigterm_commits_and_exits_zero() {
         commit_max_rows: 10_000_000,
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     exec(&client, &some_changes(&t)).await;
@@ -118,8 +117,7 @@ async fn restart_with_nothing_new_writes_no_snapshot() {
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     exec(&client, &some_changes(&t)).await;

@@ -175,8 +175,7 @@ async fn expiry_keeps_exactly_what_the_properties_say() {
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     set_table_properties(
         &p,
         &[
@@ -260,8 +259,7 @@ async fn properties_set_by_another_engine_bound_snapshots_and_metadata_log() {
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     p.env_vars
         .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "300".into()));
     p.start();
@@ -339,8 +337,7 @@ async fn kill9_during_expiry_ends_equal_and_the_next_cycle_removes_leftovers() {
         let t = format!("{name}_t");
         let client = connect(&env.pg_url).await;
         exec(&client, &create_table(&t)).await;
-        let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-        p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+        let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
         set_table_properties(
             &p,
             &[
@@ -477,8 +474,7 @@ async fn manifest_merging_keeps_the_manifest_list_bounded() {
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     set_table_properties(&p, &[("commit.manifest.min-count-to-merge", "5")]);
     p.env_vars
         .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "0".into()));
@@ -512,8 +508,7 @@ async fn kill9_during_a_merging_commit_ends_equal() {
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     set_table_properties(&p, &[("commit.manifest.min-count-to-merge", "3")]);
     p.env_vars = vec![
         ("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "0".into()),
@@ -602,8 +597,7 @@ async fn compacting_every_300_ms(
         sink_extra: sink_extra(&t),
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
     set_table_properties(&p, &COMPACTING);
     p.env_vars
         .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "300".into()));
@@ -670,8 +664,7 @@ async fn a_paused_compaction_lets_commits_through_and_carries_their_deletes() {
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     set_table_properties(&p, &COMPACTING);
     let paused = vec![
         ("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "300".into()),
@@ -755,8 +748,7 @@ async fn a_stop_lets_a_running_compaction_end() {
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     set_table_properties(&p, &COMPACTING);
     p.env_vars = vec![
         ("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "300".into()),
@@ -799,8 +791,7 @@ async fn commits_ask_for_a_compaction_before_the_interval() {
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     set_table_properties(
         &p,
         &[
@@ -962,8 +953,7 @@ async fn random_kills_during_compaction(
         sink_extra: first.clone(),
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
     set_table_properties(&p, &COMPACTING);
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
@@ -1022,8 +1012,7 @@ async fn kill9_during_compaction_ends_equal() {
         let t = format!("{name}_t");
         let client = connect(&env.pg_url).await;
         exec(&client, &create_table(&t)).await;
-        let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-        p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+        let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
         set_table_properties(&p, &COMPACTING);
         p.env_vars
             .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "0".into()));
@@ -1118,8 +1107,7 @@ async fn compaction_rewrites_files_of_older_schemas() {
         )
     })
     .await;
-    let mut p = Pipeline::new(&env, &t, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &t, &[&t], &Settings::default());
     set_table_properties(&p, &COMPACTING);
     p.env_vars
         .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "0".into()));
@@ -1179,20 +1167,6 @@ async fn compaction_rewrites_files_of_older_schemas() {
     p.assert_running();
 }
 
-/// Rewrites `p`'s config to format v2 (`delete_mode = "equality"`) whatever
-/// `CDCD_TEST_DELETE_MODE` says.
-fn force_equality(p: &Pipeline) {
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    let kept: Vec<&str> = text
-        .lines()
-        .filter(|l| !l.starts_with("delete_mode"))
-        .collect();
-    let text = kept
-        .join("\n")
-        .replacen("[sink]\n", "[sink]\ndelete_mode = \"equality\"\n", 1);
-    std::fs::write(&p.config, text + "\n").unwrap();
-}
-
 /// Issue 19, format v2, Jepsen-style: compaction leaves every file past 75% of a 1.6 KB target in
 /// place (the seed file among them), so the equality deletes of the streamed updates and deletes
 /// of its rows can leave only as position deletes (`compaction/convert.rs`). A writer keeps
@@ -1211,9 +1185,8 @@ async fn equality_deletes_of_large_files_become_positions_through_kills() {
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    force_equality(&p);
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
+    p.force_equality();
     set_table_properties(
         &p,
         &[

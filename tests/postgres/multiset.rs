@@ -54,8 +54,7 @@ async fn replica_identity_full_keyless_table_is_a_multiset() {
         ),
     )
     .await;
-    let mut p = Pipeline::new(&env, &name, &[&m, &k], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {m}, {k}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&m, &k], &Settings::default());
 
     let (ok, out) = run_cdcd(&["check"], &p.config);
     assert!(ok, "cdcd check:\n{out}");
@@ -250,8 +249,7 @@ async fn replica_identity_full_changes_during_the_copy() {
         )
     })
     .await;
-    let mut p = Pipeline::new(&env, &name, &[&m], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {m}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&m], &Settings::default());
     p.start();
     let url = env.pg_url.clone();
     let mm = m.clone();
@@ -298,8 +296,7 @@ async fn identity_changed_to_full_while_replicated_is_refused() {
         )
     })
     .await;
-    let mut p = Pipeline::new(&env, &name, &[&m], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {m}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&m], &Settings::default());
     p.start();
     p.assert_equal(&m, 120).await;
     p.sigterm_and_wait(Duration::from_secs(60)).await;

@@ -319,7 +319,7 @@ async fn copied(
     let mut p = Pipeline::new(&env, &name, &[t.as_str()], &settings);
     p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
     if equality {
-        force_equality(&p);
+        p.force_equality();
     }
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(60)).await;
@@ -393,20 +393,6 @@ fn compacted_by_cdcd(p: &Pipeline, t: &str) -> (String, Value) {
         "cdcd's compaction rewrote nothing:\n{text}\n{seen}"
     );
     (text, seen)
-}
-
-/// Rewrites `p`'s config to format v2 (`delete_mode = "equality"`) whatever
-/// `CDCD_TEST_DELETE_MODE` says.
-pub(crate) fn force_equality(p: &Pipeline) {
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    let kept: Vec<&str> = text
-        .lines()
-        .filter(|l| !l.starts_with("delete_mode"))
-        .collect();
-    let text = kept
-        .join("\n")
-        .replacen("[sink]\n", "[sink]\ndelete_mode = \"equality\"\n", 1);
-    std::fs::write(&p.config, text + "\n").unwrap();
 }
 
 /// Issue 36, keyless tables: an append table (inserts only) and a `REPLICA IDENTITY FULL`
@@ -511,7 +497,7 @@ async fn equality_deletes_on_a_table_created_partitioned_apply_in_every_partitio
     };
     let mut p = Pipeline::new(&env, &name, &[t.as_str()], &settings);
     p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    force_equality(&p);
+    p.force_equality();
     let table = format!("h.{NAMESPACE}.{t}");
     run_spark(
         &spark,

@@ -179,8 +179,7 @@ async fn initial_snapshot_copies_existing_rows() {
         ),
     )
     .await;
-    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&a, &b], &Settings::default());
     p.start();
     // Changes while the snapshot may still be running: the hand-off from the copy to the stream must
     // neither lose nor double them.

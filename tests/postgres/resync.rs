@@ -31,7 +31,7 @@ use tokio_postgres::Client;
 
 use crate::support::wait_for;
 use crate::support::{
-    connect, exec, run_cdcd, test_env, test_env_and_name, unique, Pipeline, Settings,
+    connect, exec, run_cdcd, test_env, test_env_and_name, tune_copy, unique, Pipeline, Settings,
 };
 
 /// A table of `rows` rows; every 100th row holds a TOASTed `t`.
@@ -134,18 +134,7 @@ impl Writers {
 /// Copy tuning: chunks of `chunk_rows`, one connection, a commit every 5 chunks (so the copy
 /// of a large table is several commits and a kill lands between two).
 pub(crate) fn tune(p: &Pipeline, chunk_rows: u64) {
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    let text = text.replacen(
-        "[source]\n",
-        &format!("[source]\nsnapshot_chunk_rows = {chunk_rows}\nsnapshot_parallelism = 1\n"),
-        1,
-    );
-    let text = text.replacen(
-        "[pipeline]\n",
-        &format!("[pipeline]\nsnapshot_commit_rows = {}\n", chunk_rows * 5),
-        1,
-    );
-    std::fs::write(&p.config, text).unwrap();
+    tune_copy(&p.config, chunk_rows, Some(1), Some(chunk_rows * 5));
 }
 
 /// The damage a resync repairs: while cdcd is stopped, `t` leaves the publication, loses every
@@ -330,8 +319,7 @@ async fn a_resync_replaces_a_damaged_table_while_the_others_stream() {
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 3_000)).await;
     exec(&client, &create_table(&b, 40_000)).await;
-    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&a, &b], &Settings::default());
     tune(&p, 4_000);
     p.start();
     p.assert_equal(&a, 120).await;
@@ -452,8 +440,7 @@ async fn a_kill_mid_resync_copies_again_online_and_ends_equal() {
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 2_000)).await;
     exec(&client, &create_table(&b, 200_000)).await;
-    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&a, &b], &Settings::default());
     // Small chunks and commits (40 of them) keep the copy going long enough to be killed in it.
     tune(&p, 1_000);
     // Maintenance every 200 ms compacts small files, on the live tables and on the lineage while
@@ -1048,8 +1035,7 @@ async fn a_type_change_during_an_online_resync_ends_equal() {
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 400_000)).await;
     exec(&client, &create_table(&b, 20_000)).await;
-    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&a, &b], &Settings::default());
     tune(&p, 5_000);
     p.start();
     p.assert_equal(&a, 240).await;

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::partitioned::{change, equal, force_equality, layout_of, moving, spark_sql};
+use super::partitioned::{change, equal, layout_of, moving, spark_sql};
 use super::resync::assert_swapped;
 use crate::support::{
     connect, exec, run_cdcd, spark, test_env, unique, wait_for, Pipeline, Settings, NAMESPACE,
@@ -142,7 +142,7 @@ async fn a_resync_of_a_table_spark_partitioned_keeps_the_spec() {
     let mut p = Pipeline::new(&env, &name, &[t.as_str()], &settings);
     p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
     // Spark's Iceberg creates format v2 tables; cdcd writes them with equality deletes.
-    force_equality(&p);
+    p.force_equality();
     let table = format!("h.{NAMESPACE}.{t}");
     spark_sql(
         &spark,

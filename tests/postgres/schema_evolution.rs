@@ -43,8 +43,7 @@ async fn add_column_and_widening_keep_replicating_iceberg() {
         )
     })
     .await;
-    let mut p = Pipeline::new(&env, &a, &[&a], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}"));
+    let mut p = Pipeline::owning_tables(&env, &a, &[&a], &Settings::default());
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     exec(
@@ -168,8 +167,7 @@ async fn a_narrowing_type_change_still_stops() {
         )
     })
     .await;
-    let mut p = Pipeline::new(&env, &a, &[&a], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}"));
+    let mut p = Pipeline::owning_tables(&env, &a, &[&a], &Settings::default());
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     assert_equal_both(&mut p, &a).await;
@@ -209,8 +207,7 @@ async fn add_column_with_a_constant_default_reads_it_in_older_rows() {
         )
     })
     .await;
-    let mut p = Pipeline::new(&env, &a, &[&a], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}"));
+    let mut p = Pipeline::owning_tables(&env, &a, &[&a], &Settings::default());
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     // A column created with a default is no added column: this replicates.
@@ -311,8 +308,7 @@ async fn a_column_dropped_and_added_again_stops_and_resync_recovers() {
         )
     })
     .await;
-    let mut p = Pipeline::new(&env, &a, &[&a], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}"));
+    let mut p = Pipeline::owning_tables(&env, &a, &[&a], &Settings::default());
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     exec(&client, &format!("UPDATE {a} SET x = -x WHERE id <= 5")).await;

@@ -140,8 +140,7 @@ async fn soft_deletes_keep_flagged_rows_and_row_metadata_is_the_sources() {
         ),
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &name, &[&s, &h, &k], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {s}, {h}, {k}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&s, &h, &k], &settings);
     p.on_cleanup(format!(
         "SELECT pg_drop_replication_slot('{slot}') FROM pg_replication_slots WHERE slot_name = '{slot}'"
     ));
@@ -347,8 +346,7 @@ async fn soft_deletes_added_to_an_existing_table_then_a_source_column() {
     })
     .await;
     let mut settings = Settings::default();
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
     p.start();
     p.assert_equal(&t, 120).await;
     p.sigterm_and_wait(Duration::from_secs(60)).await;

@@ -106,8 +106,7 @@ async fn configured_spec_and_sort_order_are_created_then_evolved() {
         sink_extra: section(&t, r#"["day(created_at)", "bucket(4, id)"]"#),
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
 
     // Before the table exists, `check` shows what it will be created with.
     let (_, out) = run_cdcd(&["check"], &p.config);
@@ -231,8 +230,7 @@ async fn a_transform_the_column_type_does_not_take_is_refused_before_anything_is
         sink_extra: "[sink.tables.\"public.*\"]\npartition_by = [\"day(name)\"]\n".to_owned(),
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
     p.start();
     let st = p.wait_exit(Duration::from_secs(120)).await;
     assert!(!st.success(), "cdcd accepted day(name) on a text column");

@@ -41,8 +41,7 @@ impl OptIn {
             sink_extra: format!("[sink.tables.\"public.{t}\"]\n{setting}\n"),
             ..Settings::default()
         };
-        let mut p = Pipeline::new(&env, &name, &[&t, &o], &settings);
-        p.on_cleanup(format!("DROP TABLE IF EXISTS {t}, {o}"));
+        let mut p = Pipeline::owning_tables(&env, &name, &[&t, &o], &settings);
         if compact {
             p.compact_often();
         }
@@ -114,8 +113,7 @@ pub(crate) async fn assert_mapping_change_refused(
     )
     .await;
     let mut settings = Settings::default();
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
     p.start();
     p.assert_equal(&t, 120).await;
     p.sigterm_and_wait(Duration::from_secs(60)).await;
@@ -157,8 +155,7 @@ pub(crate) async fn assert_refused_at_start(
         sink_extra: format!("[sink.tables.\"public.{t}\"]\n{setting}\n"),
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
     p.start();
     let status = p.wait_exit(Duration::from_secs(120)).await;
     assert!(!status.success(), "{}", p.output());

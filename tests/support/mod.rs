@@ -397,6 +397,33 @@ impl Pipeline {
         p
     }
 
+    /// Like [`Pipeline::new`] over tables the test created for it: they are dropped at cleanup
+    /// (one `DROP TABLE`, so tables referring to each other go together).
+    pub fn owning_tables(
+        env: &TestEnv,
+        name: &str,
+        tables: &[&str],
+        settings: &Settings,
+    ) -> Pipeline {
+        let mut p = Pipeline::new(env, name, tables, settings);
+        p.on_cleanup(format!("DROP TABLE IF EXISTS {}", tables.join(", ")));
+        p
+    }
+
+    /// Rewrites the config to format v2 (`delete_mode = "equality"`) whatever
+    /// `CDCD_TEST_DELETE_MODE` says.
+    pub fn force_equality(&self) {
+        let text = fs::read_to_string(&self.config).unwrap();
+        let kept: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with("delete_mode"))
+            .collect();
+        let text = kept
+            .join("\n")
+            .replacen("[sink]\n", "[sink]\ndelete_mode = \"equality\"\n", 1);
+        fs::write(&self.config, text + "\n").unwrap();
+    }
+
     /// Like [`Pipeline::new`], writing LSM (Apache Paimon) tables with `buckets` buckets; the
     /// oracle then reads them with pypaimon.
     pub fn new_lsm(
@@ -906,6 +933,44 @@ pub fn write_file(path: &Path, text: &str) {
     File::create(path)
         .and_then(|mut f| f.write_all(text.as_bytes()))
         .unwrap();
+}
+
+/// Adds `lines` (each ending in a newline) at the top of `section` (`"[source]"`) of the config
+/// file `config`: keys a test sets beyond those its pipeline writes.
+pub fn add_config_lines(config: &Path, section: &str, lines: &str) {
+    let header = format!("{section}\n");
+    let text = fs::read_to_string(config).unwrap();
+    write_file(
+        config,
+        &text.replacen(&header, &format!("{header}{lines}"), 1),
+    );
+}
+
+/// Appends `text` (sections of its own) to the config file `config`.
+pub fn append_config(config: &Path, text: &str) {
+    let mut config_text = fs::read_to_string(config).unwrap();
+    config_text.push_str(text);
+    write_file(config, &config_text);
+}
+
+/// Sizes the initial copy in the config file `config`: chunks of `chunk_rows` rows, `parallelism`
+/// tables at once and a commit every `commit_rows` copied rows (the config's defaults where
+/// `None`), so the copy of a large table is several commits and a kill lands between two.
+pub fn tune_copy(
+    config: &Path,
+    chunk_rows: u64,
+    parallelism: Option<usize>,
+    commit_rows: Option<u64>,
+) {
+    let parallelism = parallelism
+        .map(|n| format!("snapshot_parallelism = {n}\n"))
+        .unwrap_or_default();
+    let chunks = format!("snapshot_chunk_rows = {chunk_rows}\n{parallelism}");
+    add_config_lines(config, "[source]", &chunks);
+    if let Some(rows) = commit_rows {
+        let commits = format!("snapshot_commit_rows = {rows}\n");
+        add_config_lines(config, "[pipeline]", &commits);
+    }
 }
 
 /// The part of a pipeline's output (`Pipeline::output`, `MyPipeline::output`) written by its
