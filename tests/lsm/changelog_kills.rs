@@ -16,9 +16,7 @@ use crate::support::unique;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill9_at_random_moments_leaves_each_change_once_in_the_paimon_changelog() {
     let test = "kill9_at_random_moments_leaves_each_change_once_in_the_paimon_changelog";
-    let Some(env) = my_env(test) else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(test));
     let name = unique("mylchk");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     p.use_lsm(2, "initial", "");

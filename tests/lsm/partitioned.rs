@@ -59,10 +59,9 @@ fn move_rows(t: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_move_between_partitions_of_a_paimon_table_and_read_equal() {
-    let Some(env) = test_env("rows_move_between_partitions_of_a_paimon_table_and_read_equal")
-    else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "rows_move_between_partitions_of_a_paimon_table_and_read_equal"
+    ));
     let name = unique("lsmpart");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
@@ -165,10 +164,9 @@ async fn rows_move_between_partitions_of_a_paimon_table_and_read_equal() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paimon_partition_column_inside_the_key_is_refused_with_the_reason() {
-    let Some(env) = test_env("a_paimon_partition_column_inside_the_key_is_refused_with_the_reason")
-    else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "a_paimon_partition_column_inside_the_key_is_refused_with_the_reason"
+    ));
     let name = unique("lsmpkey");
     let t = format!("{name}_t");
     let _client = fresh_table(&env, &t, |t| {
@@ -208,9 +206,9 @@ async fn a_paimon_partition_column_inside_the_key_is_refused_with_the_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_minimal_images_move_rows_between_paimon_partitions() {
     use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
-    let Some(env) = my_env("mariadb_minimal_images_move_rows_between_paimon_partitions") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(
+        "mariadb_minimal_images_move_rows_between_paimon_partitions"
+    ));
     let name = unique("mylsmpart");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     p.use_lsm(2, "initial", "");

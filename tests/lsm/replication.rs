@@ -63,9 +63,7 @@ fn change_everything(t: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_into_paimon_and_reads_equal_after_compaction() {
-    let Some((env, name)) = test_env_and_name("lsm") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("lsm"));
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;

@@ -21,9 +21,7 @@ for r in sorted(rb.new_read().to_arrow(rb.new_scan().plan().splits()).to_pylist(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row_metadata_reads_back_from_paimon() {
-    let Some((env, name)) = my_env_and_name("mylrm") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("mylrm"));
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     p.use_lsm(2, "initial", "");
     let mut text = std::fs::read_to_string(&p.config).unwrap();

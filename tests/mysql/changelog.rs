@@ -12,9 +12,7 @@ use crate::support::unique;
 
 #[tokio::test]
 async fn minimal_images_replay_to_the_source() {
-    let Some(env) = my_env("minimal_images_replay_to_the_source") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env("minimal_images_replay_to_the_source"));
     let name = unique("mychl");
     let p = MyPipeline::new(&env, &name, "initial", "").await;
     let mut config = std::fs::read_to_string(&p.config).unwrap();

@@ -13,9 +13,7 @@ use crate::support::unique;
 #[tokio::test]
 async fn kill9_at_random_moments_leaves_each_change_once_in_the_changelog() {
     let test = "kill9_at_random_moments_leaves_each_change_once_in_the_changelog";
-    let Some(env) = my_env(test) else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(test));
     let name = unique("mychk");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     let mut config = std::fs::read_to_string(&p.config).unwrap();

@@ -59,9 +59,9 @@ const ALTERED: [&str; 4] = ["z_rewrite", "z_drop", "z_rename", "z_add"];
 // code stopped at the first read of `z_rewrite` ("copying …: Table definition has changed").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_altered_before_the_copy_reaches_it_is_copied_again() {
-    let Some(env) = my_env("a_table_altered_before_the_copy_reaches_it_is_copied_again") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(
+        "a_table_altered_before_the_copy_reaches_it_is_copied_again"
+    ));
     let _globals = SERVER_GLOBALS.read().await;
     let name = unique("mycpalt");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
@@ -119,9 +119,7 @@ async fn a_table_altered_before_the_copy_reaches_it_is_copied_again() {
 // the update.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn columns_changed_between_the_catalog_read_and_the_snapshot_are_copied() {
-    let Some(env) = my_env(&current_test()) else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(&current_test()));
     let _globals = SERVER_GLOBALS.read().await;
     let name = unique("mycpcol");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
@@ -161,9 +159,9 @@ async fn columns_changed_between_the_catalog_read_and_the_snapshot_are_copied() 
 // and copies them whole at a snapshot of their own again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_before_an_altered_table_is_copied_again_converges() {
-    let Some(env) = my_env("a_crash_before_an_altered_table_is_copied_again_converges") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(
+        "a_crash_before_an_altered_table_is_copied_again_converges"
+    ));
     let _globals = SERVER_GLOBALS.read().await;
     let name = unique("mycpcrash");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
@@ -232,9 +230,9 @@ async fn a_crash_before_an_altered_table_is_copied_again_converges() {
 // are copied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_dropped_before_the_copy_reaches_it_stops_naming_it() {
-    let Some(env) = my_env("a_table_dropped_before_the_copy_reaches_it_stops_naming_it") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(
+        "a_table_dropped_before_the_copy_reaches_it_stops_naming_it"
+    ));
     let _globals = SERVER_GLOBALS.read().await;
     let name = unique("mycpdrop");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;

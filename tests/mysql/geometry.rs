@@ -10,9 +10,7 @@ use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_spatial_as_geometry_reads_back_equal() {
-    let Some((env, name)) = my_env_and_name("geo") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("geo"));
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     p.set_for_all_tables("spatial", "geometry");
     let url = env.url_for(&name);

@@ -68,9 +68,7 @@ fn tune(p: &MyPipeline, chunk_rows: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mariadb_table_is_resynced_online_through_a_kill() {
-    let Some((env, name)) = my_env_and_name("myrsync") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("myrsync"));
     let rows = 150_000;
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     let hash = name
@@ -163,9 +161,9 @@ async fn a_mariadb_table_is_resynced_online_through_a_kill() {
 // acknowledgements: there the slot is the position.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashes_around_a_mariadb_online_resyncs_end_recover_equal() {
-    let Some(env) = my_env("crashes_around_a_mariadb_online_resyncs_end_recover_equal") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(
+        "crashes_around_a_mariadb_online_resyncs_end_recover_equal"
+    ));
     crashes_around_a_mariadb_online_resyncs_end(&env, None).await;
 }
 
@@ -173,9 +171,9 @@ async fn crashes_around_a_mariadb_online_resyncs_end_recover_equal() {
 // and its `OVERWRITE` snapshot besides.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashes_around_a_mariadb_online_lsm_resyncs_end_recover_equal() {
-    let Some(env) = my_env("crashes_around_a_mariadb_online_lsm_resyncs_end_recover_equal") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(
+        "crashes_around_a_mariadb_online_lsm_resyncs_end_recover_equal"
+    ));
     crashes_around_a_mariadb_online_resyncs_end(&env, Some(2)).await;
 }
 
@@ -258,9 +256,7 @@ async fn crashes_around_a_mariadb_online_resyncs_end(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_dash_nine_at_random_moments_of_mariadb_online_resyncs() {
     let test = "kill_dash_nine_at_random_moments_of_mariadb_online_resyncs";
-    let Some(env) = my_env(test) else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(test));
     let mut rng = crate::support::Rng::from_env_or_clock(test);
     let name = unique("myrsyncr");
     let rows = 40_000;

@@ -98,9 +98,7 @@ fn start_output(p: &MyPipeline, n: u32) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_during_a_chunked_copy_converge() {
-    let Some((env, name)) = my_env_and_name("mysnapw") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("mysnapw"));
     let rows = 60_000;
     let mut p = pipeline(&env, &name).await;
     let url = env.url_for(&p.db);
@@ -136,9 +134,7 @@ async fn writes_during_a_chunked_copy_converge() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
-    let Some((env, name)) = my_env_and_name("mysnapk") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("mysnapk"));
     let rows = 200_000;
     let mut p = pipeline(&env, &name).await;
     let url = env.url_for(&p.db);
@@ -260,9 +256,7 @@ async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
 /// the update finds no row inside the window: the sink drops it (it used to stop with "no
 /// current row"). Run for Iceberg with deletion vectors and with equality deletes, and for LSM.
 async fn added_table_window_gap(sink: &str) {
-    let Some((env, name)) = my_env_and_name(&format!("mygap{}", &sink[..2])) else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name(&format!("mygap{}", &sink[..2])));
     let mut p = pipeline(&env, &name).await;
     if sink == "lsm" {
         p.use_lsm(2, "initial", "");
@@ -356,9 +350,7 @@ fn copy_commits(p: &MyPipeline, n: u32) -> usize {
 /// snapshot with its own upsert window. The third start keeps the chunks of both earlier starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_kill_during_the_resumed_copy_converges() {
-    let Some((env, name)) = my_env_and_name("mysnap2k") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("mysnap2k"));
     let rows = 200_000;
     let mut p = pipeline(&env, &name).await;
     let url = env.url_for(&p.db);
@@ -420,9 +412,7 @@ async fn a_second_kill_during_the_resumed_copy_converges() {
 /// skipped and the later ones applied; duplicates stay duplicates (issue 23).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyless_table_is_copied_again_exactly_after_a_kill_mid_copy() {
-    let Some((env, name)) = my_env_and_name("mysnapkl") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("mysnapkl"));
     let mut p = pipeline(&env, &name).await;
     let url = env.url_for(&p.db);
     let mut c = my_connect(&url).await;

@@ -59,9 +59,7 @@ fn some_changes(t: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_commits_and_exits_zero() {
-    let Some((env, name)) = test_env_and_name("term") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("term"));
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -111,9 +109,7 @@ async fn sigterm_commits_and_exits_zero() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_with_nothing_new_writes_no_snapshot() {
-    let Some((env, name)) = test_env_and_name("idle") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("idle"));
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -153,9 +149,7 @@ async fn restart_with_nothing_new_writes_no_snapshot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_reports_problems() {
-    let Some((env, name)) = test_env_and_name("chk") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("chk"));
     let (good, nopk) = (format!("{name}_pk"), format!("{name}_nopk"));
     let secret = format!("sekrit-{}", std::process::id());
     let url_secret = format!("urlsekrit-{}", std::process::id());

@@ -34,9 +34,7 @@ fn round(m: &str, k: &str, i: u32) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_identity_full_keyless_table_is_a_multiset() {
-    let Some((env, name)) = test_env_and_name("multiset") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("multiset"));
     let (m, k) = (format!("{name}_m"), format!("{name}_k"));
     let client = connect(&env.pg_url).await;
     exec(
@@ -197,9 +195,9 @@ fn assert_no_equality_deletes_or_identifiers(p: &Pipeline, table: &str) {
 /// check` and at start, naming it and the fix, before anything is replicated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_identity_full_keyless_table_is_refused_on_lsm() {
-    let Some(env) = test_env("replica_identity_full_keyless_table_is_refused_on_lsm") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "replica_identity_full_keyless_table_is_refused_on_lsm"
+    ));
     if std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality") {
         return;
     }
@@ -237,9 +235,7 @@ async fn replica_identity_full_keyless_table_is_refused_on_lsm() {
 /// during the copy is streamed after the copied rows and applied to one equal row of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_identity_full_changes_during_the_copy() {
-    let Some((env, name)) = test_env_and_name("multisetc") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("multisetc"));
     let m = format!("{name}_m");
     let _client = fresh_table(&env, &m, |m| {
         format!(
@@ -285,9 +281,7 @@ async fn replica_identity_full_changes_during_the_copy() {
 /// next start refuses to continue it as a multiset, naming the table and the fix.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identity_changed_to_full_while_replicated_is_refused() {
-    let Some((env, name)) = test_env_and_name("multiseti") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("multiseti"));
     let m = format!("{name}_m");
     let client = fresh_table(&env, &m, |m| {
         format!(

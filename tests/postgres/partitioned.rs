@@ -329,9 +329,7 @@ async fn copied(
 
 async fn partitioned_by_spark(test: &str, tag: &str, equality: bool) {
     let extra = "maintenance_interval_ms = 0\n[sink.table_properties]\n\"cdcd.compaction.min-input-files\" = \"2\"\n";
-    let Some((mut p, client, t, spark)) = copied(test, tag, equality, extra).await else {
-        return;
-    };
+    let (mut p, client, t, spark) = ground_or_skip!(copied(test, tag, equality, extra).await);
 
     // Another engine partitions and orders the table while cdcd runs (nothing in flight).
     let table = format!("h.{NAMESPACE}.{t}");
@@ -402,12 +400,8 @@ fn compacted_by_cdcd(p: &Pipeline, t: &str) -> (String, Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spark_partitions_keyless_tables_and_cdcd_stays_exact() {
     let test = "spark_partitions_keyless_tables_and_cdcd_stays_exact";
-    let Some(env) = test_env(test) else {
-        return;
-    };
-    let Some(spark) = spark(test) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(test));
+    let spark = ground_or_skip!(spark(test));
     let name = unique("ptkl");
     let (a, m) = (format!("{name}_a"), format!("{name}_m"));
     let client = connect(&env.pg_url).await;
@@ -481,12 +475,8 @@ async fn spark_partitions_keyless_tables_and_cdcd_stays_exact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn equality_deletes_on_a_table_created_partitioned_apply_in_every_partition() {
     let test = "equality_deletes_on_a_table_created_partitioned_apply_in_every_partition";
-    let Some(env) = test_env(test) else {
-        return;
-    };
-    let Some(spark) = spark(test) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(test));
+    let spark = ground_or_skip!(spark(test));
     let name = unique("ptcr");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
@@ -559,9 +549,7 @@ async fn spark_partitions_the_table_and_cdcd_stays_exact_with_equality_deletes()
 /// pyiceberg read the source's rows, before and after more streaming.
 async fn compaction_moves_old_spec_files(test: &str, tag: &str, equality: bool) {
     let extra = "maintenance_interval_ms = 0\n";
-    let Some((mut p, client, t, spark)) = copied(test, tag, equality, extra).await else {
-        return;
-    };
+    let (mut p, client, t, spark) = ground_or_skip!(copied(test, tag, equality, extra).await);
     let table = format!("h.{NAMESPACE}.{t}");
     run_spark(
         &spark,

@@ -89,9 +89,7 @@ fn change_everything(t: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_type_and_every_change_replicates() {
-    let Some((env, name)) = test_env_and_name("ev") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("ev"));
     let (t, o) = (format!("{name}_types"), format!("{name}_other"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_types_table(&t, &format!("{t}_mood"))).await;
@@ -159,9 +157,7 @@ async fn every_type_and_every_change_replicates() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn initial_snapshot_copies_existing_rows() {
-    let Some((env, name)) = test_env_and_name("snap") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("snap"));
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(

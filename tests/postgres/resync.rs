@@ -312,9 +312,7 @@ fn request_resync(p: &Pipeline, t: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_replaces_a_damaged_table_while_the_others_stream() {
-    let Some((env, name)) = test_env_and_name("rsync") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("rsync"));
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 3_000)).await;
@@ -433,9 +431,7 @@ async fn a_resync_replaces_a_damaged_table_while_the_others_stream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_mid_resync_copies_again_online_and_ends_equal() {
-    let Some((env, name)) = test_env_and_name("rsynk") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("rsynk"));
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 2_000)).await;
@@ -672,9 +668,7 @@ pub(crate) fn assert_lsm_swapped_in_one_step(dir: &Path, online: bool) -> i64 {
 /// nothing; `cdcd cleanup` afterwards deletes nothing live.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_lsm_table_is_resynced_online_while_the_others_stream() {
-    let Some((env, name)) = test_env_and_name("rsynl") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("rsynl"));
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 3_000)).await;
@@ -758,9 +752,9 @@ async fn kill_dash_nine_at_random_moments_of_online_lsm_resyncs() {
 /// the column's values, which pypaimon then reads for the older rows too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_is_the_way_out_of_a_default_added_on_the_lsm_sink() {
-    let Some(env) = test_env("a_resync_is_the_way_out_of_a_default_added_on_the_lsm_sink") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "a_resync_is_the_way_out_of_a_default_added_on_the_lsm_sink"
+    ));
     a_default_added_then_resync(&env, "rsynld", Some(2)).await;
 }
 
@@ -768,9 +762,9 @@ async fn a_resync_is_the_way_out_of_a_default_added_on_the_lsm_sink() {
 /// `initial-default`); runs in the suite's equality pass (v3 tables replicate the default).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_is_the_way_out_of_a_default_added_on_format_v2() {
-    let Some(env) = test_env("a_resync_is_the_way_out_of_a_default_added_on_format_v2") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "a_resync_is_the_way_out_of_a_default_added_on_format_v2"
+    ));
     if std::env::var("CDCD_TEST_DELETE_MODE").map_or(true, |m| m != "equality") {
         eprintln!("note: format v3 replicates the default; this test runs with CDCD_TEST_DELETE_MODE=equality");
         return;
@@ -842,9 +836,9 @@ async fn a_default_added_then_resync(
 /// table loses nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_is_the_way_out_of_a_type_change_cdcd_stops_on() {
-    let Some(env) = test_env("a_resync_is_the_way_out_of_a_type_change_cdcd_stops_on") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "a_resync_is_the_way_out_of_a_type_change_cdcd_stops_on"
+    ));
     a_type_change_then_resync(&env, "rsynd", None).await;
 }
 
@@ -852,9 +846,9 @@ async fn a_resync_is_the_way_out_of_a_type_change_cdcd_stops_on() {
 /// table (the old files' `v` was an int under its own id), and pypaimon reads it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_is_the_way_out_of_a_type_change_on_the_lsm_sink() {
-    let Some(env) = test_env("a_resync_is_the_way_out_of_a_type_change_on_the_lsm_sink") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "a_resync_is_the_way_out_of_a_type_change_on_the_lsm_sink"
+    ));
     a_type_change_then_resync(&env, "rsynlt", Some(2)).await;
 }
 
@@ -939,9 +933,9 @@ async fn a_type_change_then_resync(env: &crate::support::TestEnv, prefix: &str, 
 // both tables take writes; both end equal, the swap is one step and never takes the table back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashes_around_an_online_resyncs_end_recover_equal() {
-    let Some(env) = test_env("crashes_around_an_online_resyncs_end_recover_equal") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "crashes_around_an_online_resyncs_end_recover_equal"
+    ));
     crashes_around_an_online_resyncs_end(&env, None).await;
 }
 
@@ -949,9 +943,9 @@ async fn crashes_around_an_online_resyncs_end_recover_equal() {
 // schemas as the live table's newest and copied its files there, before the `OVERWRITE` snapshot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashes_around_an_online_lsm_resyncs_end_recover_equal() {
-    let Some(env) = test_env("crashes_around_an_online_lsm_resyncs_end_recover_equal") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "crashes_around_an_online_lsm_resyncs_end_recover_equal"
+    ));
     crashes_around_an_online_resyncs_end(&env, Some(2)).await;
 }
 
@@ -1028,9 +1022,7 @@ async fn crashes_around_an_online_resyncs_end(env: &crate::support::TestEnv, lsm
 // table ends equal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_type_change_during_an_online_resync_ends_equal() {
-    let Some((env, name)) = test_env_and_name("rsyncw") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("rsyncw"));
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 400_000)).await;

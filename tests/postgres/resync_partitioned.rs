@@ -79,9 +79,7 @@ async fn resync_while_streaming(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_of_a_table_whose_spec_evolved_keeps_the_spec() {
     let test = "a_resync_of_a_table_whose_spec_evolved_keeps_the_spec";
-    let Some(env) = test_env(test) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(test));
     let name = unique("rsps");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
@@ -125,12 +123,8 @@ async fn a_resync_of_a_table_whose_spec_evolved_keeps_the_spec() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_of_a_table_spark_partitioned_keeps_the_spec() {
     let test = "a_resync_of_a_table_spark_partitioned_keeps_the_spec";
-    let Some(env) = test_env(test) else {
-        return;
-    };
-    let Some(spark) = spark(test) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(test));
+    let spark = ground_or_skip!(spark(test));
     let name = unique("rssp");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;

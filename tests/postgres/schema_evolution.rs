@@ -31,9 +31,7 @@ async fn assert_equal_both(p: &mut Pipeline, table: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn add_column_and_widening_keep_replicating_iceberg() {
-    let Some((env, a)) = test_env_and_name("sev") else {
-        return;
-    };
+    let (env, a) = ground_or_skip!(test_env_and_name("sev"));
     let client = fresh_table(&env, &a, |a| {
         format!(
             "CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, f float4, n numeric(8,2), big text);
@@ -157,9 +155,7 @@ async fn add_column_and_widening_keep_replicating_iceberg() {
 /// a message naming the table; the replica keeps everything before it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_narrowing_type_change_still_stops() {
-    let Some((env, a)) = test_env_and_name("sevx") else {
-        return;
-    };
+    let (env, a) = ground_or_skip!(test_env_and_name("sevx"));
     let client = fresh_table(&env, &a, |a| {
         format!(
             "CREATE TABLE {a} (id int4 PRIMARY KEY, x int8);
@@ -195,9 +191,9 @@ async fn a_narrowing_type_change_still_stops() {
 /// stops everywhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn add_column_with_a_constant_default_reads_it_in_older_rows() {
-    let Some(env) = test_env("add_column_with_a_constant_default_reads_it_in_older_rows") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "add_column_with_a_constant_default_reads_it_in_older_rows"
+    ));
     let v2 = std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality");
     let a = unique("sevd");
     let client = fresh_table(&env, &a, |a| {
@@ -298,9 +294,7 @@ async fn add_column_with_a_constant_default_reads_it_in_older_rows() {
 /// stopped stops it at start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_column_dropped_and_added_again_stops_and_resync_recovers() {
-    let Some((env, a)) = test_env_and_name("sreadd") else {
-        return;
-    };
+    let (env, a) = ground_or_skip!(test_env_and_name("sreadd"));
     let client = fresh_table(&env, &a, |a| {
         format!(
             "CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, b int4);
@@ -362,9 +356,7 @@ async fn drop_column_applies_and_a_rename_stops_lsm() {
 }
 
 async fn drop_column_case(test: &str, lsm: bool) {
-    let Some(env) = test_env(test) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(test));
     if lsm && std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality") {
         return;
     }
@@ -436,9 +428,7 @@ async fn drop_column_case(test: &str, lsm: bool) {
 /// transaction commits under it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn add_column_and_widening_keep_replicating_lsm() {
-    let Some((env, a)) = test_env_and_name("sevl") else {
-        return;
-    };
+    let (env, a) = ground_or_skip!(test_env_and_name("sevl"));
     let client = fresh_table(&env, &a, |a| {
         format!(
             "CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, f float4, n numeric(8,2));
@@ -586,9 +576,7 @@ fn paimon_fields(p: &Pipeline, table: &str) -> Vec<(String, i64, String)> {
 }
 
 async fn rename_case(test: &str, lsm: bool) {
-    let Some(env) = test_env(test) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(test));
     if lsm && std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality") {
         return;
     }
@@ -772,9 +760,7 @@ async fn equal(p: &mut Pipeline, table: &str, lsm: bool) {
 /// `varchar(20)`) go on. Iceberg and Paimon.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schema_change_stop_keeps_the_lake_schema() {
-    let Some(env) = test_env("schema_change_stop_keeps_the_lake_schema") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env("schema_change_stop_keeps_the_lake_schema"));
     for lsm in [false, true] {
         if lsm && std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality") {
             continue;
@@ -915,9 +901,7 @@ impl Streamed {
 /// visible, so it stops before applying it, as it does for an ordinary transaction.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_column_readded_inside_a_streamed_transaction_stops() {
-    let Some((env, a)) = test_env_and_name("sreadds") else {
-        return;
-    };
+    let (env, a) = ground_or_skip!(test_env_and_name("sreadds"));
     let client = fresh_table(&env, &a, |a| {
         format!(
             "CREATE TABLE {a} (id int4 PRIMARY KEY, x int4, b int4);
@@ -959,10 +943,9 @@ async fn a_column_readded_inside_a_streamed_transaction_stops() {
 /// older rows reading 7 instead of cdcd giving up on a column it cannot find.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_default_added_inside_a_long_streamed_transaction_replicates() {
-    let Some(env) = test_env("a_default_added_inside_a_long_streamed_transaction_replicates")
-    else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "a_default_added_inside_a_long_streamed_transaction_replicates"
+    ));
     if std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality") {
         return; // v2 tables stop on a DEFAULT (README)
     }
@@ -1017,9 +1000,7 @@ async fn a_default_added_inside_a_long_streamed_transaction_replicates() {
 /// lake, not NULL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stored_default_reaches_a_transaction_committed_inside_a_streamed_one() {
-    let Some(env) = test_env(&current_test()) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(&current_test()));
     if std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality") {
         return; // v2 tables stop on a DEFAULT (README)
     }
@@ -1071,9 +1052,7 @@ async fn a_stored_default_reaches_a_transaction_committed_inside_a_streamed_one(
 /// name and skip its rows. It stops, naming the table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_taking_the_name_inside_a_streamed_transaction_stops() {
-    let Some((env, a)) = test_env_and_name("sswap") else {
-        return;
-    };
+    let (env, a) = ground_or_skip!(test_env_and_name("sswap"));
     let client = connect(&env.pg_url).await;
     exec(
         &client,

@@ -89,9 +89,7 @@ fn start_output(p: &Pipeline, n: u32) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_during_a_parallel_copy_converge() {
-    let Some((env, name)) = test_env_and_name("snapw") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("snapw"));
     let t = format!("{name}_t");
     let rows = 100_000;
     let client = connect(&env.pg_url).await;
@@ -136,9 +134,7 @@ async fn writes_during_a_parallel_copy_converge() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
-    let Some((env, name)) = test_env_and_name("snapk") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("snapk"));
     let t = format!("{name}_t");
     let rows = 400_000;
     let client = connect(&env.pg_url).await;
@@ -207,9 +203,7 @@ async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_added_later_is_copied_alone() {
-    let Some((env, name)) = test_env_and_name("snapa") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("snapa"));
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 5_000)).await;
@@ -283,9 +277,7 @@ async fn a_table_added_later_is_copied_alone() {
 /// with "cannot complete a partial update: row not in table".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partial_update_of_a_row_deleted_inside_the_window_is_dropped() {
-    let Some((env, name)) = test_env_and_name("snapg") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("snapg"));
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 1_000)).await;

@@ -106,10 +106,9 @@ fn assert_metadata(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soft_deletes_keep_flagged_rows_and_row_metadata_is_the_sources() {
-    let Some(env) = test_env("soft_deletes_keep_flagged_rows_and_row_metadata_is_the_sources")
-    else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "soft_deletes_keep_flagged_rows_and_row_metadata_is_the_sources"
+    ));
     let name = unique("soft");
     let (s, h, k) = (
         format!("{name}_s"),
@@ -333,9 +332,9 @@ async fn soft_deletes_keep_flagged_rows_and_row_metadata_is_the_sources() {
 /// setting is refused with the reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soft_deletes_added_to_an_existing_table_then_a_source_column() {
-    let Some(env) = test_env("soft_deletes_added_to_an_existing_table_then_a_source_column") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "soft_deletes_added_to_an_existing_table_then_a_source_column"
+    ));
     let name = unique("softadd");
     let t = format!("{name}_t");
     let client = fresh_table(&env, &t, |t| {

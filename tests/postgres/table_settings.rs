@@ -89,9 +89,9 @@ async fn wait_started(p: &mut Pipeline, n: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configured_spec_and_sort_order_are_created_then_evolved() {
-    let Some(env) = test_env("configured_spec_and_sort_order_are_created_then_evolved") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "configured_spec_and_sort_order_are_created_then_evolved"
+    ));
     let name = unique("layout");
     let t = format!("{name}_t");
     let _client = fresh_table(&env, &t, |t| {
@@ -212,11 +212,9 @@ async fn configured_spec_and_sort_order_are_created_then_evolved() {
 /// applies.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transform_the_column_type_does_not_take_is_refused_before_anything_is_written() {
-    let Some(env) =
-        test_env("a_transform_the_column_type_does_not_take_is_refused_before_anything_is_written")
-    else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "a_transform_the_column_type_does_not_take_is_refused_before_anything_is_written"
+    ));
     let name = unique("badlayout");
     let t = format!("{name}_t");
     let _client = fresh_table(&env, &t, |t| {

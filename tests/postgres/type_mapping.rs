@@ -98,9 +98,7 @@ pub(crate) async fn assert_mapping_change_refused(
     refusal: &str,
     kept_out: &str,
 ) {
-    let Some((env, name)) = test_env_and_name(tag) else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name(tag));
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(
@@ -145,9 +143,7 @@ pub(crate) async fn assert_refused_at_start(
     setting: &str,
     reasons: &[&str],
 ) {
-    let Some((env, name)) = test_env_and_name(tag) else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name(tag));
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create(&t)).await;

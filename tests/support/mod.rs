@@ -80,6 +80,17 @@ pub fn run_cdcd(args: &[&str], config: &Path) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// The ground a test needs (the `Option` of [`test_env`], [`mysql::my_env`], [`spark`], …), or
+/// the test returns: [`ground::missing`] has then failed it under CI or noted why it skips.
+macro_rules! ground_or_skip {
+    ($ground:expr) => {
+        match $ground {
+            Some(ground) => ground,
+            None => return,
+        }
+    };
+}
+
 /// Namespace every test pipeline writes its tables to.
 pub const NAMESPACE: &str = "shop";
 
