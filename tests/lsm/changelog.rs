@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
 use crate::support::{
-    connect, exec, fresh_table, output_ok, run_cdcd, test_env_and_name, Pipeline, Settings,
-    NAMESPACE,
+    append_table_settings, connect, exec, fresh_table, output_ok, run_cdcd, test_env_and_name,
+    Pipeline, Settings, NAMESPACE,
 };
 
 /// Reads a table's changelog with pypaimon as JSON lines `[kind, row]`, each row a JSON object:
@@ -127,11 +127,7 @@ fn big(id: i64) -> String {
 }
 
 fn changelog_settings(p: &Pipeline, table: &str) {
-    let mut text = std::fs::read_to_string(&p.config).unwrap();
-    text.push_str(&format!(
-        "\n[sink.tables.\"public.{table}\"]\nchangelog = true\n"
-    ));
-    std::fs::write(&p.config, text).unwrap();
+    append_table_settings(&p.config, &format!("public.{table}"), "changelog = true\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -492,12 +488,7 @@ async fn mariadb_minimal_images_read_back_as_whole_paimon_changelog_rows() {
     let (env, name) = ground_or_skip!(my_env_and_name("mylchl"));
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     p.use_lsm(2, "initial", "");
-    let mut text = std::fs::read_to_string(&p.config).unwrap();
-    text.push_str(&format!(
-        "\n[sink.tables.\"{db}.item\"]\nchangelog = true\n",
-        db = p.db
-    ));
-    std::fs::write(&p.config, text).unwrap();
+    append_table_settings(&p.config, &format!("{}.item", p.db), "changelog = true\n");
     let mut c = my_connect(&env.url_for(&p.db)).await;
     my_exec(
         &mut c,
@@ -622,11 +613,11 @@ async fn partitioned_paimon_changelog_moves_rows_as_delete_and_insert() {
     };
     let mut p = Pipeline::new_lsm(&env, &name, &[&t], &settings, 2);
     p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    let mut text = std::fs::read_to_string(&p.config).unwrap();
-    text.push_str(&format!(
-        "\n[sink.tables.\"public.{t}\"]\npartition_by = [\"region\"]\nchangelog = true\n"
-    ));
-    std::fs::write(&p.config, text).unwrap();
+    append_table_settings(
+        &p.config,
+        &format!("public.{t}"),
+        "partition_by = [\"region\"]\nchangelog = true\n",
+    );
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     exec(

@@ -10,15 +10,18 @@ use std::time::Duration;
 
 use object_store::ObjectStoreExt;
 
-use crate::support::{connect, exec, fresh_table, test_env, unique, Pipeline, Settings, NAMESPACE};
+use crate::support::{
+    append_table_settings, connect, exec, fresh_table, test_env, unique, Pipeline, Settings,
+    NAMESPACE,
+};
 
 /// `[sink.tables."public.<t>"]` with `partition_by` appended to the pipeline's config.
 fn partition_by(p: &Pipeline, t: &str, columns: &str) {
-    let mut text = std::fs::read_to_string(&p.config).unwrap();
-    text.push_str(&format!(
-        "\n[sink.tables.\"public.{t}\"]\npartition_by = [{columns}]\nbuckets = 2\n"
-    ));
-    std::fs::write(&p.config, text).unwrap();
+    append_table_settings(
+        &p.config,
+        &format!("public.{t}"),
+        &format!("partition_by = [{columns}]\nbuckets = 2\n"),
+    );
 }
 
 fn create_table(t: &str) -> String {
@@ -212,12 +215,11 @@ async fn mariadb_minimal_images_move_rows_between_paimon_partitions() {
     let name = unique("mylsmpart");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     p.use_lsm(2, "initial", "");
-    let mut text = std::fs::read_to_string(&p.config).unwrap();
-    text.push_str(&format!(
-        "\n[sink.tables.\"{}.item\"]\npartition_by = [\"region\"]\n",
-        p.db
-    ));
-    std::fs::write(&p.config, text).unwrap();
+    append_table_settings(
+        &p.config,
+        &format!("{}.item", p.db),
+        "partition_by = [\"region\"]\n",
+    );
     let mut c = my_connect(&env.url_for(&p.db)).await;
     my_exec(
         &mut c,

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
-use crate::support::{output_ok, NAMESPACE};
+use crate::support::{append_table_settings, output_ok, NAMESPACE};
 
 /// The table's rows (pypaimon): `row <id> <_cdc_commit_ts or None> <_cdc_position>` each.
 const ROWS: &str = r#"
@@ -24,12 +24,11 @@ async fn row_metadata_reads_back_from_paimon() {
     let (env, name) = ground_or_skip!(my_env_and_name("mylrm"));
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     p.use_lsm(2, "initial", "");
-    let mut text = std::fs::read_to_string(&p.config).unwrap();
-    text.push_str(&format!(
-        "\n[sink.tables.\"{db}.item\"]\nrow_metadata = true\n",
-        db = p.db
-    ));
-    std::fs::write(&p.config, text).unwrap();
+    append_table_settings(
+        &p.config,
+        &format!("{}.item", p.db),
+        "row_metadata = true\n",
+    );
     let mut c = my_connect(&env.url_for(&p.db)).await;
     my_exec(
         &mut c,

@@ -408,16 +408,11 @@ async fn assert_equal_s3(p: &mut MyPipeline, bucket: &str, endpoint: &str, table
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_stalled_lease_renewal_fences_the_holder() {
-    stalled_renewal("s3_stalled_lease_renewal_fences_the_holder", false).await;
-}
-
-/// Issue 22: the same with the Paimon sink on S3 (read back by pypaimon from S3).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_stalled_lease_renewal_fences_the_holder_paimon() {
-    stalled_renewal("s3_stalled_lease_renewal_fences_the_holder_paimon", true).await;
-}
+case_tests!(stalled_renewal:
+    s3_stalled_lease_renewal_fences_the_holder(false),
+    /// Issue 22: the same with the Paimon sink on S3 (read back by pypaimon from S3).
+    s3_stalled_lease_renewal_fences_the_holder_paimon(true),
+);
 
 async fn stalled_renewal(test: &str, lsm: bool) {
     let my = ground_or_skip!(my_env(test));

@@ -12,16 +12,11 @@ use crate::support::mysql::{
 };
 use crate::support::unique;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn row_images_replicate_into_paimon() {
-    row_images("row_images_replicate_into_paimon", false).await;
-}
-
-/// The same into an S3 warehouse (moto), read back by pypaimon from S3.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn row_images_replicate_into_paimon_on_s3() {
-    row_images("row_images_replicate_into_paimon_on_s3", true).await;
-}
+case_tests!(row_images:
+    row_images_replicate_into_paimon(false),
+    /// The same into an S3 warehouse (moto), read back by pypaimon from S3.
+    row_images_replicate_into_paimon_on_s3(true),
+);
 
 async fn row_images(test: &str, on_s3: bool) {
     let env = ground_or_skip!(my_env(test));

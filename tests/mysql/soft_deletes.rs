@@ -12,7 +12,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 
 use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
-use crate::support::{unique, LAKECHECK};
+use crate::support::{append_table_settings, unique, LAKECHECK};
 
 /// lakecheck on `<db>.<table>` with `extra` arguments: exit code and output.
 fn lakecheck(p: &MyPipeline, table: &str, extra: &[&str]) -> (Option<i32>, String) {
@@ -51,11 +51,11 @@ async fn mysql_soft_deletes_keep_flagged_rows_with_their_values() {
     ));
     let name = unique("mysoft");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
-    let mut text = std::fs::read_to_string(&p.config).unwrap();
-    text.push_str(&format!(
-        "\n[sink.tables.\"{name}.t\"]\ndeletes = \"soft\"\nrow_metadata = true\n"
-    ));
-    std::fs::write(&p.config, text).unwrap();
+    append_table_settings(
+        &p.config,
+        &format!("{name}.t"),
+        "deletes = \"soft\"\nrow_metadata = true\n",
+    );
     let mut c = my_connect(&env.url_for(&p.db)).await;
     my_exec(
         &mut c,

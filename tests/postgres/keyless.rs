@@ -38,17 +38,12 @@ async fn pgbench(url: &str, schema: &str, args: &[&str]) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pgbench_history_replicates_as_an_append_table() {
-    pgbench_history_case("pgbench_history_replicates_as_an_append_table", false).await;
-}
-
-/// The same on the `lsm` sink: `pgbench_history` is a Paimon append table (`bucket = -1`, no
-/// primary keys) read back by pypaimon as a multiset.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pgbench_history_replicates_as_a_paimon_append_table() {
-    pgbench_history_case("pgbench_history_replicates_as_a_paimon_append_table", true).await;
-}
+case_tests!(pgbench_history_case:
+    pgbench_history_replicates_as_an_append_table(false),
+    /// The same on the `lsm` sink: `pgbench_history` is a Paimon append table (`bucket = -1`, no
+    /// primary keys) read back by pypaimon as a multiset.
+    pgbench_history_replicates_as_a_paimon_append_table(true),
+);
 
 async fn pgbench_history_case(test: &str, lsm: bool) {
     let env = ground_or_skip!(test_env(test));

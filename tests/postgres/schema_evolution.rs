@@ -341,19 +341,14 @@ async fn a_column_dropped_and_added_again_stops_and_resync_recovers() {
     stopped(start_output(&p.output(), 3), "at start");
 }
 
-/// `DROP COLUMN` (metadata only: the column leaves the current schema, old files keep it) into
-/// Iceberg and Paimon, inside a transaction between DML too; a change that drops one column while
-/// adding another (a rename looks exactly like that to pgoutput) stops rather than guess, and so
-/// does re-adding a dropped name.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn drop_column_applies_and_a_rename_stops_iceberg() {
-    drop_column_case("drop_column_applies_and_a_rename_stops_iceberg", false).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn drop_column_applies_and_a_rename_stops_lsm() {
-    drop_column_case("drop_column_applies_and_a_rename_stops_lsm", true).await;
-}
+case_tests!(drop_column_case:
+    /// `DROP COLUMN` (metadata only: the column leaves the current schema, old files keep it) into
+    /// Iceberg and Paimon, inside a transaction between DML too; a change that drops one column
+    /// while adding another (a rename looks exactly like that to pgoutput) stops rather than guess,
+    /// and so does re-adding a dropped name.
+    drop_column_applies_and_a_rename_stops_iceberg(false),
+    drop_column_applies_and_a_rename_stops_lsm(true),
+);
 
 async fn drop_column_case(test: &str, lsm: bool) {
     let env = ground_or_skip!(test_env(test));
@@ -521,27 +516,22 @@ async fn add_column_and_widening_keep_replicating_lsm() {
     p.assert_running();
 }
 
-/// With the DDL trigger of `migrations/postgres/002_ddl_capture.sql` installed, `RENAME COLUMN`
-/// replicates exactly into Iceberg: the field keeps its id under the new name. Covered: a
-/// rename followed by updates that leave a TOAST value unchanged (cdcd completes them from a
-/// file written before the rename, found by field id), a rename inside a transaction between
-/// its DML, the last column renamed (without the trigger exactly the shape that stops), a rename
-/// made while cdcd is down (replayed from the slot), two renames of one column before its next
-/// change, and a restart after the slot moved past a rename (kept in the source's state); a
-/// column dropped and another added under its name stops cdcd. Read back by DuckDB and
-/// pyiceberg. In its own database: the trigger is
-/// database-wide, and the other tests expect a rename to stop.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rename_column_with_the_ddl_trigger_iceberg() {
-    rename_case("rename_column_with_the_ddl_trigger_iceberg", false).await;
-}
-
-/// The same into the LSM (Paimon) sink: `schema-N` keeps the field id under the new name, and
-/// cdcd's own lookups read files written before the rename under the older name.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rename_column_with_the_ddl_trigger_lsm() {
-    rename_case("rename_column_with_the_ddl_trigger_lsm", true).await;
-}
+case_tests!(rename_case:
+    /// With the DDL trigger of `migrations/postgres/002_ddl_capture.sql` installed, `RENAME COLUMN`
+    /// replicates exactly into Iceberg: the field keeps its id under the new name. Covered: a
+    /// rename followed by updates that leave a TOAST value unchanged (cdcd completes them from a
+    /// file written before the rename, found by field id), a rename inside a transaction between
+    /// its DML, the last column renamed (without the trigger exactly the shape that stops), a
+    /// rename made while cdcd is down (replayed from the slot), two renames of one column before
+    /// its next change, and a restart after the slot moved past a rename (kept in the source's
+    /// state); a column dropped and another added under its name stops cdcd. Read back by DuckDB
+    /// and pyiceberg. In its own database: the trigger is database-wide, and the other tests expect
+    /// a rename to stop.
+    rename_column_with_the_ddl_trigger_iceberg(false),
+    /// The same into the LSM (Paimon) sink: `schema-N` keeps the field id under the new name, and
+    /// cdcd's own lookups read files written before the rename under the older name.
+    rename_column_with_the_ddl_trigger_lsm(true),
+);
 
 /// `(name, field id)` of the table's current schema: Iceberg's metadata, or Paimon's newest
 /// `schema/schema-N`.

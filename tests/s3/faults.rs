@@ -82,16 +82,11 @@ fn fault_proxy_with(python: &str, upstream: &str, args: &[&str]) -> ProxyProcess
     ProxyProcess::start(python, FAULTPROXY, upstream, args, Stdio::inherit())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_survives_a_faulty_network() {
-    faulty_network("s3_survives_a_faulty_network", SinkKind::Iceberg).await;
-}
-
-/// Issue 22: the same with the LSM (Paimon) sink, read back by pypaimon.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_lsm_survives_a_faulty_network() {
-    faulty_network("s3_lsm_survives_a_faulty_network", SinkKind::Lsm).await;
-}
+case_tests!(faulty_network:
+    s3_survives_a_faulty_network(SinkKind::Iceberg),
+    /// Issue 22: the same with the LSM (Paimon) sink, read back by pypaimon.
+    s3_lsm_survives_a_faulty_network(SinkKind::Lsm),
+);
 
 async fn faulty_network(test: &str, sink: SinkKind) {
     let env = ground_or_skip!(test_env(test));

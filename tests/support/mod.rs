@@ -91,6 +91,21 @@ macro_rules! ground_or_skip {
     };
 }
 
+/// Tests that run one case each with a value of their own (a sink, a delete mode):
+/// `case_tests!(case: name(value), …)` makes `#[tokio::test] async fn name()` running
+/// `case("name", value)`; doc comments before a name stay the test's.
+macro_rules! case_tests {
+    ($case:ident: $($(#[$doc:meta])* $name:ident($value:expr)),+ $(,)?) => {
+        $(
+            $(#[$doc])*
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                $case(stringify!($name), $value).await;
+            }
+        )+
+    };
+}
+
 /// Namespace every test pipeline writes its tables to.
 pub const NAMESPACE: &str = "shop";
 
@@ -962,6 +977,12 @@ pub fn append_config(config: &Path, text: &str) {
     let mut config_text = fs::read_to_string(config).unwrap();
     config_text.push_str(text);
     write_file(config, &config_text);
+}
+
+/// Appends `lines` (each ending in a newline) as the settings of `table` (`schema.table`) to the
+/// config file `config`: a `[sink.tables."<table>"]` section.
+pub fn append_table_settings(config: &Path, table: &str, lines: &str) {
+    append_config(config, &format!("\n[sink.tables.{table:?}]\n{lines}"));
 }
 
 /// Sizes the initial copy in the config file `config`: chunks of `chunk_rows` rows, `parallelism`
