@@ -946,8 +946,8 @@ async fn rest_resync_swaps_through_the_catalog() {
         ),
     )
     .await;
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(!status.success(), "cdcd must stop on int4 -> text");
+    p.assert_stops(Duration::from_secs(60), "cdcd must stop on int4 -> text")
+        .await;
     let (ok, out) = run_cdcd(&["resync", "--table", &format!("public.{t}")], &p.config);
     assert!(ok && out.contains("requested"), "{out}");
     p.start();
@@ -1257,8 +1257,11 @@ async fn a_table_created_again_by_another_engine_stops_naming_both_uuids() {
     );
     let (old, new) = uuids.trim().split_once(' ').expect("two uuids");
     exec(&client, &changes(&t, 2)).await;
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(!status.success(), "cdcd committed to a table created again");
+    p.assert_stops(
+        Duration::from_secs(60),
+        "cdcd committed to a table created again",
+    )
+    .await;
     let out = crate::support::start_output(&p.output(), 1);
     assert!(
         out.contains("is not the one the commit was built on")

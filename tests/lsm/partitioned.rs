@@ -183,12 +183,12 @@ async fn a_paimon_partition_column_inside_the_key_is_refused_with_the_reason() {
     partition_by(&p, &t, "\"tenant\"");
     p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
     p.start();
-    let st = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(
-        !st.success(),
-        "cdcd went on with a partition key inside the primary key"
-    );
-    let out = p.output();
+    let out = p
+        .assert_stops(
+            Duration::from_secs(60),
+            "cdcd went on with a partition key inside the primary key",
+        )
+        .await;
     assert!(
         out.contains(&t) && out.contains("partition_by") && out.contains("primary key"),
         "the refusal names the table, the setting and the reason:\n{out}"

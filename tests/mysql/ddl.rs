@@ -136,12 +136,9 @@ async fn alter_table_evolves_the_lake_and_restarts_replay_it_exactly() {
 
     // What the lake cannot express stops cdcd, naming the statement.
     my_exec(&mut c, "ALTER TABLE t MODIFY vv VARCHAR(30)").await;
-    let st = p.wait_exit(Duration::from_secs(30)).await;
-    assert!(
-        matches!(st, Some(s) if !s.success()),
-        "cdcd must stop: {st:?}"
-    );
-    let out = p.output();
+    let out = p
+        .assert_stops(Duration::from_secs(30), "cdcd must stop")
+        .await;
     assert!(
         out.contains("ALTER TABLE t MODIFY vv VARCHAR(30)") && out.contains("cannot follow"),
         "error names the statement and why:\n{out}"

@@ -145,12 +145,9 @@ async fn truncate_replicates_and_alter_stops_with_the_statement() {
     my_exec(&mut c, "INSERT INTO t VALUES (3, 3)").await;
     p.assert_equal("t", 60).await;
     my_exec(&mut c, "ALTER TABLE t ADD COLUMN w INT NOT NULL").await;
-    let st = p.wait_exit(Duration::from_secs(30)).await;
-    assert!(
-        matches!(st, Some(s) if !s.success()),
-        "cdcd must stop: {st:?}"
-    );
-    let out = p.output();
+    let out = p
+        .assert_stops(Duration::from_secs(30), "cdcd must stop")
+        .await;
     assert!(
         out.contains("ALTER TABLE t ADD COLUMN w INT NOT NULL"),
         "error names the statement:\n{out}"

@@ -250,9 +250,9 @@ async fn a_type_change_inside_a_transaction_stops_before_it() {
     )
     .await;
     for start in 1..=2 {
-        let status = p.wait_exit(Duration::from_secs(60)).await;
-        assert!(!status.success(), "cdcd must stop, got {status}");
-        let out = p.output();
+        let out = p
+            .assert_stops(Duration::from_secs(60), "cdcd must stop")
+            .await;
         let stops = out.matches("changed inside the transaction").count();
         assert!(
             stops >= start,
@@ -330,9 +330,9 @@ async fn a_renamed_or_recreated_table_stops_cdcd() {
             format!("ALTER TABLE {a} RENAME TO {a}_renamed; UPDATE {a}_renamed SET v = 'gone' WHERE id = 11;")
         };
         exec(&client, &change).await;
-        let status = p.wait_exit(Duration::from_secs(60)).await;
-        assert!(!status.success(), "cdcd must stop, got {status}");
-        let out = p.output();
+        let out = p
+            .assert_stops(Duration::from_secs(60), "cdcd must stop")
+            .await;
         let wanted = if recreate {
             "dropped and created again"
         } else {
@@ -390,9 +390,9 @@ async fn a_table_taking_a_captured_tables_name_stops_cdcd() {
     )
     .await;
     exec(&client, &format!("INSERT INTO {a} VALUES (1, 'new')")).await;
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(!status.success(), "cdcd must stop, got {status}");
-    let out = p.output();
+    let out = p
+        .assert_stops(Duration::from_secs(60), "cdcd must stop")
+        .await;
     assert!(
         out.contains("dropped and created again") && out.contains(&format!("public.{a}")),
         "the stop names the table:\n{out}"

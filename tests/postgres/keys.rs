@@ -157,11 +157,11 @@ async fn keys_replicate(env: TestEnv, lsm: bool) {
         "{out}"
     );
     p.start();
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(
-        !status.success(),
-        "cdcd ran with an unusable key_columns entry"
-    );
+    p.assert_stops(
+        Duration::from_secs(60),
+        "cdcd ran with an unusable key_columns entry",
+    )
+    .await;
     assert!(
         p.output().contains("REPLICA IDENTITY FULL"),
         "{}",

@@ -219,9 +219,9 @@ async fn replica_identity_full_keyless_table_is_refused_on_lsm() {
         "cdcd check passed a multiset on lsm:\n{out}"
     );
     p.start();
-    let status = p.wait_exit(Duration::from_secs(120)).await;
-    assert!(!status.success(), "cdcd accepted a multiset on lsm");
-    let out = p.output();
+    let out = p
+        .assert_stops(Duration::from_secs(120), "cdcd accepted a multiset on lsm")
+        .await;
     assert!(
         out.contains(&format!("public.{m}"))
             && out.contains("REPLICA IDENTITY FULL")
@@ -300,12 +300,12 @@ async fn identity_changed_to_full_while_replicated_is_refused() {
     )
     .await;
     p.start();
-    let status = p.wait_exit(Duration::from_secs(120)).await;
-    assert!(
-        !status.success(),
-        "cdcd continued a table that missed updates"
-    );
-    let out = p.output();
+    let out = p
+        .assert_stops(
+            Duration::from_secs(120),
+            "cdcd continued a table that missed updates",
+        )
+        .await;
     assert!(
         out.contains(&format!("public.{m}")) && out.contains("was replicated insert-only"),
         "{out}"

@@ -799,8 +799,11 @@ async fn a_default_added_then_resync(
         ),
     )
     .await;
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(!status.success(), "cdcd must stop on the added default");
+    p.assert_stops(
+        Duration::from_secs(60),
+        "cdcd must stop on the added default",
+    )
+    .await;
     let way_out = format!("cdcd resync --table public.{a}");
     assert!(
         p.output().contains(&way_out) && p.output().contains("column d"),
@@ -879,11 +882,8 @@ async fn a_type_change_then_resync(env: &crate::support::TestEnv, prefix: &str, 
         &format!("UPDATE {a} SET v = v || '!' WHERE id % 7 = 0; INSERT INTO {b} VALUES (900001, 1, 1, 'after')"),
     )
     .await;
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(
-        !status.success(),
-        "cdcd must stop on int4 -> text, got {status}"
-    );
+    p.assert_stops(Duration::from_secs(60), "cdcd must stop on int4 -> text")
+        .await;
     let way_out = format!("cdcd resync --table public.{a}");
     assert!(
         p.output().contains(&way_out),

@@ -172,9 +172,9 @@ async fn a_narrowing_type_change_still_stops() {
         &format!("ALTER TABLE {a} ALTER COLUMN x TYPE int4; INSERT INTO {a} VALUES (51, 51);"),
     )
     .await;
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(!status.success(), "cdcd must stop, got {status}");
-    let out = p.output();
+    let out = p
+        .assert_stops(Duration::from_secs(60), "cdcd must stop")
+        .await;
     assert!(
         out.contains(&format!("public.{a}")) && out.contains("column x changed type"),
         "the stop names the table and the column:\n{out}"
@@ -220,9 +220,9 @@ async fn add_column_with_a_constant_default_reads_it_in_older_rows() {
     )
     .await;
     if v2 {
-        let status = p.wait_exit(Duration::from_secs(60)).await;
-        assert!(!status.success(), "cdcd must stop, got {status}");
-        let out = p.output();
+        let out = p
+            .assert_stops(Duration::from_secs(60), "cdcd must stop")
+            .await;
         assert!(
             out.contains(&format!("public.{a}"))
                 && out.contains("format v2 tables cannot store one"),
@@ -276,9 +276,9 @@ async fn add_column_with_a_constant_default_reads_it_in_older_rows() {
         &format!("ALTER TABLE {a} ADD COLUMN t timestamptz DEFAULT clock_timestamp(); INSERT INTO {a} (id) VALUES (55);"),
     )
     .await;
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(!status.success(), "cdcd must stop, got {status}");
-    let out = p.output();
+    let out = p
+        .assert_stops(Duration::from_secs(60), "cdcd must stop")
+        .await;
     assert!(
         out.contains(&format!("public.{a}"))
             && out.contains("column(s) t added with a volatile DEFAULT"),
@@ -320,8 +320,8 @@ async fn a_column_dropped_and_added_again_stops_and_resync_recovers() {
             "{when}: the stop names the table and the column:\n{out}"
         );
     };
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(!status.success(), "cdcd must stop, got {status}");
+    p.assert_stops(Duration::from_secs(60), "cdcd must stop")
+        .await;
     stopped(p.output(), "running");
 
     let (ok, out) = run_cdcd(&["resync", "--table", &format!("public.{a}")], &p.config);
@@ -335,8 +335,8 @@ async fn a_column_dropped_and_added_again_stops_and_resync_recovers() {
     assert_eq!(st.code(), Some(0), "{st}");
     exec(&client, &readd).await;
     p.start();
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(!status.success(), "cdcd must stop at start, got {status}");
+    p.assert_stops(Duration::from_secs(60), "cdcd must stop at start")
+        .await;
     // The third start's output only: the first stop said the same.
     stopped(start_output(&p.output(), 3), "at start");
 }
@@ -406,9 +406,9 @@ async fn drop_column_case(test: &str, lsm: bool) {
         &format!("ALTER TABLE {a} RENAME COLUMN z TO w; UPDATE {a} SET w = 1 WHERE id = 16;"),
     )
     .await;
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(!status.success(), "cdcd must stop, got {status}");
-    let out = p.output();
+    let out = p
+        .assert_stops(Duration::from_secs(60), "cdcd must stop")
+        .await;
     assert!(
         out.contains(&format!("public.{a}")),
         "the stop names the table:\n{out}"
@@ -484,8 +484,8 @@ async fn add_column_and_widening_keep_replicating_lsm() {
     .await;
     p.env_vars = vec![("CDCD_FAILPOINT".into(), "lsm-schema-written".into())];
     p.start();
-    let st = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(!st.success(), "cdcd should have aborted: {st}");
+    p.assert_stops(Duration::from_secs(60), "cdcd should have aborted")
+        .await;
     assert!(
         p.output().contains("failpoint lsm-schema-written"),
         "{}",
@@ -716,9 +716,9 @@ async fn rename_case(test: &str, lsm: bool) {
         ),
     )
     .await;
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(!status.success(), "cdcd must stop, got {status}");
-    let out = p.output();
+    let out = p
+        .assert_stops(Duration::from_secs(60), "cdcd must stop")
+        .await;
     // Said by the trigger's DROP message, or by the column's new number (whichever is read
     // first: the catalog's, at the Relation message).
     assert!(
@@ -807,9 +807,9 @@ async fn schema_change_stop_keeps_the_lake_schema() {
             &format!("ALTER TABLE {a} ADD COLUMN w int4; INSERT INTO {a} VALUES (51, 'new', 51);"),
         )
         .await;
-        let status = p.wait_exit(Duration::from_secs(60)).await;
-        assert!(!status.success(), "cdcd must stop, got {status}");
-        let out = p.output();
+        let out = p
+            .assert_stops(Duration::from_secs(60), "cdcd must stop")
+            .await;
         assert!(
             out.contains(&format!("public.{a}"))
                 && (lsm || out.contains("column w added"))
@@ -916,9 +916,9 @@ async fn a_column_readded_inside_a_streamed_transaction_stops() {
         ),
     )
     .await;
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(!status.success(), "cdcd must stop, got {status}");
-    let out = p.output();
+    let out = p
+        .assert_stops(Duration::from_secs(60), "cdcd must stop")
+        .await;
     assert!(
         out.contains(&format!("public.{a}"))
             && out.contains("column b was dropped and added again"),
@@ -1079,9 +1079,9 @@ async fn a_table_taking_the_name_inside_a_streamed_transaction_stops() {
         ),
     )
     .await;
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(!status.success(), "cdcd must stop, got {status}");
-    let out = p.output();
+    let out = p
+        .assert_stops(Duration::from_secs(60), "cdcd must stop")
+        .await;
     assert!(
         out.contains(&format!("public.{a}")) && out.contains("created again"),
         "the stop names the table:\n{out}"

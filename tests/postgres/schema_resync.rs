@@ -262,12 +262,9 @@ async fn stopped_then(env: &TestEnv, prefix: &str, way_out: WayOut) {
     )
     .await;
     exec(&client, &writes(&b, 2, 20_000)).await;
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(
-        !status.success(),
-        "cdcd must stop on the rename, got {status}"
-    );
-    let out = p.output();
+    let out = p
+        .assert_stops(Duration::from_secs(60), "cdcd must stop on the rename")
+        .await;
     let stop = out
         .lines()
         .find(|l| l.contains(&format!("schema of public.{a} changed")))

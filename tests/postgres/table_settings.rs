@@ -230,9 +230,12 @@ async fn a_transform_the_column_type_does_not_take_is_refused_before_anything_is
     };
     let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
     p.start();
-    let st = p.wait_exit(Duration::from_secs(120)).await;
-    assert!(!st.success(), "cdcd accepted day(name) on a text column");
-    let out = p.output();
+    let out = p
+        .assert_stops(
+            Duration::from_secs(120),
+            "cdcd accepted day(name) on a text column",
+        )
+        .await;
     assert!(
         out.contains(&format!(
             "key `sink.tables.\"public.*\".partition_by`: public.{t}: day(name) does not apply \

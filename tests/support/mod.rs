@@ -610,6 +610,14 @@ impl Pipeline {
         Some(st)
     }
 
+    /// A refusal or a stop: waits up to `timeout` for cdcd to exit, fails the test with `why`
+    /// unless it exited with an error, and returns its output.
+    pub async fn assert_stops(&mut self, timeout: Duration, why: &str) -> String {
+        let status = self.wait_exit(timeout).await;
+        assert!(!status.success(), "{why}, got {status}:\n{}", self.output());
+        self.output()
+    }
+
     /// Waits up to `timeout` for cdcd to exit (on its own, or after a signal sent before);
     /// kills it (and panics) if it does not.
     pub async fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
