@@ -360,13 +360,7 @@ async fn kill9_during_expiry_ends_equal_and_the_next_cycle_removes_leftovers() {
             ("CDCD_FAILPOINT".into(), point.to_string()),
         ];
         p.start();
-        let st = p.wait_exit(Duration::from_secs(60)).await;
-        assert!(!st.success(), "{point}: cdcd should have aborted: {st}");
-        assert!(
-            p.output().contains(&format!("failpoint {point}")),
-            "{}",
-            p.output()
-        );
+        p.assert_aborts_at(Duration::from_secs(60), point).await;
         let crashed = inspect(&p, &t);
         assert_eq!(
             crashed["missing"],
@@ -507,13 +501,8 @@ async fn kill9_during_a_merging_commit_ends_equal() {
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     commits(&client, &t, 0, 8).await;
-    p.assert_stops(Duration::from_secs(60), "cdcd should have aborted")
+    p.assert_aborts_at(Duration::from_secs(60), "commit-after-merge")
         .await;
-    assert!(
-        p.output().contains("failpoint commit-after-merge"),
-        "{}",
-        p.output()
-    );
     let crashed = inspect(&p, &t);
     assert_eq!(crashed["missing"], Value::Array(vec![]), "{crashed}");
     let orphans = crashed["unreachable"].as_array().unwrap();
@@ -1006,13 +995,7 @@ async fn kill9_during_compaction_ends_equal() {
             ("CDCD_FAILPOINT".into(), point.to_string()),
         ];
         p.start();
-        let st = p.wait_exit(Duration::from_secs(60)).await;
-        assert!(!st.success(), "{point}: cdcd should have aborted: {st}");
-        assert!(
-            p.output().contains(&format!("failpoint {point}")),
-            "{}",
-            p.output()
-        );
+        p.assert_aborts_at(Duration::from_secs(60), point).await;
         let crashed = inspect(&p, &t);
         assert_eq!(
             crashed["missing"],

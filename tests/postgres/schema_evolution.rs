@@ -484,13 +484,8 @@ async fn add_column_and_widening_keep_replicating_lsm() {
     .await;
     p.env_vars = vec![("CDCD_FAILPOINT".into(), "lsm-schema-written".into())];
     p.start();
-    p.assert_stops(Duration::from_secs(60), "cdcd should have aborted")
+    p.assert_aborts_at(Duration::from_secs(60), "lsm-schema-written")
         .await;
-    assert!(
-        p.output().contains("failpoint lsm-schema-written"),
-        "{}",
-        p.output()
-    );
     assert!(schema_dir.join("schema-2").exists(), "schema-2 written");
     p.env_vars.clear();
     p.start();

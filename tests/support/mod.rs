@@ -618,6 +618,18 @@ impl Pipeline {
         self.output()
     }
 
+    /// A failpoint's abort: cdcd exits with an error within `timeout`, its output naming
+    /// `failpoint <point>` (it aborted there, not elsewhere).
+    pub async fn assert_aborts_at(&mut self, timeout: Duration, point: &str) {
+        let out = self
+            .assert_stops(timeout, &format!("{point}: cdcd must abort"))
+            .await;
+        assert!(
+            out.contains(&format!("failpoint {point}")),
+            "{point}: aborted elsewhere:\n{out}"
+        );
+    }
+
     /// Waits up to `timeout` for cdcd to exit (on its own, or after a signal sent before);
     /// kills it (and panics) if it does not.
     pub async fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
