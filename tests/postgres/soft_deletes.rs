@@ -344,15 +344,11 @@ async fn soft_deletes_added_to_an_existing_table_then_a_source_column() {
         )
     })
     .await;
-    let mut settings = Settings::default();
-    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     p.start();
     p.assert_equal(&t, 120).await;
-    p.sigterm_and_wait(Duration::from_secs(60)).await;
-
-    settings.sink_extra = format!("[sink.tables.\"public.{t}\"]\ndeletes = \"soft\"\n");
-    p.write_config(&settings);
-    p.start();
+    p.restart_with_table_settings(&t, "deletes = \"soft\"\n")
+        .await;
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     exec(&client, &format!("DELETE FROM {t} WHERE id = 2")).await;
     exec(&client, &format!("ALTER TABLE {t} ADD COLUMN extra int4")).await;
@@ -388,8 +384,7 @@ async fn soft_deletes_added_to_an_existing_table_then_a_source_column() {
     p.sigterm_and_wait(Duration::from_secs(60)).await;
 
     // Without the setting the flagged rows would read as live: refused, saying so.
-    settings.sink_extra = String::new();
-    p.write_config(&settings);
+    p.write_config(&Settings::default());
     p.start();
     exec(&client, &format!("DELETE FROM {t} WHERE id = 4")).await;
     p.assert_stops(Duration::from_secs(120), "cdcd dropped _cdc_deleted")

@@ -110,23 +110,19 @@ pub(crate) async fn assert_mapping_change_refused(
         ),
     )
     .await;
-    let mut settings = Settings::default();
-    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     p.start();
     p.assert_equal(&t, 120).await;
-    p.sigterm_and_wait(Duration::from_secs(60)).await;
-
-    settings.sink_extra = format!("[sink.tables.\"public.{t}\"]\n{setting}\n");
-    p.write_config(&settings);
-    p.start();
+    p.restart_with_table_settings(&t, &format!("{setting}\n"))
+        .await;
     exec(
         &client,
         &format!("INSERT INTO {t} VALUES (2, {})", values[1]),
     )
     .await;
-    let status = p.wait_exit(Duration::from_secs(120)).await;
-    assert!(!status.success(), "{}", p.output());
-    let out = p.output();
+    let out = p
+        .assert_stops(Duration::from_secs(120), "cdcd must stop")
+        .await;
     assert!(out.contains(refusal) && out.contains("resync"), "{out}");
     let meta = current_metadata(&p.table_dir(&t));
     assert!(
@@ -153,9 +149,9 @@ pub(crate) async fn assert_refused_at_start(
     };
     let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
     p.start();
-    let status = p.wait_exit(Duration::from_secs(120)).await;
-    assert!(!status.success(), "{}", p.output());
-    let out = p.output();
+    let out = p
+        .assert_stops(Duration::from_secs(120), "cdcd must stop")
+        .await;
     assert!(reasons.iter().all(|r| out.contains(r)), "{out}");
     assert_eq!(p.metadata_versions(&t), 0, "nothing is written");
 }

@@ -602,6 +602,14 @@ impl Pipeline {
         self.wait_exit(timeout).await
     }
 
+    /// Stops cdcd (SIGTERM), gives `public.<table>` the settings `lines` (each ending in a
+    /// newline) and starts it again.
+    pub async fn restart_with_table_settings(&mut self, table: &str, lines: &str) {
+        self.sigterm_and_wait(Duration::from_secs(60)).await;
+        append_table_settings(&self.config, &format!("public.{table}"), lines);
+        self.start();
+    }
+
     /// cdcd's exit status if it has exited (then it is no longer running), else `None`.
     pub fn try_exit(&mut self) -> Option<ExitStatus> {
         let child = self.daemon.as_mut()?;
