@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::support::{
     connect, current_metadata, exec, parse_lsn, spark, stdout_then_stderr, test_env, unique,
-    Pipeline, Settings, NAMESPACE,
+    Pipeline, Settings, TestEnv, NAMESPACE,
 };
 
 /// Runs SQL statements with Spark on a hadoop catalog `h` over a local warehouse.
@@ -165,6 +165,45 @@ pub(crate) fn layout_of(python: &str, dir: &std::path::Path) -> Value {
 
 fn run_spark(spark: &(String, String), p: &Pipeline, statements: &[String]) {
     spark_sql(spark, &p.warehouse, statements);
+}
+
+/// The opening of the tests of a table Spark creates partitioned: the table `<name>_t` made by
+/// `create`, a format v2 pipeline over it (no background maintenance) into which Spark created it
+/// first, `PARTITIONED BY (<partitioned_by>)` with key `id`, started and read back equal after its
+/// copy.
+pub(crate) async fn created_partitioned_by_spark(
+    env: &TestEnv,
+    spark: &(String, String),
+    name: &str,
+    create: impl Fn(&str) -> String,
+    partitioned_by: &str,
+) -> (Pipeline, tokio_postgres::Client, String) {
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create(&t)).await;
+    let settings = Settings {
+        sink_extra: "maintenance_interval_ms = 0\n".into(),
+        ..Settings::default()
+    };
+    let mut p = Pipeline::owning_tables(env, name, &[&t], &settings);
+    // Spark's Iceberg creates format v2 tables; cdcd writes them with equality deletes.
+    p.force_equality();
+    let table = format!("h.{NAMESPACE}.{t}");
+    spark_sql(
+        spark,
+        &p.warehouse,
+        &[
+            format!(
+                "CREATE TABLE {table} (id bigint NOT NULL, created_at timestamp NOT NULL, n int, big string) USING iceberg \
+                 PARTITIONED BY ({partitioned_by}) TBLPROPERTIES ('format-version' = '2')"
+            ),
+            format!("ALTER TABLE {table} SET IDENTIFIER FIELDS id"),
+        ],
+    );
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    p.assert_equal(&t, 90).await;
+    (p, client, t)
 }
 
 /// Runs `statements` with Spark on the hadoop catalog `h` over the local `warehouse`.
@@ -477,32 +516,14 @@ async fn equality_deletes_on_a_table_created_partitioned_apply_in_every_partitio
     let test = "equality_deletes_on_a_table_created_partitioned_apply_in_every_partition";
     let env = ground_or_skip!(test_env(test));
     let spark = ground_or_skip!(spark(test));
-    let name = unique("ptcr");
-    let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(&client, &create(&t)).await;
-    let settings = Settings {
-        sink_extra: "maintenance_interval_ms = 0\n".into(),
-        ..Settings::default()
-    };
-    let mut p = Pipeline::new(&env, &name, &[t.as_str()], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    p.force_equality();
-    let table = format!("h.{NAMESPACE}.{t}");
-    run_spark(
+    let (mut p, client, t) = created_partitioned_by_spark(
+        &env,
         &spark,
-        &p,
-        &[
-            format!(
-                "CREATE TABLE {table} (id bigint NOT NULL, created_at timestamp NOT NULL, n int, big string) USING iceberg \
-                 PARTITIONED BY (days(created_at), bucket(4, id)) TBLPROPERTIES ('format-version' = '2')"
-            ),
-            format!("ALTER TABLE {table} SET IDENTIFIER FIELDS id"),
-        ],
-    );
-    p.start();
-    p.wait_slot_active(&client, Duration::from_secs(60)).await;
-    p.assert_equal(&t, 90).await;
+        &unique("ptcr"),
+        create,
+        "days(created_at), bucket(4, id)",
+    )
+    .await;
     let copied = layout(&p, &t);
     eprintln!("layout after the copy: {copied}");
     assert!(copied["partitions"].as_u64().unwrap_or(0) >= 10, "{copied}");
