@@ -15,10 +15,13 @@
 //! - `catalog`: the Iceberg SQL catalog (SQLite and Postgres), read back through pyiceberg's
 //!   `SqlCatalog`; a foreign commit, a crash before the row update.
 
+// First, so its macro (`ground_or_skip!`) is in scope in the modules after it.
+#[macro_use]
+mod support;
+
 mod catalog;
 mod lsm;
 mod mysql;
 mod ops;
 mod postgres;
 mod s3;
-mod support;

@@ -29,9 +29,7 @@ const ROUNDS: u64 = 8;
 /// hint names the newest, and no hint is ever left below an existing version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_writers_deleted_versions_never_fork_the_table() {
-    let Some((env, name)) = test_env_and_name("catfs") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("catfs"));
     let t = format!("{name}_orders");
     let mut p = Pipeline::new(&env, &name, &[&t], &settings());
     let lake = Lake {
@@ -46,9 +44,7 @@ async fn another_writers_deleted_versions_never_fork_the_table() {
 /// S3's `ListObjectsV2` with `start-after`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_writers_deleted_versions_never_fork_the_table_on_s3() {
-    let Some((env, endpoint, name)) = moto_test_env(true, "catfs3") else {
-        return;
-    };
+    let (env, endpoint, name) = ground_or_skip!(moto_test_env(true, "catfs3"));
     let t = format!("{name}_orders");
     let mut s = S3Pipeline::new(&env, &name, &[&t], &endpoint);
     s.write_config(&settings(), &endpoint);

@@ -268,9 +268,7 @@ async fn assert_equal_through_catalog_by(
 /// created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_catalog_replicates_and_readers_find_the_table() {
-    let Some((env, name)) = test_env_and_name("catrest") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("catrest"));
     let t = format!("{name}_orders");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -278,8 +276,7 @@ async fn rest_catalog_replicates_and_readers_find_the_table() {
         sink_extra: String::new(),
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
     let dir = p.dir.as_ref().unwrap().path().to_owned();
     let server = Rustberg::start(&dir, &p.warehouse);
     // Snapshots expire as soon as they are not the newest: `cdcd maintain` below expires
@@ -363,9 +360,9 @@ async fn rest_catalog_replicates_and_readers_find_the_table() {
 /// twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_commits_whose_answers_are_lost_or_refused_land_once() {
-    let Some(env) = test_env("rest_commits_whose_answers_are_lost_or_refused_land_once") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "rest_commits_whose_answers_are_lost_or_refused_land_once"
+    ));
     let Bed {
         mut p,
         server,
@@ -413,9 +410,7 @@ async fn rest_commits_whose_answers_are_lost_or_refused_land_once() {
 /// request again. Replication goes on across several expiries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_oauth2_tokens_that_expire_are_renewed() {
-    let Some(env) = test_env("rest_oauth2_tokens_that_expire_are_renewed") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env("rest_oauth2_tokens_that_expire_are_renewed"));
     let Bed {
         mut p,
         server,
@@ -475,9 +470,7 @@ async fn rest_oauth2_tokens_that_expire_are_renewed() {
 /// replica stays equal, no update or delete lost or applied twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rewrite_by_another_engine_is_built_upon() {
-    let Some(env) = test_env("a_rewrite_by_another_engine_is_built_upon") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env("a_rewrite_by_another_engine_is_built_upon"));
     let Bed {
         mut p,
         server,
@@ -539,9 +532,7 @@ async fn a_rewrite_by_another_engine_is_built_upon() {
 /// answer of one transaction that landed and refuses one before it arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_transaction_over_two_tables_appears_in_both_at_once() {
-    let Some((env, name)) = test_env_and_name("catresttx") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("catresttx"));
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     for t in [&a, &b] {
@@ -551,8 +542,7 @@ async fn a_source_transaction_over_two_tables_appears_in_both_at_once() {
         )
         .await;
     }
-    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&a, &b], &Settings::default());
     let dir = p.dir.as_ref().unwrap().path().to_owned();
     let server = Rustberg::start(&dir, &p.warehouse);
     let proxy = Proxy::start(
@@ -657,9 +647,7 @@ async fn a_source_transaction_over_two_tables_appears_in_both_at_once() {
 /// secret is refused and named by `cdcd check` without showing it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_sigv4_signatures_verify() {
-    let Some(env) = test_env("rest_sigv4_signatures_verify") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env("rest_sigv4_signatures_verify"));
     let Bed {
         mut p,
         server,
@@ -736,12 +724,8 @@ async fn rest_sigv4_signatures_verify() {
 /// `CDCD_TEST_SPARK_JARS` (iceberg-shaded-jackson.jar, iceberg-shaded-hc5.jar).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spark_maintenance_beside_cdcd() {
-    let Some(env) = test_env("spark_maintenance_beside_cdcd") else {
-        return;
-    };
-    let Some((spark, jars)) = spark("spark_maintenance_beside_cdcd") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env("spark_maintenance_beside_cdcd"));
+    let (spark, jars) = ground_or_skip!(spark("spark_maintenance_beside_cdcd"));
     let properties =
         "\"cdcd.compaction.enabled\" = \"false\"\n\"cdcd.expiry.enabled\" = \"false\"\n";
     let Bed {
@@ -826,16 +810,12 @@ fn spark_procedure(spark: (&str, &str), uri: &str, t: &str, procedure: &str) -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spark_evolves_the_spec_through_the_rest_catalog_mid_stream() {
     let test = "spark_evolves_the_spec_through_the_rest_catalog_mid_stream";
-    let Some(env) = test_env(test) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(test));
     if std::env::var("CDCD_TEST_DELETE_MODE").as_deref() == Ok("equality") {
         eprintln!("skipped: pyiceberg reads no equality deletes, DuckDB no evolved spec");
         return;
     }
-    let Some((spark, jars)) = spark(test) else {
-        return;
-    };
+    let (spark, jars) = ground_or_skip!(spark(test));
     let Bed {
         mut p,
         server,
@@ -877,9 +857,7 @@ async fn spark_evolves_the_spec_through_the_rest_catalog_mid_stream() {
 /// requirements; old rows read NULL or the default, new rows their values.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_schema_changes_commit_through_the_catalog() {
-    let Some(env) = test_env("rest_schema_changes_commit_through_the_catalog") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env("rest_schema_changes_commit_through_the_catalog"));
     let Bed {
         mut p,
         server,
@@ -927,9 +905,7 @@ async fn rest_schema_changes_commit_through_the_catalog() {
 /// start. Read through the catalog by pyiceberg and DuckDB after each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_resync_swaps_through_the_catalog() {
-    let Some(env) = test_env("rest_resync_swaps_through_the_catalog") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env("rest_resync_swaps_through_the_catalog"));
     let Bed {
         mut p,
         server,
@@ -970,8 +946,8 @@ async fn rest_resync_swaps_through_the_catalog() {
         ),
     )
     .await;
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(!status.success(), "cdcd must stop on int4 -> text");
+    p.assert_stops(Duration::from_secs(60), "cdcd must stop on int4 -> text")
+        .await;
     let (ok, out) = run_cdcd(&["resync", "--table", &format!("public.{t}")], &p.config);
     assert!(ok && out.contains("requested"), "{out}");
     p.start();
@@ -998,9 +974,7 @@ async fn rest_resync_swaps_through_the_catalog() {
 /// neither swaps nor copies again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_resync_swap_whose_answer_is_lost_lands_once() {
-    let Some(env) = test_env("rest_resync_swap_whose_answer_is_lost_lands_once") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env("rest_resync_swap_whose_answer_is_lost_lands_once"));
     let Bed {
         mut p,
         server,
@@ -1086,9 +1060,7 @@ async fn rest_resync_swap_whose_answer_is_lost_lands_once() {
 /// gone, and both tables end equal to the source through the catalog (pyiceberg and DuckDB).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_online_resync_under_multi_table_commits_swaps_while_the_other_table_streams() {
-    let Some((env, name)) = test_env_and_name("catrestrstx") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("catrestrstx"));
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a)).await;
@@ -1101,8 +1073,7 @@ async fn an_online_resync_under_multi_table_commits_swaps_while_the_other_table_
     )
     .await;
     exec(&client, &create_table(&b)).await;
-    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&a, &b], &Settings::default());
     let dir = p.dir.as_ref().unwrap().path().to_owned();
     let server = Rustberg::start(&dir, &p.warehouse);
     let proxy = Proxy::start(&env, &server, &dir, &[]);
@@ -1253,9 +1224,7 @@ async fn an_online_resync_under_multi_table_commits_swaps_while_the_other_table_
 /// (the message the lineage's transaction showed before issue 34).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_created_again_by_another_engine_stops_naming_both_uuids() {
-    let Some(env) = test_env(&current_test()) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(&current_test()));
     let Bed {
         mut p,
         server,
@@ -1288,8 +1257,11 @@ async fn a_table_created_again_by_another_engine_stops_naming_both_uuids() {
     );
     let (old, new) = uuids.trim().split_once(' ').expect("two uuids");
     exec(&client, &changes(&t, 2)).await;
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(!status.success(), "cdcd committed to a table created again");
+    p.assert_stops(
+        Duration::from_secs(60),
+        "cdcd committed to a table created again",
+    )
+    .await;
     let out = crate::support::start_output(&p.output(), 1);
     assert!(
         out.contains("is not the one the commit was built on")
@@ -1312,17 +1284,14 @@ async fn a_table_created_again_by_another_engine_stops_naming_both_uuids() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_kill_dash_nine_at_random_moments() {
     let test = "rest_kill_dash_nine_at_random_moments";
-    let Some(env) = test_env(test) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(test));
     let mut rng = crate::support::Rng::from_env_or_clock(test);
     let name = unique("catrestk9");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a)).await;
     exec(&client, &create_table(&b)).await;
-    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&a, &b], &Settings::default());
     let dir = p.dir.as_ref().unwrap().path().to_owned();
     let server = Rustberg::start(&dir, &p.warehouse);
     let settings = Settings {
@@ -1380,9 +1349,9 @@ async fn rest_kill_dash_nine_at_random_moments() {
 /// replication continues through the catalog without copying the table again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switching_from_the_filesystem_catalog_registers_the_table() {
-    let Some(env) = test_env("switching_from_the_filesystem_catalog_registers_the_table") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "switching_from_the_filesystem_catalog_registers_the_table"
+    ));
     let Bed {
         mut p,
         server,
@@ -1443,9 +1412,7 @@ fn through_catalog(env: &TestEnv, uri: &str, tables: &[&str]) -> Vec<(String, St
 /// changelog, found through the catalog, replays onto the copy to the source.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_and_its_changelog_commit_in_one_transaction() {
-    let Some((env, name)) = test_env_and_name("catrestchl") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("catrestchl"));
     let t = format!("{name}_t");
     let client = fresh_table(&env, &t, |t| {
         format!(
@@ -1455,8 +1422,7 @@ async fn a_table_and_its_changelog_commit_in_one_transaction() {
         )
     })
     .await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     let dir = p.dir.as_ref().unwrap().path().to_owned();
     let server = Rustberg::start(&dir, &p.warehouse);
     let proxy = Proxy::start(&env, &server, &dir, &[]);
@@ -1558,9 +1524,7 @@ print("polls", polls, "apart", apart)
 /// catalog without multi-table commits would be caught apart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watcher_never_sees_a_table_and_its_changelog_apart() {
-    let Some((env, name)) = test_env_and_name("catrestchw") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("catrestchw"));
     let t = format!("{name}_t");
     let client = fresh_table(&env, &t, |t| {
         format!(
@@ -1569,8 +1533,7 @@ async fn a_watcher_never_sees_a_table_and_its_changelog_apart() {
         )
     })
     .await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     let dir = p.dir.as_ref().unwrap().path().to_owned();
     let server = Rustberg::start(&dir, &p.warehouse);
     let settings = Settings {

@@ -158,8 +158,7 @@ async fn replicates(env: TestEnv, postgres: bool) {
     } else {
         CatalogDb::sqlite(scratch.path())
     };
-    let mut p = Pipeline::new(&env, &name, &[&t], &cat.settings());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &cat.settings());
 
     let (ok, out) = run_cdcd(&["check"], &p.config);
     let line = format!("catalog sql {}: ok", cat.cdcd_uri);
@@ -217,17 +216,13 @@ async fn replicates(env: TestEnv, postgres: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sql_catalog_on_sqlite_replicates() {
-    let Some(env) = test_env("sql_catalog_on_sqlite_replicates") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env("sql_catalog_on_sqlite_replicates"));
     replicates(env, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sql_catalog_on_postgres_replicates() {
-    let Some(env) = test_env("sql_catalog_on_postgres_replicates") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env("sql_catalog_on_postgres_replicates"));
     replicates(env, true).await;
 }
 
@@ -236,9 +231,7 @@ async fn sql_catalog_on_postgres_replicates() {
 /// swaps the row back, loads the other writer's metadata and commits on top of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_commit_is_built_upon_not_overwritten() {
-    let Some((env, name)) = test_env_and_name("catfc") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("catfc"));
     let t = format!("{name}_orders");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -247,8 +240,7 @@ async fn a_foreign_commit_is_built_upon_not_overwritten() {
     // No maintenance cycle: its load would refresh cdcd's cached base before the next commit.
     let mut settings = cat.settings();
     settings.sink_extra = format!("maintenance_interval_ms = 0\n{}", settings.sink_extra);
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(60)).await;
     assert_equal_through_catalog(&mut p, &cat, &t, 60).await;
@@ -288,16 +280,13 @@ async fn a_foreign_commit_is_built_upon_not_overwritten() {
 /// the file is an orphan the row never names; the restarted cdcd commits past it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_before_the_row_update_leaves_only_an_orphan() {
-    let Some((env, name)) = test_env_and_name("catcr") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("catcr"));
     let t = format!("{name}_orders");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
     let scratch = tempfile::tempdir().unwrap();
     let cat = CatalogDb::sqlite(scratch.path());
-    let mut p = Pipeline::new(&env, &name, &[&t], &cat.settings());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &cat.settings());
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(60)).await;
     assert_equal_through_catalog(&mut p, &cat, &t, 60).await;
@@ -387,12 +376,8 @@ fn tls_cluster(test: &str) -> Option<(String, String, std::path::PathBuf, std::p
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sql_catalog_on_postgres_over_verified_tls() {
     let test = "sql_catalog_on_postgres_over_verified_tls";
-    let Some(env) = test_env(test) else {
-        return;
-    };
-    let Some((admin, addr, ca, dir)) = tls_cluster(test) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(test));
+    let (admin, addr, ca, dir) = ground_or_skip!(tls_cluster(test));
     // The password the test bed's script sets for cdcd_tls.
     let password = "cdcd-tls-pw";
     let name = unique("cattls");
@@ -421,8 +406,7 @@ async fn sql_catalog_on_postgres_over_verified_tls() {
         database: Some(database.clone()),
         sqlite: None,
     };
-    let mut p = Pipeline::new(&env, &name, &[&t], &cat.settings());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &cat.settings());
 
     let (ok, out) = run_cdcd(&["check"], &p.config);
     let shown = format!("postgres://cdcd_tls:***@{addr}/{database}?{verified}");
@@ -488,16 +472,13 @@ async fn sql_catalog_on_postgres_over_verified_tls() {
 /// registered as it is at start, the checkpoint holds (no second copy), replication goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switching_from_the_filesystem_catalog_keeps_the_checkpoint() {
-    let Some((env, name)) = test_env_and_name("catsqswitch") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("catsqswitch"));
     let t = format!("{name}_orders");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
     let scratch = tempfile::tempdir().unwrap();
     let cat = CatalogDb::sqlite(scratch.path());
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(60)).await;
     exec(&client, &changes(&t, 1)).await;
@@ -524,16 +505,13 @@ async fn switching_from_the_filesystem_catalog_keeps_the_checkpoint() {
 /// table was out of the publication) is gone; pyiceberg's SqlCatalog reads the table equal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_swaps_through_the_sql_catalog() {
-    let Some((env, name)) = test_env_and_name("catrs") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("catrs"));
     let t = format!("{name}_orders");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
     let scratch = tempfile::tempdir().unwrap();
     let cat = CatalogDb::sqlite(scratch.path());
-    let mut p = Pipeline::new(&env, &name, &[&t], &cat.settings());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &cat.settings());
     p.start();
     assert_equal_through_catalog(&mut p, &cat, &t, 60).await;
     p.sigterm_and_wait(Duration::from_secs(60)).await;

@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
 use crate::support::{
-    connect, exec, fresh_table, output_ok, run_cdcd, test_env_and_name, Pipeline, Settings,
-    NAMESPACE,
+    append_table_settings, connect, exec, fresh_table, output_ok, run_cdcd, test_env_and_name,
+    Pipeline, Settings, NAMESPACE,
 };
 
 /// Reads a table's changelog with pypaimon as JSON lines `[kind, row]`, each row a JSON object:
@@ -127,18 +127,12 @@ fn big(id: i64) -> String {
 }
 
 fn changelog_settings(p: &Pipeline, table: &str) {
-    let mut text = std::fs::read_to_string(&p.config).unwrap();
-    text.push_str(&format!(
-        "\n[sink.tables.\"public.{table}\"]\nchangelog = true\n"
-    ));
-    std::fs::write(&p.config, text).unwrap();
+    append_table_settings(&p.config, &format!("public.{table}"), "changelog = true\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_changes_read_back_as_paimon_changelog() {
-    let Some((env, name)) = test_env_and_name("lchl") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("lchl"));
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(
@@ -355,9 +349,7 @@ async fn workload_table(client: &tokio_postgres::Client, t: &str) {
 /// the changelog the restarted daemon goes on with has no gap and no duplicate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paimon_changelog_has_no_gap_and_no_duplicate_through_kill9() {
-    let Some((env, name)) = test_env_and_name("lchlk") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("lchlk"));
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     workload_table(&client, &t).await;
@@ -417,9 +409,7 @@ async fn paimon_changelog_has_no_gap_and_no_duplicate_through_kill9() {
 /// reads, every file they name is there, and it replays onto the source's rows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retained_paimon_changelog_reads_after_expiry() {
-    let Some((env, name)) = test_env_and_name("lchle") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("lchle"));
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     workload_table(&client, &t).await;
@@ -495,17 +485,10 @@ print(json.dumps({"ids": ids, "missing": missing, "listed": changelog, "on_disk"
 /// images, completed from the table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_minimal_images_read_back_as_whole_paimon_changelog_rows() {
-    let Some((env, name)) = my_env_and_name("mylchl") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("mylchl"));
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     p.use_lsm(2, "initial", "");
-    let mut text = std::fs::read_to_string(&p.config).unwrap();
-    text.push_str(&format!(
-        "\n[sink.tables.\"{db}.item\"]\nchangelog = true\n",
-        db = p.db
-    ));
-    std::fs::write(&p.config, text).unwrap();
+    append_table_settings(&p.config, &format!("{}.item", p.db), "changelog = true\n");
     let mut c = my_connect(&env.url_for(&p.db)).await;
     my_exec(
         &mut c,
@@ -563,9 +546,7 @@ async fn mariadb_minimal_images_read_back_as_whole_paimon_changelog_rows() {
 /// `changelog-producer = input`, and the changes from then on read back as the changelog.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changelog_turned_on_for_an_existing_table() {
-    let Some((env, name)) = test_env_and_name("lchlon") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("lchlon"));
     let t = format!("{name}_t");
     let client = fresh_table(&env, &t, |t| {
         format!(
@@ -617,9 +598,7 @@ async fn changelog_turned_on_for_an_existing_table() {
 /// moves a row to another partition is `-D` in the old one and `+I` in the new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitioned_paimon_changelog_moves_rows_as_delete_and_insert() {
-    let Some((env, name)) = test_env_and_name("lchlp") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("lchlp"));
     let t = format!("{name}_t");
     let client = fresh_table(&env, &t, |t| {
         format!(
@@ -634,11 +613,11 @@ async fn partitioned_paimon_changelog_moves_rows_as_delete_and_insert() {
     };
     let mut p = Pipeline::new_lsm(&env, &name, &[&t], &settings, 2);
     p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    let mut text = std::fs::read_to_string(&p.config).unwrap();
-    text.push_str(&format!(
-        "\n[sink.tables.\"public.{t}\"]\npartition_by = [\"region\"]\nchangelog = true\n"
-    ));
-    std::fs::write(&p.config, text).unwrap();
+    append_table_settings(
+        &p.config,
+        &format!("public.{t}"),
+        "partition_by = [\"region\"]\nchangelog = true\n",
+    );
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     exec(

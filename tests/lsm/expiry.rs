@@ -102,9 +102,7 @@ async fn transactions(client: &tokio_postgres::Client, t: &str, from: i32, n: i3
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill9_during_lsm_expiry_ends_equal_and_the_next_expiry_removes_leftovers() {
-    let Some(env) = test_env(&current_test()) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(&current_test()));
     let points = [
         "lsm-expire-after-hint",
         "lsm-expire-during-delete",

@@ -11,9 +11,7 @@ use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_json_as_paimon_variant_reads_back_equal() {
-    let Some((env, name)) = my_env_and_name("lsmjvar") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("lsmjvar"));
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     p.use_lsm(2, "initial", "");
     p.set_for_all_tables("json", "variant");

@@ -10,15 +10,18 @@ use std::time::Duration;
 
 use object_store::ObjectStoreExt;
 
-use crate::support::{connect, exec, fresh_table, test_env, unique, Pipeline, Settings, NAMESPACE};
+use crate::support::{
+    append_table_settings, connect, exec, fresh_table, test_env, unique, Pipeline, Settings,
+    NAMESPACE,
+};
 
 /// `[sink.tables."public.<t>"]` with `partition_by` appended to the pipeline's config.
 fn partition_by(p: &Pipeline, t: &str, columns: &str) {
-    let mut text = std::fs::read_to_string(&p.config).unwrap();
-    text.push_str(&format!(
-        "\n[sink.tables.\"public.{t}\"]\npartition_by = [{columns}]\nbuckets = 2\n"
-    ));
-    std::fs::write(&p.config, text).unwrap();
+    append_table_settings(
+        &p.config,
+        &format!("public.{t}"),
+        &format!("partition_by = [{columns}]\nbuckets = 2\n"),
+    );
 }
 
 fn create_table(t: &str) -> String {
@@ -59,10 +62,9 @@ fn move_rows(t: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_move_between_partitions_of_a_paimon_table_and_read_equal() {
-    let Some(env) = test_env("rows_move_between_partitions_of_a_paimon_table_and_read_equal")
-    else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "rows_move_between_partitions_of_a_paimon_table_and_read_equal"
+    ));
     let name = unique("lsmpart");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
@@ -165,10 +167,9 @@ async fn rows_move_between_partitions_of_a_paimon_table_and_read_equal() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paimon_partition_column_inside_the_key_is_refused_with_the_reason() {
-    let Some(env) = test_env("a_paimon_partition_column_inside_the_key_is_refused_with_the_reason")
-    else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "a_paimon_partition_column_inside_the_key_is_refused_with_the_reason"
+    ));
     let name = unique("lsmpkey");
     let t = format!("{name}_t");
     let _client = fresh_table(&env, &t, |t| {
@@ -182,12 +183,12 @@ async fn a_paimon_partition_column_inside_the_key_is_refused_with_the_reason() {
     partition_by(&p, &t, "\"tenant\"");
     p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
     p.start();
-    let st = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(
-        !st.success(),
-        "cdcd went on with a partition key inside the primary key"
-    );
-    let out = p.output();
+    let out = p
+        .assert_stops(
+            Duration::from_secs(60),
+            "cdcd went on with a partition key inside the primary key",
+        )
+        .await;
     assert!(
         out.contains(&t) && out.contains("partition_by") && out.contains("primary key"),
         "the refusal names the table, the setting and the reason:\n{out}"
@@ -208,18 +209,17 @@ async fn a_paimon_partition_column_inside_the_key_is_refused_with_the_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_minimal_images_move_rows_between_paimon_partitions() {
     use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
-    let Some(env) = my_env("mariadb_minimal_images_move_rows_between_paimon_partitions") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(
+        "mariadb_minimal_images_move_rows_between_paimon_partitions"
+    ));
     let name = unique("mylsmpart");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     p.use_lsm(2, "initial", "");
-    let mut text = std::fs::read_to_string(&p.config).unwrap();
-    text.push_str(&format!(
-        "\n[sink.tables.\"{}.item\"]\npartition_by = [\"region\"]\n",
-        p.db
-    ));
-    std::fs::write(&p.config, text).unwrap();
+    append_table_settings(
+        &p.config,
+        &format!("{}.item", p.db),
+        "partition_by = [\"region\"]\n",
+    );
     let mut c = my_connect(&env.url_for(&p.db)).await;
     my_exec(
         &mut c,

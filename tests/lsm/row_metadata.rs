@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
-use crate::support::{output_ok, NAMESPACE};
+use crate::support::{append_table_settings, output_ok, NAMESPACE};
 
 /// The table's rows (pypaimon): `row <id> <_cdc_commit_ts or None> <_cdc_position>` each.
 const ROWS: &str = r#"
@@ -21,17 +21,14 @@ for r in sorted(rb.new_read().to_arrow(rb.new_scan().plan().splits()).to_pylist(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row_metadata_reads_back_from_paimon() {
-    let Some((env, name)) = my_env_and_name("mylrm") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("mylrm"));
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     p.use_lsm(2, "initial", "");
-    let mut text = std::fs::read_to_string(&p.config).unwrap();
-    text.push_str(&format!(
-        "\n[sink.tables.\"{db}.item\"]\nrow_metadata = true\n",
-        db = p.db
-    ));
-    std::fs::write(&p.config, text).unwrap();
+    append_table_settings(
+        &p.config,
+        &format!("{}.item", p.db),
+        "row_metadata = true\n",
+    );
     let mut c = my_connect(&env.url_for(&p.db)).await;
     my_exec(
         &mut c,

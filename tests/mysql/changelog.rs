@@ -8,18 +8,14 @@ use std::time::Duration;
 use crate::postgres::changelog::{replayed, ROWS};
 use crate::support::current_metadata;
 use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
-use crate::support::unique;
+use crate::support::{append_table_settings, unique};
 
 #[tokio::test]
 async fn minimal_images_replay_to_the_source() {
-    let Some(env) = my_env("minimal_images_replay_to_the_source") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env("minimal_images_replay_to_the_source"));
     let name = unique("mychl");
     let p = MyPipeline::new(&env, &name, "initial", "").await;
-    let mut config = std::fs::read_to_string(&p.config).unwrap();
-    config.push_str(&format!("\n[sink.tables.\"{name}.t\"]\nchangelog = true\n"));
-    std::fs::write(&p.config, config).unwrap();
+    append_table_settings(&p.config, &format!("{name}.t"), "changelog = true\n");
     let mut p = p;
     let mut c = my_connect(&env.url_for(&p.db)).await;
     my_exec(

@@ -8,21 +8,15 @@ use std::time::Duration;
 
 use crate::postgres::changelog::replayed;
 use crate::support::mysql::{my_connect, my_env, writes_through_kills, MyPipeline};
-use crate::support::unique;
+use crate::support::{append_table_settings, unique};
 
 #[tokio::test]
 async fn kill9_at_random_moments_leaves_each_change_once_in_the_changelog() {
     let test = "kill9_at_random_moments_leaves_each_change_once_in_the_changelog";
-    let Some(env) = my_env(test) else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(test));
     let name = unique("mychk");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
-    let mut config = std::fs::read_to_string(&p.config).unwrap();
-    config.push_str(&format!(
-        "\n[sink.tables.\"{name}.acct\"]\nchangelog = true\n"
-    ));
-    std::fs::write(&p.config, config).unwrap();
+    append_table_settings(&p.config, &format!("{name}.acct"), "changelog = true\n");
     // Each commit waits between the changelog's commit and its table's, where a kill leaves the
     // changelog ahead (the restart must not write those changes again).
     p.env_vars = vec![(

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::replication::SERVER_GLOBALS;
 use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
-use crate::support::{current_test, unique};
+use crate::support::{current_test, tune_copy, unique};
 
 /// A table of `rows` rows with an int `v`, an int `w` and a short string.
 fn small_table(t: &str, rows: u64) -> String {
@@ -35,17 +35,6 @@ async fn wait_output(p: &mut MyPipeline, what: &str, timeout: Duration) {
             panic!("cdcd exited ({st}) while waiting for {what:?}");
         }
     }
-}
-
-/// Adds `snapshot_chunk_rows` to the generated config's `[source]` section.
-fn chunk_rows(p: &MyPipeline, rows: u64) {
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    let text = text.replacen(
-        "[source]\n",
-        &format!("[source]\nsnapshot_chunk_rows = {rows}\n"),
-        1,
-    );
-    std::fs::write(&p.config, text).unwrap();
 }
 
 /// The ALTERs of part 1, each followed by an update that uses the new shape (and some after an
@@ -70,9 +59,9 @@ const ALTERED: [&str; 4] = ["z_rewrite", "z_drop", "z_rename", "z_add"];
 // code stopped at the first read of `z_rewrite` ("copying …: Table definition has changed").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_altered_before_the_copy_reaches_it_is_copied_again() {
-    let Some(env) = my_env("a_table_altered_before_the_copy_reaches_it_is_copied_again") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(
+        "a_table_altered_before_the_copy_reaches_it_is_copied_again"
+    ));
     let _globals = SERVER_GLOBALS.read().await;
     let name = unique("mycpalt");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
@@ -88,7 +77,7 @@ async fn a_table_altered_before_the_copy_reaches_it_is_copied_again() {
     }
     // a_big is planned in chunks (read at planning, so MariaDB holds its metadata lock); the
     // small tables are one chunk each, first read when the copy reaches them.
-    chunk_rows(&p, 5000);
+    tune_copy(&p.config, 5000, None, None);
     p.env_vars
         .push(("CDCD_PAUSEPOINT".into(), "mysql-copy-table:1500".into()));
     p.start();
@@ -130,9 +119,7 @@ async fn a_table_altered_before_the_copy_reaches_it_is_copied_again() {
 // the update.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn columns_changed_between_the_catalog_read_and_the_snapshot_are_copied() {
-    let Some(env) = my_env(&current_test()) else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(&current_test()));
     let _globals = SERVER_GLOBALS.read().await;
     let name = unique("mycpcol");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
@@ -172,9 +159,9 @@ async fn columns_changed_between_the_catalog_read_and_the_snapshot_are_copied() 
 // and copies them whole at a snapshot of their own again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_before_an_altered_table_is_copied_again_converges() {
-    let Some(env) = my_env("a_crash_before_an_altered_table_is_copied_again_converges") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(
+        "a_crash_before_an_altered_table_is_copied_again_converges"
+    ));
     let _globals = SERVER_GLOBALS.read().await;
     let name = unique("mycpcrash");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
@@ -182,12 +169,9 @@ async fn a_crash_before_an_altered_table_is_copied_again_converges() {
     my_exec(&mut c, &small_table("a_big", 3000)).await;
     my_exec(&mut c, &small_table("z_rewrite", 1000)).await;
     my_exec(&mut c, &small_table("z_drop", 1000)).await;
-    chunk_rows(&p, 1000);
     // One connection: the pause in `a_big` holds the copy before it reaches the `z_` tables
     // (with parallel connections they would be copied before the ALTERs).
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    let text = text.replacen("[source]\n", "[source]\nsnapshot_parallelism = 1\n", 1);
-    std::fs::write(&p.config, text).unwrap();
+    tune_copy(&p.config, 1000, Some(1), None);
     p.env_vars
         .push(("CDCD_PAUSEPOINT".into(), "mysql-copy-table:1500".into()));
     p.env_vars
@@ -246,9 +230,9 @@ async fn a_crash_before_an_altered_table_is_copied_again_converges() {
 // are copied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_dropped_before_the_copy_reaches_it_stops_naming_it() {
-    let Some(env) = my_env("a_table_dropped_before_the_copy_reaches_it_stops_naming_it") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(
+        "a_table_dropped_before_the_copy_reaches_it_stops_naming_it"
+    ));
     let _globals = SERVER_GLOBALS.read().await;
     let name = unique("mycpdrop");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;

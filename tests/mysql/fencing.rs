@@ -170,9 +170,7 @@ async fn churn(c: &mut mysql_async::Conn, t: &str, base: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_holder_is_fenced() {
-    let Some(my) = my_env("paused_holder_is_fenced") else {
-        return;
-    };
+    let my = ground_or_skip!(my_env("paused_holder_is_fenced"));
     // cdcd must not start while another test has the server's binlog_format flipped.
     let _globals = super::replication::SERVER_GLOBALS.read().await;
     let p = MyPipeline::new(&my, &unique("fence_stop"), "initial", "").await;
@@ -182,9 +180,7 @@ async fn paused_holder_is_fenced() {
 /// The same with the Paimon sink (read back by pypaimon).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_holder_is_fenced_paimon() {
-    let Some(my) = my_env("paused_holder_is_fenced_paimon") else {
-        return;
-    };
+    let my = ground_or_skip!(my_env("paused_holder_is_fenced_paimon"));
     // cdcd must not start while another test has the server's binlog_format flipped.
     let _globals = super::replication::SERVER_GLOBALS.read().await;
     let mut p = MyPipeline::new(&my, &unique("fence_stop_lsm"), "initial", "").await;
@@ -412,26 +408,17 @@ async fn assert_equal_s3(p: &mut MyPipeline, bucket: &str, endpoint: &str, table
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_stalled_lease_renewal_fences_the_holder() {
-    stalled_renewal("s3_stalled_lease_renewal_fences_the_holder", false).await;
-}
-
-/// Issue 22: the same with the Paimon sink on S3 (read back by pypaimon from S3).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_stalled_lease_renewal_fences_the_holder_paimon() {
-    stalled_renewal("s3_stalled_lease_renewal_fences_the_holder_paimon", true).await;
-}
+case_tests!(stalled_renewal:
+    s3_stalled_lease_renewal_fences_the_holder(false),
+    /// Issue 22: the same with the Paimon sink on S3 (read back by pypaimon from S3).
+    s3_stalled_lease_renewal_fences_the_holder_paimon(true),
+);
 
 async fn stalled_renewal(test: &str, lsm: bool) {
-    let Some(my) = my_env(test) else {
-        return;
-    };
+    let my = ground_or_skip!(my_env(test));
     // cdcd must not start while another test has the server's binlog_format flipped.
     let _globals = super::replication::SERVER_GLOBALS.read().await;
-    let Some(endpoint) = moto(test, true) else {
-        return;
-    };
+    let endpoint = ground_or_skip!(moto(test, true));
     const TTL_MS: u64 = 4000;
     let name = unique(if lsm { "fence_s3l" } else { "fence_s3" });
     let mut p = MyPipeline::new(&my, &name, "initial", "").await;

@@ -36,7 +36,7 @@ pub(crate) async fn opted_in(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_spatial_as_geometry_reads_back_equal() {
-    let Some((mut p, mut c, types)) = opted_in(
+    let (mut p, mut c, types) = ground_or_skip!(opted_in(
         "geo",
         ("spatial", "geometry"),
         r#"CREATE TABLE t (id BIGINT PRIMARY KEY, n INT, p POINT, g GEOMETRY);
@@ -46,10 +46,7 @@ async fn mariadb_spatial_as_geometry_reads_back_equal() {
              (3, 3, ST_GeomFromText('POINT(-71.06 42.36)'), ST_GeomFromText('GEOMETRYCOLLECTION(POINT(1 1), LINESTRING(0 0, 1 1))')),
              (4, 4, ST_GeomFromText('POINT(5 5)', 4326), NULL)"#,
     )
-    .await
-    else {
-        return;
-    };
+    .await);
     assert_eq!(types[2..], ["p geometry", "g geometry"]);
     my_exec(&mut c, "SET SESSION binlog_row_image = 'MINIMAL'").await;
     my_exec(
@@ -82,7 +79,7 @@ async fn mariadb_spatial_as_geometry_reads_back_equal() {
 async fn mariadb_declared_srid_is_the_crs_and_another_srid_is_refused() {
     // A value without an SRID (0) in a declared column is taken as the column's, as PostGIS
     // takes an EWKB without one.
-    let Some((mut p, mut c, types)) = opted_in(
+    let (mut p, mut c, types) = ground_or_skip!(opted_in(
         "geosrid",
         ("spatial", "geometry"),
         r#"CREATE TABLE t (id BIGINT PRIMARY KEY, p POINT REF_SYSTEM_ID=4326,
@@ -91,10 +88,7 @@ async fn mariadb_declared_srid_is_the_crs_and_another_srid_is_refused() {
              (1, ST_GeomFromText('POINT(1 2)', 4326), ST_GeomFromText('LINESTRING(0 0, 5 5)', 3857), ST_GeomFromText('POINT(3 3)', 4326)),
              (2, ST_GeomFromText('POINT(5 6)'), NULL, ST_GeomFromText('POINT(4 4)'))"#,
     )
-    .await
-    else {
-        return;
-    };
+    .await);
     assert_eq!(
         types[1..],
         [

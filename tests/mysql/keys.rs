@@ -64,17 +64,13 @@ async fn key_columns_replicate(env: MyEnv, lsm: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_key_columns_iceberg() {
-    let Some(env) = my_env("mysql_key_columns_iceberg") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env("mysql_key_columns_iceberg"));
     key_columns_replicate(env, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_key_columns_lsm() {
-    let Some(env) = my_env("mysql_key_columns_lsm") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env("mysql_key_columns_lsm"));
     key_columns_replicate(env, true).await;
 }
 
@@ -84,9 +80,7 @@ async fn mysql_key_columns_lsm() {
 /// must not commit the update.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_minimal_image_without_the_key_stops() {
-    let Some((env, name)) = my_env_and_name("mykeysm") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("mykeysm"));
     let extra = format!("key_columns = {{ \"{name}.ev\" = [\"tenant\", \"event\"] }}");
     let mut p = MyPipeline::new(&env, &name, "initial", &extra).await;
     let mut c = my_connect(&env.url_for(&p.db)).await;

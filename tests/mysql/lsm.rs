@@ -12,21 +12,14 @@ use crate::support::mysql::{
 };
 use crate::support::unique;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn row_images_replicate_into_paimon() {
-    row_images("row_images_replicate_into_paimon", false).await;
-}
-
-/// The same into an S3 warehouse (moto), read back by pypaimon from S3.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn row_images_replicate_into_paimon_on_s3() {
-    row_images("row_images_replicate_into_paimon_on_s3", true).await;
-}
+case_tests!(row_images:
+    row_images_replicate_into_paimon(false),
+    /// The same into an S3 warehouse (moto), read back by pypaimon from S3.
+    row_images_replicate_into_paimon_on_s3(true),
+);
 
 async fn row_images(test: &str, on_s3: bool) {
-    let Some(env) = my_env(test) else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(test));
     let endpoint = match on_s3 {
         true => match crate::support::s3::moto(test, false) {
             Some(e) => Some(e),
@@ -73,9 +66,7 @@ async fn row_images(test: &str, on_s3: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paimon_replica_survives_kill9() {
-    let Some((env, name)) = my_env_and_name("mylsmk") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("mylsmk"));
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     p.use_lsm(2, "initial", "");
     let mut c = my_connect(&env.url_for(&p.db)).await;
@@ -90,9 +81,7 @@ async fn paimon_replica_survives_kill9() {
 /// while cdcd is down is replayed from the schema history. Read back by pypaimon (by field id).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renamed_columns_replicate_into_paimon() {
-    let Some((env, name)) = my_env_and_name("mylsmrn") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("mylsmrn"));
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     p.use_lsm(2, "initial", "");
     let mut c = my_connect(&env.url_for(&p.db)).await;

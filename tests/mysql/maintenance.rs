@@ -23,9 +23,7 @@ print(json.dumps({
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_compaction_racing_the_binlog_ends_equal() {
-    let Some((env, name)) = my_env_and_name("mycomp") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("mycomp"));
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     // `[sink]` is the config's last table: the interval joins it, the properties follow.
     let mut config = std::fs::read_to_string(&p.config).unwrap();

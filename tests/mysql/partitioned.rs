@@ -14,12 +14,8 @@ use crate::support::{spark, unique, NAMESPACE};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minimal_images_move_rows_across_partitions() {
     let test = "minimal_images_move_rows_across_partitions";
-    let Some(env) = my_env(test) else {
-        return;
-    };
-    let Some(spark) = spark(test) else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(test));
+    let spark = ground_or_skip!(spark(test));
     let _globals = super::replication::SERVER_GLOBALS.read().await;
     let name = unique("mypt");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;

@@ -79,9 +79,7 @@ fn changes(t: &str, o: &str, base: i64) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_type_and_row_image_replicates() {
-    let Some(env) = my_env("every_type_and_row_image_replicates") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env("every_type_and_row_image_replicates"));
     let _globals = SERVER_GLOBALS.read().await;
     let name = unique("myev");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
@@ -120,9 +118,7 @@ async fn every_type_and_row_image_replicates() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resumes_exactly_after_kill9() {
-    let Some(env) = my_env("resumes_exactly_after_kill9") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env("resumes_exactly_after_kill9"));
     let _globals = SERVER_GLOBALS.read().await;
     let name = unique("mykill");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
@@ -134,9 +130,9 @@ async fn resumes_exactly_after_kill9() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn truncate_replicates_and_alter_stops_with_the_statement() {
-    let Some(env) = my_env("truncate_replicates_and_alter_stops_with_the_statement") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(
+        "truncate_replicates_and_alter_stops_with_the_statement"
+    ));
     let _globals = SERVER_GLOBALS.read().await;
     let name = unique("myddl");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
@@ -149,12 +145,9 @@ async fn truncate_replicates_and_alter_stops_with_the_statement() {
     my_exec(&mut c, "INSERT INTO t VALUES (3, 3)").await;
     p.assert_equal("t", 60).await;
     my_exec(&mut c, "ALTER TABLE t ADD COLUMN w INT NOT NULL").await;
-    let st = p.wait_exit(Duration::from_secs(30)).await;
-    assert!(
-        matches!(st, Some(s) if !s.success()),
-        "cdcd must stop: {st:?}"
-    );
-    let out = p.output();
+    let out = p
+        .assert_stops(Duration::from_secs(30), "cdcd must stop")
+        .await;
     assert!(
         out.contains("ALTER TABLE t ADD COLUMN w INT NOT NULL"),
         "error names the statement:\n{out}"
@@ -163,9 +156,7 @@ async fn truncate_replicates_and_alter_stops_with_the_statement() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_names_statement_binlog_format() {
-    let Some(env) = my_env("check_names_statement_binlog_format") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env("check_names_statement_binlog_format"));
     let _globals = SERVER_GLOBALS.write().await;
     let name = unique("mychk");
     let p = MyPipeline::new(&env, &name, "never", "").await;
@@ -201,9 +192,7 @@ fn output_from_start(p: &MyPipeline, n: u32) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_table_does_not_pin_the_restart_after_binlogs_are_purged() {
     let test = "idle_table_does_not_pin_the_restart_after_binlogs_are_purged";
-    let Some(mut server) = PrivateMaria::start(test).await else {
-        return;
-    };
+    let mut server = ground_or_skip!(PrivateMaria::start(test).await);
     let name = unique("myidle");
     let mut p = MyPipeline::new(&server.env, &name, "initial", "").await;
     let mut c = my_connect(&server.env.url_for(&p.db)).await;
@@ -269,9 +258,7 @@ async fn idle_table_does_not_pin_the_restart_after_binlogs_are_purged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoint_of_an_empty_gtid_state_reads_back() {
     let test = "checkpoint_of_an_empty_gtid_state_reads_back";
-    let Some(mut server) = PrivateMaria::start(test).await else {
-        return;
-    };
+    let mut server = ground_or_skip!(PrivateMaria::start(test).await);
     let name = unique("myreset");
     let mut p = MyPipeline::new(&server.env, &name, "initial", "").await;
     let mut c = my_connect(&server.env.url_for(&p.db)).await;

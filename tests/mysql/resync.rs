@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::postgres::resync::{assert_swap_never_went_back, assert_swapped_in_one_step};
 use crate::support::mysql::wait_for;
 use crate::support::mysql::{my_connect, my_env, my_env_and_name, my_exec, MyPipeline};
-use crate::support::{run_cdcd, unique};
+use crate::support::{run_cdcd, tune_copy, unique};
 
 /// `rows` rows; `b` is a BLOB (MINIMAL images leave it out when unchanged).
 pub(crate) fn create_table(t: &str, rows: u64) -> String {
@@ -63,26 +63,12 @@ pub(crate) async fn write_until(url: String, t: String, rows: u64, stop: Arc<Ato
 
 /// Copy tuning: chunks of `chunk_rows`, a commit per chunk (a copy is many commits).
 fn tune(p: &MyPipeline, chunk_rows: u64) {
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    let text = text
-        .replacen(
-            "[source]\n",
-            &format!("[source]\nsnapshot_chunk_rows = {chunk_rows}\n"),
-            1,
-        )
-        .replacen(
-            "[pipeline]\n",
-            &format!("[pipeline]\nsnapshot_commit_rows = {chunk_rows}\n"),
-            1,
-        );
-    std::fs::write(&p.config, text).unwrap();
+    tune_copy(&p.config, chunk_rows, None, Some(chunk_rows));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mariadb_table_is_resynced_online_through_a_kill() {
-    let Some((env, name)) = my_env_and_name("myrsync") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("myrsync"));
     let rows = 150_000;
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     let hash = name
@@ -175,9 +161,9 @@ async fn a_mariadb_table_is_resynced_online_through_a_kill() {
 // acknowledgements: there the slot is the position.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashes_around_a_mariadb_online_resyncs_end_recover_equal() {
-    let Some(env) = my_env("crashes_around_a_mariadb_online_resyncs_end_recover_equal") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(
+        "crashes_around_a_mariadb_online_resyncs_end_recover_equal"
+    ));
     crashes_around_a_mariadb_online_resyncs_end(&env, None).await;
 }
 
@@ -185,9 +171,9 @@ async fn crashes_around_a_mariadb_online_resyncs_end_recover_equal() {
 // and its `OVERWRITE` snapshot besides.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashes_around_a_mariadb_online_lsm_resyncs_end_recover_equal() {
-    let Some(env) = my_env("crashes_around_a_mariadb_online_lsm_resyncs_end_recover_equal") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(
+        "crashes_around_a_mariadb_online_lsm_resyncs_end_recover_equal"
+    ));
     crashes_around_a_mariadb_online_resyncs_end(&env, Some(2)).await;
 }
 
@@ -270,9 +256,7 @@ async fn crashes_around_a_mariadb_online_resyncs_end(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_dash_nine_at_random_moments_of_mariadb_online_resyncs() {
     let test = "kill_dash_nine_at_random_moments_of_mariadb_online_resyncs";
-    let Some(env) = my_env(test) else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(test));
     let mut rng = crate::support::Rng::from_env_or_clock(test);
     let name = unique("myrsyncr");
     let rows = 40_000;

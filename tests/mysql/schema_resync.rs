@@ -13,9 +13,7 @@ use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mariadb_default_the_lsm_sink_cannot_store_resyncs_the_table_alone() {
-    let Some((env, name)) = my_env_and_name("myscr") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("myscr"));
     let extra = "schema_change = \"resync\"";
     let mut p = MyPipeline::new(&env, &name, "initial", extra).await;
     p.use_lsm(2, "initial", extra);

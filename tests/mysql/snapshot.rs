@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::mysql::wait_for;
 use crate::support::mysql::{my_connect, my_env_and_name, my_exec, MyPipeline};
+use crate::support::tune_copy;
 
 /// `rows` rows; `b` is a BLOB (NOBLOB/MINIMAL images leave it out when unchanged).
 fn create_table(t: &str, rows: u64) -> String {
@@ -84,21 +85,10 @@ async fn pipeline(env: &crate::support::mysql::MyEnv, name: &str) -> MyPipeline 
     p
 }
 
-/// Adds `snapshot_chunk_rows` to the generated config's `[source]` section.
+/// Copy tuning: chunks of `chunk_rows`, a commit per chunk (a kill lands between commits of one
+/// table's copy).
 fn tune(p: &MyPipeline, chunk_rows: u64) {
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    let text = text.replacen(
-        "[source]\n",
-        &format!("[source]\nsnapshot_chunk_rows = {chunk_rows}\n"),
-        1,
-    );
-    // A commit per chunk, so a kill lands between commits of one table's copy.
-    let text = text.replacen(
-        "[pipeline]\n",
-        &format!("[pipeline]\nsnapshot_commit_rows = {chunk_rows}\n"),
-        1,
-    );
-    std::fs::write(&p.config, text).unwrap();
+    tune_copy(&p.config, chunk_rows, None, Some(chunk_rows));
 }
 
 /// The output of the `n`-th start (1-based).
@@ -108,9 +98,7 @@ fn start_output(p: &MyPipeline, n: u32) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_during_a_chunked_copy_converge() {
-    let Some((env, name)) = my_env_and_name("mysnapw") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("mysnapw"));
     let rows = 60_000;
     let mut p = pipeline(&env, &name).await;
     let url = env.url_for(&p.db);
@@ -146,9 +134,7 @@ async fn writes_during_a_chunked_copy_converge() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
-    let Some((env, name)) = my_env_and_name("mysnapk") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("mysnapk"));
     let rows = 200_000;
     let mut p = pipeline(&env, &name).await;
     let url = env.url_for(&p.db);
@@ -270,9 +256,7 @@ async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
 /// the update finds no row inside the window: the sink drops it (it used to stop with "no
 /// current row"). Run for Iceberg with deletion vectors and with equality deletes, and for LSM.
 async fn added_table_window_gap(sink: &str) {
-    let Some((env, name)) = my_env_and_name(&format!("mygap{}", &sink[..2])) else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name(&format!("mygap{}", &sink[..2])));
     let mut p = pipeline(&env, &name).await;
     if sink == "lsm" {
         p.use_lsm(2, "initial", "");
@@ -366,9 +350,7 @@ fn copy_commits(p: &MyPipeline, n: u32) -> usize {
 /// snapshot with its own upsert window. The third start keeps the chunks of both earlier starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_kill_during_the_resumed_copy_converges() {
-    let Some((env, name)) = my_env_and_name("mysnap2k") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("mysnap2k"));
     let rows = 200_000;
     let mut p = pipeline(&env, &name).await;
     let url = env.url_for(&p.db);
@@ -430,9 +412,7 @@ async fn a_second_kill_during_the_resumed_copy_converges() {
 /// skipped and the later ones applied; duplicates stay duplicates (issue 23).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyless_table_is_copied_again_exactly_after_a_kill_mid_copy() {
-    let Some((env, name)) = my_env_and_name("mysnapkl") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("mysnapkl"));
     let mut p = pipeline(&env, &name).await;
     let url = env.url_for(&p.db);
     let mut c = my_connect(&url).await;
@@ -445,10 +425,7 @@ async fn a_keyless_table_is_copied_again_exactly_after_a_kill_mid_copy() {
          INSERT INTO z_log SELECT seq % 100, 'seed' FROM seq_1_to_5000",
     )
     .await;
-    tune(&p, 10_000);
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    let text = text.replacen("[source]\n", "[source]\nsnapshot_parallelism = 1\n", 1);
-    std::fs::write(&p.config, text).unwrap();
+    tune_copy(&p.config, 10_000, Some(1), Some(10_000));
     p.start();
     wait_for(
         &mut p,

@@ -12,7 +12,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 
 use crate::support::mysql::{my_connect, my_env, my_exec, MyPipeline};
-use crate::support::{unique, LAKECHECK};
+use crate::support::{append_table_settings, unique, LAKECHECK};
 
 /// lakecheck on `<db>.<table>` with `extra` arguments: exit code and output.
 fn lakecheck(p: &MyPipeline, table: &str, extra: &[&str]) -> (Option<i32>, String) {
@@ -64,16 +64,16 @@ pub async fn start_on_thirty_rows(p: &mut MyPipeline) -> mysql_async::Conn {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_soft_deletes_keep_flagged_rows_with_their_values() {
-    let Some(env) = my_env("mysql_soft_deletes_keep_flagged_rows_with_their_values") else {
-        return;
-    };
+    let env = ground_or_skip!(my_env(
+        "mysql_soft_deletes_keep_flagged_rows_with_their_values"
+    ));
     let name = unique("mysoft");
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
-    let mut text = std::fs::read_to_string(&p.config).unwrap();
-    text.push_str(&format!(
-        "\n[sink.tables.\"{name}.t\"]\ndeletes = \"soft\"\nrow_metadata = true\n"
-    ));
-    std::fs::write(&p.config, text).unwrap();
+    append_table_settings(
+        &p.config,
+        &format!("{name}.t"),
+        "deletes = \"soft\"\nrow_metadata = true\n",
+    );
     let mut c = start_on_thirty_rows(&mut p).await;
     // Per transaction: the ids it writes, its GTID, and the wall clock around it.
     let mut txs: Vec<(Vec<i64>, String, i64, i64)> = Vec::new();

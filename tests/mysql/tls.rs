@@ -110,9 +110,7 @@ async fn sessions_of(p: &MyPipeline, user: &str) -> Vec<(String, String, u64)> {
 /// cdcd reconnected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replication_and_copy_run_over_verified_tls() {
-    let Some((bed, name)) = tls_bed("mytlsrep") else {
-        return;
-    };
+    let (bed, name) = ground_or_skip!(tls_bed("mytlsrep"));
     let mut p = MyPipeline::new(&bed.env, &name, "initial", "").await;
     table_with_rows(&p, "t").await;
     let query = format!("ssl-mode=verify_identity&ssl-ca={}", bed.ca.display());
@@ -192,9 +190,7 @@ async fn binlog_session_over_tls(p: &MyPipeline, not: Option<u64>) -> u64 {
 /// verification) and the default (`preferred`: TLS since the server offers it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_misconfigurations_fail_clearly() {
-    let Some((bed, name)) = tls_bed("mytlsbad") else {
-        return;
-    };
+    let (bed, name) = ground_or_skip!(tls_bed("mytlsbad"));
     let p = MyPipeline::new(&bed.env, &name, "initial", "").await;
     table_with_rows(&p, "t").await;
     let db = p.db.clone();
@@ -321,9 +317,7 @@ async fn tls_misconfigurations_fail_clearly() {
 /// and the stream with `ssl-cert`/`ssl-key` over `verify_identity`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificate_account_replicates() {
-    let Some((bed, name)) = tls_bed("mytlscrt") else {
-        return;
-    };
+    let (bed, name) = ground_or_skip!(tls_bed("mytlscrt"));
     let mut p = MyPipeline::new(&bed.env, &name, "initial", "").await;
     table_with_rows(&p, "t").await;
     let verify = format!("ssl-mode=verify_identity&ssl-ca={}", bed.ca.display());
@@ -371,9 +365,7 @@ async fn client_certificate_account_replicates() {
 /// enabled, mysql_common panicked on this request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ed25519_account_replicates() {
-    let Some((bed, name)) = tls_bed("mytlsed") else {
-        return;
-    };
+    let (bed, name) = ground_or_skip!(tls_bed("mytlsed"));
     let mut p = MyPipeline::new(&bed.env, &name, "initial", "").await;
     table_with_rows(&p, "t").await;
     let url = bed.url("cdc_ed", None, &p.db, "ssl-mode=disabled");

@@ -12,9 +12,7 @@ use crate::support::{
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_names_replica_identity_and_status_hides_passwords() {
-    let Some((env, name)) = test_env_and_name("opsc") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("opsc"));
     let t = format!("{name}_t");
     let client = fresh_table(&env, &t, |t| {
         format!(
@@ -31,8 +29,7 @@ async fn check_names_replica_identity_and_status_hides_passwords() {
         password: Some(secret.clone()),
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
     let (ok, out) = cdcd(&["check"], &p.config);
     assert!(!ok, "check passed REPLICA IDENTITY NOTHING:\n{out}");
     let line = out
@@ -164,9 +161,10 @@ async fn check_names_wal_level_replica() {
     if test_env("check_names_wal_level_replica").is_none() {
         return;
     }
-    let Some(pg) = Throwaway::start("check_names_wal_level_replica", "-c wal_level=replica") else {
-        return;
-    };
+    let pg = ground_or_skip!(Throwaway::start(
+        "check_names_wal_level_replica",
+        "-c wal_level=replica"
+    ));
     let url = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
     let client = connect(&url).await;
     exec(&client, "CREATE TABLE orders (id int8 PRIMARY KEY, v text)").await;
@@ -204,12 +202,10 @@ async fn lost_slot_is_reported() {
     if test_env("lost_slot_is_reported").is_none() {
         return;
     }
-    let Some(pg) = Throwaway::start(
+    let pg = ground_or_skip!(Throwaway::start(
         "lost_slot_is_reported",
         "-c wal_level=logical -c max_slot_wal_keep_size=1MB",
-    ) else {
-        return;
-    };
+    ));
     let url = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
     let client = connect(&url).await;
     exec(&client, "CREATE TABLE orders (id int8 PRIMARY KEY, v text)").await;

@@ -90,9 +90,7 @@ fn assert_copied(body: &str, tables: &[String], rows: f64, log: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_copy_reports_rows_bytes_and_eta_per_table() {
-    let Some((env, name)) = test_env_and_name("cprog") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("cprog"));
     let client = connect(&env.pg_url).await;
     let names: Vec<String> = (0..TABLES).map(|i| format!("{name}_t{i}")).collect();
     for t in &names {
@@ -139,9 +137,7 @@ const MY_ROWS: u64 = 200_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_copy_reports_rows_bytes_and_eta_per_table() {
-    let Some((env, name)) = my_env_and_name("cprogmy") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("cprogmy"));
     let mut p = MyPipeline::new(
         &env,
         &name,

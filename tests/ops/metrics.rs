@@ -76,9 +76,7 @@ fn add_ops_config(p: &Pipeline, port: u16, heartbeat_ms: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_served_and_lag_falls_to_zero() {
-    let Some((env, name)) = test_env_and_name("opsm") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("opsm"));
     let t = format!("{name}_t");
     let client = fresh_table(&env, &t, |t| {
         format!(
@@ -92,8 +90,7 @@ async fn metrics_are_served_and_lag_falls_to_zero() {
         password: Some(secret.clone()),
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
     let port = free_port();
     add_ops_config(&p, port, 500);
     p.env_vars.push(("CDCD_LOG_FORMAT".into(), "json".into()));
@@ -247,9 +244,7 @@ async fn metrics_are_served_and_lag_falls_to_zero() {
 /// sink keeps two snapshots and compacts at two runs, in the writer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn maintenance_metrics_are_served_for_both_sinks() {
-    let Some(env) = test_env("maintenance_metrics_are_served_for_both_sinks") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env("maintenance_metrics_are_served_for_both_sinks"));
     for lsm in [false, true] {
         let name = unique(if lsm { "opsmtl" } else { "opsmti" });
         let t = format!("{name}_t");
@@ -349,9 +344,7 @@ async fn maintenance_metrics_are_served_for_both_sinks() {
 /// commit or heartbeat time) climbed 1 s per second between them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lag_stays_at_zero_while_a_mysql_source_is_quiet() {
-    let Some((env, name)) = my_env_and_name("opsmylag") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(my_env_and_name("opsmylag"));
     let mut p = MyPipeline::new(&env, &name, "initial", "").await;
     let mut c = my_connect(&env.url_for(&p.db)).await;
     my_exec(

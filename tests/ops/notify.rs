@@ -10,9 +10,7 @@ use crate::support::{cdcd_bin, connect, exec, sigterm, test_env_and_name, Pipeli
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notifies_ready_watchdog_and_stopping() {
-    let Some((env, name)) = test_env_and_name("opsn") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("opsn"));
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(
@@ -20,8 +18,7 @@ async fn notifies_ready_watchdog_and_stopping() {
         &format!("DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int8 PRIMARY KEY);"),
     )
     .await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     let dir = tempfile::tempdir().unwrap();
     let socket_path = dir.path().join("notify.sock");
     let socket = UnixDatagram::bind(&socket_path).unwrap();
@@ -90,9 +87,7 @@ async fn notifies_ready_watchdog_and_stopping() {
 /// `TimeoutStartSec`; when the active one stops, it takes over and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_is_ready_for_systemd_and_reports_the_takeover() {
-    let Some((env, name)) = test_env_and_name("opss") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("opss"));
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(
@@ -100,8 +95,7 @@ async fn a_standby_is_ready_for_systemd_and_reports_the_takeover() {
         &format!("DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int8 PRIMARY KEY);"),
     )
     .await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
 

@@ -11,9 +11,9 @@ use crate::support::{exec, run_cdcd, test_env, wait_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_is_one_marker_row_and_replay_goes_on_after_it() {
-    let Some(env) = test_env("a_resync_is_one_marker_row_and_replay_goes_on_after_it") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "a_resync_is_one_marker_row_and_replay_goes_on_after_it"
+    ));
     // Up to the resync: the changelog replays onto the copy (which the swap takes away).
     let (mut p, client, t, _) = streamed(&env, "chrs").await;
 

@@ -83,15 +83,12 @@ fn assert_recopied(out: &str, what: &str) {
 /// behind it is rewritten. Before: the lake's copy of it was empty.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rewrite_during_the_fresh_copy_of_another_table_loses_nothing() {
-    let Some((env, name)) = test_env_and_name("cddl1") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("cddl1"));
     let (a, z) = (format!("{name}_a"), format!("{name}_z"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 20_000)).await;
     exec(&client, &create_table(&z, 1_000)).await;
-    let mut p = Pipeline::new(&env, &name, &[&a, &z], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {z}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&a, &z], &Settings::default());
     tune(&p, 5_000, 1);
     p.env_vars
         .push(("CDCD_PAUSEPOINT".into(), "copy-chunk-copied:1500".into()));
@@ -123,15 +120,12 @@ async fn a_rewrite_during_the_fresh_copy_of_another_table_loses_nothing() {
 /// as NULL (the UPDATE was in the snapshot, not in the stream).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ddl_between_the_fresh_copys_plan_and_its_rows_loses_nothing() {
-    let Some((env, name)) = test_env_and_name("cddl2") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("cddl2"));
     let (x, z) = (format!("{name}_x"), format!("{name}_z"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&x, 1_000)).await;
     exec(&client, &create_table(&z, 1_000)).await;
-    let mut p = Pipeline::new(&env, &name, &[&x, &z], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {x}, {z}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&x, &z], &Settings::default());
     p.env_vars
         .push(("CDCD_PAUSEPOINT".into(), "copy-planned:3000".into()));
     p.start();
@@ -156,9 +150,7 @@ async fn ddl_between_the_fresh_copys_plan_and_its_rows_loses_nothing() {
 /// slot, and exactly at a temporary slot's); both change shape between their plan and their rows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ddl_during_the_copy_of_added_tables_loses_nothing() {
-    let Some((env, name)) = test_env_and_name("cddl3") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("cddl3"));
     let (a, b, k) = (
         format!("{name}_a"),
         format!("{name}_b"),
@@ -240,15 +232,12 @@ async fn ddl_during_the_copy_of_added_tables_loses_nothing() {
 /// filled during it was copied as NULL and the swap replaced the live table with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ddl_while_a_resync_waits_for_a_lingering_slot_loses_nothing() {
-    let Some((env, name)) = test_env_and_name("cddl4") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("cddl4"));
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 1_000)).await;
     exec(&client, &create_table(&b, 2_000)).await;
-    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&a, &b], &Settings::default());
     p.start();
     p.assert_equal(&a, 120).await;
     p.assert_equal(&b, 120).await;

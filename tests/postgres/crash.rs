@@ -139,9 +139,7 @@ async fn kill_dash_nine_at_random_moments_lsm() {
 
 async fn kill_dash_nine_at_random_moments(sink: SinkKind) {
     let test = format!("kill_dash_nine_at_random_moments_{sink:?}");
-    let Some(env) = test_env(&test) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(&test));
     let mut rng = Rng::from_env_or_clock(&test);
     // Distinct per kind: the kinds run in parallel, and a shared slot or table would collide.
     let name = unique(match sink {

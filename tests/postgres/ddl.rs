@@ -69,9 +69,7 @@ fn ddl_transactions(a: &str, b: &str) -> Vec<String> {
 }
 
 async fn ddl_inside_transactions_loses_no_rows(lsm: bool) {
-    let Some((env, name)) = test_env_and_name(if lsm { "ddll" } else { "ddl" }) else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name(if lsm { "ddll" } else { "ddl" }));
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_tables(&a, &b)).await;
@@ -132,9 +130,7 @@ async fn ddl_inside_transactions_loses_no_rows_lsm() {
 /// after the DDL arrives between stream blocks, and the whole transaction still lands in one commit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ddl_inside_a_streamed_transaction_loses_no_rows() {
-    let Some((env, name)) = test_env_and_name("ddls") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("ddls"));
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let role = format!("{name}_r");
     let client = connect(&env.pg_url).await;
@@ -218,9 +214,7 @@ pub(crate) fn role_url(url: &str, role: &str) -> String {
 /// it stops at the same place again: the transaction is never skipped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_type_change_inside_a_transaction_stops_before_it() {
-    let Some((env, name)) = test_env_and_name("ddlx") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("ddlx"));
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_tables(&a, &b)).await;
@@ -256,9 +250,9 @@ async fn a_type_change_inside_a_transaction_stops_before_it() {
     )
     .await;
     for start in 1..=2 {
-        let status = p.wait_exit(Duration::from_secs(60)).await;
-        assert!(!status.success(), "cdcd must stop, got {status}");
-        let out = p.output();
+        let out = p
+            .assert_stops(Duration::from_secs(60), "cdcd must stop")
+            .await;
         let stops = out.matches("changed inside the transaction").count();
         assert!(
             stops >= start,
@@ -290,9 +284,7 @@ async fn a_type_change_inside_a_transaction_stops_before_it() {
 /// the replayed changes of the old table (another oid under the name) are skipped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renamed_or_recreated_table_stops_cdcd() {
-    let Some(env) = test_env("a_renamed_or_recreated_table_stops_cdcd") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env("a_renamed_or_recreated_table_stops_cdcd"));
     for recreate in [false, true] {
         let name = unique(if recreate { "ddlre" } else { "ddlrn" });
         let (a, b) = (format!("{name}_a"), format!("{name}_b"));
@@ -338,9 +330,9 @@ async fn a_renamed_or_recreated_table_stops_cdcd() {
             format!("ALTER TABLE {a} RENAME TO {a}_renamed; UPDATE {a}_renamed SET v = 'gone' WHERE id = 11;")
         };
         exec(&client, &change).await;
-        let status = p.wait_exit(Duration::from_secs(60)).await;
-        assert!(!status.success(), "cdcd must stop, got {status}");
-        let out = p.output();
+        let out = p
+            .assert_stops(Duration::from_secs(60), "cdcd must stop")
+            .await;
         let wanted = if recreate {
             "dropped and created again"
         } else {
@@ -374,9 +366,7 @@ async fn a_renamed_or_recreated_table_stops_cdcd() {
 /// name). They are never taken for an older table of the name and skipped: cdcd stops.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_taking_a_captured_tables_name_stops_cdcd() {
-    let Some((env, name)) = test_env_and_name("ddltk") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("ddltk"));
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_tables(&a, &b)).await;
@@ -400,9 +390,9 @@ async fn a_table_taking_a_captured_tables_name_stops_cdcd() {
     )
     .await;
     exec(&client, &format!("INSERT INTO {a} VALUES (1, 'new')")).await;
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(!status.success(), "cdcd must stop, got {status}");
-    let out = p.output();
+    let out = p
+        .assert_stops(Duration::from_secs(60), "cdcd must stop")
+        .await;
     assert!(
         out.contains("dropped and created again") && out.contains(&format!("public.{a}")),
         "the stop names the table:\n{out}"

@@ -38,22 +38,15 @@ async fn pgbench(url: &str, schema: &str, args: &[&str]) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pgbench_history_replicates_as_an_append_table() {
-    pgbench_history_case("pgbench_history_replicates_as_an_append_table", false).await;
-}
-
-/// The same on the `lsm` sink: `pgbench_history` is a Paimon append table (`bucket = -1`, no
-/// primary keys) read back by pypaimon as a multiset.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pgbench_history_replicates_as_a_paimon_append_table() {
-    pgbench_history_case("pgbench_history_replicates_as_a_paimon_append_table", true).await;
-}
+case_tests!(pgbench_history_case:
+    pgbench_history_replicates_as_an_append_table(false),
+    /// The same on the `lsm` sink: `pgbench_history` is a Paimon append table (`bucket = -1`, no
+    /// primary keys) read back by pypaimon as a multiset.
+    pgbench_history_replicates_as_a_paimon_append_table(true),
+);
 
 async fn pgbench_history_case(test: &str, lsm: bool) {
-    let Some(env) = test_env(test) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(test));
     if lsm && std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality") {
         eprintln!("note: {test}: the delete mode is an Iceberg setting; the lsm case ran already");
         return;
@@ -168,9 +161,7 @@ async fn pgbench_history_case(test: &str, lsm: bool) {
 /// multiset ends equal, with rows written while cdcd was down and during the second copy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_mid_copy_of_a_keyless_table_is_copied_again_exactly() {
-    let Some((env, name)) = test_env_and_name("keylessk") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("keylessk"));
     let t = format!("{name}_t");
     let client = fresh_table(&env, &t, |t| {
         format!(
@@ -179,8 +170,7 @@ async fn a_kill_mid_copy_of_a_keyless_table_is_copied_again_exactly() {
         )
     })
     .await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     // Several commits per copy, so a kill lands between two commits of the table's copy.
     let text = std::fs::read_to_string(&p.config).unwrap();
     let text = text.replacen(

@@ -59,9 +59,7 @@ fn some_changes(t: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_commits_and_exits_zero() {
-    let Some((env, name)) = test_env_and_name("term") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("term"));
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
@@ -71,8 +69,7 @@ async fn sigterm_commits_and_exits_zero() {
         commit_max_rows: 10_000_000,
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     exec(&client, &some_changes(&t)).await;
@@ -112,14 +109,11 @@ async fn sigterm_commits_and_exits_zero() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_with_nothing_new_writes_no_snapshot() {
-    let Some((env, name)) = test_env_and_name("idle") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("idle"));
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t)).await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     exec(&client, &some_changes(&t)).await;
@@ -155,9 +149,7 @@ async fn restart_with_nothing_new_writes_no_snapshot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_reports_problems() {
-    let Some((env, name)) = test_env_and_name("chk") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("chk"));
     let (good, nopk) = (format!("{name}_pk"), format!("{name}_nopk"));
     let secret = format!("sekrit-{}", std::process::id());
     let url_secret = format!("urlsekrit-{}", std::process::id());

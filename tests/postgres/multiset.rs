@@ -34,9 +34,7 @@ fn round(m: &str, k: &str, i: u32) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_identity_full_keyless_table_is_a_multiset() {
-    let Some((env, name)) = test_env_and_name("multiset") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("multiset"));
     let (m, k) = (format!("{name}_m"), format!("{name}_k"));
     let client = connect(&env.pg_url).await;
     exec(
@@ -54,8 +52,7 @@ async fn replica_identity_full_keyless_table_is_a_multiset() {
         ),
     )
     .await;
-    let mut p = Pipeline::new(&env, &name, &[&m, &k], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {m}, {k}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&m, &k], &Settings::default());
 
     let (ok, out) = run_cdcd(&["check"], &p.config);
     assert!(ok, "cdcd check:\n{out}");
@@ -198,9 +195,9 @@ fn assert_no_equality_deletes_or_identifiers(p: &Pipeline, table: &str) {
 /// check` and at start, naming it and the fix, before anything is replicated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_identity_full_keyless_table_is_refused_on_lsm() {
-    let Some(env) = test_env("replica_identity_full_keyless_table_is_refused_on_lsm") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "replica_identity_full_keyless_table_is_refused_on_lsm"
+    ));
     if std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality") {
         return;
     }
@@ -222,9 +219,9 @@ async fn replica_identity_full_keyless_table_is_refused_on_lsm() {
         "cdcd check passed a multiset on lsm:\n{out}"
     );
     p.start();
-    let status = p.wait_exit(Duration::from_secs(120)).await;
-    assert!(!status.success(), "cdcd accepted a multiset on lsm");
-    let out = p.output();
+    let out = p
+        .assert_stops(Duration::from_secs(120), "cdcd accepted a multiset on lsm")
+        .await;
     assert!(
         out.contains(&format!("public.{m}"))
             && out.contains("REPLICA IDENTITY FULL")
@@ -238,9 +235,7 @@ async fn replica_identity_full_keyless_table_is_refused_on_lsm() {
 /// during the copy is streamed after the copied rows and applied to one equal row of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_identity_full_changes_during_the_copy() {
-    let Some((env, name)) = test_env_and_name("multisetc") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("multisetc"));
     let m = format!("{name}_m");
     let _client = fresh_table(&env, &m, |m| {
         format!(
@@ -250,8 +245,7 @@ async fn replica_identity_full_changes_during_the_copy() {
         )
     })
     .await;
-    let mut p = Pipeline::new(&env, &name, &[&m], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {m}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&m], &Settings::default());
     p.start();
     let url = env.pg_url.clone();
     let mm = m.clone();
@@ -287,9 +281,7 @@ async fn replica_identity_full_changes_during_the_copy() {
 /// next start refuses to continue it as a multiset, naming the table and the fix.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identity_changed_to_full_while_replicated_is_refused() {
-    let Some((env, name)) = test_env_and_name("multiseti") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("multiseti"));
     let m = format!("{name}_m");
     let client = fresh_table(&env, &m, |m| {
         format!(
@@ -298,8 +290,7 @@ async fn identity_changed_to_full_while_replicated_is_refused() {
         )
     })
     .await;
-    let mut p = Pipeline::new(&env, &name, &[&m], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {m}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&m], &Settings::default());
     p.start();
     p.assert_equal(&m, 120).await;
     p.sigterm_and_wait(Duration::from_secs(60)).await;
@@ -309,12 +300,12 @@ async fn identity_changed_to_full_while_replicated_is_refused() {
     )
     .await;
     p.start();
-    let status = p.wait_exit(Duration::from_secs(120)).await;
-    assert!(
-        !status.success(),
-        "cdcd continued a table that missed updates"
-    );
-    let out = p.output();
+    let out = p
+        .assert_stops(
+            Duration::from_secs(120),
+            "cdcd continued a table that missed updates",
+        )
+        .await;
     assert!(
         out.contains(&format!("public.{m}")) && out.contains("was replicated insert-only"),
         "{out}"

@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::support::{
     connect, current_metadata, exec, parse_lsn, spark, stdout_then_stderr, test_env, unique,
-    Pipeline, Settings, NAMESPACE,
+    Pipeline, Settings, TestEnv, NAMESPACE,
 };
 
 /// Runs SQL statements with Spark on a hadoop catalog `h` over a local warehouse.
@@ -165,6 +165,45 @@ pub(crate) fn layout_of(python: &str, dir: &std::path::Path) -> Value {
 
 fn run_spark(spark: &(String, String), p: &Pipeline, statements: &[String]) {
     spark_sql(spark, &p.warehouse, statements);
+}
+
+/// The opening of the tests of a table Spark creates partitioned: the table `<name>_t` made by
+/// `create`, a format v2 pipeline over it (no background maintenance) into which Spark created it
+/// first, `PARTITIONED BY (<partitioned_by>)` with key `id`, started and read back equal after its
+/// copy.
+pub(crate) async fn created_partitioned_by_spark(
+    env: &TestEnv,
+    spark: &(String, String),
+    name: &str,
+    create: impl Fn(&str) -> String,
+    partitioned_by: &str,
+) -> (Pipeline, tokio_postgres::Client, String) {
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create(&t)).await;
+    let settings = Settings {
+        sink_extra: "maintenance_interval_ms = 0\n".into(),
+        ..Settings::default()
+    };
+    let mut p = Pipeline::owning_tables(env, name, &[&t], &settings);
+    // Spark's Iceberg creates format v2 tables; cdcd writes them with equality deletes.
+    p.force_equality();
+    let table = format!("h.{NAMESPACE}.{t}");
+    spark_sql(
+        spark,
+        &p.warehouse,
+        &[
+            format!(
+                "CREATE TABLE {table} (id bigint NOT NULL, created_at timestamp NOT NULL, n int, big string) USING iceberg \
+                 PARTITIONED BY ({partitioned_by}) TBLPROPERTIES ('format-version' = '2')"
+            ),
+            format!("ALTER TABLE {table} SET IDENTIFIER FIELDS id"),
+        ],
+    );
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(60)).await;
+    p.assert_equal(&t, 90).await;
+    (p, client, t)
 }
 
 /// Runs `statements` with Spark on the hadoop catalog `h` over the local `warehouse`.
@@ -319,7 +358,7 @@ async fn copied(
     let mut p = Pipeline::new(&env, &name, &[t.as_str()], &settings);
     p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
     if equality {
-        force_equality(&p);
+        p.force_equality();
     }
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(60)).await;
@@ -329,9 +368,7 @@ async fn copied(
 
 async fn partitioned_by_spark(test: &str, tag: &str, equality: bool) {
     let extra = "maintenance_interval_ms = 0\n[sink.table_properties]\n\"cdcd.compaction.min-input-files\" = \"2\"\n";
-    let Some((mut p, client, t, spark)) = copied(test, tag, equality, extra).await else {
-        return;
-    };
+    let (mut p, client, t, spark) = ground_or_skip!(copied(test, tag, equality, extra).await);
 
     // Another engine partitions and orders the table while cdcd runs (nothing in flight).
     let table = format!("h.{NAMESPACE}.{t}");
@@ -395,20 +432,6 @@ fn compacted_by_cdcd(p: &Pipeline, t: &str) -> (String, Value) {
     (text, seen)
 }
 
-/// Rewrites `p`'s config to format v2 (`delete_mode = "equality"`) whatever
-/// `CDCD_TEST_DELETE_MODE` says.
-pub(crate) fn force_equality(p: &Pipeline) {
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    let kept: Vec<&str> = text
-        .lines()
-        .filter(|l| !l.starts_with("delete_mode"))
-        .collect();
-    let text = kept
-        .join("\n")
-        .replacen("[sink]\n", "[sink]\ndelete_mode = \"equality\"\n", 1);
-    std::fs::write(&p.config, text + "\n").unwrap();
-}
-
 /// Issue 36, keyless tables: an append table (inserts only) and a `REPLICA IDENTITY FULL`
 /// multiset, partitioned by Spark mid-stream; single-duplicate updates that move a row and
 /// deletes find it in its partition (a deletion vector, or a v2 position delete file of that
@@ -416,12 +439,8 @@ pub(crate) fn force_equality(p: &Pipeline) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spark_partitions_keyless_tables_and_cdcd_stays_exact() {
     let test = "spark_partitions_keyless_tables_and_cdcd_stays_exact";
-    let Some(env) = test_env(test) else {
-        return;
-    };
-    let Some(spark) = spark(test) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(test));
+    let spark = ground_or_skip!(spark(test));
     let name = unique("ptkl");
     let (a, m) = (format!("{name}_a"), format!("{name}_m"));
     let client = connect(&env.pg_url).await;
@@ -495,38 +514,16 @@ async fn spark_partitions_keyless_tables_and_cdcd_stays_exact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn equality_deletes_on_a_table_created_partitioned_apply_in_every_partition() {
     let test = "equality_deletes_on_a_table_created_partitioned_apply_in_every_partition";
-    let Some(env) = test_env(test) else {
-        return;
-    };
-    let Some(spark) = spark(test) else {
-        return;
-    };
-    let name = unique("ptcr");
-    let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(&client, &create(&t)).await;
-    let settings = Settings {
-        sink_extra: "maintenance_interval_ms = 0\n".into(),
-        ..Settings::default()
-    };
-    let mut p = Pipeline::new(&env, &name, &[t.as_str()], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    force_equality(&p);
-    let table = format!("h.{NAMESPACE}.{t}");
-    run_spark(
+    let env = ground_or_skip!(test_env(test));
+    let spark = ground_or_skip!(spark(test));
+    let (mut p, client, t) = created_partitioned_by_spark(
+        &env,
         &spark,
-        &p,
-        &[
-            format!(
-                "CREATE TABLE {table} (id bigint NOT NULL, created_at timestamp NOT NULL, n int, big string) USING iceberg \
-                 PARTITIONED BY (days(created_at), bucket(4, id)) TBLPROPERTIES ('format-version' = '2')"
-            ),
-            format!("ALTER TABLE {table} SET IDENTIFIER FIELDS id"),
-        ],
-    );
-    p.start();
-    p.wait_slot_active(&client, Duration::from_secs(60)).await;
-    p.assert_equal(&t, 90).await;
+        &unique("ptcr"),
+        create,
+        "days(created_at), bucket(4, id)",
+    )
+    .await;
     let copied = layout(&p, &t);
     eprintln!("layout after the copy: {copied}");
     assert!(copied["partitions"].as_u64().unwrap_or(0) >= 10, "{copied}");
@@ -573,9 +570,7 @@ async fn spark_partitions_the_table_and_cdcd_stays_exact_with_equality_deletes()
 /// pyiceberg read the source's rows, before and after more streaming.
 async fn compaction_moves_old_spec_files(test: &str, tag: &str, equality: bool) {
     let extra = "maintenance_interval_ms = 0\n";
-    let Some((mut p, client, t, spark)) = copied(test, tag, equality, extra).await else {
-        return;
-    };
+    let (mut p, client, t, spark) = ground_or_skip!(copied(test, tag, equality, extra).await);
     let table = format!("h.{NAMESPACE}.{t}");
     run_spark(
         &spark,

@@ -31,7 +31,7 @@ use tokio_postgres::Client;
 
 use crate::support::wait_for;
 use crate::support::{
-    connect, exec, run_cdcd, test_env, test_env_and_name, unique, Pipeline, Settings,
+    connect, exec, run_cdcd, test_env, test_env_and_name, tune_copy, unique, Pipeline, Settings,
 };
 
 /// A table of `rows` rows; every 100th row holds a TOASTed `t`.
@@ -134,18 +134,7 @@ impl Writers {
 /// Copy tuning: chunks of `chunk_rows`, one connection, a commit every 5 chunks (so the copy
 /// of a large table is several commits and a kill lands between two).
 pub(crate) fn tune(p: &Pipeline, chunk_rows: u64) {
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    let text = text.replacen(
-        "[source]\n",
-        &format!("[source]\nsnapshot_chunk_rows = {chunk_rows}\nsnapshot_parallelism = 1\n"),
-        1,
-    );
-    let text = text.replacen(
-        "[pipeline]\n",
-        &format!("[pipeline]\nsnapshot_commit_rows = {}\n", chunk_rows * 5),
-        1,
-    );
-    std::fs::write(&p.config, text).unwrap();
+    tune_copy(&p.config, chunk_rows, Some(1), Some(chunk_rows * 5));
 }
 
 /// The damage a resync repairs: while cdcd is stopped, `t` leaves the publication, loses every
@@ -323,15 +312,12 @@ fn request_resync(p: &Pipeline, t: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_replaces_a_damaged_table_while_the_others_stream() {
-    let Some((env, name)) = test_env_and_name("rsync") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("rsync"));
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 3_000)).await;
     exec(&client, &create_table(&b, 40_000)).await;
-    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&a, &b], &Settings::default());
     tune(&p, 4_000);
     p.start();
     p.assert_equal(&a, 120).await;
@@ -445,15 +431,12 @@ async fn a_resync_replaces_a_damaged_table_while_the_others_stream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_mid_resync_copies_again_online_and_ends_equal() {
-    let Some((env, name)) = test_env_and_name("rsynk") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("rsynk"));
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 2_000)).await;
     exec(&client, &create_table(&b, 200_000)).await;
-    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&a, &b], &Settings::default());
     // Small chunks and commits (40 of them) keep the copy going long enough to be killed in it.
     tune(&p, 1_000);
     // Maintenance every 200 ms compacts small files, on the live tables and on the lineage while
@@ -685,9 +668,7 @@ pub(crate) fn assert_lsm_swapped_in_one_step(dir: &Path, online: bool) -> i64 {
 /// nothing; `cdcd cleanup` afterwards deletes nothing live.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_lsm_table_is_resynced_online_while_the_others_stream() {
-    let Some((env, name)) = test_env_and_name("rsynl") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("rsynl"));
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 3_000)).await;
@@ -771,9 +752,9 @@ async fn kill_dash_nine_at_random_moments_of_online_lsm_resyncs() {
 /// the column's values, which pypaimon then reads for the older rows too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_is_the_way_out_of_a_default_added_on_the_lsm_sink() {
-    let Some(env) = test_env("a_resync_is_the_way_out_of_a_default_added_on_the_lsm_sink") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "a_resync_is_the_way_out_of_a_default_added_on_the_lsm_sink"
+    ));
     a_default_added_then_resync(&env, "rsynld", Some(2)).await;
 }
 
@@ -781,9 +762,9 @@ async fn a_resync_is_the_way_out_of_a_default_added_on_the_lsm_sink() {
 /// `initial-default`); runs in the suite's equality pass (v3 tables replicate the default).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_is_the_way_out_of_a_default_added_on_format_v2() {
-    let Some(env) = test_env("a_resync_is_the_way_out_of_a_default_added_on_format_v2") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "a_resync_is_the_way_out_of_a_default_added_on_format_v2"
+    ));
     if std::env::var("CDCD_TEST_DELETE_MODE").map_or(true, |m| m != "equality") {
         eprintln!("note: format v3 replicates the default; this test runs with CDCD_TEST_DELETE_MODE=equality");
         return;
@@ -818,8 +799,11 @@ async fn a_default_added_then_resync(
         ),
     )
     .await;
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(!status.success(), "cdcd must stop on the added default");
+    p.assert_stops(
+        Duration::from_secs(60),
+        "cdcd must stop on the added default",
+    )
+    .await;
     let way_out = format!("cdcd resync --table public.{a}");
     assert!(
         p.output().contains(&way_out) && p.output().contains("column d"),
@@ -855,9 +839,9 @@ async fn a_default_added_then_resync(
 /// table loses nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_is_the_way_out_of_a_type_change_cdcd_stops_on() {
-    let Some(env) = test_env("a_resync_is_the_way_out_of_a_type_change_cdcd_stops_on") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "a_resync_is_the_way_out_of_a_type_change_cdcd_stops_on"
+    ));
     a_type_change_then_resync(&env, "rsynd", None).await;
 }
 
@@ -865,9 +849,9 @@ async fn a_resync_is_the_way_out_of_a_type_change_cdcd_stops_on() {
 /// table (the old files' `v` was an int under its own id), and pypaimon reads it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_is_the_way_out_of_a_type_change_on_the_lsm_sink() {
-    let Some(env) = test_env("a_resync_is_the_way_out_of_a_type_change_on_the_lsm_sink") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "a_resync_is_the_way_out_of_a_type_change_on_the_lsm_sink"
+    ));
     a_type_change_then_resync(&env, "rsynlt", Some(2)).await;
 }
 
@@ -898,11 +882,8 @@ async fn a_type_change_then_resync(env: &crate::support::TestEnv, prefix: &str, 
         &format!("UPDATE {a} SET v = v || '!' WHERE id % 7 = 0; INSERT INTO {b} VALUES (900001, 1, 1, 'after')"),
     )
     .await;
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(
-        !status.success(),
-        "cdcd must stop on int4 -> text, got {status}"
-    );
+    p.assert_stops(Duration::from_secs(60), "cdcd must stop on int4 -> text")
+        .await;
     let way_out = format!("cdcd resync --table public.{a}");
     assert!(
         p.output().contains(&way_out),
@@ -952,9 +933,9 @@ async fn a_type_change_then_resync(env: &crate::support::TestEnv, prefix: &str, 
 // both tables take writes; both end equal, the swap is one step and never takes the table back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashes_around_an_online_resyncs_end_recover_equal() {
-    let Some(env) = test_env("crashes_around_an_online_resyncs_end_recover_equal") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "crashes_around_an_online_resyncs_end_recover_equal"
+    ));
     crashes_around_an_online_resyncs_end(&env, None).await;
 }
 
@@ -962,9 +943,9 @@ async fn crashes_around_an_online_resyncs_end_recover_equal() {
 // schemas as the live table's newest and copied its files there, before the `OVERWRITE` snapshot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashes_around_an_online_lsm_resyncs_end_recover_equal() {
-    let Some(env) = test_env("crashes_around_an_online_lsm_resyncs_end_recover_equal") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "crashes_around_an_online_lsm_resyncs_end_recover_equal"
+    ));
     crashes_around_an_online_resyncs_end(&env, Some(2)).await;
 }
 
@@ -994,13 +975,7 @@ async fn crashes_around_an_online_resyncs_end(env: &crate::support::TestEnv, lsm
         p.assert_equal(&b, 120).await;
         let writers = Writers::start(&env.pg_url, [(&a, 2_000), (&b, 20_000)]).await;
         request_resync(&p, &b);
-        let status = p.wait_exit(Duration::from_secs(180)).await;
-        assert!(!status.success(), "{point}: cdcd must abort, got {status}");
-        assert!(
-            p.output().contains(&format!("failpoint {point}")),
-            "{point}: aborted elsewhere:\n{}",
-            p.output()
-        );
+        p.assert_aborts_at(Duration::from_secs(180), point).await;
         p.env_vars.retain(|(k, _)| k != "CDCD_FAILPOINT");
         if lsm.is_some() {
             // The schemas a swap wrote before its snapshot are the live table's newest at once:
@@ -1041,15 +1016,12 @@ async fn crashes_around_an_online_resyncs_end(env: &crate::support::TestEnv, lsm
 // table ends equal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_type_change_during_an_online_resync_ends_equal() {
-    let Some((env, name)) = test_env_and_name("rsyncw") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("rsyncw"));
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 400_000)).await;
     exec(&client, &create_table(&b, 20_000)).await;
-    let mut p = Pipeline::new(&env, &name, &[&a, &b], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {a}, {b}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&a, &b], &Settings::default());
     tune(&p, 5_000);
     p.start();
     p.assert_equal(&a, 240).await;

@@ -16,10 +16,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::partitioned::{change, equal, force_equality, layout_of, moving, spark_sql};
+use super::partitioned::{change, created_partitioned_by_spark, equal, layout_of, moving};
 use super::resync::assert_swapped;
 use crate::support::{
-    connect, exec, run_cdcd, spark, test_env, unique, wait_for, Pipeline, Settings, NAMESPACE,
+    connect, exec, run_cdcd, spark, test_env, unique, wait_for, Pipeline, Settings,
 };
 
 /// 300 rows over ten days of `created_at`; no TOASTed values, so the key changes streamed during
@@ -79,9 +79,7 @@ async fn resync_while_streaming(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_of_a_table_whose_spec_evolved_keeps_the_spec() {
     let test = "a_resync_of_a_table_whose_spec_evolved_keeps_the_spec";
-    let Some(env) = test_env(test) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(test));
     let name = unique("rsps");
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
@@ -125,39 +123,11 @@ async fn a_resync_of_a_table_whose_spec_evolved_keeps_the_spec() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_of_a_table_spark_partitioned_keeps_the_spec() {
     let test = "a_resync_of_a_table_spark_partitioned_keeps_the_spec";
-    let Some(env) = test_env(test) else {
-        return;
-    };
-    let Some(spark) = spark(test) else {
-        return;
-    };
-    let name = unique("rssp");
-    let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(&client, &create(&t)).await;
-    let settings = Settings {
-        sink_extra: "maintenance_interval_ms = 0\n".into(),
-        ..Settings::default()
-    };
-    let mut p = Pipeline::new(&env, &name, &[t.as_str()], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    // Spark's Iceberg creates format v2 tables; cdcd writes them with equality deletes.
-    force_equality(&p);
-    let table = format!("h.{NAMESPACE}.{t}");
-    spark_sql(
-        &spark,
-        &p.warehouse,
-        &[
-            format!(
-                "CREATE TABLE {table} (id bigint NOT NULL, created_at timestamp NOT NULL, n int, big string) USING iceberg \
-                 PARTITIONED BY (days(created_at)) TBLPROPERTIES ('format-version' = '2')"
-            ),
-            format!("ALTER TABLE {table} SET IDENTIFIER FIELDS id"),
-        ],
-    );
-    p.start();
-    p.wait_slot_active(&client, Duration::from_secs(60)).await;
-    p.assert_equal(&t, 90).await;
+    let env = ground_or_skip!(test_env(test));
+    let spark = ground_or_skip!(spark(test));
+    let (mut p, client, t) =
+        created_partitioned_by_spark(&env, &spark, &unique("rssp"), create, "days(created_at)")
+            .await;
     let lsn = change(&client, &t, &moving(&t, 1), -1).await;
     equal(&mut p, &t, true, lsn).await;
     let before = layout_of(&p.env.python, &p.table_dir(&t));

@@ -188,33 +188,31 @@ async fn resynced_while_the_other_streams(env: &TestEnv, prefix: &str, sink: Sin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_added_default_on_the_lsm_sink_resyncs_the_table_alone() {
-    let Some(env) = test_env("an_added_default_on_the_lsm_sink_resyncs_the_table_alone") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "an_added_default_on_the_lsm_sink_resyncs_the_table_alone"
+    ));
     resynced_while_the_other_streams(&env, "scrld", Sink::Lsm, ADDED_DEFAULT).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_added_default_on_format_v2_resyncs_the_table_alone() {
-    let Some(env) = test_env("an_added_default_on_format_v2_resyncs_the_table_alone") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "an_added_default_on_format_v2_resyncs_the_table_alone"
+    ));
     resynced_while_the_other_streams(&env, "scrvd", Sink::IcebergV2, ADDED_DEFAULT).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_type_change_no_format_widens_resyncs_the_table_alone() {
-    let Some(env) = test_env("a_type_change_no_format_widens_resyncs_the_table_alone") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "a_type_change_no_format_widens_resyncs_the_table_alone"
+    ));
     resynced_while_the_other_streams(&env, "scrty", Sink::Iceberg, INT_TO_TEXT).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rename_without_the_trigger_inside_a_transaction_resyncs_the_table_alone() {
-    let Some(env) = test_env(&current_test()) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(&current_test()));
     resynced_while_the_other_streams(&env, "scrrn", Sink::Iceberg, RENAME_INSIDE_A_TRANSACTION)
         .await;
 }
@@ -234,18 +232,16 @@ enum WayOut {
 /// trigger. Taking the setting ends equal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_under_evolve_names_every_way_out_and_the_setting_is_one() {
-    let Some(env) = test_env(&current_test()) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(&current_test()));
     stopped_then(&env, "screv", WayOut::Setting).await;
 }
 
 /// The same stop; `cdcd resync --table` is a way out too (the table is copied twice).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_under_evolve_and_the_resync_command_is_a_way_out() {
-    let Some(env) = test_env("a_stop_under_evolve_and_the_resync_command_is_a_way_out") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "a_stop_under_evolve_and_the_resync_command_is_a_way_out"
+    ));
     stopped_then(&env, "screc", WayOut::ResyncCommand).await;
 }
 
@@ -266,12 +262,9 @@ async fn stopped_then(env: &TestEnv, prefix: &str, way_out: WayOut) {
     )
     .await;
     exec(&client, &writes(&b, 2, 20_000)).await;
-    let status = p.wait_exit(Duration::from_secs(60)).await;
-    assert!(
-        !status.success(),
-        "cdcd must stop on the rename, got {status}"
-    );
-    let out = p.output();
+    let out = p
+        .assert_stops(Duration::from_secs(60), "cdcd must stop on the rename")
+        .await;
     let stop = out
         .lines()
         .find(|l| l.contains(&format!("schema of public.{a} changed")))
@@ -336,9 +329,7 @@ async fn stopped_then(env: &TestEnv, prefix: &str, way_out: WayOut) {
 /// restart finishes the resync online while `b` takes writes, and both end equal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashes_around_a_schema_resync_recover_equal() {
-    let Some(env) = test_env("crashes_around_a_schema_resync_recover_equal") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env("crashes_around_a_schema_resync_recover_equal"));
     for (i, point) in ["schema-resync-requested", "resync-copied"]
         .into_iter()
         .enumerate()
@@ -365,13 +356,7 @@ async fn crashes_around_a_schema_resync_recover_equal() {
             &(RENAME_INSIDE_A_TRANSACTION.adapt)(writes(&a, 1, 3_000)),
         )
         .await;
-        let status = p.wait_exit(Duration::from_secs(120)).await;
-        assert!(!status.success(), "{point}: cdcd must abort, got {status}");
-        assert!(
-            p.output().contains(&format!("failpoint {point}")),
-            "{point}: aborted elsewhere:\n{}",
-            p.output()
-        );
+        p.assert_aborts_at(Duration::from_secs(120), point).await;
         p.env_vars.retain(|(k, _)| k != "CDCD_FAILPOINT");
         p.wait_slot_inactive(&client, Duration::from_secs(30)).await;
         p.start();

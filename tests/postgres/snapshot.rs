@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::wait_for;
-use crate::support::{connect, exec, test_env_and_name, Pipeline, Settings};
+use crate::support::{connect, exec, test_env_and_name, tune_copy, Pipeline, Settings};
 use tokio_postgres::Client;
 
 /// A table of `rows` rows; every 100th row holds a TOASTed `t` (stored out of line).
@@ -72,23 +72,14 @@ async fn write_until(
     round
 }
 
-/// Adds copy tuning to the generated config's `[source]` section.
+/// Copy tuning: chunks of `chunk_rows`, `parallelism` connections, a commit every 5 chunks.
 pub(super) fn tune(p: &Pipeline, chunk_rows: u64, parallelism: usize) {
-    let text = std::fs::read_to_string(&p.config).unwrap();
-    let text = text.replacen(
-        "[source]\n",
-        &format!(
-            "[source]\nsnapshot_chunk_rows = {chunk_rows}\nsnapshot_parallelism = {parallelism}\n"
-        ),
-        1,
+    tune_copy(
+        &p.config,
+        chunk_rows,
+        Some(parallelism),
+        Some(chunk_rows * 5),
     );
-    // Several commits per copy, so a kill lands between commits of one table's copy.
-    let text = text.replacen(
-        "[pipeline]\n",
-        &format!("[pipeline]\nsnapshot_commit_rows = {}\n", chunk_rows * 5),
-        1,
-    );
-    std::fs::write(&p.config, text).unwrap();
 }
 
 /// The output of the `n`-th start (1-based).
@@ -98,15 +89,12 @@ fn start_output(p: &Pipeline, n: u32) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_during_a_parallel_copy_converge() {
-    let Some((env, name)) = test_env_and_name("snapw") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("snapw"));
     let t = format!("{name}_t");
     let rows = 100_000;
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t, rows)).await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     tune(&p, 10_000, 3);
 
     p.start();
@@ -146,15 +134,12 @@ async fn writes_during_a_parallel_copy_converge() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
-    let Some((env, name)) = test_env_and_name("snapk") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("snapk"));
     let t = format!("{name}_t");
     let rows = 400_000;
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&t, rows)).await;
-    let mut p = Pipeline::new(&env, &name, &[&t], &Settings::default());
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     tune(&p, 10_000, 2);
 
     p.start();
@@ -218,9 +203,7 @@ async fn a_kill_mid_copy_resumes_from_the_committed_chunks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_added_later_is_copied_alone() {
-    let Some((env, name)) = test_env_and_name("snapa") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("snapa"));
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 5_000)).await;
@@ -294,9 +277,7 @@ async fn a_table_added_later_is_copied_alone() {
 /// with "cannot complete a partial update: row not in table".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partial_update_of_a_row_deleted_inside_the_window_is_dropped() {
-    let Some((env, name)) = test_env_and_name("snapg") else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name("snapg"));
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     let client = connect(&env.pg_url).await;
     exec(&client, &create_table(&a, 1_000)).await;

@@ -106,10 +106,9 @@ fn assert_metadata(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soft_deletes_keep_flagged_rows_and_row_metadata_is_the_sources() {
-    let Some(env) = test_env("soft_deletes_keep_flagged_rows_and_row_metadata_is_the_sources")
-    else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "soft_deletes_keep_flagged_rows_and_row_metadata_is_the_sources"
+    ));
     let name = unique("soft");
     let (s, h, k) = (
         format!("{name}_s"),
@@ -140,8 +139,7 @@ async fn soft_deletes_keep_flagged_rows_and_row_metadata_is_the_sources() {
         ),
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &name, &[&s, &h, &k], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {s}, {h}, {k}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&s, &h, &k], &settings);
     p.on_cleanup(format!(
         "SELECT pg_drop_replication_slot('{slot}') FROM pg_replication_slots WHERE slot_name = '{slot}'"
     ));
@@ -334,9 +332,9 @@ async fn soft_deletes_keep_flagged_rows_and_row_metadata_is_the_sources() {
 /// setting is refused with the reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soft_deletes_added_to_an_existing_table_then_a_source_column() {
-    let Some(env) = test_env("soft_deletes_added_to_an_existing_table_then_a_source_column") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "soft_deletes_added_to_an_existing_table_then_a_source_column"
+    ));
     let name = unique("softadd");
     let t = format!("{name}_t");
     let client = fresh_table(&env, &t, |t| {
@@ -346,16 +344,11 @@ async fn soft_deletes_added_to_an_existing_table_then_a_source_column() {
         )
     })
     .await;
-    let mut settings = Settings::default();
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     p.start();
     p.assert_equal(&t, 120).await;
-    p.sigterm_and_wait(Duration::from_secs(60)).await;
-
-    settings.sink_extra = format!("[sink.tables.\"public.{t}\"]\ndeletes = \"soft\"\n");
-    p.write_config(&settings);
-    p.start();
+    p.restart_with_table_settings(&t, "deletes = \"soft\"\n")
+        .await;
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     exec(&client, &format!("DELETE FROM {t} WHERE id = 2")).await;
     exec(&client, &format!("ALTER TABLE {t} ADD COLUMN extra int4")).await;
@@ -391,12 +384,11 @@ async fn soft_deletes_added_to_an_existing_table_then_a_source_column() {
     p.sigterm_and_wait(Duration::from_secs(60)).await;
 
     // Without the setting the flagged rows would read as live: refused, saying so.
-    settings.sink_extra = String::new();
-    p.write_config(&settings);
+    p.write_config(&Settings::default());
     p.start();
     exec(&client, &format!("DELETE FROM {t} WHERE id = 4")).await;
-    let status = p.wait_exit(Duration::from_secs(120)).await;
-    assert!(!status.success(), "cdcd dropped _cdc_deleted");
+    p.assert_stops(Duration::from_secs(120), "cdcd dropped _cdc_deleted")
+        .await;
     assert!(
         p.output().contains("no longer ask for") && p.output().contains("resync"),
         "{}",

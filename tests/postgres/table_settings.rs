@@ -89,9 +89,9 @@ async fn wait_started(p: &mut Pipeline, n: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configured_spec_and_sort_order_are_created_then_evolved() {
-    let Some(env) = test_env("configured_spec_and_sort_order_are_created_then_evolved") else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "configured_spec_and_sort_order_are_created_then_evolved"
+    ));
     let name = unique("layout");
     let t = format!("{name}_t");
     let _client = fresh_table(&env, &t, |t| {
@@ -106,8 +106,7 @@ async fn configured_spec_and_sort_order_are_created_then_evolved() {
         sink_extra: section(&t, r#"["day(created_at)", "bucket(4, id)"]"#),
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
 
     // Before the table exists, `check` shows what it will be created with.
     let (_, out) = run_cdcd(&["check"], &p.config);
@@ -213,11 +212,9 @@ async fn configured_spec_and_sort_order_are_created_then_evolved() {
 /// applies.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transform_the_column_type_does_not_take_is_refused_before_anything_is_written() {
-    let Some(env) =
-        test_env("a_transform_the_column_type_does_not_take_is_refused_before_anything_is_written")
-    else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(
+        "a_transform_the_column_type_does_not_take_is_refused_before_anything_is_written"
+    ));
     let name = unique("badlayout");
     let t = format!("{name}_t");
     let _client = fresh_table(&env, &t, |t| {
@@ -231,12 +228,14 @@ async fn a_transform_the_column_type_does_not_take_is_refused_before_anything_is
         sink_extra: "[sink.tables.\"public.*\"]\npartition_by = [\"day(name)\"]\n".to_owned(),
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
     p.start();
-    let st = p.wait_exit(Duration::from_secs(120)).await;
-    assert!(!st.success(), "cdcd accepted day(name) on a text column");
-    let out = p.output();
+    let out = p
+        .assert_stops(
+            Duration::from_secs(120),
+            "cdcd accepted day(name) on a text column",
+        )
+        .await;
     assert!(
         out.contains(&format!(
             "key `sink.tables.\"public.*\".partition_by`: public.{t}: day(name) does not apply \

@@ -96,9 +96,7 @@ fn check(config: &std::path::Path) -> (bool, String) {
 /// the pipeline, and `pg_stat_ssl` shows each of cdcd's live backends (walsender, monitor) in TLS.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replication_copy_and_heartbeat_run_over_verified_tls() {
-    let Some((bed, name)) = tls_bed("tlsrep") else {
-        return;
-    };
+    let (bed, name) = ground_or_skip!(tls_bed("tlsrep"));
     let t = format!("{name}_t");
     let client = connect(&bed.env.pg_url).await;
     table_with_rows(&client, &t).await;
@@ -165,9 +163,7 @@ async fn replication_copy_and_heartbeat_run_over_verified_tls() {
 /// `allow` (plain refused, then TLS) and `require` (no verification).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_misconfigurations_fail_clearly() {
-    let Some((bed, name)) = tls_bed("tlsbad") else {
-        return;
-    };
+    let (bed, name) = ground_or_skip!(tls_bed("tlsbad"));
     let t = format!("{name}_t");
     let client = connect(&bed.env.pg_url).await;
     table_with_rows(&client, &t).await;
@@ -269,9 +265,7 @@ async fn tls_misconfigurations_fail_clearly() {
 /// wrong password names the user and the method.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn md5_authentication_replicates() {
-    let Some((bed, name)) = tls_bed("tlsmd5") else {
-        return;
-    };
+    let (bed, name) = ground_or_skip!(tls_bed("tlsmd5"));
     let t = format!("{name}_t");
     let client = connect(&bed.env.pg_url).await;
     table_with_rows(&client, &t).await;
@@ -310,9 +304,7 @@ async fn md5_authentication_replicates() {
 /// A client certificate (`cert` authentication, no password) over `verify-ca`: copy and stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificate_authentication_replicates() {
-    let Some((bed, name)) = tls_bed("tlscrt") else {
-        return;
-    };
+    let (bed, name) = ground_or_skip!(tls_bed("tlscrt"));
     let t = format!("{name}_t");
     let client = connect(&bed.env.pg_url).await;
     table_with_rows(&client, &t).await;

@@ -41,8 +41,7 @@ impl OptIn {
             sink_extra: format!("[sink.tables.\"public.{t}\"]\n{setting}\n"),
             ..Settings::default()
         };
-        let mut p = Pipeline::new(&env, &name, &[&t, &o], &settings);
-        p.on_cleanup(format!("DROP TABLE IF EXISTS {t}, {o}"));
+        let mut p = Pipeline::owning_tables(&env, &name, &[&t, &o], &settings);
         if compact {
             p.compact_often();
         }
@@ -99,9 +98,7 @@ pub(crate) async fn assert_mapping_change_refused(
     refusal: &str,
     kept_out: &str,
 ) {
-    let Some((env, name)) = test_env_and_name(tag) else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name(tag));
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(
@@ -113,24 +110,19 @@ pub(crate) async fn assert_mapping_change_refused(
         ),
     )
     .await;
-    let mut settings = Settings::default();
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     p.start();
     p.assert_equal(&t, 120).await;
-    p.sigterm_and_wait(Duration::from_secs(60)).await;
-
-    settings.sink_extra = format!("[sink.tables.\"public.{t}\"]\n{setting}\n");
-    p.write_config(&settings);
-    p.start();
+    p.restart_with_table_settings(&t, &format!("{setting}\n"))
+        .await;
     exec(
         &client,
         &format!("INSERT INTO {t} VALUES (2, {})", values[1]),
     )
     .await;
-    let status = p.wait_exit(Duration::from_secs(120)).await;
-    assert!(!status.success(), "{}", p.output());
-    let out = p.output();
+    let out = p
+        .assert_stops(Duration::from_secs(120), "cdcd must stop")
+        .await;
     assert!(out.contains(refusal) && out.contains("resync"), "{out}");
     let meta = current_metadata(&p.table_dir(&t));
     assert!(
@@ -147,9 +139,7 @@ pub(crate) async fn assert_refused_at_start(
     setting: &str,
     reasons: &[&str],
 ) {
-    let Some((env, name)) = test_env_and_name(tag) else {
-        return;
-    };
+    let (env, name) = ground_or_skip!(test_env_and_name(tag));
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(&client, &create(&t)).await;
@@ -157,12 +147,11 @@ pub(crate) async fn assert_refused_at_start(
         sink_extra: format!("[sink.tables.\"public.{t}\"]\n{setting}\n"),
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &name, &[&t], &settings);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &settings);
     p.start();
-    let status = p.wait_exit(Duration::from_secs(120)).await;
-    assert!(!status.success(), "{}", p.output());
-    let out = p.output();
+    let out = p
+        .assert_stops(Duration::from_secs(120), "cdcd must stop")
+        .await;
     assert!(reasons.iter().all(|r| out.contains(r)), "{out}");
     assert_eq!(p.metadata_versions(&t), 0, "nothing is written");
 }

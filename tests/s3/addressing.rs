@@ -14,9 +14,7 @@ use crate::support::{exec, fresh_table};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_virtual_hosted_requests_put_the_bucket_in_the_host() {
-    let Some((env, moto_url, n)) = moto_test_env(false, "s3vh") else {
-        return;
-    };
+    let (env, moto_url, n) = ground_or_skip!(moto_test_env(false, "s3vh"));
     let port = moto_url.rsplit(':').next().unwrap().to_owned();
     let client = fresh_table(&env, &n, |n| {
         format!(

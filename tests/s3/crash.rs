@@ -65,12 +65,8 @@ async fn s3_lsm_recovers_from_crashes_and_cleans_orphans() {
 }
 
 async fn crashes(test: &str, sink: SinkKind) {
-    let Some(env) = test_env(test) else {
-        return;
-    };
-    let Some(endpoint) = moto(test, true) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(test));
+    let endpoint = ground_or_skip!(moto(test, true));
     // The 3rd commit point (Iceberg: table creation is the 1st metadata create).
     let (before, after) = match sink {
         SinkKind::Iceberg => ("commit-before-create:3", "commit-after-create:3"),

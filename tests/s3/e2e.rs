@@ -11,9 +11,7 @@ use object_store::ObjectStoreExt;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_warehouse_reads_back_equal() {
-    let Some((env, endpoint, n)) = moto_test_env(false, "s3e2e") else {
-        return;
-    };
+    let (env, endpoint, n) = ground_or_skip!(moto_test_env(false, "s3e2e"));
     let client = fresh_table(&env, &n, |n| {
         format!(
             "CREATE TABLE {n} (id int8 PRIMARY KEY, name text, qty numeric(10,2), at timestamptz);

@@ -25,12 +25,8 @@ use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s3_conditional_create_has_exactly_one_winner() {
-    let Some(env) = test_env("s3_conditional_create_has_exactly_one_winner") else {
-        return;
-    };
-    let Some(endpoint) = moto("s3_conditional_create_has_exactly_one_winner", true) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env("s3_conditional_create_has_exactly_one_winner"));
+    let endpoint = ground_or_skip!(moto("s3_conditional_create_has_exactly_one_winner", true));
     let bucket = crate::support::s3::bucket_name(&unique("race"));
     create_bucket(&env, &endpoint, &bucket);
     let wh = Arc::new(
@@ -86,24 +82,15 @@ fn fault_proxy_with(python: &str, upstream: &str, args: &[&str]) -> ProxyProcess
     ProxyProcess::start(python, FAULTPROXY, upstream, args, Stdio::inherit())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_survives_a_faulty_network() {
-    faulty_network("s3_survives_a_faulty_network", SinkKind::Iceberg).await;
-}
-
-/// Issue 22: the same with the LSM (Paimon) sink, read back by pypaimon.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_lsm_survives_a_faulty_network() {
-    faulty_network("s3_lsm_survives_a_faulty_network", SinkKind::Lsm).await;
-}
+case_tests!(faulty_network:
+    s3_survives_a_faulty_network(SinkKind::Iceberg),
+    /// Issue 22: the same with the LSM (Paimon) sink, read back by pypaimon.
+    s3_lsm_survives_a_faulty_network(SinkKind::Lsm),
+);
 
 async fn faulty_network(test: &str, sink: SinkKind) {
-    let Some(env) = test_env(test) else {
-        return;
-    };
-    let Some(endpoint) = moto(test, true) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(test));
+    let endpoint = ground_or_skip!(moto(test, true));
     let proxy = fault_proxy(&env.python, &endpoint, 0.10);
     let n = unique(match sink {
         SinkKind::Iceberg => "s3fault",
@@ -182,12 +169,8 @@ async fn churn(client: &tokio_postgres::Client, n: &str, base: i64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_lsm_retried_snapshot_create_is_its_own_commit() {
     let test = "s3_lsm_retried_snapshot_create_is_its_own_commit";
-    let Some(env) = test_env(test) else {
-        return;
-    };
-    let Some(endpoint) = moto(test, true) else {
-        return;
-    };
+    let env = ground_or_skip!(test_env(test));
+    let endpoint = ground_or_skip!(moto(test, true));
     let proxy = fault_proxy_with(
         &env.python,
         &endpoint,
@@ -248,9 +231,7 @@ async fn s3_lsm_retried_snapshot_create_is_its_own_commit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_lsm_stalled_snapshot_creates_hold_the_ack() {
-    let Some((env, endpoint, n)) = moto_test_env(true, "s3stalll") else {
-        return;
-    };
+    let (env, endpoint, n) = ground_or_skip!(moto_test_env(true, "s3stalll"));
     let client = connect(&env.pg_url).await;
     lsm_table(&client, &n, 500).await;
     let mut s = S3Pipeline::with_sink(&env, &n, &[&n], &endpoint, SinkKind::Lsm);
@@ -329,9 +310,7 @@ async fn s3_lsm_stalled_snapshot_creates_hold_the_ack() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_lsm_late_snapshot_create_of_a_dead_holder_changes_nothing() {
-    let Some((env, endpoint, n)) = moto_test_env(true, "s3latel") else {
-        return;
-    };
+    let (env, endpoint, n) = ground_or_skip!(moto_test_env(true, "s3latel"));
     let client = connect(&env.pg_url).await;
     lsm_table(&client, &n, 500).await;
     let mut s = S3Pipeline::with_sink(&env, &n, &[&n], &endpoint, SinkKind::Lsm);

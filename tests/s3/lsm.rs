@@ -14,9 +14,7 @@ use object_store::ObjectStoreExt;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_lsm_warehouse_reads_back_equal() {
-    let Some((env, endpoint, n)) = moto_test_env(false, "s3lsm") else {
-        return;
-    };
+    let (env, endpoint, n) = ground_or_skip!(moto_test_env(false, "s3lsm"));
     let client = fresh_table(&env, &n, |n| {
         format!(
             "CREATE TABLE {n} (id int8 PRIMARY KEY, name text, qty numeric(10,2), at timestamptz,
@@ -107,9 +105,7 @@ async fn s3_lsm_warehouse_reads_back_equal() {
 /// files without touching a live one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_lsm_resync_swaps_on_the_object_store() {
-    let Some((env, endpoint, n)) = moto_test_env(false, "s3lsmrs") else {
-        return;
-    };
+    let (env, endpoint, n) = ground_or_skip!(moto_test_env(false, "s3lsmrs"));
     let client = fresh_table(&env, &n, |n| {
         format!(
             "CREATE TABLE {n} (id int8 PRIMARY KEY, v int4, n numeric(12,2), t text);

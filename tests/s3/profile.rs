@@ -15,9 +15,7 @@ use crate::support::{exec, fresh_table};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_credentials_from_an_aws_profile_only() {
-    let Some((env, moto_url, n)) = moto_test_env(false, "s3prof") else {
-        return;
-    };
+    let (env, moto_url, n) = ground_or_skip!(moto_test_env(false, "s3prof"));
     let client = fresh_table(&env, &n, |n| {
         format!(
             "CREATE TABLE {n} (id int8 PRIMARY KEY, v text);

@@ -80,6 +80,32 @@ pub fn run_cdcd(args: &[&str], config: &Path) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// The ground a test needs (the `Option` of [`test_env`], [`mysql::my_env`], [`spark`], …), or
+/// the test returns: [`ground::missing`] has then failed it under CI or noted why it skips.
+macro_rules! ground_or_skip {
+    ($ground:expr) => {
+        match $ground {
+            Some(ground) => ground,
+            None => return,
+        }
+    };
+}
+
+/// Tests that run one case each with a value of their own (a sink, a delete mode):
+/// `case_tests!(case: name(value), …)` makes `#[tokio::test] async fn name()` running
+/// `case("name", value)`; doc comments before a name stay the test's.
+macro_rules! case_tests {
+    ($case:ident: $($(#[$doc:meta])* $name:ident($value:expr)),+ $(,)?) => {
+        $(
+            $(#[$doc])*
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                $case(stringify!($name), $value).await;
+            }
+        )+
+    };
+}
+
 /// Namespace every test pipeline writes its tables to.
 pub const NAMESPACE: &str = "shop";
 
@@ -397,6 +423,33 @@ impl Pipeline {
         p
     }
 
+    /// Like [`Pipeline::new`] over tables the test created for it: they are dropped at cleanup
+    /// (one `DROP TABLE`, so tables referring to each other go together).
+    pub fn owning_tables(
+        env: &TestEnv,
+        name: &str,
+        tables: &[&str],
+        settings: &Settings,
+    ) -> Pipeline {
+        let mut p = Pipeline::new(env, name, tables, settings);
+        p.on_cleanup(format!("DROP TABLE IF EXISTS {}", tables.join(", ")));
+        p
+    }
+
+    /// Rewrites the config to format v2 (`delete_mode = "equality"`) whatever
+    /// `CDCD_TEST_DELETE_MODE` says.
+    pub fn force_equality(&self) {
+        let text = fs::read_to_string(&self.config).unwrap();
+        let kept: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with("delete_mode"))
+            .collect();
+        let text = kept
+            .join("\n")
+            .replacen("[sink]\n", "[sink]\ndelete_mode = \"equality\"\n", 1);
+        fs::write(&self.config, text + "\n").unwrap();
+    }
+
     /// Like [`Pipeline::new`], writing LSM (Apache Paimon) tables with `buckets` buckets; the
     /// oracle then reads them with pypaimon.
     pub fn new_lsm(
@@ -549,12 +602,40 @@ impl Pipeline {
         self.wait_exit(timeout).await
     }
 
+    /// Stops cdcd (SIGTERM), gives `public.<table>` the settings `lines` (each ending in a
+    /// newline) and starts it again.
+    pub async fn restart_with_table_settings(&mut self, table: &str, lines: &str) {
+        self.sigterm_and_wait(Duration::from_secs(60)).await;
+        append_table_settings(&self.config, &format!("public.{table}"), lines);
+        self.start();
+    }
+
     /// cdcd's exit status if it has exited (then it is no longer running), else `None`.
     pub fn try_exit(&mut self) -> Option<ExitStatus> {
         let child = self.daemon.as_mut()?;
         let st = child.try_wait().unwrap()?;
         self.daemon = None;
         Some(st)
+    }
+
+    /// A refusal or a stop: waits up to `timeout` for cdcd to exit, fails the test with `why`
+    /// unless it exited with an error, and returns its output.
+    pub async fn assert_stops(&mut self, timeout: Duration, why: &str) -> String {
+        let status = self.wait_exit(timeout).await;
+        assert!(!status.success(), "{why}, got {status}:\n{}", self.output());
+        self.output()
+    }
+
+    /// A failpoint's abort: cdcd exits with an error within `timeout`, its output naming
+    /// `failpoint <point>` (it aborted there, not elsewhere).
+    pub async fn assert_aborts_at(&mut self, timeout: Duration, point: &str) {
+        let out = self
+            .assert_stops(timeout, &format!("{point}: cdcd must abort"))
+            .await;
+        assert!(
+            out.contains(&format!("failpoint {point}")),
+            "{point}: aborted elsewhere:\n{out}"
+        );
     }
 
     /// Waits up to `timeout` for cdcd to exit (on its own, or after a signal sent before);
@@ -906,6 +987,50 @@ pub fn write_file(path: &Path, text: &str) {
     File::create(path)
         .and_then(|mut f| f.write_all(text.as_bytes()))
         .unwrap();
+}
+
+/// Adds `lines` (each ending in a newline) at the top of `section` (`"[source]"`) of the config
+/// file `config`: keys a test sets beyond those its pipeline writes.
+pub fn add_config_lines(config: &Path, section: &str, lines: &str) {
+    let header = format!("{section}\n");
+    let text = fs::read_to_string(config).unwrap();
+    write_file(
+        config,
+        &text.replacen(&header, &format!("{header}{lines}"), 1),
+    );
+}
+
+/// Appends `text` (sections of its own) to the config file `config`.
+pub fn append_config(config: &Path, text: &str) {
+    let mut config_text = fs::read_to_string(config).unwrap();
+    config_text.push_str(text);
+    write_file(config, &config_text);
+}
+
+/// Appends `lines` (each ending in a newline) as the settings of `table` (`schema.table`) to the
+/// config file `config`: a `[sink.tables."<table>"]` section.
+pub fn append_table_settings(config: &Path, table: &str, lines: &str) {
+    append_config(config, &format!("\n[sink.tables.{table:?}]\n{lines}"));
+}
+
+/// Sizes the initial copy in the config file `config`: chunks of `chunk_rows` rows, `parallelism`
+/// tables at once and a commit every `commit_rows` copied rows (the config's defaults where
+/// `None`), so the copy of a large table is several commits and a kill lands between two.
+pub fn tune_copy(
+    config: &Path,
+    chunk_rows: u64,
+    parallelism: Option<usize>,
+    commit_rows: Option<u64>,
+) {
+    let parallelism = parallelism
+        .map(|n| format!("snapshot_parallelism = {n}\n"))
+        .unwrap_or_default();
+    let chunks = format!("snapshot_chunk_rows = {chunk_rows}\n{parallelism}");
+    add_config_lines(config, "[source]", &chunks);
+    if let Some(rows) = commit_rows {
+        let commits = format!("snapshot_commit_rows = {rows}\n");
+        add_config_lines(config, "[pipeline]", &commits);
+    }
 }
 
 /// The part of a pipeline's output (`Pipeline::output`, `MyPipeline::output`) written by its

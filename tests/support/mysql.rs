@@ -303,6 +303,18 @@ impl MyPipeline {
         }
     }
 
+    /// A refusal or a stop: waits up to `timeout` for cdcd to exit, fails the test with `why`
+    /// unless it exited with an error, and returns its output.
+    pub async fn assert_stops(&mut self, timeout: Duration, why: &str) -> String {
+        let st = self.wait_exit(timeout).await;
+        assert!(
+            matches!(st, Some(s) if !s.success()),
+            "{why}, got {st:?}:\n{}",
+            self.output()
+        );
+        self.output()
+    }
+
     /// Waits for cdcd to exit on its own (e.g. after an error); returns its status.
     pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let deadline = std::time::Instant::now() + timeout;
