@@ -151,6 +151,19 @@ pub fn first_rows(n: usize) -> TableChanges {
 }
 
 /// Postgres LSN `lsn` as a position, the position most tests need.
+/// The settings of `table` on an Iceberg sink under `section` (the body of its
+/// `[sink.tables."<table>"]`).
+pub fn table_settings(table: &TableId, section: &str) -> crate::config::TableSettings {
+    let text = format!(
+        "{}[sink.tables.\"{table}\"]\n{section}\n",
+        crate::config::tests::MINIMAL
+    );
+    crate::config::tests::iceberg_sink(&text)
+        .tables
+        .resolve(table)
+        .unwrap()
+}
+
 pub fn pg_position(lsn: u64) -> Position {
     Position::Postgres(Lsn(lsn))
 }

@@ -71,6 +71,10 @@ pub struct RawTableSettings {
     /// by pypaimon).
     #[serde(default)]
     pub json: Option<JsonAs>,
+    /// With `json = "variant"`: only these JSON columns are variants; the table's other JSON
+    /// columns stay strings. Unset: every JSON column.
+    #[serde(default)]
+    pub json_columns: Option<Vec<String>>,
     /// How PostGIS `geometry` and MySQL/MariaDB spatial columns are stored: `"plain"` (default:
     /// PostGIS's hex EWKB text, MySQL's WKB binary) or `"geometry"` (Iceberg v3 `geometry` with
     /// the column's CRS: `delete_mode = "deletion-vectors"` tables only; read by DuckDB, not by
@@ -253,10 +257,23 @@ pub struct TableSettings {
     pub deletes: Deletes,
     /// `_cdc_commit_ts` and `_cdc_position` on the table's rows.
     pub row_metadata: bool,
-    /// The Iceberg type of the table's JSON columns.
+    /// The Iceberg type of the table's JSON columns ([`Self::json_for`]: per column).
     pub json: JsonAs,
+    /// `json_columns`: the JSON columns `json` applies to; `None`: all of them.
+    pub json_columns: Option<Vec<String>>,
     /// The Iceberg type of the table's spatial columns.
     pub spatial: SpatialAs,
+}
+
+impl TableSettings {
+    /// How the JSON column `column` is stored: `json`, for the columns `json_columns` names
+    /// when it names any.
+    pub fn json_for(&self, column: &str) -> JsonAs {
+        match &self.json_columns {
+            Some(names) if !names.iter().any(|n| n == column) => JsonAs::String,
+            _ => self.json,
+        }
+    }
 }
 
 /// One `[sink.tables."<key>"]` section, checked.
@@ -279,6 +296,7 @@ struct Section {
     deletes: Option<Deletes>,
     row_metadata: Option<bool>,
     json: Option<JsonAs>,
+    json_columns: Option<Vec<String>>,
     spatial: Option<SpatialAs>,
 }
 
@@ -388,6 +406,7 @@ impl TablesConfig {
             .value(at("row_metadata"), |s| s.row_metadata)?
             .unwrap_or_default();
         let json = self.value(at("json"), |s| s.json)?.unwrap_or_default();
+        let json_columns = self.value(at("json_columns"), |s| s.json_columns.clone())?;
         let spatial = self
             .value(at("spatial"), |s| s.spatial)?
             .unwrap_or_default();
@@ -414,6 +433,7 @@ impl TablesConfig {
             deletes,
             row_metadata,
             json,
+            json_columns,
             spatial,
         })
     }
@@ -536,6 +556,9 @@ impl Section {
             None => None,
             Some(list) => Some(sort_fields(&list, &at("sort_by"))?),
         };
+        if let Some(columns) = &raw.json_columns {
+            json_columns(columns, raw.json, &at("json_columns"))?;
+        }
         let changelog_retention = match raw.changelog_retention {
             None => None,
             Some(text) => Some(retention(&text).ok_or_else(|| {
@@ -560,9 +583,37 @@ impl Section {
             deletes: raw.deletes,
             row_metadata: raw.row_metadata,
             json: raw.json,
+            json_columns: raw.json_columns,
             spatial: raw.spatial,
         })
     }
+}
+
+/// `json_columns`: names, each once, in a section that sets `json = "variant"` (the key narrows
+/// it; beside `"string"` or a glob's `json` it would say nothing, or something else than it reads).
+fn json_columns(
+    columns: &[String],
+    json: Option<JsonAs>,
+    origin: &Origin,
+) -> Result<(), ConfigError> {
+    if json != Some(JsonAs::Variant) {
+        return Err(origin.invalid(
+            "narrows json = \"variant\" to the columns it names: set json = \"variant\" in \
+             the same section",
+        ));
+    }
+    if columns.is_empty() {
+        return Err(origin.invalid(
+            "names no column: name the JSON columns to store as variant, or remove the key (every \
+             JSON column of the table)",
+        ));
+    }
+    for (i, name) in columns.iter().enumerate() {
+        if columns.iter().take(i).any(|c| c == name) {
+            return Err(origin.invalid(format!("{name:?} is named twice")));
+        }
+    }
+    Ok(())
 }
 
 /// `changelog_retention`: `"30d"` or `"36h"`; `None` when it is neither.

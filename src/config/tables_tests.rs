@@ -378,6 +378,54 @@ fn soft_deletes_and_row_metadata_are_taken_by_both_sinks() {
 }
 
 #[test]
+fn json_columns_narrow_json_variant_to_the_columns_they_name() {
+    use crate::config::JsonAs;
+    let t = tables(&with_sections(
+        r#"
+[sink.tables."public.*"]
+json = "variant"
+
+[sink.tables."public.orders"]
+json = "variant"
+json_columns = ["payload"]
+"#,
+    ));
+    let s = t.resolve(&orders()).unwrap();
+    assert_eq!(s.json_for("payload"), JsonAs::Variant);
+    assert_eq!(s.json_for("attrs"), JsonAs::String);
+    let all = t.resolve(&TableId::new("public", "events")).unwrap();
+    assert_eq!(all.json_columns, None);
+    assert_eq!(all.json_for("attrs"), JsonAs::Variant);
+
+    for (section, says) in [
+        (r#"json_columns = ["payload"]"#, r#"set json = "variant""#),
+        (
+            r#"json = "string"
+json_columns = ["payload"]"#,
+            r#"set json = "variant""#,
+        ),
+        (
+            r#"json = "variant"
+json_columns = []"#,
+            "names no column",
+        ),
+        (
+            r#"json = "variant"
+json_columns = ["a", "a"]"#,
+            r#""a" is named twice"#,
+        ),
+    ] {
+        let e = error(&with_sections(&format!(
+            "[sink.tables.\"public.orders\"]\n{section}\n"
+        )));
+        assert!(
+            e.contains("sink.tables.\"public.orders\".json_columns") && e.contains(says),
+            "{section}: {e}"
+        );
+    }
+}
+
+#[test]
 fn json_as_variant_resolves_per_section_and_needs_format_v3() {
     let t = tables(&with_sections(
         r#"

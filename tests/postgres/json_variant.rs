@@ -7,6 +7,7 @@
 //! which went through a variant file), and a kill -9 mid-stream. A table beside it that does not
 //! opt in keeps strings and is still read by pyiceberg (and Spark where the test bed has it).
 //! Changing the mapping of an existing table is refused with the reason, never rewritten.
+//! `json_columns` makes only the columns it names variants, and refuses a name that is none.
 
 use super::type_mapping::{OptIn, INSPECT};
 
@@ -59,6 +60,31 @@ async fn json_as_variant_reads_back_equal_through_copy_stream_toast_and_kill() {
     run.stream_and_kill(changes).await;
     // The table that does not opt in: strings, read by pyiceberg and Spark as before.
     run.plain_table_still_read("\"variant\"").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_columns_make_only_the_named_columns_variants() {
+    // `json_columns` narrows the opt-in: jb is a variant, j and big stay strings, and the mixed
+    // table reads back equal through the copy, the stream (TOAST big unchanged) and kill -9.
+    let types = ["id long", "n int", "j string", "jb variant", "big string"];
+    let setting = "json = \"variant\"\njson_columns = [\"jb\"]";
+    let mut run = ground_or_skip!(OptIn::copy("jcols", "", create, (setting, false), &types).await);
+    run.stream_and_kill(changes).await;
+    run.plain_table_still_read("\"variant\"").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_columns_name_that_is_no_json_column_is_refused() {
+    super::type_mapping::assert_refused_at_start(
+        "jcolx",
+        create,
+        "json = \"variant\"\njson_columns = [\"jb\", \"n\"]",
+        &[
+            "json_columns names \"n\", which is not a JSON column",
+            "j, jb, big",
+        ],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -30,14 +30,7 @@ fn table() -> TableId {
 
 /// The settings of public.orders under `section` (the body of its `[sink.tables.*]`).
 fn settings(section: &str) -> TableSettings {
-    let text = format!(
-        "{}[sink.tables.\"public.orders\"]\n{section}\n",
-        crate::config::tests::MINIMAL
-    );
-    crate::config::tests::iceberg_sink(&text)
-        .tables
-        .resolve(&table())
-        .unwrap()
+    crate::test_fixtures::table_settings(&table(), section)
 }
 
 fn created(layout: Layout) -> TableMetadata {

@@ -16,8 +16,10 @@ use iceberg::spec::{
     TableMetadata, Type,
 };
 
-use crate::changelog::TableSchema;
-use crate::config::{JsonAs, SpatialAs};
+use crate::changelog::{Column, TableSchema};
+#[cfg(test)]
+use crate::config::JsonAs;
+use crate::config::{SpatialAs, TableSettings};
 use crate::sinks::iceberg::{geometry, variant};
 use crate::sinks::SinkError;
 
@@ -34,11 +36,40 @@ pub(crate) fn iceberg_schema(table: &TableSchema) -> Result<Schema, SinkError> {
     iceberg_schema_as(table, JsonAs::String, SpatialAs::Plain)
 }
 
-/// The Iceberg schema for `table`, JSON columns as `json` says and spatial columns as `spatial`
-/// (`[sink.tables."…"]`): a key column stays what it is, a variant has no equality to delete by.
+/// The Iceberg schema for `table`, every JSON column as `json` says and spatial columns as
+/// `spatial`.
+#[cfg(test)]
 pub(crate) fn iceberg_schema_as(
     table: &TableSchema,
     json: JsonAs,
+    spatial: SpatialAs,
+) -> Result<Schema, SinkError> {
+    mapped_schema(
+        table,
+        &|col| json == JsonAs::Variant && variant::is_json(col),
+        spatial,
+    )
+}
+
+/// The Iceberg schema for `table` under its `[sink.tables."…"]` settings: JSON columns as
+/// `json` and `json_columns` choose, spatial columns as `spatial`.
+pub(crate) fn iceberg_schema_for(
+    table: &TableSchema,
+    settings: &TableSettings,
+) -> Result<Schema, SinkError> {
+    variant::check_json_columns(table, settings)?;
+    mapped_schema(
+        table,
+        &|col| variant::chosen(settings, col),
+        settings.spatial,
+    )
+}
+
+/// The Iceberg schema for `table`, the columns `as_variant` chooses as variants: a key column
+/// stays what it is, a variant has no equality to delete by.
+fn mapped_schema(
+    table: &TableSchema,
+    as_variant: &dyn Fn(&Column) -> bool,
     spatial: SpatialAs,
 ) -> Result<Schema, SinkError> {
     let n = i32::try_from(table.columns.len()).map_err(|_| SinkError::Data {
@@ -46,10 +77,7 @@ pub(crate) fn iceberg_schema_as(
         detail: "too many columns".into(),
     })?;
     let mut next_id = n + 1;
-    if json == JsonAs::Variant
-        && table.primary_key.is_empty()
-        && table.columns.iter().any(variant::is_json)
-    {
+    if table.primary_key.is_empty() && table.columns.iter().any(as_variant) {
         // A keyless table's deletes find their rows by comparing whole rows (`rows/multiset.rs`):
         // a variant read back is the value, not the source's text of it, so they would not match.
         return Err(SinkError::Data {
@@ -64,7 +92,7 @@ pub(crate) fn iceberg_schema_as(
     let mut fields: Vec<NestedFieldRef> = Vec::with_capacity(table.columns.len());
     for (i, col) in (1..).zip(&table.columns) {
         let required = table.primary_key.contains(&((i - 1) as usize));
-        let as_variant = json == JsonAs::Variant && variant::is_json(col);
+        let as_variant = as_variant(col);
         if as_variant && required {
             return Err(SinkError::Data {
                 table: table.id.clone(),

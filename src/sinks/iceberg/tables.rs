@@ -411,7 +411,7 @@ impl Tables {
     ) -> Result<(RowDelta<'a>, Staged, Cached<'a>), SinkError> {
         let table = &input.schema.id;
         let settings = self.settings.resolve(table)?;
-        let wanted = schema::iceberg_schema_as(input.schema, settings.json, settings.spatial)?;
+        let wanted = schema::iceberg_schema_for(input.schema, &settings)?;
         let base = self.load_or_create(table, wanted.clone()).await?;
         let soft_deletes = self.settings.resolve(table)?.deletes == crate::config::Deletes::Soft;
         let has_deleted = base

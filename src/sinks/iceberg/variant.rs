@@ -45,7 +45,9 @@ use parquet_variant_json::VariantToJson;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::changelog::Column;
+use crate::changelog::{Column, TableSchema};
+use crate::config::{JsonAs, TableSettings};
+use crate::sinks::SinkError;
 
 /// The spec's name of the type in table metadata.
 const VARIANT: &str = "variant";
@@ -78,6 +80,42 @@ pub(crate) fn is_json(col: &Column) -> bool {
             col.source_type.to_ascii_lowercase().as_str(),
             "json" | "jsonb"
         )
+}
+
+/// Whether the settings store `col` as a variant: a JSON column that `json` (and `json_columns`,
+/// when set) chooses.
+pub(crate) fn chosen(settings: &TableSettings, col: &Column) -> bool {
+    is_json(col) && settings.json_for(&col.name) == JsonAs::Variant
+}
+
+/// Refuses a `json_columns` name that is not a JSON column of `table`: a misspelt name would
+/// otherwise leave the column a string without a word. Both sinks ask before anything is written.
+pub(crate) fn check_json_columns(
+    table: &TableSchema,
+    settings: &TableSettings,
+) -> Result<(), SinkError> {
+    let Some(names) = settings.json_columns.as_ref() else {
+        return Ok(());
+    };
+    let json: Vec<&str> = table
+        .columns
+        .iter()
+        .filter(|c| is_json(c))
+        .map(|c| c.name.as_str())
+        .collect();
+    match names.iter().find(|n| !json.contains(&n.as_str())) {
+        None => Ok(()),
+        Some(name) => {
+            Err(SinkError::Data {
+                table: table.id.clone(),
+                detail: format!(
+                "json_columns names {name:?}, which is not a JSON column of the table (its JSON \
+                 columns: {}): correct or remove the name in its [sink.tables.\"…\"] section",
+                if json.is_empty() { "none".to_owned() } else { json.join(", ") }
+            ),
+            })
+        }
+    }
 }
 
 /// The Arrow type of a variant column in cdcd's data files.
@@ -491,6 +529,45 @@ mod tests {
         assert_eq!(json["refs"]["main"]["type"], "branch");
         from_spec(&mut json);
         assert_eq!(json, original);
+    }
+
+    #[test]
+    fn json_columns_choose_which_json_columns_are_variants() {
+        use crate::sinks::iceberg::schema::iceberg_schema_for;
+        use crate::test_fixtures::{column, table, table_settings};
+        let t = table(
+            "public",
+            "t",
+            vec![
+                column("id", DataType::Int64, false, "int8"),
+                column("a", DataType::Utf8, true, "jsonb"),
+                column("b", DataType::Utf8, true, "json"),
+                column("s", DataType::Utf8, true, "text"),
+            ],
+            vec![0],
+        );
+        let settings = |columns: &[&str]| {
+            let names: Vec<String> = columns.iter().map(|c| format!("{c:?}")).collect();
+            let section = format!("json = \"variant\"\njson_columns = [{}]", names.join(", "));
+            table_settings(&t.id, &section)
+        };
+        let schema = iceberg_schema_for(&t, &settings(&["b"])).unwrap();
+        let fields = schema.as_struct().fields();
+        assert!(
+            !is_variant(&fields[1].field_type),
+            "a is not named: a string"
+        );
+        assert!(is_variant(&fields[2].field_type));
+        for wrong in ["s", "c"] {
+            let e = iceberg_schema_for(&t, &settings(&["a", wrong]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("json_columns names {wrong:?}"))
+                    && e.contains("its JSON columns: a, b"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -294,8 +294,8 @@ impl Sink for LsmSink {
             Some((schema, changes)) => (schema, changes.as_slice()),
             None => (schema, changes),
         };
-        let json = self.tables.config.tables.resolve(&schema.id)?.json;
-        let variants = variant::with_variants(json, schema, changes)?;
+        let settings = self.tables.config.tables.resolve(&schema.id)?;
+        let variants = variant::with_variants(&settings, schema, changes)?;
         let (schema, changes) = match &variants {
             Some((schema, changes)) => (schema, changes.as_slice()),
             None => (schema, changes),

@@ -19,8 +19,9 @@ use arrow_array::{Array, ArrayRef, RecordBatch, StructArray};
 use arrow_schema::{ArrowError, DataType, Field, Fields, Schema};
 
 use crate::changelog::{TableChanges, TableSchema};
-use crate::config::JsonAs;
+use crate::config::{JsonAs, TableSettings};
 use crate::sinks::cdc_columns::WithColumns;
+use crate::sinks::iceberg::variant as iceberg_variant;
 use crate::sinks::SinkError;
 
 /// The stored Arrow type of a Paimon VARIANT column.
@@ -36,22 +37,23 @@ pub(super) fn is_variant(dt: &DataType) -> bool {
     *dt == arrow_type()
 }
 
-/// `schema` and `changes` with the JSON columns as [`arrow_type`] when the table's `json` is
-/// `variant`; `None` when nothing changes.
+/// `schema` and `changes` with the JSON columns the table's `json` (and `json_columns`) choose as
+/// [`arrow_type`]; `None` when nothing changes.
 pub(super) fn with_variants(
-    json: JsonAs,
+    settings: &TableSettings,
     schema: &Arc<TableSchema>,
     changes: &[TableChanges],
 ) -> Result<Option<WithColumns>, SinkError> {
-    if json != JsonAs::Variant {
+    if settings.json != JsonAs::Variant {
         return Ok(None);
     }
+    iceberg_variant::check_json_columns(schema, settings)?;
     let at: Vec<usize> = (0..schema.columns.len())
         .filter(|&i| {
             schema
                 .columns
                 .get(i)
-                .is_some_and(crate::sinks::iceberg::variant::is_json)
+                .is_some_and(|c| iceberg_variant::chosen(settings, c))
         })
         .collect();
     if at.is_empty() {

@@ -157,6 +157,7 @@ pub(crate) fn changelog_settings(table: &TableSettings) -> TableSettings {
         row_metadata: false,
         // JSON as text: the changelog is for every engine, and a variant needs a keyed table.
         json: Default::default(),
+        json_columns: None,
         // Spatial as the source sends it, for the same reasons.
         spatial: Default::default(),
     }
