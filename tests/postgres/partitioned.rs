@@ -53,7 +53,7 @@ for statement in sys.argv[3:]:
 /// Checks the layout of the table at argv[1] with pyiceberg; prints a JSON summary, exits 1 with
 /// the first problem.
 const LAYOUT: &str = r#"
-import json, os, re, sys
+import fastavro, json, os, re, sys
 import pyarrow as pa, pyarrow.parquet as pq
 from pyiceberg.table import StaticTable
 d = sys.argv[1]
@@ -73,10 +73,13 @@ def norm(v):
     if isinstance(v, datetime.date):
         return (v - datetime.date(1970, 1, 1)).days
     return v
-data, deletes = {}, []
+data, deletes, referenced = {}, [], {}
 for mf in meta.snapshot_by_id(meta.current_snapshot_id).manifests(io):
-    for e in mf.fetch_manifest_entry(io, discard_deleted=True):
+    # pyiceberg 0.12 reads no referenced_data_file/content_offset: the same live entries, raw.
+    raw = [r for r in fastavro.reader(open(local(mf.manifest_path), "rb")) if r["status"] != 2]
+    for e, r in zip(mf.fetch_manifest_entry(io, discard_deleted=True), raw):
         f = e.data_file
+        referenced[id(f)] = r["data_file"].get("referenced_data_file")
         if mf.partition_spec_id != f.spec_id:
             problem(f"{f.file_path}: spec {f.spec_id} in a manifest of spec {mf.partition_spec_id}")
         # The tuple as the manifest file wrote it (its own Avro schema) has the spec's fields.
@@ -118,12 +121,8 @@ for f in deletes:
             problem(f"{f.file_path}: an equality delete file in partitioned spec {f.spec_id}")
         continue
     if f.file_format.name == "PUFFIN":
-        # pyiceberg's DataFile has no referenced_data_file: read it from the Puffin footer
-        # (payload, payload size, flags, magic at the end; uncompressed JSON).
-        raw = open(local(f.file_path), "rb").read()
-        size = int.from_bytes(raw[-12:-8], "little")
-        footer = json.loads(raw[-12 - size:-12])
-        targets = [b["properties"]["referenced-data-file"] for b in footer["blobs"]]
+        # A commit's Puffin file holds all its vectors: the entry's own data file.
+        targets = [referenced[id(f)]]
         counts["dvs"] += 1
     else:
         targets = sorted(set(pq.read_table(local(f.file_path), columns=["file_path"]).column(0).to_pylist()))

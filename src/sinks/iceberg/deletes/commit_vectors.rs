@@ -1,5 +1,5 @@
 //! Deletion vectors of a commit (format v3): reads the live DVs of a snapshot, merges this
-//! commit's deleted positions into them, and writes them as one Puffin file.
+//! commit's deleted positions into them, and writes them as one Puffin file per commit.
 //!
 //! Sits after the planner and the
 //! [`RowLocator`](crate::sinks::iceberg::rows::locator::RowLocator): positions come from located
@@ -167,16 +167,17 @@ impl NewDvs {
     }
 }
 
-/// Writes `dvs` as one Puffin file at `location` and describes each blob as a delete file placed
-/// with its data file, which all sit at `placement`: a vector's entry carries its data file's
-/// spec id and partition tuple (readers such as pyiceberg match a vector to its data file by
-/// partition; Iceberg spec, "Deletion Vectors").
+/// Writes `dvs` as one Puffin file at `location` (one blob each, in the map's order, as
+/// Iceberg-Java writes a commit's vectors) and describes each blob as a delete file placed with
+/// its data file (`placements`): a vector's entry carries its data file's spec id and partition
+/// tuple (readers such as pyiceberg match a vector to its data file by partition; Iceberg spec,
+/// "Deletion Vectors"), and names its blob by `content_offset` and `content_size_in_bytes`.
 pub(crate) async fn write_puffin(
     warehouse: &Warehouse,
     table: &TableId,
     location: &str,
     dvs: &BTreeMap<String, DeletionVector>,
-    placement: &Placement,
+    placements: &HashMap<&str, Placement>,
 ) -> Result<Vec<DataFile>, SinkError> {
     let puffin = |e: super::puffin::PuffinError| SinkError::Data {
         table: table.clone(),
@@ -185,7 +186,14 @@ pub(crate) async fn write_puffin(
     let mut writer = PuffinWriter::new();
     let mut blobs = Vec::with_capacity(dvs.len());
     for (data_file, dv) in dvs {
-        blobs.push(writer.add_deletion_vector(data_file, dv).map_err(puffin)?);
+        let Some(placement) = placements.get(data_file.as_str()) else {
+            return Err(SinkError::Data {
+                table: table.clone(),
+                detail: format!("deleting rows of {data_file}, which is not a live data file"),
+            });
+        };
+        let blob = writer.add_deletion_vector(data_file, dv).map_err(puffin)?;
+        blobs.push((blob, placement));
     }
     let bytes = writer.finish().map_err(puffin)?;
     let size = bytes.len() as u64;
@@ -196,7 +204,7 @@ pub(crate) async fn write_puffin(
     };
     blobs
         .into_iter()
-        .map(|b| {
+        .map(|(b, placement)| {
             let (Ok(offset), Ok(length)) = (
                 i64::try_from(b.content_offset),
                 i64::try_from(b.content_size_in_bytes),

@@ -1,0 +1,131 @@
+//! Issue 37: a commit writes all its deletion vectors into one Puffin file, each delete-manifest
+//! entry naming its blob by `content_offset` and `content_size_in_bytes` (docs/internals.md,
+//! "Deletion vectors"). A later commit that replaces one of those vectors leaves its old blob in
+//! the file while the file's other blobs stay live; every reader must take each data file's vector
+//! from its live entry's range. The vectors here have one position each, so the blobs of a file
+//! are the same length and a reader taking a neighbour's range would read a valid vector of the
+//! wrong rows. Read back by DuckDB and pyiceberg after each commit and by Spark at the end.
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::{connect, exec, stdout_then_stderr, test_env, unique, Pipeline, Settings};
+
+/// Per Puffin file of the table at argv[1]'s current snapshot: its blobs (footer) and the live
+/// entries naming it, each checked against the footer blob at its offset (same length and data
+/// file). Prints one JSON object; exits 1 on a mismatch.
+const PUFFINS: &str = r#"
+import fastavro, json, os, re, sys
+md = sys.argv[1] + "/metadata"
+vs = sorted(int(m.group(1)) for n in os.listdir(md) if (m := re.fullmatch(r"v(\d+)\.metadata\.json", n)))
+meta = json.load(open(f"{md}/v{vs[-1]}.metadata.json"))
+local = lambda p: p[len("file://"):] if p.startswith("file://") else p
+avro = lambda p: list(fastavro.reader(open(local(p), "rb")))
+snap = next(s for s in meta["snapshots"] if s["snapshot-id"] == meta["current-snapshot-id"])
+files = {}
+for mf in avro(snap["manifest-list"]):
+    for e in avro(mf["manifest_path"]):
+        f = e["data_file"]
+        if e["status"] == 2 or f["file_format"].upper() != "PUFFIN":
+            continue
+        raw = open(local(f["file_path"]), "rb").read()
+        size = int.from_bytes(raw[-12:-8], "little")
+        blobs = {b["offset"]: b for b in json.loads(raw[-12 - size:-12])["blobs"]}
+        b = blobs.get(f["content_offset"])
+        if b is None or b["length"] != f["content_size_in_bytes"] \
+                or b["properties"]["referenced-data-file"] != f["referenced_data_file"]:
+            print(json.dumps({"problem": f"{f['file_path']}: entry {f['referenced_data_file']} at "
+                              f"{f['content_offset']}+{f['content_size_in_bytes']} matches no blob"}))
+            sys.exit(1)
+        seen = files.setdefault(f["file_path"], {"blobs": len(blobs), "live": 0})
+        seen["live"] += 1
+print(json.dumps(list(files.values())), flush=True)
+"#;
+
+/// [`PUFFINS`] of `p`'s `table`.
+fn puffins(p: &Pipeline, table: &str) -> Vec<Value> {
+    let out = Command::new(&p.env.python)
+        .args(["-c", PUFFINS])
+        .arg(p.table_dir(table))
+        .output()
+        .unwrap();
+    let text = stdout_then_stderr(&out);
+    assert!(out.status.success(), "Puffin files of {table}:\n{text}");
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('['))
+        .unwrap_or("");
+    serde_json::from_str::<Vec<Value>>(line).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// Equal by DuckDB (lakecheck's default Iceberg reader) and by pyiceberg.
+async fn assert_read_right(p: &mut Pipeline, table: &str) {
+    p.assert_equal(table, 60).await;
+    let (code, out) = p.lakecheck(table, 0, &["--reader", "pyiceberg"]).await;
+    assert_eq!(code, Some(0), "pyiceberg reads otherwise:\n{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vectors_sharing_a_puffin_file_are_read_right_after_one_is_replaced() {
+    let test = "vectors_sharing_a_puffin_file_are_read_right_after_one_is_replaced";
+    let env = ground_or_skip!(test_env(test));
+    if std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality") {
+        return; // deletion vectors only
+    }
+    let t = unique("sharedpuffin");
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {t};
+             CREATE TABLE {t} (id int8 PRIMARY KEY, v int4);
+             INSERT INTO {t} SELECT g, g FROM generate_series(1, 100) g;"
+        ),
+    )
+    .await;
+    let mut p = Pipeline::owning_tables(&env, &t, &[&t], &Settings::default());
+    p.start();
+    p.assert_equal(&t, 120).await;
+    // Two more data files, one commit each.
+    for range in ["101, 200", "201, 300"] {
+        exec(
+            &client,
+            &format!("INSERT INTO {t} SELECT g, g FROM generate_series({range}) g"),
+        )
+        .await;
+        p.assert_equal(&t, 60).await;
+    }
+    // One commit deletes a row of each of the three files: one Puffin file, three blobs.
+    exec(
+        &client,
+        &format!("UPDATE {t} SET v = -v WHERE id IN (1, 101, 201)"),
+    )
+    .await;
+    assert_read_right(&mut p, &t).await;
+    let shared = puffins(&p, &t);
+    assert!(
+        shared.iter().any(|f| f["blobs"] == 3 && f["live"] == 3),
+        "one Puffin file with the commit's three vectors: {shared:?}"
+    );
+    // Each commit replaces some of that file's vectors and leaves the others live: the file of
+    // (F0, F1, F2) keeps (F1, F2), then (F2); the next file, (F0, F1), is then replaced whole.
+    for sql in [
+        format!("UPDATE {t} SET v = -v WHERE id = 2"),
+        format!("UPDATE {t} SET v = -v WHERE id IN (3, 102)"),
+        format!("DELETE FROM {t} WHERE id IN (4, 150)"),
+    ] {
+        exec(&client, &sql).await;
+        assert_read_right(&mut p, &t).await;
+    }
+    let after = puffins(&p, &t);
+    assert!(
+        after.iter().any(|f| f["blobs"] == 3 && f["live"] == 1),
+        "the first shared file keeps one live vector of three: {after:?}"
+    );
+    p.assert_equal_by_spark(&t).await;
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert!(st.success(), "{st}");
+}
