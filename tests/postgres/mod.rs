@@ -21,7 +21,7 @@ pub(crate) mod resync;
 mod resync_partitioned;
 mod schema_evolution;
 mod schema_resync;
-mod shared_puffin;
+pub(crate) mod shared_puffin;
 mod snapshot;
 mod soft_deletes;
 mod table_settings;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{connect, exec, stdout_then_stderr, test_env, unique, Pipeline, Settings};
+use crate::support::{exec, fresh_table, stdout_then_stderr, test_env, unique, Pipeline, Settings};
 
 /// Per Puffin file of the table at argv[1]'s current snapshot: its blobs (footer) and the live
 /// entries naming it, each checked against the footer blob at its offset (same length and data
@@ -68,6 +68,30 @@ async fn assert_read_right(p: &mut Pipeline, table: &str) {
     assert_eq!(code, Some(0), "pyiceberg reads otherwise:\n{out}");
 }
 
+/// `CREATE` of the test table `t`: 100 rows, the initial copy's one data file.
+pub(crate) fn create(t: &str) -> String {
+    format!(
+        "CREATE TABLE {t} (id int8 PRIMARY KEY, v int4);
+         INSERT INTO {t} SELECT g, g FROM generate_series(1, 100) g;"
+    )
+}
+
+/// The changes, one commit each (the caller reads the table back between them): two more data
+/// files (F1, F2 beside the copy's F0); one commit deleting a row of each, so one Puffin file
+/// with three equal-length blobs; then commits replacing some of that file's vectors and leaving
+/// the others live: (F0, F1, F2) keeps (F1, F2), then (F2); the next file, (F0, F1), is then
+/// replaced whole.
+pub(crate) fn changes(t: &str) -> [String; 6] {
+    [
+        format!("INSERT INTO {t} SELECT g, g FROM generate_series(101, 200) g"),
+        format!("INSERT INTO {t} SELECT g, g FROM generate_series(201, 300) g"),
+        format!("UPDATE {t} SET v = -v WHERE id IN (1, 101, 201)"),
+        format!("UPDATE {t} SET v = -v WHERE id = 2"),
+        format!("UPDATE {t} SET v = -v WHERE id IN (3, 102)"),
+        format!("DELETE FROM {t} WHERE id IN (4, 150)"),
+    ]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vectors_sharing_a_puffin_file_are_read_right_after_one_is_replaced() {
     let test = "vectors_sharing_a_puffin_file_are_read_right_after_one_is_replaced";
@@ -76,49 +100,26 @@ async fn vectors_sharing_a_puffin_file_are_read_right_after_one_is_replaced() {
         return; // deletion vectors only
     }
     let t = unique("sharedpuffin");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {t};
-             CREATE TABLE {t} (id int8 PRIMARY KEY, v int4);
-             INSERT INTO {t} SELECT g, g FROM generate_series(1, 100) g;"
-        ),
-    )
-    .await;
-    let mut p = Pipeline::owning_tables(&env, &t, &[&t], &Settings::default());
+    let client = fresh_table(&env, &t, create).await;
+    // No compaction: it would merge the small files and drop their vectors before the layout
+    // is checked.
+    let settings = Settings {
+        sink_extra: "[sink.table_properties]\n\"cdcd.compaction.enabled\" = \"false\"\n".into(),
+        ..Settings::default()
+    };
+    let mut p = Pipeline::owning_tables(&env, &t, &[&t], &settings);
     p.start();
     p.assert_equal(&t, 120).await;
-    // Two more data files, one commit each.
-    for range in ["101, 200", "201, 300"] {
-        exec(
-            &client,
-            &format!("INSERT INTO {t} SELECT g, g FROM generate_series({range}) g"),
-        )
-        .await;
-        p.assert_equal(&t, 60).await;
-    }
-    // One commit deletes a row of each of the three files: one Puffin file, three blobs.
-    exec(
-        &client,
-        &format!("UPDATE {t} SET v = -v WHERE id IN (1, 101, 201)"),
-    )
-    .await;
-    assert_read_right(&mut p, &t).await;
-    let shared = puffins(&p, &t);
-    assert!(
-        shared.iter().any(|f| f["blobs"] == 3 && f["live"] == 3),
-        "one Puffin file with the commit's three vectors: {shared:?}"
-    );
-    // Each commit replaces some of that file's vectors and leaves the others live: the file of
-    // (F0, F1, F2) keeps (F1, F2), then (F2); the next file, (F0, F1), is then replaced whole.
-    for sql in [
-        format!("UPDATE {t} SET v = -v WHERE id = 2"),
-        format!("UPDATE {t} SET v = -v WHERE id IN (3, 102)"),
-        format!("DELETE FROM {t} WHERE id IN (4, 150)"),
-    ] {
-        exec(&client, &sql).await;
+    for (i, sql) in changes(&t).iter().enumerate() {
+        exec(&client, sql).await;
         assert_read_right(&mut p, &t).await;
+        if i == 2 {
+            let shared = puffins(&p, &t);
+            assert!(
+                shared.iter().any(|f| f["blobs"] == 3 && f["live"] == 3),
+                "one Puffin file with the commit's three vectors: {shared:?}"
+            );
+        }
     }
     let after = puffins(&p, &t);
     assert!(

@@ -79,3 +79,25 @@ async fn s3_warehouse_reads_back_equal() {
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains(" 0 orphans"), "{out}");
 }
+
+/// Issue 37 on S3: the deletion vectors of a commit share one Puffin file, and later commits
+/// replace some of them while the others stay live (`postgres/shared_puffin.rs`); DuckDB
+/// (httpfs, ranged reads through its external file cache) and pyiceberg read every state right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_vectors_sharing_a_puffin_file_are_read_right() {
+    let (env, endpoint, n) = ground_or_skip!(moto_test_env(false, "s3puffin"));
+    if std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality") {
+        return; // deletion vectors only
+    }
+    let client = fresh_table(&env, &n, crate::postgres::shared_puffin::create).await;
+    let mut s = S3Pipeline::new(&env, &n, &[&n], &endpoint);
+    s.p.start();
+    s.assert_equal(&n, 120, "duckdb").await;
+    for sql in crate::postgres::shared_puffin::changes(&n) {
+        exec(&client, &sql).await;
+        s.assert_equal(&n, 60, "duckdb").await;
+        s.assert_equal(&n, 5, "pyiceberg").await;
+    }
+    let st = s.p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert!(st.success(), "{st}\n{}", s.p.output());
+}
