@@ -227,3 +227,77 @@ pub(crate) async fn write_puffin(
         })
         .collect()
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use iceberg::spec::{Literal, Struct};
+
+    use super::*;
+    use crate::sinks::iceberg::deletes::puffin::PuffinReader;
+
+    /// A commit's vectors share one Puffin file: each entry names its own blob (the footer's
+    /// range and data file) and carries its own data file's placement.
+    #[tokio::test]
+    async fn one_file_holds_every_vector_each_entry_naming_its_blob() {
+        let warehouse = Warehouse::from_url("memory://w").unwrap();
+        let location = "memory://w/shop/t/data/c-dv.puffin";
+        let (a, b) = (
+            "memory://w/shop/t/data/a.parquet",
+            "memory://w/shop/t/data/b.parquet",
+        );
+        let dvs = BTreeMap::from([
+            (
+                a.to_owned(),
+                DeletionVector::from_positions([1, 5]).unwrap(),
+            ),
+            (b.to_owned(), DeletionVector::from_positions([7]).unwrap()),
+        ]);
+        let day = Placement {
+            spec_id: 1,
+            partition: Struct::from_iter([Some(Literal::int(20000))]),
+            sort_order_id: None,
+        };
+        let placements = HashMap::from([(a, Placement::unpartitioned(0)), (b, day.clone())]);
+        let table = TableId::new("shop", "t");
+        let entries = write_puffin(&warehouse, &table, location, &dvs, &placements)
+            .await
+            .unwrap();
+        let bytes = warehouse
+            .store()
+            .get(&warehouse.path(location).unwrap())
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        let reader = PuffinReader::new(bytes.clone()).unwrap();
+        assert_eq!(reader.blobs().len(), 2);
+        for (entry, (file, dv)) in entries.iter().zip(&dvs) {
+            assert_eq!(entry.file_path(), location);
+            assert_eq!(entry.file_size_in_bytes(), bytes.len() as u64);
+            assert_eq!(entry.referenced_data_file().as_deref(), Some(file.as_str()));
+            assert_eq!(entry.record_count(), dv.cardinality());
+            let (offset, size) = (
+                entry.content_offset().unwrap() as u64,
+                entry.content_size_in_bytes().unwrap() as u64,
+            );
+            let blob = reader.blobs().iter().find(|m| m.offset == offset).unwrap();
+            assert_eq!(blob.length, size);
+            assert_eq!(
+                blob.properties.get("referenced-data-file"),
+                Some(file.as_str())
+            );
+            let read = DeletionVector::deserialize_blob(&reader.read_blob(offset, size).unwrap());
+            assert_eq!(read.unwrap().cardinality(), dv.cardinality());
+            let placement = &placements[file.as_str()];
+            assert_eq!(entry.partition(), &placement.partition);
+        }
+        let missing = HashMap::from([(a, Placement::unpartitioned(0))]);
+        let err = write_puffin(&warehouse, &table, location, &dvs, &missing).await;
+        assert!(
+            err.unwrap_err().to_string().contains(b),
+            "a vector of no live data file"
+        );
+    }
+}
