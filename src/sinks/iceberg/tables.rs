@@ -388,11 +388,7 @@ impl Tables {
     /// settings set a `partition_by` with a field.
     pub(super) fn splits_by_partition(&self, table: &TableId) -> bool {
         match self.cached(table) {
-            Some(loaded) => !loaded
-                .metadata
-                .default_partition_spec()
-                .fields()
-                .is_empty(),
+            Some(loaded) => !loaded.metadata.default_partition_spec().fields().is_empty(),
             None => self
                 .settings_of(table)
                 .ok()
