@@ -11,7 +11,8 @@ use crate::sources::{ChunkState, SnapshotProgress};
 
 impl Committer {
     /// A batch of copied rows: buffered at the incomplete position, committed in the
-    /// background once the table's batch or all copies' bytes are full.
+    /// background once the table's batch (rows; a partitioned table's: none) or all copies'
+    /// bytes are full.
     pub(super) async fn copy_rows(&mut self, changes: TableChanges) -> Result<(), PipelineError> {
         let table = changes.schema.id.clone();
         let incomplete = self
@@ -39,11 +40,19 @@ impl Committer {
         }
         self.schema_switch(&changes, None).await?;
         self.tables.push(changes, &incomplete, None);
+        // A partitioned table's commit writes a file per partition its rows touch: its copy
+        // commits by bytes alone, so files hold as many rows as the budget allows
+        // (`Sink::splits_copy_by_partition`).
+        let rows_per_commit = if self.sink.splits_copy_by_partition(&table) {
+            usize::MAX
+        } else {
+            self.snapshot_batch.rows
+        };
         let full = self
             .tables
             .buffers
             .get(&table)
-            .is_some_and(|b| b.rows >= self.snapshot_batch.rows);
+            .is_some_and(|b| b.rows >= rows_per_commit);
         if full {
             self.commit_in_background(&table).await?;
         } else if self.tables.snapshot_bytes() >= self.snapshot_batch.bytes {

@@ -279,6 +279,16 @@ pub trait Sink: Send + Sync {
         None
     }
 
+    /// Whether `table`'s data files are split by partition (the Iceberg sink: its current spec,
+    /// or for a table not created yet the spec it will be created with, has a field). The
+    /// pipeline then commits the table's initial copy by bytes alone, past
+    /// `pipeline.snapshot_commit_rows`: every copy commit writes about one file per partition
+    /// its rows touch, so rows arriving in random partition order need commits as large as the
+    /// memory budget allows to make files of more than a few hundred rows.
+    fn splits_copy_by_partition(&self, _table: &TableId) -> bool {
+        false
+    }
+
     /// Why this sink cannot store a keyless table whose updates and deletes remove one row equal
     /// to a whole before image (a multiset, `KeyOrigin::FullRow`), or `None` when it can. The
     /// pipeline refuses such tables at start on a sink that cannot.

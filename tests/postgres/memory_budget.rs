@@ -20,7 +20,7 @@ const BUDGET_MIB: u64 = 64;
 /// runtime and its threads, one commit's Parquet encoding, the allocator's slack. Measured peaks
 /// with the budget: 118 to 135 MiB, once 174 MiB on a machine at load 27 (not yet explained:
 /// docs/performance.md, "Memory budget"); without it 197 MiB, which this margin still refuses.
-const MARGIN_MIB: u64 = 112;
+pub(super) const MARGIN_MIB: u64 = 112;
 
 fn small(n: &str, i: u64) -> String {
     format!("{n}_s{i}")
@@ -69,7 +69,7 @@ fn transaction(n: &str, rng: &mut Rng) -> String {
 }
 
 /// `VmHWM` (peak resident set) of process `pid`, in KiB.
-fn peak_rss_kib(pid: u32) -> u64 {
+pub(super) fn peak_rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status
         .lines()

@@ -16,6 +16,7 @@ mod many_tables;
 mod memory_budget;
 mod multiset;
 pub(crate) mod partitioned;
+mod partitioned_copy;
 pub(crate) mod replication;
 pub(crate) mod resync;
 mod resync_partitioned;

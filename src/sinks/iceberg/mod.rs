@@ -577,6 +577,10 @@ impl Sink for IcebergSink {
         None
     }
 
+    fn splits_copy_by_partition(&self, table: &TableId) -> bool {
+        self.tables.splits_by_partition(table)
+    }
+
     async fn resync(
         &self,
         table: &TableId,

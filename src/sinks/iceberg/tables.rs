@@ -383,6 +383,20 @@ impl Tables {
         }
     }
 
+    /// Whether `table`'s data files are split by partition: its cached metadata's default spec
+    /// has a field, or, not loaded yet (a copy into a table its first commit creates), its
+    /// settings set a `partition_by` with a field.
+    pub(super) fn splits_by_partition(&self, table: &TableId) -> bool {
+        match self.cached(table) {
+            Some(loaded) => !loaded.metadata.default_partition_spec().fields().is_empty(),
+            None => self
+                .settings_of(table)
+                .ok()
+                .and_then(|s| s.partition_by)
+                .is_some_and(|p| !p.value.is_empty()),
+        }
+    }
+
     /// `table`'s settings: its sections', or, for a changelog table, those it is created with.
     fn settings_of(
         &self,

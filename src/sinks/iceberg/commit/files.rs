@@ -18,6 +18,12 @@ use crate::sinks::iceberg::rows::locator::RowAddress;
 use crate::sinks::iceberg::schema;
 use crate::sinks::SinkError;
 
+/// Data files of one commit written at once. A partitioned commit writes one per partition its
+/// rows touch (an initial copy's: hundreds of small files), and one at a time each file's
+/// creation in storage waited on its encoding and the next encoding on that write; each file in
+/// flight holds its gathered rows, a part of the commit's.
+const DATA_WRITES_IN_FLIGHT: usize = 4;
+
 impl RowDelta<'_> {
     /// Writes the plan's data files, completing partial rows from `lookup`, each at its
     /// placement (`layout.rs`, in plan order).
@@ -27,25 +33,32 @@ impl RowDelta<'_> {
         placements: &[Placement],
     ) -> Result<DataFiles, SinkError> {
         let file_schema = schema::data_file_schema(self.base().current_schema())?;
-        let mut files = Vec::with_capacity(self.plan.files.len());
-        let mut paths = Vec::with_capacity(self.plan.files.len());
+        let schema_ref = &file_schema;
+        let mut writes = Vec::with_capacity(self.plan.files.len());
         for (i, (f, placement)) in self.plan.files.iter().zip(placements).enumerate() {
-            let path = self.names.data_file(i);
-            let batches = writer::data_batches(self.input.changes, f, lookup, &file_schema)
-                .map_err(self.arrow("gathering data rows"))?;
-            let file = writer::write_file(
-                self.target.warehouse,
-                self.table(),
-                path.clone(),
-                batches,
-                DataContentType::Data,
-                None,
-                placement,
-            )
-            .await?;
-            files.push(file);
-            paths.push(path);
+            writes.push(async move {
+                let path = self.names.data_file(i);
+                let batches = writer::data_batches(self.input.changes, f, lookup, schema_ref)
+                    .map_err(self.arrow("gathering data rows"))?;
+                let file = writer::write_file(
+                    self.target.warehouse,
+                    self.table(),
+                    path.clone(),
+                    batches,
+                    DataContentType::Data,
+                    None,
+                    placement,
+                )
+                .await?;
+                Ok::<_, SinkError>((file, path))
+            });
         }
+        let (files, paths): (Vec<_>, Vec<_>) = futures::stream::iter(writes)
+            .buffered(DATA_WRITES_IN_FLIGHT)
+            .try_collect::<Vec<_>>()
+            .await?
+            .into_iter()
+            .unzip();
         Ok(DataFiles {
             files,
             placements: placements.to_vec(),

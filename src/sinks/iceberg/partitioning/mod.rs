@@ -12,9 +12,10 @@
 //! planned file by one file per partition, remapping the positions the plan and the index use.
 //!
 //! Memory: only the partition and sort source columns of one planned file are gathered to decide
-//! the split; each resulting file is then gathered and encoded one at a time, as unpartitioned
-//! files are, so a commit touching thousands of partitions (an initial copy of a 10-year daily
-//! table) holds its changes plus one file, whatever the number of partitions.
+//! the split; the resulting files are then gathered and encoded a few at a time
+//! (`commit/files.rs`, `DATA_WRITES_IN_FLIGHT`), so a commit touching thousands of partitions
+//! (an initial copy of a 10-year daily table) holds its changes plus those few files, whatever
+//! the number of partitions.
 
 mod layout;
 mod split;
