@@ -7,6 +7,7 @@
 use std::collections::{HashMap, HashSet};
 
 use arrow_array::RecordBatch;
+use futures::{StreamExt, TryStreamExt};
 use iceberg::spec::DataContentType;
 
 use super::{DataFiles, Deletes, Found, RowDelta};
