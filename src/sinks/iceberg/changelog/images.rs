@@ -486,8 +486,16 @@ fn gather(
     cells: &[Cell],
 ) -> Result<Vec<ArrayRef>, ArrowError> {
     let rows = cells.len().checked_div(width).unwrap_or(0);
+    // Each column's cells, split in one pass over the row-major cells: gathering a column by
+    // striding through them missed the cache on every row (profiled on the MariaDB bench).
+    let mut per_column: Vec<Vec<Cell>> = (0..width).map(|_| Vec::with_capacity(rows)).collect();
+    for row in cells.chunks_exact(width.max(1)) {
+        for (column, cell) in per_column.iter_mut().zip(row) {
+            column.push(*cell);
+        }
+    }
     let mut columns = Vec::with_capacity(width);
-    for col in 0..width {
+    for (col, indices) in per_column.iter().enumerate() {
         let data_type = changes
             .first()
             .map(|c| c.rows.column(col).data_type().clone())
@@ -510,10 +518,7 @@ fn gather(
             });
         }
         debug_assert_eq!(arrays.len(), src.old_key(changes.len()));
-        let indices: Vec<Cell> = (0..rows)
-            .filter_map(|r| cells.get(r * width + col).copied())
-            .collect();
-        columns.push(interleave(&arrays, &indices)?);
+        columns.push(interleave(&arrays, indices)?);
     }
     Ok(columns)
 }
