@@ -1,7 +1,8 @@
 //! Issue 38: `row_metadata = true` on the LSM (Paimon) sink: every row carries `_cdc_commit_ts`
 //! and `_cdc_position` of the change that last wrote it, read back by pypaimon. MariaDB's `SET
 //! timestamp` dates one update in 2020, so the commit time read back is the source's, not
-//! cdcd's; a row of the initial copy carries the copy's position and no commit time.
+//! cdcd's; a row of the initial copy carries the copy's position and no commit time. Removing
+//! the setting drops the two columns, as on Iceberg.
 
 use std::time::Duration;
 
@@ -17,6 +18,15 @@ rb = t.new_read_builder()
 for r in sorted(rb.new_read().to_arrow(rb.new_scan().plan().splits()).to_pylist(), key=lambda r: r["id"]):
     ts = r["_cdc_commit_ts"]
     print("row", r["id"], ts.strftime("%Y-%m-%dT%H:%M:%S") if ts else None, r["_cdc_position"])
+"#;
+
+/// The table's column names as pypaimon reads them, on one line.
+const COLUMNS: &str = r#"
+import sys
+from pypaimon import CatalogFactory
+t = CatalogFactory.create({"warehouse": sys.argv[1]}).get_table(sys.argv[2])
+rb = t.new_read_builder()
+print(" ".join(rb.new_read().to_arrow(rb.new_scan().plan().splits()).column_names))
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,4 +87,25 @@ async fn row_metadata_reads_back_from_paimon() {
     }
     // Each row's position is its own change's: three transactions, three positions.
     assert!(one[2] != two[2] && two[2] != four[2], "{text}");
+
+    // The setting removed from the table's section: its two columns are dropped at the next
+    // commit, as on Iceberg (docs/table-settings.md), and the rows stay the source's.
+    let config = std::fs::read_to_string(&p.config).unwrap();
+    assert!(config.contains("row_metadata = true\n"), "{config}");
+    std::fs::write(&p.config, config.replace("row_metadata = true\n", "")).unwrap();
+    p.start();
+    my_exec(
+        &mut c,
+        "UPDATE item SET n = 11 WHERE id = 1; INSERT INTO item VALUES (5, 5, 'five');",
+    )
+    .await;
+    p.assert_equal("item", 120).await;
+    let out = output_ok(
+        std::process::Command::new(&env.python)
+            .args(["-c", COLUMNS])
+            .arg(&p.warehouse)
+            .arg(format!("{NAMESPACE}.item")),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.trim(), "id n note", "{text}\ncdcd:\n{}", p.output());
 }

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::mysql::soft_deletes::start_on_thirty_rows;
+use crate::lsm::changelog::{per_key, read_changelog_in, replay};
+use crate::mysql::soft_deletes::{move_keys_onto_soft_deleted_ones, start_on_thirty_rows};
 use crate::support::mysql::{create_acct, kill_rounds, my_connect, my_env, my_exec, MyPipeline};
 use crate::support::{unique, LAKECHECK, NAMESPACE};
 
@@ -173,4 +174,43 @@ async fn kill9_at_random_moments_keeps_every_soft_deleted_paimon_row() {
         all.len(),
         flagged.len()
     );
+}
+
+/// Soft deletes with `changelog = true`: a key change onto a key that holds a flagged row
+/// replaces that row in the table, so the changelog says `-U` of the flagged row and `+U` of the
+/// new one (not `+I` onto a row), and the old key's row stays, flagged. Replaying the changelog
+/// (pypaimon's stream read) key by key gives the table's rows, flagged ones included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_change_onto_a_soft_deleted_key_is_an_update_in_the_changelog() {
+    let env = ground_or_skip!(my_env(
+        "a_key_change_onto_a_soft_deleted_key_is_an_update_in_the_changelog"
+    ));
+    let name = unique("mylsoftchl");
+    let mut p = soft_pipeline(&env, &name, "t").await;
+    let mut text = std::fs::read_to_string(&p.config).unwrap();
+    text.push_str("changelog = true\n");
+    std::fs::write(&p.config, text).unwrap();
+    let mut c = start_on_thirty_rows(&mut p).await;
+    move_keys_onto_soft_deleted_ones(&mut c, || lakecheck(&p, "t", &["--live", "--wait", "120"]))
+        .await;
+    p.stop(Duration::from_secs(60)).await;
+    let table = rows(&p, "t");
+    assert_eq!(flagged(&table), [1, 3], "{table:?}");
+    let streamed = read_changelog_in(&env.python, &p.warehouse, "t", "stream");
+    let replayed = replay(&per_key(&streamed, "id"), true);
+    assert_eq!(replayed.len(), table.len(), "{replayed:?}");
+    for (id, row) in &table {
+        let r = &replayed[&id.to_string()];
+        assert_eq!(
+            r["_cdc_deleted"],
+            row["_cdc_deleted"].to_string(),
+            "{id}: {r:?}"
+        );
+        assert_eq!(
+            r["name"],
+            row["name"].as_str().unwrap_or("null"),
+            "{id}: {r:?}"
+        );
+    }
+    assert_eq!(replayed["2"]["name"], "n1", "{replayed:?}");
 }

@@ -62,6 +62,26 @@ pub async fn start_on_thirty_rows(p: &mut MyPipeline) -> mysql_async::Conn {
     c
 }
 
+/// Soft-deletes 2, then moves 1 onto 2 (a commit of its own) and, in one transaction,
+/// soft-deletes 4 and moves 3 onto it; `live` compares the table's live rows with the source
+/// (lakecheck `--live`) after each step.
+pub async fn move_keys_onto_soft_deleted_ones(
+    c: &mut mysql_async::Conn,
+    live: impl Fn() -> (Option<i32>, String),
+) {
+    my_exec(c, "DELETE FROM t WHERE id = 2").await;
+    let (code, out) = live();
+    assert_eq!(code, Some(0), "lakecheck --live:\n{out}");
+    my_exec(c, "UPDATE t SET id = 2 WHERE id = 1").await;
+    my_exec(
+        c,
+        "BEGIN; DELETE FROM t WHERE id = 4; UPDATE t SET id = 4 WHERE id = 3; COMMIT",
+    )
+    .await;
+    let (code, out) = live();
+    assert_eq!(code, Some(0), "lakecheck --live:\n{out}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_soft_deletes_keep_flagged_rows_with_their_values() {
     let env = ground_or_skip!(my_env(
@@ -150,4 +170,69 @@ async fn mysql_soft_deletes_keep_flagged_rows_with_their_values() {
         }
     }
     p.stop(Duration::from_secs(60)).await;
+}
+
+/// Soft deletes with `changelog = true`: a key change onto a key that holds a flagged row
+/// replaces that row, so the changelog (read by DuckDB) has `update_before` of the flagged row
+/// and `update_after` of the new one, and the old key, whose row stays flagged, has nothing
+/// after its own soft delete: replayed key by key in `_cdc_seq` order it gives the table's rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_change_onto_a_soft_deleted_key_is_an_update_in_the_changelog() {
+    let env = ground_or_skip!(my_env(
+        "a_key_change_onto_a_soft_deleted_key_is_an_update_in_the_changelog"
+    ));
+    let name = unique("mysoftchl");
+    let mut p = MyPipeline::new(&env, &name, "initial", "").await;
+    append_table_settings(
+        &p.config,
+        &format!("{name}.t"),
+        "deletes = \"soft\"\nchangelog = true\n",
+    );
+    let mut c = start_on_thirty_rows(&mut p).await;
+    move_keys_onto_soft_deleted_ones(&mut c, || lakecheck(&p, "t", &["--live", "--wait", "120"]))
+        .await;
+    p.stop(Duration::from_secs(60)).await;
+    let out = Command::new(&p.env.python)
+        .arg(LAKECHECK)
+        .arg("--iceberg")
+        .arg(p.table_dir("t_changelog"))
+        .arg("--dump")
+        .output()
+        .unwrap();
+    let text = crate::support::stderr_then_stdout(&out);
+    let mut log: Vec<serde_json::Value> = text
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    log.sort_by_key(|r| r["_cdc_seq"].as_i64());
+    let of_key = |id: i64| -> Vec<String> {
+        log.iter()
+            .filter(|r| r["id"] == id)
+            .map(|r| format!("{} {} {}", r["_cdc_op"], r["_cdc_deleted"], r["name"]))
+            .map(|s| s.replace('"', ""))
+            .collect()
+    };
+    let flag =
+        |name: &str| ["update_before false", "update_after true"].map(|s| format!("{s} {name}"));
+    assert_eq!(
+        of_key(1),
+        flag("n1"),
+        "the old key: its soft delete only\n{text}"
+    );
+    assert_eq!(
+        of_key(3),
+        flag("n3"),
+        "the old key: its soft delete only\n{text}"
+    );
+    for (id, from) in [(2, "n1"), (4, "n3")] {
+        let mut want = flag(&format!("n{id}")).to_vec();
+        want.push(format!("update_before true n{id}"));
+        want.push(format!("update_after false {from}"));
+        assert_eq!(of_key(id), want, "the key moved onto\n{text}");
+    }
+    let table = rows(&p, "t", "duckdb");
+    assert_eq!(table[&1]["_cdc_deleted"], true);
+    assert_eq!(table[&2]["name"], "n1");
+    assert_eq!(table[&4]["name"], "n3");
 }

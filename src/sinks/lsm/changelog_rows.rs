@@ -88,8 +88,9 @@ fn in_order(changes: &[TableChanges]) -> impl Iterator<Item = (u32, u32, Op, boo
 
 /// The keys whose current rows the changelog needs (`Src::Row` or `Src::Old`, once per key): the
 /// key an update or delete changes (the old key of a key change) when no earlier change of this
-/// commit wrote it, and no TRUNCATE before it emptied the table.
-pub fn reads(changes: &[TableChanges], keys: &EncodedKeys) -> Vec<Src> {
+/// commit wrote it, and no TRUNCATE before it emptied the table. With `keep_old_keys` (soft
+/// deletes) also the new key of a key change: it may hold a flagged row the change replaces.
+pub fn reads(changes: &[TableChanges], keys: &EncodedKeys, keep_old_keys: bool) -> Vec<Src> {
     let mut seen: HashSet<&[u8]> = HashSet::new();
     let mut out = Vec::new();
     let mut truncated = false;
@@ -105,7 +106,9 @@ pub fn reads(changes: &[TableChanges], keys: &EncodedKeys) -> Vec<Src> {
                 if seen.insert(keys.of(read)) && !truncated {
                     out.push(read);
                 }
-                seen.insert(keys.of(key));
+                if seen.insert(keys.of(key)) && moved && keep_old_keys && !truncated {
+                    out.push(key);
+                }
             }
         }
     }
@@ -179,7 +182,8 @@ pub struct Walk<'a> {
     /// Changes the table's plan counts (`Plan::changes`): the last ones of the commit.
     pub counted: u64,
     /// `deletes = "soft"`: a key change leaves the old key's row (flagged by the change before
-    /// it), so it writes no `-D` of the old key.
+    /// it), so it writes no `-D` of the old key; onto a key that holds a (flagged) row it is an
+    /// update of that row, `-U`/`+U`, as the table replaces it.
     pub keep_old_keys: bool,
 }
 
@@ -230,9 +234,16 @@ pub fn rows(walk: &Walk<'_>) -> Changelog {
                     key
                 };
                 let before = state.get(read).copied().unwrap_or(Image::Absent);
+                let replaced = state.get(key).copied().unwrap_or(Image::Absent);
                 let after_kind = match (before, moved) {
+                    (_, true) if walk.keep_old_keys => match replaced {
+                        Image::Absent => KIND_INSERT,
+                        flagged => {
+                            out.push_image(KIND_UPDATE_BEFORE, order, flagged);
+                            KIND_UPDATE_AFTER
+                        }
+                    },
                     (Image::Absent, _) => KIND_INSERT,
-                    (_, true) if walk.keep_old_keys => KIND_INSERT,
                     (_, true) => {
                         out.push_image(KIND_DELETE, order, before);
                         state.insert(read, Image::Absent);
@@ -371,7 +382,7 @@ mod tests {
             .map(|a| schemas.cast(a).unwrap())
             .collect()];
         let keys = EncodedKeys::new(&schemas, &cast, &old).unwrap();
-        let reads = reads(std::slice::from_ref(batch), &keys);
+        let reads = reads(std::slice::from_ref(batch), &keys, false);
         (keys, reads, schemas)
     }
 
@@ -416,6 +427,34 @@ mod tests {
         assert_eq!(row(5), vec![r(3), r(3), r(3)]);
         assert_eq!(row(6), vec![l1, l1, l1], "-D of the old key");
         assert_eq!(row(7), vec![r(4), l1, r(4)], "+I of the new key");
+    }
+
+    /// Soft deletes: a key change onto a key that holds a flagged row updates that row (`-U` of
+    /// it, `+U` completed from the old key's row), and writes nothing of the old key, whose
+    /// flagged row stays.
+    #[test]
+    fn a_soft_deleted_key_moved_onto_is_updated() {
+        let batch = changes(&[(Op::Update, 2, Some(1), None, Some(20))]);
+        let (keys, _, schemas) = walk_of(&batch);
+        let read = reads(std::slice::from_ref(&batch), &keys, true);
+        assert_eq!(read, vec![Src::Old(0, 0), Src::Row(0, 0)]);
+        let log_with = |found: &[Option<u32>]| {
+            rows(&Walk {
+                changes: std::slice::from_ref(&batch),
+                keys: &keys,
+                schemas: &schemas,
+                reads: &read,
+                found,
+                counted: 1,
+                keep_old_keys: true,
+            })
+        };
+        let log = log_with(&[Some(0), Some(1)]);
+        assert_eq!(log.kinds, vec![KIND_UPDATE_BEFORE, KIND_UPDATE_AFTER]);
+        let (l0, l1, r0) = (Src::Lookup(0), Src::Lookup(1), Src::Row(0, 0));
+        assert_eq!(log.sources, vec![l1, l1, l1, r0, l0, r0]);
+        let fresh = log_with(&[Some(0), None]);
+        assert_eq!(fresh.kinds, vec![KIND_INSERT], "onto no row: +I");
     }
 
     #[test]

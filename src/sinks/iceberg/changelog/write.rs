@@ -122,7 +122,11 @@ impl<'a> ChangelogWrite<'a> {
             let context = format!("{context} of {}", self.id());
             move |source| SinkError::Arrow { context, source }
         };
-        let wanted = prior_keys(changes, key).map_err(arrow("the changelog's keys"))?;
+        // Soft deletes: a key change keeps its old key's row (sinks/cdc_columns.rs).
+        let keep_old_keys =
+            tables.settings.resolve(&schema.id)?.deletes == crate::config::Deletes::Soft;
+        let wanted =
+            prior_keys(changes, key, keep_old_keys).map_err(arrow("the changelog's keys"))?;
         let prior = if wanted.is_empty() {
             None
         } else {
@@ -138,6 +142,7 @@ impl<'a> ChangelogWrite<'a> {
                 .as_ref()
                 .map(|(rows, missing)| Prior { rows, missing }),
             &emit,
+            keep_old_keys,
         )
         .map_err(arrow("the changelog's images"))?;
         let rows = self

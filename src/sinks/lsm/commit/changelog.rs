@@ -87,7 +87,7 @@ impl Commit<'_> {
         };
         let keys = EncodedKeys::new(schemas, &plan.cast, &plan.old_cast)
             .map_err(arrow("encoding the changelog's keys"))?;
-        let reads = changelog_rows::reads(self.input.changes, &keys);
+        let reads = changelog_rows::reads(self.input.changes, &keys, planned.keep_old_keys);
         let (current, found) = if reads.is_empty() {
             (None, Vec::new())
         } else {
