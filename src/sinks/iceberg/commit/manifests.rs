@@ -20,7 +20,7 @@ use super::manifest_list::{self, ListTarget};
 use super::merge::{self, Candidate, Output};
 use super::{Added, Carried, DataFiles, Deletes, Listed, RowDelta};
 use crate::failpoints;
-use crate::sinks::iceberg::files::manifest::{self, ManifestTarget};
+use crate::sinks::iceberg::files::manifest::{self, KnownEntries, ManifestTarget};
 use crate::sinks::iceberg::maintenance::properties::Merging;
 use crate::sinks::iceberg::rows::live::LiveState;
 use crate::sinks::SinkError;
@@ -194,12 +194,14 @@ impl RowDelta<'_> {
     /// file takes its data file's spec, an equality delete file the spec `layout.rs` chose); each
     /// only when it has files. A delete manifest also holds the entries of the parent's delete
     /// manifests of its spec that `carried` folds into it, but the replaced vectors, which join
-    /// `carried.removed_deletes`. Returns them and their paths.
+    /// `carried.removed_deletes`; a folded manifest whose entries are in `known` is not read.
+    /// Returns them and their paths.
     pub(super) async fn write_added_manifests(
         &self,
         data: &DataFiles,
         deletes: &Deletes,
         carried: &mut Carried,
+        known: &KnownEntries,
     ) -> Result<(Vec<ManifestFile>, Added), SinkError> {
         let mut paths = Added::default();
         let mut added = Vec::new();
@@ -236,13 +238,13 @@ impl RowDelta<'_> {
                 .get(&spec_id)
                 .map(|f| f.iter().collect())
                 .unwrap_or_default();
-            let (written, removed) = manifest::write_manifest_with(
+            let written = manifest::write_manifest_with(
                 self.target.warehouse,
                 path,
                 &target,
                 sequence,
                 files,
-                &folded,
+                (&folded, known),
                 |f| {
                     f.content_type() == DataContentType::PositionDeletes
                         && f.referenced_data_file()
@@ -250,8 +252,11 @@ impl RowDelta<'_> {
                 },
             )
             .await?;
-            carried.removed_deletes.extend(removed);
-            added.push(written);
+            carried.removed_deletes.extend(written.removed);
+            paths
+                .delete_entries
+                .insert(written.manifest.manifest_path.clone(), written.entries);
+            added.push(written.manifest);
         }
         Ok((added, paths))
     }

@@ -140,6 +140,8 @@ struct Deletes {
 pub(super) struct Added {
     data: Option<Arc<str>>,
     deletes: HashMap<i32, Arc<str>>,
+    /// The entries of each delete manifest written, by path.
+    delete_entries: crate::sinks::iceberg::files::manifest::KnownEntries,
 }
 
 /// The parent's manifests as the new snapshot keeps them (`manifests.rs`).
@@ -416,7 +418,7 @@ impl<'a> RowDelta<'a> {
         self.steps.lap("merge");
         self.steps.wrote("merged", merged.created);
         let (mut manifests, added) = self
-            .write_added_manifests(&data, &deletes, &mut carried)
+            .write_added_manifests(&data, &deletes, &mut carried, &cached.live.delete_entries)
             .await?;
         self.steps.lap("manifests");
         self.steps.wrote("manifests", manifests.len());
@@ -543,6 +545,7 @@ impl<'a> RowDelta<'a> {
             data_manifest: added.data,
             deletes: deletes.files.into_iter().zip(deletes.spec_ids).collect(),
             delete_manifests: added.deletes,
+            delete_entries: added.delete_entries,
             rewritten: carried.rewritten,
             replaced: &deletes.replaced,
             vectors: deletes.vectors,

@@ -28,7 +28,7 @@ use iceberg::spec::{DataContentType, DataFile, ManifestFile, TableMetadata};
 use crate::changelog::TableId;
 use crate::sinks::iceberg::deletes::commit_vectors::{self, LiveDv, LiveDvs};
 use crate::sinks::iceberg::deletes::deletion_vector::DeletionVector;
-use crate::sinks::iceberg::files::manifest::{self, LiveFile, LiveFiles};
+use crate::sinks::iceberg::files::manifest::{self, KnownEntries, LiveFile, LiveFiles};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
@@ -42,6 +42,9 @@ pub(crate) struct LiveState {
     pub files: LiveFiles,
     /// Format v3 only (empty for v2 tables).
     pub dvs: LiveDvs,
+    /// The entries of the delete manifests this process's commits wrote that the snapshot still
+    /// lists, for the next commit that folds one (`commit/manifests.rs`); empty after a load.
+    pub delete_entries: KnownEntries,
 }
 
 /// What a published commit changed, as the commit (`commit/`) wrote it.
@@ -61,6 +64,8 @@ pub(crate) struct Published<'a> {
     /// them, by spec.
     pub deletes: Vec<(DataFile, i32)>,
     pub delete_manifests: HashMap<i32, Arc<str>>,
+    /// The entries of those delete manifests, by path.
+    pub delete_entries: KnownEntries,
     /// Manifests rewritten by this commit: old path → new path (`None`: nothing was left).
     pub rewritten: HashMap<String, Option<Arc<str>>>,
     /// Data files whose deletion vector this commit replaced.
@@ -118,7 +123,15 @@ impl LiveState {
             manifests,
             files,
             dvs,
+            delete_entries: KnownEntries::new(),
         })
+    }
+
+    /// Drops the known entries of manifests `manifests` (the new snapshot's list) no longer names.
+    fn keep_listed_entries(&mut self, manifests: &[ManifestFile]) {
+        let listed: HashSet<&str> = manifests.iter().map(|m| m.manifest_path.as_str()).collect();
+        self.delete_entries
+            .retain(|path, _| listed.contains(path.as_str()));
     }
 
     /// Whether this state describes the current snapshot of `meta`.
@@ -173,6 +186,7 @@ impl LiveState {
             files.position_deletes.push(entry.clone());
             self.dvs.insert(data_file, LiveDv { entry, dv });
         }
+        self.keep_listed_entries(&r.manifests);
         self.manifests = r.manifests;
         self.snapshot_id = Some(r.snapshot_id);
     }
@@ -237,6 +251,8 @@ impl LiveState {
                 DataContentType::Data => self.files.data.push(entry),
             }
         }
+        self.delete_entries.extend(p.delete_entries);
+        self.keep_listed_entries(&p.manifests);
         self.manifests = p.manifests;
         self.snapshot_id = Some(p.snapshot_id);
     }
@@ -312,6 +328,7 @@ mod tests {
                     },
                 ),
             ]),
+            delete_entries: KnownEntries::new(),
         };
         let replaced = HashSet::from(["a".to_owned()]);
         let merged = DeletionVector::from_positions([1, 5]).unwrap();
@@ -325,6 +342,7 @@ mod tests {
             data_manifest: Some(Arc::from("m0")),
             deletes: vec![(file("p2", DataContentType::PositionDeletes, Some("a")), 0)],
             delete_manifests: HashMap::from([(0, Arc::from("m1"))]),
+            delete_entries: KnownEntries::new(),
             rewritten: HashMap::from([("m-del".to_owned(), Some(Arc::from("m-del-r")))]),
             replaced: &replaced,
             vectors: BTreeMap::from([("a".to_owned(), merged.clone())]),
