@@ -80,20 +80,20 @@ async fn s3_warehouse_reads_back_equal() {
     assert!(out.contains(" 0 orphans"), "{out}");
 }
 
-/// Issue 37 on S3: the deletion vectors of a commit share one Puffin file, and later commits
-/// replace some of them while the others stay live (`postgres/shared_puffin.rs`); DuckDB
-/// (httpfs, ranged reads through its external file cache) and pyiceberg read every state right.
+/// On S3: a commit's deletion vectors, each in its own Puffin file, and later commits replacing
+/// some of them while the others stay live (`postgres/puffin_layout.rs`); DuckDB (httpfs,
+/// through its external file cache) and pyiceberg read every state right.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_vectors_sharing_a_puffin_file_are_read_right() {
+async fn s3_replaced_vectors_are_read_right() {
     let (env, endpoint, n) = ground_or_skip!(moto_test_env(false, "s3puffin"));
     if std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality") {
         return; // deletion vectors only
     }
-    let client = fresh_table(&env, &n, crate::postgres::shared_puffin::create).await;
+    let client = fresh_table(&env, &n, crate::postgres::puffin_layout::create).await;
     let mut s = S3Pipeline::new(&env, &n, &[&n], &endpoint);
     s.p.start();
     s.assert_equal(&n, 120, "duckdb").await;
-    for sql in crate::postgres::shared_puffin::changes(&n) {
+    for sql in crate::postgres::puffin_layout::changes(&n) {
         exec(&client, &sql).await;
         s.assert_equal(&n, 60, "duckdb").await;
         s.assert_equal(&n, 5, "pyiceberg").await;

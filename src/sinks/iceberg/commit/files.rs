@@ -1,10 +1,10 @@
 //! The file steps: a commit's data files (`files/writer.rs` gathers and encodes them), then its
 //! deletes: on v3 one deletion vector per touched data file, merged with that file's live
-//! vector, all in one Puffin file (`deletes/`); on v2 one position delete file (rows this
+//! vector, each in its own Puffin file (`deletes/`); on v2 one position delete file (rows this
 //! commit superseded, and rows of earlier snapshots a keyless multiset table's deletes remove)
 //! and one equality delete file (keys of earlier snapshots).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use arrow_array::RecordBatch;
 use futures::{StreamExt, TryStreamExt};
@@ -24,6 +24,11 @@ use crate::sinks::SinkError;
 /// creation in storage waited on its encoding and the next encoding on that write; each file in
 /// flight holds its gathered rows, a part of the commit's.
 const DATA_WRITES_IN_FLIGHT: usize = 4;
+
+/// Puffin files of one commit written at once: enough to hide a store's per-request latency
+/// (20 to 50 ms on S3), few enough not to queue on its connections beside the other tables'
+/// commits of a round.
+const VECTOR_WRITES_IN_FLIGHT: usize = 8;
 
 impl RowDelta<'_> {
     /// Writes the plan's data files, completing partial rows from `lookup`, each at its
@@ -112,31 +117,43 @@ impl RowDelta<'_> {
             .filter(|f| live_dvs.contains_key(*f))
             .cloned()
             .collect();
-        // One Puffin file per commit holding all its vectors, as Iceberg-Java writes them: each
-        // entry names its blob by `content_offset` and `content_size_in_bytes`, and a file stays
-        // reachable while any of its blobs is live (`maintenance/reachable.rs` keeps files by
-        // path). DuckDB, pyiceberg and Spark read a vector by its entry's range
-        // (docs/internals.md, "Deletion vectors").
+        // One Puffin file per vector. With several blobs in one Puffin file (as Iceberg-Java
+        // writes, and as the spec allows: each entry names its blob by `content_offset` and
+        // `content_size_in_bytes`), DuckDB 1.5.5 applies a neighbouring blob to the wrong
+        // data file: its iceberg extension takes a blob from the start of the buffer its
+        // external file cache returns, which holds an earlier read of the same file
+        // (duckdb-iceberg PR #1182, after 1.5.5; with `enable_external_file_cache = false` it
+        // reads right; Spark and pyiceberg read the same tables right). One blob per file
+        // sidesteps it at the cost of more small files, which are written concurrently (a
+        // commit's latency is then about one put, not one per vector).
         let placements = placements_of(new_dvs.dvs.keys(), data, &live.files);
-        let files = if new_dvs.dvs.is_empty() {
-            Vec::new()
-        } else {
-            let path = self.names.vector_file();
-            commit_vectors::write_puffin(
-                self.target.warehouse,
-                table,
-                &path,
-                &new_dvs.dvs,
-                &placements,
-            )
-            .await?
-        };
-        // `write_puffin` returns the entries in the map's order.
-        let spec_ids = new_dvs
-            .dvs
-            .keys()
-            .filter_map(|f| placements.get(f.as_str()).map(|p| p.spec_id))
-            .collect();
+        let mut writes = Vec::with_capacity(new_dvs.dvs.len());
+        for (i, (file, vector)) in new_dvs.dvs.iter().enumerate() {
+            let Some(placement) = placements.get(file.as_str()) else {
+                return Err(SinkError::Data {
+                    table: table.clone(),
+                    detail: format!("deleting rows of {file}, which is not a live data file"),
+                });
+            };
+            let path = self.names.vector_file(i);
+            let one = BTreeMap::from([(file.clone(), vector.clone())]);
+            let warehouse = self.target.warehouse;
+            writes.push(async move {
+                let written =
+                    commit_vectors::write_puffin(warehouse, table, &path, &one, placement).await?;
+                Ok::<_, SinkError>((written, placement.spec_id))
+            });
+        }
+        let written: Vec<_> = futures::stream::iter(writes)
+            .buffered(VECTOR_WRITES_IN_FLIGHT)
+            .try_collect()
+            .await?;
+        let mut files = Vec::with_capacity(written.len());
+        let mut spec_ids = Vec::with_capacity(written.len());
+        for (w, spec_id) in written {
+            spec_ids.extend(w.iter().map(|_| spec_id));
+            files.extend(w);
+        }
         Ok(Deletes {
             files,
             spec_ids,

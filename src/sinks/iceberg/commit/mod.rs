@@ -12,7 +12,7 @@
 //!      primary-key index on v3) — a partial update of a row deleted later inside an upsert
 //!      window is dropped (`rows/window.rs`) — and, v3, where the rows this commit deletes are;
 //!    - `files.rs`: the data files, then the deletes: v3 deletion vectors merged with the live
-//!      ones (all in one Puffin file), v2 position and equality delete files;
+//!      ones (one Puffin file each), v2 position and equality delete files;
 //!    - `manifests.rs`: the parent's manifests carried over (rewritten where they list a replaced
 //!      vector) and merged as the table's properties say (`merge.rs` plans which), this commit's
 //!      data and delete manifests, the manifest list (`manifest_list.rs`);
@@ -206,9 +206,8 @@ impl Names {
         format!("{}/data/{}-{i:05}.parquet", self.location, self.commit_id)
     }
 
-    /// The commit's Puffin file, holding all its deletion vectors.
-    pub(crate) fn vector_file(&self) -> String {
-        format!("{}/data/{}-dv.puffin", self.location, self.commit_id)
+    pub(crate) fn vector_file(&self, i: usize) -> String {
+        format!("{}/data/{}-dv-{i:05}.puffin", self.location, self.commit_id)
     }
 
     pub(crate) fn position_deletes(&self) -> String {

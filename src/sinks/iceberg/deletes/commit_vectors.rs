@@ -1,5 +1,5 @@
 //! Deletion vectors of a commit (format v3): reads the live DVs of a snapshot, merges this
-//! commit's deleted positions into them, and writes them as one Puffin file per commit.
+//! commit's deleted positions into them, and writes them as one Puffin file.
 //!
 //! Sits after the planner and the
 //! [`RowLocator`](crate::sinks::iceberg::rows::locator::RowLocator): positions come from located
@@ -167,17 +167,16 @@ impl NewDvs {
     }
 }
 
-/// Writes `dvs` as one Puffin file at `location` (one blob each, in the map's order, as
-/// Iceberg-Java writes a commit's vectors) and describes each blob as a delete file placed with
-/// its data file (`placements`): a vector's entry carries its data file's spec id and partition
-/// tuple (readers such as pyiceberg match a vector to its data file by partition; Iceberg spec,
-/// "Deletion Vectors"), and names its blob by `content_offset` and `content_size_in_bytes`.
+/// Writes `dvs` as one Puffin file at `location` and describes each blob as a delete file placed
+/// with its data file, which all sit at `placement`: a vector's entry carries its data file's
+/// spec id and partition tuple (readers such as pyiceberg match a vector to its data file by
+/// partition; Iceberg spec, "Deletion Vectors").
 pub(crate) async fn write_puffin(
     warehouse: &Warehouse,
     table: &TableId,
     location: &str,
     dvs: &BTreeMap<String, DeletionVector>,
-    placements: &HashMap<&str, Placement>,
+    placement: &Placement,
 ) -> Result<Vec<DataFile>, SinkError> {
     let puffin = |e: super::puffin::PuffinError| SinkError::Data {
         table: table.clone(),
@@ -186,14 +185,7 @@ pub(crate) async fn write_puffin(
     let mut writer = PuffinWriter::new();
     let mut blobs = Vec::with_capacity(dvs.len());
     for (data_file, dv) in dvs {
-        let Some(placement) = placements.get(data_file.as_str()) else {
-            return Err(SinkError::Data {
-                table: table.clone(),
-                detail: format!("deleting rows of {data_file}, which is not a live data file"),
-            });
-        };
-        let blob = writer.add_deletion_vector(data_file, dv).map_err(puffin)?;
-        blobs.push((blob, placement));
+        blobs.push(writer.add_deletion_vector(data_file, dv).map_err(puffin)?);
     }
     let bytes = writer.finish().map_err(puffin)?;
     let size = bytes.len() as u64;
@@ -204,7 +196,7 @@ pub(crate) async fn write_puffin(
     };
     blobs
         .into_iter()
-        .map(|(b, placement)| {
+        .map(|b| {
             let (Ok(offset), Ok(length)) = (
                 i64::try_from(b.content_offset),
                 i64::try_from(b.content_size_in_bytes),
@@ -226,78 +218,4 @@ pub(crate) async fn write_puffin(
                 .map_err(|e| describe(e.to_string()))
         })
         .collect()
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use iceberg::spec::{Literal, Struct};
-
-    use super::*;
-    use crate::sinks::iceberg::deletes::puffin::PuffinReader;
-
-    /// A commit's vectors share one Puffin file: each entry names its own blob (the footer's
-    /// range and data file) and carries its own data file's placement.
-    #[tokio::test]
-    async fn one_file_holds_every_vector_each_entry_naming_its_blob() {
-        let warehouse = Warehouse::from_url("memory://w").unwrap();
-        let location = "memory://w/shop/t/data/c-dv.puffin";
-        let (a, b) = (
-            "memory://w/shop/t/data/a.parquet",
-            "memory://w/shop/t/data/b.parquet",
-        );
-        let dvs = BTreeMap::from([
-            (
-                a.to_owned(),
-                DeletionVector::from_positions([1, 5]).unwrap(),
-            ),
-            (b.to_owned(), DeletionVector::from_positions([7]).unwrap()),
-        ]);
-        let day = Placement {
-            spec_id: 1,
-            partition: Struct::from_iter([Some(Literal::int(20000))]),
-            sort_order_id: None,
-        };
-        let placements = HashMap::from([(a, Placement::unpartitioned(0)), (b, day.clone())]);
-        let table = TableId::new("shop", "t");
-        let entries = write_puffin(&warehouse, &table, location, &dvs, &placements)
-            .await
-            .unwrap();
-        let bytes = warehouse
-            .store()
-            .get(&warehouse.path(location).unwrap())
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap();
-        let reader = PuffinReader::new(bytes.clone()).unwrap();
-        assert_eq!(reader.blobs().len(), 2);
-        for (entry, (file, dv)) in entries.iter().zip(&dvs) {
-            assert_eq!(entry.file_path(), location);
-            assert_eq!(entry.file_size_in_bytes(), bytes.len() as u64);
-            assert_eq!(entry.referenced_data_file().as_deref(), Some(file.as_str()));
-            assert_eq!(entry.record_count(), dv.cardinality());
-            let (offset, size) = (
-                entry.content_offset().unwrap() as u64,
-                entry.content_size_in_bytes().unwrap() as u64,
-            );
-            let blob = reader.blobs().iter().find(|m| m.offset == offset).unwrap();
-            assert_eq!(blob.length, size);
-            assert_eq!(
-                blob.properties.get("referenced-data-file"),
-                Some(file.as_str())
-            );
-            let read = DeletionVector::deserialize_blob(&reader.read_blob(offset, size).unwrap());
-            assert_eq!(read.unwrap().cardinality(), dv.cardinality());
-            let placement = &placements[file.as_str()];
-            assert_eq!(entry.partition(), &placement.partition);
-        }
-        let missing = HashMap::from([(a, Placement::unpartitioned(0))]);
-        let err = write_puffin(&warehouse, &table, location, &dvs, &missing).await;
-        assert!(
-            err.unwrap_err().to_string().contains(b),
-            "a vector of no live data file"
-        );
-    }
 }

@@ -62,9 +62,9 @@
 //!   known only by reading it); the files an equality delete applies to that a cycle leaves in
 //!   place have their deleted rows converted to positions (`convert.rs`) within a budget, beyond
 //!   which an equality delete file stays while a file older than it is not rewritten.
-//! - Puffin consolidation: the live blobs of older Puffin files are not rewritten into one (a
-//!   commit's vectors already share one file, `commit/files.rs`); compaction removes the vectors
-//!   of the files it rewrites.
+//! - Puffin consolidation: each vector stays in its own Puffin file. Several blobs per Puffin
+//!   file are what DuckDB 1.5.5 misreads (commit/files.rs); compaction instead removes the
+//!   vectors of the files it rewrites.
 
 mod convert;
 mod equality;

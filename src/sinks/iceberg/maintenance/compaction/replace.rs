@@ -167,29 +167,34 @@ impl Replace<'_> {
         Ok(carried)
     }
 
-    /// Writes `deletes` (positions in output files, `redelete.rs`) as deletion vectors in one
-    /// Puffin file, as streaming commits write them (`commit/files.rs`).
+    /// Writes `deletes` (positions in output files, `redelete.rs`) as deletion vectors, one
+    /// Puffin file each, as streaming commits write them (`commit/files.rs` says why one).
     pub async fn write_vectors(
         &self,
         deletes: BTreeMap<String, DeletionVector>,
         written: &Written,
     ) -> Result<CarriedVectors, SinkError> {
         let mut out = CarriedVectors::default();
-        if deletes.is_empty() {
-            return Ok(out);
-        }
-        let placements: HashMap<&str, _> = written
-            .outputs
-            .iter()
-            .filter(|o| deletes.contains_key(&o.path))
-            .map(|o| (o.path.as_str(), o.placement.clone()))
-            .collect();
-        let path = self.names.vector_file();
-        let entries =
-            commit_vectors::write_puffin(self.warehouse, self.table, &path, &deletes, &placements)
-                .await?;
-        for (entry, (output, vector)) in entries.into_iter().zip(deletes) {
-            out.vectors.insert(output, (entry, vector));
+        for (i, (output, vector)) in deletes.into_iter().enumerate() {
+            let path = self.names.vector_file(i);
+            let one = BTreeMap::from([(output.clone(), vector)]);
+            let Some(placement) = written
+                .outputs
+                .iter()
+                .find(|o| o.path == output)
+                .map(|o| o.placement.clone())
+            else {
+                return Err(SinkError::Data {
+                    table: self.table.clone(),
+                    detail: format!("carrying deletes over to {output}, not an output"),
+                });
+            };
+            let entries =
+                commit_vectors::write_puffin(self.warehouse, self.table, &path, &one, &placement)
+                    .await?;
+            for (entry, (_, vector)) in entries.into_iter().zip(one) {
+                out.vectors.insert(output.clone(), (entry, vector));
+            }
         }
         Ok(out)
     }

@@ -1,10 +1,11 @@
-//! Issue 37: a commit writes all its deletion vectors into one Puffin file, each delete-manifest
-//! entry naming its blob by `content_offset` and `content_size_in_bytes` (docs/internals.md,
-//! "Deletion vectors"). A later commit that replaces one of those vectors leaves its old blob in
-//! the file while the file's other blobs stay live; every reader must take each data file's vector
-//! from its live entry's range. The vectors here have one position each, so the blobs of a file
-//! are the same length and a reader taking a neighbour's range would read a valid vector of the
-//! wrong rows. Read back by DuckDB and pyiceberg after each commit and by Spark at the end.
+//! Each deletion vector is its own Puffin file (docs/internals.md, "Deletion vectors"): with
+//! several blobs per file, DuckDB 1.5.5's iceberg extension reads a later blob of a file as the
+//! bytes of an earlier cached read of that file (its external file cache; duckdb-iceberg PR
+//! #1182, after 1.5.5) and applies the wrong rows. A commit deleting from three data files, then
+//! commits replacing some of those vectors while the others stay live; every entry must name
+//! the one blob of its own file. The vectors here have one position each, so a reader taking a
+//! neighbour's blob would read a valid vector of the wrong rows. Read back by DuckDB and
+//! pyiceberg after each commit and by Spark at the end.
 
 use std::process::Command;
 use std::time::Duration;
@@ -77,10 +78,8 @@ pub(crate) fn create(t: &str) -> String {
 }
 
 /// The changes, one commit each (the caller reads the table back between them): two more data
-/// files (F1, F2 beside the copy's F0); one commit deleting a row of each, so one Puffin file
-/// with three equal-length blobs; then commits replacing some of that file's vectors and leaving
-/// the others live: (F0, F1, F2) keeps (F1, F2), then (F2); the next file, (F0, F1), is then
-/// replaced whole.
+/// files (F1, F2 beside the copy's F0); one commit deleting a row of each, so three
+/// equal-length vectors; then commits replacing some of them and leaving the others live.
 pub(crate) fn changes(t: &str) -> [String; 6] {
     [
         format!("INSERT INTO {t} SELECT g, g FROM generate_series(101, 200) g"),
@@ -93,13 +92,13 @@ pub(crate) fn changes(t: &str) -> [String; 6] {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn vectors_sharing_a_puffin_file_are_read_right_after_one_is_replaced() {
-    let test = "vectors_sharing_a_puffin_file_are_read_right_after_one_is_replaced";
+async fn each_vector_is_its_own_puffin_file_read_right_as_vectors_are_replaced() {
+    let test = "each_vector_is_its_own_puffin_file_read_right_as_vectors_are_replaced";
     let env = ground_or_skip!(test_env(test));
     if std::env::var("CDCD_TEST_DELETE_MODE").is_ok_and(|m| m == "equality") {
         return; // deletion vectors only
     }
-    let t = unique("sharedpuffin");
+    let t = unique("pufflayout");
     let client = fresh_table(&env, &t, create).await;
     // No compaction: it would merge the small files and drop their vectors before the layout
     // is checked.
@@ -114,17 +113,17 @@ async fn vectors_sharing_a_puffin_file_are_read_right_after_one_is_replaced() {
         exec(&client, sql).await;
         assert_read_right(&mut p, &t).await;
         if i == 2 {
-            let shared = puffins(&p, &t);
+            let files = puffins(&p, &t);
             assert!(
-                shared.iter().any(|f| f["blobs"] == 3 && f["live"] == 3),
-                "one Puffin file with the commit's three vectors: {shared:?}"
+                files.len() == 3 && files.iter().all(|f| f["blobs"] == 1 && f["live"] == 1),
+                "three vectors, each in its own Puffin file: {files:?}"
             );
         }
     }
     let after = puffins(&p, &t);
     assert!(
-        after.iter().any(|f| f["blobs"] == 3 && f["live"] == 1),
-        "the first shared file keeps one live vector of three: {after:?}"
+        after.iter().all(|f| f["blobs"] == 1 && f["live"] == 1),
+        "every live vector in its own Puffin file: {after:?}"
     );
     p.assert_equal_by_spark(&t).await;
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
