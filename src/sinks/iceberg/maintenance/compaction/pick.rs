@@ -13,7 +13,7 @@
 //! would come out as one small file again.
 //!
 //! Size tiers (format v3 only): a small file joins only while it is at most [`TIER_RATIO`] times
-//! the bytes of the smaller small files already chosen (universal compaction's size ratio, as in RocksDB and
+//! the bytes of the smaller small files of its partition already chosen (universal compaction's size ratio, as in RocksDB and
 //! Cassandra's size-tiered strategy). Without it every cycle re-merged the table's one large
 //! output with the few new files of the last minute, rewriting the whole table each cycle and
 //! holding the table's commits that long (docs/performance.md, "Long-run maintenance"); with
@@ -29,7 +29,10 @@
 //!
 //! Partitioned tables: a file of the table's default spec is rewritten only with files of the
 //! same partition ([`Group`]), so an output holds one partition, as its manifest entry says;
-//! `min-input-files` counts per partition. Files of an older spec (written before another engine
+//! `min-input-files` and the size tiers count per partition, and the budget takes a partition's
+//! files together or not at all (taken smallest first across the table, a budget of ~1,000 files
+//! spread over 730 daily partitions picked one or two per partition, under `min-input-files`
+//! in each, and compaction stopped with thousands of small files left). Files of an older spec (written before another engine
 //! or cdcd's config evolved the spec) are all candidates, whatever their size: their rows are
 //! rewritten into the current spec (`rewrite.rs` splits them by partition), after the
 //! delete-heavy files and before the small ones, within the cycle's byte budget, so a table
@@ -150,43 +153,83 @@ pub(crate) fn choose(policy: &Compaction, files: &[Candidate], tiered: bool) -> 
             i,
         )
     });
-    let mut picked = Vec::new();
-    let mut bytes = 0u64;
-    let mut small_bytes = 0u64;
+    // Per partition, in pick order, the files its size tier admits.
+    let mut partitions: Vec<PartitionPick> = Vec::new();
     for i in order {
-        let size = files[i].size_bytes;
-        let tier = !files[i].delete_heavy(policy) && !files[i].old_spec();
-        // Smallest first: once one small file is too large for its tier, so are the rest.
-        if tiered && tier && small_bytes > 0 && size > small_bytes.saturating_mul(TIER_RATIO) {
-            break;
-        }
-        if !picked.is_empty() && bytes.saturating_add(size) > policy.max_bytes_per_cycle {
-            continue;
-        }
-        bytes = bytes.saturating_add(size);
-        if tier {
-            small_bytes = small_bytes.saturating_add(size);
-        }
-        picked.push(i);
+        let file = &files[i];
+        let at = match partitions.iter().position(|p| p.group == &file.partition) {
+            Some(at) => at,
+            None => {
+                partitions.push(PartitionPick::new(&file.partition));
+                partitions.len() - 1
+            }
+        };
+        partitions[at].admit(policy, file, i, tiered);
     }
-    // Per partition, in pick order: rewritten when it has a delete-heavy file or enough files;
-    // the files of older specs whenever any is picked.
-    let mut groups: Vec<(&Group, Vec<usize>)> = Vec::new();
-    for i in picked {
-        let group = &files[i].partition;
-        match groups.iter_mut().find(|(g, _)| *g == group) {
-            Some((_, members)) => members.push(i),
-            None => groups.push((group, vec![i])),
-        }
-    }
+    // Whole partitions within the cycle's byte budget, in pick order: a partition whose share
+    // would fall short of `min-input-files` takes none of it, so the budget is never spent on
+    // files that are then left alone (spread over many partitions, the smallest files of the
+    // table would otherwise fill every cycle, a few per partition, and nothing be rewritten).
     let mut outputs = Vec::new();
-    for (group, members) in groups {
-        let heavy = members.iter().any(|&i| files[i].delete_heavy(policy));
-        if heavy || group.0.is_none() || members.len() >= policy.min_input_files {
-            outputs.extend(pack(policy.target_file_size_bytes, files, &members));
+    let mut bytes = 0u64;
+    for partition in partitions {
+        let mut taken = Vec::new();
+        let mut taken_bytes = 0u64;
+        for &i in &partition.members {
+            let size = files[i].size_bytes;
+            let spent = bytes.saturating_add(taken_bytes);
+            // At least one file per cycle, however large (a delete-heavy file above the budget).
+            if spent > 0 && spent.saturating_add(size) > policy.max_bytes_per_cycle {
+                continue;
+            }
+            taken_bytes = taken_bytes.saturating_add(size);
+            taken.push(i);
+        }
+        let heavy = taken.iter().any(|&i| files[i].delete_heavy(policy));
+        if heavy || partition.group.0.is_none() || taken.len() >= policy.min_input_files {
+            bytes = bytes.saturating_add(taken_bytes);
+            outputs.extend(pack(policy.target_file_size_bytes, files, &taken));
         }
     }
     Choice { outputs }
+}
+
+/// The files of one partition (or of the older specs) a cycle may rewrite, in pick order.
+struct PartitionPick<'a> {
+    group: &'a Group,
+    members: Vec<usize>,
+    /// Bytes of the small files admitted (the size tier's measure).
+    small_bytes: u64,
+    /// A small file was too large for the tier: so are the later (larger) ones.
+    tier_closed: bool,
+}
+
+impl<'a> PartitionPick<'a> {
+    fn new(group: &'a Group) -> Self {
+        PartitionPick {
+            group,
+            members: Vec::new(),
+            small_bytes: 0,
+            tier_closed: false,
+        }
+    }
+
+    /// Takes `file` (index `i`) unless the partition's size tier has closed.
+    fn admit(&mut self, policy: &Compaction, file: &Candidate, i: usize, tiered: bool) {
+        let tier = !file.delete_heavy(policy) && !file.old_spec();
+        if tier && tiered {
+            let too_large = self.small_bytes > 0
+                && file.size_bytes > self.small_bytes.saturating_mul(TIER_RATIO);
+            self.tier_closed |= too_large;
+            if self.tier_closed {
+                return;
+            }
+        }
+        if tier {
+            self.small_bytes = self.small_bytes.saturating_add(file.size_bytes);
+        }
+        self.members.push(i);
+    }
 }
 
 /// Packs `picked` (in order) into outputs of up to `target` estimated live bytes each.
@@ -280,6 +323,27 @@ mod tests {
             in_partition(4_000, 400, 0, 2, None),
         ];
         assert_eq!(choose(&p, &files, true).outputs, vec![vec![0]]);
+    }
+
+    /// Issue 36: the budget is spent on whole partitions. Taken smallest first across the
+    /// table, it held two or three files of each partition, fewer than `min-input-files`, and
+    /// every cycle rewrote nothing while each partition had enough small files.
+    #[test]
+    fn the_budget_takes_whole_partitions_so_many_partitions_still_compact() {
+        let mut p = policy();
+        p.max_bytes_per_cycle = 800;
+        // Four days of three files each (100, 110, 120 bytes), interleaved: the six smallest
+        // files of the table are two per day.
+        let mut files = Vec::new();
+        for size in [100, 110, 120] {
+            for day in 0..4 {
+                files.push(in_partition(size, 10, 0, files.len() as i64, Some(day)));
+            }
+        }
+        let c = choose(&p, &files, true);
+        // Days 0 and 1 whole (660 bytes); day 2 does not fit with three files, and is not taken
+        // with two.
+        assert_eq!(c.outputs, vec![vec![0, 4, 8], vec![1, 5, 9]]);
     }
 
     #[test]
