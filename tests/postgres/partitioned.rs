@@ -138,6 +138,7 @@ counts["partitions"] = len(counts["partitions"])
 counts["cdcd_replaces"] = sum(1 for s in replaces if (s.summary.additional_properties or {}).get("cdcd.pipeline"))
 counts["specs"] = sorted(specs)
 counts["default_spec"] = meta.default_spec_id
+counts["manifests"] = len(meta.snapshot_by_id(meta.current_snapshot_id).manifests(io))
 print(json.dumps(counts), flush=True)
 "#;
 

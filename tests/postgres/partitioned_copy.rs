@@ -5,7 +5,8 @@
 //! (pyiceberg) is about one per partition, and the table equals the source (DuckDB, pyiceberg).
 //! Under a tiny memory budget with a thousand partitions the copy commits often, stays within the
 //! budget, and still equals the source. The kill -9 in the middle of a partitioned copy is
-//! `snapshot.rs`'s.
+//! `snapshot.rs`'s. Compaction then merges each partition's small files however many
+//! partitions share a cycle's budget, into few manifests.
 
 use std::time::Duration;
 
@@ -14,7 +15,8 @@ use serde_json::Value;
 use super::memory_budget::{peak_rss_kib, MARGIN_MIB};
 use super::partitioned::layout_of;
 use crate::support::{
-    add_config_lines, connect, exec, test_env_and_name, tune_copy, wait_for, Pipeline, Settings,
+    add_config_lines, append_config, connect, exec, stdout_then_stderr, test_env_and_name,
+    tune_copy, wait_for, Pipeline, Settings,
 };
 
 /// A table of `rows` rows whose `created_at` falls on one of `days` days, unrelated to the key.
@@ -137,4 +139,82 @@ async fn a_partitioned_copy_under_a_tiny_budget_stays_within_it() {
     assert_eq!(layout["partitions"], days, "{layout}");
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0));
+}
+
+/// Issue 36: a copy over 40 days, then six streamed rounds each touching every day, so each
+/// partition holds a copy file and six small ones. With a cycle's budget (64 KiB) far below the
+/// table's small files, `cdcd maintain` took the table's smallest files across all partitions,
+/// one or two per partition, under `min-input-files` in each, and rewrote nothing, cycle after
+/// cycle; and each compaction rewrote every manifest it touched on its own, so the manifests
+/// never became fewer. Now a cycle takes whole partitions and packs the manifests it rewrites:
+/// within a few cycles each day holds at most two files (its copy file stays in its size tier),
+/// the snapshot lists few manifests, and DuckDB and pyiceberg read the source's rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_merges_many_partitions_within_a_small_budget_into_few_manifests() {
+    let (rows, days) = (20_000, 40);
+    let budget = |p: &Pipeline| {
+        append_config(
+            &p.config,
+            "\n[sink.table_properties]\n\"cdcd.compaction.max-bytes-per-cycle\" = \"65536\"\n",
+        );
+    };
+    let Some((mut p, t)) = copied("pcompact", rows, days, budget).await else {
+        return;
+    };
+    let client = connect(&p.env.pg_url).await;
+    for round in 0..6u64 {
+        let first = rows + 1 + round * 2 * days;
+        exec(
+            &client,
+            &format!(
+                "INSERT INTO {t} SELECT g, timestamptz '2024-01-01 00:00+00'
+                   + (g % {days}) * interval '1 day', g, 'streamed'
+                 FROM generate_series({first}, {first} + 2 * {days} - 1) g"
+            ),
+        )
+        .await;
+        p.assert_equal(&t, 120).await;
+    }
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0));
+    let before: Value = layout_of(&p.env.python, &p.table_dir(&t));
+    eprintln!("layout before compaction: {before}");
+    assert!(
+        before["data_files"].as_u64().unwrap() >= 6 * days,
+        "{before}"
+    );
+
+    let mut rewrote = Vec::new();
+    for _ in 0..20 {
+        let out = super::maintenance::maintain(&p, &["--table", &format!("public.{t}")]);
+        let text = stdout_then_stderr(&out);
+        assert!(out.status.success(), "cdcd maintain:\n{text}");
+        let files: u64 = text
+            .split("rewrote ")
+            .nth(1)
+            .and_then(|s| s.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no rewrite count in:\n{text}"));
+        rewrote.push(files);
+        if files == 0 {
+            break;
+        }
+    }
+    let after: Value = layout_of(&p.env.python, &p.table_dir(&t));
+    eprintln!("files rewritten per cycle {rewrote:?}; layout after: {after}");
+    assert!(
+        rewrote[0] > 0,
+        "the first cycle rewrote nothing: {rewrote:?}"
+    );
+    assert_eq!(rewrote.last(), Some(&0), "still rewriting: {rewrote:?}");
+    assert_eq!(after["partitions"], days, "{after}");
+    let files = after["data_files"].as_u64().unwrap();
+    assert!(
+        files <= 2 * days,
+        "{files} data files for {days} days: {after}"
+    );
+    let manifests = after["manifests"].as_u64().unwrap();
+    assert!(manifests <= 4, "{manifests} manifests: {after}");
+    p.assert_equal(&t, 0).await;
+    assert_equal_by_pyiceberg(&mut p, &t).await;
 }

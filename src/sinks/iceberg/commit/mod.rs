@@ -53,7 +53,7 @@ mod layout;
 mod locate;
 pub(super) mod manifest_list;
 mod manifests;
-mod merge;
+pub(crate) mod merge;
 pub(super) mod publish;
 mod steps;
 pub(super) mod summary;

@@ -188,18 +188,7 @@ pub(crate) async fn rewrite_manifest(
     old: &ManifestFile,
     remove: impl Fn(&DataFile) -> bool,
 ) -> Result<(Option<ManifestFile>, Vec<DataFile>), SinkError> {
-    let io = FileIO::new_with_memory();
-    let output = io
-        .new_output(&location)
-        .map_err(ice(format!("opening {location}")))?;
-    let mut writer = target.writer(output);
-    let entries = read_entries(warehouse, old).await?;
-    let (kept, removed) = carry_entries(&mut writer, &location, &entries, remove)?;
-    if kept.is_empty() {
-        return Ok((None, removed));
-    }
-    let manifest = finish_manifest(warehouse, &io, location, writer).await?;
-    Ok((Some(manifest), removed))
+    rewrite_manifests(warehouse, location, target, &[old], remove).await
 }
 
 /// Writes one manifest holding the live entries of `olds` (same content and partition spec, in
@@ -212,24 +201,40 @@ pub(crate) async fn merge_manifests(
     target: &ManifestTarget,
     olds: &[&ManifestFile],
 ) -> Result<Option<ManifestFile>, SinkError> {
+    Ok(
+        rewrite_manifests(warehouse, location, target, olds, |_| false)
+            .await?
+            .0,
+    )
+}
+
+/// [`rewrite_manifest`] of several manifests (same content and partition spec, in list order)
+/// into one: a rewrite and a merge at once.
+pub(crate) async fn rewrite_manifests(
+    warehouse: &Warehouse,
+    location: String,
+    target: &ManifestTarget,
+    olds: &[&ManifestFile],
+    remove: impl Fn(&DataFile) -> bool,
+) -> Result<(Option<ManifestFile>, Vec<DataFile>), SinkError> {
     let io = FileIO::new_with_memory();
     let output = io
         .new_output(&location)
         .map_err(ice(format!("opening {location}")))?;
     let mut writer = target.writer(output);
     let mut kept = 0;
+    let mut removed = Vec::new();
     for old in olds {
         let entries = read_entries(warehouse, old).await?;
-        kept += carry_entries(&mut writer, &location, &entries, |_| false)?
-            .0
-            .len();
+        let (k, r) = carry_entries(&mut writer, &location, &entries, &remove)?;
+        kept += k.len();
+        removed.extend(r);
     }
     if kept == 0 {
-        return Ok(None);
+        return Ok((None, removed));
     }
-    finish_manifest(warehouse, &io, location, writer)
-        .await
-        .map(Some)
+    let manifest = finish_manifest(warehouse, &io, location, writer).await?;
+    Ok((Some(manifest), removed))
 }
 
 async fn read_manifest(warehouse: &Warehouse, old: &ManifestFile) -> Result<Manifest, SinkError> {

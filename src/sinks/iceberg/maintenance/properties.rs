@@ -35,7 +35,7 @@ const DEFAULT_PREVIOUS_VERSIONS_MAX: usize = 100;
 const DEFAULT_MAX_SNAPSHOT_AGE_MS: i64 = 5 * 24 * 60 * 60 * 1000;
 const DEFAULT_MIN_SNAPSHOTS_TO_KEEP: usize = 1;
 const DEFAULT_MIN_COUNT_TO_MERGE: usize = 100;
-const DEFAULT_MANIFEST_TARGET_SIZE_BYTES: u64 = 8 * 1024 * 1024;
+pub(crate) const DEFAULT_MANIFEST_TARGET_SIZE_BYTES: u64 = 8 * 1024 * 1024;
 /// Iceberg-Java's `RewriteDataFiles` defaults: `min-input-files` 5, `delete-ratio-threshold` 0.3.
 const DEFAULT_MIN_INPUT_FILES: usize = 5;
 /// A streaming commit adds one small file: at the default cadence (a commit per second, a cycle

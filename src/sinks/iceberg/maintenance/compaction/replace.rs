@@ -20,12 +20,14 @@ use crate::changelog::TableId;
 use crate::checkpoint::Checkpoint;
 use crate::failpoints;
 use crate::sinks::iceberg::commit::manifest_list::{self, ListTarget};
+use crate::sinks::iceberg::commit::merge::MERGE_CAP_BYTES;
 use crate::sinks::iceberg::commit::publish;
 use crate::sinks::iceberg::commit::Names;
 use crate::sinks::iceberg::deletes::commit_vectors;
 use crate::sinks::iceberg::deletes::deletion_vector::DeletionVector;
 use crate::sinks::iceberg::files::manifest::{self, ManifestTarget};
 use crate::sinks::iceberg::files::metadata::Loaded;
+use crate::sinks::iceberg::maintenance::properties::{Merging, DEFAULT_MANIFEST_TARGET_SIZE_BYTES};
 use crate::sinks::iceberg::rows::live::LiveState;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
@@ -50,6 +52,49 @@ pub(crate) struct CarriedVectors {
 impl CarriedVectors {
     pub fn entries(&self) -> Vec<DataFile> {
         self.vectors.values().map(|(f, _)| f.clone()).collect()
+    }
+}
+
+/// The manifests [`Replace::carry`] rewrites, packed into bins of one kind (data or deletes)
+/// and one spec of about `commit.manifest.target-size-bytes` each, in list order.
+struct TouchedBins<'a> {
+    target_size: u64,
+    /// Closed and open bins, with their open bin's bytes, per kind and spec.
+    bins: Vec<Vec<&'a ManifestFile>>,
+    open: HashMap<(bool, i32), (usize, u64)>,
+}
+
+impl<'a> TouchedBins<'a> {
+    fn new(target_size: u64) -> Self {
+        TouchedBins {
+            target_size,
+            bins: Vec::new(),
+            open: HashMap::new(),
+        }
+    }
+
+    fn add(&mut self, m: &'a ManifestFile) {
+        let kind = (
+            m.content == ManifestContentType::Deletes,
+            m.partition_spec_id,
+        );
+        let length = u64::try_from(m.manifest_length).unwrap_or(0);
+        match self.open.get_mut(&kind) {
+            Some((at, bytes)) if bytes.saturating_add(length) <= self.target_size => {
+                *bytes = bytes.saturating_add(length);
+                if let Some(bin) = self.bins.get_mut(*at) {
+                    bin.push(m);
+                }
+            }
+            _ => {
+                self.open.insert(kind, (self.bins.len(), length));
+                self.bins.push(vec![m]);
+            }
+        }
+    }
+
+    fn into_bins(self) -> Vec<Vec<&'a ManifestFile>> {
+        self.bins
     }
 }
 
@@ -106,9 +151,23 @@ impl Replace<'_> {
         })
     }
 
+    /// `commit.manifest.target-size-bytes` of the base (its default when unreadable: the
+    /// property's error is reported by the commits that merge).
+    fn manifest_target_size(&self) -> u64 {
+        Merging::from_properties(self.meta().properties())
+            .map(|m| m.target_size_bytes)
+            .unwrap_or(DEFAULT_MANIFEST_TARGET_SIZE_BYTES)
+    }
+
     /// The base's manifests as the new snapshot keeps them: those listing a replaced data file,
     /// a vector of one or (v2) a dropped delete file are rewritten without those entries
-    /// (omitted, as the commit omits replaced vectors: `manifest::rewrite_manifest` says why).
+    /// (omitted, as the commit omits replaced vectors: `manifest::rewrite_manifest` says why),
+    /// together, packed by kind and spec up to the manifest target size ([`TouchedBins`]), with
+    /// the small untouched ones (under half the target, up to [`MERGE_CAP_BYTES`] read). Rewritten
+    /// one by one, and the others carried, a table that maintenance alone changes kept every
+    /// manifest and gained one per cycle (the cycle's own): a 730-day partitioned copy had 40
+    /// manifests after its compaction, each opened by DuckDB on every scan. Now a compaction
+    /// leaves about one manifest per kind and spec besides its own.
     pub async fn carry(&self) -> Result<Carried, SinkError> {
         let replaced = &self.replaced;
         let files = &self.live.files;
@@ -130,18 +189,31 @@ impl Replace<'_> {
         }
         let dropped = &self.dropped_deletes;
         let mut carried = Carried::default();
-        for (i, m) in self.live.manifests.iter().enumerate() {
-            if !touched.contains(m.manifest_path.as_str()) {
-                if m.has_added_files() || m.has_existing_files() {
-                    carried.manifests.push(m.clone());
-                }
+        let target_size = self.manifest_target_size();
+        let mut bins = TouchedBins::new(target_size);
+        let mut packing_left = MERGE_CAP_BYTES;
+        for m in &self.live.manifests {
+            let length = u64::try_from(m.manifest_length).unwrap_or(u64::MAX);
+            if touched.contains(m.manifest_path.as_str()) {
+                bins.add(m);
+            } else if !(m.has_added_files() || m.has_existing_files()) {
                 continue;
+            } else if length < target_size / 2 && length <= packing_left {
+                packing_left -= length;
+                bins.add(m);
+            } else {
+                carried.manifests.push(m.clone());
             }
-            let deletes = m.content == ManifestContentType::Deletes;
-            let target = self.manifest_target(deletes, m.partition_spec_id)?;
+        }
+        for (i, bin) in bins.into_bins().into_iter().enumerate() {
+            let Some(first) = bin.first() else {
+                continue;
+            };
+            let deletes = first.content == ManifestContentType::Deletes;
+            let target = self.manifest_target(deletes, first.partition_spec_id)?;
             let path = self.names.rewritten_manifest(i);
             let (rewritten, removed) =
-                manifest::rewrite_manifest(self.warehouse, path, &target, m, |f| {
+                manifest::rewrite_manifests(self.warehouse, path, &target, &bin, |f| {
                     match f.content_type() {
                         DataContentType::Data => replaced.contains(f.file_path()),
                         DataContentType::PositionDeletes => {
@@ -156,12 +228,14 @@ impl Replace<'_> {
             if deletes {
                 carried.removed_deletes.extend(removed);
             }
-            carried.rewritten.insert(
-                m.manifest_path.clone(),
-                rewritten
-                    .as_ref()
-                    .map(|r| Arc::from(r.manifest_path.as_str())),
-            );
+            let new = rewritten
+                .as_ref()
+                .map(|r| Arc::from(r.manifest_path.as_str()));
+            for m in &bin {
+                carried
+                    .rewritten
+                    .insert(m.manifest_path.clone(), new.clone());
+            }
             carried.manifests.extend(rewritten);
         }
         Ok(carried)
