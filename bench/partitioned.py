@@ -13,6 +13,9 @@ What it does and prints:
   4. a one-week query (count and sum of amount) on each table, by DuckDB's `iceberg_scan` and by pyiceberg's
      row filter: seconds (best of --repeat) and bytes the reader read (its process's `rchar` over the query,
      page cache included; pyiceberg also prints the bytes of the data files its plan kept);
+  4b. cdcd stopped, `cdcd maintain` on each table until a cycle rewrites nothing (what the daemon's own
+     maintenance does over its first minutes): cycles, seconds, live data files and manifests; then the
+     same queries again (a table cdcd maintains is read in this state; --no-maintain skips it);
   5. on the partitioned table, cdcd running: pgbench at --rate tps of updates that move one row to another
      day (`created_at` += 1 to 30 days) for --seconds, beside pgbench unthrottled with the same script first
      (the source's limit); a marker update every 200 ms records its commit LSN and wall time, and the lag is
@@ -31,6 +34,7 @@ import argparse
 import datetime
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -173,6 +177,26 @@ namespace = "bench"
                     data_bytes += os.path.getsize(os.path.join(root, n))
         return {"seconds": seconds, "rows_s": self.args.rows / seconds, "cpu": cpu, "rss_mib": rss / 1024,
                 "files": files, "data_mib": data_bytes / 2**20}
+
+    def maintain(self, index, layout):
+        """`cdcd maintain` on the table of the `index`-th pipeline until a cycle rewrites nothing."""
+        config = os.path.join(self.workdir, self.slots[index] + ".toml")
+        started, cycles = time.time(), 0
+        while cycles < 100:
+            out = subprocess.run([self.args.bin, "maintain", "--config", config], capture_output=True, text=True,
+                                 env=dict(os.environ, CDCD_LOG="warn"))
+            if out.returncode != 0:
+                sys.exit("cdcd maintain failed:\n%s%s" % (out.stdout, out.stderr))
+            cycles += 1
+            rewrote = re.search(r"rewrote (\d+) data files", out.stdout)
+            if not rewrote or rewrote.group(1) == "0":
+                break
+        import lakecheck
+        from pyiceberg.table import StaticTable
+        table = StaticTable.from_metadata(lakecheck.locate_iceberg(self.table_dir(layout), []))
+        snapshot = table.current_snapshot()
+        return {"cycles": cycles, "seconds": time.time() - started,
+                "files": sum(1 for _ in table.scan().plan_files()), "manifests": len(snapshot.manifests(table.io))}
 
     def stop_cdcd(self):
         if self.cdcd and self.cdcd.poll() is None:
@@ -327,6 +351,22 @@ namespace = "bench"
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+def queries(b, state):
+    """The one-week query on both tables by both readers, with the partitioned/unpartitioned ratios."""
+    lo, hi = b.week()
+    print("one-week query (%s to %s), %s, best of %d:" % (lo.date(), hi.date(), state, b.args.repeat))
+    for reader, query in (("duckdb", b.query_duckdb), ("pyiceberg", b.query_pyiceberg)):
+        results = {layout: query(layout) for layout, _ in LAYOUTS}
+        for layout, r in results.items():
+            extra = ", plan kept %.1f MiB of data files" % r["planned_mib"] if "planned_mib" in r else ""
+            print("  %-9s %-16s %.3f s, read %.1f MiB%s, answer %s"
+                  % (reader, layout, r["seconds"], r["read_mib"], extra, r["answer"]))
+        flat, part = results[LAYOUTS[0][0]], results[LAYOUTS[1][0]]
+        print("  %-9s partitioned reads %.1fx fewer bytes, runs %.1fx faster"
+              % (reader, flat["read_mib"] / max(part["read_mib"], 1e-9), flat["seconds"] / part["seconds"]),
+              flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "cdcd"))
@@ -338,6 +378,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3, help="runs of each query (the best is printed)")
     ap.add_argument("--arrival", choices=("time", "random"), default="time",
                     help="time: ids in created_at order (orders arriving), random: created_at unrelated to the id")
+    ap.add_argument("--no-maintain", action="store_true", help="skip maintenance and the second queries (step 4b)")
     ap.add_argument("--no-moves", action="store_true", help="skip the streaming phase (step 5)")
     ap.add_argument("--no-check", action="store_true",
                     help="skip the equality checks (step 6: minutes and ~13 GiB of Python at 10M rows)")
@@ -362,24 +403,19 @@ def main():
                 b.stop_cdcd()
         ratio = copies[LAYOUTS[1][0]]["rows_s"] / copies[LAYOUTS[0][0]]["rows_s"]
         print("partitioned copy rate / unpartitioned: %.2f" % ratio)
-        lo, hi = b.week()
-        print("one-week query (%s to %s), best of %d:" % (lo.date(), hi.date(), args.repeat))
-        for reader, query in (("duckdb", b.query_duckdb), ("pyiceberg", b.query_pyiceberg)):
-            results = {layout: query(layout) for layout, _ in LAYOUTS}
-            for layout, r in results.items():
-                extra = ", plan kept %.1f MiB of data files" % r["planned_mib"] if "planned_mib" in r else ""
-                print("  %-9s %-16s %.3f s, read %.1f MiB%s, answer %s"
-                      % (reader, layout, r["seconds"], r["read_mib"], extra, r["answer"]))
-            flat, part = results[LAYOUTS[0][0]], results[LAYOUTS[1][0]]
-            print("  %-9s partitioned reads %.1fx fewer bytes, runs %.1fx faster"
-                  % (reader, flat["read_mib"] / max(part["read_mib"], 1e-9), flat["seconds"] / part["seconds"]),
-                  flush=True)
+        queries(b, "as copied")
+        layout = LAYOUTS[1][0]
+        b.stop_cdcd()
+        if not args.no_maintain:
+            for i, (name, _) in enumerate(LAYOUTS):
+                m = b.maintain(i, name)
+                print("maintenance %-16s %d cycles, %.1f s: %d data files in %d manifests"
+                      % (name, m["cycles"], m["seconds"], m["files"], m["manifests"]), flush=True)
+            queries(b, "after maintenance")
         if not args.no_check:
             ok, last = b.check_equal(LAYOUTS[0][0])
             print("equal to the source (%s, pyiceberg): %s %s"
                   % (LAYOUTS[0][0], "yes" if ok else "NO", " ".join(last)))
-        layout = LAYOUTS[1][0]
-        b.stop_cdcd()
         if args.no_moves:
             return
         limit_tps = b.source_move_limit()
