@@ -126,7 +126,7 @@ fn big(id: i64) -> String {
     format!("(SELECT string_agg(md5(g::text || '-{id}'), '') FROM generate_series(1, 100) g)")
 }
 
-fn changelog_settings(p: &Pipeline, table: &str) {
+pub(crate) fn changelog_settings(p: &Pipeline, table: &str) {
     append_table_settings(&p.config, &format!("public.{table}"), "changelog = true\n");
 }
 
@@ -284,7 +284,7 @@ pub fn replay(
 }
 
 /// The source table `(id, v, big)`'s rows as the changelog reads them, by id.
-async fn source_rows(
+pub(crate) async fn source_rows(
     client: &tokio_postgres::Client,
     t: &str,
 ) -> BTreeMap<String, BTreeMap<String, String>> {
@@ -312,7 +312,7 @@ async fn source_rows(
 
 /// Transaction `k` of the workload: updates (some leaving the TOASTed `big` unchanged), an
 /// insert, a key change, a delete.
-fn transaction(t: &str, k: i64) -> String {
+pub(crate) fn transaction(t: &str, k: i64) -> String {
     format!(
         "BEGIN;
          UPDATE {t} SET v = v + 1 WHERE id % 5 = {m};
@@ -330,7 +330,7 @@ fn transaction(t: &str, k: i64) -> String {
 }
 
 /// A table of 60 rows, 20 with a TOASTed `big`.
-async fn workload_table(client: &tokio_postgres::Client, t: &str) {
+pub(crate) async fn workload_table(client: &tokio_postgres::Client, t: &str) {
     exec(
         client,
         &format!(
