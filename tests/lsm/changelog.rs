@@ -126,7 +126,7 @@ fn big(id: i64) -> String {
     format!("(SELECT string_agg(md5(g::text || '-{id}'), '') FROM generate_series(1, 100) g)")
 }
 
-pub(crate) fn changelog_settings(p: &Pipeline, table: &str) {
+fn changelog_settings(p: &Pipeline, table: &str) {
     append_table_settings(&p.config, &format!("public.{table}"), "changelog = true\n");
 }
 
@@ -330,7 +330,7 @@ pub(crate) fn transaction(t: &str, k: i64) -> String {
 }
 
 /// A table of 60 rows, 20 with a TOASTed `big`.
-pub(crate) async fn workload_table(client: &tokio_postgres::Client, t: &str) {
+async fn workload_table(client: &tokio_postgres::Client, t: &str) {
     exec(
         client,
         &format!(
@@ -345,21 +345,33 @@ pub(crate) async fn workload_table(client: &tokio_postgres::Client, t: &str) {
     .await;
 }
 
+/// A pipeline `name` (not started) of the [`workload_table`] `t` into Paimon with its changelog
+/// on, committing every `commit_interval_ms`; and a connection to Postgres.
+pub(crate) async fn workload_pipeline(
+    env: &crate::support::TestEnv,
+    name: &str,
+    t: &str,
+    commit_interval_ms: u64,
+) -> (Pipeline, tokio_postgres::Client) {
+    let client = connect(&env.pg_url).await;
+    workload_table(&client, t).await;
+    let settings = Settings {
+        commit_interval_ms,
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new_lsm(env, name, &[t], &settings, 2);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    changelog_settings(&p, t);
+    (p, client)
+}
+
 /// kill -9 at the commit's crash points (the snapshot not yet written; written, `LATEST` not):
 /// the changelog the restarted daemon goes on with has no gap and no duplicate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paimon_changelog_has_no_gap_and_no_duplicate_through_kill9() {
     let (env, name) = ground_or_skip!(test_env_and_name("lchlk"));
     let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    workload_table(&client, &t).await;
-    let settings = Settings {
-        commit_interval_ms: 100,
-        ..Settings::default()
-    };
-    let mut p = Pipeline::new_lsm(&env, &name, &[&t], &settings, 2);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    changelog_settings(&p, &t);
+    let (mut p, client) = workload_pipeline(&env, &name, &t, 100).await;
     let mut k = 0;
     for point in [
         "lsm-commit-before-snapshot:3",

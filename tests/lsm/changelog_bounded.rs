@@ -9,10 +9,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::changelog::{
-    changelog_settings, per_key, read_changelog, replay, source_rows, transaction, workload_table,
+    per_key, read_changelog, replay, source_rows, transaction, workload_pipeline,
 };
 use crate::postgres::resync::files_under;
-use crate::support::{connect, test_env_and_name, Pipeline, Settings};
+use crate::support::test_env_and_name;
 
 /// Rounds streamed, each its own transaction and commit; the warm-up is the first [`WARM_UP`].
 const ROUNDS: i64 = 80;
@@ -62,15 +62,7 @@ impl Files {
 async fn expiry_bounds_the_paimon_changelog_files() {
     let (env, name) = ground_or_skip!(test_env_and_name("lchlb"));
     let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    workload_table(&client, &t).await;
-    let settings = Settings {
-        commit_interval_ms: 50,
-        ..Settings::default()
-    };
-    let mut p = Pipeline::new_lsm(&env, &name, &[&t], &settings, 2);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    changelog_settings(&p, &t);
+    let (mut p, client) = workload_pipeline(&env, &name, &t, 50).await;
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     p.assert_equal(&t, 60).await;

@@ -390,25 +390,20 @@ impl StagedChangelog<'_> {
     /// Publishes the changelog's commit through the catalog on its own: durable when this
     /// returns.
     pub(in crate::sinks::iceberg) async fn publish(self) -> Result<(), SinkError> {
-        let StagedChangelog {
-            tables,
-            id,
-            delta,
-            staged: Staged { next, after },
-            cached,
-        } = self;
+        let (tables, id) = (self.tables, self.id);
         let location = tables.current_location(id);
-        let published = delta
+        let published = self
+            .delta
             .publish(
                 tables.catalog_for(id),
                 &tables.table_ref(id, &location),
-                next,
+                self.staged.next,
             )
             .await;
         match published {
             Ok(published) => {
                 tables.remember(id, Some(published));
-                delta.finish(after, cached);
+                self.delta.finish(self.staged.after, self.cached);
                 Ok(())
             }
             Err(e) => {
@@ -426,19 +421,13 @@ impl StagedChangelog<'_> {
         rest: &RestCatalog,
         table: (TableRef<'_>, &Loaded, &TableMetadata),
     ) -> Result<Arc<Loaded>, SinkError> {
-        let StagedChangelog {
-            tables,
-            id,
-            delta,
-            staged: Staged { next, after },
-            cached,
-        } = self;
+        let (tables, id, next) = (self.tables, self.id, &self.staged.next);
         let location = tables.current_location(id);
         let items = [
             (
                 tables.table_ref(id, &location),
-                delta.base_loaded().as_ref(),
-                &next,
+                self.delta.base_loaded().as_ref(),
+                next,
             ),
             table,
         ];
@@ -458,7 +447,7 @@ impl StagedChangelog<'_> {
             });
         };
         tables.remember(id, Some(Arc::new(changelog)));
-        delta.finish(after, cached);
+        self.delta.finish(self.staged.after, self.cached);
         Ok(Arc::new(table))
     }
 }
