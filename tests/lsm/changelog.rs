@@ -284,7 +284,7 @@ pub fn replay(
 }
 
 /// The source table `(id, v, big)`'s rows as the changelog reads them, by id.
-async fn source_rows(
+pub(crate) async fn source_rows(
     client: &tokio_postgres::Client,
     t: &str,
 ) -> BTreeMap<String, BTreeMap<String, String>> {
@@ -312,7 +312,7 @@ async fn source_rows(
 
 /// Transaction `k` of the workload: updates (some leaving the TOASTed `big` unchanged), an
 /// insert, a key change, a delete.
-fn transaction(t: &str, k: i64) -> String {
+pub(crate) fn transaction(t: &str, k: i64) -> String {
     format!(
         "BEGIN;
          UPDATE {t} SET v = v + 1 WHERE id % 5 = {m};
@@ -345,21 +345,33 @@ async fn workload_table(client: &tokio_postgres::Client, t: &str) {
     .await;
 }
 
+/// A pipeline `name` (not started) of the [`workload_table`] `t` into Paimon with its changelog
+/// on, committing every `commit_interval_ms`; and a connection to Postgres.
+pub(crate) async fn workload_pipeline(
+    env: &crate::support::TestEnv,
+    name: &str,
+    t: &str,
+    commit_interval_ms: u64,
+) -> (Pipeline, tokio_postgres::Client) {
+    let client = connect(&env.pg_url).await;
+    workload_table(&client, t).await;
+    let settings = Settings {
+        commit_interval_ms,
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new_lsm(env, name, &[t], &settings, 2);
+    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
+    changelog_settings(&p, t);
+    (p, client)
+}
+
 /// kill -9 at the commit's crash points (the snapshot not yet written; written, `LATEST` not):
 /// the changelog the restarted daemon goes on with has no gap and no duplicate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paimon_changelog_has_no_gap_and_no_duplicate_through_kill9() {
     let (env, name) = ground_or_skip!(test_env_and_name("lchlk"));
     let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    workload_table(&client, &t).await;
-    let settings = Settings {
-        commit_interval_ms: 100,
-        ..Settings::default()
-    };
-    let mut p = Pipeline::new_lsm(&env, &name, &[&t], &settings, 2);
-    p.on_cleanup(format!("DROP TABLE IF EXISTS {t}"));
-    changelog_settings(&p, &t);
+    let (mut p, client) = workload_pipeline(&env, &name, &t, 100).await;
     let mut k = 0;
     for point in [
         "lsm-commit-before-snapshot:3",

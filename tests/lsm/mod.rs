@@ -2,6 +2,7 @@
 //! back by pypaimon.
 
 mod changelog;
+mod changelog_bounded;
 mod changelog_kills;
 mod expiry;
 mod json_variant;

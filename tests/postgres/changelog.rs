@@ -20,8 +20,9 @@ use crate::support::{
 /// changelog's last `resync` row, as a consumer reloads there: the table as of the snapshot whose
 /// `cdcd.position` is the marker's `_cdc_position`, then the rows after the marker. With `copied`:
 /// onto the table's first snapshot with its initial copy complete (a copy that ran while the
-/// source was written: the changes it may hold again replay idempotently, complete images). A change there twice (the same
-/// `_cdc_tx`, `_cdc_op` and key) is a difference.
+/// source was written: the changes it may hold again replay idempotently, complete images). With
+/// `empty`: onto no rows (a table copied empty, its snapshots since expired). A change there twice
+/// (the same `_cdc_tx`, `_cdc_op` and key) is a difference.
 const REPLAY: &str = r#"
 import os, sys, json
 sys.path.insert(0, os.environ["LAKECHECK_DIR"])
@@ -43,7 +44,10 @@ if copy_snapshot == "resync":
 if copy_snapshot == "copied":
     copy_snapshot = next(s.snapshot_id for s in sorted(t.metadata.snapshots, key=lambda s: s.sequence_number)
                          if s.summary and s.summary.get("cdcd.position") and not s.summary.get("cdcd.snapshot"))
-cols, rows = lc.arrow_rows(t.scan(snapshot_id=int(copy_snapshot)).to_arrow())
+if copy_snapshot == "empty":
+    cols, rows = [], []
+else:
+    cols, rows = lc.arrow_rows(t.scan(snapshot_id=int(copy_snapshot)).to_arrow())
 key = lambda r: tuple(lc.norm(r[c], kinds[names.index(c)]) for c in pk)
 state = {}
 for r in rows:

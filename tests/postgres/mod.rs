@@ -2,6 +2,7 @@
 //! `tls`: TLS with verification, md5 and client certificates (the test bed's second cluster).
 
 pub(crate) mod changelog;
+mod changelog_bounded;
 mod changelog_resync;
 mod copy_ddl;
 mod crash;

@@ -276,7 +276,7 @@ fn position_order(position: &str) -> Option<u64> {
 }
 
 /// How many files are under `dir` (none when it is missing).
-fn files_under(dir: &Path) -> usize {
+pub(crate) fn files_under(dir: &Path) -> usize {
     std::fs::read_dir(dir).map_or(0, |rd| {
         rd.filter_map(|e| e.ok())
             .map(|e| {

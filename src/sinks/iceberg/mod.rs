@@ -84,7 +84,7 @@ mod variant_shredding;
 mod wkb;
 
 use catalog::Catalog;
-use changelog::ChangelogWrite;
+use changelog::{beside, ChangelogWrite};
 use commit::{Input, Staged};
 use evolve::EvolveLayout;
 use maintenance::MaintenanceCycle;
@@ -214,14 +214,32 @@ impl IcebergSink {
         let tables = &self.tables;
         let slot = tables.slot(table);
         let mut guard = slot.lock().await;
-        let (delta, Staged { next, after }, cached) = tables.stage(&mut guard, input).await?;
-        let changelog = match ChangelogWrite::of(tables, schema)? {
-            Some(changelog) => changelog
-                .rows(input, delta.base(), &cached)
-                .await?
-                .map(|rows| (changelog, rows)),
+        let (mut delta, mut cached) = tables.plan(&mut guard, input).await?;
+        let changelog = ChangelogWrite::of(tables, schema)?;
+        let pending = match &changelog {
+            Some(changelog) => changelog.prior(input, &delta, &mut cached).await?,
             None => None,
         };
+        // The changelog's rows and file are staged beside the table's (changelog/beside.rs).
+        let changelog_slot = changelog.as_ref().map(|c| tables.slot(c.id()));
+        let mut changelog_guard = match &changelog_slot {
+            Some(slot) if pending.is_some() => Some(slot.lock().await),
+            _ => None,
+        };
+        let mut scratch = changelog::Scratch::default();
+        let (staged, changelog) = match (&changelog, pending, changelog_guard.as_deref_mut()) {
+            (Some(changelog), Some(pending), Some(slot)) => {
+                let scratch = &mut scratch;
+                let there = async move {
+                    let rows = pending.rows(changelog)?;
+                    changelog.stage(rows, checkpoint, slot, scratch).await
+                };
+                let (staged, changelog) = beside(delta.stage(&mut cached), there).await;
+                (staged?, Some(changelog?))
+            }
+            _ => (delta.stage(&mut cached).await?, None),
+        };
+        let Staged { next, after } = staged;
         let base = Arc::clone(delta.base_loaded());
         let location = tables.current_location(table);
         let catalog = tables.catalog_for(table);
@@ -232,12 +250,12 @@ impl IcebergSink {
         // With its changelog: in one catalog transaction where offered, else the changelog
         // first, on its own checkpoint (changelog/: why that order).
         let published = match (changelog, together) {
-            (Some((changelog, rows)), Some(rest)) => {
+            (Some(changelog), Some(rest)) => {
                 let item = (tables.table_ref(table, &location), base.as_ref(), &next);
-                changelog.commit_with(rows, checkpoint, rest, item).await
+                changelog.publish_with(rest, item).await
             }
-            (Some((changelog, rows)), None) => {
-                changelog.commit(rows, checkpoint).await?;
+            (Some(changelog), None) => {
+                changelog.publish().await?;
                 crate::failpoints::crash_point(crate::failpoints::CHANGELOG_BEFORE_TABLE);
                 crate::failpoints::pause_point(crate::failpoints::CHANGELOG_BEFORE_TABLE).await;
                 delta

@@ -423,6 +423,18 @@ impl Tables {
         slot: &'a mut TableSlot,
         input: Input<'a>,
     ) -> Result<(RowDelta<'a>, Staged, Cached<'a>), SinkError> {
+        let (mut delta, mut cached) = self.plan(slot, input).await?;
+        let staged = delta.stage(&mut cached).await?;
+        Ok((delta, staged, cached))
+    }
+
+    /// [`stage`](Self::stage) up to the files: the base loaded (or the table created), the
+    /// changes planned, the slot's state for the commit.
+    pub(super) async fn plan<'a>(
+        &'a self,
+        slot: &'a mut TableSlot,
+        input: Input<'a>,
+    ) -> Result<(RowDelta<'a>, Cached<'a>), SinkError> {
         let table = &input.schema.id;
         let settings = self.settings.resolve(table)?;
         let wanted = schema::iceberg_schema_for(input.schema, &settings)?;
@@ -441,12 +453,11 @@ impl Tables {
             schema_change: self.schema_change.for_table(table),
             soft_deletes,
         };
-        let mut delta = RowDelta::new(target, input, base, &wanted)?;
-        let mut cached = slot
+        let delta = RowDelta::new(target, input, base, &wanted)?;
+        let cached = slot
             .for_commit(&self.warehouse, table, delta.base())
             .await?;
-        let staged = delta.stage(&mut cached).await?;
-        Ok((delta, staged, cached))
+        Ok((delta, cached))
     }
 }
 

@@ -1,13 +1,17 @@
 //! The memtable: the index changes applied since the last flush, in memory.
 //!
 //! Keys are appended to one byte arena and entries (arena offset, slot) to one vector, so
-//! applying a change allocates nothing per row (amortized growth only) and hashes nothing: the
-//! sink only looks keys up in the memtable when a persist failed (it is flushed at every
-//! persist), so the lookup structure is built on the first [`MemTable::get`] after a change. It
-//! is a map from [`key_hash`] to the newest entry with that hash, plus a `prev` link per entry,
-//! forming exact chains: a lookup walks the chain comparing full key bytes, so hash collisions
-//! never alias two keys. A key written twice keeps both entries (the newer shadows the older);
-//! [`MemTable::sorted`] keeps the newest per key when flushing.
+//! applying a change allocates nothing per row (amortized growth only) and, until a lookup,
+//! hashes nothing: the copy never looks keys up, so the lookup structure is built on the first
+//! [`MemTable::get`]. It is a map from [`key_hash`] to the newest entry with that hash, plus a
+//! `prev` link per entry, forming exact chains: a lookup walks the chain comparing full key
+//! bytes, so hash collisions never alias two keys. Once built, each insert extends the chains
+//! (one hash per entry over the memtable's life): a streaming sink keeps its changes here for
+//! several commits between persists and looks keys up at every commit, and rebuilding the chains
+//! from every entry at each commit was the largest single item of its commit thread
+//! (docs/performance.md, "Streaming with the changelog on"). A key written twice keeps both
+//! entries (the newer shadows the older); [`MemTable::sorted`] keeps the newest per key when
+//! flushing.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -78,6 +82,14 @@ struct Chains {
     prev: Vec<usize>,
 }
 
+impl Chains {
+    /// Makes entry `i` (the next one, holding `key`) the head of its hash's chain.
+    fn link(&mut self, key: &[u8], i: usize) {
+        let prev = self.heads.insert(key_hash(key), i);
+        self.prev.push(prev.unwrap_or(NONE));
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct MemTable {
     arena: Vec<u8>,
@@ -87,8 +99,8 @@ pub(crate) struct MemTable {
 
 impl MemTable {
     pub(crate) fn insert(&mut self, key: &[u8], slot: Slot) {
-        if self.chains.get().is_some() {
-            self.chains = OnceLock::new();
+        if let Some(chains) = self.chains.get_mut() {
+            chains.link(key, self.entries.len());
         }
         self.entries.push(Entry {
             key_off: self.arena.len(),
@@ -113,8 +125,7 @@ impl MemTable {
                 prev: Vec::with_capacity(self.entries.len()),
             };
             for i in 0..self.entries.len() {
-                let prev = chains.heads.insert(key_hash(self.key(i)), i);
-                chains.prev.push(prev.unwrap_or(NONE));
+                chains.link(self.key(i), i);
             }
             chains
         })
@@ -267,5 +278,20 @@ mod tests {
         let h = key_hash(b"x");
         assert_eq!(m.get(b"y", h), None);
         assert_eq!(m.get(b"x", h), Some(at(0, 1)));
+    }
+
+    #[test]
+    fn inserts_after_a_lookup_extend_the_chains() {
+        let mut m = MemTable::default();
+        m.insert(b"a", at(0, 1));
+        assert_eq!(m.get(b"a", key_hash(b"a")), Some(at(0, 1)));
+        m.insert(b"b", at(0, 2));
+        m.insert(b"a", at(1, 3));
+        assert_eq!(m.get(b"a", key_hash(b"a")), Some(at(1, 3)));
+        assert_eq!(m.get(b"b", key_hash(b"b")), Some(at(0, 2)));
+        m.clear();
+        assert_eq!(m.get(b"a", key_hash(b"a")), None);
+        m.insert(b"a", at(2, 4));
+        assert_eq!(m.get(b"a", key_hash(b"a")), Some(at(2, 4)));
     }
 }

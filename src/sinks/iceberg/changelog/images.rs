@@ -15,7 +15,7 @@
 //! the table's row, the old key of a key change, or NULL), and each output column is one Arrow
 //! `interleave` over those sources.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use arrow_array::{new_null_array, Array, ArrayRef, RecordBatch};
@@ -110,9 +110,9 @@ impl Keys {
     }
 }
 
-/// Hashes the encoded keys (`arrow_row` bytes) of the walk's key sets: FxHash's multiply-rotate
-/// over 8-byte words. The walks hash two to four keys per change, and std's SipHash on a 9-byte
-/// int8 key cost more than the rest of the walk (profiled on the MariaDB bench, issue 38).
+/// Hashes the encoded keys (`arrow_row` bytes) for [`key_ids`]: FxHash's multiply-rotate over
+/// 8-byte words. It hashes one or two keys per change, and std's SipHash on a 9-byte int8 key
+/// cost more than the rest of the walk (profiled on the MariaDB bench, issue 38).
 #[derive(Default)]
 struct KeyHasher(u64);
 
@@ -150,6 +150,86 @@ fn change_count(changes: &[TableChanges]) -> usize {
     changes.iter().map(TableChanges::len).sum()
 }
 
+/// Every change's key as a dense id, one per distinct key of the commit ([`key_ids`]): the walks
+/// ([`prior_keys`], [`images`]) index their per-key state by id, so each change's key is encoded
+/// and hashed once per commit.
+#[derive(Debug, Default)]
+pub(crate) struct KeyIds {
+    /// Per run, per change: the id of its key.
+    new: Vec<Vec<u32>>,
+    /// Per run, per change: the id of the key the row had before the change (its old key when
+    /// the change moved it, else its key).
+    before: Vec<Vec<u32>>,
+    /// How many distinct keys (ids are `0..count`).
+    count: usize,
+}
+
+impl KeyIds {
+    fn new_id(&self, batch: usize, row: usize) -> usize {
+        self.new
+            .get(batch)
+            .and_then(|ids| ids.get(row))
+            .map_or(usize::MAX, |&id| id as usize)
+    }
+
+    fn before_id(&self, batch: usize, row: usize) -> usize {
+        self.before
+            .get(batch)
+            .and_then(|ids| ids.get(row))
+            .map_or(usize::MAX, |&id| id as usize)
+    }
+}
+
+/// The key ids of `changes` (`key`: the key columns; none for a keyless table, whose changes
+/// carry whole rows).
+pub(crate) fn key_ids(changes: &[TableChanges], key: &[usize]) -> Result<KeyIds, ArrowError> {
+    if key.is_empty() {
+        return Ok(KeyIds::default());
+    }
+    let keys = Keys::of(changes, key)?;
+    let mut ids: HashMap<Row<'_>, u32, KeyHash> =
+        HashMap::with_capacity_and_hasher(change_count(changes), KeyHash::default());
+    fn id_of<'k>(ids: &mut HashMap<Row<'k>, u32, KeyHash>, key: Row<'k>) -> u32 {
+        let next = ids.len() as u32;
+        *ids.entry(key).or_insert(next)
+    }
+    let mut out = KeyIds::default();
+    for (b, c) in changes.iter().enumerate() {
+        let mut new = Vec::with_capacity(c.ops.len());
+        let mut before = Vec::with_capacity(c.ops.len());
+        for r in 0..c.ops.len() {
+            let id = id_of(&mut ids, keys.new_key(b, r));
+            let moved = c.key_changed.get(r).copied().unwrap_or(false);
+            before.push(if moved {
+                id_of(&mut ids, keys.before_key(c, b, r))
+            } else {
+                id
+            });
+            new.push(id);
+        }
+        out.new.push(new);
+        out.before.push(before);
+    }
+    out.count = ids.len();
+    Ok(out)
+}
+
+/// Per key id, whether a walk met the key already; [`Seen::first`] marks it.
+struct Seen(Vec<bool>);
+
+impl Seen {
+    fn new(ids: &KeyIds) -> Seen {
+        Seen(vec![false; ids.count])
+    }
+
+    /// Whether this is the first time `id` is met.
+    fn first(&mut self, id: usize) -> bool {
+        self.0
+            .get_mut(id)
+            .is_some_and(|met| !std::mem::replace(met, true))
+    }
+}
+
 /// The keys whose row before the commit the changelog needs, each once, in the order
 /// [`images`] consumes them: a key's first change in the commit when it is an update (its old
 /// key, when the update moves it) or a delete, unless a truncate came before; with
@@ -157,15 +237,13 @@ fn change_count(changes: &[TableChanges]) -> usize {
 /// row. Empty for a keyless table, whose changes carry whole rows.
 pub(crate) fn prior_keys(
     changes: &[TableChanges],
-    key: &[usize],
+    ids: &KeyIds,
     keep_old_keys: bool,
-) -> Result<Vec<KeyRef>, ArrowError> {
-    if key.is_empty() {
-        return Ok(Vec::new());
+) -> Vec<KeyRef> {
+    if ids.count == 0 {
+        return Vec::new();
     }
-    let keys = Keys::of(changes, key)?;
-    let mut seen: HashSet<Row<'_>, KeyHash> =
-        HashSet::with_capacity_and_hasher(change_count(changes), KeyHash::default());
+    let mut seen = Seen::new(ids);
     let mut truncated = false;
     let mut wanted = Vec::new();
     for (b, c) in changes.iter().enumerate() {
@@ -178,26 +256,26 @@ pub(crate) fn prior_keys(
             match op {
                 Op::Truncate => truncated = true,
                 Op::Insert => {
-                    seen.insert(keys.new_key(b, r));
+                    seen.first(ids.new_id(b, r));
                 }
                 Op::Update => {
                     let moved = c.key_changed.get(r).copied().unwrap_or(false);
-                    if seen.insert(keys.before_key(c, b, r)) && !truncated {
+                    if seen.first(ids.before_id(b, r)) && !truncated {
                         wanted.push(at(moved));
                     }
-                    if seen.insert(keys.new_key(b, r)) && moved && keep_old_keys && !truncated {
+                    if seen.first(ids.new_id(b, r)) && moved && keep_old_keys && !truncated {
                         wanted.push(at(false));
                     }
                 }
                 Op::Delete => {
-                    if seen.insert(keys.new_key(b, r)) && !truncated {
+                    if seen.first(ids.new_id(b, r)) && !truncated {
                         wanted.push(at(false));
                     }
                 }
             }
         }
     }
-    Ok(wanted)
+    wanted
 }
 
 /// Where an image's cell is: (source, row); see [`Sources`].
@@ -237,6 +315,7 @@ enum Image {
 pub(crate) fn images(
     changes: &[TableChanges],
     key: &[usize],
+    ids: &KeyIds,
     prior: Option<Prior<'_>>,
     emit: &[bool],
     keep_old_keys: bool,
@@ -252,11 +331,6 @@ pub(crate) fn images(
     let src = Sources {
         runs: changes.len(),
     };
-    let keys = if key.is_empty() {
-        None
-    } else {
-        Some(Keys::of(changes, key)?)
-    };
     let mut walk = Walk {
         src: &src,
         key,
@@ -264,14 +338,7 @@ pub(crate) fn images(
         keep_old_keys,
         prior: prior.as_ref(),
         next_prior: 0,
-        images: HashMap::with_capacity_and_hasher(
-            if keys.is_some() {
-                change_count(changes)
-            } else {
-                0
-            },
-            KeyHash::default(),
-        ),
+        images: vec![None; ids.count],
         truncated: false,
         cells: Vec::new(),
         kept: Vec::new(),
@@ -281,13 +348,11 @@ pub(crate) fn images(
     for (b, c) in changes.iter().enumerate() {
         let emit = emit.get(b).copied().unwrap_or(false);
         for (r, op) in c.ops.iter().enumerate() {
-            match &keys {
-                Some(keys) => {
-                    let new_key = keys.new_key(b, r);
-                    let before_key = keys.before_key(c, b, r);
-                    walk.keyed(c, (b, r), *op, (new_key, before_key), emit);
-                }
-                None => walk.keyless(c, b, r, *op, emit),
+            if key.is_empty() {
+                walk.keyless(c, b, r, *op, emit);
+            } else {
+                let ids = (ids.new_id(b, r), ids.before_id(b, r));
+                walk.keyed(c, (b, r), *op, ids, emit);
             }
         }
     }
@@ -303,7 +368,7 @@ pub(crate) fn images(
 }
 
 /// The images followed through the commit, and the rows emitted so far.
-struct Walk<'a, 'k> {
+struct Walk<'a> {
     src: &'a Sources,
     /// The key columns.
     key: &'a [usize],
@@ -314,8 +379,8 @@ struct Walk<'a, 'k> {
     prior: Option<&'a Prior<'a>>,
     /// The next row of `prior` (keys are met in [`prior_keys`]'s order).
     next_prior: usize,
-    /// Each key met so far: its image, or `None` once it has no row.
-    images: HashMap<Row<'k>, Option<Image>, KeyHash>,
+    /// Per key id, once met: its image, or `None` once it has no row.
+    images: Vec<Option<Option<Image>>>,
     truncated: bool,
     /// Per emitted row, its cells (`width` each, flattened).
     cells: Vec<Cell>,
@@ -325,7 +390,7 @@ struct Walk<'a, 'k> {
     runs: Vec<usize>,
 }
 
-impl<'k> Walk<'_, 'k> {
+impl Walk<'_> {
     /// Cell `col` of `image`.
     fn cell(&self, image: Image, col: usize) -> Cell {
         let at = match image {
@@ -388,8 +453,8 @@ impl<'k> Walk<'_, 'k> {
     }
 
     /// The row a key had before the change: met earlier in the commit, else the table's.
-    fn before(&mut self, key: &Row<'k>) -> Option<Image> {
-        if let Some(image) = self.images.get(key) {
+    fn before(&mut self, key: usize) -> Option<Image> {
+        if let Some(Some(image)) = self.images.get(key) {
             return *image;
         }
         if self.truncated {
@@ -404,23 +469,30 @@ impl<'k> Walk<'_, 'k> {
         Some(Image::Prior(i))
     }
 
-    /// Change `(b, r)` of a keyed table, whose key is `new_key` and was `before_key`.
+    /// Key `key` (an id) now has `image` (`None`: no row).
+    fn set(&mut self, key: usize, image: Option<Image>) {
+        if let Some(met) = self.images.get_mut(key) {
+            *met = Some(image);
+        }
+    }
+
+    /// Change `(b, r)` of a keyed table, whose key is `new_key` and was `before_key` (ids).
     fn keyed(
         &mut self,
         c: &TableChanges,
         (b, r): (usize, usize),
         op: Op,
-        (new_key, before_key): (Row<'k>, Row<'k>),
+        (new_key, before_key): (usize, usize),
         emit: bool,
     ) {
         match op {
             Op::Insert => {
                 let image = self.after(c, (b, r), None, emit.then_some(ChangeKind::Insert));
-                self.images.insert(new_key, Some(image));
+                self.set(new_key, Some(image));
             }
             Op::Update => {
                 let moved = c.key_changed.get(r).copied().unwrap_or(false);
-                let before = self.before(&before_key);
+                let before = self.before(before_key);
                 if moved && self.keep_old_keys {
                     return self.moved_keeping_old_key(c, (b, r), before, new_key, emit);
                 }
@@ -446,12 +518,12 @@ impl<'k> Walk<'_, 'k> {
                 }
                 let after = self.after(c, (b, r), before, emit.then_some(ChangeKind::UpdateAfter));
                 if moved {
-                    self.images.insert(before_key, None);
+                    self.set(before_key, None);
                 }
-                self.images.insert(new_key, Some(after));
+                self.set(new_key, Some(after));
             }
             Op::Delete => {
-                let before = self.before(&new_key);
+                let before = self.before(new_key);
                 if emit {
                     match before {
                         Some(image) => self.emit(ChangeKind::Delete, b, image),
@@ -460,7 +532,7 @@ impl<'k> Walk<'_, 'k> {
                         }
                     }
                 }
-                self.images.insert(new_key, None);
+                self.set(new_key, None);
             }
             Op::Truncate => self.truncate(b, emit),
         }
@@ -475,10 +547,10 @@ impl<'k> Walk<'_, 'k> {
         c: &TableChanges,
         (b, r): (usize, usize),
         before: Option<Image>,
-        new_key: Row<'k>,
+        new_key: usize,
         emit: bool,
     ) {
-        let replaced = self.before(&new_key);
+        let replaced = self.before(new_key);
         let kind = match replaced {
             Some(image) => {
                 if emit {
@@ -489,7 +561,7 @@ impl<'k> Walk<'_, 'k> {
             None => ChangeKind::Insert,
         };
         let after = self.after(c, (b, r), before, emit.then_some(kind));
-        self.images.insert(new_key, Some(after));
+        self.set(new_key, Some(after));
     }
 
     /// A keyless table's changes are whole rows: an insert, or a delete of one equal row (an
@@ -509,7 +581,7 @@ impl<'k> Walk<'_, 'k> {
         if emit {
             self.emit_with(ChangeKind::Truncate, b, |w, _| w.src.null());
         }
-        self.images.clear();
+        self.images.fill(None);
         self.truncated = true;
     }
 }
@@ -606,13 +678,15 @@ mod tests {
             upd(3, None, 9),
             del(3),
         ])];
-        let wanted = prior_keys(&runs, &[0], false).unwrap();
+        let ids = key_ids(&runs, &[0]).unwrap();
+        let wanted = prior_keys(&runs, &ids, false);
         assert_eq!(wanted.len(), 2, "keys 1 and 2, once each: {wanted:?}");
         // The table's rows of keys 1 and 2.
         let prior = changes(&[ins(1, "one"), ins(2, "two")]).rows;
         let images = images(
             &runs,
             &[0],
+            &ids,
             Some(Prior {
                 rows: &prior,
                 missing: &[false, false],
@@ -645,13 +719,15 @@ mod tests {
             del(1),
             upd(5, Some("x"), 3),
         ])];
-        let wanted = prior_keys(&runs, &[0], false).unwrap();
+        let ids = key_ids(&runs, &[0]).unwrap();
+        let wanted = prior_keys(&runs, &ids, false);
         assert_eq!(wanted.len(), 1);
         assert!(wanted[0].old);
         let prior = changes(&[ins(1, "one")]).rows;
         let images = images(
             &runs,
             &[0],
+            &ids,
             Some(Prior {
                 rows: &prior,
                 missing: &[false],
@@ -686,11 +762,13 @@ mod tests {
             ]),
         ];
         let prior = changes(&[ins(2, "two")]).rows;
-        let wanted = prior_keys(&runs, &[0], false).unwrap();
+        let ids = key_ids(&runs, &[0]).unwrap();
+        let wanted = prior_keys(&runs, &ids, false);
         assert_eq!(wanted.len(), 1, "key 2 only");
         let images = images(
             &runs,
             &[0],
+            &ids,
             Some(Prior {
                 rows: &prior,
                 missing: &[true],
@@ -719,8 +797,9 @@ mod tests {
         let mut run = changes(&[ins(1, "a"), (Op::Delete, 1, None, Some("a"), Some(10))]);
         run.schema = Arc::clone(&without_key(&schema()));
         let runs = [run];
-        assert!(prior_keys(&runs, &[], false).unwrap().is_empty());
-        let images = images(&runs, &[], None, &[true], false).unwrap();
+        let ids = key_ids(&runs, &[]).unwrap();
+        assert!(prior_keys(&runs, &ids, false).is_empty());
+        let images = images(&runs, &[], &ids, None, &[true], false).unwrap();
         assert_eq!(
             rows(&images),
             vec![

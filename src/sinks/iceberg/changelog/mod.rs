@@ -6,12 +6,14 @@
 //! reads it, including those that mishandle deletes (Iceberg's own changelog scan refuses them).
 //!
 //! Where it sits: inside one table's commit (`IcebergSink::commit_once`), while the table's slot
-//! is held, after the table's snapshot is staged and before it is published:
-//! [`ChangelogWrite::rows`] builds the rows (`images.rs`: the images, completed from the
-//! table's rows before the commit, read as the commit reads rows to complete), and
-//! [`ChangelogWrite::commit_with`] publishes the changelog's snapshot and the table's in one
+//! is held, after the table's changes are planned and before its snapshot is published:
+//! [`ChangelogWrite::prior`] reads the table's rows before the commit that complete the images
+//! (as the commit reads rows to complete); then, beside the table's own stage on another thread
+//! (`beside.rs`), `Pending::rows` builds the rows (`images.rs`) and [`ChangelogWrite::stage`]
+//! writes the changelog's files. Both publish after both are staged:
+//! `StagedChangelog::publish_with` publishes the changelog's snapshot and the table's in one
 //! catalog transaction where the catalog offers one (REST `transactions/commit`); otherwise
-//! [`ChangelogWrite::commit`] commits the changelog with the table's checkpoint as its own
+//! `StagedChangelog::publish` commits the changelog with the table's checkpoint as its own
 //! `cdcd.position`, and then the table's snapshot is published.
 //!
 //! Why the changelog first, with its own checkpoint, when the two are two catalog commits: a crash
@@ -34,6 +36,7 @@
 //! its table: its schema is the table's columns after the `_cdc_*` ones, so a column the table
 //! gains is appended to both.
 
+mod beside;
 mod images;
 mod retention;
 mod write;
@@ -44,8 +47,9 @@ use iceberg::spec::Transform;
 use crate::changelog::{Column, TableId, TableSchema};
 use crate::config::tables::{Configured, Origin, PartitionField, TableSettings};
 
+pub(super) use beside::beside;
 pub(super) use retention::ChangelogRetention;
-pub(super) use write::ChangelogWrite;
+pub(super) use write::{ChangelogWrite, Scratch};
 
 /// `_cdc_op`: `insert`, `update_before`, `update_after`, `delete` (or `truncate`, `resync`).
 pub(crate) const OP: &str = "_cdc_op";

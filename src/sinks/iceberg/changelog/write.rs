@@ -10,12 +10,12 @@ use arrow_array::{
 use iceberg::spec::TableMetadata;
 
 use super::changelog_schema;
-use super::images::{images, prior_keys, Images, Prior};
+use super::images::{images, key_ids, prior_keys, Images, KeyIds, Prior};
 use crate::changelog::{Op, TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
 use crate::sinks::iceberg::catalog::rest::RestCatalog;
 use crate::sinks::iceberg::catalog::TableRef;
-use crate::sinks::iceberg::commit::{Cached, Input, Staged};
+use crate::sinks::iceberg::commit::{Cached, Input, RowDelta, Staged};
 use crate::sinks::iceberg::files::metadata::Loaded;
 use crate::sinks::iceberg::files::writer;
 use crate::sinks::iceberg::pipeline_checkpoint;
@@ -23,7 +23,7 @@ use crate::sinks::iceberg::resync::RESYNC_ID_PROPERTY;
 use crate::sinks::iceberg::rows::locator::{IndexLocator, RowLocator};
 use crate::sinks::iceberg::rows::lookup;
 use crate::sinks::iceberg::schema::Projection;
-use crate::sinks::iceberg::tables::Tables;
+use crate::sinks::iceberg::tables::{TableSlot, Tables};
 use crate::sinks::SinkError;
 
 /// One commit's changelog rows, and the last `_cdc_seq` they give (the changelog's counter
@@ -46,6 +46,26 @@ struct Marker {
     micros: i64,
 }
 
+/// One commit's changelog rows to build ([`ChangelogWrite::prior`]): what they need from the
+/// table is read; what is left ([`Pending::rows`]) is the image walk, CPU only, which runs beside
+/// the table's stage (`IcebergSink::commit_once`).
+pub(in crate::sinks::iceberg) struct Pending<'i> {
+    changes: &'i [TableChanges],
+    /// The key columns.
+    key: &'i [usize],
+    ids: KeyIds,
+    /// The table's rows of [`prior_keys`], and which keys it has none of.
+    prior: Option<(RecordBatch, Vec<bool>)>,
+    /// Per run of `changes`: whether its changes go to the changelog.
+    emit: Vec<bool>,
+    keep_old_keys: bool,
+    /// The changelog's counter before these rows.
+    last_seq: i64,
+    marker: Option<Marker>,
+    /// The last resync the changelog has marked, with these rows.
+    resync: Option<String>,
+}
+
 /// The changelog of one table, for one commit of the table.
 pub(in crate::sinks::iceberg) struct ChangelogWrite<'a> {
     tables: &'a Tables,
@@ -66,20 +86,23 @@ impl<'a> ChangelogWrite<'a> {
         Ok(Some(ChangelogWrite { tables, schema }))
     }
 
-    fn id(&self) -> &TableId {
+    pub(in crate::sinks::iceberg) fn id(&self) -> &TableId {
         &self.schema.id
     }
 
-    /// The changelog rows of `input` that the changelog does not hold yet (`None`: none): its
-    /// streamed changes in transactions past the changelog's own checkpoint, completed from the
-    /// table's rows before the commit, read through `cached` (the table's slot, describing
-    /// `base`'s current snapshot, the commit's parent).
-    pub(in crate::sinks::iceberg) async fn rows(
+    /// What the changelog rows of `input` need from the table (`None`: the changelog holds every
+    /// change of `input` already): which of its streamed changes are in transactions past the
+    /// changelog's own checkpoint, and the table's rows before the commit that complete them,
+    /// read through `cached` (the table's slot, describing the current snapshot of `delta`'s
+    /// base, the commit's parent; its index readied here when rows are read, as the table's
+    /// stage does first when it locates keys). [`Pending::rows`] builds the rows from it.
+    pub(in crate::sinks::iceberg) async fn prior<'i>(
         &self,
-        input: Input<'_>,
-        base: &TableMetadata,
-        cached: &Cached<'_>,
-    ) -> Result<Option<ChangelogRows>, SinkError> {
+        input: Input<'i>,
+        delta: &RowDelta<'_>,
+        cached: &mut Cached<'_>,
+    ) -> Result<Option<Pending<'i>>, SinkError> {
+        let base = delta.base();
         if input.changes.iter().all(|c| c.source_tx.is_none()) {
             // Initial-copy rows only: nothing for the changelog, nothing to read.
             return Ok(None);
@@ -125,33 +148,26 @@ impl<'a> ChangelogWrite<'a> {
         // Soft deletes: a key change keeps its old key's row (sinks/cdc_columns.rs).
         let keep_old_keys =
             tables.settings.resolve(&schema.id)?.deletes == crate::config::Deletes::Soft;
-        let wanted =
-            prior_keys(changes, key, keep_old_keys).map_err(arrow("the changelog's keys"))?;
+        let ids = key_ids(changes, key).map_err(arrow("the changelog's keys"))?;
+        let wanted = prior_keys(changes, &ids, keep_old_keys);
         let prior = if wanted.is_empty() {
             None
         } else {
+            delta.ready_index_now(cached).await?;
             Some(
                 self.prior_rows(schema, changes, &wanted, base, cached)
                     .await?,
             )
         };
-        let images = images(
+        Ok(Some(Pending {
             changes,
             key,
-            prior
-                .as_ref()
-                .map(|(rows, missing)| Prior { rows, missing }),
-            &emit,
+            ids,
+            prior,
+            emit,
             keep_old_keys,
-        )
-        .map_err(arrow("the changelog's images"))?;
-        let rows = self
-            .batch(changes, images, last_seq, marker.as_ref())
-            .map_err(arrow("the changelog's rows"))?;
-        let last_seq = last_seq + rows.rows.num_rows() as i64;
-        Ok(Some(ChangelogRows {
-            rows,
             last_seq,
+            marker,
             resync: resynced.or(marked),
         }))
     }
@@ -287,37 +303,107 @@ impl<'a> ChangelogWrite<'a> {
         })
     }
 
-    /// Commits `rows` to the changelog table with `checkpoint` (the table's commit's), through
-    /// the catalog on its own: durable when this returns.
-    pub(in crate::sinks::iceberg) async fn commit(
-        &self,
+    /// Stages `rows` on the changelog table with `checkpoint` (the table's commit's) while
+    /// `slot` (the changelog's slot, locked) is held: its files written, nothing visible yet.
+    /// `scratch` keeps what the staged commit refers to until it is published.
+    pub(in crate::sinks::iceberg) async fn stage<'g>(
+        &'g self,
         rows: ChangelogRows,
         checkpoint: &Checkpoint,
-    ) -> Result<(), SinkError> {
-        let tables = self.tables;
-        let id = self.id();
-        let slot = tables.slot(id);
-        let mut guard = slot.lock().await;
-        let checkpoint = &rows.checkpoint(checkpoint);
-        let changes = [rows.rows];
+        slot: &'g mut TableSlot,
+        scratch: &'g mut Scratch,
+    ) -> Result<StagedChangelog<'g>, SinkError> {
+        let Scratch {
+            changes,
+            checkpoint: held,
+        } = scratch;
+        let checkpoint = &*held.insert(rows.checkpoint(checkpoint));
+        let changes = &*changes.insert([rows.rows]);
         let input = Input {
             schema: &self.schema,
-            changes: &changes,
+            changes,
             checkpoint,
         };
-        let (delta, Staged { next, after }, cached) = tables.stage(&mut guard, input).await?;
+        let (delta, staged, cached) = self.tables.stage(slot, input).await?;
+        Ok(StagedChangelog {
+            tables: self.tables,
+            id: self.id(),
+            delta,
+            staged,
+            cached,
+        })
+    }
+}
+
+impl Pending<'_> {
+    /// The changelog rows: every change to emit as complete images (`images.rs`), with its
+    /// `_cdc_*` columns.
+    pub(in crate::sinks::iceberg) fn rows(
+        self,
+        changelog: &ChangelogWrite<'_>,
+    ) -> Result<ChangelogRows, SinkError> {
+        let arrow = |context: &str| {
+            let context = format!("{context} of {}", changelog.id());
+            move |source| SinkError::Arrow { context, source }
+        };
+        let images = images(
+            self.changes,
+            self.key,
+            &self.ids,
+            self.prior
+                .as_ref()
+                .map(|(rows, missing)| Prior { rows, missing }),
+            &self.emit,
+            self.keep_old_keys,
+        )
+        .map_err(arrow("the changelog's images"))?;
+        let rows = changelog
+            .batch(self.changes, images, self.last_seq, self.marker.as_ref())
+            .map_err(arrow("the changelog's rows"))?;
+        let last_seq = self.last_seq + rows.rows.num_rows() as i64;
+        Ok(ChangelogRows {
+            rows,
+            last_seq,
+            resync: self.resync,
+        })
+    }
+}
+
+/// What a staged changelog commit refers to: its one run of rows and its checkpoint.
+#[derive(Default)]
+pub(in crate::sinks::iceberg) struct Scratch {
+    changes: Option<[TableChanges; 1]>,
+    checkpoint: Option<Checkpoint>,
+}
+
+/// The changelog's commit, staged ([`ChangelogWrite::stage`]): published on its own or with its
+/// table's.
+pub(in crate::sinks::iceberg) struct StagedChangelog<'g> {
+    tables: &'g Tables,
+    id: &'g TableId,
+    delta: RowDelta<'g>,
+    staged: Staged,
+    cached: Cached<'g>,
+}
+
+impl StagedChangelog<'_> {
+    /// Publishes the changelog's commit through the catalog on its own: durable when this
+    /// returns.
+    pub(in crate::sinks::iceberg) async fn publish(self) -> Result<(), SinkError> {
+        let (tables, id) = (self.tables, self.id);
         let location = tables.current_location(id);
-        let published = delta
+        let published = self
+            .delta
             .publish(
                 tables.catalog_for(id),
                 &tables.table_ref(id, &location),
-                next,
+                self.staged.next,
             )
             .await;
         match published {
             Ok(published) => {
                 tables.remember(id, Some(published));
-                delta.finish(after, cached);
+                self.delta.finish(self.staged.after, self.cached);
                 Ok(())
             }
             Err(e) => {
@@ -326,37 +412,22 @@ impl<'a> ChangelogWrite<'a> {
             }
         }
     }
-}
 
-impl ChangelogWrite<'_> {
-    /// Commits `rows` to the changelog table and `table` (its reference, the metadata its
-    /// commit builds on, the metadata it publishes) in one catalog transaction: both or neither.
+    /// Publishes the changelog's commit and `table`'s (its reference, the metadata its commit
+    /// builds on, the metadata it publishes) in one catalog transaction: both or neither.
     /// Returns the table's published metadata.
-    pub(in crate::sinks::iceberg) async fn commit_with(
-        &self,
-        rows: ChangelogRows,
-        checkpoint: &Checkpoint,
+    pub(in crate::sinks::iceberg) async fn publish_with(
+        self,
         rest: &RestCatalog,
         table: (TableRef<'_>, &Loaded, &TableMetadata),
     ) -> Result<Arc<Loaded>, SinkError> {
-        let tables = self.tables;
-        let id = self.id();
-        let slot = tables.slot(id);
-        let mut guard = slot.lock().await;
-        let checkpoint = &rows.checkpoint(checkpoint);
-        let changes = [rows.rows];
-        let input = Input {
-            schema: &self.schema,
-            changes: &changes,
-            checkpoint,
-        };
-        let (delta, Staged { next, after }, cached) = tables.stage(&mut guard, input).await?;
+        let (tables, id, next) = (self.tables, self.id, &self.staged.next);
         let location = tables.current_location(id);
         let items = [
             (
                 tables.table_ref(id, &location),
-                delta.base_loaded().as_ref(),
-                &next,
+                self.delta.base_loaded().as_ref(),
+                next,
             ),
             table,
         ];
@@ -376,7 +447,7 @@ impl ChangelogWrite<'_> {
             });
         };
         tables.remember(id, Some(Arc::new(changelog)));
-        delta.finish(after, cached);
+        self.delta.finish(self.staged.after, self.cached);
         Ok(Arc::new(table))
     }
 }

@@ -464,6 +464,15 @@ impl<'a> RowDelta<'a> {
         self.v3 && !self.input.schema.primary_key.is_empty()
     }
 
+    /// Makes the primary-key index ready now, when the table keeps one, for a reader of the
+    /// base's rows beside [`stage`](Self::stage) (the changelog); the stage finds it ready.
+    pub(super) async fn ready_index_now(&self, cached: &mut Cached<'_>) -> Result<(), SinkError> {
+        if self.indexed() {
+            self.ready_index(cached).await?;
+        }
+        Ok(())
+    }
+
     /// Makes the primary-key index ready for a commit on the base snapshot (rows/index/slot.rs).
     async fn ready_index(&self, cached: &mut Cached<'_>) -> Result<(), SinkError> {
         let (files, dvs) = (&cached.live.files, &cached.live.dvs);
