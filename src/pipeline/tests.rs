@@ -154,6 +154,19 @@ struct RecordingSink {
     record: Arc<Mutex<Record>>,
 }
 
+impl RecordingSink {
+    /// The tables `a`..`f`, each committed at 0/5.
+    fn at_5(record: Arc<Mutex<Record>>) -> RecordingSink {
+        RecordingSink {
+            checkpoints: ["a", "b", "c", "d", "e", "f"]
+                .into_iter()
+                .map(|t| (table(t), Checkpoint::new("p", pos(5))))
+                .collect(),
+            record,
+        }
+    }
+}
+
 #[async_trait]
 impl Sink for RecordingSink {
     async fn checkpoint(&self, table: &TableId) -> Result<Option<Checkpoint>, SinkError> {
@@ -1477,13 +1490,7 @@ struct SlowSink {
 impl SlowSink {
     fn new(record: Arc<Mutex<Record>>, delay: Duration, fail: &'static [&'static str]) -> SlowSink {
         SlowSink {
-            inner: RecordingSink {
-                checkpoints: ["a", "b", "c", "d", "e", "f"]
-                    .into_iter()
-                    .map(|t| (table(t), Checkpoint::new("p", pos(5))))
-                    .collect(),
-                record,
-            },
+            inner: RecordingSink::at_5(record),
             delay,
             fail,
             concurrent: true,
@@ -1571,6 +1578,14 @@ async fn committer_over(
         progress: ProgressWriter::start(None),
     };
     (committer, acks_rx)
+}
+
+/// Starts the round of the tables due and waits for it to land, as the loop's next turns do.
+async fn land_due(c: &mut Committer, early: Duration) -> Result<(), PipelineError> {
+    c.commit_due(early).await?;
+    c.settle().await?;
+    c.acknowledge();
+    Ok(())
 }
 
 fn tx_at(n: u64, micros: i64, parts: Vec<TableChanges>) -> SourceEvent {
@@ -1676,7 +1691,7 @@ async fn the_ack_never_passes_a_table_still_waiting_for_its_commit() {
     // `a` has waited past the freshness target, `b` not.
     let past = std::time::Instant::now() - Duration::from_secs(2);
     c.tables.buffers.get_mut(&table("a")).unwrap().since = past;
-    c.commit_due(Duration::from_millis(250)).await.unwrap();
+    land_due(&mut c, Duration::from_millis(250)).await.unwrap();
     assert_eq!(
         record.lock().unwrap().commits,
         vec![("a".into(), 3, "0/1E".into())]
@@ -1692,7 +1707,7 @@ async fn the_ack_never_passes_a_table_still_waiting_for_its_commit() {
     c.handle(SourceEvent::Heartbeat(pos(35))).await.unwrap();
     assert_eq!(*acks.borrow(), Some(pos(10)));
     c.tables.buffers.get_mut(&table("b")).unwrap().since = past;
-    c.commit_due(Duration::from_millis(250)).await.unwrap();
+    land_due(&mut c, Duration::from_millis(250)).await.unwrap();
     assert_eq!(
         record.lock().unwrap().commits[1],
         ("b".into(), 1, "0/14".into())
@@ -1716,11 +1731,271 @@ async fn a_waiting_table_whose_commit_fails_holds_the_ack() {
         .unwrap();
     let past = std::time::Instant::now() - Duration::from_secs(2);
     c.tables.buffers.get_mut(&table("a")).unwrap().since = past;
-    c.commit_due(Duration::ZERO).await.unwrap();
+    land_due(&mut c, Duration::ZERO).await.unwrap();
     assert_eq!(*acks.borrow(), Some(pos(8)), "b waits from 0/A");
     c.tables.buffers.get_mut(&table("b")).unwrap().since = past;
-    assert!(c.commit_due(Duration::ZERO).await.is_err());
+    assert!(land_due(&mut c, Duration::ZERO).await.is_err());
     assert_eq!(*acks.borrow(), Some(pos(8)));
     assert_eq!(c.tables.committed[&table("a")], Some(pos(20)));
     assert_eq!(c.tables.committed[&table("b")], Some(pos(5)));
+}
+
+/// A sink whose commits wait until the test lets them through ([`GatedSink::release`], one
+/// commit each), so a round stays in flight while the test feeds the pipeline; a commit of a
+/// table named by [`GatedSink::fail`] (before its release) then fails.
+struct GatedSink {
+    inner: RecordingSink,
+    gate: tokio::sync::Semaphore,
+    fail: Mutex<Vec<String>>,
+}
+
+impl GatedSink {
+    fn new(record: Arc<Mutex<Record>>) -> Arc<GatedSink> {
+        Arc::new(GatedSink {
+            inner: RecordingSink::at_5(record),
+            gate: tokio::sync::Semaphore::new(0),
+            fail: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn release(&self, commits: usize) {
+        self.gate.add_permits(commits);
+    }
+
+    fn fail(&self, table: &str) {
+        self.fail.lock().unwrap().push(table.into());
+    }
+}
+
+#[async_trait]
+impl Sink for GatedSink {
+    async fn checkpoint(&self, table: &TableId) -> Result<Option<Checkpoint>, SinkError> {
+        self.inner.checkpoint(table).await
+    }
+
+    async fn commit(
+        &self,
+        schema: &Arc<TableSchema>,
+        changes: &[TableChanges],
+        checkpoint: &Checkpoint,
+    ) -> Result<CommitStats, SinkError> {
+        let injected = || SinkError::Data {
+            table: schema.id.clone(),
+            detail: "injected failure".into(),
+        };
+        self.gate.acquire().await.map_err(|_| injected())?.forget();
+        if self.fail.lock().unwrap().contains(&schema.id.name) {
+            return Err(injected());
+        }
+        self.inner.commit(schema, changes, checkpoint).await
+    }
+
+    async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError> {
+        self.inner.status(table).await
+    }
+
+    async fn cleanup(
+        &self,
+        grace: Duration,
+        dry_run: bool,
+    ) -> Result<Vec<crate::storage::cleanup::TableCleanup>, SinkError> {
+        self.inner.cleanup(grace, dry_run).await
+    }
+}
+
+/// Makes `t`'s buffer due: its first change is past the freshness target.
+fn age(c: &mut Committer, t: &str) {
+    c.tables.buffers.get_mut(&table(t)).unwrap().since =
+        std::time::Instant::now() - Duration::from_secs(2);
+}
+
+/// `f`, which must not wait for a commit the test holds: it fails after 2 s instead of hanging.
+async fn promptly<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(Duration::from_secs(2), f).await {
+        Ok(out) => out,
+        Err(_) => panic!("{what} waited for a commit in flight"),
+    }
+}
+
+fn committed_tables(record: &Mutex<Record>) -> Vec<(String, String)> {
+    let r = record.lock().unwrap();
+    r.commits
+        .iter()
+        .map(|(t, _, p)| (t.clone(), p.clone()))
+        .collect()
+}
+
+// Issue 37: a round commits in the background while the pipeline reads on. Rows read for a table
+// whose commit is in flight wait in a fresh buffer; the commit in flight holds the
+// acknowledgement; when it fails, nothing read beside it is acknowledged or dropped (the restart
+// reads it again from the table's checkpoint).
+#[tokio::test]
+async fn rows_read_beside_a_round_in_flight_are_kept_and_its_failure_acknowledges_none() {
+    let record = Arc::new(Mutex::new(Record::default()));
+    let sink = GatedSink::new(record.clone());
+    let (mut c, acks) = committer_over(sink.clone(), 16).await;
+    c.handle(SourceEvent::Heartbeat(pos(8))).await.unwrap();
+    c.handle(tx(10, vec![changes("a", Op::Insert, &[1])]))
+        .await
+        .unwrap();
+    age(&mut c, "a");
+    promptly("starting a round", c.commit_due(Duration::ZERO))
+        .await
+        .unwrap();
+    assert!(c.in_flight.is_round());
+    let beside = tx(
+        20,
+        vec![
+            changes("a", Op::Insert, &[2, 3]),
+            changes("b", Op::Insert, &[1]),
+        ],
+    );
+    promptly("a plain transaction", c.handle(beside))
+        .await
+        .unwrap();
+    promptly("a heartbeat", c.handle(SourceEvent::Heartbeat(pos(25))))
+        .await
+        .unwrap();
+    promptly("a tick", c.commit_due(Duration::ZERO))
+        .await
+        .unwrap();
+    assert!(c.in_flight.is_round(), "one round in flight at most");
+    assert_eq!(c.tables.buffers[&table("a")].rows, 2, "a fresh buffer");
+    assert_eq!(
+        *acks.borrow(),
+        Some(pos(8)),
+        "a's commit in flight holds everything after 0/8"
+    );
+    sink.fail("a");
+    sink.release(1);
+    let err = c.settle().await.unwrap_err();
+    assert!(err.to_string().contains("injected failure"), "{err}");
+    // The pipeline stops here: it acknowledges nothing after an error.
+    assert_eq!(*acks.borrow(), Some(pos(8)));
+    assert_eq!(c.tables.committed[&table("a")], Some(pos(5)));
+    assert_eq!(
+        c.tables.buffers[&table("a")].rows,
+        2,
+        "nothing read was dropped"
+    );
+    assert!(committed_tables(&record).is_empty());
+}
+
+// Issue 37: a table whose commit is in flight holds the acknowledgement where its buffer opened,
+// even once a newer buffer of the same table opened further on (which alone would claim the
+// table holds everything before it); once the round lands, the acknowledgement moves to the
+// tables still waiting, and each table's commits land in order.
+#[tokio::test]
+async fn the_ack_never_passes_a_table_whose_commit_is_in_flight() {
+    let record = Arc::new(Mutex::new(Record::default()));
+    let sink = GatedSink::new(record.clone());
+    let (mut c, acks) = committer_over(sink.clone(), 16).await;
+    c.handle(SourceEvent::Heartbeat(pos(8))).await.unwrap();
+    c.handle(tx(10, vec![changes("a", Op::Insert, &[1])]))
+        .await
+        .unwrap();
+    c.handle(tx(20, vec![changes("b", Op::Insert, &[1])]))
+        .await
+        .unwrap();
+    age(&mut c, "a");
+    promptly("starting a round", c.commit_due(Duration::ZERO))
+        .await
+        .unwrap();
+    promptly(
+        "a plain transaction",
+        c.handle(tx(30, vec![changes("a", Op::Insert, &[2])])),
+    )
+    .await
+    .unwrap();
+    c.acknowledge();
+    assert_eq!(
+        *acks.borrow(),
+        Some(pos(8)),
+        "not 0/A (b waiting) nor 0/14 (a's new buffer): a's commit is in flight"
+    );
+    sink.release(1);
+    c.settle().await.unwrap();
+    c.acknowledge();
+    assert_eq!(*acks.borrow(), Some(pos(10)), "b waits from 0/A");
+    age(&mut c, "a");
+    age(&mut c, "b");
+    sink.release(2);
+    land_due(&mut c, Duration::ZERO).await.unwrap();
+    assert_eq!(*acks.borrow(), Some(pos(30)));
+    let commits = committed_tables(&record);
+    let a: Vec<&str> = commits
+        .iter()
+        .filter(|(t, _)| t == "a")
+        .map(|(_, p)| p.as_str())
+        .collect();
+    assert_eq!(a, ["0/A", "0/1E"]);
+    assert_eq!(commits.len(), 3);
+}
+
+// Issue 37: the rows in flight count against `commit_max_rows` (and the memory share) with the
+// buffers: past them the pipeline reads nothing until the round lands (backpressure).
+#[tokio::test]
+async fn past_the_buffer_limits_nothing_is_read_until_the_round_in_flight_lands() {
+    let record = Arc::new(Mutex::new(Record::default()));
+    let sink = GatedSink::new(record.clone());
+    let (mut c, _acks) = committer_over(sink.clone(), 16).await;
+    c.settings.commit_max_rows = 3;
+    c.handle(tx(10, vec![changes("a", Op::Insert, &[1, 2])]))
+        .await
+        .unwrap();
+    age(&mut c, "a");
+    promptly("starting a round", c.commit_due(Duration::ZERO))
+        .await
+        .unwrap();
+    c.handle(tx(20, vec![changes("b", Op::Insert, &[1])]))
+        .await
+        .unwrap();
+    assert!(c.over_buffer_limits(), "2 rows in flight and 1 buffered");
+    let waited = tokio::time::timeout(Duration::from_millis(200), c.relieve()).await;
+    assert!(waited.is_err(), "read on past the limit");
+    sink.release(1);
+    c.relieve().await.unwrap();
+    assert!(!c.over_buffer_limits());
+    assert!(!c.in_flight.is_running(), "b alone is under the limit");
+    assert_eq!(c.tables.committed[&table("a")], Some(pos(10)));
+}
+
+// Issue 37: only plain row changes are read beside a round in flight. A schema change and a
+// truncate of a table wait for the round to land first.
+#[tokio::test]
+async fn a_schema_change_or_a_truncate_waits_for_the_round_in_flight() {
+    let record = Arc::new(Mutex::new(Record::default()));
+    let sink = GatedSink::new(record.clone());
+    let (mut c, _acks) = committer_over(sink.clone(), 16).await;
+    let added = with_added_column("a");
+    let later = [
+        tx(20, vec![changes_wide(added.clone(), Op::Insert, &[2])]),
+        tx(40, vec![changes("b", Op::Truncate, &[0])]),
+    ];
+    for (n, event) in [10, 30].into_iter().zip(later) {
+        let schema = if n == 10 { schema("a") } else { added.clone() };
+        c.handle(tx(n, vec![changes_wide(schema, Op::Insert, &[n as i64])]))
+            .await
+            .unwrap();
+        age(&mut c, "a");
+        promptly("starting a round", c.commit_due(Duration::ZERO))
+            .await
+            .unwrap();
+        assert!(c.in_flight.is_round());
+        let gate = sink.clone();
+        let released = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            gate.release(1);
+        });
+        c.handle(event).await.unwrap();
+        assert!(released.is_finished(), "read before the round landed");
+        assert!(!c.in_flight.is_running());
+        assert_eq!(c.tables.committed[&table("a")], Some(pos(n)));
+    }
+    // a: 0/A under the old schema, then 0/14 and 0/1E under the new one.
+    assert_eq!(
+        record.lock().unwrap().widths,
+        [(1, vec![1]), (2, vec![2, 2])]
+    );
+    assert_eq!(c.tables.buffers[&table("b")].rows, 1);
 }
