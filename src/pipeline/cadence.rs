@@ -7,7 +7,9 @@
 //! Arrow bytes the buffered rows' share of `pipeline.memory_budget`, the largest buffers are due
 //! as well, until at most half of each is left (memory, not freshness). A table
 //! with nothing buffered costs nothing: no commit, no snapshot, no checkpoint. The due tables of
-//! a tick commit together, concurrently (`pipeline/commit.rs`). Where the sink commits several
+//! a tick commit together, concurrently, as one round in the background while the pipeline reads
+//! on (`pipeline/commit.rs`); while a round is in flight no other starts, and the tables due
+//! meanwhile go in the next one, started as soon as it lands. Where the sink commits several
 //! tables in one catalog transaction, a due table brings every buffered one with it (one request
 //! per round, and a source transaction visible in all its tables at once). Why this and not a
 //! flush of every table whenever the oldest change is due: docs/many-tables.md.
@@ -17,8 +19,10 @@
 //! received just before its buffer's first change (its earlier changes are committed), so the
 //! acknowledgement is the meet of those positions over the waiting tables ([`durable_bound`]).
 //! A waiting table therefore holds the acknowledgement back by at most the freshness target.
-//! Initial-copy rows and a copy batch committing in the background hold it whole, as before
-//! (their tables are acknowledged by the commit at the copy's end).
+//! A table whose commit is in flight holds it the same way, from where that commit's buffer
+//! opened, until the commit lands (a newer buffer of the same table, read beside it, opened
+//! later). Initial-copy rows and a copy batch committing in the background hold it whole, as
+//! before (their tables are acknowledged by the commit at the copy's end).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -39,6 +39,7 @@ use super::tables::Opened;
 use super::{Committer, PipelineError};
 use crate::changelog::{Position, TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
+use crate::failpoints;
 use crate::metrics as m;
 use crate::sinks::{CommitStats, Sink, SinkError, TableCommit};
 use crate::sources::SnapshotProgress;
@@ -323,7 +324,11 @@ impl InFlight {
         self.copy_batch = streamed().next().is_none();
         self.opened = pending.iter().map(|p| p.opened.clone()).collect();
         self.since = pending.iter().map(|p| p.since).min();
+        let copy_batch = self.copy_batch;
         self.task = Some(tokio::spawn(async move {
+            if !copy_batch {
+                failpoints::pause_point(failpoints::ROUND_IN_FLIGHT).await;
+            }
             run_together(pending, sink, &pipeline, concurrency).await
         }));
     }

@@ -12,8 +12,11 @@
 //! tables of a round commit concurrently (`pipeline/commit.rs`). Each commit is one table snapshot
 //! carrying the table's checkpoint. The source learns a new durable position only when every table
 //! holds everything up to it: a table still waiting for its commit holds it back (STYLE rule 6).
-//! While a round runs the pipeline reads nothing, so the bounded event channel fills and the
-//! source stops reading: that is the backpressure.
+//! A round commits in the background while the pipeline reads on, at most one at a time; only
+//! plain row changes are read beside it, anything else waits for it (`pipeline/commit.rs`). Past
+//! `commit_max_rows` or the buffers' memory share (counting the round in flight) the pipeline
+//! waits for the round and reads nothing, so the bounded event channel fills and the source stops
+//! reading: that is the backpressure.
 //!
 //! Initial copies (source-neutral): a copy's rows are committed at the incomplete position with the
 //! copy's progress (`cdcd.snapshot`: the chunk plan, chunks started, chunks done), so a restart
@@ -717,6 +720,9 @@ impl Committer {
             buffered = true;
         }
         if buffered {
+            if self.in_flight.is_round() {
+                crate::failpoints::crash_point(crate::failpoints::ROUND_READ_BESIDE);
+            }
             self.lag.waiting(tx.commit_time_micros);
         } else {
             self.lag.heard();
