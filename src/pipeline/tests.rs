@@ -1477,7 +1477,9 @@ async fn the_lag_is_zero_once_everything_received_is_committed() {
 }
 
 /// A sink whose commits take `delay` and whose commits of `fail` fail, counting how many run at
-/// once; `concurrent` is its answer to [`Sink::commits_tables_concurrently`].
+/// once; `concurrent` is its answer to [`Sink::commits_tables_concurrently`]. With a `gate`, each
+/// commit first waits until the test lets it through ([`SlowSink::release`]), so a round stays
+/// in flight while the test feeds the pipeline.
 struct SlowSink {
     inner: RecordingSink,
     delay: Duration,
@@ -1485,6 +1487,7 @@ struct SlowSink {
     concurrent: bool,
     running: std::sync::atomic::AtomicUsize,
     most: std::sync::atomic::AtomicUsize,
+    gate: Option<tokio::sync::Semaphore>,
 }
 
 impl SlowSink {
@@ -1496,6 +1499,14 @@ impl SlowSink {
             concurrent: true,
             running: Default::default(),
             most: Default::default(),
+            gate: None,
+        }
+    }
+
+    /// Lets `commits` commits through the gate.
+    fn release(&self, commits: usize) {
+        if let Some(gate) = &self.gate {
+            gate.add_permits(commits);
         }
     }
 }
@@ -1513,6 +1524,11 @@ impl Sink for SlowSink {
         checkpoint: &Checkpoint,
     ) -> Result<CommitStats, SinkError> {
         use std::sync::atomic::Ordering::SeqCst;
+        if let Some(gate) = &self.gate {
+            if let Ok(permit) = gate.acquire().await {
+                permit.forget();
+            }
+        }
         let now = self.running.fetch_add(1, SeqCst) + 1;
         self.most.fetch_max(now, SeqCst);
         // The failing table fails early, while the others started with it are still committing.
@@ -1740,69 +1756,6 @@ async fn a_waiting_table_whose_commit_fails_holds_the_ack() {
     assert_eq!(c.tables.committed[&table("b")], Some(pos(5)));
 }
 
-/// A sink whose commits wait until the test lets them through ([`GatedSink::release`], one
-/// commit each), so a round stays in flight while the test feeds the pipeline; a commit of a
-/// table named by [`GatedSink::fail`] (before its release) then fails.
-struct GatedSink {
-    inner: RecordingSink,
-    gate: tokio::sync::Semaphore,
-    fail: Mutex<Vec<String>>,
-}
-
-impl GatedSink {
-    fn new(record: Arc<Mutex<Record>>) -> Arc<GatedSink> {
-        Arc::new(GatedSink {
-            inner: RecordingSink::at_5(record),
-            gate: tokio::sync::Semaphore::new(0),
-            fail: Mutex::new(Vec::new()),
-        })
-    }
-
-    fn release(&self, commits: usize) {
-        self.gate.add_permits(commits);
-    }
-
-    fn fail(&self, table: &str) {
-        self.fail.lock().unwrap().push(table.into());
-    }
-}
-
-#[async_trait]
-impl Sink for GatedSink {
-    async fn checkpoint(&self, table: &TableId) -> Result<Option<Checkpoint>, SinkError> {
-        self.inner.checkpoint(table).await
-    }
-
-    async fn commit(
-        &self,
-        schema: &Arc<TableSchema>,
-        changes: &[TableChanges],
-        checkpoint: &Checkpoint,
-    ) -> Result<CommitStats, SinkError> {
-        let injected = || SinkError::Data {
-            table: schema.id.clone(),
-            detail: "injected failure".into(),
-        };
-        self.gate.acquire().await.map_err(|_| injected())?.forget();
-        if self.fail.lock().unwrap().contains(&schema.id.name) {
-            return Err(injected());
-        }
-        self.inner.commit(schema, changes, checkpoint).await
-    }
-
-    async fn status(&self, table: &TableId) -> Result<Option<TableStatus>, SinkError> {
-        self.inner.status(table).await
-    }
-
-    async fn cleanup(
-        &self,
-        grace: Duration,
-        dry_run: bool,
-    ) -> Result<Vec<crate::storage::cleanup::TableCleanup>, SinkError> {
-        self.inner.cleanup(grace, dry_run).await
-    }
-}
-
 /// Makes `t`'s buffer due: its first change is past the freshness target.
 fn age(c: &mut Committer, t: &str) {
     c.tables.buffers.get_mut(&table(t)).unwrap().since =
@@ -1825,24 +1778,56 @@ fn committed_tables(record: &Mutex<Record>) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A committer over a gated [`SlowSink`] whose commits of `fail` fail (its sink, record and
+/// acknowledgements beside it) with a round in flight: `a`'s buffer of one row at 0/A, opened
+/// after a heartbeat at 0/8.
+async fn a_round_in_flight(
+    fail: &'static [&'static str],
+) -> (
+    Committer,
+    Arc<SlowSink>,
+    Arc<Mutex<Record>>,
+    watch::Receiver<Option<Position>>,
+) {
+    let record = Arc::new(Mutex::new(Record::default()));
+    let mut sink = SlowSink::new(record.clone(), Duration::ZERO, fail);
+    sink.gate = Some(tokio::sync::Semaphore::new(0));
+    let sink = Arc::new(sink);
+    let (mut c, acks) = committer_over(sink.clone(), 16).await;
+    c.handle(SourceEvent::Heartbeat(pos(8))).await.unwrap();
+    round_of_a(&mut c, 10, changes("a", Op::Insert, &[1])).await;
+    (c, sink, record, acks)
+}
+
+/// Reads a transaction at `n` of `a_changes` alone and starts the round of `a`'s buffer.
+async fn round_of_a(c: &mut Committer, n: u64, a_changes: TableChanges) {
+    c.handle(tx(n, vec![a_changes])).await.unwrap();
+    age(c, "a");
+    promptly("starting a round", c.commit_due(Duration::ZERO))
+        .await
+        .unwrap();
+    assert!(c.in_flight.is_round());
+}
+
+/// Reads `event`, which must wait for the round in flight: released 200 ms later.
+async fn read_after_the_round(c: &mut Committer, sink: &Arc<SlowSink>, event: SourceEvent) {
+    let gate = sink.clone();
+    let released = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        gate.release(1);
+    });
+    c.handle(event).await.unwrap();
+    assert!(released.is_finished(), "read before the round landed");
+    assert!(!c.in_flight.is_running());
+}
+
 // Issue 37: a round commits in the background while the pipeline reads on. Rows read for a table
 // whose commit is in flight wait in a fresh buffer; the commit in flight holds the
 // acknowledgement; when it fails, nothing read beside it is acknowledged or dropped (the restart
 // reads it again from the table's checkpoint).
 #[tokio::test]
 async fn rows_read_beside_a_round_in_flight_are_kept_and_its_failure_acknowledges_none() {
-    let record = Arc::new(Mutex::new(Record::default()));
-    let sink = GatedSink::new(record.clone());
-    let (mut c, acks) = committer_over(sink.clone(), 16).await;
-    c.handle(SourceEvent::Heartbeat(pos(8))).await.unwrap();
-    c.handle(tx(10, vec![changes("a", Op::Insert, &[1])]))
-        .await
-        .unwrap();
-    age(&mut c, "a");
-    promptly("starting a round", c.commit_due(Duration::ZERO))
-        .await
-        .unwrap();
-    assert!(c.in_flight.is_round());
+    let (mut c, sink, record, acks) = a_round_in_flight(&["a"]).await;
     let beside = tx(
         20,
         vec![
@@ -1866,7 +1851,6 @@ async fn rows_read_beside_a_round_in_flight_are_kept_and_its_failure_acknowledge
         Some(pos(8)),
         "a's commit in flight holds everything after 0/8"
     );
-    sink.fail("a");
     sink.release(1);
     let err = c.settle().await.unwrap_err();
     assert!(err.to_string().contains("injected failure"), "{err}");
@@ -1887,26 +1871,11 @@ async fn rows_read_beside_a_round_in_flight_are_kept_and_its_failure_acknowledge
 // tables still waiting, and each table's commits land in order.
 #[tokio::test]
 async fn the_ack_never_passes_a_table_whose_commit_is_in_flight() {
-    let record = Arc::new(Mutex::new(Record::default()));
-    let sink = GatedSink::new(record.clone());
-    let (mut c, acks) = committer_over(sink.clone(), 16).await;
-    c.handle(SourceEvent::Heartbeat(pos(8))).await.unwrap();
-    c.handle(tx(10, vec![changes("a", Op::Insert, &[1])]))
-        .await
-        .unwrap();
-    c.handle(tx(20, vec![changes("b", Op::Insert, &[1])]))
-        .await
-        .unwrap();
-    age(&mut c, "a");
-    promptly("starting a round", c.commit_due(Duration::ZERO))
-        .await
-        .unwrap();
-    promptly(
-        "a plain transaction",
-        c.handle(tx(30, vec![changes("a", Op::Insert, &[2])])),
-    )
-    .await
-    .unwrap();
+    let (mut c, sink, record, acks) = a_round_in_flight(&[]).await;
+    for (n, t) in [(20, "b"), (30, "a")] {
+        let read = c.handle(tx(n, vec![changes(t, Op::Insert, &[2])]));
+        promptly("a plain transaction", read).await.unwrap();
+    }
     c.acknowledge();
     assert_eq!(
         *acks.borrow(),
@@ -1936,27 +1905,19 @@ async fn the_ack_never_passes_a_table_whose_commit_is_in_flight() {
 // buffers: past them the pipeline reads nothing until the round lands (backpressure).
 #[tokio::test]
 async fn past_the_buffer_limits_nothing_is_read_until_the_round_in_flight_lands() {
-    let record = Arc::new(Mutex::new(Record::default()));
-    let sink = GatedSink::new(record.clone());
-    let (mut c, _acks) = committer_over(sink.clone(), 16).await;
+    let (mut c, sink, _record, _acks) = a_round_in_flight(&[]).await;
     c.settings.commit_max_rows = 3;
-    c.handle(tx(10, vec![changes("a", Op::Insert, &[1, 2])]))
+    c.handle(tx(20, vec![changes("b", Op::Insert, &[1, 2])]))
         .await
         .unwrap();
-    age(&mut c, "a");
-    promptly("starting a round", c.commit_due(Duration::ZERO))
-        .await
-        .unwrap();
-    c.handle(tx(20, vec![changes("b", Op::Insert, &[1])]))
-        .await
-        .unwrap();
-    assert!(c.over_buffer_limits(), "2 rows in flight and 1 buffered");
+    assert!(c.over_buffer_limits(), "1 row in flight and 2 buffered");
     let waited = tokio::time::timeout(Duration::from_millis(200), c.relieve()).await;
     assert!(waited.is_err(), "read on past the limit");
     sink.release(1);
     c.relieve().await.unwrap();
     assert!(!c.over_buffer_limits());
     assert!(!c.in_flight.is_running(), "b alone is under the limit");
+    assert_eq!(c.tables.buffers[&table("b")].rows, 2);
     assert_eq!(c.tables.committed[&table("a")], Some(pos(10)));
 }
 
@@ -1964,34 +1925,15 @@ async fn past_the_buffer_limits_nothing_is_read_until_the_round_in_flight_lands(
 // truncate of a table wait for the round to land first.
 #[tokio::test]
 async fn a_schema_change_or_a_truncate_waits_for_the_round_in_flight() {
-    let record = Arc::new(Mutex::new(Record::default()));
-    let sink = GatedSink::new(record.clone());
-    let (mut c, _acks) = committer_over(sink.clone(), 16).await;
+    let (mut c, sink, record, _acks) = a_round_in_flight(&[]).await;
     let added = with_added_column("a");
-    let later = [
-        tx(20, vec![changes_wide(added.clone(), Op::Insert, &[2])]),
-        tx(40, vec![changes("b", Op::Truncate, &[0])]),
-    ];
-    for (n, event) in [10, 30].into_iter().zip(later) {
-        let schema = if n == 10 { schema("a") } else { added.clone() };
-        c.handle(tx(n, vec![changes_wide(schema, Op::Insert, &[n as i64])]))
-            .await
-            .unwrap();
-        age(&mut c, "a");
-        promptly("starting a round", c.commit_due(Duration::ZERO))
-            .await
-            .unwrap();
-        assert!(c.in_flight.is_round());
-        let gate = sink.clone();
-        let released = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            gate.release(1);
-        });
-        c.handle(event).await.unwrap();
-        assert!(released.is_finished(), "read before the round landed");
-        assert!(!c.in_flight.is_running());
-        assert_eq!(c.tables.committed[&table("a")], Some(pos(n)));
-    }
+    let altered = tx(20, vec![changes_wide(added.clone(), Op::Insert, &[2])]);
+    read_after_the_round(&mut c, &sink, altered).await;
+    assert_eq!(c.tables.committed[&table("a")], Some(pos(10)));
+    round_of_a(&mut c, 30, changes_wide(added, Op::Insert, &[3])).await;
+    let truncated = tx(40, vec![changes("b", Op::Truncate, &[0])]);
+    read_after_the_round(&mut c, &sink, truncated).await;
+    assert_eq!(c.tables.committed[&table("a")], Some(pos(30)));
     // a: 0/A under the old schema, then 0/14 and 0/1E under the new one.
     assert_eq!(
         record.lock().unwrap().widths,

@@ -70,12 +70,9 @@ fn transaction(n: &str, rng: &mut Rng) -> String {
     sql
 }
 
-/// `TABLES` source tables of 40 rows named after `name`, and a pipeline over them (not started).
-async fn tables_and_pipeline(
-    env: &TestEnv,
-    name: &str,
-    settings: &Settings,
-) -> (Client, Vec<String>, Pipeline) {
+/// `TABLES` source tables of 40 rows named after `name`, and a pipeline over them (not started)
+/// committing every 300 ms.
+async fn tables_and_pipeline(env: &TestEnv, name: &str) -> (Client, Vec<String>, Pipeline) {
     let tables: Vec<String> = (0..TABLES).map(|i| table(name, i)).collect();
     let client = connect(&env.pg_url).await;
     let mut ddl = format!("DROP TABLE IF EXISTS {};\n", tables.join(", "));
@@ -87,9 +84,30 @@ async fn tables_and_pipeline(
     }
     exec(&client, &ddl).await;
     let refs: Vec<&str> = tables.iter().map(String::as_str).collect();
-    let mut p = Pipeline::new(env, name, &refs, settings);
+    let settings = Settings {
+        commit_interval_ms: 300,
+        ..Settings::default()
+    };
+    let mut p = Pipeline::new(env, name, &refs, &settings);
     p.on_cleanup(format!("DROP TABLE IF EXISTS {}", tables.join(", ")));
     (client, tables, p)
+}
+
+/// Starts cdcd and a writer of [`transaction`]s over the tables, until the flag is set.
+async fn start_writing(
+    p: &mut Pipeline,
+    env: &TestEnv,
+    seed: u64,
+    name: &str,
+) -> (Arc<AtomicBool>, tokio::task::JoinHandle<u64>) {
+    p.start();
+    let stop = Arc::new(AtomicBool::new(false));
+    let name = name.to_owned();
+    let load = spawn_writer(env, seed, stop.clone(), 10, move |rng| {
+        transaction(&name, rng)
+    })
+    .await;
+    (stop, load)
 }
 
 /// kill -9, then a run with the crash point `point` armed at its `hit`-th pass, which must
@@ -134,18 +152,8 @@ async fn many_tables_survive_a_failing_table_and_crashes_in_concurrent_rounds() 
     let env = ground_or_skip!(test_env(test));
     let mut rng = Rng::from_env_or_clock(test);
     let name = unique("mt");
-    let settings = Settings {
-        commit_interval_ms: 300,
-        ..Settings::default()
-    };
-    let (client, tables, mut p) = tables_and_pipeline(&env, &name, &settings).await;
-    p.start();
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = spawn_writer(&env, rng.next(), stop.clone(), 10, {
-        let n = name.clone();
-        move |rng| transaction(&n, rng)
-    })
-    .await;
+    let (client, tables, mut p) = tables_and_pipeline(&env, &name).await;
+    let (stop, load) = start_writing(&mut p, &env, rng.next(), &name).await;
 
     // 1. One table's commits fail while the others keep committing: cdcd stops with the error,
     // and what landed in the other tables' commits of that round stays landed.
@@ -213,20 +221,10 @@ async fn kills_while_a_round_commits_beside_the_reading_lose_nothing() {
     let env = ground_or_skip!(test_env(test));
     let mut rng = Rng::from_env_or_clock(test);
     let name = unique("mtr");
-    let settings = Settings {
-        commit_interval_ms: 300,
-        ..Settings::default()
-    };
-    let (client, tables, mut p) = tables_and_pipeline(&env, &name, &settings).await;
+    let (client, tables, mut p) = tables_and_pipeline(&env, &name).await;
     p.env_vars
         .push(("CDCD_PAUSEPOINT".into(), "round-in-flight:700".into()));
-    p.start();
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = spawn_writer(&env, rng.next(), stop.clone(), 10, {
-        let n = name.clone();
-        move |rng| transaction(&n, rng)
-    })
-    .await;
+    let (stop, load) = start_writing(&mut p, &env, rng.next(), &name).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while !p.output().contains("round-in-flight") {
         assert!(
