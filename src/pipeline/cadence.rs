@@ -7,7 +7,9 @@
 //! Arrow bytes the buffered rows' share of `pipeline.memory_budget`, the largest buffers are due
 //! as well, until at most half of each is left (memory, not freshness). A table
 //! with nothing buffered costs nothing: no commit, no snapshot, no checkpoint. The due tables of
-//! a tick commit together, concurrently (`pipeline/commit.rs`). Where the sink commits several
+//! a tick commit together, concurrently, as one round in the background while the pipeline reads
+//! on (`pipeline/commit.rs`); while a round is in flight no other starts, and the tables due
+//! meanwhile go in the next one, started as soon as it lands. Where the sink commits several
 //! tables in one catalog transaction, a due table brings every buffered one with it (one request
 //! per round, and a source transaction visible in all its tables at once). Why this and not a
 //! flush of every table whenever the oldest change is due: docs/many-tables.md.
@@ -17,13 +19,15 @@
 //! received just before its buffer's first change (its earlier changes are committed), so the
 //! acknowledgement is the meet of those positions over the waiting tables ([`durable_bound`]).
 //! A waiting table therefore holds the acknowledgement back by at most the freshness target.
-//! Initial-copy rows and a copy batch committing in the background hold it whole, as before
-//! (their tables are acknowledged by the commit at the copy's end).
+//! A table whose commit is in flight holds it the same way, from where that commit's buffer
+//! opened, until the commit lands (a newer buffer of the same table, read beside it, opened
+//! later). Initial-copy rows and a copy batch committing in the background hold it whole, as
+//! before (their tables are acknowledged by the commit at the copy's end).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::tables::TableBuffer;
+use super::tables::{Opened, TableBuffer};
 use super::{Committer, PipelineError};
 use crate::changelog::{Position, TableId};
 
@@ -90,17 +94,21 @@ impl Cadence {
     }
 }
 
-/// The newest position every table holds, given the buffers still waiting and `received`
-/// (everything up to it has been received): `received` when no buffer waits, else the meet of
-/// where each waiting buffer opened. `None`: nothing may be acknowledged (a buffer of
-/// initial-copy rows waits, or one opened before anything was received).
-pub(super) fn durable_bound(
-    buffers: &BTreeMap<TableId, TableBuffer>,
+/// The newest position every table holds, given where each buffer still waiting and each commit
+/// in flight opened (`waiting`; `None`: initial-copy rows) and `received` (everything up to it
+/// has been received): `received` when nothing waits, else the meet of where each waiting one
+/// opened. `None`: nothing may be acknowledged (initial-copy rows wait, or a buffer opened before
+/// anything was received).
+///
+/// A buffer opened for a table while the table's previous commit is in flight opened later than
+/// that commit's buffer did, so the commit in flight is what bounds the table until it lands.
+pub(super) fn durable_bound<'a>(
+    waiting: impl IntoIterator<Item = Option<&'a Opened>>,
     received: Option<&Position>,
 ) -> Option<Position> {
     let mut bound = received.cloned()?;
-    for buffer in buffers.values() {
-        let after = buffer.opened.as_ref()?.after.as_ref()?;
+    for opened in waiting {
+        let after = opened?.after.as_ref()?;
         // `None` for positions of different kinds (no source sends them): acknowledge nothing.
         bound = bound.meet(after)?;
     }
@@ -108,10 +116,12 @@ pub(super) fn durable_bound(
 }
 
 /// The source commit time of the oldest change still waiting for its table's commit.
-pub(super) fn oldest_waiting(buffers: &BTreeMap<TableId, TableBuffer>) -> Option<i64> {
-    buffers
-        .values()
-        .filter_map(|b| b.opened.as_ref().map(|o| o.commit_micros))
+pub(super) fn oldest_waiting<'a>(
+    waiting: impl IntoIterator<Item = Option<&'a Opened>>,
+) -> Option<i64> {
+    waiting
+        .into_iter()
+        .filter_map(|o| o.map(|o| o.commit_micros))
         .min()
 }
 
@@ -125,20 +135,21 @@ impl Committer {
         }
     }
 
-    /// Commits the tables that are due (within `early`), then acknowledges what every table
-    /// holds.
+    /// Starts committing the tables that are due (within `early`) in the background, unless a
+    /// round is in flight (at most one is: the next starts once it has landed), then
+    /// acknowledges what every table holds.
     pub(super) async fn commit_due(&mut self, early: Duration) -> Result<(), PipelineError> {
-        let mut due = self
-            .cadence(early)
-            .pick(&self.tables.buffers, Instant::now());
-        if !due.is_empty() && self.sink.commits_tables_together().await {
-            // One catalog transaction over every buffered table: a source transaction that
-            // touched several tables becomes visible in all of them at once (docs/catalogs.md,
-            // "Multi-table commits"), so no table is left for a later round.
-            due = self.tables.buffers.keys().cloned().collect();
-        }
-        if !due.is_empty() {
-            self.commit_round(due).await?;
+        if !self.in_flight.is_running() {
+            let mut due = self
+                .cadence(early)
+                .pick(&self.tables.buffers, Instant::now());
+            if !due.is_empty() && self.sink.commits_tables_together().await {
+                // One catalog transaction over every buffered table: a source transaction that
+                // touched several tables becomes visible in all of them at once (docs/catalogs.md,
+                // "Multi-table commits"), so no table is left for a later round.
+                due = self.tables.buffers.keys().cloned().collect();
+            }
+            self.round_in_background(&due).await?;
         }
         self.acknowledge();
         Ok(())
@@ -269,14 +280,28 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        assert_eq!(durable_bound(&buffers, Some(&pos(50))), Some(pos(20)));
+        let opened = |buffers: &BTreeMap<TableId, TableBuffer>| {
+            buffers
+                .values()
+                .map(|b| b.opened.clone())
+                .collect::<Vec<_>>()
+        };
+        let waiting = opened(&buffers);
         assert_eq!(
-            durable_bound(&BTreeMap::new(), Some(&pos(50))),
-            Some(pos(50))
+            durable_bound(waiting.iter().map(Option::as_ref), Some(&pos(50))),
+            Some(pos(20))
         );
-        assert_eq!(durable_bound(&buffers, None), None);
+        assert_eq!(durable_bound([], Some(&pos(50))), Some(pos(50)));
+        assert_eq!(
+            durable_bound(waiting.iter().map(Option::as_ref), None),
+            None
+        );
         let copying: BTreeMap<_, _> = [buffer("a", 1, 10, None, now)].into_iter().collect();
-        assert_eq!(durable_bound(&copying, Some(&pos(50))), None);
-        assert_eq!(oldest_waiting(&buffers), Some(20));
+        let copying = opened(&copying);
+        assert_eq!(
+            durable_bound(copying.iter().map(Option::as_ref), Some(&pos(50))),
+            None
+        );
+        assert_eq!(oldest_waiting(waiting.iter().map(Option::as_ref)), Some(20));
     }
 }

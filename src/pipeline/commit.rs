@@ -1,18 +1,30 @@
-//! Table commits taken out of the pipeline's buffers and carried out: a round of tables awaited
-//! together, up to `pipeline.commit_concurrency` at once or in one catalog transaction
-//! ([`run_together`]); one table awaited in place ([`Committer::commit_table`](super::Committer));
-//! or, for a batch of an initial copy, a background task while the pipeline keeps reading the copy
-//! ([`InFlight`]). Which tables a round holds is `pipeline/cadence.rs`'s decision.
+//! Table commits taken out of the pipeline's buffers and carried out: a round of tables together,
+//! up to `pipeline.commit_concurrency` at once or in one catalog transaction ([`run_together`]),
+//! awaited in place or on a background task while the pipeline keeps reading ([`InFlight`]); or
+//! one table awaited in place ([`Committer::commit_table`](super::Committer)). Which tables a round
+//! holds is `pipeline/cadence.rs`'s decision.
 //!
-//! Why in the background: a copy batch is large (up to [`super::SNAPSHOT_BATCH_ROWS`] rows), and
-//! encoding it to Parquet and committing takes a second or more. Awaited in place, the source's
-//! connections would stop at the full event channel for that long and Postgres would idle with
-//! them; as a task, the next batch is read and decoded while this one is written. At most one
-//! commit is in flight, and any other commit, acknowledgement or shutdown waits for it first
-//! ([`Committer::settle`](super::Committer)), so per-table commit order and the ack rule (STYLE
-//! rule 6) are as if it had been awaited. Only copy batches go to the background: their
-//! checkpoint is the incomplete position, which no acknowledgement depends on.
-
+//! Why in the background: a round of streamed changes over many tables, or a batch of an initial
+//! copy (up to [`super::SNAPSHOT_BATCH_ROWS`] rows), takes a second or more. Awaited in place, the
+//! source would stop at the full event channel for that long, and every change arriving meanwhile
+//! would wait behind the round; as a task, the next changes are read and buffered (in fresh
+//! per-table buffers) while this round is written. The protocol:
+//! - **At most one round in flight.** A new one starts only once the previous one ended and its
+//!   outcome is recorded ([`Committer::settle`](super::Committer)), so a table's commits land in
+//!   order: rows buffered for a table while its commit is in flight are committed by a later round.
+//! - **Only plain row changes are read beside a round.** Anything else (a transaction that
+//!   changes a table's schema or truncates it, an initial copy's events, a resync's swap, the
+//!   commit of one table in place, shutdown and wind-down) first waits for the round to end.
+//!   A copy batch in flight is waited for only by the next commit (the copy reads on beside it).
+//! - **The acknowledgement** never passes a table whose commit is in flight: the commits in
+//!   flight hold it back exactly as waiting buffers do ([`cadence::durable_bound`]), and a copy
+//!   batch holds it whole.
+//! - **Memory.** The streamed rows in flight count with the buffers against `commit_max_rows`
+//!   and the memory budget's share: past them the pipeline waits for the round (reads nothing:
+//!   backpressure) before it starts the next one.
+//! - **Errors.** A round's failure is seen when it is settled: what landed is recorded, a refused
+//!   schema change may be left to a resync and the rest committed again in place; any other error
+//!   stops the pipeline, whose buffers are never acknowledged, so the restart reads them again.
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,9 +35,11 @@ use tracing::{debug, info, warn};
 
 use super::cadence;
 use super::schema_resync::refused_table;
+use super::tables::Opened;
 use super::{Committer, PipelineError};
 use crate::changelog::{Position, TableChanges, TableId, TableSchema};
 use crate::checkpoint::Checkpoint;
+use crate::failpoints;
 use crate::metrics as m;
 use crate::sinks::{CommitStats, Sink, SinkError, TableCommit};
 use crate::sources::SnapshotProgress;
@@ -39,6 +53,13 @@ pub(super) struct PendingCommit {
     pub checkpoint: Checkpoint,
     /// The upsert window recorded in `checkpoint` (`None`: the window is closed by this commit).
     pub window: Option<Position>,
+    /// Where the buffer of streamed changes opened (`None`: initial-copy rows): what the commit
+    /// holds the acknowledgement back to while it runs.
+    pub opened: Option<Opened>,
+    /// Arrow bytes of `changes`.
+    pub bytes: usize,
+    /// When the buffer's first change arrived.
+    pub since: Instant,
 }
 
 /// What the pipeline records once a commit is durable.
@@ -236,17 +257,25 @@ impl PendingCommit {
     }
 }
 
-/// The one commit running in the background, if any.
+/// The one round (or copy batch) committing in the background, if any, and what it holds.
 #[derive(Default)]
 pub(super) struct InFlight {
-    task: Option<JoinHandle<Result<Committed, SinkError>>>,
+    task: Option<JoinHandle<Result<Vec<Committed>, Unfinished>>>,
+    /// Per commit in flight, where its buffer of streamed changes opened (`None`: copy rows).
+    opened: Vec<Option<Opened>>,
+    /// Streamed rows and their Arrow bytes in flight (not an initial copy's).
+    streamed_rows: usize,
+    streamed_bytes: usize,
+    /// When the oldest buffer in flight got its first change.
+    since: Option<Instant>,
+    /// Only initial-copy rows are in flight (the copy reads on beside them).
+    copy_batch: bool,
 }
 
-/// How a background commit ended.
+/// How a background round ended.
 pub(super) enum Outcome {
-    Committed(Committed),
-    Failed(SinkError),
-    /// The task panicked or was cancelled: the commit's outcome is unknown.
+    Ended(Result<Vec<Committed>, Unfinished>),
+    /// The task panicked or was cancelled: the commits' outcome is unknown.
     Lost(String),
 }
 
@@ -255,20 +284,63 @@ impl InFlight {
         self.task.is_some()
     }
 
-    /// Starts `pending` on a task. The caller has settled the previous one.
-    pub fn start(&mut self, pending: PendingCommit, sink: Arc<dyn Sink>, pipeline: String) {
-        self.task = Some(tokio::spawn(pending.run(sink, pipeline)));
+    /// A round that only plain row changes may be read beside (not a copy batch).
+    pub fn is_round(&self) -> bool {
+        self.is_running() && !self.copy_batch
     }
 
-    /// Waits for the running commit (immediately `None` when there is none). Cancel safe: the
+    /// Where each commit in flight opened, for the acknowledgement.
+    pub fn opened(&self) -> impl Iterator<Item = Option<&Opened>> {
+        self.opened.iter().map(Option::as_ref)
+    }
+
+    pub fn streamed_rows(&self) -> usize {
+        self.streamed_rows
+    }
+
+    pub fn streamed_bytes(&self) -> usize {
+        self.streamed_bytes
+    }
+
+    pub fn since(&self) -> Option<Instant> {
+        self.since
+    }
+
+    /// Starts `pending` on a task ([`run_together`]). The caller has settled the previous one.
+    fn start(
+        &mut self,
+        pending: Vec<PendingCommit>,
+        sink: Arc<dyn Sink>,
+        pipeline: String,
+        concurrency: usize,
+    ) {
+        let streamed = || {
+            pending
+                .iter()
+                .filter(|p| !p.checkpoint.position.is_snapshot_incomplete())
+        };
+        self.streamed_rows = streamed().map(|p| p.rows).sum();
+        self.streamed_bytes = streamed().map(|p| p.bytes).sum();
+        self.copy_batch = streamed().next().is_none();
+        self.opened = pending.iter().map(|p| p.opened.clone()).collect();
+        self.since = pending.iter().map(|p| p.since).min();
+        let copy_batch = self.copy_batch;
+        self.task = Some(tokio::spawn(async move {
+            if !copy_batch {
+                failpoints::pause_point(failpoints::ROUND_IN_FLIGHT).await;
+            }
+            run_together(pending, sink, &pipeline, concurrency).await
+        }));
+    }
+
+    /// Waits for the running round (immediately `None` when there is none). Cancel safe: the
     /// task stays in place until it has finished and its outcome is returned.
     pub async fn finish(&mut self) -> Option<Outcome> {
         let task = self.task.as_mut()?;
         let joined = task.await;
-        self.task = None;
+        *self = InFlight::default();
         Some(match joined {
-            Ok(Ok(committed)) => Outcome::Committed(committed),
-            Ok(Err(e)) => Outcome::Failed(e),
+            Ok(ended) => Outcome::Ended(ended),
             Err(e) => Outcome::Lost(e.to_string()),
         })
     }
@@ -285,76 +357,89 @@ impl Committer {
         Ok(())
     }
 
-    /// Commits the buffers of `tables` (together: [`run_together`]). A table whose commit the
-    /// sink refuses for a schema change it cannot express may be left to a resync
-    /// (`pipeline/schema_resync.rs`): the others are committed without it. On any other error
-    /// the commits that landed are recorded and the pipeline stops: the rest are committed
-    /// again after the restart, from their tables' checkpoints.
+    /// Commits the buffers of `tables` (together: [`run_together`]) and waits for them, after
+    /// the round in flight, if any.
     pub(super) async fn commit_round(&mut self, tables: Vec<TableId>) -> Result<(), PipelineError> {
         self.settle().await?;
-        let mut pending: Vec<PendingCommit> =
+        let pending: Vec<PendingCommit> =
             tables.iter().filter_map(|t| self.take_commit(t)).collect();
+        self.run_round(pending).await
+    }
+
+    /// Commits `pending` in place, and what a refusal leaves of it ([`Self::round_ended`]).
+    async fn run_round(&mut self, mut pending: Vec<PendingCommit>) -> Result<(), PipelineError> {
         while !pending.is_empty() {
-            let round = run_together(
+            let ended = run_together(
                 pending,
                 self.sink.clone(),
                 &self.settings.pipeline,
                 self.settings.commit_concurrency,
-            );
-            match round.await {
-                Ok(committed) => {
-                    for c in committed {
-                        self.committed(c);
-                    }
-                    break;
-                }
-                Err(unfinished) => {
-                    for c in unfinished.committed {
-                        self.committed(c);
-                    }
-                    let refused = refused_table(&unfinished.error).and_then(|(table, cause)| {
-                        let p = unfinished.left.iter().find(|p| p.table == *table)?;
-                        Some((
-                            table.clone(),
-                            cause.to_owned(),
-                            p.checkpoint.position.clone(),
-                        ))
-                    });
-                    let Some((table, cause, position)) = refused else {
-                        return Err(unfinished.error.into());
-                    };
-                    if !self.resync_instead(&table, &cause, &position).await? {
-                        return Err(unfinished.error.into());
-                    }
-                    pending = unfinished
-                        .left
-                        .into_iter()
-                        .filter(|p| p.table != table)
-                        .collect();
-                }
-            }
+            )
+            .await;
+            pending = self.round_ended(ended).await?;
         }
         Ok(())
     }
 
-    /// Waits for the background commit, if one runs, and records its outcome.
+    /// Records how a round ended; returns its commits still to make. A table whose commit the
+    /// sink refuses for a schema change it cannot express may be left to a resync
+    /// (`pipeline/schema_resync.rs`): the others are returned, to be committed without it. On
+    /// any other error the commits that landed are recorded and the pipeline stops: the rest are
+    /// committed again after the restart, from their tables' checkpoints.
+    async fn round_ended(
+        &mut self,
+        ended: Result<Vec<Committed>, Unfinished>,
+    ) -> Result<Vec<PendingCommit>, PipelineError> {
+        let unfinished = match ended {
+            Ok(committed) => {
+                for c in committed {
+                    self.committed(c);
+                }
+                return Ok(Vec::new());
+            }
+            Err(unfinished) => unfinished,
+        };
+        for c in unfinished.committed {
+            self.committed(c);
+        }
+        // A copy batch's refusal stops, as it always did: its position is no transaction's.
+        let refused = refused_table(&unfinished.error).and_then(|(table, cause)| {
+            let p = unfinished.left.iter().find(|p| p.table == *table)?;
+            let position = &p.checkpoint.position;
+            (!position.is_snapshot_incomplete())
+                .then(|| (table.clone(), cause.to_owned(), position.clone()))
+        });
+        let Some((table, cause, position)) = refused else {
+            return Err(unfinished.error.into());
+        };
+        if !self.resync_instead(&table, &cause, &position).await? {
+            return Err(unfinished.error.into());
+        }
+        Ok(unfinished
+            .left
+            .into_iter()
+            .filter(|p| p.table != table)
+            .collect())
+    }
+
+    /// Waits for the round in flight, if one runs, and records its outcome (what a refusal
+    /// leaves of it is committed in place).
     pub(super) async fn settle(&mut self) -> Result<(), PipelineError> {
         match self.in_flight.finish().await {
-            Some(done) => self.settled(done),
+            Some(done) => self.settled(done).await,
             None => Ok(()),
         }
     }
 
-    /// Records how a background commit ended.
-    pub(super) fn settled(&mut self, done: Outcome) -> Result<(), PipelineError> {
+    /// Records how a background round ended.
+    pub(super) async fn settled(&mut self, done: Outcome) -> Result<(), PipelineError> {
         match done {
-            Outcome::Committed(c) => {
-                self.committed(c);
-                Ok(())
+            Outcome::Ended(ended) => {
+                let left = self.round_ended(ended).await?;
+                self.run_round(left).await
             }
-            Outcome::Failed(e) => Err(e.into()),
             Outcome::Lost(e) => Err(PipelineError::SourceTask(format!(
-                "a background commit of the initial copy ended without a result: {e}"
+                "a background commit ended without a result: {e}"
             ))),
         }
     }
@@ -384,16 +469,32 @@ impl Committer {
         }
     }
 
-    /// Starts committing `table`'s buffer (initial-copy rows) on a task, after the previous
-    /// background commit is done.
+    /// Starts committing `table`'s buffer (initial-copy rows) on a task, after the round in
+    /// flight is done.
     pub(super) async fn commit_in_background(
         &mut self,
         table: &TableId,
     ) -> Result<(), PipelineError> {
+        self.round_in_background(std::slice::from_ref(table)).await
+    }
+
+    /// Starts committing the buffers of `tables` (a round of streamed changes, or a batch of
+    /// initial-copy rows) on a task, after the round in flight is done: the pipeline reads on
+    /// meanwhile (the rules: the module doc).
+    pub(super) async fn round_in_background(
+        &mut self,
+        tables: &[TableId],
+    ) -> Result<(), PipelineError> {
         self.settle().await?;
-        if let Some(pending) = self.take_commit(table) {
-            self.in_flight
-                .start(pending, self.sink.clone(), self.settings.pipeline.clone());
+        let pending: Vec<PendingCommit> =
+            tables.iter().filter_map(|t| self.take_commit(t)).collect();
+        if !pending.is_empty() {
+            self.in_flight.start(
+                pending,
+                self.sink.clone(),
+                self.settings.pipeline.clone(),
+                self.settings.commit_concurrency,
+            );
         }
         Ok(())
     }
@@ -435,6 +536,9 @@ impl Committer {
             rows: buffer.rows,
             checkpoint,
             window,
+            opened: buffer.opened,
+            bytes: buffer.bytes,
+            since: buffer.since,
         })
     }
 
@@ -490,18 +594,21 @@ impl Committer {
         }
     }
 
+    /// Where each buffer and each commit in flight opened: what holds the acknowledgement back.
+    fn waiting(&self) -> impl Iterator<Item = Option<&Opened>> {
+        let buffers = self.tables.buffers.values().map(|b| b.opened.as_ref());
+        buffers.chain(self.in_flight.opened())
+    }
+
     /// Acknowledges what every table holds ([`cadence::durable_bound`]): everything received
-    /// when nothing is buffered, else up to the oldest buffer still waiting for its commit.
+    /// when nothing is buffered or in flight, else up to the oldest buffer or commit in flight
+    /// still waiting to land.
     pub(super) fn acknowledge(&mut self) {
-        if self.in_flight.is_running() {
-            return;
-        }
         self.lag.durable();
-        if let Some(oldest) = cadence::oldest_waiting(&self.tables.buffers) {
+        if let Some(oldest) = cadence::oldest_waiting(self.waiting()) {
             self.lag.waiting(oldest);
         }
-        let Some(received) = cadence::durable_bound(&self.tables.buffers, self.received.as_ref())
-        else {
+        let Some(received) = cadence::durable_bound(self.waiting(), self.received.as_ref()) else {
             return;
         };
         // A resync's copy job may hold the acknowledgements back (`pipeline/resync.rs`).

@@ -154,6 +154,19 @@ struct RecordingSink {
     record: Arc<Mutex<Record>>,
 }
 
+impl RecordingSink {
+    /// The tables `a`..`f`, each committed at 0/5.
+    fn at_5(record: Arc<Mutex<Record>>) -> RecordingSink {
+        RecordingSink {
+            checkpoints: ["a", "b", "c", "d", "e", "f"]
+                .into_iter()
+                .map(|t| (table(t), Checkpoint::new("p", pos(5))))
+                .collect(),
+            record,
+        }
+    }
+}
+
 #[async_trait]
 impl Sink for RecordingSink {
     async fn checkpoint(&self, table: &TableId) -> Result<Option<Checkpoint>, SinkError> {
@@ -1464,7 +1477,9 @@ async fn the_lag_is_zero_once_everything_received_is_committed() {
 }
 
 /// A sink whose commits take `delay` and whose commits of `fail` fail, counting how many run at
-/// once; `concurrent` is its answer to [`Sink::commits_tables_concurrently`].
+/// once; `concurrent` is its answer to [`Sink::commits_tables_concurrently`]. With a `gate`, each
+/// commit first waits until the test lets it through ([`SlowSink::release`]), so a round stays
+/// in flight while the test feeds the pipeline.
 struct SlowSink {
     inner: RecordingSink,
     delay: Duration,
@@ -1472,23 +1487,26 @@ struct SlowSink {
     concurrent: bool,
     running: std::sync::atomic::AtomicUsize,
     most: std::sync::atomic::AtomicUsize,
+    gate: Option<tokio::sync::Semaphore>,
 }
 
 impl SlowSink {
     fn new(record: Arc<Mutex<Record>>, delay: Duration, fail: &'static [&'static str]) -> SlowSink {
         SlowSink {
-            inner: RecordingSink {
-                checkpoints: ["a", "b", "c", "d", "e", "f"]
-                    .into_iter()
-                    .map(|t| (table(t), Checkpoint::new("p", pos(5))))
-                    .collect(),
-                record,
-            },
+            inner: RecordingSink::at_5(record),
             delay,
             fail,
             concurrent: true,
             running: Default::default(),
             most: Default::default(),
+            gate: None,
+        }
+    }
+
+    /// Lets `commits` commits through the gate.
+    fn release(&self, commits: usize) {
+        if let Some(gate) = &self.gate {
+            gate.add_permits(commits);
         }
     }
 }
@@ -1506,6 +1524,11 @@ impl Sink for SlowSink {
         checkpoint: &Checkpoint,
     ) -> Result<CommitStats, SinkError> {
         use std::sync::atomic::Ordering::SeqCst;
+        if let Some(gate) = &self.gate {
+            if let Ok(permit) = gate.acquire().await {
+                permit.forget();
+            }
+        }
         let now = self.running.fetch_add(1, SeqCst) + 1;
         self.most.fetch_max(now, SeqCst);
         // The failing table fails early, while the others started with it are still committing.
@@ -1571,6 +1594,14 @@ async fn committer_over(
         progress: ProgressWriter::start(None),
     };
     (committer, acks_rx)
+}
+
+/// Starts the round of the tables due and waits for it to land, as the loop's next turns do.
+async fn land_due(c: &mut Committer, early: Duration) -> Result<(), PipelineError> {
+    c.commit_due(early).await?;
+    c.settle().await?;
+    c.acknowledge();
+    Ok(())
 }
 
 fn tx_at(n: u64, micros: i64, parts: Vec<TableChanges>) -> SourceEvent {
@@ -1676,7 +1707,7 @@ async fn the_ack_never_passes_a_table_still_waiting_for_its_commit() {
     // `a` has waited past the freshness target, `b` not.
     let past = std::time::Instant::now() - Duration::from_secs(2);
     c.tables.buffers.get_mut(&table("a")).unwrap().since = past;
-    c.commit_due(Duration::from_millis(250)).await.unwrap();
+    land_due(&mut c, Duration::from_millis(250)).await.unwrap();
     assert_eq!(
         record.lock().unwrap().commits,
         vec![("a".into(), 3, "0/1E".into())]
@@ -1692,7 +1723,7 @@ async fn the_ack_never_passes_a_table_still_waiting_for_its_commit() {
     c.handle(SourceEvent::Heartbeat(pos(35))).await.unwrap();
     assert_eq!(*acks.borrow(), Some(pos(10)));
     c.tables.buffers.get_mut(&table("b")).unwrap().since = past;
-    c.commit_due(Duration::from_millis(250)).await.unwrap();
+    land_due(&mut c, Duration::from_millis(250)).await.unwrap();
     assert_eq!(
         record.lock().unwrap().commits[1],
         ("b".into(), 1, "0/14".into())
@@ -1716,11 +1747,203 @@ async fn a_waiting_table_whose_commit_fails_holds_the_ack() {
         .unwrap();
     let past = std::time::Instant::now() - Duration::from_secs(2);
     c.tables.buffers.get_mut(&table("a")).unwrap().since = past;
-    c.commit_due(Duration::ZERO).await.unwrap();
+    land_due(&mut c, Duration::ZERO).await.unwrap();
     assert_eq!(*acks.borrow(), Some(pos(8)), "b waits from 0/A");
     c.tables.buffers.get_mut(&table("b")).unwrap().since = past;
-    assert!(c.commit_due(Duration::ZERO).await.is_err());
+    assert!(land_due(&mut c, Duration::ZERO).await.is_err());
     assert_eq!(*acks.borrow(), Some(pos(8)));
     assert_eq!(c.tables.committed[&table("a")], Some(pos(20)));
     assert_eq!(c.tables.committed[&table("b")], Some(pos(5)));
+}
+
+/// Makes `t`'s buffer due: its first change is past the freshness target.
+fn age(c: &mut Committer, t: &str) {
+    c.tables.buffers.get_mut(&table(t)).unwrap().since =
+        std::time::Instant::now() - Duration::from_secs(2);
+}
+
+/// `f`, which must not wait for a commit the test holds: it fails after 2 s instead of hanging.
+async fn promptly<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(Duration::from_secs(2), f).await {
+        Ok(out) => out,
+        Err(_) => panic!("{what} waited for a commit in flight"),
+    }
+}
+
+fn committed_tables(record: &Mutex<Record>) -> Vec<(String, String)> {
+    let r = record.lock().unwrap();
+    r.commits
+        .iter()
+        .map(|(t, _, p)| (t.clone(), p.clone()))
+        .collect()
+}
+
+/// A committer over a gated [`SlowSink`] whose commits of `fail` fail (its sink, record and
+/// acknowledgements beside it) with a round in flight: `a`'s buffer of one row at 0/A, opened
+/// after a heartbeat at 0/8.
+async fn a_round_in_flight(
+    fail: &'static [&'static str],
+) -> (
+    Committer,
+    Arc<SlowSink>,
+    Arc<Mutex<Record>>,
+    watch::Receiver<Option<Position>>,
+) {
+    let record = Arc::new(Mutex::new(Record::default()));
+    let mut sink = SlowSink::new(record.clone(), Duration::ZERO, fail);
+    sink.gate = Some(tokio::sync::Semaphore::new(0));
+    let sink = Arc::new(sink);
+    let (mut c, acks) = committer_over(sink.clone(), 16).await;
+    c.handle(SourceEvent::Heartbeat(pos(8))).await.unwrap();
+    round_of_a(&mut c, 10, changes("a", Op::Insert, &[1])).await;
+    (c, sink, record, acks)
+}
+
+/// Reads a transaction at `n` of `a_changes` alone and starts the round of `a`'s buffer.
+async fn round_of_a(c: &mut Committer, n: u64, a_changes: TableChanges) {
+    c.handle(tx(n, vec![a_changes])).await.unwrap();
+    age(c, "a");
+    promptly("starting a round", c.commit_due(Duration::ZERO))
+        .await
+        .unwrap();
+    assert!(c.in_flight.is_round());
+}
+
+/// Reads `event`, which must wait for the round in flight: released 200 ms later.
+async fn read_after_the_round(c: &mut Committer, sink: &Arc<SlowSink>, event: SourceEvent) {
+    let gate = sink.clone();
+    let released = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        gate.release(1);
+    });
+    c.handle(event).await.unwrap();
+    assert!(released.is_finished(), "read before the round landed");
+    assert!(!c.in_flight.is_running());
+}
+
+// Issue 37: a round commits in the background while the pipeline reads on. Rows read for a table
+// whose commit is in flight wait in a fresh buffer; the commit in flight holds the
+// acknowledgement; when it fails, nothing read beside it is acknowledged or dropped (the restart
+// reads it again from the table's checkpoint).
+#[tokio::test]
+async fn rows_read_beside_a_round_in_flight_are_kept_and_its_failure_acknowledges_none() {
+    let (mut c, sink, record, acks) = a_round_in_flight(&["a"]).await;
+    let beside = tx(
+        20,
+        vec![
+            changes("a", Op::Insert, &[2, 3]),
+            changes("b", Op::Insert, &[1]),
+        ],
+    );
+    promptly("a plain transaction", c.handle(beside))
+        .await
+        .unwrap();
+    promptly("a heartbeat", c.handle(SourceEvent::Heartbeat(pos(25))))
+        .await
+        .unwrap();
+    promptly("a tick", c.commit_due(Duration::ZERO))
+        .await
+        .unwrap();
+    assert!(c.in_flight.is_round(), "one round in flight at most");
+    assert_eq!(c.tables.buffers[&table("a")].rows, 2, "a fresh buffer");
+    assert_eq!(
+        *acks.borrow(),
+        Some(pos(8)),
+        "a's commit in flight holds everything after 0/8"
+    );
+    sink.release(1);
+    let err = c.settle().await.unwrap_err();
+    assert!(err.to_string().contains("injected failure"), "{err}");
+    // The pipeline stops here: it acknowledges nothing after an error.
+    assert_eq!(*acks.borrow(), Some(pos(8)));
+    assert_eq!(c.tables.committed[&table("a")], Some(pos(5)));
+    assert_eq!(
+        c.tables.buffers[&table("a")].rows,
+        2,
+        "nothing read was dropped"
+    );
+    assert!(committed_tables(&record).is_empty());
+}
+
+// Issue 37: a table whose commit is in flight holds the acknowledgement where its buffer opened,
+// even once a newer buffer of the same table opened further on (which alone would claim the
+// table holds everything before it); once the round lands, the acknowledgement moves to the
+// tables still waiting, and each table's commits land in order.
+#[tokio::test]
+async fn the_ack_never_passes_a_table_whose_commit_is_in_flight() {
+    let (mut c, sink, record, acks) = a_round_in_flight(&[]).await;
+    for (n, t) in [(20, "b"), (30, "a")] {
+        let read = c.handle(tx(n, vec![changes(t, Op::Insert, &[2])]));
+        promptly("a plain transaction", read).await.unwrap();
+    }
+    c.acknowledge();
+    assert_eq!(
+        *acks.borrow(),
+        Some(pos(8)),
+        "not 0/A (b waiting) nor 0/14 (a's new buffer): a's commit is in flight"
+    );
+    sink.release(1);
+    c.settle().await.unwrap();
+    c.acknowledge();
+    assert_eq!(*acks.borrow(), Some(pos(10)), "b waits from 0/A");
+    age(&mut c, "a");
+    age(&mut c, "b");
+    sink.release(2);
+    land_due(&mut c, Duration::ZERO).await.unwrap();
+    assert_eq!(*acks.borrow(), Some(pos(30)));
+    let commits = committed_tables(&record);
+    let a: Vec<&str> = commits
+        .iter()
+        .filter(|(t, _)| t == "a")
+        .map(|(_, p)| p.as_str())
+        .collect();
+    assert_eq!(a, ["0/A", "0/1E"]);
+    assert_eq!(commits.len(), 3);
+}
+
+// Issue 37: the rows in flight count against `commit_max_rows` (and the memory share) with the
+// buffers: past them the pipeline reads nothing until the round lands (backpressure).
+#[tokio::test]
+async fn past_the_buffer_limits_nothing_is_read_until_the_round_in_flight_lands() {
+    let (mut c, sink, _record, _acks) = a_round_in_flight(&[]).await;
+    c.settings.commit_max_rows = 3;
+    c.handle(tx(20, vec![changes("b", Op::Insert, &[1, 2])]))
+        .await
+        .unwrap();
+    assert!(c.over_buffer_limits(), "1 row in flight and 2 buffered");
+    let period = Duration::from_millis(250);
+    let waited = tokio::time::timeout(Duration::from_millis(200), c.relieve(period)).await;
+    assert!(waited.is_err(), "read on past the limit");
+    age(&mut c, "b");
+    sink.release(1);
+    c.relieve(period).await.unwrap();
+    assert_eq!(c.tables.committed[&table("a")], Some(pos(10)));
+    assert!(
+        c.in_flight.is_round(),
+        "b, due, started as soon as a landed"
+    );
+    sink.release(1);
+    c.settle().await.unwrap();
+    assert_eq!(c.tables.committed[&table("b")], Some(pos(20)));
+}
+
+// Issue 37: only plain row changes are read beside a round in flight. A schema change and a
+// truncate of a table wait for the round to land first.
+#[tokio::test]
+async fn a_schema_change_or_a_truncate_waits_for_the_round_in_flight() {
+    let (mut c, sink, record, _acks) = a_round_in_flight(&[]).await;
+    let added = with_added_column("a");
+    let altered = tx(20, vec![changes_wide(added.clone(), Op::Insert, &[2])]);
+    read_after_the_round(&mut c, &sink, altered).await;
+    assert_eq!(c.tables.committed[&table("a")], Some(pos(10)));
+    round_of_a(&mut c, 30, changes_wide(added, Op::Insert, &[3])).await;
+    let truncated = tx(40, vec![changes("b", Op::Truncate, &[0])]);
+    read_after_the_round(&mut c, &sink, truncated).await;
+    assert_eq!(c.tables.committed[&table("a")], Some(pos(30)));
+    // a: 0/A under the old schema, then 0/14 and 0/1E under the new one.
+    assert_eq!(
+        record.lock().unwrap().widths,
+        [(1, vec![1]), (2, vec![2, 2])]
+    );
+    assert_eq!(c.tables.buffers[&table("b")].rows, 1);
 }

@@ -4,7 +4,9 @@
 //! others' commits of the same round run on, then cdcd is restarted; kill -9 at random moments;
 //! crash points hit in the middle of a concurrent round (after the n-th metadata create, with
 //! other tables' commits in flight). At the end every table equals the source by DuckDB, with no
-//! key lost or duplicated: each table's checkpoint matched its rows at every restart.
+//! key lost or duplicated: each table's checkpoint matched its rows at every restart. A second
+//! test holds every round on its background task (a pause point) while cdcd reads on beside it,
+//! and kills cdcd mid-round and right after a transaction read beside a round.
 //!
 //! The moments are random (the seed is printed; `CDCD_TEST_SEED=<n>` replays the schedule).
 
@@ -14,7 +16,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::{connect, exec, spawn_writer, test_env, unique, Pipeline, Rng, Settings};
+use tokio_postgres::Client;
+
+use crate::support::{
+    connect, exec, spawn_writer, test_env, unique, Pipeline, Rng, Settings, TestEnv,
+};
 
 const TABLES: u64 = 30;
 
@@ -64,13 +70,10 @@ fn transaction(n: &str, rng: &mut Rng) -> String {
     sql
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn many_tables_survive_a_failing_table_and_crashes_in_concurrent_rounds() {
-    let test = "many_tables_survive_a_failing_table_and_crashes_in_concurrent_rounds";
-    let env = ground_or_skip!(test_env(test));
-    let mut rng = Rng::from_env_or_clock(test);
-    let name = unique("mt");
-    let tables: Vec<String> = (0..TABLES).map(|i| table(&name, i)).collect();
+/// `TABLES` source tables of 40 rows named after `name`, and a pipeline over them (not started)
+/// committing every 300 ms.
+async fn tables_and_pipeline(env: &TestEnv, name: &str) -> (Client, Vec<String>, Pipeline) {
+    let tables: Vec<String> = (0..TABLES).map(|i| table(name, i)).collect();
     let client = connect(&env.pg_url).await;
     let mut ddl = format!("DROP TABLE IF EXISTS {};\n", tables.join(", "));
     for t in &tables {
@@ -85,15 +88,72 @@ async fn many_tables_survive_a_failing_table_and_crashes_in_concurrent_rounds() 
         commit_interval_ms: 300,
         ..Settings::default()
     };
-    let mut p = Pipeline::new(&env, &name, &refs, &settings);
+    let mut p = Pipeline::new(env, name, &refs, &settings);
     p.on_cleanup(format!("DROP TABLE IF EXISTS {}", tables.join(", ")));
+    (client, tables, p)
+}
+
+/// Starts cdcd and a writer of [`transaction`]s over the tables, until the flag is set.
+async fn start_writing(
+    p: &mut Pipeline,
+    env: &TestEnv,
+    seed: u64,
+    name: &str,
+) -> (Arc<AtomicBool>, tokio::task::JoinHandle<u64>) {
     p.start();
     let stop = Arc::new(AtomicBool::new(false));
-    let load = spawn_writer(&env, rng.next(), stop.clone(), 10, {
-        let n = name.clone();
-        move |rng| transaction(&n, rng)
+    let name = name.to_owned();
+    let load = spawn_writer(env, seed, stop.clone(), 10, move |rng| {
+        transaction(&name, rng)
     })
     .await;
+    (stop, load)
+}
+
+/// kill -9, then a run with the crash point `point` armed at its `hit`-th pass, which must
+/// reach it; then cdcd is started again.
+async fn crash_at(p: &mut Pipeline, client: &Client, point: &str, hit: u64) {
+    eprintln!("crash point {point}:{hit}");
+    p.kill9();
+    p.wait_slot_inactive(client, Duration::from_secs(30)).await;
+    p.env_vars
+        .push(("CDCD_FAILPOINT".into(), format!("{point}:{hit}")));
+    p.start();
+    let st = p.wait_exit(Duration::from_secs(120)).await;
+    p.env_vars.retain(|(k, _)| k != "CDCD_FAILPOINT");
+    assert!(
+        p.output().contains(&format!("failpoint {point}")),
+        "cdcd exited ({st}) without reaching {point}:{hit}"
+    );
+    p.wait_slot_inactive(client, Duration::from_secs(30)).await;
+    p.start();
+}
+
+/// Stops the writer, then checks every table equal to the source by DuckDB and a clean stop.
+async fn stop_and_check(
+    p: &mut Pipeline,
+    tables: &[String],
+    stop: &AtomicBool,
+    load: tokio::task::JoinHandle<u64>,
+) {
+    stop.store(true, Ordering::Relaxed);
+    let txs = load.await.expect("workload failed");
+    eprintln!("workload: {txs} transactions over {TABLES} tables");
+    for (i, t) in tables.iter().enumerate() {
+        p.assert_equal(t, if i == 0 { 240 } else { 60 }).await;
+    }
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0), "exit status after SIGTERM: {st}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_tables_survive_a_failing_table_and_crashes_in_concurrent_rounds() {
+    let test = "many_tables_survive_a_failing_table_and_crashes_in_concurrent_rounds";
+    let env = ground_or_skip!(test_env(test));
+    let mut rng = Rng::from_env_or_clock(test);
+    let name = unique("mt");
+    let (client, tables, mut p) = tables_and_pipeline(&env, &name).await;
+    let (stop, load) = start_writing(&mut p, &env, rng.next(), &name).await;
 
     // 1. One table's commits fail while the others keep committing: cdcd stops with the error,
     // and what landed in the other tables' commits of that round stays landed.
@@ -131,6 +191,8 @@ async fn many_tables_survive_a_failing_table_and_crashes_in_concurrent_rounds() 
             0 | 2 => {
                 eprintln!("kill -9 #{round}");
                 p.kill9();
+                p.wait_slot_inactive(&client, Duration::from_secs(30)).await;
+                p.start();
             }
             _ => {
                 let point = if round == 1 {
@@ -139,32 +201,52 @@ async fn many_tables_survive_a_failing_table_and_crashes_in_concurrent_rounds() 
                     "commit-before-create"
                 };
                 // Past the start's table loads: this run's n-th commit, mid-stream.
-                let hit = rng.range(20, 60);
-                eprintln!("crash point {point}:{hit}");
-                p.kill9();
-                p.wait_slot_inactive(&client, Duration::from_secs(30)).await;
-                p.env_vars
-                    .push(("CDCD_FAILPOINT".into(), format!("{point}:{hit}")));
-                p.start();
-                let st = p.wait_exit(Duration::from_secs(120)).await;
-                p.env_vars.retain(|(k, _)| k != "CDCD_FAILPOINT");
-                assert!(
-                    p.output().contains(&format!("failpoint {point}")),
-                    "cdcd exited ({st}) without reaching {point}:{hit}"
-                );
+                crash_at(&mut p, &client, point, rng.range(20, 60)).await;
             }
         }
-        p.wait_slot_inactive(&client, Duration::from_secs(30)).await;
-        p.start();
     }
     tokio::time::sleep(Duration::from_millis(rng.range(500, 1500))).await;
-    stop.store(true, Ordering::Relaxed);
-    let txs = load.await.expect("workload failed");
-    eprintln!("workload: {txs} transactions over {TABLES} tables");
+    stop_and_check(&mut p, &tables, &stop, load).await;
+}
 
-    for (i, t) in tables.iter().enumerate() {
-        p.assert_equal(t, if i == 0 { 240 } else { 60 }).await;
+// A round commits in the background while cdcd reads on: each round is held on its task for
+// 700 ms before its commits start (pause point `round-in-flight`), so at almost any moment a
+// round is in flight and transactions for its tables are read into fresh buffers beside it.
+// kill -9 at random moments then lands mid-round, and the crash point `round-read-beside` aborts
+// right after the n-th transaction read beside a round. Every table equals the source at the end:
+// what was in flight or buffered beside it is read again from each table's checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kills_while_a_round_commits_beside_the_reading_lose_nothing() {
+    let test = "kills_while_a_round_commits_beside_the_reading_lose_nothing";
+    let env = ground_or_skip!(test_env(test));
+    let mut rng = Rng::from_env_or_clock(test);
+    let name = unique("mtr");
+    let (client, tables, mut p) = tables_and_pipeline(&env, &name).await;
+    p.env_vars
+        .push(("CDCD_PAUSEPOINT".into(), "round-in-flight:700".into()));
+    let (stop, load) = start_writing(&mut p, &env, rng.next(), &name).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !p.output().contains("round-in-flight") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no round went to the background within 120 s:\n{}",
+            p.output()
+        );
+        p.assert_running();
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
-    assert_eq!(st.code(), Some(0), "exit status after SIGTERM: {st}");
+    for round in 0..6 {
+        tokio::time::sleep(Duration::from_millis(rng.range(300, 2500))).await;
+        p.assert_running();
+        if round % 2 == 0 {
+            eprintln!("kill -9 #{round}");
+            p.kill9();
+            p.wait_slot_inactive(&client, Duration::from_secs(30)).await;
+            p.start();
+        } else {
+            crash_at(&mut p, &client, "round-read-beside", rng.range(1, 30)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(rng.range(500, 1500))).await;
+    stop_and_check(&mut p, &tables, &stop, load).await;
 }
