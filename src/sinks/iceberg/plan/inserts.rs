@@ -103,8 +103,7 @@ pub(super) fn plan_distinct_inserts(
 /// carries its [`key_prefix`], so most comparisons are two integer compares, not a `memcmp`
 /// (comparing the slices was ~10% of a 10M-row copy's CPU).
 fn distinct_by_sorting(keys: &[Rows]) -> bool {
-    let mut all: Vec<([u64; 2], &[u8])> =
-        Vec::with_capacity(keys.iter().map(Rows::num_rows).sum());
+    let mut all: Vec<([u64; 2], &[u8])> = Vec::with_capacity(keys.iter().map(Rows::num_rows).sum());
     for rows in keys {
         all.extend(rows.iter().map(|r| (key_prefix(r.data()), r.data())));
     }
