@@ -623,14 +623,18 @@ async fn indexes_of_many_tables_share_one_memory_budget() {
     assert_eq!(memory.cached(), 0, "dropped indexes' blocks are forgotten");
 }
 
+async fn in_memory_index() -> PrimaryKeyIndex {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    PrimaryKeyIndex::open(store, Path::from("idx"), 1 << 20)
+        .await
+        .unwrap()
+}
+
 /// An initial copy flushes a memtable's worth at a time between persists: the runs stay until
 /// more than `FLUSHED_RUNS` are live, then merge by the policy; every key is found throughout.
 #[tokio::test]
 async fn flushes_leave_runs_for_the_persist_to_merge() {
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let mut index = PrimaryKeyIndex::open(store, Path::from("idx"), 1 << 20)
-        .await
-        .unwrap();
+    let mut index = in_memory_index().await;
     let file: Arc<str> = Arc::from("f");
     // Runs of one size (same key lengths, same positions), so the policy merges them all once
     // it runs.
@@ -668,10 +672,7 @@ async fn flushes_leave_runs_for_the_persist_to_merge() {
 /// rewrites: one merge of them all keeps every key once, the newest run's entry winning.
 #[tokio::test]
 async fn a_merge_of_many_interleaved_runs_keeps_the_newest_entry() {
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let mut index = PrimaryKeyIndex::open(store, Path::from("idx"), 1 << 20)
-        .await
-        .unwrap();
+    let mut index = in_memory_index().await;
     let file: Arc<str> = Arc::from("f");
     let runs = FLUSHED_RUNS as u64 + 1;
     let mut model = Model::new();
