@@ -264,6 +264,9 @@ async fn a_stale_writers_unnamed_run_survives_its_successors_open() {
     }])
     .unwrap();
     old.flush().await.unwrap();
+    // The merge a flush used to make (a flush now leaves runs for the persist): the stale
+    // writer's manifest is then one ahead of what the successor opens.
+    old.compact().await.unwrap();
     let stale_run = old.runs[0].path.clone();
 
     let new = PrimaryKeyIndex::open_as(Arc::clone(&store), root.clone(), &IndexMemory::new(0), 2)
@@ -618,4 +621,87 @@ async fn indexes_of_many_tables_share_one_memory_budget() {
     assert_eq!(memory.memtables(), 0);
     assert_eq!(memory.runs(), 0);
     assert_eq!(memory.cached(), 0, "dropped indexes' blocks are forgotten");
+}
+
+async fn in_memory_index() -> PrimaryKeyIndex {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    PrimaryKeyIndex::open(store, Path::from("idx"), 1 << 20)
+        .await
+        .unwrap()
+}
+
+/// An initial copy flushes a memtable's worth at a time between persists: the runs stay until
+/// more than `FLUSHED_RUNS` are live, then merge by the policy; every key is found throughout.
+#[tokio::test]
+async fn flushes_leave_runs_for_the_persist_to_merge() {
+    let mut index = in_memory_index().await;
+    let file: Arc<str> = Arc::from("f");
+    // Runs of one size (same key lengths, same positions), so the policy merges them all once
+    // it runs.
+    let runs = FLUSHED_RUNS.max(2) as u8 + 1;
+    let keys: Vec<Vec<u8>> = (0..runs)
+        .flat_map(|run| (0..100u8).map(move |i| vec![run, i]))
+        .collect();
+    for (flush, stretch) in keys.chunks(100).enumerate() {
+        index
+            .apply(stretch.iter().enumerate().map(|(i, k)| IndexChange {
+                key: k,
+                op: IndexOp::Upsert(loc(&file, i as u64)),
+            }))
+            .unwrap();
+        index.flush().await.unwrap();
+        if flush == 1 {
+            assert_eq!(index.runs.len(), 2, "two flushes, two runs");
+        }
+        if flush < FLUSHED_RUNS {
+            assert_eq!(index.runs.len(), flush + 1, "a flush merges nothing yet");
+        } else {
+            assert_eq!(index.runs.len(), 1, "past the limit, the equal runs merge");
+        }
+    }
+    let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let got = index.get_many(&refs).await.unwrap();
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(g.as_ref(), Some(&loc(&file, (i % 100) as u64)));
+    }
+    index.persist(1).await.unwrap();
+    assert_eq!(index.runs.len(), 1);
+}
+
+/// Runs whose keys interleave (merged entry by entry, not block by block) and a key every run
+/// rewrites: one merge of them all keeps every key once, the newest run's entry winning.
+#[tokio::test]
+async fn a_merge_of_many_interleaved_runs_keeps_the_newest_entry() {
+    let mut index = in_memory_index().await;
+    let file: Arc<str> = Arc::from("f");
+    let runs = FLUSHED_RUNS as u64 + 1;
+    let mut model = Model::new();
+    for run in 0..runs {
+        let mut keys: Vec<(Vec<u8>, u64)> = (0..50u64)
+            .map(|i| ((i * runs + run).to_be_bytes().to_vec(), i))
+            .collect();
+        keys.push((b"every run".to_vec(), 1000 + run));
+        index
+            .apply(keys.iter().map(|(k, at)| IndexChange {
+                key: k,
+                op: IndexOp::Upsert(loc(&file, *at)),
+            }))
+            .unwrap();
+        for (k, at) in keys {
+            model.insert(k, loc(&file, at));
+        }
+        index.flush().await.unwrap();
+    }
+    assert_eq!(index.runs.len(), 1, "one merge of every run");
+    assert!(index.merged.entries_merged > 0, "{:?}", index.merged);
+    let keys: Vec<&Vec<u8>> = model.keys().collect();
+    let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let got = index.get_many(&refs).await.unwrap();
+    for (k, g) in keys.iter().zip(got) {
+        assert_eq!(g.as_ref(), model.get(*k), "{k:?}");
+    }
+    assert_eq!(
+        index.get_many(&[b"every run"]).await.unwrap(),
+        vec![Some(loc(&file, 1000 + runs - 1))]
+    );
 }

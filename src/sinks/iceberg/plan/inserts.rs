@@ -22,6 +22,7 @@ use arrow_row::Rows;
 use super::cut::FileCutter;
 use super::{FileLimits, Plan, RowRef};
 use crate::changelog::{Op, TableChanges};
+use crate::sinks::key_prefix::key_prefix;
 
 /// The plan of `changes` if they are whole-row inserts of distinct, non-NULL keys shown distinct
 /// by order (module doc); `None` sends them to the general path. `new_keys[b]` are the encoded
@@ -96,16 +97,19 @@ pub(super) fn plan_distinct_inserts(
 }
 
 /// Whether all `keys` differ, shown by sorting them (bytes, not hashes): for inserts whose order
-/// proves nothing, such as a copy of a table whose heap order is not its key order. The sort
-/// merges the runs already in order, so a mostly ordered copy costs little more than the scan.
+/// proves nothing, such as a copy of a table whose heap order is not its key order (any table
+/// that has seen updates: an updated row moves to the end of its chunk's heap). The sort merges
+/// the runs already in order, so a mostly ordered copy costs little more than the scan; each key
+/// carries its [`key_prefix`], so most comparisons are two integer compares, not a `memcmp`
+/// (comparing the slices was ~10% of a 10M-row copy's CPU).
 fn distinct_by_sorting(keys: &[Rows]) -> bool {
-    let mut all: Vec<&[u8]> = Vec::with_capacity(keys.iter().map(Rows::num_rows).sum());
+    let mut all: Vec<([u64; 2], &[u8])> = Vec::with_capacity(keys.iter().map(Rows::num_rows).sum());
     for rows in keys {
-        all.extend(rows.iter().map(|r| r.data()));
+        all.extend(rows.iter().map(|r| (key_prefix(r.data()), r.data())));
     }
-    all.sort();
+    all.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
     !all.windows(2).any(|w| match w {
-        [a, b] => a == b,
+        [a, b] => a.0 == b.0 && a.1 == b.1,
         _ => false,
     })
 }
@@ -137,4 +141,38 @@ fn plan_in_order(
     }
     plan.files = files.finish();
     Some(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{ArrayRef, StringArray};
+    use arrow_row::{RowConverter, SortField};
+    use arrow_schema::DataType;
+
+    use super::distinct_by_sorting;
+
+    fn keys(batches: &[&[&str]]) -> Vec<arrow_row::Rows> {
+        let converter =
+            RowConverter::new(vec![SortField::new(DataType::Utf8)]).expect("a utf8 converter");
+        batches
+            .iter()
+            .map(|b| {
+                let col: ArrayRef = Arc::new(StringArray::from(b.to_vec()));
+                converter.convert_columns(&[col]).expect("utf8 keys encode")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn keys_that_share_their_first_16_bytes_are_compared_whole() {
+        let long = "customer-0000000000000000-";
+        let (a, b) = (format!("{long}a"), format!("{long}b"));
+        assert!(distinct_by_sorting(&keys(&[&[&b, "x"], &[&a, "a"]])));
+        assert!(!distinct_by_sorting(&keys(&[&[&b, "x"], &[&a, &b]])));
+        // Keys a zero-padded prefix cannot tell apart: "a" and "a\0".
+        assert!(distinct_by_sorting(&keys(&[&["a\0", "b"], &["a"]])));
+        assert!(!distinct_by_sorting(&keys(&[&["a\0", "a"], &["a"]])));
+    }
 }

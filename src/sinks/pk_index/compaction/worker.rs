@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use super::heap::CursorHeap;
 use super::pick;
 use crate::sinks::pk_index::bloom::PROBES;
 use crate::sinks::pk_index::cursor::RunCursor;
@@ -82,36 +83,24 @@ impl PrimaryKeyIndex {
             alive.push(c.advance().await?);
             cursors.push(c);
         }
+        let mut heap = CursorHeap::new(&cursors, &alive);
         let mut key = Vec::new();
-        loop {
-            // The smallest key; on ties the newest run (lowest index) wins.
-            let mut best: Option<usize> = None;
-            for (i, c) in cursors.iter().enumerate() {
-                if alive.get(i) == Some(&true)
-                    && best
-                        .and_then(|b| cursors.get(b))
-                        .is_none_or(|b| c.key() < b.key())
-                {
-                    best = Some(i);
-                }
-            }
-            let Some((b, best)) = best.and_then(|b| cursors.get(b).map(|c| (b, c))) else {
-                break;
-            };
+        // The smallest key first; on ties the newest run (lowest index) wins.
+        while let Some((b, best)) = heap.top().and_then(|b| cursors.get(b).map(|c| (b, c))) {
             if let Some((block, bytes)) = best.whole_block() {
                 let run = Arc::clone(best.run());
                 let last = run.last_key_of(&block);
-                let below_others = cursors
-                    .iter()
-                    .zip(&alive)
-                    .enumerate()
-                    .all(|(i, (c, a))| i == b || !*a || last < c.key());
+                let below_others = heap
+                    .second(&cursors)
+                    .and_then(|i| cursors.get(i))
+                    .is_none_or(|c| last < c.key());
                 if below_others && copyable(&run, &block, drop_tombstones, &live) {
                     writer.add_block(&run, &block, &bytes).await?;
                     stats.blocks_copied += 1;
                     stats.entries_copied += block.entries;
-                    if let (Some(c), Some(a)) = (cursors.get_mut(b), alive.get_mut(b)) {
-                        *a = c.skip_block().await?;
+                    if let Some(c) = cursors.get_mut(b) {
+                        let more = c.skip_block().await?;
+                        heap.replace_top(&cursors, more);
                     }
                     continue;
                 }
@@ -123,10 +112,16 @@ impl PrimaryKeyIndex {
             if !(drop_tombstones && slot.is_tombstone()) {
                 writer.add(&key, slot).await?;
             }
-            for (c, a) in cursors.iter_mut().zip(alive.iter_mut()) {
-                if *a && c.key() == key.as_slice() {
-                    *a = c.advance().await?;
+            // Every run holding this key stands at the top now, newest first.
+            while let Some(t) = heap.top() {
+                let Some(c) = cursors.get_mut(t) else {
+                    break;
+                };
+                if c.key() != key.as_slice() {
+                    break;
                 }
+                let more = c.advance().await?;
+                heap.replace_top(&cursors, more);
             }
         }
         let merged = writer.finish().await?;
