@@ -364,6 +364,41 @@ mod tests {
         assert_eq!(read, expected);
     }
 
+    /// Issue 36: a tiny file is written uncompressed, a larger one with ZSTD; both read back
+    /// equal to their rows.
+    #[test]
+    fn tiny_files_are_uncompressed() {
+        let codecs = |bytes: &Bytes| {
+            let reader = ParquetRecordBatchReaderBuilder::try_new(bytes.clone()).unwrap();
+            let meta = reader.metadata().clone();
+            let read: Vec<RecordBatch> = reader.build().unwrap().map(|b| b.unwrap()).collect();
+            let codecs: Vec<Compression> = meta
+                .row_groups()
+                .iter()
+                .flat_map(|g| g.columns().iter().map(|c| c.compression()))
+                .collect();
+            (codecs, read)
+        };
+        let tiny = batch(0, 2);
+        assert!(column_bytes(std::slice::from_ref(&tiny)) < SMALL_FILE_BYTES);
+        let (used, read) = codecs(&encode_parquet(std::slice::from_ref(&tiny)).unwrap());
+        assert!(
+            used.iter().all(|c| *c == Compression::UNCOMPRESSED),
+            "{used:?}"
+        );
+        assert_eq!(read, vec![tiny]);
+
+        let large = batch(0, 20_000);
+        assert!(column_bytes(std::slice::from_ref(&large)) >= SMALL_FILE_BYTES);
+        let (used, read) = codecs(&encode_parquet(std::slice::from_ref(&large)).unwrap());
+        assert!(
+            used.iter().all(|c| matches!(c, Compression::ZSTD(_))),
+            "{used:?}"
+        );
+        let read = arrow_select::concat::concat_batches(&large.schema(), &read).unwrap();
+        assert_eq!(read, large);
+    }
+
     #[test]
     fn row_groups_cut_at_the_limit_and_skip_empty_batches() {
         let b = batch(0, 10);

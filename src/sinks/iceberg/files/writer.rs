@@ -669,6 +669,63 @@ mod tests {
         assert!(column(1).is_some(), "three states repeat");
     }
 
+    /// Issue 36: a file gathered from a few of many change batches, with cells filled from
+    /// another batch and from the table lookup, holds exactly its rows; a row naming a batch the
+    /// commit does not have is an error, not a panic.
+    #[test]
+    fn a_file_gathers_from_the_batches_it_names() {
+        use crate::sinks::iceberg::plan::{CellSource, Fill, RowRef};
+        let changes: Vec<TableChanges> = (0..50).map(|b| inserts(b * 10, 10)).collect();
+        let table = changes[0].schema.clone();
+        let file_schema =
+            schema::data_file_schema(&schema::iceberg_schema(&table).unwrap()).unwrap();
+        let lookup = RecordBatch::try_new(
+            changes[0].rows.schema(),
+            vec![
+                Arc::new(Int64Array::from(vec![900_i64])) as ArrayRef,
+                Arc::new(StringArray::from(vec!["from the table"])) as ArrayRef,
+            ],
+        )
+        .unwrap();
+        let file = PlannedFile {
+            rows: vec![RowRef { batch: 40, row: 2 }, RowRef { batch: 3, row: 5 }],
+            fills: vec![
+                Fill {
+                    pos: 0,
+                    column: 1,
+                    source: CellSource::Change(RowRef { batch: 7, row: 1 }),
+                },
+                Fill {
+                    pos: 1,
+                    column: 1,
+                    source: CellSource::Table(0),
+                },
+            ],
+        };
+        let got = data_batch(&changes, &file, Some(&lookup), &file_schema).unwrap();
+        let ids = got.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(ids.values(), &[402, 35]);
+        let states = got.column(1).as_any().downcast_ref::<StringArray>().unwrap();
+        // Row 1 of batch 7 is id 71: 71 % 3 = 2.
+        assert_eq!(states.value(0), "sent");
+        assert_eq!(states.value(1), "from the table");
+
+        let beyond = PlannedFile {
+            rows: vec![RowRef { batch: 51, row: 0 }],
+            fills: Vec::new(),
+        };
+        assert!(data_batch(&changes, &beyond, None, &file_schema).is_err());
+        let no_lookup = PlannedFile {
+            rows: vec![RowRef { batch: 0, row: 0 }],
+            fills: vec![Fill {
+                pos: 0,
+                column: 1,
+                source: CellSource::Table(0),
+            }],
+        };
+        assert!(data_batch(&changes, &no_lookup, None, &file_schema).is_err());
+    }
+
     #[test]
     fn position_deletes_carry_reserved_field_ids() {
         let paths = vec![
