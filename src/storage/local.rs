@@ -130,6 +130,10 @@ mod tests {
         Path::from_filesystem_path(dir.join(rest)).unwrap()
     }
 
+    async fn read(store: &Layered<LocalFiles>, path: &Path) -> bytes::Bytes {
+        store.get(path).await.unwrap().bytes().await.unwrap()
+    }
+
     /// A fresh put creates its directories and writes in place: no staging file is left, and
     /// the bytes read back.
     #[tokio::test]
@@ -141,7 +145,7 @@ mod tests {
             .put_opts(&path, PutPayload::from_static(b"abc"), fresh())
             .await
             .unwrap();
-        let got = store.get(&path).await.unwrap().bytes().await.unwrap();
+        let got = read(&store, &path).await;
         assert_eq!(&got[..], b"abc");
         let names: Vec<_> = std::fs::read_dir(dir.path().join("t/data/a=1"))
             .unwrap()
@@ -164,7 +168,7 @@ mod tests {
             .put_opts(&path, PutPayload::from_static(b"new"), fresh())
             .await
             .unwrap();
-        let got = store.get(&path).await.unwrap().bytes().await.unwrap();
+        let got = read(&store, &path).await;
         assert_eq!(&got[..], b"new");
     }
 
@@ -180,7 +184,7 @@ mod tests {
             .put_opts(&big, PutPayload::from(bytes.clone()), fresh())
             .await
             .unwrap();
-        let got = store.get(&big).await.unwrap().bytes().await.unwrap();
+        let got = read(&store, &big).await;
         assert_eq!(got.len(), bytes.len());
         let meta = path_of(dir.path(), "v1.metadata.json");
         let create = || PutOptions::from(PutMode::Create);

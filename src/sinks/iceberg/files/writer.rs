@@ -705,7 +705,11 @@ mod tests {
         let got = data_batch(&changes, &file, Some(&lookup), &file_schema).unwrap();
         let ids = got.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
         assert_eq!(ids.values(), &[402, 35]);
-        let states = got.column(1).as_any().downcast_ref::<StringArray>().unwrap();
+        let states = got
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
         // Row 1 of batch 7 is id 71: 71 % 3 = 2.
         assert_eq!(states.value(0), "sent");
         assert_eq!(states.value(1), "from the table");
