@@ -18,12 +18,12 @@
 //! `s3://bucket/prefix` (see [`s3`]: `[sink.s3]`, then the `AWS_*` environment) and `memory://`
 //! (in-process, unit tests only). Every store is wrapped in [`LargePuts`], which turns a large
 //! single put into a multipart upload, over [`CountedRequests`], which counts the requests sent
-//! (`cdcd_object_store_requests_total{op}`). Every commit point (a create-if-absent put) goes through
+//! (`cdcd_object_store_requests_total{op}`); local disk is [`LocalFiles`], which writes a small
+//! file under a fresh name ([`fresh`]) in place. Every commit point (a create-if-absent put) goes through
 //! [`put_create`] (`publish.rs`), which also recognises a retried create that found its own bytes.
 
 use std::sync::Arc;
 
-use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::ObjectStore;
@@ -33,6 +33,7 @@ pub mod cleanup;
 mod fence;
 mod large;
 pub mod layer;
+mod local;
 mod publish;
 pub mod requests;
 pub mod s3;
@@ -41,6 +42,7 @@ use s3::S3Config;
 
 pub use fence::{Fence, Fenced, FencedStore};
 pub use large::LargePuts;
+pub use local::{fresh, LocalFiles};
 #[cfg(test)]
 pub(crate) use publish::LostAnswer;
 pub use publish::{put_create, Created};
@@ -89,7 +91,7 @@ impl Warehouse {
         let store: Arc<dyn ObjectStore> = match parsed.scheme() {
             // Root "/" so that the path of every absolute location is the location's URL path;
             // LocalFileSystem creates missing parent directories on put.
-            "file" => Arc::new(LargePuts::new(CountedRequests::new(LocalFileSystem::new()))),
+            "file" => Arc::new(LargePuts::new(CountedRequests::new(LocalFiles::new()))),
             "memory" => Arc::new(LargePuts::new(CountedRequests::new(InMemory::new()))),
             "s3" => Arc::new(LargePuts::new(CountedRequests::new(s3::build(
                 &parsed, s3_config,

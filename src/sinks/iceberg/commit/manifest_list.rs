@@ -8,7 +8,7 @@ use bytes::Bytes;
 use iceberg::io::FileWrite;
 use iceberg::spec::{FormatVersion, ManifestFile, ManifestList, ManifestListWriter};
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStore, PutPayload};
 
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
@@ -103,8 +103,13 @@ impl FileWrite for StoreWrite {
         if let Ok(mut w) = self.written.lock() {
             *w = bytes.clone();
         }
+        // Named after its snapshot and commit id: written in place on local disk.
         self.store
-            .put(&self.path, PutPayload::from_bytes(bytes))
+            .put_opts(
+                &self.path,
+                PutPayload::from_bytes(bytes),
+                crate::storage::fresh(),
+            )
             .await
             .map(|_| ())
             .map_err(|e| {

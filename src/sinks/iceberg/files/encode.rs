@@ -24,6 +24,14 @@
 //! the row group in schema order, so each row group's leaf columns are shared out over a few
 //! scoped threads, largest first, and appended in order afterwards: the file is byte for byte
 //! what one `ArrowWriter` writes.
+//!
+//! Tiny files ([`SMALL_FILE_BYTES`]) are written uncompressed, on the calling thread. A commit
+//! of moving updates on a table partitioned by day writes one file per day a row moves into,
+//! hundreds of one- or two-row files a second (issue 36), and per file the ZSTD context created
+//! for each column (`ZSTD_createCCtx`, a few hundred KiB to set up) and the thread spawned to
+//! share out the columns cost far more than encoding the rows; compression saves nothing on a
+//! page of a few values (its frame header can make it larger), and compaction rewrites such files
+//! compressed.
 
 use std::collections::HashSet;
 use std::num::NonZeroUsize;
@@ -48,10 +56,31 @@ const MAX_ENCODING_THREADS: usize = 8;
 /// Values sampled per column to decide on a dictionary.
 const DICTIONARY_SAMPLE_ROWS: usize = 2048;
 
+/// Files whose columns hold less than this (Arrow bytes) are tiny: written uncompressed and on
+/// one thread (the module doc says why).
+pub(crate) const SMALL_FILE_BYTES: usize = 64 * 1024;
+
+/// The Arrow bytes of `batches`' columns (their slices, not the buffers they share).
+pub(crate) fn column_bytes(batches: &[RecordBatch]) -> usize {
+    batches
+        .iter()
+        .flat_map(RecordBatch::columns)
+        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(usize::MAX))
+        .fold(0, usize::saturating_add)
+}
+
 /// Parquet settings for a file of `sample`'s schema (the module doc says why these).
 fn writer_properties(sample: &RecordBatch) -> WriterProperties {
+    writer_properties_with(
+        sample,
+        Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()),
+    )
+}
+
+/// [`writer_properties`] with `compression`.
+fn writer_properties_with(sample: &RecordBatch, compression: Compression) -> WriterProperties {
     let mut props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()))
+        .set_compression(compression)
         .set_statistics_enabled(EnabledStatistics::Chunk);
     for (field, column) in sample.schema().fields().iter().zip(sample.columns()) {
         if !field.data_type().is_nested() && mostly_distinct(column) {
@@ -81,7 +110,8 @@ fn mostly_distinct(column: &ArrayRef) -> bool {
 }
 
 /// Encodes `batches` (one schema) as one Parquet file, with the settings of
-/// [`writer_properties`] and its variant columns shredded (`variant_shredding.rs`).
+/// [`writer_properties`] and its variant columns shredded (`variant_shredding.rs`); a tiny file
+/// ([`SMALL_FILE_BYTES`]) uncompressed on this thread.
 pub(crate) fn encode_parquet(batches: &[RecordBatch]) -> Result<Bytes, ParquetError> {
     let Some(first) = batches.first() else {
         return Err(ParquetError::General(
@@ -89,7 +119,14 @@ pub(crate) fn encode_parquet(batches: &[RecordBatch]) -> Result<Bytes, ParquetEr
         ));
     };
     let shredded = variant_shredding::shred(batches)?;
-    encode_with(&shredded, writer_properties(first))
+    if column_bytes(&shredded) < SMALL_FILE_BYTES {
+        let props = writer_properties_with(first, Compression::UNCOMPRESSED);
+        return encode_with(&shredded, props, 1);
+    }
+    let threads = std::thread::available_parallelism()
+        .map_or(1, NonZeroUsize::get)
+        .min(MAX_ENCODING_THREADS);
+    encode_with(&shredded, writer_properties(first), threads)
 }
 
 /// A Parquet file written batch by batch, with the settings of [`writer_properties`] chosen from
@@ -122,8 +159,12 @@ impl StreamingFile {
 }
 
 /// Encodes `batches` with `props`: row groups of at most `props`' row count, in order, each
-/// one's columns encoded in parallel.
-fn encode_with(batches: &[RecordBatch], props: WriterProperties) -> Result<Bytes, ParquetError> {
+/// one's columns encoded in parallel on up to `threads` threads.
+fn encode_with(
+    batches: &[RecordBatch],
+    props: WriterProperties,
+    threads: usize,
+) -> Result<Bytes, ParquetError> {
     let Some(first) = batches.first() else {
         return Err(ParquetError::General(
             "a Parquet file needs at least one batch".into(),
@@ -131,9 +172,6 @@ fn encode_with(batches: &[RecordBatch], props: WriterProperties) -> Result<Bytes
     };
     let schema = first.schema();
     let max_rows = props.max_row_group_row_count().unwrap_or(usize::MAX).max(1);
-    let threads = std::thread::available_parallelism()
-        .map_or(1, NonZeroUsize::get)
-        .min(MAX_ENCODING_THREADS);
     // The ArrowWriter builds the Parquet schema (field ids included) and the embedded Arrow
     // schema exactly as it would for a sequential write; only the row groups are ours to fill.
     let (mut file, factory) =
@@ -310,7 +348,7 @@ mod tests {
                 .set_compression(Compression::ZSTD(ZstdLevel::default()))
                 .build()
         };
-        let ours = encode_with(&batches, props()).unwrap();
+        let ours = encode_with(&batches, props(), 4).unwrap();
         let mut writer = ArrowWriter::try_new(Vec::new(), big.schema(), Some(props())).unwrap();
         for b in &batches {
             writer.write(b).unwrap();
@@ -324,6 +362,41 @@ mod tests {
         let read = arrow_select::concat::concat_batches(&read[0].schema(), &read).unwrap();
         let expected = arrow_select::concat::concat_batches(&big.schema(), &batches).unwrap();
         assert_eq!(read, expected);
+    }
+
+    /// Issue 36: a tiny file is written uncompressed, a larger one with ZSTD; both read back
+    /// equal to their rows.
+    #[test]
+    fn tiny_files_are_uncompressed() {
+        let codecs = |bytes: &Bytes| {
+            let reader = ParquetRecordBatchReaderBuilder::try_new(bytes.clone()).unwrap();
+            let meta = reader.metadata().clone();
+            let read: Vec<RecordBatch> = reader.build().unwrap().map(|b| b.unwrap()).collect();
+            let codecs: Vec<Compression> = meta
+                .row_groups()
+                .iter()
+                .flat_map(|g| g.columns().iter().map(|c| c.compression()))
+                .collect();
+            (codecs, read)
+        };
+        let tiny = batch(0, 2);
+        assert!(column_bytes(std::slice::from_ref(&tiny)) < SMALL_FILE_BYTES);
+        let (used, read) = codecs(&encode_parquet(std::slice::from_ref(&tiny)).unwrap());
+        assert!(
+            used.iter().all(|c| *c == Compression::UNCOMPRESSED),
+            "{used:?}"
+        );
+        assert_eq!(read, vec![tiny]);
+
+        let large = batch(0, 20_000);
+        assert!(column_bytes(std::slice::from_ref(&large)) >= SMALL_FILE_BYTES);
+        let (used, read) = codecs(&encode_parquet(std::slice::from_ref(&large)).unwrap());
+        assert!(
+            used.iter().all(|c| matches!(c, Compression::ZSTD(_))),
+            "{used:?}"
+        );
+        let read = arrow_select::concat::concat_batches(&large.schema(), &read).unwrap();
+        assert_eq!(read, large);
     }
 
     #[test]

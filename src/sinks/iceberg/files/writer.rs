@@ -11,15 +11,16 @@
 //! is a zero-copy slice handed to the Parquet encoder as it is ([`data_batches`]).
 //!
 //! Encoding is CPU work of a second or more for a large file, so it runs on tokio's blocking pool
-//! ([`write_file`]), not on a runtime worker the source's connections need at the same time; how
-//! a file is encoded (its Parquet settings, columns in parallel) is in `encode.rs`.
+//! ([`write_file`]), not on a runtime worker the source's connections need at the same time (a
+//! tiny file, `encode::SMALL_FILE_BYTES`, is encoded in place); how a file is encoded (its
+//! Parquet settings, columns in parallel) is in `encode.rs`.
 
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{ArrowError, SchemaRef};
 use iceberg::spec::{DataContentType, DataFile, DataFileBuilder, DataFileFormat, Struct};
-use object_store::{ObjectStoreExt, PutPayload};
+use object_store::PutPayload;
 use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 
 use super::encode;
@@ -145,6 +146,11 @@ pub(crate) fn column_batch(
 }
 
 /// Columns `wanted` of the rows of `file`, absent cells filled, cast to the file schema's types.
+///
+/// Only the change batches the file's rows and fills come from are `interleave`'s sources: a
+/// commit holds a batch per source transaction or so (a thousand a second), and `interleave`
+/// compares every source's type and counts its nulls, so with every batch a source each of a
+/// partitioned commit's hundreds of one-row files cost as much as the whole commit (issue 36).
 fn gather_columns(
     changes: &[TableChanges],
     file: &PlannedFile,
@@ -152,7 +158,7 @@ fn gather_columns(
     file_schema: &SchemaRef,
     wanted: &[usize],
 ) -> Result<Vec<ArrayRef>, ArrowError> {
-    let lookup_index = changes.len();
+    let sources = Sources::of(file, changes.len())?;
     let mut columns = Vec::with_capacity(wanted.len());
     let mut indices: Vec<(usize, usize)> = Vec::with_capacity(file.rows.len());
     for &col in wanted {
@@ -162,19 +168,28 @@ fn gather_columns(
                 file_schema.fields().len()
             )));
         };
-        let mut arrays: Vec<&dyn Array> = Vec::with_capacity(changes.len() + 1);
-        for c in changes {
-            arrays.push(c.rows.column(col).as_ref());
-        }
-        if let Some(l) = lookup {
-            arrays.push(l.column(col).as_ref());
+        let mut arrays: Vec<&dyn Array> = Vec::with_capacity(sources.used.len());
+        for &source in &sources.used {
+            let batch = match changes.get(source) {
+                Some(c) => &c.rows,
+                None => lookup.ok_or_else(|| {
+                    ArrowError::InvalidArgumentError(
+                        "planned cells name table rows, and none were looked up".into(),
+                    )
+                })?,
+            };
+            arrays.push(batch.column(col).as_ref());
         }
         indices.clear();
-        indices.extend(file.rows.iter().map(|r| (r.batch as usize, r.row as usize)));
+        indices.extend(
+            file.rows
+                .iter()
+                .map(|r| (sources.slot(r.batch as usize), r.row as usize)),
+        );
         for fill in file.fills.iter().filter(|f| f.column as usize == col) {
             let source = match fill.source {
-                CellSource::Change(r) => (r.batch as usize, r.row as usize),
-                CellSource::Table(n) => (lookup_index, n as usize),
+                CellSource::Change(r) => (sources.slot(r.batch as usize), r.row as usize),
+                CellSource::Table(n) => (sources.slot(changes.len()), n as usize),
             };
             if let Some(slot) = indices.get_mut(fill.pos as usize) {
                 *slot = source;
@@ -184,6 +199,51 @@ fn gather_columns(
         columns.push(geometry::cast(&gathered, field)?);
     }
     Ok(columns)
+}
+
+/// The sources of one file's cells, `interleave`'s arrays: change batch `n` (of `batches`), or
+/// the table lookup as source `batches`, each given a slot in the order first used.
+struct Sources {
+    /// Source by slot.
+    used: Vec<usize>,
+    /// Slot by source (`u32::MAX`: unused).
+    slots: Vec<u32>,
+}
+
+impl Sources {
+    fn of(file: &PlannedFile, batches: usize) -> Result<Sources, ArrowError> {
+        let mut sources = Sources {
+            used: Vec::new(),
+            slots: vec![u32::MAX; batches + 1],
+        };
+        let fills = file.fills.iter().map(|f| match f.source {
+            CellSource::Change(r) => r.batch as usize,
+            CellSource::Table(_) => batches,
+        });
+        // A file without rows still takes its columns' types from a batch.
+        let first = (file.rows.is_empty() && batches > 0).then_some(0);
+        for source in first
+            .into_iter()
+            .chain(file.rows.iter().map(|r| r.batch as usize))
+            .chain(fills)
+        {
+            let Some(slot) = sources.slots.get_mut(source) else {
+                return Err(ArrowError::InvalidArgumentError(format!(
+                    "planned rows name change batch {source} of {batches}"
+                )));
+            };
+            if *slot == u32::MAX {
+                *slot = sources.used.len() as u32;
+                sources.used.push(source);
+            }
+        }
+        Ok(sources)
+    }
+
+    /// The slot of `source`, which [`Sources::of`] has seen.
+    fn slot(&self, source: usize) -> usize {
+        self.slots.get(source).map_or(0, |&s| s as usize)
+    }
 }
 
 /// Gathers the keys of an equality delete file, in `key_schema` (the key fields of the file schema).
@@ -283,12 +343,18 @@ pub(crate) async fn write_file(
     placement: &Placement,
 ) -> Result<DataFile, SinkError> {
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    let (bytes, bounds) = encode_blocking(&location, move || {
+    let small = encode::column_bytes(&batches) < encode::SMALL_FILE_BYTES;
+    let encode = move || {
         let bounds = geometry::bounds(&batches)
             .map_err(|e| parquet::errors::ParquetError::General(e.to_string()))?;
         Ok((encode::encode_parquet(&batches)?, bounds))
-    })
-    .await?;
+    };
+    // A tiny file encodes in less time than the hand-off to the blocking pool and back takes.
+    let (bytes, bounds) = if small {
+        encode().map_err(|source| encoding_failed(&location, source))?
+    } else {
+        encode_blocking(&location, encode).await?
+    };
     let mut file = put(warehouse, location, bytes, rows as u64, placement).await?;
     file.content(content).equality_ids(equality_ids);
     // Only geometry columns carry bounds (`geometry.rs`): the spec's, for pruning.
@@ -309,13 +375,19 @@ pub(crate) async fn encode_blocking<T: Send + 'static>(
             "the encoding task failed: {join}"
         ))),
     }
-    .map_err(|source| SinkError::Parquet {
-        context: format!("encoding {path}"),
-        source,
-    })
+    .map_err(|source| encoding_failed(path, source))
 }
 
-/// Puts the whole file `bytes` at `location`.
+fn encoding_failed(path: &str, source: parquet::errors::ParquetError) -> SinkError {
+    SinkError::Parquet {
+        context: format!("encoding {path}"),
+        source,
+    }
+}
+
+/// Puts the whole file `bytes` at `location`, a name no file had before (every file a commit
+/// or a compaction writes is named after its id), so local disk writes it in place
+/// (`storage::fresh`).
 pub(crate) async fn put_bytes(
     warehouse: &Warehouse,
     location: &str,
@@ -324,7 +396,11 @@ pub(crate) async fn put_bytes(
     let path = warehouse.path(location)?;
     warehouse
         .store()
-        .put(&path, PutPayload::from_bytes(bytes))
+        .put_opts(
+            &path,
+            PutPayload::from_bytes(bytes),
+            crate::storage::fresh(),
+        )
         .await
         .map_err(|source| SinkError::Storage {
             path: location.to_owned(),
@@ -591,6 +667,67 @@ mod tests {
         let column = |i: usize| meta.row_group(0).column(i).dictionary_page_offset();
         assert_eq!(column(0), None, "a key column is mostly distinct");
         assert!(column(1).is_some(), "three states repeat");
+    }
+
+    /// Issue 36: a file gathered from a few of many change batches, with cells filled from
+    /// another batch and from the table lookup, holds exactly its rows; a row naming a batch the
+    /// commit does not have is an error, not a panic.
+    #[test]
+    fn a_file_gathers_from_the_batches_it_names() {
+        use crate::sinks::iceberg::plan::{CellSource, Fill, RowRef};
+        let changes: Vec<TableChanges> = (0..50).map(|b| inserts(b * 10, 10)).collect();
+        let table = changes[0].schema.clone();
+        let file_schema =
+            schema::data_file_schema(&schema::iceberg_schema(&table).unwrap()).unwrap();
+        let lookup = RecordBatch::try_new(
+            changes[0].rows.schema(),
+            vec![
+                Arc::new(Int64Array::from(vec![900_i64])) as ArrayRef,
+                Arc::new(StringArray::from(vec!["from the table"])) as ArrayRef,
+            ],
+        )
+        .unwrap();
+        let file = PlannedFile {
+            rows: vec![RowRef { batch: 40, row: 2 }, RowRef { batch: 3, row: 5 }],
+            fills: vec![
+                Fill {
+                    pos: 0,
+                    column: 1,
+                    source: CellSource::Change(RowRef { batch: 7, row: 1 }),
+                },
+                Fill {
+                    pos: 1,
+                    column: 1,
+                    source: CellSource::Table(0),
+                },
+            ],
+        };
+        let got = data_batch(&changes, &file, Some(&lookup), &file_schema).unwrap();
+        let ids = got.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(ids.values(), &[402, 35]);
+        let states = got
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        // Row 1 of batch 7 is id 71: 71 % 3 = 2.
+        assert_eq!(states.value(0), "sent");
+        assert_eq!(states.value(1), "from the table");
+
+        let beyond = PlannedFile {
+            rows: vec![RowRef { batch: 51, row: 0 }],
+            fills: Vec::new(),
+        };
+        assert!(data_batch(&changes, &beyond, None, &file_schema).is_err());
+        let no_lookup = PlannedFile {
+            rows: vec![RowRef { batch: 0, row: 0 }],
+            fills: vec![Fill {
+                pos: 0,
+                column: 1,
+                source: CellSource::Table(0),
+            }],
+        };
+        assert!(data_batch(&changes, &no_lookup, None, &file_schema).is_err());
     }
 
     #[test]
