@@ -127,7 +127,7 @@ mod tests {
     use super::*;
 
     fn path_of(dir: &std::path::Path, rest: &str) -> Path {
-        Path::from_filesystem_path(dir.join(rest)).unwrap()
+        Path::from_absolute_path(dir.join(rest)).unwrap()
     }
 
     async fn read(store: &Layered<LocalFiles>, path: &Path) -> bytes::Bytes {
