@@ -25,13 +25,13 @@
 //! scoped threads, largest first, and appended in order afterwards: the file is byte for byte
 //! what one `ArrowWriter` writes.
 //!
-//! Tiny files ([`SMALL_FILE_BYTES`]) are written uncompressed, on the calling thread. A commit
-//! of moving updates on a table partitioned by day writes one file per day a row moves into,
-//! hundreds of one- or two-row files a second (issue 36), and per file the ZSTD context created
-//! for each column (`ZSTD_createCCtx`, a few hundred KiB to set up) and the thread spawned to
-//! share out the columns cost far more than encoding the rows; compression saves nothing on a
-//! page of a few values (its frame header can make it larger), and compaction rewrites such files
-//! compressed.
+//! Tiny files ([`SMALL_FILE_BYTES`]) are written on the calling thread. A commit of moving
+//! updates on a table partitioned by day writes one file per day a row moves into, hundreds of
+//! one- or two-row files a second (issue 36), and per file the threads spawned to share out the
+//! columns cost more than encoding the rows. They stay compressed like every other file: written
+//! uncompressed, a tiny file could be more than twice the bytes of a compressed file of as many
+//! rows, and compaction's size tiers (`maintenance/compaction/pick.rs`) then left the table's small
+//! files in place (`catalog::rest::a_rewrite_by_another_engine_is_built_upon`, equality deletes).
 
 use std::collections::HashSet;
 use std::num::NonZeroUsize;
@@ -56,7 +56,7 @@ const MAX_ENCODING_THREADS: usize = 8;
 /// Values sampled per column to decide on a dictionary.
 const DICTIONARY_SAMPLE_ROWS: usize = 2048;
 
-/// Files whose columns hold less than this (Arrow bytes) are tiny: written uncompressed and on
+/// Files whose columns hold less than this (Arrow bytes) are tiny: written on
 /// one thread (the module doc says why).
 pub(crate) const SMALL_FILE_BYTES: usize = 64 * 1024;
 
@@ -111,7 +111,7 @@ fn mostly_distinct(column: &ArrayRef) -> bool {
 
 /// Encodes `batches` (one schema) as one Parquet file, with the settings of
 /// [`writer_properties`] and its variant columns shredded (`variant_shredding.rs`); a tiny file
-/// ([`SMALL_FILE_BYTES`]) uncompressed on this thread.
+/// ([`SMALL_FILE_BYTES`]) on this thread.
 pub(crate) fn encode_parquet(batches: &[RecordBatch]) -> Result<Bytes, ParquetError> {
     let Some(first) = batches.first() else {
         return Err(ParquetError::General(
@@ -120,8 +120,7 @@ pub(crate) fn encode_parquet(batches: &[RecordBatch]) -> Result<Bytes, ParquetEr
     };
     let shredded = variant_shredding::shred(batches)?;
     if column_bytes(&shredded) < SMALL_FILE_BYTES {
-        let props = writer_properties_with(first, Compression::UNCOMPRESSED);
-        return encode_with(&shredded, props, 1);
+        return encode_with(&shredded, writer_properties(first), 1);
     }
     let threads = std::thread::available_parallelism()
         .map_or(1, NonZeroUsize::get)
@@ -364,10 +363,11 @@ mod tests {
         assert_eq!(read, expected);
     }
 
-    /// Issue 36: a tiny file is written uncompressed, a larger one with ZSTD; both read back
-    /// equal to their rows.
+    /// Issue 36: a tiny file (one thread) and a larger one (columns shared out) are both
+    /// compressed with ZSTD (compaction's size tiers compare their bytes) and read back equal to
+    /// their rows.
     #[test]
-    fn tiny_files_are_uncompressed() {
+    fn tiny_files_are_compressed_like_the_others() {
         let codecs = |bytes: &Bytes| {
             let reader = ParquetRecordBatchReaderBuilder::try_new(bytes.clone()).unwrap();
             let meta = reader.metadata().clone();
@@ -383,7 +383,7 @@ mod tests {
         assert!(column_bytes(std::slice::from_ref(&tiny)) < SMALL_FILE_BYTES);
         let (used, read) = codecs(&encode_parquet(std::slice::from_ref(&tiny)).unwrap());
         assert!(
-            used.iter().all(|c| *c == Compression::UNCOMPRESSED),
+            used.iter().all(|c| matches!(c, Compression::ZSTD(_))),
             "{used:?}"
         );
         assert_eq!(read, vec![tiny]);
