@@ -32,7 +32,22 @@ struct Rustberg {
 
 impl Rustberg {
     /// Starts rustberg with its catalog in `dir` and `warehouse` as its warehouse.
+    ///
+    /// The port `free_port` found can be taken by another test's rustberg before ours binds it;
+    /// ours then exits, and the other one answers our requests (every test uses the same key),
+    /// so a test once committed to a neighbour's catalog. Ready means ours listens on the port;
+    /// if it exits first it starts again on another port.
     fn start(dir: &Path, warehouse: &Path) -> Rustberg {
+        for _ in 0..5 {
+            if let Some(server) = Rustberg::start_once(dir, warehouse) {
+                return server;
+            }
+        }
+        panic!("rustberg could not take a free port in 5 attempts");
+    }
+
+    /// One attempt of [`Rustberg::start`]: `None` when rustberg exited before it listened.
+    fn start_once(dir: &Path, warehouse: &Path) -> Option<Rustberg> {
         let bin = rustberg_binary();
         std::fs::create_dir_all(warehouse).unwrap();
         let port = free_port();
@@ -65,8 +80,18 @@ impl Rustberg {
             uri: format!("http://127.0.0.1:{port}"),
             log,
         };
+        let mut server = server;
         let deadline = Instant::now() + Duration::from_secs(60);
-        while http_status(port, "/v1/config", KEY) != Some(200) {
+        while !(listens_on(server.child.id(), port)
+            && http_status(port, "/v1/config", KEY) == Some(200))
+        {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                eprintln!(
+                    "rustberg exited ({status}) before listening on {port}; starting again:\n{}",
+                    std::fs::read_to_string(&server.log).unwrap_or_default()
+                );
+                return None;
+            }
             assert!(
                 Instant::now() < deadline,
                 "rustberg did not answer /v1/config:\n{}",
@@ -74,7 +99,7 @@ impl Rustberg {
             );
             std::thread::sleep(Duration::from_millis(200));
         }
-        server
+        Some(server)
     }
 }
 
@@ -190,6 +215,32 @@ fn rustberg_binary() -> String {
         }
     }
     bin
+}
+
+/// Whether process `pid` holds a socket listening on TCP port `port` (IPv4), from `/proc`.
+fn listens_on(pid: u32, port: u16) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return false;
+    };
+    let local = format!(":{port:04X}");
+    // Columns: sl, local_address, rem_address, st (0A: LISTEN), …, inode (the tenth).
+    let sockets: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let listening = fields.get(1)?.ends_with(&local) && *fields.get(3)? == "0A";
+            let inode = fields.get(9)?;
+            listening.then(|| format!("socket:[{inode}]"))
+        })
+        .collect();
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|target| sockets.iter().any(|s| target.as_os_str() == s.as_str()))
+    })
 }
 
 fn free_port() -> u16 {
