@@ -9,16 +9,26 @@ import os
 import re
 
 
-def rss_peak_kib(pid):
-    """VmHWM of a live process, in KiB (None once it is gone)."""
+def _status_kib(pid, field):
+    """A `VmXxx:` line of a live process's /proc status, in KiB (None once it is gone)."""
     try:
         with open("/proc/%d/status" % pid) as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1])
     except OSError:
         return None
     return None
+
+
+def rss_kib(pid):
+    """VmRSS of a live process, in KiB (None once it is gone)."""
+    return _status_kib(pid, "VmRSS")
+
+
+def rss_peak_kib(pid):
+    """VmHWM of a live process, in KiB (None once it is gone)."""
+    return _status_kib(pid, "VmHWM")
 
 
 def iceberg_summary(table_dir):

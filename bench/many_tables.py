@@ -14,11 +14,15 @@ What it does and prints:
      during the window) per minute, object-store requests per minute by kind (cdcd_object_store_requests_total),
      cdcd's peak and current RSS and CPU (cores), and cdcd's own lag gauge p99;
   6. checks a few busy tables and one idle table equal to the source (tests/support/lakecheck.py, untimed).
+With --window-seconds W (for the 30-minute run of issue 37's goal), every W seconds of the load one line: the
+lag p50/p99 of the markers committed in that window, commits/s, the files on disk under the warehouse (all, and
+the tables' metadata: metadata.json, Avro manifests and lists, Puffin) with their bytes, and cdcd's RSS, so that
+whether files and metadata stay flat after the first minutes can be read off.
 
 Usage (the test bed must be up: eval "$(scripts/testbed.sh env)"):
   cargo build --release --bins
   $CDCD_TEST_PYTHON bench/many_tables.py --tables 1000 --busy 200 --rate 2000 --seconds 120
-      [--commit-interval-ms 1000] [--commit-concurrency 16] [--sink iceberg|lsm] [--keep]
+      [--commit-interval-ms 1000] [--commit-concurrency 16] [--sink iceberg|lsm] [--keep] [--window-seconds 60]
 
 Nothing here is asserted: it prints figures for docs/performance.md.
 """
@@ -218,6 +222,41 @@ listen = "127.0.0.1:%d"
                 kinds[kind] = kinds.get(kind, 0) + 1
         return kinds
 
+    def on_disk(self):
+        """(files, bytes, metadata files, metadata bytes) under the warehouse now; metadata: the tables'
+        metadata.json, Avro and Puffin files (not the index, not data files)."""
+        files = size = meta_files = meta_size = 0
+        for root, _, names in os.walk(self.warehouse):
+            for name in names:
+                try:
+                    n = os.stat(os.path.join(root, name)).st_size
+                except OSError:
+                    continue
+                files += 1
+                size += n
+                if "/_cdcd/" not in root + "/" and name.endswith((".metadata.json", ".avro", ".puffin")):
+                    meta_files += 1
+                    meta_size += n
+        return files, size, meta_files, meta_size
+
+    def window_report(self, markers, done, started):
+        """Every --window-seconds of the load, one line (module doc)."""
+        a = self.args
+        print("window: t (s), lag p50/p99 (ms, markers committed in the window), commits/s, files on disk (MiB), "
+              "metadata files (MiB), RSS (MiB)", flush=True)
+        last_t, last_commits = started, self.metrics()[0] or 0
+        while not done.wait(a.window_seconds):
+            now = time.time()
+            lags = sorted(m[3] - m[0] for m in list(markers) if m[3] is not None and last_t <= m[3] < now)
+            commits = self.metrics()[0] or 0
+            files, size, meta_files, meta_size = self.on_disk()
+            rss = common.rss_kib(self.cdcd.pid) or 0
+            print("window: %5.0f  %6.0f / %6.0f (%d)  %5.1f  %7d (%.0f)  %7d (%.0f)  %4.0f" % (
+                now - started, common.percentile_ms(lags, 0.5), common.percentile_ms(lags, 0.99), len(lags),
+                (commits - last_commits) / (now - last_t), files, size / 2**20, meta_files, meta_size / 2**20,
+                rss / 1024), flush=True)
+            last_t, last_commits = now, commits
+
     def loaded(self):
         """pgbench at the target rate, with markers for the lag and samplers for the rest."""
         a = self.args
@@ -262,6 +301,8 @@ listen = "127.0.0.1:%d"
                 time.sleep(0.05)
 
         threads = [threading.Thread(target=mark), threading.Thread(target=poll)]
+        if a.window_seconds:
+            threads.append(threading.Thread(target=self.window_report, args=(markers, done, time.time())))
         commits0, _ = self.metrics()
         requests0 = self.requests()
         cpu0 = common.cpu_seconds(self.cdcd.pid)
@@ -349,6 +390,7 @@ def main():
     ap.add_argument("--commit-concurrency", type=int, default=16)
     ap.add_argument("--sink", choices=["iceberg", "lsm"], default="iceberg")
     ap.add_argument("--keep", action="store_true", help="keep the warehouse and log")
+    ap.add_argument("--window-seconds", type=int, default=0, help="print a line of figures every so many seconds")
     args = ap.parse_args()
     if not os.access(args.bin, os.X_OK):
         sys.exit("%s is not built: cargo build --release --bins" % args.bin)
