@@ -75,12 +75,11 @@ impl Rustberg {
             .stderr(out)
             .spawn()
             .unwrap();
-        let server = Rustberg {
+        let mut server = Rustberg {
             child,
             uri: format!("http://127.0.0.1:{port}"),
             log,
         };
-        let mut server = server;
         let deadline = Instant::now() + Duration::from_secs(60);
         while !(listens_on(server.child.id(), port)
             && http_status(port, "/v1/config", KEY) == Some(200))
