@@ -40,11 +40,11 @@
 //!   deletion order: data files, manifests, manifest lists) are deleted; no snapshot file is.
 //! - [`LSM_EXPIRE_DURING_SNAPSHOTS`] (same place): those files are all deleted and the older half
 //!   of the expired snapshot files; the rest stay below `EARLIEST` for the next expiry.
-//! - [`EXPIRE_AFTER_COMMIT`] (Iceberg maintenance, `sinks/iceberg/maintenance/cycle.rs`): the
-//!   metadata without the expired snapshots is committed, none of their files is deleted, the
-//!   expiry's journal is still there.
-//! - [`EXPIRE_DURING_DELETE`] (same place): the first half of the expired snapshots' files (in
-//!   deletion order: data and delete files before manifests before manifest lists) is deleted.
+//! - [`EXPIRE_AFTER_COMMIT`] (Iceberg maintenance, `sinks/iceberg/maintenance/expire_snapshots.rs`):
+//!   the metadata without the expired snapshots is committed, none of their files is recorded
+//!   for deletion or deleted, the expiry's journal is still there.
+//! - [`EXPIRE_DURING_DELETE`] (`sinks/iceberg/maintenance/pending_deletes.rs`): the first half of
+//!   the files a record of pending deletions names is deleted, the record is still there.
 //! - [`COMPACT_BEFORE_COMMIT`] (Iceberg compaction, `sinks/iceberg/maintenance/compaction/`): the
 //!   rewritten data files, the manifests and the manifest list are written, the metadata is not;
 //!   the rewrite did not happen, the table and the index are the old ones, the files are orphans.

@@ -334,7 +334,7 @@ async fn rest_catalog_replicates_and_readers_find_the_table() {
     let settings = Settings {
         sink_extra: format!(
             "maintenance_interval_ms = 0\n{}\n[sink.table_properties]\n\
-             \"history.expire.max-snapshot-age-ms\" = \"1\"\n\"history.expire.min-snapshots-to-keep\" = \"1\"\n",
+             \"history.expire.max-snapshot-age-ms\" = \"1\"\n\"cdcd.expiry.delete-delay-ms\" = \"0\"\n\"history.expire.min-snapshots-to-keep\" = \"1\"\n",
             catalog_section(&server.uri, &format!("token = {KEY:?}"))
         ),
         ..Settings::default()

@@ -260,6 +260,7 @@ async fn maintenance_metrics_are_served_for_both_sinks() {
         } else {
             "\n[sink.table_properties]\n\
              \"history.expire.max-snapshot-age-ms\" = \"1\"\n\
+             \"cdcd.expiry.delete-delay-ms\" = \"0\"\n\
              \"history.expire.min-snapshots-to-keep\" = \"2\"\n\
              \"write.target-file-size-bytes\" = \"1000000\"\n\
              \"cdcd.compaction.min-input-files\" = \"3\"\n"

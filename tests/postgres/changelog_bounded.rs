@@ -82,6 +82,7 @@ async fn maintenance_bounds_the_changelog_tables_files() {
              [sink.table_properties]\n\
              \"cdcd.compaction.min-input-files\" = \"3\"\n\
              \"history.expire.max-snapshot-age-ms\" = \"1\"\n\
+             \"cdcd.expiry.delete-delay-ms\" = \"0\"\n\
              \"history.expire.min-snapshots-to-keep\" = \"3\"\n\
              \"write.metadata.previous-versions-max\" = \"5\"\n"
         ),

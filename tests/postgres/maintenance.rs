@@ -179,6 +179,7 @@ async fn expiry_keeps_exactly_what_the_properties_say() {
         &[
             ("history.expire.min-snapshots-to-keep", "3"),
             ("history.expire.max-snapshot-age-ms", "1"),
+            ("cdcd.expiry.delete-delay-ms", "0"),
             // Expiry alone: a compaction would add a snapshot (compaction tests below).
             ("cdcd.compaction.enabled", "false"),
         ],
@@ -264,14 +265,14 @@ async fn properties_set_by_another_engine_bound_snapshots_and_metadata_log() {
     p.assert_equal(&t, 60).await;
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0), "{st}");
-    // cdcd's defaults keep ten minutes of snapshots: nothing expired yet.
+    // cdcd's defaults keep a minute of snapshots: nothing expired yet.
     let before = inspect(&p, &t);
     let kept = ids(&before).len();
     assert!(kept >= 7, "{before}");
 
     // Another engine sets the properties; the daemon's next cycles follow them.
     let dir = p.table_dir(&t).display().to_string();
-    let props = r#"{"history.expire.max-snapshot-age-ms": "1", "history.expire.min-snapshots-to-keep": "2", "write.metadata.previous-versions-max": "3"}"#;
+    let props = r#"{"history.expire.max-snapshot-age-ms": "1", "history.expire.min-snapshots-to-keep": "2", "write.metadata.previous-versions-max": "3", "cdcd.expiry.delete-delay-ms": "0"}"#;
     p.python(SET_PROPERTIES, &[&dir, props]);
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
@@ -337,6 +338,7 @@ async fn kill9_during_expiry_ends_equal_and_the_next_cycle_removes_leftovers() {
             &[
                 ("history.expire.min-snapshots-to-keep", "2"),
                 ("history.expire.max-snapshot-age-ms", "1"),
+                ("cdcd.expiry.delete-delay-ms", "0"),
                 ("cdcd.compaction.enabled", "false"),
             ],
         );
@@ -404,11 +406,15 @@ async fn kill9_during_expiry_ends_equal_and_the_next_cycle_removes_leftovers() {
         assert_eq!(st.code(), Some(0), "{st}");
         assert_consistent(&inspect(&p, &t), point);
         equal_by_both_readers(&mut p, &t).await;
-        assert!(
-            p.output().contains("finished an interrupted expiry"),
-            "{point}:\n{}",
-            p.output()
-        );
+        // After the commit the journal leads back to the expired snapshots; during the
+        // deletions the record of pending deletions names what is left.
+        if *point == "expire-after-commit" {
+            assert!(
+                p.output().contains("finished an interrupted expiry"),
+                "{point}:\n{}",
+                p.output()
+            );
+        }
     }
 }
 

@@ -30,7 +30,7 @@ pub struct RawIceberg {
     pub s3: Option<RawS3>,
     /// `[sink.table_properties]`: Iceberg table properties (name → string value) set on the
     /// tables cdcd creates, over cdcd's defaults (`write.metadata.delete-after-commit.enabled =
-    /// true`, `history.expire.max-snapshot-age-ms = 600000`). Maintenance reads each table's
+    /// true`, `history.expire.max-snapshot-age-ms = 60000`, `cdcd.expiry.delete-delay-ms = 240000`). Maintenance reads each table's
     /// current properties, so a later `ALTER TABLE … SET TBLPROPERTIES` applies too.
     #[serde(default)]
     pub table_properties: BTreeMap<String, String>,

@@ -348,7 +348,8 @@ fn decimal(text: &str) -> Option<Variant<'static, 'static>> {
     }
 }
 
-/// `metadata` as the JSON of a metadata file (pretty-printed): the spec's `"variant"` where
+/// `metadata` as the JSON of a metadata file (compact, as Iceberg-Java writes it: pretty-printing
+/// was 7.5 % of the CPU in the 1,000-table run, issue 37): the spec's `"variant"` where
 /// cdcd's model holds its [`placeholder`]. A table without variant columns is written straight
 /// from iceberg's serializer, as before variant existed.
 pub(crate) fn metadata_file_bytes(metadata: &TableMetadata) -> Result<Vec<u8>, serde_json::Error> {
@@ -358,11 +359,11 @@ pub(crate) fn metadata_file_bytes(metadata: &TableMetadata) -> Result<Vec<u8>, s
         })
     });
     if !has_variant {
-        return serde_json::to_vec_pretty(metadata);
+        return serde_json::to_vec(metadata);
     }
     let mut json = serde_json::to_value(metadata)?;
     to_spec(&mut json);
-    serde_json::to_vec_pretty(&json)
+    serde_json::to_vec(&json)
 }
 
 /// Parses table metadata JSON (a metadata file, a catalog's answer) into cdcd's model.

@@ -21,6 +21,7 @@ use iceberg::spec::TableMetadata;
 use super::compaction::{Compacted, RewriteDataFiles};
 use super::expire_snapshots::ExpireSnapshots;
 use super::metadata_log;
+use super::pending_deletes::PendingDeletes;
 use super::properties::Compaction;
 use super::MaintenanceState;
 use crate::changelog::TableId;
@@ -54,6 +55,11 @@ pub(crate) fn ask_if_due(
 /// How long a settled table is left alone at most: another engine's commit to a table cdcd no
 /// longer writes (or a change of its properties) is maintained within this time.
 pub(super) const IDLE_RECHECK_MS: i64 = 60 * 60 * 1000;
+
+/// How often a table's metadata directory is listed for metadata files a crash left (the
+/// first cycle of each table in a process, then at this interval): a listing of a busy table's
+/// directory every cycle was a request per table per cycle for what only a crash leaves.
+const SWEEP_EVERY_MS: i64 = 10 * 60 * 1000;
 
 /// A table whose last cycle found nothing to do; see the module doc.
 #[derive(Debug, Clone)]
@@ -100,7 +106,12 @@ impl<'a> MaintenanceCycle<'a> {
     ) -> Result<Option<MaintenanceReport>, SinkError> {
         let (tables, table) = (self.tables, self.table);
         let mut state = self.state.lock().await;
-        let MaintenanceState { manifests, settled } = &mut *state;
+        let MaintenanceState {
+            manifests,
+            pending,
+            settled,
+            swept_ms,
+        } = &mut *state;
         let now_ms = chrono::Utc::now().timestamp_millis();
         if settled
             .get(table)
@@ -110,6 +121,10 @@ impl<'a> MaintenanceCycle<'a> {
         }
         settled.remove(table);
         let cache = manifests.entry(table.clone()).or_default();
+        let pending = pending.entry(table.clone()).or_insert_with(|| {
+            let ns = tables.namespace.as_deref().unwrap_or(&table.namespace);
+            PendingDeletes::new(&tables.warehouse, &tables.pipeline, ns, &table.name)
+        });
         let mut report = MaintenanceReport {
             table: table.to_string(),
             ..MaintenanceReport::default()
@@ -138,7 +153,7 @@ impl<'a> MaintenanceCycle<'a> {
             }
         }
         let expiry = ExpireSnapshots::new(tables, table);
-        report.files_deleted += expiry.finish_interrupted(cache).await?;
+        expiry.finish_interrupted(cache, pending).await?;
         let Some(outcome) = expiry.commit().await? else {
             return Ok(None);
         };
@@ -148,7 +163,7 @@ impl<'a> MaintenanceCycle<'a> {
                 quiet = false;
                 report.snapshots_expired = c.expiry.snapshots.len() as u64;
                 report.refs_removed = c.expiry.refs.len() as u64;
-                report.files_deleted += expiry.delete_expired(&c, cache).await?;
+                expiry.schedule_expired(&c, cache, pending).await?;
                 c.after
             }
             Err(unchanged) => {
@@ -156,12 +171,23 @@ impl<'a> MaintenanceCycle<'a> {
                 unchanged.loaded
             }
         };
-        report.metadata_files_deleted = metadata_log::sweep(
-            &tables.warehouse,
-            &current,
-            tables.catalog_for(table).names_previous(),
-        )
-        .await? as u64;
+        let deleted = pending
+            .delete_due(&tables.warehouse, chrono::Utc::now().timestamp_millis())
+            .await?;
+        report.files_deleted += deleted;
+        quiet &= deleted == 0;
+        if swept_ms
+            .get(table)
+            .is_none_or(|t| now_ms.saturating_sub(*t) >= SWEEP_EVERY_MS)
+        {
+            report.metadata_files_deleted = metadata_log::sweep(
+                &tables.warehouse,
+                &current,
+                tables.catalog_for(table).names_previous(),
+            )
+            .await? as u64;
+            swept_ms.insert(table.clone(), now_ms);
+        }
         self.describe(&current, &mut report).await?;
         record(&report);
         if quiet {
@@ -170,7 +196,10 @@ impl<'a> MaintenanceCycle<'a> {
                 table.clone(),
                 Settled {
                     file: current.file.clone(),
-                    until_ms: next_due_ms.map_or(recheck, |due| due.min(recheck)),
+                    until_ms: next_due_ms
+                        .into_iter()
+                        .chain(pending.next_due_ms())
+                        .fold(recheck, i64::min),
                 },
             );
         }

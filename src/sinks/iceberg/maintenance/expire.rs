@@ -238,6 +238,7 @@ mod tests {
             max_ref_age_ms: i64::MAX,
             gc_enabled: true,
             expiry_enabled: true,
+            delete_delay_ms: 0,
         }
     }
 

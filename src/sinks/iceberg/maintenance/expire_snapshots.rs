@@ -18,7 +18,7 @@ use iceberg::spec::{SnapshotReference, TableMetadata, TableMetadataBuilder};
 
 use super::expire::{self, Expiry, Pins, SnapshotInfo};
 use super::journal::{self, Expiring};
-use super::metadata_log;
+use super::pending_deletes::PendingDeletes;
 use super::properties::Retention;
 use super::reachable::{reachable, ManifestCache, Missing, Reachable};
 use crate::changelog::TableId;
@@ -69,18 +69,18 @@ impl<'a> ExpireSnapshots<'a> {
         }
     }
 
-    /// Finishes the expiry a crash interrupted, if the journal names one: deletes what it
-    /// expired, then the journal. Returns the files deleted.
+    /// Finishes the expiry a crash interrupted, if the journal names one: records what it
+    /// expired for deletion (`pending_deletes.rs`), then removes the journal.
     pub(super) async fn finish_interrupted(
         &self,
         cache: &mut ManifestCache,
-    ) -> Result<u64, SinkError> {
+        pending: &mut PendingDeletes,
+    ) -> Result<(), SinkError> {
         let Some(left) = journal::read(&self.tables.warehouse, &self.journal).await? else {
-            return Ok(0);
+            return Ok(());
         };
-        let deleted = self.finish(&left, cache).await?;
-        journal::remove(&self.tables.warehouse, &self.journal).await?;
-        Ok(deleted)
+        self.finish(&left, cache, pending).await?;
+        journal::remove(&self.tables.warehouse, &self.journal).await
     }
 
     /// Decides and commits one expiry, deciding again after losing the commit to another writer
@@ -102,19 +102,41 @@ impl<'a> ExpireSnapshots<'a> {
         Ok(committed.flatten())
     }
 
-    /// After `c` landed: deletes the files only its expired snapshots reached, then the journal.
-    /// Returns the files deleted.
-    pub(super) async fn delete_expired(
+    /// After `c` landed: records the files only its expired snapshots reached for deletion after
+    /// the table's delete delay (`pending_deletes.rs`), then removes the journal.
+    pub(super) async fn schedule_expired(
         &self,
         c: &Committed,
         cache: &mut ManifestCache,
-    ) -> Result<u64, SinkError> {
+        pending: &mut PendingDeletes,
+    ) -> Result<(), SinkError> {
         failpoints::crash_point(failpoints::EXPIRE_AFTER_COMMIT);
-        let deleted = self
-            .delete_unreachable(&c.before.metadata, &c.after.metadata, cache)
+        let doomed = self
+            .unreachable(&c.before.metadata, &c.after.metadata, cache)
             .await?;
-        journal::remove(&self.tables.warehouse, &self.journal).await?;
-        Ok(deleted)
+        self.schedule(doomed, &c.after, pending).await?;
+        journal::remove(&self.tables.warehouse, &self.journal).await
+    }
+
+    /// Records `doomed` for deletion once `current`'s delete delay passed.
+    async fn schedule(
+        &self,
+        doomed: Vec<String>,
+        current: &Loaded,
+        pending: &mut PendingDeletes,
+    ) -> Result<(), SinkError> {
+        let delay = Retention::from_properties(current.metadata.properties())
+            .map_err(|e| SinkError::Data {
+                table: self.table.clone(),
+                detail: format!("maintenance skipped: {e}"),
+            })?
+            .delete_delay_ms;
+        let due = chrono::Utc::now()
+            .timestamp_millis()
+            .saturating_add(delay.max(0));
+        pending
+            .schedule(&self.tables.warehouse, doomed, due, current.version)
+            .await
     }
 
     /// Decides and commits one expiry from the newest metadata, under the table's slot lock.
@@ -179,13 +201,19 @@ impl<'a> ExpireSnapshots<'a> {
         })))
     }
 
-    /// After a crash between an expiry's commit and its deletions: `left.before` names the
-    /// metadata expired from; what its snapshots reached and the current ones do not is deleted
-    /// (nothing, when the commit never landed: every snapshot is still there).
-    async fn finish(&self, left: &Expiring, cache: &mut ManifestCache) -> Result<u64, SinkError> {
+    /// After a crash between an expiry's commit and the record of its deletions: `left.before`
+    /// names the metadata expired from; what its snapshots reached and the current ones do not
+    /// is recorded for deletion (nothing, when the commit never landed: every snapshot is still
+    /// there).
+    async fn finish(
+        &self,
+        left: &Expiring,
+        cache: &mut ManifestCache,
+        pending: &mut PendingDeletes,
+    ) -> Result<(), SinkError> {
         let table = self.table;
         let Some(current) = self.tables.load(table).await? else {
-            return Ok(0);
+            return Ok(());
         };
         let bytes = match read(&self.tables.warehouse, &left.before).await {
             Ok(b) => b,
@@ -194,7 +222,7 @@ impl<'a> ExpireSnapshots<'a> {
                 ..
             }) => {
                 tracing::warn!(table = %table, before = %left.before, "an interrupted expiry's metadata is gone; `cdcd cleanup` removes what it left");
-                return Ok(0);
+                return Ok(());
             }
             Err(e) => return Err(e),
         };
@@ -203,28 +231,28 @@ impl<'a> ExpireSnapshots<'a> {
                 path: left.before.clone(),
                 detail: e.to_string(),
             })?;
-        let deleted = self
-            .delete_unreachable(&before, &current.metadata, cache)
-            .await?;
-        tracing::info!(table = %table, deleted, "finished an interrupted expiry");
-        Ok(deleted)
+        let doomed = self.unreachable(&before, &current.metadata, cache).await?;
+        let files = doomed.len();
+        self.schedule(doomed, &current, pending).await?;
+        tracing::info!(table = %table, files, "finished an interrupted expiry");
+        Ok(())
     }
 
-    /// Deletes what the snapshots of `before` that `after` no longer has reached, except what
-    /// `after`'s snapshots reach. `after` must be committed (or newer).
-    async fn delete_unreachable(
+    /// What the snapshots of `before` that `after` no longer has reached, except what `after`'s
+    /// snapshots reach. `after` must be committed (or newer).
+    async fn unreachable(
         &self,
         before: &TableMetadata,
         after: &TableMetadata,
         cache: &mut ManifestCache,
-    ) -> Result<u64, SinkError> {
+    ) -> Result<Vec<String>, SinkError> {
         let gone_ids: Vec<i64> = before
             .snapshots()
             .map(|s| s.snapshot_id())
             .filter(|id| after.snapshot_by_id(*id).is_none())
             .collect();
         if gone_ids.is_empty() {
-            return Ok(0);
+            return Ok(Vec::new());
         }
         let kept_ids: Vec<i64> = after.snapshots().map(|s| s.snapshot_id()).collect();
         let kept: Reachable = reachable(
@@ -243,23 +271,12 @@ impl<'a> ExpireSnapshots<'a> {
             cache,
         )
         .await?;
-        cache.retain(&kept.manifests);
-        let mut doomed: Vec<String> = gone
+        cache.retain(&kept);
+        Ok(gone
             .files
-            .iter()
-            .filter(|f| !kept.files.contains(*f))
-            .cloned()
-            .collect();
-        gone.deletion_order(&mut doomed);
-        // In two halves, with the crash point between (in deletion order: the second half holds
-        // the manifests and lists that name files of the first).
-        let (first, rest) = doomed.split_at(doomed.len() / 2);
-        let mut deleted = metadata_log::delete_all(&self.tables.warehouse, first).await? as u64;
-        if !first.is_empty() {
-            failpoints::crash_point(failpoints::EXPIRE_DURING_DELETE);
-        }
-        deleted += metadata_log::delete_all(&self.tables.warehouse, rest).await? as u64;
-        Ok(deleted)
+            .into_iter()
+            .filter(|f| !kept.files.contains(f))
+            .collect())
     }
 }
 

@@ -5,12 +5,12 @@
 //!
 //! Order: a file is deleted only after the metadata without it in the log is committed, never
 //! before (the commit may fail, and then the old metadata is still the newest one a reader or
-//! the retry needs). A crash between the two leaves files nobody lists; [`sweep`] (each
-//! maintenance cycle) removes every `vK.metadata.json` older than the oldest one the log names.
+//! the retry needs). A crash between the two leaves files nobody lists; [`sweep`] (a table's first
+//! maintenance cycle in a process, then every ten minutes) removes every `vK.metadata.json` older than the oldest one the log names.
 
 use std::collections::HashSet;
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
 
 use super::properties::Retention;
@@ -62,25 +62,35 @@ pub fn delete_after_commit(
     let warehouse = warehouse.clone();
     tokio::spawn(async move {
         if let Err(e) = delete_all(&warehouse, &doomed).await {
-            tracing::warn!(error = %e, "could not delete a metadata file that left the metadata log; the next maintenance cycle retries");
+            tracing::warn!(error = %e, "could not delete a metadata file that left the metadata log; a maintenance cycle's sweep removes it");
         }
     });
 }
 
-/// Deletes `locations` (absent ones count as deleted); returns how many were deleted or absent.
+/// Deletes at once at most this many files of one call: an object store answers a DELETE in
+/// a round trip, and an expiry of a table committing every second deletes hundreds of files.
+const CONCURRENT_DELETES: usize = 16;
+
+/// Deletes `locations`, [`CONCURRENT_DELETES`] at a time and in no particular order (absent ones
+/// count as deleted); returns how many were deleted or absent.
 pub async fn delete_all(warehouse: &Warehouse, locations: &[String]) -> Result<usize, SinkError> {
-    for location in locations {
-        let path = warehouse.path(location)?;
-        match warehouse.store().delete(&path).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(source) => {
-                return Err(SinkError::Storage {
-                    path: location.clone(),
+    let paths = locations
+        .iter()
+        .map(|l| Ok((l.clone(), warehouse.path(l)?)))
+        .collect::<Result<Vec<_>, SinkError>>()?;
+    futures::stream::iter(paths)
+        .map(|(location, path)| async move {
+            match warehouse.store().delete(&path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(source) => Err(SinkError::Storage {
+                    path: location,
                     source,
-                })
+                }),
             }
-        }
-    }
+        })
+        .buffer_unordered(CONCURRENT_DELETES)
+        .try_collect::<()>()
+        .await?;
     Ok(locations.len())
 }
 

@@ -12,7 +12,8 @@
 //! `properties.rs` (the properties honoured, their defaults, cdcd's defaults for new tables),
 //! `expire.rs` (pure: which snapshots and refs expire), `reachable.rs` (the files a set of
 //! snapshots reaches), `metadata_log.rs` (old `vN.metadata.json` files deleted after commit, and
-//! swept), `journal.rs` (the expiry in progress, so a crash's leftovers are found).
+//! swept), `journal.rs` (the expiry in progress, so a crash's leftovers are found), `pending_deletes.rs`
+//! (the files an expiry left, deleted after the table's delete delay).
 //!
 //! The safety argument is in docs/internals.md ("Maintenance"): an expiry is a metadata commit
 //! like any other (create-if-absent `v<N+1>`, serialized with this process's streaming commits
@@ -25,6 +26,7 @@ pub(crate) mod expire;
 mod expire_snapshots;
 mod journal;
 pub(crate) mod metadata_log;
+mod pending_deletes;
 pub(crate) mod properties;
 mod reachable;
 
@@ -33,10 +35,13 @@ use std::collections::HashMap;
 use crate::changelog::TableId;
 pub(super) use cycle::{ask_if_due, MaintenanceCycle};
 
-/// What maintenance keeps between cycles, per table (the manifests' file lists; the tables a
-/// cycle left with nothing to do, `cycle.rs`).
+/// What maintenance keeps between cycles, per table (the manifest lists' and manifests'
+/// contents; the files expiries left to delete later; the tables a cycle left with nothing to
+/// do, `cycle.rs`; when the metadata directory was last swept).
 #[derive(Debug, Default)]
 pub(crate) struct MaintenanceState {
     manifests: HashMap<TableId, reachable::ManifestCache>,
+    pending: HashMap<TableId, pending_deletes::PendingDeletes>,
     settled: HashMap<TableId, cycle::Settled>,
+    swept_ms: HashMap<TableId, i64>,
 }

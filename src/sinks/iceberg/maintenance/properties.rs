@@ -17,6 +17,10 @@ pub const GC_ENABLED: &str = "gc.enabled";
 /// cdcd's own snapshot expiry on this table (default true); false leaves expiry to another
 /// engine (Spark's `expire_snapshots`, which `gc.enabled = false` would refuse too).
 pub const EXPIRY_ENABLED: &str = "cdcd.expiry.enabled";
+/// How long after an expiry committed the files only its snapshots reached are deleted (default
+/// 0: at once, as Iceberg-Java's `ExpireSnapshots`). What keeps a reader's scan of a snapshot
+/// safe once the snapshot has left the metadata (`pending_deletes.rs`).
+pub const DELETE_DELAY_MS: &str = "cdcd.expiry.delete-delay-ms";
 pub const MANIFEST_MERGE_ENABLED: &str = "commit.manifest-merge.enabled";
 pub const MIN_COUNT_TO_MERGE: &str = "commit.manifest.min-count-to-merge";
 pub const MANIFEST_TARGET_SIZE_BYTES: &str = "commit.manifest.target-size-bytes";
@@ -56,13 +60,23 @@ pub const CDCD_TARGET_FILE_SIZE_BYTES: u64 = 128 * 1024 * 1024;
 /// wait (a few seconds) and the encoded output the cycle holds.
 pub const CDCD_COMPACTION_MAX_BYTES_PER_CYCLE: u64 = 64 * 1024 * 1024;
 
-/// The snapshot age cdcd writes into the tables it creates: 10 minutes instead of Iceberg's 5
-/// days. A CDC table commits about once a second; five days of snapshots are ~430,000 entries in
-/// every `vN.metadata.json` (~1.4 KB each: ~600 MB rewritten per commit), while readers need a
-/// snapshot only for as long as a query plans and scans it. Ten minutes keeps ~600 snapshots at
-/// a 1-second cadence (under 1 MB of metadata) and still covers long scans; a table that wants
-/// time travel sets the property (config or `ALTER TABLE`).
-pub const CDCD_MAX_SNAPSHOT_AGE_MS: i64 = 10 * 60 * 1000;
+/// The snapshot age cdcd writes into the tables it creates: one minute instead of Iceberg's 5
+/// days, and [`CDCD_DELETE_DELAY_MS`] beside it. A CDC table commits about once a second, and
+/// every snapshot kept is an entry (~1 KB) in every `vN.metadata.json` each commit writes: five
+/// days are ~430,000 entries (~600 MB per commit); ten minutes, cdcd's default until issue 37,
+/// were ~600 entries, ~0.8 MB serialized and written per commit and per table, which is what made
+/// the 1,000-table run fall behind from its fifth minute (docs/performance.md). A snapshot in the
+/// metadata serves time travel; what a reader's running scan needs is the snapshot's *files*,
+/// which the delete delay keeps. A table that wants time travel sets the property (config or
+/// `ALTER TABLE`).
+pub const CDCD_MAX_SNAPSHOT_AGE_MS: i64 = 60 * 1000;
+
+/// The delete delay cdcd writes into the tables it creates: four minutes. A scan planned on a
+/// snapshot finds its files for at least the snapshot's age in the metadata plus this delay
+/// (five minutes at cdcd's defaults), while the metadata holds one minute of snapshots; the
+/// files on disk are those of the last five minutes' snapshots, so they stop growing five
+/// minutes into a steady load.
+pub const CDCD_DELETE_DELAY_MS: i64 = 4 * 60 * 1000;
 
 /// The manifest count that triggers a merge in the tables cdcd creates: 16 instead of Iceberg's
 /// 100. Iceberg's default suits batch writers that commit a few times an hour; a CDC table
@@ -87,6 +101,7 @@ pub fn for_new_table(configured: &BTreeMap<String, String>) -> HashMap<String, S
             MAX_SNAPSHOT_AGE_MS.to_owned(),
             CDCD_MAX_SNAPSHOT_AGE_MS.to_string(),
         ),
+        (DELETE_DELAY_MS.to_owned(), CDCD_DELETE_DELAY_MS.to_string()),
         (
             MIN_COUNT_TO_MERGE.to_owned(),
             CDCD_MIN_COUNT_TO_MERGE.to_string(),
@@ -113,6 +128,8 @@ pub struct Retention {
     pub gc_enabled: bool,
     /// `cdcd.expiry.enabled`: when false, cdcd expires nothing (another engine does).
     pub expiry_enabled: bool,
+    /// `cdcd.expiry.delete-delay-ms`: how long an expiry's files wait before deletion.
+    pub delete_delay_ms: i64,
 }
 
 /// A property that is set but not a value of its type; cdcd stops maintaining the table rather
@@ -145,6 +162,7 @@ impl Retention {
             max_ref_age_ms: number(get(MAX_REF_AGE_MS), i64::MAX)?,
             gc_enabled: flag(get(GC_ENABLED), true)?,
             expiry_enabled: flag(get(EXPIRY_ENABLED), true)?,
+            delete_delay_ms: number(get(DELETE_DELAY_MS), 0)?,
         })
     }
 }
@@ -305,6 +323,7 @@ mod tests {
         assert_eq!(r.min_snapshots_to_keep, 1);
         assert_eq!(r.max_ref_age_ms, i64::MAX);
         assert!(r.gc_enabled);
+        assert_eq!(r.delete_delay_ms, 0, "Iceberg deletes at once");
     }
 
     #[test]
@@ -314,6 +333,7 @@ mod tests {
         let r = Retention::from_properties(&p).unwrap();
         assert!(r.delete_after_commit);
         assert_eq!(r.max_snapshot_age_ms, CDCD_MAX_SNAPSHOT_AGE_MS);
+        assert_eq!(r.delete_delay_ms, CDCD_DELETE_DELAY_MS);
         assert_eq!(r.min_snapshots_to_keep, 3);
         let overridden = BTreeMap::from([(DELETE_AFTER_COMMIT.to_owned(), "false".to_owned())]);
         assert!(

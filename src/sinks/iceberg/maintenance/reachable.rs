@@ -5,33 +5,57 @@
 //! snapshots share with it (cdcd carries manifests from snapshot to snapshot, and rewritten
 //! manifests carry entries of older ones).
 //!
-//! The expired side of an expiry a crash interrupted may miss files already deleted
-//! ([`Missing::Deleted`]); deleting in [`Reachable::deletion_order`] makes that harmless.
+//! The expired side of an expiry a crash interrupted may miss manifests already deleted
+//! ([`Missing::Deleted`], left by an older cdcd that deleted at once in deletion order); what
+//! they listed was deleted before them.
 //!
 //! Every entry counts, DELETED ones included (a deleted entry's file is still read by the parent
 //! snapshot; keeping it while the snapshot listing it is retained errs on the side of keeping).
-//! Manifests are immutable, so their file lists are cached by path between cycles
-//! ([`ManifestCache`]), and a cycle reads only the manifests it has not seen.
+//! Manifest lists and manifests are immutable, so what each lists is cached by path between
+//! cycles ([`ManifestCache`]), and a cycle reads only the lists and manifests it has not seen
+//! (issue 37: re-reading every retained snapshot's manifest list each cycle was most of an
+//! expiry's cost on a table committing every second).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use iceberg::spec::{Manifest, TableMetadata};
+use iceberg::spec::{FormatVersion, Manifest, TableMetadata};
 
 use crate::sinks::iceberg::files::manifest::{load_manifests, read};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
-/// File locations listed by each manifest seen (immutable, so never stale).
+/// File locations listed by each manifest seen, and manifest locations listed by each manifest
+/// list seen (immutable, so never stale).
 #[derive(Debug, Default)]
 pub struct ManifestCache {
     files: HashMap<String, Arc<[String]>>,
+    lists: HashMap<String, Arc<[String]>>,
 }
 
 impl ManifestCache {
-    /// Forgets manifests no longer in `keep` (what the table still reaches).
-    pub fn retain(&mut self, keep: &HashSet<String>) {
-        self.files.retain(|path, _| keep.contains(path));
+    /// Forgets the manifest lists and manifests `still` no longer reaches.
+    pub fn retain(&mut self, still: &Reachable) {
+        self.files.retain(|path, _| still.manifests.contains(path));
+        self.lists.retain(|path, _| still.lists.contains(path));
+    }
+
+    async fn manifests(
+        &mut self,
+        warehouse: &Warehouse,
+        list: &str,
+        format_version: FormatVersion,
+    ) -> Result<Arc<[String]>, SinkError> {
+        if let Some(m) = self.lists.get(list) {
+            return Ok(Arc::clone(m));
+        }
+        let manifests: Arc<[String]> = load_manifests(warehouse, list, format_version)
+            .await?
+            .into_iter()
+            .map(|m| m.manifest_path)
+            .collect();
+        self.lists.insert(list.to_owned(), Arc::clone(&manifests));
+        Ok(manifests)
     }
 
     async fn files(
@@ -66,24 +90,6 @@ pub struct Reachable {
     pub manifests: HashSet<String>,
     /// The manifest lists alone.
     pub lists: HashSet<String>,
-}
-
-impl Reachable {
-    /// Deletion order for `doomed` (a subset of these files): data, delete and statistics
-    /// files first, then manifests, then manifest lists, so that after a crash part-way every
-    /// file still there is found again from a manifest list or manifest still there (what a
-    /// missing manifest listed was deleted before it).
-    pub fn deletion_order(&self, doomed: &mut [String]) {
-        doomed.sort_by_key(|f| {
-            if self.lists.contains(f) {
-                2
-            } else if self.manifests.contains(f) {
-                1
-            } else {
-                0
-            }
-        });
-    }
 }
 
 /// Whether a manifest list or manifest that is not there is an error ([`Missing::Error`]: the
@@ -129,17 +135,20 @@ pub async fn reachable(
             continue;
         }
         out.lists.insert(list.to_owned());
-        let manifests = match load_manifests(warehouse, list, meta.format_version()).await {
+        let manifests = match cache
+            .manifests(warehouse, list, meta.format_version())
+            .await
+        {
             Ok(m) => m,
             Err(e) if tolerated(&e) => continue,
             Err(e) => return Err(e),
         };
-        for m in manifests {
-            if !out.manifests.insert(m.manifest_path.clone()) {
+        for m in manifests.iter() {
+            if !out.manifests.insert(m.clone()) {
                 continue;
             }
-            out.files.insert(m.manifest_path.clone());
-            match cache.files(warehouse, &m.manifest_path).await {
+            out.files.insert(m.clone());
+            match cache.files(warehouse, m).await {
                 Ok(files) => out.files.extend(files.iter().cloned()),
                 Err(e) if tolerated(&e) => {}
                 Err(e) => return Err(e),

@@ -792,6 +792,7 @@ async fn replaced_files_leave_with_the_expired_snapshots() {
         &[
             ("write.target-file-size-bytes", "1000000"),
             ("history.expire.max-snapshot-age-ms", "1"),
+            ("cdcd.expiry.delete-delay-ms", "0"),
         ],
     );
     let t = schema();

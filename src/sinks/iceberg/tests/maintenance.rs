@@ -104,6 +104,7 @@ async fn expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach(mode: D
         &[
             ("history.expire.min-snapshots-to-keep", "3"),
             ("history.expire.max-snapshot-age-ms", "1"),
+            ("cdcd.expiry.delete-delay-ms", "0"),
             // Expiry alone (compaction would add a snapshot; tests/compaction.rs has both).
             ("cdcd.compaction.enabled", "false"),
         ],
@@ -183,7 +184,11 @@ async fn the_default_age_expires_nothing_young(mode: DeleteMode) {
         props
             .get("history.expire.max-snapshot-age-ms")
             .map(String::as_str),
-        Some("600000")
+        Some("60000")
+    );
+    assert_eq!(
+        props.get("cdcd.expiry.delete-delay-ms").map(String::as_str),
+        Some("240000")
     );
     assert_eq!(
         props
@@ -197,6 +202,71 @@ async fn the_default_age_expires_nothing_young(mode: DeleteMode) {
         s.tables.load(&t.id).await.unwrap().unwrap().version,
         meta.version
     );
+}
+
+/// The files only expired snapshots reached outlive the expiry by the delete delay (a reader's
+/// scan planned on one still finds them), then go, also when the process that expired them is
+/// gone (a new sink finds the record of pending deletions).
+async fn expired_files_wait_for_the_delete_delay(mode: DeleteMode) {
+    let dir = tempfile::tempdir().unwrap();
+    let props = [
+        ("history.expire.min-snapshots-to-keep", "2"),
+        ("history.expire.max-snapshot-age-ms", "1"),
+        ("cdcd.expiry.delete-delay-ms", "1500"),
+        ("cdcd.compaction.enabled", "false"),
+    ];
+    let s = sink_with(dir.path(), mode, &props);
+    let t = schema();
+    seed(&s).await;
+    commits(&s, 0, 6).await;
+    s.settle().await;
+    let wh = s.tables.warehouse.clone();
+    let location = s.table_location(&t.id);
+    let reached_before = referenced_files(&wh, &location).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+
+    let r = s.maintain(None).await.unwrap();
+    assert_eq!(
+        (r[0].snapshots_expired, r[0].files_deleted),
+        (5, 0),
+        "{r:?}"
+    );
+    let disk = files_on_disk(dir.path());
+    let gone: Vec<_> = reached_before.difference(&disk).collect();
+    assert!(gone.is_empty(), "deleted before the delay: {gone:?}");
+    let live = referenced_files(&wh, &location).await.unwrap();
+    let waiting: HashSet<_> = disk
+        .difference(&live)
+        .filter(|p| !is_metadata_file(p))
+        .cloned()
+        .collect();
+    assert!(!waiting.is_empty(), "the expiry doomed nothing");
+    // Not due yet: a cycle deletes nothing.
+    let r = s.maintain(None).await.unwrap();
+    assert_eq!(r[0].files_deleted, 0, "{r:?}");
+
+    // Another process (the first one gone) deletes them once due.
+    drop(s);
+    tokio::time::sleep(std::time::Duration::from_millis(1600)).await;
+    let s2 = sink_with(dir.path(), mode, &props);
+    let r = s2
+        .maintain(Some(std::slice::from_ref(&t.id)))
+        .await
+        .unwrap();
+    assert_eq!(r[0].files_deleted, waiting.len() as u64, "{r:?}");
+    let disk = files_on_disk(dir.path());
+    let live = referenced_files(&wh, &location).await.unwrap();
+    let missing: Vec<_> = live.difference(&disk).collect();
+    assert!(missing.is_empty(), "missing: {missing:?}");
+    let left: Vec<_> = disk
+        .difference(&live)
+        .filter(|p| !is_metadata_file(p))
+        .collect();
+    assert!(left.is_empty(), "left after the delay: {left:?}");
+    let records = dir.path().join("_cdcd/shop/maintenance/public/t/deletes");
+    assert_eq!(std::fs::read_dir(records).unwrap().count(), 0);
+    commits(&s2, 20, 1).await;
+    assert_eq!(s2.checkpoint(&t.id).await.unwrap(), Some(cp(1020)));
 }
 
 async fn metadata_log_is_bounded_and_leftovers_swept(mode: DeleteMode) {
@@ -284,6 +354,7 @@ async fn a_bad_property_is_refused_at_the_table(mode: DeleteMode) {
 both_modes!(
     expiry_keeps_the_newest_and_deletes_only_what_they_do_not_reach,
     the_default_age_expires_nothing_young,
+    expired_files_wait_for_the_delete_delay,
     metadata_log_is_bounded_and_leftovers_swept,
     a_bad_property_is_refused_at_the_table,
 );

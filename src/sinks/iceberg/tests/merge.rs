@@ -113,6 +113,7 @@ async fn merging_bounds_the_list_and_keeps_entries(mode: DeleteMode) {
         ("commit.manifest.min-count-to-merge", "5"),
         ("history.expire.min-snapshots-to-keep", "3"),
         ("history.expire.max-snapshot-age-ms", "1"),
+        ("cdcd.expiry.delete-delay-ms", "0"),
     ];
     let s = sink_with(dir.path(), mode, &props);
     let plain = sink_with(
@@ -214,6 +215,7 @@ async fn expiry_keeps_merged_away_manifests_an_older_snapshot_needs(mode: Delete
             ("commit.manifest.min-count-to-merge", "3"),
             ("history.expire.min-snapshots-to-keep", "2"),
             ("history.expire.max-snapshot-age-ms", "1"),
+            ("cdcd.expiry.delete-delay-ms", "0"),
             // Expiry alone: on v2 a cycle's compaction would commit a snapshot of its own
             // (converting the equality deletes), and the parent would no longer be retained.
             ("cdcd.compaction.enabled", "false"),

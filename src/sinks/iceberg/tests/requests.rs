@@ -47,6 +47,7 @@ async fn an_idle_table_costs_no_request_until_a_commit_or_its_next_expiry() {
         DeleteMode::DeletionVectors,
         &[
             ("history.expire.max-snapshot-age-ms", "1500"),
+            ("cdcd.expiry.delete-delay-ms", "0"),
             ("cdcd.compaction.enabled", "false"),
         ],
     ));
