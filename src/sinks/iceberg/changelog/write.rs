@@ -18,6 +18,7 @@ use crate::sinks::iceberg::catalog::TableRef;
 use crate::sinks::iceberg::commit::{Cached, Input, RowDelta, Staged};
 use crate::sinks::iceberg::files::metadata::Loaded;
 use crate::sinks::iceberg::files::writer;
+use crate::sinks::iceberg::maintenance::metadata_log;
 use crate::sinks::iceberg::pipeline_checkpoint;
 use crate::sinks::iceberg::resync::RESYNC_ID_PROPERTY;
 use crate::sinks::iceberg::rows::locator::{IndexLocator, RowLocator};
@@ -402,6 +403,12 @@ impl StagedChangelog<'_> {
             .await;
         match published {
             Ok(published) => {
+                metadata_log::delete_after_commit(
+                    &tables.warehouse,
+                    self.delta.base_loaded(),
+                    &published,
+                    tables.catalog_for(id).names_previous(),
+                );
                 tables.remember(id, Some(published));
                 self.delta.finish(self.staged.after, self.cached);
                 Ok(())
@@ -446,7 +453,14 @@ impl StagedChangelog<'_> {
                 detail: "the catalog transaction answered for fewer tables than it was sent".into(),
             });
         };
-        tables.remember(id, Some(Arc::new(changelog)));
+        let changelog = Arc::new(changelog);
+        metadata_log::delete_after_commit(
+            &tables.warehouse,
+            self.delta.base_loaded(),
+            &changelog,
+            tables.catalog_for(id).names_previous(),
+        );
+        tables.remember(id, Some(changelog));
         self.delta.finish(self.staged.after, self.cached);
         Ok(Arc::new(table))
     }
