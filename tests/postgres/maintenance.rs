@@ -418,6 +418,143 @@ async fn kill9_during_expiry_ends_equal_and_the_next_cycle_removes_leftovers() {
     }
 }
 
+/// Plans a scan of the table's current snapshot with pyiceberg (and reads it then), waits until
+/// that snapshot has left the newest metadata (expired), then reads the planned files: what a
+/// long query does when its snapshot expires under it. Prints the snapshot, the rows read at
+/// planning and late (sorted ids), and the files the plan named.
+const PLAN_THEN_READ_LATE: &str = r#"
+import json, os, re, sys, time
+from pyiceberg.table import StaticTable
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.expressions import AlwaysTrue
+md = sys.argv[1] + "/metadata"
+def newest():
+    n = max(int(m.group(1)) for x in os.listdir(md) if (m := re.fullmatch(r"v(\d+)\.metadata\.json", x)))
+    return f"{md}/v{n}.metadata.json"
+t = StaticTable.from_metadata(newest())
+snap = t.current_snapshot().snapshot_id
+tasks = list(t.scan().plan_files())
+files = sorted({x.file.file_path for x in tasks} | {d.file_path for x in tasks for d in x.delete_files})
+then = sorted(ArrowScan(t.metadata, t.io, t.schema(), AlwaysTrue()).to_table(tasks).column("id").to_pylist())
+print("planned", flush=True)
+deadline = time.time() + 90
+while True:
+    try:
+        cur = json.load(open(newest()))
+    except (OSError, ValueError):
+        continue
+    if all(s["snapshot-id"] != snap for s in cur.get("snapshots", [])):
+        break
+    if time.time() > deadline:
+        sys.exit("the planned snapshot never expired")
+    time.sleep(0.2)
+late = sorted(ArrowScan(t.metadata, t.io, t.schema(), AlwaysTrue()).to_table(tasks).column("id").to_pylist())
+print(json.dumps({"snapshot": snap, "then": then, "late": late, "files": files}))
+"#;
+
+/// The paused reader that wakes up late: a scan planned on a snapshot still reads it whole after
+/// expiry removed the snapshot from the metadata (its files wait `cdcd.expiry.delete-delay-ms`),
+/// a `kill -9` after that expiry loses the record of what waits for deletion nowhere, and once
+/// the delay passed the restarted daemon deletes the files no snapshot reaches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_scan_outlives_its_expired_snapshot_by_the_delete_delay() {
+    if std::env::var("CDCD_TEST_DELETE_MODE").as_deref() == Ok("equality") {
+        return; // pyiceberg refuses equality deletes; the unit tests cover both modes
+    }
+    let (env, name) = ground_or_skip!(test_env_and_name("mdelay"));
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(&client, &create_table(&t)).await;
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
+    const DELAY_MS: u64 = 15_000;
+    set_table_properties(
+        &p,
+        &[
+            ("history.expire.min-snapshots-to-keep", "1"),
+            ("history.expire.max-snapshot-age-ms", "1"),
+            ("cdcd.expiry.delete-delay-ms", &DELAY_MS.to_string()),
+            ("cdcd.compaction.enabled", "false"),
+        ],
+    );
+    p.env_vars
+        .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "300".into()));
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    commits(&client, &t, 0, 4).await;
+    p.assert_equal(&t, 60).await;
+
+    let mut reader = Command::new(&env.python)
+        .arg("-c")
+        .arg(PLAN_THEN_READ_LATE)
+        .arg(p.table_dir(&t))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(reader.stdout.take().unwrap());
+    let planned = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut lines, &mut line).unwrap();
+        (line, lines)
+    })
+    .await
+    .unwrap();
+    assert_eq!(planned.0.trim(), "planned");
+    // Updates and deletes of the planned rows: their vectors are replaced, so the planned
+    // snapshot's vectors are reached by it alone once it expires.
+    let expired_at = Instant::now();
+    commits(&client, &t, 10, 3).await;
+    let (status, rest) = tokio::task::spawn_blocking(move || {
+        let mut rest = String::new();
+        let mut lines = planned.1;
+        std::io::Read::read_to_string(&mut lines, &mut rest).unwrap();
+        (reader.wait().unwrap(), rest)
+    })
+    .await
+    .unwrap();
+    assert!(status.success(), "the late read failed: {rest}");
+    let read: Value = serde_json::from_str(rest.trim()).unwrap();
+    assert_eq!(read["late"], read["then"], "the late read differs: {read}");
+    assert!(
+        expired_at.elapsed() < Duration::from_millis(DELAY_MS),
+        "the test was too slow to prove anything: {:?}",
+        expired_at.elapsed()
+    );
+
+    // The files wait for the delay through a kill -9; the restarted daemon deletes them.
+    let waiting = inspect(&p, &t);
+    let unreachable = waiting["unreachable"].as_array().unwrap().clone();
+    assert!(
+        !unreachable.is_empty(),
+        "the expiry doomed nothing: {waiting}"
+    );
+    p.kill9();
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    let deadline = Instant::now() + Duration::from_millis(DELAY_MS) + Duration::from_secs(60);
+    let done = loop {
+        let v = inspect(&p, &t);
+        if v["unreachable"].as_array().unwrap().is_empty() {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "files wait past the delay: {v}");
+        p.assert_running();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_consistent(&done, "after the delay");
+    let planned_files: Vec<&str> = read["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let gone = planned_files
+        .iter()
+        .filter(|f| !std::path::Path::new(f.trim_start_matches("file://")).exists())
+        .count();
+    assert!(gone > 0, "none of the planned files was deleted: {read}");
+    equal_by_both_readers(&mut p, &t).await;
+}
+
 /// The current snapshot's manifests read by pyiceberg (count, by content) and how many
 /// snapshots merged manifests (`manifests-created` in their summary).
 const MANIFESTS: &str = r#"

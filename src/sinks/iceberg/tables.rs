@@ -21,6 +21,7 @@ use iceberg::spec::{FormatVersion, TableMetadata};
 use super::catalog::{self, Catalog, TableRef};
 use super::commit::{publish, Cached, Input, RowDelta, Staged, Target};
 use super::files::metadata::Loaded;
+use super::maintenance::reachable::ManifestCache;
 use super::plan::FileLimits;
 use super::rows::index::IndexSlot;
 use super::rows::live::LiveState;
@@ -50,6 +51,9 @@ pub(super) struct Tables {
     /// held for a whole commit of that table (commits of one table are sequential anyway), and
     /// by a maintenance commit (maintenance/cycle.rs), so the two never race for a version.
     slots: Mutex<HashMap<TableId, Slot>>,
+    /// What each table's manifests and manifest lists list, recorded by the commits that write
+    /// them and read by its maintenance (`maintenance/reachable.rs`).
+    manifest_contents: Mutex<HashMap<TableId, Arc<ManifestCache>>>,
     /// `[sink.table_properties]`: set on the tables this sink creates.
     table_properties: BTreeMap<String, String>,
     /// `source.schema_change`.
@@ -95,6 +99,7 @@ impl Tables {
             },
             metadata: Mutex::new(HashMap::new()),
             slots: Mutex::new(HashMap::new()),
+            manifest_contents: Mutex::new(HashMap::new()),
             table_properties: config.table_properties.clone(),
             resyncs: Mutex::new(HashMap::new()),
             lineage_catalog: Catalog::Filesystem,
@@ -169,6 +174,15 @@ impl Tables {
     pub(super) fn slot(&self, table: &TableId) -> Slot {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         Arc::clone(slots.entry(table.clone()).or_default())
+    }
+
+    /// What `table`'s manifests and manifest lists list, as far as this process knows.
+    pub(super) fn manifest_contents(&self, table: &TableId) -> Arc<ManifestCache> {
+        let mut all = self
+            .manifest_contents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        Arc::clone(all.entry(table.clone()).or_default())
     }
 
     /// The tables that have a slot (committed to, or maintained, by this sink).
@@ -452,6 +466,7 @@ impl Tables {
             limits: self.limits,
             schema_change: self.schema_change.for_table(table),
             soft_deletes,
+            contents: self.manifest_contents(table),
         };
         let delta = RowDelta::new(target, input, base, &wanted)?;
         let cached = slot

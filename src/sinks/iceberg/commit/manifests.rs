@@ -210,16 +210,19 @@ impl RowDelta<'_> {
             let path = self.names.added_manifest(0);
             paths.data = Some(Arc::from(path.as_str()));
             let target = self.manifest_target(false);
-            added.push(
-                manifest::write_manifest(
-                    self.target.warehouse,
-                    path,
-                    &target,
-                    sequence,
-                    data.files.clone(),
-                )
-                .await?,
+            let written = manifest::write_manifest(
+                self.target.warehouse,
+                path,
+                &target,
+                sequence,
+                data.files.clone(),
+            )
+            .await?;
+            self.target.contents.wrote_manifest(
+                &written.manifest_path,
+                data.files.iter().map(|f| f.file_path()),
             );
+            added.push(written);
         }
         let mut by_spec: BTreeMap<i32, Vec<DataFile>> = BTreeMap::new();
         for (f, &spec_id) in deletes.files.iter().zip(&deletes.spec_ids) {
@@ -253,6 +256,10 @@ impl RowDelta<'_> {
             )
             .await?;
             carried.removed_deletes.extend(written.removed);
+            self.target.contents.wrote_manifest(
+                &written.manifest.manifest_path,
+                written.entries.iter().map(|e| e.file.file_path()),
+            );
             paths
                 .delete_entries
                 .insert(written.manifest.manifest_path.clone(), written.entries);
@@ -294,6 +301,9 @@ impl RowDelta<'_> {
         let (added_rows, manifests) =
             manifest_list::write_manifest_list(self.target.warehouse, &path, &target, manifests)
                 .await?;
+        self.target
+            .contents
+            .wrote_list(&path, manifests.iter().map(|m| m.manifest_path.as_str()));
         Ok(Listed {
             path,
             added_rows,

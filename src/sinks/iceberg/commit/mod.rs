@@ -39,6 +39,7 @@ use super::deletes::deletion_vector::DeletionVector;
 use super::files::metadata::Loaded;
 use super::files::writer::Placement;
 use super::input::{check_batches, plan_error};
+use super::maintenance::reachable::ManifestCache;
 use super::plan::{self, FileLimits, Plan};
 use super::rows::index::IndexSlot;
 use super::rows::live::{LiveState, Published};
@@ -70,6 +71,9 @@ pub(super) struct Target<'a> {
     pub schema_change: crate::config::SchemaChange,
     /// `deletes = "soft"`: a key change keeps the old key's flagged row (`sinks/cdc_columns.rs`).
     pub soft_deletes: bool,
+    /// Where the commit records what its manifests and manifest list list, for the table's
+    /// expiry (`maintenance/reachable.rs`).
+    pub contents: Arc<ManifestCache>,
 }
 
 /// The table's state cached between commits, as one commit reads and advances it (the sink's

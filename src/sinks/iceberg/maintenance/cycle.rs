@@ -28,7 +28,6 @@ use crate::changelog::TableId;
 use crate::metrics as m;
 use crate::metrics::maintenance as maintenance_metrics;
 use crate::sinks::iceberg::changelog::ChangelogRetention;
-use crate::sinks::iceberg::files::manifest::load_manifests;
 use crate::sinks::iceberg::files::metadata::Loaded;
 use crate::sinks::iceberg::rows::live::LiveState;
 use crate::sinks::iceberg::tables::Tables;
@@ -107,7 +106,6 @@ impl<'a> MaintenanceCycle<'a> {
         let (tables, table) = (self.tables, self.table);
         let mut state = self.state.lock().await;
         let MaintenanceState {
-            manifests,
             pending,
             settled,
             swept_ms,
@@ -120,7 +118,8 @@ impl<'a> MaintenanceCycle<'a> {
             return Ok(None);
         }
         settled.remove(table);
-        let cache = manifests.entry(table.clone()).or_default();
+        let contents = tables.manifest_contents(table);
+        let cache = &*contents;
         let pending = pending.entry(table.clone()).or_insert_with(|| {
             let ns = tables.namespace.as_deref().unwrap_or(&table.namespace);
             PendingDeletes::new(&tables.warehouse, &tables.pipeline, ns, &table.name)
@@ -218,13 +217,16 @@ impl<'a> MaintenanceCycle<'a> {
             let p = &s.summary().additional_properties;
             let get = |k: &str| p.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
             report.live_files = get("total-data-files") + get("total-delete-files");
-            report.manifests = load_manifests(
-                &self.tables.warehouse,
-                s.manifest_list(),
-                meta.format_version(),
-            )
-            .await?
-            .len() as u64;
+            report.manifests = self
+                .tables
+                .manifest_contents(self.table)
+                .manifests(
+                    &self.tables.warehouse,
+                    s.manifest_list(),
+                    meta.format_version(),
+                )
+                .await?
+                .len() as u64;
         }
         Ok(())
     }

@@ -73,7 +73,7 @@ impl<'a> ExpireSnapshots<'a> {
     /// expired for deletion (`pending_deletes.rs`), then removes the journal.
     pub(super) async fn finish_interrupted(
         &self,
-        cache: &mut ManifestCache,
+        cache: &ManifestCache,
         pending: &mut PendingDeletes,
     ) -> Result<(), SinkError> {
         let Some(left) = journal::read(&self.tables.warehouse, &self.journal).await? else {
@@ -107,7 +107,7 @@ impl<'a> ExpireSnapshots<'a> {
     pub(super) async fn schedule_expired(
         &self,
         c: &Committed,
-        cache: &mut ManifestCache,
+        cache: &ManifestCache,
         pending: &mut PendingDeletes,
     ) -> Result<(), SinkError> {
         failpoints::crash_point(failpoints::EXPIRE_AFTER_COMMIT);
@@ -208,7 +208,7 @@ impl<'a> ExpireSnapshots<'a> {
     async fn finish(
         &self,
         left: &Expiring,
-        cache: &mut ManifestCache,
+        cache: &ManifestCache,
         pending: &mut PendingDeletes,
     ) -> Result<(), SinkError> {
         let table = self.table;
@@ -244,7 +244,7 @@ impl<'a> ExpireSnapshots<'a> {
         &self,
         before: &TableMetadata,
         after: &TableMetadata,
-        cache: &mut ManifestCache,
+        cache: &ManifestCache,
     ) -> Result<Vec<String>, SinkError> {
         let gone_ids: Vec<i64> = before
             .snapshots()

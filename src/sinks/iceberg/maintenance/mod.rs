@@ -28,19 +28,18 @@ mod journal;
 pub(crate) mod metadata_log;
 mod pending_deletes;
 pub(crate) mod properties;
-mod reachable;
+pub(super) mod reachable;
 
 use std::collections::HashMap;
 
 use crate::changelog::TableId;
 pub(super) use cycle::{ask_if_due, MaintenanceCycle};
 
-/// What maintenance keeps between cycles, per table (the manifest lists' and manifests'
-/// contents; the files expiries left to delete later; the tables a cycle left with nothing to
-/// do, `cycle.rs`; when the metadata directory was last swept).
+/// What maintenance keeps between cycles, per table (the files expiries left to delete later;
+/// the tables a cycle left with nothing to do, `cycle.rs`; when the metadata directory was last
+/// swept). What manifests list is kept with the table (`Tables::manifest_contents`).
 #[derive(Debug, Default)]
 pub(crate) struct MaintenanceState {
-    manifests: HashMap<TableId, reachable::ManifestCache>,
     pending: HashMap<TableId, pending_deletes::PendingDeletes>,
     settled: HashMap<TableId, cycle::Settled>,
     swept_ms: HashMap<TableId, i64>,
