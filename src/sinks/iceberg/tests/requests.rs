@@ -120,7 +120,10 @@ async fn an_expiry_reads_back_nothing_this_process_wrote() {
     drop(s);
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     let (cold, log) = logged(sink_with(dir.path(), DeleteMode::DeletionVectors, &props));
-    let r = cold.maintain(Some(std::slice::from_ref(&t.id))).await.unwrap();
+    let r = cold
+        .maintain(Some(std::slice::from_ref(&t.id)))
+        .await
+        .unwrap();
     assert_eq!(r[0].snapshots_expired, 3, "{r:?}");
     assert!(r[0].files_deleted > 0, "{r:?}");
     let sent = taken(&log);
