@@ -581,7 +581,12 @@ impl Pipeline {
         if let Some(child) = self.daemon.as_mut() {
             if let Some(st) = child.try_wait().unwrap() {
                 self.daemon = None;
-                panic!("cdcd exited on its own: {st}");
+                let out = self.output();
+                let from = (out.len().saturating_sub(4000)..out.len())
+                    .find(|&i| out.is_char_boundary(i))
+                    .unwrap_or(out.len());
+                let tail = &out[from..];
+                panic!("cdcd exited on its own: {st}; its last output:\n{tail}");
             }
         } else {
             panic!("cdcd is not running");
