@@ -57,6 +57,14 @@ pub fn stderr_then_stdout(out: &std::process::Output) -> String {
     )
 }
 
+/// The last ~4,000 bytes of a daemon's output (what a failure shows of it).
+pub fn tail(out: &str) -> &str {
+    let from = (out.len().saturating_sub(4000)..out.len())
+        .find(|&i| out.is_char_boundary(i))
+        .unwrap_or(out.len());
+    &out[from..]
+}
+
 /// Runs `cmd` to its end; panics naming the command and with its output unless it exits 0.
 pub fn output_ok(cmd: &mut Command) -> std::process::Output {
     let out = cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
@@ -582,11 +590,10 @@ impl Pipeline {
             if let Some(st) = child.try_wait().unwrap() {
                 self.daemon = None;
                 let out = self.output();
-                let from = (out.len().saturating_sub(4000)..out.len())
-                    .find(|&i| out.is_char_boundary(i))
-                    .unwrap_or(out.len());
-                let tail = &out[from..];
-                panic!("cdcd exited on its own: {st}; its last output:\n{tail}");
+                panic!(
+                    "cdcd exited on its own: {st}; its last output:\n{}",
+                    tail(&out)
+                );
             }
         } else {
             panic!("cdcd is not running");

@@ -348,11 +348,10 @@ impl MyPipeline {
             if let Some(st) = c.try_wait().unwrap() {
                 self.daemon = None;
                 let out = self.output();
-                let from = (out.len().saturating_sub(4000)..out.len())
-                    .find(|&i| out.is_char_boundary(i))
-                    .unwrap_or(out.len());
-                let tail = &out[from..];
-                panic!("cdcd exited on its own: {st}; its last output:\n{tail}");
+                panic!(
+                    "cdcd exited on its own: {st}; its last output:\n{}",
+                    super::tail(&out)
+                );
             }
         }
     }

@@ -94,6 +94,23 @@ pub async fn delete_all(warehouse: &Warehouse, locations: &[String]) -> Result<u
     Ok(locations.len())
 }
 
+/// Every object under `dir` (a location).
+pub(super) async fn list(
+    warehouse: &Warehouse,
+    dir: &str,
+) -> Result<Vec<object_store::ObjectMeta>, SinkError> {
+    let prefix = warehouse.path(dir)?;
+    warehouse
+        .store()
+        .list(Some(&prefix))
+        .try_collect()
+        .await
+        .map_err(|source| SinkError::Storage {
+            path: dir.to_owned(),
+            source,
+        })
+}
+
 /// `…/v12.metadata.json` → 12.
 pub fn version_of(location: &str) -> Option<u64> {
     let name = location.rsplit('/').next()?;
@@ -128,16 +145,7 @@ pub async fn sweep(
         .min()
         .unwrap_or(loaded.version);
     let dir = format!("{}/metadata", loaded.metadata.location());
-    let prefix = warehouse.path(&dir)?;
-    let listed: Vec<_> = warehouse
-        .store()
-        .list(Some(&prefix))
-        .try_collect()
-        .await
-        .map_err(|source| SinkError::Storage {
-            path: dir.clone(),
-            source,
-        })?;
+    let listed = list(warehouse, &dir).await?;
     let doomed: Vec<String> = listed
         .iter()
         .map(|o| warehouse.location_of(&o.location))

@@ -20,7 +20,6 @@
 
 use std::collections::BTreeSet;
 
-use futures::TryStreamExt;
 use object_store::{ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 
@@ -147,17 +146,7 @@ impl PendingDeletes {
         if self.listed {
             return Ok(());
         }
-        let prefix = warehouse.path(&self.dir)?;
-        let listed: Vec<_> = warehouse
-            .store()
-            .list(Some(&prefix))
-            .try_collect()
-            .await
-            .map_err(|source| SinkError::Storage {
-                path: self.dir.clone(),
-                source,
-            })?;
-        for object in listed {
+        for object in metadata_log::list(warehouse, &self.dir).await? {
             let location = warehouse.location_of(&object.location);
             match due_of(&location) {
                 Some(due) => {
@@ -184,6 +173,8 @@ fn due_of(location: &str) -> Option<i64> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use futures::TryStreamExt;
+
     use super::*;
 
     fn warehouse() -> Warehouse {
