@@ -640,7 +640,8 @@ case "${1:-up}" in
     start=$(date +%s)
     mkdir -p "$CDCD_TB" "$RUN" "$LOGS"
     chmod 755 "$CDCD_TB"; chmod 1777 "$RUN" "$LOGS"   # the postgres user writes its socket and log here
-    each apt; apt_install
+    # gcc and make: the build's C parts (tikv-jemalloc-sys runs jemalloc's configure and make).
+    apt_want gcc make; each apt; apt_install
     each up
     log "test bed up in $(( $(date +%s) - start ))s ($CDCD_TB); for the tests: eval \"\$($0 env)\""
     ;;
