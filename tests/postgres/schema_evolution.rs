@@ -872,6 +872,11 @@ impl Streamed {
     }
 
     /// SQL that makes the transaction it is in larger than the walsender's decoding memory.
+    ///
+    /// A transaction that makes cdcd stop runs it twice: before the change, so whole blocks are
+    /// streamed (and counted in `pg_stat_replication_slots`) before cdcd sees the change, and
+    /// after it, so the change comes in a block of its own before the commit. The walsender
+    /// counts a block once it has sent it all; one cut off by cdcd's exit is never counted.
     fn fill(&self) -> String {
         format!(
             "INSERT INTO {} SELECT g, repeat('f', 100) FROM generate_series(1, 5000) g;",
@@ -903,6 +908,7 @@ async fn a_column_readded_inside_a_streamed_transaction_stops() {
         &client,
         &format!(
             "BEGIN;
+             {fill}
              ALTER TABLE {a} DROP COLUMN b; ALTER TABLE {a} ADD COLUMN b int4;
              UPDATE {a} SET x = 0 WHERE id = 7;
              {fill}
@@ -1065,6 +1071,7 @@ async fn a_table_taking_the_name_inside_a_streamed_transaction_stops() {
         &client,
         &format!(
             "BEGIN;
+             {fill}
              ALTER TABLE {a} RENAME TO {a}_old;
              CREATE TABLE {a} (id int4 PRIMARY KEY, x int4);
              INSERT INTO {a} SELECT g, 1000 + g FROM generate_series(1, 10) g;
