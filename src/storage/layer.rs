@@ -88,6 +88,12 @@ pub trait Layer: fmt::Display + fmt::Debug + Send + Sync + 'static {
         upload
     }
 
+    /// The objects under `prefix` whose location sorts after `offset`: by default the store
+    /// below's `list_with_offset`; the answers then go through [`stream`](Self::stream).
+    fn list_after(&self, prefix: Option<&Path>, offset: &Path) -> Answers<ObjectMeta> {
+        self.inner().list_with_offset(prefix, offset)
+    }
+
     /// A plain put: by default the store below's, sent through [`send`](Self::send).
     async fn put(&self, path: &Path, payload: PutPayload, opts: PutOptions) -> Result<PutResult> {
         let sent = self.inner().put_opts(path, payload, opts);
@@ -164,7 +170,7 @@ impl<L: Layer> ObjectStore for Layered<L> {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        let answers = self.0.inner().list_with_offset(prefix, offset);
+        let answers = self.0.list_after(prefix, offset);
         self.0.stream(Request::List(prefix), answers)
     }
 
