@@ -23,6 +23,7 @@ Usage (the test bed must be up: eval "$(scripts/testbed.sh env)"):
   cargo build --release --bins
   $CDCD_TEST_PYTHON bench/many_tables.py --tables 1000 --busy 200 --rate 2000 --seconds 120
       [--commit-interval-ms 1000] [--commit-concurrency 16] [--sink iceberg|lsm] [--keep] [--window-seconds 60]
+      [--table-property cdcd.compaction.trigger-small-files=16 ...]
 
 Nothing here is asserted: it prints figures for docs/performance.md.
 """
@@ -168,6 +169,11 @@ namespace = "bench"
 listen = "127.0.0.1:%d"
 """ % (self.tag, a.commit_interval_ms, a.commit_concurrency, self.url, self.tag, self.slot, self.publication, sink,
                 self.warehouse, self.port))
+            if a.table_property:
+                f.write("\n[sink.table_properties]\n")
+                for kv in a.table_property:
+                    key, _, value = kv.partition("=")
+                    f.write('"%s" = "%s"\n' % (key, value))
         log = open(os.path.join(self.workdir, "cdcd.log"), "w")
         env = dict(os.environ, CDCD_LOG=os.environ.get("CDCD_LOG", "warn"))
         self.cdcd = subprocess.Popen([a.bin, "--config", config], stdout=log, stderr=log, env=env)
@@ -391,6 +397,8 @@ def main():
     ap.add_argument("--commit-concurrency", type=int, default=16)
     ap.add_argument("--sink", choices=["iceberg", "lsm"], default="iceberg")
     ap.add_argument("--keep", action="store_true", help="keep the warehouse and log")
+    ap.add_argument("--table-property", action="append", default=[], metavar="KEY=VALUE",
+                    help="a [sink.table_properties] entry for every table (repeatable)")
     ap.add_argument("--window-seconds", type=int, default=0, help="print a line of figures every so many seconds")
     args = ap.parse_args()
     if not os.access(args.bin, os.X_OK):

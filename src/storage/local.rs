@@ -142,30 +142,52 @@ fn list_after(dir: &std::path::Path, prefix: &Path, offset: &Path) -> Result<Vec
                 Err(e) if e.kind() == ErrorKind::NotFound => continue,
                 Err(e) => return Err(local_error(e)),
             };
-            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
-            let Some(location) = location_of(&at, &name, &entry.path()) else {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else {
                 continue;
             };
             let Ok(mut kind) = entry.file_type() else {
                 continue;
             };
-            if kind.is_symlink() {
+            let linked = kind.is_symlink();
+            if linked {
                 // Followed, as object_store does; a broken link is left out.
                 match std::fs::metadata(entry.path()) {
                     Ok(target) => kind = target.file_type(),
                     Err(_) => continue,
                 }
             }
+            let plain = is_plain(name);
+            // A plain name's location is `at/name`: compared in place, no location is built
+            // for the many entries before the offset.
+            if kind.is_file() && plain && !sorts_after(&at, name, offset) {
+                continue;
+            }
+            if !kind.is_dir() && !kind.is_file() {
+                continue;
+            }
+            let location = if plain {
+                at.clone().join(name)
+            } else {
+                match Path::from_absolute_path(entry.path()) {
+                    Ok(location) => location,
+                    Err(_) => continue,
+                }
+            };
             if kind.is_dir() {
                 dirs.push((entry.path(), location));
                 continue;
             }
-            if !kind.is_file() || location <= *offset || is_staging(&name) {
+            if location <= *offset || is_staging(name) {
                 continue;
             }
-            match std::fs::metadata(entry.path()) {
+            // The entry's own metadata is looked up from its directory, not along its path.
+            let meta = if linked {
+                std::fs::metadata(entry.path())
+            } else {
+                entry.metadata()
+            };
+            match meta {
                 Ok(meta) => found.push(object_meta(location, &meta)),
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
                 Err(e) => return Err(local_error(e)),
@@ -175,18 +197,25 @@ fn list_after(dir: &std::path::Path, prefix: &Path, offset: &Path) -> Result<Vec
     Ok(found)
 }
 
-/// The location of `full`, the file `name` in the directory at `at`: `at/name` when the name
-/// needs no encoding (all of cdcd's names), else object_store's own conversion of the whole
-/// path (its encoding of unusual characters is not `PathPart`'s); `None` when it has none.
-fn location_of(at: &Path, name: &str, full: &std::path::Path) -> Option<Path> {
-    let plain = name
+/// A name whose location part is itself (no encoding, which all of cdcd's names need not);
+/// other names take object_store's own conversion of the whole path, whose encoding of unusual
+/// characters is not `PathPart`'s.
+fn is_plain(name: &str) -> bool {
+    !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'='))
+}
+
+/// Whether the location `at/name` sorts after `offset` (locations order as their strings).
+fn sorts_after(at: &Path, name: &str, offset: &Path) -> bool {
+    let at: &str = at.as_ref();
+    let separator: &[u8] = if at.is_empty() { b"" } else { b"/" };
+    let location = at
         .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'='));
-    if plain && !name.starts_with('.') {
-        Some(at.clone().join(name))
-    } else {
-        Path::from_absolute_path(full).ok()
-    }
+        .chain(separator.iter().copied())
+        .chain(name.bytes());
+    location.cmp(offset.as_ref().bytes()) == std::cmp::Ordering::Greater
 }
 
 /// object_store's staging file of a put in progress: `<name>#<digits>`.
