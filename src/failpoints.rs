@@ -77,11 +77,11 @@
 //! - [`MYSQL_COPY_WHOLE`] (same place): a table is about to be copied whole at a snapshot of its
 //!   own (a keyless table of a resumed copy, or one altered under the shared snapshot); nothing
 //!   of this copy is sent yet, the schema history records the table's columns at the shared one.
-//! - [`ROUND_IN_FLIGHT`] (`pipeline/commit.rs`, a pause point): a commit of streamed changes is
-//!   on its background task and has not started; the pipeline reads on beside it
+//! - [`ROUND_IN_FLIGHT`] (`pipeline/commit.rs`, a pause point): a round of streamed changes is
+//!   on its background task and none of its commits has started; the pipeline reads on beside it
 //!   (the window the kills of `tests/postgres/many_tables.rs` aim at).
-//! - [`ROUND_READ_BESIDE`] (`pipeline/mod.rs`): a transaction was buffered while streamed
-//!   commits are in flight; its rows are in memory only, those commits may or may not have landed.
+//! - [`ROUND_READ_BESIDE`] (`pipeline/mod.rs`): a transaction was buffered while a round is in
+//!   flight; its rows are in memory only, the round's commits may or may not have landed.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -142,9 +142,9 @@ pub const MYSQL_COPY_TABLE: &str = "mysql-copy-table";
 
 /// A MySQL/MariaDB copy is about to copy a table whole at a snapshot of its own.
 pub const MYSQL_COPY_WHOLE: &str = "mysql-copy-whole";
-/// A commit of streamed changes waits on its background task before committing (a pause point).
+/// A round of streamed changes waits on its background task before committing (a pause point).
 pub const ROUND_IN_FLIGHT: &str = "round-in-flight";
-/// A transaction was buffered beside streamed commits in flight.
+/// A transaction was buffered beside a round in flight.
 pub const ROUND_READ_BESIDE: &str = "round-read-beside";
 
 /// The crash point named by `CDCD_FAILPOINT` and at which hit it fires, read once.

@@ -6,13 +6,12 @@
 //! plus its commit. When the tables' streamed rows together reach `commit_max_rows`, or their
 //! Arrow bytes the buffered rows' share of `pipeline.memory_budget`, the largest buffers are due
 //! as well, until at most half of each is left (memory, not freshness). A table
-//! with nothing buffered costs nothing: no commit, no snapshot, no checkpoint. Each due table's
-//! commit starts in the background at once, beside the others, while the pipeline reads on
-//! (`pipeline/commit.rs`), unless its own previous commit is still in flight (it starts when that
-//! one lands) or `commit_concurrency` commits are (the oldest waiting starts first when one
-//! lands). Where the sink commits several tables in one catalog transaction, a due table brings
-//! every buffered one with it into one round that runs alone (one request per round, and a
-//! source transaction visible in all its tables at once). Why this and not a
+//! with nothing buffered costs nothing: no commit, no snapshot, no checkpoint. The due tables of
+//! a tick commit together, concurrently, as one round in the background while the pipeline reads
+//! on (`pipeline/commit.rs`); while a round is in flight no other starts, and the tables due
+//! meanwhile go in the next one, started as soon as it lands. Where the sink commits several
+//! tables in one catalog transaction, a due table brings every buffered one with it (one request
+//! per round, and a source transaction visible in all its tables at once). Why this and not a
 //! flush of every table whenever the oldest change is due: docs/many-tables.md.
 //!
 //! Acknowledgement (STYLE rule 6): the source may forget a position only when every table holds
@@ -136,47 +135,23 @@ impl Committer {
         }
     }
 
-    /// Starts committing the tables that are due (within `early`) in the background, then
-    /// acknowledges what every table holds. A due table whose commit is in flight waits for it
-    /// to land; the others start at once, oldest first, as far as `commit_concurrency` allows.
-    /// A copy batch or a catalog transaction in flight runs alone: the next starts once it has
-    /// landed, with every buffered table where the sink commits them together.
+    /// Starts committing the tables that are due (within `early`) in the background, unless a
+    /// round is in flight (at most one is: the next starts once it has landed), then
+    /// acknowledges what every table holds.
     pub(super) async fn commit_due(&mut self, early: Duration) -> Result<(), PipelineError> {
-        self.start_due(early).await?;
-        self.acknowledge();
-        Ok(())
-    }
-
-    async fn start_due(&mut self, early: Duration) -> Result<(), PipelineError> {
-        if self.in_flight.runs_alone() {
-            return Ok(());
-        }
-        let together = self.sink.commits_tables_together().await;
-        let copying = self.tables.buffers.values().any(|b| b.opened.is_none());
-        if together || copying {
-            if self.in_flight.is_running() {
-                return Ok(());
-            }
+        if !self.in_flight.is_running() {
             let mut due = self
                 .cadence(early)
                 .pick(&self.tables.buffers, Instant::now());
-            if !due.is_empty() && together {
+            if !due.is_empty() && self.sink.commits_tables_together().await {
                 // One catalog transaction over every buffered table: a source transaction that
                 // touched several tables becomes visible in all of them at once (docs/catalogs.md,
                 // "Multi-table commits"), so no table is left for a later round.
                 due = self.tables.buffers.keys().cloned().collect();
             }
-            return self.round_in_background(&due).await;
+            self.round_in_background(&due).await?;
         }
-        let mut due: Vec<TableId> = self
-            .cadence(early)
-            .pick(&self.tables.buffers, Instant::now())
-            .into_iter()
-            .filter(|t| !self.in_flight.holds(t))
-            .collect();
-        // The free slots go to the changes that have waited longest.
-        due.sort_by_key(|t| self.tables.buffers.get(t).map(|b| b.since));
-        self.commits_in_background(&due);
+        self.acknowledge();
         Ok(())
     }
 }

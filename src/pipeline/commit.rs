@@ -1,49 +1,36 @@
-//! Table commits taken out of the pipeline's buffers and carried out: each due table's commit on
-//! a background task of its own while the pipeline keeps reading ([`InFlight`]); a round of
-//! tables together, in one catalog transaction or up to `pipeline.commit_concurrency` at once
-//! ([`run_together`]), on a task or awaited in place; or one table awaited in place
-//! ([`Committer::commit_table`](super::Committer)). Which tables are due is
-//! `pipeline/cadence.rs`'s decision.
+//! Table commits taken out of the pipeline's buffers and carried out: a round of tables together,
+//! up to `pipeline.commit_concurrency` at once or in one catalog transaction ([`run_together`]),
+//! awaited in place or on a background task while the pipeline keeps reading ([`InFlight`]); or
+//! one table awaited in place ([`Committer::commit_table`](super::Committer)). Which tables a round
+//! holds is `pipeline/cadence.rs`'s decision.
 //!
-//! Why in the background: a commit takes tens to hundreds of milliseconds, and a batch of an
-//! initial copy (up to [`super::SNAPSHOT_BATCH_ROWS`] rows) a second or more. Awaited in place,
-//! the source would stop at the full event channel for that long, and every change arriving
-//! meanwhile would wait behind it; as tasks, the next changes are read and buffered (in fresh
-//! per-table buffers) while these are written. The protocol:
-//! - **At most one commit per table in flight, and no round.** A table's next commit starts
-//!   only once the previous one has ended and its outcome is recorded
-//!   ([`Committer::settled`](super::Committer)), so a table's commits land in order: rows
-//!   buffered for a table while its commit is in flight are committed by a later one. Other
-//!   tables do not wait for it: a table due while others commit starts at once if one of
-//!   `commit_concurrency` slots is free. (Until issue 37's sixth pass the due tables committed
-//!   as a round and the next round started when the whole round had landed: one slow commit, a
-//!   table held by its compaction say, held every table's next commit.)
-//! - **What runs alone.** An initial-copy batch and a round in one catalog transaction start
-//!   only when nothing is in flight, and nothing starts beside them.
-//! - **Only plain row changes are read beside streamed commits in flight.** Anything else (a
-//!   transaction that changes a table's schema or truncates it, an initial copy's events, a
-//!   resync's swap, the commit of one table in place, shutdown and wind-down) first waits for
-//!   every commit in flight to land. A copy batch in flight is waited for only by the next
-//!   commit (the copy reads on beside it).
+//! Why in the background: a round of streamed changes over many tables, or a batch of an initial
+//! copy (up to [`super::SNAPSHOT_BATCH_ROWS`] rows), takes a second or more. Awaited in place, the
+//! source would stop at the full event channel for that long, and every change arriving meanwhile
+//! would wait behind the round; as a task, the next changes are read and buffered (in fresh
+//! per-table buffers) while this round is written. The protocol:
+//! - **At most one round in flight.** A new one starts only once the previous one ended and its
+//!   outcome is recorded ([`Committer::settle`](super::Committer)), so a table's commits land in
+//!   order: rows buffered for a table while its commit is in flight are committed by a later round.
+//! - **Only plain row changes are read beside a round.** Anything else (a transaction that
+//!   changes a table's schema or truncates it, an initial copy's events, a resync's swap, the
+//!   commit of one table in place, shutdown and wind-down) first waits for the round to end.
+//!   A copy batch in flight is waited for only by the next commit (the copy reads on beside it).
 //! - **The acknowledgement** never passes a table whose commit is in flight: the commits in
 //!   flight hold it back exactly as waiting buffers do ([`cadence::durable_bound`]), and a copy
 //!   batch holds it whole.
 //! - **Memory.** The streamed rows in flight count with the buffers against `commit_max_rows`
-//!   and the memory budget's share: past them the pipeline waits for commits to land (reads
-//!   nothing: backpressure), starting what each landing frees.
-//! - **Errors.** A failed commit is seen when it lands: every other commit in flight is awaited
-//!   (any of them may land, and the pipeline must know which did), what landed is recorded, a
-//!   refused schema change may be left to a resync and the rest committed again in place; any
-//!   other error stops the pipeline, whose buffers are never acknowledged, so the restart reads
-//!   them again.
-use std::collections::HashMap;
+//!   and the memory budget's share: past them the pipeline waits for the round (reads nothing:
+//!   backpressure) before it starts the next one.
+//! - **Errors.** A round's failure is seen when it is settled: what landed is recorded, a refused
+//!   schema change may be left to a resync and the rest committed again in place; any other error
+//!   stops the pipeline, whose buffers are never acknowledged, so the restart reads them again.
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::future::{BoxFuture, FutureExt};
-use futures::stream::{self, FuturesUnordered, StreamExt};
-use tokio::task::{self, JoinError};
+use futures::stream::{self, StreamExt};
+use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use super::cadence;
@@ -82,11 +69,6 @@ pub(super) struct Committed {
     pub window: Option<Position>,
     /// The commit ended the table's resync ([`CommitStats::resync_swapped`]).
     pub swapped: bool,
-}
-
-/// A background commit that ended without a result (it panicked or was cancelled).
-fn lost(e: &str) -> PipelineError {
-    PipelineError::SourceTask(format!("a background commit ended without a result: {e}"))
 }
 
 /// Counts a failed commit and marks the sink unhealthy.
@@ -275,41 +257,22 @@ impl PendingCommit {
     }
 }
 
-/// The commits running in the background, and what they hold.
-///
-/// Either streamed commits of single tables, each on a task of its own, at most one per table
-/// (a table's next commit starts once this one has landed) and at most
-/// `pipeline.commit_concurrency` together ([`Self::start_commit`]); or one round that runs alone
-/// ([`Self::start_alone`]): an initial-copy batch, or the tables of one catalog transaction.
+/// The one round (or copy batch) committing in the background, if any, and what it holds.
 #[derive(Default)]
 pub(super) struct InFlight {
-    tasks: FuturesUnordered<BoxFuture<'static, Joined>>,
-    running: HashMap<task::Id, Running>,
-}
-
-/// A background task's end: its id and how it ended.
-type Joined = (
-    task::Id,
-    Result<Result<Vec<Committed>, Unfinished>, JoinError>,
-);
-
-/// What one background task holds.
-struct Running {
-    tables: Vec<TableId>,
-    /// Per commit, where its buffer of streamed changes opened (`None`: copy rows).
+    task: Option<JoinHandle<Result<Vec<Committed>, Unfinished>>>,
+    /// Per commit in flight, where its buffer of streamed changes opened (`None`: copy rows).
     opened: Vec<Option<Opened>>,
-    /// Streamed rows and their Arrow bytes (not an initial copy's).
+    /// Streamed rows and their Arrow bytes in flight (not an initial copy's).
     streamed_rows: usize,
     streamed_bytes: usize,
-    /// When its oldest buffer got its first change.
+    /// When the oldest buffer in flight got its first change.
     since: Option<Instant>,
-    /// Only initial-copy rows (the copy reads on beside them).
+    /// Only initial-copy rows are in flight (the copy reads on beside them).
     copy_batch: bool,
-    /// Nothing else starts beside it.
-    alone: bool,
 }
 
-/// How a background task ended.
+/// How a background round ended.
 pub(super) enum Outcome {
     Ended(Result<Vec<Committed>, Unfinished>),
     /// The task panicked or was cancelled: the commits' outcome is unknown.
@@ -318,71 +281,35 @@ pub(super) enum Outcome {
 
 impl InFlight {
     pub fn is_running(&self) -> bool {
-        !self.running.is_empty()
+        self.task.is_some()
     }
 
-    /// Streamed changes are committing (not only a copy batch): only plain row changes may be
-    /// read beside them.
-    pub fn holds_streamed(&self) -> bool {
-        self.running.values().any(|r| !r.copy_batch)
-    }
-
-    /// A copy batch or a catalog transaction is running: nothing else may start.
-    pub fn runs_alone(&self) -> bool {
-        self.running.values().any(|r| r.alone)
-    }
-
-    /// Background tasks running (one per streamed commit).
-    pub fn tasks(&self) -> usize {
-        self.running.len()
-    }
-
-    /// `table` has a commit in flight.
-    pub fn holds(&self, table: &TableId) -> bool {
-        self.running.values().any(|r| r.tables.contains(table))
+    /// A round that only plain row changes may be read beside (not a copy batch).
+    pub fn is_round(&self) -> bool {
+        self.is_running() && !self.copy_batch
     }
 
     /// Where each commit in flight opened, for the acknowledgement.
     pub fn opened(&self) -> impl Iterator<Item = Option<&Opened>> {
-        self.running
-            .values()
-            .flat_map(|r| r.opened.iter().map(Option::as_ref))
+        self.opened.iter().map(Option::as_ref)
     }
 
     pub fn streamed_rows(&self) -> usize {
-        self.running.values().map(|r| r.streamed_rows).sum()
+        self.streamed_rows
     }
 
     pub fn streamed_bytes(&self) -> usize {
-        self.running.values().map(|r| r.streamed_bytes).sum()
+        self.streamed_bytes
     }
 
     pub fn since(&self) -> Option<Instant> {
-        self.running.values().filter_map(|r| r.since).min()
+        self.since
     }
 
-    /// Starts one table's commit of streamed changes on a task of its own, beside the others in
-    /// flight. The caller has checked that its table has none in flight and that a slot is free.
-    fn start_commit(&mut self, pending: PendingCommit, sink: Arc<dyn Sink>, pipeline: String) {
-        self.start(vec![pending], false, sink, pipeline, 1);
-    }
-
-    /// Starts `pending` on a task ([`run_together`]) that runs alone. The caller has settled
-    /// everything in flight.
-    fn start_alone(
-        &mut self,
-        pending: Vec<PendingCommit>,
-        sink: Arc<dyn Sink>,
-        pipeline: String,
-        concurrency: usize,
-    ) {
-        self.start(pending, true, sink, pipeline, concurrency);
-    }
-
+    /// Starts `pending` on a task ([`run_together`]). The caller has settled the previous one.
     fn start(
         &mut self,
         pending: Vec<PendingCommit>,
-        alone: bool,
         sink: Arc<dyn Sink>,
         pipeline: String,
         concurrency: usize,
@@ -392,37 +319,26 @@ impl InFlight {
                 .iter()
                 .filter(|p| !p.checkpoint.position.is_snapshot_incomplete())
         };
-        let copy_batch = streamed().next().is_none();
-        let running = Running {
-            tables: pending.iter().map(|p| p.table.clone()).collect(),
-            opened: pending.iter().map(|p| p.opened.clone()).collect(),
-            streamed_rows: streamed().map(|p| p.rows).sum(),
-            streamed_bytes: streamed().map(|p| p.bytes).sum(),
-            since: pending.iter().map(|p| p.since).min(),
-            copy_batch,
-            alone: alone || copy_batch,
-        };
-        let handle = tokio::spawn(async move {
+        self.streamed_rows = streamed().map(|p| p.rows).sum();
+        self.streamed_bytes = streamed().map(|p| p.bytes).sum();
+        self.copy_batch = streamed().next().is_none();
+        self.opened = pending.iter().map(|p| p.opened.clone()).collect();
+        self.since = pending.iter().map(|p| p.since).min();
+        let copy_batch = self.copy_batch;
+        self.task = Some(tokio::spawn(async move {
             if !copy_batch {
                 failpoints::pause_point(failpoints::ROUND_IN_FLIGHT).await;
             }
             run_together(pending, sink, &pipeline, concurrency).await
-        });
-        let id = handle.id();
-        // A JoinHandle dropped detaches its task: a commit is never cut off by the pipeline
-        // giving up on it (as an aborted JoinSet would), only by a crash.
-        self.tasks.push(async move { (id, handle.await) }.boxed());
-        self.running.insert(id, running);
+        }));
     }
 
-    /// Waits for the next task in flight to end (immediately `None` when none runs). Cancel
-    /// safe: a task stays in place until it has ended and its outcome is returned.
+    /// Waits for the running round (immediately `None` when there is none). Cancel safe: the
+    /// task stays in place until it has finished and its outcome is returned.
     pub async fn finish(&mut self) -> Option<Outcome> {
-        if self.running.is_empty() {
-            return None;
-        }
-        let (id, joined) = self.tasks.next().await?;
-        self.running.remove(&id);
+        let task = self.task.as_mut()?;
+        let joined = task.await;
+        *self = InFlight::default();
         Some(match joined {
             Ok(ended) => Outcome::Ended(ended),
             Err(e) => Outcome::Lost(e.to_string()),
@@ -442,7 +358,7 @@ impl Committer {
     }
 
     /// Commits the buffers of `tables` (together: [`run_together`]) and waits for them, after
-    /// every commit in flight.
+    /// the round in flight, if any.
     pub(super) async fn commit_round(&mut self, tables: Vec<TableId>) -> Result<(), PipelineError> {
         self.settle().await?;
         let pending: Vec<PendingCommit> =
@@ -506,45 +422,26 @@ impl Committer {
             .collect())
     }
 
-    /// Waits for every commit in flight and records their outcomes (what a refusal leaves of
-    /// them is committed in place).
+    /// Waits for the round in flight, if one runs, and records its outcome (what a refusal
+    /// leaves of it is committed in place).
     pub(super) async fn settle(&mut self) -> Result<(), PipelineError> {
-        while let Some(done) = self.in_flight.finish().await {
-            self.settled(done).await?;
+        match self.in_flight.finish().await {
+            Some(done) => self.settled(done).await,
+            None => Ok(()),
         }
-        Ok(())
     }
 
-    /// Records how a background task ended. When it failed, every other commit in flight is
-    /// awaited first and counted with it: any of them may land, and the pipeline must know
-    /// which did before it decides (`round_ended`); none starts meanwhile.
+    /// Records how a background round ended.
     pub(super) async fn settled(&mut self, done: Outcome) -> Result<(), PipelineError> {
-        let mut ended = match done {
-            Outcome::Ended(ended) => ended,
-            Outcome::Lost(e) => return Err(lost(&e)),
-        };
-        if let Err(unfinished) = &mut ended {
-            let mut lost_one = None;
-            while let Some(other) = self.in_flight.finish().await {
-                match other {
-                    Outcome::Ended(Ok(committed)) => unfinished.committed.extend(committed),
-                    Outcome::Ended(Err(also)) => {
-                        warn!(error = %also.error, "commit failed beside another");
-                        unfinished.committed.extend(also.committed);
-                        unfinished.left.extend(also.left);
-                    }
-                    Outcome::Lost(e) => lost_one = Some(e),
-                }
+        match done {
+            Outcome::Ended(ended) => {
+                let left = self.round_ended(ended).await?;
+                self.run_round(left).await
             }
-            if let Some(e) = lost_one {
-                for c in std::mem::take(&mut unfinished.committed) {
-                    self.committed(c);
-                }
-                return Err(lost(&e));
-            }
+            Outcome::Lost(e) => Err(PipelineError::SourceTask(format!(
+                "a background commit ended without a result: {e}"
+            ))),
         }
-        let left = self.round_ended(ended).await?;
-        self.run_round(left).await
     }
 
     /// Commits `table`'s buffer and waits for it.
@@ -572,8 +469,8 @@ impl Committer {
         }
     }
 
-    /// Starts committing `table`'s buffer (initial-copy rows) on a task, after every commit in
-    /// flight.
+    /// Starts committing `table`'s buffer (initial-copy rows) on a task, after the round in
+    /// flight is done.
     pub(super) async fn commit_in_background(
         &mut self,
         table: &TableId,
@@ -581,9 +478,9 @@ impl Committer {
         self.round_in_background(std::slice::from_ref(table)).await
     }
 
-    /// Starts committing the buffers of `tables` (the tables of one catalog transaction, or a
-    /// batch of initial-copy rows) on a task that runs alone, after everything in flight is done:
-    /// the pipeline reads on meanwhile (the rules: the module doc).
+    /// Starts committing the buffers of `tables` (a round of streamed changes, or a batch of
+    /// initial-copy rows) on a task, after the round in flight is done: the pipeline reads on
+    /// meanwhile (the rules: the module doc).
     pub(super) async fn round_in_background(
         &mut self,
         tables: &[TableId],
@@ -592,7 +489,7 @@ impl Committer {
         let pending: Vec<PendingCommit> =
             tables.iter().filter_map(|t| self.take_commit(t)).collect();
         if !pending.is_empty() {
-            self.in_flight.start_alone(
+            self.in_flight.start(
                 pending,
                 self.sink.clone(),
                 self.settings.pipeline.clone(),
@@ -600,28 +497,6 @@ impl Committer {
             );
         }
         Ok(())
-    }
-
-    /// Starts the streamed commits of `tables` (none of which has a commit in flight), each on
-    /// a task of its own, as far as free slots allow; the rest stay buffered for a later start.
-    pub(super) fn commits_in_background(&mut self, tables: &[TableId]) {
-        let limit = if self.sink.commits_tables_concurrently() {
-            self.settings.commit_concurrency.max(1)
-        } else {
-            1
-        };
-        for table in tables {
-            if self.in_flight.tasks() >= limit {
-                break;
-            }
-            if let Some(pending) = self.take_commit(table) {
-                self.in_flight.start_commit(
-                    pending,
-                    self.sink.clone(),
-                    self.settings.pipeline.clone(),
-                );
-            }
-        }
     }
 
     /// Takes `table`'s buffer out with the checkpoint to commit it with (`None`: nothing to

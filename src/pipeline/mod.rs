@@ -8,15 +8,15 @@
 //!
 //! The pipeline buffers changes per table and commits a table when its oldest buffered change is
 //! `commit_interval_ms` old, the largest tables when `commit_max_rows` changes are buffered, a
-//! table at the end of its initial copy, and everything at shutdown (`pipeline/cadence.rs`); due
-//! tables commit concurrently (`pipeline/commit.rs`). Each commit is one table snapshot
+//! table at the end of its initial copy, and everything at shutdown (`pipeline/cadence.rs`); the
+//! tables of a round commit concurrently (`pipeline/commit.rs`). Each commit is one table snapshot
 //! carrying the table's checkpoint. The source learns a new durable position only when every table
 //! holds everything up to it: a table still waiting for its commit holds it back (STYLE rule 6).
-//! Commits run in the background while the pipeline reads on, at most one per table; only plain
-//! row changes are read beside them, anything else waits for them (`pipeline/commit.rs`). Past
-//! `commit_max_rows` or the buffers' memory share (counting the commits in flight) the pipeline
-//! waits for commits to land and reads nothing, so the bounded event channel fills and the source
-//! stops reading: that is the backpressure.
+//! A round commits in the background while the pipeline reads on, at most one at a time; only
+//! plain row changes are read beside it, anything else waits for it (`pipeline/commit.rs`). Past
+//! `commit_max_rows` or the buffers' memory share (counting the round in flight) the pipeline
+//! waits for the round and reads nothing, so the bounded event channel fills and the source stops
+//! reading: that is the backpressure.
 //!
 //! Initial copies (source-neutral): a copy's rows are committed at the incomplete position with the
 //! copy's progress (`cdcd.snapshot`: the chunk plan, chunks started, chunks done), so a restart
@@ -351,8 +351,8 @@ async fn drive(
                 }
                 break Ok(());
             }
-            // A background commit's result comes before more reading (STYLE rule 5); what is
-            // due, its table's next commit among them, starts right away.
+            // A background round's result comes before more reading (STYLE rule 5); the next
+            // round, if one is due, starts right away.
             Some(done) = committer.in_flight.finish(), if committer.in_flight.is_running() => {
                 let landed = match committer.settled(done).await {
                     Ok(()) => commit_now(&mut committer, tick.period()).await,
@@ -380,8 +380,8 @@ async fn drive(
                 }
                 // Initial-copy rows are committed by `snapshot_batch`, in the background; counted
                 // here they made every copy commit `commit_max_rows` rows, awaited in place.
-                // Past the buffers' memory share (with the commits in flight) the largest buffers
-                // start and the pipeline waits for commits to land, reading nothing meanwhile:
+                // Past the buffers' memory share (with the round in flight) the pipeline waits
+                // for that round, then the largest buffers start, and nothing is read meanwhile:
                 // the source waits (backpressure), never the memory.
                 if committer.over_buffer_limits() {
                     if let Err(e) = committer.relieve(tick.period()).await {
@@ -409,10 +409,16 @@ async fn on_tick(
         committer.report(health);
     }
     committer.resyncs_finished().await;
+    if committer.in_flight.is_running() {
+        // At most one round in flight: the next starts when it lands ([`drive`]).
+        committer.acknowledge();
+        return Ok(());
+    }
     commit_now(committer, period).await
 }
 
-/// Swaps the resyncs that caught up, starts the commits of the tables due, and acknowledges.
+/// With no round in flight: swap the resyncs that caught up, start the round of the tables
+/// due, and acknowledge.
 async fn commit_now(committer: &mut Committer, period: Duration) -> Result<(), PipelineError> {
     committer.catch_up_resyncs().await?;
     committer.commit_due(period).await
@@ -452,9 +458,9 @@ async fn wind_down(
             Err(e) => Err(e),
         },
         Err(e) => {
-            // Background commits still running end like any commit; their results no longer
-            // matter (nothing is acknowledged after an error).
-            while committer.in_flight.finish().await.is_some() {}
+            // A background round still running ends like any commit; its result no longer
+            // matters (nothing is acknowledged after an error).
+            let _ = committer.in_flight.finish().await;
             Err(e)
         }
     };
@@ -575,8 +581,7 @@ struct Committer {
     acks: watch::Sender<Option<Position>>,
     /// `cdcd_source_lag_seconds`: the oldest change received and not yet durable.
     lag: Lag,
-    /// The commits running in the background: streamed commits of single tables, or an
-    /// initial-copy batch or a catalog transaction alone (`pipeline/commit.rs`).
+    /// An initial-copy batch being committed in the background.
     in_flight: InFlight,
     snapshot_batch: SnapshotBatch,
     progress: ProgressWriter,
@@ -584,9 +589,9 @@ struct Committer {
 
 impl Committer {
     async fn handle(&mut self, event: SourceEvent) -> Result<(), PipelineError> {
-        // Only plain row changes are read beside streamed commits in flight; anything else waits
-        // for them to land first (`pipeline/commit.rs`).
-        if self.in_flight.holds_streamed() && !self.is_plain(&event) {
+        // Only plain row changes are read beside a round in flight; anything else waits for it
+        // to land first (`pipeline/commit.rs`).
+        if self.in_flight.is_round() && !self.is_plain(&event) {
             self.settle().await?;
         }
         match event {
@@ -643,7 +648,7 @@ impl Committer {
         })
     }
 
-    /// Past `commit_max_rows` or the buffers' memory share, counting the commits in flight.
+    /// Past `commit_max_rows` or the buffers' memory share, counting the round in flight.
     fn over_buffer_limits(&self) -> bool {
         let rows = self.tables.streamed_rows() + self.in_flight.streamed_rows();
         let bytes = self.tables.streamed_bytes() + self.in_flight.streamed_bytes();
@@ -651,21 +656,19 @@ impl Committer {
             || bytes >= self.settings.memory_budget.buffered_rows()
     }
 
-    /// Over the limits: starts what is due and the largest buffers ([`cadence::Cadence::pick`]),
-    /// then, while the buffers and the commits in flight are still over, waits for a commit to
-    /// land and starts what that frees, reading nothing meanwhile (backpressure). Waiting for
-    /// the next tick instead left the commits idle exactly when the pipeline is behind (1,000
-    /// tables, before this: lag p50 31 s, main 3 s).
+    /// Over the limits: waits for the round in flight, then starts the next one at once (the
+    /// tables due within `period`, and the largest buffers if they alone are still over:
+    /// [`cadence::Cadence::pick`]), as [`drive`] does when it sees a round land. Waiting for
+    /// the next tick instead left the commits idle between rounds exactly when the pipeline is
+    /// behind (1,000 tables, before this: lag p50 31 s, main 3 s).
     async fn relieve(&mut self, period: Duration) -> Result<(), PipelineError> {
-        self.commit_due(Duration::ZERO).await?;
-        while self.over_buffer_limits() {
-            let Some(done) = self.in_flight.finish().await else {
-                break;
-            };
-            self.settled(done).await?;
-            commit_now(self, period).await?;
+        let landed = self.in_flight.is_running();
+        self.settle().await?;
+        if landed {
+            commit_now(self, period).await
+        } else {
+            self.commit_due(Duration::ZERO).await
         }
-        Ok(())
     }
 
     async fn transaction(&mut self, tx: Transaction) -> Result<(), PipelineError> {
@@ -722,7 +725,7 @@ impl Committer {
             buffered = true;
         }
         if buffered {
-            if self.in_flight.holds_streamed() {
+            if self.in_flight.is_round() {
                 crate::failpoints::crash_point(crate::failpoints::ROUND_READ_BESIDE);
             }
             self.lag.waiting(tx.commit_time_micros);

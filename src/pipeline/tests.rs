@@ -1806,7 +1806,7 @@ async fn round_of_a(c: &mut Committer, n: u64, a_changes: TableChanges) {
     promptly("starting a round", c.commit_due(Duration::ZERO))
         .await
         .unwrap();
-    assert!(c.in_flight.holds_streamed());
+    assert!(c.in_flight.is_round());
 }
 
 /// Reads `event`, which must wait for the round in flight: released 200 ms later.
@@ -1844,10 +1844,7 @@ async fn rows_read_beside_a_round_in_flight_are_kept_and_its_failure_acknowledge
     promptly("a tick", c.commit_due(Duration::ZERO))
         .await
         .unwrap();
-    assert!(
-        c.in_flight.holds_streamed(),
-        "a's commit is still in flight"
-    );
+    assert!(c.in_flight.is_round(), "one round in flight at most");
     assert_eq!(c.tables.buffers[&table("a")].rows, 2, "a fresh buffer");
     assert_eq!(
         *acks.borrow(),
@@ -1866,106 +1863,6 @@ async fn rows_read_beside_a_round_in_flight_are_kept_and_its_failure_acknowledge
         "nothing read was dropped"
     );
     assert!(committed_tables(&record).is_empty());
-}
-
-// Issue 37, sixth pass: no round. A table due while another table's commit is in flight starts
-// at once (one slow commit, a table held by its compaction say, held every table's next commit
-// when the due tables committed as rounds); a table's own next commit waits for its commit in
-// flight, so its commits land in order; and at most `commit_concurrency` run together.
-#[tokio::test]
-async fn a_table_due_beside_a_commit_in_flight_starts_at_once_and_its_own_next_waits() {
-    let record = Arc::new(Mutex::new(Record::default()));
-    let mut sink = SlowSink::new(record.clone(), Duration::ZERO, &[]);
-    sink.gate = Some(tokio::sync::Semaphore::new(0));
-    let sink = Arc::new(sink);
-    let (mut c, _acks) = committer_over(sink.clone(), 2).await;
-    c.handle(SourceEvent::Heartbeat(pos(8))).await.unwrap();
-    round_of_a(&mut c, 10, changes("a", Op::Insert, &[1])).await;
-    for (n, t) in [(20, "b"), (30, "a"), (40, "c")] {
-        let read = c.handle(tx(n, vec![changes(t, Op::Insert, &[2])]));
-        promptly("a plain transaction", read).await.unwrap();
-    }
-    age(&mut c, "b");
-    promptly("a tick", c.commit_due(Duration::ZERO))
-        .await
-        .unwrap();
-    assert_eq!(c.in_flight.tasks(), 2, "b started beside a");
-    assert!(c.in_flight.holds(&table("b")));
-    age(&mut c, "a");
-    age(&mut c, "c");
-    promptly("a tick", c.commit_due(Duration::ZERO))
-        .await
-        .unwrap();
-    assert_eq!(c.in_flight.tasks(), 2, "no free slot: c waits");
-    assert_eq!(c.tables.buffers[&table("a")].rows, 1, "a's next waits");
-    // The first through the gate is a's commit (the gate is fair): a lands, and at the next
-    // tick a's next commit and c take the free slot one after the other.
-    sink.release(1);
-    let landed = promptly("a landing", c.in_flight.finish()).await.unwrap();
-    c.settled(landed).await.unwrap();
-    assert_eq!(c.tables.committed[&table("a")], Some(pos(10)));
-    promptly("a tick", c.commit_due(Duration::ZERO))
-        .await
-        .unwrap();
-    assert_eq!(c.in_flight.tasks(), 2);
-    assert!(c.in_flight.holds(&table("a")), "a's next, the oldest");
-    sink.release(3);
-    land_due(&mut c, Duration::ZERO).await.unwrap();
-    land_due(&mut c, Duration::ZERO).await.unwrap();
-    assert!(c.tables.buffers.is_empty());
-    let commits = committed_tables(&record);
-    let order = |t: &str| -> Vec<String> {
-        commits
-            .iter()
-            .filter(|(x, _)| x == t)
-            .map(|(_, p)| p.clone())
-            .collect()
-    };
-    assert_eq!(order("a"), ["0/A", "0/1E"]);
-    assert_eq!(order("b"), ["0/14"]);
-    assert_eq!(order("c"), ["0/28"]);
-    assert!(sink.most.load(std::sync::atomic::Ordering::SeqCst) <= 2);
-}
-
-// Issue 37, sixth pass: when one commit in flight fails, the others in flight are awaited and
-// recorded before the error is handled (any of them may land), and nothing starts meanwhile.
-#[tokio::test]
-async fn a_failed_commit_waits_for_the_others_in_flight_and_records_them() {
-    let record = Arc::new(Mutex::new(Record::default()));
-    let mut sink = SlowSink::new(record.clone(), Duration::ZERO, &["a"]);
-    sink.gate = Some(tokio::sync::Semaphore::new(0));
-    let sink = Arc::new(sink);
-    let (mut c, acks) = committer_over(sink.clone(), 4).await;
-    c.handle(SourceEvent::Heartbeat(pos(8))).await.unwrap();
-    round_of_a(&mut c, 10, changes("a", Op::Insert, &[1])).await;
-    c.handle(tx(20, vec![changes("b", Op::Insert, &[1])]))
-        .await
-        .unwrap();
-    age(&mut c, "b");
-    promptly("a tick", c.commit_due(Duration::ZERO))
-        .await
-        .unwrap();
-    assert_eq!(c.in_flight.tasks(), 2);
-    c.handle(tx(30, vec![changes("c", Op::Insert, &[1])]))
-        .await
-        .unwrap();
-    age(&mut c, "c");
-    sink.release(1);
-    let failed = promptly("a's failure", c.in_flight.finish()).await.unwrap();
-    let released = {
-        let gate = sink.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            gate.release(1);
-        })
-    };
-    let err = c.settled(failed).await.unwrap_err();
-    assert!(released.is_finished(), "b was not awaited");
-    assert!(err.to_string().contains("injected failure"), "{err}");
-    assert_eq!(c.tables.committed[&table("b")], Some(pos(20)), "b landed");
-    assert!(!c.in_flight.is_running());
-    assert_eq!(c.tables.buffers[&table("c")].rows, 1, "c never started");
-    assert_eq!(*acks.borrow(), Some(pos(8)));
 }
 
 // Issue 37: a table whose commit is in flight holds the acknowledgement where its buffer opened,
@@ -2022,7 +1919,7 @@ async fn past_the_buffer_limits_nothing_is_read_until_the_round_in_flight_lands(
     c.relieve(period).await.unwrap();
     assert_eq!(c.tables.committed[&table("a")], Some(pos(10)));
     assert!(
-        c.in_flight.holds_streamed(),
+        c.in_flight.is_round(),
         "b, due, started as soon as a landed"
     );
     sink.release(1);
