@@ -20,7 +20,8 @@
 //!    newest version. The hint is never written below a version listed before the write.
 //!
 //! Each step's listing starts after `metadata/v` (`metadata::newest_listed`): one request on
-//! S3 and on local disk, whatever the number of manifests beside the metadata files.
+//! S3 and on local disk, whatever the number of manifests beside the metadata files (on local
+//! disk their names are read and compared, none of them is `stat`ed: `storage/local.rs`).
 
 use iceberg::spec::TableMetadata;
 use object_store::ObjectStoreExt;
