@@ -143,11 +143,14 @@ fn list_after(dir: &std::path::Path, prefix: &Path, offset: &Path) -> Result<Vec
                 Err(e) => return Err(local_error(e)),
             };
             let name = entry.file_name();
-            let Some(name) = name.to_str() else {
-                continue;
-            };
-            let Ok(mut kind) = entry.file_type() else {
-                continue;
+            // A name that is not UTF-8 is not plain: object_store's conversion below fails the
+            // listing for it, as object_store's own listing does.
+            let name = name.to_str();
+            let plain = name.filter(|n| is_plain(n));
+            let mut kind = match entry.file_type() {
+                Ok(kind) => kind,
+                Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                Err(e) => return Err(local_error(e)),
             };
             let linked = kind.is_symlink();
             if linked {
@@ -157,28 +160,24 @@ fn list_after(dir: &std::path::Path, prefix: &Path, offset: &Path) -> Result<Vec
                     Err(_) => continue,
                 }
             }
-            let plain = is_plain(name);
             // A plain name's location is `at/name`: compared in place, no location is built
             // for the many entries before the offset.
-            if kind.is_file() && plain && !sorts_after(&at, name, offset) {
+            if kind.is_file() && plain.is_some_and(|n| !sorts_after(&at, n, offset)) {
                 continue;
             }
             if !kind.is_dir() && !kind.is_file() {
                 continue;
             }
-            let location = if plain {
+            let location = if let Some(name) = plain {
                 at.clone().join(name)
             } else {
-                match Path::from_absolute_path(entry.path()) {
-                    Ok(location) => location,
-                    Err(_) => continue,
-                }
+                Path::from_absolute_path(entry.path())?
             };
             if kind.is_dir() {
                 dirs.push((entry.path(), location));
                 continue;
             }
-            if location <= *offset || is_staging(name) {
+            if location <= *offset || location.filename().is_some_and(is_staging) {
                 continue;
             }
             // The entry's own metadata is looked up from its directory, not along its path.
@@ -373,6 +372,33 @@ mod tests {
                 "vlink.json"
             ]
         );
+    }
+
+    /// A name with no location (not UTF-8) fails the listing, as it fails object_store's: a
+    /// version file the listing cannot name is never passed over in silence.
+    #[tokio::test]
+    async fn a_name_without_a_location_fails_the_listing_as_object_stores_does() {
+        use futures::TryStreamExt;
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let meta = dir.path().join("t/metadata");
+        std::fs::create_dir_all(&meta).unwrap();
+        std::fs::write(meta.join("v1.metadata.json"), b"1").unwrap();
+        std::fs::write(meta.join(std::ffi::OsStr::from_bytes(b"v2\xff.json")), b"2").unwrap();
+        let prefix = path_of(dir.path(), "t/metadata");
+        let offset = path_of(dir.path(), "t/metadata/v");
+        let ours = LocalFiles::new();
+        let theirs = LocalFileSystem::new();
+        for (which, store) in [
+            ("ours", &ours as &dyn ObjectStore),
+            ("object_store's", &theirs),
+        ] {
+            let listed = store
+                .list_with_offset(Some(&prefix), &offset)
+                .try_collect::<Vec<_>>()
+                .await;
+            assert!(listed.is_err(), "{which}: {listed:?}");
+        }
     }
 
     /// A fresh put over an existing file replaces it, as any put does.
