@@ -17,6 +17,13 @@ THREADS=${CDCD_TEST_THREADS:-2}
 LOG_DIR=${CDCD_TEST_LOGS:-target/test-logs}
 mkdir -p "$LOG_DIR"
 start=$(date +%s)
+# One Spark session answers the tests' Spark reads (tests/support/lakecheck.py, "one Spark session
+# for many reads"): a JVM started once instead of per read. Stopped when the run ends.
+export LAKECHECK_SPARK_SERVER=${LAKECHECK_SPARK_SERVER:-$(mktemp -d /tmp/cdcd-spark.XXXXXX)}
+stop_spark() {
+  if [ -f "$LAKECHECK_SPARK_SERVER/spark.pid" ]; then kill "$(cat "$LAKECHECK_SPARK_SERVER/spark.pid")" 2>/dev/null || true; fi
+}
+trap stop_spark EXIT
 step() { printf '\n=== [%(%H:%M:%S)T] %s\n' -1 "$*"; }
 elapsed() { echo "$(( $(date +%s) - start ))s"; }
 
