@@ -180,7 +180,19 @@ impl<'a> RewriteDataFiles<'a> {
             return Ok(None);
         };
         let meta = &base.metadata;
-        if meta.current_snapshot().is_none() {
+        let Some(current) = meta.current_snapshot() else {
+            return Ok(None);
+        };
+        // An initial copy still under way (its checkpoint holds the copy's progress) is left
+        // whole until its last commit: it adds a file of `snapshot_commit_rows` rows per commit,
+        // and compacting them meanwhile merged the same rows again and again as the tiers grew
+        // (a 100M-row copy rewrote a third of its bytes while copying, at the copy's cost in CPU
+        // and memory: docs/performance.md, "A 100M-row table").
+        if current
+            .summary()
+            .additional_properties
+            .contains_key(crate::checkpoint::SNAPSHOT_KEY)
+        {
             return Ok(None);
         }
         let policy =

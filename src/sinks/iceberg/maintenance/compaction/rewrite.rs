@@ -1,7 +1,9 @@
 //! The worker's reading and writing half: carries out one cycle's [`Choice`](super::pick::Choice)
 //! on a table, as a type with one method per step (like the commit's `RowDelta`): read each chosen
 //! file, drop the rows its deletion vector (v2: its deletes) deletes, and stream the kept rows into
-//! target-size files (`write`; memory: one input decoded plus the output encoded). It records
+//! target-size files (`write`; memory: one input's file bytes, [`STREAM_BATCH_ROWS`] of its rows
+//! decoded, and the output encoded: an input decoded whole was a copy's compacted 15M-row file,
+//! 1.3 GB of rows from 60 MB of Parquet, docs/performance.md). It records
 //! where each input landed (`redelete::Placed`), so the commit half (`replace.rs`) can carry over
 //! the deletes committed while it ran. On v3 this runs outside the table's lock (`mod.rs`).
 //!
@@ -19,6 +21,7 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::{Schema, SchemaRef};
 use iceberg::spec::{DataContentType, DataFile, FormatVersion, TableMetadata};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::convert;
 use super::equality::V2Deletes;
@@ -75,8 +78,6 @@ struct ReadInput {
     kept: Vec<RecordBatch>,
     /// Rows its vector deleted.
     dropped: u64,
-    /// The output position after its last kept row.
-    end: u64,
     /// The vector applied.
     used: Option<DeletionVector>,
 }
@@ -154,7 +155,7 @@ impl Rewrite<'_> {
                 let mut read = Vec::with_capacity(inputs.len());
                 for input in inputs {
                     read.push(
-                        self.read_live(input, &file_schema, &projection, lineage(input), 0)
+                        self.read_live(input, &file_schema, &projection, lineage(input))
                             .await?,
                     );
                 }
@@ -173,11 +174,11 @@ impl Rewrite<'_> {
             let mut keys = Vec::new();
             let mut end = 0u64;
             for input in inputs {
-                let read = self
-                    .read_live(input, &file_schema, &projection, lineage(input), end)
+                let streamed = self
+                    .stream_live(input, &file_schema, &projection, lineage(input), end)
+                    .into(&path, out, key_names)
                     .await?;
-                let kept = read.kept;
-                written.dropped_rows += read.dropped;
+                written.dropped_rows += streamed.dropped;
                 let f = &input.file;
                 written.placed.push(Placed {
                     input: f.file.file_path().to_owned(),
@@ -186,14 +187,12 @@ impl Rewrite<'_> {
                         output: path.clone(),
                         start: end,
                     },
-                    used: read.used,
+                    used: streamed.used,
                 });
-                end = read.end;
+                end = streamed.end;
                 written.removed_data.push(f.file.clone());
-                if let Some(names) = key_names {
-                    keys.extend(key_columns(&kept, names).map_err(self.arrow("keys"))?);
-                }
-                out = encode(&path, out, kept).await?;
+                keys.extend(streamed.keys);
+                out = streamed.out;
             }
             let Some(file) = out else {
                 continue;
@@ -350,15 +349,14 @@ impl Rewrite<'_> {
 
     /// The rows of `input` its deletion vector keeps, in the table's current file schema (a file
     /// written before a column was added reads its `initial-default` there, or NULL, as every
-    /// reader projects it), with their lineage columns on v3 (`lineage`), placed from output
-    /// position `start`.
+    /// reader projects it), with their lineage columns on v3 (`lineage`): all of them at once, for
+    /// an output laid out anew (`write_laid_out`).
     async fn read_live(
         &self,
         input: &Input,
         file_schema: &SchemaRef,
         projection: &schema::Projection,
         lineage: Option<Lineage>,
-        start: u64,
     ) -> Result<ReadInput, SinkError> {
         let f = &input.file;
         let path = f.file.file_path();
@@ -370,42 +368,240 @@ impl Rewrite<'_> {
             None => None,
         };
         let dv = v2.or_else(|| input.dv.clone());
-        let mut placer = Placer::new(dv.as_ref(), start);
+        let mut live = LiveRows {
+            placer: Placer::new(dv.as_ref(), 0),
+            position: 0,
+            dropped: 0,
+            file_schema,
+            projection,
+            lineage: lineage.as_ref(),
+            sequence: f.sequence,
+        };
         let mut kept = Vec::new();
-        let mut dropped = 0u64;
-        let mut position = 0u64;
         for batch in batches {
-            let placed = placer.next_batch(batch.num_rows());
-            let mut columns = project_filled(&batch, file_schema, projection)
-                .map_err(self.arrow("projecting"))?;
-            let schema = match &lineage {
-                Some(l) => {
-                    columns.extend(lineage::columns(
-                        &batch,
-                        position,
-                        l.first_row_id,
-                        f.sequence,
-                    ));
-                    Arc::clone(&l.schema)
-                }
-                None => Arc::clone(file_schema),
-            };
-            position += batch.num_rows() as u64;
-            let whole = RecordBatch::try_new(schema, columns).map_err(self.arrow("projecting"))?;
-            let mask = keep_mask(&placed);
-            let live = arrow_select::filter::filter_record_batch(&whole, &mask)
-                .map_err(self.arrow("dropping deleted rows"))?;
-            dropped += (batch.num_rows() - live.num_rows()) as u64;
-            if live.num_rows() > 0 {
-                kept.push(live);
+            let rows = live.of(&batch).map_err(self.arrow("projecting"))?;
+            if rows.num_rows() > 0 {
+                kept.push(rows);
             }
         }
+        let dropped = live.dropped;
         Ok(ReadInput {
             kept,
             dropped,
-            end: placer.end(),
             used: dv,
         })
+    }
+
+    /// [`read_live`](Self::read_live) of `input` as a stream into an output (see
+    /// [`StreamLive::into`]): its file is read, and on v2 the vector of its deleted rows is found
+    /// from its key columns alone.
+    fn stream_live<'s>(
+        &'s self,
+        input: &'s Input,
+        file_schema: &SchemaRef,
+        projection: &schema::Projection,
+        lineage: Option<Lineage>,
+        start: u64,
+    ) -> StreamLive<'s> {
+        StreamLive {
+            rewrite: self,
+            input,
+            file_schema: Arc::clone(file_schema),
+            projection: projection.clone(),
+            lineage,
+            start,
+        }
+    }
+}
+
+/// Rows decoded at a time when an input is streamed into its output.
+pub(crate) const STREAM_BATCH_ROWS: usize = 8192;
+
+/// One input on its way into an output file ([`Rewrite::stream_live`]).
+struct StreamLive<'s> {
+    rewrite: &'s Rewrite<'s>,
+    input: &'s Input,
+    file_schema: SchemaRef,
+    projection: schema::Projection,
+    lineage: Option<Lineage>,
+    start: u64,
+}
+
+/// What streaming one input into an output left.
+struct Streamed {
+    /// The output, opened at the first kept row.
+    out: Option<StreamingFile>,
+    /// The key columns of the kept rows, in order (when asked).
+    keys: Vec<RecordBatch>,
+    dropped: u64,
+    /// The output position after its last kept row.
+    end: u64,
+    /// The vector applied.
+    used: Option<DeletionVector>,
+}
+
+impl StreamLive<'_> {
+    /// Appends the input's kept rows to the output `out` at `path` (opened at the first kept row),
+    /// decoding [`STREAM_BATCH_ROWS`] rows at a time and encoding them before the next, on the
+    /// blocking pool; keeps the key columns `key_names` of the kept rows.
+    async fn into(
+        self,
+        path: &str,
+        out: Option<StreamingFile>,
+        key_names: Option<&[String]>,
+    ) -> Result<Streamed, SinkError> {
+        let f = &self.input.file;
+        let location = f.file.file_path().to_owned();
+        let bytes = read(self.rewrite.warehouse, &location).await?;
+        let v2 = match &self.rewrite.v2 {
+            Some(deletes) => {
+                let names = deletes.key_names();
+                let keys = if names.is_empty() {
+                    Vec::new()
+                } else {
+                    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                    decode(&bytes, &location, Some(&names))?
+                };
+                deletes.vector(&location, f.sequence, &keys)?
+            }
+            None => None,
+        };
+        let dv = v2.or_else(|| self.input.dv.clone());
+        let table = self.rewrite.table.clone();
+        let output = path.to_owned();
+        let key_names = key_names.map(<[String]>::to_vec);
+        let sequence = f.sequence;
+        let start = self.start;
+        let (file_schema, projection, lineage) = (self.file_schema, self.projection, self.lineage);
+        writer::encode_blocking(path, move || {
+            Ok(stream_rows(StreamRows {
+                table: &table,
+                location: &location,
+                output: &output,
+                bytes,
+                dv,
+                start,
+                out,
+                key_names: key_names.as_deref(),
+                file_schema: &file_schema,
+                projection: &projection,
+                lineage: lineage.as_ref(),
+                sequence,
+            }))
+        })
+        .await?
+    }
+}
+
+/// What [`stream_rows`] streams: the input `bytes` (a Parquet file at `location`), its vector
+/// `dv`, its first output position `start`, into `out` at `output`.
+struct StreamRows<'a> {
+    table: &'a TableId,
+    location: &'a str,
+    output: &'a str,
+    bytes: bytes::Bytes,
+    dv: Option<DeletionVector>,
+    start: u64,
+    out: Option<StreamingFile>,
+    key_names: Option<&'a [String]>,
+    file_schema: &'a SchemaRef,
+    projection: &'a schema::Projection,
+    lineage: Option<&'a Lineage>,
+    /// The input's data sequence number.
+    sequence: i64,
+}
+
+/// The blocking half of [`StreamLive::into`].
+fn stream_rows(s: StreamRows<'_>) -> Result<Streamed, SinkError> {
+    let reading = |source| SinkError::Parquet {
+        context: format!("reading {}", s.location),
+        source,
+    };
+    let encoding = |source| SinkError::Parquet {
+        context: format!("encoding {}", s.output),
+        source,
+    };
+    let arrow = |what: &str| {
+        let context = format!("compacting {} ({what})", s.table);
+        move |source| SinkError::Arrow { context, source }
+    };
+    let batches = ParquetRecordBatchReaderBuilder::try_new(s.bytes)
+        .map_err(reading)?
+        .with_batch_size(STREAM_BATCH_ROWS)
+        .build()
+        .map_err(reading)?;
+    let mut live = LiveRows {
+        placer: Placer::new(s.dv.as_ref(), s.start),
+        position: 0,
+        dropped: 0,
+        file_schema: s.file_schema,
+        projection: s.projection,
+        lineage: s.lineage,
+        sequence: s.sequence,
+    };
+    let mut out = s.out;
+    let mut keys = Vec::new();
+    for batch in batches {
+        let batch = batch.map_err(arrow("reading"))?;
+        let rows = live.of(&batch).map_err(arrow("projecting"))?;
+        if rows.num_rows() == 0 {
+            continue;
+        }
+        if let Some(names) = s.key_names {
+            keys.extend(key_columns(std::slice::from_ref(&rows), names).map_err(arrow("keys"))?);
+        }
+        let file = match out.as_mut() {
+            Some(file) => file,
+            None => out.insert(StreamingFile::new(&rows).map_err(encoding)?),
+        };
+        file.write(&rows).map_err(encoding)?;
+    }
+    let (dropped, end) = (live.dropped, live.placer.end());
+    Ok(Streamed {
+        out,
+        keys,
+        dropped,
+        end,
+        used: s.dv,
+    })
+}
+
+/// One input's decoded batches, one after the other, as the rows its vector keeps.
+struct LiveRows<'a> {
+    placer: Placer<'a>,
+    /// The input position of the next batch's first row.
+    position: u64,
+    dropped: u64,
+    file_schema: &'a SchemaRef,
+    projection: &'a schema::Projection,
+    lineage: Option<&'a Lineage>,
+    /// The input's data sequence number (its rows' last-updated sequence when unset, v3).
+    sequence: i64,
+}
+
+impl LiveRows<'_> {
+    /// The kept rows of `batch`, the input's next: in the current file schema, with their
+    /// lineage columns on v3.
+    fn of(&mut self, batch: &RecordBatch) -> Result<RecordBatch, arrow_schema::ArrowError> {
+        let placed = self.placer.next_batch(batch.num_rows());
+        let mut columns = project_filled(batch, self.file_schema, self.projection)?;
+        let schema = match self.lineage {
+            Some(l) => {
+                columns.extend(lineage::columns(
+                    batch,
+                    self.position,
+                    l.first_row_id,
+                    self.sequence,
+                ));
+                Arc::clone(&l.schema)
+            }
+            None => Arc::clone(self.file_schema),
+        };
+        self.position += batch.num_rows() as u64;
+        let whole = RecordBatch::try_new(schema, columns)?;
+        let live = arrow_select::filter::filter_record_batch(&whole, &keep_mask(&placed))?;
+        self.dropped += (batch.num_rows() - live.num_rows()) as u64;
+        Ok(live)
     }
 }
 
