@@ -160,3 +160,77 @@ def streaming_bench_args(doc, root):
 def table_section(args, table):
     """The `[sink.tables."…"]` section of the benchmark's table: its changelog, when asked."""
     return '\n[sink.tables."%s"]\nchangelog = true\n' % table if args.changelog else ""
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 nothing listens on (for cdcd's /metrics)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def load_average():
+    return " ".join("%.2f" % x for x in os.getloadavg())
+
+
+class PostgresBench:
+    """What the Postgres benchmarks that run pgbench share (many_tables.py, large_table.py): the test bed's server
+    (CDCD_TEST_PG), a tag naming this run's slots and publication, a work directory holding the warehouse, a port for
+    cdcd's /metrics, and pgbench with the source's own decoding limit beside it."""
+
+    def __init__(self, args, tag, workdir_prefix):
+        import tempfile
+        import psycopg2
+        self.args = args
+        self.url = os.environ.get("CDCD_TEST_PG")
+        if not self.url:
+            raise SystemExit("CDCD_TEST_PG is unset: eval \"$(scripts/testbed.sh env)\"")
+        self.pg_bin = os.environ.get("CDCD_TEST_PG_BIN", "/usr/lib/postgresql/15/bin")
+        self.tag = "%s_%d" % (tag, os.getpid())
+        self.slot = self.tag + "_cdcd"
+        self.recv_slot = self.tag + "_recv"
+        self.publication = self.tag
+        self.workdir = tempfile.mkdtemp(prefix=workdir_prefix)
+        self.warehouse = os.path.join(self.workdir, "warehouse")
+        self.port = free_port()
+        self.cdcd = None
+        self.conn = psycopg2.connect(self.url)
+        self.conn.autocommit = True
+
+    def sql(self, text, *params):
+        with self.conn.cursor() as cur:
+            cur.execute(text, params)
+            return cur.fetchall() if cur.description else None
+
+    def run_pgbench(self, workload, seconds, rate=None):
+        """pgbench with `workload` (extra arguments: a script, or none for TPC-B) and --clients for `seconds`, at `rate`
+        tps when given; its tps."""
+        import subprocess
+        clients = self.args.clients
+        cmd = [os.path.join(self.pg_bin, "pgbench"), "-n"] + (["-R", str(rate)] if rate else []) + workload + [
+            "-c", str(clients), "-j", str(min(clients, 2)), "-T", str(seconds), self.url]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise SystemExit("pgbench failed: %s" % out.stderr)
+        m = re.search(r"tps = ([0-9.]+)", out.stdout)
+        return float(m.group(1)) if m else float("nan")
+
+    def decoding_limit(self, workload):
+        """Runs `workload()` (pgbench with no cdcd) with a pgoutput slot of its own on self.publication, then
+        pg_recvlogical decodes the WAL it wrote into /dev/null: (workload's result, transactions/s decoded)."""
+        import subprocess
+        import time
+        self.sql("select pg_create_logical_replication_slot(%s, 'pgoutput')", self.recv_slot)
+        commits = "select xact_commit from pg_stat_database where datname = current_database()"
+        xacts0 = self.sql(commits)[0][0]
+        result = workload()
+        xacts = self.sql(commits)[0][0] - xacts0
+        end = lsn_int(self.sql("select pg_current_wal_lsn()::text")[0][0])
+        started = time.time()
+        subprocess.run([os.path.join(self.pg_bin, "pg_recvlogical"), "-d", self.url, "--slot", self.recv_slot,
+                        "--start", "-o", "proto_version=1", "-o", "publication_names=" + self.publication,
+                        "--endpos", lsn_text(end), "--no-loop", "-f", "/dev/null"], check=True)
+        decode_s = time.time() - started
+        self.sql("select pg_drop_replication_slot(%s)", self.recv_slot)
+        return result, xacts / decode_s

@@ -29,13 +29,10 @@ it prints figures for docs/performance.md.
 import argparse
 import os
 import random
-import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -44,21 +41,11 @@ import psycopg2
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from common import iceberg_position_fast, iceberg_summary, lsn_int, lsn_text  # noqa: E402
+from common import iceberg_position_fast, iceberg_summary, lsn_int  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAKECHECK = os.path.join(ROOT, "tests", "support", "lakecheck.py")
 TABLES = ["pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def load():
-    return " ".join("%.2f" % x for x in os.getloadavg())
 
 
 def du(path):
@@ -72,29 +59,10 @@ def du(path):
     return total
 
 
-class Bench:
+class Bench(common.PostgresBench):
     def __init__(self, args):
-        self.args = args
-        self.url = os.environ.get("CDCD_TEST_PG")
-        if not self.url:
-            sys.exit("CDCD_TEST_PG is unset: eval \"$(scripts/testbed.sh env)\"")
-        self.pg_bin = os.environ.get("CDCD_TEST_PG_BIN", "/usr/lib/postgresql/15/bin")
-        self.tag = "large_%d" % os.getpid()
-        self.slot = self.tag + "_cdcd"
-        self.recv_slot = self.tag + "_recv"
-        self.publication = self.tag
-        self.workdir = tempfile.mkdtemp(prefix="cdcd-large-")
-        self.warehouse = os.path.join(self.workdir, "warehouse")
+        super().__init__(args, "large", "cdcd-large-")
         self.config = os.path.join(self.workdir, "pipeline.toml")
-        self.port = free_port()
-        self.cdcd = None
-        self.conn = psycopg2.connect(self.url)
-        self.conn.autocommit = True
-
-    def sql(self, text, *params):
-        with self.conn.cursor() as cur:
-            cur.execute(text, params)
-            return cur.fetchall() if cur.description else None
 
     def table_dir(self, table):
         return os.path.join(self.warehouse, "bench", table)
@@ -128,29 +96,12 @@ class Bench:
         return time.time() - started, int(count.stdout.split()[0])
 
     def pgbench(self, seconds):
-        cmd = [os.path.join(self.pg_bin, "pgbench"), "-n", "-c", str(self.args.clients),
-               "-j", str(min(self.args.clients, 2)), "-T", str(seconds), self.url]
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode != 0:
-            sys.exit("pgbench failed: %s" % out.stderr)
-        m = re.search(r"tps = ([0-9.]+)", out.stdout)
-        return float(m.group(1)) if m else float("nan")
+        return self.run_pgbench([], seconds)
 
     def streaming_limit(self):
         """pgbench unthrottled with no cdcd, then pg_recvlogical over the WAL it wrote (transactions/s)."""
         self.sql("create publication %s for table %s" % (self.publication, ", ".join(TABLES)))
-        self.sql("select pg_create_logical_replication_slot(%s, 'pgoutput')", self.recv_slot)
-        xacts0 = self.sql("select xact_commit from pg_stat_database where datname = current_database()")[0][0]
-        tps = self.pgbench(self.args.limit_seconds)
-        xacts = self.sql("select xact_commit from pg_stat_database where datname = current_database()")[0][0] - xacts0
-        end = lsn_int(self.sql("select pg_current_wal_lsn()::text")[0][0])
-        started = time.time()
-        subprocess.run([os.path.join(self.pg_bin, "pg_recvlogical"), "-d", self.url, "--slot", self.recv_slot,
-                        "--start", "-o", "proto_version=1", "-o", "publication_names=" + self.publication,
-                        "--endpos", lsn_text(end), "--no-loop", "-f", "/dev/null"], check=True)
-        decode_s = time.time() - started
-        self.sql("select pg_drop_replication_slot(%s)", self.recv_slot)
-        return tps, xacts / decode_s
+        return self.decoding_limit(lambda: self.pgbench(self.args.limit_seconds))
 
     def write_config(self):
         a = self.args
@@ -352,7 +303,7 @@ def main():
         heap = b.sql("select pg_table_size('pgbench_accounts')")[0][0]
         copy_s, size = b.copy_binary()
         print("table: pgbench_accounts, %d rows, %.1f GiB of heap, %.0f MB of binary COPY data; load average %s"
-              % (rows, heap / 2**30, size / 1e6, load()), flush=True)
+              % (rows, heap / 2**30, size / 1e6, common.load_average()), flush=True)
         print("source limit, copy: COPY (FORMAT binary) → wc %.1f s, %.0f rows/s, %.0f MB/s"
               % (copy_s, rows / copy_s, size / 1e6 / copy_s), flush=True)
         limit_tps, decode_tps = b.streaming_limit()
@@ -362,7 +313,7 @@ def main():
         b.sql("drop publication %s" % b.publication)
         elapsed, peak, cpu = b.copy()
         print("cdcd copy: %.1f s, %.0f rows/s of accounts, %.2f× COPY; peak RSS %.0f MiB, CPU %.1f s; load %s"
-              % (elapsed, rows / elapsed, copy_s / elapsed, (peak or 0) / 1024, cpu or 0, load()), flush=True)
+              % (elapsed, rows / elapsed, copy_s / elapsed, (peak or 0) / 1024, cpu or 0, common.load_average()), flush=True)
         index = du(os.path.join(b.warehouse, "_cdcd", b.tag, "index"))
         data = du(b.warehouse) - index
         print("on disk: primary-key index %.0f MiB, the rest of the warehouse %.0f MiB" % (index / 2**20, data / 2**20),

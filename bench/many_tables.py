@@ -33,10 +33,8 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -45,38 +43,13 @@ import psycopg2
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from common import iceberg_position_fast, lsn_int, lsn_text  # noqa: E402
+from common import iceberg_position_fast, lsn_int  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAKECHECK = os.path.join(ROOT, "tests", "support", "lakecheck.py")
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Bench:
+class Bench(common.PostgresBench):
     def __init__(self, args):
-        self.args = args
-        self.url = os.environ.get("CDCD_TEST_PG")
-        if not self.url:
-            sys.exit("CDCD_TEST_PG is unset: eval \"$(scripts/testbed.sh env)\"")
-        self.pg_bin = os.environ.get("CDCD_TEST_PG_BIN", "/usr/lib/postgresql/15/bin")
-        self.tag = "mt_%d" % os.getpid()
-        self.slot = self.tag + "_cdcd"
-        self.recv_slot = self.tag + "_recv"
-        self.publication = self.tag
-        self.workdir = tempfile.mkdtemp(prefix="cdcd-many-")
-        self.warehouse = os.path.join(self.workdir, "warehouse")
-        self.port = free_port()
-        self.cdcd = None
-        self.conn = psycopg2.connect(self.url)
-        self.conn.autocommit = True
-
-    def sql(self, text, *params):
-        with self.conn.cursor() as cur:
-            cur.execute(text, params)
-            return cur.fetchall() if cur.description else None
+        super().__init__(args, "mt", "cdcd-many-")
 
     def table(self, i):
         return "%s_%d" % (self.tag, i)
@@ -118,30 +91,11 @@ class Bench:
                     "select %s_tx(:a, :b, :c, :k);\n" % (a.busy - 1, a.busy - 1, a.busy - 1, a.rows, self.tag))
 
     def pgbench(self, seconds, rate=None):
-        cmd = [os.path.join(self.pg_bin, "pgbench"), "-n", "-f", self.script, "-c", str(self.args.clients),
-               "-j", str(min(self.args.clients, 2)), "-T", str(seconds), self.url]
-        if rate:
-            cmd[1:1] = ["-R", str(rate)]
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode != 0:
-            sys.exit("pgbench failed: %s" % out.stderr)
-        m = re.search(r"tps = ([0-9.]+)", out.stdout)
-        return float(m.group(1)) if m else float("nan")
+        return self.run_pgbench(["-f", self.script], seconds, rate)
 
     def source_limit(self):
         """pgbench unthrottled with no cdcd, then pg_recvlogical over the WAL it wrote."""
-        self.sql("select pg_create_logical_replication_slot(%s, 'pgoutput')", self.recv_slot)
-        xacts0 = self.sql("select xact_commit from pg_stat_database where datname = current_database()")[0][0]
-        tps = self.pgbench(self.args.limit_seconds)
-        xacts = self.sql("select xact_commit from pg_stat_database where datname = current_database()")[0][0] - xacts0
-        end = lsn_int(self.sql("select pg_current_wal_lsn()::text")[0][0])
-        started = time.time()
-        subprocess.run([os.path.join(self.pg_bin, "pg_recvlogical"), "-d", self.url, "--slot", self.recv_slot,
-                        "--start", "-o", "proto_version=1", "-o", "publication_names=" + self.publication,
-                        "--endpos", lsn_text(end), "--no-loop", "-f", "/dev/null"], check=True)
-        decode_s = time.time() - started
-        self.sql("select pg_drop_replication_slot(%s)", self.recv_slot)
-        return tps, xacts / decode_s
+        return self.decoding_limit(lambda: self.pgbench(self.args.limit_seconds))
 
     def start_cdcd(self):
         a = self.args
