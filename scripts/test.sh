@@ -19,9 +19,15 @@ mkdir -p "$LOG_DIR"
 start=$(date +%s)
 # One Spark session answers the tests' Spark reads (tests/support/lakecheck.py, "one Spark session
 # for many reads"): a JVM started once instead of per read. Stopped when the run ends.
-export LAKECHECK_SPARK_SERVER=${LAKECHECK_SPARK_SERVER:-$(mktemp -d /tmp/cdcd-spark.XXXXXX)}
+spark_dir_made=""
+if [ -z "${LAKECHECK_SPARK_SERVER:-}" ]; then
+  LAKECHECK_SPARK_SERVER=$(mktemp -d /tmp/cdcd-spark.XXXXXX)
+  spark_dir_made=1
+fi
+export LAKECHECK_SPARK_SERVER
 stop_spark() {
   if [ -f "$LAKECHECK_SPARK_SERVER/spark.pid" ]; then kill "$(cat "$LAKECHECK_SPARK_SERVER/spark.pid")" 2>/dev/null || true; fi
+  if [ -n "$spark_dir_made" ]; then rm -rf "$LAKECHECK_SPARK_SERVER"; fi
 }
 trap stop_spark EXIT
 step() { printf '\n=== [%(%H:%M:%S)T] %s\n' -1 "$*"; }
