@@ -1408,3 +1408,57 @@ async fn kill_while_compacting(
         );
     }
 }
+
+/// Issue 37: a table is not compacted while its initial copy is under way (each copy commit adds
+/// a file, and compacting them meanwhile rewrote the same rows again and again), and is compacted
+/// once the copy is done. Maintenance runs every 100 ms here and three small files are enough.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_is_compacted_after_its_copy_not_during_it() {
+    let (env, name) = ground_or_skip!(test_env_and_name("mcopy"));
+    let t = format!("{name}_t");
+    let client = connect(&env.pg_url).await;
+    exec(
+        &client,
+        &format!(
+            "DROP TABLE IF EXISTS {t};
+             CREATE TABLE {t} (id int PRIMARY KEY, v int, s text);
+             INSERT INTO {t} SELECT g, g, 'seed ' || g FROM generate_series(1, 400000) g;"
+        ),
+    )
+    .await;
+    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
+    crate::support::tune_copy(&p.config, 5000, Some(1), Some(5000));
+    set_table_properties(&p, &COMPACTING);
+    p.env_vars
+        .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "100".into()));
+    p.start();
+    p.wait_slot_active(&client, Duration::from_secs(120)).await;
+    p.assert_equal(&t, 120).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !p.output().contains("compaction committed") {
+        assert!(
+            Instant::now() < deadline,
+            "no compaction after the copy:\n{}",
+            p.output()
+        );
+        p.assert_running();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
+    assert_eq!(st.code(), Some(0), "{st}");
+    let out = p.output();
+    let copy_commits = out.matches("position=0/0").count();
+    assert!(
+        copy_commits >= 10,
+        "the copy was {copy_commits} commits:\n{out}"
+    );
+    let finished = out
+        .find("initial copy finished")
+        .unwrap_or_else(|| panic!("the copy did not finish:\n{out}"));
+    let first_compaction = out.find("compaction committed").unwrap_or(usize::MAX);
+    assert!(
+        first_compaction > finished,
+        "a compaction committed during the copy:\n{out}"
+    );
+    p.assert_equal(&t, 0).await;
+}
