@@ -1410,10 +1410,12 @@ async fn kill_while_compacting(
 }
 
 /// Issue 37: a table is not compacted while its initial copy is under way (each copy commit adds
-/// a file, and compacting them meanwhile rewrote the same rows again and again), and is compacted
-/// once the copy is done. Maintenance runs every 100 ms here and three small files are enough.
+/// a file, and compacting them meanwhile rewrote the same rows again and again), though
+/// maintenance runs every 100 ms here and three small files are enough. (After the copy the size
+/// tiers decide as for any table: a small last copy commit closes the smallest tier, so when the
+/// copy's files merge depends on the streaming files that follow.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_table_is_compacted_after_its_copy_not_during_it() {
+async fn a_table_is_not_compacted_during_its_copy() {
     let (env, name) = ground_or_skip!(test_env_and_name("mcopy"));
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
@@ -1434,16 +1436,6 @@ async fn a_table_is_compacted_after_its_copy_not_during_it() {
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     p.assert_equal(&t, 120).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !p.output().contains("compaction committed") {
-        assert!(
-            Instant::now() < deadline,
-            "no compaction after the copy:\n{}",
-            p.output()
-        );
-        p.assert_running();
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0), "{st}");
     let out = p.output();
