@@ -12,13 +12,15 @@
 //! it has a delete-heavy file or at least `min-input-files` files: one small file rewritten alone
 //! would come out as one small file again.
 //!
-//! Size tiers (format v3 only): a small file joins only while it is at most [`TIER_RATIO`] times
-//! the bytes of the smaller small files of its partition already chosen (universal compaction's size ratio, as in RocksDB and
-//! Cassandra's size-tiered strategy). Without it every cycle re-merged the table's one large
-//! output with the few new files of the last minute, rewriting the whole table each cycle and
-//! holding the table's commits that long (docs/performance.md, "Long-run maintenance"); with
-//! it a file is rewritten about log(table / new bytes per cycle) times, and the large outputs
-//! are merged when enough smaller ones have come together. On v2 tables only while the
+//! Size tiers (format v3 only): a partition's small files, smallest first, form tiers: a file
+//! more than [`TIER_RATIO`] times the bytes of its tier so far starts the next one (universal
+//! compaction's size ratio, as in RocksDB and Cassandra's size-tiered strategy). A cycle
+//! rewrites the smallest tier that has `min-input-files` files, with the smaller tiers (fewer
+//! files, fewer bytes than any one file of that tier). Without tiers every cycle re-merged the
+//! table's one large output with the few new files of the last minute, rewriting the whole table
+//! each cycle and holding the table's commits that long (docs/performance.md, "Long-run
+//! maintenance"); with them a file is rewritten about log(table / new bytes per cycle) times, and
+//! the large outputs are merged when enough of their size have come together. On v2 tables only while the
 //! conversion of the files left in place fits its budget (`convert.rs`): an equality delete file
 //! leaves the table only when every older data file is rewritten or converted (`equality.rs`),
 //! so past the budget the pick is untiered (measured with tiers and no conversion: DuckDB's scan
@@ -175,9 +177,10 @@ pub(crate) fn choose(policy: &Compaction, files: &[Candidate], tiered: bool) -> 
     let mut outputs = Vec::new();
     let mut bytes = 0u64;
     for partition in partitions {
+        let group = partition.group;
         let mut taken = Vec::new();
         let mut taken_bytes = 0u64;
-        for &i in &partition.members {
+        for i in partition.members(policy) {
             let size = files[i].size_bytes;
             let spent = bytes.saturating_add(taken_bytes);
             // At least one file per cycle, however large (a delete-heavy file above the budget).
@@ -188,7 +191,7 @@ pub(crate) fn choose(policy: &Compaction, files: &[Candidate], tiered: bool) -> 
             taken.push(i);
         }
         let heavy = taken.iter().any(|&i| files[i].delete_heavy(policy));
-        if heavy || partition.group.0.is_none() || taken.len() >= policy.min_input_files {
+        if heavy || group.0.is_none() || taken.len() >= policy.min_input_files {
             bytes = bytes.saturating_add(taken_bytes);
             outputs.extend(pack(policy.target_file_size_bytes, files, &taken));
         }
@@ -199,38 +202,59 @@ pub(crate) fn choose(policy: &Compaction, files: &[Candidate], tiered: bool) -> 
 /// The files of one partition (or of the older specs) a cycle may rewrite, in pick order.
 struct PartitionPick<'a> {
     group: &'a Group,
-    members: Vec<usize>,
-    /// Bytes of the small files admitted (the size tier's measure).
-    small_bytes: u64,
-    /// A small file was too large for the tier: so are the later (larger) ones.
-    tier_closed: bool,
+    /// Delete-heavy files and files of older specs: outside the size tiers.
+    untiered: Vec<usize>,
+    /// The small files in size tiers, smallest first: a file more than [`TIER_RATIO`] times
+    /// the bytes of its tier so far starts the next.
+    tiers: Vec<Vec<usize>>,
+    /// Bytes of the last tier (its measure).
+    tier_bytes: u64,
 }
 
 impl<'a> PartitionPick<'a> {
     fn new(group: &'a Group) -> Self {
         PartitionPick {
             group,
-            members: Vec::new(),
-            small_bytes: 0,
-            tier_closed: false,
+            untiered: Vec::new(),
+            tiers: Vec::new(),
+            tier_bytes: 0,
         }
     }
 
-    /// Takes `file` (index `i`) unless the partition's size tier has closed.
+    /// Places `file` (index `i`; files come smallest first) outside the tiers or in its tier.
     fn admit(&mut self, policy: &Compaction, file: &Candidate, i: usize, tiered: bool) {
-        let tier = !file.delete_heavy(policy) && !file.old_spec();
-        if tier && tiered {
-            let too_large = self.small_bytes > 0
-                && file.size_bytes > self.small_bytes.saturating_mul(TIER_RATIO);
-            self.tier_closed |= too_large;
-            if self.tier_closed {
-                return;
+        if file.delete_heavy(policy) || file.old_spec() {
+            self.untiered.push(i);
+            return;
+        }
+        let next_tier = tiered
+            && self.tier_bytes > 0
+            && file.size_bytes > self.tier_bytes.saturating_mul(TIER_RATIO);
+        match self.tiers.last_mut() {
+            Some(tier) if !next_tier => tier.push(i),
+            _ => {
+                self.tiers.push(vec![i]);
+                self.tier_bytes = 0;
             }
         }
-        if tier {
-            self.small_bytes = self.small_bytes.saturating_add(file.size_bytes);
-        }
-        self.members.push(i);
+        self.tier_bytes = self.tier_bytes.saturating_add(file.size_bytes);
+    }
+
+    /// The files to rewrite, in pick order: those outside the tiers, and the smallest tier with
+    /// `min-input-files` files together with the smaller tiers (too few to rewrite on their own,
+    /// and together smaller than any file of that tier, so they ride along; left out, a
+    /// few tiny files, such as a copied table's only streaming commits, kept the copy's files
+    /// from ever being merged). No tier has enough: the smallest one, rewritten only with a
+    /// delete-heavy file.
+    fn members(self, policy: &Compaction) -> Vec<usize> {
+        let enough = self
+            .tiers
+            .iter()
+            .position(|tier| tier.len() >= policy.min_input_files)
+            .unwrap_or(0);
+        let mut members = self.untiered;
+        members.extend(self.tiers.into_iter().take(enough + 1).flatten());
+        members
     }
 }
 
@@ -399,6 +423,38 @@ mod tests {
             file(100, 10, 0, 4),
         ];
         assert_eq!(choose(&policy(), &files, false).inputs().count(), 4);
+    }
+
+    /// Issue 37: a copied table's two one-row commits are its smallest tier, too few to
+    /// rewrite; the copy's files, a tier of their own, are merged, the two ride along. Before,
+    /// the two closed the tiers and the copy's files waited for streaming files of their size.
+    #[test]
+    fn a_tier_too_few_to_rewrite_rides_along_with_the_next() {
+        let mut p = policy();
+        p.max_bytes_per_cycle = 10_000;
+        p.min_file_size_bytes = 2_000;
+        let files = [
+            file(5, 1, 0, 10),
+            file(200, 20, 0, 1),
+            file(210, 21, 0, 2),
+            file(6, 1, 0, 11),
+            file(190, 19, 0, 3),
+            file(1300, 130, 0, 4),
+        ];
+        let c = choose(&p, &files, true);
+        // Tiers {5, 6}, {190, 200, 210}, {1300}: the second with the first.
+        assert_eq!(c.outputs, vec![vec![0, 3, 4, 1, 2]]);
+        // No tier has three files: nothing, not the 1,300-byte output with the two tiny ones.
+        let files = [file(5, 1, 0, 10), file(6, 1, 0, 11), file(1300, 130, 0, 4)];
+        assert!(choose(&p, &files, true).is_empty());
+        // Two tiers of two: nothing either.
+        let files = [
+            file(5, 1, 0, 10),
+            file(6, 1, 0, 11),
+            file(200, 20, 0, 1),
+            file(210, 21, 0, 2),
+        ];
+        assert!(choose(&p, &files, true).is_empty());
     }
 
     #[test]
