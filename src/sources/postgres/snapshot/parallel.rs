@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use super::plan::{chunk_count, ranges_from_samples, sample_percent, KeyColumns, KeyRange};
 use super::progress::Meter;
 use super::{
-    copy_chunk, import_snapshot, marker_batch, prefer_page_order, quote_ident, supports_binary,
+    copy_chunk, import_snapshot, marker_batch, plan_for_copy, quote_ident, supports_binary,
     BatchLimits, ChunkCopy, CopySession, SnapshotError,
 };
 use crate::changelog::{Op, TableId, TableSchema};
@@ -459,7 +459,7 @@ async fn worker(shared: Arc<Shared>) -> Result<(), SourceError> {
         return Ok(());
     };
     let mut session = CopySession::connect(&shared.cfg).await?;
-    prefer_page_order(&mut session, &first.schema.id).await?;
+    plan_for_copy(&mut session, &first.schema.id).await?;
     import_snapshot(&mut session, &shared.snapshot, &first.schema.id).await?;
     let mut verified: HashSet<usize> = HashSet::new();
     loop {

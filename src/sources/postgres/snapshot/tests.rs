@@ -377,3 +377,28 @@ fn _copy_table_is_send(
         |_| async { Ok(()) },
     ));
 }
+
+/// A copy session plans its chunk queries without parallel workers or JIT, off plain index scans
+/// (`plan_for_copy`: the server defaults cost ~60 % more CPU per chunk of a large table).
+#[tokio::test]
+async fn copy_sessions_plan_without_workers_or_jit() {
+    let test = "copy_sessions_plan_without_workers_or_jit";
+    let Some(url) = crate::test_ground::var(test, "CDCD_TEST_PG") else {
+        return;
+    };
+    let mut session = session::test_session(&url).await;
+    plan_for_copy(&mut session, &TableId::new("public", "t"))
+        .await
+        .unwrap();
+    session
+        .copy_out(
+            "COPY (SELECT current_setting('enable_indexscan'), \
+             current_setting('max_parallel_workers_per_gather'), current_setting('jit')) TO STDOUT",
+        )
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    while session.read_copy(&mut out, 1024).await.unwrap() {}
+    assert_eq!(String::from_utf8_lossy(&out), "off\t0\toff\n");
+    session.close().await;
+}
