@@ -199,6 +199,10 @@ class PostgresBench:
         self.conn.autocommit = True
 
     def sql(self, text, *params):
+        if self.conn.closed:
+            # The server restarted (a crash, a full disk): cleanup still drops the slots.
+            self.conn = psycopg2.connect(self.url)
+            self.conn.autocommit = True
         with self.conn.cursor() as cur:
             cur.execute(text, params)
             return cur.fetchall() if cur.description else None

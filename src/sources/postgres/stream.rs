@@ -17,7 +17,7 @@ use super::assembler::{Assembled, Assembler, OpenXid, StreamEnd};
 use super::catalog::{self, AddedColumn};
 use super::replication::{ReplicationConnection, ReplicationMessage};
 use super::state::{self, PgSourceState};
-use super::{deliver, SKIPPED_HEARTBEAT_INTERVAL, STATUS_INTERVAL};
+use super::{SKIPPED_HEARTBEAT_INTERVAL, STATUS_INTERVAL};
 use crate::changelog::{Lsn, Position, TableId};
 use crate::sources::{SourceError, SourceEvent, SourceStateStore};
 
@@ -82,7 +82,10 @@ impl Streaming<'_> {
                 }
                 _ = status_timer.tick() => self.send_status(false).await?,
                 msg = self.conn.recv() => {
-                    if !self.handle(msg?, shutdown).await? {
+                    let Some(event) = self.handle(msg?).await? else {
+                        continue;
+                    };
+                    if !self.deliver(event, &mut status_timer, shutdown).await? {
                         break;
                     }
                 }
@@ -90,6 +93,33 @@ impl Streaming<'_> {
         }
         self.take_ack();
         self.send_status(false).await
+    }
+
+    /// Hands `event` to the pipeline; false when shutdown interrupted it. While the pipeline is
+    /// full (a slow commit: a large compaction's index move held one for 70 s) the status
+    /// updates go on: the walsender ends a connection that sent none for `wal_sender_timeout`
+    /// (60 s by default; Postgres docs, "Replication" settings), and cdcd stopped with
+    /// "connection reset by peer".
+    async fn deliver(
+        &mut self,
+        event: SourceEvent,
+        status_timer: &mut tokio::time::Interval,
+        shutdown: &CancellationToken,
+    ) -> Result<bool, SourceError> {
+        let events = self.events.clone();
+        let send = events.send(event);
+        tokio::pin!(send);
+        loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return Ok(false),
+                sent = &mut send => return sent.map(|_| true).map_err(|_| SourceError::Closed),
+                _ = status_timer.tick() => {
+                    self.take_ack();
+                    self.send_status(false).await?;
+                }
+            }
+        }
     }
 
     /// Makes `reads` (of one transaction, which every snapshot now sees): stops on a column
@@ -356,12 +386,11 @@ impl Streaming<'_> {
         Some(event)
     }
 
-    /// One message from the server; false when shutdown interrupted a delivery.
+    /// One message from the server: the event it completes, if any.
     async fn handle(
         &mut self,
         msg: ReplicationMessage,
-        shutdown: &CancellationToken,
-    ) -> Result<bool, SourceError> {
+    ) -> Result<Option<SourceEvent>, SourceError> {
         match msg {
             ReplicationMessage::XLogData {
                 wal_start, data, ..
@@ -379,10 +408,7 @@ impl Streaming<'_> {
                         store.write(state.to_json()).await?;
                     }
                 }
-                match fed.and_then(|fed| self.event_of(fed)) {
-                    Some(event) => deliver(&self.events, event, shutdown).await,
-                    None => Ok(true),
-                }
+                Ok(fed.and_then(|fed| self.event_of(fed)))
             }
             ReplicationMessage::KeepAlive {
                 wal_end,
@@ -395,10 +421,9 @@ impl Streaming<'_> {
                 }
                 if self.assembler.is_idle() && !wal_end.is_zero() && wal_end > self.delivered {
                     self.delivered = wal_end;
-                    let beat = SourceEvent::Heartbeat(Position::Postgres(wal_end));
-                    return deliver(&self.events, beat, shutdown).await;
+                    return Ok(Some(SourceEvent::Heartbeat(Position::Postgres(wal_end))));
                 }
-                Ok(true)
+                Ok(None)
             }
         }
     }

@@ -454,3 +454,77 @@ async fn setup_checks_against_postgres() {
         .unwrap()
         .is_none());
 }
+
+/// A pipeline that stops reading (a commit held by a large compaction's index move for 70 s, in
+/// `bench/large_table.py`) does not lose the replication connection: the source keeps sending
+/// status updates while its events wait, and the walsender, here told to end a connection that
+/// sent none for 12 s, keeps it. Before, the source sent none while a delivery waited, and
+/// cdcd stopped with "connection reset by peer".
+#[tokio::test]
+async fn a_full_pipeline_keeps_the_replication_connection_alive() {
+    let test = "a_full_pipeline_keeps_the_replication_connection_alive";
+    let Some(url) = pg_url(test) else {
+        return;
+    };
+    let tag = format!("tr_k_{}", std::process::id());
+    let _cleanup = Cleanup {
+        url: url.clone(),
+        sql: vec![
+            format!("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = '{tag}' AND active"),
+            "SELECT pg_sleep(0.5)".to_owned(),
+            format!("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '{tag}'"),
+            format!("DROP PUBLICATION IF EXISTS {tag}"),
+            format!("DROP TABLE IF EXISTS {tag}_t"),
+        ],
+    };
+    let pg = client(&url).await;
+    pg.batch_execute(&format!("CREATE TABLE {tag}_t (id int4 PRIMARY KEY)"))
+        .await
+        .unwrap();
+    let toml = format!(
+        "[pipeline]\nname = \"{tag}\"\n[source]\nkind = \"postgres\"\nurl = \"{url}\"\n\
+         tables = [\"public.{tag}_t\"]\nslot = \"{tag}\"\npublication = \"{tag}\"\n\
+         [sink]\nwarehouse = \"/tmp/{tag}\"\n"
+    );
+    let config = Config::from_toml(&toml, "test.toml").unwrap();
+    let SourceConfig::Postgres(cfg) = config.source else {
+        panic!("postgres source expected")
+    };
+    // Above the source's status interval (10 s), well under the 30 s the pipeline stalls.
+    let mut source = PostgresSource::new(cfg).with_replication_options("-c wal_sender_timeout=12s");
+    source.prepare().await.unwrap();
+    let (tx, mut rx) = mpsc::channel(1);
+    let (_ack_tx, ack_rx) = watch::channel(None);
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(Box::new(source).run(
+        Resume {
+            start: None,
+            snapshot: true,
+            copy: Vec::new(),
+            copy_only: false,
+        },
+        tx,
+        ack_rx,
+        shutdown.clone(),
+    ));
+    collect(&mut rx, |g| {
+        g.iter()
+            .any(|e| matches!(e, SourceEvent::SnapshotDone { .. }))
+    })
+    .await;
+    for id in 0..20 {
+        pg.execute(&format!("INSERT INTO {tag}_t VALUES ({id})"), &[])
+            .await
+            .unwrap();
+    }
+    // The pipeline reads nothing for 30 s.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(!run.is_finished(), "the source stopped: {:?}", run.await);
+    let streamed = collect(&mut rx, |g| txs(g).len() == 20).await;
+    let ids: Vec<i32> = txs(&streamed)
+        .iter()
+        .flat_map(|t| t.changes.iter().flat_map(ids32))
+        .collect();
+    assert_eq!(ids, (0..20).collect::<Vec<_>>());
+    stop(&shutdown, run).await;
+}
