@@ -29,6 +29,7 @@ pub const TARGET_FILE_SIZE_BYTES: &str = "write.target-file-size-bytes";
 /// takes them as options of each call; a daemon needs them per table, so they live beside it).
 pub const COMPACTION_ENABLED: &str = "cdcd.compaction.enabled";
 pub const COMPACTION_MAX_BYTES_PER_CYCLE: &str = "cdcd.compaction.max-bytes-per-cycle";
+pub const COMPACTION_MAX_ROWS_PER_CYCLE: &str = "cdcd.compaction.max-rows-per-cycle";
 pub const COMPACTION_MIN_INPUT_FILES: &str = "cdcd.compaction.min-input-files";
 /// Small data files at which a commit asks for a cycle of its table before the next interval.
 pub const COMPACTION_TRIGGER_SMALL_FILES: &str = "cdcd.compaction.trigger-small-files";
@@ -59,6 +60,12 @@ pub const CDCD_TARGET_FILE_SIZE_BYTES: u64 = 128 * 1024 * 1024;
 /// of the table wait while its compaction runs (compaction/mod.rs says why), so this bounds that
 /// wait (a few seconds) and the encoded output the cycle holds.
 pub const CDCD_COMPACTION_MAX_BYTES_PER_CYCLE: u64 = 64 * 1024 * 1024;
+/// Input rows one compaction cycle rewrites at most, per table: 2M. After its commit the
+/// rewritten rows' keys move in the primary-key index while the table's commits wait, and the
+/// outputs' keys are held until then; bytes do not bound rows where rows compress well (64 MiB
+/// of pgbench's accounts is 24M rows, whose move held the table's commits 70 s). About 64 MiB
+/// of rows of ~30 compressed bytes, so it rarely binds before the byte budget.
+pub const CDCD_COMPACTION_MAX_ROWS_PER_CYCLE: u64 = 2_000_000;
 
 /// The snapshot age cdcd writes into the tables it creates: one minute instead of Iceberg's 5
 /// days, and [`CDCD_DELETE_DELAY_MS`] beside it. A CDC table commits about once a second, and
@@ -209,6 +216,9 @@ pub struct Compaction {
     /// `cdcd.compaction.max-bytes-per-cycle`: input bytes rewritten per cycle at most (at least
     /// one file is, if it alone is larger).
     pub max_bytes_per_cycle: u64,
+    /// `cdcd.compaction.max-rows-per-cycle`: input rows rewritten per cycle at most (at least
+    /// one file is, if it alone has more).
+    pub max_rows_per_cycle: u64,
     /// `cdcd.compaction.min-input-files`: small files needed for a rewrite that removes no
     /// deleted rows (at least 2: one file rewritten alone stays one file).
     pub min_input_files: usize,
@@ -235,6 +245,11 @@ impl Compaction {
             max_bytes_per_cycle: number(
                 get(COMPACTION_MAX_BYTES_PER_CYCLE),
                 CDCD_COMPACTION_MAX_BYTES_PER_CYCLE,
+            )?
+            .max(1),
+            max_rows_per_cycle: number(
+                get(COMPACTION_MAX_ROWS_PER_CYCLE),
+                CDCD_COMPACTION_MAX_ROWS_PER_CYCLE,
             )?
             .max(1),
             min_input_files: number(get(COMPACTION_MIN_INPUT_FILES), DEFAULT_MIN_INPUT_FILES)?
@@ -378,6 +393,7 @@ mod tests {
         assert_eq!(d.target_file_size_bytes, CDCD_TARGET_FILE_SIZE_BYTES);
         assert_eq!(d.min_file_size_bytes, 96 << 20);
         assert_eq!(d.max_bytes_per_cycle, CDCD_COMPACTION_MAX_BYTES_PER_CYCLE);
+        assert_eq!(d.max_rows_per_cycle, CDCD_COMPACTION_MAX_ROWS_PER_CYCLE);
         assert_eq!((d.min_input_files, d.delete_ratio_percent), (5, 30));
         let set = Compaction::from_properties(&props(&[
             (TARGET_FILE_SIZE_BYTES, "4000"),

@@ -7,7 +7,7 @@
 //! `delete-ratio-threshold`). Delete-heavy files come first (rewriting them is what stops a
 //! reader's work from growing), then small files smallest first, so the many tiny files of
 //! streaming commits are merged before the larger outputs of earlier cycles; a file that does
-//! not fit the cycle's byte budget is left for a later cycle (at least one file is taken, so a
+//! not fit the cycle's byte or row budget is left for a later cycle (at least one file is taken, so a
 //! delete-heavy file above the budget is still rewritten alone). The group is rewritten only if
 //! it has a delete-heavy file or at least `min-input-files` files: one small file rewritten alone
 //! would come out as one small file again.
@@ -175,28 +175,51 @@ pub(crate) fn choose(policy: &Compaction, files: &[Candidate], tiered: bool) -> 
     // files that are then left alone (spread over many partitions, the smallest files of the
     // table would otherwise fill every cycle, a few per partition, and nothing be rewritten).
     let mut outputs = Vec::new();
-    let mut bytes = 0u64;
+    let mut spent = Budget::default();
     for partition in partitions {
         let group = partition.group;
         let mut taken = Vec::new();
-        let mut taken_bytes = 0u64;
+        let mut taken_budget = Budget::default();
         for i in partition.members(policy) {
-            let size = files[i].size_bytes;
-            let spent = bytes.saturating_add(taken_bytes);
+            let file = Budget {
+                bytes: files[i].size_bytes,
+                rows: files[i].record_count,
+            };
+            let with = spent.plus(taken_budget).plus(file);
             // At least one file per cycle, however large (a delete-heavy file above the budget).
-            if spent > 0 && spent.saturating_add(size) > policy.max_bytes_per_cycle {
+            let first = spent.plus(taken_budget) == Budget::default();
+            if !first
+                && (with.bytes > policy.max_bytes_per_cycle
+                    || with.rows > policy.max_rows_per_cycle)
+            {
                 continue;
             }
-            taken_bytes = taken_bytes.saturating_add(size);
+            taken_budget = taken_budget.plus(file);
             taken.push(i);
         }
         let heavy = taken.iter().any(|&i| files[i].delete_heavy(policy));
         if heavy || group.0.is_none() || taken.len() >= policy.min_input_files {
-            bytes = bytes.saturating_add(taken_bytes);
+            spent = spent.plus(taken_budget);
             outputs.extend(pack(policy.target_file_size_bytes, files, &taken));
         }
     }
     Choice { outputs }
+}
+
+/// What a cycle's inputs add up to, against `max-bytes-per-cycle` and `max-rows-per-cycle`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Budget {
+    bytes: u64,
+    rows: u64,
+}
+
+impl Budget {
+    fn plus(self, other: Budget) -> Budget {
+        Budget {
+            bytes: self.bytes.saturating_add(other.bytes),
+            rows: self.rows.saturating_add(other.rows),
+        }
+    }
 }
 
 /// The files of one partition (or of the older specs) a cycle may rewrite, in pick order.
@@ -289,6 +312,7 @@ mod tests {
         p.target_file_size_bytes = 1000;
         p.min_file_size_bytes = 750;
         p.max_bytes_per_cycle = 2000;
+        p.max_rows_per_cycle = 1_000_000;
         p.min_input_files = 3;
         p.delete_ratio_percent = 30;
         p
@@ -483,6 +507,25 @@ mod tests {
         let c = choose(&p, &files, true);
         // Smallest first: 50, 100, 200, 300 = 650; the 500-byte file waits for a later cycle.
         assert_eq!(c.outputs, vec![vec![4, 0, 2, 3]]);
+    }
+
+    /// Issue 37: rows bound a cycle as bytes do. 64 MiB of pgbench's accounts (rows that
+    /// compress to ~3 bytes) was 24M rows, whose keys then moved in the index for 70 s while
+    /// the table's commits waited.
+    #[test]
+    fn the_row_budget_bounds_a_cycle_of_well_compressed_rows() {
+        let mut p = policy();
+        p.max_bytes_per_cycle = 10_000;
+        p.max_rows_per_cycle = 250;
+        let files: Vec<Candidate> = (0..6).map(|i| file(100, 100, 0, i)).collect();
+        // Two files fit 250 rows, fewer than three: nothing this cycle.
+        assert!(choose(&p, &files, true).is_empty());
+        p.max_rows_per_cycle = 400;
+        assert_eq!(choose(&p, &files, true).outputs, vec![vec![0, 1, 2, 3]]);
+        // One file over the row budget alone is still rewritten when delete-heavy.
+        p.max_rows_per_cycle = 10;
+        let files = [file(100, 100, 50, 1)];
+        assert_eq!(choose(&p, &files, true).outputs, vec![vec![0]]);
     }
 
     #[test]
