@@ -78,6 +78,7 @@ mod summary;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use iceberg::spec::{FormatVersion, TableMetadata};
 use object_store::ObjectStoreExt;
@@ -160,16 +161,33 @@ impl<'a> RewriteDataFiles<'a> {
         meanwhile: impl std::future::Future<Output = ()>,
     ) -> Result<Option<Compacted>, SinkError> {
         let slot = self.tables.slot(self.table);
+        let started = Instant::now();
         let mut guard = slot.lock().await;
         let Some(chosen) = self.choose(&mut guard).await? else {
             return Ok(None);
         };
         let keys = chosen.key_names.as_deref();
         drop(guard);
+        let chose = started.elapsed();
         let written = chosen.rewrite.write(keys).await?;
+        let rewrote = started.elapsed();
         meanwhile.await;
         let mut guard = slot.lock().await;
-        self.commit_rewrite(&mut guard, chosen, written).await
+        let locked = Instant::now();
+        let committed = self.commit_rewrite(&mut guard, chosen, written).await?;
+        // Where a compaction's time goes, and how long it held the table's commits (the choice
+        // and the commit, which includes the index's move of the rewritten keys).
+        if let Some((_, index_moved)) = &committed {
+            tracing::info!(
+                table = %self.table,
+                choose_ms = chose.as_millis() as u64,
+                rewrite_ms = (rewrote - chose).as_millis() as u64,
+                commit_ms = locked.elapsed().as_millis() as u64,
+                index_ms = index_moved.as_millis() as u64,
+                "compaction phases"
+            );
+        }
+        Ok(committed.map(|(compacted, _)| compacted))
     }
 
     /// Step 1: what to rewrite, from the current snapshot (`None`: nothing).
@@ -267,12 +285,13 @@ impl<'a> RewriteDataFiles<'a> {
 
     /// Step 3: commits `written` on the current snapshot, carrying over the deletes committed
     /// since step 1; `Ok(None)` when the rewrite went stale (its files are deleted).
+    /// Step 3; with the time the index's move took.
     async fn commit_rewrite(
         &self,
         slot: &mut TableSlot,
         chosen: Chosen<'_>,
         written: Written,
-    ) -> Result<Option<Compacted>, SinkError> {
+    ) -> Result<Option<(Compacted, Duration)>, SinkError> {
         let (tables, table) = (self.tables, self.table);
         slot.index.settle().await;
         let Some(current) = tables.load(table).await? else {
@@ -341,14 +360,14 @@ impl<'a> RewriteDataFiles<'a> {
         // The live state learns a rewrite's files, not a converted position delete file: after
         // a conversion the next commit reads the state back from the table.
         let converted = written.converted.is_some();
-        let (compacted, rewritten) = self
+        let (compacted, rewritten, index_moved) = self
             .publish_rewrite(&mut slot.index, current, &live, chosen, written, carried)
             .await?;
         if !converted {
             live.apply_rewrite(rewritten);
             slot.live = Some(live);
         }
-        Ok(Some(compacted))
+        Ok(Some((compacted, index_moved)))
     }
 
     /// Writes the `replace` snapshot of `written` on `current` (whose state is `live`) with the
@@ -361,7 +380,7 @@ impl<'a> RewriteDataFiles<'a> {
         chosen: Chosen<'_>,
         written: Written,
         carried: BTreeMap<String, DeletionVector>,
-    ) -> Result<(Compacted, Rewritten), SinkError> {
+    ) -> Result<(Compacted, Rewritten, Duration), SinkError> {
         let (tables, table) = (self.tables, self.table);
         let meta = &current.metadata;
         let parent = meta.current_snapshot().map(|s| s.snapshot_id());
@@ -406,9 +425,11 @@ impl<'a> RewriteDataFiles<'a> {
             .collect();
         // Keys were read only if the index was open when the rewrite was chosen.
         let keyed = chosen.key_names.is_some().then_some(outputs.as_slice());
+        let moving = Instant::now();
         index
             .follow_rewrite(parent, &removed, keyed, replace.names.snapshot_id)
             .await;
+        let index_moved = moving.elapsed();
         let mut compacted = Compacted::of(&written, manifests.removed_deletes.len());
         compacted.deletes_carried = vectors
             .vectors
@@ -429,12 +450,12 @@ impl<'a> RewriteDataFiles<'a> {
             vectors: vectors.vectors,
             vectors_manifest: staged.vectors_manifest,
         };
-        Ok((compacted, rewritten))
+        Ok((compacted, rewritten, index_moved))
     }
 
     /// Gives up a rewrite that no longer applies (`why`) and deletes its files (best effort:
     /// what is left is an orphan for `cdcd cleanup`).
-    async fn stale(&self, why: String, written: &Written) -> Result<Option<Compacted>, SinkError> {
+    async fn stale<T>(&self, why: String, written: &Written) -> Result<Option<T>, SinkError> {
         let warehouse = &self.tables.warehouse;
         tracing::info!(table = %self.table, reason = %why, "compaction went stale; nothing committed, the next cycle decides again");
         let converted = written.converted.iter().map(|f| f.file_path());
