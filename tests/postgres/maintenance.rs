@@ -1409,12 +1409,14 @@ async fn kill_while_compacting(
     }
 }
 
-/// Issue 37: a table is not compacted while its initial copy is under way (each copy commit adds
-/// a file, and compacting them meanwhile rewrote the same rows again and again), though
-/// maintenance runs every 100 ms here and three small files are enough.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_table_is_not_compacted_during_its_copy() {
-    let (env, name) = ground_or_skip!(test_env_and_name("mcopy"));
+/// A started pipeline that copied a new table of 400k rows in ~80 commits of 5,000 rows, with the
+/// [`COMPACTING`] properties and maintenance every `maintenance_ms` (0: none); with its source
+/// client and table.
+async fn copied_in_80_commits(
+    tag: &str,
+    maintenance_ms: u64,
+) -> Option<(Pipeline, tokio_postgres::Client, String)> {
+    let (env, name) = test_env_and_name(tag)?;
     let t = format!("{name}_t");
     let client = connect(&env.pg_url).await;
     exec(
@@ -1429,11 +1431,22 @@ async fn a_table_is_not_compacted_during_its_copy() {
     let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
     crate::support::tune_copy(&p.config, 5000, Some(1), Some(5000));
     set_table_properties(&p, &COMPACTING);
-    p.env_vars
-        .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "100".into()));
+    p.env_vars.push((
+        "CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(),
+        maintenance_ms.to_string(),
+    ));
     p.start();
     p.wait_slot_active(&client, Duration::from_secs(120)).await;
     p.assert_equal(&t, 120).await;
+    Some((p, client, t))
+}
+
+/// Issue 37: a table is not compacted while its initial copy is under way (each copy commit adds
+/// a file, and compacting them meanwhile rewrote the same rows again and again), though
+/// maintenance runs every 100 ms here and three small files are enough.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_is_not_compacted_during_its_copy() {
+    let (mut p, _client, t) = ground_or_skip!(copied_in_80_commits("mcopy", 100).await);
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0), "{st}");
     let out = p.output();
@@ -1460,26 +1473,7 @@ async fn a_table_is_not_compacted_during_its_copy() {
 /// two commits run without maintenance, so the first cycle sees them all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copied_table_with_few_changes_still_has_its_copy_merged() {
-    let (env, name) = ground_or_skip!(test_env_and_name("mfew"));
-    let t = format!("{name}_t");
-    let client = connect(&env.pg_url).await;
-    exec(
-        &client,
-        &format!(
-            "DROP TABLE IF EXISTS {t};
-             CREATE TABLE {t} (id int PRIMARY KEY, v int, s text);
-             INSERT INTO {t} SELECT g, g, 'seed ' || g FROM generate_series(1, 400000) g;"
-        ),
-    )
-    .await;
-    let mut p = Pipeline::owning_tables(&env, &name, &[&t], &Settings::default());
-    crate::support::tune_copy(&p.config, 5000, Some(1), Some(5000));
-    set_table_properties(&p, &COMPACTING);
-    p.env_vars
-        .push(("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "0".into()));
-    p.start();
-    p.wait_slot_active(&client, Duration::from_secs(120)).await;
-    p.assert_equal(&t, 120).await;
+    let (mut p, client, t) = ground_or_skip!(copied_in_80_commits("mfew", 0).await);
     for id in [0, -1] {
         exec(
             &client,
