@@ -100,6 +100,21 @@ fn ids32(c: &TableChanges) -> Vec<i32> {
         .to_vec()
 }
 
+/// The source config of a pipeline `tag` (its slot and publication too) capturing `tables` (a
+/// name or glob) from the server at `url`.
+fn source_config(url: &str, tag: &str, tables: &str) -> PostgresConfig {
+    let toml = format!(
+        "[pipeline]\nname = \"{tag}\"\n[source]\nkind = \"postgres\"\nurl = \"{url}\"\n\
+         tables = [\"{tables}\"]\nslot = \"{tag}\"\npublication = \"{tag}\"\n\
+         [sink]\nwarehouse = \"/tmp/{tag}\"\n"
+    );
+    let config = Config::from_toml(&toml, "test.toml").unwrap();
+    let SourceConfig::Postgres(cfg) = config.source else {
+        panic!("postgres source expected")
+    };
+    cfg
+}
+
 /// Cancels a source's `run` and waits (at most 20 s) for it to end without an error.
 async fn stop<T, E: std::fmt::Debug>(
     shutdown: &CancellationToken,
@@ -139,15 +154,7 @@ async fn source_against_postgres() {
     .await
     .unwrap();
 
-    let toml = format!(
-        "[pipeline]\nname = \"{tag}\"\n[source]\nkind = \"postgres\"\nurl = \"{url}\"\n\
-         tables = [\"public.{tag}_*\"]\nslot = \"{tag}\"\npublication = \"{tag}\"\n\
-         [sink]\nwarehouse = \"/tmp/{tag}\"\n"
-    );
-    let config = Config::from_toml(&toml, "test.toml").unwrap();
-    let SourceConfig::Postgres(cfg) = config.source else {
-        panic!("postgres source expected")
-    };
+    let cfg = source_config(&url, &tag, &format!("public.{tag}_*"));
 
     let problems = PostgresSource::new(cfg.clone()).check().await;
     assert!(problems.is_empty(), "{problems:?}");
@@ -481,15 +488,7 @@ async fn a_full_pipeline_keeps_the_replication_connection_alive() {
     pg.batch_execute(&format!("CREATE TABLE {tag}_t (id int4 PRIMARY KEY)"))
         .await
         .unwrap();
-    let toml = format!(
-        "[pipeline]\nname = \"{tag}\"\n[source]\nkind = \"postgres\"\nurl = \"{url}\"\n\
-         tables = [\"public.{tag}_t\"]\nslot = \"{tag}\"\npublication = \"{tag}\"\n\
-         [sink]\nwarehouse = \"/tmp/{tag}\"\n"
-    );
-    let config = Config::from_toml(&toml, "test.toml").unwrap();
-    let SourceConfig::Postgres(cfg) = config.source else {
-        panic!("postgres source expected")
-    };
+    let cfg = source_config(&url, &tag, &format!("public.{tag}_t"));
     // Above the source's status interval (10 s), well under the 30 s the pipeline stalls.
     let mut source = PostgresSource::new(cfg).with_replication_options("-c wal_sender_timeout=12s");
     source.prepare().await.unwrap();
