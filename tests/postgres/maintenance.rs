@@ -1489,14 +1489,12 @@ async fn a_copied_table_with_few_changes_still_has_its_copy_merged() {
     p.env_vars = vec![("CDCD_SINK__MAINTENANCE_INTERVAL_MS".into(), "100".into())];
     p.start();
     // ~2.5 MB of Parquet: a handful of 1 MB outputs once merged.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let files = loop {
-        let files = total(&current(&p, &t), "total-data-files");
-        if files <= 8 || Instant::now() > deadline {
-            break files;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    let mut files = copied;
+    crate::support::s3::wait_until(Duration::from_secs(60), || {
+        files = total(&current(&p, &t), "total-data-files");
+        files <= 8
+    })
+    .await;
     let st = p.sigterm_and_wait(Duration::from_secs(60)).await;
     assert_eq!(st.code(), Some(0), "{st}");
     assert!(

@@ -161,8 +161,8 @@ impl<'a> RewriteDataFiles<'a> {
         meanwhile: impl std::future::Future<Output = ()>,
     ) -> Result<Option<Compacted>, SinkError> {
         let slot = self.tables.slot(self.table);
-        let started = Instant::now();
         let mut guard = slot.lock().await;
+        let started = Instant::now();
         let Some(chosen) = self.choose(&mut guard).await? else {
             return Ok(None);
         };
@@ -284,8 +284,8 @@ impl<'a> RewriteDataFiles<'a> {
     }
 
     /// Step 3: commits `written` on the current snapshot, carrying over the deletes committed
-    /// since step 1; `Ok(None)` when the rewrite went stale (its files are deleted).
-    /// Step 3; with the time the index's move took.
+    /// since step 1, with the time the index's move after it took; `Ok(None)` when the rewrite
+    /// went stale (its files are deleted).
     async fn commit_rewrite(
         &self,
         slot: &mut TableSlot,
