@@ -49,6 +49,13 @@ fn upsert(index: &mut PrimaryKeyIndex, model: &mut Model, file: &str, keys: &[u6
     }
 }
 
+/// Persists, then waits for the merges the persist starts (in the background in a running
+/// cdcd), so each test sees the runs as the merge policy leaves them.
+async fn persist_merged(index: &mut PrimaryKeyIndex, snapshot: i64) {
+    index.persist(snapshot).await.unwrap();
+    index.compact().await.unwrap();
+}
+
 async fn check(index: &PrimaryKeyIndex, model: &Model) {
     let keys: Vec<&[u8]> = model.keys().map(|k| k.as_slice()).collect();
     let got = index.get_many(&keys).await.unwrap();
@@ -64,7 +71,7 @@ async fn per_block_filters_find_every_key_and_skip_most_absent_ones() {
     let mut model = Model::new();
     let evens: Vec<u64> = (0..50_000u64).map(|i| i * 2).collect();
     upsert(&mut index, &mut model, "f", &evens);
-    index.persist(1).await.unwrap();
+    persist_merged(&mut index, 1).await;
     let run = Arc::clone(&index.runs[0]);
     assert!(run.has_block_stats());
     assert!(run.blocks.len() > 10, "{} blocks", run.blocks.len());
@@ -104,7 +111,7 @@ async fn disjoint_runs_merge_by_copying_blocks() {
             .flat_map(|r| (0..12_000).map(move |i| r * 1_000_000 + commit * 12_000 + i))
             .collect();
         upsert(&mut index, &mut model, &format!("f{commit}"), &keys);
-        index.persist(commit as i64 + 1).await.unwrap();
+        persist_merged(&mut index, commit as i64 + 1).await;
     }
     let stats = index.merged;
     assert!(stats.blocks_copied > 0, "{stats:?}");
@@ -122,7 +129,7 @@ async fn overlapping_runs_merge_entry_by_entry_and_the_newest_wins() {
     let mut model = Model::new();
     let all: Vec<u64> = (0..10_000).collect();
     upsert(&mut index, &mut model, "a", &all);
-    index.persist(1).await.unwrap();
+    persist_merged(&mut index, 1).await;
     let thirds: Vec<u64> = (0..10_000).step_by(3).collect();
     upsert(&mut index, &mut model, "b", &thirds);
     let removed: Vec<Vec<u8>> = (0..10_000).step_by(7).map(key).collect();
@@ -135,15 +142,15 @@ async fn overlapping_runs_merge_entry_by_entry_and_the_newest_wins() {
     for k in removed {
         model.insert(k, None);
     }
-    index.persist(2).await.unwrap();
+    persist_merged(&mut index, 2).await;
     upsert(&mut index, &mut model, "c", &thirds);
-    index.persist(3).await.unwrap();
+    persist_merged(&mut index, 3).await;
     // Newest two first (tombstones kept: an older run remains), then everything.
     let runs = index.stats().0;
-    index.merge_newest(2).await.unwrap();
+    index.merge_runs(0, 2).await.unwrap();
     assert_eq!(index.stats().0, runs - 1);
     check(&index, &model).await;
-    index.merge_newest(runs).await.unwrap();
+    index.merge_runs(0, runs).await.unwrap();
     assert_eq!(index.stats().0, 1);
     let live = model.values().filter(|v| v.is_some()).count() as u64;
     assert_eq!(
@@ -162,9 +169,9 @@ async fn blocks_naming_removed_files_or_dropped_tombstones_are_rewritten() {
     let mut model = Model::new();
     let range = |from: u64| (from..from + 5_000).collect::<Vec<u64>>();
     upsert(&mut index, &mut model, "a", &range(0));
-    index.persist(1).await.unwrap();
+    persist_merged(&mut index, 1).await;
     upsert(&mut index, &mut model, "b", &range(5_000));
-    index.persist(2).await.unwrap();
+    persist_merged(&mut index, 2).await;
     assert_eq!(index.stats().0, 1, "two equal runs merge");
     // A tombstone in a run of its own, above every key so far.
     index
@@ -181,9 +188,9 @@ async fn blocks_naming_removed_files_or_dropped_tombstones_are_rewritten() {
         }
     }
     upsert(&mut index, &mut model, "c", &range(10_000));
-    index.persist(3).await.unwrap();
+    persist_merged(&mut index, 3).await;
     upsert(&mut index, &mut model, "d", &range(15_000));
-    index.persist(4).await.unwrap();
+    persist_merged(&mut index, 4).await;
     // Everything was merged into one run, so tombstones (the removal, and file a's entries) are
     // gone, and no block names file a; blocks of b, c and d were copied as they were.
     assert_eq!(index.stats().0, 1);
@@ -259,7 +266,7 @@ async fn runs_of_older_formats_are_still_read_and_merged() {
         let mut model = Model::new();
         let first: Vec<u64> = (0..6_000).map(|i| i * 2).collect();
         upsert(&mut index, &mut model, "a", &first);
-        index.persist(1).await.unwrap();
+        persist_merged(&mut index, 1).await;
         let keys: Vec<Vec<u8>> = model.keys().cloned().collect();
         downgrade(&store, &index, &keys, layout).await;
         drop(index);
@@ -273,7 +280,7 @@ async fn runs_of_older_formats_are_still_read_and_merged() {
         // A run of the same size merges with the old one, into the current format.
         let second: Vec<u64> = (0..6_000).map(|i| i * 2 + 6_000).collect();
         upsert(&mut index, &mut model, "b", &second);
-        index.persist(2).await.unwrap();
+        persist_merged(&mut index, 2).await;
         assert_eq!(index.stats().0, 1, "{layout:?}");
         assert!(index.runs[0].has_block_stats());
         assert!(index.merged.entries_merged > 0);

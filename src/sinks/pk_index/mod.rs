@@ -28,7 +28,8 @@
 //!   share less the run metas: `memory.rs`). Keys are
 //!   compared in full, never by hash, so there are no false matches;
 //! - data file paths are interned as `u32` ids (`files.rs`);
-//! - **compaction** (`compaction/`: `pick.rs` chooses, `worker.rs` merges) merges runs size-tiered, so there are O(log n) runs, and
+//! - **compaction** (`compaction/`: `pick.rs` chooses, `worker.rs` merges, `background.rs` runs
+//!   the merge beside lookups and commits) merges runs size-tiered, so there are O(log n) runs, and
 //!   drops tombstones when the oldest run takes part; the merge (`merge.rs`) copies whole blocks
 //!   with their filters where runs do not overlap (most of an initial copy's runs), and decodes
 //!   and re-encodes entries only where they do;
@@ -151,7 +152,7 @@ use self::meta::RunMeta;
 use self::run::RunWriter;
 use crate::storage::{put_create, Created};
 
-/// Runs a flush leaves unmerged (a persist merges them by the policy). Flushes between two
+/// Runs a flush leaves unmerged (a persist starts merging them by the policy). Flushes between two
 /// persists are an initial copy's (or a large transaction's): each makes a run of a
 /// memtable's worth (~1.3M int8 keys at the default budget), all of one size, and merging
 /// them at every flush (the policy is a binary counter) rewrote each key once per doubling of
@@ -159,7 +160,7 @@ use crate::storage::{put_create, Created};
 /// four doublings cost one rewrite. The runs stay few enough for a lookup meanwhile (one
 /// sparse-index search and filter probe per run), and a merge reads a bounded chunk per run
 /// (`cursor.rs`).
-const FLUSHED_RUNS: usize = 16;
+pub(crate) const FLUSHED_RUNS: usize = 16;
 
 /// Where a row lives: a data file (as the sink named it) and the row's 0-based position in it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -298,6 +299,8 @@ pub struct PrimaryKeyIndex {
     obsolete: Vec<Path>,
     /// What merges did since open (copied blocks vs merged entries).
     merged: compaction::worker::MergeStats,
+    /// The merge of runs running beside the index, if any (`compaction/background.rs`).
+    merging: Option<compaction::background::Merging>,
 }
 
 impl PrimaryKeyIndex {
@@ -412,6 +415,7 @@ impl PrimaryKeyIndex {
             persisted_at: Instant::now(),
             obsolete: Vec::new(),
             merged: compaction::worker::MergeStats::default(),
+            merging: None,
         }
     }
 
@@ -514,15 +518,12 @@ impl PrimaryKeyIndex {
     }
 
     /// Writes the memtable as a new run, then, once more than [`FLUSHED_RUNS`] runs are live,
-    /// merges runs if the policy says so. The new run is durable as part of the index once a
-    /// manifest names it: the next `persist`, or a merge's manifest (which still names the old
-    /// covered snapshot; replaying the changes after it is idempotent, so holding some of them
-    /// already is harmless). A crash before either leaves an orphan run that open removes.
+    /// starts a merge of runs in the background if the policy says so
+    /// (`compaction/background.rs`). The new run is durable as part of the index once the next
+    /// `persist` names it in a manifest; a crash before leaves an orphan run that open removes.
     pub async fn flush(&mut self) -> Result<(), IndexError> {
         self.write_memtable().await?;
-        if self.runs.len() > FLUSHED_RUNS {
-            self.compact_logged().await;
-        }
+        self.merge_after_flush().await?;
         self.account_runs();
         Ok(())
     }
@@ -555,16 +556,19 @@ impl PrimaryKeyIndex {
     }
 
     /// Makes everything applied so far durable, as the index of table snapshot `covers_snapshot`.
-    /// Call it after that snapshot's table commit succeeded. Then merges runs if the policy says
-    /// so; a merge failure is logged, not returned (the index is already durable; the merge is
-    /// retried at the next persist).
+    /// Call it after that snapshot's table commit succeeded. A merge of runs that ended since
+    /// the last flush or persist is installed (this manifest names its run), and the next merge
+    /// starts in the background if the policy says so (`compaction/background.rs`; a merge
+    /// failure is logged, not returned: the index is durable without it).
     pub async fn persist(&mut self, covers_snapshot: i64) -> Result<(), IndexError> {
         self.write_memtable().await?;
+        self.take_ended_merge().await;
+        // Before the manifest, which then reserves the merge's run id (compaction/background.rs).
+        self.start_merge();
         self.write_manifest(Some(covers_snapshot)).await?;
         self.applied = Some(covers_snapshot);
         self.persisted_at = Instant::now();
         self.delete_obsolete().await;
-        self.compact_logged().await;
         self.account_runs();
         Ok(())
     }
@@ -601,12 +605,6 @@ impl PrimaryKeyIndex {
         }
     }
 
-    async fn compact_logged(&mut self) {
-        if let Err(e) = self.compact().await {
-            tracing::warn!(error = %e, root = %self.root, "primary-key index compaction failed; retrying at the next flush");
-        }
-    }
-
     /// Forgets every key located in `files` (data files rewritten by compaction or expired).
     /// Entries naming them read as absent from now on; their file ids are never reused.
     pub fn remove_files<'a>(&mut self, files: impl IntoIterator<Item = &'a str>) {
@@ -623,6 +621,7 @@ impl PrimaryKeyIndex {
 
     /// Forgets every key (table truncated, or a rebuild from scratch). Durable at the next persist.
     pub fn clear(&mut self) {
+        self.merging = None;
         self.memtable.clear();
         self.files.clear();
         for run in self.runs.drain(..) {

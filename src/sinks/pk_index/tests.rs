@@ -49,7 +49,9 @@ async fn check(index: &PrimaryKeyIndex, model: &Model, keyspace: u64) {
     }
 }
 
-#[tokio::test]
+/// Merges run in the background (two worker threads, so they end at any point between the
+/// operations), and lookups and applies go on meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn matches_a_hashmap_model_under_random_operations() {
     for seed in [1u64, 42] {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
@@ -112,12 +114,17 @@ async fn matches_a_hashmap_model_under_random_operations() {
                         .unwrap();
                     assert_eq!(index.covered_snapshot(), Some(snapshot));
                 }
+                8 => {
+                    index.finish_merge().await;
+                }
                 _ => {}
             }
             if step % 25 == 0 {
                 check(&index, &model, keyspace).await;
             }
         }
+        check(&index, &model, keyspace).await;
+        index.compact().await.unwrap();
         check(&index, &model, keyspace).await;
         let (runs, _) = index.stats();
         assert!(runs <= 16, "compaction keeps runs logarithmic: {runs}");
@@ -650,6 +657,7 @@ async fn flushes_leave_runs_for_the_persist_to_merge() {
             }))
             .unwrap();
         index.flush().await.unwrap();
+        index.finish_merge().await;
         if flush == 1 {
             assert_eq!(index.runs.len(), 2, "two flushes, two runs");
         }
@@ -692,6 +700,7 @@ async fn a_merge_of_many_interleaved_runs_keeps_the_newest_entry() {
         }
         index.flush().await.unwrap();
     }
+    index.finish_merge().await;
     assert_eq!(index.runs.len(), 1, "one merge of every run");
     assert!(index.merged.entries_merged > 0, "{:?}", index.merged);
     let keys: Vec<&Vec<u8>> = model.keys().collect();

@@ -1,6 +1,6 @@
 //! Compaction, carried out: a k-way merge of the runs `pick::choose` picked into one new
-//! run, streamed block by block (bounded memory whatever the run sizes), then a manifest that
-//! names the new run set, then deletion of the inputs.
+//! run, streamed block by block (bounded memory whatever the run sizes), then the new run set
+//! installed in the index and named by its next manifest, then deletion of the inputs.
 //!
 //! Most of a merge is a copy: the runs of an initial copy cover nearly disjoint key ranges (each
 //! chunk reader of the source walks its own key range in order, and each commit continues where
@@ -9,14 +9,22 @@
 //! cursor's current key), and the block needs no rewriting (no tombstone to drop, no entry naming
 //! a removed data file: its stats say), the block, its filter and stats are appended as they are,
 //! without decoding an entry or hashing a key. Otherwise entries are merged one by one.
+//!
+//! A merge needs nothing of the index but its inputs (immutable runs) and the live file ids when
+//! it starts ([`RunMerge`]), so it can run beside the index's lookups and applies
+//! (`background.rs`); only its install touches the index.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use object_store::ObjectStore;
 
 use super::heap::CursorHeap;
 use super::pick;
 use crate::sinks::pk_index::bloom::PROBES;
 use crate::sinks::pk_index::cursor::RunCursor;
 use crate::sinks::pk_index::manifest::run_path;
+use crate::sinks::pk_index::memtable::Slot;
 use crate::sinks::pk_index::meta::{BlockRef, Filter, RunMeta};
 use crate::sinks::pk_index::run::RunWriter;
 use crate::sinks::pk_index::{IndexError, PrimaryKeyIndex};
@@ -44,42 +52,54 @@ fn copyable(run: &RunMeta, b: &BlockRef, drop_tombstones: bool, live: &[u32]) ->
     probes_match && files_live && !(drop_tombstones && b.tombstones)
 }
 
-impl PrimaryKeyIndex {
-    /// Merges the runs the policy picks into one, then persists the new run set. Repeats while
-    /// the policy finds more to merge.
-    pub(in crate::sinks::pk_index) async fn compact(&mut self) -> Result<(), IndexError> {
-        while self.compact_once().await? {}
-        Ok(())
+/// `slot`, or a tombstone when its file is not among the `live` ids (sorted).
+fn live_or_tombstone(slot: Slot, live: &[u32]) -> Slot {
+    if slot.is_tombstone() || live.binary_search(&slot.file).is_ok() {
+        slot
+    } else {
+        Slot::REMOVED
     }
+}
 
-    async fn compact_once(&mut self) -> Result<bool, IndexError> {
-        let sizes: Vec<u64> = self.runs.iter().map(|r| r.size).collect();
-        let Some(take) = pick::choose(&sizes) else {
-            return Ok(false);
-        };
-        self.merge_newest(take).await?;
-        Ok(true)
-    }
+/// A merge of consecutive runs into run `id`, with what it needs of the index when it starts.
+pub(crate) struct RunMerge {
+    store: Arc<dyn ObjectStore>,
+    id: u64,
+    path: object_store::path::Path,
+    /// Newest first, as they stand in the index.
+    inputs: Vec<Arc<RunMeta>>,
+    /// The inputs include the oldest run: no older entry is left for a tombstone to hide.
+    drop_tombstones: bool,
+    /// The live data file ids, sorted: an entry naming another becomes a tombstone.
+    live: Vec<u32>,
+}
 
-    /// Merges the `take` newest runs into one and persists the new run set.
-    pub(in crate::sinks::pk_index) async fn merge_newest(
-        &mut self,
-        take: usize,
-    ) -> Result<(), IndexError> {
-        let take = take.min(self.runs.len());
-        if take == 0 {
-            return Ok(());
-        }
-        let inputs: Vec<Arc<RunMeta>> = self.runs.iter().take(take).cloned().collect();
-        let drop_tombstones = take == self.runs.len();
-        let id = self.next_run_id;
-        let mut writer = RunWriter::new(&self.store, run_path(&self.root, id), id);
-        let live = self.files.live_ids();
+/// A merge done, to install.
+pub(crate) struct Merged {
+    pub(crate) run: RunMeta,
+    pub(crate) inputs: Vec<Arc<RunMeta>>,
+    pub(crate) stats: MergeStats,
+    pub(crate) elapsed: Duration,
+}
+
+impl RunMerge {
+    /// Reads the inputs and writes the merged run; the index is not touched.
+    pub(crate) async fn run(self) -> Result<Merged, IndexError> {
+        let started = Instant::now();
+        let RunMerge {
+            store,
+            id,
+            path,
+            inputs,
+            drop_tombstones,
+            live,
+        } = self;
+        let mut writer = RunWriter::new(&store, path, id);
         let mut stats = MergeStats::default();
         let mut cursors: Vec<RunCursor> = Vec::with_capacity(inputs.len());
         let mut alive = Vec::with_capacity(inputs.len());
         for run in &inputs {
-            let mut c = RunCursor::new(Arc::clone(&self.store), Arc::clone(run));
+            let mut c = RunCursor::new(Arc::clone(&store), Arc::clone(run));
             alive.push(c.advance().await?);
             cursors.push(c);
         }
@@ -106,7 +126,7 @@ impl PrimaryKeyIndex {
                 }
             }
             stats.entries_merged += 1;
-            let slot = self.files.live_or_tombstone(best.slot());
+            let slot = live_or_tombstone(best.slot(), &live);
             key.clear();
             key.extend_from_slice(best.key());
             if !(drop_tombstones && slot.is_tombstone()) {
@@ -124,20 +144,106 @@ impl PrimaryKeyIndex {
                 heap.replace_top(&cursors, more);
             }
         }
-        let merged = writer.finish().await?;
+        let run = writer.finish().await?;
+        Ok(Merged {
+            run,
+            inputs,
+            stats,
+            elapsed: started.elapsed(),
+        })
+    }
+}
+
+impl PrimaryKeyIndex {
+    /// Finishes the merge running in the background, if any, then merges the runs the policy
+    /// picks into one until it picks none, and persists the new run set.
+    #[cfg(test)]
+    pub(in crate::sinks::pk_index) async fn compact(&mut self) -> Result<(), IndexError> {
+        if self.finish_merge().await {
+            self.write_manifest(self.covered).await?;
+            self.delete_obsolete().await;
+        }
+        while let Some((from, take)) = self.merge_to_pick() {
+            self.merge_runs(from, take).await?;
+        }
+        Ok(())
+    }
+
+    /// Which runs the policy would merge now (`pick::choose`).
+    pub(in crate::sinks::pk_index) fn merge_to_pick(&self) -> Option<(usize, usize)> {
+        let sizes: Vec<u64> = self.runs.iter().map(|r| r.size).collect();
+        pick::choose(&sizes)
+    }
+
+    /// The merge of the `take` runs from index `from`, its run id taken.
+    pub(in crate::sinks::pk_index) fn plan_merge(&mut self, from: usize, take: usize) -> RunMerge {
+        let id = self.next_run_id;
+        self.next_run_id += 1;
+        let inputs: Vec<Arc<RunMeta>> = self.runs.iter().skip(from).take(take).cloned().collect();
+        RunMerge {
+            store: Arc::clone(&self.store),
+            id,
+            path: run_path(&self.root, id),
+            drop_tombstones: from + inputs.len() == self.runs.len(),
+            inputs,
+            live: self.files.live_ids(),
+        }
+    }
+
+    /// Merges the `take` runs from index `from` into one, here and now, and persists the new
+    /// run set.
+    #[cfg(test)]
+    pub(in crate::sinks::pk_index) async fn merge_runs(
+        &mut self,
+        from: usize,
+        take: usize,
+    ) -> Result<(), IndexError> {
+        self.finish_merge().await;
+        if self.runs.len().saturating_sub(from).min(take) == 0 {
+            return Ok(());
+        }
+        let merged = self.plan_merge(from, take).run().await?;
+        self.install(merged);
+        self.write_manifest(self.covered).await?;
+        self.delete_obsolete().await;
+        Ok(())
+    }
+
+    /// Puts a merged run in place of its inputs, which are deleted once a manifest no longer
+    /// names them (the caller's next manifest). Runs flushed since the merge began are newer and stay in front of it. A merge
+    /// whose inputs are no longer live together (the index was cleared meanwhile) is discarded.
+    pub(in crate::sinks::pk_index) fn install(&mut self, merged: Merged) {
+        let Merged {
+            run,
+            inputs,
+            stats,
+            elapsed,
+        } = merged;
+        let ids: Vec<u64> = inputs.iter().map(|r| r.id).collect();
+        let at = self.runs.iter().position(|r| Some(&r.id) == ids.first());
+        let in_place = at.is_some_and(|at| {
+            self.runs
+                .get(at..at + ids.len())
+                .is_some_and(|live| live.iter().map(|r| r.id).eq(ids.iter().copied()))
+        });
+        let Some(at) = at.filter(|_| in_place) else {
+            tracing::debug!(root = %self.root, run = run.id, "a merge of runs that are gone; its run is deleted");
+            self.obsolete.push(run.path);
+            return;
+        };
         self.merged.blocks_copied += stats.blocks_copied;
         self.merged.entries_copied += stats.entries_copied;
         self.merged.entries_merged += stats.entries_merged;
         tracing::debug!(
             root = %self.root,
-            runs = take,
+            runs = ids.len(),
             blocks_copied = stats.blocks_copied,
             entries_copied = stats.entries_copied,
             entries_merged = stats.entries_merged,
+            elapsed_ms = elapsed.as_millis() as u64,
             "merged primary-key index runs"
         );
-        self.next_run_id += 1;
-        self.runs.splice(0..take, [Arc::new(merged)]);
+        self.runs.splice(at..at + ids.len(), [Arc::new(run)]);
         {
             let owner = self.charges.owner();
             let mut cache = self.charges.memory().cache();
@@ -146,8 +252,6 @@ impl PrimaryKeyIndex {
             }
         }
         self.obsolete.extend(inputs.iter().map(|r| r.path.clone()));
-        self.write_manifest(self.covered).await?;
-        self.delete_obsolete().await;
-        Ok(())
+        self.account_runs();
     }
 }

@@ -1,0 +1,102 @@
+//! At most one merge of runs at a time, running beside the index: a flush or a persist starts it
+//! when the policy picks runs, and the next flush or persist after it ends installs it
+//! (`worker.rs`, `PrimaryKeyIndex::install`) before writing its manifest.
+//!
+//! Why: a merge rewrites every entry of the runs it takes where their keys interleave (a
+//! streaming table's updates, a data-file compaction's moved keys), ~0.5 µs an entry, so merging
+//! the runs of a 100M-row table took seconds. Run inline, a merge held the persist that started it
+//! and with it the table's next commit (which waits for the index) or a data-file compaction's
+//! commit (under the table's lock): TPC-B on a 100M-row table lagged p99 10-17 s
+//! (docs/performance.md, "A 100M-row table"). The merge reads only immutable runs, so lookups and
+//! applies go on meanwhile against the runs it will replace.
+//!
+//! Run ids: a merge takes its run's id when it starts, and a manifest naming the next id past it
+//! is written before anything else happens, so an index opened on the same root while the merge
+//! still runs (the sink drops and reopens an index after an error; dropping aborts the merge, but
+//! an abort takes effect at the task's next await) never writes a run of that id: without the
+//! manifest, the reopened index took the id of a merge whose run was not yet listed, and the
+//! merge's upload replaced the new run (found by `tests.rs`, the model test, as a corrupt run).
+//!
+//! Bounds: a flush that finds more than twice `FLUSHED_RUNS` runs while a merge runs waits for it
+//! (an initial copy flushing faster than merges finish), so runs, and with them a lookup's
+//! probes, stay bounded. Dropping the index (or clearing it) aborts the merge; its unfinished run
+//! is never named by a manifest, and the next open removes it (module doc, "Two writers").
+
+use tokio::task::JoinHandle;
+
+use super::worker::Merged;
+use crate::sinks::pk_index::{IndexError, PrimaryKeyIndex, FLUSHED_RUNS};
+
+/// The merge running beside the index; aborted when dropped.
+pub(crate) struct Merging(JoinHandle<Result<Merged, IndexError>>);
+
+impl Drop for Merging {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl PrimaryKeyIndex {
+    /// Starts a merge of the runs the policy picks, unless one runs already; returns whether it
+    /// started one. The caller writes a manifest before anything else: it reserves the merge's
+    /// run id (see the module doc).
+    pub(in crate::sinks::pk_index) fn start_merge(&mut self) -> bool {
+        if self.merging.is_some() {
+            return false;
+        }
+        let Some((from, take)) = self.merge_to_pick() else {
+            return false;
+        };
+        let merge = self.plan_merge(from, take);
+        self.merging = Some(Merging(tokio::spawn(merge.run())));
+        true
+    }
+
+    /// Installs the running merge if it has ended (without waiting); returns whether one was.
+    pub(in crate::sinks::pk_index) async fn take_ended_merge(&mut self) -> bool {
+        if !self.merging.as_ref().is_some_and(|m| m.0.is_finished()) {
+            return false;
+        }
+        self.finish_merge().await
+    }
+
+    /// Waits for the running merge, if any, and installs it; returns whether one was installed.
+    /// A failed merge is logged and leaves the runs as they were (the next flush or persist
+    /// starts it again).
+    pub(in crate::sinks::pk_index) async fn finish_merge(&mut self) -> bool {
+        let Some(mut merging) = self.merging.take() else {
+            return false;
+        };
+        let ended = (&mut merging.0).await;
+        match ended {
+            Ok(Ok(merged)) => {
+                self.install(merged);
+                true
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, root = %self.root, "primary-key index compaction failed; retrying at the next flush");
+                false
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, root = %self.root, "primary-key index compaction stopped; retrying at the next flush");
+                false
+            }
+        }
+    }
+
+    /// After a flush: installs an ended merge, waits for a running one if the runs have piled
+    /// up past twice [`FLUSHED_RUNS`], and starts the next when more than `FLUSHED_RUNS` are
+    /// live, writing a manifest that reserves its run id (naming the covered snapshot as it
+    /// stands: the runs flushed since hold later changes, which a replay applies again, harmlessly).
+    pub(in crate::sinks::pk_index) async fn merge_after_flush(&mut self) -> Result<(), IndexError> {
+        self.take_ended_merge().await;
+        if self.merging.is_some() && self.runs.len() > 2 * FLUSHED_RUNS {
+            self.finish_merge().await;
+        }
+        if self.runs.len() > FLUSHED_RUNS && self.start_merge() {
+            self.write_manifest(self.covered).await?;
+            self.delete_obsolete().await;
+        }
+        Ok(())
+    }
+}
