@@ -174,6 +174,12 @@ impl Warehouse {
         }
     }
 
+    /// Whether the warehouse is on local disk (`file://`), where reading bytes costs more than
+    /// making requests.
+    pub fn is_local_disk(&self) -> bool {
+        self.scheme == "file"
+    }
+
     /// The local file of a location in a `file://` warehouse; `None` for other stores.
     pub fn local_file(&self, location: &str) -> Option<std::path::PathBuf> {
         if self.scheme != "file" {

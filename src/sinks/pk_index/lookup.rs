@@ -2,8 +2,8 @@
 //!
 //! For each run, the keys still unresolved are filtered by the run's bloom filter and placed in
 //! their candidate block by the sparse index; cached blocks are searched at once, the rest are
-//! read with one ranged GET per span of nearby blocks, a bounded wave of GETs at a time, so the
-//! memory a batch needs does not grow with the batch or the table.
+//! read a bounded wave at a time, so the memory a batch needs does not grow with the batch or the
+//! table. How the missing blocks are read depends on the store ([`BlockReads`]).
 
 use std::ops::Range;
 
@@ -14,6 +14,23 @@ use super::bloom::key_hash;
 use super::meta::RunMeta;
 use super::run::search_block;
 use super::{IndexError, PrimaryKeyIndex, RowLocation, LOOKUP_PARALLEL, LOOKUP_SPAN};
+
+/// How a lookup reads the blocks it misses in the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BlockReads {
+    /// Spans of nearby blocks up to [`LOOKUP_SPAN`] bytes, the blocks between wanted ones
+    /// included, one ranged GET each and [`LOOKUP_PARALLEL`] at a time: an object store, where a
+    /// request costs more than the bytes it returns.
+    #[default]
+    Spans,
+    /// Exactly the wanted blocks (adjacent ones together), a wave of up to
+    /// `LOOKUP_SPAN * LOOKUP_PARALLEL` bytes per `get_ranges` call (on local disk: one open and
+    /// positioned reads). Local disk, where the bytes cost more than the requests: a batch of
+    /// random keys wants about one block in seven of a large run, and spans read the whole run
+    /// (~1 GB for 100M keys) at every commit, which took 0.6-1.8 s of a 9,000-row commit
+    /// (docs/performance.md, "A 100M-row table").
+    Exact,
+}
 
 impl PrimaryKeyIndex {
     /// The current locations of `keys`, in order (`None`: the key has no row).
@@ -65,18 +82,15 @@ impl PrimaryKeyIndex {
                     }
                 }
             }
-            // Misses: consecutive blocks are read with one GET per span, a wave of spans at a time.
-            let spans = spans(run, &misses);
-            for wave in spans.chunks(LOOKUP_PARALLEL) {
-                let reads = wave
-                    .iter()
-                    .map(|span| self.store.get_range(&run.path, span.bytes.clone()));
-                let fetched = futures::future::try_join_all(reads)
-                    .await
-                    .map_err(|source| IndexError::Storage {
-                        path: run.path.to_string(),
-                        source,
-                    })?;
+            let spans = spans(run, &misses, self.block_reads);
+            for wave in waves(&spans, self.block_reads) {
+                let fetched =
+                    self.read_wave(run, wave)
+                        .await
+                        .map_err(|source| IndexError::Storage {
+                            path: run.path.to_string(),
+                            source,
+                        })?;
                 for (span, bytes) in wave.iter().zip(fetched) {
                     for group in misses.get(span.groups.clone()).unwrap_or_default() {
                         let Some(&(block, _)) = group.first() else {
@@ -93,6 +107,27 @@ impl PrimaryKeyIndex {
             pending = std::mem::take(&mut r.next);
         }
         Ok(r.out)
+    }
+
+    /// The bytes of each span of `wave`: a GET each, at once ([`BlockReads::Spans`]), or one
+    /// `get_ranges` call ([`BlockReads::Exact`]).
+    async fn read_wave(
+        &self,
+        run: &RunMeta,
+        wave: &[Span],
+    ) -> Result<Vec<Bytes>, object_store::Error> {
+        match self.block_reads {
+            BlockReads::Spans => {
+                let reads = wave
+                    .iter()
+                    .map(|span| self.store.get_range(&run.path, span.bytes.clone()));
+                futures::future::try_join_all(reads).await
+            }
+            BlockReads::Exact => {
+                let ranges: Vec<Range<u64>> = wave.iter().map(|s| s.bytes.clone()).collect();
+                self.store.get_ranges(&run.path, &ranges).await
+            }
+        }
     }
 
     /// Searches `block` of `run` for the keys of `group` (block, key index): a found key is
@@ -143,16 +178,21 @@ struct Span {
     groups: Range<usize>,
 }
 
-/// Groups wanted blocks (sorted) into GETs of at most [`LOOKUP_SPAN`] bytes; a gap between two
-/// wanted blocks is read too only if the span stays within that size.
-fn spans(run: &RunMeta, misses: &[&[(usize, usize)]]) -> Vec<Span> {
+/// Groups wanted blocks (sorted) into reads of at most [`LOOKUP_SPAN`] bytes; a gap between two
+/// wanted blocks is read too only if the span stays within that size ([`BlockReads::Spans`]), or
+/// never ([`BlockReads::Exact`]: only adjacent blocks share a read).
+fn spans(run: &RunMeta, misses: &[&[(usize, usize)]], reads: BlockReads) -> Vec<Span> {
     let mut out: Vec<Span> = Vec::new();
     for (g, group) in misses.iter().enumerate() {
         let Some(range) = group.first().and_then(|(b, _)| run.block_range(*b)) else {
             continue;
         };
+        let joins = |span: &Span| {
+            range.end.saturating_sub(span.bytes.start) <= LOOKUP_SPAN
+                && (reads == BlockReads::Spans || range.start <= span.bytes.end)
+        };
         match out.last_mut() {
-            Some(span) if range.end.saturating_sub(span.bytes.start) <= LOOKUP_SPAN => {
+            Some(span) if joins(span) => {
                 span.bytes.end = range.end;
                 span.groups.end = g + 1;
             }
@@ -162,6 +202,28 @@ fn spans(run: &RunMeta, misses: &[&[(usize, usize)]]) -> Vec<Span> {
             }),
         }
     }
+    out
+}
+
+/// The spans read together: [`LOOKUP_PARALLEL`] GETs ([`BlockReads::Spans`]), or spans of up to
+/// `LOOKUP_SPAN * LOOKUP_PARALLEL` bytes together ([`BlockReads::Exact`]); either way at most
+/// that many bytes at once.
+fn waves(spans: &[Span], reads: BlockReads) -> Vec<&[Span]> {
+    if reads == BlockReads::Spans {
+        return spans.chunks(LOOKUP_PARALLEL).collect();
+    }
+    let limit = LOOKUP_SPAN * LOOKUP_PARALLEL as u64;
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0u64);
+    for (i, span) in spans.iter().enumerate() {
+        let len = span.bytes.end.saturating_sub(span.bytes.start);
+        if i > start && bytes + len > limit {
+            out.extend(spans.get(start..i));
+            (start, bytes) = (i, 0);
+        }
+        bytes += len;
+    }
+    out.extend(spans.get(start..));
     out
 }
 
@@ -183,4 +245,97 @@ fn slice_block(
         });
     }
     Ok(bytes.slice(s..e))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use object_store::memory::InMemory;
+    use object_store::path::Path;
+    use object_store::ObjectStore;
+
+    use super::*;
+    use crate::sinks::pk_index::IndexChange;
+    use crate::sinks::pk_index::IndexOp;
+
+    /// A run of 200,000 keys over many blocks, persisted.
+    async fn one_run() -> PrimaryKeyIndex {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let mut index = PrimaryKeyIndex::open(store, Path::from("idx"), 1 << 24)
+            .await
+            .unwrap();
+        let file: Arc<str> = Arc::from("f");
+        let keys: Vec<[u8; 8]> = (0..200_000u64).map(|k| k.to_be_bytes()).collect();
+        index
+            .apply(keys.iter().enumerate().map(|(i, k)| IndexChange {
+                key: k,
+                op: IndexOp::Upsert(RowLocation {
+                    file: Arc::clone(&file),
+                    position: i as u64,
+                }),
+            }))
+            .unwrap();
+        index.persist(1).await.unwrap();
+        index
+    }
+
+    /// Blocks 0, 5, 6 and 20 wanted: spans read the blocks between them too, exact reads only
+    /// the wanted ones (5 and 6 together), and both find the same keys.
+    #[tokio::test]
+    async fn exact_reads_skip_the_blocks_between_wanted_ones() {
+        let mut index = one_run().await;
+        let run = Arc::clone(&index.runs[0]);
+        assert!(run.blocks.len() > 20, "{} blocks", run.blocks.len());
+        let wanted: Vec<[(usize, usize); 1]> = [0, 5, 6, 20].map(|b| [(b, 0)]).to_vec();
+        let misses: Vec<&[(usize, usize)]> = wanted.iter().map(|g| g.as_slice()).collect();
+        let range = |b: usize| run.block_range(b).unwrap();
+        let read =
+            |spans: &[Span]| -> Vec<Range<u64>> { spans.iter().map(|s| s.bytes.clone()).collect() };
+        assert_eq!(
+            read(&spans(&run, &misses, BlockReads::Spans)),
+            vec![range(0).start..range(20).end]
+        );
+        assert_eq!(
+            read(&spans(&run, &misses, BlockReads::Exact)),
+            vec![range(0), range(5).start..range(6).end, range(20)]
+        );
+        let keys: Vec<[u8; 8]> = (0..20_000u64)
+            .step_by(97)
+            .map(|k| k.to_be_bytes())
+            .collect();
+        let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+        let by_spans = index.get_many(&refs).await.unwrap();
+        index.set_block_reads(BlockReads::Exact);
+        index
+            .charges
+            .memory()
+            .cache()
+            .forget_run(index.charges.owner(), run.id);
+        let exact = index.get_many(&refs).await.unwrap();
+        assert_eq!(by_spans, exact);
+        assert!(exact.iter().all(|l| l.is_some()));
+    }
+
+    /// Exact waves hold at most `LOOKUP_SPAN * LOOKUP_PARALLEL` bytes (one span alone may be
+    /// larger), and every span once, in order.
+    #[test]
+    fn exact_waves_are_bounded_by_bytes() {
+        let span = |start: u64, len: u64| Span {
+            bytes: start..start + len,
+            groups: 0..1,
+        };
+        let mib = 1024 * 1024;
+        let spans = vec![
+            span(0, 3 * mib),
+            span(4 * mib, 3 * mib),
+            span(8 * mib, 3 * mib),
+            span(12 * mib, 9 * mib),
+            span(22 * mib, mib),
+        ];
+        let exact = waves(&spans, BlockReads::Exact);
+        let lens: Vec<usize> = exact.iter().map(|w| w.len()).collect();
+        assert_eq!(lens, vec![2, 1, 1, 1]);
+        assert_eq!(waves(&spans, BlockReads::Spans).len(), 1);
+    }
 }

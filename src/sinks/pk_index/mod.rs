@@ -144,6 +144,7 @@ use object_store::PutPayload;
 use object_store::{ObjectStore, ObjectStoreExt};
 
 use self::files::FileTable;
+pub use self::lookup::BlockReads;
 use self::manifest::{classify, manifest_path, run_path, Manifest, Name, RunEntry, FORMAT};
 use self::memory::Charges;
 pub use self::memory::IndexMemory;
@@ -301,6 +302,8 @@ pub struct PrimaryKeyIndex {
     merged: compaction::worker::MergeStats,
     /// The merge of runs running beside the index, if any (`compaction/background.rs`).
     merging: Option<compaction::background::Merging>,
+    /// How lookups read the blocks they miss (`lookup.rs`).
+    block_reads: BlockReads,
 }
 
 impl PrimaryKeyIndex {
@@ -416,6 +419,7 @@ impl PrimaryKeyIndex {
             obsolete: Vec::new(),
             merged: compaction::worker::MergeStats::default(),
             merging: None,
+            block_reads: BlockReads::default(),
         }
     }
 
@@ -455,6 +459,11 @@ impl PrimaryKeyIndex {
             }
         }
         Ok(())
+    }
+
+    /// How lookups read blocks from now on: [`BlockReads::Exact`] for an index on local disk.
+    pub fn set_block_reads(&mut self, reads: BlockReads) {
+        self.block_reads = reads;
     }
 
     /// Which table snapshot the persisted index reflects; `None` for a new index.

@@ -53,13 +53,14 @@ async fn check(index: &PrimaryKeyIndex, model: &Model, keyspace: u64) {
 /// operations), and lookups and applies go on meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn matches_a_hashmap_model_under_random_operations() {
-    for seed in [1u64, 42] {
+    for (seed, reads) in [(1u64, BlockReads::Spans), (42, BlockReads::Exact)] {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         let root = Path::from("wh/_cdcd/p/index/ns/t");
         // A tiny budget so flushes, evictions and compactions all happen.
         let mut index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
             .await
             .unwrap();
+        index.set_block_reads(reads);
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let keyspace = 3_000;
         let mut files: Vec<Arc<str>> = Vec::new();
@@ -112,6 +113,7 @@ async fn matches_a_hashmap_model_under_random_operations() {
                     index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 0)
                         .await
                         .unwrap();
+                    index.set_block_reads(reads);
                     assert_eq!(index.covered_snapshot(), Some(snapshot));
                 }
                 8 => {

@@ -38,7 +38,9 @@ use crate::sinks::iceberg::deletes::deletion_vector::DeletionVector;
 use crate::sinks::iceberg::files::decode::{decode, project};
 use crate::sinks::iceberg::files::manifest::{read, LiveFile, LiveFiles};
 use crate::sinks::iceberg::plan::{encode_keys, Plan};
-use crate::sinks::pk_index::{IndexChange, IndexError, IndexOp, PrimaryKeyIndex, RowLocation};
+use crate::sinks::pk_index::{
+    BlockReads, IndexChange, IndexError, IndexOp, PrimaryKeyIndex, RowLocation,
+};
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
@@ -99,7 +101,7 @@ impl TableIndex {
         let memory = crate::memory_budget::index_memory();
         let opened =
             PrimaryKeyIndex::open_as(Arc::clone(&store), root.clone(), &memory, epoch).await;
-        let index = match opened {
+        let mut index = match opened {
             Ok(index) => index,
             // Also a run the manifest names that is gone: rebuilt like any corruption, never
             // a standing error for every later commit.
@@ -111,6 +113,9 @@ impl TableIndex {
             }
             Err(e) => return Err(index_error(&table, e)),
         };
+        if warehouse.is_local_disk() {
+            index.set_block_reads(BlockReads::Exact);
+        }
         let keys_schema = TableChanges::keys_schema(schema);
         let codec = row_converter(&keys_schema).map_err(|source| SinkError::Arrow {
             context: format!("encoding the keys of {table}"),
