@@ -1,6 +1,6 @@
 //! The sequential cursor a merge reads a run with: entries in key order, a chunk of consecutive
 //! blocks per GET, and, when it stands at the first entry of a block, that whole block (bytes and
-//! meta) so the merge can copy it without decoding it (`merge.rs`).
+//! meta) so the merge can copy it without decoding it (`compaction/worker.rs`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
