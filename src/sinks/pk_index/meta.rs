@@ -7,8 +7,8 @@
 //!   range of live file ids it names, whether it holds a tombstone, and its own bloom filter
 //!   ("partitioned" filter: one per ~16 KiB data block, sized by that block's entry count). A
 //!   lookup finds the candidate block through the sparse index first, then probes only that
-//!   block's filter; a merge can copy a block and its filter verbatim (`compaction/worker.rs`), because
-//!   neither depends on anything else in the run.
+//!   block's filter; a merge can copy a block and its filter verbatim (`compaction/worker.rs`),
+//!   because neither depends on anything else in the run.
 //! - `CPKIRUN2`: per block first key and length; one blocked filter for the whole run.
 //! - `CPKIRUN1`: as `CPKIRUN2`, with a "spread" filter (`bloom::Layout::Spread`).
 //!

@@ -29,10 +29,10 @@
 //!   compared in full, never by hash, so there are no false matches;
 //! - data file paths are interned as `u32` ids (`files.rs`);
 //! - **compaction** (`compaction/`: `pick.rs` chooses, `worker.rs` merges, `background.rs` runs
-//!   the merge beside lookups and commits) merges runs size-tiered, so there are O(log n) runs, and
-//!   drops tombstones when the oldest run takes part; the merge (`compaction/worker.rs`) copies whole blocks
-//!   with their filters where runs do not overlap (most of an initial copy's runs), and decodes
-//!   and re-encodes entries only where they do;
+//!   the merge beside lookups and commits) merges runs size-tiered, so there are O(log n) runs,
+//!   and drops tombstones when the oldest run takes part; the merge copies whole blocks with
+//!   their filters where runs do not overlap (most of an initial copy's runs), and decodes and
+//!   re-encodes entries only where they do;
 //! - a **manifest** (`manifest.rs`), written create-if-absent with a rising sequence number, names
 //!   the live runs, the file table and the covered table snapshot. Superseded manifests are
 //!   deleted by [`PrimaryKeyIndex::open`]; runs no manifest names only once they are proven
