@@ -630,7 +630,10 @@ impl PrimaryKeyIndex {
 
     /// Forgets every key (table truncated, or a rebuild from scratch). Durable at the next persist.
     pub fn clear(&mut self) {
-        self.merging = None;
+        // Aborted; its run may be written already (compaction/background.rs).
+        if let Some(merging) = self.merging.take() {
+            self.obsolete.push(merging.run.clone());
+        }
         self.memtable.clear();
         self.files.clear();
         for run in self.runs.drain(..) {

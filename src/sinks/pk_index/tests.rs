@@ -716,3 +716,56 @@ async fn a_merge_of_many_interleaved_runs_keeps_the_newest_entry() {
         vec![Some(loc(&file, 1000 + runs - 1))]
     );
 }
+
+/// A truncate while a merge runs (or after it ended, not yet installed): the merge is dropped,
+/// its run is deleted with the cleared runs at the next persist, and nothing but the new
+/// manifest and its run is left on disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clear_beside_a_merge_leaves_no_run_behind() {
+    for wait_for_the_merge in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = local(&dir);
+        let root = Path::from("idx");
+        let mut index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 1 << 20)
+            .await
+            .unwrap();
+        let file: Arc<str> = Arc::from("f");
+        for (snapshot, range) in [(1, 0..5_000u64), (2, 5_000..10_000)] {
+            let keys: Vec<Vec<u8>> = range.map(key_of).collect();
+            index
+                .apply(keys.iter().map(|k| IndexChange {
+                    key: k,
+                    op: IndexOp::Upsert(loc(&file, 0)),
+                }))
+                .unwrap();
+            index.persist(snapshot).await.unwrap();
+        }
+        // Two runs of one size: the second persist started their merge.
+        let merge_run = index.merging.as_ref().map(|m| m.run.clone()).unwrap();
+        if wait_for_the_merge {
+            while !index.merging.as_ref().unwrap().task.is_finished() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            assert!(
+                store.head(&merge_run).await.is_ok(),
+                "the merge wrote its run"
+            );
+        }
+        index.clear();
+        index
+            .apply([IndexChange {
+                key: &key_of(1),
+                op: IndexOp::Upsert(loc(&file, 7)),
+            }])
+            .unwrap();
+        index.persist(3).await.unwrap();
+        index.finish_merge().await;
+        let left = names(&store, &root).await;
+        assert_eq!(left.len(), 2, "one manifest and one run: {left:?}");
+        assert!(store.head(&merge_run).await.is_err(), "{left:?}");
+        assert_eq!(
+            index.get_many(&[&key_of(1), &key_of(2)]).await.unwrap(),
+            vec![Some(loc(&file, 7)), None]
+        );
+    }
+}

@@ -19,20 +19,27 @@
 //!
 //! Bounds: a flush that finds more than twice `FLUSHED_RUNS` runs while a merge runs waits for it
 //! (an initial copy flushing faster than merges finish), so runs, and with them a lookup's
-//! probes, stay bounded. Dropping the index (or clearing it) aborts the merge; its unfinished run
-//! is never named by a manifest, and the next open removes it (module doc, "Two writers").
+//! probes, stay bounded. Dropping the index aborts the merge; its run, finished or not, is never
+//! named by a manifest, and the next open removes it (module doc, "Two writers"). Clearing the
+//! index (a truncate) aborts it too and queues its run for deletion after the next manifest: the
+//! merge may have ended already, and a run of a large table's index stayed on disk until a
+//! restart.
 
+use object_store::path::Path;
 use tokio::task::JoinHandle;
 
 use super::worker::Merged;
 use crate::sinks::pk_index::{IndexError, PrimaryKeyIndex, FLUSHED_RUNS};
 
-/// The merge running beside the index; aborted when dropped.
-pub(crate) struct Merging(JoinHandle<Result<Merged, IndexError>>);
+/// The merge running beside the index, and the run it writes; aborted when dropped.
+pub(crate) struct Merging {
+    pub(crate) task: JoinHandle<Result<Merged, IndexError>>,
+    pub(crate) run: Path,
+}
 
 impl Drop for Merging {
     fn drop(&mut self) {
-        self.0.abort();
+        self.task.abort();
     }
 }
 
@@ -48,13 +55,17 @@ impl PrimaryKeyIndex {
             return false;
         };
         let merge = self.plan_merge(from, take);
-        self.merging = Some(Merging(tokio::spawn(merge.run())));
+        let run = merge.path().clone();
+        self.merging = Some(Merging {
+            task: tokio::spawn(merge.run()),
+            run,
+        });
         true
     }
 
     /// Installs the running merge if it has ended (without waiting); returns whether one was.
     pub(in crate::sinks::pk_index) async fn take_ended_merge(&mut self) -> bool {
-        if !self.merging.as_ref().is_some_and(|m| m.0.is_finished()) {
+        if !self.merging.as_ref().is_some_and(|m| m.task.is_finished()) {
             return false;
         }
         self.finish_merge().await
@@ -67,7 +78,7 @@ impl PrimaryKeyIndex {
         let Some(mut merging) = self.merging.take() else {
             return false;
         };
-        let ended = (&mut merging.0).await;
+        let ended = (&mut merging.task).await;
         match ended {
             Ok(Ok(merged)) => {
                 self.install(merged);

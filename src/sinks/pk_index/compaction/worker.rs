@@ -83,6 +83,11 @@ pub(crate) struct Merged {
 }
 
 impl RunMerge {
+    /// Where the merged run is written.
+    pub(crate) fn path(&self) -> &object_store::path::Path {
+        &self.path
+    }
+
     /// Reads the inputs and writes the merged run; the index is not touched.
     pub(crate) async fn run(self) -> Result<Merged, IndexError> {
         let started = Instant::now();
@@ -210,8 +215,9 @@ impl PrimaryKeyIndex {
     }
 
     /// Puts a merged run in place of its inputs, which are deleted once a manifest no longer
-    /// names them (the caller's next manifest). Runs flushed since the merge began are newer and stay in front of it. A merge
-    /// whose inputs are no longer live together (the index was cleared meanwhile) is discarded.
+    /// names them (the caller's next manifest). Runs flushed since the merge began are newer and
+    /// stay in front of it. A merge whose inputs are no longer live together is discarded (only
+    /// a clear changes the runs beside a merge, and it drops the merge first: a safeguard).
     pub(in crate::sinks::pk_index) fn install(&mut self, merged: Merged) {
         let Merged {
             run,
@@ -219,14 +225,15 @@ impl PrimaryKeyIndex {
             stats,
             elapsed,
         } = merged;
-        let ids: Vec<u64> = inputs.iter().map(|r| r.id).collect();
-        let at = self.runs.iter().position(|r| Some(&r.id) == ids.first());
-        let in_place = at.is_some_and(|at| {
-            self.runs
-                .get(at..at + ids.len())
-                .is_some_and(|live| live.iter().map(|r| r.id).eq(ids.iter().copied()))
-        });
-        let Some(at) = at.filter(|_| in_place) else {
+        let ids = || inputs.iter().map(|r| r.id);
+        let at = (!inputs.is_empty())
+            .then(|| {
+                self.runs
+                    .windows(inputs.len())
+                    .position(|live| live.iter().map(|r| r.id).eq(ids()))
+            })
+            .flatten();
+        let Some(at) = at else {
             tracing::debug!(root = %self.root, run = run.id, "a merge of runs that are gone; its run is deleted");
             self.obsolete.push(run.path);
             return;
@@ -236,14 +243,14 @@ impl PrimaryKeyIndex {
         self.merged.entries_merged += stats.entries_merged;
         tracing::debug!(
             root = %self.root,
-            runs = ids.len(),
+            runs = inputs.len(),
             blocks_copied = stats.blocks_copied,
             entries_copied = stats.entries_copied,
             entries_merged = stats.entries_merged,
             elapsed_ms = elapsed.as_millis() as u64,
             "merged primary-key index runs"
         );
-        self.runs.splice(at..at + ids.len(), [Arc::new(run)]);
+        self.runs.splice(at..at + inputs.len(), [Arc::new(run)]);
         {
             let owner = self.charges.owner();
             let mut cache = self.charges.memory().cache();
