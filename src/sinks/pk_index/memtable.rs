@@ -151,6 +151,11 @@ impl MemTable {
         self.entries.is_empty()
     }
 
+    /// Entries inserted since the last clear (a key inserted twice counts twice).
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
     /// The newest entry of every key, in key order: what a flush writes.
     pub(crate) fn sorted(&self) -> impl Iterator<Item = (&[u8], Slot)> {
         // Each entry carries its key's prefix (sinks/key_prefix.rs): most comparisons are two

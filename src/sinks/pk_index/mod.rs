@@ -128,6 +128,7 @@ mod memory;
 mod memtable;
 
 mod meta;
+mod prepared;
 mod run;
 #[cfg(test)]
 mod tests;
@@ -150,6 +151,7 @@ use self::memory::Charges;
 pub use self::memory::IndexMemory;
 use self::memtable::{MemTable, Slot};
 use self::meta::RunMeta;
+pub use self::prepared::{InstallError, PreparedRuns, Reservation};
 use self::run::RunWriter;
 use crate::storage::{put_create, Created};
 
@@ -304,6 +306,8 @@ pub struct PrimaryKeyIndex {
     merging: Option<compaction::background::Merging>,
     /// How lookups read the blocks they miss (`lookup.rs`).
     block_reads: BlockReads,
+    /// This index in memory, for the runs prepared beside it (`prepared.rs`).
+    owner: prepared::Owner,
 }
 
 impl PrimaryKeyIndex {
@@ -420,6 +424,7 @@ impl PrimaryKeyIndex {
             merged: compaction::worker::MergeStats::default(),
             merging: None,
             block_reads: BlockReads::default(),
+            owner: prepared::Owner::new_instance(),
         }
     }
 
@@ -630,6 +635,8 @@ impl PrimaryKeyIndex {
 
     /// Forgets every key (table truncated, or a rebuild from scratch). Durable at the next persist.
     pub fn clear(&mut self) {
+        // Runs prepared before the clear name files and keys it forgot.
+        self.owner.generation += 1;
         // Aborted; its run may be written already (compaction/background.rs).
         if let Some(merging) = self.merging.take() {
             self.obsolete.push(merging.run.clone());

@@ -119,6 +119,22 @@ async fn matches_a_hashmap_model_under_random_operations() {
                 8 => {
                     index.finish_merge().await;
                 }
+                9 if files.len() > 2 => {
+                    snapshot += 1;
+                    let (kept, out) = (files.len() - 2, next_file);
+                    next_file += 1;
+                    index = rewrite_through_prepared_runs(
+                        index,
+                        (&store, &root, reads),
+                        &mut model,
+                        &mut rng,
+                        files.split_off(kept),
+                        format!("s3://wh/ns/t/data/{out}.parquet"),
+                        snapshot,
+                    )
+                    .await;
+                    files.push(Arc::from(format!("s3://wh/ns/t/data/{out}.parquet")));
+                }
                 _ => {}
             }
             if step % 25 == 0 {
@@ -131,6 +147,97 @@ async fn matches_a_hashmap_model_under_random_operations() {
         let (runs, _) = index.stats();
         assert!(runs <= 16, "compaction keeps runs logarithmic: {runs}");
     }
+}
+
+/// A data-file compaction as the sink runs it (`prepared.rs`): the live keys of `inputs` move
+/// to `output`, their runs written beside the index while commits go on (some of them delete or
+/// move rewritten keys: those get their current entry back on top), then installed, or (an
+/// index reopened or cleared meanwhile) discarded and applied the old way. Snapshot `snapshot`.
+async fn rewrite_through_prepared_runs(
+    mut index: PrimaryKeyIndex,
+    (store, root, reads): (&Arc<dyn ObjectStore>, &Path, BlockReads),
+    model: &mut Model,
+    rng: &mut Rng,
+    inputs: Vec<Arc<str>>,
+    output: String,
+    snapshot: i64,
+) -> PrimaryKeyIndex {
+    let output: Arc<str> = Arc::from(output);
+    let mut moved: Vec<Vec<u8>> = model
+        .iter()
+        .filter(|(_, l)| inputs.contains(&l.file))
+        .map(|(k, _)| k.clone())
+        .collect();
+    moved.sort();
+    let mut reservation = index
+        .reserve_runs_of(&[&output], moved.len() as u64, 1 + rng.below(64) as usize)
+        .await
+        .unwrap();
+    for (position, k) in moved.iter().enumerate() {
+        reservation.add(0, k, position as u64).await.unwrap();
+    }
+    let prepared = reservation.finish().await.unwrap();
+    // Commits meanwhile: a third of the moved keys deleted or updated into a new file.
+    let newer: Arc<str> = Arc::from(format!("{output}.newer"));
+    let mut touched = Vec::new();
+    for k in &moved {
+        if rng.below(3) != 0 {
+            continue;
+        }
+        let op = if rng.below(2) == 0 {
+            model.remove(k);
+            IndexOp::Remove
+        } else {
+            let l = loc(&newer, rng.below(1 << 20));
+            model.insert(k.clone(), l.clone());
+            IndexOp::Upsert(l)
+        };
+        index.apply([IndexChange { key: k, op }]).unwrap();
+        touched.push(k.clone());
+    }
+    match rng.below(4) {
+        0 => {
+            index.persist(snapshot - 1).await.unwrap();
+            index = PrimaryKeyIndex::open(Arc::clone(store), root.clone(), 0)
+                .await
+                .unwrap();
+            index.set_block_reads(reads);
+        }
+        1 => index.flush().await.unwrap(),
+        _ => {}
+    }
+    // The commit: the keys touched meanwhile keep their current entry, the rest move.
+    let refs: Vec<&[u8]> = touched.iter().map(|k| k.as_slice()).collect();
+    let current = index.get_many(&refs).await.unwrap();
+    match index.install_prepared(prepared).await {
+        Ok(()) => {}
+        Err(InstallError::NotOurs(prepared)) => {
+            prepared.discard().await;
+            let rows: Vec<(&[u8], Option<u64>)> = moved
+                .iter()
+                .enumerate()
+                .filter(|(_, k)| !touched.contains(k))
+                .map(|(p, k)| (k.as_slice(), Some(p as u64)))
+                .collect();
+            index.apply_file(&output, rows).unwrap();
+        }
+        Err(InstallError::Index(e)) => panic!("{e}"),
+    }
+    index
+        .apply(refs.iter().zip(current).map(|(k, now)| IndexChange {
+            key: k,
+            op: now.map_or(IndexOp::Remove, IndexOp::Upsert),
+        }))
+        .unwrap();
+    index.remove_files(inputs.iter().map(|f| &**f));
+    for (position, k) in moved.iter().enumerate() {
+        if !touched.contains(k) {
+            model.insert(k.clone(), loc(&output, position as u64));
+        }
+    }
+    model.retain(|_, l| !inputs.contains(&l.file));
+    index.persist(snapshot).await.unwrap();
+    index
 }
 
 fn local(dir: &tempfile::TempDir) -> Arc<dyn ObjectStore> {

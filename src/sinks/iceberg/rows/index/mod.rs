@@ -44,7 +44,9 @@ use crate::sinks::pk_index::{
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
+mod moved;
 mod slot;
+pub(crate) use moved::RewriteRuns;
 pub(crate) use slot::IndexSlot;
 
 /// Changes handed to the index between checks of its memtable budget.

@@ -16,12 +16,13 @@ use arrow_array::RecordBatch;
 use iceberg::spec::TableMetadata;
 use tokio::task::JoinHandle;
 
-use super::RewrittenOutput;
 use super::TableIndex;
+use super::{RewriteRuns, RewrittenOutput};
 use crate::changelog::{TableChanges, TableSchema};
 use crate::sinks::iceberg::deletes::commit_vectors::LiveDvs;
 use crate::sinks::iceberg::files::manifest::LiveFiles;
 use crate::sinks::iceberg::plan::Plan;
+use crate::sinks::pk_index::PreparedRuns;
 use crate::sinks::SinkError;
 use crate::storage::Warehouse;
 
@@ -134,8 +135,31 @@ impl IndexSlot {
         self.index.as_ref().map(TableIndex::key_names)
     }
 
+    /// Reserves the runs of a compaction's moved keys (`rows` rows into `outputs`), to write
+    /// without the table's lock ([`TableIndex::reserve_rewrite`]); `None` when the index is not
+    /// ready, or after an index error (logged; the index is dropped as after a failed update,
+    /// and the compaction's commit moves nothing: the next commit replays it).
+    pub(crate) async fn reserve_rewrite(
+        &mut self,
+        outputs: &[&str],
+        rows: u64,
+    ) -> Option<RewriteRuns> {
+        self.settle().await;
+        let index = self.index.as_mut()?;
+        match index.reserve_rewrite(outputs, rows).await {
+            Ok(runs) => Some(runs),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot reserve the primary-key index runs of a compaction; the index will be caught up from the table at the next commit");
+                self.index = None;
+                None
+            }
+        }
+    }
+
     /// After a compaction snapshot `snapshot_id` was published on top of `parent`: moves the
-    /// rewritten keys (see [`TableIndex::record_rewrite`]) if the index covers `parent`. An index
+    /// rewritten keys (see [`TableIndex::record_rewrite`]) if the index covers `parent`, by
+    /// installing `prepared` (their runs, written beforehand: [`TableIndex::record_prepared_rewrite`])
+    /// when there are some. An index
     /// covering anything else, or one the update failed on, is dropped: the next commit reopens
     /// it and replays the compaction's files from the table (index.rs, recovery), which is as
     /// correct, only slower. Never fails: the snapshot is durable.
@@ -147,23 +171,48 @@ impl IndexSlot {
         parent: Option<i64>,
         removed: &[&str],
         outputs: Option<&[RewrittenOutput<'_>]>,
+        prepared: Option<PreparedRuns>,
         snapshot_id: i64,
     ) {
         self.settle().await;
-        let Some(mut index) = self.index.take() else {
-            return;
-        };
-        let Some(outputs) = outputs else {
+        let index = self.index.take();
+        let (Some(mut index), Some(outputs)) = (index, outputs) else {
+            discard(prepared).await;
             return;
         };
         if index.covers() != parent {
+            discard(prepared).await;
             return;
         }
-        match index.record_rewrite(removed, outputs, snapshot_id).await {
+        let recorded = match prepared {
+            Some(prepared) => {
+                index
+                    .record_prepared_rewrite(removed, outputs, prepared, snapshot_id)
+                    .await
+            }
+            None => index.record_rewrite(removed, outputs, snapshot_id).await,
+        };
+        match recorded {
             Ok(()) => self.index = Some(index),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot move the rewritten keys in the primary-key index; it will be caught up from the table at the next commit");
             }
         }
+    }
+
+    /// A compaction that prepared runs did not commit: deletes them, and forgets its `outputs`
+    /// (their paths were interned when the runs were reserved).
+    pub(crate) async fn forget_rewrite(&mut self, prepared: PreparedRuns, outputs: &[&str]) {
+        self.settle().await;
+        if let Some(index) = self.index.as_mut() {
+            index.forget_files(outputs);
+        }
+        prepared.discard().await;
+    }
+}
+
+async fn discard(prepared: Option<PreparedRuns>) {
+    if let Some(prepared) = prepared {
+        prepared.discard().await;
     }
 }
