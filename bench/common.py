@@ -31,6 +31,22 @@ def rss_peak_kib(pid):
     return _status_kib(pid, "VmHWM")
 
 
+def object_store_requests(port):
+    """cdcd_object_store_requests_total by op (put, get, head, list, delete, copy) from cdcd's /metrics on
+    `port`; {} when it does not answer."""
+    import urllib.request
+    try:
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=2).read().decode()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r'cdcd_object_store_requests_total\{.*op="([a-z]+)".*\} ([0-9.e+]+)$', line)
+        if m:
+            out[m.group(1)] = out.get(m.group(1), 0) + float(m.group(2))
+    return out
+
+
 def iceberg_summary(table_dir):
     """The summary of the current snapshot of an Iceberg table written by cdcd, or None."""
     meta = os.path.join(table_dir, "metadata")

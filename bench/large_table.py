@@ -14,7 +14,9 @@ What it does and prints:
      restarted, the time until its first commit of a change made after the restart;
   5. pgbench TPC-B unthrottled (--clients) for --seconds while a marker transaction every 200 ms updates one
      account and records its commit LSN and wall time, and a poller notes when the accounts table's committed
-     `cdcd.position` covers it: tps, lag p50/p99, cdcd's CPU (cores) and peak RSS over the whole run;
+     `cdcd.position` covers it: tps, lag p50/p99 (and per minute, with cdcd's highest RSS in that minute),
+     cdcd's CPU (cores), peak RSS over the whole run, and object-store requests per minute by kind
+     (`cdcd_object_store_requests_total`);
   6. with --check, pgbench_branches and pgbench_tellers equal to the source (tests/support/lakecheck.py);
      --check-accounts adds the large table (minutes at scale 1000).
 
@@ -190,6 +192,7 @@ listen = "127.0.0.1:%d"
         done = threading.Event()
         markers = []  # [commit wall time, lsn, covered time or None]
         gauge = []
+        rss = []  # [time, VmRSS KiB], once a second
 
         def mark():
             conn = psycopg2.connect(self.url)
@@ -217,10 +220,14 @@ listen = "127.0.0.1:%d"
                     lag = self.lag_gauge()
                     if lag is not None:
                         gauge.append(lag)
+                    kib = common.rss_kib(self.cdcd.pid)
+                    if kib is not None and not done.is_set():
+                        rss.append((now, kib))
                 time.sleep(0.05)
 
         threads = [threading.Thread(target=mark), threading.Thread(target=poll)]
         cpu0 = common.cpu_seconds(self.cdcd.pid)
+        requests0 = common.object_store_requests(self.port)
         started = time.time()
         stop_at = started + a.seconds
         for t in threads:
@@ -228,6 +235,7 @@ listen = "127.0.0.1:%d"
         tps = self.pgbench(a.seconds)
         elapsed = time.time() - started
         cpu1 = common.cpu_seconds(self.cdcd.pid)
+        requests1 = common.object_store_requests(self.port)
         done.set()
         for t in threads:
             t.join()
@@ -239,8 +247,10 @@ listen = "127.0.0.1:%d"
         for minute in range(int(elapsed // 60) + 1):
             lo = started + 60 * minute
             window = sorted(m[2] - m[0] for m in markers if m[2] is not None and lo <= m[0] < lo + 60)
+            held = [kib for t, kib in rss if lo <= t < lo + 60]
             if window:
-                minutes.append((minute, common.percentile_ms(window, 0.5), common.percentile_ms(window, 0.99)))
+                minutes.append((minute, common.percentile_ms(window, 0.5), common.percentile_ms(window, 0.99),
+                                max(held, default=0) / 1024))
         return {
             "minutes": minutes,
             "tps": tps,
@@ -250,6 +260,7 @@ listen = "127.0.0.1:%d"
             "uncovered": sum(1 for m in markers if m[2] is None),
             "gauge_p99": common.percentile_ms(gauge, 0.99),
             "cpu": ((cpu1 or 0) - (cpu0 or 0)) / elapsed,
+            "requests_min": {op: (n - requests0.get(op, 0)) / elapsed * 60 for op, n in requests1.items()},
         }
 
     def check_equal(self, tables):
@@ -336,7 +347,11 @@ def main():
         print("lag: p50 %.0f ms, p99 %.0f ms (%d markers, %d not committed within 120 s of the end); "
               "cdcd_source_lag_seconds p99 %.0f ms" % (r["lag_p50"], r["lag_p99"], r["markers"], r["uncovered"],
                                                        r["gauge_p99"]))
-        print("lag by minute of the run (p50/p99 ms): " + ", ".join("%d: %.0f/%.0f" % m for m in r["minutes"]))
+        print("by minute of the run, lag p50/p99 ms and cdcd's highest RSS MiB: "
+              + ", ".join("%d: %.0f/%.0f, %.0f MiB" % m for m in r["minutes"]))
+        print("object-store requests per minute while streaming: " + (", ".join(
+            "%s %.0f" % (op.upper(), n) for op, n in sorted(r["requests_min"].items(), key=lambda kv: -kv[1]))
+            or "none counted"))
         print("cdcd: CPU %.2f cores while streaming; peak RSS over the run %.0f MiB (after the restart)"
               % (r["cpu"], (common.rss_peak_kib(b.cdcd.pid) or 0) / 1024), flush=True)
         ok = True

@@ -30,7 +30,6 @@ Nothing here is asserted: it prints figures for docs/performance.md.
 import argparse
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -152,16 +151,7 @@ listen = "127.0.0.1:%d"
 
     def requests(self):
         """cdcd_object_store_requests_total by op (put, get, head, list, delete, copy)."""
-        try:
-            text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.port, timeout=2).read().decode()
-        except OSError:
-            return {}
-        out = {}
-        for l in text.splitlines():
-            m = re.match(r'cdcd_object_store_requests_total\{.*op="([a-z]+)".*\} ([0-9.e+]+)$', l)
-            if m:
-                out[m.group(1)] = out.get(m.group(1), 0) + float(m.group(2))
-        return out
+        return common.object_store_requests(self.port)
 
     def files_since(self, since):
         """Files under the warehouse written since `since` (and still there), by kind."""
