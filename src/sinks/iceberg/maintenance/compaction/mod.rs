@@ -177,11 +177,12 @@ impl<'a> RewriteDataFiles<'a> {
         drop(guard);
         let chose = started.elapsed();
         let written = chosen.rewrite.write(keys).await?;
+        let rewrote = started.elapsed();
         let mut prepared = match keys {
             Some(_) => self.prepare_index(&written).await,
             None => None,
         };
-        let rewrote = started.elapsed();
+        let prepared_at = started.elapsed();
         meanwhile.await;
         let mut guard = slot.lock().await;
         let locked = Instant::now();
@@ -194,13 +195,14 @@ impl<'a> RewriteDataFiles<'a> {
             guard.index.forget_rewrite(prepared, &outputs).await;
         }
         let committed = committed?;
-        // Where a compaction's time goes, and how long it held the table's commits (the choice
-        // and the commit, which includes the index's move of the rewritten keys).
+        // Where a compaction's time goes, and how long it held the table's commits (the choice,
+        // the index runs' reservation, and the commit, which installs them).
         if let Some((_, index_moved)) = &committed {
             tracing::info!(
                 table = %self.table,
                 choose_ms = chose.as_millis() as u64,
                 rewrite_ms = (rewrote - chose).as_millis() as u64,
+                index_runs_ms = (prepared_at - rewrote).as_millis() as u64,
                 commit_ms = locked.elapsed().as_millis() as u64,
                 index_ms = index_moved.as_millis() as u64,
                 "compaction phases"
