@@ -726,12 +726,23 @@ impl PrimaryKeyIndex {
 
     /// Best effort: a file left behind here is a leftover the next open removes.
     async fn delete_obsolete(&mut self) {
-        for path in std::mem::take(&mut self.obsolete) {
-            match self.store.delete(&path).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => {
-                    tracing::warn!(path = %path, error = %e, "cannot delete an obsolete primary-key index file")
-                }
+        let obsolete = std::mem::take(&mut self.obsolete);
+        delete_files(&self.store, obsolete.iter(), "obsolete").await;
+    }
+}
+
+/// Deletes index files (`what` they are, for the log), best effort: a file already gone is
+/// deleted, and one left behind is an orphan the next open removes.
+async fn delete_files(
+    store: &Arc<dyn ObjectStore>,
+    paths: impl Iterator<Item = &Path>,
+    what: &str,
+) {
+    for path in paths {
+        match store.delete(path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => {
+                tracing::warn!(path = %path, error = %e, "cannot delete a primary-key index file ({what})")
             }
         }
     }

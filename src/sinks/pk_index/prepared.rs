@@ -28,13 +28,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
+use object_store::ObjectStore;
 
 use super::manifest::run_path;
 use super::memtable::{MemTable, Slot};
 use super::meta::RunMeta;
 use super::run::RunWriter;
-use super::{IndexError, PrimaryKeyIndex};
+use super::{delete_files, IndexError, PrimaryKeyIndex};
 
 /// Entries per prepared run: bounds the memory that sorts them (~50 bytes an entry with its
 /// key and sort slot, so ~50 MiB) whatever the rewrite's size.
@@ -123,7 +123,12 @@ impl Reservation {
 
     /// Deletes the runs written so far (the rest of the rewrite failed).
     pub async fn discard(self) {
-        delete_runs(&self.store, self.written.iter().map(|r| &r.path)).await;
+        delete_files(
+            &self.store,
+            self.written.iter().map(|r| &r.path),
+            "prepared run",
+        )
+        .await;
     }
 
     async fn write_run(&mut self) -> Result<(), IndexError> {
@@ -218,19 +223,12 @@ impl PrimaryKeyIndex {
 impl PreparedRuns {
     /// Deletes the runs (the compaction did not commit, or its index is gone).
     pub async fn discard(self) {
-        delete_runs(&self.store, self.runs.iter().map(|r| &r.path)).await;
-    }
-}
-
-/// Best effort: a run left behind is an orphan the next open removes.
-async fn delete_runs(store: &Arc<dyn ObjectStore>, paths: impl Iterator<Item = &Path>) {
-    for path in paths {
-        match store.delete(path).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => {
-                tracing::warn!(path = %path, error = %e, "cannot delete a prepared primary-key index run")
-            }
-        }
+        delete_files(
+            &self.store,
+            self.runs.iter().map(|r| &r.path),
+            "prepared run",
+        )
+        .await;
     }
 }
 

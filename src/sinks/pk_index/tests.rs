@@ -123,7 +123,8 @@ async fn matches_a_hashmap_model_under_random_operations() {
                     snapshot += 1;
                     let (kept, out) = (files.len() - 2, next_file);
                     next_file += 1;
-                    index = rewrite_through_prepared_runs(
+                    let holding;
+                    (index, holding) = rewrite_through_prepared_runs(
                         index,
                         (&store, &root, reads),
                         &mut model,
@@ -133,7 +134,7 @@ async fn matches_a_hashmap_model_under_random_operations() {
                         snapshot,
                     )
                     .await;
-                    files.push(Arc::from(format!("s3://wh/ns/t/data/{out}.parquet")));
+                    files.extend(holding);
                 }
                 _ => {}
             }
@@ -152,7 +153,9 @@ async fn matches_a_hashmap_model_under_random_operations() {
 /// A data-file compaction as the sink runs it (`prepared.rs`): the live keys of `inputs` move
 /// to `output`, their runs written beside the index while commits go on (some of them delete or
 /// move rewritten keys: those get their current entry back on top), then installed, or (an
-/// index reopened or cleared meanwhile) discarded and applied the old way. Snapshot `snapshot`.
+/// index reopened or cleared meanwhile) discarded and applied the old way, or (the compaction
+/// went stale) discarded with nothing moved. Snapshot `snapshot`. Returns the index and the
+/// files that hold the rewritten rows now (the output, or the inputs when nothing moved).
 async fn rewrite_through_prepared_runs(
     mut index: PrimaryKeyIndex,
     (store, root, reads): (&Arc<dyn ObjectStore>, &Path, BlockReads),
@@ -161,7 +164,7 @@ async fn rewrite_through_prepared_runs(
     inputs: Vec<Arc<str>>,
     output: String,
     snapshot: i64,
-) -> PrimaryKeyIndex {
+) -> (PrimaryKeyIndex, Vec<Arc<str>>) {
     let output: Arc<str> = Arc::from(output);
     let mut moved: Vec<Vec<u8>> = model
         .iter()
@@ -169,6 +172,7 @@ async fn rewrite_through_prepared_runs(
         .map(|(k, _)| k.clone())
         .collect();
     moved.sort();
+    let first_prepared = index.next_run_id;
     let mut reservation = index
         .reserve_runs_of(&[&output], moved.len() as u64, 1 + rng.below(64) as usize)
         .await
@@ -177,6 +181,7 @@ async fn rewrite_through_prepared_runs(
         reservation.add(0, k, position as u64).await.unwrap();
     }
     let prepared = reservation.finish().await.unwrap();
+    let reserved = first_prepared..index.next_run_id;
     // Commits meanwhile: a third of the moved keys deleted or updated into a new file.
     let newer: Arc<str> = Arc::from(format!("{output}.newer"));
     let mut touched = Vec::new();
@@ -195,7 +200,8 @@ async fn rewrite_through_prepared_runs(
         index.apply([IndexChange { key: k, op }]).unwrap();
         touched.push(k.clone());
     }
-    match rng.below(4) {
+    let reopened = rng.below(4) == 0;
+    match if reopened { 0 } else { 1 + rng.below(3) } {
         0 => {
             index.persist(snapshot - 1).await.unwrap();
             index = PrimaryKeyIndex::open(Arc::clone(store), root.clone(), 0)
@@ -205,6 +211,14 @@ async fn rewrite_through_prepared_runs(
         }
         1 => index.flush().await.unwrap(),
         _ => {}
+    }
+    if rng.below(5) == 0 {
+        // Stale: the runs are deleted and the output forgotten, as `forget_rewrite` does.
+        prepared.discard().await;
+        index.remove_files([&*output]);
+        index.persist(snapshot).await.unwrap();
+        assert_no_prepared_run_left(&index, store, root, reserved, reopened).await;
+        return (index, inputs);
     }
     // The commit: the keys touched meanwhile keep their current entry, the rest move.
     let refs: Vec<&[u8]> = touched.iter().map(|k| k.as_slice()).collect();
@@ -237,7 +251,35 @@ async fn rewrite_through_prepared_runs(
     }
     model.retain(|_, l| !inputs.contains(&l.file));
     index.persist(snapshot).await.unwrap();
-    index
+    assert_no_prepared_run_left(&index, store, root, reserved, reopened).await;
+    (index, vec![output])
+}
+
+/// Installed or discarded, no run of ids `reserved` is left that no manifest names.
+async fn assert_no_prepared_run_left(
+    index: &PrimaryKeyIndex,
+    store: &Arc<dyn ObjectStore>,
+    root: &Path,
+    reserved: std::ops::Range<u64>,
+    reopened: bool,
+) {
+    let named: Vec<&Path> = index.runs.iter().map(|r| &r.path).collect();
+    let on_store: Vec<Path> = store
+        .list(Some(root))
+        .map_ok(|m| m.location)
+        .try_collect()
+        .await
+        .unwrap();
+    for path in on_store {
+        if let Some(Name::Run(id)) = path.filename().map(classify) {
+            if reserved.contains(&id) {
+                assert!(
+                    named.contains(&&path),
+                    "{path} is named by no manifest (reopened: {reopened})"
+                );
+            }
+        }
+    }
 }
 
 fn local(dir: &tempfile::TempDir) -> Arc<dyn ObjectStore> {
