@@ -6,6 +6,7 @@
 //! table. How the missing blocks are read depends on the store ([`BlockReads`]).
 
 use std::ops::Range;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use object_store::ObjectStoreExt;
@@ -24,11 +25,15 @@ pub enum BlockReads {
     #[default]
     Spans,
     /// Exactly the wanted blocks (adjacent ones together), a wave of up to
-    /// `LOOKUP_SPAN * LOOKUP_PARALLEL` bytes per `get_ranges` call (on local disk: one open and
-    /// positioned reads). Local disk, where the bytes cost more than the requests: a batch of
+    /// `LOOKUP_SPAN * LOOKUP_PARALLEL` bytes at a time, shared out over [`LOOKUP_PARALLEL`]
+    /// `get_ranges` calls at once (on local disk: each one open and positioned reads on a
+    /// blocking thread). Local disk, where the bytes cost more than the requests: a batch of
     /// random keys wants about one block in seven of a large run, and spans read the whole run
     /// (~1 GB for 100M keys) at every commit, which took 0.6-1.8 s of a 9,000-row commit
-    /// (docs/performance.md, "A 100M-row table").
+    /// (docs/performance.md, "A 100M-row table"). The calls run at once because a read that
+    /// misses the page cache waits for the disk and then for a CPU: on a machine busy with the
+    /// database beside cdcd, ~3,600 blocks read one after another took 280 ms (p50) to 1 s of
+    /// each commit of that table, the largest part of its commit.
     Exact,
 }
 
@@ -36,6 +41,7 @@ impl PrimaryKeyIndex {
     /// The current locations of `keys`, in order (`None`: the key has no row).
     /// Reads at most one block per run per distinct block wanted; cancel safe (reads only).
     pub async fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<RowLocation>>, IndexError> {
+        let mut stats = LookupStats::start();
         let mut out = vec![None; keys.len()];
         let hashes: Vec<u64> = keys.iter().map(|k| key_hash(k)).collect();
         let mut pending = Vec::new();
@@ -68,6 +74,7 @@ impl PrimaryKeyIndex {
                 }
             }
             need.sort_unstable();
+            stats.runs += 1;
             let mut misses = Vec::new();
             {
                 let owner = self.charges.owner();
@@ -77,13 +84,18 @@ impl PrimaryKeyIndex {
                         continue;
                     };
                     match cache.get((owner, run.id, block)) {
-                        Some(bytes) => self.resolve_in(run, &bytes, group, &mut r)?,
+                        Some(bytes) => {
+                            stats.cached_blocks += 1;
+                            self.resolve_in(run, &bytes, group, &mut r)?
+                        }
                         None => misses.push(group),
                     }
                 }
             }
             let spans = spans(run, &misses, self.block_reads);
+            stats.read_blocks += misses.len();
             for wave in waves(&spans, self.block_reads) {
+                let reading = Instant::now();
                 let fetched =
                     self.read_wave(run, wave)
                         .await
@@ -91,6 +103,7 @@ impl PrimaryKeyIndex {
                             path: run.path.to_string(),
                             source,
                         })?;
+                stats.read(reading);
                 for (span, bytes) in wave.iter().zip(fetched) {
                     for group in misses.get(span.groups.clone()).unwrap_or_default() {
                         let Some(&(block, _)) = group.first() else {
@@ -106,6 +119,7 @@ impl PrimaryKeyIndex {
             }
             pending = std::mem::take(&mut r.next);
         }
+        stats.log(keys.len());
         Ok(r.out)
     }
 
@@ -125,7 +139,12 @@ impl PrimaryKeyIndex {
             }
             BlockReads::Exact => {
                 let ranges: Vec<Range<u64>> = wave.iter().map(|s| s.bytes.clone()).collect();
-                self.store.get_ranges(&run.path, &ranges).await
+                let share = ranges.len().div_ceil(LOOKUP_PARALLEL).max(1);
+                let reads = ranges
+                    .chunks(share)
+                    .map(|part| self.store.get_ranges(&run.path, part));
+                let parts = futures::future::try_join_all(reads).await?;
+                Ok(parts.into_iter().flatten().collect())
             }
         }
     }
@@ -152,6 +171,50 @@ impl PrimaryKeyIndex {
             }
         }
         Ok(())
+    }
+}
+
+/// What one batch lookup did, logged at debug level (`CDCD_LOG=cdcd::sinks::pk_index::lookup=debug`):
+/// the commits of a 100M-row table spent most of their time here (docs/performance.md).
+struct LookupStats {
+    started: Instant,
+    /// Runs whose blocks were searched (a key found in a newer run skips the older ones).
+    runs: usize,
+    cached_blocks: usize,
+    read_blocks: usize,
+    waves: usize,
+    reading: Duration,
+}
+
+impl LookupStats {
+    fn start() -> LookupStats {
+        LookupStats {
+            started: Instant::now(),
+            runs: 0,
+            cached_blocks: 0,
+            read_blocks: 0,
+            waves: 0,
+            reading: Duration::ZERO,
+        }
+    }
+
+    /// A wave read since `since` arrived.
+    fn read(&mut self, since: Instant) {
+        self.waves += 1;
+        self.reading += since.elapsed();
+    }
+
+    fn log(&self, keys: usize) {
+        tracing::debug!(
+            keys,
+            runs = self.runs,
+            cached_blocks = self.cached_blocks,
+            read_blocks = self.read_blocks,
+            waves = self.waves,
+            read_ms = self.reading.as_secs_f64() * 1000.0,
+            total_ms = self.started.elapsed().as_secs_f64() * 1000.0,
+            "index lookup"
+        );
     }
 }
 
@@ -254,14 +317,19 @@ mod tests {
     use object_store::memory::InMemory;
     use object_store::path::Path;
     use object_store::ObjectStore;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
     use crate::sinks::pk_index::IndexChange;
     use crate::sinks::pk_index::IndexOp;
+    use crate::storage::layer::{Layer, Layered, Request, Sent};
 
     /// A run of 200,000 keys over many blocks, persisted.
     async fn one_run() -> PrimaryKeyIndex {
-        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        one_run_in(Arc::new(InMemory::new())).await
+    }
+
+    async fn one_run_in(store: Arc<dyn ObjectStore>) -> PrimaryKeyIndex {
         let mut index = PrimaryKeyIndex::open(store, Path::from("idx"), 1 << 24)
             .await
             .unwrap();
@@ -315,6 +383,77 @@ mod tests {
         let exact = index.get_many(&refs).await.unwrap();
         assert_eq!(by_spans, exact);
         assert!(exact.iter().all(|l| l.is_some()));
+    }
+
+    /// A store that counts the `get_ranges` calls in flight, each held a moment so that calls
+    /// sent together overlap.
+    #[derive(Debug, Default)]
+    struct InFlight {
+        store: InMemory,
+        now: AtomicUsize,
+        most: AtomicUsize,
+    }
+
+    impl std::fmt::Display for InFlight {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("in-flight counter")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Layer for Arc<InFlight> {
+        fn inner(&self) -> &dyn ObjectStore {
+            &self.store
+        }
+
+        async fn send<T: Send>(
+            &self,
+            request: Request<'_>,
+            sent: Sent<'_, T>,
+        ) -> object_store::Result<T> {
+            if !matches!(request, Request::GetRanges { .. }) {
+                return sent.await;
+            }
+            let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            let answer = sent.await;
+            self.now.fetch_sub(1, Ordering::SeqCst);
+            answer
+        }
+    }
+
+    /// Exact reads of many blocks (none adjacent: a key every ~3 blocks) go out as several `get_ranges` calls at once (a read that
+    /// misses the page cache waits for the disk; one after another they held a 100M-row table's
+    /// commits for up to a second), and answer as the spans do.
+    #[tokio::test]
+    async fn exact_reads_of_many_blocks_run_at_once() {
+        let counter = Arc::new(InFlight::default());
+        let store: Arc<dyn ObjectStore> = Arc::new(Layered(Arc::clone(&counter)));
+        let mut index = one_run_in(store).await;
+        let run = Arc::clone(&index.runs[0]);
+        let keys: Vec<[u8; 8]> = (0..200_000u64)
+            .step_by(3_001)
+            .map(|k| k.to_be_bytes())
+            .collect();
+        let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+        let by_spans = index.get_many(&refs).await.unwrap();
+        index.set_block_reads(BlockReads::Exact);
+        index
+            .charges
+            .memory()
+            .cache()
+            .forget_run(index.charges.owner(), run.id);
+        counter.most.store(0, Ordering::SeqCst);
+        let exact = index.get_many(&refs).await.unwrap();
+        assert_eq!(by_spans, exact);
+        assert!(exact.iter().all(|l| l.is_some()));
+        assert_eq!(
+            counter.most.load(Ordering::SeqCst),
+            LOOKUP_PARALLEL,
+            "exact reads of {} blocks",
+            keys.len()
+        );
     }
 
     /// Exact waves hold at most `LOOKUP_SPAN * LOOKUP_PARALLEL` bytes (one span alone may be
