@@ -348,6 +348,26 @@ mod tests {
         index
     }
 
+    /// Looks `keys` up by spans, then (after `between`) by exact reads with the run's blocks out
+    /// of the cache, and checks that both find every key at the same place.
+    async fn spans_then_exact(
+        index: &mut PrimaryKeyIndex,
+        keys: &[[u8; 8]],
+        between: impl FnOnce(),
+    ) {
+        let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+        let by_spans = index.get_many(&refs).await.unwrap();
+        index.set_block_reads(BlockReads::Exact);
+        let owner = index.charges.owner();
+        for run in &index.runs {
+            index.charges.memory().cache().forget_run(owner, run.id);
+        }
+        between();
+        let exact = index.get_many(&refs).await.unwrap();
+        assert_eq!(by_spans, exact);
+        assert!(exact.iter().all(|l| l.is_some()));
+    }
+
     /// Blocks 0, 5, 6 and 20 wanted: spans read the blocks between them too, exact reads only
     /// the wanted ones (5 and 6 together), and both find the same keys.
     #[tokio::test]
@@ -372,17 +392,7 @@ mod tests {
             .step_by(97)
             .map(|k| k.to_be_bytes())
             .collect();
-        let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
-        let by_spans = index.get_many(&refs).await.unwrap();
-        index.set_block_reads(BlockReads::Exact);
-        index
-            .charges
-            .memory()
-            .cache()
-            .forget_run(index.charges.owner(), run.id);
-        let exact = index.get_many(&refs).await.unwrap();
-        assert_eq!(by_spans, exact);
-        assert!(exact.iter().all(|l| l.is_some()));
+        spans_then_exact(&mut index, &keys, || {}).await;
     }
 
     /// A store that counts the `get_ranges` calls in flight, each held a moment so that calls
@@ -423,31 +433,23 @@ mod tests {
         }
     }
 
-    /// Exact reads of many blocks (none adjacent: a key every ~3 blocks) go out as several `get_ranges` calls at once (a read that
-    /// misses the page cache waits for the disk; one after another they held a 100M-row table's
-    /// commits for up to a second), and answer as the spans do.
+    /// Exact reads of many blocks (none adjacent: a key every ~3 blocks) go out as several
+    /// `get_ranges` calls at once (a read that misses the page cache waits for the disk; one after
+    /// another they held a 100M-row table's commits for up to a second), and answer as the spans
+    /// do.
     #[tokio::test]
     async fn exact_reads_of_many_blocks_run_at_once() {
         let counter = Arc::new(InFlight::default());
         let store: Arc<dyn ObjectStore> = Arc::new(Layered(Arc::clone(&counter)));
         let mut index = one_run_in(store).await;
-        let run = Arc::clone(&index.runs[0]);
         let keys: Vec<[u8; 8]> = (0..200_000u64)
             .step_by(3_001)
             .map(|k| k.to_be_bytes())
             .collect();
-        let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
-        let by_spans = index.get_many(&refs).await.unwrap();
-        index.set_block_reads(BlockReads::Exact);
-        index
-            .charges
-            .memory()
-            .cache()
-            .forget_run(index.charges.owner(), run.id);
-        counter.most.store(0, Ordering::SeqCst);
-        let exact = index.get_many(&refs).await.unwrap();
-        assert_eq!(by_spans, exact);
-        assert!(exact.iter().all(|l| l.is_some()));
+        spans_then_exact(&mut index, &keys, || {
+            counter.most.store(0, Ordering::SeqCst)
+        })
+        .await;
         assert_eq!(
             counter.most.load(Ordering::SeqCst),
             LOOKUP_PARALLEL,
