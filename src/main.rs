@@ -93,19 +93,11 @@ enum Command {
 /// CPU (arena lock waits, `unlink_chunk` and `malloc_consolidate` over long free lists) and its
 /// fragmentation kept RSS climbing; with jemalloc the same run commits ~65 a second instead of ~20
 /// from the fourth minute on, at ~400 MiB instead of ~650 (docs/performance.md, issue 37).
+/// jemalloc's default options are kept: freed pages returned within a second by a background
+/// thread left the RSS of the 100M-row run where it was and its lag p99 1.5 s worse
+/// (docs/performance.md, "A 100M-row table", seventh pass).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-/// jemalloc's options, read once at its start (jemalloc's `malloc_conf`; the environment's
-/// `_RJEM_MALLOC_CONF` is read after it and wins). Freed pages go back to the kernel within about a
-/// second, by a background thread, instead of jemalloc's default ten seconds on the allocating
-/// threads: a compaction cycle or a large commit frees tens of MiB every few seconds, and with the
-/// default those pages stayed resident, so the RSS of the 100M-row run streamed at 640-720 MiB for a
-/// live heap far below it; with these options it peaked at 507 MiB, at the same CPU
-/// (docs/performance.md, "A 100M-row table", seventh pass).
-#[allow(unsafe_code, non_upper_case_globals)]
-#[export_name = "_rjem_malloc_conf"]
-static malloc_conf: &[u8; 43] = b"background_thread:true,dirty_decay_ms:1000\0";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

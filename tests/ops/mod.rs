@@ -1,7 +1,5 @@
-//! Operating cdcd: `cdcd check`, the metrics and health endpoints, systemd notification, the
-//! allocator the binary runs with.
+//! Operating cdcd: `cdcd check`, the metrics and health endpoints, systemd notification.
 
-mod allocator;
 mod check;
 mod copy_progress;
 pub(crate) mod metrics;
