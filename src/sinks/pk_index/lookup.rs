@@ -25,15 +25,13 @@ pub enum BlockReads {
     #[default]
     Spans,
     /// Exactly the wanted blocks (adjacent ones together), a wave of up to
-    /// `LOOKUP_SPAN * LOOKUP_PARALLEL` bytes at a time, shared out over [`LOOKUP_PARALLEL`]
-    /// `get_ranges` calls at once (on local disk: each one open and positioned reads on a
-    /// blocking thread). Local disk, where the bytes cost more than the requests: a batch of
+    /// `LOOKUP_SPAN * LOOKUP_PARALLEL` bytes per `get_ranges` call (on local disk: one open and
+    /// positioned reads). Local disk, where the bytes cost more than the requests: a batch of
     /// random keys wants about one block in seven of a large run, and spans read the whole run
     /// (~1 GB for 100M keys) at every commit, which took 0.6-1.8 s of a 9,000-row commit
-    /// (docs/performance.md, "A 100M-row table"). The calls run at once because a read that
-    /// misses the page cache waits for the disk and then for a CPU: on a machine busy with the
-    /// database beside cdcd, ~3,600 blocks read one after another took 280 ms (p50) to 1 s of
-    /// each commit of that table, the largest part of its commit.
+    /// (docs/performance.md, "A 100M-row table"). A wave shared out over 8 calls at once took
+    /// 10-15 % off the reads and raised the peak RSS of `postgres::memory_budget` past its margin
+    /// (the read buffers spread over more of jemalloc's arenas): not kept.
     Exact,
 }
 
@@ -139,12 +137,7 @@ impl PrimaryKeyIndex {
             }
             BlockReads::Exact => {
                 let ranges: Vec<Range<u64>> = wave.iter().map(|s| s.bytes.clone()).collect();
-                let share = ranges.len().div_ceil(LOOKUP_PARALLEL).max(1);
-                let reads = ranges
-                    .chunks(share)
-                    .map(|part| self.store.get_ranges(&run.path, part));
-                let parts = futures::future::try_join_all(reads).await?;
-                Ok(parts.into_iter().flatten().collect())
+                self.store.get_ranges(&run.path, &ranges).await
             }
         }
     }
@@ -317,19 +310,14 @@ mod tests {
     use object_store::memory::InMemory;
     use object_store::path::Path;
     use object_store::ObjectStore;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
     use crate::sinks::pk_index::IndexChange;
     use crate::sinks::pk_index::IndexOp;
-    use crate::storage::layer::{Layer, Layered, Request, Sent};
 
     /// A run of 200,000 keys over many blocks, persisted.
     async fn one_run() -> PrimaryKeyIndex {
-        one_run_in(Arc::new(InMemory::new())).await
-    }
-
-    async fn one_run_in(store: Arc<dyn ObjectStore>) -> PrimaryKeyIndex {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         let mut index = PrimaryKeyIndex::open(store, Path::from("idx"), 1 << 24)
             .await
             .unwrap();
@@ -348,13 +336,9 @@ mod tests {
         index
     }
 
-    /// Looks `keys` up by spans, then (after `between`) by exact reads with the run's blocks out
-    /// of the cache, and checks that both find every key at the same place.
-    async fn spans_then_exact(
-        index: &mut PrimaryKeyIndex,
-        keys: &[[u8; 8]],
-        between: impl FnOnce(),
-    ) {
+    /// Looks `keys` up by spans, then by exact reads with the runs' blocks out of the cache, and
+    /// checks that both find every key at the same place.
+    async fn spans_then_exact(index: &mut PrimaryKeyIndex, keys: &[[u8; 8]]) {
         let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
         let by_spans = index.get_many(&refs).await.unwrap();
         index.set_block_reads(BlockReads::Exact);
@@ -362,7 +346,6 @@ mod tests {
         for run in &index.runs {
             index.charges.memory().cache().forget_run(owner, run.id);
         }
-        between();
         let exact = index.get_many(&refs).await.unwrap();
         assert_eq!(by_spans, exact);
         assert!(exact.iter().all(|l| l.is_some()));
@@ -392,70 +375,7 @@ mod tests {
             .step_by(97)
             .map(|k| k.to_be_bytes())
             .collect();
-        spans_then_exact(&mut index, &keys, || {}).await;
-    }
-
-    /// A store that counts the `get_ranges` calls in flight, each held a moment so that calls
-    /// sent together overlap.
-    #[derive(Debug, Default)]
-    struct InFlight {
-        store: InMemory,
-        now: AtomicUsize,
-        most: AtomicUsize,
-    }
-
-    impl std::fmt::Display for InFlight {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("in-flight counter")
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl Layer for Arc<InFlight> {
-        fn inner(&self) -> &dyn ObjectStore {
-            &self.store
-        }
-
-        async fn send<T: Send>(
-            &self,
-            request: Request<'_>,
-            sent: Sent<'_, T>,
-        ) -> object_store::Result<T> {
-            if !matches!(request, Request::GetRanges { .. }) {
-                return sent.await;
-            }
-            let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
-            self.most.fetch_max(now, Ordering::SeqCst);
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            let answer = sent.await;
-            self.now.fetch_sub(1, Ordering::SeqCst);
-            answer
-        }
-    }
-
-    /// Exact reads of many blocks (none adjacent: a key every ~3 blocks) go out as several
-    /// `get_ranges` calls at once (a read that misses the page cache waits for the disk; one after
-    /// another they held a 100M-row table's commits for up to a second), and answer as the spans
-    /// do.
-    #[tokio::test]
-    async fn exact_reads_of_many_blocks_run_at_once() {
-        let counter = Arc::new(InFlight::default());
-        let store: Arc<dyn ObjectStore> = Arc::new(Layered(Arc::clone(&counter)));
-        let mut index = one_run_in(store).await;
-        let keys: Vec<[u8; 8]> = (0..200_000u64)
-            .step_by(3_001)
-            .map(|k| k.to_be_bytes())
-            .collect();
-        spans_then_exact(&mut index, &keys, || {
-            counter.most.store(0, Ordering::SeqCst)
-        })
-        .await;
-        assert_eq!(
-            counter.most.load(Ordering::SeqCst),
-            LOOKUP_PARALLEL,
-            "exact reads of {} blocks",
-            keys.len()
-        );
+        spans_then_exact(&mut index, &keys).await;
     }
 
     /// Exact waves hold at most `LOOKUP_SPAN * LOOKUP_PARALLEL` bytes (one span alone may be
