@@ -171,7 +171,8 @@ impl PrimaryKeyIndex {
 /// the commits of a 100M-row table spent most of their time here (docs/performance.md).
 struct LookupStats {
     started: Instant,
-    /// Runs whose blocks were searched (a key found in a newer run skips the older ones).
+    /// Runs visited, newest first, until every key was answered (a key found in a newer run is
+    /// not looked for in the older ones).
     runs: usize,
     cached_blocks: usize,
     read_blocks: usize,
