@@ -8,7 +8,8 @@
 //!   ("partitioned" filter: one per ~16 KiB data block, sized by that block's entry count). A
 //!   lookup finds the candidate block through the sparse index first, then probes only that
 //!   block's filter; a merge can copy a block and its filter verbatim (`compaction/worker.rs`),
-//!   because neither depends on anything else in the run.
+//!   because neither depends on anything else in the run. A block's filter may be empty (length
+//!   0: it filters nothing): the index's oldest run has none (`RunWriter::without_filters`).
 //! - `CPKIRUN2`: per block first key and length; one blocked filter for the whole run.
 //! - `CPKIRUN1`: as `CPKIRUN2`, with a "spread" filter (`bloom::Layout::Spread`).
 //!
@@ -178,13 +179,15 @@ impl RunMeta {
         }
     }
 
-    /// Reads the meta section of a run (any of the three formats).
+    /// Reads the meta section of a run (any of the three formats); without its filters when
+    /// `filters` is false (the index's oldest run: `RunWriter::without_filters` says why).
     pub(crate) async fn load(
         store: &Arc<dyn ObjectStore>,
         path: Path,
         id: u64,
         size: u64,
         meta_offset: u64,
+        filters: bool,
     ) -> Result<RunMeta, IndexError> {
         let corrupt = |detail: &str| IndexError::Corrupt {
             path: path.to_string(),
@@ -225,7 +228,7 @@ impl RunMeta {
                 probes: 0,
             },
         };
-        decode(meta, meta_offset, format, &mut run).map_err(corrupt)?;
+        decode(meta, meta_offset, format, filters, &mut run).map_err(corrupt)?;
         Ok(run)
     }
 }
@@ -241,11 +244,13 @@ fn words_from(raw: &[u8]) -> Vec<u64> {
 }
 
 /// Decodes a meta section; `run_filter` is the layout of the whole-run filter of the old formats
-/// (`None`: `CPKIRUN3`).
+/// (`None`: `CPKIRUN3`). With `filters` false the filters are checked for length and skipped: the
+/// run answers as if it had none.
 fn decode(
     meta: &[u8],
     meta_offset: u64,
     run_filter: Option<Layout>,
+    filters: bool,
     run: &mut RunMeta,
 ) -> Result<(), &'static str> {
     let mut pos = 0;
@@ -281,6 +286,9 @@ fn decode(
             filter_words = filter_words
                 .checked_add(b.filter_len)
                 .ok_or("bad filter length")?;
+            if !filters {
+                (b.filter_off, b.filter_len) = (0, 0);
+            }
             let lo = get_varint(meta, &mut pos)?;
             let hi = get_varint(meta, &mut pos)?;
             b.files = match (lo.checked_sub(1), hi.checked_sub(1)) {
@@ -314,7 +322,8 @@ fn decode(
                 &mut pos,
                 words.checked_mul(8).ok_or("bad bloom size")?,
             )?;
-            Filter::Run(Bloom::from_parts(words_from(raw), probes, layout))
+            let words = if filters { words_from(raw) } else { Vec::new() };
+            Filter::Run(Bloom::from_parts(words, probes, layout))
         }
         None => {
             let bytes = u64::try_from(filter_words)
@@ -322,10 +331,8 @@ fn decode(
                 .and_then(|w| w.checked_mul(8))
                 .ok_or("bad bloom size")?;
             let raw = get_bytes(meta, &mut pos, bytes)?;
-            Filter::PerBlock {
-                words: words_from(raw),
-                probes,
-            }
+            let words = if filters { words_from(raw) } else { Vec::new() };
+            Filter::PerBlock { words, probes }
         }
     };
     Ok(())

@@ -21,7 +21,9 @@
 //!   prefix-compressed blocks of (key, file id, position | tombstone), then a meta section
 //!   (`meta.rs`) with, per block, its first and last key (a sparse index), stats (entries, file
 //!   id range, tombstones) and its own bloom filter (`bloom.rs`, 10 bits/key, built when the
-//!   block closes: run format `CPKIRUN3`; runs of the two older formats are still read);
+//!   block closes: run format `CPKIRUN3`; runs of the two older formats are still read), except
+//!   in the oldest run, which holds most keys and whose filters would pass nearly every key the
+//!   sink looks up (`RunWriter::without_filters`);
 //! - only run metas stay in memory; a lookup checks the memtable, then runs newest → oldest:
 //!   binary search of the sparse index, a probe of that block's filter, one block read (through
 //!   an LRU **block cache**, `cache.rs`, one per process over every index, bounded by the other
@@ -40,7 +42,8 @@
 //!
 //! Memory, over every index of the process ([`IndexMemory`], `memory.rs`): memtables (≤ their
 //! share together, if callers flush when told) + one block cache + per run meta (1.25-1.3 bytes
-//! per key of bloom filters, ~100 bytes plus two keys per 16 KiB block of sparse index) + the
+//! per key of bloom filters, none in the oldest run; ~100 bytes plus two keys per 16 KiB block of
+//! sparse index) + the
 //! file tables, the cache and the metas together ≤ the other share (the cache shrinks as the
 //! metas grow, down to a floor). Only the filters and the sparse index grow with the tables;
 //! see the numbers below (measured when each index had its own 64 MiB budget).
@@ -356,13 +359,24 @@ impl PrimaryKeyIndex {
             };
             // Collected first: a stream over a closure-carrying `Map` held across `.await` makes
             // the caller's future fail a generic `Send` bound (rust-lang/rust#102211).
+            // Newest first: the last is the oldest, held without filters (`run.rs`,
+            // `RunWriter::without_filters`), whatever it was written with.
+            let oldest = m.runs.len().saturating_sub(1);
             let loads: Vec<_> = m
                 .runs
                 .iter()
-                .map(|r| {
+                .enumerate()
+                .map(|(i, r)| {
                     let path = run_path(&index.root, r.id);
-                    let load =
-                        RunMeta::load(&index.store, path.clone(), r.id, r.size, r.meta_offset);
+                    let filters = i != oldest;
+                    let load = RunMeta::load(
+                        &index.store,
+                        path.clone(),
+                        r.id,
+                        r.size,
+                        r.meta_offset,
+                        filters,
+                    );
                     let missing = missing(&path, m.seq);
                     async move { load.await.map_err(missing) }
                 })

@@ -173,6 +173,8 @@ pub(crate) struct RunWriter {
     block_tombstones: bool,
     /// The filters of the blocks written so far, concatenated (moved into `meta` at finish).
     filter: Vec<u64>,
+    /// False for the index's oldest run ([`RunWriter::without_filters`]).
+    filters: bool,
     prev_key: Vec<u8>,
     written: u64,
     meta: RunMeta,
@@ -190,6 +192,7 @@ impl RunWriter {
             block_files: None,
             block_tombstones: false,
             filter: Vec::new(),
+            filters: true,
             prev_key: Vec::new(),
             written: 0,
             meta: RunMeta {
@@ -207,6 +210,21 @@ impl RunWriter {
                 },
             },
         }
+    }
+
+    /// A writer whose blocks get no bloom filter (each block's `filter_len` is 0, which every
+    /// reader takes as "may hold any key"): for the run that becomes the index's oldest.
+    ///
+    /// Why (RocksDB's `optimize_filters_for_hits` makes the same trade): the sink looks up only
+    /// keys it updates or deletes, which have a row, so a key that reaches the oldest run is
+    /// nearly always in it and the filter would pass it anyway; its filters would only answer
+    /// for keys with no row at all. And the oldest run holds most keys: at 100M keys its filters
+    /// are ~120 MiB of the ~130 MiB of run metas, all of the index cache's share, which left the
+    /// block cache at its floor (docs/performance.md, "A 100M-row table"). The cost: a lookup of
+    /// a key with no row reads one block of the oldest run instead of none.
+    pub(crate) fn without_filters(mut self) -> RunWriter {
+        self.filters = false;
+        self
     }
 
     fn offset(&self) -> u64 {
@@ -253,7 +271,9 @@ impl RunWriter {
         }
         self.prev_key.clear();
         self.prev_key.extend_from_slice(key);
-        self.block_hashes.push(key_hash(key));
+        if self.filters {
+            self.block_hashes.push(key_hash(key));
+        }
         self.meta.entries += 1;
         if self.block.len() >= BLOCK_BYTES {
             self.end_block().await?;
@@ -268,11 +288,15 @@ impl RunWriter {
         self.block
             .extend_from_slice(&(self.restarts.len() as u32).to_le_bytes());
         self.restarts.clear();
-        self.block_entries = 0;
+        let entries = std::mem::take(&mut self.block_entries) as u64;
         let last_off = self.meta.keys.len();
         self.meta.keys.extend_from_slice(&self.prev_key);
         let filter_off = self.filter.len();
-        let filter_len = blocked_words(self.block_hashes.len() as u64);
+        let filter_len = if self.filters {
+            blocked_words(entries)
+        } else {
+            0
+        };
         self.filter.resize(filter_off + filter_len, 0);
         if let Some(filter) = self.filter.get_mut(filter_off..) {
             for h in &self.block_hashes {
@@ -283,7 +307,7 @@ impl RunWriter {
             b.last_off = last_off;
             b.last_len = self.prev_key.len();
             b.len = self.block.len() as u64;
-            b.entries = self.block_hashes.len() as u64;
+            b.entries = entries;
             b.filter_off = filter_off;
             b.filter_len = filter_len;
             b.files = self.block_files;
@@ -317,7 +341,11 @@ impl RunWriter {
         let last = src.last_key_of(b);
         self.meta.keys.extend_from_slice(first);
         self.meta.keys.extend_from_slice(last);
-        let filter = src.block_filter(b);
+        let filter = if self.filters {
+            src.block_filter(b)
+        } else {
+            &[]
+        };
         let filter_off = self.filter.len();
         self.filter.extend_from_slice(filter);
         self.meta.blocks.push(BlockRef {

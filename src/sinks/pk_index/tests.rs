@@ -918,3 +918,83 @@ async fn a_clear_beside_a_merge_leaves_no_run_behind() {
         );
     }
 }
+
+/// Words of filter a run holds in memory.
+fn filter_words(run: &RunMeta) -> usize {
+    match &run.filter {
+        meta::Filter::PerBlock { words, .. } => words.len(),
+        meta::Filter::Run(bloom) => bloom.words().len(),
+    }
+}
+
+/// The oldest run holds no bloom filters (`RunWriter::without_filters`): written so by the merge
+/// that makes it, and loaded so at open whatever it was written with; newer runs keep theirs.
+/// Every key is still found, and keys with no entry (never written, or removed) still answer
+/// none.
+#[tokio::test]
+async fn the_oldest_run_holds_no_filters() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let root = Path::from("idx");
+    let open = || PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 1 << 24);
+    let mut index = open().await.unwrap();
+    let file: Arc<str> = Arc::from("f");
+    let mut model = Model::new();
+    let keyspace = 40_000;
+    let mut upsert = |index: &mut PrimaryKeyIndex, keys: std::ops::Range<u64>, at: u64| {
+        let keys: Vec<Vec<u8>> = keys.map(key_of).collect();
+        for k in &keys {
+            model.insert(k.clone(), loc(&file, at));
+        }
+        index
+            .apply(keys.iter().map(|k| IndexChange {
+                key: k,
+                op: IndexOp::Upsert(loc(&file, at)),
+            }))
+            .unwrap();
+    };
+    // One run written by a flush, with filters; loaded without them once it is the oldest.
+    upsert(&mut index, 0..10_000, 1);
+    index.persist(1).await.unwrap();
+    assert_eq!(index.runs.len(), 1);
+    assert!(
+        filter_words(&index.runs[0]) > 0,
+        "a flushed run has filters"
+    );
+    let written = index.memory_usage().runs;
+    upsert(&mut index, 5_000..6_000, 2);
+    index.persist(2).await.unwrap();
+    let mut index = open().await.unwrap();
+    assert_eq!(index.runs.len(), 2);
+    assert!(
+        filter_words(&index.runs[0]) > 0,
+        "the newer run keeps its filters"
+    );
+    assert_eq!(
+        filter_words(&index.runs[1]),
+        0,
+        "the oldest is loaded without"
+    );
+    assert!(index.runs[1].blocks.iter().all(|b| b.filter_len == 0));
+    assert!(index.runs[1].memory_bytes() < written / 4, "{written}");
+    check(&index, &model, keyspace).await;
+
+    // Merged into one run: the merge writes it without filters, removals included.
+    let removed: Vec<Vec<u8>> = (0..10_000).step_by(3).map(key_of).collect();
+    index
+        .apply(removed.iter().map(|k| IndexChange {
+            key: k,
+            op: IndexOp::Remove,
+        }))
+        .unwrap();
+    for k in &removed {
+        model.remove(k);
+    }
+    index.persist(3).await.unwrap();
+    index.merge_runs(0, index.runs.len()).await.unwrap();
+    assert_eq!(index.runs.len(), 1);
+    assert_eq!(filter_words(&index.runs[0]), 0, "the merged oldest run");
+    assert!(index.runs[0].blocks.iter().all(|b| b.filter_len == 0));
+    check(&index, &model, keyspace).await;
+    let index = open().await.unwrap();
+    check(&index, &model, keyspace).await;
+}

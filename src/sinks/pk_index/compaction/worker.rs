@@ -68,7 +68,8 @@ pub(crate) struct RunMerge {
     path: object_store::path::Path,
     /// Newest first, as they stand in the index.
     inputs: Vec<Arc<RunMeta>>,
-    /// The inputs include the oldest run: no older entry is left for a tombstone to hide.
+    /// The inputs include the oldest run: no older entry is left for a tombstone to hide, and
+    /// the merged run, the new oldest, is written without filters.
     drop_tombstones: bool,
     /// The live data file ids, sorted: an entry naming another becomes a tombstone.
     live: Vec<u32>,
@@ -100,6 +101,10 @@ impl RunMerge {
             live,
         } = self;
         let mut writer = RunWriter::new(&store, path, id);
+        if drop_tombstones {
+            // The merged run becomes the oldest: no filters (`RunWriter::without_filters`).
+            writer = writer.without_filters();
+        }
         let mut stats = MergeStats::default();
         let mut cursors: Vec<RunCursor> = Vec::with_capacity(inputs.len());
         let mut alive = Vec::with_capacity(inputs.len());
