@@ -178,13 +178,20 @@ listen = "127.0.0.1:%d"
             time.sleep(0.02)
         return time.time() - started
 
-    def lag_gauge(self):
+    def gauges(self):
+        """The lag gauge and the index memory by part (MiB), from one scrape of /metrics."""
         try:
             text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.port, timeout=2).read().decode()
         except OSError:
-            return None
-        return next((float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
-                     if l.startswith("cdcd_source_lag_seconds")), None)
+            return None, {}
+        lag, index = None, {}
+        for line in text.splitlines():
+            if line.startswith("cdcd_source_lag_seconds"):
+                lag = float(line.rsplit(" ", 1)[1])
+            elif line.startswith("cdcd_index_memory_bytes{"):
+                part = line.split('part="', 1)[1].split('"', 1)[0]
+                index[part] = float(line.rsplit(" ", 1)[1]) / 2**20
+        return lag, index
 
     def streaming(self):
         """pgbench TPC-B unthrottled with markers for the lag."""
@@ -193,6 +200,7 @@ listen = "127.0.0.1:%d"
         markers = []  # [commit wall time, lsn, covered time or None]
         gauge = []
         rss = []  # [time, VmRSS KiB], once a second
+        index = []  # [time, {part: MiB}], once a second
 
         def mark():
             conn = psycopg2.connect(self.url)
@@ -217,9 +225,11 @@ listen = "127.0.0.1:%d"
                         m[2] = now
                 if now >= next_scrape:
                     next_scrape = now + 1.0
-                    lag = self.lag_gauge()
+                    lag, parts = self.gauges()
                     if lag is not None:
                         gauge.append(lag)
+                    if parts:
+                        index.append((now, parts))
                     kib = common.rss_kib(self.cdcd.pid)
                     if kib is not None and not done.is_set():
                         rss.append((now, kib))
@@ -248,9 +258,12 @@ listen = "127.0.0.1:%d"
             lo = started + 60 * minute
             window = sorted(m[2] - m[0] for m in markers if m[2] is not None and lo <= m[0] < lo + 60)
             held = [kib for t, kib in rss if lo <= t < lo + 60]
+            # The index's parts at the last scrape of the minute.
+            parts = next((p for t, p in reversed(index) if lo <= t < lo + 60), {})
             if window:
                 minutes.append((minute, common.percentile_ms(window, 0.5), common.percentile_ms(window, 0.99),
-                                max(held, default=0) / 1024))
+                                max(held, default=0) / 1024, parts.get("memtables", 0),
+                                parts.get("run_metas", 0), parts.get("block_cache", 0)))
         return {
             "minutes": minutes,
             "tps": tps,
@@ -347,8 +360,9 @@ def main():
         print("lag: p50 %.0f ms, p99 %.0f ms (%d markers, %d not committed within 120 s of the end); "
               "cdcd_source_lag_seconds p99 %.0f ms" % (r["lag_p50"], r["lag_p99"], r["markers"], r["uncovered"],
                                                        r["gauge_p99"]))
-        print("by minute of the run, lag p50/p99 ms and cdcd's highest RSS MiB: "
-              + ", ".join("%d: %.0f/%.0f, %.0f MiB" % m for m in r["minutes"]))
+        print("by minute of the run, lag p50/p99 ms, cdcd's highest RSS MiB, and the index memory at its end "
+              "(memtables/run metas/block cache MiB): "
+              + ", ".join("%d: %.0f/%.0f, %.0f MiB (%.0f/%.0f/%.0f)" % m for m in r["minutes"]))
         print("object-store requests per minute while streaming: " + (", ".join(
             "%s %.0f" % (op.upper(), n) for op, n in sorted(r["requests_min"].items(), key=lambda kv: -kv[1]))
             or "none counted"))

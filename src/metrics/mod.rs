@@ -73,11 +73,21 @@ pub const TABLE_MANIFESTS: &str = "cdcd_table_manifests";
 /// Requests sent to the warehouse's object store, by `op` (`storage/requests.rs`: put, get, head,
 /// list, delete, copy).
 pub const OBJECT_STORE_REQUESTS_TOTAL: &str = "cdcd_object_store_requests_total";
+/// Bytes the primary-key indexes of every table hold together, by `part` (`INDEX_PART_*`): what
+/// the budget's index shares hold (`memory_budget.rs`), beside the process's RSS.
+pub const INDEX_MEMORY_BYTES: &str = "cdcd_index_memory_bytes";
 
 pub const LABEL_PIPELINE: &str = "pipeline";
 pub const LABEL_TABLE: &str = "table";
 pub const LABEL_OP: &str = "op";
 pub const LABEL_KIND: &str = "kind";
+pub const LABEL_PART: &str = "part";
+
+/// `cdcd_index_memory_bytes{part}`: the memtables, the run metas (sparse indexes, bloom filters,
+/// and the tables of data file paths) and the shared block cache.
+pub const INDEX_PART_MEMTABLES: &str = "memtables";
+pub const INDEX_PART_RUN_METAS: &str = "run_metas";
+pub const INDEX_PART_BLOCK_CACHE: &str = "block_cache";
 
 /// `cdcd_errors_total{kind}` for a slot invalidated by `max_slot_wal_keep_size`.
 pub const ERROR_KIND_SLOT_LOST: &str = "slot_lost";
@@ -201,6 +211,11 @@ fn describe(pipeline: &str) {
         "Data and delete files of the table's current snapshot"
     );
     describe_gauge!(TABLE_MANIFESTS, "Manifests in the table's current snapshot");
+    describe_gauge!(
+        INDEX_MEMORY_BYTES,
+        Unit::Bytes,
+        "Bytes every table's primary-key index holds together, by part (memtables, run_metas, block_cache)"
+    );
     // With the same labels the pipeline records them with: a series recorded both with and
     // without an explicit `pipeline` label would render twice with one label set.
     metrics::counter!(TRANSACTIONS_TOTAL, LABEL_PIPELINE => pipeline.to_owned()).absolute(0);
@@ -265,6 +280,8 @@ mod tests {
             TABLE_SNAPSHOTS,
             TABLE_LIVE_FILES,
             TABLE_MANIFESTS,
+            OBJECT_STORE_REQUESTS_TOTAL,
+            INDEX_MEMORY_BYTES,
         ] {
             assert!(name.starts_with("cdcd_"), "{name}");
             assert!(

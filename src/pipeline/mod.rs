@@ -831,7 +831,7 @@ impl Committer {
     }
 
     /// Reports the loop's turn to [`m::Health`] and refreshes the gauges that change with time
-    /// (lag) or with commits (buffered rows). Called per tick, not per event.
+    /// (lag) or with commits (buffered rows, the index memory). Called per tick, not per event.
     fn report(&self, health: &m::Health) {
         let oldest = self
             .tables
@@ -845,6 +845,15 @@ impl Committer {
         }
         metrics::gauge!(m::BUFFERED_ROWS, m::LABEL_PIPELINE => pipeline())
             .set(self.tables.buffered_rows as f64);
+        let index = crate::memory_budget::index_memory();
+        for (part, bytes) in [
+            (m::INDEX_PART_MEMTABLES, index.memtables()),
+            (m::INDEX_PART_RUN_METAS, index.runs()),
+            (m::INDEX_PART_BLOCK_CACHE, index.cached()),
+        ] {
+            metrics::gauge!(m::INDEX_MEMORY_BYTES, m::LABEL_PIPELINE => pipeline(), m::LABEL_PART => part)
+                .set(bytes as f64);
+        }
     }
 }
 

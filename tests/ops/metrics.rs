@@ -208,6 +208,17 @@ async fn metrics_are_served_and_lag_falls_to_zero() {
     assert_eq!(transactions.len(), 1, "{transactions:?}");
     let tx = sample(&metrics, "cdcd_transactions_total", &pipeline).unwrap();
     assert!(tx >= 1.0, "cdcd_transactions_total = {tx}");
+    // The table's primary-key index holds its 600 keys in a memtable or a run.
+    let index_part = |part: &str| {
+        let labels = [pipeline.as_str(), &format!("part=\"{part}\"")];
+        sample_labeled(&metrics, "cdcd_index_memory_bytes", &labels)
+    };
+    let parts = ["memtables", "run_metas", "block_cache"].map(index_part);
+    assert!(parts.iter().all(Option::is_some), "{parts:?}:\n{metrics}");
+    assert!(
+        parts[0].unwrap_or(0.0) + parts[1].unwrap_or(0.0) > 0.0,
+        "the index holds nothing: {parts:?}"
+    );
     let lag_bytes = sample(&metrics, "cdcd_source_lag_bytes", "").unwrap();
     assert!(lag_bytes < 1e6, "lag bytes {lag_bytes} after catching up");
 
