@@ -721,7 +721,6 @@ impl Committer {
                 after: self.received.clone(),
                 commit_micros: tx.commit_time_micros,
             };
-            self.sink.prefetch(&changes);
             self.tables.push(changes, &tx.position, Some(opened));
             buffered = true;
         }

@@ -225,13 +225,6 @@ pub trait Sink: Send + Sync {
         Vec::new()
     }
 
-    /// A hint that `changes` will be committed soon: the sink may read ahead what their commit
-    /// will need (the Iceberg sink warms its primary-key index's block cache for the keys of
-    /// their updates and deletes: `iceberg/rows/index/warm.rs`). Returns at once; what it starts
-    /// only reads, so the commit is the same whether it ran, finished or failed. Default:
-    /// nothing.
-    fn prefetch(&self, _changes: &TableChanges) {}
-
     /// Whether commits to different tables may run at the same time (the pipeline then commits
     /// up to `pipeline.commit_concurrency` tables of a round at once; one table's commits stay
     /// sequential). Both sinks serialize a table's commit on its own slot (a per-table async

@@ -355,10 +355,6 @@ impl IcebergSink {
 
 #[async_trait]
 impl Sink for IcebergSink {
-    fn prefetch(&self, changes: &TableChanges) {
-        self.tables.warmers.prefetch(changes);
-    }
-
     async fn checkpoint(&self, table: &TableId) -> Result<Option<Checkpoint>, SinkError> {
         let loaded = match self.tables.load(table).await? {
             Some(loaded) => loaded,

@@ -23,7 +23,7 @@ use super::commit::{publish, Cached, Input, RowDelta, Staged, Target};
 use super::files::metadata::Loaded;
 use super::maintenance::reachable::ManifestCache;
 use super::plan::FileLimits;
-use super::rows::index::{IndexSlot, IndexWarmers};
+use super::rows::index::IndexSlot;
 use super::rows::live::LiveState;
 use super::{changelog, files, layout, maintenance, resync, rows, schema};
 use crate::changelog::{TableChanges, TableId, TableSchema};
@@ -69,9 +69,6 @@ pub(super) struct Tables {
     /// Changelog tables written so far (`changelog/`), each with its table: a changelog table
     /// is created with settings of its own, not its table's.
     pub(super) changelogs: Mutex<HashMap<TableId, TableId>>,
-    /// Read-ahead of each table's primary-key index for the changes waiting for its next commit
-    /// (`Sink::prefetch`, `rows/index/warm.rs`).
-    pub(super) warmers: IndexWarmers,
 }
 
 /// A table's slot behind its lock (see the module doc).
@@ -109,7 +106,6 @@ impl Tables {
             schema_change: SchemaChangePolicy::default(),
             settings: config.tables.clone(),
             changelogs: Mutex::new(HashMap::new()),
-            warmers: IndexWarmers::default(),
         })
     }
 
@@ -471,7 +467,6 @@ impl Tables {
             schema_change: self.schema_change.for_table(table),
             soft_deletes,
             contents: self.manifest_contents(table),
-            warmers: &self.warmers,
         };
         let delta = RowDelta::new(target, input, base, &wanted)?;
         let cached = slot

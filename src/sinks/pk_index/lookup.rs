@@ -6,14 +6,12 @@
 //! table. How the missing blocks are read depends on the store ([`BlockReads`]).
 
 use std::ops::Range;
-use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use object_store::ObjectStoreExt;
 
 use super::bloom::key_hash;
-use super::memtable::Slot;
 use super::meta::RunMeta;
 use super::run::search_block;
 use super::{IndexError, PrimaryKeyIndex, RowLocation, LOOKUP_PARALLEL, LOOKUP_SPAN};
@@ -51,119 +49,13 @@ impl PrimaryKeyIndex {
                 None => pending.push(i),
             }
         }
-        self.run_search()
-            .search(keys, &hashes, pending, &mut stats, |i, slot| {
-                set(&mut out, i, self.files.resolve(slot))
-            })
-            .await?;
-        stats.log(keys.len());
-        Ok(out)
-    }
-
-    fn run_search(&self) -> RunSearch<'_> {
-        RunSearch {
-            store: &self.store,
-            runs: &self.runs,
-            memory: self.charges.memory(),
-            owner: self.charges.owner(),
-            block_reads: self.block_reads,
-        }
-    }
-
-    /// A handle that reads the blocks lookups of keys would read into the block cache, beside
-    /// the index and without it (see [`BlockWarmer`]); made again after each commit, since it
-    /// knows the runs live when it was made.
-    pub fn warmer(&self) -> BlockWarmer {
-        BlockWarmer {
-            store: Arc::clone(&self.store),
-            runs: self.runs.iter().map(Arc::downgrade).collect(),
-            memory: Arc::clone(self.charges.memory_arc()),
-            owner: self.charges.owner(),
-            block_reads: self.block_reads,
-        }
-    }
-}
-
-/// Reads into the shared block cache the blocks a lookup of some keys will want, ahead of it.
-///
-/// Why: a commit that updates or deletes rows of a large table locates their keys first, and
-/// with keys spread over a 100M-row table nearly every key wants a block of the oldest run read
-/// from storage: 80 % of a commit's `locate`, 0.4-0.8 s of each commit, while the changes of the
-/// next commit arrive with nothing to do (docs/performance.md, "A 100M-row table"). Warming the
-/// cache as the changes arrive moves those reads out of the commit. It only reads: the cache is
-/// keyed by run and block, runs are immutable, so a block warmed from runs a merge has since
-/// replaced is never served for the new runs (it ages out of the LRU), and a key the memtable
-/// answers costs a read the commit would not have made. The runs are those live when the
-/// handle was made ([`PrimaryKeyIndex::warmer`]), held weakly: a run the index has dropped since
-/// (merged away, cleared) is skipped rather than kept in memory by the handle, and one whose file
-/// is gone is a read error, which [`warm`](Self::warm) returns for the caller to ignore.
-#[derive(Clone)]
-pub struct BlockWarmer {
-    store: Arc<dyn object_store::ObjectStore>,
-    runs: Vec<Weak<RunMeta>>,
-    memory: Arc<super::IndexMemory>,
-    owner: u64,
-    block_reads: BlockReads,
-}
-
-impl BlockWarmer {
-    /// Reads the blocks a lookup of `keys` wants into the cache, runs newest first, a key's
-    /// search ending at the run that holds it. Returns the blocks read (not already cached).
-    pub async fn warm(&self, keys: &[&[u8]]) -> Result<usize, IndexError> {
-        let mut stats = LookupStats::start();
-        let hashes: Vec<u64> = keys.iter().map(|k| key_hash(k)).collect();
-        let runs: Vec<Arc<RunMeta>> = self.runs.iter().filter_map(Weak::upgrade).collect();
-        let search = RunSearch {
-            store: &self.store,
-            runs: &runs,
-            memory: &self.memory,
-            owner: self.owner,
-            block_reads: self.block_reads,
-        };
-        search
-            .search(
-                keys,
-                &hashes,
-                (0..keys.len()).collect(),
-                &mut stats,
-                |_, _| {},
-            )
-            .await?;
-        Ok(stats.read_blocks)
-    }
-
-    /// Whether warming can help: the cache holds more than a few blocks beside the run metas.
-    pub fn useful(&self) -> bool {
-        self.memory.cache_capacity() > super::memory::MIN_CACHE
-    }
-}
-
-/// The runs of an index, searched newest → oldest for the keys the memtable did not answer.
-struct RunSearch<'a> {
-    store: &'a Arc<dyn object_store::ObjectStore>,
-    runs: &'a [Arc<RunMeta>],
-    memory: &'a super::IndexMemory,
-    owner: u64,
-    block_reads: BlockReads,
-}
-
-impl RunSearch<'_> {
-    /// Searches the runs for the keys at `pending` (indexes into `keys`, whose hashes are
-    /// `hashes`); `found(i, slot)` for each key a run holds, newest entry only.
-    async fn search(
-        &self,
-        keys: &[&[u8]],
-        hashes: &[u64],
-        mut pending: Vec<usize>,
-        stats: &mut LookupStats,
-        mut found: impl FnMut(usize, Slot),
-    ) -> Result<(), IndexError> {
         let mut r = Resolving {
             keys,
+            out,
             next: Vec::new(),
             scratch: Vec::new(),
         };
-        for run in self.runs {
+        for run in &self.runs {
             if pending.is_empty() {
                 break;
             }
@@ -183,15 +75,16 @@ impl RunSearch<'_> {
             stats.runs += 1;
             let mut misses = Vec::new();
             {
-                let mut cache = self.memory.cache();
+                let owner = self.charges.owner();
+                let mut cache = self.charges.memory().cache();
                 for group in need.chunk_by(|a, b| a.0 == b.0) {
                     let Some(&(block, _)) = group.first() else {
                         continue;
                     };
-                    match cache.get((self.owner, run.id, block)) {
+                    match cache.get((owner, run.id, block)) {
                         Some(bytes) => {
                             stats.cached_blocks += 1;
-                            r.resolve_in(run, &bytes, group, &mut found)?
+                            self.resolve_in(run, &bytes, group, &mut r)?
                         }
                         None => misses.push(group),
                     }
@@ -215,15 +108,17 @@ impl RunSearch<'_> {
                             continue;
                         };
                         let block_bytes = slice_block(run, block, span.bytes.start, &bytes)?;
-                        self.memory
-                            .cache_block((self.owner, run.id, block), &block_bytes);
-                        r.resolve_in(run, &block_bytes, group, &mut found)?;
+                        self.charges
+                            .memory()
+                            .cache_block((self.charges.owner(), run.id, block), &block_bytes);
+                        self.resolve_in(run, &block_bytes, group, &mut r)?;
                     }
                 }
             }
             pending = std::mem::take(&mut r.next);
         }
-        Ok(())
+        stats.log(keys.len());
+        Ok(r.out)
     }
 
     /// The bytes of each span of `wave`: a GET each, at once ([`BlockReads::Spans`]), or one
@@ -245,6 +140,30 @@ impl RunSearch<'_> {
                 self.store.get_ranges(&run.path, &ranges).await
             }
         }
+    }
+
+    /// Searches `block` of `run` for the keys of `group` (block, key index): a found key is
+    /// answered, a missing one goes on to the next run.
+    fn resolve_in(
+        &self,
+        run: &RunMeta,
+        block: &[u8],
+        group: &[(usize, usize)],
+        r: &mut Resolving<'_>,
+    ) -> Result<(), IndexError> {
+        for &(_, i) in group {
+            let key = r.keys.get(i).copied().unwrap_or_default();
+            let found =
+                search_block(block, key, &mut r.scratch).map_err(|detail| IndexError::Corrupt {
+                    path: run.path.to_string(),
+                    detail: detail.to_owned(),
+                })?;
+            match found {
+                Some(slot) => set(&mut r.out, i, self.files.resolve(slot)),
+                None => r.next.push(i),
+            }
+        }
+        Ok(())
     }
 }
 
@@ -293,40 +212,15 @@ impl LookupStats {
     }
 }
 
-/// One batch search in progress.
+/// One batch lookup in progress.
 struct Resolving<'k> {
     keys: &'k [&'k [u8]],
+    /// The answer per key so far.
+    out: Vec<Option<RowLocation>>,
     /// Keys the current run does not hold: they go on to the next (older) run.
     next: Vec<usize>,
     /// Reused by block searches.
     scratch: Vec<u8>,
-}
-
-impl Resolving<'_> {
-    /// Searches `block` of `run` for the keys of `group` (block, key index): a found key is
-    /// answered through `found`, a missing one goes on to the next run.
-    fn resolve_in(
-        &mut self,
-        run: &RunMeta,
-        block: &[u8],
-        group: &[(usize, usize)],
-        found: &mut impl FnMut(usize, Slot),
-    ) -> Result<(), IndexError> {
-        for &(_, i) in group {
-            let key = self.keys.get(i).copied().unwrap_or_default();
-            let hit = search_block(block, key, &mut self.scratch).map_err(|detail| {
-                IndexError::Corrupt {
-                    path: run.path.to_string(),
-                    detail: detail.to_owned(),
-                }
-            })?;
-            match hit {
-                Some(slot) => found(i, slot),
-                None => self.next.push(i),
-            }
-        }
-        Ok(())
-    }
 }
 
 fn set(out: &mut [Option<RowLocation>], i: usize, value: Option<RowLocation>) {

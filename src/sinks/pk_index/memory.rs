@@ -157,10 +157,6 @@ impl Charges {
         &self.memory
     }
 
-    pub(crate) fn memory_arc(&self) -> &Arc<IndexMemory> {
-        &self.memory
-    }
-
     pub(crate) fn owner(&self) -> u64 {
         self.owner
     }

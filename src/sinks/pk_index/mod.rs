@@ -148,7 +148,7 @@ use object_store::PutPayload;
 use object_store::{ObjectStore, ObjectStoreExt};
 
 use self::files::FileTable;
-pub use self::lookup::{BlockReads, BlockWarmer};
+pub use self::lookup::BlockReads;
 use self::manifest::{classify, manifest_path, run_path, Manifest, Name, RunEntry, FORMAT};
 use self::memory::Charges;
 pub use self::memory::IndexMemory;

@@ -67,24 +67,7 @@ async fn matches_a_hashmap_model_under_random_operations() {
         let mut next_file = 0;
         let mut model = Model::new();
         let mut snapshot = 0;
-        // Warmers made at earlier steps, used while the runs they knew are merged, rewritten or
-        // reopened: warming only reads into the cache, so no answer may change.
-        let mut warmers: Vec<BlockWarmer> = Vec::new();
-        let mut warming = Vec::new();
         for step in 0..150 {
-            warmers.push(index.warmer());
-            if warmers.len() > 6 {
-                warmers.remove(0);
-            }
-            let warmer = warmers[rng.below(warmers.len() as u64) as usize].clone();
-            let keys: Vec<Vec<u8>> = (0..rng.below(300))
-                .map(|_| key_of(rng.below(keyspace)))
-                .collect();
-            warming.push(tokio::spawn(async move {
-                let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
-                // A run deleted since the warmer was made is a read error: skipped by callers.
-                let _ = warmer.warm(&refs).await;
-            }));
             if files.is_empty() || rng.below(4) == 0 {
                 files.push(Arc::from(format!("s3://wh/ns/t/data/{next_file}.parquet")));
                 next_file += 1;
@@ -158,9 +141,6 @@ async fn matches_a_hashmap_model_under_random_operations() {
             if step % 25 == 0 {
                 check(&index, &model, keyspace).await;
             }
-        }
-        for w in warming {
-            w.await.unwrap();
         }
         check(&index, &model, keyspace).await;
         index.compact().await.unwrap();
@@ -1017,46 +997,4 @@ async fn the_oldest_run_holds_no_filters() {
     check(&index, &model, keyspace).await;
     let index = open().await.unwrap();
     check(&index, &model, keyspace).await;
-}
-
-/// Warming reads the blocks a lookup of the keys wants into the cache: warmed again, nothing is
-/// read, and the lookup answers as without it. A warmer whose runs were merged away since
-/// reads nothing and fails nothing.
-#[tokio::test]
-async fn warming_reads_ahead_what_a_lookup_wants() {
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let mut index = PrimaryKeyIndex::open(Arc::clone(&store), Path::from("idx"), 1 << 24)
-        .await
-        .unwrap();
-    let file: Arc<str> = Arc::from("f");
-    for (round, keys) in [(0u64, 0..20_000u64), (1, 10_000..30_000)] {
-        let keys: Vec<Vec<u8>> = keys.map(key_of).collect();
-        index
-            .apply(keys.iter().map(|k| IndexChange {
-                key: k,
-                op: IndexOp::Upsert(loc(&file, round)),
-            }))
-            .unwrap();
-        index.persist(round as i64 + 1).await.unwrap();
-    }
-    assert_eq!(index.runs.len(), 2);
-    let wanted: Vec<Vec<u8>> = (0..40_000).step_by(37).map(key_of).collect();
-    let refs: Vec<&[u8]> = wanted.iter().map(|k| k.as_slice()).collect();
-    let cold = index.get_many(&refs).await.unwrap();
-    let owner = index.charges.owner();
-    for run in &index.runs {
-        index.charges.memory().cache().forget_run(owner, run.id);
-    }
-    let warmer = index.warmer();
-    assert!(warmer.useful());
-    let read = warmer.warm(&refs).await.unwrap();
-    assert!(read > 10, "{read} blocks read");
-    assert!(index.memory_usage().block_cache > 0);
-    assert_eq!(warmer.warm(&refs).await.unwrap(), 0, "all cached now");
-    assert_eq!(index.get_many(&refs).await.unwrap(), cold);
-
-    index.merge_runs(0, 2).await.unwrap();
-    assert_eq!(index.runs.len(), 1);
-    assert_eq!(warmer.warm(&refs).await.unwrap(), 0, "its runs are gone");
-    assert_eq!(index.get_many(&refs).await.unwrap(), cold);
 }

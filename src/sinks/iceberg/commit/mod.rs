@@ -41,7 +41,7 @@ use super::files::writer::Placement;
 use super::input::{check_batches, plan_error};
 use super::maintenance::reachable::ManifestCache;
 use super::plan::{self, FileLimits, Plan};
-use super::rows::index::{IndexSlot, IndexWarmers};
+use super::rows::index::IndexSlot;
 use super::rows::live::{LiveState, Published};
 use super::rows::locator::RowAddress;
 use super::schema;
@@ -74,9 +74,6 @@ pub(super) struct Target<'a> {
     /// Where the commit records what its manifests and manifest list list, for the table's
     /// expiry (`maintenance/reachable.rs`).
     pub contents: Arc<ManifestCache>,
-    /// The sink's read-ahead of its indexes (`rows/index/warm.rs`), told of the table's index
-    /// once it is ready.
-    pub warmers: &'a IndexWarmers,
 }
 
 /// The table's state cached between commits, as one commit reads and advances it (the sink's
@@ -493,11 +490,7 @@ impl<'a> RowDelta<'a> {
                 files,
                 dvs,
             )
-            .await?;
-        if let Some(index) = cached.index.get() {
-            self.target.warmers.update(&self.input.schema.id, index);
-        }
-        Ok(())
+            .await
     }
 
     /// The new snapshot on top of the base's current one. v3 row lineage: it assigns row ids

@@ -264,39 +264,3 @@ async fn index_runs_are_written_with_per_block_filters() {
     let bytes = std::fs::read(&runs[0]).unwrap();
     assert!(bytes.ends_with(b"CPKIRUN3"));
 }
-
-/// The changes waiting for a commit warm the index's blocks their commit locates
-/// (`rows/index/warm.rs`): the warming reads blocks of the run holding the updated keys, and the
-/// commit after it deletes exactly the updated rows' old versions, as without it.
-#[tokio::test]
-async fn prefetched_updates_warm_the_index_and_commit_the_same() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = dv_sink(dir.path());
-    let t = schema();
-    let inserts: Vec<C> = (1..=20_000).map(|i| ins(i, "a")).collect();
-    s.commit(&t, &[changes(&inserts)], &cp(1)).await.unwrap();
-    // Persisted as a run; the next commit tells the warming about it.
-    s.tables.settle_index(&t.id).await;
-    s.commit(&t, &[changes(&[upd(1, Some("b"), 1)])], &cp(2))
-        .await
-        .unwrap();
-    let updates = changes(
-        &(1..=20_000)
-            .step_by(40)
-            .map(|i| upd(i, Some("c"), i))
-            .collect::<Vec<_>>(),
-    );
-    s.prefetch(&updates);
-    let read = s.tables.warmers.idle(&t.id).await;
-    assert!(read > 0, "no block warmed");
-    let c = s.commit(&t, &[updates], &cp(3)).await.unwrap();
-    assert_eq!(c.deleted_rows, 500);
-    assert_eq!(
-        duck(
-            &table_dir(dir.path()),
-            "count(*), count(*) FILTER (WHERE a = 'c')"
-        )
-        .as_deref(),
-        Some("[(20000, 500)]")
-    );
-}

@@ -46,10 +46,8 @@ use crate::storage::Warehouse;
 
 mod moved;
 mod slot;
-mod warm;
 pub(crate) use moved::RewriteRuns;
 pub(crate) use slot::IndexSlot;
-pub(crate) use warm::IndexWarmers;
 
 /// Changes handed to the index between checks of its memtable budget.
 const APPLY_CHUNK: usize = 16 * 1024;
@@ -344,17 +342,6 @@ impl TableIndex {
 }
 
 impl TableIndex {
-    /// A handle that warms the block cache through the index's runs as they are now
-    /// (`warm.rs`).
-    pub fn warmer(&self) -> crate::sinks::pk_index::BlockWarmer {
-        self.index.warmer()
-    }
-
-    /// The key columns in the change rows' types: what the index's keys encode.
-    pub fn keys_schema(&self) -> &SchemaRef {
-        &self.keys_schema
-    }
-
     /// The names of the key columns, as data files hold them.
     pub fn key_names(&self) -> Vec<String> {
         self.keys_schema
