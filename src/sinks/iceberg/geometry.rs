@@ -279,6 +279,11 @@ pub(crate) fn file_field(field: Field) -> Field {
     field.with_metadata(metadata)
 }
 
+/// Whether a file of `schema` has geometry columns (whose bounds [`file_bounds`] reads).
+pub(crate) fn has_geometry(schema: &arrow_schema::Schema) -> bool {
+    schema.fields().iter().any(|f| file_srid(f).is_some())
+}
+
 /// The SRID of a geometry file field (`Some(0)`: the default CRS); `None` for other fields.
 fn file_srid(field: &Field) -> Option<u32> {
     if field

@@ -119,8 +119,8 @@ fn at_most_sixteen_fields_a_column_the_most_frequent_first() {
 /// Every kind of value against the picked types: the shredded file reads back (through
 /// Parquet and cdcd's own reader) as the JSON it was written from, and the typed columns hold
 /// the values of their type only.
-#[test]
-fn shredded_values_read_back_as_written() {
+#[tokio::test]
+async fn shredded_values_read_back_as_written() {
     let rows = [
         r#"{"a": 1, "s": "x", "o": {"x": 10, "keep": [1]}, "other": {"q": null}}"#,
         r#"{"a": 2, "s": "y", "o": {"x": 11}}"#,
@@ -197,10 +197,25 @@ fn shredded_values_read_back_as_written() {
     assert_eq!(json(&layout), expected, "compaction's unshredded layout");
 
     // A file written batch by batch (compaction) shreds every batch as its first picks.
-    let mut file = encode::StreamingFile::new(&b.slice(0, 5)).unwrap();
-    file.write(&b.slice(0, 5)).unwrap();
-    file.write(&b.slice(5, b.num_rows() - 5)).unwrap();
-    let parquet = file.finish().unwrap();
+    let store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+    let path = object_store::path::Path::from("t.parquet");
+    let (s, at) = (Arc::clone(&store), path.clone());
+    let part = b.clone();
+    let uploaded = tokio::task::spawn_blocking(move || {
+        let mut file = encode::StreamingFile::new(&s, at, &part.slice(0, 5)).unwrap();
+        file.write(&part.slice(0, 5)).unwrap();
+        file.write(&part.slice(5, part.num_rows() - 5)).unwrap();
+        file.finish().unwrap()
+    })
+    .await
+    .unwrap();
+    let parquet = object_store::ObjectStoreExt::get(&store, &path)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(uploaded.size, parquet.len() as u64);
     let back = decode::decode(&parquet, "t.parquet", None).unwrap();
     let all = arrow_select::concat::concat_batches(&back[0].schema(), &back).unwrap();
     assert_eq!(json(all.column(1)), expected, "streamed");

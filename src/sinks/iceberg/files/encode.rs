@@ -35,10 +35,13 @@
 
 use std::collections::HashSet;
 use std::num::NonZeroUsize;
+use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_row::{RowConverter, SortField};
 use bytes::Bytes;
+use object_store::path::Path;
+use object_store::ObjectStore;
 use parquet::arrow::arrow_writer::{
     compute_leaves, ArrowColumnChunk, ArrowColumnWriter, ArrowLeafColumn,
 };
@@ -48,6 +51,8 @@ use parquet::errors::ParquetError;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
+use super::upload::Upload;
+use crate::sinks::iceberg::geometry;
 use crate::sinks::iceberg::variant_shredding::{self, Shredding};
 
 /// More encoding threads than this gain little: the largest column bounds a row group's time.
@@ -128,22 +133,43 @@ pub(crate) fn encode_parquet(batches: &[RecordBatch]) -> Result<Bytes, ParquetEr
     encode_with(&shredded, writer_properties(first), threads)
 }
 
-/// A Parquet file written batch by batch, with the settings of [`writer_properties`] chosen from
-/// the first batch: what a compaction writes, so it holds one input's rows at a time and the
-/// file's encoded bytes, not every row of the output decoded. Columns are encoded one after
-/// another (a background rewrite does not need [`encode_parquet`]'s parallel columns).
+/// A Parquet file written batch by batch and uploaded as it is written (`upload.rs`), with the
+/// settings of [`writer_properties`] chosen from the first batch: what a compaction writes, so it
+/// holds one input's rows at a time and the row group being encoded, not every row of the output
+/// decoded nor the whole file encoded. Columns are encoded one after another (a background
+/// rewrite does not need [`encode_parquet`]'s parallel columns). Written on the blocking pool
+/// (`writer::encode_blocking`): each write may upload a part.
 pub(crate) struct StreamingFile {
-    writer: ArrowWriter<Vec<u8>>,
+    writer: ArrowWriter<Upload>,
     shredding: Shredding,
+    geometry: bool,
+}
+
+/// A [`StreamingFile`] uploaded.
+pub(crate) struct Uploaded {
+    pub size: u64,
+    /// The file has geometry columns (whose bounds are read back from it).
+    pub geometry: bool,
 }
 
 impl StreamingFile {
-    /// A file of `sample`'s schema, its variant columns shredded as `sample` picks.
-    pub(crate) fn new(sample: &RecordBatch) -> Result<StreamingFile, ParquetError> {
+    /// A file of `sample`'s schema at `path` of `store`, its variant columns shredded as
+    /// `sample` picks.
+    pub(crate) fn new(
+        store: &Arc<dyn ObjectStore>,
+        path: Path,
+        sample: &RecordBatch,
+    ) -> Result<StreamingFile, ParquetError> {
         let shredding = Shredding::pick(sample)?;
         let schema = shredding.apply(&sample.slice(0, 0))?.schema();
-        let writer = ArrowWriter::try_new(Vec::new(), schema, Some(writer_properties(sample)))?;
-        Ok(StreamingFile { writer, shredding })
+        let geometry = geometry::has_geometry(&schema);
+        let upload = Upload::new(store, path)?;
+        let writer = ArrowWriter::try_new(upload, schema, Some(writer_properties(sample)))?;
+        Ok(StreamingFile {
+            writer,
+            shredding,
+            geometry,
+        })
     }
 
     /// Appends `batch` (the file's schema).
@@ -151,9 +177,13 @@ impl StreamingFile {
         self.writer.write(&self.shredding.apply(batch)?)
     }
 
-    /// The whole file.
-    pub(crate) fn finish(self) -> Result<Bytes, ParquetError> {
-        self.writer.into_inner().map(Bytes::from)
+    /// Writes the footer and completes the upload.
+    pub(crate) fn finish(self) -> Result<Uploaded, ParquetError> {
+        let size = self.writer.into_inner()?.complete()?;
+        Ok(Uploaded {
+            size,
+            geometry: self.geometry,
+        })
     }
 }
 

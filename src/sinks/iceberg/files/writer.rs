@@ -409,27 +409,28 @@ pub(crate) async fn put_bytes(
     Ok(())
 }
 
-/// Puts the encoded file `bytes` (`rows` rows) at `location` and describes it as an Iceberg file
-/// of `content` placed at `placement`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn put_file(
+/// Describes the data file a [`StreamingFile`](super::encode::StreamingFile) uploaded to
+/// `location` (`uploaded.size` bytes, `rows` rows) placed at `placement`, as a commit does
+/// a file it encodes and puts; one with geometry columns is read back for their bounds.
+pub(crate) async fn uploaded_file(
     warehouse: &Warehouse,
     table: &TableId,
     location: String,
-    bytes: bytes::Bytes,
+    uploaded: super::encode::Uploaded,
     rows: u64,
-    content: DataContentType,
-    equality_ids: Option<Vec<i32>>,
     placement: &Placement,
 ) -> Result<DataFile, SinkError> {
-    // A file encoded elsewhere (compaction's rewrite): its geometry bounds are read back from it.
-    let (lower, upper) = geometry::file_bounds(&bytes).map_err(|source| SinkError::Parquet {
-        context: format!("reading the geometry bounds of {location}"),
-        source,
-    })?;
-    let mut file = put(warehouse, location, bytes, rows, placement).await?;
-    file.content(content).equality_ids(equality_ids);
-    file.lower_bounds(lower).upper_bounds(upper);
+    let mut file = described(location.clone(), uploaded.size, rows, placement);
+    if uploaded.geometry {
+        let bytes = super::manifest::read(warehouse, &location).await?;
+        let (lower, upper) =
+            geometry::file_bounds(&bytes).map_err(|source| SinkError::Parquet {
+                context: format!("reading the geometry bounds of {location}"),
+                source,
+            })?;
+        file.lower_bounds(lower).upper_bounds(upper);
+    }
+    file.content(DataContentType::Data);
     describe(table, file)
 }
 
@@ -443,6 +444,11 @@ async fn put(
 ) -> Result<DataFileBuilder, SinkError> {
     let size = bytes.len() as u64;
     put_bytes(warehouse, &location, bytes).await?;
+    Ok(described(location, size, rows, placement))
+}
+
+/// The description of a file of `size` bytes and `rows` rows at `location`, so far.
+fn described(location: String, size: u64, rows: u64, placement: &Placement) -> DataFileBuilder {
     let mut file = DataFileBuilder::default();
     file.file_path(location)
         .file_format(DataFileFormat::Parquet)
@@ -453,7 +459,7 @@ async fn put(
     if let Some(order) = placement.sort_order_id {
         file.sort_order_id(order);
     }
-    Ok(file)
+    file
 }
 
 fn describe(table: &TableId, file: DataFileBuilder) -> Result<DataFile, SinkError> {

@@ -2,8 +2,10 @@
 //! on a table, as a type with one method per step (like the commit's `RowDelta`): read each chosen
 //! file, drop the rows its deletion vector (v2: its deletes) deletes, and stream the kept rows into
 //! target-size files (`write`; memory: one input's file bytes, [`STREAM_BATCH_ROWS`] of its rows
-//! decoded, and the output encoded: an input decoded whole was a copy's compacted 15M-row file,
-//! 1.3 GB of rows from 60 MB of Parquet, docs/performance.md). It records
+//! decoded, and the output's row group being encoded, the output uploaded as it is written
+//! (`files/upload.rs`): an input decoded whole was a copy's compacted 15M-row file, 1.3 GB of rows
+//! from 60 MB of Parquet, and an output held whole until its put up to the target size,
+//! docs/performance.md). It records
 //! where each input landed (`redelete::Placed`), so the commit half (`replace.rs`) can carry over
 //! the deletes committed while it ran. On v3 this runs outside the table's lock (`mod.rs`).
 //!
@@ -20,7 +22,8 @@ use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::{Schema, SchemaRef};
-use iceberg::spec::{DataContentType, DataFile, FormatVersion, TableMetadata};
+use iceberg::spec::{DataFile, FormatVersion, TableMetadata};
+use object_store::ObjectStore;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::convert;
@@ -259,7 +262,7 @@ impl Rewrite<'_> {
                 None => Vec::new(),
             };
             let count = rows.num_rows() as u64;
-            let Some(file) = encode(&path, None, vec![rows]).await? else {
+            let Some(file) = encode(self.warehouse, &path, None, vec![rows]).await? else {
                 continue;
             };
             let placement = Placement {
@@ -299,15 +302,13 @@ impl Rewrite<'_> {
         placement: Placement,
         keys: Vec<RecordBatch>,
     ) -> Result<Output, SinkError> {
-        let bytes = writer::encode_blocking(&path, move || file.finish()).await?;
-        let file = writer::put_file(
+        let uploaded = writer::encode_blocking(&path, move || file.finish()).await?;
+        let file = writer::uploaded_file(
             self.warehouse,
             self.table,
             path.clone(),
-            bytes,
+            uploaded,
             rows,
-            DataContentType::Data,
-            None,
             &placement,
         )
         .await?;
@@ -469,6 +470,8 @@ impl StreamLive<'_> {
         let dv = v2.or_else(|| self.input.dv.clone());
         let table = self.rewrite.table.clone();
         let output = path.to_owned();
+        let store = Arc::clone(self.rewrite.warehouse.store());
+        let output_path = self.rewrite.warehouse.path(path)?;
         let key_names = key_names.map(<[String]>::to_vec);
         let sequence = f.sequence;
         let start = self.start;
@@ -478,6 +481,8 @@ impl StreamLive<'_> {
                 table: &table,
                 location: &location,
                 output: &output,
+                store: &store,
+                output_path,
                 bytes,
                 dv,
                 start,
@@ -499,6 +504,9 @@ struct StreamRows<'a> {
     table: &'a TableId,
     location: &'a str,
     output: &'a str,
+    /// Where the output is uploaded (`output` as a path of `store`).
+    store: &'a Arc<dyn ObjectStore>,
+    output_path: object_store::path::Path,
     bytes: bytes::Bytes,
     dv: Option<DeletionVector>,
     start: u64,
@@ -552,7 +560,9 @@ fn stream_rows(s: StreamRows<'_>) -> Result<Streamed, SinkError> {
         }
         let file = match out.as_mut() {
             Some(file) => file,
-            None => out.insert(StreamingFile::new(&rows).map_err(encoding)?),
+            None => out.insert(
+                StreamingFile::new(s.store, s.output_path.clone(), &rows).map_err(encoding)?,
+            ),
         };
         file.write(&rows).map_err(encoding)?;
     }
@@ -621,30 +631,30 @@ struct Lineage {
 }
 
 /// Appends `batches` to the output file at `path` (opened at its first batch), on the blocking
-/// pool: encoding is CPU work the runtime's workers should not do.
+/// pool: encoding is CPU work the runtime's workers should not do, and the file uploads as it is
+/// written (`files/upload.rs`).
 async fn encode(
+    warehouse: &Warehouse,
     path: &str,
     out: Option<StreamingFile>,
     batches: Vec<RecordBatch>,
 ) -> Result<Option<StreamingFile>, SinkError> {
-    let Some(first) = batches.first() else {
+    if batches.is_empty() {
         return Ok(out);
-    };
-    let mut file = match out {
-        Some(f) => f,
-        None => StreamingFile::new(first).map_err(|source| SinkError::Parquet {
-            context: format!("encoding {path}"),
-            source,
-        })?,
-    };
+    }
+    let (store, at) = (Arc::clone(warehouse.store()), warehouse.path(path)?);
     writer::encode_blocking(path, move || {
+        let mut file = match (out, batches.first()) {
+            (Some(f), _) => f,
+            (None, Some(first)) => StreamingFile::new(&store, at, first)?,
+            (None, None) => return Ok(None),
+        };
         for b in &batches {
             file.write(b)?;
         }
-        Ok(file)
+        Ok(Some(file))
     })
     .await
-    .map(Some)
 }
 
 /// The columns named `names` of `batches` (all of them: the keys of every kept row, in order).
