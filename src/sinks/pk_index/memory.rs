@@ -10,10 +10,11 @@
 //! it flushes early (a smaller run, merged later by compaction): [`IndexMemory::should_flush`].
 //!
 //! Accounting is by deltas: each index reports what its memtable and run metas hold after it
-//! changed them, and takes its share back when dropped. Run metas (sparse indexes, ~0.08
-//! bytes per key, and the bloom filters of every run but the oldest, 1.25) cannot be evicted without reading them back at every lookup, so
-//! they are counted against the cache: the more rows the process indexes, the smaller the cache,
-//! down to a floor that keeps one commit's lookups from thrashing.
+//! changed them, and takes its share back when dropped. Run metas (sparse indexes, ~0.08 bytes
+//! per key, and the bloom filters of every run but the oldest, 1.25) cannot be evicted without
+//! reading them back at every lookup, so they are counted against the cache: the more rows the
+//! process indexes, the smaller the cache, down to a floor that keeps one commit's lookups from
+//! thrashing.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

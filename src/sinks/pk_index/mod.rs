@@ -43,9 +43,8 @@
 //! Memory, over every index of the process ([`IndexMemory`], `memory.rs`): memtables (≤ their
 //! share together, if callers flush when told) + one block cache + per run meta (1.25-1.3 bytes
 //! per key of bloom filters, none in the oldest run; ~100 bytes plus two keys per 16 KiB block of
-//! sparse index) + the
-//! file tables, the cache and the metas together ≤ the other share (the cache shrinks as the
-//! metas grow, down to a floor). Only the filters and the sparse index grow with the tables;
+//! sparse index) + the file tables, the cache and the metas together ≤ the other share (the
+//! cache shrinks as the metas grow, down to a floor). Only the filters and the sparse index grow with the tables;
 //! see the numbers below (measured when each index had its own 64 MiB budget).
 //!
 //! Alternatives rejected: a full in-memory map (unbounded); 8-byte key hashes (collisions would
