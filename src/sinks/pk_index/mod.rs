@@ -590,9 +590,13 @@ impl PrimaryKeyIndex {
     pub async fn persist(&mut self, covers_snapshot: i64) -> Result<(), IndexError> {
         self.write_memtable().await?;
         self.take_ended_merge().await;
-        // Before the manifest, which then reserves the merge's run id (compaction/background.rs).
-        self.start_merge();
+        // Planned before the manifest, which reserves its run id; started once it is durable
+        // (compaction/background.rs).
+        let merge = self.plan_next_merge();
         self.write_manifest(Some(covers_snapshot)).await?;
+        if let Some(merge) = merge {
+            self.start_merge(merge);
+        }
         self.applied = Some(covers_snapshot);
         self.persisted_at = Instant::now();
         self.delete_obsolete().await;

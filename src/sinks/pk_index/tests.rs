@@ -998,3 +998,38 @@ async fn the_oldest_run_holds_no_filters() {
     let index = open().await.unwrap();
     check(&index, &model, keyspace).await;
 }
+
+/// A persist whose manifest does not land (another writer took its sequence) starts no merge:
+/// the merge's run id was reserved by no manifest, so a merge started before it could have
+/// uploaded a run under an id the reopened index hands out again.
+#[tokio::test]
+async fn a_manifest_that_fails_starts_no_merge() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let root = Path::from("idx");
+    let mut index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 1 << 20)
+        .await
+        .unwrap();
+    let file: Arc<str> = Arc::from("f");
+    // Equal runs, which the policy merges at the next persist.
+    for run in 0..4u8 {
+        let keys: Vec<Vec<u8>> = (0..100u8).map(|i| vec![run, i]).collect();
+        index
+            .apply(keys.iter().map(|k| IndexChange {
+                key: k,
+                op: IndexOp::Upsert(loc(&file, 1)),
+            }))
+            .unwrap();
+        index.flush().await.unwrap();
+    }
+    assert!(index.merge_to_pick().is_some());
+    let mut other = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 1 << 20)
+        .await
+        .unwrap();
+    other.persist(1).await.unwrap();
+    let err = index.persist(1).await.unwrap_err();
+    assert!(matches!(err, IndexError::Conflict { .. }), "{err}");
+    assert!(
+        index.merging.is_none(),
+        "a merge started under an unreserved id"
+    );
+}

@@ -10,12 +10,15 @@
 //! (docs/performance.md, "A 100M-row table"). The merge reads only immutable runs, so lookups and
 //! applies go on meanwhile against the runs it will replace.
 //!
-//! Run ids: a merge takes its run's id when it starts, and a manifest naming the next id past it
-//! is written before anything else happens, so an index opened on the same root while the merge
+//! Run ids: a merge takes its run's id when it is planned, and it starts only once a manifest
+//! naming the next id past it is durable, so an index opened on the same root while the merge
 //! still runs (the sink drops and reopens an index after an error; dropping aborts the merge, but
 //! an abort takes effect at the task's next await) never writes a run of that id: without the
 //! manifest, the reopened index took the id of a merge whose run was not yet listed, and the
 //! merge's upload replaced the new run (found by `tests.rs`, the model test, as a corrupt run).
+//! A manifest that fails to land starts no merge (the merge is planned again at the next flush
+//! or persist, under a new id): started before it, the merge ran under an id no manifest had
+//! reserved.
 //!
 //! Bounds: a flush that finds more than twice `FLUSHED_RUNS` runs while a merge runs waits for it
 //! (an initial copy flushing faster than merges finish), so runs, and with them a lookup's
@@ -28,7 +31,7 @@
 use object_store::path::Path;
 use tokio::task::JoinHandle;
 
-use super::worker::Merged;
+use super::worker::{Merged, RunMerge};
 use crate::sinks::pk_index::{IndexError, PrimaryKeyIndex, FLUSHED_RUNS};
 
 /// The merge running beside the index, and the run it writes; aborted when dropped.
@@ -44,23 +47,24 @@ impl Drop for Merging {
 }
 
 impl PrimaryKeyIndex {
-    /// Starts a merge of the runs the policy picks, unless one runs already; returns whether it
-    /// started one. The caller writes a manifest before anything else: it reserves the merge's
-    /// run id (see the module doc).
-    pub(in crate::sinks::pk_index) fn start_merge(&mut self) -> bool {
+    /// Plans a merge of the runs the policy picks, unless one runs already, taking its run id.
+    /// The caller writes a manifest, which reserves that id, then [`start_merge`](Self::start_merge)s
+    /// it (see the module doc).
+    pub(in crate::sinks::pk_index) fn plan_next_merge(&mut self) -> Option<RunMerge> {
         if self.merging.is_some() {
-            return false;
+            return None;
         }
-        let Some((from, take)) = self.merge_to_pick() else {
-            return false;
-        };
-        let merge = self.plan_merge(from, take);
+        let (from, take) = self.merge_to_pick()?;
+        Some(self.plan_merge(from, take))
+    }
+
+    /// Starts `merge` beside the index, once a durable manifest reserves its run id.
+    pub(in crate::sinks::pk_index) fn start_merge(&mut self, merge: RunMerge) {
         let run = merge.path().clone();
         self.merging = Some(Merging {
             task: tokio::spawn(merge.run()),
             run,
         });
-        true
     }
 
     /// Installs the running merge if it has ended (without waiting); returns whether one was.
@@ -104,9 +108,12 @@ impl PrimaryKeyIndex {
         if self.merging.is_some() && self.runs.len() > 2 * FLUSHED_RUNS {
             self.finish_merge().await;
         }
-        if self.runs.len() > FLUSHED_RUNS && self.start_merge() {
-            self.write_manifest(self.covered).await?;
-            self.delete_obsolete().await;
+        if self.runs.len() > FLUSHED_RUNS {
+            if let Some(merge) = self.plan_next_merge() {
+                self.write_manifest(self.covered).await?;
+                self.start_merge(merge);
+                self.delete_obsolete().await;
+            }
         }
         Ok(())
     }
