@@ -588,11 +588,16 @@ impl PrimaryKeyIndex {
     /// starts in the background if the policy says so (`compaction/background.rs`; a merge
     /// failure is logged, not returned: the index is durable without it).
     pub async fn persist(&mut self, covers_snapshot: i64) -> Result<(), IndexError> {
+        self.persist_then(covers_snapshot, true).await
+    }
+
+    /// [`persist`](Self::persist), starting the next merge only if `merge`.
+    async fn persist_then(&mut self, covers_snapshot: i64, merge: bool) -> Result<(), IndexError> {
         self.write_memtable().await?;
         self.take_ended_merge().await;
         // Planned before the manifest, which reserves its run id; started once it is durable
         // (compaction/background.rs).
-        let merge = self.plan_next_merge();
+        let merge = if merge { self.plan_next_merge() } else { None };
         self.write_manifest(Some(covers_snapshot)).await?;
         if let Some(merge) = merge {
             self.start_merge(merge);
@@ -628,10 +633,13 @@ impl PrimaryKeyIndex {
     }
 
     /// Persists the snapshot [`persist_when_due`](Self::persist_when_due) recorded, if the
-    /// manifest names an older one (a clean stop).
+    /// manifest names an older one (a clean stop). Starts no merge: the process is about to
+    /// exit, which would abort it and leave its run for the next open to delete.
     pub async fn persist_applied(&mut self) -> Result<(), IndexError> {
         match self.applied {
-            Some(applied) if self.covered != Some(applied) => self.persist(applied).await,
+            Some(applied) if self.covered != Some(applied) => {
+                self.persist_then(applied, false).await
+            }
             _ => Ok(()),
         }
     }

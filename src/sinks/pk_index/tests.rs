@@ -1033,3 +1033,36 @@ async fn a_manifest_that_fails_starts_no_merge() {
         "a merge started under an unreserved id"
     );
 }
+
+/// The persist of a clean stop starts no merge (the exit would abort it), where a commit's would.
+#[tokio::test]
+async fn a_clean_stop_persist_starts_no_merge() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let mut index = PrimaryKeyIndex::open(store, Path::from("idx"), 1 << 20)
+        .await
+        .unwrap();
+    let file: Arc<str> = Arc::from("f");
+    for run in 0..4u8 {
+        let keys: Vec<Vec<u8>> = (0..100u8).map(|i| vec![run, i]).collect();
+        index
+            .apply(keys.iter().map(|k| IndexChange {
+                key: k,
+                op: IndexOp::Upsert(loc(&file, 1)),
+            }))
+            .unwrap();
+        index.flush().await.unwrap();
+    }
+    assert!(index.merge_to_pick().is_some());
+    assert!(!index
+        .persist_when_due(1, Duration::from_secs(3600))
+        .await
+        .unwrap());
+    index.persist_applied().await.unwrap();
+    assert_eq!(index.covered_snapshot(), Some(1));
+    assert!(index.merging.is_none(), "a merge started at a clean stop");
+    index.persist(2).await.unwrap();
+    assert!(
+        index.merging.is_some(),
+        "a commit's persist starts the merge"
+    );
+}
