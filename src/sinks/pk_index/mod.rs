@@ -308,6 +308,8 @@ pub struct PrimaryKeyIndex {
     merging: Option<compaction::background::Merging>,
     /// How lookups read the blocks they miss (`lookup.rs`).
     block_reads: BlockReads,
+    /// The oldest run keeps its bloom filters too ([`keep_oldest_filters`](Self::keep_oldest_filters)).
+    oldest_filters: bool,
     /// This index in memory, for the runs prepared beside it (`prepared.rs`).
     owner: prepared::Owner,
 }
@@ -437,6 +439,7 @@ impl PrimaryKeyIndex {
             merged: compaction::worker::MergeStats::default(),
             merging: None,
             block_reads: BlockReads::default(),
+            oldest_filters: false,
             owner: prepared::Owner::new_instance(),
         }
     }
@@ -482,6 +485,34 @@ impl PrimaryKeyIndex {
     /// How lookups read blocks from now on: [`BlockReads::Exact`] for an index on local disk.
     pub fn set_block_reads(&mut self, reads: BlockReads) {
         self.block_reads = reads;
+    }
+
+    /// Keeps bloom filters in the oldest run too, for a table whose lookups often ask for keys
+    /// with no row (a table with soft deletes looks every insert up, as an upsert): without them
+    /// each such key reads a block of the oldest run (`RunWriter::without_filters`). Loads the
+    /// oldest run's filters, if it was written with them; merges write the next oldest with them.
+    pub async fn keep_oldest_filters(&mut self) -> Result<(), IndexError> {
+        if std::mem::replace(&mut self.oldest_filters, true) {
+            return Ok(());
+        }
+        let Some(oldest) = self.runs.last() else {
+            return Ok(());
+        };
+        let reloaded = RunMeta::load(
+            &self.store,
+            oldest.path.clone(),
+            oldest.id,
+            oldest.size,
+            oldest.meta_offset,
+            true,
+        )
+        .await?;
+        // The same run, its filters loaded: its id (and cached blocks) stay.
+        if let Some(last) = self.runs.last_mut() {
+            *last = Arc::new(reloaded);
+        }
+        self.account_runs();
+        Ok(())
     }
 
     /// Which table snapshot the persisted index reflects; `None` for a new index.

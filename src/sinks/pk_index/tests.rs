@@ -1066,3 +1066,37 @@ async fn a_clean_stop_persist_starts_no_merge() {
         "a commit's persist starts the merge"
     );
 }
+
+/// An index told to keep the oldest run's filters (a table with soft deletes) loads them and
+/// merges the next oldest with them; every key still answers the same.
+#[tokio::test]
+async fn the_oldest_run_keeps_its_filters_when_asked() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let root = Path::from("idx");
+    let open = || PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 1 << 24);
+    let mut index = open().await.unwrap();
+    let file: Arc<str> = Arc::from("f");
+    let mut model = Model::new();
+    for (at, keys) in [(1u64, 0..8_000u64), (2, 4_000..12_000)] {
+        let keys: Vec<Vec<u8>> = keys.map(key_of).collect();
+        index
+            .apply(keys.iter().map(|k| IndexChange {
+                key: k,
+                op: IndexOp::Upsert(loc(&file, at)),
+            }))
+            .unwrap();
+        for k in keys {
+            model.insert(k, loc(&file, at));
+        }
+        index.persist(at as i64).await.unwrap();
+    }
+    let mut index = open().await.unwrap();
+    assert_eq!(filter_words(&index.runs[1]), 0, "loaded without");
+    index.keep_oldest_filters().await.unwrap();
+    assert!(filter_words(&index.runs[1]) > 0, "loaded again with them");
+    check(&index, &model, 14_000).await;
+    index.merge_runs(0, 2).await.unwrap();
+    assert_eq!(index.runs.len(), 1);
+    assert!(filter_words(&index.runs[0]) > 0, "merged with them");
+    check(&index, &model, 14_000).await;
+}

@@ -490,7 +490,12 @@ impl<'a> RowDelta<'a> {
                 files,
                 dvs,
             )
-            .await
+            .await?;
+        if self.target.soft_deletes {
+            // Its inserts are looked up, as upserts: mostly keys with no row.
+            cached.index.keep_oldest_filters().await?;
+        }
+        Ok(())
     }
 
     /// The new snapshot on top of the base's current one. v3 row lineage: it assigns row ids

@@ -68,9 +68,11 @@ pub(crate) struct RunMerge {
     path: object_store::path::Path,
     /// Newest first, as they stand in the index.
     inputs: Vec<Arc<RunMeta>>,
-    /// The inputs include the oldest run: no older entry is left for a tombstone to hide, and
-    /// the merged run, the new oldest, is written without filters.
+    /// The inputs include the oldest run: no older entry is left for a tombstone to hide.
     drop_tombstones: bool,
+    /// The merged run gets bloom filters: false for a new oldest run, unless the index keeps
+    /// them there (`PrimaryKeyIndex::keep_oldest_filters`).
+    filters: bool,
     /// The live data file ids, sorted: an entry naming another becomes a tombstone.
     live: Vec<u32>,
 }
@@ -98,11 +100,11 @@ impl RunMerge {
             path,
             inputs,
             drop_tombstones,
+            filters,
             live,
         } = self;
         let mut writer = RunWriter::new(&store, path, id);
-        if drop_tombstones {
-            // The merged run becomes the oldest: no filters (`RunWriter::without_filters`).
+        if !filters {
             writer = writer.without_filters();
         }
         let mut stats = MergeStats::default();
@@ -190,11 +192,14 @@ impl PrimaryKeyIndex {
         let id = self.next_run_id;
         self.next_run_id += 1;
         let inputs: Vec<Arc<RunMeta>> = self.runs.iter().skip(from).take(take).cloned().collect();
+        let oldest = from + inputs.len() == self.runs.len();
         RunMerge {
             store: Arc::clone(&self.store),
             id,
             path: run_path(&self.root, id),
-            drop_tombstones: from + inputs.len() == self.runs.len(),
+            drop_tombstones: oldest,
+            // The merged run becomes the oldest: no filters (`RunWriter::without_filters`).
+            filters: !oldest || self.oldest_filters,
             inputs,
             live: self.files.live_ids(),
         }

@@ -342,6 +342,15 @@ impl TableIndex {
 }
 
 impl TableIndex {
+    /// Keeps the bloom filters of the index's oldest run (a table with soft deletes, whose
+    /// inserts are looked up: `PrimaryKeyIndex::keep_oldest_filters`).
+    pub async fn keep_oldest_filters(&mut self) -> Result<(), SinkError> {
+        self.index
+            .keep_oldest_filters()
+            .await
+            .map_err(|e| index_error(&self.table, e))
+    }
+
     /// The names of the key columns, as data files hold them.
     pub fn key_names(&self) -> Vec<String> {
         self.keys_schema

@@ -93,6 +93,14 @@ impl IndexSlot {
         Ok(())
     }
 
+    /// Keeps the bloom filters of the ready index's oldest run (`TableIndex::keep_oldest_filters`).
+    pub(crate) async fn keep_oldest_filters(&mut self) -> Result<(), SinkError> {
+        match self.index.as_mut() {
+            Some(index) => index.keep_oldest_filters().await,
+            None => Ok(()),
+        }
+    }
+
     /// Records published snapshot `snapshot_id` (see [`TableIndex::record`]) in a background
     /// task, if the index is ready; the next [`ready`](Self::ready) or [`settle`](Self::settle)
     /// waits for it. A failure is logged and leaves no index: the snapshot is durable, so the
