@@ -999,18 +999,9 @@ async fn the_oldest_run_holds_no_filters() {
     check(&index, &model, keyspace).await;
 }
 
-/// A persist whose manifest does not land (another writer took its sequence) starts no merge:
-/// the merge's run id was reserved by no manifest, so a merge started before it could have
-/// uploaded a run under an id the reopened index hands out again.
-#[tokio::test]
-async fn a_manifest_that_fails_starts_no_merge() {
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let root = Path::from("idx");
-    let mut index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 1 << 20)
-        .await
-        .unwrap();
+/// Four runs of 100 keys each, flushed: equal sizes, which the policy merges at the next persist.
+async fn flush_equal_runs(index: &mut PrimaryKeyIndex) {
     let file: Arc<str> = Arc::from("f");
-    // Equal runs, which the policy merges at the next persist.
     for run in 0..4u8 {
         let keys: Vec<Vec<u8>> = (0..100u8).map(|i| vec![run, i]).collect();
         index
@@ -1022,6 +1013,19 @@ async fn a_manifest_that_fails_starts_no_merge() {
         index.flush().await.unwrap();
     }
     assert!(index.merge_to_pick().is_some());
+}
+
+/// A persist whose manifest does not land (another writer took its sequence) starts no merge:
+/// the merge's run id was reserved by no manifest, so a merge started before it could have
+/// uploaded a run under an id the reopened index hands out again.
+#[tokio::test]
+async fn a_manifest_that_fails_starts_no_merge() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let root = Path::from("idx");
+    let mut index = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 1 << 20)
+        .await
+        .unwrap();
+    flush_equal_runs(&mut index).await;
     let mut other = PrimaryKeyIndex::open(Arc::clone(&store), root.clone(), 1 << 20)
         .await
         .unwrap();
@@ -1041,18 +1045,7 @@ async fn a_clean_stop_persist_starts_no_merge() {
     let mut index = PrimaryKeyIndex::open(store, Path::from("idx"), 1 << 20)
         .await
         .unwrap();
-    let file: Arc<str> = Arc::from("f");
-    for run in 0..4u8 {
-        let keys: Vec<Vec<u8>> = (0..100u8).map(|i| vec![run, i]).collect();
-        index
-            .apply(keys.iter().map(|k| IndexChange {
-                key: k,
-                op: IndexOp::Upsert(loc(&file, 1)),
-            }))
-            .unwrap();
-        index.flush().await.unwrap();
-    }
-    assert!(index.merge_to_pick().is_some());
+    flush_equal_runs(&mut index).await;
     assert!(!index
         .persist_when_due(1, Duration::from_secs(3600))
         .await
